@@ -1,0 +1,20 @@
+"""The kernel: codec, ledger, link model and the transports actors run on.
+
+It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.context``).
+"""
+
+from .codec import CodecError, Encoded, decode, encode
+from .context import Context, Deadline, Gathered, Message
+from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, UnknownNodeError
+from .ledger import COLUMNS, Ledger, Missing
+from .links import PROFILES, LinkSpec, NodeSpec, Profile, get_profile
+from .network import Network, RunResult
+from .sim import FifoLinkModel, LinkModel, SimNetwork
+from .aio import AsyncioNetwork
+
+__all__ = [
+    "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Context", "Deadline", "Encoded", "FedsimError",
+    "FifoLinkModel", "ForeignAwaitError", "Gathered", "Ledger", "LinkModel", "LinkSpec", "Message",
+    "Missing", "Network", "NetworkConfigError", "NodeSpec", "PROFILES", "Profile", "RunResult",
+    "SimNetwork", "UnknownNodeError", "decode", "encode", "get_profile",
+]

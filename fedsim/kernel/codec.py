@@ -1,0 +1,190 @@
+"""The wire format: every message is one msgpack document; numpy arrays travel as an ext type.
+
+Array ext layout (ext code 1)::
+
+    byte 0        dtype code (see ``_DTYPES``)
+    byte 1        ndim (0..32)
+    4*ndim bytes  shape, little-endian uint32 each
+    the rest      the array's elements, C order, little-endian
+
+No pickle is used anywhere. Decoding validates everything it reads and raises ``CodecError``
+(never another exception) for malformed input: truncated documents, unknown ext codes, unknown
+dtypes, a buffer whose length disagrees with shape x itemsize, documents over the size limit,
+nesting deeper than the depth limit.
+
+Decoded arrays are read-only views on the ext bytes msgpack hands us (no further copy).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "ARRAY_EXT",
+    "CodecError",
+    "Encoded",
+    "decode",
+    "encode",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_DEPTH",
+]
+
+ARRAY_EXT = 1
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_DEPTH = 32
+_MAX_NDIM = 32
+
+# dtype code -> little-endian numpy dtype. The codes are part of the wire format: never renumber.
+_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype("|b1"),
+    2: np.dtype("|i1"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+    5: np.dtype("<i8"),
+    6: np.dtype("|u1"),
+    7: np.dtype("<u2"),
+    8: np.dtype("<u4"),
+    9: np.dtype("<u8"),
+    10: np.dtype("<f2"),
+    11: np.dtype("<f4"),
+    12: np.dtype("<f8"),
+}
+_CODES: dict[str, int] = {dt.str: code for code, dt in _DTYPES.items()}
+_CODES.update({dt.newbyteorder(">").str: code for code, dt in _DTYPES.items() if dt.itemsize > 1})
+_FLOAT_CODES = frozenset({10, 11, 12})
+
+
+class CodecError(ValueError):
+    """A value cannot be encoded, or bytes are not a valid fedsim message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """One encoded document and what it carries.
+
+    ``data`` is what crosses the wire. ``array_bytes`` is the size of the array payloads alone
+    (the "raw" bytes users compare with the encoded size) and ``floats`` the number of
+    floating-point array elements, from which the ledger derives latent-vector units.
+    """
+
+    data: bytes
+    array_bytes: int
+    floats: int
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class _Encoder:
+    __slots__ = ("array_bytes", "floats")
+
+    def __init__(self) -> None:
+        self.array_bytes = 0
+        self.floats = 0
+
+    def default(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return self._array(obj)
+        if isinstance(obj, np.generic):
+            # numpy scalars become plain msgpack scalars (a 0-d array is the way to keep a dtype)
+            return obj.item()
+        raise CodecError(f"cannot encode object of type {type(obj).__name__}: {obj!r:.80}")
+
+    def _array(self, arr: np.ndarray) -> msgpack.ExtType:
+        code = _CODES.get(arr.dtype.str)
+        if code is None:
+            raise CodecError(f"cannot encode array of dtype {arr.dtype} (not in the dtype whitelist)")
+        if arr.ndim > _MAX_NDIM:
+            raise CodecError(f"cannot encode array with {arr.ndim} dimensions (max {_MAX_NDIM})")
+        le = _DTYPES[code]
+        if arr.dtype != le:
+            arr = arr.astype(le)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
+        self.array_bytes += arr.nbytes
+        if code in _FLOAT_CODES:
+            self.floats += arr.size
+        header = struct.pack(f"<BB{arr.ndim}I", code, arr.ndim, *arr.shape)
+        # join copies the array memory straight into the ext body: one copy, not two
+        body = memoryview(arr).cast("B") if arr.size else b""
+        return msgpack.ExtType(ARRAY_EXT, b"".join((header, body)))
+
+
+def encode(obj: Any) -> Encoded:
+    """Encode ``obj`` (None, bool, int, float, str, bytes, list/tuple, dict, numpy arrays and
+    scalars, nested) into one msgpack document.
+
+    Raises ``CodecError`` for values outside that set (no pickle fallback).
+    """
+    enc = _Encoder()
+    try:
+        data = msgpack.packb(obj, default=enc.default, use_bin_type=True, strict_types=False)
+    except CodecError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"cannot encode value: {exc}") from exc
+    return Encoded(data, enc.array_bytes, enc.floats)
+
+
+def _ext_hook(code: int, data: bytes) -> np.ndarray:
+    if code != ARRAY_EXT:
+        raise CodecError(f"unknown ext type {code}")
+    if len(data) < 2:
+        raise CodecError(f"array ext truncated: {len(data)} bytes, header needs at least 2")
+    dcode, ndim = data[0], data[1]
+    dtype = _DTYPES.get(dcode)
+    if dtype is None:
+        raise CodecError(f"array ext has unknown dtype code {dcode}")
+    if ndim > _MAX_NDIM:
+        raise CodecError(f"array ext has {ndim} dimensions (max {_MAX_NDIM})")
+    start = 2 + 4 * ndim
+    if len(data) < start:
+        raise CodecError(f"array ext truncated: header needs {start} bytes, got {len(data)}")
+    shape = struct.unpack_from(f"<{ndim}I", data, 2)
+    count = 1
+    for s in shape:
+        count *= s
+    expected = count * dtype.itemsize
+    if len(data) - start != expected:
+        raise CodecError(
+            f"array ext length mismatch: shape {shape} x itemsize {dtype.itemsize} = {expected} bytes, "
+            f"buffer has {len(data) - start}"
+        )
+    return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
+
+
+def _check_depth(obj: Any, limit: int) -> None:
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            raise CodecError(f"document nesting deeper than {limit}")
+        if type(node) is dict:
+            stack.extend((v, depth + 1) for v in node.values())
+        elif type(node) is list or type(node) is tuple:
+            stack.extend((v, depth + 1) for v in node if type(v) in (dict, list, tuple))
+
+
+def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
+           max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """Decode one document produced by ``encode``.
+
+    Arrays come back as read-only numpy views (copy before modifying). Raises ``CodecError`` if
+    the bytes are malformed, longer than ``max_bytes``, or nested deeper than ``max_depth``.
+    """
+    if len(data) > max_bytes:
+        raise CodecError(f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+    except CodecError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise CodecError(f"malformed message: {type(exc).__name__}: {exc}") from exc
+    if type(obj) in (dict, list, tuple):
+        _check_depth(obj, max_depth)
+    return obj

@@ -1,0 +1,282 @@
+"""What an actor sees: ``Context``, the small transport API, and the values it returns.
+
+An actor is ``async def actor(ctx, ...)``. It talks to the world only through ``ctx``:
+
+``await ctx.send(dst, kind, payload)``            one message to one node
+``await ctx.broadcast(dsts, kind, payload)``       the same payload to many (encoded once)
+``await ctx.receive(kind=None, timeout=...)``      the next message (optionally of a kind)
+``await ctx.gather(kind, senders=... | count=...)`` many messages, in node-id order
+``await ctx.sleep(seconds)`` / ``await ctx.compute(flops)``
+``ctx.deadline(seconds)``, ``ctx.begin_round(r)``, ``ctx.set_role(role)``, ``ctx.rng``, ``ctx.node_id``
+
+The same actor runs on ``SimNetwork`` (virtual time) and ``AsyncioNetwork`` (a real event loop);
+it must await nothing but these calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+
+from .codec import Encoded, decode, encode
+from .errors import UnknownNodeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .network import Network, _Node
+
+__all__ = ["Context", "Deadline", "Gathered", "Message"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A received message. ``sender`` is ``None`` when it came over an anonymous channel.
+
+    ``payload`` arrays are read-only views shared with the other recipients of the same
+    broadcast: copy before modifying. ``nbytes`` is what crossed the wire for it.
+    """
+
+    kind: str
+    payload: Any
+    sender: str | None
+    round: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """What ``Context.gather`` collected: ``messages`` in deterministic order (by sender id;
+    anonymous messages by their encoded bytes) and the ``missing`` senders (or count)."""
+
+    messages: list[Message]
+    missing: list[str] = field(default_factory=list)
+    missing_count: int = 0
+
+    def __iter__(self):
+        return iter(self.messages)
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @property
+    def complete(self) -> bool:
+        return self.missing_count == 0
+
+
+class Deadline:
+    """An instant, fixed when ``Context.deadline`` was called; opaque to actors."""
+
+    __slots__ = ("_at",)
+
+    def __init__(self, at: float) -> None:
+        self._at = at
+
+    def __repr__(self) -> str:
+        return f"<Deadline at {self._at:.6g}>"
+
+
+class _Payload:
+    """An encoded document shared by all envelopes of one send/broadcast, decoded once."""
+
+    __slots__ = ("encoded", "decoded", "has_decoded")
+
+    def __init__(self, encoded: Encoded) -> None:
+        self.encoded = encoded
+        self.decoded: Any = None
+        self.has_decoded = False
+
+    def value(self) -> Any:
+        if not self.has_decoded:
+            self.decoded = decode(self.encoded.data)
+            self.has_decoded = True
+        v = self.decoded
+        # each recipient gets its own top-level container; arrays stay shared read-only views
+        if type(v) is dict:
+            return dict(v)
+        if type(v) is list:
+            return list(v)
+        return v
+
+
+class _Envelope:
+    """A message in transit or waiting in a mailbox (kernel-internal)."""
+
+    __slots__ = ("kind", "payload", "src", "anonymous", "round", "row", "nbytes")
+
+    def __init__(self, kind: str, payload: _Payload, src: str, anonymous: bool, rnd: int,
+                 row: list, nbytes: int) -> None:
+        self.kind = kind
+        self.payload = payload
+        self.src = src
+        self.anonymous = anonymous
+        self.round = rnd
+        self.row = row
+        self.nbytes = nbytes
+
+
+def _matches(kind: str | tuple[str, ...] | None, env_kind: str) -> bool:
+    if kind is None:
+        return True
+    if type(kind) is str:
+        return kind == env_kind
+    return env_kind in kind
+
+
+class Context:
+    """The transport API handed to one actor. Subclassed by each transport; actors only use the
+    public methods documented here."""
+
+    __slots__ = ("_net", "_node", "_rng")
+
+    def __init__(self, net: "Network", node: "_Node") -> None:
+        self._net = net
+        self._node = node
+        self._rng: np.random.Generator | None = None
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def node_id(self) -> str:
+        """This node's id."""
+        return self._node.id
+
+    @property
+    def role(self) -> str:
+        """This node's current role label (used by the ledger's per-role accounting)."""
+        return self._node.role
+
+    def set_role(self, role: str) -> None:
+        """Change this node's role label (e.g. a client chosen as denoiser). Messages sent
+        afterwards are accounted under the new role."""
+        self._node.role = str(role)
+        self._net.ledger.roles[self._node.id] = self._node.role
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """This actor's own generator, derived from (network seed, node id): the only source of
+        randomness an actor may use."""
+        if self._rng is None:
+            self._rng = self._net.rng_for(self._node.id)
+        return self._rng
+
+    def begin_round(self, rnd: int) -> None:
+        """Label the messages this node sends from now on with round ``rnd``. A node that
+        receives a message adopts its round if larger, so usually only the server calls this."""
+        self._node.round = int(rnd)
+
+    @property
+    def round(self) -> int:
+        return self._node.round
+
+    # -- sending ----------------------------------------------------------------------------
+    async def send(self, dst: str, kind: str, payload: Any, *, anonymous: bool = False) -> None:
+        """Queue one message for ``dst``. Returns as soon as it is queued on this node's egress
+        port (it never waits for transmission). With ``anonymous=True`` the receiver gets
+        ``sender=None`` (the ledger still records both ends).
+
+        Raises ``UnknownNodeError`` for an unknown ``dst``, ``CodecError`` for a payload the
+        codec cannot encode.
+        """
+        self._net._post(self._node, (dst,), str(kind), encode(payload), anonymous)
+
+    async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
+        """Queue the same payload for every node of ``dsts`` (in that order). The payload is
+        encoded once; each destination is charged its full size."""
+        self._net._post(self._node, tuple(dsts), str(kind), encode(payload), False)
+
+    # -- receiving --------------------------------------------------------------------------
+    def deadline(self, seconds: float) -> Deadline:
+        """A deadline ``seconds`` from now, to pass to ``receive``/``gather``."""
+        return Deadline(self._net._now() + float(seconds))
+
+    def _timeout_of(self, timeout: float | None, deadline: Deadline | None) -> float | None:
+        if deadline is not None:
+            left = deadline._at - self._net._now()
+            return left if timeout is None else min(left, float(timeout))
+        return None if timeout is None else float(timeout)
+
+    async def receive(self, kind: str | tuple[str, ...] | None = None, *,
+                      timeout: float | None = None, deadline: Deadline | None = None) -> Message | None:
+        """The oldest waiting message (of ``kind``, a kind or tuple of kinds, if given).
+
+        Blocks until one arrives; with ``timeout`` (seconds) or ``deadline``, returns ``None``
+        if none has arrived by then. Messages of other kinds stay in the mailbox.
+        """
+        env = await self._net._receive(self._node, kind, self._timeout_of(timeout, deadline))
+        return None if env is None else self._open(env)
+
+    def _open(self, env: _Envelope) -> Message:
+        env.row[16] = True  # ledger READ column
+        node = self._node
+        if env.round > node.round:
+            node.round = env.round
+        return Message(env.kind, env.payload.value(), None if env.anonymous else env.src,
+                       env.round, env.nbytes)
+
+    async def gather(self, kind: str, *, senders: Iterable[str] | None = None,
+                     count: int | None = None, timeout: float | None = None,
+                     deadline: Deadline | None = None, round: int | None = None) -> Gathered:
+        """Collect messages of ``kind``: one from each of ``senders``, or ``count`` of them.
+
+        Returns when all have arrived or at the timeout/deadline, whichever is first; what did
+        not arrive is reported in ``missing``/``missing_count`` and recorded in the ledger.
+        With ``round``, messages labelled with an earlier round (late arrivals) are discarded
+        unread. Messages are returned in node-id order (anonymous ones ordered by content), so
+        sums over them do not depend on arrival order.
+        """
+        if (senders is None) == (count is None):
+            raise ValueError("gather needs exactly one of senders= or count=")
+        dl = self._timeout_of(timeout, deadline)
+        dl_at = None if dl is None else self._net._now() + dl
+        if senders is not None:
+            expected = list(dict.fromkeys(senders))
+            for s in expected:
+                if s not in self._net.nodes:
+                    raise UnknownNodeError(f"gather: unknown sender {s!r}")
+            want = len(expected)
+            pending = set(expected)
+        else:
+            want = int(count)
+            pending = None
+        got: list[_Envelope] = []
+        while len(got) < want:
+            left = None if dl_at is None else dl_at - self._net._now()
+            env = await self._net._receive(self._node, kind, left)
+            if env is None:
+                break
+            if round is not None and env.round < round:
+                continue  # stale: stays unread in the ledger
+            if pending is not None:
+                if env.src not in pending:
+                    continue  # a duplicate or an unexpected sender: left unread
+                pending.discard(env.src)
+            got.append(env)
+        # node-id order; anonymous messages (no id to sort by) by their encoded content
+        got.sort(key=lambda e: ("", e.payload.encoded.data) if e.anonymous else (e.src, b""))
+        messages = [self._open(e) for e in got]
+        missing = sorted(pending) if pending is not None else []
+        missing_count = want - len(got)
+        if missing_count:
+            self._net._record_missing(self._node, kind, missing or [None] * missing_count)
+        return Gathered(messages, missing, missing_count)
+
+    # -- time -------------------------------------------------------------------------------
+    async def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` of (simulated or real) time pass."""
+        s = float(seconds)
+        if not s >= 0 or math.isinf(s):
+            raise ValueError(f"sleep needs a finite non-negative duration, got {seconds!r}")
+        await self._net._sleep(self._node, s)
+
+    async def compute(self, flops: float, label: str = "compute") -> None:
+        """Charge ``flops`` floating-point operations of local work: on SimNetwork this node's
+        time advances by ``flops / speed``; on a real loop it only yields."""
+        f = float(flops)
+        if not f >= 0 or math.isinf(f):
+            raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
+        await self._net._compute(self._node, f, label)
+
+    def log(self, text: str) -> None:
+        """Add a line to the run's step log (kept only when the network traces)."""
+        self._net._log(self._node, str(text))

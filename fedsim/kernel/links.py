@@ -1,0 +1,130 @@
+"""Node link and speed specifications, named network profiles and seeded heterogeneity.
+
+A node's *link* is its access network: an uplink and a downlink bandwidth in bytes per second
+(``math.inf`` = no transmission delay) and a one-way latency in seconds to the network core. A
+message from A to B propagates for ``A.latency + B.latency`` (see docs/network-model.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .errors import NetworkConfigError
+
+__all__ = ["LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile"]
+
+
+def _check_rate(name: str, value: float) -> float:
+    value = float(value)
+    if math.isnan(value) or value <= 0:
+        raise NetworkConfigError(f"{name} must be a positive number of bytes/s (or inf), got {value!r}")
+    return value
+
+
+def _check_nonneg(name: str, value: float, allow_inf: bool = False) -> float:
+    value = float(value)
+    if math.isnan(value) or value < 0 or (math.isinf(value) and not allow_inf):
+        raise NetworkConfigError(f"{name} must be a finite non-negative number, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """Uplink and downlink bandwidth (bytes/s, ``inf`` allowed) and one-way latency (s)."""
+
+    uplink: float = math.inf
+    downlink: float = math.inf
+    latency: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uplink", _check_rate("uplink", self.uplink))
+        object.__setattr__(self, "downlink", _check_rate("downlink", self.downlink))
+        object.__setattr__(self, "latency", _check_nonneg("latency", self.latency))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """Everything the kernel needs to know about one node besides its actor.
+
+    ``flops`` is the node's compute speed in floating-point operations per second (``inf`` makes
+    ``compute`` free); ``loss`` the probability that a message it sends is lost; ``offline_at``
+    the simulated time at which the node drops out (``None``: never).
+    """
+
+    link: LinkSpec = field(default_factory=LinkSpec)
+    flops: float = math.inf
+    loss: float = 0.0
+    offline_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.link, LinkSpec):
+            raise NetworkConfigError(f"link must be a LinkSpec, got {type(self.link).__name__}")
+        object.__setattr__(self, "flops", _check_rate("flops", self.flops))
+        loss = float(self.loss)
+        if not 0.0 <= loss <= 1.0:
+            raise NetworkConfigError(f"loss must be a probability in [0, 1], got {self.loss!r}")
+        object.__setattr__(self, "loss", loss)
+        if self.offline_at is not None:
+            object.__setattr__(self, "offline_at", _check_nonneg("offline_at", self.offline_at))
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A named network setting: a median NodeSpec for servers and one for every other role,
+    with log-normal spread (``sigma``) of bandwidths and compute speed across nodes."""
+
+    name: str
+    server: NodeSpec
+    client: NodeSpec
+    sigma: float = 0.0
+    description: str = ""
+
+    def draw(self, role: str, rng: np.random.Generator | None) -> NodeSpec:
+        """The spec of one node of ``role``; with ``sigma > 0`` its bandwidths and speed are the
+        median times independent log-normal factors drawn from ``rng``."""
+        base = self.server if role == "server" else self.client
+        if self.sigma <= 0 or rng is None or role == "server":
+            return base
+        f_up, f_down, f_cpu = np.exp(rng.normal(0.0, self.sigma, size=3))
+        link = LinkSpec(base.link.uplink * f_up, base.link.downlink * f_down, base.link.latency)
+        return replace(base, link=link, flops=base.flops * f_cpu)
+
+
+_MBIT = 1e6 / 8  # bytes/s in one Mbit/s
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in [
+        Profile("ideal", NodeSpec(), NodeSpec(),
+                description="infinite bandwidth, zero latency, free compute: pure protocol logic"),
+        Profile("lan",
+                NodeSpec(LinkSpec(1000 * _MBIT, 1000 * _MBIT, 0.0005), flops=1e11),
+                NodeSpec(LinkSpec(1000 * _MBIT, 1000 * _MBIT, 0.0005), flops=2e10),
+                description="1 Gbit/s symmetric, 0.5 ms, homogeneous"),
+        Profile("wan",
+                NodeSpec(LinkSpec(1000 * _MBIT, 1000 * _MBIT, 0.005), flops=1e11),
+                NodeSpec(LinkSpec(10 * _MBIT, 50 * _MBIT, 0.025), flops=1e10),
+                sigma=0.5,
+                description="clients on home broadband (10 up / 50 down Mbit/s, 25 ms), log-normal spread 0.5"),
+        Profile("mobile",
+                NodeSpec(LinkSpec(1000 * _MBIT, 1000 * _MBIT, 0.005), flops=1e11),
+                NodeSpec(LinkSpec(2 * _MBIT, 10 * _MBIT, 0.06), flops=2e9),
+                sigma=0.8,
+                description="clients on 4G phones (2 up / 10 down Mbit/s, 60 ms), log-normal spread 0.8"),
+    ]
+}
+
+
+def get_profile(profile: str | Profile) -> Profile:
+    """Look up a named profile (or pass a ``Profile`` through). Raises ``NetworkConfigError``."""
+    if isinstance(profile, Profile):
+        return profile
+    try:
+        return PROFILES[profile]
+    except KeyError:
+        raise NetworkConfigError(
+            f"unknown network profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
+        ) from None
