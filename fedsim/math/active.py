@@ -1,0 +1,203 @@
+"""PersonalFR's active parameters (Expression 3) and their per-item merge (Eq. 5).
+
+A client's *active items* ``I_m`` are the items rated by at least one of its users in its training data
+(Algorithm 1: the indices the client sends once, before round 1). Its *active decoder* is every hidden
+decoder layer plus the output-layer rows and biases of ``I_m`` (Expression 3); the output layer's other rows
+get an exactly zero gradient from the masked loss (Eq. 1), so training on the slice computes the same
+gradient with fewer operations.
+
+Slices keep the parameter names: an active decoder is a dict with the decoder's keys whose output weight
+has ``len(items)`` rows, in the order of ``items``. So a client can train its slice with the plain functions
+of ``fedsim.math.autoencoder`` and ``fedsim.math.optim`` (its momentum buffers have the slice's shapes and
+stay valid from round to round, since ``I_m`` does not change).
+
+Input side (optional): the user rows are sparse, so the encoder's first layer only needs the columns of
+the items with a non-zero input. :func:`slice_items` with ``in_items`` cuts those columns out of
+``enc.W1`` (a personal encoder can be held cut for good: the other columns never receive a gradient and
+never touch the client's data). The paper's computation ratio keeps the encoder dense.
+
+All functions return fresh arrays (never views of their arguments).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fedsim.math.autoencoder import decoder_of, output_keys
+
+__all__ = [
+    "rated_items",
+    "slice_items",
+    "put_items",
+    "restriction",
+    "extract_active",
+    "apply_active",
+    "merge_active",
+    "active_count",
+    "MERGE_MODES",
+]
+
+MERGE_MODES = ("per_item", "algorithm1")
+Params = dict[str, np.ndarray]
+
+
+def rated_items(mask: np.ndarray) -> np.ndarray:
+    """Sorted indices of the columns of a ``(users, items)`` mask with at least one rated entry (``I_m``)."""
+    mask = np.asarray(mask)
+    if mask.ndim != 2:
+        raise ValueError("mask must be a (users, items) matrix")
+    return np.flatnonzero(mask.any(axis=0)).astype(np.int64)
+
+
+def _items(items) -> np.ndarray:
+    idx = np.asarray(items, dtype=np.int64).ravel()
+    if idx.size > 1 and np.any(np.diff(idx) <= 0):
+        raise ValueError("items must be strictly increasing (sorted, no duplicates)")
+    return idx
+
+
+def slice_items(
+    params: Mapping[str, np.ndarray], out_items=None, in_items=None
+) -> Params:
+    """A copy of ``params`` with the output layer cut to the rows ``out_items`` and/or the first encoder
+    weight cut to the columns ``in_items`` (``None``: that side untouched). Keys absent from ``params``
+    (e.g. a decoder-only dict) are skipped."""
+    out: Params = {k: np.array(v, copy=True) for k, v in params.items()}
+    if out_items is not None:
+        rows = _items(out_items)
+        for key in output_keys(params):
+            out[key] = params[key][rows]
+    if in_items is not None and "enc.W1" in params:
+        out["enc.W1"] = params["enc.W1"][:, _items(in_items)]
+    return out
+
+
+def put_items(
+    params: Mapping[str, np.ndarray], sliced: Mapping[str, np.ndarray], out_items=None, in_items=None
+) -> Params:
+    """Inverse of :func:`slice_items`: a copy of ``params`` with ``sliced`` written back (every key of
+    ``sliced``; the output rows ``out_items`` / input columns ``in_items`` only for the cut arrays)."""
+    out: Params = {k: np.array(v, copy=True) for k, v in params.items()}
+    cut_out = set(output_keys(params)) if out_items is not None else set()
+    rows = None if out_items is None else _items(out_items)
+    cols = None if in_items is None else _items(in_items)
+    for key, value in sliced.items():
+        if key not in out:
+            raise KeyError(f"{key!r} is not a parameter of the full model")
+        if key in cut_out:
+            out[key][rows] = value
+        elif key == "enc.W1" and cols is not None:
+            out[key][:, cols] = value
+        else:
+            out[key][...] = value
+    return out
+
+
+def restriction(params: Mapping[str, np.ndarray], out_items=None, in_items=None) -> dict[str, Any]:
+    """The ``restrict`` argument of ``sgd_step`` / ``adam_step`` that updates only the active output rows
+    (and input columns) of a full model: full training with the inactive rows masked."""
+    r: dict[str, Any] = {}
+    if out_items is not None:
+        rows = _items(out_items)
+        for key in output_keys(params):
+            r[key] = rows
+    if in_items is not None and "enc.W1" in params:
+        r["enc.W1"] = (slice(None), _items(in_items))
+    return r
+
+
+def extract_active(params: Mapping[str, np.ndarray], items) -> Params:
+    """Expression 3: the active decoder of a client with active items ``items`` (copies).
+
+    ``params`` is a decoder or a whole model (its encoder entries are ignored). The result holds every
+    hidden decoder layer whole and the output weight rows / bias entries of ``items``, in that order.
+    """
+    return slice_items(decoder_of(params), out_items=items)
+
+
+def apply_active(decoder: Mapping[str, np.ndarray], active: Mapping[str, np.ndarray], items) -> Params:
+    """Eq. 5 for one client: a full decoder whose output rows ``items`` come from ``active`` and whose other
+    output rows come from ``decoder`` (the previous global decoder); hidden layers from ``active``."""
+    return put_items(decoder_of(decoder), active, out_items=items)
+
+
+def active_count(params: Mapping[str, np.ndarray], n_active: int) -> int:
+    """Number of scalars in an active decoder with ``n_active`` active items (Expression 3)."""
+    dec = decoder_of(params)
+    w_key, b_key = output_keys(dec)
+    hidden = sum(v.size for k, v in dec.items() if k not in (w_key, b_key))
+    return int(hidden + n_active * (dec[w_key].shape[1] + 1))
+
+
+def merge_active(
+    decoder: Mapping[str, np.ndarray],
+    slices: Sequence[Mapping[str, np.ndarray]],
+    items: Sequence[Any],
+    *,
+    weights: Sequence[float] | None = None,
+    mode: str = "per_item",
+) -> Params:
+    """Server aggregation of active decoders (Eq. 5 and Algorithm 1's ServerAggregation); a new decoder.
+
+    ``decoder``: the previous global decoder ``D_g^{t-1}`` (a decoder or whole model; only decoder keys are
+    used). ``slices[m]``: client ``m``'s active decoder with output rows ``items[m]``. ``weights``: client
+    weights (default equal, as in the paper and the authors' code).
+
+    Hidden decoder layers: weighted mean over all the clients. Output rows and biases, ``mode``:
+
+    ``"per_item"`` (default): row ``i`` is the weighted mean of the rows ``i`` of the clients that have ``i``
+    active; a row no client has active keeps its previous value.
+
+    ``"algorithm1"``: Algorithm 1 as printed: each client's full decoder is rebuilt with Eq. 5 (its active
+    rows, the previous global rows elsewhere) and the rebuilt decoders are averaged over all clients, so row
+    ``i`` is ``(sum of the active rows i + (|S| - k_i) * previous row i) / |S|`` (equal weights) with ``k_i``
+    the number of clients having ``i`` active. This equals averaging full decoders trained with the inactive
+    rows masked (what the authors' code does, up to weight decay on inactive rows).
+
+    Sums are accumulated in float64 and cast back to the decoder's dtype.
+    """
+    if mode not in MERGE_MODES:
+        raise ValueError(f"mode must be one of {MERGE_MODES}, got {mode!r}")
+    if len(slices) != len(items):
+        raise ValueError("one item list per slice")
+    if not slices:
+        raise ValueError("nothing to merge")
+    w = np.ones(len(slices)) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(slices),) or np.any(w <= 0):
+        raise ValueError("weights must be one positive number per slice")
+    prev = decoder_of(decoder)
+    w_key, b_key = output_keys(prev)
+    out: Params = {}
+    for key, value in prev.items():
+        if key in (w_key, b_key):
+            continue
+        acc = np.zeros(value.shape, dtype=np.float64)
+        for wm, sl in zip(w, slices):
+            acc += wm * sl[key]
+        out[key] = (acc / w.sum()).astype(value.dtype)
+    n = prev[w_key].shape[0]
+    acc_w = np.zeros(prev[w_key].shape, dtype=np.float64)
+    acc_b = np.zeros(n, dtype=np.float64)
+    weight_i = np.zeros(n, dtype=np.float64)
+    for wm, sl, it in zip(w, slices, items):
+        rows = _items(it)
+        if sl[w_key].shape[0] != rows.size or sl[b_key].shape != (rows.size,):
+            raise ValueError("a slice's output layer does not match its items")
+        acc_w[rows] += wm * sl[w_key]
+        acc_b[rows] += wm * sl[b_key]
+        weight_i[rows] += wm
+    new_w = prev[w_key].astype(np.float64)
+    new_b = prev[b_key].astype(np.float64)
+    if mode == "per_item":
+        hit = weight_i > 0
+        new_w[hit] = acc_w[hit] / weight_i[hit, None]
+        new_b[hit] = acc_b[hit] / weight_i[hit]
+    else:
+        rest = w.sum() - weight_i  # weight of the clients that fill row i with the previous value
+        new_w = (acc_w + rest[:, None] * new_w) / w.sum()
+        new_b = (acc_b + rest * new_b) / w.sum()
+    out[w_key] = new_w.astype(prev[w_key].dtype)
+    out[b_key] = new_b.astype(prev[b_key].dtype)
+    return {k: out[k] for k in prev}

@@ -1,0 +1,205 @@
+"""Optimisers on dicts of named arrays: SGD (momentum, Nesterov, weight decay), Adam, global gradient-norm
+clipping, cosine annealing.
+
+The update rules are PyTorch's (``torch.optim.SGD`` with ``dampening=0``, ``torch.optim.Adam`` with L2 weight
+decay, ``clip_grad_norm_``, ``CosineAnnealingLR``'s closed form), written out so the simulator needs no
+framework. Optimiser state is a flat ``dict`` of plain arrays (``"momentum.<param>"``, ``"m.<param>"``,
+``"v.<param>"`` and a 0-d ``"step"`` counter) so a client can keep it between rounds, copy it or serialise it.
+
+``sgd_step`` and ``adam_step`` update ``params`` and ``state`` **in place** (as ``torch.optim`` does) and
+return the number of floating-point operations executed (1 per elementwise operation, same convention as
+``fedsim.math.autoencoder``).
+
+``restrict`` maps a parameter name to a NumPy index (row indices, or ``(slice(None), cols)`` for columns):
+only that part of the parameter, and of its optimiser state, is read and updated; the rest is left exactly
+as it was (no weight decay, no momentum, no Adam moments). This is how "full training with the inactive
+rows masked" is defined in fedsim (see ``docs/personalfr.md``): it performs exactly the arithmetic that
+training a client's active slice performs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = [
+    "sgd_init",
+    "sgd_step",
+    "adam_init",
+    "adam_step",
+    "grad_norm",
+    "clip_grad_norm",
+    "cosine_lr",
+]
+
+Params = dict[str, np.ndarray]
+
+
+def _parts(params, grads, restrict, key):
+    """(param view or gathered copy, grad part, index or None)."""
+    idx = None if restrict is None else restrict.get(key)
+    if idx is None:
+        return params[key], grads[key], None
+    return params[key][idx], grads[key][idx], idx
+
+
+# ----------------------------------------------------------------------------------------------------- SGD
+
+
+def sgd_init(params: Mapping[str, np.ndarray]) -> Params:
+    """Zero momentum buffers, one per parameter (``"momentum.<name>"``)."""
+    return {f"momentum.{k}": np.zeros_like(v) for k, v in params.items()}
+
+
+def sgd_step(
+    params: Params,
+    grads: Mapping[str, np.ndarray],
+    state: Params,
+    *,
+    lr: float,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    restrict: Mapping[str, Any] | None = None,
+) -> int:
+    """One SGD step in place; returns its FLOPs.
+
+    Per parameter ``p`` with gradient ``g`` (PyTorch's rule, ``dampening = 0``):
+    ``d = g + weight_decay * p``; with momentum ``buf = momentum * buf + d`` and ``d = d + momentum * buf``
+    (Nesterov) or ``d = buf``; then ``p = p - lr * d``. The momentum buffers must come from :func:`sgd_init`
+    when ``momentum > 0`` (a zero buffer gives PyTorch's first step, ``buf = d``).
+    """
+    if nesterov and momentum <= 0.0:
+        raise ValueError("Nesterov momentum needs momentum > 0")
+    flops = 0
+    for key in params:
+        p, g, idx = _parts(params, grads, restrict, key)
+        d = g
+        if weight_decay:
+            d = g + weight_decay * p
+            flops += 2 * d.size
+        if momentum:
+            buf_full = state[f"momentum.{key}"]
+            buf = buf_full if idx is None else buf_full[idx]
+            buf *= momentum
+            buf += d
+            if idx is not None:
+                buf_full[idx] = buf
+            d = d + momentum * buf if nesterov else buf
+            flops += (4 if nesterov else 2) * d.size
+        flops += 2 * d.size
+        if idx is None:
+            p -= lr * d
+        else:
+            params[key][idx] = p - lr * d
+    return flops
+
+
+# ---------------------------------------------------------------------------------------------------- Adam
+
+
+def adam_init(params: Mapping[str, np.ndarray]) -> Params:
+    """Zero first and second moments (``"m.<name>"``, ``"v.<name>"``) and a step counter (``"step"``)."""
+    state: Params = {"step": np.zeros((), dtype=np.int64)}
+    for k, v in params.items():
+        state[f"m.{k}"] = np.zeros_like(v)
+        state[f"v.{k}"] = np.zeros_like(v)
+    return state
+
+
+def adam_step(
+    params: Params,
+    grads: Mapping[str, np.ndarray],
+    state: Params,
+    *,
+    lr: float = 1e-3,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    restrict: Mapping[str, Any] | None = None,
+) -> int:
+    """One Adam step in place; returns its FLOPs.
+
+    ``g = g + weight_decay * p`` (L2, as ``torch.optim.Adam``); ``m = b1 m + (1 - b1) g``;
+    ``v = b2 v + (1 - b2) g^2``; ``p = p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)`` with
+    ``t`` the step number (counted once per call, also under ``restrict``).
+    """
+    b1, b2 = betas
+    state["step"] = np.asarray(state["step"] + 1, dtype=np.int64)
+    t = int(state["step"])
+    bc1 = 1.0 - b1**t
+    bc2_sqrt = math.sqrt(1.0 - b2**t)
+    step_size = lr / bc1
+    flops = 0
+    for key in params:
+        p, g, idx = _parts(params, grads, restrict, key)
+        if weight_decay:
+            g = g + weight_decay * p
+            flops += 2 * g.size
+        m_full, v_full = state[f"m.{key}"], state[f"v.{key}"]
+        m = m_full if idx is None else m_full[idx]
+        v = v_full if idx is None else v_full[idx]
+        m *= b1
+        m += (1.0 - b1) * g
+        v *= b2
+        v += (1.0 - b2) * (g * g)
+        denom = np.sqrt(v) / bc2_sqrt + eps
+        update = step_size * (m / denom)
+        flops += 12 * g.size
+        if idx is None:
+            p -= update
+        else:
+            m_full[idx] = m
+            v_full[idx] = v
+            params[key][idx] = p - update
+    return flops
+
+
+# -------------------------------------------------------------------------------------- clipping, schedule
+
+
+def grad_norm(grads: Mapping[str, np.ndarray], *, exact: bool = False) -> float:
+    """Global L2 norm of all gradients together.
+
+    ``exact``: sum the squares with ``math.fsum`` (correctly rounded, hence independent of order and of
+    exact-zero terms: the norm of an active slice equals bit for bit the norm of the full gradient whose
+    other rows are zero). Slow; for tests.
+    """
+    if exact:
+        return math.sqrt(
+            math.fsum(math.fsum(np.square(g.astype(np.float64)).ravel().tolist()) for g in grads.values())
+        )
+    total = 0.0
+    for g in grads.values():
+        flat = g.ravel()
+        total += float(np.dot(flat, flat))
+    return math.sqrt(total)
+
+
+def clip_grad_norm(
+    grads: Params, max_norm: float, *, exact: bool = False
+) -> tuple[float, int]:
+    """Scale all gradients in place so that their global L2 norm is at most ``max_norm``.
+
+    PyTorch's rule: ``coef = max_norm / (norm + 1e-6)``, applied when below 1. Returns
+    ``(norm before clipping, FLOPs)``.
+    """
+    norm = grad_norm(grads, exact=exact)
+    size = sum(g.size for g in grads.values())
+    flops = 2 * size
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1.0:
+        for g in grads.values():
+            g *= coef
+        flops += size
+    return norm, flops
+
+
+def cosine_lr(base_lr: float, t: int, t_max: int, min_lr: float = 0.0) -> float:
+    """Cosine annealing (closed form of ``CosineAnnealingLR``): the learning rate of step ``t`` (0-based,
+    e.g. the communication round) out of ``t_max``: ``min_lr + (base_lr - min_lr)(1 + cos(pi t / t_max)) / 2``."""
+    if t_max <= 0:
+        raise ValueError("t_max must be positive")
+    return min_lr + (base_lr - min_lr) * (1.0 + math.cos(math.pi * t / t_max)) / 2.0
