@@ -1,0 +1,151 @@
+"""FCF: federated collaborative filtering for implicit feedback (Ammad-ud-din et al. 2019), as
+summarised by the FedRec paper, section 2.2, Eq. 3.
+
+Model: ``x_ui = p_u . q_i`` (no bias), preference ``y_ui = 1`` for the user's training items and
+``0`` for every other item, confidence ``c_ui = 1 + alpha y_ui``. Per-user objective (the 1/2
+makes the gradient exactly FedRec's Eq. 3)::
+
+    J_u(p_u, Q) = 1/2 sum_{i=1..m} c_ui (y_ui - p_u . q_i)^2 + lam/2 ||p_u||^2
+
+Client, given the item factors Q received from the server:
+
+1. user factor in closed form (Hu et al. 2008, the ALS step):
+   ``p_u = (Q^T C_u Q + lam I)^-1 Q^T C_u y_u``, computed as
+   ``(Q^T Q + alpha Q_+^T Q_+ + lam I) p_u = (1 + alpha) sum_{i in I_u} q_i``
+   (``Q_+`` = rows of the user's items; ``Q^T Q`` can be computed once per round and shared);
+2. item gradients for ALL m items (Eq. 3):
+   ``grad_i = c_ui (p_u . q_i - y_ui) p_u  =  dJ_u/dq_i`` at the new p_u,
+   an (m, d) matrix: every client uploads m x d numbers whatever its data (the FedRec paper's
+   complexity paragraph: 4 m d bytes down + 4 m d bytes up per client per round in float32).
+
+Server: ``Q <- Q - lr (G + lam_item Q)`` with ``G = sum_u grad_u`` (or the mean over the clients
+of the round with ``average=True``); ``lam_item Q`` is the item regulariser, added once per round
+(FCF: dJ/dq_i = -2 sum_u c_ui (y_ui - p_u.q_i) p_u + 2 lam q_i, i.e. the same up to the factor 2
+absorbed in lr). The FCF paper stabilises the server step with Adam; pass an :class:`AdamState`
+to use it. No randomness here: FCF is deterministic given Q (initialise Q with
+:func:`fedsim.math.bpr.init_item_params`' generator, or any other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "AdamState",
+    "fcf_client",
+    "fcf_item_gradient",
+    "fcf_server_update",
+    "fcf_user_factor",
+    "fcf_user_loss",
+]
+
+
+def _items(items_pos: np.ndarray) -> np.ndarray:
+    return np.unique(np.asarray(items_pos, dtype=np.int64))
+
+
+def fcf_user_factor(
+    Q: np.ndarray,
+    items_pos: np.ndarray,
+    alpha: float,
+    lam: float,
+    *,
+    QtQ: np.ndarray | None = None,
+) -> np.ndarray:
+    """Closed-form ``p_u = argmin_p J_u(p, Q)`` (see the module docstring). O(m d^2) without
+    ``QtQ``, O(|I_u| d^2 + d^3) with a precomputed ``QtQ = Q.T @ Q``."""
+    Q = np.asarray(Q, dtype=np.float64)
+    d = Q.shape[1]
+    items = _items(items_pos)
+    Qp = Q[items]
+    A = (Q.T @ Q if QtQ is None else np.array(QtQ, dtype=np.float64)) + float(alpha) * (Qp.T @ Qp)
+    A[np.diag_indices(d)] += float(lam)
+    rhs = (1.0 + float(alpha)) * Qp.sum(axis=0)
+    return np.linalg.solve(A, rhs)
+
+
+def fcf_item_gradient(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float) -> np.ndarray:
+    """Eq. 3 for all m items: ``grad_i = (1 + alpha y_ui)(p_u . q_i - y_ui) p_u``, shape (m, d)."""
+    items = _items(items_pos)
+    r = np.asarray(Q, dtype=np.float64) @ p_u  # p_u . q_i for every item
+    r[items] = (1.0 + float(alpha)) * (r[items] - 1.0)
+    return np.multiply.outer(r, p_u)
+
+
+def fcf_client(
+    Q: np.ndarray,
+    items_pos: np.ndarray,
+    alpha: float,
+    lam: float,
+    *,
+    QtQ: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One FCF client round: ``(p_u, grad)`` with the closed-form p_u and the (m, d) gradient."""
+    p = fcf_user_factor(Q, items_pos, alpha, lam, QtQ=QtQ)
+    return p, fcf_item_gradient(Q, p, items_pos, alpha)
+
+
+def fcf_user_loss(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float, lam: float) -> float:
+    """``J_u(p_u, Q)`` (for tests and diagnostics)."""
+    items = _items(items_pos)
+    y = np.zeros(Q.shape[0])
+    y[items] = 1.0
+    c = 1.0 + float(alpha) * y
+    e = y - np.asarray(Q, dtype=np.float64) @ p_u
+    return 0.5 * float(c @ (e * e)) + 0.5 * float(lam) * float(p_u @ p_u)
+
+
+@dataclass(slots=True)
+class AdamState:
+    """Explicit Adam state for the FCF server (Kingma & Ba 2015 defaults)."""
+
+    m: np.ndarray
+    v: np.ndarray
+    t: int = 0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...], **kw) -> "AdamState":
+        return cls(m=np.zeros(shape), v=np.zeros(shape), **kw)
+
+    def direction(self, G: np.ndarray) -> np.ndarray:
+        """Advance the state with gradient G and return the bias-corrected step direction."""
+        self.t += 1
+        self.m *= self.beta1
+        self.m += (1.0 - self.beta1) * G
+        self.v *= self.beta2
+        self.v += (1.0 - self.beta2) * (G * G)
+        mhat = self.m / (1.0 - self.beta1**self.t)
+        vhat = self.v / (1.0 - self.beta2**self.t)
+        return mhat / (np.sqrt(vhat) + self.eps)
+
+
+def fcf_server_update(
+    Q: np.ndarray,
+    grad_sum: np.ndarray,
+    lr: float,
+    lam: float = 0.0,
+    *,
+    n_clients: int | None = None,
+    average: bool = False,
+    adam: AdamState | None = None,
+) -> np.ndarray:
+    """In place: ``Q -= lr * step(G + lam Q)``, ``G = grad_sum`` (``/ n_clients`` if ``average``).
+
+    ``step`` is the identity (plain gradient descent, default) or Adam with ``adam``'s state.
+    Returns ``Q``.
+    """
+    G = np.asarray(grad_sum, dtype=np.float64)
+    if average:
+        if not n_clients:
+            raise ValueError("average=True needs n_clients > 0")
+        G = G / float(n_clients)
+    if lam:
+        G = G + float(lam) * Q
+    step = G if adam is None else adam.direction(G)
+    Q -= float(lr) * step
+    return Q
