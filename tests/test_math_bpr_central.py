@@ -1,0 +1,116 @@
+"""Centralized BPR-MF (fedsim.math.bpr_central) and the Top-Pop / Random scorers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.math.bpr import BPRReg, bpr_triple_deltas
+from fedsim.math.bpr_central import _sgd_epoch, csr_from_pairs, sample_epoch_triples, train_bpr
+from fedsim.math.popularity import (
+    random_scores,
+    random_user_scores,
+    toppop_item_scores,
+    toppop_scores,
+)
+
+
+def toy_csr():
+    users = np.array([0, 0, 1, 2, 2, 2, 1])
+    items = np.array([3, 1, 0, 4, 2, 1, 5])
+    return csr_from_pairs(users, items, 4)  # user 3 has no interaction
+
+
+def test_csr_from_pairs():
+    indptr, indices = toy_csr()
+    assert indptr.tolist() == [0, 2, 4, 7, 7]
+    assert indices.tolist() == [1, 3, 0, 5, 1, 2, 4]
+
+
+def test_epoch_sampling_excludes_positives_and_covers_x_plus():
+    indptr, indices = toy_csr()
+    users, pos, neg = sample_epoch_triples(indptr, indices, 7, np.random.default_rng(0), n=5000)
+    assert users.shape == (5000,)
+    sets = [set(indices[indptr[u]:indptr[u + 1]].tolist()) for u in range(4)]
+    assert all(p in sets[u] for u, p in zip(users.tolist(), pos.tolist()))
+    assert all(n not in sets[u] and 0 <= n < 7 for u, n in zip(users.tolist(), neg.tolist()))
+    # users in proportion to their interactions: 2/7, 2/7, 3/7
+    np.testing.assert_allclose(np.bincount(users, minlength=4) / 5000, [2 / 7, 2 / 7, 3 / 7, 0], atol=0.03)
+    # negatives of user 2 uniform over {0, 3, 5, 6}
+    c = np.bincount(neg[users == 2], minlength=7)
+    assert c[[1, 2, 4]].sum() == 0 and c[[0, 3, 5, 6]].min() > 0.2 * c.sum()
+    users, _, _ = sample_epoch_triples(indptr, indices, 7, np.random.default_rng(0))
+    assert users.shape == (7,)  # X+ by default
+    # a catalogue restricts the negatives
+    _, _, neg = sample_epoch_triples(indptr, indices, 7, np.random.default_rng(1), n=500,
+                                     catalogue=np.arange(6))
+    assert neg.max() <= 5
+
+
+def test_sgd_epoch_matches_triple_deltas():
+    rng = np.random.default_rng(3)
+    P, Q, b = rng.normal(size=(2, 3)), rng.normal(size=(4, 3)), rng.normal(size=4)
+    users, pos, neg = np.array([0, 1, 0]), np.array([1, 2, 1]), np.array([3, 1, 0])
+    lr = 0.05
+    reg = BPRReg(user=0.01, pos_item=0.02, neg_item=0.003, bias=0.004)
+    P1, Q1, b1 = P.copy(), Q.copy(), b.copy()
+    _sgd_epoch(P1, Q1, b1, users, pos, neg, lr, reg)
+    for u, i, j in zip(users, pos, neg):
+        dp, dqi, dqj, dbi, dbj = bpr_triple_deltas(P[u], Q[i], Q[j], b[i], b[j], reg)
+        P[u] += lr * dp
+        Q[i] += lr * dqi
+        Q[j] += lr * dqj
+        b[i] += lr * dbi
+        b[j] += lr * dbj
+    np.testing.assert_allclose(P1, P, atol=1e-14)
+    np.testing.assert_allclose(Q1, Q, atol=1e-14)
+    np.testing.assert_allclose(b1, b, atol=1e-14)
+
+
+def test_train_bpr_learns_clusters_and_callback():
+    rng = np.random.default_rng(0)
+    users, items = [], []
+    for u in range(40):
+        block = np.arange(0, 15) if u < 20 else np.arange(15, 30)
+        for i in rng.choice(block, 8, replace=False):
+            users.append(u)
+            items.append(i)
+    indptr, indices = csr_from_pairs(np.array(users), np.array(items), 40)
+    seen = []
+
+    def cb(epoch, model):
+        seen.append(epoch)
+        return epoch >= 30 or None
+
+    m = train_bpr(indptr, indices, 40, 30, 4, 100, 0.1, np.random.default_rng(1), eval_callback=cb,
+                  eval_every=5)
+    assert seen == [5, 10, 15, 20, 25, 30] and m.epochs_done == 30
+    assert m.history[-1] is True
+    S = m.scores()
+    S[np.repeat(np.arange(40), np.diff(indptr)), indices] = -np.inf
+    top = S.argmax(axis=1)
+    ok = np.where(np.arange(40) < 20, top < 15, top >= 15)
+    assert ok.mean() >= 0.9
+
+
+def test_train_bpr_is_reproducible():
+    indptr, indices = toy_csr()
+    a = train_bpr(indptr, indices, 4, 7, 2, 3, 0.05, np.random.default_rng(5))
+    c = train_bpr(indptr, indices, 4, 7, 2, 3, 0.05, np.random.default_rng(5))
+    np.testing.assert_array_equal(a.P, c.P)
+    np.testing.assert_array_equal(a.b, c.b)
+    with pytest.raises(ValueError):
+        train_bpr(indptr, indices, 5, 7, 2, 1, 0.05, np.random.default_rng(5))
+
+
+def test_toppop_and_random():
+    indptr, indices = toy_csr()
+    s = toppop_item_scores(indptr, indices, 7)
+    assert np.ceil(s - 1e-9).astype(int).tolist() == [1, 2, 1, 1, 1, 1, 0]
+    assert np.argsort(-s, kind="stable").tolist()[:3] == [1, 0, 2]  # ties by ascending id
+    assert toppop_item_scores(indices, n_items=7, tie_break=False).tolist() == [1, 2, 1, 1, 1, 1, 0]
+    S = toppop_scores(s, 4)
+    assert S.shape == (4, 7) and not S.flags.writeable
+    R = random_scores(3, 5, np.random.default_rng(0))
+    np.testing.assert_array_equal(R, np.random.default_rng(0).random((3, 5)))
+    assert random_user_scores(5, np.random.default_rng(0)).shape == (5,)
