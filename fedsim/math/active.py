@@ -156,7 +156,8 @@ def merge_active(
     the number of clients having ``i`` active. This equals averaging full decoders trained with the inactive
     rows masked (what the authors' code does, up to weight decay on inactive rows).
 
-    Sums are accumulated in float64 and cast back to the decoder's dtype.
+    Sums are accumulated in float64 and cast back to the decoder's dtype; output rows that no client has
+    active are copied unchanged.
     """
     if mode not in MERGE_MODES:
         raise ValueError(f"mode must be one of {MERGE_MODES}, got {mode!r}")
@@ -177,27 +178,29 @@ def merge_active(
         for wm, sl in zip(w, slices):
             acc += wm * sl[key]
         out[key] = (acc / w.sum()).astype(value.dtype)
-    n = prev[w_key].shape[0]
-    acc_w = np.zeros(prev[w_key].shape, dtype=np.float64)
-    acc_b = np.zeros(n, dtype=np.float64)
-    weight_i = np.zeros(n, dtype=np.float64)
-    for wm, sl, it in zip(w, slices, items):
-        rows = _items(it)
+    all_rows = [_items(it) for it in items]
+    union = np.unique(np.concatenate(all_rows)) if all_rows else np.zeros(0, np.int64)
+    acc_w = np.zeros((union.size, prev[w_key].shape[1]), dtype=np.float64)  # only rows someone has active
+    acc_b = np.zeros(union.size, dtype=np.float64)
+    weight_i = np.zeros(union.size, dtype=np.float64)
+    for wm, sl, rows in zip(w, slices, all_rows):
         if sl[w_key].shape[0] != rows.size or sl[b_key].shape != (rows.size,):
             raise ValueError("a slice's output layer does not match its items")
-        acc_w[rows] += wm * sl[w_key]
-        acc_b[rows] += wm * sl[b_key]
-        weight_i[rows] += wm
-    new_w = prev[w_key].astype(np.float64)
-    new_b = prev[b_key].astype(np.float64)
+        pos = np.searchsorted(union, rows)
+        acc_w[pos] += wm * sl[w_key]
+        acc_b[pos] += wm * sl[b_key]
+        weight_i[pos] += wm
     if mode == "per_item":
-        hit = weight_i > 0
-        new_w[hit] = acc_w[hit] / weight_i[hit, None]
-        new_b[hit] = acc_b[hit] / weight_i[hit]
+        rows_w = acc_w / weight_i[:, None]
+        rows_b = acc_b / weight_i
     else:
         rest = w.sum() - weight_i  # weight of the clients that fill row i with the previous value
-        new_w = (acc_w + rest[:, None] * new_w) / w.sum()
-        new_b = (acc_b + rest * new_b) / w.sum()
-    out[w_key] = new_w.astype(prev[w_key].dtype)
-    out[b_key] = new_b.astype(prev[b_key].dtype)
+        rows_w = (acc_w + rest[:, None] * prev[w_key][union]) / w.sum()
+        rows_b = (acc_b + rest * prev[b_key][union]) / w.sum()
+    new_w = np.array(prev[w_key], copy=True)  # rows nobody has active keep their previous value exactly
+    new_b = np.array(prev[b_key], copy=True)
+    new_w[union] = rows_w
+    new_b[union] = rows_b
+    out[w_key] = new_w
+    out[b_key] = new_b
     return {k: out[k] for k in prev}

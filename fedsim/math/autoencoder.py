@@ -193,6 +193,16 @@ def _mm(a: np.ndarray, b: np.ndarray, sequential: bool) -> np.ndarray:
     return out
 
 
+def _linear(a: np.ndarray, W: np.ndarray, b: np.ndarray, sequential: bool) -> np.ndarray:
+    """``a @ W.T + b``. For small batches ``(W @ a.T).T`` is the same product and about twice as fast with
+    OpenBLAS (measured for batch 10 and width 1682; no difference from batch ~500 on)."""
+    if sequential:
+        return _mm(a, W.T, True) + b
+    if a.shape[0] < 64:
+        return (W @ a.T).T + b
+    return a @ W.T + b
+
+
 def _resolve_index(spec, ref: np.ndarray, name: str, width: int) -> np.ndarray | None:
     """``None`` (all), a mode string, or explicit indices -> sorted int64 indices or ``None``."""
     if spec is None:
@@ -236,7 +246,7 @@ def _forward(params, x, in_cols, out_rows, dropout, rng, sequential):
                 W, b = W[out_rows], b[out_rows]
             inputs.append(a)
             weights.append(W)
-            a = _mm(a, W.T, sequential) + b
+            a = _linear(a, W, b, sequential)
             if not last:
                 a = np.tanh(a)
                 hidden.append(a)

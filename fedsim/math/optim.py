@@ -76,24 +76,35 @@ def sgd_step(
     flops = 0
     for key in params:
         p, g, idx = _parts(params, grads, restrict, key)
-        d = g
+        # the arithmetic is written with few temporaries (large arrays are memory-bound); each value is
+        # the same IEEE result as PyTorch's expression (a + b == b + a and a * b == b * a exactly)
+        d, owned = g, False  # owned: d is a temporary of ours, free to overwrite
         if weight_decay:
-            d = g + weight_decay * p
+            d, owned = p * weight_decay, True
+            d += g  # g + weight_decay * p
             flops += 2 * d.size
         if momentum:
             buf_full = state[f"momentum.{key}"]
             buf = buf_full if idx is None else buf_full[idx]
             buf *= momentum
-            buf += d
+            buf += d  # momentum * buf + d
             if idx is not None:
                 buf_full[idx] = buf
-            d = d + momentum * buf if nesterov else buf
+            if nesterov:
+                nest = buf * momentum
+                nest += d  # d + momentum * buf
+                d, owned = nest, True
+            else:
+                d, owned = buf, False
             flops += (4 if nesterov else 2) * d.size
-        flops += 2 * d.size
-        if idx is None:
-            p -= lr * d
+        if owned:
+            d *= lr
         else:
-            params[key][idx] = p - lr * d
+            d = d * lr
+        p -= d  # p - lr * d
+        flops += 2 * d.size
+        if idx is not None:
+            params[key][idx] = p
     return flops
 
 
@@ -136,24 +147,31 @@ def adam_step(
     for key in params:
         p, g, idx = _parts(params, grads, restrict, key)
         if weight_decay:
-            g = g + weight_decay * p
+            wd_g = p * weight_decay
+            wd_g += g  # g + weight_decay * p
+            g = wd_g
             flops += 2 * g.size
         m_full, v_full = state[f"m.{key}"], state[f"v.{key}"]
         m = m_full if idx is None else m_full[idx]
         v = v_full if idx is None else v_full[idx]
         m *= b1
-        m += (1.0 - b1) * g
+        tmp = g * (1.0 - b1)
+        m += tmp  # b1 m + (1 - b1) g
+        np.multiply(g, g, out=tmp)
+        tmp *= 1.0 - b2
         v *= b2
-        v += (1.0 - b2) * (g * g)
-        denom = np.sqrt(v) / bc2_sqrt + eps
-        update = step_size * (m / denom)
+        v += tmp  # b2 v + (1 - b2) g^2
+        np.sqrt(v, out=tmp)
+        tmp /= bc2_sqrt
+        tmp += eps  # denominator
+        np.divide(m, tmp, out=tmp)
+        tmp *= step_size
+        p -= tmp  # p - step_size * m / denom
         flops += 12 * g.size
-        if idx is None:
-            p -= update
-        else:
+        if idx is not None:
             m_full[idx] = m
             v_full[idx] = v
-            params[key][idx] = p - update
+            params[key][idx] = p
     return flops
 
 
