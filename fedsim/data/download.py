@@ -1,0 +1,264 @@
+"""Download, verify and install the MovieLens archives into a local cache.
+
+``get("ml-100k")`` fetches the official GroupLens zip, checks its pinned sha256, unpacks it and
+returns the dataset folder.  Installation is atomic and idempotent:
+
+1. the archive is streamed into a temporary ``.part`` file inside the cache folder, hashing as
+   it goes (or copied from ``from_file``);
+2. on a checksum mismatch the temporary file is deleted and :class:`ChecksumError` raised:
+   nothing is left in the cache;
+3. the zip is unpacked into a temporary folder in the cache (member paths are checked), a
+   marker file ``.fedsim-install.json`` is written, and the folder is renamed into place;
+4. a later call finds the marker and returns at once.
+
+Cache folder: ``cache_dir`` argument, else ``$FEDSIM_DATA``, else the platform cache
+(``$XDG_CACHE_HOME/fedsim`` or ``~/.cache/fedsim`` on Linux, ``~/Library/Caches/fedsim`` on
+macOS, ``%LOCALAPPDATA%\\fedsim\\Cache`` on Windows).  Only ``urllib`` is used.
+
+Checksums: ml-100k and ml-1m as given in the project's shared data README; all sha256 values and
+sizes match TensorFlow Datasets' published ``url_checksums/movielens.txt`` except ml-10m, whose
+sha256 and size are corroborated by several independent public records that also match the MD5
+GroupLens publishes (``ml-10m.zip.md5``).  The md5 values are GroupLens's own sidecars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+__all__ = [
+    "REGISTRY",
+    "ChecksumError",
+    "DatasetSpec",
+    "cache_dir",
+    "dataset_path",
+    "default_cache_dir",
+    "get",
+    "is_installed",
+    "list_datasets",
+]
+
+MARKER = ".fedsim-install.json"
+GROUPLENS = "https://files.grouplens.org/datasets/movielens/"
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    url: str
+    sha256: str | None
+    md5: str | None
+    size: int | None
+    folder: str  # top-level folder inside the zip
+    description: str
+
+
+REGISTRY: dict[str, DatasetSpec] = {
+    s.name: s
+    for s in [
+        DatasetSpec("ml-100k", GROUPLENS + "ml-100k.zip",
+                    "50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229",
+                    "0e33842e24a9c977be4e0107933c0723", 4_924_029, "ml-100k",
+                    "MovieLens 100K: 100,000 ratings, 943 users, 1,682 movies (FedRec, FedRec++)"),
+        DatasetSpec("ml-1m", GROUPLENS + "ml-1m.zip",
+                    "a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
+                    "c4d9eecfca2ab87c1945afe126590906", 5_917_549, "ml-1m",
+                    "MovieLens 1M: 1,000,209 ratings, 6,040 users, 3,706 movies (FedRec, FedRec++, PersonalFR)"),
+        DatasetSpec("ml-10m", GROUPLENS + "ml-10m.zip",
+                    "813c411ccb6122564edfe752e7f80c4dcc5aa25fa94c93622f6877a7ba252862",
+                    "ce571fd55effeba0271552578f2648bd", 65_566_137, "ml-10M100K",
+                    "MovieLens 10M: 10,000,054 ratings, 69,878 users, 10,677 movies"),
+        DatasetSpec("ml-20m", GROUPLENS + "ml-20m.zip",
+                    "96f243c338a8665f6bcc89c53edf6ee39162a846940de6b7c8c48aeada765ff3",
+                    "cd245b17a1ae2cc31bb14903e1204af3", 198_702_078, "ml-20m",
+                    "MovieLens 20M: 20,000,263 ratings, 138,493 users, 26,744 movies"),
+        DatasetSpec("ml-25m", GROUPLENS + "ml-25m.zip",
+                    "8b21cfb7eb1706b4ec0aac894368d90acf26ebdfb6aced3ebd4ad5bd1eb9c6aa",
+                    "6b51fb2759a8657d3bfcbfc42b592ada", 261_978_986, "ml-25m",
+                    "MovieLens 25M: 25,000,095 ratings, 162,541 users, 59,047 movies"),
+        DatasetSpec("ml-latest-small", GROUPLENS + "ml-latest-small.zip",
+                    "696d65a3dfceac7c45750ad32df2c259311949efec81f0f144fdfb91ebc9e436",
+                    None, 978_202, "ml-latest-small",
+                    "MovieLens latest-small (2018-09): 100,836 ratings, 610 users, 9,724 movies"),
+    ]
+}
+
+
+class ChecksumError(ValueError):
+    """The downloaded or given archive does not have the expected sha256."""
+
+
+def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache folder (not created): argument, ``$FEDSIM_DATA``, or the platform cache."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("FEDSIM_DATA")
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "fedsim" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "fedsim"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "fedsim"
+
+
+cache_dir = default_cache_dir
+
+
+def _spec(name: str) -> DatasetSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def dataset_path(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where ``name`` is (or would be) installed; see :func:`is_installed`."""
+    _spec(name)
+    return default_cache_dir(cache_dir) / name
+
+
+def is_installed(name: str, cache_dir: str | os.PathLike | None = None) -> bool:
+    return (dataset_path(name, cache_dir) / MARKER).is_file()
+
+
+def list_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
+    """One dict per registered dataset: the spec fields plus ``installed`` and ``path``."""
+    out = []
+    for name, spec in REGISTRY.items():
+        d = asdict(spec)
+        d["installed"] = is_installed(name, cache_dir)
+        d["path"] = str(dataset_path(name, cache_dir))
+        out.append(d)
+    return out
+
+
+def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None) -> tuple[str, int]:
+    h = hashlib.sha256()
+    n = 0
+    while True:
+        buf = src.read(1 << 20)
+        if not buf:
+            break
+        h.update(buf)
+        dst.write(buf)
+        n += len(buf)
+        if progress is not None:
+            progress(n, total)
+    return h.hexdigest(), n
+
+
+def _safe_extract(zf: zipfile.ZipFile, target: Path) -> None:
+    for info in zf.infolist():
+        p = PurePosixPath(info.filename)
+        if p.is_absolute() or ".." in p.parts or (p.parts and ":" in p.parts[0]):
+            raise ValueError(f"refusing to unpack unsafe member path {info.filename!r}")
+    zf.extractall(target)
+
+
+def get(
+    name: str,
+    from_file: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    url: str | None = None,
+    *,
+    sha256: str | None = None,
+    verify: bool = True,
+    force: bool = False,
+    timeout: float = 60.0,
+    progress: Callable[[int, int | None], None] | None = None,
+) -> Path:
+    """Install dataset ``name`` into the cache and return its folder (idempotent).
+
+    ``from_file`` installs from a local copy of the zip instead of downloading; ``url``
+    overrides the download address; ``sha256`` overrides the pinned checksum (both for mirrors
+    and tests).  ``verify=False`` skips the check (needed for a dataset without a pinned
+    checksum, e.g. with a custom url and no ``sha256``); it is never the default.  ``force``
+    reinstalls over an existing install.  Raises :class:`ChecksumError` on a mismatch, leaving
+    the cache as it was.
+    """
+    spec = _spec(name)
+    root = default_cache_dir(cache_dir)
+    dest = root / name
+    if (dest / MARKER).is_file() and not force:
+        return dest
+    if dest.exists() and not (dest / MARKER).is_file() and not force:
+        raise FileExistsError(
+            f"{dest} exists but is not a complete fedsim install; remove it or pass force=True (--force)"
+        )
+    expected = (sha256 or spec.sha256 or "").lower() or None
+    if verify and expected is None:
+        raise ValueError(
+            f"no pinned sha256 for {name}: pass sha256=... (--sha256) or verify=False (--insecure) "
+            "to install unverified data"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    source = str(from_file) if from_file is not None else (url or spec.url)
+    fd, part_name = tempfile.mkstemp(dir=root, prefix=f".{name}-", suffix=".zip.part")
+    part = Path(part_name)
+    extract_dir: Path | None = None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if from_file is not None:
+                src_path = Path(from_file)
+                if not src_path.is_file():
+                    raise FileNotFoundError(f"no such file: {src_path}")
+                with open(src_path, "rb") as src:
+                    digest, size = _copy_hashing(src, out, progress, src_path.stat().st_size)
+            else:
+                req = urllib.request.Request(source, headers={"User-Agent": "fedsim-data/1"})
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    total = resp.headers.get("Content-Length")
+                    digest, size = _copy_hashing(resp, out, progress, int(total) if total else None)
+        if verify and digest != expected:
+            raise ChecksumError(
+                f"checksum mismatch for {name} from {source}: expected sha256 {expected}, got {digest} "
+                f"({size:,} bytes); nothing was installed"
+            )
+        extract_dir = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-extract-"))
+        try:
+            with zipfile.ZipFile(part) as zf:
+                _safe_extract(zf, extract_dir)
+        except zipfile.BadZipFile as e:
+            raise ValueError(f"{source} is not a valid zip archive: {e}") from None
+        entries = [p for p in extract_dir.iterdir() if not p.name.startswith("__MACOSX")]
+        content = entries[0] if len(entries) == 1 and entries[0].is_dir() else extract_dir
+        marker = {
+            "name": name, "source": source, "sha256": digest, "verified": bool(verify), "bytes": size,
+            "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "archive_folder": content.name if content is not extract_dir else None,
+        }
+        (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        trash = None
+        if dest.exists():
+            trash = root / f".{name}-old-{os.getpid()}-{time.time_ns()}"
+            os.rename(dest, trash)
+        try:
+            os.rename(content, dest)
+        except OSError:
+            if (dest / MARKER).is_file():  # a concurrent install won the race
+                return dest
+            if trash is not None:
+                os.rename(trash, dest)
+                trash = None
+            raise
+        finally:
+            if trash is not None:
+                shutil.rmtree(trash, ignore_errors=True)
+        return dest
+    finally:
+        part.unlink(missing_ok=True)
+        if extract_dir is not None and extract_dir.exists():
+            shutil.rmtree(extract_dir, ignore_errors=True)
