@@ -3,7 +3,7 @@
 It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.context``).
 """
 
-from .codec import CodecError, Encoded, decode, encode
+from .codec import CodecError, Encoded, decode, decode_message, encode, encode_message
 from .context import Context, Deadline, Gathered, Message
 from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, UnknownNodeError
 from .ledger import COLUMNS, Ledger, Missing
@@ -16,5 +16,6 @@ __all__ = [
     "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Context", "Deadline", "Encoded", "FedsimError",
     "FifoLinkModel", "ForeignAwaitError", "Gathered", "Ledger", "LinkModel", "LinkSpec", "Message",
     "Missing", "Network", "NetworkConfigError", "NodeSpec", "PROFILES", "Profile", "RunResult",
-    "SimNetwork", "UnknownNodeError", "decode", "encode", "get_profile",
+    "SimNetwork", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",
+    "get_profile",
 ]

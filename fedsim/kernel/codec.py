@@ -18,6 +18,7 @@ Decoded arrays are read-only views on the ext bytes msgpack hands us (no further
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,9 @@ __all__ = [
     "CodecError",
     "Encoded",
     "decode",
+    "decode_message",
     "encode",
+    "encode_message",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
 ]
@@ -54,9 +57,13 @@ _DTYPES: dict[int, np.dtype] = {
     11: np.dtype("<f4"),
     12: np.dtype("<f8"),
 }
-_CODES: dict[str, int] = {dt.str: code for code, dt in _DTYPES.items()}
-_CODES.update({dt.newbyteorder(">").str: code for code, dt in _DTYPES.items() if dt.itemsize > 1})
+# keyed by dtype objects (hash/eq are cheap and byte-order aware); big-endian maps to the same code
+_CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
+_CODES.update({dt.newbyteorder(">"): code for code, dt in _DTYPES.items() if dt.itemsize > 1})
 _FLOAT_CODES = frozenset({10, 11, 12})
+_HEADERS = [struct.Struct(f"<BB{n}I") for n in range(33)]  # dtype code, ndim, shape
+_SHAPES = [struct.Struct(f"<{n}I") for n in range(33)]
+_CONTAINERS = (dict, list, tuple)
 
 
 class CodecError(ValueError):
@@ -80,12 +87,14 @@ class Encoded:
         return len(self.data)
 
 
-class _Encoder:
-    __slots__ = ("array_bytes", "floats")
+class _Encoder(threading.local):
+    """Per-thread reusable msgpack Packer (building one per call costs more than packing a
+    small message) plus the counters of the document being encoded."""
 
     def __init__(self) -> None:
         self.array_bytes = 0
         self.floats = 0
+        self.packer = msgpack.Packer(default=self.default, use_bin_type=True, autoreset=True)
 
     def default(self, obj: Any) -> Any:
         if isinstance(obj, np.ndarray):
@@ -96,7 +105,7 @@ class _Encoder:
         raise CodecError(f"cannot encode object of type {type(obj).__name__}: {obj!r:.80}")
 
     def _array(self, arr: np.ndarray) -> msgpack.ExtType:
-        code = _CODES.get(arr.dtype.str)
+        code = _CODES.get(arr.dtype)
         if code is None:
             raise CodecError(f"cannot encode array of dtype {arr.dtype} (not in the dtype whitelist)")
         if arr.ndim > _MAX_NDIM:
@@ -109,10 +118,13 @@ class _Encoder:
         self.array_bytes += arr.nbytes
         if code in _FLOAT_CODES:
             self.floats += arr.size
-        header = struct.pack(f"<BB{arr.ndim}I", code, arr.ndim, *arr.shape)
+        header = _HEADERS[arr.ndim].pack(code, arr.ndim, *arr.shape)
         # join copies the array memory straight into the ext body: one copy, not two
         body = memoryview(arr).cast("B") if arr.size else b""
         return msgpack.ExtType(ARRAY_EXT, b"".join((header, body)))
+
+
+_encoder = _Encoder()
 
 
 def encode(obj: Any) -> Encoded:
@@ -121,14 +133,34 @@ def encode(obj: Any) -> Encoded:
 
     Raises ``CodecError`` for values outside that set (no pickle fallback).
     """
-    enc = _Encoder()
+    enc = _encoder
+    enc.array_bytes = 0
+    enc.floats = 0
     try:
-        data = msgpack.packb(obj, default=enc.default, use_bin_type=True, strict_types=False)
+        data = enc.packer.pack(obj)
     except CodecError:
+        enc.packer.reset()
         raise
     except (TypeError, ValueError, OverflowError) as exc:
+        enc.packer.reset()
         raise CodecError(f"cannot encode value: {exc}") from exc
     return Encoded(data, enc.array_bytes, enc.floats)
+
+
+def encode_message(kind: str, payload: Any) -> Encoded:
+    """Encode one network message: the document ``[kind, payload]``."""
+    return encode([kind, payload])
+
+
+def decode_message(data: bytes | bytearray | memoryview, **limits: int) -> tuple[str, Any]:
+    """Decode a document made by ``encode_message``; returns ``(kind, payload)``.
+
+    Raises ``CodecError`` if the bytes are malformed or not a ``[kind, payload]`` pair.
+    """
+    doc = decode(data, **limits)
+    if type(doc) is not list or len(doc) != 2 or type(doc[0]) is not str:
+        raise CodecError("not a fedsim message: expected a [kind, payload] array")
+    return doc[0], doc[1]
 
 
 def _ext_hook(code: int, data: bytes) -> np.ndarray:
@@ -145,7 +177,7 @@ def _ext_hook(code: int, data: bytes) -> np.ndarray:
     start = 2 + 4 * ndim
     if len(data) < start:
         raise CodecError(f"array ext truncated: header needs {start} bytes, got {len(data)}")
-    shape = struct.unpack_from(f"<{ndim}I", data, 2)
+    shape = _SHAPES[ndim].unpack_from(data, 2)
     count = 1
     for s in shape:
         count *= s
@@ -185,6 +217,10 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
         raise
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         raise CodecError(f"malformed message: {type(exc).__name__}: {exc}") from exc
-    if type(obj) in (dict, list, tuple):
+    t = type(obj)
+    if t is dict:
+        if any(type(v) in _CONTAINERS for v in obj.values()):
+            _check_depth(obj, max_depth)
+    elif t is list or t is tuple:
         _check_depth(obj, max_depth)
     return obj

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from .codec import Encoded, decode, encode
+from .codec import Encoded, decode_message, encode_message
 from .errors import UnknownNodeError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,7 +89,7 @@ class _Payload:
 
     def value(self) -> Any:
         if not self.has_decoded:
-            self.decoded = decode(self.encoded.data)
+            self.decoded = decode_message(self.encoded.data)[1]
             self.has_decoded = True
         v = self.decoded
         # each recipient gets its own top-level container; arrays stay shared read-only views
@@ -178,12 +178,14 @@ class Context:
         Raises ``UnknownNodeError`` for an unknown ``dst``, ``CodecError`` for a payload the
         codec cannot encode.
         """
-        self._net._post(self._node, (dst,), str(kind), encode(payload), anonymous)
+        kind = str(kind)
+        self._net._post(self._node, (dst,), kind, encode_message(kind, payload), anonymous)
 
     async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
         """Queue the same payload for every node of ``dsts`` (in that order). The payload is
         encoded once; each destination is charged its full size."""
-        self._net._post(self._node, tuple(dsts), str(kind), encode(payload), False)
+        kind = str(kind)
+        self._net._post(self._node, tuple(dsts), kind, encode_message(kind, payload), False)
 
     # -- receiving --------------------------------------------------------------------------
     def deadline(self, seconds: float) -> Deadline:

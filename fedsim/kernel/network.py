@@ -26,7 +26,7 @@ class _Node:
 
     __slots__ = ("id", "role", "spec", "actor", "args", "kwargs", "ctx", "round", "mailbox",
                  "waiter", "egress_free", "ingress_free", "offline", "done", "result", "coro",
-                 "busy_until", "__weakref__")
+                 "busy_until", "proc", "__weakref__")
 
     def __init__(self, node_id: str, role: str, spec: NodeSpec, actor: Actor, args: tuple,
                  kwargs: dict) -> None:
@@ -47,6 +47,7 @@ class _Node:
         self.result: Any = None
         self.coro: Any = None
         self.busy_until = 0.0
+        self.proc: Any = None
 
 
 @dataclass

@@ -18,8 +18,11 @@ import math
 import traceback
 from typing import Any
 
+from collections import deque
+from heapq import heappush
+
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import NORMAL
 
 from ..seeding import node_rng
 from .context import _Envelope, _matches, _Payload
@@ -32,43 +35,60 @@ __all__ = ["SimNetwork", "LinkModel", "FifoLinkModel"]
 _INF = math.inf
 
 
-class _Wait:
-    """Awaitable of one simpy event: ``__await__`` yields the event, returns its value."""
+_PARK = object()  # what a parked actor yields: "resume me when the kernel says so"
 
-    __slots__ = ("event",)
 
-    def __init__(self, event: Event) -> None:
-        self.event = event
+class _Park:
+    """Awaitable that suspends the actor until the kernel resumes it with a value."""
+
+    __slots__ = ()
 
     def __await__(self):
-        return (yield self.event)
+        return (yield _PARK)
+
+
+_park = _Park()
+
+
+def _fire(tick: "_Tick") -> None:
+    tick.fn(*tick.args)
+
+
+_FIRE = [_fire]  # shared: simpy only reads an event's callback list, it never mutates it
+
+
+class _Tick:
+    """A kernel callback in simpy's event queue; lighter than a simpy Event or Process."""
+
+    __slots__ = ("callbacks", "_ok", "_value", "fn", "args")
+
+    def __init__(self, fn, args: tuple) -> None:
+        self.callbacks = _FIRE
+        self._ok = True
+        self._value = None
+        self.fn = fn
+        self.args = args
 
 
 class _ActorProcess:
-    """Steps one actor coroutine through simpy events (a minimal, coroutine-aware Process)."""
+    """Steps one actor coroutine (a minimal, coroutine-aware simpy process).
 
-    __slots__ = ("net", "node", "coro")
+    The coroutine may only yield ``_PARK`` (through the kernel's awaitables); the kernel later
+    calls ``step`` with the value the awaited call returns. Anything else it yields is an
+    object this network cannot drive: the actor gets ``ForeignAwaitError`` at its ``await``.
+    """
 
-    def __init__(self, net: "SimNetwork", node: _Node, coro) -> None:
-        self.net = net
+    __slots__ = ("node", "coro")
+
+    def __init__(self, node: _Node, coro) -> None:
         self.node = node
         self.coro = coro
-        start = Event(net.env)
-        start.callbacks.append(self._resume)
-        start.succeed()
 
-    def _resume(self, event: Event) -> None:
-        if self.node.offline:
-            return
-        if event._ok:
-            self._step(event._value, None)
-        else:
-            event._defused = True
-            self._step(None, event._value)
-
-    def _step(self, value: Any, exc: BaseException | None) -> None:
-        coro = self.coro
+    def step(self, value: Any = None, exc: BaseException | None = None) -> None:
         node = self.node
+        if node.done or node.offline:
+            return
+        coro = self.coro
         while True:
             try:
                 target = coro.send(value) if exc is None else coro.throw(exc)
@@ -87,21 +107,12 @@ class _ActorProcess:
                 raise ActorError(node.id, node.role, err) from err
             except Exception as err:
                 raise ActorError(node.id, node.role, err) from err
-            if not isinstance(target, Event):
-                value, exc = None, ForeignAwaitError(
-                    f"actor {node.id!r} (role {node.role!r}) awaited {target!r:.120}, which SimNetwork "
-                    "cannot drive; an actor may only await its ctx methods"
-                )
-                continue
-            if target.callbacks is not None:
-                target.callbacks.append(self._resume)
+            if target is _PARK:
                 return
-            # already processed: continue synchronously
-            if target._ok:
-                value, exc = target._value, None
-            else:
-                target._defused = True
-                value, exc = None, target._value
+            value, exc = None, ForeignAwaitError(
+                f"actor {node.id!r} (role {node.role!r}) awaited {target!r:.120}, which SimNetwork "
+                "cannot drive; an actor may only await its ctx methods"
+            )
 
 
 def _origin(err: BaseException) -> str:
@@ -161,19 +172,6 @@ class FifoLinkModel(LinkModel):
         net._schedule(end - now, net._deliver, envl, dst)
 
 
-class _Call(Event):
-    """A scheduled kernel callback (cheaper than a process)."""
-
-    __slots__ = ()
-
-    def __init__(self, env: simpy.Environment, delay: float, fn, *args) -> None:
-        self.env = env
-        self.callbacks = [lambda _ev: fn(*args)]
-        self._value = None
-        self._ok = True
-        env.schedule(self, simpy.events.NORMAL, delay)
-
-
 class SimNetwork(Network):
     """A deterministic discrete-event network in virtual time (simpy).
 
@@ -192,7 +190,9 @@ class SimNetwork(Network):
         return self.env._now
 
     def _schedule(self, delay: float, fn, *args) -> None:
-        _Call(self.env, delay, fn, *args)
+        """Call ``fn(*args)`` after ``delay`` simulated seconds (FIFO among equal times)."""
+        env = self.env
+        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), _Tick(fn, args)))
 
     def _post(self, src: _Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         if src.offline:
@@ -222,13 +222,14 @@ class SimNetwork(Network):
         row[ARRIVAL] = self.env._now
         row[STATUS] = "delivered"
         w = dst.waiter
-        if w is not None and _matches(w[0], envl.kind):
+        if w is not None and (w[0] is None or _matches(w[0], envl.kind)):
             dst.waiter = None
-            w[1].succeed(envl)
+            dst.proc.step(envl)
             return
-        if dst.mailbox is None:
-            dst.mailbox = []
-        dst.mailbox.append(envl)
+        box = dst.mailbox
+        if box is None:
+            box = dst.mailbox = deque()
+        box.append(envl)
 
     def _lose(self, envl: _Envelope, note: str) -> None:
         envl.row[STATUS] = "lost"
@@ -237,28 +238,32 @@ class SimNetwork(Network):
     async def _receive(self, node: _Node, kind, timeout: float | None):
         box = node.mailbox
         if box:
+            if kind is None or _matches(kind, box[0].kind):
+                return box.popleft()
             for i, envl in enumerate(box):
-                if kind is None or _matches(kind, envl.kind):
+                if _matches(kind, envl.kind):
                     del box[i]
                     return envl
-        if timeout is not None and timeout <= 0:
-            return None
-        ev = Event(self.env)
-        node.waiter = (kind, ev)
         if timeout is not None:
-            self._schedule(timeout, self._expire, node, ev)
-        return await _Wait(ev)
+            if timeout <= 0:
+                return None
+            w = node.waiter = (kind, object())
+            self._schedule(timeout, self._expire, node, w)
+        else:
+            node.waiter = (kind, None)
+        return await _park
 
     @staticmethod
-    def _expire(node: _Node, ev: Event) -> None:
-        if node.waiter is not None and node.waiter[1] is ev:
+    def _expire(node: _Node, w: tuple) -> None:
+        if node.waiter is w:
             node.waiter = None
-            ev.succeed(None)
+            node.proc.step(None)
 
     async def _sleep(self, node: _Node, seconds: float) -> None:
         if self.tracing and seconds > 0:
             self.trace.append((node.id, self.env._now, self.env._now + seconds, "sleep"))
-        await _Wait(Timeout(self.env, seconds))
+        self._schedule(seconds, node.proc.step)
+        await _park
 
     async def _compute(self, node: _Node, flops: float, label: str) -> None:
         speed = node.spec.flops
@@ -267,7 +272,8 @@ class SimNetwork(Network):
         seconds = flops / speed
         if self.tracing:
             self.trace.append((node.id, self.env._now, self.env._now + seconds, label))
-        await _Wait(Timeout(self.env, seconds))
+        self._schedule(seconds, node.proc.step)
+        await _park
 
     def _go_offline(self, node: _Node) -> None:
         if node.done:
@@ -298,7 +304,8 @@ class SimNetwork(Network):
                                   f"(it returned {type(node.coro).__name__})")
             if node.spec.offline_at is not None:
                 self._schedule(node.spec.offline_at, self._go_offline, node)
-            _ActorProcess(self, node, node.coro)
+            node.proc = _ActorProcess(node, node.coro)
+            self._schedule(0.0, node.proc.step)
         try:
             self.env.run(until=until)
         finally:

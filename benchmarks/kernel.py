@@ -1,0 +1,187 @@
+"""Kernel benchmarks: per-message overhead, broadcast-and-gather rounds, memory per idle actor.
+
+    python benchmarks/kernel.py [--quick] [--no-memory]
+
+Prints one line per figure and, last, one JSON object with at least ``us_per_message``,
+``s_per_round_943`` and ``s_per_round_6040``. Figures are medians over repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import msgpack
+import numpy as np
+import simpy
+
+from fedsim.kernel import SimNetwork, encode_message
+
+
+def ping_pong(n: int) -> float:
+    """Microseconds of kernel time per message (payload pre-encoded: encode excluded)."""
+    payload = encode_message("ping", {"x": 1})  # tiny; we measure the kernel, not the codec
+
+    async def pinger(ctx):
+        net = ctx._net
+        for _ in range(n):
+            net._post(ctx._node, ("pong",), "ping", payload, False)
+            await ctx.receive("pong")
+
+    async def ponger(ctx):
+        net = ctx._net
+        for _ in range(n):
+            await ctx.receive("ping")
+            net._post(ctx._node, ("ping",), "pong", payload, False)
+
+    net = SimNetwork(profile="lan")
+    net.add_node("ping", pinger)
+    net.add_node("pong", ponger)
+    t = time.perf_counter()
+    net.run()
+    return (time.perf_counter() - t) / (2 * n) * 1e6
+
+
+def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, seed: int = 0) -> float:
+    """Seconds per round: server broadcasts an m x d float32 matrix, each client returns
+    ``rows`` random rows with their int32 ids, the server sums them into an m x d matrix."""
+    clients = [f"c{i}" for i in range(n_clients)]
+
+    async def server(ctx):
+        V = ctx.rng.random((m, d), dtype=np.float32)
+        for r in range(rounds):
+            ctx.begin_round(r)
+            await ctx.broadcast(clients, "V", {"V": V})
+            got = await ctx.gather("g", senders=clients)
+            acc = np.zeros((m, d), np.float32)
+            for msg in got:  # node-id order; ids are unique within a message
+                acc[msg.payload["ids"]] += msg.payload["g"]
+            V = V - 1e-6 * acc
+        return float(V.sum())
+
+    async def client(ctx):
+        # the rows a client holds (its rated items), drawn once like a real client's data
+        ids = np.sort(ctx.rng.permutation(m)[:rows]).astype(np.int32)
+        while True:
+            msg = await ctx.receive("V")
+            await ctx.send("server", "g", {"ids": ids, "g": msg.payload["V"][ids]})
+
+    net = SimNetwork(seed=seed, profile="lan")
+    net.add_node("server", server, role="server")
+    for c in clients:
+        net.add_node(c, client)
+    t = time.perf_counter()
+    net.run()
+    return (time.perf_counter() - t) / rounds
+
+
+def bare_loop(n_clients: int, m: int, d: int, rounds: int) -> float:
+    """The same round in a bare simpy + msgpack loop (reference for kernel overhead)."""
+    env = simpy.Environment()
+    V = np.random.default_rng(0).random((m, d), dtype=np.float32)
+    stores = [simpy.Store(env) for _ in range(n_clients)]
+    back = simpy.Store(env)
+
+    def server():
+        for _ in range(rounds):
+            data = msgpack.packb(V.tobytes())
+            for s in stores:
+                s.put(data)
+            for _ in range(n_clients):
+                yield back.get()
+
+    def client(i):
+        while True:
+            data = yield stores[i].get()
+            arr = np.frombuffer(msgpack.unpackb(data), np.float32)
+            back.put(msgpack.packb(arr[: 265 * d].tobytes()))
+
+    env.process(server())
+    for i in range(n_clients):
+        env.process(client(i))
+    t = time.perf_counter()
+    env.run()
+    return (time.perf_counter() - t) / rounds
+
+
+MEMORY_CHILD = r"""
+import resource, sys, gc
+import numpy as np
+from fedsim.kernel import SimNetwork
+n = int(sys.argv[1]); with_kernel = sys.argv[2] == "1"
+rng = np.random.default_rng(0)
+data = [(rng.integers(0, 1682, 100).astype(np.int32), rng.random(100).astype(np.float32)) for _ in range(n)]
+gc.collect()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+if with_kernel:
+    async def idle(ctx, items, ratings):
+        await ctx.receive("never")
+    async def stopper(ctx):
+        return None
+    net = SimNetwork()
+    net.add_node("server", stopper, role="server")
+    for i in range(n):
+        net.add_node(f"client/{i}", idle, data[i][0], data[i][1])
+    # run until every client is blocked in receive (coroutine frames live), then measure
+    net.run()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(base, peak)
+"""
+
+
+def memory_per_actor(n: int) -> dict:
+    """Peak RSS (KiB) with n idle actors holding 100 ratings each, minus the same data alone."""
+    out = {}
+    for flag in ("0", "1"):
+        res = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(n), flag],
+                             capture_output=True, text=True, check=True)
+        base, peak = map(int, res.stdout.split())
+        out[flag] = peak
+    kernel_kib = out["1"] - out["0"]
+    return {"clients": n, "peak_rss_mib": out["1"] / 1024, "data_only_mib": out["0"] / 1024,
+            "kernel_bytes_per_actor": kernel_kib * 1024 / n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args()
+    reps = 3 if args.quick else 5
+    fig: dict = {}
+
+    pp = [ping_pong(20000) for _ in range(reps)]
+    fig["us_per_message"] = statistics.median(pp)
+    print(f"ping-pong kernel overhead: {fig['us_per_message']:.2f} us/message (median of {reps})")
+
+    r943 = [broadcast_gather(943, 1682, 20, 106, 3) for _ in range(reps)]
+    fig["s_per_round_943"] = statistics.median(r943)
+    print(f"broadcast+gather 943 clients, 1682x20: {fig['s_per_round_943']:.4f} s/round")
+    r6040 = [broadcast_gather(6040, 3706, 20, 265, 2) for _ in range(max(3, reps - 2))]
+    fig["s_per_round_6040"] = statistics.median(r6040)
+    print(f"broadcast+gather 6040 clients, 3706x20: {fig['s_per_round_6040']:.4f} s/round")
+
+    flower_like = [broadcast_gather(200, 1682, 20, 106, 5) for _ in range(reps)]
+    bare = [bare_loop(200, 1682, 20, 5) for _ in range(reps)]
+    fig["ms_per_client_round_200"] = statistics.median(flower_like) / 200 * 1e3
+    fig["bare_ms_per_client_round_200"] = statistics.median(bare) / 200 * 1e3
+    print(f"200 clients x 5 rounds, 1682x20: fedsim {fig['ms_per_client_round_200']:.3f} ms/client-round, "
+          f"bare simpy+msgpack {fig['bare_ms_per_client_round_200']:.3f}")
+
+    if not args.no_memory:
+        mem = [memory_per_actor(n) for n in (1000, 10000, 100000)]
+        fig["memory"] = mem
+        for m in mem:
+            print(f"{m['clients']:>7} idle actors: peak RSS {m['peak_rss_mib']:.0f} MiB "
+                  f"(data alone {m['data_only_mib']:.0f} MiB), kernel {m['kernel_bytes_per_actor']:.0f} B/actor")
+    print(json.dumps(fig))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    """``../shared/data`` beside the repository (or ``$FEDSIM_SHARED_DATA``)."""
+    env = os.environ.get("FEDSIM_SHARED_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture
+def ml100k_dir() -> Path:
+    d = shared_data_dir() / "ml-100k"
+    if not (d / "u.data").is_file():
+        pytest.skip("MovieLens 100K not present in ../shared/data")
+    return d

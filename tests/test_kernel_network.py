@@ -1,0 +1,337 @@
+"""The network model's arithmetic, faults, ledger accounting and bad-input errors."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import (
+    ActorError, LinkSpec, NetworkConfigError, SimNetwork, UnknownNodeError, encode_message,
+)
+
+MB = 1_000_000
+
+
+def payload_of_size(kind: str, total: int) -> bytes:
+    """A bytes payload whose message document ``[kind, payload]`` is exactly ``total`` bytes."""
+    k = total
+    for _ in range(3):  # the bin header grows with the body: settle on the fixed point
+        k = total - (len(encode_message(kind, b"x" * k).data) - k)
+    body = b"x" * k
+    assert len(encode_message(kind, body).data) == total
+    return body
+
+
+def two_node_net(src_link, dst_link, n_messages, size=MB, framing=0):
+    body = payload_of_size("m", size - framing)
+
+    async def sender(ctx):
+        for _ in range(n_messages):
+            await ctx.send("dst", "m", body)
+
+    async def receiver(ctx):
+        for _ in range(n_messages):
+            await ctx.receive("m")
+
+    net = SimNetwork(framing_bytes=framing)
+    net.add_node("src", sender, link=src_link)
+    net.add_node("dst", receiver, link=dst_link, role="server")
+    res = net.run()
+    return net.ledger.columns(), res
+
+
+def test_one_megabyte_over_one_megabyte_per_second_with_20ms_latency():
+    cols, res = two_node_net(LinkSpec(uplink=MB, downlink=math.inf, latency=0.020), LinkSpec(), 1)
+    assert cols["bytes"].tolist() == [MB]
+    assert cols["arrival_time"][0] == pytest.approx(1.020, abs=1e-12)
+    assert res.duration == pytest.approx(1.020, abs=1e-12)
+
+
+def test_two_messages_queue_fifo_on_the_uplink():
+    cols, _ = two_node_net(LinkSpec(uplink=MB, latency=0.020), LinkSpec(), 2)
+    np.testing.assert_allclose(cols["tx_start"], [0.0, 1.0])
+    np.testing.assert_allclose(cols["arrival_time"], [1.020, 2.020], atol=1e-12)
+
+
+def test_slower_receiver_downlink_dominates():
+    # uplink 1 MB/s, downlink 0.5 MB/s: each message holds the ingress port for 2 s
+    cols, _ = two_node_net(LinkSpec(uplink=MB, latency=0.020), LinkSpec(downlink=MB / 2), 2)
+    np.testing.assert_allclose(cols["rx_start"], [1.020, 3.020], atol=1e-12)
+    np.testing.assert_allclose(cols["arrival_time"], [3.020, 5.020], atol=1e-12)
+
+
+def test_latencies_of_both_ends_add_and_framing_is_charged():
+    cols, _ = two_node_net(LinkSpec(uplink=MB, latency=0.020), LinkSpec(latency=0.005), 1,
+                           framing=40)
+    assert cols["bytes"][0] == MB
+    assert cols["arrival_time"][0] == pytest.approx(1.025, abs=1e-12)
+
+
+def test_ingress_serves_in_arrival_order_not_send_order():
+    # A sends first but is far away; B sends later from nearby and reaches the port first
+    body = payload_of_size("m", 1000)
+
+    async def far(ctx):
+        await ctx.send("srv", "m", body)
+
+    async def near(ctx):
+        await ctx.sleep(0.001)
+        await ctx.send("srv", "m", body)
+
+    async def srv(ctx):
+        a = await ctx.receive()
+        b = await ctx.receive()
+        return [a.sender, b.sender]
+
+    net = SimNetwork()
+    net.add_node("far", far, link=LinkSpec(latency=0.5))
+    net.add_node("near", near, link=LinkSpec(latency=0.0))
+    net.add_node("srv", srv, role="server", link=LinkSpec(downlink=1000.0))
+    res = net.run()
+    assert res["srv"] == ["near", "far"]
+    cols = net.ledger.columns()
+    # near: at port 0.001, served 0.001..1.001; far: at port 0.5, waits, served 1.001..2.001
+    np.testing.assert_allclose(cols["arrival_time"], [2.001, 1.001], atol=1e-12)
+
+
+def test_compute_and_sleep_advance_the_nodes_time():
+    async def worker(ctx):
+        await ctx.compute(2e9)
+        await ctx.sleep(0.5)
+        await ctx.send("sink", "done", None)
+
+    async def sink(ctx):
+        await ctx.receive("done")
+
+    net = SimNetwork()
+    net.add_node("w", worker, flops=1e9)
+    net.add_node("sink", sink, role="server")
+    res = net.run()
+    assert net.ledger.columns()["send_time"][0] == pytest.approx(2.5)
+    assert res.duration == pytest.approx(2.5)
+
+
+def gather_round(loss=0.0, offline=None, seed=3, deadline=10.0):
+    clients = [f"c{i}" for i in range(20)]
+
+    async def server(ctx):
+        ctx.begin_round(1)
+        await ctx.broadcast(clients, "model", {"w": np.zeros(4, np.float32)})
+        got = await ctx.gather("update", senders=clients, timeout=deadline)
+        return [m.sender for m in got], got.missing
+
+    async def client(ctx):
+        msg = await ctx.receive("model")
+        await ctx.compute(1e9)  # 1 s at 1 GFLOP/s
+        await ctx.send("server", "update", {"w": msg.payload["w"] + 1})
+
+    net = SimNetwork(seed=seed, unit=4)
+    net.add_node("server", server, role="server")
+    for i, c in enumerate(clients):
+        net.add_node(c, client, flops=1e9, loss=loss,
+                     offline_at=(0.5 if offline and i in offline else None))
+    return net, net.run()
+
+
+def test_loss_and_dropout_with_a_deadline():
+    net, res = gather_round(loss=0.3, offline={2, 7})
+    received, missing = res["server"]
+    t = net.ledger.totals()
+    cols = net.ledger.columns()
+    lost = cols["status"] == "lost"
+    notes = set(cols["note"][lost])
+    assert "link loss" in notes and "sender offline" not in notes  # offline clients never send
+    # the round finished at the deadline, with the survivors' updates
+    assert res.duration == pytest.approx(10.0)
+    assert len(received) + len(missing) == 20
+    assert {"c2", "c7"} <= set(missing)
+    assert received == sorted(received)
+    # everything that reached the server was read; every miss is recorded in the ledger
+    assert len(net.ledger.missing) == len(missing)
+    assert {m.sender for m in net.ledger.missing} == set(missing)
+    assert t["lost_messages"] == int(lost.sum()) > 0
+    # conservation: bytes sent = delivered + lost (+ in flight, none here)
+    assert t["bytes"] == t["delivered_bytes"] + t["lost_bytes"] + t["in_flight_bytes"]
+    assert t["in_flight_bytes"] == 0
+    assert cols["bytes"].sum() == t["bytes"]
+
+
+def test_messages_to_an_offline_node_are_lost_and_late_ones_unread():
+    async def server(ctx):
+        await ctx.send("gone", "hello", 1)
+        got = await ctx.gather("reply", senders=["slow"], timeout=1.0)
+        return got.missing
+
+    async def gone(ctx):
+        await ctx.receive()
+
+    async def slow(ctx):
+        await ctx.sleep(2.0)
+        await ctx.send("server", "reply", 1)
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    net.add_node("gone", gone, offline_at=0.0)
+    net.add_node("slow", slow)
+    res = net.run()
+    assert res["server"] == ["slow"]
+    rows = {r["dst"]: r for r in net.ledger.records()}
+    assert rows["gone"]["status"] == "lost" and rows["gone"]["note"] == "receiver offline"
+    assert rows["server"]["status"] == "delivered" and rows["server"]["read"] is False
+    assert net.ledger.totals()["unread_messages"] == 1
+    assert res.offline == ["gone"]
+
+
+def test_gather_orders_by_node_id_not_arrival():
+    async def server(ctx, names):
+        got = await ctx.gather("x", senders=names)
+        return [m.sender for m in got]
+
+    async def client(ctx):
+        await ctx.send("server", "x", ctx.node_id)
+
+    names = ["a", "b", "c", "d"]
+    net = SimNetwork()
+    net.add_node("server", server, names, role="server")
+    for i, n in enumerate(names):  # a is the slowest to arrive
+        net.add_node(n, client, link=LinkSpec(latency=0.1 * (len(names) - i)))
+    res = net.run()
+    arrivals = {r["src"]: r["arrival_time"] for r in net.ledger.records()}
+    assert arrivals["a"] > arrivals["d"]
+    assert res["server"] == names
+
+
+def test_anonymous_messages_hide_the_sender_but_not_from_the_ledger():
+    async def denoiser(ctx):
+        got = await ctx.gather("noise", count=3)
+        return [m.sender for m in got], [m.payload for m in got]
+
+    async def client(ctx, v):
+        await ctx.send("d", "noise", v, anonymous=True)
+
+    net = SimNetwork()
+    net.add_node("d", denoiser, role="denoiser")
+    for i, v in enumerate([30, 10, 20]):
+        net.add_node(f"c{i}", client, v)
+    res = net.run()
+    senders, values = res["d"]
+    assert senders == [None, None, None]
+    assert values == sorted(values)  # content order, independent of arrival and identity
+    assert {r["src"] for r in net.ledger.records()} == {"c0", "c1", "c2"}
+    assert all(r["anonymous"] for r in net.ledger.records())
+
+
+def test_receive_filters_by_kind_and_times_out():
+    async def a(ctx):
+        await ctx.send("b", "x", 1)
+        await ctx.send("b", "y", 2)
+
+    async def b(ctx):
+        y = await ctx.receive("y")
+        none = await ctx.receive("z", timeout=0.25)
+        x = await ctx.receive(("x", "w"))
+        return y.payload, none, x.payload
+
+    net = SimNetwork()
+    net.add_node("a", a)
+    net.add_node("b", b)
+    res = net.run()
+    assert res["b"] == (2, None, 1)
+    assert res.duration == pytest.approx(0.25)
+
+
+def test_round_labels_propagate_causally():
+    async def server(ctx):
+        ctx.begin_round(7)
+        await ctx.send("c", "ping", 0)
+        await ctx.receive("pong")
+
+    async def client(ctx):
+        await ctx.receive("ping")
+        await ctx.send("server", "pong", 0)
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    net.add_node("c", client)
+    net.run()
+    assert [r["round"] for r in net.ledger.records()] == [7, 7]
+
+
+def test_ledger_aggregates_per_role_and_units():
+    net, _ = gather_round()
+    rows = {(r["role"], r["direction"]): r for r in net.ledger.by_role(per_round=False)}
+    model_bytes = len(encode_message("model", {"w": np.zeros(4, np.float32)}).data)
+    assert rows[("server", "sent")]["messages"] == 20
+    assert rows[("server", "sent")]["bytes"] == 20 * model_bytes
+    assert rows[("client", "received")]["bytes_per_node"] == model_bytes
+    assert rows[("client", "sent")]["units_per_node"] == 1.0  # 4 floats = one unit of d=4
+    kinds = {k["kind"]: k for k in net.ledger.by_kind()}
+    assert kinds["update"]["floats"] == 80 and kinds["update"]["units"] == 20.0
+    per_node = net.ledger.by_node()
+    assert per_node["c0"]["sent_floats"] == 4 and per_node["server"]["received_messages"] == 20
+
+
+def test_heterogeneous_profile_draws_are_seeded_per_node():
+    def specs(seed, names):
+        net = SimNetwork(seed=seed, profile="wan")
+        for n in names:
+            net.add_node(n, _noop)
+        return {n: net.node_spec(n) for n in names}
+
+    a = specs(1, ["x", "y", "z"])
+    b = specs(1, ["z", "x"])  # other nodes and order do not perturb a node's draw
+    c = specs(2, ["x"])
+    assert a["x"] == b["x"] and a["z"] == b["z"]
+    assert a["x"] != c["x"]
+    assert a["x"].link.uplink != a["y"].link.uplink
+
+
+async def _noop(ctx):
+    return None
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: dict(link=LinkSpec(uplink=-1.0)), "uplink must be a positive number"),
+    (lambda: dict(link=LinkSpec(downlink=0)), "downlink"),
+    (lambda: dict(flops=0), "flops"),
+    (lambda: dict(loss=1.5), "loss"),
+    (lambda: dict(offline_at=-1), "offline_at"),
+])
+def test_bad_node_settings_are_named(make, match):
+    with pytest.raises(NetworkConfigError, match=match):
+        net = SimNetwork()
+        net.add_node("n", _noop, **make())
+
+
+def test_bad_network_settings_are_named():
+    with pytest.raises(NetworkConfigError, match="unknown network profile 'moon'"):
+        SimNetwork(profile="moon")
+    with pytest.raises(NetworkConfigError, match="latency"):
+        LinkSpec(latency=math.nan)
+    net = SimNetwork()
+    net.add_node("a", _noop)
+    with pytest.raises(NetworkConfigError, match="duplicate node id 'a'"):
+        net.add_node("a", _noop)
+    with pytest.raises(NetworkConfigError, match="may only use"):
+        net.add_node("a b", _noop)
+
+
+def test_message_to_a_missing_node_names_it():
+    async def a(ctx):
+        await ctx.send("nobody", "x", 1)
+
+    net = SimNetwork()
+    net.add_node("a", a)
+    with pytest.raises(ActorError, match="actor 'a'.*unknown node 'nobody'") as info:
+        net.run()
+    assert isinstance(info.value.__cause__, UnknownNodeError)
+
+
+def test_actor_exceptions_name_the_actor():
+    async def boom(ctx):
+        raise ZeroDivisionError("oops")
+
+    net = SimNetwork()
+    net.add_node("client/3", boom)
+    with pytest.raises(ActorError, match=r"actor 'client/3' \(role 'client'\) failed: ZeroDivisionError: oops"):
+        net.run()

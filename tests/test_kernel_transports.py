@@ -1,0 +1,130 @@
+"""Determinism, the two transports' equivalence, foreign awaits, and the layering rule."""
+
+import ast
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import AsyncioNetwork, ForeignAwaitError, SimNetwork
+from fedsim.protocols import demo
+
+PKG = Path(__file__).resolve().parents[1] / "fedsim"
+
+
+def run_sim(seed, profile="wan", **kw):
+    net = SimNetwork(seed=seed, profile=profile)
+    demo.build(net, seed=seed, **kw)
+    return net, net.run()
+
+
+def test_same_seed_gives_byte_identical_ledgers():
+    a_net, a = run_sim(5)
+    b_net, b = run_sim(5)
+    csv_a, csv_b = a_net.ledger.to_csv(), b_net.ledger.to_csv()
+    assert csv_a == csv_b and len(csv_a.splitlines()) == 1 + 8 * 10 * 2 + 8
+    np.testing.assert_array_equal(a["server"], b["server"])
+    assert a.duration == b.duration
+    c_net, _ = run_sim(6)
+    assert c_net.ledger.to_csv() != csv_a  # the seed matters (data and link draws)
+
+
+def test_the_demo_protocol_learns():
+    net, res = run_sim(0, rounds=60, lr=0.2)
+    w_true = demo.make_data(8, 5, 0)[0]
+    assert np.linalg.norm(res["server"] - w_true) < 0.05
+    assert res["client/000"] == 60
+
+
+@pytest.mark.asyncio
+async def test_same_actors_same_result_on_asyncio_and_simpy():
+    sim = SimNetwork(seed=1, profile="mobile")
+    demo.build(sim, seed=1, rounds=15)
+    sim_res = sim.run()
+
+    aio = AsyncioNetwork(seed=1)
+    demo.build(aio, seed=1, rounds=15)
+    aio_res = await aio.run(timeout=30)
+
+    np.testing.assert_array_equal(sim_res["server"], aio_res["server"])  # bit for bit
+    assert sim_res.results.keys() == aio_res.results.keys()
+    # same messages, same encoded sizes, regardless of timing
+    key = lambda led: sorted((r["round"], r["src"], r["dst"], r["kind"], r["bytes"]) for r in led.records())
+    assert key(sim.ledger) == key(aio.ledger)
+
+
+async def _awaits_asyncio_sleep(ctx):
+    await asyncio.sleep(0.01)
+
+
+async def _awaits_a_future(ctx):
+    await asyncio.get_running_loop().create_future()
+
+
+def test_foreign_await_outside_a_loop_names_actor_and_object():
+    net = SimNetwork()
+    net.add_node("client/7", _awaits_asyncio_sleep)
+    with pytest.raises(ForeignAwaitError, match=r"actor 'client/7'.*asyncio\.tasks\.sleep\(\)"):
+        net.run()
+
+
+@pytest.mark.asyncio
+async def test_foreign_await_inside_a_running_loop_names_actor_and_object():
+    # with a loop running, asyncio.sleep yields a Future into the simpy driver instead
+    net = SimNetwork()
+    net.add_node("server", _awaits_a_future, role="server")
+    with pytest.raises(ForeignAwaitError, match=r"actor 'server'.*awaited <Future"):
+        net.run()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:  # resolve relative imports against the file's package
+                pkg = path.relative_to(PKG.parent).with_suffix("").parts[:-node.level]
+                mod = ".".join(pkg + ((mod,) if mod else ()))
+            names.add(mod)
+    return names
+
+
+def _modules(sub: str) -> list[Path]:
+    return sorted((PKG / sub).rglob("*.py"))
+
+
+def test_math_and_protocols_never_import_simpy_or_asyncio():
+    checked = _modules("math") + _modules("protocols") + _modules("data")
+    assert any(p.name == "demo.py" for p in checked)
+    for path in checked:
+        bad = {m for m in _imports(path) if m.split(".")[0] in ("simpy", "asyncio")}
+        bad |= {m for m in _imports(path) if m.startswith("fedsim.kernel.sim") or m.startswith("fedsim.kernel.aio")}
+        assert not bad, f"{path.relative_to(PKG.parent)} imports {sorted(bad)}"
+
+
+def test_math_never_imports_actors_or_kernel():
+    for path in _modules("math"):
+        bad = {m for m in _imports(path) if m.startswith(("fedsim.kernel", "fedsim.protocols"))}
+        assert not bad, f"{path.relative_to(PKG.parent)} imports {sorted(bad)}"
+
+
+def test_kernel_never_imports_a_protocol_or_math():
+    for path in _modules("kernel"):
+        bad = {m for m in _imports(path) if m.startswith(("fedsim.protocols", "fedsim.math", "fedsim.data"))}
+        assert not bad, f"{path.relative_to(PKG.parent)} imports {sorted(bad)}"
+
+
+def test_the_layering_check_itself_can_fail(tmp_path):
+    bad = tmp_path / "fedsim" / "math" / "x.py"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("import simpy\nfrom ..kernel import sim\n")
+    global PKG
+    old, PKG = PKG, tmp_path / "fedsim"
+    try:
+        assert _imports(bad) == {"simpy", "fedsim.kernel"}
+    finally:
+        PKG = old
