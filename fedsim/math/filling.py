@@ -1,0 +1,151 @@
+"""FedRec's unrated-item sampling and virtual ratings (paper Eq. 5, Eq. 6, Algorithm 3).
+
+A client samples rho |I_u| items it has not rated and gives them virtual ratings, so that the
+server cannot tell its rated items from the uploaded gradients.
+
+* sampling: ``n_sampled(|I_u|, m, rho) = min(int(rho |I_u|), m - |I_u|)`` items, drawn uniformly
+  without replacement from the *whole* item index space ``0..m-1`` minus I_u (items nobody rated
+  in the training data included, as the authors' code does), afresh at every call;
+* user averaging (UA, Eq. 5): the virtual rating is the user's mean training rating;
+* hybrid filling (HF, Eq. 6 / Algorithm 3): before the switch iteration the UA value; afterwards a
+  throw-away copy of U_u is trained T_local times on the rated items only and its (unclipped)
+  prediction is the virtual rating. The copy is discarded; U_u itself is not changed by filling.
+
+Pure functions; randomness only from the ``numpy.random.Generator`` passed in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _sgd_numba
+
+__all__ = [
+    "hf_active",
+    "hf_local_user_batch",
+    "n_sampled",
+    "sample_unrated",
+    "user_mean",
+    "virtual_ratings_hf",
+    "virtual_ratings_hf_sgd",
+    "virtual_ratings_ua",
+]
+
+
+def n_sampled(n_rated: int, m: int, rho: float) -> int:
+    """Number of unrated items a user samples: ``min(int(rho * n_rated), m - n_rated)``."""
+    if rho < 0:
+        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    return max(0, min(int(float(rho) * int(n_rated)), int(m) - int(n_rated)))
+
+
+def sample_unrated(rng: np.random.Generator, rated_items, m: int, rho: float) -> np.ndarray:
+    """Sample ``n_sampled(len(rated_items), m, rho)`` distinct items of ``0..m-1`` not in
+    ``rated_items``, in random order (int32).
+
+    Consumes exactly one ``rng.choice`` call when at least one item is sampled and nothing
+    otherwise (rho = 0 leaves the client's generator untouched).
+    """
+    rated = np.asarray(rated_items)
+    k = n_sampled(rated.shape[0], m, rho)
+    if k == 0:
+        return np.empty(0, dtype=np.int32)
+    mask = np.ones(int(m), dtype=bool)
+    mask[rated] = False
+    pool = np.flatnonzero(mask)
+    return rng.choice(pool, size=k, replace=False).astype(np.int32)
+
+
+def user_mean(ratings, dtype=None):
+    """Eq. 5: the mean of a user's training ratings (summed in float64), as a ``dtype`` scalar.
+
+    An empty rating list gives 0 (such a user samples nothing, so the value is never used).
+    """
+    r = np.asarray(ratings)
+    dt = np.dtype(dtype if dtype is not None else (r.dtype if r.dtype.kind == "f" else np.float64))
+    if r.shape[0] == 0:
+        return dt.type(0)
+    return dt.type(np.sum(r, dtype=np.float64) / r.shape[0])
+
+
+def virtual_ratings_ua(ratings, n: int, dtype=None) -> np.ndarray:
+    """UA (Eq. 5): ``n`` copies of the user's mean rating."""
+    mu = user_mean(ratings, dtype)
+    return np.full(int(n), mu, dtype=mu.dtype)
+
+
+def hf_active(t: int, T_predict: int, convention: str = "code") -> bool:
+    """Whether HF uses predictions (Eq. 6) at the 0-based iteration ``t``.
+
+    ``"paper"``: Algorithm 3 with 1-based iterations, predictions when t + 1 >= T_predict.
+    ``"code"`` (default; the authors' code, which produced their figures): predictions when
+    t > T_predict, i.e. two iterations later than the paper says.
+    """
+    if convention == "code":
+        return t > T_predict
+    if convention == "paper":
+        return t + 1 >= T_predict
+    raise ValueError(f"convention must be 'code' or 'paper', got {convention!r}")
+
+
+def hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local: int) -> np.ndarray:
+    """HF local training, batch style: a copy of U_u takes T_local full-batch gradient steps on
+    the rated items only, tU <- tU - lr (sum_i (tU.V_i - r_i) V_i / |I_u| + lam tU)."""
+    tU = np.array(U_u, copy=True)
+    V_rated = np.asarray(V_rated)
+    n = V_rated.shape[0]
+    if n == 0:
+        return tU
+    dt = tU.dtype.type
+    lr = dt(lr)
+    lam = dt(lam)
+    for _ in range(int(T_local)):
+        e = V_rated @ tU - r_rated
+        tU = tU - lr * ((e @ V_rated) / dt(n) + lam * tU)
+    return tU
+
+
+def virtual_ratings_hf(U_u, V_rated, r_rated, V_sampled, lr, lam, T_local: int) -> np.ndarray:
+    """HF (Eq. 6), batch style: predictions of the locally trained copy of U_u for the sampled
+    items, unclipped. Call only when :func:`hf_active`; otherwise use :func:`virtual_ratings_ua`."""
+    tU = hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local)
+    return np.asarray(V_sampled) @ tU
+
+
+def virtual_ratings_hf_sgd(
+    U_u, V, rated_items, r_rated, sampled_items, lr, lam, T_local: int, O=None, backend=None
+) -> np.ndarray:
+    """HF (Eq. 6), stochastic style: a copy of U_u (and, for SVD++, copies of the rated items' O
+    rows) takes T_local sequential SGD passes over the rated items; the virtual rating of a
+    sampled item j is (tU + tObar) . V_j with tObar = sum of the trained O rows / sqrt(|I_u|)
+    (PMF: tU . V_j).
+
+    Inside a client call (``svdpp.sgd_client_step`` / ``pmf.pmf_sgd_client_step``) this happens
+    *after* the pass over the rated items, from the state that pass left; this standalone
+    function starts from the state given to it.
+    """
+    V = np.asarray(V)
+    dt = V.dtype
+    k = _sgd_numba.kernels(backend)
+    par = _sgd_numba.make_par(lr, lam, dt)
+    rated = np.asarray(rated_items, dtype=np.int32)
+    r = np.asarray(r_rated, dtype=dt)
+    sampled = np.asarray(sampled_items, dtype=np.int32)
+    d = V.shape[1]
+    U = np.array(U_u, dtype=dt, copy=True)
+    tU = np.empty(d, dtype=dt)
+    if O is None:
+        k.pmf_hf_temp(U, V, rated, r, par, int(T_local), tU)
+    else:
+        s1, s, _nm1, nf = _sgd_numba.implicit_norms(rated.shape[0], dt)
+        OR = np.asarray(O)[rated].astype(dt)
+        S = np.zeros(d, dtype=dt)
+        for j in range(OR.shape[0]):  # sequential sum, as the kernels do
+            S = S + OR[j]
+        tS = np.empty(d, dtype=dt)
+        k.svdpp_hf_temp(
+            U, V, rated, r, OR, S, par, s1[()], nf[()], int(T_local), tU, tS,
+            np.empty(d, dtype=dt), np.empty(d, dtype=dt),
+        )
+        tU = tU + tS / s[()]
+    return V[sampled] @ tU

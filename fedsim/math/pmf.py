@@ -1,0 +1,267 @@
+"""PMF for FedRec: prediction (Eq. 1), client gradients (Eq. 7, 8), server updates (Eq. 9).
+
+Pure NumPy functions a client or a server calls with *its own* data; no messages, no clock.
+Conventions:
+
+* a client holds its factor ``U_u`` (shape (d,)) and a downloaded copy of the item factors ``V``
+  (shape (m, d)); its rated items are the CSR row ``indices[indptr[u]:indptr[u+1]]`` in that
+  (fixed) order, with ratings ``data[...]``;
+* factors start uniform in (-0.005, 0.005) (authors' code); no biases, no global mean;
+* learning rates decay as lr_k = lr_0 * decay**k (:func:`decayed_lr`): per iteration for the
+  batch client and the server, per training call of that client for a stochastic client;
+* the item gradient uploaded for item i is g_i = (U_u.V_i - r_ui) U_u + lam V_i (Eq. 8), lam V_i
+  added once per (user, item); the batch server divides the sum over the users who sent a
+  gradient for i by their number (Eq. 9); the stochastic server applies each upload at once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _sgd_numba
+from .filling import (
+    hf_active,
+    sample_unrated,
+    user_mean,
+    virtual_ratings_hf,
+)
+
+__all__ = [
+    "DEFAULT_INIT_SCALE",
+    "ClientUpload",
+    "DivergenceError",
+    "accumulate_item_grads",
+    "apply_mean_step",
+    "batch_client_step",
+    "check_finite",
+    "decayed_lr",
+    "draw_user_order",
+    "init_item_factors",
+    "init_user_factor",
+    "pmf_batch_client",
+    "pmf_sgd_client",
+    "pmf_sgd_client_step",
+    "predict",
+    "server_apply_mean",
+    "server_apply_sgd",
+]
+
+DEFAULT_INIT_SCALE = 0.005
+
+
+class DivergenceError(FloatingPointError):
+    """Training produced non-finite parameters or predictions.
+
+    ``iteration`` is the 1-based iteration after which it was detected (0: at initialisation or
+    in a standalone check), ``what`` names the offending arrays.
+    """
+
+    def __init__(self, iteration: int, what: str, model: str = ""):
+        self.iteration = int(iteration)
+        self.what = what
+        self.model = model
+        prefix = f"{model}: " if model else ""
+        super().__init__(f"{prefix}diverged at iteration {self.iteration}: non-finite {what}")
+
+
+def check_finite(iteration: int, model: str = "", **arrays) -> None:
+    """Raise :class:`DivergenceError` if any of the named arrays has a NaN or an infinity."""
+    bad = [name for name, a in arrays.items() if a is not None and not np.isfinite(a).all()]
+    if bad:
+        raise DivergenceError(iteration, ", ".join(bad), model)
+
+
+class ClientUpload(NamedTuple):
+    """What a client's training call produces. ``U`` stays on the client; ``items`` and
+    ``grads`` (rated items first, in their fixed order, then the sampled ones) are uploaded;
+    ``o_deltas`` (SVD++ only) is uploaded with them; ``n_rated`` is private (tests only)."""
+
+    U: np.ndarray
+    items: np.ndarray
+    grads: np.ndarray
+    o_deltas: np.ndarray | None = None
+    n_rated: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Initialisation, schedules, prediction
+
+
+def init_user_factor(
+    rng: np.random.Generator, d: int, *, scale: float = DEFAULT_INIT_SCALE, dtype=np.float32
+) -> np.ndarray:
+    """U_u uniform in (-scale, scale), one ``rng.uniform`` call of d values (float64, then cast)."""
+    return rng.uniform(-scale, scale, size=int(d)).astype(dtype)
+
+
+def init_item_factors(
+    rng: np.random.Generator, m: int, d: int, *, scale: float = DEFAULT_INIT_SCALE, dtype=np.float32
+) -> np.ndarray:
+    """V (or O) uniform in (-scale, scale), shape (m, d), one ``rng.uniform`` call, row-major."""
+    return rng.uniform(-scale, scale, size=(int(m), int(d))).astype(dtype)
+
+
+def decayed_lr(lr0: float, k: int, decay: float = 0.9) -> float:
+    """lr_0 * decay**k (k = iterations done for a server/batch client, calls done for a
+    stochastic client). Everyone uses this function so federated and central agree exactly."""
+    return float(lr0) * float(decay) ** int(k)
+
+
+def draw_user_order(server_rng: np.random.Generator, n_users: int, n_draws: int | None = None):
+    """Algorithm 4 line 4: the stochastic server's n picks of the iteration, uniformly *with
+    replacement* (authors' code), one ``integers`` call per iteration (int64)."""
+    n = int(n_users) if n_draws is None else int(n_draws)
+    return server_rng.integers(0, int(n_users), size=n)
+
+
+def predict(U, V, users, items) -> np.ndarray:
+    """Eq. 1: r_hat = U_u . V_i for each (users[k], items[k]) pair (unclipped)."""
+    return np.einsum("kd,kd->k", U[users], V[items])
+
+
+# --------------------------------------------------------------------------------------------
+# Batch style (Algorithms 1-2)
+
+
+def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
+    """One batch gradient step of a client over its rated and sampled items (Eq. 7, 8).
+
+    ``V_rows``: V of the items I_u u I'_u (any order), ``ratings``: their real or virtual
+    ratings. Returns ``(new_U_u, item_grads)`` with item_grads[k] the gradient for V_rows[k].
+
+    ``order="code"`` (default, the authors' code; reproduces Table 2): item gradients taken with
+    U_u before its update. ``order="paper"`` (Algorithm 2 as printed): U_u updated first, then
+    Eq. 8 with the new U_u (errors recomputed).
+    """
+    U_u = np.asarray(U_u)
+    V_rows = np.asarray(V_rows)
+    dt = V_rows.dtype.type
+    lr = dt(lr)
+    lam = dt(lam)
+    n = V_rows.shape[0]
+    if n == 0:
+        return U_u.copy(), np.empty((0, U_u.shape[0]), dtype=V_rows.dtype)
+    e = V_rows @ U_u - ratings
+    grad_u = (e @ V_rows) / dt(n) + lam * U_u
+    new_u = U_u - lr * grad_u
+    if order == "code":
+        grads = e[:, None] * U_u[None, :] + lam * V_rows
+    elif order == "paper":
+        e2 = V_rows @ new_u - ratings
+        grads = e2[:, None] * new_u[None, :] + lam * V_rows
+    else:
+        raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
+    return new_u, grads
+
+
+def accumulate_item_grads(grad_sum, counts, items, grads) -> None:
+    """Server side of Eq. 9, incremental: add one client's upload into ``grad_sum`` (m, d) and
+    ``counts`` (m,) in place (items of one upload are distinct)."""
+    np.add.at(grad_sum, items, grads)
+    np.add.at(counts, items, 1)
+
+
+def apply_mean_step(V, grad_sum, counts, lr) -> np.ndarray:
+    """Eq. 9 and Algorithm 1 line 8: V_i <- V_i - lr * grad_sum_i / counts_i for items with at
+    least one gradient (others unchanged). In place; returns V."""
+    dt = V.dtype.type
+    has = counts > 0
+    V[has] -= dt(lr) * (grad_sum[has] / counts[has, None].astype(V.dtype))
+    return V
+
+
+def server_apply_mean(V, items, grads, lr, counts=None) -> np.ndarray:
+    """Batch server update from all uploads of an iteration, concatenated: ``items`` (K,) and
+    ``grads`` (K, d). ``counts`` (m,) defaults to the number of uploads per item (|U_i u U'_i|).
+    In place; returns V."""
+    items = np.asarray(items)
+    m, d = V.shape
+    grad_sum = np.zeros((m, d), dtype=V.dtype)
+    for f in range(d):
+        grad_sum[:, f] = np.bincount(items, weights=grads[:, f], minlength=m)
+    if counts is None:
+        counts = np.bincount(items, minlength=m)
+    return apply_mean_step(V, grad_sum, counts, lr)
+
+
+def server_apply_sgd(V, items, grads, lr) -> np.ndarray:
+    """Algorithm 4 lines 6-8: V_i <- V_i - lr g_i for one client's upload (distinct items).
+    In place; returns V."""
+    V[items] -= V.dtype.type(lr) * grads
+    return V
+
+
+def batch_client_step(
+    U_u, V, rated_items, ratings, *, t: int, lr: float, lam: float, rng=None, rho: float = 0.0,
+    strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
+    order: str = "code", sampled=None,
+) -> ClientUpload:
+    """Algorithm 2 (+3) for one client at 0-based iteration ``t`` with the iteration's ``lr``.
+
+    Samples I'_u with ``rng`` (unless ``sampled`` is given, e.g. for sample-once), fills virtual
+    ratings (UA, or HF when :func:`hf_active`; HF trains a copy of U_u from its value *before*
+    this step), then :func:`pmf_batch_client` on I_u (in order) followed by I'_u.
+    """
+    V = np.asarray(V)
+    dt = V.dtype
+    rated = np.asarray(rated_items, dtype=np.int32)
+    r = np.asarray(ratings, dtype=dt)
+    if sampled is None:
+        sampled = sample_unrated(rng, rated, V.shape[0], rho) if rho > 0 else np.empty(0, np.int32)
+    sampled = np.asarray(sampled, dtype=np.int32)
+    if sampled.shape[0]:
+        if strategy == "hf" and hf_active(t, T_predict, hf_convention):
+            virt = virtual_ratings_hf(U_u, V[rated], r, V[sampled], lr, lam, T_local).astype(dt)
+        elif strategy in ("ua", "hf"):
+            virt = np.full(sampled.shape[0], user_mean(r, dt), dtype=dt)
+        else:
+            raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
+        items = np.concatenate([rated, sampled])
+        rr = np.concatenate([r, virt])
+    else:
+        items, rr = rated, r
+    new_u, grads = pmf_batch_client(np.asarray(U_u, dtype=dt), V[items], rr, lr, lam, order=order)
+    return ClientUpload(new_u, items, grads, None, rated.shape[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Stochastic style (Algorithms 4-5)
+
+
+def pmf_sgd_client(U_u, V_rows, ratings, lr, lam, *, backend=None):
+    """Sequential SGD of one client over ``V_rows`` (items in the order given) with fixed V:
+    U_u updated after every rating, each item gradient taken with the current U_u before that
+    rating's update. Returns ``(new_U_u, item_grads)``. numba-compiled when available
+    (``backend``: None/"auto", "numba", "python"; identical numbers)."""
+    V_rows = np.ascontiguousarray(V_rows)
+    dt = V_rows.dtype
+    k = _sgd_numba.kernels(backend)
+    U = np.array(U_u, dtype=dt, copy=True)
+    n = V_rows.shape[0]
+    grads = np.empty((n, V_rows.shape[1]), dtype=dt)
+    items = np.arange(n, dtype=np.int32)
+    k.pmf_pass(U, V_rows, items, np.asarray(ratings, dtype=dt), _sgd_numba.make_par(lr, lam, dt), grads, 0)
+    return U, grads
+
+
+def pmf_sgd_client_step(
+    U_u, V, rated_items, ratings, *, t: int, lr: float, lam: float, rng=None, rho: float = 0.0,
+    strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
+    sampled=None, r_mean=None, backend=None,
+) -> ClientUpload:
+    """Algorithm 5 (+3) for one client: one training call at the server's 0-based iteration
+    ``t`` with the client's own current learning rate ``lr`` (decayed per call of this client).
+
+    SGD over the rated items, then (HF, when active) T_local SGD passes of a copy of U_u from
+    the state after that pass, virtual ratings, then SGD over the sampled items (authors' order).
+    ``r_mean``: the user's mean rating (computed with :func:`user_mean` if not given).
+    """
+    from .svdpp import _sgd_client_call  # shared with SVD++
+
+    return _sgd_client_call(
+        U_u, V, None, rated_items, ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho,
+        strategy=strategy, T_predict=T_predict, T_local=T_local, hf_convention=hf_convention,
+        sampled=sampled, r_mean=r_mean, backend=backend,
+    )
