@@ -174,6 +174,12 @@ def test_out_rows_must_cover_the_rated_entries():
         ae.loss_and_grads(params, x, y, m, out_rows=[1])
     with pytest.raises(ValueError):
         ae.loss_and_grads(params, x, y, m, dropout=0.5)  # no rng
+    with pytest.raises(ValueError):
+        ae.loss_and_grads(params, x, y, m, out_rows=[0, 0, 1, 2, 3, 4, 5, 6])  # duplicates
+    with pytest.raises(ValueError):
+        ae.loss_and_grads(params, x, y, m, out_rows="nonzero")
+    with pytest.raises(ValueError):
+        ae.predict(params, x, out_rows="rated")
 
 
 def test_flops_counted_as_executed():

@@ -203,19 +203,19 @@ def _linear(a: np.ndarray, W: np.ndarray, b: np.ndarray, sequential: bool) -> np
     return a @ W.T + b
 
 
-def _resolve_index(spec, ref: np.ndarray, name: str, width: int) -> np.ndarray | None:
-    """``None`` (all), a mode string, or explicit indices -> sorted int64 indices or ``None``."""
+def _resolve_index(spec, ref: np.ndarray, name: str, width: int, mode: str | None) -> np.ndarray | None:
+    """``None`` (all), the mode string ``mode`` (``"rated"``: columns of ``ref`` with a true entry;
+    ``"nonzero"``: columns with a non-zero entry), or explicit strictly increasing indices."""
     if spec is None:
         return None
     if isinstance(spec, str):
-        if spec == "rated":
-            return np.flatnonzero(ref.any(axis=0))
-        if spec == "nonzero":
-            return np.flatnonzero((ref != 0).any(axis=0))
-        raise ValueError(f"{name} must be None, an index array, or {'rated' if name == 'out_rows' else 'nonzero'!r}")
+        if spec != mode:
+            raise ValueError(f"{name} must be None, strictly increasing indices" + (f" or {mode!r}" if mode else ""))
+        ref = np.asarray(ref)
+        return np.flatnonzero(ref.any(axis=0) if mode == "rated" else (ref != 0).any(axis=0))
     idx = np.asarray(spec, dtype=np.int64).ravel()
-    if idx.size and (idx.min() < 0 or idx.max() >= width):
-        raise ValueError(f"{name} out of range [0, {width})")
+    if idx.size and (idx[0] < 0 or idx[-1] >= width or np.any(np.diff(idx) <= 0)):
+        raise ValueError(f"{name} must be strictly increasing indices in [0, {width})")
     return idx
 
 
@@ -270,16 +270,16 @@ def predict(
     Ratings for the squared-error model, logits for the cross-entropy model (apply :func:`sigmoid` for
     probabilities; ranking needs only the logits). ``in_cols``: ``None``, ``"nonzero"`` or indices of the
     input columns to read (others must be zero in ``x`` for the result to be the full model's).
-    ``out_rows``: ``None`` or indices of the output rows to compute; the result then has ``len(out_rows)``
-    columns.
+    ``out_rows``: ``None`` or strictly increasing indices of the output rows to compute; the result then
+    has ``len(out_rows)`` columns.
     """
     x = np.asarray(x)
     n_in = params["enc.W1"].shape[1]
     n_out = params[output_keys(params)[0]].shape[0]
     if x.ndim != 2 or x.shape[1] != n_in:
         raise ValueError(f"x must have shape (batch, {n_in}), got {x.shape}")
-    cols = _resolve_index(in_cols, x, "in_cols", n_in)
-    rows = _resolve_index(out_rows, x, "out_rows", n_out)
+    cols = _resolve_index(in_cols, x, "in_cols", n_in, "nonzero")
+    rows = _resolve_index(out_rows, None, "out_rows", n_out, None)
     return _forward(params, x, cols, rows, 0.0, None, False)[0]
 
 
@@ -426,8 +426,8 @@ def loss_and_grads(
         raise ValueError(f"target and mask must have shape ({B}, {n_out})")
     mask_b = mask.astype(bool, copy=False)
     count = int(np.count_nonzero(mask_b))
-    cols = _resolve_index(in_cols, x, "in_cols", n_in)
-    rows = _resolve_index(out_rows, mask_b, "out_rows", n_out)
+    cols = _resolve_index(in_cols, x, "in_cols", n_in, "nonzero")
+    rows = _resolve_index(out_rows, mask_b, "out_rows", n_out, "rated")
     y = np.asarray(target, dtype=dtype)
     if rows is not None:
         m_sub = mask_b[:, rows]
