@@ -334,6 +334,17 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + (d - 1)
 
 
+def _fixed_width_dates(seg: bytes) -> bool:
+    """Every line ends with ',YYYY-MM-DD' (digits are checked by the parser)."""
+    if not seg or b"\r" in seg:
+        return False
+    buf = np.frombuffer(seg if seg.endswith(b"\n") else seg + b"\n", dtype=np.uint8)
+    nl = np.flatnonzero(buf == 10)
+    if nl[0] < 11:
+        return False
+    return bool(np.all(buf[nl - 11] == ord(",")) and np.all(buf[nl - 8] == ord("-")) and np.all(buf[nl - 5] == ord("-")))
+
+
 def _parse_netflix_file(f: Path):
     data = read_bytes(f)
     headers = list(_NF_HEADER.finditer(data))
@@ -350,7 +361,7 @@ def _parse_netflix_file(f: Path):
         seg_lines.append(first_line)
         n_lines = seg.count(b"\n") + (1 if seg and not seg.endswith(b"\n") else 0)
         cols = None
-        if seg.count(b"-") == 2 * n_lines:
+        if seg.count(b"-") == 2 * n_lines and _fixed_width_dates(seg):
             try:
                 cols = parse_numeric(f, seg.replace(b"-", b","), sep=",", columns=_NF_COLS, first_line=first_line)
             except DataFormatError:
