@@ -1,0 +1,6 @@
+"""Protocols as actors: each subpackage holds one protocol's actor coroutines and a ``build``
+function that places them on any transport. Nothing here imports simpy or asyncio."""
+
+PROTOCOLS = {
+    "demo": "federated gradient descent on a linear model (kernel demo)",
+}

@@ -1,0 +1,1 @@
+"""fedsim's scenario scripts, installed as the ``fedsim.scenarios`` package."""

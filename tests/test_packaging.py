@@ -1,0 +1,26 @@
+"""Packaging: every package is listed in pyproject.toml and scenarios ship with fedsim."""
+
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_package_is_listed_in_pyproject():
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text())
+    listed = set(conf["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "fedsim").rglob("__init__.py")}
+    found.add("fedsim.scenarios")
+    assert found == listed, f"pyproject packages differ: missing {found - listed}, stale {listed - found}"
+    assert conf["tool"]["setuptools"]["package-dir"]["fedsim.scenarios"] == "scenarios"
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_second():
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```", 2)[1].splitlines()
+    commands = [line.strip() for line in block[1:] if line.strip() and not line.startswith("#")]
+    assert commands[0].endswith("fedsim run")
+    test_cmd = commands[1]
+    assert "pytest" in test_cmd
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert test_cmd in [line.strip() for line in ci]
