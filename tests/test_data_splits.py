@@ -1,0 +1,108 @@
+import numpy as np
+import pytest
+
+from fedsim.data import (
+    Ratings,
+    kfold_copies,
+    partition_users,
+    per_user_random,
+    random_holdout,
+    temporal_holdout,
+    temporal_holdout_with_validation,
+)
+from fedsim.data.synthetic import generate
+
+
+def keys(r: Ratings) -> set:
+    return set(zip(r.users.tolist(), r.items.tolist()))
+
+
+def test_kfold_partitions_exactly():
+    r = generate("tiny")  # 360 ratings
+    folds = kfold_copies(r, 5, seed=1)
+    assert len(folds) == 5
+    tests = [keys(te) for _, te in folds]
+    assert all(len(t) == 72 for t in tests)
+    assert set().union(*tests) == keys(r)
+    for j, (tr, te) in enumerate(folds):
+        assert len(tr) == 288 and keys(tr) | keys(te) == keys(r) and not keys(tr) & keys(te)
+        assert tr.n_items == r.n_items and tr.n_users == r.n_users  # same index space
+        assert te.info["split"] == {"part": "test", "kind": "kfold", "k": 5, "fold": j}
+    # deterministic, seed-dependent
+    again = kfold_copies(r, 5, seed=1)
+    assert all(np.array_equal(a[1].items, b[1].items) and np.array_equal(a[1].users, b[1].users)
+               for a, b in zip(folds, again))
+    other = kfold_copies(r, 5, seed=2)
+    assert keys(other[0][1]) != keys(folds[0][1])
+    # a Generator works too
+    g = kfold_copies(r, 5, seed=np.random.default_rng(1))
+    assert keys(g[0][1]) == keys(folds[0][1])
+
+
+def test_kfold_uneven_and_errors():
+    r = Ratings(np.arange(7) % 3, np.arange(7), np.ones(7))
+    sizes = [len(te) for _, te in kfold_copies(r, 3, seed=0)]
+    assert sizes == [3, 2, 2]
+    with pytest.raises(ValueError):
+        kfold_copies(r, 1)
+    with pytest.raises(ValueError):
+        kfold_copies(r, 8)
+
+
+def test_temporal_holdout_most_recent_per_user():
+    # user 0: 10 ratings at t=0..9 -> test = the 2 latest; user 1: 4 ratings -> floor(0.8)=0 test
+    # user 2: 5 ratings with a tie at the boundary -> later row wins
+    u = [0] * 10 + [1] * 4 + [2] * 5
+    i = list(range(10)) + list(range(4)) + [0, 1, 2, 3, 4]
+    t = list(range(9, -1, -1)) + [5, 6, 7, 8] + [1, 2, 3, 3, 0]
+    r = Ratings(u, i, np.ones(19), timestamps=t)
+    train, test = temporal_holdout(r, 0.2)
+    assert sorted(keys(test)) == [(0, 0), (0, 1), (2, 3)]
+    assert len(train) == 16 and train.n_items == r.n_items
+    with pytest.raises(ValueError, match="timestamps"):
+        temporal_holdout(Ratings([0], [0], [1]))
+
+
+def test_temporal_holdout_with_validation():
+    u = [0] * 10
+    r = Ratings(u, list(range(10)), np.ones(10), timestamps=list(range(10)))
+    train, val, test = temporal_holdout_with_validation(r, 0.2, 0.2)
+    assert sorted(test.items.tolist()) == [8, 9]
+    assert sorted(val.items.tolist()) == [7]  # floor(0.2 * 8) = 1
+    assert sorted(train.items.tolist()) == list(range(7))
+    assert val.info["split"]["part"] == "validation"
+
+
+def test_per_user_random_counts_and_determinism():
+    r = generate("tiny", seed=3)
+    train, test = per_user_random(r, 0.2, seed=5)
+    per_user = np.bincount(test.users, minlength=r.n_users)
+    assert np.array_equal(per_user, np.floor(0.2 * r.user_counts() + 1e-9).astype(int))
+    assert keys(train) | keys(test) == keys(r) and not keys(train) & keys(test)
+    t2 = per_user_random(r, 0.2, seed=5)[1]
+    assert keys(t2) == keys(test)
+    assert keys(per_user_random(r, 0.2, seed=6)[1]) != keys(test)
+
+
+def test_random_holdout():
+    r = generate("tiny")
+    tr, te = random_holdout(r, 0.1, seed=0)
+    assert len(te) == 36 and len(tr) == 324
+
+
+def test_partition_users_balanced():
+    parts = partition_users(943, 100, seed=0)
+    sizes = sorted(len(p) for p in parts)
+    assert len(parts) == 100 and sizes[0] == 9 and sizes[-1] == 10
+    allu = np.concatenate(parts)
+    assert sorted(allu.tolist()) == list(range(943))
+    assert all(np.all(np.diff(p) > 0) for p in parts)
+    assert [p.tolist() for p in partition_users(943, 100, seed=0)] == [p.tolist() for p in parts]
+    one = partition_users(10, 1)
+    assert len(one) == 1 and one[0].tolist() == list(range(10))
+    each = partition_users(5, 5)
+    assert [p.tolist() for p in each] == [[0], [1], [2], [3], [4]]
+    with pytest.raises(ValueError):
+        partition_users(5, 6)
+    with pytest.raises(ValueError):
+        partition_users(5, 0)
