@@ -1,0 +1,217 @@
+"""The real download code against a fixture zip served by http.server on 127.0.0.1."""
+
+import argparse
+import functools
+import hashlib
+import http.server
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fedsim.data import download, load_movielens, resolve
+from fedsim.data.cli import add_subparser, main, run
+
+U_DATA = "1\t10\t4\t881250949\n2\t10\t3\t881250950\n2\t11\t5\t881250951\n"
+
+
+def make_zip(path: Path, members: dict[str, str]) -> str:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in members.items():
+            zf.writestr(name, text)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def served(tmp_path):
+    """Serve tmp_path/www over HTTP; yields (base_url, www folder, request log)."""
+    www = tmp_path / "www"
+    www.mkdir()
+    log: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            log.append(self.path)
+            super().do_GET()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(www)))
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", www, log
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+
+
+@pytest.fixture
+def fixture_zip(served):
+    base, www, log = served
+    sha = make_zip(www / "ml-100k.zip", {"ml-100k/u.data": U_DATA, "ml-100k/README": "fixture\n"})
+    return f"{base}/ml-100k.zip", sha, www / "ml-100k.zip", log
+
+
+def cache_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def test_download_verify_install_idempotent(tmp_path, fixture_zip):
+    url, sha, _, log = fixture_zip
+    cache = tmp_path / "cache"
+    seen = []
+    path = download.get("ml-100k", cache_dir=cache, url=url, sha256=sha, progress=lambda d, t: seen.append((d, t)))
+    assert path == cache / "ml-100k" and (path / "u.data").read_text() == U_DATA
+    assert (path / download.MARKER).is_file()
+    assert download.is_installed("ml-100k", cache) and log == ["/ml-100k.zip"]
+    assert seen and seen[-1][0] == seen[-1][1]  # progress reached the Content-Length
+    # nothing else is left in the cache (no .part, no extract folders)
+    assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/README", "ml-100k/u.data"]
+    # idempotent: no second request
+    assert download.get("ml-100k", cache_dir=cache, url=url, sha256=sha) == path
+    assert log == ["/ml-100k.zip"]
+    r = load_movielens(path)
+    assert len(r) == 3 and r.n_users == 2
+
+
+def test_checksum_mismatch_leaves_nothing(tmp_path, fixture_zip):
+    url, sha, _, log = fixture_zip
+    cache = tmp_path / "cache"
+    with pytest.raises(download.ChecksumError, match="checksum mismatch for ml-100k") as ei:
+        download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64)
+    assert sha in str(ei.value) and "nothing was installed" in str(ei.value)
+    assert cache_files(cache) == []
+    assert not download.is_installed("ml-100k", cache)
+    # the pinned (official) checksum does not match the fixture either
+    with pytest.raises(download.ChecksumError):
+        download.get("ml-100k", cache_dir=cache, url=url)
+    assert cache_files(cache) == []
+
+
+def test_insecure_install_is_explicit(tmp_path, fixture_zip):
+    url, _, _, _ = fixture_zip
+    cache = tmp_path / "cache"
+    path = download.get("ml-100k", cache_dir=cache, url=url, verify=False)
+    import json
+
+    marker = json.loads((path / download.MARKER).read_text())
+    assert marker["verified"] is False and marker["source"] == url
+
+
+def test_from_file_and_force(tmp_path, fixture_zip):
+    _, sha, zpath, log = fixture_zip
+    cache = tmp_path / "cache"
+    path = download.get("ml-100k", from_file=zpath, cache_dir=cache, sha256=sha)
+    assert (path / "u.data").is_file() and log == []
+    (path / "extra").write_text("x")
+    again = download.get("ml-100k", from_file=zpath, cache_dir=cache, sha256=sha, force=True)
+    assert again == path and not (path / "extra").exists()
+    assert [p for p in cache_files(cache) if p.startswith(".")] == []
+    with pytest.raises(FileNotFoundError):
+        download.get("ml-1m", from_file=tmp_path / "nope.zip", cache_dir=cache, sha256=sha)
+    assert not (cache / "ml-1m").exists()
+
+
+def test_existing_incomplete_folder_is_not_overwritten(tmp_path, fixture_zip):
+    url, sha, _, _ = fixture_zip
+    cache = tmp_path / "cache"
+    (cache / "ml-100k").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="not a complete fedsim install"):
+        download.get("ml-100k", cache_dir=cache, url=url, sha256=sha)
+    download.get("ml-100k", cache_dir=cache, url=url, sha256=sha, force=True)
+    assert download.is_installed("ml-100k", cache)
+
+
+def test_unsafe_zip_and_bad_zip(tmp_path, served):
+    base, www, _ = served
+    cache = tmp_path / "cache"
+    sha = make_zip(www / "evil.zip", {"../evil.txt": "x"})
+    with pytest.raises(ValueError, match="unsafe member path"):
+        download.get("ml-100k", cache_dir=cache, url=f"{base}/evil.zip", sha256=sha)
+    (www / "junk.zip").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a valid zip"):
+        download.get("ml-100k", cache_dir=cache, url=f"{base}/junk.zip",
+                     sha256=hashlib.sha256(b"not a zip").hexdigest())
+    assert cache_files(cache) == [] and not (tmp_path / "evil.txt").exists()
+
+
+def test_http_error(tmp_path, served):
+    base, _, _ = served
+    cache = tmp_path / "cache"
+    with pytest.raises(OSError):
+        download.get("ml-100k", cache_dir=cache, url=f"{base}/missing.zip", sha256="0" * 64)
+    assert cache_files(cache) == []
+
+
+def test_unknown_dataset():
+    with pytest.raises(ValueError, match="unknown dataset 'ml-7m'"):
+        download.get("ml-7m")
+
+
+def test_registry_pins():
+    for name in ("ml-100k", "ml-1m", "ml-10m", "ml-20m", "ml-latest-small"):
+        spec = download.REGISTRY[name]
+        assert spec.url == f"https://files.grouplens.org/datasets/movielens/{name}.zip"
+        assert spec.sha256 and len(spec.sha256) == 64
+    assert download.REGISTRY["ml-100k"].sha256.startswith("50d2a982")
+    assert download.REGISTRY["ml-1m"].sha256.startswith("a6898adb")
+
+
+def test_cache_dir_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv("FEDSIM_DATA", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    import sys
+
+    if sys.platform.startswith("linux"):
+        assert download.default_cache_dir() == tmp_path / "xdg" / "fedsim"
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "fd"))
+    assert download.default_cache_dir() == tmp_path / "fd"
+    assert download.dataset_path("ml-1m") == tmp_path / "fd" / "ml-1m"
+    assert download.default_cache_dir(tmp_path / "x") == tmp_path / "x"
+
+
+def test_resolve_installed_name(monkeypatch, tmp_path, fixture_zip):
+    url, sha, _, _ = fixture_zip
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))
+    with pytest.raises(FileNotFoundError, match="fedsim data get ml-100k"):
+        resolve("ml-100k")
+    download.get("ml-100k", url=url, sha256=sha)
+    r = resolve("ml-100k")
+    assert len(r) == 3 and r.name == "ml-100k"
+    assert resolve("ML100K").fingerprint() == r.fingerprint()
+
+
+def test_cli_get_list_path(tmp_path, fixture_zip, capsys):
+    url, sha, zpath, _ = fixture_zip
+    cache = str(tmp_path / "cache")
+    assert main(["path", "ml-100k", "--cache-dir", cache]) == 1
+    assert "not installed" in capsys.readouterr().err
+    assert main(["get", "ml-100k", "--url", url, "--sha256", "f" * 64, "--cache-dir", cache, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("fedsim data: error: checksum mismatch") and err.count("\n") == 1
+    assert main(["get", "ml-100k", "--from", str(zpath), "--sha256", sha, "--cache-dir", cache]) == 0
+    out = capsys.readouterr().out.strip()
+    assert Path(out) == Path(cache) / "ml-100k"
+    assert main(["get", "ml-100k", "--from", str(zpath), "--sha256", sha, "--cache-dir", cache]) == 0
+    assert "already installed" in capsys.readouterr().err
+    assert main(["path", "ml-100k", "--cache-dir", cache]) == 0
+    assert capsys.readouterr().out.strip() == out
+    assert main(["list", "--cache-dir", cache]) == 0
+    listing = capsys.readouterr().out
+    assert "ml-100k" in listing and "installed" in listing and "ml-20m" in listing
+
+
+def test_cli_add_subparser(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="fedsim")
+    sub = parser.add_subparsers(dest="command")
+    add_subparser(sub)
+    args = parser.parse_args(["data", "list", "--cache-dir", str(tmp_path)])
+    assert args.command == "data" and args.func is run
+    assert args.func(args) == 0
+    assert "ml-1m" in capsys.readouterr().out
+    args = parser.parse_args(["data", "get", "ml-1m", "--from", "x.zip", "--insecure"])
+    assert args.from_file == "x.zip" and args.insecure
