@@ -128,11 +128,17 @@ def evaluate(pred, ratings, clip=(1.0, 5.0), model: str = "") -> tuple[float, fl
     return float(np.mean(np.abs(err))), float(np.sqrt(np.mean(err * err)))
 
 
-def _scatter_rows(idx, rows, n) -> np.ndarray:
-    out = np.zeros((n, rows.shape[1]), dtype=rows.dtype)
-    for f in range(rows.shape[1]):
-        out[:, f] = np.bincount(idx, weights=rows[:, f], minlength=n)
-    return out
+def _quiet_overflow(fn):
+    """Divergence is detected and reported explicitly (DivergenceError / diverged_at), so the
+    overflow warnings NumPy would print on the way there are silenced inside the trainers."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 @dataclass
@@ -221,6 +227,7 @@ def _sample(st: _Setup, u: int, rho: float, resample: bool, cache: dict):
 # PMF(B)
 
 
+@_quiet_overflow
 def train_pmf_batch(
     users, items, ratings, n_users: int, n_items: int, *, d: int = 20, T: int = 100,
     lr: float = 0.8, lam: float = 0.001, rho: float = 0.0, strategy: str = "ua",
@@ -331,6 +338,7 @@ def _batch_iteration(st, t, lr_t, lam, rho, strategy, T_predict, T_local, hf_con
 # PMF(S) and SVD++(S)
 
 
+@_quiet_overflow
 def _train_sgd(model, implicit, users, items, ratings, n_users, n_items, *, d, T, lr, client_lr,
                lam, rho, strategy, T_predict, T_local, hf_convention, user_rngs, server_rng, dtype,
                decay, init_scale, resample, test, callback, on_divergence, engine, backend):
