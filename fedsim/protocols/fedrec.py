@@ -1,0 +1,336 @@
+"""FedRec (Lin et al. 2020) as actors: federated PMF(B), PMF(S) and SVD++(S) with user
+averaging (UA) or hybrid filling (HF) of sampled unrated items.
+
+Message flow (kinds), one iteration t:
+
+batch (Algorithms 1-3)
+    server -> every client   ``model``      {t, V}                 m x d floats
+    client -> server         ``gradients``  {items, grads}         |I_u u I'_u| ids + x d floats
+    the server averages each item's gradients over the users who sent one (Eq. 9), updates V.
+
+stochastic (Algorithms 4-5), n times per iteration, for a user drawn with replacement:
+    server -> that client    ``model``      {t, V} (+ O for SVD++)  m x d (x2) floats
+    client -> server         ``gradients``  {items, grads} (+ o_deltas for SVD++)
+    the server applies them at once.
+
+end of training
+    server -> every client   ``stop``       {diverged_at}
+
+optional evaluation (``eval_every``; kinds listed in ``EVAL_KINDS`` so cost tables can leave
+them out): in batch mode the client evaluates its private test ratings with the V it has just
+downloaded and its current U_u and answers ``eval`` {sse, sae, n}; in stochastic mode the server
+sends ``evaluate`` {V (, O)} at the end of the iteration. Three scalars per client: the server
+learns a client's error sums, not its ratings.
+
+U_u never leaves its client. The rated items a client uploads gradients for are, with rho > 0,
+hidden among rho x |I_u| sampled unrated items, drawn afresh each call (``resample=True``, the
+paper's algorithms) or once (``resample=False``). See docs/fedrec.md for the privacy difference.
+
+Every random draw comes from ``ctx.rng`` (the server: V, O, user order; a client: U_u, samples);
+``central_twin`` trains the same model centrally with generators derived the same way, so that
+federated and unfederated runs can be compared bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
+from ..math.filling import sample_unrated
+from ..math.pmf import (
+    batch_client_step,
+    decayed_lr,
+    draw_user_order,
+    init_item_factors,
+    init_user_factor,
+    pmf_sgd_client_step,
+    server_apply_sgd,
+)
+from ..math.svdpp import server_apply_o_delta, svdpp_sgd_client_step
+from ..seeding import node_rng
+
+__all__ = [
+    "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "build", "central_twin", "client_name",
+    "formula_payload_floats",
+]
+
+MODELS = {"PMF(B)": "batch", "PMF(S)": "sgd", "SVD++(S)": "sgd"}
+EVAL_KINDS = ("eval", "evaluate")
+SERVER = "server"
+
+
+@dataclass(frozen=True)
+class FedRecConfig:
+    """FedRec hyper-parameters (paper names). ``lr`` is gamma (server / batch rate, decayed
+    x``decay`` per iteration); ``client_lr`` the stochastic clients' own rate (decayed per call,
+    default ``lr``). ``dtype`` is used for computation *and* on the wire."""
+
+    model: str = "PMF(B)"
+    d: int = 20
+    T: int = 100
+    lr: float = 0.8
+    client_lr: float | None = None
+    lam: float = 0.001
+    rho: float = 0.0
+    strategy: str = "ua"
+    T_predict: int = 10
+    T_local: int = 10
+    hf_convention: str = "code"
+    order: str = "code"
+    resample: bool = True
+    decay: float = 0.9
+    init_scale: float = 0.005
+    dtype: str = "float32"
+    eval_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.strategy not in ("ua", "hf"):
+            raise ValueError(f"strategy must be 'ua' or 'hf', got {self.strategy!r}")
+        if self.rho < 0:
+            raise ValueError(f"rho must be >= 0, got {self.rho}")
+        if self.d <= 0 or self.T < 0:
+            raise ValueError(f"d must be > 0 and T >= 0, got d={self.d}, T={self.T}")
+        np.dtype(self.dtype)
+
+    @property
+    def style(self) -> str:
+        return MODELS[self.model]
+
+    @property
+    def implicit(self) -> bool:
+        return self.model == "SVD++(S)"
+
+
+def client_name(u: int, n_users: int) -> str:
+    """Node id of user ``u``'s client: zero-padded so that id order equals user order."""
+    return f"client/{u:0{max(4, len(str(n_users - 1)))}d}"
+
+
+# --------------------------------------------------------------------------------------------
+# actors
+
+
+def _check(V: np.ndarray, O: np.ndarray | None) -> bool:
+    return bool(np.isfinite(V).all() and (O is None or np.isfinite(O).all()))
+
+
+async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
+    """The FedRec server. Returns ``{"V", "O", "diverged_at", "eval"}`` where ``eval`` holds
+    one ``{iteration, mae, rmse, n}`` per evaluation (clients' error sums, aggregated)."""
+    dt = np.dtype(cfg.dtype)
+    d = cfg.d
+    rng = ctx.rng
+    V = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt)
+    O = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt) if cfg.implicit else None
+    evals: list[dict] = []
+    diverged_at = None
+    n = len(clients)
+    for t in range(cfg.T):
+        ctx.begin_round(t)
+        lr_t = decayed_lr(cfg.lr, t, cfg.decay)
+        want_eval = bool(cfg.eval_every) and t > 0 and t % cfg.eval_every == 0
+        if cfg.style == "batch":
+            await ctx.broadcast(clients, "model", {"t": t, "V": V, "eval": want_eval})
+            got = await ctx.gather("gradients", senders=clients, round=t)
+            if want_eval:
+                evals.append(await _collect_eval(ctx, clients, t, t))
+            grad_sum = np.zeros((m, d), dtype=dt)
+            counts = np.zeros(m, dtype=np.int64)
+            rows = 0
+            for msg in got:  # node-id order
+                items = msg.payload["items"]
+                with np.errstate(over="ignore", invalid="ignore"):
+                    grad_sum[items] += msg.payload["grads"]  # items of one upload are distinct
+                counts[items] += 1
+                rows += items.shape[0]
+            has = counts > 0
+            with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
+                V[has] -= dt.type(lr_t) * (grad_sum[has] / counts[has, None].astype(dt))
+            await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
+        else:
+            order = draw_user_order(rng, n)
+            for u in order:
+                payload = {"t": t, "V": V} if O is None else {"t": t, "V": V, "O": O}
+                await ctx.send(clients[u], "model", payload)
+                msg = await ctx.receive("gradients")
+                items = msg.payload["items"]
+                server_apply_sgd(V, items, msg.payload["grads"], lr_t)
+                if O is not None:
+                    server_apply_o_delta(O, items, msg.payload["o_deltas"])
+                await ctx.compute(4.0 * items.shape[0] * d, "apply")
+            if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
+                body = {"V": V} if O is None else {"V": V, "O": O}
+                await ctx.broadcast(clients, "evaluate", body)
+                evals.append(await _collect_eval(ctx, clients, t + 1, t))
+        if not _check(V, O):
+            diverged_at = t + 1
+            break
+    await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
+    return {"V": V, "O": O, "diverged_at": diverged_at, "eval": evals}
+
+
+async def _collect_eval(ctx, clients, iteration: int, rnd: int) -> dict:
+    got = await ctx.gather("eval", senders=clients, round=rnd)
+    sse = sum(m.payload["sse"] for m in got)
+    sae = sum(m.payload["sae"] for m in got)
+    n = sum(m.payload["n"] for m in got)
+    return {"iteration": iteration, "mae": sae / n if n else float("nan"),
+            "rmse": float(np.sqrt(sse / n)) if n else float("nan"), "n": n}
+
+
+def _local_errors(U_u, V, O, rated, test_items, test_ratings, clip) -> dict:
+    if test_items.shape[0] == 0:
+        return {"sse": 0.0, "sae": 0.0, "n": 0}
+    u = np.asarray(U_u, dtype=np.float64)
+    if O is not None and rated.shape[0]:
+        u = u + O[rated].astype(np.float64).sum(axis=0) / np.sqrt(rated.shape[0])
+    pred = V[test_items].astype(np.float64) @ u
+    if not np.isfinite(pred).all():
+        return {"sse": float("inf"), "sae": float("inf"), "n": int(test_items.shape[0])}
+    err = np.clip(pred, *clip) - test_ratings
+    return {"sse": float(err @ err), "sae": float(np.abs(err).sum()), "n": int(err.shape[0])}
+
+
+async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
+                 test_items: np.ndarray | None = None, test_ratings: np.ndarray | None = None,
+                 clip: tuple[float, float] = (1.0, 5.0)) -> np.ndarray:
+    """One user's client: ``rated`` item ids ascending and their ``ratings`` (private).
+    Returns its final U_u. Optional private test ratings are used only for ``eval`` replies."""
+    dt = np.dtype(cfg.dtype)
+    rng = ctx.rng
+    U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
+    rated = np.asarray(rated, dtype=np.int32)
+    ratings = np.asarray(ratings, dtype=dt)
+    test_items = np.empty(0, np.int32) if test_items is None else np.asarray(test_items, np.int32)
+    test_ratings = np.empty(0) if test_ratings is None else np.asarray(test_ratings, np.float64)
+    calls = 0
+    sample_once: np.ndarray | None = None
+    kw = dict(lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict,
+              T_local=cfg.T_local, hf_convention=cfg.hf_convention)
+    while True:
+        msg = await ctx.receive(("model", "evaluate", "stop"))
+        p = msg.payload
+        if msg.kind == "stop":
+            return U
+        if msg.kind == "evaluate":
+            await ctx.send(SERVER, "eval", _local_errors(U, p["V"], p.get("O"), rated, test_items,
+                                                         test_ratings, clip))
+            continue
+        t = p["t"]
+        V = p["V"]
+        if cfg.style == "batch" and p.get("eval"):
+            await ctx.send(SERVER, "eval", _local_errors(U, V, None, rated, test_items,
+                                                         test_ratings, clip))
+        sampled = None
+        if not cfg.resample and cfg.rho > 0:
+            if sample_once is None:
+                sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
+            sampled = sample_once
+        if cfg.style == "batch":
+            up = batch_client_step(U, V, rated, ratings, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay),
+                                   rng=rng, order=cfg.order, sampled=sampled, **kw)
+            body = {"items": up.items, "grads": up.grads}
+            flops = 6.0 * up.items.shape[0] * cfg.d
+        else:
+            lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
+            calls += 1
+            if cfg.implicit:
+                up = svdpp_sgd_client_step(U, V, p["O"], rated, ratings, t=t, lr=lr_c, rng=rng,
+                                           sampled=sampled, **kw)
+                body = {"items": up.items, "grads": up.grads, "o_deltas": up.o_deltas}
+                # each SGD step also moves the O rows of all rated items
+                flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
+            else:
+                up = pmf_sgd_client_step(U, V, rated, ratings, t=t, lr=lr_c, rng=rng,
+                                         sampled=sampled, **kw)
+                body = {"items": up.items, "grads": up.grads}
+                flops = 6.0 * up.items.shape[0] * cfg.d
+        U = up.U
+        await ctx.compute(flops, "train")
+        await ctx.send(SERVER, "gradients", body)
+
+
+# --------------------------------------------------------------------------------------------
+# placing the actors, collecting the result
+
+
+@dataclass
+class FedRecJob:
+    """What ``build`` placed on a network; ``collect`` turns a run's result into a model."""
+
+    cfg: FedRecConfig
+    n_users: int
+    n_items: int
+    clients: list[str]
+    indptr: np.ndarray
+    indices: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+    def collect(self, result) -> TrainResult:
+        """Assemble U (from the clients' return values), V and O (from the server's) into a
+        ``TrainResult``; ``history`` holds the federated evaluations (if ``eval_every``)."""
+        srv = result[SERVER]
+        dt = np.dtype(self.cfg.dtype)
+        U = np.empty((self.n_users, self.cfg.d), dtype=dt)
+        for u, name in enumerate(self.clients):
+            U[u] = result[name]
+        res = TrainResult(self.cfg.model, U, srv["V"], srv["O"], self.indptr, self.indices,
+                          history=list(srv["eval"]), diverged_at=srv["diverged_at"],
+                          params=asdict(self.cfg))
+        if res.diverged_at is None and not np.isfinite(U).all():
+            res.diverged_at = self.cfg.T
+        return res
+
+
+def build(net, users, items, ratings, n_users: int, n_items: int, cfg: FedRecConfig,
+          test: tuple | None = None) -> FedRecJob:
+    """Place a FedRec server and one client per user on ``net`` (any transport).
+
+    ``users, items, ratings``: the training ratings (dense indices); every user in
+    ``range(n_users)`` gets a client (users without training ratings still download and answer).
+    ``test``: optional ``(users, items, ratings)`` given to the clients privately for
+    ``eval_every`` evaluations. Declares ``d`` as the ledger's unit.
+    """
+    dt = np.dtype(cfg.dtype)
+    indptr, indices, data = to_csr(users, items, ratings, n_users, dt)
+    clients = [client_name(u, n_users) for u in range(n_users)]
+    if test is not None:
+        t_ptr, t_idx, t_val = to_csr(*test, n_users, np.float64)
+    net.set_unit(cfg.d)
+    net.add_node(SERVER, server, clients, int(n_items), cfg, role="server")
+    for u, name in enumerate(clients):
+        lo, hi = indptr[u], indptr[u + 1]
+        kw = {}
+        if test is not None:
+            kw = dict(test_items=t_idx[t_ptr[u]:t_ptr[u + 1]], test_ratings=t_val[t_ptr[u]:t_ptr[u + 1]])
+        net.add_node(name, client, indices[lo:hi], data[lo:hi], cfg, **kw)
+    return FedRecJob(cfg, int(n_users), int(n_items), clients, indptr, indices)
+
+
+def central_twin(users, items, ratings, n_users: int, n_items: int, cfg: FedRecConfig, seed: int,
+                 test=None, on_divergence: str = "stop", callback=None, backend=None) -> TrainResult:
+    """Train the same model centrally ("unfederated"), with each user's and the server's random
+    streams derived exactly as the actors derive theirs from ``seed``: with the same seed the
+    result equals the federated one (to rounding in the summation order)."""
+    names = [client_name(u, n_users) for u in range(n_users)]
+    common = dict(d=cfg.d, T=cfg.T, lr=cfg.lr, lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy,
+                  T_predict=cfg.T_predict, T_local=cfg.T_local, hf_convention=cfg.hf_convention,
+                  user_rngs=lambda u: node_rng(seed, names[u]), server_rng=node_rng(seed, SERVER),
+                  dtype=np.dtype(cfg.dtype), decay=cfg.decay, init_scale=cfg.init_scale,
+                  resample=cfg.resample, test=test, callback=callback, on_divergence=on_divergence)
+    if cfg.model == "PMF(B)":
+        return train_pmf_batch(users, items, ratings, n_users, n_items, order=cfg.order,
+                               backend=backend, **common)
+    trainer = train_svdpp_sgd if cfg.implicit else train_pmf_sgd
+    return trainer(users, items, ratings, n_users, n_items, client_lr=cfg.client_lr,
+                   backend=backend, **common)
+
+
+def formula_payload_floats(n_rated_total: int, rho: float, m: int, n: int, d: int) -> float:
+    """FedRec section 3.3: floats exchanged per iteration, d x [|R| (1 + rho) + m x n]
+    (times 4 for bytes in float32)."""
+    return d * (n_rated_total * (1 + rho) + m * n)
