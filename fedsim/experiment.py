@@ -399,6 +399,8 @@ def parse_sets(mod: ModuleType, sets: Sequence[str]) -> dict[str, Any]:
 
 
 def _modname(mod: ModuleType) -> str:
+    if mod.__name__ == "__main__" and getattr(mod, "__file__", None):
+        return Path(mod.__file__).stem
     return mod.__name__.rsplit(".", 1)[-1].removeprefix("fedsim_scenario_")
 
 
