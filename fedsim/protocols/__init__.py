@@ -4,4 +4,5 @@ function that places them on any transport. Nothing here imports simpy or asynci
 PROTOCOLS = {
     "demo": "federated gradient descent on a linear model (kernel demo)",
     "fedrec": "FedRec: federated PMF(B), PMF(S), SVD++(S) with user averaging or hybrid filling",
+    "fedrecpp": "FedRec++: FedRec PMF(B) with denoising clients that make hybrid filling lossless",
 }

@@ -1,0 +1,308 @@
+"""FedRec++ (Liang et al. 2021) as actors: denoising clients make FedRec's hybrid filling
+lossless.
+
+Setup (once): the server draws ``eta`` denoisers at random and assigns every ordinary client to
+one of them (random, balanced), telling each client its role (``assign``).
+
+One iteration t (batch PMF, c participating clients drawn at random by the server):
+
+phase 1, TRAINING
+    server -> participants        ``model``     {t, V}
+    ordinary -> server            ``gradients`` {items, grads}  over I_u u I'_u (Eq. 3, 4)
+    ordinary -> its denoiser      ``noise``     {items, grads}  over I'_u (Eq. 8), *anonymous*
+    a participating denoiser computes its own gradients over I_u and keeps them (no upload).
+phase 2, COLLECTING
+    server -> each denoiser       ``collect``   {t, expected}  (how many noise messages to expect)
+    denoiser -> server            ``denoised``  {items, sums, counts}  (Eq. 9 and |U'_i^d|)
+    the server removes the noise (Eq. 5), recovers |U_i| and updates V (Eq. 6).
+end
+    server -> every client        ``stop``
+
+Choices where the paper is silent or inconsistent (docs/fedrecpp.md):
+
+- Signs: the denoiser sends S = sum of received noise - its own gradients (Eq. 9) and the
+  server computes G - sum_d S (Eq. 5); the result is the pure rated-item gradient sum, the
+  denoisers' own gradients included.
+- Counts: the denoiser sends ``counts = |U'_i^d| - [i in I_d]`` (its own ratings enter as a
+  correction) so that |U_i| = |U_i u U'_i| - sum_d counts counts every rater, denoisers
+  included; with ``count_own=False`` it sends the paper's |U'_i^d| and the denoisers' ratings
+  are missing from |U_i| (not exactly lossless). The correction shows the server a denoiser's
+  rated items that none of its clients sampled (count -1): the price of exactness, documented.
+- Clients update U_u from rated items only (Eq. 7) when denoising is on; with ``eta = 0`` the
+  protocol is FedRec with HF (U_u from rated and sampled items, division by |U_i u U'_i|).
+- Participation: denoisers collect every iteration whether or not they train in it.
+
+With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float64).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..math.fedrec_central import TrainResult, to_csr
+from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
+from ..math.pmf import (
+    batch_client_step,
+    decayed_lr,
+    init_item_factors,
+    init_user_factor,
+    pmf_batch_client,
+)
+from .fedrec import SERVER, client_name
+
+__all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "build", "TRAINING_KINDS"]
+
+TRAINING_KINDS = ("gradients", "noise", "denoised")
+
+
+class ExposedDenoiserWarning(UserWarning):
+    """More denoisers than ordinary clients: some denoisers collect no noise, so what they
+    send the server is their own gradients in the clear (FedRec++ section RQ3)."""
+
+
+@dataclass(frozen=True)
+class FedRecPPConfig:
+    """FedRec++ parameters: FedRec's batch PMF with HF, plus ``eta`` denoisers and ``c``
+    participating clients per iteration (0: all)."""
+
+    d: int = 20
+    T: int = 100
+    lr: float = 0.8
+    lam: float = 0.001
+    rho: float = 1.0
+    eta: int = 1
+    c: int = 0
+    strategy: str = "hf"
+    T_predict: int = 10
+    T_local: int = 10
+    hf_convention: str = "code"
+    order: str = "code"
+    decay: float = 0.9
+    init_scale: float = 0.005
+    dtype: str = "float32"
+    count_own: bool = True
+    allow_exposed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.eta < 0 or self.c < 0 or self.rho < 0:
+            raise ValueError(f"eta, c and rho must be >= 0 (eta={self.eta}, c={self.c}, rho={self.rho})")
+        if self.strategy not in ("ua", "hf"):
+            raise ValueError(f"strategy must be 'ua' or 'hf', got {self.strategy!r}")
+
+
+def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
+    """eta > n is impossible (ValueError); eta > n/2 leaves denoisers without ordinary clients,
+    exposing their gradients: an error unless ``allow_exposed``, then a warning."""
+    if eta > n:
+        raise ValueError(f"eta = {eta} denoisers is impossible with n = {n} clients")
+    if eta > n - eta:
+        msg = (f"eta = {eta} > n/2 = {n / 2:g}: {eta - (n - eta)} denoiser(s) get no ordinary client, "
+               "so their own gradients reach the server undisguised")
+        if not allow_exposed:
+            raise ValueError(msg + " (pass allow_exposed=True to run anyway)")
+        warnings.warn(msg, ExposedDenoiserWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------------------------
+# actors
+
+
+async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
+    """Returns ``{"V", "denoisers", "assignment", "diverged_at"}``."""
+    dt = np.dtype(cfg.dtype)
+    d = cfg.d
+    rng = ctx.rng
+    V = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt)  # first draw: as FedRec's server
+    n = len(clients)
+    den_idx = np.sort(rng.choice(n, size=cfg.eta, replace=False)) if cfg.eta else np.empty(0, np.int64)
+    denoisers = [clients[i] for i in den_idx]
+    ordinary = [c for i, c in enumerate(clients) if i not in set(den_idx.tolist())]
+    assignment: dict[str, str] = {}
+    if denoisers:
+        # balanced: a random permutation of the ordinary clients dealt round-robin
+        perm = rng.permutation(len(ordinary))
+        for k, j in enumerate(perm):
+            assignment[ordinary[j]] = denoisers[k % len(denoisers)]
+    ctx.begin_round(-1)
+    for c in clients:
+        if c in assignment:
+            await ctx.send(c, "assign", {"role": "ordinary", "denoiser": assignment[c]})
+        elif denoisers:
+            await ctx.send(c, "assign", {"role": "denoiser"})
+        else:
+            await ctx.send(c, "assign", {"role": "ordinary", "denoiser": None})
+    den_set = set(denoisers)
+    diverged_at = None
+    c_part = cfg.c or n
+    for t in range(cfg.T):
+        ctx.begin_round(t)
+        lr_t = decayed_lr(cfg.lr, t, cfg.decay)
+        if c_part >= n:
+            part = list(clients)
+        else:
+            part = [clients[i] for i in np.sort(rng.choice(n, size=c_part, replace=False))]
+        await ctx.broadcast(part, "model", {"t": t, "V": V})
+        ordinary_part = [p for p in part if p not in den_set]
+        got = await ctx.gather("gradients", senders=ordinary_part, round=t)
+        G = np.zeros((m, d), dtype=dt)
+        C = np.zeros(m, dtype=np.int64)
+        rows = 0
+        for msg in got:  # node-id order (Eq. 4 and |U_i u U'_i|)
+            items = msg.payload["items"]
+            with np.errstate(over="ignore", invalid="ignore"):
+                G[items] += msg.payload["grads"]
+            C[items] += 1
+            rows += items.shape[0]
+        if denoisers:
+            expected = {dn: 0 for dn in denoisers}
+            for p in ordinary_part:
+                expected[assignment[p]] += 1
+            for dn in denoisers:
+                await ctx.send(dn, "collect", {"t": t, "expected": expected[dn]})
+            sums = await ctx.gather("denoised", senders=denoisers, round=t)
+            for msg in sums:  # Eq. 5 and the count recovery
+                items = msg.payload["items"]
+                with np.errstate(over="ignore", invalid="ignore"):
+                    G[items] -= msg.payload["sums"]
+                C[items] -= msg.payload["counts"]
+                rows += items.shape[0]
+        has = C > 0
+        with np.errstate(over="ignore", invalid="ignore"):
+            V[has] -= dt.type(lr_t) * (G[has] / C[has, None].astype(dt))  # Eq. 6
+        await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
+        if not np.isfinite(V).all():
+            diverged_at = t + 1
+            break
+    await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
+    return {"V": V, "denoisers": denoisers, "assignment": assignment, "diverged_at": diverged_at}
+
+
+def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool):
+    """Algorithm 2 TRAINING with denoising: U_u from rated items only (Eq. 7); gradients of the
+    rated items, and (ordinary clients) of sampled items with HF/UA virtual ratings, all taken
+    with U_u before its update."""
+    dt = V.dtype
+    new_u, g_rated = pmf_batch_client(U, V[rated], r, lr, cfg.lam, order=cfg.order)
+    if not with_noise:
+        return new_u, g_rated, None, None
+    sampled = sample_unrated(rng, rated, V.shape[0], cfg.rho) if cfg.rho > 0 else np.empty(0, np.int32)
+    if sampled.shape[0] == 0:
+        return new_u, g_rated, sampled, np.empty((0, V.shape[1]), dtype=dt)
+    if cfg.strategy == "hf" and hf_active(t, cfg.T_predict, cfg.hf_convention):
+        virt = virtual_ratings_hf(U, V[rated], r, V[sampled], lr, cfg.lam, cfg.T_local).astype(dt)
+    else:
+        virt = np.full(sampled.shape[0], user_mean(r, dt), dtype=dt)
+    # gradient noise (Eq. 8): the sampled items' gradients, with U_u before the update
+    _, g_noise = pmf_batch_client(U, V[sampled], virt, lr, cfg.lam, order="code")
+    return new_u, g_rated, sampled, g_noise
+
+
+async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig) -> np.ndarray:
+    """An ordinary or denoising client (the server decides). Returns its final U_u."""
+    dt = np.dtype(cfg.dtype)
+    rng = ctx.rng
+    U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
+    rated = np.asarray(rated, dtype=np.int32)
+    r = np.asarray(ratings, dtype=dt)
+    a = (await ctx.receive("assign")).payload
+    role, my_denoiser = a["role"], a.get("denoiser")
+    ctx.set_role(role)
+    own: tuple | None = None  # a denoiser's gradients of the current iteration
+    while True:
+        msg = await ctx.receive(("model", "collect", "stop"))
+        p = msg.payload
+        if msg.kind == "stop":
+            return U
+        if msg.kind == "model":
+            t, V = p["t"], p["V"]
+            lr = decayed_lr(cfg.lr, t, cfg.decay)
+            if my_denoiser is None and role == "ordinary":  # eta = 0: FedRec with HF
+                up = batch_client_step(U, V, rated, r, t=t, lr=lr, lam=cfg.lam, rng=rng, rho=cfg.rho,
+                                       strategy=cfg.strategy, T_predict=cfg.T_predict,
+                                       T_local=cfg.T_local, hf_convention=cfg.hf_convention,
+                                       order=cfg.order)
+                U = up.U
+                await ctx.compute(6.0 * up.items.shape[0] * cfg.d, "train")
+                await ctx.send(SERVER, "gradients", {"items": up.items, "grads": up.grads})
+                continue
+            is_ord = role == "ordinary"
+            U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, is_ord)
+            U = U_new
+            k = rated.shape[0] + (sampled.shape[0] if sampled is not None else 0)
+            await ctx.compute(6.0 * k * cfg.d, "train")
+            if is_ord:
+                items = np.concatenate([rated, sampled])
+                grads = np.concatenate([g_rated, g_noise])
+                await ctx.send(SERVER, "gradients", {"items": items, "grads": grads})
+                await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
+            else:
+                own = (t, g_rated)
+            continue
+        # COLLECTING (denoisers only)
+        t = p["t"]
+        got = await ctx.gather("noise", count=p["expected"], round=t)
+        parts_items = [msg.payload["items"] for msg in got]
+        parts_grads = [msg.payload["grads"] for msg in got]
+        if own is not None and own[0] == t:
+            own_items, own_grads = rated, -own[1]  # Eq. 9: minus the denoiser's own gradients
+        else:
+            own_items, own_grads = np.empty(0, np.int32), np.empty((0, cfg.d), dtype=dt)
+        all_items = np.concatenate(parts_items + [own_items]).astype(np.int64)
+        items = np.unique(all_items)
+        sums = np.zeros((items.shape[0], cfg.d), dtype=dt)
+        counts = np.zeros(items.shape[0], dtype=np.int64)
+        for it, g in zip(parts_items, parts_grads):  # content order (gather), then own
+            idx = np.searchsorted(items, it)
+            sums[idx] += g
+            counts[idx] += 1
+        if own_items.shape[0]:
+            idx = np.searchsorted(items, own_items)
+            sums[idx] += own_grads
+            if cfg.count_own:
+                counts[idx] -= 1
+        own = None
+        await ctx.compute(float(all_items.shape[0] * cfg.d), "denoise")
+        await ctx.send(SERVER, "denoised", {"items": items.astype(np.int32), "sums": sums,
+                                            "counts": counts.astype(np.int32)})
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FedRecPPJob:
+    cfg: FedRecPPConfig
+    n_users: int
+    n_items: int
+    clients: list[str]
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    def collect(self, result) -> TrainResult:
+        srv = result[SERVER]
+        U = np.empty((self.n_users, self.cfg.d), dtype=np.dtype(self.cfg.dtype))
+        for u, name in enumerate(self.clients):
+            U[u] = result[name]
+        res = TrainResult("FedRec++", U, srv["V"], None, self.indptr, self.indices,
+                          diverged_at=srv["diverged_at"], params=asdict(self.cfg))
+        if res.diverged_at is None and not np.isfinite(U).all():
+            res.diverged_at = self.cfg.T
+        return res
+
+
+def build(net, users, items, ratings, n_users: int, n_items: int, cfg: FedRecPPConfig) -> FedRecPPJob:
+    """Place a FedRec++ server and one client per user on ``net``. Raises ``ValueError`` for an
+    impossible ``eta`` (or one above n/2 unless ``cfg.allow_exposed``)."""
+    check_eta(cfg.eta, int(n_users), cfg.allow_exposed)
+    dt = np.dtype(cfg.dtype)
+    indptr, indices, data = to_csr(users, items, ratings, n_users, dt)
+    clients = [client_name(u, n_users) for u in range(n_users)]
+    net.set_unit(cfg.d)
+    net.add_node(SERVER, server, clients, int(n_items), cfg, role="server")
+    for u, name in enumerate(clients):
+        lo, hi = indptr[u], indptr[u + 1]
+        net.add_node(name, client, indices[lo:hi], data[lo:hi], cfg)
+    return FedRecPPJob(cfg, int(n_users), int(n_items), clients, indptr, indices)

@@ -1,0 +1,144 @@
+"""FedRec++: lossless against FedRec rho = 0, reduces to FedRec HF at eta = 0, anonymous noise."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from fedsim.data import generate
+from fedsim.kernel import SimNetwork
+from fedsim.protocols import fedrec, fedrecpp
+from fedsim.protocols.fedrec import FedRecConfig
+from fedsim.protocols.fedrecpp import ExposedDenoiserWarning, FedRecPPConfig
+
+
+@pytest.fixture(scope="module")
+def data():
+    r = generate("tiny", seed=11, n_items=120)
+    return r.users, r.items, r.values.astype(np.float64), r.n_users, r.n_items
+
+
+def run_pp(data, cfg, seed=4):
+    net = SimNetwork(seed=seed)
+    job = fedrecpp.build(net, *data, cfg)
+    res = net.run()
+    return job.collect(res), net, res
+
+
+def run_fedrec(data, cfg, seed=4):
+    net = SimNetwork(seed=seed)
+    job = fedrec.build(net, *data, cfg)
+    return job.collect(net.run())
+
+
+@pytest.mark.parametrize("rho", [1, 2, 3])
+@pytest.mark.parametrize("eta", [1, 3, 15])
+def test_fedrecpp_is_lossless(data, rho, eta):
+    pp, net, _ = run_pp(data, FedRecPPConfig(d=4, T=12, lr=0.8, rho=rho, eta=eta, T_predict=2, T_local=3,
+                                             dtype="float64"))
+    base = run_fedrec(data, FedRecConfig("PMF(B)", d=4, T=12, lr=0.8, rho=0, dtype="float64"))
+    assert pp.diverged_at is None
+    np.testing.assert_allclose(pp.V, base.V, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(pp.U, base.U, rtol=0, atol=1e-9)
+    # and FedRec with the same rho is *not* lossless: the noise moves the model
+    noisy = run_fedrec(data, FedRecConfig("PMF(B)", d=4, T=12, lr=0.8, rho=rho, strategy="hf",
+                                          T_predict=2, T_local=3, dtype="float64"))
+    assert np.abs(noisy.V - base.V).max() > 1e-4
+
+
+def test_without_the_count_correction_it_is_not_exact(data):
+    cfg = FedRecPPConfig(d=4, T=8, lr=0.8, rho=1, eta=3, dtype="float64", count_own=False)
+    pp, _, _ = run_pp(data, cfg)
+    base = run_fedrec(data, FedRecConfig("PMF(B)", d=4, T=8, lr=0.8, rho=0, dtype="float64"))
+    assert np.abs(pp.V - base.V).max() > 1e-6
+
+
+@pytest.mark.parametrize("rho", [1, 2])
+def test_eta_zero_is_fedrec_with_hybrid_filling(data, rho):
+    pp, net, _ = run_pp(data, FedRecPPConfig(d=4, T=8, lr=0.8, rho=rho, eta=0, T_predict=2, T_local=3,
+                                             dtype="float64"))
+    hf = run_fedrec(data, FedRecConfig("PMF(B)", d=4, T=8, lr=0.8, rho=rho, strategy="hf", T_predict=2,
+                                       T_local=3, dtype="float64"))
+    np.testing.assert_allclose(pp.V, hf.V, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(pp.U, hf.U, rtol=0, atol=1e-9)
+    assert "noise" not in set(net.ledger.columns()["kind"])
+
+
+def test_noise_travels_anonymously_and_denoisers_never_learn_senders(data):
+    cfg = FedRecPPConfig(d=4, T=2, lr=0.8, rho=1, eta=2, dtype="float64")
+    seen = []
+
+    async def spy_client(ctx, rated, ratings, cfg_):
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(ctx, name)
+
+            async def gather(self, kind, **kw):
+                got = await ctx.gather(kind, **kw)
+                seen.extend((kind, m.sender) for m in got)
+                return got
+
+        return await fedrecpp.client(Spy(), rated, ratings, cfg_)
+
+    net = SimNetwork(seed=4)
+    job = fedrecpp.build(net, *data, cfg)
+    for name in job.clients:
+        net.nodes[name].actor = spy_client
+    res = net.run()
+    srv = res["server"]
+    assert len(srv["denoisers"]) == 2
+    assert seen and all(kind == "noise" and sender is None for kind, sender in seen)
+    cols = net.ledger.columns()
+    noise = cols["kind"] == "noise"
+    assert cols["anonymous"][noise].all() and not cols["anonymous"][~noise].any()
+    # every noise message went to the sender's assigned denoiser, which the ledger (only) knows
+    for src, dst in zip(cols["src"][noise], cols["dst"][noise]):
+        assert srv["assignment"][src] == dst
+    # balanced assignment: denoisers get n_ordinary / eta clients each (+-1)
+    per = np.bincount([srv["denoisers"].index(d) for d in srv["assignment"].values()])
+    assert per.max() - per.min() <= 1
+    roles = net.ledger.roles
+    assert sorted(n for n, r in roles.items() if r == "denoiser") == srv["denoisers"]
+
+
+def test_units_per_role_follow_the_message_flow(data):
+    users, items, ratings, n, m = data
+    cfg = FedRecPPConfig(d=4, T=3, lr=0.8, rho=1, eta=1, dtype="float32")
+    _, net, res = run_pp(data, cfg)
+    den = res["server"]["denoisers"][0]
+    per = net.ledger.by_node(exclude_kinds=("model", "assign", "collect", "stop"))
+    counts = np.bincount(users, minlength=n)
+    for u in range(n):
+        name = fedrec.client_name(u, n)
+        if name == den:
+            continue
+        # an ordinary client sends |I_u| + k gradient vectors and k noise vectors, where
+        # k = min(rho |I_u|, m - |I_u|) sampled items
+        k = min(counts[u], m - counts[u])
+        assert per[name]["sent_floats"] == cfg.T * (counts[u] + 2 * k) * cfg.d
+    noise_floats = sum(cfg.T * min(counts[u], m - counts[u]) * cfg.d for u in range(n)
+                       if fedrec.client_name(u, n) != den)
+    assert per[den]["received_floats"] == noise_floats
+
+
+def test_invalid_eta_is_refused_or_warned(data):
+    n = data[3]
+    with pytest.raises(ValueError, match="impossible"):
+        fedrecpp.build(SimNetwork(), *data, FedRecPPConfig(eta=n + 1))
+    with pytest.raises(ValueError, match="n/2"):
+        fedrecpp.build(SimNetwork(), *data, FedRecPPConfig(eta=n // 2 + 1))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fedrecpp.build(SimNetwork(), *data, FedRecPPConfig(eta=n // 2 + 1, allow_exposed=True))
+    assert any(issubclass(x.category, ExposedDenoiserWarning) for x in w)
+
+
+def test_partial_participation_runs_and_is_deterministic(data):
+    cfg = FedRecPPConfig(d=4, T=5, lr=0.8, rho=1, eta=2, c=12, dtype="float64")
+    a, na, _ = run_pp(data, cfg)
+    b, nb, _ = run_pp(data, cfg)
+    assert na.ledger.to_csv() == nb.ledger.to_csv()
+    np.testing.assert_array_equal(a.V, b.V)
+    cols = na.ledger.columns()
+    per_round = [int(((cols["round"] == t) & (cols["kind"] == "model")).sum()) for t in range(5)]
+    assert per_round == [12] * 5
