@@ -27,3 +27,15 @@ FEDREC_HF_SETTINGS = {  # (T_predict, T_local) per rho = 1, 2, 3
     "PMF(S)": ((5, 15), (5, 5), (5, 10)),
     "SVD++(S)": ((15, 15), (5, 15), (10, 15)),
 }
+"""FedRec++ published figures (ML100K), printed beside measured ones."""
+
+# Table 2, ML100K: (algorithm, rho) -> (MAE, RMSE)
+FEDRECPP_TABLE2_ML100K = {
+    ("FedRec", 0): (0.7418, 0.9424), ("FedRec", 1): (0.7440, 0.9432), ("FedRec++", 1): (0.7417, 0.9422),
+    ("FedRec", 2): (0.7445, 0.9431), ("FedRec++", 2): (0.7422, 0.9430),
+    ("FedRec", 3): (0.7447, 0.9431), ("FedRec++", 3): (0.7416, 0.9421),
+}
+# Table 3, ML100K, units (80-byte latent vectors) per iteration: eta label -> (denoiser, ordinary, client)
+FEDRECPP_TABLE3_ML100K = {
+    "0": (0, 170, 170), "1": (81550, 254, 258), "n/4": (571, 256, 350), "n/2": (251, 256, 294),
+}

@@ -1,0 +1,118 @@
+"""Running FedRec++ (and FedRec as its eta = 0 case) on folds; Table 3 from the ledger."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernel import SimNetwork
+from ..math.pmf import DivergenceError
+from ..protocols import fedrecpp
+from ..protocols.fedrecpp import FedRecPPConfig
+from .fedrec import Fold
+
+# kinds that are set-up, tear-down or the model download: outside the paper's Table 3 counting
+NOT_COUNTED = ("model", "assign", "stop")
+# (T_predict, T_local) per rho on ML100K (FedRec++ paper, section Experiments)
+HF_SETTINGS_ML100K = {1: (10, 10), 2: (5, 15), 3: (5, 15)}
+
+
+@dataclass
+class PPOutcome:
+    fold: int
+    cfg: FedRecPPConfig
+    mae: float
+    rmse: float
+    diverged_at: int | None
+    wall_s: float
+    costs: list | None = None
+    round_s: float | None = None
+    download_bytes: float | None = None
+
+
+def run_pp(task: tuple) -> PPOutcome:
+    """``(fold, cfg, seed, profile, with_costs)`` -> outcome (costs from the ledger if asked)."""
+    fold, cfg, seed, profile, with_costs = task
+    t0 = time.perf_counter()
+    net = SimNetwork(seed=seed, profile=profile)
+    job = fedrecpp.build(net, *fold.train, fold.n_users, fold.n_items, cfg)
+    res = net.run()
+    model = job.collect(res)
+    wall = time.perf_counter() - t0
+    try:
+        mae, rmse = model.evaluate(*fold.test)
+        div = None
+    except DivergenceError as exc:
+        mae = rmse = float("nan")
+        div = model.diverged_at or exc.iteration
+    out = PPOutcome(fold.index, cfg, mae, rmse, div, wall)
+    if with_costs:
+        out.costs = role_costs(net, cfg)
+        out.round_s = mean_round_duration(net)
+        out.download_bytes = download_per_client(net, cfg)
+    return out
+
+
+def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
+    """Table 3 from the ledger: per role, the mean over iterations and over the clients of that
+    role of what a client sent plus what it received, excluding the model download (and set-up
+    and stop messages). Units are latent vectors (floats / d)."""
+    cols = net.ledger.columns()
+    T = cfg.T
+    keep = ~np.isin(cols["kind"], NOT_COUNTED) & (cols["round"] >= 0)
+    roles = net.ledger.roles
+    clients = [n for n, r in roles.items() if r != "server"]
+    floats = dict.fromkeys(clients, 0.0)
+    nbytes = dict.fromkeys(clients, 0.0)
+    for src, dst, f, b, ok in zip(cols["src"][keep], cols["dst"][keep], cols["floats"][keep],
+                                  cols["bytes"][keep], cols["status"][keep] == "delivered"):
+        if src in floats:
+            floats[src] += f
+            nbytes[src] += b
+        if ok and dst in floats:
+            floats[dst] += f
+            nbytes[dst] += b
+    out = []
+    groups = {"denoiser": [c for c in clients if roles[c] == "denoiser"],
+              "ordinary": [c for c in clients if roles[c] == "ordinary"],
+              "client": clients}
+    for role, members in groups.items():
+        k = len(members)
+        out.append({
+            "role": role, "nodes": k,
+            "units_per_iteration": sum(floats[c] for c in members) / cfg.d / T / k if k else 0.0,
+            "bytes_per_iteration": sum(nbytes[c] for c in members) / T / k if k else 0.0,
+        })
+    return out
+
+
+def download_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
+    cols = net.ledger.columns()
+    sel = cols["kind"] == "model"
+    n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
+    return float(cols["bytes"][sel].sum()) / cfg.T / n_clients
+
+
+def mean_round_duration(net: SimNetwork) -> float:
+    """Mean simulated duration of an iteration: from the first model message the server sends
+    in round t to the arrival of the last message of round t."""
+    cols = net.ledger.columns()
+    durs = []
+    for t in sorted(set(cols["round"].tolist())):
+        if t < 0:
+            continue
+        sel = cols["round"] == t
+        start = cols["send_time"][sel & (cols["kind"] == "model")]
+        end = cols["arrival_time"][sel & np.isin(cols["kind"], ["gradients", "noise", "denoised", "collect"])]
+        if start.size and end.size:
+            durs.append(float(np.nanmax(end) - start.min()))
+    return float(np.mean(durs)) if durs else float("nan")
+
+
+def hf_setting(rho: float, tp: int = -1, tl: int = -1) -> tuple[int, int]:
+    dtp, dtl = HF_SETTINGS_ML100K.get(int(rho), (10, 10))
+    return (dtp if tp < 0 else tp), (dtl if tl < 0 else tl)
+
+
