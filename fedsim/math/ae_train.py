@@ -1,0 +1,312 @@
+"""Training loops and evaluation shared by PersonalFR, FedAvg and the Joint baseline (pure NumPy).
+
+Built on ``fedsim.math.autoencoder`` (model, hand-written backward pass), ``fedsim.math.optim`` and
+``fedsim.math.active``; no messages, no time, randomness only from a Generator passed in.
+
+- :func:`prepare`: the dense user rows of a dataset (input = the user's training row, target = its observed
+  entries, AutoRec style) for the explicit task (ratings, squared error) or the implicit one (every rating
+  binarised to ``rating >= threshold``, all rated entries kept as observed 0/1 targets, cross-entropy), plus
+  the test entries in CSR form. This is what the authors' code does; :meth:`Ratings.binarize` instead drops
+  the negatives, which is not the paper's task.
+- :func:`local_train`: a client's ``K`` local epochs (shuffled batches, dropout on the code, gradient-norm
+  clipping, SGD with Nesterov momentum and weight decay), the ClientUpdate of Algorithm 1; returns the FLOPs
+  executed so the actor can charge them.
+- :func:`train_joint`: the centralised "Joint" upper bound (one model on all users, Adam lr 1e-3, batch 500,
+  weight decay 5e-4, clipping at 1, dropout 0.5: the authors' code).
+- :func:`eval_sums` / :func:`finish_eval`: test metrics as additive sums (so clients can report theirs and a
+  server can add them up): squared error and count for RMSE; NDCG@k over each user's *test items* ranked by
+  score (the authors' metric: relevance = the binarised test label; a user with test items but no positive
+  scores 0, as their ``div_no_nan``), averaged over the users that have test items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
+
+from . import autoencoder as ae
+from . import optim
+
+__all__ = [
+    "TASKS",
+    "AETask",
+    "LocalResult",
+    "JointResult",
+    "prepare",
+    "local_train",
+    "train_joint",
+    "eval_sums",
+    "add_sums",
+    "finish_eval",
+    "ndcg_test_items",
+    "EMPTY_SUMS",
+]
+
+TASKS = {"explicit": "mse", "implicit": "bce"}
+EMPTY_SUMS = {"sse": 0.0, "n": 0, "ndcg_sum": 0.0, "ndcg_users": 0}
+
+
+@dataclass
+class AETask:
+    """Dense training rows and CSR test entries of ``n_users`` users over ``n_items`` items.
+
+    ``x``: ``(n_users, n_items)`` input rows, zero where unrated (ratings, or 0/1 labels for the implicit
+    task); it is also the target. ``mask``: the observed training entries. ``test_ptr``, ``test_items``,
+    ``test_values``: the test entries of user ``u`` are ``test_items[test_ptr[u]:test_ptr[u + 1]]`` (sorted)
+    with values ``test_values[...]`` (ratings, or 0/1 labels). ``loss``: ``"mse"`` or ``"bce"``.
+    """
+
+    task: str
+    x: np.ndarray
+    mask: np.ndarray
+    test_ptr: np.ndarray
+    test_items: np.ndarray
+    test_values: np.ndarray
+    threshold: float | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def loss(self) -> str:
+        return TASKS[self.task]
+
+    @property
+    def n_users(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def n_items(self) -> int:
+        return self.x.shape[1]
+
+    def rows(self, users: np.ndarray) -> "AETask":
+        """The same task restricted to ``users`` (in that order): what one client holds."""
+        users = np.asarray(users, dtype=np.int64)
+        starts, ends = self.test_ptr[users], self.test_ptr[users + 1]
+        lens = ends - starts
+        idx = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(users) else np.zeros(0, np.int64)
+        ptr = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+        return AETask(self.task, self.x[users], self.mask[users], ptr, self.test_items[idx.astype(np.int64)],
+                      self.test_values[idx.astype(np.int64)], self.threshold, dict(self.info))
+
+
+def _csr(users, items, values, n_users):
+    users = np.asarray(users, dtype=np.int64)
+    items = np.asarray(items, dtype=np.int64)
+    order = np.lexsort((items, users))
+    ptr = np.zeros(n_users + 1, dtype=np.int64)
+    np.add.at(ptr, users + 1, 1)
+    return np.cumsum(ptr), items[order], np.asarray(values, dtype=np.float64)[order]
+
+
+def prepare(train: tuple, test: tuple, n_users: int, n_items: int, *, task: str = "explicit",
+            threshold: float = 3.5, dtype=np.float32) -> AETask:
+    """Build an :class:`AETask` from ``train = (users, items, values)`` and ``test`` likewise.
+
+    ``task="explicit"``: values are ratings (squared error, RMSE). ``task="implicit"``: every value becomes
+    ``1.0`` if ``>= threshold`` else ``0.0`` and stays observed (cross-entropy on all rated entries, NDCG over
+    the test items), as in the authors' code (ML1M: ratings 4 and 5 positive).
+    """
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {tuple(TASKS)}, got {task!r}")
+    tu, ti, tv = (np.asarray(a) for a in train)
+    su, si, sv = (np.asarray(a) for a in test)
+    tv = tv.astype(np.float64)
+    sv = sv.astype(np.float64)
+    if task == "implicit":
+        tv = (tv >= threshold).astype(np.float64)
+        sv = (sv >= threshold).astype(np.float64)
+    x = np.zeros((int(n_users), int(n_items)), dtype=dtype)
+    mask = np.zeros((int(n_users), int(n_items)), dtype=bool)
+    x[tu, ti] = tv
+    mask[tu, ti] = True
+    ptr, items, values = _csr(su, si, sv, int(n_users))
+    return AETask(task, x, mask, ptr, items, values, threshold if task == "implicit" else None,
+                  {"train_entries": int(mask.sum()), "test_entries": int(len(items))})
+
+
+# ----------------------------------------------------------------------------------------- training
+
+
+class LocalResult(NamedTuple):
+    flops: int  # forward + backward + clipping + optimiser, as executed
+    loss: float  # mean batch loss of the last epoch
+    steps: int
+
+
+def local_train(
+    params: dict,
+    state: dict,
+    x: np.ndarray,
+    target: np.ndarray,
+    mask: np.ndarray,
+    *,
+    epochs: int,
+    batch: int,
+    lr: float,
+    rng: np.random.Generator,
+    loss: str = "mse",
+    momentum: float = 0.9,
+    nesterov: bool = True,
+    weight_decay: float = 5e-4,
+    clip: float | None = 1.0,
+    dropout: float = 0.5,
+    restrict: Mapping[str, Any] | None = None,
+) -> LocalResult:
+    """``epochs`` passes over the rows of ``x`` in shuffled batches of ``batch`` (Algorithm 1's ClientUpdate).
+
+    ``params`` (writable arrays) and ``state`` (from ``optim.sgd_init``) are updated in place. ``target`` and
+    ``mask`` have the model's output width (a client holding its active decoder passes the columns of its
+    active items). ``restrict``: optimiser restriction (full training with the inactive rows masked).
+    Randomness (shuffles, dropout) from ``rng``, in that order per epoch: one permutation, then the batches.
+    """
+    n = x.shape[0]
+    flops = 0
+    steps = 0
+    last = 0.0
+    for _ in range(int(epochs)):
+        order = rng.permutation(n)
+        total = 0.0
+        nb = 0
+        for b0 in range(0, n, int(batch)):
+            b = np.sort(order[b0:b0 + int(batch)])
+            r = ae.loss_and_grads(params, x[b], target[b], mask[b], loss=loss, dropout=dropout,
+                                  rng=rng if dropout > 0 else None)
+            flops += r.flops
+            if clip is not None and clip > 0:
+                _, f = optim.clip_grad_norm(r.grads, clip)
+                flops += f
+            flops += optim.sgd_step(params, r.grads, state, lr=lr, momentum=momentum, nesterov=nesterov,
+                                    weight_decay=weight_decay, restrict=restrict)
+            total += r.loss
+            nb += 1
+            steps += 1
+        last = total / max(nb, 1)
+    return LocalResult(int(flops), float(last), steps)
+
+
+@dataclass
+class JointResult:
+    params: dict
+    history: list  # one {"epoch", "rmse" | "ndcg", "loss"} per evaluation
+    flops: int
+    epochs: int
+
+
+def train_joint(
+    task: AETask,
+    *,
+    epochs: int,
+    rng: np.random.Generator,
+    batch: int = 500,
+    lr: float = 1e-3,
+    weight_decay: float = 5e-4,
+    clip: float | None = 1.0,
+    dropout: float = 0.5,
+    hidden: tuple[int, ...] = ae.DEFAULT_HIDDEN,
+    dtype=np.float32,
+    eval_every: int = 0,
+    k: int = 10,
+    callback: Callable[[int, dict | None], None] | None = None,
+) -> JointResult:
+    """The Joint baseline: one autoencoder trained on every user's row with Adam (the authors' settings).
+
+    The model is initialised from ``rng`` first (``ae.init_params``), then every epoch draws one permutation
+    of the users and the dropout masks. With ``eval_every`` the test metrics are recorded every that many
+    epochs and after the last; ``callback(epoch, evaluation_or_None)`` is called after every epoch.
+    """
+    params = ae.init_params(task.n_items, rng, hidden, dtype=dtype)
+    state = optim.adam_init(params)
+    x, mask = task.x, task.mask
+    n = x.shape[0]
+    flops = 0
+    history = []
+    for ep in range(1, int(epochs) + 1):
+        order = rng.permutation(n)
+        total, nb = 0.0, 0
+        for b0 in range(0, n, int(batch)):
+            b = np.sort(order[b0:b0 + int(batch)])
+            r = ae.loss_and_grads(params, x[b], x[b], mask[b], loss=task.loss, dropout=dropout,
+                                  rng=rng if dropout > 0 else None)
+            flops += r.flops
+            if clip is not None and clip > 0:
+                flops += optim.clip_grad_norm(r.grads, clip)[1]
+            flops += optim.adam_step(params, r.grads, state, lr=lr, weight_decay=weight_decay)
+            total += r.loss
+            nb += 1
+        ev = None
+        if (eval_every and ep % eval_every == 0) or ep == int(epochs):
+            ev = finish_eval(eval_sums(params, task, k=k), task.task)
+            ev.update(epoch=ep, loss=total / max(nb, 1))
+            history.append(ev)
+        if callback is not None:
+            callback(ep, ev)
+    return JointResult(params, history, int(flops), int(epochs))
+
+
+# --------------------------------------------------------------------------------------- evaluation
+
+
+def ndcg_test_items(scores: np.ndarray, labels: np.ndarray, k: int = 10) -> float:
+    """NDCG@k of one user's test items ranked by ``scores`` (descending; ties keep item order) with binary
+    relevance ``labels``; 0 when no test item is positive."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    rel = np.asarray(labels, dtype=np.float64)
+    dcg = float((rel[order] * disc[: len(order)]).sum())
+    n_pos = int(np.count_nonzero(rel > 0))
+    idcg = float(disc[: min(n_pos, k)].sum())
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def eval_sums(params: Mapping[str, np.ndarray], task: AETask, *, k: int = 10, clip: tuple | None = None,
+              block: int = 512) -> dict:
+    """Additive test-metric sums of ``params`` on every user of ``task`` that has test entries.
+
+    Input = the user's training row; the prediction of a test entry is the model output there (explicit:
+    the rating, optionally clipped to ``clip``; implicit: the logit). Returns ``{"sse", "n", "ndcg_sum",
+    "ndcg_users", "flops"}`` (``ndcg_*`` only for the implicit task; ``flops`` of the forward passes).
+    """
+    out = dict(EMPTY_SUMS)
+    flops = 0
+    ptr = task.test_ptr
+    has = np.flatnonzero(np.diff(ptr) > 0)
+    enc_sizes, dec_sizes = ae.layer_sizes(params)
+    for b0 in range(0, len(has), block):
+        users = has[b0:b0 + block]
+        z = ae.predict(params, task.x[users])
+        flops += ae.predict_flops(enc_sizes, dec_sizes, len(users))
+        for row, u in enumerate(users):
+            items = task.test_items[ptr[u]:ptr[u + 1]]
+            vals = task.test_values[ptr[u]:ptr[u + 1]]
+            pred = z[row, items].astype(np.float64)
+            if task.task == "explicit":
+                if clip is not None:
+                    pred = np.clip(pred, *clip)
+                err = pred - vals
+                out["sse"] += float(err @ err)
+                out["n"] += int(len(items))
+            else:
+                out["ndcg_sum"] += ndcg_test_items(pred, vals, k)
+                out["ndcg_users"] += 1
+                out["n"] += int(len(items))
+    out["flops"] = int(flops)
+    return out
+
+
+def add_sums(parts) -> dict:
+    """Add up eval sums (e.g. the clients' replies)."""
+    out = dict(EMPTY_SUMS)
+    out["flops"] = 0
+    for p in parts:
+        for key in out:
+            out[key] += p.get(key, 0)
+    return out
+
+
+def finish_eval(sums: Mapping[str, float], task: str) -> dict:
+    """``{"rmse": ...}`` (explicit) or ``{"ndcg": ...}`` (implicit) from added-up sums."""
+    if task == "explicit":
+        return {"rmse": float(np.sqrt(sums["sse"] / sums["n"])) if sums["n"] else float("nan"), "n": int(sums["n"])}
+    users = sums["ndcg_users"]
+    return {"ndcg": float(sums["ndcg_sum"] / users) if users else float("nan"), "n": int(sums["n"])}

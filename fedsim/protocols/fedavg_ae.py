@@ -1,0 +1,111 @@
+"""FedAvg on PersonalFR's autoencoder (the paper's baseline): clients train the whole model, the server
+averages whole models.
+
+Message flow (kinds; sizes for the default model in float32, ``n`` items):
+
+round t = 1..T
+    the server draws ``max(int(C M), 1)`` clients with its own generator (the same draws as the PersonalFR
+    server with the same seed: both first initialise one whole autoencoder from ``ctx.rng``)
+    server -> chosen clients  ``model``   {t, model: encoder + decoder}     4 (98,944 + 513 n) bytes + ~130, one broadcast
+    client: K local epochs of the whole model (its own momentum kept across rounds, weight decay on every row)
+    client -> server          ``update``  {model}                            same size
+    server: equal-weight mean of the received models (float64 accumulation, node-id order)
+
+evaluation (``EVAL_KINDS``, left out of cost tables)
+    server -> every client  ``evaluate``  {t, model}
+    client -> server        ``eval``      {sse, n, ndcg_sum, ndcg_users}
+
+end
+    server -> every client  ``stop``
+
+Configuration: ``fedsim.protocols.personalfr.FedAEConfig`` (its PersonalFR-only fields are ignored).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..math import ae_train
+from ..math import autoencoder as ae
+from ..math import optim
+from .personalfr import (
+    EVAL_KINDS,
+    SERVER,
+    FedAEConfig,
+    FedAEJob,
+    _evaluate,
+    _mean,
+    _merge_flops,
+    client_name,
+    selection_size,
+)
+
+__all__ = ["EVAL_KINDS", "FedAEConfig", "SERVER", "build", "client", "server"]
+
+
+async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evaluate: bool = False) -> dict:
+    """The FedAvg server. Returns ``{"model", "history", "selected", "flops"}``."""
+    dt = np.dtype(cfg.dtype)
+    rng = ctx.rng
+    model = ae.init_params(n_items, rng, tuple(cfg.hidden), dtype=dt)
+    M = len(clients)
+    k = selection_size(cfg.fraction, M)
+    history, selected = [], []
+    flops = 0
+    for t in range(1, cfg.rounds + 1):
+        ctx.begin_round(t)
+        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False))]
+        selected.append(chosen)
+        await ctx.broadcast(chosen, "model", {"t": t, "model": model})
+        got = await ctx.gather("update", senders=chosen, round=t)
+        models = [m.payload["model"] for m in got]
+        model = _mean(models, model)
+        f = _merge_flops(models)
+        flops += f
+        await ctx.compute(f, "aggregate")
+        if evaluate and cfg.wants_eval(t):
+            history.append(await _evaluate(ctx, clients, {"t": t, "model": model}, t, cfg))
+    await ctx.broadcast(clients, "stop", None)
+    return {"model": model, "history": history, "selected": selected, "flops": flops}
+
+
+async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
+    """A FedAvg client holding the users of ``data``. Returns ``{"flops", "eval_flops", "rounds"}``."""
+    rng = ctx.rng
+    state = None
+    flops = eval_flops = 0
+    rounds = []
+    while True:
+        msg = await ctx.receive(("model", "evaluate", "stop"))
+        if msg.kind == "stop":
+            return {"flops": flops, "eval_flops": eval_flops, "rounds": rounds}
+        p = msg.payload
+        if msg.kind == "evaluate":
+            sums = ae_train.eval_sums(p["model"], data, k=cfg.eval_k)
+            eval_flops += sums["flops"]
+            await ctx.compute(sums["flops"], "eval")
+            await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
+            continue
+        t = int(p["t"])
+        params = ae.copy_params(p["model"])
+        if state is None:
+            state = optim.sgd_init(params)
+        res = ae_train.local_train(
+            params, state, data.x, data.x, data.mask, epochs=cfg.local_epochs, batch=cfg.batch, lr=cfg.lr_at(t),
+            rng=rng, loss=cfg.loss, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
+            clip=cfg.clip, dropout=cfg.dropout)
+        flops += res.flops
+        rounds.append(t)
+        await ctx.compute(res.flops, "train")
+        await ctx.send(SERVER, "update", {"model": params})
+
+
+def build(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig, *, evaluate: bool = True,
+          server_role: str = "server") -> FedAEJob:
+    """Place a FedAvg server and one client per user group on ``net`` (any transport)."""
+    M = len(groups)
+    clients = [client_name(m, M) for m in range(M)]
+    net.add_node(SERVER, server, clients, task.n_items, cfg, evaluate, role=server_role)
+    for name, users in zip(clients, groups):
+        net.add_node(name, client, task.rows(users), cfg)
+    return FedAEJob("fedavg", cfg, clients, [np.asarray(g) for g in groups], task.n_items)

@@ -1,0 +1,338 @@
+"""PersonalFR and FedAvg-AE as actors: bytes on the wire equal the active parameters plus msgpack framing,
+no encoder parameter in any payload, Partial Compression enacted = accounted, ratios from the ledger."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.data import generate, partition_users, per_user_random
+from fedsim.kernel import AsyncioNetwork, SimNetwork, decode_message, encode_message
+from fedsim.math import active as act
+from fedsim.math import ae_train
+from fedsim.math import autoencoder as ae
+from fedsim.protocols import fedavg_ae, personalfr
+from fedsim.protocols.personalfr import FedAEConfig
+from fedsim.seeding import node_rng
+
+HIDDEN = (8, 4)
+
+
+def _task(preset="tiny", seed=1, task="explicit", **over):
+    r = generate(preset, seed=seed, **over)
+    tr, te = per_user_random(r, 0.2, seed=0)
+    return ae_train.prepare((tr.users, tr.items, tr.values), (te.users, te.items, te.values), r.n_users,
+                            r.n_items, task=task)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _task()
+
+
+def _run(mod, task, M, cfg, seed=0, framing=0, wrap=None, evaluate=True):
+    net = SimNetwork(seed=seed, framing_bytes=framing)
+    target = net if wrap is None else wrap(net)
+    job = mod.build(target, task, partition_users(task.n_users, M, seed=0), cfg, evaluate=evaluate)
+    return job, job.collect(net.run()), net
+
+
+# --------------------------------------------------------------------- msgpack sizes, computed by hand
+
+
+def _len_header(n, fix_limit, fix_size=1):
+    if n < fix_limit:
+        return fix_size
+    return 3 if n < 2**16 else 5
+
+
+def mp_str(s: str) -> int:
+    n = len(s.encode())
+    return n + (1 if n < 32 else 2 if n < 256 else 3 if n < 2**16 else 5)
+
+
+def mp_uint(v: int) -> int:
+    return 1 if v < 128 else 2 if v < 256 else 3 if v < 2**16 else 5
+
+
+def mp_array_ext(shape, itemsize) -> int:
+    """Our array ext: 1 byte dtype code + 1 byte ndim + 4 bytes per dimension + the elements."""
+    body = 2 + 4 * len(shape) + int(np.prod(shape, dtype=np.int64)) * itemsize
+    if body in (1, 2, 4, 8, 16):
+        return 2 + body  # fixext: marker + type
+    return body + (3 if body < 256 else 4 if body < 2**16 else 6)  # ext 8/16/32: marker + length + type
+
+
+def expected_decoder_bytes(kind, shapes, itemsize, t=None) -> int:
+    """Bytes of ``[kind, {"t": t, "dec": {name: array}}]`` (or without ``t``)."""
+    size = 1 + mp_str(kind)  # fixarray of 2, the kind
+    size += 1  # fixmap of the payload
+    if t is not None:
+        size += mp_str("t") + mp_uint(t)
+    size += mp_str("dec") + _len_header(len(shapes), 16)
+    for name, shape in shapes.items():
+        size += mp_str(name) + mp_array_ext(shape, itemsize)
+    return size
+
+
+def test_bytes_per_client_equal_active_parameters_plus_framing(tiny):
+    cfg = FedAEConfig(rounds=3, fraction=0.5, hidden=HIDDEN, batch=4, local_epochs=1)
+    framing = 40
+    job, res, net = _run(personalfr, tiny, 5, cfg, framing=framing, evaluate=False)
+    q = HIDDEN[0]
+    hidden_params = q * HIDDEN[1] + q  # dec.W1 (8, 4) and dec.b1 (8,)
+    items = {name: act.rated_items(tiny.mask[g]) for name, g in zip(job.clients, job.groups)}
+    rows = list(net.ledger.records())
+    seen = {"indices": 0, "decoder": 0, "update": 0}
+    for r in rows:
+        if r["kind"] == "stop":
+            continue
+        client = r["src"] if r["src"] != "server" else r["dst"]
+        n_act = len(items[client])
+        if r["kind"] == "indices":
+            expected = 1 + mp_str("indices") + 1 + mp_str("items") + mp_array_ext((n_act,), 4)
+            assert r["bytes"] == expected + framing and r["raw_bytes"] == 4 * n_act
+            seen["indices"] += 1
+            continue
+        active = hidden_params + n_act * (q + 1)  # Expression 3
+        dec = {"dec.W1": (q, HIDDEN[1]), "dec.b1": (q,), "dec.W2": (n_act, q), "dec.b2": (n_act,)}
+        assert active == act.active_count({k: np.zeros(s) for k, s in dec.items()}, n_act)
+        t = r["round"] if r["kind"] == "decoder" else None
+        overhead = expected_decoder_bytes(r["kind"], dec, 4, t) - 4 * active
+        assert r["floats"] == active
+        assert r["raw_bytes"] == 4 * active
+        assert r["bytes"] == 4 * active + overhead + framing
+        assert overhead < 130  # framing of 4 arrays, their names and the round number
+        seen[r["kind"]] += 1
+    k = personalfr.selection_size(0.5, 5)
+    assert seen == {"indices": 5, "decoder": 3 * k, "update": 3 * k}
+    # and the uncompressed variant sends the whole decoder: n = all items
+    cfg_off = FedAEConfig(rounds=1, fraction=0.5, hidden=HIDDEN, batch=4, local_epochs=1, compression=False)
+    _, _, net_off = _run(personalfr, tiny, 5, cfg_off, evaluate=False)
+    full = hidden_params + tiny.n_items * (q + 1)
+    assert {r["floats"] for r in net_off.ledger.records() if r["kind"] in ("decoder", "update")} == {full}
+
+
+# ------------------------------------------------------------------------------ encoder stays private
+
+
+class _Recorder:
+    """Test-only context wrapper: records every payload an actor sends, then sends it unchanged."""
+
+    def __init__(self, ctx, log):
+        self._ctx, self._log = ctx, log
+
+    async def send(self, dst, kind, payload, **kw):
+        self._log.append((self._ctx.node_id, dst, kind, payload))
+        await self._ctx.send(dst, kind, payload, **kw)
+
+    async def broadcast(self, dsts, kind, payload):
+        dsts = list(dsts)
+        self._log.extend((self._ctx.node_id, d, kind, payload) for d in dsts)
+        await self._ctx.broadcast(dsts, kind, payload)
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+
+class _RecordingNet:
+    def __init__(self, net, log):
+        self._net, self._log = net, log
+
+    def add_node(self, node_id, actor, *args, **kwargs):
+        log = self._log
+
+        async def wrapped(ctx, *a, **kw):
+            return await actor(_Recorder(ctx, log), *a, **kw)
+
+        self._net.add_node(node_id, wrapped, *args, **kwargs)
+
+
+def _walk(obj, path=""):
+    """Yield (path, leaf) over a decoded payload."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk(v, f"{path}/{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _walk(v, f"{path}/{i}")
+    else:
+        yield path, obj
+
+
+def _payload_values(mod, task, cfg, M=4, seed=3):
+    log = []
+    job, res, net = _run(mod, task, M, cfg, seed=seed, wrap=lambda n: _RecordingNet(n, log))
+    rows = list(net.ledger.records())
+    assert len(rows) == len(log)  # every ledger row has its recorded payload
+    keys, values = set(), []
+    for row, (src, dst, kind, payload) in zip(rows, log):
+        assert (row["src"], row["dst"], row["kind"]) == (src, dst, kind)
+        data = encode_message(kind, payload).data
+        assert len(data) == row["bytes"]  # what was recorded is what the ledger charged
+        _, decoded = decode_message(data)
+        for path, leaf in _walk(decoded):
+            keys.update(p for p in path.split("/") if p)
+            if isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f":
+                values.append(leaf.ravel())
+    return job, res, keys, np.unique(np.concatenate(values))
+
+
+def _encoder_values(job, res, cfg, seed):
+    """Every non-zero value of every client's initial and final encoder."""
+    out = []
+    for name in job.clients:
+        init = personalfr.init_encoder(job.n_items, node_rng(seed, name), cfg)
+        final = res["clients"][name].get("encoder")
+        for enc in (init, final) if final is not None else (init,):
+            out.extend(v.ravel() for v in enc.values())
+    vals = np.unique(np.concatenate(out))
+    return vals[vals != 0]
+
+
+def test_no_payload_of_a_personalfr_run_carries_encoder_parameters(tiny):
+    cfg = FedAEConfig(rounds=4, fraction=0.5, hidden=HIDDEN, batch=4, local_epochs=2, dtype="float64",
+                      eval_every=2)
+    job, res, keys, sent = _payload_values(personalfr, tiny, cfg)
+    assert not any(k.startswith("enc.") for k in keys)
+    assert {"dec.W1", "dec.b1", "dec.W2", "dec.b2"} <= keys
+    enc_vals = _encoder_values(job, res, cfg, seed=3)
+    # the recorded final encoders really are the trained ones (the check below is not vacuous)
+    name = job.clients[0]
+    init = personalfr.init_encoder(job.n_items, node_rng(3, name), cfg)
+    assert not np.array_equal(init["enc.W1"], res["clients"][name]["encoder"]["enc.W1"])
+    assert enc_vals.size > 4 * 300 and not np.isin(enc_vals, sent).any()
+
+
+def test_the_encoder_check_does_find_encoders_in_fedavg(tiny):
+    """Positive control: FedAvg ships whole models, and the same inspection finds their encoders."""
+    cfg = FedAEConfig(rounds=2, fraction=0.5, hidden=HIDDEN, batch=4, local_epochs=1, dtype="float64")
+    job, res, keys, sent = _payload_values(fedavg_ae, tiny, cfg)
+    assert "enc.W1" in keys
+    model0 = ae.init_params(tiny.n_items, node_rng(3, "server"), HIDDEN, dtype=np.float64)
+    assert np.isin(model0["enc.W1"].ravel(), sent).all()
+
+
+# ------------------------------------------------------------------- Partial Compression, accounting
+
+
+def test_enacted_compression_equals_masked_uncompressed_training(tiny):
+    """Sending and merging only active rows (Algorithm 1's merge) = averaging whole decoders trained with
+    the inactive rows masked: the compression is enacted, and it changes the bytes, not the model."""
+    base = dict(rounds=4, fraction=0.6, hidden=HIDDEN, batch=3, local_epochs=2, dtype="float64")
+    _, on, net_on = _run(personalfr, tiny, 5, FedAEConfig(**base, merge="algorithm1"), evaluate=False)
+    _, off, net_off = _run(personalfr, tiny, 5, FedAEConfig(**base, compression=False,
+                                                             uncompressed_training="masked"), evaluate=False)
+    assert on["selected"] == off["selected"]
+    for k, v in on["server"]["decoder"].items():
+        np.testing.assert_allclose(v, off["server"]["decoder"][k], rtol=1e-10, atol=1e-12)
+    for name, c in on["clients"].items():
+        for k, v in c["encoder"].items():
+            np.testing.assert_allclose(v, off["clients"][name]["encoder"][k], rtol=1e-10, atol=1e-12)
+    b_on = sum(r["bytes"] for r in net_on.ledger.by_kind() if r["kind"] in ("decoder", "update"))
+    b_off = sum(r["bytes"] for r in net_off.ledger.by_kind() if r["kind"] in ("decoder", "update"))
+    assert b_on < b_off
+    assert on["client_flops"] < off["client_flops"]
+    # the default per-item merge is a different aggregation
+    _, per_item, _ = _run(personalfr, tiny, 5, FedAEConfig(**base), evaluate=False)
+    assert not np.allclose(per_item["server"]["decoder"]["dec.W2"], on["server"]["decoder"]["dec.W2"])
+
+
+def _cost(net):
+    return sum(r["bytes"] for r in net.ledger.records() if r["kind"] not in personalfr.EVAL_KINDS)
+
+
+def test_communication_ratio_from_the_ledger_grows_with_the_number_of_clients():
+    task = _task("tiny", seed=5, n_users=200, n_items=300, n_ratings=6000, min_per_user=10)
+    base = dict(rounds=2, hidden=(16, 8), batch=10, local_epochs=1)
+    comm, comp = [], []
+    for M in (2, 10, 50, 200):
+        cfg = FedAEConfig(**base, fraction=0.5 if M == 2 else 0.1)
+        _, pf, net_p = _run(personalfr, task, M, cfg, evaluate=False)
+        _, fa, net_f = _run(fedavg_ae, task, M, cfg, evaluate=False)
+        assert pf["selected"] == fa["selected"]  # same server draws: same clients each round
+        comm.append(_cost(net_f) / _cost(net_p))
+        comp.append(fa["client_flops"] / pf["client_flops"])
+    assert all(a < b for a, b in zip(comm, comm[1:])), comm
+    assert comm[0] > 1.9 and comm[-1] > 5  # ~2 (encoder not sent) x the decoder's compression
+    assert all(a < b for a, b in zip(comp, comp[1:])) and comp[0] > 1.0, comp
+
+
+# ------------------------------------------------------------------------------ behaviour, determinism
+
+
+def test_personalfr_learns_is_deterministic_and_selects_c_m_clients(tiny):
+    cfg = FedAEConfig(rounds=12, fraction=0.34, hidden=(16, 8), batch=4, eval_every=1, lr=0.1)
+    job, a, net_a = _run(personalfr, tiny, 6, cfg)
+    _, b, net_b = _run(personalfr, tiny, 6, cfg)
+    assert net_a.ledger.to_csv() == net_b.ledger.to_csv()
+    assert all(np.array_equal(v, b["server"]["decoder"][k]) for k, v in a["server"]["decoder"].items())
+    assert all(len(s) == 2 and s == sorted(s) for s in a["selected"])  # max(int(0.34 * 6), 1)
+    rmse = [h["rmse"] for h in a["history"]]
+    assert rmse[-1] < rmse[0] - 0.3 and a["best"]["rmse"] == min(rmse)
+    assert a["history"][-1]["n"] == len(tiny.test_items)
+    _, c, _ = _run(personalfr, tiny, 6, cfg, seed=1)
+    assert c["selected"] != a["selected"]
+    # every client got selected at least once, charged its FLOPs and trained in the rounds it was chosen
+    for name, r in a["clients"].items():
+        assert r["rounds"] == [t for t, s in enumerate(a["selected"], 1) if name in s]
+        assert (r["flops"] > 0) == bool(r["rounds"])
+
+
+def test_implicit_task_bce_and_ndcg(tiny):
+    task = _task(task="implicit")
+    assert set(np.unique(task.x[task.mask])) <= {0.0, 1.0} and (task.x[task.mask] == 0).any()
+    assert task.mask.sum() == tiny.mask.sum()  # negatives stay observed (the authors' implicit task)
+    cfg = FedAEConfig(rounds=3, fraction=0.5, hidden=HIDDEN, batch=4, task="implicit")
+    for mod in (personalfr, fedavg_ae):
+        _, res, _ = _run(mod, task, 4, cfg)
+        assert 0.0 <= res["final"]["ndcg"] <= 1.0
+
+
+@pytest.mark.asyncio
+async def test_same_result_on_the_asyncio_transport(tiny):
+    cfg = FedAEConfig(rounds=2, fraction=0.5, hidden=HIDDEN, batch=4, local_epochs=1)
+    groups = partition_users(tiny.n_users, 4, seed=0)
+    sim = SimNetwork(seed=2)
+    job = personalfr.build(sim, tiny, groups, cfg)
+    a = job.collect(sim.run())
+    aio = AsyncioNetwork(seed=2)
+    job = personalfr.build(aio, tiny, groups, cfg)
+    b = job.collect(await aio.run(timeout=60))
+    for k, v in a["server"]["decoder"].items():
+        assert np.array_equal(v, b["server"]["decoder"][k])
+    assert a["final"] == b["final"]
+
+
+# ---------------------------------------------------------------------------------- math helpers
+
+
+def test_ndcg_over_test_items_hand_computed():
+    d = 1 / np.log2([2, 3, 4])
+    # scores rank items as 2, 0, 1; labels 1, 0, 1 -> hits at ranks 1 and 2 of the top-3
+    assert ae_train.ndcg_test_items(np.array([0.5, 0.1, 0.9]), np.array([1.0, 0.0, 1.0]), k=3) == pytest.approx(1.0)
+    got = ae_train.ndcg_test_items(np.array([0.5, 0.9, 0.1]), np.array([1.0, 0.0, 1.0]), k=3)
+    assert got == pytest.approx((d[1] + d[2]) / (d[0] + d[1]))
+    assert ae_train.ndcg_test_items(np.array([0.2, 0.1]), np.array([0.0, 0.0]), k=10) == 0.0
+    # cut at k: the positive ranked third does not count at k = 2
+    assert ae_train.ndcg_test_items(np.array([3.0, 2.0, 1.0]), np.array([0.0, 0.0, 1.0]), k=2) == 0.0
+
+
+def test_eval_sums_add_up_over_clients(tiny):
+    p = ae.init_params(tiny.n_items, np.random.default_rng(0), HIDDEN)
+    whole = ae_train.eval_sums(p, tiny)
+    parts = [ae_train.eval_sums(p, tiny.rows(g)) for g in partition_users(tiny.n_users, 7, seed=1)]
+    summed = ae_train.add_sums(parts)
+    assert summed["n"] == whole["n"] == len(tiny.test_items)
+    assert summed["sse"] == pytest.approx(whole["sse"], rel=1e-6)
+    pred = ae.predict(p, tiny.x)
+    users = np.repeat(np.arange(tiny.n_users), np.diff(tiny.test_ptr))
+    ref = np.sqrt(np.mean((pred[users, tiny.test_items] - tiny.test_values) ** 2))
+    assert ae_train.finish_eval(whole, "explicit")["rmse"] == pytest.approx(ref, rel=1e-6)
+
+
+def test_joint_trainer_learns(tiny):
+    res = ae_train.train_joint(tiny, epochs=60, rng=np.random.default_rng(0), batch=10, hidden=(16, 8), lr=0.01,
+                               eval_every=30)
+    assert [h["epoch"] for h in res.history] == [30, 60]
+    assert res.history[-1]["rmse"] < 1.3 and res.flops > 0
