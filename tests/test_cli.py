@@ -1,0 +1,184 @@
+"""The command line, sweeps and teaching traces."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsim.cli import main
+from fedsim.studies.sweep import parse_grid, run_sweep
+from fedsim.studies.trace import trace
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fedsim_cmd(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
+    res = fedsim_cmd("run", "--out", str(tmp_path / "out"), "--data", "tiny", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "Communication per role" in res.stdout
+    assert re.search(r"(rmse|weight_error)", res.stdout, re.I)
+    out = tmp_path / "out"
+    results = json.loads((out / "results.json").read_text())
+    assert results["seed"] == 0 and results["ledger_totals"]["messages"] > 0
+    assert {"numpy", "msgpack", "simpy", "python"} <= set(results["versions"])
+    assert (out / "report.md").read_text().startswith("# ")
+    assert all((out / f"{t}.csv").exists() for t in results["tables"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no_such_scenario"], "unknown scenario 'no_such_scenario'"),
+    (["run", "quickstart", "--set", "bogus=1"], "unknown parameter 'bogus'"),
+    (["run", "quickstart", "--set", "rounds=many"], "--set rounds: expected int, got 'many'"),
+    (["run", "quickstart", "--set", "rounds"], "--set expects key=value"),
+    (["run", "quickstart", "--profile", "moon"], "unknown network profile 'moon'"),
+    (["sweep", "quickstart", "--grid", "bogus=1,2"], "unknown parameter 'bogus'"),
+    (["sweep", "quickstart", "--grid", "rounds=1,x"], "expected int, got 'x'"),
+    (["trace", "nothing"], "cannot trace 'nothing'"),
+])
+def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
+    res = fedsim_cmd(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert res.returncode == 2
+    lines = [ln for ln in res.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in res.stderr
+
+
+def test_missing_data_file_is_a_one_line_error(tmp_path):
+    res = fedsim_cmd("run", "fedrec_table2", "--data", str(tmp_path / "nope" / "u.data"), "--out",
+                     str(tmp_path / "o"), cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "nope" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_list_shows_scenarios_protocols_and_traceables(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("quickstart", "fedrec_table2", "fedrecpp_table3", "fedrec", "fedrecpp"):
+        assert name in out
+
+
+def test_scenario_script_runs_directly(tmp_path):
+    res = subprocess.run([sys.executable, str(REPO / "scenarios" / "quickstart.py"), "--out", str(tmp_path),
+                          "--rounds", "3", "--quiet"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["rounds"] == 3
+
+
+def test_sweep_runs_every_point_and_combines_tables(tmp_path):
+    out = tmp_path / "sw"
+    from fedsim.experiment import load_scenario
+
+    grid = parse_grid(load_scenario("quickstart"), ["rounds=1,2", "clients=2,3"])
+    assert grid == {"rounds": [1, 2], "clients": [2, 3]}
+    s = run_sweep("quickstart", grid, out, workers=2)
+    assert s["points"] == 4 and len(s["done"]) == 4 and not s["failed"]
+    rows = (out / "combined_accuracy.csv").read_text().splitlines()
+    assert rows[0].startswith("rounds,clients,") and len(rows) == 5
+    again = run_sweep("quickstart", grid, out, workers=2)
+    assert again["done"] == [] and len(again["skipped"]) == 4
+
+
+def test_a_failed_point_does_not_lose_the_others(tmp_path):
+    script = tmp_path / "flaky.py"
+    script.write_text(
+        "from fedsim.experiment import Param\n"
+        "PARAMS = {'x': Param(0, 'x')}\n"
+        "def run(ctx):\n"
+        "    if ctx['x'] == 2:\n"
+        "        raise RuntimeError('boom at 2')\n"
+        "    ctx.table('t', [{'x': ctx['x'], 'y': ctx['x'] ** 2}])\n")
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, tmp_path / "out", workers=2)
+    assert len(s["done"]) == 2 and len(s["failed"]) == 1 and "boom at 2" in s["failed"][0]["error"]
+    assert (tmp_path / "out" / "x=2" / "error.txt").read_text().count("boom at 2") >= 1
+    assert (tmp_path / "out" / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,1", "3,3,9"]
+
+
+def test_killed_sweep_resumes_only_the_missing_points(tmp_path):
+    log = tmp_path / "runs.log"
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import time\n"
+        "from fedsim.experiment import Param\n"
+        "PARAMS = {'x': Param(0, 'x')}\n"
+        "def run(ctx):\n"
+        f"    open({str(log)!r}, 'a').write(str(ctx['x']) + '\\n')\n"
+        "    time.sleep(0.8)\n"
+        "    ctx.table('t', [{'x': ctx['x']}])\n")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6",
+            "--workers", "1", "--out", str(out)]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(list(out.glob("*/results.json"))) < 2:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {p.parent.name for p in out.glob("*/results.json")}
+    assert 2 <= len(finished) < 6
+    log.write_text("")
+    res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    rerun = {f"x={v}" for v in log.read_text().split()}
+    assert rerun == {f"x={v}" for v in range(1, 7)} - finished
+    assert len(list(out.glob("*/results.json"))) == 6
+
+
+MERMAID_LINE = re.compile(
+    r"^sequenceDiagram$"
+    r"|^    participant N\d+ as [\w/.:\-]+ \([\w]+\)$"
+    r"|^    Note (over|right of) N\d+: [^;#\n]+$"
+    r"|^    N\d+(->>|-->>|-x)N\d+: [^;#:\n]+$")
+
+
+def parse_mermaid(text):
+    """Validate the sequence-diagram subset we emit and return its messages."""
+    lines = text.rstrip("\n").split("\n")
+    assert lines[0] == "sequenceDiagram"
+    aliases, messages = {}, []
+    for ln in lines:
+        assert MERMAID_LINE.match(ln), f"not valid Mermaid sequence syntax: {ln!r}"
+        m = re.match(r"^    participant (N\d+) as (\S+) ", ln)
+        if m:
+            aliases[m.group(1)] = m.group(2)
+        m = re.match(r"^    (N\d+)(->>|-->>|-x)(N\d+): (\S+)( \(anonymous\))? (\d+) B", ln)
+        if m:
+            assert m.group(1) in aliases and m.group(3) in aliases, "undeclared participant"
+            messages.append((aliases[m.group(1)], aliases[m.group(3)], m.group(4), int(m.group(6)),
+                             m.group(2) == "-->>"))
+    return messages
+
+
+def test_fedrecpp_trace_matches_the_ledger_message_for_message(tmp_path):
+    net, paths = trace("fedrecpp", tmp_path, clients=3, rounds=1)
+    text = paths["mermaid"].read_text()
+    messages = parse_mermaid(text)
+    ledger = [(r["src"], r["dst"], r["kind"], r["bytes"], r["anonymous"]) for r in net.ledger.records()]
+    assert messages == ledger
+    roles = net.ledger.roles
+    assert sorted(roles.values()) == ["denoiser", "ordinary", "ordinary", "server"]
+    # the anonymous channel is visible: dashed arrows labelled anonymous, into the denoiser only
+    anon = [m for m in messages if m[4]]
+    assert len(anon) == 2 and all(roles[m[1]] == "denoiser" and m[2] == "noise" for m in anon)
+    assert text.count("sender hidden from") == 2
+    svg = paths["svg"].read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") > len(messages) and "stroke-dasharray" in svg
+    log = paths["log"].read_text()
+    assert log.count(" sends ") == len(messages) and "receives noise from (anonymous)" in log
+
+
+def test_mermaid_validator_rejects_bad_syntax():
+    with pytest.raises(AssertionError):
+        parse_mermaid("sequenceDiagram\n    N0->>N1: a; b 3 B\n")
+    with pytest.raises(AssertionError):
+        parse_mermaid("sequenceDiagram\n    participant N0 as a (b)\n    N0->>N9: x 3 B, sent\n")
