@@ -21,9 +21,17 @@ from .ratings import DataFormatError
 
 _INT_RE = re.compile(rb"\s*[+-]?\d+\s*")
 _FLOAT_RE = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 16 << 20
 
-Column = tuple[str, str]  # (name, "int" | "float")
+Column = tuple[str, str]  # (name, kind); kind: "int", "int32", "float", "float32"
+
+# fast-path dtypes; the strict parser always returns int64 / float64 (ids too large for int32
+# make the fast path fail and fall back, so nothing overflows)
+_FAST_DTYPE = {"int": np.int64, "int32": np.int32, "float": np.float64, "float32": np.float32}
+
+
+def _is_int(kind: str) -> bool:
+    return kind.startswith("int")
 
 
 def read_bytes(path: Path) -> bytes:
@@ -77,7 +85,7 @@ def parse_line_fields(
     out: list[float | int] = []
     for (name, kind), f in zip(columns, fields):
         shown = f.decode("utf-8", "replace")
-        if kind == "int":
+        if _is_int(kind):
             if not _INT_RE.fullmatch(f):
                 what = "empty" if not f.strip() else f"{shown!r} is not an integer"
                 raise DataFormatError(path, lineno, f"field '{name}': {what}")
@@ -100,16 +108,18 @@ def _slow_chunk(path, chunk: bytes, first_line: int, sep: bytes, columns) -> lis
     rows = [parse_line_fields(path, first_line + k, ln, sep, columns) for k, ln in enumerate(lines)]
     cols = list(zip(*rows)) if rows else [() for _ in columns]
     return [
-        np.array(c, dtype=np.int64 if kind == "int" else np.float64) for c, (_, kind) in zip(cols, columns)
+        np.array(c, dtype=np.int64 if _is_int(kind) else np.float64) for c, (_, kind) in zip(cols, columns)
     ]
 
 
 def _fast_chunk(chunk: bytes, sep: str, columns) -> list[np.ndarray] | None:
     body = chunk
     if sep == "::":
-        if b"\t" in body or b":::" in body or body.count(b":") != 2 * body.count(b"::"):
+        if b"\t" in body:
             return None
         body = body.replace(b"::", b"\t")
+        if b":" in body:  # a lone or tripled colon
+            return None
         delim = "\t"
     else:
         delim = sep
@@ -117,14 +127,14 @@ def _fast_chunk(chunk: bytes, sep: str, columns) -> list[np.ndarray] | None:
         return None  # blank line: loadtxt would skip it silently
     if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
         return None
-    dt = np.dtype([(f"c{k}", np.int64 if kind == "int" else np.float64) for k, (_, kind) in enumerate(columns)])
+    dt = np.dtype([(f"c{k}", _FAST_DTYPE[kind]) for k, (_, kind) in enumerate(columns)])
     try:
         arr = np.loadtxt(io.BytesIO(body), delimiter=delim, dtype=dt, comments=None, ndmin=1, quotechar=None)
     except ValueError:
         return None
     out = [np.ascontiguousarray(arr[f"c{k}"]) for k in range(len(columns))]
     for a, (_, kind) in zip(out, columns):
-        if kind == "float" and a.size and not np.all(np.isfinite(a)):
+        if not _is_int(kind) and a.size and not np.all(np.isfinite(a)):
             return None
     return out
 
@@ -135,11 +145,12 @@ def parse_numeric(
 ) -> list[np.ndarray]:
     """Parse ``data`` (the table body, one row per line) into one array per column.
 
-    Integer columns come back as int64, float columns as float64.  ``first_line`` is the file
-    line number of the first body line.  Raises :class:`DataFormatError` on the first bad line.
+    Integer columns come back as int64 (``"int32"``: int32 when every chunk fits, else int64),
+    float columns as float64 (``"float32"``: float32 when parsed by the fast path).
+    ``first_line`` is the file line number of the first body line.  Raises :class:`DataFormatError` on the first bad line.
     """
     if not data:
-        return [np.zeros(0, dtype=np.int64 if k == "int" else np.float64) for _, k in columns]
+        return [np.zeros(0, dtype=np.int64 if _is_int(k) else np.float64) for _, k in columns]
     sep_b = sep.encode()
     parts: list[list[np.ndarray]] = []
     pos, line = 0, first_line

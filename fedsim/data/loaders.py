@@ -46,7 +46,7 @@ ML100K_GENRES = [
 ]
 NO_GENRE = "(no genres listed)"
 
-_RATING_COLS = [("user", "int"), ("item", "int"), ("rating", "float"), ("timestamp", "int")]
+_RATING_COLS = [("user", "int32"), ("item", "int32"), ("rating", "float32"), ("timestamp", "int")]
 
 # variant -> (format, valid rating range)
 _ML_VARIANTS = {
