@@ -130,7 +130,7 @@ class AsyncioNetwork(Network):
         tasks = []
         for node in self.nodes.values():
             node.ctx = self.context_class(self, node)
-            coro = node.actor(node.ctx, *node.args, **node.kwargs)
+            coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
             task = self._loop.create_task(coro, name=node.id)
             task.add_done_callback(lambda t, n=node: self._task_done(n, t))
             tasks.append(task)

@@ -111,13 +111,16 @@ class Network:
         if not callable(actor):
             raise NetworkConfigError(f"actor of node {node_id!r} is not callable: {actor!r}")
         base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
-        spec = NodeSpec(
-            link=base.link if link is None else link,
-            flops=base.flops if flops is None else flops,
-            loss=base.loss if loss is None else loss,
-            offline_at=offline_at,
-        )
-        self.nodes[node_id] = _Node(node_id, str(role), spec, actor, args, kwargs)
+        if link is None and flops is None and loss is None and offline_at is None:
+            spec = base  # shared: no per-node copy for the common case (memory per idle actor)
+        else:
+            spec = NodeSpec(
+                link=base.link if link is None else link,
+                flops=base.flops if flops is None else flops,
+                loss=base.loss if loss is None else loss,
+                offline_at=offline_at,
+            )
+        self.nodes[node_id] = _Node(node_id, str(role), spec, actor, args, kwargs or None)
         self.ledger.roles[node_id] = str(role)
 
     def set_unit(self, floats: int) -> None:

@@ -298,7 +298,7 @@ class SimNetwork(Network):
         self._ran = True
         for node in self.nodes.values():
             node.ctx = self.context_class(self, node)
-            node.coro = node.actor(node.ctx, *node.args, **node.kwargs)
+            node.coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
             if not hasattr(node.coro, "send"):
                 raise FedsimError(f"actor of node {node.id!r} is not an async function "
                                   f"(it returned {type(node.coro).__name__})")
