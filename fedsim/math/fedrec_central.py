@@ -159,7 +159,9 @@ class _Setup:
 
 
 def _setup(model, users, items, ratings, n_users, n_items, d, user_rngs, server_rng, dtype,
-           init_scale, implicit, test, strategy, engine) -> _Setup:
+           init_scale, implicit, test, strategy, engine, on_divergence) -> _Setup:
+    if on_divergence not in ("raise", "stop"):
+        raise ValueError(f"on_divergence must be 'raise' or 'stop', got {on_divergence!r}")
     if strategy not in ("ua", "hf"):
         raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
     if engine not in ("central", "clients"):
@@ -246,7 +248,7 @@ def train_pmf_batch(
     (:class:`DivergenceError`) or ``"stop"`` (return with ``diverged_at`` set).
     """
     st = _setup("PMF(B)", users, items, ratings, n_users, n_items, d, user_rngs, server_rng, dtype,
-                init_scale, False, test, strategy, engine)
+                init_scale, False, test, strategy, engine, on_divergence)
     params = dict(d=d, T=T, lr=lr, lam=lam, rho=rho, strategy=strategy, T_predict=T_predict,
                   T_local=T_local, hf_convention=hf_convention, order=order, decay=decay,
                   resample=resample, dtype=str(st.dt), engine=engine,
@@ -343,7 +345,7 @@ def _train_sgd(model, implicit, users, items, ratings, n_users, n_items, *, d, T
                lam, rho, strategy, T_predict, T_local, hf_convention, user_rngs, server_rng, dtype,
                decay, init_scale, resample, test, callback, on_divergence, engine, backend):
     st = _setup(model, users, items, ratings, n_users, n_items, d, user_rngs, server_rng, dtype,
-                init_scale, implicit, test, strategy, engine)
+                init_scale, implicit, test, strategy, engine, on_divergence)
     client_lr = lr if client_lr is None else client_lr
     params = dict(d=d, T=T, lr=lr, client_lr=client_lr, lam=lam, rho=rho, strategy=strategy,
                   T_predict=T_predict, T_local=T_local, hf_convention=hf_convention, decay=decay,
