@@ -9,6 +9,7 @@ with ``offline_at`` are not supported on this transport.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 from ..seeding import node_rng
@@ -63,18 +64,10 @@ class AsyncioNetwork(Network):
                 w[1].set_result(envl)
             else:
                 if dst.mailbox is None:
-                    dst.mailbox = []
+                    dst.mailbox = deque()
                 dst.mailbox.append(envl)
 
-    async def _receive(self, node: _Node, kind, timeout: float | None):
-        box = node.mailbox
-        if box:
-            for i, envl in enumerate(box):
-                if kind is None or _matches(kind, envl.kind):
-                    del box[i]
-                    return envl
-        if timeout is not None and timeout <= 0:
-            return None
+    async def _wait(self, node: _Node, kind, timeout: float | None):
         fut = self._loop.create_future()
         forever = timeout is None
         node.waiter = (kind, fut, forever)

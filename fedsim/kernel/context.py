@@ -205,7 +205,13 @@ class Context:
         Blocks until one arrives; with ``timeout`` (seconds) or ``deadline``, returns ``None``
         if none has arrived by then. Messages of other kinds stay in the mailbox.
         """
-        env = await self._net._receive(self._node, kind, self._timeout_of(timeout, deadline))
+        net = self._net
+        env = net._take(self._node, kind)
+        if env is None:
+            t = self._timeout_of(timeout, deadline)
+            if t is not None and t <= 0:
+                return None
+            env = await net._wait(self._node, kind, t)
         return None if env is None else self._open(env)
 
     def _open(self, env: _Envelope) -> Message:
@@ -242,11 +248,16 @@ class Context:
             want = int(count)
             pending = None
         got: list[_Envelope] = []
+        net, node = self._net, self._node
         while len(got) < want:
-            left = None if dl_at is None else dl_at - self._net._now()
-            env = await self._net._receive(self._node, kind, left)
+            env = net._take(node, kind)
             if env is None:
-                break
+                left = None if dl_at is None else dl_at - net._now()
+                if left is not None and left <= 0:
+                    break
+                env = await net._wait(node, kind, left)
+                if env is None:
+                    break
             if round is not None and env.round < round:
                 continue  # stale: stays unread in the ledger
             if pending is not None:

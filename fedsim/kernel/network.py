@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 
 from ..seeding import node_rng
-from .context import Context, _Envelope
+from .context import Context, _Envelope, _matches
 from .errors import NetworkConfigError, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import LinkSpec, NodeSpec, Profile, get_profile
@@ -167,7 +167,22 @@ class Network:
     def _post(self, src: _Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         raise NotImplementedError  # pragma: no cover
 
-    async def _receive(self, node: _Node, kind, timeout: float | None):
+    @staticmethod
+    def _take(node: _Node, kind):
+        """The oldest mailbox message matching ``kind`` (removed), or None. Never blocks."""
+        box = node.mailbox
+        if box:
+            if kind is None or _matches(kind, box[0].kind):
+                return box.popleft()
+            for i, envl in enumerate(box):
+                if _matches(kind, envl.kind):
+                    del box[i]
+                    return envl
+        return None
+
+    def _wait(self, node: _Node, kind, timeout: float | None):
+        """An awaitable that resumes with the next matching envelope, or None at ``timeout``
+        (seconds, > 0, or None for no limit)."""
         raise NotImplementedError  # pragma: no cover
 
     async def _sleep(self, node: _Node, seconds: float) -> None:

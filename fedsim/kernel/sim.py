@@ -235,23 +235,13 @@ class SimNetwork(Network):
         envl.row[STATUS] = "lost"
         envl.row[NOTE] = note
 
-    async def _receive(self, node: _Node, kind, timeout: float | None):
-        box = node.mailbox
-        if box:
-            if kind is None or _matches(kind, box[0].kind):
-                return box.popleft()
-            for i, envl in enumerate(box):
-                if _matches(kind, envl.kind):
-                    del box[i]
-                    return envl
+    def _wait(self, node: _Node, kind, timeout: float | None):
         if timeout is not None:
-            if timeout <= 0:
-                return None
             w = node.waiter = (kind, object())
             self._schedule(timeout, self._expire, node, w)
         else:
             node.waiter = (kind, None)
-        return await _park
+        return _park
 
     @staticmethod
     def _expire(node: _Node, w: tuple) -> None:
