@@ -238,6 +238,24 @@ def test_enacted_compression_equals_masked_uncompressed_training(tiny):
     assert not np.allclose(per_item["server"]["decoder"]["dec.W2"], on["server"]["decoder"]["dec.W2"])
 
 
+def test_cut_encoder_computes_the_same_model_with_fewer_flops(tiny):
+    """Columns of items a client never has input for only multiply zeros: dropping them (encoder_input="cut")
+    changes the FLOPs, not the decoder, the predictions or the evaluations (float64, equal to rounding)."""
+    base = dict(rounds=4, fraction=0.5, hidden=HIDDEN, batch=3, local_epochs=2, dtype="float64", eval_every=2)
+    _, dense, _ = _run(personalfr, tiny, 4, FedAEConfig(**base))
+    job, cut, _ = _run(personalfr, tiny, 4, FedAEConfig(**base, encoder_input="cut"))
+    for k, v in dense["server"]["decoder"].items():
+        np.testing.assert_allclose(v, cut["server"]["decoder"][k], rtol=1e-10, atol=1e-12)
+    for a, b in zip(dense["history"], cut["history"]):
+        assert a["rmse"] == pytest.approx(b["rmse"], rel=1e-10)
+    name, users = job.clients[1], job.groups[1]
+    items = act.rated_items(tiny.mask[users])
+    enc_d, enc_c = dense["clients"][name]["encoder"], cut["clients"][name]["encoder"]
+    assert enc_c["enc.W1"].shape == (HIDDEN[0], len(items))
+    np.testing.assert_allclose(enc_d["enc.W1"][:, items], enc_c["enc.W1"], rtol=1e-10, atol=1e-12)
+    assert cut["client_flops"] < dense["client_flops"]
+
+
 def _cost(net):
     return sum(r["bytes"] for r in net.ledger.records() if r["kind"] not in personalfr.EVAL_KINDS)
 

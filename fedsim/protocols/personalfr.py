@@ -68,7 +68,15 @@ class FedAEConfig:
     ``"algorithm1"``: Algorithm 1 as printed, rows a client lacks count with their previous value);
     ``uncompressed_training`` (with ``compression=False``: ``"full"`` trains and weight-decays every row of
     the whole decoder, as the authors' code; ``"masked"`` updates only the active rows, which makes it
-    equal to ``compression=True, merge="algorithm1"``).
+    equal to ``compression=True, merge="algorithm1"``); ``encoder_input`` (``"dense"``: the private encoder
+    has a column for every item, as the paper counts computation; ``"cut"``: it keeps only the columns of
+    the client's own training items. The other columns only ever multiply zero inputs, in training and in
+    prediction, so the model computes the same function (equal to rounding, tested); only the FLOPs and
+    the memory differ).
+
+    Both: ``client_momentum`` (``"keep"``: a client keeps its SGD momentum buffers between the rounds it
+    is selected in, as the authors' code; ``"reset"``: fresh buffers every round, standard FedAvg, O(C M)
+    memory instead of O(M) model-sized buffers).
     """
 
     rounds: int = 800
@@ -87,6 +95,8 @@ class FedAEConfig:
     compression: bool = True
     merge: str = "per_item"
     uncompressed_training: str = "full"
+    encoder_input: str = "dense"
+    client_momentum: str = "keep"
     dtype: str = "float32"
     eval_every: int = 0
     eval_k: int = 10
@@ -104,6 +114,10 @@ class FedAEConfig:
             raise ValueError(f"merge must be one of {MERGES}, got {self.merge!r}")
         if self.uncompressed_training not in UNCOMPRESSED:
             raise ValueError(f"uncompressed_training must be one of {UNCOMPRESSED}")
+        if self.encoder_input not in ("dense", "cut"):
+            raise ValueError(f"encoder_input must be 'dense' or 'cut', got {self.encoder_input!r}")
+        if self.client_momentum not in ("keep", "reset"):
+            raise ValueError(f"client_momentum must be 'keep' or 'reset', got {self.client_momentum!r}")
         np.dtype(self.dtype)
 
     @property
@@ -130,12 +144,17 @@ def client_name(m: int, n_clients: int) -> str:
     return f"client/{m:0{max(4, len(str(n_clients - 1)))}d}"
 
 
-def init_encoder(n_items: int, rng: np.random.Generator, cfg: FedAEConfig) -> dict:
-    """A client's private encoder (Xavier-uniform, zero biases), drawn first from its generator. No decoder
-    draws are made (``n_out=0`` gives an empty output layer)."""
+def init_encoder(n_items: int, rng: np.random.Generator, cfg: FedAEConfig, in_items=None) -> dict:
+    """A client's private encoder (Xavier-uniform over the full width ``n_items``, zero biases), the first
+    draws of its generator; no decoder draws are made (``n_out=0`` gives an empty output layer). With
+    ``in_items`` only those input columns are kept (``encoder_input="cut"``): the same values as the dense
+    encoder's columns."""
     hidden = tuple(cfg.hidden)
     p = ae.init_params(n_items, rng, hidden, decoder_hidden=(hidden[-1],), n_out=0, dtype=np.dtype(cfg.dtype))
-    return ae.encoder_of(p)
+    enc = ae.encoder_of(p)
+    if in_items is not None:
+        enc = act.slice_items(enc, in_items=in_items)
+    return enc
 
 
 async def _evaluate(ctx, clients: list[str], payload: dict, t: int, cfg: FedAEConfig) -> dict:
@@ -206,17 +225,22 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
     """A PersonalFR client holding the users of ``data`` (training rows private, test entries private).
 
     Returns ``{"encoder", "flops", "eval_flops", "rounds"}``: its final private encoder (the experimenter's
-    copy; it is never sent), the training FLOPs it charged, the evaluation FLOPs, the rounds it trained in.
+    copy; it is never sent; ``None`` if it was never needed), the training FLOPs it charged, the evaluation
+    FLOPs, the rounds it trained in. The encoder is drawn when first needed (first selection or
+    evaluation); nothing else draws from the generator before, so this equals drawing it at the start.
     """
     rng = ctx.rng
-    enc = init_encoder(data.n_items, rng, cfg)  # E_m^0: first draws of this client's generator
     items = act.rated_items(data.mask)  # I_m
     await ctx.send(SERVER, "indices", {"items": items.astype(np.int32)})
-    x = data.x
+    cut = cfg.encoder_input == "cut"
+    # input rows: the columns of the items this client's users rated, if the encoder is cut to them
+    x = data.x[:, items] if cut else data.x
     if cfg.compression:
-        target, mask = x[:, items], data.mask[:, items]
+        target, mask = data.x[:, items], data.mask[:, items]
     else:
-        target, mask = x, data.mask
+        target, mask = data.x, data.mask
+    view = ae_train.AETask(data.task, x, data.mask, data.test_ptr, data.test_items, data.test_values)
+    enc = None
     restrict = None
     state = None
     flops = eval_flops = 0
@@ -226,18 +250,20 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         if msg.kind == "stop":
             return {"encoder": enc, "flops": flops, "eval_flops": eval_flops, "rounds": rounds}
         p = msg.payload
+        if enc is None:  # E_m^0: the first draws of this client's generator
+            enc = init_encoder(data.n_items, rng, cfg, in_items=items if cut else None)
         if msg.kind == "evaluate":  # the prediction stage: own encoder, global decoder
-            sums = ae_train.eval_sums(ae.join(enc, p["dec"]), data, k=cfg.eval_k)
+            sums = ae_train.eval_sums(ae.join(enc, p["dec"]), view, k=cfg.eval_k)
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
             continue
         t = int(p["t"])
         params = ae.join(enc, ae.copy_params(p["dec"]))  # decoded arrays are read-only
-        if state is None:
+        if state is None or cfg.client_momentum == "reset":
             state = optim.sgd_init(params)  # kept across rounds: I_m and the shapes never change
-            if not cfg.compression and cfg.uncompressed_training == "masked":
-                restrict = act.restriction(params, out_items=items)
+        if restrict is None and not cfg.compression and cfg.uncompressed_training == "masked":
+            restrict = act.restriction(params, out_items=items)
         res = ae_train.local_train(
             params, state, x, target, mask, epochs=cfg.local_epochs, batch=cfg.batch, lr=cfg.lr_at(t), rng=rng,
             loss=cfg.loss, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
