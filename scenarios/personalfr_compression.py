@@ -1,0 +1,110 @@
+"""PersonalFR Figure 5: communication and computation of FedAvg over PersonalFR against the number of clients M.
+
+For each M, FedAvg and PersonalFR (Partial Compression on) run the same rounds with the same seed, so the
+server picks the same clients. Communication is read from the ledger: bytes of the model download and
+upload per selected client and round (the one-off ``indices`` message of PersonalFR is reported beside
+it). Computation is what the clients charged with ``ctx.compute`` (forward, backward, clipping, SGD step
+FLOPs as executed). The formulas beside them are checks: FedAvg sends the whole model, PersonalFR the
+active decoder (Expression 3); the paper plots ``2 |D| / |D_active|`` (the notes on the authors' code).
+PersonalFR's encoder is dense by default (as the paper counts computation); ``encoder_inputs`` adds the
+cut encoder (same model, fewer FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.math import active as act
+from fedsim.protocols.personalfr import FedAEConfig
+from fedsim.scenarios.personalfr_table3 import RunSpec, execute, load_task
+
+DEFAULT_DATA = "ml100k-like"
+PARAMS = {
+    "clients": Param([1, 10, 100, 300, 0], "numbers of clients M (0: one user per client)"),
+    "rounds": Param(1, "rounds per run (ratios per round; every round draws C M clients)"),
+    "fraction": Param(0.1, "fraction C of clients per round"),
+    "local_epochs": Param(5, "local epochs K"),
+    "batch": Param(10, "local batch size B (1 when one user per client)"),
+    "task": Param("explicit", "task", choices=("explicit", "implicit")),
+    "encoder_inputs": Param(["dense", "cut"], "PersonalFR encoder widths to charge", kind="strs",
+                            choices=("dense", "cut")),
+    "threshold": Param(3.5, "implicit task threshold"),
+    "test_frac": Param(0.2, "per-user test fraction"),
+    "workers": Param(0, "worker processes (0: one per core)"),
+}
+
+# Le et al. 2022, Figure 5 / text: communication 2.5x to 27x, computation 1.25x to 1.9x (ML1M, M = 1 .. 6040)
+PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computation ~1.25x to ~1.9x"
+
+
+def run(ctx: RunContext) -> None:
+    task = load_task(ctx.data, ctx.seed, ctx["task"], ctx["threshold"], ctx["test_frac"])
+    specs = []
+    for M in ctx["clients"]:
+        one = M in (0, task.n_users)
+        cfg = FedAEConfig(rounds=ctx["rounds"], fraction=ctx["fraction"], local_epochs=ctx["local_epochs"],
+                          batch=1 if one else ctx["batch"], task=ctx["task"], client_momentum="reset")
+        common = dict(data=ctx.data, seed=ctx.seed, task=ctx["task"], threshold=ctx["threshold"],
+                      test_frac=ctx["test_frac"], M=M, profile=ctx.profile, evaluate=False)
+        specs.append(RunSpec("fedavg", cfg=cfg, **common))
+        for enc in ctx["encoder_inputs"]:
+            specs.append(RunSpec("personalfr", cfg=replace(cfg, encoder_input=enc), **common))
+    outs = execute(ctx, specs, "compression runs")
+    from fedsim.math import autoencoder as ae
+
+    model = ae.init_params(task.n_items, np.random.default_rng(0), (256, 128))
+    whole, dec_full = ae.param_count(model), ae.param_count(ae.decoder_of(model))
+    rows = []
+    by_M: dict = {}
+    for spec, o in zip(specs, outs):
+        by_M.setdefault(spec.M, {})[(spec.method, spec.cfg.encoder_input)] = o
+    for M, runs in by_M.items():
+        fa = runs[("fedavg", "dense")]
+        n_clients = fa["M"]
+        row = {"clients": n_clients, "users_per_client": task.n_users / n_clients,
+               "selected_per_round": fa["clients_per_round"]}
+        pf = next(v for (m, _), v in runs.items() if m == "personalfr")
+        c_fa, c_pf = fa["comm"], pf["comm"]
+        n_active = (pf["comm"]["up_floats_per_client"] - (dec_full - task.n_items * 257)) / 257
+        row.update({
+            "fedavg_bytes_per_client": c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"],
+            "personalfr_bytes_per_client": c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"],
+            "comm_ratio": (c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"])
+            / (c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"]),
+            "formula_ratio": whole / pf["comm"]["up_floats_per_client"],
+            "paper_formula_2D_over_Dactive": 2 * dec_full / pf["comm"]["up_floats_per_client"],
+            "mean_active_items": n_active,
+            "indices_bytes_per_client": c_pf["setup_bytes"] / n_clients,
+        })
+        for (m, enc), o in runs.items():
+            if m == "personalfr":
+                row[f"comp_ratio_{enc}"] = fa["client_flops"] / o["client_flops"]
+        rows.append(row)
+    rows.sort(key=lambda r: r["clients"])
+    ctx.table("compression", rows, title="FedAvg / PersonalFR per selected client and round: bytes (ledger) "
+              "and FLOPs (charged)", floatfmt=".3f")
+    ctx.note(f"Data `{ctx.data}`: {task.n_users} users, {task.n_items} items; model [n, 256, 128] / [128, 256, n], "
+             f"{whole:,} parameters ({dec_full:,} in the decoder). `formula_ratio` = whole model / active decoder "
+             f"floats (what the bytes should give up to msgpack framing); {PAPER_RANGE}. `comp_ratio_dense` keeps "
+             "PersonalFR's encoder dense (the paper's count), `comp_ratio_cut` charges the cut encoder. The "
+             "one-off `indices` message is `indices_bytes_per_client` (not in the per-round figures).")
+
+    def draw(ax):
+        xs = [r["clients"] for r in rows]
+        ax.plot(xs, [r["comm_ratio"] for r in rows], marker="o", label="communication (ledger)")
+        for enc in ctx["encoder_inputs"]:
+            ax.plot(xs, [r[f"comp_ratio_{enc}"] for r in rows], marker="s", label=f"computation ({enc} encoder)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("number of clients M")
+        ax.set_ylabel("FedAvg / PersonalFR")
+        ax.legend()
+
+    ctx.plot("compression", draw)
+
+
+if __name__ == "__main__":
+    raise SystemExit(scenario_main(globals()))
