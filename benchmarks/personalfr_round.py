@@ -1,0 +1,141 @@
+"""One communication round of PersonalFR (and of FedAvg) on MovieLens-100K with M = 100: wall time split
+between the math and the simulation.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/personalfr_round.py [--data PATH] [--clients 100] [--repeats 5]
+
+The data (``--data``: the ``ml-100k`` folder; the ``ml100k-like`` synthetic preset when it is absent) is
+split 80/20 per user and partitioned into M clients; one run = the setup (every client sends its rated-item
+indices) and one round (C = 0.1: 10 clients, K = 5 local epochs, batch 10, dropout 0.5, SGD Nesterov,
+clipping; the server cuts each client's active decoder out, merges the returned slices with Eq. 5), on the
+``ideal`` profile, without evaluation. Timers wrap the functions the actors call:
+
+``math: local training``     ``ae_train.local_train`` (forward, backward, clipping, SGD steps)
+``math: encoder init``       a client's first draw of its private encoder
+``math: server``             ``extract_active``, ``merge_active`` (FedAvg: the model mean)
+``math: copies``             ``copy_params`` of the received (read-only) arrays
+``codec``                    ``encode_message`` / ``decode_message`` as the kernel calls them
+``kernel + actors``          the rest: scheduling, mailboxes, ledger rows, actor code
+
+Medians over ``--repeats`` runs (the first run is a warm-up and not counted). Prints one line per figure,
+then one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedsim.data import partition_users, per_user_random, resolve
+from fedsim.kernel import SimNetwork
+from fedsim.kernel import context as kctx
+from fedsim.math import active as act
+from fedsim.math import ae_train
+from fedsim.math import autoencoder as ae
+from fedsim.protocols import fedavg_ae, personalfr
+from fedsim.protocols.personalfr import FedAEConfig
+
+DEFAULT_DATA = "/work/shared/data/ml-100k"
+
+
+class Timers:
+    """Wraps module attributes with accumulating timers; ``restore`` puts the originals back."""
+
+    def __init__(self):
+        self.acc: dict[str, float] = {}
+        self._saved = []
+
+    def wrap(self, module, name, label):
+        orig = getattr(module, name)
+        acc = self.acc
+
+        def timed(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return orig(*a, **kw)
+            finally:
+                acc[label] = acc.get(label, 0.0) + time.perf_counter() - t0
+
+        self._saved.append((module, name, orig))
+        setattr(module, name, timed)
+
+    def restore(self):
+        for module, name, orig in reversed(self._saved):
+            setattr(module, name, orig)
+        self._saved.clear()
+
+
+def one_run(protocol: str, task, groups, cfg) -> dict:
+    timers = Timers()
+    mod = personalfr if protocol == "personalfr" else fedavg_ae
+    timers.wrap(ae_train, "local_train", "math: local training")
+    timers.wrap(personalfr, "init_encoder", "math: encoder init")
+    timers.wrap(act, "extract_active", "math: server")
+    timers.wrap(act, "merge_active", "math: server")
+    timers.wrap(personalfr, "_mean", "math: server")
+    if protocol == "fedavg":
+        timers.wrap(fedavg_ae, "_mean", "math: server")
+    timers.wrap(ae, "copy_params", "math: copies")
+    timers.wrap(kctx, "encode_message", "codec")
+    timers.wrap(kctx, "decode_message", "codec")
+    try:
+        net = SimNetwork(seed=0)
+        mod.build(net, task, groups, cfg, evaluate=False)
+        t0 = time.perf_counter()
+        res = net.run()
+        total = time.perf_counter() - t0
+    finally:
+        timers.restore()
+    assert not res.unfinished
+    out = {"total": total, **timers.acc}
+    math = sum(v for k, v in timers.acc.items() if k.startswith("math"))
+    out["math"] = math
+    out["kernel + actors"] = total - math - timers.acc.get("codec", 0.0)
+    led = net.ledger.totals()
+    out["messages"] = led["messages"]
+    out["bytes"] = led["bytes"]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--protocols", default="personalfr,fedavg")
+    args = ap.parse_args(argv)
+    spec = args.data if Path(args.data).exists() else "ml100k-like"
+    r = resolve(spec)
+    tr, te = per_user_random(r, 0.2, seed=0)
+    task = ae_train.prepare((tr.users, tr.items, tr.values), (te.users, te.items, te.values), r.n_users, r.n_items)
+    groups = partition_users(r.n_users, args.clients, seed=0)
+    cfg = FedAEConfig(rounds=1)
+    report = {"data": r.name, "users": r.n_users, "items": r.n_items, "clients": args.clients,
+              "selected": personalfr.selection_size(cfg.fraction, args.clients), "python": platform.python_version(),
+              "numpy": np.__version__, "results": {}}
+    print(f"{r.name}: {r.n_users} users x {r.n_items} items, M = {args.clients}, "
+          f"{report['selected']} clients per round, {args.repeats} repeats (+1 warm-up)")
+    for protocol in args.protocols.split(","):
+        runs = [one_run(protocol, task, groups, cfg) for _ in range(args.repeats + 1)][1:]
+        keys = [k for k in runs[0] if k not in ("messages", "bytes")]
+        med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+        lo = {k: min(r.get(k, 0.0) for r in runs) for k in keys}
+        hi = {k: max(r.get(k, 0.0) for r in runs) for k in keys}
+        report["results"][protocol] = {"median_s": med, "min_s": lo, "max_s": hi,
+                                       "messages": runs[0]["messages"], "bytes": runs[0]["bytes"]}
+        print(f"\n{protocol}: {runs[0]['messages']} messages, {runs[0]['bytes']:,} bytes")
+        for k in sorted(keys, key=lambda k: (k == "total", k)):
+            share = 100 * med[k] / med["total"] if med["total"] else 0
+            print(f"  {k:<24} {1e3 * med[k]:9.1f} ms  ({1e3 * lo[k]:.1f}-{1e3 * hi[k]:.1f})  {share:5.1f} %")
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
