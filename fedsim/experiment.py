@@ -410,13 +410,14 @@ def default_out_dir(name: str) -> Path:
 
 
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
-                 overrides: dict[str, Any] | None = None, seed: int = 0, profile: str = "ideal",
+                 overrides: dict[str, Any] | None = None, seed: int = 0, profile: str | None = None,
                  quiet: bool = False, ledger: bool = False) -> dict[str, Any]:
     """Run a scenario and write its files; returns the content of results.json."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
     name = _modname(mod)
     cfg = resolve_config(mod, overrides or {})
+    profile = profile or getattr(mod, "DEFAULT_PROFILE", "ideal")
     from .kernel import get_profile
     from .kernel.errors import NetworkConfigError
 
@@ -524,7 +525,8 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a scenario parameter (repeatable)")
     ap.add_argument("--seed", type=int, default=0, help="experiment seed (default 0)")
-    ap.add_argument("--profile", default="ideal", help="network profile: ideal, lan, wan, mobile")
+    ap.add_argument("--profile", default=None,
+                    help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar or printed tables")
     ap.add_argument("--ledger", action="store_true", help="also write the full ledger as ledger.csv")
 

@@ -1,42 +1,78 @@
-"""Quick demo: federated gradient descent over a simulated network, with its message ledger.
+"""Quick demo: FedRec and FedRec++ on built-in synthetic ratings, accuracy and bytes per role.
 
-Runs the small broadcast-and-gather protocol of ``fedsim.protocols.demo`` (a server and a few
-dozen clients fitting a linear model) and prints the model error and the communication per role,
-read from the ledger.
+Trains batch PMF four ways on one train/test split (unfederated; FedRec with rho = 0; FedRec with
+hybrid filling at rho = 1; FedRec++ with one denoiser at rho = 1), every federated party an
+actor on a simulated network, and prints test MAE/RMSE and the communication per role read from
+the message ledger. Finishes in well under a minute on the default synthetic data.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import time
 
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.kernel import SimNetwork
-from fedsim.protocols import demo
+from fedsim.protocols import fedrec, fedrecpp
+from fedsim.protocols.fedrec import FedRecConfig
+from fedsim.protocols.fedrecpp import FedRecPPConfig
+from fedsim.studies.fedrec import make_folds
 
-DEFAULT_DATA = "synthetic"
+DEFAULT_DATA = "ml100k-like"
+DEFAULT_PROFILE = "wan"
 PARAMS = {
-    "clients": Param(32, "number of clients"),
-    "dim": Param(8, "model dimension"),
-    "rounds": Param(20, "rounds"),
-    "lr": Param(0.2, "server learning rate"),
+    "iterations": Param(15, "iterations T"),
+    "d": Param(20, "latent dimension"),
+    "lr": Param(0.8, "learning rate gamma"),
+    "lam": Param(0.001, "lambda"),
+    "rho": Param(1.0, "sampling parameter of the HF and FedRec++ runs"),
 }
 
 
 def run(ctx: RunContext) -> None:
+    ratings = ctx.load_data()
+    fold = make_folds(ratings, 5, ctx.seed)[0]
+    data = (*fold.train, fold.n_users, fold.n_items)
+    base = FedRecConfig("PMF(B)", d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"])
+    acc, comm = [], []
+
+    def report(name, model, net, t0):
+        mae, rmse = model.evaluate(*fold.test)
+        acc.append({"run": name, "mae": mae, "rmse": rmse, "wall_s": time.perf_counter() - t0,
+                    "simulated_s": net.env.now if net else 0.0})
+        if net is None:
+            return
+        ctx.record_network(net)
+        for r in net.ledger.by_role(per_round=False):
+            comm.append({"run": name, "role": r["role"], "direction": r["direction"], "nodes": r["nodes"],
+                         "messages": r["messages"], "bytes_per_node": r["bytes_per_node"],
+                         "units_per_node": r["units_per_node"]})
+
+    ctx.progress.update(0, 4, stage="quickstart")
+    t0 = time.perf_counter()
+    report("unfederated", fedrec.central_twin(*data, base, seed=ctx.seed), None, t0)
+    ctx.progress.update(1, 4)
+    for i, (name, cfg) in enumerate([("FedRec rho=0", base),
+                                     (f"FedRec HF rho={ctx['rho']:g}", FedRecConfig(
+                                         "PMF(B)", d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"],
+                                         rho=ctx["rho"], strategy="hf", T_predict=5, T_local=10))]):
+        t0 = time.perf_counter()
+        net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
+        job = fedrec.build(net, *data, cfg)
+        report(name, job.collect(net.run()), net, t0)
+        ctx.progress.update(2 + i, 4, sim_time=net.env.now, messages=len(net.ledger))
+    t0 = time.perf_counter()
     net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
-    w_true = demo.build(net, n_clients=ctx["clients"], dim=ctx["dim"], rounds=ctx["rounds"],
-                        lr=ctx["lr"], seed=ctx.seed)
-    res = net.run()
-    ctx.record_network(net)
-    w = res["server"]
-    ctx.table("accuracy", [{"rounds": ctx["rounds"], "clients": ctx["clients"],
-                            "weight_error": float(np.linalg.norm(w - w_true)),
-                            "simulated_s": res.duration}],
-              title="Model error after training")
-    ctx.table("communication", [
-        {k: r[k] for k in ("role", "direction", "nodes", "messages", "bytes", "bytes_per_node")}
-        for r in net.ledger.by_role(per_round=False)
-    ], title="Communication per role (from the ledger)", floatfmt=".1f")
+    cfg = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=1,
+                         T_predict=5, T_local=10)
+    job = fedrecpp.build(net, *data, cfg)
+    report(f"FedRec++ eta=1 rho={ctx['rho']:g}", job.collect(net.run()), net, t0)
+    ctx.progress.update(4, 4, sim_time=net.env.now, messages=len(net.ledger))
+    ctx.table("accuracy", acc, title=f"Test accuracy after {ctx['iterations']} iterations (fold 1 of 5)")
+    ctx.table("communication", comm, title="Communication per role over the whole run (from the ledger)",
+              floatfmt=".1f")
+    ctx.note("FedRec with rho = 0 equals the unfederated model; hybrid filling hides rated items among "
+             "sampled ones at a small cost in accuracy; FedRec++'s denoiser removes that cost. Units are "
+             "d-float latent vectors.")
 
 
 if __name__ == "__main__":

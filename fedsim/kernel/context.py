@@ -150,7 +150,7 @@ class Context:
         """Change this node's role label (e.g. a client chosen as denoiser). Messages sent
         afterwards are accounted under the new role."""
         self._node.role = str(role)
-        self._net.ledger.roles[self._node.id] = self._node.role
+        self._net.ledger.set_role(self._node.id, self._node.role)
 
     @property
     def rng(self) -> np.random.Generator:

@@ -56,7 +56,13 @@ class Ledger:
         self.rows: list[list[Any]] = []
         self.missing: list[Missing] = []
         self.unit = unit
-        self.roles: dict[str, str] = {}
+        self.roles: dict[str, str] = {}  # each node's current (final) role
+        self.role_members: dict[str, set[str]] = defaultdict(set)  # every node that held a role
+
+    def set_role(self, node: str, role: str) -> None:
+        """Record that ``node`` holds ``role`` from now on (rows keep the role at send time)."""
+        self.roles[node] = role
+        self.role_members[role].add(node)
 
     # -- recording (called by transports) ----------------------------------------------------
     def new_row(self, rnd: int, src: str, dst: str, src_role: str, dst_role: str, kind: str,
@@ -129,7 +135,8 @@ class Ledger:
         Each row: ``round`` (or -1 when ``per_round`` is false), ``role``, ``direction``
         (``sent`` or ``received``; a message counts as received only if it was delivered),
         ``messages``, ``bytes``, ``raw_bytes``, ``floats``, ``units``, ``nodes`` (how many nodes
-        have that role at the end of the run) and ``bytes_per_node`` / ``units_per_node``.
+        held that role at some point of the run; rows carry the roles at the time of sending)
+        and ``bytes_per_node`` / ``units_per_node``.
         """
         keep = set(kinds) if kinds is not None else None
         drop = set(exclude_kinds)
@@ -147,9 +154,7 @@ class Ledger:
                 a[1] += r[BYTES]
                 a[2] += r[RAW]
                 a[3] += r[FLOATS]
-        counts: dict[str, int] = defaultdict(int)
-        for role in self.roles.values():
-            counts[role] += 1
+        counts = {role: len(members) for role, members in self.role_members.items()}
         out = []
         for (rnd, role, direction), (m, b, raw, fl) in sorted(acc.items()):
             n = counts.get(role, 0)

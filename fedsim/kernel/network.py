@@ -121,7 +121,7 @@ class Network:
                 offline_at=offline_at,
             )
         self.nodes[node_id] = _Node(node_id, str(role), spec, actor, args, kwargs or None)
-        self.ledger.roles[node_id] = str(role)
+        self.ledger.set_role(node_id, str(role))
 
     def set_unit(self, floats: int) -> None:
         """Declare how many floats make one accounting unit (the latent dimension d)."""

@@ -62,7 +62,7 @@ class SweepPoint:
     out: str
     data: str | None
     seed: int
-    profile: str
+    profile: str | None
     fixed: dict
 
 
@@ -80,7 +80,7 @@ def _run_point(p: SweepPoint) -> dict:
 
 
 def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path, *, data: str | None = None,
-              fixed: dict | None = None, seed: int = 0, profile: str = "ideal",
+              fixed: dict | None = None, seed: int = 0, profile: str | None = None,
               workers: int | None = None, progress=None) -> dict:
     """Run every point of ``grid`` (cartesian product) not already done; returns a summary
     with ``done``, ``skipped`` and ``failed`` lists and the combined CSV paths."""
