@@ -39,11 +39,12 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["run", "no_such_scenario"], "unknown scenario 'no_such_scenario'"),
     (["run", "quickstart", "--set", "bogus=1"], "unknown parameter 'bogus'"),
-    (["run", "quickstart", "--set", "rounds=many"], "--set rounds: expected int, got 'many'"),
-    (["run", "quickstart", "--set", "rounds"], "--set expects key=value"),
+    (["run", "quickstart", "--set", "iterations=many"], "--set iterations: expected int, got 'many'"),
+    (["run", "quickstart", "--set", "lr=fast"], "--set lr: expected float, got 'fast'"),
+    (["run", "demo", "--set", "rounds"], "--set expects key=value"),
     (["run", "quickstart", "--profile", "moon"], "unknown network profile 'moon'"),
-    (["sweep", "quickstart", "--grid", "bogus=1,2"], "unknown parameter 'bogus'"),
-    (["sweep", "quickstart", "--grid", "rounds=1,x"], "expected int, got 'x'"),
+    (["sweep", "demo", "--grid", "bogus=1,2"], "unknown parameter 'bogus'"),
+    (["sweep", "demo", "--grid", "rounds=1,x"], "expected int, got 'x'"),
     (["trace", "nothing"], "cannot trace 'nothing'"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
@@ -63,28 +64,31 @@ def test_missing_data_file_is_a_one_line_error(tmp_path):
 def test_list_shows_scenarios_protocols_and_traceables(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in ("quickstart", "fedrec_table2", "fedrecpp_table3", "fedrec", "fedrecpp"):
+    for name in ("quickstart", "demo", "fedrec_table2", "fedrecpp_table3", "fedrec", "fedrecpp"):
         assert name in out
 
 
 def test_scenario_script_runs_directly(tmp_path):
     res = subprocess.run([sys.executable, str(REPO / "scenarios" / "quickstart.py"), "--out", str(tmp_path),
-                          "--rounds", "3", "--quiet"], capture_output=True, text=True, timeout=60)
+                          "--data", "tiny", "--iterations", "3", "--quiet"], capture_output=True, text=True,
+                         timeout=60)
     assert res.returncode == 0, res.stderr
-    assert json.loads((tmp_path / "results.json").read_text())["config"]["rounds"] == 3
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["config"]["iterations"] == 3 and results["profile"] == "wan"
+    assert results["simulated_time_s"] > 0
 
 
 def test_sweep_runs_every_point_and_combines_tables(tmp_path):
     out = tmp_path / "sw"
     from fedsim.experiment import load_scenario
 
-    grid = parse_grid(load_scenario("quickstart"), ["rounds=1,2", "clients=2,3"])
+    grid = parse_grid(load_scenario("demo"), ["rounds=1,2", "clients=2,3"])
     assert grid == {"rounds": [1, 2], "clients": [2, 3]}
-    s = run_sweep("quickstart", grid, out, workers=2)
+    s = run_sweep("demo", grid, out, workers=2)
     assert s["points"] == 4 and len(s["done"]) == 4 and not s["failed"]
     rows = (out / "combined_accuracy.csv").read_text().splitlines()
     assert rows[0].startswith("rounds,clients,") and len(rows) == 5
-    again = run_sweep("quickstart", grid, out, workers=2)
+    again = run_sweep("demo", grid, out, workers=2)
     assert again["done"] == [] and len(again["skipped"]) == 4
 
 
