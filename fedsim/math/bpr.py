@@ -443,7 +443,7 @@ def fpl_client_round(
     rng: np.random.Generator,
     *,
     reg: BPRReg | None = None,
-    merge: bool | str = False,
+    merge: bool | MergeMode = False,
     local_item_updates: bool = False,
     user_update: Literal["per_triple", "end_of_round"] = "per_triple",
 ) -> tuple[np.ndarray, FPLUpdate]:
