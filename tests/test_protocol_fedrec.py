@@ -106,7 +106,9 @@ def _server_view(data, resample):
             got = await self._ctx.gather(kind, **kw)
             for msg in got:
                 u = int(msg.sender.split("/")[1])
-                seen.setdefault(u, []).append(set(msg.payload["items"].tolist()))
+                items = msg.payload["items"].tolist()
+                assert items == sorted(items)  # position must not tell rated from sampled
+                seen.setdefault(u, []).append(set(items))
             return got
 
     async def spying_server(ctx, clients, m_, cfg_):

@@ -51,7 +51,7 @@ from ..math.pmf import (
     init_user_factor,
     pmf_batch_client,
 )
-from .fedrec import SERVER, client_name
+from .fedrec import SERVER, _by_item, client_name
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "build", "TRAINING_KINDS"]
 
@@ -226,7 +226,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                                        order=cfg.order)
                 U = up.U
                 await ctx.compute(6.0 * up.items.shape[0] * cfg.d, "train")
-                await ctx.send(SERVER, "gradients", {"items": up.items, "grads": up.grads})
+                await ctx.send(SERVER, "gradients", _by_item({"items": up.items, "grads": up.grads}))
                 continue
             is_ord = role == "ordinary"
             U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, is_ord)
@@ -236,7 +236,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if is_ord:
                 items = np.concatenate([rated, sampled])
                 grads = np.concatenate([g_rated, g_noise])
-                await ctx.send(SERVER, "gradients", {"items": items, "grads": grads})
+                await ctx.send(SERVER, "gradients", _by_item({"items": items, "grads": grads}))
                 await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
             else:
                 own = (t, g_rated)
