@@ -1,0 +1,240 @@
+"""FPL as actors: the ledger counts exactly the vectors the paper's CCE counts, pi controls what
+the server learns, the server sums (Eq. 7), and the federated run equals a replay of the math."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from fedsim.data import generate
+from fedsim.kernel import AsyncioNetwork, SimNetwork
+from fedsim.math.bpr import (
+    concat_updates,
+    fpl_client_round,
+    init_item_params,
+    init_user_factor,
+    make_triple_sampler,
+    sample_triples,
+    server_apply_sum,
+)
+from fedsim.math.fpl_presets import PRESET_NAMES, fpl_preset
+from fedsim.protocols import fpl
+from fedsim.protocols.fpl import FPLConfig
+from fedsim.seeding import node_rng
+
+SEED = 5
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """Users' item lists of the tiny synthetic set, its catalogue and size."""
+    r = generate("tiny", seed=2).binarize()
+    csr = r.by_user()
+    items = [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(r.n_users)]
+    return items, np.unique(r.items).astype(np.int64), r.n_items
+
+
+def run(tiny, cfg, seed=SEED, **kw):
+    items, cat, n_items = tiny
+    net = SimNetwork(seed=seed)
+    job = fpl.build(net, items, n_items, cfg, catalogue=cat, **kw)
+    return job.collect(net.run()), net
+
+
+def training_units(net, kind=None):
+    cols = net.ledger.columns()
+    keep = np.isin(cols["kind"], fpl.TRAINING_KINDS if kind is None else (kind,))
+    return cols["units"][keep]
+
+
+@pytest.mark.parametrize("k", [1, 7, 30])
+def test_ledger_vectors_equal_visits_times_items_plus_T_plus_positives_sent(tiny, k):
+    items, cat, n_items = tiny
+    cfg = FPLConfig(clients_per_round=k, triples=4, rounds=6, d=3, pi=0.4)
+    out, net = run(tiny, cfg)
+    visits = int(out["rounds"].sum())
+    assert visits == cfg.rounds * min(k, len(items))
+    pos = int(out["sent_positive"].sum())
+    assert 0 < pos < visits * cfg.triples  # pi = 0.4: some, not all
+    # every number below is read from the ledger (units = floats / (d + 1))
+    assert training_units(net).sum() == visits * (n_items + cfg.triples) + pos
+    down = training_units(net, "model")
+    assert down.size == visits and np.all(down == n_items)  # Theta_S: |I| vectors (q_i, b_i)
+    up = training_units(net, "update")
+    assert up.size == visits and np.all(up >= cfg.triples) and up.sum() == visits * cfg.triples + pos
+    assert net.ledger.unit == cfg.d + 1
+
+
+def test_positives_counted_by_the_ledger_are_the_bernoulli_draws(tiny):
+    """With every client in every round, replay each client's draws from its seed: one
+    N(0, 0.1^2) p_u, then one rng.random((3, T)) per round; row 2 < pi sends a positive."""
+    items, cat, n_items = tiny
+    cfg = FPLConfig(clients_per_round=len(items), triples=5, rounds=3, d=3, pi=0.3)
+    out, net = run(tiny, cfg)
+    expected = 0
+    for u in range(len(items)):
+        rng = node_rng(SEED, fpl.client_name(u, len(items)))
+        init_user_factor(cfg.d, rng)
+        for _ in range(cfg.rounds):
+            expected += int((rng.random((3, cfg.triples))[2] < cfg.pi).sum())
+    assert training_units(net).sum() == cfg.rounds * len(items) * (n_items + cfg.triples) + expected
+
+
+@pytest.mark.parametrize("preset", PRESET_NAMES)
+def test_one_epoch_of_each_preset_matches_rpe_times_clients_times_vectors(tiny, preset):
+    items, cat, n_items = tiny
+    x_plus = sum(len(i) for i in items)
+    cfg = fpl.config_for_preset(preset, len(items), x_plus, epochs=1, d=2, pi=0.5)
+    sch = fpl_preset(preset, len(items), x_plus).schedule()
+    assert (cfg.rounds, cfg.clients_per_round, cfg.triples) == (
+        sch.rounds_per_epoch, sch.clients_per_round, sch.triples_per_client)
+    out, net = run(tiny, cfg)
+    pos = int(out["sent_positive"].sum())
+    assert training_units(net).sum() == sch.vectors_per_epoch(n_items, pos)
+    assert training_units(net).sum() == sch.rounds_per_epoch * sch.clients_per_round * (
+        n_items + sch.triples_per_client) + pos
+    # and the expectation, the paper's closed form, is close (the exact value is Binomial)
+    assert abs(training_units(net).sum() / sch.cce(n_items, 0.5) - 1) < 0.05
+
+
+def test_pi_zero_never_reveals_a_consumed_item(tiny):
+    items, cat, n_items = tiny
+    cfg = FPLConfig(clients_per_round=len(items), triples=8, rounds=4, d=3, pi=0.0, record_received=True)
+    out, net = run(tiny, cfg)
+    assert len(out["received"]) == cfg.rounds * len(items)
+    for rnd, sender, got, rows in out["received"]:
+        u = int(sender.rsplit("/", 1)[1])
+        assert not set(got.tolist()) & set(items[u].tolist()), f"{sender} revealed a consumed item"
+        assert got.shape[0] == cfg.triples and rows.shape == (cfg.triples, cfg.d + 1)
+    assert out["sent_positive"].sum() == 0
+    assert np.all(training_units(net, "update") == cfg.triples)  # the ledger agrees: T rows each
+
+
+def test_pi_one_sends_an_update_for_every_sampled_positive(tiny):
+    """Replay each client's triples (same seed, same draws) and compare with what the server
+    received: exactly the T negatives and the T sampled positives, as multisets."""
+    items, cat, n_items = tiny
+    cfg = FPLConfig(clients_per_round=len(items), triples=6, rounds=3, d=3, pi=1.0, record_received=True)
+    out, net = run(tiny, cfg)
+    by_client = {}
+    for rnd, sender, got, rows in out["received"]:
+        by_client.setdefault(sender, []).append(got)
+    for u in range(len(items)):
+        name = fpl.client_name(u, len(items))
+        rng = node_rng(SEED, name)
+        init_user_factor(cfg.d, rng)
+        sampler = make_triple_sampler(items[u], n_items, cat)
+        for r in range(cfg.rounds):
+            pos, neg, _ = sample_triples(sampler, cfg.triples, rng)
+            got = by_client[name][r]
+            assert Counter(got.tolist()) == Counter(pos.tolist()) + Counter(neg.tolist())
+            consumed = np.isin(got, items[u])
+            assert consumed.sum() == cfg.triples  # one per sampled positive
+    assert np.all(training_units(net, "update") == 2 * cfg.triples)
+
+
+def test_rows_travel_sorted_by_item_so_position_hides_the_kind(tiny):
+    cfg = FPLConfig(clients_per_round=30, triples=10, rounds=2, d=2, pi=0.5, record_received=True)
+    out, _ = run(tiny, cfg)
+    for _, _, got, _ in out["received"]:
+        assert np.all(np.diff(got) >= 0)
+
+
+def test_server_sums_every_row_eq7(tiny):
+    items, cat, n_items = tiny
+    d = 3
+    init = np.random.default_rng(0).normal(0, 0.1, (n_items, d + 1))
+    cfg = FPLConfig(clients_per_round=10, triples=5, rounds=1, d=d, lr=0.07, pi=0.5, dtype="float64",
+                    record_received=True)
+    out, _ = run(tiny, cfg, init=init)
+    expect = init.copy()
+    for _, _, got, rows in out["received"]:
+        np.add.at(expect, got, 0.07 * rows)  # a sum over clients and rows, never an average
+    np.testing.assert_allclose(out["theta"], expect, rtol=0, atol=1e-12)
+
+
+def test_federated_run_equals_a_replay_of_the_math(tiny):
+    """pFPL-like: every client each round, all from the same Theta_S^{t-1}; the server's and the
+    clients' generators are derived from the seed exactly as the kernel derives them."""
+    items, cat, n_items = tiny
+    n = len(items)
+    cfg = FPLConfig(clients_per_round=n, triples=3, rounds=4, d=4, lr=0.05, pi=0.6, dtype="float64")
+    out, _ = run(tiny, cfg)
+    srng = node_rng(SEED, fpl.SERVER)
+    Q, b = init_item_params(n_items, cfg.d, srng)
+    rngs = [node_rng(SEED, fpl.client_name(u, n)) for u in range(n)]
+    P = [init_user_factor(cfg.d, r) for r in rngs]
+    samplers = [make_triple_sampler(items[u], n_items, cat) for u in range(n)]
+    for _ in range(cfg.rounds):
+        ups = []
+        for u in range(n):
+            P[u], up = fpl_client_round(P[u], Q.copy(), b.copy(), samplers[u], cfg.triples, cfg.lr, cfg.pi, rngs[u])
+            ups.append(up)
+        server_apply_sum(Q, b, *concat_updates(ups), cfg.lr)
+    assert np.abs(out["Q"] - Q).max() < 1e-12 and np.abs(out["b"] - b).max() < 1e-12
+    np.testing.assert_allclose(out["P"], np.stack(P), rtol=0, atol=1e-12)
+
+
+def test_continuing_a_run_keeps_the_model_and_numbers_rounds(tiny):
+    items, cat, n_items = tiny
+    cfg = FPLConfig(clients_per_round=3, triples=2, rounds=5, d=2, pi=0.5)
+    a, net_a = run(tiny, cfg)
+    b, net_b = run(tiny, cfg, seed=SEED + 1, init=a["theta"], user_factors=a["P"], round_offset=5)
+    assert net_b.ledger.rounds() == list(range(5, 10))
+    assert np.abs(b["theta"] - a["theta"]).max() > 0
+    # no fresh initialisation: starting from a's model, one round moves only the touched rows
+    c, _ = run(tiny, FPLConfig(clients_per_round=1, triples=1, rounds=1, d=2, pi=0.0, record_received=True),
+               init=a["theta"], user_factors=a["P"])
+    touched = c["received"][0][2]
+    untouched = np.setdiff1d(np.arange(n_items), touched)
+    assert np.array_equal(c["theta"][untouched], a["theta"][untouched])
+
+
+def test_same_seed_same_ledger_other_seed_other_model(tiny):
+    cfg = FPLConfig(clients_per_round=4, triples=3, rounds=5, d=2, pi=0.5)
+    a, na = run(tiny, cfg)
+    b, nb = run(tiny, cfg)
+    c, _ = run(tiny, cfg, seed=SEED + 1)
+    assert na.ledger.to_csv() == nb.ledger.to_csv()
+    assert np.array_equal(a["theta"], b["theta"])
+    assert not np.array_equal(a["theta"], c["theta"])
+
+
+@pytest.mark.asyncio
+async def test_fpl_runs_identically_on_asyncio(tiny):
+    items, cat, n_items = tiny
+    cfg = FPLConfig(clients_per_round=5, triples=3, rounds=3, d=2, pi=0.5, dtype="float64")
+    sim, _ = run(tiny, cfg)
+    net = AsyncioNetwork(seed=SEED)
+    job = fpl.build(net, items, n_items, cfg, catalogue=cat)
+    aio = job.collect(await net.run(timeout=60))
+    assert np.array_equal(sim["theta"], aio["theta"]) and np.array_equal(sim["P"], aio["P"])
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        FPLConfig(pi=1.5)
+    with pytest.raises(ValueError):
+        FPLConfig(pi=-0.1)
+    with pytest.raises(ValueError):
+        fpl.config_for_preset("xFPL", 10, 100)
+    c = fpl.config_for_preset("pFPL+", 911, 79_855, epochs=2)
+    assert (c.clients_per_round, c.triples, c.rounds, c.rounds_per_epoch) == (911, 88, 176, 88)
+    c = fpl.config_for_preset("sFPL", 911, 79_855)
+    assert (c.clients_per_round, c.triples, c.rounds) == (1, 1, 79_855)
+
+
+def test_study_run_reads_cce_from_the_ledger_and_evaluates(tiny):
+    from fedsim.studies import fpl as study
+
+    r = generate("ml100k-like", seed=1, n_users=60, n_items=120, n_ratings=2400, min_per_user=25)
+    split = study.prepare(r, protocol="validation")
+    rec = study.run_fpl(split, "pFPL", 0.5, 2, d=4)
+    assert [c["epoch"] for c in rec.curve] == [1, 2]
+    for c in rec.curve:
+        assert c["cce_ledger"] == c["cce_exact"]
+        assert abs(c["cce_ledger"] / c["cce_formula"] - 1) < 0.02
+        assert 0 <= c["val_p"] <= 1 and 0 <= c["test_p"] <= 1 and c["test_ic"] >= 10
+        assert len(c["test_bd"]) == len(split.category_names)
+    best = study.best_epoch(rec)
+    assert best["val_p"] == max(c["val_p"] for c in rec.curve)
