@@ -7,4 +7,6 @@ PROTOCOLS = {
     "personalfr": "PersonalFR: private encoders, a shared decoder, Partial Compression of the active decoder rows",
     "fedavg-ae": "FedAvg on PersonalFR's autoencoder: whole-model local training and averaging (baseline)",
     "fedrecpp": "FedRec++: FedRec PMF(B) with denoising clients that make hybrid filling lossless",
+    "fpl": "FPL: federated pair-wise (BPR) learning; clients send each positive-item update with probability pi",
+    "fcf": "FCF: federated implicit MF; every client uploads gradients for all m items each round (baseline)",
 }

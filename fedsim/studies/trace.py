@@ -62,6 +62,27 @@ def _build_fedrecpp(net, clients, rounds, seed, eta=1, rho=1.0, d=8, **_):
     fedrecpp.build(net, *_tiny(clients, seed), cfg)
 
 
+def _tiny_items(clients: int, seed: int):
+    users, items, _, n_users, n_items = _tiny(clients, seed)
+    return [items[users == u].astype(np.int64) for u in range(n_users)], n_items
+
+
+def _build_fpl(net, clients, rounds, seed, preset="pFPL", pi=0.5, T=3, d=4, **_):
+    from ..protocols import fpl
+
+    user_items, n_items = _tiny_items(clients, seed)
+    k = clients if preset.startswith("p") else 1
+    cfg = fpl.FPLConfig(clients_per_round=k, triples=T, rounds=rounds, d=d, pi=pi, preset=preset)
+    fpl.build(net, user_items, n_items, cfg, catalogue=np.unique(np.concatenate(user_items)))
+
+
+def _build_fcf(net, clients, rounds, seed, d=4, **_):
+    from ..protocols import fcf
+
+    user_items, n_items = _tiny_items(clients, seed)
+    fcf.build(net, user_items, n_items, fcf.FCFConfig(rounds=rounds, d=d))
+
+
 TRACEABLE: dict[str, Traceable] = {
     "demo": Traceable("federated gradient descent (kernel demo)", _build_demo, {}),
     "fedrec": Traceable("FedRec", _build_fedrec, {
@@ -70,6 +91,11 @@ TRACEABLE: dict[str, Traceable] = {
         "d": Param(8, "latent dimension")}),
     "fedrecpp": Traceable("FedRec++ (denoisers on an anonymous channel)", _build_fedrecpp, {
         "eta": Param(1, "denoisers"), "rho": Param(1.0, "sampling parameter"), "d": Param(8, "latent dimension")}),
+    "fpl": Traceable("FPL (Theta_S down, T negative + Bernoulli(pi) positive item updates up)", _build_fpl, {
+        "preset": Param("pFPL", "pFPL: every client per round; sFPL: one", choices=("pFPL", "sFPL")),
+        "pi": Param(0.5, "probability of sending each positive update"), "T": Param(3, "triples per client"),
+        "d": Param(4, "latent dimension")}),
+    "fcf": Traceable("FCF (Q down, gradients for all m items up)", _build_fcf, {"d": Param(4, "latent dimension")}),
 }
 
 
