@@ -111,14 +111,25 @@ def bare_loop(n_clients: int, m: int, d: int, rounds: int) -> float:
 
 
 MEMORY_CHILD = r"""
-import resource, sys, gc
+import sys, gc
 import numpy as np
+
+def hwm_kib():
+    # VmHWM belongs to this process's own address space. ru_maxrss does not: Linux carries
+    # the parent's high-water mark across fork+exec, so a child of a big benchmark process
+    # would report the parent's peak.
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
 from fedsim.kernel import SimNetwork
 n = int(sys.argv[1]); with_kernel = sys.argv[2] == "1"
 rng = np.random.default_rng(0)
 data = [(rng.integers(0, 1682, 100).astype(np.int32), rng.random(100).astype(np.float32)) for _ in range(n)]
 gc.collect()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm_kib()
 if with_kernel:
     async def idle(ctx, items, ratings):
         await ctx.receive("never")
@@ -130,7 +141,7 @@ if with_kernel:
         net.add_node(f"client/{i}", idle, data[i][0], data[i][1])
     # run until every client is blocked in receive (coroutine frames live), then measure
     net.run()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm_kib()
 print(base, peak)
 """
 

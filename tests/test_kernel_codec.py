@@ -83,6 +83,25 @@ def test_malformed_input_raises_codec_error(data, message):
         decode(data)
 
 
+def _nested(depth, leaf, wrap):
+    doc = leaf
+    for i in range(depth - 1):
+        doc = wrap(doc, i)
+    return doc
+
+
+@pytest.mark.parametrize("wrap", [lambda x, i: [x], lambda x, i: {"k": x},
+                                  lambda x, i: [1, x] if i % 2 else {"a": 2, "b": x}],
+                         ids=["lists", "maps", "mixed"])
+def test_nesting_limit_counts_every_container_level(wrap):
+    ok = _nested(8, [1], wrap)
+    assert decode(encode(ok).data, max_depth=8) == ok
+    # one level too many anywhere below the root is refused, whatever the container types
+    deep = _nested(9, [1], wrap)
+    with pytest.raises(CodecError, match="nesting deeper than 8"):
+        decode(encode(deep).data, max_depth=8)
+
+
 def test_oversized_input_raises_codec_error():
     data = encode(np.zeros(1000, np.float64)).data
     with pytest.raises(CodecError, match="exceeds the limit"):

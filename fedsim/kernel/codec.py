@@ -63,7 +63,6 @@ _CODES.update({dt.newbyteorder(">"): code for code, dt in _DTYPES.items() if dt.
 _FLOAT_CODES = frozenset({10, 11, 12})
 _HEADERS = [struct.Struct(f"<BB{n}I") for n in range(33)]  # dtype code, ndim, shape
 _SHAPES = [struct.Struct(f"<{n}I") for n in range(33)]
-_CONTAINERS = (dict, list, tuple)
 
 
 class CodecError(ValueError):
@@ -191,15 +190,22 @@ def _ext_hook(code: int, data: bytes) -> np.ndarray:
 
 
 def _check_depth(obj: Any, limit: int) -> None:
+    """Raise CodecError if containers nest deeper than ``limit`` (the root counts as 1).
+
+    msgpack decodes arrays to lists and maps to dicts (never tuples); only containers are
+    pushed, so a typical message (a list holding a dict of arrays and scalars) costs two
+    short loops and no allocation beyond the stack.
+    """
     stack = [(obj, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        node, depth = stack.pop()
+        node, depth = pop()
         if depth > limit:
             raise CodecError(f"document nesting deeper than {limit}")
-        if type(node) is dict:
-            stack.extend((v, depth + 1) for v in node.values())
-        elif type(node) is list or type(node) is tuple:
-            stack.extend((v, depth + 1) for v in node if type(v) in (dict, list, tuple))
+        for v in (node.values() if type(node) is dict else node):
+            t = type(v)
+            if t is dict or t is list:
+                push((v, depth + 1))
 
 
 def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -218,9 +224,6 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         raise CodecError(f"malformed message: {type(exc).__name__}: {exc}") from exc
     t = type(obj)
-    if t is dict:
-        if any(type(v) in _CONTAINERS for v in obj.values()):
-            _check_depth(obj, max_depth)
-    elif t is list or t is tuple:
+    if t is dict or t is list:
         _check_depth(obj, max_depth)
     return obj
