@@ -12,6 +12,7 @@ Errors a user can cause print one line (``error: ...``) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -141,6 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # output piped into a reader that stopped early (`fedsim list | head`): not an error.
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     ap.error(f"unknown command {args.command}")
     return 2
 

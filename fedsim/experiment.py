@@ -168,7 +168,17 @@ def _first_docline(path: Path) -> str:
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     except SyntaxError:
         return "(cannot parse)"
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    return first_sentence(doc)
+
+
+def first_sentence(doc: str) -> str:
+    """The docstring's first paragraph up to its first full stop, on one line (summaries in
+    ``fedsim list`` may wrap over several source lines)."""
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    for i, ch in enumerate(para):
+        if ch == "." and (i + 1 == len(para) or para[i + 1] == " "):
+            return para[: i + 1]
+    return para
 
 
 def load_scenario(name_or_path: str) -> ModuleType:
@@ -537,7 +547,7 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     mod = sys.modules[namespace["__name__"]]
     name = Path(namespace.get("__file__", "scenario")).stem
     ap = argparse.ArgumentParser(prog=f"scenarios/{name}.py",
-                                 description=(namespace.get("__doc__") or "").strip().splitlines()[0]
+                                 description=first_sentence(namespace["__doc__"])
                                  if namespace.get("__doc__") else None)
     add_run_arguments(ap)
     for key, p in mod.PARAMS.items():

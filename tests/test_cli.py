@@ -68,6 +68,29 @@ def test_list_shows_scenarios_protocols_and_traceables(capsys):
         assert name in out
 
 
+def test_list_summaries_are_whole_first_sentences():
+    from fedsim.experiment import first_sentence, list_scenarios
+
+    assert first_sentence("FedRec Figure 3: RMSE for rho = 0 and\n   HF (first fold). More text.\n\nBody.") == \
+        "FedRec Figure 3: RMSE for rho = 0 and HF (first fold)."
+    assert first_sentence("Version 1.5 of a title without a stop") == "Version 1.5 of a title without a stop"
+    for name, summary in list_scenarios():
+        assert summary.endswith("."), (name, summary)
+
+
+def test_list_into_a_closed_pipe_is_quiet():
+    # `fedsim list | head -1`: the reader has gone away; no BrokenPipeError traceback
+    r, w = os.pipe()
+    os.close(r)  # every write to w now fails with EPIPE
+    try:
+        res = subprocess.run([sys.executable, "-m", "fedsim", "list"], stdout=w, stderr=subprocess.PIPE,
+                             text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr
+
+
 def test_scenario_script_runs_directly(tmp_path):
     res = subprocess.run([sys.executable, str(REPO / "scenarios" / "quickstart.py"), "--out", str(tmp_path),
                           "--data", "tiny", "--iterations", "3", "--quiet"], capture_output=True, text=True,
