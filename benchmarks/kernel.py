@@ -81,26 +81,36 @@ def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, see
     return (time.perf_counter() - t) / rounds
 
 
-def bare_loop(n_clients: int, m: int, d: int, rounds: int) -> float:
-    """The same round in a bare simpy + msgpack loop (reference for kernel overhead)."""
+def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
+    """The same round in a bare simpy + msgpack loop: the same array work (clients slice their
+    rows out of V, the server sums them), but no ledger, no link model, no codec validation,
+    no per-actor generators. The reference for the kernel's overhead."""
     env = simpy.Environment()
-    V = np.random.default_rng(0).random((m, d), dtype=np.float32)
+    V0 = np.random.default_rng(0).random((m, d), dtype=np.float32)
     stores = [simpy.Store(env) for _ in range(n_clients)]
     back = simpy.Store(env)
+    ids_of = [np.sort(np.random.default_rng(i).permutation(m)[:rows]).astype(np.int32)
+              for i in range(n_clients)]
 
     def server():
+        V = V0
         for _ in range(rounds):
             data = msgpack.packb(V.tobytes())
             for s in stores:
                 s.put(data)
+            acc = np.zeros((m, d), np.float32)
             for _ in range(n_clients):
-                yield back.get()
+                doc = msgpack.unpackb((yield back.get()))
+                ids = np.frombuffer(doc[0], np.int32)
+                acc[ids] += np.frombuffer(doc[1], np.float32).reshape(len(ids), d)
+            V = V - 1e-6 * acc
 
     def client(i):
+        ids = ids_of[i]
         while True:
             data = yield stores[i].get()
-            arr = np.frombuffer(msgpack.unpackb(data), np.float32)
-            back.put(msgpack.packb(arr[: 265 * d].tobytes()))
+            V = np.frombuffer(msgpack.unpackb(data), np.float32).reshape(m, d)
+            back.put(msgpack.packb([ids.tobytes(), V[ids].tobytes()]))
 
     env.process(server())
     for i in range(n_clients):
@@ -108,6 +118,12 @@ def bare_loop(n_clients: int, m: int, d: int, rounds: int) -> float:
     t = time.perf_counter()
     env.run()
     return (time.perf_counter() - t) / rounds
+
+
+def marginal_round(n_clients: int, m: int, d: int, rows: int) -> float:
+    """Seconds of one round once the network is set up: (4 rounds - 1 round) / 3, so that
+    building the actors and their first generator draws are not charged to the rounds."""
+    return (4 * broadcast_gather(n_clients, m, d, rows, 4) - broadcast_gather(n_clients, m, d, rows, 1)) / 3
 
 
 MEMORY_CHILD = r"""
@@ -177,9 +193,15 @@ def main() -> None:
     r6040 = [broadcast_gather(6040, 3706, 20, 265, 2) for _ in range(max(3, reps - 2))]
     fig["s_per_round_6040"] = statistics.median(r6040)
     print(f"broadcast+gather 6040 clients, 3706x20: {fig['s_per_round_6040']:.4f} s/round")
+    marg = [marginal_round(6040, 3706, 20, 265) for _ in range(3)]
+    fig["s_per_round_6040_marginal"] = statistics.median(marg)
+    bare6040 = [bare_loop(6040, 3706, 20, 265, 2) for _ in range(3)]
+    fig["bare_s_per_round_6040"] = statistics.median(bare6040)
+    print(f"  once set up: {fig['s_per_round_6040_marginal']:.4f} s/round; bare simpy+msgpack loop "
+          f"{fig['bare_s_per_round_6040']:.4f} s/round")
 
     flower_like = [broadcast_gather(200, 1682, 20, 106, 5) for _ in range(reps)]
-    bare = [bare_loop(200, 1682, 20, 5) for _ in range(reps)]
+    bare = [bare_loop(200, 1682, 20, 106, 5) for _ in range(reps)]
     fig["ms_per_client_round_200"] = statistics.median(flower_like) / 200 * 1e3
     fig["bare_ms_per_client_round_200"] = statistics.median(bare) / 200 * 1e3
     print(f"200 clients x 5 rounds, 1682x20: fedsim {fig['ms_per_client_round_200']:.3f} ms/client-round, "
