@@ -86,6 +86,19 @@ def test_server_apply_mean_divides_by_senders():
     np.testing.assert_array_equal(V, V2)
 
 
+def test_distinct_fast_path_equals_the_general_accumulation():
+    rng = np.random.default_rng(3)
+    general = (np.zeros((50, 4), np.float32), np.zeros(50, np.int64))
+    fast = (np.zeros((50, 4), np.float32), np.zeros(50, np.int64))
+    for _ in range(20):
+        items = rng.choice(50, size=rng.integers(1, 30), replace=False)
+        grads = rng.normal(size=(items.shape[0], 4)).astype(np.float32)
+        accumulate_item_grads(*general, items, grads)
+        accumulate_item_grads(*fast, items, grads, distinct=True)
+    np.testing.assert_array_equal(general[0], fast[0])
+    np.testing.assert_array_equal(general[1], fast[1])
+
+
 def test_server_apply_sgd():
     V = np.ones((3, 2))
     server_apply_sgd(V, np.array([2, 0]), np.array([[1.0, 2.0], [4.0, 0.0]]), 0.25)

@@ -156,11 +156,18 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
     return new_u, grads
 
 
-def accumulate_item_grads(grad_sum, counts, items, grads) -> None:
+def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = False) -> None:
     """Server side of Eq. 9, incremental: add one client's upload into ``grad_sum`` (m, d) and
-    ``counts`` (m,) in place (items of one upload are distinct)."""
-    np.add.at(grad_sum, items, grads)
-    np.add.at(counts, items, 1)
+    ``counts`` (m,) in place. ``distinct=True`` promises that no item repeats within ``items``
+    (true of every FedRec upload) and uses a buffered fancy-index add, several times faster
+    than ``np.add.at`` and the same bits (each element receives exactly one addition); with a
+    repeated item it would silently count it once, so the default is the general form."""
+    if distinct:
+        grad_sum[items] += grads
+        counts[items] += 1
+    else:
+        np.add.at(grad_sum, items, grads)
+        np.add.at(counts, items, 1)
 
 
 def apply_mean_step(V, grad_sum, counts, lr) -> np.ndarray:

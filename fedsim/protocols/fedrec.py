@@ -40,6 +40,8 @@ import numpy as np
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
 from ..math.filling import sample_unrated
 from ..math.pmf import (
+    accumulate_item_grads,
+    apply_mean_step,
     batch_client_step,
     decayed_lr,
     draw_user_order,
@@ -141,15 +143,12 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             grad_sum = np.zeros((m, d), dtype=dt)
             counts = np.zeros(m, dtype=np.int64)
             rows = 0
-            for msg in got:  # node-id order
-                items = msg.payload["items"]
-                with np.errstate(over="ignore", invalid="ignore"):
-                    grad_sum[items] += msg.payload["grads"]  # items of one upload are distinct
-                counts[items] += 1
-                rows += items.shape[0]
-            has = counts > 0
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
-                V[has] -= dt.type(lr_t) * (grad_sum[has] / counts[has, None].astype(dt))
+                for msg in got:  # node-id order
+                    items = msg.payload["items"]
+                    accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
+                    rows += items.shape[0]
+                apply_mean_step(V, grad_sum, counts, lr_t)  # Eq. 9
             await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         else:
             order = draw_user_order(rng, n)

@@ -43,8 +43,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..math.fedrec_central import TrainResult, to_csr
+from ..math.denoise import denoiser_sums, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
 from ..math.pmf import (
+    accumulate_item_grads,
+    apply_mean_step,
     batch_client_step,
     decayed_lr,
     init_item_factors,
@@ -150,12 +153,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         G = np.zeros((m, d), dtype=dt)
         C = np.zeros(m, dtype=np.int64)
         rows = 0
-        for msg in got:  # node-id order (Eq. 4 and |U_i u U'_i|)
-            items = msg.payload["items"]
-            with np.errstate(over="ignore", invalid="ignore"):
-                G[items] += msg.payload["grads"]
-            C[items] += 1
-            rows += items.shape[0]
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
+            for msg in got:  # node-id order (Eq. 4 and |U_i u U'_i|)
+                items = msg.payload["items"]
+                accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
+                rows += items.shape[0]
         if denoisers:
             expected = {dn: 0 for dn in denoisers}
             for p in ordinary_part:
@@ -163,15 +165,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             for dn in denoisers:
                 await ctx.send(dn, "collect", {"t": t, "expected": expected[dn]})
             sums = await ctx.gather("denoised", senders=denoisers, round=t)
-            for msg in sums:  # Eq. 5 and the count recovery
-                items = msg.payload["items"]
-                with np.errstate(over="ignore", invalid="ignore"):
-                    G[items] -= msg.payload["sums"]
-                C[items] -= msg.payload["counts"]
-                rows += items.shape[0]
-        has = C > 0
+            with np.errstate(over="ignore", invalid="ignore"):
+                for msg in sums:  # Eq. 5 and the count recovery, node-id order
+                    items = msg.payload["items"]
+                    remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
+                    rows += items.shape[0]
         with np.errstate(over="ignore", invalid="ignore"):
-            V[has] -= dt.type(lr_t) * (G[has] / C[has, None].astype(dt))  # Eq. 6
+            apply_mean_step(V, G, C, lr_t)  # Eq. 6
         await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         if not np.isfinite(V).all():
             diverged_at = t + 1
@@ -247,24 +247,15 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         parts_items = [msg.payload["items"] for msg in got]
         parts_grads = [msg.payload["grads"] for msg in got]
         if own is not None and own[0] == t:
-            own_items, own_grads = rated, -own[1]  # Eq. 9: minus the denoiser's own gradients
+            own_items, own_grads = rated, own[1]
         else:
             own_items, own_grads = np.empty(0, np.int32), np.empty((0, cfg.d), dtype=dt)
-        all_items = np.concatenate(parts_items + [own_items]).astype(np.int64)
-        items = np.unique(all_items)
-        sums = np.zeros((items.shape[0], cfg.d), dtype=dt)
-        counts = np.zeros(items.shape[0], dtype=np.int64)
-        for it, g in zip(parts_items, parts_grads):  # content order (gather), then own
-            idx = np.searchsorted(items, it)
-            sums[idx] += g
-            counts[idx] += 1
-        if own_items.shape[0]:
-            idx = np.searchsorted(items, own_items)
-            sums[idx] += own_grads
-            if cfg.count_own:
-                counts[idx] -= 1
+        # content order (gather), then the denoiser's own gradients (Eq. 9)
+        items, sums, counts = denoiser_sums(parts_items, parts_grads, own_items, own_grads, d=cfg.d,
+                                            dtype=dt, count_own=cfg.count_own)
         own = None
-        await ctx.compute(float(all_items.shape[0] * cfg.d), "denoise")
+        touched = sum(it.shape[0] for it in parts_items) + own_items.shape[0]
+        await ctx.compute(float(touched * cfg.d), "denoise")
         await ctx.send(SERVER, "denoised", {"items": items.astype(np.int32), "sums": sums,
                                             "counts": counts.astype(np.int32)})
 

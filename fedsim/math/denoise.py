@@ -1,0 +1,51 @@
+"""FedRec++ denoising arithmetic (Liang et al. 2021, Eq. 5 and 9), as pure functions.
+
+A denoiser sums the gradient noise its ordinary clients sent (the gradients of their sampled
+items I'_u) and folds in its own rated-item gradients with a minus sign; the server subtracts
+those sums from the aggregated uploads, which leaves the gradients of the real raters only
+(docs/fedrecpp.md, "Signs of Eq. 5 and Eq. 9" and "Counts").
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["denoiser_sums", "remove_noise"]
+
+
+def denoiser_sums(noise_items: Sequence[np.ndarray], noise_grads: Sequence[np.ndarray],
+                  own_items: np.ndarray, own_grads: np.ndarray, *, d: int, dtype,
+                  count_own: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eq. 9: per item touched, S(d, i) = sum of the noise gradients - the denoiser's own
+    gradient, and the count of noise messages naming the item (minus one for an item the
+    denoiser rated itself when ``count_own``, which makes the server's |U_i| exact).
+
+    ``noise_items[k]`` (distinct ids) and ``noise_grads[k]`` (len x d) are the k-th noise
+    message, summed in the order given (the actor passes content order, never arrival order).
+    Returns ``(items, sums, counts)``: ascending int64 item ids, (len x d) sums in ``dtype``,
+    int64 counts.
+    """
+    all_items = np.concatenate([*noise_items, own_items]).astype(np.int64)
+    items = np.unique(all_items)
+    sums = np.zeros((items.shape[0], d), dtype=dtype)
+    counts = np.zeros(items.shape[0], dtype=np.int64)
+    for it, g in zip(noise_items, noise_grads):
+        idx = np.searchsorted(items, it)
+        sums[idx] += g
+        counts[idx] += 1
+    if own_items.shape[0]:
+        idx = np.searchsorted(items, own_items)
+        sums[idx] -= own_grads
+        if count_own:
+            counts[idx] -= 1
+    return items, sums, counts
+
+
+def remove_noise(grad_sum: np.ndarray, counts: np.ndarray, items: np.ndarray, sums: np.ndarray,
+                 noise_counts: np.ndarray) -> None:
+    """Eq. 5 and the count recovery, in place: ``grad_sum[items] -= sums`` and
+    ``counts[items] -= noise_counts`` for one denoiser's message (distinct items)."""
+    grad_sum[items] -= sums
+    counts[items] -= noise_counts
