@@ -238,3 +238,37 @@ def test_study_run_reads_cce_from_the_ledger_and_evaluates(tiny):
         assert len(c["test_bd"]) == len(split.category_names)
     best = study.best_epoch(rec)
     assert best["val_p"] == max(c["val_p"] for c in rec.curve)
+
+
+def test_cached_run_continued_from_its_checkpoint_equals_one_run(tmp_path):
+    """A run cached after 1 epoch and continued to 3 (from the stored model), then to 4, gives
+    the same curve, ledger counts and model as 4 epochs in one go; an interrupted run keeps its
+    finished epochs."""
+    from fedsim.studies import fpl as study
+
+    r = generate("ml100k-like", seed=1, n_users=40, n_items=80, n_ratings=1600, min_per_user=25)
+    split = study.prepare(r, protocol="validation")
+    timing = ("train_s", "wall_s")
+
+    def fn(n, start=None, checkpoint=None):
+        return study.run_fpl(split, "pFPL", 0.5, n, d=3, seed=3, start=start, checkpoint=checkpoint)
+
+    def strip(rec):
+        return [{k: v for k, v in c.items() if k not in timing} for c in rec.curve]
+
+    whole = strip(fn(4))
+    params = {"preset": "pFPL", "pi": 0.5}
+    one, cached = study.run_cached(tmp_path, split, "pFPL", params, fn, 1, resumable=True)
+    assert not cached and len(one.curve) == 1
+    three, cached = study.run_cached(tmp_path, split, "pFPL", params, fn, 3, resumable=True)
+    assert not cached and strip(three) == whole[:3]
+    assert three.curve[0]["wall_s"] == one.curve[0]["wall_s"]  # epoch 1 continued from, not run again
+    (npz,) = tmp_path.glob("*.npz")
+    with np.load(npz) as z:
+        assert int(z["epoch"]) == 3
+        cont = study.run_fpl(split, "pFPL", 0.5, 4, d=3, seed=3, start=(three, {"theta": z["theta"], "P": z["P"]}))
+    assert strip(cont) == whole and cont.curve[2]["wall_s"] == three.curve[2]["wall_s"]
+    assert [c["cce_ledger"] for c in cont.curve] == [c["cce_ledger"] for c in whole]
+    # a shorter request is cut from the cache, nothing run
+    two, cached = study.run_cached(tmp_path, split, "pFPL", params, fn, 2, resumable=True)
+    assert cached and strip(two) == whole[:2]

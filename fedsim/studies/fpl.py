@@ -292,12 +292,18 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             seed: int = 0, profile: str = "ideal", rounding: str = "round", definition: str = "code",
             dtype: str = "float32", merge: bool | str = False, local_item_updates: bool = False,
             user_update: str = "per_triple", on_epoch: Callable[[int, dict], None] | None = None,
-            record_network: Callable[[Any], None] | None = None) -> RunRecord:
+            record_network: Callable[[Any], None] | None = None, start: tuple[RunRecord, dict] | None = None,
+            checkpoint: Callable[[RunRecord, dict], None] | None = None) -> RunRecord:
     """Train FPL preset ``preset`` with disclosure ``pi`` for ``epochs`` epochs, one network per
     epoch; evaluate after every epoch. Each curve entry carries the ledger's figures for that
     epoch (``cce_ledger`` etc.), the exact count ``cce_exact`` = visits (|I| + T) + positives sent
     (from the clients' own counts), the closed form of the schedule actually run
-    (``cce_formula``) and of the paper's fractional T and rpe (``cce_formula_paper``)."""
+    (``cce_formula``) and of the paper's fractional T and rpe (``cce_formula_paper``).
+
+    ``start = (record, {"theta", "P"})`` continues a run of ``len(record.curve)`` epochs (same
+    parameters) from its final model; epoch e only depends on the model after epoch e - 1 and on
+    ``epoch_seed(seed, e)``, so a continued run equals one run of ``epochs`` epochs.
+    ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch."""
     if preset not in PRESET_NAMES:
         raise ValueError(f"unknown preset {preset!r}")
     nu, ni = split.n_users, split.n_items
@@ -308,9 +314,20 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
                                       local_item_updates=local_item_updates, user_update=user_update)
     samplers = fpl_proto.make_samplers(split.user_items, ni, split.catalogue)
     theta = P = None
-    curve = []
+    curve: list[dict] = []
+    wall0 = 0.0
+    if start is not None:
+        prev, state = start
+        curve = [dict(c) for c in prev.curve]
+        theta, P = np.array(state["theta"]), np.array(state["P"], dtype=np.float64)
+        wall0 = float(prev.wall_s)
+    params = {"preset": preset, "pi": float(pi), "epochs": int(epochs), "d": d, "lr": lr, "seed": seed,
+              "profile": profile, "rounding": rounding, "definition": definition, "dtype": dtype,
+              "merge": merge, "local_item_updates": local_item_updates, "user_update": user_update,
+              "clients_per_round": cfg.clients_per_round, "triples": cfg.triples,
+              "rounds_per_epoch": cfg.rounds}
     t0 = time.perf_counter()
-    for e in range(int(epochs)):
+    for e in range(len(curve), int(epochs)):
         te = time.perf_counter()
         net = SimNetwork(seed=epoch_seed(seed, e), profile=profile)
         job = fpl_proto.build(net, None, ni, cfg, samplers=samplers, init=theta, user_factors=P,
@@ -337,13 +354,11 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             record_network(net)
         if on_epoch is not None:
             on_epoch(e + 1, entry)
+        if checkpoint is not None:
+            checkpoint(RunRecord(preset, {**params, "epochs": e + 1}, list(curve), wall0 + time.perf_counter() - t0),
+                       {"theta": theta, "P": P})
         del net, res, job
-    params = {"preset": preset, "pi": float(pi), "epochs": int(epochs), "d": d, "lr": lr, "seed": seed,
-              "profile": profile, "rounding": rounding, "definition": definition, "dtype": dtype,
-              "merge": merge, "local_item_updates": local_item_updates, "user_update": user_update,
-              "clients_per_round": cfg.clients_per_round, "triples": cfg.triples,
-              "rounds_per_epoch": cfg.rounds}
-    return RunRecord(preset, params, curve, time.perf_counter() - t0)
+    return RunRecord(preset, params, curve, wall0 + time.perf_counter() - t0)
 
 
 def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.0, lam: float = 0.1,
@@ -428,13 +443,17 @@ def run_random(split: ImplicitSplit, seed: int = 0) -> RunRecord:
 
 
 def run_cached(cache_dir: str | Path | None, split: ImplicitSplit, method: str, params: dict,
-               fn: Callable[[int], RunRecord], length: int, length_key: str = "epochs") -> tuple[RunRecord, bool]:
+               fn: Callable[..., RunRecord], length: int, length_key: str = "epochs",
+               resumable: bool = False) -> tuple[RunRecord, bool]:
     """``fn(length)``, or a stored result: ``cache_dir/<method>-<key>.json`` where the key hashes
     the data's fingerprint, the method and ``params`` (every parameter that changes the run
     except its length). Epoch e of a run does not depend on how many epochs follow (one network
     per epoch, seeded per epoch), so a stored run at least ``length`` long is reused, cut to
-    ``length`` evaluations; a shorter one is run again and replaced. Returns ``(record,
-    was_cached)``."""
+    ``length`` evaluations. A shorter one is run again and replaced, unless ``resumable``: then
+    ``fn(length, start=..., checkpoint=...)`` is called (see :func:`run_fpl`), continuing from the
+    stored model (``<method>-<key>.npz``, written with the record after every epoch, so an
+    interrupted run keeps its finished epochs). Returns ``(record, was_cached)`` (True only when
+    nothing was run)."""
     if not cache_dir:
         return fn(length), False
     d = Path(cache_dir)
@@ -443,17 +462,32 @@ def run_cached(cache_dir: str | Path | None, split: ImplicitSplit, method: str, 
                                     default=str).encode()).hexdigest()[:16]
     safe = method.replace("+", "plus").replace("/", "_").replace(" ", "_")
     path = d / f"{safe}-{key}.json"
+    state_path = d / f"{safe}-{key}.npz"
+    start = None
     if path.exists():
         rec = RunRecord.from_json(json.loads(path.read_text()))
-        if int(rec.params.get(length_key, 0)) >= length:
+        have = int(rec.params.get(length_key, 0))
+        if have >= length:
             keep = [c for c in rec.curve if c["epoch"] <= length]
             params = dict(rec.params)
             params[length_key] = length
             return RunRecord(rec.method, params, keep, rec.wall_s, rec.info), True
-    rec = fn(length)
-    tmp = path.with_suffix(".part")
-    tmp.write_text(json.dumps(rec.to_json(), default=_json_default))
-    tmp.replace(path)
+        if resumable and state_path.exists() and len(rec.curve) == have:
+            with np.load(state_path) as z:
+                if int(z["epoch"]) == have:
+                    start = (rec, {"theta": z["theta"], "P": z["P"]})
+
+    def save(rec: RunRecord, state: dict | None = None) -> None:
+        if state is not None:  # the model first, then the record that points at it
+            tmp = state_path.with_suffix(".part.npz")
+            np.savez(tmp, theta=state["theta"], P=state["P"], epoch=np.int64(len(rec.curve)))
+            tmp.replace(state_path)
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps(rec.to_json(), default=_json_default))
+        tmp.replace(path)
+
+    rec = fn(length, start=start, checkpoint=save) if resumable else fn(length)
+    save(rec)
     return rec, False
 
 
@@ -549,12 +583,12 @@ def fpl_grid(ctx, split: ImplicitSplit, presets: list[str], pis: list[float], *,
         params = {"preset": preset, "pi": pi, "d": d, "lr": lr, "seed": ctx.seed, "profile": ctx.profile,
                   "rounding": ctx["rounding"]}
 
-        def fn(n, preset=preset, pi=pi):
+        def fn(n, preset=preset, pi=pi, start=None, checkpoint=None):
             return run_fpl(split, preset, pi, n, d=d, lr=lr, seed=ctx.seed, profile=ctx.profile,
                            rounding=ctx["rounding"], on_epoch=lambda e, _: ctx.progress.update(e, n),
-                           record_network=ctx.record_network)
+                           record_network=ctx.record_network, start=start, checkpoint=checkpoint)
 
-        rec, cached = run_cached(ctx["cache"], split, preset, params, fn, n_ep)
+        rec, cached = run_cached(ctx["cache"], split, preset, params, fn, n_ep, resumable=True)
         rec.info["cached"] = cached
         out[(preset, pi)] = rec
     return out
