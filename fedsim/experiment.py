@@ -32,6 +32,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 __all__ = [
     "Param", "RunContext", "ScenarioError", "UsageError", "load_scenario", "list_scenarios",
     "parse_value", "run_scenario", "scenario_main",
@@ -374,8 +376,13 @@ def _write_csv(path: Path, rows: list[dict], cols: list[str]) -> None:
 
 
 def _csv_cell(v: Any) -> str:
-    if isinstance(v, float):
+    """Shortest round-tripping text of a number; NumPy scalars as plain numbers (NumPy 2's
+    repr of ``np.float64(0.5)`` is the call, not the number)."""
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
         return "" if math.isnan(v) else repr(v)
+    if isinstance(v, (np.integer, np.bool_)):
+        return str(v.item())
     return str(v)
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedsim.cli import main
@@ -209,3 +210,12 @@ def test_mermaid_validator_rejects_bad_syntax():
         parse_mermaid("sequenceDiagram\n    N0->>N1: a; b 3 B\n")
     with pytest.raises(AssertionError):
         parse_mermaid("sequenceDiagram\n    participant N0 as a (b)\n    N0->>N9: x 3 B, sent\n")
+
+
+def test_csv_cells_are_plain_numbers_for_numpy_scalars(tmp_path):
+    from fedsim.experiment import _write_csv
+
+    rows = [{"a": np.float64(0.1), "b": np.float32(0.5), "c": np.int64(7), "d": np.bool_(True),
+             "e": float("nan"), "f": np.float64("nan"), "g": "x"}]
+    _write_csv(tmp_path / "t.csv", rows, list(rows[0]))
+    assert (tmp_path / "t.csv").read_text().splitlines() == ["a,b,c,d,e,f,g", "0.1,0.5,7,True,,,x"]

@@ -243,7 +243,8 @@ class Ledger:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float):
+    if isinstance(v, float):  # float() first: NumPy 2's repr of np.float64 is the call, not the number
+        v = float(v)
         return "" if math.isnan(v) else repr(v)
     if isinstance(v, bool):
         return "1" if v else "0"
