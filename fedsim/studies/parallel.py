@@ -12,11 +12,24 @@ def default_workers() -> int:
 
 
 def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = None,
-         on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+         on_done: Callable[[int, Any], None] | None = None,
+         cost: Callable[[Any], float] | None = None) -> list[Any]:
     """``[fn(t) for t in tasks]``, on ``workers`` processes (1: in this process). Results come
-    back in task order; ``on_done(i, result)`` is called as each finishes. ``fn`` must be a
-    module-level function and tasks picklable. Worker processes use one BLAS thread each."""
+    back in task order; ``on_done(i, result)`` is called as each finishes (``i`` the task's
+    index). ``fn`` must be a module-level function and tasks picklable. Worker processes use
+    one BLAS thread each.
+
+    ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
+    task order), so a long task does not start last and leave the other workers idle."""
     tasks = list(tasks)
+    if cost is not None and workers != 1 and len(tasks) > 1:
+        order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]))
+        done = (lambda j, r: on_done(order[j], r)) if on_done else None
+        permuted = pmap(fn, [tasks[i] for i in order], workers, done)
+        results: list[Any] = [None] * len(tasks)
+        for j, i in enumerate(order):
+            results[i] = permuted[j]
+        return results
     workers = default_workers() if workers is None else max(1, int(workers))
     if workers == 1 or len(tasks) <= 1:
         out = []
