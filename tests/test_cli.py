@@ -14,7 +14,7 @@ import pytest
 
 from fedsim.cli import main
 from fedsim.studies.sweep import parse_grid, run_sweep
-from fedsim.studies.trace import trace
+from fedsim.studies.trace import TRACEABLE, trace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -203,6 +203,27 @@ def test_fedrecpp_trace_matches_the_ledger_message_for_message(tmp_path):
     assert svg.startswith("<svg") and svg.count("<rect") > len(messages) and "stroke-dasharray" in svg
     log = paths["log"].read_text()
     assert log.count(" sends ") == len(messages) and "receives noise from (anonymous)" in log
+
+
+@pytest.mark.parametrize("name", sorted(TRACEABLE))
+def test_every_traceable_protocol_draws_every_ledger_message(name, tmp_path):
+    net, paths = trace(name, tmp_path, clients=3, rounds=1)
+    messages = parse_mermaid(paths["mermaid"].read_text())
+    ledger = [(r["src"], r["dst"], r["kind"], r["bytes"], r["anonymous"]) for r in net.ledger.records()]
+    assert messages == ledger and len(ledger) >= 6
+    assert paths["log"].read_text().count(" sends ") == len(ledger)
+
+
+def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_path):
+    net, paths = trace("personalfr", tmp_path, clients=3, rounds=1)
+    kinds = [r["kind"] for r in net.ledger.records()]
+    assert kinds == ["indices"] * 3 + ["decoder"] * 3 + ["update"] * 3 + ["stop"] * 3
+    _, fa_paths = trace("fedavg-ae", tmp_path / "fa", clients=3, rounds=1)
+    fa = {(m[0], m[1], m[2]): m[3] for m in parse_mermaid(fa_paths["mermaid"].read_text())}
+    # every PersonalFR decoder slice is smaller than FedAvg's whole model to the same client
+    for src, dst, kind, nbytes, _ in parse_mermaid(paths["mermaid"].read_text()):
+        if kind == "decoder":
+            assert nbytes < fa[(src, dst, "model")]
 
 
 def test_mermaid_validator_rejects_bad_syntax():

@@ -83,6 +83,40 @@ def _build_fcf(net, clients, rounds, seed, d=4, **_):
     fcf.build(net, user_items, n_items, fcf.FCFConfig(rounds=rounds, d=d))
 
 
+def _ae_setup(clients: int, seed: int, users_per_client: int, rounds: int, hidden: tuple, fraction: float):
+    from ..data import generate, partition_users, per_user_random
+    from ..math import ae_train
+    from ..protocols.personalfr import FedAEConfig
+
+    r = generate("tiny", seed=seed)
+    n_users = min(r.n_users, clients * users_per_client)
+    r = r.subset(r.users < n_users)  # same index space: users >= n_users simply have no rows
+    train, test = per_user_random(r, 0.2, seed=seed)
+    task = ae_train.prepare((train.users, train.items, train.values), (test.users, test.items, test.values),
+                            r.n_users, r.n_items)
+    groups = partition_users(n_users, clients, seed=seed)
+    cfg = FedAEConfig(rounds=rounds, fraction=fraction, local_epochs=1, hidden=hidden, batch=10)
+    return task, groups, cfg
+
+
+def _build_personalfr(net, clients, rounds, seed, users=2, fraction=1.0, hidden=(8, 4), **_):
+    from ..protocols import personalfr
+
+    personalfr.build(net, *_ae_setup(clients, seed, users, rounds, tuple(hidden), fraction), evaluate=False)
+
+
+def _build_fedavg_ae(net, clients, rounds, seed, users=2, fraction=1.0, hidden=(8, 4), **_):
+    from ..protocols import fedavg_ae
+
+    fedavg_ae.build(net, *_ae_setup(clients, seed, users, rounds, tuple(hidden), fraction), evaluate=False)
+
+
+_AE_PARAMS = {
+    "users": Param(2, "users per client"),
+    "fraction": Param(1.0, "fraction C of clients per round"),
+    "hidden": Param([8, 4], "encoder widths (the decoder mirrors them; the paper: 256,128)", kind="ints"),
+}
+
 TRACEABLE: dict[str, Traceable] = {
     "demo": Traceable("federated gradient descent (kernel demo)", _build_demo, {}),
     "fedrec": Traceable("FedRec", _build_fedrec, {
@@ -96,6 +130,9 @@ TRACEABLE: dict[str, Traceable] = {
         "pi": Param(0.5, "probability of sending each positive update"), "T": Param(3, "triples per client"),
         "d": Param(4, "latent dimension")}),
     "fcf": Traceable("FCF (Q down, gradients for all m items up)", _build_fcf, {"d": Param(4, "latent dimension")}),
+    "personalfr": Traceable("PersonalFR (rated-item indices up once; active decoder rows down and up, the encoder "
+                            "never leaves)", _build_personalfr, _AE_PARAMS),
+    "fedavg-ae": Traceable("FedAvg on the autoencoder (whole model down and up)", _build_fedavg_ae, _AE_PARAMS),
 }
 
 
