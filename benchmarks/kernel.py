@@ -48,6 +48,20 @@ def ping_pong(n: int) -> float:
     return (time.perf_counter() - t) / (2 * n) * 1e6
 
 
+def _client_rows(i: int, m: int, rows: int) -> np.ndarray:
+    """The rows client ``i`` holds (its rated items): its data, made before the clock starts,
+    the same for fedsim and the bare loop."""
+    return np.sort(np.random.default_rng(i).permutation(m)[:rows]).astype(np.int32)
+
+
+def _add_rows(acc: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
+    """``acc[ids] += rows`` for distinct ``ids``: ``take`` gathers faster than fancy indexing
+    (about 1.8 against 6.7 us for 265 x 20 float32 rows here), and the scatter is the same."""
+    block = acc.take(ids, axis=0)
+    block += rows
+    acc[ids] = block
+
+
 def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, seed: int = 0) -> float:
     """Seconds per round: server broadcasts an m x d float32 matrix, each client returns
     ``rows`` random rows with their int32 ids, the server sums them into an m x d matrix."""
@@ -61,21 +75,19 @@ def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, see
             got = await ctx.gather("g", senders=clients)
             acc = np.zeros((m, d), np.float32)
             for msg in got:  # node-id order; ids are unique within a message
-                acc[msg.payload["ids"]] += msg.payload["g"]
+                _add_rows(acc, msg.payload["ids"], msg.payload["g"])
             V = V - 1e-6 * acc
         return float(V.sum())
 
-    async def client(ctx):
-        # the rows a client holds (its rated items), drawn once like a real client's data
-        ids = np.sort(ctx.rng.permutation(m)[:rows]).astype(np.int32)
+    async def client(ctx, ids):
         while True:
             msg = await ctx.receive("V")
-            await ctx.send("server", "g", {"ids": ids, "g": msg.payload["V"][ids]})
+            await ctx.send("server", "g", {"ids": ids, "g": msg.payload["V"].take(ids, axis=0)})
 
     net = SimNetwork(seed=seed, profile="lan")
     net.add_node("server", server, role="server")
-    for c in clients:
-        net.add_node(c, client)
+    for i, c in enumerate(clients):
+        net.add_node(c, client, _client_rows(i, m, rows))
     t = time.perf_counter()
     net.run()
     return (time.perf_counter() - t) / rounds
@@ -89,8 +101,7 @@ def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
     V0 = np.random.default_rng(0).random((m, d), dtype=np.float32)
     stores = [simpy.Store(env) for _ in range(n_clients)]
     back = simpy.Store(env)
-    ids_of = [np.sort(np.random.default_rng(i).permutation(m)[:rows]).astype(np.int32)
-              for i in range(n_clients)]
+    ids_of = [_client_rows(i, m, rows) for i in range(n_clients)]
 
     def server():
         V = V0
@@ -102,7 +113,7 @@ def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
             for _ in range(n_clients):
                 doc = msgpack.unpackb((yield back.get()))
                 ids = np.frombuffer(doc[0], np.int32)
-                acc[ids] += np.frombuffer(doc[1], np.float32).reshape(len(ids), d)
+                _add_rows(acc, ids, np.frombuffer(doc[1], np.float32).reshape(len(ids), d))
             V = V - 1e-6 * acc
 
     def client(i):
@@ -110,7 +121,7 @@ def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
         while True:
             data = yield stores[i].get()
             V = np.frombuffer(msgpack.unpackb(data), np.float32).reshape(m, d)
-            back.put(msgpack.packb([ids.tobytes(), V[ids].tobytes()]))
+            back.put(msgpack.packb([ids.tobytes(), V.take(ids, axis=0).tobytes()]))
 
     env.process(server())
     for i in range(n_clients):
@@ -121,8 +132,8 @@ def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
 
 
 def marginal_round(n_clients: int, m: int, d: int, rows: int) -> float:
-    """Seconds of one round once the network is set up: (4 rounds - 1 round) / 3, so that
-    building the actors and their first generator draws are not charged to the rounds."""
+    """Seconds of one round once the network runs: (4 rounds - 1 round) / 3, so that starting
+    the actor coroutines and the server's first generator draw are not charged to the rounds."""
     return (4 * broadcast_gather(n_clients, m, d, rows, 4) - broadcast_gather(n_clients, m, d, rows, 1)) / 3
 
 

@@ -42,12 +42,35 @@ def test_decoded_arrays_are_read_only_views_without_extra_copy():
     assert not out.flags.owndata  # a view on the ext buffer
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "int32", "float32", "int64", "float64"])
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 1, 3)])
+def test_decoded_arrays_are_aligned(dtype, shape):
+    # NumPy takes slow paths on unaligned views (take, BLAS); the header padding prevents them
+    arr = np.ones(shape, dtype=dtype)
+    body = encode(arr).data
+    out = decode(body)
+    assert out.flags.aligned and out.ctypes.data % out.dtype.itemsize == 0
+    head = 2 + 4 * len(shape)
+    assert len(body) - arr.nbytes - (-head) % arr.dtype.itemsize - head in (2, 3)  # fixext / ext8 marker
+
+
+def test_nonzero_header_padding_is_rejected():
+    good = bytearray(encode(np.ones(3, np.float32)).data)
+    # ext8 marker, length, type, then code, ndim, 4 bytes of shape, 2 bytes of padding
+    assert good[0] == 0xC7 and good[2] == 1 and good[9:11] == b"\0\0"
+    good[9] = 7
+    with pytest.raises(CodecError, match="padding"):
+        decode(bytes(good))
+
+
 def test_message_documents_carry_the_kind():
     enc = encode_message("grad", {"g": np.ones(2, np.float32)})
     kind, payload = decode_message(enc.data)
     assert kind == "grad" and payload["g"].tolist() == [1.0, 1.0]
-    # exact size: fixarray(1) + fixstr "grad"(5) + fixmap(1) + fixstr "g"(2) + ext8 header(3) + array
-    assert len(enc.data) == 1 + 5 + 1 + 2 + 3 + (2 + 4 + 8)
+    # exact size: fixarray(1) + fixstr "grad"(5) + fixmap(1) + fixstr "g"(2) + fixext16 marker and
+    # type(2) + the 16-byte array body (code, ndim, one uint32 dimension, 2 zero bytes to a multiple
+    # of 4, two float32)
+    assert len(enc.data) == 1 + 5 + 1 + 2 + 2 + (2 + 4 + 2 + 8)
     with pytest.raises(CodecError, match="kind, payload"):
         decode_message(encode({"not": "a message"}).data)
 

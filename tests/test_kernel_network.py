@@ -111,6 +111,36 @@ def test_compute_and_sleep_advance_the_nodes_time():
     assert res.duration == pytest.approx(2.5)
 
 
+def test_run_until_stops_before_that_instant_like_simpy():
+    woke = []
+
+    async def sleeper(ctx):
+        for _ in range(3):
+            await ctx.sleep(1.0)
+            woke.append(ctx._net._now())
+
+    net = SimNetwork()
+    net.add_node("s", sleeper)
+    res = net.run(until=2.0)  # the wake-up at exactly t = 2 is not processed (simpy's rule)
+    assert woke == [1.0] and res.duration == 2.0 and res.unfinished == ["s"]
+    with pytest.raises(ValueError, match="greater than the current simulation time"):
+        SimNetwork().run(until=0)
+
+
+def test_plain_simpy_events_on_the_environment_still_run():
+    # a custom link model may use simpy's own events on net.env; the kernel's loop processes them
+    seen = []
+
+    async def idle(ctx):
+        await ctx.sleep(3.0)
+
+    net = SimNetwork()
+    net.add_node("a", idle)
+    net.env.timeout(1.5).callbacks.append(lambda ev: seen.append(net.env.now))
+    res = net.run()
+    assert seen == [1.5] and res.duration == 3.0
+
+
 def gather_round(loss=0.0, offline=None, seed=3, deadline=10.0):
     clients = [f"c{i}" for i in range(20)]
 

@@ -56,8 +56,10 @@ def mp_uint(v: int) -> int:
 
 
 def mp_array_ext(shape, itemsize) -> int:
-    """Our array ext: 1 byte dtype code + 1 byte ndim + 4 bytes per dimension + the elements."""
-    body = 2 + 4 * len(shape) + int(np.prod(shape, dtype=np.int64)) * itemsize
+    """Our array ext: 1 byte dtype code + 1 byte ndim + 4 bytes per dimension, zero padding to a
+    multiple of the itemsize, then the elements."""
+    head = 2 + 4 * len(shape)
+    body = head + (-head) % itemsize + int(np.prod(shape, dtype=np.int64)) * itemsize
     if body in (1, 2, 4, 8, 16):
         return 2 + body  # fixext: marker + type
     return body + (3 if body < 256 else 4 if body < 2**16 else 6)  # ext 8/16/32: marker + length + type

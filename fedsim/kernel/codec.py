@@ -5,7 +5,14 @@ Array ext layout (ext code 1)::
     byte 0        dtype code (see ``_DTYPES``)
     byte 1        ndim (0..32)
     4*ndim bytes  shape, little-endian uint32 each
+    0-6 bytes     zero padding, up to the next multiple of the itemsize (1, 2, 4 or 8)
     the rest      the array's elements, C order, little-endian
+
+The padding puts the elements at an offset that is a multiple of their itemsize within the ext
+body, which msgpack hands to the decoder as a bytes object of its own (allocated 16-byte
+aligned by CPython), so decoded arrays are *aligned* views. Unaligned views are valid, but
+NumPy takes slow paths on them: ``take`` of 265 rows of a 3706 x 20 float32 array measured
+11.1 us unaligned against 2.1 us aligned, a matrix-vector product 21.8 against 10.4 us.
 
 No pickle is used anywhere. Decoding validates everything it reads and raises ``CodecError``
 (never another exception) for malformed input: truncated documents, unknown ext codes, unknown
@@ -27,6 +34,7 @@ import numpy as np
 
 __all__ = [
     "ARRAY_EXT",
+    "WIRE_VERSION",
     "CodecError",
     "Encoded",
     "decode",
@@ -38,6 +46,9 @@ __all__ = [
 ]
 
 ARRAY_EXT = 1
+# Bumped whenever encoded sizes change (2: array elements aligned to their itemsize), so that
+# stored results that carry byte counts can tell they came from another wire format.
+WIRE_VERSION = 2
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 32
 _MAX_NDIM = 32
@@ -61,8 +72,20 @@ _DTYPES: dict[int, np.dtype] = {
 _CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
 _CODES.update({dt.newbyteorder(">"): code for code, dt in _DTYPES.items() if dt.itemsize > 1})
 _FLOAT_CODES = frozenset({10, 11, 12})
-_HEADERS = [struct.Struct(f"<BB{n}I") for n in range(33)]  # dtype code, ndim, shape
+_ExtType = msgpack.ExtType
+_new_ext = tuple.__new__
 _SHAPES = [struct.Struct(f"<{n}I") for n in range(33)]
+
+
+def _data_offset(ndim: int, itemsize: int) -> int:
+    """Where the elements start in an array ext body: the header, padded to the itemsize."""
+    head = 2 + 4 * ndim
+    return head + (-head) % itemsize
+
+
+# (ndim, itemsize) -> Struct packing dtype code, ndim, shape and the zero padding
+_HEADERS = {(n, size): struct.Struct(f"<BB{n}I{_data_offset(n, size) - 2 - 4 * n}x")
+            for n in range(_MAX_NDIM + 1) for size in (1, 2, 4, 8)}
 
 
 class CodecError(ValueError):
@@ -117,10 +140,11 @@ class _Encoder(threading.local):
         self.array_bytes += arr.nbytes
         if code in _FLOAT_CODES:
             self.floats += arr.size
-        header = _HEADERS[arr.ndim].pack(code, arr.ndim, *arr.shape)
-        # join copies the array memory straight into the ext body: one copy, not two
-        body = memoryview(arr).cast("B") if arr.size else b""
-        return msgpack.ExtType(ARRAY_EXT, b"".join((header, body)))
+        header = _HEADERS[arr.ndim, le.itemsize].pack(code, arr.ndim, *arr.shape)
+        # join copies the array memory (a C-contiguous buffer) straight into the ext body: one copy
+        body = arr if arr.size else b""
+        # ExtType's own __new__ re-checks code and data types in Python; both are known good here
+        return _new_ext(_ExtType, (ARRAY_EXT, b"".join((header, body))))
 
 
 _encoder = _Encoder()
@@ -173,9 +197,12 @@ def _ext_hook(code: int, data: bytes) -> np.ndarray:
         raise CodecError(f"array ext has unknown dtype code {dcode}")
     if ndim > _MAX_NDIM:
         raise CodecError(f"array ext has {ndim} dimensions (max {_MAX_NDIM})")
-    start = 2 + 4 * ndim
+    head = 2 + 4 * ndim
+    start = _data_offset(ndim, dtype.itemsize)
     if len(data) < start:
         raise CodecError(f"array ext truncated: header needs {start} bytes, got {len(data)}")
+    if start > head and data[head:start].count(0) != start - head:
+        raise CodecError("array ext header padding is not zero")
     shape = _SHAPES[ndim].unpack_from(data, 2)
     count = 1
     for s in shape:
@@ -186,7 +213,8 @@ def _ext_hook(code: int, data: bytes) -> np.ndarray:
             f"array ext length mismatch: shape {shape} x itemsize {dtype.itemsize} = {expected} bytes, "
             f"buffer has {len(data) - start}"
         )
-    return np.frombuffer(data, dtype=dtype, count=count, offset=start).reshape(shape)
+    # a read-only view on the ext bytes (one call: frombuffer + reshape costs twice as much)
+    return np.ndarray(shape, dtype, data, start)
 
 
 def _check_depth(obj: Any, limit: int) -> None:

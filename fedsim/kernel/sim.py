@@ -20,10 +20,10 @@ import traceback
 from typing import Any
 
 from collections import deque
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, URGENT
 
 from ..seeding import node_rng
 from .context import _Envelope, _matches, _Payload
@@ -276,6 +276,40 @@ class SimNetwork(Network):
             node.coro.close()
 
     # -- running ------------------------------------------------------------------------------
+    def _loop(self, until: float | None) -> None:
+        """``simpy.Environment.run(until)`` with the same semantics, minus its per-event cost.
+
+        The kernel only schedules ``_Tick`` callbacks, which are called directly; any other simpy
+        event someone put on ``self.env`` (a custom link model, say) is processed exactly as
+        ``Environment.step`` would. With ``until``, events before that time are processed and the
+        clock ends at ``until``, as in simpy (an urgent stop marker orders it before normal events
+        at the same instant).
+        """
+        env = self.env
+        queue = env._queue
+        stop = None
+        if until is not None:
+            at = float(until)
+            if not at > env._now:
+                raise ValueError(f"until ({at}) must be greater than the current simulation time")
+            stop = _Tick(None, ())
+            heappush(queue, (at, URGENT, next(env._eid), stop))
+        tick = _Tick
+        while queue:
+            env._now, _, _, event = heappop(queue)
+            if type(event) is tick:
+                if event is stop:
+                    return
+                event.fn(*event.args)
+                continue
+            callbacks, event.callbacks = event.callbacks, None
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+
     def run(self, until: float | None = None) -> RunResult:
         """Run every actor until all have finished or are blocked with nothing left to happen
         (or until simulated time ``until``). Blocked actors are then closed (their ``finally``
@@ -304,7 +338,7 @@ class SimNetwork(Network):
         threshold = gc.get_threshold()
         gc.set_threshold(max(threshold[0], _GC_GEN0), *threshold[1:])
         try:
-            self.env.run(until=until)
+            self._loop(until)
         finally:
             gc.set_threshold(*threshold)
             for node in self.nodes.values():

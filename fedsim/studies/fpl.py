@@ -46,6 +46,7 @@ import numpy as np
 
 from ..data import Ratings, temporal_holdout, temporal_holdout_with_validation
 from ..kernel import SimNetwork
+from ..kernel.codec import WIRE_VERSION
 from ..math.bpr import bpr_scores
 from ..math.bpr_central import train_bpr
 from ..math.fpl_presets import PRESET_NAMES, fpl_preset
@@ -458,8 +459,9 @@ def run_cached(cache_dir: str | Path | None, split: ImplicitSplit, method: str, 
         return fn(length), False
     d = Path(cache_dir)
     d.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(json.dumps({"data": split.fingerprint, "method": method, **params}, sort_keys=True,
-                                    default=str).encode()).hexdigest()[:16]
+    # the wire format is in the key: a stored record's byte counts belong to the format that made them
+    key = hashlib.sha256(json.dumps({"data": split.fingerprint, "method": method, "wire": WIRE_VERSION, **params},
+                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
     safe = method.replace("+", "plus").replace("/", "_").replace(" ", "_")
     path = d / f"{safe}-{key}.json"
     state_path = d / f"{safe}-{key}.npz"
