@@ -4,16 +4,16 @@
 Message flow (kinds; sizes for the default model ``[n, 256, 128] / [128, 256, n]`` in float32):
 
 setup (round 0), Algorithm 1's first loop
-    client -> server   ``indices``  {items: int32[|I_m|]}                   4 |I_m| + 26 bytes
+    client -> server   ``indices``  {items: int32[|I_m|]}                   4 |I_m| + 27..28 bytes
         the items rated by the client's users in its training data; the server records them.
 
 round t = 1..T
     the server draws ``max(int(C M), 1)`` clients with its own generator (sorted by id)
-    server -> client   ``decoder``  {t, dec: D_m,active}                    4 (33,024 + 257 |I_m|) + 94..98 bytes
+    server -> client   ``decoder``  {t, dec: D_m,active}                    4 (33,024 + 257 |I_m|) + 103..108 bytes
         Expression 3: the hidden decoder layer whole (256 x 128 + 256), the output rows and biases of I_m.
-        With ``compression=False``: the whole decoder (4 (33,024 + 257 n) + 98 bytes), one broadcast.
+        With ``compression=False``: the whole decoder (4 (33,024 + 257 n) + 106..108 bytes), one broadcast.
     client: K local epochs on its users (its own encoder, its own momentum kept across rounds)
-    client -> server   ``update``   {dec: D_m,active}                       4 bytes fewer (no round number)
+    client -> server   ``update``   {dec: D_m,active}                       4..6 bytes fewer (no round number)
     server: Eq. 5 merge (``merge="per_item"``: each output row averaged over the clients that have it
         active; ``"algorithm1"``: Algorithm 1 as printed), or the plain mean of whole decoders.
 
