@@ -70,9 +70,24 @@ def run(ctx: RunContext) -> None:
     ctx.table("accuracy", acc, title=f"Test accuracy after {ctx['iterations']} iterations (fold 1 of 5)")
     ctx.table("communication", comm, title="Communication per role over the whole run (from the ledger)",
               floatfmt=".1f")
+    def draw(ax):
+        keys = list(dict.fromkeys((r["run"], r["role"]) for r in comm))
+        for k, (direction, color) in enumerate((("sent", "#4C72B0"), ("received", "#55A868"))):
+            vals = {(r["run"], r["role"]): r["bytes_per_node"] for r in comm if r["direction"] == direction}
+            ax.barh([i + 0.4 * k for i in range(len(keys))], [vals.get(key, 0.0) for key in keys], height=0.4,
+                    color=color, label=direction)
+        ax.set_yticks([i + 0.2 for i in range(len(keys))], [f"{run}: {role}" for run, role in keys], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes per node over the whole run (from the ledger)")
+        ax.set_title("Communication per role")
+        ax.legend(fontsize=7)
+
+    ctx.plot("cost_per_role", draw)
     ctx.note("FedRec with rho = 0 equals the unfederated model; hybrid filling hides rated items among "
              "sampled ones at a small cost in accuracy; FedRec++'s denoiser removes that cost. Units are "
-             "d-float latent vectors.")
+             "d-float latent vectors. Under FedRec++ every client starts as `client` and becomes `ordinary` or "
+             "`denoiser` when the server's `assign` message arrives, so the `client` row is those messages.")
 
 
 if __name__ == "__main__":
