@@ -218,6 +218,9 @@ class Progress:
         self.enabled = enabled and sys.stderr.isatty()
         self._last = 0.0
         self.stage = ""
+        # simulated time, messages and bytes of the networks the run has recorded so far: shown
+        # when a scenario's update does not pass its own figures
+        self.recorded: dict[str, float] = {}
 
     def update(self, done: int, total: int, *, stage: str | None = None, sim_time: float | None = None,
                messages: int | None = None, bytes: int | None = None) -> None:
@@ -232,6 +235,9 @@ class Progress:
         width = 24
         filled = int(width * done / total) if total else width
         parts = [f"\r{self.stage[:28]:<28} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"]
+        rec = self.recorded
+        if sim_time is None and messages is None and bytes is None and rec:
+            sim_time, messages, bytes = rec["sim_time"], int(rec["messages"]), int(rec["bytes"])
         if sim_time is not None:
             parts.append(f"sim {sim_time:9.2f}s")
         if messages is not None:
@@ -322,6 +328,8 @@ class RunContext:
         for k, v in led.totals().items():
             if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                 self.ledger_totals[k] = self.ledger_totals.get(k, 0) + v
+        self.progress.recorded = {"sim_time": self.sim_time, "messages": self.ledger_totals.get("messages", 0),
+                                  "bytes": self.ledger_totals.get("bytes", 0)}
         if self.keep_ledger:
             path = self.out / "ledger.csv"
             with open(path, "a", newline="", encoding="utf-8") as fh:

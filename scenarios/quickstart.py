@@ -59,14 +59,14 @@ def run(ctx: RunContext) -> None:
         net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
         job = fedrec.build(net, *data, cfg)
         report(name, job.collect(net.run()), net, t0)
-        ctx.progress.update(2 + i, 4, sim_time=net.env.now, messages=len(net.ledger))
+        ctx.progress.update(2 + i, 4)
     t0 = time.perf_counter()
     net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
     cfg = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=1,
                          T_predict=5, T_local=10)
     job = fedrecpp.build(net, *data, cfg)
     report(f"FedRec++ eta=1 rho={ctx['rho']:g}", job.collect(net.run()), net, t0)
-    ctx.progress.update(4, 4, sim_time=net.env.now, messages=len(net.ledger))
+    ctx.progress.update(4, 4)
     ctx.table("accuracy", acc, title=f"Test accuracy after {ctx['iterations']} iterations (fold 1 of 5)")
     ctx.table("communication", comm, title="Communication per role over the whole run (from the ledger)",
               floatfmt=".1f")

@@ -240,3 +240,25 @@ def test_csv_cells_are_plain_numbers_for_numpy_scalars(tmp_path):
              "e": float("nan"), "f": np.float64("nan"), "g": "x"}]
     _write_csv(tmp_path / "t.csv", rows, list(rows[0]))
     assert (tmp_path / "t.csv").read_text().splitlines() == ["a,b,c,d,e,f,g", "0.1,0.5,7,True,,,x"]
+
+
+def test_progress_line_shows_the_recorded_networks_totals(capsys):
+    from fedsim.experiment import Progress
+
+    p = Progress(False)
+    p.enabled = True  # as on a terminal
+    p.update(1, 4, stage="demo")
+    assert "msgs" not in capsys.readouterr().err  # nothing recorded yet
+    p.recorded = {"sim_time": 2.5, "messages": 1234, "bytes": 5_600_000}
+    p.update(4, 4)
+    err = capsys.readouterr().err
+    assert "demo" in err and "4/4" in err and "2.50s" in err and "1234 msgs" in err and "5.6 MB" in err
+    p.update(4, 4, messages=7)  # a scenario's own figures win
+    err = capsys.readouterr().err
+    assert "7 msgs" in err and "1234" not in err
+
+
+def test_quiet_or_piped_runs_draw_no_progress_bar(tmp_path):
+    res = fedsim_cmd("run", "quickstart", "--data", "tiny", "--set", "iterations=2", "--out", str(tmp_path / "o"),
+                     cwd=tmp_path)
+    assert res.returncode == 0 and "\r" not in res.stderr and "[#" not in res.stderr
