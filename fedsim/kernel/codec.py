@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import struct
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -92,21 +91,28 @@ class CodecError(ValueError):
     """A value cannot be encoded, or bytes are not a valid fedsim message."""
 
 
-@dataclass(frozen=True, slots=True)
 class Encoded:
-    """One encoded document and what it carries.
+    """One encoded document and what it carries (treat as read-only).
 
     ``data`` is what crosses the wire. ``array_bytes`` is the size of the array payloads alone
     (the "raw" bytes users compare with the encoded size) and ``floats`` the number of
     floating-point array elements, from which the ledger derives latent-vector units.
     """
 
-    data: bytes
-    array_bytes: int
-    floats: int
+    # a plain slotted class: one is made per message, and a frozen dataclass's __init__ costs
+    # several times more (object.__setattr__ per field)
+    __slots__ = ("data", "array_bytes", "floats")
+
+    def __init__(self, data: bytes, array_bytes: int, floats: int) -> None:
+        self.data = data
+        self.array_bytes = array_bytes
+        self.floats = floats
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __repr__(self) -> str:
+        return f"Encoded({len(self.data)} bytes, array_bytes={self.array_bytes}, floats={self.floats})"
 
 
 class _Encoder(threading.local):
@@ -221,9 +227,16 @@ def _check_depth(obj: Any, limit: int) -> None:
     """Raise CodecError if containers nest deeper than ``limit`` (the root counts as 1).
 
     msgpack decodes arrays to lists and maps to dicts (never tuples); only containers are
-    pushed, so a typical message (a list holding a dict of arrays and scalars) costs two
-    short loops and no allocation beyond the stack.
+    pushed. A typical message (``[kind, {name: array or scalar}]``) takes the fast path: one
+    loop over the payload's values, no stack.
     """
+    if limit >= 2 and type(obj) is list and len(obj) == 2 and type(obj[1]) is dict:
+        for v in obj[1].values():
+            t = type(v)
+            if t is dict or t is list:
+                break
+        else:
+            return  # depth 2
     stack = [(obj, 1)]
     pop, push = stack.pop, stack.append
     while stack:

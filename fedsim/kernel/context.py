@@ -30,19 +30,28 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Context", "Deadline", "Gathered", "Message"]
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
-    """A received message. ``sender`` is ``None`` when it came over an anonymous channel.
+    """A received message (treat as read-only). ``sender`` is ``None`` when it came over an
+    anonymous channel.
 
     ``payload`` arrays are read-only views shared with the other recipients of the same
     broadcast: copy before modifying. ``nbytes`` is what crossed the wire for it.
     """
 
-    kind: str
-    payload: Any
-    sender: str | None
-    round: int
-    nbytes: int
+    # a plain slotted class: one is made per message received, and a frozen dataclass's
+    # __init__ costs several times more (object.__setattr__ per field)
+    __slots__ = ("kind", "payload", "sender", "round", "nbytes")
+
+    def __init__(self, kind: str, payload: Any, sender: str | None, round: int, nbytes: int) -> None:
+        self.kind = kind
+        self.payload = payload
+        self.sender = sender
+        self.round = round
+        self.nbytes = nbytes
+
+    def __repr__(self) -> str:
+        return (f"Message(kind={self.kind!r}, sender={self.sender!r}, round={self.round}, "
+                f"nbytes={self.nbytes})")
 
 
 @dataclass(frozen=True, slots=True)
