@@ -1,4 +1,4 @@
-"""Protocols as actors: each subpackage holds one protocol's actor coroutines and a ``build``
+"""Protocols as actors: each module holds one protocol's actor coroutines and a ``build``
 function that places them on any transport. Nothing here imports simpy or asyncio."""
 
 PROTOCOLS = {

@@ -4,7 +4,7 @@ averaging (UA) or hybrid filling (HF) of sampled unrated items.
 Message flow (kinds), one iteration t:
 
 batch (Algorithms 1-3)
-    server -> every client   ``model``      {t, V}                 m x d floats
+    server -> every client   ``model``      {t, V, eval}           m x d floats (eval: evaluate this time)
     client -> server         ``gradients``  {items, grads}         |I_u u I'_u| ids + x d floats
     the server averages each item's gradients over the users who sent one (Eq. 9), updates V.
 
