@@ -147,3 +147,35 @@ def test_unencodable_values_raise_codec_error(value):
         encode({"x": value})
     # the per-thread packer is usable again after a failure
     assert decode(encode({"ok": 1}).data) == {"ok": 1}
+
+
+_PAYLOADS = [
+    {}, {"a": 1}, {"x": np.float32(2.5), "n": None, "b": True, "s": "hé", "l": [1, np.arange(3)]},
+    {"be": np.arange(5, dtype=">f8")}, {"nc": np.arange(20.).reshape(4, 5)[:, ::2]},
+    {f"k{i}": np.arange(i, dtype=np.int16) for i in range(20)},  # a map16 header
+    {1: np.arange(4), b"x": 2}, {"d": {"nested": np.ones(3)}},
+    {"u": np.arange(70000, dtype=np.uint8)},  # an ext32 body
+    [np.ones(2), "not a dict"], "scalar payload",
+]
+
+
+@pytest.mark.parametrize("payload", _PAYLOADS, ids=range(len(_PAYLOADS)))
+@pytest.mark.parametrize("shape", [(), (0,), (1,), (2,), (3,), (4,), (2, 1), (300,)])
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+def test_message_writer_matches_the_generic_packer_byte_for_byte(payload, shape, dtype):
+    """encode_message writes dict payloads itself (one copy of each array); every ext size class
+    (fixext 1/2/4/8/16, ext8, ext16, ext32) and map size must come out as msgpack writes them."""
+    extra = np.zeros(shape, dtype)
+    if isinstance(payload, dict):
+        payload = {**payload, "extra": extra}
+    fast = encode_message("kind", payload)
+    generic = encode(["kind", payload])
+    assert fast.data == generic.data
+    assert (fast.array_bytes, fast.floats) == (generic.array_bytes, generic.floats)
+
+
+@pytest.mark.parametrize("value", [object(), np.array(["a"]), np.zeros(2, dtype=object), "\ud800"])
+def test_message_writer_errors_are_codec_errors(value):
+    with pytest.raises(CodecError):
+        encode_message("k", {"ok": np.ones(2), "bad": value})
+    assert decode_message(encode_message("k", {"ok": 1}).data) == ("k", {"ok": 1})

@@ -25,6 +25,7 @@ Decoded arrays are read-only views on the ext bytes msgpack hands us (no further
 from __future__ import annotations
 
 import struct
+from math import prod as _prod
 import threading
 from typing import Any
 
@@ -133,13 +134,21 @@ class _Encoder(threading.local):
         raise CodecError(f"cannot encode object of type {type(obj).__name__}: {obj!r:.80}")
 
     def _array(self, arr: np.ndarray) -> msgpack.ExtType:
+        header, body, _ = self._array_parts(arr)
+        # join copies the array memory (a C-contiguous buffer) straight into the ext body: one copy
+        # (ExtType's own __new__ re-checks code and data types in Python; both are known good here)
+        return _new_ext(_ExtType, (ARRAY_EXT, b"".join((header, body))))
+
+    def _array_parts(self, arr: np.ndarray) -> tuple[bytes, Any, int]:
+        """The ext body of ``arr`` as (header with padding, element buffer, body length);
+        adds the array to the document's counts."""
         code = _CODES.get(arr.dtype)
         if code is None:
             raise CodecError(f"cannot encode array of dtype {arr.dtype} (not in the dtype whitelist)")
         if arr.ndim > _MAX_NDIM:
             raise CodecError(f"cannot encode array with {arr.ndim} dimensions (max {_MAX_NDIM})")
         le = _DTYPES[code]
-        if arr.dtype != le:
+        if arr.dtype is not le and arr.dtype != le:
             arr = arr.astype(le)
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
@@ -147,10 +156,68 @@ class _Encoder(threading.local):
         if code in _FLOAT_CODES:
             self.floats += arr.size
         header = _HEADERS[arr.ndim, le.itemsize].pack(code, arr.ndim, *arr.shape)
-        # join copies the array memory (a C-contiguous buffer) straight into the ext body: one copy
-        body = arr if arr.size else b""
-        # ExtType's own __new__ re-checks code and data types in Python; both are known good here
-        return _new_ext(_ExtType, (ARRAY_EXT, b"".join((header, body))))
+        return header, (arr if arr.size else b""), len(header) + arr.nbytes
+
+    def message(self, kind: str, payload: Any) -> bytes:
+        """``packer.pack([kind, payload])``, byte for byte, written directly when ``payload`` is
+        a dict: each array is copied once, from its own memory into the document, where going
+        through the packer copies it into an ExtType, then into the packer's buffer (measured
+        7.6 against about 4 us for a 265 x 20 float32 block and its int32 ids)."""
+        pack = self.packer.pack
+        if type(payload) is not dict:
+            return pack([kind, payload])
+        n = len(payload)
+        parts = [_MESSAGE_HEAD, _packed_str(kind) if type(kind) is str else pack(kind),
+                 _map_header(n)]
+        append = parts.append
+        for k, v in payload.items():
+            append(_packed_str(k) if type(k) is str else pack(k))
+            if type(v) is np.ndarray:
+                header, body, length = self._array_parts(v)
+                append(_ext_header(length))
+                append(header)
+                append(body)
+            else:
+                append(pack(v))
+        return b"".join(parts)
+
+
+_MESSAGE_HEAD = b"\x92"  # a 2-element msgpack array: [kind, payload]
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+_EXT8, _EXT16, _EXT32 = struct.Struct(">BBb"), struct.Struct(">BHb"), struct.Struct(">BIb")
+_STR_CACHE: dict[str, bytes] = {}
+
+
+def _ext_header(length: int) -> bytes:
+    """msgpack's header of an ARRAY_EXT of ``length`` body bytes, exactly as its Packer writes it."""
+    fix = _FIXEXT.get(length)
+    if fix is not None:
+        return bytes((fix, ARRAY_EXT))
+    if length < 0x100:
+        return _EXT8.pack(0xC7, length, ARRAY_EXT)
+    if length < 0x10000:
+        return _EXT16.pack(0xC8, length, ARRAY_EXT)
+    if length < 0x100000000:
+        return _EXT32.pack(0xC9, length, ARRAY_EXT)
+    raise CodecError(f"array of {length} bytes is too large for one message")
+
+
+def _map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x80 | n,))
+    if n < 0x10000:
+        return struct.pack(">BH", 0xDE, n)
+    return struct.pack(">BI", 0xDF, n)
+
+
+def _packed_str(s: str) -> bytes:
+    """msgpack bytes of a message kind or payload key (a small set of names: cached)."""
+    b = _STR_CACHE.get(s)
+    if b is None:
+        b = msgpack.packb(s, use_bin_type=True)
+        if len(_STR_CACHE) < 4096:
+            _STR_CACHE[s] = b
+    return b
 
 
 _encoder = _Encoder()
@@ -162,11 +229,16 @@ def encode(obj: Any) -> Encoded:
 
     Raises ``CodecError`` for values outside that set (no pickle fallback).
     """
+    return _encode(_encoder.packer.pack, obj)
+
+
+def _encode(pack, *args: Any) -> Encoded:
+    """Run ``pack(*args)`` with the document counters reset; any failure becomes CodecError."""
     enc = _encoder
     enc.array_bytes = 0
     enc.floats = 0
     try:
-        data = enc.packer.pack(obj)
+        data = pack(*args)
     except CodecError:
         enc.packer.reset()
         raise
@@ -178,7 +250,7 @@ def encode(obj: Any) -> Encoded:
 
 def encode_message(kind: str, payload: Any) -> Encoded:
     """Encode one network message: the document ``[kind, payload]``."""
-    return encode([kind, payload])
+    return _encode(_encoder.message, kind, payload)
 
 
 def decode_message(data: bytes | bytearray | memoryview, **limits: int) -> tuple[str, Any]:
@@ -192,28 +264,28 @@ def decode_message(data: bytes | bytearray | memoryview, **limits: int) -> tuple
     return doc[0], doc[1]
 
 
+# (dtype code, ndim) -> (dtype, where the shape ends, where the elements start, shape Struct)
+_LAYOUTS = {(code, n): (dt, 2 + 4 * n, _data_offset(n, dt.itemsize), _SHAPES[n])
+            for code, dt in _DTYPES.items() for n in range(_MAX_NDIM + 1)}
+
+
 def _ext_hook(code: int, data: bytes) -> np.ndarray:
     if code != ARRAY_EXT:
         raise CodecError(f"unknown ext type {code}")
     if len(data) < 2:
         raise CodecError(f"array ext truncated: {len(data)} bytes, header needs at least 2")
-    dcode, ndim = data[0], data[1]
-    dtype = _DTYPES.get(dcode)
-    if dtype is None:
-        raise CodecError(f"array ext has unknown dtype code {dcode}")
-    if ndim > _MAX_NDIM:
-        raise CodecError(f"array ext has {ndim} dimensions (max {_MAX_NDIM})")
-    head = 2 + 4 * ndim
-    start = _data_offset(ndim, dtype.itemsize)
+    layout = _LAYOUTS.get((data[0], data[1]))
+    if layout is None:
+        if data[0] not in _DTYPES:
+            raise CodecError(f"array ext has unknown dtype code {data[0]}")
+        raise CodecError(f"array ext has {data[1]} dimensions (max {_MAX_NDIM})")
+    dtype, head, start, shape_struct = layout
     if len(data) < start:
         raise CodecError(f"array ext truncated: header needs {start} bytes, got {len(data)}")
     if start > head and data[head:start].count(0) != start - head:
         raise CodecError("array ext header padding is not zero")
-    shape = _SHAPES[ndim].unpack_from(data, 2)
-    count = 1
-    for s in shape:
-        count *= s
-    expected = count * dtype.itemsize
+    shape = shape_struct.unpack_from(data, 2)
+    expected = _prod(shape) * dtype.itemsize
     if len(data) - start != expected:
         raise CodecError(
             f"array ext length mismatch: shape {shape} x itemsize {dtype.itemsize} = {expected} bytes, "
