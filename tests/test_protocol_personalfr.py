@@ -55,14 +55,24 @@ def mp_uint(v: int) -> int:
     return 1 if v < 128 else 2 if v < 256 else 3 if v < 2**16 else 5
 
 
-def mp_array_ext(shape, itemsize) -> int:
-    """Our array ext: 1 byte dtype code + 1 byte ndim + 4 bytes per dimension, zero padding to a
-    multiple of the itemsize, then the elements."""
-    head = 2 + 4 * len(shape)
-    body = head + (-head) % itemsize + int(np.prod(shape, dtype=np.int64)) * itemsize
+def _ext_framing(body: int) -> int:
     if body in (1, 2, 4, 8, 16):
-        return 2 + body  # fixext: marker + type
-    return body + (3 if body < 256 else 4 if body < 2**16 else 6)  # ext 8/16/32: marker + length + type
+        return 2  # fixext: marker + type
+    return 3 if body < 256 else 4 if body < 2**16 else 6  # ext 8/16/32: marker + length + type
+
+
+def mp_array_ext(shape, itemsize, at=None) -> int:
+    """Our array ext: 1 byte dtype code + 1 byte ndim + 4 bytes per dimension, zero padding, then
+    the elements. Nested in a payload (``at`` None) the padding aligns the elements within the
+    body; a top-level payload array written at document offset ``at`` takes the smallest padding
+    (0 to 7) that aligns them in the document."""
+    head = 2 + 4 * len(shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+    pads = [(-head) % itemsize]
+    if at is not None:
+        pads = [p for p in range(8) if (at + _ext_framing(head + p + nbytes) + head + p) % itemsize == 0] + pads
+    body = head + pads[0] + nbytes
+    return _ext_framing(body) + body
 
 
 def expected_decoder_bytes(kind, shapes, itemsize, t=None) -> int:
@@ -92,7 +102,8 @@ def test_bytes_per_client_equal_active_parameters_plus_framing(tiny):
         client = r["src"] if r["src"] != "server" else r["dst"]
         n_act = len(items[client])
         if r["kind"] == "indices":
-            expected = 1 + mp_str("indices") + 1 + mp_str("items") + mp_array_ext((n_act,), 4)
+            at = 1 + mp_str("indices") + 1 + mp_str("items")
+            expected = at + mp_array_ext((n_act,), 4, at)
             assert r["bytes"] == expected + framing and r["raw_bytes"] == 4 * n_act
             seen["indices"] += 1
             continue

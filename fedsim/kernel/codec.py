@@ -5,21 +5,28 @@ Array ext layout (ext code 1)::
     byte 0        dtype code (see ``_DTYPES``)
     byte 1        ndim (0..32)
     4*ndim bytes  shape, little-endian uint32 each
-    0-6 bytes     zero padding, up to the next multiple of the itemsize (1, 2, 4 or 8)
+    0-7 bytes     zero padding
     the rest      the array's elements, C order, little-endian
 
-The padding puts the elements at an offset that is a multiple of their itemsize within the ext
-body, which msgpack hands to the decoder as a bytes object of its own (allocated 16-byte
-aligned by CPython), so decoded arrays are *aligned* views. Unaligned views are valid, but
-NumPy takes slow paths on them: ``take`` of 265 rows of a 3706 x 20 float32 array measured
-11.1 us unaligned against 2.1 us aligned, a matrix-vector product 21.8 against 10.4 us.
+The padding is whatever the body length says it is (body length - header - elements), so the
+encoder may choose it; it chooses it so that the elements are *aligned* (their offset a multiple
+of the itemsize). In a message (``encode_message`` with a dict payload) the offset that counts is
+the one in the whole document: ``decode_message`` then returns arrays as views on the received
+bytes themselves, with no copy at all (wire format 3). Elsewhere (``encode``, arrays nested
+deeper in a message) it is the offset in the ext body, which msgpack hands to the decoder as a
+bytes object of its own (16-byte aligned by CPython), so those views are aligned too. An array
+that arrives unaligned all the same (bytes from another encoder) is copied once into aligned
+memory: NumPy takes slow paths on unaligned views (``take`` of 265 rows of a 3706 x 20 float32
+array measured 11.1 us unaligned against 2.1 us aligned, a matrix-vector product 21.8 against
+10.4 us).
 
 No pickle is used anywhere. Decoding validates everything it reads and raises ``CodecError``
 (never another exception) for malformed input: truncated documents, unknown ext codes, unknown
 dtypes, a buffer whose length disagrees with shape x itemsize, documents over the size limit,
 nesting deeper than the depth limit.
 
-Decoded arrays are read-only views on the ext bytes msgpack hands us (no further copy).
+Decoded arrays are read-only. A zero-copy view keeps the whole received document alive for as
+long as the array (or any view of it) lives; copy a small array out of a big message to keep it.
 """
 
 from __future__ import annotations
@@ -46,9 +53,10 @@ __all__ = [
 ]
 
 ARRAY_EXT = 1
-# Bumped whenever encoded sizes change (2: array elements aligned to their itemsize), so that
-# stored results that carry byte counts can tell they came from another wire format.
-WIRE_VERSION = 2
+# Bumped whenever encoded sizes change (2: array elements aligned to their itemsize within the ext
+# body; 3: within the message document, so that decoded arrays are views on the received bytes),
+# so that stored results that carry byte counts can tell they came from another wire format.
+WIRE_VERSION = 3
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 32
 _MAX_NDIM = 32
@@ -77,15 +85,35 @@ _new_ext = tuple.__new__
 _SHAPES = [struct.Struct(f"<{n}I") for n in range(33)]
 
 
-def _data_offset(ndim: int, itemsize: int) -> int:
-    """Where the elements start in an array ext body: the header, padded to the itemsize."""
-    head = 2 + 4 * ndim
-    return head + (-head) % itemsize
+_MAX_PAD = 7  # the most padding a decoder accepts between an array header and its elements
+
+# (ndim, padding) -> Struct packing dtype code, ndim, shape and the zero padding
+_HEADERS = {(n, pad): struct.Struct(f"<BB{n}I{pad}x")
+            for n in range(_MAX_NDIM + 1) for pad in range(_MAX_PAD + 1)}
 
 
-# (ndim, itemsize) -> Struct packing dtype code, ndim, shape and the zero padding
-_HEADERS = {(n, size): struct.Struct(f"<BB{n}I{_data_offset(n, size) - 2 - 4 * n}x")
-            for n in range(_MAX_NDIM + 1) for size in (1, 2, 4, 8)}
+def _ext_header_len(body: int) -> int:
+    """Length of msgpack's ext header for a body of ``body`` bytes (fixext, ext 8/16/32)."""
+    if body in (1, 2, 4, 8, 16):
+        return 2
+    return 3 if body < 0x100 else 4 if body < 0x10000 else 6
+
+
+def _document_pad(pos: int, head: int, nbytes: int, itemsize: int) -> int:
+    """Padding that puts the elements of an array ext written at document offset ``pos`` at a
+    multiple of ``itemsize`` in the document. The ext header's own length depends on the body
+    length, so candidates are checked exactly; in the rare size class where none of 0..7 works,
+    the elements are aligned within the body instead (and the decoder copies them)."""
+    if itemsize == 1:
+        return 0
+    framing = _ext_header_len(head + nbytes)
+    pad = -(pos + framing + head) % itemsize
+    if _ext_header_len(head + pad + nbytes) == framing:
+        return pad  # the usual case: the padding does not change the ext header's size class
+    for pad in range(_MAX_PAD + 1):
+        if (pos + _ext_header_len(head + pad + nbytes) + head + pad) % itemsize == 0:
+            return pad
+    return (-head) % itemsize
 
 
 class CodecError(ValueError):
@@ -134,14 +162,15 @@ class _Encoder(threading.local):
         raise CodecError(f"cannot encode object of type {type(obj).__name__}: {obj!r:.80}")
 
     def _array(self, arr: np.ndarray) -> msgpack.ExtType:
-        header, body, _ = self._array_parts(arr)
+        header, body, _ = self._array_parts(arr, None)
         # join copies the array memory (a C-contiguous buffer) straight into the ext body: one copy
         # (ExtType's own __new__ re-checks code and data types in Python; both are known good here)
         return _new_ext(_ExtType, (ARRAY_EXT, b"".join((header, body))))
 
-    def _array_parts(self, arr: np.ndarray) -> tuple[bytes, Any, int]:
+    def _array_parts(self, arr: np.ndarray, pos: int | None) -> tuple[bytes, Any, int]:
         """The ext body of ``arr`` as (header with padding, element buffer, body length);
-        adds the array to the document's counts."""
+        adds the array to the document's counts. With ``pos`` (where the ext header will start in
+        the document) the elements are aligned in the document, else within the body."""
         code = _CODES.get(arr.dtype)
         if code is None:
             raise CodecError(f"cannot encode array of dtype {arr.dtype} (not in the dtype whitelist)")
@@ -152,33 +181,45 @@ class _Encoder(threading.local):
             arr = arr.astype(le)
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
-        self.array_bytes += arr.nbytes
+        nbytes = arr.nbytes
+        ndim = arr.ndim
+        self.array_bytes += nbytes
         if code in _FLOAT_CODES:
             self.floats += arr.size
-        header = _HEADERS[arr.ndim, le.itemsize].pack(code, arr.ndim, *arr.shape)
-        return header, (arr if arr.size else b""), len(header) + arr.nbytes
+        head = 2 + 4 * ndim
+        size = le.itemsize
+        pad = (-head) % size if pos is None else _document_pad(pos, head, nbytes, size)
+        header = _HEADERS[ndim, pad].pack(code, ndim, *arr.shape)
+        return header, (arr if nbytes else b""), head + pad + nbytes
 
     def message(self, kind: str, payload: Any) -> bytes:
-        """``packer.pack([kind, payload])``, byte for byte, written directly when ``payload`` is
-        a dict: each array is copied once, from its own memory into the document, where going
-        through the packer copies it into an ExtType, then into the packer's buffer (measured
-        7.6 against about 4 us for a 265 x 20 float32 block and its int32 ids)."""
+        """The document ``[kind, payload]``. A dict payload is written directly, msgpack's framing
+        byte for byte, with each array copied once (from its own memory into the document, where
+        the packer copies it into an ExtType, then into its buffer: 7.6 against about 4 us for a
+        265 x 20 float32 block and its int32 ids) and its elements aligned in the document, so
+        that the receiver's arrays can be views on the bytes it received."""
         pack = self.packer.pack
         if type(payload) is not dict:
             return pack([kind, payload])
-        n = len(payload)
         parts = [_MESSAGE_HEAD, _packed_str(kind) if type(kind) is str else pack(kind),
-                 _map_header(n)]
+                 _map_header(len(payload))]
+        pos = len(parts[0]) + len(parts[1]) + len(parts[2])
         append = parts.append
         for k, v in payload.items():
-            append(_packed_str(k) if type(k) is str else pack(k))
+            key = _packed_str(k) if type(k) is str else pack(k)
+            append(key)
+            pos += len(key)
             if type(v) is np.ndarray:
-                header, body, length = self._array_parts(v)
-                append(_ext_header(length))
+                header, body, length = self._array_parts(v, pos)
+                ext = _ext_header(length)
+                append(ext)
                 append(header)
                 append(body)
+                pos += len(ext) + length
             else:
-                append(pack(v))
+                value = pack(v)
+                append(value)
+                pos += len(value)
         return b"".join(parts)
 
 
@@ -253,46 +294,227 @@ def encode_message(kind: str, payload: Any) -> Encoded:
     return _encode(_encoder.message, kind, payload)
 
 
-def decode_message(data: bytes | bytearray | memoryview, **limits: int) -> tuple[str, Any]:
+def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                   max_depth: int = DEFAULT_MAX_DEPTH) -> tuple[str, Any]:
     """Decode a document made by ``encode_message``; returns ``(kind, payload)``.
 
-    Raises ``CodecError`` if the bytes are malformed or not a ``[kind, payload]`` pair.
+    A payload that is a map of names to arrays and scalars (what protocols send) is read
+    directly: its arrays are read-only views on ``data`` itself, no copy (``data`` that is not
+    ``bytes`` is copied once first, so that the views cannot change under the receiver). Other
+    payloads go through msgpack's decoder. Raises ``CodecError`` if the bytes are malformed,
+    over ``max_bytes``, nested deeper than ``max_depth`` or not a ``[kind, payload]`` pair.
     """
-    doc = decode(data, **limits)
+    if type(data) is not bytes:
+        data = bytes(data)
+    n = len(data)
+    if n > max_bytes:
+        raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
+    if max_depth >= 2:
+        layout = _LAYOUTS_SEEN.get((n, data[:_KEY_BYTES]))
+        if layout is not None:
+            for at, blob in layout[1]:
+                if not data.startswith(blob, at):
+                    break
+            else:
+                return layout[0], _fill(data, layout[2])
+        try:
+            fast = _read_message(data, n)
+        except (IndexError, struct.error, UnicodeDecodeError):
+            fast = None  # malformed: the general decoder below says how
+        if fast is not None:
+            return fast
+    doc = decode(data, max_bytes=max_bytes, max_depth=max_depth)
     if type(doc) is not list or len(doc) != 2 or type(doc[0]) is not str:
         raise CodecError("not a fedsim message: expected a [kind, payload] array")
     return doc[0], doc[1]
 
 
-# (dtype code, ndim) -> (dtype, where the shape ends, where the elements start, shape Struct)
-_LAYOUTS = {(code, n): (dt, 2 + 4 * n, _data_offset(n, dt.itemsize), _SHAPES[n])
+_U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
+_F32, _F64 = struct.Struct(">f"), struct.Struct(">d")
+# msgpack's fixed-width integer markers -> (Struct, width)
+_INTS = {0xCC: (struct.Struct(">B"), 1), 0xCD: (_U16, 2), 0xCE: (_U32, 4), 0xCF: (struct.Struct(">Q"), 8),
+         0xD0: (struct.Struct(">b"), 1), 0xD1: (struct.Struct(">h"), 2), 0xD2: (struct.Struct(">i"), 4),
+         0xD3: (struct.Struct(">q"), 8)}
+_CONSTANTS = {0xC0: None, 0xC2: False, 0xC3: True}
+
+
+def _read_message(data: bytes, n: int) -> tuple[str, dict] | None:
+    """``[kind, {str: array or scalar}]`` read straight from ``data`` (arrays as views on it),
+    or ``None`` when the document has another shape; then msgpack decodes it. The caller turns
+    IndexError, struct.error and UnicodeDecodeError (a truncated or malformed document) into
+    that fallback too, so that every error message comes from one place."""
+    if data[0] != 0x92:
+        return None
+    kind, pos = _read_str(data, 1)
+    if kind is None:
+        return None
+    t = data[pos]
+    if 0x80 <= t <= 0x8F:
+        count = t & 0x0F
+        pos += 1
+    elif t == 0xDE:
+        count = _U16.unpack_from(data, pos + 1)[0]
+        pos += 3
+    else:
+        return None
+    payload: dict[str, Any] = {}
+    arrays: list[tuple[int, int]] = []  # where each array's elements are
+    for _ in range(count):
+        key, pos = _read_str(data, pos)
+        if key is None:
+            return None
+        t = data[pos]
+        if t <= 0x7F:
+            value = t
+            pos += 1
+        elif 0xD4 <= t <= 0xD8 or 0xC7 <= t <= 0xC9:
+            if t >= 0xD4:
+                length, body = 1 << (t - 0xD4), pos + 2
+            elif t == 0xC7:
+                length, body = data[pos + 1], pos + 3
+            elif t == 0xC8:
+                length, body = _U16.unpack_from(data, pos + 1)[0], pos + 4
+            else:
+                length, body = _U32.unpack_from(data, pos + 1)[0], pos + 6
+            if data[body - 1] != ARRAY_EXT or body + length > n:
+                return None
+            value = _array(data, body, length)
+            pos = body + length
+            arrays.append((pos - value.nbytes, pos))
+        elif t >= 0xE0:
+            value = t - 0x100
+            pos += 1
+        elif t == 0xCB:
+            value = _F64.unpack_from(data, pos + 1)[0]
+            pos += 9
+        elif t == 0xCA:
+            value = _F32.unpack_from(data, pos + 1)[0]
+            pos += 5
+        elif t in _INTS:
+            fmt, width = _INTS[t]
+            value = fmt.unpack_from(data, pos + 1)[0]
+            pos += 1 + width
+        elif t in _CONSTANTS:
+            value = _CONSTANTS[t]
+            pos += 1
+        else:
+            value, pos = _read_str(data, pos)
+            if value is None:
+                return None  # a list, a map, bytes, ...: msgpack's decoder handles it
+        payload[key] = value
+    if pos != n:
+        return None
+    _remember(data, kind, payload, arrays)
+    return kind, payload
+
+
+# Documents of one protocol step share their layout (kind, names, dtypes, shapes, scalars) and
+# differ only in array elements. A layout read once is remembered under (length, first bytes);
+# a later document uses it only if every byte outside the element ranges is identical, which
+# makes it the same document up to element values: its arrays are then views at the remembered
+# offsets, and the parse (about 5 us of Python for two arrays) is skipped.
+_LAYOUTS_SEEN: dict[tuple[int, bytes], tuple] = {}
+_KEY_BYTES = 16
+_MAX_LAYOUTS = 1024
+
+
+def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int]]) -> None:
+    fields, spans = [], iter(arrays)
+    for key, value in payload.items():
+        if type(value) is np.ndarray:
+            value = (value.shape, value.dtype, next(spans, (None,))[0])
+            if value[2] is None:
+                return  # a repeated key: more arrays in the payload than in the document
+            fields.append((key, value, True))
+        else:
+            fields.append((key, value, False))
+    if next(spans, None) is not None:
+        return  # a repeated key replaced an array: the document has more arrays than the payload
+    skeleton, at = [], 0
+    for start, end in arrays:
+        skeleton.append((at, data[at:start]))
+        at = end
+    skeleton.append((at, data[at:]))
+    if len(_LAYOUTS_SEEN) >= _MAX_LAYOUTS:
+        _LAYOUTS_SEEN.clear()
+    _LAYOUTS_SEEN[len(data), data[:_KEY_BYTES]] = (kind, skeleton, fields)
+
+
+def _fill(data: bytes, fields: list) -> dict:
+    """The payload of a document whose layout is ``fields``: arrays as views on ``data``."""
+    payload = {}
+    for key, value, is_array in fields:
+        if is_array:
+            shape, dtype, offset = value
+            value = np.ndarray(shape, dtype, data, offset)
+            if not value.flags.aligned:
+                value = value.copy()
+                value.flags.writeable = False
+        payload[key] = value
+    return payload
+
+
+def _read_str(data: bytes, pos: int) -> tuple[str | None, int]:
+    """A msgpack str (fixstr, str 8 or str 16) at ``pos``, and where it ends; (None, pos) if
+    something else is there."""
+    t = data[pos]
+    if 0xA0 <= t <= 0xBF:
+        start = pos + 1
+        end = start + (t & 0x1F)
+    elif t == 0xD9:
+        start = pos + 2
+        end = start + data[pos + 1]
+    elif t == 0xDA:
+        start = pos + 3
+        end = start + _U16.unpack_from(data, pos + 1)[0]
+    else:
+        return None, pos
+    if end > len(data):
+        raise IndexError("str runs past the end of the document")
+    return data[start:end].decode("utf-8"), end
+
+
+# (dtype code, ndim) -> (dtype, header length, shape Struct)
+_LAYOUTS = {(code, n): (dt, 2 + 4 * n, _SHAPES[n])
             for code, dt in _DTYPES.items() for n in range(_MAX_NDIM + 1)}
+
+
+def _array(data: bytes, body: int, length: int) -> np.ndarray:
+    """The array in the ext body ``data[body:body + length]``: a read-only view on ``data`` when
+    its elements are aligned, else an aligned read-only copy. Raises ``CodecError``."""
+    if length < 2:
+        raise CodecError(f"array ext truncated: {length} bytes, header needs at least 2")
+    layout = _LAYOUTS.get((data[body], data[body + 1]))
+    if layout is None:
+        if data[body] not in _DTYPES:
+            raise CodecError(f"array ext has unknown dtype code {data[body]}")
+        raise CodecError(f"array ext has {data[body + 1]} dimensions (max {_MAX_NDIM})")
+    dtype, head, shape_struct = layout
+    if length < head:
+        raise CodecError(f"array ext truncated: header needs {head} bytes, got {length}")
+    shape = shape_struct.unpack_from(data, body + 2)
+    expected = _prod(shape) * dtype.itemsize
+    pad = length - head - expected
+    if not 0 <= pad <= _MAX_PAD:
+        raise CodecError(
+            f"array ext length mismatch: shape {shape} x itemsize {dtype.itemsize} = {expected} bytes, "
+            f"buffer has {length - head} after the header"
+        )
+    start = body + head
+    if pad and data[start:start + pad].count(0) != pad:
+        raise CodecError("array ext header padding is not zero")
+    # one call: frombuffer + reshape costs twice as much
+    arr = np.ndarray(shape, dtype, data, start + pad)
+    if not arr.flags.aligned:
+        arr = arr.copy()
+        arr.flags.writeable = False
+    return arr
 
 
 def _ext_hook(code: int, data: bytes) -> np.ndarray:
     if code != ARRAY_EXT:
         raise CodecError(f"unknown ext type {code}")
-    if len(data) < 2:
-        raise CodecError(f"array ext truncated: {len(data)} bytes, header needs at least 2")
-    layout = _LAYOUTS.get((data[0], data[1]))
-    if layout is None:
-        if data[0] not in _DTYPES:
-            raise CodecError(f"array ext has unknown dtype code {data[0]}")
-        raise CodecError(f"array ext has {data[1]} dimensions (max {_MAX_NDIM})")
-    dtype, head, start, shape_struct = layout
-    if len(data) < start:
-        raise CodecError(f"array ext truncated: header needs {start} bytes, got {len(data)}")
-    if start > head and data[head:start].count(0) != start - head:
-        raise CodecError("array ext header padding is not zero")
-    shape = shape_struct.unpack_from(data, 2)
-    expected = _prod(shape) * dtype.itemsize
-    if len(data) - start != expected:
-        raise CodecError(
-            f"array ext length mismatch: shape {shape} x itemsize {dtype.itemsize} = {expected} bytes, "
-            f"buffer has {len(data) - start}"
-        )
-    # a read-only view on the ext bytes (one call: frombuffer + reshape costs twice as much)
-    return np.ndarray(shape, dtype, data, start)
+    return _array(data, 0, len(data))
 
 
 def _check_depth(obj: Any, limit: int) -> None:
