@@ -348,3 +348,12 @@ def test_remembered_layouts_are_used_only_for_the_same_document_up_to_elements()
             want = decode(data)[1]
             assert list(got) == ["x"]
             _assert_same(got, want)
+
+
+def test_layouts_with_long_strings_are_not_remembered():
+    from fedsim.kernel import codec
+    codec._LAYOUTS_SEEN.clear()
+    decode_message(encode_message("k", {"x": np.ones(3), "note": "n" * 5000}).data)
+    assert not codec._LAYOUTS_SEEN
+    decode_message(encode_message("k", {"x": np.ones(3), "note": "short"}).data)
+    assert len(codec._LAYOUTS_SEEN) == 1

@@ -416,6 +416,7 @@ def _read_message(data: bytes, n: int) -> tuple[str, dict] | None:
 _LAYOUTS_SEEN: dict[tuple[int, bytes], tuple] = {}
 _KEY_BYTES = 16
 _MAX_LAYOUTS = 1024
+_MAX_SKELETON = 4096  # bytes outside the arrays; bounds the cache at a few MB
 
 
 def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int]]) -> None:
@@ -430,6 +431,8 @@ def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int
             fields.append((key, value, False))
     if next(spans, None) is not None:
         return  # a repeated key replaced an array: the document has more arrays than the payload
+    if len(data) - sum(end - start for start, end in arrays) > _MAX_SKELETON:
+        return  # long strings: not worth keeping a copy of
     skeleton, at = [], 0
     for start, end in arrays:
         skeleton.append((at, data[at:start]))
