@@ -22,6 +22,7 @@ import numpy as np
 import simpy
 
 from fedsim.kernel import SimNetwork, encode_message
+from fedsim.math.rows import RowSum
 
 
 def ping_pong(n: int) -> float:
@@ -54,14 +55,6 @@ def _client_rows(i: int, m: int, rows: int) -> np.ndarray:
     return np.sort(np.random.default_rng(i).permutation(m)[:rows]).astype(np.int32)
 
 
-def _add_rows(acc: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
-    """``acc[ids] += rows`` for distinct ``ids``: ``take`` gathers faster than fancy indexing
-    (about 1.8 against 6.7 us for 265 x 20 float32 rows here), and the scatter is the same."""
-    block = acc.take(ids, axis=0)
-    block += rows
-    acc[ids] = block
-
-
 def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, seed: int = 0) -> float:
     """Seconds per round: server broadcasts an m x d float32 matrix, each client returns
     ``rows`` random rows with their int32 ids, the server sums them into an m x d matrix."""
@@ -73,10 +66,10 @@ def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, see
             ctx.begin_round(r)
             await ctx.broadcast(clients, "V", {"V": V})
             got = await ctx.gather("g", senders=clients)
-            acc = np.zeros((m, d), np.float32)
+            acc = RowSum(m, d)
             for msg in got:  # node-id order; ids are unique within a message
-                _add_rows(acc, msg.payload["ids"], msg.payload["g"])
-            V = V - 1e-6 * acc
+                acc.add(msg.payload["ids"], msg.payload["g"])
+            V = V - 1e-6 * acc.total
         return float(V.sum())
 
     async def client(ctx, ids):
@@ -110,12 +103,12 @@ def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
             data = msgpack.packb(V.tobytes())
             for s in stores:
                 s.put(data)
-            acc = np.zeros((m, d), np.float32)
+            acc = RowSum(m, d)
             for _ in range(n_clients):
                 doc = msgpack.unpackb((yield back.get()))
                 ids = np.frombuffer(doc[0], np.int32)
-                _add_rows(acc, ids, np.frombuffer(doc[1], np.float32).reshape(len(ids), d))
-            V = V - 1e-6 * acc
+                acc.add(ids, np.frombuffer(doc[1], np.float32).reshape(len(ids), d))
+            V = V - 1e-6 * acc.total
 
     decoded = {}  # one decode per broadcast (unpacking 6040 copies of V would cost ~0.2 s a round)
 

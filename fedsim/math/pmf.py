@@ -27,6 +27,7 @@ from .filling import (
     user_mean,
     virtual_ratings_hf,
 )
+from .rows import add_rows_at
 
 __all__ = [
     "DEFAULT_INIT_SCALE",
@@ -159,11 +160,12 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
 def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = False) -> None:
     """Server side of Eq. 9, incremental: add one client's upload into ``grad_sum`` (m, d) and
     ``counts`` (m,) in place. ``distinct=True`` promises that no item repeats within ``items``
-    (true of every FedRec upload) and uses a buffered fancy-index add, several times faster
-    than ``np.add.at`` and the same bits (each element receives exactly one addition); with a
-    repeated item it would silently count it once, so the default is the general form."""
+    (true of every FedRec upload) and adds whole rows (:func:`fedsim.math.rows.add_rows_at`),
+    many times faster than ``np.add.at`` and the same bits (each element receives exactly one
+    addition); with a repeated item it would silently count it once, so the default is the
+    general form."""
     if distinct:
-        grad_sum[items] += grads
+        add_rows_at(grad_sum, items, grads)
         counts[items] += 1
     else:
         np.add.at(grad_sum, items, grads)
