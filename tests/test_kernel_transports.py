@@ -128,3 +128,99 @@ def test_the_layering_check_itself_can_fail(tmp_path):
         assert _imports(bad) == {"simpy", "fedsim.kernel"}
     finally:
         PKG = old
+
+
+def _gather_semantics_net(net):
+    """A server gathers "u" from a, b, c with round >= 1 while the network also delivers: a stale
+    round-0 "u" from a, a second "u" from b, a "u" from a node not asked, and a "note" of
+    another kind that must stay in the mailbox for a later receive."""
+
+    async def server(ctx):
+        first = await ctx.receive("hello")  # by now stale/duplicate/other messages are queued too
+        got = await ctx.gather("u", senders=["c", "a", "b"], round=1)
+        note = await ctx.receive("note", timeout=5.0)
+        return first.payload, [(m.sender, m.payload) for m in got], got.missing, note.payload
+
+    async def a(ctx):
+        await ctx.send("server", "u", "a-stale")  # labelled round 0
+        ctx.begin_round(1)
+        await ctx.send("server", "hello", 0)
+        await ctx.sleep(0.01)
+        await ctx.send("server", "u", "a1")
+
+    async def b(ctx):
+        ctx.begin_round(1)
+        await ctx.sleep(0.02)
+        await ctx.send("server", "u", "b1")
+        await ctx.send("server", "note", "kept")
+        await ctx.send("server", "u", "b-again")
+
+    async def c(ctx):
+        ctx.begin_round(1)
+        await ctx.sleep(0.03)
+        await ctx.send("server", "u", "c1")
+
+    async def stranger(ctx):
+        ctx.begin_round(1)
+        await ctx.send("server", "u", "x")
+
+    net.add_node("server", server, role="server")
+    for name, actor in (("a", a), ("b", b), ("c", c), ("stranger", stranger)):
+        net.add_node(name, actor)
+    return net
+
+
+def _check_gather_semantics(net, res):
+    first, got, missing, note = res["server"]
+    assert first == 0
+    assert got == [("a", "a1"), ("b", "b1"), ("c", "c1")] and missing == []
+    assert note == "kept"
+    unread = [(r["src"], r["kind"]) for r in net.ledger.records()
+              if r["dst"] == "server" and not r["read"]]
+    assert sorted(unread) == [("a", "u"), ("b", "u"), ("stranger", "u")]  # stale, duplicate, unexpected
+
+
+def test_gather_keeps_only_expected_fresh_messages_on_simnetwork():
+    net = _gather_semantics_net(SimNetwork(seed=0))
+    _check_gather_semantics(net, net.run())
+
+
+@pytest.mark.asyncio
+async def test_gather_keeps_only_expected_fresh_messages_on_asyncio():
+    net = _gather_semantics_net(AsyncioNetwork(seed=0, time_scale=0.05))
+    _check_gather_semantics(net, await net.run(timeout=10))
+
+
+def test_simnetwork_resumes_a_gathering_actor_once_not_per_message(monkeypatch):
+    import fedsim.kernel.sim as sim_mod
+
+    clients = [f"c{i:02d}" for i in range(40)]
+    resumed = []
+    step = sim_mod._ActorProcess.step
+
+    def counting_step(self, *args, **kwargs):
+        if self.node.id == "server":
+            resumed.append(self.node.id)
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(sim_mod._ActorProcess, "step", counting_step)
+
+    async def server(ctx):
+        await ctx.broadcast(clients, "go", 0)
+        got = await ctx.gather("r", senders=clients)
+        return [m.payload for m in got]
+
+    async def client(ctx, i):
+        await ctx.receive("go")
+        await ctx.sleep(0.001 * (40 - i))  # replies arrive one by one, in reverse order
+        await ctx.send("server", "r", i)
+
+    net = SimNetwork(profile="lan")
+    net.add_node("server", server, role="server")
+    for i, c in enumerate(clients):
+        net.add_node(c, client, i)
+    res = net.run()
+    assert res["server"] == list(range(40))
+    arrivals = sorted({r["arrival_time"] for r in net.ledger.records() if r["dst"] == "server"})
+    assert len(arrivals) == 40  # forty separate deliveries...
+    assert len(resumed) == 2  # ...but the server ran twice: at the start, and once gathered

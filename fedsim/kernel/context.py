@@ -125,6 +125,39 @@ class _Envelope:
         self.nbytes = nbytes
 
 
+class _Collector:
+    """What one ``gather`` waits for: messages of its kind, one per expected sender (``pending``)
+    or ``want`` of them, none labelled with a round before ``round``. The transport offers it
+    every matching message that arrives, so a network can fill it without resuming the actor
+    once per message; the actor resumes when it is complete (or at its deadline)."""
+
+    __slots__ = ("got", "want", "pending", "round", "complete")
+
+    def __init__(self, want: int, pending: set | None, rnd: int | None) -> None:
+        self.got: list[_Envelope] = []
+        self.want = want
+        self.pending = pending
+        self.round = rnd
+        self.complete = want <= 0
+
+    def offer(self, env: _Envelope) -> bool:
+        """Keep ``env`` or discard it (a stale round: left unread in the ledger; a sender not
+        expected or already heard from: likewise). Returns whether the gather is complete."""
+        if self.round is not None and env.round < self.round:
+            return False
+        pending = self.pending
+        if pending is not None:
+            if env.src not in pending:
+                return False
+            pending.remove(env.src)
+        got = self.got
+        got.append(env)
+        if len(got) >= self.want:
+            self.complete = True
+            return True
+        return False
+
+
 def _matches(kind: str | tuple[str, ...] | None, env_kind: str) -> bool:
     if kind is None:
         return True
@@ -245,35 +278,23 @@ class Context:
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
         dl = self._timeout_of(timeout, deadline)
-        dl_at = None if dl is None else self._net._now() + dl
+        net, node = self._net, self._node
         if senders is not None:
             expected = list(dict.fromkeys(senders))
             for s in expected:
-                if s not in self._net.nodes:
+                if s not in net.nodes:
                     raise UnknownNodeError(f"gather: unknown sender {s!r}")
-            want = len(expected)
-            pending = set(expected)
+            col = _Collector(len(expected), set(expected), round)
         else:
-            want = int(count)
-            pending = None
-        got: list[_Envelope] = []
-        net, node = self._net, self._node
-        while len(got) < want:
+            col = _Collector(int(count), None, round)
+        while not col.complete:  # what is already in the mailbox, oldest first
             env = net._take(node, kind)
             if env is None:
-                left = None if dl_at is None else dl_at - net._now()
-                if left is not None and left <= 0:
-                    break
-                env = await net._wait(node, kind, left)
-                if env is None:
-                    break
-            if round is not None and env.round < round:
-                continue  # stale: stays unread in the ledger
-            if pending is not None:
-                if env.src not in pending:
-                    continue  # a duplicate or an unexpected sender: left unread
-                pending.discard(env.src)
-            got.append(env)
+                break
+            col.offer(env)
+        if not col.complete and (dl is None or dl > 0):
+            await net._collect(node, kind, col, dl)
+        got, pending, want = col.got, col.pending, col.want
         # node-id order; anonymous messages (no id to sort by) by their encoded content
         got.sort(key=lambda e: ("", e.payload.encoded.data) if e.anonymous else (e.src, b""))
         messages = [self._open(e) for e in got]

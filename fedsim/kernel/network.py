@@ -185,6 +185,23 @@ class Network:
         (seconds, > 0, or None for no limit)."""
         raise NotImplementedError  # pragma: no cover
 
+    async def _collect(self, node: _Node, kind, col, timeout: float | None) -> None:
+        """Offer ``col`` (a gather's ``_Collector``) each message of ``kind`` as it arrives,
+        until it is complete or ``timeout`` seconds (> 0, or None for no limit) have passed.
+        This generic form resumes the actor once per message; a transport may fill ``col``
+        itself and resume the actor once."""
+        end = None if timeout is None else self._now() + timeout
+        while not col.complete:
+            env = self._take(node, kind)
+            if env is None:
+                left = None if end is None else end - self._now()
+                if left is not None and left <= 0:
+                    return
+                env = await self._wait(node, kind, left)
+                if env is None:
+                    return
+            col.offer(env)
+
     async def _sleep(self, node: _Node, seconds: float) -> None:
         raise NotImplementedError  # pragma: no cover
 

@@ -225,8 +225,13 @@ class SimNetwork(Network):
         row[STATUS] = "delivered"
         w = dst.waiter
         if w is not None and (w[0] is None or _matches(w[0], envl.kind)):
-            dst.waiter = None
-            dst.proc.step(envl)
+            col = w[2]
+            if col is None:  # a receive: resume the actor with this message
+                dst.waiter = None
+                dst.proc.step(envl)
+            elif col.offer(envl):  # a gather, now complete: resume the actor once
+                dst.waiter = None
+                dst.proc.step(None)
             return
         box = dst.mailbox
         if box is None:
@@ -239,11 +244,21 @@ class SimNetwork(Network):
 
     def _wait(self, node: _Node, kind, timeout: float | None):
         if timeout is not None:
-            w = node.waiter = (kind, object())
+            w = node.waiter = (kind, object(), None)
             self._schedule(timeout, self._expire, node, w)
         else:
-            node.waiter = (kind, None)
+            node.waiter = (kind, None, None)
         return _park
+
+    async def _collect(self, node: _Node, kind, col, timeout: float | None) -> None:
+        # the kernel offers arrivals to ``col`` in _deliver: the actor resumes once, when the
+        # gather is complete or at its deadline, instead of once per message
+        if timeout is not None:
+            w = node.waiter = (kind, object(), col)
+            self._schedule(timeout, self._expire, node, w)
+        else:
+            node.waiter = (kind, None, col)
+        await _park
 
     @staticmethod
     def _expire(node: _Node, w: tuple) -> None:
