@@ -170,7 +170,7 @@ def _independent_message_bytes(kind, payload):
     against msgpack's real framing); nested arrays are padded within their body, as ``encode`` does.
     """
     if not isinstance(payload, dict):
-        return encode(["kind", payload]).data
+        return encode([kind, payload]).data
     doc = {}
     for k, v in payload.items():
         if not isinstance(v, np.ndarray):
@@ -182,7 +182,7 @@ def _independent_message_bytes(kind, payload):
         for pad in range(8):
             body = head + b"\0" * pad + arr.tobytes()
             trial = {**doc, k: msgpack.ExtType(ARRAY_EXT, body)}
-            prefix = msgpack.packb(["kind", trial], default=_nested_default, use_bin_type=True)
+            prefix = msgpack.packb([kind, trial], default=_nested_default, use_bin_type=True)
             # the element offset: this ext is the last thing written so far (the partial map's
             # header may be shorter than the whole payload's)
             offset = len(prefix) - arr.nbytes - _map_len(len(trial)) + _map_len(len(payload))
@@ -192,7 +192,7 @@ def _independent_message_bytes(kind, payload):
         if chosen is None:
             chosen = head + b"\0" * ((-len(head)) % arr.dtype.itemsize) + arr.tobytes()
         doc[k] = msgpack.ExtType(ARRAY_EXT, chosen)
-    return msgpack.packb(["kind", doc], default=_nested_default, use_bin_type=True)
+    return msgpack.packb([kind, doc], default=_nested_default, use_bin_type=True)
 
 
 def _map_len(n):
@@ -357,3 +357,59 @@ def test_layouts_with_long_strings_are_not_remembered():
     assert not codec._LAYOUTS_SEEN
     decode_message(encode_message("k", {"x": np.ones(3), "note": "short"}).data)
     assert len(codec._LAYOUTS_SEEN) == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "ids", "g", "V", "weights"]),
+                          st.sampled_from(DTYPES), st.sampled_from(SHAPES + [(265, 20), (7,)])),
+                min_size=1, max_size=4),
+       st.integers(0, 2**32 - 1))
+def test_planned_encodings_equal_first_encodings(fields, seed):
+    """The second document with the same kind, keys, dtypes, shapes and strides comes from a plan
+    (framing remembered, elements new); it must be byte for byte what msgpack frames."""
+    rng = np.random.default_rng(seed)
+
+    def payload():
+        return {k: np.asarray(rng.random(shape) * 100).astype(dt) for k, dt, shape in fields}
+
+    first, second = payload(), payload()
+    a, b = encode_message("upd", first), encode_message("upd", second)
+    assert b.data == _independent_message_bytes("upd", second)
+    assert a.data == _independent_message_bytes("upd", first)
+    assert (b.array_bytes, b.floats) == (encode(["upd", second]).array_bytes, encode(["upd", second]).floats)
+    _assert_same(decode_message(b.data)[1], second)
+
+
+def test_plans_are_not_reused_across_dtype_byte_order_strides_kind_or_keys():
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    encode_message("k", {"x": base})  # makes the plan for float32 (3, 4) C order under "x"
+    variants = [
+        ("k", {"x": base.astype(np.int32)}),
+        ("k", {"x": base.astype(">f4")}),  # byte-swapped on the way out
+        ("k", {"x": np.asfortranarray(base)}),  # not C-contiguous: copied
+        ("k", {"x": np.arange(12, dtype=np.float32).reshape(4, 3)}),
+        ("k", {"y": base}),
+        ("kind", {"x": base}),
+        ("k", {"x": base, "n": 3}),  # a scalar: no plan at all
+        ("k", {"x": base[::2]}),
+    ]
+    for kind, payload in variants:
+        for _ in range(2):  # the second encoding of each may use its own plan
+            got = encode_message(kind, payload)
+            assert got.data == _independent_message_bytes(kind, payload)
+            _assert_same(decode_message(got.data)[1], {k: np.asarray(v).astype(np.asarray(v).dtype.newbyteorder("<"))
+                                                       if isinstance(v, np.ndarray) else v
+                                                       for k, v in payload.items()})
+
+
+def test_plans_do_not_keep_arrays_alive():
+    import gc
+    import weakref
+
+    arr = np.ones((5, 5), np.float64)
+    ref = weakref.ref(arr)
+    encode_message("alive?", {"a": arr})
+    encode_message("alive?", {"a": arr})
+    del arr
+    gc.collect()
+    assert ref() is None
