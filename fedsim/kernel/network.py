@@ -152,9 +152,13 @@ class Network:
         if self.tracing:
             self.steps.append((self._now(), node.id, text))
 
-    def _destinations(self, dsts: tuple) -> list[_Node]:
+    def _destinations(self, dsts: tuple) -> list[_Node] | tuple[_Node]:
+        """The nodes of ``dsts``, all looked up before anything is sent (an unknown id raises
+        ``UnknownNodeError`` and nothing is half-sent)."""
         nodes = self.nodes
         try:
+            if len(dsts) == 1:  # send(): no list comprehension (a function call in 3.11)
+                return (nodes[dsts[0]],)
             return [nodes[d] for d in dsts]
         except KeyError:
             bad = next(d for d in dsts if d not in nodes)

@@ -52,26 +52,6 @@ class _Park:
 _park = _Park()
 
 
-def _fire(tick: "_Tick") -> None:
-    tick.fn(*tick.args)
-
-
-_FIRE = [_fire]  # shared: simpy only reads an event's callback list, it never mutates it
-
-
-class _Tick:
-    """A kernel callback in simpy's event queue; lighter than a simpy Event or Process."""
-
-    __slots__ = ("callbacks", "_ok", "_value", "fn", "args")
-
-    def __init__(self, fn, args: tuple) -> None:
-        self.callbacks = _FIRE
-        self._ok = True
-        self._value = None
-        self.fn = fn
-        self.args = args
-
-
 class _ActorProcess:
     """Steps one actor coroutine (a minimal, coroutine-aware simpy process).
 
@@ -186,15 +166,47 @@ class SimNetwork(Network):
         self.env = simpy.Environment()
         self.link_model = link_model or FifoLinkModel()
         self._loss_rng = node_rng(self.seed, "kernel:loss")
+        self._batch: list | None = None  # entries _schedule holds back while a broadcast is posted
 
     # -- primitives ---------------------------------------------------------------------------
     def _now(self) -> float:
         return self.env._now
 
     def _schedule(self, delay: float, fn, *args) -> None:
-        """Call ``fn(*args)`` after ``delay`` simulated seconds (FIFO among equal times)."""
+        """Call ``fn(*args)`` after ``delay`` simulated seconds (FIFO among equal times).
+
+        The kernel's own entries in simpy's queue are ``(time, NORMAL, eid, fn, args)``: no event
+        object at all (one allocation less per event). Only ``_loop`` knows them, which is why
+        a SimNetwork's environment must be run by ``SimNetwork.run``, not ``env.run``/``env.step``.
+        The shared eid counter keeps them in order with simpy's own events at equal times."""
         env = self.env
-        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), _Tick(fn, args)))
+        entry = (env._now + delay, NORMAL, next(env._eid), fn, args)
+        if self._batch is None:
+            heappush(env._queue, entry)
+        else:
+            self._batch.append(entry)
+
+    def _push_batch(self, batch: list) -> None:
+        """Put a broadcast's scheduled entries into the queue one at a time, in key order: the
+        first now, each next one when its predecessor is processed, with the key (time, eid) it
+        was given when scheduled. No entry can be due before its predecessor (its key is larger),
+        so events run in exactly the order they would if all were queued at once, while the heap
+        stays small (a 6040-copy broadcast no longer puts 6040 entries in it, and every push and
+        pop of the round costs log2 of the heap's size in tuple comparisons)."""
+        if len(batch) > 1:
+            batch.sort()  # keys are unique (eid), so only (time, priority, eid) is compared
+            t, prio, eid, _, _ = batch[0]
+            heappush(self.env._queue, (t, prio, eid, self._batch_step, (batch, 0)))
+        elif batch:
+            heappush(self.env._queue, batch[0])
+
+    def _batch_step(self, batch: list, k: int) -> None:
+        entry = batch[k]
+        batch[k] = None  # let the envelope go once it is processed
+        if k + 1 < len(batch):
+            t, prio, eid, _, _ = batch[k + 1]
+            heappush(self.env._queue, (t, prio, eid, self._batch_step, (batch, k + 1)))
+        entry[3](*entry[4])
 
     def _post(self, src: _Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         if src.offline:
@@ -207,9 +219,19 @@ class SimNetwork(Network):
         new_row = self.ledger.new_row
         transmit = self.link_model.transmit
         rnd, sid, srole = src.round, src.id, src.role
-        for dst in targets:
-            row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
-            transmit(self, src, dst, _Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
+        if len(targets) == 1 or self._batch is not None:
+            for dst in targets:
+                row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
+                transmit(self, src, dst, _Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
+            return
+        batch = self._batch = []
+        try:
+            for dst in targets:
+                row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
+                transmit(self, src, dst, _Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
+        finally:
+            self._batch = None
+            self._push_batch(batch)
 
     def _deliver(self, envl: _Envelope, dst: _Node) -> None:
         row = envl.row
@@ -294,7 +316,7 @@ class SimNetwork(Network):
     def _loop(self, until: float | None) -> None:
         """``simpy.Environment.run(until)`` with the same semantics, minus its per-event cost.
 
-        The kernel only schedules ``_Tick`` callbacks, which are called directly; any other simpy
+        The kernel's own queue entries are plain callbacks, called directly; any other simpy
         event someone put on ``self.env`` (a custom link model, say) is processed exactly as
         ``Environment.step`` would. With ``until``, events before that time are processed and the
         clock ends at ``until``, as in simpy (an urgent stop marker orders it before normal events
@@ -302,21 +324,21 @@ class SimNetwork(Network):
         """
         env = self.env
         queue = env._queue
-        stop = None
         if until is not None:
             at = float(until)
             if not at > env._now:
                 raise ValueError(f"until ({at}) must be greater than the current simulation time")
-            stop = _Tick(None, ())
-            heappush(queue, (at, URGENT, next(env._eid), stop))
-        tick = _Tick
+            heappush(queue, (at, URGENT, next(env._eid), None, ()))  # the stop marker
         while queue:
-            env._now, _, _, event = heappop(queue)
-            if type(event) is tick:
-                if event is stop:
+            item = heappop(queue)
+            env._now = item[0]
+            if len(item) == 5:  # a kernel callback (see _schedule)
+                fn = item[3]
+                if fn is None:
                     return
-                event.fn(*event.args)
+                fn(*item[4])
                 continue
+            event = item[3]
             callbacks, event.callbacks = event.callbacks, None
             for callback in callbacks:
                 callback(event)
