@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, ForeignAwaitError, SimNetwork
+from fedsim.kernel import AsyncioNetwork, ForeignAwaitError, LinkSpec, SimNetwork
 from fedsim.protocols import demo
 
 PKG = Path(__file__).resolve().parents[1] / "fedsim"
@@ -130,16 +130,22 @@ def test_the_layering_check_itself_can_fail(tmp_path):
         PKG = old
 
 
-def _gather_semantics_net(net):
+def _gather_semantics_net(net, each=False):
     """A server gathers "u" from a, b, c with round >= 1 while the network also delivers: a stale
     round-0 "u" from a, a second "u" from b, a "u" from a node not asked, and a "note" of
     another kind that must stay in the mailbox for a later receive."""
 
     async def server(ctx):
         first = await ctx.receive("hello")  # by now stale/duplicate/other messages are queued too
-        got = await ctx.gather("u", senders=["c", "a", "b"], round=1)
+        if each:
+            it = ctx.gather_each("u", senders=["c", "a", "b"], round=1)
+            got = [m async for m in it]
+            missing = it.missing
+        else:
+            got = await ctx.gather("u", senders=["c", "a", "b"], round=1)
+            missing = got.missing
         note = await ctx.receive("note", timeout=5.0)
-        return first.payload, [(m.sender, m.payload) for m in got], got.missing, note.payload
+        return first.payload, [(m.sender, m.payload) for m in got], missing, note.payload
 
     async def a(ctx):
         await ctx.send("server", "u", "a-stale")  # labelled round 0
@@ -180,14 +186,16 @@ def _check_gather_semantics(net, res):
     assert sorted(unread) == [("a", "u"), ("b", "u"), ("stranger", "u")]  # stale, duplicate, unexpected
 
 
-def test_gather_keeps_only_expected_fresh_messages_on_simnetwork():
-    net = _gather_semantics_net(SimNetwork(seed=0))
+@pytest.mark.parametrize("each", [False, True], ids=["gather", "gather_each"])
+def test_gather_keeps_only_expected_fresh_messages_on_simnetwork(each):
+    net = _gather_semantics_net(SimNetwork(seed=0), each)
     _check_gather_semantics(net, net.run())
 
 
 @pytest.mark.asyncio
-async def test_gather_keeps_only_expected_fresh_messages_on_asyncio():
-    net = _gather_semantics_net(AsyncioNetwork(seed=0, time_scale=0.05))
+@pytest.mark.parametrize("each", [False, True], ids=["gather", "gather_each"])
+async def test_gather_keeps_only_expected_fresh_messages_on_asyncio(each):
+    net = _gather_semantics_net(AsyncioNetwork(seed=0, time_scale=0.05), each)
     _check_gather_semantics(net, await net.run(timeout=10))
 
 
@@ -224,3 +232,106 @@ def test_simnetwork_resumes_a_gathering_actor_once_not_per_message(monkeypatch):
     arrivals = sorted({r["arrival_time"] for r in net.ledger.records() if r["dst"] == "server"})
     assert len(arrivals) == 40  # forty separate deliveries...
     assert len(resumed) == 2  # ...but the server ran twice: at the start, and once gathered
+
+
+def _summing_net(each, n=25, deadline=None, seed=4, loss=0.15):
+    """Clients send float32 rows; arrival order is shuffled by per-node latency; some are lost."""
+    names = [f"n{i}" for i in range(n)]  # n10 sorts before n2: node-id order is not list order
+
+    async def server(ctx):
+        total = np.zeros(6, np.float32)
+        order = []
+        if each:
+            it = ctx.gather_each("x", senders=names, timeout=deadline)
+            async for msg in it:
+                ctx.log(f"fold {msg.sender}")
+                total += msg.payload["v"]
+                order.append(msg.sender)
+            missing = it.missing
+        else:
+            got = await ctx.gather("x", senders=names, timeout=deadline)
+            for msg in got:
+                total += msg.payload["v"]
+                order.append(msg.sender)
+            missing = got.missing
+        return total.tobytes(), order, missing
+
+    async def client(ctx):
+        await ctx.send("server", "x", {"v": (ctx.rng.normal(size=6) * 10.0 ** ctx.rng.integers(-3, 4)).astype(np.float32)})
+
+    net = SimNetwork(seed=seed, trace=True)
+    net.add_node("server", server, role="server")
+    rng = np.random.default_rng(seed)
+    for name in names:
+        net.add_node(name, client, link=LinkSpec(latency=float(rng.uniform(0, 1))), loss=loss)
+    return net
+
+
+@pytest.mark.parametrize("deadline", [None, 0.8])
+def test_gather_each_sums_bit_identically_to_gather_and_folds_as_messages_arrive(deadline):
+    # without a deadline a lost message would block the server forever: no loss then
+    loss = 0.0 if deadline is None else 0.15
+    nets = [_summing_net(each, deadline=deadline, loss=loss) for each in (False, True)]
+    res = [net.run() for net in nets]
+    a, b = res[0]["server"], res[1]["server"]
+    assert a == b  # same bytes of the sum, same order, same missing
+    assert a[1] == sorted(a[1])
+    if deadline is not None:
+        assert a[2] and len(a[1]) + len(a[2]) == 25
+        assert sorted(m.sender for m in nets[1].ledger.missing) == a[2]
+    # each message is folded at the instant it and every message before it in id order arrived
+    # (or, for a sender that never did, the deadline passed)
+    arrival = {r["src"]: r["arrival_time"] for r in nets[1].ledger.records() if r["status"] == "delivered"}
+    folds = {text.split()[1]: t for t, node, text in nets[1].steps if text.startswith("fold")}
+    ready = 0.0
+    for sender in sorted(arrival.keys() | set(a[2])):
+        ready = max(ready, deadline if sender in a[2] else arrival[sender])
+        if sender not in a[2]:
+            assert folds.pop(sender) == ready
+    assert not folds
+
+
+def test_gather_each_rejects_anonymous_messages_and_unknown_senders():
+    from fedsim.kernel import ActorError, UnknownNodeError
+
+    async def server(ctx):
+        async for _ in ctx.gather_each("x", senders=["a"]):
+            pass
+
+    async def a(ctx):
+        await ctx.send("server", "x", 1, anonymous=True)
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    net.add_node("a", a)
+    with pytest.raises(ActorError, match="anonymous"):
+        net.run()
+
+    async def asks_ghost(ctx):
+        ctx.gather_each("x", senders=["ghost"])
+
+    net = SimNetwork()
+    net.add_node("server", asks_ghost, role="server")
+    with pytest.raises(ActorError) as err:
+        net.run()
+    assert isinstance(err.value.__cause__, UnknownNodeError)
+
+
+def test_gather_each_left_early_leaves_the_rest_unread():
+    names = ["a", "b", "c"]
+
+    async def server(ctx):
+        async for msg in ctx.gather_each("x", senders=names):
+            return msg.sender
+
+    async def client(ctx):
+        await ctx.send("server", "x", 0)
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    for n in names:
+        net.add_node(n, client)
+    res = net.run()
+    assert res["server"] == "a"
+    read = {r["src"]: r["read"] for r in net.ledger.records()}
+    assert read == {"a": True, "b": False, "c": False}

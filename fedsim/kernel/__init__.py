@@ -4,7 +4,7 @@ It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.c
 """
 
 from .codec import CodecError, Encoded, decode, decode_message, encode, encode_message
-from .context import Context, Deadline, Gathered, Message
+from .context import Context, Deadline, GatherEach, Gathered, Message
 from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, UnknownNodeError
 from .ledger import COLUMNS, Ledger, Missing
 from .links import PROFILES, LinkSpec, NodeSpec, Profile, get_profile
@@ -14,7 +14,7 @@ from .aio import AsyncioNetwork
 
 __all__ = [
     "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Context", "Deadline", "Encoded", "FedsimError",
-    "FifoLinkModel", "ForeignAwaitError", "Gathered", "Ledger", "LinkModel", "LinkSpec", "Message",
+    "FifoLinkModel", "ForeignAwaitError", "GatherEach", "Gathered", "Ledger", "LinkModel", "LinkSpec", "Message",
     "Missing", "Network", "NetworkConfigError", "NodeSpec", "PROFILES", "Profile", "RunResult",
     "SimNetwork", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",
     "get_profile",

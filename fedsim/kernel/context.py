@@ -6,6 +6,7 @@ An actor is ``async def actor(ctx, ...)``. It talks to the world only through ``
 ``await ctx.broadcast(dsts, kind, payload)``       the same payload to many (encoded once)
 ``await ctx.receive(kind=None, timeout=...)``      the next message (optionally of a kind)
 ``await ctx.gather(kind, senders=... | count=...)`` many messages, in node-id order
+``async for msg in ctx.gather_each(kind, senders=...)``  the same, one at a time as they arrive
 ``await ctx.sleep(seconds)`` / ``await ctx.compute(flops)``
 ``ctx.deadline(seconds)``, ``ctx.begin_round(r)``, ``ctx.set_role(role)``, ``ctx.rng``, ``ctx.node_id``
 
@@ -27,7 +28,7 @@ from .errors import UnknownNodeError
 if TYPE_CHECKING:  # pragma: no cover
     from .network import Network, _Node
 
-__all__ = ["Context", "Deadline", "Gathered", "Message"]
+__all__ = ["Context", "Deadline", "GatherEach", "Gathered", "Message"]
 
 
 class Message:
@@ -156,6 +157,98 @@ class _Collector:
             self.complete = True
             return True
         return False
+
+
+class _InOrder:
+    """What ``gather_each`` waits for: the message of the next sender in node-id order. Every
+    fresh message from an expected sender is kept (``held``) until its turn; ``offer`` returns
+    true when the one awaited now (``order[pos]``) is there."""
+
+    __slots__ = ("order", "pos", "held", "pending", "round", "complete")
+
+    def __init__(self, order: list[str], rnd: int | None) -> None:
+        self.order = order
+        self.pos = 0
+        self.held: dict[str, _Envelope] = {}
+        self.pending = set(order)
+        self.round = rnd
+        self.complete = False
+
+    def offer(self, env: _Envelope) -> bool:
+        if self.round is not None and env.round < self.round:
+            return False  # stale: left unread
+        src = env.src
+        if src not in self.pending:
+            return False  # unexpected, or a second message from the same sender: left unread
+        self.pending.remove(src)
+        self.held[src] = env
+        if src == self.order[self.pos]:
+            self.complete = True
+            return True
+        return False
+
+
+class GatherEach:
+    """The async iterator ``Context.gather_each`` returns: messages one by one, in node-id order.
+
+    After the loop, ``missing`` lists the senders whose message did not arrive by the deadline
+    (also recorded in the ledger) and ``complete`` says whether there were none.
+    """
+
+    __slots__ = ("missing", "_ctx", "_kind", "_col", "_end", "_expired", "_done")
+
+    def __init__(self, ctx: "Context", kind: str, order: list[str], end: float | None,
+                 rnd: int | None) -> None:
+        self.missing: list[str] = []
+        self._ctx = ctx
+        self._kind = kind
+        self._col = _InOrder(order, rnd)
+        self._end = end
+        self._expired = False
+        self._done = False
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    def __aiter__(self) -> "GatherEach":
+        return self
+
+    async def __anext__(self) -> Message:
+        col, ctx = self._col, self._ctx
+        order, held = col.order, col.held
+        while col.pos < len(order):
+            sender = order[col.pos]
+            env = held.pop(sender, None)
+            if env is None and not self._expired:
+                net, node, kind = ctx._net, ctx._node, self._kind
+                while True:  # what arrived while the actor was busy
+                    queued = net._take(node, kind)
+                    if queued is None:
+                        break
+                    col.offer(queued)
+                env = held.pop(sender, None)
+                if env is None:
+                    left = None if self._end is None else self._end - net._now()
+                    if left is None or left > 0:
+                        col.complete = False
+                        await net._collect(node, kind, col, left)
+                        env = held.pop(sender, None)
+                    if env is None:
+                        self._expired = True  # from now on, only what is already held
+            col.pos += 1
+            if env is not None:
+                if env.anonymous:
+                    # node-id order would reveal who sent what; gather(count=...) orders by content
+                    raise ValueError(f"gather_each: a {self._kind!r} message came over an anonymous "
+                                     "channel; its order would reveal the sender: use gather(count=...)")
+                return ctx._open(env)
+            self.missing.append(sender)
+        if not self._done:
+            self._done = True
+            if self.missing:
+                ctx._net._record_missing(ctx._node, self._kind, self.missing)
+        raise StopAsyncIteration
 
 
 def _matches(kind: str | tuple[str, ...] | None, env_kind: str) -> bool:
@@ -303,6 +396,29 @@ class Context:
         if missing_count:
             self._net._record_missing(self._node, kind, missing or [None] * missing_count)
         return Gathered(messages, missing, missing_count)
+
+    def gather_each(self, kind: str, *, senders: Iterable[str], timeout: float | None = None,
+                    deadline: Deadline | None = None, round: int | None = None) -> GatherEach:
+        """``async for msg in ctx.gather_each(kind, senders=...)``: the messages ``gather`` would
+        return, in the same order (node id), each handed over as soon as it and those of every
+        sender before it in that order have arrived, so that the actor can fold each into a sum
+        and let it go. Sums come out bit-identical to summing ``gather``'s list, while only the
+        messages that arrived ahead of their turn are held (with senders whose ids sort in the
+        order they were contacted, none are), instead of all of them.
+
+        With ``timeout``/``deadline``, waiting stops at the deadline (checked whenever the
+        iterator has to wait): the senders not heard from by then are skipped, listed in the
+        iterator's ``missing`` after the loop and recorded in the ledger. ``round`` discards
+        stale messages as in ``gather``. Leaving the loop early leaves the rest unread.
+        Raises ``UnknownNodeError`` (at the call) for an unknown sender.
+        """
+        net = self._net
+        expected = sorted(dict.fromkeys(senders))
+        for s in expected:
+            if s not in net.nodes:
+                raise UnknownNodeError(f"gather_each: unknown sender {s!r}")
+        dl = self._timeout_of(timeout, deadline)
+        return GatherEach(self, str(kind), expected, None if dl is None else net._now() + dl, round)
 
     # -- time -------------------------------------------------------------------------------
     async def sleep(self, seconds: float) -> None:
