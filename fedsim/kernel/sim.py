@@ -219,19 +219,17 @@ class SimNetwork(Network):
         new_row = self.ledger.new_row
         transmit = self.link_model.transmit
         rnd, sid, srole = src.round, src.id, src.role
-        if len(targets) == 1 or self._batch is not None:
-            for dst in targets:
-                row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
-                transmit(self, src, dst, _Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
-            return
-        batch = self._batch = []
+        batch = None
+        if len(targets) > 1 and self._batch is None:
+            batch = self._batch = []  # _schedule holds the copies' entries back (see _push_batch)
         try:
             for dst in targets:
                 row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
                 transmit(self, src, dst, _Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
         finally:
-            self._batch = None
-            self._push_batch(batch)
+            if batch is not None:
+                self._batch = None
+                self._push_batch(batch)
 
     def _deliver(self, envl: _Envelope, dst: _Node) -> None:
         row = envl.row
@@ -264,23 +262,19 @@ class SimNetwork(Network):
         envl.row[STATUS] = "lost"
         envl.row[NOTE] = note
 
-    def _wait(self, node: _Node, kind, timeout: float | None):
-        if timeout is not None:
-            w = node.waiter = (kind, object(), None)
-            self._schedule(timeout, self._expire, node, w)
-        else:
-            node.waiter = (kind, None, None)
-        return _park
-
-    async def _collect(self, node: _Node, kind, col, timeout: float | None) -> None:
-        # the kernel offers arrivals to ``col`` in _deliver: the actor resumes once, when the
-        # gather is complete or at its deadline, instead of once per message
+    def _wait(self, node: _Node, kind, timeout: float | None, col=None):
+        """Park ``node`` until a message of ``kind`` arrives (resumed with it) or ``timeout``
+        (resumed with None). With a collector ``col``, arrivals are offered to it in _deliver and
+        the actor resumes once, when ``col`` is complete, instead of once per message."""
         if timeout is not None:
             w = node.waiter = (kind, object(), col)
             self._schedule(timeout, self._expire, node, w)
         else:
             node.waiter = (kind, None, col)
-        await _park
+        return _park
+
+    async def _collect(self, node: _Node, kind, col, timeout: float | None) -> None:
+        await self._wait(node, kind, timeout, col)
 
     @staticmethod
     def _expire(node: _Node, w: tuple) -> None:
