@@ -280,7 +280,7 @@ def test_netflix_combined_file(tmp_path):
         ("1:\n10,3,2005-09-06\n11,6,2005-09-06\n", 3, "rating 6 outside"),
         ("1:\n10,3,2005-09-06\n11,3,05-9-6\n", 3, "is not YYYY-MM-DD"),
         ("10,3,2005-09-06\n", 1, "expected a 'MovieID:' line first"),
-        ("1:\n10,3,2005-09-06\n\n", 3, "empty line"),
+        ("1:\n10,3,2005-09-06\n\n11,3,2005-09-06\n", 3, "empty line"),  # trailing blank lines are fine
     ],
 )
 def test_netflix_malformed(tmp_path, text, line, msg):

@@ -20,6 +20,8 @@ import numpy as np
 from .ratings import DataFormatError
 
 _INT_RE = re.compile(rb"\s*[+-]?\d+\s*")
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+BOM = b"\xef\xbb\xbf"
 _FLOAT_RE = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 CHUNK_BYTES = 16 << 20
 
@@ -53,10 +55,51 @@ def decode_text(data: bytes, encoding: str | None = None) -> str:
         return data.decode("latin-1")
 
 
+def strip_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark."""
+    return data[3:] if data.startswith(BOM) else data
+
+
+def strip_trailing_blank_lines(data: bytes) -> bytes:
+    """Drop whitespace-only lines at the very end (an editor's or exporter's trailing newlines);
+    the result ends with one newline, or is empty.  Earlier line numbers are unchanged."""
+    end = len(data)
+    while True:
+        nl = data.rfind(b"\n", 0, end)
+        tail = data[nl + 1 : end]
+        if tail.strip(b" \t\r\f\v"):
+            return data[:end] + b"\n"
+        if nl < 0:
+            return b""
+        end = nl
+
+
+def require_rows(path: Path, body: bytes, header_line: int | None) -> None:
+    """Raise :class:`DataFormatError` for an empty file or a header without rows."""
+    if body.strip():
+        return
+    if header_line is None:
+        raise DataFormatError(path, None, "empty file: no rating rows")
+    raise DataFormatError(path, header_line, "the file has a header and no rating rows")
+
+
+def decode_strict(path: Path, data: bytes, encoding: str, first_line: int = 1) -> str:
+    """Decode ``data`` or raise :class:`DataFormatError` naming the line of the first bad byte."""
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = first_line + data.count(b"\n", 0, exc.start)
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DataFormatError(
+            path, line,
+            f"byte {data[exc.start:exc.start + 1]!r} at column {col} is not valid {encoding}; "
+            "pass encoding='latin-1' (or the file's encoding) if the file is not UTF-8",
+        ) from None
+
+
 def split_first_line(data: bytes) -> tuple[bytes, bytes]:
     """(first line without its newline, rest of the data)."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
+    data = strip_bom(data)
     nl = data.find(b"\n")
     if nl < 0:
         return data.rstrip(b"\r"), b""
@@ -89,7 +132,10 @@ def parse_line_fields(
             if not _INT_RE.fullmatch(f):
                 what = "empty" if not f.strip() else f"{shown!r} is not an integer"
                 raise DataFormatError(path, lineno, f"field '{name}': {what}")
-            out.append(int(f))
+            v = int(f)
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise DataFormatError(path, lineno, f"field '{name}': {shown.strip()!r} is out of the 64-bit integer range")
+            out.append(v)
         else:
             if not _FLOAT_RE.fullmatch(f):
                 what = "empty" if not f.strip() else f"{shown!r} is not a number"
@@ -130,7 +176,7 @@ def _fast_chunk(chunk: bytes, sep: str, columns) -> list[np.ndarray] | None:
     dt = np.dtype([(f"c{k}", _FAST_DTYPE[kind]) for k, (_, kind) in enumerate(columns)])
     try:
         arr = np.loadtxt(io.BytesIO(body), delimiter=delim, dtype=dt, comments=None, ndmin=1, quotechar=None)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond the column's dtype
         return None
     out = [np.ascontiguousarray(arr[f"c{k}"]) for k in range(len(columns))]
     for a, (_, kind) in zip(out, columns):

@@ -12,6 +12,7 @@ import calendar
 import csv
 import io
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,12 +20,18 @@ import numpy as np
 
 from ._build import build_ratings, check_choice
 from ._parse import (
+    INT64_MAX,
+    INT64_MIN,
     check_header,
+    decode_strict,
     decode_text,
     first_bad_row,
     parse_numeric,
     read_bytes,
+    require_rows,
     split_first_line,
+    strip_bom,
+    strip_trailing_blank_lines,
 )
 from .ratings import DataFormatError, Ratings
 
@@ -59,6 +66,9 @@ _ML_VARIANTS = {
     "latest": ("csv", (0.5, 5.0)),
     "latest-small": ("csv", (0.5, 5.0)),
 }
+
+
+_INT32_MAX = (1 << 31) - 1
 
 
 def _line_of(first_line: int):
@@ -179,16 +189,18 @@ def load_movielens(
     if _ML_VARIANTS[variant][0] != fmt:
         raise ValueError(f"MovieLens {variant} is stored as {_ML_VARIANTS[variant][0]!r}, but {f} is {fmt!r}")
     lo, hi = _ML_VARIANTS[variant][1]
-    data = read_bytes(f)
+    data = strip_bom(read_bytes(f))
+    require_rows(f, data, None)
     if fmt == "csv":
         header, body = split_first_line(data)
         check_header(f, header, ["userId", "movieId", "rating", "timestamp"], ",")
         first = 2
+        body = strip_trailing_blank_lines(body)
+        require_rows(f, body, 1)
         cols = parse_numeric(f, body, sep=",", columns=_RATING_COLS, first_line=first)
     else:
-        if data.startswith(b"\xef\xbb\xbf"):
-            data = data[3:]
         first = 1
+        data = strip_trailing_blank_lines(data)
         cols = parse_numeric(f, data, sep="\t" if fmt == "u.data" else "::", columns=_RATING_COLS, first_line=first)
     users, items, values, ts = cols
     _check_positive(f, users, first, "user id")
@@ -223,7 +235,9 @@ def _movielens_genres(folder: Path, fmt: str):
         mfile = folder / "movies.dat"
         if not mfile.is_file():
             return None
-        text = decode_text(read_bytes(mfile))
+        data = read_bytes(mfile)
+        require_rows(mfile, data, None)
+        text = decode_text(data)
         rows = []
         for k, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -240,7 +254,9 @@ def _movielens_genres(folder: Path, fmt: str):
     mfile = folder / "movies.csv"
     if not mfile.is_file():
         return None
-    text = decode_text(read_bytes(mfile))
+    data = strip_bom(read_bytes(mfile))
+    require_rows(mfile, data, None)
+    text = decode_text(data)
     reader = csv.reader(io.StringIO(text))
     header = next(reader, None)
     if header is None or [h.strip() for h in header[:1]] != ["movieId"] or "genres" not in header:
@@ -256,6 +272,8 @@ def _movielens_genres(folder: Path, fmt: str):
             rows.append((int(rec[0]), rec[gi]))
         except ValueError:
             raise DataFormatError(mfile, reader.line_num, f"movie id {rec[0]!r} is not an integer") from None
+    if not rows:
+        raise DataFormatError(mfile, 1, "the file has a header and no movies")
     return _genre_matrix(rows)
 
 
@@ -272,8 +290,10 @@ def _genre_matrix(rows: list[tuple[int, str]]):
 
 
 def _read_u_genre(path: Path) -> list[str]:
+    data = read_bytes(path)
+    require_rows(path, data, None)
     pairs = []
-    for k, line in enumerate(decode_text(read_bytes(path)).splitlines(), start=1):
+    for k, line in enumerate(decode_text(data).splitlines(), start=1):
         if not line.strip():
             continue
         name, sep, idx = line.rpartition("|")
@@ -287,8 +307,10 @@ def _read_u_genre(path: Path) -> list[str]:
 
 
 def _read_u_item(path: Path, n_genres: int):
+    data = read_bytes(path)
+    require_rows(path, data, None)
     ids, flags = [], []
-    for k, line in enumerate(decode_text(read_bytes(path)).splitlines(), start=1):
+    for k, line in enumerate(decode_text(data).splitlines(), start=1):
         if not line.strip():
             continue
         parts = line.split("|")
@@ -346,7 +368,8 @@ def _fixed_width_dates(seg: bytes) -> bool:
 
 
 def _parse_netflix_file(f: Path):
-    data = read_bytes(f)
+    data = strip_trailing_blank_lines(strip_bom(read_bytes(f)))
+    require_rows(f, data, None)
     headers = list(_NF_HEADER.finditer(data))
     if not headers or data[: headers[0].start()].strip():
         raise DataFormatError(f, 1, "expected a 'MovieID:' line first")
@@ -354,6 +377,8 @@ def _parse_netflix_file(f: Path):
     seg_lines = []  # first file line of each segment
     for k, h in enumerate(headers):
         movie = int(h.group(1))
+        if not 1 <= movie <= _INT32_MAX:
+            raise DataFormatError(f, data.count(b"\n", 0, h.start()) + 1, f"movie id {movie} outside 1..{_INT32_MAX}")
         start = h.end() + 1 if h.end() < len(data) else h.end()
         stop = headers[k + 1].start() if k + 1 < len(headers) else len(data)
         seg = data[start:stop]
@@ -370,8 +395,12 @@ def _parse_netflix_file(f: Path):
             cols = _parse_netflix_slow(f, seg, first_line)
         cust, rating, y, mo, dd = cols
         _check_positive(f, cust, first_line, "customer id")
+        bad = first_bad_row(cust > _INT32_MAX)
+        if bad is not None:
+            raise DataFormatError(f, first_line + bad, f"customer id {int(cust[bad])} exceeds {_INT32_MAX}")
         _check_range(f, rating.astype(np.float64), 1, 5, first_line, "rating")
-        bad = first_bad_row((mo < 1) | (mo > 12) | (dd < 1) | (dd > 31) | (y < 1900) | (y > 2100))
+        # dates before 1970 would be negative timestamps: no rating is that old
+        bad = first_bad_row((mo < 1) | (mo > 12) | (dd < 1) | (dd > 31) | (y < 1970) | (y > 2100))
         days = np.zeros(len(cust), dtype=np.int64)
         if bad is None:
             days = _days_from_civil(y, mo, dd)
@@ -379,12 +408,15 @@ def _parse_netflix_file(f: Path):
             bad = first_bad_row(month_of_day != (y - 1970) * 12 + (mo - 1))
         if bad is not None:
             raise DataFormatError(
-                f, first_line + bad, f"invalid date {int(y[bad]):04d}-{int(mo[bad]):02d}-{int(dd[bad]):02d}"
+                f, first_line + bad,
+                f"invalid date {int(y[bad]):04d}-{int(mo[bad]):02d}-{int(dd[bad]):02d} (a real date in 1970-2100 expected)",
             )
         out_u.append(cust.astype(np.int32))
         out_i.append(np.full(len(cust), movie, dtype=np.int32))
         out_r.append(rating.astype(np.float32))
         out_d.append(days.astype(np.int32))
+    if not any(len(u) for u in out_u):
+        raise DataFormatError(f, seg_lines[0] - 1, "no rating lines after the 'MovieID:' line(s)")
     return out_u, out_i, out_r, out_d, seg_lines
 
 
@@ -408,6 +440,8 @@ def _parse_netflix_slow(f: Path, seg: bytes, first_line: int):
         for name, x in (("customer", parts[0]), ("rating", parts[1])):
             if not re.fullmatch(rb"\s*\d+\s*", x):
                 raise DataFormatError(f, ln, f"field '{name}': {x.decode('utf-8', 'replace')!r} is not an integer")
+            if int(x) > INT64_MAX:
+                raise DataFormatError(f, ln, f"field '{name}': {x.decode().strip()!r} is out of the 64-bit integer range")
         rows.append((int(parts[0]), int(parts[1]), y, m, d))
     cols = list(zip(*rows)) if rows else [()] * 5
     return [np.array(c, dtype=np.int64) for c in cols]
@@ -687,12 +721,17 @@ def load_anime(
     check_choice("unrated", unrated, UNRATED_POLICIES)
     p = Path(path)
     f = p / "rating.csv" if p.is_dir() else p
-    data = read_bytes(f)
+    data = strip_bom(read_bytes(f))
+    require_rows(f, data, None)
     header, body = split_first_line(data)
     check_header(f, header, ["user_id", "anime_id", "rating"], ",")
+    body = strip_trailing_blank_lines(body)
+    require_rows(f, body, 1)
     cols = parse_numeric(f, body, sep=",", columns=[("user_id", "int"), ("anime_id", "int"), ("rating", "int")],
                          first_line=2)
     users, items, values = cols
+    _check_positive(f, users, 2, "user id")
+    _check_positive(f, items, 2, "anime id")
     bad = first_bad_row(~((values == -1) | ((values >= 1) & (values <= 10))))
     if bad is not None:
         raise DataFormatError(f, 2 + bad, f"rating {int(values[bad])} is neither -1 nor in 1..10")
@@ -700,6 +739,9 @@ def load_anime(
     n_unrated = int(is_unrated.sum())
     rows = np.arange(len(users))
     if unrated == "drop":
+        if n_unrated == len(values):
+            raise DataFormatError(f, None, f"all {n_unrated} ratings are -1 (unrated): nothing is left with "
+                                  "unrated='drop'; use unrated='implicit'")
         keep = ~is_unrated
         users, items, values, rows = users[keep], items[keep], values[keep], rows[keep]
     else:
@@ -717,7 +759,9 @@ def load_anime(
 
 
 def _anime_genres(path: Path):
-    reader = csv.reader(io.StringIO(decode_text(read_bytes(path))))
+    data = strip_bom(read_bytes(path))
+    require_rows(path, data, None)
+    reader = csv.reader(io.StringIO(decode_text(data)))
     header = next(reader, None)
     if not header or "anime_id" not in header or "genre" not in header:
         raise DataFormatError(path, 1, "expected a header with 'anime_id' and 'genre'")
@@ -757,18 +801,90 @@ def _col_index(ref: int | str | None, header: list[str] | None, what: str) -> in
     return header.index(ref)
 
 
-def _parse_time_strings(path, col: list[str], first_line: int) -> np.ndarray:
+_NUM_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_PLAIN_INT_RE = re.compile(r"[+-]?\d+")
+
+
+def _integer_of(s: str) -> int | None | bool:
+    """The integer a numeric literal spells (``"7"``, ``"+7"``, ``"7.0"``, ``"7e0"``); ``None`` if
+    it is not integer-valued (``"7.5"``); ``False`` if it lies outside the 64-bit range."""
+    if _PLAIN_INT_RE.fullmatch(s):
+        if len(s.lstrip("+-")) > 19:
+            return False
+        v = int(s)
+    else:
+        d = Decimal(s)
+        if d != d.to_integral_value():
+            return None
+        if d.adjusted() > 18:
+            return False
+        v = int(d)
+    return v if INT64_MIN <= v <= INT64_MAX else False
+
+
+def _parse_ids(path, col: list[str], first_line: int, what: str) -> np.ndarray:
+    """Ids of one column: integers when every id is a number, else strings (see :func:`load_csv`)."""
+    if all(_NUM_RE.fullmatch(s) for s in col):
+        out = np.empty(len(col), dtype=np.int64)
+        for k, s in enumerate(col):
+            v = _integer_of(s)
+            if v is None:
+                raise DataFormatError(path, first_line + k, f"{what} {s!r} is not an integer: the {what}s of this file "
+                                      "are numbers, and numeric ids must be integer-valued (1 and 1.0 are one id)")
+            if v is False:
+                raise DataFormatError(path, first_line + k, f"{what} {s!r} is out of the 64-bit integer range")
+            out[k] = v
+        return out
+    # string ids are compared as text; refuse the one ambiguity text comparison would hide
+    seen: dict[int, tuple[str, int]] = {}
+    for k, s in enumerate(col):
+        if len(s) > 40 or not _NUM_RE.fullmatch(s):
+            continue
+        v = _integer_of(s)
+        if v is None or v is False:
+            continue
+        prev, prev_k = seen.setdefault(v, (s, k))
+        if prev != s and not (_PLAIN_INT_RE.fullmatch(s) and _PLAIN_INT_RE.fullmatch(prev)):
+            raise DataFormatError(
+                path, first_line + k,
+                f"{what} {s!r} and {prev!r} (line {first_line + prev_k}) are the same integer written two ways, in a "
+                f"column that also holds non-numeric {what}s (so {what}s are compared as text); write integer ids "
+                "without a decimal part",
+            )
+    return np.array(col)
+
+
+def _parse_times(path, col: list[str], first_line: int) -> np.ndarray:
     out = np.empty(len(col), dtype=np.int64)
     for k, s in enumerate(col):
-        s = s.strip()
-        if re.fullmatch(r"[+-]?\d+", s):
-            out[k] = int(s)
+        if _NUM_RE.fullmatch(s):
+            v = _integer_of(s)
+            if v is None:
+                raise DataFormatError(path, first_line + k, f"time {s!r}: fractional epoch seconds (round them first)")
+            if v is False:
+                raise DataFormatError(path, first_line + k, f"time {s!r} is out of the 64-bit integer range")
+            out[k] = v
             continue
         try:
-            out[k] = np.datetime64(s.replace("Z", "").replace(" ", "T"), "s").astype(np.int64)
+            t = np.datetime64(s.replace("Z", "").replace(" ", "T"), "s")
         except ValueError:
-            raise DataFormatError(path, first_line + k, f"time {s!r} is neither epoch seconds nor ISO 8601") from None
+            t = np.datetime64("NaT")
+        if np.isnat(t):
+            raise DataFormatError(path, first_line + k, f"time {s!r} is neither epoch seconds nor ISO 8601")
+        out[k] = t.astype(np.int64)
     return out
+
+
+def _check_scale(scale) -> tuple[float, float] | None:
+    if scale is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"scale must be (low, high) or None, got {scale!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+        raise ValueError(f"scale must be (low, high) with finite low <= high, got {scale!r}")
+    return lo, hi
 
 
 def load_csv(
@@ -780,30 +896,57 @@ def load_csv(
     sep: str = ",",
     header: bool = True,
     *,
+    scale: tuple[float, float] | None = (1, 5),
     duplicates: str = "error",
     item_space: str = "observed",
     implicit_threshold: float | None = None,
     name: str | None = None,
+    encoding: str = "utf-8",
 ) -> Ratings:
     """Load a delimited ratings file with a column mapping.
 
     Columns are 0-based indices or header names.  ``rating_col=None`` means implicit feedback
-    (every row a positive interaction, value 1.0).  ``time_col`` holds epoch seconds or ISO 8601
-    date-times.  Ids may be integers or strings (string ids are indexed in sorted order).  No
-    quoting: fields must not contain ``sep``.  ``implicit_threshold`` binarises afterwards with
-    :meth:`Ratings.binarize` (keep ``value >= threshold`` as 1.0, drop the rest, reported).
+    (every row a positive interaction, value 1.0).  No quoting: fields must not contain ``sep``.
+    ``implicit_threshold`` binarises afterwards with :meth:`Ratings.binarize` (keep
+    ``value >= threshold`` as 1.0, drop the rest, reported).
+
+    **Rating scale.** ``scale=(low, high)`` declares the valid ratings (inclusive); a rating
+    outside it raises :class:`DataFormatError` naming the file and line.  The default ``(1, 5)``
+    is the 5-star scale of MovieLens and Netflix, the explicit data of every reproduced paper;
+    another scale must be declared (``scale=(0.5, 5)``, ``scale=(1, 10)``), and ``scale=None``
+    turns the check off (counts, scores).  Ratings must be finite numbers in any case; the scale
+    is not used when ``rating_col`` is ``None``.
+
+    **Ids.** A user (or item) column whose ids are all numbers holds integer ids: integer-valued
+    spellings are the same id (``1``, ``+1``, ``1.0`` and ``1e0`` are user 1), and a
+    non-integer id such as ``1.5`` is an error naming the line.  A column holding any
+    non-numeric id (``alice``) holds string ids compared as text (indexed in sorted order), and
+    an integer written two ways there (``1`` and ``1.0``) is an error, since text comparison
+    would make two users of it.  Ids must fit in 64 bits.
+
+    **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times; times
+    before 1970 (negative) are errors.
+
+    **Rows.** Duplicated (user, item) pairs follow ``duplicates`` (default ``"error"``); a BOM,
+    CRLF line ends and blank lines at the end of the file are accepted; an empty file, a header
+    without rows, a blank line inside the data, a wrong field count and bytes that are not valid
+    ``encoding`` (an ASCII-compatible encoding) are errors naming the file and line.
     """
     f = Path(path)
-    data = read_bytes(f)
+    bounds = _check_scale(scale)
+    data = strip_bom(read_bytes(f))
+    require_rows(f, data, None)
     names = None
     first = 1
     body = data
     if header:
         h, body = split_first_line(data)
-        names = [x.strip() for x in h.decode("utf-8", "replace").split(sep)]
+        names = [x.strip() for x in decode_strict(f, h, encoding).split(sep)]
         first = 2
-    elif data.startswith(b"\xef\xbb\xbf"):
-        body = data[3:]
+        body = strip_trailing_blank_lines(body)
+        require_rows(f, body, 1)
+    else:
+        body = strip_trailing_blank_lines(body)
     ui = _col_index(user_col, names, "user_col")
     ii = _col_index(item_col, names, "item_col")
     ri = _col_index(rating_col, names, "rating_col")
@@ -811,9 +954,9 @@ def load_csv(
     ncols = len(names) if names is not None else None
     if ncols is None:
         fl, _ = split_first_line(body)
-        ncols = len(fl.split(sep.encode())) if fl else 0
+        ncols = len(fl.split(sep.encode()))
     for what, j in (("user_col", ui), ("item_col", ii), ("rating_col", ri), ("time_col", ti)):
-        if j is not None and not (0 <= j < max(ncols, 1)):
+        if j is not None and not (0 <= j < ncols):
             raise ValueError(f"{what}={j} is out of range for {ncols} columns")
 
     cols_spec = [(names[j] if names else f"column {j}", "float") for j in range(ncols)]
@@ -821,7 +964,6 @@ def load_csv(
         cols_spec[j] = (cols_spec[j][0], "int")
     if ti is not None:
         cols_spec[ti] = (cols_spec[ti][0], "int")
-    numeric = None
     try:
         numeric = parse_numeric(f, body, sep=sep, columns=cols_spec, first_line=first)
     except DataFormatError:
@@ -832,7 +974,7 @@ def load_csv(
         ts = numeric[ti] if ti is not None else None
     else:
         users_l, items_l, vals_l, ts_l = [], [], [], []
-        lines = body.decode("utf-8", "replace").split("\n")
+        lines = decode_strict(f, body, encoding, first).split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         for k, line in enumerate(lines):
@@ -849,30 +991,40 @@ def load_csv(
             users_l.append(u)
             items_l.append(it)
             if ri is not None:
-                try:
-                    x = float(parts[ri])
-                except ValueError:
-                    raise DataFormatError(f, ln, f"rating {parts[ri].strip()!r} is not a number") from None
-                if not np.isfinite(x):
-                    raise DataFormatError(f, ln, f"rating {parts[ri].strip()!r} is not finite")
-                vals_l.append(x)
+                x = parts[ri].strip()
+                if not _NUM_RE.fullmatch(x):
+                    raise DataFormatError(f, ln, f"rating {x!r} is not a number")
+                v = float(x)
+                if not np.isfinite(v):
+                    raise DataFormatError(f, ln, f"rating {x!r} is not finite")
+                vals_l.append(v)
             if ti is not None:
-                ts_l.append(parts[ti])
-        users = _maybe_int(users_l)
-        items = _maybe_int(items_l)
+                ts_l.append(parts[ti].strip())
+        users = _parse_ids(f, users_l, first, "user id")
+        items = _parse_ids(f, items_l, first, "item id")
         values = np.array(vals_l, dtype=np.float64) if ri is not None else np.ones(len(users_l))
-        ts = _parse_time_strings(f, ts_l, first) if ti is not None else None
+        ts = _parse_times(f, ts_l, first) if ti is not None else None
+    if ri is not None and bounds is not None:
+        lo, hi = bounds
+        bad = first_bad_row((values < lo) | (values > hi))
+        if bad is not None:
+            raise DataFormatError(
+                f, first + bad, f"rating {values[bad]:g} outside the declared scale [{lo:g}, {hi:g}]; pass "
+                "scale=(low, high) for another scale, or scale=None for no check",
+            )
+    if ts is not None:
+        bad = first_bad_row(ts < 0)
+        if bad is not None:
+            raise DataFormatError(f, first + bad, f"time {int(ts[bad])} is before 1970 (negative epoch seconds)")
+    info = {
+        "format": "csv", "implicit": rating_col is None, "scale": None if ri is None else bounds,
+        "ids": {"user": "int" if users.dtype.kind in "iu" else "str", "item": "int" if items.dtype.kind in "iu" else "str"},
+    }
     r = build_ratings(
         users, items, values, ts,
         name=name or f.stem, source=str(f), duplicates=duplicates, item_space=item_space,
-        line_of=_line_of(first), info={"format": "csv", "implicit": rating_col is None},
+        line_of=_line_of(first), info=info,
     )
     if implicit_threshold is not None:
         r = r.binarize(implicit_threshold)
     return r
-
-
-def _maybe_int(col: Sequence[str]) -> np.ndarray:
-    if col and all(re.fullmatch(r"[+-]?\d{1,18}", s) for s in col):
-        return np.array([int(s) for s in col], dtype=np.int64)
-    return np.array(col)
