@@ -24,3 +24,24 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_second():
     assert "pytest" in test_cmd
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     assert test_cmd in [line.strip() for line in ci]
+
+
+def test_package_data_is_declared_and_readable():
+    """Non-Python files under fedsim/ are declared package data (so a wheel carries them), and the
+    Foursquare category map is readable from the fedsim that is imported (the installed one in CI)."""
+    from fnmatch import fnmatch
+    from importlib import resources
+
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = conf["tool"]["setuptools"].get("package-data", {})
+    undeclared = []
+    for f in (REPO / "fedsim").rglob("*"):
+        if f.is_dir() or f.suffix in (".py", ".pyc") or "__pycache__" in f.parts:
+            continue
+        pkg = ".".join(f.parent.relative_to(REPO).parts)
+        if not any(fnmatch(f.name, pat) for pat in declared.get(pkg, [])):
+            undeclared.append(str(f.relative_to(REPO)))
+    assert not undeclared, f"add to [tool.setuptools.package-data] in pyproject.toml: {undeclared}"
+    assert "fedsim.data" in declared
+    text = resources.files("fedsim.data").joinpath("foursquare_categories.tsv").read_text(encoding="utf-8")
+    assert "type\ttop_level\tsource" in text.splitlines()
