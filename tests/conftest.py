@@ -22,3 +22,11 @@ def ml100k_dir() -> Path:
     if not (d / "u.data").is_file():
         pytest.skip("MovieLens 100K not present in ../shared/data")
     return d
+
+
+@pytest.fixture
+def fsq_dir() -> Path:
+    d = shared_data_dir() / "foursquare-fedbpr-cities"
+    if not d.is_dir():
+        pytest.skip("Foursquare city files not present in ../shared/data")
+    return d

@@ -7,7 +7,6 @@ from fedsim.data import (
     DataFormatError,
     load_anime,
     load_csv,
-    load_foursquare,
     load_movielens,
     load_netflix,
     netflix_subset,
@@ -319,86 +318,7 @@ def test_netflix_subset_orders():
     assert s4.item_ids.tolist() == [20, 21, 22]
 
 
-# ---------------------------------------------------------------------------------------------
-# Foursquare
-
-FSQ_HEADER = "user_id\tvenue_id\ttype\tutc\n"
-
-
-CAFE = "Caf\x1a\x1a"  # the corrupted "Café" of the real files
-
-
-def fsq_rows(user, n, start_day=1, cat="Plaza"):
-    return "".join(
-        f"{user}\tv{k:03d}\t{cat if k % 2 else CAFE}\tTue Apr {start_day + k % 28:02d} 18:07:30 +0000 2012\n"
-        for k in range(n)
-    )
-
-
-def test_foursquare_format_and_filter(tmp_path):
-    f = tmp_path / "Bologna.tsv"
-    f.write_text(FSQ_HEADER + fsq_rows(5830, 20) + fsq_rows(193602, 19) + fsq_rows(42, 21))
-    r = load_foursquare(f)
-    assert r.name == "foursquare-bologna"
-    assert r.user_ids.tolist() == [42, 5830] and r.n_items == 21  # v000..v020
-    assert len(r) == 41 and np.all(r.values == 1.0)
-    assert r.info["filter_users"]["users_removed"] == 1 and r.info["filter_users"]["ratings_removed"] == 19
-    assert r.info["rows_read"] == 60
-    assert r.category_names == ["Caf\x1a\x1a", "Plaza"] and r.categories.sum(axis=1).tolist() == [1] * 21
-    # utc parsing: Tue Apr 01 18:07:30 2012 UTC
-    import calendar
-
-    assert r.timestamps.min() == calendar.timegm((2012, 4, 1, 18, 7, 30))
-    # the paper's "more than 20"
-    assert load_foursquare(f, min_interactions=21).user_ids.tolist() == [42]
-    assert load_foursquare(f, min_interactions=0).n_users == 3
-
-
-def test_foursquare_timezone_and_category_map(tmp_path):
-    f = tmp_path / "x.tsv"
-    f.write_text(FSQ_HEADER + "1\tv1\tPlaza\tTue Apr 03 18:07:30 +0200 2012\n")
-    r = load_foursquare(f, min_interactions=0, category_map={"Plaza": "Outdoors & Recreation"})
-    import calendar
-
-    assert r.timestamps[0] == calendar.timegm((2012, 4, 3, 16, 7, 30))
-    assert r.category_names == ["Outdoors & Recreation"]
-    with pytest.raises(ValueError, match="no entry"):
-        load_foursquare(f, min_interactions=0, category_map={})
-
-
-def test_foursquare_headerless_tist(tmp_path):
-    f = tmp_path / "tist.txt"
-    f.write_text("50756\t4f5e3a72e4b053fd6a4313f6\tTue Apr 03 18:00:06 +0000 2012\t240\n"
-                 "190571\t4b4b87b5f964a5204a9f26e3\tTue Apr 03 18:00:07 +0000 2012\t180\n")
-    r = load_foursquare(f, min_interactions=0)
-    assert len(r) == 2 and r.categories is None and r.user_ids.tolist() == [50756, 190571]
-
-
-@pytest.mark.parametrize(
-    "row, msg",
-    [
-        ("1\tv1\tPlaza\tTue Apr 33 18:07:30 +0000 2012\n", "field 'utc'"),
-        ("1\tv1\tPlaza\tTue Apx 03 18:07:30 +0000 2012\n", "field 'utc'"),
-        ("1\tv1\tPlaza\n", "expected 4 tab-separated fields"),
-        ("\tv1\tPlaza\tTue Apr 03 18:07:30 +0000 2012\n", "empty user or venue"),
-    ],
-)
-def test_foursquare_malformed(tmp_path, row, msg):
-    f = tmp_path / "c.tsv"
-    f.write_text(FSQ_HEADER + fsq_rows(1, 2) + row)
-    with pytest.raises(DataFormatError, match=msg) as ei:
-        load_foursquare(f, min_interactions=0)
-    assert ei.value.line == 4
-
-
-def test_foursquare_duplicates(tmp_path):
-    f = tmp_path / "c.tsv"
-    f.write_text(FSQ_HEADER + "1\tv1\tPlaza\tTue Apr 03 18:07:30 +0000 2012\n"
-                 "1\tv1\tPlaza\tWed Apr 04 18:07:30 +0000 2012\n")
-    with pytest.raises(DataFormatError, match=r"lines 2 and 3"):
-        load_foursquare(f, min_interactions=0)
-    r = load_foursquare(f, min_interactions=0, duplicates="keep_last")
-    assert len(r) == 1 and r.info["duplicates"]["rows_removed"] == 1
+# Foursquare: tests/test_data_foursquare.py
 
 
 # ---------------------------------------------------------------------------------------------

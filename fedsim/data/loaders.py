@@ -8,17 +8,16 @@ merge, drop or filter is recorded in ``Ratings.info``.
 
 from __future__ import annotations
 
-import calendar
 import csv
 import io
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ._build import build_ratings, check_choice
+from .foursquare import load_foursquare
 from ._parse import (
     INT64_MAX,
     INT64_MIN,
@@ -550,146 +549,7 @@ def netflix_subset(
 
 
 # ---------------------------------------------------------------------------------------------
-# Foursquare check-ins
-
-_MONTHS = {m: k for k, m in enumerate(calendar.month_abbr) if m}
-_FSQ_ALIASES = {
-    "user": ("user_id", "userid", "user"),
-    "venue": ("venue_id", "venueid", "venue", "item_id"),
-    "category": ("type", "venue_category", "category", "venue_category_name"),
-    "utc": ("utc", "utc_time", "utctime", "time", "timestamp"),
-    "offset": ("timezone_offset", "tz_offset", "offset"),
-}
-
-
-def _parse_fsq_time(s: str) -> int:
-    """'Tue Apr 03 18:07:30 +0000 2012' -> epoch seconds (UTC)."""
-    parts = s.split()
-    if len(parts) != 6:
-        raise ValueError(s)
-    _, mon, day, hms, tz, year = parts
-    h, m, sec = (int(x) for x in hms.split(":"))
-    if not re.fullmatch(r"[+-]\d{4}", tz):
-        raise ValueError(s)
-    off = (int(tz[1:3]) * 3600 + int(tz[3:5]) * 60) * (1 if tz[0] == "+" else -1)
-    t = calendar.timegm((int(year), _MONTHS[mon], int(day), h, m, sec, 0, 0, 0))
-    if not (1 <= int(day) <= 31 and 0 <= h < 24 and 0 <= m < 60 and 0 <= sec < 62):
-        raise ValueError(s)
-    return t - off
-
-
-def load_foursquare(
-    path: str | Path,
-    min_interactions: int = 20,
-    *,
-    duplicates: str = "error",
-    category_map: Mapping[str, str] | None = None,
-    encoding: str = "utf-8",
-) -> Ratings:
-    """Load Foursquare check-ins as implicit feedback (value 1.0), one city/country file.
-
-    Format (the FedBPR ``raw_datasets`` files): tab-separated with a header
-    ``user_id  venue_id  type  utc``; ``utc`` like ``Tue Apr 03 18:07:30 +0000 2012``; ``type``
-    is the venue category.  Columns are found by header name, so other orders work; without a
-    header the Yang et al. TIST2015 order ``user, venue, utc_time, timezone_offset`` is assumed.
-
-    Then users with at least ``min_interactions`` distinct venues are kept and users and venues
-    re-indexed (``Ratings.filter_users``).  The FPL code and the shared data README keep users
-    with >= 20; the FPL paper's text says "more than 20": pass ``min_interactions=21`` for that.
-    ``0`` disables the filter.
-
-    Categories: one column per venue ``type`` (single label), or per ``category_map[type]`` when
-    a mapping is given (e.g. to the 9 top-level Foursquare categories of FPL Table 5; a type
-    missing from the map raises).  A venue listed with different types keeps its first one; the
-    number of such venues goes to ``info["venues_with_conflicting_type"]``.
-    """
-    f = Path(path)
-    if f.is_dir():
-        raise IsADirectoryError(f"load_foursquare expects one check-in file, got the folder {f}")
-    text = read_bytes(f).decode(encoding, errors="replace")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if not lines:
-        raise DataFormatError(f, None, "empty file")
-    head = [h.strip().lower() for h in lines[0].rstrip("\r").split("\t")]
-    col: dict[str, int] = {}
-    if any(h in _FSQ_ALIASES["user"] for h in head):
-        for key, names in _FSQ_ALIASES.items():
-            for j, h in enumerate(head):
-                if h in names:
-                    col[key] = j
-                    break
-        missing = [k for k in ("user", "venue", "utc") if k not in col]
-        if missing:
-            raise DataFormatError(f, 1, f"header lacks column(s) {', '.join(missing)}: {lines[0]!r}")
-        start, ncols = 1, len(head)
-    else:
-        col = {"user": 0, "venue": 1, "utc": 2}
-        start, ncols = 0, None
-    users: list[str] = []
-    venues: list[str] = []
-    times: list[int] = []
-    types: list[str] = []
-    for k in range(start, len(lines)):
-        ln = k + 1
-        line = lines[k].rstrip("\r")
-        if not line.strip():
-            raise DataFormatError(f, ln, "empty line")
-        parts = line.split("\t")
-        if ncols is None:
-            ncols = len(parts)
-            if ncols < 3:
-                raise DataFormatError(f, ln, f"expected tab-separated user, venue, utc_time, ..., found {line[:120]!r}")
-        if len(parts) != ncols:
-            raise DataFormatError(f, ln, f"expected {ncols} tab-separated fields, found {len(parts)}: {line[:120]!r}")
-        u, v = parts[col["user"]].strip(), parts[col["venue"]].strip()
-        if not u or not v:
-            raise DataFormatError(f, ln, "empty user or venue id")
-        try:
-            t = _parse_fsq_time(parts[col["utc"]])
-        except (ValueError, KeyError):
-            raise DataFormatError(
-                f, ln, f"field 'utc': {parts[col['utc']]!r} is not like 'Tue Apr 03 18:07:30 +0000 2012'"
-            ) from None
-        users.append(u)
-        venues.append(v)
-        times.append(t)
-        if "category" in col:
-            types.append(parts[col["category"]].strip())
-    uarr = np.array(users)
-    if uarr.size and all(s.isdigit() for s in users):
-        uarr = uarr.astype(np.int64)
-    varr = np.array(venues)
-    meta_ids = meta_cats = names = None
-    info: dict[str, Any] = {"format": "foursquare"}
-    if types:
-        if category_map is not None:
-            unknown = sorted(set(types) - set(category_map))
-            if unknown:
-                raise ValueError(f"category_map has no entry for venue type(s) {unknown[:5]}")
-            types = [category_map[t] for t in types]
-        first_type: dict[str, str] = {}
-        conflicts = set()
-        for v, t in zip(venues, types):
-            old = first_type.setdefault(v, t)
-            if old != t:
-                conflicts.add(v)
-        info["venues_with_conflicting_type"] = len(conflicts)
-        names = sorted(set(first_type.values()))
-        cidx = {n: j for j, n in enumerate(names)}
-        meta_ids = np.array(list(first_type.keys()))
-        meta_cats = np.zeros((len(meta_ids), len(names)), dtype=bool)
-        meta_cats[np.arange(len(meta_ids)), [cidx[t] for t in first_type.values()]] = True
-    r = build_ratings(
-        uarr, varr, np.ones(len(users), dtype=np.float32), np.array(times, dtype=np.int64),
-        name=f"foursquare-{f.stem.lower()}", source=str(f), duplicates=duplicates,
-        line_of=_line_of(start + 1), item_meta_ids=meta_ids, item_meta_categories=meta_cats,
-        category_names=names, info=info,
-    )
-    if min_interactions and min_interactions > 0:
-        r = r.filter_users(min_interactions)
-    return r
+# Foursquare check-ins: see .foursquare (load_foursquare is re-exported here)
 
 
 # ---------------------------------------------------------------------------------------------
