@@ -323,7 +323,8 @@ def test_foursquare_impossible_times(tmp_path):
     for utc, msg in [
         ("Fri Feb 30 10:00:00 +0000 2012", "impossible date"),
         ("Wed Apr 03 18:07:30 +0000 2012", "2012-04-03 is a Tue, not a Wed"),
-        ("Tue Apr 03 25:07:30 +0000 2012", "impossible date or time"),
+        ("Tue Apr 03 25:07:30 +0000 2012", "impossible time 25:07:30"),
+        ("Sun Apr 03 18:07:30 +0000 12012", "not like"),
         ("Tue Apr 03 18:07 +0000 2012", "not like"),
         ("Tue Apr 03 18:07:30 UTC 2012", "not like"),
     ]:

@@ -165,25 +165,35 @@ class _Resolver:
 # the loader
 
 
+_TIME_RE = re.compile(r"\s*(\w{3})\s+(\w{3})\s+(\d{1,2})\s+(\d{2}):(\d{2}):(\d{2})\s+([+-])(\d{2})(\d{2})\s+(\d{4})\s*")
+_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
+
+
+@lru_cache(maxsize=8192)
+def _day(year: int, month: int, day: int) -> tuple[int, int]:
+    """(days since 1970-01-01, weekday Mon=0); ValueError for an impossible date."""
+    d = _dt.date(year, month, day)
+    return d.toordinal() - _EPOCH_ORDINAL, d.weekday()
+
+
 def _parse_fsq_time(s: str) -> int:
     """'Tue Apr 03 18:07:30 +0000 2012' -> epoch seconds (UTC).  ValueError saying what is wrong
     (a weekday that does not match the date included)."""
-    parts = s.split()
-    if len(parts) != 6:
+    m = _TIME_RE.fullmatch(s)
+    if m is None or m.group(1) not in _DAYS or m.group(2) not in _MONTHS:
         raise ValueError("not like 'Tue Apr 03 18:07:30 +0000 2012'")
-    wday, mon, day, hms, tz, year = parts
-    if not (wday in _DAYS and mon in _MONTHS and re.fullmatch(r"\d{2}:\d{2}:\d{2}", hms)
-            and re.fullmatch(r"[+-]\d{4}", tz) and re.fullmatch(r"\d{1,2}", day) and re.fullmatch(r"\d{4}", year)):
-        raise ValueError("not like 'Tue Apr 03 18:07:30 +0000 2012'")
-    h, m, sec = (int(x) for x in hms.split(":"))
+    wday, mon, day, hh, mi, ss, sign, th, tm, year = m.groups()
+    h, minute, sec = int(hh), int(mi), int(ss)
+    if h > 23 or minute > 59 or sec > 59:
+        raise ValueError(f"impossible time {hh}:{mi}:{ss}")
     try:
-        d = _dt.datetime(int(year), _MONTHS[mon], int(day), h, m, sec, tzinfo=_dt.timezone.utc)
+        days, weekday = _day(int(year), _MONTHS[mon], int(day))
     except ValueError as exc:
-        raise ValueError(f"impossible date or time ({exc})") from None
-    if d.weekday() != _DAYS[wday]:
-        raise ValueError(f"{d:%Y-%m-%d} is a {d:%a}, not a {wday}")
-    off = (int(tz[1:3]) * 3600 + int(tz[3:5]) * 60) * (1 if tz[0] == "+" else -1)
-    return int(d.timestamp()) - off
+        raise ValueError(f"impossible date ({exc})") from None
+    if weekday != _DAYS[wday]:
+        raise ValueError(f"{year}-{_MONTHS[mon]:02d}-{int(day):02d} is a {calendar.day_abbr[weekday]}, not a {wday}")
+    off = (int(th) * 3600 + int(tm) * 60) * (1 if sign == "+" else -1)
+    return days * 86400 + h * 3600 + minute * 60 + sec - off
 
 
 def _min_venues(user_filter: Any, min_interactions: int | None) -> tuple[int, str]:
