@@ -2,7 +2,8 @@
 
 - :class:`Ratings`: the immutable ratings container with CSR views;
 - loaders: :func:`load_movielens`, :func:`load_netflix` + :func:`netflix_subset`,
-  :func:`load_foursquare`, :func:`load_anime`, :func:`load_csv`;
+  :func:`load_foursquare` (:mod:`fedsim.data.foursquare`: FPL's user filters and the shipped map
+  of venue types to the nine top-level categories), :func:`load_anime`, :func:`load_csv`;
 - :func:`resolve`: a ``--data`` argument (synthetic preset, path, downloaded name) to Ratings;
 - :mod:`fedsim.data.synthetic` (:func:`generate`), :mod:`fedsim.data.splits`,
   :mod:`fedsim.data.download`, :mod:`fedsim.data.cli`.
