@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...data import Ratings, temporal_holdout, temporal_holdout_with_validation
+from ...math.csr import csr_pairs
 from ...math.metrics import bias_disparity, f1_at, gini_at, item_coverage_at, precision_at, recall_at, top_n
 from ...seeding import node_rng
 
@@ -45,15 +46,6 @@ class Evaluator:
             bd = bias_disparity(self.train_items, recs, self.categories, n)
             out["bd"] = [None if not np.isfinite(x) else float(x) for x in bd.disparity]
         return out
-
-
-def _csr(users: np.ndarray, items: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
-    users = np.asarray(users, dtype=np.int64)
-    items = np.asarray(items, dtype=np.int64)
-    order = np.lexsort((items, users))
-    indptr = np.zeros(n_users + 1, dtype=np.int64)
-    np.cumsum(np.bincount(users, minlength=n_users), out=indptr[1:])
-    return indptr, items[order]
 
 
 @dataclass
@@ -125,15 +117,16 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
     def exclude_for(*parts: Ratings) -> tuple[np.ndarray, np.ndarray]:
         us = [p.users for p in parts] + [np.repeat(np.arange(nu), outside.size)]
         its = [p.items for p in parts] + [np.tile(outside, nu)]
-        return _csr(np.concatenate(us), np.concatenate(its), nu)
+        return csr_pairs(np.concatenate(us), np.concatenate(its), nu)
 
     ti = np.asarray(train.items, dtype=np.int64)
     evals: dict[str, Evaluator] = {}
     if val is not None:
-        evals["val"] = Evaluator("val", _csr(val.users, val.items, nu), exclude_for(train), ni, ti, cats, n)
-        evals["test"] = Evaluator("test", _csr(test.users, test.items, nu), exclude_for(train, val), ni, ti, cats, n)
+        evals["val"] = Evaluator("val", csr_pairs(val.users, val.items, nu), exclude_for(train), ni, ti, cats, n)
+        evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train, val), ni, ti,
+                                  cats, n)
     else:
-        evals["test"] = Evaluator("test", _csr(test.users, test.items, nu), exclude_for(train), ni, ti, cats, n)
+        evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train), ni, ti, cats, n)
     counts = np.bincount(train.users, minlength=nu)
     if counts.min() == 0:
         raise ValueError("a user has no training interaction; raise min_interactions")
