@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrec import FedRecConfig
-from fedsim.studies.fedrec import make_folds, paper_lr, run_one
+from fedsim.studies.fedrec import fold_stats, group_runs, make_folds, paper_lr, run_one
 from fedsim.studies.paper_values import FEDREC_HF_RMSE_ML100K, FEDREC_HF_SETTINGS, FEDREC_UA_RMSE_ML100K
 from fedsim.studies.parallel import default_workers, pmap
 
@@ -63,13 +61,8 @@ def run(ctx: RunContext) -> None:
     ctx.progress.update(0, len(tasks), stage="rho sweep")
     outs = pmap(run_one, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
     rows = []
-    for key in dict.fromkeys(keys):
-        m, strat, rho = key
-        runs = [o for o, k in zip(outs, keys) if k == key]
-        div = [o.fold + 1 for o in runs if o.diverged_at is not None]
-        mae = np.array([o.mae for o in runs])
-        rmse = np.array([o.rmse for o in runs])
-        ok = not div
+    for (m, strat, rho), runs in group_runs(outs, keys).items():
+        st = fold_stats(runs)
         strategies = ctx["strategies"] if rho == 0 else [strat]
         for s in strategies:
             paper = math.nan
@@ -78,12 +71,11 @@ def run(ctx: RunContext) -> None:
             rows.append({"model": m, "strategy": s, "rho": rho,
                          "T_predict": runs[0].cfg.T_predict if s == "hf" and rho > 0 else "",
                          "T_local": runs[0].cfg.T_local if s == "hf" and rho > 0 else "",
-                         "mae_mean": mae.mean() if ok else math.nan, "mae_std": mae.std() if ok else math.nan,
-                         "rmse_mean": rmse.mean() if ok else math.nan, "rmse_std": rmse.std() if ok else math.nan,
-                         "diverged_runs": len(div), "paper_rmse": paper,
+                         "mae_mean": st.mae_mean, "mae_std": st.mae_std, "rmse_mean": st.rmse_mean,
+                         "rmse_std": st.rmse_std, "diverged_runs": len(st.diverged), "paper_rmse": paper,
                          "upload_floats_per_iter": runs[0].ledger["upload_floats"] if runs[0].ledger else math.nan})
-        if div:
-            ctx.note(f"**{m} {strat} rho={rho}: diverged on fold(s) {div}**; not averaged.")
+        if st.diverged:
+            ctx.note(f"**{m} {strat} rho={rho}: diverged on fold(s) {st.diverged}**; not averaged.")
     ctx.table("rho", rows, title="Figure 2: RMSE against rho, user averaging vs hybrid filling")
     base = {r["model"]: r["rmse_mean"] for r in rows if r["rho"] == 0}
     for r in rows:

@@ -11,14 +11,11 @@ A run that diverges is reported as such and never averaged into the table.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-
-import numpy as np
 
 from fedsim.experiment import Param, RunContext, ScenarioError, scenario_main
 from fedsim.math.metrics import md_stdr
 from fedsim.protocols.fedrec import FedRecConfig, formula_payload_floats
-from fedsim.studies.fedrec import make_folds, paper_lr, run_one
+from fedsim.studies.fedrec import fold_stats, make_folds, paper_lr, run_one
 from fedsim.studies.paper_values import FEDREC_TABLE2_ML100K
 from fedsim.studies.parallel import default_workers, pmap
 
@@ -105,19 +102,14 @@ def run(ctx: RunContext) -> None:
                 per_fold.append({"model": m, "framework": fw, "fold": o.fold + 1, "lambda": o.cfg.lam,
                                  "mae": o.mae, "rmse": o.rmse, "diverged_at": o.diverged_at or "",
                                  "wall_s": o.wall_s})
-            diverged = [o.fold + 1 for o in runs if o.diverged_at is not None]
-            mae = np.array([o.mae for o in runs])
-            rmse = np.array([o.rmse for o in runs])
-            if diverged:
-                ctx.note(f"**{m} {fw}: diverged on fold(s) {diverged}**; its row is not averaged.")
-                mae_m = mae_s = rmse_m = rmse_s = math.nan
-            else:
-                mae_m, mae_s, rmse_m, rmse_s = mae.mean(), mae.std(), rmse.mean(), rmse.std()
-            stats[fw] = (mae, rmse, bool(diverged))
+            s = fold_stats(runs)
+            if s.diverged:
+                ctx.note(f"**{m} {fw}: diverged on fold(s) {s.diverged}**; its row is not averaged.")
+            stats[fw] = (s.mae, s.rmse, bool(s.diverged))
             paper = FEDREC_TABLE2_ML100K.get((m, fw), (math.nan,) * 4)
-            rows.append({"model": m, "framework": fw, "lambda": lams[m], "mae_mean": mae_m,
-                         "mae_std": mae_s, "rmse_mean": rmse_m, "rmse_std": rmse_s,
-                         "diverged_runs": len(diverged), "paper_mae": paper[0], "paper_rmse": paper[2]})
+            rows.append({"model": m, "framework": fw, "lambda": lams[m], "mae_mean": s.mae_mean,
+                         "mae_std": s.mae_std, "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std,
+                         "diverged_runs": len(s.diverged), "paper_mae": paper[0], "paper_rmse": paper[2]})
         if not stats["federated"][2] and not stats["unfederated"][2]:
             a = md_stdr(stats["federated"][0], stats["unfederated"][0])
             r = md_stdr(stats["federated"][1], stats["unfederated"][1])

@@ -7,13 +7,9 @@ The server draws the c participants afresh every iteration. Runs on the first ``
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
-from fedsim.studies.fedrec import make_folds
+from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import hf_setting, run_pp
 from fedsim.studies.parallel import default_workers, pmap
 
@@ -51,14 +47,10 @@ def run(ctx: RunContext) -> None:
     ctx.progress.update(0, len(tasks), stage="participation sweep")
     outs = pmap(run_pp, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
     rows = []
-    for key in dict.fromkeys(keys):
-        runs = [o for o, k in zip(outs, keys) if k == key]
-        div = [o.fold + 1 for o in runs if o.diverged_at is not None]
-        rmse = np.array([o.rmse for o in runs])
-        mae = np.array([o.mae for o in runs])
-        rows.append({"c_fraction": key[0], "algorithm": key[1], "rho": key[2],
-                     "mae_mean": math.nan if div else mae.mean(), "rmse_mean": math.nan if div else rmse.mean(),
-                     "rmse_std": math.nan if div else rmse.std(), "diverged_runs": len(div)})
+    for key, runs in group_runs(outs, keys).items():
+        s = fold_stats(runs)
+        rows.append({"c_fraction": key[0], "algorithm": key[1], "rho": key[2], "mae_mean": s.mae_mean,
+                     "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std, "diverged_runs": len(s.diverged)})
     ctx.table("clients", rows, title="RMSE for participating fractions c/n and rho (Figure 2)")
 
     def draw(ax):

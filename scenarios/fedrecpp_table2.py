@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
-from fedsim.studies.fedrec import make_folds
+from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import hf_setting, run_pp
 from fedsim.studies.paper_values import FEDRECPP_TABLE2_ML100K
 from fedsim.studies.parallel import default_workers, pmap
@@ -49,18 +47,14 @@ def run(ctx: RunContext) -> None:
     ctx.progress.update(0, len(tasks), stage="FedRec vs FedRec++")
     outs = pmap(run_pp, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
     rows = []
-    for key in dict.fromkeys(keys):
-        runs = [o for o, k in zip(outs, keys) if k == key]
-        div = [o.fold + 1 for o in runs if o.diverged_at is not None]
-        mae = np.array([o.mae for o in runs])
-        rmse = np.array([o.rmse for o in runs])
+    for key, runs in group_runs(outs, keys).items():
+        s = fold_stats(runs)
         paper = FEDRECPP_TABLE2_ML100K.get(key, (math.nan, math.nan))
-        rows.append({"algorithm": key[0], "rho": key[1], "mae_mean": math.nan if div else mae.mean(),
-                     "mae_std": math.nan if div else mae.std(), "rmse_mean": math.nan if div else rmse.mean(),
-                     "rmse_std": math.nan if div else rmse.std(), "diverged_runs": len(div),
+        rows.append({"algorithm": key[0], "rho": key[1], "mae_mean": s.mae_mean, "mae_std": s.mae_std,
+                     "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std, "diverged_runs": len(s.diverged),
                      "paper_mae": paper[0], "paper_rmse": paper[1]})
-        if div:
-            ctx.note(f"**{key[0]} rho={key[1]} diverged on fold(s) {div}**; not averaged.")
+        if s.diverged:
+            ctx.note(f"**{key[0]} rho={key[1]} diverged on fold(s) {s.diverged}**; not averaged.")
     base = next((r["rmse_mean"] for r in rows if r["algorithm"] == "FedRec" and r["rho"] == 0), math.nan)
     for r in rows:
         r["rmse_minus_fedrec_rho0"] = r["rmse_mean"] - base

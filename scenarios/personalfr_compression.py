@@ -17,9 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from fedsim.experiment import Param, RunContext, scenario_main
-from fedsim.math import active as act
 from fedsim.protocols.personalfr import FedAEConfig
-from fedsim.scenarios.personalfr_table3 import RunSpec, execute, load_task
+from fedsim.studies.personalfr import RunSpec, execute, load_task
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {

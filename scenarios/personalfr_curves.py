@@ -10,7 +10,7 @@ Joint baseline's curve (per epoch) when ``joint`` is among the methods.
 from __future__ import annotations
 
 from fedsim.experiment import Param, RunContext, scenario_main
-from fedsim.scenarios.personalfr_table3 import COMMON_PARAMS, execute, make_specs, plot_curves, result_tables
+from fedsim.studies.personalfr import COMMON_PARAMS, execute, make_specs, plot_curves, result_tables
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {

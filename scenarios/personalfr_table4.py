@@ -10,7 +10,7 @@ would need M model copies) and PersonalFR encoders are cut to the client's own i
 from __future__ import annotations
 
 from fedsim.experiment import Param, RunContext, scenario_main
-from fedsim.scenarios.personalfr_table3 import (
+from fedsim.studies.personalfr import (
     COMMON_PARAMS,
     execute,
     make_specs,

@@ -234,12 +234,15 @@ def test_mermaid_validator_rejects_bad_syntax():
 
 
 def test_csv_cells_are_plain_numbers_for_numpy_scalars(tmp_path):
-    from fedsim.experiment import _write_csv
+    from fedsim.experiment import write_csv
 
     rows = [{"a": np.float64(0.1), "b": np.float32(0.5), "c": np.int64(7), "d": np.bool_(True),
              "e": float("nan"), "f": np.float64("nan"), "g": "x"}]
-    _write_csv(tmp_path / "t.csv", rows, list(rows[0]))
+    write_csv(tmp_path / "t.csv", rows, list(rows[0]))
     assert (tmp_path / "t.csv").read_text().splitlines() == ["a,b,c,d,e,f,g", "0.1,0.5,7,True,,,x"]
+    # the learning-curve files spell NaN out; a row may also be a plain sequence of cells
+    write_csv(tmp_path / "u.csv", [rows[0], ["1", "a,b"]], ["a", "e", "h"], nan="nan")
+    assert (tmp_path / "u.csv").read_text().splitlines() == ["a,e,h", "0.1,nan,", '1,"a,b"']
 
 
 def test_progress_line_shows_the_recorded_networks_totals(capsys):

@@ -20,6 +20,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..math.csr import csr_order
+
 __all__ = ["CSR", "DataFormatError", "Ratings"]
 
 
@@ -315,10 +317,7 @@ class Ratings:
         return np.bincount(self.items, minlength=self.n_items).astype(np.int64)
 
     def _csr(self, rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> CSR:
-        key = rows.astype(np.int64) * max(n_cols, 1) + cols
-        order = np.argsort(key, kind="stable")
-        indptr = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+        indptr, order = csr_order(rows, cols, n_rows)
         ts = None if self.timestamps is None else _readonly(self.timestamps[order])
         return CSR(
             indptr=_readonly(indptr),

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import _sgd_numba
+from .csr import csr_order
 from .filling import hf_active, sample_unrated, user_mean
 from .pmf import (
     DivergenceError,
@@ -89,15 +90,11 @@ class TrainResult:
 
 
 def to_csr(users, items, ratings, n_users: int, dtype=np.float64):
-    """Per-user CSR ``(indptr int64, indices int32, data dtype)``, items ascending in a row."""
-    users = np.asarray(users)
+    """Per-user CSR ``(indptr int64, indices int32, data dtype)``, items ascending in a row
+    (:func:`fedsim.math.csr.csr_order`). Raises ``ValueError`` for a user index outside
+    ``[0, n_users)``."""
     items = np.asarray(items)
-    order = np.lexsort((items, users))
-    counts = np.bincount(users, minlength=int(n_users))
-    if counts.shape[0] > n_users:
-        raise ValueError("user index out of range")
-    indptr = np.zeros(int(n_users) + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    indptr, order = csr_order(users, items, n_users)
     return indptr, items[order].astype(np.int32), np.asarray(ratings)[order].astype(dtype)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,7 +14,9 @@ from ..math.pmf import DivergenceError
 from ..protocols import fedrec
 from ..protocols.fedrec import FedRecConfig
 
-__all__ = ["Fold", "RunOutcome", "run_one", "make_folds", "paper_lr"]
+__all__ = [
+    "Fold", "FoldStats", "RunOutcome", "evaluate_fold", "fold_stats", "group_runs", "make_folds", "paper_lr", "run_one",
+]
 
 
 @dataclass(frozen=True)
@@ -85,16 +88,57 @@ def run_one(task: tuple) -> RunOutcome:
         history = [{"iteration": h["iteration"], "mae": h.get("mae"), "rmse": h.get("rmse")}
                    for h in model.history] if curve else []
     wall = time.perf_counter() - t0
-    try:
-        mae, rmse = model.evaluate(*fold.test)
-        diverged = None
-    except DivergenceError as exc:
-        mae = rmse = float("nan")
-        diverged = model.diverged_at or exc.iteration
+    mae, rmse, diverged = evaluate_fold(model, fold)
     if curve and framework == "federated" and diverged is None:
         history = history + [{"iteration": cfg.T, "mae": mae, "rmse": rmse}]
     return RunOutcome(fold.index, framework, cfg, mae, rmse, diverged, wall, history, ledger,
                       sim_time, totals)
+
+
+def evaluate_fold(model, fold: Fold) -> tuple[float, float, int | None]:
+    """``(mae, rmse, diverged_at)`` of a trained model on ``fold``'s test part: ``diverged_at``
+    None, or, when the model diverged (``evaluate`` raised ``DivergenceError``), NaN errors and
+    the iteration it diverged at."""
+    try:
+        mae, rmse = model.evaluate(*fold.test)
+        return mae, rmse, None
+    except DivergenceError as exc:
+        return float("nan"), float("nan"), model.diverged_at or exc.iteration
+
+
+def group_runs(outs: list, keys: list) -> dict[Any, list]:
+    """``{key: [the outcomes run under it, in run order]}``, keys in order of first appearance;
+    ``keys[i]`` is the key of ``outs[i]``."""
+    groups: dict[Any, list] = {}
+    for o, k in zip(outs, keys):
+        groups.setdefault(k, []).append(o)
+    return groups
+
+
+@dataclass(frozen=True)
+class FoldStats:
+    """One configuration's errors over its folds. ``diverged`` lists the (1-based) folds whose run
+    diverged; the means and population standard deviations are NaN when any did (a diverged
+    fold is not averaged away)."""
+
+    mae: np.ndarray
+    rmse: np.ndarray
+    diverged: list[int]
+    mae_mean: float
+    mae_std: float
+    rmse_mean: float
+    rmse_std: float
+
+
+def fold_stats(runs: list) -> FoldStats:
+    """:class:`FoldStats` of outcomes with ``fold``, ``mae``, ``rmse`` and ``diverged_at``
+    (``RunOutcome``, ``fedrecpp.PPOutcome``)."""
+    div = [o.fold + 1 for o in runs if o.diverged_at is not None]
+    mae = np.array([o.mae for o in runs])
+    rmse = np.array([o.rmse for o in runs])
+    if div:
+        return FoldStats(mae, rmse, div, math.nan, math.nan, math.nan, math.nan)
+    return FoldStats(mae, rmse, div, mae.mean(), mae.std(), rmse.mean(), rmse.std())
 
 
 def comm_per_iteration(net: SimNetwork, cfg: FedRecConfig) -> dict[str, Any]:

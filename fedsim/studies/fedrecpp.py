@@ -8,10 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernel import SimNetwork
-from ..math.pmf import DivergenceError
 from ..protocols import fedrecpp
 from ..protocols.fedrecpp import FedRecPPConfig
-from .fedrec import Fold
+from .fedrec import evaluate_fold
 
 # kinds that are set-up, tear-down or the model download: outside the paper's Table 3 counting
 NOT_COUNTED = ("model", "assign", "stop")
@@ -41,12 +40,7 @@ def run_pp(task: tuple) -> PPOutcome:
     res = net.run()
     model = job.collect(res)
     wall = time.perf_counter() - t0
-    try:
-        mae, rmse = model.evaluate(*fold.test)
-        div = None
-    except DivergenceError as exc:
-        mae = rmse = float("nan")
-        div = model.diverged_at or exc.iteration
+    mae, rmse, div = evaluate_fold(model, fold)
     out = PPOutcome(fold.index, cfg, mae, rmse, div, wall)
     if with_costs:
         out.costs = role_costs(net, cfg)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..experiment import UsageError, _check_value, load_scenario, parse_value, run_scenario
+from ..experiment import UsageError, check_value, load_scenario, parse_value, run_scenario, write_csv
 from .parallel import default_workers, pmap
 
 __all__ = ["parse_grid", "point_dir_name", "run_sweep", "SweepPoint"]
@@ -85,7 +85,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path, *, dat
     """Run every point of ``grid`` (cartesian product) not already done; returns a summary
     with ``done``, ``skipped`` and ``failed`` lists and the combined CSV paths."""
     mod = load_scenario(scenario)
-    fixed = {k: _check_value(k, v, mod.PARAMS[k]) if k in mod.PARAMS else v for k, v in (fixed or {}).items()}
+    fixed = {k: check_value(k, v, mod.PARAMS[k]) if k in mod.PARAMS else v for k, v in (fixed or {}).items()}
     for k in fixed:
         if k not in mod.PARAMS:
             raise UsageError(f"unknown parameter {k!r} for scenario {scenario}")
@@ -141,9 +141,6 @@ def combine(out: Path, points: list[dict]) -> list[str]:
     paths = []
     for tname, rows in tables.items():
         path = out / f"combined_{tname}.csv"
-        with open(path, "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(headers[tname])
-            w.writerows(rows)
+        write_csv(path, rows, headers[tname])
         paths.append(str(path))
     return paths

@@ -1,0 +1,43 @@
+"""Running scenarios: typed parameters, a run context, and the files every run writes.
+
+A scenario is a module (``scenarios/NAME.py``, installed as ``fedsim.scenarios.NAME``) with
+
+- a docstring whose first line describes it (``fedsim list`` shows it);
+- ``PARAMS``: ``{name: Param(default, help)}``; the default's type is the parameter's type;
+- ``run(ctx: RunContext) -> None``: does the work, reporting through ``ctx``;
+- ``if __name__ == "__main__": scenario_main(globals())`` so that
+  ``python scenarios/NAME.py --data PATH --out DIR [--NAME VALUE ...] [--set NAME=VALUE ...]`` works.
+
+Every run writes to its output folder: ``report.md`` (all tables and notes), one CSV per
+table, ``results.json`` (configuration, seed, versions, git revision, wall and simulated time,
+ledger totals), ``ledger.csv`` when asked, and PNG plots when matplotlib is installed.
+
+The package holds one concern a module; everything public is importable from here:
+
+- :mod:`.errors`: ``UsageError``, ``ScenarioError``;
+- :mod:`.params`: ``Param``, ``parse_value``, ``check_value``, ``resolve_config``, ``parse_sets``;
+- :mod:`.discovery`: ``load_scenario``, ``list_scenarios``, ``first_sentence``, ``scenario_name``;
+- :mod:`.context`: ``RunContext``, ``Progress``;
+- :mod:`.report`: ``Table``, ``format_table``, ``write_csv``, ``write_report``, ``write_results``,
+  ``versions``, ``git_revision``;
+- :mod:`.runner`: ``run_scenario``, ``scenario_main``, ``add_run_arguments``, ``default_out_dir``.
+"""
+
+from __future__ import annotations
+
+from .context import Progress, RunContext
+from .discovery import SCENARIO_PACKAGE, first_sentence, list_scenarios, load_scenario, scenario_name
+from .errors import ScenarioError, UsageError
+from .params import Param, check_value, parse_sets, parse_value, resolve_config
+from .report import (
+    Table, csv_cell, format_table, git_revision, json_default, versions, write_csv, write_report, write_results,
+)
+from .runner import add_run_arguments, default_out_dir, run_scenario, scenario_main
+
+__all__ = [
+    "SCENARIO_PACKAGE", "Param", "Progress", "RunContext", "ScenarioError", "Table", "UsageError",
+    "add_run_arguments", "check_value", "csv_cell", "default_out_dir", "first_sentence", "format_table",
+    "git_revision", "json_default", "list_scenarios", "load_scenario", "parse_sets", "parse_value",
+    "resolve_config", "run_scenario", "scenario_main", "scenario_name", "versions", "write_csv",
+    "write_report", "write_results",
+]

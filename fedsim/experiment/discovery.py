@@ -1,0 +1,95 @@
+"""Finding and importing scenarios: by name from ``fedsim.scenarios`` (the repository's
+``scenarios/`` folder) or from a path to a script."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from .errors import UsageError
+
+__all__ = ["SCENARIO_PACKAGE", "first_sentence", "list_scenarios", "load_scenario", "scenario_name"]
+
+SCENARIO_PACKAGE = "fedsim.scenarios"
+
+
+def _scenario_dirs() -> list[Path]:
+    dirs = []
+    try:
+        pkg = importlib.import_module(SCENARIO_PACKAGE)
+        dirs.extend(Path(p) for p in pkg.__path__)
+    except ImportError:
+        pass
+    # a source checkout run without installing: scenarios/ beside the fedsim package
+    here = Path(__file__).resolve().parents[2] / "scenarios"
+    if here.is_dir() and here not in dirs:
+        dirs.append(here)
+    return dirs
+
+
+def list_scenarios() -> list[tuple[str, str]]:
+    """``(name, one-line description)`` of every scenario, sorted by name."""
+    seen: dict[str, str] = {}
+    for d in _scenario_dirs():
+        for f in sorted(d.glob("*.py")):
+            if f.name.startswith("_") or f.stem in seen:
+                continue
+            seen[f.stem] = _first_docline(f)
+    return sorted(seen.items())
+
+
+def _first_docline(path: Path) -> str:
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    except SyntaxError:
+        return "(cannot parse)"
+    return first_sentence(doc)
+
+
+def first_sentence(doc: str) -> str:
+    """The docstring's first paragraph up to its first full stop, on one line (summaries in
+    ``fedsim list`` may wrap over several source lines)."""
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    for i, ch in enumerate(para):
+        if ch == "." and (i + 1 == len(para) or para[i + 1] == " "):
+            return para[: i + 1]
+    return para
+
+
+def load_scenario(name_or_path: str) -> ModuleType:
+    """Import a scenario by name (``fedrec_table2``) or by path to a ``.py`` file.
+    Raises ``UsageError`` if there is none."""
+    p = Path(name_or_path)
+    if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
+        if not p.is_file():
+            raise UsageError(f"no scenario script at {name_or_path}")
+        spec = importlib.util.spec_from_file_location(f"fedsim_scenario_{p.stem}", p)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
+        spec.loader.exec_module(mod)
+    else:
+        if not name_or_path.isidentifier():
+            raise UsageError(f"unknown scenario {name_or_path!r}")
+        try:
+            mod = importlib.import_module(f"{SCENARIO_PACKAGE}.{name_or_path}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith(SCENARIO_PACKAGE):
+                known = ", ".join(n for n, _ in list_scenarios())
+                raise UsageError(f"unknown scenario {name_or_path!r}; known: {known}") from None
+            raise
+    if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
+        raise UsageError(f"{name_or_path} is not a fedsim scenario (it needs PARAMS and run(ctx))")
+    return mod
+
+
+def scenario_name(mod: ModuleType) -> str:
+    """The scenario's short name (``fedrec_table2``) whether it was imported from the package, loaded
+    from a path (``fedsim_scenario_NAME``) or is running as ``__main__``."""
+    if mod.__name__ == "__main__" and getattr(mod, "__file__", None):
+        return Path(mod.__file__).stem
+    return mod.__name__.rsplit(".", 1)[-1].removeprefix("fedsim_scenario_")

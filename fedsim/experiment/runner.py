@@ -1,0 +1,125 @@
+"""Running a scenario: :func:`run_scenario` (what ``fedsim run`` and ``fedsim sweep`` call) and
+:func:`scenario_main` (what ``python scenarios/NAME.py ...`` calls)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
+
+from .context import Progress, RunContext
+from .discovery import first_sentence, load_scenario, scenario_name
+from .errors import ScenarioError, UsageError
+from .params import parse_sets, parse_value, resolve_config
+from .report import git_revision, versions, write_report, write_results
+
+__all__ = ["add_run_arguments", "default_out_dir", "run_scenario", "scenario_main"]
+
+
+def default_out_dir(name: str) -> Path:
+    """``runs/<YYYYmmdd-HHMMSS>-<name>``, relative to the working directory (not created)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{name}"
+
+
+def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
+                 overrides: dict[str, Any] | None = None, seed: int = 0, profile: str | None = None,
+                 quiet: bool = False, ledger: bool = False) -> dict[str, Any]:
+    """Run a scenario (a module, or a name or path :func:`load_scenario` takes) and write its
+    files to ``out`` (default :func:`default_out_dir`); returns the content of results.json.
+    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value or
+    a negative seed; whatever the scenario raises (``ScenarioError`` among it) passes through."""
+    if isinstance(mod, str):
+        mod = load_scenario(mod)
+    name = scenario_name(mod)
+    cfg = resolve_config(mod, overrides or {})
+    profile = profile or getattr(mod, "DEFAULT_PROFILE", "ideal")
+    from ..kernel import get_profile
+    from ..kernel.errors import NetworkConfigError
+
+    try:
+        get_profile(profile)
+    except NetworkConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if int(seed) < 0:
+        raise UsageError(f"--seed must be non-negative, got {seed}")
+    out_dir = Path(out) if out else default_out_dir(name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if ledger and (out_dir / "ledger.csv").exists():
+        (out_dir / "ledger.csv").unlink()
+    data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
+    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), profile=profile,
+                     out=out_dir, quiet=quiet, keep_ledger=ledger, progress=Progress(not quiet))
+    t0 = time.perf_counter()
+    try:
+        mod.run(ctx)
+    finally:
+        ctx.progress.close()
+    wall = time.perf_counter() - t0
+    results = {
+        "scenario": name,
+        "config": cfg,
+        "data": data_spec,
+        "seed": int(seed),
+        "profile": profile,
+        "versions": versions(),
+        "git_revision": git_revision(),
+        "wall_time_s": wall,
+        "simulated_time_s": ctx.sim_time,
+        "ledger_totals": ctx.ledger_totals,
+        "tables": [t.name for t in ctx.tables],
+        "plots": ctx.plots,
+        "finished": _dt.datetime.now().isoformat(timespec="seconds"),
+    }
+    write_results(out_dir, results)
+    write_report(out_dir, results, ctx.tables, ctx.notes)
+    return results
+
+
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """Add the options every run takes (``--data --out --set --seed --profile --quiet --ledger``)
+    to ``ap``; ``fedsim run``, ``fedsim sweep`` and :func:`scenario_main` share them."""
+    ap.add_argument("--data", help="dataset: a synthetic preset (tiny, ml100k-like, ml1m-like), "
+                                   "a MovieLens folder or ratings file, or a downloaded name (ml-100k)")
+    ap.add_argument("--out", help="output folder (default: runs/<timestamp>-<scenario>)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a scenario parameter (repeatable)")
+    ap.add_argument("--seed", type=int, default=0, help="experiment seed (default 0)")
+    ap.add_argument("--profile", default=None,
+                    help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar or printed tables")
+    ap.add_argument("--ledger", action="store_true", help="also write the full ledger as ledger.csv")
+
+
+def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) -> int:
+    """``python scenarios/NAME.py ...``: parse arguments (each parameter is also ``--NAME``) and
+    run. Errors a user can cause print one line and exit 2."""
+    mod = sys.modules[namespace["__name__"]]
+    name = Path(namespace.get("__file__", "scenario")).stem
+    ap = argparse.ArgumentParser(prog=f"scenarios/{name}.py",
+                                 description=first_sentence(namespace["__doc__"])
+                                 if namespace.get("__doc__") else None)
+    add_run_arguments(ap)
+    for key, p in mod.PARAMS.items():
+        ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(),
+                        help=f"{p.help} (default {p.default})")
+    args = ap.parse_args(argv)
+    try:
+        overrides = parse_sets(mod, args.set)
+        for key, p in mod.PARAMS.items():
+            v = getattr(args, f"param_{key}")
+            if v is not None:
+                overrides[key] = parse_value(key, v, p)
+        res = run_scenario(mod, data=args.data, out=args.out, overrides=overrides, seed=args.seed,
+                           profile=args.profile, quiet=args.quiet, ledger=args.ledger)
+    except (UsageError, ScenarioError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"\nwrote {Path(args.out) if args.out else 'runs/'}: report.md, results.json, "
+              f"{', '.join(t + '.csv' for t in res['tables'])}")
+    return 0

@@ -1,0 +1,245 @@
+"""FPL run helpers: FPL, FCF, BPR-MF, Top-Pop and Random runs on an :class:`ImplicitSplit`,
+each a :class:`RunRecord` of one evaluation per epoch, and the communication figures read from
+the runs' ledgers (see :mod:`fedsim.studies.fpl`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ...kernel import SimNetwork
+from ...math.bpr import bpr_scores
+from ...math.bpr_central import train_bpr
+from ...math.fpl_presets import PRESET_NAMES, fpl_preset
+from ...math.popularity import random_scores, toppop_item_scores
+from ...protocols import fcf as fcf_proto
+from ...protocols import fpl as fpl_proto
+from ...seeding import node_rng, seed_sequence
+from .data import ImplicitSplit
+
+__all__ = [
+    "RunRecord", "best_epoch", "epoch_seed", "ledger_tcc", "mean_cce", "run_bpr", "run_fcf", "run_fpl",
+    "run_random", "run_toppop",
+]
+
+
+@dataclass
+class RunRecord:
+    """One training run: ``curve`` holds one dict per evaluation (``epoch``; per evaluator
+    ``{name}_p``, ``_r``, ``_f1``, ``_ic``, ``_gini``, ``_bd``; for federated runs the ledger's
+    ``cce_ledger`` (units of the training kinds in that epoch), ``bytes``, and the closed forms)."""
+
+    method: str
+    params: dict
+    curve: list[dict]
+    wall_s: float
+    info: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunRecord":
+        return cls(d["method"], d["params"], d["curve"], d["wall_s"], d.get("info", {}))
+
+
+def best_epoch(rec: RunRecord, on: str = "val", metric: str = "p") -> dict:
+    """The curve entry with the highest ``{on}_{metric}`` (the first one on ties); ``on`` falls
+    back to "test" when the run has no validation figures."""
+    key = f"{on}_{metric}"
+    if not rec.curve:
+        raise ValueError(f"{rec.method}: empty curve")
+    if key not in rec.curve[0]:
+        key = f"test_{metric}"
+    vals = [c[key] for c in rec.curve]
+    return rec.curve[int(np.argmax(vals))]
+
+
+def _flatten(epoch: int, metrics: dict[str, dict]) -> dict:
+    out: dict[str, Any] = {"epoch": epoch}
+    for name, m in metrics.items():
+        for k, v in m.items():
+            out[f"{name}_{k}"] = v
+    return out
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The network seed of epoch ``epoch`` of a run seeded ``seed`` (a 63-bit integer)."""
+    w = seed_sequence(seed, f"fpl:epoch:{epoch}").generate_state(2, np.uint32)
+    return (int(w[0]) << 31) ^ int(w[1])
+
+
+def _ledger_epoch(net, kinds: tuple[str, ...]) -> dict[str, float]:
+    c = net.ledger.columns()
+    keep = np.isin(c["kind"], kinds)
+    down = keep & (c["src_role"] == "server")
+    return {"cce_ledger": float(c["units"][keep].sum()), "down_units": float(c["units"][down].sum()),
+            "up_units": float(c["units"][keep & ~down].sum()), "bytes": int(c["bytes"][keep].sum()),
+            "raw_bytes": int(c["raw_bytes"][keep].sum()), "messages": int(keep.sum())}
+
+
+def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int = 10, lr: float = 0.05,
+            seed: int = 0, profile: str = "ideal", rounding: str = "round", definition: str = "code",
+            dtype: str = "float32", merge: bool | str = False, local_item_updates: bool = False,
+            user_update: str = "per_triple", on_epoch: Callable[[int, dict], None] | None = None,
+            record_network: Callable[[Any], None] | None = None, start: tuple[RunRecord, dict] | None = None,
+            checkpoint: Callable[[RunRecord, dict], None] | None = None) -> RunRecord:
+    """Train FPL preset ``preset`` with disclosure ``pi`` for ``epochs`` epochs, one network per
+    epoch; evaluate after every epoch. Each curve entry carries the ledger's figures for that
+    epoch (``cce_ledger`` etc.), the exact count ``cce_exact`` = visits (|I| + T) + positives sent
+    (from the clients' own counts), the closed form of the schedule actually run
+    (``cce_formula``) and of the paper's fractional T and rpe (``cce_formula_paper``).
+
+    ``start = (record, {"theta", "P"})`` continues a run of ``len(record.curve)`` epochs (same
+    parameters) from its final model; epoch e only depends on the model after epoch e - 1 and on
+    ``epoch_seed(seed, e)``, so a continued run equals one run of ``epochs`` epochs.
+    ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch."""
+    if preset not in PRESET_NAMES:
+        raise ValueError(f"unknown preset {preset!r}")
+    nu, ni = split.n_users, split.n_items
+    exact = fpl_preset(preset, nu, split.x_plus, definition)
+    sched = exact.schedule(rounding)
+    cfg = fpl_proto.config_for_preset(preset, nu, split.x_plus, epochs=1, rounding=rounding, definition=definition,
+                                      d=d, lr=lr, pi=pi, dtype=dtype, merge=merge,
+                                      local_item_updates=local_item_updates, user_update=user_update)
+    samplers = fpl_proto.make_samplers(split.user_items, ni, split.catalogue)
+    theta = P = None
+    curve: list[dict] = []
+    wall0 = 0.0
+    if start is not None:
+        prev, state = start
+        curve = [dict(c) for c in prev.curve]
+        theta, P = np.array(state["theta"]), np.array(state["P"], dtype=np.float64)
+        wall0 = float(prev.wall_s)
+    params = {"preset": preset, "pi": float(pi), "epochs": int(epochs), "d": d, "lr": lr, "seed": seed,
+              "profile": profile, "rounding": rounding, "definition": definition, "dtype": dtype,
+              "merge": merge, "local_item_updates": local_item_updates, "user_update": user_update,
+              "clients_per_round": cfg.clients_per_round, "triples": cfg.triples,
+              "rounds_per_epoch": cfg.rounds}
+    t0 = time.perf_counter()
+    for e in range(len(curve), int(epochs)):
+        te = time.perf_counter()
+        net = SimNetwork(seed=epoch_seed(seed, e), profile=profile)
+        job = fpl_proto.build(net, None, ni, cfg, samplers=samplers, init=theta, user_factors=P,
+                              round_offset=e * cfg.rounds)
+        res = net.run()
+        out = job.collect(res)
+        theta, P = out["theta"], out["P"]
+        led = _ledger_epoch(net, fpl_proto.TRAINING_KINDS)
+        visits = int(out["rounds"].sum())
+        pos = int(out["sent_positive"].sum())
+        train_s = time.perf_counter() - te
+        scores = bpr_scores(P, out["Q"].astype(np.float64), out["b"].astype(np.float64))
+        entry = _flatten(e + 1, split.evaluate(scores))
+        entry.update(led)
+        entry.update({
+            "visits": visits, "positives_sent": pos, "negatives_sent": int(out["sent_negative"].sum()),
+            "cce_exact": visits * (ni + cfg.triples) + pos,
+            "cce_formula": sched.cce(ni, pi),
+            "cce_formula_paper": exact.cce(ni, pi),
+            "sim_time": float(res.duration), "train_s": train_s, "wall_s": time.perf_counter() - te,
+        })
+        curve.append(entry)
+        if record_network is not None:
+            record_network(net)
+        if on_epoch is not None:
+            on_epoch(e + 1, entry)
+        if checkpoint is not None:
+            checkpoint(RunRecord(preset, {**params, "epochs": e + 1}, list(curve), wall0 + time.perf_counter() - t0),
+                       {"theta": theta, "P": P})
+        del net, res, job
+    return RunRecord(preset, params, curve, wall0 + time.perf_counter() - t0)
+
+
+def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.0, lam: float = 0.1,
+            lr: float = 0.05, optimizer: str = "adam", seed: int = 0, profile: str = "ideal", eval_every: int = 1,
+            on_epoch: Callable[[int, dict], None] | None = None,
+            record_network: Callable[[Any], None] | None = None) -> RunRecord:
+    """Train FCF for ``rounds`` rounds of all clients (one "epoch" = one round: every client
+    processes all its data), in networks of ``eval_every`` rounds, evaluating ``P @ Q_sent.T``
+    after each. Curve entries carry the ledger's figures per round (averaged over the chunk):
+    ``bytes_per_client_round`` and ``raw_bytes_per_client_round`` (payload arrays only)."""
+    nu, ni = split.n_users, split.n_items
+    items = split.user_items
+    state = None
+    curve = []
+    t0 = time.perf_counter()
+    done = 0
+    chunk = 0
+    while done < rounds:
+        k = min(int(eval_every), rounds - done)
+        cfg = fcf_proto.FCFConfig(rounds=k, d=d, alpha=alpha, lam=lam, lr=lr, optimizer=optimizer)
+        te = time.perf_counter()
+        net = SimNetwork(seed=epoch_seed(seed, chunk), profile=profile)
+        job = fcf_proto.build(net, items, ni, cfg, init=state, round_offset=done)
+        res = net.run()
+        out = job.collect(res)
+        state = {"Q": out["Q"], "adam": out["adam"]}
+        done += k
+        chunk += 1
+        led = _ledger_epoch(net, fcf_proto.TRAINING_KINDS)
+        scores = out["P"] @ out["Q_sent"].astype(np.float64).T
+        entry = _flatten(done, split.evaluate(scores))
+        entry.update({key: v / k for key, v in led.items()})
+        entry.update({"bytes_per_client_round": led["bytes"] / (k * nu),
+                      "raw_bytes_per_client_round": led["raw_bytes"] / (k * nu),
+                      "formula_bytes_per_client_round": fcf_proto.payload_bytes_per_client_round(ni, d),
+                      "sim_time": float(res.duration), "wall_s": time.perf_counter() - te})
+        curve.append(entry)
+        if record_network is not None:
+            record_network(net)
+        if on_epoch is not None:
+            on_epoch(done, entry)
+    params = {"rounds": int(rounds), "d": d, "alpha": alpha, "lam": lam, "lr": lr, "optimizer": optimizer,
+              "seed": seed, "profile": profile, "eval_every": int(eval_every)}
+    return RunRecord("FCF", params, curve, time.perf_counter() - t0)
+
+
+def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05, seed: int = 0,
+            on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
+    """Centralized BPR-MF (``fedsim.math.bpr_central.train_bpr``, X+ steps per epoch, negatives
+    from the catalogue), evaluated after every epoch."""
+    csr = split.train.by_user()
+    curve = []
+    t0 = time.perf_counter()
+
+    def cb(epoch, model):
+        entry = _flatten(epoch, split.evaluate(model.scores()))
+        curve.append(entry)
+        if on_epoch is not None:
+            on_epoch(epoch, entry)
+
+    train_bpr(np.asarray(csr.indptr), np.asarray(csr.indices), split.n_users, split.n_items, d, int(epochs), lr,
+              node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb)
+    return RunRecord("BPR-MF", {"epochs": int(epochs), "d": d, "lr": lr, "seed": seed}, curve,
+                     time.perf_counter() - t0)
+
+
+def run_toppop(split: ImplicitSplit) -> RunRecord:
+    """Top-Pop: every user's scores are the items' training interaction counts (ties broken by
+    ascending item id); one evaluation (epoch 0)."""
+    t0 = time.perf_counter()
+    s = toppop_item_scores(split.train.items, n_items=split.n_items)
+    scores = np.broadcast_to(s, (split.n_users, split.n_items))
+    return RunRecord("Top-Pop", {}, [_flatten(0, split.evaluate(scores))], time.perf_counter() - t0)
+
+
+def run_random(split: ImplicitSplit, seed: int = 0) -> RunRecord:
+    """Random scores (drawn from ``node_rng(seed, "random")``); one evaluation (epoch 0)."""
+    t0 = time.perf_counter()
+    scores = random_scores(split.n_users, split.n_items, node_rng(seed, "random"))
+    return RunRecord("Random", {"seed": seed}, [_flatten(0, split.evaluate(scores))], time.perf_counter() - t0)
+
+
+def mean_cce(rec: RunRecord, upto: int | None = None) -> float:
+    """The ledger's mean vectors per epoch over the first ``upto`` epochs (all by default)."""
+    c = rec.curve[: upto or len(rec.curve)]
+    return float(np.mean([e["cce_ledger"] for e in c]))
+
+
+def ledger_tcc(rec: RunRecord, epochs: int) -> float:
+    """TCC from the ledger: the vectors actually exchanged in the first ``epochs`` epochs."""
+    return float(sum(e["cce_ledger"] for e in rec.curve[:epochs]))

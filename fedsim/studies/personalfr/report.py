@@ -1,0 +1,130 @@
+"""PersonalFR reporting: the accuracy and communication tables and learning-curve CSV of a set of
+runs (:func:`fedsim.studies.personalfr.execute`'s results), the checks against the paper's claims,
+and the learning-curve plots. The paper's figures (Le et al. 2022, ML1M) are shown beside ours."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...experiment import RunContext, write_csv
+from .runs import METRIC
+
+__all__ = ["PAPER", "label_M", "plot_curves", "result_tables", "verdicts"]
+
+# Le et al. 2022, Tables III and IV (ML1M; mean over 4 seeds): RMSE (explicit), NDCG@10 (implicit)
+PAPER = {
+    ("explicit", "joint", None): 0.8591, ("implicit", "joint", None): 0.8466,
+    ("explicit", "fedavg", 100): 0.8629, ("implicit", "fedavg", 100): 0.8514,
+    ("explicit", "personalfr", 100): 0.8613, ("implicit", "personalfr", 100): 0.8538,
+    ("explicit", "fedavg", 300): 0.8731, ("implicit", "fedavg", 300): 0.8486,
+    ("explicit", "personalfr", 300): 0.8602, ("implicit", "personalfr", 300): 0.8529,
+    ("explicit", "fedavg", "all"): 0.9508, ("implicit", "fedavg", "all"): 0.8321,
+    ("explicit", "personalfr", "all"): 0.8983, ("implicit", "personalfr", "all"): 0.8379,
+}
+
+
+def _mean_std(xs):
+    xs = [x for x in xs if not math.isnan(x)]
+    if not xs:
+        return float("nan"), float("nan")
+    return float(np.mean(xs)), float(np.std(xs))  # population std, as the paper
+
+
+def label_M(M: int, n_users: int) -> str:
+    """How tables name a number of clients: "all" for one user per client, else the number."""
+    return "all" if M in (0, n_users) else str(M)
+
+
+def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = "results") -> list[dict]:
+    """The accuracy table ``name`` (mean and population std over repeats, best and final), the communication
+    table ``name_comm`` (when there are federated runs) and the learning-curve CSV ``name_curves.csv`` (not a
+    table of the report); returns the accuracy rows."""
+    groups: dict = {}
+    for o in outs:
+        groups.setdefault((o["task"], o["method"], o["M"] if o["method"] != "joint" else None), []).append(o)
+    rows = []
+    order = {"joint": 0, "fedavg": 1, "personalfr": 2}
+    for (task, method, M), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0, order[kv[0][1]])):
+        n_users = runs[0]["n_users"]
+        mlab = "" if M is None else label_M(M, n_users)
+        best, best_sd = _mean_std([r["best"] for r in runs])
+        fin, fin_sd = _mean_std([r["final"] for r in runs])
+        paper = PAPER.get((task, method, None if M is None else (mlab if mlab == "all" else int(mlab))), "")
+        rows.append({"task": task, "metric": METRIC[task] if task == "explicit" else "ndcg@10",
+                     "clients": mlab or "1 (central)", "method": method, "best": best, "best_std": best_sd,
+                     "final": fin, "final_std": fin_sd, "best_round": runs[0]["best_round"],
+                     "rounds": runs[0]["rounds"], "repeats": len(runs), "paper_ml1m": paper,
+                     "wall_s": float(np.mean([r["wall_s"] for r in runs]))})
+    ctx.table(name, rows, title=title)
+    comm = []
+    for (task, method, M), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0, order[kv[0][1]])):
+        if method == "joint":
+            continue
+        c = runs[0]["comm"]
+        comm.append({"task": task, "clients": label_M(M, runs[0]["n_users"]), "method": method,
+                     "clients_per_round": runs[0]["clients_per_round"],
+                     "bytes_per_round": c["bytes_per_round"], "down_bytes_per_client": c["down_bytes_per_client"],
+                     "up_bytes_per_client": c["up_bytes_per_client"], "setup_bytes": c["setup_bytes"],
+                     "client_gflop_per_round": runs[0]["client_flops"] / runs[0]["rounds"] / 1e9})
+    if comm:
+        ctx.table(f"{name}_comm", comm, title="Communication per round (ledger, evaluation messages left out) "
+                  "and client computation per round (FLOPs charged)", floatfmt=".1f")
+    curves = []
+    for o in outs:
+        key = METRIC[o["task"]]
+        for h in o["history"]:
+            curves.append({"task": o["task"], "method": o["method"],
+                           "clients": "" if o["method"] == "joint" else label_M(o["M"], o["n_users"]),
+                           "seed": o["seed"], "round": h["round"], key: h[key]})
+    write_csv(ctx.out / f"{name}_curves.csv", curves, ["task", "method", "clients", "seed", "round", "rmse", "ndcg"],
+              nan="nan")
+    return rows
+
+
+def verdicts(ctx: RunContext, rows: list[dict]) -> None:
+    """Notes: does PersonalFR beat FedAvg at each M, is Joint at least as good as both (best-epoch figures)."""
+    lines = []
+    for task in sorted({r["task"] for r in rows}):
+        better = (lambda a, b: a < b) if task == "explicit" else (lambda a, b: a > b)
+        mine = {(r["method"], r["clients"]): r["best"] for r in rows if r["task"] == task}
+        joint = mine.get(("joint", "1 (central)"))
+        for M in sorted({c for (_, c) in mine if c != "1 (central)"}, key=lambda s: (s == "all", s)):
+            fa, pf = mine.get(("fedavg", M)), mine.get(("personalfr", M))
+            if fa is None or pf is None:
+                continue
+            txt = f"{task}, M = {M}: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: " + (
+                "PersonalFR better" if better(pf, fa) else "FedAvg better")
+            if joint is not None:
+                ok = not better(pf, joint) and not better(fa, joint)
+                txt += f"; Joint {joint:.4f} " + ("at least as good as both" if ok else "NOT at least as good as both")
+            lines.append("- " + txt)
+    if lines:
+        ctx.note("Checks (best evaluation of each run):\n\n" + "\n".join(lines))
+
+
+def plot_curves(ctx: RunContext, outs: list[dict], name: str) -> None:
+    """One plot ``name_TASK`` per task: the metric against rounds of every run seeded ``ctx.seed``."""
+    for task in sorted({o["task"] for o in outs}):
+        key = METRIC[task]
+
+        def draw(ax, task=task, key=key):
+            for o in outs:
+                if o["task"] != task or o["seed"] != ctx.seed:
+                    continue
+                xs = [h["round"] for h in o["history"]]
+                ys = [h[key] for h in o["history"]]
+                lab = "Joint (epochs)" if o["method"] == "joint" else f"{o['method']} M={label_M(o['M'], o['n_users'])}"
+                ax.plot(xs, ys, marker=".", label=lab, linestyle="--" if o["method"] == "joint" else "-")
+            ax.set_xlabel("communication round (Joint: epoch)")
+            ax.set_ylabel("RMSE" if key == "rmse" else "NDCG@10")
+            ax.set_title(f"{task} feedback")
+            ax.legend(fontsize=8)
+            if key == "rmse":
+                finite = [h[key] for o in outs if o["task"] == task for h in o["history"] if h[key] == h[key]]
+                if finite:
+                    ax.set_ylim(min(finite) - 0.02, min(max(finite), min(finite) + 0.35))
+
+        ctx.plot(f"{name}_{task}", draw)
+

@@ -1,0 +1,203 @@
+"""PersonalFR runs: the parameters the PersonalFR scenarios share, one training run per
+:class:`RunSpec` (Joint, FedAvg or PersonalFR; picklable, so runs go to worker processes), and
+the specs a scenario's configuration asks for.
+
+Users are split 80/20 per user at random, partitioned into M clients of balanced size; every
+client trains on its users, the server picks a fraction C of the clients per round. Metrics are
+federated evaluations every ``eval_every`` rounds; communication is read from the ledger.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...data import partition_users, per_user_random, resolve
+from ...experiment import Param, RunContext, ScenarioError
+from ...kernel import SimNetwork
+from ...math import ae_train
+from ...protocols import fedavg_ae, personalfr
+from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
+from ...seeding import node_rng
+from ..parallel import default_workers, pmap
+
+__all__ = [
+    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "comm_from_ledger", "config_from", "execute", "load_task",
+    "make_specs", "run_spec",
+]
+
+METRIC = {"explicit": "rmse", "implicit": "ndcg"}
+PROTOCOLS = {"fedavg": fedavg_ae, "personalfr": personalfr}
+
+COMMON_PARAMS = {
+    "tasks": Param(["explicit", "implicit"], "tasks: explicit (RMSE) and/or implicit (NDCG@10)", kind="strs",
+                   choices=("explicit", "implicit")),
+    "methods": Param(["joint", "fedavg", "personalfr"], "methods to run", kind="strs",
+                     choices=("joint", "fedavg", "personalfr")),
+    "rounds": Param(200, "communication rounds T (the paper: 800)"),
+    "eval_every": Param(10, "federated evaluation every this many rounds (and after the last)"),
+    "fraction": Param(0.1, "fraction C of clients per round"),
+    "local_epochs": Param(5, "local epochs K"),
+    "batch": Param(10, "local batch size B (users)"),
+    "lr": Param(0.1, "client SGD learning rate (cosine-annealed per round)"),
+    "merge": Param("per_item", "Eq. 5 merge: per_item or algorithm1", choices=("per_item", "algorithm1")),
+    "compression": Param(True, "Partial Compression (exchange only the active decoder)"),
+    "encoder_input": Param("cut", "PersonalFR encoder width: cut (own items; same model, less memory) or dense",
+                           choices=("cut", "dense")),
+    "client_momentum": Param("keep", "clients keep their momentum between rounds (keep) or not (reset)",
+                             choices=("keep", "reset")),
+    "joint_epochs": Param(0, "Joint epochs (0: as many as rounds)"),
+    "joint_batch": Param(500, "Joint batch size (Adam lr 1e-3)"),
+    "threshold": Param(3.5, "implicit task: ratings >= threshold are positive"),
+    "test_frac": Param(0.2, "per-user test fraction"),
+    "repeats": Param(1, "repetitions with seeds seed, seed+1, ... (the paper: 4)"),
+    "workers": Param(0, "worker processes (0: one per core)"),
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run (picklable for worker processes)."""
+
+    method: str  # joint, fedavg, personalfr
+    data: str
+    seed: int
+    task: str
+    threshold: float
+    test_frac: float
+    M: int = 0  # 0: one user per client
+    cfg: FedAEConfig | None = None
+    profile: str = "ideal"
+    evaluate: bool = True
+    joint_epochs: int = 0
+    joint_batch: int = 500
+
+
+_TASKS: dict = {}
+
+
+def load_task(data: str, seed: int, task: str, threshold: float, test_frac: float):
+    """The ``ae_train.AETask`` of dataset ``data`` (synthetic presets generated with seed 0) split
+    ``1 - test_frac`` / ``test_frac`` per user at random with ``seed``, for ``task``; cached per
+    process (the last one asked for)."""
+    key = (data, seed, task, threshold, test_frac)
+    if key not in _TASKS:
+        ratings = resolve(data)
+        tr, te = per_user_random(ratings, test_frac, seed=seed)
+        t = ae_train.prepare((tr.users, tr.items, tr.values), (te.users, te.items, te.values), ratings.n_users,
+                             ratings.n_items, task=task, threshold=threshold)
+        t.info["name"] = ratings.name
+        _TASKS.clear()  # one dataset at a time per process (ML1M-sized rows are ~110 MB)
+        _TASKS[key] = t
+    return _TASKS[key]
+
+
+def comm_from_ledger(net, rounds: int) -> dict:
+    """Communication figures of one run, read from the ledger (evaluation kinds left out)."""
+    cols = net.ledger.columns()
+    if not len(cols["kind"]):
+        return {}
+    kind = cols["kind"]
+    nbytes = cols["bytes"].astype(np.int64)
+    floats = cols["floats"].astype(np.int64)
+    train = ~np.isin(kind, EVAL_KINDS)
+    down = np.isin(kind, ("decoder", "model"))
+    up = kind == "update"
+    n_up = int(up.sum())
+    return {
+        "total_bytes": int(nbytes[train].sum()),
+        "setup_bytes": int(nbytes[kind == "indices"].sum()),
+        "bytes_per_round": float(nbytes[down | up].sum() / rounds),
+        "down_bytes_per_client": float(nbytes[down].sum() / max(int(down.sum()), 1)),
+        "up_bytes_per_client": float(nbytes[up].sum() / max(n_up, 1)),
+        "up_floats_per_client": float(floats[up].sum() / max(n_up, 1)),
+        "client_rounds": n_up,
+        "eval_bytes": int(nbytes[~train].sum()),
+        "messages": int(train.sum()),
+    }
+def run_spec(spec: RunSpec) -> dict:
+    """Run one spec; returns its history, best/final metric, FLOPs and ledger figures (module-level, so it
+    can run in a worker process). Raises ``ScenarioError`` when a federated run's network ends with
+    actors still blocked."""
+    task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac)
+    key = METRIC[spec.task]
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"method": spec.method, "task": spec.task, "seed": spec.seed, "M": spec.M,
+                           "n_users": task.n_users, "n_items": task.n_items}
+    if spec.method == "joint":
+        epochs = spec.joint_epochs or (spec.cfg.rounds if spec.cfg else 200)
+        every = spec.cfg.eval_every if spec.cfg and spec.cfg.eval_every else max(epochs // 10, 1)
+        res = ae_train.train_joint(task, epochs=epochs, rng=node_rng(spec.seed, "joint"), batch=spec.joint_batch,
+                                   eval_every=every, k=spec.cfg.eval_k if spec.cfg else 10)
+        hist = [dict(h, round=h["epoch"]) for h in res.history]
+        out.update(rounds=epochs, client_flops=res.flops, comm={}, sim_time=0.0, totals={})
+    else:
+        M = spec.M or task.n_users
+        groups = partition_users(task.n_users, M, seed=spec.seed)
+        net = SimNetwork(seed=spec.seed, profile=spec.profile)
+        job = PROTOCOLS[spec.method].build(net, task, groups, spec.cfg, evaluate=spec.evaluate)
+        result = net.run()
+        if result.unfinished:
+            raise ScenarioError(f"{spec.method} M={M}: actors left blocked: {result.unfinished[:3]}")
+        col = job.collect(result)
+        hist = col["history"]
+        out.update(M=M, rounds=spec.cfg.rounds, client_flops=col["client_flops"], server_flops=col["server_flops"],
+                   comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=float(result.duration),
+                   totals=net.ledger.totals(), clients_per_round=len(col["selected"][0]))
+    vals = [h[key] for h in hist]
+    finite = [v for v in vals if not math.isnan(v)]
+    best_i = (int(np.nanargmin(vals)) if key == "rmse" else int(np.nanargmax(vals))) if finite else None
+    out.update(history=[{"round": h["round"], key: h[key]} for h in hist],
+               final=vals[-1] if vals else float("nan"),
+               best=vals[best_i] if best_i is not None else float("nan"),
+               best_round=hist[best_i]["round"] if best_i is not None else None,
+               wall_s=time.perf_counter() - t0)
+    return out
+
+
+def config_from(ctx: RunContext, **over) -> FedAEConfig:
+    """The ``FedAEConfig`` of ``ctx``'s COMMON_PARAMS values, updated with ``over``."""
+    kw = dict(rounds=ctx["rounds"], fraction=ctx["fraction"], local_epochs=ctx["local_epochs"], batch=ctx["batch"],
+              lr=ctx["lr"], merge=ctx["merge"], compression=ctx["compression"],
+              encoder_input=ctx["encoder_input"], client_momentum=ctx["client_momentum"],
+              eval_every=ctx["eval_every"])
+    kw.update(over)
+    return FedAEConfig(**kw)
+
+
+def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]:
+    """The runs ``ctx`` asks for: per repeat (seed ``ctx.seed + repeat``) and task, Joint (if
+    among the methods) then FedAvg and PersonalFR (those among them) for every M in ``clients``,
+    all with :func:`config_from` ``(ctx, task=task, **cfg_over)``."""
+    specs = []
+    for rep in range(ctx["repeats"]):
+        seed = ctx.seed + rep
+        for task in ctx["tasks"]:
+            cfg = config_from(ctx, task=task, **cfg_over)
+            common = dict(data=ctx.data, seed=seed, task=task, threshold=ctx["threshold"],
+                          test_frac=ctx["test_frac"], profile=ctx.profile)
+            if "joint" in ctx["methods"]:
+                specs.append(RunSpec("joint", cfg=cfg, joint_epochs=ctx["joint_epochs"],
+                                     joint_batch=ctx["joint_batch"], **common))
+            for M in clients:
+                for method in ("fedavg", "personalfr"):
+                    if method in ctx["methods"]:
+                        specs.append(RunSpec(method, M=M, cfg=cfg, **common))
+    return specs
+
+
+def execute(ctx: RunContext, specs: list[RunSpec], stage: str) -> list[dict]:
+    """:func:`run_spec` of every spec on ``ctx["workers"]`` processes (0: one per core), with
+    progress under ``stage``; adds each run's simulated time and ledger totals to ``ctx``'s.
+    Returns the runs' results in ``specs`` order."""
+    workers = ctx["workers"] or default_workers()
+    ctx.progress.update(0, len(specs), stage=stage)
+    outs = pmap(run_spec, specs, workers,
+                on_done=lambda i, _: ctx.progress.update(i + 1, len(specs), stage=stage))
+    for o in outs:  # the networks stayed in the worker processes: their figures came back instead
+        ctx.record_totals(o.get("sim_time", 0.0), o.get("totals") or {})
+    return outs
