@@ -323,8 +323,7 @@ class RunContext:
         """Account one finished network run: its simulated duration and ledger totals (summed
         over runs in results.json); with ``--ledger`` its full ledger goes to ledger.csv."""
         led = net.ledger
-        res_time = getattr(net, "env", None)
-        self.sim_time += float(res_time.now) if res_time is not None else 0.0
+        self.sim_time += float(net.now())
         for k, v in led.totals().items():
             if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                 self.ledger_totals[k] = self.ledger_totals.get(k, 0) + v

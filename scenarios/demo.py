@@ -7,8 +7,6 @@ read from the ledger.
 
 from __future__ import annotations
 
-import numpy as np
-
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.kernel import SimNetwork
 from fedsim.protocols import demo
@@ -24,14 +22,12 @@ PARAMS = {
 
 def run(ctx: RunContext) -> None:
     net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
-    w_true = demo.build(net, n_clients=ctx["clients"], dim=ctx["dim"], rounds=ctx["rounds"],
-                        lr=ctx["lr"], seed=ctx.seed)
-    res = net.run()
+    cfg = demo.DemoConfig(clients=ctx["clients"], dim=ctx["dim"], rounds=ctx["rounds"], lr=ctx["lr"])
+    result = demo.SPEC.build(net, None, cfg).collect(net.run())
     ctx.record_network(net)
-    w = res["server"]
     ctx.table("accuracy", [{"rounds": ctx["rounds"], "clients": ctx["clients"],
-                            "weight_error": float(np.linalg.norm(w - w_true)),
-                            "simulated_s": res.duration}],
+                            "weight_error": result.final("weight_error"),
+                            "simulated_s": result.duration}],
               title="Model error after training")
     ctx.table("communication", [
         {k: r[k] for k in ("role", "direction", "nodes", "messages", "bytes", "bytes_per_node")}

@@ -22,3 +22,10 @@ def ml100k_dir() -> Path:
     if not (d / "u.data").is_file():
         pytest.skip("MovieLens 100K not present in ../shared/data")
     return d
+
+
+def as_ratings(users, items, values, n_users, n_items, *rest):
+    """A ``Ratings`` from the tuple form ``(users, items, values, n_users, n_items)`` tests use."""
+    from fedsim.data import Ratings
+
+    return Ratings(users, items, values, n_users=n_users, n_items=n_items)
