@@ -169,12 +169,15 @@ class SimNetwork(Network):
     """A deterministic discrete-event network in virtual time.
 
     ``SimNetwork(seed=0, profile="ideal", framing_bytes=0, unit=None, trace=False,
-    max_message_bytes=..., link_model=FifoLinkModel())``; then ``add_node`` and ``run``.
+    max_message_bytes=..., link_model=FifoLinkModel(), queue=EventQueue())``; then ``add_node``
+    and ``run``. ``queue``: any object with ``EventQueue``'s interface (``now``, ``schedule``,
+    ``hold``, ``release``, ``run``), e.g. one backed by another scheduler for comparison
+    (benchmarks/scheduler.py).
     """
 
-    def __init__(self, *, link_model: LinkModel | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, link_model: LinkModel | None = None, queue: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.queue = EventQueue()
+        self.queue = EventQueue() if queue is None else queue
         self.link_model = link_model or FifoLinkModel()
 
     # -- the link-model interface -------------------------------------------------------------
