@@ -31,9 +31,11 @@ def bytes_per_kind(ledger) -> dict:
     return {k: (t.messages, t.payload_bytes) for k, t in ledger.view().group("kind").items()}
 
 
+@pytest.mark.parametrize("link_model", ["fifo", "fair", "tcp"])
 @pytest.mark.parametrize("name", NAMES)
-def test_same_parameters_and_bytes_on_both_transports(name):
-    sim = run(name, SimNetwork(seed=SEED, profile="wan"))
+def test_same_parameters_and_bytes_on_both_transports(name, link_model):
+    """On every link model (only arrival times move) and on the asyncio transport."""
+    sim = run(name, SimNetwork(seed=SEED, profile="wan", link_model=link_model))
     aio = run(name, AsyncioNetwork(seed=SEED, time_scale=0.001))
     assert isinstance(sim, Result) and isinstance(aio, Result)
     assert sim.protocol == aio.protocol == name
@@ -45,10 +47,11 @@ def test_same_parameters_and_bytes_on_both_transports(name):
     assert sim.duration > 0 and aio.duration > 0
 
 
+@pytest.mark.parametrize("link_model", ["fifo", "tcp"])
 @pytest.mark.parametrize("name", NAMES)
-def test_same_seed_byte_identical_ledger(name):
-    a = run(name, SimNetwork(seed=SEED, profile="mobile"))
-    b = run(name, SimNetwork(seed=SEED, profile="mobile"))
+def test_same_seed_byte_identical_ledger(name, link_model):
+    a = run(name, SimNetwork(seed=SEED, profile="mobile", link_model=link_model))
+    b = run(name, SimNetwork(seed=SEED, profile="mobile", link_model=link_model))
     assert a.ledger.to_csv() == b.ledger.to_csv()
     assert len(a.ledger) > 0
 

@@ -28,13 +28,13 @@ from collections import deque
 from typing import Any
 
 from .envelope import Envelope, Payload, matches
-from .errors import ActorError, FedsimError, ForeignAwaitError
+from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError
 from .events import EventQueue
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult
 from .node import Node
 
-__all__ = ["SimNetwork", "LinkModel", "FifoLinkModel"]
+__all__ = ["FifoLinkModel", "LINK_MODELS", "LinkModel", "SimNetwork", "get_link_model"]
 
 _INF = math.inf
 _GC_GEN0 = 100_000
@@ -125,6 +125,8 @@ class LinkModel:
     clock, no global random state.
     """
 
+    name = "custom"
+
     def transmit(self, net: "SimNetwork", src: Node, dst: Node, envl: Envelope) -> None:
         raise NotImplementedError  # pragma: no cover
 
@@ -133,6 +135,8 @@ class FifoLinkModel(LinkModel):
     """Store-and-forward: the message holds the sender's egress port for ``size/uplink``
     (FIFO behind earlier messages), propagates ``src.latency + dst.latency``, then holds the
     receiver's ingress port for ``size/downlink`` (FIFO in order of arrival at the port)."""
+
+    name = "fifo"
 
     def transmit(self, net: "SimNetwork", src: Node, dst: Node, envl: Envelope) -> None:
         now = net.queue.now
@@ -165,6 +169,27 @@ class FifoLinkModel(LinkModel):
         net.schedule(end - now, net.deliver, envl, dst)
 
 
+LINK_MODELS: dict[str, str] = {
+    "fifo": "store-and-forward, FIFO egress then FIFO ingress (the default)",
+    "fair": "flow level: max-min fair sharing of every port, pipelined (fedsim.kernel.flows)",
+    "tcp": "flow level as 'fair', plus each message's TCP handshake and slow start",
+}
+
+
+def get_link_model(model: "LinkModel | str") -> "LinkModel":
+    """A link model by name (``LINK_MODELS``), or ``model`` itself if it is one. A name gives a
+    fresh instance (link models keep per-run state). Raises ``NetworkConfigError``."""
+    if isinstance(model, LinkModel):
+        return model
+    if model == "fifo":
+        return FifoLinkModel()
+    if model in ("fair", "tcp"):
+        from .flows import FairShareLinkModel
+
+        return FairShareLinkModel(tcp=model == "tcp")
+    raise NetworkConfigError(f"unknown link model {model!r}; known: {', '.join(LINK_MODELS)}")
+
+
 class SimNetwork(Network):
     """A deterministic discrete-event network in virtual time.
 
@@ -175,10 +200,10 @@ class SimNetwork(Network):
     (benchmarks/scheduler.py).
     """
 
-    def __init__(self, *, link_model: LinkModel | None = None, queue: Any = None, **kwargs: Any) -> None:
+    def __init__(self, *, link_model: LinkModel | str | None = None, queue: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue = EventQueue() if queue is None else queue
-        self.link_model = link_model or FifoLinkModel()
+        self.link_model = get_link_model(link_model or "fifo")
 
     # -- the link-model interface -------------------------------------------------------------
     def now(self) -> float:
