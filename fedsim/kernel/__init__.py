@@ -15,7 +15,7 @@ from .errors import (
 )
 from .events import EventQueue
 from .ledger import COLUMNS, Ledger, LedgerView, Missing, Totals
-from .links import PROFILES, LinkSpec, NodeSpec, Profile, get_profile
+from .links import PROFILES, Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .network import Network, RunResult
 from .node import Node
 from .sim import FifoLinkModel, LinkModel, SimNetwork
@@ -23,7 +23,7 @@ from .aio import AsyncioNetwork
 
 __all__ = [
     "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Collector", "Context", "Deadline", "DeadlockError",
-    "Encoded", "Envelope", "EventQueue", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
+    "Encoded", "Envelope", "EventQueue", "Faults", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
     "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
     "Missing", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile", "RunResult",
     "SimNetwork", "Totals", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",

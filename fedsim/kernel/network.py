@@ -33,7 +33,7 @@ from .context import Context
 from .envelope import Envelope, matches
 from .errors import DeadlockError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
 from .ledger import Ledger, Missing
-from .links import LinkSpec, NodeSpec, Profile, get_profile
+from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
 
 __all__ = ["Actor", "Network", "RunResult"]
@@ -80,14 +80,15 @@ class Network:
     ``profile`` the default node specs; ``framing_bytes`` what each message costs on the wire
     beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
     ``trace`` keeps compute spans and step logs; ``max_message_bytes`` the largest document an
-    actor may send (``MessageTooLargeError`` at the sender above it).
+    actor may send (``MessageTooLargeError`` at the sender above it); ``faults`` seeded loss and
+    dropout for the nodes of some roles (``Faults``).
     """
 
     context_class: type[Context] = Context
 
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
                  unit: int | None = None, trace: bool = False,
-                 max_message_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None) -> None:
         if int(seed) < 0:
             raise NetworkConfigError(f"seed must be non-negative, got {seed!r}")
         if int(framing_bytes) < 0:
@@ -100,6 +101,7 @@ class Network:
         self.profile = get_profile(profile)
         self.framing_bytes = int(framing_bytes)
         self.max_message_bytes = int(max_message_bytes)
+        self.faults = faults if faults is not None and faults.active else None
         self.ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
         self.nodes: dict[str, Node] = {}
         self.tracing = bool(trace)
@@ -127,6 +129,12 @@ class Network:
         if not callable(actor):
             raise NetworkConfigError(f"actor of node {node_id!r} is not callable: {actor!r}")
         base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
+        faults = self.faults
+        if faults is not None and str(role) in faults.roles:
+            if loss is None:
+                loss = faults.loss
+            if offline_at is None:
+                offline_at = faults.offline_at(node_rng(self.seed, f"dropout:{node_id}"))
         if link is None and flops is None and loss is None and offline_at is None:
             spec = base  # shared: no per-node copy for the common case (memory per idle actor)
         else:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
-__all__ = ["Job", "Kind", "PURPOSES", "ProtocolSpec", "Result"]
+__all__ = ["IncompleteRunError", "Job", "Kind", "PURPOSES", "ProtocolSpec", "Result", "server_result"]
 
 PURPOSES = ("setup", "training", "evaluation", "control")
 
@@ -102,6 +102,27 @@ class Result:
             if metric in m:
                 return float(m[metric])
         return float("nan")
+
+
+class IncompleteRunError(RuntimeError):
+    """A run ended without the node whose return value a protocol's result needs (typically its
+    server dropped out): there is no model to collect."""
+
+
+def server_result(run, node: str = "server"):
+    """``run[node]``, or ``IncompleteRunError`` saying why it is missing (offline since when,
+    or still blocked on what) instead of a bare ``KeyError``."""
+    if node in run.results:
+        return run.results[node]
+    if node in run.offline:
+        why = "dropped out (offline) before finishing"
+    elif node in run.blocked:
+        why = f"was still waiting in {run.blocked[node]}"
+    elif node in run.unfinished:
+        why = "had not finished when the run stopped"
+    else:
+        why = "is not part of this run"
+    raise IncompleteRunError(f"no result: node {node!r} {why} (run ended at t = {run.duration:.6g} s)")
 
 
 class Job(Protocol):

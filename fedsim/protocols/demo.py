@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import Config, param
 from .common import SERVER
-from .contract import Kind, ProtocolSpec, Result
+from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 
 __all__ = ["DemoConfig", "DemoJob", "SPEC", "build", "client", "make_data", "server"]
@@ -89,10 +89,11 @@ class DemoJob:
 
     def collect(self, run) -> Result:
         """``params["w"]``: the final weights; one metric row: the distance to the true weights."""
-        w = run[SERVER]
+        w = server_result(run)
         err = float(np.linalg.norm(w - self.w_true))
         return Result("demo", self.cfg, {"w": w}, [{"round": self.cfg.rounds, "weight_error": err}], run,
-                      info={"w_true": self.w_true, "rounds_served": [run[c] for c in self.clients]})
+                      info={"w_true": self.w_true, "rounds_served": [run.results.get(c, 0) for c in self.clients],
+                            "lost_clients": [c for c in self.clients if c not in run.results]})
 
 
 def build(net, data=None, cfg: DemoConfig | None = None, *, test=None, resume=None) -> DemoJob:

@@ -36,7 +36,7 @@ import numpy as np
 from ..config import Config, param
 from ..math.fcf import AdamState, fcf_client, fcf_server_update
 from .common import SERVER, client_name, client_names
-from .contract import Kind, ProtocolSpec, Result
+from .contract import Kind, ProtocolSpec, Result, server_result
 from .fpl import user_item_lists
 from .registry import register
 
@@ -62,6 +62,8 @@ class FCFConfig(Config):
     average: bool = param(False, "average the gradients over clients instead of summing them")
     wire_dtype: str = param("float32", "dtype of both messages", choices=("float32", "float64"))
     init_std: float = param(0.1, "standard deviation of the initial Q", min=0)
+    deadline: float | None = param(None, "seconds the server waits for a round's gradients before stepping with "
+                                   "what arrived (none: until all arrive)", min=0, exclusive_min=True, none_ok=True)
 
 
 def payload_bytes_per_client_round(m: int, d: int, itemsize: int = 4) -> int:
@@ -89,20 +91,24 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
                 m=np.array(a["m"], dtype=np.float64), v=np.array(a["v"], dtype=np.float64), t=int(a["t"]))
     Q_sent = Q.astype(wire)
     n = len(clients)
+    missing: list[dict] = []
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
         Q_sent = Q.astype(wire)
         await ctx.broadcast(clients, "model", {"Q": Q_sent})
-        got = await ctx.gather("gradients", senders=clients, round=r)
+        got = await ctx.gather("gradients", senders=clients, round=r, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": r, "kind": "gradients", "clients": len(got.missing)})
         G = np.zeros(Q.shape, dtype=np.float64)
         for msg in got:  # node-id order
             G += msg.payload["grad"]
-        fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=n, average=cfg.average, adam=adam)
+        # the sum (or, with ``average``, the mean) over the clients that answered
+        fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)
         await ctx.compute((n + 10.0) * Q.size, "aggregate")
     await ctx.broadcast(clients, "stop", None)
     state = None if adam is None else {"m": adam.m, "v": adam.v, "t": adam.t}
-    return {"Q": Q, "Q_sent": Q_sent, "adam": state}
+    return {"Q": Q, "Q_sent": Q_sent, "adam": state, "missing": missing}
 
 
 async def client(ctx, items: np.ndarray, cfg: FCFConfig) -> np.ndarray | None:
@@ -136,15 +142,17 @@ class FCFJob:
         took part), ``Q`` (after the last step) and ``Q_sent`` (what the p_u were solved for:
         ``P @ Q_sent.T`` scores the items); ``info["adam"]`` the optimizer state;
         ``state``: what ``build(..., resume=result)`` continues from."""
-        srv = run[SERVER]
+        srv = server_result(run)
         P = np.zeros((self.n_users, self.cfg.d))
+        gone = [name for name in self.clients if name not in run.results]
         for u, name in enumerate(self.clients):
-            if run[name] is not None:
-                P[u] = run[name]
+            if run.results.get(name) is not None:
+                P[u] = run.results[name]
         done = self.rounds_done + self.cfg.rounds
         state = {"Q": srv["Q"], "adam": srv["adam"], "rounds_done": done}
         return Result("fcf", self.cfg, {"P": P, "Q": srv["Q"], "Q_sent": srv["Q_sent"]}, [], run,
-                      info={"adam": srv["adam"], "rounds_done": done}, state=state)
+                      info={"adam": srv["adam"], "rounds_done": done, "missing": srv["missing"], "lost_clients": gone},
+                      state=state)
 
 
 def build(net, data, cfg: FCFConfig | None = None, *, test=None, resume=None) -> FCFJob:

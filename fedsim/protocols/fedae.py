@@ -15,7 +15,7 @@ from ..config import Config, param
 from ..math import ae_train
 from ..math import optim
 from .common import SERVER, client_names
-from .contract import Result
+from .contract import Result, server_result
 
 __all__ = [
     "EVAL_KINDS", "FedAEConfig", "FedAEJob", "evaluate_clients", "merge_flops", "place_actors", "prepare_task",
@@ -78,6 +78,9 @@ class FedAEConfig(Config):
     eval_k: int = param(10, "NDCG cut-off", min=1)
     clients: int = param(100, "clients M the users are partitioned into (0: one user per client)", min=0)
     threshold: float = param(3.5, "implicit task: ratings >= threshold are positive")
+    deadline: float | None = param(None, "seconds the server waits for the selected clients' updates (and for "
+                                   "evaluations) before merging what arrived (none: until all arrive)",
+                                   min=0, exclusive_min=True, none_ok=True)
 
     @property
     def loss(self) -> str:
@@ -102,7 +105,8 @@ async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: 
     """Server side of a federated evaluation: send ``payload`` (the model) to every client as
     ``evaluate``, add up the test sums of their ``eval`` answers, return the metrics of round ``t``."""
     await ctx.broadcast(clients, "evaluate", payload)
-    got = await ctx.gather("eval", senders=clients, round=t)
+    # the metrics are over the test entries of the clients that answered in time
+    got = await ctx.gather("eval", senders=clients, round=t, timeout=cfg.deadline)
     sums = ae_train.add_sums(m.payload for m in got)
     out = ae_train.finish_eval(sums, cfg.task)
     out["round"] = t
@@ -148,7 +152,7 @@ class FedAEJob:
         evaluation (the paper reports the best), ``client_flops`` (training FLOPs all clients
         charged), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
         client's return value)."""
-        srv = run[SERVER]
+        srv = server_result(run)
         hist = list(srv["history"])
         key = "rmse" if self.cfg.task == "explicit" else "ndcg"
         best = None
@@ -158,17 +162,20 @@ class FedAEJob:
             best = hist[i]
         shared = srv["decoder"] if "decoder" in srv else srv["model"]
         params = dict(shared)
-        for c in self.clients:
-            enc = run[c].get("encoder")
+        done = {c: run.results[c] for c in self.clients if c in run.results}
+        for c, r in done.items():
+            enc = r.get("encoder")
             if enc:
                 params.update({f"enc:{c}:{k}": v for k, v in enc.items()})
         info = {
             "final": hist[-1] if hist else None,
             "best": best,
-            "client_flops": int(sum(run[c]["flops"] for c in self.clients)),
+            "client_flops": int(sum(r["flops"] for r in done.values())),
             "server_flops": int(srv["flops"]),
             "selected": srv["selected"],
-            "clients": {c: run[c] for c in self.clients},
+            "clients": done,
+            "missing": srv["missing"],
+            "lost_clients": [c for c in self.clients if c not in done],
         }
         return Result(self.protocol, self.cfg, params, hist, run, info=info)
 

@@ -44,22 +44,26 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     M = len(clients)
     k = selection_size(cfg.fraction, M)
     history, selected = [], []
+    missing: list[dict] = []
     flops = 0
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
         chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False))]
         selected.append(chosen)
         await ctx.broadcast(chosen, "model", {"t": t, "model": model})
-        got = await ctx.gather("update", senders=chosen, round=t)
+        got = await ctx.gather("update", senders=chosen, round=t, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
         models = [m.payload["model"] for m in got]
-        model = ae.mean_params(models, model)
+        if models:  # the mean of the models that arrived (none: the model stays)
+            model = ae.mean_params(models, model)
         f = merge_flops(models)
         flops += f
         await ctx.compute(f, "aggregate")
         if evaluate and cfg.wants_eval(t):
             history.append(await evaluate_clients(ctx, clients, {"t": t, "model": model}, t, cfg))
     await ctx.broadcast(clients, "stop", None)
-    return {"model": model, "history": history, "selected": selected, "flops": flops}
+    return {"model": model, "history": history, "selected": selected, "flops": flops, "missing": missing}
 
 
 async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:

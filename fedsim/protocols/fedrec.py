@@ -54,7 +54,7 @@ from ..math.pmf import (
 from ..math.svdpp import server_apply_o_delta, svdpp_sgd_client_step
 from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
-from .contract import Kind, ProtocolSpec, Result
+from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 
 __all__ = [
@@ -95,6 +95,9 @@ class FedRecConfig(Config):
     dtype: str = param("float32", "computation and wire dtype", choices=("float32", "float64"))
     eval_every: int = param(0, "clients evaluate their private test ratings every this many iterations "
                             "(0: never)", min=0)
+    deadline: float | None = param(None, "seconds the server waits for a round's uploads (and a stochastic "
+                                   "client's reply) before going on with what arrived (none: until all arrive)",
+                                   min=0, exclusive_min=True, none_ok=True)
 
     @property
     def style(self) -> str:
@@ -127,6 +130,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
     V = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt)
     O = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt) if cfg.implicit else None
     evals: list[dict] = []
+    missing: list[dict] = []  # per round: the clients whose upload did not arrive by the deadline
     diverged_at = None
     n = len(clients)
     for t in range(cfg.T):
@@ -135,9 +139,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
         want_eval = bool(cfg.eval_every) and t > 0 and t % cfg.eval_every == 0
         if cfg.style == "batch":
             await ctx.broadcast(clients, "model", {"t": t, "V": V, "eval": want_eval})
-            got = await ctx.gather("gradients", senders=clients, round=t)
+            # Eq. 9 averages each item's gradients over the users who sent one: a missing upload
+            # simply leaves its items' means over the others (and an item nobody sent unchanged)
+            got = await ctx.gather("gradients", senders=clients, round=t, timeout=cfg.deadline)
+            if got.missing:
+                missing.append({"round": t, "kind": "gradients", "clients": len(got.missing)})
             if want_eval:
-                evals.append(await _collect_eval(ctx, clients, t, t))
+                evals.append(await _collect_eval(ctx, clients, t, t, cfg.deadline))
             grad_sum = np.zeros((m, d), dtype=dt)
             counts = np.zeros(m, dtype=np.int64)
             rows = 0
@@ -150,28 +158,43 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         else:
             order = draw_user_order(rng, n)
+            silent: set[int] = set()  # drawn this iteration and did not answer in time: skipped until the next
             for u in order:
+                if u in silent:
+                    continue
                 payload = {"t": t, "V": V} if O is None else {"t": t, "V": V, "O": O}
                 await ctx.send(clients[u], "model", payload)
-                msg = await ctx.receive("gradients")
+                if cfg.deadline is None:
+                    msg = await ctx.receive("gradients")
+                else:
+                    got = await ctx.gather("gradients", senders=[clients[u]], round=t, timeout=cfg.deadline)
+                    if not got.messages:
+                        # a late reply could only be told from this iteration's next one by its
+                        # sender, so the user is not asked again in this iteration
+                        silent.add(u)
+                        continue
+                    msg = got.messages[0]
                 items = msg.payload["items"]
                 server_apply_sgd(V, items, msg.payload["grads"], lr_t)
                 if O is not None:
                     server_apply_o_delta(O, items, msg.payload["o_deltas"])
                 await ctx.compute(4.0 * items.shape[0] * d, "apply")
+            if silent:
+                missing.append({"round": t, "kind": "gradients", "clients": len(silent)})
             if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
                 body = {"V": V} if O is None else {"V": V, "O": O}
                 await ctx.broadcast(clients, "evaluate", body)
-                evals.append(await _collect_eval(ctx, clients, t + 1, t))
+                evals.append(await _collect_eval(ctx, clients, t + 1, t, cfg.deadline))
         if not _check(V, O):
             diverged_at = t + 1
             break
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
-    return {"V": V, "O": O, "diverged_at": diverged_at, "eval": evals}
+    return {"V": V, "O": O, "diverged_at": diverged_at, "eval": evals, "missing": missing}
 
 
-async def _collect_eval(ctx, clients, iteration: int, rnd: int) -> dict:
-    got = await ctx.gather("eval", senders=clients, round=rnd)
+async def _collect_eval(ctx, clients, iteration: int, rnd: int, deadline: float | None = None) -> dict:
+    # the metrics are over the test ratings of the clients that answered (n says how many)
+    got = await ctx.gather("eval", senders=clients, round=rnd, timeout=deadline)
     sse = sum(m.payload["sse"] for m in got)
     sae = sum(m.payload["sae"] for m in got)
     n = sum(m.payload["n"] for m in got)
@@ -272,11 +295,16 @@ class FedRecJob:
         ``round``, ``iteration``, ``mae``, ``rmse``, ``n``; ``model``: a ``TrainResult`` (predicts
         and evaluates ratings); ``info["diverged_at"]``: the 1-based iteration at which the
         model stopped being finite, or None."""
-        srv = run[SERVER]
+        srv = server_result(run)
         dt = np.dtype(self.cfg.dtype)
         U = np.empty((self.n_users, self.cfg.d), dtype=dt)
+        gone = []
         for u, name in enumerate(self.clients):
-            U[u] = run[name]
+            if name in run.results:
+                U[u] = run.results[name]
+            else:  # dropped out: its private factor is lost with it (zeros predict the lowest rating)
+                U[u] = 0.0
+                gone.append(name)
         model = TrainResult(self.cfg.model, U, srv["V"], srv["O"], self.indptr, self.indices,
                             history=list(srv["eval"]), diverged_at=srv["diverged_at"],
                             params=self.cfg.to_dict())
@@ -284,7 +312,8 @@ class FedRecJob:
             model.diverged_at = self.cfg.T
         params = {"U": U, "V": srv["V"]} if srv["O"] is None else {"U": U, "V": srv["V"], "O": srv["O"]}
         metrics = [{"round": e["iteration"], **e} for e in srv["eval"]]
-        return Result("fedrec", self.cfg, params, metrics, run, info={"diverged_at": model.diverged_at},
+        return Result("fedrec", self.cfg, params, metrics, run,
+                      info={"diverged_at": model.diverged_at, "missing": srv["missing"], "lost_clients": gone},
                       model=model)
 
 

@@ -56,7 +56,7 @@ from ..math.pmf import (
     pmf_batch_client,
 )
 from .common import SERVER, client_names, sort_by_item
-from .contract import Kind, ProtocolSpec, Result
+from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
 
@@ -96,6 +96,9 @@ class FedRecPPConfig(Config):
     count_own: bool = param(True, "denoisers correct the item counts for their own ratings (exactly lossless)")
     allow_exposed: bool = param(False, "allow eta > n/2 (denoisers without ordinary clients expose their "
                                 "gradients; a warning instead of an error)")
+    deadline: float | None = param(None, "seconds the server waits for uploads and for the denoisers' sums, "
+                                   "and a denoiser for its noise messages (none: until all arrive)",
+                                   min=0, exclusive_min=True, none_ok=True)
 
 
 def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
@@ -116,7 +119,8 @@ def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
 
 
 async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
-    """Returns ``{"V", "denoisers", "assignment", "diverged_at"}``."""
+    """Returns ``{"V", "denoisers", "assignment", "diverged_at", "missing"}`` (``missing``: per
+    round with losses, how many denoiser groups and clients were left out of the update)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     rng = ctx.rng
@@ -140,6 +144,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         else:
             await ctx.send(c, "assign", {"role": "ordinary", "denoiser": None})
     den_set = set(denoisers)
+    lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
     diverged_at = None
     c_part = cfg.c or n
     for t in range(cfg.T):
@@ -151,23 +156,37 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             part = [clients[i] for i in np.sort(rng.choice(n, size=c_part, replace=False))]
         await ctx.broadcast(part, "model", {"t": t, "V": V})
         ordinary_part = [p for p in part if p not in den_set]
-        got = await ctx.gather("gradients", senders=ordinary_part, round=t)
-        G = np.zeros((m, d), dtype=dt)
-        C = np.zeros(m, dtype=np.int64)
-        rows = 0
-        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
-            for msg in got:  # node-id order (Eq. 4 and |U_i u U'_i|)
-                items = msg.payload["items"]
-                accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
-                rows += items.shape[0]
+        got = await ctx.gather("gradients", senders=ordinary_part, round=t, timeout=cfg.deadline)
+        uploads = got.messages
         if denoisers:
             expected = {dn: 0 for dn in denoisers}
             for p in ordinary_part:
                 expected[assignment[p]] += 1
             for dn in denoisers:
                 await ctx.send(dn, "collect", {"t": t, "expected": expected[dn]})
-            sums = await ctx.gather("denoised", senders=denoisers, round=t)
-            with np.errstate(over="ignore", invalid="ignore"):
+            sums = await ctx.gather("denoised", senders=denoisers, round=t, timeout=cfg.deadline)
+            # Noise travels anonymously, so a denoiser's sum can only be removed exactly if it
+            # covers the very uploads the server holds. A group (a denoiser and its ordinary
+            # clients) counts in this round only if every upload of the group arrived and the
+            # denoiser's sum too (a denoiser answers only when it received every noise message it
+            # was told to expect); the rest of the round stays exactly lossless.
+            broken = {assignment[p] for p in got.missing} | set(sums.missing)
+            if broken:
+                uploads = [msg for msg in uploads if assignment[msg.sender] not in broken]
+                sums = [msg for msg in sums if msg.sender not in broken]
+                lost_rounds.append({"round": t, "groups": len(broken),
+                                    "clients": sum(1 for p in part if (assignment.get(p) or p) in broken)})
+        elif got.missing:
+            lost_rounds.append({"round": t, "groups": 0, "clients": len(got.missing)})
+        G = np.zeros((m, d), dtype=dt)
+        C = np.zeros(m, dtype=np.int64)
+        rows = 0
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
+            for msg in uploads:  # node-id order (Eq. 4 and |U_i u U'_i|)
+                items = msg.payload["items"]
+                accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
+                rows += items.shape[0]
+            if denoisers:
                 for msg in sums:  # Eq. 5 and the count recovery, node-id order
                     items = msg.payload["items"]
                     remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
@@ -179,7 +198,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             diverged_at = t + 1
             break
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
-    return {"V": V, "denoisers": denoisers, "assignment": assignment, "diverged_at": diverged_at}
+    return {"V": V, "denoisers": denoisers, "assignment": assignment, "diverged_at": diverged_at,
+            "missing": lost_rounds}
 
 
 def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool):
@@ -209,7 +229,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
     rated = np.asarray(rated, dtype=np.int32)
     r = np.asarray(ratings, dtype=dt)
-    a = (await ctx.receive("assign")).payload
+    first = await ctx.receive(("assign", "stop"))
+    if first.kind == "stop":  # the assignment was lost: this client never took part
+        return U
+    a = first.payload
     role, my_denoiser = a["role"], a.get("denoiser")
     ctx.set_role(role)
     own: tuple | None = None  # a denoiser's gradients of the current iteration
@@ -245,7 +268,12 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             continue
         # COLLECTING (denoisers only)
         t = p["t"]
-        got = await ctx.gather("noise", count=p["expected"], round=t)
+        got = await ctx.gather("noise", count=p["expected"], round=t, timeout=cfg.deadline)
+        if got.missing_count:
+            # an incomplete sum cannot be removed exactly: say nothing, and the server leaves this
+            # group out of the round
+            own = None
+            continue
         parts_items = [msg.payload["items"] for msg in got]
         parts_grads = [msg.payload["grads"] for msg in got]
         if own is not None and own[0] == t:
@@ -278,15 +306,21 @@ class FedRecPPJob:
         """``params``: U and V; ``model``: a ``TrainResult``; ``info``: ``denoisers``,
         ``assignment`` (ordinary client -> its denoiser) and ``diverged_at``. FedRec++ makes no
         federated evaluations (``metrics`` is empty)."""
-        srv = run[SERVER]
+        srv = server_result(run)
         U = np.empty((self.n_users, self.cfg.d), dtype=np.dtype(self.cfg.dtype))
+        gone = []
         for u, name in enumerate(self.clients):
-            U[u] = run[name]
+            if name in run.results:
+                U[u] = run.results[name]
+            else:  # dropped out: its private factor is lost with it
+                U[u] = 0.0
+                gone.append(name)
         model = TrainResult("FedRec++", U, srv["V"], None, self.indptr, self.indices,
                             diverged_at=srv["diverged_at"], params=self.cfg.to_dict())
         if model.diverged_at is None and not np.isfinite(U).all():
             model.diverged_at = self.cfg.T
-        info = {"denoisers": srv["denoisers"], "assignment": srv["assignment"], "diverged_at": model.diverged_at}
+        info = {"denoisers": srv["denoisers"], "assignment": srv["assignment"], "diverged_at": model.diverged_at,
+                "missing": srv["missing"], "lost_clients": gone}
         return Result("fedrecpp", self.cfg, {"U": U, "V": srv["V"]}, [], run, info=info, model=model)
 
 

@@ -56,7 +56,7 @@ from ..math.bpr import (
 )
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from .common import SERVER, client_name, client_names
-from .contract import Kind, ProtocolSpec, Result
+from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 
 __all__ = [
@@ -104,6 +104,8 @@ class FPLConfig(Config):
     record_received: bool = param(False, "the server returns every update it received (tests, traces)")
     preset: str = param("", "the preset the schedule came from (sFPL, sFPL+, pFPL, pFPL+; a label)")
     rounds_per_epoch: int = param(0, "rounds in one epoch (0: not an epoch schedule)", min=0)
+    deadline: float | None = param(None, "seconds the server waits for a round's updates before summing what "
+                                   "arrived (none: until all arrive)", min=0, exclusive_min=True, none_ok=True)
 
     @property
     def reg(self) -> BPRReg:
@@ -161,12 +163,16 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
         theta[...] = init
     lr = float(cfg.lr)
     received: list = []
+    missing: list[dict] = []
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
         names = [clients[i] for i in _select(rng, n, k)]
         await ctx.broadcast(names, "model", {"theta": theta})
-        got = await ctx.gather("update", senders=names, round=r)
+        # the server sums updates (Eq. 7, no averaging): a missing client contributes nothing
+        got = await ctx.gather("update", senders=names, round=r, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": r, "kind": "update", "clients": len(got.missing)})
         rows_in = 0
         for msg in got:  # node-id order
             items = msg.payload["items"]
@@ -177,7 +183,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
                 received.append((r, msg.sender, np.array(items), np.array(rows)))
         await ctx.compute(2.0 * rows_in * (d + 1), "aggregate")
     await ctx.broadcast(clients, "stop", None)
-    return {"theta": theta, "received": received}
+    return {"theta": theta, "received": received, "missing": missing}
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None) -> dict:
@@ -237,13 +243,17 @@ class FPLJob:
         ``record_received``) and ``rounds_done``; ``metrics``: with test ratings, one row of
         top-10 precision and recall on them (the experimenter's evaluation of the final model:
         FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)`` continues."""
-        srv = run[SERVER]
+        srv = server_result(run)
         d = self.cfg.d
         theta = srv["theta"]
-        P = np.empty((self.n_users, d), dtype=np.float64)
+        P = np.zeros((self.n_users, d), dtype=np.float64)
         counts = {k: np.zeros(self.n_users, dtype=np.int64) for k in ("rounds", "sent_positive", "sent_negative")}
+        gone = []
         for u, name in enumerate(self.clients):
-            r = run[name]
+            r = run.results.get(name)
+            if r is None:  # dropped out: its p_u is lost with it (zeros)
+                gone.append(name)
+                continue
             P[u] = r["p"]
             for k in counts:
                 counts[k][u] = r[k]
@@ -254,7 +264,8 @@ class FPLJob:
             metrics.append({"round": done - 1, **_top10(P, theta, d, self.train, self.test)})
         state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
         return Result("fpl", self.cfg, params, metrics, run,
-                      info={**counts, "received": srv["received"], "rounds_done": done}, state=state)
+                      info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
+                            "lost_clients": gone}, state=state)
 
 
 def _top10(P, theta, d, train, test) -> dict:

@@ -76,23 +76,32 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     decoder = ae.decoder_of(ae.init_params(n_items, rng, tuple(cfg.hidden), dtype=dt))  # D_g^0
     M = len(clients)
     ctx.begin_round(0)
-    got = await ctx.gather("indices", senders=clients, round=0)
+    got = await ctx.gather("indices", senders=clients, round=0, timeout=cfg.deadline)
     items = {m.sender: np.asarray(m.payload["items"], dtype=np.int64) for m in got}  # I = {I_1..I_M}
+    missing: list[dict] = []
+    if got.missing:
+        missing.append({"round": 0, "kind": "indices", "clients": len(got.missing)})
     k = selection_size(cfg.fraction, M)
     history, selected = [], []
     flops = 0
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
-        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False))]
+        # the draw is over all M clients (the same draws whatever was lost); a client whose indices
+        # never arrived cannot be given its slice, so it is left out of the round
+        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False)) if clients[i] in items]
         selected.append(chosen)
         if cfg.compression:
             for name in chosen:  # each client gets its own slice (Expression 3)
                 await ctx.send(name, "decoder", {"t": t, "dec": act.extract_active(decoder, items[name])})
         else:
             await ctx.broadcast(chosen, "decoder", {"t": t, "dec": decoder})
-        got = await ctx.gather("update", senders=chosen, round=t)
+        got = await ctx.gather("update", senders=chosen, round=t, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
         slices = [m.payload["dec"] for m in got]  # node-id order
-        if cfg.compression:
+        if not slices:
+            pass  # nothing arrived: the decoder stays
+        elif cfg.compression:  # Eq. 5 over the clients whose update arrived
             decoder = act.merge_active(decoder, slices, [items[m.sender] for m in got], mode=cfg.merge)
         else:
             decoder = ae.mean_params(slices, decoder)
@@ -102,7 +111,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         if evaluate and cfg.wants_eval(t):
             history.append(await evaluate_clients(ctx, clients, {"t": t, "dec": decoder}, t, cfg))
     await ctx.broadcast(clients, "stop", None)
-    return {"decoder": decoder, "history": history, "selected": selected, "flops": flops}
+    return {"decoder": decoder, "history": history, "selected": selected, "flops": flops, "missing": missing}
 
 
 async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
