@@ -32,14 +32,14 @@ def ping_pong(n: int) -> float:
     async def pinger(ctx):
         net = ctx._net
         for _ in range(n):
-            net._post(ctx._node, ("pong",), "ping", payload, False)
+            net.post(ctx._node, ("pong",), "ping", payload, False)
             await ctx.receive("pong")
 
     async def ponger(ctx):
         net = ctx._net
         for _ in range(n):
             await ctx.receive("ping")
-            net._post(ctx._node, ("ping",), "pong", payload, False)
+            net.post(ctx._node, ("ping",), "pong", payload, False)
 
     net = SimNetwork(profile="lan")
     net.add_node("ping", pinger)

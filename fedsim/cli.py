@@ -1,10 +1,14 @@
 """The ``fedsim`` command line: run scenarios, list what exists, manage datasets.
 
-    fedsim run [NAME|PATH] [--data D] [--out DIR] [--set k=v ...] [--seed N] [--profile P] [--quiet] [--ledger]
+    fedsim [--plugin FILE] run [NAME|PROTOCOL|PATH] [--data D] [--out DIR] [--set k=v ...] [--seed N]
+           [--profile P] [--link-model M] [--transport T] [--loss P] [--dropout P] [--quiet] [--ledger]
     fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--out DIR] [run options]
     fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v] [--out DIR]
     fedsim list
     fedsim data get|list|path ...
+
+NAME is a scenario of scenarios/ or any registered protocol (one run of it); ``--plugin`` (or
+$FEDSIM_PLUGINS) loads protocols defined in other files first.
 
 Errors a user can cause print one line (``error: ...``) and exit with status 2.
 """
@@ -17,9 +21,10 @@ import sys
 from typing import Sequence
 
 from . import __version__
+from .config import ConfigError
 from .experiment import (
     ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario,
-    parse_sets, run_scenario,
+    net_from_args, parse_sets, run_scenario,
 )
 
 DEFAULT_SCENARIO = "quickstart"
@@ -29,11 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fedsim", description="Federated recommender protocols on a "
                                  "simulated network that counts every byte.")
     ap.add_argument("--version", action="version", version=f"fedsim {__version__}")
+    ap.add_argument("--plugin", action="append", default=[], metavar="FILE",
+                    help="a Python file that registers protocols (repeatable; also $FEDSIM_PLUGINS)")
     sub = ap.add_subparsers(dest="command", metavar="{run,sweep,trace,list,data}")
     sub.required = True
     run = sub.add_parser("run", help="run a scenario (default: the quick demo)")
     run.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO,
-                     help=f"scenario name or path to a script (default {DEFAULT_SCENARIO})")
+                     help=f"scenario name, protocol name, or path to a script (default {DEFAULT_SCENARIO})")
     add_run_arguments(run)
     sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters on a process pool")
     sw.add_argument("scenario", help="scenario name or path")
@@ -59,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_run(args: argparse.Namespace) -> int:
     mod = load_scenario(args.scenario)
     res = run_scenario(mod, data=args.data, out=args.out, overrides=parse_sets(mod, args.set),
-                       seed=args.seed, profile=args.profile, quiet=args.quiet, ledger=args.ledger)
+                       seed=args.seed, quiet=args.quiet, ledger=args.ledger, net=net_from_args(mod, args))
     if not args.quiet:
         print(f"\nresults in {args.out or 'runs/'} ({', '.join(t + '.csv' for t in res['tables'])}, "
               f"report.md, results.json); wall {res['wall_time_s']:.1f} s")
@@ -84,7 +91,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             print(f"[{i + 1}/{total}] {res['status']}: {res['point']}", file=sys.stderr)
 
     summary = run_sweep(args.scenario, grid, out, data=args.data, fixed=fixed, seed=args.seed,
-                        profile=args.profile, workers=args.workers or None, progress=progress)
+                        net=net_from_args(mod, args), workers=args.workers or None, progress=progress)
     print(f"sweep: {summary['points']} points, {len(summary['done'])} run, "
           f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed; results in {out}")
     for f in summary["failed"]:
@@ -103,20 +110,22 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from .config import fields_of
+    from .kernel.sim import LINK_MODELS
+    from .kernel import PROFILES, TRANSPORTS
+    from .protocols import REGISTRY
+
     print("scenarios (fedsim run NAME):")
     for name, desc in list_scenarios():
         print(f"  {name:<26} {desc}")
-    from .protocols import PROTOCOLS
-
-    print("\nprotocols:")
-    for name, desc in PROTOCOLS.items():
-        print(f"  {name:<26} {desc}")
-    from .studies.trace import TRACEABLE
-
-    print("\ntraceable (fedsim trace NAME):")
-    for name, t in TRACEABLE.items():
-        opts = ", ".join(f"{k}={p.default}" for k, p in t.params.items())
-        print(f"  {name:<26} {t.description}" + (f" [{opts}]" if opts else ""))
+    print("\nprotocols (fedsim run NAME, fedsim trace NAME; parameters: fedsim run NAME --help):")
+    for spec in REGISTRY.specs():
+        print(f"  {spec.name:<26} {spec.summary}")
+        names = ", ".join(f.name for f in fields_of(spec.Config))
+        print(f"  {'':<26}   parameters: {names}")
+    print("\nnetwork profiles (--profile): " + ", ".join(PROFILES))
+    print("link models (--link-model): " + ", ".join(LINK_MODELS))
+    print("transports (--transport): " + ", ".join(TRANSPORTS))
     return 0
 
 
@@ -124,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
+        from .protocols import load_plugins
+
+        try:
+            load_plugins(args.plugin)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "list":
@@ -136,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .data import cli as data_cli
 
             return data_cli.run(args)
-    except (UsageError, ScenarioError) as exc:
+    except (UsageError, ScenarioError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

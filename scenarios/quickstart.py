@@ -31,14 +31,14 @@ PARAMS = {
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
     fold = make_folds(ratings, 5, ctx.seed)[0]
-    data = (*fold.train, fold.n_users, fold.n_items)
+    data = fold.train_ratings()
     base = FedRecConfig("PMF(B)", d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"])
     acc, comm = [], []
 
     def report(name, model, net, t0):
         mae, rmse = model.evaluate(*fold.test)
         acc.append({"run": name, "mae": mae, "rmse": rmse, "wall_s": time.perf_counter() - t0,
-                    "simulated_s": net.env.now if net else 0.0})
+                    "simulated_s": net.now() if net else 0.0})
         if net is None:
             return
         ctx.record_network(net)
@@ -49,7 +49,7 @@ def run(ctx: RunContext) -> None:
 
     ctx.progress.update(0, 4, stage="quickstart")
     t0 = time.perf_counter()
-    report("unfederated", fedrec.central_twin(*data, base, seed=ctx.seed), None, t0)
+    report("unfederated", fedrec.central_twin(data, base, seed=ctx.seed), None, t0)
     ctx.progress.update(1, 4)
     for i, (name, cfg) in enumerate([("FedRec rho=0", base),
                                      (f"FedRec HF rho={ctx['rho']:g}", FedRecConfig(
@@ -57,15 +57,15 @@ def run(ctx: RunContext) -> None:
                                          rho=ctx["rho"], strategy="hf", T_predict=5, T_local=10))]):
         t0 = time.perf_counter()
         net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
-        job = fedrec.build(net, *data, cfg)
-        report(name, job.collect(net.run()), net, t0)
+        job = fedrec.SPEC.build(net, data, cfg)
+        report(name, job.collect(net.run()).model, net, t0)
         ctx.progress.update(2 + i, 4)
     t0 = time.perf_counter()
     net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
     cfg = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=1,
                          T_predict=5, T_local=10)
-    job = fedrecpp.build(net, *data, cfg)
-    report(f"FedRec++ eta=1 rho={ctx['rho']:g}", job.collect(net.run()), net, t0)
+    job = fedrecpp.SPEC.build(net, data, cfg)
+    report(f"FedRec++ eta=1 rho={ctx['rho']:g}", job.collect(net.run()).model, net, t0)
     ctx.progress.update(4, 4)
     ctx.table("accuracy", acc, title=f"Test accuracy after {ctx['iterations']} iterations (fold 1 of 5)")
     ctx.table("communication", comm, title="Communication per role over the whole run (from the ledger)",

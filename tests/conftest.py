@@ -30,3 +30,10 @@ def fsq_dir() -> Path:
     if not d.is_dir():
         pytest.skip("Foursquare city files not present in ../shared/data")
     return d
+
+
+def as_ratings(users, items, values, n_users, n_items, *rest):
+    """A ``Ratings`` from the tuple form ``(users, items, values, n_users, n_items)`` tests use."""
+    from fedsim.data import Ratings
+
+    return Ratings(users, items, values, n_users=n_users, n_items=n_items)

@@ -14,7 +14,8 @@ import pytest
 
 from fedsim.cli import main
 from fedsim.studies.sweep import parse_grid, run_sweep
-from fedsim.studies.trace import TRACEABLE, trace
+from fedsim.protocols import REGISTRY
+from fedsim.studies.trace import trace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["run", "no_such_scenario"], "unknown scenario 'no_such_scenario'"),
+    (["run", "no_such_scenario"], "unknown scenario or protocol 'no_such_scenario'"),
     (["run", "quickstart", "--set", "bogus=1"], "unknown parameter 'bogus'"),
     (["run", "quickstart", "--set", "iterations=many"], "--set iterations: expected int, got 'many'"),
     (["run", "quickstart", "--set", "lr=fast"], "--set lr: expected float, got 'fast'"),
@@ -110,7 +111,7 @@ def test_sweep_runs_every_point_and_combines_tables(tmp_path):
     assert grid == {"rounds": [1, 2], "clients": [2, 3]}
     s = run_sweep("demo", grid, out, workers=2)
     assert s["points"] == 4 and len(s["done"]) == 4 and not s["failed"]
-    rows = (out / "combined_accuracy.csv").read_text().splitlines()
+    rows = (out / "combined_summary.csv").read_text().splitlines()
     assert rows[0].startswith("rounds,clients,") and len(rows) == 5
     again = run_sweep("demo", grid, out, workers=2)
     assert again["done"] == [] and len(again["skipped"]) == 4
@@ -205,7 +206,7 @@ def test_fedrecpp_trace_matches_the_ledger_message_for_message(tmp_path):
     assert log.count(" sends ") == len(messages) and "receives noise from (anonymous)" in log
 
 
-@pytest.mark.parametrize("name", sorted(TRACEABLE))
+@pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_every_traceable_protocol_draws_every_ledger_message(name, tmp_path):
     net, paths = trace(name, tmp_path, clients=3, rounds=1)
     messages = parse_mermaid(paths["mermaid"].read_text())

@@ -117,7 +117,7 @@ def test_run_until_stops_before_that_instant_like_simpy():
     async def sleeper(ctx):
         for _ in range(3):
             await ctx.sleep(1.0)
-            woke.append(ctx._net._now())
+            woke.append(ctx._net.now())
 
     net = SimNetwork()
     net.add_node("s", sleeper)
@@ -127,8 +127,8 @@ def test_run_until_stops_before_that_instant_like_simpy():
         SimNetwork().run(until=0)
 
 
-def test_plain_simpy_events_on_the_environment_still_run():
-    # a custom link model may use simpy's own events on net.env; the kernel's loop processes them
+def test_a_link_model_schedules_its_own_steps_through_the_public_api():
+    # net.schedule is the public way for a link model (or any kernel extension) to queue a step
     seen = []
 
     async def idle(ctx):
@@ -136,7 +136,7 @@ def test_plain_simpy_events_on_the_environment_still_run():
 
     net = SimNetwork()
     net.add_node("a", idle)
-    net.env.timeout(1.5).callbacks.append(lambda ev: seen.append(net.env.now))
+    net.schedule(1.5, lambda: seen.append(net.now()))
     res = net.run()
     assert seen == [1.5] and res.duration == 3.0
 
@@ -372,8 +372,6 @@ def test_broadcast_entries_queued_one_at_a_time_run_in_the_same_order(monkeypatc
     must run in exactly the order they would if every copy were queued at once. Heterogeneous
     links (wan spread, per-node latency) make arrival order differ from send order, and the
     clients' replies and sleeps interleave with the copies still in flight."""
-    from fedsim.kernel import sim as sim_mod
-
     def build():
         clients = [f"c{i}" for i in range(30)]
 
@@ -403,11 +401,14 @@ def test_broadcast_entries_queued_one_at_a_time_run_in_the_same_order(monkeypatc
     net_a = build()
     res_a = net_a.run()
 
-    def push_all_at_once(self, batch):
-        for entry in batch:
-            sim_mod.heappush(self.env._queue, entry)
+    from fedsim.kernel import events as events_mod
 
-    monkeypatch.setattr(sim_mod.SimNetwork, "_push_batch", push_all_at_once)
+    def release_all_at_once(self):
+        batch, self._batch = self._batch, None
+        for entry in batch or ():
+            events_mod.heappush(self._heap, entry)
+
+    monkeypatch.setattr(events_mod.EventQueue, "release", release_all_at_once)
     net_b = build()
     res_b = net_b.run()
     assert net_a.ledger.to_csv() == net_b.ledger.to_csv()

@@ -15,7 +15,7 @@ PKG = Path(__file__).resolve().parents[1] / "fedsim"
 
 def run_sim(seed, profile="wan", **kw):
     net = SimNetwork(seed=seed, profile=profile)
-    demo.build(net, seed=seed, **kw)
+    demo.build(net, None, demo.DemoConfig(**kw))
     return net, net.run()
 
 
@@ -40,12 +40,12 @@ def test_the_demo_protocol_learns():
 @pytest.mark.asyncio
 async def test_same_actors_same_result_on_asyncio_and_simpy():
     sim = SimNetwork(seed=1, profile="mobile")
-    demo.build(sim, seed=1, rounds=15)
+    demo.build(sim, None, demo.DemoConfig(rounds=15))
     sim_res = sim.run()
 
     aio = AsyncioNetwork(seed=1)
-    demo.build(aio, seed=1, rounds=15)
-    aio_res = await aio.run(timeout=30)
+    demo.build(aio, None, demo.DemoConfig(rounds=15))
+    aio_res = await aio.run_async(timeout=30)
 
     np.testing.assert_array_equal(sim_res["server"], aio_res["server"])  # bit for bit
     assert sim_res.results.keys() == aio_res.results.keys()
@@ -196,7 +196,7 @@ def test_gather_keeps_only_expected_fresh_messages_on_simnetwork(each):
 @pytest.mark.parametrize("each", [False, True], ids=["gather", "gather_each"])
 async def test_gather_keeps_only_expected_fresh_messages_on_asyncio(each):
     net = _gather_semantics_net(AsyncioNetwork(seed=0, time_scale=0.05), each)
-    _check_gather_semantics(net, await net.run(timeout=10))
+    _check_gather_semantics(net, await net.run_async(timeout=10))
 
 
 def test_simnetwork_resumes_a_gathering_actor_once_not_per_message(monkeypatch):

@@ -18,19 +18,19 @@ SEED = 3
 def tiny():
     r = generate("tiny", seed=4).binarize()
     csr = r.by_user()
-    return [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(r.n_users)], r.n_items
+    return [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(r.n_users)], r.n_items, r
 
 
 def run(tiny, cfg, **kw):
-    items, m = tiny
     net = SimNetwork(seed=SEED)
-    job = fcf.build(net, items, m, cfg, **kw)
-    return job.collect(net.run()), net
+    job = fcf.build(net, tiny[2], cfg, **kw)
+    res = job.collect(net.run())
+    return {**res.params, **res.info, "result": res}, net
 
 
 @pytest.mark.parametrize("d", [2, 5])
 def test_payload_bytes_per_client_per_round_are_8md(tiny, d):
-    items, m = tiny
+    items, m, _ = tiny
     cfg = FCFConfig(rounds=3, d=d)
     _, net = run(tiny, cfg)
     expected = fcf.payload_bytes_per_client_round(m, d)
@@ -48,7 +48,7 @@ def test_payload_bytes_per_client_per_round_are_8md(tiny, d):
 
 
 def test_upload_size_does_not_depend_on_the_clients_data(tiny):
-    items, m = tiny
+    items, m, _ = tiny
     counts = [len(i) for i in items]
     assert min(counts) < max(counts)
     _, net = run(tiny, FCFConfig(rounds=1, d=3))
@@ -58,7 +58,7 @@ def test_upload_size_does_not_depend_on_the_clients_data(tiny):
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_federated_run_equals_the_math_replayed(tiny, optimizer):
-    items, m = tiny
+    items, m, _ = tiny
     cfg = FCFConfig(rounds=3, d=3, optimizer=optimizer, lr=0.05 if optimizer == "adam" else 0.01)
     out, _ = run(tiny, cfg)
     Q = node_rng(SEED, fcf.SERVER).normal(0.0, cfg.init_std, size=(m, cfg.d))
@@ -78,14 +78,14 @@ def test_federated_run_equals_the_math_replayed(tiny, optimizer):
 
 
 def test_two_chunks_equal_one_run(tiny):
-    items, m = tiny
+    items, m, _ = tiny
     whole, _ = run(tiny, FCFConfig(rounds=2, d=3))
     first, _ = run(tiny, FCFConfig(rounds=1, d=3))
-    items, m = tiny
+    items, m, _ = tiny
     net = SimNetwork(seed=SEED + 9)  # the seed only draws the initial Q, given here
-    job = fcf.build(net, items, m, FCFConfig(rounds=1, d=3), init={"Q": first["Q"], "adam": first["adam"]},
-                    round_offset=1)
-    second = job.collect(net.run())
+    job = fcf.build(net, tiny[2], FCFConfig(rounds=1, d=3), resume=first["result"])
+    res = job.collect(net.run())
+    second = {**res.params, **res.info}
     assert net.ledger.rounds() == [1]
     np.testing.assert_allclose(second["Q"], whole["Q"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(second["P"], whole["P"], rtol=0, atol=1e-12)

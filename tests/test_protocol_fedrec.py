@@ -8,6 +8,8 @@ from fedsim.kernel import AsyncioNetwork, SimNetwork
 from fedsim.protocols import fedrec
 from fedsim.protocols.fedrec import FedRecConfig
 
+from conftest import as_ratings
+
 
 @pytest.fixture(scope="module")
 def tiny():
@@ -17,8 +19,9 @@ def tiny():
 
 def federated(data, cfg, seed=7, profile="ideal", test=None):
     net = SimNetwork(seed=seed, profile=profile)
-    job = fedrec.build(net, *data, cfg, test=test)
-    return job.collect(net.run()), net
+    test = None if test is None else as_ratings(*test, *data[3:5])
+    job = fedrec.build(net, as_ratings(*data), cfg, test=test)
+    return job.collect(net.run()).model, net
 
 
 @pytest.mark.parametrize("cfg", [
@@ -35,7 +38,7 @@ def federated(data, cfg, seed=7, profile="ideal", test=None):
 ], ids=lambda c: f"{c.model}-rho{c.rho}-{c.strategy}-{'resample' if c.resample else 'once'}-{c.order}")
 def test_federated_equals_centralized_twin(tiny, cfg):
     fed, _ = federated(tiny, cfg)
-    cen = fedrec.central_twin(*tiny, cfg, seed=7)
+    cen = fedrec.central_twin(as_ratings(*tiny), cfg, seed=7)
     assert fed.diverged_at is None and cen.diverged_at is None
     assert np.abs(fed.V).max() > 1e-3  # trained, not the initial noise
     np.testing.assert_allclose(fed.U, cen.U, rtol=0, atol=1e-9)
@@ -56,8 +59,8 @@ async def test_fedrec_runs_identically_on_asyncio(tiny):
     cfg = FedRecConfig("PMF(S)", d=4, T=3, lr=0.05, dtype="float64", rho=1)
     sim, _ = federated(tiny, cfg)
     net = AsyncioNetwork(seed=7)
-    job = fedrec.build(net, *tiny, cfg)
-    aio = job.collect(await net.run(timeout=60))
+    job = fedrec.build(net, as_ratings(*tiny), cfg)
+    aio = job.collect(await net.run_async(timeout=60)).model
     np.testing.assert_array_equal(sim.V, aio.V)
     np.testing.assert_array_equal(sim.U, aio.U)
 
@@ -71,7 +74,7 @@ def test_payload_per_iteration_equals_section_3_3_formula(model, rho):
     counts = np.bincount(data.users, minlength=data.n_users)
     assert (counts * (1 + rho) <= m).all()
     net = SimNetwork(seed=0, framing_bytes=40)
-    job = fedrec.build(net, data.users, data.items, data.values, data.n_users, m, cfg)
+    job = fedrec.build(net, data, cfg)
     job.collect(net.run())
     cols = net.ledger.columns()
     expected = fedrec.formula_payload_floats(len(data), rho, m, data.n_users, cfg.d)
@@ -115,7 +118,7 @@ def _server_view(data, resample):
         return await fedrec.server(SpyContext(ctx), clients, m_, cfg_)
 
     net = SimNetwork(seed=2)
-    fedrec.build(net, users, items, ratings, n, m, cfg)
+    fedrec.build(net, as_ratings(users, items, ratings, n, m), cfg)
     net.nodes["server"].actor = spying_server
     net.run()
     return seen
@@ -152,7 +155,7 @@ def test_federated_evaluation_matches_central_metrics(tiny):
     test = (users[test_mask], items[test_mask], ratings[test_mask])
     cfg = FedRecConfig("PMF(B)", d=4, T=6, lr=0.5, dtype="float64", eval_every=1)
     fed, net = federated(train, cfg, test=test)
-    cen = fedrec.central_twin(*train, cfg, seed=7, test=test)
+    cen = fedrec.central_twin(as_ratings(*train), cfg, seed=7, test=test)
     # federated eval at iteration t uses the state after t iterations, like the central history
     for e in fed.history:
         h = cen.history[e["iteration"] - 1]

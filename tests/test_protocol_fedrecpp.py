@@ -11,6 +11,8 @@ from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import ExposedDenoiserWarning, FedRecPPConfig
 
+from conftest import as_ratings
+
 
 @pytest.fixture(scope="module")
 def data():
@@ -20,15 +22,15 @@ def data():
 
 def run_pp(data, cfg, seed=4):
     net = SimNetwork(seed=seed)
-    job = fedrecpp.build(net, *data, cfg)
+    job = fedrecpp.build(net, as_ratings(*data), cfg)
     res = net.run()
-    return job.collect(res), net, res
+    return job.collect(res).model, net, res
 
 
 def run_fedrec(data, cfg, seed=4):
     net = SimNetwork(seed=seed)
-    job = fedrec.build(net, *data, cfg)
-    return job.collect(net.run())
+    job = fedrec.build(net, as_ratings(*data), cfg)
+    return job.collect(net.run()).model
 
 
 @pytest.mark.parametrize("rho", [1, 2, 3])
@@ -81,7 +83,7 @@ def test_noise_travels_anonymously_and_denoisers_never_learn_senders(data):
         return await fedrecpp.client(Spy(), rated, ratings, cfg_)
 
     net = SimNetwork(seed=4)
-    job = fedrecpp.build(net, *data, cfg)
+    job = fedrecpp.build(net, as_ratings(*data), cfg)
     for name in job.clients:
         net.nodes[name].actor = spy_client
     res = net.run()
@@ -124,12 +126,12 @@ def test_units_per_role_follow_the_message_flow(data):
 def test_invalid_eta_is_refused_or_warned(data):
     n = data[3]
     with pytest.raises(ValueError, match="impossible"):
-        fedrecpp.build(SimNetwork(), *data, FedRecPPConfig(eta=n + 1))
+        fedrecpp.build(SimNetwork(), as_ratings(*data), FedRecPPConfig(eta=n + 1))
     with pytest.raises(ValueError, match="n/2"):
-        fedrecpp.build(SimNetwork(), *data, FedRecPPConfig(eta=n // 2 + 1))
+        fedrecpp.build(SimNetwork(), as_ratings(*data), FedRecPPConfig(eta=n // 2 + 1))
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        fedrecpp.build(SimNetwork(), *data, FedRecPPConfig(eta=n // 2 + 1, allow_exposed=True))
+        fedrecpp.build(SimNetwork(), as_ratings(*data), FedRecPPConfig(eta=n // 2 + 1, allow_exposed=True))
     assert any(issubclass(x.category, ExposedDenoiserWarning) for x in w)
 
 

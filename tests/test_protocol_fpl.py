@@ -31,14 +31,14 @@ def tiny():
     r = generate("tiny", seed=2).binarize()
     csr = r.by_user()
     items = [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(r.n_users)]
-    return items, np.unique(r.items).astype(np.int64), r.n_items
+    return items, np.unique(r.items).astype(np.int64), r.n_items, r
 
 
-def run(tiny, cfg, seed=SEED, **kw):
-    items, cat, n_items = tiny
+def run(tiny, cfg, seed=SEED, resume=None):
     net = SimNetwork(seed=seed)
-    job = fpl.build(net, items, n_items, cfg, catalogue=cat, **kw)
-    return job.collect(net.run()), net
+    job = fpl.build(net, tiny[3], cfg, resume=resume)
+    res = job.collect(net.run())
+    return {**res.params, **res.info}, net
 
 
 def training_units(net, kind=None):
@@ -49,7 +49,7 @@ def training_units(net, kind=None):
 
 @pytest.mark.parametrize("k", [1, 7, 30])
 def test_ledger_vectors_equal_visits_times_items_plus_T_plus_positives_sent(tiny, k):
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     cfg = FPLConfig(clients_per_round=k, triples=4, rounds=6, d=3, pi=0.4)
     out, net = run(tiny, cfg)
     visits = int(out["rounds"].sum())
@@ -68,7 +68,7 @@ def test_ledger_vectors_equal_visits_times_items_plus_T_plus_positives_sent(tiny
 def test_positives_counted_by_the_ledger_are_the_bernoulli_draws(tiny):
     """With every client in every round, replay each client's draws from its seed: one
     N(0, 0.1^2) p_u, then one rng.random((3, T)) per round; row 2 < pi sends a positive."""
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     cfg = FPLConfig(clients_per_round=len(items), triples=5, rounds=3, d=3, pi=0.3)
     out, net = run(tiny, cfg)
     expected = 0
@@ -82,7 +82,7 @@ def test_positives_counted_by_the_ledger_are_the_bernoulli_draws(tiny):
 
 @pytest.mark.parametrize("preset", PRESET_NAMES)
 def test_one_epoch_of_each_preset_matches_rpe_times_clients_times_vectors(tiny, preset):
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     x_plus = sum(len(i) for i in items)
     cfg = fpl.config_for_preset(preset, len(items), x_plus, epochs=1, d=2, pi=0.5)
     sch = fpl_preset(preset, len(items), x_plus).schedule()
@@ -98,7 +98,7 @@ def test_one_epoch_of_each_preset_matches_rpe_times_clients_times_vectors(tiny, 
 
 
 def test_pi_zero_never_reveals_a_consumed_item(tiny):
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     cfg = FPLConfig(clients_per_round=len(items), triples=8, rounds=4, d=3, pi=0.0, record_received=True)
     out, net = run(tiny, cfg)
     assert len(out["received"]) == cfg.rounds * len(items)
@@ -113,7 +113,7 @@ def test_pi_zero_never_reveals_a_consumed_item(tiny):
 def test_pi_one_sends_an_update_for_every_sampled_positive(tiny):
     """Replay each client's triples (same seed, same draws) and compare with what the server
     received: exactly the T negatives and the T sampled positives, as multisets."""
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     cfg = FPLConfig(clients_per_round=len(items), triples=6, rounds=3, d=3, pi=1.0, record_received=True)
     out, net = run(tiny, cfg)
     by_client = {}
@@ -141,12 +141,12 @@ def test_rows_travel_sorted_by_item_so_position_hides_the_kind(tiny):
 
 
 def test_server_sums_every_row_eq7(tiny):
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     d = 3
     init = np.random.default_rng(0).normal(0, 0.1, (n_items, d + 1))
     cfg = FPLConfig(clients_per_round=10, triples=5, rounds=1, d=d, lr=0.07, pi=0.5, dtype="float64",
                     record_received=True)
-    out, _ = run(tiny, cfg, init=init)
+    out, _ = run(tiny, cfg, resume={"theta": init})
     expect = init.copy()
     for _, _, got, rows in out["received"]:
         np.add.at(expect, got, 0.07 * rows)  # a sum over clients and rows, never an average
@@ -156,7 +156,7 @@ def test_server_sums_every_row_eq7(tiny):
 def test_federated_run_equals_a_replay_of_the_math(tiny):
     """pFPL-like: every client each round, all from the same Theta_S^{t-1}; the server's and the
     clients' generators are derived from the seed exactly as the kernel derives them."""
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     n = len(items)
     cfg = FPLConfig(clients_per_round=n, triples=3, rounds=4, d=4, lr=0.05, pi=0.6, dtype="float64")
     out, _ = run(tiny, cfg)
@@ -176,15 +176,15 @@ def test_federated_run_equals_a_replay_of_the_math(tiny):
 
 
 def test_continuing_a_run_keeps_the_model_and_numbers_rounds(tiny):
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     cfg = FPLConfig(clients_per_round=3, triples=2, rounds=5, d=2, pi=0.5)
     a, net_a = run(tiny, cfg)
-    b, net_b = run(tiny, cfg, seed=SEED + 1, init=a["theta"], user_factors=a["P"], round_offset=5)
+    b, net_b = run(tiny, cfg, seed=SEED + 1, resume={"theta": a["theta"], "P": a["P"], "rounds_done": 5})
     assert net_b.ledger.rounds() == list(range(5, 10))
     assert np.abs(b["theta"] - a["theta"]).max() > 0
     # no fresh initialisation: starting from a's model, one round moves only the touched rows
     c, _ = run(tiny, FPLConfig(clients_per_round=1, triples=1, rounds=1, d=2, pi=0.0, record_received=True),
-               init=a["theta"], user_factors=a["P"])
+               resume={"theta": a["theta"], "P": a["P"]})
     touched = c["received"][0][2]
     untouched = np.setdiff1d(np.arange(n_items), touched)
     assert np.array_equal(c["theta"][untouched], a["theta"][untouched])
@@ -202,12 +202,12 @@ def test_same_seed_same_ledger_other_seed_other_model(tiny):
 
 @pytest.mark.asyncio
 async def test_fpl_runs_identically_on_asyncio(tiny):
-    items, cat, n_items = tiny
+    items, cat, n_items, _ = tiny
     cfg = FPLConfig(clients_per_round=5, triples=3, rounds=3, d=2, pi=0.5, dtype="float64")
     sim, _ = run(tiny, cfg)
     net = AsyncioNetwork(seed=SEED)
-    job = fpl.build(net, items, n_items, cfg, catalogue=cat)
-    aio = job.collect(await net.run(timeout=60))
+    job = fpl.build(net, tiny[3], cfg)
+    aio = job.collect(await net.run_async(timeout=60)).params
     assert np.array_equal(sim["theta"], aio["theta"]) and np.array_equal(sim["P"], aio["P"])
 
 

@@ -33,8 +33,13 @@ def tiny():
 def _run(mod, task, M, cfg, seed=0, framing=0, wrap=None, evaluate=True):
     net = SimNetwork(seed=seed, framing_bytes=framing)
     target = net if wrap is None else wrap(net)
-    job = mod.build(target, task, partition_users(task.n_users, M, seed=0), cfg, evaluate=evaluate)
-    return job, job.collect(net.run()), net
+    job = mod.place(target, task, partition_users(task.n_users, M, seed=0), cfg, evaluate=evaluate)
+    return job, _flat(job.collect(net.run())), net
+
+
+def _flat(result):
+    """The Result as the dict these tests read: info, the evaluations and the server's return value."""
+    return {**result.info, "history": result.metrics, "server": result.run["server"]}
 
 
 # --------------------------------------------------------------------- msgpack sizes, computed by hand
@@ -325,11 +330,11 @@ async def test_same_result_on_the_asyncio_transport(tiny):
     cfg = FedAEConfig(rounds=2, fraction=0.5, hidden=HIDDEN, batch=4, local_epochs=1)
     groups = partition_users(tiny.n_users, 4, seed=0)
     sim = SimNetwork(seed=2)
-    job = personalfr.build(sim, tiny, groups, cfg)
-    a = job.collect(sim.run())
+    job = personalfr.place(sim, tiny, groups, cfg)
+    a = _flat(job.collect(sim.run()))
     aio = AsyncioNetwork(seed=2)
-    job = personalfr.build(aio, tiny, groups, cfg)
-    b = job.collect(await aio.run(timeout=60))
+    job = personalfr.place(aio, tiny, groups, cfg)
+    b = _flat(job.collect(await aio.run_async(timeout=60)))
     for k, v in a["server"]["decoder"].items():
         assert np.array_equal(v, b["server"]["decoder"][k])
     assert a["final"] == b["final"]

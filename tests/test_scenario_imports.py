@@ -39,8 +39,8 @@ def test_no_scenario_imports_another_scenario(name):
 
 
 def test_the_check_catches_each_form():
-    for src in ("import fedsim.scenarios.demo", "from fedsim.scenarios import demo", "from fedsim.scenarios.demo import x",
-                "from . import demo", "from .demo import x", "import demo", "from scenarios.demo import x"):
+    for src in ("import fedsim.scenarios.quickstart", "from fedsim.scenarios import quickstart", "from fedsim.scenarios.quickstart import x",
+                "from . import quickstart", "from .quickstart import x", "import quickstart", "from scenarios.quickstart import x"):
         assert any(_offends(m) for m in _imported_modules(ast.parse(src))), src
     for src in ("import fedsim.studies.personalfr", "from fedsim.experiment import Param", "import numpy as np"):
         assert not any(_offends(m) for m in _imported_modules(ast.parse(src))), src

@@ -28,16 +28,16 @@ from __future__ import annotations
 from .context import Progress, RunContext
 from .discovery import SCENARIO_PACKAGE, first_sentence, list_scenarios, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
-from .params import Param, check_value, parse_sets, parse_value, resolve_config
+from .params import Param, check_value, params_from, parse_sets, parse_value, resolve_config
 from .report import (
     Table, csv_cell, format_table, git_revision, json_default, versions, write_csv, write_report, write_results,
 )
-from .runner import add_run_arguments, default_out_dir, run_scenario, scenario_main
+from .runner import add_run_arguments, default_out_dir, net_from_args, network_spec, run_scenario, scenario_main
 
 __all__ = [
     "SCENARIO_PACKAGE", "Param", "Progress", "RunContext", "ScenarioError", "Table", "UsageError",
     "add_run_arguments", "check_value", "csv_cell", "default_out_dir", "first_sentence", "format_table",
-    "git_revision", "json_default", "list_scenarios", "load_scenario", "parse_sets", "parse_value",
+    "git_revision", "json_default", "list_scenarios", "load_scenario", "net_from_args", "network_spec", "params_from", "parse_sets", "parse_value",
     "resolve_config", "run_scenario", "scenario_main", "scenario_name", "versions", "write_csv",
     "write_report", "write_results",
 ]

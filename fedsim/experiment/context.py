@@ -74,7 +74,7 @@ class RunContext:
     config: dict[str, Any]
     data: str
     seed: int
-    profile: str
+    net: Any  # fedsim.kernel.NetSpec: the network every run of this scenario should use
     out: Path
     quiet: bool = False
     keep_ledger: bool = False
@@ -88,6 +88,16 @@ class RunContext:
 
     def __getitem__(self, key: str) -> Any:
         return self.config[key]
+
+    @property
+    def profile(self) -> str:
+        """The network profile's name (``ctx.net.profile``)."""
+        return self.net.profile
+
+    def network(self, seed: int | None = None, **kwargs: Any):
+        """A fresh network as the run options describe it (profile, link model, faults,
+        transport), seeded with ``seed`` (default: the run's seed)."""
+        return self.net.build(self.seed if seed is None else int(seed), **kwargs)
 
     def load_data(self, **kw: Any):
         """The dataset named by ``--data`` (a synthetic preset, a path, or a downloaded name)."""
@@ -128,8 +138,7 @@ class RunContext:
         """Account one finished network run: its simulated duration and ledger totals (summed
         over runs in results.json); with ``--ledger`` its full ledger goes to ledger.csv."""
         led = net.ledger
-        res_time = getattr(net, "env", None)
-        self.record_totals(float(res_time.now) if res_time is not None else 0.0, led.totals())
+        self.record_totals(float(net.now()), led.totals())
         self.progress.recorded = {"sim_time": self.sim_time, "messages": self.ledger_totals.get("messages", 0),
                                   "bytes": self.ledger_totals.get("bytes", 0)}
         if self.keep_ledger:

@@ -13,7 +13,9 @@ from types import ModuleType
 
 from .errors import UsageError
 
-__all__ = ["SCENARIO_PACKAGE", "first_sentence", "list_scenarios", "load_scenario", "scenario_name"]
+from .naming import scenario_name
+
+__all__ = ["SCENARIO_PACKAGE", "first_sentence", "list_scenarios", "load_scenario", "scenario_name", "unknown_scenario"]
 
 SCENARIO_PACKAGE = "fedsim.scenarios"
 
@@ -61,8 +63,22 @@ def first_sentence(doc: str) -> str:
     return para
 
 
+def unknown_scenario(name: str) -> str:
+    """The message for a name that is neither a scenario nor a protocol, with the closest ones."""
+    import difflib
+
+    from ..protocols import REGISTRY
+
+    scenarios = [n for n, _ in list_scenarios()]
+    close = difflib.get_close_matches(name, scenarios + list(REGISTRY), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"unknown scenario or protocol {name!r}{hint} (scenarios: {', '.join(scenarios)}; "
+            f"protocols: {', '.join(REGISTRY)})")
+
+
 def load_scenario(name_or_path: str) -> ModuleType:
-    """Import a scenario by name (``fedrec_table2``) or by path to a ``.py`` file.
+    """Import a scenario by name (``fedrec_table2``), by path to a ``.py`` file, or make the
+    scenario of a registered protocol (``fedrec``: one run of it, see ``protocol_run``).
     Raises ``UsageError`` if there is none."""
     p = Path(name_or_path)
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
@@ -73,23 +89,20 @@ def load_scenario(name_or_path: str) -> ModuleType:
         sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
         spec.loader.exec_module(mod)
     else:
+        from ..protocols import REGISTRY
+
+        if name_or_path in REGISTRY:  # any registered protocol runs as a scenario of its own
+            from .protocol_run import protocol_scenario
+
+            return protocol_scenario(name_or_path)
         if not name_or_path.isidentifier():
-            raise UsageError(f"unknown scenario {name_or_path!r}")
+            raise UsageError(unknown_scenario(name_or_path))
         try:
             mod = importlib.import_module(f"{SCENARIO_PACKAGE}.{name_or_path}")
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith(SCENARIO_PACKAGE):
-                known = ", ".join(n for n, _ in list_scenarios())
-                raise UsageError(f"unknown scenario {name_or_path!r}; known: {known}") from None
+                raise UsageError(unknown_scenario(name_or_path)) from None
             raise
     if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
         raise UsageError(f"{name_or_path} is not a fedsim scenario (it needs PARAMS and run(ctx))")
     return mod
-
-
-def scenario_name(mod: ModuleType) -> str:
-    """The scenario's short name (``fedrec_table2``) whether it was imported from the package, loaded
-    from a path (``fedsim_scenario_NAME``) or is running as ``__main__``."""
-    if mod.__name__ == "__main__" and getattr(mod, "__file__", None):
-        return Path(mod.__file__).stem
-    return mod.__name__.rsplit(".", 1)[-1].removeprefix("fedsim_scenario_")

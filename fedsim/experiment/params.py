@@ -4,27 +4,35 @@ grids, API calls: :func:`check_value`), and :func:`resolve_config` merges them o
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from types import ModuleType
 from typing import Any, Sequence
 
-from .discovery import scenario_name
+from ..config import ConfigError, FieldInfo, check_field, fields_of, parse_field
+
+from .naming import scenario_name
 from .errors import UsageError
 
-__all__ = ["Param", "check_value", "parse_sets", "parse_value", "resolve_config"]
+__all__ = ["Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config"]
 
 
 @dataclass(frozen=True)
 class Param:
     """A scenario parameter: its default (whose type is the parameter's type) and help text.
     ``choices`` restricts the values; ``kind`` overrides the type ('int', 'float', 'str',
-    'bool', 'ints', 'floats', 'strs' for comma-separated lists)."""
+    'bool', 'ints', 'floats', 'strs' for comma-separated lists); ``min``/``max`` (with
+    ``exclusive_min``) bound numbers; ``none_ok`` admits ``none``. Parsing and checking are the
+    ones of protocol configurations (``fedsim.config``): a parameter that is a protocol
+    hyperparameter is best declared with :meth:`Param.of` so that it is declared once."""
 
     default: Any
     help: str = ""
     choices: tuple | None = None
     kind: str | None = None
+    min: float | None = None
+    max: float | None = None
+    exclusive_min: bool = False
+    none_ok: bool = False
 
     @property
     def type_name(self) -> str:
@@ -46,65 +54,71 @@ class Param:
             return "strs"
         return "str"
 
+    def field(self, key: str) -> FieldInfo:
+        """This parameter as a configuration field description (for parsing and checking)."""
+        return FieldInfo(key, self.type_name, self.default, self.help, self.choices, self.min, self.max,
+                         self.exclusive_min, self.none_ok or self.default is None)
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+    @classmethod
+    def of(cls, config: type, name: str, default: Any = MISSING, help: str | None = None) -> "Param":
+        """The parameter of a configuration dataclass's field ``name``: its type, bounds, choices
+        and help as declared there; ``default`` and ``help`` may differ for a scenario (say, fewer
+        rounds by default than the paper)."""
+        info = {f.name: f for f in fields_of(config)}[name]
+        d = info.default if default is MISSING else default
+        return cls(list(d) if isinstance(d, tuple) else d, info.help if help is None else help, info.choices,
+                   info.type, info.min, info.max, info.exclusive_min, info.none_ok)
+
+    def describe(self) -> str:
+        return self.field("").describe()
+
+
+def params_from(config: type, *names: str, **defaults: Any) -> dict[str, Param]:
+    """``{name: Param.of(config, name)}`` for ``names`` (every field when none is given), with
+    scenario ``defaults`` overriding the configuration's."""
+    names = names or tuple(f.name for f in fields_of(config))
+    return {n: Param.of(config, n, defaults.get(n, MISSING)) for n in names}
+
+
+def _listy(t: str, value: Any) -> Any:
+    return list(value) if t in ("ints", "floats", "strs") and isinstance(value, tuple) else value
+
+
+def _usage(key: str, exc: ConfigError, text: Any, param: Param) -> UsageError:
+    msg = str(exc)
+    t = param.type_name
+    if "must be one of" in msg:
+        bad = msg.rsplit("got ", 1)[-1]
+        return UsageError(f"--set {key}: {bad} is not one of {', '.join(map(str, param.choices or ()))}")
+    if msg.startswith(f"{key}: expected") or "must be an integer" in msg or "must be a number" in msg \
+            or "must be true or false" in msg or "must be text" in msg or "must be a sequence" in msg:
+        return UsageError(f"--set {key}: expected {t}, got {text!r}")
+    return UsageError(f"--set {key}: {msg.split(' ', 1)[1] if msg.startswith(key) else msg}")
 
 
 def parse_value(key: str, text: str, param: Param) -> Any:
-    """Convert ``text`` to ``param``'s type; raises ``UsageError`` naming the key."""
-    t = param.type_name
+    """Convert ``text`` to ``param``'s type and check it (choices, bounds); raises
+    ``UsageError`` naming the key."""
+    info = param.field(key)
     try:
-        if t == "bool":
-            low = text.strip().lower()
-            if low in _TRUE:
-                value: Any = True
-            elif low in _FALSE:
-                value = False
-            else:
-                raise ValueError
-        elif t == "int":
-            value = int(text)
-        elif t == "float":
-            value = float(text)
-            if math.isnan(value):
-                raise ValueError
-        elif t in ("ints", "floats", "strs"):
-            conv = {"ints": int, "floats": float, "strs": str}[t]
-            value = [conv(x.strip()) for x in text.split(",") if x.strip() != ""]
-        else:
-            value = text
-    except ValueError:
-        raise UsageError(f"--set {key}: expected {t}, got {text!r}") from None
-    if param.choices is not None:
-        vals = value if isinstance(value, list) else [value]
-        bad = [v for v in vals if v not in param.choices]
-        if bad:
-            raise UsageError(f"--set {key}: {bad[0]!r} is not one of {', '.join(map(str, param.choices))}")
-    return value
+        return _listy(info.type, check_field(info, parse_field(info, text), ""))
+    except ConfigError as exc:
+        raise _usage(key, exc, text, param) from None
 
 
 def check_value(key: str, value: Any, param: Param) -> Any:
     """Validate a Python value (from a sweep grid or API call) against ``param``: a string is
     parsed as :func:`parse_value` does; otherwise the value must already have the parameter's
     type. Returns it normalised (an int given for a float parameter as float, a tuple for a
-    list parameter as list); raises ``UsageError`` naming ``key`` when the type is wrong.
-    ``choices`` are checked for strings only."""
-    if isinstance(value, str):
+    list parameter as list); raises ``UsageError`` naming ``key`` when the type, a choice or a
+    bound is wrong."""
+    if isinstance(value, str) and param.type_name != "str":
         return parse_value(key, value, param)
-    t = param.type_name
-    ok = {
-        "bool": lambda v: isinstance(v, bool),
-        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-        "ints": lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, int) for x in v),
-        "floats": lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v),
-        "strs": lambda v: isinstance(v, (list, tuple)),
-        "str": lambda v: isinstance(v, str),
-    }[t]
-    if not ok(value):
-        raise UsageError(f"{key}: expected {t}, got {value!r}")
-    return float(value) if t == "float" else (list(value) if t in ("ints", "floats", "strs") else value)
+    info = param.field(key)
+    try:
+        return _listy(info.type, check_field(info, value, ""))
+    except ConfigError as exc:
+        raise _usage(key, exc, value, param) from None
 
 
 def _unknown(key: str, mod: ModuleType, params: dict[str, Param]) -> UsageError:

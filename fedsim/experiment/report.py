@@ -98,8 +98,12 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
     """Write ``out/report.md``: the run's data, seed, profile, times and configuration (from
     ``results``, as :func:`fedsim.experiment.run_scenario` builds it), every table as Markdown,
     the notes, the plots named in ``results["plots"]`` and the ledger totals."""
+    net = results.get("network") or {}
+    extra = "".join(f", {k.replace('_', ' ')} `{net[k]}`" for k in ("link_model", "transport")
+                    if net.get(k) not in (None, "fifo", "sim"))
+    extra += "".join(f", {k} {net[k]:g}" for k in ("loss", "dropout") if net.get(k))
     lines = [f"# {results['scenario']}", "", f"Data: `{results['data']}`, seed {results['seed']}, profile "
-             f"`{results['profile']}`, wall time {results['wall_time_s']:.1f} s, simulated time "
+             f"`{results['profile']}`{extra}, wall time {results['wall_time_s']:.1f} s, simulated time "
              f"{results['simulated_time_s']:.3f} s.", ""]
     lines.append("Configuration: " + ", ".join(f"`{k}={v}`" for k, v in results["config"].items()))
     lines.append("")

@@ -17,7 +17,7 @@ from .errors import ScenarioError, UsageError
 from .params import parse_sets, parse_value, resolve_config
 from .report import git_revision, versions, write_report, write_results
 
-__all__ = ["add_run_arguments", "default_out_dir", "run_scenario", "scenario_main"]
+__all__ = ["add_run_arguments", "default_out_dir", "net_from_args", "network_spec", "run_scenario", "scenario_main"]
 
 
 def default_out_dir(name: str) -> Path:
@@ -26,25 +26,36 @@ def default_out_dir(name: str) -> Path:
     return Path("runs") / f"{stamp}-{name}"
 
 
+def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, **options: Any):
+    """The ``NetSpec`` a run of ``mod`` uses: ``net`` if given, else the scenario's
+    ``DEFAULT_PROFILE`` (or ``profile``) with ``options`` (``link_model``, ``loss``, ``dropout``,
+    ``window``, ``transport``; None means the default). Raises ``UsageError`` for a bad value."""
+    from ..kernel import NetSpec
+    from ..kernel.errors import NetworkConfigError
+
+    if net is not None:
+        return NetSpec.of(net)
+    kw = {k: v for k, v in options.items() if v is not None}
+    try:
+        return NetSpec(profile=profile or getattr(mod, "DEFAULT_PROFILE", "ideal"), **kw)
+    except NetworkConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, profile: str | None = None,
-                 quiet: bool = False, ledger: bool = False) -> dict[str, Any]:
+                 quiet: bool = False, ledger: bool = False, net: Any = None) -> dict[str, Any]:
     """Run a scenario (a module, or a name or path :func:`load_scenario` takes) and write its
     files to ``out`` (default :func:`default_out_dir`); returns the content of results.json.
+    ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
+    builds; ``profile`` is a shorthand for ``NetSpec(profile)``.
     Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value or
     a negative seed; whatever the scenario raises (``ScenarioError`` among it) passes through."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
     name = scenario_name(mod)
     cfg = resolve_config(mod, overrides or {})
-    profile = profile or getattr(mod, "DEFAULT_PROFILE", "ideal")
-    from ..kernel import get_profile
-    from ..kernel.errors import NetworkConfigError
-
-    try:
-        get_profile(profile)
-    except NetworkConfigError as exc:
-        raise UsageError(str(exc)) from None
+    netspec = network_spec(mod, profile, net)
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
     out_dir = Path(out) if out else default_out_dir(name)
@@ -52,7 +63,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     if ledger and (out_dir / "ledger.csv").exists():
         (out_dir / "ledger.csv").unlink()
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
-    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), profile=profile,
+    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec,
                      out=out_dir, quiet=quiet, keep_ledger=ledger, progress=Progress(not quiet))
     t0 = time.perf_counter()
     try:
@@ -65,7 +76,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         "config": cfg,
         "data": data_spec,
         "seed": int(seed),
-        "profile": profile,
+        "profile": netspec.profile,
+        "network": netspec.to_dict(),
         "versions": versions(),
         "git_revision": git_revision(),
         "wall_time_s": wall,
@@ -91,8 +103,33 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seed", type=int, default=0, help="experiment seed (default 0)")
     ap.add_argument("--profile", default=None,
                     help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
+    ap.add_argument("--link-model", default=None, dest="link_model",
+                    help="simulated links: fifo (store-and-forward, default), fair (max-min fair flows), "
+                         "tcp (fair flows plus TCP start-up)")
+    ap.add_argument("--transport", default=None,
+                    help="sim (simulated network, default), asyncio (one process, real time) or tcp "
+                         "(separate processes over TCP on loopback)")
+    ap.add_argument("--loss", type=float, default=None, help="probability that a client's message is lost")
+    ap.add_argument("--dropout", type=float, default=None,
+                    help="probability that a client drops out (at a time uniform in --dropout-window)")
+    ap.add_argument("--dropout-window", default=None, dest="dropout_window", metavar="START,END",
+                    help="seconds within which dropouts happen (default 0,0)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar or printed tables")
     ap.add_argument("--ledger", action="store_true", help="also write the full ledger as ledger.csv")
+
+
+def net_from_args(mod: ModuleType, args: argparse.Namespace):
+    """The ``NetSpec`` of parsed run options (see :func:`add_run_arguments`)."""
+    window = None
+    if getattr(args, "dropout_window", None):
+        try:
+            window = tuple(float(x) for x in args.dropout_window.split(","))
+            if len(window) != 2:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--dropout-window expects START,END in seconds, got {args.dropout_window!r}") from None
+    return network_spec(mod, args.profile, link_model=args.link_model, transport=args.transport,
+                        loss=args.loss, dropout=args.dropout, window=window)
 
 
 def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) -> int:
@@ -115,7 +152,7 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
             if v is not None:
                 overrides[key] = parse_value(key, v, p)
         res = run_scenario(mod, data=args.data, out=args.out, overrides=overrides, seed=args.seed,
-                           profile=args.profile, quiet=args.quiet, ledger=args.ledger)
+                           quiet=args.quiet, ledger=args.ledger, net=net_from_args(mod, args))
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,21 +1,32 @@
-"""The kernel: codec, ledger, link model and the transports actors run on.
+"""The kernel: codec, ledger, link models and the transports actors run on.
 
-It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.context``).
+It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.context``). People
+who write a transport implement ``Network``'s transport interface (``fedsim.kernel.network``);
+people who write a link model implement ``LinkModel`` (``fedsim.kernel.sim``); both use
+``Node`` and ``Envelope`` and the ledger's column positions. See docs/network-model.md.
 """
 
 from .codec import CodecError, Encoded, decode, decode_message, encode, encode_message
 from .context import Context, Deadline, GatherEach, Gathered, Message
-from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, UnknownNodeError
-from .ledger import COLUMNS, Ledger, Missing
-from .links import PROFILES, LinkSpec, NodeSpec, Profile, get_profile
+from .envelope import Collector, Envelope, InOrder, Payload, matches
+from .errors import (
+    ActorError, DeadlockError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
+    UnknownNodeError,
+)
+from .events import EventQueue
+from .ledger import COLUMNS, Ledger, LedgerView, Missing, Totals
+from .links import PROFILES, Faults, LinkSpec, NodeSpec, Profile, get_profile
+from .netspec import TRANSPORTS, NetSpec
 from .network import Network, RunResult
+from .node import Node
 from .sim import FifoLinkModel, LinkModel, SimNetwork
 from .aio import AsyncioNetwork
 
 __all__ = [
-    "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Context", "Deadline", "Encoded", "FedsimError",
-    "FifoLinkModel", "ForeignAwaitError", "GatherEach", "Gathered", "Ledger", "LinkModel", "LinkSpec", "Message",
-    "Missing", "Network", "NetworkConfigError", "NodeSpec", "PROFILES", "Profile", "RunResult",
-    "SimNetwork", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",
-    "get_profile",
+    "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Collector", "Context", "Deadline", "DeadlockError",
+    "Encoded", "Envelope", "EventQueue", "Faults", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
+    "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
+    "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile", "RunResult",
+    "SimNetwork", "TRANSPORTS", "Totals", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",
+    "get_profile", "matches",
 ]

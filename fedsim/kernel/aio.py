@@ -2,8 +2,9 @@
 
 Messages are encoded with the same codec and handed through in-process mailboxes, so actors see
 exactly the bytes they would see on ``SimNetwork``. Bandwidth and latency are not modelled here
-(time is the loop's real clock); link loss is applied with the same seeded generator. Nodes
-with ``offline_at`` are not supported on this transport.
+(time is the loop's real clock, divided by ``time_scale``); link loss uses the same seeded
+draws, keyed by sender and message number, so both transports lose the same messages. Nodes with
+``offline_at`` are not supported on this transport.
 """
 
 from __future__ import annotations
@@ -12,25 +13,25 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from ..seeding import node_rng
-from .context import _Envelope, _matches, _Payload
+from .envelope import Envelope, Payload, matches
 from .errors import ActorError, FedsimError, NetworkConfigError
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
-from .network import Network, RunResult, _Node
+from .network import Network, RunResult
+from .node import Node
 
 __all__ = ["AsyncioNetwork"]
 
 
 class AsyncioNetwork(Network):
-    """Run actors as asyncio tasks. ``time_scale`` multiplies ``sleep`` and timeouts (seconds of
-    real time per simulated second); ``compute`` only yields to the loop."""
+    """Run actors as asyncio tasks. ``time_scale`` is the real seconds per protocol second: it
+    multiplies ``sleep`` and timeouts and divides the clock (``now()``, ``RunResult.duration``);
+    ``compute`` only yields to the loop."""
 
     def __init__(self, *, time_scale: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not time_scale >= 0:
             raise NetworkConfigError(f"time_scale must be >= 0, got {time_scale!r}")
         self.time_scale = float(time_scale)
-        self._loss_rng = node_rng(self.seed, "kernel:loss")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
         self._blocked = 0
@@ -38,26 +39,28 @@ class AsyncioNetwork(Network):
         self._quiet: asyncio.Event | None = None
         self._error: BaseException | None = None
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """Real seconds since the run started, divided by ``time_scale`` (1 if it is 0)."""
         return (self._loop.time() - self._t0) / (self.time_scale or 1.0) if self._loop else 0.0
 
-    def _post(self, src: _Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
-        targets = self._destinations(dsts)
-        payload = _Payload(encoded)
+    def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
+        targets = self.destinations(dsts)
+        payload = Payload(encoded)
         nbytes = len(encoded.data) + self.framing_bytes
-        now = self._now()
+        now = self.now()
+        src.sent += len(targets)
         for dst in targets:
             row = self.ledger.new_row(src.round, src.id, dst.id, src.role, dst.role, kind, nbytes,
                                       encoded.array_bytes, encoded.floats, now, anonymous)
             row[TX_START] = row[TX_END] = row[RX_START] = now
-            if src.spec.loss and self._loss_rng.random() < src.spec.loss:
+            if src.spec.loss and self.draw_loss(src):
                 row[STATUS], row[NOTE] = "lost", "link loss"
                 continue
             row[ARRIVAL] = now
             row[STATUS] = "delivered"
-            envl = _Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
+            envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
             w = dst.waiter
-            if w is not None and _matches(w[0], kind) and not w[1].done():
+            if w is not None and matches(w[0], kind) and not w[1].done():
                 dst.waiter = None
                 if w[2]:
                     self._blocked -= 1
@@ -67,7 +70,7 @@ class AsyncioNetwork(Network):
                     dst.mailbox = deque()
                 dst.mailbox.append(envl)
 
-    async def _wait(self, node: _Node, kind, timeout: float | None):
+    async def wait(self, node: Node, kind, timeout: float | None):
         fut = self._loop.create_future()
         forever = timeout is None
         node.waiter = (kind, fut, forever)
@@ -81,17 +84,17 @@ class AsyncioNetwork(Network):
             node.waiter = None
             return None
 
-    async def _sleep(self, node: _Node, seconds: float) -> None:
+    async def sleep(self, node: Node, seconds: float) -> None:
         await asyncio.sleep(seconds * self.time_scale)
 
-    async def _compute(self, node: _Node, flops: float, label: str) -> None:
+    async def compute(self, node: Node, flops: float, label: str) -> None:
         await asyncio.sleep(0)
 
     def _check_quiet(self) -> None:
         if self._finished + self._blocked >= len(self.nodes) and self._quiet is not None:
             self._quiet.set()
 
-    def _task_done(self, node: _Node, task: asyncio.Task) -> None:
+    def _task_done(self, node: Node, task: asyncio.Task) -> None:
         self._finished += 1
         if task.cancelled():
             pass
@@ -107,13 +110,15 @@ class AsyncioNetwork(Network):
             node.result = task.result()
         self._check_quiet()
 
-    async def run(self, timeout: float | None = None) -> RunResult:
-        """Run every actor until all have finished or are blocked on ``receive`` with nothing in
-        flight; blocked ones are then cancelled and listed in ``unfinished``. Raises
-        ``ActorError`` if an actor raises, ``asyncio.TimeoutError`` after ``timeout`` seconds."""
-        if self._ran:
+    async def run_async(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
+        """Run every actor until all have finished or are blocked with nothing in flight (no
+        message can be in flight here: delivery is immediate). Blocked actors are cancelled and
+        listed in ``unfinished``; with ``strict`` that is a deadlock (``DeadlockError``, as on
+        ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``asyncio.TimeoutError`` after
+        ``timeout`` real seconds. Must be awaited inside a running loop; ``run`` starts one."""
+        if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
-        self._ran = True
+        self.ran = True
         for node in self.nodes.values():
             if node.spec.offline_at is not None:
                 raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by AsyncioNetwork")
@@ -127,8 +132,11 @@ class AsyncioNetwork(Network):
             task = self._loop.create_task(coro, name=node.id)
             task.add_done_callback(lambda t, n=node: self._task_done(n, t))
             tasks.append(task)
+        result = None
         try:
             await asyncio.wait_for(self._quiet.wait(), timeout)
+            if self._error is None:
+                result = self.finish(self.now(), strict=strict)
         finally:
             for t in tasks:
                 if not t.done():
@@ -136,8 +144,9 @@ class AsyncioNetwork(Network):
             await asyncio.gather(*tasks, return_exceptions=True)
         if self._error is not None:
             raise self._error
-        return self._result(self._now())
+        return result
 
-    def run_sync(self, timeout: float | None = None) -> RunResult:
-        """``asyncio.run(self.run(timeout))``, for callers without a loop."""
-        return asyncio.run(self.run(timeout))
+    def run(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
+        """``asyncio.run(self.run_async(timeout, strict=strict))``: the same call shape as
+        ``SimNetwork.run``, for callers without a running loop."""
+        return asyncio.run(self.run_async(timeout, strict=strict))

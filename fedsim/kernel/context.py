@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
-from .codec import Encoded, decode_message, encode_message
+from .codec import encode_message
+from .envelope import Collector, Envelope, InOrder
 from .errors import UnknownNodeError
+from .ledger import READ
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .network import Network, _Node
+from .node import Node
+
+# Context never imports the network module (which imports this one): it only calls the transport
+# interface documented in fedsim.kernel.network, on whatever transport created it.
 
 __all__ = ["Context", "Deadline", "GatherEach", "Gathered", "Message"]
 
@@ -87,107 +91,6 @@ class Deadline:
         return f"<Deadline at {self._at:.6g}>"
 
 
-class _Payload:
-    """An encoded document shared by all envelopes of one send/broadcast, decoded once."""
-
-    __slots__ = ("encoded", "decoded", "has_decoded")
-
-    def __init__(self, encoded: Encoded) -> None:
-        self.encoded = encoded
-        self.decoded: Any = None
-        self.has_decoded = False
-
-    def value(self) -> Any:
-        if not self.has_decoded:
-            self.decoded = decode_message(self.encoded.data)[1]
-            self.has_decoded = True
-        v = self.decoded
-        # each recipient gets its own top-level container; arrays stay shared read-only views
-        if type(v) is dict:
-            return dict(v)
-        if type(v) is list:
-            return list(v)
-        return v
-
-
-class _Envelope:
-    """A message in transit or waiting in a mailbox (kernel-internal)."""
-
-    __slots__ = ("kind", "payload", "src", "anonymous", "round", "row", "nbytes")
-
-    def __init__(self, kind: str, payload: _Payload, src: str, anonymous: bool, rnd: int,
-                 row: list, nbytes: int) -> None:
-        self.kind = kind
-        self.payload = payload
-        self.src = src
-        self.anonymous = anonymous
-        self.round = rnd
-        self.row = row
-        self.nbytes = nbytes
-
-
-class _Collector:
-    """What one ``gather`` waits for: messages of its kind, one per expected sender (``pending``)
-    or ``want`` of them, none labelled with a round before ``round``. The transport offers it
-    every matching message that arrives, so a network can fill it without resuming the actor
-    once per message; the actor resumes when it is complete (or at its deadline)."""
-
-    __slots__ = ("got", "want", "pending", "round", "complete")
-
-    def __init__(self, want: int, pending: set | None, rnd: int | None) -> None:
-        self.got: list[_Envelope] = []
-        self.want = want
-        self.pending = pending
-        self.round = rnd
-        self.complete = want <= 0
-
-    def offer(self, env: _Envelope) -> bool:
-        """Keep ``env`` or discard it (a stale round: left unread in the ledger; a sender not
-        expected or already heard from: likewise). Returns whether the gather is complete."""
-        if self.round is not None and env.round < self.round:
-            return False
-        pending = self.pending
-        if pending is not None:
-            if env.src not in pending:
-                return False
-            pending.remove(env.src)
-        got = self.got
-        got.append(env)
-        if len(got) >= self.want:
-            self.complete = True
-            return True
-        return False
-
-
-class _InOrder:
-    """What ``gather_each`` waits for: the message of the next sender in node-id order. Every
-    fresh message from an expected sender is kept (``held``) until its turn; ``offer`` returns
-    true when the one awaited now (``order[pos]``) is there."""
-
-    __slots__ = ("order", "pos", "held", "pending", "round", "complete")
-
-    def __init__(self, order: list[str], rnd: int | None) -> None:
-        self.order = order
-        self.pos = 0
-        self.held: dict[str, _Envelope] = {}
-        self.pending = set(order)
-        self.round = rnd
-        self.complete = False
-
-    def offer(self, env: _Envelope) -> bool:
-        if self.round is not None and env.round < self.round:
-            return False  # stale: left unread
-        src = env.src
-        if src not in self.pending:
-            return False  # unexpected, or a second message from the same sender: left unread
-        self.pending.remove(src)
-        self.held[src] = env
-        if src == self.order[self.pos]:
-            self.complete = True
-            return True
-        return False
-
-
 class GatherEach:
     """The async iterator ``Context.gather_each`` returns: messages one by one, in node-id order.
 
@@ -202,7 +105,7 @@ class GatherEach:
         self.missing: list[str] = []
         self._ctx = ctx
         self._kind = kind
-        self._col = _InOrder(order, rnd)
+        self._col = InOrder(order, rnd)
         self._end = end
         self._expired = False
         self._done = False
@@ -223,16 +126,16 @@ class GatherEach:
             if env is None and not self._expired:
                 net, node, kind = ctx._net, ctx._node, self._kind
                 while True:  # what arrived while the actor was busy
-                    queued = net._take(node, kind)
+                    queued = net.take(node, kind)
                     if queued is None:
                         break
                     col.offer(queued)
                 env = held.pop(sender, None)
                 if env is None:
-                    left = None if self._end is None else self._end - net._now()
+                    left = None if self._end is None else self._end - net.now()
                     if left is None or left > 0:
                         col.complete = False
-                        await net._collect(node, kind, col, left)
+                        await net.collect(node, kind, col, left)
                         env = held.pop(sender, None)
                     if env is None:
                         self._expired = True  # from now on, only what is already held
@@ -247,16 +150,8 @@ class GatherEach:
         if not self._done:
             self._done = True
             if self.missing:
-                ctx._net._record_missing(ctx._node, self._kind, self.missing)
+                ctx._net.record_missing(ctx._node, self._kind, self.missing)
         raise StopAsyncIteration
-
-
-def _matches(kind: str | tuple[str, ...] | None, env_kind: str) -> bool:
-    if kind is None:
-        return True
-    if type(kind) is str:
-        return kind == env_kind
-    return env_kind in kind
 
 
 class Context:
@@ -265,7 +160,7 @@ class Context:
 
     __slots__ = ("_net", "_node", "_rng")
 
-    def __init__(self, net: "Network", node: "_Node") -> None:
+    def __init__(self, net: "Network", node: "Node") -> None:
         self._net = net
         self._node = node
         self._rng: np.random.Generator | None = None
@@ -311,25 +206,34 @@ class Context:
         ``sender=None`` (the ledger still records both ends).
 
         Raises ``UnknownNodeError`` for an unknown ``dst``, ``CodecError`` for a payload the
-        codec cannot encode.
+        codec cannot encode, ``MessageTooLargeError`` for a document larger than the transport's
+        ``max_message_bytes`` (nothing is sent).
         """
         kind = str(kind)
-        self._net._post(self._node, (dst,), kind, encode_message(kind, payload), anonymous)
+        net = self._net
+        encoded = encode_message(kind, payload)
+        if len(encoded.data) > net.max_message_bytes:
+            net.check_size(self._node, kind, encoded)
+        net.post(self._node, (dst,), kind, encoded, anonymous)
 
     async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
         """Queue the same payload for every node of ``dsts`` (in that order). The payload is
-        encoded once; each destination is charged its full size."""
+        encoded once; each destination is charged its full size. Raises as ``send`` does."""
         kind = str(kind)
-        self._net._post(self._node, tuple(dsts), kind, encode_message(kind, payload), False)
+        net = self._net
+        encoded = encode_message(kind, payload)
+        if len(encoded.data) > net.max_message_bytes:
+            net.check_size(self._node, kind, encoded)
+        net.post(self._node, tuple(dsts), kind, encoded, False)
 
     # -- receiving --------------------------------------------------------------------------
     def deadline(self, seconds: float) -> Deadline:
         """A deadline ``seconds`` from now, to pass to ``receive``/``gather``."""
-        return Deadline(self._net._now() + float(seconds))
+        return Deadline(self._net.now() + float(seconds))
 
     def _timeout_of(self, timeout: float | None, deadline: Deadline | None) -> float | None:
         if deadline is not None:
-            left = deadline._at - self._net._now()
+            left = deadline._at - self._net.now()
             return left if timeout is None else min(left, float(timeout))
         return None if timeout is None else float(timeout)
 
@@ -341,16 +245,16 @@ class Context:
         if none has arrived by then. Messages of other kinds stay in the mailbox.
         """
         net = self._net
-        env = net._take(self._node, kind)
+        env = net.take(self._node, kind)
         if env is None:
             t = self._timeout_of(timeout, deadline)
             if t is not None and t <= 0:
                 return None
-            env = await net._wait(self._node, kind, t)
+            env = await net.wait(self._node, kind, t)
         return None if env is None else self._open(env)
 
-    def _open(self, env: _Envelope) -> Message:
-        env.row[16] = True  # ledger READ column
+    def _open(self, env: Envelope) -> Message:
+        env.row[READ] = True
         node = self._node
         if env.round > node.round:
             node.round = env.round
@@ -377,16 +281,16 @@ class Context:
             for s in expected:
                 if s not in net.nodes:
                     raise UnknownNodeError(f"gather: unknown sender {s!r}")
-            col = _Collector(len(expected), set(expected), round)
+            col = Collector(len(expected), set(expected), round)
         else:
-            col = _Collector(int(count), None, round)
+            col = Collector(int(count), None, round)
         while not col.complete:  # what is already in the mailbox, oldest first
-            env = net._take(node, kind)
+            env = net.take(node, kind)
             if env is None:
                 break
             col.offer(env)
         if not col.complete and (dl is None or dl > 0):
-            await net._collect(node, kind, col, dl)
+            await net.collect(node, kind, col, dl)
         got, pending, want = col.got, col.pending, col.want
         # node-id order; anonymous messages (no id to sort by) by their encoded content
         got.sort(key=lambda e: ("", e.payload.encoded.data) if e.anonymous else (e.src, b""))
@@ -394,7 +298,7 @@ class Context:
         missing = sorted(pending) if pending is not None else []
         missing_count = want - len(got)
         if missing_count:
-            self._net._record_missing(self._node, kind, missing or [None] * missing_count)
+            self._net.record_missing(self._node, kind, missing or [None] * missing_count)
         return Gathered(messages, missing, missing_count)
 
     def gather_each(self, kind: str, *, senders: Iterable[str], timeout: float | None = None,
@@ -418,7 +322,7 @@ class Context:
             if s not in net.nodes:
                 raise UnknownNodeError(f"gather_each: unknown sender {s!r}")
         dl = self._timeout_of(timeout, deadline)
-        return GatherEach(self, str(kind), expected, None if dl is None else net._now() + dl, round)
+        return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round)
 
     # -- time -------------------------------------------------------------------------------
     async def sleep(self, seconds: float) -> None:
@@ -426,7 +330,7 @@ class Context:
         s = float(seconds)
         if not s >= 0 or math.isinf(s):
             raise ValueError(f"sleep needs a finite non-negative duration, got {seconds!r}")
-        await self._net._sleep(self._node, s)
+        await self._net.sleep(self._node, s)
 
     async def compute(self, flops: float, label: str = "compute") -> None:
         """Charge ``flops`` floating-point operations of local work: on SimNetwork this node's
@@ -434,8 +338,8 @@ class Context:
         f = float(flops)
         if not f >= 0 or math.isinf(f):
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
-        await self._net._compute(self._node, f, label)
+        await self._net.compute(self._node, f, label)
 
     def log(self, text: str) -> None:
         """Add a line to the run's step log (kept only when the network traces)."""
-        self._net._log(self._node, str(text))
+        self._net.log(self._node, str(text))

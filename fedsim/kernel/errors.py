@@ -4,8 +4,10 @@ from __future__ import annotations
 
 __all__ = [
     "ActorError",
+    "DeadlockError",
     "FedsimError",
     "ForeignAwaitError",
+    "MessageTooLargeError",
     "NetworkConfigError",
     "UnknownNodeError",
 ]
@@ -27,6 +29,16 @@ class ForeignAwaitError(FedsimError, RuntimeError):
     """An actor awaited something its transport cannot drive (e.g. ``asyncio.sleep`` on SimNetwork)."""
 
 
+class MessageTooLargeError(FedsimError, ValueError):
+    """An actor tried to send a message larger than its transport's bound (``max_message_bytes``);
+    nothing was sent. ``node``, ``kind``, ``nbytes`` and ``limit`` say which, what and how much."""
+
+    def __init__(self, node: str, kind: str, nbytes: int, limit: int) -> None:
+        self.node, self.kind, self.nbytes, self.limit = node, kind, nbytes, limit
+        super().__init__(f"node {node!r} tried to send a {kind!r} message of {nbytes:,} bytes, above the "
+                         f"transport's bound of {limit:,} bytes (max_message_bytes); nothing was sent")
+
+
 class ActorError(FedsimError):
     """An actor raised; ``node`` names it and ``__cause__`` is the original exception."""
 
@@ -34,3 +46,29 @@ class ActorError(FedsimError):
         self.node = node
         self.role = role
         super().__init__(f"actor {node!r} (role {role!r}) failed: {type(cause).__name__}: {cause}")
+
+
+class DeadlockError(FedsimError, RuntimeError):
+    """A run ended with actors still blocked and nothing left that could wake them (no message
+    in flight, no timer pending). ``blocked`` maps each blocked node to what it waits for,
+    ``time`` is the (simulated or scaled real) time at which the run stopped, ``offline`` lists
+    the nodes that had dropped out, ``result`` is the partial ``RunResult`` (what
+    ``run(strict=False)`` would have returned)."""
+
+    def __init__(self, blocked: dict[str, str], time: float, offline: list[str], result=None) -> None:
+        self.blocked = dict(blocked)
+        self.time = float(time)
+        self.offline = list(offline)
+        self.result = result
+        lines = [f"deadlock at t = {self.time:.6g} s: {len(blocked)} actor(s) still waiting with nothing "
+                 "left in flight that could wake them:"]
+        shown = list(blocked.items())
+        for node, what in shown[:20]:
+            lines.append(f"  {node} waits in {what}")
+        if len(shown) > 20:
+            lines.append(f"  ... and {len(shown) - 20} more")
+        if offline:
+            more = f", ... ({len(offline) - 10} more)" if len(offline) > 10 else ""
+            lines.append(f"  offline: {', '.join(offline[:10])}{more}")
+        lines.append("  (run(strict=False) returns the partial result instead)")
+        super().__init__("\n".join(lines))

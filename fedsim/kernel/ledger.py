@@ -17,22 +17,39 @@ from __future__ import annotations
 import csv
 import io
 import math
+import numbers
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, TextIO
 
 import numpy as np
 
-__all__ = ["Ledger", "Missing", "COLUMNS"]
+__all__ = [
+    "ARRIVAL", "BYTES", "COLUMNS", "Ledger", "LedgerView", "Missing", "ROW_COLUMNS", "RX_START", "Totals",
+    "TX_END", "TX_START",
+]
 
-COLUMNS = (
+# The stored fields of a row, in order: the one place that names them. Rows are plain lists (cheap
+# to create on the per-message hot path); the position constants below are derived from these
+# names, so a column added here cannot leave an index pointing at its neighbour.
+ROW_COLUMNS = (
     "seq", "round", "src", "dst", "src_role", "dst_role", "kind", "bytes", "raw_bytes", "floats",
-    "units", "send_time", "tx_start", "tx_end", "rx_start", "arrival_time", "status", "read",
-    "anonymous", "note",
+    "send_time", "tx_start", "tx_end", "rx_start", "arrival_time", "status", "read", "anonymous", "note",
 )
-# positions in a row list (rows are plain lists: cheap to create on the per-message hot path)
-SEQ, ROUND, SRC, DST, SRC_ROLE, DST_ROLE, KIND, BYTES, RAW, FLOATS = range(10)
-SEND_T, TX_START, TX_END, RX_START, ARRIVAL, STATUS, READ, ANON, NOTE = range(10, 19)
+_POS = {name: i for i, name in enumerate(ROW_COLUMNS)}
+SEQ, ROUND, SRC, DST = _POS["seq"], _POS["round"], _POS["src"], _POS["dst"]
+SRC_ROLE, DST_ROLE, KIND = _POS["src_role"], _POS["dst_role"], _POS["kind"]
+BYTES, RAW, FLOATS = _POS["bytes"], _POS["raw_bytes"], _POS["floats"]
+SEND_T, TX_START, TX_END = _POS["send_time"], _POS["tx_start"], _POS["tx_end"]
+RX_START, ARRIVAL = _POS["rx_start"], _POS["arrival_time"]
+STATUS, READ, ANON, NOTE = _POS["status"], _POS["read"], _POS["anonymous"], _POS["note"]
+# What records and CSV files show: the stored fields plus the derived ``units`` (floats / unit)
+# after ``floats``.
+COLUMNS = ROW_COLUMNS[: FLOATS + 1] + ("units",) + ROW_COLUMNS[FLOATS + 1:]
+_INT_COLUMNS = frozenset({"seq", "round", "bytes", "raw_bytes", "floats"})
+_TIME_COLUMNS = frozenset({"send_time", "tx_start", "tx_end", "rx_start", "arrival_time"})
+_BOOL_COLUMNS = frozenset({"read", "anonymous"})
+FATES = ("delivered", "lost", "in_flight")
 
 _NAN = math.nan
 
@@ -48,14 +65,148 @@ class Missing:
     time: float
 
 
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """What a set of ledger rows adds up to.
+
+    ``wire_bytes`` is what the messages cost on the wire (document plus the network's framing),
+    ``payload_bytes`` the encoded documents alone, ``raw_bytes`` the array payloads inside them,
+    ``floats`` the floating-point array elements and ``units`` floats / the ledger's unit (NaN if
+    no unit was declared).
+    """
+
+    messages: int = 0
+    wire_bytes: int = 0
+    payload_bytes: int = 0
+    raw_bytes: int = 0
+    floats: int = 0
+    units: float = _NAN
+
+
+def _as_set(v: Any) -> frozenset | None:
+    """A filter value as the set of allowed values (None: no filter)."""
+    if v is None:
+        return None
+    if isinstance(v, (str, numbers.Integral)):
+        return frozenset((int(v) if isinstance(v, numbers.Integral) else v,))
+    return frozenset(v)
+
+
+class LedgerView:
+    """A selection of a ledger's rows (``Ledger.select``), in ledger order: totals, groupings,
+    columns. Views are cheap (a list of references to the rows) and can be narrowed further with
+    ``select``."""
+
+    __slots__ = ("ledger", "rows")
+
+    def __init__(self, ledger: "Ledger", rows: list[list[Any]]) -> None:
+        self.ledger = ledger
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def select(self, **filters: Any) -> "LedgerView":
+        """The rows of this view that also pass ``filters`` (see ``Ledger.select``)."""
+        return LedgerView(self.ledger, _filter(self.rows, **filters))
+
+    def totals(self) -> Totals:
+        """Messages, wire/payload/array bytes, floats and units of these rows."""
+        m = len(self.rows)
+        b = raw = fl = 0
+        for r in self.rows:
+            b += r[BYTES]
+            raw += r[RAW]
+            fl += r[FLOATS]
+        return Totals(m, b, b - m * self.ledger.framing_bytes, raw, fl, self.ledger.units_of(fl))
+
+    def group(self, *keys: str) -> dict[Any, Totals]:
+        """Totals per value of the columns ``keys`` (one key: the value; several: a tuple),
+        sorted by key."""
+        if not keys:
+            raise ValueError("group needs at least one column name")
+        idx = [_POS[k] for k in keys]
+        acc: dict[Any, list] = {}
+        for r in self.rows:
+            key = r[idx[0]] if len(idx) == 1 else tuple(r[i] for i in idx)
+            a = acc.get(key)
+            if a is None:
+                a = acc[key] = [0, 0, 0, 0]
+            a[0] += 1
+            a[1] += r[BYTES]
+            a[2] += r[RAW]
+            a[3] += r[FLOATS]
+        fb = self.ledger.framing_bytes
+        units = self.ledger.units_of
+        return {k: Totals(m, b, b - m * fb, raw, fl, units(fl)) for k, (m, b, raw, fl) in sorted(acc.items())}
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of these rows as an array (``units`` derived; see ``Ledger.columns``)."""
+        if name == "units":
+            return self.column("floats") / self.ledger.unit if self.ledger.unit else np.full(len(self.rows), _NAN)
+        try:
+            i = _POS[name]
+        except KeyError:
+            raise KeyError(f"no ledger column {name!r}; columns: {', '.join(COLUMNS)}") from None
+        vals = [r[i] for r in self.rows]
+        if name in _INT_COLUMNS:
+            return np.asarray(vals, dtype=np.int64)
+        if name in _TIME_COLUMNS:
+            return np.asarray(vals, dtype=np.float64)
+        if name in _BOOL_COLUMNS:
+            return np.asarray(vals, dtype=bool)
+        return np.asarray(vals, dtype=object)
+
+    def rounds(self) -> list[int]:
+        """The round labels that occur, sorted."""
+        return sorted({r[ROUND] for r in self.rows})
+
+    def records(self) -> Iterable[dict[str, Any]]:
+        """Rows as dicts with the columns of ``COLUMNS``."""
+        as_dict = self.ledger.as_dict
+        for r in self.rows:
+            yield as_dict(r)
+
+
+def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[str] = (), round: Any = None,
+            src: Any = None, dst: Any = None, src_role: Any = None, dst_role: Any = None,
+            fate: Any = None, anonymous: bool | None = None, read: bool | None = None,
+            min_round: int | None = None) -> list[list[Any]]:
+    checks = []
+    for pos, val in ((KIND, kind), (ROUND, round), (SRC, src), (DST, dst), (SRC_ROLE, src_role),
+                     (DST_ROLE, dst_role), (STATUS, fate)):
+        allowed = _as_set(val)
+        if allowed is not None:
+            checks.append((pos, allowed))
+    fates = _as_set(fate)
+    if fates is not None and not fates <= set(FATES):
+        raise ValueError(f"fate must be one of {FATES}, got {sorted(fates - set(FATES))}")
+    drop = frozenset(exclude_kinds)
+    out = rows
+    for pos, allowed in checks:
+        out = [r for r in out if r[pos] in allowed]
+    if drop:
+        out = [r for r in out if r[KIND] not in drop]
+    if min_round is not None:
+        out = [r for r in out if r[ROUND] >= min_round]
+    if anonymous is not None:
+        out = [r for r in out if bool(r[ANON]) == anonymous]
+    if read is not None:
+        out = [r for r in out if bool(r[READ]) == read]
+    return out if out is not rows else list(rows)
+
+
 class Ledger:
     """Every message of one run. ``unit`` is the number of floats that make one accounting unit
-    (the protocol's latent dimension d); ``units`` columns are ``floats / unit`` (NaN if unset)."""
+    (the protocol's latent dimension d); ``units`` columns are ``floats / unit`` (NaN if unset).
+    ``framing_bytes`` is what the network adds to each document on the wire (so that payload
+    bytes = wire bytes - framing)."""
 
-    def __init__(self, unit: int | None = None) -> None:
+    def __init__(self, unit: int | None = None, framing_bytes: int = 0) -> None:
         self.rows: list[list[Any]] = []
         self.missing: list[Missing] = []
         self.unit = unit
+        self.framing_bytes = int(framing_bytes)
         self.roles: dict[str, str] = {}  # each node's current (final) role
         self.role_members: dict[str, set[str]] = defaultdict(set)  # every node that held a role
 
@@ -67,6 +218,8 @@ class Ledger:
     # -- recording (called by transports) ----------------------------------------------------
     def new_row(self, rnd: int, src: str, dst: str, src_role: str, dst_role: str, kind: str,
                 nbytes: int, raw: int, floats: int, t: float, anonymous: bool) -> list[Any]:
+        """Append the row of one message copy handed to the network at ``t`` and return it (a
+        list; its transport fills the timing fields and the status as the copy moves)."""
         row = [len(self.rows), rnd, src, dst, src_role, dst_role, kind, nbytes, raw, floats,
                t, _NAN, _NAN, _NAN, _NAN, "in_flight", False, anonymous, ""]
         self.rows.append(row)
@@ -76,55 +229,56 @@ class Ledger:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def _units(self, floats: float) -> float:
+    def units_of(self, floats: float) -> float:
+        """``floats`` in accounting units (NaN if no unit was declared)."""
         return floats / self.unit if self.unit else _NAN
+
+    def select(self, **filters: Any) -> LedgerView:
+        """The rows that pass every filter, in ledger order. Each filter takes one value or a
+        collection of allowed values: ``kind``, ``round``, ``src``, ``dst``, ``src_role``,
+        ``dst_role`` (roles at the time of sending), ``fate`` (``delivered``, ``lost``,
+        ``in_flight``); also ``exclude_kinds`` (a collection), ``min_round`` (rounds at or after),
+        ``anonymous`` and ``read`` (booleans)."""
+        return LedgerView(self, _filter(self.rows, **filters))
+
+    def view(self) -> LedgerView:
+        """All rows as a ``LedgerView``."""
+        return LedgerView(self, self.rows)
+
+    def as_dict(self, r: list[Any]) -> dict[str, Any]:
+        """One row as a dict with the columns of ``COLUMNS``."""
+        d = dict(zip(ROW_COLUMNS, r))
+        out = {}
+        for c in COLUMNS:
+            out[c] = self.units_of(r[FLOATS]) if c == "units" else d[c]
+        return out
 
     def records(self) -> Iterable[dict[str, Any]]:
         """Rows as dicts with the columns of ``COLUMNS``."""
-        for r in self.rows:
-            yield self._as_dict(r)
-
-    def _as_dict(self, r: list[Any]) -> dict[str, Any]:
-        d = dict(zip(COLUMNS[:10], r[:10]))
-        d["units"] = self._units(r[FLOATS])
-        d.update(zip(COLUMNS[11:], r[10:]))
-        return d
+        return self.view().records()
 
     def columns(self) -> dict[str, np.ndarray]:
         """Column arrays (numeric columns as numpy numbers, text columns as object arrays)."""
+        v = self.view()
         if not self.rows:
             return {c: np.empty(0) for c in COLUMNS}
-        cols = list(zip(*self.rows))
-        out: dict[str, np.ndarray] = {}
-        names = [c for c in COLUMNS if c != "units"]
-        for name, col in zip(names, cols):
-            if name in ("seq", "round", "bytes", "raw_bytes", "floats"):
-                out[name] = np.asarray(col, dtype=np.int64)
-            elif name in ("send_time", "tx_start", "tx_end", "rx_start", "arrival_time"):
-                out[name] = np.asarray(col, dtype=np.float64)
-            elif name in ("read", "anonymous"):
-                out[name] = np.asarray(col, dtype=bool)
-            else:
-                out[name] = np.asarray(col, dtype=object)
-        out["units"] = out["floats"] / self.unit if self.unit else np.full(len(self.rows), _NAN)
-        return out
+        return {c: v.column(c) for c in COLUMNS}
 
     def totals(self) -> dict[str, float]:
         """Message and byte totals; ``bytes == delivered_bytes + lost_bytes + in_flight_bytes``."""
-        t = defaultdict(float)
-        for r in self.rows:
-            t["messages"] += 1
-            t["bytes"] += r[BYTES]
-            t["raw_bytes"] += r[RAW]
-            t["floats"] += r[FLOATS]
-            t[f"{r[STATUS]}_bytes"] += r[BYTES]
-            t[f"{r[STATUS]}_messages"] += 1
-            if r[STATUS] == "delivered" and not r[READ]:
-                t["unread_messages"] += 1
-        out = {k: t.get(k, 0.0) for k in (
-            "messages", "bytes", "raw_bytes", "floats", "delivered_messages", "delivered_bytes",
-            "lost_messages", "lost_bytes", "in_flight_messages", "in_flight_bytes", "unread_messages")}
-        out["units"] = self._units(out["floats"])
+        all_ = self.view().totals()
+        fates = self.view().group("status")
+        out: dict[str, float] = {"messages": all_.messages, "bytes": all_.wire_bytes, "raw_bytes": all_.raw_bytes,
+                                 "floats": all_.floats}
+        for fate in FATES:
+            t = fates.get(fate, Totals())
+            out[f"{fate}_messages"] = t.messages
+            out[f"{fate}_bytes"] = t.wire_bytes
+        out = {k: out[k] for k in ("messages", "bytes", "raw_bytes", "floats", "delivered_messages",
+                                    "delivered_bytes", "lost_messages", "lost_bytes", "in_flight_messages",
+                                    "in_flight_bytes")}
+        out["unread_messages"] = len(self.select(fate="delivered", read=False))
+        out["units"] = self.units_of(out["floats"])
         out["missing"] = len(self.missing)
         return {k: (int(v) if k != "units" and float(v).is_integer() else v) for k, v in out.items()}
 
@@ -138,69 +292,50 @@ class Ledger:
         held that role at some point of the run; rows carry the roles at the time of sending)
         and ``bytes_per_node`` / ``units_per_node``.
         """
-        keep = set(kinds) if kinds is not None else None
-        drop = set(exclude_kinds)
-        acc: dict[tuple, list[float]] = defaultdict(lambda: [0, 0, 0, 0])
-        for r in self.rows:
-            k = r[KIND]
-            if (keep is not None and k not in keep) or k in drop:
-                continue
-            rnd = r[ROUND] if per_round else -1
-            for key in ((rnd, r[SRC_ROLE], "sent"),) + (
-                ((rnd, r[DST_ROLE], "received"),) if r[STATUS] == "delivered" else ()
-            ):
-                a = acc[key]
-                a[0] += 1
-                a[1] += r[BYTES]
-                a[2] += r[RAW]
-                a[3] += r[FLOATS]
+        v = self.select(kind=kinds, exclude_kinds=exclude_kinds)
+        acc: dict[tuple, Totals] = {}
+        keys = ("round", "src_role") if per_round else ("src_role",)
+        for k, t in v.group(*keys).items():
+            rnd, role = k if per_round else (-1, k)
+            acc[(rnd, role, "sent")] = t
+        keys = ("round", "dst_role") if per_round else ("dst_role",)
+        for k, t in v.select(fate="delivered").group(*keys).items():
+            rnd, role = k if per_round else (-1, k)
+            acc[(rnd, role, "received")] = t
         counts = {role: len(members) for role, members in self.role_members.items()}
         out = []
-        for (rnd, role, direction), (m, b, raw, fl) in sorted(acc.items()):
+        for (rnd, role, direction), t in sorted(acc.items()):
             n = counts.get(role, 0)
             out.append({
-                "round": rnd, "role": role, "direction": direction, "messages": m, "bytes": b,
-                "raw_bytes": raw, "floats": fl, "units": self._units(fl), "nodes": n,
-                "bytes_per_node": b / n if n else _NAN,
-                "units_per_node": self._units(fl) / n if n else _NAN,
+                "round": rnd, "role": role, "direction": direction, "messages": t.messages,
+                "bytes": t.wire_bytes, "raw_bytes": t.raw_bytes, "floats": t.floats, "units": t.units, "nodes": n,
+                "bytes_per_node": t.wire_bytes / n if n else _NAN,
+                "units_per_node": t.units / n if n else _NAN,
             })
         return out
 
     def by_kind(self) -> list[dict[str, Any]]:
         """Traffic per message kind: messages, bytes, raw_bytes, floats, units."""
-        acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-        for r in self.rows:
-            a = acc[r[KIND]]
-            a[0] += 1
-            a[1] += r[BYTES]
-            a[2] += r[RAW]
-            a[3] += r[FLOATS]
-        return [{"kind": k, "messages": m, "bytes": b, "raw_bytes": raw, "floats": fl,
-                 "units": self._units(fl)} for k, (m, b, raw, fl) in sorted(acc.items())]
+        return [{"kind": k, "messages": t.messages, "bytes": t.wire_bytes, "raw_bytes": t.raw_bytes,
+                 "floats": t.floats, "units": t.units} for k, t in self.view().group("kind").items()]
 
     def by_node(self, *, exclude_kinds: Iterable[str] = ()) -> dict[str, dict[str, float]]:
         """Per node: messages/bytes/floats sent and received (delivered), excluding some kinds."""
-        drop = set(exclude_kinds)
         keys = ("sent_messages", "sent_bytes", "sent_floats",
                 "received_messages", "received_bytes", "received_floats")
         acc: dict[str, dict[str, float]] = {n: dict.fromkeys(keys, 0) for n in self.roles}
-        for r in self.rows:
-            if r[KIND] in drop:
-                continue
-            s = acc.setdefault(r[SRC], dict.fromkeys(keys, 0))
-            s["sent_messages"] += 1
-            s["sent_bytes"] += r[BYTES]
-            s["sent_floats"] += r[FLOATS]
-            if r[STATUS] == "delivered":
-                d = acc.setdefault(r[DST], dict.fromkeys(keys, 0))
-                d["received_messages"] += 1
-                d["received_bytes"] += r[BYTES]
-                d["received_floats"] += r[FLOATS]
+        v = self.select(exclude_kinds=exclude_kinds)
+        for direction, col, view in (("sent", "src", v), ("received", "dst", v.select(fate="delivered"))):
+            for node, t in view.group(col).items():
+                a = acc.setdefault(node, dict.fromkeys(keys, 0))
+                a[f"{direction}_messages"] += t.messages
+                a[f"{direction}_bytes"] += t.wire_bytes
+                a[f"{direction}_floats"] += t.floats
         return acc
 
     def rounds(self) -> list[int]:
         """The round labels that occur, sorted."""
-        return sorted({r[ROUND] for r in self.rows})
+        return self.view().rounds()
 
     # -- export -----------------------------------------------------------------------------
     def to_csv(self, dest: str | TextIO | None = None) -> str | None:
@@ -218,7 +353,7 @@ class Ledger:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow(COLUMNS)
             for r in self.rows:
-                d = self._as_dict(r)
+                d = self.as_dict(r)
                 w.writerow([_fmt(d[c]) for c in COLUMNS])
         finally:
             if close:

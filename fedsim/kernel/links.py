@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import NetworkConfigError
 
-__all__ = ["LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile"]
+__all__ = ["Faults", "LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile"]
 
 
 def _check_rate(name: str, value: float) -> float:
@@ -128,3 +128,45 @@ def get_profile(profile: str | Profile) -> Profile:
         raise NetworkConfigError(
             f"unknown network profile {profile!r}; known: {', '.join(sorted(PROFILES))}"
         ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Seeded faults a network applies to the nodes it is given (``Network(faults=...)``).
+
+    Every node whose role (when added) is in ``roles`` loses each message it sends with
+    probability ``loss`` and drops out with probability ``dropout``, at a time drawn uniformly
+    from ``window`` (seconds; ``(a, a)`` for a fixed instant). Both draws come from a generator
+    derived from (seed, "dropout:" + node id), so a node's fate does not depend on which other
+    nodes exist. A node given an explicit ``loss`` or ``offline_at`` in ``add_node`` keeps it.
+    The default spares the server: its dropout ends any protocol (see ``IncompleteRunError``).
+    """
+
+    loss: float = 0.0
+    dropout: float = 0.0
+    window: tuple[float, float] = (0.0, 0.0)
+    roles: tuple[str, ...] = ("client",)
+
+    def __post_init__(self) -> None:
+        for name in ("loss", "dropout"):
+            v = float(getattr(self, name))
+            if not 0.0 <= v <= 1.0:
+                raise NetworkConfigError(f"faults: {name} must be a probability in [0, 1], got {v!r}")
+            object.__setattr__(self, name, v)
+        lo, hi = (float(x) for x in self.window)
+        if math.isnan(lo) or math.isnan(hi) or lo < 0 or hi < lo or math.isinf(hi):
+            raise NetworkConfigError(f"faults: window must be 0 <= start <= end < inf seconds, got {self.window!r}")
+        object.__setattr__(self, "window", (lo, hi))
+        object.__setattr__(self, "roles", tuple(str(r) for r in self.roles))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.loss or self.dropout)
+
+    def offline_at(self, rng: np.random.Generator) -> float | None:
+        """This node's dropout time, or None (two draws from ``rng`` either way)."""
+        u, v = rng.random(2)
+        if u >= self.dropout:
+            return None
+        lo, hi = self.window
+        return lo + (hi - lo) * float(v)

@@ -1,8 +1,26 @@
-"""What every transport shares: nodes, their actors and specs, seeding, the ledger, results."""
+"""``Network``: the transport interface every transport implements, and ``RunResult``.
+
+A *transport* carries messages between actors: ``SimNetwork`` (virtual time, a link model),
+``AsyncioNetwork`` (a real event loop, in-process mailboxes), and any transport someone adds
+(docs/network-model.md, "Writing a transport"). It subclasses ``Network`` and implements:
+
+``now()``                                  the transport's clock (seconds since the run started)
+``post(src, dsts, kind, encoded, anon)``   hand one encoded message to the network for ``dsts``
+``wait(node, kind, timeout)``              an awaitable that resumes ``node`` with the next
+                                           matching envelope, or ``None`` at the timeout
+``sleep(node, seconds)``, ``compute(node, flops, label)``   let time pass for ``node``
+``run(*, strict=True)``                    run every actor; return a ``RunResult``
+
+and may override ``collect`` (fill a gather's collector without resuming the actor per
+message). It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
+``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
+``blocked`` and ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict).
+
+Actors never see any of this: they hold a ``Context``, which calls these methods.
+"""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -10,51 +28,30 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 
 from ..seeding import node_rng
-from .context import Context, _Envelope, _matches
-from .errors import NetworkConfigError, UnknownNodeError
+from .codec import DEFAULT_MAX_BYTES, Encoded
+from .context import Context
+from .envelope import Envelope, matches
+from .errors import DeadlockError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
 from .ledger import Ledger, Missing
-from .links import LinkSpec, NodeSpec, Profile, get_profile
+from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
+from .node import Node
 
-__all__ = ["Network", "RunResult", "Actor"]
+__all__ = ["Actor", "Network", "RunResult"]
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
 
 
-class _Node:
-    """Kernel-side state of one node (its actor sees only a Context)."""
-
-    __slots__ = ("id", "role", "spec", "actor", "args", "kwargs", "ctx", "round", "mailbox",
-                 "waiter", "egress_free", "ingress_free", "offline", "done", "result", "coro",
-                 "busy_until", "proc", "__weakref__")
-
-    def __init__(self, node_id: str, role: str, spec: NodeSpec, actor: Actor, args: tuple,
-                 kwargs: dict) -> None:
-        self.id = node_id
-        self.role = role
-        self.spec = spec
-        self.actor = actor
-        self.args = args
-        self.kwargs = kwargs
-        self.ctx: Context | None = None
-        self.round = 0
-        self.mailbox: list[_Envelope] | None = None  # created on first delivery
-        self.waiter: Any = None
-        self.egress_free = 0.0
-        self.ingress_free = 0.0
-        self.offline = False
-        self.done = False
-        self.result: Any = None
-        self.coro: Any = None
-        self.busy_until = 0.0
-        self.proc: Any = None
-
-
 @dataclass
 class RunResult:
-    """The outcome of ``Network.run``: each finished actor's return value, the nodes that were
-    still blocked when the run ended (closed by the kernel) or went offline, the simulated (or
-    wall) duration, and the ledger."""
+    """The outcome of ``Network.run``.
+
+    ``results``: each finished actor's return value; ``unfinished``: the nodes still blocked (or
+    still running, when the run stopped at ``until``) when it ended, closed by the kernel;
+    ``blocked``: for each of them, what it was waiting for; ``offline``: the nodes that dropped
+    out; ``duration``: simulated seconds (SimNetwork) or real seconds divided by the time scale
+    (AsyncioNetwork); ``ledger``; ``trace`` and ``log`` (when the network traces).
+    """
 
     results: dict[str, Any]
     unfinished: list[str]
@@ -63,33 +60,54 @@ class RunResult:
     ledger: Ledger
     trace: list[tuple] = field(default_factory=list)
     log: list[tuple] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, node_id: str) -> Any:
         return self.results[node_id]
 
+    @property
+    def complete(self) -> bool:
+        """True if every actor that did not drop out finished."""
+        return not self.unfinished
+
 
 class Network:
-    """Base class of the transports. Build it, ``add_node`` each actor, then ``run``."""
+    """Base class of the transports: nodes, seeding, the ledger and the shared helpers.
+
+    Build one, ``add_node`` each actor, then ``run``. A network runs once.
+
+    ``seed`` fixes every random draw (actors' ``ctx.rng``, per-node link spread, loss);
+    ``profile`` the default node specs; ``framing_bytes`` what each message costs on the wire
+    beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
+    ``trace`` keeps compute spans and step logs; ``max_message_bytes`` the largest document an
+    actor may send (``MessageTooLargeError`` at the sender above it); ``faults`` seeded loss and
+    dropout for the nodes of some roles (``Faults``).
+    """
 
     context_class: type[Context] = Context
 
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
-                 unit: int | None = None, trace: bool = False) -> None:
+                 unit: int | None = None, trace: bool = False,
+                 max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None) -> None:
         if int(seed) < 0:
             raise NetworkConfigError(f"seed must be non-negative, got {seed!r}")
         if int(framing_bytes) < 0:
             raise NetworkConfigError(f"framing_bytes must be >= 0, got {framing_bytes!r}")
         if unit is not None and int(unit) <= 0:
             raise NetworkConfigError(f"unit must be a positive number of floats, got {unit!r}")
+        if int(max_message_bytes) <= 0:
+            raise NetworkConfigError(f"max_message_bytes must be positive, got {max_message_bytes!r}")
         self.seed = int(seed)
         self.profile = get_profile(profile)
         self.framing_bytes = int(framing_bytes)
-        self.ledger = Ledger(unit=None if unit is None else int(unit))
-        self.nodes: dict[str, _Node] = {}
+        self.max_message_bytes = int(max_message_bytes)
+        self.faults = faults if faults is not None and faults.active else None
+        self.ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
+        self.nodes: dict[str, Node] = {}
         self.tracing = bool(trace)
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
-        self._ran = False
+        self.ran = False
 
     # -- configuration ----------------------------------------------------------------------
     def add_node(self, node_id: str, actor: Actor, *args: Any, role: str = "client",
@@ -99,10 +117,10 @@ class Network:
 
         Link, speed and loss default to the network profile's spec for ``role`` (with its
         seeded per-node spread); pass them to override. Raises ``NetworkConfigError`` for a
-        duplicate or malformed id or invalid spec values.
+        duplicate or malformed id, invalid spec values, or a network that has already run.
         """
         node_id = str(node_id)
-        if self._ran:
+        if self.ran:
             raise NetworkConfigError("cannot add nodes after the network has run")
         if node_id in self.nodes:
             raise NetworkConfigError(f"duplicate node id {node_id!r}")
@@ -111,6 +129,12 @@ class Network:
         if not callable(actor):
             raise NetworkConfigError(f"actor of node {node_id!r} is not callable: {actor!r}")
         base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
+        faults = self.faults
+        if faults is not None and str(role) in faults.roles:
+            if loss is None:
+                loss = faults.loss
+            if offline_at is None:
+                offline_at = faults.offline_at(node_rng(self.seed, f"dropout:{node_id}"))
         if link is None and flops is None and loss is None and offline_at is None:
             spec = base  # shared: no per-node copy for the common case (memory per idle actor)
         else:
@@ -120,7 +144,7 @@ class Network:
                 loss=base.loss if loss is None else loss,
                 offline_at=offline_at,
             )
-        self.nodes[node_id] = _Node(node_id, str(role), spec, actor, args, kwargs or None)
+        self.nodes[node_id] = Node(node_id, str(role), spec, actor, args, kwargs or None)
         self.ledger.set_role(node_id, str(role))
 
     def set_unit(self, floats: int) -> None:
@@ -130,9 +154,11 @@ class Network:
         self.ledger.unit = int(floats)
 
     def node_spec(self, node_id: str) -> NodeSpec:
-        return self._node(node_id).spec
+        """The spec (link, speed, loss, dropout) node ``node_id`` runs with."""
+        return self.node(node_id).spec
 
-    def _node(self, node_id: str) -> _Node:
+    def node(self, node_id: str) -> Node:
+        """The kernel-side state of ``node_id``; raises ``UnknownNodeError``."""
         try:
             return self.nodes[node_id]
         except KeyError:
@@ -142,17 +168,80 @@ class Network:
         """The generator actor ``node_id`` gets as ``ctx.rng``."""
         return node_rng(self.seed, node_id)
 
-    # -- shared helpers for transports --------------------------------------------------------
-    def _record_missing(self, node: _Node, kind: str, senders: list) -> None:
-        t = self._now()
-        for s in senders:
-            self.ledger.missing.append(Missing(node.round, node.id, s, kind, t))
+    # -- what a transport implements ----------------------------------------------------------
+    def now(self) -> float:
+        """The transport's clock: seconds since the run started."""
+        raise NotImplementedError  # pragma: no cover
 
-    def _log(self, node: _Node, text: str) -> None:
-        if self.tracing:
-            self.steps.append((self._now(), node.id, text))
+    def post(self, src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
+        """Send ``encoded`` (a message of ``kind``) from ``src`` to every node of ``dsts``, in
+        that order: one ledger row and one envelope per destination, sharing one ``Payload``.
+        Must not block; raises ``UnknownNodeError`` (before sending anything) for an unknown
+        destination."""
+        raise NotImplementedError  # pragma: no cover
 
-    def _destinations(self, dsts: tuple) -> list[_Node] | tuple[_Node]:
+    def wait(self, node: Node, kind, timeout: float | None):
+        """An awaitable that resumes ``node`` with the next envelope matching ``kind`` (see
+        ``matches``), or ``None`` once ``timeout`` seconds (> 0, or None: no limit) have passed.
+        Called only when ``take`` found nothing."""
+        raise NotImplementedError  # pragma: no cover
+
+    async def sleep(self, node: Node, seconds: float) -> None:
+        """Let ``seconds`` (finite, >= 0) of the transport's time pass for ``node``."""
+        raise NotImplementedError  # pragma: no cover
+
+    async def compute(self, node: Node, flops: float, label: str) -> None:
+        """Charge ``flops`` of local work to ``node``."""
+        raise NotImplementedError  # pragma: no cover
+
+    def run(self, *, strict: bool = True) -> RunResult:
+        """Run every actor until all have finished or nothing can happen any more. With
+        ``strict`` a run that ends with actors blocked raises ``DeadlockError``; an actor that
+        raises makes it raise ``ActorError``."""
+        raise NotImplementedError  # pragma: no cover
+
+    # -- shared helpers for transports ----------------------------------------------------------
+    @staticmethod
+    def take(node: Node, kind) -> Envelope | None:
+        """The oldest mailbox envelope matching ``kind`` (removed), or None. Never blocks."""
+        box = node.mailbox
+        if box:
+            if kind is None or matches(kind, box[0].kind):
+                return box.popleft()
+            for i, envl in enumerate(box):
+                if matches(kind, envl.kind):
+                    del box[i]
+                    return envl
+        return None
+
+    async def collect(self, node: Node, kind, col, timeout: float | None) -> None:
+        """Offer ``col`` (a ``Collector`` or ``InOrder``) each envelope of ``kind`` as it arrives,
+        until it is complete or ``timeout`` seconds (> 0, or None for no limit) have passed.
+        This generic form resumes the actor once per message; a transport may fill ``col``
+        itself and resume the actor once."""
+        end = None if timeout is None else self.now() + timeout
+        node.gathering = col
+        try:
+            while not col.complete:
+                env = self.take(node, kind)
+                if env is None:
+                    left = None if end is None else end - self.now()
+                    if left is not None and left <= 0:
+                        return
+                    env = await self.wait(node, kind, left)
+                    if env is None:
+                        return
+                col.offer(env)
+        finally:
+            node.gathering = None
+
+    def check_size(self, src: Node, kind: str, encoded: Encoded) -> None:
+        """Raise ``MessageTooLargeError`` (naming ``src``) if ``encoded`` exceeds
+        ``max_message_bytes``."""
+        if len(encoded.data) > self.max_message_bytes:
+            raise MessageTooLargeError(src.id, kind, len(encoded.data), self.max_message_bytes)
+
+    def destinations(self, dsts: tuple) -> list[Node] | tuple[Node]:
         """The nodes of ``dsts``, all looked up before anything is sent (an unknown id raises
         ``UnknownNodeError`` and nothing is half-sent)."""
         nodes = self.nodes
@@ -164,60 +253,61 @@ class Network:
             bad = next(d for d in dsts if d not in nodes)
             raise UnknownNodeError(f"message addressed to unknown node {bad!r}") from None
 
-    # -- transport primitives (implemented by subclasses) -------------------------------------
-    def _now(self) -> float:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def draw_loss(self, src: Node) -> bool:
+        """Whether the next message copy ``src`` sends is lost (probability ``src.spec.loss``).
 
-    def _post(self, src: _Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
-        raise NotImplementedError  # pragma: no cover
+        The draws of each sender come from its own generator, derived from (seed, "loss:" +
+        node id), one per copy in the order the sender sends them: a message's fate depends only
+        on who sent it and its number among that sender's messages, not on how the transport
+        interleaves senders, so every transport loses exactly the same messages."""
+        p = src.spec.loss
+        if not p:
+            return False
+        rng = src.loss_rng
+        if rng is None:
+            rng = src.loss_rng = node_rng(self.seed, f"loss:{src.id}")
+        return rng.random() < p
 
-    @staticmethod
-    def _take(node: _Node, kind):
-        """The oldest mailbox message matching ``kind`` (removed), or None. Never blocks."""
-        box = node.mailbox
-        if box:
-            if kind is None or _matches(kind, box[0].kind):
-                return box.popleft()
-            for i, envl in enumerate(box):
-                if _matches(kind, envl.kind):
-                    del box[i]
-                    return envl
-        return None
+    def record_missing(self, node: Node, kind: str, senders: list) -> None:
+        """Record in the ledger that ``node``'s wait for ``kind`` ended without ``senders``."""
+        t = self.now()
+        for s in senders:
+            self.ledger.missing.append(Missing(node.round, node.id, s, kind, t))
 
-    def _wait(self, node: _Node, kind, timeout: float | None):
-        """An awaitable that resumes with the next matching envelope, or None at ``timeout``
-        (seconds, > 0, or None for no limit)."""
-        raise NotImplementedError  # pragma: no cover
+    def log(self, node: Node, text: str) -> None:
+        """Add a step-log line (kept only when the network traces)."""
+        if self.tracing:
+            self.steps.append((self.now(), node.id, text))
 
-    async def _collect(self, node: _Node, kind, col, timeout: float | None) -> None:
-        """Offer ``col`` (a gather's ``_Collector``) each message of ``kind`` as it arrives,
-        until it is complete or ``timeout`` seconds (> 0, or None for no limit) have passed.
-        This generic form resumes the actor once per message; a transport may fill ``col``
-        itself and resume the actor once."""
-        end = None if timeout is None else self._now() + timeout
-        while not col.complete:
-            env = self._take(node, kind)
-            if env is None:
-                left = None if end is None else end - self._now()
-                if left is not None and left <= 0:
-                    return
-                env = await self._wait(node, kind, left)
-                if env is None:
-                    return
-            col.offer(env)
+    def waits_for(self, node: Node) -> str:
+        """What a blocked ``node`` waits for, in words (for ``DeadlockError``)."""
+        col = node.gathering
+        kind = self.waiting_kind(node)
+        if col is not None:
+            offline = {n.id for n in self.nodes.values() if n.offline}
+            text = f"gather {kind!r} for {col.describe()}"
+            gone = sorted(s for s in (col.pending or ()) if s in offline)
+            if gone:
+                text += f" (offline: {', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''})"
+            return text
+        return f"receive {kind!r}" if kind is not None else "receive (any kind)"
 
-    async def _sleep(self, node: _Node, seconds: float) -> None:
-        raise NotImplementedError  # pragma: no cover
+    def waiting_kind(self, node: Node):
+        """The kind(s) ``node`` is blocked on (transports that store waits differently override)."""
+        w = node.waiter
+        return w[0] if w is not None else None
 
-    async def _compute(self, node: _Node, flops: float, label: str) -> None:
-        raise NotImplementedError  # pragma: no cover
-
-    def _result(self, duration: float) -> RunResult:
-        results = {n.id: n.result for n in self.nodes.values() if n.done}
-        unfinished = [n.id for n in self.nodes.values() if not n.done and not n.offline]
-        offline = [n.id for n in self.nodes.values() if n.offline]
-        return RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps)
-
-
-def _finite_div(size: float, rate: float) -> float:
-    return 0.0 if math.isinf(rate) else size / rate
+    def finish(self, duration: float, *, strict: bool, drained: bool = True) -> RunResult:
+        """The ``RunResult`` of a run that stopped at ``duration``. With ``strict`` and
+        ``drained`` (nothing left that could happen), unfinished actors are a deadlock: raises
+        ``DeadlockError`` carrying the partial result. Call it before closing the coroutines
+        (it reads what they wait for)."""
+        nodes = self.nodes.values()
+        results = {n.id: n.result for n in nodes if n.done}
+        unfinished = [n.id for n in nodes if not n.done and not n.offline]
+        offline = [n.id for n in nodes if n.offline]
+        blocked = {nid: self.waits_for(self.nodes[nid]) for nid in unfinished} if drained else {}
+        res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked)
+        if strict and drained and unfinished:
+            raise DeadlockError(blocked, duration, offline, res)
+        return res

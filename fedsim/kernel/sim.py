@@ -1,15 +1,22 @@
-"""``SimNetwork``: actors as native coroutines driven by a simpy environment in virtual time.
+"""``SimNetwork``: actors as native coroutines driven by an event queue in virtual time.
 
-Each actor coroutine is stepped by ``_ActorProcess``: whatever the coroutine yields must be a
-simpy event (the kernel's own awaitables yield exactly that); the process resumes the coroutine
-with the event's value when simpy processes it. Anything else an actor awaits (an asyncio
-future, ``asyncio.sleep``) is reported as ``ForeignAwaitError`` naming the actor and the object,
-instead of simpy's ``AttributeError`` on ``gi_frame`` (which coroutines do not have).
+Each actor coroutine is stepped by ``_ActorProcess``: whatever the coroutine yields must be the
+kernel's park marker (the kernel's own awaitables yield exactly that); the process resumes the
+coroutine with the awaited call's value when the kernel says so. Anything else an actor awaits
+(an asyncio future, ``asyncio.sleep``) is reported as ``ForeignAwaitError`` naming the actor and
+the object.
 
 Messages travel through a ``LinkModel``; the default ``FifoLinkModel`` is store-and-forward with
 FIFO egress and ingress ports (docs/network-model.md). Everything is deterministic: events at
-equal times are processed in scheduling order, and the only randomness (loss draws, per-node
-spread) comes from generators derived from the network seed.
+equal times are processed in scheduling order (``EventQueue``), and the only randomness (loss
+draws, per-node spread) comes from generators derived from the network seed.
+
+The link-model interface (public; docs/network-model.md, "Writing a link model"):
+``LinkModel.transmit(net, src, dst, envelope)`` is called once per (message, receiver) at send
+time; it fills the ledger row's ``TX_START``, ``TX_END`` and ``RX_START`` fields and eventually
+calls ``net.deliver(envelope, dst)`` or ``net.lose(envelope, note)``, scheduling its own steps
+with ``net.schedule(delay, fn, *args)`` and reading ``net.now()``; ``net.draw_loss(src)`` is the
+seeded loss draw.
 """
 
 from __future__ import annotations
@@ -17,21 +24,19 @@ from __future__ import annotations
 import gc
 import math
 import traceback
+from collections import deque
 from typing import Any
 
-from collections import deque
-from heapq import heappop, heappush
-
-import simpy
-from simpy.events import NORMAL, URGENT
-
-from ..seeding import node_rng
-from .context import _Envelope, _matches, _Payload
-from .errors import ActorError, FedsimError, ForeignAwaitError
+from .envelope import Envelope, Payload, matches
+from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError
+from .events import EventQueue
+from .flows import FairShareLinkModel
+from .linkmodel import LinkModel
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
-from .network import Network, RunResult, _Node
+from .network import Network, RunResult
+from .node import Node
 
-__all__ = ["SimNetwork", "LinkModel", "FifoLinkModel"]
+__all__ = ["FifoLinkModel", "LINK_MODELS", "LinkModel", "SimNetwork", "get_link_model"]
 
 _INF = math.inf
 _GC_GEN0 = 100_000
@@ -62,7 +67,7 @@ class _ActorProcess:
 
     __slots__ = ("node", "coro")
 
-    def __init__(self, node: _Node, coro) -> None:
+    def __init__(self, node: Node, coro) -> None:
         self.node = node
         self.coro = coro
 
@@ -108,23 +113,15 @@ def _origin(err: BaseException) -> str:
     return f"{where}.{f.name}()"
 
 
-class LinkModel:
-    """How a message crosses the network. ``transmit`` is called once per (message, receiver)
-    at send time; it must eventually call ``net._deliver(env, dst)`` or ``net._lose(env, note)``
-    and fill the ledger row's ``tx_start``, ``tx_end``, ``rx_start``, ``arrival_time``."""
-
-    def transmit(self, net: "SimNetwork", src: _Node, dst: _Node, envl: _Envelope) -> None:
-        raise NotImplementedError  # pragma: no cover
-
-
 class FifoLinkModel(LinkModel):
     """Store-and-forward: the message holds the sender's egress port for ``size/uplink``
     (FIFO behind earlier messages), propagates ``src.latency + dst.latency``, then holds the
     receiver's ingress port for ``size/downlink`` (FIFO in order of arrival at the port)."""
 
-    def transmit(self, net: "SimNetwork", src: _Node, dst: _Node, envl: _Envelope) -> None:
-        env = net.env
-        now = env._now
+    name = "fifo"
+
+    def transmit(self, net: "SimNetwork", src: Node, dst: Node, envl: Envelope) -> None:
+        now = net.queue.now
         row = envl.row
         size = envl.nbytes
         up = src.spec.link.uplink
@@ -133,118 +130,87 @@ class FifoLinkModel(LinkModel):
         src.egress_free = end
         row[TX_START] = start
         row[TX_END] = end
-        if src.spec.loss and net._loss_rng.random() < src.spec.loss:
-            net._lose(envl, "link loss")
+        if src.spec.loss and net.draw_loss(src):
+            net.lose(envl, "link loss")
             return
         at_port = end + src.spec.link.latency + dst.spec.link.latency
         down = dst.spec.link.downlink
         if down == _INF:
             row[RX_START] = at_port
-            net._schedule(at_port - now, net._deliver, envl, dst)
+            net.schedule(at_port - now, net.deliver, envl, dst)
         else:
-            net._schedule(at_port - now, self._at_ingress, net, envl, dst)
+            net.schedule(at_port - now, self._at_ingress, net, envl, dst)
 
     @staticmethod
-    def _at_ingress(net: "SimNetwork", envl: _Envelope, dst: _Node) -> None:
-        now = net.env._now
+    def _at_ingress(net: "SimNetwork", envl: Envelope, dst: Node) -> None:
+        now = net.queue.now
         start = dst.ingress_free if dst.ingress_free > now else now
         end = start + envl.nbytes / dst.spec.link.downlink
         dst.ingress_free = end
         envl.row[RX_START] = start
-        net._schedule(end - now, net._deliver, envl, dst)
+        net.schedule(end - now, net.deliver, envl, dst)
+
+
+LINK_MODELS: dict[str, str] = {
+    "fifo": "store-and-forward, FIFO egress then FIFO ingress (the default)",
+    "fair": "flow level: max-min fair sharing of every port, pipelined (fedsim.kernel.flows)",
+    "tcp": "flow level as 'fair', plus each message's TCP handshake and slow start",
+}
+
+
+def get_link_model(model: "LinkModel | str") -> "LinkModel":
+    """A link model by name (``LINK_MODELS``), or ``model`` itself if it is one. A name gives a
+    fresh instance (link models keep per-run state). Raises ``NetworkConfigError``."""
+    if isinstance(model, LinkModel):
+        return model
+    if model == "fifo":
+        return FifoLinkModel()
+    if model in ("fair", "tcp"):
+        return FairShareLinkModel(tcp=model == "tcp")
+    raise NetworkConfigError(f"unknown link model {model!r}; known: {', '.join(LINK_MODELS)}")
 
 
 class SimNetwork(Network):
-    """A deterministic discrete-event network in virtual time (simpy).
+    """A deterministic discrete-event network in virtual time.
 
     ``SimNetwork(seed=0, profile="ideal", framing_bytes=0, unit=None, trace=False,
-    link_model=FifoLinkModel())``; then ``add_node`` and ``run``.
+    max_message_bytes=..., link_model=FifoLinkModel(), queue=EventQueue())``; then ``add_node``
+    and ``run``. ``queue``: any object with ``EventQueue``'s interface (``now``, ``schedule``,
+    ``hold``, ``release``, ``run``), e.g. one backed by another scheduler for comparison
+    (benchmarks/scheduler.py).
     """
 
-    def __init__(self, *, link_model: LinkModel | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, link_model: LinkModel | str | None = None, queue: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.env = simpy.Environment()
-        self.link_model = link_model or FifoLinkModel()
-        self._loss_rng = node_rng(self.seed, "kernel:loss")
-        self._batch: list | None = None  # entries _schedule holds back while a broadcast is posted
+        self.queue = EventQueue() if queue is None else queue
+        self.link_model = get_link_model(link_model or "fifo")
 
-    # -- primitives ---------------------------------------------------------------------------
-    def _now(self) -> float:
-        return self.env._now
+    # -- the link-model interface -------------------------------------------------------------
+    def now(self) -> float:
+        """Simulated seconds since the run started."""
+        return self.queue.now
 
-    def _schedule(self, delay: float, fn, *args) -> None:
-        """Call ``fn(*args)`` after ``delay`` simulated seconds (FIFO among equal times).
+    def schedule(self, delay: float, fn, *args) -> None:
+        """Call ``fn(*args)`` after ``delay`` (>= 0) simulated seconds; FIFO among equal times."""
+        self.queue.schedule(delay, fn, *args)
 
-        The kernel's own entries in simpy's queue are ``(time, NORMAL, eid, fn, args)``: no event
-        object at all (one allocation less per event). Only ``_loop`` knows them, which is why
-        a SimNetwork's environment must be run by ``SimNetwork.run``, not ``env.run``/``env.step``.
-        The shared eid counter keeps them in order with simpy's own events at equal times."""
-        env = self.env
-        entry = (env._now + delay, NORMAL, next(env._eid), fn, args)
-        if self._batch is None:
-            heappush(env._queue, entry)
-        else:
-            self._batch.append(entry)
-
-    def _push_batch(self, batch: list) -> None:
-        """Put a broadcast's scheduled entries into the queue one at a time, in key order: the
-        first now, each next one when its predecessor is processed, with the key (time, eid) it
-        was given when scheduled. No entry can be due before its predecessor (its key is larger),
-        so events run in exactly the order they would if all were queued at once, while the heap
-        stays small (a 6040-copy broadcast no longer puts 6040 entries in it, and every push and
-        pop of the round costs log2 of the heap's size in tuple comparisons)."""
-        if len(batch) > 1:
-            batch.sort()  # keys are unique (eid), so only (time, priority, eid) is compared
-            t, prio, eid, _, _ = batch[0]
-            heappush(self.env._queue, (t, prio, eid, self._batch_step, (batch, 0)))
-        elif batch:
-            heappush(self.env._queue, batch[0])
-
-    def _batch_step(self, batch: list, k: int) -> None:
-        entry = batch[k]
-        batch[k] = None  # let the envelope go once it is processed
-        if k + 1 < len(batch):
-            t, prio, eid, _, _ = batch[k + 1]
-            heappush(self.env._queue, (t, prio, eid, self._batch_step, (batch, k + 1)))
-        entry[3](*entry[4])
-
-    def _post(self, src: _Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
-        if src.offline:
-            return
-        targets = self._destinations(dsts)
-        payload = _Payload(encoded)
-        nbytes = len(encoded.data) + self.framing_bytes
-        raw, floats = encoded.array_bytes, encoded.floats
-        now = self.env._now
-        new_row = self.ledger.new_row
-        transmit = self.link_model.transmit
-        rnd, sid, srole = src.round, src.id, src.role
-        batch = None
-        if len(targets) > 1 and self._batch is None:
-            batch = self._batch = []  # _schedule holds the copies' entries back (see _push_batch)
-        try:
-            for dst in targets:
-                row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
-                transmit(self, src, dst, _Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
-        finally:
-            if batch is not None:
-                self._batch = None
-                self._push_batch(batch)
-
-    def _deliver(self, envl: _Envelope, dst: _Node) -> None:
+    def deliver(self, envl: Envelope, dst: Node) -> None:
+        """``envl`` reaches ``dst`` now: it is lost if its sender dropped out before finishing its
+        transmission or ``dst`` is offline; otherwise it is marked delivered and either wakes
+        ``dst`` (if it waits for that kind) or joins its mailbox."""
         row = envl.row
         src = self.nodes[envl.src]
         off = src.spec.offline_at
         if off is not None and row[TX_END] > off:
-            self._lose(envl, "sender offline")
+            self.lose(envl, "sender offline")
             return
         if dst.offline:
-            self._lose(envl, "receiver offline")
+            self.lose(envl, "receiver offline")
             return
-        row[ARRIVAL] = self.env._now
+        row[ARRIVAL] = self.queue.now
         row[STATUS] = "delivered"
         w = dst.waiter
-        if w is not None and (w[0] is None or _matches(w[0], envl.kind)):
+        if w is not None and (w[0] is None or matches(w[0], envl.kind)):
             col = w[2]
             if col is None:  # a receive: resume the actor with this message
                 dst.waiter = None
@@ -258,47 +224,80 @@ class SimNetwork(Network):
             box = dst.mailbox = deque()
         box.append(envl)
 
-    def _lose(self, envl: _Envelope, note: str) -> None:
+    def lose(self, envl: Envelope, note: str) -> None:
+        """Mark ``envl`` lost (``note`` says why); it never arrives."""
         envl.row[STATUS] = "lost"
         envl.row[NOTE] = note
 
-    def _wait(self, node: _Node, kind, timeout: float | None, col=None):
+    # -- the transport interface ----------------------------------------------------------------
+    def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
+        if src.offline:
+            return
+        targets = self.destinations(dsts)
+        payload = Payload(encoded)
+        nbytes = len(encoded.data) + self.framing_bytes
+        raw, floats = encoded.array_bytes, encoded.floats
+        queue = self.queue
+        now = queue.now
+        new_row = self.ledger.new_row
+        transmit = self.link_model.transmit
+        rnd, sid, srole = src.round, src.id, src.role
+        src.sent += len(targets)
+        # a broadcast's copies enter the event queue one at a time (EventQueue.release)
+        held = len(targets) > 1 and queue.hold()
+        try:
+            for dst in targets:
+                row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
+                transmit(self, src, dst, Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
+        finally:
+            if held:
+                queue.release()
+
+    def wait(self, node: Node, kind, timeout: float | None, col=None):
         """Park ``node`` until a message of ``kind`` arrives (resumed with it) or ``timeout``
-        (resumed with None). With a collector ``col``, arrivals are offered to it in _deliver and
-        the actor resumes once, when ``col`` is complete, instead of once per message."""
+        (resumed with None). With a collector ``col``, arrivals are offered to it in ``deliver``
+        and the actor resumes once, when ``col`` is complete, instead of once per message."""
         if timeout is not None:
             w = node.waiter = (kind, object(), col)
-            self._schedule(timeout, self._expire, node, w)
+            self.queue.schedule(timeout, self._expire, node, w)
         else:
             node.waiter = (kind, None, col)
         return _park
 
-    async def _collect(self, node: _Node, kind, col, timeout: float | None) -> None:
-        await self._wait(node, kind, timeout, col)
+    async def collect(self, node: Node, kind, col, timeout: float | None) -> None:
+        await self.wait(node, kind, timeout, col)
+
+    def waits_for(self, node: Node) -> str:
+        w = node.waiter
+        if w is not None and w[2] is not None:
+            node.gathering = w[2]
+        return super().waits_for(node)
 
     @staticmethod
-    def _expire(node: _Node, w: tuple) -> None:
+    def _expire(node: Node, w: tuple) -> None:
         if node.waiter is w:
             node.waiter = None
             node.proc.step(None)
 
-    async def _sleep(self, node: _Node, seconds: float) -> None:
+    async def sleep(self, node: Node, seconds: float) -> None:
+        q = self.queue
         if self.tracing and seconds > 0:
-            self.trace.append((node.id, self.env._now, self.env._now + seconds, "sleep"))
-        self._schedule(seconds, node.proc.step)
+            self.trace.append((node.id, q.now, q.now + seconds, "sleep"))
+        q.schedule(seconds, node.proc.step)
         await _park
 
-    async def _compute(self, node: _Node, flops: float, label: str) -> None:
+    async def compute(self, node: Node, flops: float, label: str) -> None:
         speed = node.spec.flops
         if speed == _INF or flops == 0:
             return
         seconds = flops / speed
+        q = self.queue
         if self.tracing:
-            self.trace.append((node.id, self.env._now, self.env._now + seconds, label))
-        self._schedule(seconds, node.proc.step)
+            self.trace.append((node.id, q.now, q.now + seconds, label))
+        q.schedule(seconds, node.proc.step)
         await _park
 
-    def _go_offline(self, node: _Node) -> None:
+    def _go_offline(self, node: Node) -> None:
         if node.done:
             return
         node.offline = True
@@ -307,52 +306,26 @@ class SimNetwork(Network):
             node.coro.close()
 
     # -- running ------------------------------------------------------------------------------
-    def _loop(self, until: float | None) -> None:
-        """``simpy.Environment.run(until)`` with the same semantics, minus its per-event cost.
+    def run(self, until: float | None = None, *, strict: bool = True) -> RunResult:
+        """Run every actor until all have finished, or nothing is left that could happen, or
+        simulated time reaches ``until``. Actors still blocked at the end are closed (their
+        ``finally`` blocks run) and listed in ``RunResult.unfinished`` with what they waited for
+        in ``RunResult.blocked``.
 
-        The kernel's own queue entries are plain callbacks, called directly; any other simpy
-        event someone put on ``self.env`` (a custom link model, say) is processed exactly as
-        ``Environment.step`` would. With ``until``, events before that time are processed and the
-        clock ends at ``until``, as in simpy (an urgent stop marker orders it before normal events
-        at the same instant).
-        """
-        env = self.env
-        queue = env._queue
-        if until is not None:
-            at = float(until)
-            if not at > env._now:
-                raise ValueError(f"until ({at}) must be greater than the current simulation time")
-            heappush(queue, (at, URGENT, next(env._eid), None, ()))  # the stop marker
-        while queue:
-            item = heappop(queue)
-            env._now = item[0]
-            if len(item) == 5:  # a kernel callback (see _schedule)
-                fn = item[3]
-                if fn is None:
-                    return
-                fn(*item[4])
-                continue
-            event = item[3]
-            callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks:
-                callback(event)
-            if not event._ok and not hasattr(event, "_defused"):
-                exc = type(event._value)(*event._value.args)
-                exc.__cause__ = event._value
-                raise exc
-
-    def run(self, until: float | None = None) -> RunResult:
-        """Run every actor until all have finished or are blocked with nothing left to happen
-        (or until simulated time ``until``). Blocked actors are then closed (their ``finally``
-        blocks run) and listed in ``RunResult.unfinished``.
+        With ``strict`` (the default), a run that ends with actors blocked and nothing left in
+        flight (a deadlock: a receive no one answers, a gather without deadline for a lost
+        message or an offline peer) raises ``DeadlockError`` naming every blocked actor, what it
+        waits for and the simulated time; ``strict=False`` returns the partial result instead.
+        Stopping at ``until`` with events still pending is not a deadlock.
 
         Raises ``ActorError`` (with the original exception as ``__cause__``) if an actor
         raises, and ``ForeignAwaitError`` if an actor awaits something this network cannot drive.
-        A network runs once.
+        A network runs once (``FedsimError`` on a second call).
         """
-        if self._ran:
+        if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
-        self._ran = True
+        self.ran = True
+        queue = self.queue
         for node in self.nodes.values():
             node.ctx = self.context_class(self, node)
             node.coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
@@ -360,19 +333,19 @@ class SimNetwork(Network):
                 raise FedsimError(f"actor of node {node.id!r} is not an async function "
                                   f"(it returned {type(node.coro).__name__})")
             if node.spec.offline_at is not None:
-                self._schedule(node.spec.offline_at, self._go_offline, node)
+                queue.schedule(node.spec.offline_at, self._go_offline, node)
             node.proc = _ActorProcess(node, node.coro)
-            self._schedule(0.0, node.proc.step)
+            queue.schedule(0.0, node.proc.step)
         # A run allocates millions of small tracked objects (ledger rows, envelopes, decoded
         # payloads) that mostly live until the end; CPython's default gen-0 threshold (700 in 3.11)
         # would scan them over and over. Collect less often during the run and restore after.
         threshold = gc.get_threshold()
         gc.set_threshold(max(threshold[0], _GC_GEN0), *threshold[1:])
         try:
-            self._loop(until)
+            stopped_early = queue.run(until)
+            return self.finish(queue.now, strict=strict, drained=not stopped_early)
         finally:
             gc.set_threshold(*threshold)
             for node in self.nodes.values():
                 if not node.done and node.coro is not None:
                     node.coro.close()
-        return self._result(self.env.now)

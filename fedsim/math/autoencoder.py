@@ -33,6 +33,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_HIDDEN",
+    "mean_params",
     "ENCODER_PREFIX",
     "DECODER_PREFIX",
     "StepResult",
@@ -472,3 +473,15 @@ def loss_and_grads(
         dec_sizes[-1] = len(rows)
     flops = train_flops(enc_sizes, dec_sizes, B, loss=loss, dropout=dropout)
     return StepResult(value, grads, flops, count)
+
+
+def mean_params(models, like: dict) -> dict:
+    """Equal-weight mean of whole parameter dicts (the keys and dtypes of ``like``), accumulated in
+    float64 in the given order (FedAvg's merge)."""
+    out = {}
+    for key, ref in like.items():
+        acc = np.zeros(ref.shape, dtype=np.float64)
+        for p in models:
+            acc += p[key]
+        out[key] = (acc / len(models)).astype(ref.dtype)
+    return out

@@ -28,6 +28,7 @@ from .filling import (
     virtual_ratings_hf,
 )
 from .rows import add_rows_at
+from .sgd_client import ClientUpload, sgd_client_call
 
 __all__ = [
     "DEFAULT_INIT_SCALE",
@@ -72,18 +73,6 @@ def check_finite(iteration: int, model: str = "", **arrays) -> None:
     bad = [name for name, a in arrays.items() if a is not None and not np.isfinite(a).all()]
     if bad:
         raise DivergenceError(iteration, ", ".join(bad), model)
-
-
-class ClientUpload(NamedTuple):
-    """What a client's training call produces. ``U`` stays on the client; ``items`` and
-    ``grads`` (rated items first, in their fixed order, then the sampled ones) are uploaded;
-    ``o_deltas`` (SVD++ only) is uploaded with them; ``n_rated`` is private (tests only)."""
-
-    U: np.ndarray
-    items: np.ndarray
-    grads: np.ndarray
-    o_deltas: np.ndarray | None = None
-    n_rated: int = 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,9 +256,7 @@ def pmf_sgd_client_step(
     the state after that pass, virtual ratings, then SGD over the sampled items (authors' order).
     ``r_mean``: the user's mean rating (computed with :func:`user_mean` if not given).
     """
-    from .svdpp import _sgd_client_call  # shared with SVD++
-
-    return _sgd_client_call(
+    return sgd_client_call(
         U_u, V, None, rated_items, ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho,
         strategy=strategy, T_predict=T_predict, T_local=T_local, hf_convention=hf_convention,
         sampled=sampled, r_mean=r_mean, backend=backend,

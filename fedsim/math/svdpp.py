@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _sgd_numba
 from .filling import hf_active, sample_unrated, user_mean
-from .pmf import ClientUpload
+from .sgd_client import ClientUpload, sgd_client_call
 
 __all__ = [
     "server_apply_o_delta",
@@ -111,42 +111,6 @@ def _passes_with_given_virtuals(U_u, V, O, rated_items, ratings, sampled, virt, 
     return U, items, grads, odelta
 
 
-def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend):
-    k = _sgd_numba.kernels(backend)
-    V = np.ascontiguousarray(V)
-    dt = V.dtype
-    d = V.shape[1]
-    rated = np.ascontiguousarray(rated_items, dtype=np.int32)
-    sampled = np.ascontiguousarray(sampled, dtype=np.int32)
-    r = np.ascontiguousarray(ratings, dtype=dt)
-    N, K = rated.shape[0], sampled.shape[0]
-    implicit = O is not None
-    Oa = np.ascontiguousarray(O, dtype=dt) if implicit else np.zeros((1, d), dtype=dt)
-    par = _sgd_numba.make_par(lr, lam, dt)
-    s1, s, nm1, nf = (x[()] for x in _sgd_numba.implicit_norms(N, dt))
-    U = np.array(U_u, dtype=dt, copy=True)
-    grads = np.empty((N + K, d), dtype=dt)
-    odelta = np.empty((N + K, d), dtype=dt) if implicit else np.empty((0, d), dtype=dt)
-    k.sgd_client(U, V, Oa, rated, r, sampled, dt.type(r_ua), bool(use_hf), int(T_local), par,
-                 s1, s, nm1, nf, implicit, grads, odelta)
-    items = np.concatenate([rated, sampled])
-    return ClientUpload(U, items, grads, odelta if implicit else None, N)
-
-
-def _sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, strategy,
-                     T_predict, T_local, hf_convention, sampled, r_mean, backend) -> ClientUpload:
-    V = np.asarray(V)
-    dt = V.dtype
-    rated = np.asarray(rated_items, dtype=np.int32)
-    if strategy not in ("ua", "hf"):
-        raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
-    if sampled is None:
-        sampled = sample_unrated(rng, rated, V.shape[0], rho) if rho > 0 else np.empty(0, np.int32)
-    use_hf = strategy == "hf" and hf_active(t, T_predict, hf_convention)
-    mu = user_mean(ratings, dt) if r_mean is None else dt.type(r_mean)
-    return _run_client(U_u, V, O, rated, ratings, sampled, mu, use_hf, T_local, lr, lam, backend)
-
-
 def svdpp_sgd_client_step(
     U_u, V, O, rated_items, ratings, *, t: int, lr: float, lam: float, rng=None, rho: float = 0.0,
     strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
@@ -162,7 +126,7 @@ def svdpp_sgd_client_step(
     """
     if O is None:
         raise ValueError("SVD++ needs the implicit factors O")
-    return _sgd_client_call(
+    return sgd_client_call(
         U_u, V, O, rated_items, ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho, strategy=strategy,
         T_predict=T_predict, T_local=T_local, hf_convention=hf_convention, sampled=sampled,
         r_mean=r_mean, backend=backend,

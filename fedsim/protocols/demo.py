@@ -4,16 +4,34 @@ linear least-squares model.
 Each round the server broadcasts the weights ``w``; every client computes the gradient of its
 local mean squared error and sends it back; the server averages the gradients, weighted by
 client sample counts, in node-id order (so the result does not depend on arrival order) and
-takes a step. The actors use only the ``Context`` API and run on any transport.
+takes a step. The actors use only the ``Context`` API and run on any transport. The data are
+synthetic (drawn from the network seed), so ``build`` takes no ratings.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["server", "client", "build", "make_data"]
+from ..config import Config, param
+from .common import SERVER
+from .contract import Kind, ProtocolSpec, Result, server_result
+from .registry import register
+
+__all__ = ["DemoConfig", "DemoJob", "SPEC", "build", "client", "make_data", "server"]
+
+
+@dataclass(frozen=True)
+class DemoConfig(Config):
+    """Federated gradient descent on a linear model."""
+
+    clients: int = param(8, "number of clients", min=1)
+    dim: int = param(5, "model dimension", min=1)
+    rounds: int = param(10, "rounds", min=0)
+    lr: float = param(0.1, "server learning rate", min=0, exclusive_min=True)
+    deadline: float | None = param(None, "seconds the server waits for gradients each round (none: forever)",
+                                   min=0, exclusive_min=True, none_ok=True)
 
 
 async def server(ctx, clients: list[str], dim: int, rounds: int, lr: float,
@@ -47,7 +65,7 @@ async def client(ctx, X: np.ndarray, y: np.ndarray) -> int:
         w = msg.payload["w"]
         g = 2.0 * X.T @ (X @ w - y) / len(y)
         await ctx.compute(4 * X.size)
-        await ctx.send("server", "gradient", {"g": g, "n": len(y)})
+        await ctx.send(SERVER, "gradient", {"g": g, "n": len(y)})
         served += 1
 
 
@@ -63,14 +81,43 @@ def make_data(n_clients: int, dim: int, seed: int) -> tuple[np.ndarray, list[tup
     return w_true, parts
 
 
-def build(net: Any, n_clients: int = 8, dim: int = 5, rounds: int = 10, lr: float = 0.1,
-          seed: int = 0, deadline: float | None = None) -> np.ndarray:
-    """Add a server and ``n_clients`` clients to ``net`` (any transport); returns the true
-    weights the data was drawn around."""
-    w_true, parts = make_data(n_clients, dim, seed)
-    names = [f"client/{i:03d}" for i in range(n_clients)]
-    net.set_unit(dim)
-    net.add_node("server", server, names, dim, rounds, lr, deadline, role="server")
+@dataclass
+class DemoJob:
+    cfg: DemoConfig
+    w_true: np.ndarray
+    clients: list[str]
+
+    def collect(self, run) -> Result:
+        """``params["w"]``: the final weights; one metric row: the distance to the true weights."""
+        w = server_result(run)
+        err = float(np.linalg.norm(w - self.w_true))
+        return Result("demo", self.cfg, {"w": w}, [{"round": self.cfg.rounds, "weight_error": err}], run,
+                      info={"w_true": self.w_true, "rounds_served": [run.results.get(c, 0) for c in self.clients],
+                            "lost_clients": [c for c in self.clients if c not in run.results]})
+
+
+def build(net, data=None, cfg: DemoConfig | None = None, *, test=None, resume=None) -> DemoJob:
+    """Add a server and ``cfg.clients`` clients to ``net`` (any transport), with data drawn from
+    the network's seed (``data`` must be None)."""
+    if data is not None or test is not None or resume is not None:
+        raise ValueError("the demo protocol makes its own data: pass data=None, no test, no resume")
+    cfg = cfg or DemoConfig()
+    w_true, parts = make_data(cfg.clients, cfg.dim, net.seed)
+    names = [f"client/{i:03d}" for i in range(cfg.clients)]  # the demo's own names, kept since its first runs
+    net.set_unit(cfg.dim)
+    net.add_node(SERVER, server, names, cfg.dim, cfg.rounds, cfg.lr, cfg.deadline, role="server")
     for name, (X, y) in zip(names, parts):
         net.add_node(name, client, X, y)
-    return w_true
+    return DemoJob(cfg, w_true, names)
+
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    return None, DemoConfig(clients=clients, dim=4, rounds=rounds)
+
+
+SPEC = register(ProtocolSpec(
+    name="demo", summary="federated gradient descent on a linear model (kernel demo)", Config=DemoConfig,
+    kinds=(Kind("weights", "server", "client", "training", "{w: float64[dim]}"),
+           Kind("gradient", "client", "server", "training", "{g: float64[dim], n: samples}"),
+           Kind("stop", "server", "client", "control", "None")),
+    build=build, tiny=tiny, data="none", metric="weight_error", rounds_field="rounds"))

@@ -28,51 +28,48 @@ No randomness except the server's initial Q (``ctx.rng.normal(0, init_std, (m, d
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import Config, param
 from ..math.fcf import AdamState, fcf_client, fcf_server_update
+from .common import SERVER, client_name, client_names
+from .contract import Kind, ProtocolSpec, Result, server_result
+from .fpl import user_item_lists
+from .registry import register
 
-__all__ = ["FCFConfig", "FCFJob", "SERVER", "TRAINING_KINDS", "build", "client_name", "payload_bytes_per_client_round"]
+__all__ = ["FCFConfig", "FCFJob", "SERVER", "SPEC", "TRAINING_KINDS", "build", "client_name",
+           "payload_bytes_per_client_round"]
 
-SERVER = "server"
 TRAINING_KINDS = ("model", "gradients")
 
 
 @dataclass(frozen=True)
-class FCFConfig:
+class FCFConfig(Config):
     """FCF hyper-parameters: ``rounds`` in this run, latent dimension ``d``, confidence
     ``alpha``, regularisation ``lam`` (user closed form and item step), server ``lr``,
     ``optimizer`` "adam" or "sgd", ``average`` the gradients over clients instead of summing,
     ``wire_dtype`` of both messages, ``init_std`` of the initial Q."""
 
-    rounds: int = 40
-    d: int = 10
-    alpha: float = 1.0
-    lam: float = 0.1
-    lr: float = 0.05
-    optimizer: str = "adam"
-    average: bool = False
-    wire_dtype: str = "float32"
-    init_std: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.rounds < 0 or self.d < 1:
-            raise ValueError("rounds must be >= 0 and d >= 1")
-        np.dtype(self.wire_dtype)
+    rounds: int = param(40, "rounds in this run (every client takes part in every round)", min=0)
+    d: int = param(10, "latent dimension", min=1)
+    alpha: float = param(1.0, "confidence 1 + alpha y_ui", min=0)
+    lam: float = param(0.1, "regularisation lambda", min=0)
+    lr: float = param(0.05, "server learning rate", min=0, exclusive_min=True)
+    optimizer: str = param("adam", "server optimizer", choices=("adam", "sgd"))
+    average: bool = param(False, "average the gradients over clients instead of summing them")
+    wire_dtype: str = param("float32", "dtype of both messages", choices=("float32", "float64"))
+    init_std: float = param(0.1, "standard deviation of the initial Q", min=0)
+    deadline: float | None = param(None, "seconds the server waits for a round's gradients before stepping with "
+                                   "what arrived (none: until all arrive)", min=0, exclusive_min=True, none_ok=True)
 
 
 def payload_bytes_per_client_round(m: int, d: int, itemsize: int = 4) -> int:
     """The FedRec paper's FCF figure: ``2 x 4 x m x d`` (download of Q plus upload of the
     gradient, float32)."""
     return 2 * itemsize * int(m) * int(d)
-
-
-def client_name(u: int, n_users: int) -> str:
-    return f"client/{u:0{max(4, len(str(n_users - 1)))}d}"
 
 
 async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: dict | None = None,
@@ -94,20 +91,24 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
                 m=np.array(a["m"], dtype=np.float64), v=np.array(a["v"], dtype=np.float64), t=int(a["t"]))
     Q_sent = Q.astype(wire)
     n = len(clients)
+    missing: list[dict] = []
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
         Q_sent = Q.astype(wire)
         await ctx.broadcast(clients, "model", {"Q": Q_sent})
-        got = await ctx.gather("gradients", senders=clients, round=r)
+        got = await ctx.gather("gradients", senders=clients, round=r, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": r, "kind": "gradients", "clients": len(got.missing)})
         G = np.zeros(Q.shape, dtype=np.float64)
         for msg in got:  # node-id order
             G += msg.payload["grad"]
-        fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=n, average=cfg.average, adam=adam)
+        # the sum (or, with ``average``, the mean) over the clients that answered
+        fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)
         await ctx.compute((n + 10.0) * Q.size, "aggregate")
     await ctx.broadcast(clients, "stop", None)
     state = None if adam is None else {"m": adam.m, "v": adam.v, "t": adam.t}
-    return {"Q": Q, "Q_sent": Q_sent, "adam": state}
+    return {"Q": Q, "Q_sent": Q_sent, "adam": state, "missing": missing}
 
 
 async def client(ctx, items: np.ndarray, cfg: FCFConfig) -> np.ndarray | None:
@@ -134,26 +135,64 @@ class FCFJob:
     n_users: int
     n_items: int
     clients: list[str]
+    rounds_done: int
 
-    def collect(self, result) -> dict:
-        """``{"P", "Q", "Q_sent", "adam", "config"}``; ``P @ Q_sent.T`` scores the items."""
-        srv = result[SERVER]
+    def collect(self, run) -> Result:
+        """``params``: ``P`` (the p_u each client solved in its last round, zeros if it never
+        took part), ``Q`` (after the last step) and ``Q_sent`` (what the p_u were solved for:
+        ``P @ Q_sent.T`` scores the items); ``info["adam"]`` the optimizer state;
+        ``state``: what ``build(..., resume=result)`` continues from."""
+        srv = server_result(run)
         P = np.zeros((self.n_users, self.cfg.d))
+        gone = [name for name in self.clients if name not in run.results]
         for u, name in enumerate(self.clients):
-            if result[name] is not None:
-                P[u] = result[name]
-        return {"P": P, "Q": srv["Q"], "Q_sent": srv["Q_sent"], "adam": srv["adam"], "config": asdict(self.cfg)}
+            if run.results.get(name) is not None:
+                P[u] = run.results[name]
+        done = self.rounds_done + self.cfg.rounds
+        state = {"Q": srv["Q"], "adam": srv["adam"], "rounds_done": done}
+        return Result("fcf", self.cfg, {"P": P, "Q": srv["Q"], "Q_sent": srv["Q_sent"]}, [], run,
+                      info={"adam": srv["adam"], "rounds_done": done, "missing": srv["missing"], "lost_clients": gone},
+                      state=state)
 
 
-def build(net, user_items: list[np.ndarray], n_items: int, cfg: FCFConfig, *, init: dict | None = None,
-          round_offset: int = 0) -> FCFJob:
-    """Place an FCF server and one client per user (``user_items[u]``: u's training item ids).
-    ``init`` continues a previous run (the server's returned ``Q`` and ``adam``). Declares ``d``
-    as the ledger unit (one unit = one item vector)."""
+def build(net, data, cfg: FCFConfig | None = None, *, test=None, resume=None) -> FCFJob:
+    """Place an FCF server and one client per user of ``data`` (implicit training ``Ratings``).
+    ``resume``: a previous FCF ``Result`` (or its ``state``): continue from its Q and Adam state,
+    numbering rounds after it. FCF makes no federated evaluation (``test`` is ignored). Declares
+    ``d`` as the ledger unit (one unit = one item vector)."""
+    cfg = cfg or FCFConfig()
+    state = resume.state if isinstance(resume, Result) else resume
+    if state is not None and not isinstance(state, Mapping):
+        raise TypeError("resume must be a previous Result or its state dict")
+    init = None if not state else {"Q": state["Q"], "adam": state.get("adam")}
+    offset = int(state.get("rounds_done", 0)) if state else 0
+    user_items = user_item_lists(data)
     n_users = len(user_items)
-    clients = [client_name(u, n_users) for u in range(n_users)]
+    clients = client_names(n_users)
     net.set_unit(cfg.d)
-    net.add_node(SERVER, server, clients, int(n_items), cfg, init, int(round_offset), role="server")
+    net.add_node(SERVER, server, clients, int(data.n_items), cfg, init, offset, role="server")
     for u, name in enumerate(clients):
-        net.add_node(name, client, np.asarray(user_items[u], dtype=np.int64), cfg)
-    return FCFJob(cfg, n_users, int(n_items), clients)
+        net.add_node(name, client, user_items[u], cfg)
+    return FCFJob(cfg, n_users, int(data.n_items), clients, offset)
+
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """A few users of the ``tiny`` synthetic preset as implicit feedback, d = 4."""
+    from .presets import tiny_ratings
+
+    return tiny_ratings(clients, seed).binarize(), FCFConfig(rounds=rounds, d=4)
+
+
+SPEC = register(ProtocolSpec(
+    name="fcf",
+    summary="FCF: federated implicit MF; every client uploads gradients for all m items each round (baseline)",
+    Config=FCFConfig,
+    kinds=(
+        Kind("model", "server", "client", "training", "{Q: float32[m, d]}"),
+        Kind("gradients", "client", "server", "training", "{grad: float32[m, d]}: every item, consumed or not"),
+        Kind("stop", "server", "client", "control", "None"),
+    ),
+    build=build, tiny=tiny, data="implicit", metric="", rounds_field="rounds",
+    paper="Ammad-ud-din et al.: Federated Collaborative Filtering for Privacy-Preserving Personalized "
+          "Recommendation System (arXiv 1901.09888, 2019)",
+))

@@ -28,19 +28,12 @@ import numpy as np
 from ..math import ae_train
 from ..math import autoencoder as ae
 from ..math import optim
-from .personalfr import (
-    EVAL_KINDS,
-    SERVER,
-    FedAEConfig,
-    FedAEJob,
-    _evaluate,
-    _mean,
-    _merge_flops,
-    client_name,
-    selection_size,
-)
+from .common import SERVER
+from .contract import Kind, ProtocolSpec
+from .fedae import EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size
+from .registry import register
 
-__all__ = ["EVAL_KINDS", "FedAEConfig", "SERVER", "build", "client", "server"]
+__all__ = ["EVAL_KINDS", "FedAEConfig", "SERVER", "SPEC", "build", "client", "place", "server"]
 
 
 async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evaluate: bool = False) -> dict:
@@ -51,22 +44,26 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     M = len(clients)
     k = selection_size(cfg.fraction, M)
     history, selected = [], []
+    missing: list[dict] = []
     flops = 0
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
         chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False))]
         selected.append(chosen)
         await ctx.broadcast(chosen, "model", {"t": t, "model": model})
-        got = await ctx.gather("update", senders=chosen, round=t)
+        got = await ctx.gather("update", senders=chosen, round=t, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
         models = [m.payload["model"] for m in got]
-        model = _mean(models, model)
-        f = _merge_flops(models)
+        if models:  # the mean of the models that arrived (none: the model stays)
+            model = ae.mean_params(models, model)
+        f = merge_flops(models)
         flops += f
         await ctx.compute(f, "aggregate")
         if evaluate and cfg.wants_eval(t):
-            history.append(await _evaluate(ctx, clients, {"t": t, "model": model}, t, cfg))
+            history.append(await evaluate_clients(ctx, clients, {"t": t, "model": model}, t, cfg))
     await ctx.broadcast(clients, "stop", None)
-    return {"model": model, "history": history, "selected": selected, "flops": flops}
+    return {"model": model, "history": history, "selected": selected, "flops": flops, "missing": missing}
 
 
 async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
@@ -100,12 +97,43 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         await ctx.send(SERVER, "update", {"model": params})
 
 
-def build(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig, *, evaluate: bool = True,
+def build(net, data, cfg: FedAEConfig | None = None, *, test=None, resume=None) -> FedAEJob:
+    """Place a FedAvg server and ``cfg.clients`` clients (users partitioned at random with the
+    network's seed; 0: one user per client) on ``net`` (any transport); as PersonalFR's ``build``
+    (``test``: held-out ``Ratings`` for the federated evaluations). Cannot be resumed."""
+    cfg = cfg or FedAEConfig()
+    if resume is not None:
+        raise ValueError("FedAvg runs cannot be resumed; run for more rounds instead")
+    task, groups = prepare_task(data, test, cfg, net.seed)
+    return place(net, task, groups, cfg, evaluate=test is not None)
+
+
+def place(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig, *, evaluate: bool = True,
           server_role: str = "server") -> FedAEJob:
-    """Place a FedAvg server and one client per user group on ``net`` (any transport)."""
-    M = len(groups)
-    clients = [client_name(m, M) for m in range(M)]
-    net.add_node(SERVER, server, clients, task.n_items, cfg, evaluate, role=server_role)
-    for name, users in zip(clients, groups):
-        net.add_node(name, client, task.rows(users), cfg)
-    return FedAEJob("fedavg", cfg, clients, [np.asarray(g) for g in groups], task.n_items)
+    """``build`` for callers that prepared the ``AETask`` and the user groups themselves."""
+    return place_actors(net, "fedavg-ae", server, client, task, groups, cfg, evaluate, server_role)
+
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """Two users per client from the ``tiny`` preset, every client every round, a small
+    autoencoder (8, 4)."""
+    from .presets import tiny_ratings
+
+    cfg = FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)
+    return tiny_ratings(2 * clients, seed), cfg
+
+
+SPEC = register(ProtocolSpec(
+    name="fedavg-ae",
+    summary="FedAvg on PersonalFR's autoencoder: whole-model local training and averaging (baseline)",
+    Config=FedAEConfig,
+    kinds=(
+        Kind("model", "server", "client", "training", "{t, model}: encoder + decoder"),
+        Kind("update", "client", "server", "training", "{model}: the locally trained whole model"),
+        Kind("evaluate", "server", "client", "evaluation", "{t, model}"),
+        Kind("eval", "client", "server", "evaluation", "{sse, n, ndcg_sum, ndcg_users}"),
+        Kind("stop", "server", "client", "control", "None"),
+    ),
+    build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="rounds",
+    paper="McMahan et al. 2017 (FedAvg), as the baseline of Le et al. 2022 (PersonalFR)",
+))

@@ -33,10 +33,11 @@ federated and unfederated runs can be compared bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import Config, param
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
 from ..math.filling import sample_unrated
 from ..math.pmf import (
@@ -52,51 +53,51 @@ from ..math.pmf import (
 )
 from ..math.svdpp import server_apply_o_delta, svdpp_sgd_client_step
 from ..seeding import node_rng
+from .common import SERVER, client_name, client_names, sort_by_item
+from .contract import Kind, ProtocolSpec, Result, server_result
+from .registry import register
 
 __all__ = [
-    "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "build", "central_twin", "client_name",
-    "formula_payload_floats",
+    "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "SPEC", "build", "central_twin", "client_name",
+    "formula_payload_floats", "paper_lr",
 ]
 
 MODELS = {"PMF(B)": "batch", "PMF(S)": "sgd", "SVD++(S)": "sgd"}
 EVAL_KINDS = ("eval", "evaluate")
-SERVER = "server"
 
 
 @dataclass(frozen=True)
-class FedRecConfig:
+class FedRecConfig(Config):
     """FedRec hyper-parameters (paper names). ``lr`` is gamma (server / batch rate, decayed
     x``decay`` per iteration); ``client_lr`` the stochastic clients' own rate (decayed per call,
     default ``lr``). ``dtype`` is used for computation *and* on the wire."""
 
-    model: str = "PMF(B)"
-    d: int = 20
-    T: int = 100
-    lr: float = 0.8
-    client_lr: float | None = None
-    lam: float = 0.001
-    rho: float = 0.0
-    strategy: str = "ua"
-    T_predict: int = 10
-    T_local: int = 10
-    hf_convention: str = "code"
-    order: str = "code"
-    resample: bool = True
-    decay: float = 0.9
-    init_scale: float = 0.005
-    dtype: str = "float32"
-    eval_every: int = 0
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
-        if self.strategy not in ("ua", "hf"):
-            raise ValueError(f"strategy must be 'ua' or 'hf', got {self.strategy!r}")
-        if self.rho < 0:
-            raise ValueError(f"rho must be >= 0, got {self.rho}")
-        if self.d <= 0 or self.T < 0:
-            raise ValueError(f"d must be > 0 and T >= 0, got d={self.d}, T={self.T}")
-        np.dtype(self.dtype)
+    model: str = param("PMF(B)", "model: batch PMF, stochastic PMF or stochastic SVD++", choices=tuple(MODELS))
+    d: int = param(20, "latent dimension", min=1)
+    T: int = param(100, "iterations", min=0)
+    lr: float = param(0.8, "learning rate gamma (x decay per iteration); the paper: 0.8 for PMF(B), 0.01 "
+                      "for the stochastic models", min=0, exclusive_min=True)
+    client_lr: float | None = param(None, "stochastic clients' own learning rate (none: lr)", min=0,
+                                    exclusive_min=True, none_ok=True)
+    lam: float = param(0.001, "regularisation lambda", min=0)
+    rho: float = param(0.0, "unrated items sampled per rated item (0: none)", min=0)
+    strategy: str = param("ua", "virtual ratings of sampled items: user averaging or hybrid filling",
+                          choices=("ua", "hf"))
+    T_predict: int = param(10, "hybrid filling: iteration from which sampled items are predicted", min=0)
+    T_local: int = param(10, "hybrid filling: local steps of the user's copy", min=0)
+    hf_convention: str = param("code", "when hybrid filling switches to predictions: the authors' code or "
+                               "the paper's Algorithm 3", choices=("code", "paper"))
+    order: str = param("code", "batch client update order: the authors' code (item gradients with U "
+                       "before its step) or the paper's printed order", choices=("code", "paper"))
+    resample: bool = param(True, "draw the sampled items afresh every call (the paper) or once")
+    decay: float = param(0.9, "learning-rate decay per iteration", min=0, exclusive_min=True)
+    init_scale: float = param(0.005, "factors start uniform in (-init_scale, init_scale)", min=0)
+    dtype: str = param("float32", "computation and wire dtype", choices=("float32", "float64"))
+    eval_every: int = param(0, "clients evaluate their private test ratings every this many iterations "
+                            "(0: never)", min=0)
+    deadline: float | None = param(None, "seconds the server waits for a round's uploads (and a stochastic "
+                                   "client's reply) before going on with what arrived (none: until all arrive)",
+                                   min=0, exclusive_min=True, none_ok=True)
 
     @property
     def style(self) -> str:
@@ -107,9 +108,9 @@ class FedRecConfig:
         return self.model == "SVD++(S)"
 
 
-def client_name(u: int, n_users: int) -> str:
-    """Node id of user ``u``'s client: zero-padded so that id order equals user order."""
-    return f"client/{u:0{max(4, len(str(n_users - 1)))}d}"
+def paper_lr(model: str) -> float:
+    """The paper's learning rates: 0.8 for batch PMF, 0.01 for the stochastic models."""
+    return 0.8 if model == "PMF(B)" else 0.01
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,6 +130,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
     V = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt)
     O = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt) if cfg.implicit else None
     evals: list[dict] = []
+    missing: list[dict] = []  # per round: the clients whose upload did not arrive by the deadline
     diverged_at = None
     n = len(clients)
     for t in range(cfg.T):
@@ -137,9 +139,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
         want_eval = bool(cfg.eval_every) and t > 0 and t % cfg.eval_every == 0
         if cfg.style == "batch":
             await ctx.broadcast(clients, "model", {"t": t, "V": V, "eval": want_eval})
-            got = await ctx.gather("gradients", senders=clients, round=t)
+            # Eq. 9 averages each item's gradients over the users who sent one: a missing upload
+            # simply leaves its items' means over the others (and an item nobody sent unchanged)
+            got = await ctx.gather("gradients", senders=clients, round=t, timeout=cfg.deadline)
+            if got.missing:
+                missing.append({"round": t, "kind": "gradients", "clients": len(got.missing)})
             if want_eval:
-                evals.append(await _collect_eval(ctx, clients, t, t))
+                evals.append(await _collect_eval(ctx, clients, t, t, cfg.deadline))
             grad_sum = np.zeros((m, d), dtype=dt)
             counts = np.zeros(m, dtype=np.int64)
             rows = 0
@@ -152,28 +158,43 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         else:
             order = draw_user_order(rng, n)
+            silent: set[int] = set()  # drawn this iteration and did not answer in time: skipped until the next
             for u in order:
+                if u in silent:
+                    continue
                 payload = {"t": t, "V": V} if O is None else {"t": t, "V": V, "O": O}
                 await ctx.send(clients[u], "model", payload)
-                msg = await ctx.receive("gradients")
+                if cfg.deadline is None:
+                    msg = await ctx.receive("gradients")
+                else:
+                    got = await ctx.gather("gradients", senders=[clients[u]], round=t, timeout=cfg.deadline)
+                    if not got.messages:
+                        # a late reply could only be told from this iteration's next one by its
+                        # sender, so the user is not asked again in this iteration
+                        silent.add(u)
+                        continue
+                    msg = got.messages[0]
                 items = msg.payload["items"]
                 server_apply_sgd(V, items, msg.payload["grads"], lr_t)
                 if O is not None:
                     server_apply_o_delta(O, items, msg.payload["o_deltas"])
                 await ctx.compute(4.0 * items.shape[0] * d, "apply")
+            if silent:
+                missing.append({"round": t, "kind": "gradients", "clients": len(silent)})
             if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
                 body = {"V": V} if O is None else {"V": V, "O": O}
                 await ctx.broadcast(clients, "evaluate", body)
-                evals.append(await _collect_eval(ctx, clients, t + 1, t))
+                evals.append(await _collect_eval(ctx, clients, t + 1, t, cfg.deadline))
         if not _check(V, O):
             diverged_at = t + 1
             break
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
-    return {"V": V, "O": O, "diverged_at": diverged_at, "eval": evals}
+    return {"V": V, "O": O, "diverged_at": diverged_at, "eval": evals, "missing": missing}
 
 
-async def _collect_eval(ctx, clients, iteration: int, rnd: int) -> dict:
-    got = await ctx.gather("eval", senders=clients, round=rnd)
+async def _collect_eval(ctx, clients, iteration: int, rnd: int, deadline: float | None = None) -> dict:
+    # the metrics are over the test ratings of the clients that answered (n says how many)
+    got = await ctx.gather("eval", senders=clients, round=rnd, timeout=deadline)
     sse = sum(m.payload["sse"] for m in got)
     sae = sum(m.payload["sae"] for m in got)
     n = sum(m.payload["n"] for m in got)
@@ -250,15 +271,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                 flops = 6.0 * up.items.shape[0] * cfg.d
         U = up.U
         await ctx.compute(flops, "train")
-        await ctx.send(SERVER, "gradients", _by_item(body))
-
-
-def _by_item(body: dict) -> dict:
-    """Upload rows sorted by item id: the math returns rated items first, and that position
-    would tell the server which items are rated. The server aggregates per item, so the order
-    changes no result."""
-    order = np.argsort(body["items"], kind="stable")
-    return {k: v[order] for k, v in body.items()}
+        await ctx.send(SERVER, "gradients", sort_by_item(body))
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,60 +288,83 @@ class FedRecJob:
     clients: list[str]
     indptr: np.ndarray
     indices: np.ndarray
-    extra: dict = field(default_factory=dict)
 
-    def collect(self, result) -> TrainResult:
-        """Assemble U (from the clients' return values), V and O (from the server's) into a
-        ``TrainResult``; ``history`` holds the federated evaluations (if ``eval_every``)."""
-        srv = result[SERVER]
+    def collect(self, run) -> Result:
+        """``params``: U (from the clients' return values), V and O (SVD++) from the server's;
+        ``metrics``: the federated evaluations (``eval_every`` with test ratings), each with
+        ``round``, ``iteration``, ``mae``, ``rmse``, ``n``; ``model``: a ``TrainResult`` (predicts
+        and evaluates ratings); ``info["diverged_at"]``: the 1-based iteration at which the
+        model stopped being finite, or None."""
+        srv = server_result(run)
         dt = np.dtype(self.cfg.dtype)
         U = np.empty((self.n_users, self.cfg.d), dtype=dt)
+        gone = []
         for u, name in enumerate(self.clients):
-            U[u] = result[name]
-        res = TrainResult(self.cfg.model, U, srv["V"], srv["O"], self.indptr, self.indices,
-                          history=list(srv["eval"]), diverged_at=srv["diverged_at"],
-                          params=asdict(self.cfg))
-        if res.diverged_at is None and not np.isfinite(U).all():
-            res.diverged_at = self.cfg.T
-        return res
+            if name in run.results:
+                U[u] = run.results[name]
+            else:  # dropped out: its private factor is lost with it (zeros predict the lowest rating)
+                U[u] = 0.0
+                gone.append(name)
+        model = TrainResult(self.cfg.model, U, srv["V"], srv["O"], self.indptr, self.indices,
+                            history=list(srv["eval"]), diverged_at=srv["diverged_at"],
+                            params=self.cfg.to_dict())
+        if model.diverged_at is None and not np.isfinite(U).all():
+            model.diverged_at = self.cfg.T
+        params = {"U": U, "V": srv["V"]} if srv["O"] is None else {"U": U, "V": srv["V"], "O": srv["O"]}
+        metrics = [{"round": e["iteration"], **e} for e in srv["eval"]]
+        return Result("fedrec", self.cfg, params, metrics, run,
+                      info={"diverged_at": model.diverged_at, "missing": srv["missing"], "lost_clients": gone},
+                      model=model)
 
 
-def build(net, users, items, ratings, n_users: int, n_items: int, cfg: FedRecConfig,
-          test: tuple | None = None) -> FedRecJob:
-    """Place a FedRec server and one client per user on ``net`` (any transport).
+def as_arrays(r) -> tuple:
+    """``(users, items, values)`` of a ``Ratings`` (or of such a tuple, passed through)."""
+    return (r.users, r.items, r.values) if hasattr(r, "users") else tuple(r[:3])
 
-    ``users, items, ratings``: the training ratings (dense indices); every user in
-    ``range(n_users)`` gets a client (users without training ratings still download and answer).
-    ``test``: optional ``(users, items, ratings)`` given to the clients privately for
-    ``eval_every`` evaluations. Declares ``d`` as the ledger's unit.
-    """
+
+def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None) -> FedRecJob:
+    """Place a FedRec server and one client per user of ``data`` (a ``Ratings``: the training
+    ratings over ``data.n_users`` users and ``data.n_items`` items) on ``net`` (any transport).
+    Every user gets a client (users without training ratings still download and answer).
+    ``test``: optional held-out ``Ratings`` given to the clients privately for the
+    ``eval_every`` evaluations. Declares ``d`` as the ledger's unit. FedRec runs cannot be
+    resumed (``resume`` must be None)."""
+    cfg = cfg or FedRecConfig()
+    if resume is not None:
+        raise ValueError("FedRec runs cannot be resumed; run for more iterations (T) instead")
+    n_users, n_items = int(data.n_users), int(data.n_items)
     dt = np.dtype(cfg.dtype)
-    indptr, indices, data = to_csr(users, items, ratings, n_users, dt)
-    clients = [client_name(u, n_users) for u in range(n_users)]
+    indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
+    clients = client_names(n_users)
     if test is not None:
-        t_ptr, t_idx, t_val = to_csr(*test, n_users, np.float64)
+        t_ptr, t_idx, t_val = to_csr(*as_arrays(test), n_users, np.float64)
     net.set_unit(cfg.d)
-    net.add_node(SERVER, server, clients, int(n_items), cfg, role="server")
+    net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]
         kw = {}
         if test is not None:
             kw = dict(test_items=t_idx[t_ptr[u]:t_ptr[u + 1]], test_ratings=t_val[t_ptr[u]:t_ptr[u + 1]])
-        net.add_node(name, client, indices[lo:hi], data[lo:hi], cfg, **kw)
-    return FedRecJob(cfg, int(n_users), int(n_items), clients, indptr, indices)
+        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **kw)
+    return FedRecJob(cfg, n_users, n_items, clients, indptr, indices)
 
 
-def central_twin(users, items, ratings, n_users: int, n_items: int, cfg: FedRecConfig, seed: int,
-                 test=None, on_divergence: str = "stop", callback=None, backend=None) -> TrainResult:
-    """Train the same model centrally ("unfederated"), with each user's and the server's random
-    streams derived exactly as the actors derive theirs from ``seed``: with the same seed the
-    result equals the federated one (to rounding in the summation order)."""
-    names = [client_name(u, n_users) for u in range(n_users)]
+def central_twin(data, cfg: FedRecConfig, seed: int, test=None, on_divergence: str = "stop", callback=None,
+                 backend=None) -> TrainResult:
+    """Train the same model centrally ("unfederated") on ``data`` (``Ratings``), with each
+    user's and the server's random streams derived exactly as the actors derive theirs from
+    ``seed``: with the same seed the result equals the federated one (to rounding in the
+    summation order). ``test``: ``Ratings`` or ``(users, items, ratings)`` evaluated per
+    iteration into the result's history."""
+    n_users, n_items = int(data.n_users), int(data.n_items)
+    names = client_names(n_users)
     common = dict(d=cfg.d, T=cfg.T, lr=cfg.lr, lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy,
                   T_predict=cfg.T_predict, T_local=cfg.T_local, hf_convention=cfg.hf_convention,
                   user_rngs=lambda u: node_rng(seed, names[u]), server_rng=node_rng(seed, SERVER),
                   dtype=np.dtype(cfg.dtype), decay=cfg.decay, init_scale=cfg.init_scale,
-                  resample=cfg.resample, test=test, callback=callback, on_divergence=on_divergence)
+                  resample=cfg.resample, test=None if test is None else as_arrays(test), callback=callback,
+                  on_divergence=on_divergence)
+    users, items, ratings = as_arrays(data)
     if cfg.model == "PMF(B)":
         return train_pmf_batch(users, items, ratings, n_users, n_items, order=cfg.order,
                                backend=backend, **common)
@@ -341,3 +377,27 @@ def formula_payload_floats(n_rated_total: int, rho: float, m: int, n: int, d: in
     """FedRec section 3.3: floats exchanged per iteration, d x [|R| (1 + rho) + m x n]
     (times 4 for bytes in float32)."""
     return d * (n_rated_total * (1 + rho) + m * n)
+
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """A few users of the ``tiny`` synthetic preset, hybrid filling at rho = 1, d = 8."""
+    from .presets import tiny_ratings
+
+    return tiny_ratings(clients, seed), FedRecConfig(d=8, T=rounds, rho=1.0, strategy="hf")
+
+
+SPEC = register(ProtocolSpec(
+    name="fedrec",
+    summary="FedRec: federated PMF(B), PMF(S), SVD++(S) with user averaging or hybrid filling",
+    Config=FedRecConfig,
+    kinds=(
+        Kind("model", "server", "client", "training", "{t, V: float[m, d]} (+ eval flag in batch, O for SVD++)"),
+        Kind("gradients", "client", "server", "training",
+             "{items: int32[k], grads: float[k, d]} over rated and sampled items (+ o_deltas for SVD++)"),
+        Kind("evaluate", "server", "client", "evaluation", "{V (, O)}: stochastic models' evaluation"),
+        Kind("eval", "client", "server", "evaluation", "{sse, sae, n}: error sums over private test ratings"),
+        Kind("stop", "server", "client", "control", "{diverged_at}"),
+    ),
+    build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="T",
+    paper="Lin, Pan, Ming: FedRec: Federated Recommendation With Explicit Feedback (IEEE Intelligent Systems, 2020)",
+))

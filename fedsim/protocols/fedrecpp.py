@@ -38,10 +38,11 @@ With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float6
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr
 from ..math.denoise import denoiser_sums, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
@@ -54,9 +55,12 @@ from ..math.pmf import (
     init_user_factor,
     pmf_batch_client,
 )
-from .fedrec import SERVER, _by_item, client_name
+from .common import SERVER, client_names, sort_by_item
+from .contract import Kind, ProtocolSpec, Result, server_result
+from .fedrec import as_arrays
+from .registry import register
 
-__all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "build", "TRAINING_KINDS"]
+__all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
 TRAINING_KINDS = ("gradients", "noise", "denoised")
 
@@ -67,45 +71,46 @@ class ExposedDenoiserWarning(UserWarning):
 
 
 @dataclass(frozen=True)
-class FedRecPPConfig:
-    """FedRec++ parameters: FedRec's batch PMF with HF, plus ``eta`` denoisers and ``c``
-    participating clients per iteration (0: all)."""
+class FedRecPPConfig(Config):
+    """FedRec++ parameters: FedRec's batch PMF with hybrid filling, plus ``eta`` denoisers and
+    ``c`` participating clients per iteration (0: all)."""
 
-    d: int = 20
-    T: int = 100
-    lr: float = 0.8
-    lam: float = 0.001
-    rho: float = 1.0
-    eta: int = 1
-    c: int = 0
-    strategy: str = "hf"
-    T_predict: int = 10
-    T_local: int = 10
-    hf_convention: str = "code"
-    order: str = "code"
-    decay: float = 0.9
-    init_scale: float = 0.005
-    dtype: str = "float32"
-    count_own: bool = True
-    allow_exposed: bool = False
-
-    def __post_init__(self) -> None:
-        if self.eta < 0 or self.c < 0 or self.rho < 0:
-            raise ValueError(f"eta, c and rho must be >= 0 (eta={self.eta}, c={self.c}, rho={self.rho})")
-        if self.strategy not in ("ua", "hf"):
-            raise ValueError(f"strategy must be 'ua' or 'hf', got {self.strategy!r}")
+    d: int = param(20, "latent dimension", min=1)
+    T: int = param(100, "iterations", min=0)
+    lr: float = param(0.8, "learning rate gamma (x decay per iteration)", min=0, exclusive_min=True)
+    lam: float = param(0.001, "regularisation lambda", min=0)
+    rho: float = param(1.0, "unrated items sampled per rated item", min=0)
+    eta: int = param(1, "denoising clients (0: FedRec with hybrid filling)", min=0)
+    c: int = param(0, "participating clients per iteration (0: all)", min=0)
+    strategy: str = param("hf", "virtual ratings of sampled items: user averaging or hybrid filling",
+                          choices=("ua", "hf"))
+    T_predict: int = param(10, "hybrid filling: iteration from which sampled items are predicted", min=0)
+    T_local: int = param(10, "hybrid filling: local steps of the user's copy", min=0)
+    hf_convention: str = param("code", "when hybrid filling switches to predictions: the authors' code or "
+                               "the paper's Algorithm 3", choices=("code", "paper"))
+    order: str = param("code", "batch client update order: the authors' code or the paper's printed order",
+                       choices=("code", "paper"))
+    decay: float = param(0.9, "learning-rate decay per iteration", min=0, exclusive_min=True)
+    init_scale: float = param(0.005, "factors start uniform in (-init_scale, init_scale)", min=0)
+    dtype: str = param("float32", "computation and wire dtype", choices=("float32", "float64"))
+    count_own: bool = param(True, "denoisers correct the item counts for their own ratings (exactly lossless)")
+    allow_exposed: bool = param(False, "allow eta > n/2 (denoisers without ordinary clients expose their "
+                                "gradients; a warning instead of an error)")
+    deadline: float | None = param(None, "seconds the server waits for uploads and for the denoisers' sums, "
+                                   "and a denoiser for its noise messages (none: until all arrive)",
+                                   min=0, exclusive_min=True, none_ok=True)
 
 
 def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
-    """eta > n is impossible (ValueError); eta > n/2 leaves denoisers without ordinary clients,
+    """eta > n is impossible (ConfigError); eta > n/2 leaves denoisers without ordinary clients,
     exposing their gradients: an error unless ``allow_exposed``, then a warning."""
     if eta > n:
-        raise ValueError(f"eta = {eta} denoisers is impossible with n = {n} clients")
+        raise ConfigError(f"eta = {eta} denoisers is impossible with n = {n} clients", "eta")
     if eta > n - eta:
         msg = (f"eta = {eta} > n/2 = {n / 2:g}: {eta - (n - eta)} denoiser(s) get no ordinary client, "
                "so their own gradients reach the server undisguised")
         if not allow_exposed:
-            raise ValueError(msg + " (pass allow_exposed=True to run anyway)")
+            raise ConfigError(msg + " (pass allow_exposed=True to run anyway)", "eta")
         warnings.warn(msg, ExposedDenoiserWarning, stacklevel=3)
 
 
@@ -114,7 +119,8 @@ def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
 
 
 async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
-    """Returns ``{"V", "denoisers", "assignment", "diverged_at"}``."""
+    """Returns ``{"V", "denoisers", "assignment", "diverged_at", "missing"}`` (``missing``: per
+    round with losses, how many denoiser groups and clients were left out of the update)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     rng = ctx.rng
@@ -138,6 +144,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         else:
             await ctx.send(c, "assign", {"role": "ordinary", "denoiser": None})
     den_set = set(denoisers)
+    lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
     diverged_at = None
     c_part = cfg.c or n
     for t in range(cfg.T):
@@ -149,23 +156,37 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             part = [clients[i] for i in np.sort(rng.choice(n, size=c_part, replace=False))]
         await ctx.broadcast(part, "model", {"t": t, "V": V})
         ordinary_part = [p for p in part if p not in den_set]
-        got = await ctx.gather("gradients", senders=ordinary_part, round=t)
-        G = np.zeros((m, d), dtype=dt)
-        C = np.zeros(m, dtype=np.int64)
-        rows = 0
-        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
-            for msg in got:  # node-id order (Eq. 4 and |U_i u U'_i|)
-                items = msg.payload["items"]
-                accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
-                rows += items.shape[0]
+        got = await ctx.gather("gradients", senders=ordinary_part, round=t, timeout=cfg.deadline)
+        uploads = got.messages
         if denoisers:
             expected = {dn: 0 for dn in denoisers}
             for p in ordinary_part:
                 expected[assignment[p]] += 1
             for dn in denoisers:
                 await ctx.send(dn, "collect", {"t": t, "expected": expected[dn]})
-            sums = await ctx.gather("denoised", senders=denoisers, round=t)
-            with np.errstate(over="ignore", invalid="ignore"):
+            sums = await ctx.gather("denoised", senders=denoisers, round=t, timeout=cfg.deadline)
+            # Noise travels anonymously, so a denoiser's sum can only be removed exactly if it
+            # covers the very uploads the server holds. A group (a denoiser and its ordinary
+            # clients) counts in this round only if every upload of the group arrived and the
+            # denoiser's sum too (a denoiser answers only when it received every noise message it
+            # was told to expect); the rest of the round stays exactly lossless.
+            broken = {assignment[p] for p in got.missing} | set(sums.missing)
+            if broken:
+                uploads = [msg for msg in uploads if assignment[msg.sender] not in broken]
+                sums = [msg for msg in sums if msg.sender not in broken]
+                lost_rounds.append({"round": t, "groups": len(broken),
+                                    "clients": sum(1 for p in part if (assignment.get(p) or p) in broken)})
+        elif got.missing:
+            lost_rounds.append({"round": t, "groups": 0, "clients": len(got.missing)})
+        G = np.zeros((m, d), dtype=dt)
+        C = np.zeros(m, dtype=np.int64)
+        rows = 0
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
+            for msg in uploads:  # node-id order (Eq. 4 and |U_i u U'_i|)
+                items = msg.payload["items"]
+                accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
+                rows += items.shape[0]
+            if denoisers:
                 for msg in sums:  # Eq. 5 and the count recovery, node-id order
                     items = msg.payload["items"]
                     remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
@@ -177,7 +198,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             diverged_at = t + 1
             break
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
-    return {"V": V, "denoisers": denoisers, "assignment": assignment, "diverged_at": diverged_at}
+    return {"V": V, "denoisers": denoisers, "assignment": assignment, "diverged_at": diverged_at,
+            "missing": lost_rounds}
 
 
 def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool):
@@ -207,7 +229,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
     rated = np.asarray(rated, dtype=np.int32)
     r = np.asarray(ratings, dtype=dt)
-    a = (await ctx.receive("assign")).payload
+    first = await ctx.receive(("assign", "stop"))
+    if first.kind == "stop":  # the assignment was lost: this client never took part
+        return U
+    a = first.payload
     role, my_denoiser = a["role"], a.get("denoiser")
     ctx.set_role(role)
     own: tuple | None = None  # a denoiser's gradients of the current iteration
@@ -226,7 +251,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                                        order=cfg.order)
                 U = up.U
                 await ctx.compute(6.0 * up.items.shape[0] * cfg.d, "train")
-                await ctx.send(SERVER, "gradients", _by_item({"items": up.items, "grads": up.grads}))
+                await ctx.send(SERVER, "gradients", sort_by_item({"items": up.items, "grads": up.grads}))
                 continue
             is_ord = role == "ordinary"
             U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, is_ord)
@@ -236,14 +261,19 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if is_ord:
                 items = np.concatenate([rated, sampled])
                 grads = np.concatenate([g_rated, g_noise])
-                await ctx.send(SERVER, "gradients", _by_item({"items": items, "grads": grads}))
+                await ctx.send(SERVER, "gradients", sort_by_item({"items": items, "grads": grads}))
                 await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
             else:
                 own = (t, g_rated)
             continue
         # COLLECTING (denoisers only)
         t = p["t"]
-        got = await ctx.gather("noise", count=p["expected"], round=t)
+        got = await ctx.gather("noise", count=p["expected"], round=t, timeout=cfg.deadline)
+        if got.missing_count:
+            # an incomplete sum cannot be removed exactly: say nothing, and the server leaves this
+            # group out of the round
+            own = None
+            continue
         parts_items = [msg.payload["items"] for msg in got]
         parts_grads = [msg.payload["grads"] for msg in got]
         if own is not None and own[0] == t:
@@ -272,28 +302,73 @@ class FedRecPPJob:
     indptr: np.ndarray
     indices: np.ndarray
 
-    def collect(self, result) -> TrainResult:
-        srv = result[SERVER]
+    def collect(self, run) -> Result:
+        """``params``: U and V; ``model``: a ``TrainResult``; ``info``: ``denoisers``,
+        ``assignment`` (ordinary client -> its denoiser) and ``diverged_at``. FedRec++ makes no
+        federated evaluations (``metrics`` is empty)."""
+        srv = server_result(run)
         U = np.empty((self.n_users, self.cfg.d), dtype=np.dtype(self.cfg.dtype))
+        gone = []
         for u, name in enumerate(self.clients):
-            U[u] = result[name]
-        res = TrainResult("FedRec++", U, srv["V"], None, self.indptr, self.indices,
-                          diverged_at=srv["diverged_at"], params=asdict(self.cfg))
-        if res.diverged_at is None and not np.isfinite(U).all():
-            res.diverged_at = self.cfg.T
-        return res
+            if name in run.results:
+                U[u] = run.results[name]
+            else:  # dropped out: its private factor is lost with it
+                U[u] = 0.0
+                gone.append(name)
+        model = TrainResult("FedRec++", U, srv["V"], None, self.indptr, self.indices,
+                            diverged_at=srv["diverged_at"], params=self.cfg.to_dict())
+        if model.diverged_at is None and not np.isfinite(U).all():
+            model.diverged_at = self.cfg.T
+        info = {"denoisers": srv["denoisers"], "assignment": srv["assignment"], "diverged_at": model.diverged_at,
+                "missing": srv["missing"], "lost_clients": gone}
+        return Result("fedrecpp", self.cfg, {"U": U, "V": srv["V"]}, [], run, info=info, model=model)
 
 
-def build(net, users, items, ratings, n_users: int, n_items: int, cfg: FedRecPPConfig) -> FedRecPPJob:
-    """Place a FedRec++ server and one client per user on ``net``. Raises ``ValueError`` for an
-    impossible ``eta`` (or one above n/2 unless ``cfg.allow_exposed``)."""
-    check_eta(cfg.eta, int(n_users), cfg.allow_exposed)
+def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=None) -> FedRecPPJob:
+    """Place a FedRec++ server and one client per user of ``data`` (training ``Ratings``) on
+    ``net``. Raises ``ConfigError`` for an impossible ``eta`` (or one above n/2 unless
+    ``cfg.allow_exposed``). FedRec++ has no federated evaluation (``test`` is ignored: evaluate
+    the result's model) and cannot be resumed."""
+    cfg = cfg or FedRecPPConfig()
+    if resume is not None:
+        raise ValueError("FedRec++ runs cannot be resumed; run for more iterations (T) instead")
+    n_users, n_items = int(data.n_users), int(data.n_items)
+    check_eta(cfg.eta, n_users, cfg.allow_exposed)
     dt = np.dtype(cfg.dtype)
-    indptr, indices, data = to_csr(users, items, ratings, n_users, dt)
-    clients = [client_name(u, n_users) for u in range(n_users)]
+    indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
+    clients = client_names(n_users)
     net.set_unit(cfg.d)
-    net.add_node(SERVER, server, clients, int(n_items), cfg, role="server")
+    net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]
-        net.add_node(name, client, indices[lo:hi], data[lo:hi], cfg)
-    return FedRecPPJob(cfg, int(n_users), int(n_items), clients, indptr, indices)
+        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg)
+    return FedRecPPJob(cfg, n_users, n_items, clients, indptr, indices)
+
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """A few users of the ``tiny`` synthetic preset, one denoiser, rho = 1, d = 8."""
+    from .presets import tiny_ratings
+
+    return tiny_ratings(clients, seed), FedRecPPConfig(d=8, T=rounds, rho=1.0, eta=1, allow_exposed=True)
+
+
+SPEC = register(ProtocolSpec(
+    name="fedrecpp",
+    summary="FedRec++: FedRec PMF(B) with denoising clients that make hybrid filling lossless",
+    Config=FedRecPPConfig,
+    kinds=(
+        Kind("assign", "server", "client", "setup", "{role, denoiser}: each client's role and its denoiser"),
+        # roles change when "assign" is read: the first model download may still find a client
+        Kind("model", "server", ("client", "ordinary", "denoiser"), "training", "{t, V: float[m, d]}"),
+        Kind("gradients", "ordinary", "server", "training",
+             "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling)"),
+        Kind("noise", "ordinary", "denoiser", "training",
+             "{items, grads} of the sampled items, anonymous, to the client's denoiser", anonymous=True),
+        Kind("collect", "server", "denoiser", "training", "{t, expected}: noise messages to expect"),
+        Kind("denoised", "denoiser", "server", "training", "{items, sums, counts}: Eq. 9 and the count correction"),
+        # T = 0: the stop follows the assign before any client has read it
+        Kind("stop", "server", ("client", "ordinary", "denoiser"), "control", "{diverged_at}"),
+    ),
+    build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="T",
+    paper="Liang, Pan, Ming: FedRec++: Lossless Federated Recommendation with Explicit Feedback (AAAI 2021)",
+))

@@ -39,9 +39,12 @@ p_u never leaves its client. Long runs are split into several networks (one per 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
+
+from ..config import Config, param
 
 from ..math.bpr import (
     BPRReg,
@@ -52,24 +55,28 @@ from ..math.bpr import (
     make_triple_sampler,
 )
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
+from .common import SERVER, client_name, client_names
+from .contract import Kind, ProtocolSpec, Result, server_result
+from .registry import register
 
 __all__ = [
     "FPLConfig",
     "FPLJob",
     "SERVER",
+    "SPEC",
     "TRAINING_KINDS",
     "build",
     "client_name",
     "config_for_preset",
     "make_samplers",
+    "user_item_lists",
 ]
 
-SERVER = "server"
 TRAINING_KINDS = ("model", "update")
 
 
 @dataclass(frozen=True)
-class FPLConfig:
+class FPLConfig(Config):
     """FPL hyper-parameters for one network run.
 
     ``clients_per_round`` |U^-|, ``triples`` T, ``rounds`` rounds in this run (an epoch is
@@ -82,31 +89,23 @@ class FPLConfig:
     makes the server return every update it received (tests, traces).
     """
 
-    clients_per_round: int = 1
-    triples: int = 1
-    rounds: int = 1
-    d: int = 10
-    lr: float = 0.05
-    pi: float = 1.0
-    dtype: str = "float32"
-    merge: bool | str = False
-    local_item_updates: bool = False
-    user_update: str = "per_triple"
-    reg_scale: float = 1.0
-    record_received: bool = False
-    preset: str = ""
-    rounds_per_epoch: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= float(self.pi) <= 1.0:
-            raise ValueError(f"pi must lie in [0, 1], got {self.pi}")
-        if self.clients_per_round < 1 or self.triples < 1 or self.rounds < 0 or self.d < 1:
-            raise ValueError("clients_per_round, triples and d must be >= 1 and rounds >= 0")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.user_update not in ("per_triple", "end_of_round"):
-            raise ValueError(f"user_update must be 'per_triple' or 'end_of_round', got {self.user_update!r}")
-        np.dtype(self.dtype)
+    clients_per_round: int = param(1, "clients selected per round |U^-|", min=1)
+    triples: int = param(1, "triples T each selected client trains on per round", min=1)
+    rounds: int = param(1, "rounds in this run", min=0)
+    d: int = param(10, "latent dimension", min=1)
+    lr: float = param(0.05, "learning rate alpha", min=0, exclusive_min=True)
+    pi: float = param(1.0, "probability of sending each positive-item update", min=0, max=1)
+    dtype: str = param("float32", "Theta_S dtype on the server and on the wire", choices=("float32", "float64"))
+    merge: str = param("none", "merge a client's updates of the same item within a round: none (the paper's "
+                       "count), sum or last (the authors' code)", choices=("none", "sum", "last"))
+    local_item_updates: bool = param(False, "clients step their item copies within a round")
+    user_update: str = param("per_triple", "when p_u is stepped", choices=("per_triple", "end_of_round"))
+    reg_scale: float = param(1.0, "regularisation: the paper's (lr/20, lr/20, lr/200) times this", min=0)
+    record_received: bool = param(False, "the server returns every update it received (tests, traces)")
+    preset: str = param("", "the preset the schedule came from (sFPL, sFPL+, pFPL, pFPL+; a label)")
+    rounds_per_epoch: int = param(0, "rounds in one epoch (0: not an epoch schedule)", min=0)
+    deadline: float | None = param(None, "seconds the server waits for a round's updates before summing what "
+                                   "arrived (none: until all arrive)", min=0, exclusive_min=True, none_ok=True)
 
     @property
     def reg(self) -> BPRReg:
@@ -131,11 +130,6 @@ def config_for_preset(name: str, n_users: int, x_plus: int, *, epochs: float = 1
     return FPLConfig(clients_per_round=sch.clients_per_round, triples=sch.triples_per_client,
                      rounds=int(round(epochs * sch.rounds_per_epoch)), preset=name,
                      rounds_per_epoch=sch.rounds_per_epoch, **kw)
-
-
-def client_name(u: int, n_users: int) -> str:
-    """Node id of user ``u``'s client: zero-padded so that id order equals user order."""
-    return f"client/{u:0{max(4, len(str(n_users - 1)))}d}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,12 +163,16 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
         theta[...] = init
     lr = float(cfg.lr)
     received: list = []
+    missing: list[dict] = []
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
         names = [clients[i] for i in _select(rng, n, k)]
         await ctx.broadcast(names, "model", {"theta": theta})
-        got = await ctx.gather("update", senders=names, round=r)
+        # the server sums updates (Eq. 7, no averaging): a missing client contributes nothing
+        got = await ctx.gather("update", senders=names, round=r, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": r, "kind": "update", "clients": len(got.missing)})
         rows_in = 0
         for msg in got:  # node-id order
             items = msg.payload["items"]
@@ -185,7 +183,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
                 received.append((r, msg.sender, np.array(items), np.array(rows)))
         await ctx.compute(2.0 * rows_in * (d + 1), "aggregate")
     await ctx.broadcast(clients, "stop", None)
-    return {"theta": theta, "received": received}
+    return {"theta": theta, "received": received, "missing": missing}
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None) -> dict:
@@ -227,62 +225,126 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
 
 @dataclass
 class FPLJob:
-    """What ``build`` placed on a network; ``collect`` turns a run's result into arrays."""
+    """What ``build`` placed on a network; ``collect`` turns a run's result into a ``Result``."""
 
     cfg: FPLConfig
     n_users: int
     n_items: int
     clients: list[str]
-    extra: dict = field(default_factory=dict)
+    samplers: list[TripleSampler]
+    rounds_done: int
+    test: object = None
+    train: object = None
 
-    def collect(self, result) -> dict:
-        """``{"Q", "b", "theta", "P", "rounds", "sent_positive", "sent_negative", "received",
-        "config"}``: the server's model, the clients' p_u stacked in user order, per-client
-        counts (int arrays), and the server's record of updates (if asked)."""
-        srv = result[SERVER]
+    def collect(self, run) -> Result:
+        """``params``: ``theta`` = [Q | b] (n_items, d+1), ``Q``, ``b`` and ``P`` (the clients'
+        p_u stacked in user order); ``info``: per-client counts (int arrays ``rounds``,
+        ``sent_positive``, ``sent_negative``), the server's record of updates (``received``, if
+        ``record_received``) and ``rounds_done``; ``metrics``: with test ratings, one row of
+        top-10 precision and recall on them (the experimenter's evaluation of the final model:
+        FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)`` continues."""
+        srv = server_result(run)
         d = self.cfg.d
         theta = srv["theta"]
-        P = np.empty((self.n_users, d), dtype=np.float64)
+        P = np.zeros((self.n_users, d), dtype=np.float64)
         counts = {k: np.zeros(self.n_users, dtype=np.int64) for k in ("rounds", "sent_positive", "sent_negative")}
+        gone = []
         for u, name in enumerate(self.clients):
-            r = result[name]
+            r = run.results.get(name)
+            if r is None:  # dropped out: its p_u is lost with it (zeros)
+                gone.append(name)
+                continue
             P[u] = r["p"]
             for k in counts:
                 counts[k][u] = r[k]
-        return {"Q": theta[:, :d], "b": theta[:, d], "theta": theta, "P": P, **counts,
-                "received": srv["received"], "config": asdict(self.cfg)}
+        done = self.rounds_done + self.cfg.rounds
+        params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
+        metrics = []
+        if self.test is not None:
+            metrics.append({"round": done - 1, **_top10(P, theta, d, self.train, self.test)})
+        state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
+        return Result("fpl", self.cfg, params, metrics, run,
+                      info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
+                            "lost_clients": gone}, state=state)
+
+
+def _top10(P, theta, d, train, test) -> dict:
+    """Precision and recall at 10 on ``test``, ranking every item the user has no training
+    interaction with."""
+    from ..math.bpr import bpr_scores
+    from ..math.metrics import precision_at, recall_at, top_n
+
+    scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
+    recs = top_n(scores, train.by_user(), 10)
+    truth = test.by_user()
+    return {"p@10": float(precision_at(recs, truth, 10)), "r@10": float(recall_at(recs, truth, 10))}
+
+
+def user_item_lists(data) -> list[np.ndarray]:
+    """Each user's item ids (int64, ascending) from implicit ``Ratings``."""
+    csr = data.by_user()
+    return [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(int(data.n_users))]
 
 
 def make_samplers(user_items: list[np.ndarray], n_items: int,
                   catalogue: np.ndarray | None = None) -> list[TripleSampler]:
-    """Every client's :class:`TripleSampler` (build them once and pass them to :func:`build` for
-    each network of a long run: about 1.5 ms per client)."""
+    """Every client's :class:`TripleSampler` (about 1.5 ms per client; a resumed run reuses
+    the previous run's)."""
     cat = None if catalogue is None else np.unique(np.asarray(catalogue, dtype=np.int64))
     return [make_triple_sampler(np.asarray(it, dtype=np.int64), n_items, cat) for it in user_items]
 
 
-def build(net, user_items: list[np.ndarray] | None, n_items: int, cfg: FPLConfig, *,
-          catalogue: np.ndarray | None = None, samplers: list[TripleSampler] | None = None,
-          init: np.ndarray | None = None, user_factors: np.ndarray | None = None, round_offset: int = 0) -> FPLJob:
-    """Place an FPL server and one client per user on ``net`` (any transport).
-
-    ``user_items[u]``: user u's training item ids (every user needs at least one, and at least
-    one catalogue item she has not consumed). ``catalogue``: the item ids negatives are drawn
-    from (default ``range(n_items)``; the FPL studies pass the training catalogue). Or pass
-    ``samplers`` (from :func:`make_samplers`) instead of both.
-    ``init`` (``(n_items, d+1)`` = [Q | b]) and ``user_factors`` (``(n_users, d)``) continue a
-    previous run instead of drawing fresh parameters; ``round_offset`` numbers this run's rounds
-    after it. Declares ``d + 1`` (one vector (q_i, b_i)) as the ledger's unit.
-    """
+def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) -> FPLJob:
+    """Place an FPL server and one client per user of ``data`` (implicit training ``Ratings``:
+    every user needs at least one item, and at least one catalogue item she has not consumed) on
+    ``net`` (any transport). Negatives are drawn from the training catalogue (the items of
+    ``data``) minus the user's own items, as the paper's code does. ``test``: optional held-out
+    ``Ratings`` for the final top-10 evaluation in ``Result.metrics``. ``resume``: a previous
+    ``Result`` of FPL on the same data (or its ``state`` dict): this run continues from its model
+    (Theta_S, every p_u) and numbers its rounds after it. Declares ``d + 1`` (one vector
+    (q_i, b_i)) as the ledger's unit."""
+    cfg = cfg or FPLConfig()
+    n_items = int(data.n_items)
+    state = resume.state if isinstance(resume, Result) else resume
+    if state is not None and not isinstance(state, Mapping):
+        raise TypeError("resume must be a previous Result or its state dict")
+    samplers = state.get("samplers") if state else None
     if samplers is None:
-        if user_items is None:
-            raise ValueError("build needs user_items or samplers")
-        samplers = make_samplers(user_items, n_items, catalogue)
+        samplers = make_samplers(user_item_lists(data), n_items, np.unique(np.asarray(data.items)))
     n_users = len(samplers)
-    clients = [client_name(u, n_users) for u in range(n_users)]
+    if n_users != int(data.n_users):
+        raise ValueError(f"resume state has {n_users} clients, data has {data.n_users} users")
+    init = None if not state else state.get("theta")
+    user_factors = None if not state else state.get("P")
+    offset = int(state.get("rounds_done", 0)) if state else 0
+    clients = client_names(n_users)
     net.set_unit(cfg.unit)
-    net.add_node(SERVER, server, clients, int(n_items), cfg, init, int(round_offset), role="server")
+    net.add_node(SERVER, server, clients, n_items, cfg, init, offset, role="server")
     for u, name in enumerate(clients):
         p0 = None if user_factors is None else user_factors[u]
         net.add_node(name, client, samplers[u], cfg, p0)
-    return FPLJob(cfg, n_users, int(n_items), clients)
+    return FPLJob(cfg, n_users, n_items, clients, samplers, offset, test, data if test is not None else None)
+
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """A few users of the ``tiny`` synthetic preset as implicit feedback, every client every
+    round (pFPL-like), three triples, pi = 0.5, d = 4."""
+    from .presets import tiny_ratings
+
+    return (tiny_ratings(clients, seed).binarize(),
+            FPLConfig(clients_per_round=clients, triples=3, rounds=rounds, d=4, pi=0.5, preset="pFPL"))
+
+
+SPEC = register(ProtocolSpec(
+    name="fpl",
+    summary="FPL: federated pair-wise (BPR) learning; clients send each positive-item update with probability pi",
+    Config=FPLConfig,
+    kinds=(
+        Kind("model", "server", "client", "training", "{theta: float[|I|, d+1]}: Theta_S = [Q | b]"),
+        Kind("update", "client", "server", "training",
+             "{items: int32[k], rows: float[k, d+1]}: T negative and the sent positive item updates"),
+        Kind("stop", "server", "client", "control", "None"),
+    ),
+    build=build, tiny=tiny, data="implicit", metric="p@10", rounds_field="rounds",
+    paper="Anelli et al.: User-controlled federated matrix factorization for recommender systems (JIIS 2022)",
+))

@@ -36,112 +36,23 @@ clipping, SGD step on the parameters held), and every client returns the total i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 import numpy as np
 
 from ..math import active as act
 from ..math import ae_train
 from ..math import autoencoder as ae
 from ..math import optim
+from .common import SERVER, client_name
+from .contract import Kind, ProtocolSpec
+from .fedae import (
+    EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size,
+)
+from .registry import register
 
 __all__ = [
-    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "SERVER", "build", "client", "client_name", "selection_size",
-    "server",
+    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "SERVER", "SPEC", "build", "client", "client_name", "place",
+    "selection_size", "server",
 ]
-
-SERVER = "server"
-EVAL_KINDS = ("evaluate", "eval")
-MERGES = ("per_item", "algorithm1")
-UNCOMPRESSED = ("full", "masked")
-
-
-@dataclass(frozen=True)
-class FedAEConfig:
-    """Hyper-parameters of PersonalFR and of the FedAvg baseline (``fedsim.protocols.fedavg_ae``).
-
-    Defaults: Table II and the authors' code (SGD lr 0.1, Nesterov momentum 0.9, weight decay 5e-4, cosine
-    annealing per round, clipping at 1, dropout 0.5 on the code, C = 0.1, K = 5, B = 10, 800 rounds).
-
-    PersonalFR only: ``compression`` (Partial Compression: exchange and train only the active decoder);
-    ``merge`` (``"per_item"``: Eq. 5, each output row averaged over the clients that have it active;
-    ``"algorithm1"``: Algorithm 1 as printed, rows a client lacks count with their previous value);
-    ``uncompressed_training`` (with ``compression=False``: ``"full"`` trains and weight-decays every row of
-    the whole decoder, as the authors' code; ``"masked"`` updates only the active rows, which makes it
-    equal to ``compression=True, merge="algorithm1"``); ``encoder_input`` (``"dense"``: the private encoder
-    has a column for every item, as the paper counts computation; ``"cut"``: it keeps only the columns of
-    the client's own training items. The other columns only ever multiply zero inputs, in training and in
-    prediction, so the model computes the same function (equal to rounding, tested); only the FLOPs and
-    the memory differ).
-
-    Both: ``client_momentum`` (``"keep"``: a client keeps its SGD momentum buffers between the rounds it
-    is selected in, as the authors' code; ``"reset"``: fresh buffers every round, standard FedAvg, O(C M)
-    memory instead of O(M) model-sized buffers).
-    """
-
-    rounds: int = 800
-    fraction: float = 0.1
-    local_epochs: int = 5
-    batch: int = 10
-    lr: float = 0.1
-    momentum: float = 0.9
-    nesterov: bool = True
-    weight_decay: float = 5e-4
-    clip: float = 1.0
-    dropout: float = 0.5
-    schedule: str = "cosine"
-    hidden: tuple = (256, 128)
-    task: str = "explicit"
-    compression: bool = True
-    merge: str = "per_item"
-    uncompressed_training: str = "full"
-    encoder_input: str = "dense"
-    client_momentum: str = "keep"
-    dtype: str = "float32"
-    eval_every: int = 0
-    eval_k: int = 10
-
-    def __post_init__(self) -> None:
-        if self.rounds < 1 or self.local_epochs < 1 or self.batch < 1:
-            raise ValueError("rounds, local_epochs and batch must be >= 1")
-        if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        if self.task not in ae_train.TASKS:
-            raise ValueError(f"task must be one of {tuple(ae_train.TASKS)}, got {self.task!r}")
-        if self.merge not in MERGES:
-            raise ValueError(f"merge must be one of {MERGES}, got {self.merge!r}")
-        if self.uncompressed_training not in UNCOMPRESSED:
-            raise ValueError(f"uncompressed_training must be one of {UNCOMPRESSED}")
-        if self.encoder_input not in ("dense", "cut"):
-            raise ValueError(f"encoder_input must be 'dense' or 'cut', got {self.encoder_input!r}")
-        if self.client_momentum not in ("keep", "reset"):
-            raise ValueError(f"client_momentum must be 'keep' or 'reset', got {self.client_momentum!r}")
-        np.dtype(self.dtype)
-
-    @property
-    def loss(self) -> str:
-        return ae_train.TASKS[self.task]
-
-    def lr_at(self, t: int) -> float:
-        """Learning rate of round ``t`` (1-based): cosine annealing from ``lr`` over ``rounds`` rounds."""
-        if self.schedule == "constant":
-            return self.lr
-        return optim.cosine_lr(self.lr, t - 1, self.rounds)
-
-    def wants_eval(self, t: int) -> bool:
-        return t == self.rounds or bool(self.eval_every and t % self.eval_every == 0)
-
-
-def selection_size(fraction: float, n_clients: int) -> int:
-    """Clients per round: ``max(int(C M), 1)`` (McMahan et al.'s FedAvg rounding)."""
-    return max(int(fraction * n_clients + 1e-9), 1)
-
-
-def client_name(m: int, n_clients: int) -> str:
-    """Node id of client ``m``, zero-padded so that id order is client order."""
-    return f"client/{m:0{max(4, len(str(n_clients - 1)))}d}"
 
 
 def init_encoder(n_items: int, rng: np.random.Generator, cfg: FedAEConfig, in_items=None) -> dict:
@@ -157,22 +68,6 @@ def init_encoder(n_items: int, rng: np.random.Generator, cfg: FedAEConfig, in_it
     return enc
 
 
-async def _evaluate(ctx, clients: list[str], payload: dict, t: int, cfg: FedAEConfig) -> dict:
-    """Send the model to every client, add up their test sums."""
-    await ctx.broadcast(clients, "evaluate", payload)
-    got = await ctx.gather("eval", senders=clients, round=t)
-    sums = ae_train.add_sums(m.payload for m in got)
-    out = ae_train.finish_eval(sums, cfg.task)
-    out["round"] = t
-    return out
-
-
-def _merge_flops(slices) -> int:
-    """Sum (multiply-add per received scalar) and one division per merged scalar."""
-    received = sum(int(v.size) for s in slices for v in s.values())
-    return 2 * received + max((sum(int(v.size) for v in s.values()) for s in slices), default=0)
-
-
 async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evaluate: bool = False) -> dict:
     """The PersonalFR server. Returns ``{"decoder", "history", "selected", "flops"}`` where ``history`` holds
     one federated evaluation per evaluated round and ``selected`` the clients of every round."""
@@ -181,44 +76,42 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     decoder = ae.decoder_of(ae.init_params(n_items, rng, tuple(cfg.hidden), dtype=dt))  # D_g^0
     M = len(clients)
     ctx.begin_round(0)
-    got = await ctx.gather("indices", senders=clients, round=0)
+    got = await ctx.gather("indices", senders=clients, round=0, timeout=cfg.deadline)
     items = {m.sender: np.asarray(m.payload["items"], dtype=np.int64) for m in got}  # I = {I_1..I_M}
+    missing: list[dict] = []
+    if got.missing:
+        missing.append({"round": 0, "kind": "indices", "clients": len(got.missing)})
     k = selection_size(cfg.fraction, M)
     history, selected = [], []
     flops = 0
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
-        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False))]
+        # the draw is over all M clients (the same draws whatever was lost); a client whose indices
+        # never arrived cannot be given its slice, so it is left out of the round
+        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False)) if clients[i] in items]
         selected.append(chosen)
         if cfg.compression:
             for name in chosen:  # each client gets its own slice (Expression 3)
                 await ctx.send(name, "decoder", {"t": t, "dec": act.extract_active(decoder, items[name])})
         else:
             await ctx.broadcast(chosen, "decoder", {"t": t, "dec": decoder})
-        got = await ctx.gather("update", senders=chosen, round=t)
+        got = await ctx.gather("update", senders=chosen, round=t, timeout=cfg.deadline)
+        if got.missing:
+            missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
         slices = [m.payload["dec"] for m in got]  # node-id order
-        if cfg.compression:
+        if not slices:
+            pass  # nothing arrived: the decoder stays
+        elif cfg.compression:  # Eq. 5 over the clients whose update arrived
             decoder = act.merge_active(decoder, slices, [items[m.sender] for m in got], mode=cfg.merge)
         else:
-            decoder = _mean(slices, decoder)
-        f = _merge_flops(slices)
+            decoder = ae.mean_params(slices, decoder)
+        f = merge_flops(slices)
         flops += f
         await ctx.compute(f, "aggregate")
         if evaluate and cfg.wants_eval(t):
-            history.append(await _evaluate(ctx, clients, {"t": t, "dec": decoder}, t, cfg))
+            history.append(await evaluate_clients(ctx, clients, {"t": t, "dec": decoder}, t, cfg))
     await ctx.broadcast(clients, "stop", None)
-    return {"decoder": decoder, "history": history, "selected": selected, "flops": flops}
-
-
-def _mean(models, like) -> dict:
-    """Equal-weight mean of whole parameter dicts, accumulated in float64 in the given order."""
-    out = {}
-    for key, ref in like.items():
-        acc = np.zeros(ref.shape, dtype=np.float64)
-        for p in models:
-            acc += p[key]
-        out[key] = (acc / len(models)).astype(ref.dtype)
-    return out
+    return {"decoder": decoder, "history": history, "selected": selected, "flops": flops, "missing": missing}
 
 
 async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
@@ -279,52 +172,49 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
 # placing the actors
 
 
-@dataclass
-class FedAEJob:
-    """What ``build`` placed on a network; ``collect`` gathers a run's results."""
-
-    protocol: str
-    cfg: FedAEConfig
-    clients: list[str]
-    groups: list[np.ndarray]
-    n_items: int
-    extra: dict = field(default_factory=dict)
-
-    def collect(self, result) -> dict:
-        """``{"history", "final", "best", "client_flops", "server_flops", "selected", "server", "clients"}``:
-        ``final`` / ``best`` are the last and the best evaluation (best epoch on the test set, the paper's
-        reporting), ``client_flops`` the training FLOPs all clients charged."""
-        srv = result[SERVER]
-        hist = list(srv["history"])
-        key = "rmse" if self.cfg.task == "explicit" else "ndcg"
-        best = None
-        if hist:
-            vals = [h[key] for h in hist]
-            i = int(np.nanargmin(vals) if key == "rmse" else np.nanargmax(vals))
-            best = hist[i]
-        return {
-            "history": hist,
-            "final": hist[-1] if hist else None,
-            "best": best,
-            "client_flops": int(sum(result[c]["flops"] for c in self.clients)),
-            "server_flops": int(srv["flops"]),
-            "selected": srv["selected"],
-            "server": srv,
-            "clients": {c: result[c] for c in self.clients},
-            "config": asdict(self.cfg),
-        }
+def build(net, data, cfg: FedAEConfig | None = None, *, test=None, resume=None) -> FedAEJob:
+    """Place a PersonalFR server and ``cfg.clients`` clients (users partitioned at random with the
+    network's seed, balanced; 0: one user per client) on ``net`` (any transport). ``data``: the
+    training ``Ratings``; ``test``: optional held-out ``Ratings`` the clients evaluate the model
+    on privately (every ``eval_every`` rounds and after the last: ``Result.metrics``). PersonalFR
+    runs cannot be resumed."""
+    cfg = cfg or FedAEConfig()
+    if resume is not None:
+        raise ValueError("PersonalFR runs cannot be resumed; run for more rounds instead")
+    task, groups = prepare_task(data, test, cfg, net.seed)
+    return place(net, task, groups, cfg, evaluate=test is not None)
 
 
-def build(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig, *, evaluate: bool = True,
+def place(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig, *, evaluate: bool = True,
           server_role: str = "server") -> FedAEJob:
-    """Place a PersonalFR server and one client per user group on ``net`` (any transport).
+    """``build`` for callers that prepared the ``AETask`` and the user groups themselves (studies
+    that reuse one prepared dataset across many runs): ``groups[m]`` are the user indices of
+    client ``m``; ``evaluate`` runs the federated evaluations on the task's test entries."""
+    return place_actors(net, "personalfr", server, client, task, groups, cfg, evaluate, server_role)
 
-    ``groups[m]``: the user indices of client ``m`` (``fedsim.data.partition_users``). ``evaluate``: run the
-    federated evaluations (``eval_every`` and after the last round; kinds ``EVAL_KINDS``).
-    """
-    M = len(groups)
-    clients = [client_name(m, M) for m in range(M)]
-    net.add_node(SERVER, server, clients, task.n_items, cfg, evaluate, role=server_role)
-    for name, users in zip(clients, groups):
-        net.add_node(name, client, task.rows(users), cfg)
-    return FedAEJob("personalfr", cfg, clients, [np.asarray(g) for g in groups], task.n_items)
+
+def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """Two users per client from the ``tiny`` preset, every client every round, a small
+    autoencoder (8, 4)."""
+    from .presets import tiny_ratings
+
+    cfg = FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)
+    return tiny_ratings(2 * clients, seed), cfg
+
+
+SPEC = register(ProtocolSpec(
+    name="personalfr",
+    summary="PersonalFR: private encoders, a shared decoder, Partial Compression of the active decoder rows",
+    Config=FedAEConfig,
+    kinds=(
+        Kind("indices", "client", "server", "setup", "{items: int32[|I_m|]}: the items the client's users rated"),
+        Kind("decoder", "server", "client", "training", "{t, dec}: the active decoder (or the whole one)"),
+        Kind("update", "client", "server", "training", "{dec}: the trained active decoder"),
+        Kind("evaluate", "server", "client", "evaluation", "{t, dec}: the whole global decoder"),
+        Kind("eval", "client", "server", "evaluation", "{sse, n, ndcg_sum, ndcg_users}"),
+        Kind("stop", "server", "client", "control", "None"),
+    ),
+    build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="rounds",
+    paper="Le et al.: Personalized Federated Recommender Systems with Private and Partially Federated "
+          "AutoEncoders (Asilomar 2022)",
+))

@@ -7,15 +7,16 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 
+from ..data import Ratings
 from ..kernel import SimNetwork
 from ..math.pmf import DivergenceError
 from ..protocols import fedrec
-from ..protocols.fedrec import FedRecConfig
+from ..protocols.fedrec import FedRecConfig, paper_lr
 
 __all__ = [
-    "Fold", "FoldStats", "RunOutcome", "evaluate_fold", "fold_stats", "group_runs", "make_folds", "paper_lr", "run_one",
+    "Fold", "FoldStats", "RunOutcome", "comm_per_iteration", "evaluate_fold", "fold_stats", "group_runs",
+    "make_folds", "paper_lr", "run_one",
 ]
 
 
@@ -28,6 +29,13 @@ class Fold:
     test: tuple
     n_users: int
     n_items: int
+
+    def train_ratings(self) -> Ratings:
+        """The training part as ``Ratings`` over the fold's index space."""
+        return Ratings(*self.train, n_users=self.n_users, n_items=self.n_items)
+
+    def test_ratings(self) -> Ratings:
+        return Ratings(*self.test, n_users=self.n_users, n_items=self.n_items)
 
 
 @dataclass
@@ -47,11 +55,6 @@ class RunOutcome:
     totals: dict | None = None
 
 
-def paper_lr(model: str) -> float:
-    """The paper's learning rates: 0.8 for batch PMF, 0.01 for the stochastic models."""
-    return 0.8 if model == "PMF(B)" else 0.01
-
-
 def make_folds(ratings, k: int, seed: int) -> list[Fold]:
     from ..data import kfold_copies
 
@@ -66,7 +69,7 @@ def run_one(task: tuple) -> RunOutcome:
     """Run ``(fold, framework, cfg, seed, profile, evaluate_curve)``; ``framework`` is
     ``"federated"`` (actors on a SimNetwork) or ``"unfederated"`` (the centralized twin)."""
     fold, framework, cfg, seed, profile, curve = task
-    data = (*fold.train, fold.n_users, fold.n_items)
+    data = fold.train_ratings()
     t0 = time.perf_counter()
     history: list = []
     ledger = None
@@ -76,15 +79,15 @@ def run_one(task: tuple) -> RunOutcome:
         if curve:
             cfg = replace(cfg, eval_every=1)
         net = SimNetwork(seed=seed, profile=profile)
-        job = fedrec.build(net, *data, cfg, test=fold.test if curve else None)
-        res = net.run()
-        model = job.collect(res)
+        job = fedrec.SPEC.build(net, data, cfg, test=fold.test_ratings() if curve else None)
+        result = job.collect(net.run())
+        model = result.model
         history = model.history
         ledger = comm_per_iteration(net, cfg)
-        sim_time = res.duration
+        sim_time = result.duration
         totals = net.ledger.totals()
     else:
-        model = fedrec.central_twin(*data, cfg, seed=seed, test=fold.test if curve else None)
+        model = fedrec.central_twin(data, cfg, seed=seed, test=fold.test if curve else None)
         history = [{"iteration": h["iteration"], "mae": h.get("mae"), "rmse": h.get("rmse")}
                    for h in model.history] if curve else []
     wall = time.perf_counter() - t0
@@ -144,15 +147,15 @@ def fold_stats(runs: list) -> FoldStats:
 def comm_per_iteration(net: SimNetwork, cfg: FedRecConfig) -> dict[str, Any]:
     """Mean per-iteration communication of the training messages (``model`` and
     ``gradients``), from the ledger: bytes on the wire, array bytes, payload floats."""
-    cols = net.ledger.columns()
-    keep = np.isin(cols["kind"], ["model", "gradients"])
-    iters = max(1, len(set(cols["round"][keep].tolist())))
+    train = net.ledger.select(kind=("model", "gradients"))
+    iters = max(1, len(train.rounds()))
+    t = train.totals()
     return {
-        "bytes": float(cols["bytes"][keep].sum()) / iters,
-        "raw_bytes": float(cols["raw_bytes"][keep].sum()) / iters,
-        "floats": float(cols["floats"][keep].sum()) / iters,
-        "download_floats": float(cols["floats"][keep & (cols["kind"] == "model")].sum()) / iters,
-        "upload_floats": float(cols["floats"][keep & (cols["kind"] == "gradients")].sum()) / iters,
-        "messages": float(keep.sum()) / iters,
+        "bytes": float(t.wire_bytes) / iters,
+        "raw_bytes": float(t.raw_bytes) / iters,
+        "floats": float(t.floats) / iters,
+        "download_floats": float(train.select(kind="model").totals().floats) / iters,
+        "upload_floats": float(train.select(kind="gradients").totals().floats) / iters,
+        "messages": float(t.messages) / iters,
         "iterations": iters,
     }

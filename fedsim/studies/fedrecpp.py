@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernel import SimNetwork
+from ..kernel import SimNetwork, Totals
 from ..protocols import fedrecpp
 from ..protocols.fedrecpp import FedRecPPConfig
 from .fedrec import evaluate_fold
@@ -36,9 +36,8 @@ def run_pp(task: tuple) -> PPOutcome:
     fold, cfg, seed, profile, with_costs = task
     t0 = time.perf_counter()
     net = SimNetwork(seed=seed, profile=profile)
-    job = fedrecpp.build(net, *fold.train, fold.n_users, fold.n_items, cfg)
-    res = net.run()
-    model = job.collect(res)
+    job = fedrecpp.SPEC.build(net, fold.train_ratings(), cfg)
+    model = job.collect(net.run()).model
     wall = time.perf_counter() - t0
     mae, rmse, div = evaluate_fold(model, fold)
     out = PPOutcome(fold.index, cfg, mae, rmse, div, wall)
@@ -53,21 +52,15 @@ def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
     """Table 3 from the ledger: per role, the mean over iterations and over the clients of that
     role of what a client sent plus what it received, excluding the model download (and set-up
     and stop messages). Units are latent vectors (floats / d)."""
-    cols = net.ledger.columns()
     T = cfg.T
-    keep = ~np.isin(cols["kind"], NOT_COUNTED) & (cols["round"] >= 0)
+    counted = net.ledger.select(exclude_kinds=NOT_COUNTED, min_round=0)
+    sent = counted.group("src")
+    received = counted.select(fate="delivered").group("dst")
     roles = net.ledger.roles
     clients = [n for n, r in roles.items() if r != "server"]
-    floats = dict.fromkeys(clients, 0.0)
-    nbytes = dict.fromkeys(clients, 0.0)
-    for src, dst, f, b, ok in zip(cols["src"][keep], cols["dst"][keep], cols["floats"][keep],
-                                  cols["bytes"][keep], cols["status"][keep] == "delivered"):
-        if src in floats:
-            floats[src] += f
-            nbytes[src] += b
-        if ok and dst in floats:
-            floats[dst] += f
-            nbytes[dst] += b
+    none = Totals()
+    floats = {c: sent.get(c, none).floats + received.get(c, none).floats for c in clients}
+    nbytes = {c: sent.get(c, none).wire_bytes + received.get(c, none).wire_bytes for c in clients}
     out = []
     groups = {"denoiser": [c for c in clients if roles[c] == "denoiser"],
               "ordinary": [c for c in clients if roles[c] == "ordinary"],
@@ -83,23 +76,21 @@ def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
 
 
 def download_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
-    cols = net.ledger.columns()
-    sel = cols["kind"] == "model"
+    """Mean bytes of the model download per client and iteration, from the ledger."""
     n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
-    return float(cols["bytes"][sel].sum()) / cfg.T / n_clients
+    return float(net.ledger.select(kind="model").totals().wire_bytes) / cfg.T / n_clients
 
 
 def mean_round_duration(net: SimNetwork) -> float:
     """Mean simulated duration of an iteration: from the first model message the server sends
     in round t to the arrival of the last message of round t."""
-    cols = net.ledger.columns()
     durs = []
-    for t in sorted(set(cols["round"].tolist())):
+    for t in net.ledger.rounds():
         if t < 0:
             continue
-        sel = cols["round"] == t
-        start = cols["send_time"][sel & (cols["kind"] == "model")]
-        end = cols["arrival_time"][sel & np.isin(cols["kind"], ["gradients", "noise", "denoised", "collect"])]
+        this = net.ledger.select(round=t)
+        start = this.select(kind="model").column("send_time")
+        end = this.select(kind=("gradients", "noise", "denoised", "collect")).column("arrival_time")
         if start.size and end.size:
             durs.append(float(np.nanmax(end) - start.min()))
     return float(np.mean(durs)) if durs else float("nan")

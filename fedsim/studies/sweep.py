@@ -62,7 +62,7 @@ class SweepPoint:
     out: str
     data: str | None
     seed: int
-    profile: str | None
+    net: Any  # a fedsim.kernel.NetSpec, a profile name or None
     fixed: dict
 
 
@@ -72,7 +72,7 @@ def _run_point(p: SweepPoint) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         (out / "error.txt").unlink(missing_ok=True)
         run_scenario(p.scenario, data=p.data, out=out, overrides={**p.fixed, **p.point}, seed=p.seed,
-                     profile=p.profile, quiet=True)
+                     net=p.net, quiet=True)
         return {"point": p.point, "status": "done", "out": str(out)}
     except BaseException as exc:  # a failed point must not take the sweep down
         (out / "error.txt").write_text("".join(traceback.format_exception(exc)))
@@ -80,7 +80,7 @@ def _run_point(p: SweepPoint) -> dict:
 
 
 def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path, *, data: str | None = None,
-              fixed: dict | None = None, seed: int = 0, profile: str | None = None,
+              fixed: dict | None = None, seed: int = 0, profile: str | None = None, net: Any = None,
               workers: int | None = None, progress=None) -> dict:
     """Run every point of ``grid`` (cartesian product) not already done; returns a summary
     with ``done``, ``skipped`` and ``failed`` lists and the combined CSV paths."""
@@ -101,9 +101,11 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path, *, dat
         else:
             if d.exists():
                 shutil.rmtree(d)  # an interrupted point: start it afresh
-            todo.append(SweepPoint(scenario, pt, str(d), data, seed, profile, fixed))
+            todo.append(SweepPoint(scenario, pt, str(d), data, seed, net if net is not None else profile, fixed))
     (out / "sweep.json").write_text(json.dumps({"scenario": scenario, "grid": grid, "fixed": fixed,
-                                                "data": data, "seed": seed, "profile": profile}, indent=2))
+                                                "data": data, "seed": seed,
+                                                "network": _net_dict(net if net is not None else profile)},
+                                               indent=2))
     total = len(todo)
 
     def done_cb(i, res):
@@ -144,3 +146,9 @@ def combine(out: Path, points: list[dict]) -> list[str]:
         write_csv(path, rows, headers[tname])
         paths.append(str(path))
     return paths
+
+
+def _net_dict(net: Any) -> dict | None:
+    from ..kernel import NetSpec
+
+    return None if net is None else NetSpec.of(net).to_dict()

@@ -13,157 +13,51 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
-import numpy as np
-
-from ..experiment import Param, UsageError, parse_value
+from ..config import ConfigError, fields_of, parse_field, unknown_key_message
+from ..experiment import UsageError
 from ..kernel import SimNetwork
+from ..protocols import REGISTRY
 
-__all__ = ["TRACEABLE", "trace", "mermaid", "timeline_svg", "step_log"]
-
-
-@dataclass(frozen=True)
-class Traceable:
-    description: str
-    build: Callable[..., None]
-    params: dict[str, Param]
+__all__ = ["trace", "mermaid", "timeline_svg", "step_log", "trace_options"]
 
 
-def _tiny(clients: int, seed: int):
-    from ..data import generate
-
-    r = generate("tiny", seed=seed)
-    keep = r.users < clients
-    return r.users[keep], r.items[keep], r.values[keep].astype(np.float32), clients, r.n_items
-
-
-def _build_demo(net, clients, rounds, seed, **_):
-    from ..protocols import demo
-
-    demo.build(net, n_clients=clients, dim=4, rounds=rounds, seed=seed)
-
-
-def _build_fedrec(net, clients, rounds, seed, model="PMF(B)", rho=1.0, strategy="hf", d=8, **_):
-    from ..protocols import fedrec
-
-    lr = 0.8 if model == "PMF(B)" else 0.01
-    cfg = fedrec.FedRecConfig(model, d=d, T=rounds, lr=lr, rho=rho, strategy=strategy)
-    fedrec.build(net, *_tiny(clients, seed), cfg)
-
-
-def _build_fedrecpp(net, clients, rounds, seed, eta=1, rho=1.0, d=8, **_):
-    from ..protocols import fedrecpp
-
-    cfg = fedrecpp.FedRecPPConfig(d=d, T=rounds, rho=rho, eta=eta, allow_exposed=True)
-    fedrecpp.build(net, *_tiny(clients, seed), cfg)
-
-
-def _tiny_items(clients: int, seed: int):
-    users, items, _, n_users, n_items = _tiny(clients, seed)
-    return [items[users == u].astype(np.int64) for u in range(n_users)], n_items
-
-
-def _build_fpl(net, clients, rounds, seed, preset="pFPL", pi=0.5, T=3, d=4, **_):
-    from ..protocols import fpl
-
-    user_items, n_items = _tiny_items(clients, seed)
-    k = clients if preset.startswith("p") else 1
-    cfg = fpl.FPLConfig(clients_per_round=k, triples=T, rounds=rounds, d=d, pi=pi, preset=preset)
-    fpl.build(net, user_items, n_items, cfg, catalogue=np.unique(np.concatenate(user_items)))
-
-
-def _build_fcf(net, clients, rounds, seed, d=4, **_):
-    from ..protocols import fcf
-
-    user_items, n_items = _tiny_items(clients, seed)
-    fcf.build(net, user_items, n_items, fcf.FCFConfig(rounds=rounds, d=d))
-
-
-def _ae_setup(clients: int, seed: int, users_per_client: int, rounds: int, hidden: tuple, fraction: float):
-    from ..data import generate, partition_users, per_user_random
-    from ..math import ae_train
-    from ..protocols.personalfr import FedAEConfig
-
-    r = generate("tiny", seed=seed)
-    n_users = min(r.n_users, clients * users_per_client)
-    r = r.subset(r.users < n_users)  # same index space: users >= n_users simply have no rows
-    train, test = per_user_random(r, 0.2, seed=seed)
-    task = ae_train.prepare((train.users, train.items, train.values), (test.users, test.items, test.values),
-                            r.n_users, r.n_items)
-    groups = partition_users(n_users, clients, seed=seed)
-    cfg = FedAEConfig(rounds=rounds, fraction=fraction, local_epochs=1, hidden=hidden, batch=10)
-    return task, groups, cfg
-
-
-def _build_personalfr(net, clients, rounds, seed, users=2, fraction=1.0, hidden=(8, 4), **_):
-    from ..protocols import personalfr
-
-    personalfr.build(net, *_ae_setup(clients, seed, users, rounds, tuple(hidden), fraction), evaluate=False)
-
-
-def _build_fedavg_ae(net, clients, rounds, seed, users=2, fraction=1.0, hidden=(8, 4), **_):
-    from ..protocols import fedavg_ae
-
-    fedavg_ae.build(net, *_ae_setup(clients, seed, users, rounds, tuple(hidden), fraction), evaluate=False)
-
-
-_AE_PARAMS = {
-    "users": Param(2, "users per client"),
-    "fraction": Param(1.0, "fraction C of clients per round"),
-    "hidden": Param([8, 4], "encoder widths (the decoder mirrors them; the paper: 256,128)", kind="ints"),
-}
-
-TRACEABLE: dict[str, Traceable] = {
-    "demo": Traceable("federated gradient descent (kernel demo)", _build_demo, {}),
-    "fedrec": Traceable("FedRec", _build_fedrec, {
-        "model": Param("PMF(B)", "model", choices=("PMF(B)", "PMF(S)", "SVD++(S)")),
-        "rho": Param(1.0, "sampling parameter"), "strategy": Param("hf", "ua or hf", choices=("ua", "hf")),
-        "d": Param(8, "latent dimension")}),
-    "fedrecpp": Traceable("FedRec++ (denoisers on an anonymous channel)", _build_fedrecpp, {
-        "eta": Param(1, "denoisers"), "rho": Param(1.0, "sampling parameter"), "d": Param(8, "latent dimension")}),
-    "fpl": Traceable("FPL (Theta_S down, T negative + Bernoulli(pi) positive item updates up)", _build_fpl, {
-        "preset": Param("pFPL", "pFPL: every client per round; sFPL: one", choices=("pFPL", "sFPL")),
-        "pi": Param(0.5, "probability of sending each positive update"), "T": Param(3, "triples per client"),
-        "d": Param(4, "latent dimension")}),
-    "fcf": Traceable("FCF (Q down, gradients for all m items up)", _build_fcf, {"d": Param(4, "latent dimension")}),
-    "personalfr": Traceable("PersonalFR (rated-item indices up once; active decoder rows down and up, the encoder "
-                            "never leaves)", _build_personalfr, _AE_PARAMS),
-    "fedavg-ae": Traceable("FedAvg on the autoencoder (whole model down and up)", _build_fedavg_ae, _AE_PARAMS),
-}
-
-
-def register(name: str, description: str, build: Callable[..., None], params: dict[str, Param] | None = None) -> None:
-    """Make a protocol traceable: ``build(net, clients, rounds, seed, **options)``."""
-    TRACEABLE[name] = Traceable(description, build, params or {})
-
-
-def _options(t: Traceable, sets: list[str]) -> dict[str, Any]:
+def trace_options(name: str, sets: list[str]) -> dict:
+    """``key=value`` strings parsed against protocol ``name``'s configuration fields."""
+    spec = REGISTRY[name]
+    infos = {f.name: f for f in fields_of(spec.Config)}
     out = {}
     for s in sets:
         if "=" not in s:
             raise UsageError(f"--set expects key=value, got {s!r}")
-        k, v = s.split("=", 1)
-        if k not in t.params:
-            raise UsageError(f"unknown trace option {k!r}; known: {', '.join(sorted(t.params)) or 'none'}")
-        out[k] = parse_value(k, v, t.params[k])
+        k, v = (x.strip() for x in s.split("=", 1))
+        if k not in infos:
+            raise UsageError(unknown_key_message(k, infos, f"protocol {name}"))
+        try:
+            out[k] = parse_field(infos[k], v, name)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
     return out
 
 
 def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed: int = 0,
           profile: str = "lan", sets: list[str] | None = None) -> tuple[SimNetwork, dict[str, Path]]:
-    """Run protocol ``name`` with ``clients`` clients for ``rounds`` rounds on a traced
-    SimNetwork and write the diagram, timeline and step log to ``out``."""
-    if name not in TRACEABLE:
-        raise UsageError(f"cannot trace {name!r}; traceable protocols: {', '.join(sorted(TRACEABLE))}")
+    """Run protocol ``name`` (any registered protocol, on its ``tiny`` preset) with ``clients``
+    clients for ``rounds`` rounds on a traced SimNetwork and write the diagram, timeline and step
+    log to ``out``. ``sets``: ``key=value`` overrides of the protocol's configuration."""
+    if name not in REGISTRY:
+        raise UsageError(f"cannot trace {name!r}; registered protocols: {', '.join(REGISTRY)}")
     if clients < 1 or rounds < 1:
         raise UsageError("--clients and --rounds must be at least 1")
-    t = TRACEABLE[name]
+    spec = REGISTRY[name]
+    try:
+        data, cfg = spec.tiny(clients, rounds, seed)
+        cfg = cfg.replace(**trace_options(name, sets or []))
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(f"{name}: {exc}") from None
     net = SimNetwork(seed=seed, profile=profile, trace=True)
-    t.build(net, clients, rounds, seed, **_options(t, sets or []))
+    spec.build(net, data, cfg)
     net.run()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -73,17 +73,18 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _ledger_epoch(net, kinds: tuple[str, ...]) -> dict[str, float]:
-    c = net.ledger.columns()
-    keep = np.isin(c["kind"], kinds)
-    down = keep & (c["src_role"] == "server")
-    return {"cce_ledger": float(c["units"][keep].sum()), "down_units": float(c["units"][down].sum()),
-            "up_units": float(c["units"][keep & ~down].sum()), "bytes": int(c["bytes"][keep].sum()),
-            "raw_bytes": int(c["raw_bytes"][keep].sum()), "messages": int(keep.sum())}
+    """One network's training traffic from its ledger: units (vectors) both ways, down (sent by
+    the server) and up, wire and array bytes, messages."""
+    train = net.ledger.select(kind=kinds)
+    t = train.totals()
+    down = train.select(src_role="server").totals()
+    return {"cce_ledger": float(t.units), "down_units": float(down.units), "up_units": float(t.units - down.units),
+            "bytes": int(t.wire_bytes), "raw_bytes": int(t.raw_bytes), "messages": int(t.messages)}
 
 
 def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int = 10, lr: float = 0.05,
             seed: int = 0, profile: str = "ideal", rounding: str = "round", definition: str = "code",
-            dtype: str = "float32", merge: bool | str = False, local_item_updates: bool = False,
+            dtype: str = "float32", merge: str = "none", local_item_updates: bool = False,
             user_update: str = "per_triple", on_epoch: Callable[[int, dict], None] | None = None,
             record_network: Callable[[Any], None] | None = None, start: tuple[RunRecord, dict] | None = None,
             checkpoint: Callable[[RunRecord, dict], None] | None = None) -> RunRecord:
@@ -105,14 +106,14 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     cfg = fpl_proto.config_for_preset(preset, nu, split.x_plus, epochs=1, rounding=rounding, definition=definition,
                                       d=d, lr=lr, pi=pi, dtype=dtype, merge=merge,
                                       local_item_updates=local_item_updates, user_update=user_update)
-    samplers = fpl_proto.make_samplers(split.user_items, ni, split.catalogue)
-    theta = P = None
+    resume = None  # what the next epoch's network continues from: a Result or its state
     curve: list[dict] = []
     wall0 = 0.0
     if start is not None:
         prev, state = start
         curve = [dict(c) for c in prev.curve]
-        theta, P = np.array(state["theta"]), np.array(state["P"], dtype=np.float64)
+        resume = {"theta": np.array(state["theta"]), "P": np.array(state["P"], dtype=np.float64),
+                  "rounds_done": len(curve) * cfg.rounds}
         wall0 = float(prev.wall_s)
     params = {"preset": preset, "pi": float(pi), "epochs": int(epochs), "d": d, "lr": lr, "seed": seed,
               "profile": profile, "rounding": rounding, "definition": definition, "dtype": dtype,
@@ -123,11 +124,11 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     for e in range(len(curve), int(epochs)):
         te = time.perf_counter()
         net = SimNetwork(seed=epoch_seed(seed, e), profile=profile)
-        job = fpl_proto.build(net, None, ni, cfg, samplers=samplers, init=theta, user_factors=P,
-                              round_offset=e * cfg.rounds)
-        res = net.run()
-        out = job.collect(res)
-        theta, P = out["theta"], out["P"]
+        job = fpl_proto.SPEC.build(net, split.train, cfg, resume=resume)
+        result = job.collect(net.run())
+        resume = result
+        out = {**result.params, **result.info}
+        P = out["P"]
         led = _ledger_epoch(net, fpl_proto.TRAINING_KINDS)
         visits = int(out["rounds"].sum())
         pos = int(out["sent_positive"].sum())
@@ -140,7 +141,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             "cce_exact": visits * (ni + cfg.triples) + pos,
             "cce_formula": sched.cce(ni, pi),
             "cce_formula_paper": exact.cce(ni, pi),
-            "sim_time": float(res.duration), "train_s": train_s, "wall_s": time.perf_counter() - te,
+            "sim_time": result.duration, "train_s": train_s, "wall_s": time.perf_counter() - te,
         })
         curve.append(entry)
         if record_network is not None:
@@ -149,8 +150,8 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             on_epoch(e + 1, entry)
         if checkpoint is not None:
             checkpoint(RunRecord(preset, {**params, "epochs": e + 1}, list(curve), wall0 + time.perf_counter() - t0),
-                       {"theta": theta, "P": P})
-        del net, res, job
+                       {"theta": out["theta"], "P": P})
+        del net, job
     return RunRecord(preset, params, curve, wall0 + time.perf_counter() - t0)
 
 
@@ -163,7 +164,6 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
     after each. Curve entries carry the ledger's figures per round (averaged over the chunk):
     ``bytes_per_client_round`` and ``raw_bytes_per_client_round`` (payload arrays only)."""
     nu, ni = split.n_users, split.n_items
-    items = split.user_items
     state = None
     curve = []
     t0 = time.perf_counter()
@@ -174,10 +174,10 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         cfg = fcf_proto.FCFConfig(rounds=k, d=d, alpha=alpha, lam=lam, lr=lr, optimizer=optimizer)
         te = time.perf_counter()
         net = SimNetwork(seed=epoch_seed(seed, chunk), profile=profile)
-        job = fcf_proto.build(net, items, ni, cfg, init=state, round_offset=done)
-        res = net.run()
-        out = job.collect(res)
-        state = {"Q": out["Q"], "adam": out["adam"]}
+        job = fcf_proto.SPEC.build(net, split.train, cfg, resume=state)
+        result = job.collect(net.run())
+        state = result.state
+        out = result.params
         done += k
         chunk += 1
         led = _ledger_epoch(net, fcf_proto.TRAINING_KINDS)
@@ -187,7 +187,7 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         entry.update({"bytes_per_client_round": led["bytes"] / (k * nu),
                       "raw_bytes_per_client_round": led["raw_bytes"] / (k * nu),
                       "formula_bytes_per_client_round": fcf_proto.payload_bytes_per_client_round(ni, d),
-                      "sim_time": float(res.duration), "wall_s": time.perf_counter() - te})
+                      "sim_time": result.duration, "wall_s": time.perf_counter() - te})
         curve.append(entry)
         if record_network is not None:
             record_network(net)

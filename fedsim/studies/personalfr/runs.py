@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...data import partition_users, per_user_random, resolve
-from ...experiment import Param, RunContext, ScenarioError
+from ...experiment import Param, RunContext
 from ...kernel import SimNetwork
 from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
@@ -98,30 +98,28 @@ def load_task(data: str, seed: int, task: str, threshold: float, test_frac: floa
 
 def comm_from_ledger(net, rounds: int) -> dict:
     """Communication figures of one run, read from the ledger (evaluation kinds left out)."""
-    cols = net.ledger.columns()
-    if not len(cols["kind"]):
+    led = net.ledger
+    if not len(led):
         return {}
-    kind = cols["kind"]
-    nbytes = cols["bytes"].astype(np.int64)
-    floats = cols["floats"].astype(np.int64)
-    train = ~np.isin(kind, EVAL_KINDS)
-    down = np.isin(kind, ("decoder", "model"))
-    up = kind == "update"
-    n_up = int(up.sum())
+    train = led.select(exclude_kinds=EVAL_KINDS).totals()
+    down = led.select(kind=("decoder", "model")).totals()
+    up = led.select(kind="update").totals()
     return {
-        "total_bytes": int(nbytes[train].sum()),
-        "setup_bytes": int(nbytes[kind == "indices"].sum()),
-        "bytes_per_round": float(nbytes[down | up].sum() / rounds),
-        "down_bytes_per_client": float(nbytes[down].sum() / max(int(down.sum()), 1)),
-        "up_bytes_per_client": float(nbytes[up].sum() / max(n_up, 1)),
-        "up_floats_per_client": float(floats[up].sum() / max(n_up, 1)),
-        "client_rounds": n_up,
-        "eval_bytes": int(nbytes[~train].sum()),
-        "messages": int(train.sum()),
+        "total_bytes": int(train.wire_bytes),
+        "setup_bytes": int(led.select(kind="indices").totals().wire_bytes),
+        "bytes_per_round": float((down.wire_bytes + up.wire_bytes) / rounds),
+        "down_bytes_per_client": float(down.wire_bytes / max(down.messages, 1)),
+        "up_bytes_per_client": float(up.wire_bytes / max(up.messages, 1)),
+        "up_floats_per_client": float(up.floats / max(up.messages, 1)),
+        "client_rounds": int(up.messages),
+        "eval_bytes": int(led.select(kind=EVAL_KINDS).totals().wire_bytes),
+        "messages": int(train.messages),
     }
+
+
 def run_spec(spec: RunSpec) -> dict:
     """Run one spec; returns its history, best/final metric, FLOPs and ledger figures (module-level, so it
-    can run in a worker process). Raises ``ScenarioError`` when a federated run's network ends with
+    can run in a worker process). Raises ``DeadlockError`` when a federated run's network ends with
     actors still blocked."""
     task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac)
     key = METRIC[spec.task]
@@ -139,15 +137,13 @@ def run_spec(spec: RunSpec) -> dict:
         M = spec.M or task.n_users
         groups = partition_users(task.n_users, M, seed=spec.seed)
         net = SimNetwork(seed=spec.seed, profile=spec.profile)
-        job = PROTOCOLS[spec.method].build(net, task, groups, spec.cfg, evaluate=spec.evaluate)
-        result = net.run()
-        if result.unfinished:
-            raise ScenarioError(f"{spec.method} M={M}: actors left blocked: {result.unfinished[:3]}")
-        col = job.collect(result)
-        hist = col["history"]
-        out.update(M=M, rounds=spec.cfg.rounds, client_flops=col["client_flops"], server_flops=col["server_flops"],
-                   comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=float(result.duration),
-                   totals=net.ledger.totals(), clients_per_round=len(col["selected"][0]))
+        job = PROTOCOLS[spec.method].place(net, task, groups, spec.cfg, evaluate=spec.evaluate)
+        result = job.collect(net.run())  # a run that ends with actors blocked raises DeadlockError
+        hist = result.metrics
+        info = result.info
+        out.update(M=M, rounds=spec.cfg.rounds, client_flops=info["client_flops"], server_flops=info["server_flops"],
+                   comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=result.duration,
+                   totals=net.ledger.totals(), clients_per_round=len(info["selected"][0]))
     vals = [h[key] for h in hist]
     finite = [v for v in vals if not math.isnan(v)]
     best_i = (int(np.nanargmin(vals)) if key == "rmse" else int(np.nanargmax(vals))) if finite else None

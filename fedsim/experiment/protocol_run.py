@@ -1,0 +1,109 @@
+"""Any registered protocol as a scenario: ``fedsim run NAME`` where NAME is a protocol.
+
+The scenario's parameters are the protocol's configuration fields (declared once, in its
+``Config``), plus ``test_frac``. It loads ``--data`` (explicit ratings as they are, implicit
+protocols on the binarized data), holds out a fraction of each user's ratings as test data (the
+most recent ones when the data has timestamps and the protocol learns from implicit feedback, a
+seeded random choice otherwise), builds the protocol on the network the run options describe,
+runs it and reports: the protocol's own evaluations per round, a test evaluation of the final
+model where the protocol's result can predict ratings, the traffic per message kind (with each
+kind's declared purpose) and per role, and what was lost or missing.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from .context import RunContext
+from .params import Param, params_from
+
+__all__ = ["protocol_scenario"]
+
+DEFAULT_DATA = "tiny"
+
+
+def protocol_scenario(name: str) -> types.ModuleType:
+    """A scenario module (``PARAMS``, ``run``, a docstring) that runs registered protocol
+    ``name``. Raises ``KeyError`` if no such protocol is registered."""
+    from ..protocols import REGISTRY
+
+    spec = REGISTRY[name]
+    mod = types.ModuleType(f"fedsim_protocol_{name.replace('-', '_')}")
+    mod.__doc__ = f"{spec.summary} (protocol {name}: one run, its metrics and its ledger)."
+    params: dict[str, Param] = params_from(spec.Config)
+    if spec.data != "none":
+        params["test_frac"] = Param(0.2, "fraction of each user's ratings held out to evaluate the final model "
+                                    "(0: none)", min=0.0, max=0.9)
+    mod.PARAMS = params
+    mod.DEFAULT_DATA = DEFAULT_DATA if spec.data != "none" else "synthetic"
+    mod.PROTOCOL = name
+    mod.run = lambda ctx: run_protocol(ctx, name)
+    return mod
+
+
+def _split(ctx: RunContext, spec) -> tuple[Any, Any]:
+    from ..data import per_user_random, temporal_holdout
+
+    ratings = ctx.load_data()
+    if spec.data == "implicit":
+        ratings = ratings.binarize()
+    frac = float(ctx.config.get("test_frac", 0.0))
+    if frac <= 0:
+        return ratings, None
+    if spec.data == "implicit" and ratings.timestamps is not None:
+        return temporal_holdout(ratings, frac)
+    return per_user_random(ratings, frac, seed=ctx.seed)
+
+
+def run_protocol(ctx: RunContext, name: str) -> None:
+    """Run protocol ``name`` once with the configuration in ``ctx`` and report it."""
+    from ..protocols import REGISTRY
+
+    spec = REGISTRY[name]
+    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
+    cfg = spec.Config(**fields)
+    train, test = (None, None) if spec.data == "none" else _split(ctx, spec)
+    net = ctx.network()
+    ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}")
+    job = spec.build(net, train, cfg, test=test)
+    result = job.collect(net.run())
+    ctx.progress.update(1, 1)
+    ctx.record_network(net)
+    summary: dict[str, Any] = {"protocol": name, "rounds": getattr(cfg, spec.rounds_field),
+                               "simulated_s": result.duration}
+    if train is not None:
+        summary.update(users=train.n_users, items=train.n_items, train_ratings=len(train),
+                       test_ratings=0 if test is None else len(test))
+    model = result.model
+    if test is not None and model is not None and hasattr(model, "evaluate"):
+        try:
+            summary["test_mae"], summary["test_rmse"] = model.evaluate(test.users, test.items, test.values)
+        except Exception as exc:  # a diverged model cannot be evaluated: say so instead
+            summary["test_error"] = f"{type(exc).__name__}: {exc}"
+    if result.metrics:
+        summary.update({f"final_{k}": v for k, v in result.metrics[-1].items() if k != "round"
+                        and isinstance(v, (int, float))})
+    t = net.ledger.totals()
+    summary.update(messages=t["messages"], bytes=t["bytes"], lost_messages=t["lost_messages"],
+                   missing_waits=t["missing"], lost_clients=len(result.info.get("lost_clients", [])))
+    ctx.table("summary", [summary], title=f"{spec.summary}: one run")
+    if result.metrics:
+        ctx.table("metrics", result.metrics, title="The protocol's own evaluations per round")
+    purposes = {k.name: k for k in spec.kinds}
+    kinds = []
+    for kind, tot in net.ledger.view().group("kind").items():
+        k = purposes.get(kind)
+        kinds.append({"kind": kind, "purpose": k.purpose if k else "?", "from": ",".join(k.src) if k else "?",
+                      "to": ",".join(k.dst) if k else "?", "messages": tot.messages, "bytes": tot.wire_bytes,
+                      "payload_bytes": tot.payload_bytes, "units": tot.units})
+    ctx.table("kinds", kinds, title="Traffic per message kind (from the ledger)", floatfmt=".1f")
+    roles = [{k: r[k] for k in ("role", "direction", "nodes", "messages", "bytes", "bytes_per_node",
+                                "units_per_node")}
+             for r in net.ledger.by_role(per_round=False, exclude_kinds=spec.kinds_for("evaluation"))]
+    ctx.table("roles", roles, title="Traffic per role, evaluation messages left out (from the ledger)",
+              floatfmt=".1f")
+    if result.info.get("missing"):
+        ctx.table("missing", result.info["missing"], title="Uploads that did not arrive by the deadline, per round")
+    ctx.note(f"Protocol `{name}` ({spec.paper or 'see its docs page'}), data `{ctx.data}`, network: "
+             f"{ctx.net.describe()}. Parameters: the protocol's configuration (`fedsim run {name} --help`).")

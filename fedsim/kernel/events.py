@@ -1,0 +1,112 @@
+"""``EventQueue``: the discrete-event core of ``SimNetwork`` (a clock and a heap of callbacks).
+
+An event is a callback due at an instant: ``schedule(delay, fn, *args)`` queues ``fn(*args)``
+for ``now + delay``; ``run`` pops events in order of (time, scheduling order) and calls them,
+moving ``now`` to each event's time. Events at equal times run in the order they were scheduled
+(a strict FIFO tie-break by a counter), which is what makes a simulation deterministic.
+
+This replaces simpy, which the kernel had come to drive through private attributes
+(``env._queue``, ``env._eid``, ``env._now``): the kernel only ever needed "call this at that
+time", and simpy's public API for that (an event object per callback) costs about twice as much
+per event (docs/performance.md, "The scheduler"). Actors never see the queue.
+"""
+
+from __future__ import annotations
+
+import math
+from heapq import heappop, heappush
+from itertools import count
+from typing import Any, Callable
+
+__all__ = ["EventQueue"]
+
+
+class EventQueue:
+    """A clock (``now``, seconds) and the callbacks due at later instants.
+
+    Entries are plain tuples ``(time, seq, fn, args)``; ``seq`` is unique, so ``fn`` is never
+    compared. ``now`` is a plain attribute: the kernel's hot paths read it directly.
+    """
+
+    __slots__ = ("now", "_heap", "_seq", "_batch")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._heap: list[tuple] = []
+        self._seq = count()
+        self._batch: list | None = None
+
+    def __len__(self) -> int:
+        """How many events are waiting (a held-back batch counts as one until released)."""
+        return len(self._heap)
+
+    def schedule(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` at ``now + delay`` (``delay >= 0``; not checked on this hot path)."""
+        entry = (self.now + delay, next(self._seq), fn, args)
+        if self._batch is None:
+            heappush(self._heap, entry)
+        else:
+            self._batch.append(entry)
+
+    def hold(self) -> bool:
+        """Start holding back what ``schedule`` queues (until ``release``), so that the many
+        copies of one broadcast do not all enter the heap at once. Returns False (and does
+        nothing) if a batch is already being held."""
+        if self._batch is not None:
+            return False
+        self._batch = []
+        return True
+
+    def release(self) -> None:
+        """Put the held-back entries into the queue one at a time, in key order: the first now,
+        each next one when its predecessor runs, with the key it was given when scheduled. No
+        entry can be due before its predecessor (its key is larger), so events run in exactly the
+        order they would if all were queued at once, while the heap stays small (a 6,040-copy
+        broadcast does not put 6,040 entries in it, and every push and pop costs log2 of the
+        heap's size)."""
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+        if len(batch) == 1:
+            heappush(self._heap, batch[0])
+            return
+        batch.sort()  # keys are unique (seq), so only (time, seq) is compared
+        t, seq, _, _ = batch[0]
+        heappush(self._heap, (t, seq, self._batch_step, (batch, 0)))
+
+    def _batch_step(self, batch: list, k: int) -> None:
+        entry = batch[k]
+        batch[k] = None  # let the entry's arguments go once it has run
+        if k + 1 < len(batch):
+            t, seq, _, _ = batch[k + 1]
+            heappush(self._heap, (t, seq, self._batch_step, (batch, k + 1)))
+        entry[2](*entry[3])
+
+    def run(self, until: float | None = None) -> bool:
+        """Run events until none is left, or until the next one is due at or after ``until``
+        (then ``now`` becomes ``until``; an event due exactly at ``until`` is not run, as in
+        simpy). Returns True if events were left waiting (it stopped because of ``until``),
+        False if the queue ran dry (with ``until``, ``now`` still ends at ``until``).
+
+        Exceptions raised by a callback propagate (the event is consumed). Raises ``ValueError``
+        if ``until`` is not after ``now``.
+        """
+        heap = self._heap
+        if until is not None:
+            until = float(until)
+            if not until > self.now or math.isnan(until):
+                raise ValueError(f"until ({until}) must be greater than the current simulation time {self.now}")
+            while heap:
+                if heap[0][0] >= until:
+                    self.now = until
+                    return True
+                t, _, fn, args = heappop(heap)
+                self.now = t
+                fn(*args)
+            self.now = until
+            return False
+        while heap:
+            t, _, fn, args = heappop(heap)
+            self.now = t
+            fn(*args)
+        return False

@@ -1,0 +1,104 @@
+"""``NetSpec``: which network to build for a run, as plain data (picklable, JSON-friendly).
+
+Scenarios and studies describe the network they want once (profile, link model, faults,
+transport) and build one per run with ``spec.build(seed)``; worker processes receive the
+description, not a network. ``NetSpec.of("wan")`` accepts a bare profile name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .errors import NetworkConfigError
+from .links import Faults, get_profile
+
+__all__ = ["NetSpec", "TRANSPORTS"]
+
+TRANSPORTS = {
+    "sim": "SimNetwork: simulated time, the link model's bandwidth and latency (default)",
+    "asyncio": "AsyncioNetwork: one process, real event loop, in-process mailboxes",
+    "tcp": "TcpNetwork: actors in separate processes, length-prefixed frames over TCP on loopback",
+}
+
+
+@dataclass(frozen=True)
+class NetSpec:
+    """A network to build: ``profile`` (node specs), ``link_model`` (``fifo``, ``fair``, ``tcp``;
+    SimNetwork only), ``loss``/``dropout``/``window`` (``Faults`` for the clients),
+    ``transport`` (``sim``, ``asyncio``, ``tcp``), ``framing_bytes``, and ``options`` passed to
+    the transport's constructor (e.g. ``processes`` for tcp)."""
+
+    profile: str = "ideal"
+    link_model: str = "fifo"
+    loss: float = 0.0
+    dropout: float = 0.0
+    window: tuple[float, float] = (0.0, 0.0)
+    transport: str = "sim"
+    framing_bytes: int = 0
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        get_profile(self.profile)  # raises NetworkConfigError for an unknown profile
+        from .sim import LINK_MODELS
+
+        if self.link_model not in LINK_MODELS:
+            raise NetworkConfigError(f"unknown link model {self.link_model!r}; known: {', '.join(LINK_MODELS)}")
+        if self.transport not in TRANSPORTS:
+            raise NetworkConfigError(f"unknown transport {self.transport!r}; known: {', '.join(TRANSPORTS)}")
+        if self.transport != "sim" and self.link_model != "fifo":
+            raise NetworkConfigError(f"link model {self.link_model!r} applies to the simulator only, "
+                                     f"not to transport {self.transport!r}")
+        object.__setattr__(self, "window", tuple(float(x) for x in self.window))
+        self.faults  # validates loss, dropout and window
+
+    @classmethod
+    def of(cls, spec: "NetSpec | str | None") -> "NetSpec":
+        """``spec`` itself, or a NetSpec with profile ``spec`` (None: the defaults)."""
+        if isinstance(spec, NetSpec):
+            return spec
+        return cls() if spec is None else cls(profile=str(spec))
+
+    @property
+    def faults(self) -> Faults | None:
+        f = Faults(loss=self.loss, dropout=self.dropout, window=self.window)
+        return f if f.active else None
+
+    def replace(self, **changes: Any) -> "NetSpec":
+        return replace(self, **changes)
+
+    def build(self, seed: int, **kwargs: Any):
+        """A fresh network of this description (``kwargs``: more constructor arguments, e.g.
+        ``trace=True``)."""
+        common = dict(seed=seed, profile=self.profile, faults=self.faults, framing_bytes=self.framing_bytes,
+                      **dict(self.options), **kwargs)
+        if self.transport == "sim":
+            from .sim import SimNetwork
+
+            return SimNetwork(link_model=self.link_model, **common)
+        if self.transport == "asyncio":
+            from .aio import AsyncioNetwork
+
+            return AsyncioNetwork(**common)
+        from .tcp import TcpNetwork  # the separate-process transport
+
+        return TcpNetwork(**common)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["window"] = list(self.window)
+        d["options"] = dict(self.options)
+        return d
+
+    def describe(self) -> str:
+        """A few words for reports: ``wan, fair links, loss 0.1, 30% dropout in [0, 60] s``."""
+        bits = [self.profile]
+        if self.transport != "sim":
+            bits.append(f"{self.transport} transport")
+        if self.link_model != "fifo":
+            bits.append(f"{self.link_model} link model")
+        if self.loss:
+            bits.append(f"loss {self.loss:g}")
+        if self.dropout:
+            bits.append(f"{self.dropout:.0%} dropout in [{self.window[0]:g}, {self.window[1]:g}] s")
+        return ", ".join(bits)

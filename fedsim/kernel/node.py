@@ -1,0 +1,58 @@
+"""``Node``: what a transport keeps about one node (its actor sees only a ``Context``).
+
+Public for people who write a transport or a link model (docs/network-model.md); actors never
+touch it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .links import NodeSpec
+
+__all__ = ["Node"]
+
+
+class Node:
+    """Kernel-side state of one node.
+
+    Identity and configuration: ``id``, ``role`` (current label, changed by ``ctx.set_role``),
+    ``spec`` (link, speed, loss, dropout), ``actor`` with ``args``/``kwargs``.
+    Run state: ``ctx``, ``coro``, ``round`` (label of what it sends), ``mailbox`` (a deque of
+    envelopes, made on first delivery), ``waiter`` (what it is blocked on; transport-specific),
+    ``done``/``result``, ``offline``, ``sent`` (messages it has sent: the sequence number that
+    keys its loss draws).
+    Link-model state: ``egress_free``/``ingress_free`` (the FIFO model's port clocks) and
+    ``link_state`` (free for any other link model).
+    """
+
+    __slots__ = ("id", "role", "spec", "actor", "args", "kwargs", "ctx", "round", "mailbox",
+                 "waiter", "egress_free", "ingress_free", "offline", "done", "result", "coro",
+                 "proc", "sent", "loss_rng", "gathering", "link_state", "__weakref__")
+
+    def __init__(self, node_id: str, role: str, spec: NodeSpec, actor: Callable[..., Any], args: tuple,
+                 kwargs: dict | None) -> None:
+        self.id = node_id
+        self.role = role
+        self.spec = spec
+        self.actor = actor
+        self.args = args
+        self.kwargs = kwargs
+        self.ctx: Any = None
+        self.round = 0
+        self.mailbox: Any = None  # a deque, created on first delivery
+        self.waiter: Any = None
+        self.egress_free = 0.0
+        self.ingress_free = 0.0
+        self.offline = False
+        self.done = False
+        self.result: Any = None
+        self.coro: Any = None
+        self.proc: Any = None
+        self.sent = 0
+        self.loss_rng: Any = None
+        self.gathering: Any = None  # the collector of a gather in progress (for error messages)
+        self.link_state: Any = None
+
+    def __repr__(self) -> str:
+        return f"Node({self.id!r}, role={self.role!r})"

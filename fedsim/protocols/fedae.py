@@ -1,0 +1,191 @@
+"""What PersonalFR and its FedAvg baseline share: the configuration, the federated evaluation,
+the bookkeeping of a run, and placing one actor per user group.
+
+Both protocols train the same autoencoder (``fedsim.math.autoencoder``) on the same prepared
+task (``fedsim.math.ae_train.AETask``): dense training rows per user, private test entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import Config, param
+from ..math import ae_train
+from ..math import optim
+from .common import SERVER, client_names
+from .contract import Result, server_result
+
+__all__ = [
+    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "evaluate_clients", "merge_flops", "place_actors", "prepare_task",
+    "selection_size",
+]
+
+EVAL_KINDS = ("evaluate", "eval")
+
+
+@dataclass(frozen=True)
+class FedAEConfig(Config):
+    """Hyper-parameters of PersonalFR and of the FedAvg baseline (``fedsim.protocols.fedavg_ae``).
+
+    Defaults: Table II and the authors' code (SGD lr 0.1, Nesterov momentum 0.9, weight decay 5e-4, cosine
+    annealing per round, clipping at 1, dropout 0.5 on the code, C = 0.1, K = 5, B = 10, 800 rounds).
+
+    PersonalFR only: ``compression`` (Partial Compression: exchange and train only the active decoder);
+    ``merge`` (``"per_item"``: Eq. 5, each output row averaged over the clients that have it active;
+    ``"algorithm1"``: Algorithm 1 as printed, rows a client lacks count with their previous value);
+    ``uncompressed_training`` (with ``compression=False``: ``"full"`` trains and weight-decays every row of
+    the whole decoder, as the authors' code; ``"masked"`` updates only the active rows, which makes it
+    equal to ``compression=True, merge="algorithm1"``); ``encoder_input`` (``"dense"``: the private encoder
+    has a column for every item, as the paper counts computation; ``"cut"``: it keeps only the columns of
+    the client's own training items. The other columns only ever multiply zero inputs, in training and in
+    prediction, so the model computes the same function (equal to rounding, tested); only the FLOPs and
+    the memory differ).
+
+    Both: ``client_momentum`` (``"keep"``: a client keeps its SGD momentum buffers between the rounds it
+    is selected in, as the authors' code; ``"reset"``: fresh buffers every round, standard FedAvg, O(C M)
+    memory instead of O(M) model-sized buffers). ``clients`` and ``threshold`` are used by ``build`` (how
+    many clients the users are partitioned into; which ratings are positive in the implicit task).
+    """
+
+    rounds: int = param(800, "communication rounds T", min=1)
+    fraction: float = param(0.1, "fraction C of clients selected per round", min=0, max=1, exclusive_min=True)
+    local_epochs: int = param(5, "local epochs K", min=1)
+    batch: int = param(10, "local batch size B (users)", min=1)
+    lr: float = param(0.1, "client SGD learning rate", min=0, exclusive_min=True)
+    momentum: float = param(0.9, "SGD momentum", min=0)
+    nesterov: bool = param(True, "Nesterov momentum")
+    weight_decay: float = param(5e-4, "weight decay", min=0)
+    clip: float = param(1.0, "gradient-norm clipping", min=0)
+    dropout: float = param(0.5, "dropout on the code", min=0, max=1)
+    schedule: str = param("cosine", "learning-rate schedule over the rounds", choices=("cosine", "constant"))
+    hidden: tuple[int, ...] = param((256, 128), "encoder widths (the decoder mirrors them)", min=1)
+    task: str = param("explicit", "explicit ratings (RMSE) or implicit feedback (NDCG@10)",
+                      choices=tuple(ae_train.TASKS))
+    compression: bool = param(True, "PersonalFR: Partial Compression (exchange only the active decoder)")
+    merge: str = param("per_item", "PersonalFR: Eq. 5 merge per item, or Algorithm 1 as printed",
+                       choices=("per_item", "algorithm1"))
+    uncompressed_training: str = param("full", "PersonalFR without compression: train the whole decoder "
+                                       "(full) or only the active rows (masked)", choices=("full", "masked"))
+    encoder_input: str = param("dense", "PersonalFR encoder width: every item (dense) or the client's own "
+                               "items (cut; same model, less memory)", choices=("dense", "cut"))
+    client_momentum: str = param("keep", "clients keep their momentum between rounds (keep) or not (reset)",
+                                 choices=("keep", "reset"))
+    dtype: str = param("float32", "parameter and wire dtype", choices=("float32", "float64"))
+    eval_every: int = param(0, "federated evaluation every this many rounds (and after the last; 0: last only)",
+                            min=0)
+    eval_k: int = param(10, "NDCG cut-off", min=1)
+    clients: int = param(100, "clients M the users are partitioned into (0: one user per client)", min=0)
+    threshold: float = param(3.5, "implicit task: ratings >= threshold are positive")
+    deadline: float | None = param(None, "seconds the server waits for the selected clients' updates (and for "
+                                   "evaluations) before merging what arrived (none: until all arrive)",
+                                   min=0, exclusive_min=True, none_ok=True)
+
+    @property
+    def loss(self) -> str:
+        return ae_train.TASKS[self.task]
+
+    def lr_at(self, t: int) -> float:
+        """Learning rate of round ``t`` (1-based): cosine annealing from ``lr`` over ``rounds`` rounds."""
+        if self.schedule == "constant":
+            return self.lr
+        return optim.cosine_lr(self.lr, t - 1, self.rounds)
+
+    def wants_eval(self, t: int) -> bool:
+        return t == self.rounds or bool(self.eval_every and t % self.eval_every == 0)
+
+
+def selection_size(fraction: float, n_clients: int) -> int:
+    """Clients per round: ``max(int(C M), 1)`` (McMahan et al.'s FedAvg rounding)."""
+    return max(int(fraction * n_clients + 1e-9), 1)
+
+
+async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: FedAEConfig) -> dict:
+    """Server side of a federated evaluation: send ``payload`` (the model) to every client as
+    ``evaluate``, add up the test sums of their ``eval`` answers, return the metrics of round ``t``."""
+    await ctx.broadcast(clients, "evaluate", payload)
+    # the metrics are over the test entries of the clients that answered in time
+    got = await ctx.gather("eval", senders=clients, round=t, timeout=cfg.deadline)
+    sums = ae_train.add_sums(m.payload for m in got)
+    out = ae_train.finish_eval(sums, cfg.task)
+    out["round"] = t
+    return out
+
+
+def merge_flops(slices) -> int:
+    """FLOPs of merging received parameter dicts: a multiply-add per received scalar and one
+    division per merged scalar."""
+    received = sum(int(v.size) for s in slices for v in s.values())
+    return 2 * received + max((sum(int(v.size) for v in s.values()) for s in slices), default=0)
+
+
+def prepare_task(data, test, cfg: FedAEConfig, seed: int) -> tuple[ae_train.AETask, list[np.ndarray]]:
+    """The ``AETask`` of ``data`` (training ``Ratings``) and ``test`` (held-out ``Ratings`` or
+    None), and the user groups: ``cfg.clients`` balanced groups drawn with ``seed`` (0: one user
+    per client)."""
+    from ..data import partition_users
+
+    empty = (np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32))
+    te = empty if test is None else (test.users, test.items, test.values)
+    task = ae_train.prepare((data.users, data.items, data.values), te, int(data.n_users), int(data.n_items),
+                            task=cfg.task, threshold=cfg.threshold)
+    M = cfg.clients or int(data.n_users)
+    return task, partition_users(int(data.n_users), M, seed=seed)
+
+
+@dataclass
+class FedAEJob:
+    """What ``place_actors`` placed on a network; ``collect`` gathers a run's results."""
+
+    protocol: str
+    cfg: FedAEConfig
+    clients: list[str]
+    groups: list[np.ndarray]
+    n_items: int
+
+    def collect(self, run) -> Result:
+        """``params``: the shared model the server holds at the end (PersonalFR: the decoder;
+        FedAvg: the whole autoencoder) and, for PersonalFR, each client's private encoder under
+        ``enc:<client>:<name>`` (the experimenter's copy: it was never sent); ``metrics``: the
+        federated evaluations, one per evaluated round; ``info``: ``best`` and ``final``
+        evaluation (the paper reports the best), ``client_flops`` (training FLOPs all clients
+        charged), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
+        client's return value)."""
+        srv = server_result(run)
+        hist = list(srv["history"])
+        key = "rmse" if self.cfg.task == "explicit" else "ndcg"
+        best = None
+        if hist:
+            vals = [h[key] for h in hist]
+            i = int(np.nanargmin(vals) if key == "rmse" else np.nanargmax(vals))
+            best = hist[i]
+        shared = srv["decoder"] if "decoder" in srv else srv["model"]
+        params = dict(shared)
+        done = {c: run.results[c] for c in self.clients if c in run.results}
+        for c, r in done.items():
+            enc = r.get("encoder")
+            if enc:
+                params.update({f"enc:{c}:{k}": v for k, v in enc.items()})
+        info = {
+            "final": hist[-1] if hist else None,
+            "best": best,
+            "client_flops": int(sum(r["flops"] for r in done.values())),
+            "server_flops": int(srv["flops"]),
+            "selected": srv["selected"],
+            "clients": done,
+            "missing": srv["missing"],
+            "lost_clients": [c for c in self.clients if c not in done],
+        }
+        return Result(self.protocol, self.cfg, params, hist, run, info=info)
+
+
+def place_actors(net, protocol: str, server, client, task: ae_train.AETask, groups: list[np.ndarray],
+                 cfg: FedAEConfig, evaluate: bool, server_role: str = "server") -> FedAEJob:
+    """Place ``server`` and one ``client`` per user group (``groups[m]``: the user indices of
+    client ``m``) on ``net``."""
+    clients = client_names(len(groups))
+    net.add_node(SERVER, server, clients, task.n_items, cfg, evaluate, role=server_role)
+    for name, users in zip(clients, groups):
+        net.add_node(name, client, task.rows(users), cfg)
+    return FedAEJob(protocol, cfg, clients, [np.asarray(g) for g in groups], task.n_items)

@@ -1,0 +1,110 @@
+"""The protocol registry: the one list of protocols that the CLI, the studies, the traces, the
+docs and the tests read.
+
+Protocol modules fill it themselves: each calls ``register(ProtocolSpec(...))`` at import (the
+built-in ones are imported by ``fedsim.protocols``). A protocol outside the package is a plug-in:
+a Python file named with ``--plugin PATH`` on the command line or in the ``FEDSIM_PLUGINS``
+environment variable (paths separated by ``os.pathsep``), or a module an installed package
+declares under the ``fedsim.protocols`` entry-point group. ``load_plugins`` imports them; their
+``register`` calls do the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .contract import ProtocolSpec
+
+__all__ = ["REGISTRY", "Registry", "load_plugins", "register"]
+
+
+class Registry:
+    """Protocol specs by name, in registration order. ``REGISTRY[name]`` raises ``KeyError``
+    with the known names; iterating yields the names."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ProtocolSpec] = {}
+
+    def add(self, spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
+        if not isinstance(spec, ProtocolSpec):
+            raise TypeError(f"register() takes a ProtocolSpec, got {type(spec).__name__}")
+        old = self._specs.get(spec.name)
+        if old is not None and old is not spec and not replace:
+            # the same file imported twice under two module names registers an equal spec: fine
+            if (old.build.__qualname__, old.summary) != (spec.build.__qualname__, spec.summary):
+                raise ValueError(f"a protocol named {spec.name!r} is already registered")
+        self._specs[spec.name] = spec
+        return spec
+
+    def remove(self, name: str) -> None:
+        """Forget a protocol (tests that register a temporary one)."""
+        self._specs.pop(name, None)
+
+    def __getitem__(self, name: str) -> ProtocolSpec:
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise KeyError(f"unknown protocol {name!r}; known: {', '.join(self._specs)}") from None
+
+    def get(self, name: str) -> ProtocolSpec | None:
+        return self._specs.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._specs))
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def specs(self) -> list[ProtocolSpec]:
+        return list(self._specs.values())
+
+
+REGISTRY = Registry()
+
+
+def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
+    """Add ``spec`` to ``REGISTRY`` and return it (so a module can write
+    ``SPEC = register(ProtocolSpec(...))``). Raises ``ValueError`` if another protocol already has
+    that name (``replace=True`` overrides)."""
+    return REGISTRY.add(spec, replace=replace)
+
+
+_loaded: set[str] = set()
+
+
+def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True) -> list[str]:
+    """Import plug-in protocols: each file of ``paths`` and of ``$FEDSIM_PLUGINS``, and (with
+    ``entry_points``) every module declared under the ``fedsim.protocols`` entry-point group.
+    Returns the names of the protocols that became registered. Raises ``FileNotFoundError`` for
+    a missing file; errors inside a plug-in propagate (with the file named by Python's
+    traceback)."""
+    before = set(REGISTRY)
+    env = [p for p in os.environ.get("FEDSIM_PLUGINS", "").split(os.pathsep) if p.strip()]
+    for p in [*paths, *env]:
+        path = Path(p).expanduser().resolve()
+        if str(path) in _loaded:
+            continue
+        if not path.is_file():
+            raise FileNotFoundError(f"no protocol plug-in file at {p}")
+        name = f"fedsim_plugin_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # so dataclasses and worker processes can find it
+        spec.loader.exec_module(mod)
+        _loaded.add(str(path))
+    if entry_points:
+        from importlib.metadata import entry_points as eps
+
+        for ep in eps(group="fedsim.protocols"):
+            if ep.value not in _loaded:
+                ep.load()
+                _loaded.add(ep.value)
+    return [n for n in REGISTRY if n not in before]

@@ -1,0 +1,34 @@
+"""The link model written in docs/network-model.md runs, uses only public names, and does what its
+docstring says."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "network-model.md"
+
+
+def test_the_documented_link_model_uses_only_public_names_and_shares_one_channel():
+    code = re.search(r"```python\n(.*?)```", DOC.read_text(), re.S).group(1)
+    assert "._" not in code and "net._" not in code  # the public interface is enough
+    ns: dict = {}
+    exec(compile(code, str(DOC), "exec"), ns)
+    net = ns["SimNetwork"](seed=0, profile="ideal", link_model=ns["SharedMedium"](rate=1e6))
+
+    async def sender(ctx, dst):
+        await ctx.send(dst, "m", {"x": np.zeros(999_950, np.uint8)})
+
+    async def sink(ctx):
+        await ctx.receive("m")
+
+    net.add_node("a", sender, "c")
+    net.add_node("b", sender, "d")
+    net.add_node("c", sink)
+    net.add_node("d", sink)
+    net.run()
+    rows = list(net.ledger.records())
+    size = rows[0]["bytes"]
+    # one channel: the second transmission waits for the first, whoever sends it
+    assert [r["arrival_time"] for r in rows] == pytest.approx([size / 1e6, 2 * size / 1e6])

@@ -1,0 +1,181 @@
+"""Runs end loudly: a deadlock raises DeadlockError naming every blocked actor and what it waits
+for; strict=False returns the partial result; deadlines and timeouts keep working."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsim.kernel import AsyncioNetwork, DeadlockError, LinkSpec, MessageTooLargeError, SimNetwork
+
+
+async def lonely(ctx):
+    await ctx.receive("hello")  # nobody ever sends it
+
+
+async def done(ctx):
+    return 1
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_receive_with_no_sender_is_a_deadlock_naming_the_actor(transport):
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork()
+    net.add_node("waiter", lonely)
+    net.add_node("other", done)
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    err = info.value
+    assert err.blocked == {"waiter": "receive 'hello'"}
+    assert "waiter waits in receive 'hello'" in str(err)
+    assert err.result.results == {"other": 1} and err.result.unfinished == ["waiter"]
+
+
+def test_non_strict_run_returns_the_partial_result():
+    net = SimNetwork()
+    net.add_node("waiter", lonely)
+    net.add_node("other", done)
+    res = net.run(strict=False)
+    assert res.unfinished == ["waiter"] and res.results == {"other": 1}
+    assert res.blocked == {"waiter": "receive 'hello'"} and not res.complete
+
+
+def _gather_server(timeout):
+    async def server(ctx, clients):
+        ctx.begin_round(0)
+        await ctx.broadcast(clients, "go", None)
+        got = await ctx.gather("reply", senders=clients, timeout=timeout, round=0)
+        return [m.sender for m in got], got.missing
+    return server
+
+
+async def replier(ctx):
+    await ctx.receive("go")
+    await ctx.send("server", "reply", {"x": 1})
+
+
+def test_gather_without_deadline_on_a_lost_message_is_a_deadlock():
+    clients = ["c0", "c1", "c2"]
+    net = SimNetwork(seed=0)
+    net.add_node("server", _gather_server(None), clients, role="server")
+    for c in clients:
+        # c1's only message is lost for sure
+        net.add_node(c, replier, loss=1.0 if c == "c1" else 0.0)
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    err = info.value
+    assert list(err.blocked) == ["server"]
+    assert err.blocked["server"] == "gather 'reply' for 1 of 3 senders: c1"
+    assert net.ledger.totals()["lost_messages"] == 1
+
+
+def test_the_same_gather_with_a_deadline_returns_what_arrived():
+    clients = ["c0", "c1", "c2"]
+    net = SimNetwork(seed=0)
+    net.add_node("server", _gather_server(5.0), clients, role="server")
+    for c in clients:
+        net.add_node(c, replier, loss=1.0 if c == "c1" else 0.0)
+    res = net.run()
+    assert res["server"] == (["c0", "c2"], ["c1"]) and res.duration == 5.0
+
+
+def test_dropout_of_a_peer_that_another_waits_for_names_both():
+    clients = ["c0", "c1"]
+
+    async def slow(ctx):
+        await ctx.receive("go")
+        await ctx.sleep(10.0)  # drops out at t = 2 before answering
+        await ctx.send("server", "reply", {"x": 1})
+
+    net = SimNetwork()
+    net.add_node("server", _gather_server(None), clients, role="server")
+    net.add_node("c0", replier)
+    net.add_node("c1", slow, offline_at=2.0)
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    err = info.value
+    assert err.blocked == {"server": "gather 'reply' for 1 of 2 senders: c1 (offline: c1)"}
+    # the run ends with the last event: c1's wake-up at t = 10, which finds it offline
+    assert err.offline == ["c1"] and err.time == 10.0
+    assert "offline: c1" in str(err)
+
+
+def test_stopping_at_until_is_not_a_deadlock():
+    async def sleeper(ctx):
+        await ctx.sleep(5.0)
+
+    net = SimNetwork()
+    net.add_node("s", sleeper)
+    res = net.run(until=1.0)
+    assert res.unfinished == ["s"] and res.blocked == {}
+
+
+def test_asyncio_duration_is_scaled_real_time_not_zero():
+    async def sleeper(ctx):
+        await ctx.sleep(2.0)
+
+    net = AsyncioNetwork(time_scale=0.01)  # 2 protocol seconds = 20 ms of real time
+    net.add_node("s", sleeper)
+    res = net.run()
+    assert 1.9 < res.duration < 10.0
+    assert net.now() == pytest.approx(res.duration, rel=0.5)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_a_message_above_the_bound_is_refused_at_the_sender(transport):
+    import numpy as np
+
+    async def big(ctx):
+        await ctx.send("sink", "blob", {"a": np.zeros(1000, np.float64)})
+
+    async def sink(ctx):
+        await ctx.receive("blob", timeout=1.0)
+
+    kw = dict(max_message_bytes=4000)
+    net = SimNetwork(**kw) if transport == "sim" else AsyncioNetwork(time_scale=0.001, **kw)
+    net.add_node("sender", big)
+    net.add_node("sink", sink)
+    with pytest.raises(Exception) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, MessageTooLargeError)
+    assert cause.node == "sender" and cause.kind == "blob" and cause.nbytes > 8000 and cause.limit == 4000
+    assert len(net.ledger) == 0  # nothing was recorded as sent
+
+
+def _lossy_pattern(net, clients):
+    async def server(ctx):
+        for r in range(4):
+            ctx.begin_round(r)
+            await ctx.broadcast(clients, "w", {"r": r})
+            await ctx.gather("u", senders=clients, timeout=50.0, round=r)
+        await ctx.broadcast(clients, "stop", None)
+
+    async def client(ctx):
+        while True:
+            msg = await ctx.receive(("w", "stop"), timeout=200.0)
+            if msg is None or msg.kind == "stop":
+                return
+            for k in range(3):
+                await ctx.send("server", "u", {"k": k})
+
+    net.add_node("server", server, role="server", loss=0.2)
+    for c in clients:
+        net.add_node(c, client, loss=0.2)
+
+
+@pytest.mark.parametrize("profile", ["ideal", "lan", "wan", "mobile"])
+def test_both_transports_lose_exactly_the_same_messages(profile):
+    """Loss draws are keyed by (sender, its own message number): uneven links that reorder the
+    global send order (wan, mobile) change nothing."""
+    clients = [f"c{i}" for i in range(12)]
+    lost = []
+    for net in (SimNetwork(seed=5, profile=profile), AsyncioNetwork(seed=5, profile=profile, time_scale=0.0001)):
+        _lossy_pattern(net, clients)
+        net.run(strict=False)
+        cols = net.ledger.columns()
+        per_sender: dict = {}
+        fates = []
+        for src, dst, kind, status in zip(cols["src"], cols["dst"], cols["kind"], cols["status"]):
+            n = per_sender[src] = per_sender.get(src, -1) + 1
+            fates.append((src, n, dst, kind, status == "lost"))
+        lost.append(sorted(f for f in fates if f[4]))
+    assert lost[0] == lost[1] and len(lost[0]) > 10

@@ -1,0 +1,255 @@
+"""The flow-level link model against hand-computed cases: max-min fair sharing of ports, shares
+freed at the right instant, pipelined delivery, TCP start-up, conservation and determinism."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import LinkSpec, SimNetwork
+from fedsim.kernel.flows import FairShareLinkModel, max_min_rates, tcp_startup_delay
+from fedsim.kernel.ledger import ARRIVAL, TX_END, TX_START
+
+MB = 1_000_000
+
+
+def blob(nbytes: int) -> dict:
+    # a uint8 array of about nbytes; the exact wire size is read from the ledger
+    return {"b": np.zeros(nbytes, np.uint8)}
+
+
+def star(sends, links, *, model="fair", seed=0):
+    """``sends``: (src, dst, nbytes, at) sent by sleeping actors; ``links``: node -> LinkSpec.
+    Returns the network after the run (every receiver waits for its messages)."""
+    net = SimNetwork(seed=seed, link_model=model)
+    inbox: dict[str, int] = {}
+    for _, dst, _, _ in sends:
+        inbox[dst] = inbox.get(dst, 0) + 1
+    by_src: dict[str, list] = {}
+    for src, dst, n, at in sends:
+        by_src.setdefault(src, []).append((at, dst, n))
+
+    def sender(plan):
+        async def actor(ctx):
+            now = 0.0
+            for at, dst, n in sorted(plan, key=lambda p: p[0]):
+                if at > now:
+                    await ctx.sleep(at - now)
+                    now = at
+                await ctx.send(dst, "m", blob(n))
+        return actor
+
+    def receiver(k):
+        async def actor(ctx):
+            for _ in range(k):
+                await ctx.receive("m")
+        return actor
+
+    for node in links:
+        plan = by_src.get(node, [])
+        k = inbox.get(node, 0)
+        if plan and k:
+            raise ValueError("a node either sends or receives in these tests")
+        net.add_node(node, sender(plan) if plan else receiver(k), link=links[node])
+    net.run()
+    return net
+
+
+def arrivals(net) -> dict:
+    return {(r["src"], r["dst"], r["seq"]): r for r in net.ledger.records()}
+
+
+def test_two_flows_sharing_a_port_get_half_each():
+    links = {"A": LinkSpec(uplink=1 * MB), "B": LinkSpec(), "C": LinkSpec()}
+    net = star([("A", "B", MB, 0.0), ("A", "C", MB, 0.0)], links)
+    rows = list(net.ledger.records())
+    size = rows[0]["bytes"]
+    # both at uplink / 2 from t = 0: they end together after 2 x size / uplink
+    for r in rows:
+        assert r["tx_start"] == 0.0
+        assert r["tx_end"] == pytest.approx(2 * size / MB, rel=1e-12)
+        assert r["arrival_time"] == r["tx_end"]  # zero latency: the last byte arrives as it leaves
+    # FIFO: one after the other
+    fifo = star([("A", "B", MB, 0.0), ("A", "C", MB, 0.0)], links, model="fifo")
+    ends = sorted(r["arrival_time"] for r in fifo.ledger.records())
+    assert ends == pytest.approx([size / MB, 2 * size / MB])
+
+
+def test_a_flow_that_ends_frees_its_share_at_that_instant():
+    links = {"A": LinkSpec(uplink=1 * MB), "B": LinkSpec(), "C": LinkSpec()}
+    net = star([("A", "B", MB // 2, 0.0), ("A", "C", MB, 0.0)], links)
+    r = {row["dst"]: row for row in net.ledger.records()}
+    small, big = r["B"]["bytes"], r["C"]["bytes"]
+    t1 = 2 * small / MB  # both at MB/2 until the small one is done
+    assert r["B"]["tx_end"] == pytest.approx(t1, rel=1e-12)
+    # then the big one alone at the full uplink
+    assert r["C"]["tx_end"] == pytest.approx(t1 + (big - small) / MB, rel=1e-12)
+
+
+def test_three_flows_with_different_access_rates_are_max_min_not_proportional():
+    # a server downlink of 30 shared by clients whose uplinks are 5, 20 and 20: 5, 12.5, 12.5
+    rates = max_min_rates(np.array([0, 2, 4]), np.array([1, 1, 1]), np.array([5.0, 30.0, 20.0, 0.0, 20.0]))
+    assert rates.tolist() == [5.0, 12.5, 12.5]  # proportional sharing would give 3.33, 13.3, 13.3
+    links = {"S": LinkSpec(downlink=30 * MB), "a": LinkSpec(uplink=5 * MB), "b": LinkSpec(uplink=20 * MB),
+             "c": LinkSpec(uplink=20 * MB)}
+    net = star([(c, "S", 10 * MB, 0.0) for c in "abc"], links)
+    r = {row["src"]: row for row in net.ledger.records()}
+    size = r["a"]["bytes"]
+    # b and c at 12.5 MB/s end at size / 12.5e6; then a alone is still limited by its 5 MB/s
+    assert r["b"]["tx_end"] == r["c"]["tx_end"] == pytest.approx(size / 12.5e6, rel=1e-12)
+    assert r["a"]["tx_end"] == pytest.approx(size / 5e6, rel=1e-12)
+
+
+def test_a_path_is_limited_by_its_slowest_port_and_bytes_pipeline():
+    links = {"A": LinkSpec(uplink=10 * MB, latency=0.02), "B": LinkSpec(downlink=2 * MB, latency=0.03)}
+    net = star([("A", "B", MB, 0.0)], links)
+    r = next(net.ledger.records())
+    assert r["tx_end"] == pytest.approx(r["bytes"] / (2 * MB), rel=1e-12)
+    assert r["rx_start"] == pytest.approx(0.05) and r["arrival_time"] == pytest.approx(r["tx_end"] + 0.05)
+    fifo = star([("A", "B", MB, 0.0)], links, model="fifo")
+    f = next(fifo.ledger.records())  # store and forward: both ports in turn
+    assert f["arrival_time"] == pytest.approx(r["bytes"] / (10 * MB) + 0.05 + r["bytes"] / (2 * MB))
+
+
+def test_a_late_flow_takes_its_share_from_then_on():
+    links = {"A": LinkSpec(), "B": LinkSpec(), "S": LinkSpec(downlink=1 * MB)}
+    net = star([("A", "S", MB, 0.0), ("B", "S", MB, 0.5)], links)
+    r = {row["src"]: row for row in net.ledger.records()}
+    size = r["A"]["bytes"]
+    # A alone for 0.5 s (0.5 MB), then both at 0.5 MB/s: A's rest takes 2 (size - 0.5 MB) / MB
+    t_a = 0.5 + 2 * (size - 0.5 * MB) / MB
+    assert r["A"]["tx_end"] == pytest.approx(t_a, rel=1e-12)
+    # B got MB/2 until t_a, then the whole port
+    sent_b = 0.5 * MB * (t_a - 0.5)
+    assert r["B"]["tx_end"] == pytest.approx(t_a + (size - sent_b) / MB, rel=1e-12)
+
+
+def test_tcp_startup_by_hand():
+    # 100 KB over 10 Mbit/s with a 200 ms round trip: handshake, then windows of 14,480,
+    # 28,960 and the last 56,560 bytes (the third window, 57,920, is still below the BDP of
+    # 250,000): 2 round trips + 56,560 B at full rate, against 100 KB at full rate
+    rate = 10e6 / 8
+    extra = tcp_startup_delay(100_000, rate, 0.2)
+    assert extra == pytest.approx(0.2 + (0.4 + 56_560 / rate) - 100_000 / rate)
+    # a window already above the bandwidth-delay product: only the handshake
+    assert tcp_startup_delay(100_000, 1e5, 0.01) == pytest.approx(0.01)
+    assert tcp_startup_delay(100_000, rate, 0.0) == 0.0
+    links = {"A": LinkSpec(uplink=rate, latency=0.05), "B": LinkSpec(latency=0.05)}
+    net = star([("A", "B", 100_000, 0.0)], links, model="tcp")
+    r = next(net.ledger.records())
+    size = r["bytes"]
+    assert r["arrival_time"] == pytest.approx(tcp_startup_delay(size, rate, 0.2) + size / rate + 0.1, rel=1e-12)
+
+
+def _faulty(model: str, seed: int):
+    clients = [f"c{i:02d}" for i in range(12)]
+
+    async def server(ctx):
+        for r in range(3):
+            ctx.begin_round(r)
+            await ctx.broadcast(clients, "w", blob(20_000))
+            await ctx.gather("u", senders=clients, timeout=10.0, round=r)
+        await ctx.broadcast(clients, "stop", None)
+
+    async def client(ctx):
+        while True:
+            msg = await ctx.receive(("w", "stop"), timeout=60.0)
+            if msg is None or msg.kind == "stop":
+                return
+            await ctx.send("server", "u", blob(5_000))
+
+    net = SimNetwork(seed=seed, profile="wan", link_model=model)
+    net.add_node("server", server, role="server")
+    for i, c in enumerate(clients):
+        net.add_node(c, client, loss=0.1, offline_at=0.3 if i == 3 else None)
+    net.run(strict=False)
+    return net
+
+
+@pytest.mark.parametrize("model", ["fair", "tcp"])
+def test_conservation_with_loss_and_dropout_and_determinism(model):
+    net = _faulty(model, seed=4)
+    t = net.ledger.totals()
+    assert t["lost_messages"] > 0
+    assert t["bytes"] == t["delivered_bytes"] + t["lost_bytes"] + t["in_flight_bytes"]
+    notes = {r["note"] for r in net.ledger.records() if r["status"] == "lost"}
+    assert "link loss" in notes and ({"sender offline", "receiver offline"} & notes)
+    for r in net.ledger.records():
+        if r["status"] == "delivered":
+            assert r["tx_start"] <= r["tx_end"] <= r["arrival_time"]
+    again = _faulty(model, seed=4)
+    assert again.ledger.to_csv() == net.ledger.to_csv()
+    assert _faulty(model, seed=5).ledger.to_csv() != net.ledger.to_csv()
+
+
+def test_a_broadcast_to_thousands_is_one_allocation_and_one_end():
+    n = 3000
+    clients = [f"c{i:04d}" for i in range(n)]
+    model = FairShareLinkModel()
+    calls = {"realloc": 0}
+    orig = model._reallocate
+
+    def counting():
+        calls["realloc"] += 1
+        orig()
+
+    model._reallocate = counting
+
+    async def server(ctx):
+        await ctx.broadcast(clients, "V", blob(10_000))
+
+    async def client(ctx):
+        await ctx.receive("V")
+
+    net = SimNetwork(profile="lan", link_model=model)
+    net.add_node("server", server, role="server")
+    for c in clients:
+        net.add_node(c, client)
+    net.run()
+    ends = net.ledger.view().column("tx_end")
+    assert np.ptp(ends) == 0.0  # equal shares of one port: they end together
+    size = next(net.ledger.records())["bytes"]
+    assert ends[0] == pytest.approx(n * size / net.node_spec("server").link.uplink, rel=1e-9)
+    assert calls["realloc"] <= 3  # the start, the common end (and nothing per copy)
+
+
+def test_unknown_link_model_is_a_clear_error():
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match="unknown link model 'warp'; known: fifo, fair, tcp"):
+        SimNetwork(link_model="warp")
+
+
+def test_max_min_rates_matches_a_plain_progressive_filling():
+    """The vectorised allocation against a direct one-port-at-a-time progressive filling on random
+    stars (hubs shared by many flows, leaves by one or two)."""
+    rng = np.random.default_rng(0)
+
+    def reference(src, dst, caps):
+        F = len(src)
+        rate = [None] * F
+        left = list(caps)
+        while any(r is None for r in rate):
+            best, port = math.inf, None
+            for p in range(len(caps)):
+                users = [f for f in range(F) if rate[f] is None and p in (src[f], dst[f])]
+                if users and left[p] / len(users) < best:
+                    best, port = left[p] / len(users), p
+            for f in range(F):
+                if rate[f] is None and port in (src[f], dst[f]):
+                    rate[f] = best
+                    left[src[f]] -= best
+                    left[dst[f]] -= best
+        return np.array(rate)
+
+    for _ in range(40):
+        nodes = int(rng.integers(2, 9))
+        caps = rng.choice([1.0, 2.0, 3.0, 5.0, 8.0, 13.0], size=2 * nodes)
+        F = int(rng.integers(1, 14))
+        a = rng.integers(0, nodes, F)
+        b = (a + rng.integers(1, nodes, F)) % nodes
+        src, dst = 2 * a, 2 * b + 1
+        np.testing.assert_allclose(max_min_rates(src, dst, caps), reference(list(src), list(dst), list(caps)),
+                                   rtol=1e-12)
