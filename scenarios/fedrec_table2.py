@@ -80,7 +80,7 @@ def run(ctx: RunContext) -> None:
                            dtype=ctx["dtype"])
         for f in folds:
             for fw in ("unfederated", "federated"):
-                tasks.append((f, fw, cfg, _seed(ctx.seed, f.index, fw, ctx["same_seed"]), ctx.profile, False))
+                tasks.append((f, fw, cfg, _seed(ctx.seed, f.index, fw, ctx["same_seed"]), ctx.net, False))
     ctx.progress.update(0, len(tasks), stage="table 2 runs")
     finished = [0]
 

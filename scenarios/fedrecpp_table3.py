@@ -53,7 +53,7 @@ def run(ctx: RunContext) -> None:
         eta = eta_value(label, n)
         base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl)
         for k in range(draws):
-            tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.profile, True))
+            tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True))
             labels.append((label, eta, "cost", k))
         tasks.append((fold, FedRecPPConfig(T=ctx["timing_iterations"], **base), ctx.seed, "wan", True))
         labels.append((label, eta, "wan", 0))

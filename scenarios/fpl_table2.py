@@ -94,7 +94,7 @@ def run(ctx: RunContext) -> None:
                   "profile": ctx.profile}
         rec, _ = run_cached(cache, split, "FCF", params,
                             lambda n: run_fcf(split, n, d=d, alpha=ctx["fcf_alpha"], lam=ctx["fcf_lam"],
-                                              lr=ctx["fcf_lr"], seed=ctx.seed, profile=ctx.profile,
+                                              lr=ctx["fcf_lr"], seed=ctx.seed, profile=ctx.net,
                                               record_network=ctx.record_network), ctx["fcf_rounds"],
                             length_key="rounds")
         e = _pick(rec)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 from fedsim.experiment import Param, RunContext, scenario_main
-from fedsim.kernel import SimNetwork
 from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
@@ -56,12 +55,12 @@ def run(ctx: RunContext) -> None:
                                          "PMF(B)", d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"],
                                          rho=ctx["rho"], strategy="hf", T_predict=5, T_local=10))]):
         t0 = time.perf_counter()
-        net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
+        net = ctx.network()
         job = fedrec.SPEC.build(net, data, cfg)
         report(name, job.collect(net.run()).model, net, t0)
         ctx.progress.update(2 + i, 4)
     t0 = time.perf_counter()
-    net = SimNetwork(seed=ctx.seed, profile=ctx.profile)
+    net = ctx.network()
     cfg = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=1,
                          T_predict=5, T_local=10)
     job = fedrecpp.SPEC.build(net, data, cfg)

@@ -168,7 +168,7 @@ def test_both_transports_lose_exactly_the_same_messages(profile):
     global send order (wan, mobile) change nothing."""
     clients = [f"c{i}" for i in range(12)]
     lost = []
-    for net in (SimNetwork(seed=5, profile=profile), AsyncioNetwork(seed=5, profile=profile, time_scale=0.0001)):
+    for net in (SimNetwork(seed=5, profile=profile), AsyncioNetwork(seed=5, profile=profile, time_scale=0.004)):
         _lossy_pattern(net, clients)
         net.run(strict=False)
         cols = net.ledger.columns()

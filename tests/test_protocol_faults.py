@@ -120,7 +120,7 @@ def test_both_transports_agree_under_loss(name):
     cfg = cfg.replace(deadline=2.0)
     out = []
     for net in (SimNetwork(seed=4, profile="lan", faults=Faults(loss=0.2)),
-                AsyncioNetwork(seed=4, time_scale=0.01, faults=Faults(loss=0.2))):
+                AsyncioNetwork(seed=4, time_scale=0.1, faults=Faults(loss=0.2))):
         res = spec.build(net, data, cfg).collect(net.run())
         lost = sorted((r["src"], r["dst"], r["kind"], r["round"]) for r in net.ledger.records() if r["status"] == "lost")
         out.append((res, lost))

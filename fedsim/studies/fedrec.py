@@ -9,7 +9,7 @@ from typing import Any
 
 
 from ..data import Ratings
-from ..kernel import SimNetwork
+from ..kernel import NetSpec, SimNetwork
 from ..math.pmf import DivergenceError
 from ..protocols import fedrec
 from ..protocols.fedrec import FedRecConfig, paper_lr
@@ -78,7 +78,7 @@ def run_one(task: tuple) -> RunOutcome:
     if framework == "federated":
         if curve:
             cfg = replace(cfg, eval_every=1)
-        net = SimNetwork(seed=seed, profile=profile)
+        net = NetSpec.of(profile).build(seed)
         job = fedrec.SPEC.build(net, data, cfg, test=fold.test_ratings() if curve else None)
         result = job.collect(net.run())
         model = result.model

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernel import SimNetwork, Totals
+from ..kernel import NetSpec, SimNetwork, Totals
 from ..protocols import fedrecpp
 from ..protocols.fedrecpp import FedRecPPConfig
 from .fedrec import evaluate_fold
@@ -35,7 +35,7 @@ def run_pp(task: tuple) -> PPOutcome:
     """``(fold, cfg, seed, profile, with_costs)`` -> outcome (costs from the ledger if asked)."""
     fold, cfg, seed, profile, with_costs = task
     t0 = time.perf_counter()
-    net = SimNetwork(seed=seed, profile=profile)
+    net = NetSpec.of(profile).build(seed)
     job = fedrecpp.SPEC.build(net, fold.train_ratings(), cfg)
     model = job.collect(net.run()).model
     wall = time.perf_counter() - t0

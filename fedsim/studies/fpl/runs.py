@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...kernel import SimNetwork
+from ...kernel import NetSpec
 from ...math.bpr import bpr_scores
 from ...math.bpr_central import train_bpr
 from ...math.fpl_presets import PRESET_NAMES, fpl_preset
@@ -83,7 +83,7 @@ def _ledger_epoch(net, kinds: tuple[str, ...]) -> dict[str, float]:
 
 
 def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int = 10, lr: float = 0.05,
-            seed: int = 0, profile: str = "ideal", rounding: str = "round", definition: str = "code",
+            seed: int = 0, profile: str | NetSpec = "ideal", rounding: str = "round", definition: str = "code",
             dtype: str = "float32", merge: str = "none", local_item_updates: bool = False,
             user_update: str = "per_triple", on_epoch: Callable[[int, dict], None] | None = None,
             record_network: Callable[[Any], None] | None = None, start: tuple[RunRecord, dict] | None = None,
@@ -116,14 +116,14 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
                   "rounds_done": len(curve) * cfg.rounds}
         wall0 = float(prev.wall_s)
     params = {"preset": preset, "pi": float(pi), "epochs": int(epochs), "d": d, "lr": lr, "seed": seed,
-              "profile": profile, "rounding": rounding, "definition": definition, "dtype": dtype,
+              "profile": NetSpec.of(profile).profile, "rounding": rounding, "definition": definition, "dtype": dtype,
               "merge": merge, "local_item_updates": local_item_updates, "user_update": user_update,
               "clients_per_round": cfg.clients_per_round, "triples": cfg.triples,
               "rounds_per_epoch": cfg.rounds}
     t0 = time.perf_counter()
     for e in range(len(curve), int(epochs)):
         te = time.perf_counter()
-        net = SimNetwork(seed=epoch_seed(seed, e), profile=profile)
+        net = NetSpec.of(profile).build(epoch_seed(seed, e))
         job = fpl_proto.SPEC.build(net, split.train, cfg, resume=resume)
         result = job.collect(net.run())
         resume = result
@@ -156,7 +156,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
 
 
 def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.0, lam: float = 0.1,
-            lr: float = 0.05, optimizer: str = "adam", seed: int = 0, profile: str = "ideal", eval_every: int = 1,
+            lr: float = 0.05, optimizer: str = "adam", seed: int = 0, profile: str | NetSpec = "ideal", eval_every: int = 1,
             on_epoch: Callable[[int, dict], None] | None = None,
             record_network: Callable[[Any], None] | None = None) -> RunRecord:
     """Train FCF for ``rounds`` rounds of all clients (one "epoch" = one round: every client
@@ -173,7 +173,7 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         k = min(int(eval_every), rounds - done)
         cfg = fcf_proto.FCFConfig(rounds=k, d=d, alpha=alpha, lam=lam, lr=lr, optimizer=optimizer)
         te = time.perf_counter()
-        net = SimNetwork(seed=epoch_seed(seed, chunk), profile=profile)
+        net = NetSpec.of(profile).build(epoch_seed(seed, chunk))
         job = fcf_proto.SPEC.build(net, split.train, cfg, resume=state)
         result = job.collect(net.run())
         state = result.state
@@ -194,7 +194,7 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         if on_epoch is not None:
             on_epoch(done, entry)
     params = {"rounds": int(rounds), "d": d, "alpha": alpha, "lam": lam, "lr": lr, "optimizer": optimizer,
-              "seed": seed, "profile": profile, "eval_every": int(eval_every)}
+              "seed": seed, "profile": NetSpec.of(profile).profile, "eval_every": int(eval_every)}
     return RunRecord("FCF", params, curve, time.perf_counter() - t0)
 
 

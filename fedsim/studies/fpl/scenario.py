@@ -8,6 +8,7 @@ import numpy as np
 
 from ...data import SYNTHETIC_PRESETS
 from ...experiment import Param, RunContext, UsageError
+from ...kernel import NetSpec
 from ...math.fpl_presets import PRESET_NAMES
 from ...math.metrics import bias_disparity
 from .cache import run_cached
@@ -101,9 +102,11 @@ def fpl_grid(ctx: RunContext, split: ImplicitSplit, presets: list[str], pis: lis
         ctx.progress.update(0, n_ep, stage=stage)
         params = {"preset": preset, "pi": pi, "d": d, "lr": lr, "seed": ctx.seed, "profile": ctx.profile,
                   "rounding": ctx["rounding"]}
+        if ctx.net != NetSpec(profile=ctx.profile):  # link model, faults: part of the key (absent by default)
+            params["network"] = ctx.net.to_dict()
 
         def fn(n, preset=preset, pi=pi, start=None, checkpoint=None):
-            return run_fpl(split, preset, pi, n, d=d, lr=lr, seed=ctx.seed, profile=ctx.profile,
+            return run_fpl(split, preset, pi, n, d=d, lr=lr, seed=ctx.seed, profile=ctx.net,
                            rounding=ctx["rounding"], on_epoch=lambda e, _: ctx.progress.update(e, n),
                            record_network=ctx.record_network, start=start, checkpoint=checkpoint)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...data import partition_users, per_user_random, resolve
 from ...experiment import Param, RunContext
-from ...kernel import SimNetwork
+from ...kernel import NetSpec
 from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
 from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
@@ -71,7 +71,7 @@ class RunSpec:
     test_frac: float
     M: int = 0  # 0: one user per client
     cfg: FedAEConfig | None = None
-    profile: str = "ideal"
+    profile: Any = "ideal"  # a profile name or a fedsim.kernel.NetSpec
     evaluate: bool = True
     joint_epochs: int = 0
     joint_batch: int = 500
@@ -136,7 +136,7 @@ def run_spec(spec: RunSpec) -> dict:
     else:
         M = spec.M or task.n_users
         groups = partition_users(task.n_users, M, seed=spec.seed)
-        net = SimNetwork(seed=spec.seed, profile=spec.profile)
+        net = NetSpec.of(spec.profile).build(spec.seed)
         job = PROTOCOLS[spec.method].place(net, task, groups, spec.cfg, evaluate=spec.evaluate)
         result = job.collect(net.run())  # a run that ends with actors blocked raises DeadlockError
         hist = result.metrics
@@ -175,7 +175,7 @@ def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]
         for task in ctx["tasks"]:
             cfg = config_from(ctx, task=task, **cfg_over)
             common = dict(data=ctx.data, seed=seed, task=task, threshold=ctx["threshold"],
-                          test_frac=ctx["test_frac"], profile=ctx.profile)
+                          test_frac=ctx["test_frac"], profile=ctx.net)
             if "joint" in ctx["methods"]:
                 specs.append(RunSpec("joint", cfg=cfg, joint_epochs=ctx["joint_epochs"],
                                      joint_batch=ctx["joint_batch"], **common))
