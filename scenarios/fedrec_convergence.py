@@ -16,15 +16,15 @@ from fedsim.studies.parallel import default_workers, pmap
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
-    "folds": Param(5, "number of copies the data is cut into (the first is used)"),
-    "iterations": Param(100, "iterations T"),
-    "d": Param(20, "latent dimension"),
+    "folds": Param(5, "number of copies the data is cut into (the first is used)", min=2),
+    "iterations": Param.of(FedRecConfig, "T", 100),
+    "d": Param.of(FedRecConfig, "d"),
     "models": Param(["PMF(B)", "PMF(S)", "SVD++(S)"], "models", kind="strs",
                     choices=("PMF(B)", "PMF(S)", "SVD++(S)")),
-    "lam": Param(0.001, "lambda"),
-    "rhos": Param([1, 2, 3], "HF sampling parameters", kind="ints"),
-    "dtype": Param("float32", "computation and wire dtype", choices=("float32", "float64")),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "lam": Param.of(FedRecConfig, "lam"),
+    "rhos": Param([1, 2, 3], "HF sampling parameters", kind="ints", min=0),
+    "dtype": Param.of(FedRecConfig, "dtype"),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 

@@ -17,18 +17,18 @@ from fedsim.studies.parallel import default_workers, pmap
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
-    "folds": Param(5, "number of data copies (folds)"),
-    "iterations": Param(100, "iterations T"),
-    "d": Param(20, "latent dimension"),
+    "folds": Param(5, "number of data copies (folds)", min=2),
+    "iterations": Param.of(FedRecConfig, "T", 100),
+    "d": Param.of(FedRecConfig, "d"),
     "models": Param(["PMF(B)"], "models", kind="strs", choices=("PMF(B)", "PMF(S)", "SVD++(S)")),
-    "rhos": Param([0, 1, 2, 3], "sampling parameters rho", kind="floats"),
+    "rhos": Param([0, 1, 2, 3], "sampling parameters rho", kind="floats", min=0),
     "strategies": Param(["ua", "hf"], "filling strategies", kind="strs", choices=("ua", "hf")),
-    "lam": Param(0.001, "lambda (Table 2's choice on ML100K)"),
-    "T_predict": Param(-1, "HF: iteration to start predicting (-1: authors' per-rho setting)"),
-    "T_local": Param(-1, "HF: local training steps (-1: authors' per-rho setting)"),
-    "resample": Param(True, "draw the sampled items afresh every iteration (false: once)"),
-    "dtype": Param("float32", "computation and wire dtype", choices=("float32", "float64")),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "lam": Param.of(FedRecConfig, "lam", help="lambda (Table 2's choice on ML100K)"),
+    "T_predict": Param(-1, "HF: iteration to start predicting (-1: authors' per-rho setting)", min=-1),
+    "T_local": Param(-1, "HF: local training steps (-1: authors' per-rho setting)", min=-1),
+    "resample": Param.of(FedRecConfig, "resample"),
+    "dtype": Param.of(FedRecConfig, "dtype"),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 

@@ -21,16 +21,16 @@ from fedsim.studies.parallel import default_workers, pmap
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
-    "folds": Param(5, "number of data copies (folds)"),
-    "iterations": Param(100, "iterations T"),
-    "d": Param(20, "latent dimension"),
+    "folds": Param(5, "number of data copies (folds)", min=2),
+    "iterations": Param.of(FedRecConfig, "T", 100),
+    "d": Param.of(FedRecConfig, "d"),
     "models": Param(["PMF(B)", "PMF(S)", "SVD++(S)"], "models to run", kind="strs",
                     choices=("PMF(B)", "PMF(S)", "SVD++(S)")),
-    "lambdas": Param([0.1, 0.01, 0.001], "lambda grid searched on fold 1 by MAE", kind="floats"),
+    "lambdas": Param([0.1, 0.01, 0.001], "lambda grid searched on fold 1 by MAE", kind="floats", min=0),
     "lam": Param(-1.0, "fixed lambda for all models (negative: search lambdas)"),
     "same_seed": Param(False, "use the same seed for federated and unfederated runs"),
-    "dtype": Param("float32", "computation and wire dtype", choices=("float32", "float64")),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "dtype": Param.of(FedRecConfig, "dtype"),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 

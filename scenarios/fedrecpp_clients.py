@@ -15,16 +15,16 @@ from fedsim.studies.parallel import default_workers, pmap
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
-    "folds": Param(5, "the data is cut into this many copies"),
-    "use_folds": Param(1, "how many of the copies to run"),
-    "iterations": Param(100, "iterations T"),
-    "fractions": Param([0.2, 0.6, 1.0], "participating fraction c / n", kind="floats"),
-    "rhos": Param([0, 1, 2, 3], "sampling parameters", kind="ints"),
-    "eta": Param(1, "denoisers in FedRec++"),
-    "d": Param(20, "latent dimension"),
-    "lam": Param(0.001, "lambda"),
-    "lr": Param(0.8, "learning rate gamma"),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "folds": Param(5, "the data is cut into this many copies", min=2),
+    "use_folds": Param(1, "how many of the copies to run", min=1),
+    "iterations": Param.of(FedRecPPConfig, "T", 100),
+    "fractions": Param([0.2, 0.6, 1.0], "participating fraction c / n", kind="floats", min=0, max=1, exclusive_min=True),
+    "rhos": Param([0, 1, 2, 3], "sampling parameters", kind="ints", min=0),
+    "eta": Param.of(FedRecPPConfig, "eta"),
+    "d": Param.of(FedRecPPConfig, "d"),
+    "lam": Param.of(FedRecPPConfig, "lam"),
+    "lr": Param.of(FedRecPPConfig, "lr"),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 

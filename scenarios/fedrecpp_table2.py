@@ -18,15 +18,15 @@ from fedsim.studies.parallel import default_workers, pmap
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
-    "folds": Param(5, "number of data copies (folds)"),
-    "iterations": Param(100, "iterations T"),
-    "d": Param(20, "latent dimension"),
-    "rhos": Param([0, 1, 2, 3], "sampling parameters", kind="ints"),
-    "eta": Param(1, "denoisers in FedRec++"),
-    "lam": Param(0.001, "lambda"),
-    "lr": Param(0.8, "learning rate gamma"),
-    "dtype": Param("float32", "computation and wire dtype", choices=("float32", "float64")),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "folds": Param(5, "number of data copies (folds)", min=2),
+    "iterations": Param.of(FedRecPPConfig, "T", 100),
+    "d": Param.of(FedRecPPConfig, "d"),
+    "rhos": Param([0, 1, 2, 3], "sampling parameters", kind="ints", min=0),
+    "eta": Param.of(FedRecPPConfig, "eta"),
+    "lam": Param.of(FedRecPPConfig, "lam"),
+    "lr": Param.of(FedRecPPConfig, "lr"),
+    "dtype": Param.of(FedRecPPConfig, "dtype"),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 

@@ -20,17 +20,17 @@ from fedsim.studies.parallel import default_workers, pmap
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
-    "folds": Param(5, "the data is cut into this many copies; the first is used"),
-    "iterations": Param(10, "iterations T (costs per iteration do not depend on T)"),
+    "folds": Param(5, "the data is cut into this many copies; the first is used", min=2),
+    "iterations": Param.of(FedRecPPConfig, "T", 10, help="iterations T (costs per iteration do not depend on T)"),
     "draws": Param(5, "independent draws of the denoisers and samples (seeds seed, seed+1, ...); figures are "
                       "their mean, the spread is reported"),
-    "timing_iterations": Param(3, "iterations of the wan-profile timing runs"),
-    "d": Param(20, "latent dimension"),
-    "rho": Param(1.0, "sampling parameter"),
+    "timing_iterations": Param(3, "iterations of the wan-profile timing runs", min=1),
+    "d": Param.of(FedRecPPConfig, "d"),
+    "rho": Param.of(FedRecPPConfig, "rho"),
     "etas": Param(["0", "1", "n/4", "n/2"], "numbers of denoisers (ints or n/4, n/2)", kind="strs"),
-    "lam": Param(0.001, "lambda"),
-    "lr": Param(0.8, "learning rate gamma"),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "lam": Param.of(FedRecPPConfig, "lam"),
+    "lr": Param.of(FedRecPPConfig, "lr"),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 

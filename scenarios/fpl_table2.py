@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.protocols.fcf import FCFConfig
 from fedsim.studies.fpl import (
     PAPER_BEST_PI_BRAZIL,
     PAPER_TABLE2_BRAZIL,
@@ -45,13 +46,13 @@ PARAMS = {
     "pis": Param([0.5, 1.0], "pi grid each preset's best pi is chosen from (the paper: 0.1, ..., 1.0)",
                  kind="floats"),
     "baselines": Param(list(BASELINES), "baselines to run", kind="strs", choices=BASELINES),
-    "bpr_epochs": Param(30, "BPR-MF epochs (best chosen like FPL's)"),
+    "bpr_epochs": Param(30, "BPR-MF epochs (best chosen like FPL's)", min=1),
     "bpr_grid": Param(False, "search BPR-MF over lr {0.005, 0.05, 0.5} x d {10, 20, 50}; FPL and FCF then use "
                       "the chosen d (and FPL its lr)"),
-    "fcf_rounds": Param(40, "FCF rounds (every client each round)"),
-    "fcf_alpha": Param(1.0, "FCF confidence alpha"),
-    "fcf_lam": Param(0.1, "FCF regularisation"),
-    "fcf_lr": Param(0.05, "FCF server (Adam) learning rate"),
+    "fcf_rounds": Param.of(FCFConfig, "rounds", 40),
+    "fcf_alpha": Param.of(FCFConfig, "alpha"),
+    "fcf_lam": Param.of(FCFConfig, "lam"),
+    "fcf_lr": Param.of(FCFConfig, "lr"),
 }
 
 

@@ -23,16 +23,16 @@ from fedsim.studies.personalfr import RunSpec, execute, load_task
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "clients": Param([1, 10, 100, 300, 0], "numbers of clients M (0: one user per client)"),
-    "rounds": Param(1, "rounds per run (ratios per round; every round draws C M clients)"),
-    "fraction": Param(0.1, "fraction C of clients per round"),
-    "local_epochs": Param(5, "local epochs K"),
-    "batch": Param(10, "local batch size B (1 when one user per client)"),
-    "task": Param("explicit", "task", choices=("explicit", "implicit")),
+    "rounds": Param.of(FedAEConfig, "rounds", 1, help="rounds per run (ratios per round; every round draws C M clients)"),
+    "fraction": Param.of(FedAEConfig, "fraction"),
+    "local_epochs": Param.of(FedAEConfig, "local_epochs"),
+    "batch": Param.of(FedAEConfig, "batch", help="local batch size B (1 when one user per client)"),
+    "task": Param.of(FedAEConfig, "task"),
     "encoder_inputs": Param(["dense", "cut"], "PersonalFR encoder widths to charge", kind="strs",
                             choices=("dense", "cut")),
-    "threshold": Param(3.5, "implicit task threshold"),
-    "test_frac": Param(0.2, "per-user test fraction"),
-    "workers": Param(0, "worker processes (0: one per core)"),
+    "threshold": Param.of(FedAEConfig, "threshold"),
+    "test_frac": Param(0.2, "per-user test fraction", min=0, max=0.9, exclusive_min=True),
+    "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
 # Le et al. 2022, Figure 5 / text: communication 2.5x to 27x, computation 1.25x to 1.9x (ML1M, M = 1 .. 6040)

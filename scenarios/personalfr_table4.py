@@ -10,6 +10,7 @@ would need M model copies) and PersonalFR encoders are cut to the client's own i
 from __future__ import annotations
 
 from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.protocols.personalfr import FedAEConfig
 from fedsim.studies.personalfr import (
     COMMON_PARAMS,
     execute,
@@ -22,7 +23,7 @@ from fedsim.studies.personalfr import (
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     **COMMON_PARAMS,
-    "batch": Param(1, "local batch size B (users; one user per client)"),
+    "batch": Param.of(FedAEConfig, "batch", 1, help="local batch size B (users; one user per client)"),
     "client_momentum": Param("reset", "clients keep their momentum between rounds (keep) or not (reset)",
                              choices=("keep", "reset")),
 }

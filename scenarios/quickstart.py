@@ -19,11 +19,11 @@ from fedsim.studies.fedrec import make_folds
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {
-    "iterations": Param(15, "iterations T"),
-    "d": Param(20, "latent dimension"),
-    "lr": Param(0.8, "learning rate gamma"),
-    "lam": Param(0.001, "lambda"),
-    "rho": Param(1.0, "sampling parameter of the HF and FedRec++ runs"),
+    "iterations": Param.of(FedRecConfig, "T", 15),
+    "d": Param.of(FedRecConfig, "d"),
+    "lr": Param.of(FedRecConfig, "lr"),
+    "lam": Param.of(FedRecConfig, "lam"),
+    "rho": Param.of(FedRecConfig, "rho", 1.0, help="sampling parameter of the HF and FedRec++ runs"),
 }
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from ...data import SYNTHETIC_PRESETS
 from ...experiment import Param, RunContext, UsageError
 from ...kernel import NetSpec
+from ...protocols.fpl import FPLConfig
 from ...math.fpl_presets import PRESET_NAMES
 from ...math.metrics import bias_disparity
 from .cache import run_cached
@@ -44,8 +45,8 @@ def scenario_params() -> dict:
         "presets": Param(list(PRESET_NAMES), "FPL presets to run", kind="strs", choices=PRESET_NAMES),
         "epochs": Param([8, 2, 8, 2], "epochs per preset, in the order sFPL, sFPL+, pFPL, pFPL+ (one value: "
                         "all); the paper explores 10-50", kind="ints"),
-        "d": Param(10, "latent dimension (FPL, FCF; BPR-MF's default)"),
-        "lr": Param(0.05, "learning rate alpha (FPL; BPR-MF's default)"),
+        "d": Param.of(FPLConfig, "d", help="latent dimension (FPL, FCF; BPR-MF's default)"),
+        "lr": Param.of(FPLConfig, "lr", help="learning rate alpha (FPL; BPR-MF's default)"),
         "protocol": Param("validation", "validation: fit on train minus the validation cut, choose pi and the "
                           "epoch by validation P@10, report test; test: fit on the 80 %, choose on test",
                           choices=("validation", "test")),
