@@ -102,7 +102,7 @@ def main(argv=None):
     test_sets = [set() for _ in range(n_users)]
     for u, i in zip(su.tolist(), si.tolist()):
         test_sets[u].add(i)
-    print(f"# ML100K implicit, users > 20 interactions, temporal 80/20 per user")
+    print("# ML100K implicit, users > 20 interactions, temporal 80/20 per user")
     print(f"|U| = {n_users}, |I| = {n_items} (training catalogue {catalogue.size}), X+ = {x_plus}, "
           f"test = {su.size} (unreachable: {int((~cat_mask[si]).sum())})\n")
 

@@ -86,7 +86,7 @@ def main() -> None:
     out = {}
     for model in ("PMF(B)", "PMF(S)", "SVD++(S)"):  # warm-up: numba compilation, first-touch allocations
         one(fold, model, 1)
-    print(f"| model | federated s/iteration | math | simulation | simulation share | central twin s/iteration |")
+    print("| model | federated s/iteration | math | simulation | simulation share | central twin s/iteration |")
     print("|---|---:|---:|---:|---:|---:|")
     for model in ("PMF(B)", "PMF(S)", "SVD++(S)"):
         runs = [one(fold, model, args.iterations) for _ in range(args.repeats)]

@@ -9,9 +9,7 @@ Prints one line per figure and, last, one JSON object with at least ``us_per_mes
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import os
 import statistics
 import subprocess
 import sys

@@ -35,18 +35,20 @@ def run(ctx: RunContext) -> None:
     tasks, labels = [], []
     for m in ctx["models"]:
         base = FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m), lam=ctx["lam"], dtype=ctx["dtype"])
-        tasks.append((fold, "unfederated", base, ctx.seed, ctx.net, True))
+        tasks.append((fold, "unfederated", base, ctx.seed, ctx.net, True, ctx.ledger_dir))
         labels.append((m, "unfederated"))
-        tasks.append((fold, "federated", base, ctx.seed, ctx.net, True))
+        tasks.append((fold, "federated", base, ctx.seed, ctx.net, True, ctx.ledger_dir))
         labels.append((m, "federated rho=0"))
         for rho in ctx["rhos"]:
             tp, tl = FEDREC_HF_SETTINGS[m][rho - 1] if 1 <= rho <= 3 else (10, 10)
             cfg = FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m), lam=ctx["lam"], rho=float(rho),
                                strategy="hf", T_predict=tp, T_local=tl, dtype=ctx["dtype"])
-            tasks.append((fold, "federated", cfg, ctx.seed, ctx.net, True))
+            tasks.append((fold, "federated", cfg, ctx.seed, ctx.net, True, ctx.ledger_dir))
             labels.append((m, f"federated HF rho={rho}"))
     ctx.progress.update(0, len(tasks), stage="convergence runs")
     outs = pmap(run_one, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
     rows = []
     for (m, label), o in zip(labels, outs):
         for h in o.history:

@@ -56,10 +56,12 @@ def run(ctx: RunContext) -> None:
                                    rho=float(rho), strategy=strat, T_predict=tp, T_local=tl,
                                    resample=ctx["resample"], dtype=ctx["dtype"])
                 for f in folds:
-                    tasks.append((f, "federated", cfg, ctx.seed * 1000 + f.index, ctx.net, False))
+                    tasks.append((f, "federated", cfg, ctx.seed * 1000 + f.index, ctx.net, False, ctx.ledger_dir))
                     keys.append((m, strat, rho))
     ctx.progress.update(0, len(tasks), stage="rho sweep")
     outs = pmap(run_one, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
     rows = []
     for (m, strat, rho), runs in group_runs(outs, keys).items():
         st = fold_stats(runs)

@@ -53,6 +53,8 @@ def select_lambda(ctx: RunContext, folds, models, workers):
     ctx.progress.update(0, len(tasks), stage="lambda selection (fold 1)")
     outs = pmap(run_one, tasks, workers,
                 on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
     rows, best = [], {}
     for o in outs:
         rows.append({"model": o.cfg.model, "lambda": o.cfg.lam, "mae": o.mae, "rmse": o.rmse,
@@ -80,7 +82,7 @@ def run(ctx: RunContext) -> None:
                            dtype=ctx["dtype"])
         for f in folds:
             for fw in ("unfederated", "federated"):
-                tasks.append((f, fw, cfg, _seed(ctx.seed, f.index, fw, ctx["same_seed"]), ctx.net, False))
+                tasks.append((f, fw, cfg, _seed(ctx.seed, f.index, fw, ctx["same_seed"]), ctx.net, False, ctx.ledger_dir))
     ctx.progress.update(0, len(tasks), stage="table 2 runs")
     finished = [0]
 
@@ -90,6 +92,8 @@ def run(ctx: RunContext) -> None:
 
     # federated runs take 10-30x longer than their central twins, SVD++ the longest: start them first
     outs = pmap(run_one, tasks, workers, on_done=tick, cost=_run_cost)
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
 
     rows, md_rows, comm_rows, per_fold = [], [], [], []
     n_rated = len(folds[0].train[0])

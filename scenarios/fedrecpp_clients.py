@@ -42,10 +42,12 @@ def run(ctx: RunContext) -> None:
                 cfg = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], rho=float(rho),
                                      eta=eta, c=0 if c >= n else c, T_predict=tp, T_local=tl)
                 for f in folds:
-                    tasks.append((f, cfg, ctx.seed * 1000 + f.index, ctx.net, False))
+                    tasks.append((f, cfg, ctx.seed * 1000 + f.index, ctx.net, False, ctx.ledger_dir))
                     keys.append((frac, name, rho))
     ctx.progress.update(0, len(tasks), stage="participation sweep")
     outs = pmap(run_pp, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
     rows = []
     for key, runs in group_runs(outs, keys).items():
         s = fold_stats(runs)

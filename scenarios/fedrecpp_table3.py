@@ -53,12 +53,15 @@ def run(ctx: RunContext) -> None:
         eta = eta_value(label, n)
         base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl)
         for k in range(draws):
-            tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True))
+            tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True, ctx.ledger_dir))
             labels.append((label, eta, "cost", k))
-        tasks.append((fold, FedRecPPConfig(T=ctx["timing_iterations"], **base), ctx.seed, "wan", True))
+        tasks.append((fold, FedRecPPConfig(T=ctx["timing_iterations"], **base), ctx.seed, ctx.net.replace(profile="wan"),
+                      True, ctx.ledger_dir))
         labels.append((label, eta, "wan", 0))
     ctx.progress.update(0, len(tasks), stage="table 3 runs")
     outs = pmap(run_pp, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
     per_draw, timing, download = [], [], {}
     dataset = ctx.data
     for (label, eta, kind, k), o in zip(labels, outs):

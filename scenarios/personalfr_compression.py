@@ -47,7 +47,7 @@ def run(ctx: RunContext) -> None:
         cfg = FedAEConfig(rounds=ctx["rounds"], fraction=ctx["fraction"], local_epochs=ctx["local_epochs"],
                           batch=1 if one else ctx["batch"], task=ctx["task"], client_momentum="reset")
         common = dict(data=ctx.data, seed=ctx.seed, task=ctx["task"], threshold=ctx["threshold"],
-                      test_frac=ctx["test_frac"], M=M, profile=ctx.net, evaluate=False)
+                      test_frac=ctx["test_frac"], M=M, profile=ctx.net, evaluate=False, ledger_dir=ctx.ledger_dir)
         specs.append(RunSpec("fedavg", cfg=cfg, **common))
         for enc in ctx["encoder_inputs"]:
             specs.append(RunSpec("personalfr", cfg=replace(cfg, encoder_input=enc), **common))

@@ -84,7 +84,7 @@ class RunContext:
     plots: list[str] = field(default_factory=list)
     sim_time: float = 0.0
     ledger_totals: dict[str, float] = field(default_factory=dict)
-    _ledgers: list = field(default_factory=list)
+    _recorded: int = 0
 
     def __getitem__(self, key: str) -> Any:
         return self.config[key]
@@ -134,20 +134,32 @@ class RunContext:
             if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                 self.ledger_totals[k] = self.ledger_totals.get(k, 0) + v
 
-    def record_network(self, net: Any) -> None:
+    @property
+    def ledger_dir(self) -> str | None:
+        """Where runs write their ledgers when ``--ledger`` was given (merged into ledger.csv
+        with a ``run`` column at the end of the run), else None: pass it to work done in worker
+        processes."""
+        return str(self.out / ".ledgers") if self.keep_ledger else None
+
+    def record_network(self, net: Any, label: str | None = None) -> None:
         """Account one finished network run: its simulated duration and ledger totals (summed
-        over runs in results.json); with ``--ledger`` its full ledger goes to ledger.csv."""
-        led = net.ledger
-        self.record_totals(float(net.now()), led.totals())
+        over runs in results.json); with ``--ledger`` its ledger goes into ledger.csv, its rows
+        labelled ``label`` (default: the order of recording)."""
+        from ..kernel import network_record
+
+        self._recorded += 1
+        name = f"{self._recorded:05d}-{label or 'network'}"
+        self.record_run(network_record(net, self.ledger_dir, name))
+
+    def record_run(self, record: Mapping[str, Any] | None) -> None:
+        """Account a ``fedsim.kernel.network_record`` (what a run in a worker process hands
+        back): its simulated time and totals; its ledger file, if any, is merged at the end."""
+        if not record:
+            return
+        self.record_totals(float(record.get("sim_time", 0.0)), record.get("totals") or {})
         self.progress.recorded = {"sim_time": self.sim_time, "messages": self.ledger_totals.get("messages", 0),
                                   "bytes": self.ledger_totals.get("bytes", 0)}
-        if self.keep_ledger:
-            path = self.out / "ledger.csv"
-            with open(path, "a", newline="", encoding="utf-8") as fh:
-                text = led.to_csv()
-                if fh.tell() > 0:
-                    text = text.split("\n", 1)[1]  # header once
-                fh.write(text)
+
 
     def plot(self, name: str, draw: Callable[[Any], None]) -> Path | None:
         """Call ``draw(ax)`` on a fresh matplotlib axes and save ``NAME.png``; returns the path,

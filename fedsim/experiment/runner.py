@@ -71,6 +71,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     finally:
         ctx.progress.close()
     wall = time.perf_counter() - t0
+    if ledger:
+        merge_ledgers(Path(ctx.ledger_dir), out_dir / "ledger.csv")
     results = {
         "scenario": name,
         "config": cfg,
@@ -90,6 +92,33 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     write_results(out_dir, results)
     write_report(out_dir, results, ctx.tables, ctx.notes)
     return results
+
+
+def merge_ledgers(parts: Path, dest: Path) -> int:
+    """Write every ledger CSV of ``parts`` (in name order) into ``dest``, each row prefixed with a
+    ``run`` column naming the network it came from (the part's name); remove ``parts``. Returns
+    the number of rows. Every part has the same header (the ledger's columns)."""
+    import shutil
+
+    files = sorted(parts.glob("*.csv")) if parts.is_dir() else []
+    rows = 0
+    with open(dest, "w", newline="", encoding="utf-8") as out:
+        header = None
+        for f in files:
+            with open(f, encoding="utf-8") as fh:
+                first = fh.readline()
+                if header is None:
+                    header = first
+                    out.write("run," + first)
+                elif first != header:
+                    raise RuntimeError(f"ledger part {f} has another header than the others")
+                for line in fh:
+                    out.write(f"{f.stem},{line}")
+                    rows += 1
+        if header is None:
+            out.write("run\n")
+    shutil.rmtree(parts, ignore_errors=True)
+    return rows
 
 
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
@@ -115,7 +144,8 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dropout-window", default=None, dest="dropout_window", metavar="START,END",
                     help="seconds within which dropouts happen (default 0,0)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar or printed tables")
-    ap.add_argument("--ledger", action="store_true", help="also write the full ledger as ledger.csv")
+    ap.add_argument("--ledger", action="store_true",
+                    help="also write every message of every network as ledger.csv (a run column says which)")
 
 
 def net_from_args(mod: ModuleType, args: argparse.Namespace):

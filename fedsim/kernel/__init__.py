@@ -19,6 +19,7 @@ from .links import PROFILES, Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .netspec import TRANSPORTS, NetSpec
 from .network import Network, RunResult
 from .node import Node
+from .records import network_record
 from .sim import FifoLinkModel, LinkModel, SimNetwork
 from .aio import AsyncioNetwork
 
@@ -28,5 +29,5 @@ __all__ = [
     "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
     "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile", "RunResult",
     "SimNetwork", "TRANSPORTS", "Totals", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",
-    "get_profile", "matches",
+    "get_profile", "matches", "network_record",
 ]

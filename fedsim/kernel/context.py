@@ -160,7 +160,7 @@ class Context:
 
     __slots__ = ("_net", "_node", "_rng")
 
-    def __init__(self, net: "Network", node: "Node") -> None:
+    def __init__(self, net: Any, node: Node) -> None:  # net: any transport (fedsim.kernel.network)
         self._net = net
         self._node = node
         self._rng: np.random.Generator | None = None

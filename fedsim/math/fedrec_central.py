@@ -253,7 +253,7 @@ def train_pmf_batch(
     if order not in ("code", "paper"):
         raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
     dt = st.dt.type
-    n, m = st.n, st.m
+    n = st.n
     counts_u = np.diff(st.indptr)
     cu = np.repeat(np.arange(n), counts_u)
     ci, cr = st.indices.astype(np.int64), st.data

@@ -16,7 +16,6 @@ Conventions:
 
 from __future__ import annotations
 
-from typing import NamedTuple
 
 import numpy as np
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sgd_numba
-from .filling import hf_active, sample_unrated, user_mean
 from .sgd_client import ClientUpload, sgd_client_call
 
 __all__ = [

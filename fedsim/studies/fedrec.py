@@ -7,9 +7,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 
 from ..data import Ratings
-from ..kernel import NetSpec, SimNetwork
+from ..kernel import NetSpec, SimNetwork, network_record
 from ..math.pmf import DivergenceError
 from ..protocols import fedrec
 from ..protocols.fedrec import FedRecConfig, paper_lr
@@ -53,6 +54,7 @@ class RunOutcome:
     ledger: dict | None = None  # per-iteration communication figures (federated only)
     sim_time: float = 0.0
     totals: dict | None = None
+    record: dict | None = None  # the network's fedsim.kernel.network_record (federated only)
 
 
 def make_folds(ratings, k: int, seed: int) -> list[Fold]:
@@ -66,9 +68,13 @@ def make_folds(ratings, k: int, seed: int) -> list[Fold]:
 
 
 def run_one(task: tuple) -> RunOutcome:
-    """Run ``(fold, framework, cfg, seed, profile, evaluate_curve)``; ``framework`` is
-    ``"federated"`` (actors on a SimNetwork) or ``"unfederated"`` (the centralized twin)."""
-    fold, framework, cfg, seed, profile, curve = task
+    """Run ``(fold, framework, cfg, seed, network, evaluate_curve[, ledger_dir])``; ``framework``
+    is ``"federated"`` (actors on the network a ``NetSpec`` or profile name describes) or
+    ``"unfederated"`` (the centralized twin). With ``ledger_dir`` the network's ledger is
+    written there (see ``RunContext.ledger_dir``)."""
+    fold, framework, cfg, seed, profile, curve, *rest = task
+    ledger_dir = rest[0] if rest else None
+    record = None
     data = fold.train_ratings()
     t0 = time.perf_counter()
     history: list = []
@@ -86,6 +92,7 @@ def run_one(task: tuple) -> RunOutcome:
         ledger = comm_per_iteration(net, cfg)
         sim_time = result.duration
         totals = net.ledger.totals()
+        record = network_record(net, ledger_dir, f"fold{fold.index + 1}-{cfg.model}-rho{cfg.rho:g}-{cfg.strategy}-s{seed}")
     else:
         model = fedrec.central_twin(data, cfg, seed=seed, test=fold.test if curve else None)
         history = [{"iteration": h["iteration"], "mae": h.get("mae"), "rmse": h.get("rmse")}
@@ -95,7 +102,7 @@ def run_one(task: tuple) -> RunOutcome:
     if curve and framework == "federated" and diverged is None:
         history = history + [{"iteration": cfg.T, "mae": mae, "rmse": rmse}]
     return RunOutcome(fold.index, framework, cfg, mae, rmse, diverged, wall, history, ledger,
-                      sim_time, totals)
+                      sim_time, totals, record)
 
 
 def evaluate_fold(model, fold: Fold) -> tuple[float, float, int | None]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernel import NetSpec, SimNetwork, Totals
+from ..kernel import NetSpec, SimNetwork, Totals, network_record
 from ..protocols import fedrecpp
 from ..protocols.fedrecpp import FedRecPPConfig
 from .fedrec import evaluate_fold
@@ -29,18 +29,21 @@ class PPOutcome:
     costs: list | None = None
     round_s: float | None = None
     download_bytes: float | None = None
+    record: dict | None = None  # the network's fedsim.kernel.network_record
 
 
 def run_pp(task: tuple) -> PPOutcome:
-    """``(fold, cfg, seed, profile, with_costs)`` -> outcome (costs from the ledger if asked)."""
-    fold, cfg, seed, profile, with_costs = task
+    """``(fold, cfg, seed, network, with_costs[, ledger_dir])`` -> outcome (costs from the ledger
+    if asked; the network's record, its ledger written to ``ledger_dir`` if given)."""
+    fold, cfg, seed, profile, with_costs, *rest = task
     t0 = time.perf_counter()
     net = NetSpec.of(profile).build(seed)
     job = fedrecpp.SPEC.build(net, fold.train_ratings(), cfg)
     model = job.collect(net.run()).model
     wall = time.perf_counter() - t0
     mae, rmse, div = evaluate_fold(model, fold)
-    out = PPOutcome(fold.index, cfg, mae, rmse, div, wall)
+    label = f"fold{fold.index + 1}-eta{cfg.eta}-rho{cfg.rho:g}-c{cfg.c}-s{seed}"
+    out = PPOutcome(fold.index, cfg, mae, rmse, div, wall, record=network_record(net, rest[0] if rest else None, label))
     if with_costs:
         out.costs = role_costs(net, cfg)
         out.round_s = mean_round_duration(net)

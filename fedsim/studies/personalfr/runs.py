@@ -18,7 +18,7 @@ import numpy as np
 
 from ...data import partition_users, per_user_random, resolve
 from ...experiment import Param, RunContext
-from ...kernel import NetSpec
+from ...kernel import NetSpec, network_record
 from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
 from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
@@ -72,6 +72,7 @@ class RunSpec:
     M: int = 0  # 0: one user per client
     cfg: FedAEConfig | None = None
     profile: Any = "ideal"  # a profile name or a fedsim.kernel.NetSpec
+    ledger_dir: str | None = None  # where the network's ledger goes (--ledger), if anywhere
     evaluate: bool = True
     joint_epochs: int = 0
     joint_batch: int = 500
@@ -141,9 +142,11 @@ def run_spec(spec: RunSpec) -> dict:
         result = job.collect(net.run())  # a run that ends with actors blocked raises DeadlockError
         hist = result.metrics
         info = result.info
+        label = f"{spec.method}-{spec.task}-M{M}-s{spec.seed}"
         out.update(M=M, rounds=spec.cfg.rounds, client_flops=info["client_flops"], server_flops=info["server_flops"],
                    comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=result.duration,
-                   totals=net.ledger.totals(), clients_per_round=len(info["selected"][0]))
+                   totals=net.ledger.totals(), clients_per_round=len(info["selected"][0]),
+                   record=network_record(net, spec.ledger_dir, label))
     vals = [h[key] for h in hist]
     finite = [v for v in vals if not math.isnan(v)]
     best_i = (int(np.nanargmin(vals)) if key == "rmse" else int(np.nanargmax(vals))) if finite else None
@@ -175,7 +178,7 @@ def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]
         for task in ctx["tasks"]:
             cfg = config_from(ctx, task=task, **cfg_over)
             common = dict(data=ctx.data, seed=seed, task=task, threshold=ctx["threshold"],
-                          test_frac=ctx["test_frac"], profile=ctx.net)
+                          test_frac=ctx["test_frac"], profile=ctx.net, ledger_dir=ctx.ledger_dir)
             if "joint" in ctx["methods"]:
                 specs.append(RunSpec("joint", cfg=cfg, joint_epochs=ctx["joint_epochs"],
                                      joint_batch=ctx["joint_batch"], **common))
@@ -195,5 +198,5 @@ def execute(ctx: RunContext, specs: list[RunSpec], stage: str) -> list[dict]:
     outs = pmap(run_spec, specs, workers,
                 on_done=lambda i, _: ctx.progress.update(i + 1, len(specs), stage=stage))
     for o in outs:  # the networks stayed in the worker processes: their figures came back instead
-        ctx.record_totals(o.get("sim_time", 0.0), o.get("totals") or {})
+        ctx.record_run(o.get("record"))
     return outs

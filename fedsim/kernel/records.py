@@ -1,0 +1,31 @@
+"""What a finished network run leaves for the experiment that ran it, as plain data: simulated
+duration, ledger totals and (when asked) its ledger written to a file. Runs made in worker
+processes hand this back instead of the network."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+__all__ = ["network_record"]
+
+
+def network_record(net: Any, ledger_dir: str | Path | None = None, label: str = "run") -> dict[str, Any]:
+    """``{"sim_time", "totals", "ledger"}`` of a network that has run; with ``ledger_dir`` its
+    ledger is written there as ``<label>.csv`` (a file-name-safe form of ``label``; ``<label>~2.csv``
+    and so on if that exists) and ``ledger`` is that path, else None."""
+    path = None
+    if ledger_dir is not None:
+        safe = re.sub(r"[^A-Za-z0-9=.,+_-]+", "_", label)[:150] or "run"
+        Path(ledger_dir).mkdir(parents=True, exist_ok=True)
+        for k in range(1, 10_000):  # never overwrite another run's ledger (workers write side by side)
+            path = Path(ledger_dir) / (f"{safe}.csv" if k == 1 else f"{safe}~{k}.csv")
+            try:
+                fh = open(path, "x", newline="", encoding="utf-8")
+            except FileExistsError:
+                continue
+            with fh:
+                net.ledger.to_csv(fh)
+            break
+    return {"sim_time": float(net.now()), "totals": net.ledger.totals(), "ledger": None if path is None else str(path)}
