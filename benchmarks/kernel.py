@@ -17,7 +17,6 @@ import time
 
 import msgpack
 import numpy as np
-import simpy
 
 from fedsim.kernel import SimNetwork, encode_message
 from fedsim.math.rows import RowSum
@@ -91,7 +90,9 @@ def bare_loop(n_clients: int, m: int, d: int, rows: int, rounds: int) -> float:
     """The same round in a bare simpy + msgpack loop: the same array work (clients slice their
     rows out of V, the server sums them; the broadcast is decoded once and shared, as fedsim
     does), but no ledger, no link model, no codec validation, no per-actor generators, no
-    coroutines. The reference for the kernel's overhead."""
+    coroutines. The reference for the kernel's overhead. Needs simpy (``pip install ".[bench]"``)."""
+    import simpy
+
     env = simpy.Environment()
     V0 = np.random.default_rng(0).random((m, d), dtype=np.float32)
     stores = [simpy.Store(env) for _ in range(n_clients)]

@@ -33,7 +33,7 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
     out = tmp_path / "out"
     results = json.loads((out / "results.json").read_text())
     assert results["seed"] == 0 and results["ledger_totals"]["messages"] > 0
-    assert {"numpy", "msgpack", "simpy", "python"} <= set(results["versions"])
+    assert {"numpy", "msgpack", "python"} <= set(results["versions"])
     assert (out / "report.md").read_text().startswith("# ")
     assert all((out / f"{t}.csv").exists() for t in results["tables"])
 

@@ -38,7 +38,7 @@ def test_the_demo_protocol_learns():
 
 
 @pytest.mark.asyncio
-async def test_same_actors_same_result_on_asyncio_and_simpy():
+async def test_same_actors_same_result_on_asyncio_and_the_simulator():
     sim = SimNetwork(seed=1, profile="mobile")
     demo.build(sim, None, demo.DemoConfig(rounds=15))
     sim_res = sim.run()

@@ -126,7 +126,7 @@ def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("fedsim", "numpy", "msgpack", "simpy", "matplotlib", "numba"):
+    for pkg in ("fedsim", "numpy", "msgpack", "matplotlib", "numba"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:

@@ -58,7 +58,7 @@ _park = _Park()
 
 
 class _ActorProcess:
-    """Steps one actor coroutine (a minimal, coroutine-aware simpy process).
+    """Steps one actor coroutine (a minimal, coroutine-aware process of the event queue).
 
     The coroutine may only yield ``_PARK`` (through the kernel's awaitables); the kernel later
     calls ``step`` with the value the awaited call returns. Anything else it yields is an
