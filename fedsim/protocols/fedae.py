@@ -15,14 +15,20 @@ from ..config import Config, param
 from ..math import ae_train
 from ..math import optim
 from .common import SERVER, client_names
-from .contract import Result, server_result
+from .contract import Kind, Result, server_result
 
 __all__ = [
     "EVAL_KINDS", "FedAEConfig", "FedAEJob", "evaluate_clients", "merge_flops", "place_actors", "prepare_task",
-    "selection_size",
+    "selection_size", "SHARED_KINDS", "tiny_autoencoder",
 ]
 
 EVAL_KINDS = ("evaluate", "eval")
+# what both protocols send besides their training messages: the federated evaluation and the stop
+SHARED_KINDS = (
+    Kind("evaluate", "server", "client", "evaluation", "{t, dec or model}: the model to evaluate"),
+    Kind("eval", "client", "server", "evaluation", "{sse, n, ndcg_sum, ndcg_users}"),
+    Kind("stop", "server", "client", "control", "None"),
+)
 
 
 @dataclass(frozen=True)
@@ -189,3 +195,12 @@ def place_actors(net, protocol: str, server, client, task: ae_train.AETask, grou
     for name, users in zip(clients, groups):
         net.add_node(name, client, task.rows(users), cfg)
     return FedAEJob(protocol, cfg, clients, [np.asarray(g) for g in groups], task.n_items)
+
+
+def tiny_autoencoder(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """The tiny preset of both autoencoder protocols: two users per client from the ``tiny``
+    synthetic data, every client every round, a small autoencoder (8, 4)."""
+    from .presets import tiny_ratings
+
+    cfg = FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)
+    return tiny_ratings(2 * clients, seed), cfg

@@ -30,7 +30,10 @@ from ..math import autoencoder as ae
 from ..math import optim
 from .common import SERVER
 from .contract import Kind, ProtocolSpec
-from .fedae import EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size
+from .fedae import (
+    EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size,
+    SHARED_KINDS, tiny_autoencoder,
+)
 from .registry import register
 
 __all__ = ["EVAL_KINDS", "FedAEConfig", "SERVER", "SPEC", "build", "client", "place", "server"]
@@ -114,15 +117,6 @@ def place(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig
     return place_actors(net, "fedavg-ae", server, client, task, groups, cfg, evaluate, server_role)
 
 
-def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
-    """Two users per client from the ``tiny`` preset, every client every round, a small
-    autoencoder (8, 4)."""
-    from .presets import tiny_ratings
-
-    cfg = FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)
-    return tiny_ratings(2 * clients, seed), cfg
-
-
 SPEC = register(ProtocolSpec(
     name="fedavg-ae",
     summary="FedAvg on PersonalFR's autoencoder: whole-model local training and averaging (baseline)",
@@ -130,10 +124,8 @@ SPEC = register(ProtocolSpec(
     kinds=(
         Kind("model", "server", "client", "training", "{t, model}: encoder + decoder"),
         Kind("update", "client", "server", "training", "{model}: the locally trained whole model"),
-        Kind("evaluate", "server", "client", "evaluation", "{t, model}"),
-        Kind("eval", "client", "server", "evaluation", "{sse, n, ndcg_sum, ndcg_users}"),
-        Kind("stop", "server", "client", "control", "None"),
+        *SHARED_KINDS,
     ),
-    build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="rounds",
+    build=build, tiny=tiny_autoencoder, data="explicit", metric="rmse", rounds_field="rounds",
     paper="McMahan et al. 2017 (FedAvg), as the baseline of Le et al. 2022 (PersonalFR)",
 ))

@@ -46,6 +46,7 @@ from .common import SERVER, client_name
 from .contract import Kind, ProtocolSpec
 from .fedae import (
     EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size,
+    SHARED_KINDS, tiny_autoencoder,
 )
 from .registry import register
 
@@ -193,15 +194,6 @@ def place(net, task: ae_train.AETask, groups: list[np.ndarray], cfg: FedAEConfig
     return place_actors(net, "personalfr", server, client, task, groups, cfg, evaluate, server_role)
 
 
-def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
-    """Two users per client from the ``tiny`` preset, every client every round, a small
-    autoencoder (8, 4)."""
-    from .presets import tiny_ratings
-
-    cfg = FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)
-    return tiny_ratings(2 * clients, seed), cfg
-
-
 SPEC = register(ProtocolSpec(
     name="personalfr",
     summary="PersonalFR: private encoders, a shared decoder, Partial Compression of the active decoder rows",
@@ -210,11 +202,9 @@ SPEC = register(ProtocolSpec(
         Kind("indices", "client", "server", "setup", "{items: int32[|I_m|]}: the items the client's users rated"),
         Kind("decoder", "server", "client", "training", "{t, dec}: the active decoder (or the whole one)"),
         Kind("update", "client", "server", "training", "{dec}: the trained active decoder"),
-        Kind("evaluate", "server", "client", "evaluation", "{t, dec}: the whole global decoder"),
-        Kind("eval", "client", "server", "evaluation", "{sse, n, ndcg_sum, ndcg_users}"),
-        Kind("stop", "server", "client", "control", "None"),
+        *SHARED_KINDS,
     ),
-    build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="rounds",
+    build=build, tiny=tiny_autoencoder, data="explicit", metric="rmse", rounds_field="rounds",
     paper="Le et al.: Personalized Federated Recommender Systems with Private and Partially Federated "
           "AutoEncoders (Asilomar 2022)",
 ))
