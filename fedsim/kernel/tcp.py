@@ -48,7 +48,8 @@ Ledger. The sender records each copy (send time: when ``post`` was called; ``tx_
 its frame was handed to the socket; ``tx_end``: when the socket's user-space buffer had drained
 past it into the kernel), the receiver its reception (``rx_start``: the length prefix was read;
 ``arrival_time``: the whole frame was read and decoded; ``read``; ``dst_role``: the receiver's
-role at arrival, since a real network has no instant at which the sender could see it), all in
+role when it read the message, or at arrival if it never did: a real network has no instant at
+which the sender could see it), all in
 seconds since the common origin (divided by ``time_scale``). The parent merges them into one
 ``Ledger`` with the simulator's columns, rows in order of (sender id, sender's message number);
 a copy lost by the seeded loss draw is never framed and is recorded ``lost`` by its sender.
@@ -341,7 +342,7 @@ class TcpNetwork(Network):
                 started.append(pid)
                 self.pids.append(pid)
             coordinator = _Coordinator(self, listener, token, deadline, timeout)
-            reports = asyncio.run(coordinator.run())
+            reports = _run_bounded(coordinator.run())
             duration = self._merge(reports)
         finally:
             listener.close()
@@ -448,9 +449,27 @@ class TcpNetwork(Network):
         return True
 
     def describe_process(self, p: int) -> str:
-        """``process p (pid N) hosting a, b, ...``, for error messages."""
+        """``process p (pid N; hosting a, b, ...)``, for error messages."""
         pid = self.pids[p] if p < len(self.pids) else None
-        return f"process {p}{'' if pid is None else f' (pid {pid})'} hosting {_names(self.groups[p])}"
+        return f"process {p} ({'' if pid is None else f'pid {pid}; '}hosting {_names(self.groups[p])})"
+
+
+def _run_bounded(coro, teardown: float = 2.0) -> Any:
+    """``asyncio.run(coro)`` whose teardown waits at most ``teardown`` seconds for the tasks it
+    cancels (see ``_Worker.main`` on 3.11's wait_for)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=teardown))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 def check_host(host: str, allow_remote: bool) -> None:
@@ -484,6 +503,10 @@ def _chunks(items: list, k: int) -> list[list]:
 def _names(ids: list[str], shown: int = 4) -> str:
     more = f", ... ({len(ids) - shown} more)" if len(ids) > shown else ""
     return ", ".join(ids[:shown]) + more
+
+
+def _size(doc: bytes) -> str:
+    return f"{len(doc):,}-byte"
 
 
 def _status_text(status: int) -> str:
@@ -553,6 +576,19 @@ def _rebuild(info: dict, where: str) -> BaseException:
 # a worker process
 
 
+class _Received(list):
+    """The receiver's half of a ledger row. When the actor reads the message (``Context`` sets
+    ``READ``), the receiver's role at that moment becomes the row's ``dst_role``: the role in which
+    it consumed the message (until then, its role at arrival)."""
+
+    __slots__ = ("node",)
+
+    def __setitem__(self, i, value) -> None:
+        list.__setitem__(self, i, value)
+        if i == READ and value:
+            list.__setitem__(self, DST_ROLE, self.node.role)
+
+
 class _Out:
     """One outbound connection: frames queued by ``post``, written in order by ``pump``."""
 
@@ -604,7 +640,11 @@ class _Worker:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills us if it must
         _die_with_parent(self.parent)
         self.net._worker = self
-        return asyncio.run(self._main())
+        # No loop teardown: the process leaves through os._exit right after, and the kernel closes
+        # its sockets. (asyncio.run's teardown waits for every cancelled task, and in 3.11 a task
+        # cancelled inside wait_for just as the awaited read completes can lose the cancellation
+        # and wait on forever.)
+        return asyncio.new_event_loop().run_until_complete(self._main())
 
     async def _main(self) -> int:
         net = self.net
@@ -627,6 +667,7 @@ class _Worker:
             if directory is None:
                 return 3
             addresses = directory["addresses"]
+            net.pids = list(directory["pids"])  # a worker knows only its elder siblings' pids from fork
             connects = [self.loop.create_task(self._connect(q, *addresses[q])) for q in range(self.nprocs)]
             if not await self._until(lambda: all(o is not None for o in self.outs)
                                      and len(self.inbound) == self.nprocs):
@@ -692,8 +733,8 @@ class _Worker:
                 if msg["op"] == "poll":
                     self._send_ctl(self._status(msg["wave"]))
                 else:
-                    if msg["op"] == "stop":
-                        self.stopping = True  # readers: a clean end of stream is no failure any more
+                    if msg["op"] in ("stop", "abort"):
+                        self.stopping = True  # readers: a closed connection is no failure any more
                     self.ops.put_nowait(msg)
         except asyncio.CancelledError:
             raise
@@ -827,7 +868,7 @@ class _Worker:
                                 src = ids[i]
                         except Exception:  # noqa: BLE001
                             pass
-                    who = f"node {src!r} ({peer})" if src else peer
+                    who = f"node {src!r} in {peer}" if src else peer
                     what = (f"a frame of {expected:,} bytes, above max_frame_bytes = {limit:,}" if expected > limit
                             else f"a frame of {expected} bytes, shorter than the {FRAME_OVERHEAD}-byte frame header")
                     self.fail("frame", f"process {self.proc} received {what} from {who}; connection closed",
@@ -849,8 +890,9 @@ class _Worker:
                 try:
                     kind, payload = decode_message(doc, max_bytes=net.max_message_bytes, max_depth=DEFAULT_MAX_DEPTH)
                 except CodecError as exc:
-                    self.fail("frame", f"process {self.proc} received a malformed frame from node {src!r} ({peer}): "
-                              f"{exc}; connection closed", node=src, peer=q)
+                    self.fail("frame", f"process {self.proc} received a malformed frame from node {src!r} in {peer}: "
+                              f"its {_size(doc)} document does not decode ({exc}); connection closed",
+                              node=src, peer=q)
                     writer.close()
                     return
                 self.bytes_in += expected
@@ -863,7 +905,7 @@ class _Worker:
                           node=net.groups[q][0], peer=q)
             else:
                 have = got + len(exc.partial)
-                who = f"node {src!r} ({peer})" if src else peer
+                who = f"node {src!r} in {peer}" if src else peer
                 self.fail("midframe", f"the connection from {who} to process {self.proc} closed in the middle of a "
                           f"frame ({have:,} of {expected:,} bytes)", node=src or net.groups[q][0], peer=q)
         except (ConnectionError, OSError) as exc:
@@ -874,8 +916,9 @@ class _Worker:
     def _deliver(self, q: int, src: str, dst: Node, num: int, rnd: int, anonymous: bool, kind: str, doc: bytes,
                  payload: Any, nbytes: int, rx: float) -> None:
         now = self.net.now()
-        arow = [num, rnd, src, dst.id, "", dst.role, kind, nbytes, 0, 0, _NAN, _NAN, _NAN, rx, now, "delivered",
-                False, anonymous, ""]
+        arow = _Received((num, rnd, src, dst.id, "", dst.role, kind, nbytes, 0, 0, _NAN, _NAN, _NAN, rx, now,
+                          "delivered", False, anonymous, ""))
+        arow.node = dst
         self.arrivals.append(arow)
         p = Payload(Encoded(doc, 0, 0))
         p.decoded = payload
@@ -1048,7 +1091,7 @@ class _Coordinator:
             await self._until(lambda c: c.port is None, start_by, "to report its address")
             addresses = [[c.host, c.port] for c in self.children]
             for c in self.children:
-                self._send(c, {"op": "directory", "addresses": addresses})
+                self._send(c, {"op": "directory", "addresses": addresses, "pids": net.pids})
             await self._until(lambda c: not c.ready, start_by, "to connect to every peer")
             self.phase = "run"
             t0 = time.monotonic()
@@ -1066,7 +1109,9 @@ class _Coordinator:
             return [self._decode_report(c) for c in self.children]
         except _Failed:
             await self._settle()
-            raise self._error() from None
+            err = self._error()
+            err.__suppress_context__ = True  # not "during handling of _Failed"; keeps __cause__
+            raise err
         finally:
             if self.phase != "bye":
                 self._abort()
@@ -1157,6 +1202,8 @@ class _Coordinator:
             c.done = True
 
     def _fail(self, info: dict) -> None:
+        if self.aborted and info.get("kind") != "died":
+            return  # workers leaving on our abort close their connections: consequences, not causes
         self.failures.append(info)
         self.changed.set()
 
