@@ -5,8 +5,8 @@ parameters and identical payload bytes per kind to SimNetwork with the same seed
 ledger has the simulator's columns, real frame sizes, a common clock and a deterministic order.
 Runs that go wrong end with a clear error naming the node, within a bounded time, with every
 worker process reaped: a garbage frame, an oversized frame, a half-written frame, a worker killed
-mid-round (SIGKILL), a connection refused, an actor that raises or returns what the codec cannot
-encode; a deadlock raises DeadlockError; non-loopback addresses are refused unless asked for.
+mid-round (SIGKILL), a peer that closes in the middle of a frame, a connection refused, an actor that
+raises or returns what the codec cannot encode; a deadlock raises DeadlockError; non-loopback addresses are refused unless asked for.
 Every run has a timeout, and an alarm bounds each test as a whole.
 """
 
@@ -395,6 +395,31 @@ def test_a_frame_that_stops_halfway_is_reported_after_the_stall_timeout():
     err = info.value
     assert err.kind == "stall" and "no progress for 1.0 s" in str(err)
     assert "has received 0 of the 1 frames" in str(err) and "hosting c1)" in str(err)
+    assert_no_orphans(net)
+
+
+async def _half_then_exit(ctx):
+    await ctx.receive("go")
+    await ctx.send("server", "reply", {"x": np.arange(3.0)})  # framed by _HalfFrame: half of it goes out
+    await ctx.sleep(0.3)
+    if os.getpid() != PARENT:
+        os._exit(0)  # the worker leaves with half a frame on the wire
+
+
+def test_a_peer_that_closes_in_the_middle_of_a_frame_is_reported_with_its_node():
+    net = _HalfFrame(processes=4)
+    net.add_node("server", _gather_server(["c0", "c1", "c2"]), role="server")
+    for c in ("c0", "c1", "c2"):
+        net.add_node(c, _half_then_exit if c == "c1" else _replier)
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    text = str(err)
+    assert err.node == "c1" and err.nodes == ("c1",)
+    assert "hosting c1)" in text and "exited with status 0 during run" in text
+    assert "connection from node 'c1'" in text and "closed in the middle of a frame" in text
     assert_no_orphans(net)
 
 

@@ -1049,7 +1049,8 @@ class _Failed(Exception):
 
 
 class _Child:
-    __slots__ = ("proc", "pid", "writer", "host", "port", "ready", "status", "report", "done", "eof", "died")
+    __slots__ = ("proc", "pid", "writer", "host", "port", "ready", "status", "report", "done", "eof", "died",
+                 "left_unasked")
 
     def __init__(self, proc: int, pid: int) -> None:
         self.proc = proc
@@ -1057,6 +1058,7 @@ class _Child:
         self.writer: asyncio.StreamWriter | None = None
         self.host = ""
         self.died = False
+        self.left_unasked = False  # its control connection closed before any abort
         self.port: int | None = None
         self.ready = False
         self.status: dict | None = None
@@ -1174,6 +1176,7 @@ class _Coordinator:
             self._fail({"kind": "frame", "message": f"{self.net.describe_process(c.proc)} sent a malformed control "
                         f"frame: {exc}", "proc": c.proc, "node": self.net.groups[c.proc][0]})
         c.eof = True
+        c.left_unasked = not self.aborted
         self.changed.set()
         if self.phase != "bye" and not c.done:
             end = time.monotonic() + 2.0  # how did it end?
@@ -1212,7 +1215,8 @@ class _Coordinator:
         if c.died:
             return
         status = self.net.exit_status.get(c.pid)
-        if self.aborted and status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 3):
+        if (self.aborted and not c.left_unasked and status is not None and os.WIFEXITED(status)
+                and os.WEXITSTATUS(status) in (0, 3)):
             return  # it left because it was told to
         c.died = True
         how = "closed its control connection" if status is None else \
@@ -1318,15 +1322,20 @@ class _Coordinator:
         raise _Failed
 
     async def _settle(self) -> None:
-        """After a first failure: tell everyone to abort and give the other reports (a death
-        behind a closed connection, say) half a second to come in."""
-        self._abort()
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            for c in self.children:
-                if self.net._reaped(c.pid):
-                    self._died(c)
-            await asyncio.sleep(0.02)
+        """After a first failure: give the other reports (the death behind a closed connection,
+        the frame it left half-written) 0.4 s to come in, then tell everyone to abort and watch
+        0.2 s more for deaths."""
+        for grace, abort in ((0.4, False), (0.2, True)):
+            if abort:
+                self._abort()
+            end = time.monotonic() + grace
+            while time.monotonic() < end:
+                for c in self.children:
+                    if self.net._reaped(c.pid):
+                        if not self.aborted:
+                            c.left_unasked = True
+                        self._died(c)
+                await asyncio.sleep(0.02)
 
     def _error(self) -> BaseException:
         net = self.net
