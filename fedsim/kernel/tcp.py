@@ -106,7 +106,7 @@ from typing import Any, Callable, Mapping
 from .codec import DEFAULT_MAX_DEPTH, CodecError, Encoded, decode, decode_message, encode
 from .envelope import Envelope, Payload, matches
 from .errors import (
-    ActorError, DeadlockError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
+    ActorError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
     TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing
