@@ -149,7 +149,8 @@ class TcpNetwork(Network):
     over the others (with one process, or no clients, every node is dealt contiguously).
     ``host``: where the data listeners bind (loopback unless ``allow_remote=True``).
     ``max_frame_bytes``: the longest frame a receiver accepts (default ``max_message_bytes`` +
-    ``FRAME_OVERHEAD``). ``time_scale``: real seconds per protocol second, as on
+    ``FRAME_OVERHEAD``); a sender refuses a message whose frame would be longer
+    (``MessageTooLargeError``, as for ``max_message_bytes``). ``time_scale``: real seconds per protocol second, as on
     ``AsyncioNetwork`` (multiplies sleeps and timeouts, divides the clock). ``poll_interval``:
     seconds between the coordinator's status polls; ``stall_timeout``: seconds without any
     progress, with frames outstanding, after which the run fails; ``start_timeout``: bound on
