@@ -1,4 +1,5 @@
-"""The kernel: codec, ledger, link models and the transports actors run on.
+"""The kernel: codec, ledger, link models and the transports actors run on (``SimNetwork``,
+``AsyncioNetwork``, ``TcpNetwork``).
 
 It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.context``). People
 who write a transport implement ``Network``'s transport interface (``fedsim.kernel.network``);
@@ -11,7 +12,7 @@ from .context import Context, Deadline, GatherEach, Gathered, Message
 from .envelope import Collector, Envelope, InOrder, Payload, matches
 from .errors import (
     ActorError, DeadlockError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
-    UnknownNodeError,
+    TransportError, UnknownNodeError,
 )
 from .events import EventQueue
 from .ledger import COLUMNS, Ledger, LedgerView, Missing, Totals
@@ -22,12 +23,13 @@ from .node import Node
 from .records import network_record
 from .sim import FifoLinkModel, LinkModel, SimNetwork
 from .aio import AsyncioNetwork
+from .tcp import TcpNetwork
 
 __all__ = [
     "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Collector", "Context", "Deadline", "DeadlockError",
     "Encoded", "Envelope", "EventQueue", "Faults", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
     "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
-    "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile", "RunResult",
-    "SimNetwork", "TRANSPORTS", "Totals", "UnknownNodeError", "decode", "decode_message", "encode", "encode_message",
-    "get_profile", "matches", "network_record",
+    "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile",
+    "RunResult", "SimNetwork", "TRANSPORTS", "TcpNetwork", "Totals", "TransportError", "UnknownNodeError", "decode",
+    "decode_message", "encode", "encode_message", "get_profile", "matches", "network_record",
 ]

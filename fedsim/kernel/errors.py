@@ -9,6 +9,7 @@ __all__ = [
     "ForeignAwaitError",
     "MessageTooLargeError",
     "NetworkConfigError",
+    "TransportError",
     "UnknownNodeError",
 ]
 
@@ -72,3 +73,20 @@ class DeadlockError(FedsimError, RuntimeError):
             lines.append(f"  offline: {', '.join(offline[:10])}{more}")
         lines.append("  (run(strict=False) returns the partial result instead)")
         super().__init__("\n".join(lines))
+
+
+class TransportError(FedsimError, ConnectionError):
+    """A transport between processes failed: a peer sent a malformed or oversized frame, closed
+    its connection (in the middle of a frame or not), died, could not be reached, or made no
+    progress. ``node`` is the node the failure is pinned on (the sender of a bad frame, else the
+    first node of the process concerned; None if unknown), ``nodes`` every node of that process,
+    ``process`` its index, ``kind`` what happened (``frame``, ``midframe``, ``closed``,
+    ``connect``, ``died``, ``stall``)."""
+
+    def __init__(self, message: str, *, node: str | None = None, nodes: tuple = (), process: int | None = None,
+                 kind: str = "closed") -> None:
+        self.node = node
+        self.nodes = tuple(nodes)
+        self.process = process
+        self.kind = kind
+        super().__init__(message)

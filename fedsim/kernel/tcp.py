@@ -1,0 +1,1377 @@
+"""``TcpNetwork``: the same actors in separate OS processes, exchanging frames over real TCP.
+
+``run()`` forks one process per group of actors (``processes``, ``placement``); each runs its
+actors as asyncio tasks and carries every message as one frame on a TCP connection, including
+messages between two actors of the same process (every message crosses the kernel's TCP stack,
+so every ledger row is a frame that was really on the wire). The launching process builds the
+actors (``spec.build(net, ...)`` as on any transport), coordinates and collects; it runs no
+actor. Actors see exactly the documents they would see on ``SimNetwork``; their ``ctx.rng``,
+the loss draws (keyed by sender and message number, drawn at the sender) and node-id order in
+``gather`` are those of every transport, so final parameters are bit-identical to SimNetwork's
+with the same seed.
+
+Process model. ``fork`` (Linux, POSIX): a child inherits the built actors, their arguments
+(data slices, configs) and the node table without pickling anything, and copy-on-write keeps
+the data shared. Children are forked before the parent starts any event loop or thread of its
+own; each child starts a fresh loop. A child asks the kernel to kill it if the parent dies
+(``PR_SET_PDEATHSIG``, where available) and exits when its control connection closes; it
+leaves through ``os._exit`` (no atexit handlers, no inherited buffers flushed twice).
+
+Rendezvous. The parent listens on 127.0.0.1 (an ephemeral port) for control connections. Each
+child binds its own data listener (``host``, ephemeral port), connects to the parent and says
+hello (its process index, a 16-byte run token inherited through fork, its pid and port). Once
+every child has, the parent sends the address table (process index -> host, port; node ->
+process is the placement every child inherited); each child opens one connection to every
+process (itself included, so all processes are treated alike), presenting the token (stray
+connections without it are closed unread), and reports ready when all of its outbound and
+inbound connections stand. The parent then sends ``go`` with the time origin: its
+``time.monotonic()`` reading. CLOCK_MONOTONIC is system-wide on Linux, so every process
+measures ``now()`` from the same origin (processes on other hosts would need a clock-offset
+exchange, which this transport does not do).
+
+Wire format of a data frame (big-endian)::
+
+    u32  length    bytes after this field: 21 + len(document)
+    u32  src       sender's node index (its position in the network's node table)
+    u32  dst       receiver's node index
+    u64  number    the sender's message number of this copy (Node.sent: keys the loss draws)
+    i32  round     the round label of the message
+    u8   flags     bit 0: anonymous
+    ...  document  the codec's msgpack document [kind, payload], exactly as encoded at the sender
+
+so a frame costs ``FRAME_OVERHEAD`` = 25 bytes beyond its document: the network's
+``framing_bytes`` (fixed; the ledger's wire bytes are frame bytes and
+``totals().payload_bytes`` the documents). Control messages between the parent and a child
+are ``u32 length`` + one codec document (maps with an ``op``). Nothing is pickled, anywhere.
+
+Ledger. The sender records each copy (send time: when ``post`` was called; ``tx_start``: when
+its frame was handed to the socket; ``tx_end``: when the socket's user-space buffer had drained
+past it into the kernel), the receiver its reception (``rx_start``: the length prefix was read;
+``arrival_time``: the whole frame was read and decoded; ``read``; ``dst_role``: the receiver's
+role when it read the message, or at arrival if it never did: a real network has no instant at
+which the sender could see it), all in
+seconds since the common origin (divided by ``time_scale``). The parent merges them into one
+``Ledger`` with the simulator's columns, rows in order of (sender id, sender's message number);
+a copy lost by the seeded loss draw is never framed and is recorded ``lost`` by its sender.
+
+Quiescence and the deadlock rule. Every ``poll_interval`` the parent asks each process for
+(frames sent, frames received, bytes in and out, actors blocked without timeout, actors
+finished, an activity counter). The run is over when two consecutive snapshots are identical,
+every actor of every process is finished or blocked, and frames sent == frames received (no
+frame in flight): then nothing can wake anyone. Actors still blocked then are a deadlock:
+``run(strict=True)`` raises ``DeadlockError`` naming each and what it waits for (described in
+its own process), ``strict=False`` returns the partial result. The parent then tells every
+process to stop; each closes its blocked actors, sends its report (return values encoded with
+the codec, ledger rows, roles, missing-message records) and exits.
+
+Safety. The data listeners bind to ``host``, 127.0.0.1 by default; a host that is not a
+loopback address is refused (``NetworkConfigError``) unless ``allow_remote=True``. A frame
+longer than ``max_frame_bytes`` (default ``max_message_bytes`` + 25: the largest frame a
+conforming sender makes; never unbounded) or shorter than its header closes that connection
+and ends the run with ``TransportError`` naming the sending node (or the peer process's
+nodes); documents are decoded by the codec's bounded decoder (``max_message_bytes``, depth
+limit) on arrival, and a malformed one ends the run the same way, naming its sender. A peer
+that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
+at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
+``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
+status or signal). An actor that raises ends it with ``ActorError`` naming the actor (the
+original exception rebuilt from its type and message, with the remote traceback as a note); a
+return value the codec cannot encode is an ``ActorError`` naming the actor too. In every
+outcome, children still alive are told to abort, killed (SIGKILL) after a bounded grace period,
+and reaped, in a ``finally``; ``run(timeout=...)`` bounds the whole run (``TimeoutError``).
+
+What it does not do: start processes on other hosts (every process is forked here; with
+``allow_remote`` the listeners can face another interface, nothing more), encrypt or
+authenticate beyond the run token, model bandwidth or latency (time is real: what the
+machine's loopback and CPUs give), ``offline_at`` dropouts (``NetworkConfigError``), or run
+on platforms without ``fork``. ``compute`` only yields, as on ``AsyncioNetwork``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import ipaddress
+import math
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any, Callable, Mapping
+
+from .codec import DEFAULT_MAX_DEPTH, CodecError, Encoded, decode, decode_message, encode
+from .envelope import Envelope, Payload, matches
+from .errors import (
+    ActorError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
+    TransportError, UnknownNodeError,
+)
+from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing
+from .network import Network, RunResult
+from .node import Node
+
+__all__ = ["FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
+
+_PREFIX = struct.Struct(">I")
+_REST = struct.Struct(">IIQiB")  # src, dst, number, round, flags: what follows the length prefix
+FRAME_OVERHEAD = _PREFIX.size + _REST.size  # 25 bytes per frame beyond its document
+_MAX_LENGTH = 0xFFFFFFFF
+_HANDSHAKE_BYTES = 4096  # bound on a peer's or a child's hello document
+_READ_LIMIT = 1 << 20  # StreamReader buffer limit
+_REPORT_CHUNK = 2000  # ledger rows per report frame
+_I32 = (-(1 << 31), (1 << 31) - 1)
+_NAN = math.nan
+# which failure explains a broken run best, when several are reported (lower first)
+_PRIORITY = {"actor": 0, "died": 1, "frame": 2, "midframe": 3, "connect": 4, "stall": 5, "closed": 6}
+
+
+class RemoteException(FedsimError):
+    """An actor's exception of a type the parent cannot rebuild from its name: ``type_name``
+    and the message of the original (the remote traceback is attached as a note)."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        super().__init__(f"{type_name}: {message}")
+
+
+class TcpNetwork(Network):
+    """Run every actor, or group of actors, in its own forked OS process; messages travel as
+    length-prefixed frames over TCP on ``host`` (module docstring: wire format, process model,
+    safety rules).
+
+    ``processes``: how many worker processes (at most one per node; ``None``: one per node).
+    ``placement``: which process each node runs in: a mapping or a callable ``node_id -> index``
+    in ``range(processes)`` (empty processes are not started); by default the nodes whose role
+    is not ``client`` share process 0 and the clients are cut into contiguous, balanced groups
+    over the others (with one process, or no clients, every node is dealt contiguously).
+    ``host``: where the data listeners bind (loopback unless ``allow_remote=True``).
+    ``max_frame_bytes``: the longest frame a receiver accepts (default ``max_message_bytes`` +
+    ``FRAME_OVERHEAD``); a sender refuses a message whose frame would be longer
+    (``MessageTooLargeError``, as for ``max_message_bytes``). ``time_scale``: real seconds per protocol second, as on
+    ``AsyncioNetwork`` (multiplies sleeps and timeouts, divides the clock). ``poll_interval``:
+    seconds between the coordinator's status polls; ``stall_timeout``: seconds without any
+    progress, with frames outstanding, after which the run fails; ``start_timeout``: bound on
+    the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
+    ``FRAME_OVERHEAD``. Other keywords as ``Network``.
+
+    After ``run``: ``pids`` (the worker processes started, all reaped by then),
+    ``exit_status`` (pid -> wait status), ``groups`` (node ids per process).
+
+    Fault-injection points for tests (override in a subclass; the children run the subclass's
+    code): ``frame`` builds each data frame, ``peer_address`` says where a process connects to
+    reach another.
+    """
+
+    def __init__(self, *, processes: int | None = 4, placement: Mapping[str, int] | Callable[[str], int] | None = None,
+                 host: str = "127.0.0.1", allow_remote: bool = False, max_frame_bytes: int | None = None,
+                 time_scale: float = 1.0, poll_interval: float = 0.01, stall_timeout: float = 30.0,
+                 start_timeout: float = 30.0, **kwargs: Any) -> None:
+        framing = kwargs.pop("framing_bytes", FRAME_OVERHEAD)
+        if framing != FRAME_OVERHEAD:
+            raise NetworkConfigError(f"TcpNetwork's framing is its frame header: framing_bytes is {FRAME_OVERHEAD}, "
+                                     f"got {framing!r}")
+        super().__init__(framing_bytes=FRAME_OVERHEAD, **kwargs)
+        if not hasattr(os, "fork"):
+            raise NetworkConfigError("TcpNetwork needs os.fork (Linux or another POSIX system)")
+        if processes is not None and int(processes) < 1:
+            raise NetworkConfigError(f"processes must be at least 1 (or None: one per node), got {processes!r}")
+        if not time_scale >= 0:
+            raise NetworkConfigError(f"time_scale must be >= 0, got {time_scale!r}")
+        for name, v in (("poll_interval", poll_interval), ("stall_timeout", stall_timeout),
+                        ("start_timeout", start_timeout)):
+            if not (v > 0 and math.isfinite(v)):
+                raise NetworkConfigError(f"{name} must be a positive number of seconds, got {v!r}")
+        check_host(host, allow_remote)
+        if max_frame_bytes is None:
+            max_frame_bytes = min(self.max_message_bytes + FRAME_OVERHEAD, _MAX_LENGTH + _PREFIX.size)
+        max_frame_bytes = int(max_frame_bytes)
+        if not FRAME_OVERHEAD < max_frame_bytes <= _MAX_LENGTH + _PREFIX.size:
+            raise NetworkConfigError(f"max_frame_bytes must be in ({FRAME_OVERHEAD}, {_MAX_LENGTH + _PREFIX.size}], "
+                                     f"got {max_frame_bytes!r}")
+        self.processes = None if processes is None else int(processes)
+        self.placement = placement
+        self.host = str(host)
+        self.allow_remote = bool(allow_remote)
+        self.max_frame_bytes = max_frame_bytes
+        self.time_scale = float(time_scale)
+        self.poll_interval = float(poll_interval)
+        self.stall_timeout = float(stall_timeout)
+        self.start_timeout = float(start_timeout)
+        self.pids: list[int] = []
+        self.exit_status: dict[int, int] = {}
+        self.groups: list[list[str]] = []
+        self._t0: float | None = None
+        self._ids: list[str] = []
+        self._index: dict[str, int] = {}
+        self._proc_of: list[int] = []
+        self._worker: _Worker | None = None
+        self._waits: dict[str, str] = {}
+
+    # -- the transport interface (called in the worker processes) ---------------------------------
+    def now(self) -> float:
+        """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``
+        (1 if it is 0); 0 before the run starts."""
+        t0 = self._t0
+        return 0.0 if t0 is None else (time.monotonic() - t0) / (self.time_scale or 1.0)
+
+    def post(self, src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
+        w = self._worker
+        if w is None:
+            raise FedsimError("TcpNetwork carries messages only while it runs, inside its worker processes")
+        targets = self.destinations(dsts)
+        doc = encoded.data
+        nbytes = len(doc) + FRAME_OVERHEAD
+        if nbytes > self.max_frame_bytes:
+            raise MessageTooLargeError(src.id, kind, len(doc), self.max_frame_bytes - FRAME_OVERHEAD)
+        rnd = src.round
+        if not _I32[0] <= rnd <= _I32[1]:
+            raise FedsimError(f"node {src.id!r}: round label {rnd} does not fit the frame header (32-bit signed)")
+        now = self.now()
+        new_row = self.ledger.new_row
+        raw, floats = encoded.array_bytes, encoded.floats
+        sid, srole = src.id, src.role
+        base = src.sent
+        src.sent += len(targets)
+        proc_of, index = self._proc_of, self._index
+        for k, dst in enumerate(targets):
+            row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
+            w.sent_rows.append((base + k, row))
+            if src.spec.loss and self.draw_loss(src):
+                row[STATUS], row[NOTE] = "lost", "link loss"
+                continue
+            w.send(proc_of[index[dst.id]], (sid, dst.id, base + k, rnd, anonymous, doc, row))
+        w.touch(now)
+
+    async def wait(self, node: Node, kind, timeout: float | None):
+        w = self._worker
+        fut = w.loop.create_future()
+        forever = timeout is None
+        node.waiter = (kind, fut, forever)
+        w.activity += 1
+        if forever:
+            w.blocked += 1
+            return await fut
+        try:
+            return await asyncio.wait_for(fut, timeout * self.time_scale)
+        except asyncio.TimeoutError:
+            node.waiter = None
+            w.activity += 1
+            return None
+
+    async def sleep(self, node: Node, seconds: float) -> None:
+        await asyncio.sleep(seconds * self.time_scale)
+
+    async def compute(self, node: Node, flops: float, label: str) -> None:
+        await asyncio.sleep(0)
+
+    def waits_for(self, node: Node) -> str:
+        text = self._waits.get(node.id)
+        return text if text is not None else super().waits_for(node)
+
+    # -- fault-injection points ----------------------------------------------------------------
+    def frame(self, src: str, dst: str, number: int, rnd: int, anonymous: bool, document: bytes) -> bytes:
+        """The bytes of one data frame (module docstring: wire format). Called in the sending
+        process just before the frame is written; override to inject faults (tests)."""
+        index = self._index
+        return _PREFIX.pack(_REST.size + len(document)) + _REST.pack(
+            index[src], index[dst], number, rnd, 1 if anonymous else 0) + document
+
+    def peer_address(self, proc: int, host: str, port: int) -> tuple[str, int]:
+        """Where a process connects to reach process ``proc``, which reported ``host``:``port``.
+        Override to inject faults (tests)."""
+        return host, port
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
+        """Fork the worker processes, run every actor until all have finished or nothing can
+        happen any more, merge the processes' ledgers and return the ``RunResult``.
+
+        With ``strict`` a run that ends with actors blocked raises ``DeadlockError`` (carrying the
+        partial result). Raises ``ActorError`` if an actor raises or returns a value the codec
+        cannot encode, ``TransportError`` if a peer misbehaves, dies or cannot be reached,
+        ``TimeoutError`` after ``timeout`` real seconds. No worker process outlives the call. A
+        network runs once (``FedsimError`` on a second call). Must not be called from inside a
+        running event loop."""
+        if self.ran:
+            raise FedsimError("a network runs once; build a new one for another run")
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise FedsimError("TcpNetwork.run forks worker processes: call it outside a running event loop")
+        for node in self.nodes.values():
+            if node.spec.offline_at is not None:
+                raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by TcpNetwork")
+        if timeout is not None and not timeout > 0:
+            raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
+        self.ran = True
+        if not self.nodes:
+            return self.finish(0.0, strict=strict)
+        self.groups = self._place()
+        self._ids = list(self.nodes)
+        self._index = {nid: i for i, nid in enumerate(self._ids)}
+        proc = {nid: p for p, group in enumerate(self.groups) for nid in group}
+        self._proc_of = [proc[nid] for nid in self._ids]
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        token = os.urandom(16)
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        parent = os.getpid()
+        started: list[int] = []
+        coordinator = None
+        try:
+            for p in range(len(self.groups)):
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:  # the child: never returns
+                    code = 70
+                    try:
+                        listener.close()
+                        code = _Worker(self, p, port, token, parent).main()
+                    except BaseException:  # noqa: BLE001 - report anything, then leave
+                        try:
+                            traceback.print_exc()
+                        except BaseException:  # noqa: BLE001
+                            pass
+                    finally:
+                        os._exit(code)
+                started.append(pid)
+                self.pids.append(pid)
+            coordinator = _Coordinator(self, listener, token, deadline, timeout)
+            reports = _run_bounded(coordinator.run())
+            duration = self._merge(reports)
+        finally:
+            listener.close()
+            # a clean run's workers are leaving already; after a failure they were told to abort
+            clean = coordinator is not None and coordinator.phase == "bye"
+            self._reap(started, grace=5.0 if clean else 1.0 if coordinator is not None else 0.0)
+        return self.finish(duration, strict=strict)
+
+    def _place(self) -> list[list[str]]:
+        ids = list(self.nodes)
+        n = len(ids)
+        count = n if self.processes is None else max(1, min(self.processes, n))
+        pl = self.placement
+        if pl is None:
+            others = [i for i in ids if self.nodes[i].role != "client"]
+            clients = [i for i in ids if self.nodes[i].role == "client"]
+            if count >= 2 and others and clients:
+                return [others] + _chunks(clients, count - 1)
+            return _chunks(ids, count)
+        get = pl.get if isinstance(pl, Mapping) else pl
+        limit = n if self.processes is None else self.processes
+        groups: list[list[str]] = [[] for _ in range(limit)]
+        for nid in ids:
+            k = get(nid)
+            if k is None or not isinstance(k, int) or isinstance(k, bool) or not 0 <= k < limit:
+                raise NetworkConfigError(f"placement of node {nid!r} must be a process index in range({limit}), "
+                                         f"got {k!r}")
+            groups[k].append(nid)
+        return [g for g in groups if g]
+
+    def _merge(self, reports: list[dict]) -> float:
+        """Fill the parent's nodes and ledger from the workers' reports; returns the duration."""
+        rows: dict[tuple[str, int], list] = {}
+        for rep in reports:
+            for r in rep["rows"]:
+                num = r[0]
+                r[0] = 0
+                rows[(r[SRC], num)] = r
+        for rep in reports:
+            for src, num, rx, arrival, read, role in rep["arrivals"]:
+                r = rows.get((src, num))
+                if r is None:
+                    raise TransportError(f"process {rep['proc']} reports a frame from {src!r} (number {num}) that no "
+                                         "process sent", node=src, kind="frame")
+                r[RX_START], r[ARRIVAL], r[STATUS], r[READ], r[DST_ROLE] = rx, arrival, "delivered", bool(read), role
+        merged = [rows[k] for k in sorted(rows)]
+        for i, r in enumerate(merged):
+            r[0] = i
+        led = self.ledger
+        led.rows = merged
+        led.missing = sorted((Missing(*m) for m in (m for rep in reports for m in rep["missing"])),
+                             key=lambda m: (m.time, m.receiver, m.kind, str(m.sender)))
+        self.steps = sorted((tuple(s) for rep in reports for s in rep["steps"]), key=lambda s: (s[0], s[1]))
+        duration = 0.0
+        for rep in reports:
+            for role, members in rep["role_members"].items():
+                for nid in members:
+                    led.role_members[role].add(nid)
+            for nid, info in rep["nodes"].items():
+                node = self.nodes[nid]
+                node.role = info["role"]
+                led.roles[nid] = info["role"]
+                if info["done"]:
+                    node.done = True
+                    node.result = rep["results"][nid]
+                elif info["waits"] is not None:
+                    self._waits[nid] = info["waits"]
+            duration = max(duration, rep["last"])
+        return duration
+
+    def _reap(self, pids: list[int], grace: float) -> None:
+        """Wait up to ``grace`` seconds for the workers to exit, SIGKILL the rest, reap all."""
+        alive = [p for p in pids if p not in self.exit_status]
+        end = time.monotonic() + grace
+        while alive:
+            alive = [p for p in alive if not self._reaped(p)]
+            if not alive or time.monotonic() >= end:
+                break
+            time.sleep(0.005)
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + 10.0
+        while alive and time.monotonic() < end:  # a SIGKILLed process is reaped at once, unless stuck in the kernel
+            alive = [p for p in alive if not self._reaped(p)]
+            if alive:
+                time.sleep(0.005)
+        if alive:  # pragma: no cover - a process in uninterruptible sleep for 10 s
+            raise TransportError(f"worker processes {alive} did not exit after SIGKILL within 10 s", kind="died")
+
+    def _reaped(self, pid: int) -> bool:
+        if pid in self.exit_status:
+            return True
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else
+            self.exit_status[pid] = -1
+            return True
+        if got == 0:
+            return False
+        self.exit_status[pid] = status
+        return True
+
+    def describe_process(self, p: int) -> str:
+        """``process p (pid N; hosting a, b, ...)``, for error messages."""
+        pid = self.pids[p] if p < len(self.pids) else None
+        return f"process {p} ({'' if pid is None else f'pid {pid}; '}hosting {_names(self.groups[p])})"
+
+
+def _run_bounded(coro, teardown: float = 2.0) -> Any:
+    """``asyncio.run(coro)`` whose teardown waits at most ``teardown`` seconds for the tasks it
+    cancels (see ``_Worker.main`` on 3.11's wait_for)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=teardown))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def check_host(host: str, allow_remote: bool) -> None:
+    """Raise ``NetworkConfigError`` unless every address ``host`` stands for is a loopback
+    address, or ``allow_remote`` is set."""
+    try:
+        addrs = {ipaddress.ip_address(host)}
+    except ValueError:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise NetworkConfigError(f"cannot resolve host {host!r}: {exc}") from None
+        addrs = {ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos}
+    if not allow_remote and not all(a.is_loopback for a in addrs):
+        raise NetworkConfigError(
+            f"host {host!r} is not a loopback address: TcpNetwork listens on 127.0.0.1 unless told otherwise; "
+            "pass allow_remote=True to listen on another interface on purpose")
+
+
+def _chunks(items: list, k: int) -> list[list]:
+    k = max(1, min(k, len(items)))
+    q, r = divmod(len(items), k)
+    out, at = [], 0
+    for i in range(k):
+        n = q + (1 if i < r else 0)
+        out.append(items[at:at + n])
+        at += n
+    return out
+
+
+def _names(ids: list[str], shown: int = 4) -> str:
+    more = f", ... ({len(ids) - shown} more)" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
+
+
+def _size(doc: bytes) -> str:
+    return f"{len(doc):,}-byte"
+
+
+def _status_text(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "?"
+        return f"was killed by signal {sig} ({name})"
+    if os.WIFEXITED(status):
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return f"ended with wait status {status}"
+
+
+def _pack(obj: Any) -> bytes:
+    data = encode(obj).data
+    return _PREFIX.pack(len(data)) + data
+
+
+async def _read_doc(reader: asyncio.StreamReader, limit: int) -> dict:
+    """One control document (u32 length + codec document, at most ``limit`` bytes)."""
+    (n,) = _PREFIX.unpack(await reader.readexactly(_PREFIX.size))
+    if n > limit:
+        raise CodecError(f"control frame of {n} bytes above the bound of {limit}")
+    doc = decode(await reader.readexactly(n), max_bytes=limit)
+    if type(doc) is not dict or type(doc.get("op")) is not str:
+        raise CodecError("control frame is not a map with an 'op'")
+    return doc
+
+
+def _exception_info(exc: BaseException) -> dict:
+    info = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc)), "args": None}
+    if isinstance(exc, MessageTooLargeError):
+        info["args"] = [exc.node, exc.kind, exc.nbytes, exc.limit]
+    return info
+
+
+_REBUILDABLE = {cls.__name__: cls for cls in (CodecError, FedsimError, ForeignAwaitError, NetworkConfigError,
+                                              UnknownNodeError, TransportError)}
+
+
+def _rebuild(info: dict, where: str) -> BaseException:
+    """An actor's exception, rebuilt in the parent from its type name and message."""
+    name, msg = info["type"], info["message"]
+    exc: BaseException | None = None
+    if name == "MessageTooLargeError" and info.get("args"):
+        exc = MessageTooLargeError(*info["args"])
+    else:
+        cls = _REBUILDABLE.get(name)
+        if cls is None and info.get("module") == "builtins":
+            b = getattr(builtins, name, None)
+            cls = b if isinstance(b, type) and issubclass(b, Exception) else None
+        if cls is not None:
+            try:
+                exc = cls(msg)
+            except Exception:  # noqa: BLE001 - constructors with other signatures
+                exc = None
+    if exc is None:
+        exc = RemoteException(f"{info.get('module')}.{name}", msg)
+    exc.add_note(f"raised in {where}; its traceback there:\n{info['traceback']}")
+    return exc
+
+
+# ------------------------------------------------------------------------------------------------
+# a worker process
+
+
+class _Received(list):
+    """The receiver's half of a ledger row. When the actor reads the message (``Context`` sets
+    ``READ``), the receiver's role at that moment becomes the row's ``dst_role``: the role in which
+    it consumed the message (until then, its role at arrival)."""
+
+    __slots__ = ("node",)
+
+    def __setitem__(self, i, value) -> None:
+        list.__setitem__(self, i, value)
+        if i == READ and value:
+            list.__setitem__(self, DST_ROLE, self.node.role)
+
+
+class _Out:
+    """One outbound connection: frames queued by ``post``, written in order by ``pump``."""
+
+    __slots__ = ("proc", "writer", "queue", "wake", "task")
+
+    def __init__(self, proc: int, writer: asyncio.StreamWriter) -> None:
+        self.proc = proc
+        self.writer = writer
+        self.queue: deque = deque()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+
+class _Worker:
+    """The state and main loop of one worker process (runs in the child after fork)."""
+
+    def __init__(self, net: TcpNetwork, proc: int, ctl_port: int, token: bytes, parent: int) -> None:
+        self.net = net
+        self.proc = proc
+        self.ctl_port = ctl_port
+        self.token = token
+        self.parent = parent
+        self.local = [net.nodes[i] for i in net.groups[proc]]
+        self.nprocs = len(net.groups)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        # counters the coordinator polls
+        self.sent = 0
+        self.received = 0
+        self.blocked = 0
+        self.finished = 0
+        self.activity = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.sent_to = [0] * self.nprocs
+        self.recv_from = [0] * self.nprocs
+        self.last = 0.0
+        # what the report carries
+        self.sent_rows: list[tuple[int, list]] = []
+        self.arrivals: list[list] = []
+        self.results: dict[str, bytes] = {}
+        self.outs: list[_Out | None] = [None] * self.nprocs
+        self.inbound: set[int] = set()
+        self.tasks: list[asyncio.Task] = []
+        self.stopping = False
+        self.ctl: asyncio.StreamWriter | None = None
+
+    # -- entry ---------------------------------------------------------------------------------
+    def main(self) -> int:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills us if it must
+        _die_with_parent(self.parent)
+        self.net._worker = self
+        # No loop teardown: the process leaves through os._exit right after, and the kernel closes
+        # its sockets. (asyncio.run's teardown waits for every cancelled task, and in 3.11 a task
+        # cancelled inside wait_for just as the awaited read completes can lose the cancellation
+        # and wait on forever.)
+        return asyncio.new_event_loop().run_until_complete(self._main())
+
+    async def _main(self) -> int:
+        net = self.net
+        self.loop = asyncio.get_running_loop()
+        self.ops: asyncio.Queue = asyncio.Queue()
+        self.go = asyncio.Event()
+        self.changed = asyncio.Event()
+        family, _, _, _, addr = socket.getaddrinfo(net.host, 0, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.bind(addr)
+        server = await asyncio.start_server(self._inbound, sock=sock, limit=_READ_LIMIT)
+        host, port = sock.getsockname()[:2]
+        reader, self.ctl = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", self.ctl_port, limit=_READ_LIMIT), net.start_timeout)
+        self._send_ctl({"op": "hello", "proc": self.proc, "token": self.token, "pid": os.getpid(), "host": host,
+                        "port": port})
+        ctl_task = self.loop.create_task(self._control(reader))
+        try:
+            directory = await self._op("directory")
+            if directory is None:
+                return 3
+            addresses = directory["addresses"]
+            net.pids = list(directory["pids"])  # a worker knows only its elder siblings' pids from fork
+            connects = [self.loop.create_task(self._connect(q, *addresses[q])) for q in range(self.nprocs)]
+            if not await self._until(lambda: all(o is not None for o in self.outs)
+                                     and len(self.inbound) == self.nprocs):
+                return 3
+            for c in connects:
+                await c
+            self._send_ctl({"op": "ready", "proc": self.proc})
+            go = await self._op("go")
+            if go is None:
+                return 3
+            net._t0 = float(go["t0"])
+            self.go.set()
+            self._start_actors()
+            stop = await self._op("stop")
+            if stop is None:
+                return 3
+            await self._report()
+            await self._op("bye")
+            return 0
+        finally:
+            self.stopping = True
+            ctl_task.cancel()
+            server.close()
+
+    async def _op(self, name: str) -> dict | None:
+        """The next control message, which must be ``name``; None once told to abort."""
+        msg = await self.ops.get()
+        if msg["op"] == "abort":
+            return None
+        if msg["op"] != name:
+            raise FedsimError(f"process {self.proc}: expected control message {name!r}, got {msg['op']!r}")
+        return msg
+
+    async def _until(self, cond: Callable[[], bool]) -> bool:
+        """Wait until ``cond()`` (re-checked when a connection stands or fails); False on abort."""
+        while not cond():
+            if not self.ops.empty():
+                msg = self.ops.get_nowait()
+                if msg["op"] == "abort":
+                    return False
+                raise FedsimError(f"process {self.proc}: unexpected control message {msg['op']!r} at start-up")
+            self.changed.clear()
+            getter = self.loop.create_task(self.ops.get())
+            waiter = self.loop.create_task(self.changed.wait())
+            done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if getter in done:
+                msg = getter.result()
+                if msg["op"] == "abort":
+                    return False
+                raise FedsimError(f"process {self.proc}: unexpected control message {msg['op']!r} at start-up")
+            getter.cancel()
+        return True
+
+    # -- control channel -----------------------------------------------------------------------
+    def _send_ctl(self, obj: dict) -> None:
+        self.ctl.write(_pack(obj))
+
+    async def _control(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                msg = await _read_doc(reader, self.net.max_frame_bytes)
+                if msg["op"] == "poll":
+                    self._send_ctl(self._status(msg["wave"]))
+                else:
+                    if msg["op"] in ("stop", "abort"):
+                        self.stopping = True  # readers: a closed connection is no failure any more
+                    self.ops.put_nowait(msg)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # noqa: BLE001 - the coordinator is gone or spoke nonsense: leave
+            self.ops.put_nowait({"op": "abort"})
+
+    def _status(self, wave: int) -> dict:
+        return {"op": "status", "proc": self.proc, "wave": wave, "sent": self.sent, "received": self.received,
+                "blocked": self.blocked, "finished": self.finished, "n": len(self.local),
+                "activity": self.activity, "bytes_in": self.bytes_in, "bytes_out": self.bytes_out,
+                "sent_to": self.sent_to, "recv_from": self.recv_from}
+
+    def fail(self, kind: str, message: str, *, node: str | None = None, peer: int | None = None) -> None:
+        """Report a failure to the coordinator (which ends the run)."""
+        try:
+            self._send_ctl({"op": "fail", "kind": kind, "message": message, "node": node, "peer": peer,
+                            "proc": self.proc})
+        except Exception:  # noqa: BLE001 - the control connection is gone: the coordinator knows
+            pass
+
+    # -- connections ---------------------------------------------------------------------------
+    async def _connect(self, q: int, host: str, port: int) -> None:
+        net = self.net
+        host, port = net.peer_address(q, host, port)
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=_READ_LIMIT),
+                                                    net.start_timeout)
+        except (OSError, asyncio.TimeoutError) as exc:
+            what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
+            self.fail("connect", f"process {self.proc} cannot connect to {net.describe_process(q)} at "
+                      f"{host}:{port}: {what}", node=net.groups[q][0], peer=q)
+            return
+        writer.transport.set_write_buffer_limits(high=0)  # drain() returns once the frame is in the kernel
+        writer.write(_pack({"op": "peer", "token": self.token, "proc": self.proc}))
+        out = _Out(q, writer)
+        out.task = self.loop.create_task(self._pump(out))
+        self.outs[q] = out
+        self.changed.set()
+
+    async def _inbound(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        net = self.net
+        try:
+            try:
+                hello = await asyncio.wait_for(_read_doc(reader, _HANDSHAKE_BYTES), net.start_timeout)
+            except Exception:  # noqa: BLE001 - a stray or broken connection: close it unread
+                writer.close()
+                return
+            q = hello.get("proc")
+            if (hello["op"] != "peer" or hello.get("token") != self.token or type(q) is not int
+                    or not 0 <= q < self.nprocs or q in self.inbound):
+                writer.close()
+                return
+            self.inbound.add(q)
+            self.changed.set()
+            await self.go.wait()
+            await self._read_frames(reader, writer, q)
+        except asyncio.CancelledError:
+            return  # shutting down (a connection handler that ends cancelled makes asyncio log it)
+        except Exception as exc:  # noqa: BLE001 - anything else is a bug; say so rather than hang
+            self.fail("closed", f"process {self.proc}: reading from a peer failed: {type(exc).__name__}: {exc}")
+
+    def send(self, q: int, item: tuple) -> None:
+        out = self.outs[q]
+        out.queue.append(item)
+        out.wake.set()
+        self.sent += 1
+        self.sent_to[q] += 1
+
+    def touch(self, now: float) -> None:
+        self.activity += 1
+        if now > self.last:
+            self.last = now
+
+    async def _pump(self, out: _Out) -> None:
+        """Write ``out``'s frames in order; a frame's ``tx_end`` is when it left user space."""
+        net = self.net
+        writer = out.writer
+        transport = writer.transport
+        queue = out.queue
+        frame = net.frame
+        item = None
+        try:
+            while True:
+                if not queue:
+                    out.wake.clear()
+                    await out.wake.wait()
+                    continue
+                item = queue.popleft()
+                src, dst, num, rnd, anon, doc, row = item
+                data = frame(src, dst, num, rnd, anon, doc)
+                if transport.is_closing():
+                    raise ConnectionResetError("the connection is closed")
+                row[TX_START] = net.now()
+                writer.write(data)
+                if transport.get_write_buffer_size():
+                    await writer.drain()
+                row[TX_END] = net.now()
+                self.bytes_out += len(data)
+                item = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if not self.stopping:
+                src = item[0] if item is not None else None
+                during = f" while sending a frame from node {src!r}" if src else ""
+                self.fail("closed", f"process {self.proc} lost its connection to {net.describe_process(out.proc)}"
+                          f"{during}: {type(exc).__name__}: {exc}", node=net.groups[out.proc][0], peer=out.proc)
+
+    async def _read_frames(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, q: int) -> None:
+        net = self.net
+        readexactly = reader.readexactly
+        limit = net.max_frame_bytes
+        nodes, ids, proc_of = net.nodes, net._ids, net._proc_of
+        peer = net.describe_process(q)
+        src = None
+        got = 0
+        expected = 0
+        try:
+            while True:
+                src, got, expected = None, 0, _PREFIX.size
+                pre = await readexactly(_PREFIX.size)
+                rx = net.now()
+                (length,) = _PREFIX.unpack(pre)
+                got, expected = _PREFIX.size, length + _PREFIX.size
+                if expected > limit or length < _REST.size:
+                    if length >= _REST.size:  # name the sender if its header follows promptly
+                        try:
+                            rest = await asyncio.wait_for(readexactly(_REST.size), 1.0)
+                            i = _REST.unpack(rest)[0]
+                            if i < len(ids) and proc_of[i] == q:
+                                src = ids[i]
+                        except Exception:  # noqa: BLE001
+                            pass
+                    who = f"node {src!r} in {peer}" if src else peer
+                    what = (f"a frame of {expected:,} bytes, above max_frame_bytes = {limit:,}" if expected > limit
+                            else f"a frame of {expected} bytes, shorter than the {FRAME_OVERHEAD}-byte frame header")
+                    self.fail("frame", f"process {self.proc} received {what} from {who}; connection closed",
+                              node=src or net.groups[q][0], peer=q)
+                    writer.close()
+                    return
+                rest = await readexactly(_REST.size)
+                got += _REST.size
+                i, j, num, rnd, flags = _REST.unpack(rest)
+                if i >= len(ids) or proc_of[i] != q or j >= len(ids) or proc_of[j] != self.proc or flags > 1:
+                    bad = (f"sender index {i}" if i >= len(ids) or proc_of[i] != q else
+                           f"receiver index {j}" if j >= len(ids) or proc_of[j] != self.proc else f"flags {flags}")
+                    self.fail("frame", f"process {self.proc} received a malformed frame header from {peer}: {bad} "
+                              "is not valid on this connection; connection closed", node=net.groups[q][0], peer=q)
+                    writer.close()
+                    return
+                src = ids[i]
+                doc = await readexactly(length - _REST.size)
+                try:
+                    kind, payload = decode_message(doc, max_bytes=net.max_message_bytes, max_depth=DEFAULT_MAX_DEPTH)
+                except CodecError as exc:
+                    self.fail("frame", f"process {self.proc} received a malformed frame from node {src!r} in {peer}: "
+                              f"its {_size(doc)} document does not decode ({exc}); connection closed",
+                              node=src, peer=q)
+                    writer.close()
+                    return
+                self.bytes_in += expected
+                self._deliver(q, src, nodes[ids[j]], num, rnd, flags == 1, kind, doc, payload, expected, rx)
+        except asyncio.IncompleteReadError as exc:
+            if self.stopping and got == 0 and not exc.partial:
+                return  # the run is over: a clean end of stream
+            if got == 0 and not exc.partial:
+                self.fail("closed", f"{peer} closed its connection to process {self.proc}",
+                          node=net.groups[q][0], peer=q)
+            else:
+                have = got + len(exc.partial)
+                who = f"node {src!r} in {peer}" if src else peer
+                self.fail("midframe", f"the connection from {who} to process {self.proc} closed in the middle of a "
+                          f"frame ({have:,} of {expected:,} bytes)", node=src or net.groups[q][0], peer=q)
+        except (ConnectionError, OSError) as exc:
+            if not self.stopping:
+                self.fail("closed", f"the connection from {peer} to process {self.proc} failed: "
+                          f"{type(exc).__name__}: {exc}", node=net.groups[q][0], peer=q)
+
+    def _deliver(self, q: int, src: str, dst: Node, num: int, rnd: int, anonymous: bool, kind: str, doc: bytes,
+                 payload: Any, nbytes: int, rx: float) -> None:
+        now = self.net.now()
+        arow = _Received((num, rnd, src, dst.id, "", dst.role, kind, nbytes, 0, 0, _NAN, _NAN, _NAN, rx, now,
+                          "delivered", False, anonymous, ""))
+        arow.node = dst
+        self.arrivals.append(arow)
+        p = Payload(Encoded(doc, 0, 0))
+        p.decoded = payload
+        p.has_decoded = True
+        envl = Envelope(kind, p, src, anonymous, rnd, arow, nbytes)
+        self.received += 1
+        self.recv_from[q] += 1
+        self.touch(now)
+        w = dst.waiter
+        if w is not None and matches(w[0], kind) and not w[1].done():
+            dst.waiter = None
+            if w[2]:
+                self.blocked -= 1
+            w[1].set_result(envl)
+        else:
+            if dst.mailbox is None:
+                dst.mailbox = deque()
+            dst.mailbox.append(envl)
+
+    # -- actors --------------------------------------------------------------------------------
+    def _start_actors(self) -> None:
+        net = self.net
+        for node in self.local:
+            node.ctx = net.context_class(net, node)
+            try:
+                coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+            except Exception as exc:  # noqa: BLE001
+                self._actor_failed(node, exc)
+                continue
+            if not asyncio.iscoroutine(coro):
+                self._actor_failed(node, FedsimError(f"actor of node {node.id!r} is not an async function "
+                                                     f"(it returned {type(coro).__name__})"))
+                continue
+            task = self.loop.create_task(coro, name=node.id)
+            task.add_done_callback(lambda t, n=node: self._task_done(n, t))
+            self.tasks.append(task)
+
+    def _task_done(self, node: Node, task: asyncio.Task) -> None:
+        self.touch(self.net.now())
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._actor_failed(node, exc)
+            return
+        try:
+            data = encode(task.result()).data
+        except CodecError as err:
+            self._actor_failed(node, CodecError(f"its return value cannot travel back to the launching process: {err}"))
+            return
+        if len(data) > self.net.max_message_bytes:
+            self._actor_failed(node, CodecError(f"its return value encodes to {len(data):,} bytes, above "
+                                                f"max_message_bytes = {self.net.max_message_bytes:,}"))
+            return
+        node.done = True
+        self.results[node.id] = data
+        self.finished += 1
+
+    def _actor_failed(self, node: Node, exc: BaseException) -> None:
+        try:
+            self._send_ctl({"op": "fail", "kind": "actor", "node": node.id, "role": node.role, "proc": self.proc,
+                            "pid": os.getpid(), "error": _exception_info(exc),
+                            "message": f"actor {node.id!r} failed"})
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- the end -------------------------------------------------------------------------------
+    async def _report(self) -> None:
+        """Close blocked actors (after describing what they wait for) and send the report."""
+        net = self.net
+        waits = {n.id: net.waits_for(n) for n in self.local if not n.done}
+        for t in self.tasks:
+            if not t.done():
+                t.cancel()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=net.start_timeout)
+        role_members = {}
+        local = {n.id for n in self.local}
+        for role, members in net.ledger.role_members.items():
+            mine = sorted(members & local)
+            if mine:
+                role_members[role] = mine
+        send = self._send_ctl
+        send({"op": "report", "proc": self.proc, "last": self.last,
+              "nodes": {n.id: {"done": n.done, "role": n.role, "waits": waits.get(n.id)} for n in self.local},
+              "role_members": role_members,
+              "missing": [[m.round, m.receiver, m.sender, m.kind, m.time] for m in net.ledger.missing],
+              "steps": [list(s) for s in net.steps]})
+        for nid, data in self.results.items():
+            send({"op": "result", "node": nid, "data": data})
+            await self.ctl.drain()
+        rows = []
+        for num, row in self.sent_rows:
+            r = list(row)
+            r[0] = num
+            rows.append(r)
+        for k in range(0, len(rows), _REPORT_CHUNK):
+            send({"op": "rows", "rows": rows[k:k + _REPORT_CHUNK]})
+            await self.ctl.drain()
+        arr = [[a[2], a[0], a[RX_START], a[ARRIVAL], a[READ], a[DST_ROLE]] for a in self.arrivals]
+        for k in range(0, len(arr), _REPORT_CHUNK):
+            send({"op": "arrivals", "arrivals": arr[k:k + _REPORT_CHUNK]})
+            await self.ctl.drain()
+        send({"op": "done", "proc": self.proc})
+        await self.ctl.drain()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux); leave at once if the
+    parent is already gone."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the closed control connection still ends us
+        pass
+    if os.getppid() != parent:
+        os._exit(3)
+
+
+# ------------------------------------------------------------------------------------------------
+# the coordinator (the launching process)
+
+
+class _Failed(Exception):
+    """Internal: a failure was reported; the coordinator ends the run."""
+
+
+class _Child:
+    __slots__ = ("proc", "pid", "writer", "host", "port", "ready", "status", "report", "done", "eof", "died",
+                 "left_unasked")
+
+    def __init__(self, proc: int, pid: int) -> None:
+        self.proc = proc
+        self.pid = pid
+        self.writer: asyncio.StreamWriter | None = None
+        self.host = ""
+        self.died = False
+        self.left_unasked = False  # its control connection closed before any abort
+        self.port: int | None = None
+        self.ready = False
+        self.status: dict | None = None
+        self.report: dict = {"rows": [], "arrivals": [], "results": {}}
+        self.done = False
+        self.eof = False
+
+
+class _Coordinator:
+    def __init__(self, net: TcpNetwork, listener: socket.socket, token: bytes, deadline: float | None,
+                 timeout: float | None) -> None:
+        self.net = net
+        self.listener = listener
+        self.token = token
+        self.deadline = deadline
+        self.timeout = timeout
+        self.children = [_Child(p, pid) for p, pid in enumerate(net.pids)]
+        self.failures: list[dict] = []
+        self.phase = "start-up"
+        self.aborted = False
+        self.wave = 0
+
+    async def run(self) -> list[dict]:
+        net = self.net
+        self.loop = asyncio.get_running_loop()
+        self.changed = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+        server = await asyncio.start_server(self._accepted, sock=self.listener, limit=_READ_LIMIT)
+        watch = self.loop.create_task(self._watch())
+        try:
+            start_by = time.monotonic() + net.start_timeout
+            await self._until(lambda c: c.port is None, start_by, "to report its address")
+            addresses = [[c.host, c.port] for c in self.children]
+            for c in self.children:
+                self._send(c, {"op": "directory", "addresses": addresses, "pids": net.pids})
+            await self._until(lambda c: not c.ready, start_by, "to connect to every peer")
+            self.phase = "run"
+            t0 = time.monotonic()
+            net._t0 = t0
+            for c in self.children:
+                self._send(c, {"op": "go", "t0": t0})
+            await self._poll()
+            self.phase = "stop"
+            for c in self.children:
+                self._send(c, {"op": "stop"})
+            await self._until(lambda c: not c.done, time.monotonic() + net.start_timeout, "to send its report")
+            self.phase = "bye"
+            for c in self.children:
+                self._send(c, {"op": "bye"})
+            return [self._decode_report(c) for c in self.children]
+        except _Failed:
+            await self._settle()
+            err = self._error()
+            err.__suppress_context__ = True  # not "during handling of _Failed"; keeps __cause__
+            raise err
+        finally:
+            if self.phase != "bye":
+                self._abort()
+            watch.cancel()
+            for t in self.tasks:
+                t.cancel()
+            server.close()
+            for c in self.children:
+                if c.writer is not None:
+                    c.writer.close()
+
+    # -- messages ------------------------------------------------------------------------------
+    def _send(self, c: _Child, obj: dict) -> None:
+        if c.writer is not None and not c.writer.is_closing():
+            try:
+                c.writer.write(_pack(obj))
+            except Exception:  # noqa: BLE001 - the child is gone; its reader will say so
+                pass
+
+    def _abort(self) -> None:
+        if not self.aborted:
+            self.aborted = True
+            for c in self.children:
+                self._send(c, {"op": "abort"})
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.tasks.append(asyncio.current_task())
+        try:
+            await self._control(reader, writer)
+        except asyncio.CancelledError:
+            return  # shutting down (a connection handler that ends cancelled makes asyncio log it)
+
+    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            hello = await asyncio.wait_for(_read_doc(reader, _HANDSHAKE_BYTES), self.net.start_timeout)
+        except Exception:  # noqa: BLE001 - not one of ours
+            writer.close()
+            return
+        p = hello.get("proc")
+        if (hello["op"] != "hello" or hello.get("token") != self.token or type(p) is not int
+                or not 0 <= p < len(self.children) or self.children[p].writer is not None
+                or hello.get("pid") != self.children[p].pid):
+            writer.close()
+            return
+        c = self.children[p]
+        c.writer = writer
+        c.host = str(hello["host"])
+        c.port = int(hello["port"])
+        self.changed.set()
+        try:
+            while True:
+                msg = await _read_doc(reader, self.net.max_frame_bytes + _HANDSHAKE_BYTES)
+                self._dispatch(c, msg)
+                self.changed.set()
+        except asyncio.CancelledError:
+            raise
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception as exc:  # noqa: BLE001
+            self._fail({"kind": "frame", "message": f"{self.net.describe_process(c.proc)} sent a malformed control "
+                        f"frame: {exc}", "proc": c.proc, "node": self.net.groups[c.proc][0]})
+        c.eof = True
+        c.left_unasked = not self.aborted
+        self.changed.set()
+        if self.phase != "bye" and not c.done:
+            end = time.monotonic() + 2.0  # how did it end?
+            while not self.net._reaped(c.pid) and time.monotonic() < end:
+                await asyncio.sleep(0.005)
+            self._died(c)
+
+    def _dispatch(self, c: _Child, msg: dict) -> None:
+        op = msg["op"]
+        if op == "ready":
+            c.ready = True
+        elif op == "status":
+            if msg.get("wave") == self.wave:
+                c.status = msg
+        elif op == "fail":
+            self._fail(msg)
+        elif op == "report":
+            c.report.update(msg)
+        elif op == "result":
+            c.report["results"][msg["node"]] = msg["data"]
+        elif op == "rows":
+            c.report["rows"].extend(msg["rows"])
+        elif op == "arrivals":
+            c.report["arrivals"].extend(msg["arrivals"])
+        elif op == "done":
+            c.done = True
+
+    def _fail(self, info: dict) -> None:
+        if self.aborted and info.get("kind") != "died":
+            return  # workers leaving on our abort close their connections: consequences, not causes
+        self.failures.append(info)
+        self.changed.set()
+
+    def _died(self, c: _Child) -> None:
+        """Record how ``c`` ended (once), unless it left because it was told to."""
+        if c.died:
+            return
+        status = self.net.exit_status.get(c.pid)
+        if (self.aborted and not c.left_unasked and status is not None and os.WIFEXITED(status)
+                and os.WEXITSTATUS(status) in (0, 3)):
+            return  # it left because it was told to
+        c.died = True
+        how = "closed its control connection" if status is None else \
+            "ended (reaped elsewhere)" if status == -1 else _status_text(status)
+        self._fail({"kind": "died", "proc": c.proc, "node": self.net.groups[c.proc][0],
+                    "message": f"{self.net.describe_process(c.proc)} {how} during {self.phase}"})
+
+    async def _watch(self) -> None:
+        """Notice a worker that exits without a word (e.g. before it could connect)."""
+        while True:
+            await asyncio.sleep(0.05)
+            for c in self.children:
+                if c.writer is None and self.net._reaped(c.pid):
+                    self._died(c)
+
+    async def _until(self, pending: Callable[[_Child], bool], by: float | None, what: str) -> None:
+        """Wait until no child is ``pending``; raise ``_Failed`` on a failure, ``TransportError``
+        past ``by`` (the start-up and report bounds), ``TimeoutError`` past the run's deadline."""
+        while True:
+            if self.failures:
+                raise _Failed
+            late = [c for c in self.children if pending(c)]
+            if not late:
+                return
+            now = time.monotonic()
+            if self.deadline is not None and now >= self.deadline:
+                self._timeout()
+            if by is not None and now >= by:
+                net = self.net
+                raise TransportError(
+                    f"TcpNetwork {self.phase}: waited {net.start_timeout} s for every process {what}; still "
+                    f"waiting for {'; '.join(net.describe_process(c.proc) for c in late)}",
+                    node=net.groups[late[0].proc][0], nodes=tuple(net.groups[late[0].proc]),
+                    process=late[0].proc, kind="stall")
+            limits = [t for t in (by, self.deadline) if t is not None]
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), None if not limits else min(limits) - now)
+            except asyncio.TimeoutError:
+                pass
+
+    def _timeout(self) -> None:
+        lines = [f"TcpNetwork.run: no result within timeout = {self.timeout} s (during {self.phase})"]
+        for c in self.children:
+            s = c.status
+            if s is not None:
+                busy = s["n"] - s["blocked"] - s["finished"]
+                lines.append(f"  process {c.proc}: {s['finished']} finished, {s['blocked']} blocked, {busy} busy "
+                             f"of {s['n']} actors; {s['sent']} frames sent, {s['received']} received")
+        raise TimeoutError("\n".join(lines))
+
+    async def _poll(self) -> None:
+        """Poll the workers until two consecutive identical snapshots show every actor finished
+        or blocked and no frame in flight; fail after ``stall_timeout`` without progress."""
+        net = self.net
+        prev = None
+        still_since = None
+        keys = ("sent", "received", "blocked", "finished", "activity", "bytes_in", "bytes_out")
+        while True:
+            self.wave += 1
+            for c in self.children:
+                c.status = None
+                self._send(c, {"op": "poll", "wave": self.wave})
+            await self._until(lambda c: c.status is None, None, "to answer")
+            stats = [c.status for c in self.children]
+            snap = tuple(tuple(s[k] for k in keys) for s in stats)
+            idle = all(s["blocked"] + s["finished"] == s["n"] for s in stats)
+            if idle and snap == prev:
+                if sum(s["sent"] for s in stats) == sum(s["received"] for s in stats):
+                    return
+                now = time.monotonic()
+                if still_since is None:
+                    still_since = now
+                elif now - still_since > net.stall_timeout:
+                    self._stalled(stats)
+            elif snap != prev:
+                still_since = None
+            prev = snap
+            try:
+                await asyncio.wait_for(self._failed_soon(), net.poll_interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _failed_soon(self) -> None:
+        while not self.failures:
+            self.changed.clear()
+            await self.changed.wait()
+        raise _Failed
+
+    def _stalled(self, stats: list[dict]) -> None:
+        net = self.net
+        lines = []
+        first = None
+        for i, s in enumerate(stats):
+            for j, t in enumerate(stats):
+                if s["sent_to"][j] != t["recv_from"][i]:
+                    first = first or (i, j)
+                    lines.append(f"{net.describe_process(j)} has received {t['recv_from'][i]} of the "
+                                 f"{s['sent_to'][j]} frames {net.describe_process(i)} sent it")
+        i = first[0] if first else 0
+        self._fail({"kind": "stall", "proc": i, "node": net.groups[i][0],
+                    "message": f"no progress for {net.stall_timeout} s with frames outstanding: " + "; ".join(lines)})
+        raise _Failed
+
+    async def _settle(self) -> None:
+        """After a first failure: give the other reports (the death behind a closed connection,
+        the frame it left half-written) 0.4 s to come in, then tell everyone to abort and watch
+        0.2 s more for deaths."""
+        for grace, abort in ((0.4, False), (0.2, True)):
+            if abort:
+                self._abort()
+            end = time.monotonic() + grace
+            while time.monotonic() < end:
+                for c in self.children:
+                    if self.net._reaped(c.pid):
+                        if not self.aborted:
+                            c.left_unasked = True
+                        self._died(c)
+                await asyncio.sleep(0.02)
+
+    def _error(self) -> BaseException:
+        net = self.net
+        fails = sorted(self.failures, key=lambda f: _PRIORITY.get(f.get("kind"), 9))
+        first = fails[0]
+        if first.get("kind") == "actor":
+            where = f"{net.describe_process(first['proc'])}"
+            cause = _rebuild(first["error"], where)
+            if isinstance(cause, FedsimError) and str(cause).startswith("actor"):
+                return cause
+            err = ActorError(first["node"], first.get("role", "?"), cause)
+            err.__cause__ = cause
+            return err
+        others = []
+        for f in fails[1:]:
+            if f.get("message") != first.get("message") and f.get("message") not in others:
+                others.append(f.get("message"))
+        text = first["message"]
+        if others:
+            text += "\n  also: " + "\n  also: ".join(others[:3]) + (
+                f"\n  ... and {len(others) - 3} more" if len(others) > 3 else "")
+        p = first.get("peer") if first.get("peer") is not None else first.get("proc")
+        nodes = tuple(net.groups[p]) if p is not None and 0 <= p < len(net.groups) else ()
+        return TransportError(text, node=first.get("node"), nodes=nodes, process=p, kind=first.get("kind", "closed"))
+
+    def _decode_report(self, c: _Child) -> dict:
+        rep = c.report
+        results = {}
+        for nid, data in rep["results"].items():
+            try:
+                results[nid] = decode(data, max_bytes=self.net.max_message_bytes)
+            except CodecError as exc:
+                node = self.net.nodes[nid]
+                err = ActorError(nid, node.role, CodecError(f"its return value could not be decoded in the "
+                                                            f"launching process: {exc}"))
+                raise err from exc
+        rep["results"] = results
+        return rep

@@ -1,0 +1,532 @@
+"""TcpNetwork: the same actors in separate processes over loopback TCP.
+
+Every registered protocol (iterating REGISTRY, so a new one is covered) gets bit-identical final
+parameters and identical payload bytes per kind to SimNetwork with the same seed; the merged
+ledger has the simulator's columns, real frame sizes, a common clock and a deterministic order.
+Runs that go wrong end with a clear error naming the node, within a bounded time, with every
+worker process reaped: a garbage frame, an oversized frame, a half-written frame, a worker killed
+mid-round (SIGKILL), a peer that closes in the middle of a frame, a connection refused, an actor that
+raises or returns what the codec cannot encode; a deadlock raises DeadlockError; non-loopback addresses are refused unless asked for.
+Every run has a timeout, and an alarm bounds each test as a whole.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import (
+    ActorError, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork, TcpNetwork,
+    TransportError,
+)
+from fedsim.kernel.ledger import COLUMNS
+from fedsim.kernel.tcp import FRAME_OVERHEAD
+from fedsim.protocols import REGISTRY
+
+NAMES = list(REGISTRY)
+SEED = 11
+PARENT = os.getpid()
+RUN_TIMEOUT = 60.0
+
+
+@pytest.fixture(autouse=True)
+def alarm():
+    """A hard bound on each test (workers are never left behind: TcpNetwork.run reaps them in a
+    finally, which the alarm's exception runs through)."""
+    def expired(signum, frame):
+        raise TimeoutError("test exceeded its 90 s alarm")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(90)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def live_children() -> set[int]:
+    """Pids of this process's children that still exist (zombies included), from /proc."""
+    me = os.getpid()
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me:
+            out.add(int(entry))
+    return out
+
+
+def assert_no_orphans(net: TcpNetwork) -> None:
+    assert net.pids, "the run started no worker process"
+    assert set(net.exit_status) == set(net.pids), "every worker was reaped"
+    for pid in net.pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # already reaped: not our child any more
+    assert not (live_children() & set(net.pids))
+
+
+def bytes_per_kind(ledger) -> dict:
+    return {k: (t.messages, t.payload_bytes) for k, t in ledger.view().group("kind").items()}
+
+
+def run_protocol(name: str, net, clients: int, rounds: int = 2):
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(clients, rounds, SEED)
+    job = spec.build(net, data, cfg)
+    return job.collect(net.run() if isinstance(net, SimNetwork) else net.run(timeout=RUN_TIMEOUT))
+
+
+# -- every protocol, bit for bit ------------------------------------------------------------------
+
+@pytest.mark.parametrize("clients,processes", [(3, 3), (4, 5)], ids=["2-client-procs", "4-client-procs"])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_protocol_matches_simnetwork_bit_for_bit(name, clients, processes):
+    sim = run_protocol(name, SimNetwork(seed=SEED, profile="lan"), clients)
+    net = TcpNetwork(seed=SEED, processes=processes)
+    tcp = run_protocol(name, net, clients)
+    assert len(net.groups) == min(processes, len(net.nodes)) and sum(map(len, net.groups)) == len(net.nodes)
+    if "server" in net.nodes and net.nodes["server"].role != "client":
+        assert net.groups[0] == ["server"]  # by default the server alone, the clients spread over the rest
+    assert tcp.protocol == sim.protocol == name
+    assert sim.params and sim.params.keys() == tcp.params.keys()
+    for key, value in sim.params.items():
+        a, b = np.asarray(value), np.asarray(tcp.params[key])
+        assert a.dtype == b.dtype and np.array_equal(a, b), f"{name}: {key} differs"
+    assert bytes_per_kind(sim.ledger) == bytes_per_kind(tcp.ledger)
+    assert tcp.run.complete and tcp.duration > 0
+    assert REGISTRY[name].undeclared(tcp.ledger) == []
+    assert_no_orphans(net)
+
+
+def test_the_merged_ledger_has_the_simulators_columns_real_sizes_and_a_common_clock():
+    net = TcpNetwork(seed=SEED, processes=4)
+    res = run_protocol("fedrec", net, 4, rounds=3)
+    led = res.ledger
+    assert led.framing_bytes == FRAME_OVERHEAD == 25 and net.framing_bytes == FRAME_OVERHEAD
+    cols = led.columns()
+    assert tuple(cols) == COLUMNS
+    n = len(led)
+    assert n > 0 and list(cols["seq"]) == list(range(n))
+    # deterministic order: by sender, then the sender's message number (send order per sender)
+    keys = list(zip(cols["src"], cols["send_time"]))
+    assert [k[0] for k in keys] == sorted(k[0] for k in keys)
+    for src in set(cols["src"]):
+        times = [t for s, t in keys if s == src]
+        assert times == sorted(times)
+    # wire bytes are frame bytes: document + the 25-byte frame header, per row
+    view = led.view()
+    t = view.totals()
+    assert t.wire_bytes == t.payload_bytes + n * FRAME_OVERHEAD
+    # every copy was delivered and read; times on the common clock are ordered along each copy
+    assert set(cols["status"]) == {"delivered"} and cols["read"].all()
+    for name in ("send_time", "tx_start", "tx_end", "rx_start", "arrival_time"):
+        assert np.isfinite(cols[name]).all() and (cols[name] >= 0).all(), name
+    assert (cols["tx_start"] >= cols["send_time"]).all() and (cols["tx_end"] >= cols["tx_start"]).all()
+    assert (cols["arrival_time"] >= cols["rx_start"]).all()
+    assert (cols["rx_start"] >= cols["tx_start"]).all()  # one origin for every process
+    assert cols["arrival_time"].max() <= res.duration + 1e-9
+    # the same rows (who, what, how big on the wire) as the simulator's with the same framing
+    sim = run_protocol("fedrec", SimNetwork(seed=SEED, framing_bytes=FRAME_OVERHEAD), 4, rounds=3)
+    rows = lambda lg: sorted((r["round"], r["src"], r["dst"], r["kind"], r["bytes"]) for r in lg.records())
+    assert rows(sim.ledger) == rows(led)
+    # roles: the server's and the clients', merged from the processes
+    assert led.roles["server"] == "server" and set(led.role_members["client"]) == set(res.run.results) - {"server"}
+    # a second run gives the same ledger apart from the measured times
+    again = run_protocol("fedrec", TcpNetwork(seed=SEED, processes=4), 4, rounds=3).ledger
+    timeless = lambda lg: [(r["seq"], r["src"], r["dst"], r["kind"], r["bytes"], r["round"], r["status"])
+                           for r in lg.records()]
+    assert timeless(again) == timeless(led)
+    assert_no_orphans(net)
+
+
+async def _lossy_server(ctx, clients):
+    for r in range(3):
+        ctx.begin_round(r)
+        await ctx.broadcast(clients, "w", {"r": r})
+        await ctx.gather("u", senders=clients, timeout=1.0, round=r)
+    await ctx.broadcast(clients, "stop", None)
+
+
+async def _lossy_client(ctx):
+    while True:
+        msg = await ctx.receive(("w", "stop"), timeout=8.0)
+        if msg is None or msg.kind == "stop":
+            return
+        for k in range(3):
+            await ctx.send("server", "u", {"k": k})
+
+
+def test_loss_draws_are_those_of_the_simulator():
+    """Loss is drawn at the sender, keyed by (sender, its message number): the same copies are
+    lost over TCP as in the simulator, and a lost copy is never framed."""
+    clients = [f"c{i}" for i in range(6)]
+    fates = []
+    for net in (SimNetwork(seed=5), TcpNetwork(seed=5, processes=3, time_scale=0.25)):
+        net.add_node("server", _lossy_server, clients, role="server", loss=0.2)
+        for c in clients:
+            net.add_node(c, _lossy_client, loss=0.2)
+        net.run(strict=False) if isinstance(net, SimNetwork) else net.run(timeout=RUN_TIMEOUT, strict=False)
+        per: dict = {}
+        lost = []
+        for row in net.ledger.records():  # both ledgers list each sender's copies in send order
+            k = per[row["src"]] = per.get(row["src"], -1) + 1
+            if row["status"] == "lost":
+                lost.append((row["src"], k, row["dst"], row["kind"]))
+        fates.append(sorted(lost))
+    assert fates[0] == fates[1] and len(fates[0]) > 3
+    assert_no_orphans(net)
+
+
+def test_placement_by_mapping_and_one_process_per_node():
+    from fedsim.protocols import demo
+
+    sim = SimNetwork(seed=3)
+    demo.build(sim, None, demo.DemoConfig(clients=3, rounds=3))
+    expected = sim.run()["server"]
+    every = TcpNetwork(seed=3, processes=None)
+    demo.build(every, None, demo.DemoConfig(clients=3, rounds=3))
+    assert np.array_equal(every.run(timeout=RUN_TIMEOUT)["server"], expected)
+    assert every.groups == [[n] for n in every.nodes]
+    mapped = TcpNetwork(seed=3, processes=2, placement=lambda nid: 1 if nid.endswith("1") else 0)
+    demo.build(mapped, None, demo.DemoConfig(clients=3, rounds=3))
+    assert np.array_equal(mapped.run(timeout=RUN_TIMEOUT)["server"], expected)
+    assert mapped.groups == [["server", "client/000", "client/002"], ["client/001"]]
+    bad = TcpNetwork(processes=2, placement={"a": 0})
+    bad.add_node("a", _done)
+    bad.add_node("b", _done)
+    with pytest.raises(NetworkConfigError, match="placement of node 'b'"):
+        bad.run(timeout=RUN_TIMEOUT)
+    for net in (every, mapped):
+        assert_no_orphans(net)
+
+
+# -- runs that end loudly ------------------------------------------------------------------------
+
+async def _lonely(ctx):
+    await ctx.receive("hello")  # nobody ever sends it
+
+
+async def _done(ctx):
+    return 1
+
+
+def test_a_deadlock_across_processes_raises_deadlock_error_naming_the_actor():
+    net = TcpNetwork(processes=2)
+    net.add_node("waiter", _lonely)
+    net.add_node("other", _done)
+    t = time.monotonic()
+    with pytest.raises(DeadlockError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    assert err.blocked == {"waiter": "receive 'hello'"}
+    assert "waiter waits in receive 'hello'" in str(err)
+    assert err.result.results == {"other": 1} and err.result.unfinished == ["waiter"]
+    assert_no_orphans(net)
+
+
+def _gather_server(clients):
+    async def server(ctx):
+        ctx.begin_round(0)
+        await ctx.broadcast(clients, "go", None)
+        got = await ctx.gather("reply", senders=clients, round=0)
+        return [m.sender for m in got]
+    return server
+
+
+async def _replier(ctx):
+    await ctx.receive("go")
+    await ctx.send("server", "reply", {"x": np.arange(3.0)})
+
+
+async def _silent(ctx):
+    await ctx.receive("go")  # and never replies
+
+
+def test_a_gather_nobody_completes_is_a_deadlock_and_strict_false_returns_the_partial_result():
+    clients = ["c0", "c1", "c2"]
+    for strict in (True, False):
+        net = TcpNetwork(processes=3)
+        net.add_node("server", _gather_server(clients), role="server")
+        for c in clients:
+            net.add_node(c, _silent if c == "c1" else _replier)
+        if strict:
+            with pytest.raises(DeadlockError) as info:
+                net.run(timeout=RUN_TIMEOUT)
+            assert info.value.blocked == {"server": "gather 'reply' for 1 of 3 senders: c1"}
+        else:
+            res = net.run(timeout=RUN_TIMEOUT, strict=False)
+            assert res.unfinished == ["server"] and set(res.results) == {"c0", "c1", "c2"} and not res.complete
+            # the two replies the unfinished gather holds were never read, as on the simulator
+            sim = SimNetwork()
+            sim.add_node("server", _gather_server(clients), role="server")
+            for c in clients:
+                sim.add_node(c, _silent if c == "c1" else _replier)
+            sim.run(strict=False)
+            t, st = res.ledger.totals(), sim.ledger.totals()
+            assert t["messages"] == st["messages"] == 5 and t["unread_messages"] == st["unread_messages"] == 2
+        assert_no_orphans(net)
+
+
+async def _raises(ctx):
+    await ctx.receive("go")
+    raise ValueError("bad things in client c1")
+
+
+def test_an_actor_that_raises_is_an_actor_error_naming_it():
+    clients = ["c0", "c1"]
+    net = TcpNetwork(processes=3)
+    net.add_node("server", _gather_server(clients), role="server")
+    net.add_node("c0", _replier)
+    net.add_node("c1", _raises)
+    with pytest.raises(ActorError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    err = info.value
+    assert err.node == "c1" and "c1" in str(err) and "bad things" in str(err)
+    assert isinstance(err.__cause__, ValueError)
+    assert any("bad things" in note for note in getattr(err.__cause__, "__notes__", []))  # remote traceback
+    assert_no_orphans(net)
+
+
+async def _returns_an_object(ctx):
+    return object()
+
+
+def test_a_return_value_the_codec_cannot_encode_is_an_error_naming_the_node():
+    net = TcpNetwork(processes=2)
+    net.add_node("fine", _done)
+    net.add_node("odd", _returns_an_object)
+    with pytest.raises(ActorError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert info.value.node == "odd" and "return value" in str(info.value)
+    assert isinstance(info.value.__cause__, CodecError)
+    assert_no_orphans(net)
+
+
+def test_a_message_above_the_bound_is_refused_at_the_sender():
+    async def big(ctx):
+        await ctx.send("sink", "blob", {"a": np.zeros(1000, np.float64)})
+
+    async def sink(ctx):
+        await ctx.receive("blob", timeout=5.0)
+
+    net = TcpNetwork(processes=2, max_message_bytes=4000)
+    assert net.max_frame_bytes == 4000 + FRAME_OVERHEAD
+    net.add_node("sender", big)
+    net.add_node("sink", sink)
+    with pytest.raises(ActorError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    cause = info.value.__cause__
+    assert isinstance(cause, MessageTooLargeError)
+    assert cause.node == "sender" and cause.kind == "blob" and cause.nbytes > 8000 and cause.limit == 4000
+    assert_no_orphans(net)
+
+
+class _Faulty(TcpNetwork):
+    """Frames from ``culprit`` are replaced by ``fault(frame) -> bytes``."""
+
+    culprit = "c1"
+
+    def fault(self, frame: bytes) -> bytes:
+        raise NotImplementedError
+
+    def frame(self, src, dst, number, rnd, anonymous, document):
+        data = super().frame(src, dst, number, rnd, anonymous, document)
+        return self.fault(data) if src == self.culprit else data
+
+
+class _Garbage(_Faulty):
+    def fault(self, frame):
+        head = frame[:FRAME_OVERHEAD]
+        return head + b"\xc1" * (len(frame) - FRAME_OVERHEAD)  # 0xc1: never valid msgpack
+
+
+class _Oversized(_Faulty):
+    def fault(self, frame):
+        return (2**31).to_bytes(4, "big") + frame[4:]  # announces 2 GiB
+
+
+class _HalfFrame(_Faulty):
+    def fault(self, frame):
+        return frame[: len(frame) // 2]  # and the rest never comes
+
+
+def _star(net, clients=("c0", "c1", "c2")):
+    clients = list(clients)
+    net.add_node("server", _gather_server(clients), role="server")
+    for c in clients:
+        net.add_node(c, _replier)
+    return net
+
+
+@pytest.mark.parametrize("cls,expect", [
+    (_Garbage, "received a malformed frame from node 'c1'"),
+    (_Oversized, "above max_frame_bytes"),
+])
+def test_a_bad_frame_closes_the_connection_and_ends_the_run_naming_its_sender(cls, expect):
+    net = _star(cls(processes=4))
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    assert expect in str(err) and "'c1'" in str(err) and "connection closed" in str(err)
+    assert err.node == "c1" and err.kind == "frame" and "c1" in err.nodes
+    assert_no_orphans(net)
+
+
+def test_a_frame_that_stops_halfway_is_reported_after_the_stall_timeout():
+    net = _star(_HalfFrame(processes=4, stall_timeout=1.0))
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    assert err.kind == "stall" and "no progress for 1.0 s" in str(err)
+    assert "has received 0 of the 1 frames" in str(err) and "hosting c1)" in str(err)
+    assert_no_orphans(net)
+
+
+async def _half_then_exit(ctx):
+    await ctx.receive("go")
+    await ctx.send("server", "reply", {"x": np.arange(3.0)})  # framed by _HalfFrame: half of it goes out
+    await ctx.sleep(0.3)
+    if os.getpid() != PARENT:
+        os._exit(0)  # the worker leaves with half a frame on the wire
+
+
+def test_a_peer_that_closes_in_the_middle_of_a_frame_is_reported_with_its_node():
+    net = _HalfFrame(processes=4)
+    net.add_node("server", _gather_server(["c0", "c1", "c2"]), role="server")
+    for c in ("c0", "c1", "c2"):
+        net.add_node(c, _half_then_exit if c == "c1" else _replier)
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    text = str(err)
+    assert err.node == "c1" and err.nodes == ("c1",)
+    assert "hosting c1)" in text and "exited with status 0 during run" in text
+    assert "connection from node 'c1'" in text and "closed in the middle of a frame" in text
+    assert_no_orphans(net)
+
+
+async def _round_client(ctx, die_in_round=None):
+    while True:
+        msg = await ctx.receive(("w", "stop"))
+        if msg.kind == "stop":
+            return msg.round
+        if msg.payload["r"] == die_in_round and os.getpid() != PARENT:
+            os.kill(os.getpid(), signal.SIGKILL)  # this worker process dies mid-round
+        await ctx.send("server", "u", {"g": np.ones(4)})
+
+
+def _round_server(clients):
+    async def server(ctx):
+        for r in range(4):
+            ctx.begin_round(r)
+            await ctx.broadcast(clients, "w", {"r": r})
+            await ctx.gather("u", senders=clients, round=r)
+        await ctx.broadcast(clients, "stop", None)
+    return server
+
+
+def test_a_worker_killed_mid_round_ends_the_run_naming_its_nodes():
+    clients = ["c0", "c1", "c2"]
+    net = TcpNetwork(processes=4)
+    net.add_node("server", _round_server(clients), role="server")
+    for c in clients:
+        net.add_node(c, _round_client, 1 if c == "c1" else None)
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    assert err.kind == "died" and err.node == "c1" and err.nodes == ("c1",)
+    assert "hosting c1)" in str(err) and "SIGKILL" in str(err)
+    dead = net.pids[net.groups.index(["c1"])]
+    assert os.WIFSIGNALED(net.exit_status[dead]) and os.WTERMSIG(net.exit_status[dead]) == signal.SIGKILL
+    assert_no_orphans(net)
+
+
+class _Refused(TcpNetwork):
+    def peer_address(self, proc, host, port):
+        if proc != 2:
+            return host, port
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+        s.close()  # nothing listens there any more
+        return host, closed
+
+
+def test_a_connection_refused_ends_the_run_naming_the_unreachable_nodes():
+    net = _star(_Refused(processes=4))
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 20
+    err = info.value
+    assert err.kind == "connect" and "cannot connect to process 2" in str(err)
+    assert "Connection refused" in str(err) or "ConnectionRefusedError" in str(err)
+    assert err.node == "c1" and err.nodes == ("c1",)
+    assert_no_orphans(net)
+
+
+def test_a_run_over_its_timeout_raises_timeout_error_and_reaps_the_workers():
+    async def sleeper(ctx):
+        await ctx.sleep(30.0)
+
+    net = TcpNetwork(processes=2)
+    net.add_node("a", sleeper)
+    net.add_node("b", sleeper)
+    t = time.monotonic()
+    with pytest.raises(TimeoutError, match="no result within timeout = 1.0 s"):
+        net.run(timeout=1.0)
+    assert time.monotonic() - t < 10
+    assert_no_orphans(net)
+
+
+# -- configuration --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "192.168.0.1"])
+def test_a_non_loopback_host_is_refused_unless_asked_for(host):
+    with pytest.raises(NetworkConfigError, match="not a loopback address.*allow_remote=True"):
+        TcpNetwork(host=host)
+    assert TcpNetwork(host=host, allow_remote=True).host == host
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_hosts_are_accepted(host):
+    assert TcpNetwork(host=host).host == host
+
+
+def test_configuration_is_checked():
+    with pytest.raises(NetworkConfigError, match="framing_bytes is 25"):
+        TcpNetwork(framing_bytes=0)
+    with pytest.raises(NetworkConfigError, match="max_frame_bytes"):
+        TcpNetwork(max_frame_bytes=10)
+    with pytest.raises(NetworkConfigError, match="processes"):
+        TcpNetwork(processes=0)
+    assert TcpNetwork().max_frame_bytes == TcpNetwork().max_message_bytes + FRAME_OVERHEAD
+    net = TcpNetwork()
+    net.add_node("late", _done, offline_at=1.0)
+    with pytest.raises(NetworkConfigError, match="offline_at"):
+        net.run(timeout=RUN_TIMEOUT)
+    empty = TcpNetwork()
+    assert empty.run(timeout=RUN_TIMEOUT).complete and not empty.pids
+    assert math.isclose(TcpNetwork(time_scale=0.5).time_scale, 0.5)
