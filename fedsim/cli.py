@@ -22,6 +22,7 @@ from typing import Sequence
 
 from . import __version__
 from .config import ConfigError
+from .kernel.errors import NetworkConfigError
 from .experiment import (
     ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario,
     net_from_args, parse_sets, run_scenario,
@@ -151,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .data import cli as data_cli
 
             return data_cli.run(args)
-    except (UsageError, ScenarioError, ConfigError) as exc:
+    except (UsageError, ScenarioError, ConfigError, NetworkConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

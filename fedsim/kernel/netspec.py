@@ -70,8 +70,9 @@ class NetSpec:
     def build(self, seed: int, **kwargs: Any):
         """A fresh network of this description (``kwargs``: more constructor arguments, e.g.
         ``trace=True``)."""
-        common = dict(seed=seed, profile=self.profile, faults=self.faults, framing_bytes=self.framing_bytes,
-                      **dict(self.options), **kwargs)
+        common = dict(seed=seed, profile=self.profile, faults=self.faults, **dict(self.options), **kwargs)
+        if self.transport != "tcp":  # TCP's framing is its frame header, fixed by the transport
+            common["framing_bytes"] = self.framing_bytes
         if self.transport == "sim":
             from .sim import SimNetwork
 
