@@ -1,19 +1,24 @@
-"""FPL Tables 2, 3, 5, 6: Random, Top-Pop, BPR-MF, FCF and the four FPL presets (each at its best pi) on a temporal split.
+"""FPL Tables 2, 3, 5, 6: every method of the paper (Random, Top-Pop, User-kNN, Item-kNN, VAE, BPR-MF, FCF, sFPL, sFPL+, pFPL, pFPL+) over several seeds, with confidence intervals, paired tests and a verdict for each ordering the paper reports.
 
-Implicit feedback (every rating a positive), users with more than 20 interactions, per-user
-temporal 80/20 hold-out and the same cut of the training part as validation (FPL section 5.3).
-BPR-MF is centralized (X+ sequential SGD steps per epoch); FCF and FPL run as actors on a
-simulated network and their traffic is in the ledger. For every model the epoch, and for FPL
-the disclosure probability pi, are chosen by P@10 on the validation cut (``protocol=validation``,
-the default; the models are fitted on the training part without the validation cut) and the
-test figures at that choice are reported: P@10 and R@10 (Table 2), IC@10 and Gini@10 (Table 3),
-the source bias of each item category (Table 5) and the bias disparity of the recommendations
-(Table 6). With ``bpr_grid=true`` BPR-MF searches the paper's grid (lr 0.005/0.05/0.5 x d
-10/20/50) and FPL and FCF reuse its d and (FPL) lr, as the paper does.
+The paper's pipeline (section 5): implicit feedback, users with more than 20 interactions
+(``--set user_filter=code``: at least 20, as the authors' code), per-user temporal 80/20
+hold-out and the same cut of each user's training part as validation. Every hyperparameter is
+chosen per seed on validation P@10 (BPR-MF's lr and d, then reused by FPL and FCF; each FPL
+preset's pi; every model's epoch; kNN's k; the VAE's topology and epochs) and the test figures
+at that choice are reported: P@10, R@10, NDCG@10 (Table 2), IC@10 and Gini@10 (Table 3), the
+source bias of each venue category (Table 5) and the bias disparity of the recommendations
+(Table 6). FCF and FPL run as actors on a simulated network (their traffic is in the ledger);
+User-kNN, Item-kNN and the VAE come from cornac (the ``baselines`` extra; skipped with a note
+without it), which also runs its own BPR as a check of fedsim's BPR-MF.
 
-The paper's figures are for Foursquare Brazil and are printed beside ours only as a reference.
-Defaults are sized for the synthetic default data (a 100-user subset: a few minutes); for
-MovieLens 100K use ``--data ../shared/data/ml-100k`` and more epochs (see docs/fpl.md).
+Statistics: each figure is the mean over seeds (sd beside it); the 95 % CI is over users (each
+user's value averaged over the seeds); p-values are paired over users (Student's t, as the
+paper, and Wilcoxon) against BPR-MF and Top-Pop. The report says which methods cannot be told
+apart from Top-Pop and gives each of the paper's orderings a verdict.
+
+``--set settings=paper`` runs the paper's settings (hours on a city file; see docs/fpl.md);
+the default ``quick`` settings take minutes and the report lists every departure from the
+paper's. The paper's figures (``paper_country``, Italy by default) are printed beside ours.
 """
 
 from __future__ import annotations
@@ -21,149 +26,138 @@ from __future__ import annotations
 import math
 
 from fedsim.experiment import Param, RunContext, scenario_main
-from fedsim.protocols.fcf import FCFConfig
 from fedsim.studies.fpl import (
-    PAPER_BEST_PI_BRAZIL,
-    PAPER_TABLE2_BRAZIL,
-    PAPER_TABLE3_BRAZIL,
-    best_epoch,
-    fpl_grid,
-    preset_epochs,
-    run_bpr,
-    run_cached,
-    run_fcf,
-    run_random,
-    run_toppop,
+    METHOD_ORDER,
+    PAPER_TABLE2,
+    PAPER_TABLE3,
+    PAPER_TABLE5,
+    PAPER_TABLE6_BRAZIL,
+    category_labels,
+    choices_summary,
+    compare,
     scenario_params,
-    scenario_split,
+    scenario_study,
+    seed_stats,
     source_bias,
+    user_values,
+    verdicts,
 )
+from fedsim.studies.fpl.analysis import ALPHA, fmt_p, holm_count
+from fedsim.math.stats import mean_ci
 
 DEFAULT_DATA = "ml100k-like"
-BASELINES = ("Random", "Top-Pop", "BPR-MF", "FCF")
 PARAMS = {
     **scenario_params(),
-    "pis": Param([0.5, 1.0], "pi grid each preset's best pi is chosen from (the paper: 0.1, ..., 1.0)",
-                 kind="floats"),
-    "baselines": Param(list(BASELINES), "baselines to run", kind="strs", choices=BASELINES),
-    "bpr_epochs": Param(30, "BPR-MF epochs (best chosen like FPL's)", min=1),
-    "bpr_grid": Param(False, "search BPR-MF over lr {0.005, 0.05, 0.5} x d {10, 20, 50}; FPL and FCF then use "
-                      "the chosen d (and FPL its lr)"),
-    "fcf_rounds": Param.of(FCFConfig, "rounds", 40),
-    "fcf_alpha": Param.of(FCFConfig, "alpha"),
-    "fcf_lam": Param.of(FCFConfig, "lam"),
-    "fcf_lr": Param.of(FCFConfig, "lr"),
+    "methods": Param(list(METHOD_ORDER), "methods to run", kind="strs", choices=METHOD_ORDER),
 }
 
 
-def _pick(rec):
-    return best_epoch(rec)
+def _pm(mean: float, sd: float, digits: int = 4) -> str:
+    return f"{mean:.{digits}f}" if math.isnan(sd) else f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
 def run(ctx: RunContext) -> None:
-    split = scenario_split(ctx)
-    sel = "validation" if split.protocol == "validation" else "test"
-    d, lr = ctx["d"], ctx["lr"]
-    cache = ctx["cache"]
-    chosen: dict[str, tuple[dict, dict]] = {}  # method -> (curve entry, what was chosen)
-    selection_rows = []
+    st = scenario_study(ctx, tuple(ctx["methods"]))
+    country = ctx["paper_country"]
+    methods = st.methods()
+    n_seeds = len(st.seeds)
+    refs = [r for r in ("BPR-MF", "Top-Pop") if r in methods]
 
-    if "Random" in ctx["baselines"]:
-        chosen["Random"] = (run_random(split, ctx.seed).curve[0], {})
-    if "Top-Pop" in ctx["baselines"]:
-        chosen["Top-Pop"] = (run_toppop(split).curve[0], {})
-    if "BPR-MF" in ctx["baselines"]:
-        grid = [(dd, ll) for ll in (0.005, 0.05, 0.5) for dd in (10, 20, 50)] if ctx["bpr_grid"] else [(d, lr)]
-        best = None
-        for k, (dd, ll) in enumerate(grid):
-            ctx.progress.update(k, len(grid), stage="BPR-MF")
-            rec, _ = run_cached(cache, split, "BPR-MF", {"d": dd, "lr": ll, "seed": ctx.seed},
-                                lambda n, dd=dd, ll=ll: run_bpr(split, n, d=dd, lr=ll, seed=ctx.seed), ctx["bpr_epochs"])
-            e = _pick(rec)
-            selection_rows.append({"method": "BPR-MF", "d": dd, "lr": ll, "pi": "", "epoch": e["epoch"],
-                                   "val_p_at_10": e.get("val_p", math.nan), "p_at_10": e["test_p"]})
-            key = e.get("val_p", e["test_p"])
-            if best is None or key > best[0]:
-                best = (key, e, dd, ll)
-        chosen["BPR-MF"] = (best[1], {"d": best[2], "lr": best[3], "epoch": best[1]["epoch"]})
-        if ctx["bpr_grid"]:
-            d, lr = best[2], best[3]
-            ctx.note(f"BPR-MF grid: d = {d}, lr = {lr} chosen on {sel} P@10; FPL uses both, FCF uses d.")
-    if "FCF" in ctx["baselines"]:
-        ctx.progress.update(0, 1, stage="FCF")
-        params = {"d": d, "alpha": ctx["fcf_alpha"], "lam": ctx["fcf_lam"], "lr": ctx["fcf_lr"], "seed": ctx.seed,
-                  "profile": ctx.profile}
-        rec, _ = run_cached(cache, split, "FCF", params,
-                            lambda n: run_fcf(split, n, d=d, alpha=ctx["fcf_alpha"], lam=ctx["fcf_lam"],
-                                              lr=ctx["fcf_lr"], seed=ctx.seed, profile=ctx.net,
-                                              record_network=ctx.record_network), ctx["fcf_rounds"],
-                            length_key="rounds")
-        e = _pick(rec)
-        chosen["FCF"] = (e, {"d": d, "epoch": e["epoch"]})
-        selection_rows.append({"method": "FCF", "d": d, "lr": ctx["fcf_lr"], "pi": "", "epoch": e["epoch"],
-                               "val_p_at_10": e.get("val_p", math.nan), "p_at_10": e["test_p"]})
-        ctx.note(f"FCF ledger: {e['raw_bytes_per_client_round']:.0f} payload bytes per client per round "
-                 f"(2 x 4 x m x d = {e['formula_bytes_per_client_round']}), "
-                 f"{e['bytes_per_client_round']:.0f} bytes on the wire.")
+    sel = []
+    for m in methods:
+        vm, vs = seed_stats(st, m, "p")
+        val = [c.entry.get("val_p", math.nan) for c in st.chosen[m].values()]
+        sel.append({"method": m, "chosen (per seed)": choices_summary(st, m),
+                    "validation P@10": sum(val) / len(val), "test P@10": vm})
+    ctx.table("selection", sel, title="What was chosen on the validation cut (per seed) and its P@10")
 
-    runs = fpl_grid(ctx, split, ctx["presets"], ctx["pis"], d=d, lr=lr, epochs=preset_epochs(ctx))
-    fpl_best: dict[str, dict] = {}
-    for preset in ctx["presets"]:
-        best = None
-        for pi in ctx["pis"]:
-            e = _pick(runs[(preset, float(pi))])
-            selection_rows.append({"method": preset, "d": d, "lr": lr, "pi": float(pi), "epoch": e["epoch"],
-                                   "val_p_at_10": e.get("val_p", math.nan), "p_at_10": e["test_p"]})
-            key = e.get("val_p", e["test_p"])
-            if best is None or key > best[0]:
-                best = (key, e, float(pi))
-        chosen[preset] = (best[1], {"pi": best[2], "epoch": best[1]["epoch"]})
-        fpl_best[preset] = {"pi": best[2], "e": best[1]}
+    t2, sig, pvals = [], [], []
+    for m in methods:
+        row = {"method": m}
+        for key, name in (("p", "P@10"), ("r", "R@10"), ("ndcg", "NDCG@10")):
+            mean, sd = seed_stats(st, m, key)
+            row[name] = _pm(mean, sd)
+            if key == "p":
+                ci = mean_ci(user_values(st, m, "p"))
+                row["P@10 95% CI (users)"] = f"{ci.low:.4f} to {ci.high:.4f}" if not math.isnan(ci.low) else ""
+        for ref in refs:
+            if ref == m:
+                row[f"p vs {ref} (t / W)"] = ""
+                continue
+            c = compare(st, m, ref, "p")
+            row[f"p vs {ref} (t / W)"] = f"{fmt_p(c.t.pvalue)} / {fmt_p(c.w.pvalue)}"
+            for key in ("p", "r", "ndcg"):
+                ck = c if key == "p" else compare(st, m, ref, key)
+                pvals.append(ck.t.pvalue)
+                sig.append({"method": m, "against": ref, "metric": key.upper() if key != "ndcg" else "NDCG",
+                            "difference": ck.diff, "95% CI low": ck.low, "95% CI high": ck.high,
+                            "t-test p": fmt_p(ck.t.pvalue), "Wilcoxon p": fmt_p(ck.w.pvalue),
+                            "significant (t, 0.05)": "yes" if ck.significant else "no"})
+        pp = PAPER_TABLE2[country].get(m)
+        row[f"paper P@10 ({country})"] = pp[0] if pp else math.nan
+        row[f"paper R@10 ({country})"] = pp[1] if pp else math.nan
+        t2.append(row)
+    ctx.table("table2", t2, title=f"Table 2: accuracy on the test part, mean ± sd over {n_seeds} seed(s); CI over "
+              "users; paired p-values over users (t-test / Wilcoxon)")
+    if sig:
+        ctx.table("significance", sig, title="Paired per-user comparisons against BPR-MF and Top-Pop (difference = "
+                  "method - reference; seeds averaged per user)", floatfmt=".4f")
+        raw, adj = holm_count(pvals)
+        ctx.note(f"Of the {len(pvals)} t-tests in the significance table, {raw} give p < {ALPHA} and {adj} stay "
+                 "below it after Holm's correction for multiple tests.")
+    if "Top-Pop" in methods:
+        same = [m for m in methods if m != "Top-Pop" and not compare(st, m, "Top-Pop", "p").significant]
+        better = [m for m in methods if m != "Top-Pop" and compare(st, m, "Top-Pop", "p").significant
+                  and compare(st, m, "Top-Pop", "p").diff > 0]
+        ctx.note("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** "
+                 + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
+                 + (f"significantly above Top-Pop: {', '.join(better)}." if better else
+                    "No method is significantly above Top-Pop."))
 
-    ctx.table("selection", selection_rows, title=f"Every configuration at its best epoch (chosen on {sel} P@10)")
-    t2, t3, t6 = [], [], []
-    cats = list(split.category_names or ())
-    for method, (e, what) in chosen.items():
-        paper2 = PAPER_TABLE2_BRAZIL.get(method, (math.nan, math.nan))
-        paper3 = PAPER_TABLE3_BRAZIL.get(method, (math.nan, math.nan))
-        pi = what.get("pi", "")
-        t2.append({"method": method, "pi": pi, "epoch": what.get("epoch", ""), "P@10": e["test_p"], "R@10": e["test_r"],
-                   "F1@10": e["test_f1"], "paper_P@10": paper2[0], "paper_R@10": paper2[1],
-                   "paper_pi": PAPER_BEST_PI_BRAZIL.get(method, "")})
-        t3.append({"method": method, "pi": pi, "IC@10": e["test_ic"], "G@10": e["test_gini"],
-                   "paper_IC@10": paper3[0], "paper_G@10": paper3[1]})
-        if cats and e.get("test_bd") is not None:
-            row = {"method": method, "pi": pi}
-            row.update({c: (math.nan if v is None else v) for c, v in zip(cats, e["test_bd"])})
+    t3 = []
+    for m in methods:
+        ic, ic_sd = seed_stats(st, m, "ic")
+        g, g_sd = seed_stats(st, m, "gini")
+        pp = PAPER_TABLE3[country].get(m)
+        t3.append({"method": m, "IC@10": _pm(ic, ic_sd, 1), "G@10": _pm(g, g_sd, 5),
+                   f"paper IC@10 ({country})": pp[0] if pp else math.nan,
+                   f"paper G@10 ({country})": pp[1] if pp else math.nan})
+    ctx.table("table3", t3, title=f"Table 3: beyond accuracy on the test part (catalogue {st.split.catalogue.size} "
+              f"items), mean ± sd over {n_seeds} seed(s)")
+
+    labels = category_labels(st.split)
+    if labels:
+        rows = [{"data": st.split.name, **source_bias(st.split)}]
+        if len(labels) == 9 and labels[0] == "A&E":
+            rows.append({"data": f"paper ({country})", **dict(zip(labels, PAPER_TABLE5[country]))})
+        ctx.table("table5", rows, title="Table 5: source bias B_T per category in the training data", floatfmt=".3f")
+        t6 = []
+        for m in methods:
+            bds = [c.entry.get("test_bd") for c in st.chosen[m].values()]
+            if not bds or any(b is None for b in bds):
+                continue
+            row = {"method": m}
+            for j, lab in enumerate(labels):
+                v = [b[j] for b in bds if b[j] is not None]
+                row[lab] = sum(v) / len(v) if v else math.nan
             t6.append(row)
-    ctx.table("table2", t2, title="Table 2: accuracy on the test part (paper: Foursquare Brazil)")
-    ctx.table("table3", t3, title="Table 3: beyond accuracy on the test part (paper: Foursquare Brazil)")
-    if cats:
-        ctx.table("table5", [{"data": split.name, **source_bias(split)}],
-                  title="Table 5: source bias B_T per category in the training data", floatfmt=".3f")
-        ctx.table("table6", t6, title="Table 6: bias disparity BD@10 per category (0 = the training bias kept)",
-                  floatfmt=".3f")
-    _checks(ctx, chosen, runs, fpl_best)
+        ctx.table("table6", t6, title=f"Table 6: bias disparity BD@10 per category, mean over {n_seeds} seed(s) "
+                  "(0 = the training bias kept)", floatfmt=".3f")
+        if len(labels) == 9 and labels[0] == "A&E":
+            ctx.table("table6_paper", [{"method": m, **dict(zip(labels, v))} for m, v in PAPER_TABLE6_BRAZIL.items()
+                                       if m in methods],
+                      title="Table 6 of the paper (Brazil, the only country it reports)", floatfmt=".3f")
 
+    if "BPR-MF" in methods and "BPR-MF (cornac)" in methods:
+        c = compare(st, "BPR-MF (cornac)", "BPR-MF", "p")
+        a, asd = seed_stats(st, "BPR-MF", "p")
+        b, bsd = seed_stats(st, "BPR-MF (cornac)", "p")
+        ctx.note(f"**Independent check of BPR-MF:** cornac's BPR at the same d and lr (per seed) reaches P@10 "
+                 f"{_pm(b, bsd)} against fedsim's {_pm(a, asd)}; {c.text()}: "
+                 + ("within noise." if not c.significant else "a significant difference."))
 
-def _checks(ctx, chosen, runs, fpl_best) -> None:
-    p = {m: e["test_p"] for m, (e, _) in chosen.items()}
-    lines = []
-    if "BPR-MF" in p:
-        for base in ("Top-Pop", "Random"):
-            if base in p:
-                lines.append(f"BPR-MF P@10 {p['BPR-MF']:.4f} vs {base} {p[base]:.4f}: x{p['BPR-MF'] / max(p[base], 1e-12):.2f}")
-        if ("sFPL", 1.0) in runs:
-            e = best_epoch(runs[("sFPL", 1.0)])
-            lines.append(f"sFPL at pi = 1: P@10 {e['test_p']:.4f} = {100 * e['test_p'] / p['BPR-MF']:.1f} % of BPR-MF's "
-                         f"(epoch {e['epoch']} of {len(runs[('sFPL', 1.0)].curve)})")
-    for plain, plus in (("sFPL", "sFPL+"), ("pFPL", "pFPL+")):
-        if plain in fpl_best and plus in fpl_best:
-            a, b = fpl_best[plain], fpl_best[plus]
-            lines.append(f"{plus} (pi {b['pi']:g}) P@10 {b['e']['test_p']:.4f} vs {plain} (pi {a['pi']:g}) "
-                         f"{a['e']['test_p']:.4f}: {'higher' if b['e']['test_p'] > a['e']['test_p'] else 'NOT higher'}")
-    if lines:
-        ctx.note("Checks (test P@10 at the selected configurations):\n\n" + "\n".join(f"- {x}" for x in lines))
+    vrows = verdicts(st)
+    ctx.table("verdicts", vrows, title="The paper's orderings on this data (paired tests over users, p < 0.05)")
 
 
 if __name__ == "__main__":

@@ -1,23 +1,20 @@
-"""FPL Table 4 / Figure 4: communication per epoch (CCE) and to the best P@10 (TCC), from the ledger, per preset and pi.
+"""FPL Table 4 / Figure 4: communication per epoch (CCE) and to the best P@10 (TCC), from the ledger, per preset and pi, over several seeds.
 
-For every preset (sFPL, sFPL+, pFPL, pFPL+) and disclosure probability pi, FPL runs as actors on a
-simulated network, one network per epoch. The ledger counts every vector exchanged (one unit =
-one (q_i, b_i) row of d + 1 floats: |I| per client visit down, T + the positives actually sent
-up). ``cce_ledger`` is its mean per epoch; beside it, the paper's closed form
-``rpe |U^-| (|I| + T (1 + pi))`` with the integers the schedule runs (``cce_formula``) and with
-the paper's fractional T and rpe (``cce_formula_paper``), and whether every epoch's ledger count
-equals the exact count ``visits (|I| + T) + positives sent`` from the clients' own tallies.
-``epochs`` is the epoch of the best P@10 (chosen on the validation cut by default); ``tcc`` the
-vectors the ledger counted up to it; ``p_at_10`` the test P@10 there.
+For every preset (sFPL, sFPL+, pFPL, pFPL+), disclosure probability pi and seed, FPL runs as actors
+on a simulated network, one network per epoch, with the d and lr chosen for BPR-MF on that seed's
+validation cut. The ledger counts every vector exchanged (one unit = one (q_i, b_i) row of d + 1
+floats: |I| per client visit down, T + the positives actually sent up). ``cce_ledger`` is its mean
+per epoch; beside it, the paper's closed form ``rpe |U^-| (|I| + T (1 + pi))`` with the integers
+the schedule runs (``cce_formula``) and with the paper's fractional T and rpe
+(``cce_formula_paper``), and whether every epoch's ledger count equals the exact count ``visits
+(|I| + T) + positives sent`` from the clients' own tallies. ``epochs`` is the epoch of the best
+P@10 (chosen on the validation cut among the candidate epochs); ``tcc`` the vectors the ledger
+counted up to it, ``tcc_formula`` the closed form times the same epochs.
 
-Writes ``tcc.csv`` (preset, pi, cce_ledger, cce_formula, epochs, tcc, p_at_10, ...), ``best.csv``
-(each preset at its best pi, beside the paper's Brazil values), ``curves.csv`` (every epoch) and
-``tcc.png`` (P@10 against TCC, Figure 4).
-
-Defaults are sized for the synthetic default data (a 100-user subset, a few epochs: minutes). On
-MovieLens 100K (``--data ../shared/data/ml-100k``) one epoch takes about 1-2 min for sFPL and
-pFPL and 3-5 min for sFPL+ and pFPL+ on a shared 2-core machine; see docs/fpl.md for the runs
-behind its tables and ``--set cache=DIR`` to share runs with fpl_table2 and fpl_pi.
+Writes ``tcc.csv`` (mean and sd over seeds per preset and pi), ``best.csv`` (each preset at the pi
+chosen per seed, beside the paper's Brazil values: Table 4 is for Brazil only), ``curves.csv``
+(every epoch of every run) and ``tcc.png`` (P@10 against TCC, Figure 4). ``--set cache=DIR`` shares
+runs with fpl_table2, fpl_pi and fpl_fig3.
 """
 
 from __future__ import annotations
@@ -26,93 +23,107 @@ import math
 
 import numpy as np
 
-from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.experiment import RunContext, scenario_main
+from fedsim.math.fpl_presets import PRESET_NAMES
 from fedsim.studies.fpl import (
+    FPL_SETTINGS,
     PAPER_TABLE4_BRAZIL,
-    best_epoch,
-    fpl_grid,
+    fpl_scenario_params,
     ledger_tcc,
     mean_cce,
-    preset_epochs,
-    scenario_params,
-    scenario_split,
+    scenario_study,
 )
 
 DEFAULT_DATA = "ml100k-like"
-PARAMS = {
-    **scenario_params(),
-    "pis": Param([0.5, 1.0], "disclosure probabilities pi (the paper: 0.1, 0.2, ..., 1.0)", kind="floats"),
-}
+PARAMS = fpl_scenario_params()
 
 
-def tcc_rows(runs) -> list[dict]:
+def _sd(v: list[float]) -> float:
+    return float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
+
+
+def tcc_rows(st) -> list[dict]:
+    """One row per (preset, pi), figures over the seeds."""
+    fr = st.fpl_runs()
     rows = []
-    for (preset, pi), rec in runs.items():
-        best = best_epoch(rec)
-        e = int(best["epoch"])
-        c0 = rec.curve[0]
-        cce = mean_cce(rec)
-        rows.append({
-            "preset": preset, "pi": pi,
-            "cce_ledger": cce, "cce_formula": c0["cce_formula"], "cce_formula_paper": c0["cce_formula_paper"],
-            "cce_diff_pct": 100.0 * (cce / c0["cce_formula"] - 1.0),
-            "cce_paper_diff_pct": 100.0 * (cce / c0["cce_formula_paper"] - 1.0),
-            "ledger_equals_exact_count": all(c["cce_ledger"] == c["cce_exact"] for c in rec.curve),
-            "epochs": e, "epochs_run": len(rec.curve), "best_at_last_epoch": e == len(rec.curve),
-            "tcc": ledger_tcc(rec, e), "tcc_formula": c0["cce_formula"] * e,
-            "p_at_10": best["test_p"], "val_p_at_10": best.get("val_p", math.nan),
-            "positives_sent_per_epoch": float(np.mean([c["positives_sent"] for c in rec.curve])),
-            "bytes_per_epoch": float(np.mean([c["bytes"] for c in rec.curve])),
-            "clients_per_round": rec.params["clients_per_round"], "T": rec.params["triples"],
-            "rpe": rec.params["rounds_per_epoch"],
-            "s_per_epoch": float(np.mean([c["wall_s"] for c in rec.curve])),
-        })
+    for preset in [p for p in PRESET_NAMES if any(k[0] == p for k in fr)]:
+        for pi in sorted({k[1] for k in fr if k[0] == preset}):
+            recs = [(s, fr[(preset, pi, s)]) for s in st.seeds if (preset, pi, s) in fr]
+            best = [st.fpl_choice(preset, pi, s) for s, _ in recs]
+            c0 = recs[0][1].curve[0]
+            cce = [mean_cce(r) for _, r in recs]
+            ep = [int(b["epoch"]) for b in best]
+            tcc = [ledger_tcc(r, e) for (_, r), e in zip(recs, ep)]
+            tcc_exact = [float(sum(c["cce_exact"] for c in r.curve[:e])) for (_, r), e in zip(recs, ep)]
+            tcc_formula = [c0["cce_formula"] * e for e in ep]
+            rows.append({
+                "preset": preset, "pi": pi, "seeds": len(recs),
+                "cce_ledger": float(np.mean(cce)), "cce_formula": c0["cce_formula"],
+                "cce_formula_paper": c0["cce_formula_paper"],
+                "cce_diff_pct": 100.0 * (float(np.mean(cce)) / c0["cce_formula"] - 1.0),
+                "cce_paper_diff_pct": 100.0 * (float(np.mean(cce)) / c0["cce_formula_paper"] - 1.0),
+                "ledger_equals_exact_count": all(c["cce_ledger"] == c["cce_exact"] for _, r in recs for c in r.curve),
+                "epochs": ",".join(map(str, ep)), "epochs_run": len(recs[0][1].curve),
+                "tcc": float(np.mean(tcc)), "tcc_sd": _sd(tcc), "tcc_formula": float(np.mean(tcc_formula)),
+                "tcc_diff_pct": 100.0 * (float(np.mean(tcc)) / float(np.mean(tcc_formula)) - 1.0),
+                "tcc_equals_exact_count": tcc == tcc_exact,
+                "p_at_10": float(np.mean([b["test_p"] for b in best])), "p_at_10_sd": _sd([b["test_p"] for b in best]),
+                "positives_sent_per_epoch": float(np.mean([c["positives_sent"] for _, r in recs for c in r.curve])),
+                "bytes_per_epoch": float(np.mean([c["bytes"] for _, r in recs for c in r.curve])),
+                "clients_per_round": recs[0][1].params["clients_per_round"], "T": recs[0][1].params["triples"],
+                "rpe": recs[0][1].params["rounds_per_epoch"],
+                "s_per_epoch": float(np.mean([c["wall_s"] for _, r in recs for c in r.curve])),
+            })
     return rows
 
 
 def run(ctx: RunContext) -> None:
-    split = scenario_split(ctx)
-    runs = fpl_grid(ctx, split, ctx["presets"], ctx["pis"], d=ctx["d"], lr=ctx["lr"], epochs=preset_epochs(ctx))
-    rows = tcc_rows(runs)
-    ctx.table("tcc", rows, title="CCE (vectors per epoch) and TCC (vectors to the best P@10), ledger vs closed form",
-              floatfmt=".5g")
+    st = scenario_study(ctx, tuple(ctx["presets"]), used=FPL_SETTINGS)
+    rows = tcc_rows(st)
+    ctx.table("tcc", rows, title=f"CCE (vectors per epoch) and TCC (vectors to the best P@10), ledger against closed "
+              f"form, mean over {len(st.seeds)} seed(s)", floatfmt=".6g")
 
-    sel = "validation" if split.protocol == "validation" else "test"
+    fr = st.fpl_runs()
     best_rows = []
-    for preset in ctx["presets"]:
-        mine = [r for r in rows if r["preset"] == preset]
-        if not mine:
-            continue
-        key = "val_p_at_10" if sel == "validation" else "p_at_10"
-        b = max(mine, key=lambda r: r[key])
+    for preset in [p for p in PRESET_NAMES if p in st.chosen]:
+        per = []
+        for s, c in sorted(st.chosen[preset].items()):
+            rec = fr[(preset, c.what["pi"], s)]
+            per.append((c.what["pi"], c.entry["test_p"], int(c.entry["epoch"]), ledger_tcc(rec, int(c.entry["epoch"]))))
         paper = PAPER_TABLE4_BRAZIL.get(preset, (math.nan,) * 4)
-        best_rows.append({"preset": preset, "pi": b["pi"], "p_at_10": b["p_at_10"], "epochs": b["epochs"],
-                          "tcc": b["tcc"], "tcc_x1e-9": b["tcc"] * 1e-9,
+        best_rows.append({"preset": preset, "pi (per seed)": ",".join(f"{x[0]:g}" for x in per),
+                          "p_at_10": float(np.mean([x[1] for x in per])), "epochs (per seed)": ",".join(str(x[2]) for x in per),
+                          "tcc": float(np.mean([x[3] for x in per])), "tcc_sd": _sd([x[3] for x in per]),
                           "paper_pi": paper[0], "paper_p_at_10": paper[1], "paper_tcc_x1e-12": paper[2],
                           "paper_epochs": paper[3]})
-    ctx.table("best", best_rows, title=f"Each preset at its best pi (by {sel} P@10); paper: Brazil (Foursquare)",
-              floatfmt=".5g")
+    ctx.table("best", best_rows, title="Each preset at the pi chosen on validation (per seed); paper: Brazil "
+              "(Table 4 is for Brazil only)", floatfmt=".5g")
     if best_rows:
         low = min(best_rows, key=lambda r: r["tcc"])
-        ctx.note(f"Lowest TCC to the best P@10: **{low['preset']}** ({low['tcc']:.4g} vectors, P@10 "
-                 f"{low['p_at_10']:.4f} after {low['epochs']} epoch(s)). The paper finds pFPL+ on Brazil.")
-    worst = max((abs(r["cce_diff_pct"]) for r in rows), default=0.0)
-    exact = all(r["ledger_equals_exact_count"] for r in rows)
-    ctx.note(f"Ledger vs closed form: largest |difference| of the mean CCE {worst:.3f} % (the closed form is the "
-             f"expectation over the Bernoulli(pi) draws); every epoch's ledger count "
-             f"{'equals' if exact else 'DOES NOT equal'} visits x (|I| + T) + positives sent. cce_formula_paper uses "
-             "the fractional T = X+/|U| and rpe of section 5.2 (the schedule rounds them).")
-    if any(r["best_at_last_epoch"] for r in rows):
-        ctx.note("Rows with best_at_last_epoch = True peaked at the last epoch run: more epochs may raise P@10 "
-                 "and TCC.")
+        ctx.note(f"Lowest TCC to the best P@10: **{low['preset']}** ({low['tcc']:.4g} vectors, mean over seeds, P@10 "
+                 f"{low['p_at_10']:.4f}). The paper finds pFPL+ on Brazil.")
+    if rows:
+        worst = max(abs(r["cce_diff_pct"]) for r in rows)
+        worst_tcc = max(abs(r["tcc_diff_pct"]) for r in rows)
+        exact = all(r["ledger_equals_exact_count"] for r in rows)
+        exact_tcc = all(r["tcc_equals_exact_count"] for r in rows)
+        ctx.note(f"Ledger against closed form: every epoch's ledger count {'equals' if exact else 'DOES NOT equal'} "
+                 f"visits x (|I| + T) + positives sent, and every TCC {'equals' if exact_tcc else 'DOES NOT equal'} "
+                 f"the sum of those exact counts; the largest |difference| from the closed form "
+                 f"rpe |U^-| (|I| + T(1 + pi)) is {worst:.4f} % for the mean CCE and {worst_tcc:.4f} % for TCC (the "
+                 "closed form is the expectation over the Bernoulli(pi) draws: exact at pi = 1). cce_formula_paper "
+                 "uses the fractional T = X+/|U| and rpe of section 5.2 (the schedule rounds them).")
+        if any(r["epochs_run"] in map(int, r["epochs"].split(",")) for r in rows):
+            ctx.note("Some runs peaked at the last epoch run: more epochs may raise P@10 and TCC.")
 
     curves = []
-    for (preset, pi), rec in runs.items():
+    for (preset, pi, s), rec in sorted(fr.items(), key=lambda kv: (PRESET_NAMES.index(kv[0][0]), kv[0][1], kv[0][2])):
         for c in rec.curve:
-            curves.append({"preset": preset, "pi": pi, "epoch": c["epoch"], "val_p_at_10": c.get("val_p", math.nan),
-                           "p_at_10": c["test_p"], "cce_ledger": c["cce_ledger"], "cce_exact": c["cce_exact"],
-                           "positives_sent": c["positives_sent"], "bytes": c["bytes"], "wall_s": c["wall_s"]})
-    ctx.table("curves", curves, title="Every epoch", floatfmt=".5g")
+            curves.append({"preset": preset, "pi": pi, "seed": s, "epoch": c["epoch"],
+                           "val_p_at_10": c.get("val_p", math.nan), "p_at_10": c["test_p"], "cce_ledger": c["cce_ledger"],
+                           "cce_exact": c["cce_exact"], "positives_sent": c["positives_sent"], "bytes": c["bytes"],
+                           "wall_s": c["wall_s"]})
+    ctx.table("curves", curves, title="Every epoch of every run", floatfmt=".5g")
 
     def draw(ax):
         colors = {"sFPL": "#1f3b73", "sFPL+": "#1b6e3a", "pFPL": "#5b9bd5", "pFPL+": "#7fcf7f"}

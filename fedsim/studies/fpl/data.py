@@ -6,23 +6,37 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from ...data import Ratings, temporal_holdout, temporal_holdout_with_validation
 from ...math.csr import csr_pairs
-from ...math.metrics import bias_disparity, f1_at, gini_at, item_coverage_at, precision_at, recall_at, top_n
+from ...math.hitmask import hit_masks
+from ...math.metrics import (
+    bias_disparity, f1_at, gini_at, item_coverage_at, ndcg_at, precision_at, recall_at, top_n,
+)
 from ...seeding import node_rng
 
-__all__ = ["Evaluator", "ImplicitSplit", "prepare"]
+__all__ = ["EVAL_VERSION", "Evaluator", "ImplicitSplit", "LoaderFilterError", "loader_min_interactions", "prepare"]
+
+#: What an evaluation holds; part of every cache key, so that runs stored before a change are run
+#: again (2: NDCG and the per-user hit masks added).
+EVAL_VERSION = 2
+
+
+class LoaderFilterError(ValueError):
+    """The data were filtered by their loader more strictly than :func:`prepare` was asked to."""
 
 
 @dataclass
 class Evaluator:
     """Top-N evaluation of one held-out part: ``truth`` (CSR of the held-out items per user) and
     ``exclude`` (CSR of the items never ranked for a user: her known items plus every item
-    outside the catalogue)."""
+    outside the catalogue). With ``per_user`` an evaluation also holds ``hits``: each user's hit
+    mask (:func:`fedsim.math.hitmask.hit_masks`; every per-user P, R, F1 and NDCG follows from
+    it and ``n_test``). Scores that are not all finite (a diverged model) give NaN figures and
+    ``diverged: True`` instead of a ranking."""
 
     name: str
     truth: tuple[np.ndarray, np.ndarray]
@@ -31,17 +45,32 @@ class Evaluator:
     train_items: np.ndarray  # every training interaction's item (source bias)
     categories: np.ndarray | None
     n: int = 10
+    per_user: bool = False
+
+    @property
+    def n_test(self) -> np.ndarray:
+        """Held-out items per user."""
+        return np.diff(self.truth[0])
 
     def __call__(self, scores: np.ndarray) -> dict[str, Any]:
+        if not np.all(np.isfinite(scores)):  # a diverged model: no ranking, NaN figures, never chosen
+            out: dict[str, Any] = {k: float("nan") for k in ("p", "r", "f1", "ndcg", "gini")}
+            out.update({"ic": 0, "diverged": True})
+            if self.per_user:
+                out["hits"] = None
+            return out
         recs = top_n(scores, self.exclude, self.n)
         n = self.n
         out = {
             "p": float(precision_at(recs, self.truth, n)),
             "r": float(recall_at(recs, self.truth, n)),
             "f1": float(f1_at(recs, self.truth, n)),
+            "ndcg": float(ndcg_at(recs, self.truth, n)),
             "ic": int(item_coverage_at(recs, n)),
             "gini": float(gini_at(recs, n, self.n_items)),
         }
+        if self.per_user:
+            out["hits"] = [int(x) for x in hit_masks(recs, self.truth, n)]
         if self.categories is not None:
             bd = bias_disparity(self.train_items, recs, self.categories, n)
             out["bd"] = [None if not np.isfinite(x) else float(x) for x in bd.disparity]
@@ -81,10 +110,40 @@ class ImplicitSplit:
             for a in (*ev.truth, *ev.exclude):
                 h.update(np.ascontiguousarray(a).tobytes())
         h.update(self.protocol.encode())
+        h.update(f"eval{EVAL_VERSION}".encode())
         return h.hexdigest()[:20]
+
+    @property
+    def n_test(self) -> np.ndarray:
+        """Test items per user (the test evaluator's)."""
+        return self.evaluators["test"].n_test
+
+    def __getstate__(self) -> dict:
+        # Ratings do not pickle (read-only info): send the training part as its arrays, so a
+        # split can go to worker processes; the rebuilt part has the same fingerprint
+        state = dict(self.__dict__)
+        t = self.train
+        state["train"] = {"users": np.asarray(t.users), "items": np.asarray(t.items), "values": np.asarray(t.values),
+                          "n_users": t.n_users, "n_items": t.n_items, "timestamps": t.timestamps,
+                          "user_ids": np.asarray(t.user_ids), "item_ids": np.asarray(t.item_ids),
+                          "categories": t.categories, "category_names": t.category_names, "name": t.name,
+                          "info": _plain(t.info)}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        state["train"] = Ratings(**state["train"])
+        self.__dict__.update(state)
 
     def evaluate(self, scores: np.ndarray) -> dict[str, dict]:
         return {name: ev(scores) for name, ev in self.evaluators.items()}
+
+
+def loader_min_interactions(ratings: Ratings) -> int:
+    """The user filter the loader already applied to ``ratings`` (``info["user_filter"]
+    ["min_venues"]`` of :func:`fedsim.data.load_foursquare`; 0 when none is recorded)."""
+    uf = (ratings.info or {}).get("user_filter") or {}
+    return int(uf.get("min_venues", 0) or 0)
 
 
 def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 0.2, val_frac: float = 0.2,
@@ -92,10 +151,22 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
     """The FPL pipeline on ``ratings`` (explicit or implicit, with timestamps): binarize, keep
     users with at least ``min_interactions``, per-user temporal split, evaluators for
     ``protocol`` ("validation" or "test", see the module docstring). ``max_users`` > 0 keeps a
-    seeded random subset of that many users first (to make synthetic defaults small)."""
+    seeded random subset of that many users first (to make synthetic defaults small).
+
+    Raises :class:`LoaderFilterError` when the loader already dropped users that this filter
+    would keep (``load_foursquare``'s default ``user_filter="paper"`` keeps > 20 venues: asking
+    for >= 20 here would silently get > 20); load with ``user_filter=None`` and filter here.
+    Raises ``ValueError`` for an unknown protocol or when no user is left."""
     if protocol not in ("validation", "test"):
         raise ValueError(f"protocol must be 'validation' or 'test', got {protocol!r}")
+    applied = loader_min_interactions(ratings)
+    if applied > max(int(min_interactions), 1):
+        raise LoaderFilterError(
+            f"{ratings.name}: the loader kept only users with at least {applied} interactions, stricter than the "
+            f"{min_interactions} asked for; load it with user_filter=None (fedsim.data.load_foursquare) and let "
+            "prepare filter")
     r = ratings.binarize()
+    users_loaded = r.n_users
     if max_users and max_users < r.n_users:
         keep = np.zeros(r.n_users, dtype=bool)
         keep[node_rng(seed, "fpl:users").choice(r.n_users, size=int(max_users), replace=False)] = True
@@ -124,15 +195,30 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
     if val is not None:
         evals["val"] = Evaluator("val", csr_pairs(val.users, val.items, nu), exclude_for(train), ni, ti, cats, n)
         evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train, val), ni, ti,
-                                  cats, n)
+                                  cats, n, per_user=True)
     else:
-        evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train), ni, ti, cats, n)
+        evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train), ni, ti, cats, n,
+                                  per_user=True)
     counts = np.bincount(train.users, minlength=nu)
     if counts.min() == 0:
         raise ValueError("a user has no training interaction; raise min_interactions")
     info = {"users": nu, "items": ni, "catalogue": int(catalogue.size), "x_plus": len(train),
             "train_full": len(train_full), "validation": 0 if val is None else len(val), "test": len(test),
             "test_unreachable": int(np.isin(test.items, outside).sum()), "min_interactions": int(min_interactions),
-            "max_users": int(max_users)}
+            "max_users": int(max_users), "users_loaded": int(users_loaded), "loader_filter": applied}
+    cat_info = (ratings.info or {}).get("categories")
+    if cats is not None:
+        info["items_without_category"] = int((~cats.any(axis=1)).sum())
+        if isinstance(cat_info, dict) and "unmapped" in cat_info:
+            info["unmapped_types"] = int(cat_info["unmapped"].get("n_types", 0))
     return ImplicitSplit(r.name or "data", protocol, nu, ni, train, catalogue, evals,
                          None if r.category_names is None else tuple(r.category_names), info)
+
+
+def _plain(x: Any) -> Any:
+    """Mappings (read-only ones included) as plain dicts, recursively, for pickling."""
+    if isinstance(x, Mapping):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    return x

@@ -21,7 +21,7 @@ from ...seeding import node_rng, seed_sequence
 from .data import ImplicitSplit
 
 __all__ = [
-    "RunRecord", "best_epoch", "epoch_seed", "ledger_tcc", "mean_cce", "run_bpr", "run_fcf", "run_fpl",
+    "RunRecord", "best_epoch", "candidate_epochs", "flatten_metrics", "epoch_seed", "ledger_tcc", "mean_cce", "run_bpr", "run_fcf", "run_fpl",
     "run_random", "run_toppop",
 ]
 
@@ -46,19 +46,34 @@ class RunRecord:
         return cls(d["method"], d["params"], d["curve"], d["wall_s"], d.get("info", {}))
 
 
-def best_epoch(rec: RunRecord, on: str = "val", metric: str = "p") -> dict:
-    """The curve entry with the highest ``{on}_{metric}`` (the first one on ties); ``on`` falls
-    back to "test" when the run has no validation figures."""
+def candidate_epochs(n_epochs: int, step: int = 1) -> list[int]:
+    """The epochs a model is chosen from: the multiples of ``step`` up to ``n_epochs`` (the
+    paper's "{10, ..., 50} iterations" is step 10 of 50), or the last epoch when there is none."""
+    step = max(1, int(step))
+    c = list(range(step, int(n_epochs) + 1, step))
+    return c or [int(n_epochs)]
+
+
+def best_epoch(rec: RunRecord, on: str = "val", metric: str = "p", epochs: list[int] | None = None) -> dict:
+    """The curve entry with the highest ``{on}_{metric}`` (the first one on ties) among the
+    entries whose ``epoch`` is in ``epochs`` (all when None); ``on`` falls back to "test" when
+    the run has no validation figures. Raises ``ValueError`` for an empty curve or when no entry
+    is a candidate."""
     key = f"{on}_{metric}"
     if not rec.curve:
         raise ValueError(f"{rec.method}: empty curve")
     if key not in rec.curve[0]:
         key = f"test_{metric}"
-    vals = [c[key] for c in rec.curve]
-    return rec.curve[int(np.argmax(vals))]
+    pool = rec.curve if epochs is None else [c for c in rec.curve if c["epoch"] in set(epochs)]
+    if not pool:
+        raise ValueError(f"{rec.method}: no evaluation at the candidate epochs {epochs}")
+    vals = np.array([c[key] for c in pool], dtype=np.float64)
+    vals[np.isnan(vals)] = -np.inf  # a diverged evaluation is never chosen over a finite one
+    return pool[int(np.argmax(vals))]
 
 
-def _flatten(epoch: int, metrics: dict[str, dict]) -> dict:
+def flatten_metrics(epoch: int, metrics: dict[str, dict]) -> dict:
+    """One curve entry: ``epoch`` and every evaluator's figures as ``{evaluator}_{figure}``."""
     out: dict[str, Any] = {"epoch": epoch}
     for name, m in metrics.items():
         for k, v in m.items():
@@ -134,7 +149,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
         pos = int(out["sent_positive"].sum())
         train_s = time.perf_counter() - te
         scores = bpr_scores(P, out["Q"].astype(np.float64), out["b"].astype(np.float64))
-        entry = _flatten(e + 1, split.evaluate(scores))
+        entry = flatten_metrics(e + 1, split.evaluate(scores))
         entry.update(led)
         entry.update({
             "visits": visits, "positives_sent": pos, "negatives_sent": int(out["sent_negative"].sum()),
@@ -182,7 +197,7 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         chunk += 1
         led = _ledger_epoch(net, fcf_proto.TRAINING_KINDS)
         scores = out["P"] @ out["Q_sent"].astype(np.float64).T
-        entry = _flatten(done, split.evaluate(scores))
+        entry = flatten_metrics(done, split.evaluate(scores))
         entry.update({key: v / k for key, v in led.items()})
         entry.update({"bytes_per_client_round": led["bytes"] / (k * nu),
                       "raw_bytes_per_client_round": led["raw_bytes"] / (k * nu),
@@ -207,7 +222,7 @@ def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05,
     t0 = time.perf_counter()
 
     def cb(epoch, model):
-        entry = _flatten(epoch, split.evaluate(model.scores()))
+        entry = flatten_metrics(epoch, split.evaluate(model.scores()))
         curve.append(entry)
         if on_epoch is not None:
             on_epoch(epoch, entry)
@@ -224,14 +239,14 @@ def run_toppop(split: ImplicitSplit) -> RunRecord:
     t0 = time.perf_counter()
     s = toppop_item_scores(split.train.items, n_items=split.n_items)
     scores = np.broadcast_to(s, (split.n_users, split.n_items))
-    return RunRecord("Top-Pop", {}, [_flatten(0, split.evaluate(scores))], time.perf_counter() - t0)
+    return RunRecord("Top-Pop", {}, [flatten_metrics(0, split.evaluate(scores))], time.perf_counter() - t0)
 
 
 def run_random(split: ImplicitSplit, seed: int = 0) -> RunRecord:
     """Random scores (drawn from ``node_rng(seed, "random")``); one evaluation (epoch 0)."""
     t0 = time.perf_counter()
     scores = random_scores(split.n_users, split.n_items, node_rng(seed, "random"))
-    return RunRecord("Random", {"seed": seed}, [_flatten(0, split.evaluate(scores))], time.perf_counter() - t0)
+    return RunRecord("Random", {"seed": seed}, [flatten_metrics(0, split.evaluate(scores))], time.perf_counter() - t0)
 
 
 def mean_cce(rec: RunRecord, upto: int | None = None) -> float:

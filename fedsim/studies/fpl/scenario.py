@@ -1,62 +1,131 @@
-"""What the three FPL scenarios (``fpl_table2``, ``fpl_pi``, ``fpl_tcc``) share: the paper's
-Brazil figures printed beside ours, their common parameters, the data preparation they note in
-the report, epochs per preset, the (preset, pi) grid of cached FPL runs, and the bias columns."""
+"""What the FPL scenarios (``fpl_table2``, ``fpl_pi``, ``fpl_fig3``, ``fpl_tcc``) share: the
+paper's figures printed beside ours, their common parameters, the data preparation they note in
+the report, the study they run (through one cache, so they share runs), and the settings note
+that says whenever a run departs from the paper's settings."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import numpy as np
 
 from ...data import SYNTHETIC_PRESETS
 from ...experiment import Param, RunContext, UsageError
-from ...kernel import NetSpec
-from ...protocols.fpl import FPLConfig
 from ...math.fpl_presets import PRESET_NAMES
 from ...math.metrics import bias_disparity
-from .cache import run_cached
-from .data import ImplicitSplit, prepare
-from .runs import RunRecord, run_fpl
+from .data import ImplicitSplit, LoaderFilterError, loader_min_interactions, prepare
+from .settings import Settings, deviations, settings_from, settings_params
+from .study import Study, StudyOptions, run_study
 
 __all__ = [
-    "PAPER_BEST_PI_BRAZIL", "PAPER_TABLE2_BRAZIL", "PAPER_TABLE3_BRAZIL", "PAPER_TABLE4_BRAZIL", "bd_columns",
-    "fpl_grid", "preset_epochs", "scenario_params", "scenario_split", "source_bias",
+    "CATEGORY_ABBREVIATIONS", "FPL_SETTINGS", "PAPER_BEST_PI", "PAPER_COUNTRIES", "PAPER_TABLE2", "PAPER_TABLE3",
+    "PAPER_TABLE4_BRAZIL", "PAPER_TABLE5", "PAPER_TABLE6_BRAZIL", "PRESET_STYLES", "category_labels", "fpl_scenario_params", "note_settings",
+    "scenario_params", "scenario_split", "scenario_study", "source_bias",
 ]
 
-# The paper's Brazil figures (Foursquare check-ins; a different data set from MovieLens).
-PAPER_TABLE2_BRAZIL = {  # P@10, R@10
-    "Random": (0.00013, 0.00015), "Top-Pop": (0.01909, 0.02375), "BPR-MF": (0.07702, 0.09494),
-    "FCF": (0.03089, 0.03749), "sFPL": (0.07757, 0.09581), "sFPL+": (0.08682, 0.11004),
-    "pFPL": (0.07771, 0.09582), "pFPL+": (0.08733, 0.11085),
+PAPER_COUNTRIES = ("Brazil", "Canada", "Italy")
+# Table 2: P@10, R@10 per country
+PAPER_TABLE2 = {
+    "Brazil": {"Random": (0.00013, 0.00015), "Top-Pop": (0.01909, 0.02375), "User-kNN": (0.10600, 0.13480),
+               "Item-kNN": (0.07716, 0.09607), "VAE": (0.10320, 0.13153), "BPR-MF": (0.07702, 0.09494),
+               "FCF": (0.03089, 0.03749), "sFPL": (0.07757, 0.09581), "sFPL+": (0.08682, 0.11004),
+               "pFPL": (0.07771, 0.09582), "pFPL+": (0.08733, 0.11085)},
+    "Canada": {"Random": (0.00030, 0.00035), "Top-Pop": (0.04239, 0.04679), "User-kNN": (0.07639, 0.07533),
+               "Item-kNN": (0.04006, 0.03881), "VAE": (0.06060, 0.06317), "BPR-MF": (0.03694, 0.03650),
+               "FCF": (0.03724, 0.03836), "sFPL": (0.04515, 0.04550), "sFPL+": (0.05701, 0.05665),
+               "pFPL": (0.04582, 0.04637), "pFPL+": (0.05761, 0.05755)},
+    "Italy": {"Random": (0.00030, 0.00029), "Top-Pop": (0.04634, 0.05506), "User-kNN": (0.06881, 0.07833),
+              "Item-kNN": (0.04663, 0.05356), "VAE": (0.10421, 0.21324), "BPR-MF": (0.04560, 0.05458),
+              "FCF": (0.03126, 0.03708), "sFPL": (0.04701, 0.05600), "sFPL+": (0.05595, 0.06229),
+              "pFPL": (0.04642, 0.05465), "pFPL+": (0.05565, 0.06291)},
 }
-PAPER_TABLE3_BRAZIL = {  # IC@10, G@10
-    "Random": (46120, 0.70946), "Top-Pop": (19, 0.00020), "BPR-MF": (2552, 0.00756), "FCF": (911, 0.00095),
-    "sFPL": (1581, 0.00561), "sFPL+": (5200, 0.01449), "pFPL": (2114, 0.00638), "pFPL+": (3820, 0.01106),
+# Table 3: IC@10, G@10 per country
+PAPER_TABLE3 = {
+    "Brazil": {"Random": (46120, 0.70946), "Top-Pop": (19, 0.00020), "User-kNN": (3083, 0.01159),
+               "Item-kNN": (16535, 0.07449), "VAE": (5503, 0.02117), "BPR-MF": (2552, 0.00756),
+               "FCF": (911, 0.00095), "sFPL": (1581, 0.00561), "sFPL+": (5200, 0.01449), "pFPL": (2114, 0.00638),
+               "pFPL+": (3820, 0.01106)},
+    "Canada": {"Random": (10815, 0.26809), "Top-Pop": (18, 0.00030), "User-kNN": (609, 0.00321),
+               "Item-kNN": (4393, 0.05404), "VAE": (1044, 0.00652), "BPR-MF": (1216, 0.00998),
+               "FCF": (504, 0.00174), "sFPL": (451, 0.00243), "sFPL+": (1510, 0.01259), "pFPL": (425, 0.00213),
+               "pFPL+": (1214, 0.00981)},
+    "Italy": {"Random": (10478, 0.28914), "Top-Pop": (19, 0.00035), "User-kNN": (577, 0.00282),
+              "Item-kNN": (3241, 0.03293), "VAE": (165, 0.02336), "BPR-MF": (19, 0.00036), "FCF": (403, 0.00158),
+              "sFPL": (18, 0.00036), "sFPL+": (932, 0.00789), "pFPL": (96, 0.00056), "pFPL+": (936, 0.00725)},
 }
-PAPER_BEST_PI_BRAZIL = {"sFPL": 0.5, "sFPL+": 0.9, "pFPL": 0.8, "pFPL+": 0.8}
+# best pi per preset (Tables 2-3 footnote)
+PAPER_BEST_PI = {
+    "Brazil": {"sFPL": 0.5, "sFPL+": 0.9, "pFPL": 0.8, "pFPL+": 0.8},
+    "Canada": {"sFPL": 0.1, "sFPL+": 0.4, "pFPL": 0.1, "pFPL+": 0.3},
+    "Italy": {"sFPL": 0.4, "sFPL+": 0.2, "pFPL": 1.0, "pFPL+": 0.1},
+}
 # Table 4 (Brazil): best P@10 per preset, its pi and its TCC (x 1e12 vectors); epochs 45/50/45/35
 PAPER_TABLE4_BRAZIL = {
     "sFPL": (0.5, 0.07757, 1.27624, 45), "sFPL+": (0.9, 0.08682, 1.41996, 50),
     "pFPL": (0.8, 0.07771, 1.27625, 45), "pFPL+": (0.8, 0.08733, 0.99390, 35),
 }
+#: Colour and marker per preset, as the paper's figures (dark/light: sequential/parallel; blue/green: plain/"+").
+PRESET_STYLES = {"sFPL": ("#1f3b73", "s"), "sFPL+": ("#1b6e3a", "s"), "pFPL": ("#5b9bd5", "o"),
+                 "pFPL+": ("#7fcf7f", "o")}
+CATEGORY_ABBREVIATIONS = {
+    "Arts & Entertainment": "A&E", "College & University": "C&U", "Food": "Food", "Nightlife Spot": "NS",
+    "Outdoors & Recreation": "O&R", "Professional & Other Places": "P&OP", "Residence": "Res.",
+    "Shop & Service": "S&S", "Travel & Transport": "T&T",
+}
+# Table 5: source bias B_T in the training data, categories in the order above
+PAPER_TABLE5 = {
+    "Brazil": (1.4949, 0.6289, 1.1024, 1.3286, 1.1340, 0.6424, 0.5202, 0.8314, 1.3699),
+    "Canada": (1.7224, 0.8310, 1.0879, 1.6594, 0.9719, 0.6610, 0.4134, 0.8087, 1.2328),
+    "Italy": (1.4130, 0.8221, 0.9317, 1.3559, 1.3292, 0.7868, 0.4171, 0.8482, 1.2678),
+}
+# Table 6 (Brazil only in the paper): BD@10 per category
+PAPER_TABLE6_BRAZIL = {
+    "Random": (-0.325, 0.559, -0.080, -0.245, -0.143, 0.549, 0.911, 0.203, -0.273),
+    "Top-Pop": (-1.000, -1.000, -0.302, -1.000, -0.999, -1.000, -1.000, -1.000, 6.660),
+    "User-kNN": (0.445, -0.832, 0.261, -0.213, 0.162, -0.842, -0.969, -0.431, 0.621),
+    "Item-kNN": (0.346, 0.140, 0.068, -0.102, 0.153, -0.347, -0.381, -0.227, 0.083),
+    "VAE": (0.393, -0.723, 0.223, -0.315, 0.194, -0.776, -0.911, -0.310, 0.572),
+    "BPR-MF": (0.301, -0.712, 0.232, -0.710, 0.142, -0.758, -0.992, -0.434, 1.165),
+    "FCF": (-0.464, -0.968, 0.687, -0.910, 0.135, -0.960, -0.994, -0.946, 1.239),
+    "sFPL": (0.272, -0.738, 0.263, -0.756, 0.161, -0.814, -0.997, -0.368, 1.072),
+    "sFPL+": (0.311, -0.675, 0.160, -0.396, 0.278, -0.806, -0.903, -0.291, 0.812),
+    "pFPL": (0.253, -0.813, 0.218, -0.613, 0.143, -0.739, -0.992, -0.479, 1.239),
+    "pFPL+": (0.154, -0.566, 0.190, -0.351, 0.345, -0.764, -0.913, -0.410, 0.778),
+}
 
 
-def scenario_params() -> dict:
-    """Parameters common to ``fpl_table2``, ``fpl_pi`` and ``fpl_tcc``."""
+def scenario_params(exclude: tuple[str, ...] = ()) -> dict[str, Param]:
+    """Parameters common to the FPL scenarios: the settings switch and its overrides, and how
+    the study runs."""
     return {
-        "presets": Param(list(PRESET_NAMES), "FPL presets to run", kind="strs", choices=PRESET_NAMES),
-        "epochs": Param([8, 2, 8, 2], "epochs per preset, in the order sFPL, sFPL+, pFPL, pFPL+ (one value: "
-                        "all); the paper explores 10-50", kind="ints"),
-        "d": Param.of(FPLConfig, "d", help="latent dimension (FPL, FCF; BPR-MF's default)"),
-        "lr": Param.of(FPLConfig, "lr", help="learning rate alpha (FPL; BPR-MF's default)"),
-        "protocol": Param("validation", "validation: fit on train minus the validation cut, choose pi and the "
-                          "epoch by validation P@10, report test; test: fit on the 80 %, choose on test",
+        **settings_params(exclude),
+        "protocol": Param("validation", "validation: fit on train minus the validation cut, choose every "
+                          "hyperparameter on validation P@10, report test; test: fit on the 80 %, choose on test",
                           choices=("validation", "test")),
-        "min_interactions": Param(21, "keep users with at least this many interactions (21 = 'more than 20')"),
         "max_users": Param(-1, "keep a seeded random subset of this many users first (0: all; -1: 100 on "
                            "synthetic data, all on real data)"),
         "rounding": Param("round", "integer T and rpe: round (nearest) or floor (the authors' int())",
                           choices=("round", "floor")),
-        "cache": Param("", "folder caching each run's curve, shared by the FPL scenarios ('' = none)"),
+        "paper_country": Param("Italy", "the paper's data set whose figures are printed beside ours",
+                               choices=PAPER_COUNTRIES),
+        "workers": Param(2, "worker processes (each job is seeded on its own: results do not depend on this)",
+                         min=1),
+        "cache": Param("", "folder caching each run, shared by the FPL scenarios ('' = none)"),
     }
+
+
+#: The settings an FPL-only scenario (fpl_pi, fpl_fig3, fpl_tcc) depends on (its report lists
+#: departures from the paper's among these only).
+FPL_SETTINGS = ("user_filter", "min_interactions", "seeds", "pis", "epochs", "epoch_step", "bpr_lrs", "bpr_ds",
+                "bpr_epochs")
+
+
+def fpl_scenario_params() -> dict[str, Param]:
+    """Parameters of an FPL-only scenario: :func:`scenario_params` without the baselines' and
+    ``presets``."""
+    return {**scenario_params(exclude=("fcf_rounds", "fcf_lr", "knn_ks", "vae_topologies", "vae_epochs")),
+            "presets": Param(list(PRESET_NAMES), "FPL presets to run", kind="strs", choices=PRESET_NAMES)}
 
 
 def _is_synthetic(spec: str) -> bool:
@@ -64,69 +133,89 @@ def _is_synthetic(spec: str) -> bool:
     return s.startswith("synthetic:") or s in SYNTHETIC_PRESETS
 
 
-def scenario_split(ctx: RunContext) -> ImplicitSplit:
-    """Load ``--data`` and prepare it as the scenario's parameters say; notes what was done."""
+def scenario_split(ctx: RunContext, settings: Settings) -> ImplicitSplit:
+    """Load ``--data`` and prepare it as the settings say; notes what was done. A loader that
+    filters users itself (Foursquare files: more than 20 venues by default) is asked to load
+    everyone when the settings keep more users than it did."""
+    threshold = settings.threshold
     ratings = ctx.load_data()
+    if loader_min_interactions(ratings) > threshold:
+        ratings = ctx.load_data(user_filter=None)
     max_users = int(ctx["max_users"])
     if max_users < 0:
         max_users = 100 if _is_synthetic(ctx.data) else 0
-    sp = prepare(ratings, min_interactions=ctx["min_interactions"], protocol=ctx["protocol"],
-                 max_users=max_users, seed=ctx.seed)
+    try:
+        sp = prepare(ratings, min_interactions=threshold, protocol=ctx["protocol"], max_users=max_users,
+                     seed=ctx.seed)
+    except LoaderFilterError as exc:  # pragma: no cover - the reload above prevents it
+        raise UsageError(str(exc)) from None
     i = sp.info
-    ctx.note(f"Data `{ctx.data}`: {i['users']} users (>= {i['min_interactions']} interactions"
+    rule = {21: "more than 20 interactions, the paper's filter", 20: "at least 20, the authors' code's filter"}
+    cats = ""
+    if sp.category_names:
+        cats = (f" Item categories: {len(sp.category_names)} ({', '.join(category_labels(sp))}); items without a "
+                f"category: {i.get('items_without_category', 0)}")
+        if "unmapped_types" in i:
+            cats += f"; venue types the map does not know: {i['unmapped_types']}"
+        cats += "."
+    ctx.note(f"Data `{ctx.data}`: {i['users']} users ({rule.get(threshold, f'at least {threshold} interactions')}"
              + (f", a random {max_users} first" if max_users else "") + f"), {i['items']} items, training "
-             f"catalogue {i['catalogue']}; fitted on X+ = {i['x_plus']} interactions "
-             f"(protocol `{sp.protocol}`: validation {i['validation']}, test {i['test']}, of which "
-             f"{i['test_unreachable']} on items outside the catalogue).")
+             f"catalogue {i['catalogue']}; fitted on X+ = {i['x_plus']} interactions (protocol `{sp.protocol}`: "
+             f"validation {i['validation']}, test {i['test']}, of which {i['test_unreachable']} on items outside "
+             f"the catalogue)." + cats)
     return sp
 
 
-def preset_epochs(ctx: RunContext) -> dict[str, int]:
-    """``ctx["epochs"]`` as ``{preset: epochs}`` over every preset name (one value: for all);
-    raises ``UsageError`` for any other count of values."""
-    ep = list(ctx["epochs"])
-    if len(ep) == 1:
-        ep = ep * len(PRESET_NAMES)
-    if len(ep) != len(PRESET_NAMES):
-        raise UsageError(f"epochs: give one value or {len(PRESET_NAMES)} (sFPL, sFPL+, pFPL, pFPL+)")
-    return dict(zip(PRESET_NAMES, ep))
+def note_settings(ctx: RunContext, settings: Settings, used: tuple[str, ...] | None = None) -> list[str]:
+    """Note in the report which settings ran and every departure from the paper's; returns the
+    departures."""
+    dev = deviations(settings, used)
+    if settings.name == "paper" and not dev:
+        ctx.note("**Settings: the paper's** (section 5.3; `--set settings=paper`), with "
+                 f"{settings.seeds} seeds.")
+    else:
+        ctx.note(f"**Settings: `{settings.name}`. These are NOT the paper's settings** "
+                 "(`--set settings=paper` runs them); departures:\n\n" + "\n".join(f"- {d}" for d in dev))
+    return dev
 
 
-def fpl_grid(ctx: RunContext, split: ImplicitSplit, presets: list[str], pis: list[float], *, d: int, lr: float,
-             epochs: dict[str, int]) -> dict[tuple[str, float], RunRecord]:
-    """Run (or read from the cache) every (preset, pi), reporting progress on ``ctx``."""
-    out = {}
-    todo = [(p, float(pi)) for p in presets for pi in pis]
-    for k, (preset, pi) in enumerate(todo):
-        n_ep = int(epochs[preset])
-        stage = f"{preset} pi={pi:g} ({k + 1}/{len(todo)})"
-        ctx.progress.update(0, n_ep, stage=stage)
-        params = {"preset": preset, "pi": pi, "d": d, "lr": lr, "seed": ctx.seed, "profile": ctx.profile,
-                  "rounding": ctx["rounding"]}
-        if ctx.net != NetSpec(profile=ctx.profile):  # link model, faults: part of the key (absent by default)
-            params["network"] = ctx.net.to_dict()
+def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, ...] | None = None,
+                   pis: tuple[float, ...] | None = None) -> Study:
+    """Settings from the scenario's parameters, the split, and the study of ``methods``, with
+    progress, network records and the settings note on ``ctx``."""
+    settings = settings_from(ctx.config)
+    split = scenario_split(ctx, settings)
+    note_settings(ctx, settings, used)
+    seeds = [ctx.seed + k for k in range(settings.seeds)]
+    opts = StudyOptions(seeds=seeds, cache=ctx["cache"], workers=int(ctx["workers"]), net=ctx.net,
+                        rounding=ctx["rounding"], ledger_dir=ctx.ledger_dir, methods=methods, pis=pis)
 
-        def fn(n, preset=preset, pi=pi, start=None, checkpoint=None):
-            return run_fpl(split, preset, pi, n, d=d, lr=lr, seed=ctx.seed, profile=ctx.net,
-                           rounding=ctx["rounding"], on_epoch=lambda e, _: ctx.progress.update(e, n),
-                           record_network=ctx.record_network, start=start, checkpoint=checkpoint)
+    def progress(done, total, stage):
+        ctx.progress.update(done, total, stage=stage)
 
-        rec, cached = run_cached(ctx["cache"], split, preset, params, fn, n_ep, resumable=True)
-        rec.info["cached"] = cached
-        out[(preset, pi)] = rec
-    return out
+    st = run_study(split, settings, opts, progress=progress, record=ctx.record_run)
+    for m, why in st.skipped.items():
+        ctx.note(f"**{m} did not run**: {why}.")
+    ctx.note(f"Study: {st.jobs_run} job(s) run, {st.jobs_cached} read from the cache, seeds {seeds[0]}.."
+             f"{seeds[-1]}, {int(ctx['workers'])} worker process(es), {st.wall_s:.1f} s.")
+    return st
 
 
-def bd_columns(split: ImplicitSplit) -> list[str]:
-    """Table column names of the bias disparity per category (``BD <category>``)."""
-    names = split.category_names or ()
-    return [f"BD {n}" for n in names]
+def category_labels(split: ImplicitSplit) -> list[str]:
+    """Short column labels of the item categories (the paper's abbreviations for Foursquare's
+    top-level categories; other names cut to 12 characters)."""
+    return [CATEGORY_ABBREVIATIONS.get(n, n if len(n) <= 12 else n[:11] + ".") for n in split.category_names or ()]
 
 
 def source_bias(split: ImplicitSplit) -> dict[str, float]:
-    """B_T per category (the paper's Table 5) of the fitted part."""
+    """B_T per category (the paper's Table 5) of the fitted part, by short label."""
     ev = next(iter(split.evaluators.values()))
     if ev.categories is None:
         return {}
     bd = bias_disparity(ev.train_items, np.full((1, ev.n), -1), ev.categories, ev.n)
-    return {n: float(v) for n, v in zip(split.category_names or (), bd.source)}
+    return {n: float(v) for n, v in zip(category_labels(split), bd.source)}
+
+
+def paper_value(table: dict, country: str, method: str, k: int) -> Any:
+    row = table.get(country, {}).get(method)
+    return math.nan if row is None else row[k]

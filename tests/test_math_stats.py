@@ -1,0 +1,150 @@
+"""fedsim.math.stats against textbook values, hand computations and (when installed) SciPy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedsim.math.stats import (
+    betainc, holm, mean_ci, normal_sf, paired_t_test, t_cdf, t_ppf, t_sf, wilcoxon_signed_rank,
+)
+
+
+def test_t_distribution_textbook_quantiles():
+    # two-sided 5 % critical values of Student's t (any table): df 1, 5, 10, 30
+    for df, crit in ((1, 12.706204736), (5, 2.570581836), (10, 2.228138852), (30, 2.042272456)):
+        assert t_ppf(0.975, df) == pytest.approx(crit, rel=1e-8)
+        assert 2 * t_sf(crit, df) == pytest.approx(0.05, rel=1e-8)
+    # df = 1 is the Cauchy distribution: P(T <= t) = 1/2 + atan(t)/pi
+    for t in (-3.0, -0.5, 0.0, 0.7, 4.0):
+        assert t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)
+    # df = 2 has a closed form: P(T <= t) = 1/2 + t / (2 sqrt(2 + t^2))
+    for t in (-2.0, 0.3, 5.0):
+        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-13)
+    assert t_sf(math.inf, 3) == 0.0 and t_ppf(0.5, 7) == 0.0 and t_ppf(0.025, 10) == pytest.approx(-2.228138852)
+
+
+def test_betainc_closed_forms_and_domain():
+    # I_x(1, 1) = x; I_x(a, 1) = x^a; I_x(1, b) = 1 - (1 - x)^b
+    for x in (0.0, 0.1, 0.5, 0.93, 1.0):
+        assert betainc(1, 1, x) == pytest.approx(x, abs=1e-14)
+        assert betainc(3.5, 1, x) == pytest.approx(x**3.5, abs=1e-14)
+        assert betainc(1, 2.5, x) == pytest.approx(1 - (1 - x) ** 2.5, abs=1e-14)
+    with pytest.raises(ValueError):
+        betainc(0, 1, 0.5)
+    with pytest.raises(ValueError):
+        betainc(1, 1, 1.5)
+    assert normal_sf(1.959963984540054) == pytest.approx(0.025, rel=1e-12)
+
+
+def test_paired_t_test_hand_computed_case():
+    # differences 1, 2, 3, 4, 5: mean 3, sd sqrt(2.5), t = 3 / (sqrt(2.5) / sqrt 5) = 3 sqrt 2
+    x = np.array([3.0, 5.0, 7.0, 9.0, 11.0])
+    y = np.array([2.0, 3.0, 4.0, 5.0, 6.0])
+    r = paired_t_test(x, y)
+    assert r.statistic == pytest.approx(3 * math.sqrt(2), rel=1e-12)
+    assert r.n == 5 and r.mean_diff == 3.0
+    # t = 4.2426 with 4 df: two-sided p = 2 * (1 - F(4.2426)); F from the closed form for even df:
+    # for df = 4, P(T <= t) = 1/2 + (3/4) u (1 - u^2/3) with u = t / sqrt(t^2 + 4)
+    t = 3 * math.sqrt(2)
+    u = t / math.sqrt(t * t + 4)
+    cdf = 0.5 + 0.75 * u * (1 - u * u / 3)
+    assert r.pvalue == pytest.approx(2 * (1 - cdf), rel=1e-10)
+    assert r.pvalue == pytest.approx(0.013236, abs=1e-6)
+    # swapping the samples flips the sign, keeps p
+    s = paired_t_test(y, x)
+    assert s.statistic == pytest.approx(-r.statistic) and s.pvalue == pytest.approx(r.pvalue)
+
+
+def test_paired_t_test_degenerate_and_bad_input():
+    assert paired_t_test([1, 2, 3], [1, 2, 3])[:2] == (0.0, 1.0)
+    r = paired_t_test([2, 3, 4], [1, 2, 3])
+    assert r.statistic == math.inf and r.pvalue == 0.0
+    with pytest.raises(ValueError):
+        paired_t_test([1, 2], [1, 2, 3])
+    with pytest.raises(ValueError):
+        paired_t_test([1.0], [2.0])
+    with pytest.raises(ValueError):
+        paired_t_test([1.0, math.nan], [2.0, 1.0])
+
+
+def test_wilcoxon_exact_hand_computed():
+    # five positive differences with distinct sizes: R+ = 15 is the largest of 2^5 equally likely
+    # sign patterns, so the two-sided exact p = 2 / 32
+    r = wilcoxon_signed_rank([1.1, 2.2, 3.3, 4.4, 5.5], [0, 0, 0, 0, 0])
+    assert r.method == "wilcoxon exact" and r.statistic == 0.0 and r.pvalue == pytest.approx(0.0625)
+    # differences 1, -2, 3, 4 (no ties): R+ = 1 + 3 + 4 = 8, R- = 2. Of the 16 subsets of the ranks
+    # {1, 2, 3, 4}, three sum to 8 or more ({1,3,4}, {2,3,4}, {1,2,3,4}): two-sided p = 2 * 3 / 16
+    r = wilcoxon_signed_rank([1, -2, 3, 4], [0, 0, 0, 0])
+    assert r.statistic == 2.0 and r.pvalue == pytest.approx(6 / 16)
+
+
+def test_wilcoxon_approx_hand_computed_with_ties_and_zeros():
+    # d = 0, 1, 1, -1, 2, 2, 2: zeros dropped (n = 6); |d| ranks: the three 1s share 2, the three 2s 5
+    # R+ = 2 + 2 + 5 + 5 + 5 = 19, R- = 2; mean 6*7/4 = 10.5; var = (6*7*13 - (3^3-3 + 3^3-3)/2) / 24
+    d = np.array([0, 1, 1, -1, 2, 2, 2], dtype=float)
+    r = wilcoxon_signed_rank(d, np.zeros(7))
+    se = math.sqrt((6 * 7 * 13 - (24 + 24) / 2) / 24)
+    z = (19 - 10.5) / se
+    assert r.method == "wilcoxon approx" and r.statistic == 2.0 and r.n == 6
+    assert r.pvalue == pytest.approx(math.erfc(abs(z) / math.sqrt(2)), rel=1e-12)
+    assert wilcoxon_signed_rank([1, 2], [1, 2])[:2] == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        wilcoxon_signed_rank([1, 2], [0, 0], method="permutation")
+
+
+def test_mean_ci_and_holm_by_hand():
+    ci = mean_ci([1.0, 2.0, 3.0, 4.0, 5.0])
+    h = 2.776445105 * math.sqrt(2.5) / math.sqrt(5)  # t_{0.975, 4}
+    assert ci.mean == 3.0 and ci.low == pytest.approx(3 - h, rel=1e-9) and ci.high == pytest.approx(3 + h, rel=1e-9)
+    assert math.isnan(mean_ci([2.0]).low)
+    # Holm: sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> monotone 0.06
+    assert np.allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    out = holm([0.2, math.nan, 0.9])
+    assert out[0] == pytest.approx(0.4) and math.isnan(out[1]) and out[2] == pytest.approx(0.9)
+
+
+scipy_stats = pytest.importorskip("scipy.stats", reason="SciPy (the baselines extra) is the reference here")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_against_scipy_on_random_samples(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(8, 120))
+    x = rng.normal(0.05, 1.0, n)
+    y = x - rng.normal(0.2 * (seed % 3), 1.0, n)
+    r, ref = paired_t_test(x, y), scipy_stats.ttest_rel(x, y)
+    assert r.statistic == pytest.approx(ref.statistic, rel=1e-10)
+    assert r.pvalue == pytest.approx(ref.pvalue, rel=1e-8, abs=1e-300)
+    df = float(rng.uniform(0.5, 60))
+    for t in rng.normal(0, 3, 5):
+        assert t_cdf(float(t), df) == pytest.approx(scipy_stats.t.cdf(t, df), rel=1e-10, abs=1e-14)
+    for q in (0.6, 0.9, 0.975, 0.999):
+        assert t_ppf(q, df) == pytest.approx(scipy_stats.t.ppf(q, df), rel=1e-9)
+    ci = mean_ci(x, 0.9)
+    lo, hi = scipy_stats.t.interval(0.9, n - 1, loc=x.mean(), scale=scipy_stats.sem(x))
+    assert (ci.low, ci.high) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_wilcoxon_against_scipy(seed):
+    rng = np.random.default_rng(100 + seed)
+    # per-user P@10-like data: few distinct values, many ties and zeros (approximation), and
+    # continuous small samples (exact)
+    n = int(rng.integers(20, 200))
+    x = rng.integers(0, 4, n) / 10
+    y = rng.integers(0, 3, n) / 10
+    r, ref = wilcoxon_signed_rank(x, y), scipy_stats.wilcoxon(x, y)
+    assert r.statistic == pytest.approx(ref.statistic) and r.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
+    r = wilcoxon_signed_rank(x, y, zero_method="pratt", method="approx")
+    ref = scipy_stats.wilcoxon(x, y, zero_method="pratt", method="asymptotic")
+    assert r.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
+    m = int(rng.integers(5, 50))
+    a, b = rng.normal(0.3, 1, m), rng.normal(0, 1, m)
+    r, ref = wilcoxon_signed_rank(a, b), scipy_stats.wilcoxon(a, b)
+    assert r.method == "wilcoxon exact"
+    assert r.statistic == pytest.approx(ref.statistic) and r.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
+    r, ref = wilcoxon_signed_rank(a, b, method="approx"), scipy_stats.wilcoxon(a, b, method="asymptotic")
+    assert r.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
