@@ -1,0 +1,103 @@
+"""The FPL study: settings and their departures from the paper's, choices on validation,
+results independent of the number of worker processes, the run cache, and the statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.data import generate
+from fedsim.experiment import UsageError
+from fedsim.math.hitmask import per_user_metrics
+from fedsim.math.stats import paired_t_test
+from fedsim.studies.fpl import (
+    PAPER, QUICK, StudyOptions, best_epoch, candidate_epochs, compare, deviations, prepare, run_study, seed_stats,
+    settings_from, user_values, verdicts,
+)
+from fedsim.studies.fpl.settings import settings_params
+
+
+def small_split():
+    r = generate("ml100k-like", seed=7, n_users=30, n_items=60, n_ratings=900, min_per_user=25)
+    return prepare(r, min_interactions=21)
+
+
+def tiny_settings(**kw):
+    cfg = {"settings": "quick", "pis": [0.5, 1.0], "epochs": [2], "bpr_lrs": [0.05, 0.5], "bpr_ds": [4],
+           "bpr_epochs": 3, "fcf_rounds": 2, "knn_ks": [2, 5], "seeds": 2}
+    cfg.update(kw)
+    return settings_from(cfg)
+
+
+def test_paper_settings_have_no_departures_and_quick_lists_them():
+    assert deviations(PAPER) == []
+    assert PAPER.pis == (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    assert PAPER.bpr_lrs == (0.005, 0.05, 0.5) and PAPER.bpr_ds == (10, 20, 50) and PAPER.threshold == 21
+    assert candidate_epochs(50, PAPER.epoch_step) == [10, 20, 30, 40, 50] and candidate_epochs(8, 10) == [8]
+    lines = deviations(QUICK)
+    assert "pis = 0.5, 1 (paper: 0.1, 0.2, ..., 1)" in lines
+    assert "fcf_lr = 0.05 (paper: the lr chosen for BPR-MF)" in lines
+    assert not any(line.startswith("users") for line in lines)
+    # an override on top of the paper's settings is a departure; user_filter=code too
+    s = settings_from({"settings": "paper", "pis": [0.5], "user_filter": "code"})
+    assert deviations(s) == ["users with at least 20 interactions (paper: more than 20)",
+                             "pis = 0.5 (paper: 0.1, 0.2, ..., 1)"]
+    assert deviations(s, used=("pis",)) == ["pis = 0.5 (paper: 0.1, 0.2, ..., 1)"]
+    # the override parameters default to "from the settings"
+    defaults = {k: p.default for k, p in settings_params().items()}
+    assert settings_from({**defaults, "settings": "paper"}) == PAPER
+    with pytest.raises(UsageError, match="pis must lie"):
+        settings_from({"settings": "quick", "pis": [1.5]})
+    with pytest.raises(UsageError, match="H-Z-H"):
+        settings_from({"settings": "quick", "vae_topologies": ["600-200"]})
+
+
+def test_study_chooses_on_validation_and_does_not_depend_on_workers(tmp_path):
+    sp = small_split()
+    s = tiny_settings()
+    methods = ("Random", "Top-Pop", "User-kNN", "Item-kNN", "BPR-MF", "FCF", "sFPL", "pFPL+")
+    one = run_study(sp, s, StudyOptions(seeds=[0, 1], workers=1, methods=methods))
+    two = run_study(sp, s, StudyOptions(seeds=[0, 1], workers=2, methods=methods, cache=str(tmp_path)))
+    assert one.methods() == list(methods) and not one.skipped
+    for m in methods:
+        for seed in (0, 1):
+            a, b = one.chosen[m][seed], two.chosen[m][seed]
+            assert a.what == b.what and a.entry["test_hits"] == b.entry["test_hits"], (m, seed)
+    # BPR-MF's choice is the grid point and epoch with the best validation P@10; FPL reuses its d, lr
+    for seed in (0, 1):
+        best = max(((d, lr, e) for d in (4,) for lr in (0.05, 0.5)
+                    for e in [best_epoch(one.runs[("bpr", d, lr, seed)])]),
+                   key=lambda t: t[2]["val_p"])
+        c = one.chosen["BPR-MF"][seed]
+        assert c.entry["val_p"] == best[2]["val_p"] and one.bpr_choice[seed] == (c.what["d"], c.what["lr"])
+        assert one.chosen["sFPL"][seed].what["lr"] == c.what["lr"]
+        pis = {pi: one.fpl_choice("sFPL", pi, seed)["val_p"] for pi in (0.5, 1.0)}
+        assert pis[one.chosen["sFPL"][seed].what["pi"]] == max(pis.values())
+    # everything again from the cache: no job runs, same choices
+    three = run_study(sp, s, StudyOptions(seeds=[0, 1], workers=1, methods=methods, cache=str(tmp_path)))
+    assert three.jobs_run == 0 and three.jobs_cached == two.jobs_run + two.jobs_cached
+    assert {m: {k: c.what for k, c in v.items()} for m, v in three.chosen.items()} == \
+        {m: {k: c.what for k, c in v.items()} for m, v in two.chosen.items()}
+
+
+def test_statistics_of_a_study():
+    sp = small_split()
+    st = run_study(sp, tiny_settings(pis=[0.2, 0.6, 1.0]), StudyOptions(
+        seeds=[0, 1, 2], methods=("Top-Pop", "User-kNN", "BPR-MF", "sFPL", "sFPL+", "pFPL", "pFPL+")))
+    # the per-user values average the seeds' hit masks; their mean is the mean of the seed figures
+    for m in ("BPR-MF", "sFPL"):
+        v = user_values(st, m, "p")
+        per_seed = [per_user_metrics(np.array(st.chosen[m][s].entry["test_hits"]), sp.n_test, 10)["p"] for s in st.seeds]
+        assert np.allclose(v, np.mean(per_seed, axis=0))
+        assert np.nanmean(v) == pytest.approx(seed_stats(st, m, "p")[0])
+    c = compare(st, "sFPL", "BPR-MF", "r")
+    ref = paired_t_test(user_values(st, "sFPL", "r"), user_values(st, "BPR-MF", "r"))
+    assert c.t.pvalue == ref.pvalue and c.diff == pytest.approx(ref.mean_diff)
+    v = verdicts(st)
+    claims = [x["claim"] for x in v]
+    assert "sFPL+ is more accurate than sFPL (P@10)" in claims
+    assert all(x["verdict"] in ("reproduced", "contradicted", "not distinguishable on this data",
+                                "reproduced (no significant difference)",
+                                "reproduced (significantly higher, as the paper's + presets)", "not run")
+               for x in v)
+    assert {x["claim"]: x["verdict"] for x in v}["sFPL: F1@10 peaks at an interior pi, not at pi = 1"] != "not run"
