@@ -101,3 +101,19 @@ def test_statistics_of_a_study():
                                 "reproduced (significantly higher, as the paper's + presets)", "not run")
                for x in v)
     assert {x["claim"]: x["verdict"] for x in v}["sFPL: F1@10 peaks at an interior pi, not at pi = 1"] != "not run"
+
+
+def test_bpr_evaluated_at_the_candidate_epochs_only_trains_the_same():
+    from fedsim.studies.fpl import run_bpr
+
+    sp = small_split()
+    every = run_bpr(sp, 4, d=4, lr=0.05, seed=2)
+    some = run_bpr(sp, 4, d=4, lr=0.05, seed=2, eval_every=3)
+    assert [c["epoch"] for c in some.curve] == [3, 4] and some.params["eval_every"] == 3
+    for c in some.curve:
+        assert c["test_hits"] == every.curve[c["epoch"] - 1]["test_hits"]
+    # a study with epoch_step 2 chooses BPR-MF's epoch among 2 and 4 from such a run
+    st = run_study(sp, tiny_settings(bpr_epochs=4, epoch_step=2, bpr_lrs=[0.05]),
+                   StudyOptions(seeds=[0], methods=("BPR-MF",)))
+    assert st.chosen["BPR-MF"][0].what["epoch"] in (2, 4)
+    assert [c["epoch"] for c in st.runs[("bpr", 4, 0.05, 0)].curve] == [2, 4]

@@ -195,10 +195,11 @@ def run_vae(split: ImplicitSplit, topology: str, budgets: list[int] | tuple[int,
 
 
 def run_cornac_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05, seed: int = 0,
-                   reg: float | None = None, on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
+                   reg: float | None = None, eval_every: int = 1,
+                   on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
     """cornac's ``BPR`` (item bias on, ``lambda_reg = reg``, default lr/20), fitted one epoch at a
-    time and evaluated after each; its seed is derived from ``seed``. Scores are
-    ``U V^T + b`` from the model's factors."""
+    time and evaluated after every ``eval_every`` epochs and after the last; its seed is derived
+    from ``seed``. Scores are ``U V^T + b`` from the model's factors."""
     cornac = _cornac()
     reg = lr / 20.0 if reg is None else float(reg)
     ds = cornac_dataset(split)
@@ -210,6 +211,8 @@ def run_cornac_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float 
         warnings.simplefilter("ignore")  # "Model is already fitted": each fit continues the last one
         for e in range(1, int(epochs) + 1):
             model.fit(ds)
+            if e % int(eval_every) and e != int(epochs):
+                continue
             s = np.zeros((split.n_users, split.n_items))
             s[:, split.catalogue] = (np.asarray(model.u_factors, dtype=np.float64)
                                      @ np.asarray(model.i_factors, dtype=np.float64).T
@@ -218,8 +221,10 @@ def run_cornac_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float 
             curve.append(entry)
             if on_epoch is not None:
                 on_epoch(e, entry)
-    return RunRecord("BPR-MF (cornac)", {"epochs": int(epochs), "d": int(d), "lr": lr, "reg": reg, "seed": seed,
-                                         "library": _version()}, curve, time.perf_counter() - t0)
+    params = {"epochs": int(epochs), "d": int(d), "lr": lr, "reg": reg, "seed": seed, "library": _version()}
+    if int(eval_every) > 1:
+        params["eval_every"] = int(eval_every)
+    return RunRecord("BPR-MF (cornac)", params, curve, time.perf_counter() - t0)
 
 
 def _version() -> str:

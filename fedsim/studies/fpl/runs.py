@@ -67,7 +67,9 @@ def best_epoch(rec: RunRecord, on: str = "val", metric: str = "p", epochs: list[
     pool = rec.curve if epochs is None else [c for c in rec.curve if c["epoch"] in set(epochs)]
     if not pool:
         raise ValueError(f"{rec.method}: no evaluation at the candidate epochs {epochs}")
-    vals = np.array([c[key] for c in pool], dtype=np.float64)
+    # rounded: means of per-user figures that are equal up to the last bit of a float sum are ties,
+    # which go to the first entry
+    vals = np.round(np.array([c[key] for c in pool], dtype=np.float64), 12)
     vals[np.isnan(vals)] = -np.inf  # a diverged evaluation is never chosen over a finite one
     return pool[int(np.argmax(vals))]
 
@@ -214,9 +216,10 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
 
 
 def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05, seed: int = 0,
-            on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
+            eval_every: int = 1, on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
     """Centralized BPR-MF (``fedsim.math.bpr_central.train_bpr``, X+ steps per epoch, negatives
-    from the catalogue), evaluated after every epoch."""
+    from the catalogue), evaluated after every ``eval_every`` epochs and after the last (the
+    training does not depend on it; on a city file evaluation costs more than an epoch)."""
     csr = split.train.by_user()
     curve = []
     t0 = time.perf_counter()
@@ -228,9 +231,11 @@ def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05,
             on_epoch(epoch, entry)
 
     train_bpr(np.asarray(csr.indptr), np.asarray(csr.indices), split.n_users, split.n_items, d, int(epochs), lr,
-              node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb)
-    return RunRecord("BPR-MF", {"epochs": int(epochs), "d": d, "lr": lr, "seed": seed}, curve,
-                     time.perf_counter() - t0)
+              node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb, eval_every=int(eval_every))
+    params = {"epochs": int(epochs), "d": d, "lr": lr, "seed": seed}
+    if int(eval_every) > 1:
+        params["eval_every"] = int(eval_every)
+    return RunRecord("BPR-MF", params, curve, time.perf_counter() - t0)
 
 
 def run_toppop(split: ImplicitSplit) -> RunRecord:

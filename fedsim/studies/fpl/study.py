@@ -12,7 +12,8 @@ Stages (each job seeded by its own seed, so the results do not depend on the num
 
 Each method's configuration (epoch among :func:`~fedsim.studies.fpl.runs.candidate_epochs`, pi,
 d and lr, k, topology and budget) is chosen per seed by validation P@10 (ties: the first in grid
-order), and its test figures, with the per-user hit masks, are what the tables report.
+order; figures equal to 12 decimals are ties), and its test figures, with the per-user hit masks,
+are what the tables report.
 """
 
 from __future__ import annotations
@@ -90,17 +91,22 @@ class Study:
     def fpl_choice(self, preset: str, pi: float, seed: int) -> dict:
         """The entry of run (preset, pi, seed) at its epoch chosen on validation."""
         rec = self.runs[("fpl", preset, float(pi), seed)]
-        return best_epoch(rec, epochs=candidate_epochs(len(rec.curve), self.settings.epoch_step))
+        return best_epoch(rec, epochs=candidate_epochs(run_length(rec), self.settings.epoch_step))
 
     def methods(self) -> list[str]:
         return [m for m in METHOD_ORDER if m in self.chosen]
+
+
+def run_length(rec: RunRecord) -> int:
+    """Epochs (rounds) a run trained: its parameters say (its curve may hold only some of them)."""
+    return int(rec.params.get("epochs", rec.params.get("rounds", rec.curve[-1]["epoch"])))
 
 
 def _score(entry: dict) -> float:
     """What choices are made on: validation P@10 (test P@10 under the test protocol); NaN (a
     diverged model) ranks below everything."""
     v = float(entry.get("val_p", entry["test_p"]))
-    return -math.inf if math.isnan(v) else v
+    return -math.inf if math.isnan(v) else round(v, 12)  # equal up to float rounding: a tie
 
 
 def _task_label(task: dict) -> str:
@@ -122,9 +128,12 @@ def _run_task(task: dict) -> dict:
 
     cache = task.get("cache") or ""
     seed = p.get("seed", 0)
+    ev = int(p.get("eval_every", 1))
+    extra = {"eval_every": ev} if ev > 1 else {}  # every-epoch runs keep their old keys
     if kind == "bpr":
-        rec, cached = run_cached(cache, split, "BPR-MF", {"d": p["d"], "lr": p["lr"], "seed": seed},
-                                 lambda n: run_bpr(split, n, d=p["d"], lr=p["lr"], seed=seed), task["length"])
+        rec, cached = run_cached(cache, split, "BPR-MF", {"d": p["d"], "lr": p["lr"], "seed": seed, **extra},
+                                 lambda n: run_bpr(split, n, d=p["d"], lr=p["lr"], seed=seed, eval_every=ev),
+                                 task["length"])
     elif kind == "fpl":
         net = task["net"]
         key = {"preset": p["preset"], "pi": p["pi"], "d": p["d"], "lr": p["lr"], "seed": seed,
@@ -155,8 +164,8 @@ def _run_task(task: dict) -> dict:
                                  lambda n: lib.run_vae(split, p["topology"], p["budgets"], seed=seed),
                                  max(p["budgets"]))
     elif kind == "cornac_bpr":
-        rec, cached = run_cached(cache, split, "BPR-MF (cornac)", {"d": p["d"], "lr": p["lr"], "seed": seed},
-                                 lambda n: lib.run_cornac_bpr(split, n, d=p["d"], lr=p["lr"], seed=seed),
+        rec, cached = run_cached(cache, split, "BPR-MF (cornac)", {"d": p["d"], "lr": p["lr"], "seed": seed, **extra},
+                                 lambda n: lib.run_cornac_bpr(split, n, d=p["d"], lr=p["lr"], seed=seed, eval_every=ev),
                                  task["length"])
     else:  # pragma: no cover - tasks are built below
         raise ValueError(f"unknown task kind {kind!r}")
@@ -174,7 +183,7 @@ def _cost(task: dict) -> float:
         return max(p["budgets"]) * sp.catalogue.size * 1e-4
     if task["kind"] == "fcf":
         return task["length"] * sp.n_users * 1e-3
-    return task["length"] * sp.x_plus * 1e-5
+    return task["length"] * sp.x_plus * 1e-5 / p.get("eval_every", 1) ** 0.5
 
 
 def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
@@ -234,7 +243,7 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
     if run_bpr_grid:
         for s in seeds:
             for d, lr in grid:
-                tasks.append({**base, "kind": "bpr", "params": {"d": d, "lr": lr, "seed": s},
+                tasks.append({**base, "kind": "bpr", "params": {"d": d, "lr": lr, "seed": s, "eval_every": step},
                               "length": settings.bpr_epochs})
                 keys.append(("bpr", d, lr, s))
     for m in ("User-kNN", "Item-kNN"):
@@ -277,7 +286,7 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
             best = None
             for d, lr in grid:
                 rec = st.runs[("bpr", d, lr, s)]
-                e = best_epoch(rec, epochs=candidate_epochs(len(rec.curve), step))
+                e = best_epoch(rec, epochs=candidate_epochs(run_length(rec), step))
                 if best is None or _score(e) > _score(best[0]):
                     best = (e, d, lr)
             st.bpr_choice[s] = (best[1], best[2])
@@ -304,7 +313,7 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
                           "length": settings.fcf_rounds})
             keys.append(("fcf", s))
         if "BPR-MF (cornac)" in want:
-            tasks.append({**base, "kind": "cornac_bpr", "params": {"d": d, "lr": lr, "seed": s},
+            tasks.append({**base, "kind": "cornac_bpr", "params": {"d": d, "lr": lr, "seed": s, "eval_every": step},
                           "length": settings.bpr_epochs})
             keys.append(("cornac_bpr", s))
     for k, rec in zip(keys, go(tasks, "FPL, FCF")):
@@ -314,12 +323,12 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
         d, lr = st.bpr_choice[s]
         if ("fcf", s) in st.runs:
             rec = st.runs[("fcf", s)]
-            e = best_epoch(rec, epochs=candidate_epochs(len(rec.curve), step))
+            e = best_epoch(rec, epochs=candidate_epochs(run_length(rec), step))
             st.chosen.setdefault("FCF", {})[s] = Choice("FCF", s, e, {"d": d, "lr": settings.fcf_lr or lr,
                                                                      "epoch": e["epoch"]})
         if ("cornac_bpr", s) in st.runs:
             rec = st.runs[("cornac_bpr", s)]
-            e = best_epoch(rec, epochs=candidate_epochs(len(rec.curve), step))
+            e = best_epoch(rec, epochs=candidate_epochs(run_length(rec), step))
             st.chosen.setdefault("BPR-MF (cornac)", {})[s] = Choice("BPR-MF (cornac)", s, e,
                                                                     {"d": d, "lr": lr, "epoch": e["epoch"]})
         for preset in fpl_presets:

@@ -1,0 +1,97 @@
+"""Estimate the wall time of the whole FPL study (``fedsim run fpl_table2 --set settings=paper``) on a
+data file from short timed samples, before committing hours to it.
+
+Times, on the prepared split: one epoch of each FPL preset (as actors, with the ledger, like the
+study) and one BPR-MF epoch at each latent dimension of the paper's grid, one FCF round, both kNN
+runs over the paper's k grid, a few VAE epochs per topology, a few cornac BPR epochs. Then adds up
+the study's jobs (the paper's settings: 5 seeds, the BPR-MF grid, 10 values of pi x 4 presets x 50
+epochs at the d BPR-MF chooses, which is not known in advance: one line per d) and divides by the
+workers, the way the study's process pool spreads them (longest first; the estimate is
+max(total / workers, longest job)). Evaluation after every epoch is included in the samples.
+
+    python benchmarks/fpl_study_time.py ../shared/data/foursquare-fedbpr-cities/Milan.tsv
+    python benchmarks/fpl_study_time.py ../shared/data/foursquare-fedbpr-cities/Rome.tsv --workers 2
+
+Samples taken while other jobs load the machine give upper bounds (say so when quoting them).
+The last line is one JSON object with every sample and estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fedsim.data import load_foursquare  # noqa: E402
+from fedsim.math.fpl_presets import PRESET_NAMES  # noqa: E402
+from fedsim.studies.fpl import PAPER, prepare, run_bpr, run_fcf, run_fpl  # noqa: E402
+from fedsim.studies.fpl import baselines as lib  # noqa: E402
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", help="a Foursquare city file")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--ds", type=int, nargs="*", default=list(PAPER.bpr_ds), help="latent dimensions to sample")
+    ap.add_argument("--fpl-epochs", type=int, default=1, help="FPL epochs per sample")
+    ap.add_argument("--vae-epochs", type=int, default=5, help="VAE epochs per sample")
+    args = ap.parse_args()
+
+    r = load_foursquare(args.data, None)
+    sp = prepare(r, min_interactions=PAPER.threshold)
+    print(f"{args.data}: {sp.info}", flush=True)
+    s = PAPER
+    seeds = s.seeds
+    samples: dict[str, float] = {}
+    for d in args.ds:
+        samples[f"bpr_epoch_d{d}"] = timed(lambda: run_bpr(sp, 2, d=d, lr=0.05)) / 2
+        for preset in PRESET_NAMES:
+            samples[f"{preset}_epoch_d{d}"] = timed(lambda: run_fpl(sp, preset, 0.5, args.fpl_epochs, d=d,
+                                                                    lr=0.05)) / args.fpl_epochs
+        samples[f"fcf_round_d{d}"] = timed(lambda: run_fcf(sp, 2, d=d)) / 2
+        print({k: round(v, 3) for k, v in samples.items() if k.endswith(f"d{d}")}, flush=True)
+    samples["user_knn_grid"] = timed(lambda: lib.run_knn(sp, "User-kNN", s.knn_ks))
+    samples["item_knn_grid"] = timed(lambda: lib.run_knn(sp, "Item-kNN", s.knn_ks))
+    if lib.cornac_available() and lib.torch_available():
+        for topo in s.vae_topologies:
+            samples[f"vae_epoch_{topo}"] = timed(lambda: lib.run_vae(sp, topo, [args.vae_epochs])) / args.vae_epochs
+        samples["cornac_bpr_epoch_d10"] = timed(lambda: lib.run_cornac_bpr(sp, 3, d=10, lr=0.05)) / 3
+    print({k: round(v, 3) for k, v in samples.items()}, flush=True)
+
+    # the study's jobs (seconds each), as run_study builds them
+    grid_jobs = [samples[f"bpr_epoch_d{d}"] * s.bpr_epochs for d in args.ds for _ in s.bpr_lrs for _ in range(seeds)]
+    base_jobs = grid_jobs + [samples["user_knn_grid"], samples["item_knn_grid"]]
+    if "vae_epoch_200-100-200" in samples:
+        base_jobs += [samples[f"vae_epoch_{t}"] * max(s.vae_epochs) for t in s.vae_topologies for _ in range(seeds)]
+    estimates = {}
+    for d in args.ds:
+        fpl_jobs = [samples[f"{p}_epoch_d{d}"] * s.preset_epochs()[p] for p in PRESET_NAMES for _ in s.pis
+                    for _ in range(seeds)]
+        other = [samples[f"fcf_round_d{d}"] * s.fcf_rounds] * seeds
+        if "cornac_bpr_epoch_d10" in samples:
+            other += [samples["cornac_bpr_epoch_d10"] * s.bpr_epochs] * seeds
+        stage1 = max(sum(base_jobs) / args.workers, max(base_jobs))
+        jobs2 = fpl_jobs + other
+        stage2 = max(sum(jobs2) / args.workers, max(jobs2))
+        estimates[f"d{d}"] = {"cpu_s": sum(base_jobs) + sum(jobs2), "wall_s": stage1 + stage2,
+                              "fpl_cpu_s": sum(fpl_jobs), "baselines_cpu_s": sum(base_jobs) + sum(other)}
+        print(f"d = {d}: {len(fpl_jobs)} FPL runs, CPU {estimates[f'd{d}']['cpu_s'] / 3600:.1f} h (FPL "
+              f"{sum(fpl_jobs) / 3600:.1f} h), wall with {args.workers} workers about "
+              f"{estimates[f'd{d}']['wall_s'] / 3600:.1f} h", flush=True)
+    print(json.dumps({"data": args.data, "split": sp.info, "workers": args.workers, "samples": samples,
+                      "estimates": estimates}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
