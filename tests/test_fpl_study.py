@@ -117,3 +117,22 @@ def test_bpr_evaluated_at_the_candidate_epochs_only_trains_the_same():
                    StudyOptions(seeds=[0], methods=("BPR-MF",)))
     assert st.chosen["BPR-MF"][0].what["epoch"] in (2, 4)
     assert [c["epoch"] for c in st.runs[("bpr", 4, 0.05, 0)].curve] == [2, 4]
+
+
+def test_a_diverged_fpl_run_stops_and_is_never_chosen():
+    import warnings
+
+    from fedsim.studies.fpl import run_fpl
+    from fedsim.studies.fpl.study import choose_epoch
+
+    sp = small_split()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # overflow on the way to NaN
+        rec = run_fpl(sp, "pFPL+", 1.0, 6, d=4, lr=50.0)
+    assert rec.params["diverged_at"] == 1 and rec.params["epochs"] == 6 and len(rec.curve) == 1
+    e = rec.curve[0]
+    assert e["val_diverged"] and np.isnan(e["val_p"]) and e["test_hits"] is None and e["cce_ledger"] > 0
+    assert choose_epoch(rec, 4) is e  # diverged before the first candidate: the NaN entry
+    ok = run_fpl(sp, "pFPL+", 1.0, 2, d=4, lr=0.05)
+    both = type(rec)("x", {"epochs": 2}, [e, {**ok.curve[1], "epoch": 2}], 0.0)
+    assert best_epoch(both)["epoch"] == 2  # NaN never beats a finite figure

@@ -35,11 +35,13 @@ METRIC_NAMES = {"p": "P@10", "r": "R@10", "f1": "F1@10", "ndcg": "NDCG@10", "ic"
 
 
 def entry_user_values(st: Study, entry: dict, metric: str) -> np.ndarray:
-    """Per-user ``metric`` (p, r, f1, ndcg) of one evaluation entry (its ``test_hits``)."""
+    """Per-user ``metric`` (p, r, f1, ndcg) of one evaluation entry (its ``test_hits``; a diverged
+    model, which ranks nothing, has no hits)."""
     if "test_hits" not in entry:
         raise KeyError("the entry holds no per-user hit masks (test_hits)")
-    return per_user_metrics(np.asarray(entry["test_hits"], dtype=np.int64), st.split.n_test,
-                            st.split.evaluators["test"].n)[metric]
+    hits = entry["test_hits"]
+    masks = np.zeros(st.split.n_users, dtype=np.int64) if hits is None else np.asarray(hits, dtype=np.int64)
+    return per_user_metrics(masks, st.split.n_test, st.split.evaluators["test"].n)[metric]
 
 
 def user_values(st: Study, method: str, metric: str) -> np.ndarray:
@@ -51,7 +53,8 @@ def user_values(st: Study, method: str, metric: str) -> np.ndarray:
 def seed_stats(st: Study, method: str, key: str) -> tuple[float, float]:
     """Mean and standard deviation (ddof 1; NaN for one seed) over seeds of the test figure
     ``key`` (p, r, f1, ndcg, ic, gini) of ``method``."""
-    v = np.array([float(c.entry[f"test_{key}"]) for _, c in sorted(st.chosen[method].items())])
+    # a diverged model (chosen only when every candidate diverged) recommends nothing: 0
+    v = np.nan_to_num(np.array([float(c.entry[f"test_{key}"]) for _, c in sorted(st.chosen[method].items())]))
     return float(v.mean()), (float(v.std(ddof=1)) if v.size > 1 else math.nan)
 
 

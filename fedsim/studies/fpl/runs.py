@@ -114,7 +114,9 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     ``start = (record, {"theta", "P"})`` continues a run of ``len(record.curve)`` epochs (same
     parameters) from its final model; epoch e only depends on the model after epoch e - 1 and on
     ``epoch_seed(seed, e)``, so a continued run equals one run of ``epochs`` epochs.
-    ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch."""
+    ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch. A run whose scores
+    stop being finite (a learning rate too large) stops after that epoch: its record keeps
+    ``epochs`` as asked, ``diverged_at`` the epoch, and the curve ends there."""
     if preset not in PRESET_NAMES:
         raise ValueError(f"unknown preset {preset!r}")
     nu, ni = split.n_users, split.n_items
@@ -165,6 +167,10 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             record_network(net)
         if on_epoch is not None:
             on_epoch(e + 1, entry)
+        if any(entry.get(f"{name}_diverged") for name in split.evaluators):
+            # the model's scores are no longer finite: every later epoch would be NaN too (never chosen)
+            params["diverged_at"] = e + 1
+            break
         if checkpoint is not None:
             checkpoint(RunRecord(preset, {**params, "epochs": e + 1}, list(curve), wall0 + time.perf_counter() - t0),
                        {"theta": out["theta"], "P": P})

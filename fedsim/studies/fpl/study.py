@@ -34,7 +34,10 @@ from .runs import (
 )
 from .settings import Settings
 
-__all__ = ["METHOD_ORDER", "Choice", "Study", "StudyOptions", "choices_summary", "describe_choice", "run_study"]
+__all__ = [
+    "METHOD_ORDER", "Choice", "Study", "StudyOptions", "choices_summary", "choose_epoch", "describe_choice",
+    "run_length", "run_study",
+]
 
 BASELINE_ORDER = ("Random", "Top-Pop", "User-kNN", "Item-kNN", "VAE", "BPR-MF", "BPR-MF (cornac)", "FCF")
 METHOD_ORDER = BASELINE_ORDER + tuple(PRESET_NAMES)
@@ -91,7 +94,7 @@ class Study:
     def fpl_choice(self, preset: str, pi: float, seed: int) -> dict:
         """The entry of run (preset, pi, seed) at its epoch chosen on validation."""
         rec = self.runs[("fpl", preset, float(pi), seed)]
-        return best_epoch(rec, epochs=candidate_epochs(run_length(rec), self.settings.epoch_step))
+        return choose_epoch(rec, self.settings.epoch_step)
 
     def methods(self) -> list[str]:
         return [m for m in METHOD_ORDER if m in self.chosen]
@@ -100,6 +103,16 @@ class Study:
 def run_length(rec: RunRecord) -> int:
     """Epochs (rounds) a run trained: its parameters say (its curve may hold only some of them)."""
     return int(rec.params.get("epochs", rec.params.get("rounds", rec.curve[-1]["epoch"])))
+
+
+def choose_epoch(rec: RunRecord, step: int) -> dict:
+    """The entry of ``rec`` chosen on validation among the candidate epochs (multiples of
+    ``step``); a run that diverged before its first candidate gives its last (NaN) entry, which
+    ranks below every finite one."""
+    cands = candidate_epochs(run_length(rec), step)
+    if not any(c["epoch"] in cands for c in rec.curve):
+        return rec.curve[-1]
+    return best_epoch(rec, epochs=cands)
 
 
 def _score(entry: dict) -> float:
@@ -286,7 +299,7 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
             best = None
             for d, lr in grid:
                 rec = st.runs[("bpr", d, lr, s)]
-                e = best_epoch(rec, epochs=candidate_epochs(run_length(rec), step))
+                e = choose_epoch(rec, step)
                 if best is None or _score(e) > _score(best[0]):
                     best = (e, d, lr)
             st.bpr_choice[s] = (best[1], best[2])
@@ -323,12 +336,12 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
         d, lr = st.bpr_choice[s]
         if ("fcf", s) in st.runs:
             rec = st.runs[("fcf", s)]
-            e = best_epoch(rec, epochs=candidate_epochs(run_length(rec), step))
+            e = choose_epoch(rec, step)
             st.chosen.setdefault("FCF", {})[s] = Choice("FCF", s, e, {"d": d, "lr": settings.fcf_lr or lr,
                                                                      "epoch": e["epoch"]})
         if ("cornac_bpr", s) in st.runs:
             rec = st.runs[("cornac_bpr", s)]
-            e = best_epoch(rec, epochs=candidate_epochs(run_length(rec), step))
+            e = choose_epoch(rec, step)
             st.chosen.setdefault("BPR-MF (cornac)", {})[s] = Choice("BPR-MF (cornac)", s, e,
                                                                     {"d": d, "lr": lr, "epoch": e["epoch"]})
         for preset in fpl_presets:
