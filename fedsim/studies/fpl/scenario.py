@@ -179,8 +179,7 @@ def note_settings(ctx: RunContext, settings: Settings, used: tuple[str, ...] | N
     return dev
 
 
-def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, ...] | None = None,
-                   pis: tuple[float, ...] | None = None) -> Study:
+def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, ...] | None = None) -> Study:
     """Settings from the scenario's parameters, the split, and the study of ``methods``, with
     progress, network records and the settings note on ``ctx``."""
     settings = settings_from(ctx.config)
@@ -188,7 +187,7 @@ def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, .
     note_settings(ctx, settings, used)
     seeds = [ctx.seed + k for k in range(settings.seeds)]
     opts = StudyOptions(seeds=seeds, cache=ctx["cache"], workers=int(ctx["workers"]), net=ctx.net,
-                        rounding=ctx["rounding"], ledger_dir=ctx.ledger_dir, methods=methods, pis=pis)
+                        rounding=ctx["rounding"], ledger_dir=ctx.ledger_dir, methods=methods)
 
     def progress(done, total, stage):
         ctx.progress.update(done, total, stage=stage)

@@ -54,7 +54,6 @@ class StudyOptions:
     rounding: str = "round"
     ledger_dir: str | None = None
     methods: tuple[str, ...] = METHOD_ORDER  # what to run (FPL presets by name)
-    pis: tuple[float, ...] | None = None  # None: the settings'
 
 
 @dataclass
@@ -213,7 +212,7 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
     want = set(options.methods)
     seeds = list(options.seeds)
     step = settings.epoch_step
-    pis = tuple(float(p) for p in (options.pis if options.pis is not None else settings.pis))
+    pis = tuple(float(p) for p in settings.pis)
     base = {"split": split, "cache": options.cache, "ledger_dir": options.ledger_dir, "net": options.net}
 
     if ({"VAE", "BPR-MF (cornac)"} & want) and not lib.cornac_available():
