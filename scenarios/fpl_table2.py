@@ -8,8 +8,9 @@ preset's pi; every model's epoch; kNN's k; the VAE's topology and epochs) and th
 at that choice are reported: P@10, R@10, NDCG@10 (Table 2), IC@10 and Gini@10 (Table 3), the
 source bias of each venue category (Table 5) and the bias disparity of the recommendations
 (Table 6). FCF and FPL run as actors on a simulated network (their traffic is in the ledger);
-User-kNN, Item-kNN and the VAE come from cornac (the ``baselines`` extra; skipped with a note
-without it), which also runs its own BPR as a check of fedsim's BPR-MF.
+User-kNN and Item-kNN are fedsim's (cosine over the full 0/1 vectors, as the paper's framework);
+the VAE comes from cornac (the ``baselines`` extra; skipped with a note without it), which also
+runs its own BPR as a check of fedsim's BPR-MF.
 
 Statistics: each figure is the mean over seeds (sd beside it); the 95 % CI is over users (each
 user's value averaged over the seeds); p-values are paired over users (Student's t, as the
