@@ -104,14 +104,14 @@ from collections import deque
 from typing import Any, Callable, Mapping
 
 from .codec import DEFAULT_MAX_DEPTH, CodecError, Encoded, decode, decode_message, encode
-from .envelope import Envelope, Payload, matches
+from .envelope import Envelope, Payload
 from .errors import (
     ActorError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
     TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing
 from .network import Network, RunResult
-from .node import Node
+from .node import Node, hand_over
 
 __all__ = ["FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -928,16 +928,8 @@ class _Worker:
         self.received += 1
         self.recv_from[q] += 1
         self.touch(now)
-        w = dst.waiter
-        if w is not None and matches(w[0], kind) and not w[1].done():
-            dst.waiter = None
-            if w[2]:
-                self.blocked -= 1
-            w[1].set_result(envl)
-        else:
-            if dst.mailbox is None:
-                dst.mailbox = deque()
-            dst.mailbox.append(envl)
+        if hand_over(dst, envl):
+            self.blocked -= 1
 
     # -- actors --------------------------------------------------------------------------------
     def _start_actors(self) -> None:
