@@ -80,6 +80,8 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
                 raise UsageError(f"{p}: {k} must be a table ([{k}]), got {v!r}")
             out[k] = dict(v)
             continue
+        if not sweep and k in SWEEP_TABLES + tuple(SWEEP_KEYS):
+            raise UsageError(f"{p}: {f'[{k}]' if k in SWEEP_TABLES else k} is for fedsim sweep, not fedsim run")
         if k not in keys:
             raise _unknown(p, k, list(keys) + [f"[{t}]" for t in tables])
         want = keys[k]

@@ -56,6 +56,7 @@ class OutputFolder:
             what = "a finished run" if (self.final / "results.json").exists() else "files"
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
                              f"or choose another --out")
+        self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
         self.final.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.tmp.mkdir()
@@ -84,7 +85,13 @@ class OutputFolder:
                 final = self.final.with_name(f"{self.final.name}-{n}")
 
     def discard(self) -> None:
+        """Remove the temporary folder, and the parent folders made for it if they are empty."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+        for d in reversed(self._created):
+            try:
+                d.rmdir()
+            except OSError:  # not empty (another run's folder), or gone
+                break
 
 
 def _non_empty(path: Path) -> bool:

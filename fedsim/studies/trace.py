@@ -346,8 +346,8 @@ def _sequence_svg(data: dict) -> str:
     e = _html.escape
     out = [f'<svg id="sequence" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-           'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="context-stroke"/></marker></defs>']
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" markerHeight="9" '
+           'markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="context-stroke"/></marker></defs>']
     roles = {n["id"]: n["role"] for n in data["nodes"]}
     for n in lanes:
         cls = "lane anon-lane" if n == "(anonymous)" else "lane"
@@ -369,7 +369,9 @@ def _sequence_svg(data: dict) -> str:
         color = "#C44E52" if lost else "#4C72B0" if not m["anonymous"] else "#8172B2"
         label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else "")
         variants = [("true", m["src"])] + ([("hidden", "(anonymous)")] if m["anonymous"] else [])
-        out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">')
+        out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">'
+                   f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
+                   f'fill="transparent"/>')
         for variant, src in variants:
             x1, x2 = x[src], x[m["dst"]]
             if x1 == x2:
@@ -385,8 +387,7 @@ def _sequence_svg(data: dict) -> str:
                            f'font-weight="bold">✕</text>')
             out.append(f'<text x="{(x1 + x2) / 2:.1f}" y="{y - 5}" text-anchor="middle" fill="#222">'
                        f'{e(label)}</text></g>')
-        out.append(f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
-                   f'fill="transparent"/></g>')
+        out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
 
@@ -427,7 +428,8 @@ def _timeline_html_svg(data: dict) -> str:
         w = max((t - s) * sx, 0.8)
         h = 8 if kind == "propagating" else 18
         yy = y[node] + (11 if kind == "propagating" else 6)
-        out.append(f'<rect class="span {kind}" data-msg="{i}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
+        side = "src" if kind in ("queueing", "sending") else "dst"
+        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
                    f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
                    f'</title></rect>')
     out.append(f'<line id="cursor" x1="{left}" y1="{top - 4}" x2="{left}" y2="{height - 30}" stroke="#000" '
@@ -463,9 +465,9 @@ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 
 #panel td, #panel th { border: 1px solid #ddd; padding: 2px 8px; text-align: left; font-size: 13px; }
 .scroll { overflow-x: auto; }
 .msg { cursor: pointer; }
-.msg.current line { stroke-width: 3.2; }
+.msg.current line { stroke-width: 2.8; }
 .msg.current text { font-weight: bold; }
-.msg.current rect.hit { fill: #fff3c4; fill-opacity: 0.6; }
+.msg.current rect.hit { fill: #fff3c4; }
 body:not(.reveal) .arrow-true { display: none; }
 body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
 .span.dim { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
@@ -537,7 +539,8 @@ buttons, the arrow keys, or a click on an arrow.</div>
       '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
     document.querySelectorAll(".span").forEach(function (r) {
       var k = Number(r.getAttribute("data-msg"));
-      if (k === m.i) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
+      var hide = m.anonymous && !reveal() && r.getAttribute("data-side") === "src";  // would show the sender
+      if (k === m.i && !hide) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
     });
     var tl = document.getElementById("timeline");
     var x = Number(tl.getAttribute("data-t0")) + (m.send || 0) * Number(tl.getAttribute("data-scale"));
