@@ -296,3 +296,17 @@ def test_workers_report_their_running_network_to_the_active_display():
     snaps = [s for _, s in d.beats if s]
     assert len({src for src, s in d.beats if s}) == 2  # both workers reported
     assert {s["messages"] for s in snaps} == {5} and all(s["sim_time"] > 0 for s in snaps)
+
+
+def test_a_single_run_with_known_rounds_moves_the_bar_by_round():
+    stream = io.StringIO()
+    p = Progress(True, stream=stream, tty=True)
+    p.TICK = 0.05
+    p.update(0, 1, stage="fedrec on lan", rounds=10)
+    p.beat(("worker", 1), {"round": 5, "messages": 50, "sim_time": 1.5})
+    time.sleep(0.3)
+    p.close()
+    text = stream.getvalue()
+    assert "round 5/10" in text and " 50%" in text
+    last = [f for f in text.split("\r") if "round 5/10" in f][-1]
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d\]", last), last  # an ETA from the rounds, not '?'

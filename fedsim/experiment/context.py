@@ -60,13 +60,22 @@ class Progress:
         self._beats: dict[Any, tuple[float, dict]] = {}
         self._last_line = 0.0
         self._last_live: Any = None
+        self.rounds: int | None = None
+        if enabled or log:  # watch from now on: a scenario may build its network before its first update
+            from .live import NetworkWatch
+
+            self._watch = NetworkWatch().start()
 
     # -- what scenarios call -------------------------------------------------------------------
     def update(self, done: int, total: int, *, stage: str | None = None, sim_time: float | None = None,
-               messages: int | None = None, bytes: int | None = None) -> None:
+               messages: int | None = None, bytes: int | None = None, rounds: int | None = None) -> None:
         """``done`` of ``total`` steps of ``stage`` (kept from the last call if None); the
-        figures, when given, replace the recorded networks' totals in the display."""
+        figures, when given, replace the recorded networks' totals in the display. ``rounds``:
+        the rounds of one step's network, if known (kept for the stage): the running network's
+        round then counts as a fraction of a step, for the bar and the ETA."""
         with self._lock:
+            if rounds is not None or (stage is not None and stage != self.stage):
+                self.rounds = rounds
             new_stage = stage is not None and stage != self.stage
             if new_stage or total != self.total or done < self.done:
                 self._stage_t0 = time.monotonic()
@@ -139,15 +148,16 @@ class Progress:
     def _start(self) -> None:
         if self._thread is not None or not (self.enabled or self._log is not None):
             return
-        from .live import NetworkWatch
+        if self._watch is None:
+            from .live import NetworkWatch
 
-        self._watch = NetworkWatch().start()
+            self._watch = NetworkWatch().start()
         if self.bar_mode:
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.total or None, desc=self.stage[:32], file=self.stream, leave=False,
                              dynamic_ncols=True, smoothing=0, mininterval=0.2,
-                             bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
+                             bar_format="{desc} {bar:24} {percentage:3.0f}% [{elapsed}<{remaining}]{postfix}")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="fedsim-progress", daemon=True)
         self._thread.start()
@@ -165,18 +175,25 @@ class Progress:
                 snaps.append(snap)
         return snaps
 
-    def _figures(self) -> str:
+    def _partial(self, live: list[dict]) -> float:
+        """The running step's fraction done, from its network's round when ``rounds`` is known."""
+        if not self.rounds or len(live) != 1 or live[0].get("round") is None or self.done >= self.total:
+            return 0.0
+        return min(max(live[0]["round"], 0) / self.rounds, 0.99)
+
+    def _figures(self, steps: bool = False) -> str:
         from .live import snapshot_text
 
-        parts = []
+        parts = [f"{self.done}/{self.total}"] if steps and self.total > 1 else []
         live = self._live()
         text = snapshot_text(live)
         if text:
-            parts.append(text)
+            parts.append(text + (f"/{self.rounds}" if self.rounds and len(live) == 1 and live[0]["round"] >= 0
+                                 else ""))
         figs = self._own or self.recorded
         if "sim_time" in figs:
             parts.append(f"sim {human_seconds(figs['sim_time'])}")
-        elif live and len(live) == 1:
+        elif live and len(live) == 1 and live[0]["sim_time"] > 0:
             parts.append(f"sim {human_seconds(live[0]['sim_time'])}")
         if "messages" in figs:
             parts.append(f"{int(figs['messages'])} msgs")
@@ -185,19 +202,19 @@ class Progress:
         return ", ".join(parts)
 
     def _eta(self) -> float | None:
-        if not self.total or self.done <= 0 or self.done >= self.total:
+        done = self.done + self._partial(self._live())
+        if not self.total or done <= 0 or self.done >= self.total:
             return None
         el = time.monotonic() - self._stage_t0
-        return el / self.done * (self.total - self.done)
+        return el / done * (self.total - done)
 
     def _draw_bar(self, reset: bool = False) -> None:
         bar = self._bar
         if reset or (self.total and bar.total != self.total):
             bar.reset(total=self.total or None)
             bar.set_description_str(self.stage[:32], refresh=False)
-        if self.done != bar.n:
-            bar.update(self.done - bar.n)
-        bar.set_postfix_str(self._figures(), refresh=True)
+        bar.n = self.done + self._partial(self._live())  # tqdm's rate and ETA follow n
+        bar.set_postfix_str(self._figures(steps=True), refresh=True)
 
     def _line(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -219,7 +236,7 @@ class Progress:
             try:
                 with self._lock:
                     if self._bar is not None:
-                        self._bar.set_postfix_str(self._figures(), refresh=True)
+                        self._draw_bar()
                     else:
                         self._line()
             except (OSError, ValueError):  # the stream or log was closed under us: stop showing
