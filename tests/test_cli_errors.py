@@ -61,6 +61,10 @@ def files(tmp_path):
     (["sweep", "quickstart", "--grid", "profile=lan,moon"], "unknown network profile 'moon'"),
     (["trace", "fedrecp"], "did you mean 'fedrecpp'?"),
     (["run", "quickstart", "--config", "nope.toml"], "error: --config: no such file: nope.toml"),
+    (["run", "demo", "--out", "/proc/fedsim-out"], "error: --out /proc/fedsim-out: cannot write there"),
+    (["run", "demo", "--out", "bad.data"], "error: --out bad.data is a file, not a folder"),
+    (["run", "demo", "--dropout-window", "5"], "error: --dropout-window expects START,END in seconds, got '5'"),
+    (["run", "demo", "--seed", "-1"], "error: --seed must be non-negative, got -1"),
 ])
 def test_bad_input_is_one_error_line_and_leaves_no_folder(args, expected, files):
     res = fedsim_cmd(*args, cwd=files)

@@ -260,6 +260,7 @@ def _slow_network_task(seconds: float) -> int:
 
     async def server(ctx):
         for r in range(3):
+            ctx.begin_round(r)
             await ctx.send("client", "tick", {"r": r})
             await ctx.receive("tock")
 
@@ -295,7 +296,14 @@ def test_workers_report_their_running_network_to_the_active_display():
         deactivate(d)
     snaps = [s for _, s in d.beats if s]
     assert len({src for src, s in d.beats if s}) == 2  # both workers reported
-    assert {s["messages"] for s in snaps} == {5} and all(s["sim_time"] > 0 for s in snaps)
+    # the last figures each worker sent were read while its client slept in the last round:
+    # 5 messages sent (3 ticks, 2 tocks), round 2, a positive clock
+    last = {}
+    for src, s in d.beats:
+        if s:
+            last[src] = s
+    assert [(s["messages"], s["round"]) for s in last.values()] == [(5, 2), (5, 2)]
+    assert all(s["sim_time"] > 0 for s in snaps)
 
 
 def test_a_single_run_with_known_rounds_moves_the_bar_by_round():

@@ -57,9 +57,13 @@ class OutputFolder:
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
                              f"or choose another --out")
         self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
-        self.final.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.tmp.mkdir()
+        try:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir()
+        except OSError as exc:
+            self.discard()
+            raise UsageError(f"--out {self.final}: cannot write there ({exc.strerror or exc})") from None
 
     def commit(self) -> Path:
         """Move the temporary folder to the final path (replacing what ``force`` allows); returns
