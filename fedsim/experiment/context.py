@@ -243,6 +243,10 @@ class Progress:
                 return
 
 
+# parameters that change how a run executes, not what it computes
+EXECUTION_PARAMS = frozenset({"workers"})
+
+
 def _short(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ",".join(map(str, v))
@@ -335,7 +339,8 @@ class RunContext:
         from ..data.synthetic import PRESETS
 
         changed = [f"{k}={_short(v)} (default {_short(self.defaults[k])})" for k, v in self.config.items()
-                   if self.defaults and k in self.defaults and v != self.defaults[k]]
+                   if self.defaults and k in self.defaults and v != self.defaults[k]
+                   and k not in EXECUTION_PARAMS]
         data = str(self.data)
         synthetic = data.removeprefix("synthetic:") in PRESETS
         if not changed and not synthetic:
