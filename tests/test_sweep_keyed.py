@@ -213,3 +213,20 @@ def test_interrupted_sweep_report_covers_the_finished_points_and_resumes(tmp_pat
     res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "1 run, 2 already done" in res.stdout
     assert [p for p in ran(log)].count((3, 0)) == 2 and ran(log).count((1, 0)) == 1
+
+
+def test_link_model_loss_and_data_are_grid_axes_too(tmp_path):
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.sweep import parse_grid
+
+    grid = parse_grid(load_scenario("demo"), ["link-model=fifo,fair", "loss=0,0.1", "data=tiny"])
+    assert grid == {"link_model": ["fifo", "fair"], "loss": [0.0, 0.1], "data": ["tiny"]}
+    s = run_sweep("demo", {"link_model": ["fifo", "fair"], "loss": [0.0, 0.1]}, tmp_path / "sw",
+                  fixed={"rounds": 2, "deadline": 5.0}, net="lan", workers=1)
+    assert len(s["done"]) == 4 and not s["failed"]
+    for d in (tmp_path / "sw").glob("*/results.json"):
+        net = json.loads(d.read_text())["network"]
+        assert d.parent.name == f"link_model={net['link_model']},loss={net['loss']}" and net["profile"] == "lan"
+    with pytest.raises(UsageError, match="link model 'tcpp'"):
+        run_sweep("demo", {"link_model": ["tcpp"]}, tmp_path / "sw2", workers=1)
+    assert not (tmp_path / "sw2").exists()

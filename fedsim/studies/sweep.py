@@ -48,6 +48,7 @@ from ..experiment import (
 from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, write_atomic
 from ..experiment.runner import network_spec
+from ..kernel.errors import NetworkConfigError
 from .parallel import default_workers, pmap
 
 __all__ = ["RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "parse_grid",
@@ -282,8 +283,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     for pt in combos:
         params = {**fixed, **{k: v for k, v in pt.items() if k not in RUN_AXES}}
         cfg = resolve_config(mod, params)
-        netp = network_spec(mod, net=base.replace(**{k: pt[k] for k in NET_AXES if k in pt})) \
-            if any(k in pt for k in NET_AXES) else base
+        try:
+            netp = base.replace(**{k: pt[k] for k in NET_AXES if k in pt})
+        except NetworkConfigError as exc:
+            raise UsageError(f"--grid: {exc}") from None
         seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
         key = _normal({"scenario": name, "config": cfg, "data": data_p or data_default, "seed": seed_p,
                        "network": netp.to_dict()})
