@@ -10,7 +10,6 @@ import pytest
 
 from fedsim.kernel import LinkSpec, SimNetwork
 from fedsim.kernel.flows import FairShareLinkModel, max_min_rates, tcp_startup_delay
-from fedsim.kernel.ledger import ARRIVAL, TX_END, TX_START
 
 MB = 1_000_000
 

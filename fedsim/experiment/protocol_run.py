@@ -65,7 +65,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     cfg = spec.Config(**fields)
     train, test = (None, None) if spec.data == "none" else _split(ctx, spec)
     net = ctx.network()
-    ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}")
+    ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}", rounds=getattr(cfg, spec.rounds_field, None))
     job = spec.build(net, train, cfg, test=test)
     result = job.collect(net.run())
     ctx.progress.update(1, 1)

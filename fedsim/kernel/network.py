@@ -36,7 +36,25 @@ from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
 
-__all__ = ["Actor", "Network", "RunResult"]
+__all__ = ["Actor", "Network", "RunResult", "on_network_built"]
+
+# observers of network construction (progress displays); see on_network_built
+_BUILT_HOOKS: list[Callable[["Network"], None]] = []
+
+
+def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
+    """Call ``hook(net)`` with every network constructed in this process from now on, at the end
+    of its constructor; returns a function that removes the hook. For observers only: progress
+    displays keep the network to read ``len(net.ledger)``, the last row's round and ``net.now()``
+    from another thread while it runs. A hook must not change the network (results would then
+    depend on who watches) and should be quick; an exception it raises propagates."""
+    _BUILT_HOOKS.append(hook)
+
+    def remove() -> None:
+        if hook in _BUILT_HOOKS:
+            _BUILT_HOOKS.remove(hook)
+
+    return remove
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
@@ -108,6 +126,8 @@ class Network:
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
         self.ran = False
+        for hook in tuple(_BUILT_HOOKS):
+            hook(self)
 
     # -- configuration ----------------------------------------------------------------------
     def add_node(self, node_id: str, actor: Actor, *args: Any, role: str = "client",
