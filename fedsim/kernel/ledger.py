@@ -161,6 +161,13 @@ class LedgerView:
         """The round labels that occur, sorted."""
         return sorted({r[ROUND] for r in self.rows})
 
+    def span(self) -> float:
+        """Seconds from the first send to the last arrival of these rows (NaN if none arrived)."""
+        arrivals = [r[ARRIVAL] for r in self.rows if r[ARRIVAL] == r[ARRIVAL]]
+        if not arrivals:
+            return _NAN
+        return max(arrivals) - min(r[SEND_T] for r in self.rows)
+
     def records(self) -> Iterable[dict[str, Any]]:
         """Rows as dicts with the columns of ``COLUMNS``."""
         as_dict = self.ledger.as_dict
