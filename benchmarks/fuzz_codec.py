@@ -5,7 +5,7 @@
 Every input goes through ``decode_message`` and ``decode`` under tracemalloc. Per family the run
 prints how many inputs it made; how many each decoder refused with ``CodecError``; the worst peak
 memory per input byte (peak bytes traced during one decode / input bytes) over the inputs of at
-least 4 KiB, and over all inputs once the bound's constant C is subtracted; the largest peak; the
+least 4 KiB and of at least 64 KiB, and over all inputs once the bound's constant C is subtracted; the largest peak; the
 largest peak - K x input bytes (the constant the bound needs); the longest decode under
 tracemalloc and that same decode again without it (best of 3, from the direct reader's parse); and
 how many decodes were measured a second time (see ``fuzz``). It fails (exit status 1) if any
@@ -21,7 +21,8 @@ them); ``dtype_codes`` (codes outside 1..12); ``ndim`` (33..255); ``padding`` (8
 zero); ``many_small`` (runs of empty or tiny containers, small ints, short strings, tiny arrays:
 what costs the most memory per byte); ``map_entries`` (a message map of many small entries, the
 direct reader's case); ``valid`` (documents that must decode). ``many_small`` and
-``map_entries`` are 16 bytes to 16 KiB long (log-uniform), one in 500 up to ``--max-size``.
+``map_entries`` are 16 bytes to 16 KiB long (log-uniform), one in 500 (``--large-share``) 16
+bytes to ``--max-size``.
 """
 
 from __future__ import annotations
@@ -243,9 +244,12 @@ def gen_padding(rng: random.Random, max_size: int) -> bytes:
     return _in_message(rng, _ext(1, body))
 
 
+LARGE_SHARE = 0.002  # the share of many_small/map_entries inputs drawn up to max_size (see fuzz)
+
+
 def _size(rng: random.Random, max_size: int) -> int:
-    """Log-uniform from 16 bytes: up to 16 KiB, and one time in 500 up to ``max_size``."""
-    top = max_size if rng.random() < 0.002 else min(max_size, 1 << 14)
+    """Log-uniform from 16 bytes: up to 16 KiB, and a LARGE_SHARE of the time up to ``max_size``."""
+    top = max_size if rng.random() < LARGE_SHARE else min(max_size, 1 << 14)
     return int(2 ** rng.uniform(4, max(4.0, np.log2(top))))
 
 
@@ -290,12 +294,12 @@ FAMILIES = {
 
 
 class Stats:
-    __slots__ = ("inputs", "refused_message", "refused_decode", "ratio_large", "ratio_excess",
+    __slots__ = ("inputs", "refused_message", "refused_decode", "ratio_large", "ratio_huge", "ratio_excess",
                  "peak", "excess", "seconds", "slowest", "untraced", "remeasured", "failures")
 
     def __init__(self) -> None:
         self.inputs = self.refused_message = self.refused_decode = self.remeasured = 0
-        self.ratio_large = self.ratio_excess = 0.0
+        self.ratio_large = self.ratio_huge = self.ratio_excess = 0.0
         self.peak = 0
         self.excess = -(1 << 62)  # the largest peak - BOUND_PER_BYTE x len: the constant the bound needs
         self.seconds = 0.0
@@ -334,13 +338,16 @@ def _untraced(fn, data: bytes) -> float:
     return time.perf_counter() - t0
 
 
-def fuzz(count: int, seed: int, max_size: int = 1 << 20, families=None, *, keep_failures: int = 20) -> dict[str, Stats]:
+def fuzz(count: int, seed: int, max_size: int = 1 << 20, families=None, *, large_share: float = 0.002,
+         keep_failures: int = 20) -> dict[str, Stats]:
     """Run ``count`` inputs, spread round-robin over ``families`` (default: all), through both
     decoders under tracemalloc; returns per-family ``Stats``. ``failures`` lists inputs where an
     exception other than CodecError escaped, or the peak exceeded the bound twice: a decode over
     the bound is measured once more (``remeasured``), because msgpack interns map keys and CPython
     now and then rebuilds its whole table of interned strings (every few thousand new keys, some
     hundreds of KB in this process: a cost of the process's strings, not of the document)."""
+    global LARGE_SHARE
+    LARGE_SHARE = large_share
     names = list(families or FAMILIES)
     rng = random.Random(seed)
     stats = {name: Stats() for name in names}
@@ -380,6 +387,8 @@ def fuzz(count: int, seed: int, max_size: int = 1 << 20, families=None, *, keep_
                     st.seconds, st.slowest = seconds, (fn, data)
                 if len(data) >= 4096:
                     st.ratio_large = max(st.ratio_large, peak / n)
+                if len(data) >= 65536:
+                    st.ratio_huge = max(st.ratio_huge, peak / n)
                 st.ratio_excess = max(st.ratio_excess, (peak - BOUND_SLACK) / n)
                 problem = None
                 if other is not None:
@@ -406,25 +415,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-size", type=int, default=1 << 20,
                     help="largest many_small/map_entries input in bytes (default 1 MiB)")
     ap.add_argument("--family", action="append", choices=list(FAMILIES), help="only these families")
+    ap.add_argument("--large-share", type=float, default=0.002,
+                    help="share of many_small/map_entries inputs drawn up to --max-size (default 0.002)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    stats = fuzz(args.count, args.seed, args.max_size, args.family)
+    stats = fuzz(args.count, args.seed, args.max_size, args.family, large_share=args.large_share)
     wall = time.perf_counter() - t0
-    print(f"{'family':13s} {'inputs':>8s} {'CodecError':>21s} {'peak/len':>9s} {'(peak-C)/len':>12s} "
+    print(f"{'family':13s} {'inputs':>8s} {'CodecError':>21s} {'peak/len':>9s} {'peak/len':>9s} {'(peak-C)/len':>12s} "
           f"{'max peak':>10s} {'peak-K*len':>10s} {'worst time per decode':>22s} {'re-':>4s}")
-    print(f"{'':13s} {'':>8s} {'decode_message/decode':>21s} {'>=4 KiB':>9s} {'all':>12s} {'bytes':>10s} "
+    print(f"{'':13s} {'':>8s} {'decode_message/decode':>21s} {'>=4 KiB':>9s} {'>=64 KiB':>9s} {'all':>12s} {'bytes':>10s} "
           f"{'max bytes':>10s} {'traced':>10s} {'untraced':>11s} {'meas':>4s}")
     failures = []
     for name, st in stats.items():
         print(f"{name:13s} {st.inputs:8d} {st.refused_message:10d}/{st.refused_decode:<10d} "
-              f"{st.ratio_large:9.2f} {st.ratio_excess:12.2f} {st.peak:10d} {st.excess:10d} {st.seconds * 1e3:7.1f} ms "
+              f"{st.ratio_large:9.2f} {st.ratio_huge:9.2f} {st.ratio_excess:12.2f} {st.peak:10d} {st.excess:10d} {st.seconds * 1e3:7.1f} ms "
               f"{st.untraced * 1e3:8.2f} ms "
               f"{st.remeasured:4d}")
         failures += st.failures
     worst_large = max(st.ratio_large for st in stats.values())
+    worst_huge = max(st.ratio_huge for st in stats.values())
     worst_excess = max(st.ratio_excess for st in stats.values())
     print(f"bound checked: peak <= {BOUND_PER_BYTE} x len + {BOUND_SLACK} (C); worst peak/len over inputs "
-          f">= 4 KiB {worst_large:.2f}, worst (peak - C)/len {worst_excess:.2f}; {args.count} inputs, seed "
+          f">= 4 KiB {worst_large:.2f}, >= 64 KiB {worst_huge:.2f}, worst (peak - C)/len {worst_excess:.2f}; "
+          f"{args.count} inputs, seed "
           f"{args.seed}, max size {args.max_size}, {wall:.0f} s")
     for line in failures:
         print("FAIL", line)
