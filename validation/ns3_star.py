@@ -17,7 +17,8 @@ Patterns: see ``validation/patterns.py`` for the schema. The model, link by link
   Routing by a small hash-map protocol (hosts: everything via the router; router: the
   destination's link), the paths static routes would give, O(1) per packet. No queue discs (ns-3 would install
   fq_codel): each device has one DropTail FIFO of ``queue_packets`` packets (default 1e6,
-  i.e. no drops in practice; drops are counted and reported, as is the largest occupancy).
+  i.e. no drops in practice; drops -- at the queue, or by the traffic-control layer when the
+  device queue is full -- are counted and reported, as is the largest occupancy).
 - Each message is its own TCP connection: a BulkSendApplication of exactly ``bytes`` bytes
   from src (bound to a port of its own) to the PacketSink of dst, opened at the message's start
   time (the handshake is part of the measured time; ``connected`` is when the first data
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import sys
 import time
@@ -62,6 +64,7 @@ if __package__ in (None, ""):  # run as a script: make "validation" importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from validation import patterns as P  # noqa: E402
+from validation import results as R  # noqa: E402
 
 SETTINGS: dict = {
     "congestion_control": "ns3::TcpCubic",
@@ -200,8 +203,9 @@ class Star {
         bh.SetAttribute("MaxBytes", UintegerValue(m.bytes));
         bh.SetAttribute("SendSize", UintegerValue(self->sendSize));
         ApplicationContainer a = bh.Install(self->hosts.Get(m.src));  // starts now (StartTime 0)
-        a.Get(0)->TraceConnectWithoutContext("Tx", MakeBoundCallback(&Star::OnTx, self, i));
-        a.Get(0)->TraceConnectWithoutContext("TcpRetransmission", MakeBoundCallback(&Star::OnRetx, self, i));
+        if (!a.Get(0)->TraceConnectWithoutContext("Tx", MakeBoundCallback(&Star::OnTx, self, i)) ||
+            !a.Get(0)->TraceConnectWithoutContext("TcpRetransmission", MakeBoundCallback(&Star::OnRetx, self, i)))
+            NS_FATAL_ERROR("BulkSend traces missing");
     }
 
     static void OnRx(Star* self, Ptr<const Packet> p, const Address& from, const Address&) {
@@ -228,6 +232,13 @@ class Star {
         InternetStackHelper stack;
         stack.Install(router);
         stack.Install(hosts);
+        // With no queue disc, a packet meeting a full (stopped) device queue is dropped by the
+        // traffic-control layer, not by the queue: count both.
+        for (uint32_t i = 0; i <= n; ++i) {
+            Ptr<Node> nd = i < n ? hosts.Get(i) : router;
+            if (!nd->GetObject<TrafficControlLayer>()->TraceConnectWithoutContext("TcDrop", MakeBoundCallback(&Star::OnDrop, this)))
+                NS_FATAL_ERROR("no TcDrop trace");
+        }
         Ptr<StarRouting> hub = CreateObject<StarRouting>();
         router->GetObject<Ipv4>()->SetRoutingProtocol(hub);
         PointToPointHelper p2p;
@@ -248,8 +259,9 @@ class Star {
             tch.Uninstall(dev);  // no fq_codel: the device FIFO is the only queue
             for (uint32_t k = 0; k < 2; ++k) {
                 Ptr<Queue<Packet>> q = DynamicCast<PointToPointNetDevice>(dev.Get(k))->GetQueue();
-                q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&Star::OnDrop, this));
-                q->TraceConnectWithoutContext("PacketsInQueue", MakeBoundCallback(&Star::OnQueue, this));
+                if (!q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&Star::OnDrop, this)) ||
+                    !q->TraceConnectWithoutContext("PacketsInQueue", MakeBoundCallback(&Star::OnQueue, this)))
+                    NS_FATAL_ERROR("queue traces missing");
             }
             addr[i] = ifs.GetAddress(0);
             Ptr<StarRouting> spoke = CreateObject<StarRouting>();
@@ -267,7 +279,8 @@ class Star {
                 PacketSinkHelper sh("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address::GetAny(), kSinkPort));
                 ApplicationContainer a = sh.Install(hosts.Get(m.dst));
                 a.Start(Seconds(0));
-                a.Get(0)->TraceConnectWithoutContext("RxWithAddresses", MakeBoundCallback(&Star::OnRx, this));
+                if (!a.Get(0)->TraceConnectWithoutContext("RxWithAddresses", MakeBoundCallback(&Star::OnRx, this)))
+                    NS_FATAL_ERROR("PacketSink trace missing");
             }
             std::vector<uint32_t> uniq(m.after);
             std::sort(uniq.begin(), uniq.end());
@@ -400,6 +413,7 @@ def run_pattern(pattern: dict, settings: dict | None = None) -> dict:
 def run_patterns(patterns: list[dict], settings: dict | None = None, log=None) -> dict:
     """Simulate every pattern in one process; returns the output document."""
     s = {**SETTINGS, **(settings or {})}
+    load_start = os.getloadavg()
     t_import = time.perf_counter()
     _load_ns()
     t_import = time.perf_counter() - t_import
@@ -418,6 +432,9 @@ def run_patterns(patterns: list[dict], settings: dict | None = None, log=None) -
         "kernel": platform.release(),
         "python": platform.python_version(),
         "import_s": round(t_import, 2),
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in load_start],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "settings": s,
         "patterns": results,
     }
@@ -451,13 +468,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = {}
     if args.queue_packets:
         settings["queue_packets"] = args.queue_packets
+    t_all = time.perf_counter()
     doc = run_patterns(pats, settings, log=lambda s: print(s, file=sys.stderr, flush=True))
-    text = json.dumps(doc, indent=1)
+    doc["total_wall_s"] = round(time.perf_counter() - t_all, 1)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        R.dump(doc, args.out, digits=9)
     else:
-        print(text)
-    return 0
+        print(json.dumps(doc, indent=1))
+    return 0 if all(r["complete"] for r in doc["patterns"]) else 3
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from validation import patterns as P  # noqa: E402
+from validation import results as R  # noqa: E402
 
 SETTINGS: dict = {
     "congestion_control": "cubic",
@@ -492,6 +493,7 @@ def run_pattern(pattern: dict, s: dict, index: int = 0, repeats: int = 1) -> dic
 def run_patterns_in_namespace(patterns: list[dict], s: dict, repeats: int = 1,
                               repeats_with_latency: int | None = None, log=None) -> dict:
     setup_namespace(s)
+    load_start = os.getloadavg()
     results = []
     for i, p in enumerate(patterns):
         reps = repeats if (repeats_with_latency is None or not P.has_latency(p)) else repeats_with_latency
@@ -508,6 +510,9 @@ def run_patterns_in_namespace(patterns: list[dict], s: dict, repeats: int = 1,
         "kernel": platform.release(),
         "python": platform.python_version(),
         "tc": _run(["tc", "-V"]).strip(),
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in load_start],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "settings": s,
         "note": ("no propagation latency can be added (no netem): patterns with latency ran with ~0 latency "
                  "(latency_modelled false)"),
@@ -573,12 +578,13 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
     if os.environ.get(_ENV_MARK):  # the child, inside its own namespace
+        t_all = time.perf_counter()
         doc = run_patterns_in_namespace(pats, s, args.repeats, args.repeats_with_latency, log)
-        text = json.dumps(doc, indent=1)
+        doc["total_wall_s"] = round(time.perf_counter() - t_all, 1)
         if args.out:
-            Path(args.out).write_text(text + "\n")
+            R.dump(doc, args.out, digits=6)
         else:
-            print(text)
+            print(json.dumps(doc, indent=1))
         return 0 if all(r["complete"] for r in doc["patterns"]) else 3
 
     ok, why = available()
