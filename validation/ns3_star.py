@@ -17,8 +17,9 @@ Patterns: see ``validation/patterns.py`` for the schema. The model, link by link
   Routing by a small hash-map protocol (hosts: everything via the router; router: the
   destination's link), the paths static routes would give, O(1) per packet. No queue discs (ns-3 would install
   fq_codel): each device has one DropTail FIFO of ``queue_packets`` packets (default 1e6,
-  i.e. no drops in practice; drops -- at the queue, or by the traffic-control layer when the
-  device queue is full -- are counted and reported, as is the largest occupancy).
+  i.e. no drops in practice; ``router_queue_packets`` sets the router's devices apart, i.e. the
+  downlinks; drops -- at the queue, or by the traffic-control layer when the device queue is
+  full -- are counted and reported, as is the largest occupancy).
 - Each message is its own TCP connection: a BulkSendApplication of exactly ``bytes`` bytes
   from src (bound to a port of its own) to the PacketSink of dst, opened at the message's start
   time (the handshake is part of the measured time; ``connected`` is when the first data
@@ -28,7 +29,12 @@ Patterns: see ``validation/patterns.py`` for the schema. The model, link by link
   default is also CUBIC with HyStart), PRR recovery, segment size 1448, initial cwnd 10,
   SACK, timestamps, window scaling, Nagle off, send and receive buffers 16 MiB, minimum RTO
   200 ms (Linux's; ns-3's default is 1 s), delayed ACK every 2 segments or 40 ms (Linux's
-  minimum delayed-ACK timeout; ns-3's default is 200 ms).
+  minimum delayed-ACK timeout; ns-3's default is 200 ms), 7 SYN attempts and 15 data
+  retransmissions before giving up (Linux's; ns-3's defaults are 6 and 6). The first SYN
+  retransmission stays at ns-3's 3 s (Linux: 1 s): with 1 s, in fedrecpp/mobile/het/n943 a
+  noise connection whose SYN had waited more than 1 s in the denoiser's deep downlink queue
+  connected but never delivered a byte in ns-3 (15 retransmissions, also with 100 allowed), so
+  the denoiser's sum never started; with 3 s every message completes.
 
 Output (JSON, also returned by ``run_patterns``)::
 
@@ -83,6 +89,10 @@ SETTINGS: dict = {
     "delack_timeout_s": 0.04,
     "mtu": 1500,
     "queue_packets": 1_000_000,
+    "router_queue_packets": None,  # the router's ports (downlinks); None = queue_packets
+    "conn_timeout_s": 3.0,         # first SYN retransmission (ns-3's default; Linux: 1 s, see below)
+    "conn_count": 7,               # SYN attempts: 1 + Linux's tcp_syn_retries (ns-3: 6)
+    "data_retries": 15,            # retransmissions before giving up: Linux's tcp_retries2 (ns-3: 6)
     "queue_discs": None,
     "bulk_send_chunk": 16384,
     "stop_time_s": 3600.0,
@@ -170,6 +180,7 @@ class Star {
     Ptr<Node> router;
     std::vector<Ipv4Address> addr;
     uint32_t queuePackets = 1000000;
+    uint32_t routerQueuePackets = 1000000;
     uint32_t sendSize = 16384;
     uint32_t mtu = 1500;
     uint64_t drops = 0;
@@ -257,6 +268,8 @@ class Star {
             Ipv4InterfaceContainer ifs = ah.Assign(dev);
             ah.NewNetwork();
             tch.Uninstall(dev);  // no fq_codel: the device FIFO is the only queue
+            DynamicCast<PointToPointNetDevice>(dev.Get(1))->GetQueue()->SetMaxSize(
+                QueueSize(QueueSizeUnit::PACKETS, routerQueuePackets));
             for (uint32_t k = 0; k < 2; ++k) {
                 Ptr<Queue<Packet>> q = DynamicCast<PointToPointNetDevice>(dev.Get(k))->GetQueue();
                 if (!q->TraceConnectWithoutContext("Drop", MakeBoundCallback(&Star::OnDrop, this)) ||
@@ -338,6 +351,9 @@ def _configure(ns, s: dict) -> None:
     d("ns3::TcpSocket::TcpNoDelay", "false" if s["nagle"] else "true")
     d("ns3::TcpSocket::DelAckCount", s["delack_count"])
     d("ns3::TcpSocket::DelAckTimeout", f"{s['delack_timeout_s']}s")
+    d("ns3::TcpSocket::ConnTimeout", f"{s['conn_timeout_s']}s")
+    d("ns3::TcpSocket::ConnCount", s["conn_count"])
+    d("ns3::TcpSocket::DataRetries", s["data_retries"])
     d("ns3::TcpSocketBase::Sack", "true" if s["sack"] else "false")
     d("ns3::TcpSocketBase::Timestamp", "true" if s["timestamps"] else "false")
     d("ns3::TcpSocketBase::WindowScaling", "true" if s["window_scaling"] else "false")
@@ -364,6 +380,7 @@ def run_pattern(pattern: dict, settings: dict | None = None) -> dict:
     star = ns.cppyy.gbl.fsgt.NewStar()
     try:
         star.queuePackets = int(s["queue_packets"])
+        star.routerQueuePackets = int(s["router_queue_packets"] or s["queue_packets"])
         star.sendSize = int(s["bulk_send_chunk"])
         star.mtu = int(s["mtu"])
         for nid in node_ids:
@@ -456,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="every pattern of validation.patterns")
     ap.add_argument("--json", nargs="*", default=[], metavar="FILE", help="pattern files (a pattern or a list; - = stdin)")
     ap.add_argument("--queue-packets", type=int, help=f"device queue size (default {SETTINGS['queue_packets']})")
+    ap.add_argument("--router-queue-packets", type=int,
+                    help="queue size of the router's devices (the downlinks; default: --queue-packets)")
     ap.add_argument("-o", "--out", help="write the result document here (default: stdout)")
     args = ap.parse_args(argv)
     pats = P.all_patterns() if args.all else []
@@ -468,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {}
     if args.queue_packets:
         settings["queue_packets"] = args.queue_packets
+    if args.router_queue_packets:
+        settings["router_queue_packets"] = args.router_queue_packets
     t_all = time.perf_counter()
     doc = run_patterns(pats, settings, log=lambda s: print(s, file=sys.stderr, flush=True))
     doc["total_wall_s"] = round(time.perf_counter() - t_all, 1)

@@ -4,8 +4,10 @@
     python -m validation.run_ground_truth --only ns3         # or --only real
     python -m validation.run_ground_truth --select 'bcast/*' --out-dir /tmp/gt
 
-Writes ``ns3.json``, ``ns3_queue100.json`` (ns-3 again with 100-packet device queues, ns-3's
-default size: drops and retransmission timeouts instead of deep queues), ``real_tcp.json`` (see
+Writes ``ns3.json``, ``ns3_router100.json`` (ns-3 again with 100-packet queues, ns-3's default
+size, at the router's ports, i.e. the downlinks: drops and retransmission timeouts instead of
+deep queues; hosts keep deep queues of their own, as a Linux host's qdisc backpressures its
+sockets instead of dropping), ``real_tcp.json`` (see
 validation/results.py for the layout) and ``summary.md`` (every pattern's round completion
 time from all three) into ``--out-dir`` (default validation/results). The engines run one after the other, each in its own process
 (ns-3's import costs 600 MB; the real-TCP harness re-executes itself in a private network
@@ -59,7 +61,7 @@ def summary(ns3_path: Path | None, real_path: Path | None, names: list[str],
     real = R.load(real_path) if real_path and real_path.exists() else {}
     shallow = R.load(shallow_path) if shallow_path and shallow_path.exists() else {}
     head = []
-    for label, path in (("ns-3", ns3_path), ("ns-3, 100-packet queues", shallow_path), ("real TCP", real_path)):
+    for label, path in (("ns-3", ns3_path), ("ns-3, 100-packet router ports", shallow_path), ("real TCP", real_path)):
         if path and path.exists():
             doc = R.load_doc(path)
             ver = doc.get("ns3_version") or doc.get("tc", "")
@@ -70,10 +72,10 @@ def summary(ns3_path: Path | None, real_path: Path | None, names: list[str],
              "ns-3 round = last completion; real TCP = median of its repeats [min, max]; "
              "'no lat' = the pattern has latency, real TCP ran without it; retx = TCP retransmissions "
              "in ns-3 (spurious timeouts in deep queues); cpu = the real-TCP harness's CPU seconds per "
-             "wall second (near 1: harness-bound, real times are upper bounds); q100 = ns-3 with "
-             "100-packet device queues (ns-3's default size) instead of 1e6, with its retransmissions "
-             "and drops.", "",
-             "| pattern | ns-3 | retx | real TCP | real runs | cpu | ns-3 q100 | q100 retx/drops | note |",
+             "wall second (near 1: harness-bound, real times are upper bounds); r100 = ns-3 with "
+             "100-packet queues (ns-3's default size) at the router's ports (the downlinks) instead of "
+             "1e6, with its retransmissions and drops.", "",
+             "| pattern | ns-3 | retx | real TCP | real runs | cpu | ns-3 r100 | r100 retx/drops | note |",
              "|---|---:|---:|---:|---|---:|---:|---:|---|"]
     for name in names:
         a, b, c = ns3.get(name), real.get(name), shallow.get(name)
@@ -92,6 +94,10 @@ def summary(ns3_path: Path | None, real_path: Path | None, names: list[str],
                 note.append("real errors")
         if a is not None and a.get("queue_drops"):
             note.append(f"ns-3 drops {a['queue_drops']}")
+        for label, x in (("ns-3", a), ("r100", c), ("real", b)):
+            if x is not None and not x["complete"]:
+                done = sum(v is not None for v in (m["completion"] for m in x["messages"]))
+                note.append(f"{label}: {done}/{len(x['messages'])} complete")
         cpu = max((x or 0) for x in b["cpu_busy"]) if b is not None else None
         q100 = f"{c['retransmissions']}/{c['queue_drops']}" if c else "-"
         lines.append(f"| {name} | {_fmt(a['round']) if a else '-'} | {a['retransmissions'] if a else '-'} | "
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real-repeats", type=int, default=3)
     ap.add_argument("--real-latency-repeats", type=int, default=1)
     ap.add_argument("--no-shallow", action="store_true",
-                    help="skip the second ns-3 pass with 100-packet device queues (ns3_queue100.json)")
+                    help="skip the second ns-3 pass with 100-packet router queues (ns3_router100.json)")
     ap.add_argument("--out-dir", default=str(HERE / "results"))
     ap.add_argument("--summary-only", action="store_true", help="rewrite summary.md from the existing files")
     args = ap.parse_args(argv)
@@ -120,13 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ns3_out, real_out = out / "ns3.json", out / "real_tcp.json"
-    shallow_out = out / "ns3_queue100.json"
+    shallow_out = out / "ns3_router100.json"
     rc = 0
     t0 = time.perf_counter()
     if not args.summary_only and args.only in (None, "ns3"):
         rc |= _engine("ns3_star", [*names, "-o", str(ns3_out)], timeout=3 * 3600)
         if not args.no_shallow:
-            rc |= _engine("ns3_star", [*names, "--queue-packets", "100", "-o", str(shallow_out)], timeout=3 * 3600)
+            rc |= _engine("ns3_star", [*names, "--router-queue-packets", "100", "-o", str(shallow_out)],
+                          timeout=3 * 3600)
     t1 = time.perf_counter()
     if not args.summary_only and args.only in (None, "real"):
         real_names = [p["name"] for p in pats if not P.has_latency(p) or args.real_latency_repeats > 0]
