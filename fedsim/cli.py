@@ -43,7 +43,7 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     ap.add_argument("--version", action="version", version=f"fedsim {__version__}")
     ap.add_argument("--plugin", action="append", default=[], metavar="FILE",
                     help="a Python file that registers protocols (repeatable; also $FEDSIM_PLUGINS)")
-    sub = ap.add_subparsers(dest="command", metavar="{run,sweep,trace,list,data}")
+    sub = ap.add_subparsers(dest="command", metavar="{run,sweep,trace,compare,list,data}")
     sub.required = True
     fmt = {"formatter_class": argparse.RawDescriptionHelpFormatter}
     run = sub.add_parser("run", help="run a scenario (default: the quick demo)",
@@ -74,6 +74,12 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--html", action="store_true",
                     help="write only trace.html (one self-contained page: sequence, timeline, step-through)")
     tr.add_argument("--open", action="store_true", help="open trace.html in a web browser")
+    cp = sub.add_parser("compare", help="run a protocol on the simulator and on a real transport, side by side")
+    cp.add_argument("scenario", metavar="protocol", help="registered protocol (see fedsim list)")
+    cp.add_argument("--against", choices=("tcp", "asyncio"), default="tcp", dest="against",
+                    help="the transport to compare the simulator with (default tcp)")
+    cp.add_argument("--processes", type=int, default=4, help="worker processes of the tcp run (default 4)")
+    add_run_arguments(cp)
     sub.add_parser("list", help="list scenarios and protocols")
     from .data import cli as data_cli
 
@@ -133,6 +139,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     doc = _load_config(args)
     mod = load_scenario(args.scenario or (doc or {}).get("scenario") or DEFAULT_SCENARIO)
     res = run_scenario(mod, **resolve_run_options(mod, args, doc))
+    print(("" if args.quiet else "\n") + closing_line(res))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .experiment import run_scenario
+    from .experiment.compare import compare_scenario
+    from .protocols import REGISTRY
+
+    if args.scenario not in REGISTRY:
+        raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}; protocols: "
+                         f"{', '.join(REGISTRY)}")
+    if args.processes < 1:
+        raise UsageError(f"--processes must be at least 1, got {args.processes}")
+    if args.transport not in (None, "sim"):
+        raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
+    mod = compare_scenario(args.scenario, args.against, args.processes)
+    res = run_scenario(mod, **resolve_run_options(mod, args, _load_config(args)))
     print(("" if args.quiet else "\n") + closing_line(res))
     return 0
 
@@ -278,6 +302,8 @@ def _main(argv: list[str]) -> int:
             return _cmd_sweep(args)
         if args.command == "trace":
             return _cmd_trace(args)
+        if args.command == "compare":
+            return _cmd_compare(args)
         if args.command == "data":
             from .data import cli as data_cli
 
