@@ -12,6 +12,7 @@ import pytest
 from fedsim.experiment import list_scenarios, run_scenario
 
 SMALL = {
+    "fault_study": {"rounds": 2, "losses": [0.0, 0.2], "dropouts": [0.0, 0.5], "window": 0.05, "workers": 1},
     "quickstart": {"iterations": 2},
     "fedrec_table2": {"folds": 2, "iterations": 2, "models": ["PMF(B)", "PMF(S)"], "lam": 0.01, "workers": 1},
     "fedrec_convergence": {"folds": 2, "iterations": 2, "models": ["PMF(B)"], "rhos": [1], "workers": 1},

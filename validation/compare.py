@@ -27,6 +27,21 @@ from .results import load
 GOAL_MEDIAN, GOAL_WORST = 0.10, 0.25
 
 
+def usable(truth: dict) -> tuple[dict, dict[str, list[str]]]:
+    """The patterns a ground truth measured faithfully, and the ones left out with the reason:
+    real TCP cannot add latency (patterns with latency ran without it) and is unreliable where
+    the harness itself was busy (``cpu_busy`` >= 0.3: its CPU, not the shaped links, set the pace)."""
+    keep, dropped = {}, {}
+    for name, t in truth.items():
+        if t.get("latency_modelled") is False:
+            dropped.setdefault("with latency (not modelled by the shaper)", []).append(name)
+        elif max(t.get("cpu_busy") or [0.0]) >= 0.3:
+            dropped.setdefault("harness CPU-bound (cpu_busy >= 0.3)", []).append(name)
+        else:
+            keep[name] = t
+    return keep, dropped
+
+
 def family(name: str) -> str:
     """The table's row of a pattern: its family and net, without the size or client count."""
     parts = name.split("/")
@@ -110,9 +125,12 @@ def main(argv=None) -> int:
         path = Path(args.results) / fname
         if not path.exists():
             continue
-        truth = load(path)
+        truth, dropped = usable(load(path))
         errs = errors(truth)
-        parts.append(f"## {engine}\n\n" + table(errs, truth, engine))
+        text = f"## {engine}\n\n" + table(errs, truth, engine)
+        if dropped:
+            text += ("- left out: " + "; ".join(f"{len(v)} {why}" for why, v in dropped.items()) + "\n")
+        parts.append(text)
     text = "\n".join(parts)
     Path(args.out).write_text(text)
     print(text)
