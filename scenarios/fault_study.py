@@ -17,7 +17,7 @@ from fedsim.protocols.fpl import FPLConfig
 from fedsim.studies.faults import FaultTask, run_fault_task
 from fedsim.studies.parallel import default_workers, pmap
 
-RUN_TIME = "about 2 min on ml100k-like (24 runs of 20 rounds on 2 cores)"
+RUN_TIME = "about 3.5 min on ml100k-like (24 runs of 20 rounds on 2 shared cores)"
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {
