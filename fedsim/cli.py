@@ -54,7 +54,7 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
                      help=f"scenario name, protocol name, or path to a script (default {DEFAULT_SCENARIO}, "
                           "or the config file's scenario)")
     add_run_arguments(run)
-    sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters on a process pool",
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters (a local process pool, or Ray)",
                         epilog=scenario_help if command == "sweep" else
                         "fedsim sweep NAME --help lists the parameters of NAME (each can be a --grid axis).", **fmt)
     sw.add_argument("scenario", nargs="?", default=None, help="scenario name or path (or the config file's)")

@@ -362,3 +362,14 @@ def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
     assert_gone(tree.stop(), within=30.0)
+
+
+def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path):
+    port = _free_port()  # nothing listens there (Ray alone would retry for minutes)
+    t0 = time.time()
+    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                     "--address", f"127.0.0.1:{port}", "--out", "sw", "--quiet", cwd=tmp_path)
+    assert time.time() - t0 < 60
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error: --address 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)"]
+    assert not (tmp_path / "sw").exists()

@@ -83,6 +83,8 @@ class RaySession:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             kw: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR,
                                   "log_to_driver": self.log_to_driver}
+            if self.address is not None:
+                _check_reachable(self.address)
             staged = None
             try:
                 if self.address is None:
@@ -90,7 +92,7 @@ class RaySession:
                 else:
                     staged = stage_package()
                     ray.init(address=self.address, runtime_env={"py_modules": [str(staged / "fedsim")]}, **kw)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
+            except Exception as exc:  # whatever stopped Ray from starting or connecting: say what
                 _quiet_shutdown()
                 where = f"--address {self.address}" if self.address else "a local Ray instance"
                 raise UsageError(f"{where}: Ray did not start ({type(exc).__name__}: {exc})") from None
@@ -120,6 +122,25 @@ class RaySession:
             where = "an already initialised Ray"
         cpus = f", {self.cluster_cpus:g} CPUs" if self.cluster_cpus else ""
         return f"Ray {where}{cpus}, up in {self.startup_s:.1f} s"
+
+
+CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
+
+
+def _check_reachable(address: str) -> None:
+    """Raise ``UsageError`` unless something accepts a TCP connection at ``address``
+    (``HOST:PORT`` or ``ray://HOST:PORT``) within CONNECT_TIMEOUT: Ray itself keeps retrying an
+    address where nothing listens for minutes. Other forms (``auto``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise UsageError(f"--address {address}: no Ray cluster answers there "
+                         f"({exc.strerror or type(exc).__name__})") from None
 
 
 def _quiet_shutdown() -> None:

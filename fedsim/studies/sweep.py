@@ -333,8 +333,9 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     """Run every point of ``grid`` (cartesian product) that is not done with the same
     configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
     ``skipped`` (done before), ``rerun`` (stale or corrupted points run again), ``failed``,
-    ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (its name; for
-    Ray also ``address``, ``cpus``, ``startup_s``, ``run_s`` and ``shutdown_s``).
+    ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (``name``,
+    ``run_s``: seconds from the first point started to the last one written; when Ray started,
+    also ``address``, ``cpus``, ``startup_s`` and ``shutdown_s``).
 
     ``backend``: ``"local"`` (a process pool of ``workers`` processes, default one per core) or
     ``"ray"`` (Ray tasks: on a local Ray instance of ``workers`` CPUs, default one per core, or,
@@ -475,9 +476,9 @@ def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, se
         _write_state(out, info, statuses, interrupted=interrupted)
         report = write_sweep_report(out, info, points, statuses, interrupted)
         display.finish("interrupted" if interrupted else "finished")
-    used = {"name": backend}
+    used: dict[str, Any] = {"name": backend, "run_s": run_s}
     if session is not None:
-        used.update(address=session.address, cpus=session.cluster_cpus, startup_s=session.startup_s, run_s=run_s)
+        used.update(address=session.address, cpus=session.cluster_cpus, startup_s=session.startup_s)
     return {"points": len(points), "out": str(out),
             "done": [r["point"] for r in results if r["status"] == "done"], "skipped": skipped,
             "rerun": rerun, "failed": [r for r in results if r["status"] == "failed"],
@@ -587,7 +588,9 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
     fixed = ", ".join(f"`{k}={_show(v)}`" for k, v in info["fixed"].items()) or "none"
     lines += ["Grid: " + ", ".join(f"`{k}` = {', '.join(_show(v) for v in vals)}" for k, vals in info["grid"].items())
               + f". Fixed parameters: {fixed}. Data: `{info['data'] or 'the scenario default'}`, seed "
-              f"{info['seed']}, network `{info['network']['profile']}`.", ""]
+              f"{info['seed']}, network `{info['network']['profile']}`. Run on "
+              + ("Ray" + (f" at `{info['address']}`" if info.get("address") else " (a local instance)")
+                 if info.get("backend") == "ray" else "the local process pool") + ".", ""]
     rows = []
     for p in points:
         s = statuses[p.out]
