@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -180,6 +181,7 @@ def test_a_ray_sweep_equals_the_local_pool_point_for_point_and_leaves_no_process
     assert [p["status"] for p in sweep["points"]] == ["done"] * 4
     log = (tmp_path / "ray" / "sweep.log").read_text()
     assert "Ray local instance, 2 CPUs, up in" in log and "sweep fedrec 4/4" in log
+    assert re.search(r"sweep fedrec 1/4, elapsed [^,]+, ETA \d", log), log  # points done / total, time left
     assert "4 of 4 points finished. Finished." in (tmp_path / "ray" / "report.md").read_text()
     assert_gone(started)
     # the same command again: nothing to run, and Ray is not even started
