@@ -4,7 +4,8 @@ manage datasets.
     fedsim [--plugin FILE] run [NAME|PROTOCOL|PATH] [--config run.toml] [--data D] [--out DIR] [--force]
            [--set k=v ...] [--seed N] [--profile P] [--link-model M] [--transport T] [--loss P]
            [--dropout P] [--quiet] [--ledger]
-    fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--config sweep.toml] [run options]
+    fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
+                 [--config sweep.toml] [run options]
     fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v] [--out DIR] [--html] [--open]
     fedsim list
     fedsim data get|list|path ...
@@ -53,14 +54,21 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
                      help=f"scenario name, protocol name, or path to a script (default {DEFAULT_SCENARIO}, "
                           "or the config file's scenario)")
     add_run_arguments(run)
-    sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters on a process pool",
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters (a local process pool, or Ray)",
                         epilog=scenario_help if command == "sweep" else
                         "fedsim sweep NAME --help lists the parameters of NAME (each can be a --grid axis).", **fmt)
     sw.add_argument("scenario", nargs="?", default=None, help="scenario name or path (or the config file's)")
     sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="grid values of one parameter or of seed, data, profile, link_model, transport, loss, "
                          "dropout (repeatable; list parameters separate values with ';')")
-    sw.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    sw.add_argument("--workers", type=int, default=None,
+                    help="points at once: worker processes, or the CPUs of a local Ray instance (default: one per "
+                         "core; on a Ray cluster: as many as it schedules)")
+    sw.add_argument("--backend", choices=("local", "ray"), default=None,
+                    help="run the points on a local process pool (default) or as Ray tasks (the ray extra)")
+    sw.add_argument("--address", default=None, metavar="ADDR",
+                    help="with --backend ray: an existing Ray cluster (HOST:PORT or ray://HOST:10001; default: start "
+                         "a local Ray instance)")
     add_run_arguments(sw)
     tr = sub.add_parser("trace", help="trace a protocol message by message (HTML viewer, Mermaid, timeline, log)")
     tr.add_argument("protocol", help="protocol to trace (see fedsim list)")
@@ -185,6 +193,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if workers is not None and workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
 
+    backend = args.backend or doc.get("backend") or "local"
+    if backend not in ("local", "ray"):
+        raise UsageError(f"{doc['_path']}: backend: expected 'local' or 'ray', got {backend!r}")
+    address = args.address if args.address is not None else doc.get("address")
+
     def progress(i, total, res):
         if res["status"] == "failed" and not opts["quiet"]:
             print(f"  failed {res['point']}: {res['error']}", file=sys.stderr)
@@ -192,7 +205,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
                             net=opts["net"], workers=workers, progress=progress, force=opts["force"],
-                            quiet=opts["quiet"])
+                            quiet=opts["quiet"], backend=backend, address=address)
     except SweepInterrupted as exc:
         s = exc.summary
         print(f"interrupted: {len(s['done'])} points run, {len(s['skipped'])} done before, "
@@ -204,6 +217,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
           f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed; results in "
           f"{summary['out']}/ (report.md, sweep.json, "
           f"{', '.join(os.path.basename(c) for c in summary['combined']) or 'no combined tables'})")
+    used = summary["backend"]
+    if "startup_s" in used and not opts["quiet"]:
+        print(f"ray: {format(used['cpus'], 'g') if used['cpus'] else '?'} CPUs{' at ' + used['address'] if used['address'] else ''}, "
+              f"start-up {used['startup_s']:.1f} s, points {used['run_s']:.1f} s, shutdown {used['shutdown_s']:.1f} s")
     for f in summary["failed"]:
         print(f"  failed {f['point']}: {f['error']} (see {f['out']}/error.txt)", file=sys.stderr)
     return 1 if summary["failed"] else 0

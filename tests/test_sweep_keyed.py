@@ -230,3 +230,26 @@ def test_link_model_loss_and_data_are_grid_axes_too(tmp_path):
     with pytest.raises(UsageError, match="link model 'tcpp'"):
         run_sweep("demo", {"link_model": ["tcpp"]}, tmp_path / "sw2", workers=1)
     assert not (tmp_path / "sw2").exists()
+
+
+def test_backend_options_are_checked_before_anything_is_written(tmp_path, monkeypatch):
+    """--backend/--address mistakes and a missing Ray are one-line errors (these checks need no
+    Ray; tests/test_sweep_ray.py runs the Ray backend itself)."""
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1", "--address", "127.0.0.1:6379", "--out", str(out),
+                     cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: --address is the address of a Ray cluster: it needs --backend ray"]
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1", "--backend", "dask", cwd=tmp_path)
+    assert res.returncode == 2 and "invalid choice: 'dask'" in res.stderr
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('backend = "spark"\n[grid]\nx = [1]\n')
+    res = fedsim_cmd("sweep", str(script), "--config", str(cfg), "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == f"error: {cfg}: backend: expected 'local' or 'ray', got 'spark'"
+    import fedsim.studies.raypool as raypool
+
+    monkeypatch.setattr(raypool, "ray_available", lambda: False)
+    with pytest.raises(UsageError, match=r"--backend ray needs Ray, which is not installed: pip install"):
+        run_sweep(str(script), {"x": [1]}, out, backend="ray")
+    assert not out.exists() and not log.exists()

@@ -8,7 +8,7 @@
     seed = 1
     out = "runs/quick"             # relative to the working directory
     ledger = true                  # also quiet, force
-    workers = 2                    # sweeps only
+    workers = 2                    # sweeps only (also backend = "ray", address = "HOST:PORT")
 
     [params]                       # the scenario's parameters (--set KEY=VALUE adds and overrides)
     iterations = 5
@@ -38,7 +38,7 @@ from .errors import UsageError
 __all__ = ["NETWORK_KEYS", "load_config"]
 
 TOP_KEYS = {"scenario": str, "data": str, "seed": int, "out": str, "ledger": bool, "quiet": bool, "force": bool}
-SWEEP_KEYS = {"workers": int}
+SWEEP_KEYS = {"workers": int, "backend": str, "address": str}
 TABLES = ("params", "network")
 SWEEP_TABLES = ("grid",)
 NETWORK_KEYS = {"profile": str, "link_model": str, "transport": str, "loss": (int, float), "dropout": (int, float),

@@ -14,6 +14,13 @@ Re-running a sweep compares each point folder with the configuration the point w
   ``--out``): the sweep refuses, naming the points and what differs, unless ``force``, which
   re-runs exactly those points.
 
+Points run on a local process pool (``backend="local"``, the default) or as Ray tasks
+(``backend="ray"``: a local Ray instance, or an existing cluster given its ``address``; see
+:mod:`.raypool`). A Ray task runs its point in a temporary folder of its worker's machine and
+returns the folder's files, which the driver writes into the point's folder, so a cluster needs
+no file system shared with the driver. Both backends write the same folders, and the key of a
+point does not include the backend: a sweep started on one resumes on the other.
+
 Without an explicit output folder a sweep writes to ``runs/sweep-<scenario>-<key>``, where the key
 hashes the sweep's configuration except the grid's values (scenario, fixed parameters, data,
 seed, network, the grid's axes), so the same command resumes in the same folder and a grid
@@ -28,6 +35,7 @@ configuration and every point's status) and ``sweep.log``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import itertools
@@ -36,8 +44,11 @@ import math
 import os
 import re
 import shutil
+import sys
+import tempfile
+import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,16 +58,17 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, write_atomic
-from ..experiment.runner import network_spec
+from ..experiment.runner import OutputFolder, network_spec
 from ..kernel.errors import NetworkConfigError
 from .parallel import default_workers, pmap
 
-__all__ = ["RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "parse_grid",
+__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "parse_grid",
            "point_dir_name", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
 NET_AXES = ("profile", "link_model", "transport", "loss", "dropout")
 RUN_AXES = ("seed", "data") + NET_AXES
+BACKENDS = ("local", "ray")
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -195,6 +207,70 @@ def _run_point(p: SweepPoint) -> dict:
         return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {exc}", "out": str(out)}
 
 
+def _run_point_remote(task: tuple[SweepPoint, bytes | None]) -> dict:
+    """(In a Ray worker.) :func:`_run_point` into a temporary folder of this machine; returns its
+    result with ``files``, the folder's files by relative path (what the driver writes into the
+    point's folder), and removes the folder. ``task`` is the point and, for a scenario given as a
+    script path, the script's bytes: run in place where the path holds that same file, else
+    from a copy (files beside the script are not sent)."""
+    p, source = task
+    _remove_stale_temp()
+    base = Path(tempfile.mkdtemp(prefix=f"fedsim-point-{os.getpid()}-"))
+    try:
+        scenario = p.scenario
+        if source is not None:
+            here = Path(p.scenario)
+            if not (here.is_file() and here.read_bytes() == source):
+                scenario = str(base / here.name)
+                Path(scenario).write_bytes(source)
+        res = _run_point(replace(p, scenario=scenario, out=str(base / "point")))
+        root = base / "point"
+        files = {f.relative_to(root).as_posix(): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+        return {**res, "out": p.out, "files": files}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _remove_stale_temp() -> None:
+    """Remove the temporary point folders of tasks whose worker was killed (a cancelled task)."""
+    for d in Path(tempfile.gettempdir()).glob("fedsim-point-*-*"):
+        m = re.match(r"fedsim-point-(\d+)-", d.name)
+        if m and not _alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _store_point(p: SweepPoint, res: dict) -> dict:
+    """(In the driver.) Write the files a Ray task returned into the point's folder, whole or
+    not at all (a temporary folder beside it, renamed into place; results.json written last);
+    returns the result without the files."""
+    files = res.pop("files")
+    folder = OutputFolder(p.out, explicit=True, force=True)
+    try:
+        for rel in sorted(files, key=lambda r: (r == "results.json", r)):
+            path = folder.tmp / rel
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ValueError(f"a Ray task returned a file outside its folder: {rel!r}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(files[rel])
+        folder.commit()
+    except BaseException:
+        folder.discard()
+        raise
+    return res
+
+
+def _ray_failure(p: SweepPoint, exc: BaseException) -> dict:
+    """(In the driver.) A point Ray could not run (its worker died, its runtime environment
+    failed): recorded like a failed run (``point.json``, ``error.txt`` with Ray's message)."""
+    out = Path(p.out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
+    (out / "error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out)}
+
+
 def _folder_state(d: Path, key: dict) -> tuple[str, str]:
     """(state, detail) of a point folder: ``missing``, ``done``, ``stale`` (another
     configuration; detail says what differs), ``failed`` or ``corrupt``."""
@@ -253,17 +329,37 @@ def default_sweep_dir(scenario: str, grid: dict, fixed: dict, data: str | None, 
 def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None = None, *,
               data: str | None = None, fixed: dict | None = None, seed: int = 0, profile: str | None = None,
               net: Any = None, workers: int | None = None, progress=None, force: bool = False,
-              quiet: bool = True) -> dict:
+              quiet: bool = True, backend: str = "local", address: str | None = None) -> dict:
     """Run every point of ``grid`` (cartesian product) that is not done with the same
     configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
     ``skipped`` (done before), ``rerun`` (stale or corrupted points run again), ``failed``,
-    ``not_run``, ``combined`` (CSV paths), ``report`` and ``out``.
+    ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (``name``,
+    ``run_s``: seconds from the first point started to the last one written; when Ray started,
+    also ``address``, ``cpus``, ``startup_s`` and ``shutdown_s``).
+
+    ``backend``: ``"local"`` (a process pool of ``workers`` processes, default one per core) or
+    ``"ray"`` (Ray tasks: on a local Ray instance of ``workers`` CPUs, default one per core, or,
+    given ``address``, on that cluster with at most ``workers`` points at once, default no
+    limit; a Ray that the caller initialised is used as it is). Ray starts only when some point
+    is left to run.
 
     ``progress(i, total, result)``, if given, is called as each point finishes; unless ``quiet``
     a progress display goes to stderr. Blocks until every point has finished. Raises
-    ``UsageError`` for a bad grid, parameter or network, or for points of another configuration
-    without ``force`` (before running anything); ``SweepInterrupted`` on Ctrl-C, after stopping
-    the workers and writing the combined files."""
+    ``UsageError`` for a bad grid, parameter, network or backend, for points of another
+    configuration without ``force``, when Ray is not installed or does not start (all before
+    running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
+    cancelling the Ray tasks) and writing the combined files."""
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if address is not None and backend != "ray":
+        raise UsageError("--address is the address of a Ray cluster: it needs --backend ray")
+    if workers is not None and int(workers) < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    if backend == "ray":
+        from .raypool import RAY_MISSING, ray_available
+
+        if not ray_available():
+            raise UsageError(RAY_MISSING)
     mod = load_scenario(scenario)
     name = scenario_name(mod)
     grid = check_grid(mod, grid)
@@ -298,26 +394,58 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
         raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
                          f"use --force to re-run them, or another --out")
+    todo = [p for p in points if states[p.out][0] != "done"]
+    ray = None
+    if backend == "ray" and todo:  # started before any file is written: it may fail to
+        from .raypool import RaySession
+
+        ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
+        if not quiet:
+            print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
+                  file=sys.stderr, flush=True)
+    with ray if ray is not None else contextlib.nullcontext() as session:
+        summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
+                           quiet, backend, session)
+    if ray is not None:
+        summary["backend"]["shutdown_s"] = ray.shutdown_s
+        if address is None:  # the local instance's workers are gone: so are killed tasks' folders
+            _remove_stale_temp()
+    if summary.pop("interrupted"):
+        raise SweepInterrupted(summary)
+    return summary
+
+
+def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
+             points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
+             quiet: bool, backend: str, session: Any) -> dict:
+    """Run ``todo`` on the backend and write the sweep's files; the summary of :func:`run_sweep`
+    with ``interrupted``."""
     out.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(out)
-    todo = [p for p in points if states[p.out][0] != "done"]
     skipped = [p.point for p in points if states[p.out][0] == "done"]
     rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
     for p in todo:
         if states[p.out][0] in ("corrupt", "failed"):
             shutil.rmtree(p.out, ignore_errors=True)
-    info = {"scenario": name, "grid": grid, "fixed": fixed, "data": data, "seed": int(seed),
-            "network": base.to_dict(), "workers": workers or default_workers(), "out": str(out)}
+    info = {"scenario": name, "grid": grid, "fixed": fixed, "data": data, "seed": seed,
+            "network": base.to_dict(), "backend": backend, "workers": workers or default_workers(), "out": str(out)}
+    if backend == "ray":
+        info["workers"] = workers
+        info["address"] = session.address if session else None
     statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
                                          else "not run"} for p in points}
     _write_state(out, info, statuses, interrupted=None)
     display = Progress(not quiet, log=out / "sweep.log")
     again = f" ({len(rerun)} of them again)" if rerun else ""
     display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
+    if session is not None:
+        display.log(session.describe())
     display.update(0, len(todo), stage=f"sweep {name}")
     results: list[dict] = []
 
     def done_cb(i: int, res: dict) -> None:
+        if "files" in res:  # a Ray task's point: its files come back with it
+            res = _store_point(todo[i], res)
         results.append(res)
         statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
         display.update(len(results), len(todo))
@@ -327,26 +455,40 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
             progress(len(results) - 1, len(todo), res)
 
     interrupted = False
+    t0 = time.perf_counter()
     activate(display)
     try:
-        pmap(_run_point, todo, workers or default_workers(), on_done=done_cb)
+        if backend == "ray" and todo:
+            from .raypool import ray_map
+
+            source = Path(points[0].scenario).read_bytes() if _is_path(points[0].scenario) else None
+            ray_map(_run_point_remote, [(p, source) for p in todo], limit=workers, on_done=done_cb,
+                    on_error=lambda i, exc: done_cb(i, _ray_failure(todo[i], exc)))
+        else:
+            pmap(_run_point, todo, workers or default_workers(), on_done=done_cb)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        run_s = time.perf_counter() - t0
         display.close()
         deactivate(display)
         combined = combine(out, [p.point for p in points])
         _write_state(out, info, statuses, interrupted=interrupted)
         report = write_sweep_report(out, info, points, statuses, interrupted)
         display.finish("interrupted" if interrupted else "finished")
-    summary = {"points": len(points), "out": str(out),
-               "done": [r["point"] for r in results if r["status"] == "done"], "skipped": skipped,
-               "rerun": rerun, "failed": [r for r in results if r["status"] == "failed"],
-               "not_run": [p.point for p in todo if statuses[p.out]["status"] == "not run"],
-               "combined": combined, "report": str(report)}
-    if interrupted:
-        raise SweepInterrupted(summary)
-    return summary
+    used: dict[str, Any] = {"name": backend, "run_s": run_s}
+    if session is not None:
+        used.update(address=session.address, cpus=session.cluster_cpus, startup_s=session.startup_s)
+    return {"points": len(points), "out": str(out),
+            "done": [r["point"] for r in results if r["status"] == "done"], "skipped": skipped,
+            "rerun": rerun, "failed": [r for r in results if r["status"] == "failed"],
+            "not_run": [p.point for p in todo if statuses[p.out]["status"] == "not run"],
+            "combined": combined, "report": str(report), "backend": used, "interrupted": interrupted}
+
+
+def _is_path(scenario: str) -> bool:
+    """Whether :func:`load_scenario` takes ``scenario`` as a script's path."""
+    return scenario.endswith(".py") or os.sep in scenario or "/" in scenario
 
 
 def _remove_leftovers(out: Path) -> None:
@@ -446,7 +588,9 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
     fixed = ", ".join(f"`{k}={_show(v)}`" for k, v in info["fixed"].items()) or "none"
     lines += ["Grid: " + ", ".join(f"`{k}` = {', '.join(_show(v) for v in vals)}" for k, vals in info["grid"].items())
               + f". Fixed parameters: {fixed}. Data: `{info['data'] or 'the scenario default'}`, seed "
-              f"{info['seed']}, network `{info['network']['profile']}`.", ""]
+              f"{info['seed']}, network `{info['network']['profile']}`. Run on "
+              + ("Ray" + (f" at `{info['address']}`" if info.get("address") else " (a local instance)")
+                 if info.get("backend") == "ray" else "the local process pool") + ".", ""]
     rows = []
     for p in points:
         s = statuses[p.out]
