@@ -1,0 +1,124 @@
+"""Running a protocol under observation, and scoring attacks on what was observed.
+
+``capture`` runs one registered protocol on a network with a ``Recorder`` as its tap and returns
+a ``Capture``: the recording, what is public about the run, the ground truth (each client's true
+item set, from the training data: never shown to an attack) and the protocol's ``Result`` (its
+accuracy and its ledger, for the costs). ``evaluate`` runs attacks on a capture through their
+declared views and scores them (``fedsim.privacy.metrics``); ``score_links`` scores a linking
+attack against the ledger's true senders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from ..kernel import SimNetwork
+from ..kernel.ledger import SEQ, SRC
+from ..protocols import REGISTRY
+from ..protocols.common import client_names
+from .attacks.base import Attack, AttackRun, run_attack
+from .metrics import score_inference
+from .record import Recorder
+from .views import Public, ref_of
+
+__all__ = ["Capture", "attack_capture", "capture", "score_links", "truth_of", "view_key"]
+
+
+@dataclass
+class Capture:
+    """One observed protocol run: ``protocol``, ``config``, ``recorder`` (the tap's recording),
+    ``public``, ``truth`` (client id -> true item set; for the audit, never for attacks),
+    ``result`` (the protocol's ``Result``), ``network`` (the network it ran on), ``wall_s``
+    (seconds the run took) and ``seed``."""
+
+    protocol: str
+    config: Any
+    recorder: Recorder
+    public: Public
+    truth: dict[str, np.ndarray]
+    result: Any
+    network: Any
+    wall_s: float
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> bytes:
+        return view_key(self.seed, self.protocol)
+
+
+def view_key(seed: int, label: str) -> bytes:
+    """The key of the views' opaque message references for one capture (derived from its seed:
+    runs stay reproducible; attacks never receive it)."""
+    return hashlib.blake2b(f"fedsim.privacy:{seed}:{label}".encode(), digest_size=16).digest()
+
+
+def truth_of(protocol: str, data, job) -> dict[str, np.ndarray]:
+    """Each client's true item set: the items of its user (its users, for PersonalFR and
+    FedAvg-AE) in the training ``data``."""
+    csr = data.by_user()
+    rows = [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(int(data.n_users))]
+    groups = getattr(job, "groups", None)
+    if groups is not None:
+        return {name: np.unique(np.concatenate([rows[u] for u in g])) if len(g) else np.empty(0, np.int64)
+                for name, g in zip(job.clients, groups)}
+    return {name: rows[u] for u, name in enumerate(client_names(int(data.n_users)))}
+
+
+def capture(protocol: str, data, config, *, net=None, seed: int = 0, rounds: Iterable[int] | None = None,
+            nodes: Iterable[str] | None = None, kinds: Iterable[str] | None = None, test=None,
+            build_kw: Mapping[str, Any] | None = None) -> Capture:
+    """Run ``protocol`` (a registry name) on ``data`` with ``config`` on ``net`` (default: an
+    ideal ``SimNetwork`` seeded ``seed``) with a ``Recorder`` that keeps the payloads of
+    ``rounds``, ``kinds`` and ``nodes`` (None: all; see ``Recorder``). Returns a ``Capture``.
+    Raises what the run raises."""
+    spec = REGISTRY[protocol]
+    net = SimNetwork(seed=seed) if net is None else net
+    rec = Recorder(rounds=rounds, kinds=kinds, nodes=nodes).attach(net)
+    t0 = time.perf_counter()
+    job = spec.build(net, data, config, test=test, **dict(build_kw or {}))
+    result = job.collect(net.run())
+    wall = time.perf_counter() - t0
+    clients = tuple(job.clients)
+    public = Public(protocol, config, "server", clients, int(data.n_items))
+    return Capture(protocol, config, rec, public, truth_of(protocol, data, job), result, net, wall, seed)
+
+
+def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterable[str] | None = None):
+    """Run ``attack`` on ``cap`` (through its declared view, up to ``rounds``) and score it:
+    returns ``(AttackRun, rows)`` with one ``score_inference`` row per target (default: every
+    client with a non-empty true set; for a linking attack, one row per anonymous message it
+    could link, see ``score_links``)."""
+    run = run_attack(attack, cap.recorder, cap.public, rounds=rounds, key=cap.key)
+    if attack.about == "links":
+        return run, score_links(run, cap)
+    tg = list(targets) if targets is not None else None
+    return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
+
+
+def score_links(run: AttackRun, cap: Capture, kind: str = "noise") -> list[dict]:
+    """One row per anonymous message of ``kind`` the attack saw: ``correct`` (1 if the guessed
+    sender is the true one, from the ledger), ``candidates`` (how many senders uploaded in that
+    round: the random-guess baseline is their inverse) and ``linked`` (1 if the attack named a
+    sender)."""
+    from ..kernel.ledger import DST_ROLE, KIND, ROUND, STATUS
+
+    truth: dict[int, tuple] = {}
+    uploads: dict[int, int] = {}
+    for row, _ in cap.recorder.entries:
+        if row[KIND] == kind and row[STATUS] == "delivered":
+            truth[ref_of(row[SEQ], cap.key)] = (row[SRC], row[ROUND])
+        elif row[KIND] == "gradients" and row[DST_ROLE] == "server" and row[STATUS] == "delivered":
+            uploads[row[ROUND]] = uploads.get(row[ROUND], 0) + 1
+    rows = []
+    for ref, (src, rnd) in truth.items():
+        guess = run.inference.get(ref)
+        n = uploads.get(rnd, 0)
+        rows.append({"target": src, "round": rnd, "correct": float(guess == src), "linked": float(guess is not None),
+                     "candidates": float(n), "correct_rand": 1.0 / n if n else 0.0})
+    return rows
