@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["Guess", "METRICS", "auc", "score_guess", "score_inference", "summarize"]
+__all__ = ["Guess", "METRICS", "auc", "average_ranks", "score_guess", "score_inference", "summarize"]
 
 METRICS = ("precision", "recall", "f1", "auc", "exact")
 
@@ -71,7 +71,7 @@ class Guess:
         return cls(p, np.isin(p, pred).astype(np.float64), pred)
 
 
-def _average_ranks(x: np.ndarray) -> np.ndarray:
+def average_ranks(x: np.ndarray) -> np.ndarray:
     """1-based ranks of ``x`` with ties given their average rank (as scipy's rankdata)."""
     order = np.argsort(x, kind="mergesort")
     xs = x[order]
@@ -92,7 +92,7 @@ def auc(scores: np.ndarray, positive: np.ndarray) -> float:
     n = pos.shape[0] - p
     if p == 0 or n == 0:
         return math.nan
-    r = _average_ranks(np.asarray(scores, dtype=np.float64))
+    r = average_ranks(np.asarray(scores, dtype=np.float64))
     return float((r[pos].sum() - p * (p + 1) / 2.0) / (p * n))
 
 
