@@ -73,23 +73,22 @@ def ring_neighbours(members: Sequence, me, k: int) -> list:
     """The ``k`` members nearest to ``me`` on the ring of ``members`` in the order given,
     alternately the next and the previous ones: all the others when ``k >= len(members) - 1``,
     else ``k`` rounded down to even (k/2 on each side), so that v is u's neighbour exactly when u
-    is v's (the masks cancel only then)."""
-    n = len(members)
-    pos = list(members).index(me)
+    is v's (the masks cancel only then). Raises ``ValueError`` if ``me`` is not a member."""
+    ms = np.asarray(members)
+    n = ms.shape[0]
+    where = np.flatnonzero(ms == me)
+    if where.size == 0:
+        raise ValueError(f"{me!r} is not among the members")
+    pos = int(where[0])
     k = min(int(k), n - 1)
     if k < n - 1 and k % 2:
         k -= 1  # an even k keeps the relation symmetric (k/2 on each side), so the masks cancel
-    out, step = [], 1
-    while len(out) < k:
-        nxt = members[(pos + step) % n]
-        if nxt != me and nxt not in out:
-            out.append(nxt)
-        if len(out) < k:
-            prv = members[(pos - step) % n]
-            if prv != me and prv not in out:
-                out.append(prv)
-        step += 1
-    return out
+    if k >= n - 1:
+        return [x.item() if hasattr(x, "item") else x for x in np.concatenate([ms[pos + 1:], ms[:pos]])]
+    steps = np.empty(k, dtype=np.int64)
+    half = np.arange(1, k // 2 + 1)
+    steps[0::2], steps[1::2] = half, -half
+    return [x.item() if hasattr(x, "item") else x for x in ms[(pos + steps) % n]]
 
 
 def mask(me: int, keys: dict[int, int], rnd: int, length: int) -> np.ndarray:

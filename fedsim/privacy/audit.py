@@ -26,7 +26,7 @@ from .metrics import score_inference
 from .record import Recorder
 from .views import Public, ref_of
 
-__all__ = ["Capture", "attack_capture", "capture", "score_links", "truth_of", "view_key"]
+__all__ = ["Capture", "attack_capture", "capture", "known_answer_ratings", "score_links", "truth_of", "view_key"]
 
 
 @dataclass
@@ -96,23 +96,31 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
     could link, see ``score_links``)."""
     run = run_attack(attack, cap.recorder, cap.public, rounds=rounds, key=cap.key)
     if attack.about == "links":
-        return run, score_links(run, cap)
+        return run, score_links(run, cap, rounds=rounds)
     tg = list(targets) if targets is not None else None
     return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
 
 
-def score_links(run: AttackRun, cap: Capture, kind: str = "noise") -> list[dict]:
-    """One row per anonymous message of ``kind`` the attack saw: ``correct`` (1 if the guessed
-    sender is the true one, from the ledger), ``candidates`` (how many senders uploaded in that
-    round: the random-guess baseline is their inverse) and ``linked`` (1 if the attack named a
-    sender)."""
+def score_links(run: AttackRun, cap: Capture, kind: str = "noise", rounds=None) -> list[dict]:
+    """One row per delivered message of ``kind`` in ``rounds`` (as ``build_view`` reads it: up to
+    that round, or in that set; None: all): ``correct`` (1 if the attack's guessed sender is the
+    true one, from the ledger), ``candidates`` (how many senders uploaded to the server in that
+    round: the random-guess baseline is their inverse) and ``linked`` (1 if it named a sender)."""
     from ..kernel.ledger import DST_ROLE, KIND, ROUND, STATUS
 
     truth: dict[int, tuple] = {}
     uploads: dict[int, int] = {}
-    for row, _ in cap.recorder.entries:
+    if rounds is None:
+        keep = None
+    elif isinstance(rounds, int):
+        keep = range(-(1 << 30), int(rounds) + 1)
+    else:
+        keep = set(int(r) for r in rounds)
+    for row, _, net in cap.recorder.entries:
+        if keep is not None and row[ROUND] not in keep:
+            continue
         if row[KIND] == kind and row[STATUS] == "delivered":
-            truth[ref_of(row[SEQ], cap.key)] = (row[SRC], row[ROUND])
+            truth[ref_of((int(net) << 40) | row[SEQ], cap.key)] = (row[SRC], row[ROUND])
         elif row[KIND] == "gradients" and row[DST_ROLE] == "server" and row[STATUS] == "delivered":
             uploads[row[ROUND]] = uploads.get(row[ROUND], 0) + 1
     rows = []
@@ -122,3 +130,33 @@ def score_links(run: AttackRun, cap: Capture, kind: str = "noise") -> list[dict]
         rows.append({"target": src, "round": rnd, "correct": float(guess == src), "linked": float(guess is not None),
                      "candidates": float(n), "correct_rand": 1.0 / n if n else 0.0})
     return rows
+
+
+def known_answer_ratings(n_users: int = 20, n_items: int = 90, per_user: tuple[int, int] = (24, 30), seed: int = 0):
+    """Explicit ``Ratings`` whose answers the FedRec attacks know by construction: every user
+    rates between ``per_user`` items (more than the latent dimensions of the test presets, so the
+    hybrid-filling check has enough sampled items) with integer ratings 1..5 whose mean is not an
+    integer (so user averaging never gives a sampled item an integer rating). Seeded."""
+    from ..data import Ratings
+
+    rng = node_rng_for(seed)
+    users, items, values = [], [], []
+    for u in range(int(n_users)):
+        k = int(rng.integers(per_user[0], per_user[1] + 1))
+        its = np.sort(rng.choice(int(n_items), size=k, replace=False))
+        r = rng.integers(1, 6, size=k).astype(np.float64)
+        if float(r.mean()).is_integer():
+            # move one rating by one level (or from 5 to 1): the mean moves by 1/k or -4/k, and with
+            # k > 4 items it is no longer an integer
+            r[0] = 1.0 + (r[0] % 5)
+        users.append(np.full(k, u))
+        items.append(its)
+        values.append(r)
+    return Ratings(np.concatenate(users), np.concatenate(items), np.concatenate(values).astype(np.float32),
+                   n_users=int(n_users), n_items=int(n_items), name="privacy-known-answer")
+
+
+def node_rng_for(seed: int):
+    from ..seeding import node_rng
+
+    return node_rng(int(seed), "privacy:known-answer")

@@ -28,14 +28,16 @@ class Recorder:
     ``rounds``, its kind in ``kinds`` and its sender or receiver in ``nodes`` (``None``: no
     restriction on that field). Rows are always kept. One recorder may be attached to several
     networks in turn (a protocol run split into one network per epoch): ``attach`` each before it
-    runs. ``entries`` lists ``(row, payload or None)`` in the order the copies were sent.
+    runs. ``entries`` lists ``(row, payload or None, network)`` in the order the copies were sent,
+    ``network`` counting the networks attached so far from 0 (each network's clock and message
+    numbers start afresh; views order and name messages by network first).
     """
 
     __slots__ = ("entries", "rounds", "kinds", "nodes", "networks")
 
     def __init__(self, *, rounds: Iterable[int] | None = None, kinds: Iterable[str] | None = None,
                  nodes: Iterable[str] | None = None) -> None:
-        self.entries: list[tuple[list, Any]] = []
+        self.entries: list[tuple[list, Any, int]] = []
         self.rounds = None if rounds is None else frozenset(int(r) for r in rounds)
         self.kinds = None if kinds is None else frozenset(kinds)
         self.nodes = None if nodes is None else frozenset(nodes)
@@ -61,7 +63,7 @@ class Recorder:
 
     def observe(self, row: list, payload: Any) -> None:
         """Called by the transport for every message copy (``Network.tap``); never raises."""
-        self.entries.append((row, payload if self.keeps(row) else None))
+        self.entries.append((row, payload if self.keeps(row) else None, self.networks - 1))
 
     def __len__(self) -> int:
         return len(self.entries)

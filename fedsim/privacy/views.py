@@ -204,7 +204,7 @@ class View:
 def nodes_of_role(entries: list, role: str) -> list[str]:
     """Node ids that held ``role`` when sending or receiving some recorded message, sorted."""
     found = set()
-    for row, _ in entries:
+    for row, *_ in entries:
         if row[SRC_ROLE] == role:
             found.add(row[SRC])
         if row[DST_ROLE] == role:
@@ -235,16 +235,19 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
     """The ``View`` of adversary ``spec`` over ``recording`` (a ``Recorder`` or its ``entries``).
 
     ``rounds``: only messages labelled with a round up to this one (an int) or in this set (an
-    iterable); None: every round. A payload view lists every message the adversary saw; those
+    iterable), plus the setup messages (negative round labels: who is whose denoiser, public
+    keys), which every adversary has seen whatever training rounds it watches; None: every round. A payload view lists every message the adversary saw; those
     whose payload the recorder did not keep (its filters bound memory) have ``payload`` None and
     are counted in ``View.unrecorded``, so that an audit can say what it left out.
 
     Messages are listed in the order the adversary observed them: by arrival time (send time for
     what it sent; a network observer: start of reception), equal times in the order the network
-    delivered them, which on a FIFO path is the order they were sent. The ideal profile makes
+    delivered them, which on a FIFO path is the order they were sent (a recording of several
+    networks in turn: network by network). The ideal profile makes
     every time equal, so there order is all the timing an adversary gets, and it is real
     information (a channel that does not mix delivers anonymous messages in sending order). The
-    run's message numbers themselves are never shown: each message carries ``ref_of(seq, key)``.
+    run's message numbers themselves are never shown: each message carries ``ref_of(seq, key)``
+    (``seq``: the network's number in the recording times 2^40 plus the ledger row's number).
     """
     entries = recording.entries if hasattr(recording, "entries") else recording
     if rounds is None:
@@ -259,17 +262,18 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
     nodes = _adversary_nodes(spec, entries, public)
     out = []
     unrecorded = 0
-    for row, doc in entries:
+    for row, doc, net in entries:
         rnd = row[ROUND]
+        seq = (int(net) << 40) | row[SEQ]  # message numbers start afresh in each network
         if max_round is not None and rnd > max_round:
             continue
-        if allowed is not None and rnd not in allowed:
-            continue
+        if allowed is not None and rnd not in allowed and rnd >= 0:
+            continue  # setup messages (negative rounds) stay in every view: the parties exchanged them
         src, dst = row[SRC], row[DST]
         anon = bool(row[ANON])
         if spec.kind == "network":
             if dst in nodes and row[STATUS] == "delivered":
-                out.append(((row[RX_START], row[SEQ]), Packet(ref_of(row[SEQ], key), row[KIND], rnd,
+                out.append(((net, row[RX_START], seq), Packet(ref_of(seq, key), row[KIND], rnd,
                                   None if anon else src, dst, row[BYTES], row[RX_START], row[ARRIVAL])))
             continue
         outgoing = src in nodes
@@ -280,7 +284,7 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
             unrecorded += 1  # the recorder's filters left its payload out: seen, payload None
         sender = src if (outgoing or not anon) else None
         t = row[SEND_T] if outgoing else row[ARRIVAL]
-        out.append(((t, row[SEQ]), Observed(ref_of(row[SEQ], key), row[KIND], rnd, sender, dst, row[BYTES], t,
+        out.append(((net, t, seq), Observed(ref_of(seq, key), row[KIND], rnd, sender, dst, row[BYTES], t,
                                             outgoing, doc)))
     # the adversary's own timeline: arrival (or, for what it sent, send) time, equal times in the
     # order the network delivered them (the event queue is FIFO, so: sending order)

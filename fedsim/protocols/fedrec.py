@@ -114,7 +114,8 @@ class FedRecConfig(Config):
     secure_aggregation: bool = param(False, "privacy defence (batch PMF only): clients upload their gradients and "
                                      "item counts as one dense fixed-point vector over all m items, masked with "
                                      "pairwise keys that cancel in the server's sum (docs/privacy.md)")
-    secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with", min=1)
+    secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
+                                   "side)", min=2)
 
     @property
     def style(self) -> str:

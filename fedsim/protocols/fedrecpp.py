@@ -112,7 +112,8 @@ class FedRecPPConfig(Config):
     secure_noise: bool = param(False, "privacy defence: ordinary clients send their noise as one dense fixed-point "
                                "vector over all items, masked with pairwise keys among the clients of the same "
                                "denoiser, so a denoiser learns only its group's sum (docs/privacy.md)")
-    secagg_neighbours: int = param(8, "secure noise: ring neighbours each client masks with", min=1)
+    secagg_neighbours: int = param(8, "secure noise: ring neighbours each client masks with (even: k/2 on each "
+                                   "side)", min=2)
 
 
 def check_eta(eta: int, n: int, allow_exposed: bool) -> None:

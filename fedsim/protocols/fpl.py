@@ -120,7 +120,8 @@ class FPLConfig(Config):
     secure_aggregation: bool = param(False, "privacy defence (needs >= 2 clients per round): a client uploads its "
                                      "rows as one dense fixed-point vector over all items, masked with pairwise "
                                      "keys that cancel in the server's sum (docs/privacy.md)")
-    secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with", min=1)
+    secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
+                                   "side)", min=2)
 
     @property
     def reg(self) -> BPRReg:

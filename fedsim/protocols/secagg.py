@@ -56,7 +56,7 @@ class MaskingKeys:
     """A client's view of the key exchange: its index ``me``, its secret, everyone's public keys
     and ``k``, the ring neighbours it masks with among a round's participants."""
 
-    __slots__ = ("me", "secret", "pubs", "k", "_shared")
+    __slots__ = ("me", "secret", "pubs", "k", "_shared", "_members")
 
     def __init__(self, me: int, secret: int, pubs: np.ndarray, k: int) -> None:
         self.me = int(me)
@@ -64,13 +64,16 @@ class MaskingKeys:
         self.pubs = pubs
         self.k = int(k)
         self._shared: dict[int, int] = {}
+        self._members: np.ndarray | None = None
 
     def keys_for(self, members: Sequence[int]) -> dict[int, int]:
         """Shared keys with this client's ring neighbours among ``members`` (client indices in
-        the order every participant uses: ascending)."""
-        ms = [int(x) for x in members if int(x) == self.me or int(self.pubs[int(x)]) != 0]
+        the order every participant uses: ascending; those without a public key left out)."""
+        ms = np.asarray(members, dtype=np.int64)
+        ms = ms[(self.pubs[ms] != 0) | (ms == self.me)]
         out = {}
         for v in secagg.ring_neighbours(ms, self.me, self.k):
+            v = int(v)
             if v not in self._shared:
                 self._shared[v] = secagg.dh_shared(self.secret, int(self.pubs[v]))
             out[v] = self._shared[v]
@@ -80,9 +83,11 @@ class MaskingKeys:
         """The masked fixed-point upload of ``x`` for round ``rnd`` among ``members``."""
         return secagg.masked_upload(x, self.me, self.keys_for(members), rnd)
 
-    def members(self) -> list[int]:
+    def members(self) -> np.ndarray:
         """Every client index with a public key (ascending)."""
-        return [int(i) for i in np.flatnonzero(self.pubs)]
+        if self._members is None:
+            self._members = np.flatnonzero(self.pubs)
+        return self._members
 
 
 def dense_rows(n_items: int, width: int, items: np.ndarray, rows: np.ndarray, counts: bool = False) -> np.ndarray:

@@ -143,7 +143,8 @@ def _chain_links(W: np.ndarray, Vr: np.ndarray, ratio: float = 1e3):
     n2 = np.linalg.norm(e2, axis=1)
     n2[n2 == 0] = 1.0
     e2 /= n2[:, None]
-    # [j, k]: the squared length of row j's projection on the plane of row k (1: in the plane)
+    # [j, k]: the squared length of row j's projection on the plane of row k (1: in the plane);
+    # 1 - that loses everything below 1e-16 to cancellation, so it only shortlists candidates
     Q = e1 @ e1.T
     Q *= Q
     P2 = e1 @ e2.T
@@ -151,11 +152,20 @@ def _chain_links(W: np.ndarray, Vr: np.ndarray, ratio: float = 1e3):
     Q += P2
     del P2
     np.fill_diagonal(Q, -np.inf)
-    succ = np.argmax(Q, axis=0)
-    best = np.maximum(1.0 - Q[succ, np.arange(k)], 0.0)
+    m = min(8, k - 1)
+    short = np.argpartition(-Q, m - 1, axis=0)[:m] if m > 0 else np.zeros((0, k), dtype=np.int64)
     del Q
+    # the exact distance of each shortlisted row to the plane: the norm of its residual vector
+    cand = e1[short]  # (m, k, d)
+    res = cand - (cand * e1[None]).sum(-1, keepdims=True) * e1[None] - (cand * e2[None]).sum(-1, keepdims=True) * e2[None]
+    dist = (res * res).sum(-1)  # (m, k)
+    pick = np.argmin(dist, axis=0)
+    succ = short[pick, np.arange(k)]
+    best = dist[pick, np.arange(k)]
     scale = np.median(best) if k > 2 else 0.0
-    ok = best <= max(scale, 1e-300) * ratio
+    # float32 rows leave true links ~1e-14 off the plane and spurious ones beyond 1e-11; float64
+    # ones ~1e-30: accept ratio times the typical link, within [1e-28, 1e-11]
+    ok = best <= min(max(scale * ratio, 1e-28), 1e-11)
     # two rows cannot have the same successor: keep the better link
     owner: dict[int, int] = {}
     for i in np.argsort(best, kind="stable"):

@@ -10,8 +10,11 @@ because of the anonymity of the clients".
     to the server (FedRec++ must send them there: the server removes their sum later). The
     server matches every noise message to the one upload that contains its rows (one noise
     message per user and round: a matching, not a guess) and recovers I_u = upload items minus
-    I'_u. Users whose noise went to a denoiser outside the coalition keep the server-only
-    answer: the whole upload.
+    I'_u. When no single upload matches (the ``secure_noise`` defence masks the noise), the
+    coalition still has what each of its denoisers sent the server: the items some noise of its
+    group named; a user's upload minus those items is a set of rated items (her own sampled items
+    are among them), and the claim is its union over rounds. Users whose noise went to a
+    denoiser outside the coalition keep the server-only answer: the whole upload.
 ``noise_linking`` (a network observer of the server's and the denoisers' links, no payloads):
     links each anonymous noise message at a denoiser to the upload of the same round at the
     server, by size (the noise of a user with n rated items has int(rho n) rows, the upload
@@ -65,6 +68,18 @@ class NoiseMatching(Attack):
                     index[m.round][_row_key(i, row)].append(m.sender)
             elif m.kind == "noise" and "items" in p:
                 noises.append((m.round, np.asarray(p["items"]), np.asarray(p["grads"])))
+        # what the coalition's denoisers sent the server: per denoiser and round, the items some
+        # noise in its group named (count > 0), and who belongs to which group (the server's assign)
+        assigned: dict[str, str] = {}
+        group_items: dict[tuple[str, int], np.ndarray] = {}
+        for m in view.messages:
+            if not m.outgoing or m.payload is None:
+                continue
+            if m.kind == "assign" and m.payload.get("denoiser"):
+                assigned[m.receiver] = m.payload["denoiser"]
+            elif m.kind == "denoised" and m.sender in view.nodes:
+                it = np.asarray(m.payload["items"], dtype=np.int64)
+                group_items[(m.sender, m.round)] = it[np.asarray(m.payload["counts"]) > 0]
         found: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # user -> sampled item -> times
         rounds_linked: dict[str, int] = defaultdict(int)
         taken: set[tuple[int, str]] = set()
@@ -86,15 +101,24 @@ class NoiseMatching(Attack):
             for i in items.tolist():
                 found[user][i] += 1
         pools: dict[str, list] = defaultdict(list)
-        for by_user in uploads.values():
+        by_group: dict[str, list] = defaultdict(list)  # user -> upload items minus her group's noise items
+        for rnd, by_user in uploads.items():
             for user, (items, _) in by_user.items():
                 pools[user].append(items)
+                gi = group_items.get((assigned.get(user), rnd))
+                if gi is not None:
+                    by_group[user].append(np.setdiff1d(items.astype(np.int64), gi))
         out = {}
         for user, parts in pools.items():
             pool = np.unique(np.concatenate(parts).astype(np.int64))
             if rounds_linked.get(user):
                 sampled = np.fromiter(found[user].keys(), dtype=np.int64)
                 rated = np.setdiff1d(pool, sampled)
+                out[user] = Guess(pool, np.isin(pool, rated).astype(float), rated)
+            elif by_group.get(user):
+                # no individual link (secure noise): her own sampled items are among her group's
+                # noise items, so what is left of each upload is rated; the union over rounds
+                rated = np.unique(np.concatenate(by_group[user]))
                 out[user] = Guess(pool, np.isin(pool, rated).astype(float), rated)
             else:  # not linked: the server-only answer, every uploaded item
                 out[user] = Guess(pool, np.zeros(pool.size), pool)

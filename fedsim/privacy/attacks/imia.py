@@ -89,6 +89,16 @@ class IMIA(Attack):
         self.max_users = max_users
         self.seed = int(seed)
 
+    def shadow(self, cfg, model, items, labels, rng, call, stochastic) -> np.ndarray:
+        """The per-item update rows a client of the attacked protocol would send for ``items``
+        labelled ``labels`` (1: positive), from a fresh user factor and the ``model`` the server
+        sent (its ``call``-th training call; ``stochastic``: FedRec's sequential models)."""
+        if "Q" in model:
+            return _fcf_shadow(cfg, model, items, labels, rng, call, stochastic)
+        if "theta" in model:
+            return _fpl_shadow(cfg, model, items, labels, rng, call, stochastic)
+        return _fedrec_shadow(cfg, model, items, labels, rng, call, stochastic)
+
     def _first_uploads(self, view: View):
         proto = view.public.protocol
         up_kind = {"fedrec": "gradients", "fedrecpp": "gradients", "fpl": "update", "fcf": "gradients"}[proto]
@@ -142,12 +152,7 @@ class IMIA(Attack):
         pool, real = self._real(proto, cfg, up, n_items)
         if pool is None or pool.size == 0:
             return None
-        if proto == "fcf":
-            shadow = _fcf_shadow
-        elif proto == "fpl":
-            shadow = _fpl_shadow
-        else:
-            shadow = _fedrec_shadow
+        shadow = self.shadow
         stochastic = proto == "fedrec" and getattr(cfg, "style", "batch") != "batch"
         ratio = self.select_ratio
         if ratio is None:

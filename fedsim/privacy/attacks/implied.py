@@ -72,8 +72,12 @@ def _candidates(a: np.ndarray, b: np.ndarray, levels: np.ndarray, n_items: int) 
     q = 0.5 * (K[ok] + np.sqrt(disc[ok]))
     with np.errstate(divide="ignore", invalid="ignore"):
         roots = np.concatenate([q / A[ok], -B[ok] / q])
-    roots = roots[np.isfinite(roots) & (roots != 0)]
-    return np.unique(roots)
+    roots = np.sort(roots[np.isfinite(roots) & (roots != 0)])
+    if roots.size < 2:
+        return roots
+    # the same scale found from several items differs in the last bits: keep one of each
+    keep = np.r_[True, np.abs(np.diff(roots)) > 1e-5 * np.abs(roots[1:])]
+    return roots[keep]
 
 
 def _explains(r_rest: np.ndarray, r_int: np.ndarray, V_rest: np.ndarray | None, tol: float,
@@ -101,7 +105,7 @@ def _explains(r_rest: np.ndarray, r_int: np.ndarray, V_rest: np.ndarray | None, 
 
 def fit_scale(a: np.ndarray, b: np.ndarray, *, levels=(1, 2, 3, 4, 5), tol: float = 1e-4,
               V_rows: np.ndarray | None = None, modes: tuple[str, ...] = ("ua", "hf"),
-              n_items: int = 24, n_check: int = 8, absolute: bool = False) -> ScaleFit:
+              n_items: int = 24, n_check: int = 16, absolute: bool = False) -> ScaleFit:
     """The scale s under which ``r_i(s) = s a_i - b_i / s`` explains the items best (module
     docstring): among the candidate scales, the ``n_check`` with most items within ``tol`` of a
     level are checked against the filling ``modes`` (``V_rows``: the items' factors, for the
