@@ -314,9 +314,9 @@ def _metric_cols() -> list[str]:
 
 
 def _pool_seeds(rows: list[dict]) -> list[dict]:
-    """Rows of several seeds of one configuration and attack merged: the means of the per-seed
-    summaries (the intervals are the per-seed ones when there is one seed; with several, the
-    widest of them and the seed spread is reported as ``*_seed_sd``)."""
+    """One row per configuration and attack: the per-user scores of all its seeds pooled
+    (``summarize``: means, 95 % intervals over users and seeds, the spread of the per-seed means
+    as ``*_seed_sd`` when there are several); the costs and accuracy averaged over the seeds."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     keys = ("protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "profile", "attack",
             "window", "adversary")
@@ -324,18 +324,14 @@ def _pool_seeds(rows: list[dict]) -> list[dict]:
         groups[tuple(str(r.get(k, "")) for k in keys)].append(r)
     out = []
     for grp in groups.values():
-        if len(grp) == 1:
-            out.append(grp[0])
-            continue
-        merged = dict(grp[0])
+        merged = {k: v for k, v in grp[0].items() if k != "scored"}
         for k, v in grp[0].items():
-            if isinstance(v, float):
+            if isinstance(v, float) and k not in ("scored",):
                 vals = np.array([g.get(k, math.nan) for g in grp], dtype=float)
-                merged[k] = float(np.nanmean(vals))
-                if k in METRICS:
-                    merged[f"{k}_seed_sd"] = float(np.nanstd(vals, ddof=1))
-        for m in METRICS:
-            merged[f"{m}_ci"] = float(np.nanmax([g.get(f"{m}_ci", math.nan) for g in grp]))
+                merged[k] = float(np.mean(vals[~np.isnan(vals)])) if (~np.isnan(vals)).any() else math.nan
+        scored = [x for g in grp for x in g.get("scored", [])]
+        merged.update(summarize(scored))
+        merged["seeds"] = len(grp)
         out.append(merged)
     return out
 

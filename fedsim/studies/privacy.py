@@ -10,8 +10,9 @@ attacks, and returns plain rows:
 
 ``leakage``  one row per (task, attack, rounds observed): precision, recall, F1, AUC, exact
              recovery (means over the users the adversary saw upload, 95 % intervals) and the
-             random-guess baseline at the same set size; the run's accuracy; bytes per client
-             (everything but evaluation traffic, from the ledger); protocol and attack seconds.
+             random-guess baseline at the same set size, with the per-user scores (``scored``,
+             to pool seeds); the run's accuracy; bytes per client (everything but evaluation
+             traffic, from the ledger); protocol and attack seconds.
 ``sizes``    the size-only observer per task: exact |I_u| recoveries, median relative error, rank
              correlation.
 ``links``    the network observer of FedRec++'s anonymous channel: share of noise messages linked
@@ -225,7 +226,7 @@ def run_task(task: AuditTask) -> dict:
             scored = score_inference(run.inference, cap.truth, public.n_items, population)
             for r in scored:
                 r["seed"] = task.seed
-            rows.append({**common, **summarize(scored)})
+            rows.append({**common, **summarize(scored), "scored": scored})
     return {"rows": rows, "sizes": sizes, "links": links, "records": records,
             "info": {"label": task.label, "run_s": run_s, "diverged": getattr(result.model, "diverged_at", None)
                      if result is not None and result.model is not None else None}}

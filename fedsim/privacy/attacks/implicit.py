@@ -13,8 +13,9 @@ pi.
     consumed items. Across rounds, the claim is every item ever seen in a positive group; the
     score also ranks the other items by how rarely they appeared as this user's negatives.
 ``fpl_never_negative``: negatives are drawn from the catalogue minus I_u, so the items never
-    sent as a user's negative contain I_u; the claim is that set (over the items anyone sent).
-    This is what is left at pi = 0.
+    sent as a user's negative contain I_u; the claim is that set, among the items the server has
+    seen as anyone's negative (a consumed item nobody ever drew as a negative is missed). This is
+    what is left at pi = 0.
 
 FCF (the FedRec paper's baseline; FCF uploads a gradient for every item "consumed or not"):
 ``grad_i = c_ui (p_u . q_i - y_ui) p_u``, all rows parallel to p_u. With ``b_i`` the rows'

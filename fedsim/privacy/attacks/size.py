@@ -95,8 +95,10 @@ class SizeOnly(Attack):
                 continue
             if proto in ("fedrec", "fedrecpp"):
                 rho = float(cfg.rho)
-                est = [next((n for n in range(k + 1) if n + int(rho * n) == k), np.nan) for k in ks]
-                out[user] = float(np.nanmedian(est))
+                est = [n for n in (next((n for n in range(k + 1) if n + int(rho * n) == k), None) for k in ks)
+                       if n is not None]
+                if est:
+                    out[user] = float(np.median(est))
             elif proto == "fpl":
                 out[user] = float(np.mean(ks)) - float(cfg.triples)  # positives sent per round
             else:
