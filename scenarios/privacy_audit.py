@@ -34,9 +34,8 @@ from fedsim.protocols.fedrec import FedRecConfig, paper_lr
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import config_for_preset
 from fedsim.studies.fedrec import make_folds
-from fedsim.studies.fpl import prepare
 from fedsim.studies.parallel import default_workers, pmap
-from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
 
 DEFAULT_DATA = "ml100k-like"
 PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr")
@@ -90,7 +89,7 @@ def _specs(*items) -> tuple:
     return tuple(items)
 
 
-def _fedrec_tasks(ctx, add, fold, train, n_users) -> None:
+def _fedrec_tasks(ctx, add, fold, data, n_users) -> None:
     T = int(ctx["iterations"])
     r1 = max(0, min(11, T - 2))  # the first round with hybrid filling on (code convention: t > T_predict = 10)
     obs = (r1, r1 + 1) if T > r1 + 1 else (r1,)
@@ -104,7 +103,7 @@ def _fedrec_tasks(ctx, add, fold, train, n_users) -> None:
             for strategy in ctx["strategies"]:
                 for rho in ctx["rhos"]:
                     cfg = FedRecConfig(model, d=ctx["d"], T=T, lr=paper_lr(model), rho=float(rho), strategy=strategy)
-                    add("fedrec", {"model": model, "strategy": strategy, "rho": rho}, cfg, train, test, obs, None,
+                    add("fedrec", {"model": model, "strategy": strategy, "rho": rho}, cfg, data, test, obs, None,
                         _specs(AttackSpec("implied_ratings", (), (r1,), "1 round"), inter1, inter2, imia, size))
         else:
             Ts = int(ctx["sgd_iterations"])
@@ -113,7 +112,7 @@ def _fedrec_tasks(ctx, add, fold, train, n_users) -> None:
                 for rho in ctx["sgd_rhos"]:
                     cfg = FedRecConfig(model, d=ctx["d"], T=Ts, lr=paper_lr(model), rho=float(rho), strategy=strategy,
                                        T_predict=0)
-                    add("fedrec", {"model": model, "strategy": strategy, "rho": rho}, cfg, train, test, None,
+                    add("fedrec", {"model": model, "strategy": strategy, "rho": rho}, cfg, data, test, None,
                         ctx["sgd_targets"] or None,
                         _specs(first, AttackSpec("intersection", (), None, f"{Ts} rounds"),
                                AttackSpec("imia", (("max_users", ctx["imia_users"] or None),), None, "first call"),
@@ -122,16 +121,16 @@ def _fedrec_tasks(ctx, add, fold, train, n_users) -> None:
         for sigma in ctx["noise_sigmas"]:
             cfg = FedRecConfig("PMF(B)", d=ctx["d"], T=T, lr=paper_lr("PMF(B)"), rho=1.0, strategy="ua",
                                upload_noise=float(sigma))
-            add("fedrec", {"model": "PMF(B)", "strategy": "ua", "rho": 1, "defence": f"noise {sigma:g}"}, cfg, train,
+            add("fedrec", {"model": "PMF(B)", "strategy": "ua", "rho": 1, "defence": f"noise {sigma:g}"}, cfg, data,
                 test, obs, None, _specs(AttackSpec("implied_ratings", (), (r1,), "1 round"), inter2, imia, size))
     if "secagg" in ctx["defences"]:
         cfg = FedRecConfig("PMF(B)", d=ctx["d"], T=T, lr=paper_lr("PMF(B)"), rho=1.0, strategy="ua",
                            secure_aggregation=True, secagg_neighbours=ctx["secagg_neighbours"])
-        add("fedrec", {"model": "PMF(B)", "strategy": "ua", "rho": 1, "defence": "secagg"}, cfg, train, test, obs,
+        add("fedrec", {"model": "PMF(B)", "strategy": "ua", "rho": 1, "defence": "secagg"}, cfg, data, test, obs,
             None, _specs(AttackSpec("implied_ratings", (), (r1,), "1 round"), inter2, imia, size))
 
 
-def _fedrecpp_tasks(ctx, add, fold, train, n_users) -> None:
+def _fedrecpp_tasks(ctx, add, fold, data, n_users) -> None:
     T = int(ctx["iterations"])
     r1 = max(0, min(11, T - 2))
     obs = (r1, r1 + 1) if T > r1 + 1 else (r1,)
@@ -143,7 +142,7 @@ def _fedrecpp_tasks(ctx, add, fold, train, n_users) -> None:
                                      secagg_neighbours=ctx["secagg_neighbours"])
                 setting = {"model": "PMF(B)", "strategy": "hf", "rho": rho, "eta": eta_text,
                            **({"defence": "secure noise"} if secure else {})}
-                add("fedrecpp", setting, cfg, train, fold.test, obs, None, _specs(
+                add("fedrecpp", setting, cfg, data, fold.test, obs, None, _specs(
                     AttackSpec("implied_ratings", (), (r1,), "1 round"),
                     AttackSpec("intersection", (), obs, f"{len(obs)} rounds"),
                     AttackSpec("noise_matching", (), (r1,), "1 round"),
@@ -158,21 +157,21 @@ def _fedrecpp_tasks(ctx, add, fold, train, n_users) -> None:
                                           secagg_neighbours=ctx["secagg_neighbours"])
                     links = tuple(AttackSpec("noise_linking", (("use", u),), None, f"{Tl} rounds")
                                   for u in ("size", "time", "size+time"))
-                    add("fedrecpp", {**setting, "profile": prof}, lcfg, train, None, (), None, links,
+                    add("fedrecpp", {**setting, "profile": prof}, lcfg, data, None, (), None, links,
                         net=replace(NetSpec.of(ctx.net), profile=prof))
 
 
 def _fpl_tasks(ctx, add, splits) -> None:
     E = int(ctx["fpl_epochs"])
     cps = tuple(sorted({1, max(1, E // 2), E}))
-    for name, split in splits:
+    for name, split, recipe in splits:
         attacks = _specs(AttackSpec("fpl_sign"), AttackSpec("fpl_never_negative"),
                          AttackSpec("imia", (("max_users", ctx["imia_users"] or None),)),
                          AttackSpec("size_only"))
         for preset in ctx["presets"]:
             for pi in ctx["pis"]:
                 cfg = config_for_preset(preset, split.n_users, split.x_plus, epochs=1, d=10, lr=0.05, pi=float(pi))
-                add("fpl", {"data": name, "preset": preset, "pi": pi}, cfg, split, None, None, None, attacks,
+                add("fpl", {"data": name, "preset": preset, "pi": pi}, cfg, recipe, None, None, None, attacks,
                     epochs=E, checkpoints=cps)
         first = name == splits[0][0]
         if not first:
@@ -182,37 +181,35 @@ def _fpl_tasks(ctx, add, splits) -> None:
             for sigma in ctx["noise_sigmas"]:
                 cfg = config_for_preset(cpr[0], split.n_users, split.x_plus, epochs=1, d=10, lr=0.05, pi=0.5,
                                         upload_noise=float(sigma))
-                add("fpl", {"data": name, "preset": cpr[0], "pi": 0.5, "defence": f"noise {sigma:g}"}, cfg, split,
+                add("fpl", {"data": name, "preset": cpr[0], "pi": 0.5, "defence": f"noise {sigma:g}"}, cfg, recipe,
                     None, None, None, attacks, epochs=E, checkpoints=(E,))
         if "secagg" in ctx["defences"]:
             for preset in cpr:
                 cfg = config_for_preset(preset, split.n_users, split.x_plus, epochs=1, d=10, lr=0.05, pi=0.5,
                                         secure_aggregation=True, secagg_neighbours=ctx["secagg_neighbours"])
-                add("fpl", {"data": name, "preset": preset, "pi": 0.5, "defence": "secagg"}, cfg, split, None, None,
+                add("fpl", {"data": name, "preset": preset, "pi": 0.5, "defence": "secagg"}, cfg, recipe, None, None,
                     None, attacks, epochs=E, checkpoints=(E,))
 
 
 def _splits(ctx) -> list:
-    specs = list(ctx["fpl_data"])
+    """``[(name, ImplicitSplit, SplitData)]`` for FPL and FCF: ``fpl_data``, or ``--data``."""
+    specs = list(ctx["fpl_data"]) or [str(ctx.data)]
     out = []
-    if not specs:
-        ratings = ctx.load_data()
-        max_users = int(ctx["fpl_max_users"])
-        if max_users < 0:
-            max_users = 100 if not Path(str(ctx.data)).exists() else 0
-        out.append((str(ctx.data), prepare(ratings, min_interactions=ctx["fpl_min_interactions"], protocol="test",
-                                           max_users=max_users, seed=ctx.seed)))
-        return out
     from fedsim.data import resolve
 
     for s in specs:
         try:
-            r = resolve(s)
+            resolve(s)
         except FileNotFoundError as exc:
             raise UsageError(f"fpl_data: {exc}") from None
         max_users = int(ctx["fpl_max_users"])
-        out.append((Path(s).stem or s, prepare(r, min_interactions=ctx["fpl_min_interactions"], protocol="test",
-                                               max_users=max(max_users, 0), seed=ctx.seed)))
+        if max_users < 0:
+            max_users = 0 if Path(s).exists() else 100  # synthetic presets: a 100-user subset
+        kw = (("min_interactions", int(ctx["fpl_min_interactions"])), ("protocol", "test"),
+              ("max_users", max_users), ("seed", ctx.seed))
+        recipe = SplitData(s, kw)
+        name = Path(s).stem if Path(s).exists() else s
+        out.append((name, recipe.load()[0], recipe))
     return out
 
 
@@ -237,28 +234,29 @@ def run(ctx: RunContext) -> None:
         fold = make_folds(ratings, 5, ctx.seed)[0]
         train = fold.train_ratings()
         n_users = int(train.n_users)
+        data_ref = FoldData(fold)  # what the worker processes rebuild the data from
         ctx.note(f"Explicit data `{ctx.data}`: {n_users} users, {train.n_items} items, {len(train)} training ratings "
                  f"(fold 1 of 5; its test part gives the RMSE).")
         if "fedrec" in chosen:
-            _fedrec_tasks(ctx, add, fold, train, n_users)
+            _fedrec_tasks(ctx, add, fold, data_ref, n_users)
         if "fedrecpp" in chosen:
-            _fedrecpp_tasks(ctx, add, fold, train, n_users)
+            _fedrecpp_tasks(ctx, add, fold, data_ref, n_users)
         if "personalfr" in chosen:
             pf = REGISTRY["personalfr"].Config(rounds=1, fraction=0.05, local_epochs=1, hidden=(32, 16),
                                                clients=min(int(ctx["personalfr_clients"]), n_users))
-            add("personalfr", {"clients": pf.clients}, pf, train, None, None, None,
+            add("personalfr", {"clients": pf.clients}, pf, data_ref, None, None, None,
                 _specs(AttackSpec("personalfr_indices"), AttackSpec("size_only")))
     if chosen & {"fpl", "fcf"}:
         splits = _splits(ctx)
-        for name, sp in splits:
+        for name, sp, _ in splits:
             ctx.note(f"Implicit data `{name}`: {sp.n_users} users, catalogue {len(sp.catalogue)} items, "
                      f"X+ = {sp.x_plus} training interactions (per-user temporal 80/20; P@10 on the 20 %).")
         if "fpl" in chosen:
             _fpl_tasks(ctx, add, splits)
         if "fcf" in chosen:
-            name, sp = splits[0]
+            name, sp, recipe = splits[0]
             R = int(ctx["fcf_rounds"])
-            add("fcf", {"data": name}, FCFConfig(rounds=R, d=10), sp, None, (R - 1,), None,
+            add("fcf", {"data": name}, FCFConfig(rounds=R, d=10), recipe, None, (R - 1,), None,
                 _specs(AttackSpec("fcf_line", (("threshold", 0.01),), (R - 1,), "1 round"),
                        AttackSpec("imia", (("max_users", ctx["imia_users"] or None),), (R - 1,), "1 round"),
                        AttackSpec("size_only", (), (R - 1,), "1 round")))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,7 @@ from ..privacy.record import Recorder
 from ..privacy.views import Public
 from ..seeding import node_rng
 
-__all__ = ["ATTACKS", "AttackSpec", "AuditTask", "UPLOAD_KINDS", "client_costs", "run_task"]
+__all__ = ["ATTACKS", "AttackSpec", "AuditTask", "FoldData", "SplitData", "UPLOAD_KINDS", "client_costs", "run_task"]
 
 ATTACKS = {
     "implied_ratings": ImpliedRatings, "sgd_chain": SgdChain, "svdpp_odelta": SvdppODelta,
@@ -83,7 +83,7 @@ class AuditTask:
     protocol: str
     setting: dict
     config: Any
-    data: Any
+    data: Any  # Ratings, an ImplicitSplit, or a picklable recipe (FoldData, SplitData)
     test: Any
     seed: int
     net: Any
@@ -94,6 +94,42 @@ class AuditTask:
     checkpoints: tuple = ()
     ledger_dir: str | None = None
     build_kw: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FoldData:
+    """A task's explicit data as a picklable ``Fold`` (``Ratings`` are not picklable): ``load()``
+    gives ``(training Ratings, test (users, items, ratings))``."""
+
+    fold: Any
+
+    def load(self):
+        return self.fold.train_ratings(), self.fold.test
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """A task's implicit data as the recipe of its ``ImplicitSplit``: ``resolve(spec)`` then
+    ``prepare(**kw)`` (deterministic), rebuilt in the worker process and cached there."""
+
+    spec: str
+    kw: tuple = ()
+
+    def load(self):
+        return _split(self.spec, self.kw), None
+
+
+_SPLITS: dict = {}
+
+
+def _split(spec: str, kw: tuple):
+    key = (spec, kw)
+    if key not in _SPLITS:
+        from ..data import resolve
+        from .fpl import prepare
+
+        _SPLITS[key] = prepare(resolve(spec), **dict(kw))
+    return _SPLITS[key]
 
 
 def client_costs(ledgers: list, n_clients: int, skip_kinds: tuple) -> dict[str, float]:
@@ -161,6 +197,9 @@ def run_task(task: AuditTask) -> dict:
     "info"}`` of plain data."""
     spec = REGISTRY[task.protocol]
     netspec = NetSpec.of(task.net)
+    if hasattr(task.data, "load"):  # a picklable recipe (worker processes)
+        loaded, test = task.data.load()
+        task = replace(task, data=loaded, test=test if test is not None else task.test)
     data = task.data.train if hasattr(task.data, "train") else task.data
     n_users = int(data.n_users)
     names = client_names(n_users)
