@@ -207,3 +207,17 @@ def test_summarize_interval_and_seed_spread():
 def test_view_public_is_what_the_protocol_makes_public(pp_capture):
     v = build_view(ViewSpec.server(), pp_capture.recorder, pp_capture.public)
     assert isinstance(v.public, Public) and v.public.protocol == "fedrecpp" and v.public.n_items == 90
+
+
+def test_the_python_example_of_docs_privacy_runs(monkeypatch, tmp_path, capsys):
+    import re
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    doc = Path(__file__).resolve().parents[1] / "docs" / "privacy.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert blocks
+    ns: dict = {}
+    for b in blocks:
+        exec(compile(b, str(doc), "exec"), ns)
+    assert ns["summarize"](ns["rows"])["exact"] == 1.0
