@@ -70,6 +70,9 @@ PARAMS = {
     "personalfr_clients": Param(100, "PersonalFR clients (users are grouped into them)", min=1),
     "defences": Param(list(DEFENCES), "defences to audit", kind="strs", choices=DEFENCES),
     "noise_sigmas": Param([0.001, 0.01, 0.1], "upload_noise standard deviations", kind="floats", min=0),
+    "defence_iterations": Param(13, "iterations of the FedRec secure-aggregation and FedRec++ secure-noise runs "
+                                "(their models equal the undefended ones: tests/test_secagg.py; 0: iterations)",
+                                min=0),
     "secagg_neighbours": Param(4, "secure aggregation: ring neighbours per client", min=2),
     "imia_users": Param(100, "users the reference attack (IMIA) attacks per run (a seeded sample; 0: all)",
                         min=0),
@@ -124,8 +127,9 @@ def _fedrec_tasks(ctx, add, fold, data, n_users) -> None:
             add("fedrec", {"model": "PMF(B)", "strategy": "ua", "rho": 1, "defence": f"noise {sigma:g}"}, cfg, data,
                 test, obs, None, _specs(AttackSpec("implied_ratings", (), (r1,), "1 round"), inter2, imia, size))
     if "secagg" in ctx["defences"]:
-        cfg = FedRecConfig("PMF(B)", d=ctx["d"], T=T, lr=paper_lr("PMF(B)"), rho=1.0, strategy="ua",
-                           secure_aggregation=True, secagg_neighbours=ctx["secagg_neighbours"])
+        Td = int(ctx["defence_iterations"]) or T
+        cfg = FedRecConfig("PMF(B)", d=ctx["d"], T=max(Td, max(obs) + 1), lr=paper_lr("PMF(B)"), rho=1.0,
+                           strategy="ua", secure_aggregation=True, secagg_neighbours=ctx["secagg_neighbours"])
         add("fedrec", {"model": "PMF(B)", "strategy": "ua", "rho": 1, "defence": "secagg"}, cfg, data, test, obs,
             None, _specs(AttackSpec("implied_ratings", (), (r1,), "1 round"), inter2, imia, size))
 
@@ -134,11 +138,12 @@ def _fedrecpp_tasks(ctx, add, fold, data, n_users) -> None:
     T = int(ctx["iterations"])
     r1 = max(0, min(11, T - 2))
     obs = (r1, r1 + 1) if T > r1 + 1 else (r1,)
+    Td = max(int(ctx["defence_iterations"]) or T, max(obs) + 1)
     for secure in ([False, True] if "secure_noise" in ctx["defences"] else [False]):
         for eta_text in ctx["etas"]:
             eta = _eta(eta_text, n_users)
             for rho in ctx["pp_rhos"]:
-                cfg = FedRecPPConfig(d=ctx["d"], T=T, rho=float(rho), eta=eta, secure_noise=secure,
+                cfg = FedRecPPConfig(d=ctx["d"], T=Td if secure else T, rho=float(rho), eta=eta, secure_noise=secure,
                                      secagg_neighbours=ctx["secagg_neighbours"])
                 setting = {"model": "PMF(B)", "strategy": "hf", "rho": rho, "eta": eta_text,
                            **({"defence": "secure noise"} if secure else {})}
@@ -274,8 +279,8 @@ def run(ctx: RunContext) -> None:
         sizes += o["sizes"]
         links += o["links"]
     rows = _pool_seeds(rows)
-    cols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "adversary", "attack",
-            "window", "users", *_metric_cols(), "accuracy_metric", "accuracy", "bytes_per_client", "up_bytes",
+    cols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "T", "adversary",
+            "attack", "window", "users", *_metric_cols(), "accuracy_metric", "accuracy", "bytes_per_client", "up_bytes",
             "down_bytes", "run_s", "attack_s"]
     ctx.table("leakage", [{c: r.get(c, "") for c in cols} for r in rows], columns=cols,
               title="Leakage per protocol, setting and attack (means over the users the adversary saw upload, "

@@ -34,7 +34,7 @@ class Capture:
     """One observed protocol run: ``protocol``, ``config``, ``recorder`` (the tap's recording),
     ``public``, ``truth`` (client id -> true item set; for the audit, never for attacks),
     ``result`` (the protocol's ``Result``), ``network`` (the network it ran on), ``wall_s``
-    (seconds the run took) and ``seed``."""
+    (seconds the run took), ``seed`` and ``label`` (with the seed, what keys the references)."""
 
     protocol: str
     config: Any
@@ -45,11 +45,13 @@ class Capture:
     network: Any
     wall_s: float
     seed: int = 0
+    label: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
     def key(self) -> bytes:
-        return view_key(self.seed, self.protocol)
+        """The key of this capture's opaque message references (``view_key``)."""
+        return view_key(self.seed, self.label or self.protocol)
 
 
 def view_key(seed: int, label: str) -> bytes:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..kernel.ledger import ROUND, SRC, DST, KIND
+from ..kernel.ledger import DST, KIND, ROUND, SRC
 
 __all__ = ["Recorder"]
 
@@ -26,21 +26,26 @@ class Recorder:
 
     ``rounds``, ``kinds``, ``nodes``: keep a copy's payload only if its round label is in
     ``rounds``, its kind in ``kinds`` and its sender or receiver in ``nodes`` (``None``: no
-    restriction on that field). Rows are always kept. One recorder may be attached to several
+    restriction on that field); for the kinds of ``first_only``, only each receiver's first
+    message of that kind (the model a client got at its first round: what an attack on a
+    client's first upload needs, at a fraction of the memory of every model). Rows are always
+    kept. One recorder may be attached to several
     networks in turn (a protocol run split into one network per epoch): ``attach`` each before it
     runs. ``entries`` lists ``(row, payload or None, network)`` in the order the copies were sent,
     ``network`` counting the networks attached so far from 0 (each network's clock and message
     numbers start afresh; views order and name messages by network first).
     """
 
-    __slots__ = ("entries", "rounds", "kinds", "nodes", "networks")
+    __slots__ = ("entries", "rounds", "kinds", "nodes", "networks", "first_only", "_firsts")
 
     def __init__(self, *, rounds: Iterable[int] | None = None, kinds: Iterable[str] | None = None,
-                 nodes: Iterable[str] | None = None) -> None:
+                 nodes: Iterable[str] | None = None, first_only: Iterable[str] = ()) -> None:
         self.entries: list[tuple[list, Any, int]] = []
         self.rounds = None if rounds is None else frozenset(int(r) for r in rounds)
         self.kinds = None if kinds is None else frozenset(kinds)
         self.nodes = None if nodes is None else frozenset(nodes)
+        self.first_only = frozenset(first_only)
+        self._firsts: set = set()
         self.networks = 0
 
     def attach(self, net: Any) -> "Recorder":
@@ -59,7 +64,14 @@ class Recorder:
         if self.kinds is not None and row[KIND] not in self.kinds:
             return False
         nodes = self.nodes
-        return nodes is None or row[SRC] in nodes or row[DST] in nodes
+        if nodes is not None and row[SRC] not in nodes and row[DST] not in nodes:
+            return False
+        if row[KIND] in self.first_only:
+            key = (row[KIND], row[DST])
+            if key in self._firsts:
+                return False
+            self._firsts.add(key)
+        return True
 
     def observe(self, row: list, payload: Any) -> None:
         """Called by the transport for every message copy (``Network.tap``); never raises."""

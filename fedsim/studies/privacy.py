@@ -36,7 +36,7 @@ from ..privacy.attacks import (
     PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes,
 )
 from ..privacy.attacks.base import run_attack
-from ..privacy.audit import Capture, score_links, truth_of, view_key
+from ..privacy.audit import Capture, score_links, truth_of
 from ..privacy.metrics import score_inference, summarize
 from ..privacy.record import Recorder
 from ..privacy.views import Public
@@ -212,7 +212,10 @@ def run_task(task: AuditTask) -> dict:
         net = netspec.build(task.seed if task.epochs == 1 else _epoch_seed(task.seed, e))
         if rec is None:
             tg = _targets(task, names)
-            rec = Recorder(rounds=task.observe, nodes=None if tg is None else tg | {"server"})
+            # runs recorded whole (FPL): every update, but each client's first model only (what
+            # the reference attack needs: its first upload); a model per round would cost GBs
+            first = ("model",) if task.observe is None and task.protocol == "fpl" else ()
+            rec = Recorder(rounds=task.observe, nodes=None if tg is None else tg | {"server"}, first_only=first)
         rec.attach(net)
         kw = dict(task.build_kw)
         if resume is not None:
@@ -227,12 +230,16 @@ def run_task(task: AuditTask) -> dict:
     run_s = time.perf_counter() - t0
     public = Public(task.protocol, task.config, "server", tuple(job.clients), int(data.n_items))
     cap = Capture(task.protocol, task.config, rec, public, truth_of(task.protocol, data, job), result, last_net,
-                  run_s, task.seed)
+                  run_s, task.seed, task.label)
     metric, acc = _accuracy(task, result)
     costs = client_costs(ledgers, len(job.clients), spec.kinds_for("evaluation"))
     sim_s = float(sum(r["sim_time"] for r in records))
     base = {**task.setting, "accuracy_metric": metric, "accuracy": acc, **costs, "run_s": run_s, "sim_s": sim_s}
+    base["T"] = int(getattr(task.config, "T", getattr(task.config, "rounds", 0)))
+    if task.epochs > 1:
+        base["T"] = task.epochs  # FPL: epochs
     rows, sizes, links = [], [], []
+    views: dict = {}  # attacks of the same adversary over the same rounds share one view
     checkpoints = task.checkpoints or (task.epochs,)
     for spec_a in task.attacks:
         for cp in checkpoints:
@@ -246,7 +253,7 @@ def run_task(task: AuditTask) -> dict:
             elif len(checkpoints) > 1:
                 continue
             attack = spec_a.build()
-            run = run_attack(attack, rec, public, rounds=rounds, key=view_key(task.seed, task.label))
+            run = run_attack(attack, rec, public, rounds=rounds, key=cap.key, views=views)
             common = {**base, "attack": attack.name, "adversary": attack.view.label, "window": window,
                       "attack_s": run.seconds, "view_messages": run.messages, "unrecorded": run.unrecorded}
             if attack.about == "links":

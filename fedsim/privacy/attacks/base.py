@@ -51,13 +51,20 @@ class AttackRun:
 
 
 def run_attack(attack: Attack, recording: Any, public: Public, *,
-               rounds: int | Iterable[int] | None = None, key: bytes = b"fedsim.privacy") -> AttackRun:
+               rounds: int | Iterable[int] | None = None, key: bytes = b"fedsim.privacy",
+               views: dict | None = None) -> AttackRun:
     """Build ``attack.view`` over ``recording`` (up to round ``rounds`` or in that set; ``key``
     keys the messages' opaque references; see ``build_view``) and call ``attack.run`` with that
-    view alone. Raises ``TypeError`` if the attack returns anything but a mapping (of ``Guess``
-    for an item attack)."""
+    view alone. ``views``: a dict in which views are kept by (spec, rounds) so that attacks of
+    the same adversary share one (a view is read-only). Raises ``TypeError`` if the attack
+    returns anything but a mapping (of ``Guess`` for an item attack)."""
     t0 = time.perf_counter()
-    view = build_view(attack.view, recording, public, rounds=rounds, key=key)
+    vkey = (attack.view, rounds if rounds is None or isinstance(rounds, int) else tuple(rounds))
+    view = None if views is None else views.get(vkey)
+    if view is None:
+        view = build_view(attack.view, recording, public, rounds=rounds, key=key)
+        if views is not None:
+            views[vkey] = view
     out = attack.run(view)
     seconds = time.perf_counter() - t0
     if not isinstance(out, Mapping):

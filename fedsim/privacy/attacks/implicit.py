@@ -45,12 +45,15 @@ __all__ = ["FCFLine", "FPLNeverNegative", "FPLSign", "PersonalFRIndices", "fpl_s
 def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray, lam_bias: float) -> np.ndarray:
     """Which rows of one FPL upload are positive-item updates: the rows are split by the sign of
     their factor part along its principal direction, and the group whose bias deltas (plus
-    ``lam_bias b``) are positive is the positive one. Returns a boolean mask."""
+    ``lam_bias b``; ``b_sent`` is not read when ``lam_bias`` is 0, the paper's setting) are
+    positive is the positive one. Returns a boolean mask."""
     rows = np.asarray(rows, dtype=np.float64)
     if rows.shape[0] == 0:
         return np.zeros(0, dtype=bool)
     F = rows[:, :-1]
-    g = rows[:, -1] + lam_bias * np.asarray(b_sent, dtype=np.float64)[items]
+    g = rows[:, -1]
+    if lam_bias:
+        g = g + lam_bias * np.asarray(b_sent, dtype=np.float64)[items]
     if not np.any(F):
         return g > 0
     ev, vecs = np.linalg.eigh(F.T @ F)
@@ -60,19 +63,25 @@ def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray, lam_bias:
     return side if pos_side else ~side
 
 
-def _fpl_uploads(view: View):
+def _fpl_uploads(view: View, need_bias: bool):
     """``(sender, round, items, rows, b)`` per recorded FPL upload, with the biases b of the
-    model the server sent that round."""
+    model the server sent that round (needed only when the bias is regularised, ``need_bias``;
+    else b is None and the model need not have been recorded)."""
     theta: dict[int, np.ndarray] = {}
     for m in view.messages:
-        if m.outgoing and m.kind == "model" and m.payload is not None:
+        if need_bias and m.outgoing and m.kind == "model" and m.payload is not None:
             theta.setdefault(m.round, m.payload["theta"])
         elif not m.outgoing and m.kind == "update" and m.sender is not None and m.payload is not None:
             p = m.payload
-            th = theta.get(m.round)
-            if th is None or "items" not in p:
+            if "items" not in p:
                 continue
-            yield m.sender, m.round, np.asarray(p["items"], dtype=np.int64), np.asarray(p["rows"]), th[:, -1]
+            b = None
+            if need_bias:
+                th = theta.get(m.round)
+                if th is None:
+                    continue
+                b = th[:, -1]
+            yield m.sender, m.round, np.asarray(p["items"], dtype=np.int64), np.asarray(p["rows"]), b
 
 
 class FPLSign(Attack):
@@ -88,7 +97,7 @@ class FPLSign(Attack):
         neg: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         rounds: dict[str, int] = defaultdict(int)
         anyone = set()
-        for user, _, items, rows, b in _fpl_uploads(view):
+        for user, _, items, rows, b in _fpl_uploads(view, lam_bias != 0):
             mask = fpl_split(items, rows, b, lam_bias)
             rounds[user] += 1
             for i in items[mask].tolist():
@@ -118,7 +127,7 @@ class FPLNeverNegative(Attack):
         neg: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         anyone = set()
         users = set()
-        for user, _, items, rows, b in _fpl_uploads(view):
+        for user, _, items, rows, b in _fpl_uploads(view, lam_bias != 0):
             mask = fpl_split(items, rows, b, lam_bias)
             users.add(user)
             for i in items[~mask].tolist():
