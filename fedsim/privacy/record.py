@@ -25,7 +25,7 @@ class Recorder:
     """A tap that records the rows of every message copy and the payloads of those selected.
 
     ``rounds``, ``kinds``, ``nodes``: keep a copy's payload only if its round label is in
-    ``rounds``, its kind in ``kinds`` and its sender or receiver in ``nodes`` (``None``: no
+    ``rounds`` or negative (setup, which every view shows), its kind in ``kinds`` and its sender or receiver in ``nodes`` (``None``: no
     restriction on that field); for the kinds of ``first_only``, only each receiver's first
     message of that kind (the model a client got at its first round: what an attack on a
     client's first upload needs, at a fraction of the memory of every model). Rows are always
@@ -59,8 +59,8 @@ class Recorder:
 
     def keeps(self, row: list) -> bool:
         """Whether the payload of the copy with ledger row ``row`` is kept."""
-        if self.rounds is not None and row[ROUND] not in self.rounds:
-            return False
+        if self.rounds is not None and row[ROUND] not in self.rounds and row[ROUND] >= 0:
+            return False  # setup messages (negative rounds) are kept: views show them in every window
         if self.kinds is not None and row[KIND] not in self.kinds:
             return False
         nodes = self.nodes
