@@ -7,10 +7,10 @@ the updates for the consumed items share the same sign, as well as all the updat
 non-consumed items". Clients send every negative update and each positive one with probability
 pi.
 
-``fpl_sign``: split each upload by the sign of its rows along their common direction (the
-    factor part, ``+-g p_u``), and name the two groups by their bias deltas (positive: ``+g``,
-    after adding back ``lam_bias b``, which the server knows). The positive group is a set of
-    consumed items. Across rounds, the claim is every item ever seen in a positive group; the
+``fpl_sign``: split each upload by the sign of its rows' bias deltas (``+g`` for a positive,
+    ``-g`` for a negative, after adding back ``lam_bias b``, which the server knows and the paper
+    sets to 0); the factor parts, ``+-g p_u - lambda q``, split the same way while g is large.
+    The positive group is a set of consumed items. Across rounds, the claim is every item ever seen in a positive group; the
     score also ranks the other items by how rarely they appeared as this user's negatives.
 ``fpl_never_negative``: negatives are drawn from the catalogue minus I_u, so the items never
     sent as a user's negative contain I_u; the claim is that set, among the items the server has
@@ -42,25 +42,28 @@ from .implied import rank_one_projection
 __all__ = ["FCFLine", "FPLNeverNegative", "FPLSign", "PersonalFRIndices", "fpl_split"]
 
 
-def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray, lam_bias: float) -> np.ndarray:
-    """Which rows of one FPL upload are positive-item updates: the rows are split by the sign of
-    their factor part along its principal direction, and the group whose bias deltas (plus
-    ``lam_bias b``; ``b_sent`` is not read when ``lam_bias`` is 0, the paper's setting) are
-    positive is the positive one. Returns a boolean mask."""
+def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray | None, lam_bias: float) -> np.ndarray:
+    """Which rows of one FPL upload are positive-item updates. A row's bias delta is ``+g`` for a
+    positive and ``-g`` for a negative (``g = sigma(-x_uij) > 0``) once ``lam_bias b`` is added
+    back (``b_sent``: the biases the server sent; not read when ``lam_bias`` is 0, the paper's
+    setting): its sign decides, exactly. The factor parts tell the same story (section 4.4:
+    ``+-g p_u`` along one direction), but their ``lambda q`` terms blur it once g is small, late
+    in training, so they only break a tie (a bias delta of exactly 0). Returns a boolean mask."""
     rows = np.asarray(rows, dtype=np.float64)
     if rows.shape[0] == 0:
         return np.zeros(0, dtype=bool)
-    F = rows[:, :-1]
     g = rows[:, -1]
     if lam_bias:
         g = g + lam_bias * np.asarray(b_sent, dtype=np.float64)[items]
-    if not np.any(F):
-        return g > 0
-    ev, vecs = np.linalg.eigh(F.T @ F)
-    side = (F @ vecs[:, -1]) >= 0
-    # name the sides by the bias deltas: +g for positive updates, -g for negative ones
-    pos_side = np.sum(g[side]) - np.sum(g[~side]) >= 0
-    return side if pos_side else ~side
+    mask = g > 0
+    tie = g == 0
+    if tie.any():
+        F = rows[:, :-1]
+        ev, vecs = np.linalg.eigh(F.T @ F)
+        side = (F @ vecs[:, -1]) >= 0
+        pos_side = bool(np.mean(side[mask])) >= 0.5 if mask.any() else True
+        mask[tie] = side[tie] if pos_side else ~side[tie]
+    return mask
 
 
 def _fpl_uploads(view: View, need_bias: bool):
