@@ -48,9 +48,12 @@ class AsyncioNetwork(Network):
         nbytes = len(encoded.data) + self.framing_bytes
         now = self.now()
         src.sent += len(targets)
+        tap = self.tap
         for dst in targets:
             row = self.ledger.new_row(src.round, src.id, dst.id, src.role, dst.role, kind, nbytes,
                                       encoded.array_bytes, encoded.floats, now, anonymous)
+            if tap is not None:
+                tap.observe(row, payload)
             row[TX_START] = row[TX_END] = row[RX_START] = now
             if src.spec.loss and self.draw_loss(src):
                 row[STATUS], row[NOTE] = "lost", "link loss"

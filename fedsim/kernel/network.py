@@ -12,7 +12,12 @@ A *transport* carries messages between actors: ``SimNetwork`` (virtual time, a l
 ``run(*, strict=True)``                    run every actor; return a ``RunResult``
 
 and may override ``collect`` (fill a gather's collector without resuming the actor per
-message). It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
+message). A transport that carries messages in this process also calls ``self.tap.observe(row,
+payload)`` in ``post`` for every message copy, right after creating its ledger row, when ``tap`` is
+set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
+processes) refuses to run with a tap.
+
+It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
 ``blocked`` and ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict).
 
@@ -103,6 +108,17 @@ class Network:
     """
 
     context_class: type[Context] = Context
+
+    #: An optional observer of every message (None: off, and then it costs one attribute test per
+    #: send). Set it before ``run`` to an object with ``observe(row, payload)``: the transport calls
+    #: it once per message copy handed to the network, at send time, with the copy's ledger row
+    #: (the list ``Ledger.new_row`` returned: the transport fills its timing fields and status as
+    #: the copy moves, so read them after the run) and the ``Payload`` the copies of that send share
+    #: (``payload.value()`` decodes it, read-only arrays). An observer must not modify either; it
+    #: sees what the network carries, so it is the hook for audits that model an eavesdropper
+    #: (``fedsim.privacy``). Actors never see it. Transports that create rows outside this process
+    #: (``TcpNetwork``) raise ``NetworkConfigError`` at ``run`` if it is set.
+    tap: Any = None
 
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
                  unit: int | None = None, trace: bool = False,

@@ -245,9 +245,12 @@ class SimNetwork(Network):
         src.sent += len(targets)
         # a broadcast's copies enter the event queue one at a time (EventQueue.release)
         held = len(targets) > 1 and queue.hold()
+        tap = self.tap
         try:
             for dst in targets:
                 row = new_row(rnd, sid, dst.id, srole, dst.role, kind, nbytes, raw, floats, now, anonymous)
+                if tap is not None:
+                    tap.observe(row, payload)
                 transmit(self, src, dst, Envelope(kind, payload, sid, anonymous, rnd, row, nbytes))
         finally:
             if held:

@@ -306,6 +306,9 @@ class TcpNetwork(Network):
         for node in self.nodes.values():
             if node.spec.offline_at is not None:
                 raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by TcpNetwork")
+        if self.tap is not None:
+            raise NetworkConfigError("TcpNetwork does not support a tap (its ledger rows are made in the worker "
+                                     "processes): observe a SimNetwork or AsyncioNetwork run instead")
         if timeout is not None and not timeout > 0:
             raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
         self.ran = True
