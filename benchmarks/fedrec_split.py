@@ -54,7 +54,7 @@ class Timers:
 
 def one(fold, model: str, T: int) -> dict:
     cfg = FedRecConfig(model, d=20, T=T, lr=paper_lr(model), lam=0.001, dtype="float32")
-    data = (*fold.train, fold.n_users, fold.n_items)
+    data = fold.train_ratings()
     timers = Timers()
     saved = {name: getattr(fedrec, name) for name in MATH if hasattr(fedrec, name)}
     for name, fn in saved.items():
@@ -62,14 +62,14 @@ def one(fold, model: str, T: int) -> dict:
     try:
         t = time.perf_counter()
         net = SimNetwork(seed=0)
-        fedrec.build(net, *data, cfg)
+        fedrec.build(net, data, cfg)
         net.run()
         wall = time.perf_counter() - t
     finally:
         for name, fn in saved.items():
             setattr(fedrec, name, fn)
     t = time.perf_counter()
-    fedrec.central_twin(*data, cfg, seed=0)
+    fedrec.central_twin(data, cfg, seed=0)
     central = time.perf_counter() - t
     return {"wall": wall, "math": timers.total, "sim": wall - timers.total, "central": central,
             "messages": len(net.ledger)}

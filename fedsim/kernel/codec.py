@@ -207,11 +207,13 @@ class _Encoder(threading.local):
         pos = len(parts[0]) + len(parts[1]) + len(parts[2])
         append = parts.append
         slots = []
+        n_arrays = 0
         for k, v in payload.items():
             key = _packed_str(k) if type(k) is str else pack(k)
             append(key)
             pos += len(key)
             if type(v) is np.ndarray:
+                n_arrays += 1
                 header, body, length = self._array_parts(v, pos)
                 ext = _ext_header(length)
                 append(ext)
@@ -225,9 +227,10 @@ class _Encoder(threading.local):
                 append(value)
                 pos += len(value)
         data = b"".join(parts)
-        if plan_key is not None and len(slots) == len(payload):
+        if plan_key is not None and len(slots) == n_arrays:
             # every array went in as it is (no byte swap, no contiguous copy): remember the framing,
-            # with the arrays' places left empty (a plan must not keep arrays alive)
+            # with the arrays' places left empty (a plan must not keep arrays alive); the scalars'
+            # packed bytes stay (they are part of the plan's key)
             for i in slots:
                 parts[i] = b""
             if len(_PLANS) >= _MAX_PLANS:
@@ -307,14 +310,24 @@ def encode_message(kind: str, payload: Any) -> Encoded:
 
     Raises ``CodecError`` for values the codec cannot encode."""
     if type(payload) is dict and type(kind) is str:
-        # A payload of arrays only, under str keys, is encoded from a plan when one with the same
-        # kind, keys, dtypes, shapes and strides was encoded before: the framing bytes (headers,
-        # padding) depend on nothing else, so only the arrays' elements are new.
+        # A payload of arrays and small plain scalars (int, bool, None, short str), under str
+        # keys, is encoded from a plan when one with the same kind, keys, array dtypes, shapes and
+        # strides and the same scalar values was encoded before: the framing bytes (headers,
+        # padding, the packed scalars) depend on nothing else, so only the arrays' elements are
+        # new. (Floats are left out: -0.0 == 0.0 would share a plan but not their bytes.)
         key = [kind]
+        arrays = []
         for k, v in payload.items():
-            if type(v) is not np.ndarray or type(k) is not str:
+            if type(k) is not str:
                 break
-            key += (k, v.dtype, v.shape, v.strides)
+            t = type(v)
+            if t is np.ndarray:
+                key += (k, v.dtype, v.shape, v.strides)
+                arrays.append(v)
+            elif t is int or t is bool or v is None or (t is str and len(v) <= _PLAN_STR):
+                key += (k, t, v)
+            else:
+                break
         else:
             key = tuple(key)
             plan = _PLANS.get(key)
@@ -322,10 +335,13 @@ def encode_message(kind: str, payload: Any) -> Encoded:
                 return _encode(_encoder.message, kind, payload, key)
             framing, slots, array_bytes, floats = plan
             parts = framing.copy()
-            for i, v in zip(slots, payload.values()):
+            for i, v in zip(slots, arrays):
                 parts[i] = v
             return Encoded(b"".join(parts), array_bytes, floats)
     return _encode(_encoder.message, kind, payload)
+
+
+_PLAN_STR = 64  # longest str value a plan key may hold (plans keep their keys)
 
 
 # encode_message's plans: (kind, key, dtype, shape, strides, ...) -> (framing parts with empty

@@ -27,6 +27,9 @@ class ClientUpload(NamedTuple):
 
 
 def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend):
+    # Called once per stochastic exchange: every NumPy call here is a per-message cost, so the
+    # constants of a client (its norms) and of a shape (the unused SVD++ arrays of PMF) are
+    # cached, and the rated items are uploaded as they are when nothing was sampled.
     k = _sgd_numba.kernels(backend)
     V = np.ascontiguousarray(V)
     dt = V.dtype
@@ -36,16 +39,47 @@ def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local,
     r = np.ascontiguousarray(ratings, dtype=dt)
     N, K = rated.shape[0], sampled.shape[0]
     implicit = O is not None
-    Oa = np.ascontiguousarray(O, dtype=dt) if implicit else np.zeros((1, d), dtype=dt)
-    par = _sgd_numba.make_par(lr, lam, dt)
-    s1, s, nm1, nf = (x[()] for x in _sgd_numba.implicit_norms(N, dt))
+    if implicit:
+        Oa = np.ascontiguousarray(O, dtype=dt)
+        odelta = np.empty((N + K, d), dtype=dt)
+    else:
+        Oa, odelta = _unused(d, dt)
+    lr_ = dt.type(lr)
+    lam_ = dt.type(lam)
+    # make_par's vector, built in one call
+    par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0), dtype=dt)
+    s1, s, nm1, nf = _norms(N, dt)
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
-    odelta = np.empty((N + K, d), dtype=dt) if implicit else np.empty((0, d), dtype=dt)
     k.sgd_client(U, V, Oa, rated, r, sampled, dt.type(r_ua), bool(use_hf), int(T_local), par,
                  s1, s, nm1, nf, implicit, grads, odelta)
-    items = np.concatenate([rated, sampled])
+    items = np.concatenate([rated, sampled]) if K else rated
     return ClientUpload(U, items, grads, odelta if implicit else None, N)
+
+
+_NORMS: dict[tuple[int, np.dtype], tuple] = {}
+_UNUSED: dict[tuple[int, np.dtype], tuple] = {}
+
+
+def _norms(n: int, dt: np.dtype) -> tuple:
+    """``implicit_norms(n, dt)`` as dtype scalars, cached per (n, dtype)."""
+    key = (n, dt)
+    got = _NORMS.get(key)
+    if got is None:
+        if len(_NORMS) > 65536:
+            _NORMS.clear()
+        got = _NORMS[key] = tuple(x[()] for x in _sgd_numba.implicit_norms(n, dt))
+    return got
+
+
+def _unused(d: int, dt: np.dtype) -> tuple:
+    """The O and O-delta arrays a PMF call passes (placeholders the kernel never touches; left
+    writeable, since numba compiles a separate, and here uncompilable, body for read-only ones)."""
+    key = (d, dt)
+    got = _UNUSED.get(key)
+    if got is None:
+        got = _UNUSED[key] = (np.zeros((1, d), dtype=dt), np.empty((0, d), dtype=dt))
+    return got
 
 
 def sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, strategy,

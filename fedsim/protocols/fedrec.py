@@ -39,7 +39,7 @@ import numpy as np
 
 from ..config import Config, param
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
-from ..math.filling import sample_unrated
+from ..math.filling import sample_unrated, user_mean
 from ..math.pmf import (
     accumulate_item_grads,
     apply_mean_step,
@@ -223,26 +223,32 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
-    rated = np.asarray(rated, dtype=np.int32)
-    ratings = np.asarray(ratings, dtype=dt)
+    rated = np.ascontiguousarray(rated, dtype=np.int32)
+    ratings = np.ascontiguousarray(ratings, dtype=dt)
     test_items = np.empty(0, np.int32) if test_items is None else np.asarray(test_items, np.int32)
     test_ratings = np.empty(0) if test_ratings is None else np.asarray(test_ratings, np.float64)
+    batch = cfg.style == "batch"
+    implicit = cfg.implicit
+    # what every stochastic call would recompute from the same ratings (same value, same bits)
+    r_mean = None if batch else user_mean(ratings, dt)
+    # an upload of the rated items alone (nothing sampled) is then already in item order
+    ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
     sample_once: np.ndarray | None = None
     kw = dict(lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict,
               T_local=cfg.T_local, hf_convention=cfg.hf_convention)
     while True:
         msg = await ctx.receive(("model", "evaluate", "stop"))
-        p = msg.payload
-        if msg.kind == "stop":
+        kind, p = msg.kind, msg.payload
+        if kind == "stop":
             return U
-        if msg.kind == "evaluate":
+        if kind == "evaluate":
             await ctx.send(SERVER, "eval", _local_errors(U, p["V"], p.get("O"), rated, test_items,
                                                          test_ratings, clip))
             continue
         t = p["t"]
         V = p["V"]
-        if cfg.style == "batch" and p.get("eval"):
+        if batch and p.get("eval"):
             await ctx.send(SERVER, "eval", _local_errors(U, V, None, rated, test_items,
                                                          test_ratings, clip))
         sampled = None
@@ -250,28 +256,35 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
             if sample_once is None:
                 sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
             sampled = sample_once
-        if cfg.style == "batch":
+        if batch:
             up = batch_client_step(U, V, rated, ratings, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay),
                                    rng=rng, order=cfg.order, sampled=sampled, **kw)
-            body = {"items": up.items, "grads": up.grads}
             flops = 6.0 * up.items.shape[0] * cfg.d
         else:
             lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
             calls += 1
-            if cfg.implicit:
+            if implicit:
                 up = svdpp_sgd_client_step(U, V, p["O"], rated, ratings, t=t, lr=lr_c, rng=rng,
-                                           sampled=sampled, **kw)
-                body = {"items": up.items, "grads": up.grads, "o_deltas": up.o_deltas}
+                                           sampled=sampled, r_mean=r_mean, **kw)
                 # each SGD step also moves the O rows of all rated items
                 flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
             else:
                 up = pmf_sgd_client_step(U, V, rated, ratings, t=t, lr=lr_c, rng=rng,
-                                         sampled=sampled, **kw)
-                body = {"items": up.items, "grads": up.grads}
+                                         sampled=sampled, r_mean=r_mean, **kw)
                 flops = 6.0 * up.items.shape[0] * cfg.d
+        # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
+        # for every stochastic exchange) is freed now and its memory reused while still in cache,
+        # instead of each client keeping one alive until its next call
+        msg = p = V = None
+        body = {"items": up.items, "grads": up.grads}
+        if up.o_deltas is not None:
+            body["o_deltas"] = up.o_deltas
+        if not (ascending and up.items is rated):
+            body = sort_by_item(body)  # rated and sampled items mixed (see sort_by_item)
         U = up.U
+        up = None
         await ctx.compute(flops, "train")
-        await ctx.send(SERVER, "gradients", sort_by_item(body))
+        await ctx.send(SERVER, "gradients", body)
 
 
 # --------------------------------------------------------------------------------------------
