@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsim.kernel.codec import (
-    ARRAY_EXT, CodecError, decode, decode_message, encode, encode_message,
+    ARRAY_EXT, CodecError, decode, decode_encoded, decode_message, encode, encode_message,
 )
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -423,6 +423,13 @@ def test_plans_with_scalars_reuse_only_identical_scalars(first, second, seed):
             ref = encode(["model", payload])
             assert (got.array_bytes, got.floats) == (ref.array_bytes, ref.floats)
             _assert_same(decode_message(got.data)[1], payload)
+            # what the in-process transports read: the carried layout gives the same payload
+            fast = decode_encoded(got)
+            _assert_same(fast, decode_message(got.data)[1])
+            assert [type(v) for v in fast.values()] == [type(v) for v in decode_message(got.data)[1].values()]
+            for k, v in fast.items():
+                if isinstance(v, np.ndarray):
+                    assert not v.flags.writeable and v.flags.aligned
 
 
 def test_plans_tell_equal_scalars_of_other_types_apart():

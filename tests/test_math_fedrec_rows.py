@@ -102,3 +102,44 @@ def test_negative_ids_count_from_the_end_as_in_numpy():
     a[items] -= np.float32(0.5) * G
     server_apply_sgd(b, items, G, 0.5)
     assert a.tobytes() == b.tobytes()
+
+
+def _same_upload(a, b):
+    assert a.n_rated == b.n_rated
+    for x, y in ((a.U, b.U), (a.items, b.items), (a.grads, b.grads), (a.o_deltas, b.o_deltas)):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+@settings(max_examples=120, deadline=None)
+@given(case, st.sampled_from([0.0, 1.0]), st.sampled_from(["ua", "hf"]), st.booleans(), st.sampled_from([0, 5]))
+def test_per_client_objects_equal_the_per_call_functions(c, rho, strategy, given_sample, t):
+    """BatchClient.step and SGDClient.call (what FedRec's actors call) against batch_client_step and
+    sgd_client_call with the same arguments and generator states: the same uploads, bit for bit."""
+    from fedsim.math.filling import sample_unrated, user_mean
+    from fedsim.math.pmf import BatchClient
+    from fedsim.math.sgd_client import SGDClient, sgd_client_call
+
+    dt, m, d, seed = c
+    _, V, U, items, r, _, lr, lam = _draw(dt, m, d, seed)
+    rated = np.sort(items)
+    O = np.random.default_rng(seed + 1).normal(size=V.shape).astype(dt) * 0.1
+    kw = dict(t=t, lr=lr, rho=rho, strategy=strategy, T_predict=2, T_local=3, hf_convention="code")
+    sampled = sample_unrated(np.random.default_rng(seed), rated, m, 1.0) if given_sample else None
+    for order in ("code", "paper"):
+        a = BatchClient(rated, r, dt, lam=lam, order=order).step(U, V, rng=np.random.default_rng(9), sampled=sampled, **kw)
+        b = batch_client_step(U, V, rated, r, lam=lam, order=order, rng=np.random.default_rng(9), sampled=sampled, **kw)
+        _same_upload(a, b)
+    for OO in (None, O):
+        a = SGDClient(rated, r, dt).call(U, V, OO, lam=lam, rng=np.random.default_rng(9), sampled=sampled, **kw)
+        b = sgd_client_call(U, V, OO, rated, r, lam=lam, rng=np.random.default_rng(9), sampled=sampled,
+                            r_mean=user_mean(r, dt), backend=None, **kw)
+        _same_upload(a, b)
+    # another dtype than the object's: the general function, on the converted ratings
+    other = np.float64 if dt == np.float32 else np.float32
+    V2, U2 = V.astype(other), U.astype(other)
+    a = SGDClient(rated, r, dt).call(U2, V2, None, lam=lam, rng=np.random.default_rng(9), sampled=sampled, **kw)
+    b = sgd_client_call(U2, V2, None, rated, r.astype(dt), lam=lam, rng=np.random.default_rng(9), sampled=sampled,
+                        r_mean=None, backend=None, **kw)
+    _same_upload(a, b)

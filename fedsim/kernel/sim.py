@@ -183,6 +183,8 @@ class SimNetwork(Network):
     def __init__(self, *, link_model: LinkModel | str | None = None, queue: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue = EventQueue() if queue is None else queue
+        # the queue's own method, not a wrapper: every message schedules through it
+        self.schedule = self.queue.schedule
         self.link_model = get_link_model(link_model or "fifo")
 
     # -- the link-model interface -------------------------------------------------------------

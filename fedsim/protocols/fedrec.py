@@ -39,19 +39,19 @@ import numpy as np
 
 from ..config import Config, param
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
-from ..math.filling import sample_unrated, user_mean
+from ..math.filling import sample_unrated
 from ..math.pmf import (
+    BatchClient,
     accumulate_item_grads,
     apply_mean_step,
-    batch_client_step,
     decayed_lr,
     draw_user_order,
     init_item_factors,
     init_user_factor,
-    pmf_sgd_client_step,
     server_apply_sgd,
 )
-from ..math.svdpp import server_apply_o_delta, svdpp_sgd_client_step
+from ..math.sgd_client import SGDClient
+from ..math.svdpp import server_apply_o_delta
 from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
@@ -229,14 +229,14 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     test_ratings = np.empty(0) if test_ratings is None else np.asarray(test_ratings, np.float64)
     batch = cfg.style == "batch"
     implicit = cfg.implicit
-    # what every stochastic call would recompute from the same ratings (same value, same bits)
-    r_mean = None if batch else user_mean(ratings, dt)
+    # the client's rows converted once for all its calls (same results as the per-call functions)
+    rows = BatchClient(rated, ratings, dt, lam=cfg.lam, order=cfg.order) if batch else SGDClient(rated, ratings, dt)
     # an upload of the rated items alone (nothing sampled) is then already in item order
     ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
     sample_once: np.ndarray | None = None
-    kw = dict(lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict,
-              T_local=cfg.T_local, hf_convention=cfg.hf_convention)
+    kw = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
+              hf_convention=cfg.hf_convention)
     while True:
         msg = await ctx.receive(("model", "evaluate", "stop"))
         kind, p = msg.kind, msg.payload
@@ -257,20 +257,19 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                 sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
             sampled = sample_once
         if batch:
-            up = batch_client_step(U, V, rated, ratings, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay),
-                                   rng=rng, order=cfg.order, sampled=sampled, **kw)
+            up = rows.step(U, V, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay), rng=rng, sampled=sampled, **kw)
             flops = 6.0 * up.items.shape[0] * cfg.d
         else:
             lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
             calls += 1
             if implicit:
-                up = svdpp_sgd_client_step(U, V, p["O"], rated, ratings, t=t, lr=lr_c, rng=rng,
-                                           sampled=sampled, r_mean=r_mean, **kw)
+                if p.get("O") is None:
+                    raise ValueError("SVD++ needs the implicit factors O")
+                up = rows.call(U, V, p["O"], t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
                 # each SGD step also moves the O rows of all rated items
                 flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
             else:
-                up = pmf_sgd_client_step(U, V, rated, ratings, t=t, lr=lr_c, rng=rng,
-                                         sampled=sampled, r_mean=r_mean, **kw)
+                up = rows.call(U, V, None, t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
                 flops = 6.0 * up.items.shape[0] * cfg.d
         # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
         # for every stochastic exchange) is freed now and its memory reused while still in cache,
