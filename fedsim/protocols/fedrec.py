@@ -155,6 +155,9 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                     accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
                     rows += items.shape[0]
                 apply_mean_step(V, grad_sum, counts, lr_t)  # Eq. 9
+            # the uploads' documents (n x |I_u| x d floats) go now, not when the next gather
+            # replaces them: the next round's uploads would otherwise arrive on top of them
+            got = msg = items = None
             await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         else:
             order = draw_user_order(rng, n)
@@ -284,6 +287,8 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         up = None
         await ctx.compute(flops, "train")
         await ctx.send(SERVER, "gradients", body)
+        # the encoded upload holds its own copy: the arrays need not wait here for the next model
+        body = None
 
 
 # --------------------------------------------------------------------------------------------
