@@ -15,7 +15,9 @@ iteration 0 also starts every actor: its generator and U_u), peak resident memor
 (``VmHWM``: everything, the dataset included), ledger rows and bytes. ``--ml1m`` adds the
 ml1m-like preset's 6,040 users (3,706 items) as a second reference for the 6,040-client round.
 ``--protocol fpl``: FPL rounds (pFPL preset, every client every round, on the binarized data)
-instead. Prints a table and, last, one JSON line.
+instead; ``--central``: FedRec's central twin (the same arithmetic vectorised, no actors; its
+iteration 0 includes its setup), for the federated / central ratio at this scale. Prints a table
+and, last, one JSON line.
 
 Targets (issue 25): at 138,493 clients at most 15 s per iteration and 8 GiB peak; time per client
 of an iteration at 138,493 clients at most 1.5 x that at 6,040 clients.
@@ -114,12 +116,16 @@ def child(args) -> dict:
     meta = json.loads((d / "meta.json").read_text())
     users = np.load(d / "users.npy", mmap_mode="r")
     n = min(args.n, meta["n_users"])
-    end = int(np.searchsorted(users, n))  # rows are sorted by user: the first n users are a prefix
+    # rows are sorted by user: the first n users are a prefix (search with the array's own dtype: an
+    # int64 needle would make NumPy convert the whole memory-mapped column, 0.8 GB for netflix-like)
+    end = int(np.searchsorted(users, users.dtype.type(n)))
     data = Ratings(np.array(users[:end]), np.array(np.load(d / "items.npy", mmap_mode="r")[:end]),
                    np.array(np.load(d / "values.npy", mmap_mode="r")[:end]), n_users=n, n_items=meta["n_items"])
     del users
     load = time.perf_counter() - t0
 
+    if args.central:
+        return central(args, data, n, end, meta, load)
     ledger = StreamingLedger() if args.ledger == "stream" else None
     net = SimNetwork(seed=0, ledger=ledger)
     net.context_class = type("TimedContext", (_Timed, Context), {"__slots__": ()})
@@ -151,6 +157,21 @@ def child(args) -> dict:
             "ledger": args.ledger, "protocol": args.protocol, "gc_s": gc_clock.time, "gc_collections": gc_clock.count}
 
 
+def central(args, data, n: int, end: int, meta: dict, load: float) -> dict:
+    """The central twin of the same FedRec PMF(B) run (same data, seed, arithmetic, no actors):
+    iteration times from its per-iteration callback (iteration 0 includes its setup)."""
+    from fedsim.protocols.fedrec import FedRecConfig, central_twin
+
+    cfg = FedRecConfig("PMF(B)", d=20, T=args.iterations, lr=0.8, lam=0.001, dtype="float32")
+    marks = [(time.perf_counter(), time.process_time())]
+    central_twin(data, cfg, seed=0, callback=lambda it, state: marks.append((time.perf_counter(), time.process_time())))
+    return {"clients": n, "ratings": end, "items": meta["n_items"], "load_s": load, "setup_s": 0.0,
+            "run_s": marks[-1][0] - marks[0][0], "iteration_s": [b[0] - a[0] for a, b in zip(marks, marks[1:])],
+            "iteration_cpu_s": [b[1] - a[1] for a, b in zip(marks, marks[1:])], "peak_mib": _hwm_mib(),
+            "ledger_rows": 0, "ledger_bytes": 0, "ledger": "-", "protocol": "fedrec central twin",
+            "gc_s": [0.0, 0.0, 0.0], "gc_collections": [0, 0, 0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", default="1000,6040,10000,100000,138493")
@@ -163,6 +184,8 @@ def main() -> None:
     ap.add_argument("--protocol", default="fedrec", choices=("fedrec", "fpl"))
     ap.add_argument("--triples", type=int, default=20, help="FPL: triples per client and round")
     ap.add_argument("--ml1m", action="store_true", help="also the ml1m-like preset's 6,040 users")
+    ap.add_argument("--central", action="store_true", help="run FedRec's central twin instead (the same arithmetic "
+                    "vectorised, no actors): the denominator of the price of simulating")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -182,6 +205,8 @@ def main() -> None:
     for d, n in runs:
         cmd = [sys.executable, __file__, "--child", "--data", str(d), "--n", str(n), "--iterations",
                str(args.iterations), "--ledger", args.ledger, "--protocol", args.protocol, "--triples", str(args.triples)]
+        if args.central:
+            cmd.append("--central")
         res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         if res.returncode:
             print(res.stderr, file=sys.stderr)
