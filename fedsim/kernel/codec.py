@@ -64,6 +64,7 @@ __all__ = [
     "CodecError",
     "Encoded",
     "decode",
+    "decode_encoded",
     "decode_message",
     "encode",
     "encode_message",
@@ -151,12 +152,15 @@ class Encoded:
 
     # a plain slotted class: one is made per message, and a frozen dataclass's __init__ costs
     # several times more (object.__setattr__ per field)
-    __slots__ = ("data", "array_bytes", "floats")
+    __slots__ = ("data", "array_bytes", "floats", "layout")
 
-    def __init__(self, data: bytes, array_bytes: int, floats: int) -> None:
+    def __init__(self, data: bytes, array_bytes: int, floats: int, layout: list | None = None) -> None:
         self.data = data
         self.array_bytes = array_bytes
         self.floats = floats
+        # where the payload's values are in ``data``, when this process wrote it from a plan (see
+        # ``decode_encoded``); None otherwise
+        self.layout = layout
 
     def __len__(self) -> int:
         return len(self.data)
@@ -172,6 +176,7 @@ class _Encoder(threading.local):
     def __init__(self) -> None:
         self.array_bytes = 0
         self.floats = 0
+        self.layout = None
         self.packer = msgpack.Packer(default=self.default, use_bin_type=True, autoreset=True)
 
     def default(self, obj: Any) -> Any:
@@ -228,32 +233,39 @@ class _Encoder(threading.local):
         pos = len(parts[0]) + len(parts[1]) + len(parts[2])
         append = parts.append
         slots = []
+        fields: list = []  # the decode layout of a plan (meaningful only when one is made)
+        n_arrays = 0
         for k, v in payload.items():
             key = _packed_str(k) if type(k) is str else pack(k)
             append(key)
             pos += len(key)
             if type(v) is np.ndarray:
+                n_arrays += 1
                 header, body, length = self._array_parts(v, pos)
                 ext = _ext_header(length)
                 append(ext)
                 append(header)
                 if body is v:
                     slots.append(len(parts))
+                    fields.append((k, (v.shape, v.dtype, pos + len(ext) + len(header)), True))
                 append(body)
                 pos += len(ext) + length
             else:
                 value = pack(v)
                 append(value)
                 pos += len(value)
+                fields.append((k, v, False))
         data = b"".join(parts)
-        if plan_key is not None and len(slots) == len(payload):
+        if plan_key is not None and len(slots) == n_arrays:
             # every array went in as it is (no byte swap, no contiguous copy): remember the framing,
-            # with the arrays' places left empty (a plan must not keep arrays alive)
+            # with the arrays' places left empty (a plan must not keep arrays alive); the scalars'
+            # packed bytes stay (they are part of the plan's key)
             for i in slots:
                 parts[i] = b""
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
-            _PLANS[plan_key] = (parts, slots, self.array_bytes, self.floats)
+            _PLANS[plan_key] = (parts, slots, self.array_bytes, self.floats, fields)
+            self.layout = fields
         return data
 
 
@@ -312,6 +324,7 @@ def _encode(pack, *args: Any) -> Encoded:
     enc = _encoder
     enc.array_bytes = 0
     enc.floats = 0
+    enc.layout = None
     try:
         data = pack(*args)
     except CodecError:
@@ -320,7 +333,7 @@ def _encode(pack, *args: Any) -> Encoded:
     except (TypeError, ValueError, OverflowError) as exc:
         enc.packer.reset()
         raise CodecError(f"cannot encode value: {exc}") from exc
-    return Encoded(data, enc.array_bytes, enc.floats)
+    return Encoded(data, enc.array_bytes, enc.floats, enc.layout)
 
 
 def encode_message(kind: str, payload: Any) -> Encoded:
@@ -328,31 +341,56 @@ def encode_message(kind: str, payload: Any) -> Encoded:
 
     Raises ``CodecError`` for values the codec cannot encode."""
     if type(payload) is dict and type(kind) is str:
-        # A payload of arrays only, under str keys, is encoded from a plan when one with the same
-        # kind, keys, dtypes, shapes and strides was encoded before: the framing bytes (headers,
-        # padding) depend on nothing else, so only the arrays' elements are new.
+        # A payload of arrays and small plain scalars (int, bool, None, short str), under str
+        # keys, is encoded from a plan when one with the same kind, keys, array dtypes, shapes and
+        # strides and the same scalar values was encoded before: the framing bytes (headers,
+        # padding, the packed scalars) depend on nothing else, so only the arrays' elements are
+        # new. (Floats are left out: -0.0 == 0.0 would share a plan but not their bytes.)
         key = [kind]
+        arrays = []
         for k, v in payload.items():
-            if type(v) is not np.ndarray or type(k) is not str:
+            if type(k) is not str:
                 break
-            key += (k, v.dtype, v.shape, v.strides)
+            t = type(v)
+            if t is np.ndarray:
+                key += (k, v.dtype, v.shape, v.strides)
+                arrays.append(v)
+            elif t is int or t is bool or v is None or (t is str and len(v) <= _PLAN_STR):
+                key += (k, t, v)
+            else:
+                break
         else:
             key = tuple(key)
             plan = _PLANS.get(key)
             if plan is None:
                 return _encode(_encoder.message, kind, payload, key)
-            framing, slots, array_bytes, floats = plan
+            framing, slots, array_bytes, floats, layout = plan
             parts = framing.copy()
-            for i, v in zip(slots, payload.values()):
+            for i, v in zip(slots, arrays):
                 parts[i] = v
-            return Encoded(b"".join(parts), array_bytes, floats)
+            return Encoded(b"".join(parts), array_bytes, floats, layout)
     return _encode(_encoder.message, kind, payload)
+
+
+_PLAN_STR = 64  # longest str value a plan key may hold (plans keep their keys)
 
 
 # encode_message's plans: (kind, key, dtype, shape, strides, ...) -> (framing parts with empty
 # array slots, slot indices, array bytes, floats). Bounded: cleared when full.
 _PLANS: dict[tuple, tuple] = {}
 _MAX_PLANS = 4096
+
+
+def decode_encoded(encoded: Encoded) -> Any:
+    """The payload of a document this process encoded (what ``decode_message(encoded.data)[1]``
+    returns, arrays as read-only views on ``encoded.data``). A document written from a plan
+    carries its layout: the offsets of its arrays are known, so nothing is parsed or looked up
+    (an in-process transport decodes every upload; this is most of that cost). Raises
+    ``CodecError`` as ``decode_message`` does for other documents."""
+    layout = encoded.layout
+    if layout is not None:
+        return _fill(encoded.data, layout)
+    return decode_message(encoded.data)[1]
 
 
 def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,

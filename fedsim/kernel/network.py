@@ -104,7 +104,9 @@ class Network:
     beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
     ``trace`` keeps compute spans and step logs; ``max_message_bytes`` the largest document an
     actor may send (``MessageTooLargeError`` at the sender above it); ``faults`` seeded loss and
-    dropout for the nodes of some roles (``Faults``).
+    dropout for the nodes of some roles (``Faults``); ``ledger`` the (empty) ledger to record into,
+    e.g. a ``StreamingLedger`` that keeps finished rows on disk (default: a new in-memory
+    ``Ledger``); the network sets its framing bytes, and its unit when ``unit`` is given.
     """
 
     context_class: type[Context] = Context
@@ -122,7 +124,8 @@ class Network:
 
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
                  unit: int | None = None, trace: bool = False,
-                 max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None,
+                 ledger: Ledger | None = None) -> None:
         if int(seed) < 0:
             raise NetworkConfigError(f"seed must be non-negative, got {seed!r}")
         if int(framing_bytes) < 0:
@@ -136,7 +139,15 @@ class Network:
         self.framing_bytes = int(framing_bytes)
         self.max_message_bytes = int(max_message_bytes)
         self.faults = faults if faults is not None and faults.active else None
-        self.ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
+        if ledger is None:
+            ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
+        else:
+            if len(ledger):
+                raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
+            ledger.framing_bytes = self.framing_bytes
+            if unit is not None:
+                ledger.unit = int(unit)
+        self.ledger = ledger
         self.nodes: dict[str, Node] = {}
         self.tracing = bool(trace)
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans

@@ -109,7 +109,7 @@ from .errors import (
     ActorError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
     TransportError, UnknownNodeError,
 )
-from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing
+from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult
 from .node import Node, hand_over
 
@@ -174,6 +174,9 @@ class TcpNetwork(Network):
             raise NetworkConfigError(f"TcpNetwork's framing is its frame header: framing_bytes is {FRAME_OVERHEAD}, "
                                      f"got {framing!r}")
         super().__init__(framing_bytes=FRAME_OVERHEAD, **kwargs)
+        if isinstance(self.ledger, StreamingLedger):
+            raise NetworkConfigError("TcpNetwork merges its processes' ledgers in memory: it cannot record into a "
+                                     "StreamingLedger")
         if not hasattr(os, "fork"):
             raise NetworkConfigError("TcpNetwork needs os.fork (Linux or another POSIX system)")
         if processes is not None and int(processes) < 1:

@@ -50,17 +50,17 @@ from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pm
 from ..math.filling import sample_unrated
 from ..math.secagg import decode, unmask_sum
 from ..math.pmf import (
+    BatchClient,
     accumulate_item_grads,
     apply_mean_step,
-    batch_client_step,
     decayed_lr,
     draw_user_order,
     init_item_factors,
     init_user_factor,
-    pmf_sgd_client_step,
     server_apply_sgd,
 )
-from ..math.svdpp import server_apply_o_delta, svdpp_sgd_client_step
+from ..math.sgd_client import SGDClient
+from ..math.svdpp import server_apply_o_delta
 from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
@@ -193,6 +193,9 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                     accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
                     rows += items.shape[0]
                 apply_mean_step(V, grad_sum, counts, lr_t)  # Eq. 9
+            # the uploads' documents (n x |I_u| x d floats) go now, not when the next gather
+            # replaces them: the next round's uploads would otherwise arrive on top of them
+            got = msg = items = None
             await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         else:
             order = draw_user_order(rng, n)
@@ -265,26 +268,32 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
     keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
-    rated = np.asarray(rated, dtype=np.int32)
-    ratings = np.asarray(ratings, dtype=dt)
+    rated = np.ascontiguousarray(rated, dtype=np.int32)
+    ratings = np.ascontiguousarray(ratings, dtype=dt)
     test_items = np.empty(0, np.int32) if test_items is None else np.asarray(test_items, np.int32)
     test_ratings = np.empty(0) if test_ratings is None else np.asarray(test_ratings, np.float64)
+    batch = cfg.style == "batch"
+    implicit = cfg.implicit
+    # the client's rows converted once for all its calls (same results as the per-call functions)
+    rows = BatchClient(rated, ratings, dt, lam=cfg.lam, order=cfg.order) if batch else SGDClient(rated, ratings, dt)
+    # an upload of the rated items alone (nothing sampled) is then already in item order
+    ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
     sample_once: np.ndarray | None = None
-    kw = dict(lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict,
-              T_local=cfg.T_local, hf_convention=cfg.hf_convention)
+    kw = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
+              hf_convention=cfg.hf_convention)
     while True:
         msg = await ctx.receive(("model", "evaluate", "stop"))
-        p = msg.payload
-        if msg.kind == "stop":
+        kind, p = msg.kind, msg.payload
+        if kind == "stop":
             return U
-        if msg.kind == "evaluate":
+        if kind == "evaluate":
             await ctx.send(SERVER, "eval", _local_errors(U, p["V"], p.get("O"), rated, test_items,
                                                          test_ratings, clip))
             continue
         t = p["t"]
         V = p["V"]
-        if cfg.style == "batch" and p.get("eval"):
+        if batch and p.get("eval"):
             await ctx.send(SERVER, "eval", _local_errors(U, V, None, rated, test_items,
                                                          test_ratings, clip))
         sampled = None
@@ -292,37 +301,45 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
             if sample_once is None:
                 sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
             sampled = sample_once
-        if cfg.style == "batch":
-            up = batch_client_step(U, V, rated, ratings, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay),
-                                   rng=rng, order=cfg.order, sampled=sampled, **kw)
-            body = {"items": up.items, "grads": up.grads}
+        if batch:
+            up = rows.step(U, V, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay), rng=rng, sampled=sampled, **kw)
             flops = 6.0 * up.items.shape[0] * cfg.d
         else:
             lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
             calls += 1
-            if cfg.implicit:
-                up = svdpp_sgd_client_step(U, V, p["O"], rated, ratings, t=t, lr=lr_c, rng=rng,
-                                           sampled=sampled, **kw)
-                body = {"items": up.items, "grads": up.grads, "o_deltas": up.o_deltas}
+            if implicit:
+                if p.get("O") is None:
+                    raise ValueError("SVD++ needs the implicit factors O")
+                up = rows.call(U, V, p["O"], t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
                 # each SGD step also moves the O rows of all rated items
                 flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
             else:
-                up = pmf_sgd_client_step(U, V, rated, ratings, t=t, lr=lr_c, rng=rng,
-                                         sampled=sampled, **kw)
-                body = {"items": up.items, "grads": up.grads}
+                up = rows.call(U, V, None, t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
                 flops = 6.0 * up.items.shape[0] * cfg.d
+        # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
+        # for every stochastic exchange) is freed now and its memory reused while still in cache,
+        # instead of each client keeping one alive until its next call
+        m = V.shape[0]
+        msg = p = V = None
+        body = {"items": up.items, "grads": up.grads}
+        if up.o_deltas is not None:
+            body["o_deltas"] = up.o_deltas
         U = up.U
+        up = None
         await ctx.compute(flops, "train")
         if noise_rng is not None:
             body = {k: (v + noise_rng.normal(0.0, cfg.upload_noise, v.shape).astype(v.dtype)) if k != "items" else v
                     for k, v in body.items()}
+        if not (ascending and body["items"] is rated):
+            body = sort_by_item(body)  # rated and sampled items mixed (see sort_by_item)
         if keys is not None:
-            m = V.shape[0]
             dense = dense_rows(m, cfg.d, body["items"], body["grads"], counts=True)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
             await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, keys.members(), t)})
             continue
-        await ctx.send(SERVER, "gradients", sort_by_item(body))
+        await ctx.send(SERVER, "gradients", body)
+        # the encoded upload holds its own copy: the arrays need not wait here for the next model
+        body = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -330,10 +330,11 @@ def user_item_lists(data) -> list[np.ndarray]:
 
 def make_samplers(user_items: list[np.ndarray], n_items: int,
                   catalogue: np.ndarray | None = None) -> list[TripleSampler]:
-    """Every client's :class:`TripleSampler` (about 1.5 ms per client; a resumed run reuses
-    the previous run's)."""
+    """Every client's :class:`TripleSampler` (the catalogue is sorted once for all of them; a
+    resumed run reuses the previous run's samplers)."""
     cat = None if catalogue is None else np.unique(np.asarray(catalogue, dtype=np.int64))
-    return [make_triple_sampler(np.asarray(it, dtype=np.int64), n_items, cat) for it in user_items]
+    return [make_triple_sampler(np.asarray(it, dtype=np.int64), n_items, cat, catalogue_unique=True)
+            for it in user_items]
 
 
 def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) -> FPLJob:
