@@ -13,6 +13,8 @@ from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import hf_setting, run_pp
 from fedsim.studies.parallel import default_workers, pmap
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'tens of minutes at ML-100K scale (FedRec and FedRec++ per fraction and rho, T = 100; not measured)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies", min=2),

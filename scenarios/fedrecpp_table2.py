@@ -16,6 +16,8 @@ from fedsim.studies.fedrecpp import hf_setting, run_pp
 from fedsim.studies.paper_values import FEDRECPP_TABLE2_ML100K
 from fedsim.studies.parallel import default_workers, pmap
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'about 30 min at ML-100K scale, the default (5 folds, T = 100; 28 min 55 s measured, docs/fedrecpp.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),

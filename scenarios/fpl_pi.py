@@ -23,6 +23,8 @@ from fedsim.studies.fpl import (
     FPL_SETTINGS, PRESET_STYLES, fig2_rows, fpl_scenario_params, scenario_study, verdicts,
 )
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'minutes on the default synthetic subset; 10 min to an hour per (preset, pi) on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = fpl_scenario_params()
 

@@ -46,6 +46,8 @@ from fedsim.studies.fpl import (
 from fedsim.studies.fpl.analysis import ALPHA, fmt_p, holm_count
 from fedsim.math.stats import mean_ci
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'a few minutes on the default synthetic subset; 18-75 s per FPL epoch on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     **scenario_params(),
