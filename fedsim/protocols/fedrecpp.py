@@ -30,7 +30,9 @@ Choices where the paper is silent or inconsistent (docs/fedrecpp.md):
   rated items that none of its clients sampled (count -1): the price of exactness, documented.
 - Clients update U_u from rated items only (Eq. 7) when denoising is on; with ``eta = 0`` the
   protocol is FedRec with HF (U_u from rated and sampled items, division by |U_i u U'_i|).
-- Participation: denoisers collect every iteration whether or not they train in it.
+- Participation: denoisers collect every iteration whether or not they train in it. The c
+  participants are drawn from the server's ``participation`` sub-stream (``seeding.substream``),
+  so FedRec (eta = 0) and FedRec++ with the same seed select the same clients every iteration.
 
 With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float64).
 """
@@ -55,6 +57,7 @@ from ..math.pmf import (
     init_user_factor,
     pmf_batch_client,
 )
+from ..seeding import substream
 from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
@@ -144,6 +147,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         else:
             await ctx.send(c, "assign", {"role": "ordinary", "denoiser": None})
     den_set = set(denoisers)
+    # Who takes part is drawn from a sub-stream of the server's seed, not from ``rng``: the
+    # denoiser draws above consume ``rng`` only when eta > 0, so with one stream FedRec (eta = 0)
+    # and FedRec++ (eta >= 1) under the same seed would select different participants (and their
+    # clients would then sample different items). Paired runs make their difference the method.
+    part_rng = substream(rng, "participation")
     lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
     diverged_at = None
     c_part = cfg.c or n
@@ -153,7 +161,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         if c_part >= n:
             part = list(clients)
         else:
-            part = [clients[i] for i in np.sort(rng.choice(n, size=c_part, replace=False))]
+            part = [clients[i] for i in np.sort(part_rng.choice(n, size=c_part, replace=False))]
         await ctx.broadcast(part, "model", {"t": t, "V": V})
         ordinary_part = [p for p in part if p not in den_set]
         got = await ctx.gather("gradients", senders=ordinary_part, round=t, timeout=cfg.deadline)
