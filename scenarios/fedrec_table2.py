@@ -1,7 +1,10 @@
 """FedRec Table 2: PMF(B), PMF(S), SVD++(S), unfederated vs federated (rho = 0), k folds.
 
-For each model, lambda is chosen from ``lambdas`` on the first fold by the unfederated model's
-MAE (as the paper does) and reused for every fold and both frameworks. Federated runs are the
+For each model, lambda is chosen from ``lambdas`` by the unfederated model's MAE and reused for
+every fold and both frameworks. The paper scores the candidates on the first copy's test part;
+here, by default (``search_on=validation``), on a validation split cut from the first copy's
+training part (a random fifth of it), so no test rating is read before the table's runs
+(``search_on=first_copy`` is the paper's rule). Federated runs are the
 actors on a simulated network; unfederated runs are the centralized twins. By default the two
 frameworks use independent seeds, so MD measures the same seed-to-seed spread the paper's MD
 does (with ``same_seed=true`` they are identical to rounding: the equivalence made exact).
@@ -17,7 +20,10 @@ from fedsim.math.metrics import md_stdr
 from fedsim.protocols.fedrec import FedRecConfig, formula_payload_floats
 from fedsim.studies.fedrec import fold_stats, make_folds, paper_lr, run_one
 from fedsim.studies.paper_values import FEDREC_TABLE2_ML100K
+from fedsim.studies.datasets import data_note
+from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.search import run_search, search_fold
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
@@ -26,8 +32,10 @@ PARAMS = {
     "d": Param.of(FedRecConfig, "d"),
     "models": Param(["PMF(B)", "PMF(S)", "SVD++(S)"], "models to run", kind="strs",
                     choices=("PMF(B)", "PMF(S)", "SVD++(S)")),
-    "lambdas": Param([0.1, 0.01, 0.001], "lambda grid searched on fold 1 by MAE", kind="floats", min=0),
+    "lambdas": Param([0.1, 0.01, 0.001], "lambda grid searched by MAE (see search_on)", kind="floats", min=0),
     "lam": Param(-1.0, "fixed lambda for all models (negative: search lambdas)"),
+    "search_on": Param("validation", "where lambda is scored: a validation split of copy 1's training part, "
+                       "or copy 1's test part (the paper's rule)", choices=("validation", "first_copy")),
     "same_seed": Param(False, "use the same seed for federated and unfederated runs"),
     "dtype": Param.of(FedRecConfig, "dtype"),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
@@ -44,37 +52,39 @@ def _run_cost(task) -> float:
 
 
 def select_lambda(ctx: RunContext, folds, models, workers):
+    """``({model: lambda}, rows)``: lambda by the unfederated MAE on the search fold (central
+    twins: the search builds no network)."""
     if ctx["lam"] >= 0:
         return {m: ctx["lam"] for m in models}, []
-    tasks = [(folds[0], "unfederated", FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m),
-                                                    lam=lam, dtype=ctx["dtype"]),
-              _seed(ctx.seed, 0, "unfederated", True), "ideal", False)
-             for m in models for lam in ctx["lambdas"]]
-    ctx.progress.update(0, len(tasks), stage="lambda selection (fold 1)")
-    outs = pmap(run_one, tasks, workers,
-                on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
-    for o in outs:  # what each run's network recorded (they ran in worker processes)
-        ctx.record_run(o.record)
-    rows, best = [], {}
-    for o in outs:
-        rows.append({"model": o.cfg.model, "lambda": o.cfg.lam, "mae": o.mae, "rmse": o.rmse,
-                     "diverged_at": o.diverged_at or ""})
-        if o.diverged_at is None and (o.cfg.model not in best or o.mae < best[o.cfg.model][1]):
-            best[o.cfg.model] = (o.cfg.lam, o.mae)
-    missing = [m for m in models if m not in best]
-    if missing:
-        raise ScenarioError(f"every lambda diverged on fold 1 for {', '.join(missing)}")
-    return {m: best[m][0] for m in models}, rows
+    fold = search_fold(folds, ctx["search_on"], len(folds), ctx.seed)
+    groups = {m: [FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m), lam=lam, dtype=ctx["dtype"])
+                  for lam in ctx["lambdas"]] for m in models}
+    n = sum(len(v) for v in groups.values())
+    ctx.progress.update(0, n, stage=f"lambda search ({ctx['search_on']})")
+    try:
+        best, rows = run_search(fold, groups, seed=_seed(ctx.seed, 0, "unfederated", True), workers=workers,
+                                on_done=lambda i, _: ctx.progress.update(i + 1, n),
+                                describe=lambda c: {"model": c.model, "lambda": c.lam})
+    except ValueError as exc:
+        raise ScenarioError(f"lambda search: {exc}") from None
+    for r in rows:
+        r.pop("group", None)
+        r["scored_on"] = ctx["search_on"]
+    return {m: best[m].lam for m in models}, rows
 
 
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
+    data_note(ctx, ratings)
     folds = make_folds(ratings, ctx["folds"], ctx.seed)
     workers = ctx["workers"] or default_workers()
     models = ctx["models"]
     lams, sel_rows = select_lambda(ctx, folds, models, workers)
     if sel_rows:
-        ctx.table("lambda_selection", sel_rows, title="Lambda selection on fold 1 (unfederated, by MAE)")
+        where = ("a validation split of copy 1's training part" if ctx["search_on"] == "validation"
+                 else "copy 1's test part (the paper's rule)")
+        ctx.table("lambda_selection", sel_rows, title=f"Lambda search on {where} (unfederated, by MAE)")
+        ctx.note("Chosen lambda: " + ", ".join(f"{m} {lams[m]:g}" for m in models) + f" (scored on {where}).")
 
     tasks = []
     for m in models:
@@ -129,6 +139,7 @@ def run(ctx: RunContext) -> None:
                               "formula_bytes_4d": 4 * formula,
                               "wire_bytes": fed0.ledger["bytes"],
                               "messages": fed0.ledger["messages"]})
+    warn_not_learned(ctx, [(f"{o.cfg.model} {o.framework}", o) for o in outs])
     ctx.table("table2", rows, title="Table 2: MAE and RMSE (mean +- population std over folds)")
     ctx.table("md_stdr", md_rows, title="MD and STDR (percent; MD < STDR: lossless within the model's own spread)",
               floatfmt=".3f")
