@@ -26,7 +26,7 @@ class ClientUpload(NamedTuple):
 
 
 
-def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend):
+def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend, order="code"):
     k = _sgd_numba.kernels(backend)
     V = np.ascontiguousarray(V)
     dt = V.dtype
@@ -37,7 +37,7 @@ def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local,
     N, K = rated.shape[0], sampled.shape[0]
     implicit = O is not None
     Oa = np.ascontiguousarray(O, dtype=dt) if implicit else np.zeros((1, d), dtype=dt)
-    par = _sgd_numba.make_par(lr, lam, dt)
+    par = _sgd_numba.make_par(lr, lam, dt, order)
     s1, s, nm1, nf = (x[()] for x in _sgd_numba.implicit_norms(N, dt))
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
@@ -49,10 +49,11 @@ def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local,
 
 
 def sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, strategy,
-                    T_predict, T_local, hf_convention, sampled, r_mean, backend) -> ClientUpload:
+                    T_predict, T_local, hf_convention, sampled, r_mean, backend, order="code") -> ClientUpload:
     """One stochastic training call of a client (PMF(S) with ``O=None``, SVD++(S) with ``O``):
     draw the sampled items (unless given), decide whether hybrid filling is active at iteration
-    ``t``, run the compiled (or fallback) SGD passes. See ``pmf_sgd_client_step`` and
+    ``t``, run the compiled (or fallback) SGD passes (``order``: "code", the authors' update
+    order, or "paper", Algorithm 5 as printed; see ``_sgd_numba.pmf_pass``). See ``pmf_sgd_client_step`` and
     ``svdpp_sgd_client_step`` for the arguments."""
     V = np.asarray(V)
     dt = V.dtype
@@ -63,4 +64,4 @@ def sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, st
         sampled = sample_unrated(rng, rated, V.shape[0], rho) if rho > 0 else np.empty(0, np.int32)
     use_hf = strategy == "hf" and hf_active(t, T_predict, hf_convention)
     mu = user_mean(ratings, dt) if r_mean is None else dt.type(r_mean)
-    return _run_client(U_u, V, O, rated, ratings, sampled, mu, use_hf, T_local, lr, lam, backend)
+    return _run_client(U_u, V, O, rated, ratings, sampled, mu, use_hf, T_local, lr, lam, backend, order)

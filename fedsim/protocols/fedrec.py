@@ -87,8 +87,9 @@ class FedRecConfig(Config):
     T_local: int = param(10, "hybrid filling: local steps of the user's copy", min=0)
     hf_convention: str = param("code", "when hybrid filling switches to predictions: the authors' code or "
                                "the paper's Algorithm 3", choices=("code", "paper"))
-    order: str = param("code", "batch client update order: the authors' code (item gradients with U "
-                       "before its step) or the paper's printed order", choices=("code", "paper"))
+    order: str = param("code", "client update order: the authors' code (item gradients with U_u before "
+                       "its step) or the paper's printed order (Algorithm 2 for PMF(B), Algorithm 5 for the "
+                       "stochastic models: U_u updated first)", choices=("code", "paper"))
     resample: bool = param(True, "draw the sampled items afresh every call (the paper) or once")
     decay: float = param(0.9, "learning-rate decay per iteration", min=0, exclusive_min=True)
     init_scale: float = param(0.005, "factors start uniform in (-init_scale, init_scale)", min=0)
@@ -260,13 +261,13 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
             calls += 1
             if cfg.implicit:
                 up = svdpp_sgd_client_step(U, V, p["O"], rated, ratings, t=t, lr=lr_c, rng=rng,
-                                           sampled=sampled, **kw)
+                                           sampled=sampled, order=cfg.order, **kw)
                 body = {"items": up.items, "grads": up.grads, "o_deltas": up.o_deltas}
                 # each SGD step also moves the O rows of all rated items
                 flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
             else:
                 up = pmf_sgd_client_step(U, V, rated, ratings, t=t, lr=lr_c, rng=rng,
-                                         sampled=sampled, **kw)
+                                         sampled=sampled, order=cfg.order, **kw)
                 body = {"items": up.items, "grads": up.grads}
                 flops = 6.0 * up.items.shape[0] * cfg.d
         U = up.U
@@ -370,7 +371,7 @@ def central_twin(data, cfg: FedRecConfig, seed: int, test=None, on_divergence: s
                                backend=backend, **common)
     trainer = train_svdpp_sgd if cfg.implicit else train_pmf_sgd
     return trainer(users, items, ratings, n_users, n_items, client_lr=cfg.client_lr,
-                   backend=backend, **common)
+                   backend=backend, order=cfg.order, **common)
 
 
 def formula_payload_floats(n_rated_total: int, rho: float, m: int, n: int, d: int) -> float:
