@@ -24,9 +24,11 @@ SMALL = {
     "fpl_table2": {"epochs": [1], "pis": [1.0], "bpr_epochs": 2, "fcf_rounds": 2, "max_users": 30, "min_interactions": 8},
     "fpl_tcc": {"epochs": [1], "pis": [1.0], "presets": ["pFPL"], "max_users": 30, "min_interactions": 8},
     "personalfr_compression": {"clients": [2, 4], "workers": 1},
-    "personalfr_curves": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "workers": 1},
-    "personalfr_table3": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "workers": 1},
-    "personalfr_table4": {"rounds": 2, "eval_every": 2, "tasks": ["explicit"], "workers": 1},
+    "personalfr_curves": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "repeats": 2,
+                          "workers": 1},
+    "personalfr_table3": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "repeats": 2,
+                          "workers": 1},
+    "personalfr_table4": {"rounds": 2, "eval_every": 2, "tasks": ["explicit"], "repeats": 2, "workers": 1},
 }
 NAMES = [name for name, _ in list_scenarios()]
 
