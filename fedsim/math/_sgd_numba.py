@@ -160,6 +160,18 @@ def pmf_hf_temp(U, V, items, ratings, par, T_local, tU):
 # sum S = sum_j O_j gives Obar for item k as (S - x_k) / sqrt(N - 1).
 
 
+def grad_after_step(U, Ou, V, i, y, lam, grads, row):
+    """The paper's order in SVD++: item i's gradient with the stepped U and implicit term Ou,
+    ``grads[row] = lam V_i - (y - (U + Ou).V_i) (U + Ou)``."""
+    d = U.shape[0]
+    pred = (U[0] + Ou[0]) * V[i, 0]
+    for f in range(1, d):
+        pred += (U[f] + Ou[f]) * V[i, f]
+    err = y - pred
+    for f in range(d):
+        grads[row, f] = lam * V[i, f] - err * (U[f] + Ou[f])
+
+
 def svdpp_rated_pass(U, V, items, ratings, OR, S, par, s1, nm1, grads, off, X, AA, A, Ou):
     """SVD++(S) over the rated items, in order.
 
@@ -206,12 +218,7 @@ def svdpp_rated_pass(U, V, items, ratings, OR, S, par, s1, nm1, grads, off, X, A
         if paper:
             for f in range(d):
                 Ou[f] = (S[f] - X[k, f]) / s1
-            pred = (U[0] + Ou[0]) * V[i, 0]
-            for f in range(1, d):
-                pred += (U[f] + Ou[f]) * V[i, f]
-            err = ratings[k] - pred
-            for f in range(d):
-                grads[off + k, f] = lam * V[i, f] - err * (U[f] + Ou[f])
+            grad_after_step(U, Ou, V, i, ratings[k], lam, grads, off + k)
         cp = cp * c
     p = par[P_ONE]
     for k in range(N - 1, -1, -1):
@@ -262,12 +269,7 @@ def svdpp_sampled_pass(U, V, items, ratings, OR, OS, S, par, s, nf, grads, off, 
         if paper:
             for f in range(d):
                 Ou[f] = S[f] / s
-            pred = (U[0] + Ou[0]) * V[i, 0]
-            for f in range(1, d):
-                pred += (U[f] + Ou[f]) * V[i, f]
-            err = ratings[k] - pred
-            for f in range(d):
-                grads[off + k, f] = lam * V[i, f] - err * (U[f] + Ou[f])
+            grad_after_step(U, Ou, V, i, ratings[k], lam, grads, off + k)
         a = a * c
     for j in range(N):
         for f in range(d):
@@ -507,6 +509,7 @@ def implicit_sums_np(O, indptr, indices, out):
 
 
 _KERNELS = (
+    "grad_after_step",
     "pmf_pass",
     "pmf_hf_temp",
     "svdpp_rated_pass",
