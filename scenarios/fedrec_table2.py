@@ -26,7 +26,7 @@ from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies import reference
-from fedsim.studies.search import run_search, search_fold
+from fedsim.studies.search import confirm_fold, run_search, search_fold
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
@@ -71,6 +71,7 @@ def select_lambda(ctx: RunContext, folds, models, workers):
     ctx.progress.update(0, n, stage=f"lambda search ({ctx['search_on']})")
     try:
         best, rows = run_search(fold, groups, seed=_seed(ctx.seed, 0, "unfederated", True), workers=workers,
+                                confirm=confirm_fold(folds, ctx["search_on"], len(folds), ctx.seed),
                                 on_done=lambda i, _: ctx.progress.update(i + 1, n),
                                 describe=lambda c: {"model": c.model, "lambda": c.lam})
     except ValueError as exc:

@@ -24,7 +24,7 @@ from fedsim.studies.fedrecpp import LR_GRID, PAPER_LR, hf_setting, run_pp, run_s
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2
 from fedsim.studies.parallel import default_workers, pmap
-from fedsim.studies.search import SEARCH_RULES, choose_hf, run_search, search_fold
+from fedsim.studies.search import SEARCH_RULES, choose_hf, confirm_fold, run_search, search_fold
 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
@@ -60,6 +60,7 @@ def choose_lr_lam(ctx: RunContext, folds, base: FedRecPPConfig, workers: int, da
     ctx.progress.update(0, len(cands), stage=f"(lr, lambda) search ({ctx['search_on']})")
     try:
         best, rows = run_search(fold, {"FedRec rho=0": cands}, seed=ctx.seed * 1000 + 998, workers=workers,
+                                confirm=confirm_fold(folds, ctx["search_on"], len(folds), ctx.seed),
                                 runner=run_search_task, on_done=lambda i, _: ctx.progress.update(i + 1, len(cands)),
                                 describe=lambda c: {"lr": c.lr, "lambda": c.lam})
     except ValueError as exc:

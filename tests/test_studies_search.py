@@ -163,3 +163,37 @@ def test_a_run_that_does_not_learn_is_reported(tmp_path):
                        overrides={"folds": 2, "iterations": 40, "rhos": [0], "lr": 0.8, "lam": 0.001, "workers": 1})
     assert "not_learned" not in res["tables"]
     assert "did not learn" not in (tmp_path / "ok" / "report.md").read_text()
+
+
+class _Out:
+    def __init__(self, cfg, mae, diverged=None):
+        self.cfg, self.mae, self.rmse, self.diverged_at = cfg, mae, mae, diverged
+
+
+def test_a_choice_that_diverges_on_the_whole_training_part_gives_way_to_the_next(folds):
+    """A learning rate at the edge of stability can train on the smaller validation split and
+    diverge on the whole training part: the next best candidate is then chosen."""
+    from fedsim.studies.search import confirm_fold
+
+    conf = confirm_fold(poisoned(folds), "validation", 5, seed=1)
+    assert conf.train is folds[0].train
+    assert len(conf.test[0]) == len(folds[0].train[0]) // 5  # the validation split, not the test part
+    assert confirm_fold(folds, "first_copy") is None and confirm_fold(folds, "none") is None
+    cands = [FedRecConfig("PMF(B)", d=4, T=1, lr=lr) for lr in (0.5, 0.9, 1.3)]
+    val_mae = {0.5: 0.80, 0.9: 0.75, 1.3: 0.70}
+    seen = []
+
+    def runner(task):
+        fold, _, cfg, *_ = task
+        seen.append((fold is conf, cfg.lr))
+        if fold is conf:  # on the whole training part lr 1.3 diverges
+            return _Out(cfg, float("nan") if cfg.lr > 1 else 0.1, 4 if cfg.lr > 1 else None)
+        return _Out(cfg, val_mae[cfg.lr])
+
+    best, rows = run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner, confirm=conf)
+    assert best["g"].lr == 0.9
+    assert [r["diverged_on_whole_training_part"] for r in rows] == ["", False, True]
+    assert [r["chosen"] for r in rows] == [False, True, False]
+    assert seen[-2:] == [(True, 1.3), (True, 0.9)]  # tried best first; the scores there are never used
+    with pytest.raises(ValueError, match="every candidate diverged"):
+        run_search(validation_fold(folds[0], 5, 1), {"g": cands[2:]}, seed=0, runner=runner, confirm=conf)

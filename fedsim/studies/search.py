@@ -24,7 +24,8 @@ from ..seeding import node_rng
 from .fedrec import Fold, run_one
 from .parallel import pmap
 
-__all__ = ["SEARCH_RULES", "TP_TL_GRID", "run_search", "search_fold", "validation_fold"]
+__all__ = ["SEARCH_RULES", "TP_TL_GRID", "choose_hf", "confirm_fold", "grid", "run_search", "search_fold",
+           "validation_fold"]
 
 SEARCH_RULES = ("validation", "first_copy", "none")
 # FedRec and FedRec++: (T_predict, T_local) both from {5, 10, 15}
@@ -62,27 +63,58 @@ def search_fold(folds: Sequence[Fold], rule: str, parts: int = 5, seed: int = 0)
     raise ValueError(f"search rule must be one of {SEARCH_RULES}, got {rule!r}")
 
 
+def confirm_fold(folds: Sequence[Fold], rule: str, parts: int = 5, seed: int = 0) -> Fold | None:
+    """For ``rule="validation"``: the first copy's *whole* training part (its ``test`` is the
+    validation split, so that no test rating is read), on which a chosen candidate must train
+    without diverging (see :func:`run_search`); None for the other rules (their candidates
+    trained on the whole training part already)."""
+    if rule != "validation":
+        return None
+    val = validation_fold(folds[0], parts, seed)
+    return Fold(folds[0].index, folds[0].train, val.test, folds[0].n_users, folds[0].n_items)
+
+
 def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, workers: int = 1,
                runner: Callable = run_one, framework: str = "unfederated", metric: str = "mae",
-               on_done: Callable | None = None, describe: Callable[[Any], dict] | None = None
-               ) -> tuple[dict[Any, Any], list[dict]]:
+               on_done: Callable | None = None, describe: Callable[[Any], dict] | None = None,
+               confirm: Fold | None = None) -> tuple[dict[Any, Any], list[dict]]:
     """Score every candidate config of every group on ``fold`` (``runner((fold, framework, cfg,
     seed, "ideal", False))`` -> an outcome with ``mae``, ``rmse``, ``diverged_at``) and keep, per
-    group, the one with the lowest ``metric`` (ties: the first listed). Returns ``({group: best
-    config}, rows)``, one row per candidate (``describe(cfg)`` gives its columns) with its
-    scores and whether it was chosen. Raises ``ValueError`` when every candidate of a group
-    diverged."""
+    group, the one with the lowest ``metric`` (ties: the first listed).
+
+    ``confirm``: a fold whose training part is the whole training part the validation split was
+    cut from (:func:`confirm_fold`). A validation split trains on less data, and a learning rate
+    at the edge of stability there can diverge on the whole part (FedRec++'s lr 1.1 on ML100K
+    did, on 3 folds of 5): the best candidate is then trained on ``confirm`` and, if it
+    diverges there, the next best is tried, and so on. Only divergence is read from those
+    runs (a training-time fact), never their scores.
+
+    Returns ``({group: chosen config}, rows)``, one row per candidate (``describe(cfg)`` gives
+    its columns) with its scores, whether it diverged on the whole training part (when tried)
+    and whether it was chosen. Raises ``ValueError`` when every candidate of a group diverged."""
     tasks, keys = [], []
     for g, cands in groups.items():
         for cfg in cands:
             tasks.append((fold, framework, cfg, seed, "ideal", False))
             keys.append(g)
     outs = pmap(runner, tasks, workers, on_done=on_done)
-    best: dict[Any, tuple[int, float]] = {}
+    ranked: dict[Any, list[int]] = {g: [] for g in groups}
     for k, (g, o) in enumerate(zip(keys, outs)):
-        v = getattr(o, metric)
-        if o.diverged_at is None and np.isfinite(v) and (g not in best or v < best[g][1]):
-            best[g] = (k, v)
+        if o.diverged_at is None and np.isfinite(getattr(o, metric)):
+            ranked[g].append(k)
+    for g in ranked:  # stable: ties keep the listed order
+        ranked[g].sort(key=lambda k: getattr(outs[k], metric))
+    confirmed: dict[int, bool] = {}
+    best: dict[Any, int] = {}
+    for g, order in ranked.items():
+        for k in order:
+            if confirm is not None:
+                c = runner((confirm, framework, outs[k].cfg, seed, "ideal", False))
+                confirmed[k] = c.diverged_at is None
+                if not confirmed[k]:
+                    continue
+            best[g] = k
+            break
     missing = [g for g in groups if g not in best]
     if missing:
         raise ValueError(f"every candidate diverged for {missing}")
@@ -90,10 +122,12 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
     for k, (g, o) in enumerate(zip(keys, outs)):
         row = dict(group=str(g)) if not isinstance(g, tuple) else {f"group{j}": x for j, x in enumerate(g)}
         row.update(describe(o.cfg) if describe else {})
-        row.update({"mae": o.mae, "rmse": o.rmse, "diverged_at": o.diverged_at or "",
-                    "chosen": best[g][0] == k})
+        row.update({"mae": o.mae, "rmse": o.rmse, "diverged_at": o.diverged_at or ""})
+        if confirm is not None:
+            row["diverged_on_whole_training_part"] = "" if k not in confirmed else not confirmed[k]
+        row["chosen"] = best[g] == k
         rows.append(row)
-    return {g: outs[best[g][0]].cfg for g in groups}, rows
+    return {g: outs[best[g]].cfg for g in groups}, rows
 
 
 def grid(base: Any, **axes: Iterable) -> list[Any]:
@@ -129,6 +163,7 @@ def choose_hf(ctx, folds: Sequence[Fold], keys: Iterable[tuple], make_cfg: Calla
         n = sum(len(v) for v in groups.values())
         ctx.progress.update(0, n, stage=f"(T_predict, T_local) search ({rule})")
         best, rows = run_search(fold, groups, seed=seed, workers=workers, runner=runner,
+                                confirm=confirm_fold(folds, rule, len(folds), seed),
                                 on_done=lambda i, _: ctx.progress.update(i + 1, n),
                                 describe=lambda c: {"T_predict": c.T_predict, "T_local": c.T_local})
         for key, cfg in best.items():
