@@ -190,10 +190,24 @@ def test_a_choice_that_diverges_on_the_whole_training_part_gives_way_to_the_next
             return _Out(cfg, float("nan") if cfg.lr > 1 else 0.1, 4 if cfg.lr > 1 else None)
         return _Out(cfg, val_mae[cfg.lr])
 
-    best, rows = run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner, confirm=conf)
+    best, rows = run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner, confirm=conf,
+                            confirm_seeds=2)
     assert best["g"].lr == 0.9
     assert [r["diverged_on_whole_training_part"] for r in rows] == ["", False, True]
     assert [r["chosen"] for r in rows] == [False, True, False]
-    assert seen[-2:] == [(True, 1.3), (True, 0.9)]  # tried best first; the scores there are never used
+    # tried best first, with every confirmation seed; the scores there are never used
+    assert seen[-4:] == [(True, 1.3), (True, 1.3), (True, 0.9), (True, 0.9)]
+
+    # divergence with one seed of several is enough to refuse a candidate
+    def runner2(task):
+        fold, _, cfg, seed, *_ = task
+        if fold is conf:
+            return _Out(cfg, 0.1, 3 if (cfg.lr > 1 and seed == 2) else None)
+        return _Out(cfg, val_mae[cfg.lr])
+
+    assert run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner2, confirm=conf,
+                      confirm_seeds=3)[0]["g"].lr == 0.9
+    assert run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner2, confirm=conf,
+                      confirm_seeds=2)[0]["g"].lr == 1.3
     with pytest.raises(ValueError, match="every candidate diverged"):
         run_search(validation_fold(folds[0], 5, 1), {"g": cands[2:]}, seed=0, runner=runner, confirm=conf)

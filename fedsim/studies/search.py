@@ -77,7 +77,7 @@ def confirm_fold(folds: Sequence[Fold], rule: str, parts: int = 5, seed: int = 0
 def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, workers: int = 1,
                runner: Callable = run_one, framework: str = "unfederated", metric: str = "mae",
                on_done: Callable | None = None, describe: Callable[[Any], dict] | None = None,
-               confirm: Fold | None = None) -> tuple[dict[Any, Any], list[dict]]:
+               confirm: Fold | None = None, confirm_seeds: int = 5) -> tuple[dict[Any, Any], list[dict]]:
     """Score every candidate config of every group on ``fold`` (``runner((fold, framework, cfg,
     seed, "ideal", False))`` -> an outcome with ``mae``, ``rmse``, ``diverged_at``) and keep, per
     group, the one with the lowest ``metric`` (ties: the first listed).
@@ -85,9 +85,11 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
     ``confirm``: a fold whose training part is the whole training part the validation split was
     cut from (:func:`confirm_fold`). A validation split trains on less data, and a learning rate
     at the edge of stability there can diverge on the whole part (FedRec++'s lr 1.1 on ML100K
-    did, on 3 folds of 5): the best candidate is then trained on ``confirm`` and, if it
-    diverges there, the next best is tried, and so on. Only divergence is read from those
-    runs (a training-time fact), never their scores.
+    did, on 3 folds of 5): the best candidate is then trained on ``confirm`` with
+    ``confirm_seeds`` seeds (``seed``, ``seed + 1``, ...: at the edge divergence depends on the
+    initial factors, lr 1.1 diverged with 2 of 4 seeds there) and, if any run diverges, the
+    next best is tried, and so on. Only divergence is read from those runs (a training-time
+    fact), never their scores.
 
     Returns ``({group: chosen config}, rows)``, one row per candidate (``describe(cfg)`` gives
     its columns) with its scores, whether it diverged on the whole training part (when tried)
@@ -109,8 +111,9 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
     for g, order in ranked.items():
         for k in order:
             if confirm is not None:
-                c = runner((confirm, framework, outs[k].cfg, seed, "ideal", False))
-                confirmed[k] = c.diverged_at is None
+                checks = pmap(runner, [(confirm, framework, outs[k].cfg, seed + j, "ideal", False)
+                                       for j in range(max(1, confirm_seeds))], workers)
+                confirmed[k] = all(c.diverged_at is None for c in checks)
                 if not confirmed[k]:
                     continue
             best[g] = k
