@@ -211,3 +211,23 @@ def test_a_choice_that_diverges_on_the_whole_training_part_gives_way_to_the_next
                       confirm_seeds=2)[0]["g"].lr == 1.3
     with pytest.raises(ValueError, match="every candidate diverged"):
         run_search(validation_fold(folds[0], 5, 1), {"g": cands[2:]}, seed=0, runner=runner, confirm=conf)
+
+
+def test_a_candidate_next_to_divergence_is_not_chosen(folds):
+    from dataclasses import replace
+
+    cands = [FedRecConfig("PMF(B)", d=4, T=1, lr=lr) for lr in (0.5, 0.9, 1.3)]
+    val = {0.5: (0.80, None), 0.9: (0.70, None), 1.3: (float("nan"), 2)}
+
+    def runner(task):
+        cfg = task[2]
+        return _Out(cfg, *val[cfg.lr])
+
+    def up(c):
+        bigger = [x for x in (0.5, 0.9, 1.3) if x > c.lr]
+        return [replace(c, lr=bigger[0])] if bigger else []
+
+    best, rows = run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner, neighbours=up)
+    assert best["g"].lr == 0.5
+    assert [r["next_to_divergence"] for r in rows] == [False, True, False]
+    assert run_search(validation_fold(folds[0], 5, 1), {"g": cands}, seed=0, runner=runner)[0]["g"].lr == 0.9

@@ -77,7 +77,8 @@ def confirm_fold(folds: Sequence[Fold], rule: str, parts: int = 5, seed: int = 0
 def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, workers: int = 1,
                runner: Callable = run_one, framework: str = "unfederated", metric: str = "mae",
                on_done: Callable | None = None, describe: Callable[[Any], dict] | None = None,
-               confirm: Fold | None = None, confirm_seeds: int = 5) -> tuple[dict[Any, Any], list[dict]]:
+               confirm: Fold | None = None, confirm_seeds: int = 5,
+               neighbours: Callable[[Any], Iterable[Any]] | None = None) -> tuple[dict[Any, Any], list[dict]]:
     """Score every candidate config of every group on ``fold`` (``runner((fold, framework, cfg,
     seed, "ideal", False))`` -> an outcome with ``mae``, ``rmse``, ``diverged_at``) and keep, per
     group, the one with the lowest ``metric`` (ties: the first listed).
@@ -90,6 +91,11 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
     initial factors, lr 1.1 diverged with 2 of 4 seeds there) and, if any run diverges, the
     next best is tried, and so on. Only divergence is read from those runs (a training-time
     fact), never their scores.
+
+    ``neighbours(cfg)``: the candidates next to ``cfg`` on an axis where instability grows
+    (e.g. the next larger learning rate). A candidate one of whose neighbours diverged on the
+    validation split is at the edge of stability and is not chosen (that is what caught lr 1.1,
+    whose neighbour 1.2 diverged; the seeded check alone did not, with the seeds it drew).
 
     Returns ``({group: chosen config}, rows)``, one row per candidate (``describe(cfg)`` gives
     its columns) with its scores, whether it diverged on the whole training part (when tried)
@@ -107,9 +113,15 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
     for g in ranked:  # stable: ties keep the listed order
         ranked[g].sort(key=lambda k: getattr(outs[k], metric))
     confirmed: dict[int, bool] = {}
+    edge: set[int] = set()
+    diverged = {(keys[k], repr(o.cfg)) for k, o in enumerate(outs) if o.diverged_at is not None
+                or not np.isfinite(getattr(o, metric))}
     best: dict[Any, int] = {}
     for g, order in ranked.items():
         for k in order:
+            if neighbours is not None and any((g, repr(n)) in diverged for n in neighbours(outs[k].cfg)):
+                edge.add(k)
+                continue
             if confirm is not None:
                 checks = pmap(runner, [(confirm, framework, outs[k].cfg, seed + j, "ideal", False)
                                        for j in range(max(1, confirm_seeds))], workers)
@@ -126,6 +138,8 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
         row = dict(group=str(g)) if not isinstance(g, tuple) else {f"group{j}": x for j, x in enumerate(g)}
         row.update(describe(o.cfg) if describe else {})
         row.update({"mae": o.mae, "rmse": o.rmse, "diverged_at": o.diverged_at or ""})
+        if neighbours is not None:
+            row["next_to_divergence"] = k in edge
         if confirm is not None:
             row["diverged_on_whole_training_part"] = "" if k not in confirmed else not confirmed[k]
         row["chosen"] = best[g] == k
