@@ -180,7 +180,8 @@ def choose_hf(ctx, folds: Sequence[Fold], keys: Iterable[tuple], make_cfg: Calla
         n = sum(len(v) for v in groups.values())
         ctx.progress.update(0, n, stage=f"(T_predict, T_local) search ({rule})")
         best, rows = run_search(fold, groups, seed=seed, workers=workers, runner=runner,
-                                confirm=confirm_fold(folds, rule, len(folds), seed),
+                                # lr is fixed here: one seed guards against a surprise only
+                                confirm=confirm_fold(folds, rule, len(folds), seed), confirm_seeds=1,
                                 on_done=lambda i, _: ctx.progress.update(i + 1, n),
                                 describe=lambda c: {"T_predict": c.T_predict, "T_local": c.T_local})
         for key, cfg in best.items():
