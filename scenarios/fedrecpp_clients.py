@@ -21,7 +21,7 @@ from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.datasets import data_note, paper_dataset
 from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import hf_setting, run_pp, run_search_task
-from fedsim.studies.learning import warn_not_learned
+from fedsim.studies.learning import did_not_learn, warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2_ML100K
 from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
@@ -102,7 +102,7 @@ def run(ctx: RunContext) -> None:
                      "T_predict": runs[0].cfg.T_predict if rho else "", "T_local": runs[0].cfg.T_local if rho else "",
                      "mae_mean": s.mae_mean, "mae_std": s.mae_std, "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std,
                      "folds": len(runs), "diverged_runs": len(s.diverged),
-                     "not_learned": sum(1 for o in runs if o.rmse >= o.initial_rmse * 0.99),
+                     "not_learned": sum(1 for o in runs if did_not_learn(o.initial_rmse, o.rmse)),
                      "paper_rmse_c_n": paper, "paper_says": PAPER_RQ2.get(frac, "Table 2 (c = n)")})
     warn_not_learned(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
     ctx.table("clients", rows, title="RMSE for participating fractions c/n and rho (Figure 2; mean +- population "
