@@ -4,7 +4,8 @@ clients per iteration and rho in {0, 1, 2, 3}.
 The server draws the c participants afresh every iteration from its ``participation`` stream,
 so with the same seed FedRec and FedRec++ select the same clients and their clients sample the
 same items (paired runs). Every setting runs on ``use_folds`` copies (default all five: mean and
-std over folds). lr and lambda are the paper's (0.8, 0.001; FedRec++ Table 2's search).
+std over folds). lr and lambda are the paper's (0.8, 0.001; ``fedrecpp_table2``'s own search picks
+lr 1.0 on ML100K).
 FedRec's (T_predict, T_local) are searched per (c, rho) by MAE (``search_per_c``; with
 ``search_per_c=false`` per rho at c = n only, as the paper's settings were) on a validation
 split of the first copy's training part (``search_on``); FedRec++ does not depend on them
