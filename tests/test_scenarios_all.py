@@ -23,7 +23,7 @@ SMALL = {
     "fpl_pi": {"epochs": [1], "pis": [0.5], "presets": ["sFPL", "pFPL"], "max_users": 30, "min_interactions": 8},
     "fpl_table2": {"epochs": [1], "pis": [1.0], "bpr_epochs": 2, "fcf_rounds": 2, "max_users": 30, "min_interactions": 8},
     "fpl_tcc": {"epochs": [1], "pis": [1.0], "presets": ["pFPL"], "max_users": 30, "min_interactions": 8},
-    "personalfr_compression": {"clients": [2, 4], "workers": 1},
+    "personalfr_compression": {"clients": [2, 4], "repeats": 2, "workers": 1},
     "personalfr_curves": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "repeats": 2,
                           "workers": 1},
     "personalfr_table3": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "repeats": 2,
