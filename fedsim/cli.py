@@ -1,16 +1,21 @@
-"""The ``fedsim`` command line: run scenarios, list what exists, manage datasets.
+"""The ``fedsim`` command line: run scenarios, sweep them, trace protocols, list what exists,
+manage datasets.
 
-    fedsim [--plugin FILE] run [NAME|PROTOCOL|PATH] [--data D] [--out DIR] [--set k=v ...] [--seed N]
-           [--profile P] [--link-model M] [--transport T] [--loss P] [--dropout P] [--quiet] [--ledger]
-    fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--out DIR] [run options]
-    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v] [--out DIR]
+    fedsim [--plugin FILE] run [NAME|PROTOCOL|PATH] [--config run.toml] [--data D] [--out DIR] [--force]
+           [--set k=v ...] [--seed N] [--profile P] [--link-model M] [--transport T] [--loss P]
+           [--dropout P] [--quiet] [--ledger]
+    fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
+                 [--config sweep.toml] [run options]
+    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v] [--out DIR] [--html] [--open]
     fedsim list
     fedsim data get|list|path ...
 
 NAME is a scenario of scenarios/ or any registered protocol (one run of it); ``--plugin`` (or
-$FEDSIM_PLUGINS) loads protocols defined in other files first.
+$FEDSIM_PLUGINS) loads protocols defined in other files first. ``fedsim run NAME --help`` lists
+the scenario's parameters.
 
-Errors a user can cause print one line (``error: ...``) and exit with status 2.
+Errors a user can cause print one line (``error: ...``) and exit with status 2, leaving no
+output folder behind; Ctrl-C exits with status 130, also leaving none.
 """
 
 from __future__ import annotations
@@ -22,34 +27,50 @@ from typing import Sequence
 
 from . import __version__
 from .config import ConfigError
-from .kernel.errors import NetworkConfigError
 from .experiment import (
-    ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario,
-    net_from_args, parse_sets, run_scenario,
+    ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario, scenario_name,
 )
+from .experiment.runner import closing_line, resolve_run_options
+from .kernel.errors import NetworkConfigError
 
 DEFAULT_SCENARIO = "quickstart"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(scenario_help: str | None = None, command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``scenario_help`` (the parameters of the scenario named on the command line)
+    becomes the epilog of ``command``'s help."""
     ap = argparse.ArgumentParser(prog="fedsim", description="Federated recommender protocols on a "
                                  "simulated network that counts every byte.")
     ap.add_argument("--version", action="version", version=f"fedsim {__version__}")
     ap.add_argument("--plugin", action="append", default=[], metavar="FILE",
                     help="a Python file that registers protocols (repeatable; also $FEDSIM_PLUGINS)")
-    sub = ap.add_subparsers(dest="command", metavar="{run,sweep,trace,list,data}")
+    sub = ap.add_subparsers(dest="command", metavar="{run,sweep,trace,compare,list,data}")
     sub.required = True
-    run = sub.add_parser("run", help="run a scenario (default: the quick demo)")
-    run.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO,
-                     help=f"scenario name, protocol name, or path to a script (default {DEFAULT_SCENARIO})")
+    fmt = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+    run = sub.add_parser("run", help="run a scenario (default: the quick demo)",
+                         epilog=scenario_help if command == "run" else
+                         "fedsim run NAME --help lists the parameters of scenario or protocol NAME.", **fmt)
+    run.add_argument("scenario", nargs="?", default=None,
+                     help=f"scenario name, protocol name, or path to a script (default {DEFAULT_SCENARIO}, "
+                          "or the config file's scenario)")
     add_run_arguments(run)
-    sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters on a process pool")
-    sw.add_argument("scenario", help="scenario name or path")
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of parameters (a local process pool, or Ray)",
+                        epilog=scenario_help if command == "sweep" else
+                        "fedsim sweep NAME --help lists the parameters of NAME (each can be a --grid axis).", **fmt)
+    sw.add_argument("scenario", nargs="?", default=None, help="scenario name or path (or the config file's)")
     sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                    help="grid values of one parameter (repeatable; list parameters separate values with ';')")
-    sw.add_argument("--workers", type=int, default=0, help="worker processes (default: one per core)")
+                    help="grid values of one parameter or of seed, data, profile, link_model, transport, loss, "
+                         "dropout (repeatable; list parameters separate values with ';')")
+    sw.add_argument("--workers", type=int, default=None,
+                    help="points at once: worker processes, or the CPUs of a local Ray instance (default: one per "
+                         "core; on a Ray cluster: as many as it schedules)")
+    sw.add_argument("--backend", choices=("local", "ray"), default=None,
+                    help="run the points on a local process pool (default) or as Ray tasks (the ray extra)")
+    sw.add_argument("--address", default=None, metavar="ADDR",
+                    help="with --backend ray: an existing Ray cluster (HOST:PORT or ray://HOST:10001; default: start "
+                         "a local Ray instance)")
     add_run_arguments(sw)
-    tr = sub.add_parser("trace", help="trace a protocol message by message (Mermaid, timeline, log)")
+    tr = sub.add_parser("trace", help="trace a protocol message by message (HTML viewer, Mermaid, timeline, log)")
     tr.add_argument("protocol", help="protocol to trace (see fedsim list)")
     tr.add_argument("--clients", type=int, default=3, help="number of clients (default 3)")
     tr.add_argument("--rounds", type=int, default=1, help="rounds (default 1)")
@@ -57,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--profile", default="lan", help="network profile (default lan)")
     tr.add_argument("--out", help="output folder (default runs/<time>-trace-<protocol>)")
+    tr.add_argument("--force", action="store_true", help="replace what --out holds")
+    tr.add_argument("--html", action="store_true",
+                    help="write only trace.html (one self-contained page: sequence, timeline, step-through)")
+    tr.add_argument("--open", action="store_true", help="open trace.html in a web browser")
+    cp = sub.add_parser("compare", help="run a protocol on the simulator and on a real transport, side by side")
+    cp.add_argument("scenario", metavar="protocol", help="registered protocol (see fedsim list)")
+    cp.add_argument("--against", choices=("tcp", "asyncio"), default="tcp", dest="against",
+                    help="the transport to compare the simulator with (default tcp)")
+    cp.add_argument("--processes", type=int, default=4, help="worker processes of the tcp run (default 4)")
+    add_run_arguments(cp)
     sub.add_parser("list", help="list scenarios and protocols")
     from .data import cli as data_cli
 
@@ -64,66 +95,182 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def params_help(mod) -> str:
+    """The parameters of scenario ``mod`` for ``--help``: name, type and bounds, default, help."""
+    name = scenario_name(mod)
+    lines = [f"parameters of {name} (--set KEY=VALUE, or [params] in a --config file; "
+             f"lists: comma separated):"]
+    rows = [(k, p.describe(), _default(p.default), p.help) for k, p in mod.PARAMS.items()]
+    w0 = max([len(r[0]) for r in rows] + [4])
+    w1 = min(max([len(r[1]) for r in rows] + [4]), 34)
+    w2 = min(max([len(r[2]) for r in rows] + [7]), 16)
+    lines.append(f"  {'name':<{w0}}  {'type':<{w1}}  {'default':<{w2}}  help")
+    for k, t, d, h in rows:
+        lines.append(f"  {k:<{w0}}  {t:<{w1}}  {d:<{w2}}  {h}")
+    doc = (mod.__doc__ or "").strip()
+    if doc:
+        lines = [doc.split("\n\n")[0].replace("\n", " "), ""] + lines
+    return "\n".join(lines)
+
+
+def _default(v) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return "none" if v is None else str(v)
+
+
+def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:
+    """(command, scenario) when ``argv`` asks for ``run NAME --help`` or ``sweep NAME --help``."""
+    if not ({"-h", "--help"} & set(argv)):
+        return None, None
+    rest = [a for a in argv if a not in ("-h", "--help")]
+    try:
+        pre, _ = build_parser().parse_known_args(rest)
+    except SystemExit:
+        return None, None
+    if pre.command not in ("run", "sweep"):
+        return None, None
+    return pre.command, pre.scenario or DEFAULT_SCENARIO
+
+
+def _load_config(args: argparse.Namespace, sweep: bool = False) -> dict | None:
+    if not args.config:
+        return None
+    from .experiment.configfile import load_config
+
+    return load_config(args.config, sweep=sweep)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    mod = load_scenario(args.scenario)
-    res = run_scenario(mod, data=args.data, out=args.out, overrides=parse_sets(mod, args.set),
-                       seed=args.seed, quiet=args.quiet, ledger=args.ledger, net=net_from_args(mod, args))
-    if not args.quiet:
-        print(f"\nresults in {args.out or 'runs/'} ({', '.join(t + '.csv' for t in res['tables'])}, "
-              f"report.md, results.json); wall {res['wall_time_s']:.1f} s")
+    from .experiment import run_scenario
+
+    doc = _load_config(args)
+    mod = load_scenario(args.scenario or (doc or {}).get("scenario") or DEFAULT_SCENARIO)
+    res = run_scenario(mod, **resolve_run_options(mod, args, doc))
+    print(("" if args.quiet else "\n") + closing_line(res))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .experiment import run_scenario
+    from .experiment.compare import compare_scenario
+    from .protocols import REGISTRY
+
+    if args.scenario not in REGISTRY:
+        raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}; protocols: "
+                         f"{', '.join(REGISTRY)}")
+    if args.processes < 1:
+        raise UsageError(f"--processes must be at least 1, got {args.processes}")
+    if args.transport not in (None, "sim"):
+        raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
+    mod = compare_scenario(args.scenario, args.against, args.processes)
+    res = run_scenario(mod, **resolve_run_options(mod, args, _load_config(args)))
+    print(("" if args.quiet else "\n") + closing_line(res))
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .studies.sweep import parse_grid, run_sweep
+    from .studies.sweep import SweepInterrupted, check_grid, parse_grid, run_sweep
 
-    mod = load_scenario(args.scenario)
-    grid = parse_grid(mod, args.grid)
+    doc = _load_config(args, sweep=True) or {}
+    name = args.scenario or doc.get("scenario")
+    if not name:
+        raise UsageError("fedsim sweep needs a scenario (fedsim sweep NAME --grid KEY=V1,V2, or scenario = "
+                         "\"NAME\" in the --config file)")
+    mod = load_scenario(name)
+    try:
+        grid = check_grid(mod, doc.get("grid") or {})
+    except UsageError as exc:
+        raise UsageError(f"{doc['_path']}: [grid] {str(exc).removeprefix('--grid ').removeprefix('grid ')}") from None
+    grid.update(parse_grid(mod, args.grid))
     if not grid:
-        raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,...")
-    fixed = parse_sets(mod, args.set)
+        raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
+    opts = resolve_run_options(mod, args, doc)
+    fixed = opts["overrides"]
     if "workers" in mod.PARAMS and "workers" not in fixed and "workers" not in grid:
         fixed["workers"] = 1  # the sweep's own pool already uses the cores
-    out = args.out or str(default_out_dir("sweep-" + args.scenario.replace("/", "_")))
-    quiet = args.quiet or not sys.stderr.isatty()
+    workers = args.workers if args.workers is not None else doc.get("workers")
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+
+    backend = args.backend or doc.get("backend") or "local"
+    if backend not in ("local", "ray"):
+        raise UsageError(f"{doc['_path']}: backend: expected 'local' or 'ray', got {backend!r}")
+    address = args.address if args.address is not None else doc.get("address")
 
     def progress(i, total, res):
-        if not quiet:
-            print(f"[{i + 1}/{total}] {res['status']}: {res['point']}", file=sys.stderr)
+        if res["status"] == "failed" and not opts["quiet"]:
+            print(f"  failed {res['point']}: {res['error']}", file=sys.stderr)
 
-    summary = run_sweep(args.scenario, grid, out, data=args.data, fixed=fixed, seed=args.seed,
-                        net=net_from_args(mod, args), workers=args.workers or None, progress=progress)
-    print(f"sweep: {summary['points']} points, {len(summary['done'])} run, "
-          f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed; results in {out}")
+    try:
+        summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
+                            net=opts["net"], workers=workers, progress=progress, force=opts["force"],
+                            quiet=opts["quiet"], backend=backend, address=address)
+    except SweepInterrupted as exc:
+        s = exc.summary
+        print(f"interrupted: {len(s['done'])} points run, {len(s['skipped'])} done before, "
+              f"{len(s['not_run'])} not run; the same command resumes. Results so far in {s['out']}/ "
+              f"(report.md, sweep.json)", file=sys.stderr)
+        return 130
+    again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
+    print(f"sweep: {summary['points']} points, {len(summary['done'])} run{again}, "
+          f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed; results in "
+          f"{summary['out']}/ (report.md, sweep.json, "
+          f"{', '.join(os.path.basename(c) for c in summary['combined']) or 'no combined tables'})")
+    used = summary["backend"]
+    if "startup_s" in used and not opts["quiet"]:
+        print(f"ray: {format(used['cpus'], 'g') if used['cpus'] else '?'} CPUs{' at ' + used['address'] if used['address'] else ''}, "
+              f"start-up {used['startup_s']:.1f} s, points {used['run_s']:.1f} s, shutdown {used['shutdown_s']:.1f} s")
     for f in summary["failed"]:
         print(f"  failed {f['point']}: {f['error']} (see {f['out']}/error.txt)", file=sys.stderr)
     return 1 if summary["failed"] else 0
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
+    from .experiment.runner import OutputFolder
     from .studies.trace import trace
 
-    out = args.out or str(default_out_dir("trace-" + args.protocol))
-    net, paths = trace(args.protocol, out, clients=args.clients, rounds=args.rounds, seed=args.seed,
-                       profile=args.profile, sets=args.set)
-    print(f"traced {len(net.ledger)} messages; wrote " + ", ".join(str(p) for p in paths.values()))
+    folder = OutputFolder(args.out or default_out_dir("trace-" + args.protocol), explicit=bool(args.out),
+                          force=args.force)
+    try:
+        net, paths = trace(args.protocol, folder.tmp, clients=args.clients, rounds=args.rounds, seed=args.seed,
+                           profile=args.profile, sets=args.set,
+                           formats=("html",) if args.html else None)
+        final = folder.commit()
+    except BaseException:
+        folder.discard()
+        raise
+    html = final / "trace.html"
+    names = ", ".join(p.name for p in paths.values())
+    print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    print(f"open {html.resolve().as_uri()} in a browser (one file, works offline)")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(html.resolve().as_uri())
     return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from .config import fields_of
-    from .kernel.sim import LINK_MODELS
     from .kernel import PROFILES, TRANSPORTS
+    from .kernel.sim import LINK_MODELS
     from .protocols import REGISTRY
 
-    print("scenarios (fedsim run NAME):")
+    from .experiment.discovery import scenario_run_times
+
+    times = scenario_run_times()
+    print("scenarios (fedsim run NAME; parameters: fedsim run NAME --help):")
     for name, desc in list_scenarios():
         print(f"  {name:<26} {desc}")
+        if times.get(name):
+            print(f"  {'':<26}   run time: {times[name]}")
     print("\nprotocols (fedsim run NAME, fedsim trace NAME; parameters: fedsim run NAME --help):")
     for spec in REGISTRY.specs():
         print(f"  {spec.name:<26} {spec.summary}")
         names = ", ".join(f.name for f in fields_of(spec.Config))
         print(f"  {'':<26}   parameters: {names}")
+    print(f"  {'':<26}   run time: seconds on the default tiny data")
     print("\nnetwork profiles (--profile): " + ", ".join(PROFILES))
     print("link models (--link-model): " + ", ".join(LINK_MODELS))
     print("transports (--transport): " + ", ".join(TRANSPORTS))
@@ -131,15 +278,39 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # output piped into a reader that stopped early (`fedsim list | head`): not an error.
+        # Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _plugins(paths: list[str]) -> None:
+    from .protocols import load_plugins
+
+    try:
+        load_plugins(paths)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _main(argv: list[str]) -> int:
+    command, scenario = _scenario_for_help(argv)
+    scenario_help = None
+    if scenario:
+        try:
+            pre, _ = build_parser().parse_known_args([a for a in argv if a not in ("-h", "--help")])
+            _plugins(pre.plugin)
+            scenario_help = params_help(load_scenario(scenario))
+        except (UsageError, ScenarioError, ConfigError) as exc:
+            scenario_help = f"(cannot list the parameters of {scenario}: {exc})"
+    ap = build_parser(scenario_help, command)
     args = ap.parse_args(argv)
     try:
-        from .protocols import load_plugins
-
-        try:
-            load_plugins(args.plugin)
-        except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from None
+        _plugins(args.plugin)
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "list":
@@ -148,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_sweep(args)
         if args.command == "trace":
             return _cmd_trace(args)
+        if args.command == "compare":
+            return _cmd_compare(args)
         if args.command == "data":
             from .data import cli as data_cli
 
@@ -156,13 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted: the run's output folder was not written", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # output piped into a reader that stopped early (`fedsim list | head`): not an error.
-        # Point stdout at devnull so the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     ap.error(f"unknown command {args.command}")
     return 2
 

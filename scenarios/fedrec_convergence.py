@@ -17,6 +17,8 @@ from fedsim.studies.paper_values import FEDREC_HF_SETTINGS
 from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'several minutes at ML-100K scale, the default (first fold only, T = 100; estimated from fedrec_rho, not measured)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of copies the data is cut into (the first is used)", min=2),

@@ -19,6 +19,8 @@ import math
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.studies.fpl import best_epoch, fpl_grid, preset_epochs, scenario_params, scenario_split
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'minutes on the default synthetic subset; 10 min to an hour per (preset, pi) on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     **scenario_params(),

@@ -39,6 +39,8 @@ from fedsim.studies.fpl import (
     source_bias,
 )
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'a few minutes on the default synthetic subset; 18-75 s per FPL epoch on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
 BASELINES = ("Random", "Top-Pop", "BPR-MF", "FCF")
 PARAMS = {

@@ -38,6 +38,8 @@ from fedsim.studies.fpl import (
     scenario_split,
 )
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'minutes on the default synthetic subset; 1-5 min per epoch on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     **scenario_params(),

@@ -12,6 +12,8 @@ from __future__ import annotations
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.studies.personalfr import COMMON_PARAMS, execute, make_specs, plot_curves, result_tables
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = '10-15 min at ML-100K scale with 200 rounds (docs/personalfr.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "clients": Param([100, 300], "numbers of clients M (0: one user per client, Figure 4)"),

@@ -17,6 +17,8 @@ from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.datasets import data_note
 from fedsim.studies.fedrec import make_folds
 
+# typical wall time on a 2-core machine, shown by `fedsim list`
+RUN_TIME = 'about 15 s (measured 13.6 s on 2 cores, docs/quickstart.md)'
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {

@@ -246,20 +246,25 @@ def test_csv_cells_are_plain_numbers_for_numpy_scalars(tmp_path):
     assert (tmp_path / "u.csv").read_text().splitlines() == ["a,e,h", "0.1,nan,", '1,"a,b"']
 
 
-def test_progress_line_shows_the_recorded_networks_totals(capsys):
+def test_progress_lines_show_the_recorded_networks_totals_in_human_units():
+    import io
+
     from fedsim.experiment import Progress
 
-    p = Progress(False)
-    p.enabled = True  # as on a terminal
+    stream = io.StringIO()  # not a terminal: one plain line per step
+    p = Progress(True, stream=stream)
     p.update(1, 4, stage="demo")
-    assert "msgs" not in capsys.readouterr().err  # nothing recorded yet
+    assert "msgs" not in stream.getvalue()  # nothing recorded yet
     p.recorded = {"sim_time": 2.5, "messages": 1234, "bytes": 5_600_000}
     p.update(4, 4)
-    err = capsys.readouterr().err
-    assert "demo" in err and "4/4" in err and "2.50s" in err and "1234 msgs" in err and "5.6 MB" in err
-    p.update(4, 4, messages=7)  # a scenario's own figures win
-    err = capsys.readouterr().err
-    assert "7 msgs" in err and "1234" not in err
+    last = stream.getvalue().splitlines()[-1]
+    assert "demo 4/4" in last and "elapsed" in last and "sim 2.5 s" in last and "1234 msgs" in last
+    assert "5.6 MB" in last
+    p.update(4, 4, messages=7)  # a scenario's own figures win (same step: no new line)
+    p.update(3, 4, messages=7)
+    last = stream.getvalue().splitlines()[-1]
+    assert "7 msgs" in last and "1234" not in last
+    p.finish()
 
 
 def test_quiet_or_piped_runs_draw_no_progress_bar(tmp_path):

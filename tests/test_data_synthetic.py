@@ -73,3 +73,50 @@ def test_overrides_and_errors():
         generate("tiny", n_ratings=10)
     assert generate("synthetic:tiny").fingerprint() == resolve("tiny").fingerprint()
     assert resolve("tiny", seed=3).fingerprint() == generate("tiny", seed=3).fingerprint()
+
+
+@pytest.mark.parametrize("preset,space", [("ml20m-like", "id_range"), ("ml20m-like", "observed"),
+                                          ("netflix-like", "observed")])
+def test_internet_scale_presets_small_overrides(preset, space):
+    """The block generator of ml20m-like / netflix-like at 1,500 users: exact total, distinct
+    pairs, (user, timestamp, item) order, minimum per user, every rated id rated, the id range."""
+    kw = dict(n_users=1500, n_ratings=1500 * 60, block_ratings=20_000, item_space=space)
+    if preset == "ml20m-like":
+        kw.update(n_items=9000, n_rated_items=2000)
+    r = generate(preset, seed=3, **kw)
+    p = PRESETS[preset]
+    assert len(r) == 1500 * 60 and r.n_users == 1500
+    counts = r.user_counts()
+    assert counts.min() >= p["min_per_user"] and counts.sum() == len(r)
+    key = r.users.astype(np.int64) * r.n_items + r.items
+    assert len(np.unique(key)) == len(r)
+    order = np.lexsort((r.items, r.timestamps, r.users))
+    assert np.array_equal(order, np.arange(len(r)))
+    rated = np.flatnonzero(r.item_counts() > 0)
+    if preset == "ml20m-like":
+        assert rated.shape[0] == 2000
+        if space == "id_range":
+            assert r.n_items == 9000 and rated[-1] == 8999 and np.array_equal(r.item_ids, np.arange(1, 9001))
+        else:
+            assert r.n_items == 2000 and r.item_ids[-1] == 9000
+        assert set(np.unique(r.values).tolist()) <= {x / 2 for x in range(1, 11)}
+        assert (r.values == 0.5).any() and (r.values == 4.5).any()
+    else:
+        assert r.n_items == 17_770 and rated.shape[0] == 17_770
+        assert set(np.unique(r.values).tolist()) <= {1.0, 2.0, 3.0, 4.0, 5.0}
+    assert r.categories.shape[0] == r.n_items
+    assert digest(generate(preset, seed=3, **kw)) == digest(r)
+    # heavy tails: the most active user and the most popular item far above the median
+    assert counts.max() > 8 * np.median(counts)
+    ic = r.item_counts()[rated]
+    assert ic.max() > 20 * np.median(ic)
+
+
+def test_ml20m_like_and_netflix_like_declare_their_shapes():
+    m, n = PRESETS["ml20m-like"], PRESETS["netflix-like"]
+    assert (m["n_users"], m["n_items"], m["n_rated_items"], m["n_ratings"]) == (138_493, 131_262, 26_744, 20_000_263)
+    assert (n["n_users"], n["n_items"], n["n_ratings"]) == (480_189, 17_770, 100_480_507)
+    with pytest.raises(TypeError, match="unknown parameter"):
+        generate("tiny", block_ratings=10)  # block parameters belong to the block presets
+    with pytest.raises(ValueError, match="n_rated_items"):
+        generate("ml20m-like", n_users=50, n_ratings=2000, n_items=100, n_rated_items=200)

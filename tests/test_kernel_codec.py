@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsim.kernel.codec import (
-    ARRAY_EXT, CodecError, decode, decode_message, encode, encode_message,
+    ARRAY_EXT, CodecError, decode, decode_encoded, decode_message, encode, encode_message,
 )
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -390,7 +390,7 @@ def test_plans_are_not_reused_across_dtype_byte_order_strides_kind_or_keys():
         ("k", {"x": np.arange(12, dtype=np.float32).reshape(4, 3)}),
         ("k", {"y": base}),
         ("kind", {"x": base}),
-        ("k", {"x": base, "n": 3}),  # a scalar: no plan at all
+        ("k", {"x": base, "n": 3}),  # a scalar: a plan of its own (the value is part of the key)
         ("k", {"x": base[::2]}),
     ]
     for kind, payload in variants:
@@ -400,6 +400,45 @@ def test_plans_are_not_reused_across_dtype_byte_order_strides_kind_or_keys():
             _assert_same(decode_message(got.data)[1], {k: np.asarray(v).astype(np.asarray(v).dtype.newbyteorder("<"))
                                                        if isinstance(v, np.ndarray) else v
                                                        for k, v in payload.items()})
+
+
+scalar = st.one_of(st.integers(-2**63, 2**64 - 1), st.booleans(), st.none(), st.text(max_size=70),
+                   st.floats(allow_nan=False), st.just(-0.0), st.just(0.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["t", "n", "eval", "V", "ids"]), scalar), min_size=1, max_size=3),
+       st.lists(st.tuples(st.sampled_from(["t", "n", "flag"]), scalar), max_size=3), st.integers(0, 2**32 - 1))
+def test_plans_with_scalars_reuse_only_identical_scalars(first, second, seed):
+    """A payload of arrays and scalars encodes from a plan keyed by the scalars' types and values:
+    every document, the planned ones included, is byte for byte what msgpack frames, whatever
+    scalars came before under the same keys (1 and True, 0 and False, 0.0 and -0.0 differ)."""
+    rng = np.random.default_rng(seed)
+    for scalars in (first, second, first, [(k, not v if isinstance(v, bool) else v) for k, v in first]):
+        for _ in range(2):
+            payload = {"V": rng.random((3, 2)).astype(np.float32), **dict(scalars),
+                       "ids": rng.integers(0, 9, 4).astype(np.int32)}
+            got = encode_message("model", payload)
+            assert got.data == _independent_message_bytes("model", payload)
+            ref = encode(["model", payload])
+            assert (got.array_bytes, got.floats) == (ref.array_bytes, ref.floats)
+            _assert_same(decode_message(got.data)[1], payload)
+            # what the in-process transports read: the carried layout gives the same payload
+            fast = decode_encoded(got)
+            _assert_same(fast, decode_message(got.data)[1])
+            assert [type(v) for v in fast.values()] == [type(v) for v in decode_message(got.data)[1].values()]
+            for k, v in fast.items():
+                if isinstance(v, np.ndarray):
+                    assert not v.flags.writeable and v.flags.aligned
+
+
+def test_plans_tell_equal_scalars_of_other_types_apart():
+    V = np.ones((2, 2), np.float32)
+    for a, b in ((1, True), (0, False), (True, 1), (5, "5"), (None, 0)):
+        encode_message("s", {"V": V, "t": a})
+        got = encode_message("s", {"V": V, "t": b})
+        assert got.data == _independent_message_bytes("s", {"V": V, "t": b})
+        assert decode_message(got.data)[1]["t"] == b and type(decode_message(got.data)[1]["t"]) is type(b)
 
 
 def test_plans_do_not_keep_arrays_alive():
@@ -413,3 +452,222 @@ def test_plans_do_not_keep_arrays_alive():
     del arr
     gc.collect()
     assert ref() is None
+
+
+# --- bounded decoding: the reliability review's reproductions, limits and the cost model ---
+
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+from fedsim.kernel import codec
+from fedsim.kernel.codec import DECODE_OBJECT_BYTES_PER_BYTE, DECODE_OBJECT_SLACK
+
+# what benchmarks/fuzz_codec.py checks for every input: peak traced bytes <= 17 x len + 48 KiB
+BOUND_PER_BYTE, BOUND_SLACK = 17, 48 * 1024
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _peak(fn, data):
+    """(exception or None, peak bytes traced while ``fn(data)`` ran)."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        try:
+            fn(data)
+            exc = None
+        except Exception as e:  # noqa: BLE001 - returned for the caller to check
+            exc = e
+        return exc, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+_HWM_SCRIPT = """
+import json, struct, sys, time
+from fedsim.kernel.codec import CodecError, decode, decode_message
+
+def high_water_mark():  # peak resident memory of this process so far
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+n = 8 << 20
+data = b"\\x92\\xa1k\\x81\\xa1a\\xdd" + struct.pack(">I", n) + b"\\x90" * n
+before = high_water_mark()
+out = {"len": len(data)}
+for fn in (decode_message, decode):
+    t0 = time.perf_counter()
+    try:
+        fn(data)
+        out[fn.__name__] = "decoded"
+    except CodecError as exc:
+        out[fn.__name__] = str(exc)
+    out[fn.__name__ + "_s"] = time.perf_counter() - t0
+out["grew"] = high_water_mark() - before
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
+def test_issue_document_of_empty_arrays_is_refused_in_bounded_memory_and_time():
+    """The review's reproduction, exactly: 8 MiB of empty arrays under a message key took 1.2 GB
+    and 6 s to decode. Run in a fresh process, so that its peak resident memory (VmHWM) says what
+    the two decodes took (tracemalloc would slow the scan of 2 million items tenfold)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-c", _HWM_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    for name in ("decode_message", "decode"):
+        assert "bytes of Python objects" in out[name] and "numpy arrays" in out[name], out[name]
+        assert out[name + "_s"] < 5  # about 0.4 s each: the scan stops at the budget
+    assert out["grew"] <= BOUND_PER_BYTE * out["len"] + BOUND_SLACK
+    assert out["grew"] < 8 << 20  # in fact nothing is built: the scan refuses it first
+
+
+def test_issue_zero_dimension_beside_huge_dimensions_raises_codec_error():
+    data = b"\x92\xa1k\x81\xa1a\xc7\x12\x01\x0b\x04" + struct.pack("<4I", 0, 2**32 - 1, 2**32 - 1, 2**32 - 1)
+    for fn in (decode_message, decode):
+        with pytest.raises(CodecError, match="too large"):
+            fn(data)
+    # a zero dimension beside dimensions NumPy can represent is an empty array, as before
+    ok = b"\x92\xa1k\x81\xa1a\xc7\x0e\x01\x0b\x03" + struct.pack("<3I", 0, 2**31, 2**20)
+    for fn in (decode_message, decode):
+        arr = (fn(ok)[1] if fn is decode_message else fn(ok)[1])["a"]
+        assert arr.shape == (0, 2**31, 2**20) and arr.dtype == np.float32
+
+
+@pytest.mark.parametrize("stamp", [msgpack.Timestamp(1, 0), msgpack.Timestamp(2**33, 5),
+                                   msgpack.Timestamp(-1, 0)], ids=["ts32", "ts64", "ts96"])
+def test_issue_msgpack_timestamps_are_unknown_ext_types(stamp):
+    for data in (msgpack.packb(stamp), msgpack.packb(["k", {"t": stamp}]),
+                 msgpack.packb(["k", {"a": [1, {"t": stamp}]}])):
+        assert msgpack.unpackb(data) is not None  # msgpack itself would accept it
+        for fn in (decode_message, decode):
+            with pytest.raises(CodecError, match=r"unknown ext type -1 \(msgpack Timestamp\)"):
+                fn(data)
+
+
+@pytest.mark.parametrize("head", [b"\xdc\xff\xff", b"\xdd\xff\xff\xff\xff", b"\xde\xff\xff",
+                                  b"\xdf\xff\xff\xff\xff", b"\xd9\xff", b"\xda\xff\xff",
+                                  b"\xdb\xff\xff\xff\xff", b"\xc4\xff", b"\xc5\xff\xff",
+                                  b"\xc6\xff\xff\xff\xff", b"\xc7\xff\x01", b"\xc8\xff\xff\x01",
+                                  b"\xc9\xff\xff\xff\xff\x01"])
+def test_length_prefixes_longer_than_the_document_are_refused_before_allocating(head):
+    for data in (head + b"\x90" * 100, b"\x92\xa1k\x81\xa1a" + head + b"\x00" * 100):
+        for fn in (decode_message, decode):
+            exc, peak = _peak(fn, data)
+            assert isinstance(exc, CodecError) and ("claims" in str(exc) or "runs past" in str(exc)), exc
+            assert peak < 16 * 1024
+
+
+@pytest.mark.parametrize("wrap", [b"\x91", b"\x81\xa1k", b"\xdc\x00\x01", b"\xde\x00\x01\x00"])
+def test_deep_nesting_is_refused_while_scanning(wrap):
+    data = b"\x92\xa1k\x81\xa1a" + wrap * 100_000 + b"\x01"
+    for fn in (decode_message, decode):
+        exc, peak = _peak(fn, data)
+        assert isinstance(exc, CodecError) and "nesting deeper than 32" in str(exc)
+        assert peak < 16 * 1024  # refused at level 33, nothing built
+
+
+def test_documents_of_numbers_decode_and_runs_of_tiny_objects_are_refused_clearly():
+    floats = [i / 7 for i in range(100_000)]
+    assert decode_message(encode_message("k", {"x": floats}).data)[1]["x"] == floats
+    ints = list(range(-40_000, 40_000))  # every msgpack int size; 40 bytes per item at most
+    assert decode(encode(ints).data) == ints
+    strings = ["item%d" % i for i in range(10_000)]
+    assert decode(encode({"names": strings}).data) == {"names": strings}
+    # the most an item can cost: beyond the slack, a few hundred tiny items are refused
+    for value, fits in (([-10] * 600, True), ([-10] * 800, False), ([[]] * 300, True), ([[]] * 400, False),
+                        ([{"a": 1}] * 80, True), ([{"a": 1}] * 100, False)):
+        data = encode_message("k", {"x": value}).data
+        if fits:
+            assert decode_message(data)[1]["x"] == value
+        else:
+            with pytest.raises(CodecError, match=f"more than {DECODE_OBJECT_BYTES_PER_BYTE * len(data) + DECODE_OBJECT_SLACK} bytes"):
+                decode_message(data)
+
+
+_ITEMS_TO_COST = {
+    "positive fixint": b"\x05", "negative fixint -10": b"\xf6", "negative fixint -1": b"\xff",
+    "int8": b"\xd0\x9c", "uint16": b"\xcd\x10\x00", "int32": b"\xd2\x80\x00\x00\x00",
+    "uint64": b"\xcf" + b"\xff" * 8, "int64": b"\xd3\x80" + b"\x00" * 7, "float32": b"\xca\x3f\x80\x00\x00",
+    "float64": b"\xcb" + b"\x3f" * 8, "nil": b"\xc0", "true": b"\xc3", "empty str": b"\xa0",
+    "str 1": b"\xa1a", "str 2": b"\xa2ab", "str 40": b"\xd9\x28" + b"a" * 40, "str U+0100": b"\xa2\xc4\x80",
+    "str U+1F600": b"\xa4\xf0\x9f\x98\x80", "str mixed": b"\xa5\xf0\x9f\x98\x80a",
+    "bin 0": b"\xc4\x00", "bin 1": b"\xc4\x01a", "bin 5": b"\xc4\x05abcde",
+    "empty list": b"\x90", "empty map": b"\x80", "[0]": b"\x91\x00", "[[]]": b"\x91\x90",
+    "{0: 0}": b"\x81\x00\x00", "{str: []}": b"\x81\xa2ab\x90", "map of 6": b"\x86" + bytes(range(12)),
+    "map of 15": b"\x8f" + bytes(range(30)), "list of 15": b"\x9f" + bytes(range(15)),
+    "0-d int16 array": b"\xd6\x01\x03\x00\x00\x00", "(0,) bool array": b"\xc7\x06\x01\x01\x01\x00\x00\x00\x00",
+    "32 zero dimensions": b"\xc7\x82\x01\x02\x20" + b"\x00" * 128,
+    "unaligned float64": b"\xc7\x0e\x01\x0c\x01\x01\x00\x00\x00" + b"\x00" * 8,  # no padding: copied
+    "float32 (20,)": bytes(encode(np.ones(20, np.float32)).data),
+}
+
+
+@pytest.mark.parametrize("name", list(_ITEMS_TO_COST))
+def test_scan_charges_are_upper_estimates_of_what_msgpack_builds(name):
+    """The cost model: for a list of 2,000 copies of each kind of item, the scan's charge covers
+    the peak memory msgpack's decoder (with the codec's ext hook) actually takes, and is not
+    wildly above it."""
+    item, k = _ITEMS_TO_COST[name], 2000
+    data = b"\xdd" + struct.pack(">I", k) + item * k
+    charge = codec._scan(data, 32, 1 << 62)
+    exc, peak = _peak(lambda d: msgpack.unpackb(d, ext_hook=codec._ext_hook, raw=False, strict_map_key=False), data)
+    assert exc is None
+    assert peak <= charge + 2048, (peak, charge)  # (a constant: the ext hook's transient shape tuple)
+    assert charge <= 2.5 * peak + 4096, (peak, charge)
+
+
+def test_protocol_messages_are_charged_far_below_the_budget():
+    rng = np.random.default_rng(0)
+    messages = [
+        ("gradients", {"items": rng.permutation(3706)[:265].astype(np.int32),
+                       "grads": rng.standard_normal((265, 20)).astype(np.float32)}),
+        ("model", {"t": 3, "V": rng.standard_normal((3706, 20)).astype(np.float32)}),
+        ("eval", {"sse": 1.5, "n": 300, "ndcg_sum": 0.25, "ndcg_users": 7}),
+        ("update", {"model": {"W": np.ones((100, 20), np.float32), "b": np.zeros(20, np.float32)}}),
+        ("assign", {"role": "ordinary", "denoiser": 17}), ("stop", None), ("stop", {"diverged_at": None}),
+    ]
+    for kind, payload in messages:
+        data = encode_message(kind, payload).data
+        assert codec._scan(data, 32, 1 << 62) <= 2 * len(data) + 1536
+        assert decode_message(data)[0] == kind
+
+
+def test_direct_reader_hands_maps_of_many_small_entries_to_the_costed_decoder():
+    # 1000 entries of a 3-character key and -10: 5 bytes each, some 150 bytes of objects
+    tiny = b"\x92\xa1k\xde" + struct.pack(">H", 1000) + b"".join(b"\xa3%03x\xf6" % i for i in range(1000))
+    assert codec._read_message(tiny, len(tiny)) is None  # more than 16 + size/32 entries
+    with pytest.raises(CodecError, match="bytes of Python objects"):
+        decode_message(tiny)
+    # the same number of entries, of 8-character keys and floats, decodes (from msgpack's decoder)
+    floats = {f"key{i:05d}": i / 3 for i in range(1000)}
+    data = encode_message("k", floats).data
+    assert codec._read_message(data, len(data)) is None
+    assert decode_message(data) == ("k", floats)
+    for payload in ({f"k{i}": i for i in range(16)}, {f"k{i}": np.ones(8) for i in range(40)}):
+        data = encode_message("k", payload).data  # 16 entries, or 40 in 3.3 KB: read directly
+        assert codec._read_message(data, len(data)) is not None
+
+
+def test_remembered_layouts_never_admit_other_ext_types_or_structures():
+    data = bytearray(encode_message("k", {"a": np.arange(3, dtype=np.int32), "t": 1}).data)
+    decode_message(bytes(data))  # remembered
+    ext = data.index(bytes((ARRAY_EXT,)), 6)  # the ext type byte of "a"
+    for byte, value in ((ext, 0xFF), (ext, 0x02), (ext + 1, 99), (ext + 2, 40)):
+        bad = bytearray(data)
+        bad[byte] = value
+        with pytest.raises(CodecError):
+            decode_message(bytes(bad))
+
+
+def test_non_bytes_like_input_is_a_type_error_not_an_allocation():
+    for fn in (decode_message, decode):
+        with pytest.raises(TypeError):
+            fn(10**12)  # bytes(10**12) would allocate a terabyte
+        assert fn(memoryview(encode_message("k", {"x": 1}).data)) is not None

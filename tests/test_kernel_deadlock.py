@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, DeadlockError, LinkSpec, MessageTooLargeError, SimNetwork
+from fedsim.kernel import AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork
 
 
 async def lonely(ctx):

@@ -347,3 +347,15 @@ def test_learning_signal_on_a_toy_federation():
         top = int(np.argmax(scores))
         hits += (top < 10) == (k < 15)
     assert hits >= 27
+
+
+def test_sampler_from_a_presorted_catalogue_is_the_same_sampler():
+    rng = np.random.default_rng(4)
+    catalogue = rng.choice(500, 120, replace=False)
+    pos = rng.choice(catalogue, 9)
+    a = make_triple_sampler(pos, 500, catalogue)
+    b = make_triple_sampler(pos, 500, np.unique(catalogue.astype(np.int64)), catalogue_unique=True)
+    assert a.n_catalogue == b.n_catalogue and a.n_negatives == b.n_negatives
+    assert np.array_equal(a.catalogue, b.catalogue) and np.array_equal(a._keys, b._keys)
+    r1, r2 = np.random.default_rng(1), np.random.default_rng(1)
+    assert all(np.array_equal(x, y) for x, y in zip(sample_triples(a, 50, r1), sample_triples(b, 50, r2)))

@@ -8,7 +8,6 @@ import pytest
 from fedsim.math.fcf import (
     AdamState,
     fcf_client,
-    fcf_item_gradient,
     fcf_server_update,
     fcf_user_factor,
     fcf_user_loss,

@@ -45,3 +45,19 @@ def test_package_data_is_declared_and_readable():
     assert "fedsim.data" in declared
     text = resources.files("fedsim.data").joinpath("foursquare_categories.tsv").read_text(encoding="utf-8")
     assert "type\ttop_level\tsource" in text.splitlines()
+
+
+def test_distribution_name_is_publishable_and_stated_in_the_readme():
+    """The PyPI name "fedsim" belongs to another project (varnio/fedsim); ours is fedsim-rec, the
+    import name stays fedsim, and the README says so."""
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert conf["project"]["name"] == "fedsim-rec"
+    assert conf["project"]["scripts"]["fedsim"] == "fedsim.cli:main"
+    assert "**`fedsim-rec`**" in (REPO / "README.md").read_text()
+    assert "browser" in conf["project"]["optional-dependencies"]
+    assert any(d.startswith("tqdm") for d in conf["project"]["dependencies"])
+
+
+def test_ci_installs_what_the_browser_test_needs():
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "apt-get install -y -qq chromium chromium-driver" in ci and '"selenium>=4"' in ci

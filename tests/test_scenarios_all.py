@@ -12,6 +12,7 @@ import pytest
 from fedsim.experiment import list_scenarios, run_scenario
 
 SMALL = {
+    "fault_study": {"rounds": 2, "losses": [0.0, 0.2], "dropouts": [0.0, 0.5], "window": 0.05, "workers": 1},
     "quickstart": {"iterations": 2},
     "fedrec_table2": {"folds": 2, "iterations": 2, "models": ["PMF(B)", "PMF(S)"], "lam": 0.01, "workers": 1},
     "fedrec_convergence": {"folds": 2, "iterations": 2, "models": ["PMF(B)"], "rhos": [1], "workers": 1},
@@ -29,6 +30,10 @@ SMALL = {
     "personalfr_table3": {"clients": [4], "rounds": 2, "eval_every": 1, "tasks": ["explicit"], "repeats": 2,
                           "workers": 1},
     "personalfr_table4": {"rounds": 2, "eval_every": 2, "tasks": ["explicit"], "repeats": 2, "workers": 1},
+    "privacy_audit": {"models": ["PMF(B)", "PMF(S)"], "strategies": ["ua"], "rhos": [1], "iterations": 3,
+                      "sgd_targets": 5, "etas": ["1"], "link_profiles": ["wan"], "presets": ["pFPL"], "pis": [0.5],
+                      "fpl_epochs": 2, "fpl_max_users": 30, "fpl_min_interactions": 8, "noise_sigmas": [0.01],
+                      "imia_users": 5, "personalfr_clients": 4, "fcf_rounds": 2, "workers": 1},
 }
 NAMES = [name for name, _ in list_scenarios()]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import urllib.error
 from typing import Sequence
 
 from . import download
@@ -103,7 +104,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         print("fedsim data: choose a command: get, list or path", file=err)
         return 2
-    except (ValueError, OSError) as e:  # ChecksumError is a ValueError; URLError an OSError
+    except urllib.error.URLError as e:  # no network, refused, unknown host, HTTP error
+        reason = getattr(e, "reason", e)
+        where = args.url or getattr(download.REGISTRY.get(args.name), "url", "?")
+        print(f"error: cannot download {args.name} from {where} ({reason}); with a copy of the zip: "
+              f"fedsim data get {args.name} --from ZIP; or run on data you have: fedsim run NAME --data PATH",
+              file=err)
+        return 2
+    except (ValueError, OSError) as e:  # ChecksumError is a ValueError
         print(f"fedsim data: error: {e}", file=err)
         return 1
 

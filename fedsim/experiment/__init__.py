@@ -10,17 +10,22 @@ A scenario is a module (``scenarios/NAME.py``, installed as ``fedsim.scenarios.N
 
 Every run writes to its output folder: ``report.md`` (all tables and notes), one CSV per
 table, ``results.json`` (configuration, seed, versions, git revision, wall and simulated time,
-ledger totals), ``ledger.csv`` when asked, and PNG plots when matplotlib is installed.
+ledger totals; written last), ``run.log``, ``ledger.csv`` when asked, and PNG plots when
+matplotlib is installed. The folder appears only when the run has completed.
 
 The package holds one concern a module; everything public is importable from here:
 
 - :mod:`.errors`: ``UsageError``, ``ScenarioError``;
 - :mod:`.params`: ``Param``, ``parse_value``, ``check_value``, ``resolve_config``, ``parse_sets``;
 - :mod:`.discovery`: ``load_scenario``, ``list_scenarios``, ``first_sentence``, ``scenario_name``;
-- :mod:`.context`: ``RunContext``, ``Progress``;
+- :mod:`.context`: ``RunContext``, ``Progress`` (tqdm bar, plain lines, run.log);
+- :mod:`.live`: what is running now (networks watched for progress, figures from workers);
 - :mod:`.report`: ``Table``, ``format_table``, ``write_csv``, ``write_report``, ``write_results``,
-  ``versions``, ``git_revision``;
-- :mod:`.runner`: ``run_scenario``, ``scenario_main``, ``add_run_arguments``, ``default_out_dir``.
+  ``versions``, ``git_revision``, ``human_bytes``, ``human_seconds``;
+- :mod:`.configfile`: TOML run and sweep files (``load_config``);
+- :mod:`.runner`: ``run_scenario``, ``OutputFolder`` (temporary folder renamed into place),
+  ``scenario_main``, ``add_run_arguments``, ``resolve_run_options``, ``default_out_dir``,
+  ``closing_line``.
 """
 
 from __future__ import annotations
@@ -30,14 +35,19 @@ from .discovery import SCENARIO_PACKAGE, first_sentence, list_scenarios, load_sc
 from .errors import ScenarioError, UsageError
 from .params import Param, check_value, params_from, parse_sets, parse_value, resolve_config
 from .report import (
-    Table, csv_cell, format_table, git_revision, json_default, versions, write_csv, write_report, write_results,
+    Table, csv_cell, format_table, git_revision, human_bytes, human_seconds, json_default, versions, write_csv,
+    write_report, write_results,
 )
-from .runner import add_run_arguments, default_out_dir, net_from_args, network_spec, run_scenario, scenario_main
+from .runner import (
+    OutputFolder, add_run_arguments, closing_line, default_out_dir, net_from_args, network_spec, resolve_run_options,
+    run_scenario, scenario_main,
+)
 
 __all__ = [
-    "SCENARIO_PACKAGE", "Param", "Progress", "RunContext", "ScenarioError", "Table", "UsageError",
-    "add_run_arguments", "check_value", "csv_cell", "default_out_dir", "first_sentence", "format_table",
-    "git_revision", "json_default", "list_scenarios", "load_scenario", "net_from_args", "network_spec", "params_from", "parse_sets", "parse_value",
-    "resolve_config", "run_scenario", "scenario_main", "scenario_name", "versions", "write_csv",
-    "write_report", "write_results",
+    "SCENARIO_PACKAGE", "OutputFolder", "Param", "Progress", "RunContext", "ScenarioError", "Table", "UsageError",
+    "add_run_arguments", "check_value", "closing_line", "csv_cell", "default_out_dir", "first_sentence",
+    "format_table", "git_revision", "human_bytes", "human_seconds", "json_default", "list_scenarios",
+    "load_scenario", "net_from_args", "network_spec", "params_from", "parse_sets", "parse_value",
+    "resolve_config", "resolve_run_options", "run_scenario", "scenario_main", "scenario_name", "versions",
+    "write_csv", "write_report", "write_results",
 ]

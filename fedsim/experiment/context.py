@@ -5,65 +5,257 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import UsageError
-from .report import Table, format_table, write_csv
+from .report import Table, format_table, human_bytes, human_seconds, write_csv
 
 __all__ = ["Progress", "RunContext"]
 
 
 class Progress:
-    """A one-line progress display on stderr (only when it is a terminal and not quiet)."""
+    """A run's progress: a bar on a terminal, one plain line per step elsewhere, and a log file.
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self._last = 0.0
+    ``update(done, total, stage=...)`` is what scenarios call (per fold, per run, per epoch);
+    between calls a background thread reads the network the run is executing (and the figures
+    worker processes send, see :mod:`.live`) so the display moves per round too. Where it goes:
+
+    - ``enabled`` and ``stream`` a terminal: a tqdm bar (stage, done/total, elapsed, ETA, the
+      running network's round, simulated time, messages, bytes) redrawn in place;
+    - ``enabled`` and not a terminal (CI logs, files): one plain line per step (``[  0:03]
+      quickstart 2/4, elapsed 3.1 s, ETA 3.1 s, round 7, ...``), and a line at most every
+      ``heartbeat`` seconds while a step runs for long;
+    - ``log`` (a path; the run's ``run.log``): the plain lines, with or without ``enabled``.
+
+    Nothing is printed when ``enabled`` is false (``--quiet``). ``close()`` stops the thread and
+    erases the bar; the object can be updated again afterwards (it restarts)."""
+
+    TICK = 0.5  # seconds between reads of the running network
+
+    def __init__(self, enabled: bool, *, log: str | Path | None = None, stream: Any = None,
+                 tty: bool | None = None, heartbeat: float = 10.0) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(self.stream.isatty()) if tty is None else tty
+        self.enabled = enabled
+        self.heartbeat = heartbeat
         self.stage = ""
+        self.done = 0
+        self.total = 0
         # simulated time, messages and bytes of the networks the run has recorded so far: shown
         # when a scenario's update does not pass its own figures
         self.recorded: dict[str, float] = {}
+        self._own: dict[str, Any] = {}
+        self._t0 = time.monotonic()
+        self._stage_t0 = self._t0
+        self._lock = threading.RLock()
+        self._log = open(log, "a", encoding="utf-8") if log else None
+        self._bar = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._watch = None
+        self._beats: dict[Any, tuple[float, dict]] = {}
+        self._last_line = 0.0
+        self._last_live: Any = None
+        self.rounds: int | None = None
+        if enabled or log:  # watch from now on: a scenario may build its network before its first update
+            from .live import NetworkWatch
 
+            self._watch = NetworkWatch().start()
+
+    # -- what scenarios call -------------------------------------------------------------------
     def update(self, done: int, total: int, *, stage: str | None = None, sim_time: float | None = None,
-               messages: int | None = None, bytes: int | None = None) -> None:
-        if stage is not None:
-            self.stage = stage
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self._last < 0.1 and done < total:
-            return
-        self._last = now
-        width = 24
-        filled = int(width * done / total) if total else width
-        parts = [f"\r{self.stage[:28]:<28} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}"]
-        rec = self.recorded
-        if sim_time is None and messages is None and bytes is None and rec:
-            sim_time, messages, bytes = rec["sim_time"], int(rec["messages"]), int(rec["bytes"])
-        if sim_time is not None:
-            parts.append(f"sim {sim_time:9.2f}s")
-        if messages is not None:
-            parts.append(f"{messages} msgs")
-        if bytes is not None:
-            parts.append(f"{_human(bytes)}")
-        sys.stderr.write("  ".join(parts) + "\x1b[K")
-        sys.stderr.flush()
+               messages: int | None = None, bytes: int | None = None, rounds: int | None = None) -> None:
+        """``done`` of ``total`` steps of ``stage`` (kept from the last call if None); the
+        figures, when given, replace the recorded networks' totals in the display. ``rounds``:
+        the rounds of one step's network, if known (kept for the stage): the running network's
+        round then counts as a fraction of a step, for the bar and the ETA."""
+        with self._lock:
+            if rounds is not None or (stage is not None and stage != self.stage):
+                self.rounds = rounds
+            new_stage = stage is not None and stage != self.stage
+            if new_stage or total != self.total or done < self.done:
+                self._stage_t0 = time.monotonic()
+            if stage is not None:
+                self.stage = stage
+            step = new_stage or done != self.done or total != self.total
+            self.done, self.total = int(done), int(total)
+            self._own = {k: v for k, v in (("sim_time", sim_time), ("messages", messages), ("bytes", bytes))
+                         if v is not None}
+            self._start()
+            if self._bar is not None:
+                self._draw_bar(reset=new_stage)
+            if step:
+                self._line(force=True)
+
+    def beat(self, source: Any, snap: dict | None) -> None:
+        """A worker's figures (``{"round", "messages", "sim_time"}``), keyed by ``source``."""
+        with self._lock:
+            if snap is None:
+                self._beats.pop(source, None)
+            else:
+                self._beats[source] = (time.monotonic(), snap)
+
+    def log(self, text: str) -> None:
+        """Write ``text`` to the log file only (with the elapsed time)."""
+        with self._lock:
+            if self._log is not None:
+                self._log.write(f"[{_clock(time.monotonic() - self._t0)}] {text}\n")
+                self._log.flush()
+
+    def print(self, text: str, file: Any = None) -> None:
+        """Print ``text`` (to stdout by default) without tearing the bar."""
+        with self._lock:
+            if self._bar is not None:
+                self._bar.clear()
+            print(text, file=file or sys.stdout, flush=True)
+            if self._bar is not None:
+                self._bar.refresh()
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+        """Stop the background thread and erase the bar (the log file stays open until
+        :meth:`finish`)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+        self._thread = None
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+            if self._watch is not None:
+                self._watch.stop()
+                self._watch = None
+
+    def finish(self, text: str | None = None) -> None:
+        """:meth:`close`, then log ``text`` and close the log file."""
+        self.close()
+        if text:
+            self.log(text)
+        with self._lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
+
+    # -- inside --------------------------------------------------------------------------------
+    @property
+    def bar_mode(self) -> bool:
+        return self.enabled and self.tty
+
+    def _start(self) -> None:
+        if self._thread is not None or not (self.enabled or self._log is not None):
+            return
+        if self._watch is None:
+            from .live import NetworkWatch
+
+            self._watch = NetworkWatch().start()
+        if self.bar_mode:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total or None, desc=self.stage[:32], file=self.stream, leave=False,
+                             dynamic_ncols=True, smoothing=0, mininterval=0.2,
+                             bar_format="{desc} {bar:24} {percentage:3.0f}% [{elapsed}<{remaining}]{postfix}")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="fedsim-progress", daemon=True)
+        self._thread.start()
+
+    def _live(self) -> list[dict]:
+        snaps = []
+        own = self._watch.snapshot() if self._watch is not None else None
+        if own:
+            snaps.append(own)
+        now = time.monotonic()
+        for key, (t, snap) in list(self._beats.items()):
+            if now - t > 5.0:  # a worker that stopped reporting has finished its run
+                del self._beats[key]
+            else:
+                snaps.append(snap)
+        return snaps
+
+    def _partial(self, live: list[dict]) -> float:
+        """The running step's fraction done, from its network's round when ``rounds`` is known."""
+        if not self.rounds or len(live) != 1 or live[0].get("round") is None or self.done >= self.total:
+            return 0.0
+        return min(max(live[0]["round"], 0) / self.rounds, 0.99)
+
+    def _figures(self, steps: bool = False) -> str:
+        from .live import snapshot_text
+
+        parts = [f"{self.done}/{self.total}"] if steps and self.total > 1 else []
+        live = self._live()
+        text = snapshot_text(live)
+        if text:
+            parts.append(text + (f"/{self.rounds}" if self.rounds and len(live) == 1 and live[0]["round"] >= 0
+                                 else ""))
+        figs = self._own or self.recorded
+        if "sim_time" in figs:
+            parts.append(f"sim {human_seconds(figs['sim_time'])}")
+        elif live and len(live) == 1 and live[0]["sim_time"] > 0:
+            parts.append(f"sim {human_seconds(live[0]['sim_time'])}")
+        if "messages" in figs:
+            parts.append(f"{int(figs['messages'])} msgs")
+        if "bytes" in figs:
+            parts.append(human_bytes(figs["bytes"]))
+        return ", ".join(parts)
+
+    def _eta(self) -> float | None:
+        done = self.done + self._partial(self._live())
+        if not self.total or done <= 0 or self.done >= self.total:
+            return None
+        el = time.monotonic() - self._stage_t0
+        return el / done * (self.total - done)
+
+    def _draw_bar(self, reset: bool = False) -> None:
+        bar = self._bar
+        if reset or (self.total and bar.total != self.total):
+            bar.reset(total=self.total or None)
+            bar.set_description_str(self.stage[:32], refresh=False)
+        bar.n = self.done + self._partial(self._live())  # tqdm's rate and ETA follow n
+        bar.set_postfix_str(self._figures(steps=True), refresh=True)
+
+    def _line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        figs = self._figures()
+        if not force:
+            if now - self._last_line < self.heartbeat or figs == self._last_live:
+                return
+        self._last_line, self._last_live = now, figs
+        eta = self._eta()
+        frac = f" {self.done}/{self.total}" if self.total else ""
+        text = (f"{self.stage or 'run'}{frac}, elapsed {human_seconds(now - self._t0)}"
+                f"{f', ETA {human_seconds(eta)}' if eta is not None else ''}{f', {figs}' if figs else ''}")
+        self.log(text)
+        if self.enabled and not self.tty:
+            print(f"[{_clock(now - self._t0)}] {text}", file=self.stream, flush=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK):
+            try:
+                with self._lock:
+                    if self._bar is not None:
+                        self._draw_bar()
+                    else:
+                        self._line()
+            except (OSError, ValueError):  # the stream or log was closed under us: stop showing
+                return
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n:.1f} TB"
+# parameters that change how a run executes, not what it computes
+EXECUTION_PARAMS = frozenset({"workers"})
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:3d}:{s % 60:02d}"
 
 
 @dataclass
@@ -84,7 +276,9 @@ class RunContext:
     plots: list[str] = field(default_factory=list)
     sim_time: float = 0.0
     ledger_totals: dict[str, float] = field(default_factory=dict)
+    defaults: dict[str, Any] | None = None  # the scenario's defaults (to tell a shortened run)
     _recorded: int = 0
+    _paper_warned: bool = False
 
     def __getitem__(self, key: str) -> Any:
         return self.config[key]
@@ -100,26 +294,65 @@ class RunContext:
         return self.net.build(self.seed if seed is None else int(seed), **kwargs)
 
     def load_data(self, **kw: Any):
-        """The dataset named by ``--data`` (a synthetic preset, a path, or a downloaded name)."""
+        """The dataset named by ``--data`` (a synthetic preset, a path, or a downloaded name).
+        Raises ``UsageError`` (one line naming the file, and the line where the loader says)
+        for a missing file, a malformed or empty one, or a format it cannot tell."""
         from ..data import resolve
 
         try:
             return resolve(self.data, **kw)
         except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"--data: {exc}") from None
+        except ValueError as exc:  # DataFormatError (file, line, reason) is a ValueError too
+            msg = str(exc)
+            if "cannot tell the dataset format" in msg:
+                where = msg.split(": cannot tell", 1)[0]
+                msg = (f"{where}: cannot tell the dataset format; the command line reads MovieLens "
+                       "(u.data, ratings.dat, ratings.csv or their folder), Netflix Prize, Anime and "
+                       "Foursquare files (see docs/data.md); convert other CSV files to "
+                       "user<TAB>item<TAB>rating<TAB>timestamp lines in a file named *.data")
+            raise UsageError(f"--data: {msg}") from None
 
     def table(self, name: str, rows: Iterable[dict], *, columns: Sequence[str] | None = None,
               title: str | None = None, floatfmt: str = ".4f") -> None:
-        """Add a table: written as ``NAME.csv`` and as a Markdown table in report.md, and
-        printed unless quiet."""
+        """Add a table: written as ``NAME.csv`` (raw numbers) and as a Markdown table in
+        report.md, and printed unless quiet (bytes and seconds in human units). A table with
+        ``paper*`` columns in a run that is not the paper's setting (parameters changed from the
+        scenario's defaults, or synthetic data) gets a note saying its figures are not expected
+        to match the published ones."""
         rows = [dict(r) for r in rows]
         cols = list(columns) if columns else (list(rows[0]) if rows else [])
         t = Table(name, rows, cols, title or name, floatfmt)
         self.tables.append(t)
         write_csv(self.out / f"{name}.csv", rows, cols)
+        warning = self._paper_warning(cols)
         if not self.quiet:
-            self.progress.close()
-            print(f"\n{t.title}\n{format_table(rows, cols, floatfmt)}")
+            text = f"\n{t.title}\n{format_table(rows, cols, floatfmt, human=True)}"
+            self.progress.print(text + (f"\nnote: {warning}" if warning else ""))
+        if warning:
+            self.notes.append(f"**Not the paper's setting.** {warning}")
+            self.progress.log(f"note: {warning}")
+
+    def _paper_warning(self, cols: Sequence[str]) -> str | None:
+        if self._paper_warned or not any(str(c).lower().startswith("paper") for c in cols):
+            return None
+        from ..data.synthetic import PRESETS
+
+        changed = [f"{k}={_short(v)} (default {_short(self.defaults[k])})" for k, v in self.config.items()
+                   if self.defaults and k in self.defaults and v != self.defaults[k]
+                   and k not in EXECUTION_PARAMS]
+        data = str(self.data)
+        synthetic = data.removeprefix("synthetic:") in PRESETS
+        if not changed and not synthetic:
+            return None
+        self._paper_warned = True
+        why = []
+        if changed:
+            why.append("parameters changed: " + ", ".join(changed))
+        if synthetic:
+            why.append(f"synthetic data `{data}`")
+        return (f"the paper_* columns are the published figures for the paper's data and settings; this run "
+                f"differs ({'; '.join(why)}), so its figures are not expected to match them.")
 
     def note(self, text: str) -> None:
         """Add a Markdown paragraph to report.md."""

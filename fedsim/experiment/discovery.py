@@ -15,23 +15,67 @@ from .errors import UsageError
 
 from .naming import scenario_name
 
-__all__ = ["SCENARIO_PACKAGE", "first_sentence", "list_scenarios", "load_scenario", "scenario_name", "unknown_scenario"]
+__all__ = ["SCENARIO_PACKAGE", "first_sentence", "list_scenarios", "load_scenario", "scenario_name", "scenario_run_times",
+           "unknown_scenario"]
 
 SCENARIO_PACKAGE = "fedsim.scenarios"
 
 
-def _scenario_dirs() -> list[Path]:
-    dirs = []
+def _scenario_package():
+    """The ``fedsim.scenarios`` package, or None.
+
+    Installed, it is the repository's ``scenarios/`` folder mapped into the package. In a source
+    checkout whose ``fedsim/`` has no ``scenarios`` inside, it does not exist as such: running
+    ``python -m fedsim`` from the repository root imports that ``fedsim/`` (the working directory
+    comes first on sys.path, before the installed copy), so the scenarios are looked up in
+    ``scenarios/`` beside it and that folder is registered as ``fedsim.scenarios``, which makes
+    listing and importing agree (they did not: ``unknown scenario quickstart; known: ...
+    quickstart``)."""
     try:
-        pkg = importlib.import_module(SCENARIO_PACKAGE)
-        dirs.extend(Path(p) for p in pkg.__path__)
-    except ImportError:
-        pass
-    # a source checkout run without installing: scenarios/ beside the fedsim package
+        return importlib.import_module(SCENARIO_PACKAGE)
+    except ModuleNotFoundError as exc:
+        if exc.name not in (SCENARIO_PACKAGE, None):
+            raise
     here = Path(__file__).resolve().parents[2] / "scenarios"
-    if here.is_dir() and here not in dirs:
-        dirs.append(here)
-    return dirs
+    init = here / "__init__.py"
+    if not init.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(SCENARIO_PACKAGE, init, submodule_search_locations=[str(here)])
+    pkg = importlib.util.module_from_spec(spec)
+    sys.modules[SCENARIO_PACKAGE] = pkg
+    try:
+        spec.loader.exec_module(pkg)
+    except BaseException:
+        del sys.modules[SCENARIO_PACKAGE]
+        raise
+    import fedsim
+
+    fedsim.scenarios = pkg
+    return pkg
+
+
+def _scenario_dirs() -> list[Path]:
+    pkg = _scenario_package()
+    return [Path(p) for p in pkg.__path__] if pkg is not None else []
+
+
+def scenario_run_times() -> dict[str, str]:
+    """``{name: RUN_TIME}`` of the scenarios that declare one (a module-level string such as
+    ``"about 15 s by default; 20 min at paper scale (MovieLens 100K)"``), read without importing."""
+    out: dict[str, str] = {}
+    for d in _scenario_dirs():
+        for f in sorted(d.glob("*.py")):
+            if f.name.startswith("_") or f.stem in out:
+                continue
+            try:
+                tree = ast.parse(f.read_text(encoding="utf-8"))
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "RUN_TIME" for t in node.targets) \
+                        and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                    out[f.stem] = node.value.value
+    return out
 
 
 def list_scenarios() -> list[tuple[str, str]]:
@@ -97,6 +141,7 @@ def load_scenario(name_or_path: str) -> ModuleType:
             return protocol_scenario(name_or_path)
         if not name_or_path.isidentifier():
             raise UsageError(unknown_scenario(name_or_path))
+        _scenario_package()
         try:
             mod = importlib.import_module(f"{SCENARIO_PACKAGE}.{name_or_path}")
         except ModuleNotFoundError as exc:

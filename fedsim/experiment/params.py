@@ -13,7 +13,7 @@ from ..config import ConfigError, FieldInfo, check_field, fields_of, parse_field
 from .naming import scenario_name
 from .errors import UsageError
 
-__all__ = ["Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config"]
+__all__ = ["Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config", "unknown_parameter"]
 
 
 @dataclass(frozen=True)
@@ -121,9 +121,14 @@ def check_value(key: str, value: Any, param: Param) -> Any:
         raise _usage(key, exc, value, param) from None
 
 
-def _unknown(key: str, mod: ModuleType, params: dict[str, Param]) -> UsageError:
-    return UsageError(f"unknown parameter {key!r} for scenario {scenario_name(mod)}; "
-                      f"known: {', '.join(sorted(params))}")
+def unknown_parameter(key: str, mod: ModuleType, params: dict[str, Param] | None = None) -> UsageError:
+    import difflib
+
+    params = mod.PARAMS if params is None else params
+    close = difflib.get_close_matches(key, list(params), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UsageError(f"unknown parameter {key!r} for scenario {scenario_name(mod)}{hint} "
+                      f"(known: {', '.join(sorted(params))}; see fedsim run {scenario_name(mod)} --help)")
 
 
 def resolve_config(mod: ModuleType, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +138,7 @@ def resolve_config(mod: ModuleType, overrides: dict[str, Any]) -> dict[str, Any]
     cfg = {k: p.default for k, p in params.items()}
     for k, v in overrides.items():
         if k not in params:
-            raise _unknown(k, mod, params)
+            raise unknown_parameter(k, mod, params)
         cfg[k] = check_value(k, v, params[k])
     return cfg
 
@@ -149,6 +154,6 @@ def parse_sets(mod: ModuleType, sets: Sequence[str]) -> dict[str, Any]:
         k, v = s.split("=", 1)
         k = k.strip()
         if k not in mod.PARAMS:
-            raise _unknown(k, mod, mod.PARAMS)
+            raise unknown_parameter(k, mod, mod.PARAMS)
         out[k] = parse_value(k, v, mod.PARAMS[k])
     return out

@@ -18,7 +18,7 @@ from typing import Any
 from .context import RunContext
 from .params import Param, params_from
 
-__all__ = ["protocol_scenario"]
+__all__ = ["protocol_scenario", "split_data"]
 
 DEFAULT_DATA = "tiny"
 
@@ -42,9 +42,13 @@ def protocol_scenario(name: str) -> types.ModuleType:
     return mod
 
 
-def _split(ctx: RunContext, spec) -> tuple[Any, Any]:
+def split_data(ctx: RunContext, spec) -> tuple[Any, Any]:
+    """``(train, test)`` Ratings for protocol ``spec`` from ``--data`` and ``test_frac`` (see the
+    module docstring); ``(None, None)`` for a protocol that makes its own data."""
     from ..data import per_user_random, temporal_holdout
 
+    if spec.data == "none":
+        return None, None
     ratings = ctx.load_data()
     if spec.data == "implicit":
         ratings = ratings.binarize()
@@ -63,9 +67,9 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     spec = REGISTRY[name]
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
     cfg = spec.Config(**fields)
-    train, test = (None, None) if spec.data == "none" else _split(ctx, spec)
+    train, test = split_data(ctx, spec)
     net = ctx.network()
-    ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}")
+    ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}", rounds=getattr(cfg, spec.rounds_field, None))
     job = spec.build(net, train, cfg, test=test)
     result = job.collect(net.run())
     ctx.progress.update(1, 1)

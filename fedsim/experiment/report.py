@@ -15,9 +15,54 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "Table", "csv_cell", "format_table", "git_revision", "json_default", "versions", "write_csv",
-    "write_report", "write_results",
+    "Table", "csv_cell", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
+    "versions", "write_csv", "write_report", "write_results",
 ]
+
+
+def human_bytes(n: float) -> str:
+    """``1903907570`` -> ``1.90 GB`` (powers of 1000, three significant digits; below 1000: whole
+    bytes). NaN as ``nan``."""
+    n = float(n)
+    if math.isnan(n):
+        return "nan"
+    if abs(n) < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        n /= 1000.0
+        if abs(n) < 999.5 or unit == "PB":
+            return f"{n:.3g} {unit}" if abs(n) >= 100 else f"{n:.3g} {unit}"
+    return f"{n:.3g} PB"  # pragma: no cover
+
+
+def human_seconds(s: float) -> str:
+    """A duration for people: ``850 µs``, ``12.3 ms``, ``4.56 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    s = float(s)
+    if math.isnan(s):
+        return "nan"
+    a = abs(s)
+    if a == 0:
+        return "0 s"
+    if a < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if a < 1:
+        return f"{s * 1e3:.3g} ms"
+    if a < 60:
+        return f"{s:.3g} s"
+    if a < 3600:
+        return f"{int(s // 60)} min {int(round(s % 60)) % 60:02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def _unit_of(column: str) -> str | None:
+    """How a person reads a column: ``bytes`` (any name with 'bytes'), ``seconds`` (names ending
+    in ``_s``, ``_seconds`` or ``time_s``), or None."""
+    c = str(column).lower()
+    if "bytes" in c and "ratio" not in c and "per_byte" not in c:
+        return "bytes"
+    if c.endswith(("_s", "_seconds")) or c in ("seconds", "wall", "duration"):
+        return "seconds"
+    return None
 
 
 @dataclass
@@ -31,16 +76,23 @@ class Table:
     floatfmt: str = ".4f"
 
 
-def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markdown: bool = False) -> str:
+def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markdown: bool = False,
+                 human: bool = False) -> str:
     """``rows`` as text with the columns ``cols`` (a missing key: empty): right-aligned columns
     two spaces apart, or a Markdown table when ``markdown``. Floats use ``floatfmt``, NaN is
-    ``nan``, anything else ``str``."""
-    def cell(v: Any) -> str:
+    ``nan``, anything else ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
+    in second columns ``12.3 ms`` (see ``_unit_of``); CSV and JSON files keep raw numbers."""
+    def cell(v: Any, unit: str | None) -> str:
+        if isinstance(v, np.generic):
+            v = v.item()
+        if human and unit and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return human_bytes(v) if unit == "bytes" else human_seconds(v)
         if isinstance(v, float):
             return "nan" if math.isnan(v) else format(v, floatfmt)
         return str(v)
 
-    body = [[cell(r.get(c, "")) for c in cols] for r in rows]
+    units = [_unit_of(c) for c in cols]
+    body = [[cell(r.get(c, ""), u) for c, u in zip(cols, units)] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(b) + " |" for b in body]
@@ -90,8 +142,23 @@ def json_default(o: Any) -> Any:
 
 
 def write_results(out: Path, results: dict) -> None:
-    """Write ``results`` as ``out/results.json`` (indented, NumPy values as numbers)."""
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=json_default) + "\n")
+    """Write ``results`` as ``out/results.json`` (indented, NumPy values as numbers), atomically:
+    into a temporary file in ``out``, flushed to disk, then renamed over the name, so a reader
+    sees the whole file or none (a truncated results.json would pass for a finished run)."""
+    write_atomic(Path(out) / "results.json", json.dumps(results, indent=2, default=json_default) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace``."""
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Sequence[str]) -> None:
@@ -103,12 +170,13 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
                     if net.get(k) not in (None, "fifo", "sim"))
     extra += "".join(f", {k} {net[k]:g}" for k in ("loss", "dropout") if net.get(k))
     lines = [f"# {results['scenario']}", "", f"Data: `{results['data']}`, seed {results['seed']}, profile "
-             f"`{results['profile']}`{extra}, wall time {results['wall_time_s']:.1f} s, simulated time "
-             f"{results['simulated_time_s']:.3f} s.", ""]
+             f"`{results['profile']}`{extra}, wall time {human_seconds(results['wall_time_s'])}, simulated time "
+             f"{human_seconds(results['simulated_time_s'])}.", ""]
     lines.append("Configuration: " + ", ".join(f"`{k}={v}`" for k, v in results["config"].items()))
     lines.append("")
     for t in tables:
-        lines += [f"## {t.title}", "", format_table(t.rows, t.columns, t.floatfmt, markdown=True), ""]
+        lines += [f"## {t.title}", "", format_table(t.rows, t.columns, t.floatfmt, markdown=True, human=True),
+                  "", f"(`{t.name}.csv` has the raw numbers.)", ""]
     for n in notes:
         lines += [n, ""]
     for p in results["plots"]:
@@ -116,17 +184,21 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
     tot = results["ledger_totals"]
     if tot:
         lines += ["## Ledger totals", "",
-                  f"{int(tot.get('messages', 0))} messages, {int(tot.get('bytes', 0))} bytes "
-                  f"({int(tot.get('raw_bytes', 0))} bytes of array payload).", ""]
-    (out / "report.md").write_text("\n".join(lines))
+                  f"{int(tot.get('messages', 0))} messages, {human_bytes(tot.get('bytes', 0))} "
+                  f"({human_bytes(tot.get('raw_bytes', 0))} of array payload; exact counts in results.json).", ""]
+    (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def versions() -> dict[str, str]:
-    """Versions of Python and of fedsim and its (optional) dependencies that are installed."""
+    """Versions of Python, of this fedsim (``fedsim.__version__``: the distribution is named
+    ``fedsim-rec``, and another project owns the name ``fedsim``) and of its (optional)
+    dependencies that are installed."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"python": platform.python_version()}
-    for pkg in ("fedsim", "numpy", "msgpack", "matplotlib", "numba"):
+    from .. import __version__
+
+    out = {"python": platform.python_version(), "fedsim": __version__}
+    for pkg in ("numpy", "msgpack", "tqdm", "matplotlib", "numba"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -134,15 +206,37 @@ def versions() -> dict[str, str]:
     return out
 
 
+REVISION_FILE = "_revision.txt"
+
+
 def git_revision() -> str | None:
-    """The commit checked out where this fedsim is imported from, or None outside a git
-    checkout (an installed package) or when git cannot say."""
+    """The commit this fedsim was built from: ``git rev-parse HEAD`` (with ``-dirty`` when the
+    work tree has changes) where fedsim is imported from a git checkout; otherwise the revision
+    stamped into the installed package at build time (``fedsim/_revision.txt``, written by
+    setup.py's build step); None when neither can say."""
     root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
+    if (root / ".git").exists():
+        rev = checkout_revision(root)
+        if rev:
+            return rev
+    stamp = Path(__file__).resolve().parents[1] / REVISION_FILE
+    try:
+        return stamp.read_text(encoding="utf-8").strip() or None
+    except OSError:
         return None
+
+
+def checkout_revision(root: str | Path) -> str | None:
+    """``HEAD`` of the git checkout at ``root``, ``-dirty`` appended when tracked files differ
+    from it; None when git cannot say."""
     try:
         res = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=5)
-        return res.stdout.strip() or None
+        rev = res.stdout.strip()
+        if res.returncode or not rev:
+            return None
+        st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, timeout=10)
+        return rev + ("-dirty" if st.returncode == 0 and st.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

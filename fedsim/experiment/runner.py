@@ -5,25 +5,104 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
+import os
+import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
 from .context import Progress, RunContext
+from .live import activate, deactivate
 from .discovery import first_sentence, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
-from .params import parse_sets, parse_value, resolve_config
-from .report import git_revision, versions, write_report, write_results
+from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config
+from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["add_run_arguments", "default_out_dir", "net_from_args", "network_spec", "run_scenario", "scenario_main"]
+__all__ = ["OutputFolder", "add_run_arguments", "closing_line", "default_out_dir", "net_from_args", "network_spec",
+           "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
 
 
 def default_out_dir(name: str) -> Path:
-    """``runs/<YYYYmmdd-HHMMSS>-<name>``, relative to the working directory (not created)."""
+    """``runs/<YYYYmmdd-HHMMSS>-<name>``, relative to the working directory (not created). Two
+    runs started in the same second get the same name here; :func:`run_scenario` gives the
+    second ``-2`` (and so on) when it moves its finished folder into place."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{name}"
+
+
+class OutputFolder:
+    """Where a run writes: a temporary folder beside the final one (``.NAME.partial-PID-XXXX``)
+    that :meth:`commit` renames into place when the run has completed, or :meth:`discard`
+    removes. So a folder at the final path is always a finished run: an interrupted or failed
+    run leaves nothing there, and a finished one appears whole.
+
+    ``final`` given by the user (``explicit``) must not hold anything unless ``force`` (which
+    replaces it at commit); a default folder (``runs/<time>-<name>``) that exists already,
+    because another run started in the same second, becomes ``<time>-<name>-2`` and so on.
+    Raises ``UsageError`` for a non-empty ``final`` without ``force`` or a ``final`` that is a
+    file."""
+
+    def __init__(self, final: str | Path, *, explicit: bool, force: bool = False) -> None:
+        self.final = Path(final)
+        self.explicit = explicit
+        self.force = force
+        if self.final.exists() and not self.final.is_dir():
+            raise UsageError(f"--out {self.final} is a file, not a folder")
+        if explicit and not force and _non_empty(self.final):
+            what = "a finished run" if (self.final / "results.json").exists() else "files"
+            raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
+                             f"or choose another --out")
+        self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
+        self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        try:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir()
+        except OSError as exc:
+            self.discard()
+            raise UsageError(f"--out {self.final}: cannot write there ({exc.strerror or exc})") from None
+
+    def commit(self) -> Path:
+        """Move the temporary folder to the final path (replacing what ``force`` allows); returns
+        the path it ended at."""
+        final = self.final
+        if final.exists() and (self.force or not _non_empty(final)):
+            if _non_empty(final):
+                old = final.parent / f".{final.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+                os.rename(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                final.rmdir()
+        n = 1
+        while True:
+            try:
+                os.rename(self.tmp, final)  # fails if final appeared meanwhile and is not empty
+                self.final = final
+                return final
+            except OSError:
+                if self.explicit or not final.exists():
+                    raise
+                n += 1
+                final = self.final.with_name(f"{self.final.name}-{n}")
+
+    def discard(self) -> None:
+        """Remove the temporary folder, and the parent folders made for it if they are empty."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for d in reversed(self._created):
+            try:
+                d.rmdir()
+            except OSError:  # not empty (another run's folder), or gone
+                break
+
+
+def _non_empty(path: Path) -> bool:
+    try:
+        return path.is_dir() and any(path.iterdir())
+    except OSError:
+        return False
 
 
 def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, **options: Any):
@@ -44,13 +123,23 @@ def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, *
 
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, profile: str | None = None,
-                 quiet: bool = False, ledger: bool = False, net: Any = None) -> dict[str, Any]:
+                 quiet: bool = False, ledger: bool = False, net: Any = None, force: bool = False,
+                 progress: bool | None = None) -> dict[str, Any]:
     """Run a scenario (a module, or a name or path :func:`load_scenario` takes) and write its
-    files to ``out`` (default :func:`default_out_dir`); returns the content of results.json.
+    files to ``out`` (default :func:`default_out_dir`); returns the content of results.json,
+    with ``out`` the folder the files ended in (not saved in the file).
+
+    The files are written into a temporary folder beside ``out`` and renamed into place when the
+    run has completed (:class:`OutputFolder`); results.json is written last and atomically. A
+    run that fails or is interrupted leaves nothing at ``out``. An ``out`` that holds anything is
+    refused unless ``force`` (which replaces it when the new run completes).
+
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
-    builds; ``profile`` is a shorthand for ``NetSpec(profile)``.
-    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value or
-    a negative seed; whatever the scenario raises (``ScenarioError`` among it) passes through."""
+    builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
+    stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
+    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
+    negative seed, an unreadable data file or a used ``out``; whatever else the scenario raises
+    (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
     name = scenario_name(mod)
@@ -58,40 +147,59 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     netspec = network_spec(mod, profile, net)
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
-    out_dir = Path(out) if out else default_out_dir(name)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if ledger and (out_dir / "ledger.csv").exists():
-        (out_dir / "ledger.csv").unlink()
+    folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
-    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec,
-                     out=out_dir, quiet=quiet, keep_ledger=ledger, progress=Progress(not quiet))
+    show = (not quiet) if progress is None else progress
+    prog = Progress(show, log=folder.tmp / "run.log")
+    prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
+             f"config {json.dumps(cfg, default=json_default)}")
+    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
+                     quiet=quiet, keep_ledger=ledger, progress=prog,
+                     defaults={k: p.default for k, p in mod.PARAMS.items()})
     t0 = time.perf_counter()
+    activate(prog)
     try:
-        mod.run(ctx)
-    finally:
-        ctx.progress.close()
-    wall = time.perf_counter() - t0
-    if ledger:
-        merge_ledgers(Path(ctx.ledger_dir), out_dir / "ledger.csv")
-    results = {
-        "scenario": name,
-        "config": cfg,
-        "data": data_spec,
-        "seed": int(seed),
-        "profile": netspec.profile,
-        "network": netspec.to_dict(),
-        "versions": versions(),
-        "git_revision": git_revision(),
-        "wall_time_s": wall,
-        "simulated_time_s": ctx.sim_time,
-        "ledger_totals": ctx.ledger_totals,
-        "tables": [t.name for t in ctx.tables],
-        "plots": ctx.plots,
-        "finished": _dt.datetime.now().isoformat(timespec="seconds"),
-    }
-    write_results(out_dir, results)
-    write_report(out_dir, results, ctx.tables, ctx.notes)
-    return results
+        try:
+            mod.run(ctx)
+        finally:
+            prog.close()
+            deactivate(prog)
+        wall = time.perf_counter() - t0
+        if ledger:
+            merge_ledgers(Path(ctx.ledger_dir), folder.tmp / "ledger.csv")
+        results = {
+            "scenario": name,
+            "config": cfg,
+            "data": data_spec,
+            "seed": int(seed),
+            "profile": netspec.profile,
+            "network": netspec.to_dict(),
+            "versions": versions(),
+            "git_revision": git_revision(),
+            "wall_time_s": wall,
+            "simulated_time_s": ctx.sim_time,
+            "ledger_totals": ctx.ledger_totals,
+            "tables": [t.name for t in ctx.tables],
+            "plots": ctx.plots,
+            "finished": _dt.datetime.now().isoformat(timespec="seconds"),
+        }
+        write_report(folder.tmp, results, ctx.tables, ctx.notes)
+        prog.finish(f"finished in {wall:.1f} s")
+        write_results(folder.tmp, results)  # last: its presence says the run completed
+        final = folder.commit()
+    except BaseException as exc:
+        prog.finish(f"stopped: {type(exc).__name__}: {exc}")
+        folder.discard()
+        raise
+    return {**results, "out": str(final), "files": output_files(final)}
+
+
+def output_files(out: Path) -> list[str]:
+    """The files a finished run wrote, for the closing line: tables first, then report.md,
+    results.json, ledger.csv, plots, run.log."""
+    names = sorted(p.name for p in Path(out).iterdir() if p.is_file())
+    order = {".csv": 0, ".md": 1, ".json": 2, ".png": 4, ".log": 5}
+    return sorted(names, key=lambda n: (3 if n == "ledger.csv" else order.get(Path(n).suffix, 6), n))
 
 
 def merge_ledgers(parts: Path, dest: Path) -> int:
@@ -122,14 +230,21 @@ def merge_ledgers(parts: Path, dest: Path) -> int:
 
 
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
-    """Add the options every run takes (``--data --out --set --seed --profile --quiet --ledger``)
-    to ``ap``; ``fedsim run``, ``fedsim sweep`` and :func:`scenario_main` share them."""
+    """Add the options every run takes (``--data --out --set --seed --profile --link-model
+    --transport --loss --dropout --dropout-window --quiet --ledger --force --config``) to
+    ``ap``; ``fedsim run``, ``fedsim sweep`` and :func:`scenario_main` share them. Options not
+    given are None (or empty), so that a configuration file can fill them
+    (:func:`resolve_run_options`)."""
+    ap.add_argument("--config", metavar="FILE.toml",
+                    help="read the run's options from a TOML file (see docs/cli.md); options given here override it")
     ap.add_argument("--data", help="dataset: a synthetic preset (tiny, ml100k-like, ml1m-like), "
                                    "a MovieLens folder or ratings file, or a downloaded name (ml-100k)")
-    ap.add_argument("--out", help="output folder (default: runs/<timestamp>-<scenario>)")
+    ap.add_argument("--out", help="output folder (default: runs/<timestamp>-<scenario>); must not exist "
+                                  "or be empty, unless --force")
+    ap.add_argument("--force", action="store_true", help="replace what --out holds (when the run completes)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="set a scenario parameter (repeatable)")
-    ap.add_argument("--seed", type=int, default=0, help="experiment seed (default 0)")
+                    help="set a scenario parameter (repeatable; the parameters: fedsim run NAME --help)")
+    ap.add_argument("--seed", type=int, default=None, help="experiment seed (default 0)")
     ap.add_argument("--profile", default=None,
                     help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
     ap.add_argument("--link-model", default=None, dest="link_model",
@@ -143,9 +258,36 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
                     help="probability that a client drops out (at a time uniform in --dropout-window)")
     ap.add_argument("--dropout-window", default=None, dest="dropout_window", metavar="START,END",
                     help="seconds within which dropouts happen (default 0,0)")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar or printed tables")
+    ap.add_argument("--quiet", action="store_true", help="no progress display or printed tables (the "
+                                                         "closing line still names the output folder)")
     ap.add_argument("--ledger", action="store_true",
                     help="also write every message of every network as ledger.csv (a run column says which)")
+
+
+def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | None = None) -> dict[str, Any]:
+    """The keyword arguments of :func:`run_scenario` from parsed run options over a configuration
+    file's content ``doc`` (:func:`fedsim.experiment.configfile.load_config`): ``data``,
+    ``out``, ``overrides`` (the file's ``[params]``, then ``--set``), ``seed``, ``quiet``,
+    ``ledger``, ``force``, ``net``. Raises ``UsageError`` naming the file and key or the option."""
+    doc = doc or {}
+    src = doc.get("_path", "config")
+    overrides: dict[str, Any] = {}
+    for k, v in (doc.get("params") or {}).items():
+        try:
+            if k not in mod.PARAMS:
+                raise unknown_parameter(k, mod)
+            overrides[k] = check_value(k, v, mod.PARAMS[k])
+        except UsageError as exc:
+            raise UsageError(f"{src}: [params] {str(exc).removeprefix(f'--set {k}: ')}") from None
+    overrides.update(parse_sets(mod, args.set))
+    for k, v in (doc.get("network") or {}).items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, ",".join(str(x) for x in v) if k == "dropout_window" else v)
+    seed = args.seed if args.seed is not None else doc.get("seed", 0)
+    return {"data": args.data or doc.get("data"), "out": args.out or doc.get("out"), "overrides": overrides,
+            "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
+            "ledger": bool(args.ledger or doc.get("ledger", False)),
+            "force": bool(args.force or doc.get("force", False)), "net": net_from_args(mod, args)}
 
 
 def net_from_args(mod: ModuleType, args: argparse.Namespace):
@@ -173,20 +315,32 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     add_run_arguments(ap)
     for key, p in mod.PARAMS.items():
         ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(),
-                        help=f"{p.help} (default {p.default})")
+                        help=f"{p.help} ({p.describe()}; default {p.default})")
     args = ap.parse_args(argv)
     try:
-        overrides = parse_sets(mod, args.set)
+        from .configfile import load_config
+
+        doc = load_config(args.config) if args.config else None
+        opts = resolve_run_options(mod, args, doc)
         for key, p in mod.PARAMS.items():
             v = getattr(args, f"param_{key}")
             if v is not None:
-                overrides[key] = parse_value(key, v, p)
-        res = run_scenario(mod, data=args.data, out=args.out, overrides=overrides, seed=args.seed,
-                           quiet=args.quiet, ledger=args.ledger, net=net_from_args(mod, args))
+                opts["overrides"][key] = parse_value(key, v, p)
+        res = run_scenario(mod, **opts)
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if not args.quiet:
-        print(f"\nwrote {Path(args.out) if args.out else 'runs/'}: report.md, results.json, "
-              f"{', '.join(t + '.csv' for t in res['tables'])}")
+    except KeyboardInterrupt:
+        print("interrupted: nothing was written", file=sys.stderr)
+        return 130
+    print(closing_line(res))
     return 0
+
+
+def closing_line(res: dict[str, Any]) -> str:
+    """``results in runs/.../: a.csv, report.md, results.json, ...; wall 14.2 s`` for a finished
+    run (what :func:`run_scenario` returned)."""
+    from .report import human_seconds
+
+    return (f"results in {res['out'].rstrip('/')}/: {', '.join(res['files'])}; "
+            f"wall {human_seconds(res['wall_time_s'])}")

@@ -15,7 +15,7 @@ from .errors import (
     TransportError, UnknownNodeError,
 )
 from .events import EventQueue
-from .ledger import COLUMNS, Ledger, LedgerView, Missing, Totals
+from .ledger import COLUMNS, Ledger, LedgerView, Missing, StreamingLedger, StreamView, Totals
 from .links import PROFILES, Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .netspec import TRANSPORTS, NetSpec
 from .network import Network, RunResult
@@ -30,6 +30,6 @@ __all__ = [
     "Encoded", "Envelope", "EventQueue", "Faults", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
     "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
     "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile",
-    "RunResult", "SimNetwork", "TRANSPORTS", "TcpNetwork", "Totals", "TransportError", "UnknownNodeError", "decode",
+    "RunResult", "SimNetwork", "StreamView", "StreamingLedger", "TRANSPORTS", "TcpNetwork", "Totals", "TransportError", "UnknownNodeError", "decode",
     "decode_message", "encode", "encode_message", "get_profile", "matches", "network_record",
 ]

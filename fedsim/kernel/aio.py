@@ -10,14 +10,13 @@ draws, keyed by sender and message number, so both transports lose the same mess
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from typing import Any
 
-from .envelope import Envelope, Payload, matches
+from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult
-from .node import Node
+from .node import Node, hand_over
 
 __all__ = ["AsyncioNetwork"]
 
@@ -49,9 +48,12 @@ class AsyncioNetwork(Network):
         nbytes = len(encoded.data) + self.framing_bytes
         now = self.now()
         src.sent += len(targets)
+        tap = self.tap
         for dst in targets:
             row = self.ledger.new_row(src.round, src.id, dst.id, src.role, dst.role, kind, nbytes,
                                       encoded.array_bytes, encoded.floats, now, anonymous)
+            if tap is not None:
+                tap.observe(row, payload)
             row[TX_START] = row[TX_END] = row[RX_START] = now
             if src.spec.loss and self.draw_loss(src):
                 row[STATUS], row[NOTE] = "lost", "link loss"
@@ -59,16 +61,8 @@ class AsyncioNetwork(Network):
             row[ARRIVAL] = now
             row[STATUS] = "delivered"
             envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
-            w = dst.waiter
-            if w is not None and matches(w[0], kind) and not w[1].done():
-                dst.waiter = None
-                if w[2]:
-                    self._blocked -= 1
-                w[1].set_result(envl)
-            else:
-                if dst.mailbox is None:
-                    dst.mailbox = deque()
-                dst.mailbox.append(envl)
+            if hand_over(dst, envl):
+                self._blocked -= 1
 
     async def wait(self, node: Node, kind, timeout: float | None):
         fut = self._loop.create_future()

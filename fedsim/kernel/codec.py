@@ -21,9 +21,27 @@ array measured 11.1 us unaligned against 2.1 us aligned, a matrix-vector product
 10.4 us).
 
 No pickle is used anywhere. Decoding validates everything it reads and raises ``CodecError``
-(never another exception) for malformed input: truncated documents, unknown ext codes, unknown
-dtypes, a buffer whose length disagrees with shape x itemsize, documents over the size limit,
-nesting deeper than the depth limit.
+(never another exception: not ValueError, OverflowError, MemoryError, RecursionError or TypeError)
+for malformed input: truncated documents, bytes msgpack never uses, trailing bytes, ext codes
+other than 1 (msgpack's own Timestamp, -1, included), unknown dtypes, more than 32 dimensions,
+padding over 7 bytes or not zero, a buffer whose length disagrees with shape x itemsize, shapes
+NumPy cannot represent (a zero dimension beside dimensions whose product overflows), documents
+over ``max_bytes`` (512 MiB by default) and nesting deeper than ``max_depth`` (32).
+
+Decoding also bounds its work and memory by the input's size. Before msgpack builds anything,
+``_scan`` walks the document: a container may not claim more items than bytes follow it, nor a
+str, bin or ext more bytes than the document has left, nesting is checked as it goes, and every
+item is charged the Python objects it will become. A document whose objects would take more than
+``DECODE_OBJECT_BYTES_PER_BYTE`` (16) bytes per input byte plus ``DECODE_OBJECT_SLACK`` (16 KiB)
+is refused with a ``CodecError`` that says so; that takes many tiny containers or scalars (an
+empty list is a 56-byte object and one byte of msgpack), never arrays or the maps of arrays and
+scalars that protocols send. ``decode_message`` reads a map of more than 16 + size/32 entries
+with the same costed decoder instead of directly. Measured with tracemalloc over a million fuzzed
+inputs (``benchmarks/fuzz_codec.py``), a decode's peak allocation stays within 17 bytes per input
+byte plus 48 KiB (worst seen: 13.6 bytes per byte beyond the 48 KiB), apart from CPython now and
+then rebuilding its table of interned strings (msgpack interns map keys), a cost of the process's
+strings, not of the document. The scan costs a few operations per item, at most one item per
+input byte (a run of numbers: one regular expression).
 
 Decoded arrays are read-only. A zero-copy view keeps the whole received document alive for as
 long as the array (or any view of it) lives; copy a small array out of a big message to keep it.
@@ -31,6 +49,7 @@ long as the array (or any view of it) lives; copy a small array out of a big mes
 
 from __future__ import annotations
 
+import re
 import struct
 from math import prod as _prod
 import threading
@@ -45,11 +64,14 @@ __all__ = [
     "CodecError",
     "Encoded",
     "decode",
+    "decode_encoded",
     "decode_message",
     "encode",
     "encode_message",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
+    "DECODE_OBJECT_BYTES_PER_BYTE",
+    "DECODE_OBJECT_SLACK",
 ]
 
 ARRAY_EXT = 1
@@ -130,12 +152,15 @@ class Encoded:
 
     # a plain slotted class: one is made per message, and a frozen dataclass's __init__ costs
     # several times more (object.__setattr__ per field)
-    __slots__ = ("data", "array_bytes", "floats")
+    __slots__ = ("data", "array_bytes", "floats", "layout")
 
-    def __init__(self, data: bytes, array_bytes: int, floats: int) -> None:
+    def __init__(self, data: bytes, array_bytes: int, floats: int, layout: list | None = None) -> None:
         self.data = data
         self.array_bytes = array_bytes
         self.floats = floats
+        # where the payload's values are in ``data``, when this process wrote it from a plan (see
+        # ``decode_encoded``); None otherwise
+        self.layout = layout
 
     def __len__(self) -> int:
         return len(self.data)
@@ -151,6 +176,7 @@ class _Encoder(threading.local):
     def __init__(self) -> None:
         self.array_bytes = 0
         self.floats = 0
+        self.layout = None
         self.packer = msgpack.Packer(default=self.default, use_bin_type=True, autoreset=True)
 
     def default(self, obj: Any) -> Any:
@@ -207,32 +233,39 @@ class _Encoder(threading.local):
         pos = len(parts[0]) + len(parts[1]) + len(parts[2])
         append = parts.append
         slots = []
+        fields: list = []  # the decode layout of a plan (meaningful only when one is made)
+        n_arrays = 0
         for k, v in payload.items():
             key = _packed_str(k) if type(k) is str else pack(k)
             append(key)
             pos += len(key)
             if type(v) is np.ndarray:
+                n_arrays += 1
                 header, body, length = self._array_parts(v, pos)
                 ext = _ext_header(length)
                 append(ext)
                 append(header)
                 if body is v:
                     slots.append(len(parts))
+                    fields.append((k, (v.shape, v.dtype, pos + len(ext) + len(header)), True))
                 append(body)
                 pos += len(ext) + length
             else:
                 value = pack(v)
                 append(value)
                 pos += len(value)
+                fields.append((k, v, False))
         data = b"".join(parts)
-        if plan_key is not None and len(slots) == len(payload):
+        if plan_key is not None and len(slots) == n_arrays:
             # every array went in as it is (no byte swap, no contiguous copy): remember the framing,
-            # with the arrays' places left empty (a plan must not keep arrays alive)
+            # with the arrays' places left empty (a plan must not keep arrays alive); the scalars'
+            # packed bytes stay (they are part of the plan's key)
             for i in slots:
                 parts[i] = b""
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
-            _PLANS[plan_key] = (parts, slots, self.array_bytes, self.floats)
+            _PLANS[plan_key] = (parts, slots, self.array_bytes, self.floats, fields)
+            self.layout = fields
         return data
 
 
@@ -291,6 +324,7 @@ def _encode(pack, *args: Any) -> Encoded:
     enc = _encoder
     enc.array_bytes = 0
     enc.floats = 0
+    enc.layout = None
     try:
         data = pack(*args)
     except CodecError:
@@ -299,7 +333,7 @@ def _encode(pack, *args: Any) -> Encoded:
     except (TypeError, ValueError, OverflowError) as exc:
         enc.packer.reset()
         raise CodecError(f"cannot encode value: {exc}") from exc
-    return Encoded(data, enc.array_bytes, enc.floats)
+    return Encoded(data, enc.array_bytes, enc.floats, enc.layout)
 
 
 def encode_message(kind: str, payload: Any) -> Encoded:
@@ -307,31 +341,56 @@ def encode_message(kind: str, payload: Any) -> Encoded:
 
     Raises ``CodecError`` for values the codec cannot encode."""
     if type(payload) is dict and type(kind) is str:
-        # A payload of arrays only, under str keys, is encoded from a plan when one with the same
-        # kind, keys, dtypes, shapes and strides was encoded before: the framing bytes (headers,
-        # padding) depend on nothing else, so only the arrays' elements are new.
+        # A payload of arrays and small plain scalars (int, bool, None, short str), under str
+        # keys, is encoded from a plan when one with the same kind, keys, array dtypes, shapes and
+        # strides and the same scalar values was encoded before: the framing bytes (headers,
+        # padding, the packed scalars) depend on nothing else, so only the arrays' elements are
+        # new. (Floats are left out: -0.0 == 0.0 would share a plan but not their bytes.)
         key = [kind]
+        arrays = []
         for k, v in payload.items():
-            if type(v) is not np.ndarray or type(k) is not str:
+            if type(k) is not str:
                 break
-            key += (k, v.dtype, v.shape, v.strides)
+            t = type(v)
+            if t is np.ndarray:
+                key += (k, v.dtype, v.shape, v.strides)
+                arrays.append(v)
+            elif t is int or t is bool or v is None or (t is str and len(v) <= _PLAN_STR):
+                key += (k, t, v)
+            else:
+                break
         else:
             key = tuple(key)
             plan = _PLANS.get(key)
             if plan is None:
                 return _encode(_encoder.message, kind, payload, key)
-            framing, slots, array_bytes, floats = plan
+            framing, slots, array_bytes, floats, layout = plan
             parts = framing.copy()
-            for i, v in zip(slots, payload.values()):
+            for i, v in zip(slots, arrays):
                 parts[i] = v
-            return Encoded(b"".join(parts), array_bytes, floats)
+            return Encoded(b"".join(parts), array_bytes, floats, layout)
     return _encode(_encoder.message, kind, payload)
+
+
+_PLAN_STR = 64  # longest str value a plan key may hold (plans keep their keys)
 
 
 # encode_message's plans: (kind, key, dtype, shape, strides, ...) -> (framing parts with empty
 # array slots, slot indices, array bytes, floats). Bounded: cleared when full.
 _PLANS: dict[tuple, tuple] = {}
 _MAX_PLANS = 4096
+
+
+def decode_encoded(encoded: Encoded) -> Any:
+    """The payload of a document this process encoded (what ``decode_message(encoded.data)[1]``
+    returns, arrays as read-only views on ``encoded.data``). A document written from a plan
+    carries its layout: the offsets of its arrays are known, so nothing is parsed or looked up
+    (an in-process transport decodes every upload; this is most of that cost). Raises
+    ``CodecError`` as ``decode_message`` does for other documents."""
+    layout = encoded.layout
+    if layout is not None:
+        return _fill(encoded.data, layout)
+    return decode_message(encoded.data)[1]
 
 
 def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -342,10 +401,12 @@ def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEF
     directly: its arrays are read-only views on ``data`` itself, no copy (``data`` that is not
     ``bytes`` is copied once first, so that the views cannot change under the receiver). Other
     payloads go through msgpack's decoder. Raises ``CodecError`` if the bytes are malformed,
-    over ``max_bytes``, nested deeper than ``max_depth`` or not a ``[kind, payload]`` pair.
+    over ``max_bytes``, nested deeper than ``max_depth``, would decode into more objects than
+    their size allows (see the module docstring) or are not a ``[kind, payload]`` pair;
+    ``TypeError`` if ``data`` is not a bytes-like object.
     """
     if type(data) is not bytes:
-        data = bytes(data)
+        data = bytes(memoryview(data))  # (TypeError for what is not a bytes-like object)
     n = len(data)
     if n > max_bytes:
         raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
@@ -394,6 +455,8 @@ def _read_message(data: bytes, n: int) -> tuple[str, dict] | None:
         pos += 1
     elif t == 0xDE:
         count = _U16.unpack_from(data, pos + 1)[0]
+        if count > 16 + (n >> 5):
+            return None  # many small entries: msgpack's decoder, after _scan has costed them
         pos += 3
     else:
         return None
@@ -546,8 +609,10 @@ def _array(data: bytes, body: int, length: int) -> np.ndarray:
     start = body + head
     if pad and data[start:start + pad].count(0) != pad:
         raise CodecError("array ext header padding is not zero")
-    # one call: frombuffer + reshape costs twice as much
-    arr = np.ndarray(shape, dtype, data, start + pad)
+    try:  # one call: frombuffer + reshape costs twice as much
+        arr = np.ndarray(shape, dtype, data, start + pad)
+    except ValueError as exc:  # zero elements, but the other dimensions overflow NumPy's sizes
+        raise CodecError(f"array ext shape {shape} is too large: {exc}") from None
     if not arr.flags.aligned:
         arr = arr.copy()
         arr.flags.writeable = False
@@ -560,30 +625,180 @@ def _ext_hook(code: int, data: bytes) -> np.ndarray:
     return _array(data, 0, len(data))
 
 
-def _check_depth(obj: Any, limit: int) -> None:
-    """Raise CodecError if containers nest deeper than ``limit`` (the root counts as 1).
+# What a decode may allocate. Every msgpack item becomes a Python object and a place in its
+# container, and may take a single byte of input: an empty list is 56 + 8 bytes, a one-entry map
+# 224 + 8 for three bytes, an int outside -5..256 32 + 8. Unchecked, a document of empty lists
+# takes 64 times its size in memory, one of one-entry maps 77 times. Before msgpack builds
+# anything, ``_scan`` charges every item what CPython 3.11 and NumPy allocate for it (upper
+# estimates, measured with tracemalloc) and refuses the document once the total exceeds
+# DECODE_OBJECT_BYTES_PER_BYTE per input byte plus DECODE_OBJECT_SLACK. Arrays, floats, longer
+# strings and lists of numbers stay far below (a map of arrays costs about 2 bytes per byte, a
+# list of floats 3.6, of ints 8 to 13); only long runs of tiny containers or scalars reach it:
+# beyond the slack, some 680 of the ints -32..-6 (40 bytes per byte), 1,500 2-character strings
+# (20), 340 empty lists (64) or 90 one-entry maps (77). Every message of fedsim's protocols (as
+# their tests send them) is charged at most 2 bytes per byte plus 1.5 KiB. Bulk numbers belong in
+# arrays anyway.
+DECODE_OBJECT_BYTES_PER_BYTE = 16
+DECODE_OBJECT_SLACK = 16 * 1024
 
-    msgpack decodes arrays to lists and maps to dicts (never tuples); only containers are
-    pushed. A typical message (``[kind, {name: array or scalar}]``) takes the fast path: one
-    loop over the payload's values, no stack.
-    """
-    if limit >= 2 and type(obj) is list and len(obj) == 2 and type(obj[1]) is dict:
-        for v in obj[1].values():
-            t = type(v)
-            if t is dict or t is list:
-                break
+# type byte -> what follows: (kind, fixed size or length-field width, charge of fixed items)
+_FIXED, _ARR, _MAP, _STR, _BIN, _EXT, _BAD = range(7)
+_ITEMS: list[tuple[int, int, int]] = [(_BAD, 0, 0)] * 256
+# (an item's place in its container is charged with the container: 8 bytes per item of a list)
+for _t in range(0x80):
+    _ITEMS[_t] = (_FIXED, 1, 0)  # positive fixint: CPython's small ints, shared
+for _t in range(0x80, 0x90):
+    _ITEMS[_t] = (_MAP, 0, _t & 0x0F)  # fixmap: the count in the type byte
+for _t in range(0x90, 0xA0):
+    _ITEMS[_t] = (_ARR, 0, _t & 0x0F)
+for _t in range(0xA0, 0xC0):
+    _ITEMS[_t] = (_STR, 0, _t & 0x1F)
+for _t in range(0xE0, 0x100):  # negative fixint; -5..-1 are shared small ints
+    _ITEMS[_t] = (_FIXED, 1, 0 if _t >= 0xFB else 32)
+_ITEMS[0xC0] = _ITEMS[0xC2] = _ITEMS[0xC3] = (_FIXED, 1, 0)  # nil, false, true: shared
+_ITEMS[0xCC] = (_FIXED, 2, 0)  # uint 8: always a small int
+for _t, _size in ((0xCD, 3), (0xCE, 5), (0xD0, 2), (0xD1, 3), (0xD2, 5)):
+    _ITEMS[_t] = (_FIXED, _size, 32)
+_ITEMS[0xCF] = _ITEMS[0xD3] = (_FIXED, 9, 40)  # 64-bit ints: up to 3 digits of 30 bits
+_ITEMS[0xCA] = (_FIXED, 5, 24)  # float 32 and 64: a Python float
+_ITEMS[0xCB] = (_FIXED, 9, 24)
+for _t, _w in ((0xC4, 1), (0xC5, 2), (0xC6, 4)):
+    _ITEMS[_t] = (_BIN, _w, -1)
+for _t, _w in ((0xD9, 1), (0xDA, 2), (0xDB, 4)):
+    _ITEMS[_t] = (_STR, _w, -1)  # (a count of -1: the length follows in _w bytes)
+for _t, _w in ((0xC7, 1), (0xC8, 2), (0xC9, 4)):
+    _ITEMS[_t] = (_EXT, _w, -1)
+for _t, _size in ((0xD4, 1), (0xD5, 2), (0xD6, 4), (0xD7, 8), (0xD8, 16)):
+    _ITEMS[_t] = (_EXT, 0, _size)  # fixext: the body length in the type byte
+_ITEMS[0xDC], _ITEMS[0xDD] = (_ARR, 2, -1), (_ARR, 4, -1)
+_ITEMS[0xDE], _ITEMS[0xDF] = (_MAP, 2, -1), (_MAP, 4, -1)
+_ITEMS = tuple(_ITEMS)  # 0xC1 stays _BAD: never used by msgpack
+# runs of fixed-size items: all one-byte items together, longer ones of one type byte
+_ONE_BYTE = bytes(range(0x80)) + b"\xc0\xc2\xc3" + bytes(range(0xE0, 0x100))
+_SHARED = bytes(range(0x80)) + b"\xc0\xc2\xc3" + bytes(range(0xFB, 0x100))  # no object of their own
+_RUNS: dict[int, re.Pattern] = {}  # type byte -> a pattern matching a run from it
+_SAME: dict[int, tuple[bool, ...]] = {}  # type byte -> which bytes may start the next item of a run
+for _t, (_kind, _size, _) in enumerate(_ITEMS):
+    if _kind == _FIXED:
+        if _size == 1:
+            _RUNS[_t] = re.compile(b"[" + re.escape(_ONE_BYTE) + b"]+")
+            _SAME[_t] = tuple(_b in _ONE_BYTE for _b in range(256))
         else:
-            return  # depth 2
-    stack = [(obj, 1)]
-    pop, push = stack.pop, stack.append
-    while stack:
-        node, depth = pop()
-        if depth > limit:
-            raise CodecError(f"document nesting deeper than {limit}")
-        for v in (node.values() if type(node) is dict else node):
-            t = type(v)
-            if t is dict or t is list:
-                push((v, depth + 1))
+            # possessive: a plain repeat of a group keeps a backtracking mark per repetition
+            _RUNS[_t] = re.compile(b"(?:" + re.escape(bytes((_t,))) + b".{%d})++" % (_size - 1), re.DOTALL)
+            _SAME[_t] = tuple(_b == _t for _b in range(256))
+
+
+def _dict_cost(k: int) -> int:
+    """Upper estimate of a dict of ``k`` entries as msgpack builds it (presized: CPython 3.11
+    allocates 8 slots up to 5 entries, then about 3k/2 rounded up to a power of two)."""
+    return 64 if k == 0 else 224 if k <= 5 else 116 + 60 * k
+
+
+def _scan(data: bytes, max_depth: int, budget: int) -> int:
+    """Walk the msgpack document ``data`` without building it, and raise ``CodecError`` unless it
+    is exactly one well-formed document whose containers nest at most ``max_depth`` deep (the
+    root counts as 1), whose ext items are all array exts, and whose Python objects are estimated
+    at no more than ``budget`` bytes. A container may not claim more items than bytes follow it,
+    and a str, bin or ext no more bytes than the document has left, so msgpack never
+    preallocates for items that are not there. Returns the estimate. Work: a few operations per
+    item (every item takes at least one byte), or one regular expression for a run of numbers."""
+    n = len(data)
+    items, u16, u32 = _ITEMS, _U16.unpack_from, _U32.unpack_from
+    pos = cost = 0
+    left = 1  # items still to read at the current level (the root: one)
+    stack: list[int] = []  # the enclosing levels' items still to read
+    try:
+        while True:
+            if not left:
+                if not stack:
+                    break
+                left = stack.pop()
+                continue
+            left -= 1
+            t = data[pos]
+            kind, width, count = items[t]
+            if kind == _FIXED:
+                if left > 8 and _SAME[t][data[pos + width]]:
+                    # a run of items of this size (one-byte items, or of type t): skip them all at C
+                    # speed (long lists of numbers)
+                    run = _RUNS[t].match(data, pos, min(n, pos + (left + 1) * width))
+                    k = (run.end() - pos) // width
+                    if width == 1:  # ints -32..-6 are objects of their own, the rest shared
+                        cost += 32 * len(data[pos:pos + k].translate(None, _SHARED))
+                    else:
+                        cost += count * k
+                    pos += k * width
+                    left -= k - 1
+                else:
+                    pos += width
+                    cost += count
+                if cost > budget:
+                    _over_budget(n, budget)
+                continue
+            if count < 0:  # the length or count follows the type byte
+                count = data[pos + 1] if width == 1 else u16(data, pos + 1)[0] if width == 2 \
+                    else u32(data, pos + 1)[0]
+            pos += 1 + width
+            if kind == _STR:
+                end = pos + count
+                if end > n:
+                    raise CodecError(f"malformed message: str of {count} bytes at offset {pos} runs past the end")
+                if count > 1:  # ("" and one ASCII character are shared objects)
+                    cost += 49 + count if data[pos:end].isascii() else 80 + 4 * count
+                pos = end
+            elif kind == _ARR or kind == _MAP:
+                if len(stack) >= max_depth:  # this container's depth is len(stack) + 1
+                    raise CodecError(f"document nesting deeper than {max_depth}")
+                if kind == _MAP:
+                    cost += _dict_cost(count)
+                    count *= 2
+                else:
+                    cost += 56 + 8 * count  # the list and its items' places
+                if count > n - pos:  # every item takes at least one byte
+                    what = "map" if kind == _MAP else "array"
+                    raise CodecError(f"malformed message: {what} at offset {pos - 1 - width} claims "
+                                     f"{count} items but {n - pos} bytes follow")
+                if count:
+                    stack.append(left)
+                    left = count
+            elif kind == _EXT:
+                code = data[pos]
+                if code != ARRAY_EXT:
+                    name = " (msgpack Timestamp)" if code == 0xFF else ""
+                    raise CodecError(f"unknown ext type {code - 256 if code > 127 else code}{name}")
+                pos += 1
+                end = pos + count
+                if end > n:
+                    raise CodecError(f"malformed message: ext of {count} bytes at offset {pos} runs past the end")
+                # the body as a bytes object (33 + length), the array (96 + 16 per dimension) and
+                # an aligned copy of its elements if they arrive unaligned (at most the length)
+                cost += 129 + 2 * count + (16 * data[pos + 1] if count > 1 else 0)
+                pos = end
+            elif kind == _BIN:
+                end = pos + count
+                if end > n:
+                    raise CodecError(f"malformed message: bin of {count} bytes at offset {pos} runs past the end")
+                if count > 1:  # (b"" and single bytes are shared objects)
+                    cost += 33 + count
+                pos = end
+            else:
+                raise CodecError(f"malformed message: byte 0x{t:02x} at offset {pos - 1} is never used by msgpack")
+            if cost > budget:
+                _over_budget(n, budget)
+    except (IndexError, struct.error):
+        raise CodecError(f"malformed message: truncated ({n} bytes)") from None
+    if pos != n:
+        raise CodecError(f"malformed message: truncated ({n} bytes)" if pos > n else
+                         f"malformed message: {n - pos} extra bytes after the document")
+    return cost
+
+
+def _over_budget(n: int, budget: int) -> None:
+    raise CodecError(
+        f"document of {n} bytes would decode into more than {budget} bytes of Python objects "
+        f"({DECODE_OBJECT_BYTES_PER_BYTE} per input byte + {DECODE_OBJECT_SLACK}): too many small "
+        f"containers, ints or strings for its size (send bulk numbers as numpy arrays)")
 
 
 def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -591,17 +806,19 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     """Decode one document produced by ``encode``.
 
     Arrays come back as read-only numpy views (copy before modifying). Raises ``CodecError`` if
-    the bytes are malformed, longer than ``max_bytes``, or nested deeper than ``max_depth``.
+    the bytes are malformed, longer than ``max_bytes``, nested deeper than ``max_depth`` or would
+    decode into more objects than their size allows (see the module docstring); ``TypeError`` if
+    ``data`` is not a bytes-like object.
     """
-    if len(data) > max_bytes:
-        raise CodecError(f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    if type(data) is not bytes:
+        data = bytes(memoryview(data))  # (TypeError for what is not a bytes-like object)
+    n = len(data)
+    if n > max_bytes:
+        raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
+    _scan(data, max_depth, DECODE_OBJECT_BYTES_PER_BYTE * n + DECODE_OBJECT_SLACK)
     try:
-        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
     except CodecError:
         raise
-    except Exception as exc:  # msgpack raises several unrelated types for bad input
+    except Exception as exc:  # invalid UTF-8, unhashable map keys: msgpack raises several types
         raise CodecError(f"malformed message: {type(exc).__name__}: {exc}") from exc
-    t = type(obj)
-    if t is dict or t is list:
-        _check_depth(obj, max_depth)
-    return obj

@@ -34,6 +34,8 @@ from .node import Node
 
 __all__ = ["Context", "Deadline", "GatherEach", "Gathered", "Message"]
 
+_INF = math.inf
+
 
 class Message:
     """A received message (treat as read-only). ``sender`` is ``None`` when it came over an
@@ -247,10 +249,13 @@ class Context:
         net = self._net
         env = net.take(self._node, kind)
         if env is None:
-            t = self._timeout_of(timeout, deadline)
-            if t is not None and t <= 0:
-                return None
-            env = await net.wait(self._node, kind, t)
+            if timeout is None and deadline is None:  # the common case, without the helper's call
+                env = await net.wait(self._node, kind, None)
+            else:
+                t = self._timeout_of(timeout, deadline)
+                if t is not None and t <= 0:
+                    return None
+                env = await net.wait(self._node, kind, t)
         return None if env is None else self._open(env)
 
     def _open(self, env: Envelope) -> Message:
@@ -336,7 +341,7 @@ class Context:
         """Charge ``flops`` floating-point operations of local work: on SimNetwork this node's
         time advances by ``flops / speed``; on a real loop it only yields."""
         f = float(flops)
-        if not f >= 0 or math.isinf(f):
+        if not 0 <= f < _INF:  # also NaN
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
         await self._net.compute(self._node, f, label)
 

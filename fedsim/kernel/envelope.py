@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .codec import Encoded, decode_message
+from .codec import Encoded, decode_encoded
 
 __all__ = ["Collector", "Envelope", "InOrder", "Payload", "matches"]
 
@@ -40,7 +40,7 @@ class Payload:
         """The decoded payload. Each reader gets its own top-level dict or list; arrays stay
         shared read-only views. Raises ``CodecError`` if the document does not decode."""
         if not self.has_decoded:
-            self.decoded = decode_message(self.encoded.data)[1]
+            self.decoded = decode_encoded(self.encoded)
             self.has_decoded = True
         v = self.decoded
         if type(v) is dict:

@@ -14,8 +14,9 @@ copy from A to B is a *flow* through A's egress and B's ingress:
   left A, the message arrives when its last byte does (``arrival = tx_end + latency``), instead of
   being stored and forwarded whole at each port as in ``FifoLinkModel``.
 
-With ``tcp=True`` each message also pays what a fresh TCP connection costs before its bytes flow
-at the fair rate (as the ground-truth harness sends each message on its own connection; see
+With ``tcp=True`` each port also carries the segments' TCP/IP headers (52 bytes per segment of
+``mss`` = 1,448 payload bytes: the payload moves at 96.5 % of the line rate), and each message
+pays what a fresh TCP connection costs before its bytes flow at the fair rate (as the ground-truth harness sends each message on its own connection; see
 validation/README.md): the handshake (one round trip) and slow start: the sender starts with a
 window of ``initial_window`` segments of ``mss`` bytes and doubles it every round trip until the
 window covers the path's bandwidth-delay product. The time this costs beyond a transfer at the
@@ -170,11 +171,15 @@ class FairShareLinkModel(LinkModel):
     name = "fair"
 
     def __init__(self, *, tcp: bool = False, mss: int = 1448, initial_window: int = 10,
-                 handshake: bool = True) -> None:
+                 handshake: bool = True, header_bytes: int | None = None) -> None:
         self.tcp = bool(tcp)
         self.mss = int(mss)
         self.initial_window = int(initial_window)
         self.handshake = bool(handshake)
+        # with TCP, each segment of mss payload bytes carries IPv4 and TCP headers (20 + 32 with
+        # timestamps): a port of rate R moves R x mss / (mss + headers) payload bytes per second
+        self.header_bytes = (52 if tcp else 0) if header_bytes is None else int(header_bytes)
+        self.efficiency = self.mss / (self.mss + self.header_bytes)
         if tcp:
             self.name = "tcp"
         self._net: Any = None
@@ -197,7 +202,7 @@ class FairShareLinkModel(LinkModel):
         lost = bool(src.spec.loss) and net.draw_loss(src)
         delay = 0.0
         if self.tcp:
-            cap = min(src.spec.link.uplink, dst.spec.link.downlink)
+            cap = min(src.spec.link.uplink, dst.spec.link.downlink) * self.efficiency
             delay = tcp_startup_delay(envl.nbytes, cap, 2.0 * latency, mss=self.mss,
                                       initial_window=self.initial_window, handshake=self.handshake)
         flow = (envl, dst, latency, lost, src)
@@ -211,7 +216,7 @@ class FairShareLinkModel(LinkModel):
         k = self._port.get(node.id)
         if k is None:
             k = self._port[node.id] = len(self._port)
-            self._caps += [node.spec.link.uplink, node.spec.link.downlink]
+            self._caps += [node.spec.link.uplink * self.efficiency, node.spec.link.downlink * self.efficiency]
         return k
 
     def _activate(self, tup: tuple) -> None:

@@ -10,6 +10,11 @@ Status of a row:
 ``lost``       dropped by the network (``note`` says why: link loss, sender or receiver offline);
 ``in_flight``  still travelling when the simulation stopped.
 Conservation: bytes sent = bytes delivered + bytes lost + bytes in flight.
+
+``Ledger`` keeps every row in memory (a list per row, about 400 bytes with its objects).
+``StreamingLedger`` keeps only the rows that may still change (in flight, or delivered and not yet
+read) and writes the others, as fixed-size binary records, to a file; every query and the CSV
+export read them back, with the same results (tested against ``Ledger`` on the same runs).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import csv
 import io
 import math
 import numbers
+import os
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, TextIO
@@ -25,8 +32,8 @@ from typing import Any, Iterable, TextIO
 import numpy as np
 
 __all__ = [
-    "ARRIVAL", "BYTES", "COLUMNS", "Ledger", "LedgerView", "Missing", "ROW_COLUMNS", "RX_START", "Totals",
-    "TX_END", "TX_START",
+    "ARRIVAL", "BYTES", "COLUMNS", "Ledger", "LedgerView", "Missing", "ROW_COLUMNS", "RX_START", "StreamingLedger",
+    "StreamView", "Totals", "TX_END", "TX_START",
 ]
 
 # The stored fields of a row, in order: the one place that names them. Rows are plain lists (cheap
@@ -160,6 +167,13 @@ class LedgerView:
     def rounds(self) -> list[int]:
         """The round labels that occur, sorted."""
         return sorted({r[ROUND] for r in self.rows})
+
+    def span(self) -> float:
+        """Seconds from the first send to the last arrival of these rows (NaN if none arrived)."""
+        arrivals = [r[ARRIVAL] for r in self.rows if r[ARRIVAL] == r[ARRIVAL]]
+        if not arrivals:
+            return _NAN
+        return max(arrivals) - min(r[SEND_T] for r in self.rows)
 
     def records(self) -> Iterable[dict[str, Any]]:
         """Rows as dicts with the columns of ``COLUMNS``."""
@@ -338,6 +352,10 @@ class Ledger:
         return self.view().rounds()
 
     # -- export -----------------------------------------------------------------------------
+    def _iter_rows(self) -> Iterable[list[Any]]:
+        """Every row, in ledger order (what ``to_csv`` writes)."""
+        return iter(self.rows)
+
     def to_csv(self, dest: str | TextIO | None = None) -> str | None:
         """Write every row as CSV (header ``COLUMNS``). Floats are written with ``repr`` so two
         identical runs give identical bytes. With ``dest=None`` the CSV text is returned."""
@@ -352,7 +370,7 @@ class Ledger:
         try:
             w = csv.writer(fh, lineterminator="\n")
             w.writerow(COLUMNS)
-            for r in self.rows:
+            for r in self._iter_rows():
                 d = self.as_dict(r)
                 w.writerow([_fmt(d[c]) for c in COLUMNS])
         finally:
@@ -375,6 +393,368 @@ class Ledger:
                 f"{row['bytes']:>14}{_num(row['bytes_per_node']):>14}{_num(row['units_per_node']):>12}"
             )
         return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming: rows on disk as fixed-size records once they can no longer change
+
+_STATUS_NAMES = FATES
+_STATUS_CODES = {name: k for k, name in enumerate(_STATUS_NAMES)}
+_TEXT_COLUMNS = ("src", "dst", "src_role", "dst_role", "kind", "note")
+# One record per row: the stored fields after ``seq`` (a row's place in the file is its seq), in
+# ROW_COLUMNS order; text as codes into the ledger's string table, status as an index into FATES.
+_RECORD = np.dtype([
+    ("round", "<i8"), ("src", "<i4"), ("dst", "<i4"), ("src_role", "<i4"), ("dst_role", "<i4"), ("kind", "<i4"),
+    ("bytes", "<i8"), ("raw_bytes", "<i8"), ("floats", "<i8"), ("send_time", "<f8"), ("tx_start", "<f8"),
+    ("tx_end", "<f8"), ("rx_start", "<f8"), ("arrival_time", "<f8"), ("status", "i1"), ("read", "?"),
+    ("anonymous", "?"), ("note", "<i4"),
+])
+assert _RECORD.names == ROW_COLUMNS[1:]
+_TEXT_POS = tuple(_POS[c] for c in _TEXT_COLUMNS)
+
+
+class StreamingLedger(Ledger):
+    """A ``Ledger`` that keeps in memory only the rows that can still change, and the rest in a
+    file: for runs whose ledger would not fit in memory (a 138,493-client FedRec round has
+    277,000 rows; 100M rows of a list each would need about 40 GB).
+
+    ``StreamingLedger(path=None, unit=None, framing_bytes=0, chunk_rows=262144)``; give it to a
+    network with ``SimNetwork(..., ledger=StreamingLedger(...))`` (also ``AsyncioNetwork``;
+    ``TcpNetwork`` merges its processes' ledgers in memory and refuses it). ``path``: the file of
+    binary records (99 bytes a row; created or truncated); None: a temporary file, deleted by
+    ``close`` or when the ledger is garbage collected. The file is this ledger's storage, not an
+    export format: export with ``to_csv``.
+
+    When a row is final: a row is created when its message is sent, and a transport fills in its
+    timing, status and ``read`` as the message moves; it cannot change any more once the message
+    is lost, or delivered and read. Such rows are written out (in batches, each at its ``seq``
+    position, so a row that stays unread for long holds up nothing) whenever the rows held in
+    memory reach twice as many as after the previous write, at least ``chunk_rows``: the
+    bookkeeping is O(1) per row and memory is bounded by the rows genuinely in motion (in flight,
+    or delivered and unread). Every query first writes the current state of those too.
+
+    Queries: all of ``Ledger``'s (``select`` with every filter, ``view``, ``totals``, ``by_role``,
+    ``by_kind``, ``by_node``, ``rounds``, ``records``, ``columns``, ``summary``, ``to_csv``, and on
+    views ``totals``, ``group``, ``column``, ``rounds``, ``records``, ``len``) with the same
+    results; they scan the file in chunks of ``chunk_rows`` records, so each costs a pass over it.
+    ``to_csv`` is byte for byte the in-memory ledger's. Differences: there is no ``rows`` list,
+    and views group by integer, text and boolean columns only (not by times).
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, unit: int | None = None, framing_bytes: int = 0,
+                 chunk_rows: int = 262_144) -> None:
+        # not Ledger.__init__: it would make a row list
+        self.missing: list[Missing] = []
+        self.unit = unit
+        self.framing_bytes = int(framing_bytes)
+        self.roles: dict[str, str] = {}
+        self.role_members: dict[str, set[str]] = defaultdict(set)
+        if int(chunk_rows) < 1:
+            raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+        self.chunk_rows = int(chunk_rows)
+        self._fd: int | None = None
+        if path is None:
+            fd, name = tempfile.mkstemp(prefix="fedsim-ledger-", suffix=".bin")
+            self._owned = True
+        else:
+            name = os.fspath(path)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._owned = False
+        self._fd, self.path = fd, str(name)
+        self._n = 0
+        self._pending: list[list[Any]] = []
+        self._scan_at = self.chunk_rows
+        self._codes: dict[Any, int] = {}
+        self._strings: list[Any] = []
+        self._code("")
+
+    @property
+    def rows(self):  # the base class's row list does not exist here
+        raise AttributeError("a StreamingLedger keeps no list of rows: use select(), records() or to_csv()")
+
+    def _code(self, value: Any) -> int:
+        code = self._codes.get(value)
+        if code is None:
+            code = self._codes[value] = len(self._strings)
+            self._strings.append(value)
+        return code
+
+    def set_role(self, node: str, role: str) -> None:
+        super().set_role(node, role)
+        self._code(node)
+        self._code(role)
+
+    # -- recording ----------------------------------------------------------------------------
+    def new_row(self, rnd: int, src: str, dst: str, src_role: str, dst_role: str, kind: str,
+                nbytes: int, raw: int, floats: int, t: float, anonymous: bool) -> list[Any]:
+        row = [self._n, rnd, src, dst, src_role, dst_role, kind, nbytes, raw, floats,
+               t, _NAN, _NAN, _NAN, _NAN, "in_flight", False, anonymous, ""]
+        self._n += 1
+        pending = self._pending
+        pending.append(row)
+        if len(pending) >= self._scan_at:
+            self._write_final()
+        return row
+
+    def _write_final(self) -> None:
+        """Write the rows that can no longer change and forget them."""
+        keep, done = [], []
+        for r in self._pending:
+            status = r[STATUS]
+            (done if status == "lost" or (status == "delivered" and r[READ]) else keep).append(r)
+        self._write(done)
+        self._pending = keep
+        self._scan_at = max(2 * len(keep), self.chunk_rows)
+
+    def _write(self, rows: list[list[Any]]) -> None:
+        """Records of ``rows`` (in seq order) at their places in the file."""
+        if not rows:
+            return
+        if self._fd is None:
+            raise ValueError("the StreamingLedger is closed")
+        n = len(rows)
+        cols = list(zip(*rows))
+        rec = np.empty(n, _RECORD)
+        codes, code = self._codes, self._code
+        for name in _RECORD.names:
+            pos = _POS[name]
+            if pos in _TEXT_POS:
+                rec[name] = [codes[v] if v in codes else code(v) for v in cols[pos]]
+            elif name == "status":
+                rec[name] = [_STATUS_CODES[v] for v in cols[pos]]
+            else:
+                rec[name] = cols[pos]
+        seq = np.fromiter(cols[SEQ], np.int64, n)
+        cuts = (np.flatnonzero(np.diff(seq) != 1) + 1).tolist()
+        size = _RECORD.itemsize
+        for a, b in zip([0, *cuts], [*cuts, n]):  # runs of consecutive rows: one write each
+            data = rec[a:b].tobytes()
+            at = int(seq[a]) * size
+            while data:
+                done = os.pwrite(self._fd, data, at)
+                data, at = data[done:], at + done
+
+    def flush(self) -> None:
+        """Write every row to the file: the final ones (then forgotten) and the current state of
+        those still in motion (kept, and written again by a later flush if they change)."""
+        self._write_final()
+        self._write(self._pending)
+
+    def close(self) -> None:
+        """Close the file (and delete it if it is a temporary one). Queries fail afterwards."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            if self._owned:
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    # -- reading ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._n
+
+    def _chunks(self) -> Iterable[tuple[int, np.ndarray]]:
+        """(first seq, records) over the file, ``chunk_rows`` records at a time, after a flush."""
+        self.flush()
+        if self._n == 0:
+            return
+        mm = np.memmap(self.path, _RECORD, mode="r", shape=(self._n,))
+        for a in range(0, self._n, self.chunk_rows):
+            yield a, mm[a:a + self.chunk_rows]
+
+    def _decode(self, first: int, recs: np.ndarray) -> Iterable[list[Any]]:
+        """Records back as rows (lists in ROW_COLUMNS order, the values the transports stored)."""
+        strings = self._strings
+        for k, t in enumerate(recs.tolist()):
+            r = [first + k, *t]
+            for pos in _TEXT_POS:
+                r[pos] = strings[r[pos]]
+            r[STATUS] = _STATUS_NAMES[r[STATUS]]
+            yield r
+
+    def _iter_rows(self) -> Iterable[list[Any]]:
+        for first, recs in self._chunks():
+            yield from self._decode(first, recs)
+
+    def view(self) -> "StreamView":
+        """All rows as a ``StreamView``."""
+        return StreamView(self, ())
+
+    def select(self, **filters: Any) -> "StreamView":
+        """As ``Ledger.select``; a lazy view (each query on it scans the file)."""
+        return self.view().select(**filters)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        if not self._n:
+            return {c: np.empty(0) for c in COLUMNS}
+        v = self.view()
+        return {c: v.column(c) for c in COLUMNS}
+
+
+def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: Iterable[str] = (),
+                     round: Any = None, src: Any = None, dst: Any = None, src_role: Any = None,
+                     dst_role: Any = None, fate: Any = None, anonymous: bool | None = None,
+                     read: bool | None = None, min_round: int | None = None) -> tuple:
+    """``_filter``'s keywords as conditions on records: (op, field, argument) triples."""
+    fates = _as_set(fate)
+    if fates is not None and not fates <= set(FATES):
+        raise ValueError(f"fate must be one of {FATES}, got {sorted(fates - set(FATES))}")
+    conds = []
+    for field, val in (("kind", kind), ("round", round), ("src", src), ("dst", dst), ("src_role", src_role),
+                       ("dst_role", dst_role), ("status", fate)):
+        allowed = _as_set(val)
+        if allowed is None:
+            continue
+        if field == "round":
+            arg = np.array([v for v in allowed if isinstance(v, numbers.Real) and not isinstance(v, bool)]
+                           + [int(v) for v in allowed if isinstance(v, bool)], dtype=np.float64)
+        elif field == "status":
+            arg = np.array([_STATUS_CODES[v] for v in allowed], dtype=np.int64)
+        else:
+            arg = np.array([led._codes[v] for v in allowed if v in led._codes], dtype=np.int64)
+        conds.append(("in", field, arg))
+    drop = [led._codes[v] for v in frozenset(exclude_kinds) if v in led._codes]
+    if drop:
+        conds.append(("not in", "kind", np.array(drop, dtype=np.int64)))
+    if min_round is not None:
+        conds.append((">=", "round", min_round))
+    if anonymous is not None:
+        conds.append(("==", "anonymous", anonymous))
+    if read is not None:
+        conds.append(("==", "read", read))
+    return tuple(conds)
+
+
+class StreamView:
+    """A selection of a ``StreamingLedger``'s rows: ``LedgerView``'s interface (``select``,
+    ``totals``, ``group``, ``column``, ``rounds``, ``records``, ``len``), evaluated by scanning the
+    ledger's file. ``group`` takes integer, text and boolean columns."""
+
+    __slots__ = ("ledger", "_conds")
+
+    def __init__(self, ledger: StreamingLedger, conds: tuple) -> None:
+        self.ledger = ledger
+        self._conds = conds
+
+    def select(self, **filters: Any) -> "StreamView":
+        return StreamView(self.ledger, self._conds + _compile_filters(self.ledger, **filters))
+
+    def _selected(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        """(records, positions within them) of the selected rows, chunk by chunk."""
+        for first, recs in self.ledger._chunks():
+            mask = np.ones(recs.shape[0], dtype=bool)
+            for op, field, arg in self._conds:
+                col = recs[field]
+                if op == "in":
+                    mask &= np.isin(col, arg)
+                elif op == "not in":
+                    mask &= ~np.isin(col, arg)
+                elif op == ">=":
+                    mask &= col >= arg
+                else:
+                    mask &= col == arg
+            yield first, recs, mask
+
+    def __len__(self) -> int:
+        return sum(int(mask.sum()) for _, _, mask in self._selected())
+
+    def totals(self) -> Totals:
+        m = b = raw = fl = 0
+        for _, recs, mask in self._selected():
+            m += int(mask.sum())
+            b += int(recs["bytes"][mask].sum())
+            raw += int(recs["raw_bytes"][mask].sum())
+            fl += int(recs["floats"][mask].sum())
+        led = self.ledger
+        return Totals(m, b, b - m * led.framing_bytes, raw, fl, led.units_of(fl))
+
+    def _values(self, name: str, recs: np.ndarray) -> np.ndarray:
+        col = recs[name]
+        if name in _TEXT_COLUMNS:
+            return np.array(self.ledger._strings, dtype=object)[col]
+        if name == "status":
+            return np.array(_STATUS_NAMES, dtype=object)[col]
+        return col
+
+    def group(self, *keys: str) -> dict[Any, Totals]:
+        if not keys:
+            raise ValueError("group needs at least one column name")
+        for k in keys:
+            _POS[k]  # KeyError for an unknown name, as LedgerView.group
+            if k in _TIME_COLUMNS:
+                raise ValueError(f"a StreamingLedger view groups by integer, text and boolean columns, not by {k!r}")
+        acc: dict[Any, list] = {}
+        for first, recs, mask in self._selected():
+            if not mask.any():
+                continue
+            sel = recs[mask]
+            if "seq" in keys:
+                seqs = first + np.flatnonzero(mask)
+            cols = [seqs if k == "seq" else sel[k] for k in keys]
+            key_arr = np.rec.fromarrays(cols) if len(cols) > 1 else cols[0]
+            uniq, inv = np.unique(key_arr, return_inverse=True)
+            inv = inv.reshape(-1)
+            order = np.argsort(inv, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(inv[order]) != 0])
+            sums = [np.add.reduceat(sel[c][order].astype(np.int64), starts) for c in ("bytes", "raw_bytes", "floats")]
+            counts = np.diff(np.r_[starts, order.shape[0]])
+            strings, names = self.ledger._strings, _STATUS_NAMES
+            for j, u in enumerate(uniq.tolist()):
+                parts = u if len(keys) > 1 else (u,)
+                vals = tuple(strings[v] if k in _TEXT_COLUMNS else names[v] if k == "status" else v
+                             for k, v in zip(keys, parts))
+                key = vals if len(keys) > 1 else vals[0]
+                a = acc.get(key)
+                if a is None:
+                    a = acc[key] = [0, 0, 0, 0]
+                a[0] += int(counts[j])
+                a[1] += int(sums[0][j])
+                a[2] += int(sums[1][j])
+                a[3] += int(sums[2][j])
+        fb = self.ledger.framing_bytes
+        units = self.ledger.units_of
+        return {k: Totals(m, b, b - m * fb, raw, fl, units(fl)) for k, (m, b, raw, fl) in sorted(acc.items())}
+
+    def column(self, name: str) -> np.ndarray:
+        led = self.ledger
+        if name == "units":
+            return self.column("floats") / led.unit if led.unit else np.full(len(self), _NAN)
+        if name not in _POS:
+            raise KeyError(f"no ledger column {name!r}; columns: {', '.join(COLUMNS)}")
+        parts = []
+        for first, recs, mask in self._selected():
+            parts.append(first + np.flatnonzero(mask) if name == "seq" else self._values(name, recs[mask]))
+        if name in _INT_COLUMNS:
+            dt: Any = np.int64
+        elif name in _TIME_COLUMNS:
+            dt = np.float64
+        elif name in _BOOL_COLUMNS:
+            dt = bool
+        else:
+            dt = object
+        return np.concatenate(parts).astype(dt) if parts else np.empty(0, dtype=dt)
+
+    def rounds(self) -> list[int]:
+        seen: set[int] = set()
+        for _, recs, mask in self._selected():
+            seen.update(np.unique(recs["round"][mask]).tolist())
+        return sorted(seen)
+
+    def records(self) -> Iterable[dict[str, Any]]:
+        led = self.ledger
+        for first, recs, mask in self._selected():
+            idx = np.flatnonzero(mask)
+            for k, r in zip(idx.tolist(), led._decode(0, recs[idx])):
+                r[SEQ] = first + k
+                yield led.as_dict(r)
 
 
 def _fmt(v: Any) -> str:

@@ -12,7 +12,12 @@ A *transport* carries messages between actors: ``SimNetwork`` (virtual time, a l
 ``run(*, strict=True)``                    run every actor; return a ``RunResult``
 
 and may override ``collect`` (fill a gather's collector without resuming the actor per
-message). It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
+message). A transport that carries messages in this process also calls ``self.tap.observe(row,
+payload)`` in ``post`` for every message copy, right after creating its ledger row, when ``tap`` is
+set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
+processes) refuses to run with a tap.
+
+It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
 ``blocked`` and ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict).
 
@@ -36,7 +41,25 @@ from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
 
-__all__ = ["Actor", "Network", "RunResult"]
+__all__ = ["Actor", "Network", "RunResult", "on_network_built"]
+
+# observers of network construction (progress displays); see on_network_built
+_BUILT_HOOKS: list[Callable[["Network"], None]] = []
+
+
+def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
+    """Call ``hook(net)`` with every network constructed in this process from now on, at the end
+    of its constructor; returns a function that removes the hook. For observers only: progress
+    displays keep the network to read ``len(net.ledger)``, the last row's round and ``net.now()``
+    from another thread while it runs. A hook must not change the network (results would then
+    depend on who watches) and should be quick; an exception it raises propagates."""
+    _BUILT_HOOKS.append(hook)
+
+    def remove() -> None:
+        if hook in _BUILT_HOOKS:
+            _BUILT_HOOKS.remove(hook)
+
+    return remove
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
@@ -81,14 +104,28 @@ class Network:
     beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
     ``trace`` keeps compute spans and step logs; ``max_message_bytes`` the largest document an
     actor may send (``MessageTooLargeError`` at the sender above it); ``faults`` seeded loss and
-    dropout for the nodes of some roles (``Faults``).
+    dropout for the nodes of some roles (``Faults``); ``ledger`` the (empty) ledger to record into,
+    e.g. a ``StreamingLedger`` that keeps finished rows on disk (default: a new in-memory
+    ``Ledger``); the network sets its framing bytes, and its unit when ``unit`` is given.
     """
 
     context_class: type[Context] = Context
 
+    #: An optional observer of every message (None: off, and then it costs one attribute test per
+    #: send). Set it before ``run`` to an object with ``observe(row, payload)``: the transport calls
+    #: it once per message copy handed to the network, at send time, with the copy's ledger row
+    #: (the list ``Ledger.new_row`` returned: the transport fills its timing fields and status as
+    #: the copy moves, so read them after the run) and the ``Payload`` the copies of that send share
+    #: (``payload.value()`` decodes it, read-only arrays). An observer must not modify either; it
+    #: sees what the network carries, so it is the hook for audits that model an eavesdropper
+    #: (``fedsim.privacy``). Actors never see it. Transports that create rows outside this process
+    #: (``TcpNetwork``) raise ``NetworkConfigError`` at ``run`` if it is set.
+    tap: Any = None
+
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
                  unit: int | None = None, trace: bool = False,
-                 max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None,
+                 ledger: Ledger | None = None) -> None:
         if int(seed) < 0:
             raise NetworkConfigError(f"seed must be non-negative, got {seed!r}")
         if int(framing_bytes) < 0:
@@ -102,12 +139,22 @@ class Network:
         self.framing_bytes = int(framing_bytes)
         self.max_message_bytes = int(max_message_bytes)
         self.faults = faults if faults is not None and faults.active else None
-        self.ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
+        if ledger is None:
+            ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
+        else:
+            if len(ledger):
+                raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
+            ledger.framing_bytes = self.framing_bytes
+            if unit is not None:
+                ledger.unit = int(unit)
+        self.ledger = ledger
         self.nodes: dict[str, Node] = {}
         self.tracing = bool(trace)
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
         self.ran = False
+        for hook in tuple(_BUILT_HOOKS):
+            hook(self)
 
     # -- configuration ----------------------------------------------------------------------
     def add_node(self, node_id: str, actor: Actor, *args: Any, role: str = "client",

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from .links import NodeSpec
 
-__all__ = ["Node"]
+__all__ = ["Node", "hand_over"]
 
 
 class Node:
@@ -56,3 +56,23 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.id!r}, role={self.role!r})"
+
+
+def hand_over(node: Node, envl: Any) -> bool:
+    """Give ``envl`` to ``node`` on a transport whose waiters are futures (``node.waiter`` is
+    ``(kind, future, forever)``, as on AsyncioNetwork and TcpNetwork): resolve the future if
+    ``node`` waits for that kind, else append it to the mailbox. Returns True if it woke a waiter
+    that had no timeout (the transport's count of blocked actors goes down by one)."""
+    from collections import deque
+
+    from .envelope import matches
+
+    w = node.waiter
+    if w is not None and matches(w[0], envl.kind) and not w[1].done():
+        node.waiter = None
+        w[1].set_result(envl)
+        return bool(w[2])
+    if node.mailbox is None:
+        node.mailbox = deque()
+    node.mailbox.append(envl)
+    return False

@@ -104,14 +104,14 @@ from collections import deque
 from typing import Any, Callable, Mapping
 
 from .codec import DEFAULT_MAX_DEPTH, CodecError, Encoded, decode, decode_message, encode
-from .envelope import Envelope, Payload, matches
+from .envelope import Envelope, Payload
 from .errors import (
     ActorError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
     TransportError, UnknownNodeError,
 )
-from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing
+from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult
-from .node import Node
+from .node import Node, hand_over
 
 __all__ = ["FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -174,6 +174,9 @@ class TcpNetwork(Network):
             raise NetworkConfigError(f"TcpNetwork's framing is its frame header: framing_bytes is {FRAME_OVERHEAD}, "
                                      f"got {framing!r}")
         super().__init__(framing_bytes=FRAME_OVERHEAD, **kwargs)
+        if isinstance(self.ledger, StreamingLedger):
+            raise NetworkConfigError("TcpNetwork merges its processes' ledgers in memory: it cannot record into a "
+                                     "StreamingLedger")
         if not hasattr(os, "fork"):
             raise NetworkConfigError("TcpNetwork needs os.fork (Linux or another POSIX system)")
         if processes is not None and int(processes) < 1:
@@ -306,6 +309,9 @@ class TcpNetwork(Network):
         for node in self.nodes.values():
             if node.spec.offline_at is not None:
                 raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by TcpNetwork")
+        if self.tap is not None:
+            raise NetworkConfigError("TcpNetwork does not support a tap (its ledger rows are made in the worker "
+                                     "processes): observe a SimNetwork or AsyncioNetwork run instead")
         if timeout is not None and not timeout > 0:
             raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
         self.ran = True
@@ -928,16 +934,8 @@ class _Worker:
         self.received += 1
         self.recv_from[q] += 1
         self.touch(now)
-        w = dst.waiter
-        if w is not None and matches(w[0], kind) and not w[1].done():
-            dst.waiter = None
-            if w[2]:
-                self.blocked -= 1
-            w[1].set_result(envl)
-        else:
-            if dst.mailbox is None:
-                dst.mailbox = deque()
-            dst.mailbox.append(envl)
+        if hand_over(dst, envl):
+            self.blocked -= 1
 
     # -- actors --------------------------------------------------------------------------------
     def _start_actors(self) -> None:

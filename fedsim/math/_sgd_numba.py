@@ -425,6 +425,84 @@ def stochastic_epoch(
 
 
 # --------------------------------------------------------------------------------------------
+# One client's or one upload's rows (the per-message math of the federated actors). Each is the
+# elementwise part of a NumPy expression, in the same operations and order, so that it gives the
+# same bits; the matrix-vector products stay with NumPy (BLAS's summation order is its own).
+
+
+def batch_client_finish(U, e, s, Vr, par, new_u, grads):
+    """The rest of a batch client step once ``e = Vr @ U - r`` and ``s = e @ Vr`` are known:
+
+        new_u = U - lr * (s / n + lam * U)       grads = e[:, None] * U[None, :] + lam * Vr
+
+    (``pmf.pmf_batch_client`` with ``order="code"``); ``par`` is (lr, lam, n) in the array dtype
+    (an array: a NumPy scalar argument costs the dispatcher about 15 us to type)."""
+    lr = par[0]
+    lam = par[1]
+    nf = par[2]
+    d = U.shape[0]
+    for f in range(d):
+        new_u[f] = U[f] - lr * (s[f] / nf + lam * U[f])
+    for k in range(Vr.shape[0]):
+        ek = e[k]
+        for f in range(d):
+            grads[k, f] = ek * U[f] + lam * Vr[k, f]
+
+
+def rows_in_range(items, m):
+    """Whether every entry of ``items`` is in [0, m) (the row updates below do not check bounds:
+    their callers fall back to NumPy's indexing, and its errors, otherwise)."""
+    for k in range(items.shape[0]):
+        j = items[k]
+        if j < 0 or j >= m:
+            return False
+    return True
+
+
+def add_rows_count(acc, counts, items, rows):
+    """acc[items] += rows and counts[items] += 1 for distinct ``items`` (each element of a listed
+    row receives exactly one addition, as with ``acc[items] += rows``). Returns False, changing
+    nothing, if an item is outside [0, len(acc))."""
+    if not rows_in_range(items, acc.shape[0]):
+        return False
+    d = acc.shape[1]
+    for k in range(items.shape[0]):
+        j = items[k]
+        counts[j] += 1
+        for f in range(d):
+            acc[j, f] = acc[j, f] + rows[k, f]
+    return True
+
+
+def sub_scaled_rows(V, items, rows, lr):
+    """V[items] -= lr * rows for distinct ``items`` (``lr`` a 1-element array of V's dtype):
+    lr * row rounded to the dtype, then subtracted, as NumPy's ``V[items] -= lr * rows``.
+    Returns False, changing nothing, if an item is outside [0, len(V))."""
+    if not rows_in_range(items, V.shape[0]):
+        return False
+    a = lr[0]
+    d = V.shape[1]
+    for k in range(items.shape[0]):
+        j = items[k]
+        for f in range(d):
+            V[j, f] = V[j, f] - a * rows[k, f]
+    return True
+
+
+def add_rows(V, items, rows):
+    """V[items] += rows for distinct ``items``. Returns False, changing nothing, if an item is
+    outside [0, len(V))."""
+    if not rows_in_range(items, V.shape[0]):
+        return False
+    d = V.shape[1]
+    for k in range(items.shape[0]):
+        j = items[k]
+        for f in range(d):
+            V[j, f] = V[j, f] + rows[k, f]
+    return True
+
+
+# --------------------------------------------------------------------------------------------
 # Batch PMF scatter sums (central trainer). Loop versions (compiled by numba) and vectorised
 # NumPy versions below perform the same operations in the same order, so they agree bit for
 # bit: the error of row k is e_k = sum_f U[u_k, f] V[i_k, f] (sequential over f) - r_k in the
@@ -520,6 +598,11 @@ _KERNELS = (
     "batch_user_sums",
     "batch_item_sums",
     "implicit_sums",
+    "batch_client_finish",
+    "rows_in_range",
+    "add_rows_count",
+    "sub_scaled_rows",
+    "add_rows",
 )
 
 # --------------------------------------------------------------------------------------------
@@ -574,6 +657,12 @@ def kernels(backend: str | None = None):
             raise RuntimeError(f"numba backend unavailable: {_jit_error}")
         return mod
     raise ValueError(f"backend must be 'auto', 'numba' or 'python', got {backend!r}")
+
+
+def compiled():
+    """The numba-compiled kernels, or None when numba cannot be used (callers then run their
+    NumPy expressions as written)."""
+    return _load_jit()
 
 
 def scatter_kernels(backend: str | None = None):

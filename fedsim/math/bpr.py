@@ -178,13 +178,17 @@ class TripleSampler:
 
 
 def make_triple_sampler(
-    positives: np.ndarray, n_items: int, catalogue: np.ndarray | None = None
+    positives: np.ndarray, n_items: int, catalogue: np.ndarray | None = None, *, catalogue_unique: bool = False
 ) -> TripleSampler:
     """Build a client's :class:`TripleSampler`.
 
     ``positives``: the client's training item ids (positive draws are uniform over this array,
     with replacement). ``catalogue``: the training catalogue negatives are drawn from, as item
     ids; ``None`` means all of ``range(n_items)``. Every positive must be in the catalogue.
+    ``catalogue_unique``: the caller promises the catalogue is already int64, ascending and
+    without repeats (``np.unique``'s output), so it is used as it is: building every client's
+    sampler then costs O(|I_u| log |catalogue|) instead of a sort of the whole catalogue each
+    (1.4 ms per client for a 26,744-item catalogue, 3 minutes for 138,493 clients).
     """
     positives = np.asarray(positives, dtype=np.int64).reshape(-1)
     if positives.size == 0:
@@ -197,7 +201,7 @@ def make_triple_sampler(
         places = upos
         cat = None
     else:
-        cat = np.unique(np.asarray(catalogue, dtype=np.int64))
+        cat = catalogue if catalogue_unique else np.unique(np.asarray(catalogue, dtype=np.int64))
         n_cat = int(cat.shape[0])
         places = np.searchsorted(cat, upos)
         if np.any(places >= n_cat) or np.any(cat[np.minimum(places, n_cat - 1)] != upos):

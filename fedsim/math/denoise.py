@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["denoiser_sums", "remove_noise"]
+__all__ = ["denoiser_sums", "denoiser_sums_dense", "remove_noise"]
 
 
 def denoiser_sums(noise_items: Sequence[np.ndarray], noise_grads: Sequence[np.ndarray],
@@ -35,6 +35,26 @@ def denoiser_sums(noise_items: Sequence[np.ndarray], noise_grads: Sequence[np.nd
         idx = np.searchsorted(items, it)
         sums[idx] += g
         counts[idx] += 1
+    if own_items.shape[0]:
+        idx = np.searchsorted(items, own_items)
+        sums[idx] -= own_grads
+        if count_own:
+            counts[idx] -= 1
+    return items, sums, counts
+
+
+def denoiser_sums_dense(noise_sum: np.ndarray, noise_counts: np.ndarray, own_items: np.ndarray,
+                        own_grads: np.ndarray, *, dtype, count_own: bool = True
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eq. 9 from the group's noise already summed (secure aggregation gives the denoiser only
+    the sum): ``noise_sum`` (m x d) and ``noise_counts`` (m,) over every item. Returns what
+    ``denoiser_sums`` returns: the items some noise or the denoiser's own ratings touched
+    (ascending int64), their sums minus the own gradients (``dtype``) and their counts (minus
+    one for an own item when ``count_own``)."""
+    own_items = np.asarray(own_items, dtype=np.int64)
+    items = np.union1d(np.flatnonzero(np.asarray(noise_counts) != 0), own_items)
+    sums = np.asarray(noise_sum)[items].astype(dtype)
+    counts = np.rint(np.asarray(noise_counts)[items]).astype(np.int64)
     if own_items.shape[0]:
         idx = np.searchsorted(items, own_items)
         sums[idx] -= own_grads

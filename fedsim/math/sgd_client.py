@@ -10,7 +10,7 @@ import numpy as np
 from . import _sgd_numba
 from .filling import hf_active, sample_unrated, user_mean
 
-__all__ = ["ClientUpload", "sgd_client_call"]
+__all__ = ["ClientUpload", "SGDClient", "sgd_client_call"]
 
 
 class ClientUpload(NamedTuple):
@@ -27,25 +27,112 @@ class ClientUpload(NamedTuple):
 
 
 def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend, order="code"):
-    k = _sgd_numba.kernels(backend)
     V = np.ascontiguousarray(V)
     dt = V.dtype
-    d = V.shape[1]
     rated = np.ascontiguousarray(rated_items, dtype=np.int32)
-    sampled = np.ascontiguousarray(sampled, dtype=np.int32)
-    r = np.ascontiguousarray(ratings, dtype=dt)
+    Oa = None if O is None else np.ascontiguousarray(O, dtype=dt)
+    return _call(_sgd_numba.kernels(backend), U_u, V, Oa, rated, np.ascontiguousarray(ratings, dtype=dt),
+                 np.ascontiguousarray(sampled, dtype=np.int32), dt.type(r_ua), use_hf, T_local, lr, lam,
+                 _norms(rated.shape[0], dt), _sgd_numba.order_flag(order))
+
+
+def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms, order_flag=0.0) -> ClientUpload:
+    # Called once per stochastic exchange with arrays already contiguous and of V's dtype: every
+    # NumPy call here is a per-message cost, so the constants of a client (its norms) and of a
+    # shape (the unused SVD++ arrays of PMF) come cached, and the rated items are uploaded as they
+    # are when nothing was sampled.
+    dt = V.dtype
+    d = V.shape[1]
     N, K = rated.shape[0], sampled.shape[0]
     implicit = O is not None
-    Oa = np.ascontiguousarray(O, dtype=dt) if implicit else np.zeros((1, d), dtype=dt)
-    par = _sgd_numba.make_par(lr, lam, dt, order)
-    s1, s, nm1, nf = (x[()] for x in _sgd_numba.implicit_norms(N, dt))
+    if implicit:
+        Oa, odelta = O, np.empty((N + K, d), dtype=dt)
+    else:
+        Oa, odelta = _unused(d, dt)
+    lr_ = dt.type(lr)
+    lam_ = dt.type(lam)
+    # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
+    par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
+    s1, s, nm1, nf = norms
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
-    odelta = np.empty((N + K, d), dtype=dt) if implicit else np.empty((0, d), dtype=dt)
-    k.sgd_client(U, V, Oa, rated, r, sampled, dt.type(r_ua), bool(use_hf), int(T_local), par,
+    k.sgd_client(U, V, Oa, rated, r, sampled, r_ua, bool(use_hf), int(T_local), par,
                  s1, s, nm1, nf, implicit, grads, odelta)
-    items = np.concatenate([rated, sampled])
+    items = np.concatenate([rated, sampled]) if K else rated
     return ClientUpload(U, items, grads, odelta if implicit else None, N)
+
+
+_EMPTY = np.empty(0, dtype=np.int32)  # nothing sampled (writeable: numba compiles read-only arrays apart)
+
+
+class SGDClient:
+    """One client's rated items and ratings, converted once, for its stochastic training calls.
+
+    ``SGDClient(rated_items, ratings, dtype, order="code")`` converts the ratings to ``dtype`` once
+    (``order``: the update order of every call, as ``sgd_client_call``'s);
+    ``call(U_u, V, O, ...)`` takes the keyword arguments of ``sgd_client_call`` (``O=None``:
+    PMF(S), else SVD++(S)) except ``r_mean`` and returns, bit for bit, what ``sgd_client_call``
+    returns for these converted ratings (their mean computed once): it is that call without the
+    per-call conversions (a stochastic client is called once per exchange, so they are a
+    per-message cost). ``V`` (or ``O``) that is not a C-contiguous array of ``dtype`` goes through
+    ``sgd_client_call`` itself.
+    """
+
+    __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "_norms", "_order_flag")
+
+    def __init__(self, rated_items, ratings, dtype, order="code") -> None:
+        self._order_flag = _sgd_numba.order_flag(order)  # raises ValueError for an unknown order
+        self.order = order
+        self.dtype = np.dtype(dtype)
+        self.rated = np.ascontiguousarray(rated_items, dtype=np.int32)
+        self.ratings = np.ascontiguousarray(ratings, dtype=self.dtype)
+        self.r_mean = user_mean(self.ratings, self.dtype)
+        self._norms = _norms(self.rated.shape[0], self.dtype)
+
+    def call(self, U_u, V, O, *, t, lr, lam, rng, rho, strategy, T_predict, T_local, hf_convention,
+             sampled=None, backend=None) -> ClientUpload:
+        dt = self.dtype
+        if (type(V) is not np.ndarray or V.dtype != dt or not V.flags.c_contiguous
+                or (O is not None and (type(O) is not np.ndarray or O.dtype != dt or not O.flags.c_contiguous))):
+            return sgd_client_call(U_u, V, O, self.rated, self.ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho,
+                                   strategy=strategy, T_predict=T_predict, T_local=T_local,
+                                   hf_convention=hf_convention, sampled=sampled, r_mean=None,
+                                   backend=backend, order=self.order)
+        if strategy not in ("ua", "hf"):
+            raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
+        rated = self.rated
+        if sampled is None:
+            sampled = sample_unrated(rng, rated, V.shape[0], rho) if rho > 0 else _EMPTY
+        else:
+            sampled = np.ascontiguousarray(sampled, dtype=np.int32)
+        use_hf = strategy == "hf" and hf_active(t, T_predict, hf_convention)
+        return _call(_sgd_numba.kernels(backend), U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
+                     T_local, lr, lam, self._norms, self._order_flag)
+
+
+_NORMS: dict[tuple[int, np.dtype], tuple] = {}
+_UNUSED: dict[tuple[int, np.dtype], tuple] = {}
+
+
+def _norms(n: int, dt: np.dtype) -> tuple:
+    """``implicit_norms(n, dt)`` as dtype scalars, cached per (n, dtype)."""
+    key = (n, dt)
+    got = _NORMS.get(key)
+    if got is None:
+        if len(_NORMS) > 65536:
+            _NORMS.clear()
+        got = _NORMS[key] = tuple(x[()] for x in _sgd_numba.implicit_norms(n, dt))
+    return got
+
+
+def _unused(d: int, dt: np.dtype) -> tuple:
+    """The O and O-delta arrays a PMF call passes (placeholders the kernel never touches; left
+    writeable, since numba compiles a separate, and here uncompilable, body for read-only ones)."""
+    key = (d, dt)
+    got = _UNUSED.get(key)
+    if got is None:
+        got = _UNUSED[key] = (np.zeros((1, d), dtype=dt), np.empty((0, d), dtype=dt))
+    return got
 
 
 def sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, strategy,

@@ -22,6 +22,14 @@ downloaded and its current U_u and answers ``eval`` {sse, sae, n}; in stochastic
 sends ``evaluate`` {V (, O)} at the end of the iteration. Three scalars per client: the server
 learns a client's error sums, not its ratings.
 
+defences (docs/privacy.md; off by default)
+    ``upload_noise`` sigma: every uploaded value gets Gaussian noise N(0, sigma^2) (its own generator).
+    ``secure_aggregation`` (batch only): once, client -> server ``keys`` {pub}, server -> every
+    client ``peers`` {pubs}; then each iteration a client sends ``masked`` {masked: uint64[m (d+1)]}
+    (its gradients and item counts, dense over all m items, fixed point, plus pairwise masks) in
+    place of ``gradients``; the server adds them modulo 2^64 (the masks cancel) and decodes Eq. 9's
+    sums and counts. A missing upload makes the round undecodable: V is left unchanged.
+
 U_u never leaves its client. The rated items a client uploads gradients for are, with rho > 0,
 hidden among rho x |I_u| sampled unrated items, drawn afresh each call (``resample=True``, the
 paper's algorithms) or once (``resample=False``). See docs/fedrec.md for the privacy difference.
@@ -37,25 +45,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Config, param
+from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
 from ..math.filling import sample_unrated
+from ..math.secagg import decode, unmask_sum
 from ..math.pmf import (
+    BatchClient,
     accumulate_item_grads,
     apply_mean_step,
-    batch_client_step,
     decayed_lr,
     draw_user_order,
     init_item_factors,
     init_user_factor,
-    pmf_sgd_client_step,
     server_apply_sgd,
 )
-from ..math.svdpp import server_apply_o_delta, svdpp_sgd_client_step
+from ..math.sgd_client import SGDClient
+from ..math.svdpp import server_apply_o_delta
 from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
+from .secagg import client_keys, dense_rows, server_relay_keys
 
 __all__ = [
     "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "SPEC", "build", "central_twin", "client_name",
@@ -99,6 +109,14 @@ class FedRecConfig(Config):
     deadline: float | None = param(None, "seconds the server waits for a round's uploads (and a stochastic "
                                    "client's reply) before going on with what arrived (none: until all arrive)",
                                    min=0, exclusive_min=True, none_ok=True)
+    upload_noise: float = param(0.0, "privacy defence: standard deviation of the Gaussian noise a client adds to "
+                                "every value it uploads (gradients, O deltas; 0: none; no clipping, so no formal "
+                                "differential-privacy guarantee)", min=0)
+    secure_aggregation: bool = param(False, "privacy defence (batch PMF only): clients upload their gradients and "
+                                     "item counts as one dense fixed-point vector over all m items, masked with "
+                                     "pairwise keys that cancel in the server's sum (docs/privacy.md)")
+    secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
+                                   "side)", min=2)
 
     @property
     def style(self) -> str:
@@ -134,11 +152,31 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
     missing: list[dict] = []  # per round: the clients whose upload did not arrive by the deadline
     diverged_at = None
     n = len(clients)
+    members: list[str] = []
+    if cfg.secure_aggregation:
+        ctx.begin_round(-1)
+        pubs = await server_relay_keys(ctx, clients, cfg.deadline)
+        members = [c for c, p in zip(clients, pubs) if int(p)]
     for t in range(cfg.T):
         ctx.begin_round(t)
         lr_t = decayed_lr(cfg.lr, t, cfg.decay)
         want_eval = bool(cfg.eval_every) and t > 0 and t % cfg.eval_every == 0
-        if cfg.style == "batch":
+        if cfg.secure_aggregation:
+            await ctx.broadcast(clients, "model", {"t": t, "V": V, "eval": want_eval})
+            got = await ctx.gather("masked", senders=members, round=t, timeout=cfg.deadline)
+            if want_eval:
+                evals.append(await _collect_eval(ctx, clients, t, t, cfg.deadline))
+            if got.missing:
+                # a missing upload leaves its neighbours' masks in the sum: nothing to decode
+                missing.append({"round": t, "kind": "masked", "clients": len(got.missing), "skipped": True})
+            else:
+                vec = decode(unmask_sum([msg.payload["masked"] for msg in got]))
+                grad_sum = vec[: m * d].reshape(m, d).astype(dt)
+                counts = np.rint(vec[m * d:]).astype(np.int64)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    apply_mean_step(V, grad_sum, counts, lr_t)  # Eq. 9
+            await ctx.compute(2.0 * len(got) * m * (d + 1) + 3.0 * m * d, "aggregate")
+        elif cfg.style == "batch":
             await ctx.broadcast(clients, "model", {"t": t, "V": V, "eval": want_eval})
             # Eq. 9 averages each item's gradients over the users who sent one: a missing upload
             # simply leaves its items' means over the others (and an item nobody sent unchanged)
@@ -156,6 +194,9 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                     accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
                     rows += items.shape[0]
                 apply_mean_step(V, grad_sum, counts, lr_t)  # Eq. 9
+            # the uploads' documents (n x |I_u| x d floats) go now, not when the next gather
+            # replaces them: the next round's uploads would otherwise arrive on top of them
+            got = msg = items = None
             await ctx.compute(2.0 * rows * d + 3.0 * m * d, "aggregate")
         else:
             order = draw_user_order(rng, n)
@@ -218,32 +259,42 @@ def _local_errors(U_u, V, O, rated, test_items, test_ratings, clip) -> dict:
 
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                  test_items: np.ndarray | None = None, test_ratings: np.ndarray | None = None,
-                 clip: tuple[float, float] = (1.0, 5.0)) -> np.ndarray:
+                 clip: tuple[float, float] = (1.0, 5.0), index: int = 0) -> np.ndarray:
     """One user's client: ``rated`` item ids ascending and their ``ratings`` (private).
-    Returns its final U_u. Optional private test ratings are used only for ``eval`` replies."""
+    Returns its final U_u. Optional private test ratings are used only for ``eval`` replies.
+    ``index``: its position among the clients (secure aggregation's ring)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
+    # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
+    noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
+    keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
-    rated = np.asarray(rated, dtype=np.int32)
-    ratings = np.asarray(ratings, dtype=dt)
+    rated = np.ascontiguousarray(rated, dtype=np.int32)
+    ratings = np.ascontiguousarray(ratings, dtype=dt)
     test_items = np.empty(0, np.int32) if test_items is None else np.asarray(test_items, np.int32)
     test_ratings = np.empty(0) if test_ratings is None else np.asarray(test_ratings, np.float64)
+    batch = cfg.style == "batch"
+    implicit = cfg.implicit
+    # the client's rows converted once for all its calls (same results as the per-call functions)
+    rows = BatchClient(rated, ratings, dt, lam=cfg.lam, order=cfg.order) if batch else SGDClient(rated, ratings, dt, order=cfg.order)
+    # an upload of the rated items alone (nothing sampled) is then already in item order
+    ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
     sample_once: np.ndarray | None = None
-    kw = dict(lam=cfg.lam, rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict,
-              T_local=cfg.T_local, hf_convention=cfg.hf_convention)
+    kw = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
+              hf_convention=cfg.hf_convention)
     while True:
         msg = await ctx.receive(("model", "evaluate", "stop"))
-        p = msg.payload
-        if msg.kind == "stop":
+        kind, p = msg.kind, msg.payload
+        if kind == "stop":
             return U
-        if msg.kind == "evaluate":
+        if kind == "evaluate":
             await ctx.send(SERVER, "eval", _local_errors(U, p["V"], p.get("O"), rated, test_items,
                                                          test_ratings, clip))
             continue
         t = p["t"]
         V = p["V"]
-        if cfg.style == "batch" and p.get("eval"):
+        if batch and p.get("eval"):
             await ctx.send(SERVER, "eval", _local_errors(U, V, None, rated, test_items,
                                                          test_ratings, clip))
         sampled = None
@@ -251,28 +302,45 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
             if sample_once is None:
                 sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
             sampled = sample_once
-        if cfg.style == "batch":
-            up = batch_client_step(U, V, rated, ratings, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay),
-                                   rng=rng, order=cfg.order, sampled=sampled, **kw)
-            body = {"items": up.items, "grads": up.grads}
+        if batch:
+            up = rows.step(U, V, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay), rng=rng, sampled=sampled, **kw)
             flops = 6.0 * up.items.shape[0] * cfg.d
         else:
             lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
             calls += 1
-            if cfg.implicit:
-                up = svdpp_sgd_client_step(U, V, p["O"], rated, ratings, t=t, lr=lr_c, rng=rng,
-                                           sampled=sampled, order=cfg.order, **kw)
-                body = {"items": up.items, "grads": up.grads, "o_deltas": up.o_deltas}
+            if implicit:
+                if p.get("O") is None:
+                    raise ValueError("SVD++ needs the implicit factors O")
+                up = rows.call(U, V, p["O"], t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
                 # each SGD step also moves the O rows of all rated items
                 flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
             else:
-                up = pmf_sgd_client_step(U, V, rated, ratings, t=t, lr=lr_c, rng=rng,
-                                         sampled=sampled, order=cfg.order, **kw)
-                body = {"items": up.items, "grads": up.grads}
+                up = rows.call(U, V, None, t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
                 flops = 6.0 * up.items.shape[0] * cfg.d
+        # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
+        # for every stochastic exchange) is freed now and its memory reused while still in cache,
+        # instead of each client keeping one alive until its next call
+        m = V.shape[0]
+        msg = p = V = None
+        body = {"items": up.items, "grads": up.grads}
+        if up.o_deltas is not None:
+            body["o_deltas"] = up.o_deltas
         U = up.U
+        up = None
         await ctx.compute(flops, "train")
-        await ctx.send(SERVER, "gradients", sort_by_item(body))
+        if noise_rng is not None:
+            body = {k: (v + noise_rng.normal(0.0, cfg.upload_noise, v.shape).astype(v.dtype)) if k != "items" else v
+                    for k, v in body.items()}
+        if not (ascending and body["items"] is rated):
+            body = sort_by_item(body)  # rated and sampled items mixed (see sort_by_item)
+        if keys is not None:
+            dense = dense_rows(m, cfg.d, body["items"], body["grads"], counts=True)
+            await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
+            await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, keys.members(), t)})
+            continue
+        await ctx.send(SERVER, "gradients", body)
+        # the encoded upload holds its own copy: the arrays need not wait here for the next model
+        body = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +401,10 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     cfg = cfg or FedRecConfig()
     if resume is not None:
         raise ValueError("FedRec runs cannot be resumed; run for more iterations (T) instead")
+    if cfg.secure_aggregation and cfg.style != "batch":
+        raise ConfigError(f"secure_aggregation needs the batch model PMF(B) (a stochastic server applies one "
+                          f"client's upload at a time, so there is no sum to hide it in), got {cfg.model}",
+                          "secure_aggregation")
     n_users, n_items = int(data.n_users), int(data.n_items)
     dt = np.dtype(cfg.dtype)
     indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
@@ -346,6 +418,8 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
         kw = {}
         if test is not None:
             kw = dict(test_items=t_idx[t_ptr[u]:t_ptr[u + 1]], test_ratings=t_val[t_ptr[u]:t_ptr[u + 1]])
+        if cfg.secure_aggregation:
+            kw["index"] = u  # the defence's ring position (only then: the actor's signature stays as it was)
         net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **kw)
     return FedRecJob(cfg, n_users, n_items, clients, indptr, indices)
 
@@ -398,6 +472,10 @@ SPEC = register(ProtocolSpec(
         Kind("evaluate", "server", "client", "evaluation", "{V (, O)}: stochastic models' evaluation"),
         Kind("eval", "client", "server", "evaluation", "{sse, sae, n}: error sums over private test ratings"),
         Kind("stop", "server", "client", "control", "{diverged_at}"),
+        Kind("keys", "client", "server", "setup", "{pub}: secure aggregation, the client's public key"),
+        Kind("peers", "server", "client", "setup", "{pubs: uint64[n]}: secure aggregation, every public key"),
+        Kind("masked", "client", "server", "training",
+             "{masked: uint64[m (d + 1)]}: secure aggregation, the dense masked gradients and item counts"),
     ),
     build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="T",
     paper="Lin, Pan, Ming: FedRec: Federated Recommendation With Explicit Feedback (IEEE Intelligent Systems, 2020)",

@@ -34,6 +34,14 @@ Choices where the paper is silent or inconsistent (docs/fedrecpp.md):
   participants are drawn from the server's ``participation`` sub-stream (``seeding.substream``),
   so FedRec (eta = 0) and FedRec++ with the same seed select the same clients every iteration.
 
+Defence (docs/privacy.md; off by default): ``secure_noise``. The server tells each ordinary client
+its group (the ordinary clients of its denoiser) in ``assign``, relays public keys once (``keys`` /
+``peers``) and names each round's participants in ``model`` (``part``); an ordinary client puts its
+noise on a fixed-point grid (the same values in its upload), and sends it as ``noise``
+{masked: uint64[m (d+1)]}: gradients and counts, dense over all m items, plus pairwise masks with
+its ring neighbours among its group's participants. The denoiser adds its messages modulo 2^64 and
+reads only the group's sum (a group of one participant is not hidden). Still lossless.
+
 With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float64).
 """
 
@@ -46,8 +54,9 @@ import numpy as np
 
 from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr
-from ..math.denoise import denoiser_sums, remove_noise
+from ..math.denoise import denoiser_sums, denoiser_sums_dense, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
+from ..math.secagg import decode, encode, unmask_sum
 from ..math.pmf import (
     accumulate_item_grads,
     apply_mean_step,
@@ -62,6 +71,7 @@ from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
+from .secagg import client_keys, dense_rows, server_relay_keys
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
@@ -102,6 +112,11 @@ class FedRecPPConfig(Config):
     deadline: float | None = param(None, "seconds the server waits for uploads and for the denoisers' sums, "
                                    "and a denoiser for its noise messages (none: until all arrive)",
                                    min=0, exclusive_min=True, none_ok=True)
+    secure_noise: bool = param(False, "privacy defence: ordinary clients send their noise as one dense fixed-point "
+                               "vector over all items, masked with pairwise keys among the clients of the same "
+                               "denoiser, so a denoiser learns only its group's sum (docs/privacy.md)")
+    secagg_neighbours: int = param(8, "secure noise: ring neighbours each client masks with (even: k/2 on each "
+                                   "side)", min=2)
 
 
 def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
@@ -139,9 +154,17 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         for k, j in enumerate(perm):
             assignment[ordinary[j]] = denoisers[k % len(denoisers)]
     ctx.begin_round(-1)
+    index = {c: i for i, c in enumerate(clients)}
+    groups: dict[str, np.ndarray] = {}
+    if cfg.secure_noise:
+        for dn in denoisers:
+            groups[dn] = np.array(sorted(index[c] for c, a in assignment.items() if a == dn), dtype=np.int32)
     for c in clients:
         if c in assignment:
-            await ctx.send(c, "assign", {"role": "ordinary", "denoiser": assignment[c]})
+            body = {"role": "ordinary", "denoiser": assignment[c]}
+            if cfg.secure_noise:
+                body["group"] = groups[assignment[c]]  # the clients that mask with each other
+            await ctx.send(c, "assign", body)
         elif denoisers:
             await ctx.send(c, "assign", {"role": "denoiser"})
         else:
@@ -152,6 +175,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     # and FedRec++ (eta >= 1) under the same seed would select different participants (and their
     # clients would then sample different items). Paired runs make their difference the method.
     part_rng = substream(rng, "participation")
+    if cfg.secure_noise and denoisers:
+        await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
     lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
     diverged_at = None
     c_part = cfg.c or n
@@ -162,7 +187,10 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             part = list(clients)
         else:
             part = [clients[i] for i in np.sort(part_rng.choice(n, size=c_part, replace=False))]
-        await ctx.broadcast(part, "model", {"t": t, "V": V})
+        model = {"t": t, "V": V}
+        if cfg.secure_noise and denoisers:  # who takes part: a client masks with its group's participants
+            model["part"] = np.array([index[p] for p in part], dtype=np.int32)
+        await ctx.broadcast(part, "model", model)
         ordinary_part = [p for p in part if p not in den_set]
         got = await ctx.gather("gradients", senders=ordinary_part, round=t, timeout=cfg.deadline)
         uploads = got.messages
@@ -230,8 +258,10 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
     return new_u, g_rated, sampled, g_noise
 
 
-async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig) -> np.ndarray:
-    """An ordinary or denoising client (the server decides). Returns its final U_u."""
+async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig, index: int = 0,
+                 n_items: int = 0) -> np.ndarray:
+    """An ordinary or denoising client (the server decides). Returns its final U_u. ``index``:
+    its position among the clients, ``n_items`` the number of items (secure noise)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
@@ -243,6 +273,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     a = first.payload
     role, my_denoiser = a["role"], a.get("denoiser")
     ctx.set_role(role)
+    keys = None
+    if cfg.secure_noise and role == "ordinary" and my_denoiser is not None:
+        group = set(np.asarray(a["group"]).tolist())
+        keys = await client_keys(ctx, index, cfg.secagg_neighbours)
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
@@ -267,10 +301,20 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             k = rated.shape[0] + (sampled.shape[0] if sampled is not None else 0)
             await ctx.compute(6.0 * k * cfg.d, "train")
             if is_ord:
+                if keys is not None:
+                    # the noise on the fixed-point grid, in the upload as in the masked sum, so that
+                    # the server removes exactly what it received (bit for bit in float64)
+                    g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
                 items = np.concatenate([rated, sampled])
                 grads = np.concatenate([g_rated, g_noise])
                 await ctx.send(SERVER, "gradients", sort_by_item({"items": items, "grads": grads}))
-                await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
+                if keys is None:
+                    await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
+                else:
+                    members = sorted(group & set(np.asarray(p["part"]).tolist()))
+                    dense = dense_rows(V.shape[0], cfg.d, sampled, g_noise, counts=True)
+                    await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
+                    await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)
             else:
                 own = (t, g_rated)
             continue
@@ -282,17 +326,28 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             # group out of the round
             own = None
             continue
-        parts_items = [msg.payload["items"] for msg in got]
-        parts_grads = [msg.payload["grads"] for msg in got]
         if own is not None and own[0] == t:
             own_items, own_grads = rated, own[1]
         else:
             own_items, own_grads = np.empty(0, np.int32), np.empty((0, cfg.d), dtype=dt)
-        # content order (gather), then the denoiser's own gradients (Eq. 9)
-        items, sums, counts = denoiser_sums(parts_items, parts_grads, own_items, own_grads, d=cfg.d,
-                                            dtype=dt, count_own=cfg.count_own)
+        if cfg.secure_noise:
+            # the masks cancel in the sum of the group's messages: only that sum is readable
+            if len(got):
+                vec = decode(unmask_sum([msg.payload["masked"] for msg in got]))
+            else:
+                vec = np.zeros(n_items * (cfg.d + 1))
+            noise_sum, noise_counts = vec[: n_items * cfg.d].reshape(n_items, cfg.d), vec[n_items * cfg.d:]
+            items, sums, counts = denoiser_sums_dense(noise_sum, noise_counts, own_items, own_grads, dtype=dt,
+                                                      count_own=cfg.count_own)
+            touched = len(got) * n_items * (cfg.d + 1) + own_items.shape[0]
+        else:
+            parts_items = [msg.payload["items"] for msg in got]
+            parts_grads = [msg.payload["grads"] for msg in got]
+            # content order (gather), then the denoiser's own gradients (Eq. 9)
+            items, sums, counts = denoiser_sums(parts_items, parts_grads, own_items, own_grads, d=cfg.d,
+                                                dtype=dt, count_own=cfg.count_own)
+            touched = sum(it.shape[0] for it in parts_items) + own_items.shape[0]
         own = None
-        touched = sum(it.shape[0] for it in parts_items) + own_items.shape[0]
         await ctx.compute(float(touched * cfg.d), "denoise")
         await ctx.send(SERVER, "denoised", {"items": items.astype(np.int32), "sums": sums,
                                             "counts": counts.astype(np.int32)})
@@ -342,6 +397,8 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
         raise ValueError("FedRec++ runs cannot be resumed; run for more iterations (T) instead")
     n_users, n_items = int(data.n_users), int(data.n_items)
     check_eta(cfg.eta, n_users, cfg.allow_exposed)
+    if cfg.secure_noise and cfg.eta == 0:
+        raise ConfigError("secure_noise needs denoisers (eta >= 1)", "secure_noise")
     dt = np.dtype(cfg.dtype)
     indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
     clients = client_names(n_users)
@@ -349,7 +406,8 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
     net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]
-        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg)
+        extra = {"index": u, "n_items": n_items} if cfg.secure_noise else {}  # the defence's inputs only
+        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **extra)
     return FedRecPPJob(cfg, n_users, n_items, clients, indptr, indices)
 
 
@@ -371,9 +429,12 @@ SPEC = register(ProtocolSpec(
         Kind("gradients", "ordinary", "server", "training",
              "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling)"),
         Kind("noise", "ordinary", "denoiser", "training",
-             "{items, grads} of the sampled items, anonymous, to the client's denoiser", anonymous=True),
+             "{items, grads} of the sampled items, anonymous, to the client's denoiser (secure noise: "
+             "{masked: uint64[m (d + 1)]})", anonymous=True),
         Kind("collect", "server", "denoiser", "training", "{t, expected}: noise messages to expect"),
         Kind("denoised", "denoiser", "server", "training", "{items, sums, counts}: Eq. 9 and the count correction"),
+        Kind("keys", "ordinary", "server", "setup", "{pub}: secure noise, the client's public key"),
+        Kind("peers", "server", "ordinary", "setup", "{pubs: uint64[n]}: secure noise, every public key"),
         # T = 0: the stop follows the assign before any client has read it
         Kind("stop", "server", ("client", "ordinary", "denoiser"), "control", "{diverged_at}"),
     ),

@@ -33,6 +33,13 @@ Randomness: the server's ``ctx.rng`` draws the initial (Q, b) (``init_item_param
 client's ``ctx.rng`` draws p_u (``init_user_factor``, unless given) and then exactly one
 ``rng.random((3, T))`` per round it takes part in.
 
+Defences (docs/privacy.md; off by default): ``upload_noise`` adds N(0, sigma^2) to every value of a
+client's rows; ``secure_aggregation`` makes the server relay public keys once per network
+(``keys`` / ``peers``), name the round's participants in ``model`` (``members``) and receive
+``masked`` {masked: uint64[|I| (d+1)]} (the rows summed per item, dense, fixed point, plus pairwise
+masks with ring neighbours among the participants) instead of ``update``; it adds them modulo 2^64
+and steps Theta_S with the decoded sum (a round with a missing upload cannot be decoded: skipped).
+
 p_u never leaves its client. Long runs are split into several networks (one per epoch, say):
 ``build(..., init=theta, user_factors=P, round_offset=...)`` continues a previous run.
 """
@@ -44,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Config, param
+from ..config import Config, ConfigError, param
 
 from ..math.bpr import (
     BPRReg,
@@ -55,9 +62,11 @@ from ..math.bpr import (
     make_triple_sampler,
 )
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
+from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
+from .secagg import client_keys, dense_rows, server_relay_keys
 
 __all__ = [
     "FPLConfig",
@@ -106,6 +115,13 @@ class FPLConfig(Config):
     rounds_per_epoch: int = param(0, "rounds in one epoch (0: not an epoch schedule)", min=0)
     deadline: float | None = param(None, "seconds the server waits for a round's updates before summing what "
                                    "arrived (none: until all arrive)", min=0, exclusive_min=True, none_ok=True)
+    upload_noise: float = param(0.0, "privacy defence: standard deviation of the Gaussian noise a client adds to "
+                                "every value of its update rows (0: none; no clipping, no formal guarantee)", min=0)
+    secure_aggregation: bool = param(False, "privacy defence (needs >= 2 clients per round): a client uploads its "
+                                     "rows as one dense fixed-point vector over all items, masked with pairwise "
+                                     "keys that cancel in the server's sum (docs/privacy.md)")
+    secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
+                                   "side)", min=2)
 
     @property
     def reg(self) -> BPRReg:
@@ -164,10 +180,24 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     lr = float(cfg.lr)
     received: list = []
     missing: list[dict] = []
+    if cfg.secure_aggregation:
+        ctx.begin_round(round_offset - 1)
+        await server_relay_keys(ctx, clients, cfg.deadline)
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
-        names = [clients[i] for i in _select(rng, n, k)]
+        chosen = list(_select(rng, n, k))
+        names = [clients[i] for i in chosen]
+        if cfg.secure_aggregation:
+            await ctx.broadcast(names, "model", {"theta": theta, "members": np.asarray(chosen, dtype=np.int32)})
+            got = await ctx.gather("masked", senders=names, round=r, timeout=cfg.deadline)
+            if got.missing:  # a missing upload leaves masks in the sum: the round cannot be decoded
+                missing.append({"round": r, "kind": "masked", "clients": len(got.missing), "skipped": True})
+            else:
+                dense = decode(unmask_sum([msg.payload["masked"] for msg in got])).reshape(n_items, d + 1)
+                theta += (dense * lr).astype(dt)
+            await ctx.compute(2.0 * len(got) * n_items * (d + 1), "aggregate")
+            continue
         await ctx.broadcast(names, "model", {"theta": theta})
         # the server sums updates (Eq. 7, no averaging): a missing client contributes nothing
         got = await ctx.gather("update", senders=names, round=r, timeout=cfg.deadline)
@@ -186,14 +216,19 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     return {"theta": theta, "received": received, "missing": missing}
 
 
-async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None) -> dict:
+async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None,
+                 index: int = 0) -> dict:
     """One user's client. ``sampler``: the sampling tables of its training items (private;
     positives drawn with replacement, negatives from the catalogue minus its items; see
-    :func:`make_samplers`). Returns ``{"p": p_u, "rounds": rounds taken part in,
-    "sent_positive": positive rows sent, "sent_negative": negative rows sent}``."""
+    :func:`make_samplers`); ``index``: its position among the clients (secure aggregation).
+    Returns ``{"p": p_u, "rounds": rounds taken part in, "sent_positive": positive rows sent,
+    "sent_negative": negative rows sent}``."""
     d = cfg.d
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
+    # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
+    noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
+    keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
     p = init_user_factor(d, rng) if p_init is None else np.array(p_init, dtype=np.float64)
     reg = cfg.reg
     T = cfg.triples
@@ -216,6 +251,13 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
         stats["sent_positive"] += npos
         stats["sent_negative"] += up.n_vectors - npos
         await ctx.compute(flops_per_triple * T, "train")
+        if noise_rng is not None:
+            rows += noise_rng.normal(0.0, cfg.upload_noise, rows.shape).astype(dt)
+        if keys is not None:
+            dense = dense_rows(theta.shape[0], d + 1, up.items[order], rows)
+            await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
+            await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, msg.payload["members"], msg.round)})
+            continue
         await ctx.send(SERVER, "update", {"items": up.items[order], "rows": rows})
 
 
@@ -288,10 +330,11 @@ def user_item_lists(data) -> list[np.ndarray]:
 
 def make_samplers(user_items: list[np.ndarray], n_items: int,
                   catalogue: np.ndarray | None = None) -> list[TripleSampler]:
-    """Every client's :class:`TripleSampler` (about 1.5 ms per client; a resumed run reuses
-    the previous run's)."""
+    """Every client's :class:`TripleSampler` (the catalogue is sorted once for all of them; a
+    resumed run reuses the previous run's samplers)."""
     cat = None if catalogue is None else np.unique(np.asarray(catalogue, dtype=np.int64))
-    return [make_triple_sampler(np.asarray(it, dtype=np.int64), n_items, cat) for it in user_items]
+    return [make_triple_sampler(np.asarray(it, dtype=np.int64), n_items, cat, catalogue_unique=True)
+            for it in user_items]
 
 
 def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) -> FPLJob:
@@ -305,6 +348,9 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     (q_i, b_i)) as the ledger's unit."""
     cfg = cfg or FPLConfig()
     n_items = int(data.n_items)
+    if cfg.secure_aggregation and min(cfg.clients_per_round, int(data.n_users)) < 2:
+        raise ConfigError("secure_aggregation needs at least 2 clients per round (the sum of one client's update "
+                          "is that update)", "secure_aggregation")
     state = resume.state if isinstance(resume, Result) else resume
     if state is not None and not isinstance(state, Mapping):
         raise TypeError("resume must be a previous Result or its state dict")
@@ -322,7 +368,8 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     net.add_node(SERVER, server, clients, n_items, cfg, init, offset, role="server")
     for u, name in enumerate(clients):
         p0 = None if user_factors is None else user_factors[u]
-        net.add_node(name, client, samplers[u], cfg, p0)
+        extra = {"index": u} if cfg.secure_aggregation else {}  # the defence's ring position only then
+        net.add_node(name, client, samplers[u], cfg, p0, **extra)
     return FPLJob(cfg, n_users, n_items, clients, samplers, offset, test, data if test is not None else None)
 
 
@@ -344,6 +391,10 @@ SPEC = register(ProtocolSpec(
         Kind("update", "client", "server", "training",
              "{items: int32[k], rows: float[k, d+1]}: T negative and the sent positive item updates"),
         Kind("stop", "server", "client", "control", "None"),
+        Kind("keys", "client", "server", "setup", "{pub}: secure aggregation, the client's public key"),
+        Kind("peers", "server", "client", "setup", "{pubs: uint64[n]}: secure aggregation, every public key"),
+        Kind("masked", "client", "server", "training",
+             "{masked: uint64[|I| (d+1)]}: secure aggregation, the dense masked update"),
     ),
     build=build, tiny=tiny, data="implicit", metric="p@10", rounds_field="rounds",
     paper="Anelli et al.: User-controlled federated matrix factorization for recommender systems (JIIS 2022)",

@@ -1,10 +1,32 @@
-"""A small process-pool map for independent runs (folds, grid points)."""
+"""A small process-pool map for independent runs (folds, grid points) that stops promptly.
+
+Ctrl-C reaches the parent only (workers ignore SIGINT): the parent cancels the queued tasks and
+sends each worker SIGTERM, which raises :class:`Interrupted` in the task it is running (or makes
+an idle worker skip whatever it is handed next), waits a bounded time for them to exit, kills
+any that did not, and re-raises. A worker that runs a pool of its own passes the stop on the
+same way. Workers also send what their running network is doing (its round, messages and clock,
+see ``fedsim.experiment.live``) to the parent's active progress display about once a second.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import queue as _queue
+import signal
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable
+
+__all__ = ["Interrupted", "default_workers", "pmap"]
+
+STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
+
+
+class Interrupted(BaseException):
+    """Raised inside a worker's task when the parent stops the pool (Ctrl-C). A BaseException,
+    like KeyboardInterrupt, so that code catching ``Exception`` does not take it for a failure."""
 
 
 def default_workers() -> int:
@@ -20,7 +42,11 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     one BLAS thread each.
 
     ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
-    task order), so a long task does not start last and leave the other workers idle."""
+    task order), so a long task does not start last and leave the other workers idle.
+
+    Blocks until every task has finished. An exception from a task, or KeyboardInterrupt in
+    this process, stops the other workers (see the module docstring) and is raised here; the
+    tasks finished before it have had their ``on_done``."""
     tasks = list(tasks)
     if cost is not None and workers != 1 and len(tasks) > 1:
         order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]))
@@ -38,23 +64,108 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
             if on_done:
                 on_done(i, out[-1])
         return out
-    results: list[Any] = [None] * len(tasks)
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_one_thread) as ex:
-        futs = {ex.submit(fn, t): i for i, t in enumerate(tasks)}
-        from concurrent.futures import as_completed
-
-        for f in as_completed(futs):
-            i = futs[f]
-            results[i] = f.result()
-            if on_done:
-                on_done(i, results[i])
+    results = [None] * len(tasks)
+    beats: Any = multiprocessing.Queue()
+    ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker, initargs=(beats,))
+    try:
+        futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
+        pending = set(futs)
+        while pending:
+            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            _forward_beats(beats)
+            for f in sorted(finished, key=futs.get):
+                i = futs[f]
+                results[i] = f.result()
+                if on_done:
+                    on_done(i, results[i])
+    except BaseException:
+        _stop(ex)
+        raise
+    else:
+        ex.shutdown(wait=True)
+    finally:
+        _forward_beats(beats, final=True)
+        beats.close()
+        beats.join_thread()
     return results
 
 
-def _one_thread() -> None:
+def _stop(ex: ProcessPoolExecutor) -> None:
+    """Cancel queued tasks, SIGTERM every worker, wait up to STOP_GRACE s, SIGKILL the rest."""
+    children = multiprocessing.active_children()  # this pool's workers (a pmap parent has no others)
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in children:
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, TypeError):
+            pass
+    deadline = time.monotonic() + STOP_GRACE
+    for p in children:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in children:
+        if p.is_alive():
+            p.kill()
+            p.join(2.0)
+
+
+def _forward_beats(beats: Any, final: bool = False) -> None:
+    from ..experiment.live import active
+
+    display = active()
+    while True:
+        try:
+            pid, snap = beats.get_nowait()
+        except (_queue.Empty, OSError, ValueError):
+            break
+        if display is not None:
+            display.beat(("worker", pid), None if final else snap)
+
+
+# -- in the workers ---------------------------------------------------------------------------
+
+_STOPPING = False
+_IN_TASK = False
+
+
+def _init_worker(beats: Any) -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    try:  # BLAS already loaded by numpy in a forked worker: ask it directly when possible
-        import numpy  # noqa: F401
-    except ImportError:  # pragma: no cover
-        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, _on_term)
+    beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
+    from ..experiment.live import NetworkWatch
+
+    watch = NetworkWatch().start()
+    threading.Thread(target=_send_beats, args=(watch, beats), name="fedsim-beats", daemon=True).start()
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    global _STOPPING
+    _STOPPING = True
+    if _IN_TASK:
+        raise Interrupted("stopped by the parent (Ctrl-C)")
+
+
+def _task(fn: Callable[[Any], Any], t: Any) -> Any:
+    global _IN_TASK
+    if _STOPPING:
+        raise Interrupted("stopped by the parent (Ctrl-C)")
+    _IN_TASK = True
+    try:
+        return fn(t)
+    finally:
+        _IN_TASK = False
+
+
+def _send_beats(watch: Any, beats: Any) -> None:
+    last = None
+    pid = os.getpid()
+    while True:
+        time.sleep(1.0)
+        snap = watch.snapshot()
+        if snap is not None and snap != last:
+            last = snap
+            try:
+                beats.put_nowait((pid, snap))
+            except Exception:  # the parent has gone: nobody to tell
+                return

@@ -1,47 +1,165 @@
-"""Parameter sweeps: a grid of scenario runs on a local process pool.
+"""Parameter sweeps: a grid of scenario runs on a local process pool, keyed by configuration.
 
-Each grid point runs as an ordinary scenario run in its own folder (``OUT/key=value,.../``).
-A point is done when its ``results.json`` exists (written last), so re-running a sweep skips
-finished points and redoes the rest; a failed point leaves ``error.txt`` and does not stop the
-others. ``combined_<table>.csv`` puts every point's rows of each table side by side, prefixed by
-the point's parameters.
+Each grid point runs as an ordinary scenario run in its own folder (``OUT/key=value,.../``),
+whose results.json records the point's whole resolved configuration (scenario, parameters,
+data, seed, network). Any scenario parameter is a grid axis, and so are the run options
+``seed``, ``data``, ``profile``, ``link_model``, ``transport``, ``loss`` and ``dropout``.
+
+Re-running a sweep compares each point folder with the configuration the point would run now:
+
+- the same configuration and a complete folder: done, skipped;
+- no folder, a folder of a failed point (``error.txt``), or one whose results.json is missing
+  or unreadable (a corrupted folder): run (again);
+- a complete folder of *another* configuration (``--set iterations=4`` after 3 into the same
+  ``--out``): the sweep refuses, naming the points and what differs, unless ``force``, which
+  re-runs exactly those points.
+
+Points run on a local process pool (``backend="local"``, the default) or as Ray tasks
+(``backend="ray"``: a local Ray instance, or an existing cluster given its ``address``; see
+:mod:`.raypool`). A Ray task runs its point in a temporary folder of its worker's machine and
+returns the folder's files, which the driver writes into the point's folder, so a cluster needs
+no file system shared with the driver. Both backends write the same folders, and the key of a
+point does not include the backend: a sweep started on one resumes on the other.
+
+Without an explicit output folder a sweep writes to ``runs/sweep-<scenario>-<key>``, where the key
+hashes the sweep's configuration except the grid's values (scenario, fixed parameters, data,
+seed, network, the grid's axes), so the same command resumes in the same folder and a grid
+extended by more values reuses the points it already has.
+
+The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; points that did
+not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
+finished point's rows, prefixed by its grid values), ``report.md`` (the points and their status,
+the combined tables, and a plot per metric against the grid axes), ``sweep.json`` (the sweep's
+configuration and every point's status) and ``sweep.log``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import itertools
 import json
+import math
+import os
+import re
 import shutil
+import sys
+import tempfile
+import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..experiment import UsageError, check_value, load_scenario, parse_value, run_scenario, write_csv
+from ..experiment import (
+    Progress, UsageError, check_value, json_default, load_scenario, parse_value, resolve_config, run_scenario,
+    scenario_name, write_csv,
+)
+from ..experiment.live import activate, deactivate
+from ..experiment.report import format_table, write_atomic
+from ..experiment.runner import OutputFolder, network_spec
+from ..kernel.errors import NetworkConfigError
 from .parallel import default_workers, pmap
 
-__all__ = ["parse_grid", "point_dir_name", "run_sweep", "SweepPoint"]
+__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "parse_grid",
+           "point_dir_name", "run_sweep"]
+
+# grid axes that are run options rather than scenario parameters
+NET_AXES = ("profile", "link_model", "transport", "loss", "dropout")
+RUN_AXES = ("seed", "data") + NET_AXES
+BACKENDS = ("local", "ray")
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_sweep`, raised after every worker has stopped and the combined
+    files cover the points that finished; ``summary`` is what :func:`run_sweep` would return."""
+
+    def __init__(self, summary: dict) -> None:
+        super().__init__("sweep interrupted")
+        self.summary = summary
+
+
+def _axis_name(key: str) -> str:
+    return key.strip().replace("-", "_") if key.strip().replace("-", "_") in RUN_AXES else key.strip()
+
+
+def _run_axis_value(key: str, value: Any) -> Any:
+    """Check one value of a run-option axis (text from ``--grid`` or a TOML value)."""
+    try:
+        if key == "seed":
+            v = int(value)
+            if isinstance(value, float) and value != v or v < 0:
+                raise ValueError
+            return v
+        if key in ("loss", "dropout"):
+            v = float(value)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError
+            return v
+    except (TypeError, ValueError):
+        want = "a non-negative integer" if key == "seed" else "a probability in [0, 1]"
+        raise UsageError(f"--grid {key}: expected {want}, got {value!r}") from None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"--grid {key}: expected a name, got {value!r}")
+    return value.strip()
+
+
+def _unknown_axis(key: str, mod) -> UsageError:
+    import difflib
+
+    known = sorted(mod.PARAMS) + list(RUN_AXES)
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UsageError(f"--grid: unknown parameter {key!r} for scenario {scenario_name(mod)}{hint} "
+                      f"(known: {', '.join(known)})")
 
 
 def parse_grid(mod, grids: Sequence[str]) -> dict[str, list[Any]]:
-    """``["rho=0,1,2", "eta=0,1"]`` -> ``{"rho": [0, 1, 2], "eta": [0, 1]}`` typed by the
-    scenario's PARAMS. List-typed parameters separate grid values with ``;``
-    (``models=PMF(B);PMF(S),SVD++(S)``). Raises ``UsageError`` for unknown keys or bad values."""
+    """``["rho=0,1,2", "profile=lan,wan"]`` -> ``{"rho": [0, 1, 2], "profile": ["lan", "wan"]}``
+    typed by the scenario's PARAMS (or as run options: ``seed``, ``data``, ``profile``,
+    ``link_model``, ``transport``, ``loss``, ``dropout``). List-typed parameters separate grid
+    values with ``;`` (``models=PMF(B);PMF(S),SVD++(S)``). Raises ``UsageError`` for an unknown
+    key (with the closest known one), no values, or a bad value."""
     out: dict[str, list[Any]] = {}
     for g in grids:
         if "=" not in g:
             raise UsageError(f"--grid expects key=v1,v2,..., got {g!r}")
         key, vals = g.split("=", 1)
-        key = key.strip()
+        key = _axis_name(key)
+        if key in RUN_AXES:
+            parts = [v.strip() for v in vals.split(",") if v.strip()]
+            if not parts:
+                raise UsageError(f"--grid {key}: no values")
+            out[key] = [_run_axis_value(key, v) for v in parts]
+            continue
         if key not in mod.PARAMS:
-            raise UsageError(f"--grid: unknown parameter {key!r}; known: {', '.join(sorted(mod.PARAMS))}")
+            raise _unknown_axis(key, mod)
         p = mod.PARAMS[key]
         listy = p.type_name in ("ints", "floats", "strs")
         parts = [v for v in vals.split(";" if listy else ",") if v.strip() != ""]
         if not parts:
             raise UsageError(f"--grid {key}: no values")
         out[key] = [parse_value(key, v.strip(), p) for v in parts]
+    return out
+
+
+def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """A grid of Python values (a TOML file's ``[grid]``, an API call) checked like
+    :func:`parse_grid` checks text; raises ``UsageError`` naming the key."""
+    out: dict[str, list[Any]] = {}
+    for key, values in grid.items():
+        key = _axis_name(key)
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+            raise UsageError(f"grid {key}: expected a list of values, got {values!r}")
+        if not values:
+            raise UsageError(f"--grid {key}: no values")
+        if key in RUN_AXES:
+            out[key] = [_run_axis_value(key, v) for v in values]
+        elif key in mod.PARAMS:
+            out[key] = [check_value(key, v, mod.PARAMS[key]) for v in values]
+        else:
+            raise _unknown_axis(key, mod)
     return out
 
 
@@ -62,74 +180,356 @@ class SweepPoint:
     out: str
     data: str | None
     seed: int
-    net: Any  # a fedsim.kernel.NetSpec, a profile name or None
-    fixed: dict
+    net: Any  # a fedsim.kernel.NetSpec
+    fixed: dict  # the scenario parameters of this point (fixed ones and the point's)
+    key: dict  # the point's resolved configuration (what results.json must match)
+
+
+def _normal(obj: Any) -> Any:
+    """``obj`` as it reads back from JSON (tuples as lists, NumPy values as numbers)."""
+    return json.loads(json.dumps(obj, default=json_default))
 
 
 def _run_point(p: SweepPoint) -> dict:
+    """Run one point into its folder; a failure is recorded in ``error.txt`` (with the point's
+    configuration in ``point.json``). Interrupted and KeyboardInterrupt pass through: the point
+    is then not run, and run_scenario has left nothing behind."""
     out = Path(p.out)
     try:
+        res = run_scenario(p.scenario, data=p.data, out=out, overrides=p.fixed, seed=p.seed, net=p.net,
+                           quiet=True, progress=False, force=True)
+        return {"point": p.point, "status": "done", "out": str(out), "wall_time_s": res["wall_time_s"]}
+    except Exception as exc:  # a failed point must not take the sweep down
+        shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "error.txt").unlink(missing_ok=True)
-        run_scenario(p.scenario, data=p.data, out=out, overrides={**p.fixed, **p.point}, seed=p.seed,
-                     net=p.net, quiet=True)
-        return {"point": p.point, "status": "done", "out": str(out)}
-    except BaseException as exc:  # a failed point must not take the sweep down
+        write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
         (out / "error.txt").write_text("".join(traceback.format_exception(exc)))
         return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {exc}", "out": str(out)}
 
 
-def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path, *, data: str | None = None,
-              fixed: dict | None = None, seed: int = 0, profile: str | None = None, net: Any = None,
-              workers: int | None = None, progress=None) -> dict:
-    """Run every point of ``grid`` (cartesian product) not already done; returns a summary
-    with ``done``, ``skipped`` and ``failed`` lists and the combined CSV paths."""
+def _run_point_remote(task: tuple[SweepPoint, bytes | None]) -> dict:
+    """(In a Ray worker.) :func:`_run_point` into a temporary folder of this machine; returns its
+    result with ``files``, the folder's files by relative path (what the driver writes into the
+    point's folder), and removes the folder. ``task`` is the point and, for a scenario given as a
+    script path, the script's bytes: run in place where the path holds that same file, else
+    from a copy (files beside the script are not sent)."""
+    p, source = task
+    _remove_stale_temp()
+    base = Path(tempfile.mkdtemp(prefix=f"fedsim-point-{os.getpid()}-"))
+    try:
+        scenario = p.scenario
+        if source is not None:
+            here = Path(p.scenario)
+            if not (here.is_file() and here.read_bytes() == source):
+                scenario = str(base / here.name)
+                Path(scenario).write_bytes(source)
+        res = _run_point(replace(p, scenario=scenario, out=str(base / "point")))
+        root = base / "point"
+        files = {f.relative_to(root).as_posix(): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+        return {**res, "out": p.out, "files": files}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _remove_stale_temp() -> None:
+    """Remove the temporary point folders of tasks whose worker was killed (a cancelled task)."""
+    for d in Path(tempfile.gettempdir()).glob("fedsim-point-*-*"):
+        m = re.match(r"fedsim-point-(\d+)-", d.name)
+        if m and not _alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _store_point(p: SweepPoint, res: dict) -> dict:
+    """(In the driver.) Write the files a Ray task returned into the point's folder, whole or
+    not at all (a temporary folder beside it, renamed into place; results.json written last);
+    returns the result without the files."""
+    files = res.pop("files")
+    folder = OutputFolder(p.out, explicit=True, force=True)
+    try:
+        for rel in sorted(files, key=lambda r: (r == "results.json", r)):
+            path = folder.tmp / rel
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise ValueError(f"a Ray task returned a file outside its folder: {rel!r}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(files[rel])
+        folder.commit()
+    except BaseException:
+        folder.discard()
+        raise
+    return res
+
+
+def _ray_failure(p: SweepPoint, exc: BaseException) -> dict:
+    """(In the driver.) A point Ray could not run (its worker died, its runtime environment
+    failed): recorded like a failed run (``point.json``, ``error.txt`` with Ray's message)."""
+    out = Path(p.out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
+    (out / "error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out)}
+
+
+def _folder_state(d: Path, key: dict) -> tuple[str, str]:
+    """(state, detail) of a point folder: ``missing``, ``done``, ``stale`` (another
+    configuration; detail says what differs), ``failed`` or ``corrupt``."""
+    if not d.exists():
+        return "missing", ""
+    res = d / "results.json"
+    if (d / "error.txt").exists() and not res.exists():
+        return "failed", "failed before"
+    try:
+        saved = json.loads(res.read_text(encoding="utf-8"))
+        if not isinstance(saved, dict) or "finished" not in saved:
+            raise ValueError("no 'finished' field")
+        tables = saved.get("tables", [])
+        missing = [t for t in tables if not (d / f"{t}.csv").is_file()]
+        if missing or not (d / "report.md").is_file():
+            raise ValueError(f"missing {', '.join([f'{t}.csv' for t in missing] or ['report.md'])}")
+    except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        return "corrupt", f"{res.name} unreadable or incomplete ({exc})"
+    diffs = _differences({k: saved.get(k) for k in key}, key)
+    return ("stale", diffs) if diffs else ("done", "")
+
+
+def _differences(old: dict, new: dict) -> str:
+    out = []
+    for k in new:
+        a, b = old.get(k), new[k]
+        if isinstance(a, dict) and isinstance(b, dict):
+            for kk in sorted(set(a) | set(b)):
+                if a.get(kk) != b.get(kk):
+                    out.append(f"{kk}={_show(a.get(kk))}, now {_show(b.get(kk))}")
+        elif a != b:
+            out.append(f"{k}={_show(a)}, now {_show(b)}")
+    return "; ".join(out)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def sweep_key(scenario: str, grid: dict, fixed: dict, data: str | None, seed: int, net: Any) -> str:
+    """Eight hex digits naming a sweep's configuration without its grid's values (see the module
+    docstring)."""
+    doc = {"scenario": scenario, "axes": sorted(grid), "fixed": _normal(fixed), "data": data,
+           "seed": seed, "network": _net_dict(net)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def default_sweep_dir(scenario: str, grid: dict, fixed: dict, data: str | None, seed: int, net: Any) -> Path:
+    """``runs/sweep-<scenario>-<key>`` (see :func:`sweep_key`)."""
+    stem = re.sub(r"[^\w.-]", "_", Path(scenario).stem if scenario.endswith(".py") else scenario)
+    return Path("runs") / f"sweep-{stem}-{sweep_key(scenario, grid, fixed, data, seed, net)}"
+
+
+def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None = None, *,
+              data: str | None = None, fixed: dict | None = None, seed: int = 0, profile: str | None = None,
+              net: Any = None, workers: int | None = None, progress=None, force: bool = False,
+              quiet: bool = True, backend: str = "local", address: str | None = None) -> dict:
+    """Run every point of ``grid`` (cartesian product) that is not done with the same
+    configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
+    ``skipped`` (done before), ``rerun`` (stale or corrupted points run again), ``failed``,
+    ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (``name``,
+    ``run_s``: seconds from the first point started to the last one written; when Ray started,
+    also ``address``, ``cpus``, ``startup_s`` and ``shutdown_s``).
+
+    ``backend``: ``"local"`` (a process pool of ``workers`` processes, default one per core) or
+    ``"ray"`` (Ray tasks: on a local Ray instance of ``workers`` CPUs, default one per core, or,
+    given ``address``, on that cluster with at most ``workers`` points at once, default no
+    limit; a Ray that the caller initialised is used as it is). Ray starts only when some point
+    is left to run.
+
+    ``progress(i, total, result)``, if given, is called as each point finishes; unless ``quiet``
+    a progress display goes to stderr. Blocks until every point has finished. Raises
+    ``UsageError`` for a bad grid, parameter, network or backend, for points of another
+    configuration without ``force``, when Ray is not installed or does not start (all before
+    running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
+    cancelling the Ray tasks) and writing the combined files."""
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if address is not None and backend != "ray":
+        raise UsageError("--address is the address of a Ray cluster: it needs --backend ray")
+    if workers is not None and int(workers) < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
+    if backend == "ray":
+        from .raypool import RAY_MISSING, ray_available
+
+        if not ray_available():
+            raise UsageError(RAY_MISSING)
     mod = load_scenario(scenario)
-    fixed = {k: check_value(k, v, mod.PARAMS[k]) if k in mod.PARAMS else v for k, v in (fixed or {}).items()}
+    name = scenario_name(mod)
+    grid = check_grid(mod, grid)
+    fixed = dict(fixed or {})
     for k in fixed:
         if k not in mod.PARAMS:
-            raise UsageError(f"unknown parameter {k!r} for scenario {scenario}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+            raise UsageError(f"unknown parameter {k!r} for scenario {name}")
+    fixed = {k: check_value(k, v, mod.PARAMS[k]) for k, v in fixed.items()}
+    base = network_spec(mod, profile, net)
+    data_default = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
+    if int(seed) < 0:
+        raise UsageError(f"--seed must be non-negative, got {seed}")
+    out = Path(out) if out else default_sweep_dir(scenario, grid, fixed, data, int(seed), base)
     keys = list(grid)
-    points = [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
-    todo, skipped = [], []
-    for pt in points:
-        d = out / point_dir_name(pt)
-        if (d / "results.json").exists():
-            skipped.append(pt)
-        else:
-            if d.exists():
-                shutil.rmtree(d)  # an interrupted point: start it afresh
-            todo.append(SweepPoint(scenario, pt, str(d), data, seed, net if net is not None else profile, fixed))
-    (out / "sweep.json").write_text(json.dumps({"scenario": scenario, "grid": grid, "fixed": fixed,
-                                                "data": data, "seed": seed,
-                                                "network": _net_dict(net if net is not None else profile)},
-                                               indent=2))
-    total = len(todo)
+    combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
+    points = []
+    for pt in combos:
+        params = {**fixed, **{k: v for k, v in pt.items() if k not in RUN_AXES}}
+        cfg = resolve_config(mod, params)
+        try:
+            netp = base.replace(**{k: pt[k] for k in NET_AXES if k in pt})
+        except NetworkConfigError as exc:
+            raise UsageError(f"--grid: {exc}") from None
+        seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
+        key = _normal({"scenario": name, "config": cfg, "data": data_p or data_default, "seed": seed_p,
+                       "network": netp.to_dict()})
+        points.append(SweepPoint(scenario, pt, str(out / point_dir_name(pt)), data_p, seed_p, netp, params, key))
+    states = {p.out: _folder_state(Path(p.out), p.key) for p in points}
+    stale = [p for p in points if states[p.out][0] == "stale"]
+    if stale and not force:
+        shown = "; ".join(f"{point_dir_name(p.point)}: {states[p.out][1]}" for p in stale[:3])
+        more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
+        raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
+                         f"use --force to re-run them, or another --out")
+    todo = [p for p in points if states[p.out][0] != "done"]
+    ray = None
+    if backend == "ray" and todo:  # started before any file is written: it may fail to
+        from .raypool import RaySession
 
-    def done_cb(i, res):
+        ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
+        if not quiet:
+            print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
+                  file=sys.stderr, flush=True)
+    with ray if ray is not None else contextlib.nullcontext() as session:
+        summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
+                           quiet, backend, session)
+    if ray is not None:
+        summary["backend"]["shutdown_s"] = ray.shutdown_s
+        if address is None:  # the local instance's workers are gone: so are killed tasks' folders
+            _remove_stale_temp()
+    if summary.pop("interrupted"):
+        raise SweepInterrupted(summary)
+    return summary
+
+
+def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
+             points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
+             quiet: bool, backend: str, session: Any) -> dict:
+    """Run ``todo`` on the backend and write the sweep's files; the summary of :func:`run_sweep`
+    with ``interrupted``."""
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(out)
+    skipped = [p.point for p in points if states[p.out][0] == "done"]
+    rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
+    for p in todo:
+        if states[p.out][0] in ("corrupt", "failed"):
+            shutil.rmtree(p.out, ignore_errors=True)
+    info = {"scenario": name, "grid": grid, "fixed": fixed, "data": data, "seed": seed,
+            "network": base.to_dict(), "backend": backend, "workers": workers or default_workers(), "out": str(out)}
+    if backend == "ray":
+        info["workers"] = workers
+        info["address"] = session.address if session else None
+    statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
+                                         else "not run"} for p in points}
+    _write_state(out, info, statuses, interrupted=None)
+    display = Progress(not quiet, log=out / "sweep.log")
+    again = f" ({len(rerun)} of them again)" if rerun else ""
+    display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
+    if session is not None:
+        display.log(session.describe())
+    display.update(0, len(todo), stage=f"sweep {name}")
+    results: list[dict] = []
+
+    def done_cb(i: int, res: dict) -> None:
+        if "files" in res:  # a Ray task's point: its files come back with it
+            res = _store_point(todo[i], res)
+        results.append(res)
+        statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
+        display.update(len(results), len(todo))
+        display.log(f"{res['status']}: {point_dir_name(res['point'])}"
+                    + (f" ({res['error']})" if res.get("error") else ""))
         if progress:
-            progress(i, total, res)
+            progress(len(results) - 1, len(todo), res)
 
-    results = pmap(_run_point, todo, workers or default_workers(), on_done=done_cb)
-    failed = [r for r in results if r["status"] == "failed"]
-    combined = combine(out, points)
-    return {"points": len(points), "done": [r["point"] for r in results if r["status"] == "done"],
-            "skipped": skipped, "failed": failed, "combined": combined}
+    interrupted = False
+    t0 = time.perf_counter()
+    activate(display)
+    try:
+        if backend == "ray" and todo:
+            from .raypool import ray_map
+
+            source = Path(points[0].scenario).read_bytes() if _is_path(points[0].scenario) else None
+            ray_map(_run_point_remote, [(p, source) for p in todo], limit=workers, on_done=done_cb,
+                    on_error=lambda i, exc: done_cb(i, _ray_failure(todo[i], exc)))
+        else:
+            pmap(_run_point, todo, workers or default_workers(), on_done=done_cb)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        run_s = time.perf_counter() - t0
+        display.close()
+        deactivate(display)
+        combined = combine(out, [p.point for p in points])
+        _write_state(out, info, statuses, interrupted=interrupted)
+        report = write_sweep_report(out, info, points, statuses, interrupted)
+        display.finish("interrupted" if interrupted else "finished")
+    used: dict[str, Any] = {"name": backend, "run_s": run_s}
+    if session is not None:
+        used.update(address=session.address, cpus=session.cluster_cpus, startup_s=session.startup_s)
+    return {"points": len(points), "out": str(out),
+            "done": [r["point"] for r in results if r["status"] == "done"], "skipped": skipped,
+            "rerun": rerun, "failed": [r for r in results if r["status"] == "failed"],
+            "not_run": [p.point for p in todo if statuses[p.out]["status"] == "not run"],
+            "combined": combined, "report": str(report), "backend": used, "interrupted": interrupted}
+
+
+def _is_path(scenario: str) -> bool:
+    """Whether :func:`load_scenario` takes ``scenario`` as a script's path."""
+    return scenario.endswith(".py") or os.sep in scenario or "/" in scenario
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``)
+    unless their process still runs."""
+    for d in out.glob(".*.partial-*"):
+        m = re.search(r"\.partial-(\d+)-", d.name)
+        if m and _alive(int(m.group(1))):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _write_state(out: Path, info: dict, statuses: dict, interrupted: bool | None) -> None:
+    doc = {**info, "state": "running" if interrupted is None else "interrupted" if interrupted else "finished",
+           "points": list(statuses.values())}
+    write_atomic(out / "sweep.json", json.dumps(doc, indent=2, default=json_default) + "\n")
 
 
 def combine(out: Path, points: list[dict]) -> list[str]:
-    """Write ``combined_<table>.csv`` over every finished point."""
+    """Write ``combined_<table>.csv`` over every finished point (a complete folder), each row
+    prefixed by the point's grid values; returns the paths."""
     tables: dict[str, list[list[str]]] = {}
     headers: dict[str, list[str]] = {}
     keys = list(points[0]) if points else []
     for pt in points:
         d = out / point_dir_name(pt)
-        res = d / "results.json"
-        if not res.exists():
+        try:
+            saved = json.loads((d / "results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             continue
-        for tname in json.loads(res.read_text()).get("tables", []):
+        for tname in saved.get("tables", []):
             f = d / f"{tname}.csv"
             if not f.exists():
                 continue
@@ -146,6 +546,148 @@ def combine(out: Path, points: list[dict]) -> list[str]:
         write_csv(path, rows, headers[tname])
         paths.append(str(path))
     return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# the combined report
+
+def _num(text: str) -> float | int | None:
+    """The number a CSV cell holds (an int when it is written as one), or None."""
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+ID_COLUMNS = ("round", "iteration", "epoch", "fold", "seq")
+
+
+def _read_combined(path: Path) -> tuple[list[str], list[dict]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        r = csv.DictReader(fh)
+        return list(r.fieldnames or []), list(r)
+
+
+MAX_PLOTS_PER_TABLE = 16
+
+
+def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses: dict, interrupted: bool) -> Path:
+    """Write ``out/report.md``: the sweep's configuration, every point with its status, each
+    combined table (human units; the CSV has raw numbers) and a plot per metric against the
+    grid axes (PNG, with matplotlib). Returns the path."""
+    axes = list(info["grid"])
+    lines = [f"# Sweep of {info['scenario']}", ""]
+    n_done = sum(1 for s in statuses.values() if s["status"] in ("done", "done before"))
+    state = ("**Interrupted**: the tables and plots cover the points that finished; run the same "
+             "command again to run the rest." if interrupted else "Finished.")
+    lines += [f"{n_done} of {len(points)} points finished. {state}", ""]
+    fixed = ", ".join(f"`{k}={_show(v)}`" for k, v in info["fixed"].items()) or "none"
+    lines += ["Grid: " + ", ".join(f"`{k}` = {', '.join(_show(v) for v in vals)}" for k, vals in info["grid"].items())
+              + f". Fixed parameters: {fixed}. Data: `{info['data'] or 'the scenario default'}`, seed "
+              f"{info['seed']}, network `{info['network']['profile']}`. Run on "
+              + ("Ray" + (f" at `{info['address']}`" if info.get("address") else " (a local instance)")
+                 if info.get("backend") == "ray" else "the local process pool") + ".", ""]
+    rows = []
+    for p in points:
+        s = statuses[p.out]
+        rows.append({**{k: _show(v) for k, v in p.point.items()}, "status": s["status"],
+                     "wall_time_s": s.get("wall_time_s", ""),
+                     "folder": f"[{point_dir_name(p.point)}]({point_dir_name(p.point)}/report.md)"
+                     if s["status"] in ("done", "done before") else
+                     (f"[error.txt]({point_dir_name(p.point)}/error.txt)" if s["status"] == "failed" else "")})
+    lines += ["## Points", "", format_table(rows, axes + ["status", "wall_time_s", "folder"], markdown=True,
+                                             human=True), ""]
+    for path in sorted(out.glob("combined_*.csv")):
+        tname = path.stem.removeprefix("combined_")
+        cols, data = _read_combined(path)
+        typed = [{c: (_num(v) if _num(v) is not None and c not in axes else v) for c, v in r.items()} for r in data]
+        lines += [f"## {tname}", "", f"From `{path.name}` (raw numbers there).", ""]
+        shown = typed[:60]
+        lines += [format_table(shown, cols, markdown=True, human=True), ""]
+        if len(typed) > len(shown):
+            lines += [f"({len(typed) - len(shown)} more rows in `{path.name}`.)", ""]
+        for png in _plot_table(out, tname, cols, data, axes, info["grid"]):
+            lines += [f"![{png}]({png})", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: list[str],
+                grid: dict) -> list[str]:
+    """One PNG per metric (a numeric column that varies) against the first grid axis with more
+    than one value; one line per combination of the other axes and the row's text columns (the
+    mean where several rows share it)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    if not data:
+        return []
+    last = ""
+    step = next((c for c in ("round", "iteration", "epoch") if c in cols), None)
+    if step:  # a per-round table: plot each point's last round
+        best: dict[tuple, float] = {}
+        for r in data:
+            k = tuple(r[a] for a in axes)
+            v = _num(r[step])
+            if v is not None and v > best.get(k, -math.inf):
+                best[k] = v
+        data = [r for r in data if _num(r[step]) == best.get(tuple(r[a] for a in axes))]
+        last = f" (last {step})"
+    varying = [a for a in axes if len(grid[a]) > 1] or axes
+    x_axis = varying[0]
+    others = [a for a in axes if a != x_axis]
+    metric_cols, label_cols = [], []
+    for c in cols:
+        if c in axes or c in ID_COLUMNS:
+            continue
+        vals = [_num(r[c]) for r in data if r[c] != ""]
+        if vals and all(v is not None for v in vals):
+            finite = {v for v in vals if not math.isnan(v)}
+            if len(finite) > 1:
+                metric_cols.append(c)
+        elif len({r[c] for r in data}) > 1:
+            label_cols.append(c)
+    xs_text = [_show(v) for v in grid[x_axis]]
+    numeric_x = all(_num(x) is not None for x in xs_text)
+    pngs = []
+    for metric in metric_cols[:MAX_PLOTS_PER_TABLE]:
+        series: dict[str, dict[str, list[float]]] = {}
+        for r in data:
+            v = _num(r[metric])
+            if v is None or math.isnan(v):
+                continue
+            label = ", ".join([f"{a}={r[a]}" for a in others] + [r[c] for c in label_cols]) or metric
+            series.setdefault(label, {}).setdefault(r[x_axis], []).append(v)
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        for label, by_x in series.items():
+            xs = [x for x in xs_text if x in by_x]
+            ys = [sum(by_x[x]) / len(by_x[x]) for x in xs]
+            pos = [float(x) for x in xs] if numeric_x else [xs_text.index(x) for x in xs]
+            ax.plot(pos, ys, marker="o", label=label)
+        if not numeric_x:
+            ax.set_xticks(range(len(xs_text)), xs_text)
+        ax.set_xlabel(x_axis)
+        ax.set_ylabel(metric)
+        ax.set_title(f"{tname}: {metric}{last}")
+        if 1 < len(series) <= 12:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = re.sub(r"[^\w.-]", "_", f"sweep_{tname}_{metric}") + ".png"
+        fig.savefig(out / name)
+        plt.close(fig)
+        pngs.append(name)
+    return pngs
 
 
 def _net_dict(net: Any) -> dict | None:

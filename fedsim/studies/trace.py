@@ -2,6 +2,14 @@
 
 ``trace(name, clients=3, rounds=1)`` writes to a folder:
 
+- ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
+  little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
+  propagation, receiving, computing) and a step-through of the messages (next/previous, arrow
+  keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
+  with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
+  "anonymous" lane and the step panel says the receiver does not learn the sender) unless the
+  page's "reveal" box is ticked, which shows the simulator's view;
+
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
   *anonymous* (the receiver never learns the sender); lost ones end in a cross.
@@ -14,17 +22,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from ..config import ConfigError, fields_of, parse_field, unknown_key_message
-from ..experiment import UsageError
+import html as _html
+import json
+
+import numpy as np
+
+from ..config import ConfigError, fields_of, unknown_key_message
+from ..experiment import Param, UsageError, parse_value
 from ..kernel import SimNetwork
+from ..kernel.codec import decode_message
+from ..kernel.errors import NetworkConfigError
 from ..protocols import REGISTRY
 
-__all__ = ["trace", "mermaid", "timeline_svg", "step_log", "trace_options"]
+__all__ = ["TracingNetwork", "trace", "mermaid", "timeline_svg", "step_log", "trace_html", "trace_options"]
+
+FORMATS = ("html", "mermaid", "svg", "log", "png")
 
 
 def trace_options(name: str, sets: list[str]) -> dict:
-    """``key=value`` strings parsed against protocol ``name``'s configuration fields."""
+    """``key=value`` strings parsed and checked (type, choices, bounds) against protocol
+    ``name``'s configuration fields; raises ``UsageError`` naming the key (``--set pi: must be
+    <= 1, got 2.0``)."""
     spec = REGISTRY[name]
     infos = {f.name: f for f in fields_of(spec.Config)}
     out = {}
@@ -34,40 +54,95 @@ def trace_options(name: str, sets: list[str]) -> dict:
         k, v = (x.strip() for x in s.split("=", 1))
         if k not in infos:
             raise UsageError(unknown_key_message(k, infos, f"protocol {name}"))
-        try:
-            out[k] = parse_field(infos[k], v, name)
-        except ConfigError as exc:
-            raise UsageError(str(exc)) from None
+        value = parse_value(k, v, Param.of(spec.Config, k))
+        out[k] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+class TracingNetwork(SimNetwork):
+    """A SimNetwork (with ``trace=True``) that also keeps the structure of every message's
+    payload, by ledger row: ``payloads[i]`` lists ``{"name", "dtype", "shape", "bytes"}`` for
+    arrays and ``{"name", "value"}`` for scalars (decoded from the bytes that were sent)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(trace=True, **kwargs)
+        self.payloads: dict[int, list[dict]] = {}
+
+    def post(self, src, dsts, kind, encoded, anonymous) -> None:
+        first = len(self.ledger.rows)
+        super().post(src, dsts, kind, encoded, anonymous)
+        if len(self.ledger.rows) > first:
+            fields = payload_fields(encoded.data)
+            for i in range(first, len(self.ledger.rows)):
+                self.payloads[i] = fields
+
+
+def payload_fields(data: bytes) -> list[dict]:
+    """The fields of an encoded message's payload: arrays with dtype, shape and bytes, scalars
+    with their value (text shortened), nested containers by type and length."""
+    _, payload = decode_message(data)
+    items = payload.items() if isinstance(payload, dict) else [("payload", payload)]
+    out = []
+    for k, v in items:
+        if isinstance(v, np.ndarray):
+            out.append({"name": str(k), "dtype": str(v.dtype), "shape": list(v.shape), "bytes": int(v.nbytes)})
+        elif isinstance(v, (list, tuple, dict)):
+            out.append({"name": str(k), "value": f"{type(v).__name__} of {len(v)}"})
+        else:
+            text = repr(v.item() if isinstance(v, np.generic) else v)
+            out.append({"name": str(k), "value": text if len(text) <= 60 else text[:57] + "..."})
     return out
 
 
 def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed: int = 0,
-          profile: str = "lan", sets: list[str] | None = None) -> tuple[SimNetwork, dict[str, Path]]:
+          profile: str = "lan", sets: list[str] | None = None,
+          formats: tuple[str, ...] | None = None) -> tuple[SimNetwork, dict[str, Path]]:
     """Run protocol ``name`` (any registered protocol, on its ``tiny`` preset) with ``clients``
-    clients for ``rounds`` rounds on a traced SimNetwork and write the diagram, timeline and step
-    log to ``out``. ``sets``: ``key=value`` overrides of the protocol's configuration."""
+    clients for ``rounds`` rounds on a traced SimNetwork and write to ``out`` the ``formats``
+    (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
+    steps.log, ``png`` timeline.png when matplotlib is installed). ``sets``: ``key=value``
+    overrides of the protocol's configuration. Raises ``UsageError`` for an unknown protocol,
+    key or profile, or a bad value, before writing anything."""
     if name not in REGISTRY:
-        raise UsageError(f"cannot trace {name!r}; registered protocols: {', '.join(REGISTRY)}")
+        import difflib
+
+        close = difflib.get_close_matches(name, list(REGISTRY), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"cannot trace {name!r}{hint} (registered protocols: {', '.join(REGISTRY)})")
     if clients < 1 or rounds < 1:
         raise UsageError("--clients and --rounds must be at least 1")
+    formats = tuple(formats or FORMATS)
     spec = REGISTRY[name]
+    options = trace_options(name, sets or [])
     try:
         data, cfg = spec.tiny(clients, rounds, seed)
-        cfg = cfg.replace(**trace_options(name, sets or []))
+        cfg = cfg.replace(**options)
     except (ConfigError, ValueError) as exc:
         raise UsageError(f"{name}: {exc}") from None
-    net = SimNetwork(seed=seed, profile=profile, trace=True)
+    try:
+        net = TracingNetwork(seed=seed, profile=profile)
+    except NetworkConfigError as exc:
+        raise UsageError(str(exc)) from None
     spec.build(net, data, cfg)
     net.run()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"mermaid": out / "sequence.mmd", "svg": out / "timeline.svg", "log": out / "steps.log"}
-    paths["mermaid"].write_text(mermaid(net))
-    paths["svg"].write_text(timeline_svg(net))
-    paths["log"].write_text(step_log(net))
-    png = timeline_png(net, out / "timeline.png")
-    if png:
-        paths["png"] = png
+    paths: dict[str, Path] = {}
+    title = f"{name}: {clients} client{'s' if clients != 1 else ''}, {rounds} round{'s' if rounds != 1 else ''}, " \
+            f"profile {profile}, seed {seed}"
+    writers = {"html": ("trace.html", lambda: trace_html(net, title=title, summary=spec.summary)),
+               "mermaid": ("sequence.mmd", lambda: mermaid(net)),
+               "svg": ("timeline.svg", lambda: timeline_svg(net)),
+               "log": ("steps.log", lambda: step_log(net))}
+    for f in formats:
+        if f in writers:
+            fname, make = writers[f]
+            paths[f] = out / fname
+            paths[f].write_text(make(), encoding="utf-8")
+    if "png" in formats:
+        png = timeline_png(net, out / "timeline.png")
+        if png:
+            paths["png"] = png
     return net, paths
 
 
@@ -223,3 +298,284 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+# --------------------------------------------------------------------------------------------
+# the self-contained HTML page
+
+def _num_or_none(v: float) -> float | None:
+    return None if v != v else float(v)
+
+
+def trace_data(net: SimNetwork) -> dict:
+    """What the HTML page shows, as JSON-ready data: the participants (id, role), every message
+    (ledger row, payload fields when the network kept them) and every compute span."""
+    payloads = getattr(net, "payloads", {})
+    messages = []
+    for i, r in enumerate(net.ledger.records()):
+        messages.append({
+            "i": i, "round": int(r["round"]), "src": r["src"], "dst": r["dst"], "src_role": r["src_role"],
+            "dst_role": r["dst_role"], "kind": r["kind"], "bytes": int(r["bytes"]), "raw_bytes": int(r["raw_bytes"]),
+            "send": _num_or_none(r["send_time"]), "tx_start": _num_or_none(r["tx_start"]),
+            "tx_end": _num_or_none(r["tx_end"]), "rx_start": _num_or_none(r["rx_start"]),
+            "arrival": _num_or_none(r["arrival_time"]), "status": r["status"], "anonymous": bool(r["anonymous"]),
+            "read": bool(r["read"]), "note": r["note"], "payload": payloads.get(i, []),
+        })
+    nodes = [{"id": n, "role": net.ledger.roles.get(n, "")} for n in _participants(net)]
+    compute = [{"node": n, "start": s, "end": e, "label": lab} for n, s, e, lab in net.trace]
+    return {"nodes": nodes, "messages": messages, "compute": compute}
+
+
+_SEQ_COL, _SEQ_LEFT, _SEQ_TOP, _SEQ_ROW = 150, 90, 56, 30
+
+
+def _sequence_svg(data: dict) -> str:
+    nodes = [n["id"] for n in data["nodes"]]
+    anon = any(m["anonymous"] for m in data["messages"])
+    lanes = nodes + (["(anonymous)"] if anon else [])
+    x = {n: _SEQ_LEFT + i * _SEQ_COL for i, n in enumerate(lanes)}
+    rows: list[tuple[str, Any]] = []
+    last_round = None
+    for m in data["messages"]:
+        if m["round"] != last_round:
+            last_round = m["round"]
+            rows.append(("round", m["round"]))
+        rows.append(("msg", m))
+    height = _SEQ_TOP + _SEQ_ROW * (len(rows) + 1)
+    width = _SEQ_LEFT + _SEQ_COL * (len(lanes) - 1) + 90
+    e = _html.escape
+    out = [f'<svg id="sequence" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="11">',
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" markerHeight="9" '
+           'markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="context-stroke"/></marker></defs>']
+    roles = {n["id"]: n["role"] for n in data["nodes"]}
+    for n in lanes:
+        cls = "lane anon-lane" if n == "(anonymous)" else "lane"
+        out.append(f'<g class="{cls}"><rect x="{x[n] - 62}" y="6" width="124" height="34" rx="4" fill="#f3f3f3" '
+                   f'stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" font-weight="bold">{e(n)}</text>'
+                   f'<text x="{x[n]}" y="34" text-anchor="middle" fill="#555">'
+                   f'{e(roles.get(n, "sender hidden"))}</text>'
+                   f'<line x1="{x[n]}" y1="40" x2="{x[n]}" y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/></g>')
+    y = _SEQ_TOP
+    for kind, item in rows:
+        y += _SEQ_ROW
+        if kind == "round":
+            label = "setup" if item < 0 else f"round {item}"
+            out.append(f'<g class="round"><line x1="8" y1="{y - 12}" x2="{width - 8}" y2="{y - 12}" stroke="#ddd"/>'
+                       f'<text x="10" y="{y - 2}" fill="#777">{label}</text></g>')
+            continue
+        m = item
+        lost = m["status"] == "lost"
+        color = "#C44E52" if lost else "#4C72B0" if not m["anonymous"] else "#8172B2"
+        label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else "")
+        variants = [("true", m["src"])] + ([("hidden", "(anonymous)")] if m["anonymous"] else [])
+        out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">'
+                   f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
+                   f'fill="transparent"/>')
+        for variant, src in variants:
+            x1, x2 = x[src], x[m["dst"]]
+            if x1 == x2:
+                x2 = x1 + 40
+            cls = f"arrow-{variant}" if m["anonymous"] else ""
+            dash = ' stroke-dasharray="5,3"' if m["anonymous"] else ""
+            end = "" if lost else ' marker-end="url(#arrow)"'
+            xe = x1 + (x2 - x1) * (0.85 if lost else 1.0)
+            out.append(f'<g class="{cls}"><line x1="{x1}" y1="{y}" x2="{xe:.1f}" y2="{y}" stroke="{color}" '
+                       f'stroke-width="1.6"{dash}{end}/>')
+            if lost:
+                out.append(f'<text x="{xe:.1f}" y="{y + 4}" text-anchor="middle" fill="{color}" '
+                           f'font-weight="bold">✕</text>')
+            out.append(f'<text x="{(x1 + x2) / 2:.1f}" y="{y - 5}" text-anchor="middle" fill="#222">'
+                       f'{e(label)}</text></g>')
+        out.append("</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+_TL_COLORS = {"queueing": "#DD8452", "sending": "#4C72B0", "propagating": "#CCCCCC", "receiving": "#55A868",
+              "computing": "#C44E52"}
+
+
+def _timeline_html_svg(data: dict) -> str:
+    nodes = [n["id"] for n in data["nodes"]]
+    spans = []  # (node, start, end, kind, message index or -1)
+    for m in data["messages"]:
+        if m["send"] is not None and m["tx_start"] is not None and m["tx_start"] > m["send"]:
+            spans.append((m["src"], m["send"], m["tx_start"], "queueing", m["i"]))
+        if m["tx_start"] is not None and m["tx_end"] is not None:
+            spans.append((m["src"], m["tx_start"], m["tx_end"], "sending", m["i"]))
+        if m["status"] == "delivered" and m["rx_start"] is not None:
+            if m["tx_end"] is not None and m["rx_start"] > m["tx_end"]:
+                spans.append((m["dst"], m["tx_end"], m["rx_start"], "propagating", m["i"]))
+            spans.append((m["dst"], m["rx_start"], m["arrival"], "receiving", m["i"]))
+    for c in data["compute"]:
+        spans.append((c["node"], c["start"], c["end"], "computing", -1))
+    t_end = max([s[2] for s in spans if s[2] is not None] + [1e-9])
+    width, left, lane_h, top = 960, 150, 30, 24
+    height = top + lane_h * len(nodes) + 34
+    sx = (width - left - 16) / t_end
+    y = {n: top + i * lane_h for i, n in enumerate(nodes)}
+    e = _html.escape
+    out = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}">',
+           f'<text x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
+    for n in nodes:
+        out.append(f'<text x="4" y="{y[n] + 17}">{e(n)}</text>'
+                   f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 10}" y2="{y[n] + 26}" stroke="#eee"/>')
+    for node, s, t, kind, i in spans:
+        if node not in y or s is None or t is None:
+            continue
+        w = max((t - s) * sx, 0.8)
+        h = 8 if kind == "propagating" else 18
+        yy = y[node] + (11 if kind == "propagating" else 6)
+        side = "src" if kind in ("queueing", "sending") else "dst"
+        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
+                   f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
+                   f'</title></rect>')
+    out.append(f'<line id="cursor" x1="{left}" y1="{top - 4}" x2="{left}" y2="{height - 30}" stroke="#000" '
+               f'stroke-width="1" visibility="hidden"/>')
+    lx = left
+    for kind, col in _TL_COLORS.items():
+        out.append(f'<rect x="{lx}" y="{height - 20}" width="12" height="12" fill="{col}"/>'
+                   f'<text x="{lx + 16}" y="{height - 10}">{kind}</text>')
+        lx += 110
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _human_size(n: float) -> str:
+    from ..experiment import human_bytes
+
+    return human_bytes(n)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>fedsim trace: __TITLE__</title>
+<style>
+body { font-family: sans-serif; margin: 16px 24px; color: #222; }
+h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 6px 0; }
+.sub { color: #555; margin-bottom: 10px; }
+#controls { position: sticky; top: 0; background: #fff; padding: 8px 0; border-bottom: 1px solid #ddd; z-index: 2; }
+#controls button { font-size: 14px; padding: 4px 12px; margin-right: 6px; }
+#step { display: inline-block; min-width: 180px; font-weight: bold; }
+#panel { border: 1px solid #ccc; border-radius: 6px; padding: 8px 12px; margin-top: 8px; background: #fafafa; }
+#panel table { border-collapse: collapse; margin-top: 6px; }
+#panel td, #panel th { border: 1px solid #ddd; padding: 2px 8px; text-align: left; font-size: 13px; }
+.scroll { overflow-x: auto; }
+.msg { cursor: pointer; }
+.msg.current line { stroke-width: 2.8; }
+.msg.current text { font-weight: bold; }
+.msg.current rect.hit { fill: #fff3c4; }
+body:not(.reveal) .arrow-true { display: none; }
+body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
+.span.dim { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
+.hidden-sender { color: #8172B2; font-style: italic; }
+</style></head>
+<body>
+<h1>fedsim trace: __TITLE__</h1>
+<div class="sub">__SUMMARY__ · __COUNT__ messages, __BYTES__ on the wire. Step through the messages with the
+buttons, the arrow keys, or a click on an arrow.</div>
+<div id="controls">
+<button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button>
+<span id="step"></span>
+<label><input type="checkbox" id="reveal"> reveal anonymous senders (the simulator's view)</label>
+<div id="panel"></div>
+</div>
+<h2>Sequence of messages</h2>
+<div class="scroll">__SEQUENCE__</div>
+<h2>Timeline of every node (simulated time)</h2>
+<div class="scroll">__TIMELINE__</div>
+<script id="trace-data" type="application/json">__DATA__</script>
+<script>
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("trace-data").textContent);
+  var msgs = data.messages, idx = -1;
+  function size(n) {
+    if (n < 1000) return n + " B";
+    var u = ["KB", "MB", "GB", "TB"], i = -1;
+    do { n /= 1000; i++; } while (n >= 999.5 && i < u.length - 1);
+    return n.toPrecision(3).replace(/\\.0+$|(\\.\\d*?)0+$/, "$1") + " " + u[i];
+  }
+  function ms(t) { return t === null ? "-" : (t * 1000).toFixed(3) + " ms"; }
+  function esc(s) { return String(s).replace(/[&<>"]/g, function (c) {
+    return {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\"": "&quot;"}[c]; }); }
+  function reveal() { return document.body.classList.contains("reveal"); }
+  function sender(m) {
+    if (m.anonymous && !reveal())
+      return '<span class="hidden-sender" id="sender">hidden: sent anonymously, ' + esc(m.dst) +
+             ' does not learn who sent it</span>';
+    return '<span id="sender">' + esc(m.src) + " (" + esc(m.src_role) + ")" +
+           (m.anonymous ? " (anonymous to the receiver)" : "") + "</span>";
+  }
+  function render() {
+    var step = document.getElementById("step"), panel = document.getElementById("panel");
+    document.querySelectorAll(".msg.current").forEach(function (g) { g.classList.remove("current"); });
+    document.querySelectorAll(".span").forEach(function (r) { r.classList.remove("dim", "hl"); });
+    var cursor = document.getElementById("cursor");
+    if (idx < 0) {
+      step.textContent = "before the first message (" + msgs.length + " messages)";
+      panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
+      cursor.setAttribute("visibility", "hidden");
+      return;
+    }
+    var m = msgs[idx];
+    step.textContent = "message " + (idx + 1) + " of " + msgs.length;
+    var g = document.getElementById("m" + m.i);
+    if (g) { g.classList.add("current"); }
+    var rows = m.payload.map(function (f) {
+      return "<tr><td>" + esc(f.name) + "</td><td>" + (f.shape ? esc(f.dtype) + "[" + f.shape.join(" × ") + "]" : "") +
+             "</td><td>" + (f.shape ? size(f.bytes) : esc(f.value)) + "</td></tr>";
+    }).join("");
+    var fate = m.status === "lost" ? "<b>lost</b> (" + esc(m.note) + ")" :
+               "arrived " + ms(m.arrival) + (m.read ? "" : ", never read");
+    panel.innerHTML =
+      '<div><b id="kind">' + esc(m.kind) + "</b> · " + (m.round < 0 ? "setup" : "round " + m.round) + "</div>" +
+      "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
+      '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
+      "<div>sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end) + ", " + fate + "</div>" +
+      '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
+    document.querySelectorAll(".span").forEach(function (r) {
+      var k = Number(r.getAttribute("data-msg"));
+      var hide = m.anonymous && !reveal() && r.getAttribute("data-side") === "src";  // would show the sender
+      if (k === m.i && !hide) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
+    });
+    var tl = document.getElementById("timeline");
+    var x = Number(tl.getAttribute("data-t0")) + (m.send || 0) * Number(tl.getAttribute("data-scale"));
+    cursor.setAttribute("x1", x); cursor.setAttribute("x2", x); cursor.setAttribute("visibility", "visible");
+    if (g && g.scrollIntoView) g.scrollIntoView({block: "nearest"});
+  }
+  function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
+  document.getElementById("next").addEventListener("click", function () { go(idx + 1); });
+  document.getElementById("prev").addEventListener("click", function () { go(idx - 1); });
+  document.getElementById("reveal").addEventListener("change", function (ev) {
+    document.body.classList.toggle("reveal", ev.target.checked); render(); });
+  document.addEventListener("keydown", function (ev) {
+    if (ev.key === "ArrowRight" || ev.key === "ArrowDown") { go(idx + 1); ev.preventDefault(); }
+    if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") { go(idx - 1); ev.preventDefault(); }
+  });
+  document.querySelectorAll(".msg").forEach(function (g) {
+    g.addEventListener("click", function () { go(Number(g.getAttribute("data-i"))); });
+  });
+  render();
+})();
+</script>
+</body></html>
+"""
+
+
+def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
+    """The trace as one self-contained HTML page (see the module docstring): everything inline,
+    nothing fetched, so the file works offline and can be mailed around."""
+    data = trace_data(net)
+    total = sum(m["bytes"] for m in data["messages"])
+    blob = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the data block
+    page = _PAGE
+    for key, value in (("__TITLE__", _html.escape(title)), ("__SUMMARY__", _html.escape(summary)),
+                       ("__COUNT__", str(len(data["messages"]))), ("__BYTES__", _human_size(total)),
+                       ("__SEQUENCE__", _sequence_svg(data)), ("__TIMELINE__", _timeline_html_svg(data)),
+                       ("__DATA__", blob)):
+        page = page.replace(key, value)
+    return page

@@ -1,0 +1,13 @@
+"""Attacks that read only what an adversary sees (``fedsim.privacy.views``)."""
+
+from .base import Attack, AttackRun, run_attack
+from .fedrec import ImpliedRatings, Intersection, SgdChain, SvdppODelta, fedrec_attacks
+from .fedrecpp import NoiseLinking, NoiseMatching
+from .imia import IMIA
+from .implicit import FCFLine, FPLNeverNegative, FPLSign, PersonalFRIndices
+from .size import SizeOnly, score_sizes
+
+__all__ = [
+    "Attack", "AttackRun", "FCFLine", "IMIA", "SizeOnly", "score_sizes", "FPLNeverNegative", "FPLSign", "ImpliedRatings", "Intersection", "NoiseLinking",
+    "NoiseMatching", "PersonalFRIndices", "SgdChain", "SvdppODelta", "fedrec_attacks", "run_attack",
+]

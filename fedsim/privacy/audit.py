@@ -1,0 +1,164 @@
+"""Running a protocol under observation, and scoring attacks on what was observed.
+
+``capture`` runs one registered protocol on a network with a ``Recorder`` as its tap and returns
+a ``Capture``: the recording, what is public about the run, the ground truth (each client's true
+item set, from the training data: never shown to an attack) and the protocol's ``Result`` (its
+accuracy and its ledger, for the costs). ``evaluate`` runs attacks on a capture through their
+declared views and scores them (``fedsim.privacy.metrics``); ``score_links`` scores a linking
+attack against the ledger's true senders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from ..kernel import SimNetwork
+from ..kernel.ledger import SEQ, SRC
+from ..protocols import REGISTRY
+from ..protocols.common import client_names
+from .attacks.base import Attack, AttackRun, run_attack
+from .metrics import score_inference
+from .record import Recorder
+from .views import Public, ref_of
+
+__all__ = ["Capture", "attack_capture", "capture", "known_answer_ratings", "score_links", "truth_of", "view_key"]
+
+
+@dataclass
+class Capture:
+    """One observed protocol run: ``protocol``, ``config``, ``recorder`` (the tap's recording),
+    ``public``, ``truth`` (client id -> true item set; for the audit, never for attacks),
+    ``result`` (the protocol's ``Result``), ``network`` (the network it ran on), ``wall_s``
+    (seconds the run took), ``seed`` and ``label`` (with the seed, what keys the references)."""
+
+    protocol: str
+    config: Any
+    recorder: Recorder
+    public: Public
+    truth: dict[str, np.ndarray]
+    result: Any
+    network: Any
+    wall_s: float
+    seed: int = 0
+    label: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> bytes:
+        """The key of this capture's opaque message references (``view_key``)."""
+        return view_key(self.seed, self.label or self.protocol)
+
+
+def view_key(seed: int, label: str) -> bytes:
+    """The key of the views' opaque message references for one capture (derived from its seed:
+    runs stay reproducible; attacks never receive it)."""
+    return hashlib.blake2b(f"fedsim.privacy:{seed}:{label}".encode(), digest_size=16).digest()
+
+
+def truth_of(protocol: str, data, job) -> dict[str, np.ndarray]:
+    """Each client's true item set: the items of its user (its users, for PersonalFR and
+    FedAvg-AE) in the training ``data``."""
+    csr = data.by_user()
+    rows = [np.asarray(csr.row_indices(u), dtype=np.int64) for u in range(int(data.n_users))]
+    groups = getattr(job, "groups", None)
+    if groups is not None:
+        return {name: np.unique(np.concatenate([rows[u] for u in g])) if len(g) else np.empty(0, np.int64)
+                for name, g in zip(job.clients, groups)}
+    return {name: rows[u] for u, name in enumerate(client_names(int(data.n_users)))}
+
+
+def capture(protocol: str, data, config, *, net=None, seed: int = 0, rounds: Iterable[int] | None = None,
+            nodes: Iterable[str] | None = None, kinds: Iterable[str] | None = None, test=None,
+            build_kw: Mapping[str, Any] | None = None) -> Capture:
+    """Run ``protocol`` (a registry name) on ``data`` with ``config`` on ``net`` (default: an
+    ideal ``SimNetwork`` seeded ``seed``) with a ``Recorder`` that keeps the payloads of
+    ``rounds``, ``kinds`` and ``nodes`` (None: all; see ``Recorder``). Returns a ``Capture``.
+    Raises what the run raises."""
+    spec = REGISTRY[protocol]
+    net = SimNetwork(seed=seed) if net is None else net
+    rec = Recorder(rounds=rounds, kinds=kinds, nodes=nodes).attach(net)
+    t0 = time.perf_counter()
+    job = spec.build(net, data, config, test=test, **dict(build_kw or {}))
+    result = job.collect(net.run())
+    wall = time.perf_counter() - t0
+    clients = tuple(job.clients)
+    public = Public(protocol, config, "server", clients, int(data.n_items))
+    return Capture(protocol, config, rec, public, truth_of(protocol, data, job), result, net, wall, seed)
+
+
+def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterable[str] | None = None):
+    """Run ``attack`` on ``cap`` (through its declared view, up to ``rounds``) and score it:
+    returns ``(AttackRun, rows)`` with one ``score_inference`` row per target (default: every
+    client with a non-empty true set; for a linking attack, one row per anonymous message it
+    could link, see ``score_links``)."""
+    run = run_attack(attack, cap.recorder, cap.public, rounds=rounds, key=cap.key)
+    if attack.about == "links":
+        return run, score_links(run, cap, rounds=rounds)
+    tg = list(targets) if targets is not None else None
+    return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
+
+
+def score_links(run: AttackRun, cap: Capture, kind: str = "noise", rounds=None) -> list[dict]:
+    """One row per delivered message of ``kind`` in ``rounds`` (as ``build_view`` reads it: up to
+    that round, or in that set; None: all): ``correct`` (1 if the attack's guessed sender is the
+    true one, from the ledger), ``candidates`` (how many senders uploaded to the server in that
+    round: the random-guess baseline is their inverse) and ``linked`` (1 if it named a sender)."""
+    from ..kernel.ledger import DST_ROLE, KIND, ROUND, STATUS
+
+    truth: dict[int, tuple] = {}
+    uploads: dict[int, int] = {}
+    if rounds is None:
+        keep = None
+    elif isinstance(rounds, int):
+        keep = range(-(1 << 30), int(rounds) + 1)
+    else:
+        keep = set(int(r) for r in rounds)
+    for row, _, net in cap.recorder.entries:
+        if keep is not None and row[ROUND] not in keep:
+            continue
+        if row[KIND] == kind and row[STATUS] == "delivered":
+            truth[ref_of((int(net) << 40) | row[SEQ], cap.key)] = (row[SRC], row[ROUND])
+        elif row[KIND] == "gradients" and row[DST_ROLE] == "server" and row[STATUS] == "delivered":
+            uploads[row[ROUND]] = uploads.get(row[ROUND], 0) + 1
+    rows = []
+    for ref, (src, rnd) in truth.items():
+        guess = run.inference.get(ref)
+        n = uploads.get(rnd, 0)
+        rows.append({"target": src, "round": rnd, "correct": float(guess == src), "linked": float(guess is not None),
+                     "candidates": float(n), "correct_rand": 1.0 / n if n else 0.0})
+    return rows
+
+
+def known_answer_ratings(n_users: int = 20, n_items: int = 90, per_user: tuple[int, int] = (24, 30), seed: int = 0):
+    """Explicit ``Ratings`` whose answers the FedRec attacks know by construction: every user
+    rates between ``per_user`` items (more than the latent dimensions of the test presets, so the
+    hybrid-filling check has enough sampled items) with integer ratings 1..5 whose mean is not an
+    integer (so user averaging never gives a sampled item an integer rating). Seeded."""
+    from ..data import Ratings
+
+    rng = node_rng_for(seed)
+    users, items, values = [], [], []
+    for u in range(int(n_users)):
+        k = int(rng.integers(per_user[0], per_user[1] + 1))
+        its = np.sort(rng.choice(int(n_items), size=k, replace=False))
+        r = rng.integers(1, 6, size=k).astype(np.float64)
+        if float(r.mean()).is_integer():
+            # move one rating by one level (or from 5 to 1): the mean moves by 1/k or -4/k, and with
+            # k > 4 items it is no longer an integer
+            r[0] = 1.0 + (r[0] % 5)
+        users.append(np.full(k, u))
+        items.append(its)
+        values.append(r)
+    return Ratings(np.concatenate(users), np.concatenate(items), np.concatenate(values).astype(np.float32),
+                   n_users=int(n_users), n_items=int(n_items), name="privacy-known-answer")
+
+
+def node_rng_for(seed: int):
+    from ..seeding import node_rng
+
+    return node_rng(int(seed), "privacy:known-answer")

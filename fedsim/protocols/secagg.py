@@ -1,0 +1,103 @@
+"""Secure aggregation as actor steps, shared by the protocols that offer it as a defence (FedRec's
+batch PMF, FPL, FedRec++'s noise): the key exchange and the masked dense upload. The arithmetic is
+``fedsim.math.secagg``; docs/privacy.md says what it hides and what it costs.
+
+Key exchange (once, before training), relayed by the server as in Bonawitz et al.:
+
+    client -> server   ``keys``   {pub}           one Diffie-Hellman public key (toy 61-bit group)
+    server -> clients  ``peers``  {pubs: uint64[n]} every client's public key (0: none received)
+
+A client draws its secret from a generator *spawned* from ``ctx.rng`` (spawning does not advance
+the parent stream), so a run with secure aggregation makes the same random draws as one
+without. Each round, a participant uploads its vector as one ``uint64`` array (fixed point plus
+pairwise masks with its ring neighbours among the round's participants); the receiver adds them
+modulo 2^64 and decodes the exact sum. A missing upload leaves the masks of its neighbours
+uncancelled: the receiver cannot decode that round (no dropout recovery here).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..math import secagg
+from .common import SERVER
+
+__all__ = ["MaskingKeys", "client_keys", "dense_rows", "server_relay_keys"]
+
+
+async def server_relay_keys(ctx, clients: Sequence[str], deadline: float | None = None,
+                            senders: Sequence[str] | None = None) -> np.ndarray:
+    """Gather one ``keys`` message from each of ``senders`` (default: ``clients``; up to
+    ``deadline``) and broadcast ``peers`` {pubs} to them: the public keys in the index order of
+    ``clients`` (0 for a client not heard from). Returns the public keys."""
+    senders = list(clients) if senders is None else list(senders)
+    got = await ctx.gather("keys", senders=senders, timeout=deadline)
+    index = {c: i for i, c in enumerate(clients)}
+    pubs = np.zeros(len(clients), dtype=np.uint64)
+    for m in got:
+        pubs[index[m.sender]] = np.uint64(int(m.payload["pub"]))
+    await ctx.broadcast(senders, "peers", {"pubs": pubs})
+    return pubs
+
+
+async def client_keys(ctx, me: int, k: int) -> "MaskingKeys":
+    """Send this client's public key to the server and wait for ``peers``; returns its
+    ``MaskingKeys`` (``me``: its index among the clients; ``k``: ring neighbours per round)."""
+    rng = ctx.rng.spawn(1)[0]
+    secret = secagg.dh_secret(rng)
+    await ctx.send(SERVER, "keys", {"pub": secagg.dh_public(secret)})
+    msg = await ctx.receive("peers")
+    return MaskingKeys(me, secret, np.asarray(msg.payload["pubs"], dtype=np.uint64), int(k))
+
+
+class MaskingKeys:
+    """A client's view of the key exchange: its index ``me``, its secret, everyone's public keys
+    and ``k``, the ring neighbours it masks with among a round's participants."""
+
+    __slots__ = ("me", "secret", "pubs", "k", "_shared", "_members")
+
+    def __init__(self, me: int, secret: int, pubs: np.ndarray, k: int) -> None:
+        self.me = int(me)
+        self.secret = int(secret)
+        self.pubs = pubs
+        self.k = int(k)
+        self._shared: dict[int, int] = {}
+        self._members: np.ndarray | None = None
+
+    def keys_for(self, members: Sequence[int]) -> dict[int, int]:
+        """Shared keys with this client's ring neighbours among ``members`` (client indices in
+        the order every participant uses: ascending; those without a public key left out)."""
+        ms = np.asarray(members, dtype=np.int64)
+        ms = ms[(self.pubs[ms] != 0) | (ms == self.me)]
+        out = {}
+        for v in secagg.ring_neighbours(ms, self.me, self.k):
+            v = int(v)
+            if v not in self._shared:
+                self._shared[v] = secagg.dh_shared(self.secret, int(self.pubs[v]))
+            out[v] = self._shared[v]
+        return out
+
+    def upload(self, x: np.ndarray, members: Sequence[int], rnd: int) -> np.ndarray:
+        """The masked fixed-point upload of ``x`` for round ``rnd`` among ``members``."""
+        return secagg.masked_upload(x, self.me, self.keys_for(members), rnd)
+
+    def members(self) -> np.ndarray:
+        """Every client index with a public key (ascending)."""
+        if self._members is None:
+            self._members = np.flatnonzero(self.pubs)
+        return self._members
+
+
+def dense_rows(n_items: int, width: int, items: np.ndarray, rows: np.ndarray, counts: bool = False) -> np.ndarray:
+    """A flat float64 vector of ``n_items x width`` (item-major) with ``rows`` added at ``items``
+    (duplicates summed), followed, with ``counts``, by ``n_items`` entries counting each item's
+    rows: what a client masks and uploads instead of its sparse rows."""
+    out = np.zeros(n_items * width + (n_items if counts else 0))
+    dense = out[: n_items * width].reshape(n_items, width)
+    items = np.asarray(items, dtype=np.int64)
+    np.add.at(dense, items, np.asarray(rows, dtype=np.float64))
+    if counts:
+        np.add.at(out[n_items * width:], items, 1.0)
+    return out

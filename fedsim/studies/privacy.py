@@ -1,0 +1,284 @@
+"""The privacy audit study: every protocol run under observation, every attack that applies run
+through its declared view, scored against the true item sets, beside the run's accuracy and its
+costs from the ledger (docs/privacy.md; the scenario is ``scenarios/privacy_audit.py``).
+
+A grid point is an ``AuditTask``: one protocol configuration (a defence is a configuration), the
+data, the rounds whose payloads are recorded, the attacks to run (``AttackSpec``: an attack name,
+its parameters and the rounds its view covers). ``run_task`` (picklable, for worker processes)
+runs the protocol with a ``Recorder`` on the network the run's ``NetSpec`` describes, runs the
+attacks, and returns plain rows:
+
+``leakage``  one row per (task, attack, rounds observed): precision, recall, F1, AUC, exact
+             recovery (means over the users the adversary saw upload, 95 % intervals) and the
+             random-guess baseline at the same set size, with the per-user scores (``scored``,
+             to pool seeds); the run's accuracy; bytes per client (everything but evaluation
+             traffic, from the ledger); protocol and attack seconds.
+``sizes``    the size-only observer per task: exact |I_u| recoveries, median relative error, rank
+             correlation.
+``links``    the network observer of FedRec++'s anonymous channel: share of noise messages linked
+             to their true sender, against one over the number of uploads of that round.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..kernel import NetSpec, network_record
+from ..protocols import REGISTRY
+from ..protocols.common import client_names
+from ..privacy.attacks import (
+    IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
+    PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes,
+)
+from ..privacy.attacks.base import run_attack
+from ..privacy.audit import Capture, score_links, truth_of
+from ..privacy.metrics import score_inference, summarize
+from ..privacy.record import Recorder
+from ..privacy.views import Public
+from ..seeding import node_rng
+
+__all__ = ["ATTACKS", "AttackSpec", "AuditTask", "FoldData", "SplitData", "UPLOAD_KINDS", "client_costs", "run_task"]
+
+ATTACKS = {
+    "implied_ratings": ImpliedRatings, "sgd_chain": SgdChain, "svdpp_odelta": SvdppODelta,
+    "intersection": Intersection, "noise_matching": NoiseMatching, "noise_linking": NoiseLinking,
+    "fpl_sign": FPLSign, "fpl_never_negative": FPLNeverNegative, "fcf_line": FCFLine,
+    "personalfr_indices": PersonalFRIndices, "imia": IMIA, "size_only": SizeOnly,
+}
+UPLOAD_KINDS = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
+                "fcf": ("gradients",), "personalfr": ("indices",)}
+
+
+@dataclass(frozen=True)
+class AttackSpec:
+    """One attack of a task: ``name`` (a key of ``ATTACKS``), ``kw`` (its parameters),
+    ``rounds`` (the view's rounds: a tuple; None: every recorded round) and ``window`` (a label
+    for the table, e.g. "1 round")."""
+
+    name: str
+    kw: tuple = ()
+    rounds: tuple | None = None
+    window: str = "all"
+
+    def build(self):
+        return ATTACKS[self.name](**dict(self.kw))
+
+
+@dataclass(frozen=True)
+class AuditTask:
+    """One grid point. ``setting``: the table's description of it; ``config``: the protocol's
+    Config; ``data``: training ``Ratings`` (FPL and FCF: an ``ImplicitSplit``); ``test``:
+    ``(users, items, ratings)`` for FedRec's RMSE; ``net``: the ``NetSpec``; ``observe``: rounds
+    whose payloads are recorded (None: all); ``targets``: record only this many clients' payloads
+    (a seeded sample; None: all); ``epochs``: networks to run in turn (FPL epochs; each resumes the
+    previous one); ``checkpoints``: epochs after which the attacks are scored again (rounds
+    observed so far)."""
+
+    label: str
+    protocol: str
+    setting: dict
+    config: Any
+    data: Any  # Ratings, an ImplicitSplit, or a picklable recipe (FoldData, SplitData)
+    test: Any
+    seed: int
+    net: Any
+    observe: tuple | None
+    targets: int | None
+    attacks: tuple
+    epochs: int = 1
+    checkpoints: tuple = ()
+    ledger_dir: str | None = None
+    build_kw: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FoldData:
+    """A task's explicit data as a picklable ``Fold`` (``Ratings`` are not picklable): ``load()``
+    gives ``(training Ratings, test (users, items, ratings))``."""
+
+    fold: Any
+
+    def load(self):
+        return self.fold.train_ratings(), self.fold.test
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """A task's implicit data as the recipe of its ``ImplicitSplit``: ``resolve(spec)`` then
+    ``prepare(**kw)`` (deterministic), rebuilt in the worker process and cached there."""
+
+    spec: str
+    kw: tuple = ()
+
+    def load(self):
+        return _split(self.spec, self.kw), None
+
+
+_SPLITS: dict = {}
+
+
+def _split(spec: str, kw: tuple):
+    key = (spec, kw)
+    if key not in _SPLITS:
+        from ..data import resolve
+        from .fpl import prepare
+
+        _SPLITS[key] = prepare(resolve(spec), **dict(kw))
+    return _SPLITS[key]
+
+
+def client_costs(ledgers: list, n_clients: int, skip_kinds: tuple) -> dict[str, float]:
+    """Bytes per client over ``ledgers`` (everything but ``skip_kinds``): ``up_bytes`` sent by
+    clients (every node but the server), ``down_bytes`` delivered to them, ``messages`` per
+    client, and ``server_bytes`` (received by the server)."""
+    up = down = msgs = srv = 0
+    for led in ledgers:
+        v = led.select(exclude_kinds=skip_kinds)
+        t_up = v.select(src=[n for n in led.roles if n != "server"]).totals()
+        t_down = v.select(fate="delivered", dst=[n for n in led.roles if n != "server"]).totals()
+        t_srv = v.select(fate="delivered", dst="server").totals()
+        up += t_up.wire_bytes
+        down += t_down.wire_bytes
+        msgs += t_up.messages + t_down.messages
+        srv += t_srv.wire_bytes
+    n = max(int(n_clients), 1)
+    return {"up_bytes": up / n, "down_bytes": down / n, "bytes_per_client": (up + down) / n,
+            "messages_per_client": msgs / n, "server_in_bytes": float(srv)}
+
+
+def _targets(task: AuditTask, clients: list[str]) -> frozenset | None:
+    if task.targets is None or task.targets >= len(clients):
+        return None
+    pick = node_rng(task.seed, "privacy:targets").choice(len(clients), size=int(task.targets), replace=False)
+    return frozenset(clients[i] for i in sorted(pick))
+
+
+def _observed(cap: Capture, rounds) -> list[str]:
+    """The clients the server saw upload (any upload kind of the protocol) in ``rounds``."""
+    from ..kernel.ledger import DST, KIND, ROUND, SRC, STATUS
+
+    kinds = set(UPLOAD_KINDS.get(cap.protocol, ()))
+    allowed = None if rounds is None else set(rounds)
+    seen = set()
+    for row, *_ in cap.recorder.entries:
+        if row[DST] == "server" and row[KIND] in kinds and row[STATUS] == "delivered":
+            if allowed is None or row[ROUND] in allowed:
+                seen.add(row[SRC])
+    return sorted(seen)
+
+
+def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
+    if task.protocol in ("fedrec", "fedrecpp"):
+        if task.test is None or result.model is None:
+            return "rmse", math.nan
+        if result.model.diverged_at is not None:
+            return "rmse", math.nan
+        return "rmse", float(result.model.evaluate(*task.test)[1])
+    if task.protocol in ("fpl", "fcf") and hasattr(task.data, "evaluate"):
+        from ..math.bpr import bpr_scores
+
+        if task.protocol == "fpl":
+            th = result.params["theta"].astype(np.float64)
+            d = th.shape[1] - 1
+            scores = bpr_scores(result.params["P"], th[:, :d], th[:, d])
+        else:
+            scores = result.params["P"] @ result.params["Q_sent"].T
+        return "p@10", float(task.data.evaluate(scores)["test"]["p"])
+    return "", math.nan
+
+
+def run_task(task: AuditTask) -> dict:
+    """Run one ``AuditTask`` (module docstring); returns ``{"rows", "sizes", "links", "records",
+    "info"}`` of plain data."""
+    spec = REGISTRY[task.protocol]
+    netspec = NetSpec.of(task.net)
+    if hasattr(task.data, "load"):  # a picklable recipe (worker processes)
+        loaded, test = task.data.load()
+        task = replace(task, data=loaded, test=test if test is not None else task.test)
+    data = task.data.train if hasattr(task.data, "train") else task.data
+    n_users = int(data.n_users)
+    names = client_names(n_users)
+    rec = None
+    records, ledgers = [], []
+    t0 = time.perf_counter()
+    result, resume, job, last_net = None, None, None, None
+    epoch_rounds: list[int] = []
+    for e in range(task.epochs):
+        net = netspec.build(task.seed if task.epochs == 1 else _epoch_seed(task.seed, e))
+        if rec is None:
+            tg = _targets(task, names)
+            # runs recorded whole (FPL): every update, but each client's first model only (what
+            # the reference attack needs: its first upload); a model per round would cost GBs
+            first = ("model",) if task.observe is None and task.protocol == "fpl" else ()
+            rec = Recorder(rounds=task.observe, nodes=None if tg is None else tg | {"server"}, first_only=first)
+        rec.attach(net)
+        kw = dict(task.build_kw)
+        if resume is not None:
+            kw["resume"] = resume
+        job = spec.build(net, data, task.config, **kw)
+        result = job.collect(net.run())
+        resume = result
+        ledgers.append(net.ledger)
+        epoch_rounds.append(max(net.ledger.rounds(), default=-1))
+        records.append(network_record(net, task.ledger_dir, f"{task.label}-e{e}" if task.epochs > 1 else task.label))
+        last_net = net
+    run_s = time.perf_counter() - t0
+    public = Public(task.protocol, task.config, "server", tuple(job.clients), int(data.n_items))
+    cap = Capture(task.protocol, task.config, rec, public, truth_of(task.protocol, data, job), result, last_net,
+                  run_s, task.seed, task.label)
+    metric, acc = _accuracy(task, result)
+    costs = client_costs(ledgers, len(job.clients), spec.kinds_for("evaluation"))
+    sim_s = float(sum(r["sim_time"] for r in records))
+    base = {**task.setting, "accuracy_metric": metric, "accuracy": acc, **costs, "run_s": run_s, "sim_s": sim_s}
+    base["T"] = int(getattr(task.config, "T", getattr(task.config, "rounds", 0)))
+    if task.epochs > 1:
+        base["T"] = task.epochs  # FPL: epochs
+    rows, sizes, links = [], [], []
+    views: dict = {}  # attacks of the same adversary over the same rounds share one view
+    checkpoints = task.checkpoints or (task.epochs,)
+    for spec_a in task.attacks:
+        for cp in checkpoints:
+            rounds = spec_a.rounds
+            window = spec_a.window
+            if task.epochs > 1:
+                upto = epoch_rounds[cp - 1]
+                rounds = tuple(r for r in range(-1, upto + 1)) if rounds is None else tuple(r for r in rounds
+                                                                                           if r <= upto)
+                window = f"{cp} epoch" + ("s" if cp > 1 else "")
+            elif len(checkpoints) > 1:
+                continue
+            attack = spec_a.build()
+            run = run_attack(attack, rec, public, rounds=rounds, key=cap.key, views=views)
+            common = {**base, "attack": attack.name, "adversary": attack.view.label, "window": window,
+                      "attack_s": run.seconds, "view_messages": run.messages, "unrecorded": run.unrecorded}
+            if attack.about == "links":
+                lr = score_links(run, cap, rounds=rounds)
+                links.append({**common, "messages": len(lr),
+                              "link_accuracy": float(np.mean([r["correct"] for r in lr])) if lr else math.nan,
+                              "link_rand": float(np.mean([r["correct_rand"] for r in lr])) if lr else math.nan})
+                continue
+            if attack.about == "sizes":
+                sizes.append({**common, **score_sizes(run.inference, cap.truth,
+                                                      of_size=task.protocol not in ("fpl", "fcf"))})
+                continue
+            population = _observed(cap, rounds)
+            if attack.name == "imia" and attack.max_users is not None:
+                population = [u for u in population if u in run.inference]
+            scored = score_inference(run.inference, cap.truth, public.n_items, population)
+            for r in scored:
+                r["seed"] = task.seed
+            rows.append({**common, **summarize(scored), "scored": scored})
+    return {"rows": rows, "sizes": sizes, "links": links, "records": records,
+            "info": {"label": task.label, "run_s": run_s, "diverged": getattr(result.model, "diverged_at", None)
+                     if result is not None and result.model is not None else None}}
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    from .fpl import epoch_seed
+
+    return epoch_seed(seed, epoch)

@@ -1,0 +1,234 @@
+"""Independent tasks (grid points) as Ray tasks: the ``ray`` backend of ``fedsim sweep``.
+
+Ray is an optional extra (``pip install 'fedsim-rec[ray]'``); nothing here imports it before a
+:class:`RaySession` starts. A session either starts a local Ray instance (``address=None``:
+``ray.init(address="local")`` with ``cpus`` CPUs, no dashboard; it is shut down, every process it
+started included, when the session ends) or connects to an existing cluster (``address``: what
+``ray.init`` takes, ``HOST:PORT`` of a head node or ``ray://HOST:10001``; the session only
+disconnects). A Ray that the caller initialised already is used as it is and left running.
+
+On a cluster the workers import the driver's fedsim, not whatever is installed there: the session
+stages a copy of the driver's ``fedsim`` package (stamped with its git revision, as a built
+package is) and hands it to Ray as a ``py_modules`` runtime environment, which Ray uploads once
+and puts first on every worker's path. The cluster's Python must be the driver's minor version
+(Ray requires it) and have fedsim's dependencies (numpy, msgpack, tqdm; matplotlib for plots).
+
+:func:`ray_map` runs ``fn`` on each task as a Ray task of one CPU and hands each result to the
+driver as it arrives. Ctrl-C (KeyboardInterrupt in the driver) cancels every task: queued ones
+at once, running ones first by Ray's KeyboardInterrupt in the task (``ray.cancel``), then, after
+:data:`STOP_GRACE` seconds, by killing their worker processes (``force=True``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..experiment import UsageError
+
+__all__ = ["RAY_MISSING", "RaySession", "STOP_GRACE", "ray_available", "ray_map"]
+
+RAY_MISSING = ("--backend ray needs Ray, which is not installed: pip install 'fedsim-rec[ray]' "
+               "(or pip install ray)")
+STOP_GRACE = 3.0  # seconds running tasks get to leave after ray.cancel before their workers are killed
+POLL = 0.25  # seconds between looks at the running tasks (so Ctrl-C is seen promptly)
+
+
+def ray_available() -> bool:
+    """Whether Ray can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+class RaySession:
+    """A connection to Ray for the duration of a ``with`` block (see the module docstring).
+
+    ``cpus``: the CPUs of a local instance (default one per core; ignored with ``address``).
+    ``log_to_driver``: forward the workers' stdout and stderr to this process. Entering blocks
+    until Ray is up (a local instance takes seconds to start: ``startup_s`` says how many) and
+    raises ``UsageError`` when Ray is not installed or the address cannot be reached; leaving
+    shuts down what the session started (``shutdown_s``) or disconnects.
+    """
+
+    def __init__(self, address: str | None = None, *, cpus: int | None = None, log_to_driver: bool = False) -> None:
+        self.address = address
+        self.cpus = cpus
+        self.log_to_driver = log_to_driver
+        self.startup_s = 0.0
+        self.shutdown_s = 0.0
+        self.owned = False  # whether leaving shuts Ray down (we started or connected it)
+        self.cluster_cpus: float | None = None
+
+    def __enter__(self) -> "RaySession":
+        if not ray_available():
+            raise UsageError(RAY_MISSING)
+        if self.address is None and "ray" not in sys.modules:
+            # A local instance serves this machine only: this makes Ray bind it to the loopback
+            # interface instead of every interface (read when ray is imported, and by the
+            # processes it starts; connecting to a cluster later from this process would then
+            # announce a loopback address, so a cluster sweep wants a process of its own)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import ray
+
+        t0 = time.perf_counter()
+        if not ray.is_initialized():
+            # a sweep runs offline: Ray would otherwise try to send usage statistics to its servers
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            kw: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR,
+                                  "log_to_driver": self.log_to_driver}
+            if self.address is not None:
+                _check_reachable(self.address)
+            staged = None
+            try:
+                if self.address is None:
+                    ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
+                else:
+                    staged = stage_package()
+                    ray.init(address=self.address, runtime_env={"py_modules": [str(staged / "fedsim")]}, **kw)
+            except Exception as exc:  # whatever stopped Ray from starting or connecting: say what
+                _quiet_shutdown()
+                where = f"--address {self.address}" if self.address else "a local Ray instance"
+                raise UsageError(f"{where}: Ray did not start ({type(exc).__name__}: {exc})") from None
+            except BaseException:  # Ctrl-C while Ray starts: leave nothing running
+                _quiet_shutdown()
+                raise
+            finally:
+                if staged is not None:
+                    shutil.rmtree(staged, ignore_errors=True)
+            self.owned = True
+        self.startup_s = time.perf_counter() - t0
+        try:
+            self.cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
+        except Exception:  # informative only
+            self.cluster_cpus = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.owned:
+            t0 = time.perf_counter()
+            _quiet_shutdown()
+            self.shutdown_s = time.perf_counter() - t0
+
+    def describe(self) -> str:
+        where = f"cluster at {self.address}" if self.address else "local instance"
+        if not self.owned:
+            where = "an already initialised Ray"
+        cpus = f", {self.cluster_cpus:g} CPUs" if self.cluster_cpus else ""
+        return f"Ray {where}{cpus}, up in {self.startup_s:.1f} s"
+
+
+CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
+
+
+def _check_reachable(address: str) -> None:
+    """Raise ``UsageError`` unless something accepts a TCP connection at ``address``
+    (``HOST:PORT`` or ``ray://HOST:PORT``) within CONNECT_TIMEOUT: Ray itself keeps retrying an
+    address where nothing listens for minutes. Other forms (``auto``) are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise UsageError(f"--address {address}: no Ray cluster answers there "
+                         f"({exc.strerror or type(exc).__name__})") from None
+
+
+def _quiet_shutdown() -> None:
+    import ray
+
+    try:
+        ray.shutdown()
+    except Exception:  # nothing more to stop
+        pass
+
+
+def stage_package() -> Path:
+    """A temporary folder holding a copy of this fedsim package (without caches, symbolic links
+    resolved) with its git revision stamped in ``_revision.txt``, so results run from the copy
+    name the same revision. The caller removes it."""
+    import fedsim
+    from ..experiment.report import REVISION_FILE, git_revision
+
+    src = Path(fedsim.__file__).resolve().parent
+    root = Path(tempfile.mkdtemp(prefix="fedsim-ray-stage-"))
+    dst = root / "fedsim"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc"))
+    rev = git_revision()
+    if rev:
+        (dst / REVISION_FILE).write_text(rev + "\n", encoding="utf-8")
+    return root
+
+
+def ray_map(fn: Callable[[Any], Any], tasks: Sequence[Any], *, limit: int | None = None,
+            on_done: Callable[[int, Any], None] | None = None,
+            on_error: Callable[[int, BaseException], None] | None = None) -> None:
+    """Run ``fn(task)`` for each task as a Ray task of one CPU, inside a :class:`RaySession`.
+
+    ``fn`` must be a module-level function the workers can import, tasks and results
+    picklable. ``limit``: at most that many tasks submitted at once (default all: Ray runs as
+    many as there are CPUs). As each task finishes, in the driver: ``on_done(i, result)``, or
+    ``on_error(i, exc)`` when Ray could not run it (its worker or node died, its runtime
+    environment failed, ``fn`` raised); a task whose worker dies is retried once by Ray first.
+    A failing task does not stop the others.
+
+    Blocks until every task has finished. KeyboardInterrupt (Ctrl-C) cancels every task (see the
+    module docstring), waits for them to go, and is raised again; the tasks finished before it
+    have had their callback."""
+    import ray
+    from ray.exceptions import RayError
+
+    remote = ray.remote(num_cpus=1, max_retries=1)(fn)
+    todo = list(range(len(tasks)))[::-1]  # popped from the end: task order
+    running: dict[Any, int] = {}
+    cap = len(tasks) if not limit else max(1, int(limit))
+    try:
+        while todo or running:
+            while todo and len(running) < cap:
+                i = todo.pop()
+                running[remote.remote(tasks[i])] = i
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL)
+            for ref in ready:
+                i = running.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except RayError as exc:
+                    if on_error:
+                        on_error(i, exc)
+                    continue
+                if on_done:
+                    on_done(i, res)
+    except BaseException:
+        _cancel(list(running))
+        raise
+
+
+def _cancel(refs: list) -> None:
+    """Cancel ``refs``: Ray's KeyboardInterrupt in running tasks, then after STOP_GRACE seconds
+    kill the workers of those still running; returns when all have ended (or after another
+    STOP_GRACE: Ray itself may be going down with the same Ctrl-C)."""
+    import ray
+
+    for force in (False, True):
+        for ref in refs:
+            try:
+                ray.cancel(ref, force=force)
+            except Exception:  # finished meanwhile, or Ray is already down
+                pass
+        deadline = time.monotonic() + STOP_GRACE
+        while refs and time.monotonic() < deadline:
+            try:
+                _, refs = ray.wait(refs, num_returns=len(refs), timeout=POLL)
+            except Exception:
+                return
+        if not refs:
+            return

@@ -1,0 +1,186 @@
+"""Issue 24's bad inputs and blockers, each as the exact command: one ``error:`` line naming the
+file, line or key (with a hint), exit status 2, and no output folder left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fedsim_cmd(*args, cwd, timeout=180, env=None):
+    return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=env)
+
+
+def one_error_line(res) -> str:
+    """The run failed with status 2 and said so in exactly one line starting with 'error:'."""
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1, lines
+    return errors[0]
+
+
+def nothing_left(cwd: Path, out: Path | None = None) -> None:
+    """No run folder (default or --out), and no temporary folder beside it."""
+    assert not (cwd / "runs").exists(), list((cwd / "runs").rglob("*"))
+    if out is not None:
+        assert not out.exists()
+        assert not list(out.parent.glob(f".{out.name}.partial-*"))
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "bad.data").write_text("1\t2\t3\t4\n1\tx\t3\n")
+    (tmp_path / "empty.data").write_text("")
+    (tmp_path / "plain.csv").write_text("user,item,rating\n1,2,3\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["run", "quickstart", "--data", "bad.data"],
+     "error: --data: bad.data, line 2: expected 4 fields (user, item, rating, timestamp) separated by tab, found 3"),
+    (["run", "quickstart", "--data", "empty.data"], "error: --data: empty.data: empty file"),
+    (["run", "quickstart", "--data", "plain.csv"], "error: --data: plain.csv: cannot tell the dataset format"),
+    (["run", "quickstart", "--set", "iterations=-3"], "error: --set iterations: must be >= 0, got -3"),
+    (["run", "quickstart", "--set", "d=-5"], "error: --set d: must be >= 1, got -5"),
+    (["run", "quickstart", "--set", "rho=-1"], "error: --set rho: must be >= 0, got -1"),
+    (["run", "quickstart", "--set", "lr=-1"], "error: --set lr: must be > 0, got -1"),
+    (["run", "fedrec_table2", "--set", "folds=1"], "error: --set folds: must be >= 2, got 1"),
+    (["trace", "fpl", "--set", "pi=2"], "error: --set pi: must be <= 1, got 2"),
+    (["run", "quickstart", "--set", "iteration=3"], "did you mean 'iterations'?"),
+    (["sweep", "quickstart", "--grid", "iteration=1,2"], "did you mean 'iterations'?"),
+    (["sweep", "quickstart", "--grid", "seed=0,-1"], "error: --grid seed: expected a non-negative integer"),
+    (["sweep", "quickstart", "--grid", "profile=lan,moon"], "unknown network profile 'moon'"),
+    (["trace", "fedrecp"], "did you mean 'fedrecpp'?"),
+    (["run", "quickstart", "--config", "nope.toml"], "error: --config: no such file: nope.toml"),
+    (["run", "demo", "--out", "/proc/fedsim-out"], "error: --out /proc/fedsim-out: cannot write there"),
+    (["run", "demo", "--out", "bad.data"], "error: --out bad.data is a file, not a folder"),
+    (["run", "demo", "--dropout-window", "5"], "error: --dropout-window expects START,END in seconds, got '5'"),
+    (["run", "demo", "--seed", "-1"], "error: --seed must be non-negative, got -1"),
+])
+def test_bad_input_is_one_error_line_and_leaves_no_folder(args, expected, files):
+    res = fedsim_cmd(*args, cwd=files)
+    line = one_error_line(res)
+    assert line.startswith(expected) or expected in line, line
+    nothing_left(files)
+
+
+def test_bad_input_with_out_leaves_no_out_folder(files):
+    out = files / "o"
+    line = one_error_line(fedsim_cmd("run", "quickstart", "--data", "bad.data", "--out", str(out), cwd=files))
+    assert "bad.data, line 2" in line
+    nothing_left(files, out)
+
+
+def test_plain_csv_message_names_no_python_function(files):
+    line = one_error_line(fedsim_cmd("run", "quickstart", "--data", "plain.csv", cwd=files))
+    assert "load_csv" not in line and "fedsim.data." not in line
+    assert "MovieLens" in line and "docs/data.md" in line
+
+
+def test_data_get_offline_suggests_from_zip_and_data_path(tmp_path):
+    # port 9 (discard) on loopback: connection refused, as with no network
+    res = subprocess.run([sys.executable, "-m", "fedsim", "data", "get", "ml-100k", "--url",
+                          "http://127.0.0.1:9/ml-100k.zip", "--cache-dir", str(tmp_path / "cache")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    line = one_error_line(res)
+    assert "cannot download ml-100k" in line and "--from ZIP" in line and "--data PATH" in line
+    assert "urlopen error" not in line
+    assert not (tmp_path / "cache" / "ml-100k").exists()
+
+
+def test_reused_out_is_refused_unless_force(tmp_path):
+    out = tmp_path / "o"
+    args = ("run", "demo", "--set", "rounds=1", "--out", str(out), "--quiet")
+    assert fedsim_cmd(*args, cwd=tmp_path).returncode == 0
+    first = json.loads((out / "results.json").read_text())
+    line = one_error_line(fedsim_cmd("run", "demo", "--set", "rounds=2", "--out", str(out), cwd=tmp_path))
+    assert f"--out {out} already holds a finished run; use --force" in line
+    assert json.loads((out / "results.json").read_text()) == first  # untouched
+    res = fedsim_cmd("run", "demo", "--set", "rounds=2", "--out", str(out), "--force", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 2
+    assert not list(tmp_path.glob(".o.*"))  # neither the temporary nor the replaced folder remains
+
+
+def test_run_help_lists_the_scenario_parameters(tmp_path):
+    res = fedsim_cmd("run", "quickstart", "--help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert "parameters of quickstart" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("iterations "))
+    assert "int; >= 0" in line and " 15 " in line and "iterations" in line.lower()
+    res = fedsim_cmd("run", "fedrec", "--help", cwd=tmp_path)
+    rho = next(ln for ln in res.stdout.splitlines() if ln.strip().startswith("rho "))
+    from fedsim.config import fields_of
+    from fedsim.protocols import REGISTRY
+
+    info = {f.name: f for f in fields_of(REGISTRY["fedrec"].Config)}["rho"]
+    assert info.help[:40] in rho and info.describe() in rho
+    # a sweep's help lists the same parameters (any of them is a grid axis)
+    assert "parameters of demo" in fedsim_cmd("sweep", "demo", "--help", cwd=tmp_path).stdout
+
+
+def test_list_shows_typical_run_times(tmp_path):
+    from fedsim.experiment import list_scenarios
+    from fedsim.experiment.discovery import scenario_run_times
+
+    res = fedsim_cmd("list", cwd=tmp_path)
+    times = scenario_run_times()
+    assert sorted(times) == sorted(n for n, _ in list_scenarios())  # every scenario declares one
+    assert res.stdout.count("run time: ") >= len(times)
+    assert "run time: about 30 min at ML-100K scale" in res.stdout
+
+
+def test_config_file_with_command_line_overrides(tmp_path):
+    (tmp_path / "run.toml").write_text(
+        'scenario = "demo"\nseed = 3\nout = "from_toml"\nquiet = true\n\n[params]\nrounds = 2\nclients = 4\n\n'
+        '[network]\nprofile = "wan"\nlink_model = "fair"\n')
+    res = fedsim_cmd("run", "--config", "run.toml", "--set", "clients=5", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["scenario"] == "demo" and saved["seed"] == 3
+    assert saved["config"]["rounds"] == 2 and saved["config"]["clients"] == 5  # --set wins over [params]
+    assert saved["network"]["profile"] == "wan" and saved["network"]["link_model"] == "fair"
+    assert not (tmp_path / "from_toml").exists()  # --out wins over out
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('sed = 1\n', "run.toml: unknown key 'sed'; did you mean 'seed'?"),
+    ('seed = "one"\n', "run.toml: seed: expected int, got 'one'"),
+    ('[params]\nrounds = -1\n', "run.toml: [params] must be >= 0, got -1"),
+    ('[params]\nround = 1\n', "run.toml: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
+    ('[network]\nprofil = "wan"\n', "run.toml: unknown key [network] 'profil'; did you mean 'profile'?"),
+    ('[network]\nprofile = "moon"\n', "unknown network profile 'moon'"),
+    ('seed = 1\nseed = = 2\n', "run.toml: line 2, column 8: Invalid value"),
+    ('[grid]\nrounds = [1, 2]\n', "run.toml: [grid] is for fedsim sweep, not fedsim run"),
+])
+def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
+    (tmp_path / "run.toml").write_text(text)
+    line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
+    assert expected in line, line
+    nothing_left(tmp_path)
+
+
+def test_sweep_config_file(tmp_path):
+    (tmp_path / "sweep.toml").write_text(
+        'scenario = "demo"\nworkers = 1\nquiet = true\n\n[params]\nclients = 2\n\n'
+        '[grid]\nrounds = [1, 2]\nprofile = ["lan", "wan"]\n')
+    res = fedsim_cmd("sweep", "--config", "sweep.toml", "--grid", "rounds=3", "--out", "sw", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    names = sorted(p.parent.name for p in (tmp_path / "sw").glob("*/results.json"))
+    assert names == ["rounds=3,profile=lan", "rounds=3,profile=wan"]  # --grid replaced the file's axis
+    saved = json.loads((tmp_path / "sw" / "rounds=3,profile=wan" / "results.json").read_text())
+    assert saved["config"]["clients"] == 2 and saved["network"]["profile"] == "wan"
+    (tmp_path / "bad.toml").write_text('scenario = "demo"\n[grid]\nrounds = 3\n')
+    line = one_error_line(fedsim_cmd("sweep", "--config", "bad.toml", "--out", "sw2", cwd=tmp_path))
+    assert "bad.toml: [grid] rounds: expected a list of values, got 3" in line
+    assert not (tmp_path / "sw2").exists()

@@ -1,0 +1,39 @@
+"""fedsim compare: the same protocol run on the simulator and over TCP, side by side."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+
+def _csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("protocol", ["fedrec", "fpl"])
+def test_compare_reports_equal_bytes_identical_parameters_and_round_times(protocol, tmp_path):
+    out = tmp_path / "cmp"
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", protocol, "--data", "tiny", "--set",
+                          f"{'T' if protocol == 'fedrec' else 'rounds'}=3", "--processes", "2", "--quiet",
+                          "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    summary = _csv(out / "summary.csv")
+    assert [r["network"].split(" ")[0] for r in summary] == ["sim", "tcp"]
+    assert all(r["parameters_bit_identical"] == "True" for r in summary)
+    payload = _csv(out / "payload_bytes.csv")
+    assert payload and all(r["equal"] == "True" for r in payload)
+    assert all(int(r["payload_bytes_sim"]) == int(r["payload_bytes_tcp"]) > 0 for r in payload)
+    times = _csv(out / "round_times.csv")
+    assert [int(r["round"]) for r in times] == [0, 1, 2]
+    assert all(float(r["simulated_s"]) > 0 and float(r["measured_tcp_s"]) > 0 for r in times)
+
+
+def test_compare_refuses_a_scenario(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "quickstart", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "takes a registered protocol" in res.stderr
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,183 @@
+"""StreamingLedger against the in-memory Ledger: the same runs recorded both ways give the same
+CSV, byte for byte, and the same answer to every query; rows are written out as they become final
+and memory holds only the rows still in motion."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import AsyncioNetwork, Faults, NetworkConfigError, SimNetwork, StreamingLedger, TcpNetwork
+from fedsim.kernel import ledger as L
+from fedsim.kernel.ledger import COLUMNS, Ledger
+from fedsim.protocols import REGISTRY
+
+SEED = 5
+
+
+def _same(a, b) -> bool:
+    """Equal values, NaN equal to NaN (times of rows that never got there)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and all(_same(x, y) for x, y in zip(a.tolist(), b.tolist()))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)
+    if dataclasses.is_dataclass(a):
+        return type(a) is type(b) and _same(dataclasses.asdict(a), dataclasses.asdict(b))
+    return type(a) is type(b) and a == b
+
+
+def _queries(led):
+    """Every query the cost tables use, and then some."""
+    v = led.view()
+    out = {
+        "len": len(led), "totals": led.totals(), "by_role": led.by_role(), "by_role_all": led.by_role(per_round=False),
+        "by_role_kinds": led.by_role(kinds=["model", "gradients", "upload", "update"], exclude_kinds=["stop"]),
+        "by_kind": led.by_kind(), "by_node": led.by_node(), "by_node_ex": led.by_node(exclude_kinds=["stop"]),
+        "rounds": led.rounds(), "records": list(led.records()), "summary": led.summary(),
+        "columns": led.columns(), "missing": led.missing,
+        "csv": led.to_csv(),
+    }
+    for cols in (("kind",), ("round", "src_role"), ("kind", "status"), ("src", "dst"), ("read",), ("anonymous", "kind"),
+                 ("seq",), ("note",), ("dst_role", "round", "read")):
+        out[f"group{cols}"] = v.group(*cols)
+    filters = [dict(kind="model"), dict(kind=("model", "gradients"), round=[0, 1]), dict(fate="delivered"),
+               dict(fate=("lost", "in_flight")), dict(read=False), dict(read=True, fate="delivered"),
+               dict(anonymous=True), dict(min_round=1), dict(exclude_kinds=["stop", "eval"]), dict(src="server"),
+               dict(dst_role="client", round=1), dict(src_role=["client", "denoiser"]), dict(round=[2.0]),
+               dict(kind="no such kind"), dict(src=("server", "nobody"))]
+    for f in filters:
+        sel = led.select(**f)
+        out[f"select{sorted(f.items())}"] = (len(sel), sel.totals(), sel.rounds(), list(sel.records()),
+                                             sel.column("bytes"), sel.column("units"), sel.column("status"),
+                                             sel.column("seq"), sel.column("arrival_time"), sel.group("kind"))
+        out[f"select2{sorted(f.items())}"] = sel.select(fate="delivered").totals()
+    return out
+
+
+def _run(name, net, clients=4, rounds=3):
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(clients, rounds, SEED)
+    if any(f.name == "deadline" for f in dataclasses.fields(cfg)):
+        cfg = dataclasses.replace(cfg, deadline=2.0)
+    job = spec.build(net, data, cfg)
+    if isinstance(net, SimNetwork):
+        return net.run(strict=False)
+    return net.run(timeout=120, strict=False)
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("faults", [None, Faults(loss=0.15, dropout=0.2, window=(0.0, 3.0))])
+def test_streaming_ledger_equals_the_in_memory_one(name, faults, tmp_path):
+    mem = SimNetwork(seed=SEED, profile="wan", faults=faults)
+    _run(name, mem)
+    # a tiny chunk: many writes out of order (final rows are written while earlier ones are in motion)
+    led = StreamingLedger(tmp_path / "ledger.bin", chunk_rows=3)
+    stream = SimNetwork(seed=SEED, profile="wan", faults=faults, ledger=led)
+    assert stream.ledger is led
+    _run(name, stream)
+    a, b = _queries(mem.ledger), _queries(led)
+    assert a["csv"] == b["csv"]
+    for key in a:
+        assert _same(a[key], b[key]), (name, key)
+    assert os.path.getsize(tmp_path / "ledger.bin") == len(led) * L._RECORD.itemsize
+
+
+def test_streaming_ledger_on_asyncio_and_an_unfinished_run(tmp_path):
+    mem = AsyncioNetwork(seed=1, time_scale=0.001)
+    _run("fedrec", mem)
+    stream = AsyncioNetwork(seed=1, time_scale=0.001, ledger=StreamingLedger(chunk_rows=2))
+    _run("fedrec", stream)
+
+    def untimed(led):  # real time: the times differ from run to run, nothing else does
+        return [{k: v for k, v in r.items() if k not in L._TIME_COLUMNS} for r in led.records()]
+
+    assert untimed(mem.ledger) == untimed(stream.ledger) and len(mem.ledger) > 0
+    assert mem.ledger.totals() == stream.ledger.totals()
+    # stopped half way: rows in flight and unread are written with their state at the query
+    mem, stream = SimNetwork(seed=2, profile="mobile"), SimNetwork(seed=2, profile="mobile", ledger=StreamingLedger())
+    for net in (mem, stream):
+        spec = REGISTRY["fedrec"]
+        data, cfg = spec.tiny(5, 4, 2)
+        spec.build(net, data, cfg)
+        net.run(until=0.5)
+    t = mem.ledger.totals()
+    assert t["in_flight_messages"] > 0 or t["unread_messages"] > 0
+    assert _same(_queries(mem.ledger), _queries(stream.ledger))
+
+
+def _hand_ledger(led):
+    rows = [(0, "s", "c1", "server", "client", "model", 110, 64, 16, "delivered", True),
+            (0, "s", "c2", "server", "client", "model", 110, 64, 16, "lost", False),
+            (0, "c1", "s", "client", "server", "grad", 60, 32, 8, "delivered", False),
+            (1, "s", "c1", "server", "client", "model", 110, 64, 16, "delivered", True),
+            (1, "c1", "s", "client", "server", "grad", 50, 16, 4, "in_flight", False)]
+    made = []
+    for rnd, src, dst, sr, dr, kind, b, raw, fl, status, read in rows:
+        r = led.new_row(rnd, src, dst, sr, dr, kind, b, raw, fl, 0.5, False)
+        made.append((r, status, read))
+    for r, status, read in made:  # rows change after creation, as transports change them
+        r[L.STATUS] = status
+        r[L.READ] = read
+        if status == "lost":
+            r[L.NOTE] = "link loss"
+    for n, role in [("s", "server"), ("c1", "client"), ("c2", "client")]:
+        led.set_role(n, role)
+    return made
+
+
+def test_rows_are_written_when_final_and_memory_holds_the_rest(tmp_path):
+    led = StreamingLedger(tmp_path / "l.bin", unit=4, framing_bytes=10, chunk_rows=1)
+    made = _hand_ledger(led)
+    led._write_final()
+    # lost, and delivered-and-read rows are final; the unread and the in-flight one stay in memory
+    assert [r[L.SEQ] for r in led._pending] == [2, 4]
+    made[2][0][L.READ] = True  # read later: written at the next flush, in its place
+    mem = Ledger(unit=4, framing_bytes=10)
+    for r, status, read in _hand_ledger(mem):
+        pass
+    mem.rows[2][L.READ] = True
+    assert led.to_csv() == mem.to_csv()
+    assert led.select(kind="model").totals() == mem.select(kind="model").totals()
+    assert led.totals() == mem.totals()
+    with pytest.raises(ValueError, match="fate"):
+        led.select(fate="gone")
+    with pytest.raises(KeyError, match="no ledger column"):
+        led.view().column("size")
+    with pytest.raises(ValueError, match="groups by"):
+        led.view().group("send_time")
+    with pytest.raises(AttributeError, match="no list of rows"):
+        led.rows
+
+
+def test_memory_is_bounded_by_the_rows_in_motion():
+    led = StreamingLedger(chunk_rows=100)
+    peak = 0
+    for k in range(10_000):
+        r = led.new_row(0, "a", "b", "x", "y", "k", 10, 0, 0, float(k), False)
+        r[L.STATUS] = "delivered"
+        r[L.READ] = True
+        peak = max(peak, len(led._pending))
+    assert peak <= 100 and len(led) == 10_000
+    assert led.totals()["bytes"] == 100_000
+    path = led.path
+    led.close()
+    assert not os.path.exists(path)  # a temporary file goes with its ledger
+
+
+def test_networks_check_the_ledger_they_are_given(tmp_path):
+    led = StreamingLedger(tmp_path / "x.bin")
+    led.new_row(0, "a", "b", "x", "y", "k", 1, 0, 0, 0.0, False)
+    with pytest.raises(NetworkConfigError, match="must be empty"):
+        SimNetwork(ledger=led)
+    with pytest.raises(NetworkConfigError, match="StreamingLedger"):
+        TcpNetwork(processes=1, ledger=StreamingLedger())
+    net = SimNetwork(framing_bytes=7, unit=3, ledger=StreamingLedger())
+    assert net.ledger.framing_bytes == 7 and net.ledger.unit == 3
+    assert COLUMNS == tuple(net.ledger.to_csv().strip().split(","))

@@ -1,0 +1,240 @@
+"""Every attack on a case where the answer is known by construction (it must recover it) and on a
+case where a defence hides the signal (it must fail)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.privacy import Guess, capture, summarize
+from fedsim.privacy.attacks import (
+    IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
+    PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, run_attack, score_sizes,
+)
+from fedsim.privacy.audit import attack_capture, known_answer_ratings
+from fedsim.privacy.views import Observed, Public, View, ViewSpec
+from fedsim.protocols import REGISTRY
+from fedsim.protocols.fcf import FCFConfig
+from fedsim.protocols.fedrec import FedRecConfig
+from fedsim.protocols.fedrecpp import FedRecPPConfig
+from fedsim.protocols.fpl import FPLConfig
+from fedsim.studies.privacy import _observed
+
+
+@pytest.fixture(scope="module")
+def ratings():
+    return known_answer_ratings()
+
+
+def _score(attack, cap, rounds=None):
+    run, rows = attack_capture(attack, cap, rounds=rounds, targets=_observed(cap, rounds))
+    return summarize(rows), run
+
+
+@pytest.mark.parametrize("strategy", ["ua", "hf"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_implied_ratings_recovers_every_rated_set_of_batch_fedrec(ratings, strategy, dtype):
+    cfg = FedRecConfig("PMF(B)", d=4, T=3, rho=1.0, strategy=strategy, T_predict=0, dtype=dtype)
+    s, _ = _score(ImpliedRatings(), capture("fedrec", ratings, cfg, seed=3), rounds=[1])
+    assert s["users"] == 20 and s["exact"] == 1.0 and s["auc"] == 1.0
+    assert s["precision_rand"] == pytest.approx(0.5)  # the baseline 1 / (1 + rho)
+
+
+@pytest.mark.parametrize("model,attack", [("PMF(S)", SgdChain), ("SVD++(S)", SvdppODelta)])
+@pytest.mark.parametrize("strategy", ["ua", "hf"])
+def test_stochastic_attacks_recover_every_rated_set(ratings, model, attack, strategy):
+    cfg = FedRecConfig(model, d=4, T=3, rho=1.0, strategy=strategy, T_predict=0, lr=0.01)
+    s, _ = _score(attack(), capture("fedrec", ratings, cfg, seed=3), rounds=[1])
+    assert s["users"] >= 8 and s["exact"] == 1.0
+
+
+@pytest.mark.parametrize("model,attack", [("PMF(B)", ImpliedRatings), ("PMF(S)", SgdChain),
+                                          ("SVD++(S)", SvdppODelta)])
+def test_local_noise_defeats_the_per_upload_attacks(ratings, model, attack):
+    lr = 0.8 if model == "PMF(B)" else 0.01
+    cfg = FedRecConfig(model, d=4, T=3, rho=1.0, strategy="ua", lr=lr, upload_noise=1e-3)
+    s, _ = _score(attack(), capture("fedrec", ratings, cfg, seed=3), rounds=[1])
+    assert s["exact"] == 0.0
+    assert s["f1"] <= s["f1_rand"] + 0.1  # no better than guessing among the uploaded items
+
+
+def test_secure_aggregation_leaves_the_server_nothing_per_user(ratings):
+    cfg = FedRecConfig("PMF(B)", d=4, T=3, rho=1.0, secure_aggregation=True, secagg_neighbours=4)
+    cap = capture("fedrec", ratings, cfg, seed=3)
+    for attack in (ImpliedRatings(), Intersection(), IMIA()):
+        s, run = _score(attack, cap, rounds=[1, 2])
+        assert run.inference == {} and s["users"] == 20 and s["recall"] == 0.0 and s["auc"] == 0.5
+    sizes = run_attack(SizeOnly(), cap.recorder, cap.public, key=cap.key)
+    assert score_sizes(sizes.inference, cap.truth)["size_users"] == 0  # every upload has the same size
+
+
+def test_intersection_needs_resampling(ratings):
+    cfg = FedRecConfig("PMF(B)", d=4, T=4, rho=1.0)
+    s, _ = _score(Intersection(), capture("fedrec", ratings, cfg, seed=3), rounds=[0, 1, 2, 3])
+    assert s["recall"] == 1.0 and s["precision"] > 0.9 and s["precision"] > s["precision_rand"] + 0.2
+    # sampling once (resample=False) gives the same item set every time: nothing to intersect
+    cfg = FedRecConfig("PMF(B)", d=4, T=4, rho=1.0, resample=False)
+    s, _ = _score(Intersection(), capture("fedrec", ratings, cfg, seed=3), rounds=[0, 1, 2, 3])
+    assert s["precision"] == pytest.approx(0.5) and s["exact"] == 0.0
+
+
+@pytest.mark.parametrize("eta", [1, 5])
+def test_noise_matching_under_collusion(ratings, eta):
+    cap = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=eta), seed=3)
+    s, run = _score(NoiseMatching(), cap, rounds=[1])
+    assert s["exact"] == 1.0 and s["users"] == 20 - eta  # every ordinary client, exactly
+    if eta > 1:  # one colluding denoiser: its own group exactly, the others only the upload
+        s1, _ = _score(NoiseMatching(1), cap, rounds=[1])
+        assert 0 < s1["exact"] < 1.0
+
+
+def test_secure_noise_breaks_the_matching_only_for_large_groups(ratings):
+    big = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=1, secure_noise=True,
+                                                       secagg_neighbours=2), seed=3)
+    s, run = _score(NoiseMatching(), big, rounds=[1])
+    # one group of 19: the others' sampled items cover the catalogue; nothing is left to claim
+    assert s["exact"] == 0.0 and s["recall"] < 0.05
+    small = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=5, secure_noise=True,
+                                                         secagg_neighbours=2), seed=3)
+    s2, _ = _score(NoiseMatching(), small, rounds=[1])
+    assert s2["exact"] == 0.0 and s2["recall"] > 0.2  # groups of three hide little
+
+
+def test_network_linking_by_order_and_size(ratings):
+    cap = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=1), seed=3)
+    _, rows = attack_capture(NoiseLinking("time"), cap, rounds=[1])
+    assert len(rows) == 19 and np.mean([r["correct"] for r in rows]) == 1.0  # a FIFO channel keeps the order
+    # secure noise: every noise message has the same size; sizes alone link no better than chance
+    sec = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=1, secure_noise=True,
+                                                       secagg_neighbours=2), seed=3)
+    _, rows = attack_capture(NoiseLinking("size"), sec, rounds=[1])
+    assert np.mean([r["correct"] for r in rows]) <= 3.0 / 19
+
+
+@pytest.fixture(scope="module")
+def implicit():
+    return known_answer_ratings(n_users=12, n_items=200, per_user=(15, 25)).binarize()
+
+
+@pytest.mark.parametrize("pi,rounds", [(0.5, 6), (1.0, 6), (1.0, 120)])
+def test_fpl_sign_split_is_exact(implicit, pi, rounds):
+    # 120 rounds: late in training g is small and the factor parts alone no longer split cleanly
+    cfg = FPLConfig(clients_per_round=12, triples=10, rounds=rounds, d=4, pi=pi, lr=0.2)
+    cap = capture("fpl", implicit, cfg, seed=2)
+    s, run = _score(FPLSign(), cap)
+    assert s["precision"] == 1.0  # every item in a positive group is consumed
+    sent = cap.result.info["sent_positive"].sum()
+    assert sent > 0 and s["recall"] > 0.3
+
+
+def test_fpl_sign_finds_nothing_at_pi_zero_and_under_secure_aggregation(implicit):
+    cap = capture("fpl", implicit, FPLConfig(clients_per_round=12, triples=10, rounds=6, d=4, pi=0.0), seed=2)
+    s, _ = _score(FPLSign(), cap)
+    assert s["recall"] == 0.0 and s["precision"] == 0.0
+    run = run_attack(FPLNeverNegative(), cap.recorder, cap.public)
+    for user, g in run.inference.items():
+        # negatives are never consumed: every consumed item the server has seen as anyone's negative
+        # is among the items never seen as hers
+        seen = np.intersect1d(cap.truth[user], g.pool)
+        assert seen.size and np.isin(seen, g.predicted).all()
+    sec = capture("fpl", implicit, FPLConfig(clients_per_round=12, triples=10, rounds=6, d=4, pi=1.0,
+                                             secure_aggregation=True, secagg_neighbours=4), seed=2)
+    for attack in (FPLSign(), FPLNeverNegative()):
+        s, run = _score(attack, sec)
+        assert run.inference == {} and s["recall"] == 0.0
+
+
+def test_fcf_line_recovers_consumed_items(implicit):
+    cap = capture("fcf", implicit, FCFConfig(rounds=2, d=4), seed=2)
+    s, _ = _score(FCFLine(threshold=0.01), cap, rounds=[1])
+    assert s["exact"] == 1.0
+
+
+def _fake_view(protocol, cfg, n_items, messages):
+    obs = tuple(Observed(i, k, r, s, rc, 0, 0.0, s == "server", _Doc(p)) for i, (k, r, s, rc, p) in
+                enumerate(messages))
+    return View(ViewSpec.server(), Public(protocol, cfg, "server", ("client/0000",), n_items), frozenset({"server"}),
+                obs, None)
+
+
+class _Doc:
+    def __init__(self, p):
+        self.p = p
+
+    def value(self):
+        return self.p
+
+
+def test_fcf_line_fails_when_the_rows_are_not_rank_one():
+    rng = np.random.default_rng(0)
+    Q = rng.normal(size=(300, 4))
+    grad = rng.normal(size=(300, 4))  # what the server would see if clients sent noise
+    view = _fake_view("fcf", FCFConfig(d=4), 300, [("model", 0, "server", "client/0000", {"Q": Q}),
+                                                    ("gradients", 0, "client/0000", "server", {"grad": grad})])
+    g = FCFLine(threshold=0.01).run(view)["client/0000"]
+    truth = np.arange(10)
+    precision = np.intersect1d(g.predicted, truth).size / max(g.predicted.size, 1)
+    assert precision <= 2 * truth.size / 300  # no better than claiming items at random
+
+
+def test_personalfr_indices_is_full_disclosure_and_fedavg_none():
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(4, 1, 0)
+    cap = capture("personalfr", data, cfg, seed=1)
+    s, _ = _score(PersonalFRIndices(), cap)
+    assert s["exact"] == 1.0 and s["users"] == 4
+    spec = REGISTRY["fedavg-ae"]
+    data, cfg = spec.tiny(4, 1, 0)
+    cap = capture("fedavg-ae", data, cfg, seed=1)
+    run = run_attack(PersonalFRIndices(), cap.recorder, cap.public)
+    assert run.inference == {}  # FedAvg sends the whole model: no item list to read
+
+
+def test_size_only_reads_the_rated_count_off_fedrec_uploads(ratings):
+    cap = capture("fedrec", ratings, FedRecConfig("PMF(B)", d=4, T=2, rho=2.0), seed=3)
+    run = run_attack(SizeOnly(), cap.recorder, cap.public)
+    out = score_sizes(run.inference, cap.truth)
+    assert out["size_users"] == 20 and out["size_exact"] == 1.0
+
+
+class _OracleIMIA(IMIA):
+    """IMIA with a shadow that reproduces an item's real update exactly when its guessed label is
+    right (the ideal shadow), or a random one when told to fail."""
+
+    def __init__(self, truth, real, fail=False, **kw):
+        super().__init__(**kw)
+        self.truth, self.real, self.fail = truth, real, fail
+
+    def shadow(self, cfg, model, items, labels, rng, call, stochastic):
+        if self.fail:
+            return rng.normal(size=self.real.shape)
+        right = np.isin(items, self.truth) == (labels > 0)
+        return np.where(right[:, None], self.real, self.real + 10.0)
+
+
+def test_imia_loop_recovers_the_positives_with_an_ideal_shadow_and_not_with_a_useless_one():
+    rng = np.random.default_rng(1)
+    items = np.arange(40)
+    grads = rng.normal(size=(40, 4))
+    truth = np.arange(0, 40, 2)  # half of the pool: rho = 1
+    view = _fake_view("fedrec", FedRecConfig("PMF(B)", d=4, rho=1.0), 40, [
+        ("model", 0, "server", "client/0000", {"t": 0, "V": np.zeros((40, 4), np.float32)}),
+        ("gradients", 0, "client/0000", "server", {"items": items.astype(np.int32), "grads": grads})])
+    # confirming a few items per iteration, it confirms only right labels until the very end (where
+    # the last random fill may be wrong): at most two mistakes
+    g = _OracleIMIA(truth, grads, lam=0.05, max_iter=200).run(view)["client/0000"]
+    assert g.predicted.size == truth.size and np.intersect1d(g.predicted, truth).size >= truth.size - 2
+    bad = _OracleIMIA(truth, grads, fail=True, lam=0.05, max_iter=200).run(view)["client/0000"]
+    hit = np.intersect1d(bad.predicted, truth).size / max(bad.predicted.size, 1)
+    assert 0.2 < hit < 0.8  # about the half a random guess gets
+
+
+def test_imia_runs_on_every_protocol_it_declares(ratings, implicit):
+    caps = [capture("fedrec", ratings, FedRecConfig("PMF(B)", d=4, T=2, rho=1.0), seed=3),
+            capture("fedrec", ratings, FedRecConfig("PMF(S)", d=4, T=1, rho=1.0, lr=0.01), seed=3),
+            capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=1), seed=3),
+            capture("fpl", implicit, FPLConfig(clients_per_round=12, triples=10, rounds=2, d=4), seed=2),
+            capture("fcf", implicit, FCFConfig(rounds=1, d=4), seed=2)]
+    for cap in caps:
+        run = run_attack(IMIA(max_users=5), cap.recorder, cap.public)
+        assert 1 <= len(run.inference) <= 5 and all(isinstance(g, Guess) for g in run.inference.values())

@@ -1,0 +1,320 @@
+"""Run outputs that claim only what happened (issue 20) and that a person can read (issue 24):
+folders committed by rename, results.json last and atomic, reused folders refused, interrupted
+runs leave nothing, same-second runs apart; progress on terminals and in logs, within a run and
+from workers; the closing line, human units, the paper-setting note."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsim.experiment import Progress, run_scenario
+from fedsim.experiment import runner as runner_mod
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fedsim_cmd(*args, cwd, timeout=180):
+    return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+SLOW = (
+    "import time\n"
+    "from fedsim.experiment import Param\n"
+    "PARAMS = {'wait': Param(30.0, 'seconds')}\n"
+    "def run(ctx):\n"
+    "    net = ctx.network()\n"
+    "    from fedsim.protocols import REGISTRY\n"
+    "    spec = REGISTRY['demo']\n"
+    "    data, cfg = spec.tiny(2, 1, 0)\n"
+    "    spec.build(net, data, cfg).collect(net.run())\n"
+    "    ctx.record_network(net)\n"
+    "    ctx.table('t', [{'a': 1}])\n"
+    "    open(ctx.out.parent / 'started', 'w').close()\n"
+    "    time.sleep(ctx['wait'])\n"
+)
+
+
+def test_interrupted_run_into_a_reused_out_leaves_the_earlier_run_whole(tmp_path):
+    out = tmp_path / "o"
+    assert fedsim_cmd("run", "demo", "--set", "rounds=1", "--out", str(out), "--quiet", cwd=tmp_path).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "run", str(script), "--out", str(out), "--force",
+                             "--ledger", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "started").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err and "interrupted" in err
+    # the earlier run is there as it was: no partial ledger.csv or tables of the new one beside it
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not list(tmp_path.glob(".o.*"))
+
+
+def test_a_failure_after_the_tables_leaves_no_folder(tmp_path, monkeypatch):
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runner_mod, "write_report", broken)
+    with pytest.raises(OSError, match="disk full"):
+        run_scenario("demo", out=tmp_path / "o", overrides={"rounds": 1}, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_json_is_written_last_and_atomically(tmp_path, monkeypatch):
+    seen = {}
+    real = runner_mod.write_results
+
+    def spy(folder, results):
+        seen["files"] = sorted(p.name for p in Path(folder).iterdir())
+        seen["final_exists"] = (tmp_path / "o").exists()
+        real(folder, results)
+
+    monkeypatch.setattr(runner_mod, "write_results", spy)
+    run_scenario("demo", out=tmp_path / "o", overrides={"rounds": 1}, quiet=True, ledger=True)
+    assert "results.json" not in seen["files"] and {"report.md", "summary.csv", "ledger.csv", "run.log"} <= set(
+        seen["files"])
+    assert not seen["final_exists"]  # the folder appears only once complete
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["config"]["rounds"] == 1
+    # atomic: a write that fails before the rename leaves the previous content, and no temporary file
+    from fedsim.experiment.report import write_atomic
+
+    target = tmp_path / "x.json"
+    target.write_text("old")
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("crash")))
+    with pytest.raises(OSError):
+        write_atomic(target, "new content")
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+
+
+def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner_mod, "default_out_dir", lambda name: Path("runs") / f"20260101-000000-{name}")
+    a = run_scenario("demo", overrides={"rounds": 1}, quiet=True)
+    b = run_scenario("demo", overrides={"rounds": 2}, quiet=True)
+    assert a["out"] == "runs/20260101-000000-demo" and b["out"] == "runs/20260101-000000-demo-2"
+    assert json.loads(Path(a["out"], "results.json").read_text())["config"]["rounds"] == 1
+    assert json.loads(Path(b["out"], "results.json").read_text())["config"]["rounds"] == 2
+
+
+def test_two_runs_in_parallel_into_the_default_folder_both_survive(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-m", "fedsim", "run", "demo", "--set", f"rounds={r}", "--quiet"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    rounds = sorted(json.loads(f.read_text())["config"]["rounds"] for f in (tmp_path / "runs").glob("*/results.json"))
+    assert rounds == [1, 2]
+
+
+def test_piped_run_prints_a_plain_line_per_step_and_keeps_a_run_log(tmp_path):
+    res = fedsim_cmd("run", "quickstart", "--data", "tiny", "--set", "iterations=2", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "\r" not in res.stderr and "\x1b" not in res.stderr
+    steps = [ln for ln in res.stderr.splitlines() if re.match(r"^\[\s*\d+:\d\d\] quickstart \d/4, elapsed ", ln)]
+    assert [re.search(r" (\d)/4", ln).group(1) for ln in steps] == ["0", "1", "2", "3", "4"]
+    assert any("ETA" in ln for ln in steps[1:4]) and "msgs" in steps[-1]
+    log = (tmp_path / "o" / "run.log").read_text()
+    assert log.splitlines()[0].split("] ", 1)[1].startswith("fedsim run quickstart: data tiny, seed 0, network wan")
+    for ln in steps:
+        assert ln.split("] ", 1)[1].split(", elapsed")[0] in log
+    assert "finished in" in log.splitlines()[-1]
+    # the closing line names the real folder and every file
+    close = res.stdout.strip().splitlines()[-1]
+    assert close.startswith("results in o/: accuracy.csv, communication.csv, report.md, results.json")
+    assert "run.log" in close and "; wall " in close
+
+
+def test_quiet_prints_only_the_closing_line(tmp_path):
+    res = fedsim_cmd("run", "demo", "--set", "rounds=1", "--out", "o", "--quiet", "--ledger", cwd=tmp_path)
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout.splitlines() == [
+        f"results in o/: {', '.join(runner_mod.output_files(tmp_path / 'o'))}; wall " + res.stdout.split("; wall ")[1]
+        .strip()]
+    assert "ledger.csv" in res.stdout
+
+
+def test_tables_print_human_units_and_files_keep_raw_numbers(tmp_path):
+    res = fedsim_cmd("run", "fedrec", "--set", "T=2", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    import csv
+
+    kinds = list(csv.DictReader(open(tmp_path / "o" / "kinds.csv")))
+    model = next(r for r in kinds if r["kind"] == "model")
+    raw = int(model["bytes"])
+    assert raw > 10_000 and model["bytes"].isdigit()
+    from fedsim.experiment import human_bytes
+
+    shown = human_bytes(raw)
+    assert re.search(r"\d (KB|MB)$", shown)
+    line = next(ln for ln in res.stdout.splitlines() if ln.split()[:1] == ["model"])
+    assert shown in line and str(raw) not in line
+    assert shown in (tmp_path / "o" / "report.md").read_text()
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert isinstance(saved["ledger_totals"]["bytes"], (int, float))
+
+
+def test_human_units():
+    from fedsim.experiment import human_bytes, human_seconds
+
+    assert [human_bytes(n) for n in (0, 999, 1000, 123_456, 1_903_907_570.0, 6.3e9)] == [
+        "0 B", "999 B", "1 KB", "123 KB", "1.9 GB", "6.3 GB"]
+    assert [human_seconds(s) for s in (0, 5e-5, 0.0123, 4.567, 65.2, 3725)] == [
+        "0 s", "50 µs", "12.3 ms", "4.57 s", "1 min 05 s", "1 h 02 min"]
+
+
+PAPER = (
+    "from fedsim.experiment import Param\n"
+    "PARAMS = {'iterations': Param(100, 'iterations')}\n"
+    "def run(ctx):\n"
+    "    r = ctx.load_data()\n"
+    "    ctx.table('t', [{'mae': 2.53, 'paper_mae': 0.7418, 'n': len(r)}])\n"
+)
+
+
+def test_a_shortened_run_says_its_figures_are_not_the_papers(tmp_path):
+    script = tmp_path / "paperish.py"
+    script.write_text(PAPER)
+    data = tmp_path / "u.data"
+    data.write_text("".join(f"{u}\t{i}\t{1 + (u * i) % 5}\t{u * 100 + i}\n" for u in range(1, 6) for i in range(1, 5)))
+    short = fedsim_cmd("run", str(script), "--data", str(data), "--set", "iterations=4", "--out", "a", cwd=tmp_path)
+    assert short.returncode == 0, short.stderr
+    assert "note: the paper_* columns are the published figures" in short.stdout
+    assert "iterations=4 (default 100)" in short.stdout
+    assert "**Not the paper's setting.**" in (tmp_path / "a" / "report.md").read_text()
+    synthetic = fedsim_cmd("run", str(script), "--data", "tiny", "--out", "b", cwd=tmp_path)
+    assert "synthetic data `tiny`" in synthetic.stdout
+    as_paper = fedsim_cmd("run", str(script), "--data", str(data), "--out", "c", cwd=tmp_path)
+    assert as_paper.returncode == 0 and "note:" not in as_paper.stdout
+    assert "Not the paper" not in (tmp_path / "c" / "report.md").read_text()
+
+
+# -- progress within a run and from workers ------------------------------------------------------
+
+def test_the_watch_reads_a_running_network_round_by_round():
+    from fedsim.experiment.live import NetworkWatch
+    from fedsim.kernel import SimNetwork
+
+    watch = NetworkWatch().start()
+    seen = []
+    try:
+        net = SimNetwork(seed=0, profile="lan")
+
+        async def server(ctx):
+            for r in range(4):
+                ctx.begin_round(r)
+                await ctx.send("client", "tick", {"r": r})
+                await ctx.receive("tock")
+                seen.append(watch.snapshot())  # what a display thread reads mid-run
+
+        async def client(ctx):
+            for _ in range(4):
+                await ctx.receive("tick")
+                await ctx.send("server", "tock", {})
+
+        net.add_node("server", server, role="server")
+        net.add_node("client", client)
+        net.run()
+        assert watch.snapshot() is None  # finished: nothing live
+    finally:
+        watch.stop()
+    assert [s["messages"] for s in seen] == [2, 4, 6, 8]
+    assert [s["round"] for s in seen] == [0, 1, 2, 3]
+    assert all(b["sim_time"] > a["sim_time"] for a, b in zip(seen, seen[1:]))
+
+
+def test_terminal_bar_has_elapsed_eta_and_the_running_round():
+    stream = io.StringIO()
+    p = Progress(True, stream=stream, tty=True)
+    p.TICK = 0.05
+    p.update(0, 4, stage="folds")
+    p.update(1, 4)
+    p.beat(("worker", 1), {"round": 7, "messages": 50, "sim_time": 1.5})
+    time.sleep(0.3)
+    p.close()
+    text = stream.getvalue()
+    assert "folds" in text and "1/4" in text
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d\]", text), text  # elapsed<remaining
+    assert "round 7" in text
+
+
+def _slow_network_task(seconds: float) -> int:
+    from fedsim.kernel import SimNetwork
+
+    net = SimNetwork(seed=0, profile="lan")
+
+    async def server(ctx):
+        for r in range(3):
+            ctx.begin_round(r)
+            await ctx.send("client", "tick", {"r": r})
+            await ctx.receive("tock")
+
+    async def client(ctx):
+        for r in range(3):
+            await ctx.receive("tick")
+            if r == 2:
+                time.sleep(seconds)  # a long step inside the last round (real time)
+            await ctx.send("server", "tock", {})
+
+    net.add_node("server", server, role="server")
+    net.add_node("client", client)
+    net.run()
+    return len(net.ledger)
+
+
+def test_workers_report_their_running_network_to_the_active_display():
+    from fedsim.experiment.live import activate, deactivate
+    from fedsim.studies.parallel import pmap
+
+    class Display:
+        def __init__(self):
+            self.beats = []
+
+        def beat(self, source, snap):
+            self.beats.append((source, snap))
+
+    d = Display()
+    activate(d)
+    try:
+        assert pmap(_slow_network_task, [2.5, 2.5], workers=2) == [6, 6]
+    finally:
+        deactivate(d)
+    snaps = [s for _, s in d.beats if s]
+    assert len({src for src, s in d.beats if s}) == 2  # both workers reported
+    # the last figures each worker sent were read while its client slept in the last round:
+    # 5 messages sent (3 ticks, 2 tocks), round 2, a positive clock
+    last = {}
+    for src, s in d.beats:
+        if s:
+            last[src] = s
+    assert [(s["messages"], s["round"]) for s in last.values()] == [(5, 2), (5, 2)]
+    assert all(s["sim_time"] > 0 for s in snaps)
+
+
+def test_a_single_run_with_known_rounds_moves_the_bar_by_round():
+    stream = io.StringIO()
+    p = Progress(True, stream=stream, tty=True)
+    p.TICK = 0.05
+    p.update(0, 1, stage="fedrec on lan", rounds=10)
+    p.beat(("worker", 1), {"round": 5, "messages": 50, "sim_time": 1.5})
+    time.sleep(0.3)
+    p.close()
+    text = stream.getvalue()
+    assert "round 5/10" in text and " 50%" in text
+    last = [f for f in text.split("\r") if "round 5/10" in f][-1]
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d\]", last), last  # an ETA from the rounds, not '?'

@@ -1,0 +1,142 @@
+"""Secure aggregation (fedsim.math.secagg): masks cancel to the last bit, the decoded sum is within
+the fixed-point bound of the float sum; and the defences built on it as protocol options keep each
+protocol's model (FedRec++ stays exactly lossless) and declare their message kinds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.config import ConfigError
+from fedsim.data import generate
+from fedsim.kernel import SimNetwork
+from fedsim.math import secagg
+from fedsim.protocols import REGISTRY, fedrec, fedrecpp
+from fedsim.protocols.fedrec import FedRecConfig
+from fedsim.protocols.fedrecpp import FedRecPPConfig
+from fedsim.protocols.fpl import FPLConfig
+
+from conftest import as_ratings
+
+
+def _keys(n, seed=0):
+    rng = np.random.default_rng(seed)
+    secrets = [secagg.dh_secret(rng) for _ in range(n)]
+    pubs = [secagg.dh_public(s) for s in secrets]
+    return secrets, pubs
+
+
+@pytest.mark.parametrize("n,k", [(2, 8), (5, 2), (9, 4), (12, 3), (30, 8)])
+def test_masks_cancel_bit_for_bit_and_the_sum_decodes(n, k):
+    rng = np.random.default_rng(n * 100 + k)
+    secrets, pubs = _keys(n, n)
+    members = sorted(rng.choice(50, size=n, replace=False).tolist())
+    sec = dict(zip(members, secrets))
+    pub = dict(zip(members, pubs))
+    xs = {m: rng.normal(scale=rng.choice([1e-6, 1.0, 1e3]), size=37) for m in members}
+    uploads = []
+    for m in members:
+        keys = {v: secagg.dh_shared(sec[m], pub[v]) for v in secagg.ring_neighbours(members, m, k)}
+        y = secagg.masked_upload(xs[m], m, keys, rnd=7)
+        if n > 2 or k >= 1:
+            assert not np.array_equal(y, secagg.encode(xs[m]))  # masked: not the plain encoding
+        uploads.append(y)
+    total = secagg.unmask_sum(uploads)
+    exact = np.zeros(37, dtype=np.uint64)
+    for m in members:
+        exact += secagg.encode(xs[m])
+    np.testing.assert_array_equal(total, exact)  # integer arithmetic: to the last bit
+    ref = np.sum([xs[m] for m in members], axis=0)
+    assert np.abs(secagg.decode(total) - ref).max() <= n * 2.0 ** -(secagg.FRACTION_BITS + 1) + 1e-12 * np.abs(ref).max()
+    # without one upload the masks of its neighbours stay in: garbage
+    partial = secagg.decode(secagg.unmask_sum(uploads[1:]))
+    assert np.abs(partial - (ref - xs[members[0]])).max() > 1.0
+
+
+def test_ring_is_symmetric_and_dh_agrees():
+    for n in range(2, 12):
+        for k in range(2, 10):
+            ms = list(range(n))
+            nb = {u: set(secagg.ring_neighbours(ms, u, k)) for u in ms}
+            assert all((u in nb[v]) == (v in nb[u]) for u in ms for v in ms)
+            assert all(len(nb[u]) >= 1 for u in ms)
+    a, b = 123456789, 987654321
+    assert secagg.dh_shared(a, secagg.dh_public(b)) == secagg.dh_shared(b, secagg.dh_public(a))
+    with pytest.raises(OverflowError):
+        secagg.encode(np.array([2.0 ** 40]))
+
+
+@pytest.fixture(scope="module")
+def data():
+    r = generate("tiny", seed=11, n_items=120)
+    return as_ratings(r.users, r.items, r.values.astype(np.float64), r.n_users, r.n_items)
+
+
+def _run(mod, data, cfg, seed=4):
+    net = SimNetwork(seed=seed)
+    res = mod.build(net, data, cfg).collect(net.run())
+    return res, net
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-6), ("float64", 1e-9)])
+def test_fedrec_secure_aggregation_trains_the_same_model(data, dtype, tol):
+    base = FedRecConfig("PMF(B)", d=4, T=6, rho=1.0, strategy="hf", T_predict=2, T_local=3, dtype=dtype)
+    plain, _ = _run(fedrec, data, base)
+    sec, net = _run(fedrec, data, base.replace(secure_aggregation=True, secagg_neighbours=4))
+    np.testing.assert_allclose(sec.params["V"], plain.params["V"], rtol=0, atol=tol)
+    np.testing.assert_allclose(sec.params["U"], plain.params["U"], rtol=0, atol=tol)
+    assert fedrec.SPEC.undeclared(net.ledger) == []
+    kinds = {k["kind"]: k for k in net.ledger.by_kind()}
+    assert "gradients" not in kinds and kinds["masked"]["messages"] == 6 * data.n_users
+    m, d = data.n_items, 4
+    # each masked upload carries m (d + 1) uint64 whatever the user's data: the defence's price
+    assert kinds["masked"]["raw_bytes"] == 6 * data.n_users * m * (d + 1) * 8
+
+
+def test_secure_aggregation_is_refused_where_it_hides_nothing(data):
+    with pytest.raises(ConfigError, match="secure_aggregation"):
+        fedrec.build(SimNetwork(), data, FedRecConfig("PMF(S)", d=4, T=1, secure_aggregation=True))
+    with pytest.raises(ConfigError, match="secure_aggregation"):
+        REGISTRY["fpl"].build(SimNetwork(), data.binarize(), FPLConfig(clients_per_round=1, secure_aggregation=True))
+    with pytest.raises(ConfigError, match="secure_noise"):
+        fedrecpp.build(SimNetwork(), data, FedRecPPConfig(d=4, T=1, eta=0, secure_noise=True))
+
+
+@pytest.mark.parametrize("rho", [1, 3])
+@pytest.mark.parametrize("eta", [1, 3, 15])
+def test_fedrecpp_secure_noise_stays_lossless(data, rho, eta):
+    pp, net = _run(fedrecpp, data, FedRecPPConfig(d=4, T=10, lr=0.8, rho=rho, eta=eta, T_predict=2, T_local=3,
+                                                  dtype="float64", secure_noise=True, secagg_neighbours=2))
+    base, _ = _run(fedrec, data, FedRecConfig("PMF(B)", d=4, T=10, lr=0.8, rho=0, dtype="float64"))
+    np.testing.assert_allclose(pp.params["V"], base.params["V"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(pp.params["U"], base.params["U"], rtol=0, atol=1e-9)
+    assert fedrecpp.SPEC.undeclared(net.ledger) == []
+    noise = net.ledger.select(kind="noise")
+    assert len(noise) and noise.column("anonymous").all()
+    assert len(set(noise.column("bytes").tolist())) == 1  # every noise message has the same size
+
+
+def test_fpl_secure_aggregation_and_noise(data):
+    spec = REGISTRY["fpl"]
+    imp = data.binarize()
+    cfg = FPLConfig(clients_per_round=10, triples=3, rounds=4, d=4, pi=0.5)
+    plain, _ = _run(spec, imp, cfg)
+    sec, net = _run(spec, imp, cfg.replace(secure_aggregation=True, secagg_neighbours=4))
+    np.testing.assert_allclose(sec.params["theta"], plain.params["theta"], rtol=0, atol=1e-6)
+    # the clients' draws are untouched (the same triples and disclosures); p_u moves with Theta_S's
+    # rounding only
+    np.testing.assert_array_equal(sec.info["sent_positive"], plain.info["sent_positive"])
+    np.testing.assert_allclose(sec.params["P"], plain.params["P"], rtol=0, atol=1e-6)
+    assert spec.undeclared(net.ledger) == []
+    noisy, _ = _run(spec, imp, cfg.replace(upload_noise=0.05))
+    np.testing.assert_array_equal(noisy.info["sent_positive"], plain.info["sent_positive"])
+    assert np.abs(noisy.params["theta"] - plain.params["theta"]).max() > 1e-4
+
+
+def test_fedrec_upload_noise_keeps_the_sampling_and_costs_accuracy(data):
+    base = FedRecConfig("PMF(B)", d=4, T=6, rho=1.0, dtype="float64")
+    plain, pnet = _run(fedrec, data, base)
+    noisy, nnet = _run(fedrec, data, base.replace(upload_noise=0.1))
+    # the same items are uploaded (the noise has its own generator), with other values
+    np.testing.assert_array_equal(pnet.ledger.view().column("bytes"), nnet.ledger.view().column("bytes"))
+    assert np.abs(noisy.params["V"] - plain.params["V"]).max() > 1e-3

@@ -1,0 +1,255 @@
+"""Sweeps keyed by configuration (issue 24) and stopped cleanly (issue 20): stale points refused or
+re-run, the default folder resumes, any run option is a grid axis, a combined report, corrupted
+points re-run, Ctrl-C (a real SIGINT) stops every worker promptly and marks points not run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsim.experiment import UsageError
+from fedsim.studies.sweep import run_sweep
+
+
+def fedsim_cmd(*args, cwd, timeout=180):
+    return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def logging_scenario(tmp_path: Path, sleep: float = 0.0) -> tuple[Path, Path]:
+    """A scenario script that appends 'x,y,pid' to a log each time it runs a point."""
+    log = tmp_path / "runs.log"
+    script = tmp_path / "logged.py"
+    script.write_text(
+        "import os, time\n"
+        "from fedsim.experiment import Param\n"
+        "PARAMS = {'x': Param(0, 'x'), 'y': Param(0, 'y')}\n"
+        "def run(ctx):\n"
+        f"    with open({str(log)!r}, 'a') as fh:\n"
+        "        fh.write(f\"{ctx['x']},{ctx['y']},{os.getpid()}\\n\")\n"
+        f"    time.sleep({sleep})\n"
+        "    ctx.table('t', [{'x': ctx['x'], 'y': ctx['y'], 'z': ctx['x'] * 10 + ctx['y'], 'label': 'a'}])\n")
+    return script, log
+
+
+def ran(log: Path) -> list[tuple[int, int]]:
+    if not log.exists():
+        return []
+    return [tuple(int(v) for v in ln.split(",")[:2]) for ln in log.read_text().split()]
+
+
+def test_another_set_value_is_refused_then_force_reruns_only_the_changed_points(tmp_path):
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    base = ("sweep", str(script), "--workers", "1", "--out", str(out), "--quiet")
+    res = fedsim_cmd(*base, "--grid", "x=1,2", "--set", "y=3", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert sorted(ran(log)) == [(1, 3), (2, 3)]
+    # the issue's case: the same --out, another --set value
+    res = fedsim_cmd(*base, "--grid", "x=1,2", "--set", "y=4", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {out} holds 2 point(s) run with another configuration")
+    assert "x=1: y=3, now 4" in err[0] and "--force" in err[0]
+    assert json.loads((out / "x=1" / "results.json").read_text())["config"]["y"] == 3  # nothing changed
+    assert len(ran(log)) == 2
+    # change one point only: x=1 with y=4 (x=2 is not in this grid)
+    assert fedsim_cmd(*base, "--grid", "x=1", "--set", "y=4", "--force", cwd=tmp_path).returncode == 0
+    assert ran(log)[2:] == [(1, 4)]
+    # now x=1 has y=4 and x=2 has y=3: --force re-runs x=2 alone
+    res = fedsim_cmd(*base, "--grid", "x=1,2", "--set", "y=4", "--force", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert ran(log)[3:] == [(2, 4)]
+    assert "1 run (1 of them again), 1 already done" in res.stdout
+    for x in (1, 2):
+        assert json.loads((out / f"x={x}" / "results.json").read_text())["config"] == {"x": x, "y": 4}
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["fixed"] == {"y": 4} and sweep["state"] == "finished"
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,x,y,z,label", "1,1,4,14,a", "2,2,4,24,a"]
+
+
+def test_the_same_command_without_out_resumes_in_the_same_folder(tmp_path):
+    script, log = logging_scenario(tmp_path)
+    args = ("sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet")
+    first = fedsim_cmd(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = fedsim_cmd(*args, cwd=tmp_path)
+    assert again.returncode == 0 and "0 run, 2 already done" in again.stdout
+    folders = list((tmp_path / "runs").iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith("sweep-logged-")
+    assert len(ran(log)) == 2
+    # a grid extended by one value reuses the folder and runs the new point only
+    more = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3", "--workers", "1", "--quiet", cwd=tmp_path)
+    assert "1 run, 2 already done" in more.stdout and len(list((tmp_path / "runs").iterdir())) == 1
+    assert ran(log)[2:] == [(3, 0)]
+    # another fixed value is another sweep: another folder
+    fedsim_cmd(*args, "--set", "y=1", cwd=tmp_path)
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
+def test_profile_and_seed_are_grid_axes_with_a_combined_report(tmp_path):
+    out = tmp_path / "sw"
+    res = fedsim_cmd("sweep", "demo", "--grid", "profile=lan,wan", "--grid", "seed=0,1", "--set", "rounds=2",
+                     "--workers", "2", "--out", str(out), "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    seen = set()
+    for d in out.glob("*/results.json"):
+        saved = json.loads(d.read_text())
+        assert d.parent.name == f"profile={saved['network']['profile']},seed={saved['seed']}"
+        seen.add((saved["network"]["profile"], saved["seed"]))
+        assert saved["config"]["rounds"] == 2
+    assert seen == {("lan", 0), ("lan", 1), ("wan", 0), ("wan", 1)}
+    # the simulated time differs between the profiles (the axis took effect), not between seeds' folders
+    rows = (out / "combined_summary.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    sim = {(r.split(",")[0], r.split(",")[1]): float(r.split(",")[head.index("simulated_s")]) for r in rows[1:]}
+    assert sim[("wan", "0")] > sim[("lan", "0")] > 0
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Sweep of demo") and "4 of 4 points finished" in report
+    assert "| wan | 1 | done |" in report
+    pytest.importorskip("matplotlib")
+    pngs = sorted(p.name for p in out.glob("sweep_summary_*.png"))
+    assert "sweep_summary_simulated_s.png" in pngs and "![sweep_summary_simulated_s.png]" in report
+    for p in pngs:
+        assert (out / p).stat().st_size > 1000 and f"]({p})" in report
+
+
+def test_a_corrupted_point_is_detected_and_rerun(tmp_path):
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1)
+    # a truncated results.json (the old failure: counted as done, then a JSONDecodeError)
+    res = out / "x=2" / "results.json"
+    res.write_text(res.read_text()[:40])
+    (out / "x=3" / "t.csv").unlink()  # a table it lists is missing
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1)
+    assert sorted(map(str, s["rerun"])) == ["{'x': 2}", "{'x': 3}"] and len(s["skipped"]) == 1
+    assert ran(log)[3:] == [(2, 0), (3, 0)]
+    assert json.loads(res.read_text())["config"]["x"] == 2
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,0,10,a", "2,2,0,20,a", "3,3,0,30,a"]
+
+
+def test_stale_points_are_refused_through_the_api_too(tmp_path):
+    script, _ = logging_scenario(tmp_path)
+    run_sweep(str(script), {"x": [1]}, tmp_path / "sw", fixed={"y": 1}, workers=1)
+    with pytest.raises(UsageError, match="another configuration"):
+        run_sweep(str(script), {"x": [1]}, tmp_path / "sw", fixed={"y": 2}, workers=1)
+    s = run_sweep(str(script), {"x": [1]}, tmp_path / "sw", fixed={"y": 2}, workers=1, force=True)
+    assert s["rerun"] == [{"x": 1}]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("to_group", [False, True], ids=["sigint-to-parent", "ctrl-c-to-process-group"])
+def test_ctrl_c_stops_every_worker_promptly_and_marks_points_not_run(tmp_path, to_group):
+    script, log = logging_scenario(tmp_path, sleep=30.0)  # each point would take 30 s
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6", "--workers", "2",
+            "--out", str(out)]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(ran(log)) < 2:  # both workers inside a point
+        time.sleep(0.05)
+    assert len(ran(log)) == 2, "the workers did not start"
+    pids = [int(ln.split(",")[2]) for ln in log.read_text().split()]
+    t0 = time.time()
+    if to_group:
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    else:
+        proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    took = time.time() - t0
+    assert proc.returncode == 130, (stdout, stderr)
+    assert took < 15, f"took {took:.1f} s to stop"
+    assert "Traceback" not in stderr and "interrupted: 0 points run, 0 done before, 6 not run" in stderr
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), "a worker survived"
+    assert len(ran(log)) == 2, "queued points started after Ctrl-C"
+    # nothing claims to be failed or finished; no partial folders
+    assert not list(out.rglob("error.txt")) and not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "interrupted" and {p["status"] for p in sweep["points"]} == {"not run"}
+    assert "**Interrupted**" in (out / "report.md").read_text()
+
+
+def test_interrupted_sweep_report_covers_the_finished_points_and_resumes(tmp_path):
+    script, log = logging_scenario(tmp_path, sleep=0.0)
+    slow = tmp_path / "slow.py"
+    slow.write_text(script.read_text().replace("time.sleep(0.0)", "time.sleep(30.0 if ctx['x'] == 3 else 0)"))
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(slow), "--grid", "x=1,2,3", "--workers", "1",
+            "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and (3, 0) not in ran(log):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted: 2 points run, 0 done before, 1 not run" in stderr
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,0,10,a", "2,2,0,20,a"]
+    report = (out / "report.md").read_text()
+    assert "2 of 3 points finished" in report and "| 3 | not run |" in report
+    slow.write_text(script.read_text())  # the same configuration, now quick: resume
+    res = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "1 run, 2 already done" in res.stdout
+    assert [p for p in ran(log)].count((3, 0)) == 2 and ran(log).count((1, 0)) == 1
+
+
+def test_link_model_loss_and_data_are_grid_axes_too(tmp_path):
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.sweep import parse_grid
+
+    grid = parse_grid(load_scenario("demo"), ["link-model=fifo,fair", "loss=0,0.1", "data=tiny"])
+    assert grid == {"link_model": ["fifo", "fair"], "loss": [0.0, 0.1], "data": ["tiny"]}
+    s = run_sweep("demo", {"link_model": ["fifo", "fair"], "loss": [0.0, 0.1]}, tmp_path / "sw",
+                  fixed={"rounds": 2, "deadline": 5.0}, net="lan", workers=1)
+    assert len(s["done"]) == 4 and not s["failed"]
+    for d in (tmp_path / "sw").glob("*/results.json"):
+        net = json.loads(d.read_text())["network"]
+        assert d.parent.name == f"link_model={net['link_model']},loss={net['loss']}" and net["profile"] == "lan"
+    with pytest.raises(UsageError, match="link model 'tcpp'"):
+        run_sweep("demo", {"link_model": ["tcpp"]}, tmp_path / "sw2", workers=1)
+    assert not (tmp_path / "sw2").exists()
+
+
+def test_backend_options_are_checked_before_anything_is_written(tmp_path, monkeypatch):
+    """--backend/--address mistakes and a missing Ray are one-line errors (these checks need no
+    Ray; tests/test_sweep_ray.py runs the Ray backend itself)."""
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1", "--address", "127.0.0.1:6379", "--out", str(out),
+                     cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: --address is the address of a Ray cluster: it needs --backend ray"]
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1", "--backend", "dask", cwd=tmp_path)
+    assert res.returncode == 2 and "invalid choice: 'dask'" in res.stderr
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('backend = "spark"\n[grid]\nx = [1]\n')
+    res = fedsim_cmd("sweep", str(script), "--config", str(cfg), "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == f"error: {cfg}: backend: expected 'local' or 'ray', got 'spark'"
+    import fedsim.studies.raypool as raypool
+
+    monkeypatch.setattr(raypool, "ray_available", lambda: False)
+    with pytest.raises(UsageError, match=r"--backend ray needs Ray, which is not installed: pip install"):
+        run_sweep(str(script), {"x": [1]}, out, backend="ray")
+    assert not out.exists() and not log.exists()

@@ -1,0 +1,377 @@
+"""The Ray backend of sweeps (issue 25): `fedsim sweep ... --backend ray [--address ADDR]` runs each
+point as a Ray task and writes what the local pool writes, point for point; failures are reported
+per point; a killed sweep resumes; Ctrl-C cancels the tasks; an existing cluster gets the driver's
+fedsim. Skipped when Ray is not installed (.ci/run installs the `ray` extra)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+# Ray's instances here stay on the loopback interface (as the ray backend's own local instance
+# does; read when ray is imported, and inherited by the processes the tests start)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]'): the Ray backend is not tested")
+
+from fedsim.experiment.report import git_revision  # noqa: E402
+from fedsim.studies.sweep import SweepPoint, _run_point_remote, run_sweep  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def env_with_repo(**base) -> dict:
+    """The environment for a fedsim subprocess importing this checkout's fedsim (``base``, or
+    this process's environment, with this checkout first on PYTHONPATH)."""
+    env = dict(base or os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def fedsim_cmd(*args, cwd, timeout=300, env=None):
+    return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=env_with_repo(**(env or {})))
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()
+            if fields[0] != "Z":  # a zombie is dead for our purpose
+                out[int(d.name)] = int(fields[1])
+    return out
+
+
+def descendants(root: int) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = set(), [root]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+class Tree:
+    """Every process descended from ``root`` while it runs (Ray's daemons, agents and workers of
+    the instance a sweep starts), collected by a background thread until :meth:`stop`."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.pids = root, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.pids |= descendants(self.root)
+            time.sleep(0.1)
+
+    def stop(self) -> set[int]:
+        self._stop.set()
+        self._thread.join()
+        return self.pids
+
+
+def alive(pids: set[int]) -> set[int]:
+    return set(_parents()) & pids
+
+
+def assert_gone(pids: set[int], within: float = 20.0) -> None:
+    deadline = time.time() + within
+    while time.time() < deadline and alive(pids):
+        time.sleep(0.2)
+    left = alive(pids)
+    assert not left, "processes left behind: " + "; ".join(
+        Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100] for p in left
+        if Path(f"/proc/{p}").exists())
+
+
+def fedsim_watched(*args, cwd, timeout=300) -> tuple[subprocess.CompletedProcess, set[int]]:
+    """``fedsim_cmd`` that also returns the processes the command started (see :class:`Tree`)."""
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd, env=env_with_repo())
+    tree = Tree(proc.pid)
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), tree.stop()
+
+
+def logging_scenario(tmp_path: Path, body: str = "", name: str = "logged") -> tuple[Path, Path]:
+    """A scenario script that appends 'x,y,pid' to a log as it starts a point, runs ``body``,
+    then writes a table."""
+    log = tmp_path / f"{name}.log"
+    script = tmp_path / f"{name}.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from fedsim.experiment import Param\n"
+        "PARAMS = {'x': Param(0, 'x'), 'y': Param(0, 'y')}\n"
+        "def run(ctx):\n"
+        f"    with open({str(log)!r}, 'a') as fh:\n"
+        "        fh.write(f\"{ctx['x']},{ctx['y']},{os.getpid()}\\n\")\n"
+        + "".join(f"    {ln}\n" for ln in body.splitlines()) +
+        "    ctx.table('t', [{'x': ctx['x'], 'y': ctx['y'], 'z': ctx['x'] * 10 + ctx['y']}])\n")
+    return script, log
+
+
+def ran(log: Path) -> list[tuple[int, int]]:
+    if not log.exists():
+        return []
+    return [tuple(int(v) for v in ln.split(",")[:2]) for ln in log.read_text().split()]
+
+
+def without_times(results: dict) -> dict:
+    return {k: v for k, v in results.items() if k not in ("wall_time_s", "finished")}
+
+
+def assert_same_points(a: Path, b: Path) -> int:
+    """Every point folder of sweep ``a`` equals ``b``'s: the same files, byte-equal tables and
+    runs' reports but for their wall time, results.json but for wall time and finishing time;
+    the combined tables byte-equal. Returns the number of points."""
+    points = sorted(d.name for d in a.iterdir() if d.is_dir())
+    assert points == sorted(d.name for d in b.iterdir() if d.is_dir())
+    for name in points:
+        pa, pb = a / name, b / name
+        files = sorted(f.name for f in pa.iterdir())
+        assert files == sorted(f.name for f in pb.iterdir()), name
+        ra, rb = json.loads((pa / "results.json").read_text()), json.loads((pb / "results.json").read_text())
+        assert without_times(ra) == without_times(rb), name
+        assert ra["tables"], name
+        for t in ra["tables"]:
+            assert (pa / f"{t}.csv").read_bytes() == (pb / f"{t}.csv").read_bytes(), f"{name}/{t}.csv"
+        timeless = [ln for ln in (pa / "report.md").read_text().splitlines() if "wall time" not in ln]
+        assert timeless == [ln for ln in (pb / "report.md").read_text().splitlines() if "wall time" not in ln]
+    combined = sorted(f.name for f in a.glob("combined_*.csv"))
+    assert combined and combined == sorted(f.name for f in b.glob("combined_*.csv"))
+    for c in combined:
+        assert (a / c).read_bytes() == (b / c).read_bytes(), c
+    return len(points)
+
+
+def test_a_ray_sweep_equals_the_local_pool_point_for_point_and_leaves_no_process(tmp_path):
+    grid = ("fedrec", "--data", "tiny", "--grid", "rho=0,1", "--grid", "profile=ideal,lan")
+    local = fedsim_cmd("sweep", *grid, "--workers", "2", "--out", "local", "--quiet", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    res, started = fedsim_watched("sweep", *grid, "--workers", "2", "--out", "ray", "--backend", "ray", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert len(started) >= 4, "no Ray instance seen"  # its daemons, agents and two workers
+    assert "sweep: 4 points, 4 run, 0 already done, 0 failed" in res.stdout
+    assert "ray: 2 CPUs, start-up" in res.stdout and "starting a local Ray instance" in res.stderr
+    assert assert_same_points(tmp_path / "local", tmp_path / "ray") == 4
+    sweep = json.loads((tmp_path / "ray" / "sweep.json").read_text())
+    assert sweep["backend"] == "ray" and sweep["state"] == "finished" and sweep["workers"] == 2
+    assert [p["status"] for p in sweep["points"]] == ["done"] * 4
+    log = (tmp_path / "ray" / "sweep.log").read_text()
+    assert "Ray local instance, 2 CPUs, up in" in log and "sweep fedrec 4/4" in log
+    assert re.search(r"sweep fedrec 1/4, elapsed [^,]+, ETA \d", log), log  # points done / total, time left
+    assert "4 of 4 points finished. Finished." in (tmp_path / "ray" / "report.md").read_text()
+    assert_gone(started)
+    # the same command again: nothing to run, and Ray is not even started
+    again = fedsim_cmd("sweep", *grid, "--out", "ray", "--backend", "ray", cwd=tmp_path)
+    assert again.returncode == 0 and "0 run, 4 already done" in again.stdout
+    assert "Ray" not in again.stderr
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """One local Ray instance of two CPUs for the API tests (run_sweep uses a Ray the caller
+    initialised as it is); shut down after them, leaving no process."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield
+    finally:
+        started = descendants(os.getpid())  # Ray's daemons, their agents and workers
+        ray.shutdown()
+        assert_gone(started)
+
+
+def test_a_failing_point_is_reported_and_the_others_run_then_only_it_reruns(tmp_path, local_ray):
+    body = "if ctx['x'] == 2:\n    raise ValueError('x=2 is not allowed')\nif ctx['x'] == 3:\n    os._exit(3)"
+    script, log = logging_scenario(tmp_path, body)
+    out = tmp_path / "sw"
+    seen = []
+    s = run_sweep(str(script), {"x": [1, 2, 3, 4]}, out, fixed={"y": 5}, backend="ray",
+                  progress=lambda i, total, r: seen.append((i, total, r["status"])))
+    assert sorted(map(str, s["done"])) == ["{'x': 1}", "{'x': 4}"]
+    failed = {f["point"]["x"]: f["error"] for f in s["failed"]}
+    assert failed[2] == "ValueError: x=2 is not allowed"
+    assert failed[3].startswith("WorkerCrashedError") or failed[3].startswith("RayTaskError"), failed[3]
+    assert [i for i, _, _ in seen] == [0, 1, 2, 3] and {t for _, t, _ in seen} == {4}
+    assert sorted(st for _, _, st in seen) == ["done", "done", "failed", "failed"]
+    assert "ValueError: x=2 is not allowed" in (out / "x=2" / "error.txt").read_text()
+    assert "Traceback" in (out / "x=2" / "error.txt").read_text()
+    assert json.loads((out / "x=3" / "point.json").read_text())["config"] == {"x": 3, "y": 5}
+    assert (out / "x=3" / "error.txt").read_text().strip()
+    assert s["backend"]["name"] == "ray" and s["backend"]["cpus"] == 2
+    assert ran(log).count((3, 5)) == 2  # a dead worker's task is retried once by Ray, then failed
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,x,y,z", "1,1,5,15", "4,4,5,45"]
+    status = {p["point"]["x"]: p["status"] for p in json.loads((out / "sweep.json").read_text())["points"]}
+    assert status == {1: "done", 2: "failed", 3: "failed", 4: "done"}
+    # fixed: the failed points run again, alone; the local pool then finds every point done
+    script, log = logging_scenario(tmp_path)  # the same script, fixed
+    n = len(ran(log))
+    s = run_sweep(str(script), {"x": [1, 2, 3, 4]}, out, fixed={"y": 5}, backend="ray")
+    assert sorted(map(str, s["rerun"])) == ["{'x': 2}", "{'x': 3}"] and len(s["skipped"]) == 2 and not s["failed"]
+    assert sorted(ran(log)[n:]) == [(2, 5), (3, 5)]
+    s = run_sweep(str(script), {"x": [1, 2, 3, 4]}, out, fixed={"y": 5}, workers=1)
+    assert len(s["skipped"]) == 4 and not s["done"]
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,5,15", "2,2,5,25", "3,3,5,35", "4,4,5,45"]
+
+
+def test_a_killed_ray_sweep_resumes_only_the_missing_points(tmp_path, local_ray):
+    script, log = logging_scenario(tmp_path, "time.sleep(0.8)")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6", "--workers", "1",
+            "--backend", "ray", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env_with_repo())
+    tree = Tree(proc.pid)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(out.glob("*/results.json"))) < 2:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray daemons it started
+    proc.wait()
+    # Ray's agents of a killed instance leave by themselves within about a minute: end them now
+    for pid in alive(tree.stop()):
+        os.kill(pid, signal.SIGKILL)
+    finished = {p.parent.name for p in out.glob("*/results.json")}
+    assert 2 <= len(finished) < 6
+    n = len(ran(log))
+    s = run_sweep(str(script), {"x": [1, 2, 3, 4, 5, 6]}, out, backend="ray")
+    assert not s["failed"] and {f"x={p['x']}" for p in s["done"]} == {f"x={v}" for v in range(1, 7)} - finished
+    assert {f"x={x}" for x, _ in ran(log)[n:]} == {f"x={v}" for v in range(1, 7)} - finished
+    assert len(list(out.glob("*/results.json"))) == 6 and not list(out.glob(".*partial*"))
+
+
+def test_a_point_of_a_script_missing_on_the_worker_runs_from_the_sent_copy(tmp_path):
+    from fedsim.kernel import NetSpec
+
+    script, log = logging_scenario(tmp_path, name="shipped")
+    source = script.read_bytes()
+    gone = tmp_path / "elsewhere" / "shipped.py"  # the driver's path, absent on this "node"
+    key = {"scenario": "shipped", "config": {"x": 2, "y": 1}}
+    p = SweepPoint(str(gone), {"x": 2}, str(tmp_path / "sw" / "x=2"), "tiny", 0, NetSpec(), {"x": 2, "y": 1}, key)
+    res = _run_point_remote((p, source))
+    assert res["status"] == "done" and res["out"] == p.out and not Path(p.out).exists()
+    assert res["files"]["t.csv"].decode().splitlines() == ["x,y,z", "2,1,21"]
+    saved = json.loads(res["files"]["results.json"])
+    assert saved["scenario"] == "shipped" and saved["config"] == {"x": 2, "y": 1}
+    assert {"report.md", "run.log"} <= set(res["files"]) and ran(log) == [(2, 1)]
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"fedsim-point-{os.getpid()}-*"))
+
+
+def test_ctrl_c_cancels_every_ray_task_promptly_and_marks_points_not_run(tmp_path):
+    script, log = logging_scenario(tmp_path, "time.sleep(30.0)")  # each point would take 30 s
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6", "--workers", "2",
+            "--backend", "ray", "--out", str(out)]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(ran(log)) < 2:  # both CPUs inside a point
+        time.sleep(0.05)
+    assert len(ran(log)) == 2, "the Ray tasks did not start"
+    pids = [int(ln.split(",")[2]) for ln in log.read_text().split()]
+    t0 = time.time()
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: Ray's daemons get it too
+    stdout, stderr = proc.communicate(timeout=60)
+    took = time.time() - t0
+    started = tree.stop()
+    assert proc.returncode == 130, (stdout, stderr)
+    assert took < 15, f"took {took:.1f} s to stop"
+    assert "Traceback" not in stderr and "interrupted: 0 points run, 0 done before, 6 not run" in stderr
+    assert len(ran(log)) == 2, "queued points started after Ctrl-C"
+    assert not list(out.rglob("error.txt")) and not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "interrupted" and {p["status"] for p in sweep["points"]} == {"not run"}
+    assert "**Interrupted**" in (out / "report.md").read_text()
+    assert set(pids) <= started
+    assert_gone(started)
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    assert not [d for p in pids for d in tmp.glob(f"fedsim-point-{p}-*")], "a cancelled task's folder was left"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
+    """A Ray head started apart (as a cluster would be), whose workers do not see this checkout:
+    `--address` ships the driver's fedsim to them, and the points come back whole."""
+    if shutil.which("ray") is None and not (Path(sys.executable).parent / "ray").exists():
+        pytest.skip("the ray command is not installed beside this Python")
+    ray_cli = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    port = _free_port()
+    head_dir = tmp_path / "head"
+    head_dir.mkdir()
+    # the head's workers see neither this checkout nor the driver's folder; the head and the
+    # driver share a token (Ray's authentication) and stay on the loopback interface
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("RAY_")} | auth
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                             "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats"],
+                            cwd=head_dir, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    tree = Tree(head.pid)
+    try:
+        body = "import fedsim\nopen(os.path.join(os.path.dirname(__file__), 'where.txt'), 'a').write(fedsim.__file__ + '\\n')"
+        script, log = logging_scenario(tmp_path, body, name="where")
+        deadline = time.time() + 120
+        while time.time() < deadline and head.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3", "--set", "y=2", "--backend", "ray",
+                         "--address", f"127.0.0.1:{port}", "--out", "sw", cwd=tmp_path, env=env | auth)
+        assert res.returncode == 0, res.stderr
+        assert f"ray: 2 CPUs at 127.0.0.1:{port}" in res.stdout
+        out = tmp_path / "sw"
+        assert (out / "combined_t.csv").read_text().splitlines() == ["x,x,y,z", "1,1,2,12", "2,2,2,22", "3,3,2,32"]
+        for x in (1, 2, 3):
+            saved = json.loads((out / f"x={x}" / "results.json").read_text())
+            assert saved["config"] == {"x": x, "y": 2} and saved["git_revision"] == git_revision()
+        where = (tmp_path / "where.txt").read_text().split()
+        assert len(where) == 3 and all("py_modules_files" in w for w in where), where
+        assert sorted(ran(log)) == [(1, 2), (2, 2), (3, 2)]
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops what it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+    assert_gone(tree.stop(), within=30.0)
+
+
+def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path):
+    port = _free_port()  # nothing listens there (Ray alone would retry for minutes)
+    t0 = time.time()
+    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                     "--address", f"127.0.0.1:{port}", "--out", "sw", "--quiet", cwd=tmp_path)
+    assert time.time() - t0 < 60
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error: --address 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)"]
+    assert not (tmp_path / "sw").exists()

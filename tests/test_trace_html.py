@@ -1,0 +1,165 @@
+"""``fedsim trace NAME --html``: one self-contained page, checked as data and in a real headless
+browser (Debian's chromium and chromium-driver with selenium: the ``browser`` extra; .ci/run
+installs them). The browser test loads the file, steps through the messages and reads what the
+page shows against the ledger."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from fedsim.studies.trace import trace
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+DRIVER = shutil.which("chromedriver")
+
+
+class _Refs(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for k, v in attrs:
+            if k in ("src", "href", "xlink:href", "action") and v and not v.startswith(("#", "url(#")):
+                self.refs.append((tag, k, v))
+
+
+def page_data(html: str) -> dict:
+    m = re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+@pytest.fixture(scope="module")
+def fedrecpp_trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trace")
+    net, paths = trace("fedrecpp", out, clients=3, rounds=1, formats=("html",))
+    assert list(paths) == ["html"] and sorted(p.name for p in out.iterdir()) == ["trace.html"]
+    return net, paths["html"]
+
+
+def test_the_page_is_self_contained(fedrecpp_trace):
+    _, path = fedrecpp_trace
+    html = path.read_text()
+    refs = _Refs()
+    refs.feed(html)
+    assert refs.refs == [], "the page must not load anything (no CDN, no files beside it)"
+    assert "link" not in refs.tags and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in html
+
+
+def test_the_page_carries_every_ledger_message_and_its_payload_shapes(fedrecpp_trace):
+    net, path = fedrecpp_trace
+    data = page_data(path.read_text())
+    rows = list(net.ledger.records())
+    assert [(m["src"], m["dst"], m["kind"], m["bytes"], m["anonymous"]) for m in data["messages"]] == \
+        [(r["src"], r["dst"], r["kind"], r["bytes"], r["anonymous"]) for r in rows]
+    # payload fields: decoded from what was sent, checked against the raw byte count of the ledger
+    for m, r in zip(data["messages"], rows):
+        arrays = [f for f in m["payload"] if "shape" in f]
+        assert sum(f["bytes"] for f in arrays) == r["raw_bytes"], m["kind"]
+        for f in arrays:
+            assert f["bytes"] == int(np.prod(f["shape"])) * np.dtype(f["dtype"]).itemsize
+    model = next(m for m in data["messages"] if m["kind"] == "model")
+    V = next(f for f in model["payload"] if f["name"] == "V")
+    assert len(V["shape"]) == 2 and V["dtype"].startswith("float")
+    # the timeline has a span per transmission, the sequence an arrow group per message
+    html = path.read_text()
+    assert html.count('class="msg') == len(rows)
+    assert html.count('class="span sending"') == sum(1 for r in rows if r["tx_end"] == r["tx_end"])
+
+
+def test_cli_trace_html_writes_one_page(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "fedsim", "trace", "fedrec", "--html", "--out", "t"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["trace.html"]
+    assert "file://" in res.stdout and "works offline" in res.stdout
+
+
+def _driver(tmp_path):
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install "
+                                    "'fedsim-rec[browser]')")
+    if not CHROMIUM or not DRIVER:
+        pytest.skip("chromium and chromedriver are not installed (Debian: apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1400"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
+
+
+def test_stepping_through_the_round_in_a_headless_browser(fedrecpp_trace, tmp_path):
+    net, path = fedrecpp_trace
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    rows = list(net.ledger.records())
+    data = page_data(path.read_text())
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == f"before the first message ({len(rows)} messages)"
+        nxt, prev = driver.find_element(By.ID, "next"), driver.find_element(By.ID, "prev")
+        seen_anonymous = False
+        for i, r in enumerate(rows):
+            nxt.click()
+            assert step.text == f"message {i + 1} of {len(rows)}"
+            assert driver.find_element(By.ID, "kind").text == r["kind"]
+            assert driver.find_element(By.ID, "receiver").text.startswith(r["dst"])
+            current = driver.find_elements(By.CSS_SELECTOR, ".msg.current")
+            assert [g.get_attribute("id") for g in current] == [f"m{i}"]
+            sender = driver.find_element(By.ID, "sender").text
+            if r["anonymous"]:  # what the receiver learns: not who sent it
+                seen_anonymous = True
+                assert r["src"] not in sender and "hidden" in sender
+                # nor does the timeline point at the sender's transmission
+                assert driver.find_elements(By.CSS_SELECTOR, f'.span.hl[data-msg="{i}"][data-side="src"]') == []
+            else:
+                assert sender.startswith(r["src"])
+            # the payload table: one row per field, arrays as dtype[shape]
+            cells = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                     for tr in driver.find_elements(By.CSS_SELECTOR, "#payload tr")[1:]]
+            fields = data["messages"][i]["payload"]
+            assert [c[0] for c in cells] == [f["name"] for f in fields]
+            for c, f in zip(cells, fields):
+                if "shape" in f:
+                    assert c[1] == f"{f['dtype']}[{' × '.join(map(str, f['shape']))}]"
+            # the transmission of this message is highlighted on the timeline
+            hl = driver.find_elements(By.CSS_SELECTOR, f'.span.hl[data-msg="{i}"]')
+            assert len(hl) >= (1 if r["status"] == "delivered" else 0)
+        assert seen_anonymous, "fedrecpp sends noise anonymously"
+        nxt.click()  # past the end: stays on the last
+        assert step.text == f"message {len(rows)} of {len(rows)}"
+        prev.click()
+        assert step.text == f"message {len(rows) - 1} of {len(rows)}"
+        driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_LEFT)
+        assert step.text == f"message {len(rows) - 2} of {len(rows)}"
+        # jump to an anonymous message by clicking its arrow, then reveal the simulator's view
+        k = next(i for i, r in enumerate(rows) if r["anonymous"])
+        driver.execute_script("document.getElementById(arguments[0]).dispatchEvent(new MouseEvent('click', "
+                              "{bubbles: true}))", f"m{k}")
+        assert step.text == f"message {k + 1} of {len(rows)}"
+        assert rows[k]["src"] not in driver.find_element(By.ID, "sender").text
+        driver.find_element(By.ID, "reveal").click()
+        assert driver.find_element(By.ID, "sender").text.startswith(rows[k]["src"])
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert errors == []
+        driver.save_screenshot(str(tmp_path / "trace.png"))
+        assert (tmp_path / "trace.png").stat().st_size > 10_000
+    finally:
+        driver.quit()
