@@ -12,7 +12,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["name_key", "node_rng", "seed_sequence"]
+__all__ = ["name_key", "node_rng", "seed_sequence", "substream"]
 
 
 def name_key(name: str) -> tuple[int, ...]:
@@ -34,3 +34,19 @@ def seed_sequence(seed: int, name: str) -> np.random.SeedSequence:
 def node_rng(seed: int, name: str) -> np.random.Generator:
     """A fresh ``numpy.random.Generator`` (PCG64) for stream ``name`` under ``seed``."""
     return np.random.Generator(np.random.PCG64(seed_sequence(seed, name)))
+
+
+def substream(rng: np.random.Generator, name: str) -> np.random.Generator:
+    """A generator for the named sub-stream ``name`` of ``rng``'s seed: a fresh PCG64 whose
+    ``SeedSequence`` has ``rng``'s entropy and its spawn key extended by ``name_key(name)``.
+
+    It depends only on how ``rng`` was *seeded* (never on how far ``rng`` has been drawn, and
+    drawing from it never moves ``rng``), so an actor can keep one kind of draw (say, which
+    clients take part) in step across protocols whose other draws differ. Raises
+    ``ValueError`` when ``rng`` was not seeded from a ``SeedSequence`` (e.g. a legacy seed)."""
+    ss = getattr(rng.bit_generator, "seed_seq", None)
+    if not isinstance(ss, np.random.SeedSequence):
+        raise ValueError("substream() needs a generator seeded from a numpy SeedSequence")
+    child = np.random.SeedSequence(entropy=ss.entropy, spawn_key=tuple(ss.spawn_key) + name_key(str(name)),
+                                   pool_size=ss.pool_size)
+    return np.random.Generator(np.random.PCG64(child))

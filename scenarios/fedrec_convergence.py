@@ -1,5 +1,5 @@
 """FedRec Figure 3: test RMSE per iteration for the unfederated model, federated rho = 0 and
-federated HF with rho in {1, 2, 3} (first fold).
+federated HF with rho in {1, 2, 3} (first fold). HF's (T_predict, T_local) are searched as in ``fedrec_rho`` (``search_on``).
 
 Federated curves are measured inside the protocol: each iteration the clients evaluate their
 private test ratings with the model they hold and send back three error sums (kind ``eval``,
@@ -11,8 +11,11 @@ from __future__ import annotations
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.studies.fedrec import make_folds, paper_lr, run_one
+from fedsim.studies.datasets import data_note
+from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDREC_HF_SETTINGS
 from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.search import SEARCH_RULES, choose_hf
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'several minutes at ML-100K scale, the default (first fold only, T = 100; estimated from fedrec_rho, not measured)'
@@ -25,6 +28,9 @@ PARAMS = {
                     choices=("PMF(B)", "PMF(S)", "SVD++(S)")),
     "lam": Param.of(FedRecConfig, "lam"),
     "rhos": Param([1, 2, 3], "HF sampling parameters", kind="ints", min=0),
+    "search_on": Param("validation", "where HF's (T_predict, T_local) are scored: a validation split of copy 1's "
+                       "training part, copy 1's test part (the paper's rule) or none (the authors' ML100K settings)",
+                       choices=SEARCH_RULES),
     "dtype": Param.of(FedRecConfig, "dtype"),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
@@ -32,8 +38,23 @@ PARAMS = {
 
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
-    fold = make_folds(ratings, ctx["folds"], ctx.seed)[0]
+    data_note(ctx, ratings)
+    folds = make_folds(ratings, ctx["folds"], ctx.seed)
+    fold = folds[0]
     workers = ctx["workers"] or default_workers()
+
+    def make_cfg(key, tp, tl):
+        m, rho = key
+        return FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m), lam=ctx["lam"], rho=float(rho),
+                            strategy="hf", T_predict=tp, T_local=tl, dtype=ctx["dtype"])
+
+    def authors(key):
+        m, rho = key
+        return FEDREC_HF_SETTINGS[m][rho - 1] if 1 <= rho <= 3 else (10, 10)
+
+    hf = choose_hf(ctx, folds, [(m, rho) for m in ctx["models"] for rho in ctx["rhos"] if rho > 0], make_cfg,
+                   rule=ctx["search_on"], workers=workers, paper=authors, seed=ctx.seed * 1000 + 999,
+                   key_names=("model", "rho"))
     tasks, labels = [], []
     for m in ctx["models"]:
         base = FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m), lam=ctx["lam"], dtype=ctx["dtype"])
@@ -42,9 +63,7 @@ def run(ctx: RunContext) -> None:
         tasks.append((fold, "federated", base, ctx.seed, ctx.net, True, ctx.ledger_dir))
         labels.append((m, "federated rho=0"))
         for rho in ctx["rhos"]:
-            tp, tl = FEDREC_HF_SETTINGS[m][rho - 1] if 1 <= rho <= 3 else (10, 10)
-            cfg = FedRecConfig(m, d=ctx["d"], T=ctx["iterations"], lr=paper_lr(m), lam=ctx["lam"], rho=float(rho),
-                               strategy="hf", T_predict=tp, T_local=tl, dtype=ctx["dtype"])
+            cfg = make_cfg((m, rho), *hf.get((m, rho), authors((m, rho))))
             tasks.append((fold, "federated", cfg, ctx.seed, ctx.net, True, ctx.ledger_dir))
             labels.append((m, f"federated HF rho={rho}"))
     ctx.progress.update(0, len(tasks), stage="convergence runs")
@@ -58,6 +77,7 @@ def run(ctx: RunContext) -> None:
                 rows.append({"model": m, "run": label, "iteration": h["iteration"], "mae": h["mae"], "rmse": h["rmse"]})
         if o.diverged_at is not None:
             ctx.note(f"**{m} {label} diverged at iteration {o.diverged_at}.**")
+    warn_not_learned(ctx, [(f"{m} {label}", o) for (m, label), o in zip(labels, outs)])
     ctx.table("convergence", rows, title="Test RMSE per iteration (fold 1)")
     final = [r for r in rows if r["iteration"] == ctx["iterations"]]
     ctx.table("final", final, title="After the last iteration")

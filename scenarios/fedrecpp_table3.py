@@ -14,6 +14,7 @@ import numpy as np
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.fedrec import make_folds
+from fedsim.studies.datasets import data_note
 from fedsim.studies.fedrecpp import hf_setting, run_pp
 from fedsim.studies.paper_values import FEDRECPP_TABLE3_ML100K
 from fedsim.studies.parallel import default_workers, pmap
@@ -45,9 +46,10 @@ def eta_value(label: str, n: int) -> int:
 
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
+    dataset = data_note(ctx, ratings)
     fold = make_folds(ratings, ctx["folds"], ctx.seed)[0]
     n = fold.n_users
-    tp, tl = hf_setting(ctx["rho"])
+    tp, tl = hf_setting(ctx["rho"], dataset=dataset)
     workers = ctx["workers"] or default_workers()
     draws = max(1, ctx["draws"])
     tasks, labels = [], []

@@ -23,6 +23,7 @@ from fedsim.studies.fpl import (
     scenario_study,
 )
 
+RUN_TIME = "minutes on the default synthetic subset; with --set cache=DIR shared with fpl_pi, only the runs fpl_pi has not made (docs/fpl.md)"
 DEFAULT_DATA = "ml100k-like"
 PARAMS = fpl_scenario_params()
 

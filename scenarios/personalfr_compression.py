@@ -7,7 +7,9 @@ it). Computation is what the clients charged with ``ctx.compute`` (forward, back
 FLOPs as executed). The formulas beside them are checks: FedAvg sends the whole model, PersonalFR the
 active decoder (Expression 3); the paper plots ``2 |D| / |D_active|`` (the notes on the authors' code).
 PersonalFR's encoder is dense by default (as the paper counts computation); ``encoder_inputs`` adds the
-cut encoder (same model, fewer FLOPs).
+cut encoder (same model, fewer FLOPs). Which clients are selected (and so how many items are active) is
+random: the whole measurement is repeated with seeds seed .. seed + repeats - 1 (split, partition and
+selection) and the table gives the mean and population std of every figure over them.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ PARAMS = {
                             choices=("dense", "cut")),
     "threshold": Param.of(FedAEConfig, "threshold"),
     "test_frac": Param(0.2, "per-user test fraction", min=0, max=0.9, exclusive_min=True),
+    "repeats": Param(5, "repetitions with seeds seed, seed+1, ... (mean and population std)", min=1),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
+RATIOS = ("comm_ratio", "formula_ratio", "paper_formula_2D_over_Dactive", "mean_active_items")
 
 # Le et al. 2022, Figure 5 / text: communication 2.5x to 27x, computation 1.25x to 1.9x (ML1M, M = 1 .. 6040)
 PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computation ~1.25x to ~1.9x"
@@ -44,28 +48,29 @@ PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computa
 def run(ctx: RunContext) -> None:
     task = load_task(ctx.data, ctx.seed, ctx["task"], ctx["threshold"], ctx["test_frac"])
     specs = []
-    for M in ctx["clients"]:
-        one = M in (0, task.n_users)
-        cfg = FedAEConfig(rounds=ctx["rounds"], fraction=ctx["fraction"], local_epochs=ctx["local_epochs"],
-                          batch=1 if one else ctx["batch"], task=ctx["task"], client_momentum="reset")
-        common = dict(data=ctx.data, seed=ctx.seed, task=ctx["task"], threshold=ctx["threshold"],
-                      test_frac=ctx["test_frac"], M=M, profile=ctx.net, evaluate=False, ledger_dir=ctx.ledger_dir)
-        specs.append(RunSpec("fedavg", cfg=cfg, **common))
-        for enc in ctx["encoder_inputs"]:
-            specs.append(RunSpec("personalfr", cfg=replace(cfg, encoder_input=enc), **common))
+    for rep in range(ctx["repeats"]):
+        for M in ctx["clients"]:
+            one = M in (0, task.n_users)
+            cfg = FedAEConfig(rounds=ctx["rounds"], fraction=ctx["fraction"], local_epochs=ctx["local_epochs"],
+                              batch=1 if one else ctx["batch"], task=ctx["task"], client_momentum="reset")
+            common = dict(data=ctx.data, seed=ctx.seed + rep, task=ctx["task"], threshold=ctx["threshold"],
+                          test_frac=ctx["test_frac"], M=M, profile=ctx.net, evaluate=False, ledger_dir=ctx.ledger_dir)
+            specs.append(RunSpec("fedavg", cfg=cfg, **common))
+            for enc in ctx["encoder_inputs"]:
+                specs.append(RunSpec("personalfr", cfg=replace(cfg, encoder_input=enc), **common))
     outs = execute(ctx, specs, "compression runs")
     from fedsim.math import autoencoder as ae
 
     model = ae.init_params(task.n_items, np.random.default_rng(0), (256, 128))
     whole, dec_full = ae.param_count(model), ae.param_count(ae.decoder_of(model))
-    rows = []
-    by_M: dict = {}
+    per_seed = []
+    by_run: dict = {}
     for spec, o in zip(specs, outs):
-        by_M.setdefault(spec.M, {})[(spec.method, spec.cfg.encoder_input)] = o
-    for M, runs in by_M.items():
+        by_run.setdefault((spec.seed, spec.M), {})[(spec.method, spec.cfg.encoder_input)] = o
+    for (seed, M), runs in by_run.items():
         fa = runs[("fedavg", "dense")]
         n_clients = fa["M"]
-        row = {"clients": n_clients, "users_per_client": task.n_users / n_clients,
+        row = {"clients": n_clients, "seed": seed, "users_per_client": task.n_users / n_clients,
                "selected_per_round": fa["clients_per_round"]}
         pf = next(v for (m, _), v in runs.items() if m == "personalfr")
         c_fa, c_pf = fa["comm"], pf["comm"]
@@ -83,10 +88,24 @@ def run(ctx: RunContext) -> None:
         for (m, enc), o in runs.items():
             if m == "personalfr":
                 row[f"comp_ratio_{enc}"] = fa["client_flops"] / o["client_flops"]
+        per_seed.append(row)
+    rows = []
+    for M in sorted({r["clients"] for r in per_seed}):
+        these = [r for r in per_seed if r["clients"] == M]
+        row = {k: v for k, v in these[0].items() if k != "seed"}
+        for k in list(row):
+            if k in ("clients", "users_per_client", "selected_per_round"):
+                continue
+            vals = np.array([r[k] for r in these], dtype=np.float64)
+            row[k] = float(vals.mean())
+            if k in RATIOS or k.startswith("comp_ratio_"):
+                row[f"{k}_std"] = float(vals.std())
+        row["repeats"] = len(these)
         rows.append(row)
-    rows.sort(key=lambda r: r["clients"])
     ctx.table("compression", rows, title="FedAvg / PersonalFR per selected client and round: bytes (ledger) "
-              "and FLOPs (charged)", floatfmt=".3f")
+              "and FLOPs (charged); mean (and population std) over the repeats", floatfmt=".3f")
+    ctx.table("compression_per_seed", sorted(per_seed, key=lambda r: (r["clients"], r["seed"])),
+              title="Per seed", floatfmt=".3f")
     ctx.note(f"Data `{ctx.data}`: {task.n_users} users, {task.n_items} items; model [n, 256, 128] / [128, 256, n], "
              f"{whole:,} parameters ({dec_full:,} in the decoder). `formula_ratio` = whole model / active decoder "
              f"floats (what the bytes should give up to msgpack framing); {PAPER_RANGE}. `comp_ratio_dense` keeps "

@@ -22,7 +22,7 @@ PARAMS = {"clients": Param([100, 300], "numbers of clients M (0: one user per cl
 def run(ctx: RunContext) -> None:
     specs = make_specs(ctx, list(ctx["clients"]))
     outs = execute(ctx, specs, "table III runs")
-    rows = result_tables(ctx, outs, title="Table III: Joint, FedAvg and PersonalFR (best / final evaluation)")
+    rows = result_tables(ctx, outs, title="Table III: Joint, FedAvg and PersonalFR (selected / best on test / final evaluation; mean +- population std over repeats)")
     verdicts(ctx, rows)
     plot_curves(ctx, outs, "curves")
     ctx.note(f"Data `{ctx.data}` ({outs[0]['n_users']} users x {outs[0]['n_items']} items), 80/20 per-user split. "

@@ -34,7 +34,7 @@ PARAMS = {
 def run(ctx: RunContext) -> None:
     specs = make_specs(ctx, [0])
     outs = execute(ctx, specs, "table IV runs")
-    rows = result_tables(ctx, outs, title="Table IV: one user per client (best / final evaluation)")
+    rows = result_tables(ctx, outs, title="Table IV: one user per client (selected / best on test / final evaluation; mean +- population std over repeats)")
     verdicts(ctx, rows)
     plot_curves(ctx, outs, "curves")
     ctx.note(f"Data `{ctx.data}` ({outs[0]['n_users']} users = clients, {outs[0]['n_items']} items), 80/20 "

@@ -14,6 +14,7 @@ from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
+from fedsim.studies.datasets import data_note
 from fedsim.studies.fedrec import make_folds
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
@@ -31,6 +32,7 @@ PARAMS = {
 
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
+    data_note(ctx, ratings)
     fold = make_folds(ratings, 5, ctx.seed)[0]
     data = fold.train_ratings()
     base = FedRecConfig("PMF(B)", d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"])

@@ -69,9 +69,22 @@ _BLOCKS: dict[str, Any] = dict(
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(_BASE, n_users=30, n_items=40, n_ratings=360, min_per_user=5),
     "ml100k-like": dict(_BASE, n_users=943, n_items=1682, n_ratings=100_000, min_per_user=20),
+    # ML-1M: 3,706 rated movie ids spread over 1..3952 (item_space="id_range" gives all 3,952)
     "ml1m-like": dict(
         _BASE, n_users=6040, n_items=3706, n_ratings=1_000_209, min_per_user=20,
         t_start=956_700_000, t_end=1_046_500_000,  # 2000-04 .. 2003-02 like ML-1M
+        id_range=3952,
+    ),
+    # FedRec++'s NF5K5K: the 5,000 most active Netflix users on the 5,000 most popular movies,
+    # 7,944,473 ratings (32 % dense, about 1,589 per user)
+    "nf5k5k-like": dict(
+        _BASE, n_users=5000, n_items=5000, n_ratings=7_944_473, min_per_user=300, max_user_frac=0.95,
+        activity_sigma=0.6, t_start=946_684_800, t_end=1_135_987_200,  # 2000 .. 2005 like Netflix
+    ),
+    # PersonalFR's Anime: 69,600 users, 9,927 anime, 6,337,241 explicit ratings on a 1..10 scale
+    "anime-like": dict(
+        _BASE, n_users=69_600, n_items=9927, n_ratings=6_337_241, min_per_user=1, rating_max=10,
+        t_start=1_420_070_400, t_end=1_483_228_800,
     ),
     # MovieLens 20M: 138,493 users (>= 20 ratings each, mean 144, median ~70, max 9,254), 26,744
     # rated movies with ids up to 131,262, 20,000,263 half-star ratings (0.5..5), 1995-01 .. 2015-03.
@@ -167,20 +180,25 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     """Generate a synthetic dataset from a preset, with optional parameter overrides.
 
     Presets: ``"tiny"`` (30 users x 40 items, 360 ratings: for tests), ``"ml100k-like"``
-    (943 x 1682, 100,000 ratings), ``"ml1m-like"`` (6040 x 3706, 1,000,209 ratings),
+    (943 x 1682, 100,000 ratings), ``"ml1m-like"`` (6040 users, 3,706 rated ids in 1..3952,
+    1,000,209 ratings), ``"nf5k5k-like"`` (FedRec++'s NF5K5K shape: 5,000 x 5,000, 7,944,473
+    ratings), ``"anime-like"`` (PersonalFR's Anime shape: 69,600 x 9,927, 6,337,241 ratings on a
+    1..10 scale, ``rating_max=10``),
     ``"ml20m-like"`` (138,493 users, 26,744 rated ids up to 131,262, 20,000,263 half-star
     ratings; about 0.5 GB of arrays) and ``"netflix-like"`` (480,189 x 17,770, 100,480,507
     ratings; about 2 GB of arrays, 3 GB peak while generating).  Overrides are any preset key
     (``n_users``, ``n_items``, ``n_ratings``, ``min_per_user``, ``rank``, ``n_categories``,
     ``zipf_exponent``, ``activity_sigma``, ``max_user_frac``, ``selection_strength``,
-    ``global_mean``, ``noise``, ``t_start``, ``t_end``; for the last two presets also
+    ``global_mean``, ``noise``, ``t_start``, ``t_end``, ``id_range``, ``rating_max``; for the
+    last two presets also
     ``n_rated_items``, ``zipf_offset``, ``affinity_cap``, ``rating_step``, ``block_ratings``).
     The same (preset, seed, overrides) give the same bytes.
 
     ``item_space``: ``"observed"`` (default) indexes the rated items only, in id order;
-    ``"id_range"`` keeps the whole id range 1..``n_items`` (index = id - 1), as the loaders do for
-    MovieLens, so that ``ml20m-like`` has 131,262 items of which 26,744 are rated. For the first
-    three presets every item is rated and both spaces coincide.
+    ``"id_range"`` keeps the whole id range (index = id - 1), as the loaders do for MovieLens, so
+    that ``ml1m-like`` has 3,952 items of which 3,706 are rated (its ``id_range``) and
+    ``ml20m-like`` 131,262 of which 26,744 are rated. For the other presets every item is rated
+    and both spaces coincide.
     """
     name = preset.removeprefix("synthetic:")
     if name not in PRESETS:
@@ -189,6 +207,8 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     if item_space not in ("observed", "id_range"):
         raise ValueError(f"item_space must be 'observed' or 'id_range', got {item_space!r}")
     p = dict(PRESETS[name])
+    p.setdefault("id_range", None)  # item ids spread over 1..id_range (ML-1M); None: 1..n_items
+    p.setdefault("rating_max", 5)  # ratings on 1..rating_max (Anime: 10)
     unknown = sorted(set(overrides) - set(p))
     if unknown:
         raise TypeError(f"generate(): unknown parameter(s) {unknown}; valid: {sorted(p)}")
@@ -198,6 +218,9 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
         raise ValueError("n_users and n_items must be positive")
     rng = np.random.default_rng(np.random.PCG64(seed))
     if p.get("method") == "blocks":
+        if p["id_range"] is not None or int(p["rating_max"]) != 5:
+            raise ValueError(f"preset {name!r} sets its id range with n_items/n_rated_items and its scale with "
+                             f"rating_step; id_range and rating_max apply to the other presets")
         return _generate_blocks(rng, p, name, int(seed), item_space)
 
     cats, names, q, pu, b_u, logw, b_i = _structure(rng, p, n_items)
@@ -237,7 +260,10 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     # ratings
     inter = (pu[users] * q[items]).sum(axis=1)
     raw = float(p["global_mean"]) + b_u[users] + b_i[items] + inter + rng.normal(0.0, float(p["noise"]), len(users))
-    values = np.clip(np.rint(raw), 1, 5).astype(np.float32)
+    top = int(p["rating_max"])
+    if top != 5:  # the 1..5 model stretched linearly onto 1..top
+        raw = 1.0 + (raw - 1.0) * (top - 1) / 4.0
+    values = np.clip(np.rint(raw), 1, top).astype(np.float32)
 
     # timestamps
     t0, t1 = int(p["t_start"]), int(p["t_end"])
@@ -249,10 +275,21 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     order = np.lexsort((items, ts, users))
     info = {"source": f"synthetic:{name}", "preset": name, "seed": int(seed), "params": p,
             "format": "synthetic", "item_space": item_space}
+    item_ids = np.arange(1, n_items + 1, dtype=np.int64)
+    id_range = p["id_range"]
+    if id_range is not None and int(id_range) > n_items:
+        # the rated ids: a sorted random n_items of 1..id_range (drawn last: nothing else moves);
+        # with item_space="id_range" the index space is every id, the unrated ones included
+        item_ids = np.sort(rng.choice(int(id_range), size=n_items, replace=False)) + 1
+        if item_space == "id_range":
+            items = item_ids[items] - 1
+            full = np.zeros((int(id_range), cats.shape[1]), dtype=bool)
+            full[item_ids - 1] = cats
+            cats, n_items, item_ids = full, int(id_range), np.arange(1, int(id_range) + 1, dtype=np.int64)
     return Ratings._trusted(
         users[order], items[order], values[order], ts[order],
         n_users=n_users, n_items=n_items,
-        user_ids=np.arange(1, n_users + 1, dtype=np.int64), item_ids=np.arange(1, n_items + 1, dtype=np.int64),
+        user_ids=np.arange(1, n_users + 1, dtype=np.int64), item_ids=item_ids,
         categories=cats, category_names=names, name=f"synthetic:{name}", info=info,
     )
 

@@ -39,11 +39,22 @@ P_LAM = 1  # lambda
 P_C = 2  # 1 - lr * lambda (shrink factor of an O row per step)
 P_ONE = 3
 P_ZERO = 4
-P_SIZE = 5
+P_ORDER = 5  # 0: the authors' code's update order; 1: the paper's printed Algorithm 5 (see pmf_pass)
+P_SIZE = 6
+
+ORDERS = ("code", "paper")
 
 
-def make_par(lr, lam, dtype):
-    """Parameter vector for the kernels, every entry of ``dtype``."""
+def order_flag(order):
+    """0.0 for ``order="code"``, 1.0 for ``"paper"``; ``ValueError`` otherwise."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
+    return 1.0 if order == "paper" else 0.0
+
+
+def make_par(lr, lam, dtype, order="code"):
+    """Parameter vector for the kernels, every entry of ``dtype`` (``order``: see
+    :func:`pmf_pass`)."""
     dt = np.dtype(dtype)
     lr_ = dt.type(lr)
     lam_ = dt.type(lam)
@@ -53,6 +64,7 @@ def make_par(lr, lam, dtype):
     par[P_C] = dt.type(1) - lr_ * lam_
     par[P_ONE] = dt.type(1)
     par[P_ZERO] = dt.type(0)
+    par[P_ORDER] = dt.type(order_flag(order))
     return par
 
 
@@ -83,10 +95,14 @@ def pmf_pass(U, V, items, ratings, par, grads, off):
 
         e = r - U.V_i ;  g_i = -e U + lam V_i ;  U <- U - lr (-e V_i + lam U)
 
+    With ``par[P_ORDER]`` set (the paper's Algorithm 5 as printed: lines 4-6 update U_u, then
+    compute the item gradient of Eq. 8) the gradient is taken with the *updated* U and its
+    recomputed error: U <- U - lr (-e V_i + lam U); e' = r - U.V_i; g_i = -e' U + lam V_i.
     ``grads[off + k]`` receives the gradient of the k-th item.
     """
     lr = par[P_LR]
     lam = par[P_LAM]
+    paper = par[P_ORDER] != par[P_ZERO]
     d = U.shape[0]
     for k in range(items.shape[0]):
         i = items[k]
@@ -94,6 +110,17 @@ def pmf_pass(U, V, items, ratings, par, grads, off):
         for f in range(1, d):
             pred += U[f] * V[i, f]
         err = ratings[k] - pred
+        if paper:
+            for f in range(d):
+                uf = U[f]
+                U[f] = uf - lr * (lam * uf - err * V[i, f])
+            pred = U[0] * V[i, 0]
+            for f in range(1, d):
+                pred += U[f] * V[i, f]
+            err = ratings[k] - pred
+            for f in range(d):
+                grads[off + k, f] = lam * V[i, f] - err * U[f]
+            continue
         for f in range(d):
             uf = U[f]
             vf = V[i, f]
@@ -133,6 +160,18 @@ def pmf_hf_temp(U, V, items, ratings, par, T_local, tU):
 # sum S = sum_j O_j gives Obar for item k as (S - x_k) / sqrt(N - 1).
 
 
+def grad_after_step(U, Ou, V, i, y, lam, grads, row):
+    """The paper's order in SVD++: item i's gradient with the stepped U and implicit term Ou,
+    ``grads[row] = lam V_i - (y - (U + Ou).V_i) (U + Ou)``."""
+    d = U.shape[0]
+    pred = (U[0] + Ou[0]) * V[i, 0]
+    for f in range(1, d):
+        pred += (U[f] + Ou[f]) * V[i, f]
+    err = y - pred
+    for f in range(d):
+        grads[row, f] = lam * V[i, f] - err * (U[f] + Ou[f])
+
+
 def svdpp_rated_pass(U, V, items, ratings, OR, S, par, s1, nm1, grads, off, X, AA, A, Ou):
     """SVD++(S) over the rated items, in order.
 
@@ -140,6 +179,8 @@ def svdpp_rated_pass(U, V, items, ratings, OR, S, par, s1, nm1, grads, off, X, A
     S: (d,) sum of the OR rows on entry, the (incrementally maintained) sum on return.
     s1 = sqrt(N - 1), nm1 = N - 1 (dtype scalars). X, AA: (N, d) scratch; A, Ou: (d,) scratch.
     With N < 2 there is no implicit term (the authors' code skips it): plain PMF pass.
+    ``par[P_ORDER]`` (paper order, by analogy with Algorithm 5, which the paper prints for PMF
+    only): the V gradient is taken after the step, with the updated U and Obar.
     """
     N = items.shape[0]
     if N < 2:
@@ -148,6 +189,7 @@ def svdpp_rated_pass(U, V, items, ratings, OR, S, par, s1, nm1, grads, off, X, A
     lr = par[P_LR]
     lam = par[P_LAM]
     c = par[P_C]
+    paper = par[P_ORDER] != par[P_ZERO]
     d = U.shape[0]
     for f in range(d):
         A[f] = par[P_ZERO]
@@ -165,13 +207,18 @@ def svdpp_rated_pass(U, V, items, ratings, OR, S, par, s1, nm1, grads, off, X, A
         for f in range(d):
             uf = U[f]
             vf = V[i, f]
-            grads[off + k, f] = lam * vf - err * (uf + Ou[f])
+            if not paper:
+                grads[off + k, f] = lam * vf - err * (uf + Ou[f])
             U[f] = uf - lr * (lam * uf - err * vf)
             w = lr * err * vf / s1
             x = X[k, f]
             S[f] = c * (S[f] - x) + nm1 * w + x
             A[f] = c * A[f] + w
             AA[k, f] = A[f]
+        if paper:
+            for f in range(d):
+                Ou[f] = (S[f] - X[k, f]) / s1
+            grad_after_step(U, Ou, V, i, ratings[k], lam, grads, off + k)
         cp = cp * c
     p = par[P_ONE]
     for k in range(N - 1, -1, -1):
@@ -196,6 +243,7 @@ def svdpp_sampled_pass(U, V, items, ratings, OR, OS, S, par, s, nf, grads, off, 
     lr = par[P_LR]
     lam = par[P_LAM]
     c = par[P_C]
+    paper = par[P_ORDER] != par[P_ZERO]
     d = U.shape[0]
     for f in range(d):
         B[f] = par[P_ZERO]
@@ -211,12 +259,17 @@ def svdpp_sampled_pass(U, V, items, ratings, OR, OS, S, par, s, nf, grads, off, 
         for f in range(d):
             uf = U[f]
             vf = V[i, f]
-            grads[off + k, f] = lam * vf - err * (uf + Ou[f])
+            if not paper:
+                grads[off + k, f] = lam * vf - err * (uf + Ou[f])
             U[f] = uf - lr * (lam * uf - err * vf)
             w = lr * err * vf / s
             B[f] = c * B[f] + w
             S[f] = c * S[f] + nf * w
             OS[k, f] = c * OS[k, f] + w
+        if paper:
+            for f in range(d):
+                Ou[f] = S[f] / s
+            grad_after_step(U, Ou, V, i, ratings[k], lam, grads, off + k)
         a = a * c
     for j in range(N):
         for f in range(d):
@@ -534,6 +587,7 @@ def implicit_sums_np(O, indptr, indices, out):
 
 
 _KERNELS = (
+    "grad_after_step",
     "pmf_pass",
     "pmf_hf_temp",
     "svdpp_rated_pass",

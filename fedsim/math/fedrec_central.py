@@ -340,7 +340,9 @@ def _batch_iteration(st, t, lr_t, lam, rho, strategy, T_predict, T_local, hf_con
 @_quiet_overflow
 def _train_sgd(model, implicit, users, items, ratings, n_users, n_items, *, d, T, lr, client_lr,
                lam, rho, strategy, T_predict, T_local, hf_convention, user_rngs, server_rng, dtype,
-               decay, init_scale, resample, test, callback, on_divergence, engine, backend):
+               decay, init_scale, resample, test, callback, on_divergence, engine, backend,
+               update_order="code"):
+    flag = _sgd_numba.order_flag(update_order)
     st = _setup(model, users, items, ratings, n_users, n_items, d, user_rngs, server_rng, dtype,
                 init_scale, implicit, test, strategy, engine, on_divergence)
     client_lr = lr if client_lr is None else client_lr
@@ -348,6 +350,8 @@ def _train_sgd(model, implicit, users, items, ratings, n_users, n_items, *, d, T
                   T_predict=T_predict, T_local=T_local, hf_convention=hf_convention, decay=decay,
                   resample=resample, dtype=str(st.dt), engine=engine,
                   backend=_sgd_numba.backend_name(backend))
+    if update_order != "code":
+        params["order"] = update_order
     dt = st.dt
     n = st.n
     calls = np.zeros(n, dtype=np.int64)
@@ -374,7 +378,7 @@ def _train_sgd(model, implicit, users, items, ratings, n_users, n_items, *, d, T
                           lr=lr_table[calls[u]], lam=lam, strategy=strategy, T_predict=T_predict,
                           T_local=T_local, hf_convention=hf_convention,
                           sampled=_sample(st, u, rho, resample, cache), r_mean=st.means[u],
-                          backend=backend)
+                          backend=backend, order=update_order)
                 calls[u] += 1
                 st.U[u] = up.U
                 server_apply_sgd(st.V, up.items, up.grads, lr_t)
@@ -393,6 +397,7 @@ def _train_sgd(model, implicit, users, items, ratings, n_users, n_items, *, d, T
             pars[:, _sgd_numba.P_C] = dt.type(1) - lr_d * lam_d
             pars[:, _sgd_numba.P_ONE] = dt.type(1)
             pars[:, _sgd_numba.P_ZERO] = dt.type(0)
+            pars[:, _sgd_numba.P_ORDER] = dt.type(flag)
             samples = [_sample(st, int(u), rho, resample, cache) for u in order]
             ks = np.array([s.shape[0] for s in samples], dtype=np.int64)
             s_indptr = np.zeros(n + 1, dtype=np.int64)
@@ -419,6 +424,7 @@ def train_pmf_sgd(
     user_rngs, server_rng: np.random.Generator, dtype=np.float64, decay: float = 0.9,
     init_scale: float = 0.005, resample: bool = True, test=None, callback=None,
     on_divergence: str = "raise", engine: str = "central", backend: str | None = None,
+    order: str = "code",
 ) -> TrainResult:
     """Stochastic PMF (Algorithms 4-5, authors' code): each iteration the server draws n users
     with replacement; each drawn client runs sequential SGD over its rated items (ascending item
@@ -426,14 +432,16 @@ def train_pmf_sgd(
 
     ``lr``: the server's learning rate for V, lr * decay**t at iteration t. ``client_lr``
     (default ``lr``): each client's rate for U_u, client_lr * decay**k at its k-th call.
-    Other parameters as :func:`train_pmf_batch`; ``backend`` selects numba/python kernels.
+    Other parameters as :func:`train_pmf_batch`; ``backend`` selects numba/python kernels;
+    ``order``: "code" (the authors' update order) or "paper" (Algorithm 5 as printed: each item
+    gradient after U_u's step, see ``_sgd_numba.pmf_pass``).
     """
     return _train_sgd("PMF(S)", False, users, items, ratings, n_users, n_items, d=d, T=T, lr=lr,
                       client_lr=client_lr, lam=lam, rho=rho, strategy=strategy,
                       T_predict=T_predict, T_local=T_local, hf_convention=hf_convention,
                       user_rngs=user_rngs, server_rng=server_rng, dtype=dtype, decay=decay,
                       init_scale=init_scale, resample=resample, test=test, callback=callback,
-                      on_divergence=on_divergence, engine=engine, backend=backend)
+                      on_divergence=on_divergence, engine=engine, backend=backend, update_order=order)
 
 
 def train_svdpp_sgd(
@@ -443,6 +451,7 @@ def train_svdpp_sgd(
     user_rngs, server_rng: np.random.Generator, dtype=np.float64, decay: float = 0.9,
     init_scale: float = 0.005, resample: bool = True, test=None, callback=None,
     on_divergence: str = "raise", engine: str = "central", backend: str | None = None,
+    order: str = "code",
 ) -> TrainResult:
     """Stochastic SVD++ (authors' code): as :func:`train_pmf_sgd` with prediction
     (U_u + Obar_u).V_i; O is initialised by the server right after V and moved by the clients
@@ -453,4 +462,4 @@ def train_svdpp_sgd(
                       T_predict=T_predict, T_local=T_local, hf_convention=hf_convention,
                       user_rngs=user_rngs, server_rng=server_rng, dtype=dtype, decay=decay,
                       init_scale=init_scale, resample=resample, test=test, callback=callback,
-                      on_divergence=on_divergence, engine=engine, backend=backend)
+                      on_divergence=on_divergence, engine=engine, backend=backend, update_order=order)

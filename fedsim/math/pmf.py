@@ -312,11 +312,13 @@ class BatchClient:
 # Stochastic style (Algorithms 4-5)
 
 
-def pmf_sgd_client(U_u, V_rows, ratings, lr, lam, *, backend=None):
+def pmf_sgd_client(U_u, V_rows, ratings, lr, lam, *, backend=None, order: str = "code"):
     """Sequential SGD of one client over ``V_rows`` (items in the order given) with fixed V:
     U_u updated after every rating, each item gradient taken with the current U_u before that
-    rating's update. Returns ``(new_U_u, item_grads)``. numba-compiled when available
-    (``backend``: None/"auto", "numba", "python"; identical numbers)."""
+    rating's update (``order="code"``, the authors' code) or with the updated U_u and its
+    recomputed error (``order="paper"``, Algorithm 5 as printed). Returns ``(new_U_u,
+    item_grads)``. numba-compiled when available (``backend``: None/"auto", "numba", "python";
+    identical numbers)."""
     V_rows = np.ascontiguousarray(V_rows)
     dt = V_rows.dtype
     k = _sgd_numba.kernels(backend)
@@ -324,14 +326,14 @@ def pmf_sgd_client(U_u, V_rows, ratings, lr, lam, *, backend=None):
     n = V_rows.shape[0]
     grads = np.empty((n, V_rows.shape[1]), dtype=dt)
     items = np.arange(n, dtype=np.int32)
-    k.pmf_pass(U, V_rows, items, np.asarray(ratings, dtype=dt), _sgd_numba.make_par(lr, lam, dt), grads, 0)
+    k.pmf_pass(U, V_rows, items, np.asarray(ratings, dtype=dt), _sgd_numba.make_par(lr, lam, dt, order), grads, 0)
     return U, grads
 
 
 def pmf_sgd_client_step(
     U_u, V, rated_items, ratings, *, t: int, lr: float, lam: float, rng=None, rho: float = 0.0,
     strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
-    sampled=None, r_mean=None, backend=None,
+    sampled=None, r_mean=None, backend=None, order: str = "code",
 ) -> ClientUpload:
     """Algorithm 5 (+3) for one client: one training call at the server's 0-based iteration
     ``t`` with the client's own current learning rate ``lr`` (decayed per call of this client).
@@ -339,9 +341,11 @@ def pmf_sgd_client_step(
     SGD over the rated items, then (HF, when active) T_local SGD passes of a copy of U_u from
     the state after that pass, virtual ratings, then SGD over the sampled items (authors' order).
     ``r_mean``: the user's mean rating (computed with :func:`user_mean` if not given).
+    ``order``: each item gradient with U_u before its step ("code") or after it ("paper", see
+    :func:`pmf_sgd_client`).
     """
     return sgd_client_call(
         U_u, V, None, rated_items, ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho,
         strategy=strategy, T_predict=T_predict, T_local=T_local, hf_convention=hf_convention,
-        sampled=sampled, r_mean=r_mean, backend=backend,
+        sampled=sampled, r_mean=r_mean, backend=backend, order=order,
     )

@@ -26,17 +26,17 @@ class ClientUpload(NamedTuple):
 
 
 
-def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend):
+def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local, lr, lam, backend, order="code"):
     V = np.ascontiguousarray(V)
     dt = V.dtype
     rated = np.ascontiguousarray(rated_items, dtype=np.int32)
     Oa = None if O is None else np.ascontiguousarray(O, dtype=dt)
     return _call(_sgd_numba.kernels(backend), U_u, V, Oa, rated, np.ascontiguousarray(ratings, dtype=dt),
                  np.ascontiguousarray(sampled, dtype=np.int32), dt.type(r_ua), use_hf, T_local, lr, lam,
-                 _norms(rated.shape[0], dt))
+                 _norms(rated.shape[0], dt), _sgd_numba.order_flag(order))
 
 
-def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms) -> ClientUpload:
+def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms, order_flag=0.0) -> ClientUpload:
     # Called once per stochastic exchange with arrays already contiguous and of V's dtype: every
     # NumPy call here is a per-message cost, so the constants of a client (its norms) and of a
     # shape (the unused SVD++ arrays of PMF) come cached, and the rated items are uploaded as they
@@ -51,8 +51,8 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
         Oa, odelta = _unused(d, dt)
     lr_ = dt.type(lr)
     lam_ = dt.type(lam)
-    # make_par's vector, built in one call
-    par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0), dtype=dt)
+    # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
+    par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
     s1, s, nm1, nf = norms
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
@@ -68,7 +68,8 @@ _EMPTY = np.empty(0, dtype=np.int32)  # nothing sampled (writeable: numba compil
 class SGDClient:
     """One client's rated items and ratings, converted once, for its stochastic training calls.
 
-    ``SGDClient(rated_items, ratings, dtype)`` converts the ratings to ``dtype`` once;
+    ``SGDClient(rated_items, ratings, dtype, order="code")`` converts the ratings to ``dtype`` once
+    (``order``: the update order of every call, as ``sgd_client_call``'s);
     ``call(U_u, V, O, ...)`` takes the keyword arguments of ``sgd_client_call`` (``O=None``:
     PMF(S), else SVD++(S)) except ``r_mean`` and returns, bit for bit, what ``sgd_client_call``
     returns for these converted ratings (their mean computed once): it is that call without the
@@ -77,9 +78,11 @@ class SGDClient:
     ``sgd_client_call`` itself.
     """
 
-    __slots__ = ("rated", "ratings", "r_mean", "dtype", "_norms")
+    __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "_norms", "_order_flag")
 
-    def __init__(self, rated_items, ratings, dtype) -> None:
+    def __init__(self, rated_items, ratings, dtype, order="code") -> None:
+        self._order_flag = _sgd_numba.order_flag(order)  # raises ValueError for an unknown order
+        self.order = order
         self.dtype = np.dtype(dtype)
         self.rated = np.ascontiguousarray(rated_items, dtype=np.int32)
         self.ratings = np.ascontiguousarray(ratings, dtype=self.dtype)
@@ -94,7 +97,7 @@ class SGDClient:
             return sgd_client_call(U_u, V, O, self.rated, self.ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho,
                                    strategy=strategy, T_predict=T_predict, T_local=T_local,
                                    hf_convention=hf_convention, sampled=sampled, r_mean=None,
-                                   backend=backend)
+                                   backend=backend, order=self.order)
         if strategy not in ("ua", "hf"):
             raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
         rated = self.rated
@@ -104,7 +107,7 @@ class SGDClient:
             sampled = np.ascontiguousarray(sampled, dtype=np.int32)
         use_hf = strategy == "hf" and hf_active(t, T_predict, hf_convention)
         return _call(_sgd_numba.kernels(backend), U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
-                     T_local, lr, lam, self._norms)
+                     T_local, lr, lam, self._norms, self._order_flag)
 
 
 _NORMS: dict[tuple[int, np.dtype], tuple] = {}
@@ -133,10 +136,11 @@ def _unused(d: int, dt: np.dtype) -> tuple:
 
 
 def sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, strategy,
-                    T_predict, T_local, hf_convention, sampled, r_mean, backend) -> ClientUpload:
+                    T_predict, T_local, hf_convention, sampled, r_mean, backend, order="code") -> ClientUpload:
     """One stochastic training call of a client (PMF(S) with ``O=None``, SVD++(S) with ``O``):
     draw the sampled items (unless given), decide whether hybrid filling is active at iteration
-    ``t``, run the compiled (or fallback) SGD passes. See ``pmf_sgd_client_step`` and
+    ``t``, run the compiled (or fallback) SGD passes (``order``: "code", the authors' update
+    order, or "paper", Algorithm 5 as printed; see ``_sgd_numba.pmf_pass``). See ``pmf_sgd_client_step`` and
     ``svdpp_sgd_client_step`` for the arguments."""
     V = np.asarray(V)
     dt = V.dtype
@@ -147,4 +151,4 @@ def sgd_client_call(U_u, V, O, rated_items, ratings, *, t, lr, lam, rng, rho, st
         sampled = sample_unrated(rng, rated, V.shape[0], rho) if rho > 0 else np.empty(0, np.int32)
     use_hf = strategy == "hf" and hf_active(t, T_predict, hf_convention)
     mu = user_mean(ratings, dt) if r_mean is None else dt.type(r_mean)
-    return _run_client(U_u, V, O, rated, ratings, sampled, mu, use_hf, T_local, lr, lam, backend)
+    return _run_client(U_u, V, O, rated, ratings, sampled, mu, use_hf, T_local, lr, lam, backend, order)

@@ -119,9 +119,11 @@ def _passes_with_given_virtuals(U_u, V, O, rated_items, ratings, sampled, virt, 
 def svdpp_sgd_client_step(
     U_u, V, O, rated_items, ratings, *, t: int, lr: float, lam: float, rng=None, rho: float = 0.0,
     strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
-    sampled=None, r_mean=None, backend=None,
+    sampled=None, r_mean=None, backend=None, order: str = "code",
 ) -> ClientUpload:
-    """One SVD++(S) training call of a client (Algorithm 5 with the SVD++ model).
+    """One SVD++(S) training call of a client (Algorithm 5 with the SVD++ model; ``order``
+    as :func:`fedsim.math.pmf.pmf_sgd_client_step`, the V gradients after the step with
+    ``"paper"``).
 
     ``V``, ``O``: the client's downloaded copies (not modified). ``lr``: this client's current
     learning rate (decayed per call of this client), used for U_u and for the O steps.
@@ -134,5 +136,5 @@ def svdpp_sgd_client_step(
     return sgd_client_call(
         U_u, V, O, rated_items, ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho, strategy=strategy,
         T_predict=T_predict, T_local=T_local, hf_convention=hf_convention, sampled=sampled,
-        r_mean=r_mean, backend=backend,
+        r_mean=r_mean, backend=backend, order=order,
     )

@@ -97,8 +97,9 @@ class FedRecConfig(Config):
     T_local: int = param(10, "hybrid filling: local steps of the user's copy", min=0)
     hf_convention: str = param("code", "when hybrid filling switches to predictions: the authors' code or "
                                "the paper's Algorithm 3", choices=("code", "paper"))
-    order: str = param("code", "batch client update order: the authors' code (item gradients with U "
-                       "before its step) or the paper's printed order", choices=("code", "paper"))
+    order: str = param("code", "client update order: the authors' code (item gradients with U_u before "
+                       "its step) or the paper's printed order (Algorithm 2 for PMF(B), Algorithm 5 for the "
+                       "stochastic models: U_u updated first)", choices=("code", "paper"))
     resample: bool = param(True, "draw the sampled items afresh every call (the paper) or once")
     decay: float = param(0.9, "learning-rate decay per iteration", min=0, exclusive_min=True)
     init_scale: float = param(0.005, "factors start uniform in (-init_scale, init_scale)", min=0)
@@ -275,7 +276,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     batch = cfg.style == "batch"
     implicit = cfg.implicit
     # the client's rows converted once for all its calls (same results as the per-call functions)
-    rows = BatchClient(rated, ratings, dt, lam=cfg.lam, order=cfg.order) if batch else SGDClient(rated, ratings, dt)
+    rows = BatchClient(rated, ratings, dt, lam=cfg.lam, order=cfg.order) if batch else SGDClient(rated, ratings, dt, order=cfg.order)
     # an upload of the rated items alone (nothing sampled) is then already in item order
     ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
@@ -444,7 +445,7 @@ def central_twin(data, cfg: FedRecConfig, seed: int, test=None, on_divergence: s
                                backend=backend, **common)
     trainer = train_svdpp_sgd if cfg.implicit else train_pmf_sgd
     return trainer(users, items, ratings, n_users, n_items, client_lr=cfg.client_lr,
-                   backend=backend, **common)
+                   backend=backend, order=cfg.order, **common)
 
 
 def formula_payload_floats(n_rated_total: int, rho: float, m: int, n: int, d: int) -> float:

@@ -30,7 +30,9 @@ Choices where the paper is silent or inconsistent (docs/fedrecpp.md):
   rated items that none of its clients sampled (count -1): the price of exactness, documented.
 - Clients update U_u from rated items only (Eq. 7) when denoising is on; with ``eta = 0`` the
   protocol is FedRec with HF (U_u from rated and sampled items, division by |U_i u U'_i|).
-- Participation: denoisers collect every iteration whether or not they train in it.
+- Participation: denoisers collect every iteration whether or not they train in it. The c
+  participants are drawn from the server's ``participation`` sub-stream (``seeding.substream``),
+  so FedRec (eta = 0) and FedRec++ with the same seed select the same clients every iteration.
 
 Defence (docs/privacy.md; off by default): ``secure_noise``. The server tells each ordinary client
 its group (the ordinary clients of its denoiser) in ``assign``, relays public keys once (``keys`` /
@@ -64,6 +66,7 @@ from ..math.pmf import (
     init_user_factor,
     pmf_batch_client,
 )
+from ..seeding import substream
 from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
@@ -167,6 +170,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         else:
             await ctx.send(c, "assign", {"role": "ordinary", "denoiser": None})
     den_set = set(denoisers)
+    # Who takes part is drawn from a sub-stream of the server's seed, not from ``rng``: the
+    # denoiser draws above consume ``rng`` only when eta > 0, so with one stream FedRec (eta = 0)
+    # and FedRec++ (eta >= 1) under the same seed would select different participants (and their
+    # clients would then sample different items). Paired runs make their difference the method.
+    part_rng = substream(rng, "participation")
     if cfg.secure_noise and denoisers:
         await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
     lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
@@ -178,7 +186,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         if c_part >= n:
             part = list(clients)
         else:
-            part = [clients[i] for i in np.sort(rng.choice(n, size=c_part, replace=False))]
+            part = [clients[i] for i in np.sort(part_rng.choice(n, size=c_part, replace=False))]
         model = {"t": t, "V": V}
         if cfg.secure_noise and denoisers:  # who takes part: a client masks with its group's participants
             model["part"] = np.array([index[p] for p in part], dtype=np.int32)

@@ -55,6 +55,8 @@ class RunOutcome:
     sim_time: float = 0.0
     totals: dict | None = None
     record: dict | None = None  # the network's fedsim.kernel.network_record (federated only)
+    initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
+    initial_rmse: float = float("nan")
 
 
 def make_folds(ratings, k: int, seed: int) -> list[Fold]:
@@ -101,8 +103,11 @@ def run_one(task: tuple) -> RunOutcome:
     mae, rmse, diverged = evaluate_fold(model, fold)
     if curve and framework == "federated" and diverged is None:
         history = history + [{"iteration": cfg.T, "mae": mae, "rmse": rmse}]
+    from .learning import initial_metrics
+
+    init_mae, init_rmse = initial_metrics(fold, cfg, seed)
     return RunOutcome(fold.index, framework, cfg, mae, rmse, diverged, wall, history, ledger,
-                      sim_time, totals, record)
+                      sim_time, totals, record, init_mae, init_rmse)
 
 
 def evaluate_fold(model, fold: Fold) -> tuple[float, float, int | None]:

@@ -11,11 +11,20 @@ from ..kernel import NetSpec, SimNetwork, Totals, network_record
 from ..protocols import fedrecpp
 from ..protocols.fedrecpp import FedRecPPConfig
 from .fedrec import evaluate_fold
+from .learning import initial_metrics
 
 # kinds that are set-up, tear-down or the model download: outside the paper's Table 3 counting
 NOT_COUNTED = ("model", "assign", "stop")
-# (T_predict, T_local) per rho on ML100K (FedRec++ paper, section Experiments)
-HF_SETTINGS_ML100K = {1: (10, 10), 2: (5, 15), 3: (5, 15)}
+# (T_predict, T_local) per rho and the learning rate per dataset (FedRec++ paper, section
+# Experiments: "searched according to the MAE performance on the first copy"); alpha = 0.001 on all
+HF_SETTINGS = {
+    "ML100K": {1: (10, 10), 2: (5, 15), 3: (5, 15)},
+    "ML1M": {1: (10, 15), 2: (10, 15), 3: (10, 15)},
+    "NF5K5K": {1: (5, 10), 2: (5, 10), 3: (5, 15)},
+}
+HF_SETTINGS_ML100K = HF_SETTINGS["ML100K"]
+PAPER_LR = {"ML100K": 0.8, "ML1M": 0.8, "NF5K5K": 1.0}
+LR_GRID = (0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4)
 
 
 @dataclass
@@ -30,6 +39,8 @@ class PPOutcome:
     round_s: float | None = None
     download_bytes: float | None = None
     record: dict | None = None  # the network's fedsim.kernel.network_record
+    initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
+    initial_rmse: float = float("nan")
 
 
 def run_pp(task: tuple) -> PPOutcome:
@@ -44,6 +55,7 @@ def run_pp(task: tuple) -> PPOutcome:
     mae, rmse, div = evaluate_fold(model, fold)
     label = f"fold{fold.index + 1}-eta{cfg.eta}-rho{cfg.rho:g}-c{cfg.c}-s{seed}"
     out = PPOutcome(fold.index, cfg, mae, rmse, div, wall, record=network_record(net, rest[0] if rest else None, label))
+    out.initial_mae, out.initial_rmse = initial_metrics(fold, cfg, seed)
     if with_costs:
         out.costs = role_costs(net, cfg)
         out.round_s = mean_round_duration(net)
@@ -99,8 +111,43 @@ def mean_round_duration(net: SimNetwork) -> float:
     return float(np.mean(durs)) if durs else float("nan")
 
 
-def hf_setting(rho: float, tp: int = -1, tl: int = -1) -> tuple[int, int]:
-    dtp, dtl = HF_SETTINGS_ML100K.get(int(rho), (10, 10))
+def hf_setting(rho: float, tp: int = -1, tl: int = -1, dataset: str | None = "ML100K") -> tuple[int, int]:
+    """The paper's (T_predict, T_local) for ``rho`` on ``dataset`` (ML100K's for another or
+    unknown dataset, and (10, 10) off the paper's rhos); non-negative ``tp``/``tl`` override."""
+    table = HF_SETTINGS.get(dataset or "ML100K", HF_SETTINGS_ML100K)
+    dtp, dtl = table.get(int(rho), (10, 10))
     return (dtp if tp < 0 else tp), (dtl if tl < 0 else tl)
+
+
+def as_fedrec(cfg: FedRecPPConfig):
+    """The FedRec config (batch PMF) whose central twin computes what ``cfg`` does with every
+    client taking part (c = n): with eta = 0 FedRec with ``cfg``'s filling, with eta >= 1 FedRec
+    at rho = 0 (FedRec++ is lossless). Raises ``ValueError`` for c > 0 (no central twin)."""
+    from ..protocols.fedrec import FedRecConfig
+
+    if cfg.c:
+        raise ValueError("partial participation (c > 0) has no central twin")
+    return FedRecConfig("PMF(B)", d=cfg.d, T=cfg.T, lr=cfg.lr, lam=cfg.lam, rho=cfg.rho if cfg.eta == 0 else 0.0,
+                        strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
+                        hf_convention=cfg.hf_convention, order=cfg.order, decay=cfg.decay,
+                        init_scale=cfg.init_scale, dtype=cfg.dtype)
+
+
+def run_search_task(task: tuple):
+    """A search candidate ``(fold, framework, cfg, seed, network, curve)`` for
+    :func:`fedsim.studies.search.run_search`: a ``FedRecPPConfig`` with c = 0 runs as its FedRec
+    central twin (:func:`as_fedrec`, the same model), one with c > 0 through the actors on the
+    ideal network; a ``FedRecConfig`` as :func:`fedsim.studies.fedrec.run_one` runs it. The
+    outcome keeps the candidate's own config."""
+    from .fedrec import run_one
+
+    fold, _framework, cfg, seed, _net, _curve = task
+    if isinstance(cfg, FedRecPPConfig):
+        if cfg.c:
+            return run_pp((fold, cfg, seed, "ideal", False))
+        out = run_one((fold, "unfederated", as_fedrec(cfg), seed, "ideal", False))
+        out.cfg = cfg
+        return out
+    return run_one(task)
 
 

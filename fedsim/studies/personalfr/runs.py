@@ -27,7 +27,7 @@ from ..parallel import default_workers, pmap
 
 __all__ = [
     "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "comm_from_ledger", "config_from", "execute", "load_task",
-    "make_specs", "run_spec",
+    "make_specs", "run_spec", "split",
 ]
 
 METRIC = {"explicit": "rmse", "implicit": "ndcg"}
@@ -38,7 +38,7 @@ COMMON_PARAMS = {
                    choices=("explicit", "implicit")),
     "methods": Param(["joint", "fedavg", "personalfr"], "methods to run", kind="strs",
                      choices=("joint", "fedavg", "personalfr")),
-    "rounds": Param.of(FedAEConfig, "rounds", 200, help="communication rounds T (the paper: 800)"),
+    "rounds": Param.of(FedAEConfig, "rounds", 800, help="communication rounds T (the paper's 800)"),
     "eval_every": Param.of(FedAEConfig, "eval_every", 10),
     "fraction": Param.of(FedAEConfig, "fraction"),
     "local_epochs": Param.of(FedAEConfig, "local_epochs"),
@@ -54,7 +54,13 @@ COMMON_PARAMS = {
     "joint_batch": Param(500, "Joint batch size (Adam lr 1e-3)"),
     "threshold": Param.of(FedAEConfig, "threshold"),
     "test_frac": Param(0.2, "per-user test fraction", min=0, max=0.9, exclusive_min=True),
-    "repeats": Param(1, "repetitions with seeds seed, seed+1, ... (the paper: 4)", min=1),
+    "repeats": Param(5, "repetitions with seeds seed, seed+1, ...: mean +- population std (the paper: 4)", min=1),
+    "select_on": Param("validation", "which evaluation round is reported: the best on a validation split cut "
+                       "from the first repetition's training part, applied to every repetition's test curve "
+                       "(validation), or each run's best on its test split (test: the paper's rule, optimistic)",
+                       choices=("validation", "test")),
+    "val_frac": Param(0.2, "validation fraction of each user's training entries (select_on=validation)",
+                      min=0, max=0.9, exclusive_min=True),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
@@ -76,19 +82,34 @@ class RunSpec:
     evaluate: bool = True
     joint_epochs: int = 0
     joint_batch: int = 500
+    validation: bool = False  # train on the training part minus a validation split, evaluate on that split
+    val_frac: float = 0.2
 
 
 _TASKS: dict = {}
 
 
-def load_task(data: str, seed: int, task: str, threshold: float, test_frac: float):
+def split(data: str, seed: int, test_frac: float, val_frac: float | None = None):
+    """``(ratings, train, held_out)``: ``data`` split ``1 - test_frac`` / ``test_frac`` per user at
+    random with ``seed``; with ``val_frac`` the training part is split again per user (a
+    ``val_frac`` validation share, seed-derived) and ``(ratings, train minus validation,
+    validation)`` is returned: the test part is then not returned at all."""
+    ratings = resolve(data)
+    tr, te = per_user_random(ratings, test_frac, seed=seed)
+    if val_frac is None:
+        return ratings, tr, te
+    tr2, va = per_user_random(tr, val_frac, seed=seed + 100_003)
+    return ratings, tr2, va
+
+
+def load_task(data: str, seed: int, task: str, threshold: float, test_frac: float, val_frac: float | None = None):
     """The ``ae_train.AETask`` of dataset ``data`` (synthetic presets generated with seed 0) split
-    ``1 - test_frac`` / ``test_frac`` per user at random with ``seed``, for ``task``; cached per
-    process (the last one asked for)."""
-    key = (data, seed, task, threshold, test_frac)
+    ``1 - test_frac`` / ``test_frac`` per user at random with ``seed``, for ``task``; with
+    ``val_frac``, the task of the training part minus a validation split, evaluated on that
+    split (see :func:`split`). Cached per process (the last one asked for)."""
+    key = (data, seed, task, threshold, test_frac, val_frac)
     if key not in _TASKS:
-        ratings = resolve(data)
-        tr, te = per_user_random(ratings, test_frac, seed=seed)
+        ratings, tr, te = split(data, seed, test_frac, val_frac)
         t = ae_train.prepare((tr.users, tr.items, tr.values), (te.users, te.items, te.values), ratings.n_users,
                              ratings.n_items, task=task, threshold=threshold)
         t.info["name"] = ratings.name
@@ -122,11 +143,12 @@ def run_spec(spec: RunSpec) -> dict:
     """Run one spec; returns its history, best/final metric, FLOPs and ledger figures (module-level, so it
     can run in a worker process). Raises ``DeadlockError`` when a federated run's network ends with
     actors still blocked."""
-    task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac)
+    task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac,
+                     spec.val_frac if spec.validation else None)
     key = METRIC[spec.task]
     t0 = time.perf_counter()
     out: dict[str, Any] = {"method": spec.method, "task": spec.task, "seed": spec.seed, "M": spec.M,
-                           "n_users": task.n_users, "n_items": task.n_items}
+                           "n_users": task.n_users, "n_items": task.n_items, "validation": spec.validation}
     if spec.method == "joint":
         epochs = spec.joint_epochs or (spec.cfg.rounds if spec.cfg else 200)
         every = spec.cfg.eval_every if spec.cfg and spec.cfg.eval_every else max(epochs // 10, 1)
@@ -142,7 +164,7 @@ def run_spec(spec: RunSpec) -> dict:
         result = job.collect(net.run())  # a run that ends with actors blocked raises DeadlockError
         hist = result.metrics
         info = result.info
-        label = f"{spec.method}-{spec.task}-M{M}-s{spec.seed}"
+        label = f"{spec.method}-{spec.task}-M{M}-s{spec.seed}" + ("-validation" if spec.validation else "")
         out.update(M=M, rounds=spec.cfg.rounds, client_flops=info["client_flops"], server_flops=info["server_flops"],
                    comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=result.duration,
                    totals=net.ledger.totals(), clients_per_round=len(info["selected"][0]),
@@ -171,14 +193,21 @@ def config_from(ctx: RunContext, **over) -> FedAEConfig:
 def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]:
     """The runs ``ctx`` asks for: per repeat (seed ``ctx.seed + repeat``) and task, Joint (if
     among the methods) then FedAvg and PersonalFR (those among them) for every M in ``clients``,
-    all with :func:`config_from` ``(ctx, task=task, **cfg_over)``."""
+    all with :func:`config_from` ``(ctx, task=task, **cfg_over)``. With ``select_on=validation``
+    the first repeat's runs come twice: once on its validation split (``validation=True``: they
+    choose the reported round) and once as usual."""
     specs = []
-    for rep in range(ctx["repeats"]):
+    select = ctx.config.get("select_on", "test")
+    reps = [(rep, False) for rep in range(ctx["repeats"])]
+    if select == "validation":
+        reps = [(0, True)] + reps
+    for rep, validation in reps:
         seed = ctx.seed + rep
         for task in ctx["tasks"]:
             cfg = config_from(ctx, task=task, **cfg_over)
             common = dict(data=ctx.data, seed=seed, task=task, threshold=ctx["threshold"],
-                          test_frac=ctx["test_frac"], profile=ctx.net, ledger_dir=ctx.ledger_dir)
+                          test_frac=ctx["test_frac"], profile=ctx.net, ledger_dir=ctx.ledger_dir,
+                          validation=validation, val_frac=ctx.config.get("val_frac", 0.2))
             if "joint" in ctx["methods"]:
                 specs.append(RunSpec("joint", cfg=cfg, joint_epochs=ctx["joint_epochs"],
                                      joint_batch=ctx["joint_batch"], **common))

@@ -1,0 +1,50 @@
+"""PersonalFR: the reported round is chosen on a validation split cut from training data, never on
+the test split, and applied to every repetition's test curve."""
+
+import numpy as np
+import pytest
+
+from fedsim.experiment import run_scenario
+from fedsim.studies.personalfr import load_task
+from fedsim.studies.personalfr.runs import split
+
+
+def _keys(r):
+    return set((np.asarray(r.users, np.int64) * 100_000 + np.asarray(r.items, np.int64)).tolist())
+
+
+def test_the_validation_split_is_cut_from_the_training_part_only():
+    _, tr, te = split("tiny", 3, 0.2)
+    _, tr2, va = split("tiny", 3, 0.2, val_frac=0.25)
+    assert _keys(tr2) | _keys(va) == _keys(tr) and not _keys(tr2) & _keys(va)
+    assert not (_keys(tr2) | _keys(va)) & _keys(te)
+    assert len(va.users) > 0
+    # the validation task evaluates on the validation entries and trains on the rest
+    t = load_task("tiny", 3, "explicit", 3.5, 0.2, 0.25)
+    ev = set((np.repeat(np.arange(t.n_users), np.diff(t.test_ptr)) * 100_000 + t.test_items).tolist())
+    assert ev == _keys(va)
+    rows, cols = np.nonzero(t.mask)
+    assert set((rows * 100_000 + cols).tolist()) == _keys(tr2)
+
+
+def test_selected_round_comes_from_the_validation_run(tmp_path):
+    import csv
+
+    res = run_scenario("personalfr_table3", data="tiny", out=tmp_path, seed=2, quiet=True,
+                       overrides={"clients": [4], "rounds": 6, "eval_every": 2, "tasks": ["explicit"], "repeats": 2,
+                                  "methods": ["personalfr"], "workers": 1})
+    assert "results" in res["tables"]
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert len(rows) == 1 and rows[0]["selected_on"] == "validation" and rows[0]["repeats"] == "2"
+    curves = [r for r in csv.DictReader(open(tmp_path / "results_curves.csv"))]
+    rnd = rows[0]["selected_round"]
+    at = [float(r["rmse"]) for r in curves if r["round"] == rnd]
+    assert len(at) == 2  # the two test runs, not the validation run
+    assert float(rows[0]["selected"]) == pytest.approx(np.mean(at))
+    assert float(rows[0]["selected_std"]) == pytest.approx(np.std(at))
+    # the paper's rule is still there, and reported as such
+    res = run_scenario("personalfr_table3", data="tiny", out=tmp_path / "t", seed=2, quiet=True,
+                       overrides={"clients": [4], "rounds": 6, "eval_every": 2, "tasks": ["explicit"], "repeats": 2,
+                                  "methods": ["personalfr"], "workers": 1, "select_on": "test"})
+    row = list(csv.DictReader(open(tmp_path / "t" / "results.csv")))[0]
+    assert row["selected_on"] == "test" and row["selected"] == row["best_on_test"]
