@@ -65,7 +65,7 @@ from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import client_keys, dense_rows, server_relay_keys
+from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
 
 __all__ = [
     "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "SPEC", "build", "central_twin", "client_name",
@@ -472,10 +472,7 @@ SPEC = register(ProtocolSpec(
         Kind("evaluate", "server", "client", "evaluation", "{V (, O)}: stochastic models' evaluation"),
         Kind("eval", "client", "server", "evaluation", "{sse, sae, n}: error sums over private test ratings"),
         Kind("stop", "server", "client", "control", "{diverged_at}"),
-        Kind("keys", "client", "server", "setup", "{pub}: secure aggregation, the client's public key"),
-        Kind("peers", "server", "client", "setup", "{pubs: uint64[n]}: secure aggregation, every public key"),
-        Kind("masked", "client", "server", "training",
-             "{masked: uint64[m (d + 1)]}: secure aggregation, the dense masked gradients and item counts"),
+        *key_exchange_kinds(masked="uint64[m (d + 1)]: gradients and item counts"),
     ),
     build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="T",
     paper="Lin, Pan, Ming: FedRec: Federated Recommendation With Explicit Feedback (IEEE Intelligent Systems, 2020)",

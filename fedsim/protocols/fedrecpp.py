@@ -71,7 +71,7 @@ from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import client_keys, dense_rows, server_relay_keys
+from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
@@ -433,8 +433,7 @@ SPEC = register(ProtocolSpec(
              "{masked: uint64[m (d + 1)]})", anonymous=True),
         Kind("collect", "server", "denoiser", "training", "{t, expected}: noise messages to expect"),
         Kind("denoised", "denoiser", "server", "training", "{items, sums, counts}: Eq. 9 and the count correction"),
-        Kind("keys", "ordinary", "server", "setup", "{pub}: secure noise, the client's public key"),
-        Kind("peers", "server", "ordinary", "setup", "{pubs: uint64[n]}: secure noise, every public key"),
+        *key_exchange_kinds("ordinary", "secure noise"),
         # T = 0: the stop follows the assign before any client has read it
         Kind("stop", "server", ("client", "ordinary", "denoiser"), "control", "{diverged_at}"),
     ),

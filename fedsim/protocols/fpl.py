@@ -66,7 +66,7 @@ from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import client_keys, dense_rows, server_relay_keys
+from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
 
 __all__ = [
     "FPLConfig",
@@ -391,10 +391,7 @@ SPEC = register(ProtocolSpec(
         Kind("update", "client", "server", "training",
              "{items: int32[k], rows: float[k, d+1]}: T negative and the sent positive item updates"),
         Kind("stop", "server", "client", "control", "None"),
-        Kind("keys", "client", "server", "setup", "{pub}: secure aggregation, the client's public key"),
-        Kind("peers", "server", "client", "setup", "{pubs: uint64[n]}: secure aggregation, every public key"),
-        Kind("masked", "client", "server", "training",
-             "{masked: uint64[|I| (d+1)]}: secure aggregation, the dense masked update"),
+        *key_exchange_kinds(masked="uint64[|I| (d+1)]"),
     ),
     build=build, tiny=tiny, data="implicit", metric="p@10", rounds_field="rounds",
     paper="Anelli et al.: User-controlled federated matrix factorization for recommender systems (JIIS 2022)",

@@ -23,8 +23,22 @@ import numpy as np
 
 from ..math import secagg
 from .common import SERVER
+from .contract import Kind
 
-__all__ = ["MaskingKeys", "client_keys", "dense_rows", "server_relay_keys"]
+__all__ = ["MaskingKeys", "client_keys", "dense_rows", "key_exchange_kinds", "server_relay_keys"]
+
+
+def key_exchange_kinds(client_role: str = "client", purpose: str = "secure aggregation",
+                       masked: str | None = None) -> tuple[Kind, ...]:
+    """The message kinds a protocol spec declares for this module's steps: ``keys`` and ``peers``
+    between the server and ``client_role``, and, when ``masked`` describes the upload's layout,
+    the ``masked`` upload itself (``purpose`` names the defence in the descriptions)."""
+    kinds = (Kind("keys", client_role, "server", "setup", f"{{pub}}: {purpose}, the client's public key"),
+             Kind("peers", "server", client_role, "setup", f"{{pubs: uint64[n]}}: {purpose}, every public key"))
+    if masked is not None:
+        kinds += (Kind("masked", client_role, "server", "training", f"{{masked: {masked}}}: {purpose}, "
+                       "the dense masked upload"),)
+    return kinds
 
 
 async def server_relay_keys(ctx, clients: Sequence[str], deadline: float | None = None,
