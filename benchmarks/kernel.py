@@ -82,7 +82,9 @@ def broadcast_gather(n_clients: int, m: int, d: int, rows: int, rounds: int, see
     for i, c in enumerate(clients):
         net.add_node(c, client, _client_rows(i, m, rows))
     t = time.perf_counter()
-    net.run()
+    # the clients are left waiting for a next V, as in the round this benchmark has always timed
+    # (no stop broadcast, so figures stay comparable with earlier commits): not a deadlock here
+    net.run(strict=False)
     return (time.perf_counter() - t) / rounds
 
 
@@ -168,7 +170,7 @@ if with_kernel:
     for i in range(n):
         net.add_node(f"client/{i}", idle, data[i][0], data[i][1])
     # run until every client is blocked in receive (coroutine frames live), then measure
-    net.run()
+    net.run(strict=False)
 peak = hwm_kib()
 print(base, peak)
 """
