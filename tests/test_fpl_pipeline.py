@@ -150,3 +150,18 @@ def test_hit_masks_give_the_metrics_module_figures():
     assert all(recs[u, k] in set(items[indptr[u]:indptr[u + 1]].tolist()) for k in ranks)
     with pytest.raises(ValueError):
         hit_masks(recs, truth, 63)
+
+
+def test_privacy_audit_split_keeps_users_the_loader_default_would_drop(tmp_path):
+    """The audit's FPL data (``SplitData``) keeps users with at least ``min_interactions`` even
+    though the Foursquare loader's default keeps more than 20: a user with exactly 20 venues is
+    in (the audit failed with LoaderFilterError on the city files before)."""
+    from fedsim.studies.privacy import SplitData
+
+    counts = [20, 21, 25, 19, 30]
+    f = checkins(tmp_path, counts)
+    kw = (("min_interactions", 20), ("protocol", "test"), ("max_users", 0), ("seed", 0))
+    sp, _ = SplitData(str(f), kw).load()
+    assert sp.n_users == sum(c >= 20 for c in counts) == 4
+    sp21, _ = SplitData(str(f), (("min_interactions", 21),) + kw[1:]).load()
+    assert sp21.n_users == 3

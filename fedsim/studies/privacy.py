@@ -126,9 +126,15 @@ def _split(spec: str, kw: tuple):
     key = (spec, kw)
     if key not in _SPLITS:
         from ..data import resolve
-        from .fpl import prepare
+        from .fpl import loader_min_interactions, prepare
 
-        _SPLITS[key] = prepare(resolve(spec), **dict(kw))
+        args = dict(kw)
+        ratings = resolve(spec)
+        # a loader that filtered users itself (Foursquare files keep > 20 venues by default) is
+        # asked for everyone when the audit keeps more users than it did, as the FPL scenarios do
+        if loader_min_interactions(ratings) > int(args.get("min_interactions", 21)):
+            ratings = resolve(spec, user_filter=None)
+        _SPLITS[key] = prepare(ratings, **args)
     return _SPLITS[key]
 
 
