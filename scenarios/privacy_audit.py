@@ -37,7 +37,7 @@ from fedsim.studies.fedrec import make_folds
 from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
 
-RUN_TIME = "about 26 min on ML-100K + two Foursquare cities with 2 workers (25 min 56 s measured on a loaded 2-core machine, docs/privacy.md); a few minutes on the synthetic default"
+RUN_TIME = "about 4 min on ML-100K + two Foursquare cities with 2 workers (4 min 03 s measured on the quiet 2-core machine, docs/privacy.md)"
 DEFAULT_DATA = "ml100k-like"
 PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr")
 DEFENCES = ("noise", "secagg", "secure_noise")
