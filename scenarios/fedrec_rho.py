@@ -22,7 +22,7 @@ from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 20 min at ML-100K scale, the default (5 folds, T = 100; 19 min 57 s measured, docs/fedrec.md)'
+RUN_TIME = 'about 6 min at ML-100K scale, the default (5 folds, T = 100; 5 min 31 s measured quiet, docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),

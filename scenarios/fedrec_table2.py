@@ -29,7 +29,7 @@ from fedsim.studies import reference
 from fedsim.studies.search import confirm_fold, run_search, search_fold
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = '3-6 min at ML-100K scale, the default (30 runs of T = 100; 3 min 5 s measured on an idle 2-core machine, docs/fedrec.md)'
+RUN_TIME = 'about 2 min at ML-100K scale, the default (30 runs of T = 100 with searches, paper order and scikit-surprise; 1 min 55 s measured quiet, docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),

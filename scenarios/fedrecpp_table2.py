@@ -30,7 +30,7 @@ from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf, confirm_fold, run_search, search_fold
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 30 min at ML-100K scale, the default (5 folds, T = 100; 28 min 55 s measured, docs/fedrecpp.md)'
+RUN_TIME = 'about 7 min at ML-100K scale, the default (5 folds, T = 100, searches; 6 min 36 s measured quiet, docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),

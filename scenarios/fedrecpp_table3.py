@@ -20,7 +20,7 @@ from fedsim.studies.paper_values import FEDRECPP_TABLE3_ML100K
 from fedsim.studies.parallel import default_workers, pmap
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 1-2 min (fold 1, 10 iterations, 5 draws; 1 min 19 s measured on ML-100K, docs/fedrecpp.md)'
+RUN_TIME = 'under a minute at ML-100K scale (17 s measured quiet, docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies; the first is used", min=2),
