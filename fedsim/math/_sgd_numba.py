@@ -27,8 +27,6 @@ is only read: the server applies the uploaded gradients after the client's call)
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 
 import numpy as np
@@ -608,7 +606,6 @@ _KERNELS = (
 # --------------------------------------------------------------------------------------------
 # Backend selection
 
-_JIT_SUFFIX = "__jit"
 _jit_module = None
 _jit_error: str | None = None
 
@@ -622,23 +619,14 @@ def _load_jit():
     global _jit_module, _jit_error
     if _jit_module is not None or _jit_error is not None:
         return _jit_module
-    if os.environ.get("FEDSIM_NO_NUMBA"):
-        _jit_error = "disabled by FEDSIM_NO_NUMBA"
+    from .jit import compiled_copy
+
+    got = compiled_copy(__name__, __file__, _KERNELS)
+    if isinstance(got, str):
+        _jit_error = got
         return None
-    try:
-        import numba
-    except ImportError as exc:  # numba is the optional extra ``fast``
-        _jit_error = str(exc)
-        return None
-    name = __name__ + _JIT_SUFFIX
-    spec = importlib.util.spec_from_file_location(name, __file__)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    for kname in _KERNELS:
-        setattr(mod, kname, numba.njit(cache=True)(getattr(mod, kname)))
-    _jit_module = mod
-    return mod
+    _jit_module = got
+    return got
 
 
 def kernels(backend: str | None = None):

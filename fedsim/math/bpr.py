@@ -50,6 +50,7 @@ __all__ = [
     "bpr_triple_deltas",
     "bpr_user_scores",
     "concat_updates",
+    "exact_dot",
     "fpl_client_round",
     "init_item_params",
     "init_user_factor",
@@ -113,6 +114,23 @@ def bpr_user_scores(p_u: np.ndarray, Q: np.ndarray, b: np.ndarray) -> np.ndarray
     return Q @ p_u + b
 
 
+def exact_dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``a . b`` for float64 vectors, summed exactly: ``math.fsum`` of the products, i.e. the
+    correctly rounded sum, whatever the order. When a product is not finite, or the sum overflows,
+    the plain left-to-right sum of the products (inf or nan). A BLAS dot product's rounding
+    depends on the library and the CPU (its blocking, fused multiply-adds); this does not, which
+    is what lets a compiled replay of FPL (:mod:`fedsim.math.fpl_kernels`) equal the actors bit
+    for bit."""
+    prods = np.multiply(a, b, dtype=np.float64).tolist()
+    try:
+        return math.fsum(prods)
+    except (OverflowError, ValueError):
+        s = 0.0
+        for v in prods:
+            s += v
+        return s
+
+
 def sigmoid_neg(x: float) -> float:
     """``sigma(-x) = 1 / (1 + exp(x))`` for a scalar, without overflow."""
     if x > 0.0:
@@ -167,6 +185,12 @@ class TripleSampler:
     @property
     def n_positives(self) -> int:
         return int(self.positives.shape[0])
+
+    @property
+    def rank_keys(self) -> np.ndarray:
+        """The table :meth:`negatives_from_ranks` searches: a negative of rank r is catalogue
+        position ``r + searchsorted(rank_keys, r, side="right")``."""
+        return self._keys
 
     def negatives_from_ranks(self, ranks: np.ndarray) -> np.ndarray:
         """Map ranks in ``[0, n_negatives)`` to item ids of ``catalogue \\ positives``."""
@@ -370,13 +394,12 @@ def _loop_fixed_items(
     g = np.empty(T)
     decay = 1.0 - lr * reg_user
     tmp = np.empty(d)
-    dot = np.dot
     mul = np.multiply
     exp = math.exp
     for t in range(T):
         P_hist[t] = p
         dt = diff[t]
-        x = bdiff[t] + float(dot(p, dt))
+        x = bdiff[t] + exact_dot(p, dt)
         if x > 0.0:
             e = exp(-x)
             gt = e / (1.0 + e)

@@ -61,6 +61,7 @@ from ..math.bpr import (
     TripleSampler,
     make_triple_sampler,
 )
+from ..math.fpl_central import select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
@@ -152,14 +153,6 @@ def config_for_preset(name: str, n_users: int, x_plus: int, *, epochs: float = 1
 # actors
 
 
-def _select(rng: np.random.Generator, n: int, k: int) -> np.ndarray | range:
-    if k >= n:
-        return range(n)
-    if k == 1:
-        return (int(rng.integers(n)),)
-    return np.sort(rng.choice(n, size=k, replace=False)).tolist()
-
-
 async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np.ndarray | None = None,
                  round_offset: int = 0) -> dict:
     """The FPL server. Returns ``{"theta": [Q | b] (n_items, d+1), "received": [...]}`` where
@@ -186,7 +179,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
-        chosen = list(_select(rng, n, k))
+        chosen = list(select_clients(rng, n, k))
         names = [clients[i] for i in chosen]
         if cfg.secure_aggregation:
             await ctx.broadcast(names, "model", {"theta": theta, "members": np.asarray(chosen, dtype=np.int32)})

@@ -1,0 +1,128 @@
+"""FPL without messages: an epoch of the FPL actors replayed in one compiled call, bit for bit.
+
+FPL's server and clients (:mod:`fedsim.protocols.fpl`) exchange Theta_S and the update rows
+through the network; this module computes the same epoch from the same random streams with no
+network at all: the server's generator draws the rounds' selections exactly as the server actor
+does (:func:`select_clients`), each client's generator draws its uniforms exactly as the client
+actor does (one ``random((3, T))`` per visit, taken here as one ``random((visits, 3, T))``, the
+same stream), and :mod:`fedsim.math.fpl_kernels` does the client and server arithmetic in the
+actors' order and precision. The result (Theta_S, every p_u, the counts of sent rows) equals the
+actors' to the last bit (``tests/test_math_fpl_central.py``), so a hyperparameter search can run
+here in seconds per configuration and only its choices need the actors and their ledger.
+
+Supported: the protocol's defaults (per-triple p_u steps, item parameters frozen within a round,
+no merging, float32 Theta_S, no defences); :func:`fpl_epoch` raises ``ValueError`` otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import fpl_kernels
+from .bpr import BPRReg, TripleSampler
+
+__all__ = ["PackedSamplers", "fpl_epoch", "pack_samplers", "select_clients"]
+
+
+def select_clients(rng: np.random.Generator, n: int, k: int) -> range | tuple[int] | list[int]:
+    """The clients (indices, ascending) of one FPL round, drawn from the server's ``rng``:
+    nothing drawn when ``k >= n`` (all), ``rng.integers(n)`` for one, ``rng.choice(n, k,
+    replace=False)`` sorted otherwise."""
+    if k >= n:
+        return range(n)
+    if k == 1:
+        return (int(rng.integers(n)),)
+    return np.sort(rng.choice(n, size=k, replace=False)).tolist()
+
+
+@dataclass(frozen=True)
+class PackedSamplers:
+    """Every client's :class:`~fedsim.math.bpr.TripleSampler` tables as flat arrays (client c's
+    positives are ``pos_all[pos_ptr[c]:pos_ptr[c + 1]]``, likewise its keys); ``catalogue`` is
+    the shared catalogue (empty: ``range(n_items)``)."""
+
+    pos_ptr: np.ndarray
+    pos_all: np.ndarray
+    key_ptr: np.ndarray
+    key_all: np.ndarray
+    catalogue: np.ndarray
+    n_negs: np.ndarray
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.n_negs.shape[0])
+
+
+def _ptr(sizes: list[int]) -> np.ndarray:
+    out = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
+def pack_samplers(samplers: list[TripleSampler]) -> PackedSamplers:
+    """Pack the clients' samplers (built by :func:`fedsim.protocols.fpl.make_samplers`: one
+    shared catalogue). Raises ``ValueError`` when their catalogues differ."""
+    if not samplers:
+        raise ValueError("no samplers to pack")
+    cat0 = samplers[0].catalogue
+    for s in samplers:
+        same = (s.catalogue is None) if cat0 is None else (s.catalogue is cat0 or (
+            s.catalogue is not None and np.array_equal(s.catalogue, cat0)))
+        if not same:
+            raise ValueError("the clients' samplers do not share one catalogue")
+    return PackedSamplers(
+        pos_ptr=_ptr([s.positives.shape[0] for s in samplers]),
+        pos_all=np.concatenate([s.positives for s in samplers]).astype(np.int64, copy=False),
+        key_ptr=_ptr([s.rank_keys.shape[0] for s in samplers]),
+        key_all=np.concatenate([s.rank_keys for s in samplers]).astype(np.int64, copy=False),
+        catalogue=np.zeros(0, dtype=np.int64) if cat0 is None else np.asarray(cat0, dtype=np.int64),
+        n_negs=np.array([s.n_negatives for s in samplers], dtype=np.int64),
+    )
+
+
+def fpl_epoch(theta: np.ndarray, P: np.ndarray, packed: PackedSamplers, *, clients_per_round: int, triples: int,
+              rounds: int, lr: float, pi: float, reg: BPRReg, server_rng: np.random.Generator,
+              client_rng: Callable[[int], np.random.Generator], backend: str | None = None) -> dict[str, np.ndarray]:
+    """Run ``rounds`` FPL rounds on ``theta`` ([Q | b], float32, stepped in place) and ``P``
+    (every client's p_u, float64, stepped in place): what the server actor (drawing from
+    ``server_rng`` after its initialisation) and the client actors (client c drawing from
+    ``client_rng(c)``, after its own initialisation) compute in a network of those rounds.
+    ``client_rng`` is called once for each client selected at least once, in client order.
+    Returns per-client int64 counts ``rounds`` (visits), ``sent_positive``, ``sent_negative``.
+    ``backend``: see :func:`fedsim.math.fpl_kernels.kernels`."""
+    if theta.dtype != np.float32 or not theta.flags.c_contiguous:
+        raise ValueError("theta must be a C-contiguous float32 array (the protocol's default dtype)")
+    if P.dtype != np.float64 or not P.flags.c_contiguous:
+        raise ValueError("P must be a C-contiguous float64 array")
+    n, d = P.shape
+    if theta.shape[1] != d + 1:
+        raise ValueError(f"theta has {theta.shape[1]} columns, expected d + 1 = {d + 1}")
+    if packed.n_clients != n:
+        raise ValueError(f"{packed.n_clients} samplers for {n} clients")
+    if np.any(packed.n_negs <= 0):
+        raise ValueError("a client's positives cover the whole catalogue: no negative to sample")
+    T = int(triples)
+    k = min(int(clients_per_round), n)
+    chosen: list = []
+    sizes = []
+    for _ in range(int(rounds)):
+        c = select_clients(server_rng, n, k)
+        chosen.append(c)
+        sizes.append(len(c))
+    sel_ptr = _ptr(sizes)
+    sel = np.fromiter((c for r in chosen for c in r), dtype=np.int64, count=int(sel_ptr[-1]))
+    visits = np.bincount(sel, minlength=n).astype(np.int64)
+    draw_at = _ptr(visits.tolist())[:-1]
+    U_all = np.empty((int(visits.sum()), 3, T), dtype=np.float64)
+    for c in np.flatnonzero(visits).tolist():
+        client_rng(c).random(out=U_all[draw_at[c]:draw_at[c] + visits[c]])
+    par64, par32 = fpl_kernels.make_params(lr, reg.user, reg.pos_item, reg.neg_item, reg.bias, pi)
+    counts = {name: np.zeros(n, dtype=np.int64) for name in ("rounds", "sent_positive", "sent_negative")}
+    kern = fpl_kernels.kernels(backend)
+    kern.epoch(theta, P, sel_ptr, sel, draw_at, U_all, packed.pos_ptr, packed.pos_all, packed.key_ptr,
+               packed.key_all, packed.catalogue, packed.n_negs, T, par64, par32, counts["rounds"],
+               counts["sent_positive"], counts["sent_negative"])
+    return counts

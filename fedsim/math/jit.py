@@ -1,0 +1,56 @@
+"""Optional numba compilation of kernel modules written in numba's subset of Python.
+
+A kernel module (``fedsim.math._sgd_numba``, ``fedsim.math.fpl_kernels``) is plain Python when
+imported normally: that copy is the pure-Python fallback. :func:`compiled_copy` loads a *second*
+copy of the same file under another module name and replaces each named kernel in it by its
+``numba.njit`` version, so compiled kernels call compiled kernels and Python ones call Python ones.
+Both run the same operations in the same order (no fast-math: no re-association, no fused
+multiply-add), which is what makes their results bit-identical.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from types import ModuleType
+
+__all__ = ["compiled_copy", "jit_disabled"]
+
+_SUFFIX = "__jit"
+_cache: dict[str, ModuleType | str] = {}  # module name -> compiled copy, or why there is none
+
+
+def jit_disabled() -> str | None:
+    """Why numba is not used (``FEDSIM_NO_NUMBA`` set, or numba not importable), or None."""
+    if os.environ.get("FEDSIM_NO_NUMBA"):
+        return "disabled by FEDSIM_NO_NUMBA"
+    try:
+        import numba  # noqa: F401
+    except ImportError as exc:  # numba is the optional extra ``fast``
+        return str(exc)
+    return None
+
+
+def compiled_copy(module_name: str, path: str, kernels: tuple[str, ...]) -> ModuleType | str:
+    """The compiled copy of the kernel module ``module_name`` (file ``path``), loaded once per
+    process; or a string saying why numba cannot be used. Compilation of each kernel happens on
+    its first call (``cache=True``: later processes load it from numba's cache)."""
+    got = _cache.get(module_name)
+    if got is not None:
+        return got
+    why = jit_disabled()
+    if why is not None:
+        _cache[module_name] = why
+        return why
+    import numba
+
+    name = module_name + _SUFFIX
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    for kname in kernels:
+        setattr(mod, kname, numba.njit(cache=True)(getattr(mod, kname)))
+    _cache[module_name] = mod
+    return mod
