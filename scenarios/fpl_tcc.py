@@ -37,7 +37,7 @@ from fedsim.studies.fpl import (
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'minutes on the default synthetic subset; 1-5 min per epoch on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
-PARAMS = fpl_scenario_params()
+PARAMS = {k: v for k, v in fpl_scenario_params().items() if k != "fpl_engine"}  # always actors
 
 
 def _sd(v: list[float]) -> float:
@@ -80,7 +80,7 @@ def tcc_rows(st) -> list[dict]:
 
 
 def run(ctx: RunContext) -> None:
-    st = scenario_study(ctx, tuple(ctx["presets"]), used=FPL_SETTINGS)
+    st = scenario_study(ctx, tuple(ctx["presets"]), used=FPL_SETTINGS, fpl_engine="actors")  # every pi's ledger
     rows = tcc_rows(st)
     ctx.table("tcc", rows, title=f"CCE (vectors per epoch) and TCC (vectors to the best P@10), ledger against closed "
               f"form, mean over {len(st.seeds)} seed(s)", floatfmt=".6g")

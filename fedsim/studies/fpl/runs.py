@@ -10,13 +10,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...kernel import NetSpec
-from ...math.bpr import bpr_scores
+from ...kernel import NetSpec, get_profile
+from ...math.bpr import bpr_scores, init_item_params, init_user_factor
+from ...math.fpl_central import fpl_epoch, pack_samplers
 from ...math.bpr_central import train_bpr
 from ...math.fpl_presets import PRESET_NAMES, fpl_preset
 from ...math.popularity import random_scores, toppop_item_scores
 from ...protocols import fcf as fcf_proto
 from ...protocols import fpl as fpl_proto
+from ...protocols.common import client_names
 from ...seeding import node_rng, seed_sequence
 from .data import ImplicitSplit
 
@@ -104,7 +106,8 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             dtype: str = "float32", merge: str = "none", local_item_updates: bool = False,
             user_update: str = "per_triple", on_epoch: Callable[[int, dict], None] | None = None,
             record_network: Callable[[Any], None] | None = None, start: tuple[RunRecord, dict] | None = None,
-            checkpoint: Callable[[RunRecord, dict], None] | None = None) -> RunRecord:
+            checkpoint: Callable[[RunRecord, dict], None] | None = None, engine: str = "actors",
+            eval_every: int = 1) -> RunRecord:
     """Train FPL preset ``preset`` with disclosure ``pi`` for ``epochs`` epochs, one network per
     epoch; evaluate after every epoch. Each curve entry carries the ledger's figures for that
     epoch (``cce_ledger`` etc.), the exact count ``cce_exact`` = visits (|I| + T) + positives sent
@@ -116,9 +119,31 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     ``epoch_seed(seed, e)``, so a continued run equals one run of ``epochs`` epochs.
     ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch. A run whose scores
     stop being finite (a learning rate too large) stops after that epoch: its record keeps
-    ``epochs`` as asked, ``diverged_at`` the epoch, and the curve ends there."""
+    ``epochs`` as asked, ``diverged_at`` the epoch, and the curve ends there.
+
+    ``eval_every``: the model is evaluated after the epochs that are multiples of it and after
+    the last (the training does not depend on it). ``engine="actors"`` (default): every epoch
+    has a curve entry with its ledger figures, the evaluation figures only where evaluated.
+    ``engine="twin"``: the same epochs computed without messages by
+    :func:`fedsim.math.fpl_central.fpl_epoch` (bit-identical to the actors' model, in a
+    fraction of the time; the protocol's defaults only: ``dtype="float32"``, ``merge="none"``,
+    no local item updates, per-triple user steps, and a profile without loss or dropouts, which
+    the twin does not model); curve entries only at the evaluated epochs, with the clients'
+    counts (``visits``, ``positives_sent``, ``cce_exact``) and the closed forms but no ledger
+    figures: there are no messages. ``start`` and ``checkpoint`` are for the actors only."""
     if preset not in PRESET_NAMES:
         raise ValueError(f"unknown preset {preset!r}")
+    if engine == "twin":
+        if start is not None or checkpoint is not None:
+            raise ValueError("engine='twin' runs are not resumable (start/checkpoint are for the actors)")
+        if (dtype, merge, local_item_updates, user_update) != ("float32", "none", False, "per_triple"):
+            raise ValueError("engine='twin' replays the protocol's defaults only (float32, merge 'none', frozen "
+                             "items, per-triple user steps); use engine='actors'")
+        return _run_fpl_twin(split, preset, pi, epochs, d=d, lr=lr, seed=seed, profile=profile, rounding=rounding,
+                             definition=definition, eval_every=eval_every, on_epoch=on_epoch)
+    if engine != "actors":
+        raise ValueError(f"engine must be 'actors' or 'twin', got {engine!r}")
+    every = max(1, int(eval_every))
     nu, ni = split.n_users, split.n_items
     exact = fpl_preset(preset, nu, split.x_plus, definition)
     sched = exact.schedule(rounding)
@@ -139,6 +164,8 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
               "merge": merge, "local_item_updates": local_item_updates, "user_update": user_update,
               "clients_per_round": cfg.clients_per_round, "triples": cfg.triples,
               "rounds_per_epoch": cfg.rounds}
+    if every > 1:
+        params["eval_every"] = every
     t0 = time.perf_counter()
     for e in range(len(curve), int(epochs)):
         te = time.perf_counter()
@@ -152,8 +179,11 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
         visits = int(out["rounds"].sum())
         pos = int(out["sent_positive"].sum())
         train_s = time.perf_counter() - te
-        scores = bpr_scores(P, out["Q"].astype(np.float64), out["b"].astype(np.float64))
-        entry = flatten_metrics(e + 1, split.evaluate(scores))
+        if (e + 1) % every == 0 or e + 1 == int(epochs):
+            scores = bpr_scores(P, out["Q"].astype(np.float64), out["b"].astype(np.float64))
+            entry = flatten_metrics(e + 1, split.evaluate(scores))
+        else:
+            entry = {"epoch": e + 1}
         entry.update(led)
         entry.update({
             "visits": visits, "positives_sent": pos, "negatives_sent": int(out["sent_negative"].sum()),
@@ -176,6 +206,74 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
                        {"theta": out["theta"], "P": P})
         del net, job
     return RunRecord(preset, params, curve, wall0 + time.perf_counter() - t0)
+
+
+def _run_fpl_twin(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int, lr: float, seed: int,
+                  profile: str | NetSpec, rounding: str, definition: str, eval_every: int,
+                  on_epoch: Callable[[int, dict], None] | None) -> RunRecord:
+    """``run_fpl(..., engine="twin")``: epoch e draws from the streams the actors of epoch e's
+    network would get (``node_rng(epoch_seed(seed, e), node id)``)."""
+    spec = NetSpec.of(profile)
+    prof = get_profile(spec.profile)
+    lossy = any(n.loss > 0 or n.offline_at is not None for n in (prof.server, prof.client))
+    if spec.faults is not None or lossy:
+        raise ValueError(f"engine='twin' does not model message loss or dropouts (profile {spec.profile!r}); "
+                         "use engine='actors'")
+    nu, ni = split.n_users, split.n_items
+    exact = fpl_preset(preset, nu, split.x_plus, definition)
+    sched = exact.schedule(rounding)
+    cfg = fpl_proto.config_for_preset(preset, nu, split.x_plus, epochs=1, rounding=rounding, definition=definition,
+                                      d=d, lr=lr, pi=pi)
+    every = max(1, int(eval_every))
+    samplers = fpl_proto.make_samplers(fpl_proto.user_item_lists(split.train), ni,
+                                       np.unique(np.asarray(split.train.items)))
+    packed = pack_samplers(samplers)
+    names = client_names(nu)
+    theta = np.empty((ni, d + 1), dtype=np.float32)
+    P = np.empty((nu, d), dtype=np.float64)
+    params = {"preset": preset, "pi": float(pi), "epochs": int(epochs), "d": d, "lr": lr, "seed": seed,
+              "profile": spec.profile, "rounding": rounding, "definition": definition, "dtype": "float32",
+              "merge": "none", "local_item_updates": False, "user_update": "per_triple",
+              "clients_per_round": cfg.clients_per_round, "triples": cfg.triples, "rounds_per_epoch": cfg.rounds,
+              "engine": "twin", "eval_every": every}
+    curve: list[dict] = []
+    visits = pos = neg = 0
+    t0 = time.perf_counter()
+    for e in range(int(epochs)):
+        te = time.perf_counter()
+        es = epoch_seed(seed, e)
+        server_rng = node_rng(es, fpl_proto.SERVER)
+        rngs: dict[int, np.random.Generator] = {}
+        if e == 0:  # what the actors draw first: the server its (Q, b), every client its p_u
+            Q, b = init_item_params(ni, d, server_rng)
+            theta[:, :d] = Q
+            theta[:, d] = b
+            for u in range(nu):
+                rngs[u] = node_rng(es, names[u])
+                P[u] = init_user_factor(d, rngs[u])
+        counts = fpl_epoch(theta, P, packed, clients_per_round=cfg.clients_per_round, triples=cfg.triples,
+                           rounds=cfg.rounds, lr=lr, pi=pi, reg=cfg.reg, server_rng=server_rng,
+                           client_rng=lambda c: rngs[c] if c in rngs else node_rng(es, names[c]))
+        v, ps, ng = (int(counts[k].sum()) for k in ("rounds", "sent_positive", "sent_negative"))
+        visits, pos, neg = visits + v, pos + ps, neg + ng
+        if (e + 1) % every and e + 1 != int(epochs):
+            continue
+        train_s = time.perf_counter() - te
+        scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
+        entry = flatten_metrics(e + 1, split.evaluate(scores))
+        entry.update({
+            "visits": v, "positives_sent": ps, "negatives_sent": ng, "cce_exact": v * (ni + cfg.triples) + ps,
+            "cce_formula": sched.cce(ni, pi), "cce_formula_paper": exact.cce(ni, pi), "train_s": train_s,
+            "wall_s": time.perf_counter() - te,
+        })
+        curve.append(entry)
+        if on_epoch is not None:
+            on_epoch(e + 1, entry)
+        if any(entry.get(f"{name}_diverged") for name in split.evaluators):
+            params["diverged_at"] = e + 1
+            break
+    return RunRecord(preset, params, curve, time.perf_counter() - t0,
+                     info={"visits": visits, "positives_sent": pos, "negatives_sent": neg})
 
 
 def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.0, lam: float = 0.1,

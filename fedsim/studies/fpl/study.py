@@ -18,11 +18,13 @@ are what the tables report.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...experiment import json_default
 from ...kernel import NetSpec, network_record
 from ...math.fpl_presets import PRESET_NAMES
 from ..parallel import pmap
@@ -35,8 +37,8 @@ from .runs import (
 from .settings import Settings
 
 __all__ = [
-    "METHOD_ORDER", "Choice", "Study", "StudyOptions", "choices_summary", "choose_epoch", "describe_choice",
-    "run_length", "run_study",
+    "METHOD_ORDER", "Choice", "Study", "StudyOptions", "TwinMismatchError", "check_twin", "choices_summary",
+    "choose_epoch", "describe_choice", "run_length", "run_study",
 ]
 
 BASELINE_ORDER = ("Random", "Top-Pop", "User-kNN", "Item-kNN", "VAE", "BPR-MF", "BPR-MF (cornac)", "FCF")
@@ -54,6 +56,10 @@ class StudyOptions:
     rounding: str = "round"
     ledger_dir: str | None = None
     methods: tuple[str, ...] = METHOD_ORDER  # what to run (FPL presets by name)
+    # "twin": FPL's search (every pi and epoch) on the message-free replay, bit-identical to the
+    # actors, and each chosen configuration re-run as actors (ledger, and the check that the two
+    # agree); "actors": every FPL run as actors with its ledger (fpl_tcc needs every pi's ledger)
+    fpl_engine: str = "twin"
 
 
 @dataclass
@@ -77,6 +83,8 @@ class Study:
     runs: dict[tuple, RunRecord] = field(default_factory=dict)  # (method, config..., seed) -> record
     chosen: dict[str, dict[int, Choice]] = field(default_factory=dict)  # method -> seed -> choice
     bpr_choice: dict[int, tuple[int, float]] = field(default_factory=dict)  # seed -> (d, lr)
+    # (preset, seed) -> the chosen configuration re-run as actors (twin engine only)
+    confirmed: dict[tuple[str, int], RunRecord] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # method -> why it did not run
     wall_s: float = 0.0
     jobs_run: int = 0
@@ -148,16 +156,29 @@ def _run_task(task: dict) -> dict:
                                  task["length"])
     elif kind == "fpl":
         net = task["net"]
+        engine = p.get("engine", "actors")
         key = {"preset": p["preset"], "pi": p["pi"], "d": p["d"], "lr": p["lr"], "seed": seed,
                "profile": net.profile, "rounding": p["rounding"]}
         if net != NetSpec(profile=net.profile):
             key["network"] = net.to_dict()
+        if engine == "twin":  # evaluated at the candidate epochs only: its own cache entries
+            key.update(engine="twin", eval_every=ev)
+            rec, cached = run_cached(cache, split, p["preset"], key,
+                                     lambda n: run_fpl(split, p["preset"], p["pi"], n, d=p["d"], lr=p["lr"],
+                                                       seed=seed, profile=net, rounding=p["rounding"], engine="twin",
+                                                       eval_every=ev), task["length"])
+        elif ev > 1:  # a confirmation: evaluated once, at its last epoch
+            key.update(eval_at=task["length"])
+            rec, cached = run_cached(cache, split, p["preset"], key,
+                                     lambda n: run_fpl(split, p["preset"], p["pi"], n, d=p["d"], lr=p["lr"],
+                                                       seed=seed, profile=net, rounding=p["rounding"],
+                                                       record_network=rec_net, eval_every=ev), task["length"])
+        else:
+            def fn(n, start=None, checkpoint=None):
+                return run_fpl(split, p["preset"], p["pi"], n, d=p["d"], lr=p["lr"], seed=seed, profile=net,
+                               rounding=p["rounding"], record_network=rec_net, start=start, checkpoint=checkpoint)
 
-        def fn(n, start=None, checkpoint=None):
-            return run_fpl(split, p["preset"], p["pi"], n, d=p["d"], lr=p["lr"], seed=seed, profile=net,
-                           rounding=p["rounding"], record_network=rec_net, start=start, checkpoint=checkpoint)
-
-        rec, cached = run_cached(cache, split, p["preset"], key, fn, task["length"], resumable=True)
+            rec, cached = run_cached(cache, split, p["preset"], key, fn, task["length"], resumable=True)
     elif kind == "fcf":
         net = task["net"]
         key = {"d": p["d"], "alpha": 1.0, "lam": 0.1, "lr": p["lr"], "seed": seed, "profile": net.profile}
@@ -190,7 +211,8 @@ def _cost(task: dict) -> float:
     if task["kind"] == "fpl":
         plus = 1.0 + (sp.x_plus / sp.n_users if p["preset"].endswith("+") else 0.0) * 0.05
         per = sp.x_plus if p["preset"].startswith("s") else sp.n_users * max(1, sp.x_plus // sp.n_users)
-        return task["length"] * per * plus * (1 + p["d"] / 20) * 1e-4
+        twin = 0.05 if p.get("engine") == "twin" else 1.0  # measured: 15-35x faster than the actors
+        return task["length"] * per * plus * (1 + p["d"] / 20) * 1e-4 * twin
     if task["kind"] == "vae":
         return max(p["budgets"]) * sp.catalogue.size * 1e-4
     if task["kind"] == "fcf":
@@ -309,6 +331,10 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
             st.bpr_choice[s] = grid[0]
 
     # stage 2
+    if options.fpl_engine not in ("twin", "actors"):
+        raise ValueError(f"fpl_engine must be 'twin' or 'actors', got {options.fpl_engine!r}")
+    twin = options.fpl_engine == "twin"
+    fpl_extra = {"engine": "twin", "eval_every": step} if twin else {}
     tasks, keys = [], []
     ep = settings.preset_epochs()
     for s in seeds:
@@ -316,7 +342,8 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
         for preset in fpl_presets:
             for pi in pis:
                 tasks.append({**base, "kind": "fpl", "params": {"preset": preset, "pi": pi, "d": d, "lr": lr,
-                                                                 "seed": s, "rounding": options.rounding},
+                                                                 "seed": s, "rounding": options.rounding,
+                                                                 **fpl_extra},
                               "length": ep[preset]})
                 keys.append(("fpl", preset, pi, s))
         if "FCF" in want:
@@ -351,8 +378,43 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
                     best = (e, pi)
             st.chosen.setdefault(preset, {})[s] = Choice(preset, s, best[0], {"pi": best[1], "d": d, "lr": lr,
                                                                              "epoch": best[0]["epoch"]})
+
+    # stage 3 (twin engine): every chosen FPL configuration as actors, with its ledger
+    if twin and fpl_presets:
+        tasks, keys = [], []
+        for s in seeds:
+            for preset in fpl_presets:
+                c = st.chosen[preset][s]
+                n = int(c.entry["epoch"])
+                tasks.append({**base, "kind": "fpl", "params": {"preset": preset, "pi": c.what["pi"], "d": c.what["d"],
+                                                                 "lr": c.what["lr"], "seed": s,
+                                                                 "rounding": options.rounding, "eval_every": n},
+                              "length": n})
+                keys.append((preset, s))
+        for k, rec in zip(keys, go(tasks, "FPL as actors")):
+            check_twin(st.chosen[k[0]][k[1]].entry, rec, k)
+            st.confirmed[k] = rec
     st.wall_s = time.perf_counter() - t0
     return st
+
+
+class TwinMismatchError(RuntimeError):
+    """An FPL configuration re-run as actors did not reproduce the twin's figures."""
+
+
+def check_twin(entry: dict, actors: RunRecord, what: tuple) -> None:
+    """Raise :class:`TwinMismatchError` unless the actors' last curve entry has every figure of
+    the twin's ``entry`` (evaluation figures, per-user hit masks, the clients' counts) equal to
+    the last bit (timings excepted)."""
+    last = actors.curve[-1]
+    if int(last["epoch"]) != int(entry["epoch"]):
+        raise TwinMismatchError(f"{what}: actors ran to epoch {last['epoch']}, the twin's choice is epoch "
+                                f"{entry['epoch']}")
+    bad = [k for k, v in entry.items() if k not in ("wall_s", "train_s") and
+           json.dumps(last.get(k), default=json_default) != json.dumps(v, default=json_default)]
+    if bad:
+        raise TwinMismatchError(f"{what}: the actors' run differs from the twin's in {', '.join(sorted(bad))} at epoch "
+                                f"{entry['epoch']}")
 
 
 def describe_choice(c: Choice) -> str:
