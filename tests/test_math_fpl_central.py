@@ -14,7 +14,8 @@ from fedsim.data import generate
 from fedsim.kernel import NetSpec
 from fedsim.math import fpl_kernels
 from fedsim.math.bpr import BPRReg, exact_dot, init_item_params, init_user_factor
-from fedsim.math.fpl_central import fpl_epoch, pack_samplers, select_clients
+from fedsim.math.bpr import fpl_client_round, make_triple_sampler
+from fedsim.math.fpl_central import CompiledClientRound, fpl_epoch, pack_samplers, select_clients
 from fedsim.math.fpl_presets import PRESET_NAMES
 from fedsim.protocols import fpl as fpl_proto
 from fedsim.protocols.common import SERVER, client_names
@@ -58,6 +59,19 @@ def test_exact_dot_is_the_correctly_rounded_sum(backend):
             want = math.fsum((a * b).tolist())  # an independent implementation (CPython's)
             assert _kernel_dot(kern, a, b) == want
             assert exact_dot(a, b) == want
+    # where the fast path must give way to the exact partials: near-ties, cancellation, powers of two
+    for it in range(3000):
+        n = int(rng.integers(1, 40))
+        if it % 3 == 0:  # 1 + multiples of half an ulp, plus dust far below
+            a = np.concatenate([[1.0], rng.integers(-3, 4, size=n) * 2.0 ** -54, rng.normal(size=2) * 2.0 ** -100])
+        elif it % 3 == 1:  # terms that cancel to a tiny remainder
+            h = rng.normal(size=n) * 1e8
+            a = np.concatenate([h, -h[::-1], [rng.normal() * 1e-9]])
+        else:  # small integers times scattered powers of two: exact ties happen
+            a = rng.integers(-5, 6, size=n).astype(float) * 2.0 ** rng.integers(-60, 60, size=n)
+        want = math.fsum(a.tolist())
+        got = _kernel_dot(kern, a, np.ones_like(a))
+        assert got == want or (got == 0.0 and want == 0.0), (a.tolist(), got, want)
     assert _kernel_dot(kern, np.zeros(4), np.ones(4)) == 0.0
     # ties are rounded half-even as fsum does: 1 + 2^-53 (exactly half an ulp) + tiny
     a = np.array([1.0, 2.0 ** -53, 2.0 ** -80])
@@ -125,9 +139,14 @@ def _twin_epochs(sp, cfg, seed, epochs, backend):
     return out
 
 
+@pytest.mark.parametrize("actors", ["numpy", "compiled"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("preset", PRESET_NAMES)
-def test_twin_epochs_equal_the_actors_bit_for_bit(preset, backend):
+def test_twin_epochs_equal_the_actors_bit_for_bit(preset, backend, actors, monkeypatch):
+    if actors == "numpy":  # the clients run fpl_client_round, the NumPy code, not the compiled round
+        monkeypatch.setattr(CompiledClientRound, "make", classmethod(lambda cls, *a, **k: None))
+    elif fpl_kernels.compiled() is None:
+        pytest.skip("numba is not installed (the `fast` extra): the actors run the NumPy code only")
     sp = small_split()
     for d, lr, pi in ((4, 0.05, 0.5), (11, 0.5, 0.2)):
         cfg = fpl_proto.config_for_preset(preset, sp.n_users, sp.x_plus, epochs=1, d=d, lr=lr, pi=pi)
@@ -145,11 +164,57 @@ def test_twin_epochs_equal_the_actors_bit_for_bit(preset, backend):
         assert not np.array_equal(got[1][0], got[0][0])
 
 
+@pytest.mark.skipif(fpl_kernels.compiled() is None, reason="numba is not installed (the `fast` extra)")
+def test_compiled_client_round_equals_the_numpy_round_and_sort():
+    rng = np.random.default_rng(9)
+    n_items = 40
+    cat = np.unique(rng.choice(60, size=n_items, replace=False))
+    for it in range(300):
+        d, T = int(rng.integers(1, 30)), int(rng.integers(1, 25))
+        lr, pi = float(rng.choice([0.005, 0.05, 0.5])), float(rng.random())
+        reg = BPRReg.paper(lr)
+        positives = rng.choice(cat, size=int(rng.integers(1, 12)))  # repeats allowed: they weigh the draws
+        sampler = make_triple_sampler(positives, 60, cat if it % 2 else None)
+        theta = (rng.normal(size=(60, d + 1)) * rng.choice([0.1, 3.0])).astype(np.float32)
+        p0 = rng.normal(size=d)
+        U = rng.random((3, T))
+        p_np, up = fpl_client_round(p0, theta[:, :d], theta[:, d], sampler, T, lr, pi,
+                                    _replay(U), reg=reg)
+        order = np.argsort(up.items, kind="stable")
+        rows_np = np.empty((up.n_vectors, d + 1), dtype=np.float32)
+        rows_np[:, :d], rows_np[:, d] = up.deltas[order], up.bias_deltas[order]
+        fast = CompiledClientRound.make(sampler, d, T, lr, pi, reg, dtype="float32", merge="none",
+                                        local_item_updates=False, user_update="per_triple")
+        p = p0.copy()
+        items, rows, sent = fast(p, theta, U)
+        assert np.array_equal(items, up.items[order]) and items.dtype == np.int32
+        assert np.array_equal(rows, rows_np) and rows.dtype == np.float32
+        assert np.array_equal(p, p_np) and sent == up.n_positive
+    assert CompiledClientRound.make(sampler, d, T, lr, pi, reg, dtype="float64", merge="none",
+                                    local_item_updates=False, user_update="per_triple") is None
+
+
+class _replay:
+    """A stand-in generator whose one ``random((3, T))`` returns the given uniforms."""
+
+    def __init__(self, U):
+        self.U = U
+
+    def random(self, shape):
+        assert shape == self.U.shape
+        return self.U
+
+
 def test_select_clients_draws_as_documented():
     rng, ref = np.random.default_rng(1), np.random.default_rng(1)
     assert select_clients(rng, 5, 9) == range(5)
     assert select_clients(rng, 5, 1) == (int(ref.integers(5)),)
     assert select_clients(rng, 9, 3) == sorted(ref.choice(9, size=3, replace=False).tolist())
+    # fpl_epoch draws a sequential schedule's rounds as one array: the same integers, the same state after
+    for n in (2, 551, 2957, 138_493):
+        one, many = np.random.default_rng(n), np.random.default_rng(n)
+        assert many.integers(n, size=5000).tolist() == [select_clients(one, n, 1)[0] for _ in range(5000)]
+        assert one.random() == many.random()
 
 
 def test_fpl_epoch_refuses_what_it_does_not_replay():

@@ -24,7 +24,49 @@ import numpy as np
 from . import fpl_kernels
 from .bpr import BPRReg, TripleSampler
 
-__all__ = ["PackedSamplers", "fpl_epoch", "pack_samplers", "select_clients"]
+__all__ = ["CompiledClientRound", "PackedSamplers", "fpl_epoch", "pack_samplers", "select_clients"]
+
+
+class CompiledClientRound:
+    """One client's FPL round through the compiled kernel: what
+    :func:`fedsim.math.bpr.fpl_client_round` computes with its defaults, followed by the actor's
+    stable sort by item id and the float32 rows, bit for bit, at a fraction of the cost of the
+    NumPy code (which loops over the triples in Python). Built per client from its sampler;
+    :meth:`make` returns None when it cannot apply (numba missing, or a non-default option), and
+    the caller then runs the NumPy code."""
+
+    def __init__(self, kern, sampler: TripleSampler, d: int, T: int, lr: float, pi: float, reg: BPRReg):
+        self.kern = kern
+        self.positives = np.ascontiguousarray(sampler.positives, dtype=np.int64)
+        self.keys = np.ascontiguousarray(sampler.rank_keys, dtype=np.int64)
+        cat = sampler.catalogue
+        self.catalogue = np.zeros(0, dtype=np.int64) if cat is None else np.ascontiguousarray(cat, dtype=np.int64)
+        self.n_neg = int(sampler.n_negatives)
+        self.d, self.T = int(d), int(T)
+        self.par64, self.par32 = fpl_kernels.make_params(lr, reg.user, reg.pos_item, reg.neg_item, reg.bias, pi)
+
+    @classmethod
+    def make(cls, sampler: TripleSampler, d: int, T: int, lr: float, pi: float, reg: BPRReg, *, dtype: str,
+             merge: str, local_item_updates: bool, user_update: str) -> CompiledClientRound | None:
+        kern = fpl_kernels.compiled()
+        if (kern is None or dtype != "float32" or merge not in ("none", False, None) or local_item_updates
+                or user_update != "per_triple" or sampler.n_negatives <= 0):
+            return None
+        return cls(kern, sampler, d, T, lr, pi, reg)
+
+    def __call__(self, p: np.ndarray, theta: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Step ``p`` (float64, in place) through the round whose uniforms are ``U`` (3, T) on
+        the received ``theta`` (float32 [Q | b]); returns ``(items int32, rows float32, positives
+        sent)``, rows sorted by item id."""
+        d, T = self.d, self.T
+        cap = 2 * T
+        items = np.empty(cap, dtype=np.int64)
+        rows = np.empty((cap, d + 1), dtype=np.float32)
+        n, sent = self.kern.client_round(
+            p, np.ascontiguousarray(theta), d, self.positives, self.keys, self.catalogue, self.n_neg, U, T,
+            self.par64, self.par32, items, rows, np.empty((T, d)), np.empty(d), np.empty(T),
+            np.empty((cap, d + 1)), np.empty(cap, dtype=np.int64), np.empty(d), np.empty(d + 1))
+        return items[:n].astype(np.int32), rows[:n], int(sent)
 
 
 def select_clients(rng: np.random.Generator, n: int, k: int) -> range | tuple[int] | list[int]:
@@ -106,14 +148,21 @@ def fpl_epoch(theta: np.ndarray, P: np.ndarray, packed: PackedSamplers, *, clien
         raise ValueError("a client's positives cover the whole catalogue: no negative to sample")
     T = int(triples)
     k = min(int(clients_per_round), n)
-    chosen: list = []
-    sizes = []
-    for _ in range(int(rounds)):
-        c = select_clients(server_rng, n, k)
-        chosen.append(c)
-        sizes.append(len(c))
-    sel_ptr = _ptr(sizes)
-    sel = np.fromiter((c for r in chosen for c in r), dtype=np.int64, count=int(sel_ptr[-1]))
+    R = int(rounds)
+    if k == 1 and n > 1:
+        # one array draw gives the same integers as R scalar draws (NumPy draws every bounded
+        # integer from a word of its own either way; tests/test_math_fpl_central.py checks it)
+        sel = server_rng.integers(n, size=R).astype(np.int64, copy=False)
+        sel_ptr = np.arange(R + 1, dtype=np.int64)
+    else:
+        chosen: list = []
+        sizes = []
+        for _ in range(R):
+            c = select_clients(server_rng, n, k)
+            chosen.append(c)
+            sizes.append(len(c))
+        sel_ptr = _ptr(sizes)
+        sel = np.fromiter((c for r in chosen for c in r), dtype=np.int64, count=int(sel_ptr[-1]))
     visits = np.bincount(sel, minlength=n).astype(np.int64)
     draw_at = _ptr(visits.tolist())[:-1]
     U_all = np.empty((int(visits.sum()), 3, T), dtype=np.float64)

@@ -65,14 +65,44 @@ def exact_dot(a, b, prod, part):
     """``sum(a[k] * b[k])`` over the length of ``prod``, correctly rounded (the value of
     ``math.fsum`` of the float64 products). When a product is not finite, or the exact sum
     overflows, the plain left-to-right sum of the products instead (inf or nan, as a dot product
-    would give). ``prod``, ``part``: float64 scratch of the same length."""
+    would give). ``prod``, ``part``: float64 scratch of the same length (``part`` one longer).
+
+    Fast path: the products are summed with error-free transformations (TwoSum; Ogita, Rump and
+    Oishi's Sum2), which give ``r = fl(s + c)`` and the exact rounding error ``f`` of that last
+    addition, plus a bound ``B >= |S - (r + f)|`` on the remaining error (``(n - 1) u sum|e|``
+    with a factor 2 to spare, u = 2^-53). When ``[f - B, f + B]`` lies strictly inside the half-gaps
+    to r's two neighbours, the exact sum S rounds to r, which is returned. Otherwise (a near-tie,
+    massive cancellation, a result near zero or near overflow) Shewchuk's exact partials decide.
+    """
     n = prod.shape[0]
     finite = True
+    s = 0.0
+    c = 0.0
+    err = 0.0
     for k in range(n):
         v = a[k] * b[k]
         prod[k] = v
         if not math.isfinite(v):
             finite = False
+        t = s + v
+        z = t - s
+        e = (s - (t - z)) + (v - z)  # s + v == t + e exactly
+        s = t
+        c += e
+        err += abs(e)
+    if finite and math.isfinite(err):
+        r = s + c
+        z = r - s
+        f = (s - (r - z)) + (c - z)  # s + c == r + f exactly
+        ar = abs(r)
+        if 1e-290 < ar < 1e290:
+            mant, ex = math.frexp(ar)
+            gap_away = math.ldexp(1.0, ex - 53)  # ulp of r, to the neighbour away from zero
+            gap_toward = gap_away * 0.5 if mant == 0.5 else gap_away
+            away = f if r > 0.0 else -f
+            bound = 2.0 * n * 1.1102230246251565e-16 * err + 2.220446049250313e-16 * abs(f)
+            if away + bound < 0.5 * gap_away and away - bound > -0.5 * gap_toward:
+                return r
     m = 0
     if finite:
         # Shewchuk's algorithm: the partials are non-overlapping and sum exactly to the input so far
@@ -262,6 +292,12 @@ def epoch(theta, P, sel_ptr, sel, draw_at, U_all, pos_ptr, pos_all, key_ptr, key
 
 
 _KERNELS = ("exact_dot", "_right_rank", "client_round", "apply_rows", "epoch")
+
+
+def compiled():
+    """The numba-compiled kernels, or None when numba cannot be used."""
+    k = kernels()
+    return None if k is sys.modules[__name__] else k
 
 
 def kernels(backend=None):

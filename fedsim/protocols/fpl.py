@@ -61,7 +61,7 @@ from ..math.bpr import (
     TripleSampler,
     make_triple_sampler,
 )
-from ..math.fpl_central import select_clients
+from ..math.fpl_central import CompiledClientRound, select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
@@ -225,6 +225,12 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
     p = init_user_factor(d, rng) if p_init is None else np.array(p_init, dtype=np.float64)
     reg = cfg.reg
     T = cfg.triples
+    # the compiled round when numba is there: the same numbers as fpl_client_round and the sort
+    # below, bit for bit (tests/test_math_fpl_central.py), without a Python loop over the triples
+    fast = CompiledClientRound.make(sampler, d, T, cfg.lr, cfg.pi, reg, dtype=cfg.dtype, merge=cfg.merge,
+                                    local_item_updates=cfg.local_item_updates, user_update=cfg.user_update)
+    if fast is not None:
+        p = np.array(p, dtype=np.float64)  # stepped in place: never the caller's array
     stats = {"rounds": 0, "sent_positive": 0, "sent_negative": 0}
     flops_per_triple = 14.0 * d  # x_uij, the p_u step and two item rows
     while True:
@@ -232,26 +238,31 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
         if msg.kind == "stop":
             return {"p": p, **stats}
         theta = msg.payload["theta"]
-        p, up = fpl_client_round(p, theta[:, :d], theta[:, d], sampler, T, cfg.lr, cfg.pi, rng, reg=reg,
-                                 merge=cfg.merge, local_item_updates=cfg.local_item_updates,
-                                 user_update=cfg.user_update)
-        order = np.argsort(up.items, kind="stable")
-        rows = np.empty((up.n_vectors, d + 1), dtype=dt)
-        rows[:, :d] = up.deltas[order]
-        rows[:, d] = up.bias_deltas[order]
+        if fast is not None and theta.dtype == np.float32:
+            items, rows, npos = fast(p, theta, rng.random((3, T)))  # the draw sample_triples makes
+            nrows = items.shape[0]
+        else:
+            p, up = fpl_client_round(p, theta[:, :d], theta[:, d], sampler, T, cfg.lr, cfg.pi, rng, reg=reg,
+                                     merge=cfg.merge, local_item_updates=cfg.local_item_updates,
+                                     user_update=cfg.user_update)
+            order = np.argsort(up.items, kind="stable")
+            items = up.items[order]
+            rows = np.empty((up.n_vectors, d + 1), dtype=dt)
+            rows[:, :d] = up.deltas[order]
+            rows[:, d] = up.bias_deltas[order]
+            npos, nrows = up.n_positive, up.n_vectors
         stats["rounds"] += 1
-        npos = up.n_positive
         stats["sent_positive"] += npos
-        stats["sent_negative"] += up.n_vectors - npos
+        stats["sent_negative"] += nrows - npos
         await ctx.compute(flops_per_triple * T, "train")
         if noise_rng is not None:
             rows += noise_rng.normal(0.0, cfg.upload_noise, rows.shape).astype(dt)
         if keys is not None:
-            dense = dense_rows(theta.shape[0], d + 1, up.items[order], rows)
+            dense = dense_rows(theta.shape[0], d + 1, items, rows)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
             await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, msg.payload["members"], msg.round)})
             continue
-        await ctx.send(SERVER, "update", {"items": up.items[order], "rows": rows})
+        await ctx.send(SERVER, "update", {"items": items, "rows": rows})
 
 
 # --------------------------------------------------------------------------------------------
