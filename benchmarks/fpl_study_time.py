@@ -1,13 +1,16 @@
 """Estimate the wall time of the whole FPL study (``fedsim run fpl_table2 --set settings=paper``) on a
 data file from short timed samples, before committing hours to it.
 
-Times, on the prepared split: one epoch of each FPL preset (as actors, with the ledger, like the
-study) and one BPR-MF epoch at each latent dimension of the paper's grid, one FCF round, both kNN
-runs over the paper's k grid, a few VAE epochs per topology, a few cornac BPR epochs. Then adds up
-the study's jobs (the paper's settings: 5 seeds, the BPR-MF grid, 10 values of pi x 4 presets x 50
-epochs at the d BPR-MF chooses, which is not known in advance: one line per d) and divides by the
-workers, the way the study's process pool spreads them (longest first; the estimate is
-max(total / workers, longest job)). Evaluation after every epoch is included in the samples.
+Times, on the prepared split: epochs of each FPL preset on the twin (the search: 10 epochs
+evaluated once, as the study evaluates every 10th) and as actors (the confirmation of a chosen
+configuration: one epoch without evaluation), one BPR-MF epoch at each latent dimension of the
+paper's grid, one FCF round, both kNN runs over the paper's k grid, a few VAE epochs per topology,
+a few cornac BPR epochs. Then adds up the study's jobs (the paper's settings: 5 seeds, the BPR-MF
+grid, 10 values of pi x 4 presets x 50 epochs on the twin at the d BPR-MF chooses, which is not
+known in advance: one line per d; then 4 presets x 5 seeds as actors, counted at 50 epochs each:
+an upper bound, a chosen epoch is 10 to 50) and divides by the workers, the way the study's
+process pool spreads them (longest first; each of the three stages is max(total / workers,
+longest job)).
 
     python benchmarks/fpl_study_time.py ../shared/data/foursquare-fedbpr-cities/Milan.tsv
     python benchmarks/fpl_study_time.py ../shared/data/foursquare-fedbpr-cities/Rome.tsv --workers 2
@@ -60,8 +63,12 @@ def main() -> int:
         samples[f"bpr_epoch_d{d}"] = max(0.0, (three - one) / 2)
         samples[f"bpr_eval_d{d}"] = max(0.0, one - samples[f"bpr_epoch_d{d}"])
         for preset in PRESET_NAMES:
-            samples[f"{preset}_epoch_d{d}"] = timed(lambda: run_fpl(sp, preset, 0.5, args.fpl_epochs, d=d,
-                                                                    lr=0.05)) / args.fpl_epochs
+            run_fpl(sp, preset, 0.5, 1, d=d, lr=0.05, engine="twin")  # compiles the kernels once
+            samples[f"{preset}_twin_epoch_d{d}"] = timed(lambda: run_fpl(
+                sp, preset, 0.5, 10, d=d, lr=0.05, engine="twin", eval_every=10)) / 10
+            samples[f"{preset}_epoch_d{d}"] = timed(lambda: run_fpl(
+                sp, preset, 0.5, args.fpl_epochs + 1, d=d, lr=0.05, eval_every=args.fpl_epochs + 1)) / (
+                args.fpl_epochs + 1)
         samples[f"fcf_round_d{d}"] = timed(lambda: run_fcf(sp, 2, d=d)) / 2
         print({k: round(v, 3) for k, v in samples.items() if k.endswith(f"d{d}")}, flush=True)
     samples["user_knn_grid"] = timed(lambda: lib.run_knn(sp, "User-kNN", s.knn_ks))
@@ -80,20 +87,25 @@ def main() -> int:
     if "vae_epoch_200-100-200" in samples:
         base_jobs += [samples[f"vae_epoch_{t}"] * max(s.vae_epochs) for t in s.vae_topologies for _ in range(seeds)]
     estimates = {}
+    def wall(jobs):
+        return max(sum(jobs) / args.workers, max(jobs)) if jobs else 0.0
+
     for d in args.ds:
-        fpl_jobs = [samples[f"{p}_epoch_d{d}"] * s.preset_epochs()[p] for p in PRESET_NAMES for _ in s.pis
+        fpl_jobs = [samples[f"{p}_twin_epoch_d{d}"] * s.preset_epochs()[p] for p in PRESET_NAMES for _ in s.pis
                     for _ in range(seeds)]
+        confirm = [samples[f"{p}_epoch_d{d}"] * s.preset_epochs()[p] for p in PRESET_NAMES for _ in range(seeds)]
         other = [samples[f"fcf_round_d{d}"] * s.fcf_rounds] * seeds
         if "cornac_bpr_epoch_d10" in samples:  # sampled with an evaluation every epoch: an upper bound
             other += [samples["cornac_bpr_epoch_d10"] * s.bpr_epochs] * seeds
-        stage1 = max(sum(base_jobs) / args.workers, max(base_jobs))
         jobs2 = fpl_jobs + other
-        stage2 = max(sum(jobs2) / args.workers, max(jobs2))
-        estimates[f"d{d}"] = {"cpu_s": sum(base_jobs) + sum(jobs2), "wall_s": stage1 + stage2,
-                              "fpl_cpu_s": sum(fpl_jobs), "baselines_cpu_s": sum(base_jobs) + sum(other)}
-        print(f"d = {d}: {len(fpl_jobs)} FPL runs, CPU {estimates[f'd{d}']['cpu_s'] / 3600:.1f} h (FPL "
-              f"{sum(fpl_jobs) / 3600:.1f} h), wall with {args.workers} workers about "
-              f"{estimates[f'd{d}']['wall_s'] / 3600:.1f} h", flush=True)
+        cpu = sum(base_jobs) + sum(jobs2) + sum(confirm)
+        estimates[f"d{d}"] = {"cpu_s": cpu, "wall_s": wall(base_jobs) + wall(jobs2) + wall(confirm),
+                              "fpl_twin_cpu_s": sum(fpl_jobs), "fpl_actors_cpu_s": sum(confirm),
+                              "baselines_cpu_s": sum(base_jobs) + sum(other)}
+        e = estimates[f"d{d}"]
+        print(f"d = {d}: {len(fpl_jobs)} FPL runs on the twin ({sum(fpl_jobs) / 60:.1f} min CPU), {len(confirm)} "
+              f"as actors (at most {sum(confirm) / 60:.1f} min CPU), baselines {e['baselines_cpu_s'] / 60:.1f} min "
+              f"CPU; wall with {args.workers} workers at most {e['wall_s'] / 60:.1f} min", flush=True)
     print(json.dumps({"data": args.data, "split": sp.info, "workers": args.workers, "samples": samples,
                       "estimates": estimates}))
     return 0

@@ -129,7 +129,14 @@ _IN_TASK = False
 
 def _init_worker(beats: Any) -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+        os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
+    # A forked worker inherits the BLAS pool NumPy started in the parent (as many threads as
+    # cores): N workers x N BLAS threads, spinning against each other, made matrix products 5-10x
+    # slower (FCF's rounds on Milan: 44 s instead of 5 s). One thread per worker: the workers are
+    # the parallelism.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _on_term)
     beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
