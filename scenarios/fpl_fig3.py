@@ -25,6 +25,8 @@ from fedsim.studies.fpl import (
 
 RUN_TIME = "minutes on the default synthetic subset; with --set cache=DIR shared with fpl_pi, only the runs fpl_pi has not made (docs/fpl.md)"
 DEFAULT_DATA = "ml100k-like"
+# the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
+PAPER_VALUES = {"settings": "paper"}
 PARAMS = fpl_scenario_params()
 
 

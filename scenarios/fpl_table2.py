@@ -49,6 +49,8 @@ from fedsim.math.stats import mean_ci
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'a few minutes on the default synthetic subset; 18-75 s per FPL epoch on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
+# the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
+PAPER_VALUES = {"settings": "paper"}
 PARAMS = {
     **scenario_params(),
     "methods": Param(list(METHOD_ORDER), "methods to run", kind="strs", choices=METHOD_ORDER),

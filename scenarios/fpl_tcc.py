@@ -37,6 +37,8 @@ from fedsim.studies.fpl import (
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'minutes on the default synthetic subset; 1-5 min per epoch on MovieLens 100K (docs/fpl.md)'
 DEFAULT_DATA = "ml100k-like"
+# the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
+PAPER_VALUES = {"settings": "paper"}
 PARAMS = {k: v for k, v in fpl_scenario_params().items() if k != "fpl_engine"}  # always actors
 
 

@@ -202,6 +202,17 @@ def test_a_shortened_run_says_its_figures_are_not_the_papers(tmp_path):
     as_paper = fedsim_cmd("run", str(script), "--data", str(data), "--out", "c", cwd=tmp_path)
     assert as_paper.returncode == 0 and "note:" not in as_paper.stdout
     assert "Not the paper" not in (tmp_path / "c" / "report.md").read_text()
+    # a scenario whose paper setting is not its default declares it (PAPER_VALUES): the default is
+    # then the departure, and the paper's value is not
+    script2 = tmp_path / "paperish2.py"
+    script2.write_text(PAPER.replace("PARAMS = {", "PAPER_VALUES = {'settings': 'paper'}\nPARAMS = {'settings': "
+                                     "Param('quick', 'which settings'), "))
+    quick = fedsim_cmd("run", str(script2), "--data", str(data), "--out", "d", cwd=tmp_path)
+    assert quick.returncode == 0, quick.stderr
+    assert "settings=quick (paper: paper)" in quick.stdout
+    paper = fedsim_cmd("run", str(script2), "--data", str(data), "--set", "settings=paper", "--out", "e", cwd=tmp_path)
+    assert paper.returncode == 0 and "note:" not in paper.stdout, paper.stdout
+    assert "Not the paper" not in (tmp_path / "e" / "report.md").read_text()
 
 
 # -- progress within a run and from workers ------------------------------------------------------

@@ -66,3 +66,9 @@ def test_scenario_runs_and_records_its_networks(name, tmp_path):
     for t in saved["tables"]:
         assert (out / f"{t}.csv").is_file()
     assert (out / "report.md").read_text().startswith(f"# {name}")
+    if name == "fpl_table2":  # FPL searched on the twin: each chosen configuration re-ran as actors, with its ledger
+        with open(out / "table4.csv", newline="") as fh:
+            t4 = list(csv.DictReader(fh))
+        assert len(t4) == 2 * 4  # 2 seeds x 4 presets
+        assert all(r["ledger_equals_exact"] == "True" and float(r["tcc_ledger"]) > 0 for r in t4), t4
+        assert "reproduced the twin's figures to the last bit" in (out / "report.md").read_text()

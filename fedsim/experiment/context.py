@@ -277,6 +277,9 @@ class RunContext:
     sim_time: float = 0.0
     ledger_totals: dict[str, float] = field(default_factory=dict)
     defaults: dict[str, Any] | None = None  # the scenario's defaults (to tell a shortened run)
+    # parameters whose paper setting is not their default (a scenario's PAPER_VALUES, e.g. the FPL
+    # scenarios' settings=paper): the paper_* note compares these with the paper's value instead
+    paper_values: dict[str, Any] = field(default_factory=dict)
     _recorded: int = 0
     _paper_warned: bool = False
 
@@ -318,8 +321,8 @@ class RunContext:
         """Add a table: written as ``NAME.csv`` (raw numbers) and as a Markdown table in
         report.md, and printed unless quiet (bytes and seconds in human units). A table with
         ``paper*`` columns in a run that is not the paper's setting (parameters changed from the
-        scenario's defaults, or synthetic data) gets a note saying its figures are not expected
-        to match the published ones."""
+        scenario's defaults, or from its ``PAPER_VALUES`` where it declares them, or synthetic
+        data) gets a note saying its figures are not expected to match the published ones."""
         rows = [dict(r) for r in rows]
         cols = list(columns) if columns else (list(rows[0]) if rows else [])
         t = Table(name, rows, cols, title or name, floatfmt)
@@ -338,9 +341,15 @@ class RunContext:
             return None
         from ..data.synthetic import PRESETS
 
-        changed = [f"{k}={_short(v)} (default {_short(self.defaults[k])})" for k, v in self.config.items()
-                   if self.defaults and k in self.defaults and v != self.defaults[k]
-                   and k not in EXECUTION_PARAMS]
+        changed = []
+        for k, v in self.config.items():
+            if not self.defaults or k not in self.defaults or k in EXECUTION_PARAMS:
+                continue
+            if k in self.paper_values:
+                if v != self.paper_values[k]:
+                    changed.append(f"{k}={_short(v)} (paper: {_short(self.paper_values[k])})")
+            elif v != self.defaults[k]:
+                changed.append(f"{k}={_short(v)} (default {_short(self.defaults[k])})")
         data = str(self.data)
         synthetic = data.removeprefix("synthetic:") in PRESETS
         if not changed and not synthetic:
