@@ -7,7 +7,9 @@ chosen per seed on validation P@10 (BPR-MF's lr and d, then reused by FPL and FC
 preset's pi; every model's epoch; kNN's k; the VAE's topology and epochs) and the test figures
 at that choice are reported: P@10, R@10, NDCG@10 (Table 2), IC@10 and Gini@10 (Table 3), the
 source bias of each venue category (Table 5) and the bias disparity of the recommendations
-(Table 6). FCF and FPL run as actors on a simulated network (their traffic is in the ledger);
+(Table 6). FCF runs as actors on a simulated network (its traffic is in the ledger); FPL's search
+over pi and epochs runs on its message-free twin (bit-identical), and each chosen configuration
+then runs as actors, with its ledger (Table 4: TCC from the ledger);
 User-kNN and Item-kNN are fedsim's (cosine over the full 0/1 vectors, as the paper's framework);
 the VAE comes from cornac (the ``baselines`` extra; skipped with a note without it), which also
 runs its own BPR as a check of fedsim's BPR-MF.
@@ -17,7 +19,7 @@ user's value averaged over the seeds); p-values are paired over users (Student's
 paper, and Wilcoxon) against BPR-MF and Top-Pop. The report says which methods cannot be told
 apart from Top-Pop and gives each of the paper's orderings a verdict.
 
-``--set settings=paper`` runs the paper's settings (hours on a city file; see docs/fpl.md);
+``--set settings=paper`` runs the paper's settings (29 minutes on Milan; see docs/fpl.md);
 the default ``quick`` settings take minutes and the report lists every departure from the
 paper's. The paper's figures (``paper_country``, Italy by default) are printed beside ours.
 """
@@ -47,7 +49,7 @@ from fedsim.studies.fpl.analysis import ALPHA, fmt_p, holm_count
 from fedsim.math.stats import mean_ci
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'a few minutes on the default synthetic subset; 18-75 s per FPL epoch on MovieLens 100K (docs/fpl.md)'
+RUN_TIME = "a few minutes on the default synthetic subset; the paper's settings on Milan (551 users): 29 min on 2 cores (docs/performance.md)"
 DEFAULT_DATA = "ml100k-like"
 # the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
 PAPER_VALUES = {"settings": "paper"}

@@ -21,7 +21,7 @@ from fedsim.protocols import fpl as fpl_proto
 from fedsim.protocols.common import SERVER, client_names
 from fedsim.seeding import node_rng
 from fedsim.studies.fpl import StudyOptions, epoch_seed, prepare, run_fpl, run_study, settings_from
-from fedsim.studies.fpl.study import TwinMismatchError, check_twin
+from fedsim.studies.fpl.study import TwinMismatchError, check_twin, resolve_engine
 
 BACKENDS = ["python", pytest.param("numba", marks=pytest.mark.skipif(
     fpl_kernels.kernels() is fpl_kernels, reason="numba is not installed (the `fast` extra): only the Python "
@@ -270,7 +270,7 @@ def test_study_on_the_twin_confirms_every_choice_with_actors_and_chooses_as_the_
     s = settings_from({"settings": "quick", "pis": [0.3, 1.0], "epochs": [4], "epoch_step": 2, "bpr_lrs": [0.05],
                        "bpr_ds": [4], "bpr_epochs": 2, "seeds": 2})
     methods = ("sFPL", "pFPL+")
-    twin = run_study(sp, s, StudyOptions(seeds=[0, 1], methods=methods))
+    twin = run_study(sp, s, StudyOptions(seeds=[0, 1], methods=methods, fpl_engine="twin"))
     act = run_study(sp, s, StudyOptions(seeds=[0, 1], methods=methods, fpl_engine="actors"))
     assert set(twin.confirmed) == {(p, seed) for p in methods for seed in (0, 1)}
     assert not act.confirmed
@@ -287,3 +287,12 @@ def test_study_on_the_twin_confirms_every_choice_with_actors_and_chooses_as_the_
             assert all(c["cce_ledger"] == c["cce_exact"] for c in rec.curve)
             assert [c["cce_ledger"] for c in rec.curve] == [c["cce_ledger"] for c in
                                                             act.runs[("fpl", p, ct.what["pi"], seed)].curve[:len(rec.curve)]]
+
+
+def test_auto_engine_takes_the_twin_only_with_compiled_kernels(monkeypatch):
+    assert resolve_engine("actors") == "actors" and resolve_engine("twin") == "twin"
+    assert resolve_engine("auto") == ("twin" if fpl_kernels.compiled() is not None else "actors")
+    monkeypatch.setattr(fpl_kernels, "compiled", lambda: None)
+    assert resolve_engine("auto") == "actors"
+    with pytest.raises(ValueError, match="fpl_engine"):
+        resolve_engine("fast")

@@ -111,9 +111,10 @@ def scenario_params(exclude: tuple[str, ...] = ()) -> dict[str, Param]:
                                choices=PAPER_COUNTRIES),
         "workers": Param(2, "worker processes (each job is seeded on its own: results do not depend on this)",
                          min=1),
-        "fpl_engine": Param("twin", "twin: FPL's search over pi and epochs on the message-free replay (bit-identical "
+        "fpl_engine": Param("auto", "twin: FPL's search over pi and epochs on the message-free replay (bit-identical "
                             "to the actors), then each chosen configuration as actors with its ledger; actors: every "
-                            "FPL run as actors", choices=("twin", "actors")),
+                            "FPL run as actors; auto: twin when numba is installed (the `fast` extra), else actors",
+                            choices=("auto", "twin", "actors")),
         "cache": Param("", "folder caching each run, shared by the FPL scenarios ('' = none)"),
     }
 
@@ -203,6 +204,9 @@ def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, .
         ctx.note(f"**{m} did not run**: {why}.")
     ctx.note(f"Study: {st.jobs_run} job(s) run, {st.jobs_cached} read from the cache, seeds {seeds[0]}.."
              f"{seeds[-1]}, {int(ctx['workers'])} worker process(es), {st.wall_s:.1f} s.")
+    if st.fpl_runs() and st.fpl_engine == "actors" and (fpl_engine or ctx.config.get("fpl_engine")) == "auto":
+        ctx.note("FPL ran as actors throughout (numba is not installed, so its message-free twin would run as "
+                 "slow pure-Python loops; `pip install 'fedsim[fast]'` makes the search minutes instead of hours).")
     if st.confirmed:
         n_fpl = len(st.fpl_runs())
         epochs = sum(int(r.curve[-1]["epoch"]) for r in st.confirmed.values())

@@ -26,6 +26,7 @@ from typing import Callable
 
 from ...experiment import json_default
 from ...kernel import NetSpec, network_record
+from ...math import fpl_kernels
 from ...math.fpl_presets import PRESET_NAMES
 from ..parallel import pmap
 from . import baselines as lib
@@ -38,7 +39,7 @@ from .settings import Settings
 
 __all__ = [
     "METHOD_ORDER", "Choice", "Study", "StudyOptions", "TwinMismatchError", "check_twin", "choices_summary",
-    "choose_epoch", "describe_choice", "run_length", "run_study",
+    "choose_epoch", "describe_choice", "resolve_engine", "run_length", "run_study",
 ]
 
 BASELINE_ORDER = ("Random", "Top-Pop", "User-kNN", "Item-kNN", "VAE", "BPR-MF", "BPR-MF (cornac)", "FCF")
@@ -58,8 +59,10 @@ class StudyOptions:
     methods: tuple[str, ...] = METHOD_ORDER  # what to run (FPL presets by name)
     # "twin": FPL's search (every pi and epoch) on the message-free replay, bit-identical to the
     # actors, and each chosen configuration re-run as actors (ledger, and the check that the two
-    # agree); "actors": every FPL run as actors with its ledger (fpl_tcc needs every pi's ledger)
-    fpl_engine: str = "twin"
+    # agree); "actors": every FPL run as actors with its ledger (fpl_tcc needs every pi's ledger);
+    # "auto": the twin when its kernels are compiled (numba), else the actors (the twin's pure-
+    # Python kernels are slower than the actors' NumPy code)
+    fpl_engine: str = "auto"
 
 
 @dataclass
@@ -85,6 +88,7 @@ class Study:
     bpr_choice: dict[int, tuple[int, float]] = field(default_factory=dict)  # seed -> (d, lr)
     # (preset, seed) -> the chosen configuration re-run as actors (twin engine only)
     confirmed: dict[tuple[str, int], RunRecord] = field(default_factory=dict)
+    fpl_engine: str = ""  # what ran FPL's search: "twin" or "actors"
     skipped: dict[str, str] = field(default_factory=dict)  # method -> why it did not run
     wall_s: float = 0.0
     jobs_run: int = 0
@@ -331,9 +335,9 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
             st.bpr_choice[s] = grid[0]
 
     # stage 2
-    if options.fpl_engine not in ("twin", "actors"):
-        raise ValueError(f"fpl_engine must be 'twin' or 'actors', got {options.fpl_engine!r}")
-    twin = options.fpl_engine == "twin"
+    engine = resolve_engine(options.fpl_engine)
+    twin = engine == "twin"
+    st.fpl_engine = engine
     fpl_extra = {"engine": "twin", "eval_every": step} if twin else {}
     tasks, keys = [], []
     ep = settings.preset_epochs()
@@ -396,6 +400,16 @@ def run_study(split: ImplicitSplit, settings: Settings, options: StudyOptions,
             st.confirmed[k] = rec
     st.wall_s = time.perf_counter() - t0
     return st
+
+
+def resolve_engine(engine: str) -> str:
+    """``"twin"`` or ``"actors"`` for an ``fpl_engine`` option (``"auto"``: the twin when numba
+    compiles its kernels). Raises ``ValueError`` for another value."""
+    if engine == "auto":
+        return "twin" if fpl_kernels.compiled() is not None else "actors"
+    if engine not in ("twin", "actors"):
+        raise ValueError(f"fpl_engine must be 'auto', 'twin' or 'actors', got {engine!r}")
+    return engine
 
 
 class TwinMismatchError(RuntimeError):
