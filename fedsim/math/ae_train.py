@@ -173,11 +173,12 @@ def local_train(
             r = ae.loss_and_grads(params, x[b], target[b], mask[b], loss=loss, dropout=dropout,
                                   rng=rng if dropout > 0 else None)
             flops += r.flops
-            if clip is not None and clip > 0:
-                _, f = optim.clip_grad_norm(r.grads, clip)
+            coef = None
+            if clip is not None and clip > 0:  # clip_grad_norm's scaling, done inside the step
+                _, coef, f = optim.clip_coef(r.grads, clip)
                 flops += f
             flops += optim.sgd_step(params, r.grads, state, lr=lr, momentum=momentum, nesterov=nesterov,
-                                    weight_decay=weight_decay, restrict=restrict)
+                                    weight_decay=weight_decay, restrict=restrict, grad_scale=coef)
             total += r.loss
             nb += 1
             steps += 1

@@ -31,6 +31,7 @@ __all__ = [
     "adam_step",
     "grad_norm",
     "clip_grad_norm",
+    "clip_coef",
     "cosine_lr",
 ]
 
@@ -63,6 +64,8 @@ def sgd_step(
     nesterov: bool = False,
     weight_decay: float = 0.0,
     restrict: Mapping[str, Any] | None = None,
+    grad_scale: float | None = None,
+    kernel: str = "auto",
 ) -> int:
     """One SGD step in place; returns its FLOPs.
 
@@ -70,12 +73,36 @@ def sgd_step(
     ``d = g + weight_decay * p``; with momentum ``buf = momentum * buf + d`` and ``d = d + momentum * buf``
     (Nesterov) or ``d = buf``; then ``p = p - lr * d``. The momentum buffers must come from :func:`sgd_init`
     when ``momentum > 0`` (a zero buffer gives PyTorch's first step, ``buf = d``).
+
+    ``grad_scale``: use ``g * grad_scale`` (rounded to ``g``'s dtype, as ``g *= grad_scale`` would) instead
+    of ``g``, without writing to ``grads``: gradient clipping's coefficient (:func:`clip_coef`) folded into
+    the step. Its FLOPs are not counted here (:func:`clip_coef` counts them).
+
+    ``kernel``: ``"auto"`` runs each unrestricted parameter whose arrays are contiguous and of one float
+    dtype through the fused loop of ``fedsim.math.optim_kernels`` when numba can compile it (one pass over
+    memory instead of about ten; bit-identical results), NumPy's expressions otherwise; ``"numpy"``
+    always uses NumPy's expressions.
     """
     if nesterov and momentum <= 0.0:
         raise ValueError("Nesterov momentum needs momentum > 0")
+    if kernel not in ("auto", "numpy"):
+        raise ValueError(f"kernel must be 'auto' or 'numpy', got {kernel!r}")
+    # Python floats: NumPy treats them as weak scalars (a float32 run stays float32), as the fused loop does
+    lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
+    grad_scale = None if grad_scale is None else float(grad_scale)
+    fused = _fused() if kernel == "auto" else None
     flops = 0
     for key in params:
         p, g, idx = _parts(params, grads, restrict, key)
+        if fused is not None and idx is None and _fusable(p, g, state.get(f"momentum.{key}") if momentum else p):
+            buf = state[f"momentum.{key}"] if momentum else p
+            par = np.array([grad_scale if grad_scale is not None else 1.0, weight_decay, momentum, lr], dtype=p.dtype)
+            fused.sgd_update(p.reshape(-1), g.reshape(-1), buf.reshape(-1), par, grad_scale is not None,
+                             bool(weight_decay), bool(momentum), bool(nesterov))
+            flops += (2 * bool(weight_decay) + (4 if nesterov else 2) * bool(momentum) + 2) * p.size
+            continue
+        if grad_scale is not None:
+            g = g * grad_scale  # as clip_grad_norm's ``g *= coef``, into a temporary
         # the arithmetic is written with few temporaries (large arrays are memory-bound); each value is
         # the same IEEE result as PyTorch's expression (a + b == b + a and a * b == b * a exactly)
         d, owned = g, False  # owned: d is a temporary of ours, free to overwrite
@@ -106,6 +133,23 @@ def sgd_step(
         if idx is not None:
             params[key][idx] = p
     return flops
+
+
+def _fusable(p, g, buf) -> bool:
+    """True if the fused loop can update ``p`` (contiguous arrays of one float dtype, writable)."""
+    if buf is None:
+        return False
+    dt = p.dtype
+    if dt not in (np.float32, np.float64) or g.dtype != dt or buf.dtype != dt:
+        return False
+    return (p.flags.c_contiguous and p.flags.writeable and g.flags.c_contiguous and buf.flags.c_contiguous
+            and buf.flags.writeable and p.shape == g.shape == buf.shape)
+
+
+def _fused():
+    from . import optim_kernels
+
+    return optim_kernels.compiled()
 
 
 # ---------------------------------------------------------------------------------------------------- Adam
@@ -204,15 +248,24 @@ def clip_grad_norm(
     PyTorch's rule: ``coef = max_norm / (norm + 1e-6)``, applied when below 1. Returns
     ``(norm before clipping, FLOPs)``.
     """
+    norm, coef, flops = clip_coef(grads, max_norm, exact=exact)
+    if coef is not None:
+        for g in grads.values():
+            g *= coef
+    return norm, flops
+
+
+def clip_coef(grads: Mapping[str, np.ndarray], max_norm: float, *, exact: bool = False) -> tuple[float, float | None, int]:
+    """What :func:`clip_grad_norm` would do, without doing it: ``(norm, coef, FLOPs)`` where ``coef`` is the
+    factor to scale the gradients by (``None`` when no clipping is needed). Pass ``coef`` as
+    ``sgd_step(..., grad_scale=coef)`` to clip inside the step; the FLOPs count the scaling."""
     norm = grad_norm(grads, exact=exact)
     size = sum(g.size for g in grads.values())
     flops = 2 * size
     coef = max_norm / (norm + 1e-6)
     if coef < 1.0:
-        for g in grads.values():
-            g *= coef
-        flops += size
-    return norm, flops
+        return norm, coef, flops + size
+    return norm, None, flops
 
 
 def cosine_lr(base_lr: float, t: int, t_max: int, min_lr: float = 0.0) -> float:
