@@ -17,7 +17,10 @@ COMPILED = optim_kernels.compiled()
 def _case(dtype, seed=0):
     rng = np.random.default_rng(seed)
     params = {"w": rng.standard_normal((7, 5)).astype(dtype), "b": rng.standard_normal(5).astype(dtype),
-              "z": np.zeros(3, dtype=dtype)}
+              "z": np.zeros(3, dtype=dtype),
+              # a cut encoder's layout (W[:, items] is column-major) and a strided view: the 2-D loop
+              "f": np.asfortranarray(rng.standard_normal((6, 4)).astype(dtype)),
+              "s": rng.standard_normal((5, 8)).astype(dtype)[:, ::2]}
     grads = {k: rng.standard_normal(v.shape).astype(dtype) * 3 for k, v in params.items()}
     grads["z"][:] = [0.0, -0.0, 1e-30]  # signed zeros and a tiny value on zero weights
     return params, grads
@@ -55,6 +58,17 @@ def test_fused_step_is_bit_identical_to_numpy(dtype, backend, monkeypatch):
                 assert p_new[k].tobytes() == p_ref[k].tobytes(), (k, step, momentum, nesterov, wd, coef)
                 assert s_new[f"momentum.{k}"].tobytes() == s_ref[f"momentum.{k}"].tobytes()
                 assert g[k].tobytes() == g_before[k].tobytes()  # the gradients are not written to
+
+
+def test_layouts_choose_the_loop():
+    p, g = _case(np.float32)
+    st = optim.sgd_init(p)
+    assert [optim._fusable(p[k], g[k], st[f"momentum.{k}"]) for k in ("w", "b", "f", "s")] == [1, 1, 2, 2]
+    assert not p["f"].flags.c_contiguous and st["momentum.f"].flags.f_contiguous
+    assert optim._fusable(p["b"], g["b"].astype(np.float64), st["momentum.b"]) == 0
+    ro = p["w"].copy()
+    ro.flags.writeable = False
+    assert optim._fusable(ro, g["w"], st["momentum.w"]) == 0
 
 
 def test_numpy_path_gives_the_same_with_grad_scale():

@@ -94,11 +94,17 @@ def sgd_step(
     flops = 0
     for key in params:
         p, g, idx = _parts(params, grads, restrict, key)
-        if fused is not None and idx is None and _fusable(p, g, state.get(f"momentum.{key}") if momentum else p):
+        how = _fusable(p, g, state.get(f"momentum.{key}") if momentum else p) if fused is not None and idx is None else 0
+        if how:
             buf = state[f"momentum.{key}"] if momentum else p
             par = np.array([grad_scale if grad_scale is not None else 1.0, weight_decay, momentum, lr], dtype=p.dtype)
-            fused.sgd_update(p.reshape(-1), g.reshape(-1), buf.reshape(-1), par, grad_scale is not None,
-                             bool(weight_decay), bool(momentum), bool(nesterov))
+            flags = (grad_scale is not None, bool(weight_decay), bool(momentum), bool(nesterov))
+            if how == 1:
+                fused.sgd_update(p.reshape(-1), g.reshape(-1), buf.reshape(-1), par, *flags)
+            elif p.flags.f_contiguous:  # walk the parameter in its memory order
+                fused.sgd_update_2d(p.T, g.T, buf.T, par, *flags)
+            else:
+                fused.sgd_update_2d(p, g, buf, par, *flags)
             flops += (2 * bool(weight_decay) + (4 if nesterov else 2) * bool(momentum) + 2) * p.size
             continue
         if grad_scale is not None:
@@ -135,15 +141,19 @@ def sgd_step(
     return flops
 
 
-def _fusable(p, g, buf) -> bool:
-    """True if the fused loop can update ``p`` (contiguous arrays of one float dtype, writable)."""
+def _fusable(p, g, buf) -> int:
+    """How the fused loop can update ``p``: 1 (flat: C-contiguous arrays), 2 (2-D arrays of other
+    layouts, element by element) or 0 (not: other dtypes or dimensions, read-only arrays)."""
     if buf is None:
-        return False
+        return 0
     dt = p.dtype
     if dt not in (np.float32, np.float64) or g.dtype != dt or buf.dtype != dt:
-        return False
-    return (p.flags.c_contiguous and p.flags.writeable and g.flags.c_contiguous and buf.flags.c_contiguous
-            and buf.flags.writeable and p.shape == g.shape == buf.shape)
+        return 0
+    if not (p.flags.writeable and buf.flags.writeable and p.shape == g.shape == buf.shape):
+        return 0
+    if p.flags.c_contiguous and g.flags.c_contiguous and buf.flags.c_contiguous:
+        return 1
+    return 2 if p.ndim == 2 else 0
 
 
 def _fused():

@@ -58,7 +58,36 @@ def sgd_update(p, g, buf, par, scale, decay, momentum, nesterov):
         p[i] = p[i] - d
 
 
-_KERNELS = ("sgd_update",)
+def sgd_update_2d(p, g, buf, par, scale, decay, momentum, nesterov):
+    """:func:`sgd_update` on 2-D arrays of any strides (a cut encoder's columns, say, whose layout
+    differs from its gradient's): the same operations per element, row by row."""
+    s = par[P_SCALE]
+    wd = par[P_WD]
+    mu = par[P_MOMENTUM]
+    lr = par[P_LR]
+    for r in range(p.shape[0]):
+        for i in range(p.shape[1]):
+            gi = g[r, i]
+            if scale:
+                gi = gi * s
+            d = gi
+            if decay:
+                d = p[r, i] * wd
+                d = d + gi
+            if momentum:
+                b = buf[r, i] * mu
+                b = b + d
+                buf[r, i] = b
+                if nesterov:
+                    n = b * mu
+                    d = n + d
+                else:
+                    d = b
+            d = d * lr
+            p[r, i] = p[r, i] - d
+
+
+_KERNELS = ("sgd_update", "sgd_update_2d")
 
 
 def compiled():
