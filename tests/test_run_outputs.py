@@ -176,6 +176,9 @@ def test_human_units():
         "0 B", "999 B", "1 KB", "123 KB", "1.9 GB", "6.3 GB"]
     assert [human_seconds(s) for s in (0, 5e-5, 0.0123, 4.567, 65.2, 3725)] == [
         "0 s", "50 µs", "12.3 ms", "4.57 s", "1 min 05 s", "1 h 02 min"]
+    # no carry lost at the rounding edges (119.9 s was written "1 min 00 s")
+    assert [human_seconds(s) for s in (59.94, 59.96, 119.4, 119.9, 3599.4, 3599.6, 7199.9)] == [
+        "59.9 s", "1 min 00 s", "1 min 59 s", "2 min 00 s", "59 min 59 s", "1 h 00 min", "2 h 00 min"]
 
 
 PAPER = (

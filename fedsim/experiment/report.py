@@ -47,11 +47,13 @@ def human_seconds(s: float) -> str:
         return f"{s * 1e6:.3g} µs"
     if a < 1:
         return f"{s * 1e3:.3g} ms"
-    if a < 60:
+    if a < 59.95:  # what rounds to 60.0 s is written as a minute
         return f"{s:.3g} s"
-    if a < 3600:
-        return f"{int(s // 60)} min {int(round(s % 60)) % 60:02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+    if a < 3599.5:  # round to whole seconds first, so that 119.9 s is 2 min 00 s (not 1 min 00 s)
+        m, sec = divmod(int(round(s)), 60)
+        return f"{m} min {sec:02d} s"
+    h, rest = divmod(int(round(s)), 3600)
+    return f"{h} h {rest // 60:02d} min"  # minutes truncated
 
 
 def _unit_of(column: str) -> str | None:
