@@ -99,12 +99,12 @@ def sgd_step(
             buf = state[f"momentum.{key}"] if momentum else p
             par = np.array([grad_scale if grad_scale is not None else 1.0, weight_decay, momentum, lr], dtype=p.dtype)
             flags = (grad_scale is not None, bool(weight_decay), bool(momentum), bool(nesterov))
-            if how == 1:
-                fused.sgd_update(p.reshape(-1), g.reshape(-1), buf.reshape(-1), par, *flags)
+            if how == 1:  # one row of contiguous memory
+                fused.sgd_update(p.reshape(1, -1), g.reshape(1, -1), buf.reshape(1, -1), par, *flags)
             elif p.flags.f_contiguous:  # walk the parameter in its memory order
-                fused.sgd_update_2d(p.T, g.T, buf.T, par, *flags)
+                fused.sgd_update(p.T, g.T, buf.T, par, *flags)
             else:
-                fused.sgd_update_2d(p, g, buf, par, *flags)
+                fused.sgd_update(p, g, buf, par, *flags)
             flops += (2 * bool(weight_decay) + (4 if nesterov else 2) * bool(momentum) + 2) * p.size
             continue
         if grad_scale is not None:

@@ -11,7 +11,7 @@ operations on each element, in the same order and precision, in a single pass: i
 Bit-identity with the NumPy expressions: every scalar is of the arrays' dtype (``par`` is built by
 the caller with the array dtype, so a float32 run stays float32 as NumPy's weak Python scalars do),
 each operation is rounded on its own (no fast-math, hence no fused multiply-add or re-association),
-and the operations are those of ``sgd_step`` in its order (tested in ``tests/test_math_optim.py``).
+and the operations are those of ``sgd_step`` in its order (tested in ``tests/test_math_optim_fused.py``).
 """
 
 from __future__ import annotations
@@ -28,39 +28,13 @@ P_LR = 3
 
 
 def sgd_update(p, g, buf, par, scale, decay, momentum, nesterov):
-    """One SGD step over flat arrays ``p`` (updated), ``g`` (read) and ``buf`` (the momentum
-    buffer, updated when ``momentum``), with the switches ``scale``, ``decay``, ``momentum`` and
-    ``nesterov`` (0 or 1) and the values in ``par``. Per element: ``g' = g * s`` (``scale``),
-    ``d = p * wd + g'`` (``decay``; else ``d = g'``), ``buf = buf * mu + d`` and ``d = buf * mu + d``
-    (``nesterov``) or ``d = buf`` (``momentum``), then ``p = p - d * lr``."""
-    s = par[P_SCALE]
-    wd = par[P_WD]
-    mu = par[P_MOMENTUM]
-    lr = par[P_LR]
-    for i in range(p.shape[0]):
-        gi = g[i]
-        if scale:
-            gi = gi * s
-        d = gi
-        if decay:
-            d = p[i] * wd
-            d = d + gi
-        if momentum:
-            b = buf[i] * mu
-            b = b + d
-            buf[i] = b
-            if nesterov:
-                n = b * mu
-                d = n + d
-            else:
-                d = b
-        d = d * lr
-        p[i] = p[i] - d
-
-
-def sgd_update_2d(p, g, buf, par, scale, decay, momentum, nesterov):
-    """:func:`sgd_update` on 2-D arrays of any strides (a cut encoder's columns, say, whose layout
-    differs from its gradient's): the same operations per element, row by row."""
+    """One SGD step over 2-D arrays ``p`` (updated), ``g`` (read) and ``buf`` (the momentum buffer,
+    updated when ``momentum``) of one shape and any strides (pass ``x.reshape(1, -1)`` for flat
+    contiguous data; a cut encoder's columns are column-major while its gradient is row-major), with
+    the switches ``scale``, ``decay``, ``momentum`` and ``nesterov`` (0 or 1) and the values in ``par``.
+    Per element: ``g' = g * s`` (``scale``), ``d = p * wd + g'`` (``decay``; else ``d = g'``),
+    ``buf = buf * mu + d`` and ``d = buf * mu + d`` (``nesterov``) or ``d = buf`` (``momentum``), then
+    ``p = p - d * lr``; row by row, each row in order."""
     s = par[P_SCALE]
     wd = par[P_WD]
     mu = par[P_MOMENTUM]
@@ -87,7 +61,7 @@ def sgd_update_2d(p, g, buf, par, scale, decay, momentum, nesterov):
             p[r, i] = p[r, i] - d
 
 
-_KERNELS = ("sgd_update", "sgd_update_2d")
+_KERNELS = ("sgd_update",)
 
 
 def compiled():
