@@ -151,6 +151,7 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
+            del p, msg  # the evaluated decoder (a decoded copy per client) is not kept while idle
             continue
         t = int(p["t"])
         params = ae.join(enc, ae.copy_params(p["dec"]))  # decoded arrays are read-only
@@ -167,6 +168,9 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         await ctx.compute(res.flops, "train")
         enc = ae.encoder_of(params)  # stays here
         await ctx.send(SERVER, "update", {"dec": ae.decoder_of(params)})
+        del params, p, msg  # the message holds its own copy of the decoder; the encoder is in enc
+        if cfg.client_momentum == "reset":
+            state = None
 
 
 # ------------------------------------------------------------------------------------------------
