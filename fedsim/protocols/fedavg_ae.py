@@ -61,7 +61,6 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         if models:  # the mean of the models that arrived (none: the model stays)
             model = ae.mean_params(models, model)
         f = merge_flops(models)
-        del got, models  # the received models, once merged
         flops += f
         await ctx.compute(f, "aggregate")
         if evaluate and cfg.wants_eval(t):
@@ -86,7 +85,8 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
-            del p, msg  # the evaluated model (a decoded copy per client) is not kept while idle
+            if cfg.client_momentum == "reset":
+                del p, msg  # the evaluated model (a decoded copy per client) is not kept while idle (see below)
             continue
         t = int(p["t"])
         params = ae.copy_params(p["model"])
@@ -100,11 +100,13 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         rounds.append(t)
         await ctx.compute(res.flops, "train")
         await ctx.send(SERVER, "update", {"model": params})
-        # the message holds its own encoded copy: drop ours before waiting (with one user per client,
-        # 943 idle clients each keeping a 3.7 MB model and, under "reset", a momentum buffer they will
-        # never use again took 7 GB)
-        del params, p, msg
         if cfg.client_momentum == "reset":
+            # the message holds its own encoded copy: drop ours, and the momentum we will rebuild, before
+            # waiting (with one user per client, 943 idle clients kept 7 GB). Measured only in this mode:
+            # with "keep" (personalfr_table3) dropping them made the run slower (39 -> 43 min, minor page
+            # faults 4.2 M -> 164 M, the allocator handing the memory back and forth), so there the
+            # copies stay until the client's next message, as before (docs/performance.md)
+            del params, p, msg
             state = None
 
 

@@ -151,7 +151,8 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
-            del p, msg  # the evaluated decoder (a decoded copy per client) is not kept while idle
+            if cfg.client_momentum == "reset":  # as FedAvg's client (fedavg_ae.client says why only then)
+                del p, msg  # the evaluated decoder (a decoded copy per client) is not kept while idle
             continue
         t = int(p["t"])
         params = ae.join(enc, ae.copy_params(p["dec"]))  # decoded arrays are read-only
@@ -168,8 +169,8 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         await ctx.compute(res.flops, "train")
         enc = ae.encoder_of(params)  # stays here
         await ctx.send(SERVER, "update", {"dec": ae.decoder_of(params)})
-        del params, p, msg  # the message holds its own copy of the decoder; the encoder is in enc
-        if cfg.client_momentum == "reset":
+        if cfg.client_momentum == "reset":  # as FedAvg's client (fedavg_ae.client says why only then)
+            del params, p, msg  # the message holds its own copy of the decoder; the encoder is in enc
             state = None
 
 
