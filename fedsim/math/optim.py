@@ -78,10 +78,12 @@ def sgd_step(
     of ``g``, without writing to ``grads``: gradient clipping's coefficient (:func:`clip_coef`) folded into
     the step. Its FLOPs are not counted here (:func:`clip_coef` counts them).
 
-    ``kernel``: ``"auto"`` runs each unrestricted parameter whose arrays are contiguous and of one float
-    dtype through the fused loop of ``fedsim.math.optim_kernels`` when numba can compile it (one pass over
-    memory instead of about ten; bit-identical results), NumPy's expressions otherwise; ``"numpy"``
-    always uses NumPy's expressions.
+    ``kernel``: ``"auto"`` runs each unrestricted parameter whose arrays (parameter, gradient, momentum)
+    share one float dtype and shape and are either all C-contiguous or 2-D of any layout through the fused
+    loop of ``fedsim.math.optim_kernels`` when numba can compile it (one pass over memory instead of about
+    ten; bit-identical results), NumPy's expressions otherwise; ``"numpy"`` always uses NumPy's
+    expressions. Scalars are taken as Python floats (``float(lr)``, ...), as NumPy treats them in a
+    float32 run.
     """
     if nesterov and momentum <= 0.0:
         raise ValueError("Nesterov momentum needs momentum > 0")
