@@ -274,6 +274,30 @@ def test_cut_encoder_computes_the_same_model_with_fewer_flops(tiny):
     assert cut["client_flops"] < dense["client_flops"]
 
 
+@pytest.mark.parametrize("mod,over", [(fedavg_ae, {}), (fedavg_ae, {"client_momentum": "reset"}),
+                                      (personalfr, {"compression": False}), (personalfr, {"task_": "implicit"})],
+                         ids=["fedavg", "fedavg-reset", "personalfr-uncompressed", "personalfr-implicit"])
+def test_lazy_local_steps_change_only_the_rounding(mod, over):
+    """untouched="lazy" (the default) against "stepwise": the same messages byte for byte in size, the same
+    FLOPs and selections, metrics and models equal to float rounding (float64)."""
+    over = dict(over)
+    task = _task(task=over.pop("task_", "explicit"))
+    base = dict(rounds=4, fraction=0.5, hidden=HIDDEN, batch=3, local_epochs=2, dtype="float64", eval_every=2,
+                task=task.task, **over)
+    _, step, net_s = _run(mod, task, 4, FedAEConfig(**base, untouched="stepwise"))
+    _, lazy, net_l = _run(mod, task, 4, FedAEConfig(**base))
+    assert FedAEConfig().untouched == "lazy"
+    assert [(r["kind"], r["bytes"]) for r in net_l.ledger.records()] == \
+        [(r["kind"], r["bytes"]) for r in net_s.ledger.records()]
+    assert lazy["client_flops"] == step["client_flops"] and lazy["selected"] == step["selected"]
+    key = "rmse" if task.task == "explicit" else "ndcg"
+    for a, b in zip(step["history"], lazy["history"]):
+        assert a[key] == pytest.approx(b[key], rel=1e-9)
+    model = "model" if mod is fedavg_ae else "decoder"
+    for k, v in step["server"][model].items():
+        np.testing.assert_allclose(lazy["server"][model][k], v, rtol=1e-9, atol=1e-12)
+
+
 def _cost(net):
     return sum(r["bytes"] for r in net.ledger.records() if r["kind"] not in personalfr.EVAL_KINDS)
 

@@ -27,6 +27,8 @@ import numpy as np
 __all__ = [
     "sgd_init",
     "sgd_step",
+    "sgd_idle_steps",
+    "sgd_flops",
     "adam_init",
     "adam_step",
     "grad_norm",
@@ -107,7 +109,7 @@ def sgd_step(
                 fused.sgd_update(p.T, g.T, buf.T, par, *flags)
             else:
                 fused.sgd_update(p, g, buf, par, *flags)
-            flops += (2 * bool(weight_decay) + (4 if nesterov else 2) * bool(momentum) + 2) * p.size
+            flops += sgd_flops(p.size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
             continue
         if grad_scale is not None:
             g = g * grad_scale  # as clip_grad_norm's ``g *= coef``, into a temporary
@@ -140,6 +142,72 @@ def sgd_step(
         flops += 2 * d.size
         if idx is not None:
             params[key][idx] = p
+    return flops
+
+
+def sgd_flops(size: int, *, momentum: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0) -> int:
+    """FLOPs :func:`sgd_step` counts for ``size`` scalars (weight decay 2, momentum 2 or Nesterov 4, the
+    update 2 per scalar)."""
+    return (2 * bool(weight_decay) + (4 if nesterov else 2) * bool(momentum) + 2) * int(size)
+
+
+def sgd_idle_steps(
+    params: Mapping[str, np.ndarray],
+    state: Params,
+    steps: int,
+    *,
+    lr: float,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    kernel: str = "auto",
+) -> int:
+    """``steps`` SGD steps with a zero gradient on every array of ``params``, in place; returns their FLOPs.
+
+    Exactly what ``steps`` calls of :func:`sgd_step` with all-zero gradients (same ``lr``, ``momentum``,
+    ``nesterov``, ``weight_decay``, no ``grad_scale``) do to ``params`` and to their momentum buffers in
+    ``state``, bit for bit except for the sign of a zero: weight decay shrinks the parameter and momentum
+    carries the buffer on. This is the lazy half of a sparse update: a caller that knows which entries a run
+    of steps leaves with a zero gradient updates the others step by step and these once. With numba
+    (``kernel="auto"``) each element's ``steps`` steps are done in one pass over memory; otherwise, and with
+    ``kernel="numpy"``, by ``steps`` NumPy passes. Nothing happens (0 FLOPs) when there is neither weight
+    decay nor momentum: the parameter cannot move.
+    """
+    if nesterov and momentum <= 0.0:
+        raise ValueError("Nesterov momentum needs momentum > 0")
+    steps = int(steps)
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    if steps == 0 or (not weight_decay and not momentum):
+        return 0
+    lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
+    fused = _fused() if kernel == "auto" else None
+    flops = 0
+    for key, p in params.items():
+        buf = state[f"momentum.{key}"] if momentum else p
+        flops += steps * sgd_flops(p.size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+        if fused is not None and _fusable(p, p, buf) and p.ndim <= 2:
+            par = np.array([1.0, weight_decay, momentum, lr], dtype=p.dtype)
+            if p.ndim < 2 or (p.flags.c_contiguous and buf.flags.c_contiguous):
+                fused.sgd_idle(p.reshape(1, -1), buf.reshape(1, -1), par, steps, bool(momentum), bool(nesterov))
+            elif p.flags.f_contiguous:
+                fused.sgd_idle(p.T, buf.T, par, steps, bool(momentum), bool(nesterov))
+            else:
+                fused.sgd_idle(p, buf, par, steps, bool(momentum), bool(nesterov))
+            continue
+        for _ in range(steps):  # sgd_step's NumPy expressions with g = 0
+            d = p * weight_decay
+            if momentum:
+                buf *= momentum
+                buf += d
+                if nesterov:
+                    nest = buf * momentum
+                    nest += d
+                    d = nest
+                else:
+                    d = buf.copy()
+            d *= lr
+            p -= d
     return flops
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "compiled", "python"]
+__all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "sgd_idle", "compiled", "python"]
 
 # indices into ``par`` (an array of the parameters' dtype)
 P_SCALE = 0  # the gradient is multiplied by this first (gradient clipping's coefficient)
@@ -61,7 +61,35 @@ def sgd_update(p, g, buf, par, scale, decay, momentum, nesterov):
             p[r, i] = p[r, i] - d
 
 
-_KERNELS = ("sgd_update",)
+def sgd_idle(p, buf, par, steps, momentum, nesterov):
+    """``steps`` SGD steps with a zero gradient over 2-D arrays ``p`` and ``buf`` (any strides): the
+    weight decay and momentum that :func:`sgd_update` applies, step after step, to an element whose
+    gradient is zero (``d = p * wd``, which is ``p * wd + 0`` except for the sign of a zero).
+    Elements are independent, so doing a row's ``steps`` steps before the next row's gives what
+    ``steps`` calls of :func:`sgd_update` would, in one pass over memory (a row stays in cache
+    between its steps, and each step over a row is a loop the compiler can vectorise)."""
+    wd = par[P_WD]
+    mu = par[P_MOMENTUM]
+    lr = par[P_LR]
+    for r in range(p.shape[0]):
+        for _ in range(steps):
+            for i in range(p.shape[1]):
+                v = p[r, i]
+                d = v * wd
+                if momentum:
+                    b = buf[r, i] * mu
+                    b = b + d
+                    buf[r, i] = b
+                    if nesterov:
+                        n = b * mu
+                        d = n + d
+                    else:
+                        d = b
+                d = d * lr
+                p[r, i] = v - d
+
+
+_KERNELS = ("sgd_update", "sgd_idle")
 
 
 def compiled():

@@ -51,8 +51,12 @@ class FedAEConfig(Config):
 
     Both: ``client_momentum`` (``"keep"``: a client keeps its SGD momentum buffers between the rounds it
     is selected in, as the authors' code; ``"reset"``: fresh buffers every round, standard FedAvg, O(C M)
-    memory instead of O(M) model-sized buffers). ``clients`` and ``threshold`` are used by ``build`` (how
-    many clients the users are partitioned into; which ratings are positive in the implicit task).
+    memory instead of O(M) model-sized buffers); ``untouched`` (how a client's local steps treat the input
+    columns and output rows of items its users did not rate, whose gradient is zero at every step:
+    ``"lazy"`` applies their weight decay and momentum in one pass after the steps and computes the steps on
+    the rest, ``"stepwise"`` steps the whole model every time; the same rule, equal to float rounding, see
+    ``ae_train.local_train``). ``clients`` and ``threshold`` are used by ``build`` (how many clients the
+    users are partitioned into; which ratings are positive in the implicit task).
     """
 
     rounds: int = param(800, "communication rounds T", min=1)
@@ -78,6 +82,9 @@ class FedAEConfig(Config):
                                "items (cut; same model, less memory)", choices=("dense", "cut"))
     client_momentum: str = param("keep", "clients keep their momentum between rounds (keep) or not (reset)",
                                  choices=("keep", "reset"))
+    untouched: str = param("lazy", "local steps on parameters the client's data cannot reach: weight decay and "
+                           "momentum in one pass after the steps (lazy) or at every step (stepwise)",
+                           choices=("lazy", "stepwise"))
     dtype: str = param("float32", "parameter and wire dtype", choices=("float32", "float64"))
     eval_every: int = param(0, "federated evaluation every this many rounds (and after the last; 0: last only)",
                             min=0)

@@ -95,7 +95,7 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         res = ae_train.local_train(
             params, state, data.x, data.x, data.mask, epochs=cfg.local_epochs, batch=cfg.batch, lr=cfg.lr_at(t),
             rng=rng, loss=cfg.loss, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
-            clip=cfg.clip, dropout=cfg.dropout)
+            clip=cfg.clip, dropout=cfg.dropout, lazy=cfg.untouched == "lazy")
         flops += res.flops
         rounds.append(t)
         await ctx.compute(res.flops, "train")

@@ -1,0 +1,159 @@
+"""Lazy local training (``ae_train.local_train(lazy=True)``) and its zero-gradient steps
+(``optim.sgd_idle_steps``) against the step-by-step path: bit for bit where the summation order is
+pinned down (sequential sums, exact norm), to float rounding otherwise, with the same FLOPs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fedsim.math import ae_train, optim, optim_kernels
+from fedsim.math import autoencoder as ae
+
+COMPILED = optim_kernels.compiled()
+
+
+def _arrays(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal((7, 5)).astype(dtype), "b": rng.standard_normal(5).astype(dtype),
+            "f": np.asfortranarray(rng.standard_normal((6, 4)).astype(dtype)),  # a cut encoder's layout
+            "s": rng.standard_normal((5, 8)).astype(dtype)[:, ::2]}  # strided
+
+
+def _momentum(params, seed=1):
+    rng = np.random.default_rng(seed)
+    state = optim.sgd_init(params)
+    for k, v in params.items():
+        state[f"momentum.{k}"][...] = rng.standard_normal(v.shape)  # a buffer carried from earlier steps
+    return state
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("backend", ["numpy", "python", "numba"])
+def test_idle_steps_equal_steps_with_zero_gradients(dtype, backend, monkeypatch):
+    if backend == "numba" and COMPILED is None:
+        pytest.skip("numba (the 'fast' extra) is not installed")
+    if backend != "numpy":
+        monkeypatch.setattr(optim, "_fused", (lambda: COMPILED) if backend == "numba" else optim_kernels.python)
+    kernel = "numpy" if backend == "numpy" else "auto"
+    for momentum, nesterov, wd, steps in itertools.product((0.0, 0.9), (False, True), (0.0, 5e-4), (1, 5)):
+        if nesterov and not momentum:
+            continue
+        kw = dict(lr=0.3, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+        ref = _arrays(dtype)
+        new = {k: v.copy(order="K") if k != "s" else _arrays(dtype)["s"] for k, v in ref.items()}
+        s_ref, s_new = _momentum(ref), _momentum(new)
+        zeros = {k: np.zeros_like(v) for k, v in ref.items()}
+        f_ref = sum(optim.sgd_step(ref, zeros, s_ref, kernel="numpy", **kw) for _ in range(steps))
+        f_new = optim.sgd_idle_steps(new, s_new, steps, kernel=kernel, **kw)
+        assert f_new == (f_ref if (wd or momentum) else 0)
+        for k in ref:
+            assert new[k].tobytes() == ref[k].tobytes(), (k, momentum, nesterov, wd, steps)
+            assert s_new[f"momentum.{k}"].tobytes() == s_ref[f"momentum.{k}"].tobytes()
+        if wd or momentum:  # it did move them
+            assert not np.array_equal(new["w"], _arrays(dtype)["w"])
+
+
+def test_idle_steps_without_decay_or_momentum_leave_everything():
+    p = _arrays(np.float32)
+    before = {k: v.copy() for k, v in p.items()}
+    assert optim.sgd_idle_steps(p, {}, 5, lr=0.1) == 0
+    assert all(np.array_equal(p[k], before[k]) for k in p)
+
+
+def test_idle_steps_check_their_arguments():
+    p = _arrays(np.float32)
+    with pytest.raises(ValueError, match="steps"):
+        optim.sgd_idle_steps(p, optim.sgd_init(p), -1, lr=0.1, weight_decay=1e-3)
+    with pytest.raises(ValueError, match="Nesterov"):
+        optim.sgd_idle_steps(p, optim.sgd_init(p), 1, lr=0.1, nesterov=True)
+    assert optim.sgd_idle_steps(p, optim.sgd_init(p), 0, lr=0.1, weight_decay=1e-3) == 0
+
+
+def _client(dtype, loss, seed=3, users=5, n_items=40, empty=False):
+    """A small model and a client whose users rate items among the first 30 only (the last 10 input
+    columns and output rows are never reached)."""
+    rng = np.random.default_rng(seed)
+    params = ae.init_params(n_items, rng, (8, 4), dtype=dtype)
+    x = np.zeros((users, n_items), dtype)
+    mask = np.zeros((users, n_items), bool)
+    if not empty:
+        for u in range(users):
+            items = rng.choice(30, size=6, replace=False)
+            x[u, items] = rng.integers(1, 6, size=6)
+            mask[u, items] = True
+    if loss == "bce":  # 0/1 labels: a rated negative is a zero input but a target row
+        x = (x >= 3.5).astype(dtype)
+    return params, x, mask
+
+
+def _train(lazy, exact, *, dtype=np.float32, loss="mse", rounds=3, empty=False, **kw):
+    params, x, mask = _client(dtype, loss, empty=empty)
+    state = optim.sgd_init(params)
+    out = []
+    for t in range(rounds):  # the momentum is carried across calls, with another learning rate each time
+        r = ae_train.local_train(params, state, x, x, mask, epochs=3, batch=kw.get("batch", 2), lr=0.1 / (t + 1),
+                                 rng=np.random.default_rng(t), loss=loss, momentum=kw.get("momentum", 0.9),
+                                 nesterov=kw.get("nesterov", True), weight_decay=kw.get("wd", 5e-4),
+                                 clip=kw.get("clip", 1.0), dropout=0.5, lazy=lazy, sequential_sums=exact,
+                                 exact_norm=exact)
+        out.append(r)
+    return params, state, out
+
+
+CASES = [dict(), dict(clip=0.01), dict(clip=None), dict(nesterov=False), dict(momentum=0.0, nesterov=False),
+         dict(wd=0.0), dict(dtype=np.float64), dict(loss="bce"), dict(batch=1), dict(batch=7)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
+def test_lazy_training_is_bit_identical_with_pinned_summation(case):
+    p_ref, s_ref, r_ref = _train(False, True, **case)
+    p_new, s_new, r_new = _train(True, True, **case)
+    assert r_new == r_ref  # FLOPs (the step-by-step path's), losses, steps
+    for k in p_ref:
+        assert np.array_equal(p_new[k], p_ref[k]), k
+        assert np.array_equal(s_new[f"momentum.{k}"], s_ref[f"momentum.{k}"]), k
+    # the unreached input columns and output rows did move (weight decay), as in the step-by-step path
+    w0 = _client(case.get("dtype", np.float32), case.get("loss", "mse"))[0]
+    if case.get("wd", 5e-4):
+        assert not np.array_equal(p_new["enc.W1"][:, 35], w0["enc.W1"][:, 35])
+        assert not np.array_equal(p_new["dec.W2"][35], w0["dec.W2"][35])
+
+
+@pytest.mark.parametrize("case", CASES[:3] + [dict(loss="bce")], ids=str)
+def test_lazy_training_agrees_to_rounding_with_blas(case):
+    p_ref, s_ref, r_ref = _train(False, False, **case)
+    p_new, s_new, r_new = _train(True, False, **case)
+    assert [r.flops for r in r_new] == [r.flops for r in r_ref]
+    assert [r.steps for r in r_new] == [r.steps for r in r_ref]
+    np.testing.assert_allclose([r.loss for r in r_new], [r.loss for r in r_ref], rtol=1e-5)
+    for k in p_ref:
+        np.testing.assert_allclose(p_new[k], p_ref[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+def test_lazy_training_of_a_client_without_ratings():
+    p_ref, s_ref, r_ref = _train(False, True, empty=True)
+    p_new, s_new, r_new = _train(True, True, empty=True)
+    assert r_new == r_ref
+    for k in p_ref:
+        assert np.array_equal(p_new[k], p_ref[k]), k
+    assert all(r.loss == 0.0 for r in r_new)
+
+
+def test_lazy_is_ignored_under_a_restriction():
+    # a restriction is "full training with the inactive rows masked": those rows must not decay
+    params, x, mask = _client(np.float32, "mse")
+    items = np.arange(20)
+    from fedsim.math import active as act
+    restrict = act.restriction(params, out_items=items)
+    runs = []
+    for lazy in (False, True):
+        p = ae.copy_params(params)
+        ae_train.local_train(p, optim.sgd_init(p), x, x, mask, epochs=2, batch=2, lr=0.1,
+                             rng=np.random.default_rng(0), restrict=restrict, lazy=lazy)
+        runs.append(p)
+    for k in params:
+        assert runs[0][k].tobytes() == runs[1][k].tobytes()
+    assert np.array_equal(runs[1]["dec.W2"][25:], params["dec.W2"][25:])
