@@ -250,6 +250,28 @@ class _Encoder(threading.local):
                     fields.append((k, (v.shape, v.dtype, pos + len(ext) + len(header)), True))
                 append(body)
                 pos += len(ext) + length
+            elif type(v) is dict:
+                # a map of arrays one level down (a whole model): written here too, so that each
+                # array is copied once, not three times (into an ExtType, the packer's buffer and
+                # its bytes); padded within its body as the packer's default hook pads it, which
+                # keeps the document byte for byte what it was. (Never part of a plan.)
+                n_arrays += 1
+                head = _map_header(len(v))
+                append(head)
+                pos += len(head)
+                for k2, v2 in v.items():
+                    key = _packed_str(k2) if type(k2) is str else pack(k2)
+                    append(key)
+                    pos += len(key)
+                    if type(v2) is np.ndarray:
+                        header, body, length = self._array_parts(v2, None)
+                        ext = _ext_header(length)
+                        parts += (ext, header, body)
+                        pos += len(ext) + length
+                    else:
+                        value = pack(v2)
+                        append(value)
+                        pos += len(value)
             else:
                 value = pack(v)
                 append(value)
