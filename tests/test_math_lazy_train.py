@@ -157,3 +157,38 @@ def test_lazy_is_ignored_under_a_restriction():
     for k in params:
         assert runs[0][k].tobytes() == runs[1][k].tobytes()
     assert np.array_equal(runs[1]["dec.W2"][25:], params["dec.W2"][25:])
+
+
+@pytest.mark.parametrize("task", ["explicit", "implicit"])
+def test_eval_sums_computes_only_the_test_outputs_and_agrees_with_the_full_model(task):
+    rng = np.random.default_rng(11)
+    n_users, n_items = 30, 60
+    users, items, values = [], [], []
+    for u in range(n_users):
+        its = rng.choice(50, size=12, replace=False)  # items 50..59 are never rated
+        users += [u] * 12
+        items += list(its)
+        values += list(rng.integers(1, 6, size=12).astype(float))
+    users, items, values = map(np.asarray, (users, items, values))
+    test = np.arange(len(users)) % 4 == 0
+    data = ae_train.prepare((users[~test], items[~test], values[~test]), (users[test], items[test], values[test]),
+                            n_users, n_items, task=task)
+    params = ae.init_params(n_items, rng, (8, 4), dtype=np.float64)
+    for clip, block in ((None, 512), ((1.0, 5.0), 7)):
+        got = ae_train.eval_sums(params, data, k=3, clip=clip, block=block)
+        z = ae.predict(params, data.x)  # the whole model, every output
+        sse = n = ndcg = 0.0
+        for u in range(n_users):
+            its = data.test_items[data.test_ptr[u]:data.test_ptr[u + 1]]
+            vals = data.test_values[data.test_ptr[u]:data.test_ptr[u + 1]]
+            pred = z[u, its] if clip is None or task == "implicit" else np.clip(z[u, its], *clip)
+            sse += float(((pred - vals) ** 2).sum())
+            n += len(its)
+            ndcg += ae_train.ndcg_test_items(z[u, its], vals, 3)
+        assert got["n"] == n
+        if task == "explicit":
+            assert got["sse"] == pytest.approx(sse, rel=1e-12)
+        else:
+            assert got["ndcg_sum"] == pytest.approx(ndcg, rel=1e-12) and got["ndcg_users"] == n_users
+        enc, dec = ae.layer_sizes(params)
+        assert got["flops"] == ae.predict_flops(enc, dec, n_users)  # the full passes' FLOPs, as before
