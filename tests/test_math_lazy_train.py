@@ -56,6 +56,23 @@ def test_idle_steps_equal_steps_with_zero_gradients(dtype, backend, monkeypatch)
             assert not np.array_equal(new["w"], _arrays(dtype)["w"])
 
 
+@pytest.mark.parametrize("backend", ["numpy", "python", "numba"])
+def test_idle_steps_from_a_fresh_momentum_that_is_not_kept(backend, monkeypatch):
+    if backend == "numba" and COMPILED is None:
+        pytest.skip("numba (the 'fast' extra) is not installed")
+    if backend != "numpy":
+        monkeypatch.setattr(optim, "_fused", (lambda: COMPILED) if backend == "numba" else optim_kernels.python)
+    for nesterov in (False, True):
+        kw = dict(lr=0.3, momentum=0.9, nesterov=nesterov, weight_decay=5e-4)
+        ref, new = _arrays(np.float32), _arrays(np.float32)
+        s_ref = optim.sgd_init(ref)  # zero buffers
+        zeros = {k: np.zeros_like(v) for k, v in ref.items()}
+        f_ref = sum(optim.sgd_step(ref, zeros, s_ref, kernel="numpy", **kw) for _ in range(4))
+        assert optim.sgd_idle_steps(new, None, 4, kernel="numpy" if backend == "numpy" else "auto", **kw) == f_ref
+        for k in ref:
+            assert new[k].tobytes() == ref[k].tobytes(), (k, nesterov)
+
+
 def test_idle_steps_without_decay_or_momentum_leave_everything():
     p = _arrays(np.float32)
     before = {k: v.copy() for k, v in p.items()}
@@ -89,11 +106,11 @@ def _client(dtype, loss, seed=3, users=5, n_items=40, empty=False):
     return params, x, mask
 
 
-def _train(lazy, exact, *, dtype=np.float32, loss="mse", rounds=3, empty=False, **kw):
+def _train(lazy, exact, *, dtype=np.float32, loss="mse", rounds=3, empty=False, reset=False, **kw):
     params, x, mask = _client(dtype, loss, empty=empty)
-    state = optim.sgd_init(params)
+    state = None if reset else optim.sgd_init(params)
     out = []
-    for t in range(rounds):  # the momentum is carried across calls, with another learning rate each time
+    for t in range(rounds):  # the momentum is carried across calls (or reset), another learning rate each time
         r = ae_train.local_train(params, state, x, x, mask, epochs=3, batch=kw.get("batch", 2), lr=0.1 / (t + 1),
                                  rng=np.random.default_rng(t), loss=loss, momentum=kw.get("momentum", 0.9),
                                  nesterov=kw.get("nesterov", True), weight_decay=kw.get("wd", 5e-4),
@@ -104,7 +121,8 @@ def _train(lazy, exact, *, dtype=np.float32, loss="mse", rounds=3, empty=False, 
 
 
 CASES = [dict(), dict(clip=0.01), dict(clip=None), dict(nesterov=False), dict(momentum=0.0, nesterov=False),
-         dict(wd=0.0), dict(dtype=np.float64), dict(loss="bce"), dict(batch=1), dict(batch=7)]
+         dict(wd=0.0), dict(dtype=np.float64), dict(loss="bce"), dict(batch=1), dict(batch=7), dict(reset=True),
+         dict(reset=True, nesterov=False)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "default")
@@ -114,7 +132,8 @@ def test_lazy_training_is_bit_identical_with_pinned_summation(case):
     assert r_new == r_ref  # FLOPs (the step-by-step path's), losses, steps
     for k in p_ref:
         assert np.array_equal(p_new[k], p_ref[k]), k
-        assert np.array_equal(s_new[f"momentum.{k}"], s_ref[f"momentum.{k}"]), k
+        if s_ref is not None:
+            assert np.array_equal(s_new[f"momentum.{k}"], s_ref[f"momentum.{k}"]), k
     # the unreached input columns and output rows did move (weight decay), as in the step-by-step path
     w0 = _client(case.get("dtype", np.float32), case.get("loss", "mse"))[0]
     if case.get("wd", 5e-4):
@@ -192,3 +211,13 @@ def test_eval_sums_computes_only_the_test_outputs_and_agrees_with_the_full_model
             assert got["ndcg_sum"] == pytest.approx(ndcg, rel=1e-12) and got["ndcg_users"] == n_users
         enc, dec = ae.layer_sizes(params)
         assert got["flops"] == ae.predict_flops(enc, dec, n_users)  # the full passes' FLOPs, as before
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_no_state_is_a_fresh_momentum_each_call(lazy):
+    """state=None (a client that resets its momentum) gives what a fresh sgd_init state gives."""
+    p_ref, _, r_ref = _train(lazy, False, rounds=1)
+    p_new, _, r_new = _train(lazy, False, rounds=1, reset=True)
+    assert r_new == r_ref
+    for k in p_ref:
+        assert p_new[k].tobytes() == p_ref[k].tobytes(), k

@@ -158,7 +158,9 @@ def local_train(
 ) -> LocalResult:
     """``epochs`` passes over the rows of ``x`` in shuffled batches of ``batch`` (Algorithm 1's ClientUpdate).
 
-    ``params`` (writable arrays) and ``state`` (from ``optim.sgd_init``) are updated in place. ``target`` and
+    ``params`` (writable arrays) and ``state`` (from ``optim.sgd_init``) are updated in place; ``state=None``
+    starts from zero momentum and throws it away after (a client that resets its momentum every round:
+    no whole-model buffer need be kept or, with ``lazy``, even allocated). ``target`` and
     ``mask`` have the model's output width (a client holding its active decoder passes the columns of its
     active items). ``restrict``: optimiser restriction (full training with the inactive rows masked).
     Randomness (shuffles, dropout) from ``rng``, in that order per epoch: one permutation, then the batches.
@@ -184,6 +186,8 @@ def local_train(
                                  loss=loss, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                  clip=clip, dropout=dropout, sequential_sums=sequential_sums,
                                  exact_norm=exact_norm)
+    if state is None:
+        state = optim.sgd_init(params)
     n = x.shape[0]
     flops = 0
     steps = 0
@@ -220,10 +224,13 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     cut = {w_in: (slice(None), cols), w_out: rows, b_out: rows}
     # the cut model: gathered copies of the reached parts, the other (small) layers shared as they are
     sub = {k: (v[cut[k]] if k in cut else v) for k, v in params.items()}
-    sub_state = dict(state)
-    if momentum:
-        for k, idx in cut.items():
-            sub_state[f"momentum.{k}"] = state[f"momentum.{k}"][idx]
+    if state is None:  # fresh momentum, not kept: only the cut model's is needed
+        sub_state = optim.sgd_init(sub)
+    else:
+        sub_state = dict(state)
+        if momentum:
+            for k, idx in cut.items():
+                sub_state[f"momentum.{k}"] = state[f"momentum.{k}"][idx]
     xs, ts, ms = x[:, cols], target[:, rows], mask[:, rows]
     # FLOPs of the step-by-step path over the whole model
     enc_sizes, dec_sizes = ae.layer_sizes(params)
@@ -257,7 +264,7 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
                          weight_decay=weight_decay)
     for k, idx in cut.items():
         params[k][idx] = sub[k]
-        if momentum:
+        if momentum and state is not None:
             state[f"momentum.{k}"][idx] = sub_state[f"momentum.{k}"]
     return LocalResult(int(flops), float(last), steps)
 

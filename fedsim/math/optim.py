@@ -153,7 +153,7 @@ def sgd_flops(size: int, *, momentum: float = 0.0, nesterov: bool = False, weigh
 
 def sgd_idle_steps(
     params: Mapping[str, np.ndarray],
-    state: Params,
+    state: Params | None,
     steps: int,
     *,
     lr: float,
@@ -167,11 +167,12 @@ def sgd_idle_steps(
     Exactly what ``steps`` calls of :func:`sgd_step` with all-zero gradients (same ``lr``, ``momentum``,
     ``nesterov``, ``weight_decay``, no ``grad_scale``) do to ``params`` and to their momentum buffers in
     ``state``, bit for bit except for the sign of a zero: weight decay shrinks the parameter and momentum
-    carries the buffer on. This is the lazy half of a sparse update: a caller that knows which entries a run
-    of steps leaves with a zero gradient updates the others step by step and these once. With numba
-    (``kernel="auto"``) each element's ``steps`` steps are done in one pass over memory; otherwise, and with
-    ``kernel="numpy"``, by ``steps`` NumPy passes. Nothing happens (0 FLOPs) when there is neither weight
-    decay nor momentum: the parameter cannot move.
+    carries the buffer on. ``state=None``: the momentum starts at zero (a fresh :func:`sgd_init`) and is
+    not kept. This is the lazy half of a sparse update: a caller that knows which entries a run of steps
+    leaves with a zero gradient updates the others step by step and these once. With numba
+    (``kernel="auto"``) each row's ``steps`` steps are done while it is in cache, one pass over memory;
+    otherwise, and with ``kernel="numpy"``, by ``steps`` NumPy passes. Nothing happens (0 FLOPs) when there
+    is neither weight decay nor momentum: the parameter cannot move.
     """
     if nesterov and momentum <= 0.0:
         raise ValueError("Nesterov momentum needs momentum > 0")
@@ -182,19 +183,23 @@ def sgd_idle_steps(
         return 0
     lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
     fused = _fused() if kernel == "auto" else None
+    keep = state is not None and bool(momentum)
     flops = 0
     for key, p in params.items():
-        buf = state[f"momentum.{key}"] if momentum else p
+        buf = state[f"momentum.{key}"] if keep else p
         flops += steps * sgd_flops(p.size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
         if fused is not None and _fusable(p, p, buf) and p.ndim <= 2:
             par = np.array([1.0, weight_decay, momentum, lr], dtype=p.dtype)
             if p.ndim < 2 or (p.flags.c_contiguous and buf.flags.c_contiguous):
-                fused.sgd_idle(p.reshape(1, -1), buf.reshape(1, -1), par, steps, bool(momentum), bool(nesterov))
+                p2, b2 = p.reshape(1, -1), buf.reshape(1, -1)
             elif p.flags.f_contiguous:
-                fused.sgd_idle(p.T, buf.T, par, steps, bool(momentum), bool(nesterov))
+                p2, b2 = p.T, buf.T
             else:
-                fused.sgd_idle(p, buf, par, steps, bool(momentum), bool(nesterov))
+                p2, b2 = p, buf
+            fused.sgd_idle(p2, b2, par, steps, bool(momentum), bool(nesterov), keep)
             continue
+        if momentum and not keep:
+            buf = np.zeros_like(p)
         for _ in range(steps):  # sgd_step's NumPy expressions with g = 0
             d = p * weight_decay
             if momentum:

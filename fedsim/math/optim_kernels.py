@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 __all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "sgd_idle", "compiled", "python"]
 
 # indices into ``par`` (an array of the parameters' dtype)
@@ -61,25 +63,33 @@ def sgd_update(p, g, buf, par, scale, decay, momentum, nesterov):
             p[r, i] = p[r, i] - d
 
 
-def sgd_idle(p, buf, par, steps, momentum, nesterov):
+def sgd_idle(p, buf, par, steps, momentum, nesterov, keep):
     """``steps`` SGD steps with a zero gradient over 2-D arrays ``p`` and ``buf`` (any strides): the
     weight decay and momentum that :func:`sgd_update` applies, step after step, to an element whose
     gradient is zero (``d = p * wd``, which is ``p * wd + 0`` except for the sign of a zero).
     Elements are independent, so doing a row's ``steps`` steps before the next row's gives what
     ``steps`` calls of :func:`sgd_update` would, in one pass over memory (a row stays in cache
-    between its steps, and each step over a row is a loop the compiler can vectorise)."""
+    between its steps, and each step over a row is a loop the compiler can vectorise). Without
+    ``keep`` the momentum starts at zero and is not stored (``buf`` is not read or written; pass
+    any array of ``p``'s dtype): a buffer that would be thrown away costs no memory traffic."""
     wd = par[P_WD]
     mu = par[P_MOMENTUM]
     lr = par[P_LR]
+    row = np.zeros(p.shape[1], dtype=p.dtype)  # the row's momentum, in cache across its steps
     for r in range(p.shape[0]):
+        if keep:
+            for i in range(p.shape[1]):
+                row[i] = buf[r, i]
+        else:
+            row[:] = 0
         for _ in range(steps):
             for i in range(p.shape[1]):
                 v = p[r, i]
                 d = v * wd
                 if momentum:
-                    b = buf[r, i] * mu
+                    b = row[i] * mu
                     b = b + d
-                    buf[r, i] = b
+                    row[i] = b
                     if nesterov:
                         n = b * mu
                         d = n + d
@@ -87,6 +97,9 @@ def sgd_idle(p, buf, par, steps, momentum, nesterov):
                         d = b
                 d = d * lr
                 p[r, i] = v - d
+        if keep:
+            for i in range(p.shape[1]):
+                buf[r, i] = row[i]
 
 
 _KERNELS = ("sgd_update", "sgd_idle")

@@ -90,7 +90,9 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             continue
         t = int(p["t"])
         params = ae.copy_params(p["model"])
-        if state is None or cfg.client_momentum == "reset":
+        if cfg.client_momentum == "reset":
+            state = None  # local_train starts from zero momentum and keeps none
+        elif state is None:
             state = optim.sgd_init(params)
         res = ae_train.local_train(
             params, state, data.x, data.x, data.mask, epochs=cfg.local_epochs, batch=cfg.batch, lr=cfg.lr_at(t),

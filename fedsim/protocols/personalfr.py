@@ -156,7 +156,9 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             continue
         t = int(p["t"])
         params = ae.join(enc, ae.copy_params(p["dec"]))  # decoded arrays are read-only
-        if state is None or cfg.client_momentum == "reset":
+        if cfg.client_momentum == "reset":
+            state = None  # local_train starts from zero momentum and keeps none
+        elif state is None:
             state = optim.sgd_init(params)  # kept across rounds: I_m and the shapes never change
         if restrict is None and not cfg.compression and cfg.uncompressed_training == "masked":
             restrict = act.restriction(params, out_items=items)
