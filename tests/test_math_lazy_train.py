@@ -73,6 +73,100 @@ def test_idle_steps_from_a_fresh_momentum_that_is_not_kept(backend, monkeypatch)
             assert new[k].tobytes() == ref[k].tobytes(), (k, nesterov)
 
 
+def test_idle_map_by_hand():
+    lr, mu, wd = 0.3, 0.9, 5e-4
+    # no momentum: each step multiplies by (1 - lr wd)
+    assert np.allclose(optim.idle_map(7, lr=lr, weight_decay=wd), [(1 - lr * wd) ** 7, 0, 0, 1], rtol=0, atol=1e-15)
+    # one Nesterov step: buf' = mu buf + wd p, d = wd p + mu buf', p' = p - lr d
+    c, f, e, h = optim.idle_map(1, lr=lr, momentum=mu, nesterov=True, weight_decay=wd)
+    assert (c, f, e, h) == pytest.approx((1 - lr * wd * (1 + mu), -lr * mu * mu, wd, mu), rel=1e-15)
+    # plain momentum, one step: d = buf'
+    c, f, e, h = optim.idle_map(1, lr=lr, momentum=mu, weight_decay=wd)
+    assert (c, f, e, h) == pytest.approx((1 - lr * wd, -lr * mu, wd, mu), rel=1e-15)
+    # without weight decay a parameter with no momentum never moves
+    assert list(optim.idle_map(5, lr=lr, momentum=mu, nesterov=True)[[0, 2]]) == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "python", "numba"])
+def test_idle_steps_in_closed_form_agree_with_the_steps(backend, monkeypatch):
+    """The closed form against the steps: to about 1e-15 in float64, to a few float32 ulps in float32
+    (where it is the closer of the two to the float64 result), and the same bits on every backend."""
+    if backend == "numba" and COMPILED is None:
+        pytest.skip("numba (the 'fast' extra) is not installed")
+    if backend != "numpy":
+        monkeypatch.setattr(optim, "_fused", (lambda: COMPILED) if backend == "numba" else optim_kernels.python)
+    kernel = "numpy" if backend == "numpy" else "auto"
+    for (momentum, nesterov, wd, steps), keep in itertools.product(
+            ((0.0, False, 5e-4, 5), (0.9, False, 5e-4, 5), (0.9, True, 5e-4, 5), (0.9, True, 0.0, 3),
+             (0.9, True, 1e-2, 40)), (True, False)):
+        kw = dict(lr=0.3, momentum=momentum, nesterov=nesterov, weight_decay=wd)
+        out = {}
+        for dtype in (np.float32, np.float64):
+            for closed in (False, True):
+                # float64 runs start from the float32 values (their result is the reference)
+                p = _arrays(np.float32) if dtype == np.float32 else \
+                    {k: v.astype(dtype) for k, v in _arrays(np.float32).items()}
+                s = None
+                if keep:
+                    s = {k: v.astype(dtype) for k, v in _momentum(_arrays(np.float32)).items()}
+                f = optim.sgd_idle_steps(p, s, steps, kernel=kernel if closed else "numpy", closed_form=closed, **kw)
+                assert f == steps * sum(optim.sgd_flops(v.size, momentum=momentum, nesterov=nesterov,
+                                                        weight_decay=wd) for v in p.values())
+                out[dtype, closed] = (p, s)
+        for k in out[np.float32, True][0]:
+            p64 = out[np.float64, True][0][k]
+            np.testing.assert_allclose(out[np.float64, False][0][k], p64, rtol=1e-14, atol=1e-15)
+            ref = p64.astype(np.float32)  # the float64 result, rounded once
+            ulp = np.spacing(np.abs(ref))
+            closed_err = np.abs(out[np.float32, True][0][k].astype(np.float64) - p64)
+            step_err = np.abs(out[np.float32, False][0][k].astype(np.float64) - p64)
+            assert np.all(closed_err <= 1.0 * ulp), (k, momentum, nesterov, wd, steps, keep)
+            # the steps round at each step, relative to the sizes they go through (cancellation can
+            # leave a small result with a large error in its own ulps), and they are the farther
+            scale = max(np.abs(_arrays(np.float32)[k]).max(), 1.0)
+            assert np.all(step_err <= 4 * steps * np.spacing(np.float32(scale))), (k, momentum, nesterov, wd, steps)
+            assert closed_err.mean() <= step_err.mean()
+            if keep and momentum:
+                b64 = out[np.float64, True][1][f"momentum.{k}"]
+                np.testing.assert_allclose(out[np.float64, False][1][f"momentum.{k}"], b64, rtol=1e-13, atol=1e-15)
+                b32 = out[np.float32, True][1][f"momentum.{k}"].astype(np.float64)
+                assert np.all(np.abs(b32 - b64) <= np.spacing(np.abs(b64.astype(np.float32)))), k
+        # it moved them: weight decay, or the momentum carried on
+        assert not np.array_equal(out[np.float32, True][0]["w"], _arrays(np.float32)["w"]) or not (wd or keep)
+    if backend != "numpy":  # the same bits as the NumPy expressions
+        for keep in (True, False):
+            a, b = _arrays(np.float32), _arrays(np.float32)
+            sa, sb = (_momentum(a), _momentum(b)) if keep else (None, None)
+            kw = dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4, closed_form=True)
+            optim.sgd_idle_steps(a, sa, 5, kernel="auto", **kw)
+            optim.sgd_idle_steps(b, sb, 5, kernel="numpy", **kw)
+            for k in a:
+                assert a[k].tobytes() == b[k].tobytes(), k
+                if keep:
+                    assert sa[f"momentum.{k}"].tobytes() == sb[f"momentum.{k}"].tobytes(), k
+
+
+def test_lazy_training_with_closed_form_idle_steps_agrees_to_rounding():
+    """The default lazy path (idle steps in closed form) against the bit-identical one: the untouched
+    entries differ by a few float32 ulps, everything else by the rounding it carries on."""
+    for reset in (False, True):
+        p_ref, s_ref, r_ref = _train(True, True, reset=reset)
+        params, x, mask = _client(np.float32, "mse")
+        state = None if reset else optim.sgd_init(params)
+        for t in range(3):
+            r = ae_train.local_train(params, state, x, x, mask, epochs=3, batch=2, lr=0.1 / (t + 1),
+                                     rng=np.random.default_rng(t), momentum=0.9, nesterov=True, weight_decay=5e-4,
+                                     clip=1.0, dropout=0.5, lazy=True, sequential_sums=True, exact_norm=True)
+            assert r == r_ref[t]
+        untouched = params["enc.W1"][:, 30:]
+        ref = p_ref["enc.W1"][:, 30:]
+        assert not np.array_equal(untouched, ref) or reset  # rounded differently somewhere (not guaranteed)
+        # 27 steps in 3 calls: the step-by-step rounding of each call's 9 steps, a few ulps
+        assert np.all(np.abs(untouched - ref) <= 8 * np.spacing(np.abs(ref)))
+        for k in p_ref:
+            np.testing.assert_allclose(params[k], p_ref[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+
 def test_idle_steps_without_decay_or_momentum_leave_everything():
     p = _arrays(np.float32)
     before = {k: v.copy() for k, v in p.items()}
@@ -115,7 +209,7 @@ def _train(lazy, exact, *, dtype=np.float32, loss="mse", rounds=3, empty=False, 
                                  rng=np.random.default_rng(t), loss=loss, momentum=kw.get("momentum", 0.9),
                                  nesterov=kw.get("nesterov", True), weight_decay=kw.get("wd", 5e-4),
                                  clip=kw.get("clip", 1.0), dropout=0.5, lazy=lazy, sequential_sums=exact,
-                                 exact_norm=exact)
+                                 exact_norm=exact, stepwise_idle=exact)
         out.append(r)
     return params, state, out
 

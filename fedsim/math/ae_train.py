@@ -155,6 +155,7 @@ def local_train(
     lazy: bool = False,
     sequential_sums: bool = False,
     exact_norm: bool = False,
+    stepwise_idle: bool = False,
 ) -> LocalResult:
     """``epochs`` passes over the rows of ``x`` in shuffled batches of ``batch`` (Algorithm 1's ClientUpdate).
 
@@ -170,22 +171,25 @@ def local_train(
     row of ``mask`` rates, get an exactly zero gradient at every step, so their steps are weight decay and
     momentum only: the local steps run on the model cut to the reached columns and rows
     (``ae.loss_and_grads`` of the smaller arrays) and the other entries get their ``steps`` zero-gradient
-    steps in one pass (``optim.sgd_idle_steps``). Same rule, same random draws; the only difference from the
-    step-by-step path is the order in which the matrix products and the clipping norm add up their terms
-    (their zero terms are left out), so results agree to float rounding, not bit for bit; with
-    ``sequential_sums`` and ``exact_norm`` (slow, for tests) both paths are bit-identical. With a client
+    steps at once (``optim.sgd_idle_steps`` in closed form: one linear map of parameter and momentum,
+    computed in float64). Same rule, same random draws; the only differences from the step-by-step path
+    are the order in which the matrix products and the clipping norm add up their terms (their zero
+    terms are left out) and the rounding of the zero-gradient steps (once instead of at every step), so
+    results agree to float rounding, not bit for bit; with ``sequential_sums``, ``exact_norm`` and
+    ``stepwise_idle`` (slow, for tests) both paths are bit-identical. With a client
     of one user on ML-100K the cut model is about a tenth of the whole. The FLOPs returned are those of
     the step-by-step path (the method's arithmetic, whatever shortcut the simulator takes), so simulated
     compute times do not depend on ``lazy``.
 
-    ``sequential_sums``, ``exact_norm``: matrix products summed term by term (``ae.loss_and_grads``) and the
-    clipping norm correctly rounded (``optim.grad_norm``); slow, for tests.
+    ``sequential_sums``, ``exact_norm``, ``stepwise_idle``: matrix products summed term by term
+    (``ae.loss_and_grads``), the clipping norm correctly rounded (``optim.grad_norm``) and, with ``lazy``,
+    the zero-gradient steps applied one by one in the parameters' precision; slow, for tests.
     """
     if lazy and restrict is None:
         return _local_train_lazy(params, state, x, target, mask, epochs=epochs, batch=batch, lr=lr, rng=rng,
                                  loss=loss, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                  clip=clip, dropout=dropout, sequential_sums=sequential_sums,
-                                 exact_norm=exact_norm)
+                                 exact_norm=exact_norm, stepwise_idle=stepwise_idle)
     if state is None:
         state = optim.sgd_init(params)
     n = x.shape[0]
@@ -215,7 +219,7 @@ def local_train(
 
 
 def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng, loss, momentum, nesterov,
-                      weight_decay, clip, dropout, sequential_sums, exact_norm) -> LocalResult:
+                      weight_decay, clip, dropout, sequential_sums, exact_norm, stepwise_idle) -> LocalResult:
     """``local_train(lazy=True)``: see there."""
     w_in = ae.input_key(params)
     w_out, b_out = ae.output_keys(params)
@@ -261,7 +265,7 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         last = total / max(nb, 1)
     # the entries the data never reached: their steps at once (the reached parts are overwritten next)
     optim.sgd_idle_steps({k: params[k] for k in cut}, state, steps, lr=lr, momentum=momentum, nesterov=nesterov,
-                         weight_decay=weight_decay)
+                         weight_decay=weight_decay, closed_form=not stepwise_idle)
     for k, idx in cut.items():
         params[k][idx] = sub[k]
         if momentum and state is not None:

@@ -28,6 +28,7 @@ __all__ = [
     "sgd_init",
     "sgd_step",
     "sgd_idle_steps",
+    "idle_map",
     "sgd_flops",
     "adam_init",
     "adam_step",
@@ -161,6 +162,7 @@ def sgd_idle_steps(
     nesterov: bool = False,
     weight_decay: float = 0.0,
     kernel: str = "auto",
+    closed_form: bool = False,
 ) -> int:
     """``steps`` SGD steps with a zero gradient on every array of ``params``, in place; returns their FLOPs.
 
@@ -173,6 +175,13 @@ def sgd_idle_steps(
     (``kernel="auto"``) each row's ``steps`` steps are done while it is in cache, one pass over memory;
     otherwise, and with ``kernel="numpy"``, by ``steps`` NumPy passes. Nothing happens (0 FLOPs) when there
     is neither weight decay nor momentum: the parameter cannot move.
+
+    ``closed_form``: the same steps as one linear map (:func:`idle_map`) applied per element in float64
+    and rounded once, instead of step after step in the arrays' precision: one memory-bound pass,
+    whatever ``steps`` is (a fifth of the time for 5 steps on a whole PersonalFR autoencoder), and
+    results that differ from the step-by-step ones by float rounding only (each is within a few units
+    in the last place of the exact value; the closed form is the closer). The FLOPs returned are the
+    steps' either way. The numba kernel and the NumPy expressions give the same bits.
     """
     if nesterov and momentum <= 0.0:
         raise ValueError("Nesterov momentum needs momentum > 0")
@@ -184,10 +193,15 @@ def sgd_idle_steps(
     lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
     fused = _fused() if kernel == "auto" else None
     keep = state is not None and bool(momentum)
+    coef = idle_map(steps, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay) \
+        if closed_form else None
     flops = 0
     for key, p in params.items():
         buf = state[f"momentum.{key}"] if keep else p
         flops += steps * sgd_flops(p.size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+        if coef is not None:
+            _idle_linear(p, buf, coef, keep, fused)
+            continue
         if fused is not None and _fusable(p, p, buf) and p.ndim <= 2:
             par = np.array([1.0, weight_decay, momentum, lr], dtype=p.dtype)
             if p.ndim < 2 or (p.flags.c_contiguous and buf.flags.c_contiguous):
@@ -214,6 +228,46 @@ def sgd_idle_steps(
             d *= lr
             p -= d
     return flops
+
+
+def idle_map(steps: int, *, lr: float, momentum: float = 0.0, nesterov: bool = False,
+             weight_decay: float = 0.0) -> np.ndarray:
+    """The coefficients ``[c, f, e, h]`` (float64) of ``steps`` zero-gradient SGD steps as a linear map:
+    a parameter ``p`` with momentum ``buf`` becomes ``c p + f buf`` and its momentum ``e p + h buf``
+    (:func:`sgd_step`'s rule with ``g = 0`` is linear in the pair). Each step is applied to the two
+    coefficient pairs in float64: exact to about 1e-16 relative, far below a float32 ulp."""
+    P = np.array([1.0, 0.0])  # p_k = P[0] p + P[1] buf
+    B = np.array([0.0, 1.0])  # buf_k likewise
+    for _ in range(int(steps)):
+        d = P * weight_decay
+        if momentum:
+            B = B * momentum + d
+            d = B * momentum + d if nesterov else B
+        P = P - d * lr
+    return np.array([P[0], P[1], B[0], B[1]], dtype=np.float64)
+
+
+def _idle_linear(p: np.ndarray, buf: np.ndarray, coef: np.ndarray, keep: bool, fused) -> None:
+    """``optim_kernels.sgd_idle_linear`` on one array, compiled when it can be, else the same
+    float64 arithmetic in NumPy (same bits: one product and one sum per value, rounded once)."""
+    if fused is not None and _fusable(p, p, buf) and p.ndim <= 2:
+        if p.ndim < 2 or (p.flags.c_contiguous and buf.flags.c_contiguous):
+            p2, b2 = p.reshape(1, -1), buf.reshape(1, -1)
+        elif p.flags.f_contiguous and buf.flags.f_contiguous:
+            p2, b2 = p.T, buf.T
+        else:
+            p2, b2 = p, buf
+        fused.sgd_idle_linear(p2, b2, coef, keep)
+        return
+    c, f, e, h = (float(v) for v in coef)
+    v = p.astype(np.float64)
+    if keep:
+        b = buf.astype(np.float64)
+        p[...] = v * c + b * f
+        buf[...] = v * e + b * h
+    else:
+        v *= c
+        p[...] = v
 
 
 def _fusable(p, g, buf) -> int:

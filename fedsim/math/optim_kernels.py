@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "sgd_idle", "compiled", "python"]
+__all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "sgd_idle", "sgd_idle_linear", "compiled", "python"]
 
 # indices into ``par`` (an array of the parameters' dtype)
 P_SCALE = 0  # the gradient is multiplied by this first (gradient clipping's coefficient)
@@ -102,7 +102,30 @@ def sgd_idle(p, buf, par, steps, momentum, nesterov, keep):
                 buf[r, i] = row[i]
 
 
-_KERNELS = ("sgd_update", "sgd_idle")
+def sgd_idle_linear(p, buf, coef, keep):
+    """The closed form of :func:`sgd_idle`: ``steps`` zero-gradient steps are a linear map of
+    (parameter, momentum), whose coefficients ``coef = [c, f, e, h]`` (float64, from
+    ``optim.idle_map``) give ``p' = c p + f buf`` and ``buf' = e p + h buf``. Computed per element
+    in float64 and rounded once to the arrays' dtype; without ``keep`` the momentum is zero and
+    not stored (``p' = c p``; ``buf`` is not read or written). Elementwise and memory-bound: one
+    read and one write of ``p`` (and of ``buf`` with ``keep``), whatever the number of steps."""
+    c = coef[0]
+    f = coef[1]
+    e = coef[2]
+    h = coef[3]
+    for r in range(p.shape[0]):
+        if keep:
+            for i in range(p.shape[1]):
+                v = np.float64(p[r, i])
+                b = np.float64(buf[r, i])
+                p[r, i] = v * c + b * f
+                buf[r, i] = v * e + b * h
+        else:
+            for i in range(p.shape[1]):
+                p[r, i] = np.float64(p[r, i]) * c
+
+
+_KERNELS = ("sgd_update", "sgd_idle", "sgd_idle_linear")
 
 
 def compiled():
