@@ -241,6 +241,10 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     size = ae.param_count(params)
     step_flops = optim.sgd_flops(size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
     n = x.shape[0]
+    one = None  # a single user's steps, fused into one compiled call each (ae_kernels.step1)
+    if not (sequential_sums or exact_norm):
+        one = _OneUserStep.make(sub, sub_state, loss=loss, lr=lr, momentum=momentum, nesterov=nesterov,
+                                weight_decay=weight_decay, clip=clip, dropout=dropout)
     flops = steps = 0
     last = 0.0
     for _ in range(int(epochs)):
@@ -249,9 +253,18 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         nb = 0
         for b0 in range(0, n, int(batch)):
             b = np.sort(order[b0:b0 + int(batch)])
+            flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=loss, dropout=dropout)
+            if one is not None and len(b) == 1:
+                value, clipped = one(xs[b[0]], ts[b[0]], ms[b[0]], rng)
+                total += value
+                if clip is not None and clip > 0:
+                    flops += (3 if clipped else 2) * size  # clip_coef's count for the whole model
+                flops += step_flops
+                nb += 1
+                steps += 1
+                continue
             r = ae.loss_and_grads(sub, xs[b], ts[b], ms[b], loss=loss, dropout=dropout,
                                   rng=rng if dropout > 0 else None, sequential_sums=sequential_sums)
-            flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=loss, dropout=dropout)
             coef = None
             if clip is not None and clip > 0:
                 _, coef, _ = optim.clip_coef(r.grads, clip, exact=exact_norm)
@@ -271,6 +284,61 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         if momentum and state is not None:
             state[f"momentum.{k}"][idx] = sub_state[f"momentum.{k}"]
     return LocalResult(int(flops), float(last), steps)
+
+
+_ONE_USER_KEYS = ("enc.W1", "enc.b1", "enc.W2", "enc.b2", "dec.W1", "dec.b1", "dec.W2", "dec.b2")
+
+
+class _OneUserStep:
+    """A local step on one user's row as one call of ``ae_kernels.step1`` (the compiled kernel):
+    the same step as ``ae.loss_and_grads`` + ``optim.clip_coef`` + ``optim.sgd_step`` on a batch
+    of one, to float rounding (the kernel's module says where the two differ), with the same
+    random draws (the dropout mask, drawn here as ``ae`` draws it). :meth:`make` returns None
+    when the kernel does not apply: numba missing, a model other than two encoder and two
+    decoder layers, layouts or dtypes the kernel does not take."""
+
+    def __init__(self, kern, args, pt, par, flags, dropout, h2, dtype):
+        self.kern, self.args, self.pt, self.par, self.flags = kern, args, pt, par, flags
+        self.dropout, self.h2, self.dtype = dropout, h2, dtype
+
+    @classmethod
+    def make(cls, params, state, *, loss, lr, momentum, nesterov, weight_decay, clip, dropout):
+        if tuple(params) != _ONE_USER_KEYS or loss not in TASKS.values():
+            return None
+        from . import ae_kernels
+
+        kern = ae_kernels.compiled()
+        if kern is None:
+            return None
+        dtype = params["enc.W1"].dtype
+        bufs = [state[f"momentum.{k}"] for k in params] if momentum else list(params.values())
+        arrays = list(params.values()) + bufs
+        if dtype not in (np.float32, np.float64) or any(a.dtype != dtype or not a.flags.writeable for a in arrays):
+            return None
+        w1, m1 = params["enc.W1"], bufs[0]
+        by_column = bool(w1.flags.f_contiguous and m1.flags.f_contiguous) and w1.ndim == 2 and w1.shape[0] > 1
+        if not (by_column or (w1.flags.c_contiguous and m1.flags.c_contiguous)):
+            return None
+        if not all(a.flags.c_contiguous for a in arrays[1:8] + arrays[9:]):
+            return None
+        pt = np.array([lr, momentum, weight_decay, 1.0, 0.0, 0.0, 0.0], dtype=dtype)
+        par = np.array([clip if clip is not None else 0.0, 0.0])
+        flags = (by_column, loss == "bce", dropout > 0.0, clip is not None and clip > 0, bool(weight_decay),
+                 bool(momentum), bool(nesterov))
+        return cls(kern.step1, arrays, pt, par, flags, float(dropout), params["enc.W2"].shape[0], dtype)
+
+    def __call__(self, x, y, mask, rng):
+        """One step on the row ``x`` (target ``y``, observed entries ``mask``); returns (loss, clipped)."""
+        count = int(np.count_nonzero(mask))
+        scale = 1.0 / count if count else 0.0
+        self.par[1] = scale
+        self.pt[5] = 2.0 * scale if not self.flags[1] else scale  # the loss gradient's factor, rounded
+        keep = self.pt[:1]  # (unused without dropout)
+        if self.dropout > 0.0:  # ae._forward's draw, for a batch of one
+            keep = ((rng.random((1, self.h2)) >= self.dropout) * (1.0 / (1.0 - self.dropout))).astype(self.dtype)[0]
+        value, clipped = self.kern(*self.args, x.astype(self.dtype, copy=False), y.astype(self.dtype, copy=False),
+                                   mask.astype(self.dtype), keep, self.par, self.pt, *self.flags)
+        return value, clipped
 
 
 @dataclass

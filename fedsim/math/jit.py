@@ -32,10 +32,14 @@ def jit_disabled() -> str | None:
     return None
 
 
-def compiled_copy(module_name: str, path: str, kernels: tuple[str, ...]) -> ModuleType | str:
+def compiled_copy(module_name: str, path: str, kernels: tuple[str, ...],
+                  options: dict[str, dict] | None = None) -> ModuleType | str:
     """The compiled copy of the kernel module ``module_name`` (file ``path``), loaded once per
     process; or a string saying why numba cannot be used. Compilation of each kernel happens on
-    its first call (``cache=True``: later processes load it from numba's cache)."""
+    its first call (``cache=True``: later processes load it from numba's cache). ``options``:
+    extra ``numba.njit`` options per kernel name (e.g. ``{"fastmath": {"reassoc"}}`` for a sum
+    that may be re-associated: then that kernel's results are not bit-identical to its Python
+    copy's, and its module must say so)."""
     got = _cache.get(module_name)
     if got is not None:
         return got
@@ -51,6 +55,6 @@ def compiled_copy(module_name: str, path: str, kernels: tuple[str, ...]) -> Modu
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     for kname in kernels:
-        setattr(mod, kname, numba.njit(cache=True)(getattr(mod, kname)))
+        setattr(mod, kname, numba.njit(cache=True, **(options or {}).get(kname, {}))(getattr(mod, kname)))
     _cache[module_name] = mod
     return mod

@@ -1,0 +1,272 @@
+"""One local step of the two-layer-encoder autoencoder on a single user, fused: forward pass,
+masked loss, backward pass, gradient-norm clipping and the SGD update, in one compiled call.
+
+With one user per client (PersonalFR's Table IV: local batch 1) a local step is a handful of
+matrix-vector products over a model of about 100,000 parameters, and NumPy spends most of the
+step in the overhead of the ~60 array operations that ``ae.loss_and_grads``, ``optim.clip_coef``
+and ``optim.sgd_step`` make of it. :func:`step1` does the same arithmetic in loops: the weight
+gradients (outer products) are never stored, each weight's gradient, decay, momentum and update
+are computed in the one pass that writes it, and the clipping norm of an outer product
+``g a^T`` is taken as ``|g|^2 |a|^2`` (exact in real arithmetic).
+
+Same rule as the NumPy path (``tests/test_math_ae_kernels.py`` checks them against each other),
+not the same bits: the products are summed in another order (the matrix-vector products are
+compiled with re-association allowed so that they vectorise, :data:`FASTMATH`), the clipping
+norm is computed in float64 from the factors, and ``exp``/``tanh`` are the compiler's. The
+elementwise update is ``optim_kernels.sgd_update``'s, operation for operation.
+
+Layout: ``W1`` (``h1 x n_in``) may be C- or Fortran-ordered (a cut encoder's gathered columns are
+Fortran-ordered; ``w1_by_column`` says which loops to use); the other weights are C-ordered.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+__all__ = ["step1", "matvec", "FASTMATH", "compiled", "python"]
+
+# kernels compiled with re-association allowed (vectorised sums); the others are compiled without
+# fast-math, so that their elementwise arithmetic is rounded exactly as NumPy's
+FASTMATH = {"matvec": {"reassoc"}}
+
+# indices into ``par`` (float64)
+P_CLIP, P_SCALE = 0, 1
+# indices into ``pt`` (an array of the weights' dtype: the values the arithmetic uses, rounded to it)
+T_LR, T_MOMENTUM, T_WD, T_ONE, T_ZERO, T_LOSS_SCALE, T_COEF = 0, 1, 2, 3, 4, 5, 6
+
+
+def matvec(W, a, b, out, zero):
+    """``out = W @ a + b`` for a C-ordered ``W``, each row's sum in any order (``zero``: 0 of the
+    arrays' dtype)."""
+    for i in range(W.shape[0]):
+        s = zero
+        for j in range(W.shape[1]):
+            s += W[i, j] * a[j]
+        out[i] = s + b[i]
+
+
+def _matvec_by_column(W, a, b, out):
+    """``out = W @ a + b`` for a Fortran-ordered ``W``: columns added in order (zero inputs skipped)."""
+    for i in range(W.shape[0]):
+        out[i] = 0
+    for j in range(W.shape[1]):
+        aj = a[j]
+        if aj != 0:
+            for i in range(W.shape[0]):
+                out[i] += W[i, j] * aj
+    for i in range(W.shape[0]):
+        out[i] += b[i]
+
+
+def _t_matvec(W, g, out):
+    """``out = W.T @ g`` for a C-ordered ``W``: rows added in order."""
+    for j in range(W.shape[1]):
+        out[j] = 0
+    for i in range(W.shape[0]):
+        gi = g[i]
+        for j in range(W.shape[1]):
+            out[j] += W[i, j] * gi
+
+
+def _update(p, buf, g, a, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """The SGD step of the weight ``p`` (C order) whose gradient is the outer product ``g a^T``:
+    ``optim_kernels.sgd_update`` per element with the gradient computed in place."""
+    for i in range(p.shape[0]):
+        gi = g[i]
+        for j in range(p.shape[1]):
+            x = gi * a[j]
+            if scale:
+                x = x * s
+            d = x
+            if decay:
+                d = p[i, j] * wd
+                d = d + x
+            if momentum:
+                bb = buf[i, j] * mu
+                bb = bb + d
+                buf[i, j] = bb
+                if nesterov:
+                    n = bb * mu
+                    d = n + d
+                else:
+                    d = bb
+            d = d * lr
+            p[i, j] = p[i, j] - d
+
+
+def _update_by_column(p, buf, g, a, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """:func:`_update` for a Fortran-ordered ``p`` (and ``buf``): column by column."""
+    for j in range(p.shape[1]):
+        aj = a[j]
+        for i in range(p.shape[0]):
+            x = g[i] * aj
+            if scale:
+                x = x * s
+            d = x
+            if decay:
+                d = p[i, j] * wd
+                d = d + x
+            if momentum:
+                bb = buf[i, j] * mu
+                bb = bb + d
+                buf[i, j] = bb
+                if nesterov:
+                    n = bb * mu
+                    d = n + d
+                else:
+                    d = bb
+            d = d * lr
+            p[i, j] = p[i, j] - d
+
+
+def _update_bias(p, buf, g, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """The SGD step of the bias ``p`` whose gradient is ``g``."""
+    for i in range(p.shape[0]):
+        x = g[i]
+        if scale:
+            x = x * s
+        d = x
+        if decay:
+            d = p[i] * wd
+            d = d + x
+        if momentum:
+            bb = buf[i] * mu
+            bb = bb + d
+            buf[i] = bb
+            if nesterov:
+                n = bb * mu
+                d = n + d
+            else:
+                d = bb
+        d = d * lr
+        p[i] = p[i] - d
+
+
+def _sq(v):
+    """Sum of squares of ``v`` in float64."""
+    s = 0.0
+    for i in range(v.shape[0]):
+        s += np.float64(v[i]) * np.float64(v[i])
+    return s
+
+
+def step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, x, y, mask, keep, par, pt,
+          w1_by_column, bce, dropout, clip, decay, momentum, nesterov):
+    """One SGD step on one user: ``x`` (input row), ``y`` (target row) and ``mask`` (1.0 where the
+    target is observed, else 0.0) over the model ``W1, b1 .. W4, b4`` (encoder ``tanh(W2 tanh(W1 x
+    + b1) + b2)``, dropout ``keep`` on that code when ``dropout``, decoder ``W4 tanh(W3 c + b3) +
+    b4``), updated in place with the momentum buffers ``M1, m1 .. M4, m4`` (ignored without
+    ``momentum``). ``par`` (float64): the clipping norm (used when ``clip``) and the loss scale
+    (1 / number of observed entries; 0 when there are none). ``pt`` (the weights' dtype, as
+    ``optim.sgd_step`` rounds its scalars): learning rate, momentum, weight decay, 1, 0, the loss
+    gradient's scale (2 x loss scale for squared error, the loss scale for cross-entropy) and a
+    slot the clipping coefficient is rounded in. Loss: squared error, or cross-entropy on logits
+    with ``bce``. Returns the loss (float64, already scaled, as ``ae.loss_and_grads`` returns it)
+    and whether the gradient was clipped."""
+    lr = pt[T_LR]
+    mu = pt[T_MOMENTUM]
+    wd = pt[T_WD]
+    one = pt[T_ONE]
+    zero = pt[T_ZERO]
+    gscale = pt[T_LOSS_SCALE]
+    scale = par[P_SCALE]
+    h1 = np.empty(W1.shape[0], dtype=W2.dtype)
+    h2 = np.empty(W2.shape[0], dtype=W2.dtype)
+    h3 = np.empty(W3.shape[0], dtype=W2.dtype)
+    z = np.empty(W4.shape[0], dtype=W2.dtype)
+    # forward
+    if w1_by_column:
+        _matvec_by_column(W1, x, b1, h1)
+    else:
+        matvec(W1, x, b1, h1, zero)
+    for i in range(h1.shape[0]):
+        h1[i] = np.tanh(h1[i])
+    matvec(W2, h1, b2, h2, zero)
+    for i in range(h2.shape[0]):
+        h2[i] = np.tanh(h2[i])
+    code = h2
+    if dropout:
+        code = np.empty_like(h2)
+        for i in range(h2.shape[0]):
+            code[i] = h2[i] * keep[i]
+    matvec(W3, code, b3, h3, zero)
+    for i in range(h3.shape[0]):
+        h3[i] = np.tanh(h3[i])
+    matvec(W4, h3, b4, z, zero)
+    # loss and its gradient with respect to the output (zero off the mask)
+    value = 0.0
+    g4 = np.empty_like(z)
+    if bce:
+        for i in range(z.shape[0]):
+            zi = z[i]
+            e = np.exp(-abs(zi))
+            sig = one / (one + e) if zi >= zero else e / (one + e)
+            if mask[i] != 0:
+                value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
+            g4[i] = (sig - y[i]) * mask[i] * gscale
+    else:
+        for i in range(z.shape[0]):
+            diff = (z[i] - y[i]) * mask[i]
+            if mask[i] != 0:
+                value += np.float64(diff * diff)
+            g4[i] = diff * gscale
+    value *= scale
+    # backward: the gradient at each layer's pre-activation
+    g3 = np.empty_like(h3)
+    _t_matvec(W4, g4, g3)
+    for i in range(g3.shape[0]):
+        g3[i] = g3[i] * (one - h3[i] * h3[i])
+    g2 = np.empty_like(h2)
+    _t_matvec(W3, g3, g2)
+    if dropout:
+        for i in range(g2.shape[0]):
+            g2[i] = g2[i] * keep[i]
+    for i in range(g2.shape[0]):
+        g2[i] = g2[i] * (one - h2[i] * h2[i])
+    g1 = np.empty_like(h1)
+    _t_matvec(W2, g2, g1)
+    for i in range(g1.shape[0]):
+        g1[i] = g1[i] * (one - h1[i] * h1[i])
+    # clipping: |g a^T|^2 = |g|^2 |a|^2 for each weight, plus the biases
+    coef = one
+    use_scale = False
+    if clip:
+        s4, s3, s2_, s1 = _sq(g4), _sq(g3), _sq(g2), _sq(g1)
+        total = s4 * (_sq(h3) + 1.0) + s3 * (_sq(code) + 1.0) + s2_ * (_sq(h1) + 1.0) + s1 * (_sq(x) + 1.0)
+        c = par[P_CLIP] / (np.sqrt(total) + 1e-6)
+        if c < 1.0:
+            pt[T_COEF] = c  # rounded to the weights' dtype, as sgd_step's grad_scale is
+            coef = pt[T_COEF]
+            use_scale = True
+    # the updates (each weight's gradient read off its factors while it is written)
+    if w1_by_column:
+        _update_by_column(W1, M1, g1, x, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    else:
+        _update(W1, M1, g1, x, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias(b1, m1, g1, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update(W2, M2, g2, h1, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias(b2, m2, g2, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update(W3, M3, g3, code, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias(b3, m3, g3, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update(W4, M4, g4, h3, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias(b4, m4, g4, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    return value, use_scale
+
+
+_KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_update", "_update_by_column", "_update_bias", "_sq",
+            "step1")
+
+
+def compiled():
+    """The numba-compiled kernels, or None when numba cannot be used."""
+    from .jit import compiled_copy
+
+    got = compiled_copy(__name__, __file__, _KERNELS, options={k: {"fastmath": v} for k, v in FASTMATH.items()})
+    return None if isinstance(got, str) else got
+
+
+def python():
+    """This module: the kernels as plain Python (slow; for tests)."""
+    return sys.modules[__name__]

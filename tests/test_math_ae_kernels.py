@@ -1,0 +1,169 @@
+"""The fused one-user step (``ae_kernels.step1``, used by ``ae_train.local_train(lazy=True)`` for
+batches of one) against the NumPy step it replaces: ``ae.loss_and_grads`` + ``optim.clip_coef`` +
+``optim.sgd_step``. Not bit-identical (other summation order, the clipping norm from the factors),
+so the comparison is to float rounding: about 1e-12 relative in float64, 1e-5 in float32."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fedsim.math import ae_kernels, ae_train, optim
+from fedsim.math import autoencoder as ae
+
+COMPILED = ae_kernels.compiled()
+needs_numba = pytest.mark.skipif(COMPILED is None, reason="numba (the 'fast' extra) is not installed")
+
+
+class _Draws:
+    """A generator stand-in that replays one dropout mask (both paths draw it once per step)."""
+
+    def __init__(self, keep_bits):
+        self.bits = keep_bits
+
+    def random(self, shape):
+        assert shape == (1, len(self.bits))
+        return np.where(self.bits, 0.9, 0.1)[None, :]
+
+
+def _model(dtype, n=23, hidden=(16, 8), seed=0, fortran=True):
+    rng = np.random.default_rng(seed)
+    p = ae.init_params(n, rng, hidden, dtype=dtype)
+    for k in p:  # non-zero biases, so that their updates are checked too
+        if ".b" in k:
+            p[k][...] = rng.standard_normal(p[k].shape) * 0.1
+    if fortran:  # a cut encoder's layout
+        p["enc.W1"] = np.asfortranarray(p["enc.W1"])
+    return p
+
+
+def _row(dtype, n, seed, loss, empty=False):
+    rng = np.random.default_rng(seed)
+    mask = rng.random(n) < 0.6
+    if empty:
+        mask[:] = False
+    x = np.where(mask, rng.integers(1, 6, n), 0).astype(dtype)
+    if loss == "bce":
+        x = (x >= 3.5).astype(dtype)
+    return x, mask
+
+
+def _numpy_step(p, st, x, mask, bits, *, loss, lr, momentum, nesterov, wd, clip, dropout):
+    r = ae.loss_and_grads(p, x[None], x[None], mask[None], loss=loss, dropout=dropout,
+                          rng=_Draws(bits) if dropout else None)
+    coef = None
+    if clip:
+        _, coef, _ = optim.clip_coef(r.grads, clip)
+    optim.sgd_step(p, r.grads, st, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                   grad_scale=coef, kernel="numpy")
+    return r.loss, coef is not None
+
+
+CONFIGS = [dict(loss=l, dropout=d, clip=c, momentum=m, nesterov=nv, wd=w)
+           for l, d, c, (m, nv), w in itertools.product(("mse", "bce"), (0.0, 0.5), (None, 1.0, 1e3),
+                                                         ((0.9, True), (0.9, False), (0.0, False)), (5e-4, 0.0))]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fortran", [True, False])
+def test_one_user_step_equals_the_numpy_step(dtype, fortran):
+    tol = dict(rtol=1e-11, atol=1e-13) if dtype == np.float64 else dict(rtol=2e-5, atol=2e-6)
+    clipped_seen = set()
+    for i, cfg in enumerate(CONFIGS):
+        p_ref = _model(dtype, fortran=fortran)
+        p_new = _model(dtype, fortran=fortran)
+        s_ref, s_new = optim.sgd_init(p_ref), optim.sgd_init(p_new)
+        step = ae_train._OneUserStep.make(p_new, s_new, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+                                          nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
+                                          dropout=cfg["dropout"])
+        assert step is not None and step.flags[0] == fortran
+        for t in range(3):  # three steps: the momentum carried from one to the next
+            x, mask = _row(dtype, 23, 10 * i + t, cfg["loss"], empty=(t == 2 and i % 5 == 0))
+            bits = np.random.default_rng(t).random(8) < 0.5
+            v_ref, c_ref = _numpy_step(p_ref, s_ref, x, mask, bits, lr=0.2, **cfg)
+            v_new, c_new = step(x, x, mask, _Draws(bits))
+            assert c_new == c_ref, (cfg, t)
+            clipped_seen.add(c_new)
+            assert v_new == pytest.approx(v_ref, rel=1e-12 if dtype == np.float64 else 1e-6, abs=1e-12)
+        for k in p_ref:
+            np.testing.assert_allclose(p_new[k], p_ref[k], err_msg=f"{k} {cfg}", **tol)
+            np.testing.assert_allclose(s_new[f"momentum.{k}"], s_ref[f"momentum.{k}"], err_msg=f"{k} {cfg}", **tol)
+        assert not np.array_equal(p_new["dec.W2"], _model(dtype)["dec.W2"])  # it did train
+    assert clipped_seen == {True, False}  # both sides of the clipping were exercised
+
+
+@needs_numba
+def test_python_copy_of_the_kernel_agrees_with_the_compiled_one():
+    for cfg in (CONFIGS[13], CONFIGS[40]):
+        runs = []
+        for mod in (COMPILED, ae_kernels.python()):
+            p = _model(np.float64)
+            st = optim.sgd_init(p)
+            step = ae_train._OneUserStep.make(p, st, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+                                              nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
+                                              dropout=cfg["dropout"])
+            step.kern = mod.step1
+            x, mask = _row(np.float64, 23, 1, cfg["loss"])
+            out = step(x, x, mask, _Draws(np.arange(8) % 3 == 0))
+            runs.append((out, p))
+        assert runs[0][0][1] == runs[1][0][1]
+        assert runs[0][0][0] == pytest.approx(runs[1][0][0], rel=1e-13)
+        for k in runs[0][1]:
+            np.testing.assert_allclose(runs[0][1][k], runs[1][1][k], rtol=1e-12, atol=1e-14)
+
+
+@needs_numba
+@pytest.mark.parametrize("loss", ["mse", "bce"])
+def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy(loss, monkeypatch):
+    """local_train(lazy=True, batch=1): the fused steps against the same training with the kernel
+    switched off (the NumPy steps): same FLOPs and steps, models equal to rounding."""
+    rng = np.random.default_rng(5)
+    n_items, users = 60, 3
+    params0 = ae.init_params(n_items, rng, (16, 8), dtype=np.float64)
+    x = np.zeros((users, n_items))
+    for u in range(users):
+        its = rng.choice(40, 9, replace=False)
+        x[u, its] = rng.integers(1, 6, 9)
+    mask = x != 0
+    if loss == "bce":
+        x = (x >= 3.5).astype(float)
+    calls = []
+    real_make = ae_train._OneUserStep.make
+
+    def counting_make(*a, **kw):
+        got = real_make(*a, **kw)
+        if got is not None:
+            kern = got.kern
+            got.kern = lambda *args: calls.append(1) or kern(*args)
+        return got
+
+    runs = {}
+    for fused in (True, False):
+        monkeypatch.setattr(ae_train._OneUserStep, "make", counting_make if fused else (lambda *a, **kw: None))
+        p = ae.copy_params(params0)
+        st = optim.sgd_init(p)
+        res = [ae_train.local_train(p, st, x, x, mask, epochs=2, batch=1, lr=0.1, rng=np.random.default_rng(t),
+                                    loss=loss, momentum=0.9, nesterov=True, weight_decay=5e-4, clip=1.0,
+                                    dropout=0.5, lazy=True) for t in range(2)]
+        runs[fused] = (p, st, res)
+    assert len(calls) == 2 * 2 * users  # every step went through the kernel
+    (p1, s1, r1), (p0, s0, r0) = runs[True], runs[False]
+    assert [(r.flops, r.steps) for r in r1] == [(r.flops, r.steps) for r in r0]
+    np.testing.assert_allclose([r.loss for r in r1], [r.loss for r in r0], rtol=1e-10)
+    for k in p0:
+        np.testing.assert_allclose(p1[k], p0[k], rtol=1e-10, atol=1e-12, err_msg=k)
+        np.testing.assert_allclose(s1[f"momentum.{k}"], s0[f"momentum.{k}"], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+def test_the_kernel_declines_what_it_does_not_compute():
+    p = ae.init_params(10, np.random.default_rng(0), (8,), dtype=np.float32)  # one encoder layer
+    assert ae_train._OneUserStep.make(p, optim.sgd_init(p), loss="mse", lr=0.1, momentum=0.9, nesterov=True,
+                                      weight_decay=0.0, clip=1.0, dropout=0.0) is None
+    p = _model(np.float32)
+    p["dec.W1"] = p["dec.W1"][:, ::2].copy()[:, :4]  # a strided, or mis-shaped, layout is never taken
+    p["enc.W2"] = np.asfortranarray(p["enc.W2"])
+    assert ae_train._OneUserStep.make(p, optim.sgd_init(p), loss="mse", lr=0.1, momentum=0.9, nesterov=True,
+                                      weight_decay=0.0, clip=1.0, dropout=0.0) is None
