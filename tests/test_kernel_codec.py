@@ -165,33 +165,44 @@ _PAYLOADS = [
 
 def _independent_message_bytes(kind, payload):
     """What ``encode_message(kind, payload)`` must produce, built with msgpack's own Packer: the
-    top-level arrays of a dict payload become ExtType bodies whose padding is the smallest (0..7)
-    that puts their elements at a multiple of the itemsize in the document (found by trying each
-    against msgpack's real framing); nested arrays are padded within their body, as ``encode`` does.
+    arrays of a dict payload, and of a dict one level down in it, become ExtType bodies whose
+    padding is the smallest (0..7) that puts their elements at a multiple of the itemsize in the
+    document (found by trying each against msgpack's real framing); arrays nested deeper are
+    padded within their body, as ``encode`` does.
     """
     if not isinstance(payload, dict):
         return encode([kind, payload]).data
-    doc = {}
-    for k, v in payload.items():
-        if not isinstance(v, np.ndarray):
-            doc[k] = v
-            continue
-        arr = v.astype(v.dtype.newbyteorder("<"), order="C")
+
+    def aligned(arr, wrap):
+        # wrap(ext) -> (the document so far with ext as the last thing written, the map-header
+        # bytes the partial maps lack against the finished ones)
+        arr = arr.astype(arr.dtype.newbyteorder("<"), order="C")
         head = struct.pack(f"<BB{arr.ndim}I", CODES[arr.dtype.str[1:]], arr.ndim, *arr.shape)
-        chosen = None
         for pad in range(8):
             body = head + b"\0" * pad + arr.tobytes()
-            trial = {**doc, k: msgpack.ExtType(ARRAY_EXT, body)}
+            trial, missing = wrap(msgpack.ExtType(ARRAY_EXT, body))
             prefix = msgpack.packb([kind, trial], default=_nested_default, use_bin_type=True)
-            # the element offset: this ext is the last thing written so far (the partial map's
-            # header may be shorter than the whole payload's)
-            offset = len(prefix) - arr.nbytes - _map_len(len(trial)) + _map_len(len(payload))
+            offset = len(prefix) - arr.nbytes + missing
             if arr.dtype.itemsize == 1 or offset % arr.dtype.itemsize == 0:
-                chosen = body
-                break
-        if chosen is None:
-            chosen = head + b"\0" * ((-len(head)) % arr.dtype.itemsize) + arr.tobytes()
-        doc[k] = msgpack.ExtType(ARRAY_EXT, chosen)
+                return msgpack.ExtType(ARRAY_EXT, body)
+        return msgpack.ExtType(ARRAY_EXT, head + b"\0" * ((-len(head)) % arr.dtype.itemsize) + arr.tobytes())
+
+    doc = {}
+    for k, v in payload.items():
+        if isinstance(v, np.ndarray):
+            doc[k] = aligned(v, lambda ext: ({**doc, k: ext}, _map_len(len(payload)) - _map_len(len(doc) + 1)))
+        elif isinstance(v, dict):
+            sub = {}
+            for k2, v2 in v.items():
+                if isinstance(v2, np.ndarray):
+                    sub[k2] = aligned(v2, lambda ext: (
+                        {**doc, k: {**sub, k2: ext}},
+                        _map_len(len(payload)) - _map_len(len(doc) + 1) + _map_len(len(v)) - _map_len(len(sub) + 1)))
+                else:
+                    sub[k2] = v2
+            doc[k] = sub
+        else:
+            doc[k] = v
     return msgpack.packb([kind, doc], default=_nested_default, use_bin_type=True)
 
 
@@ -257,6 +268,27 @@ def test_decoded_message_arrays_are_views_on_the_received_bytes():
     assert (kind, p["t"]) == ("g", 3)
 
 
+def test_arrays_of_a_map_in_the_payload_are_views_too():
+    """Wire format 4: a whole model one level down ({"model": {name: array}}) decodes without a copy."""
+    rng = np.random.default_rng(0)
+    for extra in ("", "a", "ab", "abc"):  # shift the map through every offset mod 4
+        model = {"enc.W1": rng.standard_normal((7, 5)).astype(np.float32), "enc.b1" + extra: np.ones(7, np.float32),
+                 "ids": np.arange(3, dtype=np.int64), "h": np.float16([1, 2, 3])}
+        data = encode_message("update", {"t": 2, "model": model}).data
+        kind, p = decode_message(data)
+        assert kind == "update" and p["t"] == 2 and list(p["model"]) == list(model)
+        for name, want in model.items():
+            got = p["model"][name]
+            assert got.base is data, name  # a view on the document itself
+            assert got.flags.aligned and not got.flags.writeable
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+    # a map of scalars one level down: a fresh dict for every decode (never shared between receivers)
+    data = encode_message("cfg", {"cfg": {"a": 1, "b": "x"}, "x": np.arange(3)}).data
+    first, second = decode_message(data)[1], decode_message(data)[1]
+    assert first["cfg"] == second["cfg"] == {"a": 1, "b": "x"} and first["cfg"] is not second["cfg"]
+
+
 def test_decoding_a_mutable_buffer_copies_it_first():
     buf = bytearray(encode_message("g", {"x": np.arange(4, dtype=np.float64)}).data)
     x = decode_message(buf)[1]["x"]
@@ -285,6 +317,21 @@ def test_direct_message_reader_agrees_with_msgpack(kind, payload):
     k, got = decode_message(data)
     assert k == kind
     _assert_same(got, decode(data)[1])
+
+
+@given(st.text(max_size=10), st.dictionaries(st.text(max_size=10), _ARRAYS, max_size=6),
+       st.dictionaries(st.text(max_size=10), _ARRAYS | st.integers(-9, 9), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_direct_reader_of_nested_maps_agrees_with_msgpack(kind, top, nested):
+    payload = {**top, "nested": nested}
+    data = encode_message(kind, payload).data
+    assert data == _independent_message_bytes(kind, payload)
+    k, got = decode_message(data)
+    assert k == kind
+    _assert_same(got, decode(data)[1])
+    for v in got["nested"].values():
+        if isinstance(v, np.ndarray) and v.nbytes:
+            assert v.base is data and v.flags.aligned
 
 
 def test_every_truncation_and_extension_of_a_message_raises_codec_error():

@@ -68,9 +68,9 @@ def _ext_framing(body: int) -> int:
 
 def mp_array_ext(shape, itemsize, at=None) -> int:
     """Our array ext: 1 byte dtype code + 1 byte ndim + 4 bytes per dimension, zero padding, then
-    the elements. Nested in a payload (``at`` None) the padding aligns the elements within the
-    body; a top-level payload array written at document offset ``at`` takes the smallest padding
-    (0 to 7) that aligns them in the document."""
+    the elements. Nested deeper than a map in the payload (``at`` None) the padding aligns the
+    elements within the body; a payload array, or an array of a map in the payload, written at
+    document offset ``at`` takes the smallest padding (0 to 7) that aligns them in the document."""
     head = 2 + 4 * len(shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
     pads = [(-head) % itemsize]
@@ -87,8 +87,9 @@ def expected_decoder_bytes(kind, shapes, itemsize, t=None) -> int:
     if t is not None:
         size += mp_str("t") + mp_uint(t)
     size += mp_str("dec") + _len_header(len(shapes), 16)
-    for name, shape in shapes.items():
-        size += mp_str(name) + mp_array_ext(shape, itemsize)
+    for name, shape in shapes.items():  # (aligned in the document, as top-level arrays are)
+        size += mp_str(name)
+        size += mp_array_ext(shape, itemsize, at=size)
     return size
 
 
