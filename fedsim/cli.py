@@ -298,6 +298,9 @@ def _plugins(paths: list[str]) -> None:
 
 
 def _main(argv: list[str]) -> int:
+    from .experiment.allocator import keep_freed_memory
+
+    keep_freed_memory()  # large freed blocks stay in the process (see there: page faults per message)
     command, scenario = _scenario_for_help(argv)
     scenario_help = None
     if scenario:

@@ -23,6 +23,7 @@ The package holds one concern a module; everything public is importable from her
 - :mod:`.report`: ``Table``, ``format_table``, ``write_csv``, ``write_report``, ``write_results``,
   ``versions``, ``git_revision``, ``human_bytes``, ``human_seconds``;
 - :mod:`.configfile`: TOML run and sweep files (``load_config``);
+- :mod:`.allocator`: ``keep_freed_memory`` (the C allocator setting long runs use);
 - :mod:`.runner`: ``run_scenario``, ``OutputFolder`` (temporary folder renamed into place),
   ``scenario_main``, ``add_run_arguments``, ``resolve_run_options``, ``default_out_dir``,
   ``closing_line``.
@@ -30,6 +31,7 @@ The package holds one concern a module; everything public is importable from her
 
 from __future__ import annotations
 
+from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .discovery import SCENARIO_PACKAGE, first_sentence, list_scenarios, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
@@ -46,7 +48,8 @@ from .runner import (
 __all__ = [
     "SCENARIO_PACKAGE", "OutputFolder", "Param", "Progress", "RunContext", "ScenarioError", "Table", "UsageError",
     "add_run_arguments", "check_value", "closing_line", "csv_cell", "default_out_dir", "first_sentence",
-    "format_table", "git_revision", "human_bytes", "human_seconds", "json_default", "list_scenarios",
+    "format_table", "git_revision", "human_bytes", "human_seconds", "json_default", "keep_freed_memory",
+    "list_scenarios",
     "load_scenario", "net_from_args", "network_spec", "params_from", "parse_sets", "parse_value",
     "resolve_config", "resolve_run_options", "run_scenario", "scenario_main", "scenario_name", "versions",
     "write_csv", "write_report", "write_results",

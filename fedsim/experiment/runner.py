@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
 from .discovery import first_sentence, load_scenario, scenario_name
@@ -147,6 +148,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     netspec = network_spec(mod, profile, net)
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
+    keep_freed_memory()  # large freed blocks stay in the process (allocator.py: page faults per message)
     folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
     show = (not quiet) if progress is None else progress

@@ -136,7 +136,10 @@ def _init_worker(beats: Any) -> None:
     # the parallelism.
     from threadpoolctl import threadpool_limits
 
+    from ..experiment.allocator import keep_freed_memory
+
     threadpool_limits(1)
+    keep_freed_memory()  # (inherited from a forked parent that set it; set here for other start methods)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _on_term)
     beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
