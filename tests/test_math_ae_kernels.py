@@ -136,8 +136,8 @@ def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy
     def counting_make(*a, **kw):
         got = real_make(*a, **kw)
         if got is not None:
-            kern = got.kern
-            got.kern = lambda *args: calls.append(1) or kern(*args)
+            kern = got.kern_steps
+            got.kern_steps = lambda *args: calls.extend(args[20]) or kern(*args)  # args[20]: the rows
         return got
 
     runs = {}
@@ -156,6 +156,39 @@ def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy
     for k in p0:
         np.testing.assert_allclose(p1[k], p0[k], rtol=1e-10, atol=1e-12, err_msg=k)
         np.testing.assert_allclose(s1[f"momentum.{k}"], s0[f"momentum.{k}"], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+@needs_numba
+@pytest.mark.parametrize("loss", ["mse", "bce"])
+def test_all_steps_in_one_call_equal_one_call_a_step(loss, monkeypatch):
+    """local_train's batch-1 path (steps1: the draws made first, every step in one call) against the
+    step-by-step calls of step1 (the same kernel arithmetic): bit for bit, so the draws are the same
+    ones in the same order (permutation per epoch, then each step's dropout mask)."""
+    rng = np.random.default_rng(8)
+    params0 = ae.init_params(50, rng, (16, 8), dtype=np.float32)
+    x = np.zeros((4, 50), np.float32)
+    for u in range(4):
+        its = rng.choice(50, 7, replace=False)
+        x[u, its] = rng.integers(1, 6, 7)
+    mask = x != 0
+    if loss == "bce":
+        x = (x >= 3.5).astype(np.float32)
+    runs = []
+    for whole in (True, False):
+        if not whole:  # batch 1 then goes through the per-batch loop, one step1 call a step
+            monkeypatch.setattr(ae_train._OneUserStep, "train", None)
+            monkeypatch.setattr(ae_train, "_all_steps_at_once", lambda one, batch: False)
+        p = ae.copy_params(params0)
+        st = optim.sgd_init(p)
+        res = [ae_train.local_train(p, st, x, x, mask, epochs=3, batch=1, lr=0.1, rng=np.random.default_rng(t),
+                                    loss=loss, momentum=0.9, nesterov=True, weight_decay=5e-4, clip=0.5,
+                                    dropout=0.5, lazy=True) for t in range(2)]
+        runs.append((p, st, res))
+    (p1, s1, r1), (p0, s0, r0) = runs
+    assert r1 == r0  # FLOPs (clipping included), last-epoch loss, steps
+    for k in p0:
+        assert p1[k].tobytes() == p0[k].tobytes(), k
+        assert s1[f"momentum.{k}"].tobytes() == s0[f"momentum.{k}"].tobytes(), k
 
 
 def test_the_kernel_declines_what_it_does_not_compute():

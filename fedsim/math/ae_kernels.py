@@ -25,16 +25,16 @@ import sys
 
 import numpy as np
 
-__all__ = ["step1", "matvec", "FASTMATH", "compiled", "python"]
+__all__ = ["step1", "steps1", "matvec", "FASTMATH", "compiled", "python"]
 
 # kernels compiled with re-association allowed (vectorised sums); the others are compiled without
 # fast-math, so that their elementwise arithmetic is rounded exactly as NumPy's
 FASTMATH = {"matvec": {"reassoc"}}
 
 # indices into ``par`` (float64)
-P_CLIP, P_SCALE = 0, 1
+P_CLIP, P_SCALE, P_DROPOUT = 0, 1, 2
 # indices into ``pt`` (an array of the weights' dtype: the values the arithmetic uses, rounded to it)
-T_LR, T_MOMENTUM, T_WD, T_ONE, T_ZERO, T_LOSS_SCALE, T_COEF = 0, 1, 2, 3, 4, 5, 6
+T_LR, T_MOMENTUM, T_WD, T_ONE, T_ZERO, T_LOSS_SCALE, T_COEF, T_KEEP = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 def matvec(W, a, b, out, zero):
@@ -161,8 +161,8 @@ def step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, x, y, 
     ``momentum``). ``par`` (float64): the clipping norm (used when ``clip``) and the loss scale
     (1 / number of observed entries; 0 when there are none). ``pt`` (the weights' dtype, as
     ``optim.sgd_step`` rounds its scalars): learning rate, momentum, weight decay, 1, 0, the loss
-    gradient's scale (2 x loss scale for squared error, the loss scale for cross-entropy) and a
-    slot the clipping coefficient is rounded in. Loss: squared error, or cross-entropy on logits
+    gradient's scale (2 x loss scale for squared error, the loss scale for cross-entropy), a slot
+    the clipping coefficient is rounded in, and the dropout's keep scale (``steps1``). Loss: squared error, or cross-entropy on logits
     with ``bce``. Returns the loss (float64, already scaled, as ``ae.loss_and_grads`` returns it)
     and whether the gradient was clipped."""
     lr = pt[T_LR]
@@ -255,8 +255,30 @@ def step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, x, y, 
     return value, use_scale
 
 
+def steps1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, masks, scales, rows, draws,
+           par, pt, w1_by_column, bce, dropout, clip, decay, momentum, nesterov, losses, clipped):
+    """:func:`step1` on the rows ``rows[s]`` of ``X``, ``Y`` and ``masks`` for s = 0, 1, ... in turn
+    (one call for a client's whole local training when every batch is one user). ``scales[r]``:
+    row ``r``'s loss scale; ``draws[s]``: step ``s``'s uniform draws for the dropout mask (a unit is
+    kept, scaled by ``pt[T_KEEP]``, where the draw is at least ``par[P_DROPOUT]``: what ``ae`` does
+    with the same draws). Writes each step's loss and whether it was clipped into ``losses`` and
+    ``clipped``."""
+    keep = np.empty(W2.shape[0], dtype=W2.dtype)
+    for s in range(rows.shape[0]):
+        r = rows[s]
+        par[P_SCALE] = scales[r]
+        pt[T_LOSS_SCALE] = scales[r] if bce else 2.0 * scales[r]
+        if dropout:
+            for i in range(keep.shape[0]):
+                keep[i] = pt[T_KEEP] if draws[s, i] >= par[P_DROPOUT] else pt[T_ZERO]
+        v, c = step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X[r], Y[r], masks[r], keep,
+                     par, pt, w1_by_column, bce, dropout, clip, decay, momentum, nesterov)
+        losses[s] = v
+        clipped[s] = c
+
+
 _KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_update", "_update_by_column", "_update_bias", "_sq",
-            "step1")
+            "step1", "steps1")
 
 
 def compiled():

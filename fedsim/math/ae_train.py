@@ -247,6 +247,14 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
                                 weight_decay=weight_decay, clip=clip, dropout=dropout)
     flops = steps = 0
     last = 0.0
+    if _all_steps_at_once(one, batch):  # every batch one user: all the steps in one compiled call
+        losses, clipped = one.train(xs, ts, ms, int(epochs), rng)
+        steps = len(losses)
+        flops = steps * (ae.train_flops(enc_sizes, dec_sizes, 1, loss=loss, dropout=dropout) + step_flops)
+        if clip is not None and clip > 0:
+            flops += (2 * steps + int(clipped.sum())) * size  # clip_coef's count for the whole model
+        last = sum(losses[-n:].tolist()) / n if n else 0.0  # the last epoch's mean, added up as the loop does
+        epochs = 0  # (all done: the loop below has nothing left to run)
     for _ in range(int(epochs)):
         order = rng.permutation(n)
         total = 0.0
@@ -286,6 +294,10 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     return LocalResult(int(flops), float(last), steps)
 
 
+def _all_steps_at_once(one, batch) -> bool:
+    return one is not None and int(batch) == 1
+
+
 _ONE_USER_KEYS = ("enc.W1", "enc.b1", "enc.W2", "enc.b2", "dec.W1", "dec.b1", "dec.W2", "dec.b2")
 
 
@@ -321,11 +333,38 @@ class _OneUserStep:
             return None
         if not all(a.flags.c_contiguous for a in arrays[1:8] + arrays[9:]):
             return None
-        pt = np.array([lr, momentum, weight_decay, 1.0, 0.0, 0.0, 0.0], dtype=dtype)
-        par = np.array([clip if clip is not None else 0.0, 0.0])
+        pt = np.array([lr, momentum, weight_decay, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=dtype)
+        par = np.array([clip if clip is not None else 0.0, 0.0, 0.0])
         flags = (by_column, loss == "bce", dropout > 0.0, clip is not None and clip > 0, bool(weight_decay),
                  bool(momentum), bool(nesterov))
-        return cls(kern.step1, arrays, pt, par, flags, float(dropout), params["enc.W2"].shape[0], dtype)
+        one = cls(kern.step1, arrays, pt, par, flags, float(dropout), params["enc.W2"].shape[0], dtype)
+        one.kern_steps = kern.steps1
+        return one
+
+    def train(self, X, Y, masks, epochs, rng):
+        """``epochs`` passes over the rows of ``X`` (targets ``Y``, observed entries ``masks``) in
+        batches of one, shuffled per epoch: the draws ``local_train``'s loop makes (per epoch one
+        permutation, then per step the dropout mask's uniforms), made first, then every step in one
+        kernel call. Returns each step's loss and whether it was clipped."""
+        n = X.shape[0]
+        rows, draws = [], []
+        for _ in range(epochs):
+            rows.append(rng.permutation(n))
+            if self.dropout > 0.0:
+                draws.extend(rng.random((1, self.h2)) for _ in range(n))
+        rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+        draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
+        counts = np.count_nonzero(masks, axis=1)
+        scales = np.divide(1.0, counts, out=np.zeros(n), where=counts > 0)
+        self.par[2] = self.dropout
+        self.pt[7] = 1.0 / (1.0 - self.dropout) if self.dropout < 1.0 else 0.0
+        losses = np.zeros(len(rows))
+        clipped = np.zeros(len(rows), dtype=np.bool_)
+        dt = self.dtype
+        self.kern_steps(*self.args, np.ascontiguousarray(X, dtype=dt), np.ascontiguousarray(Y, dtype=dt),
+                        np.ascontiguousarray(masks, dtype=dt), scales, rows, draws, self.par, self.pt,
+                        *self.flags, losses, clipped)
+        return losses, clipped
 
     def __call__(self, x, y, mask, rng):
         """One step on the row ``x`` (target ``y``, observed entries ``mask``); returns (loss, clipped)."""

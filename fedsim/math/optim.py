@@ -236,15 +236,18 @@ def idle_map(steps: int, *, lr: float, momentum: float = 0.0, nesterov: bool = F
     a parameter ``p`` with momentum ``buf`` becomes ``c p + f buf`` and its momentum ``e p + h buf``
     (:func:`sgd_step`'s rule with ``g = 0`` is linear in the pair). Each step is applied to the two
     coefficient pairs in float64: exact to about 1e-16 relative, far below a float32 ulp."""
-    P = np.array([1.0, 0.0])  # p_k = P[0] p + P[1] buf
-    B = np.array([0.0, 1.0])  # buf_k likewise
+    pc, pb = 1.0, 0.0  # p_k = pc p + pb buf
+    bc, bb = 0.0, 1.0  # buf_k = bc p + bb buf
     for _ in range(int(steps)):
-        d = P * weight_decay
+        dc, db = pc * weight_decay, pb * weight_decay
         if momentum:
-            B = B * momentum + d
-            d = B * momentum + d if nesterov else B
-        P = P - d * lr
-    return np.array([P[0], P[1], B[0], B[1]], dtype=np.float64)
+            bc, bb = bc * momentum + dc, bb * momentum + db
+            if nesterov:
+                dc, db = bc * momentum + dc, bb * momentum + db
+            else:
+                dc, db = bc, bb
+        pc, pb = pc - dc * lr, pb - db * lr
+    return np.array([pc, pb, bc, bb], dtype=np.float64)
 
 
 def _idle_linear(p: np.ndarray, buf: np.ndarray, coef: np.ndarray, keep: bool, fused) -> None:
