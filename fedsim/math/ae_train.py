@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
+from . import ae_kernels
 from . import autoencoder as ae
 from . import optim
 
@@ -317,8 +318,6 @@ class _OneUserStep:
     def make(cls, params, state, *, loss, lr, momentum, nesterov, weight_decay, clip, dropout):
         if tuple(params) != _ONE_USER_KEYS or loss not in TASKS.values():
             return None
-        from . import ae_kernels
-
         kern = ae_kernels.compiled()
         if kern is None:
             return None
@@ -333,8 +332,11 @@ class _OneUserStep:
             return None
         if not all(a.flags.c_contiguous for a in arrays[1:8] + arrays[9:]):
             return None
-        pt = np.array([lr, momentum, weight_decay, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=dtype)
-        par = np.array([clip if clip is not None else 0.0, 0.0, 0.0])
+        K = ae_kernels
+        pt = np.zeros(K.T_KEEP + 1, dtype=dtype)  # the kernel's scalars, rounded to the weights' dtype
+        pt[[K.T_LR, K.T_MOMENTUM, K.T_WD, K.T_ONE]] = lr, momentum, weight_decay, 1.0
+        par = np.zeros(K.P_DROPOUT + 1)  # and those it keeps in float64
+        par[K.P_CLIP] = clip if clip is not None else 0.0
         flags = (by_column, loss == "bce", dropout > 0.0, clip is not None and clip > 0, bool(weight_decay),
                  bool(momentum), bool(nesterov))
         one = cls(kern.step1, arrays, pt, par, flags, float(dropout), params["enc.W2"].shape[0], dtype)
@@ -356,8 +358,8 @@ class _OneUserStep:
         draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
         counts = np.count_nonzero(masks, axis=1)
         scales = np.divide(1.0, counts, out=np.zeros(n), where=counts > 0)
-        self.par[2] = self.dropout
-        self.pt[7] = 1.0 / (1.0 - self.dropout) if self.dropout < 1.0 else 0.0
+        self.par[ae_kernels.P_DROPOUT] = self.dropout
+        self.pt[ae_kernels.T_KEEP] = 1.0 / (1.0 - self.dropout)  # (ae's keep scale, rounded to the dtype)
         losses = np.zeros(len(rows))
         clipped = np.zeros(len(rows), dtype=np.bool_)
         dt = self.dtype
@@ -370,8 +372,8 @@ class _OneUserStep:
         """One step on the row ``x`` (target ``y``, observed entries ``mask``); returns (loss, clipped)."""
         count = int(np.count_nonzero(mask))
         scale = 1.0 / count if count else 0.0
-        self.par[1] = scale
-        self.pt[5] = 2.0 * scale if not self.flags[1] else scale  # the loss gradient's factor, rounded
+        self.par[ae_kernels.P_SCALE] = scale
+        self.pt[ae_kernels.T_LOSS_SCALE] = scale if self.flags[1] else 2.0 * scale  # the loss gradient's factor
         keep = self.pt[:1]  # (unused without dropout)
         if self.dropout > 0.0:  # ae._forward's draw, for a batch of one
             keep = ((rng.random((1, self.h2)) >= self.dropout) * (1.0 / (1.0 - self.dropout))).astype(self.dtype)[0]

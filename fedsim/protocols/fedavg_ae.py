@@ -6,7 +6,7 @@ Message flow (kinds; sizes for the default model in float32, ``n`` items):
 round t = 1..T
     the server draws ``max(int(C M), 1)`` clients with its own generator (the same draws as the PersonalFR
     server with the same seed: both first initialise one whole autoencoder from ``ctx.rng``)
-    server -> chosen clients  ``model``   {t, model: encoder + decoder}     4 (66,176 + 513 n) + 194..196 bytes, one broadcast
+    server -> chosen clients  ``model``   {t, model: encoder + decoder}     4 (66,176 + 513 n) + 196 bytes, one broadcast
     client: K local epochs of the whole model (its own momentum kept across rounds, weight decay on every row)
     client -> server          ``update``  {model}                            4 (66,176 + 513 n) + 192 bytes
     server: equal-weight mean of the received models (float64 accumulation, node-id order)
