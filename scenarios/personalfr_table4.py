@@ -21,7 +21,7 @@ from fedsim.studies.personalfr import (
 )
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 1.5 h on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, 2 cores; estimated from 80-round runs, docs/performance.md)'
+RUN_TIME = 'about 48 min on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, 2 cores; measured 2026-11-26, docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     **COMMON_PARAMS,
