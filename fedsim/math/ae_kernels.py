@@ -70,30 +70,36 @@ def _t_matvec(W, g, out):
             out[j] += W[i, j] * gi
 
 
+def _sgd(p, x, bb, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """``optim_kernels.sgd_update``'s rule for one element: parameter ``p``, gradient ``x``, momentum
+    ``bb``; returns the new parameter and momentum."""
+    if scale:
+        x = x * s
+    d = x
+    if decay:
+        d = p * wd
+        d = d + x
+    if momentum:
+        bb = bb * mu
+        bb = bb + d
+        if nesterov:
+            n = bb * mu
+            d = n + d
+        else:
+            d = bb
+    d = d * lr
+    return p - d, bb
+
+
 def _update(p, buf, g, a, s, wd, mu, lr, scale, decay, momentum, nesterov):
     """The SGD step of the weight ``p`` (C order) whose gradient is the outer product ``g a^T``:
-    ``optim_kernels.sgd_update`` per element with the gradient computed in place."""
+    :func:`_sgd` per element with the gradient computed in place."""
     for i in range(p.shape[0]):
         gi = g[i]
         for j in range(p.shape[1]):
-            x = gi * a[j]
-            if scale:
-                x = x * s
-            d = x
-            if decay:
-                d = p[i, j] * wd
-                d = d + x
+            p[i, j], bb = _sgd(p[i, j], gi * a[j], buf[i, j], s, wd, mu, lr, scale, decay, momentum, nesterov)
             if momentum:
-                bb = buf[i, j] * mu
-                bb = bb + d
                 buf[i, j] = bb
-                if nesterov:
-                    n = bb * mu
-                    d = n + d
-                else:
-                    d = bb
-            d = d * lr
-            p[i, j] = p[i, j] - d
 
 
 def _update_by_column(p, buf, g, a, s, wd, mu, lr, scale, decay, momentum, nesterov):
@@ -101,47 +107,17 @@ def _update_by_column(p, buf, g, a, s, wd, mu, lr, scale, decay, momentum, neste
     for j in range(p.shape[1]):
         aj = a[j]
         for i in range(p.shape[0]):
-            x = g[i] * aj
-            if scale:
-                x = x * s
-            d = x
-            if decay:
-                d = p[i, j] * wd
-                d = d + x
+            p[i, j], bb = _sgd(p[i, j], g[i] * aj, buf[i, j], s, wd, mu, lr, scale, decay, momentum, nesterov)
             if momentum:
-                bb = buf[i, j] * mu
-                bb = bb + d
                 buf[i, j] = bb
-                if nesterov:
-                    n = bb * mu
-                    d = n + d
-                else:
-                    d = bb
-            d = d * lr
-            p[i, j] = p[i, j] - d
 
 
 def _update_bias(p, buf, g, s, wd, mu, lr, scale, decay, momentum, nesterov):
     """The SGD step of the bias ``p`` whose gradient is ``g``."""
     for i in range(p.shape[0]):
-        x = g[i]
-        if scale:
-            x = x * s
-        d = x
-        if decay:
-            d = p[i] * wd
-            d = d + x
+        p[i], bb = _sgd(p[i], g[i], buf[i], s, wd, mu, lr, scale, decay, momentum, nesterov)
         if momentum:
-            bb = buf[i] * mu
-            bb = bb + d
             buf[i] = bb
-            if nesterov:
-                n = bb * mu
-                d = n + d
-            else:
-                d = bb
-        d = d * lr
-        p[i] = p[i] - d
 
 
 def _sq(v):
@@ -277,8 +253,8 @@ def steps1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y,
         clipped[s] = c
 
 
-_KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_update", "_update_by_column", "_update_bias", "_sq",
-            "step1", "steps1")
+_KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_sgd", "_update", "_update_by_column", "_update_bias",
+            "_sq", "step1", "steps1")
 
 
 def compiled():

@@ -50,17 +50,25 @@ def sgd_update(p, g, buf, par, scale, decay, momentum, nesterov):
             if decay:
                 d = p[r, i] * wd
                 d = d + gi
+            p[r, i], b = _descend(p[r, i], d, buf[r, i], mu, lr, momentum, nesterov)
             if momentum:
-                b = buf[r, i] * mu
-                b = b + d
                 buf[r, i] = b
-                if nesterov:
-                    n = b * mu
-                    d = n + d
-                else:
-                    d = b
-            d = d * lr
-            p[r, i] = p[r, i] - d
+
+
+def _descend(v, d, b, mu, lr, momentum, nesterov):
+    """The rest of the rule for one element once ``d`` (gradient plus weight decay) is known:
+    with ``momentum`` ``b = b * mu + d`` and ``d = b * mu + d`` (``nesterov``) or ``d = b``; then
+    ``v - d * lr``. Returns the new value and momentum (``b`` unchanged without momentum)."""
+    if momentum:
+        b = b * mu
+        b = b + d
+        if nesterov:
+            n = b * mu
+            d = n + d
+        else:
+            d = b
+    d = d * lr
+    return v - d, b
 
 
 def sgd_idle(p, buf, par, steps, momentum, nesterov, keep):
@@ -85,18 +93,7 @@ def sgd_idle(p, buf, par, steps, momentum, nesterov, keep):
         for _ in range(steps):
             for i in range(p.shape[1]):
                 v = p[r, i]
-                d = v * wd
-                if momentum:
-                    b = row[i] * mu
-                    b = b + d
-                    row[i] = b
-                    if nesterov:
-                        n = b * mu
-                        d = n + d
-                    else:
-                        d = b
-                d = d * lr
-                p[r, i] = v - d
+                p[r, i], row[i] = _descend(v, v * wd, row[i], mu, lr, momentum, nesterov)
         if keep:
             for i in range(p.shape[1]):
                 buf[r, i] = row[i]
@@ -125,7 +122,7 @@ def sgd_idle_linear(p, buf, coef, keep):
                 p[r, i] = np.float64(p[r, i]) * c
 
 
-_KERNELS = ("sgd_update", "sgd_idle", "sgd_idle_linear")
+_KERNELS = ("_descend", "sgd_update", "sgd_idle", "sgd_idle_linear")
 
 
 def compiled():
