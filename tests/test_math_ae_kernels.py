@@ -76,7 +76,7 @@ def test_one_user_step_equals_the_numpy_step(dtype, fortran):
         p_ref = _model(dtype, fortran=fortran)
         p_new = _model(dtype, fortran=fortran)
         s_ref, s_new = optim.sgd_init(p_ref), optim.sgd_init(p_new)
-        step = ae_train._OneUserStep.make(p_new, s_new, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+        step = ae_train._FusedStep.make(p_new, s_new, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
                                           nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
                                           dropout=cfg["dropout"])
         assert step is not None and step.flags[0] == fortran
@@ -102,7 +102,7 @@ def test_python_copy_of_the_kernel_agrees_with_the_compiled_one():
         for mod in (COMPILED, ae_kernels.python()):
             p = _model(np.float64)
             st = optim.sgd_init(p)
-            step = ae_train._OneUserStep.make(p, st, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+            step = ae_train._FusedStep.make(p, st, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
                                               nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
                                               dropout=cfg["dropout"])
             step.kern = mod.step1
@@ -131,7 +131,7 @@ def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy
     if loss == "bce":
         x = (x >= 3.5).astype(float)
     calls = []
-    real_make = ae_train._OneUserStep.make
+    real_make = ae_train._FusedStep.make
 
     def counting_make(*a, **kw):
         got = real_make(*a, **kw)
@@ -142,7 +142,7 @@ def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy
 
     runs = {}
     for fused in (True, False):
-        monkeypatch.setattr(ae_train._OneUserStep, "make", counting_make if fused else (lambda *a, **kw: None))
+        monkeypatch.setattr(ae_train._FusedStep, "make", counting_make if fused else (lambda *a, **kw: None))
         p = ae.copy_params(params0)
         st = optim.sgd_init(p)
         res = [ae_train.local_train(p, st, x, x, mask, epochs=2, batch=1, lr=0.1, rng=np.random.default_rng(t),
@@ -176,7 +176,7 @@ def test_all_steps_in_one_call_equal_one_call_a_step(loss, monkeypatch):
     runs = []
     for whole in (True, False):
         if not whole:  # batch 1 then goes through the per-batch loop, one step1 call a step
-            monkeypatch.setattr(ae_train._OneUserStep, "train", None)
+            monkeypatch.setattr(ae_train._FusedStep, "train", None)
             monkeypatch.setattr(ae_train, "_all_steps_at_once", lambda one, batch: False)
         p = ae.copy_params(params0)
         st = optim.sgd_init(p)
@@ -193,10 +193,213 @@ def test_all_steps_in_one_call_equal_one_call_a_step(loss, monkeypatch):
 
 def test_the_kernel_declines_what_it_does_not_compute():
     p = ae.init_params(10, np.random.default_rng(0), (8,), dtype=np.float32)  # one encoder layer
-    assert ae_train._OneUserStep.make(p, optim.sgd_init(p), loss="mse", lr=0.1, momentum=0.9, nesterov=True,
+    assert ae_train._FusedStep.make(p, optim.sgd_init(p), loss="mse", lr=0.1, momentum=0.9, nesterov=True,
                                       weight_decay=0.0, clip=1.0, dropout=0.0) is None
     p = _model(np.float32)
     p["dec.W1"] = p["dec.W1"][:, ::2].copy()[:, :4]  # a strided, or mis-shaped, layout is never taken
     p["enc.W2"] = np.asfortranarray(p["enc.W2"])
-    assert ae_train._OneUserStep.make(p, optim.sgd_init(p), loss="mse", lr=0.1, momentum=0.9, nesterov=True,
+    assert ae_train._FusedStep.make(p, optim.sgd_init(p), loss="mse", lr=0.1, momentum=0.9, nesterov=True,
                                       weight_decay=0.0, clip=1.0, dropout=0.0) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# batches of several users (ae_kernels.stepb / stepsb: PersonalFR Table III's local batch 10)
+
+
+class _BatchDraws:
+    """A generator stand-in that replays one dropout mask per row of a batch."""
+
+    def __init__(self, keep_bits):
+        self.bits = keep_bits
+
+    def random(self, shape):
+        assert shape == self.bits.shape
+        return np.where(self.bits, 0.9, 0.1)
+
+
+def _batch(dtype, n, B, seed, loss, empty_row=None):
+    rows = [_row(dtype, n, seed * 31 + k, loss, empty=(k == empty_row)) for k in range(B)]
+    return np.stack([x for x, _ in rows]), np.stack([m for _, m in rows])
+
+
+def _numpy_batch_step(p, st, x, mask, bits, *, loss, lr, momentum, nesterov, wd, clip, dropout):
+    r = ae.loss_and_grads(p, x, x, mask, loss=loss, dropout=dropout, rng=_BatchDraws(bits) if dropout else None)
+    coef = None
+    if clip:
+        _, coef, _ = optim.clip_coef(r.grads, clip)
+    optim.sgd_step(p, r.grads, st, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd,
+                   grad_scale=coef, kernel="numpy")
+    return r.loss, coef is not None
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fortran", [True, False])
+@pytest.mark.parametrize("B", [2, 5])
+def test_batch_step_equals_the_numpy_step(dtype, fortran, B):
+    """stepb against ae.loss_and_grads + clip_coef + sgd_step on the same batch: the gradient of
+    each weight summed over the rows, the clipping norm from the rows' Gram matrices. In float64 the
+    two agree to 1e-11; in float32 their roundings differ by as much as each differs from the exact
+    step (tanh, the products' summation order), so there each is compared with the float64 NumPy
+    step: the kernel's error at most 3 times NumPy's own (plus a few ulps)."""
+    clipped_seen = set()
+    for i, cfg in enumerate(CONFIGS):
+        dtypes = {"kernel": dtype, "numpy": dtype, "exact": np.float64}
+        p = {tag: _model(dt, fortran=fortran) for tag, dt in dtypes.items()}
+        st = {tag: optim.sgd_init(q) for tag, q in p.items()}
+        step = ae_train._FusedStep.make(p["kernel"], st["kernel"], loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+                                        nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
+                                        dropout=cfg["dropout"])
+        assert step is not None and step.flags[0] == fortran
+        for t in range(3):  # three steps: the momentum carried from one to the next
+            bits = np.random.default_rng(t).random((B, 8)) < 0.5
+            got = {}
+            for tag, dt in dtypes.items():
+                x, mask = _batch(dt, 23, B, 10 * i + t, cfg["loss"], empty_row=(t % B if i % 4 == 0 else None))
+                if tag == "kernel":
+                    got[tag] = step(x, x, mask, _BatchDraws(bits))
+                else:
+                    got[tag] = _numpy_batch_step(p[tag], st[tag], x, mask, bits, lr=0.2, **cfg)
+            assert got["kernel"][1] == got["numpy"][1], (cfg, t)
+            clipped_seen.add(got["kernel"][1])
+            assert got["kernel"][0] == pytest.approx(got["numpy"][0], rel=1e-12 if dtype == np.float64 else 1e-6,
+                                                     abs=1e-12)
+        for k in p["numpy"]:
+            for part in ("", "momentum."):
+                new, ref, exact = (st[tag][part + k] if part else p[tag][k] for tag in ("kernel", "numpy", "exact"))
+                if dtype == np.float64:
+                    np.testing.assert_allclose(new, ref, rtol=1e-11, atol=1e-13, err_msg=f"{part}{k} {cfg}")
+                else:
+                    err_new, err_ref = (float(np.abs(a.astype(np.float64) - exact).max()) for a in (new, ref))
+                    assert err_new <= 3 * err_ref + 1e-6, (f"{part}{k}", cfg, err_new, err_ref)
+        assert not np.array_equal(p["kernel"]["dec.W2"], _model(dtype)["dec.W2"])  # it did train
+    assert clipped_seen == {True, False}  # both sides of the clipping were exercised
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fortran", [True, False])
+def test_batch_step_on_one_row_is_the_one_user_step(dtype, fortran):
+    """stepb on a batch of one row computes what step1 computes, bit for bit (same sums in the
+    same order; the Gram norm of one row is |g|^2 |a|^2)."""
+    for cfg in (CONFIGS[5], CONFIGS[29], CONFIGS[47]):
+        runs = []
+        for kernel in ("step1", "stepb"):
+            p = _model(dtype, fortran=fortran)
+            st = optim.sgd_init(p)
+            step = ae_train._FusedStep.make(p, st, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+                                            nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
+                                            dropout=cfg["dropout"])
+            K = ae_kernels
+            out = []
+            for t in range(3):
+                x, mask = _row(dtype, 23, t, cfg["loss"])
+                keep = (np.random.default_rng(t).random((1, 8)) >= 0.5).astype(dtype) * 2
+                scale = 1.0 / mask.sum()
+                step.par[K.P_SCALE] = scale
+                step.pt[K.T_LOSS_SCALE] = scale if cfg["loss"] == "bce" else 2 * scale
+                m = mask.astype(dtype)
+                if kernel == "step1":
+                    out.append(COMPILED.step1(*step.args, x, x, m, keep[0], step.par, step.pt, *step.flags))
+                else:
+                    out.append(COMPILED.stepb(*step.args, x[None], x[None], m[None], np.zeros(1, np.int64), keep,
+                                              step.par, step.pt, *step.flags))
+            runs.append((out, [a.tobytes() for a in step.args]))
+        assert runs[0] == runs[1], cfg
+
+
+@needs_numba
+def test_python_copy_of_the_batch_kernel_agrees_with_the_compiled_one():
+    for cfg in (CONFIGS[13], CONFIGS[40]):
+        runs = []
+        for mod in (COMPILED, ae_kernels.python()):
+            p = _model(np.float64)
+            st = optim.sgd_init(p)
+            step = ae_train._FusedStep.make(p, st, loss=cfg["loss"], lr=0.2, momentum=cfg["momentum"],
+                                            nesterov=cfg["nesterov"], weight_decay=cfg["wd"], clip=cfg["clip"],
+                                            dropout=cfg["dropout"])
+            step.kern_batch = mod.stepb
+            x, mask = _batch(np.float64, 23, 3, 1, cfg["loss"])
+            out = step(x, x, mask, _BatchDraws(np.arange(24).reshape(3, 8) % 3 == 0))
+            runs.append((out, p))
+        assert runs[0][0][1] == runs[1][0][1]
+        assert runs[0][0][0] == pytest.approx(runs[1][0][0], rel=1e-13)
+        for k in runs[0][1]:
+            np.testing.assert_allclose(runs[0][1][k], runs[1][1][k], rtol=1e-12, atol=1e-14)
+
+
+def _users(n_users, n_items, rated, seed, loss, dtype):
+    rng = np.random.default_rng(seed)
+    x = np.zeros((n_users, n_items), dtype)
+    for u in range(n_users):
+        its = rng.choice(n_items - 10, rated, replace=False)  # the last 10 items: never rated (cut away)
+        x[u, its] = rng.integers(1, 6, rated)
+    mask = x != 0
+    if loss == "bce":
+        x = (x >= 3.5).astype(dtype)
+    return x, mask
+
+
+@needs_numba
+@pytest.mark.parametrize("loss", ["mse", "bce"])
+@pytest.mark.parametrize("batch", [3, 10])
+def test_lazy_training_with_batches_uses_the_kernel_and_agrees_with_numpy(loss, batch, monkeypatch):
+    """local_train(lazy=True) with batches of several users (7 users: the last batch of each epoch is
+    shorter) through stepsb, against the same training with the kernel switched off: same FLOPs,
+    steps and last-epoch loss to rounding, models equal to rounding."""
+    x, mask = _users(7, 60, 9, 5, loss, np.float64)
+    params0 = ae.init_params(60, np.random.default_rng(5), (16, 8), dtype=np.float64)
+    calls = []
+    real_make = ae_train._FusedStep.make
+
+    def counting_make(*a, **kw):
+        got = real_make(*a, **kw)
+        if got is not None:
+            kern = got.kern_batches
+            got.kern_batches = lambda *args: calls.append(len(args[19]) - 1) or kern(*args)  # args[19]: starts
+        return got
+
+    runs = {}
+    for fused in (True, False):
+        monkeypatch.setattr(ae_train._FusedStep, "make", counting_make if fused else (lambda *a, **kw: None))
+        p = ae.copy_params(params0)
+        st = optim.sgd_init(p)
+        res = [ae_train.local_train(p, st, x, x, mask, epochs=2, batch=batch, lr=0.1,
+                                    rng=np.random.default_rng(t), loss=loss, momentum=0.9, nesterov=True,
+                                    weight_decay=5e-4, clip=1.0, dropout=0.5, lazy=True) for t in range(2)]
+        runs[fused] = (p, st, res)
+    per_epoch = -(-7 // batch)
+    assert calls == [2 * per_epoch] * 2  # every step of both calls went through the batch kernel
+    (p1, s1, r1), (p0, s0, r0) = runs[True], runs[False]
+    assert [(r.flops, r.steps) for r in r1] == [(r.flops, r.steps) for r in r0]
+    assert r1[0].steps == 2 * per_epoch
+    np.testing.assert_allclose([r.loss for r in r1], [r.loss for r in r0], rtol=1e-10)
+    for k in p0:
+        np.testing.assert_allclose(p1[k], p0[k], rtol=1e-10, atol=1e-12, err_msg=k)
+        np.testing.assert_allclose(s1[f"momentum.{k}"], s0[f"momentum.{k}"], rtol=1e-10, atol=1e-12, err_msg=k)
+
+
+@needs_numba
+@pytest.mark.parametrize("loss", ["mse", "bce"])
+def test_all_batch_steps_in_one_call_equal_one_call_a_step(loss, monkeypatch):
+    """stepsb (the draws made first, every batch in one call) against one stepb call a batch in
+    local_train's loop: bit for bit, so the draws are the same ones in the same order (permutation
+    per epoch, then each batch's dropout masks) and the short last batch is handled alike."""
+    x, mask = _users(7, 50, 7, 8, loss, np.float32)
+    params0 = ae.init_params(50, np.random.default_rng(8), (16, 8), dtype=np.float32)
+    runs = []
+    for whole in (True, False):
+        if not whole:
+            monkeypatch.setattr(ae_train._FusedStep, "train", None)
+            monkeypatch.setattr(ae_train, "_all_steps_at_once", lambda one, batch: False)
+        p = ae.copy_params(params0)
+        st = optim.sgd_init(p)
+        res = [ae_train.local_train(p, st, x, x, mask, epochs=3, batch=3, lr=0.1, rng=np.random.default_rng(t),
+                                    loss=loss, momentum=0.9, nesterov=True, weight_decay=5e-4, clip=0.5,
+                                    dropout=0.5, lazy=True) for t in range(2)]
+        runs.append((p, st, res))
+    (p1, s1, r1), (p0, s0, r0) = runs
+    assert r1 == r0  # FLOPs (clipping included), last-epoch loss, steps
+    for k in p0:
+        assert p1[k].tobytes() == p0[k].tobytes(), k
+        assert s1[f"momentum.{k}"].tobytes() == s0[f"momentum.{k}"].tobytes(), k

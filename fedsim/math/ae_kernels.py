@@ -29,7 +29,7 @@ __all__ = ["step1", "steps1", "matvec", "FASTMATH", "compiled", "python"]
 
 # kernels compiled with re-association allowed (vectorised sums); the others are compiled without
 # fast-math, so that their elementwise arithmetic is rounded exactly as NumPy's
-FASTMATH = {"matvec": {"reassoc"}}
+FASTMATH = {"matvec": {"reassoc"}, "matmat": {"reassoc"}}
 
 # indices into ``par`` (float64)
 P_CLIP, P_SCALE, P_DROPOUT = 0, 1, 2
@@ -253,8 +253,260 @@ def steps1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y,
         clipped[s] = c
 
 
+
+# ---------------------------------------------------------------------------------------------
+# A batch of users (local batch B > 1: PersonalFR's Table III). The same step on the rows of a
+# batch: each weight is read once per pass for all the rows, the gradient of a weight is the sum
+# over the rows of their outer products (rows added in order), computed in the pass that writes
+# it, and the clipping norm of that sum is taken from the rows' Gram matrices.
+
+
+def matmat(W, A, b, out, zero):
+    """``out[r] = W @ A[r] + b`` for every row ``r`` of ``A`` (``W`` C-ordered): each row of ``W``
+    read once for all the rows of ``A``, each sum in any order (``zero``: 0 of the arrays' dtype)."""
+    for i in range(W.shape[0]):
+        for r in range(A.shape[0]):
+            s = zero
+            for j in range(W.shape[1]):
+                s += W[i, j] * A[r, j]
+            out[r, i] = s + b[i]
+
+
+def _matmat_by_column(W, A, b, out):
+    """:func:`matmat` for a Fortran-ordered ``W``: columns added in order (zero inputs skipped)."""
+    for r in range(A.shape[0]):
+        for i in range(W.shape[0]):
+            out[r, i] = 0
+    for j in range(W.shape[1]):
+        for r in range(A.shape[0]):
+            a = A[r, j]
+            if a != 0:
+                for i in range(W.shape[0]):
+                    out[r, i] += W[i, j] * a
+    for r in range(A.shape[0]):
+        for i in range(W.shape[0]):
+            out[r, i] += b[i]
+
+
+def _t_matmat(W, G, out):
+    """``out[r] = W.T @ G[r]`` for every row ``r`` of ``G`` (``W`` C-ordered): rows of ``W`` added
+    in order."""
+    for r in range(G.shape[0]):
+        for j in range(W.shape[1]):
+            out[r, j] = 0
+    for i in range(W.shape[0]):
+        for r in range(G.shape[0]):
+            gi = G[r, i]
+            for j in range(W.shape[1]):
+                out[r, j] += W[i, j] * gi
+
+
+def _update_rows(p, buf, G, A, tmp, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """The SGD step of the weight ``p`` (C order) whose gradient is ``sum_r G[r] A[r]^T`` (rows added
+    in order into ``tmp``, one row of ``p`` at a time): :func:`_sgd` per element."""
+    for i in range(p.shape[0]):
+        g0 = G[0, i]
+        for j in range(p.shape[1]):
+            tmp[j] = g0 * A[0, j]
+        for r in range(1, G.shape[0]):
+            gi = G[r, i]
+            for j in range(p.shape[1]):
+                tmp[j] += gi * A[r, j]
+        for j in range(p.shape[1]):
+            p[i, j], bb = _sgd(p[i, j], tmp[j], buf[i, j], s, wd, mu, lr, scale, decay, momentum, nesterov)
+            if momentum:
+                buf[i, j] = bb
+
+
+def _update_rows_by_column(p, buf, G, A, tmp, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """:func:`_update_rows` for a Fortran-ordered ``p`` (and ``buf``): column by column (rows whose
+    input is zero in that column skipped after the first)."""
+    for j in range(p.shape[1]):
+        a0 = A[0, j]
+        for i in range(p.shape[0]):
+            tmp[i] = G[0, i] * a0
+        for r in range(1, G.shape[0]):
+            a = A[r, j]
+            if a != 0:
+                for i in range(p.shape[0]):
+                    tmp[i] += G[r, i] * a
+        for i in range(p.shape[0]):
+            p[i, j], bb = _sgd(p[i, j], tmp[i], buf[i, j], s, wd, mu, lr, scale, decay, momentum, nesterov)
+            if momentum:
+                buf[i, j] = bb
+
+
+def _update_bias_rows(p, buf, G, s, wd, mu, lr, scale, decay, momentum, nesterov):
+    """The SGD step of the bias ``p`` whose gradient is ``sum_r G[r]`` (rows added in order)."""
+    for i in range(p.shape[0]):
+        x = G[0, i]
+        for r in range(1, G.shape[0]):
+            x += G[r, i]
+        p[i], bb = _sgd(p[i], x, buf[i], s, wd, mu, lr, scale, decay, momentum, nesterov)
+        if momentum:
+            buf[i] = bb
+
+
+def _dot64(u, v):
+    """``u . v`` in float64."""
+    s = 0.0
+    for i in range(u.shape[0]):
+        s += np.float64(u[i]) * np.float64(v[i])
+    return s
+
+
+def _gram_sq(G, A):
+    """``|sum_r G[r] A[r]^T|^2 + |sum_r G[r]|^2`` (a weight's and its bias's gradient, squared norm)
+    from the rows: ``sum_{r, q} (G[r] . G[q]) (A[r] . A[q] + 1)``, in float64."""
+    total = 0.0
+    for r in range(G.shape[0]):
+        for q in range(r, G.shape[0]):
+            t = _dot64(G[r], G[q]) * (_dot64(A[r], A[q]) + 1.0)
+            total += t if q == r else 2.0 * t
+    return total
+
+
+def stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, masks, rows, keep, par, pt,
+          w1_by_column, bce, dropout, clip, decay, momentum, nesterov):
+    """One SGD step on the batch of users ``rows`` (row indices into ``X``, ``Y``, ``masks``, in the
+    order ``ae.loss_and_grads`` sees them): :func:`step1`'s arithmetic for a batch. ``keep[k]``: row
+    ``k``'s dropout mask (scaled); ``par[P_SCALE]``: the batch's loss scale (1 / observed entries
+    in the batch). Returns the batch's loss and whether the gradient was clipped. On a batch of one
+    it computes what :func:`step1` computes."""
+    lr = pt[T_LR]
+    mu = pt[T_MOMENTUM]
+    wd = pt[T_WD]
+    one = pt[T_ONE]
+    zero = pt[T_ZERO]
+    gscale = pt[T_LOSS_SCALE]
+    scale = par[P_SCALE]
+    dt = W2.dtype
+    B = rows.shape[0]
+    XB = np.empty((B, X.shape[1]), dtype=dt)
+    for k in range(B):
+        XB[k] = X[rows[k]]
+    H1 = np.empty((B, W1.shape[0]), dtype=dt)
+    H2 = np.empty((B, W2.shape[0]), dtype=dt)
+    H3 = np.empty((B, W3.shape[0]), dtype=dt)
+    G4 = np.empty((B, W4.shape[0]), dtype=dt)  # the output first, then its gradient in place
+    # forward
+    if w1_by_column:
+        _matmat_by_column(W1, XB, b1, H1)
+    else:
+        matmat(W1, XB, b1, H1, zero)
+    for k in range(B):
+        for i in range(H1.shape[1]):
+            H1[k, i] = np.tanh(H1[k, i])
+    matmat(W2, H1, b2, H2, zero)
+    for k in range(B):
+        for i in range(H2.shape[1]):
+            H2[k, i] = np.tanh(H2[k, i])
+    code = H2
+    if dropout:
+        code = np.empty_like(H2)
+        for k in range(B):
+            for i in range(H2.shape[1]):
+                code[k, i] = H2[k, i] * keep[k, i]
+    matmat(W3, code, b3, H3, zero)
+    for k in range(B):
+        for i in range(H3.shape[1]):
+            H3[k, i] = np.tanh(H3[k, i])
+    matmat(W4, H3, b4, G4, zero)
+    # loss and its gradient with respect to the output (zero off the mask)
+    value = 0.0
+    for k in range(B):
+        y = Y[rows[k]]
+        mask = masks[rows[k]]
+        if bce:
+            for i in range(G4.shape[1]):
+                zi = G4[k, i]
+                e = np.exp(-abs(zi))
+                sig = one / (one + e) if zi >= zero else e / (one + e)
+                if mask[i] != 0:
+                    value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
+                G4[k, i] = (sig - y[i]) * mask[i] * gscale
+        else:
+            for i in range(G4.shape[1]):
+                diff = (G4[k, i] - y[i]) * mask[i]
+                if mask[i] != 0:
+                    value += np.float64(diff * diff)
+                G4[k, i] = diff * gscale
+    value *= scale
+    # backward: the gradient at each layer's pre-activation
+    G3 = np.empty_like(H3)
+    _t_matmat(W4, G4, G3)
+    for k in range(B):
+        for i in range(G3.shape[1]):
+            G3[k, i] = G3[k, i] * (one - H3[k, i] * H3[k, i])
+    G2 = np.empty_like(H2)
+    _t_matmat(W3, G3, G2)
+    if dropout:
+        for k in range(B):
+            for i in range(G2.shape[1]):
+                G2[k, i] = G2[k, i] * keep[k, i]
+    for k in range(B):
+        for i in range(G2.shape[1]):
+            G2[k, i] = G2[k, i] * (one - H2[k, i] * H2[k, i])
+    G1 = np.empty_like(H1)
+    _t_matmat(W2, G2, G1)
+    for k in range(B):
+        for i in range(G1.shape[1]):
+            G1[k, i] = G1[k, i] * (one - H1[k, i] * H1[k, i])
+    # clipping: each weight's gradient norm from the rows' Gram matrices
+    coef = one
+    use_scale = False
+    if clip:
+        total = _gram_sq(G4, H3) + _gram_sq(G3, code) + _gram_sq(G2, H1) + _gram_sq(G1, XB)
+        c = par[P_CLIP] / (np.sqrt(total) + 1e-6)
+        if c < 1.0:
+            pt[T_COEF] = c  # rounded to the weights' dtype, as sgd_step's grad_scale is
+            coef = pt[T_COEF]
+            use_scale = True
+    # the updates (each weight's gradient summed over the rows while it is written)
+    tmp = np.empty(max(W1.shape[0], W1.shape[1], W2.shape[1], W3.shape[1], W4.shape[1]), dtype=dt)
+    if w1_by_column:
+        _update_rows_by_column(W1, M1, G1, XB, tmp, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    else:
+        _update_rows(W1, M1, G1, XB, tmp, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias_rows(b1, m1, G1, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_rows(W2, M2, G2, H1, tmp, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias_rows(b2, m2, G2, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_rows(W3, M3, G3, code, tmp, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias_rows(b3, m3, G3, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_rows(W4, M4, G4, H3, tmp, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    _update_bias_rows(b4, m4, G4, coef, wd, mu, lr, use_scale, decay, momentum, nesterov)
+    return value, use_scale
+
+
+def stepsb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, masks, starts, rows, scales,
+           draws, par, pt, w1_by_column, bce, dropout, clip, decay, momentum, nesterov, losses, clipped):
+    """:func:`stepb` on the batches ``rows[starts[s]:starts[s + 1]]`` for s = 0, 1, ... in turn (a
+    client's whole local training in one call). ``scales[s]``: batch ``s``'s loss scale;
+    ``draws[starts[s] + k]``: the uniform draws of the dropout mask of that batch's row ``k`` (kept,
+    scaled by ``pt[T_KEEP]``, where the draw is at least ``par[P_DROPOUT]``: what ``ae`` does with the
+    same draws). Writes each step's loss and whether it was clipped into ``losses`` and ``clipped``."""
+    widest = 1
+    for s in range(starts.shape[0] - 1):
+        widest = max(widest, starts[s + 1] - starts[s])
+    keep = np.empty((widest, W2.shape[0]), dtype=W2.dtype)
+    for s in range(starts.shape[0] - 1):
+        lo = starts[s]
+        hi = starts[s + 1]
+        par[P_SCALE] = scales[s]
+        pt[T_LOSS_SCALE] = scales[s] if bce else 2.0 * scales[s]
+        if dropout:
+            for k in range(hi - lo):
+                for i in range(keep.shape[1]):
+                    keep[k, i] = pt[T_KEEP] if draws[lo + k, i] >= par[P_DROPOUT] else pt[T_ZERO]
+        v, c = stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, masks, rows[lo:hi],
+                     keep[:hi - lo], par, pt, w1_by_column, bce, dropout, clip, decay, momentum, nesterov)
+        losses[s] = v
+        clipped[s] = c
+
+
 _KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_sgd", "_update", "_update_by_column", "_update_bias",
-            "_sq", "step1", "steps1")
+            "_sq", "step1", "steps1", "matmat", "_matmat_by_column", "_t_matmat", "_update_rows",
+            "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb")
 
 
 def compiled():

@@ -242,19 +242,22 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     size = ae.param_count(params)
     step_flops = optim.sgd_flops(size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
     n = x.shape[0]
-    one = None  # a single user's steps, fused into one compiled call each (ae_kernels.step1)
+    one = None  # each local step fused into one compiled call (ae_kernels.step1, stepb)
     if not (sequential_sums or exact_norm):
-        one = _OneUserStep.make(sub, sub_state, loss=loss, lr=lr, momentum=momentum, nesterov=nesterov,
-                                weight_decay=weight_decay, clip=clip, dropout=dropout)
+        one = _FusedStep.make(sub, sub_state, loss=loss, lr=lr, momentum=momentum, nesterov=nesterov,
+                              weight_decay=weight_decay, clip=clip, dropout=dropout)
     flops = steps = 0
     last = 0.0
-    if _all_steps_at_once(one, batch):  # every batch one user: all the steps in one compiled call
-        losses, clipped = one.train(xs, ts, ms, int(epochs), rng)
+    if _all_steps_at_once(one, batch):  # all the steps in one compiled call, the draws made first
+        losses, clipped, sizes = one.train(xs, ts, ms, int(epochs), int(batch), rng)
         steps = len(losses)
-        flops = steps * (ae.train_flops(enc_sizes, dec_sizes, 1, loss=loss, dropout=dropout) + step_flops)
+        flops = sum(ae.train_flops(enc_sizes, dec_sizes, b, loss=loss, dropout=dropout) for b in sizes.tolist())
+        flops += steps * step_flops
         if clip is not None and clip > 0:
             flops += (2 * steps + int(clipped.sum())) * size  # clip_coef's count for the whole model
-        last = sum(losses[-n:].tolist()) / n if n else 0.0  # the last epoch's mean, added up as the loop does
+        per_epoch = -(-n // int(batch))  # batches per epoch
+        # the last epoch's mean, added up as the loop does
+        last = sum(losses[-per_epoch:].tolist()) / per_epoch if n else 0.0
         epochs = 0  # (all done: the loop below has nothing left to run)
     for _ in range(int(epochs)):
         order = rng.permutation(n)
@@ -263,8 +266,8 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         for b0 in range(0, n, int(batch)):
             b = np.sort(order[b0:b0 + int(batch)])
             flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=loss, dropout=dropout)
-            if one is not None and len(b) == 1:
-                value, clipped = one(xs[b[0]], ts[b[0]], ms[b[0]], rng)
+            if one is not None:
+                value, clipped = one(xs[b], ts[b], ms[b], rng)
                 total += value
                 if clip is not None and clip > 0:
                     flops += (3 if clipped else 2) * size  # clip_coef's count for the whole model
@@ -296,17 +299,19 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
 
 
 def _all_steps_at_once(one, batch) -> bool:
-    return one is not None and int(batch) == 1
+    """Whether ``local_train(lazy=True)`` runs all its steps in one kernel call (tests switch it off
+    to compare with one call a step)."""
+    return one is not None
 
 
-_ONE_USER_KEYS = ("enc.W1", "enc.b1", "enc.W2", "enc.b2", "dec.W1", "dec.b1", "dec.W2", "dec.b2")
+_FUSED_KEYS = ("enc.W1", "enc.b1", "enc.W2", "enc.b2", "dec.W1", "dec.b1", "dec.W2", "dec.b2")
 
 
-class _OneUserStep:
-    """A local step on one user's row as one call of ``ae_kernels.step1`` (the compiled kernel):
-    the same step as ``ae.loss_and_grads`` + ``optim.clip_coef`` + ``optim.sgd_step`` on a batch
-    of one, to float rounding (the kernel's module says where the two differ), with the same
-    random draws (the dropout mask, drawn here as ``ae`` draws it). :meth:`make` returns None
+class _FusedStep:
+    """A local step on a batch of users' rows as one call of a compiled kernel (``ae_kernels.step1``
+    for one user, ``stepb`` for more): the same step as ``ae.loss_and_grads`` + ``optim.clip_coef`` +
+    ``optim.sgd_step``, to float rounding (the kernel's module says where the two differ), with the
+    same random draws (the dropout mask, drawn here as ``ae`` draws it). :meth:`make` returns None
     when the kernel does not apply: numba missing, a model other than two encoder and two
     decoder layers, layouts or dtypes the kernel does not take."""
 
@@ -316,7 +321,7 @@ class _OneUserStep:
 
     @classmethod
     def make(cls, params, state, *, loss, lr, momentum, nesterov, weight_decay, clip, dropout):
-        if tuple(params) != _ONE_USER_KEYS or loss not in TASKS.values():
+        if tuple(params) != _FUSED_KEYS or loss not in TASKS.values():
             return None
         kern = ae_kernels.compiled()
         if kern is None:
@@ -341,44 +346,78 @@ class _OneUserStep:
                  bool(momentum), bool(nesterov))
         one = cls(kern.step1, arrays, pt, par, flags, float(dropout), params["enc.W2"].shape[0], dtype)
         one.kern_steps = kern.steps1
+        one.kern_batch = kern.stepb
+        one.kern_batches = kern.stepsb
         return one
 
-    def train(self, X, Y, masks, epochs, rng):
+    def train(self, X, Y, masks, epochs, batch, rng):
         """``epochs`` passes over the rows of ``X`` (targets ``Y``, observed entries ``masks``) in
-        batches of one, shuffled per epoch: the draws ``local_train``'s loop makes (per epoch one
-        permutation, then per step the dropout mask's uniforms), made first, then every step in one
-        kernel call. Returns each step's loss and whether it was clipped."""
+        batches of ``batch`` rows, shuffled per epoch: the draws ``local_train``'s loop makes (per
+        epoch one permutation, then per batch the dropout mask's uniforms), made first, then every
+        step in one kernel call. Returns each step's loss, whether it was clipped, and its batch's
+        size."""
         n = X.shape[0]
-        rows, draws = [], []
-        for _ in range(epochs):
-            rows.append(rng.permutation(n))
-            if self.dropout > 0.0:
-                draws.extend(rng.random((1, self.h2)) for _ in range(n))
-        rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
-        draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
         counts = np.count_nonzero(masks, axis=1)
-        scales = np.divide(1.0, counts, out=np.zeros(n), where=counts > 0)
         self.par[ae_kernels.P_DROPOUT] = self.dropout
         self.pt[ae_kernels.T_KEEP] = 1.0 / (1.0 - self.dropout)  # (ae's keep scale, rounded to the dtype)
-        losses = np.zeros(len(rows))
-        clipped = np.zeros(len(rows), dtype=np.bool_)
         dt = self.dtype
-        self.kern_steps(*self.args, np.ascontiguousarray(X, dtype=dt), np.ascontiguousarray(Y, dtype=dt),
-                        np.ascontiguousarray(masks, dtype=dt), scales, rows, draws, self.par, self.pt,
-                        *self.flags, losses, clipped)
-        return losses, clipped
+        data = (np.ascontiguousarray(X, dtype=dt), np.ascontiguousarray(Y, dtype=dt),
+                np.ascontiguousarray(masks, dtype=dt))
+        rows, draws = [], []
+        if batch == 1:
+            for _ in range(epochs):
+                rows.append(rng.permutation(n))
+                if self.dropout > 0.0:
+                    draws.extend(rng.random((1, self.h2)) for _ in range(n))
+            rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+            draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
+            scales = np.divide(1.0, counts, out=np.zeros(n), where=counts > 0)
+            losses = np.zeros(len(rows))
+            clipped = np.zeros(len(rows), dtype=np.bool_)
+            self.kern_steps(*self.args, *data, scales, rows, draws, self.par, self.pt, *self.flags, losses, clipped)
+            return losses, clipped, np.ones(len(rows), np.int64)
+        for _ in range(epochs):
+            order = rng.permutation(n)
+            for b0 in range(0, n, batch):
+                b = np.sort(order[b0:b0 + batch])
+                rows.append(b)
+                if self.dropout > 0.0:
+                    draws.append(rng.random((len(b), self.h2)))
+        sizes = np.array([len(b) for b in rows], dtype=np.int64)
+        starts = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        totals = np.array([int(counts[b].sum()) for b in rows], dtype=np.float64)
+        scales = np.divide(1.0, totals, out=np.zeros(len(rows)), where=totals > 0)
+        rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+        draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
+        losses = np.zeros(len(sizes))
+        clipped = np.zeros(len(sizes), dtype=np.bool_)
+        self.kern_batches(*self.args, *data, starts, rows, scales, draws, self.par, self.pt, *self.flags,
+                          losses, clipped)
+        return losses, clipped, sizes
 
     def __call__(self, x, y, mask, rng):
-        """One step on the row ``x`` (target ``y``, observed entries ``mask``); returns (loss, clipped)."""
+        """One step on the rows of ``x`` (a batch; or one row, 1-D), targets ``y`` and observed
+        entries ``mask``; returns (loss, clipped)."""
         count = int(np.count_nonzero(mask))
         scale = 1.0 / count if count else 0.0
         self.par[ae_kernels.P_SCALE] = scale
         self.pt[ae_kernels.T_LOSS_SCALE] = scale if self.flags[1] else 2.0 * scale  # the loss gradient's factor
+        dt = self.dtype
+        if x.ndim == 2 and x.shape[0] != 1:
+            keep = self.pt[None, :1]  # (unused without dropout)
+            if self.dropout > 0.0:  # ae._forward's draw
+                keep = ((rng.random((x.shape[0], self.h2)) >= self.dropout)
+                        * (1.0 / (1.0 - self.dropout))).astype(dt)
+            return self.kern_batch(*self.args, np.ascontiguousarray(x, dtype=dt), np.ascontiguousarray(y, dtype=dt),
+                                   np.ascontiguousarray(mask, dtype=dt), np.arange(x.shape[0]), keep, self.par,
+                                   self.pt, *self.flags)
+        x, y, mask = x.reshape(-1), y.reshape(-1), mask.reshape(-1)
         keep = self.pt[:1]  # (unused without dropout)
         if self.dropout > 0.0:  # ae._forward's draw, for a batch of one
-            keep = ((rng.random((1, self.h2)) >= self.dropout) * (1.0 / (1.0 - self.dropout))).astype(self.dtype)[0]
-        value, clipped = self.kern(*self.args, x.astype(self.dtype, copy=False), y.astype(self.dtype, copy=False),
-                                   mask.astype(self.dtype), keep, self.par, self.pt, *self.flags)
+            keep = ((rng.random((1, self.h2)) >= self.dropout) * (1.0 / (1.0 - self.dropout))).astype(dt)[0]
+        value, clipped = self.kern(*self.args, x.astype(dt, copy=False), y.astype(dt, copy=False),
+                                   mask.astype(dt), keep, self.par, self.pt, *self.flags)
         return value, clipped
 
 
