@@ -315,3 +315,70 @@ def test_no_state_is_a_fresh_momentum_each_call(lazy):
     assert r_new == r_ref
     for k in p_ref:
         assert p_new[k].tobytes() == p_ref[k].tobytes(), k
+
+
+def _read_only(params):
+    out = {k: v.copy(order="K") for k, v in params.items()}
+    for v in out.values():
+        v.setflags(write=False)  # as a received model's arrays (views into the message)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("closed", [True, False])
+@pytest.mark.parametrize("keep", [True, False])
+def test_idle_steps_from_a_source_equal_a_copy_then_the_steps(backend, closed, keep, monkeypatch):
+    """sgd_idle_steps(source=): the steps of source's values written into freshly allocated arrays,
+    bit for bit what copying first and stepping in place gives; the source is only read."""
+    if backend == "numba":
+        if COMPILED is None:
+            pytest.skip("numba (the 'fast' extra) is not installed")
+        monkeypatch.setattr(optim, "_fused", lambda: COMPILED)
+    kernel = "numpy" if backend == "numpy" else "auto"
+    for steps, kw in ((5, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2)),
+                      (3, dict(lr=0.2, weight_decay=1e-3)), (0, dict(lr=0.1, weight_decay=1e-3)),
+                      (4, dict(lr=0.1))):
+        src = _read_only(_arrays(np.float32))
+        src_bytes = {k: v.tobytes() for k, v in src.items()}
+        ref = {k: v.copy(order="K") for k, v in src.items()}
+        new = {k: np.full_like(v, np.nan) for k, v in src.items()}  # whatever was there is overwritten
+        s_ref = _momentum(ref) if keep else None
+        s_new = _momentum(new) if keep else None
+        f_ref = optim.sgd_idle_steps(ref, s_ref, steps, kernel=kernel, closed_form=closed, **kw)
+        f_new = optim.sgd_idle_steps(new, s_new, steps, kernel=kernel, closed_form=closed, source=src, **kw)
+        assert f_new == f_ref
+        for k in ref:
+            assert new[k].tobytes() == ref[k].tobytes(), (k, steps, kw)
+            if keep:
+                assert s_new[f"momentum.{k}"].tobytes() == s_ref[f"momentum.{k}"].tobytes(), k
+            assert src[k].tobytes() == src_bytes[k]
+    with pytest.raises(ValueError, match=r"source\['w'\]"):
+        optim.sgd_idle_steps({"w": np.zeros((7, 5), np.float32)}, None, 2, lr=0.1, weight_decay=1e-3,
+                             source={"w": np.zeros((7, 5), np.float64)})
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+@pytest.mark.parametrize("reset", [True, False])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_training_from_a_source_equals_training_a_copy(lazy, reset, batch):
+    """local_train(source=): uninitialised arrays filled from a read-only model (a FedAvg client's
+    received one) give the same bits as training a copy of it, and the source is left as it was."""
+    params0, x, mask = _client(np.float32, "mse")
+    runs = []
+    for from_source in (False, True):
+        src = _read_only(params0)
+        before = {k: v.tobytes() for k, v in src.items()}
+        state = None if reset else optim.sgd_init(params0)
+        out = []
+        for t in range(2):
+            params = ({k: np.full_like(v, np.nan) for k, v in src.items()} if from_source
+                      else ae.copy_params(src))
+            r = ae_train.local_train(params, state, x, x, mask, epochs=2, batch=batch, lr=0.1,
+                                     rng=np.random.default_rng(t), loss="mse", momentum=0.9, nesterov=True,
+                                     weight_decay=5e-4, clip=1.0, dropout=0.5, lazy=lazy,
+                                     source=src if from_source else None)
+            out.append((r, {k: v.tobytes() for k, v in params.items()}))
+            assert {k: v.tobytes() for k, v in src.items()} == before
+        runs.append((out, None if state is None else {k: v.tobytes() for k, v in state.items()}))
+    assert runs[0] == runs[1]
+    assert runs[0][0][0][1] != {k: v.tobytes() for k, v in params0.items()}  # it did train

@@ -157,6 +157,7 @@ def local_train(
     sequential_sums: bool = False,
     exact_norm: bool = False,
     stepwise_idle: bool = False,
+    source: Mapping[str, np.ndarray] | None = None,
 ) -> LocalResult:
     """``epochs`` passes over the rows of ``x`` in shuffled batches of ``batch`` (Algorithm 1's ClientUpdate).
 
@@ -185,12 +186,20 @@ def local_train(
     ``sequential_sums``, ``exact_norm``, ``stepwise_idle``: matrix products summed term by term
     (``ae.loss_and_grads``), the clipping norm correctly rounded (``optim.grad_norm``) and, with ``lazy``,
     the zero-gradient steps applied one by one in the parameters' precision; slow, for tests.
+
+    ``source``: the starting values of ``params`` (the same keys, shapes and dtypes; read-only arrays,
+    such as a received model's, are fine), ``params`` then need only be allocated (``np.empty_like``):
+    the result is that of copying ``source`` into ``params`` first, and with ``lazy`` the copy of the
+    cut arrays is folded into the pass that gives their untouched entries their steps.
     """
     if lazy and restrict is None:
         return _local_train_lazy(params, state, x, target, mask, epochs=epochs, batch=batch, lr=lr, rng=rng,
                                  loss=loss, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                                  clip=clip, dropout=dropout, sequential_sums=sequential_sums,
-                                 exact_norm=exact_norm, stepwise_idle=stepwise_idle)
+                                 exact_norm=exact_norm, stepwise_idle=stepwise_idle, source=source)
+    if source is not None:
+        for k, v in params.items():
+            np.copyto(v, source[k])
     if state is None:
         state = optim.sgd_init(params)
     n = x.shape[0]
@@ -220,15 +229,21 @@ def local_train(
 
 
 def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng, loss, momentum, nesterov,
-                      weight_decay, clip, dropout, sequential_sums, exact_norm, stepwise_idle) -> LocalResult:
+                      weight_decay, clip, dropout, sequential_sums, exact_norm, stepwise_idle,
+                      source=None) -> LocalResult:
     """``local_train(lazy=True)``: see there."""
     w_in = ae.input_key(params)
     w_out, b_out = ae.output_keys(params)
     cols = np.flatnonzero((x != 0).any(axis=0))  # input columns the data reaches
     rows = np.flatnonzero(np.asarray(mask).any(axis=0))  # output rows the loss reaches
     cut = {w_in: (slice(None), cols), w_out: rows, b_out: rows}
+    start = params if source is None else source
+    if source is not None:  # the layers not cut are trained in place: they need their values now
+        for k, v in params.items():
+            if k not in cut:
+                np.copyto(v, source[k])
     # the cut model: gathered copies of the reached parts, the other (small) layers shared as they are
-    sub = {k: (v[cut[k]] if k in cut else v) for k, v in params.items()}
+    sub = {k: (start[k][cut[k]] if k in cut else v) for k, v in params.items()}
     if state is None:  # fresh momentum, not kept: only the cut model's is needed
         sub_state = optim.sgd_init(sub)
     else:
@@ -290,7 +305,8 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         last = total / max(nb, 1)
     # the entries the data never reached: their steps at once (the reached parts are overwritten next)
     optim.sgd_idle_steps({k: params[k] for k in cut}, state, steps, lr=lr, momentum=momentum, nesterov=nesterov,
-                         weight_decay=weight_decay, closed_form=not stepwise_idle)
+                         weight_decay=weight_decay, closed_form=not stepwise_idle,
+                         source=None if source is None else {k: source[k] for k in cut})
     for k, idx in cut.items():
         params[k][idx] = sub[k]
         if momentum and state is not None:

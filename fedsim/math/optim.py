@@ -163,6 +163,7 @@ def sgd_idle_steps(
     weight_decay: float = 0.0,
     kernel: str = "auto",
     closed_form: bool = False,
+    source: Mapping[str, np.ndarray] | None = None,
 ) -> int:
     """``steps`` SGD steps with a zero gradient on every array of ``params``, in place; returns their FLOPs.
 
@@ -182,12 +183,26 @@ def sgd_idle_steps(
     results that differ from the step-by-step ones by float rounding only (each is within a few units
     in the last place of the exact value; the closed form is the closer). The FLOPs returned are the
     steps' either way. The numba kernel and the NumPy expressions give the same bits.
+
+    ``source``: the parameters' values before the steps are read from these arrays (same keys, shapes
+    and dtypes; read-only is fine) and ``params`` need only be allocated: the same results as copying
+    ``source`` into ``params`` first, with the copy folded into the closed form's one pass.
     """
     if nesterov and momentum <= 0.0:
         raise ValueError("Nesterov momentum needs momentum > 0")
     steps = int(steps)
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
+    if source is not None:
+        fold = bool(closed_form and steps and (weight_decay or momentum))  # the map reads source itself
+        for key, p in params.items():
+            src = source[key]
+            if src.shape != p.shape or src.dtype != p.dtype:
+                raise ValueError(f"source[{key!r}] is {src.dtype}{src.shape}, params[{key!r}] {p.dtype}{p.shape}")
+            if not fold:
+                np.copyto(p, src)  # then the steps, if any, in place
+        if not fold:
+            source = None
     if steps == 0 or (not weight_decay and not momentum):
         return 0
     lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
@@ -200,7 +215,7 @@ def sgd_idle_steps(
         buf = state[f"momentum.{key}"] if keep else p
         flops += steps * sgd_flops(p.size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
         if coef is not None:
-            _idle_linear(p, buf, coef, keep, fused)
+            _idle_linear(p, buf, coef, keep, fused, p if source is None else source[key])
             continue
         if fused is not None and _fusable(p, p, buf) and p.ndim <= 2:
             par = np.array([1.0, weight_decay, momentum, lr], dtype=p.dtype)
@@ -250,20 +265,22 @@ def idle_map(steps: int, *, lr: float, momentum: float = 0.0, nesterov: bool = F
     return np.array([pc, pb, bc, bb], dtype=np.float64)
 
 
-def _idle_linear(p: np.ndarray, buf: np.ndarray, coef: np.ndarray, keep: bool, fused) -> None:
-    """``optim_kernels.sgd_idle_linear`` on one array, compiled when it can be, else the same
-    float64 arithmetic in NumPy (same bits: one product and one sum per value, rounded once)."""
-    if fused is not None and _fusable(p, p, buf) and p.ndim <= 2:
+def _idle_linear(p: np.ndarray, buf: np.ndarray, coef: np.ndarray, keep: bool, fused, src: np.ndarray) -> None:
+    """``optim_kernels.sgd_idle_linear`` on one array (read from ``src``, written to ``p``), compiled
+    when it can be, else the same float64 arithmetic in NumPy (same bits: one product and one sum per
+    value, rounded once)."""
+    same_layout = src.flags.c_contiguous == p.flags.c_contiguous and src.flags.f_contiguous == p.flags.f_contiguous
+    if fused is not None and _fusable(p, p, buf) and p.ndim <= 2 and same_layout and src.dtype == p.dtype:
         if p.ndim < 2 or (p.flags.c_contiguous and buf.flags.c_contiguous):
-            p2, b2 = p.reshape(1, -1), buf.reshape(1, -1)
+            s2, p2, b2 = src.reshape(1, -1), p.reshape(1, -1), buf.reshape(1, -1)
         elif p.flags.f_contiguous and buf.flags.f_contiguous:
-            p2, b2 = p.T, buf.T
+            s2, p2, b2 = src.T, p.T, buf.T
         else:
-            p2, b2 = p, buf
-        fused.sgd_idle_linear(p2, b2, coef, keep)
+            s2, p2, b2 = src, p, buf
+        fused.sgd_idle_linear(s2, p2, b2, coef, keep)
         return
     c, f, e, h = (float(v) for v in coef)
-    v = p.astype(np.float64)
+    v = src.astype(np.float64)
     if keep:
         b = buf.astype(np.float64)
         p[...] = v * c + b * f

@@ -99,13 +99,15 @@ def sgd_idle(p, buf, par, steps, momentum, nesterov, keep):
                 buf[r, i] = row[i]
 
 
-def sgd_idle_linear(p, buf, coef, keep):
+def sgd_idle_linear(src, p, buf, coef, keep):
     """The closed form of :func:`sgd_idle`: ``steps`` zero-gradient steps are a linear map of
     (parameter, momentum), whose coefficients ``coef = [c, f, e, h]`` (float64, from
-    ``optim.idle_map``) give ``p' = c p + f buf`` and ``buf' = e p + h buf``. Computed per element
-    in float64 and rounded once to the arrays' dtype; without ``keep`` the momentum is zero and
-    not stored (``p' = c p``; ``buf`` is not read or written). Elementwise and memory-bound: one
-    read and one write of ``p`` (and of ``buf`` with ``keep``), whatever the number of steps."""
+    ``optim.idle_map``) give ``p' = c p + f buf`` and ``buf' = e p + h buf``, the parameter read
+    from ``src`` and written to ``p`` (the same array for an update in place; another one folds a
+    copy into the pass). Computed per element in float64 and rounded once to the arrays' dtype;
+    without ``keep`` the momentum is zero and not stored (``p' = c p``; ``buf`` is not read or
+    written). Elementwise and memory-bound: one read and one write of ``p`` (and of ``buf`` with
+    ``keep``), whatever the number of steps."""
     c = coef[0]
     f = coef[1]
     e = coef[2]
@@ -113,13 +115,13 @@ def sgd_idle_linear(p, buf, coef, keep):
     for r in range(p.shape[0]):
         if keep:
             for i in range(p.shape[1]):
-                v = np.float64(p[r, i])
+                v = np.float64(src[r, i])
                 b = np.float64(buf[r, i])
                 p[r, i] = v * c + b * f
                 buf[r, i] = v * e + b * h
         else:
             for i in range(p.shape[1]):
-                p[r, i] = np.float64(p[r, i]) * c
+                p[r, i] = np.float64(src[r, i]) * c
 
 
 _KERNELS = ("_descend", "sgd_update", "sgd_idle", "sgd_idle_linear")

@@ -89,7 +89,9 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
                 del p, msg  # the evaluated model (a decoded copy per client) is not kept while idle (see below)
             continue
         t = int(p["t"])
-        params = ae.copy_params(p["model"])
+        # the received model (read-only arrays) is the training's source: local_train fills these
+        # arrays from it, the copy folded into its pass over the untouched entries
+        params = {k: np.empty_like(v) for k, v in p["model"].items()}
         if cfg.client_momentum == "reset":
             state = None  # local_train starts from zero momentum and keeps none
         elif state is None:
@@ -97,7 +99,7 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         res = ae_train.local_train(
             params, state, data.x, data.x, data.mask, epochs=cfg.local_epochs, batch=cfg.batch, lr=cfg.lr_at(t),
             rng=rng, loss=cfg.loss, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
-            clip=cfg.clip, dropout=cfg.dropout, lazy=cfg.untouched == "lazy")
+            clip=cfg.clip, dropout=cfg.dropout, lazy=cfg.untouched == "lazy", source=p["model"])
         flops += res.flops
         rounds.append(t)
         await ctx.compute(res.flops, "train")
