@@ -160,29 +160,25 @@ def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy
 
 @needs_numba
 @pytest.mark.parametrize("loss", ["mse", "bce"])
-def test_all_steps_in_one_call_equal_one_call_a_step(loss, monkeypatch):
-    """local_train's batch-1 path (steps1: the draws made first, every step in one call) against the
-    step-by-step calls of step1 (the same kernel arithmetic): bit for bit, so the draws are the same
-    ones in the same order (permutation per epoch, then each step's dropout mask)."""
-    rng = np.random.default_rng(8)
-    params0 = ae.init_params(50, rng, (16, 8), dtype=np.float32)
-    x = np.zeros((4, 50), np.float32)
-    for u in range(4):
-        its = rng.choice(50, 7, replace=False)
-        x[u, its] = rng.integers(1, 6, 7)
-    mask = x != 0
-    if loss == "bce":
-        x = (x >= 3.5).astype(np.float32)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_all_steps_in_one_call_equal_one_call_a_step(loss, batch, monkeypatch):
+    """local_train's lazy path with every step in one call (steps1 at batch 1, stepsb otherwise: the
+    draws made first) against the per-batch loop's one call a step (step1, stepb: the same kernel
+    arithmetic): bit for bit, so the draws are the same ones in the same order (permutation per
+    epoch, then each batch's dropout masks) and the short last batch (7 users in batches of 3) is
+    handled alike."""
+    x, mask = _users(7, 50, 7, 8, loss, np.float32)
+    params0 = ae.init_params(50, np.random.default_rng(8), (16, 8), dtype=np.float32)
     runs = []
     for whole in (True, False):
-        if not whole:  # batch 1 then goes through the per-batch loop, one step1 call a step
+        if not whole:  # then every batch goes through the per-batch loop
             monkeypatch.setattr(ae_train._FusedStep, "train", None)
             monkeypatch.setattr(ae_train, "_all_steps_at_once", lambda one, batch: False)
         p = ae.copy_params(params0)
         st = optim.sgd_init(p)
-        res = [ae_train.local_train(p, st, x, x, mask, epochs=3, batch=1, lr=0.1, rng=np.random.default_rng(t),
-                                    loss=loss, momentum=0.9, nesterov=True, weight_decay=5e-4, clip=0.5,
-                                    dropout=0.5, lazy=True) for t in range(2)]
+        res = [ae_train.local_train(p, st, x, x, mask, epochs=3, batch=batch, lr=0.1,
+                                    rng=np.random.default_rng(t), loss=loss, momentum=0.9, nesterov=True,
+                                    weight_decay=5e-4, clip=0.5, dropout=0.5, lazy=True) for t in range(2)]
         runs.append((p, st, res))
     (p1, s1, r1), (p0, s0, r0) = runs
     assert r1 == r0  # FLOPs (clipping included), last-epoch loss, steps
@@ -377,29 +373,3 @@ def test_lazy_training_with_batches_uses_the_kernel_and_agrees_with_numpy(loss, 
     for k in p0:
         np.testing.assert_allclose(p1[k], p0[k], rtol=1e-10, atol=1e-12, err_msg=k)
         np.testing.assert_allclose(s1[f"momentum.{k}"], s0[f"momentum.{k}"], rtol=1e-10, atol=1e-12, err_msg=k)
-
-
-@needs_numba
-@pytest.mark.parametrize("loss", ["mse", "bce"])
-def test_all_batch_steps_in_one_call_equal_one_call_a_step(loss, monkeypatch):
-    """stepsb (the draws made first, every batch in one call) against one stepb call a batch in
-    local_train's loop: bit for bit, so the draws are the same ones in the same order (permutation
-    per epoch, then each batch's dropout masks) and the short last batch is handled alike."""
-    x, mask = _users(7, 50, 7, 8, loss, np.float32)
-    params0 = ae.init_params(50, np.random.default_rng(8), (16, 8), dtype=np.float32)
-    runs = []
-    for whole in (True, False):
-        if not whole:
-            monkeypatch.setattr(ae_train._FusedStep, "train", None)
-            monkeypatch.setattr(ae_train, "_all_steps_at_once", lambda one, batch: False)
-        p = ae.copy_params(params0)
-        st = optim.sgd_init(p)
-        res = [ae_train.local_train(p, st, x, x, mask, epochs=3, batch=3, lr=0.1, rng=np.random.default_rng(t),
-                                    loss=loss, momentum=0.9, nesterov=True, weight_decay=5e-4, clip=0.5,
-                                    dropout=0.5, lazy=True) for t in range(2)]
-        runs.append((p, st, res))
-    (p1, s1, r1), (p0, s0, r0) = runs
-    assert r1 == r0  # FLOPs (clipping included), last-epoch loss, steps
-    for k in p0:
-        assert p1[k].tobytes() == p0[k].tobytes(), k
-        assert s1[f"momentum.{k}"].tobytes() == s0[f"momentum.{k}"].tobytes(), k

@@ -128,6 +128,34 @@ def _sq(v):
     return s
 
 
+def _scalars(pt, par):
+    """The step's scalars: learning rate, momentum, weight decay, 1 and 0 and the loss gradient's
+    scale (from ``pt``, in the weights' dtype) and the loss scale (from ``par``, float64)."""
+    return pt[T_LR], pt[T_MOMENTUM], pt[T_WD], pt[T_ONE], pt[T_ZERO], pt[T_LOSS_SCALE], par[P_SCALE]
+
+
+def _loss_grad(z, y, mask, g, gscale, bce, one, zero):
+    """The masked loss of the output row ``z`` (float64, not yet scaled) and its gradient, times
+    ``gscale``, written to ``g`` (which may be ``z`` itself; zero off the mask): cross-entropy on
+    logits with ``bce``, else squared error."""
+    value = 0.0
+    if bce:
+        for i in range(z.shape[0]):
+            zi = z[i]
+            e = np.exp(-abs(zi))
+            sig = one / (one + e) if zi >= zero else e / (one + e)
+            if mask[i] != 0:
+                value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
+            g[i] = (sig - y[i]) * mask[i] * gscale
+    else:
+        for i in range(z.shape[0]):
+            diff = (z[i] - y[i]) * mask[i]
+            if mask[i] != 0:
+                value += np.float64(diff * diff)
+            g[i] = diff * gscale
+    return value
+
+
 def step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, x, y, mask, keep, par, pt,
           w1_by_column, bce, dropout, clip, decay, momentum, nesterov):
     """One SGD step on one user: ``x`` (input row), ``y`` (target row) and ``mask`` (1.0 where the
@@ -138,16 +166,10 @@ def step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, x, y, 
     (1 / number of observed entries; 0 when there are none). ``pt`` (the weights' dtype, as
     ``optim.sgd_step`` rounds its scalars): learning rate, momentum, weight decay, 1, 0, the loss
     gradient's scale (2 x loss scale for squared error, the loss scale for cross-entropy), a slot
-    the clipping coefficient is rounded in, and the dropout's keep scale (``steps1``). Loss: squared error, or cross-entropy on logits
-    with ``bce``. Returns the loss (float64, already scaled, as ``ae.loss_and_grads`` returns it)
+    the clipping coefficient is rounded in, and the dropout's keep scale (``steps1``). Loss: squared
+    error, or cross-entropy on logits with ``bce``. Returns the loss (float64, already scaled, as ``ae.loss_and_grads`` returns it)
     and whether the gradient was clipped."""
-    lr = pt[T_LR]
-    mu = pt[T_MOMENTUM]
-    wd = pt[T_WD]
-    one = pt[T_ONE]
-    zero = pt[T_ZERO]
-    gscale = pt[T_LOSS_SCALE]
-    scale = par[P_SCALE]
+    lr, mu, wd, one, zero, gscale, scale = _scalars(pt, par)
     h1 = np.empty(W1.shape[0], dtype=W2.dtype)
     h2 = np.empty(W2.shape[0], dtype=W2.dtype)
     h3 = np.empty(W3.shape[0], dtype=W2.dtype)
@@ -172,23 +194,8 @@ def step1(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, x, y, 
         h3[i] = np.tanh(h3[i])
     matvec(W4, h3, b4, z, zero)
     # loss and its gradient with respect to the output (zero off the mask)
-    value = 0.0
     g4 = np.empty_like(z)
-    if bce:
-        for i in range(z.shape[0]):
-            zi = z[i]
-            e = np.exp(-abs(zi))
-            sig = one / (one + e) if zi >= zero else e / (one + e)
-            if mask[i] != 0:
-                value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
-            g4[i] = (sig - y[i]) * mask[i] * gscale
-    else:
-        for i in range(z.shape[0]):
-            diff = (z[i] - y[i]) * mask[i]
-            if mask[i] != 0:
-                value += np.float64(diff * diff)
-            g4[i] = diff * gscale
-    value *= scale
+    value = _loss_grad(z, y, mask, g4, gscale, bce, one, zero) * scale
     # backward: the gradient at each layer's pre-activation
     g3 = np.empty_like(h3)
     _t_matvec(W4, g4, g3)
@@ -373,13 +380,7 @@ def stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, 
     ``k``'s dropout mask (scaled); ``par[P_SCALE]``: the batch's loss scale (1 / observed entries
     in the batch). Returns the batch's loss and whether the gradient was clipped. On a batch of one
     it computes what :func:`step1` computes."""
-    lr = pt[T_LR]
-    mu = pt[T_MOMENTUM]
-    wd = pt[T_WD]
-    one = pt[T_ONE]
-    zero = pt[T_ZERO]
-    gscale = pt[T_LOSS_SCALE]
-    scale = par[P_SCALE]
+    lr, mu, wd, one, zero, gscale, scale = _scalars(pt, par)
     dt = W2.dtype
     B = rows.shape[0]
     XB = np.empty((B, X.shape[1]), dtype=dt)
@@ -412,25 +413,10 @@ def stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, 
         for i in range(H3.shape[1]):
             H3[k, i] = np.tanh(H3[k, i])
     matmat(W4, H3, b4, G4, zero)
-    # loss and its gradient with respect to the output (zero off the mask)
+    # loss and its gradient with respect to the output (zero off the mask), row by row in place
     value = 0.0
     for k in range(B):
-        y = Y[rows[k]]
-        mask = masks[rows[k]]
-        if bce:
-            for i in range(G4.shape[1]):
-                zi = G4[k, i]
-                e = np.exp(-abs(zi))
-                sig = one / (one + e) if zi >= zero else e / (one + e)
-                if mask[i] != 0:
-                    value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
-                G4[k, i] = (sig - y[i]) * mask[i] * gscale
-        else:
-            for i in range(G4.shape[1]):
-                diff = (G4[k, i] - y[i]) * mask[i]
-                if mask[i] != 0:
-                    value += np.float64(diff * diff)
-                G4[k, i] = diff * gscale
+        value += _loss_grad(G4[k], Y[rows[k]], masks[rows[k]], G4[k], gscale, bce, one, zero)
     value *= scale
     # backward: the gradient at each layer's pre-activation
     G3 = np.empty_like(H3)
@@ -505,8 +491,8 @@ def stepsb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y,
 
 
 _KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_sgd", "_update", "_update_by_column", "_update_bias",
-            "_sq", "step1", "steps1", "matmat", "_matmat_by_column", "_t_matmat", "_update_rows",
-            "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb")
+            "_sq", "_scalars", "_loss_grad", "step1", "steps1", "matmat", "_matmat_by_column", "_t_matmat",
+            "_update_rows", "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb")
 
 
 def compiled():
