@@ -123,49 +123,6 @@ def test_python_copy_of_the_kernel_agrees_with_the_compiled_one(B):
 
 @needs_numba
 @pytest.mark.parametrize("loss", ["mse", "bce"])
-def test_lazy_training_with_batches_of_one_uses_the_kernel_and_agrees_with_numpy(loss, monkeypatch):
-    """local_train(lazy=True, batch=1): the fused steps against the same training with the kernel
-    switched off (the NumPy steps): same FLOPs and steps, models equal to rounding."""
-    rng = np.random.default_rng(5)
-    n_items, users = 60, 3
-    params0 = ae.init_params(n_items, rng, (16, 8), dtype=np.float64)
-    x = np.zeros((users, n_items))
-    for u in range(users):
-        its = rng.choice(40, 9, replace=False)
-        x[u, its] = rng.integers(1, 6, 9)
-    mask = x != 0
-    if loss == "bce":
-        x = (x >= 3.5).astype(float)
-    calls = []
-    real_make = ae_train._FusedStep.make
-
-    def counting_make(*a, **kw):
-        got = real_make(*a, **kw)
-        if got is not None:
-            kern = got.kern_steps
-            got.kern_steps = lambda *args: calls.extend(args[20]) or kern(*args)  # args[20]: the rows
-        return got
-
-    runs = {}
-    for fused in (True, False):
-        monkeypatch.setattr(ae_train._FusedStep, "make", counting_make if fused else (lambda *a, **kw: None))
-        p = ae.copy_params(params0)
-        st = optim.sgd_init(p)
-        res = [ae_train.local_train(p, st, x, x, mask, epochs=2, batch=1, lr=0.1, rng=np.random.default_rng(t),
-                                    loss=loss, momentum=0.9, nesterov=True, weight_decay=5e-4, clip=1.0,
-                                    dropout=0.5, lazy=True) for t in range(2)]
-        runs[fused] = (p, st, res)
-    assert len(calls) == 2 * 2 * users  # every step went through the kernel
-    (p1, s1, r1), (p0, s0, r0) = runs[True], runs[False]
-    assert [(r.flops, r.steps) for r in r1] == [(r.flops, r.steps) for r in r0]
-    np.testing.assert_allclose([r.loss for r in r1], [r.loss for r in r0], rtol=1e-10)
-    for k in p0:
-        np.testing.assert_allclose(p1[k], p0[k], rtol=1e-10, atol=1e-12, err_msg=k)
-        np.testing.assert_allclose(s1[f"momentum.{k}"], s0[f"momentum.{k}"], rtol=1e-10, atol=1e-12, err_msg=k)
-
-
-@needs_numba
-@pytest.mark.parametrize("loss", ["mse", "bce"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_all_steps_in_one_call_equal_one_call_a_step(loss, batch, monkeypatch):
     """local_train's lazy path with every step in one call (steps1 at batch 1, stepsb otherwise: the
@@ -324,11 +281,12 @@ def _users(n_users, n_items, rated, seed, loss, dtype):
 
 @needs_numba
 @pytest.mark.parametrize("loss", ["mse", "bce"])
-@pytest.mark.parametrize("batch", [3, 10])
-def test_lazy_training_with_batches_uses_the_kernel_and_agrees_with_numpy(loss, batch, monkeypatch):
-    """local_train(lazy=True) with batches of several users (7 users: the last batch of each epoch is
-    shorter) through stepsb, against the same training with the kernel switched off: same FLOPs,
-    steps and last-epoch loss to rounding, models equal to rounding."""
+@pytest.mark.parametrize("batch", [1, 3, 10])
+def test_lazy_training_uses_the_kernel_and_agrees_with_numpy(loss, batch, monkeypatch):
+    """local_train(lazy=True) through the fused steps (steps1 at batch 1, stepsb for batches of
+    several users; 7 users, so the last batch of each epoch is shorter) against the same training
+    with the kernel switched off (the NumPy steps): same FLOPs, steps and last-epoch loss to
+    rounding, models equal to rounding."""
     x, mask = _users(7, 60, 9, 5, loss, np.float64)
     params0 = ae.init_params(60, np.random.default_rng(5), (16, 8), dtype=np.float64)
     calls = []
@@ -336,9 +294,13 @@ def test_lazy_training_with_batches_uses_the_kernel_and_agrees_with_numpy(loss, 
 
     def counting_make(*a, **kw):
         got = real_make(*a, **kw)
-        if got is not None:
-            kern = got.kern_batches
-            got.kern_batches = lambda *args: calls.append(len(args[19]) - 1) or kern(*args)  # args[19]: starts
+        if got is not None:  # count the steps each whole-training call makes
+            if batch == 1:
+                kern = got.kern_steps
+                got.kern_steps = lambda *args: calls.append(len(args[20])) or kern(*args)  # args[20]: rows
+            else:
+                kern = got.kern_batches
+                got.kern_batches = lambda *args: calls.append(len(args[19]) - 1) or kern(*args)  # args[19]: starts
         return got
 
     runs = {}
@@ -351,7 +313,7 @@ def test_lazy_training_with_batches_uses_the_kernel_and_agrees_with_numpy(loss, 
                                     weight_decay=5e-4, clip=1.0, dropout=0.5, lazy=True) for t in range(2)]
         runs[fused] = (p, st, res)
     per_epoch = -(-7 // batch)
-    assert calls == [2 * per_epoch] * 2  # every step of both calls went through the batch kernel
+    assert calls == [2 * per_epoch] * 2  # every step of both calls went through the kernel
     (p1, s1, r1), (p0, s0, r0) = runs[True], runs[False]
     assert [(r.flops, r.steps) for r in r1] == [(r.flops, r.steps) for r in r0]
     assert r1[0].steps == 2 * per_epoch
