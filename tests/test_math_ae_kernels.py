@@ -50,15 +50,9 @@ def _row(dtype, n, seed, loss, empty=False):
     return x, mask
 
 
-def _numpy_step(p, st, x, mask, bits, *, loss, lr, momentum, nesterov, wd, clip, dropout):
-    r = ae.loss_and_grads(p, x[None], x[None], mask[None], loss=loss, dropout=dropout,
-                          rng=_Draws(bits) if dropout else None)
-    coef = None
-    if clip:
-        _, coef, _ = optim.clip_coef(r.grads, clip)
-    optim.sgd_step(p, r.grads, st, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd,
-                   grad_scale=coef, kernel="numpy")
-    return r.loss, coef is not None
+def _numpy_step(p, st, x, mask, bits, **kw):
+    """The NumPy step on one user's row (a batch of one)."""
+    return _numpy_batch_step(p, st, x[None], mask[None], bits[None], **kw)
 
 
 CONFIGS = [dict(loss=l, dropout=d, clip=c, momentum=m, nesterov=nv, wd=w)
