@@ -287,7 +287,11 @@ def predict(
 def sigmoid(z: np.ndarray) -> np.ndarray:
     """Numerically stable logistic function."""
     z = np.asarray(z)
-    e = np.exp(-np.abs(z))
+    return _sigmoid(z, np.exp(-np.abs(z)))
+
+
+def _sigmoid(z: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """:func:`sigmoid` of ``z`` given ``e = exp(-|z|)``."""
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(z.dtype, copy=False)
 
 
@@ -306,9 +310,10 @@ def _loss_and_dz(z, y, m, mask_b, loss, reduction, count):
         dz = diff * np.asarray(2.0 * scale, dtype=z.dtype)
     else:  # "bce": binary cross-entropy on logits, y in {0, 1}
         # log(1 + exp(z)) - y z, stably: max(z, 0) - y z + log1p(exp(-|z|))
-        ell = np.maximum(z, 0) - y * z + np.log1p(np.exp(-np.abs(z)))
+        e = np.exp(-np.abs(z))  # (shared by the loss and the sigmoid of its gradient)
+        ell = np.maximum(z, 0) - y * z + np.log1p(e)
         value = float(np.sum(ell[mask_b], dtype=np.float64))
-        dz = (sigmoid(z) - y) * m * np.asarray(scale, dtype=z.dtype)
+        dz = (_sigmoid(z, e) - y) * m * np.asarray(scale, dtype=z.dtype)
     return value * scale if count else 0.0, dz
 
 
