@@ -380,18 +380,6 @@ class _FusedStep:
         data = (np.ascontiguousarray(X, dtype=dt), np.ascontiguousarray(Y, dtype=dt),
                 np.ascontiguousarray(masks, dtype=dt))
         rows, draws = [], []
-        if batch == 1:
-            for _ in range(epochs):
-                rows.append(rng.permutation(n))
-                if self.dropout > 0.0:
-                    draws.extend(rng.random((1, self.h2)) for _ in range(n))
-            rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
-            draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
-            scales = np.divide(1.0, counts, out=np.zeros(n), where=counts > 0)
-            losses = np.zeros(len(rows))
-            clipped = np.zeros(len(rows), dtype=np.bool_)
-            self.kern_steps(*self.args, *data, scales, rows, draws, self.par, self.pt, *self.flags, losses, clipped)
-            return losses, clipped, np.ones(len(rows), np.int64)
         for _ in range(epochs):
             order = rng.permutation(n)
             for b0 in range(0, n, batch):
@@ -400,14 +388,18 @@ class _FusedStep:
                 if self.dropout > 0.0:
                     draws.append(rng.random((len(b), self.h2)))
         sizes = np.array([len(b) for b in rows], dtype=np.int64)
-        starts = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=starts[1:])
-        totals = np.array([int(counts[b].sum()) for b in rows], dtype=np.float64)
-        scales = np.divide(1.0, totals, out=np.zeros(len(rows)), where=totals > 0)
         rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
         draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
         losses = np.zeros(len(sizes))
         clipped = np.zeros(len(sizes), dtype=np.bool_)
+        if batch == 1:  # step1's loops (no batch buffers): a fifth faster a step
+            scales = np.divide(1.0, counts, out=np.zeros(n), where=counts > 0)  # per row
+            self.kern_steps(*self.args, *data, scales, rows, draws, self.par, self.pt, *self.flags, losses, clipped)
+            return losses, clipped, sizes
+        starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        totals = np.add.reduceat(counts[rows], starts[:-1]).astype(np.float64) if len(rows) else np.zeros(0)
+        scales = np.divide(1.0, totals, out=np.zeros(len(sizes)), where=totals > 0)  # per batch
         self.kern_batches(*self.args, *data, starts, rows, scales, draws, self.par, self.pt, *self.flags,
                           losses, clipped)
         return losses, clipped, sizes
