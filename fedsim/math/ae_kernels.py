@@ -29,7 +29,7 @@ __all__ = ["step1", "steps1", "matvec", "FASTMATH", "compiled", "python"]
 
 # kernels compiled with re-association allowed (vectorised sums); the others are compiled without
 # fast-math, so that their elementwise arithmetic is rounded exactly as NumPy's
-FASTMATH = {"matvec": {"reassoc"}, "matmat": {"reassoc"}}
+FASTMATH = {"matvec": {"reassoc"}, "matmat": {"reassoc"}, "_matmat_masked": {"reassoc"}, "_dot64": {"reassoc"}, "_sq": {"reassoc"}}
 
 # indices into ``par`` (float64)
 P_CLIP, P_SCALE, P_DROPOUT = 0, 1, 2
@@ -141,17 +141,21 @@ def _loss_grad(z, y, mask, g, gscale, bce, one, zero):
     value = 0.0
     if bce:
         for i in range(z.shape[0]):
+            if mask[i] == 0:
+                g[i] = zero
+                continue
             zi = z[i]
             e = np.exp(-abs(zi))
             sig = one / (one + e) if zi >= zero else e / (one + e)
-            if mask[i] != 0:
-                value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
+            value += np.float64(max(zi, zero) - y[i] * zi + np.log1p(e))
             g[i] = (sig - y[i]) * mask[i] * gscale
     else:
         for i in range(z.shape[0]):
+            if mask[i] == 0:
+                g[i] = zero
+                continue
             diff = (z[i] - y[i]) * mask[i]
-            if mask[i] != 0:
-                value += np.float64(diff * diff)
+            value += np.float64(diff * diff)
             g[i] = diff * gscale
     return value
 
@@ -279,6 +283,21 @@ def matmat(W, A, b, out, zero):
             out[r, i] = s + b[i]
 
 
+def _matmat_masked(W, A, b, out, zero, masks, rows):
+    """:func:`matmat` computing only the entries the loss reads: ``out[r, i]`` where
+    ``masks[rows[r], i]`` is not zero, the others set to zero (each computed sum is
+    :func:`matmat`'s, the same loop)."""
+    for i in range(W.shape[0]):
+        for r in range(A.shape[0]):
+            if masks[rows[r], i] != 0:
+                s = zero
+                for j in range(W.shape[1]):
+                    s += W[i, j] * A[r, j]
+                out[r, i] = s + b[i]
+            else:
+                out[r, i] = zero
+
+
 def _matmat_by_column(W, A, b, out):
     """:func:`matmat` for a Fortran-ordered ``W``: columns added in order (zero inputs skipped)."""
     for r in range(A.shape[0]):
@@ -304,8 +323,9 @@ def _t_matmat(W, G, out):
     for i in range(W.shape[0]):
         for r in range(G.shape[0]):
             gi = G[r, i]
-            for j in range(W.shape[1]):
-                out[r, j] += W[i, j] * gi
+            if gi != 0:  # (the output layer's gradient is zero off the loss mask)
+                for j in range(W.shape[1]):
+                    out[r, j] += W[i, j] * gi
 
 
 def _update_rows(p, buf, G, A, tmp, s, wd, mu, lr, scale, decay, momentum, nesterov):
@@ -317,8 +337,9 @@ def _update_rows(p, buf, G, A, tmp, s, wd, mu, lr, scale, decay, momentum, neste
             tmp[j] = g0 * A[0, j]
         for r in range(1, G.shape[0]):
             gi = G[r, i]
-            for j in range(p.shape[1]):
-                tmp[j] += gi * A[r, j]
+            if gi != 0:
+                for j in range(p.shape[1]):
+                    tmp[j] += gi * A[r, j]
         for j in range(p.shape[1]):
             p[i, j], bb = _sgd(p[i, j], tmp[j], buf[i, j], s, wd, mu, lr, scale, decay, momentum, nesterov)
             if momentum:
@@ -412,7 +433,7 @@ def stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, 
     for k in range(B):
         for i in range(H3.shape[1]):
             H3[k, i] = np.tanh(H3[k, i])
-    matmat(W4, H3, b4, G4, zero)
+    _matmat_masked(W4, H3, b4, G4, zero, masks, rows)  # (off the mask the loss reads no output)
     # loss and its gradient with respect to the output (zero off the mask), row by row in place
     value = 0.0
     for k in range(B):
@@ -491,7 +512,7 @@ def stepsb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y,
 
 
 _KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_sgd", "_update", "_update_by_column", "_update_bias",
-            "_sq", "_scalars", "_loss_grad", "step1", "steps1", "matmat", "_matmat_by_column", "_t_matmat",
+            "_sq", "_scalars", "_loss_grad", "step1", "steps1", "matmat", "_matmat_masked", "_matmat_by_column", "_t_matmat",
             "_update_rows", "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb")
 
 
