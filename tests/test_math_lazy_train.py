@@ -382,3 +382,52 @@ def test_training_from_a_source_equals_training_a_copy(lazy, reset, batch):
         runs.append((out, None if state is None else {k: v.tobytes() for k, v in state.items()}))
     assert runs[0] == runs[1]
     assert runs[0][0][0][1] != {k: v.tobytes() for k, v in params0.items()}  # it did train
+
+
+@pytest.mark.parametrize("loss", ["mse", "bce"])
+@pytest.mark.parametrize("reset", [True, False])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_data_reaching_every_column_and_row_is_trained_in_place(loss, reset, batch, monkeypatch):
+    """A client holding only its active items (PersonalFR's cut encoder and active decoder) leaves nothing
+    idle and nothing to cut: the model is trained in place, with the same bits as the cut path, which one
+    extra input column and output row that the data never reaches make it take."""
+    rng = np.random.default_rng(5)
+    n, users = 12, 5
+    x = np.zeros((users, n), np.float32)
+    for i in range(n):  # every item rated by two users, one rating high (a positive for bce)
+        u = rng.choice(users, 2, replace=False)
+        x[u, i] = (5.0, 2.0)
+    mask = x != 0
+    if loss == "bce":
+        x = (x >= 3.5).astype(np.float32)
+    base = ae.init_params(n, rng, (8, 4), dtype=np.float32)
+    base["enc.W1"] = np.asfortranarray(base["enc.W1"])  # a cut encoder's layout
+    wide = dict(base)  # the same model with one more input column and output row
+    wide["enc.W1"] = np.asfortranarray(np.concatenate([base["enc.W1"], rng.standard_normal((8, 1), np.float32)], 1))
+    wide["dec.W2"] = np.concatenate([base["dec.W2"], rng.standard_normal((1, 8), np.float32)])
+    wide["dec.b2"] = np.concatenate([base["dec.b2"], [0.5]]).astype(np.float32)
+    idle_calls = []
+    real = optim.sgd_idle_steps
+    monkeypatch.setattr(optim, "sgd_idle_steps", lambda *a, **k: idle_calls.append(1) or real(*a, **k))
+    runs = []
+    for params, width in ((ae.copy_params(base), n), (ae.copy_params(wide), n + 1)):
+        params["enc.W1"] = np.asfortranarray(params["enc.W1"])
+        state = None if reset else optim.sgd_init(params)
+        xs, ms = np.zeros((users, width), np.float32), np.zeros((users, width), bool)
+        xs[:, :n], ms[:, :n] = x, mask
+        losses = []
+        for t in range(2):
+            r = ae_train.local_train(params, state, xs, xs, ms, epochs=3, batch=batch, lr=0.1,
+                                     rng=np.random.default_rng(t), loss=loss, momentum=0.9, nesterov=True,
+                                     weight_decay=5e-4, clip=1.0, dropout=0.5, lazy=True)
+            losses.append((r.loss, r.steps))
+        calls = len(idle_calls)
+        idle_calls.clear()
+        cut = {"enc.W1": (slice(None), slice(0, n)), "dec.W2": slice(0, n), "dec.b2": slice(0, n)}
+        runs.append((losses, {k: v[cut.get(k, ...)].tobytes() for k, v in params.items()},
+                     None if state is None else {k: v[cut.get(k[9:], ...)].tobytes() for k, v in state.items()
+                                                 if k.startswith("momentum.")}, calls))
+    (l0, p0, s0, c0), (l1, p1, s1, c1) = runs
+    assert (c0, c1) == (0, 2)  # in place: no idle pass; the wide model took the cut path
+    assert l0 == l1 and p0 == p1 and s0 == s1
+    assert p0 != {k: v.tobytes() for k, v in base.items()}  # it did train
