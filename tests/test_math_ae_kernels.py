@@ -315,3 +315,57 @@ def test_lazy_training_uses_the_kernel_and_agrees_with_numpy(loss, batch, monkey
     for k in p0:
         np.testing.assert_allclose(p1[k], p0[k], rtol=1e-10, atol=1e-12, err_msg=k)
         np.testing.assert_allclose(s1[f"momentum.{k}"], s0[f"momentum.{k}"], rtol=1e-10, atol=1e-12, err_msg=k)
+
+# --------------------------------------------------------------------------- predicting chosen entries
+
+
+def _entries_case(dtype, fortran, seed=3, users=6, n=23):
+    rng = np.random.default_rng(seed)
+    p = _model(dtype, n=n, hidden=(18, 8), seed=seed, fortran=fortran)  # 18: four rows at a time, and two
+    x = np.where(rng.random((users, n)) < 0.3, rng.integers(1, 6, (users, n)), 0).astype(dtype)
+    x[2] = 0  # a user with no input at all: the biases alone
+    counts = rng.integers(0, 5, users)
+    items = np.concatenate([np.sort(rng.choice(n, c, replace=False)) for c in counts]).astype(np.int64)
+    return p, x, counts, items
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("fortran", [True, False])
+@pytest.mark.parametrize("kernels", ["compiled", "python"])
+def test_predicting_chosen_entries_equals_the_full_prediction(dtype, fortran, kernels):
+    p, x, counts, items = _entries_case(dtype, fortran)
+    full = ae.predict(p, x)  # every output, dense NumPy
+    want = np.concatenate([full[r, items[c0:c0 + c]] for r, (c0, c) in
+                           enumerate(zip(np.concatenate([[0], np.cumsum(counts)[:-1]]), counts))])
+    pred = ae_train._PredictEntries.make(p)
+    assert pred is not None and pred.by_column == fortran
+    if kernels == "python":  # the kernel's own Python copy: the loops, not the compiler
+        pred.kern = ae_kernels.python().predict_entries
+    got = pred(x, items, counts)
+    assert got.dtype == dtype and got.shape == want.shape
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert np.abs(want).max() > 0.1  # not a vacuous comparison
+
+
+@needs_numba
+@pytest.mark.parametrize("task", ["explicit", "implicit"])
+@pytest.mark.parametrize("fortran", [True, False])
+def test_eval_sums_through_the_kernel_agree_with_numpy(task, fortran, monkeypatch):
+    rng = np.random.default_rng(4)
+    n_users, n_items = 30, 40
+    users = np.repeat(np.arange(n_users), 8)
+    items = np.concatenate([rng.choice(n_items, 8, replace=False) for _ in range(n_users)])
+    values = rng.integers(1, 6, len(users)).astype(float)
+    test = rng.random(len(users)) < 0.25
+    t = ae_train.prepare((users[~test], items[~test], values[~test]), (users[test], items[test], values[test]),
+                         n_users, n_items, task=task, dtype=np.float64)
+    p = _model(np.float64, n=n_items, fortran=fortran)
+    got = ae_train.eval_sums(p, t, k=5, clip=(1.0, 5.0), block=7)  # blocks of 7 users: the kernel's
+    monkeypatch.setattr(ae_train._PredictEntries, "make", classmethod(lambda cls, params: None))
+    want = ae_train.eval_sums(p, t, k=5, clip=(1.0, 5.0), block=7)
+    assert got["n"] == want["n"] == int(test.sum()) and got["flops"] == want["flops"]
+    key = "sse" if task == "explicit" else "ndcg_sum"
+    assert want[key] > 0
+    np.testing.assert_allclose(got[key], want[key], rtol=1e-12)

@@ -15,6 +15,10 @@ compiled with re-association allowed so that they vectorise, :data:`FASTMATH`), 
 norm is computed in float64 from the factors, and ``exp``/``tanh`` are the compiler's. The
 elementwise update is ``optim_kernels.sgd_update``'s, operation for operation.
 
+Batches of users (:func:`stepb`, :func:`stepsb`) compute the output layer only where the loss mask
+is set (the loss reads nothing else and the gradient is zero there), and :func:`predict_entries`
+gives the model's outputs at chosen entries (each user's test items, for the evaluations).
+
 Layout: ``W1`` (``h1 x n_in``) may be C- or Fortran-ordered (a cut encoder's gathered columns are
 Fortran-ordered; ``w1_by_column`` says which loops to use); the other weights are C-ordered.
 """
@@ -25,11 +29,12 @@ import sys
 
 import numpy as np
 
-__all__ = ["step1", "steps1", "matvec", "FASTMATH", "compiled", "python"]
+__all__ = ["step1", "steps1", "stepb", "stepsb", "predict_entries", "matvec", "FASTMATH", "compiled", "python"]
 
 # kernels compiled with re-association allowed (vectorised sums); the others are compiled without
 # fast-math, so that their elementwise arithmetic is rounded exactly as NumPy's
-FASTMATH = {"matvec": {"reassoc"}, "matmat": {"reassoc"}, "_matmat_masked": {"reassoc"}, "_dot64": {"reassoc"}, "_sq": {"reassoc"}}
+FASTMATH = {k: {"reassoc"} for k in ("matvec", "matmat", "_matmat_masked", "_dot64", "_sq", "_matmat_sparse_input",
+                                     "predict_entries")}
 
 # indices into ``par`` (float64)
 P_CLIP, P_SCALE, P_DROPOUT = 0, 1, 2
@@ -511,9 +516,78 @@ def stepsb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y,
         clipped[s] = c
 
 
+# ---------------------------------------------------------------------------------------------
+# Prediction of chosen entries (the federated evaluations: each user's test items only).
+
+
+def _matmat_sparse_input(W, nz_ptr, nz_idx, nz_val, b, out):
+    """``out[r] = W @ x_r + b`` for a C-ordered ``W`` and rows ``x_r`` given by their non-zeros
+    (columns ``nz_idx[nz_ptr[r]:nz_ptr[r + 1]]``, values ``nz_val[...]``): four rows of ``W`` at a
+    time (four independent sums sharing each non-zero's loads), each sum in the non-zeros' order."""
+    h = W.shape[0]
+    zero = W[0, 0] * 0
+    for i0 in range(0, h - h % 4, 4):
+        for r in range(out.shape[0]):
+            s0 = s1 = s2 = s3 = zero
+            for t in range(nz_ptr[r], nz_ptr[r + 1]):
+                j = nz_idx[t]
+                v = nz_val[t]
+                s0 += W[i0, j] * v
+                s1 += W[i0 + 1, j] * v
+                s2 += W[i0 + 2, j] * v
+                s3 += W[i0 + 3, j] * v
+            out[r, i0] = s0 + b[i0]
+            out[r, i0 + 1] = s1 + b[i0 + 1]
+            out[r, i0 + 2] = s2 + b[i0 + 2]
+            out[r, i0 + 3] = s3 + b[i0 + 3]
+    for i in range(h - h % 4, h):
+        for r in range(out.shape[0]):
+            s = zero
+            for t in range(nz_ptr[r], nz_ptr[r + 1]):
+                s += W[i, nz_idx[t]] * nz_val[t]
+            out[r, i] = s + b[i]
+
+
+def predict_entries(W1, b1, W2, b2, W3, b3, W4, b4, X, nz_ptr, nz_idx, nz_val, w1_by_column, ent_ptr, ent_idx,
+                    out):
+    """The model's outputs (no dropout) at the entries ``ent_idx[ent_ptr[r]:ent_ptr[r + 1]]`` (output
+    rows) of each input row ``X[r]``, written to ``out`` in that order. ``nz_ptr``, ``nz_idx``,
+    ``nz_val``: each row's non-zero input columns and values (read when ``W1`` is C-ordered; a
+    Fortran-ordered ``W1``, ``w1_by_column``, is read column by column, zero inputs skipped)."""
+    dt = W2.dtype
+    zero = W2[0, 0] * 0
+    B = X.shape[0]
+    H1 = np.empty((B, W1.shape[0]), dtype=dt)
+    H2 = np.empty((B, W2.shape[0]), dtype=dt)
+    H3 = np.empty((B, W3.shape[0]), dtype=dt)
+    if w1_by_column:
+        _matmat_by_column(W1, X, b1, H1)
+    else:
+        _matmat_sparse_input(W1, nz_ptr, nz_idx, nz_val, b1, H1)
+    for k in range(B):
+        for i in range(H1.shape[1]):
+            H1[k, i] = np.tanh(H1[k, i])
+    matmat(W2, H1, b2, H2, zero)
+    for k in range(B):
+        for i in range(H2.shape[1]):
+            H2[k, i] = np.tanh(H2[k, i])
+    matmat(W3, H2, b3, H3, zero)
+    for k in range(B):
+        for i in range(H3.shape[1]):
+            H3[k, i] = np.tanh(H3[k, i])
+    for r in range(B):
+        for t in range(ent_ptr[r], ent_ptr[r + 1]):
+            i = ent_idx[t]
+            s = zero
+            for j in range(W4.shape[1]):
+                s += W4[i, j] * H3[r, j]
+            out[t] = s + b4[i]
+
+
 _KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_sgd", "_update", "_update_by_column", "_update_bias",
             "_sq", "_scalars", "_loss_grad", "step1", "steps1", "matmat", "_matmat_masked", "_matmat_by_column", "_t_matmat",
-            "_update_rows", "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb")
+            "_update_rows", "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb",
+            "_matmat_sparse_input", "predict_entries")
 
 
 def compiled():
