@@ -64,14 +64,15 @@ def slice_items(
     """A copy of ``params`` with the output layer cut to the rows ``out_items`` and/or the first encoder
     weight cut to the columns ``in_items`` (``None``: that side untouched). Keys absent from ``params``
     (e.g. a decoder-only dict) are skipped."""
-    out: Params = {k: np.array(v, copy=True) for k, v in params.items()}
+    cut: dict[str, Any] = {}
     if out_items is not None:
         rows = _items(out_items)
         for key in output_keys(params):
-            out[key] = params[key][rows]
+            cut[key] = rows
     if in_items is not None and "enc.W1" in params:
-        out["enc.W1"] = params["enc.W1"][:, _items(in_items)]
-    return out
+        cut["enc.W1"] = (slice(None), _items(in_items))
+    # (the cut arrays are gathered, which copies them; only the others are copied whole)
+    return {k: v[cut[k]] if k in cut else np.array(v, copy=True) for k, v in params.items()}
 
 
 def put_items(
