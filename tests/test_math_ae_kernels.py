@@ -118,13 +118,14 @@ def test_python_copy_of_the_kernel_agrees_with_the_compiled_one(B):
 @needs_numba
 @pytest.mark.parametrize("loss", ["mse", "bce"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_all_steps_in_one_call_equal_one_call_a_step(loss, batch, monkeypatch):
+@pytest.mark.parametrize("users", [7, 1])
+def test_all_steps_in_one_call_equal_one_call_a_step(loss, batch, users, monkeypatch):
     """local_train's lazy path with every step in one call (steps1 at batch 1, stepsb otherwise: the
     draws made first) against the per-batch loop's one call a step (step1, stepb: the same kernel
     arithmetic): bit for bit, so the draws are the same ones in the same order (permutation per
     epoch, then each batch's dropout masks) and the short last batch (7 users in batches of 3) is
-    handled alike."""
-    x, mask = _users(7, 50, 7, 8, loss, np.float32)
+    handled alike (with one user, all the dropout masks are drawn at once)."""
+    x, mask = _users(users, 50, 7, 8, loss, np.float32)
     params0 = ae.init_params(50, np.random.default_rng(8), (16, 8), dtype=np.float32)
     runs = []
     for whole in (True, False):

@@ -270,7 +270,9 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     if _all_steps_at_once(one, batch):  # all the steps in one compiled call, the draws made first
         losses, clipped, sizes = one.train(xs, ts, ms, int(epochs), int(batch), rng)
         steps = len(losses)
-        flops = sum(ae.train_flops(enc_sizes, dec_sizes, b, loss=loss, dropout=dropout) for b in sizes.tolist())
+        distinct, counts = np.unique(sizes, return_counts=True)  # (a few batch sizes, many steps)
+        flops = sum(c * ae.train_flops(enc_sizes, dec_sizes, b, loss=loss, dropout=dropout)
+                    for b, c in zip(distinct.tolist(), counts.tolist()))
         flops += steps * step_flops
         if clip is not None and clip > 0:
             flops += (2 * steps + int(clipped.sum())) * size  # clip_coef's count for the whole model
@@ -385,17 +387,22 @@ class _FusedStep:
         dt = self.dtype
         data = (np.ascontiguousarray(X, dtype=dt), np.ascontiguousarray(Y, dtype=dt),
                 np.ascontiguousarray(masks, dtype=dt))
-        rows, draws = [], []
-        for _ in range(epochs):
-            order = rng.permutation(n)
-            for b0 in range(0, n, batch):
-                b = np.sort(order[b0:b0 + batch])
-                rows.append(b)
-                if self.dropout > 0.0:
-                    draws.append(rng.random((len(b), self.h2)))
-        sizes = np.array([len(b) for b in rows], dtype=np.int64)
-        rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
-        draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
+        if n == 1:  # (a permutation of one row draws nothing: every dropout mask in one draw, the same values)
+            rows = np.zeros(epochs, dtype=np.int64)
+            sizes = np.ones(epochs, dtype=np.int64)
+            draws = rng.random((epochs, self.h2)) if self.dropout > 0.0 else np.zeros((epochs, 1))
+        else:
+            rows, draws = [], []
+            for _ in range(epochs):
+                order = rng.permutation(n)
+                for b0 in range(0, n, batch):
+                    b = np.sort(order[b0:b0 + batch])
+                    rows.append(b)
+                    if self.dropout > 0.0:
+                        draws.append(rng.random((len(b), self.h2)))
+            sizes = np.array([len(b) for b in rows], dtype=np.int64)
+            rows = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+            draws = np.concatenate(draws) if draws else np.zeros((len(rows), 1))
         losses = np.zeros(len(sizes))
         clipped = np.zeros(len(sizes), dtype=np.bool_)
         if batch == 1:  # step1's loops (no batch buffers): a fifth faster a step
