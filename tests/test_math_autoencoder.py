@@ -459,3 +459,29 @@ def test_merge_algorithm1_equals_averaging_masked_full_decoders():
     one = act.merge_active(params, slices[:1], items[:1])
     assert np.array_equal(one["dec.W2"], fulls[0]["dec.W2"])
     assert not np.allclose(per_item["dec.W2"], merged["dec.W2"])
+
+
+@pytest.mark.parametrize("kernels", ["compiled", "python"])
+@pytest.mark.parametrize("mode", act.MERGE_MODES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_merge_through_the_kernels_is_bit_identical_to_numpy(kernels, mode, dtype, monkeypatch):
+    from fedsim.math import active_kernels
+
+    got = active_kernels.compiled() if kernels == "compiled" else active_kernels.python()
+    if got is None:
+        pytest.skip("numba (the 'fast' extra) is not installed")
+    rng = np.random.default_rng(21)
+    prev = ae.decoder_of(ae.init_params(30, rng, (8, 5), dtype=dtype))
+    items = [np.sort(rng.choice(30, k, replace=False)) for k in (4, 11, 1, 7)]
+    slices = [{k: (rng.standard_normal(v.shape) if k not in ("dec.W2", "dec.b2")
+                   else rng.standard_normal((len(it),) + v.shape[1:])).astype(dtype) for k, v in prev.items()}
+              for it in items]
+    weights = [1.0, 3.0, 0.5, 2.0]
+    monkeypatch.setattr(active_kernels, "compiled", lambda: got)
+    new = act.merge_active(prev, slices, items, weights=weights, mode=mode)
+    monkeypatch.setattr(active_kernels, "compiled", lambda: None)
+    ref = act.merge_active(prev, slices, items, weights=weights, mode=mode)
+    assert list(new) == list(ref)
+    for k in ref:
+        assert new[k].dtype == ref[k].dtype and new[k].tobytes() == ref[k].tobytes(), k
+    assert not np.array_equal(ref["dec.W2"], prev["dec.W2"])
