@@ -718,3 +718,78 @@ def test_non_bytes_like_input_is_a_type_error_not_an_allocation():
         with pytest.raises(TypeError):
             fn(10**12)  # bytes(10**12) would allocate a terabyte
         assert fn(memoryview(encode_message("k", {"x": 1}).data)) is not None
+
+
+# -- drafts: messages whose arrays are written in place ------------------------------------------------
+
+
+def _template():
+    big = np.zeros((3, 4), dtype=">f8")  # a big-endian template: the draft's view is little-endian
+    return {"t": 7, "note": "x", "w": np.zeros((2, 3), np.float32), "ids": np.zeros(5, np.int32),
+            "empty": np.zeros((0, 4), np.float32), "flags": np.zeros(3, bool), "model": {
+                "a": np.zeros((4, 2), np.float32)[:, ::-1], "b": big, "n": None, "c": np.zeros(1, np.float16)}}
+
+
+def _fill_views(payload, rng):
+    for v in list(payload.values()) + list(payload["model"].values()):
+        if isinstance(v, np.ndarray) and v.size:
+            v[...] = rng.integers(0, 2, v.shape) if v.dtype == bool else rng.standard_normal(v.shape) * 100
+
+
+def _copied(payload):
+    return {k: ({k2: (np.array(v2) if isinstance(v2, np.ndarray) else v2) for k2, v2 in v.items()}
+                if isinstance(v, dict) else (np.array(v) if isinstance(v, np.ndarray) else v))
+            for k, v in payload.items()}
+
+
+@pytest.mark.parametrize("zero", [True, False])
+def test_a_draft_is_byte_for_byte_the_encoding_of_its_filled_payload(zero):
+    d = codec.draft_message("update", _template(), zero=zero)
+    p = d.payload
+    assert p["t"] == 7 and p["model"]["n"] is None
+    for v in (p["w"], p["ids"], p["model"]["a"], p["model"]["b"]):
+        assert v.flags.writeable and v.flags.c_contiguous and v.flags.aligned
+    assert p["model"]["b"].dtype == np.dtype("<f8") and p["model"]["a"].shape == (4, 2)
+    _fill_views(p, np.random.default_rng(1))
+    want = codec.encode_message("update", _copied(p))
+    enc = d.seal()
+    assert bytes(enc.data) == want.data
+    assert (enc.array_bytes, enc.floats) == (want.array_bytes, want.floats)
+    # decoded in this process (the layout the draft carries) and from the bytes (another process)
+    for got in (codec.decode_encoded(enc), codec.decode_message(bytes(enc.data))[1]):
+        assert got.keys() == p.keys() and got["model"].keys() == p["model"].keys()
+        for k in ("w", "ids", "empty", "flags"):
+            assert got[k].dtype == p[k].dtype and np.array_equal(got[k], p[k]) and not got[k].flags.writeable
+        for k in ("a", "b", "c"):
+            assert np.array_equal(got["model"][k], p["model"][k]) and not got["model"][k].flags.writeable
+        assert (got["t"], got["note"], got["model"]["n"]) == (7, "x", None)
+
+
+def test_a_sealed_draft_is_read_only_and_sent_once():
+    d = codec.draft_message("update", {"w": np.zeros(3, np.float32), "m": {"v": np.zeros(2)}})
+    d.payload["w"][:] = 1.0
+    assert not d.sealed
+    d.seal()
+    assert d.sealed
+    with pytest.raises(ValueError, match="read-only"):
+        d.payload["w"][0] = 2.0
+    with pytest.raises(ValueError, match="read-only"):
+        d.payload["m"]["v"][0] = 2.0
+    with pytest.raises(codec.CodecError, match="already sent"):
+        d.seal()
+
+
+def test_a_zeroed_draft_carries_zeros_where_nothing_was_written():
+    d = codec.draft_message("k", {"w": np.ones(6, np.float64)})  # the template's values are not read
+    d.payload["w"][:2] = 5.0
+    assert np.array_equal(codec.decode_encoded(d.seal())["w"], [5, 5, 0, 0, 0, 0])
+
+
+def test_a_draft_refuses_what_encode_message_refuses():
+    with pytest.raises(codec.CodecError, match="dict payload"):
+        codec.draft_message("k", [np.zeros(2)])
+    with pytest.raises(codec.CodecError, match="dtype"):
+        codec.draft_message("k", {"w": np.zeros(2, np.complex64)})
+    with pytest.raises(codec.CodecError):
+        codec.draft_message("k", {"w": object()})
+    codec.encode_message("k", {"w": np.zeros(2)})  # the encoder is usable after a refusal

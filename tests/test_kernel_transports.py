@@ -335,3 +335,42 @@ def test_gather_each_left_early_leaves_the_rest_unread():
     assert res["server"] == "a"
     read = {r["src"]: r["read"] for r in net.ledger.records()}
     assert read == {"a": True, "b": False, "c": False}
+
+
+def _draft_pair(use_draft):
+    async def client(ctx):
+        await ctx.receive("go")
+        if use_draft:
+            msg = ctx.draft("up", {"t": 1, "m": {"w": np.empty((3, 2), np.float32)}})
+            msg.payload["m"]["w"][...] = np.arange(6).reshape(3, 2)
+            await ctx.send("server", "up", msg)
+            with pytest.raises(Exception, match="already sent"):
+                await ctx.send("server", "up", msg)
+            other = ctx.draft("up", {"w": np.zeros(2)})
+            with pytest.raises(ValueError, match="'up' draft sent as a 'down' message"):
+                await ctx.send("server", "down", other)
+        else:
+            await ctx.send("server", "up", {"t": 1, "m": {"w": np.arange(6, dtype=np.float32).reshape(3, 2)}})
+
+    async def server(ctx):
+        await ctx.send("client", "go", None)
+        got = await ctx.receive("up")
+        w = got.payload["m"]["w"]
+        return w.tolist(), w.flags.writeable, got.payload["t"], got.nbytes
+
+    return client, server
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_a_draft_is_received_as_the_same_message_would_be(transport):
+    out = []
+    for use_draft in (False, True):
+        client, server = _draft_pair(use_draft)
+        net = SimNetwork(seed=0) if transport == "sim" else AsyncioNetwork(seed=0)
+        net.add_node("server", server, role="server")
+        net.add_node("client", client)
+        res = net.run() if transport == "sim" else asyncio.run(net.run_async(timeout=10))
+        out.append((res["server"], net.ledger.to_csv() if transport == "sim" else None))
+    (plain, led_plain), (drafted, led_drafted) = out
+    assert drafted == plain and plain[0] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and plain[1] is False
+    assert led_drafted == led_plain

@@ -3,6 +3,7 @@
 An actor is ``async def actor(ctx, ...)``. It talks to the world only through ``ctx``:
 
 ``await ctx.send(dst, kind, payload)``            one message to one node
+``ctx.draft(kind, template)``                      a message whose arrays are written in place, then sent
 ``await ctx.broadcast(dsts, kind, payload)``       the same payload to many (encoded once)
 ``await ctx.receive(kind=None, timeout=...)``      the next message (optionally of a kind)
 ``await ctx.gather(kind, senders=... | count=...)`` many messages, in node-id order
@@ -22,7 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .codec import encode_message
+from .codec import Draft, draft_message, encode_message
 from .envelope import Collector, Envelope, InOrder
 from .errors import UnknownNodeError
 from .ledger import READ
@@ -213,7 +214,7 @@ class Context:
         """
         kind = str(kind)
         net = self._net
-        encoded = encode_message(kind, payload)
+        encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)
         if len(encoded.data) > net.max_message_bytes:
             net.check_size(self._node, kind, encoded)
         net.post(self._node, (dst,), kind, encoded, anonymous)
@@ -223,10 +224,21 @@ class Context:
         encoded once; each destination is charged its full size. Raises as ``send`` does."""
         kind = str(kind)
         net = self._net
-        encoded = encode_message(kind, payload)
+        encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)
         if len(encoded.data) > net.max_message_bytes:
             net.check_size(self._node, kind, encoded)
         net.post(self._node, tuple(dsts), kind, encoded, False)
+
+    def draft(self, kind: str, template: dict, *, zero: bool = True) -> Draft:
+        """A message of ``kind`` whose arrays are written where they will be sent from (no copy
+        into the document at send time): ``draft.payload`` is ``template`` with each array (top
+        level, or in a map one level down) replaced by a writable view of the same shape and
+        dtype. Fill them, then ``send``/``broadcast`` the draft as the payload (same ``kind``); it
+        is then sealed (read-only) and cannot be sent again. Elements not written are zero, or
+        undefined with ``zero=False`` (for callers that write every element). Does not block;
+        raises ``CodecError`` for a template the codec cannot encode (see
+        ``fedsim.kernel.codec.Draft``)."""
+        return draft_message(str(kind), template, zero=zero)
 
     # -- receiving --------------------------------------------------------------------------
     def deadline(self, seconds: float) -> Deadline:
@@ -298,7 +310,7 @@ class Context:
             await net.collect(node, kind, col, dl)
         got, pending, want = col.got, col.pending, col.want
         # node-id order; anonymous messages (no id to sort by) by their encoded content
-        got.sort(key=lambda e: ("", e.payload.encoded.data) if e.anonymous else (e.src, b""))
+        got.sort(key=lambda e: ("", bytes(e.payload.encoded.data)) if e.anonymous else (e.src, b""))
         messages = [self._open(e) for e in got]
         missing = sorted(pending) if pending is not None else []
         missing_count = want - len(got)
@@ -348,3 +360,10 @@ class Context:
     def log(self, text: str) -> None:
         """Add a line to the run's step log (kept only when the network traces)."""
         self._net.log(self._node, str(text))
+
+
+def _sealed(draft: Draft, kind: str):
+    """The encoded document of ``draft``, sent as a message of ``kind`` (which must be its own)."""
+    if draft.kind != kind:
+        raise ValueError(f"a {draft.kind!r} draft sent as a {kind!r} message")
+    return draft.seal()

@@ -226,6 +226,8 @@ class TcpNetwork(Network):
             raise FedsimError("TcpNetwork carries messages only while it runs, inside its worker processes")
         targets = self.destinations(dsts)
         doc = encoded.data
+        if type(doc) is not bytes:  # a draft's document (a read-only view on its buffer): frames take bytes
+            doc = bytes(doc)
         nbytes = len(doc) + FRAME_OVERHEAD
         if nbytes > self.max_frame_bytes:
             raise MessageTooLargeError(src.id, kind, len(doc), self.max_frame_bytes - FRAME_OVERHEAD)

@@ -90,8 +90,10 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             continue
         t = int(p["t"])
         # the received model (read-only arrays) is the training's source: local_train fills these
-        # arrays from it, the copy folded into its pass over the untouched entries
-        params = {k: np.empty_like(v) for k, v in p["model"].items()}
+        # arrays from it, the copy folded into its pass over the untouched entries. They are the
+        # update's own document (a draft): trained where they are sent from, not copied into it
+        update = ctx.draft("update", {"model": p["model"]}, zero=False)  # (local_train writes every element)
+        params = update.payload["model"]
         if cfg.client_momentum == "reset":
             state = None  # local_train starts from zero momentum and keeps none
         elif state is None:
@@ -103,14 +105,14 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         flops += res.flops
         rounds.append(t)
         await ctx.compute(res.flops, "train")
-        await ctx.send(SERVER, "update", {"model": params})
+        await ctx.send(SERVER, "update", update)
         if cfg.client_momentum == "reset":
             # the message holds its own encoded copy: drop ours, and the momentum we will rebuild, before
             # waiting (with one user per client, 943 idle clients kept 7 GB). Measured only in this mode:
             # with "keep" (personalfr_table3) dropping them made the run slower (39 -> 43 min, minor page
             # faults 4.2 M -> 164 M, the allocator handing the memory back and forth), so there the
             # copies stay until the client's next message, as before (docs/performance.md)
-            del params, p, msg
+            del params, update, p, msg
             state = None
 
 
