@@ -402,16 +402,7 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
     if type(template) is not dict or type(kind) is not str:
         raise CodecError("a draft needs a str kind and a dict payload")
     enc = _encoder
-    enc.array_bytes = 0
-    enc.floats = 0
-    try:
-        parts, bodies, _, _ = enc.frame(kind, template)
-    except CodecError:
-        enc.packer.reset()
-        raise
-    except (TypeError, ValueError, OverflowError) as exc:
-        enc.packer.reset()
-        raise CodecError(f"cannot encode value: {exc}") from exc
+    parts, bodies, _, _ = _counted(enc.frame, kind, template)
     offsets = []
     at = 0
     for part in parts:
@@ -470,19 +461,26 @@ def encode(obj: Any) -> Encoded:
 
 def _encode(pack, *args: Any) -> Encoded:
     """Run ``pack(*args)`` with the document counters reset; any failure becomes CodecError."""
+    data = _counted(pack, *args)
+    enc = _encoder
+    return Encoded(data, enc.array_bytes, enc.floats, enc.layout)
+
+
+def _counted(fn, *args: Any) -> Any:
+    """``fn(*args)`` (an encoding step) with the document counters reset first; any failure
+    becomes CodecError, the packer left ready for the next document."""
     enc = _encoder
     enc.array_bytes = 0
     enc.floats = 0
     enc.layout = None
     try:
-        data = pack(*args)
+        return fn(*args)
     except CodecError:
         enc.packer.reset()
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         enc.packer.reset()
         raise CodecError(f"cannot encode value: {exc}") from exc
-    return Encoded(data, enc.array_bytes, enc.floats, enc.layout)
 
 
 def encode_message(kind: str, payload: Any) -> Encoded:
