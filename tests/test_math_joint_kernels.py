@@ -154,8 +154,8 @@ def _task(task, dtype, seed=4, nu=40, ni=60, junk=False):
     return t
 
 
-def _run(t, dtype, sparse, epochs=4, **kw):
-    return ae_train.train_joint(t, epochs=epochs, rng=np.random.default_rng(5), batch=16, hidden=(16, 8),
+def _run(t, dtype, sparse, epochs=4, hidden=(16, 8), **kw):
+    return ae_train.train_joint(t, epochs=epochs, rng=np.random.default_rng(5), batch=16, hidden=hidden,
                                 dtype=dtype, eval_every=2, lr=3e-3, sparse=sparse, **kw)
 
 
@@ -219,6 +219,12 @@ def test_without_numba_train_joint_is_the_numpy_path(monkeypatch):
     new = _run(t, np.float64, True, epochs=2)
     assert all(np.array_equal(new.params[k], ref.params[k]) for k in ref.params)
     assert new.history == ref.history and new.flops == ref.flops
+
+
+def test_other_model_shapes_train_on_the_numpy_path():
+    t = _task("explicit", np.float64)
+    ref, new = (_run(t, np.float64, s, epochs=2, hidden=(16,)) for s in (False, True))
+    assert all(np.array_equal(new.params[k], ref.params[k]) for k in ref.params) and new.history == ref.history
 
 
 @pytest.mark.parametrize("task", ["explicit", "implicit"])

@@ -12,7 +12,8 @@ Built on ``fedsim.math.autoencoder`` (model, hand-written backward pass), ``feds
   clipping, SGD with Nesterov momentum and weight decay), the ClientUpdate of Algorithm 1; returns the FLOPs
   executed so the actor can charge them.
 - :func:`train_joint`: the centralised "Joint" upper bound (one model on all users, Adam lr 1e-3, batch 500,
-  weight decay 5e-4, clipping at 1, dropout 0.5: the authors' code).
+  weight decay 5e-4, clipping at 1, dropout 0.5: the authors' code); with numba its steps are computed from
+  the data's sparsity (``joint_kernels``), the same training to float rounding.
 - :func:`eval_sums` / :func:`finish_eval`: test metrics as additive sums (so clients can report theirs and a
   server can add them up): squared error and count for RMSE; NDCG@k over each user's *test items* ranked by
   score (the authors' metric: relevance = the binarised test label; a user with test items but no positive
