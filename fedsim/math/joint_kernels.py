@@ -29,7 +29,13 @@ their non-zero terms, row by row) and the clipping norm is added up in float64. 
 :func:`sumsq` are compiled with re-association allowed (:data:`FASTMATH`: vectorised dot products
 and sums). :func:`masked_loss_grad` and :func:`adam_update` do NumPy's operations element by element
 in its order and precision (``exp``/``log1p`` are the compiler's); :func:`adam_update` given the same
-gradient and scalars gives ``optim.adam_step``'s bits.
+gradient and scalars gives ``optim.adam_step``'s bits. All are compiled with numpy's error model (a
+division by zero gives inf or nan, as in NumPy, and the loops vectorise).
+
+Measured on MovieLens-100K (943 x 1682, batch 500, 40 epochs, one BLAS thread, CPU time, median of
+3 pairs run side by side): explicit 3.84 -> 1.42 s, implicit 5.68 -> 1.57 s. What is left of a step
+(~16 ms) is about a third NumPy's dense middle layers and ``tanh``, the rest these kernels (the
+output layer's backward products the largest, ~3.5 ms).
 """
 
 from __future__ import annotations
