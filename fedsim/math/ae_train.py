@@ -12,7 +12,8 @@ Built on ``fedsim.math.autoencoder`` (model, hand-written backward pass), ``feds
   clipping, SGD with Nesterov momentum and weight decay), the ClientUpdate of Algorithm 1; returns the FLOPs
   executed so the actor can charge them.
 - :func:`train_joint`: the centralised "Joint" upper bound (one model on all users, Adam lr 1e-3, batch 500,
-  weight decay 5e-4, clipping at 1, dropout 0.5: the authors' code).
+  weight decay 5e-4, clipping at 1, dropout 0.5: the authors' code); with numba its steps are computed from
+  the data's sparsity (``joint_kernels``), the same training to float rounding.
 - :func:`eval_sums` / :func:`finish_eval`: test metrics as additive sums (so clients can report theirs and a
   server can add them up): squared error and count for RMSE; NDCG@k over each user's *test items* ranked by
   score (the authors' metric: relevance = the binarised test label; a user with test items but no positive
@@ -21,12 +22,13 @@ Built on ``fedsim.math.autoencoder`` (model, hand-written backward pass), ``feds
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from . import ae_kernels
+from . import ae_kernels, joint_kernels
 from . import autoencoder as ae
 from . import optim
 
@@ -465,16 +467,27 @@ def train_joint(
     eval_every: int = 0,
     k: int = 10,
     callback: Callable[[int, dict | None], None] | None = None,
+    sparse: bool = True,
 ) -> JointResult:
     """The Joint baseline: one autoencoder trained on every user's row with Adam (the authors' settings).
 
     The model is initialised from ``rng`` first (``ae.init_params``), then every epoch draws one permutation
     of the users and the dropout masks. With ``eval_every`` the test metrics are recorded every that many
     epochs and after the last; ``callback(epoch, evaluation_or_None)`` is called after every epoch.
+
+    ``sparse`` (the default): when numba is available and the model has two encoder and two decoder
+    layers, each step is :class:`_SparseJoint`'s (the input and output layers computed from the non-zero
+    inputs and at the loss mask's entries only, ``joint_kernels``): the same training, to float rounding,
+    with the same random draws; otherwise (or with ``sparse=False``) the NumPy step
+    (``ae.loss_and_grads``, ``optim.clip_grad_norm``, ``optim.adam_step``). The FLOPs returned are the
+    NumPy step's either way (the method's arithmetic).
     """
     params = ae.init_params(task.n_items, rng, hidden, dtype=dtype)
-    state = optim.adam_init(params)
     x, mask = task.x, task.mask
+    fast = _SparseJoint.make(params, x, mask, loss=task.loss, dropout=dropout) if sparse else None
+    state = optim.adam_init(params) if fast is None else None
+    enc_sizes, dec_sizes = ae.layer_sizes(params)
+    size = ae.param_count(params)
     n = x.shape[0]
     flops = 0
     history = []
@@ -483,6 +496,16 @@ def train_joint(
         total, nb = 0.0, 0
         for b0 in range(0, n, int(batch)):
             b = np.sort(order[b0:b0 + int(batch)])
+            if fast is not None:
+                value, clipped = fast.step(b, rng, lr=lr, weight_decay=weight_decay, clip=clip)
+                # the NumPy step's count: loss_and_grads, clip_grad_norm, adam_step
+                flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=task.loss, dropout=dropout)
+                if clip is not None and clip > 0:
+                    flops += (3 if clipped else 2) * size
+                flops += (14 if weight_decay else 12) * size
+                total += value
+                nb += 1
+                continue
             r = ae.loss_and_grads(params, x[b], x[b], mask[b], loss=task.loss, dropout=dropout,
                                   rng=rng if dropout > 0 else None)
             flops += r.flops
@@ -493,12 +516,131 @@ def train_joint(
             nb += 1
         ev = None
         if (eval_every and ep % eval_every == 0) or ep == int(epochs):
-            ev = finish_eval(eval_sums(params, task, k=k), task.task)
+            ev = finish_eval(eval_sums(params if fast is None else fast.params(), task, k=k), task.task)
             ev.update(epoch=ep, loss=total / max(nb, 1))
             history.append(ev)
         if callback is not None:
             callback(ep, ev)
+    if fast is not None:
+        params = fast.params()
     return JointResult(params, history, int(flops), int(epochs))
+
+
+class _SparseJoint:
+    """:func:`train_joint`'s step (``ae.loss_and_grads`` + ``optim.clip_grad_norm`` +
+    ``optim.adam_step`` on a batch of rows) computed from the data's sparsity: the input layer from
+    the rows' non-zero entries, the output layer, the loss and the output layer's backward products
+    at the loss mask's entries only (``joint_kernels``; the terms left out are zero), the two middle
+    layers with NumPy's dense products. The parameters live in one flat buffer (the input weight
+    stored transposed, ``(n_in, h1)``, so that an item's weights are contiguous), with Adam's moments
+    and a gradient buffer of the same layout, so that clipping and the update are one pass each.
+    :meth:`make` returns None when the kernels do not apply: numba missing, a model other than two
+    encoder and two decoder layers, or a dtype other than float32 / float64."""
+
+    def __init__(self, K, params, x, mask, loss, dropout):
+        dt = params["enc.W1"].dtype
+        self.K, self.dt, self.bce, self.dropout = K, dt, loss == "bce", float(dropout)
+        shapes = {k: (v.shape[::-1] if k == "enc.W1" else v.shape) for k, v in params.items()}
+        total = sum(int(np.prod(s)) for s in shapes.values())
+        self.P, self.G, self.M, self.V = (np.zeros(total, dtype=dt) for _ in range(4))
+        self.p, self.g = {}, {}
+        o = 0
+        for key, shape in shapes.items():
+            size = int(np.prod(shape))
+            self.p[key] = self.P[o:o + size].reshape(shape)
+            self.g[key] = self.G[o:o + size].reshape(shape)
+            np.copyto(self.p[key], params[key].T if key == "enc.W1" else params[key])
+            o += size
+        xd = np.asarray(x, dtype=dt)
+        self.x_ptr, self.x_idx, self.x_val = _csr_of(xd, xd != 0)
+        self.m_ptr, self.m_idx, self.m_y = _csr_of(xd, np.asarray(mask).astype(bool, copy=False))
+        self.m_count = np.diff(self.m_ptr)
+        self.z = np.zeros(len(self.m_idx), dtype=dt)  # the outputs at the mask's entries, then their gradient
+        self.t = 0  # Adam's step count
+        self.pa = np.zeros(joint_kernels.A_COEF + 1, dtype=dt)
+        self.pl = np.zeros(joint_kernels.L_GSCALE + 1, dtype=dt)
+        self.pl[joint_kernels.L_ONE] = 1.0
+
+    @classmethod
+    def make(cls, params, x, mask, *, loss, dropout):
+        if tuple(params) != _FUSED_KEYS or loss not in TASKS.values():
+            return None
+        if params["enc.W1"].dtype not in (np.float32, np.float64):
+            return None
+        K = joint_kernels.compiled()
+        if K is None:
+            return None
+        return cls(K, params, x, mask, loss, dropout)
+
+    def params(self) -> dict:
+        """The current parameters, fresh C-ordered arrays in ``ae.init_params``'s layout."""
+        return {k: np.array(v.T if k == "enc.W1" else v, order="C") for k, v in self.p.items()}
+
+    def step(self, rows, rng, *, lr, weight_decay, clip, betas=(0.9, 0.999), eps=1e-8):
+        """One step on the (sorted) rows ``rows``, the dropout mask drawn from ``rng`` as ``ae`` draws
+        it; returns the batch's loss (``ae.loss_and_grads``'s) and whether the gradient was clipped."""
+        K, dt, p, g = self.K, self.dt, self.p, self.g
+        B = len(rows)
+        # forward: the input layer from the non-zero inputs
+        a = np.empty((B, p["enc.W1"].shape[1]), dtype=dt)
+        K.csr_matmul(self.x_ptr, self.x_idx, self.x_val, rows, p["enc.W1"], a)
+        a += p["enc.b1"]
+        H1 = np.tanh(a, out=a)
+        H2 = np.tanh(H1 @ p["enc.W2"].T + p["enc.b2"])
+        code, keep = H2, None
+        if self.dropout > 0.0:  # ae._forward's draw
+            keep = ((rng.random(H2.shape) >= self.dropout) * (1.0 / (1.0 - self.dropout))).astype(dt)
+            code = H2 * keep
+        H3 = np.tanh(code @ p["dec.W1"].T + p["dec.b1"])
+        # the output layer and the loss at the mask's entries only
+        z = self.z
+        K.masked_matmul(self.m_ptr, self.m_idx, rows, H3, p["dec.W2"], p["dec.b2"], z, dt.type(0))
+        count = int(self.m_count[rows].sum())
+        scale = 1.0 / count if count else 0.0
+        self.pl[joint_kernels.L_GSCALE] = scale if self.bce else 2.0 * scale  # ae's loss gradient factor
+        value = K.masked_loss_grad(self.m_ptr, self.m_y, rows, z, z, self.pl, self.bce)
+        value = value * scale if count else 0.0
+        # backward (the gradient buffer is zero: adam_update clears it)
+        G3 = np.empty_like(H3)
+        K.masked_backward(self.m_ptr, self.m_idx, rows, z, p["dec.W2"], H3, G3, g["dec.W2"], g["dec.b2"])
+        G3 *= 1 - H3 * H3
+        np.matmul(G3.T, code, out=g["dec.W1"])
+        np.sum(G3, axis=0, out=g["dec.b1"])
+        G2 = G3 @ p["dec.W1"]
+        if keep is not None:
+            G2 *= keep
+        G2 *= 1 - H2 * H2
+        np.matmul(G2.T, H1, out=g["enc.W2"])
+        np.sum(G2, axis=0, out=g["enc.b2"])
+        G1 = G2 @ p["enc.W2"]
+        G1 *= 1 - H1 * H1
+        np.sum(G1, axis=0, out=g["enc.b1"])
+        K.csr_t_matmul_add(self.x_ptr, self.x_idx, self.x_val, rows, G1, g["enc.W1"])
+        # clipping (optim.clip_grad_norm's rule) and Adam (optim.adam_step's), one pass each
+        pa = self.pa
+        clipped = False
+        if clip is not None and clip > 0:
+            coef = clip / (math.sqrt(K.sumsq(self.G)) + 1e-6)
+            clipped = coef < 1.0
+            pa[joint_kernels.A_COEF] = coef
+        b1, b2 = betas
+        self.t += 1
+        pa[joint_kernels.A_WD] = weight_decay
+        pa[joint_kernels.A_B1], pa[joint_kernels.A_1MB1] = b1, 1.0 - b1
+        pa[joint_kernels.A_B2], pa[joint_kernels.A_1MB2] = b2, 1.0 - b2
+        pa[joint_kernels.A_BC2] = math.sqrt(1.0 - b2 ** self.t)
+        pa[joint_kernels.A_EPS] = eps
+        pa[joint_kernels.A_STEP] = lr / (1.0 - b1 ** self.t)
+        K.adam_update(self.P, self.G, self.M, self.V, pa, clipped, bool(weight_decay))
+        return value, clipped
+
+
+def _csr_of(x, where):
+    """``(ptr, idx, val)``: the entries of ``x`` where ``where`` is true, row by row, columns in order."""
+    r, c = np.nonzero(where)
+    ptr = np.zeros(x.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=x.shape[0]), out=ptr[1:])
+    return ptr, c.astype(np.int64), np.ascontiguousarray(x[r, c])
 
 
 # --------------------------------------------------------------------------------------- evaluation
