@@ -236,3 +236,13 @@ def test_python_kernels_train_as_the_numpy_path(monkeypatch, task):
     new = _run(t, np.float64, True, epochs=2)
     assert _rel(new.params, ref.params) < 1e-10
     _assert_history_close(new.history, ref.history, 1e-10)
+
+
+def test_adam_flops_is_what_adam_step_counts():
+    from fedsim.math import optim
+
+    params = {"w": np.zeros((3, 4)), "b": np.zeros(5)}
+    grads = {k: np.ones_like(v) for k, v in params.items()}
+    for wd in (0.0, 1e-3):
+        counted = optim.adam_step(params, grads, optim.adam_init(params), weight_decay=wd)
+        assert counted == optim.adam_flops(17, weight_decay=wd) == (14 if wd else 12) * 17

@@ -502,7 +502,7 @@ def train_joint(
                 flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=task.loss, dropout=dropout)
                 if clip is not None and clip > 0:
                     flops += (3 if clipped else 2) * size
-                flops += (14 if weight_decay else 12) * size
+                flops += optim.adam_flops(size, weight_decay=weight_decay)
                 total += value
                 nb += 1
                 continue

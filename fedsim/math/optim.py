@@ -32,6 +32,7 @@ __all__ = [
     "sgd_flops",
     "adam_init",
     "adam_step",
+    "adam_flops",
     "grad_norm",
     "clip_grad_norm",
     "clip_coef",
@@ -376,6 +377,12 @@ def adam_step(
             v_full[idx] = v
             params[key][idx] = p
     return flops
+
+
+def adam_flops(size: int, *, weight_decay: float = 0.0) -> int:
+    """FLOPs :func:`adam_step` counts for ``size`` scalars (weight decay 2, the moments and the update
+    12 per scalar)."""
+    return (2 * bool(weight_decay) + 12) * int(size)
 
 
 # -------------------------------------------------------------------------------------- clipping, schedule
