@@ -8,6 +8,7 @@ import pytest
 
 from fedsim.data import generate, partition_users, per_user_random
 from fedsim.kernel import AsyncioNetwork, SimNetwork, decode_message, encode_message
+from fedsim.kernel.codec import Draft
 from fedsim.math import active as act
 from fedsim.math import ae_train
 from fedsim.math import autoencoder as ae
@@ -142,7 +143,8 @@ class _Recorder:
         self._ctx, self._log = ctx, log
 
     async def send(self, dst, kind, payload, **kw):
-        self._log.append((self._ctx.node_id, dst, kind, payload))
+        # a draft (a message written in place) is recorded as the payload it carries
+        self._log.append((self._ctx.node_id, dst, kind, payload.payload if isinstance(payload, Draft) else payload))
         await self._ctx.send(dst, kind, payload, **kw)
 
     async def broadcast(self, dsts, kind, payload):
