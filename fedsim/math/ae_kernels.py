@@ -380,6 +380,13 @@ def _update_bias_rows(p, buf, G, s, wd, mu, lr, scale, decay, momentum, nesterov
             buf[i] = bb
 
 
+def _tanh_rows(H):
+    """``H = tanh(H)`` in place (a layer's activations, row by row)."""
+    for k in range(H.shape[0]):
+        for i in range(H.shape[1]):
+            H[k, i] = np.tanh(H[k, i])
+
+
 def _dot64(u, v):
     """``u . v`` in float64."""
     s = 0.0
@@ -421,13 +428,9 @@ def stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, 
         _matmat_by_column(W1, XB, b1, H1)
     else:
         matmat(W1, XB, b1, H1, zero)
-    for k in range(B):
-        for i in range(H1.shape[1]):
-            H1[k, i] = np.tanh(H1[k, i])
+    _tanh_rows(H1)
     matmat(W2, H1, b2, H2, zero)
-    for k in range(B):
-        for i in range(H2.shape[1]):
-            H2[k, i] = np.tanh(H2[k, i])
+    _tanh_rows(H2)
     code = H2
     if dropout:
         code = np.empty_like(H2)
@@ -435,9 +438,7 @@ def stepb(W1, b1, W2, b2, W3, b3, W4, b4, M1, m1, M2, m2, M3, m3, M4, m4, X, Y, 
             for i in range(H2.shape[1]):
                 code[k, i] = H2[k, i] * keep[k, i]
     matmat(W3, code, b3, H3, zero)
-    for k in range(B):
-        for i in range(H3.shape[1]):
-            H3[k, i] = np.tanh(H3[k, i])
+    _tanh_rows(H3)
     _matmat_masked(W4, H3, b4, G4, zero, masks, rows)  # (off the mask the loss reads no output)
     # loss and its gradient with respect to the output (zero off the mask), row by row in place
     value = 0.0
@@ -564,17 +565,11 @@ def predict_entries(W1, b1, W2, b2, W3, b3, W4, b4, X, nz_ptr, nz_idx, nz_val, w
         _matmat_by_column(W1, X, b1, H1)
     else:
         _matmat_sparse_input(W1, nz_ptr, nz_idx, nz_val, b1, H1)
-    for k in range(B):
-        for i in range(H1.shape[1]):
-            H1[k, i] = np.tanh(H1[k, i])
+    _tanh_rows(H1)
     matmat(W2, H1, b2, H2, zero)
-    for k in range(B):
-        for i in range(H2.shape[1]):
-            H2[k, i] = np.tanh(H2[k, i])
+    _tanh_rows(H2)
     matmat(W3, H2, b3, H3, zero)
-    for k in range(B):
-        for i in range(H3.shape[1]):
-            H3[k, i] = np.tanh(H3[k, i])
+    _tanh_rows(H3)
     for r in range(B):
         for t in range(ent_ptr[r], ent_ptr[r + 1]):
             i = ent_idx[t]
@@ -585,9 +580,9 @@ def predict_entries(W1, b1, W2, b2, W3, b3, W4, b4, X, nz_ptr, nz_idx, nz_val, w
 
 
 _KERNELS = ("matvec", "_matvec_by_column", "_t_matvec", "_sgd", "_update", "_update_by_column", "_update_bias",
-            "_sq", "_scalars", "_loss_grad", "step1", "steps1", "matmat", "_matmat_masked", "_matmat_by_column", "_t_matmat",
-            "_update_rows", "_update_rows_by_column", "_update_bias_rows", "_dot64", "_gram_sq", "stepb", "stepsb",
-            "_matmat_sparse_input", "predict_entries")
+            "_sq", "_scalars", "_loss_grad", "step1", "steps1", "matmat", "_matmat_masked", "_matmat_by_column",
+            "_t_matmat", "_update_rows", "_update_rows_by_column", "_update_bias_rows", "_tanh_rows", "_dot64",
+            "_gram_sq", "stepb", "stepsb", "_matmat_sparse_input", "predict_entries")
 
 
 def compiled():
