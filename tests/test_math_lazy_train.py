@@ -13,6 +13,7 @@ from fedsim.math import ae_train, optim, optim_kernels
 from fedsim.math import autoencoder as ae
 
 COMPILED = optim_kernels.compiled()
+needs_numba_here = pytest.mark.skipif(COMPILED is None, reason="numba (the 'fast' extra) is not installed")
 
 
 def _arrays(dtype, seed=0):
@@ -355,6 +356,63 @@ def test_idle_steps_from_a_source_equal_a_copy_then_the_steps(backend, closed, k
     with pytest.raises(ValueError, match=r"source\['w'\]"):
         optim.sgd_idle_steps({"w": np.zeros((7, 5), np.float32)}, None, 2, lr=0.1, weight_decay=1e-3,
                              source={"w": np.zeros((7, 5), np.float64)})
+
+
+@pytest.mark.parametrize("backend", ["numpy", "python", "numba"])
+@pytest.mark.parametrize("closed", [True, False])
+@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("with_source", [True, False])
+def test_idle_steps_with_reached_entries_equal_the_steps_then_the_scatter(backend, closed, keep, with_source,
+                                                                          monkeypatch):
+    """sgd_idle_steps(reached=): rows or columns the caller trained take its values (and momentum),
+    the rest the zero-gradient steps; bit for bit the steps over everything followed by NumPy's
+    scatter, whichever path runs it (the fused one-pass kernel, its Python copy, NumPy)."""
+    if backend == "numba" and COMPILED is None:
+        pytest.skip("numba (the 'fast' extra) is not installed")
+    if backend != "numpy":
+        monkeypatch.setattr(optim, "_fused", (lambda: COMPILED) if backend == "numba" else optim_kernels.python)
+    kernel = "numpy" if backend == "numpy" else "auto"
+    rng = np.random.default_rng(7)
+    for steps, kw in ((5, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-2)),
+                      (3, dict(lr=0.2, weight_decay=1e-3)), (0, dict(lr=0.1, weight_decay=1e-3))):
+        src = _read_only({"w1": rng.standard_normal((6, 11)).astype(np.float32),  # cut by columns
+                          "w2": rng.standard_normal((11, 4)).astype(np.float32),  # cut by rows
+                          "b2": rng.standard_normal(11).astype(np.float32),
+                          "f": np.asfortranarray(rng.standard_normal((6, 4)).astype(np.float32))})
+        cols, rows = np.array([0, 3, 4, 10]), np.array([1, 2, 9])
+        cut = {"w1": (cols, 1), "w2": (rows, 0), "b2": (rows, 0), "f": (np.array([2]), 1)}
+        # the caller's values: a cut encoder's columns come column-major (NumPy's a[:, idx])
+        vals = {k: np.asarray(rng.standard_normal(src[k][:, i].shape if a else src[k][i].shape),
+                              dtype=np.float32, order="F" if a else "C") for k, (i, a) in cut.items()}
+        moms = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in vals.items()}
+        ref = {k: v.copy() for k, v in src.items()}
+        new = {k: v.copy() if not with_source else np.full_like(v, np.nan) for k, v in src.items()}
+        s_ref = _momentum(ref) if keep else None
+        s_new = {k: v.copy() for k, v in s_ref.items()} if keep else None
+        f_ref = optim.sgd_idle_steps(ref, s_ref, steps, kernel=kernel, closed_form=closed, **kw)
+        for k, (i, a) in cut.items():
+            (ref[k].__setitem__((slice(None), i) if a else i, vals[k]))
+            if keep and kw.get("momentum"):
+                s_ref[f"momentum.{k}"][(slice(None), i) if a else i] = moms[k]
+        reached = {k: (i, a, vals[k], moms[k]) for k, (i, a) in cut.items()}
+        f_new = optim.sgd_idle_steps(new, s_new, steps, kernel=kernel, closed_form=closed,
+                                     source=src if with_source else None, reached=reached, **kw)
+        assert f_new == f_ref
+        for k in ref:
+            assert new[k].tobytes() == ref[k].tobytes(), (k, steps, kw)
+            if keep:
+                assert s_new[f"momentum.{k}"].tobytes() == s_ref[f"momentum.{k}"].tobytes(), (k, steps, kw)
+        assert not np.array_equal(new["w1"][:, 1], src["w1"][:, 1]) or steps == 0  # (the rest did move)
+
+
+@needs_numba_here
+def test_reached_indices_must_be_sorted_and_distinct(monkeypatch):
+    monkeypatch.setattr(optim, "_fused", lambda: COMPILED)
+    p = {"w": np.zeros((4, 6), np.float32)}
+    for idx in (np.array([3, 1]), np.array([2, 2]), np.array([0, 6])):
+        with pytest.raises(ValueError, match="sorted, distinct"):
+            optim.sgd_idle_steps(p, None, 2, lr=0.1, weight_decay=1e-3, closed_form=True,
+                                 reached={"w": (idx, 1, np.zeros((4, len(idx)), np.float32), None)})
 
 
 @pytest.mark.parametrize("lazy", [True, False])

@@ -165,6 +165,7 @@ def sgd_idle_steps(
     kernel: str = "auto",
     closed_form: bool = False,
     source: Mapping[str, np.ndarray] | None = None,
+    reached: Mapping[str, tuple] | None = None,
 ) -> int:
     """``steps`` SGD steps with a zero gradient on every array of ``params``, in place; returns their FLOPs.
 
@@ -177,6 +178,13 @@ def sgd_idle_steps(
     (``kernel="auto"``) each row's ``steps`` steps are done while it is in cache, one pass over memory;
     otherwise, and with ``kernel="numpy"``, by ``steps`` NumPy passes. Nothing happens (0 FLOPs) when there
     is neither weight decay nor momentum: the parameter cannot move.
+
+    ``reached``: ``{key: (idx, axis, values, momentum)}``, rows (``axis=0``) or columns (``axis=1``;
+    2-D arrays) ``idx`` (sorted, distinct) of ``params[key]`` that the caller stepped itself: they take
+    ``values`` (shaped as ``params[key][idx]`` or ``params[key][:, idx]``), and their momentum in ``state`` takes
+    ``momentum`` (when ``state`` keeps one), instead of the zero-gradient steps. The same as the steps
+    over everything followed by that scatter; in closed form with numba, one pass writing each entry
+    once. The FLOPs returned are still those of the whole arrays' steps (the rule's count).
 
     ``closed_form``: the same steps as one linear map (:func:`idle_map`) applied per element in float64
     and rounded once, instead of step after step in the arrays' precision: one memory-bound pass,
@@ -204,17 +212,30 @@ def sgd_idle_steps(
                 np.copyto(p, src)  # then the steps, if any, in place
         if not fold:
             source = None
+    reached = dict(reached or {})
+    keep = state is not None and bool(momentum)
     if steps == 0 or (not weight_decay and not momentum):
+        for key, (idx, axis, values, mom) in reached.items():
+            _put(params[key], idx, axis, values)
+            if keep:
+                _put(state[f"momentum.{key}"], idx, axis, mom)
         return 0
     lr, momentum, weight_decay = float(lr), float(momentum), float(weight_decay)
     fused = _fused() if kernel == "auto" else None
-    keep = state is not None and bool(momentum)
     coef = idle_map(steps, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay) \
         if closed_form else None
     flops = 0
     for key, p in params.items():
         buf = state[f"momentum.{key}"] if keep else p
         flops += steps * sgd_flops(p.size, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+        reach = reached.pop(key, None)
+        if coef is not None and reach is not None:
+            if not _idle_linear_cut(p, buf, coef, keep, fused, p if source is None else source[key], reach):
+                _idle_linear(p, buf, coef, keep, fused, p if source is None else source[key])
+                reached[key] = reach  # scattered below
+            continue
+        if reach is not None:
+            reached[key] = reach
         if coef is not None:
             _idle_linear(p, buf, coef, keep, fused, p if source is None else source[key])
             continue
@@ -243,7 +264,48 @@ def sgd_idle_steps(
                     d = buf.copy()
             d *= lr
             p -= d
+    for key, (idx, axis, values, mom) in reached.items():  # the scatter the fused pass did not do
+        _put(params[key], idx, axis, values)
+        if keep:
+            _put(state[f"momentum.{key}"], idx, axis, mom)
     return flops
+
+
+def _put(a: np.ndarray, idx: np.ndarray, axis: int, values: np.ndarray) -> None:
+    if axis == 0:
+        a[idx] = values
+    else:
+        a[:, idx] = values
+
+
+def _idle_linear_cut(p, buf, coef, keep, fused, src, reach) -> bool:
+    """``optim_kernels.sgd_idle_linear_cut`` on one array when it applies (compiled, C-ordered 1-D or
+    2-D arrays of one dtype, columns only of 2-D ones); False to have the caller do the closed form
+    and the scatter separately (the same values)."""
+    idx, axis, values, mom = reach
+    values = np.asarray(values)
+    if fused is None or p.ndim > 2 or (axis == 1 and p.ndim != 2) or not p.flags.writeable:
+        return False
+    if any(a.dtype != p.dtype or not a.flags.c_contiguous for a in (p, buf, src)) or \
+            p.dtype not in (np.float32, np.float64):
+        return False
+    if values.dtype != p.dtype or (keep and np.asarray(mom).dtype != p.dtype):
+        return False  # (the values may have any strides: the kernel reads them by index)
+    if keep and not buf.flags.writeable:
+        return False
+    idx = np.asarray(idx, dtype=np.int64)
+    want = (p.shape[0], len(idx)) if axis == 1 else (len(idx),) + p.shape[1:]
+    if values.shape != want or (keep and mom.shape != want):
+        return False
+    if len(idx) and (idx.min() < 0 or idx.max() >= p.shape[axis] or np.any(np.diff(idx) <= 0)):
+        raise ValueError(f"reached indices must be sorted, distinct and within axis {axis} of size {p.shape[axis]}")
+
+    def two(a):  # 1-D arrays as columns: their rows are the reached entries
+        return a.reshape(-1, 1) if a.ndim == 1 else a
+
+    fused.sgd_idle_linear_cut(two(src), two(p), two(buf), coef, keep, idx, axis == 1, two(values),
+                              two(mom) if keep else two(values))
+    return True
 
 
 def idle_map(steps: int, *, lr: float, momentum: float = 0.0, nesterov: bool = False,

@@ -20,7 +20,8 @@ import sys
 
 import numpy as np
 
-__all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "sgd_idle", "sgd_idle_linear", "compiled", "python"]
+__all__ = ["P_SCALE", "P_WD", "P_MOMENTUM", "P_LR", "sgd_update", "sgd_idle", "sgd_idle_linear", "sgd_idle_linear_cut",
+           "compiled", "python"]
 
 # indices into ``par`` (an array of the parameters' dtype)
 P_SCALE = 0  # the gradient is multiplied by this first (gradient clipping's coefficient)
@@ -124,7 +125,59 @@ def sgd_idle_linear(src, p, buf, coef, keep):
                 p[r, i] = np.float64(src[r, i]) * c
 
 
-_KERNELS = ("_descend", "sgd_update", "sgd_idle", "sgd_idle_linear")
+def sgd_idle_linear_cut(src, p, buf, coef, keep, idx, by_column, sub_p, sub_buf):
+    """:func:`sgd_idle_linear` on the entries of 2-D ``p`` outside the rows ``idx`` (or, with
+    ``by_column``, the columns ``idx``; sorted, distinct), which instead take the values the caller
+    computed for them: ``p[idx[t]] = sub_p[t]`` (``p[:, idx[t]] = sub_p[:, t]`` by column), and with
+    ``keep`` the same from ``sub_buf`` into ``buf``. Gives what the closed form over all of ``p``
+    followed by that scatter gives, in one pass that writes each entry once (a FedAvg client's
+    trained rows and columns are put back while the untouched rest gets its steps; a row's reached
+    columns are written after its closed form, the row still in cache)."""
+    c = coef[0]
+    f = coef[1]
+    e = coef[2]
+    h = coef[3]
+    n = idx.shape[0]
+    t = 0  # the next reached row (or column) in idx
+    for r in range(p.shape[0]):
+        if not by_column:
+            if t < n and idx[t] == r:
+                for i in range(p.shape[1]):
+                    p[r, i] = sub_p[t, i]
+                if keep:
+                    for i in range(p.shape[1]):
+                        buf[r, i] = sub_buf[t, i]
+                t += 1
+                continue
+            if keep:
+                for i in range(p.shape[1]):
+                    v = np.float64(src[r, i])
+                    b = np.float64(buf[r, i])
+                    p[r, i] = v * c + b * f
+                    buf[r, i] = v * e + b * h
+            else:
+                for i in range(p.shape[1]):
+                    p[r, i] = np.float64(src[r, i]) * c
+            continue
+        # the whole row's closed form (one loop the compiler vectorises), then the reached columns
+        # overwritten while the row is still in cache
+        if keep:
+            for i in range(p.shape[1]):
+                v = np.float64(src[r, i])
+                b = np.float64(buf[r, i])
+                p[r, i] = v * c + b * f
+                buf[r, i] = v * e + b * h
+            for u in range(n):
+                p[r, idx[u]] = sub_p[r, u]
+                buf[r, idx[u]] = sub_buf[r, u]
+        else:
+            for i in range(p.shape[1]):
+                p[r, i] = np.float64(src[r, i]) * c
+            for u in range(n):
+                p[r, idx[u]] = sub_p[r, u]
+
+
+_KERNELS = ("_descend", "sgd_update", "sgd_idle", "sgd_idle_linear", "sgd_idle_linear_cut")
 
 
 def compiled():
