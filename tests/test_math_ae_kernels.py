@@ -370,3 +370,30 @@ def test_eval_sums_through_the_kernel_agree_with_numpy(task, fortran, monkeypatc
     key = "sse" if task == "explicit" else "ndcg_sum"
     assert want[key] > 0
     np.testing.assert_allclose(got[key], want[key], rtol=1e-12)
+
+
+@needs_numba
+def test_eval_sums_plan_is_built_once_per_task_and_dtype_and_changes_nothing():
+    """The blocks eval_sums derives from a task (rows' non-zeros, test-entry offsets) are built at the
+    first evaluation and reused: later evaluations, of other models too, give what a fresh task gives."""
+    rng = np.random.default_rng(9)
+    n_users, n_items = 12, 40
+    users = np.repeat(np.arange(n_users), 9)
+    items = np.concatenate([rng.choice(n_items, 9, replace=False) for _ in range(n_users)])
+    values = rng.integers(1, 6, len(users)).astype(float)
+    test = rng.random(len(users)) < 0.3
+    args = ((users[~test], items[~test], values[~test]), (users[test], items[test], values[test]), n_users,
+            n_items)
+    t = ae_train.prepare(*args, task="explicit", dtype=np.float64)
+    models = [_model(np.float64, n=n_items, seed=s) for s in (1, 2)]
+    first = [ae_train.eval_sums(p, t, block=5) for p in models]
+    plans = dict(t._eval_plans)
+    assert len(plans) == 1
+    again = [ae_train.eval_sums(p, t, block=5) for p in models]
+    assert t._eval_plans == plans and all(t._eval_plans[k] is plans[k] for k in plans)  # reused, not rebuilt
+    fresh = [ae_train.eval_sums(p, ae_train.prepare(*args, task="explicit", dtype=np.float64), block=5)
+             for p in models]
+    assert first == again == fresh and first[0]["sse"] != first[1]["sse"]
+    ae_train.eval_sums(_model(np.float32, n=n_items), t, block=5)  # another dtype: its own plan
+    ae_train.eval_sums(models[0], t, block=3)  # another block size: its own plan
+    assert len(t._eval_plans) == 3

@@ -69,6 +69,9 @@ class AETask:
     test_values: np.ndarray
     threshold: float | None = None
     info: dict = field(default_factory=dict)
+    # what eval_sums derives from the (never modified) rows and test entries, per (block, dtype): a
+    # client evaluates the same users every few rounds
+    _eval_plans: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def loss(self) -> str:
@@ -240,7 +243,7 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     w_out, b_out = ae.output_keys(params)
     cols = np.flatnonzero((x != 0).any(axis=0))  # input columns the data reaches
     rows = np.flatnonzero(np.asarray(mask).any(axis=0))  # output rows the loss reaches
-    cut = {w_in: (slice(None), cols), w_out: rows, b_out: rows}
+    cut = {w_in: (cols, 1), w_out: (rows, 0), b_out: (rows, 0)}  # (indices, axis)
     if len(cols) == params[w_in].shape[1] and len(rows) == params[w_out].shape[0]:
         cut = {}  # the data reaches every column and row (a client holding its active items): train in place
     start = params if source is None else source
@@ -249,14 +252,14 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
             if k not in cut:
                 np.copyto(v, source[k])
     # the cut model: gathered copies of the reached parts, the other (small) layers shared as they are
-    sub = {k: (start[k][cut[k]] if k in cut else v) for k, v in params.items()}
+    sub = {k: (_take(start[k], *cut[k]) if k in cut else v) for k, v in params.items()}
     if state is None:  # fresh momentum, not kept: only the cut model's is needed
         sub_state = optim.sgd_init(sub)
     else:
         sub_state = dict(state)
         if momentum:
-            for k, idx in cut.items():
-                sub_state[f"momentum.{k}"] = state[f"momentum.{k}"][idx]
+            for k, (idx, axis) in cut.items():
+                sub_state[f"momentum.{k}"] = _take(state[f"momentum.{k}"], idx, axis)
     xs, ts, ms = (x, target, mask) if not cut else (x[:, cols], target[:, rows], mask[:, rows])
     # FLOPs of the step-by-step path over the whole model
     enc_sizes, dec_sizes = ae.layer_sizes(params)
@@ -313,15 +316,16 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         last = total / max(nb, 1)
     if not cut:
         return LocalResult(int(flops), float(last), steps)
-    # the entries the data never reached: their steps at once (the reached parts are overwritten next)
+    # the entries the data never reached get their steps at once, the reached ones the trained values
+    reached = {k: (idx, axis, sub[k], sub_state.get(f"momentum.{k}")) for k, (idx, axis) in cut.items()}
     optim.sgd_idle_steps({k: params[k] for k in cut}, state, steps, lr=lr, momentum=momentum, nesterov=nesterov,
                          weight_decay=weight_decay, closed_form=not stepwise_idle,
-                         source=None if source is None else {k: source[k] for k in cut})
-    for k, idx in cut.items():
-        params[k][idx] = sub[k]
-        if momentum and state is not None:
-            state[f"momentum.{k}"][idx] = sub_state[f"momentum.{k}"]
+                         source=None if source is None else {k: source[k] for k in cut}, reached=reached)
     return LocalResult(int(flops), float(last), steps)
+
+
+def _take(a, idx, axis):
+    return a[idx] if axis == 0 else a[:, idx]
 
 
 def _all_steps_at_once(one, batch) -> bool:
@@ -671,23 +675,21 @@ def eval_sums(params: Mapping[str, np.ndarray], task: AETask, *, k: int = 10, cl
     out = dict(EMPTY_SUMS)
     flops = 0
     ptr = task.test_ptr
-    has = np.flatnonzero(np.diff(ptr) > 0)
     enc_sizes, dec_sizes = ae.layer_sizes(params)
     kern = _PredictEntries.make(params)
-    for b0 in range(0, len(has), block):
-        users = has[b0:b0 + block]
+    for blk in _eval_plan(task, block, params["enc.W1"].dtype if kern is not None else None):
+        users = blk.users
         # only the outputs of the block's test items are computed, from the inputs that are not zero
         # (the other terms of the products are zero: the same predictions, summed in another order)
-        entries = np.concatenate([np.arange(ptr[u], ptr[u + 1]) for u in users])
-        fast = kern is not None and len(users) <= _KERNEL_USERS
+        fast = kern is not None and blk.nz_ptr is not None
         if fast:
-            z = kern(task.x[users], task.test_items[entries], ptr[users + 1] - ptr[users])
+            z = kern.predict_rows(blk.x, blk.nz_ptr, blk.nz_cols, blk.nz_vals, blk.ent_ptr, blk.items)
         else:
-            out_rows = np.unique(task.test_items[entries])
-            z = ae.predict(params, task.x[users], in_cols="nonzero", out_rows=out_rows)
+            out_rows = blk.out_rows
+            z = ae.predict(params, blk.x, in_cols="nonzero", out_rows=out_rows)
         flops += ae.predict_flops(enc_sizes, dec_sizes, len(users))
         at = 0
-        for row, u in enumerate(users):
+        for row, u in enumerate(users.tolist()):
             items = task.test_items[ptr[u]:ptr[u + 1]]
             vals = task.test_values[ptr[u]:ptr[u + 1]]
             if fast:
@@ -707,6 +709,49 @@ def eval_sums(params: Mapping[str, np.ndarray], task: AETask, *, k: int = 10, cl
                 out["n"] += int(len(items))
     out["flops"] = int(flops)
     return out
+
+
+class _EvalBlock(NamedTuple):
+    """One block of :func:`eval_sums`: its users, their input rows and test entries as the
+    prediction takes them (``nz_*`` and ``ent_ptr`` for the compiled one, else ``out_rows``)."""
+
+    users: np.ndarray
+    x: np.ndarray
+    items: np.ndarray
+    ent_ptr: np.ndarray | None
+    nz_ptr: np.ndarray | None
+    nz_cols: np.ndarray | None
+    nz_vals: np.ndarray | None
+    out_rows: np.ndarray | None
+
+
+def _eval_plan(task: AETask, block: int, dtype) -> list[_EvalBlock]:
+    """``eval_sums``' blocks of ``task`` (``dtype``: the compiled prediction's, None when it is not
+    used), built at the first evaluation and kept on the task."""
+    key = (int(block), None if dtype is None else np.dtype(dtype).str)
+    plan = task._eval_plans.get(key)
+    if plan is not None:
+        return plan
+    plan = []
+    ptr = task.test_ptr
+    has = np.flatnonzero(np.diff(ptr) > 0)
+    for b0 in range(0, len(has), block):
+        users = has[b0:b0 + block]
+        entries = np.concatenate([np.arange(ptr[u], ptr[u + 1]) for u in users])
+        items = task.test_items[entries]
+        if dtype is not None and len(users) <= _KERNEL_USERS:
+            x = np.ascontiguousarray(task.x[users], dtype=dtype)
+            rows, cols = np.nonzero(x)
+            nz_ptr = np.zeros(x.shape[0] + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=x.shape[0]), out=nz_ptr[1:])
+            ent_ptr = np.zeros(x.shape[0] + 1, dtype=np.int64)
+            np.cumsum(ptr[users + 1] - ptr[users], out=ent_ptr[1:])
+            plan.append(_EvalBlock(users, x, np.asarray(items, dtype=np.int64), ent_ptr, nz_ptr,
+                                   cols.astype(np.int64), x[rows, cols], None))
+        else:
+            plan.append(_EvalBlock(users, task.x[users], items, None, None, None, None, np.unique(items)))
+    task._eval_plans[key] = plan
+    return plan
 
 
 # eval_sums uses the compiled prediction for blocks of at most this many users (a client's); on larger
@@ -748,9 +793,14 @@ class _PredictEntries:
         np.cumsum(np.bincount(rows, minlength=x.shape[0]), out=nz_ptr[1:])
         ent_ptr = np.zeros(x.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts, out=ent_ptr[1:])
+        return self.predict_rows(x, nz_ptr, cols.astype(np.int64), x[rows, cols], ent_ptr,
+                                 np.asarray(items, dtype=np.int64))
+
+    def predict_rows(self, x, nz_ptr, nz_cols, nz_vals, ent_ptr, items):
+        """:meth:`__call__` with the rows' non-zeros and the entries' offsets already known (``x`` of
+        the model's dtype, C-ordered; ``nz_*`` as ``np.nonzero`` orders them; int64 indices)."""
         out = np.empty(int(ent_ptr[-1]), dtype=self.dtype)
-        self.kern(*self.arrays, x, nz_ptr, cols.astype(np.int64), x[rows, cols], self.by_column, ent_ptr,
-                  np.asarray(items, dtype=np.int64), out)
+        self.kern(*self.arrays, x, nz_ptr, nz_cols, nz_vals, self.by_column, ent_ptr, items, out)
         return out
 
 
