@@ -485,3 +485,34 @@ def test_merge_through_the_kernels_is_bit_identical_to_numpy(kernels, mode, dtyp
     for k in ref:
         assert new[k].dtype == ref[k].dtype and new[k].tobytes() == ref[k].tobytes(), k
     assert not np.array_equal(ref["dec.W2"], prev["dec.W2"])
+
+
+@pytest.mark.parametrize("kernels", ["compiled", "python"])
+@pytest.mark.parametrize("n_models", [1, 3, 4, 5, 9])
+def test_mean_through_the_kernel_is_bit_identical_to_numpy(kernels, n_models, monkeypatch):
+    """mean_params adding up to four models per pass (active_kernels.add_each) gives NumPy's
+    model-by-model float64 sums bit for bit: every group size, the remainder, mixed dtypes, read-only
+    inputs (decoded messages), a non-contiguous array (NumPy's path for that key)."""
+    from fedsim.math import active_kernels
+
+    got = active_kernels.compiled() if kernels == "compiled" else active_kernels.python()
+    if got is None:
+        pytest.skip("numba (the 'fast' extra) is not installed")
+    rng = np.random.default_rng(22)
+    like = {"w": np.zeros((7, 5), np.float32), "b": np.zeros(5, np.float32), "s": np.zeros((4, 3), np.float32)}
+    models = []
+    for i in range(n_models):
+        m = {k: (rng.standard_normal(v.shape) * 10.0 ** rng.integers(-6, 6, v.shape)).astype(
+             np.float64 if (k == "b" and i % 2) else np.float32) for k, v in like.items()}
+        m["s"] = np.asfortranarray(m["s"])  # not C-ordered: NumPy's path
+        for v in m.values():
+            v.setflags(write=False)
+        models.append(m)
+    monkeypatch.setattr(active_kernels, "compiled", lambda: got)
+    new = ae.mean_params(models, like)
+    monkeypatch.setattr(active_kernels, "compiled", lambda: None)
+    ref = ae.mean_params(models, like)
+    want = {k: (np.sum([np.asarray(m[k], np.float64) for m in models], axis=0) / n_models) for k in like}
+    for k in like:
+        assert new[k].dtype == np.float32 and new[k].tobytes() == ref[k].tobytes(), k
+        np.testing.assert_allclose(new[k], want[k], rtol=1e-6)  # (an independent sum, to rounding)
