@@ -28,7 +28,7 @@ from fedsim.studies.parallel import default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 16 min at ML-100K scale, the default (every c and rho, 5 copies; 15 min 58 s measured quiet, docs/performance.md)'
+RUN_TIME = 'about 16-30 min at ML-100K scale, the default (every c and rho, 5 copies; 15 min 58 s measured quiet on 2026-11-23, 29 min 06 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies", min=2),

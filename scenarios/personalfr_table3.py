@@ -14,7 +14,7 @@ from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.studies.personalfr import COMMON_PARAMS, execute, make_specs, plot_curves, result_tables, verdicts
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 36 min on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, 2 cores; 35 min 40 s measured 2026-11-26 on a machine 2.3-2.5x slower than 2026-11-24\'s; docs/performance.md)'
+RUN_TIME = 'about 28-36 min on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, 2 cores; 27 min 29 s measured 2026-11-26 15:15 UTC, 35 min 40 s at 13:21 UTC on the same, then slower, machine with slightly older code; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {"clients": Param([100, 300], "numbers of clients M (0: one user per client)"), **COMMON_PARAMS}
 

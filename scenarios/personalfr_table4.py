@@ -21,7 +21,7 @@ from fedsim.studies.personalfr import (
 )
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 35 min on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, 2 cores; 34 min 35 s measured 2026-11-26 on a machine 2.3-2.5x slower than 2026-11-24\'s; docs/performance.md)'
+RUN_TIME = 'about 27-35 min on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, 2 cores; 26 min 41 s measured 2026-11-26 16:53 UTC, 34 min 17 s an hour earlier: the machine\'s speed varies through the day; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     **COMMON_PARAMS,
