@@ -109,20 +109,25 @@ def sgd_idle_linear(src, p, buf, coef, keep):
     without ``keep`` the momentum is zero and not stored (``p' = c p``; ``buf`` is not read or
     written). Elementwise and memory-bound: one read and one write of ``p`` (and of ``buf`` with
     ``keep``), whatever the number of steps."""
+    for r in range(p.shape[0]):
+        _idle_linear_row(src, p, buf, coef, keep, r)
+
+
+def _idle_linear_row(src, p, buf, coef, keep, r):
+    """Row ``r`` of :func:`sgd_idle_linear` (one loop the compiler vectorises)."""
     c = coef[0]
     f = coef[1]
     e = coef[2]
     h = coef[3]
-    for r in range(p.shape[0]):
-        if keep:
-            for i in range(p.shape[1]):
-                v = np.float64(src[r, i])
-                b = np.float64(buf[r, i])
-                p[r, i] = v * c + b * f
-                buf[r, i] = v * e + b * h
-        else:
-            for i in range(p.shape[1]):
-                p[r, i] = np.float64(src[r, i]) * c
+    if keep:
+        for i in range(p.shape[1]):
+            v = np.float64(src[r, i])
+            b = np.float64(buf[r, i])
+            p[r, i] = v * c + b * f
+            buf[r, i] = v * e + b * h
+    else:
+        for i in range(p.shape[1]):
+            p[r, i] = np.float64(src[r, i]) * c
 
 
 def sgd_idle_linear_cut(src, p, buf, coef, keep, idx, by_column, sub_p, sub_buf):
@@ -133,10 +138,6 @@ def sgd_idle_linear_cut(src, p, buf, coef, keep, idx, by_column, sub_p, sub_buf)
     followed by that scatter gives, in one pass that writes each entry once (a FedAvg client's
     trained rows and columns are put back while the untouched rest gets its steps; a row's reached
     columns are written after its closed form, the row still in cache)."""
-    c = coef[0]
-    f = coef[1]
-    e = coef[2]
-    h = coef[3]
     n = idx.shape[0]
     t = 0  # the next reached row (or column) in idx
     for r in range(p.shape[0]):
@@ -149,35 +150,17 @@ def sgd_idle_linear_cut(src, p, buf, coef, keep, idx, by_column, sub_p, sub_buf)
                         buf[r, i] = sub_buf[t, i]
                 t += 1
                 continue
-            if keep:
-                for i in range(p.shape[1]):
-                    v = np.float64(src[r, i])
-                    b = np.float64(buf[r, i])
-                    p[r, i] = v * c + b * f
-                    buf[r, i] = v * e + b * h
-            else:
-                for i in range(p.shape[1]):
-                    p[r, i] = np.float64(src[r, i]) * c
+            _idle_linear_row(src, p, buf, coef, keep, r)
             continue
-        # the whole row's closed form (one loop the compiler vectorises), then the reached columns
-        # overwritten while the row is still in cache
-        if keep:
-            for i in range(p.shape[1]):
-                v = np.float64(src[r, i])
-                b = np.float64(buf[r, i])
-                p[r, i] = v * c + b * f
-                buf[r, i] = v * e + b * h
-            for u in range(n):
-                p[r, idx[u]] = sub_p[r, u]
+        # the whole row's closed form, then the reached columns overwritten while it is in cache
+        _idle_linear_row(src, p, buf, coef, keep, r)
+        for u in range(n):
+            p[r, idx[u]] = sub_p[r, u]
+            if keep:
                 buf[r, idx[u]] = sub_buf[r, u]
-        else:
-            for i in range(p.shape[1]):
-                p[r, i] = np.float64(src[r, i]) * c
-            for u in range(n):
-                p[r, idx[u]] = sub_p[r, u]
 
 
-_KERNELS = ("_descend", "sgd_update", "sgd_idle", "sgd_idle_linear", "sgd_idle_linear_cut")
+_KERNELS = ("_descend", "sgd_update", "sgd_idle", "sgd_idle_linear", "_idle_linear_row", "sgd_idle_linear_cut")
 
 
 def compiled():
