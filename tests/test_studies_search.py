@@ -213,6 +213,58 @@ def test_a_choice_that_diverges_on_the_whole_training_part_gives_way_to_the_next
         run_search(validation_fold(folds[0], 5, 1), {"g": cands[2:]}, seed=0, runner=runner, confirm=conf)
 
 
+def test_every_group_first_choice_is_confirmed_in_one_batch_and_the_choices_stay_the_same(folds, monkeypatch):
+    """The confirmation runs of every group's first choice go to the pool together (one group
+    after the other kept a core idle); a group whose first choice diverges then tries its next
+    best, as before, and the chosen candidates are those of confirming one at a time."""
+    import fedsim.studies.search as search
+    from fedsim.studies.search import confirm_fold
+
+    conf = confirm_fold(poisoned(folds), "validation", 5, seed=1)
+    lrs = (0.5, 0.9, 1.3)
+    groups = {g: [FedRecConfig("PMF(B)", d=4, T=1, lr=lr, lam=lam) for lr in lrs]
+              for g, lam in (("a", 0.01), ("b", 0.02), ("c", 0.03))}
+    val_mae = {0.5: 0.80, 0.9: 0.75, 1.3: 0.70}
+    seen = []
+
+    def runner(task):
+        fold, _, cfg, seed, *_ = task
+        if fold is conf:
+            seen.append((cfg.lam, cfg.lr, seed))
+            # group a: 1.3 diverges on the whole part with seed 1 only; group c: 1.3 and 0.9 diverge
+            bad = (cfg.lam == 0.01 and cfg.lr == 1.3 and seed == 1) or (cfg.lam == 0.03 and cfg.lr > 0.6)
+            return _Out(cfg, 0.1, 2 if bad else None)
+        return _Out(cfg, val_mae[cfg.lr])
+
+    batches = []
+    real_pmap = search.pmap
+
+    def counting_pmap(fn, tasks, *a, **k):
+        tasks = list(tasks)
+        batches.append(sum(t[0] is conf for t in tasks))
+        return real_pmap(fn, tasks, *a, **k)
+
+    monkeypatch.setattr(search, "pmap", counting_pmap)
+    best, rows = run_search(validation_fold(folds[0], 5, 1), groups, seed=0, runner=runner, confirm=conf,
+                            confirm_seeds=2)
+    assert {g: c.lr for g, c in best.items()} == {"a": 0.9, "b": 1.3, "c": 0.5}
+    # the grid, then the three first choices with both seeds at once, then a's and c's next ones
+    assert batches == [0, 6, 2, 2, 2]
+    assert seen[:6] == [(lam, 1.3, s) for lam in (0.01, 0.02, 0.03) for s in (0, 1)]
+    assert seen[6:] == [(0.01, 0.9, 0), (0.01, 0.9, 1), (0.03, 0.9, 0), (0.03, 0.9, 1), (0.03, 0.5, 0),
+                        (0.03, 0.5, 1)]
+    assert [r["diverged_on_whole_training_part"] for r in rows] == ["", False, True, "", "", False,
+                                                                    False, True, True]
+    assert [r["chosen"] for r in rows] == [False, True, False, False, False, True, True, False, False]
+
+    # confirming one candidate at a time (the rule written out) chooses the same
+    def one_at_a_time(g):
+        for cfg in sorted(groups[g], key=lambda c: val_mae[c.lr]):
+            if all(runner((conf, "unfederated", cfg, s)).diverged_at is None for s in (0, 1)):
+                return cfg.lr
+    assert {g: one_at_a_time(g) for g in groups} == {g: c.lr for g, c in best.items()}
+
+
 def test_a_candidate_next_to_divergence_is_not_chosen(folds):
     from dataclasses import replace
 
