@@ -15,9 +15,9 @@ from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fpl import FPLConfig
 from fedsim.studies.faults import FaultTask, run_fault_task
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 
-RUN_TIME = "about 3.5 min on ml100k-like (24 runs of 20 rounds on 2 shared cores)"
+RUN_TIME = "under a minute on ml100k-like (24 runs of 20 rounds on 2 cores; 26 s measured quiet on 2026-11-26, docs/performance.md)"
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {
@@ -59,7 +59,7 @@ def run(ctx: RunContext) -> None:
                                        ctx.ledger_dir))
     ctx.progress.update(0, len(tasks), stage="fault grid")
     outs = pmap(run_fault_task, tasks, ctx["workers"] or default_workers(),
-                on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+                on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     for o in outs:
         ctx.record_run(o.pop("record"))
     for proto in ctx["protocols"]:

@@ -14,11 +14,11 @@ from fedsim.studies.fedrec import make_folds, paper_lr, run_one
 from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDREC_HF_SETTINGS
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 7 min at ML-100K scale, the default (6 min 32 s measured quiet, docs/performance.md)'
+RUN_TIME = 'about 7-10 min at ML-100K scale, the default (6 min 32 s measured quiet on 2026-11-23, 9 min 40 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of copies the data is cut into (the first is used)", min=2),
@@ -67,7 +67,7 @@ def run(ctx: RunContext) -> None:
             tasks.append((fold, "federated", cfg, ctx.seed, ctx.net, True, ctx.ledger_dir))
             labels.append((m, f"federated HF rho={rho}"))
     ctx.progress.update(0, len(tasks), stage="convergence runs")
-    outs = pmap(run_one, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    outs = pmap(run_one, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
     rows = []

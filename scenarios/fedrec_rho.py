@@ -18,11 +18,11 @@ from fedsim.studies.fedrec import fold_stats, group_runs, make_folds, paper_lr, 
 from fedsim.studies.paper_values import FEDREC_HF_RMSE_ML100K, FEDREC_HF_SETTINGS, FEDREC_UA_RMSE_ML100K
 from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 6 min at ML-100K scale, the default (5 folds, T = 100; 5 min 31 s measured quiet, docs/performance.md)'
+RUN_TIME = 'about 6-9 min at ML-100K scale, the default (5 folds, T = 100; 5 min 31 s measured quiet on 2026-11-23, 8 min 50 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),
@@ -81,7 +81,7 @@ def run(ctx: RunContext) -> None:
                     tasks.append((f, "federated", cfg, ctx.seed * 1000 + f.index, ctx.net, False, ctx.ledger_dir))
                     keys.append((m, strat, rho))
     ctx.progress.update(0, len(tasks), stage="rho sweep")
-    outs = pmap(run_one, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    outs = pmap(run_one, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
     rows = []

@@ -24,12 +24,12 @@ from fedsim.studies.fedrec import fold_stats, make_folds, paper_lr, run_one
 from fedsim.studies.paper_values import FEDREC_TABLE2_ML100K
 from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies import reference
 from fedsim.studies.search import confirm_fold, run_search, search_fold
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 2 min at ML-100K scale, the default (30 runs of T = 100 with searches, paper order and scikit-surprise; 1 min 55 s measured quiet, docs/performance.md)'
+RUN_TIME = 'about 1.5-3 min at ML-100K scale, the default (30 runs of T = 100 with searches, paper order and scikit-surprise; 1 min 28 s measured quiet on 2026-11-23, 3 min 06 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),
@@ -74,7 +74,7 @@ def select_lambda(ctx: RunContext, folds, models, workers):
     try:
         best, rows = run_search(fold, groups, seed=_seed(ctx.seed, 0, "unfederated", True), workers=workers,
                                 confirm=confirm_fold(folds, ctx["search_on"], len(folds), ctx.seed),
-                                on_done=lambda i, _: ctx.progress.update(i + 1, n),
+                                on_done=count_done(lambda k: ctx.progress.update(k, n)),
                                 describe=lambda c: {"model": c.model, "lambda": c.lam})
     except ValueError as exc:
         raise ScenarioError(f"lambda search: {exc}") from None
@@ -105,14 +105,8 @@ def run(ctx: RunContext) -> None:
             for fw in ("unfederated", "federated"):
                 tasks.append((f, fw, cfg, _seed(ctx.seed, f.index, fw, ctx["same_seed"]), ctx.net, False, ctx.ledger_dir))
     ctx.progress.update(0, len(tasks), stage="table 2 runs")
-    finished = [0]
-
-    def tick(i, _):
-        finished[0] += 1
-        ctx.progress.update(finished[0], len(tasks))
-
     # federated runs take 10-30x longer than their central twins, SVD++ the longest: start them first
-    outs = pmap(run_one, tasks, workers, on_done=tick, cost=_run_cost)
+    outs = pmap(run_one, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))), cost=_run_cost)
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
 
@@ -179,7 +173,7 @@ def run_paper_order_table(ctx: RunContext, folds, models, lams, outs, workers) -
             tasks.append((f, "unfederated", cfg, _seed(ctx.seed, f.index, "unfederated", ctx["same_seed"]),
                           "ideal", False))
     ctx.progress.update(0, len(tasks), stage="paper's update order")
-    paper = pmap(run_one, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    paper = pmap(run_one, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     rows = []
     for m in models:
         for order, runs in (("code", [o for o in outs if o.cfg.model == m and o.framework == "unfederated"]),
@@ -209,14 +203,14 @@ def run_reference_table(ctx: RunContext, folds, models, outs, workers) -> None:
     fold = search_fold(folds, ctx["search_on"], len(folds), ctx.seed)
     cands = [(fold, a, p, ctx["d"], ctx.seed) for a in algos for p in reference.SURPRISE_GRID[a]]
     ctx.progress.update(0, len(cands), stage="reference: surprise search")
-    found = pmap(reference.run_reference, cands, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(cands)))
+    found = pmap(reference.run_reference, cands, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(cands))))
     best = {a: min((o for o in found if o.algorithm == a), key=lambda o: o.mae).params for a in algos}
     ctx.table("reference_search", [{"algorithm": o.algorithm, **o.params, "mae": o.mae, "rmse": o.rmse,
                                     "chosen": o.params == best[o.algorithm]} for o in found],
               title=f"scikit-surprise hyperparameters by MAE on the {ctx['search_on'].replace('_', ' ')} split")
     tasks = [(f, a, best[a], ctx["d"], ctx.seed * 1000 + f.index) for a in algos for f in folds]
     ctx.progress.update(0, len(tasks), stage="reference: surprise on every fold")
-    ref = pmap(reference.run_reference, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    ref = pmap(reference.run_reference, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     rows = []
     for m in models:
         a = reference.ALGORITHMS[m]

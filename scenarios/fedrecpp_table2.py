@@ -26,11 +26,11 @@ from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import LR_GRID, PAPER_LR, hf_setting, run_pp, run_search_task
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf, confirm_fold, run_search, search_fold
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 7 min at ML-100K scale, the default (5 folds, T = 100, searches; 6 min 36 s measured quiet, docs/performance.md)'
+RUN_TIME = 'about 5-10 min at ML-100K scale, the default (5 folds, T = 100, searches; 4 min 26 s measured quiet on 2026-11-23, 9 min 06 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "number of data copies (folds)", min=2),
@@ -73,7 +73,7 @@ def choose_lr_lam(ctx: RunContext, folds, base: FedRecPPConfig, workers: int, da
         best, rows = run_search(fold, {"FedRec rho=0": cands}, seed=ctx.seed * 1000 + 998, workers=workers,
                                 confirm=confirm_fold(folds, ctx["search_on"], len(folds), ctx.seed),
                                 neighbours=next_lr,
-                                runner=run_search_task, on_done=lambda i, _: ctx.progress.update(i + 1, len(cands)),
+                                runner=run_search_task, on_done=count_done(lambda k: ctx.progress.update(k, len(cands))),
                                 describe=lambda c: {"lr": c.lr, "lambda": c.lam})
     except ValueError as exc:
         raise ScenarioError(f"(lr, lambda) search: {exc}") from None
@@ -115,7 +115,7 @@ def run(ctx: RunContext) -> None:
                 tasks.append((f, cfg, ctx.seed * 1000 + f.index, ctx.net, False, ctx.ledger_dir))
                 keys.append((name, rho))
     ctx.progress.update(0, len(tasks), stage="FedRec vs FedRec++")
-    outs = pmap(run_pp, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    outs = pmap(run_pp, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
     rows = []

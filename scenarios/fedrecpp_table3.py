@@ -17,10 +17,10 @@ from fedsim.studies.fedrec import make_folds
 from fedsim.studies.datasets import data_note
 from fedsim.studies.fedrecpp import hf_setting, run_pp
 from fedsim.studies.paper_values import FEDRECPP_TABLE3_ML100K
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'under a minute at ML-100K scale (17 s measured quiet, docs/performance.md)'
+RUN_TIME = 'under a minute at ML-100K scale (17 s measured quiet on 2026-11-23, 27 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies; the first is used", min=2),
@@ -63,7 +63,7 @@ def run(ctx: RunContext) -> None:
                       True, ctx.ledger_dir))
         labels.append((label, eta, "wan", 0))
     ctx.progress.update(0, len(tasks), stage="table 3 runs")
-    outs = pmap(run_pp, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)))
+    outs = pmap(run_pp, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
     per_draw, timing, download = [], [], {}

@@ -34,10 +34,10 @@ from fedsim.protocols.fedrec import FedRecConfig, paper_lr
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import config_for_preset
 from fedsim.studies.fedrec import make_folds
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
 
-RUN_TIME = "about 4 min on ML-100K + two Foursquare cities with 2 workers (4 min 03 s measured on the quiet 2-core machine, docs/privacy.md)"
+RUN_TIME = "about 4-5 min on ML-100K + two Foursquare cities with 2 workers (4 min 03 s measured on the quiet 2-core machine of 2026-11-23, 4 min 50 s on 2026-11-26's slower one; docs/privacy.md, docs/performance.md)"
 DEFAULT_DATA = "ml100k-like"
 PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr")
 DEFENCES = ("noise", "secagg", "secure_noise")
@@ -270,7 +270,7 @@ def run(ctx: RunContext) -> None:
         raise UsageError("nothing to audit: check protocols")
     workers = ctx["workers"] or default_workers()
     ctx.progress.update(0, len(tasks), stage="privacy audit")
-    outs = pmap(run_task, tasks, workers, on_done=lambda i, _: ctx.progress.update(i + 1, len(tasks)),
+    outs = pmap(run_task, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))),
                 cost=_cost)
     rows, sizes, links = [], [], []
     for o in outs:

@@ -1,9 +1,16 @@
 """pmap: results in task order whatever the scheduling order."""
 
-from fedsim.studies.parallel import pmap
+import time
+
+from fedsim.studies.parallel import count_done, pmap
 
 
 def _square(x):
+    return x * x
+
+
+def _slow_square(x):
+    time.sleep(x)
     return x * x
 
 
@@ -19,3 +26,22 @@ def test_in_process_map_ignores_cost():
     seen = []
     out = pmap(_square, [2, 3], workers=1, on_done=lambda i, r: seen.append(i), cost=lambda t: t)
     assert out == [4, 9] and seen == [0, 1]
+
+
+def test_count_done_reports_how_many_finished_whatever_their_order():
+    """Task 0 sleeps, task 1 does not: they finish out of order (task 1 first). pmap's index
+    says so; count_done turns it into the count a progress display wants: 1, then 2."""
+    indices, counts = [], []
+
+    def both(i, r):
+        indices.append(i)
+        on_count(i, r)
+
+    on_count = count_done(counts.append)
+    out = pmap(_slow_square, [1.0, 0.0], workers=2, on_done=both)
+    assert out == [1.0, 0.0]
+    assert indices == [1, 0]  # the index is not a count: it went 2, then 1
+    assert counts == [1, 2]
+    counts.clear()
+    pmap(_square, [1, 2, 3], workers=1, on_done=count_done(counts.append))
+    assert counts == [1, 2, 3]

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable
 
-__all__ = ["Interrupted", "default_workers", "pmap"]
+__all__ = ["Interrupted", "count_done", "default_workers", "pmap"]
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 
@@ -31,6 +31,23 @@ class Interrupted(BaseException):
 
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
+
+
+def count_done(report: Callable[[int], None]) -> Callable[[int, Any], None]:
+    """An ``on_done`` for :func:`pmap` that calls ``report(k)`` with the number of tasks finished
+    so far (1, 2, ..., in the order they finish). ``on_done``'s first argument is the task's
+    index, not a count: reported as a count, tasks finishing out of order made a progress
+    display jump back and forth and restart its time estimate."""
+    finished = [0]
+    lock = threading.Lock()
+
+    def on_done(i: int, result: Any) -> None:
+        with lock:
+            finished[0] += 1
+            k = finished[0]
+        report(k)
+
+    return on_done
 
 
 def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = None,

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..seeding import node_rng
 from .fedrec import Fold, run_one
-from .parallel import pmap
+from .parallel import count_done, pmap
 
 __all__ = ["SEARCH_RULES", "TP_TL_GRID", "choose_hf", "confirm_fold", "grid", "run_search", "search_fold",
            "validation_fold"]
@@ -195,7 +195,7 @@ def choose_hf(ctx, folds: Sequence[Fold], keys: Iterable[tuple], make_cfg: Calla
         best, rows = run_search(fold, groups, seed=seed, workers=workers, runner=runner,
                                 # lr is fixed here: one seed guards against a surprise only
                                 confirm=confirm_fold(folds, rule, len(folds), seed), confirm_seeds=1,
-                                on_done=lambda i, _: ctx.progress.update(i + 1, n),
+                                on_done=count_done(lambda k: ctx.progress.update(k, n)),
                                 describe=lambda c: {"T_predict": c.T_predict, "T_local": c.T_local})
         for key, cfg in best.items():
             out[key] = (cfg.T_predict, cfg.T_local)

@@ -23,7 +23,7 @@ from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
 from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
 from ...seeding import node_rng
-from ..parallel import default_workers, pmap
+from ..parallel import count_done, default_workers, pmap
 
 __all__ = [
     "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "comm_from_ledger", "config_from", "execute", "load_task",
@@ -240,13 +240,8 @@ def execute(ctx: RunContext, specs: list[RunSpec], stage: str) -> list[dict]:
     Returns the runs' results in ``specs`` order."""
     workers = ctx["workers"] or default_workers()
     ctx.progress.update(0, len(specs), stage=stage)
-    done = [0]
-
-    def on_done(i, _):
-        done[0] += 1
-        ctx.progress.update(done[0], len(specs), stage=stage)
-
-    outs = pmap(run_spec, specs, workers, on_done=on_done, cost=spec_cost)
+    outs = pmap(run_spec, specs, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(specs), stage=stage)),
+                cost=spec_cost)
     for o in outs:  # the networks stayed in the worker processes: their figures came back instead
         ctx.record_run(o.get("record"))
     return outs
