@@ -24,11 +24,11 @@ from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import hf_setting, run_pp, run_search_task
 from fedsim.studies.learning import did_not_learn, warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2_ML100K
-from fedsim.studies.parallel import default_workers, pmap
+from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 16-30 min at ML-100K scale, the default (every c and rho, 5 copies; 15 min 58 s measured quiet on 2026-11-23, 29 min 06 s on 2026-11-26\'s slower machine; docs/performance.md)'
+RUN_TIME = 'about 16-28 min at ML-100K scale, the default (every c and rho, 5 copies; 15 min 58 s measured quiet on 2026-11-23, 27 min 33 s on 2026-11-26\'s slower machine; docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies", min=2),
@@ -93,15 +93,10 @@ def run(ctx: RunContext) -> None:
                     tasks.append((f, cfg, ctx.seed * 1000 + f.index, ctx.net, False, ctx.ledger_dir))
                     keys.append((frac, name, rho))
     ctx.progress.update(0, len(tasks), stage="participation sweep")
-    finished = [0]
-
-    def tick(i, _):
-        finished[0] += 1
-        ctx.progress.update(finished[0], len(tasks))
-
     # the c = n runs take about 5x the c = 0.2n ones: start the longest first, so that the sweep
     # does not end on one core with a long run (35 s of the 29-minute run did)
-    outs = pmap(run_pp, tasks, workers, on_done=tick, cost=lambda t: (t[1].c or n) * (1.0 + t[1].rho))
+    outs = pmap(run_pp, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))),
+                cost=lambda t: (t[1].c or n) * (1.0 + t[1].rho))
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
     rows = []

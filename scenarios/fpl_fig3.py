@@ -23,7 +23,7 @@ from fedsim.studies.fpl import (
     scenario_study,
 )
 
-RUN_TIME = "minutes on the default synthetic subset; with --set cache=DIR shared with fpl_pi, only the runs fpl_pi has not made (docs/fpl.md)"
+RUN_TIME = "under a minute on the default synthetic data (15 s measured quiet on 2026-11-26, docs/performance.md); with --set cache=DIR shared with fpl_pi, only the runs fpl_pi has not made (docs/fpl.md)"
 DEFAULT_DATA = "ml100k-like"
 # the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
 PAPER_VALUES = {"settings": "paper"}

@@ -23,7 +23,7 @@ from fedsim.protocols.personalfr import FedAEConfig
 from fedsim.studies.personalfr import RunSpec, execute, load_task
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 1.5 min at ML-100K scale (92 s measured, docs/personalfr.md)'
+RUN_TIME = 'under half a minute at ML-100K scale with 2 workers (16 s measured quiet on 2026-11-26, docs/performance.md; 92 s on 2026-11-22\'s shared machine)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "clients": Param([1, 10, 100, 300, 0], "numbers of clients M (0: one user per client)"),

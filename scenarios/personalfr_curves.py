@@ -13,7 +13,7 @@ from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.studies.personalfr import COMMON_PARAMS, execute, make_specs, plot_curves, result_tables
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = '10-15 min at ML-100K scale with 200 rounds (docs/personalfr.md)'
+RUN_TIME = 'about 26 min on ML-100K with the defaults (800 rounds, 5 seeds + validation runs, evaluation every 5 rounds, 2 cores; 25 min 31 s measured 2026-11-26 17:52 UTC, docs/performance.md)'
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "clients": Param([100, 300], "numbers of clients M (0: one user per client, Figure 4)"),
