@@ -49,7 +49,7 @@ from fedsim.studies.fpl.analysis import ALPHA, fmt_p, holm_count
 from fedsim.math.stats import mean_ci
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = "under a minute on the default synthetic data (28 s measured quiet on 2026-11-26); the paper's settings on Milan (551 users): 29 min on 2026-11-23's 2 cores (docs/performance.md)"
+RUN_TIME = "under a minute on the default synthetic data (28 s measured quiet on 2026-11-26); the paper's settings on Milan (551 users): 29 min on 2026-11-23's 2 cores, 48 min on 2026-11-26's slower ones (docs/performance.md)"
 DEFAULT_DATA = "ml100k-like"
 # the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
 PAPER_VALUES = {"settings": "paper"}
