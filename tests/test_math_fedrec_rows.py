@@ -1,6 +1,12 @@
 """The per-message math of the FedRec actors in its compiled form (one client's batch step, the
 servers' row updates) against the NumPy expressions it replaces: the same bits, the same errors."""
 
+import json
+import os
+import subprocess
+import sys
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -27,26 +33,99 @@ def _draw(dt, m, d, seed):
     return rng, V, U, items, r, G, float(rng.uniform(0, 2)), float(rng.uniform(0, 0.2))
 
 
-@needs_numba
+def _left_to_right(dt, U, Vr, r, lr, lam):
+    """The batch step (order="code") written out one element at a time in the array dtype, every
+    sum from its first term, left to right: the definition the compiled pass and the NumPy form
+    must both meet bit for bit."""
+    t = np.dtype(dt).type
+    n, d = Vr.shape
+    e = np.empty(n, dt)
+    for k in range(n):
+        acc = Vr[k, 0] * U[0]
+        for f in range(1, d):
+            acc = t(acc + Vr[k, f] * U[f])
+        e[k] = acc - r[k]
+    s = np.array([e[0] * Vr[0, f] for f in range(d)], dtype=dt)
+    for k in range(1, n):
+        for f in range(d):
+            s[f] = s[f] + e[k] * Vr[k, f]
+    want_u = np.array([U[f] - t(lr) * (s[f] / t(n) + t(lam) * U[f]) for f in range(d)], dtype=dt)
+    want_g = np.array([[e[k] * U[f] + t(lam) * Vr[k, f] for f in range(d)] for k in range(n)], dtype=dt).reshape(n, d)
+    return want_u, want_g
+
+
 @settings(max_examples=200, deadline=None)
-@given(case)
-def test_batch_client_step_equals_the_numpy_expressions(c):
+@given(case, st.booleans())
+def test_batch_client_step_sums_left_to_right(c, jit):
+    """The compiled pass (and without numba, the NumPy cumulative sums) against the step written
+    out element by element: the same bits."""
+    if jit and not K.numba_available():
+        pytest.skip("numba not installed")
     dt, m, d, seed = c
     _, V, U, items, r, _, lr, lam = _draw(dt, m, d, seed)
     Vr = V[items]
-    t = np.dtype(dt).type
-    new_u, grads = pmf_batch_client(U, Vr, r, lr, lam)
+    with mock.patch.object(K, "compiled", K.compiled if jit else (lambda: None)):
+        new_u, grads = pmf_batch_client(U, Vr, r, lr, lam)
+        up = batch_client_step(U, V, items, r, t=0, lr=lr, lam=lam)
     if items.shape[0] == 0:
         assert new_u.tobytes() == U.tobytes() and grads.shape == (0, d)
         return
-    e = Vr @ U - r  # the expressions of pmf_batch_client (order="code"), written out
-    want_u = U - t(lr) * ((e @ Vr) / t(items.shape[0]) + t(lam) * U)
-    want_g = e[:, None] * U[None, :] + t(lam) * Vr
+    want_u, want_g = _left_to_right(dt, U, Vr, r, lr, lam)
     assert new_u.dtype == dt and grads.dtype == dt
     assert new_u.tobytes() == want_u.tobytes() and grads.tobytes() == want_g.tobytes()
-    up = batch_client_step(U, V, items, r, t=0, lr=lr, lam=lam)
     assert up.items is items or np.array_equal(up.items, items)
     assert up.U.tobytes() == want_u.tobytes() and up.grads.tobytes() == want_g.tobytes()
+
+
+@needs_numba
+def test_the_pure_python_kernel_is_the_compiled_one():
+    rng = np.random.default_rng(3)
+    for dt in (np.float32, np.float64):
+        V = rng.normal(size=(40, 7)).astype(dt)
+        U = rng.normal(size=7).astype(dt)
+        items = rng.permutation(40)[:25].astype(np.int32)
+        r = rng.integers(1, 6, 25).astype(dt)
+        par = np.array((0.7, 0.05, 25), dtype=dt)
+        out = []
+        for k in (K, K.compiled()):
+            new_u, grads = np.empty_like(U), np.empty((25, 7), dt)
+            k.batch_client_rows(U, V, items, r, par, new_u, grads)
+            out.append(new_u.tobytes() + grads.tobytes())
+        assert out[0] == out[1]
+
+
+def test_batch_step_bits_do_not_depend_on_the_blas_kernel():
+    """A batch step run under OpenBLAS's oldest x86-64 kernel (Prescott) and under the one it
+    picks on this machine: the same bits, where BLAS's own products differ between the two."""
+    code = """if True:
+        import hashlib, json
+        import numpy as np
+        from fedsim.math.pmf import BatchClient, pmf_batch_client
+        rng = np.random.default_rng(5)
+        h, blas = hashlib.sha256(), hashlib.sha256()
+        for n in (3, 17, 85, 300):
+            V = rng.normal(size=(400, 20)).astype(np.float32)
+            U = rng.normal(size=20).astype(np.float32)
+            rated = np.sort(rng.permutation(400)[:n]).astype(np.int32)
+            r = rng.integers(1, 6, n).astype(np.float32)
+            up = BatchClient(rated, r, np.float32, lam=0.01).step(U, V, t=0, lr=0.8)
+            u2, g2 = pmf_batch_client(U, V[rated], r, 0.8, 0.01, order="paper")
+            for a in (up.U, up.grads, u2, g2):
+                h.update(a.tobytes())
+            blas.update((V[rated] @ U).tobytes())
+        print(json.dumps([h.hexdigest(), blas.hexdigest()]))
+    """
+    runs = []
+    for core in (None, "Prescott"):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    if runs[0][1] == runs[1][1]:
+        pytest.skip("this NumPy's BLAS gives the same products under both kernels (not OpenBLAS?): nothing to tell apart")
+    assert runs[0][0] == runs[1][0]
 
 
 def test_mixed_dtypes_keep_numpy_promotion():
@@ -56,8 +135,8 @@ def test_mixed_dtypes_keep_numpy_promotion():
     Vr = rng.normal(size=(7, 5)).astype(np.float32)
     r = rng.integers(1, 6, 7).astype(np.float64)
     new_u, grads = pmf_batch_client(U, Vr, r, 0.3, 0.01)
-    e = Vr @ U - r
-    assert grads.dtype == np.float64
+    e = np.cumsum(Vr * U, axis=1)[:, -1] - r  # float32 products and sums, then float64
+    assert grads.dtype == np.float64 and new_u.dtype == np.float64
     assert grads.tobytes() == (e[:, None] * U[None, :] + np.float32(0.01) * Vr).tobytes()
 
 

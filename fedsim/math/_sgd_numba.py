@@ -423,28 +423,42 @@ def stochastic_epoch(
 
 
 # --------------------------------------------------------------------------------------------
-# One client's or one upload's rows (the per-message math of the federated actors). Each is the
-# elementwise part of a NumPy expression, in the same operations and order, so that it gives the
-# same bits; the matrix-vector products stay with NumPy (BLAS's summation order is its own).
+# One client's or one upload's rows (the per-message math of the federated actors).
 
 
-def batch_client_finish(U, e, s, Vr, par, new_u, grads):
-    """The rest of a batch client step once ``e = Vr @ U - r`` and ``s = e @ Vr`` are known:
+def batch_client_rows(U, V, items, r, par, new_u, grads):
+    """One batch client step (``pmf.pmf_batch_client`` with ``order="code"``) over the rows
+    ``V[items]`` (gathered here, not copied first; ``items`` must be in range):
 
-        new_u = U - lr * (s / n + lam * U)       grads = e[:, None] * U[None, :] + lam * Vr
+        e = V[items] . U - r       s = e . V[items]       new_u = U - lr * (s / n + lam * U)
+        grads = e[:, None] * U[None, :] + lam * V[items]
 
-    (``pmf.pmf_batch_client`` with ``order="code"``); ``par`` is (lr, lam, n) in the array dtype
-    (an array: a NumPy scalar argument costs the dispatcher about 15 us to type)."""
+    with both products summed left to right (``e[k]`` over f = 0..d-1, ``s[f]`` over k = 0..n-1,
+    each from its first term), the order ``pmf.pmf_batch_client``'s NumPy form also follows
+    (cumulative sums). BLAS, which the step used before, sums in an order of its own that depends
+    on the CPU kernel OpenBLAS picks at run time, so that the same run gave other bits on another
+    machine. ``par`` is (lr, lam, n) in the array dtype; ``items`` has at least one entry."""
     lr = par[0]
     lam = par[1]
     nf = par[2]
     d = U.shape[0]
+    s = np.empty_like(U)
+    for k in range(items.shape[0]):
+        j = items[k]
+        acc = V[j, 0] * U[0]
+        for f in range(1, d):
+            acc = acc + V[j, f] * U[f]
+        ek = acc - r[k]
+        if k == 0:
+            for f in range(d):
+                s[f] = ek * V[j, f]
+        else:
+            for f in range(d):
+                s[f] = s[f] + ek * V[j, f]
+        for f in range(d):
+            grads[k, f] = ek * U[f] + lam * V[j, f]
     for f in range(d):
         new_u[f] = U[f] - lr * (s[f] / nf + lam * U[f])
-    for k in range(Vr.shape[0]):
-        ek = e[k]
-        for f in range(d):
-            grads[k, f] = ek * U[f] + lam * Vr[k, f]
 
 
 def rows_in_range(items, m):
@@ -596,7 +610,7 @@ _KERNELS = (
     "batch_user_sums",
     "batch_item_sums",
     "implicit_sums",
-    "batch_client_finish",
+    "batch_client_rows",
     "rows_in_range",
     "add_rows_count",
     "sub_scaled_rows",

@@ -124,6 +124,12 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
     ``order="code"`` (default, the authors' code; reproduces Table 2): item gradients taken with
     U_u before its update. ``order="paper"`` (Algorithm 2 as printed): U_u updated first, then
     Eq. 8 with the new U_u (errors recomputed).
+
+    The two products (each rating's error ``V_rows[k] . U_u``, the sum ``e . V_rows``) are summed
+    left to right, so that the same inputs give the same bits on every machine (a BLAS product
+    sums in an order that depends on the CPU kernel the library picks); with numba the step is
+    one compiled pass over the rows (``_sgd_numba.batch_client_rows``, the same operations in the
+    same order), otherwise cumulative sums in NumPy.
     """
     U_u = np.asarray(U_u)
     V_rows = np.asarray(V_rows)
@@ -134,18 +140,28 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
     if n == 0:
         return U_u.copy(), np.empty((0, U_u.shape[0]), dtype=V_rows.dtype)
     if order == "code" and _sgd_numba.compiled() is not None and _one_dtype(U_u, V_rows, ratings):
-        return _batch_client_jit(U_u, V_rows, ratings, lr, lam, n)
-    e = V_rows @ U_u - ratings
-    grad_u = (e @ V_rows) / dt(n) + lam * U_u
+        return _batch_client_jit(U_u, V_rows, np.arange(n, dtype=np.int32), ratings, lr, lam, n)
+    e = _row_dots(V_rows, U_u) - ratings
+    grad_u = _column_sums(e, V_rows) / dt(n) + lam * U_u
     new_u = U_u - lr * grad_u
     if order == "code":
         grads = e[:, None] * U_u[None, :] + lam * V_rows
     elif order == "paper":
-        e2 = V_rows @ new_u - ratings
+        e2 = _row_dots(V_rows, new_u) - ratings
         grads = e2[:, None] * new_u[None, :] + lam * V_rows
     else:
         raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
     return new_u, grads
+
+
+def _row_dots(A, u):
+    """``A @ u`` with each row's products summed left to right (``np.cumsum`` is sequential)."""
+    return np.cumsum(A * u, axis=1)[:, -1]
+
+
+def _column_sums(e, A):
+    """``e @ A`` with each column's products summed top to bottom."""
+    return np.cumsum(e[:, None] * A, axis=0)[-1]
 
 
 def _one_dtype(U_u, V_rows, ratings) -> bool:
@@ -153,22 +169,18 @@ def _one_dtype(U_u, V_rows, ratings) -> bool:
     NumPy expressions of the batch step would compute in that dtype without promotion."""
     dt = V_rows.dtype
     return (dt.kind == "f" and U_u.dtype == dt and type(ratings) is np.ndarray and ratings.dtype == dt
-            and U_u.ndim == 1 and ratings.ndim == 1 and V_rows.flags.c_contiguous
+            and U_u.ndim == 1 and ratings.ndim == 1 and V_rows.ndim == 2 and V_rows.shape[1] == U_u.shape[0]
+            and ratings.shape[0] == V_rows.shape[0] and V_rows.flags.c_contiguous
             and U_u.flags.c_contiguous and ratings.flags.c_contiguous)
 
 
-def _batch_client_jit(U_u, V_rows, ratings, lr, lam, n):
-    """``pmf_batch_client(order="code")`` in four calls instead of a dozen: the two
-    matrix-vector products by NumPy (BLAS, as in the expressions), the elementwise rest in one
-    compiled pass that performs the same operations in the same order (same bits, tested)."""
-    e = V_rows @ U_u
-    e -= ratings
-    s = e @ V_rows
-    dt = V_rows.dtype
+def _batch_client_jit(U_u, V, items, ratings, lr, lam, n):
+    """``pmf_batch_client(order="code")`` on the rows ``V[items]`` (in range) in one compiled
+    pass (``lr``, ``lam`` of V's dtype)."""
+    dt = V.dtype
     new_u = np.empty_like(U_u)
-    grads = np.empty(V_rows.shape, dtype=dt)
-    par = np.array((lr, lam, n), dtype=dt)
-    _sgd_numba.compiled().batch_client_finish(U_u, e, s, V_rows, par, new_u, grads)
+    grads = np.empty((n, V.shape[1]), dtype=dt)
+    _sgd_numba.compiled().batch_client_rows(U_u, V, items, ratings, np.array((lr, lam, n), dtype=dt), new_u, grads)
     return new_u, grads
 
 
@@ -279,12 +291,13 @@ class BatchClient:
     T_local=10, hf_convention="code", sampled=None)`` returns, bit for bit, what
     ``batch_client_step`` returns for the same arguments and these ratings: a batch client is
     called once per round, so the conversions and checks of the general function are a
-    per-message cost. With nothing to sample, ``order="code"`` and ``U_u``, ``V`` C-contiguous
-    arrays of ``dtype`` it goes straight to the rows-of-one-client kernel (``V.take`` of the
-    rated rows, two BLAS products, one compiled pass); otherwise it calls ``batch_client_step``.
+    per-message cost. With nothing to sample, ``order="code"``, ``U_u``, ``V`` C-contiguous
+    arrays of ``dtype`` and every rated item a row of ``V`` it is one compiled pass over the
+    rated rows of ``V`` (``_sgd_numba.batch_client_rows``); otherwise it calls
+    ``batch_client_step``.
     """
 
-    __slots__ = ("rated", "ratings", "dtype", "lam", "order")
+    __slots__ = ("rated", "ratings", "dtype", "lam", "order", "_rows_needed")
 
     def __init__(self, rated_items, ratings, dtype, *, lam: float, order: str = "code") -> None:
         self.dtype = np.dtype(dtype)
@@ -292,16 +305,21 @@ class BatchClient:
         self.ratings = np.ascontiguousarray(ratings, dtype=self.dtype)
         self.lam = lam
         self.order = order
+        # the compiled pass reads V[rated] unchecked: V needs this many rows (a negative id, which
+        # NumPy's indexing would count from the end, is left to batch_client_step)
+        n = self.rated.shape[0]
+        self._rows_needed = 0 if n == 0 else (int(self.rated.max()) + 1 if self.rated.min() >= 0 else None)
 
     def step(self, U_u, V, *, t: int, lr: float, rng=None, rho: float = 0.0, strategy: str = "ua",
              T_predict: int = 10, T_local: int = 10, hf_convention: str = "code", sampled=None) -> ClientUpload:
         dt = self.dtype
         n = self.rated.shape[0]
+        need = self._rows_needed
         if (sampled is None and rho <= 0 and self.order == "code" and n and type(V) is np.ndarray
-                and V.dtype == dt and V.ndim == 2 and V.flags.c_contiguous and type(U_u) is np.ndarray
+                and V.dtype == dt and V.ndim == 2 and V.flags.c_contiguous and need is not None
+                and V.shape[0] >= need and type(U_u) is np.ndarray and U_u.shape == (V.shape[1],)
                 and U_u.dtype == dt and U_u.ndim == 1 and U_u.flags.c_contiguous and _sgd_numba.compiled() is not None):
-            new_u, grads = _batch_client_jit(U_u, V.take(self.rated, axis=0), self.ratings, dt.type(lr),
-                                             dt.type(self.lam), n)
+            new_u, grads = _batch_client_jit(U_u, V, self.rated, self.ratings, dt.type(lr), dt.type(self.lam), n)
             return ClientUpload(new_u, self.rated, grads, None, n)
         return batch_client_step(U_u, V, self.rated, self.ratings, t=t, lr=lr, lam=self.lam, rng=rng, rho=rho,
                                  strategy=strategy, T_predict=T_predict, T_local=T_local,
