@@ -108,7 +108,7 @@ def test_batch_step_bits_do_not_depend_on_the_blas_kernel():
             U = rng.normal(size=20).astype(np.float32)
             rated = np.sort(rng.permutation(400)[:n]).astype(np.int32)
             r = rng.integers(1, 6, n).astype(np.float32)
-            up = BatchClient(rated, r, np.float32, lam=0.01).step(U, V, t=0, lr=0.8)
+            up = BatchClient(rated, r, np.float32, lam=0.01).step(U, V, 0, 0.8)
             u2, g2 = pmf_batch_client(U, V[rated], r, 0.8, 0.01, order="paper")
             for a in (up.U, up.grads, u2, g2):
                 h.update(a.tobytes())
@@ -204,21 +204,22 @@ def test_per_client_objects_equal_the_per_call_functions(c, rho, strategy, given
     _, V, U, items, r, _, lr, lam = _draw(dt, m, d, seed)
     rated = np.sort(items)
     O = np.random.default_rng(seed + 1).normal(size=V.shape).astype(dt) * 0.1
-    kw = dict(t=t, lr=lr, rho=rho, strategy=strategy, T_predict=2, T_local=3, hf_convention="code")
+    fixed = dict(rho=rho, strategy=strategy, T_predict=2, T_local=3, hf_convention="code")
+    kw = dict(t=t, lr=lr, **fixed)
     sampled = sample_unrated(np.random.default_rng(seed), rated, m, 1.0) if given_sample else None
     for order in ("code", "paper"):
-        a = BatchClient(rated, r, dt, lam=lam, order=order).step(U, V, rng=np.random.default_rng(9), sampled=sampled, **kw)
+        a = BatchClient(rated, r, dt, lam=lam, order=order, **fixed).step(U, V, t, lr, np.random.default_rng(9), sampled)
         b = batch_client_step(U, V, rated, r, lam=lam, order=order, rng=np.random.default_rng(9), sampled=sampled, **kw)
         _same_upload(a, b)
     for OO in (None, O):
-        a = SGDClient(rated, r, dt).call(U, V, OO, lam=lam, rng=np.random.default_rng(9), sampled=sampled, **kw)
+        a = SGDClient(rated, r, dt, lam=lam, **fixed).call(U, V, OO, t, lr, np.random.default_rng(9), sampled)
         b = sgd_client_call(U, V, OO, rated, r, lam=lam, rng=np.random.default_rng(9), sampled=sampled,
                             r_mean=user_mean(r, dt), backend=None, **kw)
         _same_upload(a, b)
     # another dtype than the object's: the general function, on the converted ratings
     other = np.float64 if dt == np.float32 else np.float32
     V2, U2 = V.astype(other), U.astype(other)
-    a = SGDClient(rated, r, dt).call(U2, V2, None, lam=lam, rng=np.random.default_rng(9), sampled=sampled, **kw)
+    a = SGDClient(rated, r, dt, lam=lam, **fixed).call(U2, V2, None, t, lr, np.random.default_rng(9), sampled)
     b = sgd_client_call(U2, V2, None, rated, r.astype(dt), lam=lam, rng=np.random.default_rng(9), sampled=sampled,
                         r_mean=None, backend=None, **kw)
     _same_upload(a, b)

@@ -284,46 +284,50 @@ def batch_client_step(
 
 
 class BatchClient:
-    """One client's rated items and ratings, converted once, for its batch steps (PMF(B)).
+    """One client's rated items, ratings and training settings, fixed once, for its batch steps
+    (PMF(B)).
 
-    ``BatchClient(rated_items, ratings, dtype, lam=, order="code")`` converts the ratings to
-    ``dtype`` once; ``step(U_u, V, t=, lr=, rng=None, rho=0.0, strategy="ua", T_predict=10,
-    T_local=10, hf_convention="code", sampled=None)`` returns, bit for bit, what
-    ``batch_client_step`` returns for the same arguments and these ratings: a batch client is
-    called once per round, so the conversions and checks of the general function are a
-    per-message cost. With nothing to sample, ``order="code"``, ``U_u``, ``V`` C-contiguous
-    arrays of ``dtype`` and every rated item a row of ``V`` it is one compiled pass over the
-    rated rows of ``V`` (``_sgd_numba.batch_client_rows``); otherwise it calls
+    ``BatchClient(rated_items, ratings, dtype, lam=, order="code", rho=0.0, strategy="ua",
+    T_predict=10, T_local=10, hf_convention="code")`` converts the ratings to ``dtype`` once;
+    ``step(U_u, V, t, lr, rng=None, sampled=None)`` returns, bit for bit, what
+    ``batch_client_step`` returns for the same arguments, these ratings and settings: a batch
+    client is called once per round, so the conversions, checks and keyword arguments of the
+    general function are a per-message cost. With nothing to sample, ``order="code"``, ``U_u``,
+    ``V`` C-contiguous arrays of ``dtype`` and every rated item a row of ``V`` it is one compiled
+    pass over the rated rows of ``V`` (``_sgd_numba.batch_client_rows``); otherwise it calls
     ``batch_client_step``.
     """
 
-    __slots__ = ("rated", "ratings", "dtype", "lam", "order", "_rows_needed")
+    __slots__ = ("rated", "ratings", "dtype", "lam", "order", "settings", "_rows_needed", "_lam", "_direct")
 
-    def __init__(self, rated_items, ratings, dtype, *, lam: float, order: str = "code") -> None:
+    def __init__(self, rated_items, ratings, dtype, *, lam: float, order: str = "code", rho: float = 0.0,
+                 strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code") -> None:
         self.dtype = np.dtype(dtype)
         self.rated = np.ascontiguousarray(rated_items, dtype=np.int32)
         self.ratings = np.ascontiguousarray(ratings, dtype=self.dtype)
         self.lam = lam
         self.order = order
+        self.settings = dict(lam=lam, rho=rho, strategy=strategy, T_predict=T_predict, T_local=T_local,
+                             hf_convention=hf_convention, order=order)
+        self._lam = self.dtype.type(lam)
         # the compiled pass reads V[rated] unchecked: V needs this many rows (a negative id, which
         # NumPy's indexing would count from the end, is left to batch_client_step)
         n = self.rated.shape[0]
         self._rows_needed = 0 if n == 0 else (int(self.rated.max()) + 1 if self.rated.min() >= 0 else None)
+        # whether a step without a given sample may take the compiled pass (V permitting)
+        self._direct = rho <= 0 and order == "code" and n > 0 and self._rows_needed is not None
 
-    def step(self, U_u, V, *, t: int, lr: float, rng=None, rho: float = 0.0, strategy: str = "ua",
-             T_predict: int = 10, T_local: int = 10, hf_convention: str = "code", sampled=None) -> ClientUpload:
+    def step(self, U_u, V, t: int, lr: float, rng=None, sampled=None) -> ClientUpload:
         dt = self.dtype
-        n = self.rated.shape[0]
-        need = self._rows_needed
-        if (sampled is None and rho <= 0 and self.order == "code" and n and type(V) is np.ndarray
-                and V.dtype == dt and V.ndim == 2 and V.flags.c_contiguous and need is not None
-                and V.shape[0] >= need and type(U_u) is np.ndarray and U_u.shape == (V.shape[1],)
-                and U_u.dtype == dt and U_u.ndim == 1 and U_u.flags.c_contiguous and _sgd_numba.compiled() is not None):
-            new_u, grads = _batch_client_jit(U_u, V, self.rated, self.ratings, dt.type(lr), dt.type(self.lam), n)
+        if (self._direct and sampled is None and type(V) is np.ndarray and type(U_u) is np.ndarray
+                and V.dtype == dt and U_u.dtype == dt and V.ndim == 2 and V.shape[0] >= self._rows_needed
+                and U_u.shape == (V.shape[1],) and V.flags.c_contiguous and U_u.flags.c_contiguous
+                and _sgd_numba.compiled() is not None):
+            n = self.rated.shape[0]
+            new_u, grads = _batch_client_jit(U_u, V, self.rated, self.ratings, dt.type(lr), self._lam, n)
             return ClientUpload(new_u, self.rated, grads, None, n)
-        return batch_client_step(U_u, V, self.rated, self.ratings, t=t, lr=lr, lam=self.lam, rng=rng, rho=rho,
-                                 strategy=strategy, T_predict=T_predict, T_local=T_local,
-                                 hf_convention=hf_convention, order=self.order, sampled=sampled)
+        return batch_client_step(U_u, V, self.rated, self.ratings, t=t, lr=lr, rng=rng, sampled=sampled,
+                                 **self.settings)
 
 
 # --------------------------------------------------------------------------------------------

@@ -66,48 +66,55 @@ _EMPTY = np.empty(0, dtype=np.int32)  # nothing sampled (writeable: numba compil
 
 
 class SGDClient:
-    """One client's rated items and ratings, converted once, for its stochastic training calls.
+    """One client's rated items, ratings and training settings, fixed once, for its stochastic
+    training calls.
 
-    ``SGDClient(rated_items, ratings, dtype, order="code")`` converts the ratings to ``dtype`` once
-    (``order``: the update order of every call, as ``sgd_client_call``'s);
-    ``call(U_u, V, O, ...)`` takes the keyword arguments of ``sgd_client_call`` (``O=None``:
-    PMF(S), else SVD++(S)) except ``r_mean`` and returns, bit for bit, what ``sgd_client_call``
-    returns for these converted ratings (their mean computed once): it is that call without the
-    per-call conversions (a stochastic client is called once per exchange, so they are a
-    per-message cost). ``V`` (or ``O``) that is not a C-contiguous array of ``dtype`` goes through
-    ``sgd_client_call`` itself.
+    ``SGDClient(rated_items, ratings, dtype, order="code", lam=0.0, rho=0.0, strategy="ua",
+    T_predict=10, T_local=10, hf_convention="code", backend=None)`` converts the ratings to
+    ``dtype`` once (``order`` and the rest: as ``sgd_client_call``'s); ``call(U_u, V, O, t, lr,
+    rng=None, sampled=None)`` (``O=None``: PMF(S), else SVD++(S)) returns, bit for bit, what
+    ``sgd_client_call`` returns for these converted ratings (their mean computed once) and
+    settings: it is that call without the per-call conversions and keyword arguments (a
+    stochastic client is called once per exchange, so they are a per-message cost). ``V`` (or
+    ``O``) that is not a C-contiguous array of ``dtype`` goes through ``sgd_client_call`` itself.
+    Raises ``ValueError`` for an unknown ``order`` or ``strategy``.
     """
 
-    __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "_norms", "_order_flag")
+    __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "lam", "rho", "strategy", "T_predict",
+                 "T_local", "hf_convention", "backend", "_norms", "_order_flag")
 
-    def __init__(self, rated_items, ratings, dtype, order="code") -> None:
+    def __init__(self, rated_items, ratings, dtype, order="code", *, lam: float = 0.0, rho: float = 0.0,
+                 strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
+                 backend=None) -> None:
         self._order_flag = _sgd_numba.order_flag(order)  # raises ValueError for an unknown order
+        if strategy not in ("ua", "hf"):
+            raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
         self.order = order
         self.dtype = np.dtype(dtype)
         self.rated = np.ascontiguousarray(rated_items, dtype=np.int32)
         self.ratings = np.ascontiguousarray(ratings, dtype=self.dtype)
         self.r_mean = user_mean(self.ratings, self.dtype)
         self._norms = _norms(self.rated.shape[0], self.dtype)
+        self.lam, self.rho, self.strategy = lam, rho, strategy
+        self.T_predict, self.T_local, self.hf_convention = T_predict, T_local, hf_convention
+        self.backend = backend
 
-    def call(self, U_u, V, O, *, t, lr, lam, rng, rho, strategy, T_predict, T_local, hf_convention,
-             sampled=None, backend=None) -> ClientUpload:
+    def call(self, U_u, V, O, t, lr, rng=None, sampled=None) -> ClientUpload:
         dt = self.dtype
         if (type(V) is not np.ndarray or V.dtype != dt or not V.flags.c_contiguous
                 or (O is not None and (type(O) is not np.ndarray or O.dtype != dt or not O.flags.c_contiguous))):
-            return sgd_client_call(U_u, V, O, self.rated, self.ratings, t=t, lr=lr, lam=lam, rng=rng, rho=rho,
-                                   strategy=strategy, T_predict=T_predict, T_local=T_local,
-                                   hf_convention=hf_convention, sampled=sampled, r_mean=None,
-                                   backend=backend, order=self.order)
-        if strategy not in ("ua", "hf"):
-            raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
+            return sgd_client_call(U_u, V, O, self.rated, self.ratings, t=t, lr=lr, lam=self.lam, rng=rng,
+                                   rho=self.rho, strategy=self.strategy, T_predict=self.T_predict,
+                                   T_local=self.T_local, hf_convention=self.hf_convention, sampled=sampled,
+                                   r_mean=None, backend=self.backend, order=self.order)
         rated = self.rated
         if sampled is None:
-            sampled = sample_unrated(rng, rated, V.shape[0], rho) if rho > 0 else _EMPTY
+            sampled = sample_unrated(rng, rated, V.shape[0], self.rho) if self.rho > 0 else _EMPTY
         else:
             sampled = np.ascontiguousarray(sampled, dtype=np.int32)
-        use_hf = strategy == "hf" and hf_active(t, T_predict, hf_convention)
-        return _call(_sgd_numba.kernels(backend), U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
-                     T_local, lr, lam, self._norms, self._order_flag)
+        use_hf = self.strategy == "hf" and hf_active(t, self.T_predict, self.hf_convention)
+        return _call(_sgd_numba.kernels(self.backend), U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
+                     self.T_local, lr, self.lam, self._norms, self._order_flag)
 
 
 _NORMS: dict[tuple[int, np.dtype], tuple] = {}

@@ -201,7 +201,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
         else:
             order = draw_user_order(rng, n)
             silent: set[int] = set()  # drawn this iteration and did not answer in time: skipped until the next
-            for u in order:
+            for u in order.tolist():  # Python ints: cheaper to index and hash than NumPy ones
                 if u in silent:
                     continue
                 payload = {"t": t, "V": V} if O is None else {"t": t, "V": V, "O": O}
@@ -276,13 +276,14 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     batch = cfg.style == "batch"
     implicit = cfg.implicit
     # the client's rows converted once for all its calls (same results as the per-call functions)
-    rows = BatchClient(rated, ratings, dt, lam=cfg.lam, order=cfg.order) if batch else SGDClient(rated, ratings, dt, order=cfg.order)
+    fixed = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
+                 hf_convention=cfg.hf_convention, lam=cfg.lam)
+    rows = (BatchClient(rated, ratings, dt, order=cfg.order, **fixed) if batch
+            else SGDClient(rated, ratings, dt, cfg.order, **fixed))
     # an upload of the rated items alone (nothing sampled) is then already in item order
     ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
     sample_once: np.ndarray | None = None
-    kw = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
-              hf_convention=cfg.hf_convention)
     while True:
         msg = await ctx.receive(("model", "evaluate", "stop"))
         kind, p = msg.kind, msg.payload
@@ -303,7 +304,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                 sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
             sampled = sample_once
         if batch:
-            up = rows.step(U, V, t=t, lr=decayed_lr(cfg.lr, t, cfg.decay), rng=rng, sampled=sampled, **kw)
+            up = rows.step(U, V, t, decayed_lr(cfg.lr, t, cfg.decay), rng, sampled)
             flops = 6.0 * up.items.shape[0] * cfg.d
         else:
             lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
@@ -311,11 +312,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
             if implicit:
                 if p.get("O") is None:
                     raise ValueError("SVD++ needs the implicit factors O")
-                up = rows.call(U, V, p["O"], t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
+                up = rows.call(U, V, p["O"], t, lr_c, rng, sampled)
                 # each SGD step also moves the O rows of all rated items
                 flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
             else:
-                up = rows.call(U, V, None, t=t, lr=lr_c, lam=cfg.lam, rng=rng, sampled=sampled, **kw)
+                up = rows.call(U, V, None, t, lr_c, rng, sampled)
                 flops = 6.0 * up.items.shape[0] * cfg.d
         # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
         # for every stochastic exchange) is freed now and its memory reused while still in cache,
