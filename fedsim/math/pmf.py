@@ -298,7 +298,7 @@ class BatchClient:
     ``batch_client_step``.
     """
 
-    __slots__ = ("rated", "ratings", "dtype", "lam", "order", "settings", "_rows_needed", "_lam", "_direct")
+    __slots__ = ("rated", "ratings", "dtype", "lam", "order", "settings", "_rows_needed", "_lam", "_direct", "_pass")
 
     def __init__(self, rated_items, ratings, dtype, *, lam: float, order: str = "code", rho: float = 0.0,
                  strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code") -> None:
@@ -316,15 +316,19 @@ class BatchClient:
         self._rows_needed = 0 if n == 0 else (int(self.rated.max()) + 1 if self.rated.min() >= 0 else None)
         # whether a step without a given sample may take the compiled pass (V permitting)
         self._direct = rho <= 0 and order == "code" and n > 0 and self._rows_needed is not None
+        k = _sgd_numba.compiled()
+        self._pass = None if k is None else k.batch_client_rows
 
     def step(self, U_u, V, t: int, lr: float, rng=None, sampled=None) -> ClientUpload:
         dt = self.dtype
-        if (self._direct and sampled is None and type(V) is np.ndarray and type(U_u) is np.ndarray
-                and V.dtype == dt and U_u.dtype == dt and V.ndim == 2 and V.shape[0] >= self._rows_needed
-                and U_u.shape == (V.shape[1],) and V.flags.c_contiguous and U_u.flags.c_contiguous
-                and _sgd_numba.compiled() is not None):
+        if (self._direct and sampled is None and self._pass is not None and type(V) is np.ndarray
+                and type(U_u) is np.ndarray and V.dtype == dt and U_u.dtype == dt and V.ndim == 2
+                and V.shape[0] >= self._rows_needed and U_u.shape == (V.shape[1],) and V.flags.c_contiguous
+                and U_u.flags.c_contiguous):
             n = self.rated.shape[0]
-            new_u, grads = _batch_client_jit(U_u, V, self.rated, self.ratings, dt.type(lr), self._lam, n)
+            new_u = np.empty(U_u.shape[0], dtype=dt)
+            grads = np.empty((n, U_u.shape[0]), dtype=dt)
+            self._pass(U_u, V, self.rated, self.ratings, np.array((lr, self._lam, n), dtype=dt), new_u, grads)
             return ClientUpload(new_u, self.rated, grads, None, n)
         return batch_client_step(U_u, V, self.rated, self.ratings, t=t, lr=lr, rng=rng, sampled=sampled,
                                  **self.settings)

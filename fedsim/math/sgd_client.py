@@ -81,7 +81,7 @@ class SGDClient:
     """
 
     __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "lam", "rho", "strategy", "T_predict",
-                 "T_local", "hf_convention", "backend", "_norms", "_order_flag")
+                 "T_local", "hf_convention", "backend", "_norms", "_order_flag", "_kernels")
 
     def __init__(self, rated_items, ratings, dtype, order="code", *, lam: float = 0.0, rho: float = 0.0,
                  strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
@@ -98,6 +98,7 @@ class SGDClient:
         self.lam, self.rho, self.strategy = lam, rho, strategy
         self.T_predict, self.T_local, self.hf_convention = T_predict, T_local, hf_convention
         self.backend = backend
+        self._kernels = _sgd_numba.kernels(backend)  # raises for an unknown or unavailable backend
 
     def call(self, U_u, V, O, t, lr, rng=None, sampled=None) -> ClientUpload:
         dt = self.dtype
@@ -113,7 +114,7 @@ class SGDClient:
         else:
             sampled = np.ascontiguousarray(sampled, dtype=np.int32)
         use_hf = self.strategy == "hf" and hf_active(t, self.T_predict, self.hf_convention)
-        return _call(_sgd_numba.kernels(self.backend), U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
+        return _call(self._kernels, U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
                      self.T_local, lr, self.lam, self._norms, self._order_flag)
 
 
