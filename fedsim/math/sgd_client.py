@@ -36,7 +36,8 @@ def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local,
                  _norms(rated.shape[0], dt), _sgd_numba.order_flag(order))
 
 
-def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms, order_flag=0.0) -> ClientUpload:
+def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms, order_flag=0.0,
+          par=None) -> ClientUpload:
     # Called once per stochastic exchange with arrays already contiguous and of V's dtype: every
     # NumPy call here is a per-message cost, so the constants of a client (its norms) and of a
     # shape (the unused SVD++ arrays of PMF) come cached, and the rated items are uploaded as they
@@ -50,9 +51,13 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
     else:
         Oa, odelta = _unused(d, dt)
     lr_ = dt.type(lr)
-    lam_ = dt.type(lam)
-    # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
-    par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
+    if par is None:
+        lam_ = dt.type(lam)
+        # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
+        par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
+    else:  # a client's own vector (dtype dt, P_LAM and the constants set): only the rate changes
+        par[_sgd_numba.P_LR] = lr_
+        par[_sgd_numba.P_C] = par[_sgd_numba.P_ONE] - lr_ * par[_sgd_numba.P_LAM]
     s1, s, nm1, nf = norms
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
@@ -81,7 +86,7 @@ class SGDClient:
     """
 
     __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "lam", "rho", "strategy", "T_predict",
-                 "T_local", "hf_convention", "backend", "_norms", "_order_flag", "_kernels")
+                 "T_local", "hf_convention", "backend", "_norms", "_order_flag", "_kernels", "_par")
 
     def __init__(self, rated_items, ratings, dtype, order="code", *, lam: float = 0.0, rho: float = 0.0,
                  strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
@@ -99,6 +104,8 @@ class SGDClient:
         self.T_predict, self.T_local, self.hf_convention = T_predict, T_local, hf_convention
         self.backend = backend
         self._kernels = _sgd_numba.kernels(backend)  # raises for an unknown or unavailable backend
+        # the kernels' parameter vector, owned by this client: each call sets only its rate
+        self._par = _sgd_numba.make_par(0.0, lam, self.dtype, order)
 
     def call(self, U_u, V, O, t, lr, rng=None, sampled=None) -> ClientUpload:
         dt = self.dtype
@@ -115,7 +122,7 @@ class SGDClient:
             sampled = np.ascontiguousarray(sampled, dtype=np.int32)
         use_hf = self.strategy == "hf" and hf_active(t, self.T_predict, self.hf_convention)
         return _call(self._kernels, U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
-                     self.T_local, lr, self.lam, self._norms, self._order_flag)
+                     self.T_local, lr, self.lam, self._norms, self._order_flag, self._par)
 
 
 _NORMS: dict[tuple[int, np.dtype], tuple] = {}
