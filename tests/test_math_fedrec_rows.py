@@ -59,8 +59,7 @@ def _left_to_right(dt, U, Vr, r, lr, lam):
 def test_batch_client_step_sums_left_to_right(c, jit):
     """The compiled pass (and without numba, the NumPy cumulative sums) against the step written
     out element by element: the same bits."""
-    if jit and not K.numba_available():
-        pytest.skip("numba not installed")
+    jit = jit and K.numba_available()  # without numba both draws check the NumPy form
     dt, m, d, seed = c
     _, V, U, items, r, _, lr, lam = _draw(dt, m, d, seed)
     Vr = V[items]
@@ -223,3 +222,50 @@ def test_per_client_objects_equal_the_per_call_functions(c, rho, strategy, given
     b = sgd_client_call(U2, V2, None, rated, r.astype(dt), lam=lam, rng=np.random.default_rng(9), sampled=sampled,
                         r_mean=None, backend=None, **kw)
     _same_upload(a, b)
+
+
+def _hf_left_to_right(dt, U, Vr, r, Vs, lr, lam, T_local):
+    """Batch hybrid filling written out one element at a time, every sum left to right."""
+    t = np.dtype(dt).type
+    n, d = Vr.shape
+    tU = U.copy()
+    for _ in range(T_local):
+        e = [t(0)] * n
+        for k in range(n):
+            acc = Vr[k, 0] * tU[0]
+            for f in range(1, d):
+                acc = t(acc + Vr[k, f] * tU[f])
+            e[k] = t(acc - r[k])
+        s = [e[0] * Vr[0, f] for f in range(d)]
+        for k in range(1, n):
+            for f in range(d):
+                s[f] = t(s[f] + e[k] * Vr[k, f])
+        tU = np.array([tU[f] - t(lr) * (s[f] / t(n) + t(lam) * tU[f]) for f in range(d)], dtype=dt)
+    out = []
+    for k in range(Vs.shape[0]):
+        acc = Vs[k, 0] * tU[0]
+        for f in range(1, d):
+            acc = t(acc + Vs[k, f] * tU[f])
+        out.append(acc)
+    return np.array(out, dtype=dt), tU
+
+
+@settings(max_examples=120, deadline=None)
+@given(case, st.booleans(), st.integers(0, 4))
+def test_batch_hybrid_filling_sums_left_to_right(c, jit, T_local):
+    """virtual_ratings_hf compiled (and in NumPy) against the element-by-element definition; the
+    NumPy form's local training (hf_local_user_batch) too."""
+    from fedsim.math.filling import hf_local_user_batch, virtual_ratings_hf
+
+    jit = jit and K.numba_available()  # without numba both draws check the NumPy form
+    dt, m, d, seed = c
+    _, V, U, items, r, _, lr, lam = _draw(dt, m, d, seed)
+    if items.shape[0] == 0:
+        return
+    Vr = V[items]
+    Vs = np.ascontiguousarray(V[::-1][: max(1, m // 2)])
+    want, want_tU = _hf_left_to_right(dt, U, Vr, r, Vs, lr, lam, T_local)
+    with mock.patch.object(K, "compiled", K.compiled if jit else (lambda: None)):
+        got = virtual_ratings_hf(U, Vr, r, Vs, lr, lam, T_local)
+    assert got.dtype == dt and got.tobytes() == want.tobytes()
+    assert hf_local_user_batch(U, Vr, r, lr, lam, T_local).tobytes() == want_tU.tobytes()

@@ -461,6 +461,42 @@ def batch_client_rows(U, V, items, r, par, new_u, grads):
         new_u[f] = U[f] - lr * (s[f] / nf + lam * U[f])
 
 
+def hf_batch_virtual(U, V_rated, r, V_sampled, par, T_local, out):
+    """Hybrid filling, batch style (``filling.virtual_ratings_hf``): a copy tU of U takes
+    ``T_local`` full-batch steps on the rated rows,
+
+        e = V_rated . tU - r       tU <- tU - lr * ((e . V_rated) / n + lam * tU)
+
+    then ``out[k] = V_sampled[k] . tU``; every product summed left to right from its first term
+    (see ``batch_client_rows``). ``par`` is (lr, lam, n) in the array dtype; ``V_rated`` has at
+    least one row."""
+    lr = par[0]
+    lam = par[1]
+    nf = par[2]
+    d = U.shape[0]
+    tU = U.copy()
+    s = np.empty_like(U)
+    for _ in range(T_local):
+        for k in range(V_rated.shape[0]):
+            acc = V_rated[k, 0] * tU[0]
+            for f in range(1, d):
+                acc = acc + V_rated[k, f] * tU[f]
+            ek = acc - r[k]
+            if k == 0:
+                for f in range(d):
+                    s[f] = ek * V_rated[k, f]
+            else:
+                for f in range(d):
+                    s[f] = s[f] + ek * V_rated[k, f]
+        for f in range(d):
+            tU[f] = tU[f] - lr * (s[f] / nf + lam * tU[f])
+    for k in range(V_sampled.shape[0]):
+        acc = V_sampled[k, 0] * tU[0]
+        for f in range(1, d):
+            acc = acc + V_sampled[k, f] * tU[f]
+        out[k] = acc
+
+
 def rows_in_range(items, m):
     """Whether every entry of ``items`` is in [0, m) (the row updates below do not check bounds:
     their callers fall back to NumPy's indexing, and its errors, otherwise)."""
@@ -611,6 +647,7 @@ _KERNELS = (
     "batch_item_sums",
     "implicit_sums",
     "batch_client_rows",
+    "hf_batch_virtual",
     "rows_in_range",
     "add_rows_count",
     "sub_scaled_rows",

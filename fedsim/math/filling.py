@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sgd_numba
+from .rows import dots_in_order, weighted_rows_in_order
 
 __all__ = [
     "hf_active",
@@ -90,7 +91,8 @@ def hf_active(t: int, T_predict: int, convention: str = "code") -> bool:
 
 def hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local: int) -> np.ndarray:
     """HF local training, batch style: a copy of U_u takes T_local full-batch gradient steps on
-    the rated items only, tU <- tU - lr (sum_i (tU.V_i - r_i) V_i / |I_u| + lam tU)."""
+    the rated items only, tU <- tU - lr (sum_i (tU.V_i - r_i) V_i / |I_u| + lam tU), both
+    products summed left to right (``rows.dots_in_order``: the same bits on every machine)."""
     tU = np.array(U_u, copy=True)
     V_rated = np.asarray(V_rated)
     n = V_rated.shape[0]
@@ -100,16 +102,32 @@ def hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local: int) -> np.ndar
     lr = dt(lr)
     lam = dt(lam)
     for _ in range(int(T_local)):
-        e = V_rated @ tU - r_rated
-        tU = tU - lr * ((e @ V_rated) / dt(n) + lam * tU)
+        e = dots_in_order(V_rated, tU) - r_rated
+        tU = tU - lr * (weighted_rows_in_order(e, V_rated) / dt(n) + lam * tU)
     return tU
 
 
 def virtual_ratings_hf(U_u, V_rated, r_rated, V_sampled, lr, lam, T_local: int) -> np.ndarray:
-    """HF (Eq. 6), batch style: predictions of the locally trained copy of U_u for the sampled
-    items, unclipped. Call only when :func:`hf_active`; otherwise use :func:`virtual_ratings_ua`."""
+    """HF (Eq. 6), batch style: predictions of the locally trained copy of U_u
+    (:func:`hf_local_user_batch`) for the sampled items, unclipped, each a dot product summed left
+    to right. Call only when :func:`hf_active`; otherwise use :func:`virtual_ratings_ua`. One
+    compiled pass with numba when the arrays share one float dtype (the same bits)."""
+    U_u = np.asarray(U_u)
+    V_rated = np.asarray(V_rated)
+    V_sampled = np.asarray(V_sampled)
+    k = _sgd_numba.compiled()
+    dt = U_u.dtype
+    if (k is not None and dt.kind == "f" and V_rated.dtype == dt and V_sampled.dtype == dt
+            and type(r_rated) is np.ndarray and r_rated.dtype == dt and U_u.ndim == 1 and r_rated.ndim == 1
+            and V_rated.ndim == 2 and V_sampled.ndim == 2 and V_rated.shape[0] > 0 and U_u.shape[0] > 0
+            and V_rated.shape[1] == U_u.shape[0] == V_sampled.shape[1] and r_rated.shape[0] == V_rated.shape[0]):
+        out = np.empty(V_sampled.shape[0], dtype=dt)
+        par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
+        k.hf_batch_virtual(np.ascontiguousarray(U_u), np.ascontiguousarray(V_rated), np.ascontiguousarray(r_rated),
+                           np.ascontiguousarray(V_sampled), par, int(T_local), out)
+        return out
     tU = hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local)
-    return np.asarray(V_sampled) @ tU
+    return dots_in_order(V_sampled, tU)
 
 
 def virtual_ratings_hf_sgd(

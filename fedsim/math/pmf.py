@@ -26,7 +26,7 @@ from .filling import (
     user_mean,
     virtual_ratings_hf,
 )
-from .rows import add_rows_at
+from .rows import add_rows_at, dots_in_order, weighted_rows_in_order
 from .sgd_client import ClientUpload, sgd_client_call
 
 __all__ = [
@@ -141,27 +141,17 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
         return U_u.copy(), np.empty((0, U_u.shape[0]), dtype=V_rows.dtype)
     if order == "code" and _sgd_numba.compiled() is not None and _one_dtype(U_u, V_rows, ratings):
         return _batch_client_jit(U_u, V_rows, np.arange(n, dtype=np.int32), ratings, lr, lam, n)
-    e = _row_dots(V_rows, U_u) - ratings
-    grad_u = _column_sums(e, V_rows) / dt(n) + lam * U_u
+    e = dots_in_order(V_rows, U_u) - ratings
+    grad_u = weighted_rows_in_order(e, V_rows) / dt(n) + lam * U_u
     new_u = U_u - lr * grad_u
     if order == "code":
         grads = e[:, None] * U_u[None, :] + lam * V_rows
     elif order == "paper":
-        e2 = _row_dots(V_rows, new_u) - ratings
+        e2 = dots_in_order(V_rows, new_u) - ratings
         grads = e2[:, None] * new_u[None, :] + lam * V_rows
     else:
         raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
     return new_u, grads
-
-
-def _row_dots(A, u):
-    """``A @ u`` with each row's products summed left to right (``np.cumsum`` is sequential)."""
-    return np.cumsum(A * u, axis=1)[:, -1]
-
-
-def _column_sums(e, A):
-    """``e @ A`` with each column's products summed top to bottom."""
-    return np.cumsum(e[:, None] * A, axis=0)[-1]
 
 
 def _one_dtype(U_u, V_rows, ratings) -> bool:

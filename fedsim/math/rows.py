@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RowSum", "add_rows_at"]
+__all__ = ["RowSum", "add_rows_at", "dots_in_order", "weighted_rows_in_order"]
 
 _ROW_TYPES: dict[tuple[np.dtype, int], np.dtype] = {}
 
@@ -83,3 +83,28 @@ class RowSum:
     def add(self, ids, rows) -> None:
         """``total[ids] += rows`` for distinct ``ids``; see :func:`add_rows_at`."""
         _add(self.total, self._view, ids, rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Products summed in a fixed order. A BLAS product (``A @ u``) sums in an order of its own, which
+# depends on the CPU kernel the library picks at run time (OpenBLAS's Prescott and Haswell kernels
+# give different float32 results for the same rows), so a result computed with it can change in
+# its last bits from one machine to another. These sum left to right, each sum from its first
+# term (``np.cumsum`` is sequential), as the compiled per-client kernels in ``_sgd_numba`` do.
+
+
+def dots_in_order(A: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``A @ u`` for ``A`` (n, d) and ``u`` (d,), each row's d products summed left to right
+    (in the dtype NumPy's ``A * u`` has)."""
+    prod = A * u
+    if prod.shape[-1] == 0:
+        return np.zeros(prod.shape[:-1], dtype=prod.dtype)
+    return np.cumsum(prod, axis=-1)[..., -1]
+
+
+def weighted_rows_in_order(e: np.ndarray, A: np.ndarray) -> np.ndarray:
+    """``e @ A`` for ``e`` (n,) and ``A`` (n, d): the rows scaled by ``e`` summed top to bottom."""
+    prod = e[:, None] * A
+    if prod.shape[0] == 0:
+        return np.zeros(prod.shape[1:], dtype=prod.dtype)
+    return np.cumsum(prod, axis=0)[-1]
