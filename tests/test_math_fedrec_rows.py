@@ -94,11 +94,13 @@ def test_the_pure_python_kernel_is_the_compiled_one():
 
 
 def test_batch_step_bits_do_not_depend_on_the_blas_kernel():
-    """A batch step run under OpenBLAS's oldest x86-64 kernel (Prescott) and under the one it
-    picks on this machine: the same bits, where BLAS's own products differ between the two."""
+    """A batch step (and batch hybrid filling) run under OpenBLAS's oldest x86-64 kernel
+    (Prescott) and under the one it picks on this machine: the same bits, where BLAS's own
+    products differ between the two."""
     code = """if True:
         import hashlib, json
         import numpy as np
+        from fedsim.math.filling import hf_local_user_batch, virtual_ratings_hf
         from fedsim.math.pmf import BatchClient, pmf_batch_client
         rng = np.random.default_rng(5)
         h, blas = hashlib.sha256(), hashlib.sha256()
@@ -109,7 +111,9 @@ def test_batch_step_bits_do_not_depend_on_the_blas_kernel():
             r = rng.integers(1, 6, n).astype(np.float32)
             up = BatchClient(rated, r, np.float32, lam=0.01).step(U, V, 0, 0.8)
             u2, g2 = pmf_batch_client(U, V[rated], r, 0.8, 0.01, order="paper")
-            for a in (up.U, up.grads, u2, g2):
+            vh = virtual_ratings_hf(U, V[rated], r, V[:50], 0.8, 0.01, 5)
+            th = hf_local_user_batch(U, V[rated], r, 0.8, 0.01, 5)
+            for a in (up.U, up.grads, u2, g2, vh, th):
                 h.update(a.tobytes())
             blas.update((V[rated] @ U).tobytes())
         print(json.dumps([h.hexdigest(), blas.hexdigest()]))
