@@ -788,6 +788,32 @@ def test_a_sealed_draft_is_read_only_and_sent_once():
         d.seal()
 
 
+def test_a_sent_draft_reopens_only_when_nothing_else_holds_its_document():
+    d = codec.draft_message("model", {"t": 3, "V": np.zeros((4, 2), np.float32)}, zero=False)
+    V = d.payload["V"]
+    V[...] = np.arange(8).reshape(4, 2)
+    assert d.reopen() and not d.sealed  # not sent yet: nothing to do
+    enc = d.seal()
+    assert not d.reopen()  # the sender's own reference to the document (a message in flight)
+    got = codec.decode_encoded(enc)  # a receiver's arrays are views on the document's bytes
+    del enc
+    assert not d.reopen()
+    kept = got["V"]
+    del got
+    assert not d.reopen()  # one array of it is enough
+    assert np.array_equal(kept, np.arange(8).reshape(4, 2))
+    del kept
+    assert d.reopen() and not d.sealed and V.flags.writeable  # let go of: writable again, values kept
+    assert np.array_equal(V, np.arange(8).reshape(4, 2))
+    V[1] += 10.0
+    again = d.seal()  # sent again: the same bytes as a fresh encoding of what it holds now
+    assert bytes(again.data) == codec.encode_message("model", {"t": 3, "V": np.array(V)}).data
+    with pytest.raises(ValueError, match="read-only"):
+        V[0, 0] = 1.0
+    with pytest.raises(codec.CodecError, match="already sent"):
+        d.seal()
+
+
 def test_a_zeroed_draft_carries_zeros_where_nothing_was_written():
     d = codec.draft_message("k", {"w": np.ones(6, np.float64)})  # the template's values are not read
     d.payload["w"][:2] = 5.0

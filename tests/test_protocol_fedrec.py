@@ -163,3 +163,53 @@ def test_federated_evaluation_matches_central_metrics(tiny):
         assert e["rmse"] == pytest.approx(h["rmse"], abs=1e-9)
     assert len(fed.history) == cfg.T - 1
     assert set(net.ledger.columns()["kind"]) >= {"eval"}
+
+
+@pytest.mark.parametrize("model", ["PMF(S)", "SVD++(S)"])
+@pytest.mark.parametrize("setting", ["on time", "late replies", "still in flight", "tap"])
+def test_the_stochastic_server_writes_its_model_message_in_place_only_when_no_one_else_holds_it(tiny, model, setting,
+                                                                                                monkeypatch):
+    """The server updates V (and O) inside the message it sent last when every holder has let it
+    go (Draft.reopen), and in a copy otherwise (a model message still in flight when the server
+    gave up waiting, a tap keeping every payload): either way the run is the run that copies V for
+    every message, bit for bit, and what a holder kept is what was sent to it."""
+    from fedsim.kernel import codec
+    from fedsim.privacy import Recorder
+
+    profile, deadline = {"late replies": ("wan", 0.05), "still in flight": ("mobile", 0.05)}.get(setting, ("wan", None))
+    cfg = FedRecConfig(model, d=4, T=3, lr=0.05, dtype="float64", rho=1, deadline=deadline)
+    original = codec.Draft.reopen
+    outcomes = []
+
+    def counted(self):
+        ok = original(self)
+        outcomes.append(ok)
+        return ok
+
+    def run(reopen):
+        monkeypatch.setattr(codec.Draft, "reopen", reopen)
+        net = SimNetwork(seed=5, profile=profile)
+        rec = None
+        if setting == "tap":
+            rec = Recorder(kinds=["model"])
+            rec.attach(net)
+        job = fedrec.build(net, as_ratings(*tiny), cfg)
+        res = job.collect(net.run(strict=False))
+        return res, net.ledger.to_csv(), rec
+
+    reused, led_reused, rec = run(counted)
+    copied, led_copied, _ = run(lambda self: False)
+    for k in copied.params:
+        assert reused.params[k].tobytes() == copied.params[k].tobytes()
+    assert led_reused == led_copied
+    if setting in ("on time", "late replies"):  # a late reply: its client had let the model go
+        assert outcomes and all(outcomes)
+        assert bool(copied.info["missing"]) == (setting == "late replies")
+    elif setting == "still in flight":
+        assert copied.info["missing"] and False in outcomes
+    else:
+        assert outcomes and not any(outcomes)
+        # each kept model message still holds the V it was sent with: the stochastic server sends
+        # n of them per iteration, each after one more client's update, so no two are equal
+        vs = [codec.decode_encoded(p.encoded)["V"].tobytes() for row, p, _ in rec.entries if p is not None and row[6] == "model"]
+        assert len(vs) == len(set(vs)) == cfg.T * tiny[3]

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import re
 import struct
+import sys
 from math import prod as _prod
 import threading
 from typing import Any
@@ -364,9 +365,14 @@ class Draft:
     it. Sending seals the draft (:meth:`seal`): its views become read-only, and it cannot be sent
     again. Arrays whose elements were not all written carry zeros there (``zero=True``, the
     default) or whatever the memory held (``zero=False``: for callers that write every element).
+
+    A sent draft that nothing else holds any more can be written again and sent again
+    (:meth:`reopen`): a sender that sends one large array after each small change (FedRec's
+    stochastic server, V to one client after another) then changes the array in place instead of
+    copying all of it into every message.
     """
 
-    __slots__ = ("kind", "payload", "_buffer", "_views", "_encoded")
+    __slots__ = ("kind", "payload", "_buffer", "_views", "_encoded", "_sent_views", "_refs_at_seal")
 
     def __init__(self, kind: str, payload: dict, buffer: np.ndarray, views: list, encoded: Encoded) -> None:
         self.kind = kind
@@ -374,6 +380,8 @@ class Draft:
         self._buffer = buffer
         self._views = views
         self._encoded = encoded
+        self._sent_views: list | None = None
+        self._refs_at_seal: tuple[int, int, int] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -381,13 +389,39 @@ class Draft:
 
     def seal(self) -> Encoded:
         """The encoded document (read-only from now on). Raises ``CodecError`` if the draft was
-        sealed (sent) before."""
+        sealed (sent) before and not reopened."""
         if self._views is None:
-            raise CodecError(f"the {self.kind!r} draft was already sent: a draft is sent once")
+            raise CodecError(f"the {self.kind!r} draft was already sent: a draft is sent once (or reopened)")
         for v in self._views:
             v.flags.writeable = False
-        self._views = None
+        self._sent_views, self._views = self._views, None
+        self._refs_at_seal = self._refs()
         return self._encoded
+
+    def reopen(self) -> bool:
+        """Make a sent draft writable again, with the values it was sent with, if nothing but the
+        draft holds its document any more: no copy of the message in flight or in a mailbox, no
+        receiver, tap or trace holding its payload or any array of it (references counted: those
+        the draft itself holds when it is sealed, nothing more). Then returns True, and the draft
+        can be changed and sent again, as a new message. Otherwise returns False and changes
+        nothing (make a new draft). No one can tell a reopened draft from a new one: whoever could
+        see the document has let it go. Returns True at once for a draft not sent yet. Never
+        blocks; does not raise."""
+        if self._views is not None:
+            return True
+        if self._sent_views is None or self._refs() != self._refs_at_seal:
+            return False
+        for v in self._sent_views:
+            v.flags.writeable = True
+        self._views, self._sent_views = self._sent_views, None
+        return True
+
+    def _refs(self) -> tuple[int, int, int]:
+        # references to the document, to its bytes and to the buffer under them (NumPy makes a
+        # receiver's arrays refer to the buffer itself); compared only with the same call at seal
+        # time, so the counts' own offsets cancel out
+        enc = self._encoded
+        return sys.getrefcount(enc), sys.getrefcount(enc.data), sys.getrefcount(self._buffer)
 
     def __repr__(self) -> str:
         state = "sealed" if self._views is None else "open"

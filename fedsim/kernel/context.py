@@ -234,8 +234,9 @@ class Context:
         into the document at send time): ``draft.payload`` is ``template`` with each array (top
         level, or in a map one level down) replaced by a writable view of the same shape and
         dtype. Fill them, then ``send``/``broadcast`` the draft as the payload (same ``kind``); it
-        is then sealed (read-only) and cannot be sent again. Elements not written are zero, or
-        undefined with ``zero=False`` (for callers that write every element). Does not block;
+        is then sealed (read-only) and cannot be sent again unless ``draft.reopen()`` finds that
+        nothing else holds it any more (then it is writable again, in place). Elements not
+        written are zero, or undefined with ``zero=False`` (for callers that write every element). Does not block;
         raises ``CodecError`` for a template the codec cannot encode (see
         ``fedsim.kernel.codec.Draft``)."""
         return draft_message(str(kind), template, zero=zero)

@@ -201,11 +201,25 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
         else:
             order = draw_user_order(rng, n)
             silent: set[int] = set()  # drawn this iteration and did not answer in time: skipped until the next
+            doc = None  # this iteration's model message, written in place while no one else holds it
             for u in order.tolist():  # Python ints: cheaper to index and hash than NumPy ones
                 if u in silent:
                     continue
-                payload = {"t": t, "V": V} if O is None else {"t": t, "V": V, "O": O}
-                await ctx.send(clients[u], "model", payload)
+                if doc is not None and not doc.reopen():  # the last copy is still held (a late reply)
+                    V, O, doc = V.copy(), None if O is None else O.copy(), None
+                if doc is None:
+                    # V (and O) move into a draft of the message: it is sent to one client after
+                    # another, and the server's updates go into it between two sends as long as
+                    # each client has let go of it (Draft.reopen), instead of V being copied
+                    # into a new message for every exchange
+                    doc = ctx.draft("model", {"t": t, "V": V} if O is None else {"t": t, "V": V, "O": O},
+                                    zero=False)
+                    np.copyto(doc.payload["V"], V)
+                    V = doc.payload["V"]
+                    if O is not None:
+                        np.copyto(doc.payload["O"], O)
+                        O = doc.payload["O"]
+                await ctx.send(clients[u], "model", doc)
                 if cfg.deadline is None:
                     msg = await ctx.receive("gradients")
                 else:
@@ -216,6 +230,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                         silent.add(u)
                         continue
                     msg = got.messages[0]
+                if not doc.reopen():  # still held (a tap, a trace): the update goes to a copy
+                    V, O, doc = V.copy(), None if O is None else O.copy(), None
                 items = msg.payload["items"]
                 server_apply_sgd(V, items, msg.payload["grads"], lr_t)
                 if O is not None:
@@ -231,6 +247,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             diverged_at = t + 1
             break
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
+    if cfg.style != "batch":  # V (and O) may be views on a message: own them
+        V, O = V.copy(), None if O is None else O.copy()
     return {"V": V, "O": O, "diverged_at": diverged_at, "eval": evals, "missing": missing}
 
 
