@@ -21,7 +21,8 @@ which weighs about as much as 10 central iterations), by the iterations, as the 
 do; "per extra iteration" is (run of T iterations - run of 1 iteration) / (T - 1), the cost of an
 iteration once everything is set up. Medians over repeats; prints a table and one JSON line.
 ``--clock process`` measures CPU time of this process instead of wall time (steadier on a
-shared machine; the same on an idle one).
+shared machine; the same on an idle one). ``--tree DIR`` times the fedsim of another checkout
+(its root), so that two trees can be run one after the other, in the same minutes.
 """
 
 from __future__ import annotations
@@ -32,13 +33,18 @@ import json
 import statistics
 import time
 
-from fedsim.data import resolve
-from fedsim.kernel import SimNetwork
-from fedsim.math.pmf import BatchClient
-from fedsim.math.sgd_client import SGDClient
-from fedsim.protocols import fedrec
-from fedsim.protocols.fedrec import FedRecConfig
-from fedsim.studies.fedrec import make_folds, paper_lr
+import sys
+
+if __name__ == "__main__" and "--tree" in sys.argv:  # another checkout's fedsim, before anything imports it
+    sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1])
+
+from fedsim.data import resolve  # noqa: E402
+from fedsim.kernel import SimNetwork  # noqa: E402
+from fedsim.math.pmf import BatchClient  # noqa: E402
+from fedsim.math.sgd_client import SGDClient  # noqa: E402
+from fedsim.protocols import fedrec  # noqa: E402
+from fedsim.protocols.fedrec import FedRecConfig  # noqa: E402
+from fedsim.studies.fedrec import make_folds, paper_lr  # noqa: E402
 
 # what the actors import from the math floor (fedsim/protocols/fedrec.py): functions, and the
 # methods of the per-client objects
@@ -114,6 +120,8 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clock", default="wall", choices=tuple(CLOCK))
+    ap.add_argument("--tree", help="root of another fedsim checkout to time (imported instead of the installed one), "
+                    "to compare two trees in alternation")
     args = ap.parse_args()
     T = args.iterations
     if T < 2:
@@ -150,7 +158,8 @@ def main() -> None:
         print(f"| {model} | {m['fed']:.4f} | {m['math']:.4f} | {m['sim']:.4f} | {100 * m['sim'] / m['fed']:.0f} % | "
               f"{m['central']:.4f} | **{m['ratio_whole']:.2f}** | {m['fed_extra']:.4f} | {m['central_extra']:.4f} | "
               f"{m['ratio_extra']:.2f} |", flush=True)
-    print(json.dumps({"iterations": T, "repeats": args.repeats, "clock": args.clock, "s_per_iteration": out}))
+    print(json.dumps({"iterations": T, "repeats": args.repeats, "clock": args.clock, "tree": fedrec.__file__,
+                      "s_per_iteration": out}))
 
 
 if __name__ == "__main__":
