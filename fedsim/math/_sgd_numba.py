@@ -445,20 +445,30 @@ def batch_client_rows(U, V, items, r, par, new_u, grads):
     s = np.empty_like(U)
     for k in range(items.shape[0]):
         j = items[k]
-        acc = V[j, 0] * U[0]
-        for f in range(1, d):
-            acc = acc + V[j, f] * U[f]
-        ek = acc - r[k]
-        if k == 0:
-            for f in range(d):
-                s[f] = ek * V[j, f]
-        else:
-            for f in range(d):
-                s[f] = s[f] + ek * V[j, f]
+        ek = row_dot(V, j, U) - r[k]
+        add_scaled_row(s, ek, V, j, k == 0)
         for f in range(d):
             grads[k, f] = ek * U[f] + lam * V[j, f]
     for f in range(d):
         new_u[f] = U[f] - lr * (s[f] / nf + lam * U[f])
+
+
+def row_dot(V, j, u):
+    """V[j] . u summed left to right from its first term."""
+    acc = V[j, 0] * u[0]
+    for f in range(1, u.shape[0]):
+        acc = acc + V[j, f] * u[f]
+    return acc
+
+
+def add_scaled_row(s, e, V, j, first):
+    """s = e * V[j] if ``first``, else s += e * V[j] (elementwise, in the array dtype)."""
+    if first:
+        for f in range(s.shape[0]):
+            s[f] = e * V[j, f]
+    else:
+        for f in range(s.shape[0]):
+            s[f] = s[f] + e * V[j, f]
 
 
 def hf_batch_virtual(U, V_rated, r, V_sampled, par, T_local, out):
@@ -478,23 +488,11 @@ def hf_batch_virtual(U, V_rated, r, V_sampled, par, T_local, out):
     s = np.empty_like(U)
     for _ in range(T_local):
         for k in range(V_rated.shape[0]):
-            acc = V_rated[k, 0] * tU[0]
-            for f in range(1, d):
-                acc = acc + V_rated[k, f] * tU[f]
-            ek = acc - r[k]
-            if k == 0:
-                for f in range(d):
-                    s[f] = ek * V_rated[k, f]
-            else:
-                for f in range(d):
-                    s[f] = s[f] + ek * V_rated[k, f]
+            add_scaled_row(s, row_dot(V_rated, k, tU) - r[k], V_rated, k, k == 0)
         for f in range(d):
             tU[f] = tU[f] - lr * (s[f] / nf + lam * tU[f])
     for k in range(V_sampled.shape[0]):
-        acc = V_sampled[k, 0] * tU[0]
-        for f in range(1, d):
-            acc = acc + V_sampled[k, f] * tU[f]
-        out[k] = acc
+        out[k] = row_dot(V_sampled, k, tU)
 
 
 def rows_in_range(items, m):
@@ -646,6 +644,8 @@ _KERNELS = (
     "batch_user_sums",
     "batch_item_sums",
     "implicit_sums",
+    "row_dot",
+    "add_scaled_row",
     "batch_client_rows",
     "hf_batch_virtual",
     "rows_in_range",
