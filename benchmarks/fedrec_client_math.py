@@ -1,9 +1,18 @@
-"""The per-client math of FedRec's batch clients, called the way the actors call it: one client's
-batch step (``pmf.BatchClient.step``) and batch hybrid filling (``filling.virtual_ratings_hf``),
-in a loop over every user of ML-100K fold 1 (d = 20, float32, lr 0.8, lambda 0.001; HF: rho 1,
-T_local 10), V uniform in +-0.005.
+"""The per-client math of FedRec's clients, called the way the actors call it, in a loop over every
+user of ML-100K fold 1 (d = 20, float32, lambda 0.001, V uniform in +-0.005): one client's batch
+step (``pmf.BatchClient.step``, lr 0.8) and batch hybrid filling (``filling.virtual_ratings_hf``,
+rho 1, T_local 10); and the math of one stochastic exchange without the network (PMF(S) and
+SVD++(S), lr 0.01): the client's call (``SGDClient.call`` on a read-only view of V, as a received
+model is) then the server's update of V (and O) with its upload (``pmf.server_apply_sgd``,
+``svdpp.server_apply_o_delta``), users in a random order as a stochastic iteration visits them. The
+last two are what a stochastic iteration's math costs when nothing else runs between the calls:
+compare them with ``benchmarks/fedrec_split.py``'s "math" column (the same calls inside a
+simulation) and its central twin per iteration. ``--touch KB,...`` times the PMF(S) exchange
+again with KB kilobytes of other memory read between two exchanges (the clock stopped meanwhile),
+to show what a cold cache does to the same calls.
 
     python benchmarks/fedrec_client_math.py [--data ../shared/data/ml-100k] [--repeats 5] [--tree DIR]
+                                            [--touch 256,1024,4096]
 
 ``--tree`` imports fedsim from another checkout (its root), so that two trees can be timed in
 alternation, in the same minutes (the older ``BatchClient.step`` took keyword arguments: both
@@ -24,7 +33,10 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/ml-100k")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tree", help="root of the fedsim checkout to import (default: the installed one)")
+    ap.add_argument("--touch", default="", help="comma-separated kB of memory to read between two PMF(S) "
+                    "exchanges (timed apart), e.g. 256,1024,4096")
     args = ap.parse_args()
+    touch = [int(x) for x in args.touch.split(",") if x.strip()]
     if args.tree:
         sys.path.insert(0, args.tree)
     import numpy as np
@@ -32,7 +44,9 @@ def main() -> None:
     import fedsim
     from fedsim.data import resolve
     from fedsim.math.filling import sample_unrated, virtual_ratings_hf
-    from fedsim.math.pmf import BatchClient
+    from fedsim.math.pmf import BatchClient, server_apply_sgd
+    from fedsim.math.sgd_client import SGDClient
+    from fedsim.math.svdpp import server_apply_o_delta
     from fedsim.studies.fedrec import make_folds
 
     data = make_folds(resolve(args.data), 5, 0)[0].train_ratings()
@@ -61,8 +75,35 @@ def main() -> None:
         Vr, rr, Vs = hf_rows[k]
         return virtual_ratings_hf(U[k], Vr, rr, Vs, 0.8, 0.001, 10)
 
+    O = ((rng.random((m, 20), dtype=np.float32) - 0.5) * 0.01).astype(np.float32)
+    users = rng.permutation(n).tolist()
+    try:
+        sgd = [SGDClient(i[ptr[k]:ptr[k + 1]], r[ptr[k]:ptr[k + 1]], np.float32, "code", lam=0.001)
+               for k in range(n)]
+    except TypeError:  # an older tree's SGDClient
+        sgd = None
+
+    def received(a):  # a model as a client receives it: a read-only view
+        a = a.view()
+        a.flags.writeable = False
+        return a
+
+    def exchange_pmf(k):
+        u = users[k]
+        up = sgd[u].call(U[u], received(V), None, 0, 0.01)
+        server_apply_sgd(V, up.items, up.grads, 0.01)
+
+    def exchange_svdpp(k):
+        u = users[k]
+        up = sgd[u].call(U[u], received(V), received(O), 0, 0.01)
+        server_apply_sgd(V, up.items, up.grads, 0.01)
+        server_apply_o_delta(O, up.items, up.o_deltas)
+
+    cases = [("batch step", step), ("batch hybrid filling", hf)]
+    if sgd is not None:
+        cases += [("PMF(S) exchange, math only", exchange_pmf), ("SVD++(S) exchange, math only", exchange_svdpp)]
     out = {}
-    for name, fn in (("batch step", step), ("batch hybrid filling", hf)):
+    for name, fn in cases:
         fn(0)  # numba's first call
         times = []
         for _ in range(args.repeats):
@@ -72,6 +113,21 @@ def main() -> None:
             times.append((time.perf_counter() - t) / n * 1e6)
         out[name] = statistics.median(times)
         print(f"{name}: {out[name]:.1f} us per client (median of {args.repeats}, {n} clients)")
+    if touch and sgd is not None:
+        other = np.ones(max(touch) << 10, dtype=np.uint8)
+        for kb in touch:
+            times = []
+            for _ in range(args.repeats):
+                spent = 0.0
+                for k in range(n):
+                    other[:kb << 10].sum()  # read kb kilobytes that the exchange does not use
+                    t = time.perf_counter()
+                    exchange_pmf(k)
+                    spent += time.perf_counter() - t
+                times.append(spent / n * 1e6)
+            name = f"PMF(S) exchange, math only, after reading {kb} kB"
+            out[name] = statistics.median(times)
+            print(f"{name}: {out[name]:.1f} us per client (median of {args.repeats})")
     print(json.dumps({"tree": fedsim.__file__, "us_per_client": out}))
 
 

@@ -647,8 +647,9 @@ class StreamView:
     def select(self, **filters: Any) -> "StreamView":
         return StreamView(self.ledger, self._conds + _compile_filters(self.ledger, **filters))
 
-    def _selected(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-        """(records, positions within them) of the selected rows, chunk by chunk."""
+    def _selected(self) -> Iterable[tuple[int, np.ndarray, np.ndarray]]:
+        """Chunk by chunk: (the chunk's first row number, its records, the mask of the selected
+        rows among them)."""
         for first, recs in self.ledger._chunks():
             mask = np.ones(recs.shape[0], dtype=bool)
             for op, field, arg in self._conds:
