@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from collections import deque
 
 import numpy as np
@@ -35,8 +34,8 @@ from fedsim.protocols import fedrec
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.seeding import node_rng
 from fedsim.studies.fedrec import make_folds, paper_lr
+from fedrec_split import CLOCK, run_options  # benchmarks/, the script's own folder
 
-CLOCK = {"wall": time.perf_counter, "process": time.process_time}
 _PARK = object()
 
 
@@ -224,10 +223,7 @@ def run_sim(data, model, T):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default="../shared/data/ml-100k")
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--clock", default="wall", choices=tuple(CLOCK))
+    run_options(ap)
     args = ap.parse_args()
     clock, T = CLOCK[args.clock], args.iterations
     data = make_folds(resolve(args.data), 5, 0)[0].train_ratings()

@@ -114,12 +114,17 @@ def central(data, model: str, T: int, clock) -> float:
     return clock() - t
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def run_options(ap: argparse.ArgumentParser) -> None:
+    """The options of a run against the central twin (shared with benchmarks/fedrec_floor.py)."""
     ap.add_argument("--data", default="../shared/data/ml-100k")
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--clock", default="wall", choices=tuple(CLOCK))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    run_options(ap)
     ap.add_argument("--tree", help="root of another fedsim checkout to time (imported instead of the installed one), "
                     "to compare two trees in alternation")
     args = ap.parse_args()
