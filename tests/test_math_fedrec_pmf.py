@@ -8,6 +8,7 @@ from fedsim.math.filling import (
     hf_active,
     hf_local_user_batch,
     n_sampled,
+    rated_counts_of_rows,
     sample_unrated,
     user_mean,
     virtual_ratings_hf,
@@ -131,6 +132,24 @@ def test_init_is_uniform_small_and_reproducible():
 )
 def test_n_sampled(n_rated, m, rho, expected):
     assert n_sampled(n_rated, m, rho) == expected
+
+
+@pytest.mark.parametrize("m,rho", [(90, 2.0), (90, 3.0), (40, 0.7), (17, 0.0), (25, 1.0 / 3)])
+def test_rated_counts_of_rows_inverts_the_upload_size(m, rho):
+    # brute force through n_sampled, the function the clients sample by
+    by_k: dict[int, list[int]] = {}
+    for n in range(m + 1):
+        by_k.setdefault(n + n_sampled(n, m, rho), []).append(n)
+    for k in range(-1, m + 2):
+        got = rated_counts_of_rows(k, m, rho)
+        assert got.tolist() == by_k.get(k, []), k
+        if 0 <= k < m:
+            assert got.size <= 1  # below the cap, a size names one count
+    capped = rated_counts_of_rows(m, m, rho)
+    n_min = next(n for n in range(m + 1) if n + int(rho * n) >= m)
+    assert capped.tolist() == list(range(n_min, m + 1))  # at the cap: at least n_min
+    with pytest.raises(ValueError, match="rho"):
+        rated_counts_of_rows(3, 10, -1.0)
 
 
 def test_sample_unrated_properties():

@@ -11,6 +11,7 @@ from fedsim.privacy.attacks import (
     IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
     PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, run_attack, score_sizes,
 )
+from fedsim.privacy.attacks.implicit import fpl_split
 from fedsim.privacy.audit import attack_capture, known_answer_ratings
 from fedsim.privacy.views import Observed, Public, View, ViewSpec
 from fedsim.protocols import REGISTRY
@@ -195,6 +196,42 @@ def test_size_only_reads_the_rated_count_off_fedrec_uploads(ratings):
     run = run_attack(SizeOnly(), cap.recorder, cap.public)
     out = score_sizes(run.inference, cap.truth)
     assert out["size_users"] == 20 and out["size_exact"] == 1.0
+
+
+def test_size_only_at_the_sampling_cap_gives_the_lower_bound(ratings):
+    # 90 items, 24-40 ratings: at rho 2 a user with n >= 30 uploads all 90 rows (the sampling is
+    # capped by her m - n unrated items), so her size says only n >= 30
+    capped = known_answer_ratings(per_user=(24, 40))
+    m = capped.n_items
+    for rho in (2.0, 3.0):
+        cap = capture("fedrec", capped, FedRecConfig("PMF(B)", d=4, T=1, rho=rho), seed=3)
+        est = run_attack(SizeOnly(), cap.recorder, cap.public).inference
+        n_min = next(n for n in range(m + 1) if n + int(rho * n) >= m)
+        assert sorted(est) == sorted(cap.truth)  # nobody drops out of the score
+        for user, items in cap.truth.items():
+            n = len(items)
+            assert est[user] == (n if n + int(rho * n) < m else n_min), (rho, user, n)
+        assert any(len(items) + int(rho * len(items)) >= m for items in cap.truth.values())
+
+
+def test_network_linking_at_the_sampling_cap():
+    # users at the cap send noise of m - n rows beside an upload of m rows: the sizes must not
+    # rule their true links out (they did when the noise was predicted as int(rho n) rows)
+    capped = known_answer_ratings(per_user=(24, 40))
+    cap = capture("fedrecpp", capped, FedRecPPConfig(d=4, T=2, rho=2.0, eta=1), seed=3)
+    _, rows = attack_capture(NoiseLinking("size+time"), cap, rounds=[1])
+    assert len(rows) == 19 and np.mean([r["correct"] for r in rows]) == 1.0
+
+
+def test_fpl_split_breaks_a_tie_by_the_side_most_positives_are_on():
+    p = np.array([1.0, 0.2])
+    # three positives along +p and one (noisy) along -p; three negatives along -p; a last row
+    # with a bias delta of exactly 0, along +p
+    F = np.array([p, 0.9 * p, 1.1 * p, -0.05 * p, -p, -0.8 * p, -1.2 * p, 0.7 * p])
+    g = np.array([0.3, 0.3, 0.3, 0.3, -0.3, -0.3, -0.3, 0.0])
+    for sign in (1.0, -1.0):  # whichever way eigh orients the principal direction
+        mask = fpl_split(np.arange(8), np.column_stack([sign * F, g]), None, 0.0)
+        np.testing.assert_array_equal(mask, [True] * 4 + [False] * 3 + [True])
 
 
 class _OracleIMIA(IMIA):

@@ -25,6 +25,7 @@ __all__ = [
     "hf_active",
     "hf_local_user_batch",
     "n_sampled",
+    "rated_counts_of_rows",
     "sample_unrated",
     "user_mean",
     "virtual_ratings_hf",
@@ -38,6 +39,22 @@ def n_sampled(n_rated: int, m: int, rho: float) -> int:
     if rho < 0:
         raise ValueError(f"rho must be >= 0, got {rho!r}")
     return max(0, min(int(float(rho) * int(n_rated)), int(m) - int(n_rated)))
+
+
+def rated_counts_of_rows(k: int, m: int, rho: float) -> np.ndarray:
+    """The rated counts n whose upload has ``k`` rows (``n + n_sampled(n, m, rho)``), ascending
+    (int64; empty if none). One n, or none, while ``k < m``; at ``k == m`` the sampling is capped
+    by the ``m - n`` unrated items, and every n from the smallest with ``n + int(rho n) >= m`` up
+    to m gives m rows: a message's size then says only that n is at least the first of them."""
+    if rho < 0:
+        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    k, m = int(k), int(m)
+    if k < 0 or k > m:
+        return np.zeros(0, dtype=np.int64)
+    n = np.arange(k + 1, dtype=np.int64)
+    # the same float64 product and truncation as n_sampled's int(rho * n)
+    rows = n + np.minimum((float(rho) * n).astype(np.int64), m - n)
+    return n[rows == k]
 
 
 def sample_unrated(rng: np.random.Generator, rated_items, m: int, rho: float) -> np.ndarray:

@@ -30,6 +30,7 @@ from collections import defaultdict
 import numpy as np
 
 from ...kernel.codec import encode_message
+from ...math.filling import rated_counts_of_rows
 from ..metrics import Guess
 from ..views import View, ViewSpec
 from .base import Attack
@@ -172,20 +173,23 @@ class NoiseLinking(Attack):
                 ups[p.round].append(p)
             elif p.kind == "noise":
                 noise[p.round].append(p)
-        size_memo: dict[tuple, int | None] = {}
+        upload_memo: dict[int, frozenset] = {}
+        noise_memo: dict[int, int | None] = {}
 
-        def predicted_noise_size(up) -> int | None:
-            key = ("u", up.nbytes)
-            if key not in size_memo:
+        def noise_rows_of_upload(up) -> frozenset:
+            """The noise row counts an upload of this size is consistent with."""
+            if up.nbytes not in upload_memo:
                 k = row_count_of_size(up.nbytes, "gradients", d, dt, self.framing, 2 * m)
-                pred = None
-                if k is not None:
-                    # n rated items give k = n + int(rho n) upload rows and int(rho n) noise rows
-                    ns = [n for n in range(k + 1) if n + int(rho * n) == k]
-                    if ns:
-                        pred = _doc_size("noise", int(rho * ns[0]), d, dt) + self.framing
-                size_memo[key] = pred
-            return size_memo[key]
+                # n rated items give k = n + s upload rows and s = n_sampled(n, m, rho) noise
+                # rows; one n below the cap, several at k == m (rated_counts_of_rows)
+                upload_memo[up.nbytes] = (frozenset() if k is None else
+                                          frozenset(k - int(n) for n in rated_counts_of_rows(k, m, rho)))
+            return upload_memo[up.nbytes]
+
+        def noise_rows(msg) -> int | None:
+            if msg.nbytes not in noise_memo:
+                noise_memo[msg.nbytes] = row_count_of_size(msg.nbytes, "noise", d, dt, self.framing, 2 * m)
+            return noise_memo[msg.nbytes]
 
         out: dict[int, str] = {}
         for rnd, ns in noise.items():
@@ -195,9 +199,10 @@ class NoiseLinking(Attack):
             t_up = np.array([u.rx_start for u in us])
             t_no = np.array([n.rx_start for n in ns])
             size_ok = np.zeros((len(ns), len(us)), dtype=bool)
-            pred = [predicted_noise_size(u) for u in us]
+            allowed = [noise_rows_of_upload(u) for u in us]
             for j, n in enumerate(ns):
-                size_ok[j] = [q is not None and q == n.nbytes for q in pred]
+                r = noise_rows(n)
+                size_ok[j] = [r is not None and r in a for a in allowed]
             cost = np.zeros((len(ns), len(us)))
             if "time" in self.use:
                 # the delay from a client's upload reaching the server to its noise reaching the

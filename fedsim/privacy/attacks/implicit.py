@@ -61,7 +61,7 @@ def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray | None, la
         F = rows[:, :-1]
         ev, vecs = np.linalg.eigh(F.T @ F)
         side = (F @ vecs[:, -1]) >= 0
-        pos_side = bool(np.mean(side[mask])) >= 0.5 if mask.any() else True
+        pos_side = bool(np.mean(side[mask]) >= 0.5) if mask.any() else True
         mask[tie] = side[tie] if pos_side else ~side[tie]
     return mask
 

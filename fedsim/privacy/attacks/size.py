@@ -5,7 +5,10 @@ size on the wire, never the content. Protocols are public, so it knows each mess
 can invert the codec's size law: an upload of k rows ``{items: int32[k], grads: float[k, d]}``
 has one size per k (``row_count_of_size``). Then, per protocol:
 
-``fedrec``, ``fedrecpp``  k = n + int(rho n) rows: n = |I_u| exactly (SVD++ adds ``o_deltas``).
+``fedrec``, ``fedrecpp``  k = n + min(int(rho n), m - n) rows: n = |I_u| exactly while k < m (SVD++
+                          adds ``o_deltas``); at k = m (the sampling capped by the unrated items)
+                          only a lower bound, the smallest n with n + int(rho n) >= m, which is
+                          the estimate (``rated_counts_of_rows``).
 ``personalfr``            ``indices`` lists |I_m| items: read off the size.
 ``fpl``                   k = T + (positives sent): a count of positives, Binomial(T, pi) per round
                           whatever |I_u|; the estimate is the mean positives sent per round.
@@ -22,6 +25,7 @@ from collections import defaultdict
 import numpy as np
 
 from ...kernel.codec import encode_message
+from ...math.filling import rated_counts_of_rows
 from ..metrics import average_ranks
 from ..views import View, ViewSpec
 from .base import Attack
@@ -80,6 +84,13 @@ class SizeOnly(Attack):
         kind = {"fedrec": "gradients", "fedrecpp": "gradients", "fpl": "update", "fcf": "gradients",
                 "personalfr": "indices"}.get(proto)
         memo: dict[int, int | None] = {}
+        counts: dict[int, np.ndarray] = {}
+
+        def counts_of(k: int) -> np.ndarray:
+            if k not in counts:
+                counts[k] = rated_counts_of_rows(k, m, float(cfg.rho))
+            return counts[k]
+
         per_user: dict[str, list] = defaultdict(list)
         for p in view.messages:
             if p.kind != kind or p.sender is None:
@@ -94,9 +105,8 @@ class SizeOnly(Attack):
             if not ks:
                 continue
             if proto in ("fedrec", "fedrecpp"):
-                rho = float(cfg.rho)
-                est = [n for n in (next((n for n in range(k + 1) if n + int(rho * n) == k), None) for k in ks)
-                       if n is not None]
+                # the smallest consistent count: exact below the cap, a lower bound at k == m
+                est = [int(ns[0]) for ns in (counts_of(k) for k in ks) if ns.size]
                 if est:
                     out[user] = float(np.median(est))
             elif proto == "fpl":
