@@ -196,6 +196,11 @@ def test_size_only_reads_the_rated_count_off_fedrec_uploads(ratings):
     run = run_attack(SizeOnly(), cap.recorder, cap.public)
     out = score_sizes(run.inference, cap.truth)
     assert out["size_users"] == 20 and out["size_exact"] == 1.0
+    # the audit's entry point scores it the same way (it used to treat the counts as item guesses)
+    _, rows = attack_capture(SizeOnly(), cap)
+    assert rows == [out]
+    _, rows = attack_capture(SizeOnly(), cap, targets=sorted(cap.truth)[:5])
+    assert rows[0]["size_users"] == 5 and rows[0]["size_exact"] == 1.0
 
 
 def test_size_only_at_the_sampling_cap_gives_the_lower_bound(ratings):

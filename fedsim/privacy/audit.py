@@ -22,6 +22,7 @@ from ..kernel.ledger import SEQ, SRC
 from ..protocols import REGISTRY
 from ..protocols.common import client_names
 from .attacks.base import Attack, AttackRun, run_attack
+from .attacks.size import score_sizes
 from .metrics import score_inference
 from .record import Recorder
 from .views import Public, ref_of
@@ -95,10 +96,15 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
     """Run ``attack`` on ``cap`` (through its declared view, up to ``rounds``) and score it:
     returns ``(AttackRun, rows)`` with one ``score_inference`` row per target (default: every
     client with a non-empty true set; for a linking attack, one row per anonymous message it
-    could link, see ``score_links``)."""
+    could link, see ``score_links``; for a size attack, one row, ``score_sizes`` of its
+    estimates, which for FPL and FCF are not sizes of I_u: only their rank correlation is
+    scored)."""
     run = run_attack(attack, cap.recorder, cap.public, rounds=rounds, key=cap.key)
     if attack.about == "links":
         return run, score_links(run, cap, rounds=rounds)
+    if attack.about == "sizes":
+        truth = cap.truth if targets is None else {u: cap.truth[u] for u in targets if u in cap.truth}
+        return run, [score_sizes(run.inference, truth, of_size=cap.protocol not in ("fpl", "fcf"))]
     tg = list(targets) if targets is not None else None
     return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
 
