@@ -182,7 +182,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         grid = check_grid(mod, doc.get("grid") or {})
     except UsageError as exc:
         raise UsageError(f"{doc['_path']}: [grid] {str(exc).removeprefix('--grid ').removeprefix('grid ')}") from None
-    grid.update(parse_grid(mod, args.grid))
+    for key, vals in parse_grid(mod, args.grid).items():
+        if key in grid:
+            raise UsageError(f"--grid {key}: also in {doc['_path']}'s [grid]; give each axis once")
+        grid[key] = vals
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
     opts = resolve_run_options(mod, args, doc)
@@ -205,7 +208,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
                             net=opts["net"], workers=workers, progress=progress, force=opts["force"],
-                            quiet=opts["quiet"], backend=backend, address=address)
+                            quiet=opts["quiet"], backend=backend, address=address, ledger=opts["ledger"])
     except SweepInterrupted as exc:
         s = exc.summary
         print(f"interrupted: {len(s['done'])} points run, {len(s['skipped'])} done before, "

@@ -45,3 +45,30 @@ def test_count_done_reports_how_many_finished_whatever_their_order():
     counts.clear()
     pmap(_square, [1, 2, 3], workers=1, on_done=count_done(counts.append))
     assert counts == [1, 2, 3]
+
+
+def _fragile(x):
+    import os
+    import signal
+    import sys
+
+    if x == 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+    if x == 3:
+        raise ValueError("three")
+    if x == 4:
+        sys.exit(4)
+    return x * x
+
+
+def test_with_on_error_a_failing_or_dying_task_fails_alone():
+    from concurrent.futures.process import BrokenProcessPool
+
+    for workers in (1, 2):
+        done, errors = {}, {}
+        out = pmap(_fragile, [1, 2, 3, 4, 5], workers, on_done=done.__setitem__, on_error=errors.__setitem__)
+        assert out == [1, None, None, None, 25] and done == {0: 1, 4: 25}
+        assert sorted(errors) == [1, 2, 3]
+        assert isinstance(errors[1], BrokenProcessPool)
+        assert isinstance(errors[2], ValueError) and str(errors[2]) == "three"
+        assert isinstance(errors[3], SystemExit) and errors[3].code == 4

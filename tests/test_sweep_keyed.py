@@ -253,3 +253,118 @@ def test_backend_options_are_checked_before_anything_is_written(tmp_path, monkey
     with pytest.raises(UsageError, match=r"--backend ray needs Ray, which is not installed: pip install"):
         run_sweep(str(script), {"x": [1]}, out, backend="ray")
     assert not out.exists() and not log.exists()
+
+
+def _scenario(tmp_path: Path, body: str, name: str = "scn.py") -> Path:
+    script = tmp_path / name
+    script.write_text("import os, signal, sys\nfrom fedsim.experiment import Param\n"
+                      "PARAMS = {'x': Param(0, 'x'), 'y': Param(0, 'y')}\n" + body)
+    return script
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_point_that_kills_its_process_or_exits_fails_alone(tmp_path, workers):
+    # x=2 dies as an out-of-memory kill would, x=3 calls sys.exit(0): each is that point's failure,
+    # the other points run, and nothing claims the sweep went well
+    script = _scenario(tmp_path, "def run(ctx):\n"
+                       "    if ctx['x'] == 2:\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+                       "    if ctx['x'] == 3:\n        sys.exit(0)\n"
+                       "    ctx.table('t', [{'x': ctx['x']}])\n")
+    out = tmp_path / "sw"
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4", "--workers", workers, "--out", str(out),
+                     "--quiet", cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert "4 points, 2 run, 0 already done, 2 failed" in res.stdout
+    state = json.loads((out / "sweep.json").read_text())
+    status = {p["point"]["x"]: p["status"] for p in state["points"]}
+    assert status == {1: "done", 2: "failed", 3: "failed", 4: "done"}
+    assert "process died" in (out / "x=2" / "error.txt").read_text()
+    assert "sys.exit(0)" in (out / "x=3" / "error.txt").read_text() or "SystemExit" in (out / "x=3" / "error.txt").read_text()
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,x", "1,1", "4,4"]
+    assert "2 of 4 points finished" in (out / "report.md").read_text()
+    # the same command again runs the failed points only (and they fail again)
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4", "--workers", workers, "--out", str(out),
+                     "--quiet", cwd=tmp_path)
+    assert "4 points, 0 run (2 of them again), 2 already done, 2 failed" in res.stdout
+
+
+def test_combined_tables_hold_only_this_configurations_rows_aligned_by_column(tmp_path):
+    # point x=2's table has a column x=1's lacks: each cell stays under its own column
+    script = _scenario(tmp_path, "def run(ctx):\n"
+                       "    row = {'y': ctx['y'], 'a': 1}\n"
+                       "    if ctx['x'] == 2:\n        row = {'y': ctx['y'], 'extra': 9, 'a': 2}\n"
+                       "    if ctx['y'] == 5 and ctx['x'] == 1:\n        raise RuntimeError('no')\n"
+                       "    ctx.table('t', [row])\n")
+    out = tmp_path / "sw"
+    base = ("sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--out", str(out), "--quiet")
+    assert fedsim_cmd(*base, cwd=tmp_path).returncode == 0
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,y,a,extra", "1,0,1,", "2,0,2,9"]
+    # --force with y=5: x=1 fails, x=2 runs; the old x=1 folder is gone and its row with it
+    res = fedsim_cmd(*base, "--set", "y=5", "--force", cwd=tmp_path)
+    assert res.returncode == 1
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,y,extra,a", "2,5,9,2"]
+    # every point failing: no combined file is left to show rows of another run
+    script.write_text(script.read_text().replace("if ctx['y'] == 5 and ctx['x'] == 1", "if ctx['y'] == 6"))
+    res = fedsim_cmd(*base, "--set", "y=6", "--force", cwd=tmp_path)
+    assert res.returncode == 1 and not list(out.glob("combined_*.csv"))
+    assert "0 of 2 points finished" in (out / "report.md").read_text()
+
+
+def test_combined_rows_skip_points_not_run_after_a_forced_change(tmp_path):
+    # a --force re-run stopped (here by the point x=2 itself) before x=2 ran: x=2's folder still
+    # holds the old configuration's rows, which must not be combined as this sweep's
+    script = _scenario(tmp_path, "def run(ctx):\n"
+                       "    if ctx['y'] == 2 and ctx['x'] == 2:\n        raise KeyboardInterrupt\n"
+                       "    ctx.table('t', [{'z': ctx['x'] * 10 + ctx['y']}])\n")
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2]}, out, workers=1, fixed={"y": 1})
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,z", "1,11", "2,21"]
+    from fedsim.studies.sweep import SweepInterrupted
+
+    with pytest.raises(SweepInterrupted):
+        run_sweep(str(script), {"x": [1, 2]}, out, workers=1, fixed={"y": 2}, force=True)
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,z", "1,12"]
+    assert "1 of 2 points finished" in (out / "report.md").read_text()
+
+
+def test_sweep_options_that_would_mislead_are_refused(tmp_path):
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    cases = [
+        (("--grid", "x=1,2", "--set", "x=3"), "both as a fixed parameter"),
+        (("--grid", "x=1,2", "--grid", "x=5"), "given twice"),
+        (("--grid", "x=1,1"), "given twice"),
+    ]
+    for extra, msg in cases:
+        res = fedsim_cmd("sweep", str(script), *extra, "--out", str(out), "--quiet", cwd=tmp_path)
+        assert res.returncode == 2 and msg in res.stderr, (extra, res.stderr)
+    strs = _scenario(tmp_path, "PARAMS['name'] = Param('a', 'name')\ndef run(ctx):\n    ctx.table('t', [{'n': 1}])\n",
+                     "strs.py")
+    res = fedsim_cmd("sweep", str(strs), "--grid", "name=a b,a_b", "--out", str(out), "--quiet", cwd=tmp_path)
+    assert res.returncode == 2 and "would share the folder name=a_b" in res.stderr
+    (tmp_path / "afile").write_text("x")
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1", "--out", str(tmp_path / "afile"), "--quiet", cwd=tmp_path)
+    assert res.returncode == 2 and "is a file" in res.stderr
+    run_dir = tmp_path / "a_run"
+    assert fedsim_cmd("run", str(script), "--out", str(run_dir), "--quiet", cwd=tmp_path).returncode == 0
+    before = (run_dir / "report.md").read_text()
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1", "--out", str(run_dir), "--quiet", cwd=tmp_path)
+    assert res.returncode == 2 and "holds no sweep" in res.stderr
+    assert (run_dir / "report.md").read_text() == before
+    assert ran(log) == [(0, 0)]  # only the single run ran
+
+
+def test_sweep_ledger_option_writes_each_points_ledger(tmp_path):
+    out = tmp_path / "sw"
+    res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1,2", "--workers", "1", "--out", str(out), "--quiet",
+                     cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert not list(out.glob("*/ledger.csv"))
+    # asked for ledgers now: the points done without one run again, with one
+    res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1,2", "--workers", "1", "--out", str(out), "--quiet",
+                     "--ledger", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "2 run (2 of them again)" in res.stdout
+    for d in ("rounds=1", "rounds=2"):
+        lines = (out / d / "ledger.csv").read_text().splitlines()
+        assert len(lines) > 1 and "kind" in lines[0]

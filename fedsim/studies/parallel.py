@@ -52,7 +52,8 @@ def count_done(report: Callable[[int], None]) -> Callable[[int, Any], None]:
 
 def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = None,
          on_done: Callable[[int, Any], None] | None = None,
-         cost: Callable[[Any], float] | None = None) -> list[Any]:
+         cost: Callable[[Any], float] | None = None,
+         on_error: Callable[[int, BaseException], None] | None = None) -> list[Any]:
     """``[fn(t) for t in tasks]``, on ``workers`` processes (1: in this process). Results come
     back in task order; ``on_done(i, result)`` is called as each finishes (``i`` the task's
     index). ``fn`` must be a module-level function and tasks picklable. Worker processes use
@@ -63,8 +64,17 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
 
     Blocks until every task has finished. An exception from a task, or KeyboardInterrupt in
     this process, stops the other workers (see the module docstring) and is raised here; the
-    tasks finished before it have had their ``on_done``."""
+    tasks finished before it have had their ``on_done``.
+
+    With ``on_error``, a task that fails does not stop the others: ``on_error(i, exc)`` is called
+    instead of ``on_done`` (its result stays None), ``exc`` being what ``fn`` raised (``SystemExit``
+    included) or ``BrokenProcessPool`` when its process died (killed, out of memory, a crash in
+    compiled code). Each task then runs in a process of its own, also with ``workers=1``, so that
+    one process's death cannot take other tasks down with it. KeyboardInterrupt still stops
+    everything and is raised here."""
     tasks = list(tasks)
+    if on_error is not None:
+        return _pmap_isolated(fn, tasks, workers, on_done, on_error, cost)
     if cost is not None and workers != 1 and len(tasks) > 1:
         order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i]))
         done = (lambda j, r: on_done(order[j], r)) if on_done else None
@@ -107,10 +117,54 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     return results
 
 
-def _stop(ex: ProcessPoolExecutor) -> None:
-    """Cancel queued tasks, SIGTERM every worker, wait up to STOP_GRACE s, SIGKILL the rest."""
+def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost) -> list[Any]:
+    """:func:`pmap` with ``on_error``: a one-process pool per task, at most ``workers`` at once."""
+    workers = default_workers() if workers is None else max(1, int(workers))
+    order = list(range(len(tasks)))
+    if cost is not None:
+        order.sort(key=lambda i: -cost(tasks[i]))
+    order.reverse()  # popped from the end
+    results: list[Any] = [None] * len(tasks)
+    beats: Any = multiprocessing.Queue()
+    running: dict[Any, tuple[int, ProcessPoolExecutor]] = {}
+    try:
+        while order or running:
+            while order and len(running) < workers:
+                i = order.pop()
+                ex = ProcessPoolExecutor(max_workers=1, initializer=_init_worker, initargs=(beats,))
+                running[ex.submit(_task, fn, tasks[i])] = (i, ex)
+            finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+            _forward_beats(beats)
+            for f in sorted(finished, key=lambda f: running[f][0]):
+                i, ex = running.pop(f)
+                ex.shutdown(wait=True)
+                exc = f.exception()
+                if exc is None:
+                    results[i] = f.result()
+                    if on_done:
+                        on_done(i, results[i])
+                elif isinstance(exc, (KeyboardInterrupt, Interrupted)):
+                    raise exc
+                else:
+                    on_error(i, exc)
+    except BaseException:
+        for _, ex in running.values():
+            ex.shutdown(wait=False, cancel_futures=True)
+        _stop(None)
+        raise
+    finally:
+        _forward_beats(beats, final=True)
+        beats.close()
+        beats.join_thread()
+    return results
+
+
+def _stop(ex: ProcessPoolExecutor | None) -> None:
+    """Cancel ``ex``'s queued tasks, SIGTERM every worker, wait up to STOP_GRACE s, SIGKILL the
+    rest."""
     children = multiprocessing.active_children()  # this pool's workers (a pmap parent has no others)
-    ex.shutdown(wait=False, cancel_futures=True)
+    if ex is not None:
+        ex.shutdown(wait=False, cancel_futures=True)
     for p in children:
         try:
             os.kill(p.pid, signal.SIGTERM)

@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 import traceback
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -127,6 +128,8 @@ def parse_grid(mod, grids: Sequence[str]) -> dict[str, list[Any]]:
             raise UsageError(f"--grid expects key=v1,v2,..., got {g!r}")
         key, vals = g.split("=", 1)
         key = _axis_name(key)
+        if key in out:
+            raise UsageError(f"--grid {key}: given twice; give each axis once (all its values together)")
         if key in RUN_AXES:
             parts = [v.strip() for v in vals.split(",") if v.strip()]
             if not parts:
@@ -183,6 +186,7 @@ class SweepPoint:
     net: Any  # a fedsim.kernel.NetSpec
     fixed: dict  # the scenario parameters of this point (fixed ones and the point's)
     key: dict  # the point's resolved configuration (what results.json must match)
+    ledger: bool = False  # also write the point's ledger.csv
 
 
 def _normal(obj: Any) -> Any:
@@ -197,14 +201,16 @@ def _run_point(p: SweepPoint) -> dict:
     out = Path(p.out)
     try:
         res = run_scenario(p.scenario, data=p.data, out=out, overrides=p.fixed, seed=p.seed, net=p.net,
-                           quiet=True, progress=False, force=True)
+                           quiet=True, progress=False, force=True, ledger=p.ledger)
         return {"point": p.point, "status": "done", "out": str(out), "wall_time_s": res["wall_time_s"]}
-    except Exception as exc:  # a failed point must not take the sweep down
+    except (Exception, SystemExit) as exc:  # a failed point must not take the sweep down
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
-        (out / "error.txt").write_text("".join(traceback.format_exception(exc)))
-        return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {exc}", "out": str(out)}
+        write_atomic(out / "error.txt", "".join(traceback.format_exception(exc)))
+        error = (f"SystemExit: the scenario called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                 else f"{type(exc).__name__}: {exc}")
+        return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
 
 
 def _run_point_remote(task: tuple[SweepPoint, bytes | None]) -> dict:
@@ -259,21 +265,30 @@ def _store_point(p: SweepPoint, res: dict) -> dict:
     return res
 
 
-def _ray_failure(p: SweepPoint, exc: BaseException) -> dict:
-    """(In the driver.) A point Ray could not run (its worker died, its runtime environment
-    failed): recorded like a failed run (``point.json``, ``error.txt`` with Ray's message)."""
+def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
+    """(In the driver.) A point whose run ended without a result: its process died (killed, out
+    of memory, a crash in compiled code), or Ray could not run it (its worker died, its runtime
+    environment failed). Recorded like a failed run (``point.json``, ``error.txt`` with what is
+    known)."""
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
-    (out / "error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, BrokenProcessPool):
+        text = ("the point's process died before it finished (killed by a signal, e.g. for lack of "
+                "memory, or a crash in compiled code)")
+        first = text
+    else:
+        text = str(exc)
+        first = text.strip().splitlines()[0] if text.strip() else ""
+    write_atomic(out / "error.txt", f"{type(exc).__name__}: {text}\n")
     return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out)}
 
 
-def _folder_state(d: Path, key: dict) -> tuple[str, str]:
+def _folder_state(d: Path, key: dict, ledger: bool = False) -> tuple[str, str]:
     """(state, detail) of a point folder: ``missing``, ``done``, ``stale`` (another
-    configuration; detail says what differs), ``failed`` or ``corrupt``."""
+    configuration; detail says what differs), ``failed`` or ``corrupt`` (also: no ledger.csv
+    when ``ledger`` asks for one)."""
     if not d.exists():
         return "missing", ""
     res = d / "results.json"
@@ -284,9 +299,13 @@ def _folder_state(d: Path, key: dict) -> tuple[str, str]:
         if not isinstance(saved, dict) or "finished" not in saved:
             raise ValueError("no 'finished' field")
         tables = saved.get("tables", [])
-        missing = [t for t in tables if not (d / f"{t}.csv").is_file()]
-        if missing or not (d / "report.md").is_file():
-            raise ValueError(f"missing {', '.join([f'{t}.csv' for t in missing] or ['report.md'])}")
+        missing = [f"{t}.csv" for t in tables if not (d / f"{t}.csv").is_file()]
+        if not (d / "report.md").is_file():
+            missing.append("report.md")
+        if ledger and not (d / "ledger.csv").is_file():
+            missing.append("ledger.csv")
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
     except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
         return "corrupt", f"{res.name} unreadable or incomplete ({exc})"
     diffs = _differences({k: saved.get(k) for k in key}, key)
@@ -329,7 +348,8 @@ def default_sweep_dir(scenario: str, grid: dict, fixed: dict, data: str | None, 
 def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None = None, *,
               data: str | None = None, fixed: dict | None = None, seed: int = 0, profile: str | None = None,
               net: Any = None, workers: int | None = None, progress=None, force: bool = False,
-              quiet: bool = True, backend: str = "local", address: str | None = None) -> dict:
+              quiet: bool = True, backend: str = "local", address: str | None = None,
+              ledger: bool = False) -> dict:
     """Run every point of ``grid`` (cartesian product) that is not done with the same
     configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
     ``skipped`` (done before), ``rerun`` (stale or corrupted points run again), ``failed``,
@@ -341,11 +361,14 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``"ray"`` (Ray tasks: on a local Ray instance of ``workers`` CPUs, default one per core, or,
     given ``address``, on that cluster with at most ``workers`` points at once, default no
     limit; a Ray that the caller initialised is used as it is). Ray starts only when some point
-    is left to run.
+    is left to run. ``ledger``: each point also writes its ledger.csv (a point done before
+    without one is run again).
 
     ``progress(i, total, result)``, if given, is called as each point finishes; unless ``quiet``
     a progress display goes to stderr. Blocks until every point has finished. Raises
-    ``UsageError`` for a bad grid, parameter, network or backend, for points of another
+    ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
+    names would be the same), parameter, network or backend, for an ``out`` that is a file or
+    a non-empty folder of something else than a sweep (unless ``force``), for points of another
     configuration without ``force``, when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files."""
@@ -368,11 +391,26 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if k not in mod.PARAMS:
             raise UsageError(f"unknown parameter {k!r} for scenario {name}")
     fixed = {k: check_value(k, v, mod.PARAMS[k]) for k, v in fixed.items()}
+    both = [k for k in grid if k in fixed]
+    if both:
+        raise UsageError(f"{', '.join(both)}: given both as a fixed parameter (--set) and as a grid axis; "
+                         "give each key once")
+    for k, vals in grid.items():
+        seen: list[Any] = []
+        for v in vals:
+            if v in seen:
+                raise UsageError(f"--grid {k}: the value {_show(v)} is given twice")
+            seen.append(v)
     base = network_spec(mod, profile, net)
     data_default = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
     out = Path(out) if out else default_sweep_dir(scenario, grid, fixed, data, int(seed), base)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
+        raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
+                         "or --force to write the sweep beside what is there")
     keys = list(grid)
     combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
     points = []
@@ -386,8 +424,18 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
         key = _normal({"scenario": name, "config": cfg, "data": data_p or data_default, "seed": seed_p,
                        "network": netp.to_dict()})
-        points.append(SweepPoint(scenario, pt, str(out / point_dir_name(pt)), data_p, seed_p, netp, params, key))
-    states = {p.out: _folder_state(Path(p.out), p.key) for p in points}
+        points.append(SweepPoint(scenario, pt, str(out / point_dir_name(pt)), data_p, seed_p, netp, params, key,
+                                 bool(ledger)))
+    folders: dict[str, dict] = {}
+    for p in points:
+        other = folders.setdefault(p.out, p.point)
+        if other is not p.point:
+            raise UsageError(f"the points {other} and {p.point} would share the folder {Path(p.out).name} (their "
+                             "values differ only in characters a folder name cannot hold); rename the values")
+        if len(Path(p.out).name.encode()) > 255:
+            raise UsageError(f"the point {p.point}'s folder name is {len(Path(p.out).name.encode())} bytes "
+                             "long, over the file system's 255; use shorter grid values")
+    states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
     stale = [p for p in points if states[p.out][0] == "stale"]
     if stale and not force:
         shown = "; ".join(f"{point_dir_name(p.point)}: {states[p.out][1]}" for p in stale[:3])
@@ -463,16 +511,20 @@ def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, se
 
             source = Path(points[0].scenario).read_bytes() if _is_path(points[0].scenario) else None
             ray_map(_run_point_remote, [(p, source) for p in todo], limit=workers, on_done=done_cb,
-                    on_error=lambda i, exc: done_cb(i, _ray_failure(todo[i], exc)))
+                    on_error=lambda i, exc: done_cb(i, _lost_point(todo[i], exc)))
         else:
-            pmap(_run_point, todo, workers or default_workers(), on_done=done_cb)
+            # each point in a process of its own: one that dies is that point's failure only
+            pmap(_run_point, todo, workers or default_workers(), on_done=done_cb,
+                 on_error=lambda i, exc: done_cb(i, _lost_point(todo[i], exc)))
     except KeyboardInterrupt:
         interrupted = True
     finally:
         run_s = time.perf_counter() - t0
         display.close()
         deactivate(display)
-        combined = combine(out, [p.point for p in points])
+        # only the points that finished with this configuration: a folder of an older one (a
+        # --force re-run interrupted before reaching it) must not pass for this sweep's
+        combined = combine(out, [p.point for p in points if statuses[p.out]["status"] in ("done", "done before")])
         _write_state(out, info, statuses, interrupted=interrupted)
         report = write_sweep_report(out, info, points, statuses, interrupted)
         display.finish("interrupted" if interrupted else "finished")
@@ -492,13 +544,17 @@ def _is_path(scenario: str) -> bool:
 
 
 def _remove_leftovers(out: Path) -> None:
-    """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``)
-    unless their process still runs."""
+    """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``) and
+    the sweep's half-written files (``.NAME.PID.tmp``), unless their process still runs."""
     for d in out.glob(".*.partial-*"):
         m = re.search(r"\.partial-(\d+)-", d.name)
         if m and _alive(int(m.group(1))):
             continue
         shutil.rmtree(d, ignore_errors=True)
+    for f in out.glob(".*.tmp*"):  # the sweep's own files, killed while being written
+        m = re.search(r"\.(\d+)\.tmp", f.name)
+        if m and not _alive(int(m.group(1))) and f.is_file():
+            f.unlink()
 
 
 def _alive(pid: int) -> bool:
@@ -518,10 +574,14 @@ def _write_state(out: Path, info: dict, statuses: dict, interrupted: bool | None
 
 
 def combine(out: Path, points: list[dict]) -> list[str]:
-    """Write ``combined_<table>.csv`` over every finished point (a complete folder), each row
-    prefixed by the point's grid values; returns the paths."""
-    tables: dict[str, list[list[str]]] = {}
-    headers: dict[str, list[str]] = {}
+    """Write ``combined_<table>.csv`` over the finished ``points`` (their folders complete), each
+    row prefixed by the point's grid values, its cells under their own column names (the columns
+    are the union over the points, in order of first appearance; a column a point's table lacks
+    is left empty); returns the paths. Each file is written whole or not at all (a temporary
+    file renamed into place), and a ``combined_*.csv`` of a table no point has now is removed, so
+    the folder never shows rows this sweep did not produce."""
+    tables: dict[str, list[tuple[list[str], dict]]] = {}
+    headers: dict[str, list[str]] = {}  # the tables' own columns (a grid key may be one of them too)
     keys = list(points[0]) if points else []
     for pt in points:
         d = out / point_dir_name(pt)
@@ -529,6 +589,7 @@ def combine(out: Path, points: list[dict]) -> list[str]:
             saved = json.loads((d / "results.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        vals = [("+".join(map(str, pt[k])) if isinstance(pt[k], list) else str(pt[k])) for k in keys]
         for tname in saved.get("tables", []):
             f = d / f"{tname}.csv"
             if not f.exists():
@@ -537,14 +598,22 @@ def combine(out: Path, points: list[dict]) -> list[str]:
                 rows = list(csv.reader(fh))
             if not rows:
                 continue
-            headers.setdefault(tname, keys + rows[0])
-            vals = [("+".join(map(str, pt[k])) if isinstance(pt[k], list) else str(pt[k])) for k in keys]
-            tables.setdefault(tname, []).extend(vals + r for r in rows[1:])
+            cols = headers.setdefault(tname, [])
+            for c in rows[0]:
+                if c not in cols:
+                    cols.append(c)
+            tables.setdefault(tname, []).extend((vals, dict(zip(rows[0], r))) for r in rows[1:])
     paths = []
     for tname, rows in tables.items():
         path = out / f"combined_{tname}.csv"
-        write_csv(path, rows, headers[tname])
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        cols = headers[tname]
+        write_csv(tmp, [vals + [cells.get(c, "") for c in cols] for vals, cells in rows], keys + cols)
+        os.replace(tmp, path)
         paths.append(str(path))
+    for old in out.glob("combined_*.csv"):
+        if str(old) not in paths:
+            old.unlink()
     return paths
 
 
@@ -613,7 +682,7 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
         for png in _plot_table(out, tname, cols, data, axes, info["grid"]):
             lines += [f"![{png}]({png})", ""]
     path = out / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(path, "\n".join(lines))
     return path
 
 
@@ -684,8 +753,10 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
             ax.legend(fontsize=7)
         fig.tight_layout()
         name = re.sub(r"[^\w.-]", "_", f"sweep_{tname}_{metric}") + ".png"
-        fig.savefig(out / name)
+        tmp = out / f".{name}.{os.getpid()}.tmp.png"
+        fig.savefig(tmp)
         plt.close(fig)
+        os.replace(tmp, out / name)
         pngs.append(name)
     return pngs
 
