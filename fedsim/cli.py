@@ -163,8 +163,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"--processes must be at least 1, got {args.processes}")
     if args.transport not in (None, "sim"):
         raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
+    doc = _load_config(args)
+    if ((doc or {}).get("network") or {}).get("transport") not in (None, "sim"):
+        raise UsageError(f"{doc['_path']}: [network] transport: fedsim compare runs the simulator itself; name "
+                         "the other transport with --against")
     mod = compare_scenario(args.scenario, args.against, args.processes)
-    res = run_scenario(mod, **resolve_run_options(mod, args, _load_config(args)))
+    res = run_scenario(mod, **resolve_run_options(mod, args, doc))
     print(("" if args.quiet else "\n") + closing_line(res))
     return 0
 

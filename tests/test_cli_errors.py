@@ -65,6 +65,7 @@ def files(tmp_path):
     (["run", "demo", "--out", "bad.data"], "error: --out bad.data is a file, not a folder"),
     (["run", "demo", "--dropout-window", "5"], "error: --dropout-window expects START,END in seconds, got '5'"),
     (["run", "demo", "--seed", "-1"], "error: --seed must be non-negative, got -1"),
+    (["run", "demo", "--data", "/nonexistent/r.csv"], "error: demo makes its own data: --data /nonexistent/r.csv"),
 ])
 def test_bad_input_is_one_error_line_and_leaves_no_folder(args, expected, files):
     res = fedsim_cmd(*args, cwd=files)

@@ -37,3 +37,15 @@ def test_compare_refuses_a_scenario(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "takes a registered protocol" in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_compare_refuses_a_transport_from_the_config_file_as_from_the_command_line(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[network]\ntransport = "tcp"\n')
+    for extra in (("--transport", "tcp"), ("--config", str(cfg))):
+        res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "asyncio", *extra,
+                              "--set", "rounds=1", "--quiet", "--out", str(tmp_path / "o")],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and "runs the simulator itself" in res.stderr, res.stderr
+        assert not (tmp_path / "o").exists()
+    assert "c.toml: [network] transport" in res.stderr

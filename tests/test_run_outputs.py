@@ -112,6 +112,34 @@ def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypat
     assert json.loads(Path(b["out"], "results.json").read_text())["config"]["rounds"] == 2
 
 
+def test_a_run_into_an_explicit_folder_another_run_filled_meanwhile_keeps_its_files(tmp_path, monkeypatch):
+    from fedsim.experiment import UsageError
+
+    out = tmp_path / "out"
+    real = runner_mod.write_results
+
+    def and_another_run_finishes(folder, results):  # the other run commits while this one writes
+        real(folder, results)
+        out.mkdir()
+        (out / "results.json").write_text("{}")
+
+    monkeypatch.setattr(runner_mod, "write_results", and_another_run_finishes)
+    with pytest.raises(UsageError, match="filled by another run") as err:
+        run_scenario("demo", out=out, overrides={"rounds": 1}, quiet=True)
+    kept = tmp_path / "out-2"
+    assert str(kept) in str(err.value)
+    assert json.loads((kept / "results.json").read_text())["config"]["rounds"] == 1
+    assert (out / "results.json").read_text() == "{}"  # the other run's folder untouched
+
+
+def test_out_may_not_be_the_working_folder_or_a_parent(tmp_path, monkeypatch):
+    (tmp_path / "w").mkdir()
+    for out in (".", ".."):
+        res = fedsim_cmd("run", "demo", "--set", "rounds=1", "--out", out, "--quiet", cwd=tmp_path / "w")
+        assert res.returncode == 2 and "working folder" in res.stderr, res.stderr
+    assert list((tmp_path / "w").iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["w"]
+
+
 def test_two_runs_in_parallel_into_the_default_folder_both_survive(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-m", "fedsim", "run", "demo", "--set", f"rounds={r}", "--quiet"],
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -32,6 +32,7 @@ def compare_scenario(name: str, transport: str = "tcp", processes: int = 4) -> t
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."
     mod.PARAMS = dict(base.PARAMS)
     mod.DEFAULT_DATA = base.DEFAULT_DATA
+    mod.TAKES_DATA = getattr(base, "TAKES_DATA", True)
     mod.DEFAULT_PROFILE = "lan"
     mod.PROTOCOL = f"compare-{name}"
     mod.run = lambda ctx: run_compare(ctx, name, transport, processes)

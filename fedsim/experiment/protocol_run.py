@@ -37,6 +37,7 @@ def protocol_scenario(name: str) -> types.ModuleType:
                                     "(0: none)", min=0.0, max=0.9)
     mod.PARAMS = params
     mod.DEFAULT_DATA = DEFAULT_DATA if spec.data != "none" else "synthetic"
+    mod.TAKES_DATA = spec.data != "none"  # a protocol that makes its own data refuses --data
     mod.PROTOCOL = name
     mod.run = lambda ctx: run_protocol(ctx, name)
     return mod

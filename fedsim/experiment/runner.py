@@ -44,8 +44,10 @@ class OutputFolder:
     ``final`` given by the user (``explicit``) must not hold anything unless ``force`` (which
     replaces it at commit); a default folder (``runs/<time>-<name>``) that exists already,
     because another run started in the same second, becomes ``<time>-<name>-2`` and so on.
-    Raises ``UsageError`` for a non-empty ``final`` without ``force`` or a ``final`` that is a
-    file."""
+    Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
+    file, or the working folder or one of its parents; :meth:`commit` raises it when another run
+    filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
+    in the message)."""
 
     def __init__(self, final: str | Path, *, explicit: bool, force: bool = False) -> None:
         self.final = Path(final)
@@ -53,6 +55,12 @@ class OutputFolder:
         self.force = force
         if self.final.exists() and not self.final.is_dir():
             raise UsageError(f"--out {self.final} is a file, not a folder")
+        here = Path.cwd().resolve()
+        if self.final.resolve() in (here, *here.parents):
+            # the finished folder replaces the final one whole (a rename), which cannot be done
+            # to the working folder or a folder holding it
+            raise UsageError(f"--out {final}: the working folder or one of its parents; name a folder "
+                             "inside it instead (e.g. --out runs/NAME)")
         if explicit and not force and _non_empty(self.final):
             what = "a finished run" if (self.final / "results.json").exists() else "files"
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
@@ -83,11 +91,23 @@ class OutputFolder:
                 os.rename(self.tmp, final)  # fails if final appeared meanwhile and is not empty
                 self.final = final
                 return final
-            except OSError:
-                if self.explicit or not final.exists():
+            except OSError as exc:
+                if not final.exists():
                     raise
+                if self.explicit:  # another run filled it since this one started: keep ours beside it
+                    kept = self._free_sibling(final)
+                    os.rename(self.tmp, kept)
+                    raise UsageError(f"--out {final} was filled by another run while this one ran "
+                                     f"({exc.strerror or exc}); this run's files are in {kept}") from None
                 n += 1
                 final = self.final.with_name(f"{self.final.name}-{n}")
+
+    @staticmethod
+    def _free_sibling(final: Path) -> Path:
+        n = 2
+        while final.with_name(f"{final.name}-{n}").exists():
+            n += 1
+        return final.with_name(f"{final.name}-{n}")
 
     def discard(self) -> None:
         """Remove the temporary folder, and the parent folders made for it if they are empty."""
@@ -139,7 +159,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
     Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    negative seed, an unreadable data file or a used ``out``; whatever else the scenario raises
+    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``; whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
@@ -148,6 +168,9 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     netspec = network_spec(mod, profile, net)
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
+    if data is not None and not getattr(mod, "TAKES_DATA", True):
+        # recorded as the run's data, a --data the scenario never reads would misdescribe it
+        raise UsageError(f"{name} makes its own data: --data {data} does not apply")
     keep_freed_memory()  # large freed blocks stay in the process (allocator.py: page faults per message)
     folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
