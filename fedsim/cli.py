@@ -186,14 +186,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         grid = check_grid(mod, doc.get("grid") or {})
     except UsageError as exc:
         raise UsageError(f"{doc['_path']}: [grid] {str(exc).removeprefix('--grid ').removeprefix('grid ')}") from None
-    for key, vals in parse_grid(mod, args.grid).items():
-        if key in grid:
-            raise UsageError(f"--grid {key}: also in {doc['_path']}'s [grid]; give each axis once")
-        grid[key] = vals
+    grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
     opts = resolve_run_options(mod, args, doc)
     fixed = opts["overrides"]
+    on_command_line = {s.split("=", 1)[0].strip() for s in args.set}
+    for key in grid:  # a grid axis replaces the file's [params] value (an --set one is refused)
+        if key in fixed and key not in on_command_line:
+            del fixed[key]
     if "workers" in mod.PARAMS and "workers" not in fixed and "workers" not in grid:
         fixed["workers"] = 1  # the sweep's own pool already uses the cores
     workers = args.workers if args.workers is not None else doc.get("workers")
