@@ -368,3 +368,28 @@ def test_sweep_ledger_option_writes_each_points_ledger(tmp_path):
     for d in ("rounds=1", "rounds=2"):
         lines = (out / d / "ledger.csv").read_text().splitlines()
         assert len(lines) > 1 and "kind" in lines[0]
+
+
+def test_a_ray_task_loads_the_drivers_protocol_plugins(tmp_path):
+    # what a Ray worker does, without Ray: a fresh interpreter unpickles the task and runs it; the
+    # plug-in file travels with the task (the local pool's forked workers inherit it instead)
+    plugin = tmp_path / "plugged.py"
+    plugin.write_text("from dataclasses import replace\nfrom fedsim.protocols import REGISTRY, register\n"
+                      "register(replace(REGISTRY['demo'], name='demo-plugged'))\n")
+    task = tmp_path / "task.pkl"
+    driver = (
+        "import pickle, sys\n"
+        "from fedsim.protocols import load_plugins, plugin_files\n"
+        f"load_plugins([{str(plugin)!r}])\n"
+        "from fedsim.studies import sweep as sw\n"
+        "mod = sw.load_scenario('demo-plugged')\n"
+        "p = sw.SweepPoint('demo-plugged', {'rounds': 1}, 'unused', None, 0, sw.network_spec(mod), {'rounds': 1}, {})\n"
+        "plugins = tuple((f, open(f, 'rb').read()) for f in plugin_files())\n"
+        f"open({str(task)!r}, 'wb').write(pickle.dumps((p, None, plugins)))\n")
+    subprocess.run([sys.executable, "-c", driver], check=True, timeout=60)
+    plugin.rename(tmp_path / "moved.py")  # the worker's machine need not have the file
+    worker = (f"import pickle\nfrom fedsim.studies.sweep import _run_point_remote\n"
+              f"r = _run_point_remote(pickle.load(open({str(task)!r}, 'rb')))\n"
+              "print(r['status'], r.get('error'), sorted(r['files']))\n")
+    res = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
+    assert res.stdout.startswith("done None") and "results.json" in res.stdout, res.stdout + res.stderr

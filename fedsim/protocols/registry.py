@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 
 from .contract import ProtocolSpec
 
-__all__ = ["REGISTRY", "Registry", "load_plugins", "register"]
+__all__ = ["REGISTRY", "Registry", "load_plugins", "plugin_files", "register"]
 
 
 class Registry:
@@ -78,6 +78,13 @@ def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
 
 
 _loaded: set[str] = set()
+_files: list[str] = []  # the plug-in files loaded, in load order
+
+
+def plugin_files() -> list[str]:
+    """The plug-in files :func:`load_plugins` has loaded in this process (absolute paths, in
+    load order): what another process must load to know the same protocols (a Ray worker)."""
+    return list(_files)
 
 
 def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True) -> list[str]:
@@ -100,6 +107,7 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
         sys.modules[name] = mod  # so dataclasses and worker processes can find it
         spec.loader.exec_module(mod)
         _loaded.add(str(path))
+        _files.append(str(path))
     if entry_points:
         from importlib.metadata import entry_points as eps
 

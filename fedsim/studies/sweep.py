@@ -213,16 +213,29 @@ def _run_point(p: SweepPoint) -> dict:
         return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
 
 
-def _run_point_remote(task: tuple[SweepPoint, bytes | None]) -> dict:
+def _run_point_remote(task: tuple) -> dict:
     """(In a Ray worker.) :func:`_run_point` into a temporary folder of this machine; returns its
     result with ``files``, the folder's files by relative path (what the driver writes into the
-    point's folder), and removes the folder. ``task`` is the point and, for a scenario given as a
-    script path, the script's bytes: run in place where the path holds that same file, else
-    from a copy (files beside the script are not sent)."""
-    p, source = task
+    point's folder), and removes the folder. ``task`` is the point; for a scenario given as a
+    script path, the script's bytes (else None); and the driver's protocol plug-ins as
+    ``(path, bytes)`` pairs. A script or plug-in runs in place where its path holds that same
+    file, else from a copy (files beside it are not sent); the plug-ins declared by installed
+    packages (entry points) are loaded as the driver's were."""
+    p, source, plugins = task if len(task) == 3 else (*task, ())
     _remove_stale_temp()
     base = Path(tempfile.mkdtemp(prefix=f"fedsim-point-{os.getpid()}-"))
     try:
+        from ..protocols import load_plugins
+
+        paths = []
+        for i, (path, text) in enumerate(plugins):
+            here = Path(path)
+            if not (here.is_file() and here.read_bytes() == text):
+                here = base / "plugins" / str(i) / here.name  # same file name: same module name
+                here.parent.mkdir(parents=True)
+                here.write_bytes(text)
+            paths.append(here)
+        load_plugins(paths)
         scenario = p.scenario
         if source is not None:
             here = Path(p.scenario)
@@ -509,8 +522,11 @@ def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, se
         if backend == "ray" and todo:
             from .raypool import ray_map
 
+            from ..protocols import plugin_files
+
             source = Path(points[0].scenario).read_bytes() if _is_path(points[0].scenario) else None
-            ray_map(_run_point_remote, [(p, source) for p in todo], limit=workers, on_done=done_cb,
+            plugins = tuple((f, Path(f).read_bytes()) for f in plugin_files())
+            ray_map(_run_point_remote, [(p, source, plugins) for p in todo], limit=workers, on_done=done_cb,
                     on_error=lambda i, exc: done_cb(i, _lost_point(todo[i], exc)))
         else:
             # each point in a process of its own: one that dies is that point's failure only
