@@ -299,6 +299,93 @@ def test_netflix_duplicate_across_segments_names_file_and_line(tmp_path):
     assert len(r) == 2 and r.info["duplicates"]["rows_removed"] == 1
 
 
+NF_VALID = "1:\n1488844,3,2005-09-06\n822109,5,2005-05-13\n2:\n10,2,2004-02-29\n007,1,1999-12-31"
+
+
+def _netflix_outcome(d):
+    try:
+        r = load_netflix(d)
+    except DataFormatError as e:
+        return "error", str(e), e.line
+    return "ok", r.fingerprint(), r.timestamps.tolist()
+
+
+def test_netflix_fast_path_taken_on_valid_files(tmp_path, monkeypatch):
+    from fedsim.data import loaders
+
+    assert loaders._fixed_width_dates(b"1488844,3,2005-09-06\n1,1,2005-05-13\n")
+    assert loaders._fixed_width_dates(b"1,1,2005-05-13")  # last line without newline
+    (tmp_path / "combined_data_1.txt").write_text(NF_VALID)
+    slow = _netflix_outcome(tmp_path)
+
+    def no_slow(*a):
+        raise AssertionError("a valid file went to the per-line parser")
+
+    monkeypatch.setattr(loaders, "_parse_netflix_slow", no_slow)
+    assert _netflix_outcome(tmp_path) == slow and slow[0] == "ok"
+
+
+@pytest.mark.parametrize(
+    "seg",
+    [
+        b"10,3,2005-9-06\n",  # mixed widths
+        b"10,3,2005-09-06\n10,3,2005-9-060\n",
+        b"10,3,05-09-2006\n",
+        b"1003,20,5-09-06\n",  # commas and dashes in the right places, the date is not YYYY
+        b"10,3,2005--9-06\n",
+        b"+10,3,2005-09-06\n",  # the strict parser refuses signs
+        b"10, 3,2005-09-06\n",  # and accepts blanks: both for it to decide
+        b"10,3,2005-09-06\r\n",
+        b"10,3,2005-09-06\n\n11,3,2005-09-06\n",
+        b"10,3,2005-09-06,1\n",
+        b"1,2,3,2005-09-06\n12,2005-09-06\n",
+        b"",
+    ],
+)
+def test_netflix_fast_path_refuses_other_lines(seg):
+    from fedsim.data import loaders
+
+    assert loaders._fixed_width_dates(seg) is False
+
+
+def test_netflix_fast_and_slow_paths_agree(tmp_path, monkeypatch):
+    """Random edits of a valid file load, or fail with the same message and line, on both paths."""
+    from fedsim.data import loaders
+
+    rng = np.random.default_rng(5)
+    alphabet = "0123456789,-+ \r\n:"
+    texts = [NF_VALID, NF_VALID + "\n", "1:\n10,3,2005-02-30\n", "1:\n1,,2005-09-06\n", "1:\n10,3,1969-12-31\n",
+             "1:\n99999999999999999999,3,2005-09-06\n", "1:\n10,3,2005-09-06\n10,6,2005-09-07\n",
+             "1:\n+10,3,2005-09-06\n", "1:\n10,3,2005-+9-06\n", "1:\n1003,20,5-09-06\n", "1:\n10, 3,2005-09-06\n"]
+    for _ in range(150):
+        t = list(NF_VALID)
+        for _ in range(rng.integers(1, 3)):
+            k = int(rng.integers(len(t)))
+            c = alphabet[rng.integers(len(alphabet))]
+            op = rng.integers(3)
+            if op == 0:
+                t[k] = c
+            elif op == 1:
+                t.insert(k, c)
+            else:
+                del t[k]
+        texts.append("".join(t))
+    f = tmp_path / "combined_data_1.txt"
+    real, taken = loaders._fixed_width_dates, []
+
+    def spy(seg):
+        taken.append(real(seg))
+        return taken[-1]
+
+    for text in texts:
+        f.write_bytes(text.encode())
+        monkeypatch.setattr(loaders, "_fixed_width_dates", spy)
+        fast = _netflix_outcome(tmp_path)
+        monkeypatch.setattr(loaders, "_fixed_width_dates", lambda seg: False)
+        assert _netflix_outcome(tmp_path) == fast, text
+    assert sum(taken) > 50 and taken.count(False) > 50  # both paths were exercised
+
+
 def test_netflix_subset_orders():
     from fedsim.data import Ratings
 

@@ -355,15 +355,38 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + (d - 1)
 
 
+# bytes a line of the fast path may hold: '+', blanks and '\r' are left to the strict parser
+_NF_FAST_BYTES = np.zeros(256, dtype=bool)
+_NF_FAST_BYTES[np.frombuffer(b"0123456789,-\n", dtype=np.uint8)] = True
+
+
 def _fixed_width_dates(seg: bytes) -> bool:
-    """Every line ends with ',YYYY-MM-DD' (digits are checked by the parser)."""
-    if not seg or b"\r" in seg:
+    """True when every line of ``seg`` is ``<digits>,<digits>,YYYY-MM-DD`` (ASCII digits only, the
+    first two runs possibly empty, LF line ends, the last newline optional), else False.
+
+    Then :func:`parse_numeric` on ``seg`` with the dashes turned into commas accepts exactly the
+    lines :func:`_parse_netflix_slow` accepts, with the same values (an empty or too-long digit
+    run makes both refuse).  Never raises.
+    """
+    if not seg:
         return False
     buf = np.frombuffer(seg if seg.endswith(b"\n") else seg + b"\n", dtype=np.uint8)
-    nl = np.flatnonzero(buf == 10)
-    if nl[0] < 11:
+    if not _NF_FAST_BYTES[buf].all():
         return False
-    return bool(np.all(buf[nl - 11] == ord(",")) and np.all(buf[nl - 8] == ord("-")) and np.all(buf[nl - 5] == ord("-")))
+    nl = np.flatnonzero(buf == ord("\n"))
+    # the shortest valid line, '1,1,2005-09-06\n', has 15 bytes: the offsets below then stay in their own line
+    if np.diff(nl, prepend=-1).min() < 15:
+        return False
+    for ch in b",-":
+        per_line = np.diff(np.searchsorted(np.flatnonzero(buf == ch), nl), prepend=0)
+        if np.any(per_line != 2):
+            return False
+    # in ',YYYY-MM-DD\n' the comma is 11 bytes before the newline and the dashes 6 and 3; digits
+    # in the eight other date places keep a line's other comma before the date ('1003,20,5-09-06'
+    # would otherwise pass as year 5)
+    if not (np.all(buf[nl - 11] == ord(",")) and np.all(buf[nl - 6] == ord("-")) and np.all(buf[nl - 3] == ord("-"))):
+        return False
+    return all(np.all((buf[nl - k] >= ord("0")) & (buf[nl - k] <= ord("9"))) for k in (10, 9, 8, 7, 5, 4, 2, 1))
 
 
 def _parse_netflix_file(f: Path):
@@ -383,9 +406,8 @@ def _parse_netflix_file(f: Path):
         seg = data[start:stop]
         first_line = data.count(b"\n", 0, start) + 1
         seg_lines.append(first_line)
-        n_lines = seg.count(b"\n") + (1 if seg and not seg.endswith(b"\n") else 0)
         cols = None
-        if seg.count(b"-") == 2 * n_lines and _fixed_width_dates(seg):
+        if _fixed_width_dates(seg):
             try:
                 cols = parse_numeric(f, seg.replace(b"-", b","), sep=",", columns=_NF_COLS, first_line=first_line)
             except DataFormatError:
