@@ -176,6 +176,43 @@ def test_ml10m_half_stars_and_variant_check(tmp_path):
         load_movielens(d, variant="1m")  # 1M ratings are 1..5
 
 
+# characters str.splitlines() breaks at besides '\n' and '\r'
+ODD_BREAKS = ["\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+
+
+def test_movies_dat_splits_lines_at_newlines_only(tmp_path):
+    d = tmp_path / "ml-1m"
+    d.mkdir()
+    (d / "ratings.dat").write_text(ML1M_RATINGS)
+    # a cp1252 ellipsis (0x85) makes the file Latin-1, where it reads as U+0085
+    (d / "movies.dat").write_bytes(ML1M_MOVIES.replace("Peach", "Peach\x85").encode("latin-1"))
+    assert load_movielens(d).category_names == ["Animation", "Children's", "Drama", "Musical", "Thriller"]
+    for ch in ODD_BREAKS[1:]:
+        (d / "movies.dat").write_text(f"1193::A{ch}B (1975)::Drama\r\n661::X::Animation\r\n3952::bad\r\n", encoding="utf-8")
+        with pytest.raises(DataFormatError, match="expected 'MovieID::Title::Genres', found '3952::bad'") as ei:
+            load_movielens(d)
+        assert ei.value.line == 3, repr(ch)
+
+
+def test_u_item_and_u_genre_split_lines_at_newlines_only(tmp_path):
+    d = write_ml100k(tmp_path / "ml-100k")
+    good = (d / "u.item").read_bytes().decode("latin-1").split("\n")[:-1]
+    odd = [good[0].replace("Kolya", "Kolya\x85\x0c")] + good[1:]
+    (d / "u.item").write_bytes(("\r\n".join(odd) + "\r\n").encode("latin-1"))
+    r = load_movielens(d)
+    assert r.categories.shape == (3, 19) and r.categories[0].nonzero()[0].tolist() == [GENRES.index("Comedy")]
+    (d / "u.item").write_bytes(("\n".join(odd[:2] + ["9|bad"]) + "\n").encode("latin-1"))
+    with pytest.raises(DataFormatError, match="u.item, line 3: expected 24"):
+        load_movielens(d)
+    write_ml100k(d)
+    names = ["un\u2028known"] + GENRES[1:]
+    (d / "u.genre").write_text("".join(f"{g}|{k}\r\n" for k, g in enumerate(names)), encoding="utf-8")
+    assert load_movielens(d).category_names == names
+    (d / "u.genre").write_text("".join(f"{g}|{k}\n" for k, g in enumerate(names)) + "bad\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"u.genre, line 20: expected 'name\|index'"):
+        load_movielens(d)
+
+
 def test_parse_numeric_chunks_report_exact_line(tmp_path):
     lines = [f"{u}\t{u % 7 + 1}\t{u % 5 + 1}\t{1000 + u}\n" for u in range(1, 2001)]
     lines[1733] = "1734\t5\t3\n"

@@ -31,6 +31,7 @@ from ._parse import (
     split_first_line,
     strip_bom,
     strip_trailing_blank_lines,
+    text_lines,
 )
 from .ratings import DataFormatError, Ratings
 
@@ -238,7 +239,7 @@ def _movielens_genres(folder: Path, fmt: str):
         require_rows(mfile, data, None)
         text = decode_text(data)
         rows = []
-        for k, line in enumerate(text.splitlines(), start=1):
+        for k, line in enumerate(text_lines(text), start=1):
             if not line.strip():
                 continue
             parts = line.split("::")
@@ -292,7 +293,7 @@ def _read_u_genre(path: Path) -> list[str]:
     data = read_bytes(path)
     require_rows(path, data, None)
     pairs = []
-    for k, line in enumerate(decode_text(data).splitlines(), start=1):
+    for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
         name, sep, idx = line.rpartition("|")
@@ -309,7 +310,7 @@ def _read_u_item(path: Path, n_genres: int):
     data = read_bytes(path)
     require_rows(path, data, None)
     ids, flags = [], []
-    for k, line in enumerate(decode_text(data).splitlines(), start=1):
+    for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
         parts = line.split("|")
