@@ -213,6 +213,25 @@ def test_u_item_and_u_genre_split_lines_at_newlines_only(tmp_path):
         load_movielens(d)
 
 
+def test_genre_files_may_start_with_a_bom(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    d = write_ml100k(tmp_path / "ml-100k")
+    plain = load_movielens(d)
+    for name in ("u.genre", "u.item"):
+        (d / name).write_bytes(bom + (d / name).read_bytes())
+    r = load_movielens(d)
+    assert r.category_names == GENRES  # not '\ufeffunknown'
+    assert r.categories.tolist() == plain.categories.tolist()
+    d = tmp_path / "ml-1m"
+    d.mkdir()
+    (d / "ratings.dat").write_text(ML1M_RATINGS)
+    (d / "movies.dat").write_bytes(bom + ML1M_MOVIES.encode("latin-1"))
+    assert load_movielens(d).categories.tolist() == [[1, 1, 0, 1, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 1]]
+    (d / "movies.dat").write_bytes(bom + b"\n")
+    with pytest.raises(DataFormatError, match="empty file"):
+        load_movielens(d)
+
+
 def test_parse_numeric_chunks_report_exact_line(tmp_path):
     lines = [f"{u}\t{u % 7 + 1}\t{u % 5 + 1}\t{1000 + u}\n" for u in range(1, 2001)]
     lines[1733] = "1734\t5\t3\n"

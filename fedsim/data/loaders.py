@@ -235,7 +235,7 @@ def _movielens_genres(folder: Path, fmt: str):
         mfile = folder / "movies.dat"
         if not mfile.is_file():
             return None
-        data = read_bytes(mfile)
+        data = strip_bom(read_bytes(mfile))
         require_rows(mfile, data, None)
         text = decode_text(data)
         rows = []
@@ -290,7 +290,7 @@ def _genre_matrix(rows: list[tuple[int, str]]):
 
 
 def _read_u_genre(path: Path) -> list[str]:
-    data = read_bytes(path)
+    data = strip_bom(read_bytes(path))
     require_rows(path, data, None)
     pairs = []
     for k, line in enumerate(text_lines(decode_text(data)), start=1):
@@ -307,7 +307,7 @@ def _read_u_genre(path: Path) -> list[str]:
 
 
 def _read_u_item(path: Path, n_genres: int):
-    data = read_bytes(path)
+    data = strip_bom(read_bytes(path))
     require_rows(path, data, None)
     ids, flags = [], []
     for k, line in enumerate(text_lines(decode_text(data)), start=1):
