@@ -686,6 +686,11 @@ def _col_index(ref: int | str | None, header: list[str] | None, what: str) -> in
 
 _NUM_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _PLAIN_INT_RE = re.compile(r"[+-]?\d+")
+# the ISO 8601 forms load_csv reads; numpy's datetime64 alone would also take 'now' and 'today'
+# (the wall clock), signed or 5-digit years and a 'Z' anywhere
+_ISO_TIME_RE = re.compile(
+    r"\d{4}-\d{2}(?:-\d{2}(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?P<frac>\.\d+)?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)?"
+)
 
 
 def _integer_of(s: str) -> int | None | bool:
@@ -748,10 +753,16 @@ def _parse_times(path, col: list[str], first_line: int) -> np.ndarray:
                 raise DataFormatError(path, first_line + k, f"time {s!r} is out of the 64-bit integer range")
             out[k] = v
             continue
-        try:
-            t = np.datetime64(s.replace("Z", "").replace(" ", "T"), "s")
-        except ValueError:
-            t = np.datetime64("NaT")
+        m = _ISO_TIME_RE.fullmatch(s)
+        t = np.datetime64("NaT")
+        if m is not None:
+            # datetime64[s] would drop the fraction; epoch seconds refuse one, so ISO times do too
+            if m["frac"] and m["frac"].strip(".0"):
+                raise DataFormatError(path, first_line + k, f"time {s!r}: fractional seconds (round them first)")
+            try:
+                t = np.datetime64(s.removesuffix("Z").replace(" ", "T"), "s")
+            except ValueError:  # a month 13, an hour 24, a February 30
+                pass
         if np.isnat(t):
             raise DataFormatError(path, first_line + k, f"time {s!r} is neither epoch seconds nor ISO 8601")
         out[k] = t.astype(np.int64)
@@ -807,8 +818,12 @@ def load_csv(
     an integer written two ways there (``1`` and ``1.0``) is an error, since text comparison
     would make two users of it.  Ids must fit in 64 bits.
 
-    **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times; times
-    before 1970 (negative) are errors.
+    **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times:
+    ``YYYY-MM``, ``YYYY-MM-DD``, or ``YYYY-MM-DD`` then ``T`` or a space and ``hh``, ``hh:mm``
+    or ``hh:mm:ss``, optionally followed by ``Z`` or an offset ``+hh``, ``+hhmm``, ``+hh:mm``
+    (or ``-``); a time without either is UTC.  Both forms must be whole seconds (``.0`` is
+    fine, ``.9`` is an error naming the line).  Anything else, including words such as ``now``
+    or ``today``, is an error naming the file and line, as is a time before 1970 (negative).
 
     **Rows.** Duplicated (user, item) pairs follow ``duplicates`` (default ``"error"``); a BOM,
     CRLF line ends and blank lines at the end of the file are accepted; an empty file, a header
