@@ -3,6 +3,7 @@ the file (and the line where there is one).  The four reproductions of the relia
 first, then one parametrised sweep per loader."""
 
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -396,3 +397,40 @@ def test_csv_times(tmp_path):
     f.write_text("u,i,r,t\n1,2,3,NaT\n")
     with pytest.raises(DataFormatError, match="neither epoch seconds nor ISO 8601"):
         load_csv(f, time_col="t")
+
+
+@pytest.mark.parametrize(
+    "t, msg",
+    [
+        ("now", "neither epoch seconds nor ISO 8601"),  # numpy reads these as the wall clock
+        ("today", "neither epoch seconds nor ISO 8601"),
+        ("NOW", "neither epoch seconds nor ISO 8601"),
+        ("+2005-04-03", "neither epoch seconds nor ISO 8601"),
+        ("12005-04-03", "neither epoch seconds nor ISO 8601"),
+        ("2005-04-03TZ00:13", "neither epoch seconds nor ISO 8601"),
+        ("2005-02-30", "neither epoch seconds nor ISO 8601"),
+        ("2005-04-03T24:00", "neither epoch seconds nor ISO 8601"),
+        ("2005-04-03T00:13:47.9", "fractional seconds"),  # was truncated to :47
+        ("2005-04-03 00:13:47.000001Z", "fractional seconds"),
+        ("2005-04-03T00:13:47.5+01:00", "fractional seconds"),
+    ],
+)
+def test_csv_times_refused_name_file_and_line(tmp_path, t, msg):
+    f = tmp_path / "r.csv"
+    f.write_text(f"u,i,r,t\n1,2,3,1112486027\n1,3,3,{t}\n")
+    with pytest.raises(DataFormatError, match=msg) as ei:
+        load_csv(f, time_col="t")
+    assert ei.value.path == str(f) and ei.value.line == 3 and repr(t) in str(ei.value)
+
+
+def test_csv_iso_times_whole_seconds_and_reduced_forms(tmp_path):
+    f = tmp_path / "r.csv"
+    times = ["2005-04-03T00:13:47.000", "2005-04-03 00:13:47.0Z", "2005-04-03", "2005-04", "2005-04-03T00:13",
+             "2005-04-03T00"]
+    f.write_text("u,i,r,t\n" + "".join(f"1,{k},3,{t}\n" for k, t in enumerate(times)))
+    r = load_csv(f, time_col="t")
+    assert r.timestamps.tolist() == [1112487227, 1112487227, 1112486400, 1112313600, 1112487180, 1112486400]
+    f.write_text("u,i,r,t\n1,2,3,2005-04-03T01:13:47+01:00\n1,3,3,2005-04-02T19:13:47-0500\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy notes that datetime64 keeps no time zone
+        assert load_csv(f, time_col="t").timestamps.tolist() == [1112487227, 1112487227]

@@ -4,6 +4,7 @@ import argparse
 import functools
 import hashlib
 import http.server
+import json
 import threading
 import zipfile
 from pathlib import Path
@@ -100,6 +101,42 @@ def test_insecure_install_is_explicit(tmp_path, fixture_zip):
 
     marker = json.loads((path / download.MARKER).read_text())
     assert marker["verified"] is False and marker["source"] == url
+
+
+def test_verified_get_refuses_an_install_of_another_archive(tmp_path, fixture_zip):
+    url, sha, zpath, log = fixture_zip
+    cache = tmp_path / "cache"
+    path = download.get("ml-100k", cache_dir=cache, url=url, verify=False)  # not the pinned archive
+    before = cache_files(cache)
+    marker = (path / download.MARKER).read_text()
+    for kw in ({}, {"from_file": zpath}, {"sha256": "0" * 64}):
+        with pytest.raises(download.ChecksumError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url, **kw)
+        msg = str(ei.value)
+        assert str(path) in msg and sha in msg and "not verified: installed with verify=False, --insecure" in msg
+        assert "force=True" in msg and "--force" in msg and "verify=False (--insecure) to use" in msg
+    assert cache_files(cache) == before and (path / download.MARKER).read_text() == marker
+    assert log == ["/ml-100k.zip"]  # refused without downloading again
+    # the recorded sha256 is what a verified call compares: it matches when given explicitly
+    assert download.get("ml-100k", cache_dir=cache, sha256=sha.upper()) == path
+    assert download.get("ml-100k", cache_dir=cache, verify=False) == path
+    assert main(["get", "ml-100k", "--cache-dir", str(cache), "--quiet"]) == 1
+    # force replaces it with a verified install
+    assert download.get("ml-100k", cache_dir=cache, from_file=zpath, sha256=sha, force=True) == path
+    assert json.loads((path / download.MARKER).read_text())["verified"] is True
+
+
+def test_verified_get_refuses_an_install_checked_against_another_sha256(tmp_path, fixture_zip):
+    _, sha, zpath, _ = fixture_zip
+    cache = tmp_path / "cache"
+    path = download.get("ml-100k", from_file=zpath, cache_dir=cache, sha256=sha)
+    with pytest.raises(download.ChecksumError, match=r"verified against that sha256 when installed") as ei:
+        download.get("ml-100k", cache_dir=cache)  # the official pin
+    assert download.REGISTRY["ml-100k"].sha256 in str(ei.value) and sha in str(ei.value)
+    (path / download.MARKER).write_text("{not json")
+    with pytest.raises(download.ChecksumError, match=r"unreadable or records no sha256"):
+        download.get("ml-100k", cache_dir=cache, sha256=sha)
+    assert download.get("ml-100k", cache_dir=cache, verify=False) == path
 
 
 def test_from_file_and_force(tmp_path, fixture_zip):

@@ -61,6 +61,34 @@ def test_timezone_offset(tmp_path):
     assert r.timestamps[0] == calendar.timegm((2012, 4, 3, 16, 7, 30))
 
 
+@pytest.mark.parametrize("off, shift", [("+1400", 14 * 3600), ("-1200", -12 * 3600), ("+0545", 5 * 3600 + 45 * 60),
+                                        ("-0000", 0)])
+def test_timezone_offset_range_ends_load(tmp_path, off, shift):
+    f = tmp_path / "x.tsv"
+    f.write_text(HEADER + f"1\tv1\tPlaza\tTue Apr 03 18:07:30 {off} 2012\n")
+    assert load_foursquare(f, None).timestamps[0] == calendar.timegm((2012, 4, 3, 18, 7, 30)) - shift
+
+
+@pytest.mark.parametrize(
+    "off, msg",
+    [
+        ("+9999", r"impossible UTC offset \+9999 \(minutes above 59\)"),
+        ("-0075", r"impossible UTC offset -0075 \(minutes above 59\)"),
+        ("+0060", r"impossible UTC offset \+0060"),
+        ("+1401", r"UTC offset \+1401 is outside the real range of offsets, -1200 to \+1400"),
+        ("-1201", r"UTC offset -1201 is outside the real range"),
+        ("+2300", r"UTC offset \+2300 is outside the real range"),
+    ],
+)
+def test_timezone_offset_out_of_range_names_file_and_line(tmp_path, off, msg):
+    f = tmp_path / "x.tsv"
+    f.write_text(HEADER + "1\tv1\tPlaza\tTue Apr 03 18:07:30 +0000 2012\n"
+                 f"1\tv2\tPlaza\tTue Apr 03 18:07:30 {off} 2012\n")
+    with pytest.raises(DataFormatError, match=msg) as ei:
+        load_foursquare(f, None)
+    assert ei.value.path == str(f) and ei.value.line == 3
+
+
 def test_headerless_tist(tmp_path):
     f = tmp_path / "tist.txt"
     f.write_text("50756\t4f5e3a72e4b053fd6a4313f6\tTue Apr 03 18:00:06 +0000 2012\t240\n"

@@ -176,6 +176,62 @@ def test_ml10m_half_stars_and_variant_check(tmp_path):
         load_movielens(d, variant="1m")  # 1M ratings are 1..5
 
 
+# characters str.splitlines() breaks at besides '\n' and '\r'
+ODD_BREAKS = ["\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+
+
+def test_movies_dat_splits_lines_at_newlines_only(tmp_path):
+    d = tmp_path / "ml-1m"
+    d.mkdir()
+    (d / "ratings.dat").write_text(ML1M_RATINGS)
+    # a cp1252 ellipsis (0x85) makes the file Latin-1, where it reads as U+0085
+    (d / "movies.dat").write_bytes(ML1M_MOVIES.replace("Peach", "Peach\x85").encode("latin-1"))
+    assert load_movielens(d).category_names == ["Animation", "Children's", "Drama", "Musical", "Thriller"]
+    for ch in ODD_BREAKS[1:]:
+        (d / "movies.dat").write_text(f"1193::A{ch}B (1975)::Drama\r\n661::X::Animation\r\n3952::bad\r\n", encoding="utf-8")
+        with pytest.raises(DataFormatError, match="expected 'MovieID::Title::Genres', found '3952::bad'") as ei:
+            load_movielens(d)
+        assert ei.value.line == 3, repr(ch)
+
+
+def test_u_item_and_u_genre_split_lines_at_newlines_only(tmp_path):
+    d = write_ml100k(tmp_path / "ml-100k")
+    good = (d / "u.item").read_bytes().decode("latin-1").split("\n")[:-1]
+    odd = [good[0].replace("Kolya", "Kolya\x85\x0c")] + good[1:]
+    (d / "u.item").write_bytes(("\r\n".join(odd) + "\r\n").encode("latin-1"))
+    r = load_movielens(d)
+    assert r.categories.shape == (3, 19) and r.categories[0].nonzero()[0].tolist() == [GENRES.index("Comedy")]
+    (d / "u.item").write_bytes(("\n".join(odd[:2] + ["9|bad"]) + "\n").encode("latin-1"))
+    with pytest.raises(DataFormatError, match="u.item, line 3: expected 24"):
+        load_movielens(d)
+    write_ml100k(d)
+    names = ["un\u2028known"] + GENRES[1:]
+    (d / "u.genre").write_text("".join(f"{g}|{k}\r\n" for k, g in enumerate(names)), encoding="utf-8")
+    assert load_movielens(d).category_names == names
+    (d / "u.genre").write_text("".join(f"{g}|{k}\n" for k, g in enumerate(names)) + "bad\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"u.genre, line 20: expected 'name\|index'"):
+        load_movielens(d)
+
+
+def test_genre_files_may_start_with_a_bom(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    d = write_ml100k(tmp_path / "ml-100k")
+    plain = load_movielens(d)
+    for name in ("u.genre", "u.item"):
+        (d / name).write_bytes(bom + (d / name).read_bytes())
+    r = load_movielens(d)
+    assert r.category_names == GENRES  # not '\ufeffunknown'
+    assert r.categories.tolist() == plain.categories.tolist()
+    d = tmp_path / "ml-1m"
+    d.mkdir()
+    (d / "ratings.dat").write_text(ML1M_RATINGS)
+    (d / "movies.dat").write_bytes(bom + ML1M_MOVIES.encode("latin-1"))
+    assert load_movielens(d).categories.tolist() == [[1, 1, 0, 1, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 1]]
+    (d / "movies.dat").write_bytes(bom + b"\n")
+    with pytest.raises(DataFormatError, match="empty file"):
+        load_movielens(d)
+
+
 def test_parse_numeric_chunks_report_exact_line(tmp_path):
     lines = [f"{u}\t{u % 7 + 1}\t{u % 5 + 1}\t{1000 + u}\n" for u in range(1, 2001)]
     lines[1733] = "1734\t5\t3\n"
@@ -297,6 +353,93 @@ def test_netflix_duplicate_across_segments_names_file_and_line(tmp_path):
     assert ei.value.line == 6
     r = load_netflix(tmp_path, duplicates="keep_last")
     assert len(r) == 2 and r.info["duplicates"]["rows_removed"] == 1
+
+
+NF_VALID = "1:\n1488844,3,2005-09-06\n822109,5,2005-05-13\n2:\n10,2,2004-02-29\n007,1,1999-12-31"
+
+
+def _netflix_outcome(d):
+    try:
+        r = load_netflix(d)
+    except DataFormatError as e:
+        return "error", str(e), e.line
+    return "ok", r.fingerprint(), r.timestamps.tolist()
+
+
+def test_netflix_fast_path_taken_on_valid_files(tmp_path, monkeypatch):
+    from fedsim.data import loaders
+
+    assert loaders._fixed_width_dates(b"1488844,3,2005-09-06\n1,1,2005-05-13\n")
+    assert loaders._fixed_width_dates(b"1,1,2005-05-13")  # last line without newline
+    (tmp_path / "combined_data_1.txt").write_text(NF_VALID)
+    slow = _netflix_outcome(tmp_path)
+
+    def no_slow(*a):
+        raise AssertionError("a valid file went to the per-line parser")
+
+    monkeypatch.setattr(loaders, "_parse_netflix_slow", no_slow)
+    assert _netflix_outcome(tmp_path) == slow and slow[0] == "ok"
+
+
+@pytest.mark.parametrize(
+    "seg",
+    [
+        b"10,3,2005-9-06\n",  # mixed widths
+        b"10,3,2005-09-06\n10,3,2005-9-060\n",
+        b"10,3,05-09-2006\n",
+        b"1003,20,5-09-06\n",  # commas and dashes in the right places, the date is not YYYY
+        b"10,3,2005--9-06\n",
+        b"+10,3,2005-09-06\n",  # the strict parser refuses signs
+        b"10, 3,2005-09-06\n",  # and accepts blanks: both for it to decide
+        b"10,3,2005-09-06\r\n",
+        b"10,3,2005-09-06\n\n11,3,2005-09-06\n",
+        b"10,3,2005-09-06,1\n",
+        b"1,2,3,2005-09-06\n12,2005-09-06\n",
+        b"",
+    ],
+)
+def test_netflix_fast_path_refuses_other_lines(seg):
+    from fedsim.data import loaders
+
+    assert loaders._fixed_width_dates(seg) is False
+
+
+def test_netflix_fast_and_slow_paths_agree(tmp_path, monkeypatch):
+    """Random edits of a valid file load, or fail with the same message and line, on both paths."""
+    from fedsim.data import loaders
+
+    rng = np.random.default_rng(5)
+    alphabet = "0123456789,-+ \r\n:"
+    texts = [NF_VALID, NF_VALID + "\n", "1:\n10,3,2005-02-30\n", "1:\n1,,2005-09-06\n", "1:\n10,3,1969-12-31\n",
+             "1:\n99999999999999999999,3,2005-09-06\n", "1:\n10,3,2005-09-06\n10,6,2005-09-07\n",
+             "1:\n+10,3,2005-09-06\n", "1:\n10,3,2005-+9-06\n", "1:\n1003,20,5-09-06\n", "1:\n10, 3,2005-09-06\n"]
+    for _ in range(150):
+        t = list(NF_VALID)
+        for _ in range(rng.integers(1, 3)):
+            k = int(rng.integers(len(t)))
+            c = alphabet[rng.integers(len(alphabet))]
+            op = rng.integers(3)
+            if op == 0:
+                t[k] = c
+            elif op == 1:
+                t.insert(k, c)
+            else:
+                del t[k]
+        texts.append("".join(t))
+    f = tmp_path / "combined_data_1.txt"
+    real, taken = loaders._fixed_width_dates, []
+
+    def spy(seg):
+        taken.append(real(seg))
+        return taken[-1]
+
+    for text in texts:
+        f.write_bytes(text.encode())
+        monkeypatch.setattr(loaders, "_fixed_width_dates", spy)
+        fast = _netflix_outcome(tmp_path)
+        monkeypatch.setattr(loaders, "_fixed_width_dates", lambda seg: False)
+        assert _netflix_outcome(tmp_path) == fast, text
+    assert sum(taken) > 50 and taken.count(False) > 50  # both paths were exercised
 
 
 def test_netflix_subset_orders():

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsim.data import DataFormatError
-from fedsim.data._parse import _slow_chunk, parse_numeric
+from fedsim.data._parse import _slow_chunk, parse_numeric, text_lines
 
 COLS = [("user", "int32"), ("item", "int32"), ("rating", "float32"), ("timestamp", "int")]
 
@@ -51,3 +51,9 @@ def test_error_names_the_bad_line(rows, bad, where, chunk):
     with pytest.raises(DataFormatError) as ei:
         parse_numeric("f", "".join(lines).encode(), sep="\t", columns=COLS, first_line=1, chunk_bytes=chunk)
     assert ei.value.line == k + 1
+
+
+def test_text_lines_breaks_at_newlines_only():
+    odd = "\x85\u2028\u2029\x0b\x0c\x1c\x1d\x1e"
+    assert text_lines(f"a{odd}b\r\nc\r\r\n\nd") == [f"a{odd}b", "c\r", "", "d"]
+    assert text_lines("a\n") == ["a", ""] and text_lines("") == [""]

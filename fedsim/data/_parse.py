@@ -60,6 +60,17 @@ def strip_bom(data: bytes) -> bytes:
     return data[3:] if data.startswith(BOM) else data
 
 
+def text_lines(text: str) -> list[str]:
+    """``text`` split at each ``"\n"``, with one trailing ``"\r"`` removed from every line.
+
+    A final newline leaves a last empty line.  Unlike :meth:`str.splitlines`, which also breaks at
+    U+0085, U+2028, U+2029, ``\x0b``, ``\x0c`` and ``\x1c``-``\x1e`` (a cp1252 ellipsis
+    byte read as Latin-1 is U+0085), a title holding one of those stays on its line, so line
+    numbers match the ratings parsers' and an editor's.
+    """
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def strip_trailing_blank_lines(data: bytes) -> bytes:
     """Drop whitespace-only lines at the very end (an editor's or exporter's trailing newlines);
     the result ends with one newline, or is empty.  Earlier line numbers are unchanged."""

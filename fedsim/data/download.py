@@ -9,7 +9,14 @@ returns the dataset folder.  Installation is atomic and idempotent:
    nothing is left in the cache;
 3. the zip is unpacked into a temporary folder in the cache (member paths are checked), a
    marker file ``.fedsim-install.json`` is written, and the folder is renamed into place;
-4. a later call finds the marker and returns at once.
+4. a later call finds the marker and returns at once, without a download.  The marker records
+   the sha256 of the archive the files came from, checked or not; a verifying call (the
+   default) returns the install only when that recorded sha256 equals the one it expects (the
+   pin or ``sha256=``).  Otherwise (an install made with ``verify=False`` from another archive,
+   or with another ``sha256``, or an unreadable marker) it raises :class:`ChecksumError` naming
+   the folder and leaves it alone: the archive is not kept, so the files cannot be re-checked;
+   ``force=True`` (``--force``) replaces them with a verified install, ``verify=False``
+   (``--insecure``) accepts them as they are.
 
 Cache folder: ``cache_dir`` argument, else ``$FEDSIM_DATA``, else the platform cache
 (``$XDG_CACHE_HOME/fedsim`` or ``~/.cache/fedsim`` on Linux, ``~/Library/Caches/fedsim`` on
@@ -95,7 +102,8 @@ REGISTRY: dict[str, DatasetSpec] = {
 
 
 class ChecksumError(ValueError):
-    """The downloaded or given archive does not have the expected sha256."""
+    """The downloaded or given archive, or the one an existing install came from, does not have
+    the expected sha256."""
 
 
 def default_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -168,6 +176,28 @@ def _safe_extract(zf: zipfile.ZipFile, target: Path) -> None:
     zf.extractall(target)
 
 
+def _check_installed(name: str, dest: Path, expected: str) -> None:
+    """Raise :class:`ChecksumError` unless the marker in ``dest`` records sha256 ``expected``."""
+    try:
+        marker = json.loads((dest / MARKER).read_text())
+        recorded = str(marker["sha256"]).lower()
+    except (OSError, ValueError, KeyError, TypeError):
+        marker, recorded = {}, None
+    if recorded == expected:
+        return
+    if recorded is None:
+        what = f"its marker {dest / MARKER} is unreadable or records no sha256"
+    else:
+        how = "verified against that sha256 when installed" if marker.get("verified") is True else (
+            "not verified: installed with verify=False, --insecure")
+        what = f"it was installed from {marker.get('source', '?')}, whose sha256 is {recorded} ({how})"
+    raise ChecksumError(
+        f"{name} in {dest} is not the expected archive (sha256 {expected}): {what}; the archive is not "
+        f"kept, so the files cannot be re-checked.  Reinstall a verified copy with force=True "
+        f"(fedsim data get {name} --force), or pass verify=False (--insecure) to use the installed files as they are"
+    )
+
+
 def get(
     name: str,
     from_file: str | os.PathLike | None = None,
@@ -186,23 +216,35 @@ def get(
     overrides the download address; ``sha256`` overrides the pinned checksum (both for mirrors
     and tests).  ``verify=False`` skips the check (needed for a dataset without a pinned
     checksum, e.g. with a custom url and no ``sha256``); it is never the default.  ``force``
-    reinstalls over an existing install.  Raises :class:`ChecksumError` on a mismatch, leaving
-    the cache as it was.
+    reinstalls over an existing install.
+
+    An existing install is returned without a download when ``verify`` is false, or when the
+    sha256 its marker records for the archive it came from equals the expected one (``sha256``
+    or the pin); ``from_file`` and ``url`` are then not used.
+
+    Raises :class:`ChecksumError` when the archive does not have the expected sha256, or when
+    ``verify`` is true and an existing install records another sha256 (or none: an unreadable
+    marker), in both cases leaving the cache as it was; ``FileExistsError`` when the folder
+    exists without a marker; ``ValueError`` for an unknown name, for ``verify`` without a
+    checksum to compare with, and for an archive that is not a safe zip; ``FileNotFoundError``
+    for a missing ``from_file`` and ``OSError`` (``urllib.error.URLError``) for a failed download.
     """
     spec = _spec(name)
     root = default_cache_dir(cache_dir)
     dest = root / name
-    if (dest / MARKER).is_file() and not force:
-        return dest
-    if dest.exists() and not (dest / MARKER).is_file() and not force:
-        raise FileExistsError(
-            f"{dest} exists but is not a complete fedsim install; remove it or pass force=True (--force)"
-        )
     expected = (sha256 or spec.sha256 or "").lower() or None
     if verify and expected is None:
         raise ValueError(
             f"no pinned sha256 for {name}: pass sha256=... (--sha256) or verify=False (--insecure) "
             "to install unverified data"
+        )
+    if (dest / MARKER).is_file() and not force:
+        if verify:
+            _check_installed(name, dest, expected)
+        return dest
+    if dest.exists() and not (dest / MARKER).is_file() and not force:
+        raise FileExistsError(
+            f"{dest} exists but is not a complete fedsim install; remove it or pass force=True (--force)"
         )
     root.mkdir(parents=True, exist_ok=True)
     source = str(from_file) if from_file is not None else (url or spec.url)

@@ -177,8 +177,9 @@ def _day(year: int, month: int, day: int) -> tuple[int, int]:
 
 
 def _parse_fsq_time(s: str) -> int:
-    """'Tue Apr 03 18:07:30 +0000 2012' -> epoch seconds (UTC).  ValueError saying what is wrong
-    (a weekday that does not match the date included)."""
+    """'Tue Apr 03 18:07:30 +0000 2012' -> epoch seconds (UTC).  ValueError saying what is wrong:
+    an impossible date or clock time, a weekday that does not match the date, or an offset whose
+    minutes exceed 59 or that lies outside the real range of UTC offsets, -1200 to +1400."""
     m = _TIME_RE.fullmatch(s)
     if m is None or m.group(1) not in _DAYS or m.group(2) not in _MONTHS:
         raise ValueError("not like 'Tue Apr 03 18:07:30 +0000 2012'")
@@ -192,8 +193,13 @@ def _parse_fsq_time(s: str) -> int:
         raise ValueError(f"impossible date ({exc})") from None
     if weekday != _DAYS[wday]:
         raise ValueError(f"{year}-{_MONTHS[mon]:02d}-{int(day):02d} is a {calendar.day_abbr[weekday]}, not a {wday}")
-    off = (int(th) * 3600 + int(tm) * 60) * (1 if sign == "+" else -1)
-    return days * 86400 + h * 3600 + minute * 60 + sec - off
+    if int(tm) > 59:
+        raise ValueError(f"impossible UTC offset {sign}{th}{tm} (minutes above 59)")
+    east = (int(th) * 60 + int(tm)) * (1 if sign == "+" else -1)  # minutes ahead of UTC
+    # real offsets run from UTC-12:00 (Baker Island) to UTC+14:00 (Kiribati's Line Islands)
+    if not -12 * 60 <= east <= 14 * 60:
+        raise ValueError(f"UTC offset {sign}{th}{tm} is outside the real range of offsets, -1200 to +1400")
+    return days * 86400 + h * 3600 + minute * 60 + sec - east * 60
 
 
 def _min_venues(user_filter: Any, min_interactions: int | None) -> tuple[int, str]:
@@ -232,7 +238,8 @@ def load_foursquare(
     ``user, venue, utc_time, timezone_offset`` is assumed (no categories then).  User ids made
     of digits only become integers, other ids stay strings.  A BOM, CRLF and blank lines at the
     end are accepted; an empty file, a header without rows, a blank line inside, a wrong field
-    count, an impossible time and bytes that are not valid ``encoding`` raise
+    count, an impossible time, a UTC offset with minutes above 59 or outside the real range
+    -1200 to +1400, and bytes that are not valid ``encoding`` raise
     :class:`DataFormatError` naming the file and line.
 
     **Duplicates.** ``duplicates="error"`` (default): the FedBPR files hold one row per (user,

@@ -31,6 +31,7 @@ from ._parse import (
     split_first_line,
     strip_bom,
     strip_trailing_blank_lines,
+    text_lines,
 )
 from .ratings import DataFormatError, Ratings
 
@@ -234,11 +235,11 @@ def _movielens_genres(folder: Path, fmt: str):
         mfile = folder / "movies.dat"
         if not mfile.is_file():
             return None
-        data = read_bytes(mfile)
+        data = strip_bom(read_bytes(mfile))
         require_rows(mfile, data, None)
         text = decode_text(data)
         rows = []
-        for k, line in enumerate(text.splitlines(), start=1):
+        for k, line in enumerate(text_lines(text), start=1):
             if not line.strip():
                 continue
             parts = line.split("::")
@@ -289,10 +290,10 @@ def _genre_matrix(rows: list[tuple[int, str]]):
 
 
 def _read_u_genre(path: Path) -> list[str]:
-    data = read_bytes(path)
+    data = strip_bom(read_bytes(path))
     require_rows(path, data, None)
     pairs = []
-    for k, line in enumerate(decode_text(data).splitlines(), start=1):
+    for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
         name, sep, idx = line.rpartition("|")
@@ -306,10 +307,10 @@ def _read_u_genre(path: Path) -> list[str]:
 
 
 def _read_u_item(path: Path, n_genres: int):
-    data = read_bytes(path)
+    data = strip_bom(read_bytes(path))
     require_rows(path, data, None)
     ids, flags = [], []
-    for k, line in enumerate(decode_text(data).splitlines(), start=1):
+    for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
         parts = line.split("|")
@@ -355,15 +356,38 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return months.astype("datetime64[M]").astype("datetime64[D]").astype(np.int64) + (d - 1)
 
 
+# bytes a line of the fast path may hold: '+', blanks and '\r' are left to the strict parser
+_NF_FAST_BYTES = np.zeros(256, dtype=bool)
+_NF_FAST_BYTES[np.frombuffer(b"0123456789,-\n", dtype=np.uint8)] = True
+
+
 def _fixed_width_dates(seg: bytes) -> bool:
-    """Every line ends with ',YYYY-MM-DD' (digits are checked by the parser)."""
-    if not seg or b"\r" in seg:
+    """True when every line of ``seg`` is ``<digits>,<digits>,YYYY-MM-DD`` (ASCII digits only, the
+    first two runs possibly empty, LF line ends, the last newline optional), else False.
+
+    Then :func:`parse_numeric` on ``seg`` with the dashes turned into commas accepts exactly the
+    lines :func:`_parse_netflix_slow` accepts, with the same values (an empty or too-long digit
+    run makes both refuse).  Never raises.
+    """
+    if not seg:
         return False
     buf = np.frombuffer(seg if seg.endswith(b"\n") else seg + b"\n", dtype=np.uint8)
-    nl = np.flatnonzero(buf == 10)
-    if nl[0] < 11:
+    if not _NF_FAST_BYTES[buf].all():
         return False
-    return bool(np.all(buf[nl - 11] == ord(",")) and np.all(buf[nl - 8] == ord("-")) and np.all(buf[nl - 5] == ord("-")))
+    nl = np.flatnonzero(buf == ord("\n"))
+    # the shortest valid line, '1,1,2005-09-06\n', has 15 bytes: the offsets below then stay in their own line
+    if np.diff(nl, prepend=-1).min() < 15:
+        return False
+    for ch in b",-":
+        per_line = np.diff(np.searchsorted(np.flatnonzero(buf == ch), nl), prepend=0)
+        if np.any(per_line != 2):
+            return False
+    # in ',YYYY-MM-DD\n' the comma is 11 bytes before the newline and the dashes 6 and 3; digits
+    # in the eight other date places keep a line's other comma before the date ('1003,20,5-09-06'
+    # would otherwise pass as year 5)
+    if not (np.all(buf[nl - 11] == ord(",")) and np.all(buf[nl - 6] == ord("-")) and np.all(buf[nl - 3] == ord("-"))):
+        return False
+    return all(np.all((buf[nl - k] >= ord("0")) & (buf[nl - k] <= ord("9"))) for k in (10, 9, 8, 7, 5, 4, 2, 1))
 
 
 def _parse_netflix_file(f: Path):
@@ -383,9 +407,8 @@ def _parse_netflix_file(f: Path):
         seg = data[start:stop]
         first_line = data.count(b"\n", 0, start) + 1
         seg_lines.append(first_line)
-        n_lines = seg.count(b"\n") + (1 if seg and not seg.endswith(b"\n") else 0)
         cols = None
-        if seg.count(b"-") == 2 * n_lines and _fixed_width_dates(seg):
+        if _fixed_width_dates(seg):
             try:
                 cols = parse_numeric(f, seg.replace(b"-", b","), sep=",", columns=_NF_COLS, first_line=first_line)
             except DataFormatError:
@@ -663,6 +686,11 @@ def _col_index(ref: int | str | None, header: list[str] | None, what: str) -> in
 
 _NUM_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _PLAIN_INT_RE = re.compile(r"[+-]?\d+")
+# the ISO 8601 forms load_csv reads; numpy's datetime64 alone would also take 'now' and 'today'
+# (the wall clock), signed or 5-digit years and a 'Z' anywhere
+_ISO_TIME_RE = re.compile(
+    r"\d{4}-\d{2}(?:-\d{2}(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?P<frac>\.\d+)?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)?"
+)
 
 
 def _integer_of(s: str) -> int | None | bool:
@@ -725,10 +753,16 @@ def _parse_times(path, col: list[str], first_line: int) -> np.ndarray:
                 raise DataFormatError(path, first_line + k, f"time {s!r} is out of the 64-bit integer range")
             out[k] = v
             continue
-        try:
-            t = np.datetime64(s.replace("Z", "").replace(" ", "T"), "s")
-        except ValueError:
-            t = np.datetime64("NaT")
+        m = _ISO_TIME_RE.fullmatch(s)
+        t = np.datetime64("NaT")
+        if m is not None:
+            # datetime64[s] would drop the fraction; epoch seconds refuse one, so ISO times do too
+            if m["frac"] and m["frac"].strip(".0"):
+                raise DataFormatError(path, first_line + k, f"time {s!r}: fractional seconds (round them first)")
+            try:
+                t = np.datetime64(s.removesuffix("Z").replace(" ", "T"), "s")
+            except ValueError:  # a month 13, an hour 24, a February 30
+                pass
         if np.isnat(t):
             raise DataFormatError(path, first_line + k, f"time {s!r} is neither epoch seconds nor ISO 8601")
         out[k] = t.astype(np.int64)
@@ -784,8 +818,12 @@ def load_csv(
     an integer written two ways there (``1`` and ``1.0``) is an error, since text comparison
     would make two users of it.  Ids must fit in 64 bits.
 
-    **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times; times
-    before 1970 (negative) are errors.
+    **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times:
+    ``YYYY-MM``, ``YYYY-MM-DD``, or ``YYYY-MM-DD`` then ``T`` or a space and ``hh``, ``hh:mm``
+    or ``hh:mm:ss``, optionally followed by ``Z`` or an offset ``+hh``, ``+hhmm``, ``+hh:mm``
+    (or ``-``); a time without either is UTC.  Both forms must be whole seconds (``.0`` is
+    fine, ``.9`` is an error naming the line).  Anything else, including words such as ``now``
+    or ``today``, is an error naming the file and line, as is a time before 1970 (negative).
 
     **Rows.** Duplicated (user, item) pairs follow ``duplicates`` (default ``"error"``); a BOM,
     CRLF line ends and blank lines at the end of the file are accepted; an empty file, a header
