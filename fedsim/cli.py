@@ -185,7 +185,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         grid = check_grid(mod, doc.get("grid") or {})
     except UsageError as exc:
-        raise UsageError(f"{doc['_path']}: [grid] {str(exc).removeprefix('--grid ').removeprefix('grid ')}") from None
+        text = str(exc)
+        for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
+            text = text.removeprefix(prefix)
+        raise UsageError(f"{doc['_path']}: [grid] {text}") from None
     grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
@@ -198,13 +201,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if "workers" in mod.PARAMS and "workers" not in fixed and "workers" not in grid:
         fixed["workers"] = 1  # the sweep's own pool already uses the cores
     workers = args.workers if args.workers is not None else doc.get("workers")
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
+    if workers is not None and (type(workers) is not int or workers < 1):
+        where = "--workers" if args.workers is not None else f"{doc['_path']}: workers:"
+        raise UsageError(f"{where} must be an integer of at least 1, got {workers!r}")
 
     backend = args.backend or doc.get("backend") or "local"
     if backend not in ("local", "ray"):
         raise UsageError(f"{doc['_path']}: backend: expected 'local' or 'ray', got {backend!r}")
     address = args.address if args.address is not None else doc.get("address")
+    if args.address is None and address is not None and backend != "ray":
+        raise UsageError(f"{doc['_path']}: address is the address of a Ray cluster: it needs backend = \"ray\" "
+                         "(or --backend ray)")
 
     def progress(i, total, res):
         if res["status"] == "failed" and not opts["quiet"]:

@@ -163,15 +163,34 @@ def test_config_file_with_command_line_overrides(tmp_path):
     ('[params]\nrounds = -1\n', "run.toml: [params] must be >= 0, got -1"),
     ('[params]\nround = 1\n', "run.toml: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
     ('[network]\nprofil = "wan"\n', "run.toml: unknown key [network] 'profil'; did you mean 'profile'?"),
-    ('[network]\nprofile = "moon"\n', "unknown network profile 'moon'"),
+    ('[network]\nprofile = "moon"\n', "run.toml: [network] unknown network profile 'moon'"),
     ('seed = 1\nseed = = 2\n', "run.toml: line 2, column 8: Invalid value"),
     ('[grid]\nrounds = [1, 2]\n', "run.toml: [grid] is for fedsim sweep, not fedsim run"),
+    ('seed = -1\n', "run.toml: seed: expected a non-negative integer, got -1"),
+    ('seed = true\n', "run.toml: seed"),
+    ('[network]\nloss = 2\n', "run.toml: [network] faults: loss must be a probability in [0, 1], got 2.0"),
+    ('[network]\ndropout_window = [5, 1]\n', "run.toml: [network] faults: window must be"),
 ])
 def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
     (tmp_path / "run.toml").write_text(text)
     line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
     assert expected in line, line
     nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('workers = 0\n[grid]\nrounds = [1]\n', "sweep.toml: workers: must be an integer of at least 1, got 0"),
+    ('address = "127.0.0.1:1"\n[grid]\nrounds = [1]\n', "sweep.toml: address is the address of a Ray cluster"),
+    ('[grid]\nrounds = [-1, 2]\n', "sweep.toml: [grid] rounds: must be >= 0, got -1"),
+    ('[grid]\nround = [1]\n', "sweep.toml: [grid] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
+    ('[grid]\nseed = [true]\n', "sweep.toml: [grid] seed: expected a non-negative integer, got True"),
+    ('[grid]\nprofile = ["lan", "moon"]\n', "sweep.toml: [grid] profile: unknown network profile 'moon'"),
+])
+def test_sweep_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
+    (tmp_path / "sweep.toml").write_text('scenario = "demo"\n' + text)
+    line = one_error_line(fedsim_cmd("sweep", "--config", "sweep.toml", "--out", "sw", cwd=tmp_path))
+    assert line.startswith("error: " + expected), line
+    nothing_left(tmp_path, tmp_path / "sw")
 
 
 def test_sweep_config_file(tmp_path):

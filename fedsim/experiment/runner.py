@@ -306,10 +306,21 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
         except UsageError as exc:
             raise UsageError(f"{src}: [params] {str(exc).removeprefix(f'--set {k}: ')}") from None
     overrides.update(parse_sets(mod, args.set))
-    for k, v in (doc.get("network") or {}).items():
+    net_doc = {k: (",".join(str(x) for x in v) if k == "dropout_window" else v)
+               for k, v in (doc.get("network") or {}).items()}
+    if net_doc:  # checked alone first, so that an error in the file names the file
+        alone = argparse.Namespace(**{**{k: None for k in ("profile", "link_model", "transport", "loss", "dropout",
+                                                            "dropout_window")}, **net_doc})
+        try:
+            net_from_args(mod, alone)
+        except UsageError as exc:
+            raise UsageError(f"{src}: [network] {exc}") from None
+    for k, v in net_doc.items():
         if getattr(args, k, None) is None:
-            setattr(args, k, ",".join(str(x) for x in v) if k == "dropout_window" else v)
+            setattr(args, k, v)
     seed = args.seed if args.seed is not None else doc.get("seed", 0)
+    if args.seed is None and "seed" in doc and (type(seed) is not int or seed < 0):
+        raise UsageError(f"{src}: seed: expected a non-negative integer, got {seed!r}")
     return {"data": args.data or doc.get("data"), "out": args.out or doc.get("out"), "overrides": overrides,
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
             "ledger": bool(args.ledger or doc.get("ledger", False)),

@@ -88,6 +88,8 @@ def _axis_name(key: str) -> str:
 def _run_axis_value(key: str, value: Any) -> Any:
     """Check one value of a run-option axis (text from ``--grid`` or a TOML value)."""
     try:
+        if isinstance(value, bool):  # TOML's true is no seed, loss or name
+            raise ValueError
         if key == "seed":
             v = int(value)
             if isinstance(value, float) and value != v or v < 0:
@@ -103,6 +105,14 @@ def _run_axis_value(key: str, value: Any) -> Any:
         raise UsageError(f"--grid {key}: expected {want}, got {value!r}") from None
     if not isinstance(value, str) or not value.strip():
         raise UsageError(f"--grid {key}: expected a name, got {value!r}")
+    if key in NET_AXES:  # a name the network knows: refused now, naming the axis, not at the point
+        from ..kernel import NetSpec
+        from ..kernel.errors import NetworkConfigError
+
+        try:
+            NetSpec(**{key: value.strip()})
+        except NetworkConfigError as exc:
+            raise UsageError(f"--grid {key}: {exc}") from None
     return value.strip()
 
 
