@@ -393,3 +393,21 @@ def test_a_ray_task_loads_the_drivers_protocol_plugins(tmp_path):
               "print(r['status'], r.get('error'), sorted(r['files']))\n")
     res = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
     assert res.stdout.startswith("done None") and "results.json" in res.stdout, res.stdout + res.stderr
+
+
+def test_leftovers_of_killed_processes_are_removed_and_those_of_live_ones_kept(tmp_path):
+    from fedsim.studies.sweep import _remove_leftovers
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    names = {}
+    for pid, alive in ((dead.pid, False), (os.getpid(), True)):
+        for name in (f".x=1.partial-{pid}-ab12cd", f".x=1.replaced-{pid}-ab12cd"):
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "results.json").write_text("{}")
+            names[name] = alive
+        name = f".combined_t.csv.{pid}.tmp"
+        (tmp_path / name).write_text("x\n")
+        names[name] = alive
+    _remove_leftovers(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, alive in names.items() if alive)

@@ -570,10 +570,11 @@ def _is_path(scenario: str) -> bool:
 
 
 def _remove_leftovers(out: Path) -> None:
-    """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``) and
-    the sweep's half-written files (``.NAME.PID.tmp``), unless their process still runs."""
-    for d in out.glob(".*.partial-*"):
-        m = re.search(r"\.partial-(\d+)-", d.name)
+    """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``, and
+    ``.NAME.replaced-PID-X``: a replaced folder not yet deleted) and the sweep's half-written
+    files (``.NAME.PID.tmp``), unless their process still runs."""
+    for d in [*out.glob(".*.partial-*"), *out.glob(".*.replaced-*")]:
+        m = re.search(r"\.(?:partial|replaced)-(\d+)-", d.name)
         if m and _alive(int(m.group(1))):
             continue
         shutil.rmtree(d, ignore_errors=True)
