@@ -196,6 +196,37 @@ def test_score_guess_by_hand():
     assert exact["exact_rand"] == pytest.approx(1 / math.comb(4, 3))
 
 
+def test_a_guess_with_a_nan_score_or_a_claim_outside_its_pool_is_refused():
+    # auc ranks NaN above every number: a NaN-scored positive would make a perfect AUC
+    with pytest.raises(ValueError, match="NaN"):
+        Guess(np.array([1, 2]), np.array([np.nan, 0.0]), np.array([1]))
+    with pytest.raises(ValueError, match=r"claims \[7\]"):
+        Guess(np.array([1, 2]), np.array([1.0, 0.0]), np.array([1, 7]))
+    Guess(np.array([1, 2]), np.array([-np.inf, 0.0]), np.array([2]))  # -inf is a score
+
+
+def test_fcf_line_scores_a_zero_gradient_as_telling_nothing():
+    from fedsim.privacy.attacks import FCFLine
+    from fedsim.privacy.views import Observed, Public, View, ViewSpec
+    from fedsim.protocols.fcf import FCFConfig
+
+    class Doc:
+        def __init__(self, p):
+            self.p = p
+
+        def value(self):
+            return self.p
+
+    Q = np.random.default_rng(0).normal(size=(30, 4))
+    msgs = [("model", 0, "server", "client/0000", {"Q": Q}),
+            ("gradients", 0, "client/0000", "server", {"grad": np.zeros((30, 4))})]
+    obs = tuple(Observed(i, k, r, s, rc, 0, 0.0, s == "server", Doc(p)) for i, (k, r, s, rc, p) in enumerate(msgs))
+    view = View(ViewSpec.server(), Public("fcf", FCFConfig(d=4), "server", ("client/0000",), 30),
+                frozenset({"server"}), obs, None)
+    g = FCFLine().run(view)["client/0000"]
+    assert g.predicted.size == 0 and not g.scores.any()
+
+
 def test_summarize_interval_and_seed_spread():
     rows = [{"precision": x, "seed": s} for s, x in [(0, 1.0), (0, 0.0), (1, 1.0), (1, 1.0)]]
     out = summarize(rows, keys=["precision"])

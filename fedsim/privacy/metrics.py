@@ -39,7 +39,9 @@ METRICS = ("precision", "recall", "f1", "auc", "exact")
 class Guess:
     """An attack's answer for one target: ``pool`` (candidate item ids it saw), ``scores`` (one
     per pool item, higher = more likely in the true set) and ``predicted`` (item ids it claims;
-    a subset of the pool). Arrays are converted to int64 / float64."""
+    a subset of the pool). Arrays are converted to int64 / float64. Raises ``ValueError`` for a
+    pool and scores of different sizes, a repeated pool item, a NaN score or a claimed item
+    outside the pool."""
 
     pool: np.ndarray
     scores: np.ndarray
@@ -53,6 +55,10 @@ class Guess:
             raise ValueError(f"Guess: {pool.size} pool items but {scores.size} scores")
         if np.unique(pool).size != pool.size:
             raise ValueError("Guess: the pool repeats an item")
+        if np.isnan(scores).any():  # auc would rank a NaN above every number
+            raise ValueError("Guess: a score is NaN (score every pool item; -inf for the least likely)")
+        if not np.isin(pred, pool).all():
+            raise ValueError(f"Guess: claims {np.setdiff1d(pred, pool)[:5].tolist()}..., items not in its pool")
         object.__setattr__(self, "pool", pool)
         object.__setattr__(self, "scores", scores)
         object.__setattr__(self, "predicted", pred)

@@ -170,6 +170,9 @@ class FCFLine(Attack):
                 # it by least squares on the items close to that line
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = np.where(np.abs(a) > 0, b / a, np.nan)
+                if not np.isfinite(ratio).any():  # a zero projection (a zero gradient): nothing to tell apart
+                    acc[m.sender].append(np.zeros(a.shape[0]))
+                    continue
                 slope = float(np.nanmedian(ratio))
                 r = np.abs(b - slope * a)
                 close = r <= np.median(r) * 10
