@@ -145,7 +145,7 @@ def test_arbitrary_bytes_decode_or_raise_codec_error(data):
 
 
 @pytest.mark.parametrize("value", [object(), {1, 2}, np.array(["a"]), np.array([1 + 2j]),
-                                   np.zeros(2, dtype=object)])
+                                   np.zeros(2, dtype=object), memoryview(np.arange(10)[::2])])
 def test_unencodable_values_raise_codec_error(value):
     with pytest.raises(CodecError):
         encode({"x": value})
@@ -363,10 +363,13 @@ def test_arbitrary_message_bytes_decode_or_raise_codec_error(tail):
             pass
 
 
-@pytest.mark.parametrize("value", [object(), np.array(["a"]), np.zeros(2, dtype=object), "\ud800"])
+@pytest.mark.parametrize("value", [object(), np.array(["a"]), np.zeros(2, dtype=object), "\ud800",
+                                   memoryview(np.arange(10)[::2])])
 def test_message_writer_errors_are_codec_errors(value):
     with pytest.raises(CodecError):
         encode_message("k", {"ok": np.ones(2), "bad": value})
+    with pytest.raises(CodecError):
+        encode_message("k", [value])
     assert decode_message(encode_message("k", {"ok": 1}).data) == ("k", {"ok": 1})
 
 

@@ -512,7 +512,8 @@ def _counted(fn, *args: Any) -> Any:
     except CodecError:
         enc.packer.reset()
         raise
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, BufferError) as exc:
+        # (BufferError: a memoryview msgpack cannot take as one contiguous block)
         enc.packer.reset()
         raise CodecError(f"cannot encode value: {exc}") from exc
 
