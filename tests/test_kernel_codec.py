@@ -153,6 +153,27 @@ def test_unencodable_values_raise_codec_error(value):
     assert decode(encode({"ok": 1}).data) == {"ok": 1}
 
 
+@pytest.mark.parametrize("make", [lambda: np.ma.masked_array([1.0, -1e30, 3.0], mask=[False, True, False]),
+                                  lambda: np.asmatrix(np.zeros((1, 2)))], ids=["masked", "matrix"])
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_ndarray_subclasses_are_refused_rather_than_stripped_of_their_state(make):
+    from fedsim.kernel.codec import draft_message
+    value = make()
+    for encoding in (lambda: encode(value), lambda: encode({"m": [value]}), lambda: encode_message("k", {"m": value}),
+                     lambda: encode_message("k", {"d": {"m": value}}), lambda: encode_message("k", [value]),
+                     lambda: draft_message("k", {"w": np.zeros(2), "m": value})):
+        with pytest.raises(CodecError, match=f"{type(value).__name__}: an ndarray subclass"):
+            encoding()
+    assert decode(encode({"ok": 1}).data) == {"ok": 1}
+
+
+def test_a_memmap_travels_as_the_plain_array_it_is(tmp_path):
+    mm = np.memmap(tmp_path / "a.bin", np.float32, "w+", shape=(3, 2))
+    mm[:] = np.arange(6).reshape(3, 2)
+    for got in (decode(encode(mm).data), decode_message(encode_message("k", {"m": mm}).data)[1]["m"]):
+        assert type(got) is np.ndarray and got.dtype == np.float32 and got.tolist() == mm.tolist()
+
+
 _PAYLOADS = [
     {}, {"a": 1}, {"x": np.float32(2.5), "n": None, "b": True, "s": "hé", "l": [1, np.arange(3)]},
     {"be": np.arange(5, dtype=">f8")}, {"nc": np.arange(20.).reshape(4, 5)[:, ::2]},

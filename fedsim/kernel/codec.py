@@ -185,7 +185,15 @@ class _Encoder(threading.local):
         self.packer = msgpack.Packer(default=self.default, use_bin_type=True, autoreset=True)
 
     def default(self, obj: Any) -> Any:
+        if type(obj) is np.ndarray:
+            return self._array(obj)
         if isinstance(obj, np.ndarray):
+            if not isinstance(obj, np.memmap):
+                # a subclass's own state (a masked array's mask, a matrix's semantics) has no place
+                # in the array ext: it would be dropped without a word
+                raise CodecError(f"cannot encode {type(obj).__module__}.{type(obj).__name__}: an ndarray subclass "
+                                 f"(only numpy.ndarray and numpy.memmap travel; convert it, e.g. with "
+                                 f"np.asarray or MaskedArray.filled)")
             return self._array(obj)
         if isinstance(obj, np.generic):
             # numpy scalars become plain msgpack scalars (a 0-d array is the way to keep a dtype)
@@ -486,7 +494,8 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
 
 def encode(obj: Any) -> Encoded:
     """Encode ``obj`` (None, bool, int, float, str, bytes, list/tuple, dict, numpy arrays and
-    scalars, nested) into one msgpack document.
+    scalars, nested) into one msgpack document. Arrays are ``numpy.ndarray`` or ``numpy.memmap``
+    instances; other ndarray subclasses (masked arrays, matrices) are refused.
 
     Raises ``CodecError`` for values outside that set (no pickle fallback).
     """
