@@ -735,6 +735,28 @@ def test_direct_reader_hands_maps_of_many_small_entries_to_the_costed_decoder():
         assert codec._read_message(data, len(data)) is not None
 
 
+def test_direct_reader_counts_the_entries_of_maps_one_level_down_against_the_same_limit():
+    # the review's reproduction: 4,000 maps of 15 entries (a 2-character key and -10) under
+    # distinct 2-character keys. Each map alone is under the limit; read directly, all of them took
+    # 28 bytes per input byte, where decode() refuses the same bytes
+    def key(i):
+        return b"\xa2" + bytes((0x30 + i // 64, 0x30 + i % 64))
+
+    inner = b"\x8f" + b"".join(key(j) + b"\xf6" for j in range(15))
+    data = b"\x92\xa1k\xde" + struct.pack(">H", 4000) + b"".join(key(i) + inner for i in range(4000))
+    assert codec._read_message(data, len(data)) is None
+    for fn in (decode_message, decode):
+        codec._LAYOUTS_SEEN.clear()
+        exc, peak = _peak(fn, data)
+        assert isinstance(exc, CodecError) and "bytes of Python objects" in str(exc), exc
+        assert peak <= BOUND_PER_BYTE * len(data) + BOUND_SLACK
+    # a model of many arrays one level down is still read directly: views on the bytes
+    model = {f"layer{i}.W": np.ones((8, 8), np.float32) for i in range(100)}
+    data = encode_message("update", {"t": 1, "model": model}).data
+    assert codec._read_message(data, len(data)) is not None
+    assert all(v.base is data for v in decode_message(data)[1]["model"].values())
+
+
 def test_remembered_layouts_never_admit_other_ext_types_or_structures():
     data = bytearray(encode_message("k", {"a": np.arange(3, dtype=np.int32), "t": 1}).data)
     decode_message(bytes(data))  # remembered

@@ -37,7 +37,7 @@ item is charged the Python objects it will become. A document whose objects woul
 is refused with a ``CodecError`` that says so; that takes many tiny containers or scalars (an
 empty list is a 56-byte object and one byte of msgpack), never arrays or the maps of arrays and
 scalars that protocols send. ``decode_message`` reads a map of more than 16 + size/32 entries
-with the same costed decoder instead of directly. Measured with tracemalloc over a million fuzzed
+(counting those of the maps one level down in it) with the same costed decoder instead of directly. Measured with tracemalloc over a million fuzzed
 inputs (``benchmarks/fuzz_codec.py``), a decode's peak allocation stays within 17 bytes per input
 byte plus 48 KiB (worst seen: 13.6 bytes per byte beyond the 48 KiB), apart from CPython now and
 then rebuilding its table of interned strings (msgpack interns map keys), a cost of the process's
@@ -656,7 +656,9 @@ def _read_message(data: bytes, n: int, nested: bool = True) -> tuple[str, dict] 
 
 def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[dict, int] | None:
     """The map of str keys to arrays and scalars at ``pos`` (and, ``depth`` more levels down,
-    maps of the same kind), and where it ends; ``None`` for anything else."""
+    maps of the same kind), and where it ends; ``None`` for anything else, and for a map whose
+    entries, with those of the maps in it, number more than 16 + size/32 (msgpack's decoder
+    then costs them)."""
     t = data[pos]
     if 0x80 <= t <= 0x8F:
         count = t & 0x0F
@@ -669,6 +671,7 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
     else:
         return None
     payload: dict[str, Any] = {}
+    inner = 0  # entries of the maps one level down, so far
     for _ in range(count):
         key, pos = _read_str(data, pos)
         if key is None:
@@ -708,6 +711,12 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
             value = _CONSTANTS[t]
             pos += 1
         elif depth > 0 and (0x80 <= t <= 0x8F or t == 0xDE):
+            # the limit on entries is what bounds the objects built without _scan's costing: it
+            # holds for every entry read here, not for each map alone (many maps of 15 small
+            # entries would take twice the documented memory per byte)
+            inner += t & 0x0F if t != 0xDE else _U16.unpack_from(data, pos + 1)[0]
+            if count + inner > 16 + (n >> 5):
+                return None
             got = _read_map(data, pos, n, arrays, depth - 1)
             if got is None:
                 return None
