@@ -439,6 +439,40 @@ def test_layouts_with_long_strings_are_not_remembered():
     assert len(codec._LAYOUTS_SEEN) == 1
 
 
+def test_the_layout_cache_holds_no_more_memory_than_its_bound():
+    """The review's reproduction, shorter: layouts of 1,000 fields of a 2-character key and -10
+    (4 KB of document outside the arrays, 160 KB of Python objects each); 64 of them held 10 MB
+    where the cache was said to take a few MB."""
+    import gc
+
+    from fedsim.kernel import codec
+    docs = []
+    for m in range(64):
+        payload = {"%c%c" % (0x30 + i // 64, 0x30 + i % 64): -10 for i in range(1000)}
+        payload["pad"] = np.zeros(32000 + m, np.uint8)  # read directly (16 + size/32 entries); lengths differ
+        docs.append(encode_message("k", payload).data)
+    codec._PLANS.clear()
+    codec._LAYOUTS_SEEN.clear()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for data in docs:
+            decode_message(data)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert codec._LAYOUTS_SEEN  # remembered, some of them
+    assert held <= 4 << 20, f"{held:,} bytes"
+    assert held <= codec._layout_bytes <= codec._MAX_LAYOUT_BYTES  # the charge is an upper estimate
+    # a protocol step's layout is still remembered, and charged a few KB
+    codec._LAYOUTS_SEEN.clear()
+    decode_message(encode_message("gradients", {"items": np.arange(265, dtype=np.int32),
+                                                "grads": np.ones((265, 20), np.float32)}).data)
+    assert len(codec._LAYOUTS_SEEN) == 1 and codec._layout_bytes <= 2500
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "ids", "g", "V", "weights"]),
                           st.sampled_from(DTYPES), st.sampled_from(SHAPES + [(265, 20), (7,)])),

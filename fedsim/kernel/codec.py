@@ -734,10 +734,21 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
 # a later document uses it only if every byte outside the element ranges is identical, which
 # makes it the same document up to element values: its arrays are then views at the remembered
 # offsets, and the parse (about 5 us of Python for two arrays) is skipped.
+# What a layout keeps is mostly Python objects, not bytes: its keys and scalars, a tuple per
+# field, an array's shape. 1,000 fields of a 2-character key and an int take 4 KB of document and
+# 160 KB of memory, so a bound on the bytes alone let 1,024 such layouts hold 157 MiB. Each layout
+# is charged an upper estimate of its memory, and the cache is cleared before the total would pass
+# _MAX_LAYOUT_BYTES: 1 KB, plus 8 bytes per byte of the document outside the arrays (copied, and
+# the most the keys' and scalars' objects grow with it: 4 bytes of str per byte of UTF-8), plus
+# 256 per field (a tuple, a key, a value) and 256 per array (a shape, an offset, a slice of the
+# document). Measured with tracemalloc, layouts take a third to three quarters of that; a protocol
+# step's (two arrays, or one and a scalar) is charged 2 to 2.5 KB, so 1,024 of them still fit.
 _LAYOUTS_SEEN: dict[tuple[int, bytes], tuple] = {}
 _KEY_BYTES = 16
 _MAX_LAYOUTS = 1024
-_MAX_SKELETON = 4096  # bytes outside the arrays; bounds the cache at a few MB
+_MAX_SKELETON = 4096  # bytes outside the arrays: longer documents are not remembered
+_MAX_LAYOUT_BYTES = 4 << 20  # the cache's estimated memory, at most
+_layout_bytes = 0  # the estimated memory of the layouts in _LAYOUTS_SEEN
 
 
 def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int]]) -> None:
@@ -752,16 +763,21 @@ def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int
             fields.append((key, value, False))
     if next(spans, None) is not None:
         return  # a repeated key replaced an array: the document has more arrays than the payload
-    if len(data) - sum(end - start for start, end in arrays) > _MAX_SKELETON:
+    outside = len(data) - sum(end - start for start, end in arrays)
+    if outside > _MAX_SKELETON:
         return  # long strings: not worth keeping a copy of
     skeleton, at = [], 0
     for start, end in arrays:
         skeleton.append((at, data[at:start]))
         at = end
     skeleton.append((at, data[at:]))
-    if len(_LAYOUTS_SEEN) >= _MAX_LAYOUTS:
-        _LAYOUTS_SEEN.clear()
+    global _layout_bytes
+    cost = 1024 + 8 * outside + 256 * (len(fields) + len(arrays))
+    if not _LAYOUTS_SEEN or len(_LAYOUTS_SEEN) >= _MAX_LAYOUTS or _layout_bytes + cost > _MAX_LAYOUT_BYTES:
+        _LAYOUTS_SEEN.clear()  # (found empty: cleared from outside, which leaves the count behind)
+        _layout_bytes = 0
     _LAYOUTS_SEEN[len(data), data[:_KEY_BYTES]] = (kind, skeleton, fields)
+    _layout_bytes += cost
 
 
 def _fill(data: bytes, fields: list) -> dict:
