@@ -894,6 +894,34 @@ def test_a_sent_draft_reopens_only_when_nothing_else_holds_its_document():
         d.seal()
 
 
+def test_a_drafts_other_values_reach_receivers_as_its_bytes_decode_not_as_the_senders_objects(tmp_path):
+    mm = np.memmap(tmp_path / "m", np.float64, "w+", shape=(2,))
+    mm[:] = 7.0
+    template = {"w": np.zeros(2, np.float32), "ids": [1, 2], "pair": (3, 4), "lr": np.float32(0.1),
+                "n": np.int64(5), "mm": mm, "sub": {"v": np.zeros(1), "tags": ["a"], "pair": (1, 2), "y": np.float64(2)},
+                7: "an int key", b"k": b"bytes", "t": 3, "s": "x", "none": None}
+    d = codec.draft_message("k", template)
+    d.payload["w"][:] = 1.0
+    enc = d.seal()
+    first, second = codec.decode_encoded(enc), codec.decode_encoded(enc)  # two receivers in this process
+    wire = codec.decode_message(bytes(enc.data))[1]  # a receiver in another
+    _assert_same(first, wire)  # types too: lists for tuples, Python floats and ints, read-only arrays
+    _assert_same(second, wire)
+    assert first["ids"] is not template["ids"] and first["ids"] is not second["ids"]
+    assert first["sub"]["tags"] is not template["sub"]["tags"] and first["sub"]["tags"] is not second["sub"]["tags"]
+    first["ids"].append(99)
+    first["sub"]["tags"].append("b")
+    assert template["ids"] == [1, 2] and template["sub"]["tags"] == ["a"]
+    assert second["ids"] == [1, 2] and codec.decode_encoded(enc)["sub"]["tags"] == ["a"]
+    with pytest.raises(ValueError):
+        first["mm"].flags.writeable = True
+    # a key that no dict can hold once decoded (a tuple comes back a list): every receiver gets the error
+    bad = codec.draft_message("k", {"w": np.zeros(2), (1, 2): 3}).seal()
+    for receive in (codec.decode_encoded, lambda e: codec.decode_message(bytes(e.data))[1]):
+        with pytest.raises(CodecError, match="unhashable"):
+            receive(bad)
+
+
 def test_a_zeroed_draft_carries_zeros_where_nothing_was_written():
     d = codec.draft_message("k", {"w": np.ones(6, np.float64)})  # the template's values are not read
     d.payload["w"][:2] = 5.0

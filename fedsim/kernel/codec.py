@@ -439,8 +439,10 @@ class Draft:
 def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
     """A :class:`Draft` of the message ``[kind, template]``: ``template`` is a dict payload whose
     arrays give the shapes and dtypes (their values are not read), at the top level or in maps one
-    level down; its other values are encoded as ``encode_message`` encodes them. Raises
-    ``CodecError`` for what ``encode_message`` cannot encode."""
+    level down; its other values are encoded as ``encode_message`` encodes them, and reach every
+    receiver as the document's bytes decode (a tuple as a new list, a numpy scalar as a Python
+    one), never as the template's own objects. Raises ``CodecError`` for what ``encode_message``
+    cannot encode."""
     if type(template) is not dict or type(kind) is not str:
         raise CodecError("a draft needs a str kind and a dict payload")
     enc = _encoder
@@ -479,17 +481,71 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
         else:
             payload[path[0]][path[1]] = view
         layout[path] = (src.shape, dtype, offsets[i])
-    fields = []
-    for k, v in template.items():
-        if type(v) is dict:
-            fields.append((k, [(k2, layout[k, k2], True) if type(v2) is np.ndarray else (k2, v2, False)
-                               for k2, v2 in v.items()], None))
-        elif type(v) is np.ndarray:
-            fields.append((k, layout[(k,)], True))
-        else:
-            fields.append((k, v, False))
+    array_bytes, floats = enc.array_bytes, enc.floats
+    fields = _draft_fields(template, layout)
     data = memoryview(buf).toreadonly()  # what receivers decode: read-only views on it
-    return Draft(kind, payload, buf, views, Encoded(data, enc.array_bytes, enc.floats, fields))
+    return Draft(kind, payload, buf, views, Encoded(data, array_bytes, floats, fields))
+
+
+# values msgpack gives back as themselves, of the same type, and that no receiver can change: a
+# draft's layout hands them to every receiver as they are
+_AS_SENT = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def _draft_fields(template: dict, layout: dict) -> list | None:
+    """The decode layout (see ``_fill``) of a draft of ``template`` whose arrays are at
+    ``layout[key path]``: what decoding the draft's bytes gives, key for key. The other values are
+    taken as they decode from their own msgpack bytes, not as the template has them (a tuple
+    decodes to a list, a numpy scalar to a Python one, a memmap to a read-only array, and the
+    sender's objects must not reach the receivers); those that decode to a list or a map are kept
+    as those bytes and decoded anew for every receiver. None when a key decodes to something a
+    dict cannot hold (a tuple key: a list); receivers of the bytes get a ``CodecError`` then, and
+    ``decode_encoded`` gives them the same by decoding the bytes."""
+    pack = _encoder.packer.pack
+    try:
+        fields = []
+        for k, v in template.items():
+            key = k if type(k) is str else _received_key(pack, k)
+            if type(v) is dict:
+                inner = []
+                for k2, v2 in v.items():
+                    key2 = k2 if type(k2) is str else _received_key(pack, k2)
+                    inner.append((key2, layout[k, k2], True) if type(v2) is np.ndarray else
+                                 (key2, *_as_received(pack, v2)))
+                fields.append((key, inner, None))
+            elif type(v) is np.ndarray:
+                fields.append((key, layout[(k,)], True))
+            else:
+                fields.append((key, *_as_received(pack, v)))
+    except (TypeError, ValueError):  # an unhashable key (what else msgpack raises, it raises for the bytes too)
+        _encoder.packer.reset()
+        return None
+    return fields
+
+
+def _received_key(pack, key: Any) -> Any:
+    """``key`` as msgpack decodes it; TypeError if a dict cannot hold that."""
+    got = _unpack(pack(key))
+    hash(got)
+    return got
+
+
+def _as_received(pack, value: Any) -> tuple[Any, bool | None]:
+    """A draft layout's entry for ``value`` (neither a dict nor an array): ``(value as decoded,
+    False)`` when that is immutable, else ``(its msgpack bytes, None)``, for ``_fill`` to decode
+    for each receiver."""
+    if type(value) in _AS_SENT:
+        return value, False
+    packed = pack(value)
+    got = _unpack(packed)
+    if type(got) in _AS_SENT or type(got) is np.ndarray:  # (decoded arrays are read-only, for good)
+        return got, False
+    return packed, None
+
+
+def _unpack(packed: bytes) -> Any:
+    """What msgpack's decoder makes of ``packed``, a value this process encoded."""
+    return msgpack.unpackb(packed, ext_hook=_ext_hook, raw=False, strict_map_key=False)
 
 
 def encode(obj: Any) -> Encoded:
@@ -782,8 +838,9 @@ def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int
 
 def _fill(data: bytes, fields: list) -> dict:
     """The payload of a document whose layout is ``fields``: arrays as views on ``data`` (entries
-    ``(key, (shape, dtype, offset), True)``), scalars (``(key, value, False)``) and maps one level
-    down (``(key, their fields, None)``, a draft's)."""
+    ``(key, (shape, dtype, offset), True)``), immutable scalars (``(key, value, False)``), and, in
+    a draft's, maps one level down (``(key, their fields, None)``) and values decoded anew for
+    each call from their msgpack bytes (``(key, bytes, None)``: lists, maps)."""
     payload = {}
     for key, value, is_array in fields:
         if is_array:
@@ -793,7 +850,7 @@ def _fill(data: bytes, fields: list) -> dict:
                 value = value.copy()
                 value.flags.writeable = False
         elif is_array is None:
-            value = _fill(data, value)
+            value = _fill(data, value) if type(value) is list else _unpack(value)
         payload[key] = value
     return payload
 
