@@ -922,6 +922,26 @@ def test_a_drafts_other_values_reach_receivers_as_its_bytes_decode_not_as_the_se
             receive(bad)
 
 
+def test_arrays_decoded_from_a_sealed_draft_cannot_be_made_writable():
+    """As arrays decoded from bytes: a receiver that sets the flag again gets a ValueError, and
+    cannot write into the sender's document or the arrays of the broadcast's other receivers."""
+    d = codec.draft_message("model", {"t": 1, "V": np.zeros(4, np.float32), "m": {"b": np.zeros(2)}})
+    d.payload["V"][:] = [1, 2, 3, 4]
+    enc = d.seal()
+    alice, bob = codec.decode_encoded(enc), codec.decode_encoded(enc)
+    part = alice["V"][1:]
+    for arr in (alice["V"], alice["m"]["b"], part, alice["V"].view(np.int32), np.asarray(enc.data)):
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            arr.flags.writeable = True
+    assert bob["V"].tolist() == [1, 2, 3, 4]
+    assert codec.decode_message(bytes(enc.data))[1]["V"].tolist() == [1, 2, 3, 4]
+    # and the draft still knows who holds them: a view of a receiver's array is enough
+    del enc, alice, bob
+    assert not d.reopen()
+    del part
+    assert d.reopen() and d.payload["V"].flags.writeable
+
+
 def test_a_zeroed_draft_carries_zeros_where_nothing_was_written():
     d = codec.draft_message("k", {"w": np.ones(6, np.float64)})  # the template's values are not read
     d.payload["w"][:2] = 5.0

@@ -380,16 +380,19 @@ class Draft:
     copying all of it into every message.
     """
 
-    __slots__ = ("kind", "payload", "_buffer", "_views", "_encoded", "_sent_views", "_refs_at_seal")
+    __slots__ = ("kind", "payload", "_buffer", "_shared", "_views", "_encoded", "_sent_views", "_refs_at_seal")
 
     def __init__(self, kind: str, payload: dict, buffer: np.ndarray, views: list, encoded: Encoded) -> None:
         self.kind = kind
         self.payload = payload
         self._buffer = buffer
+        # the read-only array over the buffer that ``encoded.data`` is a memoryview of, and that
+        # every array a receiver decodes from it has as its base
+        self._shared = encoded.data.obj
         self._views = views
         self._encoded = encoded
         self._sent_views: list | None = None
-        self._refs_at_seal: tuple[int, int, int] | None = None
+        self._refs_at_seal: tuple[int, int, int, int] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -424,12 +427,14 @@ class Draft:
         self._views, self._sent_views = self._sent_views, None
         return True
 
-    def _refs(self) -> tuple[int, int, int]:
-        # references to the document, to its bytes and to the buffer under them (NumPy makes a
-        # receiver's arrays refer to the buffer itself); compared only with the same call at seal
-        # time, so the counts' own offsets cancel out
+    def _refs(self) -> tuple[int, int, int, int]:
+        # references to the document, to its bytes, to the read-only array under them (a
+        # receiver's arrays refer to it: NumPy unwraps the memoryview) and to the buffer under
+        # that (reachable from it); compared only with the same call at seal time, so the counts'
+        # own offsets cancel out
         enc = self._encoded
-        return sys.getrefcount(enc), sys.getrefcount(enc.data), sys.getrefcount(self._buffer)
+        return (sys.getrefcount(enc), sys.getrefcount(enc.data), sys.getrefcount(self._shared),
+                sys.getrefcount(self._buffer))
 
     def __repr__(self) -> str:
         state = "sealed" if self._views is None else "open"
@@ -483,7 +488,13 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
         layout[path] = (src.shape, dtype, offsets[i])
     array_bytes, floats = enc.array_bytes, enc.floats
     fields = _draft_fields(template, layout)
-    data = memoryview(buf).toreadonly()  # what receivers decode: read-only views on it
+    # What receivers decode. NumPy lets anyone set a view's writeable flag again when its base is
+    # a writable array, and takes the object under a memoryview as the base: receivers' arrays on
+    # memoryview(buf) had buf, so one receiver could write into the sender's document and every
+    # other receiver's arrays. An array that frombuffer makes of a read-only memoryview keeps that
+    # memoryview as its base, which refuses a writable buffer: their flag stays down for good.
+    shared = np.frombuffer(memoryview(buf).toreadonly(), np.uint8)
+    data = memoryview(shared)
     return Draft(kind, payload, buf, views, Encoded(data, array_bytes, floats, fields))
 
 
