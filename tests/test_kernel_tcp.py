@@ -361,6 +361,41 @@ def test_control_frames_do_not_depend_on_max_message_bytes():
     assert_no_orphans(net)
 
 
+def test_many_processes_start_whatever_max_message_bytes():
+    # the review's reproduction: the coordinator's directory of 8 processes (some 300 bytes) was
+    # read by the workers under max_frame_bytes = 125, and every one of them left with status 3
+    async def idle(ctx):
+        return 1
+
+    net = TcpNetwork(processes=8, max_message_bytes=100)
+    for i in range(8):
+        net.add_node(f"n{i}", idle)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and res.results == {f"n{i}": 1 for i in range(8)} and len(net.pids) == 8
+    assert_no_orphans(net)
+
+
+def test_a_control_frame_a_worker_cannot_read_is_the_error_not_its_exit(monkeypatch):
+    real = tcp._Coordinator._send
+
+    def send(self, c, obj):
+        if obj["op"] == "directory":  # a document that is not a control message
+            c.writer.write(tcp._pack(["not", "a", "map"]))
+        else:
+            real(self, c, obj)
+
+    monkeypatch.setattr(tcp._Coordinator, "_send", send)
+    net = _star(TcpNetwork(processes=3))
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    text = str(info.value)
+    assert text.startswith("process ") and "could not read a control frame from the launching process" in text
+    assert "not a map with an 'op'" in text and "exited with status" not in text, text
+    assert info.value.kind == "frame" and info.value.process in (0, 1, 2)
+    assert info.value.nodes == tuple(net.groups[info.value.process])
+    assert_no_orphans(net)
+
+
 def test_a_return_value_longer_than_a_control_frame_comes_back_whole():
     big = np.arange(600_000, dtype=np.float64)  # 4.8 MB: in pieces of at most CONTROL_FRAME_BYTES
 

@@ -78,7 +78,9 @@ limit) on arrival, and a malformed one ends the run the same way, naming its sen
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
 at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
-status or signal). An actor that raises ends it with ``ActorError`` naming the actor (the
+status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
+control message) ends it the same way, with what was wrong with it: not with the exit status of
+the worker that leaves because of it. An actor that raises ends it with ``ActorError`` naming the actor (the
 original exception rebuilt from its type and message, with the remote traceback as a note); a
 return value the codec cannot encode is an ``ActorError`` naming the actor too. In every
 outcome, children still alive are told to abort, killed (SIGKILL) after a bounded grace period,
@@ -738,6 +740,10 @@ class _Worker:
             self.stopping = True
             ctl_task.cancel()
             server.close()
+            try:  # a failure report still buffered goes out before the process leaves (os._exit)
+                await asyncio.wait_for(self.ctl.drain(), 1.0)
+            except Exception:  # noqa: BLE001 - the coordinator is gone
+                pass
 
     async def _op(self, name: str) -> dict | None:
         """The next control message, which must be ``name``; None once told to abort."""
@@ -776,7 +782,7 @@ class _Worker:
     async def _control(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                msg = await _read_doc(reader, self.net.max_frame_bytes)
+                msg = await _read_doc(reader, CONTROL_FRAME_BYTES)
                 if msg["op"] == "poll":
                     self._send_ctl(self._status(msg["wave"]))
                 else:
@@ -785,7 +791,13 @@ class _Worker:
                     self.ops.put_nowait(msg)
         except asyncio.CancelledError:
             raise
-        except BaseException:  # noqa: BLE001 - the coordinator is gone or spoke nonsense: leave
+        except (asyncio.IncompleteReadError, ConnectionError):  # the coordinator is gone: leave
+            self.ops.put_nowait({"op": "abort"})
+        except BaseException as exc:  # noqa: BLE001 - it spoke nonsense: say what, then leave
+            # (left unsaid, the run's error was only this worker's exit status)
+            net = self.net
+            self.fail("frame", f"{net.describe_process(self.proc)} could not read a control frame from the "
+                      f"launching process: {type(exc).__name__}: {exc}", node=net.groups[self.proc][0])
             self.ops.put_nowait({"op": "abort"})
 
     def _status(self, wave: int) -> dict:
@@ -1097,7 +1109,7 @@ class _Failed(Exception):
 
 class _Child:
     __slots__ = ("proc", "pid", "writer", "host", "port", "ready", "status", "report", "done", "eof", "died",
-                 "left_unasked")
+                 "left_unasked", "reported")
 
     def __init__(self, proc: int, pid: int) -> None:
         self.proc = proc
@@ -1106,6 +1118,7 @@ class _Child:
         self.host = ""
         self.died = False
         self.left_unasked = False  # its control connection closed before any abort
+        self.reported = False  # it reported a failure
         self.port: int | None = None
         self.ready = False
         self.status: dict | None = None
@@ -1246,6 +1259,7 @@ class _Coordinator:
             if msg.get("wave") == self.wave:
                 c.status = msg
         elif op == "fail":
+            c.reported = True
             self._fail(msg)
         elif op == "report":
             c.report["proc"], c.report["last"] = msg["proc"], msg["last"]
@@ -1269,13 +1283,16 @@ class _Coordinator:
         self.changed.set()
 
     def _died(self, c: _Child) -> None:
-        """Record how ``c`` ended (once), unless it left because it was told to."""
+        """Record how ``c`` ended (once), unless it left because it was told to or after it
+        reported a failure itself."""
         if c.died:
             return
         status = self.net.exit_status.get(c.pid)
-        if (self.aborted and not c.left_unasked and status is not None and os.WIFEXITED(status)
-                and os.WEXITSTATUS(status) in (0, 3)):
-            return  # it left because it was told to
+        if (status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 3)
+                and (c.reported or self.aborted and not c.left_unasked)):
+            # it left because it was told to, or after saying what went wrong (a death is first
+            # among failures: its exit would hide what it said)
+            return
         c.died = True
         how = "closed its control connection" if status is None else \
             "ended (reaped elsewhere)" if status == -1 else _status_text(status)
