@@ -145,12 +145,33 @@ def test_arbitrary_bytes_decode_or_raise_codec_error(data):
 
 
 @pytest.mark.parametrize("value", [object(), {1, 2}, np.array(["a"]), np.array([1 + 2j]),
-                                   np.zeros(2, dtype=object)])
+                                   np.zeros(2, dtype=object), memoryview(np.arange(10)[::2])])
 def test_unencodable_values_raise_codec_error(value):
     with pytest.raises(CodecError):
         encode({"x": value})
     # the per-thread packer is usable again after a failure
     assert decode(encode({"ok": 1}).data) == {"ok": 1}
+
+
+@pytest.mark.parametrize("make", [lambda: np.ma.masked_array([1.0, -1e30, 3.0], mask=[False, True, False]),
+                                  lambda: np.asmatrix(np.zeros((1, 2)))], ids=["masked", "matrix"])
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_ndarray_subclasses_are_refused_rather_than_stripped_of_their_state(make):
+    from fedsim.kernel.codec import draft_message
+    value = make()
+    for encoding in (lambda: encode(value), lambda: encode({"m": [value]}), lambda: encode_message("k", {"m": value}),
+                     lambda: encode_message("k", {"d": {"m": value}}), lambda: encode_message("k", [value]),
+                     lambda: draft_message("k", {"w": np.zeros(2), "m": value})):
+        with pytest.raises(CodecError, match=f"{type(value).__name__}: an ndarray subclass"):
+            encoding()
+    assert decode(encode({"ok": 1}).data) == {"ok": 1}
+
+
+def test_a_memmap_travels_as_the_plain_array_it_is(tmp_path):
+    mm = np.memmap(tmp_path / "a.bin", np.float32, "w+", shape=(3, 2))
+    mm[:] = np.arange(6).reshape(3, 2)
+    for got in (decode(encode(mm).data), decode_message(encode_message("k", {"m": mm}).data)[1]["m"]):
+        assert type(got) is np.ndarray and got.dtype == np.float32 and got.tolist() == mm.tolist()
 
 
 _PAYLOADS = [
@@ -363,10 +384,13 @@ def test_arbitrary_message_bytes_decode_or_raise_codec_error(tail):
             pass
 
 
-@pytest.mark.parametrize("value", [object(), np.array(["a"]), np.zeros(2, dtype=object), "\ud800"])
+@pytest.mark.parametrize("value", [object(), np.array(["a"]), np.zeros(2, dtype=object), "\ud800",
+                                   memoryview(np.arange(10)[::2])])
 def test_message_writer_errors_are_codec_errors(value):
     with pytest.raises(CodecError):
         encode_message("k", {"ok": np.ones(2), "bad": value})
+    with pytest.raises(CodecError):
+        encode_message("k", [value])
     assert decode_message(encode_message("k", {"ok": 1}).data) == ("k", {"ok": 1})
 
 
@@ -413,6 +437,40 @@ def test_layouts_with_long_strings_are_not_remembered():
     assert not codec._LAYOUTS_SEEN
     decode_message(encode_message("k", {"x": np.ones(3), "note": "short"}).data)
     assert len(codec._LAYOUTS_SEEN) == 1
+
+
+def test_the_layout_cache_holds_no_more_memory_than_its_bound():
+    """The review's reproduction, shorter: layouts of 1,000 fields of a 2-character key and -10
+    (4 KB of document outside the arrays, 160 KB of Python objects each); 64 of them held 10 MB
+    where the cache was said to take a few MB."""
+    import gc
+
+    from fedsim.kernel import codec
+    docs = []
+    for m in range(64):
+        payload = {"%c%c" % (0x30 + i // 64, 0x30 + i % 64): -10 for i in range(1000)}
+        payload["pad"] = np.zeros(32000 + m, np.uint8)  # read directly (16 + size/32 entries); lengths differ
+        docs.append(encode_message("k", payload).data)
+    codec._PLANS.clear()
+    codec._LAYOUTS_SEEN.clear()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for data in docs:
+            decode_message(data)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert codec._LAYOUTS_SEEN  # remembered, some of them
+    assert held <= 4 << 20, f"{held:,} bytes"
+    assert held <= codec._layout_bytes <= codec._MAX_LAYOUT_BYTES  # the charge is an upper estimate
+    # a protocol step's layout is still remembered, and charged a few KB
+    codec._LAYOUTS_SEEN.clear()
+    decode_message(encode_message("gradients", {"items": np.arange(265, dtype=np.int32),
+                                                "grads": np.ones((265, 20), np.float32)}).data)
+    assert len(codec._LAYOUTS_SEEN) == 1 and codec._layout_bytes <= 2500
 
 
 @settings(max_examples=150, deadline=None)
@@ -711,6 +769,28 @@ def test_direct_reader_hands_maps_of_many_small_entries_to_the_costed_decoder():
         assert codec._read_message(data, len(data)) is not None
 
 
+def test_direct_reader_counts_the_entries_of_maps_one_level_down_against_the_same_limit():
+    # the review's reproduction: 4,000 maps of 15 entries (a 2-character key and -10) under
+    # distinct 2-character keys. Each map alone is under the limit; read directly, all of them took
+    # 28 bytes per input byte, where decode() refuses the same bytes
+    def key(i):
+        return b"\xa2" + bytes((0x30 + i // 64, 0x30 + i % 64))
+
+    inner = b"\x8f" + b"".join(key(j) + b"\xf6" for j in range(15))
+    data = b"\x92\xa1k\xde" + struct.pack(">H", 4000) + b"".join(key(i) + inner for i in range(4000))
+    assert codec._read_message(data, len(data)) is None
+    for fn in (decode_message, decode):
+        codec._LAYOUTS_SEEN.clear()
+        exc, peak = _peak(fn, data)
+        assert isinstance(exc, CodecError) and "bytes of Python objects" in str(exc), exc
+        assert peak <= BOUND_PER_BYTE * len(data) + BOUND_SLACK
+    # a model of many arrays one level down is still read directly: views on the bytes
+    model = {f"layer{i}.W": np.ones((8, 8), np.float32) for i in range(100)}
+    data = encode_message("update", {"t": 1, "model": model}).data
+    assert codec._read_message(data, len(data)) is not None
+    assert all(v.base is data for v in decode_message(data)[1]["model"].values())
+
+
 def test_remembered_layouts_never_admit_other_ext_types_or_structures():
     data = bytearray(encode_message("k", {"a": np.arange(3, dtype=np.int32), "t": 1}).data)
     decode_message(bytes(data))  # remembered
@@ -812,6 +892,54 @@ def test_a_sent_draft_reopens_only_when_nothing_else_holds_its_document():
         V[0, 0] = 1.0
     with pytest.raises(codec.CodecError, match="already sent"):
         d.seal()
+
+
+def test_a_drafts_other_values_reach_receivers_as_its_bytes_decode_not_as_the_senders_objects(tmp_path):
+    mm = np.memmap(tmp_path / "m", np.float64, "w+", shape=(2,))
+    mm[:] = 7.0
+    template = {"w": np.zeros(2, np.float32), "ids": [1, 2], "pair": (3, 4), "lr": np.float32(0.1),
+                "n": np.int64(5), "mm": mm, "sub": {"v": np.zeros(1), "tags": ["a"], "pair": (1, 2), "y": np.float64(2)},
+                7: "an int key", b"k": b"bytes", "t": 3, "s": "x", "none": None}
+    d = codec.draft_message("k", template)
+    d.payload["w"][:] = 1.0
+    enc = d.seal()
+    first, second = codec.decode_encoded(enc), codec.decode_encoded(enc)  # two receivers in this process
+    wire = codec.decode_message(bytes(enc.data))[1]  # a receiver in another
+    _assert_same(first, wire)  # types too: lists for tuples, Python floats and ints, read-only arrays
+    _assert_same(second, wire)
+    assert first["ids"] is not template["ids"] and first["ids"] is not second["ids"]
+    assert first["sub"]["tags"] is not template["sub"]["tags"] and first["sub"]["tags"] is not second["sub"]["tags"]
+    first["ids"].append(99)
+    first["sub"]["tags"].append("b")
+    assert template["ids"] == [1, 2] and template["sub"]["tags"] == ["a"]
+    assert second["ids"] == [1, 2] and codec.decode_encoded(enc)["sub"]["tags"] == ["a"]
+    with pytest.raises(ValueError):
+        first["mm"].flags.writeable = True
+    # a key that no dict can hold once decoded (a tuple comes back a list): every receiver gets the error
+    bad = codec.draft_message("k", {"w": np.zeros(2), (1, 2): 3}).seal()
+    for receive in (codec.decode_encoded, lambda e: codec.decode_message(bytes(e.data))[1]):
+        with pytest.raises(CodecError, match="unhashable"):
+            receive(bad)
+
+
+def test_arrays_decoded_from_a_sealed_draft_cannot_be_made_writable():
+    """As arrays decoded from bytes: a receiver that sets the flag again gets a ValueError, and
+    cannot write into the sender's document or the arrays of the broadcast's other receivers."""
+    d = codec.draft_message("model", {"t": 1, "V": np.zeros(4, np.float32), "m": {"b": np.zeros(2)}})
+    d.payload["V"][:] = [1, 2, 3, 4]
+    enc = d.seal()
+    alice, bob = codec.decode_encoded(enc), codec.decode_encoded(enc)
+    part = alice["V"][1:]
+    for arr in (alice["V"], alice["m"]["b"], part, alice["V"].view(np.int32), np.asarray(enc.data)):
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            arr.flags.writeable = True
+    assert bob["V"].tolist() == [1, 2, 3, 4]
+    assert codec.decode_message(bytes(enc.data))[1]["V"].tolist() == [1, 2, 3, 4]
+    # and the draft still knows who holds them: a view of a receiver's array is enough
+    del enc, alice, bob
+    assert not d.reopen()
+    del part
+    assert d.reopen() and d.payload["V"].flags.writeable
 
 
 def test_a_zeroed_draft_carries_zeros_where_nothing_was_written():

@@ -26,7 +26,8 @@ from fedsim.kernel import (
     TransportError,
 )
 from fedsim.kernel.ledger import COLUMNS
-from fedsim.kernel.tcp import FRAME_OVERHEAD
+from fedsim.kernel import tcp
+from fedsim.kernel.tcp import CONTROL_FRAME_BYTES, FRAME_OVERHEAD
 from fedsim.protocols import REGISTRY
 
 NAMES = list(REGISTRY)
@@ -332,6 +333,114 @@ def test_a_message_above_the_bound_is_refused_at_the_sender():
     cause = info.value.__cause__
     assert isinstance(cause, MessageTooLargeError)
     assert cause.node == "sender" and cause.kind == "blob" and cause.nbytes > 8000 and cause.limit == 4000
+    assert_no_orphans(net)
+
+
+def test_control_frames_do_not_depend_on_max_message_bytes():
+    """The review's reproduction: every message is small, but the workers' reports (ledger rows,
+    here 2,100 of them with 600-character kinds: two frames of 2,000 would not fit the control
+    bound) were read under max_frame_bytes + 4 KiB and the run failed at its end."""
+    kind = "tick" * 150
+    count = 2100
+
+    async def sender(ctx):
+        for i in range(count):
+            await ctx.send("sink", kind, {"i": i})
+
+    async def sink(ctx):
+        for _ in range(count):
+            await ctx.receive(kind, timeout=30.0)
+
+    net = TcpNetwork(processes=2, max_message_bytes=4000)
+    net.add_node("sender", sender)
+    net.add_node("sink", sink)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and len(net.ledger.rows) == count
+    cols = net.ledger.columns()
+    assert set(cols["status"]) == {"delivered"} and all(cols["read"])
+    assert_no_orphans(net)
+
+
+def test_many_processes_start_whatever_max_message_bytes():
+    # the review's reproduction: the coordinator's directory of 8 processes (some 300 bytes) was
+    # read by the workers under max_frame_bytes = 125, and every one of them left with status 3
+    async def idle(ctx):
+        return 1
+
+    net = TcpNetwork(processes=8, max_message_bytes=100)
+    for i in range(8):
+        net.add_node(f"n{i}", idle)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and res.results == {f"n{i}": 1 for i in range(8)} and len(net.pids) == 8
+    assert_no_orphans(net)
+
+
+def test_a_control_frame_a_worker_cannot_read_is_the_error_not_its_exit(monkeypatch):
+    real = tcp._Coordinator._send
+
+    def send(self, c, obj):
+        if obj["op"] == "directory":  # a document that is not a control message
+            c.writer.write(tcp._pack(["not", "a", "map"]))
+        else:
+            real(self, c, obj)
+
+    monkeypatch.setattr(tcp._Coordinator, "_send", send)
+    net = _star(TcpNetwork(processes=3))
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    text = str(info.value)
+    assert text.startswith("process ") and "could not read a control frame from the launching process" in text
+    assert "not a map with an 'op'" in text and "exited with status" not in text, text
+    assert info.value.kind == "frame" and info.value.process in (0, 1, 2)
+    assert info.value.nodes == tuple(net.groups[info.value.process])
+    assert_no_orphans(net)
+
+
+def test_a_return_value_longer_than_a_control_frame_comes_back_whole():
+    big = np.arange(600_000, dtype=np.float64)  # 4.8 MB: in pieces of at most CONTROL_FRAME_BYTES
+
+    async def returns_big(ctx):
+        return {"x": big}
+
+    net = TcpNetwork(processes=2)
+    net.add_node("big", returns_big)
+    net.add_node("small", _done)
+    assert big.nbytes > 4 * CONTROL_FRAME_BYTES
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert np.array_equal(res.results["big"]["x"], big)
+    assert_no_orphans(net)
+
+
+def test_an_actor_exception_longer_than_a_control_frame_arrives_cut():
+    async def loud(ctx):
+        raise ValueError("bad " * 500_000)  # 2 MB of message, and as much traceback
+
+    net = TcpNetwork(processes=2, max_message_bytes=4000)
+    net.add_node("loud", loud)
+    net.add_node("fine", _done)
+    with pytest.raises(ActorError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    cause = info.value.__cause__
+    assert info.value.node == "loud" and isinstance(cause, ValueError)
+    assert str(cause).startswith("bad bad") and "characters cut" in str(cause) and len(str(cause)) < 70_000
+    assert_no_orphans(net)
+
+
+def test_a_malformed_control_frame_is_the_error_not_the_exit_it_leads_to(monkeypatch):
+    # a worker's status (answer to a poll) over the control-frame bound: refused, the workers are
+    # told to abort and leave with status 3, which is no failure of its own
+    real = tcp._Worker._status
+
+    def oversized(self, wave):
+        return {**real(self, wave), "pad": "x" * (CONTROL_FRAME_BYTES + 1)} if self.proc == 1 else real(self, wave)
+
+    monkeypatch.setattr(tcp._Worker, "_status", oversized)
+    net = _star(TcpNetwork(processes=3, max_message_bytes=4000))
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    text = str(info.value)
+    assert text.startswith("process 1 (") and "sent a malformed control frame" in text and "above the bound" in text
+    assert "exited with status" not in text and info.value.kind == "frame" and info.value.process == 1
     assert_no_orphans(net)
 
 

@@ -37,7 +37,7 @@ item is charged the Python objects it will become. A document whose objects woul
 is refused with a ``CodecError`` that says so; that takes many tiny containers or scalars (an
 empty list is a 56-byte object and one byte of msgpack), never arrays or the maps of arrays and
 scalars that protocols send. ``decode_message`` reads a map of more than 16 + size/32 entries
-with the same costed decoder instead of directly. Measured with tracemalloc over a million fuzzed
+(counting those of the maps one level down in it) with the same costed decoder instead of directly. Measured with tracemalloc over a million fuzzed
 inputs (``benchmarks/fuzz_codec.py``), a decode's peak allocation stays within 17 bytes per input
 byte plus 48 KiB (worst seen: 13.6 bytes per byte beyond the 48 KiB), apart from CPython now and
 then rebuilding its table of interned strings (msgpack interns map keys), a cost of the process's
@@ -185,7 +185,15 @@ class _Encoder(threading.local):
         self.packer = msgpack.Packer(default=self.default, use_bin_type=True, autoreset=True)
 
     def default(self, obj: Any) -> Any:
+        if type(obj) is np.ndarray:
+            return self._array(obj)
         if isinstance(obj, np.ndarray):
+            if not isinstance(obj, np.memmap):
+                # a subclass's own state (a masked array's mask, a matrix's semantics) has no place
+                # in the array ext: it would be dropped without a word
+                raise CodecError(f"cannot encode {type(obj).__module__}.{type(obj).__name__}: an ndarray subclass "
+                                 f"(only numpy.ndarray and numpy.memmap travel; convert it, e.g. with "
+                                 f"np.asarray or MaskedArray.filled)")
             return self._array(obj)
         if isinstance(obj, np.generic):
             # numpy scalars become plain msgpack scalars (a 0-d array is the way to keep a dtype)
@@ -372,16 +380,19 @@ class Draft:
     copying all of it into every message.
     """
 
-    __slots__ = ("kind", "payload", "_buffer", "_views", "_encoded", "_sent_views", "_refs_at_seal")
+    __slots__ = ("kind", "payload", "_buffer", "_shared", "_views", "_encoded", "_sent_views", "_refs_at_seal")
 
     def __init__(self, kind: str, payload: dict, buffer: np.ndarray, views: list, encoded: Encoded) -> None:
         self.kind = kind
         self.payload = payload
         self._buffer = buffer
+        # the read-only array over the buffer that ``encoded.data`` is a memoryview of, and that
+        # every array a receiver decodes from it has as its base
+        self._shared = encoded.data.obj
         self._views = views
         self._encoded = encoded
         self._sent_views: list | None = None
-        self._refs_at_seal: tuple[int, int, int] | None = None
+        self._refs_at_seal: tuple[int, int, int, int] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -416,12 +427,14 @@ class Draft:
         self._views, self._sent_views = self._sent_views, None
         return True
 
-    def _refs(self) -> tuple[int, int, int]:
-        # references to the document, to its bytes and to the buffer under them (NumPy makes a
-        # receiver's arrays refer to the buffer itself); compared only with the same call at seal
-        # time, so the counts' own offsets cancel out
+    def _refs(self) -> tuple[int, int, int, int]:
+        # references to the document, to its bytes, to the read-only array under them (a
+        # receiver's arrays refer to it: NumPy unwraps the memoryview) and to the buffer under
+        # that (reachable from it); compared only with the same call at seal time, so the counts'
+        # own offsets cancel out
         enc = self._encoded
-        return sys.getrefcount(enc), sys.getrefcount(enc.data), sys.getrefcount(self._buffer)
+        return (sys.getrefcount(enc), sys.getrefcount(enc.data), sys.getrefcount(self._shared),
+                sys.getrefcount(self._buffer))
 
     def __repr__(self) -> str:
         state = "sealed" if self._views is None else "open"
@@ -431,8 +444,10 @@ class Draft:
 def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
     """A :class:`Draft` of the message ``[kind, template]``: ``template`` is a dict payload whose
     arrays give the shapes and dtypes (their values are not read), at the top level or in maps one
-    level down; its other values are encoded as ``encode_message`` encodes them. Raises
-    ``CodecError`` for what ``encode_message`` cannot encode."""
+    level down; its other values are encoded as ``encode_message`` encodes them, and reach every
+    receiver as the document's bytes decode (a tuple as a new list, a numpy scalar as a Python
+    one), never as the template's own objects. Raises ``CodecError`` for what ``encode_message``
+    cannot encode."""
     if type(template) is not dict or type(kind) is not str:
         raise CodecError("a draft needs a str kind and a dict payload")
     enc = _encoder
@@ -471,22 +486,83 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
         else:
             payload[path[0]][path[1]] = view
         layout[path] = (src.shape, dtype, offsets[i])
-    fields = []
-    for k, v in template.items():
-        if type(v) is dict:
-            fields.append((k, [(k2, layout[k, k2], True) if type(v2) is np.ndarray else (k2, v2, False)
-                               for k2, v2 in v.items()], None))
-        elif type(v) is np.ndarray:
-            fields.append((k, layout[(k,)], True))
-        else:
-            fields.append((k, v, False))
-    data = memoryview(buf).toreadonly()  # what receivers decode: read-only views on it
-    return Draft(kind, payload, buf, views, Encoded(data, enc.array_bytes, enc.floats, fields))
+    array_bytes, floats = enc.array_bytes, enc.floats
+    fields = _draft_fields(template, layout)
+    # What receivers decode. NumPy lets anyone set a view's writeable flag again when its base is
+    # a writable array, and takes the object under a memoryview as the base: receivers' arrays on
+    # memoryview(buf) had buf, so one receiver could write into the sender's document and every
+    # other receiver's arrays. An array that frombuffer makes of a read-only memoryview keeps that
+    # memoryview as its base, which refuses a writable buffer: their flag stays down for good.
+    shared = np.frombuffer(memoryview(buf).toreadonly(), np.uint8)
+    data = memoryview(shared)
+    return Draft(kind, payload, buf, views, Encoded(data, array_bytes, floats, fields))
+
+
+# values msgpack gives back as themselves, of the same type, and that no receiver can change: a
+# draft's layout hands them to every receiver as they are
+_AS_SENT = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def _draft_fields(template: dict, layout: dict) -> list | None:
+    """The decode layout (see ``_fill``) of a draft of ``template`` whose arrays are at
+    ``layout[key path]``: what decoding the draft's bytes gives, key for key. The other values are
+    taken as they decode from their own msgpack bytes, not as the template has them (a tuple
+    decodes to a list, a numpy scalar to a Python one, a memmap to a read-only array, and the
+    sender's objects must not reach the receivers); those that decode to a list or a map are kept
+    as those bytes and decoded anew for every receiver. None when a key decodes to something a
+    dict cannot hold (a tuple key: a list); receivers of the bytes get a ``CodecError`` then, and
+    ``decode_encoded`` gives them the same by decoding the bytes."""
+    pack = _encoder.packer.pack
+    try:
+        fields = []
+        for k, v in template.items():
+            key = k if type(k) is str else _received_key(pack, k)
+            if type(v) is dict:
+                inner = []
+                for k2, v2 in v.items():
+                    key2 = k2 if type(k2) is str else _received_key(pack, k2)
+                    inner.append((key2, layout[k, k2], True) if type(v2) is np.ndarray else
+                                 (key2, *_as_received(pack, v2)))
+                fields.append((key, inner, None))
+            elif type(v) is np.ndarray:
+                fields.append((key, layout[(k,)], True))
+            else:
+                fields.append((key, *_as_received(pack, v)))
+    except (TypeError, ValueError):  # an unhashable key (what else msgpack raises, it raises for the bytes too)
+        _encoder.packer.reset()
+        return None
+    return fields
+
+
+def _received_key(pack, key: Any) -> Any:
+    """``key`` as msgpack decodes it; TypeError if a dict cannot hold that."""
+    got = _unpack(pack(key))
+    hash(got)
+    return got
+
+
+def _as_received(pack, value: Any) -> tuple[Any, bool | None]:
+    """A draft layout's entry for ``value`` (neither a dict nor an array): ``(value as decoded,
+    False)`` when that is immutable, else ``(its msgpack bytes, None)``, for ``_fill`` to decode
+    for each receiver."""
+    if type(value) in _AS_SENT:
+        return value, False
+    packed = pack(value)
+    got = _unpack(packed)
+    if type(got) in _AS_SENT or type(got) is np.ndarray:  # (decoded arrays are read-only, for good)
+        return got, False
+    return packed, None
+
+
+def _unpack(packed: bytes) -> Any:
+    """What msgpack's decoder makes of ``packed``, a value this process encoded."""
+    return msgpack.unpackb(packed, ext_hook=_ext_hook, raw=False, strict_map_key=False)
 
 
 def encode(obj: Any) -> Encoded:
     """Encode ``obj`` (None, bool, int, float, str, bytes, list/tuple, dict, numpy arrays and
-    scalars, nested) into one msgpack document.
+    scalars, nested) into one msgpack document. Arrays are ``numpy.ndarray`` or ``numpy.memmap``
+    instances; other ndarray subclasses (masked arrays, matrices) are refused.
 
     Raises ``CodecError`` for values outside that set (no pickle fallback).
     """
@@ -512,7 +588,8 @@ def _counted(fn, *args: Any) -> Any:
     except CodecError:
         enc.packer.reset()
         raise
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, BufferError) as exc:
+        # (BufferError: a memoryview msgpack cannot take as one contiguous block)
         enc.packer.reset()
         raise CodecError(f"cannot encode value: {exc}") from exc
 
@@ -646,7 +723,9 @@ def _read_message(data: bytes, n: int, nested: bool = True) -> tuple[str, dict] 
 
 def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[dict, int] | None:
     """The map of str keys to arrays and scalars at ``pos`` (and, ``depth`` more levels down,
-    maps of the same kind), and where it ends; ``None`` for anything else."""
+    maps of the same kind), and where it ends; ``None`` for anything else, and for a map whose
+    entries, with those of the maps in it, number more than 16 + size/32 (msgpack's decoder
+    then costs them)."""
     t = data[pos]
     if 0x80 <= t <= 0x8F:
         count = t & 0x0F
@@ -659,6 +738,7 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
     else:
         return None
     payload: dict[str, Any] = {}
+    inner = 0  # entries of the maps one level down, so far
     for _ in range(count):
         key, pos = _read_str(data, pos)
         if key is None:
@@ -698,6 +778,12 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
             value = _CONSTANTS[t]
             pos += 1
         elif depth > 0 and (0x80 <= t <= 0x8F or t == 0xDE):
+            # the limit on entries is what bounds the objects built without _scan's costing: it
+            # holds for every entry read here, not for each map alone (many maps of 15 small
+            # entries would take twice the documented memory per byte)
+            inner += t & 0x0F if t != 0xDE else _U16.unpack_from(data, pos + 1)[0]
+            if count + inner > 16 + (n >> 5):
+                return None
             got = _read_map(data, pos, n, arrays, depth - 1)
             if got is None:
                 return None
@@ -715,10 +801,21 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
 # a later document uses it only if every byte outside the element ranges is identical, which
 # makes it the same document up to element values: its arrays are then views at the remembered
 # offsets, and the parse (about 5 us of Python for two arrays) is skipped.
+# What a layout keeps is mostly Python objects, not bytes: its keys and scalars, a tuple per
+# field, an array's shape. 1,000 fields of a 2-character key and an int take 4 KB of document and
+# 160 KB of memory, so a bound on the bytes alone let 1,024 such layouts hold 157 MiB. Each layout
+# is charged an upper estimate of its memory, and the cache is cleared before the total would pass
+# _MAX_LAYOUT_BYTES: 1 KB, plus 8 bytes per byte of the document outside the arrays (copied, and
+# the most the keys' and scalars' objects grow with it: 4 bytes of str per byte of UTF-8), plus
+# 256 per field (a tuple, a key, a value) and 256 per array (a shape, an offset, a slice of the
+# document). Measured with tracemalloc, layouts take a third to three quarters of that; a protocol
+# step's (two arrays, or one and a scalar) is charged 2 to 2.5 KB, so 1,024 of them still fit.
 _LAYOUTS_SEEN: dict[tuple[int, bytes], tuple] = {}
 _KEY_BYTES = 16
 _MAX_LAYOUTS = 1024
-_MAX_SKELETON = 4096  # bytes outside the arrays; bounds the cache at a few MB
+_MAX_SKELETON = 4096  # bytes outside the arrays: longer documents are not remembered
+_MAX_LAYOUT_BYTES = 4 << 20  # the cache's estimated memory, at most
+_layout_bytes = 0  # the estimated memory of the layouts in _LAYOUTS_SEEN
 
 
 def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int]]) -> None:
@@ -733,22 +830,28 @@ def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int
             fields.append((key, value, False))
     if next(spans, None) is not None:
         return  # a repeated key replaced an array: the document has more arrays than the payload
-    if len(data) - sum(end - start for start, end in arrays) > _MAX_SKELETON:
+    outside = len(data) - sum(end - start for start, end in arrays)
+    if outside > _MAX_SKELETON:
         return  # long strings: not worth keeping a copy of
     skeleton, at = [], 0
     for start, end in arrays:
         skeleton.append((at, data[at:start]))
         at = end
     skeleton.append((at, data[at:]))
-    if len(_LAYOUTS_SEEN) >= _MAX_LAYOUTS:
-        _LAYOUTS_SEEN.clear()
+    global _layout_bytes
+    cost = 1024 + 8 * outside + 256 * (len(fields) + len(arrays))
+    if not _LAYOUTS_SEEN or len(_LAYOUTS_SEEN) >= _MAX_LAYOUTS or _layout_bytes + cost > _MAX_LAYOUT_BYTES:
+        _LAYOUTS_SEEN.clear()  # (found empty: cleared from outside, which leaves the count behind)
+        _layout_bytes = 0
     _LAYOUTS_SEEN[len(data), data[:_KEY_BYTES]] = (kind, skeleton, fields)
+    _layout_bytes += cost
 
 
 def _fill(data: bytes, fields: list) -> dict:
     """The payload of a document whose layout is ``fields``: arrays as views on ``data`` (entries
-    ``(key, (shape, dtype, offset), True)``), scalars (``(key, value, False)``) and maps one level
-    down (``(key, their fields, None)``, a draft's)."""
+    ``(key, (shape, dtype, offset), True)``), immutable scalars (``(key, value, False)``), and, in
+    a draft's, maps one level down (``(key, their fields, None)``) and values decoded anew for
+    each call from their msgpack bytes (``(key, bytes, None)``: lists, maps)."""
     payload = {}
     for key, value, is_array in fields:
         if is_array:
@@ -758,7 +861,7 @@ def _fill(data: bytes, fields: list) -> dict:
                 value = value.copy()
                 value.flags.writeable = False
         elif is_array is None:
-            value = _fill(data, value)
+            value = _fill(data, value) if type(value) is list else _unpack(value)
         payload[key] = value
     return payload
 

@@ -42,7 +42,11 @@ Wire format of a data frame (big-endian)::
 so a frame costs ``FRAME_OVERHEAD`` = 25 bytes beyond its document: the network's
 ``framing_bytes`` (fixed; the ledger's wire bytes are frame bytes and
 ``totals().payload_bytes`` the documents). Control messages between the parent and a child
-are ``u32 length`` + one codec document (maps with an ``op``). Nothing is pickled, anywhere.
+are ``u32 length`` + one codec document (maps with an ``op``) of at most ``CONTROL_FRAME_BYTES``
+(1 MiB), whatever ``max_message_bytes`` is: a worker's report (its ledger rows, arrivals, steps,
+missing-message records, nodes, and its actors' return values, each up to ``max_message_bytes``)
+goes in as many frames as that takes, and an actor's exception message and traceback travel cut
+to 64 Ki characters each. Nothing is pickled, anywhere.
 
 Ledger. The sender records each copy (send time: when ``post`` was called; ``tx_start``: when
 its frame was handed to the socket; ``tx_end``: when the socket's user-space buffer had drained
@@ -74,7 +78,9 @@ limit) on arrival, and a malformed one ends the run the same way, naming its sen
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
 at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
-status or signal). An actor that raises ends it with ``ActorError`` naming the actor (the
+status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
+control message) ends it the same way, with what was wrong with it: not with the exit status of
+the worker that leaves because of it. An actor that raises ends it with ``ActorError`` naming the actor (the
 original exception rebuilt from its type and message, with the remote traceback as a note); a
 return value the codec cannot encode is an ``ActorError`` naming the actor too. In every
 outcome, children still alive are told to abort, killed (SIGKILL) after a bounded grace period,
@@ -101,7 +107,7 @@ import sys
 import time
 import traceback
 from collections import deque
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .codec import DEFAULT_MAX_DEPTH, CodecError, Encoded, decode, decode_message, encode
 from .envelope import Envelope, Payload
@@ -113,15 +119,20 @@ from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END
 from .network import Network, RunResult
 from .node import Node, hand_over
 
-__all__ = ["FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
+__all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
 _PREFIX = struct.Struct(">I")
 _REST = struct.Struct(">IIQiB")  # src, dst, number, round, flags: what follows the length prefix
 FRAME_OVERHEAD = _PREFIX.size + _REST.size  # 25 bytes per frame beyond its document
 _MAX_LENGTH = 0xFFFFFFFF
 _HANDSHAKE_BYTES = 4096  # bound on a peer's or a child's hello document
+# Bound on every other control document, in both directions. It has nothing to do with the
+# application's max_message_bytes (a run with small messages has as many ledger rows to report as
+# any other); what grows with the run is cut to fit it.
+CONTROL_FRAME_BYTES = 1 << 20
 _READ_LIMIT = 1 << 20  # StreamReader buffer limit
-_REPORT_CHUNK = 2000  # ledger rows per report frame
+_REPORT_CHUNK = 2000  # the most list items per report frame (fewer when they do not fit)
+_TEXT_CAP = 1 << 16  # characters of an actor's exception message, and of its traceback, reported
 _I32 = (-(1 << 31), (1 << 31) - 1)
 _NAN = math.nan
 # which failure explains a broken run best, when several are reported (lower first)
@@ -150,11 +161,12 @@ class TcpNetwork(Network):
     ``host``: where the data listeners bind (loopback unless ``allow_remote=True``).
     ``max_frame_bytes``: the longest frame a receiver accepts (default ``max_message_bytes`` +
     ``FRAME_OVERHEAD``); a sender refuses a message whose frame would be longer
-    (``MessageTooLargeError``, as for ``max_message_bytes``). ``time_scale``: real seconds per protocol second, as on
-    ``AsyncioNetwork`` (multiplies sleeps and timeouts, divides the clock). ``poll_interval``:
-    seconds between the coordinator's status polls; ``stall_timeout``: seconds without any
-    progress, with frames outstanding, after which the run fails; ``start_timeout``: bound on
-    the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
+    (``MessageTooLargeError``, as for ``max_message_bytes``). Neither bounds the control frames
+    between the coordinator and the workers (``CONTROL_FRAME_BYTES``). ``time_scale``: real
+    seconds per protocol second, as on ``AsyncioNetwork`` (multiplies sleeps and timeouts, divides
+    the clock). ``poll_interval``: seconds between the coordinator's status polls;
+    ``stall_timeout``: seconds without any progress, with frames outstanding, after which the run
+    fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
     ``FRAME_OVERHEAD``. Other keywords as ``Network``.
 
     After ``run``: ``pids`` (the worker processes started, all reaped by then),
@@ -536,6 +548,33 @@ def _pack(obj: Any) -> bytes:
     return _PREFIX.pack(len(data)) + data
 
 
+def _frames(make: Callable[[Any], dict], items: list | bytes, first: int) -> Iterator[bytes]:
+    """The control frames ``_pack(make(part))`` of consecutive parts of ``items`` (a list or
+    bytes) that together hold all of it, none for empty ``items``, one at a time. A part has at
+    most ``first`` items (at least one), and half as many as the last one tried while its document
+    is over ``CONTROL_FRAME_BYTES``. Raises ``CodecError`` when one item alone does not fit."""
+    k, n, total = 0, max(1, first), len(items)
+    while k < total:
+        part = items[k:k + n]
+        frame = _pack(make(part))
+        if len(frame) - _PREFIX.size > CONTROL_FRAME_BYTES:
+            if len(part) == 1:
+                raise CodecError(f"one entry encodes to {len(frame) - _PREFIX.size:,} bytes, above the control-frame "
+                                 f"bound of {CONTROL_FRAME_BYTES:,}: {repr(part[0])[:200]}")
+            n = len(part) // 2
+            continue
+        yield frame
+        k += len(part)
+
+
+def _capped(text: str) -> str:
+    """``text``, or its first and last _TEXT_CAP/2 characters when it is longer."""
+    if len(text) <= _TEXT_CAP:
+        return text
+    half = _TEXT_CAP // 2
+    return f"{text[:half]}\n... ({len(text) - 2 * half:,} characters cut) ...\n{text[-half:]}"
+
+
 async def _read_doc(reader: asyncio.StreamReader, limit: int) -> dict:
     """One control document (u32 length + codec document, at most ``limit`` bytes)."""
     (n,) = _PREFIX.unpack(await reader.readexactly(_PREFIX.size))
@@ -548,8 +587,9 @@ async def _read_doc(reader: asyncio.StreamReader, limit: int) -> dict:
 
 
 def _exception_info(exc: BaseException) -> dict:
-    info = {"type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc),
-            "traceback": "".join(traceback.format_exception(exc)), "args": None}
+    # (cut: the report must fit a control frame, whatever the exception carries)
+    info = {"type": type(exc).__name__, "module": type(exc).__module__, "message": _capped(str(exc)),
+            "traceback": _capped("".join(traceback.format_exception(exc))), "args": None}
     if isinstance(exc, MessageTooLargeError):
         info["args"] = [exc.node, exc.kind, exc.nbytes, exc.limit]
     return info
@@ -700,6 +740,10 @@ class _Worker:
             self.stopping = True
             ctl_task.cancel()
             server.close()
+            try:  # a failure report still buffered goes out before the process leaves (os._exit)
+                await asyncio.wait_for(self.ctl.drain(), 1.0)
+            except Exception:  # noqa: BLE001 - the coordinator is gone
+                pass
 
     async def _op(self, name: str) -> dict | None:
         """The next control message, which must be ``name``; None once told to abort."""
@@ -738,7 +782,7 @@ class _Worker:
     async def _control(self, reader: asyncio.StreamReader) -> None:
         try:
             while True:
-                msg = await _read_doc(reader, self.net.max_frame_bytes)
+                msg = await _read_doc(reader, CONTROL_FRAME_BYTES)
                 if msg["op"] == "poll":
                     self._send_ctl(self._status(msg["wave"]))
                 else:
@@ -747,7 +791,13 @@ class _Worker:
                     self.ops.put_nowait(msg)
         except asyncio.CancelledError:
             raise
-        except BaseException:  # noqa: BLE001 - the coordinator is gone or spoke nonsense: leave
+        except (asyncio.IncompleteReadError, ConnectionError):  # the coordinator is gone: leave
+            self.ops.put_nowait({"op": "abort"})
+        except BaseException as exc:  # noqa: BLE001 - it spoke nonsense: say what, then leave
+            # (left unsaid, the run's error was only this worker's exit status)
+            net = self.net
+            self.fail("frame", f"{net.describe_process(self.proc)} could not read a control frame from the "
+                      f"launching process: {type(exc).__name__}: {exc}", node=net.groups[self.proc][0])
             self.ops.put_nowait({"op": "abort"})
 
     def _status(self, wave: int) -> dict:
@@ -1002,28 +1052,36 @@ class _Worker:
             mine = sorted(members & local)
             if mine:
                 role_members[role] = mine
-        send = self._send_ctl
-        send({"op": "report", "proc": self.proc, "last": self.last,
-              "nodes": {n.id: {"done": n.done, "role": n.role, "waits": waits.get(n.id)} for n in self.local},
-              "role_members": role_members,
-              "missing": [[m.round, m.receiver, m.sender, m.kind, m.time] for m in net.ledger.missing],
-              "steps": [list(s) for s in net.steps]})
-        for nid, data in self.results.items():
-            send({"op": "result", "node": nid, "data": data})
-            await self.ctl.drain()
         rows = []
         for num, row in self.sent_rows:
             r = list(row)
             r[0] = num
             rows.append(r)
-        for k in range(0, len(rows), _REPORT_CHUNK):
-            send({"op": "rows", "rows": rows[k:k + _REPORT_CHUNK]})
-            await self.ctl.drain()
-        arr = [[a[2], a[0], a[RX_START], a[ARRIVAL], a[READ], a[DST_ROLE]] for a in self.arrivals]
-        for k in range(0, len(arr), _REPORT_CHUNK):
-            send({"op": "arrivals", "arrivals": arr[k:k + _REPORT_CHUNK]})
-            await self.ctl.drain()
-        send({"op": "done", "proc": self.proc})
+        lists = {
+            "nodes": [[n.id, n.done, n.role, waits.get(n.id)] for n in self.local],
+            "role_members": [[role, nid] for role, members in role_members.items() for nid in members],
+            "missing": [[m.round, m.receiver, m.sender, m.kind, m.time] for m in net.ledger.missing],
+            "steps": [list(s) for s in net.steps],
+            "rows": rows,
+            "arrivals": [[a[2], a[0], a[RX_START], a[ARRIVAL], a[READ], a[DST_ROLE]] for a in self.arrivals],
+        }
+        # every part of the report is cut to fit CONTROL_FRAME_BYTES: a run of small messages has
+        # as many rows as any other, and a return value may be as long as max_message_bytes
+        try:
+            self._send_ctl({"op": "report", "proc": self.proc, "last": self.last})
+            for op, items in lists.items():
+                for frame in _frames(lambda part, op=op: {"op": op, "items": part}, items, _REPORT_CHUNK):
+                    self.ctl.write(frame)
+                    await self.ctl.drain()
+            for nid, data in self.results.items():
+                room = CONTROL_FRAME_BYTES - _HANDSHAKE_BYTES - len(nid)
+                for frame in _frames(lambda part, nid=nid: {"op": "result", "node": nid, "data": part}, data, room):
+                    self.ctl.write(frame)
+                    await self.ctl.drain()
+        except CodecError as exc:
+            self.fail("frame", f"{net.describe_process(self.proc)} cannot send its report: {exc}")
+            return
+        self._send_ctl({"op": "done", "proc": self.proc})
         await self.ctl.drain()
 
 
@@ -1051,7 +1109,7 @@ class _Failed(Exception):
 
 class _Child:
     __slots__ = ("proc", "pid", "writer", "host", "port", "ready", "status", "report", "done", "eof", "died",
-                 "left_unasked")
+                 "left_unasked", "reported")
 
     def __init__(self, proc: int, pid: int) -> None:
         self.proc = proc
@@ -1060,10 +1118,13 @@ class _Child:
         self.host = ""
         self.died = False
         self.left_unasked = False  # its control connection closed before any abort
+        self.reported = False  # it reported a failure
         self.port: int | None = None
         self.ready = False
         self.status: dict | None = None
-        self.report: dict = {"rows": [], "arrivals": [], "results": {}}
+        # a worker's report, as its frames come in (see _Worker._report); results[node]: pieces
+        self.report: dict = {"nodes": {}, "role_members": {}, "missing": [], "steps": [], "rows": [],
+                             "arrivals": [], "results": {}}
         self.done = False
         self.eof = False
 
@@ -1166,7 +1227,7 @@ class _Coordinator:
         self.changed.set()
         try:
             while True:
-                msg = await _read_doc(reader, self.net.max_frame_bytes + _HANDSHAKE_BYTES)
+                msg = await _read_doc(reader, CONTROL_FRAME_BYTES)
                 self._dispatch(c, msg)
                 self.changed.set()
         except asyncio.CancelledError:
@@ -1176,6 +1237,11 @@ class _Coordinator:
         except Exception as exc:  # noqa: BLE001
             self._fail({"kind": "frame", "message": f"{self.net.describe_process(c.proc)} sent a malformed control "
                         f"frame: {exc}", "proc": c.proc, "node": self.net.groups[c.proc][0]})
+            # Not read any further, the worker waits until it is told to abort, and then leaves
+            # with status 0 or 3: a consequence, which must not pass for the cause (a death is
+            # first among failures). A death by a signal is still reported (_settle).
+            c.eof = True
+            return
         c.eof = True
         c.left_unasked = not self.aborted
         self.changed.set()
@@ -1193,15 +1259,20 @@ class _Coordinator:
             if msg.get("wave") == self.wave:
                 c.status = msg
         elif op == "fail":
+            c.reported = True
             self._fail(msg)
         elif op == "report":
-            c.report.update(msg)
+            c.report["proc"], c.report["last"] = msg["proc"], msg["last"]
         elif op == "result":
-            c.report["results"][msg["node"]] = msg["data"]
-        elif op == "rows":
-            c.report["rows"].extend(msg["rows"])
-        elif op == "arrivals":
-            c.report["arrivals"].extend(msg["arrivals"])
+            c.report["results"].setdefault(msg["node"], []).append(msg["data"])
+        elif op in ("missing", "steps", "rows", "arrivals"):
+            c.report[op].extend(msg["items"])
+        elif op == "nodes":
+            for nid, done, role, waits in msg["items"]:
+                c.report["nodes"][nid] = {"done": done, "role": role, "waits": waits}
+        elif op == "role_members":
+            for role, nid in msg["items"]:
+                c.report["role_members"].setdefault(role, []).append(nid)
         elif op == "done":
             c.done = True
 
@@ -1212,13 +1283,16 @@ class _Coordinator:
         self.changed.set()
 
     def _died(self, c: _Child) -> None:
-        """Record how ``c`` ended (once), unless it left because it was told to."""
+        """Record how ``c`` ended (once), unless it left because it was told to or after it
+        reported a failure itself."""
         if c.died:
             return
         status = self.net.exit_status.get(c.pid)
-        if (self.aborted and not c.left_unasked and status is not None and os.WIFEXITED(status)
-                and os.WEXITSTATUS(status) in (0, 3)):
-            return  # it left because it was told to
+        if (status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 3)
+                and (c.reported or self.aborted and not c.left_unasked)):
+            # it left because it was told to, or after saying what went wrong (a death is first
+            # among failures: its exit would hide what it said)
+            return
         c.died = True
         how = "closed its control connection" if status is None else \
             "ended (reaped elsewhere)" if status == -1 else _status_text(status)
@@ -1365,9 +1439,9 @@ class _Coordinator:
     def _decode_report(self, c: _Child) -> dict:
         rep = c.report
         results = {}
-        for nid, data in rep["results"].items():
+        for nid, pieces in rep["results"].items():
             try:
-                results[nid] = decode(data, max_bytes=self.net.max_message_bytes)
+                results[nid] = decode(b"".join(pieces), max_bytes=self.net.max_message_bytes)
             except CodecError as exc:
                 node = self.net.nodes[nid]
                 err = ActorError(nid, node.role, CodecError(f"its return value could not be decoded in the "
