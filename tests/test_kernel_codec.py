@@ -135,6 +135,19 @@ def test_oversized_input_raises_codec_error():
         decode(data, max_bytes=1000)
 
 
+def test_an_oversized_buffer_is_refused_before_it_is_copied():
+    import tracemalloc
+
+    big = bytearray(8 << 20)
+    for fn in (decode, decode_message):
+        tracemalloc.start()
+        with pytest.raises(CodecError, match=f"message of {8 << 20} bytes exceeds the limit of 1000"):
+            fn(big, max_bytes=1000)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 1 << 20, peak  # a copy would be 8 MiB
+
+
 @given(st.binary(max_size=200))
 @settings(max_examples=300, deadline=None)
 def test_arbitrary_bytes_decode_or_raise_codec_error(data):

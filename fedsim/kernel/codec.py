@@ -664,7 +664,10 @@ def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEF
     ``TypeError`` if ``data`` is not a bytes-like object.
     """
     if type(data) is not bytes:
-        data = bytes(memoryview(data))  # (TypeError for what is not a bytes-like object)
+        view = memoryview(data)  # (TypeError for what is not a bytes-like object)
+        if view.nbytes > max_bytes:  # refused before it is copied
+            raise CodecError(f"message of {view.nbytes} bytes exceeds the limit of {max_bytes}")
+        data = bytes(view)
     n = len(data)
     if n > max_bytes:
         raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
@@ -1117,7 +1120,10 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     ``data`` is not a bytes-like object.
     """
     if type(data) is not bytes:
-        data = bytes(memoryview(data))  # (TypeError for what is not a bytes-like object)
+        view = memoryview(data)  # (TypeError for what is not a bytes-like object)
+        if view.nbytes > max_bytes:  # refused before it is copied
+            raise CodecError(f"message of {view.nbytes} bytes exceeds the limit of {max_bytes}")
+        data = bytes(view)
     n = len(data)
     if n > max_bytes:
         raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
