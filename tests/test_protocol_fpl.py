@@ -272,3 +272,28 @@ def test_cached_run_continued_from_its_checkpoint_equals_one_run(tmp_path):
     # a shorter request is cut from the cache, nothing run
     two, cached = study.run_cached(tmp_path, split, "pFPL", params, fn, 2, resumable=True)
     assert cached and strip(two) == whole[:2]
+
+
+def test_top10_never_ranks_an_item_without_a_training_interaction():
+    # items seen only in test keep their random initial parameters: docs/fpl.md says they are
+    # never recommended; checked against a plain per-user ranking
+    from fedsim.data import temporal_holdout
+
+    r = generate("ml100k-like", seed=1, n_users=40, n_items=300, n_ratings=1600, min_per_user=25).binarize()
+    train, test = temporal_holdout(r, 0.2)
+    cat = np.unique(train.items)
+    assert np.setdiff1d(np.unique(test.items), cat).size > 0  # the case at hand
+    net = SimNetwork(seed=0)
+    res = fpl.build(net, train, FPLConfig(clients_per_round=40, triples=5, rounds=5, d=4, pi=0.5),
+                    test=test).collect(net.run())
+    P, th = res.params["P"], res.params["theta"]
+    scores = P @ th[:, :4].astype(np.float64).T + th[:, 4].astype(np.float64)
+    tr, te = train.by_user(), test.by_user()
+    prec = []
+    for u in range(r.n_users):
+        cand = np.setdiff1d(cat, tr.indices[tr.indptr[u]:tr.indptr[u + 1]])
+        top = cand[np.lexsort((cand, -scores[u, cand]))][:10]  # best first, ties by lower id
+        truth = te.indices[te.indptr[u]:te.indptr[u + 1]]
+        if truth.size:
+            prec.append(np.isin(top, truth).sum() / 10)
+    assert res.metrics[-1]["p@10"] == pytest.approx(np.mean(prec), abs=1e-12)

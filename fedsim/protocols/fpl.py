@@ -315,13 +315,20 @@ class FPLJob:
 
 
 def _top10(P, theta, d, train, test) -> dict:
-    """Precision and recall at 10 on ``test``, ranking every item the user has no training
-    interaction with."""
+    """Precision and recall at 10 on ``test``, ranking, for each user, the items of the training
+    catalogue (items some user has a training interaction with) that she has none with. An item
+    seen only in test keeps its random initial parameters: never ranked (docs/fpl.md, as the
+    studies' evaluator)."""
     from ..math.bpr import bpr_scores
     from ..math.metrics import precision_at, recall_at, top_n
 
     scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
-    recs = top_n(scores, train.by_user(), 10)
+    cat = np.unique(np.asarray(train.items, dtype=np.int64))
+    seen = train.by_user()
+    # the user's training items as positions in the catalogue (every one of them is in it)
+    mine = (np.asarray(seen.indptr, dtype=np.int64), np.searchsorted(cat, np.asarray(seen.indices, dtype=np.int64)))
+    at = top_n(scores[:, cat], mine, 10)
+    recs = np.where(at >= 0, cat[np.maximum(at, 0)], -1)
     truth = test.by_user()
     return {"p@10": float(precision_at(recs, truth, 10)), "r@10": float(recall_at(recs, truth, 10))}
 
