@@ -399,3 +399,31 @@ def test_joint_trainer_learns(tiny):
                                eval_every=30)
     assert [h["epoch"] for h in res.history] == [30, 60]
     assert res.history[-1]["rmse"] < 1.3 and res.flops > 0
+
+
+def test_an_eval_answer_carries_the_round_of_the_request_it_answers():
+    # on a flow-level link a lagging client reads round R's small decoder slice before round R-1's
+    # large `evaluate`: its answer to that one must not go out labelled R (the server's round-R
+    # gather would take it for the round-R figures and discard the real one as stale)
+    from fedsim.data import generate, random_holdout
+    from fedsim.kernel import SimNetwork
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fedae import FedAEConfig
+
+    r = generate("ml100k-like", seed=1, n_users=40, n_items=2000, n_ratings=3000, min_per_user=20)
+    train, test = random_holdout(r, 0.1, seed=0)
+    cfg = FedAEConfig(rounds=4, fraction=1.0, local_epochs=1, hidden=(64, 16), batch=10, clients=20,
+                      eval_every=1, deadline=1.0)
+    net = SimNetwork(seed=0, profile="mobile", link_model="fair")
+    REGISTRY["personalfr"].build(net, train, cfg, test=test).collect(net.run())
+    recs = list(net.ledger.records())
+    asked = {(x["dst"], x["round"]): x for x in recs if x["kind"] == "evaluate"}
+    sliced = {(x["dst"], x["round"]): x for x in recs if x["kind"] == "decoder" and x["status"] == "delivered"}
+    # the case arises: some round's decoder slice reached a client before the previous evaluate
+    assert any(d["arrival_time"] < asked[(c, r - 1)]["arrival_time"] for (c, r), d in sliced.items()
+               if (c, r - 1) in asked and asked[(c, r - 1)]["status"] == "delivered")
+    evals = [x for x in recs if x["kind"] == "eval"]
+    assert evals
+    for x in evals:  # answered after its request arrived: the label names the request it answers
+        req = asked[(x["src"], x["round"])]
+        assert req["status"] == "delivered" and x["send_time"] >= req["arrival_time"], x

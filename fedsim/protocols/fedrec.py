@@ -308,8 +308,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         if kind == "stop":
             return U
         if kind == "evaluate":
+            now_round = ctx.round  # the answer is labelled with the request's round (personalfr.py says why)
+            ctx.begin_round(msg.round)
             await ctx.send(SERVER, "eval", _local_errors(U, p["V"], p.get("O"), rated, test_items,
                                                          test_ratings, clip))
+            ctx.begin_round(now_round)
             continue
         t = p["t"]
         V = p["V"]

@@ -150,7 +150,13 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             sums = ae_train.eval_sums(ae.join(enc, p["dec"]), view, k=cfg.eval_k)
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
+            # labelled with the round of the request it answers: a client behind may already have read
+            # a later round's message (a small one overtaking this large one), and the server must not
+            # take this answer for that round's
+            now_round = ctx.round
+            ctx.begin_round(msg.round)
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
+            ctx.begin_round(now_round)
             if cfg.client_momentum == "reset":  # as FedAvg's client (fedavg_ae.client says why only then)
                 del p, msg  # the evaluated decoder (a decoded copy per client) is not kept while idle
             continue
