@@ -198,8 +198,12 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             expected = {dn: 0 for dn in denoisers}
             for p in ordinary_part:
                 expected[assignment[p]] += 1
+            part_set = set(part) if c_part < n else None
             for dn in denoisers:
-                await ctx.send(dn, "collect", {"t": t, "expected": expected[dn]})
+                body = {"t": t, "expected": expected[dn]}
+                if part_set is not None:  # (with everyone taking part, a denoiser knows it does)
+                    body["own"] = dn in part_set  # it has (will have) this round's model
+                await ctx.send(dn, "collect", body)
             sums = await ctx.gather("denoised", senders=denoisers, round=t, timeout=cfg.deadline)
             # Noise travels anonymously, so a denoiser's sum can only be removed exactly if it
             # covers the very uploads the server holds. A group (a denoiser and its ordinary
@@ -258,6 +262,14 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
     return new_u, g_rated, sampled, g_noise
 
 
+async def _denoiser_train(ctx, U, V, rated, r, t: int, lr: float, cfg: FedRecPPConfig, rng) -> tuple:
+    """A denoiser's step on the model of iteration ``t``: ``(new U_u, (t, its rated items'
+    gradients))``, kept for the collection of that iteration."""
+    U_new, g_rated, _, _ = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, False)
+    await ctx.compute(6.0 * rated.shape[0] * cfg.d, "train")
+    return U_new, (t, g_rated)
+
+
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig, index: int = 0,
                  n_items: int = 0) -> np.ndarray:
     """An ordinary or denoising client (the server decides). Returns its final U_u. ``index``:
@@ -295,31 +307,42 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 await ctx.compute(6.0 * up.items.shape[0] * cfg.d, "train")
                 await ctx.send(SERVER, "gradients", sort_by_item({"items": up.items, "grads": up.grads}))
                 continue
-            is_ord = role == "ordinary"
-            U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, is_ord)
+            if role != "ordinary":
+                U, own = await _denoiser_train(ctx, U, V, rated, r, t, lr, cfg, rng)
+                continue
+            U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
             U = U_new
             k = rated.shape[0] + (sampled.shape[0] if sampled is not None else 0)
             await ctx.compute(6.0 * k * cfg.d, "train")
-            if is_ord:
-                if keys is not None:
-                    # the noise on the fixed-point grid, in the upload as in the masked sum, so that
-                    # the server removes exactly what it received (bit for bit in float64)
-                    g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
-                items = np.concatenate([rated, sampled])
-                grads = np.concatenate([g_rated, g_noise])
-                await ctx.send(SERVER, "gradients", sort_by_item({"items": items, "grads": grads}))
-                if keys is None:
-                    await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
-                else:
-                    members = sorted(group & set(np.asarray(p["part"]).tolist()))
-                    dense = dense_rows(V.shape[0], cfg.d, sampled, g_noise, counts=True)
-                    await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
-                    await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)
+            if keys is not None:
+                # the noise on the fixed-point grid, in the upload as in the masked sum, so that
+                # the server removes exactly what it received (bit for bit in float64)
+                g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
+            items = np.concatenate([rated, sampled])
+            grads = np.concatenate([g_rated, g_noise])
+            await ctx.send(SERVER, "gradients", sort_by_item({"items": items, "grads": grads}))
+            if keys is None:
+                await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
             else:
-                own = (t, g_rated)
+                members = sorted(group & set(np.asarray(p["part"]).tolist()))
+                dense = dense_rows(V.shape[0], cfg.d, sampled, g_noise, counts=True)
+                await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
+                await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)
             continue
         # COLLECTING (denoisers only)
         t = p["t"]
+        while p.get("own", True) and (own is None or own[0] != t):
+            # this round's model is still on its way: on a flow-level link the small collect can
+            # overtake it, and a sum without the denoiser's own gradients would silently lose its
+            # ratings from the round (with a deadline, a model that does not come is given up)
+            m = await ctx.receive("model", timeout=cfg.deadline)
+            if m is None:
+                break
+            q = m.payload
+            U, own = await _denoiser_train(ctx, U, q["V"], rated, r, q["t"], decayed_lr(cfg.lr, q["t"], cfg.decay),
+                                           cfg, rng)
+        if p.get("own", True) and (own is None or own[0] != t):
+            continue  # no model, no own gradients: say nothing, the server leaves this group out
         got = await ctx.gather("noise", count=p["expected"], round=t, timeout=cfg.deadline)
         if got.missing_count:
             # an incomplete sum cannot be removed exactly: say nothing, and the server leaves this
