@@ -93,8 +93,9 @@ def test_dropout_of_a_peer_that_another_waits_for_names_both():
         net.run()
     err = info.value
     assert err.blocked == {"server": "gather 'reply' for 1 of 2 senders: c1 (offline: c1)"}
-    # the run ends with the last event: c1's wake-up at t = 10, which finds it offline
-    assert err.offline == ["c1"] and err.time == 10.0
+    # the run ends with its last event that did something, c1 going offline at t = 2 (its
+    # wake-up at t = 10 finds it offline and does nothing)
+    assert err.offline == ["c1"] and err.time == 2.0
     assert "offline: c1" in str(err)
 
 
@@ -179,3 +180,77 @@ def test_both_transports_lose_exactly_the_same_messages(profile):
             fates.append((src, n, dst, kind, status == "lost"))
         lost.append(sorted(f for f in fates if f[4]))
     assert lost[0] == lost[1] and len(lost[0]) > 10
+
+
+def _answered_early(timeout_s):
+    async def server(ctx):
+        await ctx.receive("x", timeout=timeout_s)  # answered at t = 1
+        await ctx.gather("y", senders=["c"], timeout=timeout_s / 2)  # at t = 1 too
+
+    async def client(ctx):
+        await ctx.sleep(1.0)
+        await ctx.send("s", "x", 1)
+        await ctx.send("s", "y", 1)
+
+    return server, client
+
+
+def test_timeouts_answered_early_and_dropouts_after_the_end_do_not_lengthen_the_run():
+    server, client = _answered_early(1000.0)
+    net = SimNetwork()
+    net.add_node("s", server, role="server")
+    net.add_node("c", client, offline_at=50.0)  # c has finished by then: its dropout does nothing
+    res = net.run()
+    assert res.complete and res.duration == 1.0 and net.now() == 1.0  # not 1000, nor 50
+    net = SimNetwork()
+    net.add_node("s", server, role="server")
+    net.add_node("c", client)
+    res = net.run(until=100.0)  # stops at the run's end, not at until
+    assert res.complete and res.duration == 1.0
+
+
+def test_a_deadlock_behind_a_stale_timeout_is_found_when_it_begins_and_before_until():
+    async def server(ctx):
+        await ctx.receive("x", timeout=1000.0)  # answered at t = 1
+        await ctx.receive("never")  # blocked from t = 1 on
+
+    async def client(ctx):
+        await ctx.sleep(1.0)
+        await ctx.send("s", "x", 1)
+
+    for until in (None, 500.0):
+        net = SimNetwork()
+        net.add_node("s", server, role="server")
+        net.add_node("c", client)
+        with pytest.raises(DeadlockError) as info:
+            net.run(until=until)
+        assert info.value.time == 1.0 and info.value.blocked == {"s": "receive 'never'"}
+
+
+def test_a_flow_end_the_fair_model_has_moved_does_not_lengthen_the_run():
+    from test_kernel_network import payload_of_size
+
+    from fedsim.kernel import LinkSpec
+
+    MB = 1_000_000
+
+    def sender(size):
+        body = payload_of_size("m", size)
+
+        async def actor(ctx):
+            await ctx.send("S", "m", body)
+        return actor
+
+    async def server(ctx):
+        await ctx.gather("m", senders=["A", "B", "C"])
+
+    net = SimNetwork(link_model="fair")
+    net.add_node("S", server, role="server", link=LinkSpec(downlink=3 * MB))
+    net.add_node("A", sender(1 * MB), link=LinkSpec(uplink=1 * MB))
+    net.add_node("B", sender(10 * MB))
+    net.add_node("C", sender(10 * MB))
+    res = net.run()
+    # by hand: A is capped at 1 MB/s and done at t = 1; B and C share 3 MB/s until then (1 MB/s
+    # each, 9 MB left), then 1.5 MB/s each: 1 + 9 / 1.5 = 7 (their first end, 10, was moved)
+    arrivals = {r["src"]: r["arrival_time"] for r in net.ledger.records()}
+    assert arrivals == pytest.approx({"A": 1.0, "B": 7.0, "C": 7.0}) and res.duration == pytest.approx(7.0)

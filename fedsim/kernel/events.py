@@ -83,6 +83,18 @@ class EventQueue:
             heappush(self._heap, (t, seq, self._batch_step, (batch, k + 1)))
         entry[2](*entry[3])
 
+    def pending(self) -> list[tuple[float, Callable[..., Any], tuple]]:
+        """The events still waiting, as ``(time, fn, args)`` in no particular order (a held-back
+        batch's entries included)."""
+        out = []
+        for t, _, fn, args in self._heap:
+            if fn == self._batch_step:
+                batch, k = args
+                out.extend((e[0], e[2], e[3]) for e in batch[k:] if e is not None)
+            else:
+                out.append((t, fn, args))
+        return out
+
     def run(self, until: float | None = None) -> bool:
         """Run events until none is left, or until the next one is due at or after ``until``
         (then ``now`` becomes ``until``; an event due exactly at ``until`` is not run, as in

@@ -65,16 +65,19 @@ class _ActorProcess:
     object this network cannot drive: the actor gets ``ForeignAwaitError`` at its ``await``.
     """
 
-    __slots__ = ("node", "coro")
+    __slots__ = ("node", "coro", "net")
 
-    def __init__(self, node: Node, coro) -> None:
+    def __init__(self, node: Node, coro, net: "SimNetwork") -> None:
         self.node = node
         self.coro = coro
+        self.net = net
 
     def step(self, value: Any = None, exc: BaseException | None = None) -> None:
         node = self.node
         if node.done or node.offline:
             return
+        net = self.net
+        net.active_at = net.queue.now  # an actor moves: the run is still going at this instant
         coro = self.coro
         while True:
             try:
@@ -176,8 +179,14 @@ class SimNetwork(Network):
     ``SimNetwork(seed=0, profile="ideal", framing_bytes=0, unit=None, trace=False,
     max_message_bytes=..., link_model=FifoLinkModel(), queue=EventQueue())``; then ``add_node``
     and ``run``. ``queue``: any object with ``EventQueue``'s interface (``now``, ``schedule``,
-    ``hold``, ``release``, ``run``), e.g. one backed by another scheduler for comparison
-    (benchmarks/scheduler.py).
+    ``hold``, ``release``, ``run``; ``pending`` optional), e.g. one backed by another scheduler
+    for comparison (benchmarks/scheduler.py).
+
+    A run's duration (``RunResult.duration``, and ``now()`` once it has run) is the time of its
+    last event that did something: an actor's step, a delivery, a loss, a node going offline.
+    Events that find nothing left to do (the timeout of a receive answered earlier, a flow end a
+    link model has since moved, the dropout of a node that had finished) neither lengthen it nor,
+    when only they are left at ``until``, hide a deadlock.
     """
 
     def __init__(self, *, link_model: LinkModel | str | None = None, queue: Any = None, **kwargs: Any) -> None:
@@ -186,6 +195,11 @@ class SimNetwork(Network):
         # the queue's own method, not a wrapper: every message schedules through it
         self.schedule = self.queue.schedule
         self.link_model = get_link_model(link_model or "fifo")
+        # when the last event that did something happened (an actor step, a delivery, a loss, a
+        # node going offline): the run's duration. Events that find nothing to do (a timeout of
+        # a receive answered long before, a flow end a link model has moved, the dropout of a
+        # node that has finished) do not lengthen the run.
+        self.active_at = 0.0
 
     # -- the link-model interface -------------------------------------------------------------
     def now(self) -> float:
@@ -209,7 +223,7 @@ class SimNetwork(Network):
         if dst.offline:
             self.lose(envl, "receiver offline")
             return
-        row[ARRIVAL] = self.queue.now
+        row[ARRIVAL] = self.active_at = self.queue.now
         row[STATUS] = "delivered"
         w = dst.waiter
         # matches(w[0], kind), inlined: one call less per delivery
@@ -231,6 +245,7 @@ class SimNetwork(Network):
         """Mark ``envl`` lost (``note`` says why); it never arrives."""
         envl.row[STATUS] = "lost"
         envl.row[NOTE] = note
+        self.active_at = self.queue.now
 
     # -- the transport interface ----------------------------------------------------------------
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
@@ -315,9 +330,19 @@ class SimNetwork(Network):
         q.schedule(seconds, node.proc.step)
         await _park
 
+    def _live(self, fn, args: tuple) -> bool:
+        """Whether the pending event ``fn(*args)`` would still do something (conservatively:
+        only the kernel's own timeouts and dropouts are known to go stale)."""
+        if fn is self._expire:
+            return args[0].waiter is args[1]
+        if fn == self._go_offline:
+            return not (args[0].done or args[0].offline)
+        return True
+
     def _go_offline(self, node: Node) -> None:
         if node.done:
             return
+        self.active_at = self.queue.now
         node.offline = True
         node.waiter = None
         if node.coro is not None:
@@ -366,11 +391,16 @@ class SimNetwork(Network):
                                       f"(it returned {type(node.coro).__name__})")
                 if node.spec.offline_at is not None:
                     queue.schedule(node.spec.offline_at, self._go_offline, node)
-                node.proc = _ActorProcess(node, node.coro)
+                node.proc = _ActorProcess(node, node.coro, self)
                 queue.schedule(0.0, node.proc.step)
             if frozen:
                 gc.freeze()
             stopped_early = queue.run(until)
+            pending = getattr(queue, "pending", None)  # (optional in a queue of another make)
+            if stopped_early and pending is not None and not any(self._live(fn, args) for _, fn, args in pending()):
+                stopped_early = False  # only events that would do nothing are left: as drained
+            if not stopped_early:
+                queue.now = self.active_at  # now() after the run is its duration
             return self.finish(queue.now, strict=strict, drained=not stopped_early)
         finally:
             if frozen:
