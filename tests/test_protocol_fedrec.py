@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from fedsim.config import ConfigError
 from fedsim.data import generate
 from fedsim.kernel import AsyncioNetwork, SimNetwork
 from fedsim.protocols import fedrec
@@ -163,6 +164,8 @@ def test_federated_evaluation_matches_central_metrics(tiny):
         assert e["rmse"] == pytest.approx(h["rmse"], abs=1e-9)
     assert len(fed.history) == cfg.T - 1
     assert set(net.ledger.columns()["kind"]) >= {"eval"}
+    with pytest.raises(ConfigError, match="eval_every needs held-out test ratings"):
+        federated(train, cfg)  # evaluations over no ratings: refused, not a list of NaN
 
 
 @pytest.mark.parametrize("model", ["PMF(S)", "SVD++(S)"])

@@ -418,8 +418,9 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     ratings over ``data.n_users`` users and ``data.n_items`` items) on ``net`` (any transport).
     Every user gets a client (users without training ratings still download and answer).
     ``test``: optional held-out ``Ratings`` given to the clients privately for the
-    ``eval_every`` evaluations. Declares ``d`` as the ledger's unit. FedRec runs cannot be
-    resumed (``resume`` must be None)."""
+    ``eval_every`` evaluations (required with ``eval_every``: ``ConfigError`` without).
+    Declares ``d`` as the ledger's unit. FedRec runs cannot be resumed (``resume`` must be
+    None)."""
     cfg = cfg or FedRecConfig()
     if resume is not None:
         raise ValueError("FedRec runs cannot be resumed; run for more iterations (T) instead")
@@ -427,6 +428,9 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
         raise ConfigError(f"secure_aggregation needs the batch model PMF(B) (a stochastic server applies one "
                           f"client's upload at a time, so there is no sum to hide it in), got {cfg.model}",
                           "secure_aggregation")
+    if cfg.eval_every and test is None:
+        # every evaluation would be over no ratings: a metrics list of NaN that looks like a result
+        raise ConfigError("eval_every needs held-out test ratings (test=...; fedsim run: test_frac > 0)", "eval_every")
     n_users, n_items = int(data.n_users), int(data.n_items)
     dt = np.dtype(cfg.dtype)
     indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
