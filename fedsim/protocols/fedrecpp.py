@@ -40,7 +40,10 @@ its group (the ordinary clients of its denoiser) in ``assign``, relays public ke
 noise on a fixed-point grid (the same values in its upload), and sends it as ``noise``
 {masked: uint64[m (d+1)]}: gradients and counts, dense over all m items, plus pairwise masks with
 its ring neighbours among its group's participants. The denoiser adds its messages modulo 2^64 and
-reads only the group's sum (a group of one participant is not hidden). Still lossless.
+reads only the group's sum (a group of one participant is not hidden). Still lossless. An ordinary
+client whose ``keys`` did not reach the server (lost or late) cannot mask: it is never made a
+participant in that run (the draw is made over all clients, then thinned) and is sent nothing but
+``stop``; ``info["missing"]`` has one record with ``kind`` ``keys`` at round -1.
 
 With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float64).
 """
@@ -71,7 +74,7 @@ from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import KEYLESS, client_keys, dense_rows, key_exchange_kinds, server_relay_keys
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
@@ -138,7 +141,9 @@ def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
 
 async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     """Returns ``{"V", "denoisers", "assignment", "diverged_at", "missing"}`` (``missing``: per
-    round with losses, how many denoiser groups and clients were left out of the update)."""
+    round with losses, how many denoiser groups and clients were left out of the update; with
+    secure noise, a record at round -1 of ``kind`` ``keys`` counts the ordinary clients left out of
+    the whole run because their key did not reach the server)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     rng = ctx.rng
@@ -175,9 +180,16 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     # and FedRec++ (eta >= 1) under the same seed would select different participants (and their
     # clients would then sample different items). Paired runs make their difference the method.
     part_rng = substream(rng, "participation")
-    if cfg.secure_noise and denoisers:
-        await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
     lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
+    keyless: set[str] = set()  # secure noise: ordinary clients whose key is not in the published list
+    if cfg.secure_noise and denoisers:
+        pubs = await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
+        # such a client cannot mask (nobody in its group shares a key with it): it takes part in
+        # no round of the run, as it knows from the same list (client: keys.keyed)
+        keyless = {c for c in ordinary if not pubs[index[c]]}
+        if keyless:
+            lost_rounds.append({"round": -1, "kind": "keys", "groups": 0, "clients": len(keyless),
+                                "reason": KEYLESS})
     diverged_at = None
     c_part = cfg.c or n
     for t in range(cfg.T):
@@ -187,6 +199,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             part = list(clients)
         else:
             part = [clients[i] for i in np.sort(part_rng.choice(n, size=c_part, replace=False))]
+        if keyless:  # drawn over all n clients (the same draws whatever was lost), then thinned
+            part = [p for p in part if p not in keyless]
         model = {"t": t, "V": V}
         if cfg.secure_noise and denoisers:  # who takes part: a client masks with its group's participants
             model["part"] = np.array([index[p] for p in part], dtype=np.int32)
@@ -277,6 +291,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     if cfg.secure_noise and role == "ordinary" and my_denoiser is not None:
         group = set(np.asarray(a["group"]).tolist())
         keys = await client_keys(ctx, index, cfg.secagg_neighbours)
+        if not keys.keyed:
+            # the server left it out of every round (its key is not in the published list, which
+            # it has too): it is sent nothing but ``stop``
+            await ctx.receive("stop")
+            return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))

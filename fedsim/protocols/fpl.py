@@ -39,6 +39,10 @@ client's rows; ``secure_aggregation`` makes the server relay public keys once pe
 ``masked`` {masked: uint64[|I| (d+1)]} (the rows summed per item, dense, fixed point, plus pairwise
 masks with ring neighbours among the participants) instead of ``update``; it adds them modulo 2^64
 and steps Theta_S with the decoded sum (a round with a missing upload cannot be decoded: skipped).
+A client whose ``keys`` did not reach the server (lost or late) is never selected in that run (the
+draw is made over all clients, then thinned; ``info["missing"]`` has one ``keys`` record at the
+key exchange's round); a round left with fewer than two such participants is skipped (a
+``masked`` record with its reason, Theta_S unchanged).
 
 p_u never leaves its client. Long runs are split into several networks (one per epoch, say):
 ``build(..., init=theta, user_factors=P, round_offset=...)`` continues a previous run.
@@ -67,7 +71,7 @@ from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import KEYLESS, TOO_FEW, client_keys, dense_rows, key_exchange_kinds, server_relay_keys
 
 __all__ = [
     "FPLConfig",
@@ -155,9 +159,11 @@ def config_for_preset(name: str, n_users: int, x_plus: int, *, epochs: float = 1
 
 async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np.ndarray | None = None,
                  round_offset: int = 0) -> dict:
-    """The FPL server. Returns ``{"theta": [Q | b] (n_items, d+1), "received": [...]}`` where
-    ``received`` (only with ``cfg.record_received``) lists ``(round, sender, items, rows)`` of
-    every update."""
+    """The FPL server. Returns ``{"theta": [Q | b] (n_items, d+1), "received": [...], "missing":
+    [...]}`` where ``received`` (only with ``cfg.record_received``) lists ``(round, sender, items,
+    rows)`` of every update and ``missing`` has one record per round with missing uploads (and,
+    with secure aggregation, one for the clients whose key was lost and one per round skipped for
+    want of two members, each with its ``reason``)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     n = len(clients)
@@ -175,11 +181,24 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     missing: list[dict] = []
     if cfg.secure_aggregation:
         ctx.begin_round(round_offset - 1)
-        await server_relay_keys(ctx, clients, cfg.deadline)
+        pubs = await server_relay_keys(ctx, clients, cfg.deadline)
+        # a client whose key is not in the published list cannot mask (nobody shares a key with
+        # it): it is never selected in this run, and it never expects to be (it gets only "stop")
+        keyless = n - int(np.count_nonzero(pubs))
+        if keyless:
+            missing.append({"round": round_offset - 1, "kind": "keys", "clients": keyless, "reason": KEYLESS})
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
         chosen = list(select_clients(rng, n, k))
+        if cfg.secure_aggregation:
+            # the draw is over all n clients (the same draws whatever was lost), then thinned
+            chosen = [i for i in chosen if pubs[i]]
+            if len(chosen) < 2:
+                # a lone participant's "sum" would be its rows in the clear: nobody takes part
+                missing.append({"round": r, "kind": "masked", "clients": len(chosen), "skipped": True,
+                                "reason": TOO_FEW})
+                continue
         names = [clients[i] for i in chosen]
         if cfg.secure_aggregation:
             await ctx.broadcast(names, "model", {"theta": theta, "members": np.asarray(chosen, dtype=np.int32)})
