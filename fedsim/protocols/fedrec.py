@@ -32,6 +32,9 @@ defences (docs/privacy.md; off by default)
     whose ``keys`` did not reach the server (lost or late) is sent nothing but ``stop`` and uploads
     nothing (``info["missing"]``: one ``keys`` record at round -1); with fewer than two clients
     left, nobody takes part and every round is skipped (a ``masked`` record per round, V unchanged).
+    A client whose gradients do not fit the fixed-point range (or are not finite) sends ``masked``
+    {overflow: true} instead; the server then stops with ``diverged_at`` = that iteration (1-based),
+    V as it was before it (a plain run stops once V is not finite; fixed point overflows first).
 
 U_u never leaves its client. The rated items a client uploads gradients for are, with rho > 0,
 hidden among rho x |I_u| sampled unrated items, drawn afresh each call (``resample=True``, the
@@ -68,7 +71,16 @@ from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import KEYLESS, TOO_FEW, client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import (
+    KEYLESS,
+    TOO_FEW,
+    client_keys,
+    dense_rows,
+    key_exchange_kinds,
+    masked_body,
+    overflowed,
+    server_relay_keys,
+)
 
 __all__ = [
     "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "SPEC", "build", "central_twin", "client_name",
@@ -185,6 +197,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             got = await ctx.gather("masked", senders=members, round=t, timeout=cfg.deadline)
             if want_eval:
                 evals.append(await _collect_eval(ctx, members, t, t, cfg.deadline))
+            if overflowed(got):
+                # a client's gradients did not fit the fixed-point range (or were not finite): the
+                # sum cannot be formed, and a plain run's V would be about to stop being finite
+                diverged_at = t + 1
+                break
             if got.missing:
                 # a missing upload leaves its neighbours' masks in the sum: nothing to decode
                 missing.append({"round": t, "kind": "masked", "clients": len(got.missing), "skipped": True})
@@ -379,7 +396,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         if keys is not None:
             dense = dense_rows(m, cfg.d, body["items"], body["grads"], counts=True)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
-            await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, keys.members(), t)})
+            await ctx.send(SERVER, "masked", masked_body(keys, dense, keys.members(), t))
             continue
         await ctx.send(SERVER, "gradients", body)
         # the encoded upload holds its own copy: the arrays need not wait here for the next model

@@ -43,7 +43,10 @@ its ring neighbours among its group's participants. The denoiser adds its messag
 reads only the group's sum (a group of one participant is not hidden). Still lossless. An ordinary
 client whose ``keys`` did not reach the server (lost or late) cannot mask: it is never made a
 participant in that run (the draw is made over all clients, then thinned) and is sent nothing but
-``stop``; ``info["missing"]`` has one record with ``kind`` ``keys`` at round -1.
+``stop``; ``info["missing"]`` has one record with ``kind`` ``keys`` at round -1. An ordinary
+client whose noise does not fit the fixed-point grid (or is not finite) sends ``gradients``
+{overflow: true} instead of its upload and noise: the server stops with ``diverged_at`` = that
+iteration (1-based), V as it was before it.
 
 With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float64).
 """
@@ -74,7 +77,7 @@ from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import KEYLESS, client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import KEYLESS, client_keys, dense_rows, key_exchange_kinds, overflowed, server_relay_keys
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
@@ -207,6 +210,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         await ctx.broadcast(part, "model", model)
         ordinary_part = [p for p in part if p not in den_set]
         got = await ctx.gather("gradients", senders=ordinary_part, round=t, timeout=cfg.deadline)
+        if cfg.secure_noise and overflowed(got):
+            # a client's noise did not fit the fixed-point grid (or was not finite): no sum can
+            # remove it, and a plain run's V would be about to stop being finite
+            diverged_at = t + 1
+            break
         uploads = got.messages
         if denoisers:
             expected = {dn: 0 for dn in denoisers}
@@ -323,7 +331,14 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 if keys is not None:
                     # the noise on the fixed-point grid, in the upload as in the masked sum, so that
                     # the server removes exactly what it received (bit for bit in float64)
-                    g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
+                    try:
+                        g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
+                    except OverflowError:
+                        # noise the grid cannot hold (not finite, or beyond its range: the run is
+                        # diverging) can be neither masked nor removed exactly: the client tells the
+                        # server so in place of its upload, and sends its denoiser nothing
+                        await ctx.send(SERVER, "gradients", {"overflow": True})
+                        continue
                 items = np.concatenate([rated, sampled])
                 grads = np.concatenate([g_rated, g_noise])
                 await ctx.send(SERVER, "gradients", sort_by_item({"items": items, "grads": grads}))
@@ -446,7 +461,8 @@ SPEC = register(ProtocolSpec(
         # roles change when "assign" is read: the first model download may still find a client
         Kind("model", "server", ("client", "ordinary", "denoiser"), "training", "{t, V: float[m, d]}"),
         Kind("gradients", "ordinary", "server", "training",
-             "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling)"),
+             "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling; secure noise: "
+             "{overflow: true} instead when the noise does not fit the fixed-point grid: the run diverged)"),
         Kind("noise", "ordinary", "denoiser", "training",
              "{items, grads} of the sampled items, anonymous, to the client's denoiser (secure noise: "
              "{masked: uint64[m (d + 1)]})", anonymous=True),

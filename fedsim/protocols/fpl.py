@@ -42,7 +42,9 @@ and steps Theta_S with the decoded sum (a round with a missing upload cannot be 
 A client whose ``keys`` did not reach the server (lost or late) is never selected in that run (the
 draw is made over all clients, then thinned; ``info["missing"]`` has one ``keys`` record at the
 key exchange's round); a round left with fewer than two such participants is skipped (a
-``masked`` record with its reason, Theta_S unchanged).
+``masked`` record with its reason, Theta_S unchanged). A client whose rows do not fit the
+fixed-point range (or are not finite) sends ``masked`` {overflow: true} instead: the server stops
+there and ``info["diverged_at"]`` is that round (1-based), Theta_S as it was before it.
 
 p_u never leaves its client. Long runs are split into several networks (one per epoch, say):
 ``build(..., init=theta, user_factors=P, round_offset=...)`` continues a previous run.
@@ -71,7 +73,16 @@ from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import KEYLESS, TOO_FEW, client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import (
+    KEYLESS,
+    TOO_FEW,
+    client_keys,
+    dense_rows,
+    key_exchange_kinds,
+    masked_body,
+    overflowed,
+    server_relay_keys,
+)
 
 __all__ = [
     "FPLConfig",
@@ -179,6 +190,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     lr = float(cfg.lr)
     received: list = []
     missing: list[dict] = []
+    diverged_at = None  # secure aggregation: the 1-based round a client's rows overflowed in
     if cfg.secure_aggregation:
         ctx.begin_round(round_offset - 1)
         pubs = await server_relay_keys(ctx, clients, cfg.deadline)
@@ -203,6 +215,11 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
         if cfg.secure_aggregation:
             await ctx.broadcast(names, "model", {"theta": theta, "members": np.asarray(chosen, dtype=np.int32)})
             got = await ctx.gather("masked", senders=names, round=r, timeout=cfg.deadline)
+            if overflowed(got):
+                # a client's rows did not fit the fixed-point range (or were not finite): the sum
+                # cannot be formed, and Theta_S would be about to stop being finite
+                diverged_at = r + 1
+                break
             if got.missing:  # a missing upload leaves masks in the sum: the round cannot be decoded
                 missing.append({"round": r, "kind": "masked", "clients": len(got.missing), "skipped": True})
             else:
@@ -225,7 +242,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
                 received.append((r, msg.sender, np.array(items), np.array(rows)))
         await ctx.compute(2.0 * rows_in * (d + 1), "aggregate")
     await ctx.broadcast(clients, "stop", None)
-    return {"theta": theta, "received": received, "missing": missing}
+    return {"theta": theta, "received": received, "missing": missing, "diverged_at": diverged_at}
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None,
@@ -279,7 +296,7 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
         if keys is not None:
             dense = dense_rows(theta.shape[0], d + 1, items, rows)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
-            await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, msg.payload["members"], msg.round)})
+            await ctx.send(SERVER, "masked", masked_body(keys, dense, msg.payload["members"], msg.round))
             continue
         await ctx.send(SERVER, "update", {"items": items, "rows": rows})
 
@@ -305,7 +322,11 @@ class FPLJob:
         """``params``: ``theta`` = [Q | b] (n_items, d+1), ``Q``, ``b`` and ``P`` (the clients'
         p_u stacked in user order); ``info``: per-client counts (int arrays ``rounds``,
         ``sent_positive``, ``sent_negative``), the server's record of updates (``received``, if
-        ``record_received``) and ``rounds_done``; ``metrics``: with test ratings, one row of
+        ``record_received``), ``rounds_done`` and ``diverged_at``: the 1-based round (counted
+        like ``rounds_done``) in which a secure-aggregation client's rows overflowed the
+        fixed-point range (the server stopped there, Theta_S as before that round); else
+        ``rounds_done`` if Theta_S or some p_u is not finite at the end (the plain server does not
+        watch for it); else None; ``metrics``: with test ratings, one row of
         top-10 precision and recall on them (the experimenter's evaluation of the final model:
         FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)`` continues."""
         srv = server_result(run)
@@ -323,6 +344,9 @@ class FPLJob:
             for k in counts:
                 counts[k][u] = r[k]
         done = self.rounds_done + self.cfg.rounds
+        diverged_at = srv["diverged_at"]
+        if diverged_at is None and not (np.isfinite(theta).all() and np.isfinite(P).all()):
+            diverged_at = done  # known only to have happened by the end
         params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
         metrics = []
         if self.test is not None:
@@ -330,7 +354,7 @@ class FPLJob:
         state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
         return Result("fpl", self.cfg, params, metrics, run,
                       info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
-                            "lost_clients": gone}, state=state)
+                            "lost_clients": gone, "diverged_at": diverged_at}, state=state)
 
 
 def _top10(P, theta, d, train, test) -> dict:

@@ -19,6 +19,13 @@ published list, so no other client can share a key with it: it cannot mask, and 
 leaves it out of every round of the run (it uploads nothing, the server neither expects nor selects
 it, and the result's ``missing`` records it once, at the key exchange's round). Server and client
 decide this from the same published list (``MaskingKeys.keyed``), without another message.
+
+A client whose vector cannot be encoded (a value not finite, or beyond the fixed-point range
+``|x| < 2^(62 - FRACTION_BITS)``: the run is diverging) sends ``{overflow: True}`` in place of its
+masked vector (``masked_body``); the server then stops the run and reports it as diverged at that
+round, as a plain run does once its model stops being finite. In a run that does not diverge every
+value fits and nothing changes. The flag tells the server which client overflowed (one bit, only
+in a diverging run).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from .common import SERVER
 from .contract import Kind
 
 __all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "client_keys", "dense_rows", "key_exchange_kinds",
-           "server_relay_keys"]
+           "masked_body", "overflowed", "server_relay_keys"]
 
 # the ``reason`` of the ``missing`` records these cases leave in a protocol's result
 KEYLESS = "public key not received by the server (lost or late): left out of every round"
@@ -48,7 +55,8 @@ def key_exchange_kinds(client_role: str = "client", purpose: str = "secure aggre
              Kind("peers", "server", client_role, "setup", f"{{pubs: uint64[n]}}: {purpose}, every public key"))
     if masked is not None:
         kinds += (Kind("masked", client_role, "server", "training", f"{{masked: {masked}}}: {purpose}, "
-                       "the dense masked upload"),)
+                       "the dense masked upload ({overflow: true} instead when a value does not fit the "
+                       "fixed-point range: the run diverged)"),)
     return kinds
 
 
@@ -124,6 +132,23 @@ class MaskingKeys:
         if self._members is None:
             self._members = np.flatnonzero(self.pubs)
         return self._members
+
+
+def masked_body(keys: MaskingKeys, x: np.ndarray, members: Sequence[int], rnd: int) -> dict:
+    """The payload of a ``masked`` upload of ``x``: ``{"masked": keys.upload(x, members, rnd)}``,
+    or ``{"overflow": True}`` if ``x`` has a value that is not finite or does not fit the fixed-point
+    range (``fedsim.math.secagg.encode`` raises ``OverflowError``; nothing is masked then)."""
+    try:
+        return {"masked": keys.upload(x, members, rnd)}
+    except OverflowError:
+        # not an error of the protocol but a diverging run: say so, as the plain upload's
+        # non-finite values would have told the server
+        return {"overflow": True}
+
+
+def overflowed(messages) -> bool:
+    """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag."""
+    return any("overflow" in msg.payload for msg in messages)
 
 
 def dense_rows(n_items: int, width: int, items: np.ndarray, rows: np.ndarray, counts: bool = False) -> np.ndarray:
