@@ -102,6 +102,17 @@ def test_secure_aggregation_is_refused_where_it_hides_nothing(data):
         fedrecpp.build(SimNetwork(), data, FedRecPPConfig(d=4, T=1, eta=0, secure_noise=True))
 
 
+def test_fedrec_secure_aggregation_is_refused_for_a_single_client():
+    """One client's "sum" is its own upload, decoded by the server: nothing is hidden (FPL refuses
+    one client per round for the same reason)."""
+    spec = REGISTRY["fedrec"]
+    data, cfg = spec.tiny(1, 2, 0)
+    assert data.n_users == 1
+    with pytest.raises(ConfigError, match="secure_aggregation needs at least 2 clients"):
+        spec.build(SimNetwork(), data, cfg.replace(secure_aggregation=True))
+    spec.build(SimNetwork(), data, cfg)  # without the defence one client is fine
+
+
 @pytest.mark.parametrize("rho", [1, 3])
 @pytest.mark.parametrize("eta", [1, 3, 15])
 def test_fedrecpp_secure_noise_stays_lossless(data, rho, eta):

@@ -127,7 +127,7 @@ class FedRecConfig(Config):
     upload_noise: float = param(0.0, "privacy defence: standard deviation of the Gaussian noise a client adds to "
                                 "every value it uploads (gradients, O deltas; 0: none; no clipping, so no formal "
                                 "differential-privacy guarantee)", min=0)
-    secure_aggregation: bool = param(False, "privacy defence (batch PMF only): clients upload their gradients and "
+    secure_aggregation: bool = param(False, "privacy defence (batch PMF only, >= 2 clients): clients upload their gradients and "
                                      "item counts as one dense fixed-point vector over all m items, masked with "
                                      "pairwise keys that cancel in the server's sum (docs/privacy.md)")
     secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
@@ -457,7 +457,8 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     Every user gets a client (users without training ratings still download and answer).
     ``test``: optional held-out ``Ratings`` given to the clients privately for the
     ``eval_every`` evaluations. Declares ``d`` as the ledger's unit. FedRec runs cannot be
-    resumed (``resume`` must be None)."""
+    resumed (``resume`` must be None). Raises ``ConfigError`` for ``secure_aggregation`` with a
+    stochastic model or fewer than 2 users (no sum to hide an upload in)."""
     cfg = cfg or FedRecConfig()
     if resume is not None:
         raise ValueError("FedRec runs cannot be resumed; run for more iterations (T) instead")
@@ -466,6 +467,9 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
                           f"client's upload at a time, so there is no sum to hide it in), got {cfg.model}",
                           "secure_aggregation")
     n_users, n_items = int(data.n_users), int(data.n_items)
+    if cfg.secure_aggregation and n_users < 2:
+        raise ConfigError(f"secure_aggregation needs at least 2 clients (the sum of one client's upload is that "
+                          f"upload), got {n_users}", "secure_aggregation")
     dt = np.dtype(cfg.dtype)
     indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
     clients = client_names(n_users)
