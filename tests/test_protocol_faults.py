@@ -1,6 +1,8 @@
 """Every registered protocol survives message loss and client dropout when its server waits with a
 deadline (aggregating what arrived, per the rule each protocol documents); a server that drops out
-ends the run loudly; FedRec++ stays exactly lossless for the groups it keeps."""
+ends the run loudly; FedRec++ stays exactly lossless for the groups it keeps; under secure
+aggregation (secure noise), a client whose public key did not reach the server is left out of the
+whole run, and a round without two such members is skipped and recorded."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from fedsim.kernel import AsyncioNetwork, DeadlockError, Faults, SimNetwork
 from fedsim.protocols import REGISTRY
 from fedsim.protocols.contract import IncompleteRunError
+from fedsim.protocols.secagg import KEYLESS, TOO_FEW
 
 NAMES = list(REGISTRY)
 
@@ -128,3 +131,117 @@ def test_both_transports_agree_under_loss(name):
     assert la == lb and la
     for k in a.params:
         assert np.array_equal(a.params[k], b.params[k])
+
+
+class LossyClients(SimNetwork):
+    """A simulated network on which the nodes ``lossy`` lose every message they send (loss 1):
+    with secure aggregation, their ``keys`` (their first message) never reach the server."""
+
+    def __init__(self, lossy, **kw):
+        super().__init__(**kw)
+        self.lossy = set(lossy)
+
+    def add_node(self, node_id, actor, *args, **kwargs):
+        if node_id in self.lossy:
+            kwargs["loss"] = 1.0
+        super().add_node(node_id, actor, *args, **kwargs)
+
+
+def _traffic(net, node):
+    """(kinds ``node`` sent, kinds it was sent), in ledger order."""
+    recs = list(net.ledger.records())
+    return [r["kind"] for r in recs if r["src"] == node], sorted({r["kind"] for r in recs if r["dst"] == node})
+
+
+@pytest.mark.parametrize("name", ["fedrec", "fpl"])
+def test_a_client_whose_key_is_lost_is_left_out_of_every_secure_round(name):
+    """client/0002's key is lost: nobody can share a key with it, so it must not mask, upload or be
+    waited for. The model is then the plain run's in which its uploads are all lost (Eq. 9's means,
+    Eq. 7's sums over the others), to fixed-point rounding; info["missing"] says why it is absent.
+    (It used to crash FedRec, and FPL summed its unmasked-against-nobody upload: |theta| ~ 1e8.)"""
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(6, 3, 5)
+    cfg = cfg.replace(deadline=5.0, dtype="float64", secagg_neighbours=2)
+    lost = "client/0002"
+    out = []
+    for sa in (False, True):
+        net = LossyClients([lost], seed=5, profile="lan")
+        out.append((spec.build(net, data, cfg.replace(secure_aggregation=sa)).collect(net.run()), net))
+    (plain, _), (sec, net) = out
+    assert sec.run.complete
+    assert sec.info["missing"] == [{"round": -1, "kind": "keys", "clients": 1, "reason": KEYLESS}]
+    sent, received = _traffic(net, lost)
+    assert sent == ["keys"] and received == ["peers", "stop"]  # no model, no upload
+    assert not [m for m in net.ledger.missing if m.sender == lost and m.kind != "keys"]  # never waited for
+    assert spec.undeclared(net.ledger) == []
+    others = np.arange(data.n_users) != 2  # its private factor is not trained in the secure run
+    for k, v in plain.params.items():
+        a, b = np.asarray(sec.params[k]), np.asarray(v)
+        if k in ("U", "P"):
+            a, b = a[others], b[others]
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-8, err_msg=k)
+
+
+def test_fedrec_secure_aggregation_with_a_lone_keyed_client_skips_every_round():
+    """Two of three keys lost: the last client's "sum" would be its gradients in the clear, so it
+    takes no part either; every round is skipped and recorded with its reason, V stays."""
+    spec = REGISTRY["fedrec"]
+    data, cfg = spec.tiny(3, 2, 0)
+    cfg = cfg.replace(secure_aggregation=True, deadline=5.0)
+    net = LossyClients(["client/0000", "client/0002"], seed=0, profile="lan")
+    res = spec.build(net, data, cfg).collect(net.run())
+    assert res.run.complete
+    assert res.info["missing"] == [{"round": -1, "kind": "keys", "clients": 2, "reason": KEYLESS}] + [
+        {"round": t, "kind": "masked", "clients": 1, "skipped": True, "reason": TOO_FEW} for t in range(2)]
+    assert _traffic(net, "client/0001") == (["keys"], ["peers", "stop"])
+    net0 = SimNetwork(seed=0, profile="lan")
+    ref = spec.build(net0, data, cfg.replace(T=0)).collect(net0.run())  # the initial model
+    np.testing.assert_array_equal(res.params["V"], ref.params["V"])
+
+
+@pytest.mark.parametrize("name", ["fedrec", "fpl"])
+def test_secure_aggregation_with_every_key_late_trains_nothing_and_says_why(name):
+    """A deadline shorter than the key exchange's latency: no member at all. The run ends (FedRec's
+    server used to crash on an empty sum), every round is recorded as skipped, the model is the
+    initial one, and nothing but keys, peers and stop was sent."""
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(4, 2, 0)
+    cfg = cfg.replace(secure_aggregation=True, secagg_neighbours=2, deadline=0.01)
+    net = SimNetwork(seed=0, profile="wan")
+    res = spec.build(net, data, cfg).collect(net.run())
+    assert res.run.complete
+    assert res.info["missing"] == [{"round": -1, "kind": "keys", "clients": 4, "reason": KEYLESS}] + [
+        {"round": t, "kind": "masked", "clients": 0, "skipped": True, "reason": TOO_FEW} for t in range(2)]
+    assert {r["kind"] for r in net.ledger.records()} == {"keys", "peers", "stop"}
+    net0 = SimNetwork(seed=0, profile="wan")
+    ref = spec.build(net0, data, cfg.replace(**{spec.rounds_field: 0})).collect(net0.run())
+    for k, v in ref.params.items():
+        np.testing.assert_array_equal(res.params[k], v, err_msg=k)
+
+
+def test_fedrecpp_secure_noise_leaves_out_a_client_whose_key_is_lost_and_stays_lossless():
+    """An ordinary client's key is lost: it must neither train nor send noise (its group's masks
+    would not cancel and the denoiser would hand the server garbage: |V| ~ 40). The rest stays
+    exactly lossless: FedRec at rho = 0 on the other clients' ratings, to fixed-point rounding."""
+    from fedsim.data import Ratings
+    from fedsim.protocols import fedrec
+
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(8, 2, 5)
+    cfg = cfg.replace(eta=2, secure_noise=True, secagg_neighbours=2, deadline=5.0, dtype="float64")
+    net0 = SimNetwork(seed=5, profile="lan")
+    lost = sorted(spec.build(net0, data, cfg).collect(net0.run()).info["assignment"])[0]  # an ordinary client
+    net = LossyClients([lost], seed=5, profile="lan")
+    res = spec.build(net, data, cfg).collect(net.run())
+    assert res.run.complete
+    assert res.info["missing"] == [{"round": -1, "kind": "keys", "groups": 0, "clients": 1, "reason": KEYLESS}]
+    assert _traffic(net, lost) == (["keys"], ["assign", "peers", "stop"])
+    u = int(lost.split("/")[1])
+    keep = data.users != u
+    sub = Ratings(data.users[keep], data.items[keep], data.values[keep], n_users=data.n_users, n_items=data.n_items)
+    fcfg = fedrec.FedRecConfig(d=cfg.d, T=cfg.T, lr=cfg.lr, lam=cfg.lam, rho=0.0, dtype="float64",
+                               init_scale=cfg.init_scale)
+    ref = fedrec.central_twin(sub, fcfg, seed=5)
+    np.testing.assert_allclose(res.params["V"], ref.V, rtol=0, atol=1e-9)
+    others = np.arange(data.n_users) != u
+    np.testing.assert_allclose(res.params["U"][others], ref.U[others], rtol=0, atol=1e-9)

@@ -102,6 +102,17 @@ def test_secure_aggregation_is_refused_where_it_hides_nothing(data):
         fedrecpp.build(SimNetwork(), data, FedRecPPConfig(d=4, T=1, eta=0, secure_noise=True))
 
 
+def test_fedrec_secure_aggregation_is_refused_for_a_single_client():
+    """One client's "sum" is its own upload, decoded by the server: nothing is hidden (FPL refuses
+    one client per round for the same reason)."""
+    spec = REGISTRY["fedrec"]
+    data, cfg = spec.tiny(1, 2, 0)
+    assert data.n_users == 1
+    with pytest.raises(ConfigError, match="secure_aggregation needs at least 2 clients"):
+        spec.build(SimNetwork(), data, cfg.replace(secure_aggregation=True))
+    spec.build(SimNetwork(), data, cfg)  # without the defence one client is fine
+
+
 @pytest.mark.parametrize("rho", [1, 3])
 @pytest.mark.parametrize("eta", [1, 3, 15])
 def test_fedrecpp_secure_noise_stays_lossless(data, rho, eta):
@@ -140,3 +151,49 @@ def test_fedrec_upload_noise_keeps_the_sampling_and_costs_accuracy(data):
     # the same items are uploaded (the noise has its own generator), with other values
     np.testing.assert_array_equal(pnet.ledger.view().column("bytes"), nnet.ledger.view().column("bytes"))
     assert np.abs(noisy.params["V"] - plain.params["V"]).max() > 1e-3
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the runs are made to diverge,
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # so clients see inf
+@pytest.mark.parametrize("name,flag,over", [
+    ("fedrec", "secure_aggregation", {"lr": 500.0, "rho": 0.0}),
+    ("fpl", "secure_aggregation", {"lr": 1e6}),
+    ("fedrecpp", "secure_noise", {"lr": 500.0}),
+])
+def test_a_diverging_secure_run_reports_divergence_as_the_plain_run_does(name, flag, over):
+    """Values beyond the fixed-point range (or not finite) used to crash a client (OverflowError);
+    now the client flags them, the server stops at that round and reports ``diverged_at``, no later
+    than the plain run (fixed point overflows before floats do), with the last finite model."""
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(6, 30, 0)
+    cfg = cfg.replace(dtype="float64", **over)
+    out = []
+    for on in (False, True):
+        net = SimNetwork(seed=0)
+        out.append((spec.build(net, data, cfg.replace(**{flag: True} if on else {})).collect(net.run()), net))
+    (plain, _), (sec, net) = out
+    assert plain.info["diverged_at"] is not None
+    assert sec.run.complete
+    stop = sec.info["diverged_at"]
+    assert stop is not None and stop <= plain.info["diverged_at"]
+    # no training message after the round that overflowed
+    kinds = {"masked", "gradients", "noise"}
+    assert max(r["round"] for r in net.ledger.records() if r["kind"] in kinds) == stop - 1
+    model = sec.params["theta" if name == "fpl" else "V"]
+    assert np.isfinite(model).all()
+    assert spec.undeclared(net.ledger) == []
+    if name != "fpl":
+        with pytest.raises(Exception, match="diverged|non-finite|Divergence"):
+            sec.model.evaluate(data.users, data.items, data.values)
+
+
+def test_an_upload_that_does_not_fit_is_flagged_not_masked():
+    from fedsim.protocols.secagg import MaskingKeys, masked_body
+
+    secrets, pubs = _keys(3)
+    keys = MaskingKeys(1, secrets[1], np.array(pubs, dtype=np.uint64), 2)
+    x = np.array([0.5, -2.0, 3.0])
+    body = masked_body(keys, x, [0, 1, 2], 4)
+    np.testing.assert_array_equal(body["masked"], keys.upload(x, [0, 1, 2], 4))
+    for bad in (np.inf, np.nan, 2.0 ** 40):
+        assert masked_body(keys, np.array([0.5, bad, 3.0]), [0, 1, 2], 4) == {"overflow": True}

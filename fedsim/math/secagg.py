@@ -52,7 +52,7 @@ def dh_shared(secret: int, other_public: int) -> int:
 
 def encode(x: np.ndarray, bits: int = FRACTION_BITS) -> np.ndarray:
     """Fixed point: ``round(x 2^bits)`` as int64, returned as uint64 (two's complement). Raises
-    ``OverflowError`` for values that do not fit (|x| >= 2^(62 - bits))."""
+    ``OverflowError`` for values that do not fit (|x| >= 2^(62 - bits), or not finite)."""
     x = np.asarray(x, dtype=np.float64).ravel()
     if x.size and not np.all(np.abs(x) < 2.0 ** (62 - bits)):
         raise OverflowError(f"secure aggregation: a value does not fit {63 - bits} integer bits")

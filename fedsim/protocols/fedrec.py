@@ -28,7 +28,13 @@ defences (docs/privacy.md; off by default)
     client ``peers`` {pubs}; then each iteration a client sends ``masked`` {masked: uint64[m (d+1)]}
     (its gradients and item counts, dense over all m items, fixed point, plus pairwise masks) in
     place of ``gradients``; the server adds them modulo 2^64 (the masks cancel) and decodes Eq. 9's
-    sums and counts. A missing upload makes the round undecodable: V is left unchanged.
+    sums and counts. A missing upload makes the round undecodable: V is left unchanged. A client
+    whose ``keys`` did not reach the server (lost or late) is sent nothing but ``stop`` and uploads
+    nothing (``info["missing"]``: one ``keys`` record at round -1); with fewer than two clients
+    left, nobody takes part and every round is skipped (a ``masked`` record per round, V unchanged).
+    A client whose gradients do not fit the fixed-point range (or are not finite) sends ``masked``
+    {overflow: true} instead; the server then stops with ``diverged_at`` = that iteration (1-based),
+    V as it was before it (a plain run stops once V is not finite; fixed point overflows first).
 
 U_u never leaves its client. The rated items a client uploads gradients for are, with rho > 0,
 hidden among rho x |I_u| sampled unrated items, drawn afresh each call (``resample=True``, the
@@ -65,7 +71,16 @@ from ..seeding import node_rng
 from .common import SERVER, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import (
+    KEYLESS,
+    TOO_FEW,
+    client_keys,
+    dense_rows,
+    key_exchange_kinds,
+    masked_body,
+    overflowed,
+    server_relay_keys,
+)
 
 __all__ = [
     "EVAL_KINDS", "FedRecConfig", "FedRecJob", "MODELS", "SPEC", "build", "central_twin", "client_name",
@@ -112,7 +127,7 @@ class FedRecConfig(Config):
     upload_noise: float = param(0.0, "privacy defence: standard deviation of the Gaussian noise a client adds to "
                                 "every value it uploads (gradients, O deltas; 0: none; no clipping, so no formal "
                                 "differential-privacy guarantee)", min=0)
-    secure_aggregation: bool = param(False, "privacy defence (batch PMF only): clients upload their gradients and "
+    secure_aggregation: bool = param(False, "privacy defence (batch PMF only, >= 2 clients): clients upload their gradients and "
                                      "item counts as one dense fixed-point vector over all m items, masked with "
                                      "pairwise keys that cancel in the server's sum (docs/privacy.md)")
     secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
@@ -141,31 +156,52 @@ def _check(V: np.ndarray, O: np.ndarray | None) -> bool:
 
 
 async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
-    """The FedRec server. Returns ``{"V", "O", "diverged_at", "eval"}`` where ``eval`` holds
-    one ``{iteration, mae, rmse, n}`` per evaluation (clients' error sums, aggregated)."""
+    """The FedRec server. Returns ``{"V", "O", "diverged_at", "eval", "missing"}`` where ``eval``
+    holds one ``{iteration, mae, rmse, n}`` per evaluation (clients' error sums, aggregated) and
+    ``missing`` one record per round with missing uploads (and, with secure aggregation, one at
+    round -1 for the clients whose key was lost and one per round skipped for want of two
+    members, each with its ``reason``)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     rng = ctx.rng
     V = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt)
     O = init_item_factors(rng, m, d, scale=cfg.init_scale, dtype=dt) if cfg.implicit else None
     evals: list[dict] = []
-    missing: list[dict] = []  # per round: the clients whose upload did not arrive by the deadline
+    missing: list[dict] = []  # per round: the clients whose upload (or key) did not arrive by the deadline
     diverged_at = None
     n = len(clients)
-    members: list[str] = []
+    members: list[str] = []  # secure aggregation: the clients that take part in every round
+    lone = 0  # secure aggregation: a client with a key left out because it would be the only one
     if cfg.secure_aggregation:
         ctx.begin_round(-1)
         pubs = await server_relay_keys(ctx, clients, cfg.deadline)
+        # a client whose key is not in the published list cannot mask (nobody shares a key with
+        # it): it is left out of the whole run, as it leaves itself out (client: keys.keyed)
         members = [c for c, p in zip(clients, pubs) if int(p)]
+        if len(members) < n:
+            missing.append({"round": -1, "kind": "keys", "clients": n - len(members), "reason": KEYLESS})
+        if len(members) < 2:
+            # a lone member's "sum" would be its own gradients in the clear: nobody takes part
+            lone, members = len(members), []
     for t in range(cfg.T):
         ctx.begin_round(t)
         lr_t = decayed_lr(cfg.lr, t, cfg.decay)
         want_eval = bool(cfg.eval_every) and t > 0 and t % cfg.eval_every == 0
-        if cfg.secure_aggregation:
-            await ctx.broadcast(clients, "model", {"t": t, "V": V, "eval": want_eval})
+        if cfg.secure_aggregation and not members:
+            # no participant: nothing is sent or awaited, V stays (an evaluation has n = 0)
+            missing.append({"round": t, "kind": "masked", "clients": lone, "skipped": True, "reason": TOO_FEW})
+            if want_eval:
+                evals.append(await _collect_eval(ctx, members, t, t, cfg.deadline))
+        elif cfg.secure_aggregation:
+            await ctx.broadcast(members, "model", {"t": t, "V": V, "eval": want_eval})
             got = await ctx.gather("masked", senders=members, round=t, timeout=cfg.deadline)
             if want_eval:
-                evals.append(await _collect_eval(ctx, clients, t, t, cfg.deadline))
+                evals.append(await _collect_eval(ctx, members, t, t, cfg.deadline))
+            if overflowed(got):
+                # a client's gradients did not fit the fixed-point range (or were not finite): the
+                # sum cannot be formed, and a plain run's V would be about to stop being finite
+                diverged_at = t + 1
+                break
             if got.missing:
                 # a missing upload leaves its neighbours' masks in the sum: nothing to decode
                 missing.append({"round": t, "kind": "masked", "clients": len(got.missing), "skipped": True})
@@ -287,6 +323,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
     keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
+    if keys is not None and (not keys.keyed or len(keys.members()) < 2):
+        # the server left it out of every round (its key is not in the published list, or it
+        # would be the only member), seeing the same list: it is sent nothing but ``stop``
+        await ctx.receive("stop")
+        return U
     rated = np.ascontiguousarray(rated, dtype=np.int32)
     ratings = np.ascontiguousarray(ratings, dtype=dt)
     test_items = np.empty(0, np.int32) if test_items is None else np.asarray(test_items, np.int32)
@@ -358,7 +399,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         if keys is not None:
             dense = dense_rows(m, cfg.d, body["items"], body["grads"], counts=True)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
-            await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, keys.members(), t)})
+            await ctx.send(SERVER, "masked", masked_body(keys, dense, keys.members(), t))
             continue
         await ctx.send(SERVER, "gradients", body)
         # the encoded upload holds its own copy: the arrays need not wait here for the next model
@@ -418,9 +459,10 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     ratings over ``data.n_users`` users and ``data.n_items`` items) on ``net`` (any transport).
     Every user gets a client (users without training ratings still download and answer).
     ``test``: optional held-out ``Ratings`` given to the clients privately for the
-    ``eval_every`` evaluations (required with ``eval_every``: ``ConfigError`` without).
-    Declares ``d`` as the ledger's unit. FedRec runs cannot be resumed (``resume`` must be
-    None)."""
+    ``eval_every`` evaluations (required with ``eval_every``). Declares ``d`` as the ledger's
+    unit. FedRec runs cannot be resumed (``resume`` must be None). Raises ``ConfigError`` for
+    ``eval_every`` without ``test``, and for ``secure_aggregation`` with a stochastic model or
+    fewer than 2 users (no sum to hide an upload in)."""
     cfg = cfg or FedRecConfig()
     if resume is not None:
         raise ValueError("FedRec runs cannot be resumed; run for more iterations (T) instead")
@@ -432,6 +474,9 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
         # every evaluation would be over no ratings: a metrics list of NaN that looks like a result
         raise ConfigError("eval_every needs held-out test ratings (test=...; fedsim run: test_frac > 0)", "eval_every")
     n_users, n_items = int(data.n_users), int(data.n_items)
+    if cfg.secure_aggregation and n_users < 2:
+        raise ConfigError(f"secure_aggregation needs at least 2 clients (the sum of one client's upload is that "
+                          f"upload), got {n_users}", "secure_aggregation")
     dt = np.dtype(cfg.dtype)
     indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
     clients = client_names(n_users)

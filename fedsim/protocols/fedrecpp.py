@@ -40,7 +40,13 @@ its group (the ordinary clients of its denoiser) in ``assign``, relays public ke
 noise on a fixed-point grid (the same values in its upload), and sends it as ``noise``
 {masked: uint64[m (d+1)]}: gradients and counts, dense over all m items, plus pairwise masks with
 its ring neighbours among its group's participants. The denoiser adds its messages modulo 2^64 and
-reads only the group's sum (a group of one participant is not hidden). Still lossless.
+reads only the group's sum (a group of one participant is not hidden). Still lossless. An ordinary
+client whose ``keys`` did not reach the server (lost or late) cannot mask: it is never made a
+participant in that run (the draw is made over all clients, then thinned) and is sent nothing but
+``stop``; ``info["missing"]`` has one record with ``kind`` ``keys`` at round -1. An ordinary
+client whose noise does not fit the fixed-point grid (or is not finite) sends ``gradients``
+{overflow: true} instead of its upload and noise: the server stops with ``diverged_at`` = that
+iteration (1-based), V as it was before it.
 
 With any eta >= 1 the model equals FedRec with rho = 0 (tested to 1e-9 in float64).
 """
@@ -71,7 +77,7 @@ from .common import SERVER, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import KEYLESS, client_keys, dense_rows, key_exchange_kinds, overflowed, server_relay_keys
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
@@ -138,7 +144,9 @@ def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
 
 async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     """Returns ``{"V", "denoisers", "assignment", "diverged_at", "missing"}`` (``missing``: per
-    round with losses, how many denoiser groups and clients were left out of the update)."""
+    round with losses, how many denoiser groups and clients were left out of the update; with
+    secure noise, a record at round -1 of ``kind`` ``keys`` counts the ordinary clients left out of
+    the whole run because their key did not reach the server)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     rng = ctx.rng
@@ -175,9 +183,16 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     # and FedRec++ (eta >= 1) under the same seed would select different participants (and their
     # clients would then sample different items). Paired runs make their difference the method.
     part_rng = substream(rng, "participation")
-    if cfg.secure_noise and denoisers:
-        await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
     lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
+    keyless: set[str] = set()  # secure noise: ordinary clients whose key is not in the published list
+    if cfg.secure_noise and denoisers:
+        pubs = await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
+        # such a client cannot mask (nobody in its group shares a key with it): it takes part in
+        # no round of the run, as it knows from the same list (client: keys.keyed)
+        keyless = {c for c in ordinary if not pubs[index[c]]}
+        if keyless:
+            lost_rounds.append({"round": -1, "kind": "keys", "groups": 0, "clients": len(keyless),
+                                "reason": KEYLESS})
     diverged_at = None
     c_part = cfg.c or n
     for t in range(cfg.T):
@@ -187,12 +202,19 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             part = list(clients)
         else:
             part = [clients[i] for i in np.sort(part_rng.choice(n, size=c_part, replace=False))]
+        if keyless:  # drawn over all n clients (the same draws whatever was lost), then thinned
+            part = [p for p in part if p not in keyless]
         model = {"t": t, "V": V}
         if cfg.secure_noise and denoisers:  # who takes part: a client masks with its group's participants
             model["part"] = np.array([index[p] for p in part], dtype=np.int32)
         await ctx.broadcast(part, "model", model)
         ordinary_part = [p for p in part if p not in den_set]
         got = await ctx.gather("gradients", senders=ordinary_part, round=t, timeout=cfg.deadline)
+        if cfg.secure_noise and overflowed(got):
+            # a client's noise did not fit the fixed-point grid (or was not finite): no sum can
+            # remove it, and a plain run's V would be about to stop being finite
+            diverged_at = t + 1
+            break
         uploads = got.messages
         if denoisers:
             expected = {dn: 0 for dn in denoisers}
@@ -289,6 +311,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     if cfg.secure_noise and role == "ordinary" and my_denoiser is not None:
         group = set(np.asarray(a["group"]).tolist())
         keys = await client_keys(ctx, index, cfg.secagg_neighbours)
+        if not keys.keyed:
+            # the server left it out of every round (its key is not in the published list, which
+            # it has too): it is sent nothing but ``stop``
+            await ctx.receive("stop")
+            return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
@@ -317,7 +344,14 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if keys is not None:
                 # the noise on the fixed-point grid, in the upload as in the masked sum, so that
                 # the server removes exactly what it received (bit for bit in float64)
-                g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
+                try:
+                    g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
+                except OverflowError:
+                    # noise the grid cannot hold (not finite, or beyond its range: the run is
+                    # diverging) can be neither masked nor removed exactly: the client tells the
+                    # server so in place of its upload, and sends its denoiser nothing
+                    await ctx.send(SERVER, "gradients", {"overflow": True})
+                    continue
             items = np.concatenate([rated, sampled])
             grads = np.concatenate([g_rated, g_noise])
             await ctx.send(SERVER, "gradients", sort_by_item({"items": items, "grads": grads}))
@@ -450,7 +484,8 @@ SPEC = register(ProtocolSpec(
         # roles change when "assign" is read: the first model download may still find a client
         Kind("model", "server", ("client", "ordinary", "denoiser"), "training", "{t, V: float[m, d]}"),
         Kind("gradients", "ordinary", "server", "training",
-             "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling)"),
+             "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling; secure noise: "
+             "{overflow: true} instead when the noise does not fit the fixed-point grid: the run diverged)"),
         Kind("noise", "ordinary", "denoiser", "training",
              "{items, grads} of the sampled items, anonymous, to the client's denoiser (secure noise: "
              "{masked: uint64[m (d + 1)]})", anonymous=True),

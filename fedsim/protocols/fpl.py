@@ -39,6 +39,12 @@ client's rows; ``secure_aggregation`` makes the server relay public keys once pe
 ``masked`` {masked: uint64[|I| (d+1)]} (the rows summed per item, dense, fixed point, plus pairwise
 masks with ring neighbours among the participants) instead of ``update``; it adds them modulo 2^64
 and steps Theta_S with the decoded sum (a round with a missing upload cannot be decoded: skipped).
+A client whose ``keys`` did not reach the server (lost or late) is never selected in that run (the
+draw is made over all clients, then thinned; ``info["missing"]`` has one ``keys`` record at the
+key exchange's round); a round left with fewer than two such participants is skipped (a
+``masked`` record with its reason, Theta_S unchanged). A client whose rows do not fit the
+fixed-point range (or are not finite) sends ``masked`` {overflow: true} instead: the server stops
+there and ``info["diverged_at"]`` is that round (1-based), Theta_S as it was before it.
 
 p_u never leaves its client. Long runs are split into several networks (one per epoch, say):
 ``build(..., init=theta, user_factors=P, round_offset=...)`` continues a previous run.
@@ -67,7 +73,16 @@ from ..math.secagg import decode, unmask_sum
 from .common import SERVER, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
-from .secagg import client_keys, dense_rows, key_exchange_kinds, server_relay_keys
+from .secagg import (
+    KEYLESS,
+    TOO_FEW,
+    client_keys,
+    dense_rows,
+    key_exchange_kinds,
+    masked_body,
+    overflowed,
+    server_relay_keys,
+)
 
 __all__ = [
     "FPLConfig",
@@ -155,9 +170,11 @@ def config_for_preset(name: str, n_users: int, x_plus: int, *, epochs: float = 1
 
 async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np.ndarray | None = None,
                  round_offset: int = 0) -> dict:
-    """The FPL server. Returns ``{"theta": [Q | b] (n_items, d+1), "received": [...]}`` where
-    ``received`` (only with ``cfg.record_received``) lists ``(round, sender, items, rows)`` of
-    every update."""
+    """The FPL server. Returns ``{"theta": [Q | b] (n_items, d+1), "received": [...], "missing":
+    [...]}`` where ``received`` (only with ``cfg.record_received``) lists ``(round, sender, items,
+    rows)`` of every update and ``missing`` has one record per round with missing uploads (and,
+    with secure aggregation, one for the clients whose key was lost and one per round skipped for
+    want of two members, each with its ``reason``)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     n = len(clients)
@@ -173,17 +190,36 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     lr = float(cfg.lr)
     received: list = []
     missing: list[dict] = []
+    diverged_at = None  # secure aggregation: the 1-based round a client's rows overflowed in
     if cfg.secure_aggregation:
         ctx.begin_round(round_offset - 1)
-        await server_relay_keys(ctx, clients, cfg.deadline)
+        pubs = await server_relay_keys(ctx, clients, cfg.deadline)
+        # a client whose key is not in the published list cannot mask (nobody shares a key with
+        # it): it is never selected in this run, and it never expects to be (it gets only "stop")
+        keyless = n - int(np.count_nonzero(pubs))
+        if keyless:
+            missing.append({"round": round_offset - 1, "kind": "keys", "clients": keyless, "reason": KEYLESS})
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
         chosen = list(select_clients(rng, n, k))
+        if cfg.secure_aggregation:
+            # the draw is over all n clients (the same draws whatever was lost), then thinned
+            chosen = [i for i in chosen if pubs[i]]
+            if len(chosen) < 2:
+                # a lone participant's "sum" would be its rows in the clear: nobody takes part
+                missing.append({"round": r, "kind": "masked", "clients": len(chosen), "skipped": True,
+                                "reason": TOO_FEW})
+                continue
         names = [clients[i] for i in chosen]
         if cfg.secure_aggregation:
             await ctx.broadcast(names, "model", {"theta": theta, "members": np.asarray(chosen, dtype=np.int32)})
             got = await ctx.gather("masked", senders=names, round=r, timeout=cfg.deadline)
+            if overflowed(got):
+                # a client's rows did not fit the fixed-point range (or were not finite): the sum
+                # cannot be formed, and Theta_S would be about to stop being finite
+                diverged_at = r + 1
+                break
             if got.missing:  # a missing upload leaves masks in the sum: the round cannot be decoded
                 missing.append({"round": r, "kind": "masked", "clients": len(got.missing), "skipped": True})
             else:
@@ -206,7 +242,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
                 received.append((r, msg.sender, np.array(items), np.array(rows)))
         await ctx.compute(2.0 * rows_in * (d + 1), "aggregate")
     await ctx.broadcast(clients, "stop", None)
-    return {"theta": theta, "received": received, "missing": missing}
+    return {"theta": theta, "received": received, "missing": missing, "diverged_at": diverged_at}
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None,
@@ -260,7 +296,7 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
         if keys is not None:
             dense = dense_rows(theta.shape[0], d + 1, items, rows)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
-            await ctx.send(SERVER, "masked", {"masked": keys.upload(dense, msg.payload["members"], msg.round)})
+            await ctx.send(SERVER, "masked", masked_body(keys, dense, msg.payload["members"], msg.round))
             continue
         await ctx.send(SERVER, "update", {"items": items, "rows": rows})
 
@@ -286,7 +322,11 @@ class FPLJob:
         """``params``: ``theta`` = [Q | b] (n_items, d+1), ``Q``, ``b`` and ``P`` (the clients'
         p_u stacked in user order); ``info``: per-client counts (int arrays ``rounds``,
         ``sent_positive``, ``sent_negative``), the server's record of updates (``received``, if
-        ``record_received``) and ``rounds_done``; ``metrics``: with test ratings, one row of
+        ``record_received``), ``rounds_done`` and ``diverged_at``: the 1-based round (counted
+        like ``rounds_done``) in which a secure-aggregation client's rows overflowed the
+        fixed-point range (the server stopped there, Theta_S as before that round); else
+        ``rounds_done`` if Theta_S or some p_u is not finite at the end (the plain server does not
+        watch for it); else None; ``metrics``: with test ratings, one row of
         top-10 precision and recall on them (the experimenter's evaluation of the final model:
         FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)`` continues."""
         srv = server_result(run)
@@ -304,6 +344,9 @@ class FPLJob:
             for k in counts:
                 counts[k][u] = r[k]
         done = self.rounds_done + self.cfg.rounds
+        diverged_at = srv["diverged_at"]
+        if diverged_at is None and not (np.isfinite(theta).all() and np.isfinite(P).all()):
+            diverged_at = done  # known only to have happened by the end
         params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
         metrics = []
         if self.test is not None:
@@ -311,7 +354,7 @@ class FPLJob:
         state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
         return Result("fpl", self.cfg, params, metrics, run,
                       info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
-                            "lost_clients": gone}, state=state)
+                            "lost_clients": gone, "diverged_at": diverged_at}, state=state)
 
 
 def _top10(P, theta, d, train, test) -> dict:

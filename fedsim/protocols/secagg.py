@@ -13,6 +13,19 @@ without. Each round, a participant uploads its vector as one ``uint64`` array (f
 pairwise masks with its ring neighbours among the round's participants); the receiver adds them
 modulo 2^64 and decodes the exact sum. A missing upload leaves the masks of its neighbours
 uncancelled: the receiver cannot decode that round (no dropout recovery here).
+
+A client whose ``keys`` message did not reach the server (lost, or past the deadline) has 0 in the
+published list, so no other client can share a key with it: it cannot mask, and every protocol
+leaves it out of every round of the run (it uploads nothing, the server neither expects nor selects
+it, and the result's ``missing`` records it once, at the key exchange's round). Server and client
+decide this from the same published list (``MaskingKeys.keyed``), without another message.
+
+A client whose vector cannot be encoded (a value not finite, or beyond the fixed-point range
+``|x| < 2^(62 - FRACTION_BITS)``: the run is diverging) sends ``{overflow: True}`` in place of its
+masked vector (``masked_body``); the server then stops the run and reports it as diverged at that
+round, as a plain run does once its model stops being finite. In a run that does not diverge every
+value fits and nothing changes. The flag tells the server which client overflowed (one bit, only
+in a diverging run).
 """
 
 from __future__ import annotations
@@ -25,7 +38,12 @@ from ..math import secagg
 from .common import SERVER
 from .contract import Kind
 
-__all__ = ["MaskingKeys", "client_keys", "dense_rows", "key_exchange_kinds", "server_relay_keys"]
+__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "client_keys", "dense_rows", "key_exchange_kinds",
+           "masked_body", "overflowed", "server_relay_keys"]
+
+# the ``reason`` of the ``missing`` records these cases leave in a protocol's result
+KEYLESS = "public key not received by the server (lost or late): left out of every round"
+TOO_FEW = "fewer than two participants with a public key: no sum to hide an upload in, round skipped"
 
 
 def key_exchange_kinds(client_role: str = "client", purpose: str = "secure aggregation",
@@ -37,7 +55,8 @@ def key_exchange_kinds(client_role: str = "client", purpose: str = "secure aggre
              Kind("peers", "server", client_role, "setup", f"{{pubs: uint64[n]}}: {purpose}, every public key"))
     if masked is not None:
         kinds += (Kind("masked", client_role, "server", "training", f"{{masked: {masked}}}: {purpose}, "
-                       "the dense masked upload"),)
+                       "the dense masked upload ({overflow: true} instead when a value does not fit the "
+                       "fixed-point range: the run diverged)"),)
     return kinds
 
 
@@ -80,11 +99,22 @@ class MaskingKeys:
         self._shared: dict[int, int] = {}
         self._members: np.ndarray | None = None
 
+    @property
+    def keyed(self) -> bool:
+        """Whether the server's published list has this client's public key. If not, nobody can
+        share a key with it, so its masks could not cancel: it takes part in no round."""
+        return bool(self.pubs[self.me] != 0)
+
     def keys_for(self, members: Sequence[int]) -> dict[int, int]:
         """Shared keys with this client's ring neighbours among ``members`` (client indices in
-        the order every participant uses: ascending; those without a public key left out)."""
+        the order every participant uses: ascending; those without a public key left out, as
+        every other participant leaves them out). Raises ``ValueError`` if this client has no
+        published key (``keyed`` is False): its neighbours would not mask with it."""
+        if not self.keyed:
+            raise ValueError(f"client {self.me}'s public key did not reach the server: it cannot mask "
+                             "(the protocol leaves it out of every round)")
         ms = np.asarray(members, dtype=np.int64)
-        ms = ms[(self.pubs[ms] != 0) | (ms == self.me)]
+        ms = ms[self.pubs[ms] != 0]
         out = {}
         for v in secagg.ring_neighbours(ms, self.me, self.k):
             v = int(v)
@@ -102,6 +132,23 @@ class MaskingKeys:
         if self._members is None:
             self._members = np.flatnonzero(self.pubs)
         return self._members
+
+
+def masked_body(keys: MaskingKeys, x: np.ndarray, members: Sequence[int], rnd: int) -> dict:
+    """The payload of a ``masked`` upload of ``x``: ``{"masked": keys.upload(x, members, rnd)}``,
+    or ``{"overflow": True}`` if ``x`` has a value that is not finite or does not fit the fixed-point
+    range (``fedsim.math.secagg.encode`` raises ``OverflowError``; nothing is masked then)."""
+    try:
+        return {"masked": keys.upload(x, members, rnd)}
+    except OverflowError:
+        # not an error of the protocol but a diverging run: say so, as the plain upload's
+        # non-finite values would have told the server
+        return {"overflow": True}
+
+
+def overflowed(messages) -> bool:
+    """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag."""
+    return any("overflow" in msg.payload for msg in messages)
 
 
 def dense_rows(n_items: int, width: int, items: np.ndarray, rows: np.ndarray, counts: bool = False) -> np.ndarray:
