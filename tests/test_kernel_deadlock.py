@@ -3,9 +3,11 @@ for; strict=False returns the partial result; deadlines and timeouts keep workin
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork
+from fedsim.kernel import ActorError, AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork
 
 
 async def lonely(ctx):
@@ -117,6 +119,62 @@ def test_asyncio_duration_is_scaled_real_time_not_zero():
     res = net.run()
     assert 1.9 < res.duration < 10.0
     assert net.now() == pytest.approx(res.duration, rel=0.5)
+
+
+# waits no actor can mean: each must fail at the call, naming the argument, on every transport
+# (an infinite timeout made SimNetwork end at t = inf and AsyncioNetwork hang; a NaN one broke
+# the event queue's order; a negative count reported missing_count < 0)
+BAD_WAITS = {
+    "receive-timeout-inf": (lambda ctx: ctx.receive("x", timeout=math.inf), "receive: timeout must be a finite"),
+    "receive-timeout-nan": (lambda ctx: ctx.receive("x", timeout=math.nan), "receive: timeout must be a finite"),
+    "receive-timeout-negative": (lambda ctx: ctx.receive("x", timeout=-1.0), "receive: timeout must be a finite"),
+    "receive-timeout-text": (lambda ctx: ctx.receive("x", timeout="soon"), "receive: timeout must be a finite"),
+    "receive-deadline-number": (lambda ctx: ctx.receive("x", deadline=3.0), "receive: deadline must be a Deadline"),
+    "deadline-inf": (lambda ctx: ctx.receive("x", deadline=ctx.deadline(math.inf)), "deadline needs a finite"),
+    "gather-timeout-inf": (lambda ctx: ctx.gather("x", senders=["other"], timeout=math.inf),
+                           "gather: timeout must be a finite"),
+    "gather-timeout-nan": (lambda ctx: ctx.gather("x", count=1, timeout=math.nan), "gather: timeout must be a finite"),
+    "gather-count-negative": (lambda ctx: ctx.gather("x", count=-2), "gather: count must be a non-negative integer"),
+    "gather-count-fraction": (lambda ctx: ctx.gather("x", count=1.5), "gather: count must be a non-negative integer"),
+    "gather_each-timeout-inf": (lambda ctx: ctx.gather_each("x", senders=["other"], timeout=math.inf),
+                                "gather_each: timeout must be a finite"),
+}
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("case", list(BAD_WAITS))
+def test_a_timeout_or_count_no_wait_can_mean_is_refused_naming_it(transport, case):
+    call, message = BAD_WAITS[case]
+
+    async def waiter(ctx):
+        got = call(ctx)
+        if hasattr(got, "__aiter__"):  # gather_each: the call itself raises
+            return [m async for m in got]
+        return await got
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", waiter)
+    net.add_node("other", done)
+    with pytest.raises(ActorError, match="actor 'waiter'") as info:
+        net.run() if transport == "sim" else net.run(timeout=5.0)
+    cause = info.value.__cause__
+    assert isinstance(cause, TypeError if "deadline-number" in case else ValueError)
+    assert message in str(cause)
+    assert net.ledger.missing == []
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_zero_timeouts_and_counts_still_return_at_once(transport):
+    async def waiter(ctx):
+        none = await ctx.receive("x", timeout=0)
+        empty = await ctx.gather("x", count=0, timeout=0.0)
+        passed = await ctx.receive("x", deadline=ctx.deadline(0))
+        return none, len(empty), empty.missing_count, passed
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", waiter)
+    res = net.run()
+    assert res["waiter"] == (None, 0, 0, None)
 
 
 @pytest.mark.parametrize("transport", ["sim", "asyncio"])
