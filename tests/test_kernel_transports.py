@@ -2,12 +2,14 @@
 
 import ast
 import asyncio
+import gc
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, ForeignAwaitError, LinkSpec, SimNetwork
+from fedsim.kernel import AsyncioNetwork, FedsimError, ForeignAwaitError, LinkSpec, SimNetwork
 from fedsim.protocols import demo
 
 PKG = Path(__file__).resolve().parents[1] / "fedsim"
@@ -76,6 +78,35 @@ async def test_foreign_await_inside_a_running_loop_names_actor_and_object():
     net.add_node("server", _awaits_a_future, role="server")
     with pytest.raises(ForeignAwaitError, match=r"actor 'server'.*awaited <Future"):
         net.run()
+
+
+def _returns_a_number(ctx):
+    return 42
+
+
+def _a_generator(ctx):
+    yield ctx
+
+
+async def _waits_for_ever(ctx):
+    await ctx.receive("x")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("actor, returned", [(_returns_a_number, "int"), (_a_generator, "generator")])
+def test_an_actor_that_is_not_async_is_named_the_same_way_on_both_transports(transport, actor, returned):
+    # SimNetwork's error was replaced by an AttributeError from closing the plain return value;
+    # AsyncioNetwork raised create_task's TypeError, which names no node
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork()
+    net.add_node("ok", _waits_for_ever)
+    net.add_node("bad", actor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(FedsimError, match=rf"actor of node 'bad' is not an async function \(it returned {returned}\)"):
+            net.run()
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]  # the others were closed
+    assert len(net.ledger) == 0
 
 
 def _imports(path: Path) -> set[str]:

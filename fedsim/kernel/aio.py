@@ -108,7 +108,8 @@ class AsyncioNetwork(Network):
         """Run every actor until all have finished or are blocked with nothing in flight (no
         message can be in flight here: delivery is immediate). Blocked actors are cancelled and
         listed in ``unfinished``; with ``strict`` that is a deadlock (``DeadlockError``, as on
-        ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``asyncio.TimeoutError`` after
+        ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``FedsimError`` naming the node
+        if an actor is not an async function (nothing runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds. Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
@@ -119,10 +120,19 @@ class AsyncioNetwork(Network):
         self._loop = asyncio.get_running_loop()
         self._t0 = self._loop.time()
         self._quiet = asyncio.Event()
+        # every actor is called before any task starts, so that one that is not an async
+        # function stops the run with the FedsimError naming it (create_task's TypeError named
+        # no node), as on SimNetwork; the coroutines already made are closed unstarted
+        coros = []
+        try:
+            for node in self.nodes.values():
+                coros.append(self.actor_coroutine(node))
+        except BaseException:
+            for coro in coros:
+                coro.close()
+            raise
         tasks = []
-        for node in self.nodes.values():
-            node.ctx = self.context_class(self, node)
-            coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        for node, coro in zip(self.nodes.values(), coros):
             task = self._loop.create_task(coro, name=node.id)
             task.add_done_callback(lambda t, n=node: self._task_done(n, t))
             tasks.append(task)

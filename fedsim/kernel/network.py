@@ -17,7 +17,8 @@ payload)`` in ``post`` for every message copy, right after creating its ledger r
 set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
 processes) refuses to run with a tap.
 
-It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
+It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` (the mailbox),
+``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
 ``blocked`` and ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict).
 
@@ -27,7 +28,9 @@ Actors never see any of this: they hold a ``Context``, which calls these methods
 from __future__ import annotations
 
 import re
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import Any, Awaitable, Callable
 
 import numpy as np
@@ -36,7 +39,7 @@ from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import Envelope, matches
-from .errors import DeadlockError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
+from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
@@ -281,6 +284,18 @@ class Network:
                 col.offer(env)
         finally:
             node.gathering = None
+
+    def actor_coroutine(self, node: Node) -> Coroutine:
+        """Give ``node`` its context (``node.ctx``) and call its actor: the coroutine the
+        transport runs. Raises ``FedsimError`` naming the node if the actor is not an async
+        function (the call returned anything but a coroutine); what the call raises propagates.
+        Shared so that every transport refuses the same actors with the same error."""
+        node.ctx = self.context_class(self, node)
+        coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        if type(coro) is not CoroutineType and not isinstance(coro, Coroutine):
+            raise FedsimError(f"actor of node {node.id!r} is not an async function "
+                              f"(it returned {type(coro).__name__})")
+        return coro
 
     def check_size(self, src: Node, kind: str, encoded: Encoded) -> None:
         """Raise ``MessageTooLargeError`` (naming ``src``) if ``encoded`` exceeds

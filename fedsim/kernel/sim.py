@@ -337,7 +337,8 @@ class SimNetwork(Network):
         Stopping at ``until`` with events still pending is not a deadlock.
 
         Raises ``ActorError`` (with the original exception as ``__cause__``) if an actor
-        raises, and ``ForeignAwaitError`` if an actor awaits something this network cannot drive.
+        raises, ``ForeignAwaitError`` if an actor awaits something this network cannot drive,
+        and ``FedsimError`` naming the node if an actor is not an async function (nothing runs).
         A network runs once (``FedsimError`` on a second call).
         """
         if self.ran:
@@ -359,11 +360,10 @@ class SimNetwork(Network):
         frozen = gc.get_freeze_count() == 0
         try:
             for node in self.nodes.values():
-                node.ctx = self.context_class(self, node)
-                node.coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
-                if not hasattr(node.coro, "send"):
-                    raise FedsimError(f"actor of node {node.id!r} is not an async function "
-                                      f"(it returned {type(node.coro).__name__})")
+                # node.coro is set only once it is known to be a coroutine: the finally below
+                # closes it (a plain return value has no close(), whose AttributeError would
+                # replace the error naming the actor)
+                node.coro = self.actor_coroutine(node)
                 if node.spec.offline_at is not None:
                     queue.schedule(node.spec.offline_at, self._go_offline, node)
                 node.proc = _ActorProcess(node, node.coro)
