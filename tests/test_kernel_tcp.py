@@ -624,6 +624,13 @@ def test_loopback_hosts_are_accepted(host):
     assert TcpNetwork(host=host).host == host
 
 
+@pytest.mark.parametrize("scale", [0, -1.0, math.nan, math.inf, "fast"])
+def test_a_time_scale_that_would_break_timed_waits_is_refused(scale):
+    # 0 made every timed wait expire at once (the clock then silently used 1)
+    with pytest.raises(NetworkConfigError, match="time_scale must be a positive finite number"):
+        TcpNetwork(time_scale=scale)
+
+
 def test_configuration_is_checked():
     with pytest.raises(NetworkConfigError, match="framing_bytes is 25"):
         TcpNetwork(framing_bytes=0)

@@ -3,13 +3,14 @@
 import ast
 import asyncio
 import gc
+import math
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, FedsimError, ForeignAwaitError, LinkSpec, SimNetwork
+from fedsim.kernel import AsyncioNetwork, FedsimError, ForeignAwaitError, LinkSpec, NetworkConfigError, SimNetwork
 from fedsim.protocols import demo
 
 PKG = Path(__file__).resolve().parents[1] / "fedsim"
@@ -107,6 +108,28 @@ def test_an_actor_that_is_not_async_is_named_the_same_way_on_both_transports(tra
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]  # the others were closed
     assert len(net.ledger) == 0
+
+
+async def _receives_within_5s(ctx):
+    m = await ctx.receive("x", timeout=5.0)
+    return None if m is None else m.payload
+
+
+async def _sends_after_1s(ctx):
+    await ctx.sleep(1.0)
+    await ctx.send("rx", "x", "hello")
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, math.nan, math.inf, "fast"])
+def test_asyncio_refuses_a_time_scale_that_would_break_timed_waits(scale):
+    # with time_scale=0 a receive with a 5 s timeout returned None at once, although the
+    # message came 1 s later (as the simulator and any positive time_scale deliver it)
+    with pytest.raises(NetworkConfigError, match="time_scale must be a positive finite number"):
+        AsyncioNetwork(time_scale=scale)
+    for net in (SimNetwork(), AsyncioNetwork(time_scale=0.001)):
+        net.add_node("rx", _receives_within_5s)
+        net.add_node("tx", _sends_after_1s)
+        assert net.run()["rx"] == "hello"
 
 
 def _imports(path: Path) -> set[str]:

@@ -15,22 +15,21 @@ from typing import Any
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
-from .network import Network, RunResult
+from .network import Network, RunResult, check_time_scale
 from .node import Node, hand_over
 
 __all__ = ["AsyncioNetwork"]
 
 
 class AsyncioNetwork(Network):
-    """Run actors as asyncio tasks. ``time_scale`` is the real seconds per protocol second: it
-    multiplies ``sleep`` and timeouts and divides the clock (``now()``, ``RunResult.duration``);
-    ``compute`` only yields to the loop."""
+    """Run actors as asyncio tasks. ``time_scale`` is the real seconds per protocol second (a
+    positive finite number, else ``NetworkConfigError``): it multiplies ``sleep`` and timeouts and
+    divides the clock (``now()``, ``RunResult.duration``); ``compute`` only yields to the loop."""
 
     def __init__(self, *, time_scale: float = 1.0, **kwargs: Any) -> None:
+        scale = check_time_scale(time_scale)
         super().__init__(**kwargs)
-        if not time_scale >= 0:
-            raise NetworkConfigError(f"time_scale must be >= 0, got {time_scale!r}")
-        self.time_scale = float(time_scale)
+        self.time_scale = scale
         self._loop: asyncio.AbstractEventLoop | None = None
         self._t0 = 0.0
         self._blocked = 0
@@ -39,8 +38,8 @@ class AsyncioNetwork(Network):
         self._error: BaseException | None = None
 
     def now(self) -> float:
-        """Real seconds since the run started, divided by ``time_scale`` (1 if it is 0)."""
-        return (self._loop.time() - self._t0) / (self.time_scale or 1.0) if self._loop else 0.0
+        """Real seconds since the run started, divided by ``time_scale``."""
+        return (self._loop.time() - self._t0) / self.time_scale if self._loop else 0.0
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         targets = self.destinations(dsts)

@@ -27,6 +27,7 @@ Actors never see any of this: they hold a ``Context``, which calls these methods
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -66,6 +67,22 @@ def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
+
+
+def check_time_scale(value: Any) -> float:
+    """``value`` as the ``time_scale`` of a real-time transport (real seconds per protocol second):
+    a positive finite float. Raises ``NetworkConfigError`` naming ``time_scale`` otherwise: 0
+    would turn every timeout into an immediate expiry (a timed receive returns None while its
+    message is on its way, unlike on SimNetwork), inf every sleep and timeout into a wait for ever,
+    and the clock divides by it."""
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = math.nan
+    if not 0 < scale < math.inf:  # also NaN
+        raise NetworkConfigError(f"time_scale must be a positive finite number of real seconds per protocol "
+                                 f"second, got {value!r}")
+    return scale
 
 
 @dataclass

@@ -116,7 +116,7 @@ from .errors import (
     TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
-from .network import Network, RunResult
+from .network import Network, RunResult, check_time_scale
 from .node import Node, hand_over
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
@@ -163,8 +163,8 @@ class TcpNetwork(Network):
     ``FRAME_OVERHEAD``); a sender refuses a message whose frame would be longer
     (``MessageTooLargeError``, as for ``max_message_bytes``). Neither bounds the control frames
     between the coordinator and the workers (``CONTROL_FRAME_BYTES``). ``time_scale``: real
-    seconds per protocol second, as on ``AsyncioNetwork`` (multiplies sleeps and timeouts, divides
-    the clock). ``poll_interval``: seconds between the coordinator's status polls;
+    seconds per protocol second (positive and finite), as on ``AsyncioNetwork`` (multiplies sleeps
+    and timeouts, divides the clock). ``poll_interval``: seconds between the coordinator's status polls;
     ``stall_timeout``: seconds without any progress, with frames outstanding, after which the run
     fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
     ``FRAME_OVERHEAD``. Other keywords as ``Network``.
@@ -193,8 +193,7 @@ class TcpNetwork(Network):
             raise NetworkConfigError("TcpNetwork needs os.fork (Linux or another POSIX system)")
         if processes is not None and int(processes) < 1:
             raise NetworkConfigError(f"processes must be at least 1 (or None: one per node), got {processes!r}")
-        if not time_scale >= 0:
-            raise NetworkConfigError(f"time_scale must be >= 0, got {time_scale!r}")
+        time_scale = check_time_scale(time_scale)
         for name, v in (("poll_interval", poll_interval), ("stall_timeout", stall_timeout),
                         ("start_timeout", start_timeout)):
             if not (v > 0 and math.isfinite(v)):
@@ -227,10 +226,10 @@ class TcpNetwork(Network):
 
     # -- the transport interface (called in the worker processes) ---------------------------------
     def now(self) -> float:
-        """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``
-        (1 if it is 0); 0 before the run starts."""
+        """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``;
+        0 before the run starts."""
         t0 = self._t0
-        return 0.0 if t0 is None else (time.monotonic() - t0) / (self.time_scale or 1.0)
+        return 0.0 if t0 is None else (time.monotonic() - t0) / self.time_scale
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
         w = self._worker
