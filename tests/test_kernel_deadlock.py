@@ -4,10 +4,13 @@ for; strict=False returns the partial result; deadlines and timeouts keep workin
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
-from fedsim.kernel import ActorError, AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork
+from fedsim.kernel import (
+    ActorError, AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork, network_record,
+)
 
 
 async def lonely(ctx):
@@ -175,6 +178,28 @@ def test_zero_timeouts_and_counts_still_return_at_once(transport):
     net.add_node("waiter", waiter)
     res = net.run()
     assert res["waiter"] == (None, 0, 0, None)
+
+
+def test_asyncio_clock_stops_when_the_run_ends():
+    # it went on with real time: sim_time recorded after the run (an evaluation, a report) was
+    # the time of recording, not the run's duration
+    async def sleeper(ctx):
+        await ctx.sleep(0.5)
+
+    net = AsyncioNetwork(time_scale=0.01)
+    net.add_node("s", sleeper)
+    assert net.now() == 0.0
+    res = net.run()
+    time.sleep(0.05)  # 5 protocol seconds
+    assert net.now() == res.duration and 0.4 < res.duration < 4.0
+    assert network_record(net)["sim_time"] == res.duration
+
+    stuck = AsyncioNetwork(time_scale=0.01)
+    stuck.add_node("waiter", lonely)
+    with pytest.raises(DeadlockError) as info:
+        stuck.run()
+    time.sleep(0.05)
+    assert stuck.now() == info.value.time == info.value.result.duration
 
 
 @pytest.mark.parametrize("transport", ["sim", "asyncio"])

@@ -31,15 +31,26 @@ class AsyncioNetwork(Network):
         super().__init__(**kwargs)
         self.time_scale = scale
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: asyncio.AbstractEventLoop | None = None  # the loop while the run goes on
         self._t0 = 0.0
+        self._stopped_at = 0.0  # what now() says when the clock does not run
         self._blocked = 0
         self._finished = 0
         self._quiet: asyncio.Event | None = None
         self._error: BaseException | None = None
 
     def now(self) -> float:
-        """Real seconds since the run started, divided by ``time_scale``."""
-        return (self._loop.time() - self._t0) / self.time_scale if self._loop else 0.0
+        """Real seconds since the run started, divided by ``time_scale``: 0 before the run, and
+        after it the time at which it ended (``RunResult.duration``), like SimNetwork's clock, so
+        that what is read after the run (``network_record``'s ``sim_time``) is the run's time."""
+        clock = self._clock
+        return (clock.time() - self._t0) / self.time_scale if clock is not None else self._stopped_at
+
+    def _stop_clock(self) -> None:
+        """The run has ended: from now on ``now()`` stays where it is."""
+        if self._clock is not None:
+            self._stopped_at = self.now()
+            self._clock = None
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         targets = self.destinations(dsts)
@@ -116,7 +127,7 @@ class AsyncioNetwork(Network):
         for node in self.nodes.values():
             if node.spec.offline_at is not None:
                 raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by AsyncioNetwork")
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._clock = asyncio.get_running_loop()
         self._t0 = self._loop.time()
         self._quiet = asyncio.Event()
         # every actor is called before any task starts, so that one that is not an async
@@ -127,6 +138,7 @@ class AsyncioNetwork(Network):
             for node in self.nodes.values():
                 coros.append(self.actor_coroutine(node))
         except BaseException:
+            self._stop_clock()
             for coro in coros:
                 coro.close()
             raise
@@ -138,9 +150,11 @@ class AsyncioNetwork(Network):
         result = None
         try:
             await asyncio.wait_for(self._quiet.wait(), timeout)
+            self._stop_clock()  # the run ends here: its duration is the clock's last reading
             if self._error is None:
                 result = self.finish(self.now(), strict=strict)
         finally:
+            self._stop_clock()  # also when it ends by timeout or cancellation
             for t in tasks:
                 if not t.done():
                     t.cancel()
