@@ -180,6 +180,40 @@ def test_zero_timeouts_and_counts_still_return_at_once(transport):
     assert res["waiter"] == (None, 0, 0, None)
 
 
+async def _sends_when_closed(ctx):
+    try:
+        await ctx.receive("never")
+    finally:  # runs when the kernel closes (or cancels) the actor at the end of the run
+        await ctx.send("peer", "bye", 1)
+        await ctx.gather("late", senders=["peer"], timeout=0)
+
+
+async def _says_hello_then_sleeps(ctx, fail=False):
+    await ctx.send("waiter", "hello", 0)
+    await ctx.sleep(0.2)
+    if fail:
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("ending", ["deadlock", "error"])
+def test_what_actors_closed_at_the_end_send_is_not_recorded(transport, ending):
+    # the message sent from a finally block got a row after the result was made (SimNetwork:
+    # in flight for ever, sent at a time nothing ran; AsyncioNetwork: delivered to no one)
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", _sends_when_closed)
+    net.add_node("peer", _says_hello_then_sleeps, fail=ending == "error")
+    if ending == "deadlock":
+        res = net.run(strict=False)
+        assert res.unfinished == ["waiter"]
+    else:
+        with pytest.raises(ActorError, match="actor 'peer'"):
+            net.run()
+    assert [(r["src"], r["kind"]) for r in net.ledger.records()] == [("peer", "hello")]
+    assert net.ledger.missing == []
+    assert net.ended
+
+
 def test_asyncio_clock_stops_when_the_run_ends():
     # it went on with real time: sim_time recorded after the run (an evaluation, a report) was
     # the time of recording, not the run's duration

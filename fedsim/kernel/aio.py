@@ -46,11 +46,13 @@ class AsyncioNetwork(Network):
         clock = self._clock
         return (clock.time() - self._t0) / self.time_scale if clock is not None else self._stopped_at
 
-    def _stop_clock(self) -> None:
-        """The run has ended: from now on ``now()`` stays where it is."""
+    def end_run(self) -> None:
+        """The run has ended: from now on ``now()`` stays where it is, and what the actors being
+        cancelled send or miss is not recorded (``Network.end_run``)."""
         if self._clock is not None:
             self._stopped_at = self.now()
             self._clock = None
+        super().end_run()
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         targets = self.destinations(dsts)
@@ -117,7 +119,8 @@ class AsyncioNetwork(Network):
     async def run_async(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
         """Run every actor until all have finished or are blocked with nothing in flight (no
         message can be in flight here: delivery is immediate). Blocked actors are cancelled and
-        listed in ``unfinished``; with ``strict`` that is a deadlock (``DeadlockError``, as on
+        listed in ``unfinished`` (the run is over by then: what their ``finally`` blocks send is
+        dropped, with no ledger row, as on ``SimNetwork``); with ``strict`` that is a deadlock (``DeadlockError``, as on
         ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds. Must be awaited inside a running loop; ``run`` starts one."""
@@ -138,7 +141,7 @@ class AsyncioNetwork(Network):
             for node in self.nodes.values():
                 coros.append(self.actor_coroutine(node))
         except BaseException:
-            self._stop_clock()
+            self.end_run()
             for coro in coros:
                 coro.close()
             raise
@@ -150,11 +153,11 @@ class AsyncioNetwork(Network):
         result = None
         try:
             await asyncio.wait_for(self._quiet.wait(), timeout)
-            self._stop_clock()  # the run ends here: its duration is the clock's last reading
+            self.end_run()  # the run ends here: its duration is the clock's last reading
             if self._error is None:
                 result = self.finish(self.now(), strict=strict)
         finally:
-            self._stop_clock()  # also when it ends by timeout or cancellation
+            self.end_run()  # also when it ends by timeout or cancellation
             for t in tasks:
                 if not t.done():
                     t.cancel()

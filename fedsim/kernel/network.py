@@ -20,7 +20,8 @@ processes) refuses to run with a tap.
 It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` (the mailbox),
 ``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
-``blocked`` and ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict).
+``blocked``, ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict) and
+``end_run`` (called before closing the actors left: what they send then is dropped).
 
 Actors never see any of this: they hold a ``Context``, which calls these methods.
 """
@@ -67,6 +68,10 @@ def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
+
+
+def _dropped_post(src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
+    """``post`` once the run has ended (``Network.end_run``): the message goes nowhere."""
 
 
 def check_time_scale(value: Any) -> float:
@@ -173,6 +178,7 @@ class Network:
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
         self.ran = False
+        self.ended = False  # see end_run
         for hook in tuple(_BUILT_HOOKS):
             hook(self)
 
@@ -244,7 +250,8 @@ class Network:
         """Send ``encoded`` (a message of ``kind``) from ``src`` to every node of ``dsts``, in
         that order: one ledger row and one envelope per destination, sharing one ``Payload``.
         Must not block; raises ``UnknownNodeError`` (before sending anything) for an unknown
-        destination."""
+        destination. Once the run has ended (``end_run``) posts are dropped before they get
+        here."""
         raise NotImplementedError  # pragma: no cover
 
     def wait(self, node: Node, kind, timeout: float | None):
@@ -264,10 +271,23 @@ class Network:
     def run(self, *, strict: bool = True) -> RunResult:
         """Run every actor until all have finished or nothing can happen any more. With
         ``strict`` a run that ends with actors blocked raises ``DeadlockError``; an actor that
-        raises makes it raise ``ActorError``."""
+        raises makes it raise ``ActorError``. Calls ``end_run`` before it closes the actors
+        still running (what their ``finally`` blocks send is dropped)."""
         raise NotImplementedError  # pragma: no cover
 
     # -- shared helpers for transports ----------------------------------------------------------
+    def end_run(self) -> None:
+        """Mark the run as over. A transport calls this once the run's outcome is fixed (its
+        ``RunResult`` built, or the error that ends it raised), before it closes or cancels the
+        actors still running: their ``finally`` blocks run then, and nothing they do is recorded
+        any more. ``post`` drops what they send (it would get a ledger row sent after the end,
+        ``in_flight`` for ever) and ``record_missing`` what their gathers miss. Idempotent."""
+        self.ended = True
+        # an instance attribute over the transport's own post, which (the per-message hot path)
+        # thus needs no test for a state that only exists once the run is over
+        self.post = _dropped_post
+
+
     @staticmethod
     def take(node: Node, kind) -> Envelope | None:
         """The oldest mailbox envelope matching ``kind`` (removed), or None. Never blocks."""
@@ -348,7 +368,10 @@ class Network:
         return rng.random() < p
 
     def record_missing(self, node: Node, kind: str, senders: list) -> None:
-        """Record in the ledger that ``node``'s wait for ``kind`` ended without ``senders``."""
+        """Record in the ledger that ``node``'s wait for ``kind`` ended without ``senders``
+        (nothing once the run has ended: ``end_run``)."""
+        if self.ended:
+            return
         t = self.now()
         for s in senders:
             self.ledger.missing.append(Missing(node.round, node.id, s, kind, t))

@@ -328,7 +328,8 @@ class SimNetwork(Network):
         """Run every actor until all have finished, or nothing is left that could happen, or
         simulated time reaches ``until``. Actors still blocked at the end are closed (their
         ``finally`` blocks run) and listed in ``RunResult.unfinished`` with what they waited for
-        in ``RunResult.blocked``.
+        in ``RunResult.blocked``. The run is over by then (``end_run``): what those ``finally``
+        blocks send is dropped, with no ledger row, and what their gathers miss is not recorded.
 
         With ``strict`` (the default), a run that ends with actors blocked and nothing left in
         flight (a deadlock: a receive no one answers, a gather without deadline for a lost
@@ -373,6 +374,9 @@ class SimNetwork(Network):
             stopped_early = queue.run(until)
             return self.finish(queue.now, strict=strict, drained=not stopped_early)
         finally:
+            # before the actors are closed: a message sent from a finally block would otherwise
+            # get a row after the result was made, in flight for ever at a time nothing ran
+            self.end_run()
             if frozen:
                 gc.unfreeze()
             gc.set_threshold(*threshold)

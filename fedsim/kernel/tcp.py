@@ -1040,6 +1040,9 @@ class _Worker:
         """Close blocked actors (after describing what they wait for) and send the report."""
         net = self.net
         waits = {n.id: net.waits_for(n) for n in self.local if not n.done}
+        # the run is over: what the cancelled actors' finally blocks send is dropped (it would be
+        # a row in this report, in flight for ever), as on the other transports
+        net.end_run()
         for t in self.tasks:
             if not t.done():
                 t.cancel()
