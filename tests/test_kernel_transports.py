@@ -132,6 +132,33 @@ def test_asyncio_refuses_a_time_scale_that_would_break_timed_waits(scale):
         assert net.run()["rx"] == "hello"
 
 
+async def _receives_by_array_kinds(ctx):
+    kinds = np.array(["update", "late"])  # np.str_ elements
+    none = await ctx.receive(kinds[0], timeout=1.0)  # the "date" message must not match
+    got = await ctx.gather(kinds[0], senders=["tx"], timeout=3.0)
+    listed = await ctx.receive([kinds[1]], timeout=3.0)  # a list of kinds
+    return none, [m.payload for m in got], listed.kind
+
+
+async def _sends_date_update_late(ctx):
+    await ctx.send("rx", "date", 1)
+    await ctx.sleep(2.0)
+    await ctx.send("rx", np.str_("update"), 2)
+    await ctx.send("rx", "late", 3)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_a_kind_that_is_a_str_subclass_is_one_kind_not_a_set_of_substrings(transport):
+    # np.str_("update") was taken for a collection of kinds, and "date" in "update" is true
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("rx", _receives_by_array_kinds)
+    net.add_node("tx", _sends_date_update_late)
+    assert net.run()["rx"] == (None, [2], "late")
+    rows = {r["kind"]: r for r in net.ledger.records()}
+    assert rows.keys() == {"date", "update", "late"} and all(type(k) is str for k in rows)
+    assert not rows["date"]["read"] and rows["update"]["read"] and rows["late"]["read"]
+
+
 def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names = set()

@@ -277,10 +277,15 @@ class Context:
         Blocks until one arrives; with ``timeout`` (seconds) or ``deadline``, returns ``None``
         if none has arrived by then. Messages of other kinds stay in the mailbox.
 
+        Kinds are compared as plain strings, as ``send`` labels messages (``str(kind)``): a str
+        subclass such as ``np.str_`` is one kind, a list or set is a tuple of kinds.
+
         Raises ``ValueError`` for a ``timeout`` that is not a finite non-negative number
         (``None`` waits without limit) and ``TypeError`` for a ``deadline`` not made by
         ``deadline``.
         """
+        if type(kind) is not str and kind is not None and type(kind) is not tuple:  # the usual three
+            kind = _kinds(kind)
         net = self._net
         env = net.take(self._node, kind)
         if env is None:
@@ -310,7 +315,7 @@ class Context:
         not arrive is reported in ``missing``/``missing_count`` and recorded in the ledger.
         With ``round``, messages labelled with an earlier round (late arrivals) are discarded
         unread. Messages are returned in node-id order (anonymous ones ordered by content), so
-        sums over them do not depend on arrival order.
+        sums over them do not depend on arrival order. ``kind`` is compared as ``receive`` does.
 
         Raises ``ValueError`` unless exactly one of ``senders`` and ``count`` is given, for a
         ``count`` that is not a non-negative integer, or a ``timeout`` that is not a finite
@@ -319,6 +324,8 @@ class Context:
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
+        if type(kind) is not str:
+            kind = _kinds(kind)
         if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
             # a negative count would report missing_count < 0; a fractional one would be truncated
             raise ValueError(f"gather: count must be a non-negative integer, got {count!r}")
@@ -393,6 +400,21 @@ class Context:
     def log(self, text: str) -> None:
         """Add a line to the run's step log (kept only when the network traces)."""
         self._net.log(self._node, str(text))
+
+
+def _kinds(kind: Any) -> str | tuple[str, ...]:
+    """A ``receive``/``gather`` kind filter other than a str, None or tuple, as the transports
+    match it: a str subclass (``np.str_``, e.g. read from an array of kinds) as a plain str (the
+    matcher takes anything but a str for a collection of kinds and tests ``in``: a substring test
+    on a string), another collection as a tuple of str, anything else as ``str(kind)``, the label
+    ``send`` gives it. Done here, where the filter is given, not per message delivered."""
+    if isinstance(kind, str):
+        return str(kind)
+    try:
+        kinds = tuple(kind)
+    except TypeError:
+        return str(kind)
+    return tuple(str(k) for k in kinds)
 
 
 def _seconds(value: Any) -> float | None:
