@@ -122,10 +122,12 @@ class AsyncioNetwork(Network):
         listed in ``unfinished`` (the run is over by then: what their ``finally`` blocks send is
         dropped, with no ledger row, as on ``SimNetwork``); with ``strict`` that is a deadlock (``DeadlockError``, as on
         ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``FedsimError`` naming the node
-        if an actor is not an async function (nothing runs), ``asyncio.TimeoutError`` after
+        if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
+        match no node's role or a node has ``offline_at``, ``asyncio.TimeoutError`` after
         ``timeout`` real seconds. Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        self.check_faults()
         self.ran = True
         for node in self.nodes.values():
             if node.spec.offline_at is not None:

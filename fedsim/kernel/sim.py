@@ -339,11 +339,13 @@ class SimNetwork(Network):
 
         Raises ``ActorError`` (with the original exception as ``__cause__``) if an actor
         raises, ``ForeignAwaitError`` if an actor awaits something this network cannot drive,
-        and ``FedsimError`` naming the node if an actor is not an async function (nothing runs).
+        and ``FedsimError`` naming the node if an actor is not an async function (nothing runs);
+        ``NetworkConfigError`` before anything runs if the network's faults match no node's role.
         A network runs once (``FedsimError`` on a second call).
         """
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        self.check_faults()
         self.ran = True
         queue = self.queue
         # A run allocates millions of small tracked objects (ledger rows, envelopes, decoded

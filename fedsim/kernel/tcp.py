@@ -308,7 +308,8 @@ class TcpNetwork(Network):
         With ``strict`` a run that ends with actors blocked raises ``DeadlockError`` (carrying the
         partial result). Raises ``ActorError`` if an actor raises or returns a value the codec
         cannot encode, ``TransportError`` if a peer misbehaves, dies or cannot be reached,
-        ``TimeoutError`` after ``timeout`` real seconds. No worker process outlives the call. A
+        ``TimeoutError`` after ``timeout`` real seconds, ``NetworkConfigError`` before anything
+        runs if the faults match no node's role. No worker process outlives the call. A
         network runs once (``FedsimError`` on a second call). Must not be called from inside a
         running event loop."""
         if self.ran:
@@ -327,6 +328,7 @@ class TcpNetwork(Network):
                                      "processes): observe a SimNetwork or AsyncioNetwork run instead")
         if timeout is not None and not timeout > 0:
             raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
+        self.check_faults()
         self.ran = True
         if not self.nodes:
             return self.finish(0.0, strict=strict)
