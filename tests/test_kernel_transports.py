@@ -137,7 +137,8 @@ async def _receives_by_array_kinds(ctx):
     none = await ctx.receive(kinds[0], timeout=1.0)  # the "date" message must not match
     got = await ctx.gather(kinds[0], senders=["tx"], timeout=3.0)
     listed = await ctx.receive([kinds[1]], timeout=3.0)  # a list of kinds
-    return none, [m.payload for m in got], listed.kind
+    anything = await ctx.gather(None, count=1, timeout=3.0)  # None: any kind, as before
+    return none, [m.payload for m in got], listed.kind, [m.kind for m in anything]
 
 
 async def _sends_date_update_late(ctx):
@@ -145,6 +146,7 @@ async def _sends_date_update_late(ctx):
     await ctx.sleep(2.0)
     await ctx.send("rx", np.str_("update"), 2)
     await ctx.send("rx", "late", 3)
+    await ctx.send("rx", "other", 4)
 
 
 @pytest.mark.parametrize("transport", ["sim", "asyncio"])
@@ -153,10 +155,10 @@ def test_a_kind_that_is_a_str_subclass_is_one_kind_not_a_set_of_substrings(trans
     net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
     net.add_node("rx", _receives_by_array_kinds)
     net.add_node("tx", _sends_date_update_late)
-    assert net.run()["rx"] == (None, [2], "late")
+    assert net.run()["rx"] == (None, [2], "late", ["date"])  # the unread "date" is the oldest
     rows = {r["kind"]: r for r in net.ledger.records()}
-    assert rows.keys() == {"date", "update", "late"} and all(type(k) is str for k in rows)
-    assert not rows["date"]["read"] and rows["update"]["read"] and rows["late"]["read"]
+    assert rows.keys() == {"date", "update", "late", "other"} and all(type(k) is str for k in rows)
+    assert rows["update"]["read"] and rows["late"]["read"] and not rows["other"]["read"]
 
 
 def _imports(path: Path) -> set[str]:

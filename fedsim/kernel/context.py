@@ -284,7 +284,8 @@ class Context:
         (``None`` waits without limit) and ``TypeError`` for a ``deadline`` not made by
         ``deadline``.
         """
-        if type(kind) is not str and kind is not None and type(kind) is not tuple:  # the usual three
+        # one type test for the usual str; str, None and tuple filters are used as they are
+        if type(kind) is not str and kind is not None and type(kind) is not tuple:
             kind = _kinds(kind)
         net = self._net
         env = net.take(self._node, kind)
@@ -324,7 +325,7 @@ class Context:
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
-        if type(kind) is not str:
+        if type(kind) is not str and kind is not None and type(kind) is not tuple:
             kind = _kinds(kind)
         if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
             # a negative count would report missing_count < 0; a fractional one would be truncated
