@@ -3,9 +3,14 @@ for; strict=False returns the partial result; deadlines and timeouts keep workin
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork
+from fedsim.kernel import (
+    ActorError, AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork, network_record,
+)
 
 
 async def lonely(ctx):
@@ -118,6 +123,118 @@ def test_asyncio_duration_is_scaled_real_time_not_zero():
     res = net.run()
     assert 1.9 < res.duration < 10.0
     assert net.now() == pytest.approx(res.duration, rel=0.5)
+
+
+# waits no actor can mean: each must fail at the call, naming the argument, on every transport
+# (an infinite timeout made SimNetwork end at t = inf and AsyncioNetwork hang; a NaN one broke
+# the event queue's order; a negative count reported missing_count < 0)
+BAD_WAITS = {
+    "receive-timeout-inf": (lambda ctx: ctx.receive("x", timeout=math.inf), "receive: timeout must be a finite"),
+    "receive-timeout-nan": (lambda ctx: ctx.receive("x", timeout=math.nan), "receive: timeout must be a finite"),
+    "receive-timeout-negative": (lambda ctx: ctx.receive("x", timeout=-1.0), "receive: timeout must be a finite"),
+    "receive-timeout-text": (lambda ctx: ctx.receive("x", timeout="soon"), "receive: timeout must be a finite"),
+    "receive-deadline-number": (lambda ctx: ctx.receive("x", deadline=3.0), "receive: deadline must be a Deadline"),
+    "deadline-inf": (lambda ctx: ctx.receive("x", deadline=ctx.deadline(math.inf)), "deadline needs a finite"),
+    "gather-timeout-inf": (lambda ctx: ctx.gather("x", senders=["other"], timeout=math.inf),
+                           "gather: timeout must be a finite"),
+    "gather-timeout-nan": (lambda ctx: ctx.gather("x", count=1, timeout=math.nan), "gather: timeout must be a finite"),
+    "gather-count-negative": (lambda ctx: ctx.gather("x", count=-2), "gather: count must be a non-negative integer"),
+    "gather-count-fraction": (lambda ctx: ctx.gather("x", count=1.5), "gather: count must be a non-negative integer"),
+    "gather_each-timeout-inf": (lambda ctx: ctx.gather_each("x", senders=["other"], timeout=math.inf),
+                                "gather_each: timeout must be a finite"),
+}
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("case", list(BAD_WAITS))
+def test_a_timeout_or_count_no_wait_can_mean_is_refused_naming_it(transport, case):
+    call, message = BAD_WAITS[case]
+
+    async def waiter(ctx):
+        got = call(ctx)
+        if hasattr(got, "__aiter__"):  # gather_each: the call itself raises
+            return [m async for m in got]
+        return await got
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", waiter)
+    net.add_node("other", done)
+    with pytest.raises(ActorError, match="actor 'waiter'") as info:
+        net.run() if transport == "sim" else net.run(timeout=5.0)
+    cause = info.value.__cause__
+    assert isinstance(cause, TypeError if "deadline-number" in case else ValueError)
+    assert message in str(cause)
+    assert net.ledger.missing == []
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_zero_timeouts_and_counts_still_return_at_once(transport):
+    async def waiter(ctx):
+        none = await ctx.receive("x", timeout=0)
+        empty = await ctx.gather("x", count=0, timeout=0.0)
+        passed = await ctx.receive("x", deadline=ctx.deadline(0))
+        return none, len(empty), empty.missing_count, passed
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", waiter)
+    res = net.run()
+    assert res["waiter"] == (None, 0, 0, None)
+
+
+async def _sends_when_closed(ctx):
+    try:
+        await ctx.receive("never")
+    finally:  # runs when the kernel closes (or cancels) the actor at the end of the run
+        await ctx.send("peer", "bye", 1)
+        await ctx.gather("late", senders=["peer"], timeout=0)
+
+
+async def _says_hello_then_sleeps(ctx, fail=False):
+    await ctx.send("waiter", "hello", 0)
+    await ctx.sleep(0.2)
+    if fail:
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("ending", ["deadlock", "error"])
+def test_what_actors_closed_at_the_end_send_is_not_recorded(transport, ending):
+    # the message sent from a finally block got a row after the result was made (SimNetwork:
+    # in flight for ever, sent at a time nothing ran; AsyncioNetwork: delivered to no one)
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", _sends_when_closed)
+    net.add_node("peer", _says_hello_then_sleeps, fail=ending == "error")
+    if ending == "deadlock":
+        res = net.run(strict=False)
+        assert res.unfinished == ["waiter"]
+    else:
+        with pytest.raises(ActorError, match="actor 'peer'"):
+            net.run()
+    assert [(r["src"], r["kind"]) for r in net.ledger.records()] == [("peer", "hello")]
+    assert net.ledger.missing == []
+    assert net.ended
+
+
+def test_asyncio_clock_stops_when_the_run_ends():
+    # it went on with real time: sim_time recorded after the run (an evaluation, a report) was
+    # the time of recording, not the run's duration
+    async def sleeper(ctx):
+        await ctx.sleep(0.5)
+
+    net = AsyncioNetwork(time_scale=0.01)
+    net.add_node("s", sleeper)
+    assert net.now() == 0.0
+    res = net.run()
+    time.sleep(0.05)  # 5 protocol seconds
+    assert net.now() == res.duration and 0.4 < res.duration < 4.0
+    assert network_record(net)["sim_time"] == res.duration
+
+    stuck = AsyncioNetwork(time_scale=0.01)
+    stuck.add_node("waiter", lonely)
+    with pytest.raises(DeadlockError) as info:
+        stuck.run()
+    time.sleep(0.05)
+    assert stuck.now() == info.value.time == info.value.result.duration
 
 
 @pytest.mark.parametrize("transport", ["sim", "asyncio"])

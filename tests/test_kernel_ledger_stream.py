@@ -181,3 +181,61 @@ def test_networks_check_the_ledger_they_are_given(tmp_path):
     net = SimNetwork(framing_bytes=7, unit=3, ledger=StreamingLedger())
     assert net.ledger.framing_bytes == 7 and net.ledger.unit == 3
     assert COLUMNS == tuple(net.ledger.to_csv().strip().split(","))
+
+
+def _five_messages(ledger=None):
+    async def a(ctx):
+        for i in range(5):
+            await ctx.send("b", "m", i)
+
+    async def b(ctx):
+        for _ in range(5):
+            await ctx.receive("m")
+
+    net = SimNetwork(ledger=ledger)
+    net.add_node("a", a)
+    net.add_node("b", b)
+    net.run()
+    return net
+
+
+def test_a_csv_export_that_fails_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    # written in place, a failure part way left a header-only or truncated file that read as a
+    # valid ledger with fewer messages
+    good = _five_messages()
+    dest = tmp_path / "ledger.csv"
+    good.ledger.to_csv(dest)  # a Path, as well as a str
+    before = dest.read_bytes()
+    assert before == good.ledger.to_csv().encode() and before.count(b"\n") == 6
+
+    led = StreamingLedger(chunk_rows=2)
+    closed = _five_messages(led)
+    led.close()  # any failure while reading the rows back
+    with pytest.raises(ValueError, match="closed"):
+        led.to_csv(str(dest))
+    assert dest.read_bytes() == before
+
+    def two_rows_then_fail(self):
+        yield from self.rows[:2]
+        raise OSError("disk gone")
+
+    other = _five_messages()
+    monkeypatch.setattr(Ledger, "_iter_rows", two_rows_then_fail)
+    with pytest.raises(OSError, match="disk gone"):
+        other.ledger.to_csv(dest)
+    monkeypatch.undo()
+    assert dest.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["ledger.csv"]  # no temporary file left
+
+    # network_record claims <label>.csv, then the whole CSV replaces the claim; a failed export
+    # leaves no file under the name
+    from fedsim.kernel import network_record
+
+    records = tmp_path / "records"
+    with pytest.raises(ValueError, match="closed"):
+        network_record(closed, records, "run")
+    assert list(records.iterdir()) == []
+    first, second = network_record(good, records, "run"), network_record(good, records, "run")
+    assert [os.path.basename(r["ledger"]) for r in (first, second)] == ["run.csv", "run~2.csv"]
+    assert (records / "run.csv").read_bytes() == (records / "run~2.csv").read_bytes() == before
+    assert sorted(p.name for p in records.iterdir()) == ["run.csv", "run~2.csv"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedsim.kernel import (
-    ActorError, LinkSpec, NetworkConfigError, SimNetwork, UnknownNodeError, encode_message,
+    ActorError, Faults, LinkSpec, NetSpec, NetworkConfigError, SimNetwork, UnknownNodeError, encode_message,
 )
 
 MB = 1_000_000
@@ -326,6 +326,11 @@ async def _noop(ctx):
     (lambda: dict(flops=0), "flops"),
     (lambda: dict(loss=1.5), "loss"),
     (lambda: dict(offline_at=-1), "offline_at"),
+    # values float() cannot read were refused by float() itself, naming no setting
+    (lambda: dict(link=LinkSpec(uplink="fast")), "uplink must be a positive number of bytes/s .*got 'fast'"),
+    (lambda: dict(flops="x"), "flops must be a positive number of FLOP/s .*got 'x'"),
+    (lambda: dict(loss="high"), "loss must be a probability in .*got 'high'"),
+    (lambda: dict(offline_at="later"), "offline_at must be a finite non-negative number, got 'later'"),
 ])
 def test_bad_node_settings_are_named(make, match):
     with pytest.raises(NetworkConfigError, match=match):
@@ -344,6 +349,64 @@ def test_bad_network_settings_are_named():
         net.add_node("a", _noop)
     with pytest.raises(NetworkConfigError, match="may only use"):
         net.add_node("a b", _noop)
+
+
+@pytest.mark.parametrize("make, match", [
+    # int() truncated a fractional seed to another run's seed, and failed on NaN naming nothing
+    (lambda: SimNetwork(seed=math.nan), "seed must be a non-negative integer, got nan"),
+    (lambda: SimNetwork(seed=1.7), "seed must be a non-negative integer, got 1.7"),
+    (lambda: SimNetwork(seed=True), "seed must be a non-negative integer, got True"),
+    (lambda: SimNetwork(seed="3"), "seed must be a non-negative integer, got '3'"),
+    (lambda: SimNetwork(seed=-1), "seed must be a non-negative integer, got -1"),
+    (lambda: SimNetwork(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
+    (lambda: SimNetwork(unit="d"), "unit must be a positive number of floats, got 'd'"),
+    (lambda: SimNetwork(max_message_bytes=math.inf), "max_message_bytes must be a positive whole number"),
+    (lambda: SimNetwork(faults={"loss": 0.1}), "faults must be a Faults, got dict"),
+    (lambda: Faults(loss="high"), "faults: loss must be a probability in .*got 'high'"),
+    (lambda: Faults(dropout=0.1, window=(0,)), r"faults: window must be \(start, end\) .*got \(0,\)"),
+    (lambda: Faults(dropout=0.1, window=5), r"faults: window must be \(start, end\)"),
+    (lambda: Faults(loss=0.1, roles=()), "faults: roles must name at least one role"),
+    (lambda: Faults(loss=0.1, roles=("client", "")), "faults: roles must name at least one role"),
+    (lambda: Faults(loss=0.1, roles=None), "faults: roles must name at least one role"),
+    (lambda: NetSpec(window="soon", dropout=0.1), "faults: window"),
+    # build() left it out: TcpNetwork's framing is its frame header
+    (lambda: NetSpec(transport="tcp", framing_bytes=40), "framing_bytes is fixed by transport 'tcp'"),
+])
+def test_bad_network_parameters_are_refused_naming_them(make, match):
+    with pytest.raises(NetworkConfigError, match=match):
+        make()
+
+
+def test_whole_numbers_of_other_types_are_still_accepted():
+    net = SimNetwork(seed=np.int64(3), framing_bytes=np.int32(40), unit=4.0, max_message_bytes=1e6)
+    assert (net.seed, net.framing_bytes, net.ledger.unit, net.max_message_bytes) == (3, 40, 4, 1_000_000)
+    assert all(type(v) is int for v in (net.seed, net.framing_bytes, net.ledger.unit, net.max_message_bytes))
+
+
+def test_faults_for_one_role_given_as_a_str_apply_to_that_role():
+    # a str was iterated: the roles c, l, i, e, n, t, which no node has, so no node got the faults
+    faults = Faults(loss=0.5, roles="client")
+    assert faults.roles == ("client",)
+    net = SimNetwork(faults=faults)
+    net.add_node("c", _noop)
+    net.add_node("s", _noop, role="server")
+    assert net.node_spec("c").loss == 0.5 and net.node_spec("s").loss == 0.0
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_faults_that_match_no_node_refuse_to_run(transport):
+    from fedsim.kernel import AsyncioNetwork
+
+    make = SimNetwork if transport == "sim" else AsyncioNetwork
+    net = make(faults=Faults(loss=0.5, roles=("clients",)))  # misspelt
+    net.add_node("c", _noop)
+    net.add_node("s", _noop, role="server")
+    with pytest.raises(NetworkConfigError, match=r"faults apply to the roles \('clients',\), which no node has "
+                                                 r"\(roles: client, server\)"):
+        net.run()
+    assert not net.ran and len(net.ledger) == 0
+    net.add_node("x", _noop, role="clients")  # nothing ran: the network can still be completed
+    assert net.run().complete
 
 
 def test_message_to_a_missing_node_names_it():

@@ -624,6 +624,34 @@ def test_loopback_hosts_are_accepted(host):
     assert TcpNetwork(host=host).host == host
 
 
+async def _sends_when_closed(ctx):
+    try:
+        await ctx.receive("never")
+    finally:  # runs when the worker cancels the actor at the end of the run
+        await ctx.send("peer", "bye", 1)
+
+
+async def _says_hello(ctx):
+    await ctx.send("waiter", "hello", 0)
+
+
+def test_what_actors_cancelled_at_the_end_send_is_not_recorded():
+    # it was a row of the worker's report, in flight for ever (as on the other transports)
+    net = TcpNetwork(processes=2, placement={"waiter": 0, "peer": 1})
+    net.add_node("waiter", _sends_when_closed)
+    net.add_node("peer", _says_hello)
+    res = net.run(timeout=RUN_TIMEOUT, strict=False)
+    assert res.unfinished == ["waiter"]
+    assert [(r["src"], r["kind"]) for r in net.ledger.records()] == [("peer", "hello")]
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, math.nan, math.inf, "fast"])
+def test_a_time_scale_that_would_break_timed_waits_is_refused(scale):
+    # 0 made every timed wait expire at once (the clock then silently used 1)
+    with pytest.raises(NetworkConfigError, match="time_scale must be a positive finite number"):
+        TcpNetwork(time_scale=scale)
+
+
 def test_configuration_is_checked():
     with pytest.raises(NetworkConfigError, match="framing_bytes is 25"):
         TcpNetwork(framing_bytes=0)

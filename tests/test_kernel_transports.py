@@ -2,12 +2,15 @@
 
 import ast
 import asyncio
+import gc
+import math
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, ForeignAwaitError, LinkSpec, SimNetwork
+from fedsim.kernel import AsyncioNetwork, FedsimError, ForeignAwaitError, LinkSpec, NetworkConfigError, SimNetwork
 from fedsim.protocols import demo
 
 PKG = Path(__file__).resolve().parents[1] / "fedsim"
@@ -76,6 +79,86 @@ async def test_foreign_await_inside_a_running_loop_names_actor_and_object():
     net.add_node("server", _awaits_a_future, role="server")
     with pytest.raises(ForeignAwaitError, match=r"actor 'server'.*awaited <Future"):
         net.run()
+
+
+def _returns_a_number(ctx):
+    return 42
+
+
+def _a_generator(ctx):
+    yield ctx
+
+
+async def _waits_for_ever(ctx):
+    await ctx.receive("x")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("actor, returned", [(_returns_a_number, "int"), (_a_generator, "generator")])
+def test_an_actor_that_is_not_async_is_named_the_same_way_on_both_transports(transport, actor, returned):
+    # SimNetwork's error was replaced by an AttributeError from closing the plain return value;
+    # AsyncioNetwork raised create_task's TypeError, which names no node
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork()
+    net.add_node("ok", _waits_for_ever)
+    net.add_node("bad", actor)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(FedsimError, match=rf"actor of node 'bad' is not an async function \(it returned {returned}\)"):
+            net.run()
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]  # the others were closed
+    assert len(net.ledger) == 0
+
+
+async def _receives_within_5s(ctx):
+    m = await ctx.receive("x", timeout=5.0)
+    return None if m is None else m.payload
+
+
+async def _sends_after_1s(ctx):
+    await ctx.sleep(1.0)
+    await ctx.send("rx", "x", "hello")
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, math.nan, math.inf, "fast"])
+def test_asyncio_refuses_a_time_scale_that_would_break_timed_waits(scale):
+    # with time_scale=0 a receive with a 5 s timeout returned None at once, although the
+    # message came 1 s later (as the simulator and any positive time_scale deliver it)
+    with pytest.raises(NetworkConfigError, match="time_scale must be a positive finite number"):
+        AsyncioNetwork(time_scale=scale)
+    for net in (SimNetwork(), AsyncioNetwork(time_scale=0.001)):
+        net.add_node("rx", _receives_within_5s)
+        net.add_node("tx", _sends_after_1s)
+        assert net.run()["rx"] == "hello"
+
+
+async def _receives_by_array_kinds(ctx):
+    kinds = np.array(["update", "late"])  # np.str_ elements
+    none = await ctx.receive(kinds[0], timeout=1.0)  # the "date" message must not match
+    got = await ctx.gather(kinds[0], senders=["tx"], timeout=3.0)
+    listed = await ctx.receive([kinds[1]], timeout=3.0)  # a list of kinds
+    anything = await ctx.gather(None, count=1, timeout=3.0)  # None: any kind, as before
+    return none, [m.payload for m in got], listed.kind, [m.kind for m in anything]
+
+
+async def _sends_date_update_late(ctx):
+    await ctx.send("rx", "date", 1)
+    await ctx.sleep(2.0)
+    await ctx.send("rx", np.str_("update"), 2)
+    await ctx.send("rx", "late", 3)
+    await ctx.send("rx", "other", 4)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_a_kind_that_is_a_str_subclass_is_one_kind_not_a_set_of_substrings(transport):
+    # np.str_("update") was taken for a collection of kinds, and "date" in "update" is true
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("rx", _receives_by_array_kinds)
+    net.add_node("tx", _sends_date_update_late)
+    assert net.run()["rx"] == (None, [2], "late", ["date"])  # the unread "date" is the oldest
+    rows = {r["kind"]: r for r in net.ledger.records()}
+    assert rows.keys() == {"date", "update", "late", "other"} and all(type(k) is str for k in rows)
+    assert rows["update"]["read"] and rows["late"]["read"] and not rows["other"]["read"]
 
 
 def _imports(path: Path) -> set[str]:

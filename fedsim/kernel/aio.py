@@ -15,32 +15,44 @@ from typing import Any
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
-from .network import Network, RunResult
+from .network import Network, RunResult, check_time_scale
 from .node import Node, hand_over
 
 __all__ = ["AsyncioNetwork"]
 
 
 class AsyncioNetwork(Network):
-    """Run actors as asyncio tasks. ``time_scale`` is the real seconds per protocol second: it
-    multiplies ``sleep`` and timeouts and divides the clock (``now()``, ``RunResult.duration``);
-    ``compute`` only yields to the loop."""
+    """Run actors as asyncio tasks. ``time_scale`` is the real seconds per protocol second (a
+    positive finite number, else ``NetworkConfigError``): it multiplies ``sleep`` and timeouts and
+    divides the clock (``now()``, ``RunResult.duration``); ``compute`` only yields to the loop."""
 
     def __init__(self, *, time_scale: float = 1.0, **kwargs: Any) -> None:
+        scale = check_time_scale(time_scale)
         super().__init__(**kwargs)
-        if not time_scale >= 0:
-            raise NetworkConfigError(f"time_scale must be >= 0, got {time_scale!r}")
-        self.time_scale = float(time_scale)
+        self.time_scale = scale
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock: asyncio.AbstractEventLoop | None = None  # the loop while the run goes on
         self._t0 = 0.0
+        self._stopped_at = 0.0  # what now() says when the clock does not run
         self._blocked = 0
         self._finished = 0
         self._quiet: asyncio.Event | None = None
         self._error: BaseException | None = None
 
     def now(self) -> float:
-        """Real seconds since the run started, divided by ``time_scale`` (1 if it is 0)."""
-        return (self._loop.time() - self._t0) / (self.time_scale or 1.0) if self._loop else 0.0
+        """Real seconds since the run started, divided by ``time_scale``: 0 before the run, and
+        after it the time at which it ended (``RunResult.duration``), like SimNetwork's clock, so
+        that what is read after the run (``network_record``'s ``sim_time``) is the run's time."""
+        clock = self._clock
+        return (clock.time() - self._t0) / self.time_scale if clock is not None else self._stopped_at
+
+    def end_run(self) -> None:
+        """The run has ended: from now on ``now()`` stays where it is, and what the actors being
+        cancelled send or miss is not recorded (``Network.end_run``)."""
+        if self._clock is not None:
+            self._stopped_at = self.now()
+            self._clock = None
+        super().end_run()
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
         targets = self.destinations(dsts)
@@ -107,31 +119,47 @@ class AsyncioNetwork(Network):
     async def run_async(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
         """Run every actor until all have finished or are blocked with nothing in flight (no
         message can be in flight here: delivery is immediate). Blocked actors are cancelled and
-        listed in ``unfinished``; with ``strict`` that is a deadlock (``DeadlockError``, as on
-        ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``asyncio.TimeoutError`` after
+        listed in ``unfinished`` (the run is over by then: what their ``finally`` blocks send is
+        dropped, with no ledger row, as on ``SimNetwork``); with ``strict`` that is a deadlock (``DeadlockError``, as on
+        ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``FedsimError`` naming the node
+        if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
+        match no node's role or a node has ``offline_at``, ``asyncio.TimeoutError`` after
         ``timeout`` real seconds. Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        self.check_faults()
         self.ran = True
         for node in self.nodes.values():
             if node.spec.offline_at is not None:
                 raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by AsyncioNetwork")
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._clock = asyncio.get_running_loop()
         self._t0 = self._loop.time()
         self._quiet = asyncio.Event()
+        # every actor is called before any task starts, so that one that is not an async
+        # function stops the run with the FedsimError naming it (create_task's TypeError named
+        # no node), as on SimNetwork; the coroutines already made are closed unstarted
+        coros = []
+        try:
+            for node in self.nodes.values():
+                coros.append(self.actor_coroutine(node))
+        except BaseException:
+            self.end_run()
+            for coro in coros:
+                coro.close()
+            raise
         tasks = []
-        for node in self.nodes.values():
-            node.ctx = self.context_class(self, node)
-            coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        for node, coro in zip(self.nodes.values(), coros):
             task = self._loop.create_task(coro, name=node.id)
             task.add_done_callback(lambda t, n=node: self._task_done(n, t))
             tasks.append(task)
         result = None
         try:
             await asyncio.wait_for(self._quiet.wait(), timeout)
+            self.end_run()  # the run ends here: its duration is the clock's last reading
             if self._error is None:
                 result = self.finish(self.now(), strict=strict)
         finally:
+            self.end_run()  # also when it ends by timeout or cancellation
             for t in tasks:
                 if not t.done():
                     t.cancel()

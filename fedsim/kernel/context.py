@@ -18,6 +18,7 @@ it must await nothing but these calls.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -243,14 +244,31 @@ class Context:
 
     # -- receiving --------------------------------------------------------------------------
     def deadline(self, seconds: float) -> Deadline:
-        """A deadline ``seconds`` from now, to pass to ``receive``/``gather``."""
-        return Deadline(self._net.now() + float(seconds))
+        """A deadline ``seconds`` from now, to pass to ``receive``/``gather``. Raises
+        ``ValueError`` unless ``seconds`` is a finite non-negative number."""
+        s = _seconds(seconds)
+        if s is None:
+            raise ValueError(f"deadline needs a finite non-negative number of seconds, got {seconds!r}")
+        return Deadline(self._net.now() + s)
 
-    def _timeout_of(self, timeout: float | None, deadline: Deadline | None) -> float | None:
+    def _timeout_of(self, timeout: float | None, deadline: Deadline | None, call: str) -> float | None:
+        """Seconds ``call`` may wait (None: no limit; <= 0 once ``deadline`` has passed).
+
+        A timeout must be finite and non-negative: SimNetwork would otherwise schedule the expiry
+        at t = inf (the run's duration becomes inf) or NaN (which breaks the event queue's
+        order), and AsyncioNetwork would wait for ever. None is how to wait without limit."""
+        if timeout is not None:
+            t = _seconds(timeout)
+            if t is None:
+                raise ValueError(f"{call}: timeout must be a finite non-negative number of seconds (or None), "
+                                 f"got {timeout!r}")
+            timeout = t
         if deadline is not None:
+            if type(deadline) is not Deadline:
+                raise TypeError(f"{call}: deadline must be a Deadline made by ctx.deadline(seconds), got {deadline!r}")
             left = deadline._at - self._net.now()
-            return left if timeout is None else min(left, float(timeout))
-        return None if timeout is None else float(timeout)
+            return left if timeout is None else min(left, timeout)
+        return timeout
 
     async def receive(self, kind: str | tuple[str, ...] | None = None, *,
                       timeout: float | None = None, deadline: Deadline | None = None) -> Message | None:
@@ -258,14 +276,24 @@ class Context:
 
         Blocks until one arrives; with ``timeout`` (seconds) or ``deadline``, returns ``None``
         if none has arrived by then. Messages of other kinds stay in the mailbox.
+
+        Kinds are compared as plain strings, as ``send`` labels messages (``str(kind)``): a str
+        subclass such as ``np.str_`` is one kind, a list or set is a tuple of kinds.
+
+        Raises ``ValueError`` for a ``timeout`` that is not a finite non-negative number
+        (``None`` waits without limit) and ``TypeError`` for a ``deadline`` not made by
+        ``deadline``.
         """
+        # one type test for the usual str; str, None and tuple filters are used as they are
+        if type(kind) is not str and kind is not None and type(kind) is not tuple:
+            kind = _kinds(kind)
         net = self._net
         env = net.take(self._node, kind)
         if env is None:
             if timeout is None and deadline is None:  # the common case, without the helper's call
                 env = await net.wait(self._node, kind, None)
             else:
-                t = self._timeout_of(timeout, deadline)
+                t = self._timeout_of(timeout, deadline, "receive")
                 if t is not None and t <= 0:
                     return None
                 env = await net.wait(self._node, kind, t)
@@ -288,11 +316,21 @@ class Context:
         not arrive is reported in ``missing``/``missing_count`` and recorded in the ledger.
         With ``round``, messages labelled with an earlier round (late arrivals) are discarded
         unread. Messages are returned in node-id order (anonymous ones ordered by content), so
-        sums over them do not depend on arrival order.
+        sums over them do not depend on arrival order. ``kind`` is compared as ``receive`` does.
+
+        Raises ``ValueError`` unless exactly one of ``senders`` and ``count`` is given, for a
+        ``count`` that is not a non-negative integer, or a ``timeout`` that is not a finite
+        non-negative number; ``TypeError`` for a ``deadline`` not made by ``deadline``;
+        ``UnknownNodeError`` for an unknown sender.
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
-        dl = self._timeout_of(timeout, deadline)
+        if type(kind) is not str and kind is not None and type(kind) is not tuple:
+            kind = _kinds(kind)
+        if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
+            # a negative count would report missing_count < 0; a fractional one would be truncated
+            raise ValueError(f"gather: count must be a non-negative integer, got {count!r}")
+        dl = self._timeout_of(timeout, deadline, "gather")
         net, node = self._net, self._node
         if senders is not None:
             expected = list(dict.fromkeys(senders))
@@ -332,14 +370,16 @@ class Context:
         iterator has to wait): the senders not heard from by then are skipped, listed in the
         iterator's ``missing`` after the loop and recorded in the ledger. ``round`` discards
         stale messages as in ``gather``. Leaving the loop early leaves the rest unread.
-        Raises ``UnknownNodeError`` (at the call) for an unknown sender.
+        Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``ValueError`` for a
+        ``timeout`` that is not a finite non-negative number, ``TypeError`` for a ``deadline``
+        not made by ``deadline``.
         """
         net = self._net
         expected = sorted(dict.fromkeys(senders))
         for s in expected:
             if s not in net.nodes:
                 raise UnknownNodeError(f"gather_each: unknown sender {s!r}")
-        dl = self._timeout_of(timeout, deadline)
+        dl = self._timeout_of(timeout, deadline, "gather_each")
         return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round)
 
     # -- time -------------------------------------------------------------------------------
@@ -361,6 +401,31 @@ class Context:
     def log(self, text: str) -> None:
         """Add a line to the run's step log (kept only when the network traces)."""
         self._net.log(self._node, str(text))
+
+
+def _kinds(kind: Any) -> str | tuple[str, ...]:
+    """A ``receive``/``gather`` kind filter other than a str, None or tuple, as the transports
+    match it: a str subclass (``np.str_``, e.g. read from an array of kinds) as a plain str (the
+    matcher takes anything but a str for a collection of kinds and tests ``in``: a substring test
+    on a string), another collection as a tuple of str, anything else as ``str(kind)``, the label
+    ``send`` gives it. Done here, where the filter is given, not per message delivered."""
+    if isinstance(kind, str):
+        return str(kind)
+    try:
+        kinds = tuple(kind)
+    except TypeError:
+        return str(kind)
+    return tuple(str(k) for k in kinds)
+
+
+def _seconds(value: Any) -> float | None:
+    """``value`` as a finite non-negative float, or None if it is not one (NaN, inf, negative,
+    not a number)."""
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        return None
+    return s if 0 <= s < _INF else None  # also refuses NaN
 
 
 def _sealed(draft: Draft, kind: str):

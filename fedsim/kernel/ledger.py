@@ -24,10 +24,11 @@ import io
 import math
 import numbers
 import os
+import secrets
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 import numpy as np
 
@@ -356,27 +357,33 @@ class Ledger:
         """Every row, in ledger order (what ``to_csv`` writes)."""
         return iter(self.rows)
 
-    def to_csv(self, dest: str | TextIO | None = None) -> str | None:
+    def to_csv(self, dest: str | os.PathLike | TextIO | None = None) -> str | None:
         """Write every row as CSV (header ``COLUMNS``). Floats are written with ``repr`` so two
-        identical runs give identical bytes. With ``dest=None`` the CSV text is returned."""
-        buf = io.StringIO() if dest is None else None
-        fh = buf
-        close = False
-        if isinstance(dest, str):
-            fh = open(dest, "w", newline="", encoding="utf-8")
-            close = True
-        elif dest is not None:
-            fh = dest
-        try:
-            w = csv.writer(fh, lineterminator="\n")
-            w.writerow(COLUMNS)
-            for r in self._iter_rows():
-                d = self.as_dict(r)
-                w.writerow([_fmt(d[c]) for c in COLUMNS])
-        finally:
-            if close:
-                fh.close()
-        return buf.getvalue() if buf is not None else None
+        identical runs give identical bytes. ``dest``: a path, written atomically (into a
+        temporary file beside it, then renamed over it: ``dest`` holds its previous content or
+        the whole CSV, never part of it, and an export that fails removes the temporary file);
+        an open text file, written into; or None, and the CSV text is returned.
+
+        Raises what writing or reading the rows back raises: ``OSError``, ``ValueError`` for a
+        closed ``StreamingLedger``."""
+        if dest is None:
+            buf = io.StringIO()
+            self._write_csv(buf)
+            return buf.getvalue()
+        if isinstance(dest, (str, os.PathLike)):
+            # in place, a failure part way left a header-only or truncated file that reads as a
+            # valid ledger with fewer messages
+            _write_replacing(dest, self._write_csv)
+        else:
+            self._write_csv(dest)
+        return None
+
+    def _write_csv(self, fh: TextIO) -> None:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for r in self._iter_rows():
+            d = self.as_dict(r)
+            w.writerow([_fmt(d[c]) for c in COLUMNS])
 
     def summary(self) -> str:
         """A short plain-text table: totals and traffic per role over the whole run."""
@@ -393,6 +400,30 @@ class Ledger:
                 f"{row['bytes']:>14}{_num(row['bytes_per_node']):>14}{_num(row['units_per_node']):>12}"
             )
         return "\n".join(lines)
+
+
+def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
+    """Call ``write(fh)`` on a new temporary text file beside ``dest``, flush it to disk and rename
+    it over ``dest`` (``os.replace``: atomic on one file system). If anything fails, the temporary
+    file is removed and ``dest`` is left as it was; the exception propagates."""
+    path = os.fspath(dest)
+    folder, name = os.path.split(path)
+    # unique to this process and call (several may export side by side), and short enough for
+    # the file system whatever the length of the destination's name
+    tmp = os.path.join(folder, f".{name[:120]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fh = open(tmp, "x", newline="", encoding="utf-8")  # "x": never another writer's file
+    try:
+        with fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 # --------------------------------------------------------------------------------------------

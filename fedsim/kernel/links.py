@@ -17,18 +17,27 @@ from .errors import NetworkConfigError
 __all__ = ["Faults", "LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile"]
 
 
-def _check_rate(name: str, value: float) -> float:
-    value = float(value)
-    if math.isnan(value) or value <= 0:
-        raise NetworkConfigError(f"{name} must be a positive number of bytes/s (or inf), got {value!r}")
-    return value
+def _as_float(value: object) -> float:
+    """``float(value)``, or NaN for what is not a number (``'fast'``, None): every check below
+    refuses NaN with a message naming its parameter, where float() would name none."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _check_rate(name: str, value: float, unit: str = "bytes/s") -> float:
+    v = _as_float(value)
+    if math.isnan(v) or v <= 0:
+        raise NetworkConfigError(f"{name} must be a positive number of {unit} (or inf), got {value!r}")
+    return v
 
 
 def _check_nonneg(name: str, value: float, allow_inf: bool = False) -> float:
-    value = float(value)
-    if math.isnan(value) or value < 0 or (math.isinf(value) and not allow_inf):
+    v = _as_float(value)
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
         raise NetworkConfigError(f"{name} must be a finite non-negative number, got {value!r}")
-    return value
+    return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +71,9 @@ class NodeSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.link, LinkSpec):
             raise NetworkConfigError(f"link must be a LinkSpec, got {type(self.link).__name__}")
-        object.__setattr__(self, "flops", _check_rate("flops", self.flops))
-        loss = float(self.loss)
-        if not 0.0 <= loss <= 1.0:
+        object.__setattr__(self, "flops", _check_rate("flops", self.flops, "FLOP/s"))
+        loss = _as_float(self.loss)
+        if not 0.0 <= loss <= 1.0:  # also NaN
             raise NetworkConfigError(f"loss must be a probability in [0, 1], got {self.loss!r}")
         object.__setattr__(self, "loss", loss)
         if self.offline_at is not None:
@@ -140,6 +149,12 @@ class Faults:
     derived from (seed, "dropout:" + node id), so a node's fate does not depend on which other
     nodes exist. A node given an explicit ``loss`` or ``offline_at`` in ``add_node`` keeps it.
     The default spares the server: its dropout ends any protocol (see ``IncompleteRunError``).
+    ``roles`` is a tuple of role names, or one name as a str.
+
+    Raises ``NetworkConfigError`` naming the field for a ``loss`` or ``dropout`` outside [0, 1],
+    a ``window`` that is not ``(start, end)`` with ``0 <= start <= end < inf``, or ``roles``
+    that name no role (empty, or an empty name). A network given faults that no node's role
+    matches refuses to run (``Network.check_faults``).
     """
 
     loss: float = 0.0
@@ -149,15 +164,29 @@ class Faults:
 
     def __post_init__(self) -> None:
         for name in ("loss", "dropout"):
-            v = float(getattr(self, name))
-            if not 0.0 <= v <= 1.0:
-                raise NetworkConfigError(f"faults: {name} must be a probability in [0, 1], got {v!r}")
+            value = getattr(self, name)
+            v = _as_float(value)
+            if not 0.0 <= v <= 1.0:  # also NaN
+                raise NetworkConfigError(f"faults: {name} must be a probability in [0, 1], got {value!r}")
             object.__setattr__(self, name, v)
-        lo, hi = (float(x) for x in self.window)
+        try:
+            lo, hi = (float(x) for x in self.window)
+        except (TypeError, ValueError):  # not a pair, or not numbers
+            lo = hi = math.nan
         if math.isnan(lo) or math.isnan(hi) or lo < 0 or hi < lo or math.isinf(hi):
-            raise NetworkConfigError(f"faults: window must be 0 <= start <= end < inf seconds, got {self.window!r}")
+            raise NetworkConfigError(f"faults: window must be (start, end) with 0 <= start <= end < inf seconds, "
+                                     f"got {self.window!r}")
         object.__setattr__(self, "window", (lo, hi))
-        object.__setattr__(self, "roles", tuple(str(r) for r in self.roles))
+        # a str is one role: iterated, "client" was the roles c, l, i, e, n, t, which no node has
+        roles = (self.roles,) if isinstance(self.roles, str) else self.roles
+        try:
+            roles = tuple(str(r) for r in roles)
+        except TypeError:  # not iterable
+            roles = ()
+        if not roles or not all(roles):
+            raise NetworkConfigError(f"faults: roles must name at least one role (a tuple of names, or one name), "
+                                     f"got {self.roles!r}")
+        object.__setattr__(self, "roles", roles)
 
     @property
     def active(self) -> bool:

@@ -49,7 +49,16 @@ class NetSpec:
         if self.transport != "sim" and self.link_model != "fifo":
             raise NetworkConfigError(f"link model {self.link_model!r} applies to the simulator only, "
                                      f"not to transport {self.transport!r}")
-        object.__setattr__(self, "window", tuple(float(x) for x in self.window))
+        if self.transport == "tcp" and self.framing_bytes:
+            from .tcp import FRAME_OVERHEAD
+
+            if self.framing_bytes != FRAME_OVERHEAD:  # build() would silently leave it out
+                raise NetworkConfigError(f"framing_bytes is fixed by transport 'tcp' (its frame header, "
+                                         f"{FRAME_OVERHEAD} bytes), got {self.framing_bytes!r}")
+        try:
+            object.__setattr__(self, "window", tuple(float(x) for x in self.window))
+        except (TypeError, ValueError):
+            pass  # Faults (below) refuses it, naming the window
         self.faults  # validates loss, dropout and window
 
     @classmethod

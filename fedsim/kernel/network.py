@@ -17,17 +17,23 @@ payload)`` in ``post`` for every message copy, right after creating its ledger r
 set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
 processes) refuses to run with a tap.
 
-It uses the shared helpers below: ``take`` (the mailbox), ``destinations``,
+It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` (the mailbox),
+``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
-``blocked`` and ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict).
+``blocked``, ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict) and
+``end_run`` (called before closing the actors left: what they send then is dropped).
 
 Actors never see any of this: they hold a ``Context``, which calls these methods.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import Any, Awaitable, Callable
 
 import numpy as np
@@ -36,7 +42,7 @@ from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import Envelope, matches
-from .errors import DeadlockError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
+from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
@@ -63,6 +69,38 @@ def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as an int if it is a whole number (an int, a NumPy integer, a float without a
+    fraction), else None (a fraction, which int() would truncate, NaN, a bool, a str, ...)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def _dropped_post(src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
+    """``post`` once the run has ended (``Network.end_run``): the message goes nowhere."""
+
+
+def check_time_scale(value: Any) -> float:
+    """``value`` as the ``time_scale`` of a real-time transport (real seconds per protocol second):
+    a positive finite float. Raises ``NetworkConfigError`` naming ``time_scale`` otherwise: 0
+    would turn every timeout into an immediate expiry (a timed receive returns None while its
+    message is on its way, unlike on SimNetwork), inf every sleep and timeout into a wait for ever,
+    and the clock divides by it."""
+    try:
+        scale = float(value)
+    except (TypeError, ValueError):
+        scale = math.nan
+    if not 0 < scale < math.inf:  # also NaN
+        raise NetworkConfigError(f"time_scale must be a positive finite number of real seconds per protocol "
+                                 f"second, got {value!r}")
+    return scale
 
 
 @dataclass
@@ -107,6 +145,11 @@ class Network:
     dropout for the nodes of some roles (``Faults``); ``ledger`` the (empty) ledger to record into,
     e.g. a ``StreamingLedger`` that keeps finished rows on disk (default: a new in-memory
     ``Ledger``); the network sets its framing bytes, and its unit when ``unit`` is given.
+
+    Raises ``NetworkConfigError`` naming the parameter for a ``seed`` that is not a non-negative
+    integer (not a float, not a bool), a ``framing_bytes``, ``unit`` or ``max_message_bytes``
+    that is not a whole number in range, an unknown ``profile``, ``faults`` that are not a
+    ``Faults``, or a ``ledger`` that is not empty.
     """
 
     context_class: type[Context] = Context
@@ -126,33 +169,42 @@ class Network:
                  unit: int | None = None, trace: bool = False,
                  max_message_bytes: int = DEFAULT_MAX_BYTES, faults: Faults | None = None,
                  ledger: Ledger | None = None) -> None:
-        if int(seed) < 0:
-            raise NetworkConfigError(f"seed must be non-negative, got {seed!r}")
-        if int(framing_bytes) < 0:
-            raise NetworkConfigError(f"framing_bytes must be >= 0, got {framing_bytes!r}")
-        if unit is not None and int(unit) <= 0:
+        # an integer seed only: int() truncated 1.7 to 1 (another run's seed, silently) and
+        # failed on NaN without naming the parameter; True is not a seed either
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise NetworkConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        framing = _whole(framing_bytes)
+        if framing is None or framing < 0:
+            raise NetworkConfigError(f"framing_bytes must be a whole number >= 0, got {framing_bytes!r}")
+        units = None if unit is None else _whole(unit)
+        if unit is not None and (units is None or units <= 0):
             raise NetworkConfigError(f"unit must be a positive number of floats, got {unit!r}")
-        if int(max_message_bytes) <= 0:
-            raise NetworkConfigError(f"max_message_bytes must be positive, got {max_message_bytes!r}")
+        bound = _whole(max_message_bytes)
+        if bound is None or bound <= 0:
+            raise NetworkConfigError(f"max_message_bytes must be a positive whole number, got {max_message_bytes!r}")
+        if faults is not None and not isinstance(faults, Faults):
+            raise NetworkConfigError(f"faults must be a Faults, got {type(faults).__name__}")
         self.seed = int(seed)
         self.profile = get_profile(profile)
-        self.framing_bytes = int(framing_bytes)
-        self.max_message_bytes = int(max_message_bytes)
+        self.framing_bytes = framing
+        self.max_message_bytes = bound
         self.faults = faults if faults is not None and faults.active else None
+        self._faulted = False  # whether some node got the faults (check_faults)
         if ledger is None:
-            ledger = Ledger(unit=None if unit is None else int(unit), framing_bytes=self.framing_bytes)
+            ledger = Ledger(unit=units, framing_bytes=self.framing_bytes)
         else:
             if len(ledger):
                 raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
             ledger.framing_bytes = self.framing_bytes
-            if unit is not None:
-                ledger.unit = int(unit)
+            if units is not None:
+                ledger.unit = units
         self.ledger = ledger
         self.nodes: dict[str, Node] = {}
         self.tracing = bool(trace)
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
         self.ran = False
+        self.ended = False  # see end_run
         for hook in tuple(_BUILT_HOOKS):
             hook(self)
 
@@ -178,6 +230,7 @@ class Network:
         base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
         faults = self.faults
         if faults is not None and str(role) in faults.roles:
+            self._faulted = True
             if loss is None:
                 loss = faults.loss
             if offline_at is None:
@@ -195,10 +248,12 @@ class Network:
         self.ledger.set_role(node_id, str(role))
 
     def set_unit(self, floats: int) -> None:
-        """Declare how many floats make one accounting unit (the latent dimension d)."""
-        if int(floats) <= 0:
+        """Declare how many floats make one accounting unit (the latent dimension d). Raises
+        ``NetworkConfigError`` unless ``floats`` is a positive whole number."""
+        unit = _whole(floats)
+        if unit is None or unit <= 0:
             raise NetworkConfigError(f"unit must be a positive number of floats, got {floats!r}")
-        self.ledger.unit = int(floats)
+        self.ledger.unit = unit
 
     def node_spec(self, node_id: str) -> NodeSpec:
         """The spec (link, speed, loss, dropout) node ``node_id`` runs with."""
@@ -224,7 +279,8 @@ class Network:
         """Send ``encoded`` (a message of ``kind``) from ``src`` to every node of ``dsts``, in
         that order: one ledger row and one envelope per destination, sharing one ``Payload``.
         Must not block; raises ``UnknownNodeError`` (before sending anything) for an unknown
-        destination."""
+        destination. Once the run has ended (``end_run``) posts are dropped before they get
+        here."""
         raise NotImplementedError  # pragma: no cover
 
     def wait(self, node: Node, kind, timeout: float | None):
@@ -244,10 +300,32 @@ class Network:
     def run(self, *, strict: bool = True) -> RunResult:
         """Run every actor until all have finished or nothing can happen any more. With
         ``strict`` a run that ends with actors blocked raises ``DeadlockError``; an actor that
-        raises makes it raise ``ActorError``."""
+        raises makes it raise ``ActorError``. Calls ``end_run`` before it closes the actors
+        still running (what their ``finally`` blocks send is dropped)."""
         raise NotImplementedError  # pragma: no cover
 
     # -- shared helpers for transports ----------------------------------------------------------
+    def check_faults(self) -> None:
+        """Raise ``NetworkConfigError`` if the network has faults but none of its nodes had one
+        of their roles when added: the faults would silently apply to no node (a misspelt role,
+        a protocol whose nodes have other roles). Transports call it before they run."""
+        f = self.faults
+        if f is not None and self.nodes and not self._faulted:
+            roles = ", ".join(sorted({n.role for n in self.nodes.values()}))
+            raise NetworkConfigError(f"faults apply to the roles {f.roles!r}, which no node has (roles: {roles})")
+
+    def end_run(self) -> None:
+        """Mark the run as over. A transport calls this once the run's outcome is fixed (its
+        ``RunResult`` built, or the error that ends it raised), before it closes or cancels the
+        actors still running: their ``finally`` blocks run then, and nothing they do is recorded
+        any more. ``post`` drops what they send (it would get a ledger row sent after the end,
+        ``in_flight`` for ever) and ``record_missing`` what their gathers miss. Idempotent."""
+        self.ended = True
+        # an instance attribute over the transport's own post, which (the per-message hot path)
+        # thus needs no test for a state that only exists once the run is over
+        self.post = _dropped_post
+
+
     @staticmethod
     def take(node: Node, kind) -> Envelope | None:
         """The oldest mailbox envelope matching ``kind`` (removed), or None. Never blocks."""
@@ -281,6 +359,18 @@ class Network:
                 col.offer(env)
         finally:
             node.gathering = None
+
+    def actor_coroutine(self, node: Node) -> Coroutine:
+        """Give ``node`` its context (``node.ctx``) and call its actor: the coroutine the
+        transport runs. Raises ``FedsimError`` naming the node if the actor is not an async
+        function (the call returned anything but a coroutine); what the call raises propagates.
+        Shared so that every transport refuses the same actors with the same error."""
+        node.ctx = self.context_class(self, node)
+        coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        if type(coro) is not CoroutineType and not isinstance(coro, Coroutine):
+            raise FedsimError(f"actor of node {node.id!r} is not an async function "
+                              f"(it returned {type(coro).__name__})")
+        return coro
 
     def check_size(self, src: Node, kind: str, encoded: Encoded) -> None:
         """Raise ``MessageTooLargeError`` (naming ``src``) if ``encoded`` exceeds
@@ -316,7 +406,10 @@ class Network:
         return rng.random() < p
 
     def record_missing(self, node: Node, kind: str, senders: list) -> None:
-        """Record in the ledger that ``node``'s wait for ``kind`` ended without ``senders``."""
+        """Record in the ledger that ``node``'s wait for ``kind`` ended without ``senders``
+        (nothing once the run has ended: ``end_run``)."""
+        if self.ended:
+            return
         t = self.now()
         for s in senders:
             self.ledger.missing.append(Missing(node.round, node.id, s, kind, t))

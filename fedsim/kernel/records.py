@@ -14,18 +14,28 @@ __all__ = ["network_record"]
 def network_record(net: Any, ledger_dir: str | Path | None = None, label: str = "run") -> dict[str, Any]:
     """``{"sim_time", "totals", "ledger"}`` of a network that has run; with ``ledger_dir`` its
     ledger is written there as ``<label>.csv`` (a file-name-safe form of ``label``; ``<label>~2.csv``
-    and so on if that exists) and ``ledger`` is that path, else None."""
+    and so on if that exists) and ``ledger`` is that path, else None.
+
+    The name is claimed with an empty file (never another run's: workers write side by side),
+    then the whole CSV replaces it at once (``Ledger.to_csv``): a reader sees an empty file or the
+    complete ledger, never part of one. If the export fails, the claimed file is removed and the
+    error propagates; ``FileExistsError`` if all 9,999 names are taken."""
     path = None
     if ledger_dir is not None:
         safe = re.sub(r"[^A-Za-z0-9=.,+_-]+", "_", label)[:150] or "run"
         Path(ledger_dir).mkdir(parents=True, exist_ok=True)
-        for k in range(1, 10_000):  # never overwrite another run's ledger (workers write side by side)
+        for k in range(1, 10_000):
             path = Path(ledger_dir) / (f"{safe}.csv" if k == 1 else f"{safe}~{k}.csv")
             try:
-                fh = open(path, "x", newline="", encoding="utf-8")
+                open(path, "x").close()
             except FileExistsError:
                 continue
-            with fh:
-                net.ledger.to_csv(fh)
+            try:
+                net.ledger.to_csv(path)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
             break
+        else:  # the last name tried was another run's file: not this run's ledger
+            raise FileExistsError(f"no free file name for ledger {safe!r} in {ledger_dir} (up to ~9999 taken)")
     return {"sim_time": float(net.now()), "totals": net.ledger.totals(), "ledger": None if path is None else str(path)}

@@ -353,7 +353,8 @@ class SimNetwork(Network):
         """Run every actor until all have finished, or nothing is left that could happen, or
         simulated time reaches ``until``. Actors still blocked at the end are closed (their
         ``finally`` blocks run) and listed in ``RunResult.unfinished`` with what they waited for
-        in ``RunResult.blocked``.
+        in ``RunResult.blocked``. The run is over by then (``end_run``): what those ``finally``
+        blocks send is dropped, with no ledger row, and what their gathers miss is not recorded.
 
         With ``strict`` (the default), a run that ends with actors blocked and nothing left in
         flight (a deadlock: a receive no one answers, a gather without deadline for a lost
@@ -362,11 +363,14 @@ class SimNetwork(Network):
         Stopping at ``until`` with events still pending is not a deadlock.
 
         Raises ``ActorError`` (with the original exception as ``__cause__``) if an actor
-        raises, and ``ForeignAwaitError`` if an actor awaits something this network cannot drive.
+        raises, ``ForeignAwaitError`` if an actor awaits something this network cannot drive,
+        and ``FedsimError`` naming the node if an actor is not an async function (nothing runs);
+        ``NetworkConfigError`` before anything runs if the network's faults match no node's role.
         A network runs once (``FedsimError`` on a second call).
         """
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        self.check_faults()
         self.ran = True
         queue = self.queue
         # A run allocates millions of small tracked objects (ledger rows, envelopes, decoded
@@ -384,11 +388,10 @@ class SimNetwork(Network):
         frozen = gc.get_freeze_count() == 0
         try:
             for node in self.nodes.values():
-                node.ctx = self.context_class(self, node)
-                node.coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
-                if not hasattr(node.coro, "send"):
-                    raise FedsimError(f"actor of node {node.id!r} is not an async function "
-                                      f"(it returned {type(node.coro).__name__})")
+                # node.coro is set only once it is known to be a coroutine: the finally below
+                # closes it (a plain return value has no close(), whose AttributeError would
+                # replace the error naming the actor)
+                node.coro = self.actor_coroutine(node)
                 if node.spec.offline_at is not None:
                     queue.schedule(node.spec.offline_at, self._go_offline, node)
                 node.proc = _ActorProcess(node, node.coro, self)
@@ -403,6 +406,9 @@ class SimNetwork(Network):
                 queue.now = self.active_at  # now() after the run is its duration
             return self.finish(queue.now, strict=strict, drained=not stopped_early)
         finally:
+            # before the actors are closed: a message sent from a finally block would otherwise
+            # get a row after the result was made, in flight for ever at a time nothing ran
+            self.end_run()
             if frozen:
                 gc.unfreeze()
             gc.set_threshold(*threshold)

@@ -116,7 +116,7 @@ from .errors import (
     TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
-from .network import Network, RunResult
+from .network import Network, RunResult, check_time_scale
 from .node import Node, hand_over
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
@@ -163,8 +163,8 @@ class TcpNetwork(Network):
     ``FRAME_OVERHEAD``); a sender refuses a message whose frame would be longer
     (``MessageTooLargeError``, as for ``max_message_bytes``). Neither bounds the control frames
     between the coordinator and the workers (``CONTROL_FRAME_BYTES``). ``time_scale``: real
-    seconds per protocol second, as on ``AsyncioNetwork`` (multiplies sleeps and timeouts, divides
-    the clock). ``poll_interval``: seconds between the coordinator's status polls;
+    seconds per protocol second (positive and finite), as on ``AsyncioNetwork`` (multiplies sleeps
+    and timeouts, divides the clock). ``poll_interval``: seconds between the coordinator's status polls;
     ``stall_timeout``: seconds without any progress, with frames outstanding, after which the run
     fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
     ``FRAME_OVERHEAD``. Other keywords as ``Network``.
@@ -193,8 +193,7 @@ class TcpNetwork(Network):
             raise NetworkConfigError("TcpNetwork needs os.fork (Linux or another POSIX system)")
         if processes is not None and int(processes) < 1:
             raise NetworkConfigError(f"processes must be at least 1 (or None: one per node), got {processes!r}")
-        if not time_scale >= 0:
-            raise NetworkConfigError(f"time_scale must be >= 0, got {time_scale!r}")
+        time_scale = check_time_scale(time_scale)
         for name, v in (("poll_interval", poll_interval), ("stall_timeout", stall_timeout),
                         ("start_timeout", start_timeout)):
             if not (v > 0 and math.isfinite(v)):
@@ -227,10 +226,10 @@ class TcpNetwork(Network):
 
     # -- the transport interface (called in the worker processes) ---------------------------------
     def now(self) -> float:
-        """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``
-        (1 if it is 0); 0 before the run starts."""
+        """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``;
+        0 before the run starts."""
         t0 = self._t0
-        return 0.0 if t0 is None else (time.monotonic() - t0) / (self.time_scale or 1.0)
+        return 0.0 if t0 is None else (time.monotonic() - t0) / self.time_scale
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
         w = self._worker
@@ -309,7 +308,8 @@ class TcpNetwork(Network):
         With ``strict`` a run that ends with actors blocked raises ``DeadlockError`` (carrying the
         partial result). Raises ``ActorError`` if an actor raises or returns a value the codec
         cannot encode, ``TransportError`` if a peer misbehaves, dies or cannot be reached,
-        ``TimeoutError`` after ``timeout`` real seconds. No worker process outlives the call. A
+        ``TimeoutError`` after ``timeout`` real seconds, ``NetworkConfigError`` before anything
+        runs if the faults match no node's role. No worker process outlives the call. A
         network runs once (``FedsimError`` on a second call). Must not be called from inside a
         running event loop."""
         if self.ran:
@@ -328,6 +328,7 @@ class TcpNetwork(Network):
                                      "processes): observe a SimNetwork or AsyncioNetwork run instead")
         if timeout is not None and not timeout > 0:
             raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
+        self.check_faults()
         self.ran = True
         if not self.nodes:
             return self.finish(0.0, strict=strict)
@@ -1041,6 +1042,9 @@ class _Worker:
         """Close blocked actors (after describing what they wait for) and send the report."""
         net = self.net
         waits = {n.id: net.waits_for(n) for n in self.local if not n.done}
+        # the run is over: what the cancelled actors' finally blocks send is dropped (it would be
+        # a row in this report, in flight for ever), as on the other transports
+        net.end_run()
         for t in self.tasks:
             if not t.done():
                 t.cancel()
