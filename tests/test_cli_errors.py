@@ -168,7 +168,7 @@ def test_config_file_with_command_line_overrides(tmp_path):
     ('[grid]\nrounds = [1, 2]\n', "run.toml: [grid] is for fedsim sweep, not fedsim run"),
     ('seed = -1\n', "run.toml: seed: expected a non-negative integer, got -1"),
     ('seed = true\n', "run.toml: seed"),
-    ('[network]\nloss = 2\n', "run.toml: [network] faults: loss must be a probability in [0, 1], got 2.0"),
+    ('[network]\nloss = 2\n', "run.toml: [network] faults: loss must be a probability in [0, 1], got 2"),
     ('[network]\ndropout_window = [5, 1]\n', "run.toml: [network] faults: window must be"),
 ])
 def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
