@@ -219,9 +219,23 @@ class FairShareLinkModel(LinkModel):
             self._caps += [node.spec.link.uplink * self.efficiency, node.spec.link.downlink * self.efficiency]
         return k
 
+    def node_offline(self, net, node: Node) -> None:
+        """Cut every flow from or to ``node`` now (in activation order): the copy is lost and its
+        share of the other port goes to the flows left. A flow drawn lost keeps its note."""
+        k = self._port.get(node.id)
+        if k is None or self._net is not net:
+            return  # no flow has ever used its ports
+        cut = self._at.get(2 * k, set()) | self._at.get(2 * k + 1, set())
+        for f in sorted(cut, key=lambda f: f.seq):
+            self._complete(f, "sender offline" if f.s == 2 * k else "receiver offline")
+
     def _activate(self, tup: tuple) -> None:
         net = self._net
         envl, dst, latency, lost, src = tup
+        if net.is_offline(src) or net.is_offline(dst):
+            # one end dropped out during the TCP start-up: no byte moves
+            net.lose(envl, "link loss" if lost else "sender offline" if net.is_offline(src) else "receiver offline")
+            return
         now = net.now()
         envl.row[TX_START] = now
         envl.row[RX_START] = now + latency
@@ -360,7 +374,9 @@ class FairShareLinkModel(LinkModel):
         for f in sorted(done, key=lambda f: f.seq):  # activation order, as one batch
             self._complete(f)
 
-    def _complete(self, f: _Flow) -> None:
+    def _complete(self, f: _Flow, cut: str | None = None) -> None:
+        """``f``'s last byte left now; or, with ``cut`` (why), one end dropped out and the flow
+        stops now, its copy lost. Either way its ports' shares go to the flows left."""
         now = self._net.now()
         f.version += 1
         for p in (f.s, f.d):
@@ -368,7 +384,12 @@ class FairShareLinkModel(LinkModel):
         hub = f.hub
         mode = f.mode
         f.mode, f.hub = "done", None
-        self._finish(f.tup, now)
+        if cut is None:
+            self._finish(f.tup, now)
+        else:
+            envl, lost = f.tup[0], f.tup[3]
+            envl.row[TX_END] = now  # where the sending stopped
+            self._net.lose(envl, "link loss" if lost else cut)
         if self._general:
             self._mark(None)
             return

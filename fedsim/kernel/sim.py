@@ -131,6 +131,18 @@ class FifoLinkModel(LinkModel):
         start = src.egress_free if src.egress_free > now else now
         end = start if up == _INF else start + size / up
         src.egress_free = end
+        off = src.spec.offline_at
+        if off is not None and end > off:
+            # the sender drops out before its last byte leaves: the copy is cut at off (or never
+            # starts), never reaches the receiver's port and so never holds it
+            if start < off:
+                row[TX_START] = start
+                row[TX_END] = off
+            if src.spec.loss and net.draw_loss(src):  # drawn all the same: draws key on message numbers
+                net.lose(envl, "link loss")
+            else:
+                net.schedule(off - now, net.lose, envl, "sender offline")
+            return
         row[TX_START] = start
         row[TX_END] = end
         if src.spec.loss and net.draw_loss(src):
@@ -146,6 +158,9 @@ class FifoLinkModel(LinkModel):
 
     @staticmethod
     def _at_ingress(net: "SimNetwork", envl: Envelope, dst: Node) -> None:
+        if net.is_offline(dst):  # lost here, without holding the port of a node that is gone
+            net.lose(envl, "receiver offline")
+            return
         now = net.queue.now
         start = dst.ingress_free if dst.ingress_free > now else now
         end = start + envl.nbytes / dst.spec.link.downlink
@@ -220,7 +235,8 @@ class SimNetwork(Network):
         if off is not None and row[TX_END] > off:
             self.lose(envl, "sender offline")
             return
-        if dst.offline:
+        if dst.offline or (dst.done and (doff := dst.spec.offline_at) is not None and self.queue.now >= doff):
+            # (a node that finished its part before its offline_at goes offline all the same)
             self.lose(envl, "receiver offline")
             return
         row[ARRIVAL] = self.active_at = self.queue.now
@@ -240,6 +256,12 @@ class SimNetwork(Network):
         if box is None:
             box = dst.mailbox = deque()
         box.append(envl)
+
+    def is_offline(self, node: Node) -> bool:
+        """Whether ``node``'s link is down now: its ``offline_at`` has come, whether or not its
+        actor had finished by then."""
+        off = node.spec.offline_at
+        return node.offline or (off is not None and self.queue.now >= off)
 
     def lose(self, envl: Envelope, note: str) -> None:
         """Mark ``envl`` lost (``note`` says why); it never arrives."""
@@ -340,6 +362,9 @@ class SimNetwork(Network):
         return True
 
     def _go_offline(self, node: Node) -> None:
+        # the link goes down, also under a node that has finished: what it is still sending or
+        # receiving is cut now, not when the link model would have finished it
+        self.link_model.node_offline(self, node)
         if node.done:
             return
         self.active_at = self.queue.now
