@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fedsim.kernel import (
-    ActorError, AsyncioNetwork, DeadlockError, MessageTooLargeError, SimNetwork, network_record,
+    ActorError, AsyncioNetwork, DeadlockError, MessageTooLargeError, RunEnded, SimNetwork, network_record,
 )
 
 
@@ -371,3 +371,66 @@ def test_a_flow_end_the_fair_model_has_moved_does_not_lengthen_the_run():
     # each, 9 MB left), then 1.5 MB/s each: 1 + 9 / 1.5 = 7 (their first end, 10, was moved)
     arrivals = {r["src"]: r["arrival_time"] for r in net.ledger.records()}
     assert arrivals == pytest.approx({"A": 1.0, "B": 7.0, "C": 7.0}) and res.duration == pytest.approx(7.0)
+
+
+def _waits_when_closed(how, seen):
+    async def actor(ctx):
+        try:
+            await ctx.receive("never")
+        finally:  # the run is over (or the node gone): this wait cannot happen
+            try:
+                if how == "receive":
+                    await ctx.receive("x")
+                elif how == "sleep":
+                    await ctx.sleep(1.0)
+                elif how == "gather":
+                    await ctx.gather("x", senders=["peer"], timeout=3.0)
+                else:
+                    await ctx.compute(1e9)
+            except RunEnded as err:
+                seen.append(str(err))
+                raise
+    return actor
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("how", ["receive", "sleep", "gather", "compute"])
+def test_a_finally_block_that_waits_after_the_run_gets_run_ended(transport, how):
+    # SimNetwork's closing failed with a bare "coroutine ignored GeneratorExit"; on AsyncioNetwork
+    # a receive there hung the run for ever and a sleep really slept
+    seen: list = []
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("waiter", _waits_when_closed(how, seen), flops=1e9)
+    net.add_node("peer", _says_hello_then_sleeps)
+    t0 = time.perf_counter()
+    res = net.run(strict=False)
+    assert time.perf_counter() - t0 < 5.0
+    assert res.unfinished == ["waiter"]
+    if how == "compute" and transport == "asyncio":
+        return  # compute is not a wait there (no simulated speed): nothing to refuse
+    assert len(seen) == 1 and "actor 'waiter'" in seen[0] and "after the run had ended" in seen[0]
+
+
+def test_a_finally_block_that_waits_when_its_node_drops_out_gets_run_ended():
+    # the dropout closed the actor mid-run: the same bare RuntimeError stopped the whole run
+    seen: list = []
+    net = SimNetwork()
+    net.add_node("waiter", _waits_when_closed("sleep", seen), offline_at=0.1)
+    net.add_node("peer", _says_hello_then_sleeps)
+    res = net.run(strict=False)
+    assert res.offline == ["waiter"] and res.unfinished == []
+    assert len(seen) == 1 and "after its node dropped out" in seen[0]
+    assert res.duration == pytest.approx(0.2)  # the peer's sleep; the refused one adds nothing
+
+
+def test_what_a_finally_block_raises_at_the_end_names_the_actor():
+    async def bad(ctx):
+        try:
+            await ctx.receive("never")
+        finally:
+            raise ValueError("cleanup failed")
+
+    net = SimNetwork()
+    net.add_node("waiter", bad)
+    with pytest.raises(ActorError, match="actor 'waiter'.*cleanup failed"):
+        net.run(strict=False)

@@ -667,3 +667,20 @@ def test_configuration_is_checked():
     empty = TcpNetwork()
     assert empty.run(timeout=RUN_TIMEOUT).complete and not empty.pids
     assert math.isclose(TcpNetwork(time_scale=0.5).time_scale, 0.5)
+
+
+async def _receives_when_closed(ctx):
+    try:
+        await ctx.receive("never")
+    finally:  # the worker cancelled it: this receive used to keep the worker waiting
+        await ctx.receive("x")
+
+
+def test_a_finally_block_that_waits_after_the_run_does_not_hold_the_worker():
+    net = TcpNetwork(processes=2, placement={"waiter": 0, "peer": 1})
+    net.add_node("waiter", _receives_when_closed)
+    net.add_node("peer", _says_hello)
+    t0 = time.perf_counter()
+    res = net.run(timeout=RUN_TIMEOUT, strict=False)
+    assert res.unfinished == ["waiter"]
+    assert time.perf_counter() - t0 < net.start_timeout

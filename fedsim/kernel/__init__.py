@@ -12,7 +12,7 @@ from .context import Context, Deadline, GatherEach, Gathered, Message
 from .envelope import Collector, Envelope, InOrder, Payload, matches
 from .errors import (
     ActorError, DeadlockError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
-    TransportError, UnknownNodeError,
+    RunEnded, TransportError, UnknownNodeError,
 )
 from .events import EventQueue
 from .ledger import COLUMNS, Ledger, LedgerView, Missing, StreamingLedger, StreamView, Totals
@@ -30,6 +30,6 @@ __all__ = [
     "Encoded", "Envelope", "EventQueue", "Faults", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
     "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
     "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile",
-    "RunResult", "SimNetwork", "StreamView", "StreamingLedger", "TRANSPORTS", "TcpNetwork", "Totals", "TransportError", "UnknownNodeError", "decode",
+    "RunEnded", "RunResult", "SimNetwork", "StreamView", "StreamingLedger", "TRANSPORTS", "TcpNetwork", "Totals", "TransportError", "UnknownNodeError", "decode",
     "decode_message", "encode", "encode_message", "get_profile", "matches", "network_record",
 ]

@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from .envelope import Envelope, Payload
-from .errors import ActorError, FedsimError, NetworkConfigError
+from .errors import ActorError, FedsimError, NetworkConfigError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_time_scale
 from .node import Node, hand_over
@@ -102,8 +102,8 @@ class AsyncioNetwork(Network):
 
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
         self._finished += 1
-        if task.cancelled():
-            pass
+        if task.cancelled() or isinstance(task.exception(), RunEnded):
+            pass  # cancelled at the run's end (RunEnded: its finally block tried to wait)
         elif task.exception() is not None:
             exc = task.exception()
             if self._error is None:

@@ -9,6 +9,7 @@ __all__ = [
     "ForeignAwaitError",
     "MessageTooLargeError",
     "NetworkConfigError",
+    "RunEnded",
     "TransportError",
     "UnknownNodeError",
 ]
@@ -38,6 +39,13 @@ class MessageTooLargeError(FedsimError, ValueError):
         self.node, self.kind, self.nbytes, self.limit = node, kind, nbytes, limit
         super().__init__(f"node {node!r} tried to send a {kind!r} message of {nbytes:,} bytes, above the "
                          f"transport's bound of {limit:,} bytes (max_message_bytes); nothing was sent")
+
+
+class RunEnded(FedsimError):
+    """Raised by a ``ctx`` call that would wait (``receive``, ``gather``, ``sleep``, ``compute``)
+    once the run is over, i.e. from an actor's ``finally`` block while its transport closes or
+    cancels it: the run's outcome is fixed and nothing can arrive any more. Transports treat an
+    actor that ends with it like one they closed; an actor need not catch it."""
 
 
 class ActorError(FedsimError):

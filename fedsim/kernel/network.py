@@ -42,7 +42,7 @@ from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import Envelope, matches
-from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, UnknownNodeError
+from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
@@ -85,6 +85,13 @@ def _whole(value: Any) -> int | None:
 
 def _dropped_post(src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
     """``post`` once the run has ended (``Network.end_run``): the message goes nowhere."""
+
+
+def _no_wait(node: Node, *args: Any) -> None:
+    """``wait``, ``collect``, ``sleep`` and ``compute`` once the run has ended (``Network.end_run``):
+    an actor's ``finally`` block cannot wait any more (on SimNetwork it made closing the actor fail
+    with "coroutine ignored GeneratorExit"; on AsyncioNetwork a receive there hung the run)."""
+    raise RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after the run had ended (in a finally block?)")
 
 
 def check_time_scale(value: Any) -> float:
@@ -319,11 +326,14 @@ class Network:
         ``RunResult`` built, or the error that ends it raised), before it closes or cancels the
         actors still running: their ``finally`` blocks run then, and nothing they do is recorded
         any more. ``post`` drops what they send (it would get a ledger row sent after the end,
-        ``in_flight`` for ever) and ``record_missing`` what their gathers miss. Idempotent."""
+        ``in_flight`` for ever) and ``record_missing`` what their gathers miss; a wait (``wait``,
+        ``collect``, ``sleep``, ``compute``) raises ``RunEnded``, which the transport's closing
+        absorbs. Idempotent."""
         self.ended = True
-        # an instance attribute over the transport's own post, which (the per-message hot path)
-        # thus needs no test for a state that only exists once the run is over
+        # instance attributes over the transport's own methods, which (the per-message hot path)
+        # thus need no test for a state that only exists once the run is over
         self.post = _dropped_post
+        self.wait = self.collect = self.sleep = self.compute = _no_wait
 
 
     @staticmethod

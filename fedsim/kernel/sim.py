@@ -28,7 +28,7 @@ from collections import deque
 from typing import Any
 
 from .envelope import Envelope, Payload
-from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError
+from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, RunEnded
 from .events import EventQueue
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel
@@ -114,6 +114,10 @@ def _origin(err: BaseException) -> str:
     mod = f.filename.replace("\\", "/").rsplit("/", 2)
     where = ".".join(p.removesuffix(".py") for p in mod[-2:])
     return f"{where}.{f.name}()"
+
+
+def _offline_wait(node: Node) -> RunEnded:
+    return RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after its node dropped out (in a finally block?)")
 
 
 class FifoLinkModel(LinkModel):
@@ -312,6 +316,8 @@ class SimNetwork(Network):
         """Park ``node`` until a message of ``kind`` arrives (resumed with it) or ``timeout``
         (resumed with None). With a collector ``col``, arrivals are offered to it in ``deliver``
         and the actor resumes once, when ``col`` is complete, instead of once per message."""
+        if node.offline:
+            raise _offline_wait(node)
         if timeout is not None:
             w = node.waiter = (kind, object(), col)
             self.queue.schedule(timeout, self._expire, node, w)
@@ -335,6 +341,8 @@ class SimNetwork(Network):
             node.proc.step(None)
 
     async def sleep(self, node: Node, seconds: float) -> None:
+        if node.offline:
+            raise _offline_wait(node)
         q = self.queue
         if self.tracing and seconds > 0:
             self.trace.append((node.id, q.now, q.now + seconds, "sleep"))
@@ -342,6 +350,8 @@ class SimNetwork(Network):
         await _park
 
     async def compute(self, node: Node, flops: float, label: str) -> None:
+        if node.offline:
+            raise _offline_wait(node)
         speed = node.spec.flops
         if speed == _INF or flops == 0:
             return
@@ -371,7 +381,19 @@ class SimNetwork(Network):
         node.offline = True
         node.waiter = None
         if node.coro is not None:
+            self._close(node)
+
+    @staticmethod
+    def _close(node: Node) -> None:
+        """Close ``node``'s actor (its ``finally`` blocks run). A ``finally`` block that tries to
+        wait gets ``RunEnded`` at that await (closing used to fail with a bare "coroutine ignored
+        GeneratorExit"); what else one raises is the actor's error."""
+        try:
             node.coro.close()
+        except RunEnded:
+            pass
+        except Exception as err:
+            raise ActorError(node.id, node.role, err) from err
 
     # -- running ------------------------------------------------------------------------------
     def run(self, until: float | None = None, *, strict: bool = True) -> RunResult:
@@ -438,5 +460,5 @@ class SimNetwork(Network):
                 gc.unfreeze()
             gc.set_threshold(*threshold)
             for node in self.nodes.values():
-                if not node.done and node.coro is not None:
-                    node.coro.close()
+                if not node.done and not node.offline and node.coro is not None:
+                    self._close(node)

@@ -113,7 +113,7 @@ from .codec import DEFAULT_MAX_DEPTH, CodecError, Encoded, decode, decode_messag
 from .envelope import Envelope, Payload
 from .errors import (
     ActorError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
-    TransportError, UnknownNodeError,
+    RunEnded, TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult, check_time_scale
@@ -1013,6 +1013,8 @@ class _Worker:
         if task.cancelled():
             return
         exc = task.exception()
+        if isinstance(exc, RunEnded):
+            return  # cancelled at the run's end, and its finally block tried to wait
         if exc is not None:
             self._actor_failed(node, exc)
             return
