@@ -9,6 +9,8 @@ latent vectors of d floats (80 bytes at d = 20 in float32).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from fedsim.experiment import Param, RunContext, scenario_main
@@ -24,7 +26,9 @@ RUN_TIME = 'under a minute at ML-100K scale (17 s measured quiet on 2026-11-23, 
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies; the first is used", min=2),
-    "iterations": Param.of(FedRecPPConfig, "T", 10, help="iterations T (costs per iteration do not depend on T)"),
+    # at least 1: the table's figures are per iteration (T = 0 divided by zero in role_costs)
+    "iterations": replace(Param.of(FedRecPPConfig, "T", 10, help="iterations T (costs per iteration do not depend "
+                                   "on T)"), min=1),
     "draws": Param(5, "independent draws of the denoisers and samples (seeds seed, seed+1, ...); figures are "
                       "their mean, the spread is reported"),
     "timing_iterations": Param(3, "iterations of the wan-profile timing runs", min=1),

@@ -36,3 +36,12 @@ def test_table3_download_row_in_units(tmp_path):
     dl = next(r for r in rows if r["role"].startswith("download_V"))
     n_items = generate("tiny", seed=0).n_items
     assert float(dl["units_per_iteration"]) == n_items
+
+
+def test_table3_refuses_zero_iterations(tmp_path):
+    """Its figures are per iteration: T = 0 was a ZeroDivisionError in role_costs after the runs."""
+    from fedsim.experiment import UsageError
+
+    with pytest.raises(UsageError, match="iterations: must be >= 1"):
+        run_scenario(str(SCENARIOS / "fedrecpp_table3.py"), data="tiny", out=tmp_path / "t3", seed=1, quiet=True,
+                     overrides={"iterations": 0, "draws": 1, "etas": ["0"], "workers": 1})
