@@ -48,6 +48,8 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
     (["sweep", "demo", "--grid", "bogus=1,2"], "unknown parameter 'bogus'"),
     (["sweep", "demo", "--grid", "rounds=1,x"], "expected int, got 'x'"),
     (["trace", "nothing"], "cannot trace 'nothing'"),
+    # one FPL client's positives are the whole catalogue: the actor's check, not a traceback
+    (["trace", "fpl", "--clients", "1"], "cannot trace fpl with 1 client"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     res = fedsim_cmd(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)

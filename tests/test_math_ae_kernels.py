@@ -397,3 +397,27 @@ def test_eval_sums_plan_is_built_once_per_task_and_dtype_and_changes_nothing():
     ae_train.eval_sums(_model(np.float32, n=n_items), t, block=5)  # another dtype: its own plan
     ae_train.eval_sums(models[0], t, block=3)  # another block size: its own plan
     assert len(t._eval_plans) == 3
+
+
+@needs_numba
+def test_indices_out_of_range_are_refused_not_read_out_of_bounds(monkeypatch):
+    """A test item past the end used to be accepted by ``prepare`` and then read out of bounds by the
+    compiled evaluation (a finite sse from whatever memory follows the output layer) where NumPy's
+    path raised; a negative test user was silently dropped. Both are refused."""
+    train = (np.array([0, 0, 1]), np.array([0, 2, 1]), np.array([4.0, 3.0, 5.0]))
+    for test in ((np.array([0, 1]), np.array([5, 3]), np.array([4.0, 2.0])),   # item 5 of 5
+                 (np.array([-1, 1]), np.array([1, 3]), np.array([4.0, 2.0])),  # user -1
+                 (np.array([0, 2]), np.array([1, 3]), np.array([4.0, 2.0]))):  # user 2 of 2
+        with pytest.raises(ValueError):
+            ae_train.prepare(train, test, 2, 5)
+    with pytest.raises(ValueError):
+        ae_train.prepare((np.array([0]), np.array([-1]), np.array([4.0])), train, 2, 5)
+    # an AETask built by hand with such an item: the compiled evaluation refuses it as NumPy's does
+    t = ae_train.prepare(train, (np.array([0, 1]), np.array([4, 3]), np.array([4.0, 2.0])), 2, 5)
+    t = ae_train.AETask(t.task, t.x, t.mask, t.test_ptr, np.array([5, 3]), t.test_values)
+    p = _model(np.float32, n=5, hidden=(4, 3))
+    with pytest.raises(ValueError):
+        ae_train.eval_sums(p, t)
+    monkeypatch.setattr(ae_train._PredictEntries, "make", classmethod(lambda cls, params: None))
+    with pytest.raises(ValueError):
+        ae_train.eval_sums(p, t)

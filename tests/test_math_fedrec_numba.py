@@ -118,3 +118,36 @@ def test_backend_selection():
     if not K.numba_available():
         with pytest.raises(RuntimeError):
             K.kernels("numba")
+
+
+@needs_numba
+@pytest.mark.parametrize("backend", ["numba", "python"])
+def test_client_call_rejects_item_past_the_end(backend):
+    """The compiled client kernels read V[i] and O[i] without bounds checks: an item index past
+    the end used to read other memory silently (numba) where the fallback raised IndexError.
+    Both now raise; a negative index keeps NumPy's meaning (from the end) in both."""
+    from fedsim.math.filling import virtual_ratings_hf_sgd
+    from fedsim.math.pmf import pmf_sgd_client_step
+    from fedsim.math.sgd_client import SGDClient
+
+    rng = np.random.default_rng(0)
+    V = rng.normal(size=(5, 3)).astype(np.float32)
+    O = rng.normal(size=(5, 3)).astype(np.float32)
+    U = rng.normal(size=3).astype(np.float32)
+    r = np.array([3.0, 4.0], dtype=np.float32)
+    kw = dict(t=0, lr=0.1, lam=0.01, backend=backend)
+    for bad in ([1, 5], [1, 7]):
+        with pytest.raises(IndexError):
+            pmf_sgd_client_step(U, V, np.array(bad), r, **kw)
+        with pytest.raises(IndexError):
+            svdpp_sgd_client_step(U, V, O, np.array(bad), r, **kw)
+        with pytest.raises(IndexError):
+            SGDClient(np.array(bad), r, np.float32, backend=backend).call(U, V, None, 0, 0.1)
+        with pytest.raises(IndexError):
+            pmf_sgd_client_step(U, V, np.array([1, 2]), r, sampled=np.array(bad[1:]), **kw)
+        with pytest.raises(IndexError):
+            virtual_ratings_hf_sgd(U, V, np.array(bad), r, np.array([0]), 0.1, 0.01, 2, backend=backend)
+    a = pmf_sgd_client_step(U, V, np.array([1, -1]), r, **kw)
+    b = pmf_sgd_client_step(U, V, np.array([1, 4]), r, **kw)
+    np.testing.assert_array_equal(a.U, b.U)
+    np.testing.assert_array_equal(a.grads, b.grads)

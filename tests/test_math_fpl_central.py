@@ -194,6 +194,35 @@ def test_compiled_client_round_equals_the_numpy_round_and_sort():
                                     local_item_updates=False, user_update="per_triple") is None
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_epoch_refuses_a_theta_smaller_than_the_samplers_catalogue(backend):
+    """The kernels index theta unchecked: samplers of 10 items on an 8-row theta made the compiled
+    epoch write the server's updates past theta's end (into the rows after it in memory) where the
+    Python kernels raised IndexError. Both refuse it now, before anything is stepped."""
+    reg = BPRReg.paper(0.1)
+    for cat in (None, np.arange(0, 20, 2)):  # range(10), or a catalogue up to item 18
+        samplers = [make_triple_sampler(np.array([0, 4]), 10, cat), make_triple_sampler(np.array([2, 8]), 10, cat)]
+        packed = pack_samplers(samplers)
+        need = 10 if cat is None else 19
+        big = np.zeros((need + 4, 4), dtype=np.float32)
+        P = np.random.default_rng(0).normal(size=(2, 3))
+        with pytest.raises(ValueError):
+            fpl_epoch(big[:need - 1], P.copy(), packed, clients_per_round=2, triples=20, rounds=3, lr=0.1, pi=1.0,
+                      reg=reg, server_rng=np.random.default_rng(1),
+                      client_rng=lambda c: np.random.default_rng(10 + c), backend=backend)
+        assert not big.any()
+        fpl_epoch(big[:need], P.copy(), packed, clients_per_round=2, triples=20, rounds=3, lr=0.1, pi=1.0, reg=reg,
+                  server_rng=np.random.default_rng(1), client_rng=lambda c: np.random.default_rng(10 + c),
+                  backend=backend)
+        assert big[:need].any() and not big[need:].any()
+        if backend == "numba":
+            fast = CompiledClientRound.make(samplers[0], 3, 5, 0.1, 1.0, reg, dtype="float32", merge="none",
+                                            local_item_updates=False, user_update="per_triple")
+            with pytest.raises(IndexError):
+                fast(np.zeros(3), big[:need - 1], np.random.default_rng(2).random((3, 5)))
+            fast(np.zeros(3), big[:need], np.random.default_rng(2).random((3, 5)))
+
+
 class _replay:
     """A stand-in generator whose one ``random((3, T))`` returns the given uniforms."""
 

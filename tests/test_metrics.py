@@ -103,6 +103,14 @@ def test_top_n_matches_stable_sort_reference():
         assert got[u].tolist() == ref
 
 
+def test_top_n_on_an_empty_catalogue_is_all_padding():
+    """No items at all: every row has fewer than n candidates, so all -1 (it raised IndexError)."""
+    got = top_n(np.zeros((2, 0)), n=3)
+    assert got.shape == (2, 3) and got.dtype == np.int64 and (got == -1).all()
+    got = top_n(np.zeros((2, 0)), (np.array([0, 0, 0]), np.array([], dtype=np.int64)), n=1)
+    assert (got == -1).all() and got.shape == (2, 1)
+
+
 def test_top_n_rejects_non_finite():
     with pytest.raises(ValueError, match="row 1"):
         top_n(np.array([[1.0, 2.0], [np.nan, 0.0]]), None, 1)

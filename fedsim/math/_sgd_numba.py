@@ -505,6 +505,18 @@ def rows_in_range(items, m):
     return True
 
 
+def indices_valid(items, m):
+    """Whether every entry of ``items`` is a valid NumPy index of an axis of length ``m`` (in
+    [-m, m), negative ones counting from the end as NumPy's and numba's indexing do). The client
+    kernels read ``V[i]`` and ``O[i]`` unchecked: compiled, an index past the end reads whatever
+    memory follows, where the Python fallback raises ``IndexError``; callers check first."""
+    for k in range(items.shape[0]):
+        j = items[k]
+        if j < -m or j >= m:
+            return False
+    return True
+
+
 def add_rows_count(acc, counts, items, rows):
     """acc[items] += rows and counts[items] += 1 for distinct ``items`` (each element of a listed
     row receives exactly one addition, as with ``acc[items] += rows``). Returns False, changing
@@ -649,6 +661,7 @@ _KERNELS = (
     "batch_client_rows",
     "hf_batch_virtual",
     "rows_in_range",
+    "indices_valid",
     "add_rows_count",
     "sub_scaled_rows",
     "add_rows",

@@ -117,6 +117,14 @@ def prepare(train: tuple, test: tuple, n_users: int, n_items: int, *, task: str 
         raise ValueError(f"task must be one of {tuple(TASKS)}, got {task!r}")
     tu, ti, tv = (np.asarray(a) for a in train)
     su, si, sv = (np.asarray(a) for a in test)
+    # indices are checked here: a negative test user was silently dropped by _csr (and made
+    # test_ptr[0] non-zero), a negative train index wrapped around in x[tu, ti], and a test item
+    # past the end was read out of bounds by the compiled evaluation (ae_kernels.predict_entries)
+    for what, (u, i) in (("train", (tu, ti)), ("test", (su, si))):
+        if u.shape != i.shape:
+            raise ValueError(f"{what} users and items differ in length: {u.shape} and {i.shape}")
+        if u.size and (u.min() < 0 or u.max() >= int(n_users) or i.min() < 0 or i.max() >= int(n_items)):
+            raise ValueError(f"{what} user or item index outside [0, {int(n_users)}) x [0, {int(n_items)})")
     tv = tv.astype(np.float64)
     sv = sv.astype(np.float64)
     if task == "implicit":
@@ -740,6 +748,9 @@ def _eval_plan(task: AETask, block: int, dtype) -> list[_EvalBlock]:
         entries = np.concatenate([np.arange(ptr[u], ptr[u + 1]) for u in users])
         items = task.test_items[entries]
         if dtype is not None and len(users) <= _KERNEL_USERS:
+            # the kernel reads the output rows of these items unchecked (NumPy's path raises)
+            if items.size and (items.min() < 0 or items.max() >= task.n_items):
+                raise ValueError(f"test items must be indices in [0, {task.n_items})")
             x = np.ascontiguousarray(task.x[users], dtype=dtype)
             rows, cols = np.nonzero(x)
             nz_ptr = np.zeros(x.shape[0] + 1, dtype=np.int64)

@@ -167,6 +167,9 @@ def virtual_ratings_hf_sgd(
     r = np.asarray(r_rated, dtype=dt)
     sampled = np.asarray(sampled_items, dtype=np.int32)
     d = V.shape[1]
+    # the kernels read V[rated] unchecked (compiled: past the end silently); NumPy's IndexError instead
+    if not k.indices_valid(rated, V.shape[0]):
+        raise IndexError(f"a rated item index is out of bounds for the {V.shape[0]} rows of V")
     U = np.array(U_u, dtype=dt, copy=True)
     tU = np.empty(d, dtype=dt)
     if O is None:

@@ -42,6 +42,8 @@ class CompiledClientRound:
         cat = sampler.catalogue
         self.catalogue = np.zeros(0, dtype=np.int64) if cat is None else np.ascontiguousarray(cat, dtype=np.int64)
         self.n_neg = int(sampler.n_negatives)
+        # rows of theta the sampler can name (the kernel reads theta[i] unchecked)
+        self.rows_needed = int(sampler.n_catalogue) if cat is None else int(self.catalogue[-1]) + 1
         self.d, self.T = int(d), int(T)
         self.par64, self.par32 = fpl_kernels.make_params(lr, reg.user, reg.pos_item, reg.neg_item, reg.bias, pi)
 
@@ -59,6 +61,8 @@ class CompiledClientRound:
         the received ``theta`` (float32 [Q | b]); returns ``(items int32, rows float32, positives
         sent)``, rows sorted by item id."""
         d, T = self.d, self.T
+        if theta.shape[0] < self.rows_needed:  # compiled: a read past the end; NumPy's code raises
+            raise IndexError(f"theta has {theta.shape[0]} rows, the sampler draws items up to {self.rows_needed - 1}")
         cap = 2 * T
         items = np.empty(cap, dtype=np.int64)
         rows = np.empty((cap, d + 1), dtype=np.float32)
@@ -146,6 +150,17 @@ def fpl_epoch(theta: np.ndarray, P: np.ndarray, packed: PackedSamplers, *, clien
         raise ValueError(f"{packed.n_clients} samplers for {n} clients")
     if np.any(packed.n_negs <= 0):
         raise ValueError("a client's positives cover the whole catalogue: no negative to sample")
+    # the kernels index theta unchecked (compiled: reads and, in the server's update, writes past
+    # its end): every item a sampler can draw must be a row of theta. Without a shared catalogue
+    # client c draws from range(n_negs[c] + its number of distinct positives, one key each)
+    if packed.catalogue.size:
+        need = int(packed.catalogue[-1]) + 1
+    else:
+        need = int((packed.n_negs + np.diff(packed.key_ptr)).max())
+    if packed.pos_all.size:
+        need = max(need, int(packed.pos_all.max()) + 1)
+    if need > theta.shape[0]:
+        raise ValueError(f"theta has {theta.shape[0]} rows, the samplers draw items up to {need - 1}")
     T = int(triples)
     k = min(int(clients_per_round), n)
     R = int(rounds)

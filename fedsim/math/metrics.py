@@ -156,6 +156,8 @@ def top_n(
         raise ValueError("exclude_csr has fewer rows than the users being ranked")
     out = np.full((n_rows, n), -1, dtype=np.int64)
     k = min(n, n_items)
+    if k == 0:  # no items at all: every row is padding (np.partition below needs a k-th item)
+        return out
     for b0 in range(0, n_rows, block_rows):
         b1 = min(n_rows, b0 + block_rows)
         blk = np.array(s[b0:b1], dtype=np.float64)

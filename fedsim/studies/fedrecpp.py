@@ -38,6 +38,7 @@ class PPOutcome:
     costs: list | None = None
     round_s: float | None = None
     download_bytes: float | None = None
+    download_units: float | None = None  # latent vectors of the model download per client and iteration
     record: dict | None = None  # the network's fedsim.kernel.network_record
     initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
     initial_rmse: float = float("nan")
@@ -60,6 +61,7 @@ def run_pp(task: tuple) -> PPOutcome:
         out.costs = role_costs(net, cfg)
         out.round_s = mean_round_duration(net)
         out.download_bytes = download_per_client(net, cfg)
+        out.download_units = download_units_per_client(net, cfg)
     return out
 
 
@@ -94,6 +96,14 @@ def download_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
     """Mean bytes of the model download per client and iteration, from the ledger."""
     n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
     return float(net.ledger.select(kind="model").totals().wire_bytes) / cfg.T / n_clients
+
+
+def download_units_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
+    """Mean latent vectors (payload floats / d, from the ledger) of the model download per client
+    and iteration: what Table 3's units are, without the encoding's and the network's framing
+    bytes that ``download_per_client`` counts (and for any dtype)."""
+    n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
+    return float(net.ledger.select(kind="model").totals().floats) / cfg.d / cfg.T / n_clients
 
 
 def mean_round_duration(net: SimNetwork) -> float:

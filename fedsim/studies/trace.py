@@ -33,7 +33,7 @@ from ..config import ConfigError, fields_of, unknown_key_message
 from ..experiment import Param, UsageError, parse_value
 from ..kernel import SimNetwork
 from ..kernel.codec import decode_message
-from ..kernel.errors import NetworkConfigError
+from ..kernel.errors import ActorError, NetworkConfigError
 from ..protocols import REGISTRY
 
 __all__ = ["TracingNetwork", "trace", "mermaid", "timeline_svg", "step_log", "trace_html", "trace_options"]
@@ -124,7 +124,15 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
     spec.build(net, data, cfg)
-    net.run()
+    try:
+        net.run()
+    except ActorError as exc:
+        # an actor refusing its input (FPL with one client: its positives are the whole catalogue,
+        # no negative to sample) is a bad --clients / --set, said in one line like the checks above
+        if isinstance(exc.__cause__, ValueError):
+            raise UsageError(f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}: "
+                             f"{exc}") from None
+        raise
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
