@@ -328,10 +328,25 @@ def sgd_client(
     scalar ``r_ua``; HF: (tU + tS / sqrt(N)) . V_j); SGD over the sampled items.
     U (d,) is updated in place. V, O are read only. Outputs, rows [0, N) rated then [N, N + K)
     sampled: ``grads`` the V gradients, ``odelta`` (SVD++ only) new O row minus downloaded row.
+
+    Returns False, touching nothing, if an item index is outside [-m, m) for the m rows of V
+    (and of O): compiled code reads ``V[i]`` unchecked (past the end: other memory, silently)
+    where the Python fallback would raise; the caller raises ``IndexError`` for both. The check is
+    here, not in a kernel of its own, because this runs once per stochastic exchange and a
+    second compiled call would cost as much as the loop.
     """
     N = rated.shape[0]
     K = sampled.shape[0]
     d = U.shape[0]
+    m = V.shape[0]
+    if implicit and O.shape[0] < m:
+        m = O.shape[0]
+    for j in range(N):
+        if rated[j] < -m or rated[j] >= m:
+            return False
+    for j in range(K):
+        if sampled[j] < -m or sampled[j] >= m:
+            return False
     OR = np.empty((N, d), dtype=V.dtype)
     OS = np.empty((K, d), dtype=V.dtype)
     S = np.empty(d, dtype=V.dtype)
@@ -385,6 +400,7 @@ def sgd_client(
         for j in range(K):
             for f in range(d):
                 odelta[N + j, f] = OS[j, f] - O[sampled[j], f]
+    return True
 
 
 def stochastic_epoch(

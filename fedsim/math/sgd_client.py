@@ -59,15 +59,14 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
         par[_sgd_numba.P_LR] = lr_
         par[_sgd_numba.P_C] = par[_sgd_numba.P_ONE] - lr_ * par[_sgd_numba.P_LAM]
     s1, s, nm1, nf = norms
-    # the kernels read V[i] (and O[i]) unchecked: compiled, an item past the end would read other
-    # memory silently where the Python fallback raises; refuse it in both, as NumPy's indexing would
-    rows = V.shape[0] if not implicit else min(V.shape[0], O.shape[0])
-    if not (k.indices_valid(rated, rows) and k.indices_valid(sampled, rows)):
-        raise IndexError(f"an item index is out of bounds for the {rows} rows of the item factors")
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
-    k.sgd_client(U, V, Oa, rated, r, sampled, r_ua, bool(use_hf), int(T_local), par,
-                 s1, s, nm1, nf, implicit, grads, odelta)
+    # the kernel refuses an item past the end of V (or O), which compiled code would read
+    # unchecked (other memory, silently) where the Python fallback raises: IndexError for both
+    if not k.sgd_client(U, V, Oa, rated, r, sampled, r_ua, bool(use_hf), int(T_local), par,
+                        s1, s, nm1, nf, implicit, grads, odelta):
+        rows = V.shape[0] if not implicit else min(V.shape[0], O.shape[0])
+        raise IndexError(f"an item index is out of bounds for the {rows} rows of the item factors")
     items = np.concatenate([rated, sampled]) if K else rated
     return ClientUpload(U, items, grads, odelta if implicit else None, N)
 
