@@ -163,3 +163,29 @@ def test_stepping_through_the_round_in_a_headless_browser(fedrecpp_trace, tmp_pa
         assert (tmp_path / "trace.png").stat().st_size > 10_000
     finally:
         driver.quit()
+
+
+def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
+    # a run stopped at until=... with a message on its way: the step log called it lost, the
+    # sequence diagram printed "arrived nan ms", the page "arrived -"
+    from fedsim.kernel import LinkSpec, SimNetwork
+    from fedsim.studies.trace import mermaid, step_log, trace_html
+
+    async def sender(ctx):
+        await ctx.send("b", "slow", 1)
+
+    async def receiver(ctx):
+        await ctx.receive("slow")
+
+    net = SimNetwork(seed=0)
+    net.add_node("a", sender, link=LinkSpec(latency=5.0))
+    net.add_node("b", receiver)
+    net.run(until=1.0)
+    (row,) = net.ledger.records()
+    assert row["status"] == "in_flight"
+    log = step_log(net)
+    assert "still in flight when the run ends" in log and "lost" not in log
+    diagram = mermaid(net)
+    assert "still in flight when the run ended" in diagram and "nan" not in diagram and "LOST" not in diagram
+    page = trace_html(net)
+    assert "in flight at the end" in page and "LOST" not in page.split("<script")[0]

@@ -193,9 +193,13 @@ def mermaid(net: SimNetwork) -> str:
         else:
             arrow = "->>"
         tag = " (anonymous)" if r["anonymous"] else ""
-        lost = f" LOST {r['note']}" if r["status"] == "lost" else ""
-        text = (f"{r['kind']}{tag} {r['bytes']} B, sent {_ms(r['send_time'])}, "
-                f"arrived {_ms(r['arrival_time'])}{lost}")
+        if r["status"] == "delivered":
+            fate = f"arrived {_ms(r['arrival_time'])}"
+        elif r["status"] == "lost":
+            fate = f"LOST {r['note']}"
+        else:
+            fate = "still in flight when the run ended"
+        text = f"{r['kind']}{tag} {r['bytes']} B, sent {_ms(r['send_time'])}, {fate}"
         lines.append(f"    {src}{arrow}{dst}: {_mermaid_text(text)}")
         if r["anonymous"]:
             lines.append(f"    Note right of {dst}: sender hidden from {r['dst']}")
@@ -220,8 +224,11 @@ def step_log(net: SimNetwork) -> str:
             events.append((r["arrival_time"], rank, f"{r['dst']} receives {r['kind']} from "
                            f"{'(anonymous)' if r['anonymous'] else r['src']}"
                            f"{'' if r['read'] else ' (never read)'}"))
-        else:
+        elif r["status"] == "lost":
             events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is lost ({r['note']})"))
+        else:  # the run ended (a deadline, until) before it arrived: neither delivered nor lost
+            events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is still in flight "
+                                               "when the run ends"))
     for node, start, end, label in net.trace:
         events.append((start, 1, f"{node} {label}s for {(end - start) * 1000:.3f} ms"))
     for t, node, text in net.steps:
@@ -375,7 +382,8 @@ def _sequence_svg(data: dict) -> str:
         m = item
         lost = m["status"] == "lost"
         color = "#C44E52" if lost else "#4C72B0" if not m["anonymous"] else "#8172B2"
-        label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else "")
+        label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else
+                                                              " · in flight at the end" if m["status"] == "in_flight" else "")
         variants = [("true", m["src"])] + ([("hidden", "(anonymous)")] if m["anonymous"] else [])
         out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">'
                    f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
@@ -538,6 +546,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
              "</td><td>" + (f.shape ? size(f.bytes) : esc(f.value)) + "</td></tr>";
     }).join("");
     var fate = m.status === "lost" ? "<b>lost</b> (" + esc(m.note) + ")" :
+               m.status === "in_flight" ? "still in flight when the run ended" :
                "arrived " + ms(m.arrival) + (m.read ? "" : ", never read");
     panel.innerHTML =
       '<div><b id="kind">' + esc(m.kind) + "</b> · " + (m.round < 0 ? "setup" : "round " + m.round) + "</div>" +
