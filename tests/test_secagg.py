@@ -197,3 +197,33 @@ def test_an_upload_that_does_not_fit_is_flagged_not_masked():
     np.testing.assert_array_equal(body["masked"], keys.upload(x, [0, 1, 2], 4))
     for bad in (np.inf, np.nan, 2.0 ** 40):
         assert masked_body(keys, np.array([0.5, bad, 3.0]), [0, 1, 2], 4) == {"overflow": True}
+
+
+def test_a_sum_that_would_wrap_around_is_refused_at_encoding():
+    # each value fitted the old per-value check (|x| < 2^30) while the sum of three wrapped past
+    # int64's 2^31 (in fixed point) and decoded to a wrong value, silently
+    x = np.array([0.9 * 2.0 ** 30])
+    wrapped = secagg.decode(secagg.unmask_sum([secagg.encode(x)] * 3))
+    assert wrapped[0] != pytest.approx(3 * x[0])  # what the old check let through
+    with pytest.raises(OverflowError, match="sum over 3"):
+        secagg.encode(x, parties=3)
+    assert secagg.limit(3) == 2.0 ** 30 / 3
+    ok = np.array([secagg.limit(3) * 0.999, -secagg.limit(3) * 0.999])
+    total = secagg.decode(secagg.unmask_sum([secagg.encode(ok, parties=3)] * 3))
+    np.testing.assert_allclose(total, 3 * ok, rtol=1e-15)
+
+
+def test_the_masked_upload_bound_counts_the_keyed_members():
+    from fedsim.protocols.secagg import MaskingKeys, masked_body
+
+    secrets, pubs = _keys(4)
+    x = np.array([0.3 * 2.0 ** 30])  # fits a sum over 3, not over 4
+    keys = MaskingKeys(1, secrets[1], np.array(pubs, dtype=np.uint64), 2)
+    assert keys.parties([0, 1, 2, 3]) == 4
+    assert masked_body(keys, x, [0, 1, 2, 3], 0) == {"overflow": True}
+    assert "masked" in masked_body(keys, x, [0, 1, 2], 0)
+    keyless = np.array(pubs, dtype=np.uint64)
+    keyless[3] = 0  # member 3's key never reached the server: the sum is over three
+    keys = MaskingKeys(1, secrets[1], keyless, 2)
+    assert keys.parties([0, 1, 2, 3]) == 3
+    assert "masked" in masked_body(keys, x, [0, 1, 2, 3], 0)

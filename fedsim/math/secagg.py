@@ -7,7 +7,8 @@ as uint64, and uploads ``y_u = q_u + sum_{v in N(u)} s(u, v) PRG(k_uv, t)`` modu
 mask appears once with + and once with -, so ``sum_u y_u = sum_u q_u`` modulo 2^64 *exactly*
 (integer arithmetic: bit for bit), and ``decode`` turns that sum back into floats; each y_u alone
 is uniformly distributed to anyone without the keys. The sum is exact as long as it stays within
-int64 (|sum of x| < 2^(63 - F)); each value carries a rounding error of at most 2^-(F+1).
+int64 (|sum of x| < 2^(63 - F)), which ``encode`` guarantees by refusing values of 2^(62 - F) / n
+or more for a sum over n participants; each value carries a rounding error of at most 2^-(F+1).
 
 Keys come from a toy Diffie-Hellman exchange in the multiplicative group modulo the Mersenne prime
 2^61 - 1 (``dh_public``, ``dh_shared``): enough to model the protocol's messages, their sizes and
@@ -27,7 +28,7 @@ import numpy as np
 
 __all__ = [
     "DH_GENERATOR", "DH_PRIME", "FRACTION_BITS", "decode", "dh_public", "dh_secret", "dh_shared", "encode",
-    "mask", "masked_upload", "ring_neighbours", "unmask_sum",
+    "limit", "mask", "masked_upload", "ring_neighbours", "unmask_sum",
 ]
 
 DH_PRIME = (1 << 61) - 1
@@ -50,12 +51,22 @@ def dh_shared(secret: int, other_public: int) -> int:
     return pow(int(other_public), int(secret), DH_PRIME)
 
 
-def encode(x: np.ndarray, bits: int = FRACTION_BITS) -> np.ndarray:
+def limit(parties: int = 1, bits: int = FRACTION_BITS) -> float:
+    """The largest magnitude (exclusive) a value may have so that a sum over ``parties`` such
+    values stays exact in int64: 2^(62 - bits) / parties (the sum then stays below 2^(62 - bits),
+    half the int64 range, whatever the rounding)."""
+    return 2.0 ** (62 - bits) / max(int(parties), 1)
+
+
+def encode(x: np.ndarray, bits: int = FRACTION_BITS, parties: int = 1) -> np.ndarray:
     """Fixed point: ``round(x 2^bits)`` as int64, returned as uint64 (two's complement). Raises
-    ``OverflowError`` for values that do not fit (|x| >= 2^(62 - bits), or not finite)."""
+    ``OverflowError`` for values that do not fit: not finite, or |x| >= ``limit(parties, bits)``,
+    so that the sum of ``parties`` encoded vectors cannot wrap around 2^64 (it would decode to
+    wrong values with nothing to tell)."""
     x = np.asarray(x, dtype=np.float64).ravel()
-    if x.size and not np.all(np.abs(x) < 2.0 ** (62 - bits)):
-        raise OverflowError(f"secure aggregation: a value does not fit {63 - bits} integer bits")
+    if x.size and not np.all(np.abs(x) < limit(parties, bits)):
+        raise OverflowError(f"secure aggregation: a value does not fit the fixed-point range of a sum over "
+                            f"{int(parties)} ({limit(parties, bits):.4g})")
     return np.rint(np.ldexp(x, bits)).astype(np.int64).view(np.uint64)
 
 
@@ -104,9 +115,11 @@ def mask(me: int, keys: dict[int, int], rnd: int, length: int) -> np.ndarray:
     return m
 
 
-def masked_upload(x: np.ndarray, me: int, keys: dict[int, int], rnd: int, bits: int = FRACTION_BITS) -> np.ndarray:
-    """``encode(x) + mask(...)`` modulo 2^64: what participant ``me`` uploads."""
-    q = encode(x, bits)
+def masked_upload(x: np.ndarray, me: int, keys: dict[int, int], rnd: int, bits: int = FRACTION_BITS,
+                  parties: int = 1) -> np.ndarray:
+    """``encode(x, bits, parties) + mask(...)`` modulo 2^64: what participant ``me`` uploads
+    (``parties``: how many uploads the sum will add up). Raises ``OverflowError`` as ``encode``."""
+    q = encode(x, bits, parties)
     q += mask(me, keys, rnd, q.size)
     return q
 

@@ -344,8 +344,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if keys is not None:
                 # the noise on the fixed-point grid, in the upload as in the masked sum, so that
                 # the server removes exactly what it received (bit for bit in float64)
+                # (the range of a sum over the group's keyed members, which the masked upload
+                # below checks again: it must not fail after the upload has gone)
+                parties = keys.parties(sorted(group & set(np.asarray(p["part"]).tolist())))
                 try:
-                    g_noise = decode(encode(g_noise)).reshape(g_noise.shape).astype(dt)
+                    g_noise = decode(encode(g_noise, parties=parties)).reshape(g_noise.shape).astype(dt)
                 except OverflowError:
                     # noise the grid cannot hold (not finite, or beyond its range: the run is
                     # diverging) can be neither masked nor removed exactly: the client tells the

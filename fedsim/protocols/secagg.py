@@ -21,7 +21,8 @@ it, and the result's ``missing`` records it once, at the key exchange's round). 
 decide this from the same published list (``MaskingKeys.keyed``), without another message.
 
 A client whose vector cannot be encoded (a value not finite, or beyond the fixed-point range
-``|x| < 2^(62 - FRACTION_BITS)``: the run is diverging) sends ``{overflow: True}`` in place of its
+``|x| < 2^(62 - FRACTION_BITS) / n`` for a sum over n keyed participants, so that the sum cannot
+wrap around: the run is diverging) sends ``{overflow: True}`` in place of its
 masked vector (``masked_body``); the server then stops the run and reports it as diverged at that
 round, as a plain run does once its model stops being finite. In a run that does not diverge every
 value fits and nothing changes. The flag tells the server which client overflowed (one bit, only
@@ -105,6 +106,11 @@ class MaskingKeys:
         share a key with it, so its masks could not cancel: it takes part in no round."""
         return bool(self.pubs[self.me] != 0)
 
+    def parties(self, members: Sequence[int]) -> int:
+        """How many of ``members`` have a public key: the uploads a sum among them adds up."""
+        ms = np.asarray(members, dtype=np.int64)
+        return int(np.count_nonzero(self.pubs[ms])) if ms.size else 0
+
     def keys_for(self, members: Sequence[int]) -> dict[int, int]:
         """Shared keys with this client's ring neighbours among ``members`` (client indices in
         the order every participant uses: ascending; those without a public key left out, as
@@ -124,8 +130,10 @@ class MaskingKeys:
         return out
 
     def upload(self, x: np.ndarray, members: Sequence[int], rnd: int) -> np.ndarray:
-        """The masked fixed-point upload of ``x`` for round ``rnd`` among ``members``."""
-        return secagg.masked_upload(x, self.me, self.keys_for(members), rnd)
+        """The masked fixed-point upload of ``x`` for round ``rnd`` among ``members``. Raises
+        ``OverflowError`` if a value of ``x`` is not finite or too large for the sum over the
+        round's keyed members to stay exact (``fedsim.math.secagg.limit``)."""
+        return secagg.masked_upload(x, self.me, self.keys_for(members), rnd, parties=self.parties(members))
 
     def members(self) -> np.ndarray:
         """Every client index with a public key (ascending)."""
