@@ -245,3 +245,25 @@ def test_fedrecpp_secure_noise_leaves_out_a_client_whose_key_is_lost_and_stays_l
     np.testing.assert_allclose(res.params["V"], ref.V, rtol=0, atol=1e-9)
     others = np.arange(data.n_users) != u
     np.testing.assert_allclose(res.params["U"][others], ref.U[others], rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["fedrec", "personalfr", "fedavg-ae"])
+def test_evaluations_say_how_many_answers_were_missing(name):
+    # a missing answer only lowered n: the figures of an evaluation with a third of the clients
+    # silent looked like a complete one's
+    from fedsim.data import random_holdout
+
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(8, 3, 0)
+    data, test = random_holdout(data, 0.2, seed=0)
+    cfg = cfg.replace(deadline=2.0, eval_every=1)
+    net = SimNetwork(seed=3, faults=Faults(loss=0.3))
+    res = spec.build(net, data, cfg, test=test).collect(net.run())
+    by_round: dict = {}
+    for m in net.ledger.missing:
+        if m.kind == "eval":
+            by_round[m.round] = by_round.get(m.round, 0) + 1
+    assert sum(by_round.values()) > 0
+    for h in res.metrics:
+        assert "missing" in h
+    assert sum(h["missing"] for h in res.metrics) == sum(by_round.values())

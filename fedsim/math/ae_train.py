@@ -684,6 +684,13 @@ def eval_sums(params: Mapping[str, np.ndarray], task: AETask, *, k: int = 10, cl
     flops = 0
     ptr = task.test_ptr
     enc_sizes, dec_sizes = ae.layer_sizes(params)
+    # the compiled prediction reads the output rows of the test items unchecked (NumPy's path
+    # raises): refuse items outside the output layer first. The output layer, not the task's
+    # input width: a PersonalFR client with a cut encoder has fewer input columns than outputs.
+    n_out = dec_sizes[-1]
+    ti = task.test_items
+    if ti.size and (ti.min() < 0 or ti.max() >= n_out):
+        raise ValueError(f"test items must be indices in [0, {n_out}) (the model's outputs)")
     kern = _PredictEntries.make(params)
     for blk in _eval_plan(task, block, params["enc.W1"].dtype if kern is not None else None):
         users = blk.users
@@ -748,9 +755,6 @@ def _eval_plan(task: AETask, block: int, dtype) -> list[_EvalBlock]:
         entries = np.concatenate([np.arange(ptr[u], ptr[u + 1]) for u in users])
         items = task.test_items[entries]
         if dtype is not None and len(users) <= _KERNEL_USERS:
-            # the kernel reads the output rows of these items unchecked (NumPy's path raises)
-            if items.size and (items.min() < 0 or items.max() >= task.n_items):
-                raise ValueError(f"test items must be indices in [0, {task.n_items})")
             x = np.ascontiguousarray(task.x[users], dtype=dtype)
             rows, cols = np.nonzero(x)
             nz_ptr = np.zeros(x.shape[0] + 1, dtype=np.int64)

@@ -123,6 +123,7 @@ async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: 
     sums = ae_train.add_sums(m.payload for m in got)
     out = ae_train.finish_eval(sums, cfg.task)
     out["round"] = t
+    out["missing"] = len(got.missing)  # clients whose answer did not arrive by the deadline
     return out
 
 

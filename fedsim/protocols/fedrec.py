@@ -294,8 +294,9 @@ async def _collect_eval(ctx, clients, iteration: int, rnd: int, deadline: float 
     sse = sum(m.payload["sse"] for m in got)
     sae = sum(m.payload["sae"] for m in got)
     n = sum(m.payload["n"] for m in got)
+    # missing: the clients whose answer did not arrive by the deadline (their ratings are not in n)
     return {"iteration": iteration, "mae": sae / n if n else float("nan"),
-            "rmse": float(np.sqrt(sse / n)) if n else float("nan"), "n": n}
+            "rmse": float(np.sqrt(sse / n)) if n else float("nan"), "n": n, "missing": len(got.missing)}
 
 
 def _local_errors(U_u, V, O, rated, test_items, test_ratings, clip) -> dict:
