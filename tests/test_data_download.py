@@ -7,6 +7,7 @@ import http.server
 import json
 import threading
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -213,13 +214,33 @@ def test_cache_dir_resolution(monkeypatch, tmp_path):
 
 def test_resolve_installed_name(monkeypatch, tmp_path, fixture_zip):
     url, sha, _, _ = fixture_zip
+    # the fixture archive plays the pinned one
+    monkeypatch.setitem(download.REGISTRY, "ml-100k", replace(download.REGISTRY["ml-100k"], sha256=sha))
     monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError, match="fedsim data get ml-100k"):
         resolve("ml-100k")
-    download.get("ml-100k", url=url, sha256=sha)
+    download.get("ml-100k", url=url)
     r = resolve("ml-100k")
     assert len(r) == 3 and r.name == "ml-100k"
     assert resolve("ML100K").fingerprint() == r.fingerprint()
+
+
+@pytest.mark.parametrize("how", ["insecure", "another sha256"])
+def test_resolve_by_name_refuses_an_install_of_another_archive(monkeypatch, tmp_path, fixture_zip, how):
+    # `fedsim data get ml-100k --insecure` (or --sha256 of another archive) installed other files,
+    # which --data ml-100k then loaded as ml-100k
+    url, sha, _, _ = fixture_zip
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))
+    if how == "insecure":
+        path = download.get("ml-100k", url=url, verify=False)
+    else:
+        path = download.get("ml-100k", url=url, sha256=sha)
+    with pytest.raises(download.ChecksumError) as ei:
+        resolve("ml-100k")
+    msg = str(ei.value)
+    assert download.REGISTRY["ml-100k"].sha256 in msg and sha in msg
+    assert f"--data {path}" in msg and "--force" in msg
+    assert len(resolve(str(path))) == 3  # by its path the files are still usable
 
 
 def test_cli_get_list_path(tmp_path, fixture_zip, capsys):

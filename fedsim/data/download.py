@@ -47,6 +47,7 @@ __all__ = [
     "REGISTRY",
     "ChecksumError",
     "DatasetSpec",
+    "check_installed",
     "cache_dir",
     "dataset_path",
     "default_cache_dir",
@@ -176,8 +177,26 @@ def _safe_extract(zf: zipfile.ZipFile, target: Path) -> None:
     zf.extractall(target)
 
 
-def _check_installed(name: str, dest: Path, expected: str) -> None:
-    """Raise :class:`ChecksumError` unless the marker in ``dest`` records sha256 ``expected``."""
+def check_installed(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder of installed dataset ``name`` if its install came from the pinned archive (its
+    marker records the pinned sha256; a dataset without a pin passes). Raises
+    :class:`ChecksumError` for an install made from another archive (``--insecure``, ``--url``)
+    or with an unreadable marker, ``FileNotFoundError`` if it is not installed. What loads a
+    dataset by its registered name calls this, so that ``--data ml-100k`` means the real
+    ml-100k; files installed unverified stay usable by their path."""
+    spec = _spec(name)
+    dest = dataset_path(name, cache_dir)
+    if not (dest / MARKER).is_file():
+        raise FileNotFoundError(f"dataset {name!r} is not downloaded: run `fedsim data get {name}`")
+    if spec.sha256:
+        _check_installed(name, dest, spec.sha256.lower(), accept=f"pass its folder as a path (--data {dest}) "
+                         "to use the installed files as they are")
+    return dest
+
+
+def _check_installed(name: str, dest: Path, expected: str, accept: str | None = None) -> None:
+    """Raise :class:`ChecksumError` unless the marker in ``dest`` records sha256 ``expected``
+    (``accept``: how to use the files anyway, for the message)."""
     try:
         marker = json.loads((dest / MARKER).read_text())
         recorded = str(marker["sha256"]).lower()
@@ -194,7 +213,8 @@ def _check_installed(name: str, dest: Path, expected: str) -> None:
     raise ChecksumError(
         f"{name} in {dest} is not the expected archive (sha256 {expected}): {what}; the archive is not "
         f"kept, so the files cannot be re-checked.  Reinstall a verified copy with force=True "
-        f"(fedsim data get {name} --force), or pass verify=False (--insecure) to use the installed files as they are"
+        f"(fedsim data get {name} --force), or "
+        + (accept or "pass verify=False (--insecure) to use the installed files as they are")
     )
 
 

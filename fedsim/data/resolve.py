@@ -79,8 +79,10 @@ def resolve(spec: Any, **kw: Any) -> Ratings:
     - a :class:`Ratings`, returned unchanged.
 
     ``seed`` is accepted and ignored for files (it only seeds synthetic data).  Raises
-    ``FileNotFoundError`` for a missing path or a dataset not downloaded yet, ``ValueError`` for
-    anything unrecognisable, each with a one-line message.
+    ``FileNotFoundError`` for a missing path or a dataset not downloaded yet, ``ChecksumError`` (a
+    ``ValueError``) for a registered name whose install did not come from the pinned archive
+    (``fedsim data get --insecure``), ``ValueError`` for anything unrecognisable, each with a
+    one-line message.
     """
     if isinstance(spec, Ratings):
         return spec
@@ -98,7 +100,9 @@ def resolve(spec: Any, **kw: Any) -> Ratings:
     reg = _registered(s)
     if reg is not None:
         if download.is_installed(reg):
-            return load_movielens(download.dataset_path(reg), **file_kw)
+            # only an install of the pinned archive answers to the dataset's name (ChecksumError
+            # otherwise, naming how to use the files by their path)
+            return load_movielens(download.check_installed(reg), **file_kw)
         raise FileNotFoundError(
             f"dataset {reg!r} is not downloaded: run `fedsim data get {reg}` "
             f"(cache: {download.default_cache_dir()}), or pass a path"
