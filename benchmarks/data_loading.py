@@ -39,6 +39,7 @@ TARGET_20M_S = 30.0
 
 
 def _user_runs(rng, n_rows: int, n_users: int, min_per_user: int = 20) -> np.ndarray:
+    min_per_user = min(min_per_user, n_rows // n_users)  # a small smoke-run file: fewer per user
     x = rng.lognormal(0.0, 1.1, n_users)
     extra = n_rows - n_users * min_per_user
     counts = min_per_user + np.floor(x / x.sum() * extra).astype(np.int64)
@@ -58,7 +59,7 @@ def _write_lines(path: Path, cols: list[np.ndarray], fmt: str, header: str | Non
 
 def make_ml1m(folder: Path, n_rows: int = 1_000_209, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
-    users = _user_runs(rng, n_rows, 6040)
+    users = _user_runs(rng, n_rows, max(1, min(6040, n_rows // 20)))  # 6,040 users at full size
     items = rng.integers(1, 3953, n_rows)
     ratings = rng.integers(1, 6, n_rows)
     ts = rng.integers(956_703_932, 1_046_454_590, n_rows)

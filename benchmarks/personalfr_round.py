@@ -12,9 +12,10 @@ clipping; the server cuts each client's active decoder out, merges the returned 
 
 ``math: local training``     ``ae_train.local_train`` (forward, backward, clipping, SGD steps)
 ``math: encoder init``       a client's first draw of its private encoder
-``math: server``             ``extract_active``, ``merge_active`` (FedAvg: the model mean)
+``math: server``             ``extract_active``, ``merge_active``, ``mean_params`` (FedAvg: the model mean)
 ``math: copies``             ``copy_params`` of the received (read-only) arrays
-``codec``                    ``encode_message`` / ``decode_message`` as the kernel calls them
+``codec``                    ``encode_message`` / ``draft_message`` as ``send`` calls them, ``decode_encoded`` as
+                             an envelope decodes a message (once per document)
 ``kernel + actors``          the rest: scheduling, mailboxes, ledger rows, actor code
 
 Medians over ``--repeats`` runs (the first run is a warm-up and not counted). Prints one line per figure,
@@ -41,6 +42,7 @@ import numpy as np
 from fedsim.data import partition_users, per_user_random, resolve
 from fedsim.kernel import SimNetwork
 from fedsim.kernel import context as kctx
+from fedsim.kernel import envelope as kenv
 from fedsim.math import active as act
 from fedsim.math import ae_train
 from fedsim.math import autoencoder as ae
@@ -88,15 +90,14 @@ def one_run(protocol: str, task, groups, cfg, clock=time.process_time) -> dict:
     timers.wrap(personalfr, "init_encoder", "math: encoder init")
     timers.wrap(act, "extract_active", "math: server")
     timers.wrap(act, "merge_active", "math: server")
-    timers.wrap(personalfr, "_mean", "math: server")
-    if protocol == "fedavg":
-        timers.wrap(fedavg_ae, "_mean", "math: server")
+    timers.wrap(ae, "mean_params", "math: server")
     timers.wrap(ae, "copy_params", "math: copies")
     timers.wrap(kctx, "encode_message", "codec")
-    timers.wrap(kctx, "decode_message", "codec")
+    timers.wrap(kctx, "draft_message", "codec")
+    timers.wrap(kenv, "decode_encoded", "codec")
     try:
         net = SimNetwork(seed=0)
-        mod.build(net, task, groups, cfg, evaluate=False)
+        mod.place(net, task, groups, cfg, evaluate=False)
         t0 = clock()
         res = net.run()
         total = clock() - t0

@@ -16,12 +16,13 @@ goal for the flow model: a median within 10 % over patterns and no pattern's rou
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
 
 from .fedsim_run import MODELS, run_pattern
-from .patterns import by_name
+from .patterns import all_patterns, by_name, pattern_hash
 from .results import load
 
 GOAL_MEDIAN, GOAL_WORST = 0.10, 0.25
@@ -29,11 +30,14 @@ GOAL_MEDIAN, GOAL_WORST = 0.10, 0.25
 
 def usable(truth: dict) -> tuple[dict, dict[str, list[str]]]:
     """The patterns a ground truth measured faithfully, and the ones left out with the reason:
-    real TCP cannot add latency (patterns with latency ran without it) and is unreliable where
-    the harness itself was busy (``cpu_busy`` >= 0.3: its CPU, not the shaped links, set the pace)."""
+    patterns the engine did not complete (no round to compare), real TCP cannot add latency
+    (patterns with latency ran without it) and is unreliable where the harness itself was busy
+    (``cpu_busy`` >= 0.3: its CPU, not the shaped links, set the pace)."""
     keep, dropped = {}, {}
     for name, t in truth.items():
-        if t.get("latency_modelled") is False:
+        if t.get("complete") is not True:
+            dropped.setdefault("incomplete in the ground truth", []).append(name)
+        elif t.get("latency_modelled") is False:
             dropped.setdefault("with latency (not modelled by the shaper)", []).append(name)
         elif max(t.get("cpu_busy") or [0.0]) >= 0.3:
             dropped.setdefault("harness CPU-bound (cpu_busy >= 0.3)", []).append(name)
@@ -52,22 +56,44 @@ def family(name: str) -> str:
     return f"{parts[0]} {parts[1]} {parts[2]}"  # bcast/wan/het/n100 -> bcast wan het
 
 
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
 def errors(truth: dict, models: tuple[str, ...] = MODELS) -> dict[str, dict]:
-    """Per pattern name and model: ``round`` relative error and per-message relative errors."""
+    """Per pattern name and model: ``round`` relative error and per-message relative errors.
+    ``truth`` holds complete patterns (``usable``); raises ``ValueError`` for one whose messages
+    are not exactly the pattern's or whose round or a completion is not a positive number (a
+    malformed file is refused, not compared on what is left of it)."""
     out: dict[str, dict] = {}
     for name, t in sorted(truth.items()):
-        if not t.get("complete", True):
-            continue
         pattern = by_name(name)
         comp = {m["id"]: m["completion"] for m in t["messages"]}
+        ids = {m["id"] for m in pattern["messages"]}
+        if len(comp) != len(t["messages"]) or set(comp) != ids:
+            raise ValueError(f"{name}: the ground truth has {len(t['messages'])} message rows for the pattern's "
+                             f"{len(ids)} messages")
+        bad = [i for i, c in comp.items() if not _positive(c)]
+        if bad or not _positive(t.get("round")):
+            raise ValueError(f"{name}: round {t.get('round')!r}, completions of messages {bad[:5]} "
+                             "are not positive numbers")
         out[name] = {}
         for model in models:
             r = run_pattern(pattern, model)
             got = {m["id"]: m["completion"] for m in r["messages"]}
-            msg = np.array([abs(got[i] - comp[i]) / comp[i] for i in comp if comp[i] > 0])
+            if set(got) != ids:
+                raise ValueError(f"{name}: fedsim's {model} run delivered {len(got)} of {len(ids)} messages")
+            msg = np.array([abs(got[i] - comp[i]) / comp[i] for i in sorted(ids)])
             out[name][model] = {"round": abs(r["round"] - t["round"]) / t["round"], "messages": msg,
                                 "fedsim_round": r["round"], "truth_round": t["round"]}
     return out
+
+
+def hash_mismatches(truth: dict) -> list[str]:
+    """Names of the patterns whose measured ``hash`` is not that of the pattern regenerated here:
+    their times are compared with a pattern that differs from the one measured (validation/README.md)."""
+    pats = {p["name"]: p for p in all_patterns()}
+    return [n for n in sorted(truth) if truth[n].get("hash") != pattern_hash(pats[n])]
 
 
 def table(errs: dict[str, dict], truth: dict, engine: str, models: tuple[str, ...] = MODELS) -> str:
@@ -107,6 +133,10 @@ def table(errs: dict[str, dict], truth: dict, engine: str, models: tuple[str, ..
     if outliers:
         lines.append(f"- patterns with outliers in the ground truth (retransmission timeouts): {len(outliers)}: "
                      + ", ".join(f"`{n}`" for n in outliers[:10]) + (" ..." if len(outliers) > 10 else ""))
+    mismatched = hash_mismatches({n: truth[n] for n in all_names})
+    if mismatched:
+        lines.append(f"- patterns measured with another hash than the one regenerated here: {len(mismatched)}: "
+                     + ", ".join(f"`{n}`" for n in mismatched))
     return "\n".join(lines) + "\n"
 
 
