@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedsim.kernel import (
-    ActorError, Faults, LinkSpec, NetSpec, NetworkConfigError, SimNetwork, UnknownNodeError, encode_message,
+    ActorError, PROFILES, Faults, LinkSpec, NetSpec, NetworkConfigError, SimNetwork, UnknownNodeError, encode_message,
 )
 
 MB = 1_000_000
@@ -314,6 +314,26 @@ def test_heterogeneous_profile_draws_are_seeded_per_node():
     assert a["x"] == b["x"] and a["z"] == b["z"]
     assert a["x"] != c["x"]
     assert a["x"].link.uplink != a["y"].link.uplink
+
+
+def test_profile_spread_is_the_c_librarys_exp_of_the_seeded_normals():
+    # computed here by hand from the documented recipe: three normals from the node's generator,
+    # each through libm's exp (not NumPy's, whose float64 SIMD path on AVX512 CPUs differs in the
+    # last bit: the ledgers' times were not the same bits on every machine)
+    import math
+
+    from fedsim.seeding import node_rng
+
+    prof = PROFILES["mobile"]
+    for name in ("client/0000", "client/0001", "x"):
+        spec = prof.draw("client", node_rng(7, f"link:{name}"))
+        z = node_rng(7, f"link:{name}").normal(0.0, prof.sigma, size=3).tolist()
+        assert spec.link.uplink == prof.client.link.uplink * math.exp(z[0])
+        assert spec.link.downlink == prof.client.link.downlink * math.exp(z[1])
+        assert spec.flops == prof.client.flops * math.exp(z[2])
+        net = SimNetwork(seed=7, profile="mobile")
+        net.add_node(name, _noop)
+        assert net.node_spec(name) == spec
 
 
 async def _noop(ctx):

@@ -97,7 +97,10 @@ class Profile:
         base = self.server if role == "server" else self.client
         if self.sigma <= 0 or rng is None or role == "server":
             return base
-        f_up, f_down, f_cpu = np.exp(rng.normal(0.0, self.sigma, size=3))
+        # math.exp (the C library's), not np.exp: NumPy's float64 exp takes a SIMD path on CPUs
+        # with AVX512F whose last bits differ from libm's, which moved every time in a wan or mobile
+        # ledger from one machine to another (the normals themselves are exact integer arithmetic)
+        f_up, f_down, f_cpu = (math.exp(z) for z in rng.normal(0.0, self.sigma, size=3).tolist())
         link = LinkSpec(base.link.uplink * f_up, base.link.downlink * f_down, base.link.latency)
         return replace(base, link=link, flops=base.flops * f_cpu)
 
