@@ -202,6 +202,8 @@ def test_human_units():
 
     assert [human_bytes(n) for n in (0, 999, 1000, 123_456, 1_903_907_570.0, 6.3e9)] == [
         "0 B", "999 B", "1 KB", "123 KB", "1.9 GB", "6.3 GB"]
+    # a mean of 999.6 bytes was written "1000 B"
+    assert [human_bytes(n) for n in (999.4, 999.6, 999_600)] == ["999 B", "1 KB", "1 MB"]
     assert [human_seconds(s) for s in (0, 5e-5, 0.0123, 4.567, 65.2, 3725)] == [
         "0 s", "50 µs", "12.3 ms", "4.57 s", "1 min 05 s", "1 h 02 min"]
     # no carry lost at the rounding edges (119.9 s was written "1 min 00 s")

@@ -21,17 +21,17 @@ __all__ = [
 
 
 def human_bytes(n: float) -> str:
-    """``1903907570`` -> ``1.90 GB`` (powers of 1000, three significant digits; below 1000: whole
-    bytes). NaN as ``nan``."""
+    """``1903907570`` -> ``1.9 GB`` (powers of 1000, three significant digits, trailing zeros
+    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``). NaN as ``nan``."""
     n = float(n)
     if math.isnan(n):
         return "nan"
-    if abs(n) < 1000:
+    if abs(n) < 999.5:
         return f"{n:.0f} B"
     for unit in ("KB", "MB", "GB", "TB", "PB"):
         n /= 1000.0
         if abs(n) < 999.5 or unit == "PB":
-            return f"{n:.3g} {unit}" if abs(n) >= 100 else f"{n:.3g} {unit}"
+            return f"{n:.3g} {unit}"
     return f"{n:.3g} PB"  # pragma: no cover
 
 
