@@ -69,3 +69,22 @@ def test_runs_start_longest_first_and_come_back_in_spec_order():
     one = [run_spec(s) for s in specs]
     assert [o["method"] for o in two] == ["personalfr", "fedavg"]
     assert [o["history"] for o in two] == [o["history"] for o in one]
+
+
+def test_verdicts_list_client_counts_in_numeric_order():
+    # sorted as text, M = 100 came before M = 20
+    from fedsim.studies.personalfr.report import verdicts
+
+    class Notes:
+        def __init__(self):
+            self.text = []
+
+        def note(self, text):
+            self.text.append(text)
+
+    rows = [{"task": "explicit", "method": m, "clients": c, "selected": v}
+            for c in ("100", "20", "all", "5") for m, v in (("fedavg", 1.0), ("personalfr", 0.9))]
+    ctx = Notes()
+    verdicts(ctx, rows)
+    order = [line.split("M = ")[1].split(":")[0] for line in ctx.text[0].splitlines() if "M = " in line]
+    assert order == ["5", "20", "100", "all"]

@@ -123,7 +123,9 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
         better = (lambda a, b: a < b) if task == "explicit" else (lambda a, b: a > b)
         mine = {(r["method"], r["clients"]): r["selected"] for r in rows if r["task"] == task}
         joint = mine.get(("joint", "1 (central)"))
-        for M in sorted({c for (_, c) in mine if c != "1 (central)"}, key=lambda s: (s == "all", s)):
+        # numerically (as text "100" came before "20"), "all" last
+        for M in sorted({c for (_, c) in mine if c != "1 (central)"},
+                        key=lambda s: (str(s) == "all", int(s) if str(s).isdigit() else 0, str(s))):
             fa, pf = mine.get(("fedavg", M)), mine.get(("personalfr", M))
             if fa is None or pf is None:
                 continue
