@@ -20,7 +20,7 @@ dimension beside dimensions up to 2^32-1); ``ext_codes`` (every ext code but 1, 
 them); ``dtype_codes`` (codes outside 1..12); ``ndim`` (33..255); ``padding`` (8..64 bytes, or not
 zero); ``many_small`` (runs of empty or tiny containers, small ints, short strings, tiny arrays:
 what costs the most memory per byte); ``map_entries`` (a message map of many small entries, the
-direct reader's case); ``valid`` (documents that must decode). ``many_small`` and
+direct reader's case); ``valid`` (documents that ``decode`` must accept: it fails if one is refused). ``many_small`` and
 ``map_entries`` are 16 bytes to 16 KiB long (log-uniform), one in 500 (``--large-share``) 16
 bytes to ``--max-size``.
 """
@@ -393,6 +393,8 @@ def fuzz(count: int, seed: int, max_size: int = 1 << 20, families=None, *, large
                 problem = None
                 if other is not None:
                     problem = f"{type(other).__name__}: {other}"
+                elif refused and name == "valid" and which == "decode":  # must decode (a message: not always)
+                    problem = "a valid document was refused"
                 elif peak > BOUND_PER_BYTE * len(data) + BOUND_SLACK:
                     problem = f"peak {peak} bytes > {BOUND_PER_BYTE} x {len(data)} + {BOUND_SLACK}"
                 if problem and len(st.failures) < keep_failures:
