@@ -139,9 +139,11 @@ def run(ctx: RunContext) -> None:
         if fed0.ledger is not None:
             n, mi = folds[0].n_users, folds[0].n_items
             formula = formula_payload_floats(n_rated, 0.0, mi, n, ctx["d"])
-            comm_rows.append({"model": m, "ledger_payload_bytes": 4 * fed0.ledger["floats"]
-                              if ctx["dtype"] == "float32" else 8 * fed0.ledger["floats"],
-                              "formula_bytes_4d": 4 * formula,
+            # both at the run's float width (float64 compared with a 4-byte formula showed a
+            # false 2x gap); floats only: the ledger's count of float scalars, not its index bytes
+            width = 4 if ctx["dtype"] == "float32" else 8
+            comm_rows.append({"model": m, "ledger_float_bytes": width * fed0.ledger["floats"],
+                              "formula_float_bytes": width * formula,
                               "wire_bytes": fed0.ledger["bytes"],
                               "messages": fed0.ledger["messages"]})
     warn_not_learned(ctx, [(f"{o.cfg.model} {o.framework}", o) for o in outs])

@@ -66,6 +66,11 @@ def test_scenario_runs_and_records_its_networks(name, tmp_path):
     for t in saved["tables"]:
         assert (out / f"{t}.csv").is_file()
     assert (out / "report.md").read_text().startswith(f"# {name}")
+    if name == "fedrec_table2":  # the formula is exact for PMF(B), at the run's float width
+        with open(out / "communication.csv", newline="") as fh:
+            comm = {r["model"]: r for r in csv.DictReader(fh)}
+        pmfb = comm["PMF(B)"]
+        assert float(pmfb["ledger_float_bytes"]) == float(pmfb["formula_float_bytes"]) > 0
     if name == "fpl_table2":  # FPL searched on the twin: each chosen configuration re-ran as actors, with its ledger
         with open(out / "table4.csv", newline="") as fh:
             t4 = list(csv.DictReader(fh))
