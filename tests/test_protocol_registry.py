@@ -62,3 +62,19 @@ def test_two_plugins_with_the_same_file_name_keep_their_own_modules(tmp_path):
     finally:
         REGISTRY.remove("reg-test-a")
         REGISTRY.remove("reg-test-b")
+
+
+def test_a_plugin_protocol_named_like_a_scenario_does_not_shadow_it():
+    import dataclasses
+
+    from fedsim.experiment import UsageError, load_scenario
+
+    REGISTRY.add(dataclasses.replace(REGISTRY["demo"], name="quickstart"))
+    try:
+        # `fedsim run quickstart` ran the plug-in instead of the quickstart scenario
+        with pytest.raises(UsageError, match="'quickstart' is both a scenario and a registered protocol"):
+            load_scenario("quickstart")
+    finally:
+        REGISTRY.remove("quickstart")
+    assert load_scenario("quickstart").__name__.endswith("quickstart")
+    assert load_scenario("demo").PROTOCOL == "demo"  # built-in protocols are no scenarios' names
