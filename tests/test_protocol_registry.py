@@ -78,3 +78,12 @@ def test_a_plugin_protocol_named_like_a_scenario_does_not_shadow_it():
         REGISTRY.remove("quickstart")
     assert load_scenario("quickstart").__name__.endswith("quickstart")
     assert load_scenario("demo").PROTOCOL == "demo"  # built-in protocols are no scenarios' names
+
+
+@pytest.mark.parametrize("name", ["fed/avg", "x.py", ""])
+def test_a_protocol_name_the_command_line_cannot_run_is_refused(name):
+    import dataclasses
+
+    # `fedsim list` listed such a protocol, `fedsim run NAME` took it for a script path
+    with pytest.raises(ValueError, match="protocol name"):
+        dataclasses.replace(REGISTRY["demo"], name=name)
