@@ -77,7 +77,8 @@ def _source(fn) -> tuple:
     code = getattr(fn, "__code__", None)
     if code is None:
         return (id(fn),)
-    return (code.co_filename, code.co_firstlineno, getattr(fn, "__qualname__", None))
+    # realpath: the same file reached through a symbolic link or a relative sys.path entry
+    return (os.path.realpath(code.co_filename), code.co_firstlineno, getattr(fn, "__qualname__", None))
 
 
 REGISTRY = Registry()
