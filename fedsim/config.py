@@ -151,31 +151,17 @@ def check_field(info: FieldInfo, value: Any, owner: str = "") -> Any:
             return None
         raise bad("must not be None")
     t = info.type
-    if hasattr(value, "item") and not isinstance(value, (list, tuple)) and getattr(value, "ndim", 0) == 0:
-        value = value.item()  # numpy scalar
-    if t == "bool":
-        if not isinstance(value, bool):
-            raise bad("must be true or false")
-    elif t == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                raise bad("must be an integer")
-    elif t == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("must be a number")
-        value = float(value)
-        if math.isnan(value):
-            raise bad("must not be NaN")
-    elif t == "str":
-        if not isinstance(value, str):
-            raise bad("must be text")
+    if t in ("bool", "int", "float", "str"):
+        value = _scalar(t, value, bad)
     elif t in ("ints", "floats", "strs"):
-        if isinstance(value, str) or not isinstance(value, Iterable):
+        # a Mapping iterates over its keys: {"a": 1} is no list of strings
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
             raise bad("must be a sequence")
-        conv = {"ints": int, "floats": float, "strs": str}[t]
-        value = tuple(conv(x) for x in value)
+        # each element is checked as the scalar field would check it: int() alone would turn
+        # 1.5 into 1 and True into 1, str() would turn None into 'None', float() let NaN through,
+        # and a bad element raised a bare ValueError naming no field
+        value = tuple(_scalar(t[:-1], x, lambda why, x=x: ConfigError(f"{name} element {x!r} {why}", info.name))
+                      for x in value)
     if info.choices is not None:
         vals = value if isinstance(value, tuple) else (value,)
         for v in vals:
@@ -192,6 +178,37 @@ def check_field(info: FieldInfo, value: Any, owner: str = "") -> Any:
                                   info.name)
             if info.max is not None and v > info.max:
                 raise ConfigError(f"{name} must be <= {info.max:g}, got {v!r}", info.name)
+    return value
+
+
+def _scalar(t: str, value: Any, bad: Any) -> Any:
+    """``value`` checked and coerced as a field of scalar type ``t`` (``bad(why)`` makes the
+    error)."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple)) and getattr(value, "ndim", 0) == 0:
+        value = value.item()  # numpy scalar
+    if t == "bool":
+        if not isinstance(value, bool):
+            raise bad("must be true or false")
+    elif t == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise bad("must be an integer")
+    elif t == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("must be a number")
+        try:
+            value = float(value)
+        except OverflowError:  # an int beyond float's range
+            raise bad("must be finite") from None
+        if math.isnan(value):
+            raise bad("must not be NaN")
+        if math.isinf(value):  # no hyperparameter means anything at infinity (no limit is `none`)
+            raise bad("must be finite")
+    elif t == "str":
+        if not isinstance(value, str):
+            raise bad("must be text")
     return value
 
 

@@ -56,6 +56,8 @@ def files(tmp_path):
     (["run", "fedrec_table2", "--set", "folds=1"], "error: --set folds: must be >= 2, got 1"),
     (["trace", "fpl", "--set", "pi=2"], "error: --set pi: must be <= 1, got 2"),
     (["run", "quickstart", "--set", "iteration=3"], "did you mean 'iterations'?"),
+    (["run", "quickstart", "--set", "iterations=2", "--set", "iterations=3"],
+     "error: --set iterations: given twice; give each key once"),
     (["sweep", "quickstart", "--grid", "iteration=1,2"], "did you mean 'iterations'?"),
     (["sweep", "quickstart", "--grid", "seed=0,-1"], "error: --grid seed: expected a non-negative integer"),
     (["sweep", "quickstart", "--grid", "profile=lan,moon"], "unknown network profile 'moon'"),
@@ -160,7 +162,10 @@ def test_config_file_with_command_line_overrides(tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ('sed = 1\n', "run.toml: unknown key 'sed'; did you mean 'seed'?"),
     ('seed = "one"\n', "run.toml: seed: expected int, got 'one'"),
-    ('[params]\nrounds = -1\n', "run.toml: [params] must be >= 0, got -1"),
+    ('[params]\nrounds = -1\n', "run.toml: [params] rounds: must be >= 0, got -1"),  # the key named
+    ('[params]\nclients = 2\nrounds = 1.5\n', "run.toml: [params] rounds: expected int, got 1.5"),
+    ('[network]\nlink_model = "fair"\n"link-model" = "tcp"\n',
+     "run.toml: [network] 'link_model' and 'link-model' are the same key; give it once"),
     ('[params]\nround = 1\n', "run.toml: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
     ('[network]\nprofil = "wan"\n', "run.toml: unknown key [network] 'profil'; did you mean 'profile'?"),
     ('[network]\nprofile = "moon"\n', "run.toml: [network] unknown network profile 'moon'"),
@@ -184,6 +189,8 @@ def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
     ('[grid]\nrounds = [-1, 2]\n', "sweep.toml: [grid] rounds: must be >= 0, got -1"),
     ('[grid]\nround = [1]\n', "sweep.toml: [grid] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
     ('[grid]\nseed = [true]\n', "sweep.toml: [grid] seed: expected a non-negative integer, got True"),
+    ('[grid]\nlink_model = ["fifo"]\n"link-model" = ["tcp"]\n',
+     "sweep.toml: [grid] 'link_model' and 'link-model' are the same key; give it once"),
     ('[grid]\nprofile = ["lan", "moon"]\n', "sweep.toml: [grid] profile: unknown network profile 'moon'"),
 ])
 def test_sweep_config_file_errors_name_the_file_and_key(text, expected, tmp_path):

@@ -112,6 +112,17 @@ def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypat
     assert json.loads(Path(b["out"], "results.json").read_text())["config"]["rounds"] == 2
 
 
+def test_a_script_with_dots_in_its_name_is_named_by_its_whole_stem(tmp_path, monkeypatch):
+    from fedsim.experiment import load_scenario, scenario_name
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp.v2.py").write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(0, 'x')}\n"
+                                        "def run(ctx):\n    ctx.table('t', [{'x': ctx['x']}])\n")
+    assert scenario_name(load_scenario(str(tmp_path / "exp.v2.py"))) == "exp.v2"  # was 'v2'
+    res = run_scenario(str(tmp_path / "exp.v2.py"), quiet=True)
+    assert Path(res["out"]).name.endswith("-exp.v2")
+
+
 def test_a_run_into_an_explicit_folder_another_run_filled_meanwhile_keeps_its_files(tmp_path, monkeypatch):
     from fedsim.experiment import UsageError
 

@@ -88,6 +88,14 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise UsageError(f"{p}: {k}: expected {want.__name__}, got {v!r}")
         out[k] = v
+    for table in ("network", "grid"):
+        # link-model and link_model name one option (the command line's spelling and Python's):
+        # both in one table silently kept the later value
+        seen: dict[str, str] = {}
+        for k in out.get(table, {}):
+            first = seen.setdefault(k.replace("-", "_"), k)
+            if first != k:
+                raise UsageError(f"{p}: [{table}] {first!r} and {k!r} are the same key; give it once")
     for k, v in out.get("network", {}).items():
         if k.replace("-", "_") not in NETWORK_KEYS:
             raise _unknown(p, k, list(NETWORK_KEYS), "[network] ")

@@ -136,6 +136,11 @@ def load_scenario(name_or_path: str) -> ModuleType:
         from ..protocols import REGISTRY
 
         if name_or_path in REGISTRY:  # any registered protocol runs as a scenario of its own
+            # a plug-in protocol named like a scenario (say 'quickstart') would silently run
+            # instead of it: refuse the ambiguity rather than pick one
+            if name_or_path.isidentifier() and any((d / f"{name_or_path}.py").is_file() for d in _scenario_dirs()):
+                raise UsageError(f"{name_or_path!r} is both a scenario and a registered protocol (a plug-in's?); "
+                                 "rename the protocol, or run the scenario by its path")
             from .protocol_run import protocol_scenario
 
             return protocol_scenario(name_or_path)

@@ -16,4 +16,8 @@ def scenario_name(mod: ModuleType) -> str:
         return mod.PROTOCOL
     if mod.__name__ == "__main__" and getattr(mod, "__file__", None):
         return Path(mod.__file__).stem
-    return mod.__name__.rsplit(".", 1)[-1].removeprefix("fedsim_scenario_")
+    if mod.__name__.startswith("fedsim_scenario_"):
+        # loaded from a path: the rest is the file's whole stem, dots included (exp.v2.py is
+        # exp.v2, not v2: folders, results.json and "see fedsim run v2 --help" named a wrong one)
+        return mod.__name__.removeprefix("fedsim_scenario_")
+    return mod.__name__.rsplit(".", 1)[-1]

@@ -145,8 +145,8 @@ def resolve_config(mod: ModuleType, overrides: dict[str, Any]) -> dict[str, Any]
 
 def parse_sets(mod: ModuleType, sets: Sequence[str]) -> dict[str, Any]:
     """Parse ``key=value`` strings against ``mod.PARAMS`` into ``{key: typed value}``; raises
-    ``UsageError`` for a string without ``=``, an unknown key or a value :func:`parse_value`
-    refuses."""
+    ``UsageError`` for a string without ``=``, an unknown key, a key given twice or a value
+    :func:`parse_value` refuses."""
     out: dict[str, Any] = {}
     for s in sets:
         if "=" not in s:
@@ -155,5 +155,7 @@ def parse_sets(mod: ModuleType, sets: Sequence[str]) -> dict[str, Any]:
         k = k.strip()
         if k not in mod.PARAMS:
             raise unknown_parameter(k, mod, mod.PARAMS)
+        if k in out:  # the later one silently won; --grid refuses an axis given twice, so does --set
+            raise UsageError(f"--set {k}: given twice; give each key once")
         out[k] = parse_value(k, v, mod.PARAMS[k])
     return out

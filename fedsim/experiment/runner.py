@@ -304,7 +304,9 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
                 raise unknown_parameter(k, mod)
             overrides[k] = check_value(k, v, mod.PARAMS[k])
         except UsageError as exc:
-            raise UsageError(f"{src}: [params] {str(exc).removeprefix(f'--set {k}: ')}") from None
+            # keep the key ("[params] rounds: must be >= 0"): a file has many, and the message
+            # alone ("[params] must be >= 0, got -1") did not say which one was wrong
+            raise UsageError(f"{src}: [params] {str(exc).replace(f'--set {k}: ', f'{k}: ', 1)}") from None
     overrides.update(parse_sets(mod, args.set))
     net_doc = {k: (",".join(str(x) for x in v) if k == "dropout_window" else v)
                for k, v in (doc.get("network") or {}).items()}

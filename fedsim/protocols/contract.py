@@ -28,6 +28,7 @@ test checks every ledger row of every registered protocol against it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
@@ -157,6 +158,13 @@ class ProtocolSpec:
     rounds_field: str = "rounds"
 
     def __post_init__(self) -> None:
+        # the name is typed as `fedsim run NAME`: one with a path separator or a .py suffix was
+        # listed by `fedsim list` and then taken for a script path ("no scenario script at
+        # fed/avg"), a protocol nobody could run from the command line
+        if not isinstance(self.name, str) or not self.name or self.name.endswith(".py") \
+                or "/" in self.name or os.sep in self.name:
+            raise ValueError(f"protocol name {self.name!r}: give a non-empty name without a path separator or a "
+                             ".py suffix (it is typed as `fedsim run NAME`)")
         names = [k.name for k in self.kinds]
         if len(set(names)) != len(names):
             raise ValueError(f"protocol {self.name!r} declares a message kind twice")

@@ -11,6 +11,7 @@ declares under the ``fedsim.protocols`` entry-point group. ``load_plugins`` impo
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -35,8 +36,11 @@ class Registry:
             raise TypeError(f"register() takes a ProtocolSpec, got {type(spec).__name__}")
         old = self._specs.get(spec.name)
         if old is not None and old is not spec and not replace:
-            # the same file imported twice under two module names registers an equal spec: fine
-            if (old.build.__qualname__, old.summary) != (spec.build.__qualname__, spec.summary):
+            # the same file imported twice under two module names registers an equal spec: fine.
+            # "Equal" is the same source (file and line of build), not the same qualname and
+            # summary: a plug-in that copies a built-in spec with its own function named build
+            # had both and silently replaced the built-in.
+            if (_source(old.build), old.summary) != (_source(spec.build), spec.summary):
                 raise ValueError(f"a protocol named {spec.name!r} is already registered")
         self._specs[spec.name] = spec
         return spec
@@ -65,6 +69,16 @@ class Registry:
 
     def specs(self) -> list[ProtocolSpec]:
         return list(self._specs.values())
+
+
+def _source(fn) -> tuple:
+    """Where ``fn`` is defined: (file, first line, qualname); a callable without code (an
+    object with ``__call__``) is only the same as itself."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return (id(fn),)
+    # realpath: the same file reached through a symbolic link or a relative sys.path entry
+    return (os.path.realpath(code.co_filename), code.co_firstlineno, getattr(fn, "__qualname__", None))
 
 
 REGISTRY = Registry()
@@ -101,7 +115,11 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
             continue
         if not path.is_file():
             raise FileNotFoundError(f"no protocol plug-in file at {p}")
-        name = f"fedsim_plugin_{path.stem}"
+        # the module name holds a digest of the whole path: two plug-ins named alike in two
+        # folders (a/proto.py, b/proto.py) shared fedsim_plugin_proto, so the second replaced
+        # the first in sys.modules and the first's classes no longer pickled (worker processes)
+        digest = hashlib.blake2b(str(path).encode("utf-8"), digest_size=4).hexdigest()
+        name = f"fedsim_plugin_{path.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod  # so dataclasses and worker processes can find it

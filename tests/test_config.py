@@ -1,0 +1,52 @@
+"""Typed values (``fedsim.config`` and ``fedsim.experiment.params``): every bad value is a
+``ConfigError``/``UsageError`` naming the key, never silently coerced."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsim.config import ConfigError
+from fedsim.experiment.errors import UsageError
+from fedsim.experiment.params import Param, check_value, parse_value
+from fedsim.protocols import REGISTRY
+
+
+@pytest.mark.parametrize("param, value", [
+    (Param([1, 2], kind="ints"), [1.5, 2]),        # int() would truncate it to [1, 2]
+    (Param([1, 2], kind="ints"), [True, 2]),       # int(True) == 1
+    (Param([1, 2], kind="ints"), ["1", "x"]),      # was a bare ValueError, naming no key
+    (Param([1, 2], kind="ints"), {"a": 1}),        # a TOML table iterates over its keys
+    (Param([0.5], kind="floats"), [float("nan")]),  # a scalar float refuses NaN: so does a list
+    (Param([0.5], kind="floats"), [True]),
+    (Param(["a"], kind="strs"), [1, None]),        # str() would make them '1' and 'None'
+])
+def test_list_elements_are_checked_like_scalars(param, value):
+    with pytest.raises(UsageError, match=r"^--set k: "):
+        check_value("k", value, param)
+
+
+def test_list_elements_keep_the_coercions_scalars_have():
+    assert check_value("k", [2.0, 3], Param([1], kind="ints")) == [2, 3]  # TOML 2.0 is the integer 2
+    assert check_value("k", [1, 2], Param([0.5], kind="floats")) == [1.0, 2.0]
+    assert parse_value("k", "1,2", Param([1], kind="ints")) == [1, 2]
+
+
+@pytest.mark.parametrize("text", ["nan,1", "1,inf"])
+def test_non_finite_list_text_is_refused(text):
+    with pytest.raises(UsageError, match="--set k: element"):
+        parse_value("k", text, Param([0.5], kind="floats"))
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", float("inf"), pytest.param(10 ** 400, id="huge-int")])
+def test_non_finite_floats_are_refused(value):
+    with pytest.raises(UsageError, match="--set lr: must be finite"):
+        check_value("lr", value, Param(0.1, min=0, exclusive_min=True))
+
+
+def test_config_fields_refuse_truncated_and_non_finite_values():
+    cfg = REGISTRY["personalfr"].Config
+    with pytest.raises(ConfigError, match=r"hidden element 1\.5 must be an integer"):
+        cfg(hidden=(256, 1.5))
+    with pytest.raises(ConfigError, match="lr must be finite"):
+        REGISTRY["fedrec"].Config(lr=float("inf"))
+    assert cfg(hidden=[64.0, 32]).hidden == (64, 32)

@@ -1,0 +1,89 @@
+"""The registry as the extension point: a plug-in can neither silently replace a built-in
+protocol nor break another plug-in."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from fedsim.protocols import REGISTRY, load_plugins
+
+PLUGIN = '''
+from dataclasses import dataclass
+from fedsim.config import Config, param
+from fedsim.protocols import Kind, ProtocolSpec, register
+
+@dataclass(frozen=True)
+class {cls}(Config):
+    rounds: int = param(1, "rounds", min=1)
+
+def build(net, data, cfg, **kw):
+    raise NotImplementedError
+
+def tiny(clients, rounds, seed):
+    return None, {cls}(rounds=rounds)
+
+register(ProtocolSpec(name={name!r}, summary="plug-in", Config={cls}, kinds=(Kind("m", "server", "client"),),
+                      build=build, tiny=tiny, data="none"))
+'''
+
+
+def test_a_plugin_copying_a_builtin_spec_with_its_own_build_is_refused(tmp_path):
+    # same name, same summary, and its own function called build (the qualname the old check compared)
+    path = tmp_path / "fork.py"
+    path.write_text("import dataclasses\nfrom fedsim.protocols import REGISTRY, register\n"
+                    "def build(net, data, cfg, **kw):\n    raise RuntimeError('not the built-in')\n"
+                    "register(dataclasses.replace(REGISTRY['fedrec'], build=build))\n")
+    builtin = REGISTRY["fedrec"]
+    with pytest.raises(ValueError, match="a protocol named 'fedrec' is already registered"):
+        load_plugins([path], entry_points=False)
+    assert REGISTRY["fedrec"] is builtin
+
+
+def test_the_same_spec_registered_twice_is_fine():
+    spec = REGISTRY["fedrec"]
+    REGISTRY.add(__import__("dataclasses").replace(spec))  # an equal spec from the same source
+    REGISTRY.add(spec)  # put the original back
+
+
+def test_two_plugins_with_the_same_file_name_keep_their_own_modules(tmp_path):
+    paths = []
+    for sub, name, cls in (("a", "reg-test-a", "CfgA"), ("b", "reg-test-b", "CfgB")):
+        (tmp_path / sub).mkdir()
+        p = tmp_path / sub / "proto.py"
+        p.write_text(PLUGIN.format(name=name, cls=cls))
+        paths.append(p)
+    try:
+        assert load_plugins(paths, entry_points=False) == ["reg-test-a", "reg-test-b"]
+        for name in ("reg-test-a", "reg-test-b"):
+            cfg = REGISTRY[name].Config(rounds=2)
+            assert pickle.loads(pickle.dumps(cfg)) == cfg  # the first one could not be pickled
+    finally:
+        REGISTRY.remove("reg-test-a")
+        REGISTRY.remove("reg-test-b")
+
+
+def test_a_plugin_protocol_named_like_a_scenario_does_not_shadow_it():
+    import dataclasses
+
+    from fedsim.experiment import UsageError, load_scenario
+
+    REGISTRY.add(dataclasses.replace(REGISTRY["demo"], name="quickstart"))
+    try:
+        # `fedsim run quickstart` ran the plug-in instead of the quickstart scenario
+        with pytest.raises(UsageError, match="'quickstart' is both a scenario and a registered protocol"):
+            load_scenario("quickstart")
+    finally:
+        REGISTRY.remove("quickstart")
+    assert load_scenario("quickstart").__name__.endswith("quickstart")
+    assert load_scenario("demo").PROTOCOL == "demo"  # built-in protocols are no scenarios' names
+
+
+@pytest.mark.parametrize("name", ["fed/avg", "x.py", ""])
+def test_a_protocol_name_the_command_line_cannot_run_is_refused(name):
+    import dataclasses
+
+    # `fedsim list` listed such a protocol, `fedsim run NAME` took it for a script path
+    with pytest.raises(ValueError, match="protocol name"):
+        dataclasses.replace(REGISTRY["demo"], name=name)
