@@ -160,7 +160,8 @@ def test_config_file_with_command_line_overrides(tmp_path):
 @pytest.mark.parametrize("text, expected", [
     ('sed = 1\n', "run.toml: unknown key 'sed'; did you mean 'seed'?"),
     ('seed = "one"\n', "run.toml: seed: expected int, got 'one'"),
-    ('[params]\nrounds = -1\n', "run.toml: [params] must be >= 0, got -1"),
+    ('[params]\nrounds = -1\n', "run.toml: [params] rounds: must be >= 0, got -1"),
+    ('[params]\nrounds = "x"\n', "run.toml: [params] rounds: expected int, got 'x'"),
     ('[params]\nround = 1\n', "run.toml: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
     ('[network]\nprofil = "wan"\n', "run.toml: unknown key [network] 'profil'; did you mean 'profile'?"),
     ('[network]\nprofile = "moon"\n', "run.toml: [network] unknown network profile 'moon'"),

@@ -304,7 +304,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
                 raise unknown_parameter(k, mod)
             overrides[k] = check_value(k, v, mod.PARAMS[k])
         except UsageError as exc:
-            raise UsageError(f"{src}: [params] {str(exc).removeprefix(f'--set {k}: ')}") from None
+            raise UsageError(f"{src}: [params] {str(exc).removeprefix('--set ')}") from None
     overrides.update(parse_sets(mod, args.set))
     net_doc = {k: (",".join(str(x) for x in v) if k == "dropout_window" else v)
                for k, v in (doc.get("network") or {}).items()}
