@@ -13,8 +13,9 @@ import pytest
 
 from fedsim.config import Config, fields_of
 from fedsim.kernel import AsyncioNetwork, SimNetwork
-from fedsim.protocols import REGISTRY, Result
+from fedsim.protocols import REGISTRY, Result, load_plugins
 
+load_plugins(entry_points=False)  # $FEDSIM_PLUGINS: a plug-in protocol is checked too (docs/writing-a-protocol.md)
 NAMES = list(REGISTRY)
 SEED = 11
 
