@@ -21,6 +21,8 @@ output folder behind; Ctrl-C exits with status 130, also leaving none.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 from typing import Sequence
@@ -124,8 +126,9 @@ def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:
     if not ({"-h", "--help"} & set(argv)):
         return None, None
     rest = [a for a in argv if a not in ("-h", "--help")]
-    try:
-        pre, _ = build_parser().parse_known_args(rest)
+    try:  # a look-ahead only: its complaints (a missing argument, once --help is gone) are not shown
+        with contextlib.redirect_stderr(io.StringIO()):
+            pre, _ = build_parser().parse_known_args(rest)
     except SystemExit:
         return None, None
     if pre.command not in ("run", "sweep"):

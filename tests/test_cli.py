@@ -72,6 +72,17 @@ def test_list_shows_scenarios_protocols_and_traceables(capsys):
         assert name in out
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["trace", "--help"], ["compare", "--help"], ["data", "--help"],
+                                  ["data", "get", "--help"], ["run", "--help"]])
+def test_help_prints_help_and_no_error(argv, capsys):
+    """--help is not a mistake: help on stdout, exit 0, and no argparse error on stderr (the
+    look-ahead for `run NAME --help` once printed 'the following arguments are required')."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and out.startswith("usage: fedsim") and err == "", err
+
+
 def test_list_summaries_are_whole_first_sentences():
     from fedsim.experiment import first_sentence, list_scenarios
 

@@ -166,6 +166,7 @@ def test_config_file_with_command_line_overrides(tmp_path):
     ('[params]\nclients = 2\nrounds = 1.5\n', "run.toml: [params] rounds: expected int, got 1.5"),
     ('[network]\nlink_model = "fair"\n"link-model" = "tcp"\n',
      "run.toml: [network] 'link_model' and 'link-model' are the same key; give it once"),
+    ('[params]\nrounds = "x"\n', "run.toml: [params] rounds: expected int, got 'x'"),
     ('[params]\nround = 1\n', "run.toml: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
     ('[network]\nprofil = "wan"\n', "run.toml: unknown key [network] 'profil'; did you mean 'profile'?"),
     ('[network]\nprofile = "moon"\n', "run.toml: [network] unknown network profile 'moon'"),

@@ -4,6 +4,7 @@ registered protocol passes."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -83,3 +84,16 @@ def test_fedsim_list_and_run_find_the_plugin(plugin, tmp_path):
     res = _fedsim("--plugin", str(plugin), "run", "fedavg-mf", "--set", "fraction=2", "--out",
                   str(tmp_path / "bad"), cwd=tmp_path)
     assert res.returncode == 2 and "fraction" in res.stderr and "<= 1" in res.stderr
+
+
+def test_fedsim_plugins_puts_the_plugin_under_the_contract_test(plugin, tmp_path):
+    """The page's `FEDSIM_PLUGINS=fedavg_mf.py pytest tests/test_protocol_contract.py`: the
+    contract test's parametrisation includes the plug-in protocol."""
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "FEDSIM_PLUGINS": str(plugin), "PYTHONPATH": str(tests.parent)}
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-o", "addopts=", "-q", "-p",
+                          "no:cacheprovider", str(tests / "test_protocol_contract.py")], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "test_the_spec_is_complete[fedavg-mf]" in res.stdout
+    assert "test_same_seed_byte_identical_ledger[fedavg-mf-fifo]" in res.stdout
