@@ -72,7 +72,8 @@ def test_another_set_value_is_refused_then_force_reruns_only_the_changed_points(
         assert json.loads((out / f"x={x}" / "results.json").read_text())["config"] == {"x": x, "y": 4}
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["fixed"] == {"y": 4} and sweep["state"] == "finished"
-    assert (out / "combined_t.csv").read_text().splitlines() == ["x,x,y,z,label", "1,1,4,14,a", "2,2,4,24,a"]
+    # the table's own x (named like the grid axis) as t.x: one column per name
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,t.x,y,z,label", "1,1,4,14,a", "2,2,4,24,a"]
 
 
 def test_the_same_command_without_out_resumes_in_the_same_folder(tmp_path):
@@ -280,7 +281,7 @@ def test_a_point_that_kills_its_process_or_exits_fails_alone(tmp_path, workers):
     assert status == {1: "done", 2: "failed", 3: "failed", 4: "done"}
     assert "process died" in (out / "x=2" / "error.txt").read_text()
     assert "sys.exit(0)" in (out / "x=3" / "error.txt").read_text() or "SystemExit" in (out / "x=3" / "error.txt").read_text()
-    assert (out / "combined_t.csv").read_text().splitlines() == ["x,x", "1,1", "4,4"]
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,t.x", "1,1", "4,4"]
     assert "2 of 4 points finished" in (out / "report.md").read_text()
     # the same command again runs the failed points only (and they fail again)
     res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4", "--workers", workers, "--out", str(out),

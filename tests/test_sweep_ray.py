@@ -222,7 +222,7 @@ def test_a_failing_point_is_reported_and_the_others_run_then_only_it_reruns(tmp_
     assert (out / "x=3" / "error.txt").read_text().strip()
     assert s["backend"]["name"] == "ray" and s["backend"]["cpus"] == 2
     assert ran(log).count((3, 5)) == 2  # a dead worker's task is retried once by Ray, then failed
-    assert (out / "combined_t.csv").read_text().splitlines() == ["x,x,y,z", "1,1,5,15", "4,4,5,45"]
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,t.x,y,z", "1,1,5,15", "4,4,5,45"]
     status = {p["point"]["x"]: p["status"] for p in json.loads((out / "sweep.json").read_text())["points"]}
     assert status == {1: "done", 2: "failed", 3: "failed", 4: "done"}
     # fixed: the failed points run again, alone; the local pool then finds every point done
@@ -349,7 +349,7 @@ def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
         assert res.returncode == 0, res.stderr
         assert f"ray: 2 CPUs at 127.0.0.1:{port}" in res.stdout
         out = tmp_path / "sw"
-        assert (out / "combined_t.csv").read_text().splitlines() == ["x,x,y,z", "1,1,2,12", "2,2,2,22", "3,3,2,32"]
+        assert (out / "combined_t.csv").read_text().splitlines() == ["x,t.x,y,z", "1,1,2,12", "2,2,2,22", "3,3,2,32"]
         for x in (1, 2, 3):
             saved = json.loads((out / f"x={x}" / "results.json").read_text())
             assert saved["config"] == {"x": x, "y": 2} and saved["git_revision"] == git_revision()

@@ -602,7 +602,8 @@ def _write_state(out: Path, info: dict, statuses: dict, interrupted: bool | None
 
 def combine(out: Path, points: list[dict]) -> list[str]:
     """Write ``combined_<table>.csv`` over the finished ``points`` (their folders complete), each
-    row prefixed by the point's grid values, its cells under their own column names (the columns
+    row prefixed by the point's grid values, its cells under their own column names (a column
+    named like a grid key as ``TABLE.COLUMN``; the columns
     are the union over the points, in order of first appearance; a column a point's table lacks
     is left empty); returns the paths. Each file is written whole or not at all (a temporary
     file renamed into place), and a ``combined_*.csv`` of a table no point has now is removed, so
@@ -625,11 +626,15 @@ def combine(out: Path, points: list[dict]) -> list[str]:
                 rows = list(csv.reader(fh))
             if not rows:
                 continue
+            # a table column named like a grid key ('rounds' in a summary, when rounds is an axis)
+            # is written as TABLE.COLUMN: two columns of one name in one CSV, and a reader by
+            # name (the report's DictReader) took the table's cell for the grid's value
+            head = [f"{tname}.{c}" if c in pt else c for c in rows[0]]
             cols = headers.setdefault(tname, [])
-            for c in rows[0]:
+            for c in head:
                 if c not in cols:
                     cols.append(c)
-            tables.setdefault(tname, []).extend((vals, dict(zip(rows[0], r))) for r in rows[1:])
+            tables.setdefault(tname, []).extend((vals, dict(zip(head, r))) for r in rows[1:])
     paths = []
     for tname, rows in tables.items():
         path = out / f"combined_{tname}.csv"
