@@ -87,3 +87,14 @@ def test_a_protocol_name_the_command_line_cannot_run_is_refused(name):
     # `fedsim list` listed such a protocol, `fedsim run NAME` took it for a script path
     with pytest.raises(ValueError, match="protocol name"):
         dataclasses.replace(REGISTRY["demo"], name=name)
+
+
+def test_kinds_given_as_a_generator_are_kept():
+    # the checks used the generator up: the spec then declared no kind at all
+    import dataclasses
+
+    from fedsim.protocols import REGISTRY
+
+    base = REGISTRY["demo"]
+    spec = dataclasses.replace(base, name="demo-gen", kinds=(k for k in base.kinds))
+    assert spec.kinds == tuple(base.kinds) and spec.kinds

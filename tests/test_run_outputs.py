@@ -373,3 +373,30 @@ def test_a_single_run_with_known_rounds_moves_the_bar_by_round():
     assert "round 5/10" in text and " 50%" in text
     last = [f for f in text.split("\r") if "round 5/10" in f][-1]
     assert re.search(r"\[\d\d:\d\d<\d\d:\d\d\]", last), last  # an ETA from the rounds, not '?'
+
+
+def test_a_table_written_twice_is_refused(tmp_path):
+    # the second NAME.csv replaced the first while report.md and results.json listed both
+    from fedsim.experiment.context import RunContext
+
+    ctx = RunContext(name="t", config={}, data="tiny", seed=0, net=None, out=tmp_path, quiet=True)
+    ctx.table("a", [{"x": 1}])
+    with pytest.raises(ValueError, match="table 'a' was already written"):
+        ctx.table("a", [{"x": 2}])
+    assert (tmp_path / "a.csv").read_text().splitlines() == ["x", "1"]
+
+
+def test_a_scenario_script_refuses_a_parameter_given_as_option_and_as_set(tmp_path):
+    # `python scenarios/quickstart.py --iterations 3 --set iterations=2` silently ran 3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, str(repo / "scenarios" / "quickstart.py"), "--iterations", "3",
+                          "--set", "iterations=2", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--iterations and --set iterations: the same parameter given twice" in res.stderr
+    assert not (tmp_path / "o").exists()

@@ -323,6 +323,9 @@ class RunContext:
         ``paper*`` columns in a run that is not the paper's setting (parameters changed from the
         scenario's defaults, or from its ``PAPER_VALUES`` where it declares them, or synthetic
         data) gets a note saying its figures are not expected to match the published ones."""
+        if any(t.name == name for t in self.tables):
+            # the second NAME.csv replaced the first while report.md and results.json kept both
+            raise ValueError(f"table {name!r} was already written in this run; give each table its own name")
         rows = [dict(r) for r in rows]
         cols = list(columns) if columns else (list(rows[0]) if rows else [])
         t = Table(name, rows, cols, title or name, floatfmt)

@@ -364,6 +364,9 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         for key, p in mod.PARAMS.items():
             v = getattr(args, f"param_{key}")
             if v is not None:
+                if any(s.split("=", 1)[0].strip() == key for s in (args.set or ())):
+                    # --rounds 3 silently won over --set rounds=2; --set refuses a key given twice too
+                    raise UsageError(f"--{key.replace('_', '-')} and --set {key}: the same parameter given twice")
                 opts["overrides"][key] = parse_value(key, v, p)
         res = run_scenario(mod, **opts)
     except (UsageError, ScenarioError) as exc:

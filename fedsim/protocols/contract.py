@@ -165,6 +165,9 @@ class ProtocolSpec:
                 or "/" in self.name or os.sep in self.name:
             raise ValueError(f"protocol name {self.name!r}: give a non-empty name without a path separator or a "
                              ".py suffix (it is typed as `fedsim run NAME`)")
+        # a tuple, as declared: a generator would be used up by the checks below and the spec
+        # would then declare no kind at all (the dataclass is frozen: set through object)
+        object.__setattr__(self, "kinds", tuple(self.kinds))
         names = [k.name for k in self.kinds]
         if len(set(names)) != len(names):
             raise ValueError(f"protocol {self.name!r} declares a message kind twice")
