@@ -50,6 +50,7 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
     (["trace", "nothing"], "cannot trace 'nothing'"),
     # one FPL client's positives are the whole catalogue: the actor's check, not a traceback
     (["trace", "fpl", "--clients", "1"], "cannot trace fpl with 1 client"),
+    (["trace", "fedrec", "--set", "d=2", "--set", "d=3"], "--set d: given twice"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     res = fedsim_cmd(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)

@@ -54,6 +54,8 @@ def trace_options(name: str, sets: list[str]) -> dict:
         k, v = (x.strip() for x in s.split("=", 1))
         if k not in infos:
             raise UsageError(unknown_key_message(k, infos, f"protocol {name}"))
+        if k in out:  # the later one silently won, as `fedsim run --set` no longer lets it
+            raise UsageError(f"--set {k}: given twice; give each key once")
         value = parse_value(k, v, Param.of(spec.Config, k))
         out[k] = tuple(value) if isinstance(value, list) else value
     return out
