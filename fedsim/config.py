@@ -234,15 +234,19 @@ class Config:
     @classmethod
     def from_strings(cls, sets: Mapping[str, str] | Iterable[str], **base: Any):
         """A config from ``key=value`` strings (or a mapping of key to text) on top of ``base``
-        keyword values. Raises ``ConfigError`` for an unknown key (with the known ones) or a
-        bad value."""
+        keyword values (a string overrides ``base``). Raises ``ConfigError`` for an unknown key
+        (with the known ones), a key given twice among ``sets`` or a bad value."""
         infos = {f.name: f for f in fields_of(cls)}
         pairs = sets.items() if isinstance(sets, Mapping) else [_split(s) for s in sets]
         kw = dict(base)
+        given: set[str] = set()
         for k, text in pairs:
             k = k.strip()
             if k not in infos:
                 raise ConfigError(unknown_key_message(k, infos, cls.__name__), k)
+            if k in given:  # the later one silently won (" d" and "d" too)
+                raise ConfigError(f"{cls.__name__}.{k} given twice", k)
+            given.add(k)
             kw[k] = parse_field(infos[k], text, cls.__name__)
         return cls(**kw)
 

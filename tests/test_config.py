@@ -50,3 +50,14 @@ def test_config_fields_refuse_truncated_and_non_finite_values():
     with pytest.raises(ConfigError, match="lr must be finite"):
         REGISTRY["fedrec"].Config(lr=float("inf"))
     assert cfg(hidden=[64.0, 32]).hidden == (64, 32)
+
+
+def test_from_strings_refuses_a_key_given_twice():
+    from fedsim.config import ConfigError
+    from fedsim.protocols.fedrec import FedRecConfig
+
+    cfg = FedRecConfig.from_strings(["d=4", "T=3"], lr=0.1)
+    assert (cfg.d, cfg.T, cfg.lr) == (4, 3, 0.1)
+    assert FedRecConfig.from_strings(["d=4"], d=8).d == 4  # a string overrides base
+    with pytest.raises(ConfigError, match="d given twice"):
+        FedRecConfig.from_strings(["d=4", " d=5"])
