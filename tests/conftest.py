@@ -37,3 +37,13 @@ def as_ratings(users, items, values, n_users, n_items, *rest):
     from fedsim.data import Ratings
 
     return Ratings(users, items, values, n_users=n_users, n_items=n_items)
+
+
+def load_benchmark(name: str):
+    """The module ``benchmarks/NAME.py``, loaded by its path (benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

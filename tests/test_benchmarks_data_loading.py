@@ -1,22 +1,15 @@
 """benchmarks/data_loading.py's generators on small sizes (the smoke runs its options allow): a file
 of the requested number of rows that the loader reads, instead of a crash in the generator."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import load_benchmark
 
 from fedsim.data import load_movielens
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("data_loading", REPO / "benchmarks" / "data_loading.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("data_loading")
 
 
 @pytest.mark.parametrize("rows", [5, 1000, 130_000])

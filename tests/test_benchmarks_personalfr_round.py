@@ -1,24 +1,16 @@
 """benchmarks/personalfr_round.py runs against the current protocols: every timer it installs wraps a
 function the actors really call (a renamed function made it crash before timing anything)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from conftest import load_benchmark
 
 from fedsim.data import partition_users, per_user_random, resolve
 from fedsim.math import ae_train
 from fedsim.protocols.personalfr import FedAEConfig
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("personalfr_round", REPO / "benchmarks" / "personalfr_round.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("personalfr_round")
 
 
 @pytest.mark.parametrize("protocol", ["personalfr", "fedavg"])
