@@ -8,6 +8,7 @@ from fedsim.data import partition_users, per_user_random, resolve
 from fedsim.math import ae_train
 from fedsim.protocols.personalfr import FedAEConfig
 
+
 @pytest.fixture(scope="module")
 def bench():
     return load_benchmark("personalfr_round")
