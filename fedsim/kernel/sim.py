@@ -239,7 +239,7 @@ class SimNetwork(Network):
         if off is not None and row[TX_END] > off:
             self.lose(envl, "sender offline")
             return
-        if dst.offline or (dst.done and (doff := dst.spec.offline_at) is not None and self.queue.now >= doff):
+        if dst.offline or (dst.done and self.is_offline(dst)):
             # (a node that finished its part before its offline_at goes offline all the same)
             self.lose(envl, "receiver offline")
             return
