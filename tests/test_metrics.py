@@ -162,6 +162,27 @@ def test_padding_never_hits():
     assert precision_at(recs, (np.array([0, 1]), np.array([0])), 2) == 0.0
 
 
+def test_a_test_item_twice_is_refused_not_counted_twice():
+    # user 2's test set {0, 1, 2, 3} with item 1 repeated: |test_u| would be 5 (recall 3/5, not
+    # 3/4) and IDCG that of min(5, 3) hits; the error names the user and the item
+    test = (np.array([0, 2, 2, 7]), np.array([2, 5, 0, 1, 1, 2, 3]))
+    for metric in (recall_at, ndcg_at, precision_at, f1_at, hits_at):
+        with pytest.raises(ValueError, match="user 2 has test item 1 twice"):
+            metric(RECS, test, 3)
+
+
+def test_an_item_recommended_twice_is_refused_padding_allowed():
+    test = (np.array([0, 1]), np.array([4]))
+    with pytest.raises(ValueError, match="user 0 is recommended item 4 twice"):
+        precision_at(np.array([[4, 4, 1]]), test, 3)  # would be two hits of one test item
+    assert precision_at(np.array([[4, -1, -1]]), test, 3) == pytest.approx(1 / 3)
+
+
+def test_negative_test_items_are_refused():
+    with pytest.raises(ValueError, match="test item -1 of user 1 is out of range"):
+        recall_at(np.array([[0], [1]]), (np.array([0, 1, 2]), np.array([0, -1])), 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # beyond accuracy
 

@@ -203,18 +203,40 @@ def top_n(
 
 
 def _truth_sets(recs: np.ndarray, test_csr: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(hit matrix n_users x N as bool, number of test items per user)."""
+    """(hit matrix n_users x N as bool, number of test items per user). Raises ``ValueError`` for
+    a test item repeated or out of range, or an item recommended twice to one user (padding,
+    ``-1``, may repeat)."""
     indptr, indices = _csr_parts(test_csr)
     n_users = recs.shape[0]
     if len(indptr) - 1 != n_users:
         raise ValueError(f"recs has {n_users} rows but the test CSR has {len(indptr) - 1}")
     n_test = np.diff(indptr)
+    if indices.size and (indices.min() < 0 or indices.max() >= 1 << 32):
+        bad = int(np.flatnonzero((indices < 0) | (indices >= 1 << 32))[0])
+        raise ValueError(f"test item {int(indices[bad])} of user {_row_of(indptr, bad)} is out of range")
     rows = np.repeat(np.arange(n_users, dtype=np.int64), n_test)
     key_test = np.unique(rows * (1 << 32) + indices)
+    if key_test.size < indices.size:
+        # a test set is a set: a repeated item would count twice in |test_u| (recall's and IDCG's
+        # denominators) while it can be hit once
+        keys = rows * (1 << 32) + indices
+        order = np.argsort(keys, kind="stable")
+        dup = order[1:][keys[order[1:]] == keys[order[:-1]]][0]
+        raise ValueError(f"user {_row_of(indptr, int(dup))} has test item {int(indices[dup])} twice")
     r = recs.astype(np.int64)
+    srt = np.sort(r, axis=1)
+    twice = (srt[:, 1:] == srt[:, :-1]) & (srt[:, 1:] >= 0)
+    if twice.any():
+        u, k = np.argwhere(twice)[0]
+        raise ValueError(f"user {int(u)} is recommended item {int(srt[u, k])} twice")
     key_rec = np.arange(n_users, dtype=np.int64)[:, None] * (1 << 32) + r
     hits = np.isin(key_rec, key_test) & (r >= 0)
     return hits, n_test
+
+
+def _row_of(indptr: np.ndarray, position: int) -> int:
+    """The CSR row holding the entry at ``position``."""
+    return int(np.searchsorted(indptr, position, side="right") - 1)
 
 
 def _cut(recs: Any, n: int) -> np.ndarray:
