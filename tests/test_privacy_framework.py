@@ -278,3 +278,19 @@ def test_audit_targets_bound_the_users_recorded_and_attacked():
     # nothing of the other clients was recorded: an unlimited task attacks more of them
     full = run_task(replace(task, targets=None))
     assert max(r["users"] for r in full["rows"]) > 5
+
+
+def test_a_negative_count_of_colluding_nodes_is_refused(pp_capture):
+    # count=-1 sliced the sorted node ids to "all but the last" and labelled it "server+-1 denoiser"
+    with pytest.raises(ValueError, match="count"):
+        ViewSpec.colluding("denoiser", -1)
+    with pytest.raises(ValueError, match="count"):
+        ViewSpec.role("denoiser", -2)
+    assert build_view(ViewSpec.colluding("denoiser", 0), pp_capture.recorder, pp_capture.public).nodes == {"server"}
+
+
+def test_scoring_a_target_without_a_true_set_names_it():
+    from fedsim.privacy import score_inference
+
+    with pytest.raises(ValueError, match="client/0007"):
+        score_inference({}, {"client/0000": np.array([1])}, 5, ["client/0007"])
