@@ -49,6 +49,18 @@ def test_stochastic_attacks_recover_every_rated_set(ratings, model, attack, stra
     assert s["users"] >= 8 and s["exact"] == 1.0
 
 
+@pytest.mark.parametrize("rounds", [[0], [1], [2], None])
+def test_svdpp_odelta_does_not_depend_on_the_rounds_the_server_watched(ratings, rounds):
+    # a stochastic client's learning rate decays with its calls since the start of the run; a
+    # view of round 1 or 2 holds none of the server's earlier calls, so the attack cannot count
+    # them. It used to count the calls in its view, added back the wrong shrink lr lam O_j and,
+    # with a lam where that shows (0.05), claimed sampled items: exact 0.385 (round 1) and 0.000
+    # (round 2), precision 0.672 and 0.555, against 1.000 for round 0 and every round.
+    cfg = FedRecConfig("SVD++(S)", d=4, T=3, rho=1.0, strategy="ua", T_predict=0, lr=0.01, lam=0.05)
+    s, _ = _score(SvdppODelta(), capture("fedrec", ratings, cfg, seed=3), rounds=rounds)
+    assert s["users"] >= 8 and s["exact"] == 1.0 and s["precision"] == 1.0
+
+
 @pytest.mark.parametrize("model,attack", [("PMF(B)", ImpliedRatings), ("PMF(S)", SgdChain),
                                           ("SVD++(S)", SvdppODelta)])
 def test_local_noise_defeats_the_per_upload_attacks(ratings, model, attack):

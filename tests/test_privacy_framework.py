@@ -4,6 +4,7 @@ allows), the metrics (against hand computations and brute force)."""
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 import math
 
 import numpy as np
@@ -252,3 +253,44 @@ def test_the_python_example_of_docs_privacy_runs(monkeypatch, tmp_path, capsys):
     for b in blocks:
         exec(compile(b, str(doc), "exec"), ns)
     assert ns["summarize"](ns["rows"])["exact"] == 1.0
+
+
+def test_audit_targets_bound_the_users_recorded_and_attacked():
+    # AuditTask.targets (privacy_audit's sgd_targets): only a seeded sample of clients is recorded
+    # and attacked. The recorder used to keep every message to or from the server, so every
+    # client's upload was recorded and scored whatever targets said.
+    from fedsim.seeding import node_rng
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=20)
+    cfg = REGISTRY["fedrec"].Config("PMF(S)", d=4, T=2, lr=0.01, rho=1.0, strategy="ua", T_predict=0)
+    task = AuditTask("t", "fedrec", {}, cfg, data, None, 0, None, None, 5,
+                     (AttackSpec("sgd_chain", (), (1,), "1 round"), AttackSpec("intersection", (), None, "2 rounds"),
+                      AttackSpec("size_only", (), (1,), "1 round")))
+    names = [f"client/{u:04d}" for u in range(20)]
+    tg = {names[i] for i in node_rng(0, "privacy:targets").choice(20, size=5, replace=False)}
+    out = run_task(task)
+    for row in out["rows"]:
+        scored = {x["target"] for x in row["scored"]}
+        assert scored and scored <= tg, (row["attack"], sorted(scored))
+        assert row["users"] == len(scored) <= 5
+    assert 0 < out["sizes"][0]["size_users"] <= 5
+    # nothing of the other clients was recorded: an unlimited task attacks more of them
+    full = run_task(replace(task, targets=None))
+    assert max(r["users"] for r in full["rows"]) > 5
+
+
+def test_a_negative_count_of_colluding_nodes_is_refused(pp_capture):
+    # count=-1 sliced the sorted node ids to "all but the last" and labelled it "server+-1 denoiser"
+    with pytest.raises(ValueError, match="count"):
+        ViewSpec.colluding("denoiser", -1)
+    with pytest.raises(ValueError, match="count"):
+        ViewSpec.role("denoiser", -2)
+    assert build_view(ViewSpec.colluding("denoiser", 0), pp_capture.recorder, pp_capture.public).nodes == {"server"}
+
+
+def test_scoring_a_target_without_a_true_set_names_it():
+    from fedsim.privacy import score_inference
+
+    with pytest.raises(ValueError, match="client/0007"):
+        score_inference({}, {"client/0000": np.array([1])}, 5, ["client/0007"])

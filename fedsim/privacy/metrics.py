@@ -151,9 +151,11 @@ def score_inference(inference: Mapping[str, Guess], truth: Mapping[str, np.ndarr
                     targets: Iterable[str] | None = None) -> list[dict]:
     """One ``score_guess`` row (plus ``target``) per target with a non-empty true set; a target
     the attack gave no guess for is scored as ``Guess.empty()`` (it claimed nothing). ``targets``
-    defaults to every key of ``truth``."""
+    defaults to every key of ``truth``; a target that is not one raises ``ValueError``."""
     rows = []
     for t in (sorted(truth) if targets is None else targets):
+        if t not in truth:
+            raise ValueError(f"score_inference: target {t!r} has no true item set (not a client of the run?)")
         items = truth[t]
         if len(items) == 0:
             continue

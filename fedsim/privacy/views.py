@@ -123,6 +123,10 @@ class ViewSpec:
             raise ValueError(f"ViewSpec kind must be 'nodes' or 'network', got {self.kind!r}")
         if not self.roles:
             raise ValueError("ViewSpec needs at least one role")
+        if self.count is not None and (isinstance(self.count, bool) or int(self.count) != self.count
+                                       or self.count < 0):
+            raise ValueError(f"ViewSpec count of {self.roles[-1]!r} nodes must be an integer >= 0 or None (all), "
+                             f"got {self.count!r}")
 
     @classmethod
     def server(cls) -> "ViewSpec":

@@ -74,8 +74,8 @@ class AuditTask:
     """One grid point. ``setting``: the table's description of it; ``config``: the protocol's
     Config; ``data``: training ``Ratings`` (FPL and FCF: an ``ImplicitSplit``); ``test``:
     ``(users, items, ratings)`` for FedRec's RMSE; ``net``: the ``NetSpec``; ``observe``: rounds
-    whose payloads are recorded (None: all); ``targets``: record only this many clients' payloads
-    (a seeded sample; None: all); ``epochs``: networks to run in turn (FPL epochs; each resumes the
+    whose payloads are recorded (None: all); ``targets``: record and score only this many clients
+    (a seeded sample; their messages to and from the server; None: all); ``epochs``: networks to run in turn (FPL epochs; each resumes the
     previous one); ``checkpoints``: epochs after which the attacks are scored again (rounds
     observed so far)."""
 
@@ -213,6 +213,7 @@ def run_task(task: AuditTask) -> dict:
     records, ledgers = [], []
     t0 = time.perf_counter()
     result, resume, job, last_net = None, None, None, None
+    tg: frozenset | None = None  # the targets: the only clients recorded and scored (None: all)
     epoch_rounds: list[int] = []
     for e in range(task.epochs):
         net = netspec.build(task.seed if task.epochs == 1 else _epoch_seed(task.seed, e))
@@ -221,7 +222,9 @@ def run_task(task: AuditTask) -> dict:
             # runs recorded whole (FPL): every update, but each client's first model only (what
             # the reference attack needs: its first upload); a model per round would cost GBs
             first = ("model",) if task.observe is None and task.protocol == "fpl" else ()
-            rec = Recorder(rounds=task.observe, nodes=None if tg is None else tg | {"server"}, first_only=first)
+            # a target's traffic is every message it sent or received (the server's with it among
+            # them); adding the server to the nodes would keep every client's upload
+            rec = Recorder(rounds=task.observe, nodes=tg, first_only=first)
         rec.attach(net)
         kw = dict(task.build_kw)
         if resume is not None:
@@ -269,10 +272,13 @@ def run_task(task: AuditTask) -> dict:
                               "link_rand": float(np.mean([r["correct_rand"] for r in lr])) if lr else math.nan})
                 continue
             if attack.about == "sizes":
-                sizes.append({**common, **score_sizes(run.inference, cap.truth,
+                truth = cap.truth if tg is None else {u: t for u, t in cap.truth.items() if u in tg}
+                sizes.append({**common, **score_sizes(run.inference, truth,
                                                       of_size=task.protocol not in ("fpl", "fcf"))})
                 continue
             population = _observed(cap, rounds)
+            if tg is not None:
+                population = [u for u in population if u in tg]
             if attack.name == "imia" and attack.max_users is not None:
                 population = [u for u in population if u in run.inference]
             scored = score_inference(run.inference, cap.truth, public.n_items, population)

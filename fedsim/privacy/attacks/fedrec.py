@@ -18,9 +18,9 @@ knows the model V it sent. Four attacks:
     give (``lr err_k^2``, then ``|z a_k - b_k / z|`` with one unknown z = 1 / sqrt(lr) and the
     integer test; float32 makes them less exact than the batch ones once the errors are small).
 ``svdpp_odelta`` (SVD++(S)): the O delta of a sampled item is one step,
-    ``-lr lam O_j + (lr err_j / sqrt|I_u|) V_j``: after adding back ``lr lam O_j`` it is parallel
-    to V_j (to float32 rounding); a rated item's delta sums |I_u| - 1 + |I'_u| steps along other
-    items' V and is not.
+    ``-lr lam O_j + (lr err_j / sqrt|I_u|) V_j``: it lies in the plane of O_j and V_j (to
+    float32 rounding; the test needs no learning rate); a rated item's delta sums
+    |I_u| - 1 + |I'_u| steps along other items' V and does not.
 ``intersection`` (any model, several rounds): with re-sampling (``resample=True``, the paper) the
     sampled items change at every call while I_u does not; the items present in every upload of
     a user are I_u (plus those sampled every time by chance).
@@ -37,7 +37,6 @@ from collections import defaultdict
 
 import numpy as np
 
-from ...math.pmf import decayed_lr
 from ..metrics import Guess
 from ..views import View, ViewSpec
 from .base import Attack
@@ -292,9 +291,11 @@ class SgdChain(Attack):
 
 
 class SvdppODelta(Attack):
-    """The SVD++(S) attack (module docstring): an item is claimed rated when its O delta, after
-    adding back the shrink ``lr lam O_j``, is not parallel to V_j beyond ``threshold`` times the
-    float32 rounding of the delta."""
+    """The SVD++(S) attack (module docstring): an item is claimed rated when its O delta is not
+    in the plane of O_j and V_j beyond ``threshold`` times the float32 rounding of the delta.
+    (The plane, not the line of V_j after adding back ``lr lam O_j``: the client's learning
+    rate decays with its calls since the start of the run, which a view of later rounds does
+    not show.)"""
 
     name = "svdpp_odelta"
     view = ViewSpec.server()
@@ -307,20 +308,23 @@ class SvdppODelta(Attack):
         cfg = view.public.config
         if view.public.protocol != "fedrec" or cfg.model != "SVD++(S)":
             return {}
-        base_lr = cfg.client_lr if cfg.client_lr is not None else cfg.lr
         votes = _Votes()
-        for user, model, up, call in _calls(view):
+        for user, model, up, _ in _calls(view):
             if "o_deltas" not in up or "O" not in model:
                 continue
             items = np.asarray(up["items"], dtype=np.int64)
-            lr = decayed_lr(base_lr, call, cfg.decay)
             Vr = np.asarray(model["V"][items], dtype=np.float64)
             Or = np.asarray(model["O"][items], dtype=np.float64)
             od = np.asarray(up["o_deltas"], dtype=np.float64)
-            X = od + lr * cfg.lam * Or
-            vv = (Vr * Vr).sum(1)
-            vv[vv == 0] = 1.0
-            perp = X - ((X * Vr).sum(1) / vv)[:, None] * Vr
+            # an orthonormal basis (e1, e2) of each item's plane span(V_j, O_j)
+            nv = np.linalg.norm(Vr, axis=1)
+            nv[nv == 0] = 1.0
+            e1 = Vr / nv[:, None]
+            e2 = Or - (Or * e1).sum(1)[:, None] * e1
+            n2 = np.linalg.norm(e2, axis=1)
+            n2[n2 == 0] = 1.0
+            e2 /= n2[:, None]
+            perp = od - (od * e1).sum(1)[:, None] * e1 - (od * e2).sum(1)[:, None] * e2
             scale = _EPS32 * (np.linalg.norm(Or, axis=1) + np.linalg.norm(od, axis=1))
             scale[scale == 0] = _EPS32
             r = np.linalg.norm(perp, axis=1) / scale
