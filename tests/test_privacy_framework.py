@@ -294,3 +294,25 @@ def test_scoring_a_target_without_a_true_set_names_it():
 
     with pytest.raises(ValueError, match="client/0007"):
         score_inference({}, {"client/0000": np.array([1])}, 5, ["client/0007"])
+
+
+def test_linking_by_size_does_not_depend_on_the_tasks_place_in_the_grid():
+    # Opaque references were keyed by the task's label, which numbers the task in its grid
+    # (privacy_audit: "{protocol}-{index}-s{seed}"), and noise_linking by size breaks ties between
+    # same-sized messages by reference: one configuration and seed linked 0.552 or 0.707 depending
+    # on which other protocols the grid held. Many users here share a size (24..26 items each).
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=30, per_user=(24, 26))
+    cfg = FedRecPPConfig(d=4, T=2, rho=1.0, eta=1)
+    links = tuple(AttackSpec("noise_linking", (("use", u),), None, "2 rounds") for u in ("size", "time"))
+    task = AuditTask("fedrecpp-000-s0", "fedrecpp", {"eta": "1", "profile": "wan"}, cfg, data, None, 0,
+                     NetSpec(profile="wan"), (), None, links)
+    results = [run_task(replace(task, label=label))["links"] for label in
+               ("fedrecpp-000-s0", "fedrecpp-007-s0", "fedrecpp-031-s0")]
+    by_size = [next(r["link_accuracy"] for r in res if r["attack"] == "noise_linking[size]") for res in results]
+    assert 0.0 < by_size[0] < 1.0  # ties to break: neither all nor none linked
+    assert by_size[1] == by_size[0] and by_size[2] == by_size[0]
+    untimed = [[{k: v for k, v in r.items() if not k.endswith("_s")} for r in res] for res in results]
+    assert untimed[1] == untimed[0] and untimed[2] == untimed[0]
