@@ -684,3 +684,49 @@ def test_a_finally_block_that_waits_after_the_run_does_not_hold_the_worker():
     res = net.run(timeout=RUN_TIMEOUT, strict=False)
     assert res.unfinished == ["waiter"]
     assert time.perf_counter() - t0 < net.start_timeout
+
+
+# -- the clock after the run ----------------------------------------------------------------------
+
+def test_the_clock_stops_when_the_run_ends():
+    # now() went on with real time after the run: network_record's sim_time (results.json's
+    # simulated_time_s for `fedsim run --transport tcp`) was the time of recording, 0.56 s for a
+    # 0.007 s run read half a second later (AsyncioNetwork's clock stops, as SimNetwork's does)
+    from fedsim.kernel import network_record
+    from fedsim.protocols import demo
+
+    net = TcpNetwork(seed=3, processes=2)
+    demo.build(net, None, demo.DemoConfig(clients=3, rounds=3))
+    res = net.run(timeout=RUN_TIMEOUT)
+    time.sleep(0.3)
+    assert net.now() == res.duration and 0 < res.duration < 0.3
+    assert network_record(net)["sim_time"] == res.duration
+    assert_no_orphans(net)
+
+
+async def _waits_for_nothing_sent(ctx):
+    await ctx.receive("never")
+
+
+def test_a_deadlock_is_dated_when_it_began_not_when_the_coordinator_saw_it():
+    # the actors cancelled at the end touched the worker's clock of last activity: the duration
+    # (and DeadlockError.time) was the time of the coordinator's stop, 0.55 s with polls every
+    # 0.5 s, for a run whose last event (a delivery, an actor's end) came 1 ms after the start
+    for strict in (False, True):
+        net = TcpNetwork(processes=2, placement={"waiter": 0, "other": 1}, poll_interval=0.5)
+        net.add_node("waiter", _waits_for_nothing_sent)
+        net.add_node("other", _says_hello)
+        if strict:
+            with pytest.raises(DeadlockError) as info:
+                net.run(timeout=RUN_TIMEOUT)
+            res = info.value.result
+            assert info.value.time == res.duration
+        else:
+            res = net.run(timeout=RUN_TIMEOUT, strict=False)
+        assert res.unfinished == ["waiter"]
+        (row,) = net.ledger.records()
+        assert row["kind"] == "hello" and row["status"] == "delivered"
+        assert row["arrival_time"] <= res.duration < 0.25, (row["arrival_time"], res.duration)
+        time.sleep(0.1)
+        assert net.now() == res.duration
+        assert_no_orphans(net)

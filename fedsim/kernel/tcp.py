@@ -218,6 +218,7 @@ class TcpNetwork(Network):
         self.exit_status: dict[int, int] = {}
         self.groups: list[list[str]] = []
         self._t0: float | None = None
+        self._stopped_at = 0.0  # what now() says when the clock does not run (before and after the run)
         self._ids: list[str] = []
         self._index: dict[str, int] = {}
         self._proc_of: list[int] = []
@@ -227,9 +228,12 @@ class TcpNetwork(Network):
     # -- the transport interface (called in the worker processes) ---------------------------------
     def now(self) -> float:
         """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``;
-        0 before the run starts."""
+        0 before the run starts, and after it (in the launching process) the time at which it
+        ended, ``RunResult.duration`` (or the time of the failure that ended it), as on the other
+        transports: what is read after the run (``network_record``'s ``sim_time``) is the run's
+        time, not the time of reading."""
         t0 = self._t0
-        return 0.0 if t0 is None else (time.monotonic() - t0) / self.time_scale
+        return self._stopped_at if t0 is None else (time.monotonic() - t0) / self.time_scale
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
         w = self._worker
@@ -266,7 +270,7 @@ class TcpNetwork(Network):
         fut = w.loop.create_future()
         forever = timeout is None
         node.waiter = (kind, fut, forever)
-        w.activity += 1
+        w.touch(self.now())  # the actor's last step (a run that deadlocks ends at its last one)
         if forever:
             w.blocked += 1
             return await fut
@@ -274,7 +278,7 @@ class TcpNetwork(Network):
             return await asyncio.wait_for(fut, timeout * self.time_scale)
         except asyncio.TimeoutError:
             node.waiter = None
-            w.activity += 1
+            w.touch(self.now())
             return None
 
     async def sleep(self, node: Node, seconds: float) -> None:
@@ -366,7 +370,10 @@ class TcpNetwork(Network):
             coordinator = _Coordinator(self, listener, token, deadline, timeout)
             reports = _run_bounded(coordinator.run())
             duration = self._merge(reports)
+            self._stopped_at, self._t0 = duration, None
         finally:
+            if self._t0 is not None:  # it failed after go: the clock stops at the failure
+                self._stopped_at, self._t0 = self.now(), None
             listener.close()
             # a clean run's workers are leaving already; after a failure they were told to abort
             clean = coordinator is not None and coordinator.phase == "bye"
@@ -1009,12 +1016,14 @@ class _Worker:
             self.tasks.append(task)
 
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
-        self.touch(self.net.now())
+        # an actor closed at the run's end does nothing of the run: its end must not date the
+        # run's last activity (that was the coordinator's stop, after two polls or more)
         if task.cancelled():
             return
         exc = task.exception()
         if isinstance(exc, RunEnded):
             return  # cancelled at the run's end, and its finally block tried to wait
+        self.touch(self.net.now())
         if exc is not None:
             self._actor_failed(node, exc)
             return
