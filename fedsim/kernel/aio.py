@@ -66,11 +66,11 @@ class AsyncioNetwork(Network):
                                       encoded.array_bytes, encoded.floats, now, anonymous)
             if tap is not None:
                 tap.observe(row, payload)
-            row[TX_START] = row[TX_END] = row[RX_START] = now
+            row[TX_START] = row[TX_END] = now
             if src.spec.loss and self.draw_loss(src):
-                row[STATUS], row[NOTE] = "lost", "link loss"
+                row[STATUS], row[NOTE] = "lost", "link loss"  # lost on the way: no reception began
                 continue
-            row[ARRIVAL] = now
+            row[RX_START] = row[ARRIVAL] = now
             row[STATUS] = "delivered"
             envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
             if hand_over(dst, envl):
