@@ -497,6 +497,28 @@ def test_a_bad_frame_closes_the_connection_and_ends_the_run_naming_its_sender(cl
     assert_no_orphans(net)
 
 
+class _Replayed(_Faulty):
+    def fault(self, frame):
+        return frame + frame  # the same frame (sender, number) twice
+
+
+def test_a_frame_sent_twice_is_a_bad_frame_naming_its_sender_not_a_stall():
+    # the copy was delivered twice (the gather kept one, the mailbox the other) and the run
+    # ended only after stall_timeout (30 s) with "no progress ... with frames outstanding:
+    # process 0 has received 2 of the 1 frames": nothing was outstanding
+    net = _star(_Replayed(processes=4))
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 10
+    err = info.value
+    assert err.kind == "frame" and err.node == "c1" and "c1" in err.nodes
+    text = str(err)
+    assert "from node 'c1'" in text and "message number 0 after number 0" in text and "connection closed" in text
+    assert "no progress" not in text
+    assert_no_orphans(net)
+
+
 def test_a_frame_that_stops_halfway_is_reported_after_the_stall_timeout():
     net = _star(_HalfFrame(processes=4, stall_timeout=1.0))
     t = time.monotonic()

@@ -71,7 +71,9 @@ the codec, ledger rows, roles, missing-message records) and exits.
 Safety. The data listeners bind to ``host``, 127.0.0.1 by default; a host that is not a
 loopback address is refused (``NetworkConfigError``) unless ``allow_remote=True``. A frame
 longer than ``max_frame_bytes`` (default ``max_message_bytes`` + 25: the largest frame a
-conforming sender makes; never unbounded) or shorter than its header closes that connection
+conforming sender makes; never unbounded), shorter than its header, or with a header not valid on
+its connection (a sender the peer does not host, a receiver this process does not host, a
+message number not above that sender's last one there: a repeated frame) closes that connection
 and ends the run with ``TransportError`` naming the sending node (or the peer process's
 nodes); documents are decoded by the codec's bounded decoder (``max_message_bytes``, depth
 limit) on arrival, and a malformed one ends the run the same way, naming its sender. A peer
@@ -919,6 +921,10 @@ class _Worker:
         src = None
         got = 0
         expected = 0
+        # the numbers of each sender's frames on this connection, which strictly increase (its
+        # copies are numbered in send order and one queue per connection writes them in order):
+        # a repeated number would be a second delivery of one ledger row
+        last: dict[int, int] = {}
         try:
             while True:
                 src, got, expected = None, 0, _PREFIX.size
@@ -953,6 +959,14 @@ class _Worker:
                     writer.close()
                     return
                 src = ids[i]
+                before = last.get(i, -1)
+                if num <= before:
+                    self.fail("frame", f"process {self.proc} received a frame from node {src!r} in {peer} with message "
+                              f"number {num} after number {before} (a repeated or reordered frame); connection "
+                              "closed", node=src, peer=q)
+                    writer.close()
+                    return
+                last[i] = num
                 doc = await readexactly(length - _REST.size)
                 try:
                     kind, payload = decode_message(doc, max_bytes=net.max_message_bytes, max_depth=DEFAULT_MAX_DEPTH)
