@@ -752,3 +752,16 @@ def test_a_deadlock_is_dated_when_it_began_not_when_the_coordinator_saw_it():
         time.sleep(0.1)
         assert net.now() == res.duration
         assert_no_orphans(net)
+
+
+def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked():
+    # as on AsyncioNetwork: the cancelled wait stayed counted among the blocked actors, and the
+    # coordinator took the run for quiescent while 'b' slept (DeadlockError naming b as waiting)
+    from test_kernel_transports import _gives_up_on_one_receive, _sends_later
+
+    net = TcpNetwork(processes=1)
+    net.add_node("a", _gives_up_on_one_receive)
+    net.add_node("b", _sends_later)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.results == {"a": 7, "b": "sent"} and res.duration >= 0.3
+    assert_no_orphans(net)

@@ -16,7 +16,7 @@ from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over
+from .node import Node, hand_over, withdraw
 
 __all__ = ["AsyncioNetwork"]
 
@@ -83,7 +83,14 @@ class AsyncioNetwork(Network):
         if forever:
             self._blocked += 1
             self._check_quiet()
-            return await fut
+            try:
+                return await fut
+            except asyncio.CancelledError:
+                # a wait the actor itself gave up (or the run's end): no longer blocked here, or
+                # the count would reach the number of actors while one still runs (a false deadlock)
+                if withdraw(node, fut):
+                    self._blocked -= 1
+                raise
         try:
             return await asyncio.wait_for(fut, timeout * self.time_scale)
         except asyncio.TimeoutError:

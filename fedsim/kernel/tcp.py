@@ -119,7 +119,7 @@ from .errors import (
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over
+from .node import Node, hand_over, withdraw
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -275,7 +275,12 @@ class TcpNetwork(Network):
         w.touch(self.now())  # the actor's last step (a run that deadlocks ends at its last one)
         if forever:
             w.blocked += 1
-            return await fut
+            try:
+                return await fut
+            except asyncio.CancelledError:
+                if withdraw(node, fut):  # a wait the actor gave up: it is not blocked (AsyncioNetwork.wait)
+                    w.blocked -= 1
+                raise
         try:
             return await asyncio.wait_for(fut, timeout * self.time_scale)
         except asyncio.TimeoutError:
