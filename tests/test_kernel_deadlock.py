@@ -452,3 +452,23 @@ def test_a_lost_copy_has_no_reception_on_either_transport():
         assert np.isfinite(cols["rx_start"][~lost]).all() and np.isfinite(cols["arrival_time"][~lost]).all()
         # a lost copy was handed to the network: its transmission is dated, on both
         assert np.isfinite(cols["tx_start"][lost]).all() and np.isfinite(cols["tx_end"][lost]).all()
+
+
+def test_an_asyncio_run_over_its_timeout_says_which_actors_it_waited_for():
+    # the TimeoutError had no message at all (TcpNetwork's names the timeout and the actors' state)
+    async def sleeper(ctx):
+        await ctx.sleep(5.0)
+
+    net = AsyncioNetwork()
+    net.add_node("s", sleeper)
+    net.add_node("waiter", lonely)
+    net.add_node("other", done)
+    t = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        net.run(timeout=0.2)
+    assert time.monotonic() - t < 2.0
+    text = str(info.value)
+    assert text.startswith("AsyncioNetwork.run: no result within timeout = 0.2 s")
+    assert "1 finished, 1 blocked, 1 busy of 3 actors" in text
+    assert "waiter waits in receive 'hello'" in text and "s is busy" in text and "other" not in text
+    assert net.ended and net.now() == pytest.approx(0.2, abs=0.15)
