@@ -434,3 +434,41 @@ def test_what_a_finally_block_raises_at_the_end_names_the_actor():
     net.add_node("waiter", bad)
     with pytest.raises(ActorError, match="actor 'waiter'.*cleanup failed"):
         net.run(strict=False)
+
+
+def test_a_lost_copy_has_no_reception_on_either_transport():
+    # AsyncioNetwork dated the start of reception (rx_start) of every copy it lost: a reception
+    # that never began (SimNetwork's lost copies have none, nor TcpNetwork's)
+    import numpy as np
+
+    clients = [f"c{i}" for i in range(6)]
+    for net in (SimNetwork(seed=5, profile="lan"), AsyncioNetwork(seed=5, time_scale=0.004)):
+        _lossy_pattern(net, clients)
+        net.run(strict=False)
+        cols = net.ledger.columns()
+        lost = cols["status"] == "lost"
+        assert lost.sum() > 3 and (cols["status"][~lost] == "delivered").all()
+        assert np.isnan(cols["rx_start"][lost]).all() and np.isnan(cols["arrival_time"][lost]).all()
+        assert np.isfinite(cols["rx_start"][~lost]).all() and np.isfinite(cols["arrival_time"][~lost]).all()
+        # a lost copy was handed to the network: its transmission is dated, on both
+        assert np.isfinite(cols["tx_start"][lost]).all() and np.isfinite(cols["tx_end"][lost]).all()
+
+
+def test_an_asyncio_run_over_its_timeout_says_which_actors_it_waited_for():
+    # the TimeoutError had no message at all (TcpNetwork's names the timeout and the actors' state)
+    async def sleeper(ctx):
+        await ctx.sleep(5.0)
+
+    net = AsyncioNetwork()
+    net.add_node("s", sleeper)
+    net.add_node("waiter", lonely)
+    net.add_node("other", done)
+    t = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        net.run(timeout=0.2)
+    assert time.monotonic() - t < 2.0
+    text = str(info.value)
+    assert text.startswith("AsyncioNetwork.run: no result within timeout = 0.2 s")
+    assert "1 finished, 1 blocked, 1 busy of 3 actors" in text
+    assert "waiter waits in receive 'hello'" in text and "s is busy" in text and "other" not in text
+    assert net.ended and net.now() == pytest.approx(0.2, abs=0.15)

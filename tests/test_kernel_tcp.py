@@ -497,6 +497,28 @@ def test_a_bad_frame_closes_the_connection_and_ends_the_run_naming_its_sender(cl
     assert_no_orphans(net)
 
 
+class _Replayed(_Faulty):
+    def fault(self, frame):
+        return frame + frame  # the same frame (sender, number) twice
+
+
+def test_a_frame_sent_twice_is_a_bad_frame_naming_its_sender_not_a_stall():
+    # the copy was delivered twice (the gather kept one, the mailbox the other) and the run
+    # ended only after stall_timeout (30 s) with "no progress ... with frames outstanding:
+    # process 0 has received 2 of the 1 frames": nothing was outstanding
+    net = _star(_Replayed(processes=4))
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 10
+    err = info.value
+    assert err.kind == "frame" and err.node == "c1" and "c1" in err.nodes
+    text = str(err)
+    assert "from node 'c1'" in text and "message number 0 after number 0" in text and "connection closed" in text
+    assert "no progress" not in text
+    assert_no_orphans(net)
+
+
 def test_a_frame_that_stops_halfway_is_reported_after_the_stall_timeout():
     net = _star(_HalfFrame(processes=4, stall_timeout=1.0))
     t = time.monotonic()
@@ -684,3 +706,62 @@ def test_a_finally_block_that_waits_after_the_run_does_not_hold_the_worker():
     res = net.run(timeout=RUN_TIMEOUT, strict=False)
     assert res.unfinished == ["waiter"]
     assert time.perf_counter() - t0 < net.start_timeout
+
+
+# -- the clock after the run ----------------------------------------------------------------------
+
+def test_the_clock_stops_when_the_run_ends():
+    # now() went on with real time after the run: network_record's sim_time (results.json's
+    # simulated_time_s for `fedsim run --transport tcp`) was the time of recording, 0.56 s for a
+    # 0.007 s run read half a second later (AsyncioNetwork's clock stops, as SimNetwork's does)
+    from fedsim.kernel import network_record
+    from fedsim.protocols import demo
+
+    net = TcpNetwork(seed=3, processes=2)
+    demo.build(net, None, demo.DemoConfig(clients=3, rounds=3))
+    res = net.run(timeout=RUN_TIMEOUT)
+    time.sleep(0.3)
+    assert net.now() == res.duration and 0 < res.duration < 0.3
+    assert network_record(net)["sim_time"] == res.duration
+    assert_no_orphans(net)
+
+
+async def _waits_for_nothing_sent(ctx):
+    await ctx.receive("never")
+
+
+def test_a_deadlock_is_dated_when_it_began_not_when_the_coordinator_saw_it():
+    # the actors cancelled at the end touched the worker's clock of last activity: the duration
+    # (and DeadlockError.time) was the time of the coordinator's stop, 0.55 s with polls every
+    # 0.5 s, for a run whose last event (a delivery, an actor's end) came 1 ms after the start
+    for strict in (False, True):
+        net = TcpNetwork(processes=2, placement={"waiter": 0, "other": 1}, poll_interval=0.5)
+        net.add_node("waiter", _waits_for_nothing_sent)
+        net.add_node("other", _says_hello)
+        if strict:
+            with pytest.raises(DeadlockError) as info:
+                net.run(timeout=RUN_TIMEOUT)
+            res = info.value.result
+            assert info.value.time == res.duration
+        else:
+            res = net.run(timeout=RUN_TIMEOUT, strict=False)
+        assert res.unfinished == ["waiter"]
+        (row,) = net.ledger.records()
+        assert row["kind"] == "hello" and row["status"] == "delivered"
+        assert row["arrival_time"] <= res.duration < 0.25, (row["arrival_time"], res.duration)
+        time.sleep(0.1)
+        assert net.now() == res.duration
+        assert_no_orphans(net)
+
+
+def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked():
+    # as on AsyncioNetwork: the cancelled wait stayed counted among the blocked actors, and the
+    # coordinator took the run for quiescent while 'b' slept (DeadlockError naming b as waiting)
+    from test_kernel_transports import _gives_up_on_one_receive, _sends_later
+
+    net = TcpNetwork(processes=1)
+    net.add_node("a", _gives_up_on_one_receive)
+    net.add_node("b", _sends_later)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.results == {"a": 7, "b": "sent"} and res.duration >= 0.3
+    assert_no_orphans(net)

@@ -457,3 +457,30 @@ def test_a_draft_is_received_as_the_same_message_would_be(transport):
     (plain, led_plain), (drafted, led_drafted) = out
     assert drafted == plain and plain[0] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]] and plain[1] is False
     assert led_drafted == led_plain
+
+
+async def _gives_up_on_one_receive(ctx):
+    # an actor that bounds one receive itself (asyncio.wait_for cancels it): allowed on a real loop
+    try:
+        await asyncio.wait_for(ctx.receive("x"), 0.01)
+    except asyncio.TimeoutError:
+        pass
+    msg = await ctx.receive("y")
+    return msg.payload
+
+
+async def _sends_later(ctx):
+    await ctx.sleep(0.3)
+    await ctx.send("a", "y", 7)
+    return "sent"
+
+
+def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked_on_asyncio():
+    # the cancelled wait stayed counted as blocked: with 'a' blocked again the count reached the
+    # number of actors and the run ended at 0.014 s with DeadlockError "b waits in receive (any
+    # kind)" while b slept, 0.3 s before it would send what a waited for
+    net = AsyncioNetwork()
+    net.add_node("a", _gives_up_on_one_receive)
+    net.add_node("b", _sends_later)
+    res = net.run(timeout=10)
+    assert res.results == {"a": 7, "b": "sent"} and res.duration >= 0.3

@@ -16,7 +16,7 @@ from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over
+from .node import Node, hand_over, withdraw
 
 __all__ = ["AsyncioNetwork"]
 
@@ -66,11 +66,11 @@ class AsyncioNetwork(Network):
                                       encoded.array_bytes, encoded.floats, now, anonymous)
             if tap is not None:
                 tap.observe(row, payload)
-            row[TX_START] = row[TX_END] = row[RX_START] = now
+            row[TX_START] = row[TX_END] = now
             if src.spec.loss and self.draw_loss(src):
-                row[STATUS], row[NOTE] = "lost", "link loss"
+                row[STATUS], row[NOTE] = "lost", "link loss"  # lost on the way: no reception began
                 continue
-            row[ARRIVAL] = now
+            row[RX_START] = row[ARRIVAL] = now
             row[STATUS] = "delivered"
             envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
             if hand_over(dst, envl):
@@ -83,7 +83,14 @@ class AsyncioNetwork(Network):
         if forever:
             self._blocked += 1
             self._check_quiet()
-            return await fut
+            try:
+                return await fut
+            except asyncio.CancelledError:
+                # a wait the actor itself gave up (or the run's end): no longer blocked here, or
+                # the count would reach the number of actors while one still runs (a false deadlock)
+                if withdraw(node, fut):
+                    self._blocked -= 1
+                raise
         try:
             return await asyncio.wait_for(fut, timeout * self.time_scale)
         except asyncio.TimeoutError:
@@ -124,7 +131,7 @@ class AsyncioNetwork(Network):
         ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
         match no node's role or a node has ``offline_at``, ``asyncio.TimeoutError`` after
-        ``timeout`` real seconds. Must be awaited inside a running loop; ``run`` starts one."""
+        ``timeout`` real seconds (naming the actors blocked, and on what, and those still busy). Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
         self.check_faults()
@@ -154,7 +161,10 @@ class AsyncioNetwork(Network):
             tasks.append(task)
         result = None
         try:
-            await asyncio.wait_for(self._quiet.wait(), timeout)
+            try:
+                await asyncio.wait_for(self._quiet.wait(), timeout)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(self._timeout_text(timeout)) from None
             self.end_run()  # the run ends here: its duration is the clock's last reading
             if self._error is None:
                 result = self.finish(self.now(), strict=strict)
@@ -167,6 +177,20 @@ class AsyncioNetwork(Network):
         if self._error is not None:
             raise self._error
         return result
+
+    def _timeout_text(self, timeout: float) -> str:
+        """What a run over its ``timeout`` was still waiting for: the actors blocked (and on
+        what) and those still busy (running, sleeping or in a timed wait)."""
+        nodes = [n for n in self.nodes.values() if not n.done]
+        blocked = [n for n in nodes if n.waiter is not None and n.waiter[2]]
+        busy = [n for n in nodes if n not in blocked]
+        lines = [f"AsyncioNetwork.run: no result within timeout = {timeout} s: {len(self.nodes) - len(nodes)} "
+                 f"finished, {len(blocked)} blocked, {len(busy)} busy of {len(self.nodes)} actors"]
+        lines += [f"  {n.id} waits in {self.waits_for(n)}" for n in blocked[:10]]
+        lines += [f"  {n.id} is busy (running, sleeping or in a timed wait)" for n in busy[:10]]
+        if len(blocked) > 10 or len(busy) > 10:
+            lines.append("  ...")
+        return "\n".join(lines)
 
     def run(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
         """``asyncio.run(self.run_async(timeout, strict=strict))``: the same call shape as

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from .links import NodeSpec
 
-__all__ = ["Node", "hand_over"]
+__all__ = ["Node", "hand_over", "withdraw"]
 
 
 class Node:
@@ -75,4 +75,16 @@ def hand_over(node: Node, envl: Any) -> bool:
     if node.mailbox is None:
         node.mailbox = deque()
     node.mailbox.append(envl)
+    return False
+
+
+def withdraw(node: Node, fut: Any) -> bool:
+    """The wait of ``node`` on ``fut`` ended without a message (the actor's task was cancelled,
+    e.g. by an ``asyncio.wait_for`` of its own around a ``receive``): forget it, so that nothing
+    is handed to that future any more. Returns True if it was still waiting (no message had
+    resolved it: a transport that counted it among the blocked actors counts it out again)."""
+    w = node.waiter
+    if w is not None and w[1] is fut:
+        node.waiter = None
+        return True
     return False

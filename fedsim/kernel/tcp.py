@@ -71,7 +71,9 @@ the codec, ledger rows, roles, missing-message records) and exits.
 Safety. The data listeners bind to ``host``, 127.0.0.1 by default; a host that is not a
 loopback address is refused (``NetworkConfigError``) unless ``allow_remote=True``. A frame
 longer than ``max_frame_bytes`` (default ``max_message_bytes`` + 25: the largest frame a
-conforming sender makes; never unbounded) or shorter than its header closes that connection
+conforming sender makes; never unbounded), shorter than its header, or with a header not valid on
+its connection (a sender the peer does not host, a receiver this process does not host, a
+message number not above that sender's last one there: a repeated frame) closes that connection
 and ends the run with ``TransportError`` naming the sending node (or the peer process's
 nodes); documents are decoded by the codec's bounded decoder (``max_message_bytes``, depth
 limit) on arrival, and a malformed one ends the run the same way, naming its sender. A peer
@@ -117,7 +119,7 @@ from .errors import (
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over
+from .node import Node, hand_over, withdraw
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -218,6 +220,7 @@ class TcpNetwork(Network):
         self.exit_status: dict[int, int] = {}
         self.groups: list[list[str]] = []
         self._t0: float | None = None
+        self._stopped_at = 0.0  # what now() says when the clock does not run (before and after the run)
         self._ids: list[str] = []
         self._index: dict[str, int] = {}
         self._proc_of: list[int] = []
@@ -227,9 +230,12 @@ class TcpNetwork(Network):
     # -- the transport interface (called in the worker processes) ---------------------------------
     def now(self) -> float:
         """Seconds since the common origin (the coordinator's ``go``), divided by ``time_scale``;
-        0 before the run starts."""
+        0 before the run starts, and after it (in the launching process) the time at which it
+        ended, ``RunResult.duration`` (or the time of the failure that ended it), as on the other
+        transports: what is read after the run (``network_record``'s ``sim_time``) is the run's
+        time, not the time of reading."""
         t0 = self._t0
-        return 0.0 if t0 is None else (time.monotonic() - t0) / self.time_scale
+        return self._stopped_at if t0 is None else (time.monotonic() - t0) / self.time_scale
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
         w = self._worker
@@ -266,15 +272,20 @@ class TcpNetwork(Network):
         fut = w.loop.create_future()
         forever = timeout is None
         node.waiter = (kind, fut, forever)
-        w.activity += 1
+        w.touch(self.now())  # the actor's last step (a run that deadlocks ends at its last one)
         if forever:
             w.blocked += 1
-            return await fut
+            try:
+                return await fut
+            except asyncio.CancelledError:
+                if withdraw(node, fut):  # a wait the actor gave up: it is not blocked (AsyncioNetwork.wait)
+                    w.blocked -= 1
+                raise
         try:
             return await asyncio.wait_for(fut, timeout * self.time_scale)
         except asyncio.TimeoutError:
             node.waiter = None
-            w.activity += 1
+            w.touch(self.now())
             return None
 
     async def sleep(self, node: Node, seconds: float) -> None:
@@ -366,7 +377,10 @@ class TcpNetwork(Network):
             coordinator = _Coordinator(self, listener, token, deadline, timeout)
             reports = _run_bounded(coordinator.run())
             duration = self._merge(reports)
+            self._stopped_at, self._t0 = duration, None
         finally:
+            if self._t0 is not None:  # it failed after go: the clock stops at the failure
+                self._stopped_at, self._t0 = self.now(), None
             listener.close()
             # a clean run's workers are leaving already; after a failure they were told to abort
             clean = coordinator is not None and coordinator.phase == "bye"
@@ -912,6 +926,10 @@ class _Worker:
         src = None
         got = 0
         expected = 0
+        # the numbers of each sender's frames on this connection, which strictly increase (its
+        # copies are numbered in send order and one queue per connection writes them in order):
+        # a repeated number would be a second delivery of one ledger row
+        last: dict[int, int] = {}
         try:
             while True:
                 src, got, expected = None, 0, _PREFIX.size
@@ -946,6 +964,14 @@ class _Worker:
                     writer.close()
                     return
                 src = ids[i]
+                before = last.get(i, -1)
+                if num <= before:
+                    self.fail("frame", f"process {self.proc} received a frame from node {src!r} in {peer} with message "
+                              f"number {num} after number {before} (a repeated or reordered frame); connection "
+                              "closed", node=src, peer=q)
+                    writer.close()
+                    return
+                last[i] = num
                 doc = await readexactly(length - _REST.size)
                 try:
                     kind, payload = decode_message(doc, max_bytes=net.max_message_bytes, max_depth=DEFAULT_MAX_DEPTH)
@@ -1009,12 +1035,14 @@ class _Worker:
             self.tasks.append(task)
 
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
-        self.touch(self.net.now())
+        # an actor closed at the run's end does nothing of the run: its end must not date the
+        # run's last activity (that was the coordinator's stop, after two polls or more)
         if task.cancelled():
             return
         exc = task.exception()
         if isinstance(exc, RunEnded):
             return  # cancelled at the run's end, and its finally block tried to wait
+        self.touch(self.net.now())
         if exc is not None:
             self._actor_failed(node, exc)
             return
