@@ -297,3 +297,23 @@ def test_top10_never_ranks_an_item_without_a_training_interaction():
         if truth.size:
             prec.append(np.isin(top, truth).sum() / 10)
     assert res.metrics[-1]["p@10"] == pytest.approx(np.mean(prec), abs=1e-12)
+
+
+@pytest.mark.parametrize("case", ["no item", "every item"])
+def test_a_user_fpl_cannot_train_is_refused_at_build_by_name(case):
+    """A user without a training item has no positive to draw, one who consumed the whole
+    catalogue no negative: build names that user (it said 'a client needs ...' without saying
+    which, or the run failed mid-way in the client's actor)."""
+    from fedsim.data import Ratings
+
+    users, items = np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 3, 2])
+    if case == "no item":
+        users, items = users[:4], items[:4]  # user 2 of 3 keeps nothing
+    else:
+        users, items = np.append(users, [2, 2, 2]), np.append(items, [0, 1, 3])  # user 2: items 0-3, all
+    data = Ratings(users, items, np.ones(len(users)), n_users=3, n_items=4)
+    net = SimNetwork(seed=0)
+    want = "user 2 (client/0002) has no training item" if case == "no item" else \
+        "user 2 (client/0002) consumed every item of the training catalogue"
+    with pytest.raises(ValueError, match=want.replace("(", r"\(").replace(")", r"\)")):
+        fpl.build(net, data, FPLConfig(clients_per_round=3, triples=2, rounds=1, d=2))

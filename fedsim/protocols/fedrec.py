@@ -18,9 +18,11 @@ end of training
 
 optional evaluation (``eval_every``; kinds listed in ``EVAL_KINDS`` so cost tables can leave
 them out): in batch mode the client evaluates its private test ratings with the V it has just
-downloaded and its current U_u and answers ``eval`` {sse, sae, n}; in stochastic mode the server
-sends ``evaluate`` {V (, O)} at the end of the iteration. Three scalars per client: the server
-learns a client's error sums, not its ratings.
+downloaded and its current U_u and answers ``eval`` {sse, sae, n}, and after the last iteration
+(if T is a multiple of ``eval_every``) the server sends ``evaluate`` {V}, since no download
+follows; in stochastic mode the server sends ``evaluate`` {V (, O)} at the end of the iteration.
+Either way the evaluations are of the models after iterations eval_every, 2 eval_every, ..., up
+to T. Three scalars per client: the server learns a client's error sums, not its ratings.
 
 defences (docs/privacy.md; off by default)
     ``upload_noise`` sigma: every uploaded value gets Gaussian noise N(0, sigma^2) (its own generator).
@@ -282,6 +284,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
         if not _check(V, O):
             diverged_at = t + 1
             break
+    if (cfg.style == "batch" and diverged_at is None and cfg.eval_every and cfg.T
+            and cfg.T % cfg.eval_every == 0):
+        # a batch evaluation rides on the next model download, and there is none after the last
+        # iteration: the returned model is evaluated as the stochastic server evaluates it
+        takers = members if cfg.secure_aggregation else clients
+        await ctx.broadcast(takers, "evaluate", {"V": V})
+        evals.append(await _collect_eval(ctx, takers, cfg.T, cfg.T - 1, cfg.deadline))
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
     if cfg.style != "batch":  # V (and O) may be views on a message: own them
         V, O = V.copy(), None if O is None else O.copy()
@@ -541,7 +550,8 @@ SPEC = register(ProtocolSpec(
         Kind("model", "server", "client", "training", "{t, V: float[m, d]} (+ eval flag in batch, O for SVD++)"),
         Kind("gradients", "client", "server", "training",
              "{items: int32[k], grads: float[k, d]} over rated and sampled items (+ o_deltas for SVD++)"),
-        Kind("evaluate", "server", "client", "evaluation", "{V (, O)}: stochastic models' evaluation"),
+        Kind("evaluate", "server", "client", "evaluation",
+             "{V (, O)}: stochastic models' evaluation; the batch model's after its last iteration"),
         Kind("eval", "client", "server", "evaluation", "{sse, sae, n}: error sums over private test ratings"),
         Kind("stop", "server", "client", "control", "{diverged_at}"),
         *key_exchange_kinds(masked="uint64[m (d + 1)]: gradients and item counts"),

@@ -385,10 +385,22 @@ def user_item_lists(data) -> list[np.ndarray]:
 def make_samplers(user_items: list[np.ndarray], n_items: int,
                   catalogue: np.ndarray | None = None) -> list[TripleSampler]:
     """Every client's :class:`TripleSampler` (the catalogue is sorted once for all of them; a
-    resumed run reuses the previous run's samplers)."""
+    resumed run reuses the previous run's samplers). Raises ``ValueError`` naming the first user
+    (and its client) who has no item, or whose items cover the whole catalogue: no positive, or
+    no negative, to draw."""
     cat = None if catalogue is None else np.unique(np.asarray(catalogue, dtype=np.int64))
-    return [make_triple_sampler(np.asarray(it, dtype=np.int64), n_items, cat, catalogue_unique=True)
-            for it in user_items]
+    out = []
+    for u, it in enumerate(user_items):
+        it = np.asarray(it, dtype=np.int64)
+        who = f"user {u} ({client_name(u, len(user_items))})"
+        if it.size == 0:
+            raise ValueError(f"{who} has no training item: FPL draws its triples' positives from them")
+        s = make_triple_sampler(it, n_items, cat, catalogue_unique=True)
+        if s.n_negatives <= 0:
+            raise ValueError(f"{who} consumed every item of the training catalogue ({s.n_catalogue}): "
+                             "FPL has no negative to draw for its triples")
+        out.append(s)
+    return out
 
 
 def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) -> FPLJob:

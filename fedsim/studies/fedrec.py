@@ -102,8 +102,8 @@ def run_one(task: tuple) -> RunOutcome:
     wall = time.perf_counter() - t0
     mae, rmse, diverged = evaluate_fold(model, fold)
     if curve and framework == "federated" and diverged is None and (not history or history[-1]["iteration"] != cfg.T):
-        # batch mode evaluates at the start of iterations 1..T-1, so the final model is added
-        # here; the stochastic models already evaluate after iteration T (once is enough)
+        # every mode evaluates after iteration T (eval_every = 1); this only fills in a history
+        # without it (T = 0)
         history = history + [{"iteration": cfg.T, "mae": mae, "rmse": rmse}]
     from .learning import initial_metrics
 
