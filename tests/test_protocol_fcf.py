@@ -101,3 +101,21 @@ def test_study_run_fcf_reports_ledger_bytes(tiny):
     for c in rec.curve:
         assert c["raw_bytes_per_client_round"] == c["formula_bytes_per_client_round"] == 8 * split.n_items * 4
         assert 0 <= c["test_p"] <= 1
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_round_without_any_gradient_leaves_q_and_adam_as_they_were(tiny, optimizer):
+    # every client's upload lost: the server used to take its regularisation step anyway (Q shrunk
+    # by lr lam Q, Adam's step count advanced) in rounds nobody took part in
+    from fedsim.kernel import Faults
+
+    items, m, r = tiny
+    cfg = FCFConfig(rounds=3, d=3, optimizer=optimizer, lam=0.5, deadline=5.0)
+    net = SimNetwork(seed=SEED, faults=Faults(loss=1.0, roles=("client",)))
+    res = fcf.build(net, r, cfg).collect(net.run())
+    Q0 = node_rng(SEED, fcf.SERVER).normal(0.0, cfg.init_std, size=(m, cfg.d))
+    np.testing.assert_array_equal(res.params["Q"], Q0)
+    if optimizer == "adam":
+        assert res.info["adam"]["t"] == 0 and not res.info["adam"]["m"].any()
+    assert res.info["missing"] == [{"round": t, "kind": "gradients", "clients": len(items), "skipped": True}
+                                   for t in range(cfg.rounds)]

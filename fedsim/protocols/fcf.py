@@ -15,7 +15,9 @@ items, consumed or not (Eq. 3), which is FCF's privacy argument and its cost.
 Client (``fedsim.math.fcf.fcf_client``): p_u in closed form for the received Q (the ALS step,
 confidence ``1 + alpha y_ui``), then ``grad_i = (1 + alpha y_ui)(p_u . q_i - y_ui) p_u`` for all
 m items. Server: sums the gradients in node-id order and steps Q
-(``fcf_server_update``: Adam by default, as the FCF paper does, or plain gradient descent).
+(``fcf_server_update``: Adam by default, as the FCF paper does, or plain gradient descent). A
+round in which no gradient arrived (loss, dropout, deadline) leaves Q and Adam's state as they
+were; its ``missing`` record says ``skipped``.
 
 The server keeps Q (and Adam's state) in float64 and sends float32 (``wire_dtype``); clients
 compute in float64 and send float32. A client returns the p_u it solved in its last round, i.e.
@@ -100,6 +102,11 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
         got = await ctx.gather("gradients", senders=clients, round=r, timeout=cfg.deadline)
         if got.missing:
             missing.append({"round": r, "kind": "gradients", "clients": len(got.missing)})
+        if not got.messages:
+            # nothing to learn from: the regulariser alone would shrink Q (and advance Adam's
+            # step count) in a round nobody took part in; FedRec and FPL leave their model too
+            missing[-1]["skipped"] = True
+            continue
         G = np.zeros(Q.shape, dtype=np.float64)
         for msg in got:  # node-id order
             G += msg.payload["grad"]
