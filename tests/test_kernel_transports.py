@@ -484,3 +484,38 @@ def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked_on_asyncio():
     net.add_node("b", _sends_later)
     res = net.run(timeout=10)
     assert res.results == {"a": 7, "b": "sent"} and res.duration >= 0.3
+
+
+async def _waits_a_while(ctx):
+    msg = await ctx.receive("x", timeout=0.2)
+    return None if msg is None else msg.payload
+
+
+async def _sends_soon(ctx):
+    await ctx.sleep(0.05)
+    await ctx.send("a", "x", 5)
+    return "sent"
+
+
+def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(monkeypatch):
+    # Since Python 3.12 asyncio.wait_for raises TimeoutError when the awaited future completes in
+    # the loop pass its timeout fires in; the message, already taken from the mailbox into the
+    # future, was lost (the receive said "timed out"). This wait_for always loses that race.
+    real = asyncio.wait_for
+
+    async def late_wait_for(aw, timeout):
+        if timeout is None or not isinstance(aw, asyncio.Future):  # the run's own waits
+            return await real(aw, timeout)
+        task = asyncio.ensure_future(aw)
+        await asyncio.sleep(timeout)
+        if not task.done():
+            task.cancel()
+        raise asyncio.TimeoutError
+
+    monkeypatch.setattr(asyncio, "wait_for", late_wait_for)
+    net = AsyncioNetwork()
+    net.add_node("a", _waits_a_while)
+    net.add_node("b", _sends_soon)
+    res = net.run(timeout=10)
+    assert res.results == {"a": 5, "b": "sent"}
+    assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]

@@ -94,6 +94,10 @@ class AsyncioNetwork(Network):
         try:
             return await asyncio.wait_for(fut, timeout * self.time_scale)
         except asyncio.TimeoutError:
+            if fut.done() and not fut.cancelled():
+                # the message came in the loop pass the timeout fired in: since Python 3.12
+                # wait_for raises then, and the message, already out of the mailbox, would be lost
+                return fut.result()
             node.waiter = None
             return None
 
