@@ -47,3 +47,25 @@ def load_benchmark(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture
+def wait_for_losing_the_race(monkeypatch):
+    """Replace ``asyncio.wait_for`` (here and in processes forked from here) by one that, for a
+    future with a timeout, always raises ``TimeoutError`` after the timeout even when the future
+    completed meanwhile: the race Python 3.12's ``wait_for`` loses when the future completes in
+    the loop pass its timeout fires in. Other waits (coroutines, no timeout) are the real ones."""
+    import asyncio
+
+    real = asyncio.wait_for
+
+    async def late_wait_for(aw, timeout):
+        if timeout is None or not isinstance(aw, asyncio.Future):
+            return await real(aw, timeout)
+        task = asyncio.ensure_future(aw)
+        await asyncio.sleep(timeout)
+        if not task.done():
+            task.cancel()
+        raise asyncio.TimeoutError
+
+    monkeypatch.setattr(asyncio, "wait_for", late_wait_for)

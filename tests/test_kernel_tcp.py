@@ -778,25 +778,11 @@ async def _tcp_sends_soon(ctx):
     return "sent"
 
 
-def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(monkeypatch):
+def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_losing_the_race):
     # the same race as on AsyncioNetwork (test_kernel_transports): since Python 3.12 wait_for
     # raises TimeoutError when the future completes in the pass its timeout fires in, and the
     # message taken into the future was lost; this wait_for (inherited by the forked workers)
     # always loses that race
-    import asyncio
-
-    real = asyncio.wait_for
-
-    async def late_wait_for(aw, timeout):
-        if timeout is None or not isinstance(aw, asyncio.Future):  # the workers' own waits
-            return await real(aw, timeout)
-        task = asyncio.ensure_future(aw)
-        await asyncio.sleep(timeout)
-        if not task.done():
-            task.cancel()
-        raise asyncio.TimeoutError
-
-    monkeypatch.setattr(asyncio, "wait_for", late_wait_for)
     net = TcpNetwork(seed=SEED, processes=2)
     net.add_node("a", _tcp_waits_a_while)
     net.add_node("b", _tcp_sends_soon)

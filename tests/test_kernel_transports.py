@@ -497,22 +497,10 @@ async def _sends_soon(ctx):
     return "sent"
 
 
-def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(monkeypatch):
+def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_losing_the_race):
     # Since Python 3.12 asyncio.wait_for raises TimeoutError when the awaited future completes in
     # the loop pass its timeout fires in; the message, already taken from the mailbox into the
     # future, was lost (the receive said "timed out"). This wait_for always loses that race.
-    real = asyncio.wait_for
-
-    async def late_wait_for(aw, timeout):
-        if timeout is None or not isinstance(aw, asyncio.Future):  # the run's own waits
-            return await real(aw, timeout)
-        task = asyncio.ensure_future(aw)
-        await asyncio.sleep(timeout)
-        if not task.done():
-            task.cancel()
-        raise asyncio.TimeoutError
-
-    monkeypatch.setattr(asyncio, "wait_for", late_wait_for)
     net = AsyncioNetwork()
     net.add_node("a", _waits_a_while)
     net.add_node("b", _sends_soon)

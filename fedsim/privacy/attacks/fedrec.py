@@ -129,19 +129,26 @@ class ImpliedRatings(Attack):
         return votes.guesses()
 
 
+def _plane_basis(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row by row, an orthonormal basis (e1, e2) of the plane spanned by ``A[k]`` and ``B[k]``
+    (Gram-Schmidt; a zero vector gives a zero basis vector)."""
+    na = np.linalg.norm(A, axis=1)
+    na[na == 0] = 1.0
+    e1 = A / na[:, None]
+    e2 = B - (B * e1).sum(1)[:, None] * e1
+    n2 = np.linalg.norm(e2, axis=1)
+    n2[n2 == 0] = 1.0
+    e2 /= n2[:, None]
+    return e1, e2
+
+
 def _chain_links(W: np.ndarray, Vr: np.ndarray, ratio: float = 1e3):
     """For rows ``W`` (k x d, w_k = -err_k U^(k)) and the items' factors: each row's successor in
     the client's training order (or -1 at a chain end) and the coefficients (alpha, beta) of
     ``w_succ = alpha w_k + beta V_k``. A successor is accepted when its distance to the plane
     spanned by (w_k, V_k) is below ``ratio`` times the median of the accepted ones."""
     k = W.shape[0]
-    nW = np.linalg.norm(W, axis=1)
-    nW[nW == 0] = 1.0
-    e1 = W / nW[:, None]
-    e2 = Vr - (Vr * e1).sum(1)[:, None] * e1
-    n2 = np.linalg.norm(e2, axis=1)
-    n2[n2 == 0] = 1.0
-    e2 /= n2[:, None]
+    e1, e2 = _plane_basis(W, Vr)
     # [j, k]: the squared length of row j's projection on the plane of row k (1: in the plane);
     # 1 - that loses everything below 1e-16 to cancellation, so it only shortlists candidates
     Q = e1 @ e1.T
@@ -316,14 +323,7 @@ class SvdppODelta(Attack):
             Vr = np.asarray(model["V"][items], dtype=np.float64)
             Or = np.asarray(model["O"][items], dtype=np.float64)
             od = np.asarray(up["o_deltas"], dtype=np.float64)
-            # an orthonormal basis (e1, e2) of each item's plane span(V_j, O_j)
-            nv = np.linalg.norm(Vr, axis=1)
-            nv[nv == 0] = 1.0
-            e1 = Vr / nv[:, None]
-            e2 = Or - (Or * e1).sum(1)[:, None] * e1
-            n2 = np.linalg.norm(e2, axis=1)
-            n2[n2 == 0] = 1.0
-            e2 /= n2[:, None]
+            e1, e2 = _plane_basis(Vr, Or)  # each item's plane span(V_j, O_j)
             perp = od - (od * e1).sum(1)[:, None] * e1 - (od * e2).sum(1)[:, None] * e2
             scale = _EPS32 * (np.linalg.norm(Or, axis=1) + np.linalg.norm(od, axis=1))
             scale[scale == 0] = _EPS32
