@@ -69,3 +69,16 @@ def wait_for_losing_the_race(monkeypatch):
         raise asyncio.TimeoutError
 
     monkeypatch.setattr(asyncio, "wait_for", late_wait_for)
+
+
+async def receive_within(ctx, timeout: float = 0.3):
+    """An actor: the payload of the first ``x`` message within ``timeout`` seconds, or None."""
+    msg = await ctx.receive("x", timeout=timeout)
+    return None if msg is None else msg.payload
+
+
+async def send_x_to_a_soon(ctx):
+    """An actor: after 0.05 s sends ``x`` (payload 5) to node ``a``; returns "sent"."""
+    await ctx.sleep(0.05)
+    await ctx.send("a", "x", 5)
+    return "sent"

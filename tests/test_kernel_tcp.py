@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import receive_within, send_x_to_a_soon
 
 from fedsim.kernel import (
     ActorError, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork, TcpNetwork,
@@ -767,15 +768,6 @@ def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked():
     assert_no_orphans(net)
 
 
-async def _tcp_waits_a_while(ctx):
-    msg = await ctx.receive("x", timeout=0.3)
-    return None if msg is None else msg.payload
-
-
-async def _tcp_sends_soon(ctx):
-    await ctx.sleep(0.05)
-    await ctx.send("a", "x", 5)
-    return "sent"
 
 
 def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_losing_the_race):
@@ -784,8 +776,8 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_lo
     # message taken into the future was lost; this wait_for (inherited by the forked workers)
     # always loses that race
     net = TcpNetwork(seed=SEED, processes=2)
-    net.add_node("a", _tcp_waits_a_while)
-    net.add_node("b", _tcp_sends_soon)
+    net.add_node("a", receive_within)
+    net.add_node("b", send_x_to_a_soon)
     res = net.run()
     assert res.results == {"a": 5, "b": "sent"}
     assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]

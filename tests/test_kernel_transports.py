@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import receive_within, send_x_to_a_soon
 
 from fedsim.kernel import AsyncioNetwork, FedsimError, ForeignAwaitError, LinkSpec, NetworkConfigError, SimNetwork
 from fedsim.protocols import demo
@@ -486,15 +487,6 @@ def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked_on_asyncio():
     assert res.results == {"a": 7, "b": "sent"} and res.duration >= 0.3
 
 
-async def _waits_a_while(ctx):
-    msg = await ctx.receive("x", timeout=0.2)
-    return None if msg is None else msg.payload
-
-
-async def _sends_soon(ctx):
-    await ctx.sleep(0.05)
-    await ctx.send("a", "x", 5)
-    return "sent"
 
 
 def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_losing_the_race):
@@ -502,8 +494,8 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_lo
     # the loop pass its timeout fires in; the message, already taken from the mailbox into the
     # future, was lost (the receive said "timed out"). This wait_for always loses that race.
     net = AsyncioNetwork()
-    net.add_node("a", _waits_a_while)
-    net.add_node("b", _sends_soon)
+    net.add_node("a", receive_within)
+    net.add_node("b", send_x_to_a_soon)
     res = net.run(timeout=10)
     assert res.results == {"a": 5, "b": "sent"}
     assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]
