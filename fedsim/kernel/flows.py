@@ -119,7 +119,7 @@ class _Hub:
     operation, not a pass over the flows."""
 
     __slots__ = ("port", "C", "V", "t", "L", "capsum", "n_level", "by_phi", "by_cap", "capped", "version",
-                 "members")
+                 "members", "due")
 
     def __init__(self, port: int, C: float, now: float) -> None:
         self.port, self.C = port, C
@@ -131,6 +131,7 @@ class _Hub:
         self.capped: list = []  # (-cap, seq, version, flow) of capped flows
         self.version = 0
         self.members = 0
+        self.due = _INF  # when its end event (``_hub_due`` of this version) is scheduled
 
     def virtual(self, now: float) -> float:
         if self.n_level and now > self.t:
@@ -226,8 +227,24 @@ class FairShareLinkModel(LinkModel):
         if k is None or self._net is not net:
             return  # no flow has ever used its ports
         cut = self._at.get(2 * k, set()) | self._at.get(2 * k + 1, set())
+        now = net.now()
         for f in sorted(cut, key=lambda f: f.seq):
-            self._complete(f, "sender offline" if f.s == 2 * k else "receiver offline")
+            if f.s == 2 * k and self._ends_now(f, now):
+                # its last byte leaves at this very instant (its end event, queued after the
+                # dropout, has not run yet): sent, as under fifo and LinkModel's contract
+                # (a copy is cut only if its tx_end is after offline_at)
+                self._complete(f)
+            else:
+                self._complete(f, "sender offline" if f.s == 2 * k else "receiver offline")
+
+    def _ends_now(self, f: _Flow, now: float) -> bool:
+        """Whether ``f``'s end event is due at ``now``: for a fixed or capped flow, the time its
+        ``_due`` was scheduled for (``f.t + f.left / f.rate``, as the event queue added it); for a
+        level flow, its hub's end is due and would take it (``_hub_due``'s tolerance)."""
+        if f.mode == "level":
+            hub = f.hub
+            return hub.due <= now and f.phi - hub.virtual(now) <= hub.L * _EPS_TIME
+        return f.rate > 0.0 and f.t + f.left / f.rate <= now
 
     def _activate(self, tup: tuple) -> None:
         net = self._net
@@ -350,10 +367,13 @@ class FairShareLinkModel(LinkModel):
             if self._hubs.get(hub.port) is not hub:
                 continue  # dissolved since
             hub.version += 1
+            hub.due = _INF
             first = _top(hub.by_phi, "level", hub)
             if first is not None and hub.n_level:
                 hub.advance(now)
-                self._net.schedule(max(first[0] - hub.V, 0.0) / hub.L, self._hub_due, hub, hub.version)
+                delay = max(first[0] - hub.V, 0.0) / hub.L
+                hub.due = now + delay
+                self._net.schedule(delay, self._hub_due, hub, hub.version)
 
     def _hub_due(self, hub: _Hub, version: int) -> None:
         if version != hub.version or self._hubs.get(hub.port) is not hub:
