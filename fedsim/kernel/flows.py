@@ -28,7 +28,7 @@ with sharing (a flow in slow start uses less than its share; here it uses none, 
 
 Cost: a reallocation is a few NumPy passes over the active flows (no per-byte or per-packet
 work); the copies of a broadcast that start together are allocated once; flows that end at the
-same instant (within a nanosecond) end in one event. Deterministic: no clock, no random draws
+same instant (within a nanosecond; two ulps of the clock after 2**23 s) end in one event. Deterministic: no clock, no random draws
 but the kernel's seeded loss draw.
 """
 
@@ -49,6 +49,14 @@ __all__ = ["FairShareLinkModel", "tcp_startup_delay"]
 
 _INF = math.inf
 _EPS_TIME = 1e-9  # flows due to end within this many seconds of each other end together
+
+
+def _end_tolerance(now: float) -> float:
+    """Seconds within which a hub's flows due to end end together at ``now``: a nanosecond, or
+    two ulps of the clock once those are longer (after 2**23 s). A sliver left by rounding must
+    be due at a later instant than ``now``, or its rescheduled end finds the clock where it was,
+    for ever (a run sharing a port after about 2e7 s never returned)."""
+    return max(_EPS_TIME, 2.0 * math.ulp(now))
 
 
 def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 1448, initial_window: int = 10,
@@ -243,7 +251,7 @@ class FairShareLinkModel(LinkModel):
         level flow, its hub's end is due and would take it (``_hub_due``'s tolerance)."""
         if f.mode == "level":
             hub = f.hub
-            return hub.due <= now and f.phi - hub.virtual(now) <= hub.L * _EPS_TIME
+            return hub.due <= now and f.phi - hub.virtual(now) <= hub.L * _end_tolerance(now)
         return f.rate > 0.0 and f.t + f.left / f.rate <= now
 
     def _activate(self, tup: tuple) -> None:
@@ -380,7 +388,7 @@ class FairShareLinkModel(LinkModel):
             return
         now = self._net.now()
         hub.advance(now)
-        tol = hub.L * _EPS_TIME  # bytes a level flow moves in a nanosecond
+        tol = hub.L * _end_tolerance(now)  # bytes a level flow moves in that time
         done = []
         while True:
             e = _top(hub.by_phi, "level", hub)
