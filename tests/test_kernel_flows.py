@@ -4,6 +4,7 @@ freed at the right instant, pipelined delivery, TCP start-up, conservation and d
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -381,3 +382,24 @@ def test_flows_sharing_a_port_late_in_a_very_long_run_end_instead_of_livelocking
     for c, t in zip(("c0", "c1", "c2"), (t1, t2, t3)):
         assert r[c]["status"] == "delivered" and r[c]["tx_start"] == t0
         assert abs(r[c]["tx_end"] - t) <= 4 * ulp
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mss": 0}, "mss must be a whole number of bytes >= 1, got 0"),
+    ({"mss": -1448}, "mss must be a whole number of bytes >= 1, got -1448"),
+    ({"initial_window": 0}, "initial_window must be a whole number of segments >= 1, got 0"),
+    ({"header_bytes": -1448}, "header_bytes must be a whole number of bytes >= 0, got -1448"),
+    ({"header_bytes": -1}, "header_bytes must be a whole number of bytes >= 0, got -1"),
+    ({"mss": 1448.5}, "mss must be a whole number of bytes >= 1, got 1448.5"),
+])
+def test_tcp_parameters_out_of_range_are_refused_naming_them(kwargs, match):
+    # before: initial_window=0 (or mss=0) made every message's start-up a window that never
+    # grows, tcp_startup_delay looped for ever; header_bytes=-mss divided by zero unnamed; a
+    # fractional mss was truncated
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match=re.escape(match)):
+        FairShareLinkModel(tcp=True, **kwargs)
+    if "header_bytes" not in kwargs and min(kwargs.values()) < 1:  # a window that cannot grow
+        with pytest.raises(ValueError, match=re.escape(match)):
+            tcp_startup_delay(100_000, 1e6, 0.1, **kwargs)

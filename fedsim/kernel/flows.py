@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .envelope import Envelope
+from .errors import NetworkConfigError
 from .ledger import RX_START, TX_END, TX_START
 from .node import Node
 from .linkmodel import LinkModel
@@ -49,6 +50,15 @@ __all__ = ["FairShareLinkModel", "tcp_startup_delay"]
 
 _INF = math.inf
 _EPS_TIME = 1e-9  # flows due to end within this many seconds of each other end together
+
+
+def _whole_at_least(name: str, value: object, lo: int, unit: str) -> int:
+    """``value`` as an int if it is a whole number >= ``lo``; else ``NetworkConfigError`` naming
+    ``name`` (a window that never grows made the start-up loop run for ever)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(value) and float(value).is_integer() and value >= lo):
+        raise NetworkConfigError(f"{name} must be a whole number of {unit} >= {lo}, got {value!r}")
+    return int(value)
 
 
 def _end_tolerance(now: float) -> float:
@@ -71,6 +81,9 @@ def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 14
     leaves the sender when the data before it has been sent, so a transfer that ends within a
     window-limited round pays that round's transmission, not its round trip.
     """
+    if mss < 1 or initial_window < 1:  # the window would never grow: refused, not looped on
+        _whole_at_least("mss", mss, 1, "bytes")
+        _whole_at_least("initial_window", initial_window, 1, "segments")
     if size <= 0 or rtt <= 0:
         return 0.0
     extra = rtt if handshake else 0.0
@@ -182,12 +195,13 @@ class FairShareLinkModel(LinkModel):
     def __init__(self, *, tcp: bool = False, mss: int = 1448, initial_window: int = 10,
                  handshake: bool = True, header_bytes: int | None = None) -> None:
         self.tcp = bool(tcp)
-        self.mss = int(mss)
-        self.initial_window = int(initial_window)
+        self.mss = _whole_at_least("mss", mss, 1, "bytes")
+        self.initial_window = _whole_at_least("initial_window", initial_window, 1, "segments")
         self.handshake = bool(handshake)
         # with TCP, each segment of mss payload bytes carries IPv4 and TCP headers (20 + 32 with
         # timestamps): a port of rate R moves R x mss / (mss + headers) payload bytes per second
-        self.header_bytes = (52 if tcp else 0) if header_bytes is None else int(header_bytes)
+        self.header_bytes = ((52 if tcp else 0) if header_bytes is None
+                             else _whole_at_least("header_bytes", header_bytes, 0, "bytes"))
         self.efficiency = self.mss / (self.mss + self.header_bytes)
         if tcp:
             self.name = "tcp"
