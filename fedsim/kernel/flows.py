@@ -80,6 +80,9 @@ def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 14
     trip); once the window reaches ``capacity x rtt`` the rest flows at full rate. The last byte
     leaves the sender when the data before it has been sent, so a transfer that ends within a
     window-limited round pays that round's transmission, not its round trip.
+
+    Raises ``NetworkConfigError`` (a ``ValueError``) for an ``mss`` or ``initial_window`` below 1
+    (a window that could never grow).
     """
     if mss < 1 or initial_window < 1:  # the window would never grow: refused, not looped on
         _whole_at_least("mss", mss, 1, "bytes")
