@@ -195,3 +195,43 @@ def test_link_loss_keeps_its_note_when_the_sender_is_cut_too(model):
     net.run()
     a = _rows(net)[("A", "C")]
     assert a["status"] == "lost" and a["note"] == "link loss"
+
+
+def _exact_end_run(model, case, offline_at=None):
+    """``case``: the copy A -> C alone (its rate fixed), in a hub sharing C's port equally with
+    B's copy (level), or in a hub held below the level by A's own uplink (capped)."""
+    net = SimNetwork(seed=0, link_model=model)
+    a_up = {"alone": 2 * MB, "level": 4 * MB, "capped": MB}[case]
+    net.add_node("A", _sender([(0.0, "C", MB)]), link=LinkSpec(uplink=a_up, latency=0.01), offline_at=offline_at)
+    k = 1
+    if case != "alone":
+        # capped: B's 20 MB at 9 MB/s outlast A's 1 MB at 1 MB/s, so A's copy ends still capped
+        net.add_node("B", _sender([(0.0, "C", 20 * MB if case == "capped" else MB)]), link=LinkSpec(latency=0.01))
+        k = 2
+    net.add_node("C", _receiver(k, timeout=60.0), link=LinkSpec(downlink=(10 if case == "capped" else 2) * MB))
+    net.run()
+    return net
+
+
+@pytest.mark.parametrize("case", ["alone", "level", "capped"])
+@pytest.mark.parametrize("model", ["fifo", "fair", "tcp"])
+def test_a_copy_whose_last_byte_leaves_at_the_senders_dropout_instant_is_delivered(model, case):
+    # LinkModel's contract and fifo: a copy is cut only if its sender had not finished it by
+    # offline_at (tx_end > offline_at). Under fair and tcp, the dropout event ran before the
+    # flow's own end event at that instant and cut it ("sender offline", arrival NaN).
+    clean = _rows(_exact_end_run(model, case))
+    a = clean[("A", "C")]
+    assert a["status"] == "delivered"
+    if model == "fifo" or case == "alone":  # one port's rate (tcp: less its headers)
+        rate = {"alone": 2 * MB, "level": 4 * MB, "capped": MB}[case] * (1448 / 1500 if model == "tcp" else 1)
+        assert a["tx_end"] - a["tx_start"] == pytest.approx(a["bytes"] / rate, rel=1e-12)
+    cut = _rows(_exact_end_run(model, case, offline_at=a["tx_end"]))
+    got = cut[("A", "C")]
+    assert (got["status"], got["note"]) == ("delivered", "")
+    assert (got["tx_start"], got["tx_end"], got["arrival_time"]) == (a["tx_start"], a["tx_end"], a["arrival_time"])
+    if case != "alone":
+        assert cut[("B", "C")]["arrival_time"] == clean[("B", "C")]["arrival_time"]
+    # one ulp earlier, the last byte has not left: cut there, on every model
+    early = _rows(_exact_end_run(model, case, offline_at=float(np.nextafter(a["tx_end"], 0.0))))[("A", "C")]
+    assert (early["status"], early["note"]) == ("lost", "sender offline")
+    assert early["tx_end"] == np.nextafter(a["tx_end"], 0.0)

@@ -4,6 +4,7 @@ freed at the right instant, pipelined delivery, TCP start-up, conservation and d
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -337,3 +338,68 @@ def test_the_link_model_equals_a_plain_fluid_simulation(seed):
     ref = _reference_completions([flows[i] for i in finite], caps)
     got = [rows[i]["tx_end"] for i in finite]
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_flows_sharing_a_port_late_in_a_very_long_run_end_instead_of_livelocking():
+    # three uploads share S's 1 MB/s downlink from t0 = 2e7 s (about 231 days), where one ulp
+    # of the clock (3.7 ns) exceeds the hub's 1 ns end tolerance. Before: the hub's end found
+    # its first flow a rounding sliver short, rescheduled it after a delay that left the clock
+    # where it was, and did so for ever (the run never returned).
+    t0 = 2e7
+    model = FairShareLinkModel()
+    flushes = [0]
+    orig = model._flush
+
+    def counting():
+        flushes[0] += 1
+        assert flushes[0] < 1000, f"livelock at t = {model._net.now()!r}"
+        orig()
+
+    model._flush = counting
+    net = SimNetwork(seed=0, link_model=model)
+
+    def sender(n):
+        async def actor(ctx):
+            await ctx.sleep(t0)
+            await ctx.send("S", "m", blob(n))
+        return actor
+
+    async def server(ctx):
+        for _ in range(3):
+            await ctx.receive("m")
+
+    for i, n in enumerate((1000, 2000, 3000)):
+        net.add_node(f"c{i}", sender(n))
+    net.add_node("S", server, link=LinkSpec(downlink=MB))
+    net.run()
+    r = {row["src"]: row for row in net.ledger.records()}
+    s1, s2, s3 = (r[c]["bytes"] for c in ("c0", "c1", "c2"))
+    # MB/3 each until the smallest is done, MB/2 each for the next, then the whole port
+    t1 = t0 + 3 * s1 / MB
+    t2 = t1 + 2 * (s2 - s1) / MB
+    t3 = t2 + (s3 - s2) / MB
+    ulp = math.ulp(t0)
+    for c, t in zip(("c0", "c1", "c2"), (t1, t2, t3)):
+        assert r[c]["status"] == "delivered" and r[c]["tx_start"] == t0
+        assert abs(r[c]["tx_end"] - t) <= 4 * ulp
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mss": 0}, "mss must be a whole number of bytes >= 1, got 0"),
+    ({"mss": -1448}, "mss must be a whole number of bytes >= 1, got -1448"),
+    ({"initial_window": 0}, "initial_window must be a whole number of segments >= 1, got 0"),
+    ({"header_bytes": -1448}, "header_bytes must be a whole number of bytes >= 0, got -1448"),
+    ({"header_bytes": -1}, "header_bytes must be a whole number of bytes >= 0, got -1"),
+    ({"mss": 1448.5}, "mss must be a whole number of bytes >= 1, got 1448.5"),
+])
+def test_tcp_parameters_out_of_range_are_refused_naming_them(kwargs, match):
+    # before: initial_window=0 (or mss=0) made every message's start-up a window that never
+    # grows, tcp_startup_delay looped for ever; header_bytes=-mss divided by zero unnamed; a
+    # fractional mss was truncated
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match=re.escape(match)):
+        FairShareLinkModel(tcp=True, **kwargs)
+    if "header_bytes" not in kwargs and min(kwargs.values()) < 1:  # a window that cannot grow
+        with pytest.raises(ValueError, match=re.escape(match)):
+            tcp_startup_delay(100_000, 1e6, 0.1, **kwargs)

@@ -28,7 +28,7 @@ with sharing (a flow in slow start uses less than its share; here it uses none, 
 
 Cost: a reallocation is a few NumPy passes over the active flows (no per-byte or per-packet
 work); the copies of a broadcast that start together are allocated once; flows that end at the
-same instant (within a nanosecond) end in one event. Deterministic: no clock, no random draws
+same instant (within a nanosecond; two ulps of the clock after 2**23 s) end in one event. Deterministic: no clock, no random draws
 but the kernel's seeded loss draw.
 """
 
@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .envelope import Envelope
+from .errors import NetworkConfigError
 from .ledger import RX_START, TX_END, TX_START
 from .node import Node
 from .linkmodel import LinkModel
@@ -49,6 +50,23 @@ __all__ = ["FairShareLinkModel", "tcp_startup_delay"]
 
 _INF = math.inf
 _EPS_TIME = 1e-9  # flows due to end within this many seconds of each other end together
+
+
+def _whole_at_least(name: str, value: object, lo: int, unit: str) -> int:
+    """``value`` as an int if it is a whole number >= ``lo``; else ``NetworkConfigError`` naming
+    ``name`` (a window that never grows made the start-up loop run for ever)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(value) and float(value).is_integer() and value >= lo):
+        raise NetworkConfigError(f"{name} must be a whole number of {unit} >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _end_tolerance(now: float) -> float:
+    """Seconds within which a hub's flows due to end end together at ``now``: a nanosecond, or
+    two ulps of the clock once those are longer (after 2**23 s). A sliver left by rounding must
+    be due at a later instant than ``now``, or its rescheduled end finds the clock where it was,
+    for ever (a run sharing a port after about 2e7 s never returned)."""
+    return max(_EPS_TIME, 2.0 * math.ulp(now))
 
 
 def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 1448, initial_window: int = 10,
@@ -62,7 +80,13 @@ def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 14
     trip); once the window reaches ``capacity x rtt`` the rest flows at full rate. The last byte
     leaves the sender when the data before it has been sent, so a transfer that ends within a
     window-limited round pays that round's transmission, not its round trip.
+
+    Raises ``NetworkConfigError`` (a ``ValueError``) for an ``mss`` or ``initial_window`` below 1
+    (a window that could never grow).
     """
+    if mss < 1 or initial_window < 1:  # the window would never grow: refused, not looped on
+        _whole_at_least("mss", mss, 1, "bytes")
+        _whole_at_least("initial_window", initial_window, 1, "segments")
     if size <= 0 or rtt <= 0:
         return 0.0
     extra = rtt if handshake else 0.0
@@ -119,7 +143,7 @@ class _Hub:
     operation, not a pass over the flows."""
 
     __slots__ = ("port", "C", "V", "t", "L", "capsum", "n_level", "by_phi", "by_cap", "capped", "version",
-                 "members")
+                 "members", "due")
 
     def __init__(self, port: int, C: float, now: float) -> None:
         self.port, self.C = port, C
@@ -131,6 +155,7 @@ class _Hub:
         self.capped: list = []  # (-cap, seq, version, flow) of capped flows
         self.version = 0
         self.members = 0
+        self.due = _INF  # when its end event (``_hub_due`` of this version) is scheduled
 
     def virtual(self, now: float) -> float:
         if self.n_level and now > self.t:
@@ -173,12 +198,13 @@ class FairShareLinkModel(LinkModel):
     def __init__(self, *, tcp: bool = False, mss: int = 1448, initial_window: int = 10,
                  handshake: bool = True, header_bytes: int | None = None) -> None:
         self.tcp = bool(tcp)
-        self.mss = int(mss)
-        self.initial_window = int(initial_window)
+        self.mss = _whole_at_least("mss", mss, 1, "bytes")
+        self.initial_window = _whole_at_least("initial_window", initial_window, 1, "segments")
         self.handshake = bool(handshake)
         # with TCP, each segment of mss payload bytes carries IPv4 and TCP headers (20 + 32 with
         # timestamps): a port of rate R moves R x mss / (mss + headers) payload bytes per second
-        self.header_bytes = (52 if tcp else 0) if header_bytes is None else int(header_bytes)
+        self.header_bytes = ((52 if tcp else 0) if header_bytes is None
+                             else _whole_at_least("header_bytes", header_bytes, 0, "bytes"))
         self.efficiency = self.mss / (self.mss + self.header_bytes)
         if tcp:
             self.name = "tcp"
@@ -226,8 +252,24 @@ class FairShareLinkModel(LinkModel):
         if k is None or self._net is not net:
             return  # no flow has ever used its ports
         cut = self._at.get(2 * k, set()) | self._at.get(2 * k + 1, set())
+        now = net.now()
         for f in sorted(cut, key=lambda f: f.seq):
-            self._complete(f, "sender offline" if f.s == 2 * k else "receiver offline")
+            if f.s == 2 * k and self._ends_now(f, now):
+                # its last byte leaves at this very instant (its end event, queued after the
+                # dropout, has not run yet): sent, as under fifo and LinkModel's contract
+                # (a copy is cut only if its tx_end is after offline_at)
+                self._complete(f)
+            else:
+                self._complete(f, "sender offline" if f.s == 2 * k else "receiver offline")
+
+    def _ends_now(self, f: _Flow, now: float) -> bool:
+        """Whether ``f``'s end event is due at ``now``: for a fixed or capped flow, the time its
+        ``_due`` was scheduled for (``f.t + f.left / f.rate``, as the event queue added it); for a
+        level flow, its hub's end is due and would take it (``_hub_due``'s tolerance)."""
+        if f.mode == "level":
+            hub = f.hub
+            return hub.due <= now and f.phi - hub.virtual(now) <= hub.L * _end_tolerance(now)
+        return f.rate > 0.0 and f.t + f.left / f.rate <= now
 
     def _activate(self, tup: tuple) -> None:
         net = self._net
@@ -350,17 +392,20 @@ class FairShareLinkModel(LinkModel):
             if self._hubs.get(hub.port) is not hub:
                 continue  # dissolved since
             hub.version += 1
+            hub.due = _INF
             first = _top(hub.by_phi, "level", hub)
             if first is not None and hub.n_level:
                 hub.advance(now)
-                self._net.schedule(max(first[0] - hub.V, 0.0) / hub.L, self._hub_due, hub, hub.version)
+                delay = max(first[0] - hub.V, 0.0) / hub.L
+                hub.due = now + delay
+                self._net.schedule(delay, self._hub_due, hub, hub.version)
 
     def _hub_due(self, hub: _Hub, version: int) -> None:
         if version != hub.version or self._hubs.get(hub.port) is not hub:
             return
         now = self._net.now()
         hub.advance(now)
-        tol = hub.L * _EPS_TIME  # bytes a level flow moves in a nanosecond
+        tol = hub.L * _end_tolerance(now)  # bytes a level flow moves in that time
         done = []
         while True:
             e = _top(hub.by_phi, "level", hub)
