@@ -371,6 +371,17 @@ def test_bad_network_settings_are_named():
         net.add_node("a b", _noop)
 
 
+@pytest.mark.parametrize("name", ["loss:a", "link:a", "dropout:a"])
+def test_a_node_named_like_a_kernel_stream_is_refused(name):
+    # node "loss:a" got as its ctx.rng the generator node_rng(seed, "loss:a") that draws a's
+    # losses (seed 7: both began 0.2979, 0.6496, 0.9477)
+    net = SimNetwork(seed=7)
+    net.add_node("a", _noop)
+    with pytest.raises(NetworkConfigError, match=f"node id '{name}' begins like one of the kernel's random streams"):
+        net.add_node(name, _noop)
+    net.add_node("a:loss", _noop)  # ':' elsewhere is fine
+
+
 @pytest.mark.parametrize("make, match", [
     # int() truncated a fractional seed to another run's seed, and failed on NaN naming nothing
     (lambda: SimNetwork(seed=math.nan), "seed must be a non-negative integer, got nan"),

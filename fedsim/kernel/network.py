@@ -69,6 +69,7 @@ def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
 
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
+_KERNEL_STREAMS = ("link:", "dropout:", "loss:")  # node_rng names the kernel draws from
 
 
 def _whole(value: Any) -> int | None:
@@ -223,7 +224,9 @@ class Network:
 
         Link, speed and loss default to the network profile's spec for ``role`` (with its
         seeded per-node spread); pass them to override. Raises ``NetworkConfigError`` for a
-        duplicate or malformed id, invalid spec values, or a network that has already run.
+        duplicate or malformed id (also one beginning with ``link:``, ``dropout:`` or ``loss:``,
+        the names of the kernel's own random streams), invalid spec values, or a network that has
+        already run.
         """
         node_id = str(node_id)
         if self.ran:
@@ -232,6 +235,11 @@ class Network:
             raise NetworkConfigError(f"duplicate node id {node_id!r}")
         if not _NODE_ID.match(node_id):
             raise NetworkConfigError(f"node id {node_id!r} may only use letters, digits and _ . : / -")
+        if node_id.startswith(_KERNEL_STREAMS):
+            # the kernel derives its own generators from (seed, "link:" + id) and the like: a node
+            # named "loss:c1" would draw, as its ctx.rng, the very numbers that decide c1's losses
+            raise NetworkConfigError(f"node id {node_id!r} begins like one of the kernel's random streams "
+                                     f"({', '.join(_KERNEL_STREAMS)}): choose another name")
         if not callable(actor):
             raise NetworkConfigError(f"actor of node {node_id!r} is not callable: {actor!r}")
         base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
