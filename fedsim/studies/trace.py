@@ -125,15 +125,19 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         net = TracingNetwork(seed=seed, profile=profile)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
-    spec.build(net, data, cfg)
+    # a protocol refusing its input, when it builds its nodes (FPL with one client: its positives
+    # are the whole catalogue, no negative to sample) or in an actor, is a bad --clients / --set,
+    # said in one line like the checks above
+    refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
+    try:
+        spec.build(net, data, cfg)
+    except ValueError as exc:
+        raise UsageError(f"{refused}: {exc}") from None
     try:
         net.run()
     except ActorError as exc:
-        # an actor refusing its input (FPL with one client: its positives are the whole catalogue,
-        # no negative to sample) is a bad --clients / --set, said in one line like the checks above
         if isinstance(exc.__cause__, ValueError):
-            raise UsageError(f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}: "
-                             f"{exc}") from None
+            raise UsageError(f"{refused}: {exc}") from None
         raise
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
