@@ -26,6 +26,7 @@ from typing import Any
 
 import html as _html
 import json
+import re
 
 import numpy as np
 
@@ -594,11 +595,14 @@ def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
     nothing fetched, so the file works offline and can be mailed around."""
     data = trace_data(net)
     total = sum(m["bytes"] for m in data["messages"])
-    blob = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the data block
-    page = _PAGE
-    for key, value in (("__TITLE__", _html.escape(title)), ("__SUMMARY__", _html.escape(summary)),
-                       ("__COUNT__", str(len(data["messages"]))), ("__BYTES__", _human_size(total)),
-                       ("__SEQUENCE__", _sequence_svg(data)), ("__TIMELINE__", _timeline_html_svg(data)),
-                       ("__DATA__", blob)):
-        page = page.replace(key, value)
-    return page
+    # no "<" at all inside the data block: "</script>" would end it, and "<!--<script>" (a kind, a
+    # role, a payload's text) would make the HTML parser run the data block into the page's script,
+    # which then never runs. Inside JSON strings (the only place these characters can be) \u003c
+    # reads back as the same text.
+    blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    values = {"__TITLE__": _html.escape(title), "__SUMMARY__": _html.escape(summary),
+              "__COUNT__": str(len(data["messages"])), "__BYTES__": _human_size(total),
+              "__SEQUENCE__": _sequence_svg(data), "__TIMELINE__": _timeline_html_svg(data), "__DATA__": blob}
+    # one pass over the template: a placeholder's text inside another's value (a kind named
+    # "__DATA__" in the sequence diagram) stays as it is
+    return re.sub("|".join(values), lambda m: values[m.group(0)], _PAGE)
