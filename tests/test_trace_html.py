@@ -243,3 +243,27 @@ def test_names_with_html_and_template_text_stay_text(tmp_path):
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_timeline_svg_is_well_formed_with_any_role():
+    # the lane labels of timeline.svg were written unescaped: a role 'cli<ent&' made the file
+    # invalid XML (no viewer shows it)
+    from xml.etree import ElementTree
+
+    from fedsim.studies.trace import TracingNetwork, timeline_svg
+
+    async def sender(ctx):
+        await ctx.send("b-1", "m", {"n": 1})
+
+    async def receiver(ctx):
+        await ctx.receive("m")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a:0", sender, role="cli<ent&")
+    net.add_node("b-1", receiver, role="server")
+    net.run()
+    svg = ElementTree.fromstring(timeline_svg(net))
+    texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert texts[1:3] == ["b-1 (server)", "a:0 (cli<ent&)"]
+    (row,) = net.ledger.records()
+    assert texts[0] == f"simulated time, 0 to {row['arrival_time'] * 1000:.3f} ms"

@@ -273,7 +273,8 @@ def timeline_svg(net: SimNetwork) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="16">simulated time, 0 to {t_end * 1000:.3f} ms</text>']
     for n in lanes:
-        out.append(f'<text x="5" y="{y[n] + 18}">{n} ({net.ledger.roles.get(n, "")})</text>')
+        label = _html.escape(f"{n} ({net.ledger.roles.get(n, '')})")  # a role is any text
+        out.append(f'<text x="5" y="{y[n] + 18}">{label}</text>')
         out.append(f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 20}" y2="{y[n] + 26}" stroke="#ddd"/>')
     for lane, s, e, kind in spans:
         w = max(x(e) - x(s), 0.8)
