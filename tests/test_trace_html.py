@@ -267,3 +267,26 @@ def test_timeline_svg_is_well_formed_with_any_role():
     assert texts[1:3] == ["b-1 (server)", "a:0 (cli<ent&)"]
     (row,) = net.ledger.records()
     assert texts[0] == f"simulated time, 0 to {row['arrival_time'] * 1000:.3f} ms"
+
+
+def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
+    # a role 'x;y' ended the participant statement at ';' (Mermaid's separator) and a kind with a
+    # line break split the arrow's statement over two lines, the second no statement at all
+    from fedsim.studies.trace import TracingNetwork, mermaid
+
+    async def sender(ctx):
+        await ctx.send("b", "two\nlines", {"n": 1})
+
+    async def receiver(ctx):
+        await ctx.receive("two\nlines")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a", sender, role="x;y#1")
+    net.add_node("b", receiver, role="server")
+    net.run()
+    (row,) = net.ledger.records()
+    lines = mermaid(net).splitlines()
+    assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x,yno.1)",
+                     "    Note over N0: round 0",
+                     f"    N1->>N0: two lines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
+                     f"{row['arrival_time'] * 1000:.3f} ms"]

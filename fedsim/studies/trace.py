@@ -185,7 +185,8 @@ def mermaid(net: SimNetwork) -> str:
     roles = net.ledger.roles
     lines = ["sequenceDiagram"]
     for n in names:
-        lines.append(f"    participant {alias[n]} as {n} ({roles.get(n, '?')})")
+        label = _mermaid_label(f"{n} ({roles.get(n, '?')})")
+        lines.append(f"    participant {alias[n]} as {label}")
     last_round = None
     for r in net.ledger.records():
         if r["round"] != last_round:
@@ -215,7 +216,13 @@ def mermaid(net: SimNetwork) -> str:
 
 def _mermaid_text(s: str) -> str:
     # characters with meaning in Mermaid message text
-    return s.replace(";", ",").replace("#", "no.").replace(":", " ")
+    return _mermaid_label(s).replace(":", " ")
+
+
+def _mermaid_label(s: str) -> str:
+    # what ends a Mermaid statement (a line end, ';') or starts an entity code ('#'), in any text
+    # of the diagram: a role or kind is any str
+    return " ".join(s.splitlines()).replace(";", ",").replace("#", "no.")
 
 
 def step_log(net: SimNetwork) -> str:
