@@ -400,3 +400,21 @@ def test_a_scenario_script_refuses_a_parameter_given_as_option_and_as_set(tmp_pa
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--iterations and --set iterations: the same parameter given twice" in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_report_tables_keep_one_cell_per_value_whatever_the_text(tmp_path):
+    # a '|' in a cell (a plugin's message kind 'ask|reply') split it in two and shifted the row
+    # under the wrong headers; a line break ended the row. Cells are escaped Markdown now.
+    from fedsim.experiment.report import Table, write_report
+
+    rows = [{"kind": "ask|reply", "messages": 3, "bytes": 1500}, {"kind": "two\nlines", "messages": 1, "bytes": 20}]
+    results = {"scenario": "s", "data": "tiny", "seed": 0, "profile": "ideal", "wall_time_s": 1.0,
+               "simulated_time_s": 0.5, "config": {}, "plots": [], "ledger_totals": {}}
+    write_report(tmp_path, results, [Table("kinds", rows, ["kind", "messages", "bytes"], "Kinds")], [])
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    start = lines.index("| kind | messages | bytes |")
+    table = lines[start:start + 4]
+    cells = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in table]
+    assert cells == [["kind", "messages", "bytes"], ["---", "---", "---"], ["ask|reply", "3", "1.5 KB"],
+                     ["two lines", "1", "20 B"]]
+    assert lines[start + 4] == ""

@@ -189,3 +189,104 @@ def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     assert "still in flight when the run ended" in diagram and "nan" not in diagram and "LOST" not in diagram
     page = trace_html(net)
     assert "in flight at the end" in page and "LOST" not in page.split("<script")[0]
+
+
+def test_names_with_html_and_template_text_stay_text(tmp_path):
+    # a kind "k<!--<script>" in the JSON data block made the HTML parser run that block on into
+    # the page's own script, which never ran (the page showed nothing, the buttons did nothing);
+    # a kind "__DATA__" was replaced by the whole JSON blob in the sequence diagram
+    from fedsim.kernel import LinkSpec
+    from fedsim.studies.trace import TracingNetwork, trace_html
+
+    async def sender(ctx):
+        await ctx.send("b-1", "k<!--<script>", {"text": "</script><b>x</b>", "n": 1})
+        await ctx.send("b-1", "__DATA__", {"n": 2})
+
+    async def receiver(ctx):
+        await ctx.receive("k<!--<script>")
+        await ctx.receive("__DATA__")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a:0", sender, role='cli<ent&"', link=LinkSpec(latency=0.001))
+    net.add_node("b-1", receiver, role="server")
+    net.run()
+    rows = list(net.ledger.records())
+    assert [r["kind"] for r in rows] == ["k<!--<script>", "__DATA__"]
+    html = trace_html(net, title="t<i>", summary="s&")
+    block = re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', html, re.S).group(1)
+    assert "<" not in block and ">" not in block
+    data = page_data(html)
+    assert [m["kind"] for m in data["messages"]] == ["k<!--<script>", "__DATA__"]
+    assert data["nodes"] == [{"id": "b-1", "role": "server"}, {"id": "a:0", "role": 'cli<ent&"'}]
+    assert {"name": "text", "value": repr("</script><b>x</b>")} in data["messages"][0]["payload"]
+    # the sequence diagram's labels: the kinds as text, sizes from the ledger
+    labels = re.findall(r'fill="#222">([^<]*)</text>', html)
+    assert labels == [f"k&lt;!--&lt;script&gt; · {rows[0]['bytes']} B", f"__DATA__ · {rows[1]['bytes']} B"]
+    assert html.count("<title>fedsim trace: t&lt;i&gt;</title>") == 1 and "s&amp; · 2 messages" in html
+    (tmp_path / "odd.html").write_text(html, encoding="utf-8")
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get((tmp_path / "odd.html").resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == "before the first message (2 messages)"
+        driver.find_element(By.ID, "next").click()
+        assert step.text == "message 1 of 2"
+        assert driver.find_element(By.ID, "kind").text == "k<!--<script>"
+        assert driver.find_element(By.ID, "sender").text == 'a:0 (cli<ent&")'
+        cells = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                 for tr in driver.find_elements(By.CSS_SELECTOR, "#payload tr")[1:]]
+        assert cells == [["text", "", repr("</script><b>x</b>")], ["n", "", "1"]]
+        driver.find_element(By.ID, "next").click()
+        assert driver.find_element(By.ID, "kind").text == "__DATA__"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_timeline_svg_is_well_formed_with_any_role():
+    # the lane labels of timeline.svg were written unescaped: a role 'cli<ent&' made the file
+    # invalid XML (no viewer shows it)
+    from xml.etree import ElementTree
+
+    from fedsim.studies.trace import TracingNetwork, timeline_svg
+
+    async def sender(ctx):
+        await ctx.send("b-1", "m", {"n": 1})
+
+    async def receiver(ctx):
+        await ctx.receive("m")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a:0", sender, role="cli<ent&")
+    net.add_node("b-1", receiver, role="server")
+    net.run()
+    svg = ElementTree.fromstring(timeline_svg(net))
+    texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert texts[1:3] == ["b-1 (server)", "a:0 (cli<ent&)"]
+    (row,) = net.ledger.records()
+    assert texts[0] == f"simulated time, 0 to {row['arrival_time'] * 1000:.3f} ms"
+
+
+def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
+    # a role 'x;y' ended the participant statement at ';' (Mermaid's separator) and a kind with a
+    # line break split the arrow's statement over two lines, the second no statement at all
+    from fedsim.studies.trace import TracingNetwork, mermaid
+
+    async def sender(ctx):
+        await ctx.send("b", "two\nlines", {"n": 1})
+
+    async def receiver(ctx):
+        await ctx.receive("two\nlines")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a", sender, role="x;y#1")
+    net.add_node("b", receiver, role="server")
+    net.run()
+    (row,) = net.ledger.records()
+    lines = mermaid(net).splitlines()
+    assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x,yno.1)",
+                     "    Note over N0: round 0",
+                     f"    N1->>N0: two lines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
+                     f"{row['arrival_time'] * 1000:.3f} ms"]

@@ -96,8 +96,11 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
     units = [_unit_of(c) for c in cols]
     body = [[cell(r.get(c, ""), u) for c, u in zip(cols, units)] for r in rows]
     if markdown:
-        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-        lines += ["| " + " | ".join(b) + " |" for b in body]
+        def md(text: Any) -> str:  # a '|' or a line break in a cell would end it or the row
+            return " ".join(str(text).splitlines()).replace("|", "\\|")
+
+        lines = ["| " + " | ".join(md(c) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(md(v) for v in b) + " |" for b in body]
         return "\n".join(lines)
     widths = [max([len(c)] + [len(b[i]) for b in body]) for i, c in enumerate(cols)]
     lines = ["  ".join(c.rjust(w) for c, w in zip(cols, widths))]

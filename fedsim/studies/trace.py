@@ -26,6 +26,7 @@ from typing import Any
 
 import html as _html
 import json
+import re
 
 import numpy as np
 
@@ -125,15 +126,19 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         net = TracingNetwork(seed=seed, profile=profile)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
-    spec.build(net, data, cfg)
+    # a protocol refusing its input, when it builds its nodes (FPL with one client: its positives
+    # are the whole catalogue, no negative to sample) or in an actor, is a bad --clients / --set,
+    # said in one line like the checks above
+    refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
+    try:
+        spec.build(net, data, cfg)
+    except ValueError as exc:
+        raise UsageError(f"{refused}: {exc}") from None
     try:
         net.run()
     except ActorError as exc:
-        # an actor refusing its input (FPL with one client: its positives are the whole catalogue,
-        # no negative to sample) is a bad --clients / --set, said in one line like the checks above
         if isinstance(exc.__cause__, ValueError):
-            raise UsageError(f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}: "
-                             f"{exc}") from None
+            raise UsageError(f"{refused}: {exc}") from None
         raise
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -180,7 +185,8 @@ def mermaid(net: SimNetwork) -> str:
     roles = net.ledger.roles
     lines = ["sequenceDiagram"]
     for n in names:
-        lines.append(f"    participant {alias[n]} as {n} ({roles.get(n, '?')})")
+        label = _mermaid_label(f"{n} ({roles.get(n, '?')})")
+        lines.append(f"    participant {alias[n]} as {label}")
     last_round = None
     for r in net.ledger.records():
         if r["round"] != last_round:
@@ -210,7 +216,13 @@ def mermaid(net: SimNetwork) -> str:
 
 def _mermaid_text(s: str) -> str:
     # characters with meaning in Mermaid message text
-    return s.replace(";", ",").replace("#", "no.").replace(":", " ")
+    return _mermaid_label(s).replace(":", " ")
+
+
+def _mermaid_label(s: str) -> str:
+    # what ends a Mermaid statement (a line end, ';') or starts an entity code ('#'), in any text
+    # of the diagram: a role or kind is any str
+    return " ".join(s.splitlines()).replace(";", ",").replace("#", "no.")
 
 
 def step_log(net: SimNetwork) -> str:
@@ -268,7 +280,8 @@ def timeline_svg(net: SimNetwork) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="16">simulated time, 0 to {t_end * 1000:.3f} ms</text>']
     for n in lanes:
-        out.append(f'<text x="5" y="{y[n] + 18}">{n} ({net.ledger.roles.get(n, "")})</text>')
+        label = _html.escape(f"{n} ({net.ledger.roles.get(n, '')})")  # a role is any text
+        out.append(f'<text x="5" y="{y[n] + 18}">{label}</text>')
         out.append(f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 20}" y2="{y[n] + 26}" stroke="#ddd"/>')
     for lane, s, e, kind in spans:
         w = max(x(e) - x(s), 0.8)
@@ -590,11 +603,14 @@ def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
     nothing fetched, so the file works offline and can be mailed around."""
     data = trace_data(net)
     total = sum(m["bytes"] for m in data["messages"])
-    blob = json.dumps(data).replace("</", "<\\/")  # no "</script>" inside the data block
-    page = _PAGE
-    for key, value in (("__TITLE__", _html.escape(title)), ("__SUMMARY__", _html.escape(summary)),
-                       ("__COUNT__", str(len(data["messages"]))), ("__BYTES__", _human_size(total)),
-                       ("__SEQUENCE__", _sequence_svg(data)), ("__TIMELINE__", _timeline_html_svg(data)),
-                       ("__DATA__", blob)):
-        page = page.replace(key, value)
-    return page
+    # no "<" at all inside the data block: "</script>" would end it, and "<!--<script>" (a kind, a
+    # role, a payload's text) would make the HTML parser run the data block into the page's script,
+    # which then never runs. Inside JSON strings (the only place these characters can be) \u003c
+    # reads back as the same text.
+    blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    values = {"__TITLE__": _html.escape(title), "__SUMMARY__": _html.escape(summary),
+              "__COUNT__": str(len(data["messages"])), "__BYTES__": _human_size(total),
+              "__SEQUENCE__": _sequence_svg(data), "__TIMELINE__": _timeline_html_svg(data), "__DATA__": blob}
+    # one pass over the template: a placeholder's text inside another's value (a kind named
+    # "__DATA__" in the sequence diagram) stays as it is
+    return re.sub("|".join(values), lambda m: values[m.group(0)], _PAGE)
