@@ -275,6 +275,7 @@ class RunContext:
     notes: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)
     sim_time: float = 0.0
+    measured_time: float = 0.0  # the clocks of runs on real transports (asyncio, tcp): real seconds
     ledger_totals: dict[str, float] = field(default_factory=dict)
     defaults: dict[str, Any] | None = None  # the scenario's defaults (to tell a shortened run)
     # parameters whose paper setting is not their default (a scenario's PAPER_VALUES, e.g. the FPL
@@ -370,11 +371,16 @@ class RunContext:
         """Add a Markdown paragraph to report.md."""
         self.notes.append(text)
 
-    def record_totals(self, sim_time: float, totals: Mapping[str, Any]) -> None:
-        """Add one network run's simulated duration and ledger totals (NaN and non-numeric
-        totals left out) to the run's, which results.json reports. For runs made in worker
-        processes, which cannot hand their network back; :meth:`record_network` calls it too."""
-        self.sim_time += sim_time
+    def record_totals(self, sim_time: float, totals: Mapping[str, Any], *, simulated: bool = True) -> None:
+        """Add one network run's duration and ledger totals (NaN and non-numeric totals left out)
+        to the run's, which results.json reports: a simulated network's duration to the simulated
+        time, a real transport's (``simulated=False``: real seconds) to the measured time. For
+        runs made in worker processes, which cannot hand their network back;
+        :meth:`record_network` calls it too."""
+        if simulated:
+            self.sim_time += sim_time
+        else:
+            self.measured_time += sim_time
         for k, v in totals.items():
             if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
                 self.ledger_totals[k] = self.ledger_totals.get(k, 0) + v
@@ -401,7 +407,8 @@ class RunContext:
         back): its simulated time and totals; its ledger file, if any, is merged at the end."""
         if not record:
             return
-        self.record_totals(float(record.get("sim_time", 0.0)), record.get("totals") or {})
+        self.record_totals(float(record.get("sim_time", 0.0)), record.get("totals") or {},
+                           simulated=bool(record.get("simulated", True)))
         self.progress.recorded = {"sim_time": self.sim_time, "messages": self.ledger_totals.get("messages", 0),
                                   "bytes": self.ledger_totals.get("bytes", 0)}
 

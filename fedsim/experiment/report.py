@@ -174,9 +174,11 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
     extra = "".join(f", {k.replace('_', ' ')} `{net[k]}`" for k in ("link_model", "transport")
                     if net.get(k) not in (None, "fifo", "sim"))
     extra += "".join(f", {k} {net[k]:g}" for k in ("loss", "dropout") if net.get(k))
+    measured = results.get("measured_time_s") or 0.0  # runs on a real transport: real seconds, not simulated
+    measured = f", measured time on real transports {human_seconds(measured)}" if measured else ""
     lines = [f"# {results['scenario']}", "", f"Data: `{results['data']}`, seed {results['seed']}, profile "
              f"`{results['profile']}`{extra}, wall time {human_seconds(results['wall_time_s'])}, simulated time "
-             f"{human_seconds(results['simulated_time_s'])}.", ""]
+             f"{human_seconds(results['simulated_time_s'])}{measured}.", ""]
     lines.append("Configuration: " + ", ".join(f"`{k}={v}`" for k, v in results["config"].items()))
     lines.append("")
     for t in tables:

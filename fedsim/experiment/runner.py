@@ -204,6 +204,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             "git_revision": git_revision(),
             "wall_time_s": wall,
             "simulated_time_s": ctx.sim_time,
+            "measured_time_s": ctx.measured_time,  # runs on real transports: real seconds
             "ledger_totals": ctx.ledger_totals,
             "tables": [t.name for t in ctx.tables],
             "plots": ctx.plots,

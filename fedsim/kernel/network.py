@@ -160,6 +160,10 @@ class Network:
     ``Faults``, or a ``ledger`` that is not empty.
     """
 
+    #: True when ``now()`` and a run's duration are simulated seconds (SimNetwork), False when
+    #: they are real seconds measured on this machine (divided by the time scale)
+    simulated: bool = False
+
     context_class: type[Context] = Context
 
     #: An optional observer of every message (None: off, and then it costs one attribute test per

@@ -12,7 +12,8 @@ __all__ = ["network_record"]
 
 
 def network_record(net: Any, ledger_dir: str | Path | None = None, label: str = "run") -> dict[str, Any]:
-    """``{"sim_time", "totals", "ledger"}`` of a network that has run; with ``ledger_dir`` its
+    """``{"sim_time", "simulated", "totals", "ledger"}`` of a network that has run (``sim_time``
+    its clock at the end: simulated seconds when ``simulated``, else real seconds); with ``ledger_dir`` its
     ledger is written there as ``<label>.csv`` (a file-name-safe form of ``label``; ``<label>~2.csv``
     and so on if that exists) and ``ledger`` is that path, else None.
 
@@ -38,4 +39,5 @@ def network_record(net: Any, ledger_dir: str | Path | None = None, label: str = 
             break
         else:  # the last name tried was another run's file: not this run's ledger
             raise FileExistsError(f"no free file name for ledger {safe!r} in {ledger_dir} (up to ~9999 taken)")
-    return {"sim_time": float(net.now()), "totals": net.ledger.totals(), "ledger": None if path is None else str(path)}
+    return {"sim_time": float(net.now()), "simulated": bool(net.simulated), "totals": net.ledger.totals(),
+            "ledger": None if path is None else str(path)}

@@ -208,6 +208,8 @@ class SimNetwork(Network):
     when only they are left at ``until``, hide a deadlock.
     """
 
+    simulated = True
+
     def __init__(self, *, link_model: LinkModel | str | None = None, queue: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.queue = EventQueue() if queue is None else queue
