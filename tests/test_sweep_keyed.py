@@ -412,3 +412,27 @@ def test_leftovers_of_killed_processes_are_removed_and_those_of_live_ones_kept(t
         names[name] = alive
     _remove_leftovers(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, alive in names.items() if alive)
+
+
+def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tmp_path, monkeypatch):
+    # the default folder's key ignores the axes' order (sorted), so `--grid y=.. --grid x=..` after
+    # `--grid x=.. --grid y=..` lands in the same folder; its point folders were named in the order
+    # given, so every point ran again into a second set of folders (y=3,x=1 beside x=1,y=3) and
+    # the combined table and report left the first set out
+    script, log = logging_scenario(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    first = run_sweep(str(script), {"x": [1, 2], "y": [3, 4]}, workers=1)
+    again = run_sweep(str(script), {"y": [3, 4], "x": [1, 2]}, workers=1)
+    assert again["out"] == first["out"]
+    assert again["done"] == [] and len(again["skipped"]) == 4
+    assert len(ran(log)) == 4
+    out = Path(first["out"])
+    assert sorted(d.name for d in out.iterdir() if d.is_dir()) == ["x=1,y=3", "x=1,y=4", "x=2,y=3", "x=2,y=4"]
+    # the folder keeps its sweep's order of axes (its folder names, the combined table's columns)
+    assert (out / "combined_t.csv").read_text().splitlines() == [
+        "x,y,t.x,t.y,z,label", "1,3,1,3,13,a", "1,4,1,4,14,a", "2,3,2,3,23,a", "2,4,2,4,24,a"]
+    assert list(json.loads((out / "sweep.json").read_text())["grid"]) == ["x", "y"]
+    # a new value on one axis, axes in the other order: that point only
+    more = run_sweep(str(script), {"y": [3, 4, 5], "x": [1]}, out, workers=1)
+    assert more["done"] == [{"x": 1, "y": 5}] and len(more["skipped"]) == 2
+    assert ran(log)[4:] == [(1, 5)]

@@ -24,7 +24,8 @@ point does not include the backend: a sweep started on one resumes on the other.
 Without an explicit output folder a sweep writes to ``runs/sweep-<scenario>-<key>``, where the key
 hashes the sweep's configuration except the grid's values (scenario, fixed parameters, data,
 seed, network, the grid's axes), so the same command resumes in the same folder and a grid
-extended by more values reuses the points it already has.
+extended by more values reuses the points it already has. A folder keeps the order of its sweep's
+axes (in its folder names and columns): the same axes given in another order resume there.
 
 The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; points that did
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
@@ -434,6 +435,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
         raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
                          "or --force to write the sweep beside what is there")
+    grid = _axes_in_order_of(out, grid)
     keys = list(grid)
     combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
     points = []
@@ -484,6 +486,20 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if summary.pop("interrupted"):
         raise SweepInterrupted(summary)
     return summary
+
+
+def _axes_in_order_of(out: Path, grid: dict) -> dict:
+    """``grid`` with its axes in the order of the sweep already in ``out`` (its sweep.json) when
+    that sweep has the same axes: a point's folder name lists its values in the order of the
+    axes, so the same grid given in another order (which the default folder's key ignores)
+    re-ran every point into a second set of folders."""
+    try:
+        saved = json.loads((out / "sweep.json").read_text(encoding="utf-8")).get("grid")
+    except (OSError, ValueError, AttributeError):  # no sweep there yet, or not one of ours
+        return grid
+    if isinstance(saved, dict) and set(saved) == set(grid):
+        return {k: grid[k] for k in saved}
+    return grid
 
 
 def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
