@@ -436,3 +436,33 @@ def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tm
     more = run_sweep(str(script), {"y": [3, 4, 5], "x": [1]}, out, workers=1)
     assert more["done"] == [{"x": 1, "y": 5}] and len(more["skipped"]) == 2
     assert ran(log)[4:] == [(1, 5)]
+
+
+def test_a_killed_sweeps_workers_stop_with_it_and_leave_no_point_behind(tmp_path):
+    # SIGKILL of the sweep alone (the out-of-memory killer, `kill -9 PID`): its workers, orphans,
+    # ran their points to the end (30 s here) and wrote them, while the same command run again
+    # ran those points too, two processes racing for one folder
+    script, log = logging_scenario(tmp_path, sleep=30.0)
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3", "--workers", "2",
+            "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(ran(log)) < 2:  # both workers inside a point
+            time.sleep(0.05)
+        assert len(ran(log)) == 2, "the workers did not start"
+        pids = [int(ln.split(",")[2]) for ln in log.read_text().split()]
+        proc.kill()  # the sweep's process alone, not its group
+        proc.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids), "a worker outlived its sweep"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+        except ProcessLookupError:
+            pass
+    assert len(ran(log)) == 2 and not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
