@@ -466,3 +466,29 @@ def test_a_killed_sweeps_workers_stop_with_it_and_leave_no_point_behind(tmp_path
         except ProcessLookupError:
             pass
     assert len(ran(log)) == 2 and not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+
+
+def test_the_plot_against_a_list_valued_axis_has_every_point(tmp_path, monkeypatch):
+    # the combined table holds a list value as 1+2 (as the folder name does), the plot looked its
+    # rows up as 1,2: every point of more than one element was left out of the plot (only f=3 drawn)
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    script = tmp_path / "lists.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'f': Param([1, 2], 'list')}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'m': sum(ctx['f'])}])\n")
+    drawn = []
+    plot = Axes.plot
+
+    def recording(self, *args, **kw):
+        drawn.append((list(args[0]), list(args[1])))
+        return plot(self, *args, **kw)
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    s = run_sweep(str(script), {"f": [[1, 2], [3], [5, 7]]}, tmp_path / "sw", workers=1)
+    assert len(s["done"]) == 3
+    assert (tmp_path / "sw" / "combined_t.csv").read_text().splitlines() == ["f,m", "1+2,3", "3,3", "5+7,12"]
+    assert drawn == [([0, 1, 2], [3, 3, 12])]  # one line, the three points at their ticks

@@ -349,6 +349,11 @@ def _differences(old: dict, new: dict) -> str:
     return "; ".join(out)
 
 
+def _cell(v: Any) -> str:
+    """A grid value as the combined tables (and folder names) write it: a list as ``1+2``."""
+    return "+".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
 def _show(v: Any) -> str:
     if isinstance(v, list):
         return ",".join(map(str, v))
@@ -633,7 +638,7 @@ def combine(out: Path, points: list[dict]) -> list[str]:
             saved = json.loads((d / "results.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        vals = [("+".join(map(str, pt[k])) if isinstance(pt[k], list) else str(pt[k])) for k in keys]
+        vals = [_cell(pt[k]) for k in keys]
         for tname in saved.get("tables", []):
             f = d / f"{tname}.csv"
             if not f.exists():
@@ -773,8 +778,9 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
                 metric_cols.append(c)
         elif len({r[c] for r in data}) > 1:
             label_cols.append(c)
-    xs_text = [_show(v) for v in grid[x_axis]]
-    numeric_x = all(_num(x) is not None for x in xs_text)
+    xs_text = [_show(v) for v in grid[x_axis]]  # the tick labels
+    xs_cell = [_cell(v) for v in grid[x_axis]]  # the values as the combined rows hold them
+    numeric_x = all(_num(x) is not None for x in xs_cell)
     pngs = []
     for metric in metric_cols[:MAX_PLOTS_PER_TABLE]:
         series: dict[str, dict[str, list[float]]] = {}
@@ -788,9 +794,9 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         for label, by_x in series.items():
-            xs = [x for x in xs_text if x in by_x]
+            xs = [x for x in xs_cell if x in by_x]
             ys = [sum(by_x[x]) / len(by_x[x]) for x in xs]
-            pos = [float(x) for x in xs] if numeric_x else [xs_text.index(x) for x in xs]
+            pos = [float(x) for x in xs] if numeric_x else [xs_cell.index(x) for x in xs]
             ax.plot(pos, ys, marker="o", label=label)
         if not numeric_x:
             ax.set_xticks(range(len(xs_text)), xs_text)
