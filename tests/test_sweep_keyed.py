@@ -412,3 +412,83 @@ def test_leftovers_of_killed_processes_are_removed_and_those_of_live_ones_kept(t
         names[name] = alive
     _remove_leftovers(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, alive in names.items() if alive)
+
+
+def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tmp_path, monkeypatch):
+    # the default folder's key ignores the axes' order (sorted), so `--grid y=.. --grid x=..` after
+    # `--grid x=.. --grid y=..` lands in the same folder; its point folders were named in the order
+    # given, so every point ran again into a second set of folders (y=3,x=1 beside x=1,y=3) and
+    # the combined table and report left the first set out
+    script, log = logging_scenario(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    first = run_sweep(str(script), {"x": [1, 2], "y": [3, 4]}, workers=1)
+    again = run_sweep(str(script), {"y": [3, 4], "x": [1, 2]}, workers=1)
+    assert again["out"] == first["out"]
+    assert again["done"] == [] and len(again["skipped"]) == 4
+    assert len(ran(log)) == 4
+    out = Path(first["out"])
+    assert sorted(d.name for d in out.iterdir() if d.is_dir()) == ["x=1,y=3", "x=1,y=4", "x=2,y=3", "x=2,y=4"]
+    # the folder keeps its sweep's order of axes (its folder names, the combined table's columns)
+    assert (out / "combined_t.csv").read_text().splitlines() == [
+        "x,y,t.x,t.y,z,label", "1,3,1,3,13,a", "1,4,1,4,14,a", "2,3,2,3,23,a", "2,4,2,4,24,a"]
+    assert list(json.loads((out / "sweep.json").read_text())["grid"]) == ["x", "y"]
+    # a new value on one axis, axes in the other order: that point only
+    more = run_sweep(str(script), {"y": [3, 4, 5], "x": [1]}, out, workers=1)
+    assert more["done"] == [{"x": 1, "y": 5}] and len(more["skipped"]) == 2
+    assert ran(log)[4:] == [(1, 5)]
+
+
+def test_a_killed_sweeps_workers_stop_with_it_and_leave_no_point_behind(tmp_path):
+    # SIGKILL of the sweep alone (the out-of-memory killer, `kill -9 PID`): its workers, orphans,
+    # ran their points to the end (30 s here) and wrote them, while the same command run again
+    # ran those points too, two processes racing for one folder
+    script, log = logging_scenario(tmp_path, sleep=30.0)
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3", "--workers", "2",
+            "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(ran(log)) < 2:  # both workers inside a point
+            time.sleep(0.05)
+        assert len(ran(log)) == 2, "the workers did not start"
+        pids = [int(ln.split(",")[2]) for ln in log.read_text().split()]
+        proc.kill()  # the sweep's process alone, not its group
+        proc.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids), "a worker outlived its sweep"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
+        except ProcessLookupError:
+            pass
+    assert len(ran(log)) == 2 and not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+
+
+def test_the_plot_against_a_list_valued_axis_has_every_point(tmp_path, monkeypatch):
+    # the combined table holds a list value as 1+2 (as the folder name does), the plot looked its
+    # rows up as 1,2: every point of more than one element was left out of the plot (only f=3 drawn)
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    script = tmp_path / "lists.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'f': Param([1, 2], 'list')}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'m': sum(ctx['f'])}])\n")
+    drawn = []
+    plot = Axes.plot
+
+    def recording(self, *args, **kw):
+        drawn.append((list(args[0]), list(args[1])))
+        return plot(self, *args, **kw)
+
+    monkeypatch.setattr(Axes, "plot", recording)
+    s = run_sweep(str(script), {"f": [[1, 2], [3], [5, 7]]}, tmp_path / "sw", workers=1)
+    assert len(s["done"]) == 3
+    assert (tmp_path / "sw" / "combined_t.csv").read_text().splitlines() == ["f,m", "1+2,3", "3,3", "5+7,12"]
+    assert drawn == [([0, 1, 2], [3, 3, 12])]  # one line, the three points at their ticks

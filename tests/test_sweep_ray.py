@@ -356,6 +356,14 @@ def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
         where = (tmp_path / "where.txt").read_text().split()
         assert len(where) == 3 and all("py_modules_files" in w for w in where), where
         assert sorted(ran(log)) == [(1, 2), (2, 2), (3, 2)]
+        # --address auto finds the cluster as Ray does (here from RAY_ADDRESS) and runs the new point there
+        res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4", "--set", "y=2", "--backend", "ray",
+                         "--address", "auto", "--out", "sw", cwd=tmp_path,
+                         env=env | auth | {"RAY_ADDRESS": f"127.0.0.1:{port}"})
+        assert res.returncode == 0, res.stderr
+        assert "1 run, 3 already done" in res.stdout and "ray: 2 CPUs at auto" in res.stdout
+        assert sorted(ran(log)) == [(1, 2), (2, 2), (3, 2), (4, 2)]
+        assert json.loads((out / "x=4" / "results.json").read_text())["config"] == {"x": 4, "y": 2}
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops what it started
         try:
@@ -374,4 +382,46 @@ def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path
     assert time.time() - t0 < 60
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         f"error: --address 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)"]
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize("found_in", ["RAY_ADDRESS", "ray_current_cluster"])
+def test_address_auto_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path, found_in):
+    """`--address auto` takes RAY_ADDRESS or the address of the last cluster started on this
+    machine (Ray's ray_current_cluster file, left behind by a killed one); where nothing answers
+    there, Ray retried for minutes (over 2 min measured) printing its warnings."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if found_in == "RAY_ADDRESS":
+        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    else:
+        from ray._private.services import find_gcs_addresses
+
+        if find_gcs_addresses():  # auto would take a Ray running on this machine instead
+            pytest.skip("another Ray instance runs on this machine")
+        (tmp_path / "raytmp" / "ray").mkdir(parents=True)
+        (tmp_path / "raytmp" / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
+        env["RAY_TMPDIR"] = str(tmp_path / "raytmp")
+    t0 = time.time()
+    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                     "--address", "auto", "--out", "sw", "--quiet", cwd=tmp_path, env=env, timeout=120)
+    assert time.time() - t0 < 60
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1, res.stderr
+    assert re.fullmatch(rf"error: --address auto: no Ray cluster answers at [\d.]+:{port}, the address Ray "
+                        r"found for it \(Connection refused\)", err[0]), err[0]
+    assert not (tmp_path / "sw").exists()
+
+
+def test_address_auto_where_ray_finds_no_cluster_says_so(tmp_path):
+    from ray._private.services import find_gcs_addresses
+
+    if find_gcs_addresses():
+        pytest.skip("another Ray instance runs on this machine")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": str(tmp_path)}
+    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                     "--address", "auto", "--out", "sw", "--quiet", cwd=tmp_path, env=env, timeout=120)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and err[0].startswith("error: --address auto: ")
+    assert "Could not find any running Ray instance" in err[0], err[0]
     assert not (tmp_path / "sw").exists()

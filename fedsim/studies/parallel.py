@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import queue as _queue
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -93,7 +94,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
         return out
     results = [None] * len(tasks)
     beats: Any = multiprocessing.Queue()
-    ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker, initargs=(beats,))
+    ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
+                             initargs=(beats, os.getpid()))
     try:
         futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
         pending = set(futs)
@@ -131,7 +133,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         while order or running:
             while order and len(running) < workers:
                 i = order.pop()
-                ex = ProcessPoolExecutor(max_workers=1, initializer=_init_worker, initargs=(beats,))
+                ex = ProcessPoolExecutor(max_workers=1, initializer=_init_worker, initargs=(beats, os.getpid()))
                 running[ex.submit(_task, fn, tasks[i])] = (i, ex)
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
             _forward_beats(beats)
@@ -196,9 +198,10 @@ def _forward_beats(beats: Any, final: bool = False) -> None:
 
 _STOPPING = False
 _IN_TASK = False
+_PARENT: int | None = None  # the parent whose death stops this worker (see _stop_with_parent)
 
 
-def _init_worker(beats: Any) -> None:
+def _init_worker(beats: Any, parent: int | None = None) -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
     # A forked worker inherits the BLAS pool NumPy started in the parent (as many threads as
@@ -213,6 +216,8 @@ def _init_worker(beats: Any) -> None:
     keep_freed_memory()  # (inherited from a forked parent that set it; set here for other start methods)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _on_term)
+    if parent is not None:
+        _stop_with_parent(parent)
     beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
     from ..experiment.live import NetworkWatch
 
@@ -220,11 +225,41 @@ def _init_worker(beats: Any) -> None:
     threading.Thread(target=_send_beats, args=(watch, beats), name="fedsim-beats", daemon=True).start()
 
 
+def _stop_with_parent(parent: int) -> None:
+    """(Linux) Have the kernel send this worker SIGTERM, as a stop from the parent, when its parent
+    dies. A parent killed outright (SIGKILL: the out-of-memory killer, ``kill -9``) cannot stop
+    its workers, which ran their tasks to the end as orphans (a sweep's points, written into
+    the folders that the same sweep run again was running too). Only for a worker whose parent
+    is ``parent`` (not one a fork server started); one whose parent died before this stops.
+    The worker then leaves (:func:`_on_term`, :func:`_task`): nobody is left to hand it work, and
+    an idle orphan waited for it forever."""
+    if not sys.platform.startswith("linux") or os.getppid() != parent:
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGTERM, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError):
+        return
+    global _PARENT
+    _PARENT = parent
+    if os.getppid() != parent:  # it died before the kernel was told
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _orphaned() -> bool:
+    return _PARENT is not None and os.getppid() != _PARENT
+
+
 def _on_term(signum: int, frame: Any) -> None:
     global _STOPPING
     _STOPPING = True
     if _IN_TASK:
         raise Interrupted("stopped by the parent (Ctrl-C)")
+    if _orphaned():
+        os._exit(1)
 
 
 def _task(fn: Callable[[Any], Any], t: Any) -> Any:
@@ -236,6 +271,8 @@ def _task(fn: Callable[[Any], Any], t: Any) -> Any:
         return fn(t)
     finally:
         _IN_TASK = False
+        if _STOPPING and _orphaned():  # the task has cleaned up (Interrupted); no one awaits its result
+            os._exit(1)
 
 
 def _send_beats(watch: Any, beats: Any) -> None:

@@ -4,8 +4,8 @@ Ray is an optional extra (``pip install 'fedsim-rec[ray]'``); nothing here impor
 :class:`RaySession` starts. A session either starts a local Ray instance (``address=None``:
 ``ray.init(address="local")`` with ``cpus`` CPUs, no dashboard; it is shut down, every process it
 started included, when the session ends) or connects to an existing cluster (``address``: what
-``ray.init`` takes, ``HOST:PORT`` of a head node or ``ray://HOST:10001``; the session only
-disconnects). A Ray that the caller initialised already is used as it is and left running.
+``ray.init`` takes, ``HOST:PORT`` of a head node, ``ray://HOST:10001`` or ``auto``; the session
+only disconnects). A Ray that the caller initialised already is used as it is and left running.
 
 On a cluster the workers import the driver's fedsim, not whatever is installed there: the session
 stages a copy of the driver's ``fedsim`` package (stamped with its git revision, as a built
@@ -83,15 +83,17 @@ class RaySession:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             kw: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR,
                                   "log_to_driver": self.log_to_driver}
+            target = self.address
             if self.address is not None:
-                _check_reachable(self.address)
+                target = _resolve_auto(self.address)
+                _check_reachable(target, given=self.address)
             staged = None
             try:
                 if self.address is None:
                     ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
                 else:
                     staged = stage_package()
-                    ray.init(address=self.address, runtime_env={"py_modules": [str(staged / "fedsim")]}, **kw)
+                    ray.init(address=target, runtime_env={"py_modules": [str(staged / "fedsim")]}, **kw)
             except Exception as exc:  # whatever stopped Ray from starting or connecting: say what
                 _quiet_shutdown()
                 where = f"--address {self.address}" if self.address else "a local Ray instance"
@@ -127,10 +129,30 @@ class RaySession:
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
 
 
-def _check_reachable(address: str) -> None:
+def _resolve_auto(address: str) -> str:
+    """For ``auto``, the ``HOST:PORT`` Ray would connect to (``RAY_ADDRESS``, a Ray running on
+    this machine, or the last cluster started here, recorded in Ray's temporary folder: a
+    killed one's address stays there, and Ray then retried it for minutes); raises
+    ``UsageError`` when Ray finds none. Other addresses are returned as they are."""
+    if address != "auto":
+        return address
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray's internals: leave "auto" to ray.init
+        return address
+    try:
+        return canonicalize_bootstrap_address(address) or address
+    except ConnectionError as exc:
+        raise UsageError(f"--address {address}: {exc}") from None
+    except Exception:  # an address Ray will refuse itself, with its own message
+        return address
+
+
+def _check_reachable(address: str, given: str | None = None) -> None:
     """Raise ``UsageError`` unless something accepts a TCP connection at ``address``
-    (``HOST:PORT`` or ``ray://HOST:PORT``) within CONNECT_TIMEOUT: Ray itself keeps retrying an
-    address where nothing listens for minutes. Other forms (``auto``) are left to Ray."""
+    (``HOST:PORT`` or ``ray://HOST:PORT``; ``given``: what the user wrote, when ``auto`` became
+    ``address``) within CONNECT_TIMEOUT: Ray itself keeps retrying an address where nothing
+    listens for minutes. Other forms are left to Ray."""
     import socket
 
     host, sep, port = address.removeprefix("ray://").rpartition(":")
@@ -139,7 +161,8 @@ def _check_reachable(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise UsageError(f"--address {address}: no Ray cluster answers there "
+        where = "there" if given in (None, address) else f"at {address}, the address Ray found for it"
+        raise UsageError(f"--address {given or address}: no Ray cluster answers {where} "
                          f"({exc.strerror or type(exc).__name__})") from None
 
 

@@ -24,7 +24,8 @@ point does not include the backend: a sweep started on one resumes on the other.
 Without an explicit output folder a sweep writes to ``runs/sweep-<scenario>-<key>``, where the key
 hashes the sweep's configuration except the grid's values (scenario, fixed parameters, data,
 seed, network, the grid's axes), so the same command resumes in the same folder and a grid
-extended by more values reuses the points it already has.
+extended by more values reuses the points it already has. A folder keeps the order of its sweep's
+axes (in its folder names and columns): the same axes given in another order resume there.
 
 The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; points that did
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
@@ -348,6 +349,11 @@ def _differences(old: dict, new: dict) -> str:
     return "; ".join(out)
 
 
+def _cell(v: Any) -> str:
+    """A grid value as the combined tables (and folder names) write it: a list as ``1+2``."""
+    return "+".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
 def _show(v: Any) -> str:
     if isinstance(v, list):
         return ",".join(map(str, v))
@@ -434,6 +440,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
         raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
                          "or --force to write the sweep beside what is there")
+    grid = _axes_in_order_of(out, grid)
     keys = list(grid)
     combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
     points = []
@@ -484,6 +491,20 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if summary.pop("interrupted"):
         raise SweepInterrupted(summary)
     return summary
+
+
+def _axes_in_order_of(out: Path, grid: dict) -> dict:
+    """``grid`` with its axes in the order of the sweep already in ``out`` (its sweep.json) when
+    that sweep has the same axes: a point's folder name lists its values in the order of the
+    axes, so the same grid given in another order (which the default folder's key ignores)
+    re-ran every point into a second set of folders."""
+    try:
+        saved = json.loads((out / "sweep.json").read_text(encoding="utf-8")).get("grid")
+    except (OSError, ValueError, AttributeError):  # no sweep there yet, or not one of ours
+        return grid
+    if isinstance(saved, dict) and set(saved) == set(grid):
+        return {k: grid[k] for k in saved}
+    return grid
 
 
 def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
@@ -617,7 +638,7 @@ def combine(out: Path, points: list[dict]) -> list[str]:
             saved = json.loads((d / "results.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        vals = [("+".join(map(str, pt[k])) if isinstance(pt[k], list) else str(pt[k])) for k in keys]
+        vals = [_cell(pt[k]) for k in keys]
         for tname in saved.get("tables", []):
             f = d / f"{tname}.csv"
             if not f.exists():
@@ -757,8 +778,9 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
                 metric_cols.append(c)
         elif len({r[c] for r in data}) > 1:
             label_cols.append(c)
-    xs_text = [_show(v) for v in grid[x_axis]]
-    numeric_x = all(_num(x) is not None for x in xs_text)
+    xs_text = [_show(v) for v in grid[x_axis]]  # the tick labels
+    xs_cell = [_cell(v) for v in grid[x_axis]]  # the values as the combined rows hold them
+    numeric_x = all(_num(x) is not None for x in xs_cell)
     pngs = []
     for metric in metric_cols[:MAX_PLOTS_PER_TABLE]:
         series: dict[str, dict[str, list[float]]] = {}
@@ -772,9 +794,9 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         for label, by_x in series.items():
-            xs = [x for x in xs_text if x in by_x]
+            xs = [x for x in xs_cell if x in by_x]
             ys = [sum(by_x[x]) / len(by_x[x]) for x in xs]
-            pos = [float(x) for x in xs] if numeric_x else [xs_text.index(x) for x in xs]
+            pos = [float(x) for x in xs] if numeric_x else [xs_cell.index(x) for x in xs]
             ax.plot(pos, ys, marker="o", label=label)
         if not numeric_x:
             ax.set_xticks(range(len(xs_text)), xs_text)
