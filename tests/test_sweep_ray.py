@@ -190,6 +190,63 @@ def test_a_ray_sweep_equals_the_local_pool_point_for_point_and_leaves_no_process
     assert "Ray" not in again.stderr
 
 
+# The two tests of --address auto below come before the module's local Ray instance (the
+# local_ray fixture, up until the module ends): auto would find that instance instead.
+
+
+def _another_ray_runs(wait: float = 20.0) -> bool:
+    """Whether a Ray instance (a GCS process) runs on this machine, after waiting up to ``wait``
+    seconds for one to go: the head an earlier test of this file stopped may still be exiting
+    (these tests then skipped when run after it)."""
+    from ray._private.services import find_gcs_addresses
+
+    end = time.time() + wait
+    while find_gcs_addresses():
+        if time.time() > end:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.parametrize("found_in", ["RAY_ADDRESS", "ray_current_cluster"])
+def test_address_auto_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path, found_in):
+    """`--address auto` takes RAY_ADDRESS or the address of the last cluster started on this
+    machine (Ray's ray_current_cluster file, left behind by a killed one); where nothing answers
+    there, Ray retried for minutes (over 2 min measured) printing its warnings."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if found_in == "RAY_ADDRESS":
+        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    else:
+        if _another_ray_runs():  # auto would take a Ray running on this machine instead
+            pytest.skip("another Ray instance runs on this machine")
+        (tmp_path / "raytmp" / "ray").mkdir(parents=True)
+        (tmp_path / "raytmp" / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
+        env["RAY_TMPDIR"] = str(tmp_path / "raytmp")
+    t0 = time.time()
+    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                     "--address", "auto", "--out", "sw", "--quiet", cwd=tmp_path, env=env, timeout=120)
+    assert time.time() - t0 < 60
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1, res.stderr
+    assert re.fullmatch(rf"error: --address auto: no Ray cluster answers at [\d.]+:{port}, the address Ray "
+                        r"found for it \(Connection refused\)", err[0]), err[0]
+    assert not (tmp_path / "sw").exists()
+
+
+def test_address_auto_where_ray_finds_no_cluster_says_so(tmp_path):
+    if _another_ray_runs():
+        pytest.skip("another Ray instance runs on this machine")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": str(tmp_path)}
+    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                     "--address", "auto", "--out", "sw", "--quiet", cwd=tmp_path, env=env, timeout=120)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and err[0].startswith("error: --address auto: ")
+    assert "Could not find any running Ray instance" in err[0], err[0]
+    assert not (tmp_path / "sw").exists()
+
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """One local Ray instance of two CPUs for the API tests (run_sweep uses a Ray the caller
@@ -382,46 +439,4 @@ def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path
     assert time.time() - t0 < 60
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         f"error: --address 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)"]
-    assert not (tmp_path / "sw").exists()
-
-
-@pytest.mark.parametrize("found_in", ["RAY_ADDRESS", "ray_current_cluster"])
-def test_address_auto_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path, found_in):
-    """`--address auto` takes RAY_ADDRESS or the address of the last cluster started on this
-    machine (Ray's ray_current_cluster file, left behind by a killed one); where nothing answers
-    there, Ray retried for minutes (over 2 min measured) printing its warnings."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    if found_in == "RAY_ADDRESS":
-        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
-    else:
-        from ray._private.services import find_gcs_addresses
-
-        if find_gcs_addresses():  # auto would take a Ray running on this machine instead
-            pytest.skip("another Ray instance runs on this machine")
-        (tmp_path / "raytmp" / "ray").mkdir(parents=True)
-        (tmp_path / "raytmp" / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
-        env["RAY_TMPDIR"] = str(tmp_path / "raytmp")
-    t0 = time.time()
-    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
-                     "--address", "auto", "--out", "sw", "--quiet", cwd=tmp_path, env=env, timeout=120)
-    assert time.time() - t0 < 60
-    err = res.stderr.strip().splitlines()
-    assert res.returncode == 2 and len(err) == 1, res.stderr
-    assert re.fullmatch(rf"error: --address auto: no Ray cluster answers at [\d.]+:{port}, the address Ray "
-                        r"found for it \(Connection refused\)", err[0]), err[0]
-    assert not (tmp_path / "sw").exists()
-
-
-def test_address_auto_where_ray_finds_no_cluster_says_so(tmp_path):
-    from ray._private.services import find_gcs_addresses
-
-    if find_gcs_addresses():
-        pytest.skip("another Ray instance runs on this machine")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"RAY_TMPDIR": str(tmp_path)}
-    res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
-                     "--address", "auto", "--out", "sw", "--quiet", cwd=tmp_path, env=env, timeout=120)
-    err = res.stderr.strip().splitlines()
-    assert res.returncode == 2 and len(err) == 1 and err[0].startswith("error: --address auto: ")
-    assert "Could not find any running Ray instance" in err[0], err[0]
     assert not (tmp_path / "sw").exists()
