@@ -492,3 +492,23 @@ def test_the_plot_against_a_list_valued_axis_has_every_point(tmp_path, monkeypat
     assert len(s["done"]) == 3
     assert (tmp_path / "sw" / "combined_t.csv").read_text().splitlines() == ["f,m", "1+2,3", "3,3", "5+7,12"]
     assert drawn == [([0, 1, 2], [3, 3, 12])]  # one line, the three points at their ticks
+
+
+def test_grid_errors_name_the_grid_and_an_axis_given_twice_in_a_grid_table_is_refused():
+    # a bad grid value was reported as "--set lr: ...", naming an option the user never gave; a
+    # TOML [grid] with link-model and link_model kept one of them silently
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.sweep import check_grid, parse_grid
+
+    demo = load_scenario("demo")
+    with pytest.raises(UsageError, match=r"^--grid lr: expected float, got 'nan'$") as info:
+        parse_grid(demo, ["lr=0.1,nan"])
+    with pytest.raises(UsageError, match=r"^--grid rounds: ") as info:
+        parse_grid(demo, ["rounds=2,-1"])
+    assert "--set" not in str(info.value)
+    with pytest.raises(UsageError, match=r"^grid clients: ") as info:
+        check_grid(demo, {"clients": [2, 0]})
+    assert "--set" not in str(info.value)
+    with pytest.raises(UsageError, match="grid link_model: given twice"):
+        check_grid(demo, {"link-model": ["fifo"], "link_model": ["fair"]})
+    assert check_grid(demo, {"link-model": ["fifo", "fair"]}) == {"link_model": ["fifo", "fair"]}

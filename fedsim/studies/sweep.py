@@ -154,16 +154,30 @@ def parse_grid(mod, grids: Sequence[str]) -> dict[str, list[Any]]:
         parts = [v for v in vals.split(";" if listy else ",") if v.strip() != ""]
         if not parts:
             raise UsageError(f"--grid {key}: no values")
-        out[key] = [parse_value(key, v.strip(), p) for v in parts]
+        out[key] = [_as_grid(parse_value, "--grid", key, v.strip(), p) for v in parts]
     return out
+
+
+def _as_grid(check, option: str, key: str, value: Any, param) -> Any:
+    """``check(key, value, param)`` (``parse_value``, ``check_value``), its error naming the grid
+    (``option``) rather than ``--set``, which the parameter checks name."""
+    try:
+        return check(key, value, param)
+    except UsageError as exc:
+        msg = str(exc)
+        if msg.startswith(f"--set {key}:"):
+            raise UsageError(option + msg[len("--set"):]) from None
+        raise
 
 
 def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """A grid of Python values (a TOML file's ``[grid]``, an API call) checked like
     :func:`parse_grid` checks text; raises ``UsageError`` naming the key."""
     out: dict[str, list[Any]] = {}
-    for key, values in grid.items():
-        key = _axis_name(key)
+    for given, values in grid.items():
+        key = _axis_name(given)
+        if key in out:  # link-model and link_model: one axis (the later one silently won)
+            raise UsageError(f"grid {key}: given twice (as {given!r} too); give each axis once")
         if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
             raise UsageError(f"grid {key}: expected a list of values, got {values!r}")
         if not values:
@@ -171,7 +185,7 @@ def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if key in RUN_AXES:
             out[key] = [_run_axis_value(key, v) for v in values]
         elif key in mod.PARAMS:
-            out[key] = [check_value(key, v, mod.PARAMS[key]) for v in values]
+            out[key] = [_as_grid(check_value, "grid", key, v, mod.PARAMS[key]) for v in values]
         else:
             raise _unknown_axis(key, mod)
     return out
