@@ -512,3 +512,26 @@ def test_grid_errors_name_the_grid_and_an_axis_given_twice_in_a_grid_table_is_re
     with pytest.raises(UsageError, match="grid link_model: given twice"):
         check_grid(demo, {"link-model": ["fifo"], "link_model": ["fair"]})
     assert check_grid(demo, {"link-model": ["fifo", "fair"]}) == {"link_model": ["fifo", "fair"]}
+
+
+def test_a_second_sweep_into_a_folder_a_sweep_is_running_in_is_refused(tmp_path):
+    # two sweeps in one folder ran the same points side by side (each point twice), and one's
+    # commit of a point could remove the other's complete folder; the running sweep holds
+    # out/.sweep.lock (flock), taken here as a running sweep would
+    import fcntl
+
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    first = run_sweep(str(script), {"x": [1]}, out, workers=1, quiet=True)
+    assert len(first["done"]) == 1
+    with open(out / ".sweep.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.seek(0)
+        held.truncate()
+        held.write("pid 4242")
+        held.flush()
+        with pytest.raises(UsageError, match=r"another sweep is running in .*sw \(pid 4242\)"):
+            run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    assert ran(log) == [(1, 0)]  # the refused sweep ran nothing
+    second = run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)  # the lock is free again
+    assert second["done"] == [{"x": 2}] and second["skipped"] == [{"x": 1}]

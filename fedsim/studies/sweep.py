@@ -521,12 +521,49 @@ def _axes_in_order_of(out: Path, grid: dict) -> dict:
     return grid
 
 
+@contextlib.contextmanager
+def _sweep_lock(out: Path):
+    """Hold ``out/.sweep.lock`` (an exclusive ``flock``) while a sweep runs in ``out``; raises
+    ``UsageError`` if another process holds it. Two sweeps in one folder would run the same
+    points side by side, and one's commit of a point could remove the other's complete folder.
+    The kernel drops the lock with its process, however that ends (no stale lock to clear)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (nor the TCP transport; fedsim's home is Linux)
+        yield
+        return
+    fh = open(out / ".sweep.lock", "a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise UsageError(f"another sweep is running in {out} ({holder}); wait for it to end, or use "
+                             "another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        yield
+    finally:
+        fh.close()
+
+
 def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
              points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
              quiet: bool, backend: str, session: Any) -> dict:
-    """Run ``todo`` on the backend and write the sweep's files; the summary of :func:`run_sweep`
-    with ``interrupted``."""
+    """Run ``todo`` on the backend and write the sweep's files, holding the folder's lock; the
+    summary of :func:`run_sweep` with ``interrupted``."""
     out.mkdir(parents=True, exist_ok=True)
+    with _sweep_lock(out):
+        return _execute_locked(out, name, grid, fixed, data, seed, base, points, states, todo, workers, progress,
+                               quiet, backend, session)
+
+
+def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
+                    points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
+                    quiet: bool, backend: str, session: Any) -> dict:
     _remove_leftovers(out)
     skipped = [p.point for p in points if states[p.out][0] == "done"]
     rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
