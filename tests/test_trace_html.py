@@ -189,6 +189,8 @@ def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     assert "still in flight when the run ended" in diagram and "nan" not in diagram and "LOST" not in diagram
     page = trace_html(net)
     assert "in flight at the end" in page and "LOST" not in page.split("<script")[0]
+    assert " · 1 message, 7 B on the wire" in page  # one message (of 7 B): not "1 messages"
+    assert '(msgs.length === 1 ? " message)" : " messages)")' in page
 
 
 def test_names_with_html_and_template_text_stay_text(tmp_path):

@@ -506,7 +506,7 @@ body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
-<div class="sub">__SUMMARY__ · __COUNT__ messages, __BYTES__ on the wire. Step through the messages with the
+<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire. Step through the messages with the
 buttons, the arrow keys, or a click on an arrow.</div>
 <div id="controls">
 <button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button>
@@ -547,7 +547,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
     document.querySelectorAll(".span").forEach(function (r) { r.classList.remove("dim", "hl"); });
     var cursor = document.getElementById("cursor");
     if (idx < 0) {
-      step.textContent = "before the first message (" + msgs.length + " messages)";
+      step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message)" : " messages)");
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
       cursor.setAttribute("visibility", "hidden");
       return;
@@ -609,7 +609,8 @@ def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
     # reads back as the same text.
     blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"__TITLE__": _html.escape(title), "__SUMMARY__": _html.escape(summary),
-              "__COUNT__": str(len(data["messages"])), "__BYTES__": _human_size(total),
+              "__COUNT__": f"{len(data['messages'])} message" + ("" if len(data["messages"]) == 1 else "s"),
+              "__BYTES__": _human_size(total),
               "__SEQUENCE__": _sequence_svg(data), "__TIMELINE__": _timeline_html_svg(data), "__DATA__": blob}
     # one pass over the template: a placeholder's text inside another's value (a kind named
     # "__DATA__" in the sequence diagram) stays as it is
