@@ -104,3 +104,34 @@ def test_a_real_run_queries_the_same_as_columns():
     assert t.wire_bytes == cols["bytes"][sel].sum()
     assert t.payload_bytes == t.wire_bytes - 40 * 6
     assert math.isnan(t.units)
+
+
+def _odd_text_ledger(led: Ledger) -> Ledger:
+    """Rows whose free text (kinds, roles: any str an actor chooses) needs CSV quoting."""
+    kinds = ["a,b", 'say "hi"', "x\ny", "r\rs", "crlf\r\n", " lead", ""]
+    for i, k in enumerate(kinds):
+        r = led.new_row(i, "s", "c1", "server", "cli,ent\r", k, 100 + i, 8, 2, 0.5 * i, i % 2 == 0)
+        r[L.STATUS], r[L.READ] = "delivered", True
+    return led
+
+
+def test_csv_quotes_every_odd_text_and_reads_back_as_written():
+    # Python 3.11's csv writer, told lineterminator="\n", left a "\r" unquoted ('r\rs' went out
+    # bare): a reader split that row in two, a 7-row ledger read back as 8 rows, one of 1 field
+    import csv
+    import io
+
+    for led in (_odd_text_ledger(Ledger(unit=2)), _odd_text_ledger(L.StreamingLedger(unit=2, chunk_rows=1))):
+        text = led.to_csv()
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+        assert rows[0] == list(COLUMNS)
+        assert len(rows) == 1 + len(led)
+        want = [[L._fmt(d[c]) for c in COLUMNS] for d in led.records()]
+        assert rows[1:] == want
+        assert [r[COLUMNS.index("kind")] for r in rows[1:]] == ["a,b", 'say "hi"', "x\ny", "r\rs", "crlf\r\n", " lead", ""]
+        assert {r[COLUMNS.index("dst_role")] for r in rows[1:]} == {"cli,ent\r"}
+        # rows end in "\n" alone, and a plain row is written as before (no quotes, no "\r")
+        assert text.endswith(",delivered,1,1,\n") and "\n0,0,s,c1,server," in text.replace("\r", "")
+    plain = Ledger()
+    plain.new_row(0, "s", "c", "server", "client", "model", 10, 0, 0, 0.0, False)
+    assert plain.to_csv().splitlines()[1] == "0,0,s,c,server,client,model,10,0,0,,0.0,,,,,in_flight,0,0,"

@@ -379,7 +379,7 @@ class Ledger:
         return None
 
     def _write_csv(self, fh: TextIO) -> None:
-        w = csv.writer(fh, lineterminator="\n")
+        w = _csv_writer(fh)
         w.writerow(COLUMNS)
         for r in self._iter_rows():
             d = self.as_dict(r)
@@ -400,6 +400,26 @@ class Ledger:
                 f"{row['bytes']:>14}{_num(row['bytes_per_node']):>14}{_num(row['units_per_node']):>12}"
             )
         return "\n".join(lines)
+
+
+class _LineEnds:
+    """A file for ``csv.writer(..., lineterminator="\\r\\n")`` that writes each row with "\\n"
+    instead. The writer quotes a field holding any character of its line terminator; told "\\n",
+    Python 3.11's left a "\\r" bare (a kind "r\\rs" went out as r\\rs and read back as two rows)."""
+
+    __slots__ = ("_write",)
+
+    def __init__(self, fh: TextIO) -> None:
+        self._write = fh.write
+
+    def write(self, line: str) -> Any:
+        return self._write(line[:-2] + "\n")  # every row the writer writes ends in its "\r\n"
+
+
+def _csv_writer(fh: TextIO) -> Any:
+    """A CSV writer into ``fh``: minimal quoting (a field with a comma, quote, "\\r" or "\\n" is
+    quoted, every other field is written as it is) and "\\n" at the end of each row."""
+    return csv.writer(_LineEnds(fh), lineterminator="\r\n")
 
 
 def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
