@@ -232,23 +232,35 @@ def output_files(out: Path) -> list[str]:
 def merge_ledgers(parts: Path, dest: Path) -> int:
     """Write every ledger CSV of ``parts`` (in name order) into ``dest``, each row prefixed with a
     ``run`` column naming the network it came from (the part's name); remove ``parts``. Returns
-    the number of rows. Every part has the same header (the ledger's columns)."""
+    the number of rows. Every part has the same header (the ledger's columns); an empty part or
+    one with another header is refused (``RuntimeError`` naming it).
+
+    Rows are read and written as CSV records, not lines: a run name with a comma is quoted, and a
+    field that holds a line break (a kind, a role) stays whole; other rows keep their bytes."""
+    import csv
     import shutil
+
+    from ..kernel.ledger import csv_writer
 
     files = sorted(parts.glob("*.csv")) if parts.is_dir() else []
     rows = 0
     with open(dest, "w", newline="", encoding="utf-8") as out:
+        w = csv_writer(out)
         header = None
         for f in files:
-            with open(f, encoding="utf-8") as fh:
-                first = fh.readline()
+            with open(f, newline="", encoding="utf-8") as fh:
+                reader = csv.reader(fh)
+                first = next(reader, None)
+                if first is None:
+                    raise RuntimeError(f"ledger part {f} is empty (not a ledger: its run did not write it)")
                 if header is None:
                     header = first
-                    out.write("run," + first)
+                    w.writerow(["run", *first])
                 elif first != header:
                     raise RuntimeError(f"ledger part {f} has another header than the others")
-                for line in fh:
-                    out.write(f"{f.stem},{line}")
+                run = f.stem
+                for row in reader:
+                    w.writerow([run, *row])
                     rows += 1
         if header is None:
             out.write("run\n")

@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = [
     "ARRIVAL", "BYTES", "COLUMNS", "Ledger", "LedgerView", "Missing", "ROW_COLUMNS", "RX_START", "StreamingLedger",
-    "StreamView", "Totals", "TX_END", "TX_START",
+    "StreamView", "Totals", "TX_END", "TX_START", "csv_writer",
 ]
 
 # The stored fields of a row, in order: the one place that names them. Rows are plain lists (cheap
@@ -379,7 +379,7 @@ class Ledger:
         return None
 
     def _write_csv(self, fh: TextIO) -> None:
-        w = _csv_writer(fh)
+        w = csv_writer(fh)
         w.writerow(COLUMNS)
         for r in self._iter_rows():
             d = self.as_dict(r)
@@ -416,7 +416,7 @@ class _LineEnds:
         return self._write(line[:-2] + "\n")  # every row the writer writes ends in its "\r\n"
 
 
-def _csv_writer(fh: TextIO) -> Any:
+def csv_writer(fh: TextIO) -> Any:
     """A CSV writer into ``fh``: minimal quoting (a field with a comma, quote, "\\r" or "\\n" is
     quoted, every other field is written as it is) and "\\n" at the end of each row."""
     return csv.writer(_LineEnds(fh), lineterminator="\r\n")
