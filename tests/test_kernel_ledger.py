@@ -135,3 +135,24 @@ def test_csv_quotes_every_odd_text_and_reads_back_as_written():
     plain = Ledger()
     plain.new_row(0, "s", "c", "server", "client", "model", 10, 0, 0, 0.0, False)
     assert plain.to_csv().splitlines()[1] == "0,0,s,c,server,client,model,10,0,0,,0.0,,,,,in_flight,0,0,"
+
+
+def test_exclude_kinds_takes_one_kind_as_kind_does():
+    # a str was taken as the collection of its characters: exclude_kinds="model" excluded the
+    # kinds "m", "o", "d", "e", "l" and kept all 3 model rows (330 bytes) in the totals
+    for led in (_ledger(), L.StreamingLedger(chunk_rows=1)):
+        if isinstance(led, L.StreamingLedger):
+            src = _ledger()
+            led.unit, led.framing_bytes = src.unit, src.framing_bytes
+            for d in src.records():
+                r = led.new_row(d["round"], d["src"], d["dst"], d["src_role"], d["dst_role"], d["kind"], d["bytes"],
+                                d["raw_bytes"], d["floats"], 0.0, False)
+                r[L.STATUS] = d["status"]
+            for n, role in src.roles.items():
+                led.set_role(n, role)
+        t = led.select(exclude_kinds="model").totals()
+        assert (t.messages, t.wire_bytes, t.floats) == (2, 110, 12)
+        assert led.select(exclude_kinds="model").totals() == led.select(exclude_kinds=["model"]).totals()
+        sent = {(r["role"], r["direction"]): r["messages"] for r in led.by_role(per_round=False, exclude_kinds="grad")}
+        assert sent == {("server", "sent"): 3, ("client", "received"): 2}
+        assert led.by_node(exclude_kinds="grad")["c1"]["sent_messages"] == 0

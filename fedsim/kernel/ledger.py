@@ -183,6 +183,12 @@ class LedgerView:
             yield as_dict(r)
 
 
+def _kinds(kinds: Any) -> frozenset:
+    """``exclude_kinds`` as a set of kinds: one kind (a str, as ``kind`` takes it) or a collection
+    (a str was taken as the collection of its characters, so excluded nothing)."""
+    return frozenset((kinds,)) if isinstance(kinds, str) else frozenset(kinds)
+
+
 def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[str] = (), round: Any = None,
             src: Any = None, dst: Any = None, src_role: Any = None, dst_role: Any = None,
             fate: Any = None, anonymous: bool | None = None, read: bool | None = None,
@@ -196,7 +202,7 @@ def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[
     fates = _as_set(fate)
     if fates is not None and not fates <= set(FATES):
         raise ValueError(f"fate must be one of {FATES}, got {sorted(fates - set(FATES))}")
-    drop = frozenset(exclude_kinds)
+    drop = _kinds(exclude_kinds)
     out = rows
     for pos, allowed in checks:
         out = [r for r in out if r[pos] in allowed]
@@ -252,7 +258,7 @@ class Ledger:
         """The rows that pass every filter, in ledger order. Each filter takes one value or a
         collection of allowed values: ``kind``, ``round``, ``src``, ``dst``, ``src_role``,
         ``dst_role`` (roles at the time of sending), ``fate`` (``delivered``, ``lost``,
-        ``in_flight``); also ``exclude_kinds`` (a collection), ``min_round`` (rounds at or after),
+        ``in_flight``); also ``exclude_kinds`` (one kind or a collection), ``min_round`` (rounds at or after),
         ``anonymous`` and ``read`` (booleans)."""
         return LedgerView(self, _filter(self.rows, **filters))
 
@@ -672,7 +678,7 @@ def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: I
         else:
             arg = np.array([led._codes[v] for v in allowed if v in led._codes], dtype=np.int64)
         conds.append(("in", field, arg))
-    drop = [led._codes[v] for v in frozenset(exclude_kinds) if v in led._codes]
+    drop = [led._codes[v] for v in _kinds(exclude_kinds) if v in led._codes]
     if drop:
         conds.append(("not in", "kind", np.array(drop, dtype=np.int64)))
     if min_round is not None:
