@@ -239,3 +239,19 @@ def test_a_csv_export_that_fails_leaves_the_file_as_it_was(tmp_path, monkeypatch
     assert [os.path.basename(r["ledger"]) for r in (first, second)] == ["run.csv", "run~2.csv"]
     assert (records / "run.csv").read_bytes() == (records / "run~2.csv").read_bytes() == before
     assert sorted(p.name for p in records.iterdir()) == ["run.csv", "run~2.csv"]
+
+
+@pytest.mark.parametrize("own_file", [False, True])
+def test_every_query_of_a_closed_ledger_says_it_is_closed(tmp_path, own_file):
+    # with every row final (nothing left to write), a closed ledger on a temporary file failed
+    # with FileNotFoundError naming /tmp/fedsim-ledger-*.bin, and one on a given file went on
+    # answering from the file, against close()'s "queries fail afterwards"
+    led = StreamingLedger(tmp_path / "l.bin" if own_file else None, chunk_rows=2)
+    _five_messages(led)
+    assert led.totals()["messages"] == 5 and not led._pending
+    led.close()
+    assert len(led) == 5
+    for query in (led.to_csv, led.totals, led.by_kind, lambda: len(led.select(kind="m")), lambda: list(led.records())):
+        with pytest.raises(ValueError, match="the StreamingLedger is closed"):
+            query()
+    led.close()  # twice: nothing more

@@ -620,6 +620,8 @@ class StreamingLedger(Ledger):
 
     def _chunks(self) -> Iterable[tuple[int, np.ndarray]]:
         """(first seq, records) over the file, ``chunk_rows`` records at a time, after a flush."""
+        if self._fd is None:  # (flush writes nothing when every row is out: it would not say so)
+            raise ValueError("the StreamingLedger is closed")
         self.flush()
         if self._n == 0:
             return
