@@ -427,3 +427,20 @@ def test_an_eval_answer_carries_the_round_of_the_request_it_answers():
     for x in evals:  # answered after its request arrived: the label names the request it answers
         req = asked[(x["src"], x["round"])]
         assert req["status"] == "delivered" and x["send_time"] >= req["arrival_time"], x
+
+
+@pytest.mark.parametrize("mod", [personalfr, fedavg_ae])
+def test_a_run_whose_every_evaluation_is_nan_is_collected_without_a_best(mod):
+    """Every evaluation NaN (here: a held-out set with no entry, so RMSE has nothing to average;
+    a diverged run gives the same) used to make ``collect`` fail with numpy's "All-NaN slice
+    encountered" after the whole run: the result is kept, ``best`` is None, ``final`` the NaN one."""
+    r = generate("tiny", seed=1)
+    none = np.zeros(0, np.int64)
+    task = ae_train.prepare((r.users, r.items, r.values), (none, none, np.zeros(0)), r.n_users, r.n_items)
+    cfg = FedAEConfig(rounds=2, fraction=1.0, local_epochs=1, hidden=HIDDEN, batch=10, eval_every=1)
+    _, res, _ = _run(mod, task, 3, cfg)
+    assert [h["round"] for h in res["history"]] == [1, 2]
+    assert all(np.isnan(h["rmse"]) and h["n"] == 0 for h in res["history"])
+    assert res["best"] is None
+    assert res["final"] is res["history"][-1]
+    assert res["client_flops"] > 0

@@ -170,8 +170,8 @@ class FedAEJob:
         hist = list(srv["history"])
         key = "rmse" if self.cfg.task == "explicit" else "ndcg"
         best = None
-        if hist:
-            vals = [h[key] for h in hist]
+        vals = [h[key] for h in hist]
+        if any(not np.isnan(v) for v in vals):  # (all NaN, e.g. no test entry or a diverged run: no best)
             i = int(np.nanargmin(vals) if key == "rmse" else np.nanargmax(vals))
             best = hist[i]
         shared = srv["decoder"] if "decoder" in srv else srv["model"]
