@@ -444,3 +444,23 @@ def test_a_run_whose_every_evaluation_is_nan_is_collected_without_a_best(mod):
     assert res["best"] is None
     assert res["final"] is res["history"][-1]
     assert res["client_flops"] > 0
+
+
+def test_config_refuses_nesterov_without_momentum_and_dropout_of_one():
+    """``momentum=0`` (plain SGD) with the default ``nesterov=True``, and ``dropout=1``, passed the
+    config's checks and then failed inside every client once the run had started ("Nesterov
+    momentum needs momentum > 0", "dropout must be in [0, 1)"), naming no configuration key."""
+    from fedsim.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.nesterov.*momentum") as e:
+        FedAEConfig(momentum=0.0)
+    assert e.value.key == "nesterov"
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.nesterov"):
+        FedAEConfig.from_strings(["momentum=0"])
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.dropout.*below 1") as e:
+        FedAEConfig(dropout=1.0)
+    assert e.value.key == "dropout"
+    # plain SGD, said so, trains
+    cfg = FedAEConfig(rounds=1, fraction=1.0, local_epochs=1, hidden=HIDDEN, batch=10, momentum=0.0, nesterov=False)
+    _, res, _ = _run(fedavg_ae, _task(), 3, cfg)
+    assert res["client_flops"] > 0 and np.isfinite(res["history"][-1]["rmse"])
