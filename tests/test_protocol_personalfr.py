@@ -12,6 +12,7 @@ from fedsim.kernel.codec import Draft
 from fedsim.math import active as act
 from fedsim.math import ae_train
 from fedsim.math import autoencoder as ae
+from fedsim.math import optim
 from fedsim.protocols import fedavg_ae, personalfr
 from fedsim.protocols.personalfr import FedAEConfig
 from fedsim.seeding import node_rng
@@ -464,3 +465,33 @@ def test_config_refuses_nesterov_without_momentum_and_dropout_of_one():
     cfg = FedAEConfig(rounds=1, fraction=1.0, local_epochs=1, hidden=HIDDEN, batch=10, momentum=0.0, nesterov=False)
     _, res, _ = _run(fedavg_ae, _task(), 3, cfg)
     assert res["client_flops"] > 0 and np.isfinite(res["history"][-1]["rmse"])
+
+
+def test_the_flop_figures_the_docs_quote_for_one_ml1m_user():
+    """docs/personalfr.md's orientation paragraph (one ML1M user: n = 3706, 149 training items, dense
+    encoder, dropout 0.5) recomputed from ``train_flops``, ``sgd_flops`` and ``clip_coef``'s count. It
+    said "10 + 2 FLOPs per parameter" for the SGD step and the clipping: the step (weight decay,
+    Nesterov momentum, update) counts 8 and the clipping norm 2, and 10 a parameter is what gives
+    the 1.98 it quotes (12 would give 1.96)."""
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "personalfr.md").read_text().split())
+    m = re.search(r"costs ([\d.]+) MFLOP forward\+backward with the full model and ([\d.]+) MFLOP with the active "
+                  r"decoder, ratio ([\d.]+); adding the SGD step and clipping on the parameters each side updates "
+                  r"\(([\d.]+) M vs ([\d.]+) M; (\d+) \+ (\d+) FLOPs per parameter\) brings it to about ([\d.]+)", text)
+    assert m, "the paragraph moved: update this test"
+    full_mf, act_mf, ratio, whole_m, upd_m, step_f, clip_f, total = m.groups()
+    n, k = 3706, 149
+    full = ae.train_flops([n, 256, 128], [128, 256, n], 1, dropout=0.5)
+    active = ae.train_flops([n, 256, 128], [128, 256, k], 1, dropout=0.5)
+    assert (float(full_mf), float(act_mf), float(ratio)) == (round(full / 1e6, 2), round(active / 1e6, 2),
+                                                             round(full / active, 2))
+    whole = 66_176 + 513 * n  # the whole model FedAvg's client updates
+    updated = (n * 256 + 256 + 256 * 128 + 128) + act.active_count(ae.init_params(4, np.random.default_rng(0)), k)
+    assert (float(whole_m), float(upd_m)) == (round(whole / 1e6, 2), round(updated / 1e6, 2))
+    step = optim.sgd_flops(1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    _, coef, clip = optim.clip_coef({"g": np.zeros(1)}, 1.0)  # an unclipped step: the norm's count
+    assert coef is None and (int(step_f), int(clip_f)) == (step, clip) == (8, 2)
+    per = step + clip
+    assert float(total) == round((full + per * whole) / (active + per * updated), 2) == 1.98
