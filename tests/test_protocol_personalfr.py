@@ -12,6 +12,7 @@ from fedsim.kernel.codec import Draft
 from fedsim.math import active as act
 from fedsim.math import ae_train
 from fedsim.math import autoencoder as ae
+from fedsim.math import optim
 from fedsim.protocols import fedavg_ae, personalfr
 from fedsim.protocols.personalfr import FedAEConfig
 from fedsim.seeding import node_rng
@@ -427,3 +428,70 @@ def test_an_eval_answer_carries_the_round_of_the_request_it_answers():
     for x in evals:  # answered after its request arrived: the label names the request it answers
         req = asked[(x["src"], x["round"])]
         assert req["status"] == "delivered" and x["send_time"] >= req["arrival_time"], x
+
+
+@pytest.mark.parametrize("mod", [personalfr, fedavg_ae])
+def test_a_run_whose_every_evaluation_is_nan_is_collected_without_a_best(mod):
+    """Every evaluation NaN (here: a held-out set with no entry, so RMSE has nothing to average;
+    a diverged run gives the same) used to make ``collect`` fail with numpy's "All-NaN slice
+    encountered" after the whole run: the result is kept, ``best`` is None, ``final`` the NaN one."""
+    r = generate("tiny", seed=1)
+    none = np.zeros(0, np.int64)
+    task = ae_train.prepare((r.users, r.items, r.values), (none, none, np.zeros(0)), r.n_users, r.n_items)
+    cfg = FedAEConfig(rounds=2, fraction=1.0, local_epochs=1, hidden=HIDDEN, batch=10, eval_every=1)
+    _, res, _ = _run(mod, task, 3, cfg)
+    assert [h["round"] for h in res["history"]] == [1, 2]
+    assert all(np.isnan(h["rmse"]) and h["n"] == 0 for h in res["history"])
+    assert res["best"] is None
+    assert res["final"] is res["history"][-1]
+    assert res["client_flops"] > 0
+
+
+def test_config_refuses_nesterov_without_momentum_and_dropout_of_one():
+    """``momentum=0`` (plain SGD) with the default ``nesterov=True``, and ``dropout=1``, passed the
+    config's checks and then failed inside every client once the run had started ("Nesterov
+    momentum needs momentum > 0", "dropout must be in [0, 1)"), naming no configuration key."""
+    from fedsim.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.nesterov.*momentum") as e:
+        FedAEConfig(momentum=0.0)
+    assert e.value.key == "nesterov"
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.nesterov"):
+        FedAEConfig.from_strings(["momentum=0"])
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.dropout.*below 1") as e:
+        FedAEConfig(dropout=1.0)
+    assert e.value.key == "dropout"
+    # plain SGD, said so, trains
+    cfg = FedAEConfig(rounds=1, fraction=1.0, local_epochs=1, hidden=HIDDEN, batch=10, momentum=0.0, nesterov=False)
+    _, res, _ = _run(fedavg_ae, _task(), 3, cfg)
+    assert res["client_flops"] > 0 and np.isfinite(res["history"][-1]["rmse"])
+
+
+def test_the_flop_figures_the_docs_quote_for_one_ml1m_user():
+    """docs/personalfr.md's orientation paragraph (one ML1M user: n = 3706, 149 training items, dense
+    encoder, dropout 0.5) recomputed from ``train_flops``, ``sgd_flops`` and ``clip_coef``'s count. It
+    said "10 + 2 FLOPs per parameter" for the SGD step and the clipping: the step (weight decay,
+    Nesterov momentum, update) counts 8 and the clipping norm 2, and 10 a parameter is what gives
+    the 1.98 it quotes (12 would give 1.96)."""
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "personalfr.md").read_text().split())
+    m = re.search(r"costs ([\d.]+) MFLOP forward\+backward with the full model and ([\d.]+) MFLOP with the active "
+                  r"decoder, ratio ([\d.]+); adding the SGD step and clipping on the parameters each side updates "
+                  r"\(([\d.]+) M vs ([\d.]+) M; (\d+) \+ (\d+) FLOPs per parameter\) brings it to about ([\d.]+)", text)
+    assert m, "the paragraph moved: update this test"
+    full_mf, act_mf, ratio, whole_m, upd_m, step_f, clip_f, total = m.groups()
+    n, k = 3706, 149
+    full = ae.train_flops([n, 256, 128], [128, 256, n], 1, dropout=0.5)
+    active = ae.train_flops([n, 256, 128], [128, 256, k], 1, dropout=0.5)
+    assert (float(full_mf), float(act_mf), float(ratio)) == (round(full / 1e6, 2), round(active / 1e6, 2),
+                                                             round(full / active, 2))
+    whole = 66_176 + 513 * n  # the whole model FedAvg's client updates
+    updated = (n * 256 + 256 + 256 * 128 + 128) + act.active_count(ae.init_params(4, np.random.default_rng(0)), k)
+    assert (float(whole_m), float(upd_m)) == (round(whole / 1e6, 2), round(updated / 1e6, 2))
+    step = optim.sgd_flops(1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    _, coef, clip = optim.clip_coef({"g": np.zeros(1)}, 1.0)  # an unclipped step: the norm's count
+    assert coef is None and (int(step_f), int(clip_f)) == (step, clip) == (8, 2)
+    per = step + clip
+    assert float(total) == round((full + per * whole) / (active + per * updated), 2) == 1.98

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Config, param
+from ..config import Config, ConfigError, param
 from ..math import ae_train
 from ..math import optim
 from .common import SERVER, client_names
@@ -95,6 +95,16 @@ class FedAEConfig(Config):
                                    "evaluations) before merging what arrived (none: until all arrive)",
                                    min=0, exclusive_min=True, none_ok=True)
 
+    def validate(self) -> None:
+        # what the clients' training would refuse once the run has started (optim.sgd_step,
+        # ae.loss_and_grads), refused here, naming the key
+        if self.nesterov and self.momentum <= 0:
+            raise ConfigError("FedAEConfig.nesterov: Nesterov momentum needs momentum > 0 (for plain SGD "
+                              "set momentum=0 and nesterov=false)", "nesterov")
+        if self.dropout >= 1:
+            raise ConfigError(f"FedAEConfig.dropout must be below 1 (it is the rate of units dropped), "
+                              f"got {self.dropout}", "dropout")
+
     @property
     def loss(self) -> str:
         return ae_train.TASKS[self.task]
@@ -170,8 +180,8 @@ class FedAEJob:
         hist = list(srv["history"])
         key = "rmse" if self.cfg.task == "explicit" else "ndcg"
         best = None
-        if hist:
-            vals = [h[key] for h in hist]
+        vals = [h[key] for h in hist]
+        if any(not np.isnan(v) for v in vals):  # (all NaN, e.g. no test entry or a diverged run: no best)
             i = int(np.nanargmin(vals) if key == "rmse" else np.nanargmax(vals))
             best = hist[i]
         shared = srv["decoder"] if "decoder" in srv else srv["model"]
