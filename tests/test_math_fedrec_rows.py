@@ -273,3 +273,27 @@ def test_batch_hybrid_filling_sums_left_to_right(c, jit, T_local):
         got = virtual_ratings_hf(U, Vr, r, Vs, lr, lam, T_local)
     assert got.dtype == dt and got.tobytes() == want.tobytes()
     assert hf_local_user_batch(U, Vr, r, lr, lam, T_local).tobytes() == want_tU.tobytes()
+
+
+@pytest.mark.parametrize("items, rows, match", [
+    ([-1], (1, 2), "item id -1 outside \\[0, 5\\)"),  # NumPy took it as the last row
+    ([5], (1, 2), "item id 5 outside \\[0, 5\\)"),
+    ([0, 1], (1, 2), "2 item ids need rows of shape \\(2, 2\\), got \\(1, 2\\)"),  # broadcast over both rows
+    ([0], (1, 3), "1 item ids need rows of shape \\(1, 2\\), got \\(1, 3\\)"),
+])
+def test_server_row_updates_refuse_uploads_they_would_misapply(items, rows, match):
+    from fedsim.math.denoise import remove_noise
+    from fedsim.math.pmf import accumulate_item_grads, server_apply_sgd
+    from fedsim.math.svdpp import server_apply_o_delta
+
+    ids = np.array(items, np.int32)
+    block = np.ones(rows, np.float32)
+    for call in (lambda V, C: accumulate_item_grads(V, C, ids, block, distinct=True),
+                 lambda V, C: accumulate_item_grads(V, C, ids, block),
+                 lambda V, C: server_apply_sgd(V, ids, block, 0.1),
+                 lambda V, C: server_apply_o_delta(V, ids, block),
+                 lambda V, C: remove_noise(V, C, ids, block, np.ones(len(ids), np.int64))):
+        V, C = np.zeros((5, 2), np.float32), np.zeros(5, np.int64)
+        with pytest.raises(ValueError, match=match):
+            call(V, C)
+        assert not V.any() and not C.any()  # nothing changed

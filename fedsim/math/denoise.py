@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .rows import check_rows
+
 __all__ = ["denoiser_sums", "denoiser_sums_dense", "remove_noise"]
 
 
@@ -66,6 +68,11 @@ def denoiser_sums_dense(noise_sum: np.ndarray, noise_counts: np.ndarray, own_ite
 def remove_noise(grad_sum: np.ndarray, counts: np.ndarray, items: np.ndarray, sums: np.ndarray,
                  noise_counts: np.ndarray) -> None:
     """Eq. 5 and the count recovery, in place: ``grad_sum[items] -= sums`` and
-    ``counts[items] -= noise_counts`` for one denoiser's message (distinct items)."""
+    ``counts[items] -= noise_counts`` for one denoiser's message (distinct items). Raises
+    ``ValueError`` for ids outside [0, m) or arrays of other shapes (``rows.check_rows``)."""
+    check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums")
+    if np.shape(noise_counts) != np.shape(items):
+        raise ValueError(f"denoised sums: {np.shape(items)[0]} item ids need as many counts, got shape "
+                         f"{np.shape(noise_counts)}")
     grad_sum[items] -= sums
     counts[items] -= noise_counts

@@ -26,7 +26,7 @@ from .filling import (
     user_mean,
     virtual_ratings_hf,
 )
-from .rows import add_rows_at, dots_in_order, weighted_rows_in_order
+from .rows import add_rows_at, check_rows, dots_in_order, weighted_rows_in_order
 from .sgd_client import ClientUpload, sgd_client_call
 
 __all__ = [
@@ -189,9 +189,11 @@ def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = Fa
                 and counts.dtype == np.int64 and _int_vector(items)
                 and k.add_rows_count(grad_sum, counts, items, grads)):  # one addition per element: same bits
             return
+        check_rows(items, grads, grad_sum.shape[0], grad_sum.shape[1], "gradients")
         add_rows_at(grad_sum, items, grads)
         counts[items] += 1
     else:
+        check_rows(items, grads, grad_sum.shape[0], grad_sum.shape[1], "gradients")
         np.add.at(grad_sum, items, grads)
         np.add.at(counts, items, 1)
 
@@ -229,6 +231,7 @@ def server_apply_sgd(V, items, grads, lr) -> np.ndarray:
             # lr * g rounded to V's dtype, then subtracted: the operations of the expression below
             and k.sub_scaled_rows(V, items, grads, np.array((lr,), dtype=V.dtype))):
         return V
+    check_rows(items, grads, V.shape[0], V.shape[1], "gradients")
     V[items] -= V.dtype.type(lr) * grads
     return V
 

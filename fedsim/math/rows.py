@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["RowSum", "add_rows_at", "dots_in_order", "weighted_rows_in_order"]
+__all__ = ["RowSum", "add_rows_at", "check_rows", "dots_in_order", "weighted_rows_in_order"]
 
 _ROW_TYPES: dict[tuple[np.dtype, int], np.dtype] = {}
 
@@ -48,6 +48,24 @@ def _add(acc: np.ndarray, view: np.ndarray | None, ids, rows) -> None:
     values = np.ndarray((block.shape[0], acc.shape[1]), acc.dtype, block)
     values += rows  # broadcasting/casting rules of `+=`; ValueError if len(ids) != len(rows)
     view.put(ids, block)
+
+
+def check_rows(ids, rows, m: int, width: int, what: str = "rows") -> None:
+    """Raise ``ValueError`` unless ``ids`` is a 1-D integer array of indices in [0, ``m``) and
+    ``rows`` an array of shape (len(ids), ``width``): what a server's row update needs of an
+    upload. NumPy's indexing would take a negative id as counting from the end and broadcast a
+    (1, width) block over every listed row, changing the wrong rows without a word. (Servers call
+    it where their compiled update declined an upload, so well-formed uploads pay nothing.)"""
+    ids_a = np.asarray(ids)
+    if ids_a.ndim != 1 or (ids_a.size and ids_a.dtype.kind not in "iu"):
+        raise ValueError(f"{what}: item ids must be a 1-D integer array, got {ids_a.dtype} of shape {ids_a.shape}")
+    if ids_a.size and (int(ids_a.min()) < 0 or int(ids_a.max()) >= m):
+        bad = int(ids_a[(ids_a < 0) | (ids_a >= m)][0])
+        raise ValueError(f"{what}: item id {bad} outside [0, {m})")
+    shape = np.shape(rows)
+    if shape != (ids_a.shape[0], width):
+        raise ValueError(f"{what}: {ids_a.shape[0]} item ids need rows of shape ({ids_a.shape[0]}, {width}), "
+                         f"got {shape}")
 
 
 def add_rows_at(acc: np.ndarray, ids, rows) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sgd_numba
+from .rows import check_rows
 from .sgd_client import ClientUpload, sgd_client_call
 
 __all__ = [
@@ -70,6 +71,7 @@ def server_apply_o_delta(O, items, o_deltas) -> np.ndarray:
             and o_deltas.shape == (items.shape[0], O.shape[1]) and O.flags.c_contiguous and O.flags.writeable
             and k.add_rows(O, items, o_deltas)):  # one addition per element, as below: same bits
         return O
+    check_rows(items, o_deltas, O.shape[0], O.shape[1], "O deltas")
     O[items] += o_deltas
     return O
 

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SERVER", "client_name", "client_names", "sort_by_item"]
+__all__ = ["BadMessageError", "SERVER", "client_name", "client_names", "sort_by_item"]
 
 SERVER = "server"
+
+
+class BadMessageError(ValueError):
+    """A peer's message the receiving actor cannot use (item ids out of range, arrays of the
+    wrong shape, a missing field): names the sender, the kind and the round, so that the
+    run's ``ActorError`` says which peer sent what, not only which actor stopped.
+    ``BadMessageError(msg, why)`` with ``msg`` the received message and ``why`` the exception
+    (or text) saying what is wrong with it."""
+
+    def __init__(self, msg, why) -> None:
+        who = "an anonymous sender" if msg.sender is None else msg.sender
+        super().__init__(f"{msg.kind!r} from {who} (round {msg.round}): "
+                         f"{why if isinstance(why, str) else f'{type(why).__name__}: {why}'}")
+        self.sender, self.kind, self.round = msg.sender, msg.kind, msg.round
 
 
 def client_name(u: int, n_clients: int) -> str:

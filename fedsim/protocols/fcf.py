@@ -37,7 +37,7 @@ import numpy as np
 
 from ..config import Config, param
 from ..math.fcf import AdamState, fcf_client, fcf_server_update
-from .common import SERVER, client_name, client_names
+from .common import SERVER, BadMessageError, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fpl import user_item_lists
 from .registry import register
@@ -109,7 +109,10 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
             continue
         G = np.zeros(Q.shape, dtype=np.float64)
         for msg in got:  # node-id order
-            G += msg.payload["grad"]
+            grad = msg.payload.get("grad") if isinstance(msg.payload, dict) else None
+            if np.shape(grad) != G.shape:  # (a (1, d) block would be broadcast over every item)
+                raise BadMessageError(msg, f"grad must have shape {G.shape}, got {np.shape(grad)}")
+            G += grad
         # the sum (or, with ``average``, the mean) over the clients that answered
         fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)
         await ctx.compute((n + 10.0) * Q.size, "aggregate")

@@ -70,7 +70,7 @@ from ..math.pmf import (
 from ..math.sgd_client import SGDClient
 from ..math.svdpp import server_apply_o_delta
 from ..seeding import node_rng
-from .common import SERVER, client_name, client_names, sort_by_item
+from .common import SERVER, BadMessageError, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 from .secagg import (
@@ -228,8 +228,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             rows = 0
             with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
                 for msg in got:  # node-id order
-                    items = msg.payload["items"]
-                    accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
+                    try:
+                        items = msg.payload["items"]
+                        accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
+                    except (KeyError, TypeError, ValueError, IndexError) as exc:
+                        raise BadMessageError(msg, exc) from exc
                     rows += items.shape[0]
                 apply_mean_step(V, grad_sum, counts, lr_t)  # Eq. 9
             # the uploads' documents (n x |I_u| x d floats) go now, not when the next gather
@@ -270,10 +273,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                     msg = got.messages[0]
                 if not doc.reopen():  # still held (a tap, a trace): the update goes to a copy
                     V, O, doc = V.copy(), None if O is None else O.copy(), None
-                items = msg.payload["items"]
-                server_apply_sgd(V, items, msg.payload["grads"], lr_t)
-                if O is not None:
-                    server_apply_o_delta(O, items, msg.payload["o_deltas"])
+                try:
+                    items = msg.payload["items"]
+                    server_apply_sgd(V, items, msg.payload["grads"], lr_t)
+                    if O is not None:
+                        server_apply_o_delta(O, items, msg.payload["o_deltas"])
+                except (KeyError, TypeError, ValueError, IndexError) as exc:
+                    raise BadMessageError(msg, exc) from exc
                 await ctx.compute(4.0 * items.shape[0] * d, "apply")
             if silent:
                 missing.append({"round": t, "kind": "gradients", "clients": len(silent)})

@@ -73,7 +73,7 @@ from ..math.pmf import (
     pmf_batch_client,
 )
 from ..seeding import substream
-from .common import SERVER, client_names, sort_by_item
+from .common import SERVER, BadMessageError, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
@@ -245,13 +245,19 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         rows = 0
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
             for msg in uploads:  # node-id order (Eq. 4 and |U_i u U'_i|)
-                items = msg.payload["items"]
-                accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
+                try:
+                    items = msg.payload["items"]
+                    accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
+                except (KeyError, TypeError, ValueError, IndexError) as exc:
+                    raise BadMessageError(msg, exc) from exc
                 rows += items.shape[0]
             if denoisers:
                 for msg in sums:  # Eq. 5 and the count recovery, node-id order
-                    items = msg.payload["items"]
-                    remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
+                    try:
+                        items = msg.payload["items"]
+                        remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
+                    except (KeyError, TypeError, ValueError, IndexError) as exc:
+                        raise BadMessageError(msg, exc) from exc
                     rows += items.shape[0]
         with np.errstate(over="ignore", invalid="ignore"):
             apply_mean_step(V, G, C, lr_t)  # Eq. 6

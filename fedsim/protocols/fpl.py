@@ -69,8 +69,9 @@ from ..math.bpr import (
 )
 from ..math.fpl_central import CompiledClientRound, select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
+from ..math.rows import check_rows
 from ..math.secagg import decode, unmask_sum
-from .common import SERVER, client_name, client_names
+from .common import SERVER, BadMessageError, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 from .secagg import (
@@ -234,8 +235,11 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
             missing.append({"round": r, "kind": "update", "clients": len(got.missing)})
         rows_in = 0
         for msg in got:  # node-id order
-            items = msg.payload["items"]
-            rows = msg.payload["rows"]
+            try:
+                items, rows = msg.payload["items"], msg.payload["rows"]
+                check_rows(items, rows, theta.shape[0], theta.shape[1], "update")  # (np.add.at wraps negative ids)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise BadMessageError(msg, exc) from exc
             np.add.at(theta, items, rows * dt.type(lr))
             rows_in += items.shape[0]
             if cfg.record_received:

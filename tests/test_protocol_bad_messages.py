@@ -1,0 +1,72 @@
+"""A server given a malformed upload stops with an error naming the peer that sent it.
+
+Item ids out of range (a negative one counted from the end by NumPy's indexing) and arrays of
+the wrong shape (a (1, d) block broadcast over every listed row) were taken silently by most
+servers, changing the wrong rows of the model; ids past the end failed as a bare IndexError of
+the server. Each case replaces one client's actor by one that answers every model with a
+malformed upload."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import ActorError, SimNetwork
+from fedsim.protocols import REGISTRY
+from fedsim.protocols.common import BadMessageError
+
+
+def _width(model: dict) -> tuple[int, int]:
+    """(rows, width) of the model the server sent: V (FedRec), theta (FPL), Q (FCF)."""
+    for key in ("V", "theta", "Q"):
+        if key in model:
+            return np.shape(model[key])
+    raise AssertionError(sorted(model))
+
+
+def _uploads(protocol: str, fault: str):
+    def body(model: dict) -> tuple[str, dict]:
+        m, d = _width(model)
+        if protocol == "fcf":
+            grad = np.zeros((1, d) if fault == "shape" else (m, d), np.float32)
+            return "gradients", {"grad": grad}
+        items = {"negative": [-1], "past_end": [m], "shape": [0, 1]}[fault]
+        rows = np.zeros((1, d), np.float32)  # one row: the wrong shape for two ids
+        key = "rows" if protocol == "fpl" else "grads"
+        return ("update" if protocol == "fpl" else "gradients"), {"items": np.array(items, np.int32), key: rows}
+    return body
+
+
+def _malicious(upload):
+    async def actor(ctx, *args, **kwargs):
+        while True:
+            msg = await ctx.receive()
+            if msg.kind == "stop":
+                return None
+            if msg.kind == "model":
+                kind, payload = upload(msg.payload)
+                await ctx.send("server", kind, payload)
+    return actor
+
+
+CASES = [(p, c, f) for p, c in [("fedrec", {}), ("fedrec", {"model": "PMF(S)"}), ("fedrec", {"model": "SVD++(S)"}),
+                                 ("fedrecpp", {"eta": 0}), ("fpl", {})]
+         for f in ("negative", "past_end", "shape")] + [("fcf", {}, "shape")]  # (FCF's upload has no item ids)
+
+
+@pytest.mark.parametrize("protocol, change, fault", CASES, ids=[f"{p}-{c}-{f}" for p, c, f in CASES])
+def test_a_malformed_upload_is_an_error_naming_its_sender(protocol, change, fault):
+    spec = REGISTRY[protocol]
+    data, cfg = spec.tiny(4, 2, 0)
+    if change:
+        cfg = cfg.replace(**change)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    net.nodes[bad].actor = _malicious(_uploads(protocol, fault))
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, BadMessageError), repr(cause)
+    assert cause.sender == bad and f"from {bad} (round 0)" in str(cause)
+    assert info.value.node == "server" and bad in str(info.value)
