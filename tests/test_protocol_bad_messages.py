@@ -70,3 +70,44 @@ def test_a_malformed_upload_is_an_error_naming_its_sender(protocol, change, faul
     assert isinstance(cause, BadMessageError), repr(cause)
     assert cause.sender == bad and f"from {bad} (round 0)" in str(cause)
     assert info.value.node == "server" and bad in str(info.value)
+
+
+def _ae_malicious(fault: str):
+    """A PersonalFR or FedAvg-AE client that sends bad indices ('indices') or, answering the
+    model, a parameter dict with one row where the merge expects them all ('shape'; FedAvg-AE
+    clients send no indices: 'shape-only')."""
+    async def actor(ctx, *args, **kwargs):
+        if fault == "indices":
+            await ctx.send("server", "indices", {"items": np.array([3, 1], np.int32)})  # not increasing
+        elif fault == "shape":
+            await ctx.send("server", "indices", {"items": np.array([0, 1], np.int32)})
+        while True:
+            msg = await ctx.receive()
+            if msg.kind == "stop":
+                return None
+            if msg.kind in ("decoder", "model"):
+                field = "dec" if msg.kind == "decoder" else "model"
+                params = {k: np.asarray(v) for k, v in msg.payload[field].items()}
+                first = sorted(params)[0]
+                params[first] = params[first][:1]
+                await ctx.send("server", "update", {field: params})
+    return actor
+
+
+@pytest.mark.parametrize("protocol, change, fault", [
+    ("personalfr", {}, "indices"), ("personalfr", {}, "shape"), ("personalfr", {"compression": False}, "shape"),
+    ("fedavg-ae", {}, "shape")])
+def test_a_malformed_autoencoder_message_is_an_error_naming_its_sender(protocol, change, fault):
+    spec = REGISTRY[protocol]
+    data, cfg = spec.tiny(3, 2, 0)
+    cfg = cfg.replace(fraction=1.0, **change)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    net.nodes[bad].actor = _ae_malicious("shape-only" if protocol == "fedavg-ae" else fault)
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, BadMessageError), repr(cause)
+    assert cause.sender == bad and cause.kind == ("indices" if fault == "indices" else "update")
+    assert info.value.node == "server" and bad in str(info.value)

@@ -14,12 +14,12 @@ import numpy as np
 from ..config import Config, ConfigError, param
 from ..math import ae_train
 from ..math import optim
-from .common import SERVER, client_names
+from .common import SERVER, BadMessageError, client_names
 from .contract import Kind, Result, server_result
 
 __all__ = [
-    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "evaluate_clients", "merge_flops", "place_actors", "prepare_task",
-    "selection_size", "SHARED_KINDS", "tiny_autoencoder",
+    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "checked_items", "checked_params", "evaluate_clients", "merge_flops",
+    "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder",
 ]
 
 EVAL_KINDS = ("evaluate", "eval")
@@ -117,6 +117,30 @@ class FedAEConfig(Config):
 
     def wants_eval(self, t: int) -> bool:
         return t == self.rounds or bool(self.eval_every and t % self.eval_every == 0)
+
+
+def checked_items(msg, n_items: int) -> np.ndarray:
+    """A client's ``indices`` message: its items as int64, strictly increasing, in [0, n_items);
+    else ``BadMessageError`` naming the client (the server slices and merges by these ids)."""
+    items = msg.payload.get("items") if isinstance(msg.payload, dict) else None
+    arr = np.asarray(items) if isinstance(items, np.ndarray) else None
+    if arr is None or arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise BadMessageError(msg, f"items must be a 1-D integer array, got {type(items).__name__}")
+    arr = arr.astype(np.int64)
+    if arr.size and (arr[0] < 0 or arr[-1] >= n_items or (np.diff(arr) <= 0).any()):
+        raise BadMessageError(msg, f"items must be strictly increasing ids in [0, {n_items})")
+    return arr
+
+
+def checked_params(msg, field: str, shapes: dict) -> dict:
+    """``msg.payload[field]``, a parameter dict, if it has exactly the keys of ``shapes`` and
+    arrays of those shapes; else ``BadMessageError`` naming the client (a merge would broadcast
+    an array of another shape into the mean, or fail without saying whose it was)."""
+    params = msg.payload.get(field) if isinstance(msg.payload, dict) else None
+    got = {k: np.shape(v) for k, v in params.items()} if isinstance(params, dict) else None
+    if got != shapes:
+        raise BadMessageError(msg, f"{field} must hold arrays of shapes {shapes}, got {got}")
+    return params
 
 
 def selection_size(fraction: float, n_clients: int) -> int:

@@ -31,8 +31,8 @@ from ..math import optim
 from .common import SERVER
 from .contract import Kind, ProtocolSpec
 from .fedae import (
-    EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size,
-    SHARED_KINDS, tiny_autoencoder,
+    EVAL_KINDS, FedAEConfig, FedAEJob, checked_params, evaluate_clients, merge_flops, place_actors,
+    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder,
 )
 from .registry import register
 
@@ -57,7 +57,8 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         got = await ctx.gather("update", senders=chosen, round=t, timeout=cfg.deadline)
         if got.missing:
             missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
-        models = [m.payload["model"] for m in got]
+        shapes = {k: v.shape for k, v in model.items()}
+        models = [checked_params(m, "model", shapes) for m in got]
         if models:  # the mean of the models that arrived (none: the model stays)
             model = ae.mean_params(models, model)
         f = merge_flops(models)

@@ -45,8 +45,8 @@ from ..math import optim
 from .common import SERVER, client_name
 from .contract import Kind, ProtocolSpec
 from .fedae import (
-    EVAL_KINDS, FedAEConfig, FedAEJob, evaluate_clients, merge_flops, place_actors, prepare_task, selection_size,
-    SHARED_KINDS, tiny_autoencoder,
+    EVAL_KINDS, FedAEConfig, FedAEJob, checked_items, checked_params, evaluate_clients, merge_flops, place_actors,
+    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder,
 )
 from .registry import register
 
@@ -78,7 +78,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     M = len(clients)
     ctx.begin_round(0)
     got = await ctx.gather("indices", senders=clients, round=0, timeout=cfg.deadline)
-    items = {m.sender: np.asarray(m.payload["items"], dtype=np.int64) for m in got}  # I = {I_1..I_M}
+    items = {m.sender: checked_items(m, n_items) for m in got}  # I = {I_1..I_M}
     missing: list[dict] = []
     if got.missing:
         missing.append({"round": 0, "kind": "indices", "clients": len(got.missing)})
@@ -99,7 +99,14 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         got = await ctx.gather("update", senders=chosen, round=t, timeout=cfg.deadline)
         if got.missing:
             missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
-        slices = [m.payload["dec"] for m in got]  # node-id order
+        shapes = {k: v.shape for k, v in decoder.items()}
+        w_key, b_key = ae.output_keys(decoder)
+        slices = []
+        for m in got:  # node-id order
+            if cfg.compression:  # its active decoder: the output rows of its items only
+                n_m = len(items[m.sender])
+                shapes = {**shapes, w_key: (n_m, *decoder[w_key].shape[1:]), b_key: (n_m, *decoder[b_key].shape[1:])}
+            slices.append(checked_params(m, "dec", shapes))
         if not slices:
             pass  # nothing arrived: the decoder stays
         elif cfg.compression:  # Eq. 5 over the clients whose update arrived
