@@ -141,3 +141,17 @@ def test_data_format_error_message():
     assert isinstance(e, ValueError)
     assert str(e) == "/x/u.data, line 7: bad" and e.line == 7 and e.path == "/x/u.data"
     assert str(DataFormatError("f", None, "oops")) == "f: oops"
+
+
+def test_binarize_threshold_is_compared_exactly_and_must_be_a_number():
+    r = Ratings([0, 0, 1, 1], [0, 1, 0, 1], [4.0, 5.0, 3.5, 4.0])
+    # a NaN threshold kept nothing without a word (every comparison with NaN is False)
+    with pytest.raises(ValueError, match=r"binarize: threshold must be a finite number, got nan"):
+        r.binarize(float("nan"))
+    with pytest.raises(ValueError, match=r"binarize: threshold must be a finite number, got inf"):
+        r.binarize(float("inf"))
+    # 4.00000001 rounded to float32 is 4.0, so the 4-star ratings (4.0 < 4.00000001) were kept
+    b = r.binarize(4.00000001)
+    assert b.users.tolist() == [0] and b.items.tolist() == [1]
+    assert b.info["binarize"] == {"threshold": 4.00000001, "kept": 1, "dropped": 3}
+    assert r.binarize(3.5).info["binarize"]["kept"] == 4 and len(r.binarize(4)) == 3

@@ -408,7 +408,11 @@ class Ratings:
         if threshold is None:
             keep = np.ones(len(self), dtype=bool)
         else:
-            keep = self.values >= np.float32(threshold)
+            t = float(threshold)
+            if not np.isfinite(t):
+                raise ValueError(f"binarize: threshold must be a finite number, got {threshold}")
+            # in float64, where every float32 value is exact: float32(4.00000001) would be 4.0
+            keep = self.values.astype(np.float64) >= t
         out = self.subset(keep)
         info = dict(out.info)
         info["binarize"] = {
