@@ -141,3 +141,29 @@ def test_data_format_error_message():
     assert isinstance(e, ValueError)
     assert str(e) == "/x/u.data, line 7: bad" and e.line == 7 and e.path == "/x/u.data"
     assert str(DataFormatError("f", None, "oops")) == "f: oops"
+
+
+def test_binarize_threshold_is_compared_exactly_and_must_be_a_number():
+    r = Ratings([0, 0, 1, 1], [0, 1, 0, 1], [4.0, 5.0, 3.5, 4.0])
+    # a NaN threshold kept nothing without a word (every comparison with NaN is False)
+    with pytest.raises(ValueError, match=r"binarize: threshold must be a finite number, got nan"):
+        r.binarize(float("nan"))
+    with pytest.raises(ValueError, match=r"binarize: threshold must be a finite number, got inf"):
+        r.binarize(float("inf"))
+    # 4.00000001 rounded to float32 is 4.0, so the 4-star ratings (4.0 < 4.00000001) were kept
+    b = r.binarize(4.00000001)
+    assert b.users.tolist() == [0] and b.items.tolist() == [1]
+    assert b.info["binarize"] == {"threshold": 4.00000001, "kept": 1, "dropped": 3}
+    assert r.binarize(3.5).info["binarize"]["kept"] == 4 and len(r.binarize(4)) == 3
+
+
+def test_timestamps_must_be_whole_seconds():
+    # 1.7 and 1.2 were truncated to 1 and 1 without a word (a tie the temporal split then breaks
+    # by row order); NaN or 1e30 failed inside NumPy without naming the field
+    for bad in ([1.7, 2.2], [1.0, float("nan")], [1.0, 1e30], ["a", "b"]):
+        with pytest.raises(ValueError, match=r"^Ratings: timestamps must hold integer seconds"):
+            Ratings([0, 1], [0, 1], [1, 2], timestamps=bad)
+    r = Ratings([0, 1], [0, 1], [1, 2], timestamps=[1.0, 2e9])  # whole-valued floats are fine
+    assert r.timestamps.dtype == np.int64 and r.timestamps.tolist() == [1, 2_000_000_000]
+    big = np.array([0, 2**62], dtype=np.uint64)
+    assert Ratings([0, 1], [0, 1], [1, 2], timestamps=big).timestamps.tolist() == [0, 2**62]

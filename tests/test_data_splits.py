@@ -106,3 +106,34 @@ def test_partition_users_balanced():
         partition_users(5, 6)
     with pytest.raises(ValueError):
         partition_users(5, 0)
+
+
+def test_fold_and_client_counts_must_be_whole_numbers():
+    # int(2.7) == 2 used to give 2 folds (and 2 clients for M=2.5) without a word
+    r = generate("tiny")
+    with pytest.raises(ValueError, match=r"k must be a whole number, got 2\.7"):
+        kfold_copies(r, 2.7)
+    with pytest.raises(ValueError, match=r"M must be a whole number, got 2\.5"):
+        partition_users(10, 2.5)
+    assert [len(te) for _, te in kfold_copies(r, 5.0, seed=1)] == [72] * 5
+    assert [len(g) for g in partition_users(10, np.int64(3))] == [4, 3, 3]
+
+
+def test_validation_fraction_error_names_val_frac():
+    r = Ratings([0] * 10, list(range(10)), [1.0] * 10, timestamps=list(range(10)))
+    with pytest.raises(ValueError, match=r"^val_frac must be in \[0, 1\), got 1\.5$"):
+        temporal_holdout_with_validation(r, 0.2, 1.5)
+    with pytest.raises(ValueError, match=r"^test_frac must be in \[0, 1\), got -0\.1$"):
+        temporal_holdout_with_validation(r, -0.1, 0.2)
+
+
+def test_random_holdout_size_is_the_decimal_floor():
+    # 0.29 * 100 is 28.999999999999996 in binary floating point: the global hold-out drew 28
+    # test ratings where floor(0.29 x 100) = 29, and per_user_random (which floors with a
+    # tolerance) drew 29 from the same single user
+    r = Ratings([0] * 100, list(range(100)), [1.0] * 100)
+    assert len(random_holdout(r, 0.29, seed=0)[1]) == 29
+    assert len(per_user_random(r, 0.29, seed=0)[1]) == 29
+    big = Ratings(np.zeros(100_000_000 // 1000, dtype=np.int32), np.arange(100_000), np.ones(100_000))
+    assert len(random_holdout(big, 0.29, seed=0)[1]) == 29_000
+    assert len(random_holdout(r, 0.1, seed=0)[1]) == 10 and len(random_holdout(r, 0.005, seed=0)[1]) == 0

@@ -120,3 +120,20 @@ def test_ml20m_like_and_netflix_like_declare_their_shapes():
         generate("tiny", block_ratings=10)  # block parameters belong to the block presets
     with pytest.raises(ValueError, match="n_rated_items"):
         generate("ml20m-like", n_users=50, n_ratings=2000, n_items=100, n_rated_items=200)
+
+
+def test_no_user_is_asked_for_more_items_than_the_catalogue_holds():
+    # min_per_user or max_user_frac above the catalogue: the per-user cap is n_items. Before, the
+    # dense generator silently returned fewer ratings than asked (120 asked, 90 made; 360 asked,
+    # 276 made) and the block generator failed inside argpartition ("kth(=74) out of bounds (50)").
+    with pytest.raises(ValueError, match=r"n_ratings=120 exceeds n_users x max per user = 90"):
+        generate("tiny", n_items=3, n_ratings=120)  # 30 users x 3 items hold 90 ratings at most
+    with pytest.raises(ValueError, match=r"n_ratings=360 exceeds n_users x max per user = 300"):
+        generate("tiny", n_items=10, n_ratings=360, max_user_frac=2.0)
+    g = generate("tiny", n_items=10, n_ratings=280, max_user_frac=2.0)
+    assert len(g) == 280 and g.user_counts().max() <= 10
+    pairs = g.users.astype(np.int64) * g.n_items + g.items
+    assert np.unique(pairs).size == 280
+    b = generate("netflix-like", n_users=300, n_items=50, n_ratings=13_500, block_ratings=1000, max_user_frac=1.5)
+    assert len(b) == 13_500 and b.user_counts().max() == 50
+    assert np.unique(b.users.astype(np.int64) * b.n_items + b.items).size == 13_500

@@ -115,6 +115,24 @@ def _as_index(name: str, a: Any, n: int | None) -> tuple[np.ndarray, int]:
     return np.array(arr, dtype=np.int32), n
 
 
+def _as_timestamps(a: Any) -> np.ndarray:
+    """Timestamps as int64 seconds: integers, or floats with whole values (no truncation)."""
+    arr = np.asarray(a)
+    bad = "Ratings: timestamps must hold integer seconds in the int64 range"
+    if arr.size == 0:
+        return np.array(arr, dtype=np.int64)
+    if np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
+            raise ValueError(f"{bad}, found {int(arr.max())}")
+        return np.array(arr, dtype=np.int64)
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ValueError(f"{bad}, got dtype {arr.dtype}")
+    ok = np.isfinite(arr) & (np.floor(arr) == arr) & (np.abs(arr) < 2.0**63)
+    if not np.all(ok):
+        raise ValueError(f"{bad}, found {arr.reshape(-1)[np.flatnonzero(~ok.reshape(-1))[0]]}")
+    return np.array(arr, dtype=np.int64)
+
+
 class Ratings:
     """Immutable explicit or implicit ratings over a dense index space.
 
@@ -186,7 +204,7 @@ class Ratings:
             raise ValueError("Ratings: values must be finite")
         t = None
         if timestamps is not None:
-            t = np.array(timestamps, dtype=np.int64)
+            t = _as_timestamps(timestamps)
             if t.shape != u.shape:
                 raise ValueError(f"Ratings: timestamps must have length {len(u)}, got shape {t.shape}")
         uid = np.arange(n_users, dtype=np.int64) if user_ids is None else np.array(user_ids)
@@ -408,7 +426,11 @@ class Ratings:
         if threshold is None:
             keep = np.ones(len(self), dtype=bool)
         else:
-            keep = self.values >= np.float32(threshold)
+            t = float(threshold)
+            if not np.isfinite(t):
+                raise ValueError(f"binarize: threshold must be a finite number, got {threshold}")
+            # in float64, where every float32 value is exact: float32(4.00000001) would be 4.0
+            keep = self.values.astype(np.float64) >= t
         out = self.subset(keep)
         info = dict(out.info)
         info["binarize"] = {

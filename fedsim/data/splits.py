@@ -50,7 +50,7 @@ def kfold_copies(ratings: Ratings, k: int = 5, seed: Seed = 0) -> list[tuple[Rat
     larger; for ML-100K and k = 5 every part has 20,000 ratings, so every training fold has
     exactly 80,000).  Every rating is in exactly one test part.
     """
-    k = int(k)
+    k = _whole("k", k)
     n = len(ratings)
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k}")
@@ -74,16 +74,26 @@ def random_holdout(ratings: Ratings, test_frac: float = 0.1, seed: Seed = 0) -> 
     """
     _check_frac(test_frac)
     n = len(ratings)
-    n_test = int(np.floor(test_frac * n))
+    x = test_frac * n
+    # floor with a relative tolerance: 0.29 * 100 is 28.999999999999996 in floating point
+    n_test = int(np.floor(x + 1e-9 * max(1.0, x)))
     perm = _rng(seed).permutation(n)
     mask = np.zeros(n, dtype=bool)
     mask[perm[:n_test]] = True
     return _split(ratings, mask, "random_holdout", {"test_frac": test_frac})
 
 
-def _check_frac(f: float) -> None:
+def _check_frac(f: float, name: str = "test_frac") -> None:
     if not (0.0 <= f < 1.0):
-        raise ValueError(f"test_frac must be in [0, 1), got {f}")
+        raise ValueError(f"{name} must be in [0, 1), got {f}")
+
+
+def _whole(name: str, v: Any) -> int:
+    """``v`` as an int; a value with a fractional part (``k=2.7``) is an error, not truncated."""
+    i = int(v)
+    if i != v:
+        raise ValueError(f"{name} must be a whole number, got {v}")
+    return i
 
 
 def _per_user_test_counts(counts: np.ndarray, test_frac: float) -> np.ndarray:
@@ -126,6 +136,8 @@ def temporal_holdout_with_validation(
     remaining ``m_u``, ``train`` the rest.  Tune on (train, validation), then retrain on
     train + validation (= the first part of :func:`temporal_holdout`) and report on test.
     """
+    _check_frac(test_frac)
+    _check_frac(val_frac, "val_frac")
     train_full, test = temporal_holdout(ratings, test_frac)
     train, val = temporal_holdout(train_full, val_frac)
     train = train.with_info(split={"part": "train", "kind": "temporal+validation",
@@ -162,7 +174,7 @@ def partition_users(n_users: int, M: int, seed: Seed = 0) -> list[np.ndarray]:
     ``M = 1`` is one client holding everyone, ``M = n_users`` one user per client (in
     user order, no shuffle needed).
     """
-    n_users, M = int(n_users), int(M)
+    n_users, M = _whole("n_users", n_users), _whole("M", M)
     if not (1 <= M <= n_users):
         raise ValueError(f"M must be in [1, n_users = {n_users}], got {M}")
     if M == n_users:

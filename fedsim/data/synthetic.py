@@ -112,7 +112,8 @@ def _activity(rng: np.random.Generator, p: dict[str, Any], n_items: int | None =
     """Ratings per user (``n_items``: the items a user can rate, default ``p["n_items"]``)."""
     n_users, total, lo = p["n_users"], p["n_ratings"], p["min_per_user"]
     n_items = p["n_items"] if n_items is None else n_items
-    cap = max(lo, int(p["max_user_frac"] * n_items))
+    # nobody rates more than the whole catalogue, whatever min_per_user or max_user_frac say
+    cap = min(n_items, max(lo, int(p["max_user_frac"] * n_items)))
     lo = min(lo, n_items)
     if total < n_users * lo:
         raise ValueError(f"n_ratings={total} is below n_users x min_per_user = {n_users * lo}")
