@@ -114,3 +114,12 @@ def test_toppop_and_random():
     R = random_scores(3, 5, np.random.default_rng(0))
     np.testing.assert_array_equal(R, np.random.default_rng(0).random((3, 5)))
     assert random_user_scores(5, np.random.default_rng(0)).shape == (5,)
+
+
+def test_negative_catalogue_ids_are_refused():
+    # catalogue [-1, 0] used to give the negative -1 (the last item's row) in every triple
+    indptr, indices = np.array([0, 1]), np.array([0])
+    with pytest.raises(ValueError, match=r"catalogue item id -1 is negative"):
+        sample_epoch_triples(indptr, indices, 3, np.random.default_rng(0), catalogue=np.array([-1, 0]), n=3)
+    with pytest.raises(ValueError, match=r"catalogue item id -1 is negative"):
+        train_bpr(indptr, indices, 1, 3, 2, 1, 0.1, np.random.default_rng(0), catalogue=np.array([-1, 0]))

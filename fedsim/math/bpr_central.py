@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from .bpr import INIT_STD, BPRReg, init_item_params, uniform_index
+from .bpr import INIT_STD, BPRReg, check_catalogue_ids, init_item_params, uniform_index
 
 __all__ = ["BPRModel", "csr_from_pairs", "sample_epoch_triples", "train_bpr"]
 
@@ -73,6 +73,7 @@ class _NegTables:
             places = indices
         else:
             self.catalogue = np.unique(np.asarray(catalogue, dtype=np.int64))
+            check_catalogue_ids(self.catalogue)
             n_cat = self.catalogue.shape[0]
             places = np.searchsorted(self.catalogue, indices)
             if np.any(places >= n_cat) or np.any(self.catalogue[np.minimum(places, n_cat - 1)] != indices):
