@@ -48,7 +48,8 @@ class BPRModel:
 
 
 def csr_from_pairs(users: np.ndarray, items: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(indptr, indices)`` of the user x item training matrix, items ascending within a user.
+    """``(indptr, indices)`` of the user x item training matrix, items ascending within a user
+    (the trainer accepts rows in any order too).
 
     Duplicate (user, item) pairs are kept (they weight positive sampling).
     """
@@ -67,6 +68,9 @@ class _NegTables:
         n_users = indptr.shape[0] - 1
         counts = np.diff(indptr)
         users = np.repeat(np.arange(n_users, dtype=np.int64), counts)
+        if indices.shape[0] > 1 and np.any((indices[1:] < indices[:-1]) & (users[1:] == users[:-1])):
+            # the tables need each row ascending (a CSR need not be); positives keep the CSR order
+            indices = indices[np.lexsort((indices, users))]
         if catalogue is None:
             self.catalogue = None
             n_cat = int(n_items)
