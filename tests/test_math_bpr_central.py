@@ -140,3 +140,15 @@ def test_negatives_exclude_positives_when_the_csr_rows_are_not_sorted():
         srt = np.concatenate([np.sort(indices[:3]), np.sort(indices[3:])])
         u2, p2, n2 = sample_epoch_triples(indptr, srt, 6, np.random.default_rng(0), n=3000)
         assert np.array_equal(u2, users) and np.array_equal(n2, neg)  # the same tables
+
+
+def test_toppop_refuses_item_ids_outside_n_items():
+    # item 5 of n_items = 3 used to give a length-6 score row without tie-breaking (one score per
+    # item the caller does not have) and a bare broadcasting error with it
+    for tie in (False, True):
+        with pytest.raises(ValueError, match=r"item id 5 outside \[0, 3\)"):
+            toppop_item_scores(np.array([0, 5, 5]), n_items=3, tie_break=tie)
+        with pytest.raises(ValueError, match=r"item id -1 outside \[0, 3\)"):
+            toppop_item_scores(np.array([0, -1]), n_items=3, tie_break=tie)
+    # ids 0 and n_items - 1 are fine
+    assert toppop_item_scores(np.array([0, 2, 2]), n_items=3, tie_break=False).tolist() == [1, 0, 2]
