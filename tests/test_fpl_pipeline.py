@@ -5,6 +5,7 @@ carried through to the bias figures, the loader-filter trap, and per-user hit ma
 from __future__ import annotations
 
 import calendar
+import math
 import time
 
 import numpy as np
@@ -165,3 +166,27 @@ def test_privacy_audit_split_keeps_users_the_loader_default_would_drop(tmp_path)
     assert sp.n_users == sum(c >= 20 for c in counts) == 4
     sp21, _ = SplitData(str(f), (("min_interactions", 21),) + kw[1:]).load()
     assert sp21.n_users == 3
+
+
+def test_hit_mask_ndcg_is_the_metrics_module_value_to_the_last_bit():
+    # 8 held-out items, hits at ranks 1, 2, 5, 6 of 10: ndcg_at sums the discounts of a row with
+    # NumPy's (pairwise, 8-way unrolled) sum; per_user_metrics summed them one rank at a time and
+    # gave 0.6004833831800817 against ndcg_at's 0.6004833831800815 (n = 8)
+    disc = [1.0 / math.log2(k + 1) for k in range(1, 11)]
+    exact = math.fsum(disc[k] for k in (0, 1, 4, 5)) / math.fsum(disc[:8])
+    recs = np.array([[0, 1, 20, 21, 2, 3, 22, 23, 24, 25]])
+    truth = (np.array([0, 8]), np.arange(8))
+    want = ndcg_at(recs, truth, 10, per_user=True)[0]
+    assert abs(want - exact) < 1e-15
+    m = hit_masks(recs, truth, 10)
+    assert m.tolist() == [0b110011]
+    assert per_user_metrics(m, np.array([8]), 10)["ndcg"][0] == want
+    rng = np.random.default_rng(3)
+    for n in (8, 10, 20, 62):
+        recs = np.stack([rng.permutation(90)[:n] for _ in range(50)])
+        sizes = rng.integers(0, 30, 50)
+        truth = (np.concatenate(([0], np.cumsum(sizes))),
+                 np.concatenate([rng.choice(90, s, replace=False) for s in sizes]))
+        per = per_user_metrics(hit_masks(recs, truth, n), sizes, n)
+        for name, fn in (("p", precision_at), ("r", recall_at), ("f1", f1_at), ("ndcg", ndcg_at)):
+            assert np.array_equal(per[name], fn(recs, truth, n, per_user=True), equal_nan=True), (name, n)

@@ -359,3 +359,14 @@ def test_sampler_from_a_presorted_catalogue_is_the_same_sampler():
     assert np.array_equal(a.catalogue, b.catalogue) and np.array_equal(a._keys, b._keys)
     r1, r2 = np.random.default_rng(1), np.random.default_rng(1)
     assert all(np.array_equal(x, y) for x, y in zip(sample_triples(a, 50, r1), sample_triples(b, 50, r2)))
+
+
+def test_negative_catalogue_ids_are_refused():
+    # a catalogue id of -1 used to be drawn as a negative and, through NumPy's negative indexing,
+    # train the LAST item (and the server stepped it), which is not in the catalogue at all
+    for unique in (False, True):
+        with pytest.raises(ValueError, match=r"catalogue item id -1 is negative"):
+            make_triple_sampler(np.array([0]), 3, np.array([-1, 0], dtype=np.int64), catalogue_unique=unique)
+    # the valid extremes are accepted: ids 0 and n_items - 1
+    s = make_triple_sampler(np.array([0]), 3, np.array([0, 2], dtype=np.int64))
+    assert s.negatives_from_ranks(np.array([0])).tolist() == [2]

@@ -114,3 +114,41 @@ def test_toppop_and_random():
     R = random_scores(3, 5, np.random.default_rng(0))
     np.testing.assert_array_equal(R, np.random.default_rng(0).random((3, 5)))
     assert random_user_scores(5, np.random.default_rng(0)).shape == (5,)
+
+
+def test_negative_catalogue_ids_are_refused():
+    # catalogue [-1, 0] used to give the negative -1 (the last item's row) in every triple
+    indptr, indices = np.array([0, 1]), np.array([0])
+    with pytest.raises(ValueError, match=r"catalogue item id -1 is negative"):
+        sample_epoch_triples(indptr, indices, 3, np.random.default_rng(0), catalogue=np.array([-1, 0]), n=3)
+    with pytest.raises(ValueError, match=r"catalogue item id -1 is negative"):
+        train_bpr(indptr, indices, 1, 3, 2, 1, 0.1, np.random.default_rng(0), catalogue=np.array([-1, 0]))
+
+
+def test_negatives_exclude_positives_when_the_csr_rows_are_not_sorted():
+    # a CSR whose rows are not sorted is still the training matrix; the negative tables assumed
+    # sorted rows: indices [4, 1, 2] gave the negatives {3, 4, 5} (4 is a positive, 0 never
+    # drawn), and [1, 2, 1] gave {0, 4, 5} (3 never drawn)
+    indptr = np.array([0, 3, 5])
+    for row0, want0 in (([4, 1, 2], {0, 3, 5}), ([1, 2, 1], {0, 3, 4, 5})):
+        indices = np.array(row0 + [5, 0])
+        users, pos, neg = sample_epoch_triples(indptr, indices, 6, np.random.default_rng(0), n=3000)
+        assert set(neg[users == 0].tolist()) == want0
+        assert set(neg[users == 1].tolist()) == {1, 2, 3, 4}
+        # positives are still drawn from the interactions in the CSR order given
+        assert set(pos[users == 0].tolist()) == set(row0)
+        srt = np.concatenate([np.sort(indices[:3]), np.sort(indices[3:])])
+        u2, p2, n2 = sample_epoch_triples(indptr, srt, 6, np.random.default_rng(0), n=3000)
+        assert np.array_equal(u2, users) and np.array_equal(n2, neg)  # the same tables
+
+
+def test_toppop_refuses_item_ids_outside_n_items():
+    # item 5 of n_items = 3 used to give a length-6 score row without tie-breaking (one score per
+    # item the caller does not have) and a bare broadcasting error with it
+    for tie in (False, True):
+        with pytest.raises(ValueError, match=r"item id 5 outside \[0, 3\)"):
+            toppop_item_scores(np.array([0, 5, 5]), n_items=3, tie_break=tie)
+        with pytest.raises(ValueError, match=r"item id -1 outside \[0, 3\)"):
+            toppop_item_scores(np.array([0, -1]), n_items=3, tie_break=tie)
+    # ids 0 and n_items - 1 are fine
+    assert toppop_item_scores(np.array([0, 2, 2]), n_items=3, tie_break=False).tolist() == [1, 0, 2]

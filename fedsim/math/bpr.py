@@ -49,6 +49,7 @@ __all__ = [
     "bpr_scores",
     "bpr_triple_deltas",
     "bpr_user_scores",
+    "check_catalogue_ids",
     "concat_updates",
     "exact_dot",
     "fpl_client_round",
@@ -227,6 +228,7 @@ def make_triple_sampler(
     else:
         cat = catalogue if catalogue_unique else np.unique(np.asarray(catalogue, dtype=np.int64))
         n_cat = int(cat.shape[0])
+        check_catalogue_ids(cat)
         places = np.searchsorted(cat, upos)
         if np.any(places >= n_cat) or np.any(cat[np.minimum(places, n_cat - 1)] != upos):
             raise ValueError("every positive item must belong to the catalogue")
@@ -238,6 +240,14 @@ def make_triple_sampler(
         catalogue=cat,
         _keys=keys,
     )
+
+
+def check_catalogue_ids(catalogue: np.ndarray) -> None:
+    """Raise ``ValueError`` naming the smallest id of the ascending ``catalogue`` when it is
+    negative: NumPy would read and step row ``n_items + id`` of Q and b for it, an item that is
+    not in the catalogue. (Ids past the end of Q fail with ``IndexError`` where they are used.)"""
+    if catalogue.shape[0] and catalogue[0] < 0:
+        raise ValueError(f"catalogue item id {int(catalogue[0])} is negative: item ids start at 0")
 
 
 def uniform_index(u: np.ndarray, n: int) -> np.ndarray:

@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from .bpr import INIT_STD, BPRReg, init_item_params, uniform_index
+from .bpr import INIT_STD, BPRReg, check_catalogue_ids, init_item_params, uniform_index
 
 __all__ = ["BPRModel", "csr_from_pairs", "sample_epoch_triples", "train_bpr"]
 
@@ -48,7 +48,8 @@ class BPRModel:
 
 
 def csr_from_pairs(users: np.ndarray, items: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(indptr, indices)`` of the user x item training matrix, items ascending within a user.
+    """``(indptr, indices)`` of the user x item training matrix, items ascending within a user
+    (the trainer accepts rows in any order too).
 
     Duplicate (user, item) pairs are kept (they weight positive sampling).
     """
@@ -67,12 +68,16 @@ class _NegTables:
         n_users = indptr.shape[0] - 1
         counts = np.diff(indptr)
         users = np.repeat(np.arange(n_users, dtype=np.int64), counts)
+        if indices.shape[0] > 1 and np.any((indices[1:] < indices[:-1]) & (users[1:] == users[:-1])):
+            # the tables need each row ascending (a CSR need not be); positives keep the CSR order
+            indices = indices[np.lexsort((indices, users))]
         if catalogue is None:
             self.catalogue = None
             n_cat = int(n_items)
             places = indices
         else:
             self.catalogue = np.unique(np.asarray(catalogue, dtype=np.int64))
+            check_catalogue_ids(self.catalogue)
             n_cat = self.catalogue.shape[0]
             places = np.searchsorted(self.catalogue, indices)
             if np.any(places >= n_cat) or np.any(self.catalogue[np.minimum(places, n_cat - 1)] != indices):

@@ -69,9 +69,10 @@ def per_user_metrics(masks: Any, n_test: Any, n: int) -> dict[str, np.ndarray]:
     h = popcount(m).astype(np.float64)
     has = nt > 0
     disc = 1.0 / np.log2(np.arange(2, n + 2))
-    dcg = np.zeros(m.shape)
-    for k in range(n):
-        dcg += ((m >> k) & 1) * disc[k]
+    # one row of bits per user, summed as ndcg_at sums its hit rows (NumPy's pairwise sum along
+    # the row), so the value is the metrics module's to the last bit, not only to rounding
+    bits = (m[..., None] >> np.arange(n, dtype=np.int64)) & 1
+    dcg = (bits * disc).sum(axis=-1)
     ideal = np.concatenate(([0.0], np.cumsum(disc)))[np.minimum(nt, n).astype(np.int64)]
     with np.errstate(invalid="ignore", divide="ignore"):
         p = h / n

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["cosine_similarity", "knn_scores", "top_neighbours"]
+__all__ = ["cosine_similarity", "exact_neighbours", "knn_scores", "top_neighbours"]
 
 
 def cosine_similarity(x: Any, block: int = 2048) -> np.ndarray:
@@ -62,6 +62,46 @@ def top_neighbours(sim: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return order.astype(np.int64), np.take_along_axis(s, order, axis=1)
 
 
+def exact_neighbours(x: Any, k: int, block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_neighbours` of :func:`cosine_similarity` of the rows of ``x``, except that the
+    neighbours are ranked by the exact cosine, not by its float32 rounding: equal cosines of
+    different pairs (4 / sqrt(4 x 7) and 6 / sqrt(7 x 9), say) often round to different float32
+    values, which gave the tie to the higher index, and distinct cosines closer than float32's
+    resolution could swap. The key is ``cos^2 = (a.b)^2 / (|a|^2 |b|^2)`` (signed) in float64:
+    for integer-valued rows (0/1 data) with ``|a|^2 |b|^2`` and ``(a.b)^2`` below 2^53 that is one
+    rounding of the exact rational (the dot products are float32 sums of integers, exact below
+    2^24), so equal cosines get equal keys and ties go to the lower index. The similarities returned are :func:`cosine_similarity`'s float32 values of the chosen
+    pairs. Memory: two ``block x n`` blocks, never the ``n x n`` matrix."""
+    a = np.asarray(x, dtype=np.float32)
+    if a.ndim != 2:
+        raise ValueError(f"expected a 2-D matrix, got shape {a.shape}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    n = a.shape[0]
+    k = min(int(k), n - 1)
+    sq = np.empty(n, dtype=np.float64)  # |a|^2, exact for integer rows (blocks: no float64 copy of x)
+    for b0 in range(0, n, block):
+        sq[b0:b0 + block] = (a[b0:b0 + block].astype(np.float64) ** 2).sum(axis=1)
+    norm = np.sqrt(sq)
+    inv = np.where(norm > 0, 1.0 / np.where(norm > 0, norm, 1.0), 0.0).astype(np.float32)
+    an = a * inv[:, None]  # as cosine_similarity
+    idx = np.empty((n, max(k, 0)), dtype=np.int64)
+    val = np.empty((n, max(k, 0)), dtype=np.float32)
+    for b0 in range(0, n, block):
+        b1 = min(n, b0 + block)
+        # float32 products and sums of integers below 2^24 are exact: the co-occurrence counts
+        dots = (a[b0:b1] @ a.T).astype(np.float64)
+        den = sq[b0:b1, None] * sq[None, :]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            key = np.where(den > 0, np.sign(dots) * (dots * dots) / np.where(den > 0, den, 1.0), 0.0)
+        key[np.arange(b1 - b0), np.arange(b0, b1)] = -np.inf  # a row is never its own neighbour
+        order = np.argsort(-key, axis=1, kind="stable")[:, :k]
+        idx[b0:b1] = order
+        sim = an[b0:b1] @ an.T  # cosine_similarity's block (same rows, same product)
+        val[b0:b1] = np.take_along_axis(sim, order, axis=1)
+    return idx, val
+
+
 def knn_scores(r: Any, kind: str, ks: list[int] | tuple[int, ...]) -> Iterator[tuple[int, np.ndarray]]:
     """``(k, scores n_users x n_items)`` for every ``k`` of ``ks`` in increasing order, for the
     0/1 (or weighted) interaction matrix ``r`` (dense ``n_users x n_items``); ``kind`` is
@@ -75,7 +115,7 @@ def knn_scores(r: Any, kind: str, ks: list[int] | tuple[int, ...]) -> Iterator[t
         raise ValueError(f"ks must be positive, got {ks}")
     x = np.asarray(r, dtype=np.float32)
     rows = x if kind == "user" else x.T
-    idx, val = top_neighbours(cosine_similarity(rows), ks[-1])
+    idx, val = exact_neighbours(rows, ks[-1])
     scores = np.zeros(x.shape, dtype=np.float64)
     slot = 0
     for k in ks:

@@ -23,6 +23,9 @@ def toppop_item_scores(indptr_or_items: np.ndarray, indices: np.ndarray | None =
     items = np.asarray(indptr_or_items if indices is None else indices, dtype=np.int64)
     if n_items is None:
         n_items = int(items.max()) + 1 if items.size else 0
+    if items.size and (items.min() < 0 or items.max() >= int(n_items)):
+        bad = int(items.min()) if items.min() < 0 else int(items.max())
+        raise ValueError(f"item id {bad} outside [0, {int(n_items)})")
     counts = np.bincount(items, minlength=int(n_items)).astype(np.float64)
     if tie_break:
         counts -= np.arange(int(n_items)) / (int(n_items) + 1.0)
