@@ -105,7 +105,10 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
         if not got.messages:
             # nothing to learn from: the regulariser alone would shrink Q (and advance Adam's
             # step count) in a round nobody took part in; FedRec and FPL leave their model too
-            missing[-1]["skipped"] = True
+            if got.missing:
+                missing[-1]["skipped"] = True
+            else:  # no client at all
+                missing.append({"round": r, "kind": "gradients", "clients": 0, "skipped": True})
             continue
         G = np.zeros(Q.shape, dtype=np.float64)
         for msg in got:  # node-id order
