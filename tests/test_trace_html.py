@@ -247,23 +247,31 @@ def test_names_with_html_and_template_text_stay_text(tmp_path):
         driver.quit()
 
 
+def _one_message(src: str, role: str, dst: str, kind: str):
+    """A traced run of one message of ``kind`` {n: 1} from ``src`` (of ``role``) to ``dst`` (server)."""
+    from fedsim.studies.trace import TracingNetwork
+
+    async def sender(ctx):
+        await ctx.send(dst, kind, {"n": 1})
+
+    async def receiver(ctx):
+        await ctx.receive(kind)
+
+    net = TracingNetwork(seed=0)
+    net.add_node(src, sender, role=role)
+    net.add_node(dst, receiver, role="server")
+    net.run()
+    return net
+
+
 def test_timeline_svg_is_well_formed_with_any_role():
     # the lane labels of timeline.svg were written unescaped: a role 'cli<ent&' made the file
     # invalid XML (no viewer shows it)
     from xml.etree import ElementTree
 
-    from fedsim.studies.trace import TracingNetwork, timeline_svg
+    from fedsim.studies.trace import timeline_svg
 
-    async def sender(ctx):
-        await ctx.send("b-1", "m", {"n": 1})
-
-    async def receiver(ctx):
-        await ctx.receive("m")
-
-    net = TracingNetwork(seed=0)
-    net.add_node("a:0", sender, role="cli<ent&")
-    net.add_node("b-1", receiver, role="server")
-    net.run()
+    net = _one_message("a:0", "cli<ent&", "b-1", "m")
     svg = ElementTree.fromstring(timeline_svg(net))
     texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert texts[1:3] == ["b-1 (server)", "a:0 (cli<ent&)"]
@@ -274,18 +282,9 @@ def test_timeline_svg_is_well_formed_with_any_role():
 def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
     # a role 'x;y' ended the participant statement at ';' (Mermaid's separator) and a kind with a
     # line break split the arrow's statement over two lines, the second no statement at all
-    from fedsim.studies.trace import TracingNetwork, mermaid
+    from fedsim.studies.trace import mermaid
 
-    async def sender(ctx):
-        await ctx.send("b", "two\nlines", {"n": 1})
-
-    async def receiver(ctx):
-        await ctx.receive("two\nlines")
-
-    net = TracingNetwork(seed=0)
-    net.add_node("a", sender, role="x;y#1")
-    net.add_node("b", receiver, role="server")
-    net.run()
+    net = _one_message("a", "x;y#1", "b", "two\nlines")
     (row,) = net.ledger.records()
     lines = mermaid(net).splitlines()
     assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x,yno.1)",
