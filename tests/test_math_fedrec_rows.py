@@ -163,8 +163,8 @@ def test_server_row_updates_equal_fancy_indexing(c):
     assert a.tobytes() == b.tobytes() and np.array_equal(ca, cb)
 
 
-@pytest.mark.parametrize("bad", [[1, 10], [1, -11], [0, 2**40]])
-def test_out_of_range_rows_raise_as_numpy_does_and_change_nothing(bad):
+@pytest.mark.parametrize("bad", [[1, 10], [1, -11], [0, 2**40], [-1, 2]])
+def test_out_of_range_rows_raise_index_error_and_change_nothing(bad):
     V = np.arange(30, dtype=np.float32).reshape(10, 3)
     G = np.ones((2, 3), np.float32)
     items = np.array(bad, dtype=np.int64)
@@ -176,14 +176,14 @@ def test_out_of_range_rows_raise_as_numpy_does_and_change_nothing(bad):
         assert np.array_equal(A, V)
 
 
-def test_negative_ids_count_from_the_end_as_in_numpy():
+def test_negative_ids_are_refused_not_counted_from_the_end():
+    # they counted from the end, as NumPy's indexing does: an upload's id -1 changed the last row
     V = np.arange(30, dtype=np.float32).reshape(10, 3)
     G = np.ones((2, 3), np.float32)
-    items = np.array([-1, 2])
-    a, b = V.copy(), V.copy()
-    a[items] -= np.float32(0.5) * G
-    server_apply_sgd(b, items, G, 0.5)
-    assert a.tobytes() == b.tobytes()
+    b = V.copy()
+    with pytest.raises(IndexError, match="item id -1 outside \\[0, 10\\)"):
+        server_apply_sgd(b, np.array([-1, 2]), G, 0.5)
+    assert b.tobytes() == V.tobytes()
 
 
 def _same_upload(a, b):
@@ -275,13 +275,13 @@ def test_batch_hybrid_filling_sums_left_to_right(c, jit, T_local):
     assert hf_local_user_batch(U, Vr, r, lr, lam, T_local).tobytes() == want_tU.tobytes()
 
 
-@pytest.mark.parametrize("items, rows, match", [
-    ([-1], (1, 2), "item id -1 outside \\[0, 5\\)"),  # NumPy took it as the last row
-    ([5], (1, 2), "item id 5 outside \\[0, 5\\)"),
-    ([0, 1], (1, 2), "2 item ids need rows of shape \\(2, 2\\), got \\(1, 2\\)"),  # broadcast over both rows
-    ([0], (1, 3), "1 item ids need rows of shape \\(1, 2\\), got \\(1, 3\\)"),
+@pytest.mark.parametrize("items, rows, error, match", [
+    ([-1], (1, 2), IndexError, "item id -1 outside \\[0, 5\\)"),  # NumPy took it as the last row
+    ([5], (1, 2), IndexError, "item id 5 outside \\[0, 5\\)"),
+    ([0, 1], (1, 2), ValueError, "2 item ids need rows of shape \\(2, 2\\), got \\(1, 2\\)"),  # broadcast
+    ([0], (1, 3), ValueError, "1 item ids need rows of shape \\(1, 2\\), got \\(1, 3\\)"),
 ])
-def test_server_row_updates_refuse_uploads_they_would_misapply(items, rows, match):
+def test_server_row_updates_refuse_uploads_they_would_misapply(items, rows, error, match):
     from fedsim.math.denoise import remove_noise
     from fedsim.math.pmf import accumulate_item_grads, server_apply_sgd
     from fedsim.math.svdpp import server_apply_o_delta
@@ -294,6 +294,6 @@ def test_server_row_updates_refuse_uploads_they_would_misapply(items, rows, matc
                  lambda V, C: server_apply_o_delta(V, ids, block),
                  lambda V, C: remove_noise(V, C, ids, block, np.ones(len(ids), np.int64))):
         V, C = np.zeros((5, 2), np.float32), np.zeros(5, np.int64)
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(error, match=match):
             call(V, C)
         assert not V.any() and not C.any()  # nothing changed

@@ -69,7 +69,8 @@ def remove_noise(grad_sum: np.ndarray, counts: np.ndarray, items: np.ndarray, su
                  noise_counts: np.ndarray) -> None:
     """Eq. 5 and the count recovery, in place: ``grad_sum[items] -= sums`` and
     ``counts[items] -= noise_counts`` for one denoiser's message (distinct items). Raises
-    ``ValueError`` for ids outside [0, m) or arrays of other shapes (``rows.check_rows``)."""
+    ``IndexError`` for ids outside [0, m), ``ValueError`` for arrays of other shapes
+    (``rows.check_rows``)."""
     check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums")
     if np.shape(noise_counts) != np.shape(items):
         raise ValueError(f"denoised sums: {np.shape(items)[0]} item ids need as many counts, got shape "

@@ -51,9 +51,9 @@ def _add(acc: np.ndarray, view: np.ndarray | None, ids, rows) -> None:
 
 
 def check_rows(ids, rows, m: int, width: int, what: str = "rows") -> None:
-    """Raise ``ValueError`` unless ``ids`` is a 1-D integer array of indices in [0, ``m``) and
-    ``rows`` an array of shape (len(ids), ``width``): what a server's row update needs of an
-    upload. NumPy's indexing would take a negative id as counting from the end and broadcast a
+    """Raise ``IndexError`` for an id outside [0, ``m``) and ``ValueError`` unless ``ids`` is a 1-D
+    integer array and ``rows`` an array of shape (len(ids), ``width``): what a server's row update
+    needs of an upload. NumPy's indexing would take a negative id as counting from the end and broadcast a
     (1, width) block over every listed row, changing the wrong rows without a word. (Servers call
     it where their compiled update declined an upload, so well-formed uploads pay nothing.)"""
     ids_a = np.asarray(ids)
@@ -61,7 +61,7 @@ def check_rows(ids, rows, m: int, width: int, what: str = "rows") -> None:
         raise ValueError(f"{what}: item ids must be a 1-D integer array, got {ids_a.dtype} of shape {ids_a.shape}")
     if ids_a.size and (int(ids_a.min()) < 0 or int(ids_a.max()) >= m):
         bad = int(ids_a[(ids_a < 0) | (ids_a >= m)][0])
-        raise ValueError(f"{what}: item id {bad} outside [0, {m})")
+        raise IndexError(f"{what}: item id {bad} outside [0, {m})")
     shape = np.shape(rows)
     if shape != (ids_a.shape[0], width):
         raise ValueError(f"{what}: {ids_a.shape[0]} item ids need rows of shape ({ids_a.shape[0]}, {width}), "

@@ -238,7 +238,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
             try:
                 items, rows = msg.payload["items"], msg.payload["rows"]
                 check_rows(items, rows, theta.shape[0], theta.shape[1], "update")  # (np.add.at wraps negative ids)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise BadMessageError(msg, exc) from exc
             np.add.at(theta, items, rows * dt.type(lr))
             rows_in += items.shape[0]
