@@ -297,3 +297,53 @@ def test_server_row_updates_refuse_uploads_they_would_misapply(items, rows, erro
         with pytest.raises(error, match=match):
             call(V, C)
         assert not V.any() and not C.any()  # nothing changed
+
+
+def _server_updates(ids, block):
+    """The servers' row updates with ``ascending=True``, each on a fresh zero model and counts."""
+    from fedsim.math.denoise import remove_noise
+
+    return [lambda V, C: accumulate_item_grads(V, C, ids, block, ascending=True),
+            lambda V, C: accumulate_item_grads(V, C, ids, block, distinct=True, ascending=True),
+            lambda V, C: server_apply_sgd(V, ids, block, 0.1, ascending=True),
+            lambda V, C: server_apply_o_delta(V, ids, block, ascending=True),
+            lambda V, C: remove_noise(V, C, ids, block, np.ones(len(ids), np.int64))]
+
+
+@pytest.mark.parametrize("jit", [pytest.param(True, marks=needs_numba), False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("items, match", [
+    ([1, 1], "id 1 at position 1 repeats"),  # compiled, both rows were added; NumPy kept the last one
+    ([0, 3, 2], "id 2 at position 2 follows 3"),
+    ([4, 0], "id 0 at position 1 follows 4"),
+])
+def test_ascending_updates_refuse_items_out_of_order_and_change_nothing(jit, items, match):
+    ids = np.array(items, np.int32)
+    block = np.arange(1, 2 * len(items) + 1, dtype=np.float32).reshape(len(items), 2)
+    with mock.patch.object(K, "compiled", K.compiled if jit else (lambda: None)):
+        for call in _server_updates(ids, block):
+            V, C = np.zeros((5, 2), np.float32), np.zeros(5, np.int64)
+            with pytest.raises(ValueError, match=f"item ids must be strictly increasing; {match}"):
+                call(V, C)
+            assert not V.any() and not C.any()
+
+
+@pytest.mark.parametrize("jit", [pytest.param(True, marks=needs_numba), False], ids=["compiled", "numpy"])
+def test_ascending_updates_of_sorted_items_equal_fancy_indexing(jit):
+    rng = np.random.default_rng(7)
+    V0 = rng.normal(size=(40, 6)).astype(np.float32)
+    ids = np.sort(rng.permutation(40)[:17]).astype(np.int32)
+    G = rng.normal(size=(17, 6)).astype(np.float32)
+    with mock.patch.object(K, "compiled", K.compiled if jit else (lambda: None)):
+        a, b = V0.copy(), V0.copy()
+        a[ids] -= np.float32(0.3) * G
+        assert server_apply_sgd(b, ids, G, 0.3, ascending=True).tobytes() == a.tobytes()
+        a, b = V0.copy(), V0.copy()
+        a[ids] += G
+        assert server_apply_o_delta(b, ids, G, ascending=True).tobytes() == a.tobytes()
+        b, cb = V0.copy(), np.zeros(40, np.int64)
+        accumulate_item_grads(b, cb, ids, G, ascending=True)
+        assert b.tobytes() == a.tobytes() and np.array_equal(cb, np.isin(np.arange(40), ids).astype(np.int64))
+        # without the promise, items in any order are taken as before
+        a, b = V0.copy(), V0.copy()
+        a[ids[::-1]] -= np.float32(0.3) * G
+        assert server_apply_sgd(b, ids[::-1].copy(), G, 0.3).tobytes() == a.tobytes()

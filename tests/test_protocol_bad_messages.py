@@ -30,10 +30,14 @@ def _uploads(protocol: str, fault: str):
         if protocol == "fcf":
             grad = np.zeros((1, d) if fault == "shape" else (m, d), np.float32)
             return "gradients", {"grad": grad}
-        items = {"negative": [-1], "past_end": [m], "shape": [0, 1]}[fault]
-        rows = np.zeros((1, d), np.float32)  # one row: the wrong shape for two ids
+        items = {"negative": [-1], "past_end": [m], "shape": [0, 1], "repeat": [0, 0], "unsorted": [1, 0]}[fault]
+        # one row: the wrong shape for two ids (a repeat and an order fault send a row per id)
+        rows = np.zeros((1 if fault == "shape" or len(items) == 1 else len(items), d), np.float32)
         key = "rows" if protocol == "fpl" else "grads"
-        return ("update" if protocol == "fpl" else "gradients"), {"items": np.array(items, np.int32), key: rows}
+        body = {"items": np.array(items, np.int32), key: rows}
+        if "O" in model:  # SVD++: the upload is complete but for its fault
+            body["o_deltas"] = rows
+        return ("update" if protocol == "fpl" else "gradients"), body
     return body
 
 
@@ -52,6 +56,12 @@ def _malicious(upload):
 CASES = [(p, c, f) for p, c in [("fedrec", {}), ("fedrec", {"model": "PMF(S)"}), ("fedrec", {"model": "SVD++(S)"}),
                                  ("fedrecpp", {"eta": 0}), ("fpl", {})]
          for f in ("negative", "past_end", "shape")] + [("fcf", {}, "shape")]  # (FCF's upload has no item ids)
+# FedRec uploads list each item once, in ascending order (sort_by_item): a repeated id was added
+# once by NumPy's indexing and twice by the compiled update, a run's result depending on whether
+# numba was installed. (FPL's server sums repeated rows, np.add.at, as its Eq. 7 reads.)
+CASES += [(p, c, f) for p, c in [("fedrec", {}), ("fedrec", {"model": "PMF(S)"}), ("fedrec", {"model": "SVD++(S)"}),
+                                  ("fedrecpp", {"eta": 0})]
+          for f in ("repeat", "unsorted")]
 
 
 @pytest.mark.parametrize("protocol, change, fault", CASES, ids=[f"{p}-{c}-{f}" for p, c, f in CASES])

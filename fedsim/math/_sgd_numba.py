@@ -521,6 +521,22 @@ def rows_in_range(items, m):
     return True
 
 
+def rows_ascending_in_range(items, m):
+    """Whether ``items`` is strictly increasing within [0, m): a FedRec upload's ids (sorted, so
+    that their order does not tell which items are rated), which rules out a repeated id, whose
+    rows the updates below would otherwise add in a way NumPy's ``V[items] -= ...`` does not (it
+    keeps the last one)."""
+    n = items.shape[0]
+    if n == 0:
+        return True
+    if items[0] < 0 or items[n - 1] >= m:
+        return False
+    for k in range(1, n):
+        if items[k] <= items[k - 1]:
+            return False
+    return True
+
+
 def indices_valid(items, m):
     """Whether every entry of ``items`` is a valid NumPy index of an axis of length ``m`` (in
     [-m, m), negative ones counting from the end as NumPy's and numba's indexing do). The client
@@ -533,11 +549,12 @@ def indices_valid(items, m):
     return True
 
 
-def add_rows_count(acc, counts, items, rows):
+def add_rows_count(acc, counts, items, rows, ascending):
     """acc[items] += rows and counts[items] += 1 for distinct ``items`` (each element of a listed
     row receives exactly one addition, as with ``acc[items] += rows``). Returns False, changing
-    nothing, if an item is outside [0, len(acc))."""
-    if not rows_in_range(items, acc.shape[0]):
+    nothing, if an item is outside [0, len(acc)) or, with ``ascending``, the items are not
+    strictly increasing."""
+    if not (rows_ascending_in_range(items, acc.shape[0]) if ascending else rows_in_range(items, acc.shape[0])):
         return False
     d = acc.shape[1]
     for k in range(items.shape[0]):
@@ -548,11 +565,12 @@ def add_rows_count(acc, counts, items, rows):
     return True
 
 
-def sub_scaled_rows(V, items, rows, lr):
+def sub_scaled_rows(V, items, rows, lr, ascending):
     """V[items] -= lr * rows for distinct ``items`` (``lr`` a 1-element array of V's dtype):
     lr * row rounded to the dtype, then subtracted, as NumPy's ``V[items] -= lr * rows``.
-    Returns False, changing nothing, if an item is outside [0, len(V))."""
-    if not rows_in_range(items, V.shape[0]):
+    Returns False, changing nothing, if an item is outside [0, len(V)) or, with ``ascending``,
+    the items are not strictly increasing."""
+    if not (rows_ascending_in_range(items, V.shape[0]) if ascending else rows_in_range(items, V.shape[0])):
         return False
     a = lr[0]
     d = V.shape[1]
@@ -563,10 +581,10 @@ def sub_scaled_rows(V, items, rows, lr):
     return True
 
 
-def add_rows(V, items, rows):
+def add_rows(V, items, rows, ascending):
     """V[items] += rows for distinct ``items``. Returns False, changing nothing, if an item is
-    outside [0, len(V))."""
-    if not rows_in_range(items, V.shape[0]):
+    outside [0, len(V)) or, with ``ascending``, the items are not strictly increasing."""
+    if not (rows_ascending_in_range(items, V.shape[0]) if ascending else rows_in_range(items, V.shape[0])):
         return False
     d = V.shape[1]
     for k in range(items.shape[0]):
@@ -677,6 +695,7 @@ _KERNELS = (
     "batch_client_rows",
     "hf_batch_virtual",
     "rows_in_range",
+    "rows_ascending_in_range",
     "indices_valid",
     "add_rows_count",
     "sub_scaled_rows",

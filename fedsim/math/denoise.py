@@ -68,10 +68,11 @@ def denoiser_sums_dense(noise_sum: np.ndarray, noise_counts: np.ndarray, own_ite
 def remove_noise(grad_sum: np.ndarray, counts: np.ndarray, items: np.ndarray, sums: np.ndarray,
                  noise_counts: np.ndarray) -> None:
     """Eq. 5 and the count recovery, in place: ``grad_sum[items] -= sums`` and
-    ``counts[items] -= noise_counts`` for one denoiser's message (distinct items). Raises
-    ``IndexError`` for ids outside [0, m), ``ValueError`` for arrays of other shapes
-    (``rows.check_rows``)."""
-    check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums")
+    ``counts[items] -= noise_counts`` for one denoiser's message (ascending items, as
+    :func:`denoiser_sums` gives them). Raises ``IndexError`` for ids outside [0, m),
+    ``ValueError`` for arrays of other shapes or ids not strictly increasing (``rows.check_rows``;
+    a repeated id would be subtracted once), changing nothing."""
+    check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums", ascending=True)
     if np.shape(noise_counts) != np.shape(items):
         raise ValueError(f"denoised sums: {np.shape(items)[0]} item ids need as many counts, got shape "
                          f"{np.shape(noise_counts)}")

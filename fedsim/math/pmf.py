@@ -174,22 +174,27 @@ def _batch_client_jit(U_u, V, items, ratings, lr, lam, n):
     return new_u, grads
 
 
-def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = False) -> None:
+def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = False,
+                          ascending: bool = False) -> None:
     """Server side of Eq. 9, incremental: add one client's upload into ``grad_sum`` (m, d) and
     ``counts`` (m,) in place. ``distinct=True`` promises that no item repeats within ``items``
     (true of every FedRec upload) and adds whole rows (:func:`fedsim.math.rows.add_rows_at`),
     many times faster than ``np.add.at`` and the same bits (each element receives exactly one
     addition); with a repeated item it would silently count it once, so the default is the
-    general form."""
-    if distinct:
+    general form. ``ascending=True`` (implies ``distinct``) checks what a FedRec upload
+    promises, items strictly increasing, and raises ``ValueError`` otherwise (at no cost: the
+    compiled update's bounds check becomes an order check). Raises ``IndexError`` for an item
+    outside [0, m) and ``ValueError`` for arrays of other shapes (:func:`fedsim.math.rows.check_rows`),
+    adding nothing."""
+    if distinct or ascending:
         k = _sgd_numba.compiled()
         if (k is not None and type(grads) is np.ndarray and grads.dtype == grad_sum.dtype
                 and grads.ndim == 2 and grad_sum.ndim == 2 and grads.shape[1] == grad_sum.shape[1]
                 and grads.shape[0] == len(items) and grad_sum.flags.c_contiguous
                 and counts.dtype == np.int64 and _int_vector(items)
-                and k.add_rows_count(grad_sum, counts, items, grads)):  # one addition per element: same bits
+                and k.add_rows_count(grad_sum, counts, items, grads, ascending)):  # one addition per element: same bits
             return
-        check_rows(items, grads, grad_sum.shape[0], grad_sum.shape[1], "gradients")
+        check_rows(items, grads, grad_sum.shape[0], grad_sum.shape[1], "gradients", ascending=ascending)
         add_rows_at(grad_sum, items, grads)
         counts[items] += 1
     else:
@@ -221,17 +226,19 @@ def server_apply_mean(V, items, grads, lr, counts=None) -> np.ndarray:
     return apply_mean_step(V, grad_sum, counts, lr)
 
 
-def server_apply_sgd(V, items, grads, lr) -> np.ndarray:
+def server_apply_sgd(V, items, grads, lr, *, ascending: bool = False) -> np.ndarray:
     """Algorithm 4 lines 6-8: V_i <- V_i - lr g_i for one client's upload (distinct items).
-    In place; returns V."""
+    ``ascending=True`` checks what a FedRec upload promises, items strictly increasing (no cost
+    compiled). Raises ``IndexError`` for an item outside [0, m), ``ValueError`` for arrays of other
+    shapes or, with ``ascending``, items out of order, changing nothing. In place; returns V."""
     k = _sgd_numba.compiled()
     if (k is not None and type(grads) is np.ndarray and grads.dtype == V.dtype and V.ndim == 2
             and grads.ndim == 2 and grads.shape == (len(items), V.shape[1]) and V.flags.c_contiguous
             and V.flags.writeable and _int_vector(items)
             # lr * g rounded to V's dtype, then subtracted: the operations of the expression below
-            and k.sub_scaled_rows(V, items, grads, np.array((lr,), dtype=V.dtype))):
+            and k.sub_scaled_rows(V, items, grads, np.array((lr,), dtype=V.dtype), ascending)):
         return V
-    check_rows(items, grads, V.shape[0], V.shape[1], "gradients")
+    check_rows(items, grads, V.shape[0], V.shape[1], "gradients", ascending=ascending)
     V[items] -= V.dtype.type(lr) * grads
     return V
 

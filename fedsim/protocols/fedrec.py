@@ -230,7 +230,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                 for msg in got:  # node-id order
                     try:
                         items = msg.payload["items"]
-                        accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], distinct=True)
+                        accumulate_item_grads(grad_sum, counts, items, msg.payload["grads"], ascending=True)
                     except (KeyError, TypeError, ValueError, IndexError) as exc:
                         raise BadMessageError(msg, exc) from exc
                     rows += items.shape[0]
@@ -275,9 +275,9 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                     V, O, doc = V.copy(), None if O is None else O.copy(), None
                 try:
                     items = msg.payload["items"]
-                    server_apply_sgd(V, items, msg.payload["grads"], lr_t)
+                    server_apply_sgd(V, items, msg.payload["grads"], lr_t, ascending=True)
                     if O is not None:
-                        server_apply_o_delta(O, items, msg.payload["o_deltas"])
+                        server_apply_o_delta(O, items, msg.payload["o_deltas"], ascending=True)
                 except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise BadMessageError(msg, exc) from exc
                 await ctx.compute(4.0 * items.shape[0] * d, "apply")
@@ -555,7 +555,8 @@ SPEC = register(ProtocolSpec(
     kinds=(
         Kind("model", "server", "client", "training", "{t, V: float[m, d]} (+ eval flag in batch, O for SVD++)"),
         Kind("gradients", "client", "server", "training",
-             "{items: int32[k], grads: float[k, d]} over rated and sampled items (+ o_deltas for SVD++)"),
+             ("{items: int32[k], grads: float[k, d]} over rated and sampled items, items strictly increasing "
+              "(+ o_deltas for SVD++)")),
         Kind("evaluate", "server", "client", "evaluation",
              "{V (, O)}: stochastic models' evaluation; the batch model's after its last iteration"),
         Kind("eval", "client", "server", "evaluation", "{sse, sae, n}: error sums over private test ratings"),

@@ -247,7 +247,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             for msg in uploads:  # node-id order (Eq. 4 and |U_i u U'_i|)
                 try:
                     items = msg.payload["items"]
-                    accumulate_item_grads(G, C, items, msg.payload["grads"], distinct=True)
+                    accumulate_item_grads(G, C, items, msg.payload["grads"], ascending=True)
                 except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise BadMessageError(msg, exc) from exc
                 rows += items.shape[0]
@@ -493,7 +493,8 @@ SPEC = register(ProtocolSpec(
         # roles change when "assign" is read: the first model download may still find a client
         Kind("model", "server", ("client", "ordinary", "denoiser"), "training", "{t, V: float[m, d]}"),
         Kind("gradients", "ordinary", "server", "training",
-             "{items, grads} over rated and sampled items (eta = 0: FedRec with hybrid filling; secure noise: "
+             "{items, grads} over rated and sampled items, items strictly increasing (eta = 0: FedRec with "
+             "hybrid filling; secure noise: "
              "{overflow: true} instead when the noise does not fit the fixed-point grid: the run diverged)"),
         Kind("noise", "ordinary", "denoiser", "training",
              "{items, grads} of the sampled items, anonymous, to the client's denoiser (secure noise: "
