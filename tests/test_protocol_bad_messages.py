@@ -121,3 +121,45 @@ def test_a_malformed_autoencoder_message_is_an_error_naming_its_sender(protocol,
     assert isinstance(cause, BadMessageError), repr(cause)
     assert cause.sender == bad and cause.kind == ("indices" if fault == "indices" else "update")
     assert info.value.node == "server" and bad in str(info.value)
+
+
+class _CorruptNoise:
+    """A FedRec++ client's context whose anonymous noise messages are replaced by ``fault``'s."""
+
+    def __init__(self, ctx, fault: str) -> None:
+        self._ctx, self._fault = ctx, fault
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    async def send(self, dst, kind, payload, **kw):
+        if kind == "noise":
+            d = payload["grads"].shape[1]
+            if self._fault == "repeat":  # rows for each id, one id twice
+                payload = {"items": np.array([3, 1, 3], np.int32), "grads": np.ones((3, d), np.float32)}
+            else:  # one row for two ids: NumPy would broadcast it
+                payload = {"items": np.array([1, 3], np.int32), "grads": np.ones((1, d), np.float32)}
+        return await self._ctx.send(dst, kind, payload, **kw)
+
+
+@pytest.mark.parametrize("fault, why", [("repeat", "noise: item id 3 appears more than once"),
+                                        ("shape", "noise: 2 item ids need rows of shape \\(2, 8\\), got \\(1, 8\\)")])
+def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(fault, why):
+    # the denoiser summed a repeated id's rows once (fancy-index +=) and took the sum to the server
+    from fedsim.protocols import fedrecpp
+
+    data, cfg = REGISTRY["fedrecpp"].tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    REGISTRY["fedrecpp"].build(net, data, cfg)
+    for name in [n for n in net.nodes if n.startswith("client")]:
+        async def corrupt(ctx, *args, **kwargs):
+            return await fedrecpp.client(_CorruptNoise(ctx, fault), *args, **kwargs)
+        net.nodes[name].actor = corrupt
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, BadMessageError), repr(cause)
+    assert cause.sender is None and cause.kind == "noise" and cause.round == 0
+    assert str(cause).startswith("'noise' from an anonymous sender (round 0): ValueError: ")
+    import re
+    assert re.search(why, str(cause)), str(cause)

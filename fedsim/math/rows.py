@@ -50,14 +50,16 @@ def _add(acc: np.ndarray, view: np.ndarray | None, ids, rows) -> None:
     view.put(ids, block)
 
 
-def check_rows(ids, rows, m: int, width: int, what: str = "rows", *, ascending: bool = False) -> None:
+def check_rows(ids, rows, m: int, width: int, what: str = "rows", *, ascending: bool = False,
+               distinct: bool = False) -> None:
     """Raise ``IndexError`` for an id outside [0, ``m``) and ``ValueError`` unless ``ids`` is a 1-D
     integer array and ``rows`` an array of shape (len(ids), ``width``): what a server's row update
     needs of an upload. NumPy's indexing would take a negative id as counting from the end and broadcast a
     (1, width) block over every listed row, changing the wrong rows without a word. With
     ``ascending``, also ``ValueError`` unless the ids are strictly increasing (a repeated id would
-    otherwise be updated once, its other rows dropped). (Servers call it where their compiled
-    update declined an upload, so well-formed uploads pay nothing.)"""
+    otherwise be updated once, its other rows dropped); with ``distinct``, ``ValueError`` if an id
+    repeats, in any order. (Servers call it where their compiled update declined an upload, so
+    well-formed uploads pay nothing.)"""
     ids_a = np.asarray(ids)
     if ids_a.ndim != 1 or (ids_a.size and ids_a.dtype.kind not in "iu"):
         raise ValueError(f"{what}: item ids must be a 1-D integer array, got {ids_a.dtype} of shape {ids_a.shape}")
@@ -70,6 +72,11 @@ def check_rows(ids, rows, m: int, width: int, what: str = "rows", *, ascending: 
             k = int(down[0]) + 1
             how = "repeats" if ids_a[k] == ids_a[k - 1] else f"follows {int(ids_a[k - 1])}"
             raise ValueError(f"{what}: item ids must be strictly increasing; id {int(ids_a[k])} at position {k} {how}")
+    elif distinct and ids_a.size > 1:
+        s = np.sort(ids_a)
+        rep = s[1:][s[1:] == s[:-1]]
+        if rep.size:
+            raise ValueError(f"{what}: item id {int(rep[0])} appears more than once")
     shape = np.shape(rows)
     if shape != (ids_a.shape[0], width):
         raise ValueError(f"{what}: {ids_a.shape[0]} item ids need rows of shape ({ids_a.shape[0]}, {width}), "

@@ -62,6 +62,7 @@ from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr
 from ..math.denoise import denoiser_sums, denoiser_sums_dense, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
+from ..math.rows import check_rows
 from ..math.secagg import decode, encode, unmask_sum
 from ..math.pmf import (
     accumulate_item_grads,
@@ -323,6 +324,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             await ctx.receive("stop")
             return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
+    m_items: int | None = None  # the model's number of items, once a model came (a denoiser's checks)
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
         p = msg.payload
@@ -330,6 +332,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             return U
         if msg.kind == "model":
             t, V = p["t"], p["V"]
+            m_items = V.shape[0]
             lr = decayed_lr(cfg.lr, t, cfg.decay)
             if my_denoiser is None and role == "ordinary":  # eta = 0: FedRec with HF
                 up = batch_client_step(U, V, rated, r, t=t, lr=lr, lam=cfg.lam, rng=rng, rho=cfg.rho,
@@ -382,6 +385,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if m is None:
                 break
             q = m.payload
+            m_items = q["V"].shape[0]
             U, own = await _denoiser_train(ctx, U, q["V"], rated, r, q["t"], decayed_lr(cfg.lr, q["t"], cfg.decay),
                                            cfg, rng)
         if p.get("own", True) and (own is None or own[0] != t):
@@ -407,6 +411,16 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                                                       count_own=cfg.count_own)
             touched = len(got) * n_items * (cfg.d + 1) + own_items.shape[0]
         else:
+            for msg in got:
+                # a noise message's rows are summed per item: a repeated id would be counted
+                # once, a block of the wrong shape broadcast (the sender is anonymous, so the
+                # error names the kind and round only)
+                try:
+                    check_rows(msg.payload["items"], msg.payload["grads"],
+                               np.iinfo(np.int64).max if m_items is None else m_items, cfg.d, "noise",
+                               distinct=True)
+                except (KeyError, TypeError, ValueError, IndexError) as exc:
+                    raise BadMessageError(msg, exc) from exc
             parts_items = [msg.payload["items"] for msg in got]
             parts_grads = [msg.payload["grads"] for msg in got]
             # content order (gather), then the denoiser's own gradients (Eq. 9)
