@@ -227,3 +227,60 @@ def test_the_masked_upload_bound_counts_the_keyed_members():
     keys = MaskingKeys(1, secrets[1], keyless, 2)
     assert keys.parties([0, 1, 2, 3]) == 3
     assert "masked" in masked_body(keys, x, [0, 1, 2, 3], 0)
+
+
+class _CorruptMasked:
+    """A client's context whose ``masked`` uploads (to the server, or anonymous noise to a
+    denoiser) are replaced: ``short`` keeps one entry (the sum broadcast it over all), ``float``
+    casts the vector to float64 (the sum cast it back to uint64, rounded), ``missing`` drops it."""
+
+    def __init__(self, ctx, fault: str) -> None:
+        self._ctx, self._fault = ctx, fault
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    async def send(self, dst, kind, payload, **kw):
+        if isinstance(payload, dict) and "masked" in payload:
+            y = payload["masked"]
+            payload = {"short": {"masked": y[:1]}, "float": {"masked": y.astype(np.float64)},
+                       "missing": {"mask": y}}[self._fault]
+        return await self._ctx.send(dst, kind, payload, **kw)
+
+
+@pytest.mark.parametrize("fault, why", [("short", "masked must be a uint64 vector of {} entries, got uint64 of shape \\(1,\\)"),
+                                        ("float", "masked must be a uint64 vector of {} entries, got float64 of shape"),
+                                        ("missing", "KeyError: 'masked'")])
+@pytest.mark.parametrize("name, flag", [("fedrec", "secure_aggregation"), ("fpl", "secure_aggregation"),
+                                        ("fedrecpp", "secure_noise")])
+def test_a_malformed_masked_upload_is_an_error_naming_its_sender(name, flag, fault, why):
+    import re
+
+    from fedsim.kernel import ActorError
+    from fedsim.protocols.common import BadMessageError
+
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(4, 2, 0)
+    cfg = cfg.replace(**{flag: True, "secagg_neighbours": 2})
+    net = SimNetwork(seed=0)
+    spec.build(net, data, cfg)
+    clients = sorted(n for n in net.nodes if n.startswith("client"))
+    mod = {"fedrec": fedrec, "fedrecpp": fedrecpp}.get(name) or __import__("fedsim.protocols.fpl").protocols.fpl
+    bad = clients[1]
+    if name == "fedrecpp":
+        bad = clients  # which client is ordinary is drawn in the run: every ordinary one corrupts its noise
+    for node in ([bad] if isinstance(bad, str) else bad):
+        async def corrupt(ctx, *args, **kwargs):
+            return await mod.client(_CorruptMasked(ctx, fault), *args, **kwargs)
+        net.nodes[node].actor = corrupt
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, BadMessageError), repr(cause)
+    if name == "fedrecpp":  # anonymous noise, to a denoiser
+        assert cause.sender is None and cause.kind == "noise" and cause.round == 0
+    else:
+        assert cause.sender == bad and cause.kind == "masked" and cause.round == 0
+        assert info.value.node == "server"
+    m, d = (data.n_items, cfg.d)
+    assert re.search(why.format(m * (d + 1)), str(cause)), str(cause)

@@ -80,6 +80,7 @@ from .secagg import (
     dense_rows,
     key_exchange_kinds,
     masked_body,
+    masked_vectors,
     overflowed,
     server_relay_keys,
 )
@@ -208,7 +209,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                 # a missing upload leaves its neighbours' masks in the sum: nothing to decode
                 missing.append({"round": t, "kind": "masked", "clients": len(got.missing), "skipped": True})
             else:
-                vec = decode(unmask_sum([msg.payload["masked"] for msg in got]))
+                vec = decode(unmask_sum(masked_vectors(got, m * (d + 1))))
                 grad_sum = vec[: m * d].reshape(m, d).astype(dt)
                 counts = np.rint(vec[m * d:]).astype(np.int64)
                 with np.errstate(over="ignore", invalid="ignore"):

@@ -78,7 +78,8 @@ from .common import SERVER, BadMessageError, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import KEYLESS, client_keys, dense_rows, key_exchange_kinds, overflowed, server_relay_keys
+from .secagg import (KEYLESS, client_keys, dense_rows, key_exchange_kinds, masked_vectors, overflowed,
+                     server_relay_keys)
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
 
@@ -403,7 +404,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         if cfg.secure_noise:
             # the masks cancel in the sum of the group's messages: only that sum is readable
             if len(got):
-                vec = decode(unmask_sum([msg.payload["masked"] for msg in got]))
+                vec = decode(unmask_sum(masked_vectors(got, n_items * (cfg.d + 1))))
             else:
                 vec = np.zeros(n_items * (cfg.d + 1))
             noise_sum, noise_counts = vec[: n_items * cfg.d].reshape(n_items, cfg.d), vec[n_items * cfg.d:]

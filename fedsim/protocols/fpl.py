@@ -81,6 +81,7 @@ from .secagg import (
     dense_rows,
     key_exchange_kinds,
     masked_body,
+    masked_vectors,
     overflowed,
     server_relay_keys,
 )
@@ -224,7 +225,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
             if got.missing:  # a missing upload leaves masks in the sum: the round cannot be decoded
                 missing.append({"round": r, "kind": "masked", "clients": len(got.missing), "skipped": True})
             else:
-                dense = decode(unmask_sum([msg.payload["masked"] for msg in got])).reshape(n_items, d + 1)
+                dense = decode(unmask_sum(masked_vectors(got, n_items * (d + 1)))).reshape(n_items, d + 1)
                 theta += (dense * lr).astype(dt)
             await ctx.compute(2.0 * len(got) * n_items * (d + 1), "aggregate")
             continue

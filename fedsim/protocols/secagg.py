@@ -36,11 +36,11 @@ from typing import Sequence
 import numpy as np
 
 from ..math import secagg
-from .common import SERVER
+from .common import SERVER, BadMessageError
 from .contract import Kind
 
 __all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "client_keys", "dense_rows", "key_exchange_kinds",
-           "masked_body", "overflowed", "server_relay_keys"]
+           "masked_body", "masked_vectors", "overflowed", "server_relay_keys"]
 
 # the ``reason`` of the ``missing`` records these cases leave in a protocol's result
 KEYLESS = "public key not received by the server (lost or late): left out of every round"
@@ -157,6 +157,24 @@ def masked_body(keys: MaskingKeys, x: np.ndarray, members: Sequence[int], rnd: i
 def overflowed(messages) -> bool:
     """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag."""
     return any("overflow" in msg.payload for msg in messages)
+
+
+def masked_vectors(messages, size: int) -> list[np.ndarray]:
+    """The ``masked`` vectors of ``messages`` (received uploads), each checked to be a 1-D
+    ``uint64`` array of ``size`` entries; else ``BadMessageError`` naming the sender. The sum
+    modulo 2^64 would otherwise broadcast a one-entry vector over all of them, or cast floats or
+    negative integers to uint64 without a word, and decode to a wrong model."""
+    out = []
+    for msg in messages:
+        try:
+            y = msg.payload["masked"]
+        except (KeyError, TypeError) as exc:
+            raise BadMessageError(msg, exc) from exc
+        if type(y) is not np.ndarray or y.dtype != np.uint64 or y.shape != (size,):
+            got = (f"{y.dtype} of shape {y.shape}" if isinstance(y, np.ndarray) else type(y).__name__)
+            raise BadMessageError(msg, f"masked must be a uint64 vector of {size} entries, got {got}")
+        out.append(y)
+    return out
 
 
 def dense_rows(n_items: int, width: int, items: np.ndarray, rows: np.ndarray, counts: bool = False) -> np.ndarray:
