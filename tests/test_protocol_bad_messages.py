@@ -163,3 +163,62 @@ def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(faul
     assert str(cause).startswith("'noise' from an anonymous sender (round 0): ValueError: ")
     import re
     assert re.search(why, str(cause)), str(cause)
+
+
+class _Replace:
+    """A client's context that replaces the payload of every message of ``kind`` it sends."""
+
+    def __init__(self, ctx, kind: str, payload) -> None:
+        self._ctx, self._kind, self._payload = ctx, kind, payload
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    async def send(self, dst, kind, payload, **kw):
+        return await self._ctx.send(dst, kind, self._payload if kind == self._kind else payload, **kw)
+
+
+def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
+    from fedsim.protocols import fedrec, fpl
+
+    spec = REGISTRY[protocol]
+    data, cfg = spec.tiny(4, 2, 0)
+    cfg = cfg.replace(**change)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg, **({"test": data} if "eval_every" in change else {}))
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    real = {"fedrec": fedrec, "fpl": fpl}[protocol].client
+
+    async def replaced(ctx, *args, **kwargs):
+        return await real(_Replace(ctx, kind, payload), *args, **kwargs)
+    net.nodes[bad].actor = replaced
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, BadMessageError), repr(cause)
+    assert cause.sender == bad and cause.kind == kind and info.value.node == "server"
+    return str(cause)
+
+
+@pytest.mark.parametrize("payload, why", [
+    ({"sse": -1.0, "sae": 0.5, "n": 1}, "sse=-1.0"),  # an RMSE of sqrt of a smaller sum
+    ({"sse": float("nan"), "sae": 0.5, "n": 1}, "sse=nan"),  # a NaN RMSE from one client
+    ({"sse": 1.0, "sae": 0.5, "n": 1.5}, "n=1.5"),
+    ({"sse": 1.0, "sae": 0.5, "n": -3}, "n=-3"),
+    ({"sse": "1", "sae": 0.5, "n": 1}, "sse='1'"),
+    ({"sse": 1.0, "n": 1}, "KeyError: 'sae'"),
+])
+def test_a_malformed_eval_reply_is_an_error_naming_its_sender(payload, why):
+    # they were summed into the reported metrics as they came (a missing key a bare KeyError)
+    text = _run_with_one_replaced("fedrec", {"model": "PMF(S)", "eval_every": 1}, "eval", payload)
+    assert why in text
+
+
+@pytest.mark.parametrize("protocol, change", [("fedrec", {"secure_aggregation": True, "secagg_neighbours": 2}),
+                                              ("fpl", {"secure_aggregation": True, "secagg_neighbours": 2})])
+@pytest.mark.parametrize("pub, why", [(0, "got 0"), (-5, "got -5"), ((1 << 61) - 1, f"got {(1 << 61) - 1}"),
+                                      (2.5, "got 2.5"), (None, "got None")])
+def test_a_malformed_public_key_is_an_error_naming_its_sender(protocol, change, pub, why):
+    # 0 read as "not heard from"; a negative or oversized key was an OverflowError of the server
+    text = _run_with_one_replaced(protocol, change, "keys", {"pub": pub})
+    assert f"pub must be an integer in [1, {(1 << 61) - 1}), {why}" in text

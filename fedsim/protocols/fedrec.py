@@ -307,9 +307,20 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
 async def _collect_eval(ctx, clients, iteration: int, rnd: int, deadline: float | None = None) -> dict:
     # the metrics are over the test ratings of the clients that answered (n says how many)
     got = await ctx.gather("eval", senders=clients, round=rnd, timeout=deadline)
-    sse = sum(m.payload["sse"] for m in got)
-    sae = sum(m.payload["sae"] for m in got)
-    n = sum(m.payload["n"] for m in got)
+    sse = sae = n = 0
+    for m in got:
+        try:
+            e_sse, e_sae, e_n = m.payload["sse"], m.payload["sae"], m.payload["n"]
+        except (KeyError, TypeError) as exc:
+            raise BadMessageError(m, exc) from exc
+        # a negative or NaN error sum, or a count that is not a whole number, would make the
+        # reported RMSE and MAE a number that no set of predictions gives (inf is a diverged model)
+        if not (type(e_n) is int and e_n >= 0 and all(type(x) in (int, float) and x >= 0 for x in (e_sse, e_sae))):
+            raise BadMessageError(m, f"eval must carry sums sse, sae >= 0 and a count n >= 0, "
+                                     f"got sse={e_sse!r}, sae={e_sae!r}, n={e_n!r}")
+        sse += e_sse
+        sae += e_sae
+        n += e_n
     # missing: the clients whose answer did not arrive by the deadline (their ratings are not in n)
     return {"iteration": iteration, "mae": sae / n if n else float("nan"),
             "rmse": float(np.sqrt(sse / n)) if n else float("nan"), "n": n, "missing": len(got.missing)}

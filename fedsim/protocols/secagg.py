@@ -71,7 +71,15 @@ async def server_relay_keys(ctx, clients: Sequence[str], deadline: float | None 
     index = {c: i for i, c in enumerate(clients)}
     pubs = np.zeros(len(clients), dtype=np.uint64)
     for m in got:
-        pubs[index[m.sender]] = np.uint64(int(m.payload["pub"]))
+        try:
+            pub = m.payload["pub"]
+        except (KeyError, TypeError) as exc:
+            raise BadMessageError(m, exc) from exc
+        # an element of the group: 0 would read as "not heard from", and a negative or oversized
+        # number was an OverflowError of the server (or a key reduced modulo 2^64)
+        if type(pub) is not int or not 0 < pub < secagg.DH_PRIME:
+            raise BadMessageError(m, f"pub must be an integer in [1, {secagg.DH_PRIME}), got {pub!r}")
+        pubs[index[m.sender]] = np.uint64(pub)
     await ctx.broadcast(senders, "peers", {"pubs": pubs})
     return pubs
 
