@@ -179,7 +179,7 @@ class _Replace:
 
 
 def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
-    from fedsim.protocols import fedrec, fpl
+    from fedsim.protocols import demo, fedrec, fpl
 
     spec = REGISTRY[protocol]
     data, cfg = spec.tiny(4, 2, 0)
@@ -187,7 +187,7 @@ def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
     net = SimNetwork(seed=1)
     spec.build(net, data, cfg, **({"test": data} if "eval_every" in change else {}))
     bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
-    real = {"fedrec": fedrec, "fpl": fpl}[protocol].client
+    real = {"demo": demo, "fedrec": fedrec, "fpl": fpl}[protocol].client
 
     async def replaced(ctx, *args, **kwargs):
         return await real(_Replace(ctx, kind, payload), *args, **kwargs)
@@ -222,3 +222,15 @@ def test_a_malformed_public_key_is_an_error_naming_its_sender(protocol, change, 
     # 0 read as "not heard from"; a negative or oversized key was an OverflowError of the server
     text = _run_with_one_replaced(protocol, change, "keys", {"pub": pub})
     assert f"pub must be an integer in [1, {(1 << 61) - 1}), {why}" in text
+
+
+@pytest.mark.parametrize("payload, why", [
+    ({"g": np.ones(1), "n": 3}, "g must be a float vector of 5 entries, got float64 of shape (1,)"),  # broadcast
+    ({"g": np.ones(5), "n": -3}, "n must be a positive integer, got -3"),  # the step turned round
+    ({"g": np.ones(5), "n": 0}, "n must be a positive integer, got 0"),  # a division by zero
+    ({"g": [1.0] * 5, "n": 3}, "g must be a float vector of 5 entries, got list"),
+    ({"n": 3}, "KeyError: 'g'"),
+])
+def test_the_demo_server_checks_what_its_clients_send(payload, why):
+    # the protocol the tutorial starts from shows the check every server makes
+    assert why in _run_with_one_replaced("demo", {"dim": 5}, "gradient", payload)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, param
-from .common import SERVER
+from .common import SERVER, BadMessageError
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 
@@ -44,14 +44,31 @@ async def server(ctx, clients: list[str], dim: int, rounds: int, lr: float,
         got = await ctx.gather("gradient", senders=clients, timeout=deadline, round=r)
         if not got.messages:
             continue
-        total = sum(m.payload["n"] for m in got)
+        total = 0
         grad = np.zeros(dim)
         for m in got:  # node-id order
-            grad += m.payload["n"] * m.payload["g"]
+            n, g = _gradient(m, dim)
+            total += n
+            grad += n * g
         await ctx.compute(2 * dim * len(got))
         w = w - lr * grad / total
     await ctx.broadcast(clients, "stop", None)
     return w
+
+
+def _gradient(msg, dim: int) -> tuple[int, np.ndarray]:
+    """A ``gradient`` message's (n, g), checked: what a client sends is not trusted (a (1,)
+    gradient would be broadcast over every weight, a negative count would flip the step)."""
+    try:
+        n, g = msg.payload["n"], msg.payload["g"]
+    except (KeyError, TypeError) as exc:
+        raise BadMessageError(msg, exc) from exc
+    if type(n) is not int or n < 1:
+        raise BadMessageError(msg, f"n must be a positive integer, got {n!r}")
+    if not isinstance(g, np.ndarray) or g.shape != (dim,) or g.dtype.kind != "f":
+        raise BadMessageError(msg, f"g must be a float vector of {dim} entries, got "
+                                   f"{f'{g.dtype} of shape {g.shape}' if isinstance(g, np.ndarray) else type(g).__name__}")
+    return n, g
 
 
 async def client(ctx, X: np.ndarray, y: np.ndarray) -> int:
