@@ -1,0 +1,75 @@
+"""Hostile documents the other codec tests do not cover: what msgpack would accept and quietly
+change (a repeated map key drops values)."""
+
+import struct
+import tracemalloc
+
+import msgpack
+import numpy as np
+import pytest
+
+from fedsim.kernel import codec
+from fedsim.kernel.codec import CodecError, decode, decode_message, encode, encode_message
+
+_REPEATS = {
+    # [kind, {"a": 1, "a": 2}]: the direct reader's top-level map
+    "top level": (b"\x92\xa1k\x82\xa1a\x01\xa1a\x02", "'a'"),
+    # [kind, {"m": {"a": 1, "a": 2}}]: the direct reader's map one level down
+    "one level down": (b"\x92\xa1k\x81\xa1m\x82\xa1a\x01\xa1a\x02", "'a'"),
+    # [kind, [{"a": 1, "a": 2}]]: msgpack's decoder
+    "in a list": (b"\x92\xa1k\x91\x82\xa1a\x01\xa1a\x02", "'a'"),
+    # [kind, [{1: 1, True: 2}]]: equal keys in Python, different msgpack bytes
+    "1 and True": (b"\x92\xa1k\x91\x82\x01\x01\xc3\x02", "True"),
+    # [kind, {"w": float32 array, "w": 3}]: an array would be dropped
+    "an array": (b"\x92\xa1k\x82\xa1w" + msgpack.packb(msgpack.ExtType(1, b"\x0b\x01\x01\0\0\0\0\0\x80\x3f"))
+                 + b"\xa1w\x03", "'w'"),
+}
+
+
+@pytest.mark.parametrize("name", list(_REPEATS))
+def test_a_map_that_repeats_a_key_is_refused_naming_the_key(name):
+    data, key = _REPEATS[name]
+    for fn in (decode_message, decode):
+        with pytest.raises(CodecError, match=rf"malformed message: a map repeats the key {key} "):
+            fn(data)
+    # and msgpack alone would have kept one value: the refusal is what changed
+    doc = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=codec._ext_hook)
+    inner = doc[1][0] if type(doc[1]) is list else doc[1]
+    inner = inner.get("m", inner)
+    assert len(inner) == 1
+
+
+def test_a_repeated_key_is_named_first_in_document_order_among_many():
+    # 300 distinct int keys (beyond the small ints: objects of their own), then 7 and 5 again
+    keys = list(range(1000, 1300)) + [1007, 1005]
+    data = b"\x92\xa1k\x91\xde" + struct.pack(">H", len(keys)) + b"".join(msgpack.packb(k) + b"\xc0" for k in keys)
+    with pytest.raises(CodecError, match=r"repeats the key 1007 "):
+        decode(data)
+    # 2**61 - 1 + 5 and 5 have one hash but are different keys: not a repeat
+    data = b"\x92\xa1k\x91\x82\x05\xc0" + msgpack.packb(2**61 - 1 + 5) + b"\xc0"
+    assert decode(data) == ["k", [{5: None, 2**61 - 1 + 5: None}]]
+
+
+def test_documents_without_repeated_keys_decode_as_before():
+    payload = {"op": "report", "items": [{"a": i, "b": [1.5, None], "c": {"x": 1, 2: "y"}} for i in range(50)],
+               float("nan"): 1, float("nan"): 2}  # two NaN keys: different keys for a dict, both kept
+    got = decode(encode(payload).data)
+    assert len(got) == 4 and got["items"] == payload["items"]
+    kind, got = decode_message(encode_message("m", {"w": np.arange(6, dtype=np.float32), "n": 3}).data)
+    assert kind == "m" and got["n"] == 3 and got["w"].tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_naming_a_repeated_key_stays_within_the_decoders_memory_bound():
+    # the costliest kind of map for its size: 8-byte entries (a 3-byte int key, a 5-byte bin) are
+    # charged 16 bytes of objects per byte, right at the budget; 20,000 of them and one repeat
+    keys = list(range(300, 20300)) + [300]
+    data = b"\x92\xa1k\xdf" + struct.pack(">I", len(keys)) + b"".join(
+        b"\xcd" + struct.pack(">H", k) + b"\xc4\x03" + bytes([k % 251]) * 3 for k in keys)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CodecError, match="repeats the key 300 "):
+            decode(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 19 * len(data) + 48 * 1024, peak / len(data)
