@@ -73,3 +73,43 @@ def test_naming_a_repeated_key_stays_within_the_decoders_memory_bound():
     finally:
         tracemalloc.stop()
     assert peak <= 19 * len(data) + 48 * 1024, peak / len(data)
+
+
+def _bool_ext(raw: bytes) -> bytes:
+    return msgpack.packb(msgpack.ExtType(1, b"\x01\x01" + struct.pack("<I", len(raw)) + raw))
+
+
+def test_a_bool_array_with_bytes_other_than_0_and_1_is_refused():
+    for data in (b"\x92\xa1k\x81\xa1b" + _bool_ext(b"\x00\x01\x02\x01"),  # the direct reader
+                 b"\x92\xa1k\x91" + _bool_ext(b"\x00\x01\x02\x01")):  # msgpack's decoder
+        for fn in (decode_message, decode):
+            with pytest.raises(CodecError, match=r"bool array ext holds byte 0x02 at element 2 \(only 0 and 1"):
+                fn(data)
+    # a 0-d one, and an empty one (nothing to check)
+    with pytest.raises(CodecError, match="holds byte 0xff at element 0"):
+        decode(msgpack.packb(msgpack.ExtType(1, b"\x01\x00\xff")))
+    assert decode(_bool_ext(b"")).shape == (0,)
+
+
+def test_a_remembered_layout_does_not_let_a_bad_bool_byte_through():
+    data = encode_message("mask", {"b": np.array([True, False, True, True]), "t": 1}).data
+    assert decode_message(data)[1]["b"].tolist() == [True, False, True, True]  # parsed, remembered
+    at = data.index(b"\x01\x00\x01\x01")
+    bad = data[:at + 1] + b"\x07" + data[at + 2:]
+    with pytest.raises(CodecError, match="holds byte 0x07 at element 1"):
+        decode_message(bad)
+
+
+def test_a_bool_array_is_sent_as_0_and_1_whatever_bytes_it_holds():
+    canonical = np.array([False, True, True, False, True])
+    odd = np.frombuffer(b"\x00\x02\xff\x00\x01", np.bool_)  # equal to canonical, other bytes
+    assert np.array_equal(odd, canonical) and odd.tobytes() != canonical.tobytes()
+    assert encode(odd).data == encode(canonical).data
+    assert encode({"x": [odd[::2]]}).data == encode({"x": [canonical[::2]]}).data  # strided, nested
+    first = encode_message("m", {"b": canonical, "n": 2}).data
+    for _ in range(2):  # a first encoding, then one that a plan could have served
+        for arr in (odd, canonical):
+            data = encode_message("m", {"b": arr, "n": 2}).data
+            assert data == first
+            assert decode_message(data)[1]["b"].tolist() == canonical.tolist()
+    assert encode_message("m", {"model": {"b": odd}}).data == encode_message("m", {"model": {"b": canonical}}).data

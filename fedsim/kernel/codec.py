@@ -24,7 +24,8 @@ array measured 11.1 us unaligned against 2.1 us aligned, a matrix-vector product
 No pickle is used anywhere. Decoding validates everything it reads and raises ``CodecError``
 (never another exception: not ValueError, OverflowError, MemoryError, RecursionError or TypeError)
 for malformed input: truncated documents, bytes msgpack never uses, trailing bytes, ext codes
-other than 1 (msgpack's own Timestamp, -1, included), unknown dtypes, more than 32 dimensions,
+other than 1 (msgpack's own Timestamp, -1, included), unknown dtypes, bool arrays holding a byte
+other than 0 or 1 (the encoder sends any nonzero byte of a bool array as 1), more than 32 dimensions,
 padding over 7 bytes or not zero, a buffer whose length disagrees with shape x itemsize, shapes
 NumPy cannot represent (a zero dimension beside dimensions whose product overflows), maps that
 repeat a key (msgpack would keep the last value and drop the others without a word; keys equal in
@@ -111,6 +112,7 @@ _DTYPES: dict[int, np.dtype] = {
 _CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
 _CODES.update({dt.newbyteorder(">"): code for code, dt in _DTYPES.items() if dt.itemsize > 1})
 _FLOAT_CODES = frozenset({10, 11, 12})
+_BOOL = _DTYPES[1]
 _ExtType = msgpack.ExtType
 _new_ext = tuple.__new__
 _SHAPES = [struct.Struct(f"<{n}I") for n in range(33)]
@@ -225,6 +227,11 @@ class _Encoder(threading.local):
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
         nbytes = arr.nbytes
+        if code == 1 and nbytes and arr.view(np.uint8).max() > 1:
+            # a bool array whose bytes are not all 0 or 1 (made with view or frombuffer): NumPy
+            # takes any nonzero byte as True, so that is what is sent, as 1 (receivers refuse
+            # other bytes, and equal arrays must encode to equal bytes)
+            arr = arr.view(np.uint8) != 0
         ndim = arr.ndim
         self.array_bytes += nbytes
         if code in _FLOAT_CODES:
@@ -284,10 +291,10 @@ class _Encoder(threading.local):
                 append(ext)
                 append(header)
                 bodies.append((len(parts), (k,)))
-                if body is v:
+                if body is v and v.dtype.kind != "b":
                     fields.append((k, (v.shape, v.dtype, pos + len(ext) + len(header)), True))
                 else:
-                    plannable = False
+                    plannable = False  # (a plan would skip _array_parts' check of a bool array's bytes)
                 append(body)
                 pos += len(ext) + length
             elif type(v) is dict:
@@ -866,6 +873,8 @@ def _fill(data: bytes, fields: list) -> dict:
         if is_array:
             shape, dtype, offset = value
             value = np.ndarray(shape, dtype, data, offset)
+            if dtype is _BOOL:
+                _check_bool(value)
             if not value.flags.aligned:
                 value = value.copy()
                 value.flags.writeable = False
@@ -928,10 +937,23 @@ def _array(data: bytes, body: int, length: int) -> np.ndarray:
         arr = np.ndarray(shape, dtype, data, start + pad)
     except ValueError as exc:  # zero elements, but the other dimensions overflow NumPy's sizes
         raise CodecError(f"array ext shape {shape} is too large: {exc}") from None
+    if dtype is _BOOL:
+        _check_bool(arr)
     if not arr.flags.aligned:
         arr = arr.copy()
         arr.flags.writeable = False
     return arr
+
+
+def _check_bool(arr: np.ndarray) -> None:
+    """Raise ``CodecError`` unless every byte of the bool array ``arr`` is 0 or 1: NumPy's bool
+    holds nothing else (another byte reads as True but keeps its bits: equal arrays would differ
+    in ``tobytes``, hashes and a re-encoding)."""
+    if arr.size:
+        raw = arr.reshape(-1).view(np.uint8)
+        if raw.max() > 1:
+            at = int(np.argmax(raw > 1))
+            raise CodecError(f"bool array ext holds byte 0x{int(raw[at]):02x} at element {at} (only 0 and 1 are bools)")
 
 
 def _ext_hook(code: int, data: bytes) -> np.ndarray:
