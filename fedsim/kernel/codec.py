@@ -24,10 +24,13 @@ array measured 11.1 us unaligned against 2.1 us aligned, a matrix-vector product
 No pickle is used anywhere. Decoding validates everything it reads and raises ``CodecError``
 (never another exception: not ValueError, OverflowError, MemoryError, RecursionError or TypeError)
 for malformed input: truncated documents, bytes msgpack never uses, trailing bytes, ext codes
-other than 1 (msgpack's own Timestamp, -1, included), unknown dtypes, more than 32 dimensions,
+other than 1 (msgpack's own Timestamp, -1, included), unknown dtypes, bool arrays holding a byte
+other than 0 or 1 (the encoder sends any nonzero byte of a bool array as 1), more than 32 dimensions,
 padding over 7 bytes or not zero, a buffer whose length disagrees with shape x itemsize, shapes
-NumPy cannot represent (a zero dimension beside dimensions whose product overflows), documents
-over ``max_bytes`` (512 MiB by default) and nesting deeper than ``max_depth`` (32).
+NumPy cannot represent (a zero dimension beside dimensions whose product overflows), maps that
+repeat a key (msgpack would keep the last value and drop the others without a word; keys equal in
+Python, such as 1 and True, are one key), documents over ``max_bytes`` (512 MiB by default) and
+nesting deeper than ``max_depth`` (32).
 
 Decoding also bounds its work and memory by the input's size. Before msgpack builds anything,
 ``_scan`` walks the document: a container may not claim more items than bytes follow it, nor a
@@ -41,7 +44,9 @@ scalars that protocols send. ``decode_message`` reads a map of more than 16 + si
 inputs (``benchmarks/fuzz_codec.py``), a decode's peak allocation stays within 17 bytes per input
 byte plus 48 KiB (worst seen: 13.6 bytes per byte beyond the 48 KiB), apart from CPython now and
 then rebuilding its table of interned strings (msgpack interns map keys), a cost of the process's
-strings, not of the document. The scan costs a few operations per item, at most one item per
+strings, not of the document. Refusing a map that repeats a key decodes the document a second time
+to name the key, which takes at most 19 bytes per byte plus the 48 KiB (measured on the costliest
+maps for their size). The scan costs a few operations per item, at most one item per
 input byte (a run of numbers: one regular expression).
 
 Decoded arrays are read-only. A zero-copy view keeps the whole received document alive for as
@@ -107,6 +112,7 @@ _DTYPES: dict[int, np.dtype] = {
 _CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
 _CODES.update({dt.newbyteorder(">"): code for code, dt in _DTYPES.items() if dt.itemsize > 1})
 _FLOAT_CODES = frozenset({10, 11, 12})
+_BOOL = _DTYPES[1]
 _ExtType = msgpack.ExtType
 _new_ext = tuple.__new__
 _SHAPES = [struct.Struct(f"<{n}I") for n in range(33)]
@@ -221,6 +227,11 @@ class _Encoder(threading.local):
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (ascontiguousarray would turn 0-d arrays into 1-d)
         nbytes = arr.nbytes
+        if code == 1 and nbytes and arr.view(np.uint8).max() > 1:
+            # a bool array whose bytes are not all 0 or 1 (made with view or frombuffer): NumPy
+            # takes any nonzero byte as True, so that is what is sent, as 1 (receivers refuse
+            # other bytes, and equal arrays must encode to equal bytes)
+            arr = arr.view(np.uint8) != 0
         ndim = arr.ndim
         self.array_bytes += nbytes
         if code in _FLOAT_CODES:
@@ -280,10 +291,10 @@ class _Encoder(threading.local):
                 append(ext)
                 append(header)
                 bodies.append((len(parts), (k,)))
-                if body is v:
+                if body is v and v.dtype.kind != "b":
                     fields.append((k, (v.shape, v.dtype, pos + len(ext) + len(header)), True))
                 else:
-                    plannable = False
+                    plannable = False  # (a plan would skip _array_parts' check of a bool array's bytes)
                 append(body)
                 pos += len(ext) + length
             elif type(v) is dict:
@@ -796,6 +807,8 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
             if value is None:
                 return None  # a list, a map, bytes, ...: msgpack's decoder handles it
         payload[key] = value
+    if len(payload) != count:
+        return None  # a repeated key: msgpack's decoder refuses it (with the key)
     return payload, pos
 
 
@@ -827,12 +840,12 @@ def _remember(data: bytes, kind: str, payload: dict, arrays: list[tuple[int, int
         if type(value) is np.ndarray:
             value = (value.shape, value.dtype, next(spans, (None,))[0])
             if value[2] is None:
-                return  # a repeated key: more arrays in the payload than in the document
+                return  # (a repeated key, which _read_map never lets through: the decoder refuses it)
             fields.append((key, value, True))
         else:
             fields.append((key, value, False))
     if next(spans, None) is not None:
-        return  # a repeated key replaced an array: the document has more arrays than the payload
+        return  # (likewise: a repeated key that replaced an array)
     outside = len(data) - sum(end - start for start, end in arrays)
     if outside > _MAX_SKELETON:
         return  # long strings: not worth keeping a copy of
@@ -860,6 +873,8 @@ def _fill(data: bytes, fields: list) -> dict:
         if is_array:
             shape, dtype, offset = value
             value = np.ndarray(shape, dtype, data, offset)
+            if dtype is _BOOL:
+                _check_bool(value)
             if not value.flags.aligned:
                 value = value.copy()
                 value.flags.writeable = False
@@ -922,10 +937,23 @@ def _array(data: bytes, body: int, length: int) -> np.ndarray:
         arr = np.ndarray(shape, dtype, data, start + pad)
     except ValueError as exc:  # zero elements, but the other dimensions overflow NumPy's sizes
         raise CodecError(f"array ext shape {shape} is too large: {exc}") from None
+    if dtype is _BOOL:
+        _check_bool(arr)
     if not arr.flags.aligned:
         arr = arr.copy()
         arr.flags.writeable = False
     return arr
+
+
+def _check_bool(arr: np.ndarray) -> None:
+    """Raise ``CodecError`` unless every byte of the bool array ``arr`` is 0 or 1: NumPy's bool
+    holds nothing else (another byte reads as True but keeps its bits: equal arrays would differ
+    in ``tobytes``, hashes and a re-encoding)."""
+    if arr.size:
+        raw = arr.reshape(-1).view(np.uint8)
+        if raw.max() > 1:
+            at = int(np.argmax(raw > 1))
+            raise CodecError(f"bool array ext holds byte 0x{int(raw[at]):02x} at element {at} (only 0 and 1 are bools)")
 
 
 def _ext_hook(code: int, data: bytes) -> np.ndarray:
@@ -1011,10 +1039,12 @@ def _scan(data: bytes, max_depth: int, budget: int) -> int:
     at no more than ``budget`` bytes. A container may not claim more items than bytes follow it,
     and a str, bin or ext no more bytes than the document has left, so msgpack never
     preallocates for items that are not there. Returns the estimate. Work: a few operations per
-    item (every item takes at least one byte), or one regular expression for a run of numbers."""
+    item (every item takes at least one byte), or one regular expression for a run of numbers.
+    Returns ``(estimate, entries)``, ``entries`` the number of map entries the document declares
+    (the maps msgpack builds from it hold fewer exactly when a map repeats a key)."""
     n = len(data)
     items, u16, u32 = _ITEMS, _U16.unpack_from, _U32.unpack_from
-    pos = cost = 0
+    pos = cost = entries = 0
     left = 1  # items still to read at the current level (the root: one)
     stack: list[int] = []  # the enclosing levels' items still to read
     try:
@@ -1061,6 +1091,7 @@ def _scan(data: bytes, max_depth: int, budget: int) -> int:
                     raise CodecError(f"document nesting deeper than {max_depth}")
                 if kind == _MAP:
                     cost += _dict_cost(count)
+                    entries += count
                     count *= 2
                 else:
                     cost += 56 + 8 * count  # the list and its items' places
@@ -1100,7 +1131,7 @@ def _scan(data: bytes, max_depth: int, budget: int) -> int:
     if pos != n:
         raise CodecError(f"malformed message: truncated ({n} bytes)" if pos > n else
                          f"malformed message: {n - pos} extra bytes after the document")
-    return cost
+    return cost, entries
 
 
 def _over_budget(n: int, budget: int) -> None:
@@ -1127,10 +1158,51 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     n = len(data)
     if n > max_bytes:
         raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
-    _scan(data, max_depth, DECODE_OBJECT_BYTES_PER_BYTE * n + DECODE_OBJECT_SLACK)
+    _, entries = _scan(data, max_depth, DECODE_OBJECT_BYTES_PER_BYTE * n + DECODE_OBJECT_SLACK)
+    built = 0  # entries of the maps msgpack built: fewer than declared when a map repeats a key
+
+    def count(d: dict) -> dict:
+        nonlocal built
+        built += len(d)
+        return d
+
     try:
-        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False)
+        doc = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False,
+                              object_hook=count if entries else None)
     except CodecError:
         raise
     except Exception as exc:  # invalid UTF-8, unhashable map keys: msgpack raises several types
         raise CodecError(f"malformed message: {type(exc).__name__}: {exc}") from exc
+    if built != entries:
+        del doc  # (freed before the search for the key)
+        _repeated_key(data)
+    return doc
+
+
+def _repeated_key(data: bytes) -> None:
+    """Raise the ``CodecError`` for a document (``_scan`` passed it) in which a map repeats a key:
+    msgpack keeps the last value and drops the others without a word. (Keys equal in Python, such as
+    1, 1.0 and True, are one key.) Decodes again to name the first repeat, within about the memory
+    the first decode took: nothing is kept of a map once checked, and a map's keys are compared
+    through a sorted array of their hashes (16 bytes a key; a set of them would take up to 64)."""
+
+    def pairs(items: list) -> None:
+        if len(items) < 2:
+            return
+        hashes = np.fromiter((hash(k) for k, _ in items), np.int64, len(items))
+        order = np.argsort(hashes, kind="stable")
+        hashes.sort()  # (in place: hashes[order] would be a third array)
+        first = None  # the lowest index of a key equal to an earlier one
+        for at in np.flatnonzero(hashes[1:] == hashes[:-1]):
+            j = int(order[at + 1])  # the later of two keys with one hash (the sort is stable)
+            for earlier in order[np.searchsorted(hashes, hashes[at]):at + 1]:
+                if items[int(earlier)][0] == items[j][0]:
+                    if first is None or j < first:
+                        first = j
+                    break
+        if first is not None:
+            raise CodecError(f"malformed message: a map repeats the key {items[first][0]!r:.80} "
+                             f"(msgpack would keep its last value and drop the others)")
+
+    msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=False, object_pairs_hook=pairs)
+    raise CodecError("malformed message: a map repeats a key")  # (not reached: the decode above raises)
