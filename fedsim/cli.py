@@ -216,6 +216,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.address is None and address is not None and backend != "ray":
         raise UsageError(f"{doc['_path']}: address is the address of a Ray cluster: it needs backend = \"ray\" "
                          "(or --backend ray)")
+    if args.address is None and address is not None:
+        from .studies.raypool import address_error
+
+        error = address_error(address, f"{doc['_path']}: address")
+        if error:
+            raise error
 
     def progress(i, total, res):
         # each failure once, as it happens (also with --quiet: it is an error, not progress),

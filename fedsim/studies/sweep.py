@@ -431,6 +431,13 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
         raise UsageError("--address is the address of a Ray cluster: it needs --backend ray")
+    if address is not None:
+        from .raypool import address_error
+
+        error = address_error(address)
+        if error:
+            raise error
+        address = address.strip()
     if workers is not None and int(workers) < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
     if backend == "ray":
