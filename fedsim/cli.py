@@ -69,8 +69,8 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     sw.add_argument("--backend", choices=("local", "ray"), default=None,
                     help="run the points on a local process pool (default) or as Ray tasks (the ray extra)")
     sw.add_argument("--address", default=None, metavar="ADDR",
-                    help="with --backend ray: an existing Ray cluster (HOST:PORT or ray://HOST:10001; default: start "
-                         "a local Ray instance)")
+                    help="with --backend ray: an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto; default: "
+                         "start a local Ray instance)")
     add_run_arguments(sw)
     tr = sub.add_parser("trace", help="trace a protocol message by message (HTML viewer, Mermaid, timeline, log)")
     tr.add_argument("protocol", help="protocol to trace (see fedsim list)")

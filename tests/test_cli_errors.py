@@ -274,3 +274,12 @@ def test_an_unknown_host_is_named_as_such(monkeypatch):
         raypool._check_reachable("nosuch.invalid:6379")
     assert str(e.value) == ("--address nosuch.invalid:6379: no Ray cluster answers there (the host nosuch.invalid "
                             "is not known: Name or service not known)")
+
+
+def test_sweep_help_names_every_address_form_the_sweep_takes():
+    # the help named HOST:PORT and ray://HOST:10001 but not auto, which docs/cli.md and the sweep take
+    from fedsim.cli import build_parser
+
+    sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
+    help_text = " ".join(sweep.format_help().split())
+    assert "(HOST:PORT, ray://HOST:10001 or auto; default: start a local Ray instance)" in help_text
