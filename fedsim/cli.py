@@ -69,8 +69,8 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     sw.add_argument("--backend", choices=("local", "ray"), default=None,
                     help="run the points on a local process pool (default) or as Ray tasks (the ray extra)")
     sw.add_argument("--address", default=None, metavar="ADDR",
-                    help="with --backend ray: an existing Ray cluster (HOST:PORT or ray://HOST:10001; default: start "
-                         "a local Ray instance)")
+                    help="with --backend ray: an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto; default: "
+                         "start a local Ray instance)")
     add_run_arguments(sw)
     tr = sub.add_parser("trace", help="trace a protocol message by message (HTML viewer, Mermaid, timeline, log)")
     tr.add_argument("protocol", help="protocol to trace (see fedsim list)")
@@ -177,7 +177,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .studies.sweep import SweepInterrupted, check_grid, parse_grid, run_sweep
+    from .experiment.live import active
+    from .studies.sweep import SweepInterrupted, check_grid, failure_line, parse_grid, run_sweep
 
     doc = _load_config(args, sweep=True) or {}
     name = args.scenario or doc.get("scenario")
@@ -215,10 +216,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.address is None and address is not None and backend != "ray":
         raise UsageError(f"{doc['_path']}: address is the address of a Ray cluster: it needs backend = \"ray\" "
                          "(or --backend ray)")
+    if args.address is None and address is not None:
+        from .studies.raypool import address_error
+
+        error = address_error(address, f"{doc['_path']}: address")
+        if error:
+            raise error
 
     def progress(i, total, res):
-        if res["status"] == "failed" and not opts["quiet"]:
-            print(f"  failed {res['point']}: {res['error']}", file=sys.stderr)
+        # each failure once, as it happens (also with --quiet: it is an error, not progress),
+        # printed through the progress display so that its bar is not torn
+        if res["status"] == "failed":
+            display = active()
+            (display.print if display is not None else print)(failure_line(res), file=sys.stderr)
 
     try:
         summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
@@ -226,21 +236,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                             quiet=opts["quiet"], backend=backend, address=address, ledger=opts["ledger"])
     except SweepInterrupted as exc:
         s = exc.summary
-        print(f"interrupted: {len(s['done'])} points run, {len(s['skipped'])} done before, "
+        failed = f", {len(s['failed'])} failed (above)" if s["failed"] else ""
+        print(f"interrupted: {len(s['done'])} points run, {len(s['skipped'])} done before{failed}, "
               f"{len(s['not_run'])} not run; the same command resumes. Results so far in {s['out']}/ "
               f"(report.md, sweep.json)", file=sys.stderr)
         return 130
     again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
+    failed = " (above; the traceback of each in its error.txt)" if summary["failed"] else ""
     print(f"sweep: {summary['points']} points, {len(summary['done'])} run{again}, "
-          f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed; results in "
+          f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed{failed}; results in "
           f"{summary['out']}/ (report.md, sweep.json, "
           f"{', '.join(os.path.basename(c) for c in summary['combined']) or 'no combined tables'})")
     used = summary["backend"]
     if "startup_s" in used and not opts["quiet"]:
         print(f"ray: {format(used['cpus'], 'g') if used['cpus'] else '?'} CPUs{' at ' + used['address'] if used['address'] else ''}, "
               f"start-up {used['startup_s']:.1f} s, points {used['run_s']:.1f} s, shutdown {used['shutdown_s']:.1f} s")
-    for f in summary["failed"]:
-        print(f"  failed {f['point']}: {f['error']} (see {f['out']}/error.txt)", file=sys.stderr)
     return 1 if summary["failed"] else 0
 
 

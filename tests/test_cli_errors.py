@@ -215,3 +215,71 @@ def test_sweep_config_file(tmp_path):
     line = one_error_line(fedsim_cmd("sweep", "--config", "bad.toml", "--out", "sw2", cwd=tmp_path))
     assert "bad.toml: [grid] rounds: expected a list of values, got 3" in line
     assert not (tmp_path / "sw2").exists()
+
+
+FORMS = ("expected HOST:PORT (a cluster's head node, port 6379 unless it was started with another), "
+         "ray://HOST:PORT (Ray Client, port 10001 by default) or auto")
+
+
+@pytest.mark.parametrize("address, expected", [
+    ("http://127.0.0.1:8265", "--address http://127.0.0.1:8265: http:// is not a Ray address (a web address: the "
+                              "Ray dashboard's, port 8265, is not where tasks are sent); " + FORMS),
+    ("tcp://h:1", "--address tcp://h:1: tcp:// is not a Ray address; " + FORMS),
+    ("127.0.0.1", "--address 127.0.0.1: no port; " + FORMS),
+    ("127.0.0.1:notaport", "--address 127.0.0.1:notaport: the port 'notaport' is not a number from 1 to 65535; "
+                           + FORMS),
+    ("h:0", "--address h:0: the port '0' is not a number from 1 to 65535; " + FORMS),
+    (":6379", "--address :6379: no host; " + FORMS),
+    ("::1:6379", "--address ::1:6379: an IPv6 address takes brackets ([ADDRESS]:PORT); " + FORMS),
+    ("h:1/x", "--address h:1/x: not a host and port; " + FORMS),
+    ("", "--address is empty: " + FORMS + " (or no --address for a local Ray instance)"),
+    ("local", "--address local: a local Ray instance is what no --address starts; give a cluster's address: "
+              + FORMS.removeprefix("expected ")),
+    ("auto", None), ("head:6379", None), ("[::1]:6379", None), ("ray://head:10001", None), ("ray://head", None),
+])
+def test_a_malformed_ray_address_is_refused_naming_it_and_the_expected_forms(address, expected):
+    # Ray's own messages said "Invalid address format", "Name or service not known" (of
+    # 'http://127.0.0.1') or named a port of another host; an empty address was "a local Ray
+    # instance: Ray did not start". Checked without Ray (it need not be installed for this)
+    from fedsim.studies.raypool import address_error
+
+    error = address_error(address)
+    assert (str(error) if error else None) == expected
+
+
+def test_a_malformed_ray_address_is_one_error_line_before_ray_starts(tmp_path):
+    # on the command line and in a config file (which names the file and key); nothing is written,
+    # and Ray need not be installed to be told
+    res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--backend", "ray", "--address",
+                     "http://127.0.0.1:8265", "--out", "sw", cwd=tmp_path)
+    assert one_error_line(res).startswith("error: --address http://127.0.0.1:8265: http:// is not a Ray address")
+    (tmp_path / "sweep.toml").write_text('scenario = "demo"\nbackend = "ray"\naddress = "127.0.0.1"\n'
+                                         '[grid]\nrounds = [1]\n')
+    res = fedsim_cmd("sweep", "--config", "sweep.toml", "--out", "sw", cwd=tmp_path)
+    assert one_error_line(res) == "error: sweep.toml: address 127.0.0.1: no port; " + FORMS
+    nothing_left(tmp_path, tmp_path / "sw")
+
+
+def test_an_unknown_host_is_named_as_such(monkeypatch):
+    import socket
+
+    from fedsim.experiment import UsageError
+    from fedsim.studies import raypool
+
+    def unknown(*a, **kw):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", unknown)
+    with pytest.raises(UsageError) as e:
+        raypool._check_reachable("nosuch.invalid:6379")
+    assert str(e.value) == ("--address nosuch.invalid:6379: no Ray cluster answers there (the host nosuch.invalid "
+                            "is not known: Name or service not known)")
+
+
+def test_sweep_help_names_every_address_form_the_sweep_takes():
+    # the help named HOST:PORT and ray://HOST:10001 but not auto, which docs/cli.md and the sweep take
+    from fedsim.cli import build_parser
+
+    sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
+    help_text = " ".join(sweep.format_help().split())
+    assert "(HOST:PORT, ray://HOST:10001 or auto; default: start a local Ray instance)" in help_text

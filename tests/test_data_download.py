@@ -121,7 +121,7 @@ def test_verified_get_refuses_an_install_of_another_archive(tmp_path, fixture_zi
     # the recorded sha256 is what a verified call compares: it matches when given explicitly
     assert download.get("ml-100k", cache_dir=cache, sha256=sha.upper()) == path
     assert download.get("ml-100k", cache_dir=cache, verify=False) == path
-    assert main(["get", "ml-100k", "--cache-dir", str(cache), "--quiet"]) == 1
+    assert main(["get", "ml-100k", "--cache-dir", str(cache), "--quiet"]) == 2
     # force replaces it with a verified install
     assert download.get("ml-100k", cache_dir=cache, from_file=zpath, sha256=sha, force=True) == path
     assert json.loads((path / download.MARKER).read_text())["verified"] is True
@@ -248,9 +248,9 @@ def test_cli_get_list_path(tmp_path, fixture_zip, capsys):
     cache = str(tmp_path / "cache")
     assert main(["path", "ml-100k", "--cache-dir", cache]) == 1
     assert "not installed" in capsys.readouterr().err
-    assert main(["get", "ml-100k", "--url", url, "--sha256", "f" * 64, "--cache-dir", cache, "--quiet"]) == 1
+    assert main(["get", "ml-100k", "--url", url, "--sha256", "f" * 64, "--cache-dir", cache, "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("fedsim data: error: checksum mismatch") and err.count("\n") == 1
+    assert err.startswith("error: checksum mismatch") and err.count("\n") == 1
     assert main(["get", "ml-100k", "--from", str(zpath), "--sha256", sha, "--cache-dir", cache]) == 0
     out = capsys.readouterr().out.strip()
     assert Path(out) == Path(cache) / "ml-100k"
@@ -273,3 +273,35 @@ def test_cli_add_subparser(tmp_path, capsys):
     assert "ml-1m" in capsys.readouterr().out
     args = parser.parse_args(["data", "get", "ml-1m", "--from", "x.zip", "--insecure"])
     assert args.from_file == "x.zip" and args.insecure
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["list", "--cache-dir", "afile"], "error: --cache-dir afile is a file, not a folder"),
+    (["get", "ml-100k", "--cache-dir", "afile", "--from", "a.zip"], "error: --cache-dir afile is a file, not a folder"),
+    (["get", "ml-100k", "--from", "missing.zip"], "error: --from missing.zip: no such file"),
+    (["get", "ml-100k", "--from", "."], "error: --from . is not a file (the dataset's official zip)"),
+    (["get", "ml-100k", "--from", "a.zip", "--sha256", "xyz"],
+     "error: --sha256: expected 64 hexadecimal digits (a sha256), got 'xyz'"),
+    (["get", "ml-100k", "--url", "notaurl"], "error: --url notaurl: expected an http://, https://, ftp:// or file:// "
+                                             "address"),
+    (["get", "nope"], "error: unknown dataset 'nope'; known: ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-latest-small"),
+    (["path", "nope"], "error: unknown dataset 'nope'; known: ml-100k, ml-1m, ml-10m, ml-20m, ml-25m, ml-latest-small"),
+    (["get", "ml-100k", "--from", "a.zip", "--cache-dir", "afile/sub", "--quiet"],
+     "error: cache folder afile/sub: Not a directory"),
+])
+def test_cli_errors_are_one_line_naming_the_option_with_status_2(args, expected, tmp_path, monkeypatch, capsys):
+    # docs/cli.md: a user's mistake is one error: line, status 2. The data commands printed
+    # "fedsim data: error: ..." with status 1, and their texts named neither the option nor what
+    # it wanted ("[Errno 17] File exists: 'afile'", "unknown url type", a checksum mismatch
+    # "expected sha256 xyz" after copying the file, "no such file: missing.zip")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "a.zip").write_bytes(b"PK")
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [expected] and captured.out == ""
+    assert not (tmp_path / "cache").exists()  # nothing was made
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "afile"))
+    assert main(["list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"error: $FEDSIM_DATA {tmp_path / 'afile'} is a file, not a folder"]

@@ -535,3 +535,78 @@ def test_a_second_sweep_into_a_folder_a_sweep_is_running_in_is_refused(tmp_path)
     assert ran(log) == [(1, 0)]  # the refused sweep ran nothing
     second = run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)  # the lock is free again
     assert second["done"] == [{"x": 2}] and second["skipped"] == [{"x": 1}]
+
+
+def test_each_failed_point_is_reported_once_with_its_error_and_its_error_file(tmp_path):
+    # the failures were printed twice (as each happened, then again after the summary), the first
+    # time as a Python dict ({'x': 2, 'f': [1, 2]}) and without the path of error.txt
+    script = tmp_path / "fails.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'x': Param(0, 'x'), 'f': Param([1, 2], 'list')}\n"
+                      "def run(ctx):\n"
+                      "    if ctx['x'] == 2:\n"
+                      "        raise RuntimeError(f\"boom at x={ctx['x']}\\nsecond line\")\n"
+                      "    ctx.table('t', [{'m': sum(ctx['f']) + ctx['x']}])\n")
+    for quiet in ((), ("--quiet",)):
+        out = tmp_path / f"sw{len(quiet)}"
+        res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2", "--grid", "f=1,2;3", "--workers", "1",
+                         "--out", str(out), *quiet, cwd=tmp_path)
+        assert res.returncode == 1, res.stderr
+        failed = [ln for ln in res.stderr.splitlines() if "failed " in ln]  # the progress lines do not say it
+        assert failed == [f"failed x=2,f=1+2: RuntimeError: boom at x=2 ... (traceback in {out}/x=2,f=1+2/error.txt)",
+                          f"failed x=2,f=3: RuntimeError: boom at x=2 ... (traceback in {out}/x=2,f=3/error.txt)"]
+        assert "second line" in (out / "x=2,f=1+2" / "error.txt").read_text()
+        assert res.stdout.startswith("sweep: 4 points, 2 run, 0 already done, 2 failed (above; the traceback "
+                                     "of each in its error.txt); results in ")
+        assert len(res.stdout.splitlines()) == 1  # nothing listed again
+
+
+def test_a_list_value_is_written_one_way_everywhere_the_sweep_shows_it(tmp_path):
+    # the folder names and combined tables wrote [1, 2] as 1+2, the report's grid line and points
+    # table, the messages and the plot's ticks as 1,2 (the grid line read `f` = 1,2, 3: three values?)
+    script = tmp_path / "lists.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'f': Param([1, 2], 'list'), 'y': Param(0, 'y')}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'m': sum(ctx['f'])}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"f": [[1, 2], [3]]}, out, workers=1)
+    assert len(s["done"]) == 2
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["f=1+2", "f=3"]
+    assert (out / "combined_t.csv").read_text().splitlines() == ["f,m", "1+2,3", "3,3"]
+    report = (out / "report.md").read_text()
+    assert "Grid: `f` = 1+2, 3. Fixed parameters: none." in report
+    assert "| 1+2 | done |" in report and "| 3 | done |" in report and "1,2" not in report
+    log = (out / "sweep.log").read_text()
+    assert "done: f=1+2\n" in log and "done: f=3\n" in log
+    run_sweep(str(script), {"y": [0]}, tmp_path / "fixed", fixed={"f": [1, 2]}, workers=1)
+    with pytest.raises(UsageError) as e:  # a fixed list value that changed: shown the same way
+        run_sweep(str(script), {"y": [0]}, tmp_path / "fixed", fixed={"f": [4, 5]}, workers=1)
+    assert "point(s) run with another configuration (y=0: f=1+2, now 4+5); use --force" in str(e.value)
+    with pytest.raises(UsageError) as e:
+        run_sweep(str(script), {"f": [[1, 2], [1, 2]]}, out, workers=1)
+    assert str(e.value) == "--grid f: the value 1+2 is given twice"
+    from fedsim.studies.sweep import point_dir_name, point_label
+
+    assert point_label({"x": 2, "f": [1, 2]}) == "x=2,f=1+2" == point_dir_name({"x": 2, "f": [1, 2]})
+    assert point_label({"d": "a b"}) == "d=a b" and point_dir_name({"d": "a b"}) == "d=a_b"
+
+
+def test_an_interrupted_sweep_counts_its_failed_points(tmp_path, monkeypatch, capsys):
+    # Ctrl-C's line counted the points run, done before and not run, and left the failed ones out
+    # (3 points: "1 points run, 0 done before, 1 not run")
+    import fedsim.studies.sweep as sweep
+    from fedsim import cli
+
+    script, _ = logging_scenario(tmp_path)
+
+    def interrupted(*a, **kw):
+        raise sweep.SweepInterrupted({"done": [{"x": 1}], "skipped": [], "not_run": [{"x": 3}], "out": "sw",
+                                      "failed": [{"point": {"x": 2}, "status": "failed", "error": "E: e",
+                                                  "out": "sw/x=2"}]})
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted)
+    assert cli.main(["sweep", str(script), "--grid", "x=1,2,3", "--quiet"]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        "interrupted: 1 points run, 0 done before, 1 failed (above), 1 not run; the same command resumes. "
+        "Results so far in sw/ (report.md, sweep.json)"]

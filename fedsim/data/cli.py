@@ -1,4 +1,6 @@
-"""``fedsim data get|list|path``: dataset management on the command line.
+"""``fedsim data get|list|path``: dataset management on the command line. Errors print one line
+(``error: ...``, naming the option, dataset or file) and exit with status 2; ``path`` of a
+dataset not installed exits with 1.
 
 The main ``fedsim`` CLI calls :func:`add_subparser` on its subparsers object and dispatches to
 :func:`run` (also set as the ``func`` default).  Standalone: ``python -m fedsim.data ...``.
@@ -7,8 +9,12 @@ The main ``fedsim`` CLI calls :func:`add_subparser` on its subparsers object and
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import urllib.error
+import urllib.parse
+from pathlib import Path
 from typing import Sequence
 
 from . import download
@@ -66,11 +72,42 @@ def _progress(stream):
     return cb
 
 
+class _Usage(ValueError):
+    """A bad option, found before anything is done."""
+
+
+def _check_options(args: argparse.Namespace, cmd: str | None) -> None:
+    """Refuse what the options say wrong, naming the option: a cache folder that is a file, a
+    ``--from`` that is not a file, a ``--sha256`` that is not one, a ``--url`` of no scheme
+    urllib downloads from (each gave an error naming neither the option nor what it wanted:
+    "[Errno 17] File exists: 'x'", "unknown url type: 'x'", a checksum mismatch "expected sha256
+    xyz" after the copy)."""
+    root = download.default_cache_dir(args.cache_dir)
+    if root.exists() and not root.is_dir():
+        given = "--cache-dir" if args.cache_dir is not None else "$FEDSIM_DATA" if os.environ.get("FEDSIM_DATA") \
+            else "the cache folder"
+        raise _Usage(f"{given} {root} is a file, not a folder")
+    if cmd != "get":
+        return
+    if args.from_file is not None:
+        f = Path(args.from_file).expanduser()
+        if not f.exists():
+            raise _Usage(f"--from {args.from_file}: no such file")
+        if not f.is_file():
+            raise _Usage(f"--from {args.from_file} is not a file (the dataset's official zip)")
+    if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256.strip()):
+        raise _Usage(f"--sha256: expected 64 hexadecimal digits (a sha256), got {args.sha256!r}")
+    if args.url is not None and urllib.parse.urlsplit(args.url).scheme.lower() not in ("http", "https", "ftp", "file"):
+        raise _Usage(f"--url {args.url}: expected an http://, https://, ftp:// or file:// address")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Execute a parsed ``data`` command; returns the process exit code."""
+    """Execute a parsed ``data`` command; returns the process exit code: 0, 1 when ``path``
+    finds the dataset not installed, 2 after an error (one line, ``error: ...``)."""
     out, err = sys.stdout, sys.stderr
     cmd = getattr(args, "data_command", None)
     try:
+        _check_options(args, cmd)
         if cmd == "list":
             rows = download.list_datasets(args.cache_dir)
             root = download.default_cache_dir(args.cache_dir)
@@ -112,8 +149,16 @@ def run(args: argparse.Namespace) -> int:
               file=err)
         return 2
     except (ValueError, OSError) as e:  # ChecksumError is a ValueError
-        print(f"fedsim data: error: {e}", file=err)
-        return 1
+        # one error: line and status 2, as every command's user errors (docs/cli.md); an OSError's
+        # text ("[Errno 2] No such file or directory: '/x'") said neither what failed nor where
+        if isinstance(e, OSError) and e.strerror and e.filename:
+            root = download.default_cache_dir(args.cache_dir)
+            text = (f"cache folder {root}: {e.strerror}" if Path(e.filename) == root else
+                    f"{e.filename}: {e.strerror} (cache folder {root})")
+        else:
+            text = str(e)
+        print(f"error: {text}", file=err)
+        return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,12 +32,70 @@ from typing import Any, Callable, Sequence
 
 from ..experiment import UsageError
 
-__all__ = ["RAY_MISSING", "RaySession", "STOP_GRACE", "ray_available", "ray_map"]
+__all__ = ["ADDRESS_FORMS", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error", "address_problem", "ray_available", "ray_map"]
 
 RAY_MISSING = ("--backend ray needs Ray, which is not installed: pip install 'fedsim-rec[ray]' "
                "(or pip install ray)")
 STOP_GRACE = 3.0  # seconds running tasks get to leave after ray.cancel before their workers are killed
 POLL = 0.25  # seconds between looks at the running tasks (so Ctrl-C is seen promptly)
+
+
+ADDRESS_FORMS = ("HOST:PORT (a cluster's head node, port 6379 unless it was started with another), "
+                 "ray://HOST:PORT (Ray Client, port 10001 by default) or auto")
+
+
+def address_problem(address: str) -> str | None:
+    """What is wrong with ``address`` as the address of a Ray cluster (the reason, naming the
+    forms :data:`ADDRESS_FORMS` expected), or None for ``auto``, ``HOST:PORT`` (``[IPv6]:PORT``)
+    and ``ray://HOST[:PORT]``. Checked before Ray is imported: Ray's own messages for a web
+    address, a missing or bad port or an empty one ("Invalid address format", "Name or service
+    not known", a port of another host) did not say what it wanted, and an empty address was
+    reported as "a local Ray instance"."""
+    a = address.strip() if isinstance(address, str) else address
+    if not isinstance(a, str) or not a:
+        return f"expected {ADDRESS_FORMS} (or no --address for a local Ray instance)"
+    if a == "auto":
+        return None
+    if a == "local":
+        return "a local Ray instance is what no --address starts; give a cluster's address: " + ADDRESS_FORMS
+    scheme, sep, rest = a.partition("://")
+    if sep and scheme != "ray":
+        what = " (a web address: the Ray dashboard's, port 8265, is not where tasks are sent)" \
+            if scheme.lower() in ("http", "https") else ""
+        return f"{scheme}:// is not a Ray address{what}; expected {ADDRESS_FORMS}"
+    client = bool(sep)
+    hostport = rest if client else a
+    if "/" in hostport or any(c.isspace() for c in hostport):
+        return f"not a host and port; expected {ADDRESS_FORMS}"
+    if hostport.startswith("["):  # [IPv6]:PORT
+        host, close, tail = hostport[1:].partition("]")
+        has_port, port = tail.startswith(":"), tail[1:]
+        if not close or (tail and not has_port):
+            return f"not a host and port; expected {ADDRESS_FORMS}"
+    else:
+        host, colon, port = hostport.rpartition(":")
+        has_port = bool(colon)
+        if not has_port:
+            host = hostport
+        elif ":" in host:
+            return f"an IPv6 address takes brackets ([ADDRESS]:PORT); expected {ADDRESS_FORMS}"
+    if not host:
+        return f"no host; expected {ADDRESS_FORMS}"
+    if not has_port:
+        return None if client else f"no port; expected {ADDRESS_FORMS}"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return f"the port {port!r} is not a number from 1 to 65535; expected {ADDRESS_FORMS}"
+    return None
+
+
+def address_error(address: str, where: str = "--address") -> UsageError | None:
+    """The error for a malformed ``address`` (see :func:`address_problem`), naming it as
+    ``where`` (the option, or a config file's key), or None."""
+    problem = address_problem(address)
+    if problem is None:
+        return None
+    shown = f"{where} {address}" if isinstance(address, str) and address.strip() else f"{where} is empty"
+    return UsageError(f"{shown}: {problem}")
 
 
 def ray_available() -> bool:
@@ -53,11 +111,17 @@ class RaySession:
     ``cpus``: the CPUs of a local instance (default one per core; ignored with ``address``).
     ``log_to_driver``: forward the workers' stdout and stderr to this process. Entering blocks
     until Ray is up (a local instance takes seconds to start: ``startup_s`` says how many) and
-    raises ``UsageError`` when Ray is not installed or the address cannot be reached; leaving
+    raises ``UsageError`` when Ray is not installed or the address cannot be reached (a malformed
+    ``address``, see :func:`address_problem`, is refused at construction); leaving
     shuts down what the session started (``shutdown_s``) or disconnects.
     """
 
     def __init__(self, address: str | None = None, *, cpus: int | None = None, log_to_driver: bool = False) -> None:
+        if address is not None:
+            error = address_error(address)
+            if error:
+                raise error
+            address = address.strip()
         self.address = address
         self.cpus = cpus
         self.log_to_driver = log_to_driver
@@ -162,8 +226,10 @@ def _check_reachable(address: str, given: str | None = None) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
         where = "there" if given in (None, address) else f"at {address}, the address Ray found for it"
-        raise UsageError(f"--address {given or address}: no Ray cluster answers {where} "
-                         f"({exc.strerror or type(exc).__name__})") from None
+        why = exc.strerror or type(exc).__name__
+        if isinstance(exc, socket.gaierror):  # "Name or service not known" alone did not say of what
+            why = f"the host {host} is not known: {why}"
+        raise UsageError(f"--address {given or address}: no Ray cluster answers {where} ({why})") from None
 
 
 def _quiet_shutdown() -> None:

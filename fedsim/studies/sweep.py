@@ -4,6 +4,8 @@ Each grid point runs as an ordinary scenario run in its own folder (``OUT/key=va
 whose results.json records the point's whole resolved configuration (scenario, parameters,
 data, seed, network). Any scenario parameter is a grid axis, and so are the run options
 ``seed``, ``data``, ``profile``, ``link_model``, ``transport``, ``loss`` and ``dropout``.
+Wherever the sweep shows a point (folder names, combined tables, report.md, sweep.log, messages)
+it is :func:`point_label`'s ``x=2,f=1+2``: a list value's elements joined by ``+``.
 
 Re-running a sweep compares each point folder with the configuration the point would run now:
 
@@ -64,8 +66,9 @@ from ..experiment.runner import OutputFolder, network_spec
 from ..kernel.errors import NetworkConfigError
 from .parallel import default_workers, pmap
 
-__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "parse_grid",
-           "point_dir_name", "run_sweep"]
+__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
+           "parse_grid",
+           "point_dir_name", "point_label", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
 NET_AXES = ("profile", "link_model", "transport", "loss", "dropout")
@@ -191,14 +194,27 @@ def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     return out
 
 
-def point_dir_name(point: dict[str, Any]) -> str:
-    def fmt(v: Any) -> str:
-        if isinstance(v, list):
-            return "+".join(map(str, v))
-        return str(v)
+def point_label(point: dict[str, Any]) -> str:
+    """A point as the sweep shows it everywhere (progress, messages, report, sweep.log):
+    ``x=2,f=1+2``, its axes in order, a list value's elements joined by ``+`` (as in the
+    combined tables' cells and the folder names; ``,`` separates the axes)."""
+    return ",".join(f"{k}={_cell(v)}" for k, v in point.items()) or "default"
 
-    name = ",".join(f"{k}={fmt(v)}" for k, v in point.items()) or "default"
-    return "".join(c if c.isalnum() or c in "=,.+-_" else "_" for c in name)
+
+def point_dir_name(point: dict[str, Any]) -> str:
+    """The folder name of a point: :func:`point_label` with each character a folder name should
+    not hold as ``_`` (existing sweeps resume by these names: do not change them)."""
+    return "".join(c if c.isalnum() or c in "=,.+-_" else "_" for c in point_label(point))
+
+
+def failure_line(res: dict) -> str:
+    """The one line that reports a failed point (a result of :func:`run_sweep`'s ``failed``, or
+    the ``progress`` callback's): ``failed x=2,f=1+2: RuntimeError: boom (traceback in
+    OUT/x=2,f=1+2/error.txt)``; an error of several lines shows its first."""
+    error = str(res.get("error") or "").strip()
+    first = error.splitlines()[0] if error else "no error message"
+    more = " ..." if len(error.splitlines()) > 1 else ""
+    return f"failed {point_label(res['point'])}: {first}{more} (traceback in {res['out']}/error.txt)"
 
 
 @dataclass(frozen=True)
@@ -357,21 +373,17 @@ def _differences(old: dict, new: dict) -> str:
         if isinstance(a, dict) and isinstance(b, dict):
             for kk in sorted(set(a) | set(b)):
                 if a.get(kk) != b.get(kk):
-                    out.append(f"{kk}={_show(a.get(kk))}, now {_show(b.get(kk))}")
+                    out.append(f"{kk}={_cell(a.get(kk))}, now {_cell(b.get(kk))}")
         elif a != b:
-            out.append(f"{k}={_show(a)}, now {_show(b)}")
+            out.append(f"{k}={_cell(a)}, now {_cell(b)}")
     return "; ".join(out)
 
 
 def _cell(v: Any) -> str:
-    """A grid value as the combined tables (and folder names) write it: a list as ``1+2``."""
+    """A grid value as the sweep writes it everywhere (folder names, combined tables, report,
+    messages): a list as ``1+2`` (``1,2`` read as two values of the axis)."""
     return "+".join(map(str, v)) if isinstance(v, list) else str(v)
 
-
-def _show(v: Any) -> str:
-    if isinstance(v, list):
-        return ",".join(map(str, v))
-    return str(v)
 
 
 def sweep_key(scenario: str, grid: dict, fixed: dict, data: str | None, seed: int, net: Any) -> str:
@@ -419,6 +431,13 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
         raise UsageError("--address is the address of a Ray cluster: it needs --backend ray")
+    if address is not None:
+        from .raypool import address_error
+
+        error = address_error(address)
+        if error:
+            raise error
+        address = address.strip()
     if workers is not None and int(workers) < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
     if backend == "ray":
@@ -442,7 +461,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         seen: list[Any] = []
         for v in vals:
             if v in seen:
-                raise UsageError(f"--grid {k}: the value {_show(v)} is given twice")
+                raise UsageError(f"--grid {k}: the value {_cell(v)} is given twice")
             seen.append(v)
     base = network_spec(mod, profile, net)
     data_default = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
@@ -474,15 +493,16 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     for p in points:
         other = folders.setdefault(p.out, p.point)
         if other is not p.point:
-            raise UsageError(f"the points {other} and {p.point} would share the folder {Path(p.out).name} (their "
+            raise UsageError(f"the points {point_label(other)} and {point_label(p.point)} would share the folder "
+                             f"{Path(p.out).name} (their "
                              "values differ only in characters a folder name cannot hold); rename the values")
         if len(Path(p.out).name.encode()) > 255:
-            raise UsageError(f"the point {p.point}'s folder name is {len(Path(p.out).name.encode())} bytes "
+            raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
                              "long, over the file system's 255; use shorter grid values")
     states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
     stale = [p for p in points if states[p.out][0] == "stale"]
     if stale and not force:
-        shown = "; ".join(f"{point_dir_name(p.point)}: {states[p.out][1]}" for p in stale[:3])
+        shown = "; ".join(f"{point_label(p.point)}: {states[p.out][1]}" for p in stale[:3])
         more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
         raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
                          f"use --force to re-run them, or another --out")
@@ -592,7 +612,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         results.append(res)
         statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
         display.update(len(results), len(todo))
-        display.log(f"{res['status']}: {point_dir_name(res['point'])}"
+        display.log(f"{res['status']}: {point_label(res['point'])}"
                     + (f" ({res['error']})" if res.get("error") else ""))
         if progress:
             progress(len(results) - 1, len(todo), res)
@@ -758,8 +778,8 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
     state = ("**Interrupted**: the tables and plots cover the points that finished; run the same "
              "command again to run the rest." if interrupted else "Finished.")
     lines += [f"{n_done} of {len(points)} points finished. {state}", ""]
-    fixed = ", ".join(f"`{k}={_show(v)}`" for k, v in info["fixed"].items()) or "none"
-    lines += ["Grid: " + ", ".join(f"`{k}` = {', '.join(_show(v) for v in vals)}" for k, vals in info["grid"].items())
+    fixed = ", ".join(f"`{k}={_cell(v)}`" for k, v in info["fixed"].items()) or "none"
+    lines += ["Grid: " + ", ".join(f"`{k}` = {', '.join(_cell(v) for v in vals)}" for k, vals in info["grid"].items())
               + f". Fixed parameters: {fixed}. Data: `{info['data'] or 'the scenario default'}`, seed "
               f"{info['seed']}, network `{info['network']['profile']}`. Run on "
               + ("Ray" + (f" at `{info['address']}`" if info.get("address") else " (a local instance)")
@@ -767,7 +787,7 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
     rows = []
     for p in points:
         s = statuses[p.out]
-        rows.append({**{k: _show(v) for k, v in p.point.items()}, "status": s["status"],
+        rows.append({**{k: _cell(v) for k, v in p.point.items()}, "status": s["status"],
                      "wall_time_s": s.get("wall_time_s", ""),
                      "folder": f"[{point_dir_name(p.point)}]({point_dir_name(p.point)}/report.md)"
                      if s["status"] in ("done", "done before") else
@@ -829,8 +849,7 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
                 metric_cols.append(c)
         elif len({r[c] for r in data}) > 1:
             label_cols.append(c)
-    xs_text = [_show(v) for v in grid[x_axis]]  # the tick labels
-    xs_cell = [_cell(v) for v in grid[x_axis]]  # the values as the combined rows hold them
+    xs_cell = [_cell(v) for v in grid[x_axis]]  # the values as the combined rows hold them (and the ticks)
     numeric_x = all(_num(x) is not None for x in xs_cell)
     pngs = []
     for metric in metric_cols[:MAX_PLOTS_PER_TABLE]:
@@ -850,7 +869,7 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
             pos = [float(x) for x in xs] if numeric_x else [xs_cell.index(x) for x in xs]
             ax.plot(pos, ys, marker="o", label=label)
         if not numeric_x:
-            ax.set_xticks(range(len(xs_text)), xs_text)
+            ax.set_xticks(range(len(xs_cell)), xs_cell)
         ax.set_xlabel(x_axis)
         ax.set_ylabel(metric)
         ax.set_title(f"{tname}: {metric}{last}")
