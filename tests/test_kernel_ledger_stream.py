@@ -349,3 +349,11 @@ def test_a_time_column_groups_every_nan_as_one_key_sorted_last():
     assert [k[1] for k in g2][:2] == [1.0, 3.0] and [t.messages for t in g2.values()] == [1, 1, 2]
     # a ledger whose NaN rows share one object groups as before
     assert list(led.view().group("send_time")) == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("chunk", [2.5, 0, None, "8", True])
+def test_chunk_rows_must_be_a_positive_whole_number(chunk):
+    # int() truncated 2.5 to 2, and failed on None without naming the parameter
+    with pytest.raises(ValueError, match=r"^chunk_rows must be a positive whole number, got "):
+        StreamingLedger(chunk_rows=chunk)
+    assert StreamingLedger(chunk_rows=np.int64(3)).chunk_rows == 3

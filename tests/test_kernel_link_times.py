@@ -178,3 +178,29 @@ def test_profiles_in_range_draw_the_same_specs_as_before():
     assert spec.link.downlink == prof.client.link.downlink * math.exp(z[1])
     assert spec.flops == prof.client.flops * math.exp(z[2])
     assert np.isfinite([spec.link.uplink, spec.link.downlink, spec.flops]).all()
+
+
+@pytest.mark.parametrize("args, name", [((100, 0.0, 0.1), "capacity"), ((100, math.nan, 0.1), "capacity"),
+                                        ((100, -5.0, 0.1), "capacity"), ((100, 1e6, math.nan), "rtt"),
+                                        ((100, 1e6, -1.0), "rtt"), ((math.nan, 1e6, 0.1), "size"),
+                                        ((math.inf, 1e6, 0.1), "size")])
+def test_tcp_startup_delay_refuses_what_gives_no_delay(args, name):
+    # a capacity of 0 divided by zero; NaN anywhere came back as a NaN delay; a negative capacity
+    # or rtt as 0.1 or 0
+    from fedsim.kernel.flows import tcp_startup_delay
+
+    with pytest.raises(NetworkConfigError, match=rf"^tcp_startup_delay: {name} must be "):
+        tcp_startup_delay(*args)
+    assert tcp_startup_delay(100, 1e6, math.inf) == math.inf  # refused by the model, naming the message
+    assert tcp_startup_delay(100, math.inf, 0.1) == 0.1 and tcp_startup_delay(100, 1e6, 0.0) == 0.0
+
+
+@pytest.mark.parametrize("make, name", [(lambda: LinkSpec(uplink=True), "uplink"),
+                                        (lambda: LinkSpec(latency=False), "latency"),
+                                        (lambda: NodeSpec(flops=True), "flops"),
+                                        (lambda: NodeSpec(loss=True), "loss"),
+                                        (lambda: NodeSpec(offline_at=np.bool_(False)), "offline_at")])
+def test_a_bool_is_not_a_rate_a_latency_or_a_probability(make, name):
+    # True was 1 byte/s or FLOP/s, or a loss of every message; False a latency or dropout at 0
+    with pytest.raises(NetworkConfigError, match=rf"^{name} must be .* got (np\.)?(True|False)"):
+        make()

@@ -87,11 +87,21 @@ def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 14
     window-limited round pays that round's transmission, not its round trip.
 
     Raises ``NetworkConfigError`` (a ``ValueError``) for an ``mss`` or ``initial_window`` below 1
-    (a window that could never grow).
+    (a window that could never grow), a ``size`` that is not finite and non-negative, a
+    ``capacity`` that is not positive (``inf`` allowed) or an ``rtt`` that is negative or NaN
+    (they gave a ZeroDivisionError, or a NaN delay that became NaN times). An infinite ``rtt``
+    gives an infinite delay with a handshake.
     """
     if mss < 1 or initial_window < 1:  # the window would never grow: refused, not looped on
         _whole_at_least("mss", mss, 1, "bytes")
         _whole_at_least("initial_window", initial_window, 1, "segments")
+    if not (0 <= size < _INF and capacity > 0 and rtt >= 0):  # also NaN
+        for name, v, ok in (("size", size, 0 <= size < _INF), ("capacity", capacity, capacity > 0),
+                            ("rtt", rtt, rtt >= 0)):
+            if not ok:
+                raise NetworkConfigError(f"tcp_startup_delay: {name} must be "
+                                         f"{'a positive number of bytes/s' if name == 'capacity' else 'non-negative'}"
+                                         f"{' and finite' if name == 'size' else ''}, got {v!r}")
     if size <= 0 or rtt <= 0:
         return 0.0
     extra = rtt if handshake else 0.0
@@ -257,8 +267,11 @@ class FairShareLinkModel(LinkModel):
         delay = 0.0
         if self.tcp:
             cap = min(src.spec.link.uplink, dst.spec.link.downlink) * self.efficiency
-            delay = tcp_startup_delay(envl.nbytes, cap, 2.0 * latency, mss=self.mss,
-                                      initial_window=self.initial_window, handshake=self.handshake)
+            try:
+                delay = tcp_startup_delay(envl.nbytes, cap, 2.0 * latency, mss=self.mss,
+                                          initial_window=self.initial_window, handshake=self.handshake)
+            except NetworkConfigError as err:  # (a path whose payload rate underflows to 0)
+                raise NetworkConfigError(f"{envl.describe()}: {err}") from None
             if not now + delay < _INF:
                 check_time(now + delay, envl, "its TCP start-up would end",
                            f"{envl.nbytes} bytes over a path of {cap!r} bytes/s with a round trip of "

@@ -538,8 +538,9 @@ class StreamingLedger(Ledger):
         self.framing_bytes = int(framing_bytes)
         self.roles: dict[str, str] = {}
         self.role_members: dict[str, set[str]] = defaultdict(set)
-        if int(chunk_rows) < 1:
-            raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral) or chunk_rows < 1:
+            # int() truncated 2.5 to 2 and failed on None without naming the parameter
+            raise ValueError(f"chunk_rows must be a positive whole number, got {chunk_rows!r}")
         self.chunk_rows = int(chunk_rows)
         self._fd: int | None = None
         if path is None:

@@ -19,8 +19,11 @@ __all__ = ["Faults", "LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile
 
 
 def _as_float(value: object) -> float:
-    """``float(value)``, or NaN for what is not a number (``'fast'``, None): every check below
-    refuses NaN with a message naming its parameter, where float() would name none."""
+    """``float(value)``, or NaN for what is not a number (``'fast'``, None, a bool: ``uplink=True``
+    was 1 byte/s, ``loss=True`` every message lost): every check below refuses NaN with a message
+    naming its parameter, where float() would name none."""
+    if isinstance(value, (bool, np.bool_)):
+        return math.nan
     try:
         return float(value)
     except (TypeError, ValueError):
