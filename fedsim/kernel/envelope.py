@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .codec import Encoded, decode_encoded
+from .ledger import DST, SEQ
 
 __all__ = ["Collector", "Envelope", "InOrder", "Payload", "matches"]
 
@@ -72,6 +73,11 @@ class Envelope:
 
     def __repr__(self) -> str:
         return f"Envelope({self.kind!r} from {self.src!r}, round {self.round}, {self.nbytes} B)"
+
+    def describe(self) -> str:
+        """This copy in words, for error messages: kind, sender, receiver, ledger row, size."""
+        return (f"message {self.kind!r} from {self.src!r} to {self.row[DST]!r} (ledger row {self.row[SEQ]}, "
+                f"{self.nbytes} bytes)")
 
 
 class Collector:

@@ -19,7 +19,24 @@ from heapq import heappop, heappush
 from itertools import count
 from typing import Any, Callable
 
-__all__ = ["EventQueue"]
+__all__ = ["EventQueue", "describe_event"]
+
+_INF = math.inf
+
+
+def describe_event(fn: Callable[..., Any], args: tuple) -> str:
+    """``fn(*args)`` in words for an error message: the callback's name and, for its object (a
+    bound method's) and each argument with a ``describe()`` method (an envelope, an actor's
+    process, a link model's flow), what it says."""
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    said = [d() for a in (getattr(fn, "__self__", None), *args) if callable(d := getattr(a, "describe", None))]
+    return name + (f" ({'; '.join(said)})" if said else "")
+
+
+def _bad_time(now: float, delay: Any, t: float, fn: Callable[..., Any], args: tuple) -> str:
+    why = "is not finite" if t != t or t == _INF or t == -_INF else "is before the current time"
+    return (f"event {describe_event(fn, args)} scheduled at t = {now!r} + {delay!r} = {t!r} s, which {why}: "
+            "a link rate too small, a latency, duration or size too large for finite times, or a negative delay")
 
 
 class EventQueue:
@@ -42,8 +59,18 @@ class EventQueue:
         return len(self._heap)
 
     def schedule(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Call ``fn(*args)`` at ``now + delay`` (``delay >= 0``; not checked on this hot path)."""
-        entry = (self.now + delay, next(self._seq), fn, args)
+        """Call ``fn(*args)`` at ``now + delay``.
+
+        Raises ``ValueError`` naming the event (``fn``, and what its arguments' ``describe()``
+        say: the message, the actor) if that time is not finite or is before ``now`` (a negative
+        or NaN ``delay``, or one so large that ``now + delay`` overflows): an event at inf would
+        run last and stamp inf on whatever it finishes, one at NaN breaks the heap's order, and
+        one in the past moves the clock back. Nothing is queued then."""
+        now = self.now
+        t = now + delay
+        if not now <= t < _INF:  # also NaN (one chained comparison on this hot path)
+            raise ValueError(_bad_time(now, delay, t, fn, args))
+        entry = (t, next(self._seq), fn, args)
         if self._batch is None:
             heappush(self._heap, entry)
         else:

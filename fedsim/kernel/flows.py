@@ -35,6 +35,7 @@ but the kernel's seeded loss draw.
 from __future__ import annotations
 
 import math
+import sys
 from heapq import heappop, heappush
 from typing import Any
 
@@ -44,19 +45,23 @@ from .envelope import Envelope
 from .errors import NetworkConfigError
 from .ledger import RX_START, TX_END, TX_START
 from .node import Node
-from .linkmodel import LinkModel
+from .linkmodel import LinkModel, check_time
 
 __all__ = ["FairShareLinkModel", "tcp_startup_delay"]
 
 _INF = math.inf
 _EPS_TIME = 1e-9  # flows due to end within this many seconds of each other end together
+_MIN_RATE = sys.float_info.min  # below it (subnormal) 1 / rate overflows: no finite time per byte
 
 
 def _whole_at_least(name: str, value: object, lo: int, unit: str) -> int:
     """``value`` as an int if it is a whole number >= ``lo``; else ``NetworkConfigError`` naming
     ``name`` (a window that never grows made the start-up loop run for ever)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (
-            math.isfinite(value) and float(value).is_integer() and value >= lo):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        whole = True  # (math.isfinite raised OverflowError for an int above the largest float)
+    else:
+        whole = isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer()
+    if not whole or value < lo:
         raise NetworkConfigError(f"{name} must be a whole number of {unit} >= {lo}, got {value!r}")
     return int(value)
 
@@ -82,11 +87,21 @@ def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 14
     window-limited round pays that round's transmission, not its round trip.
 
     Raises ``NetworkConfigError`` (a ``ValueError``) for an ``mss`` or ``initial_window`` below 1
-    (a window that could never grow).
+    (a window that could never grow), a ``size`` that is not finite and non-negative, a
+    ``capacity`` that is not positive (``inf`` allowed) or an ``rtt`` that is negative or NaN
+    (they gave a ZeroDivisionError, or a NaN delay that became NaN times). An infinite ``rtt``
+    gives an infinite delay with a handshake.
     """
     if mss < 1 or initial_window < 1:  # the window would never grow: refused, not looped on
         _whole_at_least("mss", mss, 1, "bytes")
         _whole_at_least("initial_window", initial_window, 1, "segments")
+    if not (0 <= size < _INF and capacity > 0 and rtt >= 0):  # also NaN
+        for name, v, ok in (("size", size, 0 <= size < _INF), ("capacity", capacity, capacity > 0),
+                            ("rtt", rtt, rtt >= 0)):
+            if not ok:
+                raise NetworkConfigError(f"tcp_startup_delay: {name} must be "
+                                         f"{'a positive number of bytes/s' if name == 'capacity' else 'non-negative'}"
+                                         f"{' and finite' if name == 'size' else ''}, got {v!r}")
     if size <= 0 or rtt <= 0:
         return 0.0
     extra = rtt if handshake else 0.0
@@ -109,6 +124,11 @@ def tcp_startup_delay(size: float, capacity: float, rtt: float, *, mss: int = 14
     return extra + max(t - full, 0.0)
 
 
+def _no_end(f: "_Flow", t: float, left: float, rate: float) -> None:
+    """Refuse the end of ``f`` at ``t``, a time that is not finite (``check_time``)."""
+    check_time(t, f.tup[0], "its last byte would leave", f"{left!r} bytes left at {rate!r} bytes/s")
+
+
 class _Flow:
     """One active transfer. ``mode``: ``fixed`` (a rate that stays until the next change: a flow
     with no shared port, or any flow while the model runs in general mode), ``level`` (sharing its
@@ -127,6 +147,10 @@ class _Flow:
         self.rate = 0.0
         self.cap = _INF  # in a hub: the capacity of its other port
         self.version = 0
+
+    def describe(self) -> str:
+        """The flow's message in words (for the event queue's error messages)."""
+        return self.tup[0].describe()
 
     def remaining(self, now: float) -> float:
         if self.mode == "level":
@@ -165,6 +189,12 @@ class _Hub:
     def advance(self, now: float) -> None:
         self.V = self.virtual(now)
         self.t = now
+
+    def describe(self) -> str:
+        """The hub's next flow to end, in words (for the event queue's error messages)."""
+        first = _top(self.by_phi, "level", self)
+        return f"port {self.port} shared by {self.members} flows" + (
+            f", the next to end carrying {first[3].describe()}" if first is not None else "")
 
 
 def _top(heap: list, mode: str, hub) -> tuple | None:
@@ -206,6 +236,9 @@ class FairShareLinkModel(LinkModel):
         self.header_bytes = ((52 if tcp else 0) if header_bytes is None
                              else _whole_at_least("header_bytes", header_bytes, 0, "bytes"))
         self.efficiency = self.mss / (self.mss + self.header_bytes)
+        if not self.efficiency >= _MIN_RATE:  # a header so large that no payload byte would ever move
+            raise NetworkConfigError(f"header_bytes {self.header_bytes} leaves no room for payload in segments of "
+                                     f"mss {self.mss} bytes (efficiency {self.efficiency!r})")
         if tcp:
             self.name = "tcp"
         self._net: Any = None
@@ -225,12 +258,24 @@ class FairShareLinkModel(LinkModel):
         elif self._net is not net:
             raise RuntimeError("a FairShareLinkModel serves one network; make one per SimNetwork")
         latency = src.spec.link.latency + dst.spec.link.latency
+        now = net.now()
+        if not now + latency < _INF:
+            check_time(now + latency, envl, "its first byte would reach the receiver",
+                       f"sent at t = {now!r} s, latencies {src.spec.link.latency!r} s of {src.id!r} and "
+                       f"{dst.spec.link.latency!r} s of {dst.id!r}")
         lost = bool(src.spec.loss) and net.draw_loss(src)
         delay = 0.0
         if self.tcp:
             cap = min(src.spec.link.uplink, dst.spec.link.downlink) * self.efficiency
-            delay = tcp_startup_delay(envl.nbytes, cap, 2.0 * latency, mss=self.mss,
-                                      initial_window=self.initial_window, handshake=self.handshake)
+            try:
+                delay = tcp_startup_delay(envl.nbytes, cap, 2.0 * latency, mss=self.mss,
+                                          initial_window=self.initial_window, handshake=self.handshake)
+            except NetworkConfigError as err:  # (a path whose payload rate underflows to 0)
+                raise NetworkConfigError(f"{envl.describe()}: {err}") from None
+            if not now + delay < _INF:
+                check_time(now + delay, envl, "its TCP start-up would end",
+                           f"{envl.nbytes} bytes over a path of {cap!r} bytes/s with a round trip of "
+                           f"{2.0 * latency!r} s")
         flow = (envl, dst, latency, lost, src)
         if delay > 0.0:
             net.schedule(delay, self._activate, flow)
@@ -241,8 +286,14 @@ class FairShareLinkModel(LinkModel):
     def _ports(self, node: Node) -> int:
         k = self._port.get(node.id)
         if k is None:
+            caps = [node.spec.link.uplink * self.efficiency, node.spec.link.downlink * self.efficiency]
+            for name, rate, cap in zip(("uplink", "downlink"), (node.spec.link.uplink, node.spec.link.downlink), caps):
+                if not cap >= _MIN_RATE:  # a subnormal rate: one byte would take inf seconds
+                    raise NetworkConfigError(f"node {node.id!r}: its {name} of {rate!r} bytes/s carries {cap!r} "
+                                             f"payload bytes/s after headers (efficiency {self.efficiency!r}), "
+                                             "too little for finite transfer times")
             k = self._port[node.id] = len(self._port)
-            self._caps += [node.spec.link.uplink * self.efficiency, node.spec.link.downlink * self.efficiency]
+            self._caps += caps
         return k
 
     def node_offline(self, net, node: Node) -> None:
@@ -279,10 +330,13 @@ class FairShareLinkModel(LinkModel):
             net.lose(envl, "link loss" if lost else "sender offline" if net.is_offline(src) else "receiver offline")
             return
         now = net.now()
+        if not now + latency < _INF:
+            check_time(now + latency, envl, "its first byte would reach the receiver",
+                       f"sent at t = {now!r} s, latency {latency!r} s")
+        s, d = 2 * self._ports(src), 2 * self._ports(dst) + 1  # (refuses a port too slow for finite times)
         envl.row[TX_START] = now
         envl.row[RX_START] = now + latency
         size = float(envl.nbytes)
-        s, d = 2 * self._ports(src), 2 * self._ports(dst) + 1
         if size <= 0.0 or min(self._caps[s], self._caps[d]) == _INF:
             self._finish(tup, now)  # nothing to share: the bytes leave at once
             return
@@ -321,7 +375,10 @@ class FairShareLinkModel(LinkModel):
         f.left, f.t = f.remaining(now), now
         f.mode, f.hub, f.rate = "fixed", None, rate
         f.version += 1
-        self._net.schedule(f.left / rate, self._due, f, f.version)
+        delay = f.left / rate
+        if not now + delay < _INF:
+            _no_end(f, now + delay, f.left, rate)
+        self._net.schedule(delay, self._due, f, f.version)
 
     def _due(self, f: _Flow, version: int) -> None:
         if f.version == version:
@@ -355,7 +412,10 @@ class FairShareLinkModel(LinkModel):
                 hub.n_level -= 1
                 hub.capsum += f.cap
                 heappush(hub.capped, (-f.cap, f.seq, f.version, f))
-                self._net.schedule(f.left / f.cap, self._due, f, f.version)
+                delay = f.left / f.cap
+                if not now + delay < _INF:
+                    _no_end(f, now + delay, f.left, f.cap)
+                self._net.schedule(delay, self._due, f, f.version)
                 continue
             high = _top(hub.capped, "capped", hub)
             if high is not None and -high[0] > hub.L:  # the level has come down past it
@@ -397,6 +457,8 @@ class FairShareLinkModel(LinkModel):
             if first is not None and hub.n_level:
                 hub.advance(now)
                 delay = max(first[0] - hub.V, 0.0) / hub.L
+                if not now + delay < _INF:
+                    _no_end(first[3], now + delay, first[0] - hub.V, hub.L)
                 hub.due = now + delay
                 self._net.schedule(delay, self._hub_due, hub, hub.version)
 
@@ -499,7 +561,10 @@ class FairShareLinkModel(LinkModel):
         for f, r in zip(flows, rates.tolist()):
             f.mode, f.rate = "fixed", r
             f.version += 1
-            self._net.schedule(f.left / r if r > 0 else _INF, self._due_general, f, f.version)
+            delay = f.left / r if r > 0 else _INF
+            if not now + delay < _INF:  # (a rate of 0 was scheduled at inf: the flow then ended at t = inf)
+                _no_end(f, now + delay, f.left, r)
+            self._net.schedule(delay, self._due_general, f, f.version)
 
     def _due_general(self, f: _Flow, version: int) -> None:
         if f.version == version:

@@ -60,6 +60,7 @@ _BOOL_COLUMNS = frozenset({"read", "anonymous"})
 FATES = ("delivered", "lost", "in_flight")
 
 _NAN = math.nan
+_INF = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +131,20 @@ class LedgerView:
 
     def group(self, *keys: str) -> dict[Any, Totals]:
         """Totals per value of the columns ``keys`` (one key: the value; several: a tuple),
-        sorted by key."""
+        sorted by key. A time column's NaN (a time never reached) is one key, sorted last."""
         if not keys:
             raise ValueError("group needs at least one column name")
         idx = [_POS[k] for k in keys]
+        times = [i for i in idx if ROW_COLUMNS[i] in _TIME_COLUMNS]
         acc: dict[Any, list] = {}
         for r in self.rows:
+            if times and any(r[i] != r[i] for i in times):
+                # NaN != NaN: a dict took each NaN object for a key of its own (rows merged from
+                # TcpNetwork's workers hold many), and sorted() ordered them by insertion
+                r = list(r)
+                for i in times:
+                    if r[i] != r[i]:
+                        r[i] = _NAN
             key = r[idx[0]] if len(idx) == 1 else tuple(r[i] for i in idx)
             a = acc.get(key)
             if a is None:
@@ -146,7 +155,11 @@ class LedgerView:
             a[3] += r[FLOATS]
         fb = self.ledger.framing_bytes
         units = self.ledger.units_of
-        return {k: Totals(m, b, b - m * fb, raw, fl, units(fl)) for k, (m, b, raw, fl) in sorted(acc.items())}
+        if times:
+            order = sorted(acc, key=_nan_last if len(idx) == 1 else lambda k: tuple(_nan_last(v) for v in k))
+        else:
+            order = sorted(acc)
+        return {k: Totals(m, b, b - m * fb, raw, fl, units(fl)) for k in order for m, b, raw, fl in (acc[k],)}
 
     def column(self, name: str) -> np.ndarray:
         """One column of these rows as an array (``units`` derived; see ``Ledger.columns``)."""
@@ -183,10 +196,27 @@ class LedgerView:
             yield as_dict(r)
 
 
+def _nan_last(v: Any) -> tuple:
+    """A sort key that orders NaN after every number (and is the value itself otherwise)."""
+    return (True, 0.0) if v != v else (False, v)
+
+
 def _kinds(kinds: Any) -> frozenset:
     """``exclude_kinds`` as a set of kinds: one kind (a str, as ``kind`` takes it) or a collection
     (a str was taken as the collection of its characters, so excluded nothing)."""
     return frozenset((kinds,)) if isinstance(kinds, str) else frozenset(kinds)
+
+
+def _check_flags(anonymous: Any, read: Any, min_round: Any) -> None:
+    """Refuse (``ValueError`` naming the filter) an ``anonymous`` or ``read`` that is not a bool
+    and a ``min_round`` that is not a number: ``read="no"`` selected nothing, silently, and
+    ``min_round="1"`` failed in the comparison, differently in memory and streamed."""
+    for name, v in (("anonymous", anonymous), ("read", read)):
+        if v is not None and not isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"select: {name} must be True, False or None, got {v!r}")
+    if min_round is not None and (isinstance(min_round, (bool, np.bool_)) or not isinstance(min_round, numbers.Real)
+                                  or min_round != min_round):
+        raise ValueError(f"select: min_round must be a round number, got {min_round!r}")
 
 
 def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[str] = (), round: Any = None,
@@ -202,6 +232,7 @@ def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[
     fates = _as_set(fate)
     if fates is not None and not fates <= set(FATES):
         raise ValueError(f"fate must be one of {FATES}, got {sorted(fates - set(FATES))}")
+    _check_flags(anonymous, read, min_round)
     drop = _kinds(exclude_kinds)
     out = rows
     for pos, allowed in checks:
@@ -492,10 +523,11 @@ class StreamingLedger(Ledger):
 
     Queries: all of ``Ledger``'s (``select`` with every filter, ``view``, ``totals``, ``by_role``,
     ``by_kind``, ``by_node``, ``rounds``, ``records``, ``columns``, ``summary``, ``to_csv``, and on
-    views ``totals``, ``group``, ``column``, ``rounds``, ``records``, ``len``) with the same
-    results; they scan the file in chunks of ``chunk_rows`` records, so each costs a pass over it.
-    ``to_csv`` is byte for byte the in-memory ledger's. Differences: there is no ``rows`` list,
-    and views group by integer, text and boolean columns only (not by times).
+    views ``totals``, ``group``, ``column``, ``rounds``, ``span``, ``records``, ``len``) with the
+    same results; they scan the file in chunks of ``chunk_rows`` records, so each costs a pass
+    over it. ``to_csv`` is byte for byte the in-memory ledger's. The one difference: there is no
+    ``rows`` list (on the ledger or its views; ``AttributeError`` saying so). A view's ``group``
+    by a time column holds the selected rows in memory for the pass (its groups are about as many).
     """
 
     def __init__(self, path: str | os.PathLike | None = None, unit: int | None = None, framing_bytes: int = 0,
@@ -506,8 +538,9 @@ class StreamingLedger(Ledger):
         self.framing_bytes = int(framing_bytes)
         self.roles: dict[str, str] = {}
         self.role_members: dict[str, set[str]] = defaultdict(set)
-        if int(chunk_rows) < 1:
-            raise ValueError(f"chunk_rows must be positive, got {chunk_rows!r}")
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral) or chunk_rows < 1:
+            # int() truncated 2.5 to 2 and failed on None without naming the parameter
+            raise ValueError(f"chunk_rows must be a positive whole number, got {chunk_rows!r}")
         self.chunk_rows = int(chunk_rows)
         self._fd: int | None = None
         if path is None:
@@ -666,6 +699,7 @@ def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: I
     fates = _as_set(fate)
     if fates is not None and not fates <= set(FATES):
         raise ValueError(f"fate must be one of {FATES}, got {sorted(fates - set(FATES))}")
+    _check_flags(anonymous, read, min_round)
     conds = []
     for field, val in (("kind", kind), ("round", round), ("src", src), ("dst", dst), ("src_role", src_role),
                        ("dst_role", dst_role), ("status", fate)):
@@ -694,8 +728,8 @@ def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: I
 
 class StreamView:
     """A selection of a ``StreamingLedger``'s rows: ``LedgerView``'s interface (``select``,
-    ``totals``, ``group``, ``column``, ``rounds``, ``records``, ``len``), evaluated by scanning the
-    ledger's file. ``group`` takes integer, text and boolean columns."""
+    ``totals``, ``group``, ``column``, ``rounds``, ``span``, ``records``, ``len``) with the same
+    results, evaluated by scanning the ledger's file; no ``rows`` list."""
 
     __slots__ = ("ledger", "_conds")
 
@@ -749,8 +783,8 @@ class StreamView:
             raise ValueError("group needs at least one column name")
         for k in keys:
             _POS[k]  # KeyError for an unknown name, as LedgerView.group
-            if k in _TIME_COLUMNS:
-                raise ValueError(f"a StreamingLedger view groups by integer, text and boolean columns, not by {k!r}")
+        if any(k in _TIME_COLUMNS for k in keys):
+            return self._group_rows(keys)
         acc: dict[Any, list] = {}
         for first, recs, mask in self._selected():
             if not mask.any():
@@ -783,6 +817,19 @@ class StreamView:
         units = self.ledger.units_of
         return {k: Totals(m, b, b - m * fb, raw, fl, units(fl)) for k, (m, b, raw, fl) in sorted(acc.items())}
 
+    def _group_rows(self, keys: tuple[str, ...]) -> dict[Any, Totals]:
+        """``group`` by keys that include a time column: ``LedgerView.group`` over the selected rows,
+        decoded (a pass that holds them in memory: grouping by a time has about one group per row
+        anyway)."""
+        rows = []
+        led = self.ledger
+        for first, recs, mask in self._selected():
+            idx = np.flatnonzero(mask)
+            for k, r in zip(idx.tolist(), led._decode(0, recs[idx])):
+                r[SEQ] = first + k
+                rows.append(r)
+        return LedgerView(led, rows).group(*keys)
+
     def column(self, name: str) -> np.ndarray:
         led = self.ledger
         if name == "units":
@@ -807,6 +854,23 @@ class StreamView:
         for _, recs, mask in self._selected():
             seen.update(np.unique(recs["round"][mask]).tolist())
         return sorted(seen)
+
+    def span(self) -> float:
+        """Seconds from the first send to the last arrival of these rows (NaN if none arrived)."""
+        first, last = _INF, -_INF
+        for _, recs, mask in self._selected():
+            if not mask.any():
+                continue
+            first = min(first, float(recs["send_time"][mask].min()))
+            arr = recs["arrival_time"][mask]
+            arr = arr[arr == arr]
+            if arr.size:
+                last = max(last, float(arr.max()))
+        return _NAN if last == -_INF else last - first
+
+    @property
+    def rows(self):  # LedgerView's row list does not exist here
+        raise AttributeError("a StreamView keeps no list of rows: use records(), column() or the other queries")
 
     def records(self) -> Iterable[dict[str, Any]]:
         led = self.ledger

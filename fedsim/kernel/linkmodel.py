@@ -4,12 +4,26 @@ implement it; docs/network-model.md shows how to write another."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .envelope import Envelope
+from .errors import NetworkConfigError
 from .node import Node
 
-__all__ = ["LinkModel"]
+__all__ = ["LinkModel", "check_time"]
+
+
+def check_time(t: float, envl: Envelope, what: str, why: str) -> float:
+    """``t`` if it is a finite time; else ``NetworkConfigError`` naming the message (kind, sender,
+    receiver, ledger row), ``what`` would happen at ``t`` and ``why`` (the rates, latencies and
+    sizes it came from). A link model calls it on the times it computes before it writes them into
+    a ledger row or schedules an event at them: a rate too small or a latency too large for a
+    message makes them inf or NaN, which the event queue would refuse without saying why."""
+    if not t < math.inf:  # also NaN (times here are never -inf: they start from now >= 0)
+        raise NetworkConfigError(f"{envl.describe()}: {what} at t = {t!r} s, not a finite time ({why}); "
+                                 "the link rates are too small or the latencies too large for this message")
+    return t
 
 
 class LinkModel:
@@ -23,7 +37,10 @@ class LinkModel:
     *args)``, reads the clock with ``net.now()``, draws loss with ``net.draw_loss(src)`` and may
     keep per-node state in ``node.link_state``. ``src.spec.link`` / ``dst.spec.link`` give the
     rates (bytes/s, ``inf`` allowed) and latencies (s). A link model must be deterministic: no
-    clock, no global random state.
+    clock, no global random state. ``net.schedule`` raises ``ValueError`` for an event whose
+    time is not finite or is before ``now()``; ``check_time(t, envelope, what, why)`` refuses
+    such a time with a ``NetworkConfigError`` that says which message and why, before it is
+    written into the row or scheduled.
 
     Dropout: ``node_offline`` is called at the instant a node's link goes down (its
     ``spec.offline_at``), whether or not its actor has finished; ``net.is_offline(node)`` says

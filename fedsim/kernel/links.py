@@ -8,6 +8,7 @@ message from A to B propagates for ``A.latency + B.latency`` (see docs/network-m
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -18,18 +19,27 @@ __all__ = ["Faults", "LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile
 
 
 def _as_float(value: object) -> float:
-    """``float(value)``, or NaN for what is not a number (``'fast'``, None): every check below
-    refuses NaN with a message naming its parameter, where float() would name none."""
+    """``float(value)``, or NaN for what is not a number (``'fast'``, None, a bool: ``uplink=True``
+    was 1 byte/s, ``loss=True`` every message lost): every check below refuses NaN with a message
+    naming its parameter, where float() would name none."""
+    if isinstance(value, (bool, np.bool_)):
+        return math.nan
     try:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
 
 
+_MIN_RATE = sys.float_info.min  # the smallest normal float: below it, 1 / rate overflows to inf
+
+
 def _check_rate(name: str, value: float, unit: str = "bytes/s") -> float:
     v = _as_float(value)
     if math.isnan(v) or v <= 0:
         raise NetworkConfigError(f"{name} must be a positive number of {unit} (or inf), got {value!r}")
+    if v < _MIN_RATE:  # subnormal: one byte (one FLOP) would take inf seconds, and every time after it
+        raise NetworkConfigError(f"{name} of {value!r} {unit} is too small for finite times: it must be at least "
+                                 f"{_MIN_RATE!r} (or inf)")
     return v
 
 
@@ -91,9 +101,26 @@ class Profile:
     sigma: float = 0.0
     description: str = ""
 
+    def __post_init__(self) -> None:
+        # a NaN sigma drew NaN rates (refused later by LinkSpec, without the profile's name), a
+        # negative one was taken for 0, an infinite one drew rates of 0 or inf
+        for role in ("server", "client"):
+            if not isinstance(getattr(self, role), NodeSpec):
+                raise NetworkConfigError(f"profile {self.name!r}: {role} must be a NodeSpec, "
+                                         f"got {type(getattr(self, role)).__name__}")
+        sigma = _as_float(self.sigma)
+        if not 0.0 <= sigma < math.inf:  # also NaN
+            raise NetworkConfigError(f"profile {self.name!r}: sigma must be a finite non-negative number, "
+                                     f"got {self.sigma!r}")
+        object.__setattr__(self, "sigma", sigma)
+
     def draw(self, role: str, rng: np.random.Generator | None) -> NodeSpec:
         """The spec of one node of ``role``; with ``sigma > 0`` its bandwidths and speed are the
-        median times independent log-normal factors drawn from ``rng``."""
+        median times independent log-normal factors drawn from ``rng``.
+
+        Raises ``NetworkConfigError`` naming the profile if a factor takes a finite median rate
+        out of range (to inf, which would mean "no delay", or below the smallest rate that gives
+        finite times)."""
         base = self.server if role == "server" else self.client
         if self.sigma <= 0 or rng is None or role == "server":
             return base
@@ -101,8 +128,14 @@ class Profile:
         # with AVX512F whose last bits differ from libm's, which moved every time in a wan or mobile
         # ledger from one machine to another (the normals themselves are exact integer arithmetic)
         f_up, f_down, f_cpu = (math.exp(z) for z in rng.normal(0.0, self.sigma, size=3).tolist())
-        link = LinkSpec(base.link.uplink * f_up, base.link.downlink * f_down, base.link.latency)
-        return replace(base, link=link, flops=base.flops * f_cpu)
+        up, down, flops = base.link.uplink * f_up, base.link.downlink * f_down, base.flops * f_cpu
+        for name, median, v in (("uplink", base.link.uplink, up), ("downlink", base.link.downlink, down),
+                                ("flops", base.flops, flops)):
+            if (v == math.inf and median != math.inf) or not v >= _MIN_RATE:
+                raise NetworkConfigError(f"profile {self.name!r}: a {role} {name} drawn from the median {median!r} "
+                                         f"with spread sigma {self.sigma!r} came out as {v!r}, out of range")
+        link = LinkSpec(up, down, base.link.latency)
+        return replace(base, link=link, flops=flops)
 
 
 _MBIT = 1e6 / 8  # bytes/s in one Mbit/s

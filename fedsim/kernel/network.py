@@ -246,7 +246,10 @@ class Network:
                                      f"({', '.join(_KERNEL_STREAMS)}): choose another name")
         if not callable(actor):
             raise NetworkConfigError(f"actor of node {node_id!r} is not callable: {actor!r}")
-        base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
+        try:
+            base = self.profile.draw(role, node_rng(self.seed, f"link:{node_id}") if self.profile.sigma else None)
+        except NetworkConfigError as err:  # (the profile does not know the node)
+            raise NetworkConfigError(f"node {node_id!r}: {err}") from None
         faults = self.faults
         if faults is not None and str(role) in faults.roles:
             self._faulted = True
@@ -257,12 +260,15 @@ class Network:
         if link is None and flops is None and loss is None and offline_at is None:
             spec = base  # shared: no per-node copy for the common case (memory per idle actor)
         else:
-            spec = NodeSpec(
-                link=base.link if link is None else link,
-                flops=base.flops if flops is None else flops,
-                loss=base.loss if loss is None else loss,
-                offline_at=offline_at,
-            )
+            try:
+                spec = NodeSpec(
+                    link=base.link if link is None else link,
+                    flops=base.flops if flops is None else flops,
+                    loss=base.loss if loss is None else loss,
+                    offline_at=offline_at,
+                )
+            except NetworkConfigError as err:  # (NodeSpec does not know the node)
+                raise NetworkConfigError(f"node {node_id!r}: {err}") from None
         self.nodes[node_id] = Node(node_id, str(role), spec, actor, args, kwargs or None)
         self.ledger.set_role(node_id, str(role))
 

@@ -57,6 +57,10 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.id!r}, role={self.role!r})"
 
+    def describe(self) -> str:
+        """This node in words, for error messages."""
+        return f"node {self.id!r} (role {self.role!r})"
+
 
 def hand_over(node: Node, envl: Any) -> bool:
     """Give ``envl`` to ``node`` on a transport whose waiters are futures (``node.waiter`` is

@@ -31,7 +31,7 @@ from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, RunEnded
 from .events import EventQueue
 from .flows import FairShareLinkModel
-from .linkmodel import LinkModel
+from .linkmodel import LinkModel, check_time
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult
 from .node import Node
@@ -71,6 +71,10 @@ class _ActorProcess:
         self.node = node
         self.coro = coro
         self.net = net
+
+    def describe(self) -> str:
+        """Whose steps these are (for the event queue's error messages)."""
+        return self.node.describe()
 
     def step(self, value: Any = None, exc: BaseException | None = None) -> None:
         node = self.node
@@ -134,6 +138,9 @@ class FifoLinkModel(LinkModel):
         up = src.spec.link.uplink
         start = src.egress_free if src.egress_free > now else now
         end = start if up == _INF else start + size / up
+        if not end < _INF:  # (one comparison on the hot path; also NaN)
+            check_time(end, envl, "its last byte would leave", f"{size} bytes from t = {start!r} s at {src.id!r}'s "
+                       f"uplink of {up!r} bytes/s")
         src.egress_free = end
         off = src.spec.offline_at
         if off is not None and end > off:
@@ -153,6 +160,10 @@ class FifoLinkModel(LinkModel):
             net.lose(envl, "link loss")
             return
         at_port = end + src.spec.link.latency + dst.spec.link.latency
+        if not at_port < _INF:
+            check_time(at_port, envl, "it would reach the receiver's port",
+                       f"sent until t = {end!r} s, latencies {src.spec.link.latency!r} s of {src.id!r} and "
+                       f"{dst.spec.link.latency!r} s of {dst.id!r}")
         down = dst.spec.link.downlink
         if down == _INF:
             row[RX_START] = at_port
@@ -168,6 +179,9 @@ class FifoLinkModel(LinkModel):
         now = net.queue.now
         start = dst.ingress_free if dst.ingress_free > now else now
         end = start + envl.nbytes / dst.spec.link.downlink
+        if not end < _INF:
+            check_time(end, envl, "its last byte would arrive", f"{envl.nbytes} bytes from t = {start!r} s at "
+                       f"{dst.id!r}'s downlink of {dst.spec.link.downlink!r} bytes/s")
         dst.ingress_free = end
         envl.row[RX_START] = start
         net.schedule(end - now, net.deliver, envl, dst)
@@ -346,9 +360,9 @@ class SimNetwork(Network):
         if node.offline:
             raise _offline_wait(node)
         q = self.queue
+        q.schedule(seconds, node.proc.step)  # (first: it refuses an end that is not finite)
         if self.tracing and seconds > 0:
             self.trace.append((node.id, q.now, q.now + seconds, "sleep"))
-        q.schedule(seconds, node.proc.step)
         await _park
 
     async def compute(self, node: Node, flops: float, label: str) -> None:
@@ -359,9 +373,9 @@ class SimNetwork(Network):
             return
         seconds = flops / speed
         q = self.queue
+        q.schedule(seconds, node.proc.step)  # (first: it refuses an end that is not finite)
         if self.tracing:
             self.trace.append((node.id, q.now, q.now + seconds, label))
-        q.schedule(seconds, node.proc.step)
         await _park
 
     def _live(self, fn, args: tuple) -> bool:
