@@ -136,8 +136,8 @@ def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, *
     if net is not None:
         return NetSpec.of(net)
     kw = {k: v for k, v in options.items() if v is not None}
-    try:
-        return NetSpec(profile=profile or getattr(mod, "DEFAULT_PROFILE", "ideal"), **kw)
+    try:  # an empty profile is refused by name (it ran the scenario's default profile)
+        return NetSpec(profile=getattr(mod, "DEFAULT_PROFILE", "ideal") if profile is None else profile, **kw)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
 
@@ -164,13 +164,17 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     if isinstance(mod, str):
         mod = load_scenario(mod)
     name = scenario_name(mod)
+    for opt, v in (("data", data), ("out", out)):
+        if isinstance(v, str) and not v.strip():
+            # an empty value read as "not given" (the default data, a runs/<time>-NAME folder)
+            raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     cfg = resolve_config(mod, overrides or {})
     netspec = network_spec(mod, profile, net)
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
     if data is not None and not getattr(mod, "TAKES_DATA", True):
         # recorded as the run's data, a --data the scenario never reads would misdescribe it
-        raise UsageError(f"{name} makes its own data: --data {data} does not apply")
+        raise UsageError(f"--data {data}: does not apply, {name} makes its own data")
     keep_freed_memory()  # large freed blocks stay in the process (allocator.py: page faults per message)
     folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
@@ -310,6 +314,9 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     ``ledger``, ``force``, ``net``. Raises ``UsageError`` naming the file and key or the option."""
     doc = doc or {}
     src = doc.get("_path", "config")
+    for opt in ("data", "out"):  # an empty one read as "not given" (fedsim sweep's too)
+        if isinstance(getattr(args, opt, None), str) and not getattr(args, opt).strip():
+            raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     overrides: dict[str, Any] = {}
     for k, v in (doc.get("params") or {}).items():
         try:
@@ -336,7 +343,8 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     seed = args.seed if args.seed is not None else doc.get("seed", 0)
     if args.seed is None and "seed" in doc and (type(seed) is not int or seed < 0):
         raise UsageError(f"{src}: seed: expected a non-negative integer, got {seed!r}")
-    return {"data": args.data or doc.get("data"), "out": args.out or doc.get("out"), "overrides": overrides,
+    return {"data": args.data if args.data is not None else doc.get("data"),
+            "out": args.out if args.out is not None else doc.get("out"), "overrides": overrides,
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
             "ledger": bool(args.ledger or doc.get("ledger", False)),
             "force": bool(args.force or doc.get("force", False)), "net": net_from_args(mod, args)}
@@ -345,7 +353,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
 def net_from_args(mod: ModuleType, args: argparse.Namespace):
     """The ``NetSpec`` of parsed run options (see :func:`add_run_arguments`)."""
     window = None
-    if getattr(args, "dropout_window", None):
+    if getattr(args, "dropout_window", None) is not None:  # "" is refused, not read as no window
         try:
             window = tuple(float(x) for x in args.dropout_window.split(","))
             if len(window) != 2:
