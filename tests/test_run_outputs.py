@@ -418,3 +418,24 @@ def test_report_tables_keep_one_cell_per_value_whatever_the_text(tmp_path):
     assert cells == [["kind", "messages", "bytes"], ["---", "---", "---"], ["ask|reply", "3", "1.5 KB"],
                      ["two lines", "1", "20 B"]]
     assert lines[start + 4] == ""
+
+
+def test_a_diverged_protocol_run_says_so_and_a_converging_one_is_unchanged(tmp_path):
+    # FedRec stops at the iteration whose parameters are not finite; the summary said rounds=5
+    # with nothing about it (the test error alone hinted at it)
+    import csv
+
+    res = run_scenario("fedrec", out=tmp_path / "bad", overrides={"T": 5, "lr": 1e6}, quiet=True)
+    with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["rounds"] == "5" and row["diverged_at"] == "3"
+    assert list(row)[:4] == ["protocol", "rounds", "diverged_at", "simulated_s"]
+    report = (tmp_path / "bad" / "report.md").read_text()
+    assert ("**Diverged.** The model diverged (non-finite parameters) at round 3 of 5: the protocol stopped "
+            "there, and its figures are not those of a trained model.") in report
+    assert "note: the model diverged" in (tmp_path / "bad" / "run.log").read_text()
+    res = run_scenario("fedrec", out=tmp_path / "good", overrides={"T": 5}, quiet=True)
+    with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert "diverged_at" not in header and header[:3] == ["protocol", "rounds", "simulated_s"]
+    assert "Diverged" not in (tmp_path / "good" / "report.md").read_text()
