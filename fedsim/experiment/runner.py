@@ -76,15 +76,38 @@ class OutputFolder:
 
     def commit(self) -> Path:
         """Move the temporary folder to the final path (replacing what ``force`` allows); returns
-        the path it ended at."""
+        the path it ended at.
+
+        A folder ``force`` replaces is renamed aside (``.NAME.replaced-...``), the new one renamed
+        in, and only then is the old one removed: until the new folder is in place the old one is
+        whole (it is put back if the rename fails), and a Ctrl-C while it is being removed leaves
+        the finished run in place (and what is left of the old one hidden beside it). The old one
+        used to be removed first: an interruption or a failed rename then lost both runs."""
         final = self.final
+        old = None
         if final.exists() and (self.force or not _non_empty(final)):
             if _non_empty(final):
                 old = final.parent / f".{final.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:6]}"
                 os.rename(final, old)
-                shutil.rmtree(old, ignore_errors=True)
             else:
                 final.rmdir()
+        try:
+            final = self._rename_into_place(final)
+        except BaseException:
+            if old is not None:
+                if not self.final.exists():
+                    os.rename(old, self.final)  # the new run is not in place: the old one stays
+                else:  # another run took the path meanwhile: the old one was to be replaced anyway
+                    shutil.rmtree(old, ignore_errors=True)
+            raise
+        if old is not None:
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            except KeyboardInterrupt:
+                pass  # the run is in place: it is not "not written"; the rest of the old one stays hidden
+        return final
+
+    def _rename_into_place(self, final: Path) -> Path:
         n = 1
         while True:
             try:
