@@ -100,6 +100,7 @@ def test_results_json_is_written_last_and_atomically(tmp_path, monkeypatch):
         write_atomic(target, "new content")
     monkeypatch.undo()
     assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "x.json"]  # the .x.json.PID.tmp stayed
 
 
 def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
