@@ -15,7 +15,9 @@ $FEDSIM_PLUGINS) loads protocols defined in other files first. ``fedsim run NAME
 the scenario's parameters.
 
 Errors a user can cause print one line (``error: ...``) and exit with status 2, leaving no
-output folder behind; Ctrl-C exits with status 130, also leaving none.
+output folder behind; a run that does not finish (a deadlock) prints ``error: the run did not
+finish ...`` with who waits for what and exits with status 1; Ctrl-C exits with status 130. Neither
+leaves a folder.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from .config import ConfigError
 from .experiment import (
     ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario, scenario_name,
 )
-from .experiment.runner import closing_line, resolve_run_options
-from .kernel.errors import NetworkConfigError
+from .experiment.runner import closing_line, did_not_finish, resolve_run_options
+from .kernel.errors import DeadlockError, NetworkConfigError
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -386,6 +388,9 @@ def _main(argv: list[str]) -> int:
     except (UsageError, ScenarioError, ConfigError, NetworkConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except DeadlockError as exc:  # a run that did not finish: who waits for what, without a traceback
+        print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: the run's output folder was not written", file=sys.stderr)
         return 130

@@ -247,3 +247,28 @@ def test_sweep_config_file(tmp_path):
     line = one_error_line(fedsim_cmd("sweep", "--config", "bad.toml", "--out", "sw2", cwd=tmp_path))
     assert "bad.toml: [grid] rounds: expected a list of values, got 3" in line
     assert not (tmp_path / "sw2").exists()
+
+
+def test_a_run_that_deadlocks_says_who_waits_for_what_without_a_traceback(tmp_path):
+    # a lost message with no deadline: the run ended in a traceback whose last line advised
+    # run(strict=False), an API call the command line has no way to make
+    res = fedsim_cmd("run", "fedrec", "--set", "T=2", "--loss", "0.3", "--out", "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0] == ("error: the run did not finish, no output folder was written: deadlock at t = 0 s: 31 "
+                        "actor(s) still waiting with nothing left in flight that could wake them:")
+    assert lines[1].startswith("  server waits in gather 'gradients' for 7 of 30 senders: client/0003, ")
+    assert lines[-1] == ("  a lost message (--loss) or a dropped-out client (--dropout) is waited for for ever "
+                         "unless the protocol has a deadline (--set deadline=SECONDS)")
+    assert "strict=False" not in res.stderr
+    nothing_left(tmp_path, tmp_path / "o")
+    script = tmp_path / "s.py"  # a scenario script run directly says the same
+    script.write_text("from fedsim.experiment import Param, scenario_main\n"
+                      "from fedsim.experiment.protocol_run import protocol_scenario\n"
+                      "_p = protocol_scenario('fedrec')\nPARAMS = _p.PARAMS\nrun = _p.run\n"
+                      "if __name__ == '__main__':\n    raise SystemExit(scenario_main(globals()))\n")
+    res = subprocess.run([sys.executable, str(script), "--T", "2", "--loss", "0.3", "--out", "o2", "--quiet"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("error: the run did not finish, no output folder was written: deadlock at")
+    assert not (tmp_path / "o2").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+from ..kernel.errors import DeadlockError
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
@@ -23,7 +24,8 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["OutputFolder", "add_run_arguments", "closing_line", "default_out_dir", "net_from_args", "network_spec",
+__all__ = ["OutputFolder", "add_run_arguments", "closing_line", "default_out_dir", "did_not_finish", "net_from_args",
+           "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
 
 
@@ -416,11 +418,25 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except DeadlockError as exc:
+        print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)
         return 130
     print(closing_line(res))
     return 0
+
+
+def did_not_finish(exc: BaseException) -> str:
+    """The ``error:`` text of a run that ended in a ``DeadlockError``: who waits for what (the
+    error's own lines), without its advice to API callers, and the remedy on the command line."""
+    lines = str(exc).splitlines()
+    if lines and lines[-1].strip().startswith("(run(strict=False)"):
+        lines.pop()
+    lines.append("  a lost message (--loss) or a dropped-out client (--dropout) is waited for for ever unless "
+                 "the protocol has a deadline (--set deadline=SECONDS)")
+    return "the run did not finish, no output folder was written: " + "\n".join(lines)
 
 
 def closing_line(res: dict[str, Any]) -> str:
