@@ -15,7 +15,9 @@ $FEDSIM_PLUGINS) loads protocols defined in other files first. ``fedsim run NAME
 the scenario's parameters.
 
 Errors a user can cause print one line (``error: ...``) and exit with status 2, leaving no
-output folder behind; Ctrl-C exits with status 130, also leaving none.
+output folder behind; a run that does not finish (a deadlock) prints ``error: the run did not
+finish ...`` with who waits for what and exits with status 1; Ctrl-C exits with status 130. Neither
+leaves a folder.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from .config import ConfigError
 from .experiment import (
     ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario, scenario_name,
 )
-from .experiment.runner import closing_line, resolve_run_options
-from .kernel.errors import NetworkConfigError
+from .experiment.runner import closing_line, did_not_finish, resolve_run_options
+from .kernel.errors import DeadlockError, NetworkConfigError
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -144,12 +146,45 @@ def _load_config(args: argparse.Namespace, sweep: bool = False) -> dict | None:
     return load_config(args.config, sweep=sweep)
 
 
+@contextlib.contextmanager
+def _from_config(args: argparse.Namespace, doc: dict | None):
+    """Errors about ``data`` and ``out`` that came from the configuration file name the file and
+    its key, not the command-line option the user did not give (``run.toml: data: unknown
+    dataset 'x'`` rather than ``--data: unknown dataset 'x'``)."""
+    try:
+        yield
+    except UsageError as exc:
+        text = str(exc)
+        for key in ("data", "out"):
+            if doc and getattr(args, key, None) is None and key in doc and text.startswith(f"--{key}"):
+                rest = text.removeprefix(f"--{key}").removeprefix(":").lstrip()
+                raise UsageError(f"{doc['_path']}: {key}: {rest}") from None
+        raise
+
+
+def _scenario_of(args: argparse.Namespace, doc: dict | None):
+    """The scenario module the command line names, else the configuration file's (an error then
+    names the file and its ``scenario`` key), else the default; an empty name is refused."""
+    if args.scenario is not None:
+        if not args.scenario.strip():
+            raise UsageError("the scenario name is empty; give one or leave it out (default "
+                             f"{DEFAULT_SCENARIO})")
+        return load_scenario(args.scenario)
+    if doc and doc.get("scenario") is not None:
+        try:
+            return load_scenario(doc["scenario"])
+        except UsageError as exc:
+            raise UsageError(f"{doc['_path']}: scenario: {exc}") from None
+    return load_scenario(DEFAULT_SCENARIO)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .experiment import run_scenario
 
     doc = _load_config(args)
-    mod = load_scenario(args.scenario or (doc or {}).get("scenario") or DEFAULT_SCENARIO)
-    res = run_scenario(mod, **resolve_run_options(mod, args, doc))
+    mod = _scenario_of(args, doc)
+    with _from_config(args, doc):
+        res = run_scenario(mod, **resolve_run_options(mod, args, doc))
     print(("" if args.quiet else "\n") + closing_line(res))
     return 0
 
@@ -171,7 +206,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"{doc['_path']}: [network] transport: fedsim compare runs the simulator itself; name "
                          "the other transport with --against")
     mod = compare_scenario(args.scenario, args.against, args.processes)
-    res = run_scenario(mod, **resolve_run_options(mod, args, doc))
+    with _from_config(args, doc):
+        res = run_scenario(mod, **resolve_run_options(mod, args, doc))
     print(("" if args.quiet else "\n") + closing_line(res))
     return 0
 
@@ -181,11 +217,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from .studies.sweep import SweepInterrupted, check_grid, failure_line, parse_grid, run_sweep
 
     doc = _load_config(args, sweep=True) or {}
-    name = args.scenario or doc.get("scenario")
-    if not name:
+    if args.scenario is None and doc.get("scenario") is None:
         raise UsageError("fedsim sweep needs a scenario (fedsim sweep NAME --grid KEY=V1,V2, or scenario = "
                          "\"NAME\" in the --config file)")
-    mod = load_scenario(name)
+    mod = _scenario_of(args, doc)
+    name = args.scenario if args.scenario is not None else doc["scenario"]
     try:
         grid = check_grid(mod, doc.get("grid") or {})
     except UsageError as exc:
@@ -231,9 +267,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             (display.print if display is not None else print)(failure_line(res), file=sys.stderr)
 
     try:
-        summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
-                            net=opts["net"], workers=workers, progress=progress, force=opts["force"],
-                            quiet=opts["quiet"], backend=backend, address=address, ledger=opts["ledger"])
+        with _from_config(args, doc):
+            summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
+                                net=opts["net"], workers=workers, progress=progress, force=opts["force"],
+                                quiet=opts["quiet"], backend=backend, address=address, ledger=opts["ledger"])
     except SweepInterrupted as exc:
         s = exc.summary
         failed = f", {len(s['failed'])} failed (above)" if s["failed"] else ""
@@ -258,6 +295,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from .experiment.runner import OutputFolder
     from .studies.trace import trace
 
+    if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
+        raise UsageError("--out is empty; give a value or leave the option out")
     folder = OutputFolder(args.out or default_out_dir("trace-" + args.protocol), explicit=bool(args.out),
                           force=args.force)
     try:
@@ -359,6 +398,9 @@ def _main(argv: list[str]) -> int:
     except (UsageError, ScenarioError, ConfigError, NetworkConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except DeadlockError as exc:  # a run that did not finish: who waits for what, without a traceback
+        print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: the run's output folder was not written", file=sys.stderr)
         return 130

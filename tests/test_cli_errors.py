@@ -67,7 +67,16 @@ def files(tmp_path):
     (["run", "demo", "--out", "bad.data"], "error: --out bad.data is a file, not a folder"),
     (["run", "demo", "--dropout-window", "5"], "error: --dropout-window expects START,END in seconds, got '5'"),
     (["run", "demo", "--seed", "-1"], "error: --seed must be non-negative, got -1"),
-    (["run", "demo", "--data", "/nonexistent/r.csv"], "error: demo makes its own data: --data /nonexistent/r.csv"),
+    (["run", "demo", "--data", "/nonexistent/r.csv"],
+     "error: --data /nonexistent/r.csv: does not apply, demo makes its own data"),
+    # an empty value was read as "not given": the default data, folder, profile, scenario
+    (["run", "quickstart", "--data", ""], "error: --data is empty; give a value or leave the option out"),
+    (["run", "demo", "--out", ""], "error: --out is empty; give a value or leave the option out"),
+    (["run", "demo", "--profile", ""], "error: unknown network profile ''"),
+    (["run", "demo", "--dropout-window", ""], "error: --dropout-window expects START,END in seconds, got ''"),
+    (["run", ""], "error: the scenario name is empty"),
+    (["trace", "demo", "--out", ""], "error: --out is empty"),
+    (["sweep", "demo", "--grid", "rounds=1,2", "--data", ""], "error: --data is empty"),
 ])
 def test_bad_input_is_one_error_line_and_leaves_no_folder(args, expected, files):
     res = fedsim_cmd(*args, cwd=files)
@@ -176,12 +185,35 @@ def test_config_file_with_command_line_overrides(tmp_path):
     ('seed = true\n', "run.toml: seed"),
     ('[network]\nloss = 2\n', "run.toml: [network] faults: loss must be a probability in [0, 1], got 2"),
     ('[network]\ndropout_window = [5, 1]\n', "run.toml: [network] faults: window must be"),
+    ('out = ""\n', "run.toml: out: empty; give a value or leave the key out"),  # it wrote to runs/<time>-demo
+    ('[network]\nprofile = ""\n', "run.toml: [network] profile: empty"),  # it ran the default profile
+    ('data = "/nonexistent/r.csv"\n', "run.toml: data: /nonexistent/r.csv: does not apply, demo makes its own"),
+    ('out = "bad.data"\n', "run.toml: out: bad.data is a file, not a folder"),  # was "--out bad.data ..."
 ])
 def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
+    (tmp_path / "bad.data").write_text("")
     (tmp_path / "run.toml").write_text(text)
     line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
     assert expected in line, line
     nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("text, expected", [
+    # the scenario, data and out of the file: errors named the command-line option, or none
+    ('scenario = "fedrex"\n', "run.toml: scenario: unknown scenario or protocol 'fedrex'; did you mean 'fedrec'?"),
+    ('scenario = ""\n', "run.toml: scenario: empty; give a value or leave the key out"),  # it ran quickstart
+    ('scenario = "fedrec"\ndata = "nosuch"\n', "run.toml: data: unknown dataset 'nosuch'"),
+    ('scenario = "fedrec"\ndata = ""\n', "run.toml: data: empty"),  # it ran the default data
+    ('scenario = "demo"\nout = "used"\n', "run.toml: out: used already holds files; use --force"),
+])
+def test_config_file_scenario_data_and_out_errors_name_the_file_and_key(text, expected, tmp_path):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("x")
+    (tmp_path / "run.toml").write_text(text)
+    line = one_error_line(fedsim_cmd("run", "--config", "run.toml", cwd=tmp_path))
+    assert line.startswith("error: " + expected), line
+    nothing_left(tmp_path)
+    assert [p.name for p in (tmp_path / "used").iterdir()] == ["x"]
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -283,3 +315,28 @@ def test_sweep_help_names_every_address_form_the_sweep_takes():
     sweep = build_parser()._subparsers._group_actions[0].choices["sweep"]
     help_text = " ".join(sweep.format_help().split())
     assert "(HOST:PORT, ray://HOST:10001 or auto; default: start a local Ray instance)" in help_text
+
+
+def test_a_run_that_deadlocks_says_who_waits_for_what_without_a_traceback(tmp_path):
+    # a lost message with no deadline: the run ended in a traceback whose last line advised
+    # run(strict=False), an API call the command line has no way to make
+    res = fedsim_cmd("run", "fedrec", "--set", "T=2", "--loss", "0.3", "--out", "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0] == ("error: the run did not finish, no output folder was written: deadlock at t = 0 s: 31 "
+                        "actor(s) still waiting with nothing left in flight that could wake them:")
+    assert lines[1].startswith("  server waits in gather 'gradients' for 7 of 30 senders: client/0003, ")
+    assert lines[-1] == ("  a lost message (--loss) or a dropped-out client (--dropout) is waited for for ever "
+                         "unless the protocol has a deadline (--set deadline=SECONDS)")
+    assert "strict=False" not in res.stderr
+    nothing_left(tmp_path, tmp_path / "o")
+    script = tmp_path / "s.py"  # a scenario script run directly says the same
+    script.write_text("from fedsim.experiment import Param, scenario_main\n"
+                      "from fedsim.experiment.protocol_run import protocol_scenario\n"
+                      "_p = protocol_scenario('fedrec')\nPARAMS = _p.PARAMS\nrun = _p.run\n"
+                      "if __name__ == '__main__':\n    raise SystemExit(scenario_main(globals()))\n")
+    res = subprocess.run([sys.executable, str(script), "--T", "2", "--loss", "0.3", "--out", "o2", "--quiet"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("error: the run did not finish, no output folder was written: deadlock at")
+    assert not (tmp_path / "o2").exists()

@@ -91,3 +91,20 @@ def test_simulated_time_counts_the_simulator_only_and_the_real_run_is_measured_t
     assert results["measured_time_s"] == pytest.approx(float(real["run_duration_s"]), rel=1e-6)
     assert results["measured_time_s"] > 0
     assert "measured time on real transports" in (out / "report.md").read_text()
+
+
+def test_a_failed_comparison_says_what_differs_in_its_message(tmp_path, monkeypatch):
+    # the run fails and leaves no folder: the message said "see the report", which was not written
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fedsim.experiment import ScenarioError, run_scenario
+    from fedsim.experiment import compare as compare_mod
+
+    mod = compare_mod.compare_scenario("demo", "asyncio")
+    monkeypatch.setattr(compare_mod, "np", SimpleNamespace(asarray=np.asarray, array_equal=lambda a, b: False))
+    with pytest.raises(ScenarioError) as err:
+        run_scenario(mod, out=tmp_path / "o", overrides={"rounds": 1, "clients": 2}, quiet=True)
+    assert str(err.value) == "demo: the asyncio run differs from the simulator's: parameters w differ"
+    assert list(tmp_path.iterdir()) == []

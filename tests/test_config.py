@@ -61,3 +61,28 @@ def test_from_strings_refuses_a_key_given_twice():
     assert FedRecConfig.from_strings(["d=4"], d=8).d == 4  # a string overrides base
     with pytest.raises(ConfigError, match="d given twice"):
         FedRecConfig.from_strings(["d=4", " d=5"])
+
+
+@pytest.mark.parametrize("text, key", [
+    ('scenario = ""\n', "scenario"), ('data = " "\n', "data"), ('out = ""\n', "out"),
+    ('[network]\nprofile = ""\n', "[network] profile"), ('[network]\ntransport = ""\n', "[network] transport"),
+])
+def test_a_config_file_refuses_empty_text_naming_the_file_and_key(text, key, tmp_path):
+    # each was read as "not given": scenario = "" ran quickstart, data = "" the default data,
+    # out = "" wrote to runs/<time>-NAME, profile = "" the scenario's default profile
+    from fedsim.experiment.configfile import load_config
+
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: {key}: empty; give a value or leave the key out"
+
+
+def test_the_api_refuses_empty_data_and_out(tmp_path, monkeypatch):
+    from fedsim.experiment import run_scenario
+
+    monkeypatch.chdir(tmp_path)  # (before the fix: a run in runs/ here)
+    for kw in ({"data": ""}, {"out": ""}):
+        with pytest.raises(UsageError, match=rf"^--{next(iter(kw))} is empty"):
+            run_scenario("fedrec", quiet=True, **kw)

@@ -100,6 +100,7 @@ def test_results_json_is_written_last_and_atomically(tmp_path, monkeypatch):
         write_atomic(target, "new content")
     monkeypatch.undo()
     assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "x.json"]  # the .x.json.PID.tmp stayed
 
 
 def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
@@ -418,3 +419,67 @@ def test_report_tables_keep_one_cell_per_value_whatever_the_text(tmp_path):
     assert cells == [["kind", "messages", "bytes"], ["---", "---", "---"], ["ask|reply", "3", "1.5 KB"],
                      ["two lines", "1", "20 B"]]
     assert lines[start + 4] == ""
+
+
+def test_a_diverged_protocol_run_says_so_and_a_converging_one_is_unchanged(tmp_path):
+    # FedRec stops at the iteration whose parameters are not finite; the summary said rounds=5
+    # with nothing about it (the test error alone hinted at it)
+    import csv
+
+    res = run_scenario("fedrec", out=tmp_path / "bad", overrides={"T": 5, "lr": 1e6}, quiet=True)
+    with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["rounds"] == "5" and row["diverged_at"] == "3"
+    assert list(row)[:4] == ["protocol", "rounds", "diverged_at", "simulated_s"]
+    report = (tmp_path / "bad" / "report.md").read_text()
+    assert ("**Diverged.** The model diverged (non-finite parameters) at round 3 of 5: the protocol stopped "
+            "there, and its figures are not those of a trained model.") in report
+    assert "note: the model diverged" in (tmp_path / "bad" / "run.log").read_text()
+    res = run_scenario("fedrec", out=tmp_path / "good", overrides={"T": 5}, quiet=True)
+    with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+        header = next(csv.reader(fh))
+    assert "diverged_at" not in header and header[:3] == ["protocol", "rounds", "simulated_s"]
+    assert "Diverged" not in (tmp_path / "good" / "report.md").read_text()
+
+
+def test_a_forced_commit_whose_rename_fails_puts_the_earlier_run_back(tmp_path, monkeypatch):
+    # the earlier run was removed before the new one was renamed in: a failed rename lost both
+    out = tmp_path / "o"
+    run_scenario("demo", out=out, overrides={"rounds": 1}, quiet=True)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = os.rename
+
+    def failing(src, dst):
+        if ".partial-" in str(src):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(runner_mod.os, "rename", failing)
+    with pytest.raises(OSError, match="No space left"):
+        run_scenario("demo", out=out, overrides={"rounds": 2}, quiet=True, force=True)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no .o.replaced-*, no .o.partial-*
+
+
+def test_ctrl_c_while_the_replaced_run_is_removed_keeps_the_finished_one(tmp_path, monkeypatch):
+    # the earlier run was removed (rmtree, long for a big ledger.csv) before the new one was
+    # renamed in: Ctrl-C there discarded the new run and left the old one half removed
+    out = tmp_path / "o"
+    run_scenario("demo", out=out, overrides={"rounds": 1}, quiet=True)
+    real = runner_mod.shutil.rmtree
+
+    def interrupted(path, *a, **k):
+        if ".replaced-" in str(path):
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(runner_mod.shutil, "rmtree", interrupted)
+    try:
+        res = run_scenario("demo", out=out, overrides={"rounds": 2}, quiet=True, force=True)
+    except KeyboardInterrupt:
+        pytest.fail(f"the finished run was discarded as interrupted; left: {sorted(os.listdir(tmp_path))}")
+    monkeypatch.undo()
+    assert res["out"] == str(out)
+    assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 2
+    assert [p.name.startswith(".o.replaced-") for p in tmp_path.iterdir() if p.name != "o"] == [True]

@@ -64,8 +64,9 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         ctx.record_network(net, label=label)
     ctx.progress.update(2, 2)
     (a, wall_a, net_a), (b, wall_b, net_b) = runs["sim"], runs[transport]
-    same = a.params.keys() == b.params.keys() and all(np.array_equal(np.asarray(a.params[k]), np.asarray(b.params[k]))
-                                                     for k in a.params)
+    differ = sorted(set(a.params) ^ set(b.params)) + [
+        k for k in a.params if k in b.params and not np.array_equal(np.asarray(a.params[k]), np.asarray(b.params[k]))]
+    same = not differ
     rows = []
     for label, (res, wall, net) in runs.items():
         row: dict[str, Any] = {"network": label if label != "sim" else f"sim ({sim_spec.describe()})",
@@ -104,5 +105,13 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
                "loopback (shaped only if the run was made inside a shaped namespace); the simulator's are what "
                f"its `{sim_spec.profile}` profile predicts.")
     if not same or unequal:
-        raise ScenarioError(f"{name}: the {transport} run differs from the simulator's (parameters "
-                            f"{'equal' if same else 'differ'}, {len(unequal)} byte counts differ): see the report")
+        # the run fails, so its folder (and report) is not written: the message carries what differs
+        # (it said "see the report", which did not exist)
+        what = []
+        if differ:
+            what.append(f"parameters {', '.join(differ)} differ")
+        what += [f"{r['sender_role']} {r['kind']} payload {r['payload_bytes_sim']} B on the simulator, "
+                 f"{r[f'payload_bytes_{transport}']} B on {transport}" for r in unequal[:5]]
+        if len(unequal) > 5:
+            what.append(f"... ({len(unequal) - 5} more byte counts differ)")
+        raise ScenarioError(f"{name}: the {transport} run differs from the simulator's: {'; '.join(what)}")

@@ -87,6 +87,10 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
         want = keys[k]
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
             raise UsageError(f"{p}: {k}: expected {want.__name__}, got {v!r}")
+        if want is str and not v.strip():
+            # an empty value read as "not given": data = "" ran the default data, out = "" wrote
+            # to runs/<time>-NAME, scenario = "" ran quickstart
+            raise UsageError(f"{p}: {k}: empty; give a value or leave the key out")
         out[k] = v
     for table in ("network", "grid"):
         # link-model and link_model name one option (the command line's spelling and Python's):
@@ -103,6 +107,8 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
         if not isinstance(v, want) or isinstance(v, bool):
             raise UsageError(f"{p}: [network] {k}: expected {'a number' if want != str else 'text'}"
                              f"{' pair [START, END]' if want is list else ''}, got {v!r}")
+        if want is str and not v.strip():  # profile = "" ran the scenario's default profile
+            raise UsageError(f"{p}: [network] {k}: empty; give a value or leave the key out")
     out["network"] = {k.replace("-", "_"): v for k, v in out.get("network", {}).items()}
     window = out["network"].get("dropout_window")
     if window is not None and (len(window) != 2 or not all(isinstance(x, (int, float)) for x in window)):

@@ -7,11 +7,14 @@ most recent ones when the data has timestamps and the protocol learns from impli
 random choice otherwise, from a generator derived from (--seed, "split")), builds the protocol on the network the run options describe,
 runs it and reports: the protocol's own evaluations per round, a test evaluation of the final
 model where the protocol's result can predict ratings, the traffic per message kind (with each
-kind's declared purpose) and per role, and what was lost or missing.
+kind's declared purpose) and per role, and what was lost or missing. A run whose model diverged
+(the protocol's ``info["diverged_at"]``) says so: a ``diverged_at`` column in the summary and a
+note in report.md.
 """
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -79,8 +82,13 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     result = job.collect(net.run())
     ctx.progress.update(1, 1)
     ctx.record_network(net)
-    summary: dict[str, Any] = {"protocol": name, "rounds": getattr(cfg, spec.rounds_field),
-                               "simulated_s": result.duration}
+    summary: dict[str, Any] = {"protocol": name, "rounds": getattr(cfg, spec.rounds_field)}
+    diverged = result.info.get("diverged_at")
+    if diverged is not None:
+        # the protocol stopped there (or found non-finite parameters at the end): "rounds" is
+        # what was asked for, and the table said nothing of it
+        summary["diverged_at"] = int(diverged)
+    summary["simulated_s"] = result.duration
     if train is not None:
         summary.update(users=train.n_users, items=train.n_items, train_ratings=len(train),
                        test_ratings=0 if test is None else len(test))
@@ -114,5 +122,13 @@ def run_protocol(ctx: RunContext, name: str) -> None:
               floatfmt=".1f")
     if result.info.get("missing"):
         ctx.table("missing", result.info["missing"], title="Uploads that did not arrive by the deadline, per round")
+    if diverged is not None:
+        warning = (f"the model diverged (non-finite parameters) at round {int(diverged)} of "
+                   f"{summary['rounds']}: the protocol stopped there, and its figures are not those of a "
+                   "trained model")
+        ctx.note(f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
+        ctx.progress.log(f"note: {warning}")
+        if not ctx.quiet:
+            ctx.progress.print(f"note: {warning}", file=sys.stderr)
     ctx.note(f"Protocol `{name}` ({spec.paper or 'see its docs page'}), data `{ctx.data}`, network: "
              f"{ctx.net.describe()}. Parameters: the protocol's configuration (`fedsim run {name} --help`).")

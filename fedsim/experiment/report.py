@@ -154,16 +154,22 @@ def write_results(out: Path, results: dict) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace``."""
+    """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace``; a write
+    that fails (or is interrupted) leaves ``path`` as it was and removes the temporary file (it
+    stayed, a hidden ``.NAME.PID.tmp`` in a sweep's folder)."""
     import os
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Sequence[str]) -> None:

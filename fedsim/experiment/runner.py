@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+from ..kernel.errors import DeadlockError
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
@@ -23,7 +24,8 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["OutputFolder", "add_run_arguments", "closing_line", "default_out_dir", "net_from_args", "network_spec",
+__all__ = ["OutputFolder", "add_run_arguments", "closing_line", "default_out_dir", "did_not_finish", "net_from_args",
+           "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
 
 
@@ -76,15 +78,38 @@ class OutputFolder:
 
     def commit(self) -> Path:
         """Move the temporary folder to the final path (replacing what ``force`` allows); returns
-        the path it ended at."""
+        the path it ended at.
+
+        A folder ``force`` replaces is renamed aside (``.NAME.replaced-...``), the new one renamed
+        in, and only then is the old one removed: until the new folder is in place the old one is
+        whole (it is put back if the rename fails), and a Ctrl-C while it is being removed leaves
+        the finished run in place (and what is left of the old one hidden beside it). The old one
+        used to be removed first: an interruption or a failed rename then lost both runs."""
         final = self.final
+        old = None
         if final.exists() and (self.force or not _non_empty(final)):
             if _non_empty(final):
                 old = final.parent / f".{final.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:6]}"
                 os.rename(final, old)
-                shutil.rmtree(old, ignore_errors=True)
             else:
                 final.rmdir()
+        try:
+            final = self._rename_into_place(final)
+        except BaseException:
+            if old is not None:
+                if not self.final.exists():
+                    os.rename(old, self.final)  # the new run is not in place: the old one stays
+                else:  # another run took the path meanwhile: the old one was to be replaced anyway
+                    shutil.rmtree(old, ignore_errors=True)
+            raise
+        if old is not None:
+            try:
+                shutil.rmtree(old, ignore_errors=True)
+            except KeyboardInterrupt:
+                pass  # the run is in place: it is not "not written"; the rest of the old one stays hidden
+        return final
+
+    def _rename_into_place(self, final: Path) -> Path:
         n = 1
         while True:
             try:
@@ -136,8 +161,8 @@ def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, *
     if net is not None:
         return NetSpec.of(net)
     kw = {k: v for k, v in options.items() if v is not None}
-    try:
-        return NetSpec(profile=profile or getattr(mod, "DEFAULT_PROFILE", "ideal"), **kw)
+    try:  # an empty profile is refused by name (it ran the scenario's default profile)
+        return NetSpec(profile=getattr(mod, "DEFAULT_PROFILE", "ideal") if profile is None else profile, **kw)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
 
@@ -164,13 +189,17 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     if isinstance(mod, str):
         mod = load_scenario(mod)
     name = scenario_name(mod)
+    for opt, v in (("data", data), ("out", out)):
+        if isinstance(v, str) and not v.strip():
+            # an empty value read as "not given" (the default data, a runs/<time>-NAME folder)
+            raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     cfg = resolve_config(mod, overrides or {})
     netspec = network_spec(mod, profile, net)
     if int(seed) < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
     if data is not None and not getattr(mod, "TAKES_DATA", True):
         # recorded as the run's data, a --data the scenario never reads would misdescribe it
-        raise UsageError(f"{name} makes its own data: --data {data} does not apply")
+        raise UsageError(f"--data {data}: does not apply, {name} makes its own data")
     keep_freed_memory()  # large freed blocks stay in the process (allocator.py: page faults per message)
     folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
@@ -310,6 +339,9 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     ``ledger``, ``force``, ``net``. Raises ``UsageError`` naming the file and key or the option."""
     doc = doc or {}
     src = doc.get("_path", "config")
+    for opt in ("data", "out"):  # an empty one read as "not given" (fedsim sweep's too)
+        if isinstance(getattr(args, opt, None), str) and not getattr(args, opt).strip():
+            raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     overrides: dict[str, Any] = {}
     for k, v in (doc.get("params") or {}).items():
         try:
@@ -336,7 +368,8 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     seed = args.seed if args.seed is not None else doc.get("seed", 0)
     if args.seed is None and "seed" in doc and (type(seed) is not int or seed < 0):
         raise UsageError(f"{src}: seed: expected a non-negative integer, got {seed!r}")
-    return {"data": args.data or doc.get("data"), "out": args.out or doc.get("out"), "overrides": overrides,
+    return {"data": args.data if args.data is not None else doc.get("data"),
+            "out": args.out if args.out is not None else doc.get("out"), "overrides": overrides,
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
             "ledger": bool(args.ledger or doc.get("ledger", False)),
             "force": bool(args.force or doc.get("force", False)), "net": net_from_args(mod, args)}
@@ -345,7 +378,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
 def net_from_args(mod: ModuleType, args: argparse.Namespace):
     """The ``NetSpec`` of parsed run options (see :func:`add_run_arguments`)."""
     window = None
-    if getattr(args, "dropout_window", None):
+    if getattr(args, "dropout_window", None) is not None:  # "" is refused, not read as no window
         try:
             window = tuple(float(x) for x in args.dropout_window.split(","))
             if len(window) != 2:
@@ -385,11 +418,25 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except DeadlockError as exc:
+        print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)
         return 130
     print(closing_line(res))
     return 0
+
+
+def did_not_finish(exc: BaseException) -> str:
+    """The ``error:`` text of a run that ended in a ``DeadlockError``: who waits for what (the
+    error's own lines), without its advice to API callers, and the remedy on the command line."""
+    lines = str(exc).splitlines()
+    if lines and lines[-1].strip().startswith("(run(strict=False)"):
+        lines.pop()
+    lines.append("  a lost message (--loss) or a dropped-out client (--dropout) is waited for for ever unless "
+                 "the protocol has a deadline (--set deadline=SECONDS)")
+    return "the run did not finish, no output folder was written: " + "\n".join(lines)
 
 
 def closing_line(res: dict[str, Any]) -> str:
