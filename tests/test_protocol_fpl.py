@@ -317,3 +317,22 @@ def test_a_user_fpl_cannot_train_is_refused_at_build_by_name(case):
         "user 2 (client/0002) consumed every item of the training catalogue"
     with pytest.raises(ValueError, match=want.replace("(", r"\(").replace(")", r"\)")):
         fpl.build(net, data, FPLConfig(clients_per_round=3, triples=2, rounds=1, d=2))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the runs are made to overflow
+@pytest.mark.parametrize("lr, dtype, finite", [(1e30, "float32", False), (1e40, "float64", True)])
+def test_a_diverged_model_is_reported_not_evaluated(lr, dtype, finite):
+    # collect ranked the test items with the diverged model: top_n's "scores ... not finite" was a
+    # ValueError of `fedsim run fpl`, a traceback instead of the run's diverged_at. With float64,
+    # parameters can stay finite (about 1e196 and 1e235 here) while their scores overflow.
+    from fedsim.protocols import REGISTRY
+
+    spec = REGISTRY["fpl"]
+    data, cfg = spec.tiny(6, 1, 0)
+    net = SimNetwork(seed=0)
+    res = spec.build(net, data, cfg.replace(lr=lr, dtype=dtype), test=data).collect(net.run())
+    assert bool(np.isfinite(res.params["theta"]).all() and np.isfinite(res.params["P"]).all()) is finite
+    assert res.info["diverged_at"] == 1 and res.metrics == []
+    net = SimNetwork(seed=0)  # a large rate that does not overflow is still evaluated
+    res = spec.build(net, data, cfg.replace(lr=1e20, dtype="float64"), test=data).collect(net.run())
+    assert res.info["diverged_at"] is None and [sorted(m) for m in res.metrics] == [["p@10", "r@10", "round"]]

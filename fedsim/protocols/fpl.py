@@ -331,9 +331,11 @@ class FPLJob:
         like ``rounds_done``) in which a secure-aggregation client's rows overflowed the
         fixed-point range (the server stopped there, Theta_S as before that round); else
         ``rounds_done`` if Theta_S or some p_u is not finite at the end (the plain server does not
-        watch for it); else None; ``metrics``: with test ratings, one row of
-        top-10 precision and recall on them (the experimenter's evaluation of the final model:
-        FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)`` continues."""
+        watch for it), or, with test ratings, if their scores are not (finite parameters too
+        large to rank by); else None; ``metrics``: with test ratings and a model that did not
+        diverge, one row of top-10 precision and recall on them (the experimenter's evaluation of
+        the final model: FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)``
+        continues."""
         srv = server_result(run)
         d = self.cfg.d
         theta = srv["theta"]
@@ -354,23 +356,30 @@ class FPLJob:
             diverged_at = done  # known only to have happened by the end
         params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
         metrics = []
-        if self.test is not None:
-            metrics.append({"round": done - 1, **_top10(P, theta, d, self.train, self.test)})
+        if self.test is not None and diverged_at is None:
+            top = _top10(P, theta, d, self.train, self.test)
+            if top is None:  # finite parameters whose scores overflow: no ranking to measure
+                diverged_at = done
+            else:
+                metrics.append({"round": done - 1, **top})
         state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
         return Result("fpl", self.cfg, params, metrics, run,
                       info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
                             "lost_clients": gone, "diverged_at": diverged_at}, state=state)
 
 
-def _top10(P, theta, d, train, test) -> dict:
+def _top10(P, theta, d, train, test) -> dict | None:
     """Precision and recall at 10 on ``test``, ranking, for each user, the items of the training
     catalogue (items some user has a training interaction with) that she has none with. An item
     seen only in test keeps its random initial parameters: never ranked (docs/fpl.md, as the
-    studies' evaluator)."""
+    studies' evaluator). None if a score is not finite (a diverged model has no ranking)."""
     from ..math.bpr import bpr_scores
     from ..math.metrics import precision_at, recall_at, top_n
 
-    scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
+    with np.errstate(over="ignore", invalid="ignore"):
+        scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
+    if not np.isfinite(scores).all():
+        return None
     cat = np.unique(np.asarray(train.items, dtype=np.int64))
     seen = train.by_user()
     # the user's training items as positions in the catalogue (every one of them is in it)
