@@ -95,16 +95,41 @@ def test_simulated_time_counts_the_simulator_only_and_the_real_run_is_measured_t
 
 def test_a_failed_comparison_says_what_differs_in_its_message(tmp_path, monkeypatch):
     # the run fails and leaves no folder: the message said "see the report", which was not written
-    from types import SimpleNamespace
-
-    import numpy as np
-
     from fedsim.experiment import ScenarioError, run_scenario
     from fedsim.experiment import compare as compare_mod
 
     mod = compare_mod.compare_scenario("demo", "asyncio")
-    monkeypatch.setattr(compare_mod, "np", SimpleNamespace(asarray=np.asarray, array_equal=lambda a, b: False))
+    monkeypatch.setattr(compare_mod, "same_bits", lambda a, b: False)
     with pytest.raises(ScenarioError) as err:
         run_scenario(mod, out=tmp_path / "o", overrides={"rounds": 1, "clients": 2}, quiet=True)
     assert str(err.value) == "demo: the asyncio run differs from the simulator's: parameters w differ"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the runs are made to diverge
+def test_a_diverged_run_compares_equal_and_says_it_diverged(tmp_path):
+    # both runs diverge alike, to the same NaN bits: np.array_equal called them different (NaN !=
+    # NaN) and the comparison failed, and evaluating the diverged model was a traceback
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+
+    mod = compare_mod.compare_scenario("fedrec", "asyncio")
+    run_scenario(mod, out=tmp_path / "o", data="tiny", overrides={"T": 3, "lr": 1e6, "model": "PMF(B)"},
+                       quiet=True)
+    rows = _csv(tmp_path / "o" / "summary.csv")
+    assert [r["parameters_bit_identical"] for r in rows] == ["True", "True"]
+    assert rows[0]["diverged_at"] == rows[1]["diverged_at"] == "3"  # (FedRec stops after the iteration)
+    assert all(r["test_error"] == "DivergenceError: PMF(B): diverged at iteration 3: non-finite parameters"
+               for r in rows)
+
+
+def test_same_bits_is_bit_identity():
+    import numpy as np
+
+    from fedsim.experiment.compare import same_bits
+
+    nan = np.array([np.nan, 1.0])
+    assert same_bits(nan, nan.copy()) and not np.array_equal(nan, nan.copy())
+    assert not same_bits(np.array([0.0]), np.array([-0.0]))  # equal numbers, other bits
+    assert not same_bits(np.zeros(2, np.float32), np.zeros(2, np.float64))
+    assert not same_bits(np.zeros((2, 1)), np.zeros(2))

@@ -432,7 +432,8 @@ def test_a_diverged_protocol_run_says_so_and_a_converging_one_is_unchanged(tmp_p
     assert row["rounds"] == "5" and row["diverged_at"] == "3"
     assert list(row)[:4] == ["protocol", "rounds", "diverged_at", "simulated_s"]
     report = (tmp_path / "bad" / "report.md").read_text()
-    assert ("**Diverged.** The model diverged (non-finite parameters) at round 3 of 5: the protocol stopped "
+    assert ("**Diverged.** The model diverged (parameters, or the scores they give, not finite) at round 3 of 5: "
+            "the protocol stopped "
             "there, and its figures are not those of a trained model.") in report
     assert "note: the model diverged" in (tmp_path / "bad" / "run.log").read_text()
     res = run_scenario("fedrec", out=tmp_path / "good", overrides={"T": 5}, quiet=True)
@@ -483,3 +484,39 @@ def test_ctrl_c_while_the_replaced_run_is_removed_keeps_the_finished_one(tmp_pat
     assert res["out"] == str(out)
     assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 2
     assert [p.name.startswith(".o.replaced-") for p in tmp_path.iterdir() if p.name != "o"] == [True]
+
+
+def test_lost_clients_come_from_the_run_when_a_protocol_does_not_count_them(tmp_path):
+    # the summary read info["lost_clients"] and said 0 for a (plug-in) protocol that leaves it out
+    import csv
+    import dataclasses
+
+    from fedsim.experiment.protocol_run import protocol_scenario
+    from fedsim.kernel import NetSpec
+    from fedsim.protocols import REGISTRY
+
+    demo = REGISTRY["demo"]
+
+    def build(net, data=None, cfg=None, **kw):
+        job = demo.build(net, data, cfg, **kw)
+
+        class Job:
+            def collect(self, run):
+                res = job.collect(run)
+                res.info.pop("lost_clients")
+                return res
+        return Job()
+
+    REGISTRY.add(dataclasses.replace(demo, name="demo-uncounted", build=build))
+    try:
+        net = NetSpec(profile="wan", dropout=0.5, window=(0.0, 0.5))
+        counts = []
+        for name in ("demo", "demo-uncounted"):
+            res = run_scenario(protocol_scenario(name), out=tmp_path / name, net=net,
+                               overrides={"rounds": 3, "clients": 8, "deadline": 2.0}, quiet=True)
+            with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+                (row,) = list(csv.DictReader(fh))
+            counts.append(int(row["lost_clients"]))
+    finally:
+        REGISTRY.remove("demo-uncounted")
+    assert counts[0] == counts[1] > 0

@@ -39,6 +39,13 @@ def compare_scenario(name: str, transport: str = "tcp", processes: int = 4) -> t
     return mod
 
 
+def same_bits(a, b) -> bool:
+    """Whether two parameter arrays are bit for bit the same: dtype, shape and bytes (NaN equal to
+    itself: a diverged model's NaN made np.array_equal report two identical runs as different)."""
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 def _round_times(ledger) -> dict[int, float]:
     return {r: ledger.select(round=r).span() for r in ledger.rounds() if r >= 0}
 
@@ -65,14 +72,19 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     ctx.progress.update(2, 2)
     (a, wall_a, net_a), (b, wall_b, net_b) = runs["sim"], runs[transport]
     differ = sorted(set(a.params) ^ set(b.params)) + [
-        k for k in a.params if k in b.params and not np.array_equal(np.asarray(a.params[k]), np.asarray(b.params[k]))]
+        k for k in a.params if k in b.params and not same_bits(a.params[k], b.params[k])]
     same = not differ
     rows = []
     for label, (res, wall, net) in runs.items():
         row: dict[str, Any] = {"network": label if label != "sim" else f"sim ({sim_spec.describe()})",
                                "wall_s": wall, "run_duration_s": res.duration}
+        if res.info.get("diverged_at") is not None:
+            row["diverged_at"] = int(res.info["diverged_at"])
         if test is not None and res.model is not None and hasattr(res.model, "evaluate"):
-            row["test_mae"], row["test_rmse"] = res.model.evaluate(test.users, test.items, test.values)
+            try:
+                row["test_mae"], row["test_rmse"] = res.model.evaluate(test.users, test.items, test.values)
+            except Exception as exc:  # a diverged model cannot be evaluated: say so instead
+                row["test_error"] = f"{type(exc).__name__}: {exc}"
         if res.metrics:
             row.update({f"final_{k}": v for k, v in res.metrics[-1].items() if k != "round"
                         and isinstance(v, (int, float))})

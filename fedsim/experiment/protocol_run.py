@@ -103,7 +103,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
                         and isinstance(v, (int, float))})
     t = net.ledger.totals()
     summary.update(messages=t["messages"], bytes=t["bytes"], lost_messages=t["lost_messages"],
-                   missing_waits=t["missing"], lost_clients=len(result.info.get("lost_clients", [])))
+                   missing_waits=t["missing"], lost_clients=len(result.info.get("lost_clients", result.run.offline)))
     ctx.table("summary", [summary], title=f"{spec.summary}: one run")
     if result.metrics:
         ctx.table("metrics", result.metrics, title="The protocol's own evaluations per round")
@@ -123,7 +123,8 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     if result.info.get("missing"):
         ctx.table("missing", result.info["missing"], title="Uploads that did not arrive by the deadline, per round")
     if diverged is not None:
-        warning = (f"the model diverged (non-finite parameters) at round {int(diverged)} of "
+        warning = (f"the model diverged (parameters, or the scores they give, not finite) at round "
+                   f"{int(diverged)} of "
                    f"{summary['rounds']}: the protocol stopped there, and its figures are not those of a "
                    "trained model")
         ctx.note(f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
