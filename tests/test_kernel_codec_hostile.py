@@ -113,3 +113,35 @@ def test_a_bool_array_is_sent_as_0_and_1_whatever_bytes_it_holds():
             assert data == first
             assert decode_message(data)[1]["b"].tolist() == canonical.tolist()
     assert encode_message("m", {"model": {"b": odd}}).data == encode_message("m", {"model": {"b": canonical}}).data
+
+
+def _nested(depth: int):
+    doc = 1
+    for _ in range(depth):
+        doc = [doc]
+    return doc
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("anonymous", [False, True])
+def test_a_message_the_receiver_cannot_decode_names_its_sender(transport, anonymous):
+    # the encoder takes nesting the decoder refuses (deeper than 32): the receiving actor's error
+    # named the receiver only, not who sent what
+    from fedsim.kernel import ActorError, AsyncioNetwork, SimNetwork
+
+    async def sender(ctx):
+        await ctx.send("b", "deep", {"x": _nested(40)}, anonymous=anonymous)
+
+    async def receiver(ctx):
+        await ctx.receive("deep")
+
+    net = SimNetwork(seed=0) if transport == "sim" else AsyncioNetwork(seed=0)
+    net.add_node("a", sender)
+    net.add_node("b", receiver)
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, CodecError) and info.value.node == "b"
+    who = "an anonymous sender" if anonymous else "'a'"
+    assert str(cause).startswith(f"message 'deep' from {who} to 'b' (round 0, ledger row 0) does not decode: ")
+    assert "deeper than 32" in str(cause)

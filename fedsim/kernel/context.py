@@ -24,10 +24,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .codec import Draft, draft_message, encode_message
+from .codec import CodecError, Draft, draft_message, encode_message
 from .envelope import Collector, Envelope, InOrder
 from .errors import UnknownNodeError
-from .ledger import READ
+from .ledger import READ, SEQ
 
 from .node import Node
 
@@ -304,8 +304,16 @@ class Context:
         node = self._node
         if env.round > node.round:
             node.round = env.round
-        return Message(env.kind, env.payload.value(), None if env.anonymous else env.src,
-                       env.round, env.nbytes)
+        try:
+            payload = env.payload.value()
+        except CodecError as exc:
+            # a document the sender's encoder took and this side's decoder refuses (nesting deeper
+            # than the receiving limit, keys that do not survive the round trip): name the message,
+            # and its sender unless it came anonymously (the ledger row tells the experimenter)
+            who = "an anonymous sender" if env.anonymous else repr(env.src)
+            raise CodecError(f"message {env.kind!r} from {who} to {node.id!r} (round {env.round}, ledger row "
+                             f"{env.row[SEQ]}) does not decode: {exc}") from exc
+        return Message(env.kind, payload, None if env.anonymous else env.src, env.round, env.nbytes)
 
     async def gather(self, kind: str, *, senders: Iterable[str] | None = None,
                      count: int | None = None, timeout: float | None = None,
