@@ -179,15 +179,15 @@ class _Replace:
 
 
 def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
-    from fedsim.protocols import demo, fedrec, fpl
+    from fedsim.protocols import demo, fedavg_ae, fedrec, fpl, personalfr
 
     spec = REGISTRY[protocol]
     data, cfg = spec.tiny(4, 2, 0)
     cfg = cfg.replace(**change)
     net = SimNetwork(seed=1)
-    spec.build(net, data, cfg, **({"test": data} if "eval_every" in change else {}))
+    spec.build(net, data, cfg, **({"test": data} if kind == "eval" else {}))
     bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
-    real = {"demo": demo, "fedrec": fedrec, "fpl": fpl}[protocol].client
+    real = {"demo": demo, "fedrec": fedrec, "fpl": fpl, "personalfr": personalfr, "fedavg-ae": fedavg_ae}[protocol].client
 
     async def replaced(ctx, *args, **kwargs):
         return await real(_Replace(ctx, kind, payload), *args, **kwargs)
@@ -234,3 +234,15 @@ def test_a_malformed_public_key_is_an_error_naming_its_sender(protocol, change, 
 def test_the_demo_server_checks_what_its_clients_send(payload, why):
     # the protocol the tutorial starts from shows the check every server makes
     assert why in _run_with_one_replaced("demo", {"dim": 5}, "gradient", payload)
+
+
+@pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
+@pytest.mark.parametrize("payload, why", [
+    ({"sse": -1.0, "n": 2, "ndcg_sum": 0.0, "ndcg_users": 0}, "sse=-1.0"),
+    ({"sse": 1.0, "n": 2.5, "ndcg_sum": 0.0, "ndcg_users": 0}, "n=2.5"),
+    ({"sse": 1.0, "n": 2, "ndcg_sum": 3.0, "ndcg_users": 1}, "ndcg_sum=3.0"),  # an NDCG of 3
+    ({"sse": 1.0, "n": 2, "ndcg_sum": 0.5, "ndcg_users": -1}, "ndcg_users=-1"),
+    ({"sse": 1.0, "n": 2}, "eval must hold sse, n, ndcg_sum, ndcg_users, got ['n', 'sse']"),  # counted as 0
+])
+def test_a_malformed_autoencoder_eval_reply_is_an_error_naming_its_sender(protocol, payload, why):
+    assert why in _run_with_one_replaced(protocol, {"fraction": 1.0}, "eval", payload)

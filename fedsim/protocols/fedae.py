@@ -143,6 +143,29 @@ def checked_params(msg, field: str, shapes: dict) -> dict:
     return params
 
 
+EVAL_FIELDS = ("sse", "n", "ndcg_sum", "ndcg_users")
+
+
+def checked_eval(msg) -> dict:
+    """A client's ``eval`` answer, if it holds the four sums as numbers that some test entries
+    give: ``sse`` >= 0, counts ``n`` and ``ndcg_users`` whole numbers >= 0, ``0 <= ndcg_sum <=
+    ndcg_users`` (an NDCG is at most 1); inf or NaN sums are a diverged model's predictions and
+    are taken (the metric then says so); else ``BadMessageError`` naming the client (the sums went
+    into the reported RMSE and NDCG as sent, a missing one as 0)."""
+    p = msg.payload
+    if not isinstance(p, dict) or any(k not in p for k in EVAL_FIELDS):
+        got = sorted(p) if isinstance(p, dict) else type(p).__name__
+        raise BadMessageError(msg, f"eval must hold {', '.join(EVAL_FIELDS)}, got {got}")
+    sse, n, ndcg, users = (p[k] for k in EVAL_FIELDS)
+    ok = (type(n) is int and type(users) is int and n >= 0 and users >= 0
+          and type(sse) in (int, float) and (sse >= 0 or sse != sse)
+          and type(ndcg) in (int, float) and (0 <= ndcg <= users * (1 + 1e-9) or ndcg != ndcg))
+    if not ok:
+        raise BadMessageError(msg, f"eval must carry sse >= 0, counts n, ndcg_users >= 0 and 0 <= ndcg_sum <= "
+                                   f"ndcg_users, got sse={sse!r}, n={n!r}, ndcg_sum={ndcg!r}, ndcg_users={users!r}")
+    return p
+
+
 def selection_size(fraction: float, n_clients: int) -> int:
     """Clients per round: ``max(int(C M), 1)`` (McMahan et al.'s FedAvg rounding)."""
     return max(int(fraction * n_clients + 1e-9), 1)
@@ -154,7 +177,7 @@ async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: 
     await ctx.broadcast(clients, "evaluate", payload)
     # the metrics are over the test entries of the clients that answered in time
     got = await ctx.gather("eval", senders=clients, round=t, timeout=cfg.deadline)
-    sums = ae_train.add_sums(m.payload for m in got)
+    sums = ae_train.add_sums(checked_eval(m) for m in got)
     out = ae_train.finish_eval(sums, cfg.task)
     out["round"] = t
     out["missing"] = len(got.missing)  # clients whose answer did not arrive by the deadline
