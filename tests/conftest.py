@@ -82,3 +82,17 @@ async def send_x_to_a_soon(ctx):
     await ctx.sleep(0.05)
     await ctx.send("a", "x", 5)
     return "sent"
+
+
+class RewritingContext:
+    """An actor's context whose sends go through ``rewrite(kind, payload) -> payload`` (everything
+    else is the real context's): a real client made to send one malformed message."""
+
+    def __init__(self, ctx, rewrite) -> None:
+        self._ctx, self._rewrite = ctx, rewrite
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    async def send(self, dst, kind, payload, **kw):
+        return await self._ctx.send(dst, kind, self._rewrite(kind, payload), **kw)

@@ -15,6 +15,8 @@ from fedsim.kernel import ActorError, SimNetwork
 from fedsim.protocols import REGISTRY
 from fedsim.protocols.common import BadMessageError
 
+from conftest import RewritingContext
+
 
 def _width(model: dict) -> tuple[int, int]:
     """(rows, width) of the model the server sent: V (FedRec), theta (FPL), Q (FCF)."""
@@ -123,23 +125,16 @@ def test_a_malformed_autoencoder_message_is_an_error_naming_its_sender(protocol,
     assert info.value.node == "server" and bad in str(info.value)
 
 
-class _CorruptNoise:
-    """A FedRec++ client's context whose anonymous noise messages are replaced by ``fault``'s."""
-
-    def __init__(self, ctx, fault: str) -> None:
-        self._ctx, self._fault = ctx, fault
-
-    def __getattr__(self, name):
-        return getattr(self._ctx, name)
-
-    async def send(self, dst, kind, payload, **kw):
-        if kind == "noise":
-            d = payload["grads"].shape[1]
-            if self._fault == "repeat":  # rows for each id, one id twice
-                payload = {"items": np.array([3, 1, 3], np.int32), "grads": np.ones((3, d), np.float32)}
-            else:  # one row for two ids: NumPy would broadcast it
-                payload = {"items": np.array([1, 3], np.int32), "grads": np.ones((1, d), np.float32)}
-        return await self._ctx.send(dst, kind, payload, **kw)
+def _corrupt_noise(fault: str):
+    """A FedRec++ client's sends with its anonymous noise messages replaced by ``fault``'s."""
+    def rewrite(kind, payload):
+        if kind != "noise":
+            return payload
+        d = payload["grads"].shape[1]
+        if fault == "repeat":  # rows for each id, one id twice
+            return {"items": np.array([3, 1, 3], np.int32), "grads": np.ones((3, d), np.float32)}
+        return {"items": np.array([1, 3], np.int32), "grads": np.ones((1, d), np.float32)}  # NumPy would broadcast
+    return rewrite
 
 
 @pytest.mark.parametrize("fault, why", [("repeat", "noise: item id 3 appears more than once"),
@@ -153,7 +148,7 @@ def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(faul
     REGISTRY["fedrecpp"].build(net, data, cfg)
     for name in [n for n in net.nodes if n.startswith("client")]:
         async def corrupt(ctx, *args, **kwargs):
-            return await fedrecpp.client(_CorruptNoise(ctx, fault), *args, **kwargs)
+            return await fedrecpp.client(RewritingContext(ctx, _corrupt_noise(fault)), *args, **kwargs)
         net.nodes[name].actor = corrupt
     with pytest.raises(ActorError) as info:
         net.run()
@@ -163,19 +158,6 @@ def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(faul
     assert str(cause).startswith("'noise' from an anonymous sender (round 0): ValueError: ")
     import re
     assert re.search(why, str(cause)), str(cause)
-
-
-class _Replace:
-    """A client's context that replaces the payload of every message of ``kind`` it sends."""
-
-    def __init__(self, ctx, kind: str, payload) -> None:
-        self._ctx, self._kind, self._payload = ctx, kind, payload
-
-    def __getattr__(self, name):
-        return getattr(self._ctx, name)
-
-    async def send(self, dst, kind, payload, **kw):
-        return await self._ctx.send(dst, kind, self._payload if kind == self._kind else payload, **kw)
 
 
 def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
@@ -190,7 +172,7 @@ def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
     real = {"demo": demo, "fedrec": fedrec, "fpl": fpl, "personalfr": personalfr, "fedavg-ae": fedavg_ae}[protocol].client
 
     async def replaced(ctx, *args, **kwargs):
-        return await real(_Replace(ctx, kind, payload), *args, **kwargs)
+        return await real(RewritingContext(ctx, lambda k, p: payload if k == kind else p), *args, **kwargs)
     net.nodes[bad].actor = replaced
     with pytest.raises(ActorError) as info:
         net.run()

@@ -16,7 +16,7 @@ from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import FPLConfig
 
-from conftest import as_ratings
+from conftest import RewritingContext, as_ratings
 
 
 def _keys(n, seed=0):
@@ -229,23 +229,17 @@ def test_the_masked_upload_bound_counts_the_keyed_members():
     assert "masked" in masked_body(keys, x, [0, 1, 2, 3], 0)
 
 
-class _CorruptMasked:
-    """A client's context whose ``masked`` uploads (to the server, or anonymous noise to a
-    denoiser) are replaced: ``short`` keeps one entry (the sum broadcast it over all), ``float``
-    casts the vector to float64 (the sum cast it back to uint64, rounded), ``missing`` drops it."""
-
-    def __init__(self, ctx, fault: str) -> None:
-        self._ctx, self._fault = ctx, fault
-
-    def __getattr__(self, name):
-        return getattr(self._ctx, name)
-
-    async def send(self, dst, kind, payload, **kw):
-        if isinstance(payload, dict) and "masked" in payload:
-            y = payload["masked"]
-            payload = {"short": {"masked": y[:1]}, "float": {"masked": y.astype(np.float64)},
-                       "missing": {"mask": y}}[self._fault]
-        return await self._ctx.send(dst, kind, payload, **kw)
+def _corrupt_masked(fault: str):
+    """A client's sends with its ``masked`` uploads (to the server, or anonymous noise to a
+    denoiser) replaced: ``short`` keeps one entry (the sum broadcast it over all), ``float`` casts
+    the vector to float64 (the sum cast it back to uint64, rounded), ``missing`` drops it."""
+    def rewrite(kind, payload):
+        if not (isinstance(payload, dict) and "masked" in payload):
+            return payload
+        y = payload["masked"]
+        return {"short": {"masked": y[:1]}, "float": {"masked": y.astype(np.float64)},
+                "missing": {"mask": y}}[fault]
+    return rewrite
 
 
 @pytest.mark.parametrize("fault, why", [("short", "masked must be a uint64 vector of {} entries, got uint64 of shape \\(1,\\)"),
@@ -271,7 +265,7 @@ def test_a_malformed_masked_upload_is_an_error_naming_its_sender(name, flag, fau
         bad = clients  # which client is ordinary is drawn in the run: every ordinary one corrupts its noise
     for node in ([bad] if isinstance(bad, str) else bad):
         async def corrupt(ctx, *args, **kwargs):
-            return await mod.client(_CorruptMasked(ctx, fault), *args, **kwargs)
+            return await mod.client(RewritingContext(ctx, _corrupt_masked(fault)), *args, **kwargs)
         net.nodes[node].actor = corrupt
     with pytest.raises(ActorError) as info:
         net.run()
