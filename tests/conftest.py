@@ -96,3 +96,27 @@ class RewritingContext:
 
     async def send(self, dst, kind, payload, **kw):
         return await self._ctx.send(dst, kind, self._rewrite(kind, payload), **kw)
+
+
+def rewrite_sends(net, nodes, client, rewrite) -> None:
+    """Make each of ``nodes`` on ``net`` run ``client`` (its real actor function) with its sends
+    rewritten (:class:`RewritingContext`)."""
+    async def actor(ctx, *args, **kwargs):
+        return await client(RewritingContext(ctx, rewrite), *args, **kwargs)
+    for node in nodes:
+        net.nodes[node].actor = actor
+
+
+def run_to_bad_message(net):
+    """Run ``net``, which must stop with an actor's ``BadMessageError``; returns
+    ``(the ActorError, the BadMessageError)``."""
+    import pytest
+
+    from fedsim.kernel import ActorError
+    from fedsim.protocols.common import BadMessageError
+
+    with pytest.raises(ActorError) as info:
+        net.run()
+    cause = info.value.__cause__
+    assert isinstance(cause, BadMessageError), repr(cause)
+    return info.value, cause

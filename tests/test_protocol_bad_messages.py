@@ -15,7 +15,7 @@ from fedsim.kernel import ActorError, SimNetwork
 from fedsim.protocols import REGISTRY
 from fedsim.protocols.common import BadMessageError
 
-from conftest import RewritingContext
+from conftest import rewrite_sends, run_to_bad_message
 
 
 def _width(model: dict) -> tuple[int, int]:
@@ -146,14 +146,8 @@ def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(faul
     data, cfg = REGISTRY["fedrecpp"].tiny(4, 2, 0)
     net = SimNetwork(seed=1)
     REGISTRY["fedrecpp"].build(net, data, cfg)
-    for name in [n for n in net.nodes if n.startswith("client")]:
-        async def corrupt(ctx, *args, **kwargs):
-            return await fedrecpp.client(RewritingContext(ctx, _corrupt_noise(fault)), *args, **kwargs)
-        net.nodes[name].actor = corrupt
-    with pytest.raises(ActorError) as info:
-        net.run()
-    cause = info.value.__cause__
-    assert isinstance(cause, BadMessageError), repr(cause)
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], fedrecpp.client, _corrupt_noise(fault))
+    _, cause = run_to_bad_message(net)
     assert cause.sender is None and cause.kind == "noise" and cause.round == 0
     assert str(cause).startswith("'noise' from an anonymous sender (round 0): ValueError: ")
     import re
@@ -170,15 +164,9 @@ def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
     spec.build(net, data, cfg, **({"test": data} if kind == "eval" else {}))
     bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
     real = {"demo": demo, "fedrec": fedrec, "fpl": fpl, "personalfr": personalfr, "fedavg-ae": fedavg_ae}[protocol].client
-
-    async def replaced(ctx, *args, **kwargs):
-        return await real(RewritingContext(ctx, lambda k, p: payload if k == kind else p), *args, **kwargs)
-    net.nodes[bad].actor = replaced
-    with pytest.raises(ActorError) as info:
-        net.run()
-    cause = info.value.__cause__
-    assert isinstance(cause, BadMessageError), repr(cause)
-    assert cause.sender == bad and cause.kind == kind and info.value.node == "server"
+    rewrite_sends(net, [bad], real, lambda k, p: payload if k == kind else p)
+    err, cause = run_to_bad_message(net)
+    assert cause.sender == bad and cause.kind == kind and err.node == "server"
     return str(cause)
 
 

@@ -16,7 +16,7 @@ from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import FPLConfig
 
-from conftest import RewritingContext, as_ratings
+from conftest import as_ratings, rewrite_sends, run_to_bad_message
 
 
 def _keys(n, seed=0):
@@ -250,9 +250,6 @@ def _corrupt_masked(fault: str):
 def test_a_malformed_masked_upload_is_an_error_naming_its_sender(name, flag, fault, why):
     import re
 
-    from fedsim.kernel import ActorError
-    from fedsim.protocols.common import BadMessageError
-
     spec = REGISTRY[name]
     data, cfg = spec.tiny(4, 2, 0)
     cfg = cfg.replace(**{flag: True, "secagg_neighbours": 2})
@@ -263,18 +260,12 @@ def test_a_malformed_masked_upload_is_an_error_naming_its_sender(name, flag, fau
     bad = clients[1]
     if name == "fedrecpp":
         bad = clients  # which client is ordinary is drawn in the run: every ordinary one corrupts its noise
-    for node in ([bad] if isinstance(bad, str) else bad):
-        async def corrupt(ctx, *args, **kwargs):
-            return await mod.client(RewritingContext(ctx, _corrupt_masked(fault)), *args, **kwargs)
-        net.nodes[node].actor = corrupt
-    with pytest.raises(ActorError) as info:
-        net.run()
-    cause = info.value.__cause__
-    assert isinstance(cause, BadMessageError), repr(cause)
+    rewrite_sends(net, [bad] if isinstance(bad, str) else bad, mod.client, _corrupt_masked(fault))
+    err, cause = run_to_bad_message(net)
     if name == "fedrecpp":  # anonymous noise, to a denoiser
         assert cause.sender is None and cause.kind == "noise" and cause.round == 0
     else:
         assert cause.sender == bad and cause.kind == "masked" and cause.round == 0
-        assert info.value.node == "server"
+        assert err.node == "server"
     m, d = (data.n_items, cfg.d)
     assert re.search(why.format(m * (d + 1)), str(cause)), str(cause)
