@@ -399,8 +399,10 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
                                  if namespace.get("__doc__") else None)
     add_run_arguments(ap)
     for key, p in mod.PARAMS.items():
-        ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(),
-                        help=f"{p.help} ({p.describe()}; default {p.default})")
+        # argparse %-formats help text: a '%' of the help ("95 % CI", "1 % of gamma") made --help a
+        # ValueError/TypeError traceback (every FPL scenario and privacy_audit)
+        text = f"{p.help} ({p.describe()}; default {p.default})".replace("%", "%%")
+        ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(), help=text)
     args = ap.parse_args(argv)
     try:
         from .configfile import load_config
