@@ -46,6 +46,7 @@ PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computa
 
 
 def run(ctx: RunContext) -> None:
+    ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a traceback
     task = load_task(ctx.data, ctx.seed, ctx["task"], ctx["threshold"], ctx["test_frac"])
     specs = []
     for rep in range(ctx["repeats"]):

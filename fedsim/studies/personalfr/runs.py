@@ -195,7 +195,9 @@ def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]
     among the methods) then FedAvg and PersonalFR (those among them) for every M in ``clients``,
     all with :func:`config_from` ``(ctx, task=task, **cfg_over)``. With ``select_on=validation``
     the first repeat's runs come twice: once on its validation split (``validation=True``: they
-    choose the reported round) and once as usual."""
+    choose the reported round) and once as usual. The data is read here once (``ctx.load_data``),
+    so that a bad ``--data`` is a ``UsageError`` before any worker starts."""
+    ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a worker's traceback
     specs = []
     select = ctx.config.get("select_on", "test")
     reps = [(rep, False) for rep in range(ctx["repeats"])]
