@@ -27,7 +27,7 @@ def test_script_help_lists_every_parameter(name, capsys, monkeypatch):
     for key, p in mod.PARAMS.items():
         opt = f"--{key.replace('_', '-')} {p.type_name.upper()}"
         assert opt in out, (name, opt)
-        assert " ".join(f"{p.help} ({p.describe()}; default {p.default})".split()) in out, (name, key)
+        assert " ".join(f"{p.help} ({p.describe()}; default {p.default_text()})".split()) in out, (name, key)
 
 
 def test_a_percent_sign_in_a_parameter_help_is_printed_as_is(capsys, monkeypatch):
@@ -36,3 +36,20 @@ def test_a_percent_sign_in_a_parameter_help_is_printed_as_is(capsys, monkeypatch
     out = _help(mod, capsys, monkeypatch)
     assert "the learning rate has decayed to 1 % of gamma by 40" in out
     assert "fit on the 80 %, choose on test" in _help(load_scenario("fpl_pi"), capsys, monkeypatch)
+
+
+def test_defaults_are_shown_as_typed_in_both_helps(capsys, monkeypatch):
+    # the script's help showed Python lists ("default ['fedrec', 'fpl']") where fedsim run NAME --help
+    # shows "fedrec,fpl"; an empty default or choice ('': from the settings) showed as nothing
+    out = _help(load_scenario("fault_study"), capsys, monkeypatch)
+    assert "(strs; one of fedrec, fpl; default fedrec,fpl)" in out
+    assert "default [" not in out
+    out = _help(load_scenario("fpl_pi"), capsys, monkeypatch)
+    assert "(str; one of '', paper, code; default '')" in out
+    assert "(floats; default '')" in out  # pis: from the settings
+    from fedsim.cli import params_help
+
+    rows = {line.split()[0]: line for line in params_help(load_scenario("fpl_pi")).splitlines()[3:]}
+    assert rows["user_filter"].split()[1:7] == ["str;", "one", "of", "'',", "paper,", "code"]
+    assert rows["user_filter"].split()[7] == "''" and rows["pis"].split()[2] == "''"
+    assert "  sFPL,sFPL+,pFPL,pFPL+  FPL presets to run" in rows["presets"]  # the default column, then the help
