@@ -104,7 +104,7 @@ def params_help(mod) -> str:
     name = scenario_name(mod)
     lines = [f"parameters of {name} (--set KEY=VALUE, or [params] in a --config file; "
              f"lists: comma separated):"]
-    rows = [(k, p.describe(), _default(p.default), p.help) for k, p in mod.PARAMS.items()]
+    rows = [(k, p.describe(), p.default_text(), p.help) for k, p in mod.PARAMS.items()]
     w0 = max([len(r[0]) for r in rows] + [4])
     w1 = min(max([len(r[1]) for r in rows] + [4]), 34)
     w2 = min(max([len(r[2]) for r in rows] + [7]), 16)
@@ -115,12 +115,6 @@ def params_help(mod) -> str:
     if doc:
         lines = [doc.split("\n\n")[0].replace("\n", " "), ""] + lines
     return "\n".join(lines)
-
-
-def _default(v) -> str:
-    if isinstance(v, (list, tuple)):
-        return ",".join(map(str, v))
-    return "none" if v is None else str(v)
 
 
 def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:

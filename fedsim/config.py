@@ -66,7 +66,8 @@ class FieldInfo:
         """Type, range and default in a few words (for ``--help`` and docs tables)."""
         bits = [self.type + (" or none" if self.none_ok else "")]
         if self.choices:
-            bits.append("one of " + ", ".join(map(str, self.choices)))
+            # an empty choice ('': "from the settings") printed as nothing: "one of , paper, code"
+            bits.append("one of " + ", ".join(str(c) if str(c) != "" else "''" for c in self.choices))
         if self.min is not None:
             bits.append(("> " if self.exclusive_min else ">= ") + f"{self.min:g}")
         if self.max is not None:

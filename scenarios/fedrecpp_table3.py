@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.experiment import Param, RunContext, UsageError, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.fedrec import make_folds
 from fedsim.studies.datasets import data_note
@@ -30,7 +30,7 @@ PARAMS = {
     "iterations": replace(Param.of(FedRecPPConfig, "T", 10, help="iterations T (costs per iteration do not depend "
                                    "on T)"), min=1),
     "draws": Param(5, "independent draws of the denoisers and samples (seeds seed, seed+1, ...); figures are "
-                      "their mean, the spread is reported"),
+                      "their mean, the spread is reported", min=1),
     "timing_iterations": Param(3, "iterations of the wan-profile timing runs", min=1),
     "d": Param.of(FedRecPPConfig, "d"),
     "rho": Param.of(FedRecPPConfig, "rho"),
@@ -42,10 +42,19 @@ PARAMS = {
 
 
 def eta_value(label: str, n: int) -> int:
-    label = label.strip()
-    if label.startswith("n/"):
-        return n // int(label[2:])
-    return int(label)
+    """The number of denoisers ``label`` ('3', 'n/4') names among ``n`` clients; raises
+    ``UsageError`` naming ``--set etas`` for anything else ('abc', 'n/0', '-1', more than n):
+    int() and the division raised a traceback, and a negative eta ran as none."""
+    text = label.strip()
+    k = None
+    try:
+        k = int(text[2:]) if text.startswith("n/") else None
+        eta = n // k if k is not None and k > 0 else int(text)
+    except ValueError:
+        eta = -1
+    if text.startswith("n/") and (k is None or k <= 0) or not 0 <= eta <= n:
+        raise UsageError(f"--set etas: {label!r} is not a number of denoisers in [0, {n}] nor n/K with K >= 1")
+    return eta
 
 
 def run(ctx: RunContext) -> None:
@@ -55,7 +64,9 @@ def run(ctx: RunContext) -> None:
     n = fold.n_users
     tp, tl = hf_setting(ctx["rho"], dataset=dataset)
     workers = ctx["workers"] or default_workers()
-    draws = max(1, ctx["draws"])
+    for label in ctx["etas"]:  # all of them checked before the first run starts
+        eta_value(label, n)
+    draws = ctx["draws"]
     tasks, labels = [], []
     for label in ctx["etas"]:
         eta = eta_value(label, n)

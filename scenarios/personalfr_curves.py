@@ -10,6 +10,7 @@ Joint baseline's curve (per epoch) when ``joint`` is among the methods.
 from __future__ import annotations
 
 from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.protocols.personalfr import FedAEConfig
 from fedsim.studies.personalfr import COMMON_PARAMS, execute, make_specs, plot_curves, result_tables
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
@@ -20,7 +21,7 @@ PARAMS = {
     **COMMON_PARAMS,
     "methods": Param(["fedavg", "personalfr"], "methods to run", kind="strs",
                      choices=("joint", "fedavg", "personalfr")),
-    "eval_every": Param(5, "federated evaluation every this many rounds"),
+    "eval_every": Param.of(FedAEConfig, "eval_every", 5, help="federated evaluation every this many rounds"),
 }
 
 

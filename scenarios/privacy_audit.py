@@ -204,10 +204,13 @@ def _splits(ctx) -> list:
     from fedsim.data import resolve
 
     for s in specs:
+        opt = "fpl_data" if ctx["fpl_data"] else "--data"
         try:
             resolve(s)
         except FileNotFoundError as exc:
-            raise UsageError(f"fpl_data: {exc}") from None
+            raise UsageError(f"{opt}: {exc}") from None
+        except ValueError as exc:  # a file of no format it reads (DataFormatError: file, line, reason)
+            raise UsageError(f"{opt}: {exc}") from None
         max_users = int(ctx["fpl_max_users"])
         if max_users < 0:
             max_users = 0 if Path(s).exists() else 100  # synthetic presets: a 100-user subset

@@ -18,7 +18,7 @@ from fedsim.studies.datasets import data_note
 from fedsim.studies.fedrec import make_folds
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
-RUN_TIME = 'about 15 s (measured 13.6 s on 2 cores, docs/quickstart.md)'
+RUN_TIME = 'about 5-15 s (5.6 s measured on 2026-11-27 on 2 cores shared with other jobs, 13 s on 2026-11-26; docs/quickstart.md)'
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {

@@ -25,21 +25,34 @@ def _scenario_package():
     """The ``fedsim.scenarios`` package, or None.
 
     Installed, it is the repository's ``scenarios/`` folder mapped into the package. In a source
-    checkout whose ``fedsim/`` has no ``scenarios`` inside, it does not exist as such: running
-    ``python -m fedsim`` from the repository root imports that ``fedsim/`` (the working directory
-    comes first on sys.path, before the installed copy), so the scenarios are looked up in
-    ``scenarios/`` beside it and that folder is registered as ``fedsim.scenarios``, which makes
-    listing and importing agree (they did not: ``unknown scenario quickstart; known: ...
-    quickstart``)."""
-    try:
-        return importlib.import_module(SCENARIO_PACKAGE)
-    except ModuleNotFoundError as exc:
-        if exc.name not in (SCENARIO_PACKAGE, None):
-            raise
-    here = Path(__file__).resolve().parents[2] / "scenarios"
+    checkout (``fedsim/`` with ``scenarios/`` beside it) it is that ``scenarios/`` folder,
+    registered as ``fedsim.scenarios`` here, whatever an import hook says: running ``python -m
+    fedsim`` from the repository root imports that ``fedsim/`` (the working directory comes first
+    on sys.path), and
+
+    - without an install, ``fedsim.scenarios`` does not exist as such (listing and importing
+      disagreed: ``unknown scenario quickstart; known: ... quickstart``);
+    - with an editable install of another checkout (a second clone, a ``git worktree``), its
+      import hook maps ``fedsim.scenarios`` to *that* checkout's folder: ``fedsim run NAME`` ran
+      the other checkout's scenario with this checkout's fedsim (and tests of this checkout's
+      scenarios by name tested the other's)."""
+    here = (Path(__file__).resolve().parents[2] / "scenarios").resolve()
     init = here / "__init__.py"
+    pkg = sys.modules.get(SCENARIO_PACKAGE)
     if not init.is_file():
+        if pkg is not None:
+            return pkg
+        try:
+            return importlib.import_module(SCENARIO_PACKAGE)
+        except ModuleNotFoundError as exc:
+            if exc.name not in (SCENARIO_PACKAGE, None):
+                raise
         return None
+    if pkg is not None and any(Path(p).resolve() == here for p in getattr(pkg, "__path__", ())):
+        return pkg
+    if pkg is not None:  # another checkout's, imported through its import hook: forget it and its scenarios
+        for key in [k for k in sys.modules if k == SCENARIO_PACKAGE or k.startswith(SCENARIO_PACKAGE + ".")]:
+            del sys.modules[key]
     spec = importlib.util.spec_from_file_location(SCENARIO_PACKAGE, init, submodule_search_locations=[str(here)])
     pkg = importlib.util.module_from_spec(spec)
     sys.modules[SCENARIO_PACKAGE] = pkg

@@ -72,6 +72,14 @@ class Param:
     def describe(self) -> str:
         return self.field("").describe()
 
+    def default_text(self) -> str:
+        """The default as it is typed (``--set KEY=VALUE``, ``--KEY VALUE``): a list comma
+        separated, None as ``none``, an empty string or list as ``''``."""
+        v = self.default
+        if isinstance(v, (list, tuple)):
+            v = ",".join(map(str, v))
+        return "none" if v is None else (str(v) if str(v) != "" else "''")
+
 
 def params_from(config: type, *names: str, **defaults: Any) -> dict[str, Param]:
     """``{name: Param.of(config, name)}`` for ``names`` (every field when none is given), with

@@ -399,8 +399,12 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
                                  if namespace.get("__doc__") else None)
     add_run_arguments(ap)
     for key, p in mod.PARAMS.items():
-        ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(),
-                        help=f"{p.help} ({p.describe()}; default {p.default})")
+        # argparse %-formats help text: a '%' of the help ("95 % CI", "1 % of gamma") made --help a
+        # ValueError/TypeError traceback (every FPL scenario and privacy_audit). The default is shown
+        # as it is typed (a list comma separated, as fedsim run NAME --help shows it), not as a
+        # Python list ("['fedrec', 'fpl']"), an empty one as ''.
+        text = f"{p.help} ({p.describe()}; default {p.default_text()})".replace("%", "%%")
+        ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(), help=text)
     args = ap.parse_args(argv)
     try:
         from .configfile import load_config

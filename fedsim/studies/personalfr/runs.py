@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...data import partition_users, per_user_random, resolve
-from ...experiment import Param, RunContext
+from ...experiment import Param, RunContext, UsageError
 from ...kernel import NetSpec, network_record
 from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
@@ -26,8 +26,8 @@ from ...seeding import node_rng
 from ..parallel import count_done, default_workers, pmap
 
 __all__ = [
-    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "comm_from_ledger", "config_from", "execute", "load_task",
-    "make_specs", "run_spec", "spec_cost", "split",
+    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "check_clients", "comm_from_ledger", "config_from", "execute",
+    "load_task", "make_specs", "run_spec", "spec_cost", "split",
 ]
 
 METRIC = {"explicit": "rmse", "implicit": "ndcg"}
@@ -50,8 +50,8 @@ COMMON_PARAMS = {
                            choices=("cut", "dense")),
     "client_momentum": Param("keep", "clients keep their momentum between rounds (keep) or not (reset)",
                              choices=("keep", "reset")),
-    "joint_epochs": Param(0, "Joint epochs (0: as many as rounds)"),
-    "joint_batch": Param(500, "Joint batch size (Adam lr 1e-3)"),
+    "joint_epochs": Param(0, "Joint epochs (0: as many as rounds)", min=0),
+    "joint_batch": Param(500, "Joint batch size (Adam lr 1e-3)", min=1),
     "threshold": Param.of(FedAEConfig, "threshold"),
     "test_frac": Param(0.2, "per-user test fraction", min=0, max=0.9, exclusive_min=True),
     "repeats": Param(5, "repetitions with seeds seed, seed+1, ...: mean +- population std (the paper: 4)", min=1),
@@ -190,12 +190,24 @@ def config_from(ctx: RunContext, **over) -> FedAEConfig:
     return FedAEConfig(**kw)
 
 
+def check_clients(clients, n_users: int) -> None:
+    """Refuse (``UsageError``) a number of clients M outside [0, n_users] (0: one user per
+    client), before any worker starts; a worker's ValueError traceback said it before."""
+    bad = [M for M in clients if not 0 <= int(M) <= n_users]
+    if bad:
+        raise UsageError(f"--set clients: {', '.join(map(str, bad))} not in [0, {n_users}] (the data's users; "
+                         "0: one user per client)")
+
+
 def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]:
     """The runs ``ctx`` asks for: per repeat (seed ``ctx.seed + repeat``) and task, Joint (if
     among the methods) then FedAvg and PersonalFR (those among them) for every M in ``clients``,
     all with :func:`config_from` ``(ctx, task=task, **cfg_over)``. With ``select_on=validation``
     the first repeat's runs come twice: once on its validation split (``validation=True``: they
-    choose the reported round) and once as usual."""
+    choose the reported round) and once as usual. The data is read here once (``ctx.load_data``),
+    so that a bad ``--data`` is a ``UsageError`` before any worker starts."""
+    ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a worker's traceback
+    check_clients(clients, ratings.n_users)
     specs = []
     select = ctx.config.get("select_on", "test")
     reps = [(rep, False) for rep in range(ctx["repeats"])]

@@ -1,0 +1,54 @@
+"""Scenario parameters out of range are refused up front with one UsageError naming the
+parameter (they were a worker's traceback, or ran silently as something else)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsim.experiment import UsageError, run_scenario
+
+
+@pytest.mark.parametrize("name, over, message", [
+    ("fedrecpp_table3", {"draws": -2}, "--set draws: must be >= 1, got -2"),  # ran one draw, reported draws=-2
+    ("personalfr_curves", {"joint_batch": -5}, "--set joint_batch: must be >= 1, got -5"),  # ran
+    ("personalfr_table3", {"joint_epochs": -1}, "--set joint_epochs: must be >= 0, got -1"),
+    ("personalfr_curves", {"eval_every": -1}, "--set eval_every: must be >= 0, got -1"),
+])
+def test_a_bound_is_checked_before_the_run(name, over, message, tmp_path):
+    with pytest.raises(UsageError) as exc:
+        run_scenario(name, data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    assert str(exc.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["personalfr_table3", "personalfr_curves", "personalfr_compression"])
+@pytest.mark.parametrize("clients", [[-3], [4, 31]])
+def test_personalfr_clients_outside_the_users_are_refused(name, clients, tmp_path):
+    # a worker's 'ValueError: M must be in [1, n_users = 30]' traceback before; tiny has 30 users
+    over = {"clients": clients, "workers": 1, "repeats": 1}
+    with pytest.raises(UsageError) as exc:
+        run_scenario(name, data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    bad = [M for M in clients if not 0 <= M <= 30]
+    assert str(exc.value) == (f"--set clients: {', '.join(map(str, bad))} not in [0, 30] (the data's users; "
+                              "0: one user per client)")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("etas", [["abc"], ["1", "n/0"], ["-1"], ["31"]])
+def test_fedrecpp_table3_refuses_an_eta_it_cannot_read(etas, tmp_path):
+    # int('abc') and n // 0 were tracebacks; -1 ran as FedRec without denoisers
+    over = {"etas": etas, "folds": 2, "iterations": 1, "draws": 1, "timing_iterations": 1, "workers": 1}
+    with pytest.raises(UsageError) as exc:
+        run_scenario("fedrecpp_table3", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    n = 30  # tiny's users, all in every fold's training part
+    assert str(exc.value) == f"--set etas: {etas[-1]!r} is not a number of denoisers in [0, {n}] nor n/K with K >= 1"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fedrecpp_table3_still_reads_its_eta_forms(tmp_path):
+    over = {"etas": ["0", "1", "n/4"], "folds": 2, "iterations": 1, "draws": 1, "timing_iterations": 1, "workers": 1}
+    run_scenario("fedrecpp_table3", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "o" / "round_time.csv")))
+    assert [(r["eta"], r["eta_value"]) for r in rows] == [("0", "0"), ("1", "1"), ("n/4", "7")]
