@@ -85,3 +85,17 @@ def test_text_starting_like_bz2_magic_is_not_refused(tmp_path):
     p.write_text("BZh9,item,5\nalice,item,4\n")
     r = load_csv(p, header=False)
     assert r.user_ids.tolist() == ["BZh9", "alice"]
+
+
+@pytest.mark.parametrize("value", ["1e40", "-3.5e38"])
+def test_a_rating_beyond_float32_is_refused_naming_the_line(tmp_path, value):
+    """With scale=None a finite rating beyond float32's range was stored as +-inf, silently
+    (values are float32), in a Ratings whose constructor check was skipped."""
+    p = tmp_path / "r.csv"
+    p.write_text(f"u,i,r\n1,2,5\n1,3,{value}\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_csv(p, scale=None)
+    assert (ei.value.path, ei.value.line) == (str(p), 3)
+    assert ei.value.reason == f"rating {float(value):g} is beyond the float32 range (|rating| <= 3.4e38)"
+    p.write_text("u,i,r\n1,2,5\n1,3,3.4e38\n")
+    assert load_csv(p, scale=None).values.tolist() == [5.0, pytest.approx(3.4e38, rel=1e-7)]
