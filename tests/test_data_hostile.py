@@ -99,3 +99,37 @@ def test_a_rating_beyond_float32_is_refused_naming_the_line(tmp_path, value):
     assert ei.value.reason == f"rating {float(value):g} is beyond the float32 range (|rating| <= 3.4e38)"
     p.write_text("u,i,r\n1,2,5\n1,3,3.4e38\n")
     assert load_csv(p, scale=None).values.tolist() == [5.0, pytest.approx(3.4e38, rel=1e-7)]
+
+
+def test_csv_header_true_on_a_file_without_header_is_refused(tmp_path):
+    """With the default header=True a file without a header lost its first rating, silently
+    (it became the column names): 2 rows loaded as 1."""
+    p = tmp_path / "r.csv"
+    p.write_text("1,2,5\n1,3,4\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_csv(p)
+    assert (ei.value.path, ei.value.line) == (str(p), 1)
+    assert "header=True, but line 1 holds only numbers ('1,2,5')" in ei.value.reason
+    assert "pass header=False" in ei.value.reason
+    r = load_csv(p, header=False)
+    assert r.user_ids.tolist() == [1] and r.item_ids.tolist() == [2, 3] and r.values.tolist() == [5.0, 4.0]
+    p.write_text("user,item,5\n1,3,4\n")  # one name that is a number is still a header
+    assert load_csv(p, rating_col="5").values.tolist() == [4.0]
+
+
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"user_col": 0, "item_col": 0}, "user_col and item_col name the same column (0)"),
+        ({"item_col": "u"}, "user_col and item_col name the same column (0)"),
+        ({"rating_col": 1}, "item_col and rating_col name the same column (1)"),
+        ({"time_col": 2}, "rating_col and time_col name the same column (2)"),
+        ({"time_col": "u", "rating_col": None}, "user_col and time_col name the same column (0)"),
+    ],
+)
+def test_csv_two_roles_for_one_column_are_refused(tmp_path, kw, msg):
+    """user_col=item_col loaded every user as rating the item with its own id, silently."""
+    p = tmp_path / "r.csv"
+    p.write_text("u,i,r,t\n1,2,5,100\n3,4,4,200\n")
+    with pytest.raises(ValueError, match="^" + msg.replace("(", r"\(").replace(")", r"\)")):
+        load_csv(p, **kw)

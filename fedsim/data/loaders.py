@@ -801,7 +801,10 @@ def load_csv(
 ) -> Ratings:
     """Load a delimited ratings file with a column mapping.
 
-    Columns are 0-based indices or header names.  ``rating_col=None`` means implicit feedback
+    Columns are 0-based indices or header names, each column in at most one role (``user_col``
+    equal to ``item_col`` is a ``ValueError``).  ``header=True`` (default) reads line 1 as column
+    names; a line 1 of numbers only is a data row, an error naming the line (pass
+    ``header=False``).  ``rating_col=None`` means implicit feedback
     (every row a positive interaction, value 1.0).  No quoting: fields must not contain ``sep``.
     ``implicit_threshold`` binarises afterwards with :meth:`Ratings.binarize` (keep
     ``value >= threshold`` as 1.0, drop the rest, reported).
@@ -842,6 +845,13 @@ def load_csv(
     if header:
         h, body = split_first_line(data)
         names = [x.strip() for x in decode_strict(f, h, encoding).split(sep)]
+        if all(_NUM_RE.fullmatch(x) for x in names):
+            # a file without a header read with the default header=True: its first rating
+            # became the column names and was lost, silently
+            raise DataFormatError(
+                f, 1, f"header=True, but line 1 holds only numbers ({sep.join(names)!r}), a data row, not column "
+                "names; pass header=False for a file without a header",
+            )
         first = 2
         body = strip_trailing_blank_lines(body)
         require_rows(f, body, 1)
@@ -855,9 +865,14 @@ def load_csv(
     if ncols is None:
         fl, _ = split_first_line(body)
         ncols = len(fl.split(sep.encode()))
+    used: dict[int, str] = {}
     for what, j in (("user_col", ui), ("item_col", ii), ("rating_col", ri), ("time_col", ti)):
         if j is not None and not (0 <= j < ncols):
             raise ValueError(f"{what}={j} is out of range for {ncols} columns")
+        if j is not None and j in used:  # user_col=item_col read each user as rating the item of its own id
+            raise ValueError(f"{used[j]} and {what} name the same column ({j}); each must be a different column")
+        if j is not None:
+            used[j] = what
 
     cols_spec = [(names[j] if names else f"column {j}", "float") for j in range(ncols)]
     for j in (ui, ii):
