@@ -133,3 +133,36 @@ def test_csv_two_roles_for_one_column_are_refused(tmp_path, kw, msg):
     p.write_text("u,i,r,t\n1,2,5,100\n3,4,4,200\n")
     with pytest.raises(ValueError, match="^" + msg.replace("(", r"\(").replace(")", r"\)")):
         load_csv(p, **kw)
+
+
+@pytest.mark.parametrize(
+    "rel, line, value, scale",
+    [
+        ("ml-100k/u.data", "3\t30\t3.7\t881250949", "3.7", "100k's scale (whole stars 1-5)"),
+        ("ml-100k/u.data", "3\t30\t4.5\t881250949", "4.5", "100k's scale (whole stars 1-5)"),
+        ("ml-1m/ratings.dat", "3::30::4.5::881250949", "4.5", "1m's scale (whole stars 1-5)"),
+        ("ml-10M100K/ratings.dat", "3::30::3.7::881250949", "3.7", "10m's scale (half stars 0.5-5)"),
+        ("ml-20m/ratings.csv", "3,30,2.25,881250949", "2.25", "20m's scale (half stars 0.5-5)"),
+    ],
+)
+def test_movielens_rating_off_the_star_scale_is_refused(tmp_path, rel, line, value, scale):
+    """A 3.7 in ML-100K (or a 4.5 in ML-1M) lay within 1-5 and loaded, silently: the files hold
+    whole stars (half stars from 10M on)."""
+    p = tmp_path / rel
+    p.parent.mkdir(parents=True)
+    sep = "\t" if p.name == "u.data" else "::" if p.suffix == ".dat" else ","
+    ok = [sep.join(["1", "10", "5", "881250949"]), sep.join(["2", "20", "1", "881250950"])]
+    if p.suffix == ".csv":
+        ok.insert(0, "userId,movieId,rating,timestamp")
+    p.write_text("\n".join(ok + [line]) + "\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(p.parent)
+    assert (ei.value.path, ei.value.line) == (str(p), len(ok) + 1)
+    assert ei.value.reason == f"rating {value} is not on MovieLens {scale}"
+    half = line.replace(value, "3.5")
+    p.write_text("\n".join(ok + [half]) + "\n")
+    if "whole" in scale:
+        with pytest.raises(DataFormatError, match="rating 3.5 is not on"):
+            load_movielens(p.parent)
+    else:
+        assert load_movielens(p.parent).values.tolist() == [5.0, 1.0, 3.5]

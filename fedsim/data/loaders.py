@@ -56,7 +56,7 @@ NO_GENRE = "(no genres listed)"
 
 _RATING_COLS = [("user", "int32"), ("item", "int32"), ("rating", "float32"), ("timestamp", "int")]
 
-# variant -> (format, valid rating range)
+# variant -> (format, valid rating range); the step of the scale: whole stars up to 1M, half stars after
 _ML_VARIANTS = {
     "100k": ("u.data", (1.0, 5.0)),
     "1m": ("dat", (1.0, 5.0)),
@@ -67,6 +67,7 @@ _ML_VARIANTS = {
     "latest": ("csv", (0.5, 5.0)),
     "latest-small": ("csv", (0.5, 5.0)),
 }
+_ML_STEP = {"100k": 1.0, "1m": 1.0}  # others 0.5
 
 
 _INT32_MAX = (1 << 31) - 1
@@ -179,8 +180,8 @@ def load_movielens(
     Genres (``u.item``+``u.genre``, ``movies.dat`` or ``movies.csv`` beside the ratings) become
     ``categories`` when ``genres`` is true and the file exists.  ML-100K keeps its 19 flags
     (including ``unknown``); later versions use the sorted genre names found, without
-    ``(no genres listed)``.  Ratings outside the variant's range (1-5, or 0.5-5 from 10M on) are
-    format errors.
+    ``(no genres listed)``.  Ratings off the variant's scale (whole stars 1-5 for 100K and 1M,
+    half stars 0.5-5 from 10M on: a 3.7, or a 4.5 in 1M) are format errors.
     """
     f, fmt, guess = detect_movielens(path)
     if variant is None:
@@ -208,6 +209,13 @@ def load_movielens(
     _check_positive(f, users, first, "user id")
     _check_positive(f, items, first, "movie id")
     _check_range(f, values, lo, hi, first, "rating")
+    # a 3.7 (or 4.5 in ML-100K/1M) is no rating of the dataset's star scale: a corrupted field
+    step = _ML_STEP.get(variant, 0.5)
+    bad = first_bad_row(values / step != np.round(values / step))
+    if bad is not None:
+        scale = "whole stars 1-5" if step == 1 else "half stars 0.5-5"
+        raise DataFormatError(f, first + bad, f"rating {float(values[bad]):g} is not on MovieLens {variant}'s scale "
+                              f"({scale})")
     _check_positive(f, ts, first, "timestamp", lo=0)
 
     meta_ids = meta_cats = names = None
