@@ -166,3 +166,20 @@ def test_movielens_rating_off_the_star_scale_is_refused(tmp_path, rel, line, val
             load_movielens(p.parent)
     else:
         assert load_movielens(p.parent).values.tolist() == [5.0, 1.0, 3.5]
+
+
+def test_a_folder_holding_several_movielens_datasets_is_refused(tmp_path):
+    """A parent folder holding ml-100k and ml-1m loaded ml-100k (the first by name), silently;
+    resolve('~/datasets') did the same."""
+    (tmp_path / "ml-100k").mkdir()
+    (tmp_path / "ml-100k" / "u.data").write_bytes(ML100K)
+    (tmp_path / "notes").mkdir()
+    assert load_movielens(tmp_path).name == "ml-100k"  # one dataset: the parent works
+    (tmp_path / "ml-1m").mkdir()
+    (tmp_path / "ml-1m" / "ratings.dat").write_text("1::10::5::881250949\n")
+    for load in (load_movielens, resolve):
+        with pytest.raises(ValueError) as ei:
+            load(str(tmp_path))
+        assert str(ei.value) == (f"{tmp_path} holds 2 MovieLens datasets (ml-100k, ml-1m); "
+                                 "pass the folder of the one to load")
+    assert len(load_movielens(tmp_path / "ml-1m")) == 1

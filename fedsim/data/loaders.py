@@ -108,7 +108,8 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
     """Find the ratings file under ``path``: returns (ratings file, format, variant guess).
 
     Format is ``"u.data"`` (100K), ``"dat"`` (1M/10M ``::``) or ``"csv"`` (20M and later).
-    Raises FileNotFoundError when nothing MovieLens-like is there.
+    Raises FileNotFoundError when nothing MovieLens-like is there, ValueError when a parent folder
+    holds several MovieLens datasets.
     """
     p = Path(path)
     if not p.exists():
@@ -118,11 +119,19 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
         for fname, fmt in candidates:
             if (p / fname).is_file():
                 return p / fname, fmt, _guess_variant(p / fname, fmt)
-        subdirs = [d for d in sorted(p.iterdir()) if d.is_dir()]
-        for d in subdirs:
+        found = []
+        for d in (d for d in sorted(p.iterdir()) if d.is_dir()):
             for fname, fmt in candidates:
                 if (d / fname).is_file():
-                    return d / fname, fmt, _guess_variant(d / fname, fmt)
+                    found.append((d / fname, fmt))
+                    break
+        if len(found) == 1:
+            return found[0][0], found[0][1], _guess_variant(*found[0])
+        if found:  # the first in name order was loaded, silently (ml-100k of a folder also holding ml-1m)
+            raise ValueError(
+                f"{p} holds {len(found)} MovieLens datasets ({', '.join(d.parent.name for d, _ in found)}); "
+                "pass the folder of the one to load"
+            )
         raise FileNotFoundError(
             f"{p} holds no MovieLens ratings file (expected u.data, ratings.dat or ratings.csv)"
         )
@@ -167,7 +176,8 @@ def load_movielens(
 ) -> Ratings:
     """Load MovieLens 100K, 1M, 10M, 20M, 25M, 32M or latest(-small).
 
-    ``path`` is the dataset folder (or a parent holding exactly that folder) or the ratings file
+    ``path`` is the dataset folder (or a parent holding exactly one such folder: several are a
+    ``ValueError`` naming them) or the ratings file
     itself (``u.data``, ``ratings.dat``, ``ratings.csv``).  ``variant`` (``"100k"``, ``"1m"``,
     ``"10m"``, ``"20m"``, ``"25m"``, ``"32m"``, ``"latest"``, ``"latest-small"``) is detected from
     the file and folder names when ``None``; given explicitly it must match the file format.
