@@ -183,3 +183,50 @@ def test_a_folder_holding_several_movielens_datasets_is_refused(tmp_path):
         assert str(ei.value) == (f"{tmp_path} holds 2 MovieLens datasets (ml-100k, ml-1m); "
                                  "pass the folder of the one to load")
     assert len(load_movielens(tmp_path / "ml-1m")) == 1
+
+
+FLAGS = ["|".join("1" if j == k else "0" for j in range(19)) for k in range(19)]
+
+
+@pytest.mark.parametrize(
+    "meta_name, meta, ratings_name, ratings, line, msg",
+    [
+        ("u.item", f"10|A|d||u|{FLAGS[1]}\n20|B|d||u|{FLAGS[2]}\n20|B|d||u|{FLAGS[2]}\n10|A|d||u|{FLAGS[3]}\n",
+         "u.data", ML100K.decode(), 4, "movie id 10 is listed again with other genres (first on line 1)"),
+        ("movies.dat", "10::A::Action\n20::B::Comedy\n20::B2::Comedy\n20::B::Drama\n10::A::Drama\n",
+         "ratings.dat", "1::10::5::881250949\n", 4, "movie id 20 is listed again with other genres (first on line 2)"),
+        ("movies.csv", "movieId,title,genres\n10,A,Action\n10,A,Drama\n",
+         "ratings.csv", "userId,movieId,rating,timestamp\n1,10,5,881250949\n", 3,
+         "movie id 10 is listed again with other genres (first on line 2)"),
+        ("anime.csv", 'anime_id,name,genre\n10,A,"Action, Drama"\n10,A,Comedy\n',
+         "rating.csv", "user_id,anime_id,rating\n1,10,5\n", 3,
+         "anime id 10 is listed again with other genres (first on line 2)"),
+        ("u.item", f"99999999999999999999|A|d||u|{FLAGS[1]}\n", "u.data", ML100K.decode(), 1,
+         "movie id '99999999999999999999' is out of the 64-bit integer range"),
+        ("movies.dat", "1_0::A::Action\n", "ratings.dat", "1::10::5::881250949\n", 1, "movie id '1_0' is not an integer"),
+        ("anime.csv", "anime_id,name,genre\n\u0661\u0660,A,Action\n", "rating.csv", "user_id,anime_id,rating\n1,10,5\n",
+         2, "anime id '\u0661\u0660' is not an integer"),
+    ],
+)
+def test_genre_files_refuse_conflicting_repeats_and_bad_ids(tmp_path, meta_name, meta, ratings_name, ratings, line, msg):
+    """A movie listed twice with other genres kept the first listing, silently; an id beyond 64
+    bits was an OverflowError naming no file; int() read '1_0' as 10 and Arabic-Indic digits."""
+    d = tmp_path / ("anime" if meta_name == "anime.csv" else "ml-20m" if meta_name == "movies.csv"
+                    else "ml-1m" if meta_name == "movies.dat" else "ml-100k")
+    d.mkdir()
+    (d / meta_name).write_text(meta, encoding="utf-8")
+    (d / ratings_name).write_text(ratings)
+    load = load_anime if meta_name == "anime.csv" else load_movielens
+    with pytest.raises(DataFormatError) as ei:
+        load(d)
+    assert (ei.value.path, ei.value.line, ei.value.reason) == (str(d / meta_name), line, msg)
+
+
+def test_genre_file_repeating_a_movie_with_the_same_genres_loads(tmp_path):
+    d = tmp_path / "ml-1m"
+    d.mkdir()
+    (d / "movies.dat").write_text("10::A::Action|Drama\n20::B::Comedy\n10::A (again)::Action|Drama\n")
+    (d / "ratings.dat").write_text("1::10::5::881250949\n1::20::3::881250949\n")
+    r = load_movielens(d)
+    assert r.category_names == ["Action", "Comedy", "Drama"]
+    assert r.categories.tolist() == [[True, False, True], [False, True, False]]

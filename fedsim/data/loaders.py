@@ -265,12 +265,8 @@ def _movielens_genres(folder: Path, fmt: str):
             parts = line.split("::")
             if len(parts) < 3:
                 raise DataFormatError(mfile, k, f"expected 'MovieID::Title::Genres', found {line[:120]!r}")
-            try:
-                mid = int(parts[0])
-            except ValueError:
-                raise DataFormatError(mfile, k, f"movie id {parts[0]!r} is not an integer") from None
-            rows.append((mid, parts[-1]))
-        return _genre_matrix(rows)
+            rows.append((_meta_id(mfile, k, parts[0], "movie id"), parts[-1], k))
+        return _genre_matrix(mfile, rows)
     mfile = folder / "movies.csv"
     if not mfile.is_file():
         return None
@@ -288,24 +284,54 @@ def _movielens_genres(folder: Path, fmt: str):
             continue
         if len(rec) != len(header):
             raise DataFormatError(mfile, reader.line_num, f"expected {len(header)} fields, found {len(rec)}")
-        try:
-            rows.append((int(rec[0]), rec[gi]))
-        except ValueError:
-            raise DataFormatError(mfile, reader.line_num, f"movie id {rec[0]!r} is not an integer") from None
+        rows.append((_meta_id(mfile, reader.line_num, rec[0], "movie id"), rec[gi], reader.line_num))
     if not rows:
         raise DataFormatError(mfile, 1, "the file has a header and no movies")
-    return _genre_matrix(rows)
+    return _genre_matrix(mfile, rows)
 
 
-def _genre_matrix(rows: list[tuple[int, str]]):
-    names = sorted({g for _, gs in rows for g in gs.split("|") if g and g != NO_GENRE})
+_META_ID_RE = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def _meta_id(path: Path, line: int, s: str, what: str) -> int:
+    """The integer id of a metadata line (ASCII digits, 64-bit), or DataFormatError naming the line
+    (``int()`` took '1_0' and non-ASCII digits, and an id beyond 64 bits failed later with
+    OverflowError naming no file)."""
+    if not _META_ID_RE.fullmatch(s):
+        raise DataFormatError(path, line, f"{what} {s!r} is not an integer")
+    v = int(s)
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise DataFormatError(path, line, f"{what} {s.strip()!r} is out of the 64-bit integer range")
+    return v
+
+
+def _refuse_conflicting_ids(path: Path, ids: np.ndarray, lines: list[int], cats: np.ndarray, what: str) -> None:
+    """An id listed again with other genres is a DataFormatError naming that line (the first in
+    the file) and the id's first line: the first listing was used, silently.  A repeat with the
+    same genres changes nothing and is accepted."""
+    order = np.argsort(ids, kind="stable")  # within an id, rows in file order
+    sid = ids[order]
+    rep = np.flatnonzero(sid[1:] == sid[:-1]) + 1
+    if not rep.size:
+        return
+    first = order[np.searchsorted(sid, sid[rep])]  # the first row of each repeated row's id
+    conflict = [(int(order[k]), int(f)) for k, f in zip(rep, first) if not np.array_equal(cats[order[k]], cats[f])]
+    if conflict:
+        r, f = min(conflict)
+        raise DataFormatError(path, lines[r], f"{what} {int(ids[r])} is listed again with other genres "
+                              f"(first on line {lines[f]})")
+
+
+def _genre_matrix(path: Path, rows: list[tuple[int, str, int]]):
+    names = sorted({g for _, gs, _ in rows for g in gs.split("|") if g and g != NO_GENRE})
     col = {g: j for j, g in enumerate(names)}
-    ids = np.array([mid for mid, _ in rows], dtype=np.int64)
+    ids = np.array([mid for mid, _, _ in rows], dtype=np.int64)
     cats = np.zeros((len(rows), len(names)), dtype=bool)
-    for r, (_, gs) in enumerate(rows):
+    for r, (_, gs, _) in enumerate(rows):
         for g in gs.split("|"):
             if g in col:
                 cats[r, col[g]] = True
+    _refuse_conflicting_ids(path, ids, [ln for _, _, ln in rows], cats, "movie id")
     return ids, cats, names
 
 
@@ -329,22 +355,22 @@ def _read_u_genre(path: Path) -> list[str]:
 def _read_u_item(path: Path, n_genres: int):
     data = strip_bom(read_bytes(path))
     require_rows(path, data, None)
-    ids, flags = [], []
+    ids, flags, lines = [], [], []
     for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
         parts = line.split("|")
         if len(parts) != 5 + n_genres:
             raise DataFormatError(path, k, f"expected {5 + n_genres} '|'-separated fields, found {len(parts)}")
-        try:
-            ids.append(int(parts[0]))
-        except ValueError:
-            raise DataFormatError(path, k, f"movie id {parts[0]!r} is not an integer") from None
+        ids.append(_meta_id(path, k, parts[0], "movie id"))
+        lines.append(k)
         g = parts[5:]
         if any(x not in ("0", "1") for x in g):
             raise DataFormatError(path, k, "genre flags must be 0 or 1")
         flags.append([x == "1" for x in g])
-    return np.array(ids, dtype=np.int64), np.array(flags, dtype=bool).reshape(len(ids), n_genres)
+    ids_a, cats = np.array(ids, dtype=np.int64), np.array(flags, dtype=bool).reshape(len(ids), n_genres)
+    _refuse_conflicting_ids(path, ids_a, lines, cats, "movie id")
+    return ids_a, cats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -675,17 +701,17 @@ def _anime_genres(path: Path):
             continue
         if len(rec) != len(header):
             raise DataFormatError(path, reader.line_num, f"expected {len(header)} fields, found {len(rec)}")
-        try:
-            rows.append((int(rec[ai]), [g.strip() for g in rec[gi].split(",") if g.strip()]))
-        except ValueError:
-            raise DataFormatError(path, reader.line_num, f"anime id {rec[ai]!r} is not an integer") from None
-    names = sorted({g for _, gs in rows for g in gs})
+        rows.append((_meta_id(path, reader.line_num, rec[ai], "anime id"),
+                     [g.strip() for g in rec[gi].split(",") if g.strip()], reader.line_num))
+    names = sorted({g for _, gs, _ in rows for g in gs})
     cidx = {g: j for j, g in enumerate(names)}
     cats = np.zeros((len(rows), len(names)), dtype=bool)
-    for r, (_, gs) in enumerate(rows):
+    for r, (_, gs, _) in enumerate(rows):
         for g in gs:
             cats[r, cidx[g]] = True
-    return np.array([a for a, _ in rows], dtype=np.int64), cats, names
+    ids = np.array([a for a, _, _ in rows], dtype=np.int64)
+    _refuse_conflicting_ids(path, ids, [ln for _, _, ln in rows], cats, "anime id")
+    return ids, cats, names
 
 
 # ---------------------------------------------------------------------------------------------
