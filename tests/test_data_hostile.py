@@ -230,3 +230,19 @@ def test_genre_file_repeating_a_movie_with_the_same_genres_loads(tmp_path):
     r = load_movielens(d)
     assert r.category_names == ["Action", "Comedy", "Drama"]
     assert r.categories.tolist() == [[True, False, True], [False, True, False]]
+
+
+@pytest.mark.parametrize("extra", ["", "x1\tc\tBar\tTue Apr 03 18:07:30 +0000 2012\n"])
+def test_foursquare_user_written_two_ways_is_refused(tmp_path, extra):
+    """'007' and '7' were one user when every id was a number and two users when another id was
+    not (text ids), silently either way."""
+    p = tmp_path / "x.tsv"
+    t = "Tue Apr 03 18:07:30 +0000 2012"
+    p.write_text(f"user_id\tvenue_id\ttype\tutc\n007\ta\tBar\t{t}\n8\tb\tBar\t{t}\n" + extra + f"7\tb\tBar\t{t}\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_foursquare(p, None)
+    assert (ei.value.path, ei.value.line) == (str(p), 4 if not extra else 5)
+    assert ei.value.reason.startswith("user id '7' and '007' (line 2) are the same number written two ways")
+    p.write_text(f"user_id\tvenue_id\ttype\tutc\n007\ta\tBar\t{t}\n8\tb\tBar\t{t}\n" + extra)
+    r = load_foursquare(p, None)  # a leading zero alone is fine
+    assert r.user_ids.tolist() == ([7, 8] if not extra else ["007", "8", "x1"])
