@@ -246,3 +246,28 @@ def test_foursquare_user_written_two_ways_is_refused(tmp_path, extra):
     p.write_text(f"user_id\tvenue_id\ttype\tutc\n007\ta\tBar\t{t}\n8\tb\tBar\t{t}\n" + extra)
     r = load_foursquare(p, None)  # a leading zero alone is fine
     assert r.user_ids.tolist() == ([7, 8] if not extra else ["007", "8", "x1"])
+
+
+def test_csv_column_out_of_range_names_the_file_line_and_separator(tmp_path):
+    """A tab-separated file read with the default sep=',' said only 'item_col=1 is out of range
+    for 1 columns', naming neither the file nor the separator."""
+    p = tmp_path / "r.tsv"
+    p.write_text("u\ti\tr\n1\t2\t5\n")
+    with pytest.raises(ValueError) as ei:
+        load_csv(p)
+    assert str(ei.value) == (f"item_col=1 is out of range for 1 columns: {p}, line 1 has 1 field(s) separated by ',' "
+                             "('u\\ti\\tr'); is the separator right?")
+    with pytest.raises(ValueError) as ei:
+        load_csv(p, sep="\t", header=False, time_col=3)
+    assert str(ei.value) == f"time_col=3 is out of range for 3 columns: {p}, line 1 has 3 field(s) separated by '\\t' ('u\\ti\\tr')"
+    assert load_csv(p, sep="\t").values.tolist() == [5.0]
+
+
+def test_csv_a_column_name_found_twice_in_the_header_is_refused(tmp_path):
+    """user_col='u' with two 'u' columns took the first, silently."""
+    p = tmp_path / "r.csv"
+    p.write_text("u,u,r\n1,2,5\n")
+    with pytest.raises(ValueError, match=r"^user_col='u' names 2 columns of the header \(0, 1\); give the column by its "
+                       "0-based index$"):
+        load_csv(p, user_col="u", item_col=1)
+    assert load_csv(p, user_col=1, item_col=0).user_ids.tolist() == [2]

@@ -727,6 +727,10 @@ def _col_index(ref: int | str | None, header: list[str] | None, what: str) -> in
         raise ValueError(f"{what}={ref!r} names a column but header=False")
     if ref not in header:
         raise ValueError(f"{what}={ref!r} is not in the header {header}")
+    if header.count(ref) > 1:  # the first was taken, silently
+        cols = [j for j, h in enumerate(header) if h == ref]
+        raise ValueError(f"{what}={ref!r} names {len(cols)} columns of the header ({', '.join(map(str, cols))}); "
+                         "give the column by its 0-based index")
     return header.index(ref)
 
 
@@ -906,13 +910,16 @@ def load_csv(
     ri = _col_index(rating_col, names, "rating_col")
     ti = _col_index(time_col, names, "time_col")
     ncols = len(names) if names is not None else None
+    fl, _ = split_first_line(body)
     if ncols is None:
-        fl, _ = split_first_line(body)
         ncols = len(fl.split(sep.encode()))
     used: dict[int, str] = {}
     for what, j in (("user_col", ui), ("item_col", ii), ("rating_col", ri), ("time_col", ti)):
         if j is not None and not (0 <= j < ncols):
-            raise ValueError(f"{what}={j} is out of range for {ncols} columns")
+            shown = (h if header else fl).decode("utf-8", "replace")
+            hint = "; is the separator right?" if ncols == 1 else ""
+            raise ValueError(f"{what}={j} is out of range for {ncols} columns: {f}, line {first - 1 if header else first} "
+                             f"has {ncols} field(s) separated by {sep!r} ({shown[:120]!r}){hint}")
         if j is not None and j in used:  # user_col=item_col read each user as rating the item of its own id
             raise ValueError(f"{used[j]} and {what} name the same column ({j}); each must be a different column")
         if j is not None:
