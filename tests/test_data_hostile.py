@@ -271,3 +271,34 @@ def test_csv_a_column_name_found_twice_in_the_header_is_refused(tmp_path):
                        "0-based index$"):
         load_csv(p, user_col="u", item_col=1)
     assert load_csv(p, user_col=1, item_col=0).user_ids.tolist() == [2]
+
+
+@pytest.mark.parametrize(
+    "t, epoch",
+    [
+        ("2012-04-03T18:07:30Z", 1333476450),
+        ("2012-04-03T18:07:30", 1333476450),
+        ("2012-04-03T18:07:30+02:00", 1333476450 - 7200),
+        ("2012-04-03 18:07:30-0130", 1333476450 + 5400),
+        ("2012-04-03T18:07+14", 1333476420 - 14 * 3600),
+        ("2012-04-03T18-12:00", 1333476000 + 12 * 3600),
+    ],
+)
+def test_csv_iso_time_offsets_apply_without_a_warning(tmp_path, t, epoch, recwarn):
+    """An ISO time with an offset loaded right but numpy warned 'no explicit representation of
+    timezones available for np.datetime64' (a UserWarning in the user's output)."""
+    p = tmp_path / "r.csv"
+    p.write_text(f"u,i,r,t\n1,2,5,{t}\n")
+    assert load_csv(p, time_col="t").timestamps.tolist() == [epoch]
+    assert [str(w.message) for w in recwarn] == []
+
+
+@pytest.mark.parametrize("off", ["+20:00", "-13:00", "+02:75", "+1460"])
+def test_csv_iso_time_with_an_impossible_offset_is_refused(tmp_path, off):
+    p = tmp_path / "r.csv"
+    p.write_text(f"u,i,r,t\n1,2,5,2012-04-03T18:07:30\n1,3,5,2012-04-03T18:07:30{off}\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_csv(p, time_col="t")
+    assert (ei.value.path, ei.value.line) == (str(p), 3)
+    assert ei.value.reason == (f"time '2012-04-03T18:07:30{off}': UTC offset {off} is not a real offset "
+                               "(-12:00 to +14:00, minutes below 60)")

@@ -739,7 +739,7 @@ _PLAIN_INT_RE = re.compile(r"[+-]?\d+")
 # the ISO 8601 forms load_csv reads; numpy's datetime64 alone would also take 'now' and 'today'
 # (the wall clock), signed or 5-digit years and a 'Z' anywhere
 _ISO_TIME_RE = re.compile(
-    r"\d{4}-\d{2}(?:-\d{2}(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?P<frac>\.\d+)?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)?"
+    r"\d{4}-\d{2}(?:-\d{2}(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?P<frac>\.\d+)?)?)?(?P<off>Z|[+-]\d{2}(?::?\d{2})?)?)?)?"
 )
 
 
@@ -809,13 +809,22 @@ def _parse_times(path, col: list[str], first_line: int) -> np.ndarray:
             # datetime64[s] would drop the fraction; epoch seconds refuse one, so ISO times do too
             if m["frac"] and m["frac"].strip(".0"):
                 raise DataFormatError(path, first_line + k, f"time {s!r}: fractional seconds (round them first)")
+            # the offset is applied here: numpy's own parsing of one warns (UserWarning "no explicit
+            # representation of timezones") once per call site, and takes offsets up to +-23:59
+            off, east = m["off"], 0
+            if off and off != "Z":
+                hh, mm = int(off[1:3]), int(off[3:].lstrip(":") or 0)
+                east = (hh * 60 + mm) * (1 if off[0] == "+" else -1)
+                if mm > 59 or not -12 * 60 <= east <= 14 * 60:
+                    raise DataFormatError(path, first_line + k, f"time {s!r}: UTC offset {off} is not a real offset "
+                                          "(-12:00 to +14:00, minutes below 60)")
             try:
-                t = np.datetime64(s.removesuffix("Z").replace(" ", "T"), "s")
+                t = np.datetime64((s[: m.start("off")] if off else s).replace(" ", "T"), "s")
             except ValueError:  # a month 13, an hour 24, a February 30
                 pass
         if np.isnat(t):
             raise DataFormatError(path, first_line + k, f"time {s!r} is neither epoch seconds nor ISO 8601")
-        out[k] = t.astype(np.int64)
+        out[k] = t.astype(np.int64) - east * 60
     return out
 
 
@@ -874,7 +883,7 @@ def load_csv(
     **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times:
     ``YYYY-MM``, ``YYYY-MM-DD``, or ``YYYY-MM-DD`` then ``T`` or a space and ``hh``, ``hh:mm``
     or ``hh:mm:ss``, optionally followed by ``Z`` or an offset ``+hh``, ``+hhmm``, ``+hh:mm``
-    (or ``-``); a time without either is UTC.  Both forms must be whole seconds (``.0`` is
+    (or ``-``; a real one, -12:00 to +14:00); a time without either is UTC.  Both forms must be whole seconds (``.0`` is
     fine, ``.9`` is an error naming the line).  Anything else, including words such as ``now``
     or ``today``, is an error naming the file and line, as is a time before 1970 (negative).
 
