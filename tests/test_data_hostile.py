@@ -302,3 +302,26 @@ def test_csv_iso_time_with_an_impossible_offset_is_refused(tmp_path, off):
     assert (ei.value.path, ei.value.line) == (str(p), 3)
     assert ei.value.reason == (f"time '2012-04-03T18:07:30{off}': UTC offset {off} is not a real offset "
                                "(-12:00 to +14:00, minutes below 60)")
+
+
+@pytest.mark.parametrize("enc, bom", [("utf-16-le", "FF FE"), ("utf-16-be", "FE FF"), ("utf-32-le", "FF FE 00 00"),
+                                      ("utf-32-be", "00 00 FE FF")])
+@pytest.mark.parametrize(
+    "rel, text, load",
+    [
+        ("csv/r.csv", "u,i,r\n1,2,5\n", load_csv),
+        ("ml-100k/u.data", ML100K.decode(), lambda p: load_movielens(p.parent)),
+        ("fsq/Rome.tsv", FSQ.decode(), lambda p: load_foursquare(p, None)),
+    ],
+)
+def test_utf16_and_utf32_files_are_refused_naming_the_encoding(tmp_path, rel, text, load, enc, bom):
+    """A spreadsheet's 'Unicode text' (UTF-16 with a byte order mark) failed with 'byte b'\\xff' is
+    not valid utf-8; pass encoding='latin-1'' (NUL bytes in every field then) or a field count."""
+    p = tmp_path / rel
+    p.parent.mkdir(parents=True)
+    p.write_bytes(bytes.fromhex(bom.replace(" ", "")) + text.encode(enc))
+    with pytest.raises(DataFormatError) as ei:
+        load(p)
+    assert (ei.value.path, ei.value.line) == (str(p), None)
+    assert ei.value.reason == (f"the file is {enc[:6].upper()} text (byte order mark {bom}), not UTF-8 or another "
+                               "ASCII-compatible encoding: save it as UTF-8")

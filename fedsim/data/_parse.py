@@ -49,9 +49,22 @@ _COMPRESSED = (
 _BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 
 
-def refuse_compressed(path: Path, head: bytes) -> None:
+# UTF-32 first: its little-endian mark starts with UTF-16's
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+              (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def refuse_non_text(path: Path, head: bytes) -> None:
     """Raise :class:`DataFormatError` naming ``path`` when ``head`` (the file's first bytes) is
-    the start of a gzip, zip, bzip2, xz or zstd file: the loaders read plain text only."""
+    the start of a gzip, zip, bzip2, xz or zstd file, or the byte order mark of UTF-16 or UTF-32
+    text (a spreadsheet's "Unicode text"): the loaders read plain text in an ASCII-compatible
+    encoding only."""
+    for bom, enc in _WIDE_BOMS:
+        if head.startswith(bom):
+            # it failed with "byte b'\xff' ... is not valid utf-8; pass encoding='latin-1'", which
+            # gives NUL bytes in every field
+            raise DataFormatError(path, None, f"the file is {enc} text (byte order mark {bom.hex(' ').upper()}), "
+                                  "not UTF-8 or another ASCII-compatible encoding: save it as UTF-8")
     for magic, what, how in _COMPRESSED:
         if head.startswith(magic):
             raise DataFormatError(path, None, f"the file is {what}, not a text file: {how}")
@@ -61,14 +74,14 @@ def refuse_compressed(path: Path, head: bytes) -> None:
 
 def read_bytes(path: Path) -> bytes:
     """The bytes of ``path``; a compressed file is a :class:`DataFormatError` (see
-    :func:`refuse_compressed`)."""
+    :func:`refuse_non_text`)."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"expected a file, got a folder: {path}") from None
-    refuse_compressed(path, data[:16])
+    refuse_non_text(path, data[:16])
     return data
 
 

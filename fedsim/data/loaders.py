@@ -27,7 +27,7 @@ from ._parse import (
     first_bad_row,
     parse_numeric,
     read_bytes,
-    refuse_compressed,
+    refuse_non_text,
     require_rows,
     split_first_line,
     strip_bom,
@@ -144,7 +144,7 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
         return p, "csv", _guess_variant(p, "csv")
     with open(p, "rb") as fh:
         head = fh.readline()
-    refuse_compressed(p, head[:16])
+    refuse_non_text(p, head[:16])
     if b"::" in head:
         return p, "dat", _guess_variant(p, "dat")
     if b"\t" in head:
