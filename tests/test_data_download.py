@@ -305,3 +305,55 @@ def test_cli_errors_are_one_line_naming_the_option_with_status_2(args, expected,
     monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "afile"))
     assert main(["list"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"error: $FEDSIM_DATA {tmp_path / 'afile'} is a file, not a folder"]
+
+
+@pytest.fixture
+def cut_off_server(tmp_path):
+    """An HTTP server that announces Content-Length: 5000 and closes after 100 bytes."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "5000")
+            self.end_headers()
+            self.wfile.write(b"PK\x03\x04" + b"x" * 96)
+            self.wfile.flush()
+            self.close_connection = True
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/ml-100k.zip"
+    finally:
+        server.shutdown()
+        server.server_close()
+        t.join(5)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_cut_off_download_says_so_and_leaves_nothing(tmp_path, cut_off_server, verify):
+    """http.client hands a connection closed early back as a short body: the download was
+    reported as a checksum mismatch (or, with --insecure, as 'not a valid zip archive')."""
+    cache = tmp_path / "cache"
+    with pytest.raises(ConnectionError) as ei:
+        download.get("ml-100k", cache_dir=cache, url=cut_off_server, verify=verify)
+    assert str(ei.value) == (f"download of ml-100k from {cut_off_server} was cut off: 100 of 5,000 bytes received; "
+                             "nothing was installed (run the command again)")
+    assert cache_files(cache) == [] and not download.is_installed("ml-100k", cache)
+
+
+def test_sha256_with_blanks_is_stripped_and_a_bad_one_refused_before_copying(tmp_path, fixture_zip, capsys):
+    """`--sha256 ' <hash>'` passed the CLI's check, then never matched: 'checksum mismatch ...
+    expected sha256  <hash>' after the copy."""
+    _, sha, zpath, _ = fixture_zip
+    cache = tmp_path / "cache"
+    assert main(["get", "ml-100k", "--from", str(zpath), "--cache-dir", str(cache), "--sha256", f" {sha.upper()}\n",
+                 "--quiet"]) == 0
+    assert download.is_installed("ml-100k", cache)
+    with pytest.raises(ValueError, match=r"^sha256 must be 64 hexadecimal digits, got 'abc'$"):
+        download.get("ml-100k", from_file=zpath, cache_dir=tmp_path / "c2", sha256="abc")
+    assert cache_files(tmp_path / "c2") == []

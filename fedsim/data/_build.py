@@ -84,7 +84,16 @@ def build_ratings(
         item_ids = np.arange(1, n_items + 1, dtype=np.int64)
     n_users, n_items = len(user_ids), len(item_ids)
 
-    values = np.asarray(values, dtype=np.float32)
+    raw_values = np.asarray(values)
+    with np.errstate(over="ignore"):
+        values = raw_values.astype(np.float32)
+    # the loaders pass finite values; one beyond float32's range became inf here, silently
+    # (load_csv(scale=None) with a rating 1e40), and the constructor's finiteness check is skipped
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        row = int(bad[0])
+        raise DataFormatError(*_locate(source, line_of, row),
+                              f"rating {float(raw_values[row]):g} is beyond the float32 range (|rating| <= 3.4e38)")
     ts = None if timestamps is None else np.asarray(timestamps, dtype=np.int64)
 
     keep, dup_report = _apply_duplicates(users, items, values, ts, n_items, duplicates, source, line_of,

@@ -36,13 +36,53 @@ def _is_int(kind: str) -> bool:
     return kind.startswith("int")
 
 
+# the magic numbers of compressed files: read as text they failed with a misleading message
+# (gzip: "byte b'\x8b' ... is not valid utf-8; pass encoding='latin-1'", or a wrong field count
+# showing binary garbage on line 1)
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip-compressed", "decompress it first (gunzip)"),
+    (b"PK\x03\x04", "a zip archive", "unpack it first, or install a MovieLens zip with "
+     "`fedsim data get NAME --from ZIP`"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "decompress it first (unxz)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it first (unzstd)"),
+)
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
+
+
+# UTF-32 first: its little-endian mark starts with UTF-16's
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+              (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def refuse_non_text(path: Path, head: bytes) -> None:
+    """Raise :class:`DataFormatError` naming ``path`` when ``head`` (the file's first bytes) is
+    the start of a gzip, zip, bzip2, xz or zstd file, or the byte order mark of UTF-16 or UTF-32
+    text (a spreadsheet's "Unicode text"): the loaders read plain text in an ASCII-compatible
+    encoding only."""
+    for bom, enc in _WIDE_BOMS:
+        if head.startswith(bom):
+            # it failed with "byte b'\xff' ... is not valid utf-8; pass encoding='latin-1'", which
+            # gives NUL bytes in every field
+            raise DataFormatError(path, None, f"the file is {enc} text (byte order mark {bom.hex(' ').upper()}), "
+                                  "not UTF-8 or another ASCII-compatible encoding: save it as UTF-8")
+    for magic, what, how in _COMPRESSED:
+        if head.startswith(magic):
+            raise DataFormatError(path, None, f"the file is {what}, not a text file: {how}")
+    if _BZIP2.match(head):
+        raise DataFormatError(path, None, "the file is bzip2-compressed, not a text file: decompress it first (bunzip2)")
+
+
 def read_bytes(path: Path) -> bytes:
+    """The bytes of ``path``; a compressed file is a :class:`DataFormatError` (see
+    :func:`refuse_non_text`)."""
     try:
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise IsADirectoryError(f"expected a file, got a folder: {path}") from None
+    refuse_non_text(path, data[:16])
+    return data
 
 
 def decode_text(data: bytes, encoding: str | None = None) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -246,10 +247,18 @@ def get(
     ``verify`` is true and an existing install records another sha256 (or none: an unreadable
     marker), in both cases leaving the cache as it was; ``FileExistsError`` when the folder
     exists without a marker; ``ValueError`` for an unknown name, for ``verify`` without a
-    checksum to compare with, and for an archive that is not a safe zip; ``FileNotFoundError``
-    for a missing ``from_file`` and ``OSError`` (``urllib.error.URLError``) for a failed download.
+    checksum to compare with, for a ``sha256`` that is not 64 hexadecimal digits (surrounding
+    blanks are ignored), and for an archive that is not a safe zip; ``FileNotFoundError``
+    for a missing ``from_file`` and ``OSError`` (``urllib.error.URLError``) for a failed download
+    (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``).
     """
     spec = _spec(name)
+    if sha256 is not None:
+        # ' <hash>' (or a stray newline) passed the CLI's check but never matched a digest: a
+        # "checksum mismatch" after the whole download
+        if not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha256.strip()):
+            raise ValueError(f"sha256 must be 64 hexadecimal digits, got {sha256!r}")
+        sha256 = sha256.strip()
     root = default_cache_dir(cache_dir)
     dest = root / name
     expected = (sha256 or spec.sha256 or "").lower() or None
@@ -283,7 +292,15 @@ def get(
                 req = urllib.request.Request(source, headers={"User-Agent": "fedsim-data/1"})
                 with urllib.request.urlopen(req, timeout=timeout) as resp:
                     total = resp.headers.get("Content-Length")
-                    digest, size = _copy_hashing(resp, out, progress, int(total) if total else None)
+                    total = int(total) if total and total.strip().isdigit() else None
+                    digest, size = _copy_hashing(resp, out, progress, total)
+                # http.client returns a connection closed early as a short body, without an error:
+                # it was reported as a checksum mismatch (or, unverified, as "not a valid zip")
+                if total is not None and size != total:
+                    raise ConnectionError(
+                        f"download of {name} from {source} was cut off: {size:,} of {total:,} bytes received; "
+                        "nothing was installed (run the command again)"
+                    )
         if verify and digest != expected:
             raise ChecksumError(
                 f"checksum mismatch for {name} from {source}: expected sha256 {expected}, got {digest} "

@@ -236,7 +236,8 @@ def load_foursquare(
     weekday must match the date); ``type`` is the venue category.  Columns are found by header
     name, so other orders work; without a header the Yang et al. TIST2015 order
     ``user, venue, utc_time, timezone_offset`` is assumed (no categories then).  User ids made
-    of digits only become integers, other ids stay strings.  A BOM, CRLF and blank lines at the
+    of digits only become integers, other ids stay strings; one number written two ways
+    (``007`` and ``7``) is an error naming both lines.  A BOM, CRLF and blank lines at the
     end are accepted; an empty file, a header without rows, a blank line inside, a wrong field
     count, an impossible time, a UTC offset with minutes above 59 or outside the real range
     -1200 to +1400, and bytes that are not valid ``encoding`` raise
@@ -335,6 +336,7 @@ def load_foursquare(
         times.append(t)
         if "category" in col:
             types.append(parts[col["category"]].strip())
+    _refuse_two_spellings(f, users, start + 1)
     if all(_ID_INT_RE.fullmatch(s) for s in users):
         uarr = np.array([int(s) for s in users], dtype=np.int64)
     else:
@@ -390,6 +392,25 @@ def load_foursquare(
             log.warning("%s: %d venues (%d check-ins) of %d type(s) have no category", f,
                         cat_info["unmapped"]["venues"], cat_info["unmapped"]["checkins"], cat_info["unmapped"]["n_types"])
     return Ratings._trusted(r.users, r.items, r.values, r.timestamps, like=r, info=out_info)
+
+
+def _refuse_two_spellings(path: Path, users: list[str], first_line: int) -> None:
+    """User ids ``007`` and ``7`` are one user when every id is a number (they become integers)
+    and two when some id is not (they stay text): which one depended on the other rows, silently.
+    A digit-only id with a leading zero beside another spelling of its integer is an error."""
+    zeros = {s for s in set(users) if len(s) > 1 and s[0] == "0" and s.isascii() and s.isdigit()}
+    if not zeros:
+        return
+    spelled: dict[int, tuple[str, int]] = {}
+    for k, s in enumerate(users):
+        if s.isascii() and s.isdigit():
+            prev, prev_k = spelled.setdefault(int(s), (s, k))
+            if prev != s:
+                raise DataFormatError(
+                    path, first_line + k,
+                    f"user id {s!r} and {prev!r} (line {first_line + prev_k}) are the same number written two ways; "
+                    "write user ids without leading zeros",
+                )
 
 
 def _label_types(types: list[str], categories: str | Mapping[str, str]):

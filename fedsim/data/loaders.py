@@ -27,6 +27,7 @@ from ._parse import (
     first_bad_row,
     parse_numeric,
     read_bytes,
+    refuse_non_text,
     require_rows,
     split_first_line,
     strip_bom,
@@ -55,7 +56,7 @@ NO_GENRE = "(no genres listed)"
 
 _RATING_COLS = [("user", "int32"), ("item", "int32"), ("rating", "float32"), ("timestamp", "int")]
 
-# variant -> (format, valid rating range)
+# variant -> (format, valid rating range); the step of the scale: whole stars up to 1M, half stars after
 _ML_VARIANTS = {
     "100k": ("u.data", (1.0, 5.0)),
     "1m": ("dat", (1.0, 5.0)),
@@ -66,6 +67,7 @@ _ML_VARIANTS = {
     "latest": ("csv", (0.5, 5.0)),
     "latest-small": ("csv", (0.5, 5.0)),
 }
+_ML_STEP = {"100k": 1.0, "1m": 1.0}  # others 0.5
 
 
 _INT32_MAX = (1 << 31) - 1
@@ -106,7 +108,8 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
     """Find the ratings file under ``path``: returns (ratings file, format, variant guess).
 
     Format is ``"u.data"`` (100K), ``"dat"`` (1M/10M ``::``) or ``"csv"`` (20M and later).
-    Raises FileNotFoundError when nothing MovieLens-like is there.
+    Raises FileNotFoundError when nothing MovieLens-like is there, ValueError when a parent folder
+    holds several MovieLens datasets.
     """
     p = Path(path)
     if not p.exists():
@@ -116,11 +119,19 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
         for fname, fmt in candidates:
             if (p / fname).is_file():
                 return p / fname, fmt, _guess_variant(p / fname, fmt)
-        subdirs = [d for d in sorted(p.iterdir()) if d.is_dir()]
-        for d in subdirs:
+        found = []
+        for d in (d for d in sorted(p.iterdir()) if d.is_dir()):
             for fname, fmt in candidates:
                 if (d / fname).is_file():
-                    return d / fname, fmt, _guess_variant(d / fname, fmt)
+                    found.append((d / fname, fmt))
+                    break
+        if len(found) == 1:
+            return found[0][0], found[0][1], _guess_variant(*found[0])
+        if found:  # the first in name order was loaded, silently (ml-100k of a folder also holding ml-1m)
+            raise ValueError(
+                f"{p} holds {len(found)} MovieLens datasets ({', '.join(d.parent.name for d, _ in found)}); "
+                "pass the folder of the one to load"
+            )
         raise FileNotFoundError(
             f"{p} holds no MovieLens ratings file (expected u.data, ratings.dat or ratings.csv)"
         )
@@ -133,6 +144,7 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
         return p, "csv", _guess_variant(p, "csv")
     with open(p, "rb") as fh:
         head = fh.readline()
+    refuse_non_text(p, head[:16])
     if b"::" in head:
         return p, "dat", _guess_variant(p, "dat")
     if b"\t" in head:
@@ -164,7 +176,8 @@ def load_movielens(
 ) -> Ratings:
     """Load MovieLens 100K, 1M, 10M, 20M, 25M, 32M or latest(-small).
 
-    ``path`` is the dataset folder (or a parent holding exactly that folder) or the ratings file
+    ``path`` is the dataset folder (or a parent holding exactly one such folder: several are a
+    ``ValueError`` naming them) or the ratings file
     itself (``u.data``, ``ratings.dat``, ``ratings.csv``).  ``variant`` (``"100k"``, ``"1m"``,
     ``"10m"``, ``"20m"``, ``"25m"``, ``"32m"``, ``"latest"``, ``"latest-small"``) is detected from
     the file and folder names when ``None``; given explicitly it must match the file format.
@@ -177,8 +190,8 @@ def load_movielens(
     Genres (``u.item``+``u.genre``, ``movies.dat`` or ``movies.csv`` beside the ratings) become
     ``categories`` when ``genres`` is true and the file exists.  ML-100K keeps its 19 flags
     (including ``unknown``); later versions use the sorted genre names found, without
-    ``(no genres listed)``.  Ratings outside the variant's range (1-5, or 0.5-5 from 10M on) are
-    format errors.
+    ``(no genres listed)``.  Ratings off the variant's scale (whole stars 1-5 for 100K and 1M,
+    half stars 0.5-5 from 10M on: a 3.7, or a 4.5 in 1M) are format errors.
     """
     f, fmt, guess = detect_movielens(path)
     if variant is None:
@@ -206,6 +219,13 @@ def load_movielens(
     _check_positive(f, users, first, "user id")
     _check_positive(f, items, first, "movie id")
     _check_range(f, values, lo, hi, first, "rating")
+    # a 3.7 (or 4.5 in ML-100K/1M) is no rating of the dataset's star scale: a corrupted field
+    step = _ML_STEP.get(variant, 0.5)
+    bad = first_bad_row(values / step != np.round(values / step))
+    if bad is not None:
+        scale = "whole stars 1-5" if step == 1 else "half stars 0.5-5"
+        raise DataFormatError(f, first + bad, f"rating {float(values[bad]):g} is not on MovieLens {variant}'s scale "
+                              f"({scale})")
     _check_positive(f, ts, first, "timestamp", lo=0)
 
     meta_ids = meta_cats = names = None
@@ -245,12 +265,8 @@ def _movielens_genres(folder: Path, fmt: str):
             parts = line.split("::")
             if len(parts) < 3:
                 raise DataFormatError(mfile, k, f"expected 'MovieID::Title::Genres', found {line[:120]!r}")
-            try:
-                mid = int(parts[0])
-            except ValueError:
-                raise DataFormatError(mfile, k, f"movie id {parts[0]!r} is not an integer") from None
-            rows.append((mid, parts[-1]))
-        return _genre_matrix(rows)
+            rows.append((_meta_id(mfile, k, parts[0], "movie id"), parts[-1], k))
+        return _genre_matrix(mfile, rows)
     mfile = folder / "movies.csv"
     if not mfile.is_file():
         return None
@@ -268,24 +284,54 @@ def _movielens_genres(folder: Path, fmt: str):
             continue
         if len(rec) != len(header):
             raise DataFormatError(mfile, reader.line_num, f"expected {len(header)} fields, found {len(rec)}")
-        try:
-            rows.append((int(rec[0]), rec[gi]))
-        except ValueError:
-            raise DataFormatError(mfile, reader.line_num, f"movie id {rec[0]!r} is not an integer") from None
+        rows.append((_meta_id(mfile, reader.line_num, rec[0], "movie id"), rec[gi], reader.line_num))
     if not rows:
         raise DataFormatError(mfile, 1, "the file has a header and no movies")
-    return _genre_matrix(rows)
+    return _genre_matrix(mfile, rows)
 
 
-def _genre_matrix(rows: list[tuple[int, str]]):
-    names = sorted({g for _, gs in rows for g in gs.split("|") if g and g != NO_GENRE})
+_META_ID_RE = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def _meta_id(path: Path, line: int, s: str, what: str) -> int:
+    """The integer id of a metadata line (ASCII digits, 64-bit), or DataFormatError naming the line
+    (``int()`` took '1_0' and non-ASCII digits, and an id beyond 64 bits failed later with
+    OverflowError naming no file)."""
+    if not _META_ID_RE.fullmatch(s):
+        raise DataFormatError(path, line, f"{what} {s!r} is not an integer")
+    v = int(s)
+    if not INT64_MIN <= v <= INT64_MAX:
+        raise DataFormatError(path, line, f"{what} {s.strip()!r} is out of the 64-bit integer range")
+    return v
+
+
+def _refuse_conflicting_ids(path: Path, ids: np.ndarray, lines: list[int], cats: np.ndarray, what: str) -> None:
+    """An id listed again with other genres is a DataFormatError naming that line (the first in
+    the file) and the id's first line: the first listing was used, silently.  A repeat with the
+    same genres changes nothing and is accepted."""
+    order = np.argsort(ids, kind="stable")  # within an id, rows in file order
+    sid = ids[order]
+    rep = np.flatnonzero(sid[1:] == sid[:-1]) + 1
+    if not rep.size:
+        return
+    first = order[np.searchsorted(sid, sid[rep])]  # the first row of each repeated row's id
+    conflict = [(int(order[k]), int(f)) for k, f in zip(rep, first) if not np.array_equal(cats[order[k]], cats[f])]
+    if conflict:
+        r, f = min(conflict)
+        raise DataFormatError(path, lines[r], f"{what} {int(ids[r])} is listed again with other genres "
+                              f"(first on line {lines[f]})")
+
+
+def _genre_matrix(path: Path, rows: list[tuple[int, str, int]]):
+    names = sorted({g for _, gs, _ in rows for g in gs.split("|") if g and g != NO_GENRE})
     col = {g: j for j, g in enumerate(names)}
-    ids = np.array([mid for mid, _ in rows], dtype=np.int64)
+    ids = np.array([mid for mid, _, _ in rows], dtype=np.int64)
     cats = np.zeros((len(rows), len(names)), dtype=bool)
-    for r, (_, gs) in enumerate(rows):
+    for r, (_, gs, _) in enumerate(rows):
         for g in gs.split("|"):
             if g in col:
                 cats[r, col[g]] = True
+    _refuse_conflicting_ids(path, ids, [ln for _, _, ln in rows], cats, "movie id")
     return ids, cats, names
 
 
@@ -309,22 +355,22 @@ def _read_u_genre(path: Path) -> list[str]:
 def _read_u_item(path: Path, n_genres: int):
     data = strip_bom(read_bytes(path))
     require_rows(path, data, None)
-    ids, flags = [], []
+    ids, flags, lines = [], [], []
     for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
         parts = line.split("|")
         if len(parts) != 5 + n_genres:
             raise DataFormatError(path, k, f"expected {5 + n_genres} '|'-separated fields, found {len(parts)}")
-        try:
-            ids.append(int(parts[0]))
-        except ValueError:
-            raise DataFormatError(path, k, f"movie id {parts[0]!r} is not an integer") from None
+        ids.append(_meta_id(path, k, parts[0], "movie id"))
+        lines.append(k)
         g = parts[5:]
         if any(x not in ("0", "1") for x in g):
             raise DataFormatError(path, k, "genre flags must be 0 or 1")
         flags.append([x == "1" for x in g])
-    return np.array(ids, dtype=np.int64), np.array(flags, dtype=bool).reshape(len(ids), n_genres)
+    ids_a, cats = np.array(ids, dtype=np.int64), np.array(flags, dtype=bool).reshape(len(ids), n_genres)
+    _refuse_conflicting_ids(path, ids_a, lines, cats, "movie id")
+    return ids_a, cats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -655,17 +701,17 @@ def _anime_genres(path: Path):
             continue
         if len(rec) != len(header):
             raise DataFormatError(path, reader.line_num, f"expected {len(header)} fields, found {len(rec)}")
-        try:
-            rows.append((int(rec[ai]), [g.strip() for g in rec[gi].split(",") if g.strip()]))
-        except ValueError:
-            raise DataFormatError(path, reader.line_num, f"anime id {rec[ai]!r} is not an integer") from None
-    names = sorted({g for _, gs in rows for g in gs})
+        rows.append((_meta_id(path, reader.line_num, rec[ai], "anime id"),
+                     [g.strip() for g in rec[gi].split(",") if g.strip()], reader.line_num))
+    names = sorted({g for _, gs, _ in rows for g in gs})
     cidx = {g: j for j, g in enumerate(names)}
     cats = np.zeros((len(rows), len(names)), dtype=bool)
-    for r, (_, gs) in enumerate(rows):
+    for r, (_, gs, _) in enumerate(rows):
         for g in gs:
             cats[r, cidx[g]] = True
-    return np.array([a for a, _ in rows], dtype=np.int64), cats, names
+    ids = np.array([a for a, _, _ in rows], dtype=np.int64)
+    _refuse_conflicting_ids(path, ids, [ln for _, _, ln in rows], cats, "anime id")
+    return ids, cats, names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -681,6 +727,10 @@ def _col_index(ref: int | str | None, header: list[str] | None, what: str) -> in
         raise ValueError(f"{what}={ref!r} names a column but header=False")
     if ref not in header:
         raise ValueError(f"{what}={ref!r} is not in the header {header}")
+    if header.count(ref) > 1:  # the first was taken, silently
+        cols = [j for j, h in enumerate(header) if h == ref]
+        raise ValueError(f"{what}={ref!r} names {len(cols)} columns of the header ({', '.join(map(str, cols))}); "
+                         "give the column by its 0-based index")
     return header.index(ref)
 
 
@@ -689,7 +739,7 @@ _PLAIN_INT_RE = re.compile(r"[+-]?\d+")
 # the ISO 8601 forms load_csv reads; numpy's datetime64 alone would also take 'now' and 'today'
 # (the wall clock), signed or 5-digit years and a 'Z' anywhere
 _ISO_TIME_RE = re.compile(
-    r"\d{4}-\d{2}(?:-\d{2}(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?P<frac>\.\d+)?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?)?"
+    r"\d{4}-\d{2}(?:-\d{2}(?:[T ]\d{2}(?::\d{2}(?::\d{2}(?P<frac>\.\d+)?)?)?(?P<off>Z|[+-]\d{2}(?::?\d{2})?)?)?)?"
 )
 
 
@@ -759,13 +809,22 @@ def _parse_times(path, col: list[str], first_line: int) -> np.ndarray:
             # datetime64[s] would drop the fraction; epoch seconds refuse one, so ISO times do too
             if m["frac"] and m["frac"].strip(".0"):
                 raise DataFormatError(path, first_line + k, f"time {s!r}: fractional seconds (round them first)")
+            # the offset is applied here: numpy's own parsing of one warns (UserWarning "no explicit
+            # representation of timezones") once per call site, and takes offsets up to +-23:59
+            off, east = m["off"], 0
+            if off and off != "Z":
+                hh, mm = int(off[1:3]), int(off[3:].lstrip(":") or 0)
+                east = (hh * 60 + mm) * (1 if off[0] == "+" else -1)
+                if mm > 59 or not -12 * 60 <= east <= 14 * 60:
+                    raise DataFormatError(path, first_line + k, f"time {s!r}: UTC offset {off} is not a real offset "
+                                          "(-12:00 to +14:00, minutes below 60)")
             try:
-                t = np.datetime64(s.removesuffix("Z").replace(" ", "T"), "s")
+                t = np.datetime64((s[: m.start("off")] if off else s).replace(" ", "T"), "s")
             except ValueError:  # a month 13, an hour 24, a February 30
                 pass
         if np.isnat(t):
             raise DataFormatError(path, first_line + k, f"time {s!r} is neither epoch seconds nor ISO 8601")
-        out[k] = t.astype(np.int64)
+        out[k] = t.astype(np.int64) - east * 60
     return out
 
 
@@ -799,7 +858,10 @@ def load_csv(
 ) -> Ratings:
     """Load a delimited ratings file with a column mapping.
 
-    Columns are 0-based indices or header names.  ``rating_col=None`` means implicit feedback
+    Columns are 0-based indices or header names, each column in at most one role (``user_col``
+    equal to ``item_col`` is a ``ValueError``).  ``header=True`` (default) reads line 1 as column
+    names; a line 1 of numbers only is a data row, an error naming the line (pass
+    ``header=False``).  ``rating_col=None`` means implicit feedback
     (every row a positive interaction, value 1.0).  No quoting: fields must not contain ``sep``.
     ``implicit_threshold`` binarises afterwards with :meth:`Ratings.binarize` (keep
     ``value >= threshold`` as 1.0, drop the rest, reported).
@@ -821,7 +883,7 @@ def load_csv(
     **Times.** ``time_col`` holds epoch seconds (integer-valued) or ISO 8601 date-times:
     ``YYYY-MM``, ``YYYY-MM-DD``, or ``YYYY-MM-DD`` then ``T`` or a space and ``hh``, ``hh:mm``
     or ``hh:mm:ss``, optionally followed by ``Z`` or an offset ``+hh``, ``+hhmm``, ``+hh:mm``
-    (or ``-``); a time without either is UTC.  Both forms must be whole seconds (``.0`` is
+    (or ``-``; a real one, -12:00 to +14:00); a time without either is UTC.  Both forms must be whole seconds (``.0`` is
     fine, ``.9`` is an error naming the line).  Anything else, including words such as ``now``
     or ``today``, is an error naming the file and line, as is a time before 1970 (negative).
 
@@ -840,6 +902,13 @@ def load_csv(
     if header:
         h, body = split_first_line(data)
         names = [x.strip() for x in decode_strict(f, h, encoding).split(sep)]
+        if all(_NUM_RE.fullmatch(x) for x in names):
+            # a file without a header read with the default header=True: its first rating
+            # became the column names and was lost, silently
+            raise DataFormatError(
+                f, 1, f"header=True, but line 1 holds only numbers ({sep.join(names)!r}), a data row, not column "
+                "names; pass header=False for a file without a header",
+            )
         first = 2
         body = strip_trailing_blank_lines(body)
         require_rows(f, body, 1)
@@ -850,12 +919,20 @@ def load_csv(
     ri = _col_index(rating_col, names, "rating_col")
     ti = _col_index(time_col, names, "time_col")
     ncols = len(names) if names is not None else None
+    fl, _ = split_first_line(body)
     if ncols is None:
-        fl, _ = split_first_line(body)
         ncols = len(fl.split(sep.encode()))
+    used: dict[int, str] = {}
     for what, j in (("user_col", ui), ("item_col", ii), ("rating_col", ri), ("time_col", ti)):
         if j is not None and not (0 <= j < ncols):
-            raise ValueError(f"{what}={j} is out of range for {ncols} columns")
+            shown = (h if header else fl).decode("utf-8", "replace")
+            hint = "; is the separator right?" if ncols == 1 else ""
+            raise ValueError(f"{what}={j} is out of range for {ncols} columns: {f}, line {first - 1 if header else first} "
+                             f"has {ncols} field(s) separated by {sep!r} ({shown[:120]!r}){hint}")
+        if j is not None and j in used:  # user_col=item_col read each user as rating the item of its own id
+            raise ValueError(f"{used[j]} and {what} name the same column ({j}); each must be a different column")
+        if j is not None:
+            used[j] = what
 
     cols_spec = [(names[j] if names else f"column {j}", "float") for j in range(ncols)]
     for j in (ui, ii):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import download
+from ._parse import refuse_non_text
 from .loaders import detect_movielens, load_anime, load_foursquare, load_movielens, load_netflix
 from .ratings import Ratings
 from .synthetic import PRESETS, generate
@@ -42,6 +43,8 @@ def load_path(path: str | os.PathLike, **kw: Any) -> Ratings:
             f"{p}: cannot tell the dataset format (expected MovieLens, Netflix Prize or Anime files); "
             "use a loader from fedsim.data directly"
         )
+    with open(p, "rb") as fh:
+        refuse_non_text(p, fh.read(16))  # a .gz/.zip: say so, not "cannot tell the format"
     name = p.name.lower()
     if name in ("u.data", "ratings.dat", "ratings.csv"):
         return load_movielens(p, **kw)
