@@ -12,6 +12,7 @@ Every run has a timeout, and an alarm bounds each test as a whole.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import signal
@@ -23,8 +24,8 @@ import pytest
 from conftest import receive_within, send_x_to_a_soon
 
 from fedsim.kernel import (
-    ActorError, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork, TcpNetwork,
-    TransportError,
+    ActorError, AsyncioNetwork, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork,
+    TcpNetwork, TransportError,
 )
 from fedsim.kernel.ledger import COLUMNS
 from fedsim.kernel import tcp
@@ -781,3 +782,30 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_lo
     res = net.run()
     assert res.results == {"a": 5, "b": "sent"}
     assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]
+
+
+# -- an actor whose own code ends it cancelled ------------------------------------------------------
+
+async def _cancels_itself(ctx):
+    await ctx.sleep(0.01)
+    raise asyncio.CancelledError("gave up")  # e.g. it awaited a task of its own that was cancelled
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_an_actor_that_ends_cancelled_is_an_actor_error_naming_it_on_every_transport(transport):
+    # TcpNetwork took the cancelled task for one it had closed at the run's end: the worker never
+    # counted it finished nor reported it, and the run waited for it until its timeout (for ever
+    # without one); AsyncioNetwork called it a deadlock of an actor "waiting in receive (any
+    # kind)", SimNetwork let a bare CancelledError out of run() naming nobody
+    net = {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": lambda: TcpNetwork(processes=2)}[transport]()
+    net.add_node("a", _done)
+    net.add_node("b", _cancels_itself)
+    t = time.monotonic()
+    with pytest.raises(ActorError) as info:
+        net.run() if transport == "sim" else net.run(timeout=20)
+    assert time.monotonic() - t < 10
+    err = info.value
+    assert err.node == "b" and str(err).startswith("actor 'b' (role 'client') failed: CancelledError: gave up")
+    assert isinstance(err.__cause__, asyncio.CancelledError) and str(err.__cause__) == "gave up"
+    if transport == "tcp":
+        assert_no_orphans(net)

@@ -82,7 +82,8 @@ at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
 status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
 control message) ends it the same way, with what was wrong with it: not with the exit status of
-the worker that leaves because of it. An actor that raises ends it with ``ActorError`` naming the actor (the
+the worker that leaves because of it. An actor that raises (``CancelledError`` too, when its own code
+ends it cancelled) ends it with ``ActorError`` naming the actor (the
 original exception rebuilt from its type and message, with the remote traceback as a note); a
 return value the codec cannot encode is an ``ActorError`` naming the actor too. In every
 outcome, children still alive are told to abort, killed (SIGKILL) after a bounded grace period,
@@ -119,7 +120,7 @@ from .errors import (
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over, withdraw
+from .node import Node, cancelled, hand_over, withdraw
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -626,6 +627,8 @@ def _rebuild(info: dict, where: str) -> BaseException:
         exc = MessageTooLargeError(*info["args"])
     else:
         cls = _REBUILDABLE.get(name)
+        if name == "CancelledError" and info.get("module") == asyncio.CancelledError.__module__:
+            cls = asyncio.CancelledError  # an actor that ended cancelled by its own code
         if cls is None and info.get("module") == "builtins":
             b = getattr(builtins, name, None)
             cls = b if isinstance(b, type) and issubclass(b, Exception) else None
@@ -1041,9 +1044,12 @@ class _Worker:
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
         # an actor closed at the run's end does nothing of the run: its end must not date the
         # run's last activity (that was the coordinator's stop, after two polls or more)
-        if task.cancelled():
+        if task.cancelled() and self.net.ended:
             return
-        exc = task.exception()
+        # (a task cancelled before the run's end was ended by the actor's own code: the worker
+        # cancels its actors only after end_run; taken for one it had closed, it was never counted
+        # finished nor reported, and the run waited for it until its timeout, for ever without one)
+        exc = cancelled(task) if task.cancelled() else task.exception()
         if isinstance(exc, RunEnded):
             return  # cancelled at the run's end, and its finally block tried to wait
         self.touch(self.net.now())
