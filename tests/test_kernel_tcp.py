@@ -809,3 +809,37 @@ def test_an_actor_that_ends_cancelled_is_an_actor_error_naming_it_on_every_trans
     assert isinstance(err.__cause__, asyncio.CancelledError) and str(err.__cause__) == "gave up"
     if transport == "tcp":
         assert_no_orphans(net)
+
+
+# -- the run's timeout ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", [0, -1.0, math.nan, "5", b"5"])
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_run_timeout_that_is_not_positive_seconds_is_refused_before_anything_runs(transport, timeout):
+    # AsyncioNetwork started the actors and ended the run at once with "TimeoutError: no result
+    # within timeout = nan s" (for 0, -1 and NaN alike, as if its actors had been slow, with
+    # "coroutine never awaited" warnings), and both transports met "5" with a TypeError
+    started = []
+
+    async def actor(ctx):
+        started.append(ctx.node_id)
+
+    net = AsyncioNetwork() if transport == "asyncio" else TcpNetwork(processes=2)
+    net.add_node("a", actor)
+    net.add_node("b", actor)
+    with pytest.raises(NetworkConfigError) as info:
+        net.run(timeout=timeout)
+    assert str(info.value) == f"timeout must be positive seconds or None, got {timeout!r}"
+    assert started == [] and not net.ran
+    if transport == "tcp":
+        assert net.pids == []
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_an_infinite_run_timeout_is_no_bound(transport):
+    net = AsyncioNetwork() if transport == "asyncio" else TcpNetwork(processes=2)
+    net.add_node("a", _done)
+    net.add_node("b", _done)
+    assert net.run(timeout=math.inf).results == {"a": 1, "b": 1}
+    if transport == "tcp":
+        assert_no_orphans(net)

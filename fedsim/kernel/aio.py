@@ -15,7 +15,7 @@ from typing import Any
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
-from .network import Network, RunResult, check_time_scale
+from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 
 __all__ = ["AsyncioNetwork"]
@@ -138,10 +138,12 @@ class AsyncioNetwork(Network):
         ``SimNetwork``). Raises ``ActorError`` if an actor raises (also ``CancelledError``, when its own
         code ends it cancelled: not a deadlock), ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
-        match no node's role or a node has ``offline_at``, ``asyncio.TimeoutError`` after
+        match no node's role, a node has ``offline_at`` or ``timeout`` is not positive seconds or None
+        (before anything runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds (naming the actors blocked, and on what, and those still busy). Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        timeout = check_run_timeout(timeout)
         self.check_faults()
         self.ran = True
         for node in self.nodes.values():

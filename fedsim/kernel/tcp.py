@@ -119,7 +119,7 @@ from .errors import (
     RunEnded, TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
-from .network import Network, RunResult, check_time_scale
+from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
@@ -342,8 +342,7 @@ class TcpNetwork(Network):
         if self.tap is not None:
             raise NetworkConfigError("TcpNetwork does not support a tap (its ledger rows are made in the worker "
                                      "processes): observe a SimNetwork or AsyncioNetwork run instead")
-        if timeout is not None and not timeout > 0:
-            raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
+        timeout = check_run_timeout(timeout)
         self.check_faults()
         self.ran = True
         if not self.nodes:
