@@ -843,3 +843,35 @@ def test_an_infinite_run_timeout_is_no_bound(transport):
     assert net.run(timeout=math.inf).results == {"a": 1, "b": 1}
     if transport == "tcp":
         assert_no_orphans(net)
+
+
+def _nested(depth: int):
+    doc = 1
+    for _ in range(depth):
+        doc = [doc]
+    return doc
+
+
+def test_a_document_the_decoder_refuses_ends_the_run_on_arrival_read_or_not():
+    # documented difference (tcp.py docstring, docs/network-model.md): TcpNetwork decodes on
+    # arrival; SimNetwork raises only when the receiver reads the message, and not at all here
+    async def sender(ctx):
+        await ctx.send("b", "deep", {"x": _nested(40)}, anonymous=True)
+
+    async def ignores(ctx):
+        await ctx.sleep(0.3)
+        return "ignored"
+
+    sim = SimNetwork()
+    sim.add_node("a", sender)
+    sim.add_node("b", ignores)
+    assert sim.run().results == {"a": None, "b": "ignored"}
+    net = TcpNetwork(processes=2)
+    net.add_node("a", sender)
+    net.add_node("b", ignores)
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    err = info.value
+    assert err.kind == "frame" and err.node == "a"
+    assert "received a malformed frame from node 'a'" in str(err) and "nesting deeper than 32" in str(err)
+    assert_no_orphans(net)

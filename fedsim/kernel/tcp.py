@@ -76,7 +76,11 @@ its connection (a sender the peer does not host, a receiver this process does no
 message number not above that sender's last one there: a repeated frame) closes that connection
 and ends the run with ``TransportError`` naming the sending node (or the peer process's
 nodes); documents are decoded by the codec's bounded decoder (``max_message_bytes``, depth
-limit) on arrival, and a malformed one ends the run the same way, naming its sender. A peer
+limit) on arrival, and a malformed one ends the run the same way, naming its sender. (Unlike
+SimNetwork and AsyncioNetwork, which decode a document when the receiver reads it: a document
+the sender's encoder takes and the decoder refuses, nested deeper than 32, ends a TcpNetwork run
+with this ``TransportError`` when it arrives, read or not, where the others raise the reader's
+``ActorError``/``CodecError`` only if it is read.) A peer
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
 at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
