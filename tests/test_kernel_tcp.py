@@ -875,3 +875,46 @@ def test_a_document_the_decoder_refuses_ends_the_run_on_arrival_read_or_not():
     assert err.kind == "frame" and err.node == "a"
     assert "received a malformed frame from node 'a'" in str(err) and "nesting deeper than 32" in str(err)
     assert_no_orphans(net)
+
+
+class _Trickle(TcpNetwork):
+    """Frames from ``a`` longer than 4 MiB cross in 2 MiB pieces, one every 0.1 s (a slow link)."""
+
+    def frame(self, src, dst, number, rnd, anonymous, document):
+        data = super().frame(src, dst, number, rnd, anonymous, document)
+        if src != "a" or len(data) <= 4 << 20:
+            return data
+        writer = self._worker.outs[self._proc_of[self._index[dst]]].writer
+        loop = asyncio.get_running_loop()
+        piece = 2 << 20
+        for k, at in enumerate(range(piece, len(data), piece), start=1):
+            loop.call_later(0.1 * k, writer.write, data[at:at + piece])
+        return data[:piece]
+
+
+async def _sends_big(ctx):
+    await ctx.send("b", "big", {"x": np.arange(2_000_000, dtype=np.float64)})  # a 16 MB document
+
+
+async def _receives_big(ctx):
+    msg = await ctx.receive("big")
+    return float(msg.payload["x"].sum())
+
+
+def test_a_long_frame_still_crossing_is_progress_not_a_stall():
+    # a frame was counted only once whole: one taking longer than stall_timeout to cross (here
+    # 0.8 s at 20 MB/s, stall_timeout 0.3 s) ended the run with "no progress for 0.3 s with
+    # frames outstanding" while its bytes were coming in all along
+    net = _Trickle(processes=2, stall_timeout=0.3)
+    net.add_node("a", _sends_big)
+    net.add_node("b", _receives_big)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.results == {"a": None, "b": float(np.arange(2_000_000, dtype=np.float64).sum())}
+    assert res.duration >= 0.7
+    assert_no_orphans(net)
+    # a frame that stops coming is still a stall once its last piece is stall_timeout old
+    net = _star(_HalfFrame(processes=4, stall_timeout=0.3))
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert info.value.kind == "stall" and "has received 0 of the 1 frames" in str(info.value)
+    assert_no_orphans(net)

@@ -82,7 +82,8 @@ the sender's encoder takes and the decoder refuses, nested deeper than 32, ends 
 with this ``TransportError`` when it arrives, read or not, where the others raise the reader's
 ``ActorError``/``CodecError`` only if it is read.) A peer
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
-at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
+at all for ``stall_timeout`` seconds with frames outstanding (the bytes of a long frame still
+coming in, counted per MiB, are progress), ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
 status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
 control message) ends it the same way, with what was wrong with it: not with the exit status of
@@ -138,6 +139,7 @@ _HANDSHAKE_BYTES = 4096  # bound on a peer's or a child's hello document
 # any other); what grows with the run is cut to fit it.
 CONTROL_FRAME_BYTES = 1 << 20
 _READ_LIMIT = 1 << 20  # StreamReader buffer limit
+_READ_CHUNK = 1 << 20  # a longer document is read (and its progress counted) in pieces of this size
 _REPORT_CHUNK = 2000  # the most list items per report frame (fewer when they do not fit)
 _TEXT_CAP = 1 << 16  # characters of an actor's exception message, and of its traceback, reported
 _I32 = (-(1 << 31), (1 << 31) - 1)
@@ -945,6 +947,7 @@ class _Worker:
                 src, got, expected = None, 0, _PREFIX.size
                 pre = await readexactly(_PREFIX.size)
                 rx = net.now()
+                self.bytes_in += _PREFIX.size
                 (length,) = _PREFIX.unpack(pre)
                 got, expected = _PREFIX.size, length + _PREFIX.size
                 if expected > limit or length < _REST.size:
@@ -965,6 +968,7 @@ class _Worker:
                     return
                 rest = await readexactly(_REST.size)
                 got += _REST.size
+                self.bytes_in += _REST.size
                 i, j, num, rnd, flags = _REST.unpack(rest)
                 if i >= len(ids) or proc_of[i] != q or j >= len(ids) or proc_of[j] != self.proc or flags > 1:
                     bad = (f"sender index {i}" if i >= len(ids) or proc_of[i] != q else
@@ -982,7 +986,23 @@ class _Worker:
                     writer.close()
                     return
                 last[i] = num
-                doc = await readexactly(length - _REST.size)
+                left = length - _REST.size
+                if left <= _READ_CHUNK:
+                    doc = await readexactly(left)
+                    self.bytes_in += left
+                else:
+                    # a long document in pieces, each counted as it comes: a frame on its way is
+                    # progress (counted whole on arrival, a frame taking over stall_timeout to
+                    # cross was "no progress ... with frames outstanding")
+                    parts = []
+                    while left:
+                        part = await readexactly(min(left, _READ_CHUNK))
+                        parts.append(part)
+                        left -= len(part)
+                        got += len(part)
+                        self.bytes_in += len(part)
+                    doc = b"".join(parts)
+                    del parts
                 try:
                     kind, payload = decode_message(doc, max_bytes=net.max_message_bytes, max_depth=DEFAULT_MAX_DEPTH)
                 except CodecError as exc:
@@ -991,7 +1011,6 @@ class _Worker:
                               node=src, peer=q)
                     writer.close()
                     return
-                self.bytes_in += expected
                 self._deliver(q, src, nodes[ids[j]], num, rnd, flags == 1, kind, doc, payload, expected, rx)
         except asyncio.IncompleteReadError as exc:
             if self.stopping and got == 0 and not exc.partial:
