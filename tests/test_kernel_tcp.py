@@ -12,6 +12,7 @@ Every run has a timeout, and an alarm bounds each test as a whole.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import signal
@@ -23,8 +24,8 @@ import pytest
 from conftest import receive_within, send_x_to_a_soon
 
 from fedsim.kernel import (
-    ActorError, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork, TcpNetwork,
-    TransportError,
+    ActorError, AsyncioNetwork, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork,
+    TcpNetwork, TransportError,
 )
 from fedsim.kernel.ledger import COLUMNS
 from fedsim.kernel import tcp
@@ -781,3 +782,139 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_lo
     res = net.run()
     assert res.results == {"a": 5, "b": "sent"}
     assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]
+
+
+# -- an actor whose own code ends it cancelled ------------------------------------------------------
+
+async def _cancels_itself(ctx):
+    await ctx.sleep(0.01)
+    raise asyncio.CancelledError("gave up")  # e.g. it awaited a task of its own that was cancelled
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_an_actor_that_ends_cancelled_is_an_actor_error_naming_it_on_every_transport(transport):
+    # TcpNetwork took the cancelled task for one it had closed at the run's end: the worker never
+    # counted it finished nor reported it, and the run waited for it until its timeout (for ever
+    # without one); AsyncioNetwork called it a deadlock of an actor "waiting in receive (any
+    # kind)", SimNetwork let a bare CancelledError out of run() naming nobody
+    net = {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": lambda: TcpNetwork(processes=2)}[transport]()
+    net.add_node("a", _done)
+    net.add_node("b", _cancels_itself)
+    t = time.monotonic()
+    with pytest.raises(ActorError) as info:
+        net.run() if transport == "sim" else net.run(timeout=20)
+    assert time.monotonic() - t < 10
+    err = info.value
+    assert err.node == "b" and str(err).startswith("actor 'b' (role 'client') failed: CancelledError: gave up")
+    assert isinstance(err.__cause__, asyncio.CancelledError) and str(err.__cause__) == "gave up"
+    if transport == "tcp":
+        assert_no_orphans(net)
+
+
+# -- the run's timeout ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", [0, -1.0, math.nan, "5", b"5"])
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_run_timeout_that_is_not_positive_seconds_is_refused_before_anything_runs(transport, timeout):
+    # AsyncioNetwork started the actors and ended the run at once with "TimeoutError: no result
+    # within timeout = nan s" (for 0, -1 and NaN alike, as if its actors had been slow, with
+    # "coroutine never awaited" warnings), and both transports met "5" with a TypeError
+    started = []
+
+    async def actor(ctx):
+        started.append(ctx.node_id)
+
+    net = AsyncioNetwork() if transport == "asyncio" else TcpNetwork(processes=2)
+    net.add_node("a", actor)
+    net.add_node("b", actor)
+    with pytest.raises(NetworkConfigError) as info:
+        net.run(timeout=timeout)
+    assert str(info.value) == f"timeout must be positive seconds or None, got {timeout!r}"
+    assert started == [] and not net.ran
+    if transport == "tcp":
+        assert net.pids == []
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_an_infinite_run_timeout_is_no_bound(transport):
+    net = AsyncioNetwork() if transport == "asyncio" else TcpNetwork(processes=2)
+    net.add_node("a", _done)
+    net.add_node("b", _done)
+    assert net.run(timeout=math.inf).results == {"a": 1, "b": 1}
+    if transport == "tcp":
+        assert_no_orphans(net)
+
+
+def _nested(depth: int):
+    doc = 1
+    for _ in range(depth):
+        doc = [doc]
+    return doc
+
+
+def test_a_document_the_decoder_refuses_ends_the_run_on_arrival_read_or_not():
+    # documented difference (tcp.py docstring, docs/network-model.md): TcpNetwork decodes on
+    # arrival; SimNetwork raises only when the receiver reads the message, and not at all here
+    async def sender(ctx):
+        await ctx.send("b", "deep", {"x": _nested(40)}, anonymous=True)
+
+    async def ignores(ctx):
+        await ctx.sleep(0.3)
+        return "ignored"
+
+    sim = SimNetwork()
+    sim.add_node("a", sender)
+    sim.add_node("b", ignores)
+    assert sim.run().results == {"a": None, "b": "ignored"}
+    net = TcpNetwork(processes=2)
+    net.add_node("a", sender)
+    net.add_node("b", ignores)
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    err = info.value
+    assert err.kind == "frame" and err.node == "a"
+    assert "received a malformed frame from node 'a'" in str(err) and "nesting deeper than 32" in str(err)
+    assert_no_orphans(net)
+
+
+class _Trickle(TcpNetwork):
+    """Frames from ``a`` longer than 4 MiB cross in 2 MiB pieces, one every 0.1 s (a slow link)."""
+
+    def frame(self, src, dst, number, rnd, anonymous, document):
+        data = super().frame(src, dst, number, rnd, anonymous, document)
+        if src != "a" or len(data) <= 4 << 20:
+            return data
+        writer = self._worker.outs[self._proc_of[self._index[dst]]].writer
+        loop = asyncio.get_running_loop()
+        piece = 2 << 20
+        for k, at in enumerate(range(piece, len(data), piece), start=1):
+            loop.call_later(0.1 * k, writer.write, data[at:at + piece])
+        return data[:piece]
+
+
+async def _sends_big(ctx):
+    await ctx.send("b", "big", {"x": np.arange(2_000_000, dtype=np.float64)})  # a 16 MB document
+
+
+async def _receives_big(ctx):
+    msg = await ctx.receive("big")
+    return float(msg.payload["x"].sum())
+
+
+def test_a_long_frame_still_crossing_is_progress_not_a_stall():
+    # a frame was counted only once whole: one taking longer than stall_timeout to cross (here
+    # 0.8 s at 20 MB/s, stall_timeout 0.3 s) ended the run with "no progress for 0.3 s with
+    # frames outstanding" while its bytes were coming in all along
+    net = _Trickle(processes=2, stall_timeout=0.3)
+    net.add_node("a", _sends_big)
+    net.add_node("b", _receives_big)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.results == {"a": None, "b": float(np.arange(2_000_000, dtype=np.float64).sum())}
+    assert res.duration >= 0.7
+    assert_no_orphans(net)
+    # a frame that stops coming is still a stall once its last piece is stall_timeout old
+    net = _star(_HalfFrame(processes=4, stall_timeout=0.3))
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert info.value.kind == "stall" and "has received 0 of the 1 frames" in str(info.value)
+    assert_no_orphans(net)

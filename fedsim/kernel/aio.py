@@ -15,8 +15,8 @@ from typing import Any
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, NetworkConfigError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
-from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over, withdraw
+from .network import Network, RunResult, check_run_timeout, check_time_scale
+from .node import Node, cancelled, hand_over, withdraw
 
 __all__ = ["AsyncioNetwork"]
 
@@ -113,10 +113,13 @@ class AsyncioNetwork(Network):
 
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
         self._finished += 1
-        if task.cancelled() or isinstance(task.exception(), RunEnded):
+        exc = cancelled(task) if task.cancelled() else task.exception()
+        if task.cancelled() and self.ended or isinstance(exc, RunEnded):
             pass  # cancelled at the run's end (RunEnded: its finally block tried to wait)
-        elif task.exception() is not None:
-            exc = task.exception()
+        elif exc is not None:
+            # (a task cancelled before the run's end was ended by the actor's own code: the
+            # transport cancels only after end_run; taken for one it had closed, it made a deadlock
+            # of an actor "waiting in receive (any kind)")
             if self._error is None:
                 self._error = exc if isinstance(exc, FedsimError) and not isinstance(exc, ActorError) \
                     and str(exc).startswith("actor") else ActorError(node.id, node.role, exc)
@@ -132,12 +135,15 @@ class AsyncioNetwork(Network):
         message can be in flight here: delivery is immediate). Blocked actors are cancelled and
         listed in ``unfinished`` (the run is over by then: what their ``finally`` blocks send is
         dropped, with no ledger row, as on ``SimNetwork``); with ``strict`` that is a deadlock (``DeadlockError``, as on
-        ``SimNetwork``). Raises ``ActorError`` if an actor raises, ``FedsimError`` naming the node
+        ``SimNetwork``). Raises ``ActorError`` if an actor raises (also ``CancelledError``, when its own
+        code ends it cancelled: not a deadlock), ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
-        match no node's role or a node has ``offline_at``, ``asyncio.TimeoutError`` after
+        match no node's role, a node has ``offline_at`` or ``timeout`` is not positive seconds or None
+        (before anything runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds (naming the actors blocked, and on what, and those still busy). Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        timeout = check_run_timeout(timeout)
         self.check_faults()
         self.ran = True
         for node in self.nodes.values():

@@ -95,6 +95,23 @@ def _no_wait(node: Node, *args: Any) -> None:
     raise RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after the run had ended (in a finally block?)")
 
 
+def check_run_timeout(value: Any) -> float | None:
+    """``value`` as the ``timeout`` of a real-time transport's ``run``: None (no bound) or a
+    positive number of real seconds (inf: no bound either). Raises ``NetworkConfigError`` naming
+    ``timeout`` otherwise, before anything runs: 0, a negative number or NaN would end the run at
+    once with a ``TimeoutError``, as if its actors had been too slow, and a str with a
+    ``TypeError`` naming nothing."""
+    if value is None:
+        return None
+    try:
+        t = float(value) if not isinstance(value, (str, bytes)) else math.nan
+    except (TypeError, ValueError):
+        t = math.nan
+    if not t > 0:  # also NaN
+        raise NetworkConfigError(f"timeout must be positive seconds or None, got {value!r}")
+    return t
+
+
 def check_time_scale(value: Any) -> float:
     """``value`` as the ``time_scale`` of a real-time transport (real seconds per protocol second):
     a positive finite float. Raises ``NetworkConfigError`` naming ``time_scale`` otherwise: 0

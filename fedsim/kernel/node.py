@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from .links import NodeSpec
 
-__all__ = ["Node", "hand_over", "withdraw"]
+__all__ = ["Node", "cancelled", "hand_over", "withdraw"]
 
 
 class Node:
@@ -92,3 +92,16 @@ def withdraw(node: Node, fut: Any) -> bool:
         node.waiter = None
         return True
     return False
+
+
+def cancelled(task: Any) -> BaseException:
+    """The ``CancelledError`` a cancelled asyncio task ended with (its message kept). For the
+    transports that run actors as tasks: one cancelled before the run's end (``Network.end_run``)
+    was not cancelled by the transport but by the actor's own code, and is the actor's error."""
+    from asyncio import CancelledError
+
+    try:
+        task.result()
+    except CancelledError as exc:
+        return exc
+    raise ValueError(f"{task!r} was not cancelled")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import math
+from asyncio import CancelledError
 import traceback
 from collections import deque
 from typing import Any
@@ -99,7 +100,8 @@ class _ActorProcess:
                         "primitive, on SimNetwork; use ctx.sleep/ctx.receive instead"
                     ) from err
                 raise ActorError(node.id, node.role, err) from err
-            except Exception as err:
+            except (Exception, CancelledError) as err:  # (CancelledError, raised by the actor's own
+                # code, is a BaseException: it left run() naming no actor)
                 raise ActorError(node.id, node.role, err) from err
             if target is _PARK:
                 return

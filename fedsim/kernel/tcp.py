@@ -76,13 +76,19 @@ its connection (a sender the peer does not host, a receiver this process does no
 message number not above that sender's last one there: a repeated frame) closes that connection
 and ends the run with ``TransportError`` naming the sending node (or the peer process's
 nodes); documents are decoded by the codec's bounded decoder (``max_message_bytes``, depth
-limit) on arrival, and a malformed one ends the run the same way, naming its sender. A peer
+limit) on arrival, and a malformed one ends the run the same way, naming its sender. (Unlike
+SimNetwork and AsyncioNetwork, which decode a document when the receiver reads it: a document
+the sender's encoder takes and the decoder refuses, nested deeper than 32, ends a TcpNetwork run
+with this ``TransportError`` when it arrives, read or not, where the others raise the reader's
+``ActorError``/``CodecError`` only if it is read.) A peer
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
-at all for ``stall_timeout`` seconds with frames outstanding, ends the run with
+at all for ``stall_timeout`` seconds with frames outstanding (the bytes of a long frame still
+coming in, counted per MiB, are progress), ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
 status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
 control message) ends it the same way, with what was wrong with it: not with the exit status of
-the worker that leaves because of it. An actor that raises ends it with ``ActorError`` naming the actor (the
+the worker that leaves because of it. An actor that raises (``CancelledError`` too, when its own code
+ends it cancelled) ends it with ``ActorError`` naming the actor (the
 original exception rebuilt from its type and message, with the remote traceback as a note); a
 return value the codec cannot encode is an ``ActorError`` naming the actor too. In every
 outcome, children still alive are told to abort, killed (SIGKILL) after a bounded grace period,
@@ -118,8 +124,8 @@ from .errors import (
     RunEnded, TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
-from .network import Network, RunResult, check_time_scale
-from .node import Node, hand_over, withdraw
+from .network import Network, RunResult, check_run_timeout, check_time_scale
+from .node import Node, cancelled, hand_over, withdraw
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -133,6 +139,7 @@ _HANDSHAKE_BYTES = 4096  # bound on a peer's or a child's hello document
 # any other); what grows with the run is cut to fit it.
 CONTROL_FRAME_BYTES = 1 << 20
 _READ_LIMIT = 1 << 20  # StreamReader buffer limit
+_READ_CHUNK = 1 << 20  # a longer document is read (and its progress counted) in pieces of this size
 _REPORT_CHUNK = 2000  # the most list items per report frame (fewer when they do not fit)
 _TEXT_CAP = 1 << 16  # characters of an actor's exception message, and of its traceback, reported
 _I32 = (-(1 << 31), (1 << 31) - 1)
@@ -341,8 +348,7 @@ class TcpNetwork(Network):
         if self.tap is not None:
             raise NetworkConfigError("TcpNetwork does not support a tap (its ledger rows are made in the worker "
                                      "processes): observe a SimNetwork or AsyncioNetwork run instead")
-        if timeout is not None and not timeout > 0:
-            raise NetworkConfigError(f"timeout must be positive seconds or None, got {timeout!r}")
+        timeout = check_run_timeout(timeout)
         self.check_faults()
         self.ran = True
         if not self.nodes:
@@ -626,6 +632,8 @@ def _rebuild(info: dict, where: str) -> BaseException:
         exc = MessageTooLargeError(*info["args"])
     else:
         cls = _REBUILDABLE.get(name)
+        if name == "CancelledError" and info.get("module") == asyncio.CancelledError.__module__:
+            cls = asyncio.CancelledError  # an actor that ended cancelled by its own code
         if cls is None and info.get("module") == "builtins":
             b = getattr(builtins, name, None)
             cls = b if isinstance(b, type) and issubclass(b, Exception) else None
@@ -939,6 +947,7 @@ class _Worker:
                 src, got, expected = None, 0, _PREFIX.size
                 pre = await readexactly(_PREFIX.size)
                 rx = net.now()
+                self.bytes_in += _PREFIX.size
                 (length,) = _PREFIX.unpack(pre)
                 got, expected = _PREFIX.size, length + _PREFIX.size
                 if expected > limit or length < _REST.size:
@@ -959,6 +968,7 @@ class _Worker:
                     return
                 rest = await readexactly(_REST.size)
                 got += _REST.size
+                self.bytes_in += _REST.size
                 i, j, num, rnd, flags = _REST.unpack(rest)
                 if i >= len(ids) or proc_of[i] != q or j >= len(ids) or proc_of[j] != self.proc or flags > 1:
                     bad = (f"sender index {i}" if i >= len(ids) or proc_of[i] != q else
@@ -976,7 +986,23 @@ class _Worker:
                     writer.close()
                     return
                 last[i] = num
-                doc = await readexactly(length - _REST.size)
+                left = length - _REST.size
+                if left <= _READ_CHUNK:
+                    doc = await readexactly(left)
+                    self.bytes_in += left
+                else:
+                    # a long document in pieces, each counted as it comes: a frame on its way is
+                    # progress (counted whole on arrival, a frame taking over stall_timeout to
+                    # cross was "no progress ... with frames outstanding")
+                    parts = []
+                    while left:
+                        part = await readexactly(min(left, _READ_CHUNK))
+                        parts.append(part)
+                        left -= len(part)
+                        got += len(part)
+                        self.bytes_in += len(part)
+                    doc = b"".join(parts)
+                    del parts
                 try:
                     kind, payload = decode_message(doc, max_bytes=net.max_message_bytes, max_depth=DEFAULT_MAX_DEPTH)
                 except CodecError as exc:
@@ -985,7 +1011,6 @@ class _Worker:
                               node=src, peer=q)
                     writer.close()
                     return
-                self.bytes_in += expected
                 self._deliver(q, src, nodes[ids[j]], num, rnd, flags == 1, kind, doc, payload, expected, rx)
         except asyncio.IncompleteReadError as exc:
             if self.stopping and got == 0 and not exc.partial:
@@ -1041,9 +1066,12 @@ class _Worker:
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
         # an actor closed at the run's end does nothing of the run: its end must not date the
         # run's last activity (that was the coordinator's stop, after two polls or more)
-        if task.cancelled():
+        if task.cancelled() and self.net.ended:
             return
-        exc = task.exception()
+        # (a task cancelled before the run's end was ended by the actor's own code: the worker
+        # cancels its actors only after end_run; taken for one it had closed, it was never counted
+        # finished nor reported, and the run waited for it until its timeout, for ever without one)
+        exc = cancelled(task) if task.cancelled() else task.exception()
         if isinstance(exc, RunEnded):
             return  # cancelled at the run's end, and its finally block tried to wait
         self.touch(self.net.now())
