@@ -13,11 +13,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from fedsim.experiment import Param, RunContext, UsageError, scenario_main
+from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.fedrec import make_folds
 from fedsim.studies.datasets import data_note
-from fedsim.studies.fedrecpp import hf_setting, run_pp
+from fedsim.studies.fedrecpp import denoisers, hf_setting, run_pp
 from fedsim.studies.paper_values import FEDRECPP_TABLE3_ML100K
 from fedsim.studies.parallel import count_done, default_workers, pmap
 
@@ -41,22 +41,6 @@ PARAMS = {
 }
 
 
-def eta_value(label: str, n: int) -> int:
-    """The number of denoisers ``label`` ('3', 'n/4') names among ``n`` clients; raises
-    ``UsageError`` naming ``--set etas`` for anything else ('abc', 'n/0', '-1', more than n):
-    int() and the division raised a traceback, and a negative eta ran as none."""
-    text = label.strip()
-    k = None
-    try:
-        k = int(text[2:]) if text.startswith("n/") else None
-        eta = n // k if k is not None and k > 0 else int(text)
-    except ValueError:
-        eta = -1
-    if text.startswith("n/") and (k is None or k <= 0) or not 0 <= eta <= n:
-        raise UsageError(f"--set etas: {label!r} is not a number of denoisers in [0, {n}] nor n/K with K >= 1")
-    return eta
-
-
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
     dataset = data_note(ctx, ratings)
@@ -65,11 +49,11 @@ def run(ctx: RunContext) -> None:
     tp, tl = hf_setting(ctx["rho"], dataset=dataset)
     workers = ctx["workers"] or default_workers()
     for label in ctx["etas"]:  # all of them checked before the first run starts
-        eta_value(label, n)
+        denoisers(label, n)
     draws = ctx["draws"]
     tasks, labels = [], []
     for label in ctx["etas"]:
-        eta = eta_value(label, n)
+        eta = denoisers(label, n)
         base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl)
         for k in range(draws):
             tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True, ctx.ledger_dir))
@@ -98,7 +82,7 @@ def run(ctx: RunContext) -> None:
                            "seconds_per_iteration": o.round_s})
     rows = []
     for label in ctx["etas"]:
-        eta = eta_value(label, n)
+        eta = denoisers(label, n)
         paper = dict(zip(("denoiser", "ordinary", "client"), FEDRECPP_TABLE3_ML100K.get(label, (None,) * 3)))
         for role in ("denoiser", "ordinary", "client"):
             mine = [r for r in per_draw if r["eta"] == label and r["role"] == role]

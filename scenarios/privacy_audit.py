@@ -34,6 +34,7 @@ from fedsim.protocols.fedrec import FedRecConfig, paper_lr
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import config_for_preset
 from fedsim.studies.fedrec import make_folds
+from fedsim.studies.fedrecpp import denoisers
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
 
@@ -80,13 +81,6 @@ PARAMS = {
     "seeds": Param(1, "protocol seeds per configuration (intervals pool users and seeds)", min=1),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
-
-
-def _eta(text: str, n: int) -> int:
-    t = str(text).strip()
-    if t.startswith("n/"):
-        return max(1, n // int(t[2:]))
-    return int(t)
 
 
 def _specs(*items) -> tuple:
@@ -142,7 +136,7 @@ def _fedrecpp_tasks(ctx, add, fold, data, n_users) -> None:
     Td = max(int(ctx["defence_iterations"]) or T, max(obs) + 1)
     for secure in ([False, True] if "secure_noise" in ctx["defences"] else [False]):
         for eta_text in ctx["etas"]:
-            eta = _eta(eta_text, n_users)
+            eta = denoisers(eta_text, n_users, at_least_one=True)
             for rho in ctx["pp_rhos"]:
                 cfg = FedRecPPConfig(d=ctx["d"], T=Td if secure else T, rho=float(rho), eta=eta, secure_noise=secure,
                                      secagg_neighbours=ctx["secagg_neighbours"])

@@ -52,3 +52,20 @@ def test_fedrecpp_table3_still_reads_its_eta_forms(tmp_path):
 
     rows = list(csv.DictReader(open(tmp_path / "o" / "round_time.csv")))
     assert [(r["eta"], r["eta_value"]) for r in rows] == [("0", "0"), ("1", "1"), ("n/4", "7")]
+
+
+@pytest.mark.parametrize("eta", ["abc", "n/0", "-1", "31"])
+def test_privacy_audit_refuses_an_eta_that_names_no_number_of_denoisers(eta, tmp_path):
+    # its own reader: int('abc') and n // 0 were tracebacks, -1 ran as no denoiser
+    over = {"protocols": ["fedrecpp"], "etas": ["1", eta], "workers": 1}
+    with pytest.raises(UsageError) as exc:
+        run_scenario("privacy_audit", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    assert str(exc.value) == f"--set etas: {eta!r} is not a number of denoisers in [0, 30] nor n/K with K >= 1"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_denoisers_reads_a_count_or_a_fraction_of_n():
+    from fedsim.studies.fedrecpp import denoisers
+
+    assert [denoisers(t, 30) for t in ("0", " 3 ", "n/4", "n/40", "30")] == [0, 3, 7, 0, 30]
+    assert denoisers("n/40", 30, at_least_one=True) == 1 and denoisers("0", 30, at_least_one=True) == 0

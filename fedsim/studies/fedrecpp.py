@@ -10,6 +10,7 @@ import numpy as np
 from ..kernel import NetSpec, SimNetwork, Totals, network_record
 from ..protocols import fedrecpp
 from ..protocols.fedrecpp import FedRecPPConfig
+from ..experiment import UsageError
 from .fedrec import evaluate_fold
 from .learning import initial_metrics
 
@@ -161,3 +162,18 @@ def run_search_task(task: tuple):
     return run_one(task)
 
 
+def denoisers(label: str, n: int, *, at_least_one: bool = False) -> int:
+    """The number of denoisers ``label`` ('3', 'n/4') names among ``n`` clients (with
+    ``at_least_one``, 'n/K' is at least 1); raises ``UsageError`` naming ``--set etas`` for
+    anything else ('abc', 'n/0', '-1', more than n): int() and the division raised a traceback,
+    and a negative eta ran as none."""
+    text = str(label).strip()
+    k = None
+    try:
+        k = int(text[2:]) if text.startswith("n/") else None
+        eta = n // k if k is not None and k > 0 else int(text)
+    except ValueError:
+        eta = -1
+    if text.startswith("n/") and (k is None or k <= 0) or not 0 <= eta <= n:
+        raise UsageError(f"--set etas: {label!r} is not a number of denoisers in [0, {n}] nor n/K with K >= 1")
+    return max(1, eta) if at_least_one and text.startswith("n/") else eta
