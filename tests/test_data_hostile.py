@@ -325,3 +325,19 @@ def test_utf16_and_utf32_files_are_refused_naming_the_encoding(tmp_path, rel, te
     assert (ei.value.path, ei.value.line) == (str(p), None)
     assert ei.value.reason == (f"the file is {enc[:6].upper()} text (byte order mark {bom}), not UTF-8 or another "
                                "ASCII-compatible encoding: save it as UTF-8")
+
+
+@pytest.mark.parametrize("value, reason", [("3.5", "rating 3.5 is not on MovieLens 1m's scale (whole stars 1-5)"),
+                                           ("0.5", "rating 0.5 outside [1, 5]")])
+def test_a_10m_extract_read_as_1m_by_its_size_says_how_to_name_the_variant(tmp_path, value, reason):
+    # a small ratings.dat in a folder named nothing like ml-10m is guessed 1M by its size: the
+    # refusal of its half stars did not say the variant was a guess, nor how to give it
+    p = tmp_path / "extract" / "ratings.dat"
+    p.parent.mkdir()
+    p.write_text(f"1::10::5::881250949\n2::20::{value}::881250950\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(p.parent)
+    assert (ei.value.path, ei.value.line) == (str(p), 2)
+    assert ei.value.reason == (f"{reason} (read as MovieLens 1m, guessed from the file's size: pass variant='10m' "
+                               "or '1m', or name its folder ml-10m / ml-1m)")
+    assert load_movielens(p.parent, variant="10m").values.tolist() == [5.0, float(value)]

@@ -194,6 +194,10 @@ def load_movielens(
     half stars 0.5-5 from 10M on: a 3.7, or a 4.5 in 1M) are format errors.
     """
     f, fmt, guess = detect_movielens(path)
+    # 1M and 10M share the .dat format: without a folder name saying which, the file's size
+    # decided, and a small 10M extract is read on 1M's whole-star scale
+    by_size = (variant is None and fmt == "dat"
+               and all(_variant_from_name(part) is None for part in (f.parent.name, f.parent.parent.name)))
     if variant is None:
         variant = guess
     variant = variant.lower().removeprefix("ml-")
@@ -218,14 +222,20 @@ def load_movielens(
     users, items, values, ts = cols
     _check_positive(f, users, first, "user id")
     _check_positive(f, items, first, "movie id")
-    _check_range(f, values, lo, hi, first, "rating")
-    # a 3.7 (or 4.5 in ML-100K/1M) is no rating of the dataset's star scale: a corrupted field
-    step = _ML_STEP.get(variant, 0.5)
-    bad = first_bad_row(values / step != np.round(values / step))
-    if bad is not None:
-        scale = "whole stars 1-5" if step == 1 else "half stars 0.5-5"
-        raise DataFormatError(f, first + bad, f"rating {float(values[bad]):g} is not on MovieLens {variant}'s scale "
-                              f"({scale})")
+    try:
+        _check_range(f, values, lo, hi, first, "rating")
+        # a 3.7 (or 4.5 in ML-100K/1M) is no rating of the dataset's star scale: a corrupted field
+        step = _ML_STEP.get(variant, 0.5)
+        bad = first_bad_row(values / step != np.round(values / step))
+        if bad is not None:
+            scale = "whole stars 1-5" if step == 1 else "half stars 0.5-5"
+            raise DataFormatError(f, first + bad, f"rating {float(values[bad]):g} is not on MovieLens {variant}'s "
+                                  f"scale ({scale})")
+    except DataFormatError as exc:
+        if not by_size:
+            raise
+        raise DataFormatError(f, exc.line, f"{exc.reason} (read as MovieLens {variant}, guessed from the file's "
+                              f"size: pass variant='10m' or '1m', or name its folder ml-10m / ml-1m)") from None
     _check_positive(f, ts, first, "timestamp", lo=0)
 
     meta_ids = meta_cats = names = None
