@@ -5,7 +5,9 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import threading
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -357,3 +359,28 @@ def test_sha256_with_blanks_is_stripped_and_a_bad_one_refused_before_copying(tmp
     with pytest.raises(ValueError, match=r"^sha256 must be 64 hexadecimal digits, got 'abc'$"):
         download.get("ml-100k", from_file=zpath, cache_dir=tmp_path / "c2", sha256="abc")
     assert cache_files(tmp_path / "c2") == []
+
+
+def test_an_install_removes_what_killed_installs_left_a_day_ago(tmp_path, fixture_zip):
+    # a SIGKILL mid-install left its .part archive, extraction or replaced folder in the cache for
+    # good (a dataset's size each); a running install's (younger) ones and other names' stay
+    url, sha, _, _ = fixture_zip
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old = [cache / ".ml-100k-abc123.zip.part", cache / ".ml-100k-extract-x1", cache / ".ml-100k-old-7-99"]
+    young = [cache / ".ml-100k-def456.zip.part", cache / ".ml-100k-extract-y2"]
+    others = [cache / ".ml-1m-ghi789.zip.part", cache / ".ml-100k-notes.txt", cache / "keep.txt"]
+    for p in old + young + others:
+        if "extract" in p.name or "-old-" in p.name:
+            p.mkdir()
+            (p / "u.data").write_text("x")
+        else:
+            p.write_text("x")
+    day = download.LEFTOVER_AGE
+    for p in old + others:
+        os.utime(p, (time.time() - day - 60,) * 2)
+    for p in young:
+        os.utime(p, (time.time() - day + 600,) * 2)
+    download.get("ml-100k", cache_dir=cache, url=url, sha256=sha)
+    assert [p.exists() for p in old] == [False] * 3
+    assert all(p.exists() for p in young + others)

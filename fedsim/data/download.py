@@ -170,6 +170,34 @@ def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, 
     return h.hexdigest(), n
 
 
+LEFTOVER_AGE = 24 * 3600.0  # seconds: an install that has not finished in a day was killed
+
+
+def _remove_leftovers(root: Path, name: str, now: float | None = None) -> list[Path]:
+    """Remove what installs of ``name`` killed mid-way left in ``root`` (their archive
+    ``.NAME-*.zip.part``, extraction ``.NAME-extract-*`` and replaced ``.NAME-old-*``; an install
+    removes its own unless it is killed) when older than :data:`LEFTOVER_AGE`, so that a running
+    install's are never touched. Nothing trusts them (an install is its folder's marker file), but
+    they hold a dataset's size each. Returns what was removed."""
+    now = time.time() if now is None else now
+    gone = []
+    for p in root.glob(f".{name}-*"):
+        rest = p.name[len(name) + 2:]
+        if not (p.name.endswith(".zip.part") or rest.startswith(("extract-", "old-"))):
+            continue
+        try:
+            if now - p.lstat().st_mtime < LEFTOVER_AGE:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+        except OSError:
+            continue  # another process removed it, or it cannot be: not this install's business
+        gone.append(p)
+    return gone
+
+
 def _safe_extract(zf: zipfile.ZipFile, target: Path) -> None:
     for info in zf.infolist():
         p = PurePosixPath(info.filename)
@@ -276,6 +304,7 @@ def get(
             f"{dest} exists but is not a complete fedsim install; remove it or pass force=True (--force)"
         )
     root.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(root, name)
     source = str(from_file) if from_file is not None else (url or spec.url)
     fd, part_name = tempfile.mkstemp(dir=root, prefix=f".{name}-", suffix=".zip.part")
     part = Path(part_name)
