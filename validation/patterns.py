@@ -66,8 +66,6 @@ import json
 import math
 from collections.abc import Iterable
 
-import numpy as np
-
 from fedsim.seeding import node_rng
 
 MBIT = 1e6 / 8  # bytes/s in one Mbit/s
@@ -116,8 +114,10 @@ def star_nodes(net: str, n_clients: int, het: bool = False, seed: int = DEFAULT_
         if het:
             if sigma <= 0:
                 raise ValueError(f"net {net!r} has no spread (sigma 0)")
-            f_up, f_down, _f_cpu = np.exp(node_rng(seed, "link:" + cid).normal(0.0, sigma, size=3))
-            up, down = up * float(f_up), down * float(f_down)
+            # math.exp, as fedsim's Profile.draw: NumPy's vectorised exp (AVX512F on some CPUs)
+            # differs from libm's in the last bit, and the patterns' rates must be fedsim's
+            f_up, f_down, _f_cpu = (math.exp(z) for z in node_rng(seed, "link:" + cid).normal(0.0, sigma, size=3).tolist())
+            up, down = up * f_up, down * f_down
         nodes[cid] = _node(up, down, lat)
     return nodes
 
