@@ -95,7 +95,9 @@ def run(ctx: RunContext) -> None:
         where = ("a validation split of copy 1's training part" if ctx["search_on"] == "validation"
                  else "copy 1's test part (the paper's rule)")
         ctx.table("lambda_selection", sel_rows, title=f"Lambda search on {where} (unfederated, by MAE)")
-        ctx.note("Chosen lambda: " + ", ".join(f"{m} {lams[m]:g}" for m in models) + f" (scored on {where}).")
+        paper = ("" if ctx["search_on"] != "validation" else
+                 "; the paper scored the candidates on copy 1's test part: --set search_on=first_copy")
+        ctx.note("Chosen lambda: " + ", ".join(f"{m} {lams[m]:g}" for m in models) + f" (scored on {where}{paper}).")
 
     tasks = []
     for m in models:

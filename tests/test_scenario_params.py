@@ -69,3 +69,17 @@ def test_denoisers_reads_a_count_or_a_fraction_of_n():
 
     assert [denoisers(t, 30) for t in ("0", " 3 ", "n/4", "n/40", "30")] == [0, 3, 7, 0, 30]
     assert denoisers("n/40", 30, at_least_one=True) == 1 and denoisers("0", 30, at_least_one=True) == 0
+
+
+def test_fedrec_table2_says_where_the_paper_scored_its_lambdas(tmp_path):
+    # the note named only the validation split it scored on, beside tables titled as the paper's
+    over = {"folds": 2, "iterations": 1, "models": ["PMF(B)"], "lambdas": [0.1, 0.01], "paper_order": False,
+            "reference": "none", "workers": 1}
+    run_scenario("fedrec_table2", data="tiny", out=tmp_path / "v", overrides=over, quiet=True)
+    report = (tmp_path / "v" / "report.md").read_text()
+    assert ("(scored on a validation split of copy 1's training part; the paper scored the candidates on "
+            "copy 1's test part: --set search_on=first_copy).") in report
+    run_scenario("fedrec_table2", data="tiny", out=tmp_path / "f", overrides={**over, "search_on": "first_copy"},
+                 quiet=True)
+    report = (tmp_path / "f" / "report.md").read_text()
+    assert "(scored on copy 1's test part (the paper's rule))." in report
