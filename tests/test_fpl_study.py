@@ -135,3 +135,21 @@ def test_a_diverged_fpl_run_stops_and_is_never_chosen():
     ok = run_fpl(sp, "pFPL+", 1.0, 2, d=4, lr=0.05)
     both = type(rec)("x", {"epochs": 2}, [e, {**ok.curve[1], "epoch": 2}], 0.0)
     assert best_epoch(both)["epoch"] == 2  # NaN never beats a finite figure
+
+
+def test_best_epoch_chooses_on_validation_when_the_first_epoch_was_not_evaluated():
+    # a run evaluated every 2 epochs (run_fpl's actors with eval_every=2): its first entry holds
+    # the ledger figures only; read as "no validation figures", it made the choice on test P@10
+    from fedsim.studies.fpl import RunRecord
+
+    curve = [{"epoch": 1, "cce_ledger": 5.0}, {"epoch": 2, "val_p": 0.10, "test_p": 0.50},
+             {"epoch": 3, "cce_ledger": 5.0}, {"epoch": 4, "val_p": 0.30, "test_p": 0.20}]
+    rec = RunRecord("pFPL", {"epochs": 4}, curve, 0.0)
+    assert best_epoch(rec)["epoch"] == 4
+    assert best_epoch(rec, epochs=[2, 4])["epoch"] == 4
+    assert best_epoch(rec, epochs=[2, 3])["epoch"] == 2  # epoch 3 has no figures: no candidate
+    with pytest.raises(ValueError, match="no evaluation"):
+        best_epoch(rec, epochs=[1, 3])
+    # the test protocol (no validation part anywhere) still chooses on test
+    test_only = RunRecord("pFPL", {"epochs": 4}, [{"epoch": 1}, {"epoch": 2, "test_p": 0.1}, {"epoch": 4, "test_p": 0.3}], 0.0)
+    assert best_epoch(test_only)["epoch"] == 4
