@@ -45,3 +45,14 @@ def test_table3_refuses_zero_iterations(tmp_path):
     with pytest.raises(UsageError, match="iterations: must be >= 1"):
         run_scenario(str(SCENARIOS / "fedrecpp_table3.py"), data="tiny", out=tmp_path / "t3", seed=1, quiet=True,
                      overrides={"iterations": 0, "draws": 1, "etas": ["0"], "workers": 1})
+
+
+def test_hf_setting_gives_the_papers_values_at_the_papers_rhos_only():
+    from fedsim.studies.fedrecpp import hf_setting
+
+    assert hf_setting(1) == (10, 10) and hf_setting(2) == (5, 15) and hf_setting(3.0) == (5, 15)
+    assert hf_setting(1, dataset="ML1M") == (10, 15) and hf_setting(3, dataset="NF5K5K") == (5, 15)
+    # off the paper's rhos: (10, 10), as documented; int() truncation gave rho 2's and 3's
+    assert hf_setting(2.5) == (10, 10) and hf_setting(3.7) == (10, 10) and hf_setting(0.5) == (10, 10)
+    assert hf_setting(4) == (10, 10)
+    assert hf_setting(2.5, tp=15) == (15, 10) and hf_setting(2, tl=5) == (5, 5)
