@@ -153,3 +153,17 @@ def test_best_epoch_chooses_on_validation_when_the_first_epoch_was_not_evaluated
     # the test protocol (no validation part anywhere) still chooses on test
     test_only = RunRecord("pFPL", {"epochs": 4}, [{"epoch": 1}, {"epoch": 2, "test_p": 0.1}, {"epoch": 4, "test_p": 0.3}], 0.0)
     assert best_epoch(test_only)["epoch"] == 4
+
+
+def test_the_split_fingerprint_keys_the_cut_off_of_the_figures(tmp_path):
+    # the run cache is keyed by the fingerprint: a split evaluated at N = 5 was served the
+    # figures of a stored run at N = 10 (P@10 for P@5)
+    from fedsim.studies.fpl import run_cached, run_toppop
+
+    r = generate("ml100k-like", seed=7, n_users=30, n_items=60, n_ratings=900, min_per_user=25)
+    at10, at5 = prepare(r, min_interactions=21), prepare(r, min_interactions=21, n=5)
+    assert at10.fingerprint == small_split().fingerprint and at10.fingerprint != at5.fingerprint
+    rec10, _ = run_cached(tmp_path, at10, "Top-Pop", {}, lambda n: run_toppop(at10), 0)
+    rec5, cached = run_cached(tmp_path, at5, "Top-Pop", {}, lambda n: run_toppop(at5), 0)
+    assert run_cached(tmp_path, at10, "Top-Pop", {}, lambda n: run_toppop(at10), 0)[1]  # the cache serves N = 10
+    assert not cached and rec5.curve == run_toppop(at5).curve and rec5.curve != rec10.curve
