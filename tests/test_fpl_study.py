@@ -167,3 +167,15 @@ def test_the_split_fingerprint_keys_the_cut_off_of_the_figures(tmp_path):
     rec5, cached = run_cached(tmp_path, at5, "Top-Pop", {}, lambda n: run_toppop(at5), 0)
     assert run_cached(tmp_path, at10, "Top-Pop", {}, lambda n: run_toppop(at10), 0)[1]  # the cache serves N = 10
     assert not cached and rec5.curve == run_toppop(at5).curve and rec5.curve != rec10.curve
+
+
+def test_a_cached_run_cut_short_does_not_say_it_diverged_after_its_end(tmp_path):
+    from fedsim.studies.fpl import RunRecord, run_cached
+
+    sp = small_split()
+    stored = RunRecord("pFPL", {"epochs": 6, "diverged_at": 4}, [{"epoch": e, "val_p": 0.1 * e} for e in range(1, 5)], 1.0)
+    run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: stored, 6)
+    cut, cached = run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: None, 3)
+    assert cached and cut.params == {"epochs": 3} and [c["epoch"] for c in cut.curve] == [1, 2, 3]
+    cut, cached = run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: None, 5)
+    assert cached and cut.params == {"epochs": 5, "diverged_at": 4} and len(cut.curve) == 4
