@@ -32,7 +32,7 @@ RUN_TIME = 'about 16-28 min at ML-100K scale, the default (every c and rho, 5 co
 DEFAULT_DATA = "ml100k-like"
 PARAMS = {
     "folds": Param(5, "the data is cut into this many copies", min=2),
-    "use_folds": Param(5, "how many of the copies to run (repetitions: mean +- std over them)", min=1),
+    "use_folds": Param(5, "how many of the copies to run (repetitions: mean +- std over them; one: no std)", min=1),
     "iterations": Param.of(FedRecPPConfig, "T", 100),
     "fractions": Param([0.2, 0.6, 1.0], "participating fraction c / n", kind="floats", min=0, max=1, exclusive_min=True),
     "rhos": Param([0, 1, 2, 3], "sampling parameters", kind="ints", min=0),

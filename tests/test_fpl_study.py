@@ -135,3 +135,47 @@ def test_a_diverged_fpl_run_stops_and_is_never_chosen():
     ok = run_fpl(sp, "pFPL+", 1.0, 2, d=4, lr=0.05)
     both = type(rec)("x", {"epochs": 2}, [e, {**ok.curve[1], "epoch": 2}], 0.0)
     assert best_epoch(both)["epoch"] == 2  # NaN never beats a finite figure
+
+
+def test_best_epoch_chooses_on_validation_when_the_first_epoch_was_not_evaluated():
+    # a run evaluated every 2 epochs (run_fpl's actors with eval_every=2): its first entry holds
+    # the ledger figures only; read as "no validation figures", it made the choice on test P@10
+    from fedsim.studies.fpl import RunRecord
+
+    curve = [{"epoch": 1, "cce_ledger": 5.0}, {"epoch": 2, "val_p": 0.10, "test_p": 0.50},
+             {"epoch": 3, "cce_ledger": 5.0}, {"epoch": 4, "val_p": 0.30, "test_p": 0.20}]
+    rec = RunRecord("pFPL", {"epochs": 4}, curve, 0.0)
+    assert best_epoch(rec)["epoch"] == 4
+    assert best_epoch(rec, epochs=[2, 4])["epoch"] == 4
+    assert best_epoch(rec, epochs=[2, 3])["epoch"] == 2  # epoch 3 has no figures: no candidate
+    with pytest.raises(ValueError, match="no evaluation"):
+        best_epoch(rec, epochs=[1, 3])
+    # the test protocol (no validation part anywhere) still chooses on test
+    test_only = RunRecord("pFPL", {"epochs": 4}, [{"epoch": 1}, {"epoch": 2, "test_p": 0.1}, {"epoch": 4, "test_p": 0.3}], 0.0)
+    assert best_epoch(test_only)["epoch"] == 4
+
+
+def test_the_split_fingerprint_keys_the_cut_off_of_the_figures(tmp_path):
+    # the run cache is keyed by the fingerprint: a split evaluated at N = 5 was served the
+    # figures of a stored run at N = 10 (P@10 for P@5)
+    from fedsim.studies.fpl import run_cached, run_toppop
+
+    r = generate("ml100k-like", seed=7, n_users=30, n_items=60, n_ratings=900, min_per_user=25)
+    at10, at5 = prepare(r, min_interactions=21), prepare(r, min_interactions=21, n=5)
+    assert at10.fingerprint == small_split().fingerprint and at10.fingerprint != at5.fingerprint
+    rec10, _ = run_cached(tmp_path, at10, "Top-Pop", {}, lambda n: run_toppop(at10), 0)
+    rec5, cached = run_cached(tmp_path, at5, "Top-Pop", {}, lambda n: run_toppop(at5), 0)
+    assert run_cached(tmp_path, at10, "Top-Pop", {}, lambda n: run_toppop(at10), 0)[1]  # the cache serves N = 10
+    assert not cached and rec5.curve == run_toppop(at5).curve and rec5.curve != rec10.curve
+
+
+def test_a_cached_run_cut_short_does_not_say_it_diverged_after_its_end(tmp_path):
+    from fedsim.studies.fpl import RunRecord, run_cached
+
+    sp = small_split()
+    stored = RunRecord("pFPL", {"epochs": 6, "diverged_at": 4}, [{"epoch": e, "val_p": 0.1 * e} for e in range(1, 5)], 1.0)
+    run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: stored, 6)
+    cut, cached = run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: None, 3)
+    assert cached and cut.params == {"epochs": 3} and [c["epoch"] for c in cut.curve] == [1, 2, 3]
+    cut, cached = run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: None, 5)
+    assert cached and cut.params == {"epochs": 5, "diverged_at": 4} and len(cut.curve) == 4

@@ -1,5 +1,7 @@
 """fedsim.studies.fedrec: what a study's run reports (its curve, its figures)."""
 
+import math
+
 import pytest
 
 from fedsim.data import generate
@@ -23,3 +25,19 @@ def test_federated_curve_has_one_entry_per_iteration(fold, model):
     assert [h["iteration"] for h in fed.history] == [1, 2, 3]
     assert [h["iteration"] for h in cen.history] == [1, 2, 3]
     assert fed.history[-1]["rmse"] == pytest.approx(fed.rmse, abs=1e-12)
+
+
+def test_fold_stats_population_std_and_none_for_one_fold():
+    from types import SimpleNamespace as NS
+
+    from fedsim.studies.fedrec import fold_stats
+
+    two = fold_stats([NS(fold=0, mae=0.70, rmse=0.90, diverged_at=None), NS(fold=1, mae=0.74, rmse=0.96, diverged_at=None)])
+    assert two.mae_mean == pytest.approx(0.72) and two.mae_std == pytest.approx(0.02)  # population: |a - b| / 2
+    assert two.rmse_mean == pytest.approx(0.93) and two.rmse_std == pytest.approx(0.03)
+    one = fold_stats([NS(fold=0, mae=0.70, rmse=0.90, diverged_at=None)])
+    assert one.mae_mean == pytest.approx(0.70) and one.rmse_mean == pytest.approx(0.90)
+    assert math.isnan(one.mae_std) and math.isnan(one.rmse_std)  # one fold measures no spread (it said 0.0)
+    div = fold_stats([NS(fold=0, mae=0.70, rmse=0.90, diverged_at=None),
+                      NS(fold=1, mae=float("nan"), rmse=float("nan"), diverged_at=3)])
+    assert div.diverged == [2] and math.isnan(div.mae_mean) and math.isnan(div.rmse_std)

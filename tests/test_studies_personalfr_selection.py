@@ -88,3 +88,57 @@ def test_verdicts_list_client_counts_in_numeric_order():
     verdicts(ctx, rows)
     order = [line.split("M = ")[1].split(":")[0] for line in ctx.text[0].splitlines() if "M = " in line]
     assert order == ["5", "20", "100", "all"]
+
+
+class _Ctx:
+    """What result_tables and verdicts use of a RunContext."""
+
+    def __init__(self, out):
+        self.out, self.tables, self.notes = out, {}, []
+
+    def table(self, name, rows, **kw):
+        self.tables[name] = rows
+
+    def note(self, text):
+        self.notes.append(text)
+
+
+def _joint(seed, curve):
+    hist = [{"round": r, "rmse": v} for r, v in curve]
+    vals = [v for _, v in curve]
+    finite = [v for v in vals if v == v]
+    best = min(finite) if finite else float("nan")
+    return {"task": "explicit", "method": "joint", "M": 0, "seed": seed, "n_users": 10, "validation": False,
+            "history": hist, "best": best, "final": vals[-1],
+            "best_round": next((r for r, v in curve if v == best), None), "rounds": 4, "wall_s": 1.0}
+
+
+def test_a_repeat_without_a_figure_is_not_averaged_away(tmp_path):
+    # repeat 2's last evaluation is NaN: its final figure used to be dropped and the row said
+    # final = mean of the other two, under repeats = 3
+    from fedsim.studies.personalfr.report import result_tables, verdicts
+
+    outs = [_joint(0, [(2, 0.95), (4, 0.90)]), _joint(1, [(2, 0.85), (4, 0.80)]),
+            _joint(2, [(2, 0.70), (4, float("nan"))])]
+    ctx = _Ctx(tmp_path)
+    row = result_tables(ctx, outs, title="t")[0]
+    assert row["repeats"] == 3 and row["nan_runs"] == 1
+    assert np.isnan(row["final"]) and np.isnan(row["final_std"])
+    # every repeat has a best evaluation: mean and population std of 0.90, 0.80, 0.70
+    assert row["best_on_test"] == pytest.approx(0.8) and row["best_on_test_std"] == pytest.approx(np.std([0.9, 0.8, 0.7]))
+    assert any("seed(s) 2" in n and "NaN" in n for n in ctx.notes)
+    # a NaN figure is not compared (NaN < x is False: it read "FedAvg better")
+    rows = [{"task": "explicit", "method": "fedavg", "clients": "5", "selected": float("nan")},
+            {"task": "explicit", "method": "personalfr", "clients": "5", "selected": 0.9}]
+    vctx = _Ctx(tmp_path)
+    verdicts(vctx, rows)
+    assert "not compared" in vctx.notes[0] and "better" not in vctx.notes[0]
+
+
+def test_one_repeat_has_no_standard_deviation(tmp_path):
+    from fedsim.studies.personalfr.report import result_tables
+
+    row = result_tables(_Ctx(tmp_path), [_joint(0, [(2, 0.95), (4, 0.90)])], title="t")[0]
+    assert row["best_on_test"] == pytest.approx(0.90) and row["final"] == pytest.approx(0.90)
+    assert np.isnan(row["best_on_test_std"]) and np.isnan(row["final_std"]) and np.isnan(row["selected_std"])
+    assert row["nan_runs"] == 0

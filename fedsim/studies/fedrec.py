@@ -136,7 +136,8 @@ def group_runs(outs: list, keys: list) -> dict[Any, list]:
 class FoldStats:
     """One configuration's errors over its folds. ``diverged`` lists the (1-based) folds whose run
     diverged; the means and population standard deviations are NaN when any did (a diverged
-    fold is not averaged away)."""
+    fold is not averaged away). The standard deviations are also NaN for a single run: one
+    fold shows no spread, and 0 would say it had none."""
 
     mae: np.ndarray
     rmse: np.ndarray
@@ -155,7 +156,9 @@ def fold_stats(runs: list) -> FoldStats:
     rmse = np.array([o.rmse for o in runs])
     if div:
         return FoldStats(mae, rmse, div, math.nan, math.nan, math.nan, math.nan)
-    return FoldStats(mae, rmse, div, mae.mean(), mae.std(), rmse.mean(), rmse.std())
+    if len(runs) < 2:
+        return FoldStats(mae, rmse, div, float(mae.mean()), math.nan, float(rmse.mean()), math.nan)
+    return FoldStats(mae, rmse, div, float(mae.mean()), float(mae.std()), float(rmse.mean()), float(rmse.std()))
 
 
 def comm_per_iteration(net: SimNetwork, cfg: FedRecConfig) -> dict[str, Any]:

@@ -126,7 +126,8 @@ def hf_setting(rho: float, tp: int = -1, tl: int = -1, dataset: str | None = "ML
     """The paper's (T_predict, T_local) for ``rho`` on ``dataset`` (ML100K's for another or
     unknown dataset, and (10, 10) off the paper's rhos); non-negative ``tp``/``tl`` override."""
     table = HF_SETTINGS.get(dataset or "ML100K", HF_SETTINGS_ML100K)
-    dtp, dtl = table.get(int(rho), (10, 10))
+    # int(rho) took rho = 2.5 for the paper's rho = 2 (and 3.7 for 3): only the paper's rhos are in the table
+    dtp, dtl = table.get(int(rho), (10, 10)) if float(rho) == int(rho) else (10, 10)
     return (dtp if tp < 0 else tp), (dtl if tl < 0 else tl)
 
 

@@ -25,7 +25,7 @@ def run_cached(cache_dir: str | Path | None, split: ImplicitSplit, method: str, 
     the data's fingerprint, the method and ``params`` (every parameter that changes the run
     except its length). Epoch e of a run does not depend on how many epochs follow (one network
     per epoch, seeded per epoch), so a stored run at least ``length`` long is reused, cut to
-    ``length`` evaluations. A shorter one is run again and replaced, unless ``resumable``: then
+    ``length`` evaluations (and without a ``diverged_at`` beyond ``length``). A shorter one is run again and replaced, unless ``resumable``: then
     ``fn(length, start=..., checkpoint=...)`` is called (see :func:`run_fpl`), continuing from the
     stored model (``<method>-<key>.npz``, written with the record after every epoch, so an
     interrupted run keeps its finished epochs). Returns ``(record, was_cached)`` (True only when
@@ -48,6 +48,8 @@ def run_cached(cache_dir: str | Path | None, split: ImplicitSplit, method: str, 
             keep = [c for c in rec.curve if c["epoch"] <= length]
             params = dict(rec.params)
             params[length_key] = length
+            if int(params.get("diverged_at", 0) or 0) > length:  # as a run of ``length`` epochs would say: it did not
+                del params["diverged_at"]
             return RunRecord(rec.method, params, keep, rec.wall_s, rec.info), True
         if resumable and state_path.exists() and len(rec.curve) == have:
             with np.load(state_path) as z:

@@ -109,6 +109,8 @@ class ImplicitSplit:
             h.update(name.encode())
             for a in (*ev.truth, *ev.exclude):
                 h.update(np.ascontiguousarray(a).tobytes())
+            if ev.n != 10:  # the cut-off N of every figure (10, the paper's, keeps the keys stored before)
+                h.update(f"n{ev.n}".encode())
         h.update(self.protocol.encode())
         h.update(f"eval{EVAL_VERSION}".encode())
         return h.hexdigest()[:20]

@@ -58,15 +58,18 @@ def candidate_epochs(n_epochs: int, step: int = 1) -> list[int]:
 
 def best_epoch(rec: RunRecord, on: str = "val", metric: str = "p", epochs: list[int] | None = None) -> dict:
     """The curve entry with the highest ``{on}_{metric}`` (the first one on ties) among the
-    entries whose ``epoch`` is in ``epochs`` (all when None); ``on`` falls back to "test" when
-    the run has no validation figures. Raises ``ValueError`` for an empty curve or when no entry
-    is a candidate."""
+    evaluated entries whose ``epoch`` is in ``epochs`` (all when None); ``on`` falls back to
+    "test" only when no entry of the run has validation figures (the test protocol). Entries
+    without the figure (epochs not evaluated, ``eval_every`` > 1) are not candidates. Raises
+    ``ValueError`` for an empty curve or when no entry is a candidate."""
     key = f"{on}_{metric}"
     if not rec.curve:
         raise ValueError(f"{rec.method}: empty curve")
-    if key not in rec.curve[0]:
+    # judged on the whole curve: the first entry of a run evaluated every k epochs has no figures
+    # at all, and reading it as "no validation" chose on test figures
+    if not any(key in c for c in rec.curve):
         key = f"test_{metric}"
-    pool = rec.curve if epochs is None else [c for c in rec.curve if c["epoch"] in set(epochs)]
+    pool = [c for c in rec.curve if key in c and (epochs is None or c["epoch"] in set(epochs))]
     if not pool:
         raise ValueError(f"{rec.method}: no evaluation at the candidate epochs {epochs}")
     # rounded: means of per-user figures that are equal up to the last bit of a float sum are ties,

@@ -26,10 +26,14 @@ PAPER = {
 
 
 def _mean_std(xs):
-    xs = [x for x in xs if not math.isnan(x)]
-    if not xs:
+    """Mean and population standard deviation (as the paper) over repeats. A repeat without the
+    figure (NaN: it diverged, or no evaluation arrived) makes both NaN: dropping it averaged the
+    other repeats under the row's full ``repeats`` count. One repeat: the std is NaN (no spread
+    is measured, 0 would say there was none)."""
+    a = np.asarray(list(xs), dtype=np.float64)
+    if a.size == 0 or np.isnan(a).any():
         return float("nan"), float("nan")
-    return float(np.mean(xs)), float(np.std(xs))  # population std, as the paper
+    return float(a.mean()), (float(a.std()) if a.size > 1 else float("nan"))
 
 
 def label_M(M: int, n_users: int) -> str:
@@ -54,7 +58,11 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
     ``selected``: with validation runs among ``outs`` (``select_on=validation``), each test run's
     metric at the round that was best on the validation split (one choice per task, method and
     M, applied to every repetition); without them, each run's best test evaluation (the
-    paper's rule). Validation runs appear in no other column."""
+    paper's rule). Validation runs appear in no other column.
+
+    A repeat whose figure is NaN (it diverged, or no evaluation arrived) is not averaged away:
+    the row's mean and std of that figure are NaN, ``nan_runs`` counts such repeats and a note
+    names them. With one repeat the stds are NaN."""
     groups: dict = {}
     chosen: dict = {}
     for o in outs:
@@ -65,6 +73,7 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
         groups.setdefault(key, []).append(o)
     rows = []
     order = {"joint": 0, "fedavg": 1, "personalfr": 2}
+    with_nan = []
     for (task, method, M), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0, order[kv[0][1]])):
         n_users = runs[0]["n_users"]
         mlab = "" if M is None else label_M(M, n_users)
@@ -72,19 +81,30 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
         fin, fin_sd = _mean_std([r["final"] for r in runs])
         if (task, method, M) in chosen:
             sel_round, val_metric = chosen[(task, method, M)]
-            sel, sel_sd = _mean_std([_at_round(r, sel_round) for r in runs])
+            sel_vals = [_at_round(r, sel_round) for r in runs]
+            sel, sel_sd = _mean_std(sel_vals)
             rule = "validation"
         else:
+            sel_vals = [r["best"] for r in runs]
             sel_round, val_metric, sel, sel_sd, rule = runs[0]["best_round"], float("nan"), best, best_sd, "test"
+        nan_seeds = [r["seed"] for r, v in zip(runs, sel_vals) if math.isnan(v) or math.isnan(r["best"])
+                     or math.isnan(r["final"])]
+        if nan_seeds:
+            with_nan.append(f"{task} {method}" + ("" if M is None else f" M = {mlab}")
+                            + f" (seed(s) {', '.join(map(str, nan_seeds))})")
         paper = PAPER.get((task, method, None if M is None else (mlab if mlab == "all" else int(mlab))), "")
         rows.append({"task": task, "metric": METRIC[task] if task == "explicit" else "ndcg@10",
                      "clients": mlab or "1 (central)", "method": method, "selected": sel, "selected_std": sel_sd,
                      "selected_round": sel_round, "selected_on": rule, "validation_metric": val_metric,
                      "best_on_test": best, "best_on_test_std": best_sd,
                      "final": fin, "final_std": fin_sd,
-                     "rounds": runs[0]["rounds"], "repeats": len(runs), "paper_ml1m": paper,
+                     "rounds": runs[0]["rounds"], "repeats": len(runs), "nan_runs": len(nan_seeds),
+                     "paper_ml1m": paper,
                      "wall_s": float(np.mean([r["wall_s"] for r in runs]))})
     ctx.table(name, rows, title=title)
+    if with_nan:
+        ctx.note(f"**Runs without a figure (NaN: diverged, or no evaluation arrived)**: {'; '.join(with_nan)}. "
+                 "Their rows' means are NaN (`nan_runs`), not the mean of the other repeats.")
     if chosen:
         ctx.note("`selected`: each repetition's test metric at the round that was best on a validation split "
                  "cut from the first repetition's training part (`selected_round`; the validation run's metric "
@@ -129,9 +149,14 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
             fa, pf = mine.get(("fedavg", M)), mine.get(("personalfr", M))
             if fa is None or pf is None:
                 continue
-            txt = f"{task}, M = {M}: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: " + (
-                "PersonalFR better" if better(pf, fa) else "FedAvg better")
-            if joint is not None:
+            txt = f"{task}, M = {M}: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: "
+            if math.isnan(pf) or math.isnan(fa):  # NaN compares false: "FedAvg better" whatever the runs did
+                lines.append("- " + txt + "not compared (a NaN figure: see `nan_runs`)")
+                continue
+            txt += "PersonalFR better" if better(pf, fa) else "FedAvg better"
+            if joint is not None and math.isnan(joint):
+                txt += "; Joint nan: not compared"
+            elif joint is not None:
                 ok = not better(pf, joint) and not better(fa, joint)
                 txt += f"; Joint {joint:.4f} " + ("at least as good as both" if ok else "NOT at least as good as both")
             lines.append("- " + txt)
