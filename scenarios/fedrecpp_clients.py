@@ -23,7 +23,7 @@ from fedsim.studies.datasets import data_note, paper_dataset
 from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
 from fedsim.studies.fedrecpp import hf_setting, run_pp, run_search_task
 from fedsim.studies.learning import did_not_learn, warn_not_learned
-from fedsim.studies.paper_values import FEDRECPP_TABLE2_ML100K
+from fedsim.studies.paper_values import FEDRECPP_TABLE2
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.search import SEARCH_RULES, choose_hf
 
@@ -65,7 +65,10 @@ def _c_of(frac: float, n: int) -> int:
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()
     dataset = paper_dataset(ratings)
-    data_note(ctx, ratings)
+    # the paper's Table 2 of the dataset whose shape the data has (ML100K's for any other)
+    paper_ds = dataset if dataset in FEDRECPP_TABLE2 else "ML100K"
+    paper_table = FEDRECPP_TABLE2[paper_ds]
+    data_note(ctx, ratings, paper=paper_ds)
     all_folds = make_folds(ratings, ctx["folds"], ctx.seed)
     folds = all_folds[: ctx["use_folds"]]
     n = ratings.n_users
@@ -103,7 +106,7 @@ def run(ctx: RunContext) -> None:
     for key, runs in group_runs(outs, keys).items():
         frac, name, rho = key
         s = fold_stats(runs)
-        paper = (FEDRECPP_TABLE2_ML100K.get((name, rho), (math.nan, math.nan))[1] if frac >= 1.0 else math.nan)
+        paper = (paper_table.get((name, rho), (math.nan, math.nan))[1] if frac >= 1.0 else math.nan)
         rows.append({"c_fraction": frac, "c": runs[0].cfg.c or n, "algorithm": name, "rho": rho,
                      "T_predict": runs[0].cfg.T_predict if rho else "", "T_local": runs[0].cfg.T_local if rho else "",
                      "mae_mean": s.mae_mean, "mae_std": s.mae_std, "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std,
@@ -121,9 +124,9 @@ def run(ctx: RunContext) -> None:
                              (r["algorithm"] == name or (r["rho"] == 0 and name == "FedRec++")))
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, marker="o", label=f"{name} c={frac:g}n")
         for name in ("FedRec", "FedRec++"):
-            paper = sorted((k[1], v[1]) for k, v in FEDRECPP_TABLE2_ML100K.items() if k[0] == name or k[1] == 0)
+            paper = sorted((k[1], v[1]) for k, v in paper_table.items() if k[0] == name or k[1] == 0)
             ax.plot([p[0] for p in paper], [p[1] for p in paper], ls=":", marker="x", color="black" if name ==
-                    "FedRec" else "grey", label=f"{name} c=n (paper Table 2, ML100K)")
+                    "FedRec" else "grey", label=f"{name} c=n (paper Table 2, {paper_ds})")
         ax.set_xlabel("rho")
         ax.set_ylabel("test RMSE")
         ax.set_title("FedRec vs FedRec++ by participation c")

@@ -83,3 +83,21 @@ def test_fedrec_table2_says_where_the_paper_scored_its_lambdas(tmp_path):
                  quiet=True)
     report = (tmp_path / "f" / "report.md").read_text()
     assert "(scored on copy 1's test part (the paper's rule))." in report
+
+
+def test_fedrecpp_clients_prints_the_table_2_of_the_datasets_shape(tmp_path, monkeypatch):
+    # it printed ML100K's Table 2 beside runs on data of ML1M's shape (fedrecpp_table2 picks by shape)
+    import csv
+
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.paper_values import FEDRECPP_TABLE2
+
+    mod = load_scenario("fedrecpp_clients")
+    monkeypatch.setattr(mod, "paper_dataset", lambda ratings: "ML1M")  # tiny data standing in for ML1M's shape
+    over = {"folds": 2, "iterations": 1, "rhos": [0, 1], "fractions": [1.0], "workers": 1}
+    run_scenario(mod, data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    rows = list(csv.DictReader(open(tmp_path / "o" / "clients.csv")))
+    got = {(r["algorithm"], int(r["rho"])): float(r["paper_rmse_c_n"]) for r in rows}
+    want = {k: FEDRECPP_TABLE2["ML1M"][k][1] for k in got}
+    assert got == want and want != {k: FEDRECPP_TABLE2["ML100K"][k][1] for k in got}
+    assert "The paper values printed beside ours are ML1M's" in (tmp_path / "o" / "report.md").read_text()
