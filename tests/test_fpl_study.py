@@ -179,3 +179,27 @@ def test_a_cached_run_cut_short_does_not_say_it_diverged_after_its_end(tmp_path)
     assert cached and cut.params == {"epochs": 3} and [c["epoch"] for c in cut.curve] == [1, 2, 3]
     cut, cached = run_cached(tmp_path, sp, "pFPL", {"k": 1}, lambda n: None, 5)
     assert cached and cut.params == {"epochs": 5, "diverged_at": 4} and len(cut.curve) == 4
+
+
+def test_the_ic_gini_verdict_says_a_diverged_choice_is_not_compared(monkeypatch):
+    # a chosen model that diverged (every candidate did) has a NaN Gini: the seed-paired t-test
+    # raised ValueError and stopped the whole analysis
+    from types import SimpleNamespace
+
+    from fedsim.studies.fpl import analysis
+
+    def entry(ic, gini):
+        return SimpleNamespace(entry={"test_ic": ic, "test_gini": gini})
+
+    seeds = [0, 1, 2]
+    chosen = {"sFPL": {s: entry(10.0 + s, 0.5) for s in seeds},
+              "sFPL+": {0: entry(12.0, 0.6), 1: entry(0.0, float("nan")), 2: entry(13.0, 0.7)}}
+    st = SimpleNamespace(chosen=chosen, seeds=seeds, fpl_runs=lambda: {})
+    monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
+        diff=0.0, significant=False, text=lambda: "(compared)"))
+    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    gini = rows["G@10 of sFPL+ above sFPL (more local computation)"]
+    assert gini["verdict"] == "not compared (a chosen model diverged)"
+    assert gini["evidence"].endswith("; 1 of the 6 chosen models diverged (no G@10)")
+    ic = rows["IC@10 of sFPL+ above sFPL (more local computation)"]
+    assert ic["verdict"] != "not compared (a chosen model diverged)" and "seed-paired t-test" in ic["evidence"]

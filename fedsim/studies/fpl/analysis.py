@@ -204,7 +204,13 @@ def verdicts(st: Study) -> list[dict]:
                 b = np.array([float(st.chosen[plain][s].entry[f"test_{key}"]) for s in st.seeds])
                 ev = f"{plus} {a.mean():.4g} vs {plain} {b.mean():.4g} (mean over {a.size} seed(s))"
                 ev += f"; higher in {int((a > b).sum())} of {a.size} seed(s)"
-                if a.size >= 3:
+                bad = int((~np.isfinite(a)).sum() + (~np.isfinite(b)).sum())
+                if bad:
+                    # a chosen model that diverged (every candidate did) has no list set to measure:
+                    # the t-test refused its NaN and stopped the whole analysis
+                    add(claim, "not compared (a chosen model diverged)",
+                        ev + f"; {bad} of the {2 * a.size} chosen models diverged (no {METRIC_NAMES[key]})")
+                elif a.size >= 3:
                     t = paired_t_test(a, b)
                     ev += f", seed-paired t-test p = {fmt_p(t.pvalue)}"
                     add(claim, _word(t.mean_diff, t.pvalue < ALPHA, +1), ev)
