@@ -15,7 +15,7 @@ to show what a cold cache does to the same calls.
                                             [--touch 256,1024,4096]
 
 ``--tree`` imports fedsim from another checkout (its root), so that two trees can be timed in
-alternation, in the same minutes (the older ``BatchClient.step`` took keyword arguments: both
+alternation, in the same minutes (refused without a fedsim package there; the older ``BatchClient.step`` took keyword arguments: both
 call forms are tried). Prints microseconds per client, medians over the repeats, and one JSON line.
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -38,10 +39,15 @@ def main() -> None:
     args = ap.parse_args()
     touch = [int(x) for x in args.touch.split(",") if x.strip()]
     if args.tree:
+        if not os.path.isfile(os.path.join(args.tree, "fedsim", "__init__.py")):
+            raise SystemExit(f"--tree {args.tree}: no fedsim package there; give the root of a fedsim checkout")
         sys.path.insert(0, args.tree)
     import numpy as np
 
     import fedsim
+    if args.tree and not os.path.samefile(os.path.dirname(os.path.abspath(fedsim.__file__)),
+                                          os.path.join(args.tree, "fedsim")):
+        raise SystemExit(f"--tree {args.tree}: fedsim was imported from {fedsim.__file__} instead")
     from fedsim.data import resolve
     from fedsim.math.filling import sample_unrated, virtual_ratings_hf
     from fedsim.math.pmf import BatchClient, server_apply_sgd

@@ -10,9 +10,9 @@ message's are): no encoding, no ledger, no link model, no simulated time, no eve
 waiting actor is resumed from a plain queue. It keeps only what the actors' code needs (their
 generators from (seed, node id), ``receive`` by kind, ``gather`` in node-id order, drafts that
 reopen). Whatever a kernel does, however compiled, it cannot make a run cheaper than this: what
-is left is the actors' own code and their math, as the simulation calls them. The runs are
-checked to give the same V (and O) as on ``SimNetwork``, bit for bit (so both did the same
-work), and their time is reported as a ratio to the central twin's, like
+is left is the actors' own code and their math, as the simulation calls them. Every timed run
+(and the warm-up) is checked to give the same V (and O) as the ``SimNetwork`` run beside it, bit
+for bit (so both did the same work), and their time is reported as a ratio to the central twin's, like
 ``benchmarks/fedrec_split.py`` (whole run: setup included, divided by the iterations; medians,
 runs of the three sides alternating). This is a measuring instrument, not a transport: it has
 no deadlines, no faults and no accounting.
@@ -221,11 +221,27 @@ def run_sim(data, model, T):
     return net.run().results["server"]
 
 
-def main() -> None:
+def same_bits(a, b) -> bool:
+    """Whether two results hold the same arrays bit for bit (dtype, shape and bytes: -0.0 is not
+    0.0, and a NaN equals itself), or both lack one."""
+    if (a is None) != (b is None):
+        return False
+    return a is None or (a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes())
+
+
+def check_same(model: str, T: int, null: dict, sim: dict) -> None:
+    for key in ("V", "O"):
+        if not same_bits(null[key], sim[key]):
+            raise SystemExit(f"{model}, {T} iterations: the null network's {key} differs from SimNetwork's")
+
+
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     run_options(ap)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     clock, T = CLOCK[args.clock], args.iterations
+    if T < 1 or args.repeats < 1:
+        ap.error("--iterations and --repeats must be at least 1")
     data = make_folds(resolve(args.data), 5, 0)[0].train_ratings()
     sides = {"null": run_null, "sim": run_sim,
              "central": lambda data, model, T: fedrec.central_twin(data, config(model, T), seed=0)}
@@ -234,17 +250,16 @@ def main() -> None:
     print("| model | null network | SimNetwork | central twin | null / central | SimNetwork / central |")
     print("|---|---:|---:|---:|---:|---:|")
     for model in ("PMF(B)", "PMF(S)", "SVD++(S)"):
-        a, b = run_null(data, model, 2), run_sim(data, model, 2)  # warm-up, and the same work?
-        for key in ("V", "O"):
-            if (a[key] is None) != (b[key] is None) or (a[key] is not None and not np.array_equal(a[key], b[key])):
-                raise SystemExit(f"{model}: the null network's {key} differs from SimNetwork's")
+        check_same(model, 2, run_null(data, model, 2), run_sim(data, model, 2))  # warm-up, and the same work?
         sides["central"](data, model, 1)
         times = {k: [] for k in sides}
         for _ in range(args.repeats):
+            got = {}
             for name, fn in sides.items():
                 t = clock()
-                fn(data, model, T)
+                got[name] = fn(data, model, T)
                 times[name].append((clock() - t) / T)
+            check_same(model, T, got["null"], got["sim"])  # the timed runs did the same work
         m = {k: statistics.median(v) for k, v in times.items()}
         m["null_ratio"], m["sim_ratio"] = m["null"] / m["central"], m["sim"] / m["central"]
         out[model] = m

@@ -81,6 +81,7 @@ class Bench:
         self.u, self.i, self.r, self.n, self.m = load_ml100k(args.data)
         self.parts = folds(len(self.u), 5, args.seed)
         self.lams = dict(args.lam) if args.lam else {}
+        self.models = args.models or list(MODELS)  # every part runs only these
 
     def split(self, k):
         te = self.parts[k]
@@ -124,7 +125,7 @@ def stats(rows, key):
 def part_lambda(b: Bench, out):
     print("\n## lambda on fold 1 (MAE)\n\n| model | 0.1 | 0.01 | 0.001 | chosen |\n|---|---|---|---|---|")
     res = {}
-    for model in MODELS:
+    for model in b.models:
         row = {lam: b.run(model, 0, lam=lam, T=b.args.iterations) for lam in (0.1, 0.01, 0.001)}
         ok = {lam: x["mae"] for lam, x in row.items() if "mae" in x}
         best = min(ok, key=ok.get)
@@ -143,7 +144,7 @@ def part_table2(b: Bench, out):
     print("|---|---|---|---|---|---|---|---|---|---|")
     res = {}
     t_all = time.perf_counter()
-    for model in MODELS:
+    for model in b.models:
         lam = b.lam_of(model)
         rows = {fw: [b.run(model, k, lam=lam, engine=eng) for k in range(b.args.folds)]
                 for fw, eng in (("unfederated", "central"), ("federated", "clients"))}
@@ -178,7 +179,7 @@ def _rho_part(b: Bench, strategy):
     print("|---|---|---|---|---|---|---|")
     paper = PAPER_UA_RMSE if strategy == "ua" else PAPER_HF_RMSE
     res = {}
-    models = b.args.models or list(MODELS)
+    models = b.models
     for model in models:
         lam = b.lam_of(model)
         t0 = time.perf_counter()
@@ -209,7 +210,7 @@ def part_timing(b: Bench, out):
     print("| model | rho | numba | NumPy / pure-Python fallback |\n|---|---|---|---|")
     res = {}
     have_numba = _sgd_numba.numba_available()
-    for model in MODELS:
+    for model in b.models:
         for rho in (0, 3):
             row = {}
             for be in ("numba", "python"):
@@ -236,7 +237,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--parts", nargs="+", default=["lambda", "table2"], choices=list(PARTS))
-    ap.add_argument("--models", nargs="+", choices=list(MODELS))
+    ap.add_argument("--models", nargs="+", choices=list(MODELS), help="run only these (every part; default: all)")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--d", type=int, default=20)
@@ -248,6 +249,9 @@ def main(argv=None):
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     if args.lam:
+        for mname, _ in args.lam:
+            if mname not in MODELS:  # it would be ignored: the model's lambda would be selected or 0.001
+                ap.error(f"--lam {mname!r}: not a model; models: {', '.join(MODELS)}")
         args.lam = [(mname, float(v)) for mname, v in args.lam]
     b = Bench(args)
     print(f"# FedRec math reproduction: {args.data}, seed {args.seed}, {args.dtype}, "

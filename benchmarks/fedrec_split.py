@@ -22,7 +22,8 @@ do; "per extra iteration" is (run of T iterations - run of 1 iteration) / (T - 1
 iteration once everything is set up. Medians over repeats; prints a table and one JSON line.
 ``--clock process`` measures CPU time of this process instead of wall time (steadier on a
 shared machine; the same on an idle one). ``--tree DIR`` times the fedsim of another checkout
-(its root), so that two trees can be run one after the other, in the same minutes.
+(its root), so that two trees can be run one after the other, in the same minutes (a folder
+without a fedsim package is refused, and the fedsim imported is checked to be the tree's).
 """
 
 from __future__ import annotations
@@ -33,10 +34,40 @@ import json
 import statistics
 import time
 
+import os
 import sys
 
-if __name__ == "__main__" and "--tree" in sys.argv:  # another checkout's fedsim, before anything imports it
-    sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1])
+
+def tree_argument(argv: list[str]) -> str | None:
+    """The checkout named by ``--tree DIR`` or ``--tree=DIR`` in ``argv`` (None without one).
+    Exits naming the folder when it holds no ``fedsim`` package: the installed fedsim would be
+    timed instead, silently."""
+    tree = None
+    for k, a in enumerate(argv):
+        if a == "--tree" and k + 1 < len(argv):
+            tree = argv[k + 1]
+        elif a.startswith("--tree="):
+            tree = a.split("=", 1)[1]
+    if tree is not None and not os.path.isfile(os.path.join(tree, "fedsim", "__init__.py")):
+        raise SystemExit(f"--tree {tree}: no fedsim package there ({os.path.join(tree, 'fedsim', '__init__.py')} "
+                         "is not a file); give the root of a fedsim checkout")
+    return tree
+
+
+def check_tree(tree: str | None, module_file: str) -> None:
+    """Exits unless the fedsim imported (``module_file``, a file of its package) is ``tree``'s."""
+    if tree is None:
+        return
+    package = os.path.dirname(os.path.abspath(module_file))
+    while os.path.basename(package) != "fedsim" and os.path.dirname(package) != package:
+        package = os.path.dirname(package)
+    if not os.path.samefile(package, os.path.join(tree, "fedsim")):
+        raise SystemExit(f"--tree {tree}: fedsim was imported from {package} instead")
+
+
+_TREE = tree_argument(sys.argv[1:]) if __name__ == "__main__" else None
+if _TREE is not None:  # another checkout's fedsim, before anything imports it
+    sys.path.insert(0, _TREE)
 
 from fedsim.data import resolve  # noqa: E402
 from fedsim.kernel import SimNetwork  # noqa: E402
@@ -128,6 +159,7 @@ def main() -> None:
     ap.add_argument("--tree", help="root of another fedsim checkout to time (imported instead of the installed one), "
                     "to compare two trees in alternation")
     args = ap.parse_args()
+    check_tree(args.tree, fedrec.__file__)
     T = args.iterations
     if T < 2:
         raise SystemExit("--iterations must be at least 2")

@@ -83,9 +83,12 @@ class Timers:
 CLOCKS = {"process": time.process_time, "wall": time.perf_counter}
 
 
+PROTOCOLS = {"personalfr": personalfr, "fedavg": fedavg_ae}
+
+
 def one_run(protocol: str, task, groups, cfg, clock=time.process_time) -> dict:
     timers = Timers(clock)
-    mod = personalfr if protocol == "personalfr" else fedavg_ae
+    mod = PROTOCOLS[protocol]
     timers.wrap(ae_train, "local_train", "math: local training")
     timers.wrap(personalfr, "init_encoder", "math: encoder init")
     timers.wrap(act, "extract_active", "math: server")
@@ -119,10 +122,14 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--protocols", default="personalfr,fedavg")
+    ap.add_argument("--protocols", default="personalfr,fedavg", help="comma-separated, of personalfr and fedavg")
     ap.add_argument("--clock", choices=tuple(CLOCKS), default="process",
                     help="process: CPU time of this process (default); wall: perf_counter")
     args = ap.parse_args(argv)
+    protocols = args.protocols.split(",")
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:  # anything but "personalfr" used to run FedAvg under the name given
+        ap.error(f"--protocols: unknown {', '.join(map(repr, unknown))}; known: {', '.join(PROTOCOLS)}")
     # the ml-100k folder when present, else its synthetic look-alike; other values (presets) as given
     spec = "ml100k-like" if args.data == DEFAULT_DATA and not Path(args.data).exists() else args.data
     r = resolve(spec)
@@ -135,7 +142,7 @@ def main(argv=None) -> int:
               "numpy": np.__version__, "clock": args.clock, "results": {}}
     print(f"{r.name}: {r.n_users} users x {r.n_items} items, M = {args.clients}, "
           f"{report['selected']} clients per round, {args.repeats} repeats (+1 warm-up), {args.clock} clock")
-    for protocol in args.protocols.split(","):
+    for protocol in protocols:
         runs = [one_run(protocol, task, groups, cfg, CLOCKS[args.clock]) for _ in range(args.repeats + 1)][1:]
         keys = [k for k in runs[0] if k not in ("messages", "bytes")]
         med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}

@@ -19,6 +19,10 @@ instead; ``--central``: FedRec's central twin (the same arithmetic vectorised, n
 iteration 0 includes its setup), for the federated / central ratio at this scale. Prints a table
 and, last, one JSON line.
 
+Refuses a client count outside 1..the preset's users (the child would run fewer users under the
+requested count's label) and fewer than 2 iterations (the per-client figures are of the iterations
+after the first).
+
 Targets (issue 25): at 138,493 clients at most 15 s per iteration and 8 GiB peak; time per client
 of an iteration at 138,493 clients at most 1.5 x that at 6,040 clients.
 """
@@ -194,10 +198,21 @@ def main() -> None:
         print(json.dumps(child(args)))
         return
 
+    if args.iterations < 2:
+        raise SystemExit("--iterations must be at least 2: the per-client figures are of the iterations after "
+                         "the first (which also starts every actor)")
+    try:
+        counts = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        raise SystemExit(f"--clients {args.clients!r}: give client counts separated by commas") from None
     cache = Path(args.cache)
-    runs = [(dataset(args.preset, args.seed, args.item_space, cache), int(c)) for c in args.clients.split(",")]
+    runs = [(dataset(args.preset, args.seed, args.item_space, cache), n) for n in counts]
     if args.ml1m:
         runs.append((dataset("ml1m-like", args.seed, "observed", cache), 6040))
+    for d, n in runs:  # the child takes the first n users: more than the preset has would run fewer, mislabelled
+        users = json.loads((d / "meta.json").read_text())["n_users"]
+        if not 1 <= n <= users:
+            raise SystemExit(f"--clients: {n:,} clients, but {d.name} has {users:,} users (1 to {users:,})")
     out = []
     print("| data | clients | ratings | setup s | iteration 0 s | later iterations s (each) | us per client "
           "(later) | CPU us per client (later) | peak MiB | ledger rows | GC s (gen 0/1/2) |")

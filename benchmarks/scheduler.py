@@ -30,10 +30,17 @@ class SimpyQueue:
         import simpy
 
         self.env = simpy.Environment()
+        self._end: float | None = None
 
     @property
     def now(self) -> float:
-        return self.env.now
+        return self.env.now if self._end is None else self._end
+
+    @now.setter
+    def now(self, t: float) -> None:
+        # SimNetwork sets ``now`` once a run has drained, to the time of its last event that did
+        # something (the run's duration); simpy's clock has no public setter, so it is kept here
+        self._end = t
 
     def schedule(self, delay, fn, *args) -> None:
         ev = self.env.timeout(delay, (fn, args))
@@ -46,6 +53,7 @@ class SimpyQueue:
         pass
 
     def run(self, until=None) -> bool:
+        self._end = None
         if until is None:
             self.env.run()
             return False
@@ -81,7 +89,9 @@ def ping_pong(queue_factory, n: int = 20_000) -> float:
     return (time.perf_counter() - t) / (2 * n) * 1e6
 
 
-def round_time(queue_factory, n_clients: int, m: int = 3706, d: int = 20, rows: int = 265, rounds: int = 2) -> float:
+def round_time(queue_factory, n_clients: int, m: int = 3706, d: int = 20, rows: int = 265, rounds: int = 2,
+               keep: list | None = None) -> float:
+    """Seconds per round (the network is appended to ``keep`` if given, for its ledger)."""
     from kernel import _client_rows  # benchmarks/kernel.py: the same client data
     from fedsim.math.rows import RowSum
 
@@ -111,7 +121,10 @@ def round_time(queue_factory, n_clients: int, m: int = 3706, d: int = 20, rows: 
         net.add_node(c, client, _client_rows(i, m, rows))
     t = time.perf_counter()
     net.run()
-    return (time.perf_counter() - t) / rounds
+    spent = time.perf_counter() - t
+    if keep is not None:
+        keep.append(net)
+    return spent / rounds
 
 
 def main() -> None:

@@ -3,8 +3,9 @@
     python benchmarks/tcp_fedrec.py [--data DIR] [--processes 4] [--iterations 5]
                                     [--seed 0] [--timeout 600]
 
-MovieLens 100K (``--data``, default ``$FEDSIM_SHARED_DATA/ml-100k`` or ``../shared/data/ml-100k``
-beside the repository; the ``ml100k-like`` synthetic preset when it is absent), fold 1 of
+MovieLens 100K (default ``$FEDSIM_SHARED_DATA/ml-100k`` or ``../shared/data/ml-100k`` beside the
+repository; the ``ml100k-like`` synthetic preset when it is absent; ``--data`` any ratings folder,
+file or preset, a missing one being an error), fold 1 of
 5 (80/20), 943 clients; ``FedRecConfig(model="PMF(B)", T=iterations)``. The same actors run
 twice with the same seed: on ``SimNetwork(profile="lan")`` and on ``TcpNetwork`` (the server in
 one process, the clients spread over the others, loopback TCP). Checks: test RMSE equal to 1e-9
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsim.data import generate, kfold_copies, load_movielens
+from fedsim.data import generate, kfold_copies, load_movielens, resolve
 from fedsim.kernel import SimNetwork, TcpNetwork
 from fedsim.protocols import fedrec
 from fedsim.protocols.fedrec import FedRecConfig
@@ -65,15 +66,19 @@ def run(net, train, cfg, **run_kw):
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--data", help="a ratings folder or file, or a preset (default: ml-100k beside the repository, "
+                    "ml100k-like when it is absent)")
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args(argv)
 
-    if (Path(args.data) / "u.data").is_file():
-        ratings, source = load_movielens(args.data), "MovieLens 100K"
+    if args.data is not None:  # as given (a missing path is an error, not the synthetic stand-in)
+        ratings = resolve(args.data, seed=args.seed)
+        source = ratings.name or args.data
+    elif (DEFAULT_DATA / "u.data").is_file():
+        ratings, source = load_movielens(DEFAULT_DATA), "MovieLens 100K"
     else:
         ratings, source = generate("ml100k-like", seed=args.seed), "ml100k-like (synthetic; real data absent)"
     train, test = kfold_copies(ratings, 5, seed=args.seed)[0]

@@ -25,3 +25,22 @@ def test_one_round_is_timed_with_its_math_and_codec(bench, protocol):
     # the server's math and both directions of the codec were seen by the timers
     assert out["math: server"] > 0 and out["codec"] > 0 and out["math: local training"] > 0
     assert out["kernel + actors"] == pytest.approx(out["total"] - out["math"] - out["codec"])
+
+
+def test_an_unknown_protocol_is_refused(bench, capsys):
+    # anything but "personalfr" used to run FedAvg under the name given ("fedavgx: 12 messages ...")
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--data", "tiny", "--clients", "10", "--repeats", "1", "--protocols", "personalfr,fedavgx"])
+    assert exc.value.code == 2
+    err = capsys.readouterr()
+    assert "--protocols: unknown 'fedavgx'; known: personalfr, fedavg" in err.err
+    assert "personalfr:" not in err.out
+
+
+def test_the_named_protocols_are_the_ones_run(bench, capsys):
+    import json
+
+    assert bench.main(["--data", "tiny", "--clients", "10", "--repeats", "1", "--protocols", "fedavg"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(report["results"]) == ["fedavg"]
+    assert report["results"]["fedavg"]["messages"] == 12  # 1 model, 1 update, 10 stops: FedAvg's round

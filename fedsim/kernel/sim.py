@@ -213,9 +213,9 @@ class SimNetwork(Network):
 
     ``SimNetwork(seed=0, profile="ideal", framing_bytes=0, unit=None, trace=False,
     max_message_bytes=..., link_model=FifoLinkModel(), queue=EventQueue())``; then ``add_node``
-    and ``run``. ``queue``: any object with ``EventQueue``'s interface (``now``, ``schedule``,
-    ``hold``, ``release``, ``run``; ``pending`` optional), e.g. one backed by another scheduler
-    for comparison (benchmarks/scheduler.py).
+    and ``run``. ``queue``: any object with ``EventQueue``'s interface (``now``, which a drained
+    run also sets, to its duration; ``schedule``, ``hold``, ``release``, ``run``; ``pending``
+    optional), e.g. one backed by another scheduler for comparison (benchmarks/scheduler.py).
 
     A run's duration (``RunResult.duration``, and ``now()`` once it has run) is the time of its
     last event that did something: an actor's step, a delivery, a loss, a node going offline.
