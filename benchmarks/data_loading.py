@@ -124,9 +124,19 @@ def _time_load(folder: Path) -> tuple[float, float, int]:
     return time.perf_counter() - t, time.process_time() - c, len(r)
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=5, help="runs for the ML-1M file (median reported)")
+    ap.add_argument("--runs", type=_at_least_one, default=5, help="runs for the ML-1M file (median reported)")
     ap.add_argument("--rows-1m", type=int, default=1_000_209)
     ap.add_argument("--rows-20m", type=int, default=20_000_263, help="0 skips the large file")
     ap.add_argument("--workdir", help="generate the files here (once) and keep them, instead of a temp folder")

@@ -145,11 +145,24 @@ def central(data, model: str, T: int, clock) -> float:
     return clock() - t
 
 
+def at_least(low: int):
+    """An argparse type: an int >= ``low`` (a usage error otherwise, not a traceback later)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {v}")
+        return v
+    return parse
+
+
 def run_options(ap: argparse.ArgumentParser) -> None:
     """The options of a run against the central twin (shared with benchmarks/fedrec_floor.py)."""
     ap.add_argument("--data", default="../shared/data/ml-100k")
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iterations", type=at_least(1), default=10)
+    ap.add_argument("--repeats", type=at_least(1), default=3)
     ap.add_argument("--clock", default="wall", choices=tuple(CLOCK))
 
 
