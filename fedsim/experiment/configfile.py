@@ -28,11 +28,11 @@ Every error names the file and the key (and the line and column of a TOML syntax
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..config import did_you_mean
 from .errors import UsageError
 
 __all__ = ["NETWORK_KEYS", "load_config"]
@@ -46,9 +46,8 @@ NETWORK_KEYS = {"profile": str, "link_model": str, "transport": str, "loss": (in
 
 
 def _unknown(path: Path, key: str, known: list[str], where: str = "") -> UsageError:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return UsageError(f"{path}: unknown key {where}{key!r}{hint} (known: {', '.join(sorted(known))})")
+    return UsageError(f"{path}: unknown key {where}{key!r}{did_you_mean(key, known)} "
+                      f"(known: {', '.join(sorted(known))})")
 
 
 def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
