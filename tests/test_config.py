@@ -64,8 +64,9 @@ def test_from_strings_refuses_a_key_given_twice():
 
 
 @pytest.mark.parametrize("text, key", [
-    ('scenario = ""\n', "scenario"), ('data = " "\n', "data"), ('out = ""\n', "out"),
-    ('[network]\nprofile = ""\n', "[network] profile"), ('[network]\ntransport = ""\n', "[network] transport"),
+    ('scenario = ""\n', "line 1: scenario"), ('data = " "\n', "line 1: data"), ('out = ""\n', "line 1: out"),
+    ('[network]\nprofile = ""\n', "line 2: [network] profile"),
+    ('[network]\ntransport = ""\n', "line 2: [network] transport"),
 ])
 def test_a_config_file_refuses_empty_text_naming_the_file_and_key(text, key, tmp_path):
     # each was read as "not given": scenario = "" ran quickstart, data = "" the default data,
@@ -170,3 +171,38 @@ def test_a_grid_refuses_an_empty_value(grid, sep):
         parse_grid(load_scenario("demo"), [grid])
     assert str(info.value) == f"--grid {key}: empty value in {vals!r} (values are separated by {sep!r})"
     assert parse_grid(load_scenario("demo"), ["rounds= 1 , 2 "]) == {"rounds": [1, 2]}
+
+
+def test_key_lines_find_each_key_of_a_toml_text():
+    from fedsim.experiment.configfile import key_lines
+
+    text = ('# a comment\nscenario = "demo"\nnote = """\nrounds = 9\n"""\n\n[params]  # ours\nclients = 4\n'
+            '"lr" = 0.1\nhidden = [\n  1,\n]\ndeadline = 2\n[ network ]\nlink-model = "fair"\nparams.x = 1\n')
+    assert key_lines(text) == {("scenario",): 2, ("note",): 3, ("params",): 7, ("params", "clients"): 8,
+                               ("params", "lr"): 9, ("params", "hidden"): 10, ("params", "deadline"): 13,
+                               ("network",): 14, ("network", "link-model"): 15, ("network", "params", "x"): 16}
+
+
+@pytest.mark.parametrize("text, expected", [
+    # the key was named, not its line: in a long file, which "rounds" (of [params] or [grid])?
+    ('seed = 1\n\n[params]\n# fewer\nclients = 4\nrounds = -1\n', "run.toml: line 6: [params] rounds: must be >= 0, got -1"),
+    ('params = {clients = 4, rounds = -1}\n', "run.toml: line 1: [params] rounds: must be >= 0, got -1"),
+    ('seed = 1\nparams.rounds = -1\n', "run.toml: line 2: [params] rounds: must be >= 0, got -1"),
+    ('seed = 1\n[params]\n"rounds" = 1.5\n', "run.toml: line 3: [params] rounds: expected int, got 1.5"),
+    ('\n\nseed = -2\n', "run.toml: line 3: seed: expected a non-negative integer, got -2"),
+    ('[network]\nloss = 0.1\nprofil = "wan"\n', "run.toml: line 3: unknown key [network] 'profil'"),
+])
+def test_config_file_errors_name_the_line_of_the_key(text, expected, tmp_path):
+    import argparse
+
+    from fedsim.experiment.configfile import load_config
+    from fedsim.experiment.discovery import load_scenario
+    from fedsim.experiment.runner import add_run_arguments, resolve_run_options
+
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
+    with pytest.raises(UsageError) as info:
+        resolve_run_options(load_scenario("demo"), ap.parse_args([]), load_config(path))
+    assert str(info.value).startswith(f"{tmp_path}/{expected}"), str(info.value)
