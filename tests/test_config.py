@@ -206,3 +206,16 @@ def test_config_file_errors_name_the_line_of_the_key(text, expected, tmp_path):
     with pytest.raises(UsageError) as info:
         resolve_run_options(load_scenario("demo"), ap.parse_args([]), load_config(path))
     assert str(info.value).startswith(f"{tmp_path}/{expected}"), str(info.value)
+
+
+def test_fedrec_refuses_a_client_rate_its_batch_clients_would_ignore():
+    from fedsim.protocols.fedrec import FedRecConfig
+
+    # PMF(B) has one rate, lr, for U and V: client_lr=0.05 ran as if not given
+    with pytest.raises(ConfigError, match=r"^FedRecConfig\.client_lr is the stochastic clients' own learning rate; "
+                                          r"PMF\(B\) has one rate for U and V \(lr\), got client_lr=0\.05$") as info:
+        FedRecConfig(client_lr=0.05)
+    assert info.value.key == "client_lr"
+    assert FedRecConfig("PMF(S)", client_lr=0.05).client_lr == 0.05
+    assert FedRecConfig("SVD++(S)", client_lr=0.05).client_lr == 0.05
+    assert FedRecConfig(client_lr=None).client_lr is None
