@@ -34,6 +34,7 @@ from .config import ConfigError
 from .experiment import (
     ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario, scenario_name,
 )
+from .experiment.configfile import at
 from .experiment.runner import closing_line, did_not_finish, resolve_run_options
 from .kernel.errors import DeadlockError, NetworkConfigError
 
@@ -143,7 +144,7 @@ def _load_config(args: argparse.Namespace, sweep: bool = False) -> dict | None:
 @contextlib.contextmanager
 def _from_config(args: argparse.Namespace, doc: dict | None):
     """Errors about ``data`` and ``out`` that came from the configuration file name the file and
-    its key, not the command-line option the user did not give (``run.toml: data: unknown
+    its key, not the command-line option the user did not give (``run.toml: line 2: data: unknown
     dataset 'x'`` rather than ``--data: unknown dataset 'x'``)."""
     try:
         yield
@@ -152,7 +153,7 @@ def _from_config(args: argparse.Namespace, doc: dict | None):
         for key in ("data", "out"):
             if doc and getattr(args, key, None) is None and key in doc and text.startswith(f"--{key}"):
                 rest = text.removeprefix(f"--{key}").removeprefix(":").lstrip()
-                raise UsageError(f"{doc['_path']}: {key}: {rest}") from None
+                raise UsageError(f"{at(doc, key)}: {key}: {rest}") from None
         raise
 
 
@@ -168,7 +169,7 @@ def _scenario_of(args: argparse.Namespace, doc: dict | None):
         try:
             return load_scenario(doc["scenario"])
         except UsageError as exc:
-            raise UsageError(f"{doc['_path']}: scenario: {exc}") from None
+            raise UsageError(f"{at(doc, 'scenario')}: scenario: {exc}") from None
     return load_scenario(DEFAULT_SCENARIO)
 
 
@@ -197,7 +198,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
     doc = _load_config(args)
     if ((doc or {}).get("network") or {}).get("transport") not in (None, "sim"):
-        raise UsageError(f"{doc['_path']}: [network] transport: fedsim compare runs the simulator itself; name "
+        raise UsageError(f"{at(doc, 'network', 'transport')}: [network] transport: fedsim compare runs the simulator itself; name "
                          "the other transport with --against")
     mod = compare_scenario(args.scenario, args.against, args.processes)
     with _from_config(args, doc):
@@ -216,13 +217,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                          "\"NAME\" in the --config file)")
     mod = _scenario_of(args, doc)
     name = args.scenario if args.scenario is not None else doc["scenario"]
-    try:
-        grid = check_grid(mod, doc.get("grid") or {})
-    except UsageError as exc:
-        text = str(exc)
-        for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
-            text = text.removeprefix(prefix)
-        raise UsageError(f"{doc['_path']}: [grid] {text}") from None
+    grid = {}
+    for key, values in (doc.get("grid") or {}).items():  # one key at a time: the error names its line
+        try:
+            grid.update(check_grid(mod, {key: values}))
+        except UsageError as exc:
+            text = str(exc)
+            for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
+                text = text.removeprefix(prefix)
+            raise UsageError(f"{at(doc, 'grid', key)}: [grid] {text}") from None
     grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
@@ -236,20 +239,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         fixed["workers"] = 1  # the sweep's own pool already uses the cores
     workers = args.workers if args.workers is not None else doc.get("workers")
     if workers is not None and (type(workers) is not int or workers < 1):
-        where = "--workers" if args.workers is not None else f"{doc['_path']}: workers:"
+        where = "--workers" if args.workers is not None else f"{at(doc, 'workers')}: workers:"
         raise UsageError(f"{where} must be an integer of at least 1, got {workers!r}")
 
     backend = args.backend or doc.get("backend") or "local"
     if backend not in ("local", "ray"):
-        raise UsageError(f"{doc['_path']}: backend: expected 'local' or 'ray', got {backend!r}")
+        raise UsageError(f"{at(doc, 'backend')}: backend: expected 'local' or 'ray', got {backend!r}")
     address = args.address if args.address is not None else doc.get("address")
     if args.address is None and address is not None and backend != "ray":
-        raise UsageError(f"{doc['_path']}: address is the address of a Ray cluster: it needs backend = \"ray\" "
+        raise UsageError(f"{at(doc, 'address')}: address is the address of a Ray cluster: it needs backend = \"ray\" "
                          "(or --backend ray)")
     if args.address is None and address is not None:
         from .studies.raypool import address_error
 
-        error = address_error(address, f"{doc['_path']}: address")
+        error = address_error(address, f"{at(doc, 'address')}: address")
         if error:
             raise error
 

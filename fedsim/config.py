@@ -23,7 +23,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Config", "ConfigError", "FieldInfo", "check_field", "fields_of", "param", "parse_field", "unknown_key_message"]
+__all__ = ["Config", "ConfigError", "FieldInfo", "check_field", "closest_key", "did_you_mean", "fields_of", "param",
+           "parse_field", "unknown_key_message"]
 
 
 class ConfigError(ValueError):
@@ -112,7 +113,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 def parse_field(info: FieldInfo, text: str, owner: str = "") -> Any:
     """Convert command-line text to ``info``'s type; raises ``ConfigError`` naming the key.
-    ``none``/empty gives None for optional fields; sequences are comma-separated."""
+    ``none``/empty gives None for optional fields; sequences are comma-separated (empty text is
+    the empty sequence; an empty element, ``1,,2``, is an error)."""
     t = info.type
     s = text.strip()
     if info.none_ok and s.lower() in ("none", ""):
@@ -132,8 +134,18 @@ def parse_field(info: FieldInfo, text: str, owner: str = "") -> Any:
             return v
         if t in ("ints", "floats", "strs"):
             conv = {"ints": int, "floats": float, "strs": str}[t]
-            return tuple(conv(x.strip()) for x in s.split(",") if x.strip() != "")
+            if s == "":
+                return ()
+            parts = [x.strip() for x in s.split(",")]
+            if "" in parts:
+                # "1,,2" and "1,2," were read as 1,2: an element silently dropped
+                where = f" of {owner}" if owner else ""
+                raise ConfigError(f"{info.name}{where}: empty element in {text!r} (elements are comma separated; "
+                                  "an empty list is empty text)", info.name)
+            return tuple(conv(x) for x in parts)
         return s
+    except ConfigError:
+        raise
     except ValueError:
         where = f" of {owner}" if owner else ""
         raise ConfigError(f"{info.name}{where}: expected {t}, got {text!r}", info.name) from None
@@ -182,6 +194,9 @@ def check_field(info: FieldInfo, value: Any, owner: str = "") -> Any:
     return value
 
 
+_INT64 = 2 ** 63
+
+
 def _scalar(t: str, value: Any, bad: Any) -> Any:
     """``value`` checked and coerced as a field of scalar type ``t`` (``bad(why)`` makes the
     error)."""
@@ -196,6 +211,10 @@ def _scalar(t: str, value: Any, bad: Any) -> Any:
                 value = int(value)
             else:
                 raise bad("must be an integer")
+        if not -_INT64 <= value < _INT64:
+            # NumPy (array sizes, seeds, counts) and msgpack take 64-bit integers: dim=10**20 was a
+            # NumPy traceback mid-run, rounds=10**20 a run that never ended
+            raise bad("must fit in 64 bits (below 2**63 in magnitude)")
     elif t == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("must be a number")
@@ -238,6 +257,9 @@ class Config:
         keyword values (a string overrides ``base``). Raises ``ConfigError`` for an unknown key
         (with the known ones), a key given twice among ``sets`` or a bad value."""
         infos = {f.name: f for f in fields_of(cls)}
+        for k in base:  # (a TypeError of the dataclass's __init__ otherwise)
+            if k not in infos:
+                raise ConfigError(unknown_key_message(k, infos, cls.__name__), k)
         pairs = sets.items() if isinstance(sets, Mapping) else [_split(s) for s in sets]
         kw = dict(base)
         given: set[str] = set()
@@ -275,9 +297,26 @@ def _split(s: str) -> tuple[str, str]:
 def unknown_key_message(key: str, known: Iterable[str], owner: str) -> str:
     """"unknown parameter 'x' for Owner; did you mean 'y'? known: ..." (for every layer that
     rejects a key)."""
+    known = sorted(known)
+    return f"unknown parameter {key!r} for {owner}{did_you_mean(key, known)} (known: {', '.join(known)})"
+
+
+def closest_key(key: str, known: Iterable[str]) -> str | None:
+    """The known key ``key`` was probably meant as: the one that differs from it only in case or
+    ``-`` against ``_`` (``ROUNDS``, ``local-epochs``), else the closest spelling (difflib), else
+    None. (difflib alone found nothing for ``ROUNDS`` against ``rounds``, nor ``D`` against ``d``.)"""
     import difflib
 
-    known = sorted(known)
+    known = list(known)
+    norm = key.strip().casefold().replace("-", "_")
+    same = [k for k in known if k.casefold().replace("-", "_") == norm]
+    if same:
+        return same[0]
     close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown parameter {key!r} for {owner}{hint} (known: {', '.join(known)})"
+    return close[0] if close else None
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'k'?"`` for :func:`closest_key`, or nothing."""
+    close = closest_key(key, known)
+    return f"; did you mean {close!r}?" if close is not None else ""

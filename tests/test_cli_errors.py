@@ -169,26 +169,26 @@ def test_config_file_with_command_line_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ('sed = 1\n', "run.toml: unknown key 'sed'; did you mean 'seed'?"),
-    ('seed = "one"\n', "run.toml: seed: expected int, got 'one'"),
-    ('[params]\nrounds = -1\n', "run.toml: [params] rounds: must be >= 0, got -1"),  # the key named
-    ('[params]\nclients = 2\nrounds = 1.5\n', "run.toml: [params] rounds: expected int, got 1.5"),
+    ('sed = 1\n', "run.toml: line 1: unknown key 'sed'; did you mean 'seed'?"),
+    ('seed = "one"\n', "run.toml: line 1: seed: expected int, got 'one'"),
+    ('[params]\nrounds = -1\n', "run.toml: line 2: [params] rounds: must be >= 0, got -1"),  # the key named
+    ('[params]\nclients = 2\nrounds = 1.5\n', "run.toml: line 3: [params] rounds: expected int, got 1.5"),
     ('[network]\nlink_model = "fair"\n"link-model" = "tcp"\n',
-     "run.toml: [network] 'link_model' and 'link-model' are the same key; give it once"),
-    ('[params]\nrounds = "x"\n', "run.toml: [params] rounds: expected int, got 'x'"),
-    ('[params]\nround = 1\n', "run.toml: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
-    ('[network]\nprofil = "wan"\n', "run.toml: unknown key [network] 'profil'; did you mean 'profile'?"),
+     "run.toml: line 3: [network] 'link_model' and 'link-model' are the same key; give it once"),
+    ('[params]\nrounds = "x"\n', "run.toml: line 2: [params] rounds: expected int, got 'x'"),
+    ('[params]\nround = 1\n', "run.toml: line 2: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
+    ('[network]\nprofil = "wan"\n', "run.toml: line 2: unknown key [network] 'profil'; did you mean 'profile'?"),
     ('[network]\nprofile = "moon"\n', "run.toml: [network] unknown network profile 'moon'"),
     ('seed = 1\nseed = = 2\n', "run.toml: line 2, column 8: Invalid value"),
-    ('[grid]\nrounds = [1, 2]\n', "run.toml: [grid] is for fedsim sweep, not fedsim run"),
-    ('seed = -1\n', "run.toml: seed: expected a non-negative integer, got -1"),
-    ('seed = true\n', "run.toml: seed"),
+    ('[grid]\nrounds = [1, 2]\n', "run.toml: line 1: [grid] is for fedsim sweep, not fedsim run"),
+    ('seed = -1\n', "run.toml: line 1: seed: expected a non-negative integer, got -1"),
+    ('seed = true\n', "run.toml: line 1: seed"),
     ('[network]\nloss = 2\n', "run.toml: [network] faults: loss must be a probability in [0, 1], got 2"),
     ('[network]\ndropout_window = [5, 1]\n', "run.toml: [network] faults: window must be"),
-    ('out = ""\n', "run.toml: out: empty; give a value or leave the key out"),  # it wrote to runs/<time>-demo
-    ('[network]\nprofile = ""\n', "run.toml: [network] profile: empty"),  # it ran the default profile
-    ('data = "/nonexistent/r.csv"\n', "run.toml: data: /nonexistent/r.csv: does not apply, demo makes its own"),
-    ('out = "bad.data"\n', "run.toml: out: bad.data is a file, not a folder"),  # was "--out bad.data ..."
+    ('out = ""\n', "run.toml: line 1: out: empty; give a value or leave the key out"),  # it wrote to runs/<time>-demo
+    ('[network]\nprofile = ""\n', "run.toml: line 2: [network] profile: empty"),  # it ran the default profile
+    ('data = "/nonexistent/r.csv"\n', "run.toml: line 1: data: /nonexistent/r.csv: does not apply, demo makes its own"),
+    ('out = "bad.data"\n', "run.toml: line 1: out: bad.data is a file, not a folder"),  # was "--out bad.data ..."
 ])
 def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
     (tmp_path / "bad.data").write_text("")
@@ -200,11 +200,11 @@ def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
 
 @pytest.mark.parametrize("text, expected", [
     # the scenario, data and out of the file: errors named the command-line option, or none
-    ('scenario = "fedrex"\n', "run.toml: scenario: unknown scenario or protocol 'fedrex'; did you mean 'fedrec'?"),
-    ('scenario = ""\n', "run.toml: scenario: empty; give a value or leave the key out"),  # it ran quickstart
-    ('scenario = "fedrec"\ndata = "nosuch"\n', "run.toml: data: unknown dataset 'nosuch'"),
-    ('scenario = "fedrec"\ndata = ""\n', "run.toml: data: empty"),  # it ran the default data
-    ('scenario = "demo"\nout = "used"\n', "run.toml: out: used already holds files; use --force"),
+    ('scenario = "fedrex"\n', "run.toml: line 1: scenario: unknown scenario or protocol 'fedrex'; did you mean 'fedrec'?"),
+    ('scenario = ""\n', "run.toml: line 1: scenario: empty; give a value or leave the key out"),  # it ran quickstart
+    ('scenario = "fedrec"\ndata = "nosuch"\n', "run.toml: line 2: data: unknown dataset 'nosuch'"),
+    ('scenario = "fedrec"\ndata = ""\n', "run.toml: line 2: data: empty"),  # it ran the default data
+    ('scenario = "demo"\nout = "used"\n', "run.toml: line 2: out: used already holds files; use --force"),
 ])
 def test_config_file_scenario_data_and_out_errors_name_the_file_and_key(text, expected, tmp_path):
     (tmp_path / "used").mkdir()
@@ -217,14 +217,14 @@ def test_config_file_scenario_data_and_out_errors_name_the_file_and_key(text, ex
 
 
 @pytest.mark.parametrize("text,expected", [
-    ('workers = 0\n[grid]\nrounds = [1]\n', "sweep.toml: workers: must be an integer of at least 1, got 0"),
-    ('address = "127.0.0.1:1"\n[grid]\nrounds = [1]\n', "sweep.toml: address is the address of a Ray cluster"),
-    ('[grid]\nrounds = [-1, 2]\n', "sweep.toml: [grid] rounds: must be >= 0, got -1"),
-    ('[grid]\nround = [1]\n', "sweep.toml: [grid] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
-    ('[grid]\nseed = [true]\n', "sweep.toml: [grid] seed: expected a non-negative integer, got True"),
+    ('workers = 0\n[grid]\nrounds = [1]\n', "sweep.toml: line 2: workers: must be an integer of at least 1, got 0"),
+    ('address = "127.0.0.1:1"\n[grid]\nrounds = [1]\n', "sweep.toml: line 2: address is the address of a Ray cluster"),
+    ('[grid]\nrounds = [-1, 2]\n', "sweep.toml: line 3: [grid] rounds: must be >= 0, got -1"),
+    ('[grid]\nround = [1]\n', "sweep.toml: line 3: [grid] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
+    ('[grid]\nseed = [true]\n', "sweep.toml: line 3: [grid] seed: expected a non-negative integer, got True"),
     ('[grid]\nlink_model = ["fifo"]\n"link-model" = ["tcp"]\n',
-     "sweep.toml: [grid] 'link_model' and 'link-model' are the same key; give it once"),
-    ('[grid]\nprofile = ["lan", "moon"]\n', "sweep.toml: [grid] profile: unknown network profile 'moon'"),
+     "sweep.toml: line 4: [grid] 'link_model' and 'link-model' are the same key; give it once"),
+    ('[grid]\nprofile = ["lan", "moon"]\n', "sweep.toml: line 3: [grid] profile: unknown network profile 'moon'"),
 ])
 def test_sweep_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
     (tmp_path / "sweep.toml").write_text('scenario = "demo"\n' + text)
@@ -245,7 +245,7 @@ def test_sweep_config_file(tmp_path):
     assert saved["config"]["clients"] == 2 and saved["network"]["profile"] == "wan"
     (tmp_path / "bad.toml").write_text('scenario = "demo"\n[grid]\nrounds = 3\n')
     line = one_error_line(fedsim_cmd("sweep", "--config", "bad.toml", "--out", "sw2", cwd=tmp_path))
-    assert "bad.toml: [grid] rounds: expected a list of values, got 3" in line
+    assert "bad.toml: line 3: [grid] rounds: expected a list of values, got 3" in line
     assert not (tmp_path / "sw2").exists()
 
 
@@ -288,7 +288,7 @@ def test_a_malformed_ray_address_is_one_error_line_before_ray_starts(tmp_path):
     (tmp_path / "sweep.toml").write_text('scenario = "demo"\nbackend = "ray"\naddress = "127.0.0.1"\n'
                                          '[grid]\nrounds = [1]\n')
     res = fedsim_cmd("sweep", "--config", "sweep.toml", "--out", "sw", cwd=tmp_path)
-    assert one_error_line(res) == "error: sweep.toml: address 127.0.0.1: no port; " + FORMS
+    assert one_error_line(res) == "error: sweep.toml: line 3: address 127.0.0.1: no port; " + FORMS
     nothing_left(tmp_path, tmp_path / "sw")
 
 

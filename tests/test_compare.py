@@ -48,7 +48,7 @@ def test_compare_refuses_a_transport_from_the_config_file_as_from_the_command_li
                              capture_output=True, text=True, timeout=60)
         assert res.returncode == 2 and "runs the simulator itself" in res.stderr, res.stderr
         assert not (tmp_path / "o").exists()
-    assert "c.toml: [network] transport" in res.stderr
+    assert "c.toml: line 2: [network] transport" in res.stderr
 
 
 def test_the_protocol_runs_held_out_split_has_a_stream_of_its_own():

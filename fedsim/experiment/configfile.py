@@ -23,19 +23,21 @@
     rho = [0, 1, 2]
     profile = ["lan", "wan"]
 
-Every error names the file and the key (and the line and column of a TOML syntax error).
+Every error names the file and the key, and the key's line (``run.toml: line 7: [params] rounds:
+must be >= 0, got -1``; the line and column of a TOML syntax error).
 """
 
 from __future__ import annotations
 
-import difflib
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..config import did_you_mean
 from .errors import UsageError
 
-__all__ = ["NETWORK_KEYS", "load_config"]
+__all__ = ["NETWORK_KEYS", "at", "key_lines", "load_config"]
 
 TOP_KEYS = {"scenario": str, "data": str, "seed": int, "out": str, "ledger": bool, "quiet": bool, "force": bool}
 SWEEP_KEYS = {"workers": int, "backend": str, "address": str}
@@ -45,10 +47,58 @@ NETWORK_KEYS = {"profile": str, "link_model": str, "transport": str, "loss": (in
                 "dropout_window": list}
 
 
-def _unknown(path: Path, key: str, known: list[str], where: str = "") -> UsageError:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return UsageError(f"{path}: unknown key {where}{key!r}{hint} (known: {', '.join(sorted(known))})")
+_KEY_PART = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
+_HEADER = re.compile(r"^\s*\[\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*\]\s*(?:#.*)?$")
+_KEY = re.compile(r"^\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*=")
+
+
+def _key_path(text: str) -> tuple[str, ...]:
+    parts = re.findall(_KEY_PART, text)
+    return tuple(p[1:-1] if p[:1] in "\"'" else p for p in parts)
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The 1-based line of each key of a TOML text, by its path (``("params", "rounds")``,
+    ``("seed",)``; a table header's own line under its path). ``tomllib`` keeps no positions;
+    this reads the text line by line (keys inside multi-line strings and arrays are not keys),
+    for error messages only: a key it does not find has no line."""
+    lines: dict[tuple[str, ...], int] = {}
+    table: tuple[str, ...] = ()
+    quote = None  # inside a multi-line string: its delimiter
+    for n, line in enumerate(text.splitlines(), 1):
+        if quote is not None:
+            if line.count(quote) % 2:
+                quote = None
+            continue
+        m = _HEADER.match(line)
+        if m:
+            table = _key_path(m.group(1))
+            lines.setdefault(table, n)
+            continue
+        m = _KEY.match(line)
+        if m:
+            lines.setdefault(table + _key_path(m.group(1)), n)
+            rest = line[m.end():]
+            for q in ('"""', "'''"):
+                if rest.count(q) % 2:
+                    quote = q
+    return lines
+
+
+def at(doc: dict[str, Any], *key: str) -> str:
+    """``"run.toml: line 7"`` for the key ``key`` (a path: ``"params", "rounds"``) of a loaded
+    configuration file (:func:`load_config`), or ``"run.toml"`` when its line is not known: the
+    start of an error message about that key."""
+    lines = doc.get("_lines", {})
+    for k in (key, key[:1]):  # a key of an inline table (params = {rounds = 1}): the table's line
+        if k in lines:
+            return f"{doc['_path']}: line {lines[k]}"
+    return str(doc["_path"])
+
+
+def _unknown(path: str, key: str, known: list[str], where: str = "") -> UsageError:
+    return UsageError(f"{path}: unknown key {where}{key!r}{did_you_mean(key, known)} "
+                      f"(known: {', '.join(sorted(known))})")
 
 
 def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
@@ -68,29 +118,31 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         if msg.endswith(")") and "(at line" in msg:
-            reason, at = msg.rsplit(" (at ", 1)
-            raise UsageError(f"{p}: {at[:-1]}: {reason}") from None
+            reason, pos = msg.rsplit(" (at ", 1)
+            raise UsageError(f"{p}: {pos[:-1]}: {reason}") from None
         raise UsageError(f"{p}: {msg}") from None
+    lines = key_lines(text)
+    here = {"_path": str(p), "_lines": lines}
     keys = dict(TOP_KEYS, **(SWEEP_KEYS if sweep else {}))
     tables = TABLES + (SWEEP_TABLES if sweep else ())
     out: dict[str, Any] = {t: {} for t in tables}
     for k, v in doc.items():
         if k in tables:
             if not isinstance(v, dict):
-                raise UsageError(f"{p}: {k} must be a table ([{k}]), got {v!r}")
+                raise UsageError(f"{at(here, k)}: {k} must be a table ([{k}]), got {v!r}")
             out[k] = dict(v)
             continue
         if not sweep and k in SWEEP_TABLES + tuple(SWEEP_KEYS):
-            raise UsageError(f"{p}: {f'[{k}]' if k in SWEEP_TABLES else k} is for fedsim sweep, not fedsim run")
+            raise UsageError(f"{at(here, k)}: {f'[{k}]' if k in SWEEP_TABLES else k} is for fedsim sweep, not fedsim run")
         if k not in keys:
-            raise _unknown(p, k, list(keys) + [f"[{t}]" for t in tables])
+            raise _unknown(at(here, k), k, list(keys) + [f"[{t}]" for t in tables])
         want = keys[k]
         if not isinstance(v, want) or (want is int and isinstance(v, bool)):
-            raise UsageError(f"{p}: {k}: expected {want.__name__}, got {v!r}")
+            raise UsageError(f"{at(here, k)}: {k}: expected {want.__name__}, got {v!r}")
         if want is str and not v.strip():
             # an empty value read as "not given": data = "" ran the default data, out = "" wrote
             # to runs/<time>-NAME, scenario = "" ran quickstart
-            raise UsageError(f"{p}: {k}: empty; give a value or leave the key out")
+            raise UsageError(f"{at(here, k)}: {k}: empty; give a value or leave the key out")
         out[k] = v
     for table in ("network", "grid"):
         # link-model and link_model name one option (the command line's spelling and Python's):
@@ -99,19 +151,21 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
         for k in out.get(table, {}):
             first = seen.setdefault(k.replace("-", "_"), k)
             if first != k:
-                raise UsageError(f"{p}: [{table}] {first!r} and {k!r} are the same key; give it once")
+                raise UsageError(f"{at(here, table, k)}: [{table}] {first!r} and {k!r} are the same key; give it once")
     for k, v in out.get("network", {}).items():
         if k.replace("-", "_") not in NETWORK_KEYS:
-            raise _unknown(p, k, list(NETWORK_KEYS), "[network] ")
+            raise _unknown(at(here, "network", k), k, list(NETWORK_KEYS), "[network] ")
         want = NETWORK_KEYS[k.replace("-", "_")]
         if not isinstance(v, want) or isinstance(v, bool):
-            raise UsageError(f"{p}: [network] {k}: expected {'a number' if want != str else 'text'}"
+            raise UsageError(f"{at(here, 'network', k)}: [network] {k}: expected {'a number' if want != str else 'text'}"
                              f"{' pair [START, END]' if want is list else ''}, got {v!r}")
         if want is str and not v.strip():  # profile = "" ran the scenario's default profile
-            raise UsageError(f"{p}: [network] {k}: empty; give a value or leave the key out")
+            raise UsageError(f"{at(here, 'network', k)}: [network] {k}: empty; give a value or leave the key out")
+    window_key = next((k for k in out.get("network", {}) if k.replace("-", "_") == "dropout_window"), "dropout_window")
     out["network"] = {k.replace("-", "_"): v for k, v in out.get("network", {}).items()}
     window = out["network"].get("dropout_window")
     if window is not None and (len(window) != 2 or not all(isinstance(x, (int, float)) for x in window)):
-        raise UsageError(f"{p}: [network] dropout_window: expected [START, END] in seconds, got {window!r}")
+        raise UsageError(f"{at(here, 'network', window_key)}: [network] dropout_window: expected [START, END] in seconds, got {window!r}")
     out["_path"] = str(p)
+    out["_lines"] = lines
     return out

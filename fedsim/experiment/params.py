@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass
 from types import ModuleType
 from typing import Any, Sequence
 
-from ..config import ConfigError, FieldInfo, check_field, fields_of, parse_field
+from ..config import ConfigError, FieldInfo, check_field, did_you_mean, fields_of, parse_field
 
 from .naming import scenario_name
 from .errors import UsageError
@@ -130,11 +130,8 @@ def check_value(key: str, value: Any, param: Param) -> Any:
 
 
 def unknown_parameter(key: str, mod: ModuleType, params: dict[str, Param] | None = None) -> UsageError:
-    import difflib
-
     params = mod.PARAMS if params is None else params
-    close = difflib.get_close_matches(key, list(params), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(key, params)
     return UsageError(f"unknown parameter {key!r} for scenario {scenario_name(mod)}{hint} "
                       f"(known: {', '.join(sorted(params))}; see fedsim run {scenario_name(mod)} --help)")
 

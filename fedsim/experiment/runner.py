@@ -339,6 +339,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     ``ledger``, ``force``, ``net``. Raises ``UsageError`` naming the file and key or the option."""
     doc = doc or {}
     src = doc.get("_path", "config")
+    from .configfile import at
     for opt in ("data", "out"):  # an empty one read as "not given" (fedsim sweep's too)
         if isinstance(getattr(args, opt, None), str) and not getattr(args, opt).strip():
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
@@ -351,7 +352,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
         except UsageError as exc:
             # keep the key ("[params] rounds: must be >= 0"): a file has many, and the message
             # alone ("[params] must be >= 0, got -1") did not say which one was wrong
-            raise UsageError(f"{src}: [params] {str(exc).replace(f'--set {k}: ', f'{k}: ', 1)}") from None
+            raise UsageError(f"{at(doc, 'params', k)}: [params] {str(exc).replace(f'--set {k}: ', f'{k}: ', 1)}") from None
     overrides.update(parse_sets(mod, args.set))
     net_doc = {k: (",".join(str(x) for x in v) if k == "dropout_window" else v)
                for k, v in (doc.get("network") or {}).items()}
@@ -367,7 +368,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
             setattr(args, k, v)
     seed = args.seed if args.seed is not None else doc.get("seed", 0)
     if args.seed is None and "seed" in doc and (type(seed) is not int or seed < 0):
-        raise UsageError(f"{src}: seed: expected a non-negative integer, got {seed!r}")
+        raise UsageError(f"{at(doc, 'seed')}: seed: expected a non-negative integer, got {seed!r}")
     return {"data": args.data if args.data is not None else doc.get("data"),
             "out": args.out if args.out is not None else doc.get("out"), "overrides": overrides,
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),

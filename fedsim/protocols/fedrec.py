@@ -98,7 +98,8 @@ EVAL_KINDS = ("eval", "evaluate")
 class FedRecConfig(Config):
     """FedRec hyper-parameters (paper names). ``lr`` is gamma (server / batch rate, decayed
     x``decay`` per iteration); ``client_lr`` the stochastic clients' own rate (decayed per call,
-    default ``lr``). ``dtype`` is used for computation *and* on the wire."""
+    default ``lr``; refused for PMF(B), whose one rate ``lr`` steps U and V). ``dtype`` is used for
+    computation *and* on the wire."""
 
     model: str = param("PMF(B)", "model: batch PMF, stochastic PMF or stochastic SVD++", choices=tuple(MODELS))
     d: int = param(20, "latent dimension", min=1)
@@ -135,6 +136,12 @@ class FedRecConfig(Config):
                                      "pairwise keys that cancel in the server's sum (docs/privacy.md)")
     secagg_neighbours: int = param(8, "secure aggregation: ring neighbours each client masks with (even: k/2 on each "
                                    "side)", min=2)
+
+    def validate(self) -> None:
+        # batch clients step U_u with the iteration's lr (one rate for U and V): client_lr was ignored
+        if self.client_lr is not None and MODELS[self.model] == "batch":
+            raise ConfigError(f"FedRecConfig.client_lr is the stochastic clients' own learning rate; {self.model} "
+                              f"has one rate for U and V (lr), got client_lr={self.client_lr}", "client_lr")
 
     @property
     def style(self) -> str:

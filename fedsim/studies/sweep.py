@@ -121,11 +121,10 @@ def _run_axis_value(key: str, value: Any) -> Any:
 
 
 def _unknown_axis(key: str, mod) -> UsageError:
-    import difflib
+    from ..config import did_you_mean
 
     known = sorted(mod.PARAMS) + list(RUN_AXES)
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(key, known)
     return UsageError(f"--grid: unknown parameter {key!r} for scenario {scenario_name(mod)}{hint} "
                       f"(known: {', '.join(known)})")
 
@@ -145,20 +144,27 @@ def parse_grid(mod, grids: Sequence[str]) -> dict[str, list[Any]]:
         if key in out:
             raise UsageError(f"--grid {key}: given twice; give each axis once (all its values together)")
         if key in RUN_AXES:
-            parts = [v.strip() for v in vals.split(",") if v.strip()]
-            if not parts:
-                raise UsageError(f"--grid {key}: no values")
+            parts = _grid_values(key, vals, ",")
             out[key] = [_run_axis_value(key, v) for v in parts]
             continue
         if key not in mod.PARAMS:
             raise _unknown_axis(key, mod)
         p = mod.PARAMS[key]
         listy = p.type_name in ("ints", "floats", "strs")
-        parts = [v for v in vals.split(";" if listy else ",") if v.strip() != ""]
-        if not parts:
-            raise UsageError(f"--grid {key}: no values")
-        out[key] = [_as_grid(parse_value, "--grid", key, v.strip(), p) for v in parts]
+        parts = _grid_values(key, vals, ";" if listy else ",")
+        out[key] = [_as_grid(parse_value, "--grid", key, v, p) for v in parts]
     return out
+
+
+def _grid_values(key: str, vals: str, sep: str) -> list[str]:
+    """The values of ``--grid KEY=VALS`` separated by ``sep``, stripped; ``UsageError`` for none
+    or an empty one (``0,,1`` and ``0,1,`` ran the points 0 and 1, the empty value dropped)."""
+    if not vals.strip():
+        raise UsageError(f"--grid {key}: no values")
+    parts = [v.strip() for v in vals.split(sep)]
+    if "" in parts:
+        raise UsageError(f"--grid {key}: empty value in {vals!r} (values are separated by {sep!r})")
+    return parts
 
 
 def _as_grid(check, option: str, key: str, value: Any, param) -> Any:
