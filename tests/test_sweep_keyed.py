@@ -247,7 +247,7 @@ def test_backend_options_are_checked_before_anything_is_written(tmp_path, monkey
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('backend = "spark"\n[grid]\nx = [1]\n')
     res = fedsim_cmd("sweep", str(script), "--config", str(cfg), "--out", str(out), cwd=tmp_path)
-    assert res.returncode == 2 and res.stderr.strip() == f"error: {cfg}: backend: expected 'local' or 'ray', got 'spark'"
+    assert res.returncode == 2 and res.stderr.strip() == f"error: {cfg}: line 1: backend: expected 'local' or 'ray', got 'spark'"
     import fedsim.studies.raypool as raypool
 
     monkeypatch.setattr(raypool, "ray_available", lambda: False)
