@@ -246,6 +246,12 @@ class SimNetwork(Network):
         # node that has finished) do not lengthen the run.
         self.active_at = 0.0
         self.settled = 0  # copies delivered or lost (the others are in flight)
+        if type(self.link_model) not in (FifoLinkModel, FairShareLinkModel):
+            # a link model of the user's own: each copy it settles is checked (delivered or lost
+            # once, timing filled in); the built-in ones are tested to do so and skip the checks,
+            # which would cost every message of every run
+            self.deliver = self._deliver_checked
+            self.lose = self._lose_checked
 
     # -- the link-model interface -------------------------------------------------------------
     def now(self) -> float:
@@ -261,8 +267,6 @@ class SimNetwork(Network):
         transmission or ``dst`` is offline; otherwise it is marked delivered and either wakes
         ``dst`` (if it waits for that kind) or joins its mailbox."""
         row = envl.row
-        if row[STATUS] != "in_flight":
-            raise self._settled_twice(envl, "deliver")
         src = self.nodes[envl.src]
         off = src.spec.offline_at
         if off is not None and row[TX_END] > off:
@@ -272,12 +276,6 @@ class SimNetwork(Network):
             # (a node that finished its part before its offline_at goes offline all the same)
             self.lose(envl, "receiver offline")
             return
-        t = row[TX_START] + row[TX_END] + row[RX_START]
-        if t != t:  # (one comparison on the hot path: NaN if any of the three was left unset)
-            raise NetworkConfigError(
-                f"link model {self._model_label()} delivered {envl.describe()} without filling its timing "
-                f"fields (tx_start {row[TX_START]!r}, tx_end {row[TX_END]!r}, rx_start {row[RX_START]!r}): "
-                "transmit must set envelope.row[TX_START], [TX_END] and [RX_START] before net.deliver")
         row[ARRIVAL] = self.active_at = self.queue.now
         row[STATUS] = "delivered"
         self.settled += 1
@@ -306,12 +304,30 @@ class SimNetwork(Network):
     def lose(self, envl: Envelope, note: str) -> None:
         """Mark ``envl`` lost (``note`` says why); it never arrives."""
         row = envl.row
-        if row[STATUS] != "in_flight":
-            raise self._settled_twice(envl, "lose")
         row[STATUS] = "lost"
         row[NOTE] = note
         self.active_at = self.queue.now
         self.settled += 1
+
+    def _deliver_checked(self, envl: Envelope, dst: Node) -> None:
+        """``deliver`` for a link model of the user's own: refuses a copy already delivered or
+        lost, and one whose timing fields were left unset (NaN in the ledger)."""
+        row = envl.row
+        if row[STATUS] != "in_flight":
+            raise self._settled_twice(envl, "deliver")
+        t = row[TX_START] + row[TX_END] + row[RX_START]
+        if t != t:  # NaN if any of the three was left unset
+            raise NetworkConfigError(
+                f"link model {self._model_label()} delivered {envl.describe()} without filling its timing "
+                f"fields (tx_start {row[TX_START]!r}, tx_end {row[TX_END]!r}, rx_start {row[RX_START]!r}): "
+                "transmit must set envelope.row[TX_START], [TX_END] and [RX_START] before net.deliver")
+        SimNetwork.deliver(self, envl, dst)
+
+    def _lose_checked(self, envl: Envelope, note: str) -> None:
+        """``lose`` for a link model of the user's own: refuses a copy already delivered or lost."""
+        if envl.row[STATUS] != "in_flight":
+            raise self._settled_twice(envl, "lose")
+        SimNetwork.lose(self, envl, note)
 
     def _model_label(self) -> str:
         m = self.link_model
