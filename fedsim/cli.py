@@ -307,6 +307,13 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
     print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    try:  # the trace is how an author sees such a message: written all the same, and said
+        from .protocols import REGISTRY
+        from .protocols.contract import check_ledger
+
+        check_ledger(REGISTRY[args.protocol], net.ledger)
+    except _contract_error() as exc:
+        print(f"warning: {exc}", file=sys.stderr)
     print(f"open {html.resolve().as_uri()} in a browser (one file, works offline)")
     if args.open:
         import webbrowser
@@ -352,6 +359,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _contract_error() -> type:
+    """``ContractError`` (a plug-in protocol's build, collect or messages break the contract),
+    imported when an exception is being matched: fedsim.protocols is not needed for --help."""
+    from .protocols.contract import ContractError
+
+    return ContractError
+
+
 def _plugins(paths: list[str]) -> None:
     from .protocols import load_plugins
 
@@ -392,7 +407,7 @@ def _main(argv: list[str]) -> int:
             from .data import cli as data_cli
 
             return data_cli.run(args)
-    except (UsageError, ScenarioError, ConfigError, NetworkConfigError) as exc:
+    except (UsageError, ScenarioError, ConfigError, NetworkConfigError, _contract_error()) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except DeadlockError as exc:  # a run that did not finish: who waits for what, without a traceback

@@ -66,6 +66,16 @@ def test_the_python_usage_block_runs(plugin, monkeypatch):
     assert ns["result"].params["V"].shape == (40, 8)
 
 
+def test_the_checking_block_runs(plugin, monkeypatch):
+    monkeypatch.chdir(plugin.parent)
+    ns: dict = {}
+    exec(compile(BLOCKS[1], str(DOC), "exec"), ns)  # (its imports and load_plugins)
+    exec(compile(BLOCKS[2], str(DOC), "exec"), ns)
+    sim, aio = ns["results"]
+    assert sim.protocol == aio.protocol == "fedavg-mf" and sim.params["V"].shape == (40, 4)
+    assert np.array_equal(sim.params["U"], aio.params["U"])
+
+
 def _fedsim(*args, cwd):
     return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=120)

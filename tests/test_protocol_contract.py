@@ -14,6 +14,7 @@ import pytest
 from fedsim.config import Config, fields_of
 from fedsim.kernel import AsyncioNetwork, SimNetwork
 from fedsim.protocols import REGISTRY, Result, load_plugins
+from fedsim.protocols.contract import check_job, check_ledger, check_result, check_tiny
 
 # docs/writing-a-protocol.md: `FEDSIM_PLUGINS=fedavg_mf.py pytest tests/test_protocol_contract.py`
 # checks a plug-in; nothing loaded $FEDSIM_PLUGINS here, so that command checked the built-ins only
@@ -25,10 +26,12 @@ SEED = 11
 
 def run(name: str, net, clients: int = 3, rounds: int = 2):
     spec = REGISTRY[name]
-    data, cfg = spec.tiny(clients, rounds, SEED)
-    job = spec.build(net, data, cfg)
+    # the checks name the protocol and what it returned (a plug-in's mistake was an AttributeError
+    # on 'NoneType' here, or a bare `assert (False)` below)
+    data, cfg = check_tiny(spec, spec.tiny(clients, rounds, SEED))
+    job = check_job(spec, spec.build(net, data, cfg))
     run_result = net.run() if isinstance(net, SimNetwork) else net.run(timeout=120)
-    return job.collect(run_result)
+    return check_result(spec, job.collect(run_result), run_result)
 
 
 def bytes_per_kind(ledger) -> dict:
@@ -64,6 +67,7 @@ def test_same_seed_byte_identical_ledger(name, link_model):
 def test_every_message_is_declared_by_the_spec(name):
     spec = REGISTRY[name]
     res = run(name, SimNetwork(seed=SEED, profile="lan"), clients=4, rounds=3)
+    check_ledger(spec, res.ledger)  # a ContractError naming each undeclared (roles, kind)
     assert spec.undeclared(res.ledger) == []
     used = {k for k in res.ledger.view().group("kind")}
     declared = {k.name for k in spec.kinds}
@@ -82,6 +86,6 @@ def test_the_spec_is_complete(name):
     assert infos and all(f.help for f in infos), "every hyperparameter has a line of help"
     assert spec.rounds_field in {f.name for f in infos}
     assert spec.Config() == spec.Config()  # the defaults validate
-    data, cfg = spec.tiny(2, 1, 0)
+    data, cfg = check_tiny(spec, spec.tiny(2, 1, 0))
     assert isinstance(cfg, spec.Config)
     assert getattr(cfg, spec.rounds_field) == 1

@@ -53,6 +53,7 @@ def _round_times(ledger) -> dict[int, float]:
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> None:
     from ..kernel import NetSpec
     from ..protocols import REGISTRY
+    from ..protocols.contract import check_job, check_result
 
     spec = REGISTRY[name]
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
@@ -66,7 +67,9 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         ctx.progress.update(len(runs), 2, stage=f"{name} on {netspec.describe()}")
         net = netspec.build(ctx.seed)
         t0 = time.perf_counter()
-        result = spec.build(net, train, cfg, test=test).collect(net.run())
+        job = check_job(spec, spec.build(net, train, cfg, test=test))
+        run = net.run()
+        result = check_result(spec, job.collect(run), run)
         runs[label] = (result, time.perf_counter() - t0, net)
         ctx.record_network(net, label=label)
     ctx.progress.update(2, 2)

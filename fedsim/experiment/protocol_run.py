@@ -5,7 +5,8 @@ The scenario's parameters are the protocol's configuration fields (declared once
 protocols on the binarized data), holds out a fraction of each user's ratings as test data (the
 most recent ones when the data has timestamps and the protocol learns from implicit feedback, a
 random choice otherwise, from a generator derived from (--seed, "split")), builds the protocol on the network the run options describe,
-runs it and reports: the protocol's own evaluations per round, a test evaluation of the final
+runs it (refusing, with a ``ContractError``, a ``build`` that returns no job, a ``collect`` that
+returns no ``Result`` and a run that sent a message its spec does not declare) and reports: the protocol's own evaluations per round, a test evaluation of the final
 model where the protocol's result can predict ratings, the traffic per message kind (with each
 kind's declared purpose) and per role, and what was lost or missing. A run whose model diverged
 (the protocol's ``info["diverged_at"]``) says so: a ``diverged_at`` column in the summary and a
@@ -71,6 +72,7 @@ def split_data(ctx: RunContext, spec) -> tuple[Any, Any]:
 def run_protocol(ctx: RunContext, name: str) -> None:
     """Run protocol ``name`` once with the configuration in ``ctx`` and report it."""
     from ..protocols import REGISTRY
+    from ..protocols.contract import check_job, check_ledger, check_result
 
     spec = REGISTRY[name]
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
@@ -78,8 +80,12 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     train, test = split_data(ctx, spec)
     net = ctx.network()
     ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}", rounds=getattr(cfg, spec.rounds_field, None))
-    job = spec.build(net, train, cfg, test=test)
-    result = job.collect(net.run())
+    job = check_job(spec, spec.build(net, train, cfg, test=test))
+    run = net.run()
+    result = check_result(spec, job.collect(run), run)
+    # the kinds table below reads each kind's purpose and roles from the spec: a kind it does not
+    # declare was listed with '?', one sent between other roles under the declared ones
+    check_ledger(spec, net.ledger)
     ctx.progress.update(1, 1)
     ctx.record_network(net)
     summary: dict[str, Any] = {"protocol": name, "rounds": getattr(cfg, spec.rounds_field)}

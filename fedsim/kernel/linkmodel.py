@@ -40,7 +40,10 @@ class LinkModel:
     clock, no global random state. ``net.schedule`` raises ``ValueError`` for an event whose
     time is not finite or is before ``now()``; ``check_time(t, envelope, what, why)`` refuses
     such a time with a ``NetworkConfigError`` that says which message and why, before it is
-    written into the row or scheduled.
+    written into the row or scheduled. ``SimNetwork`` refuses, with a ``NetworkConfigError``
+    naming the model and the message, a second ``deliver``/``lose`` of a copy, a ``deliver`` of a
+    copy whose timing fields are unset (NaN), and copies still neither delivered nor lost when the
+    run has nothing left to do.
 
     Dropout: ``node_offline`` is called at the instant a node's link goes down (its
     ``spec.offline_at``), whether or not its actor has finished; ``net.is_offline(node)`` says

@@ -200,12 +200,20 @@ def get_link_model(model: "LinkModel | str") -> "LinkModel":
     """A link model by name (``LINK_MODELS``), or ``model`` itself if it is one. A name gives a
     fresh instance (link models keep per-run state). Raises ``NetworkConfigError``."""
     if isinstance(model, LinkModel):
+        if type(model).transmit is LinkModel.transmit:
+            raise NetworkConfigError(f"link model {type(model).__name__} does not define transmit(net, src, dst, "
+                                     "envelope), the one method a LinkModel must implement")
         return model
-    if model == "fifo":
-        return FifoLinkModel()
-    if model in ("fair", "tcp"):
-        return FairShareLinkModel(tcp=model == "tcp")
-    raise NetworkConfigError(f"unknown link model {model!r}; known: {', '.join(LINK_MODELS)}")
+    if isinstance(model, str) and model in ("fifo", "fair", "tcp"):
+        return FifoLinkModel() if model == "fifo" else FairShareLinkModel(tcp=model == "tcp")
+    if isinstance(model, type) and issubclass(model, LinkModel):
+        raise NetworkConfigError(f"link model {model.__name__} is a class: give an instance, "
+                                 f"link_model={model.__name__}(...) (each network needs a new one)")
+    if not isinstance(model, str) and hasattr(model, "transmit"):
+        raise NetworkConfigError(f"link model {model!r} is not a fedsim.kernel.LinkModel: subclass it (it "
+                                 "provides node_offline and the name)")
+    raise NetworkConfigError(f"unknown link model {model!r}; known: {', '.join(LINK_MODELS)}, or a "
+                             "fedsim.kernel.LinkModel instance")
 
 
 class SimNetwork(Network):
@@ -237,6 +245,13 @@ class SimNetwork(Network):
         # a receive answered long before, a flow end a link model has moved, the dropout of a
         # node that has finished) do not lengthen the run.
         self.active_at = 0.0
+        self.settled = 0  # copies delivered or lost (the others are in flight)
+        if type(self.link_model) not in (FifoLinkModel, FairShareLinkModel):
+            # a link model of the user's own: each copy it settles is checked (delivered or lost
+            # once, timing filled in); the built-in ones are tested to do so and skip the checks,
+            # which would cost every message of every run
+            self.deliver = self._deliver_checked
+            self.lose = self._lose_checked
 
     # -- the link-model interface -------------------------------------------------------------
     def now(self) -> float:
@@ -263,6 +278,7 @@ class SimNetwork(Network):
             return
         row[ARRIVAL] = self.active_at = self.queue.now
         row[STATUS] = "delivered"
+        self.settled += 1
         w = dst.waiter
         # matches(w[0], kind), inlined: one call less per delivery
         if w is not None and ((k := w[0]) is None or k == envl.kind or (type(k) is not str and envl.kind in k)):
@@ -287,9 +303,57 @@ class SimNetwork(Network):
 
     def lose(self, envl: Envelope, note: str) -> None:
         """Mark ``envl`` lost (``note`` says why); it never arrives."""
-        envl.row[STATUS] = "lost"
-        envl.row[NOTE] = note
+        row = envl.row
+        row[STATUS] = "lost"
+        row[NOTE] = note
         self.active_at = self.queue.now
+        self.settled += 1
+
+    def _deliver_checked(self, envl: Envelope, dst: Node) -> None:
+        """``deliver`` for a link model of the user's own: refuses a copy already delivered or
+        lost, and one whose timing fields were left unset (NaN in the ledger)."""
+        row = envl.row
+        if row[STATUS] != "in_flight":
+            raise self._settled_twice(envl, "deliver")
+        t = row[TX_START] + row[TX_END] + row[RX_START]
+        if t != t:  # NaN if any of the three was left unset
+            raise NetworkConfigError(
+                f"link model {self._model_label()} delivered {envl.describe()} without filling its timing "
+                f"fields (tx_start {row[TX_START]!r}, tx_end {row[TX_END]!r}, rx_start {row[RX_START]!r}): "
+                "transmit must set envelope.row[TX_START], [TX_END] and [RX_START] before net.deliver")
+        SimNetwork.deliver(self, envl, dst)
+
+    def _lose_checked(self, envl: Envelope, note: str) -> None:
+        """``lose`` for a link model of the user's own: refuses a copy already delivered or lost."""
+        if envl.row[STATUS] != "in_flight":
+            raise self._settled_twice(envl, "lose")
+        SimNetwork.lose(self, envl, note)
+
+    def _model_label(self) -> str:
+        m = self.link_model
+        return repr(m.name) if m.name != LinkModel.name else type(m).__name__
+
+    def _settled_twice(self, envl: Envelope, call: str) -> NetworkConfigError:
+        row = envl.row
+        was = f"{row[STATUS]}" + (f" ({row[NOTE]})" if row[NOTE] else "")
+        return NetworkConfigError(f"link model {self._model_label()} called net.{call} for {envl.describe()}, "
+                                  f"which was already {was}: each copy ends with exactly one net.deliver or "
+                                  "net.lose")
+
+    def _check_settled(self) -> None:
+        """After a drained run every copy must have been delivered or lost: a link model that
+        dropped one silently (no deliver, no lose, nothing scheduled) left it in flight for ever,
+        and the actors waiting for it would be reported as a deadlock "with nothing in flight"."""
+        left = len(self.ledger) - self.settled
+        if left <= 0:
+            return
+        view = self.ledger.select(fate="in_flight")
+        rows = list(zip(view.column("seq"), view.column("kind"), view.column("src"), view.column("dst")))[:5]
+        shown = "; ".join(f"row {int(q)}: {k!r} from {s!r} to {d!r}" for q, k, s, d in rows)
+        raise NetworkConfigError(f"link model {self._model_label()} neither delivered nor lost {left} message "
+                                 f"cop{'y' if left == 1 else 'ies'} and scheduled nothing more ({shown}"
+                                 f"{'; ...' if left > len(rows) else ''}): transmit must end each copy with "
+                                 "net.deliver or net.lose, now or in an event it schedules")
 
     # -- the transport interface ----------------------------------------------------------------
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
@@ -469,6 +533,7 @@ class SimNetwork(Network):
                 stopped_early = False  # only events that would do nothing are left: as drained
             if not stopped_early:
                 queue.now = self.active_at  # now() after the run is its duration
+                self._check_settled()
             return self.finish(queue.now, strict=strict, drained=not stopped_early)
         finally:
             # before the actors are closed: a message sent from a finally block would otherwise

@@ -24,17 +24,27 @@ from (its ``state``). ``job.collect(run)`` turns the network's ``RunResult`` int
 ``kinds`` declares every message kind the protocol may send, with the roles (at the time of
 sending, as the ledger records them) that may send and receive it, and its purpose; the contract
 test checks every ledger row of every registered protocol against it.
+
+``check_job``, ``check_result``, ``check_tiny`` and ``check_ledger`` hold a protocol to this
+contract with a ``ContractError`` naming it and what to change (``fedsim run``, ``fedsim trace``,
+``fedsim compare`` and the contract test call them); ``ProtocolSpec`` and ``Kind`` refuse a
+malformed declaration when they are made.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
-__all__ = ["IncompleteRunError", "Job", "Kind", "PURPOSES", "ProtocolSpec", "Result", "server_result"]
+from ..config import Config
+from ..kernel import FedsimError
+
+__all__ = ["ContractError", "IncompleteRunError", "Job", "Kind", "PURPOSES", "ProtocolSpec", "Result",
+           "check_job", "check_ledger", "check_result", "check_tiny", "server_result"]
 
 PURPOSES = ("setup", "training", "evaluation", "control")
 
@@ -57,8 +67,15 @@ class Kind:
     anonymous: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Kind {self.name!r}: the name must be a non-empty string")
         object.__setattr__(self, "src", _roles(self.src))
         object.__setattr__(self, "dst", _roles(self.dst))
+        for side in ("src", "dst"):
+            roles = getattr(self, side)
+            if not roles or not all(isinstance(r, str) and r for r in roles):
+                raise ValueError(f"Kind {self.name!r}: {side} must be a role name or a tuple of role names "
+                                 f"(as the ledger records them, e.g. 'server', 'client'), got {roles!r}")
         if self.purpose not in PURPOSES:
             raise ValueError(f"Kind {self.name!r}: purpose must be one of {PURPOSES}, got {self.purpose!r}")
 
@@ -103,6 +120,13 @@ class Result:
             if metric in m:
                 return float(m[metric])
         return float("nan")
+
+
+class ContractError(FedsimError):
+    """A protocol broke its side of the contract: ``build`` did not return a job, ``collect``
+    did not return a ``Result``, ``tiny`` did not return ``(data, config)``, or a run sent a
+    message kind, or between roles, that its spec does not declare. The message names the
+    protocol and what to change."""
 
 
 class IncompleteRunError(RuntimeError):
@@ -167,7 +191,25 @@ class ProtocolSpec:
                              ".py suffix (it is typed as `fedsim run NAME`)")
         # a tuple, as declared: a generator would be used up by the checks below and the spec
         # would then declare no kind at all (the dataclass is frozen: set through object)
+        if isinstance(self.kinds, (str, Kind)):
+            raise TypeError(f"protocol {self.name!r}: kinds must be a tuple of Kind(...), got {self.kinds!r}")
         object.__setattr__(self, "kinds", tuple(self.kinds))
+        for i, k in enumerate(self.kinds):
+            if not isinstance(k, Kind):
+                raise TypeError(f"protocol {self.name!r}: kinds[{i}] is {k!r}, not a Kind: declare each message "
+                                "kind as Kind(name, sender_role, receiver_role, purpose)")
+        if not (isinstance(self.Config, type) and issubclass(self.Config, Config)
+                and dataclasses.is_dataclass(self.Config)):
+            raise TypeError(f"protocol {self.name!r}: Config must be a dataclass subclassing fedsim.config.Config "
+                            f"(fields declared with param(...)), got {self.Config!r}")
+        for what in ("build", "tiny"):
+            if not callable(getattr(self, what)):
+                raise TypeError(f"protocol {self.name!r}: {what} must be a function, got {getattr(self, what)!r}")
+        fields = [f.name for f in dataclasses.fields(self.Config)]
+        if self.rounds_field not in fields:
+            raise ValueError(f"protocol {self.name!r}: rounds_field {self.rounds_field!r} (the default is 'rounds') "
+                             f"is not a field of {self.Config.__name__} (its fields: {', '.join(fields)}); name the "
+                             "field that counts its rounds or iterations")
         names = [k.name for k in self.kinds]
         if len(set(names)) != len(names):
             raise ValueError(f"protocol {self.name!r} declares a message kind twice")
@@ -195,3 +237,66 @@ class ProtocolSpec:
             if k is None or not k.allows(src, dst):
                 bad.append((src, dst, kind))
         return bad
+
+
+def check_job(spec: ProtocolSpec, job: Any) -> Any:
+    """``job`` if it has a ``collect(run)`` method (what ``spec.build`` must return); else
+    ``ContractError`` naming the protocol and what ``build`` returned."""
+    if not callable(getattr(job, "collect", None)):
+        raise ContractError(f"protocol {spec.name!r}: build() returned {_what(job)}, not a job: return an object "
+                            "with a collect(run) method that makes the Result (did build forget its return?)")
+    return job
+
+
+def check_result(spec: ProtocolSpec, result: Any, run: Any = None) -> Result:
+    """``result`` if it is a ``Result`` in the documented shape (``params`` a dict, ``metrics`` a
+    list of dicts each with ``round``, and, when ``run`` is given, ``result.run`` that run); else
+    ``ContractError`` naming the protocol and what is wrong."""
+    where = f"protocol {spec.name!r}: collect(run)"
+    if not isinstance(result, Result):
+        raise ContractError(f"{where} returned {_what(result)}, not a fedsim.protocols.Result: return "
+                            "Result(name, config, params, metrics, run, info=...)")
+    if not isinstance(result.params, dict):
+        raise ContractError(f"{where} returned a Result whose params is {_what(result.params)}, not a dict of "
+                            "arrays by name")
+    if not isinstance(result.metrics, list) or not all(isinstance(m, dict) and "round" in m for m in result.metrics):
+        raise ContractError(f"{where} returned a Result whose metrics is not a list of dicts each with a 'round' "
+                            f"(one per evaluation; [] when there is none): {result.metrics!r:.200}")
+    if run is not None and result.run is not run:
+        raise ContractError(f"{where} returned a Result whose run is {_what(result.run)}, not the run it was given "
+                            "(its ledger and duration come from there)")
+    return result
+
+
+def check_tiny(spec: ProtocolSpec, preset: Any) -> tuple[Any, Any]:
+    """``(data, config)`` from what ``spec.tiny(clients, rounds, seed)`` returned, or
+    ``ContractError`` naming the protocol."""
+    if not (isinstance(preset, tuple) and len(preset) == 2 and isinstance(preset[1], spec.Config)):
+        raise ContractError(f"protocol {spec.name!r}: tiny(clients, rounds, seed) returned {_what(preset)}, not "
+                            f"(data, config) with config a {spec.Config.__name__}")
+    return preset
+
+
+def check_ledger(spec: ProtocolSpec, ledger: Any) -> None:
+    """``ContractError`` naming every (sender role, receiver role, kind) of ``ledger`` that
+    ``spec`` does not declare (``spec.undeclared``), and what it declares instead."""
+    bad = spec.undeclared(ledger)
+    if not bad:
+        return
+    declared = {k.name: k for k in spec.kinds}
+    parts = []
+    for src, dst, kind in bad:
+        k = declared.get(kind)
+        if k is None:
+            parts.append(f"{kind!r} from {src} to {dst} (no Kind {kind!r} declared)")
+        else:
+            parts.append(f"{kind!r} from {src} to {dst} (its Kind allows {'/'.join(k.src)} to {'/'.join(k.dst)})")
+    raise ContractError(f"protocol {spec.name!r} sent messages its spec does not declare: {'; '.join(parts)}. "
+                        "Declare each kind in ProtocolSpec(kinds=...) with the roles the ledger records at sending")
+
+
+def _what(x: Any) -> str:
+    if x is None:
+        return "None"
+    text = " ".join(repr(x).split())  # (an array's repr spans lines)
+    return f"a {type(x).__name__} ({text if len(text) <= 80 else text[:77] + '...'})"

@@ -36,6 +36,7 @@ from ..kernel import SimNetwork
 from ..kernel.codec import decode_message
 from ..kernel.errors import ActorError, NetworkConfigError
 from ..protocols import REGISTRY
+from ..protocols.contract import check_job, check_tiny
 
 __all__ = ["TracingNetwork", "trace", "mermaid", "timeline_svg", "step_log", "trace_html", "trace_options"]
 
@@ -117,8 +118,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     formats = tuple(formats or FORMATS)
     spec = REGISTRY[name]
     options = trace_options(name, sets or [])
+    data, cfg = check_tiny(spec, spec.tiny(clients, rounds, seed))
     try:
-        data, cfg = spec.tiny(clients, rounds, seed)
         cfg = cfg.replace(**options)
     except (ConfigError, ValueError) as exc:
         raise UsageError(f"{name}: {exc}") from None
@@ -131,9 +132,10 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     # said in one line like the checks above
     refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
     try:
-        spec.build(net, data, cfg)
+        job = spec.build(net, data, cfg)
     except ValueError as exc:
         raise UsageError(f"{refused}: {exc}") from None
+    check_job(spec, job)  # (not collected: the trace is the ledger's)
     try:
         net.run()
     except ActorError as exc:

@@ -1,0 +1,156 @@
+"""A custom link model that breaks the documented contract (docs/network-model.md, "Writing a link
+model": fill the row's timing fields, end each copy with exactly one ``net.deliver`` or
+``net.lose``) gets an error naming the model and the message. Before, a model that never settled a
+copy ended in a DeadlockError saying "nothing left in flight" (or, when no actor waited for the
+copy, a run that looked fine with the row in flight for ever), a second ``deliver`` put a
+duplicate into the mailbox, a ``lose`` after ``deliver`` rewrote a delivered copy as lost, a
+delivery with no timing fields left NaN times in the ledger, and a class or a duck-typed object
+was "unknown link model <...>; known: fifo, fair, tcp"."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fedsim.kernel import ActorError, LinkModel, NetworkConfigError, SimNetwork, StreamingLedger
+from fedsim.kernel.ledger import RX_START, TX_END, TX_START
+
+
+class Swallow(LinkModel):
+    """Forgets every copy: no deliver, no lose, nothing scheduled."""
+
+    def transmit(self, net, src, dst, envelope):
+        pass
+
+
+class Instant(LinkModel):
+    name = "instant"
+
+    def __init__(self, deliveries=1, then_lose=False, fill=True):
+        self.deliveries, self.then_lose, self.fill = deliveries, then_lose, fill
+
+    def transmit(self, net, src, dst, envelope):
+        if self.fill:
+            envelope.row[TX_START] = envelope.row[TX_END] = envelope.row[RX_START] = net.now()
+        net.schedule(0.5, self.arrive, net, envelope, dst)
+
+    def arrive(self, net, envelope, dst):
+        for _ in range(self.deliveries):
+            net.deliver(envelope, dst)
+        if self.then_lose:
+            net.lose(envelope, "gone")
+
+
+def _net(model, *, receiver_waits=True, ledger=None):
+    async def a(ctx):
+        await ctx.send("b", "x", {"v": 1.0})
+        await ctx.send("b", "y", {"v": 2.0})
+
+    async def b(ctx):
+        if receiver_waits:
+            return [(await ctx.receive("x")).payload["v"], (await ctx.receive("y")).payload["v"]]
+        return None
+
+    net = SimNetwork(seed=0, link_model=model, **({} if ledger is None else {"ledger": ledger}))
+    net.add_node("a", a, role="server")
+    net.add_node("b", b)
+    return net
+
+
+def test_a_model_that_never_settles_a_copy_is_named_not_reported_as_a_deadlock():
+    net = _net(Swallow())
+    with pytest.raises(NetworkConfigError) as info:
+        net.run()
+    assert str(info.value) == (
+        "link model Swallow neither delivered nor lost 2 message copies and scheduled nothing more (row 0: 'x' "
+        "from 'a' to 'b'; row 1: 'y' from 'a' to 'b'): transmit must end each copy with net.deliver or "
+        "net.lose, now or in an event it schedules")
+
+
+def test_an_unsettled_copy_is_refused_even_when_no_actor_waits_for_it():
+    net = _net(Swallow(), receiver_waits=False)  # before: a clean run, both rows in flight for ever
+    with pytest.raises(NetworkConfigError, match=r"^link model Swallow neither delivered nor lost 2 message copies"):
+        net.run(strict=False)
+
+
+def test_an_unsettled_copy_is_found_in_a_streaming_ledger(tmp_path):
+    net = _net(Swallow(), receiver_waits=False, ledger=StreamingLedger(tmp_path / "l.bin"))
+    with pytest.raises(NetworkConfigError, match=r"\(row 0: 'x' from 'a' to 'b'; row 1: 'y' from 'a' to 'b'\)"):
+        net.run()
+
+
+def test_a_run_stopped_at_until_may_leave_copies_in_flight():
+    net = _net(Instant(), receiver_waits=False)
+    res = net.run(until=0.25)
+    assert [r["status"] for r in res.ledger.records()] == ["in_flight", "in_flight"]
+
+
+def test_a_well_behaved_model_settles_every_copy():
+    net = _net(Instant())
+    res = net.run()
+    assert res.results["b"] == [1.0, 2.0]
+    assert [(r["status"], r["arrival_time"]) for r in res.ledger.records()] == [("delivered", 0.5)] * 2
+
+
+def test_a_second_deliver_is_refused_not_a_duplicate_message():
+    net = _net(Instant(deliveries=2))
+    with pytest.raises(NetworkConfigError) as info:
+        net.run()
+    assert str(info.value) == (
+        "link model 'instant' called net.deliver for message 'x' from 'a' to 'b' (ledger row 0, 15 bytes), "
+        "which was already delivered: each copy ends with exactly one net.deliver or net.lose")
+
+
+def test_a_lose_after_deliver_is_refused():
+    net = _net(Instant(then_lose=True))
+    with pytest.raises(NetworkConfigError, match=r"called net.lose for message 'x' .*which was already delivered:"):
+        net.run()
+    assert next(net.ledger.records())["status"] == "delivered"
+
+
+def test_a_delivery_without_timing_fields_is_refused():
+    net = _net(Instant(fill=False))
+    with pytest.raises(NetworkConfigError) as info:
+        net.run()
+    assert str(info.value).startswith(
+        "link model 'instant' delivered message 'x' from 'a' to 'b' (ledger row 0, 15 bytes) without filling its "
+        "timing fields (tx_start nan, tx_end nan, rx_start nan): transmit must set envelope.row[TX_START]")
+    assert math.isnan(next(net.ledger.records())["arrival_time"])
+
+
+def test_a_lose_then_deliver_from_inside_a_send_names_the_model():
+    class LoseThenDeliver(LinkModel):
+        def transmit(self, net, src, dst, envelope):
+            envelope.row[TX_START] = envelope.row[TX_END] = envelope.row[RX_START] = net.now()
+            net.lose(envelope, "link loss")
+            net.deliver(envelope, dst)
+
+    with pytest.raises(ActorError) as info:  # raised in the sender's send, as check_time's errors are
+        _net(LoseThenDeliver()).run()
+    assert isinstance(info.value.__cause__, NetworkConfigError)
+    assert "link model LoseThenDeliver called net.deliver for message 'x' from 'a' to 'b' (ledger row 0, " \
+           "15 bytes), which was already lost (link loss)" in str(info.value)
+
+
+def test_link_model_arguments_that_are_not_an_instance_are_explained():
+    with pytest.raises(NetworkConfigError, match=r"^link model Instant is a class: give an instance, "
+                                                 r"link_model=Instant\(\.\.\.\)"):
+        SimNetwork(link_model=Instant)
+
+    class Duck:
+        def transmit(self, net, src, dst, envelope):
+            pass
+
+    with pytest.raises(NetworkConfigError, match=r"is not a fedsim.kernel.LinkModel: subclass it"):
+        SimNetwork(link_model=Duck())
+
+    class NoTransmit(LinkModel):
+        pass
+
+    with pytest.raises(NetworkConfigError, match=r"^link model NoTransmit does not define transmit\(net, src, dst, "
+                                                 r"envelope\)"):
+        SimNetwork(link_model=NoTransmit())
+    with pytest.raises(NetworkConfigError, match=r"^unknown link model 'fifoo'; known: fifo, fair, tcp, or a "
+                                                 r"fedsim.kernel.LinkModel instance$"):
+        SimNetwork(link_model="fifoo")
