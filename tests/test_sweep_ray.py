@@ -379,28 +379,47 @@ def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
     if shutil.which("ray") is None and not (Path(sys.executable).parent / "ray").exists():
         pytest.skip("the ray command is not installed beside this Python")
     ray_cli = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-    port = _free_port()
     head_dir = tmp_path / "head"
     head_dir.mkdir()
+    head_log = head_dir / "head.log"
     # the head's workers see neither this checkout nor the driver's folder; the head and the
     # driver share a token (Ray's authentication) and stay on the loopback interface
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("RAY_")} | auth
-    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-                             "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats"],
-                            cwd=head_dir, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    tree = Tree(head.pid)
-    try:
-        body = "import fedsim\nopen(os.path.join(os.path.dirname(__file__), 'where.txt'), 'a').write(fedsim.__file__ + '\\n')"
-        script, log = logging_scenario(tmp_path, body, name="where")
+
+    def start_head():
+        """A head on a free port: (process, port), port None if it did not listen within 120 s."""
+        port = _free_port()
+        with open(head_log, "ab") as fh:
+            head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+                                     "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                                     "--disable-usage-stats"],
+                                    cwd=head_dir, env=env, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline and head.poll() is None:
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
+                return head, port
             except OSError:
                 time.sleep(0.2)
+        return head, None
+
+    head, port = start_head()
+    if port is None and head.poll() is not None:
+        # the head left while starting (it did once in a CI run, beside the suite's other work;
+        # why is not known: its output is kept in head.log): once more, on another port
+        try:
+            os.killpg(head.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        head, port = start_head()
+    tree = Tree(head.pid)
+    try:
+        if port is None:
+            pytest.fail(f"the Ray head did not listen within 120 s (exit status {head.poll()}); its output:\n"
+                        + head_log.read_text(errors="replace")[-3000:])
+        body = "import fedsim\nopen(os.path.join(os.path.dirname(__file__), 'where.txt'), 'a').write(fedsim.__file__ + '\\n')"
+        script, log = logging_scenario(tmp_path, body, name="where")
         res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3", "--set", "y=2", "--backend", "ray",
                          "--address", f"127.0.0.1:{port}", "--out", "sw", cwd=tmp_path, env=env | auth)
         assert res.returncode == 0, res.stderr
