@@ -154,3 +154,30 @@ def test_link_model_arguments_that_are_not_an_instance_are_explained():
     with pytest.raises(NetworkConfigError, match=r"^unknown link model 'fifoo'; known: fifo, fair, tcp, or a "
                                                  r"fedsim.kernel.LinkModel instance$"):
         SimNetwork(link_model="fifoo")
+
+
+def test_a_model_of_ones_own_is_counted_once_per_copy_when_delivery_finds_a_node_offline():
+    # deliver() ends a copy as lost when its receiver dropped out while it was on its way: counted
+    # once (by the lose), or the end-of-run check would miss a copy or find one too many
+    from fedsim.kernel import FifoLinkModel, LinkSpec
+
+    class MyFifo(FifoLinkModel):  # the same model, but not the built-in class: checked and counted
+        pass
+
+    async def sender(ctx):
+        await ctx.send("D", "big", {"x": b"0" * 10_000_000})
+
+    async def receiver(ctx):
+        await ctx.receive("big")
+
+    rows = []
+    for model in (FifoLinkModel(), MyFifo()):
+        net = SimNetwork(seed=0, link_model=model)
+        net.add_node("S", sender, link=LinkSpec(uplink=1e6))
+        net.add_node("D", receiver, offline_at=5.0)  # the copy arrives at about 10 s
+        res = net.run(strict=False)
+        (row,) = res.ledger.records()
+        rows.append((row["status"], row["note"]))
+        if isinstance(model, MyFifo):
+            assert net.settled == len(res.ledger) == 1
+    assert rows == [("lost", "receiver offline")] * 2
