@@ -292,3 +292,15 @@ def test_imia_runs_on_every_protocol_it_declares(ratings, implicit):
     for cap in caps:
         run = run_attack(IMIA(max_users=5), cap.recorder, cap.public)
         assert 1 <= len(run.inference) <= 5 and all(isinstance(g, Guess) for g in run.inference.values())
+
+
+def test_network_linking_by_time_has_no_global_order_to_read(ratings):
+    # five denoisers, ideal profile: every time is 0. The observer sees the order of arrival at
+    # each watched link, not an order between the server's and the denoisers' links; the view
+    # used to list them in the run's sending order (each noise right after its sender's upload)
+    # and time alone linked 15 / 15. What is left: 4 / 15 by time, 9 / 15 with sizes.
+    cap = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=5), seed=3)
+    _, rows = attack_capture(NoiseLinking("time"), cap, rounds=[1])
+    assert len(rows) == 15 and sum(r["correct"] for r in rows) == 4.0
+    _, rows = attack_capture(NoiseLinking("size+time"), cap, rounds=[1])
+    assert sum(r["correct"] for r in rows) == 9.0

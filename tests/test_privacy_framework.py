@@ -316,3 +316,30 @@ def test_linking_by_size_does_not_depend_on_the_tasks_place_in_the_grid():
     assert by_size[1] == by_size[0] and by_size[2] == by_size[0]
     untimed = [[{k: v for k, v in r.items() if not k.endswith("_s")} for r in res] for res in results]
     assert untimed[1] == untimed[0] and untimed[2] == untimed[0]
+
+
+def _row(seq, src, dst, src_role, dst_role, kind, anon, t=0.0, nbytes=100):
+    # a ledger row by hand (fedsim.kernel.ledger.ROW_COLUMNS), delivered at t
+    return [seq, 1, src, dst, src_role, dst_role, kind, nbytes, nbytes, 0, t, t, t, t, t, "delivered", False, anon, ""]
+
+
+def test_simultaneous_messages_at_different_nodes_are_not_ordered_by_the_runs_sending_order():
+    # two clients each send their upload to the server and, right after, their noise anonymously
+    # to denoiser d; on the ideal profile every time is 0. Each node's own arrival order is real;
+    # the interleaving of the server's and d's arrivals is not observed by anyone, and listing it
+    # in sending order (upload a, noise, upload b, noise) named each noise's sender: the upload just
+    # before it. The view lists each node's arrivals in its own order, nodes by id.
+    rows = [_row(0, "a", "server", "client", "server", "gradients", False),
+            _row(1, "a", "d", "client", "denoiser", "noise", True),
+            _row(2, "b", "server", "client", "server", "gradients", False),
+            _row(3, "b", "d", "client", "denoiser", "noise", True)]
+    rec = [(r, None, 0) for r in rows]
+    pub = Public("fedrecpp", None, "server", ("a", "b", "d"), 10)
+    for spec in (ViewSpec.colluding("denoiser"), ViewSpec.network(("server", "denoiser"))):
+        v = build_view(spec, rec, pub)
+        assert [(m.kind, m.sender, m.receiver) for m in v] == [
+            ("noise", None, "d"), ("noise", None, "d"), ("gradients", "a", "server"), ("gradients", "b", "server")]
+    # a later time still comes later, whatever the node
+    rows[1][13] = rows[1][14] = 1.0
+    v = build_view(ViewSpec.colluding("denoiser"), rec, pub)
+    assert [(m.kind, m.sender) for m in v] == [("noise", None), ("gradients", "a"), ("gradients", "b"), ("noise", None)]

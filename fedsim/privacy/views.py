@@ -245,11 +245,14 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
     are counted in ``View.unrecorded``, so that an audit can say what it left out.
 
     Messages are listed in the order the adversary observed them: by arrival time (send time for
-    what it sent; a network observer: start of reception), equal times in the order the network
-    delivered them, which on a FIFO path is the order they were sent (a recording of several
-    networks in turn: network by network). The ideal profile makes
-    every time equal, so there order is all the timing an adversary gets, and it is real
-    information (a channel that does not mix delivers anonymous messages in sending order). The
+    what it sent; a network observer: start of reception), equal times at one node (the node
+    that sent or received it, of the adversary's) in the order the network delivered them, which
+    on a FIFO path is the order they were sent, and equal times at different nodes by node id (a
+    recording of several networks in turn: network by network). The ideal profile makes every
+    time equal, so there each node's order is all the timing an adversary gets, and it is real
+    information (a channel that does not mix delivers anonymous messages in sending order); the
+    interleaving of simultaneous messages at different nodes is not: nobody observes it, and the
+    run's sending order there would pair each anonymous message with the upload sent next to it. The
     run's message numbers themselves are never shown: each message carries ``ref_of(seq, key)``
     (``seq``: the network's number in the recording times 2^40 plus the ledger row's number).
     """
@@ -277,7 +280,7 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
         anon = bool(row[ANON])
         if spec.kind == "network":
             if dst in nodes and row[STATUS] == "delivered":
-                out.append(((net, row[RX_START], seq), Packet(ref_of(seq, key), row[KIND], rnd,
+                out.append(((net, row[RX_START], dst, seq), Packet(ref_of(seq, key), row[KIND], rnd,
                                   None if anon else src, dst, row[BYTES], row[RX_START], row[ARRIVAL])))
             continue
         outgoing = src in nodes
@@ -288,9 +291,12 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
             unrecorded += 1  # the recorder's filters left its payload out: seen, payload None
         sender = src if (outgoing or not anon) else None
         t = row[SEND_T] if outgoing else row[ARRIVAL]
-        out.append(((net, t, seq), Observed(ref_of(seq, key), row[KIND], rnd, sender, dst, row[BYTES], t,
+        out.append(((net, t, src if outgoing else dst, seq), Observed(ref_of(seq, key), row[KIND], rnd, sender, dst, row[BYTES], t,
                                             outgoing, doc)))
-    # the adversary's own timeline: arrival (or, for what it sent, send) time, equal times in the
-    # order the network delivered them (the event queue is FIFO, so: sending order)
+    # the adversary's own timeline: arrival (or, for what it sent, send) time; equal times at one
+    # node in the order the network delivered them (the event queue is FIFO, so: sending order),
+    # equal times at different nodes by node id: a coalition (or an observer of several links)
+    # has no order between simultaneous events at different places, and the run's global sending
+    # order there would link every anonymous message to the upload sent just before it
     out.sort(key=lambda m: m[0])
     return View(spec, public, nodes, tuple(m[1] for m in out), max_round, unrecorded)
