@@ -291,3 +291,34 @@ def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
                      "    Note over N0: round 0",
                      f"    N1->>N0: two lines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
                      f"{row['arrival_time'] * 1000:.3f} ms"]
+
+
+def test_a_message_never_read_says_so_in_every_output():
+    # a gradient that arrives after the server's deadline (fcf --set deadline=...): the step log
+    # and the page's panel said "never read", the Mermaid arrow and the page's arrow label only
+    # "arrived", as if the server had used it
+    from fedsim.kernel import LinkSpec
+    from fedsim.studies.trace import TracingNetwork, mermaid, step_log, trace_html
+
+    async def server(ctx):
+        await ctx.send("c", "model", {"n": 1})
+        await ctx.gather("up", senders=["c"], timeout=0.001)
+
+    async def client(ctx):
+        await ctx.receive("model")
+        await ctx.send("server", "up", {"n": 2})
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("c", client, role="client", link=LinkSpec(latency=0.001))
+    net.run()
+    model, up = net.ledger.records()
+    assert (model["read"], up["read"], up["status"]) == (True, False, "delivered")
+    arrows = [line for line in mermaid(net).splitlines() if "->>" in line]
+    assert arrows == [
+        f"    N0->>N1: model {model['bytes']} B, sent 0.000 ms, arrived {model['arrival_time'] * 1000:.3f} ms",
+        f"    N1->>N0: up {up['bytes']} B, sent {up['send_time'] * 1000:.3f} ms, arrived "
+        f"{up['arrival_time'] * 1000:.3f} ms, never read"]
+    assert f"{up['arrival_time'] * 1000:12.3f} ms  server receives up from c (never read)\n" in step_log(net)
+    labels = re.findall(r'fill="#222">([^<]*)</text>', trace_html(net))
+    assert labels == [f"model · {model['bytes']} B", f"up · {up['bytes']} B · never read"]

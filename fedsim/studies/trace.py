@@ -12,7 +12,9 @@
 
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
-  *anonymous* (the receiver never learns the sender); lost ones end in a cross.
+  *anonymous* (the receiver never learns the sender); lost ones end in a cross; one that arrived
+  but that its receiver never took (a deadline had passed, the run ended) says *never read*, as
+  the page's arrow and step panel and the step log do.
 - ``timeline.svg`` (and ``timeline.png`` with matplotlib): one lane per node showing when it is
   sending (egress port busy), receiving (ingress port busy), computing, and the propagation of
   each message between lanes.
@@ -203,8 +205,8 @@ def mermaid(net: SimNetwork) -> str:
         else:
             arrow = "->>"
         tag = " (anonymous)" if r["anonymous"] else ""
-        if r["status"] == "delivered":
-            fate = f"arrived {_ms(r['arrival_time'])}"
+        if r["status"] == "delivered":  # (as the step log and the page say: one the receiver never took)
+            fate = f"arrived {_ms(r['arrival_time'])}" + ("" if r["read"] else ", never read")
         elif r["status"] == "lost":
             fate = f"LOST {r['note']}"
         else:
@@ -400,7 +402,8 @@ def _sequence_svg(data: dict) -> str:
         lost = m["status"] == "lost"
         color = "#C44E52" if lost else "#4C72B0" if not m["anonymous"] else "#8172B2"
         label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else
-                                                              " · in flight at the end" if m["status"] == "in_flight" else "")
+                                                              " · in flight at the end" if m["status"] == "in_flight" else
+                                                              "" if m["read"] else " · never read")
         variants = [("true", m["src"])] + ([("hidden", "(anonymous)")] if m["anonymous"] else [])
         out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">'
                    f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
