@@ -322,3 +322,15 @@ def test_a_message_never_read_says_so_in_every_output():
     assert f"{up['arrival_time'] * 1000:12.3f} ms  server receives up from c (never read)\n" in step_log(net)
     labels = re.findall(r'fill="#222">([^<]*)</text>', trace_html(net))
     assert labels == [f"model · {model['bytes']} B", f"up · {up['bytes']} B · never read"]
+
+
+def test_step_log_keeps_one_event_a_line_with_any_kind():
+    # a kind "two\nlines" split its send and receive events over two lines each, the second
+    # without a time (steps.log is one event a line, in time order)
+    from fedsim.studies.trace import step_log
+
+    net = _one_message("a", "client", "b", "two\nlines\t!")
+    (row,) = net.ledger.records()
+    assert step_log(net).splitlines() == [
+        f"{row['send_time'] * 1000:12.3f} ms  a sends two\\nlines\\t! ({row['bytes']} B) to b",
+        f"{row['arrival_time'] * 1000:12.3f} ms  b receives two\\nlines\\t! from a"]

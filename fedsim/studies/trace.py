@@ -229,8 +229,15 @@ def _mermaid_label(s: str) -> str:
     return " ".join(s.splitlines()).replace(";", ",").replace("#", "no.")
 
 
+def _one_line(s: str) -> str:
+    # a kind, role, note or actor's log text is any str: a line break or other control character
+    # in it would split one event of the step log over lines, the second without a time
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
 def step_log(net: SimNetwork) -> str:
-    """Every send, arrival, computation and actor log line, in simulated-time order."""
+    """Every send, arrival, computation and actor log line, in simulated-time order, one a line
+    (control characters in a kind or a text shown escaped, as ``\\n``)."""
     # at equal times: arrivals (of messages sent earlier), then computations, then sends, then
     # arrivals of messages sent at that very instant (zero-delay links)
     events: list[tuple[float, int, str]] = []
@@ -252,7 +259,7 @@ def step_log(net: SimNetwork) -> str:
     for t, node, text in net.steps:
         events.append((t, 1, f"{node}: {text}"))
     events.sort(key=lambda e: (e[0], e[1]))
-    return "".join(f"{t * 1000:12.3f} ms  {text}\n" for t, _, text in events)
+    return "".join(f"{t * 1000:12.3f} ms  {_one_line(text)}\n" for t, _, text in events)
 
 
 _COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "propagating": "#8C8C8C"}
