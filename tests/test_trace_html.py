@@ -334,3 +334,27 @@ def test_step_log_keeps_one_event_a_line_with_any_kind():
     assert step_log(net).splitlines() == [
         f"{row['send_time'] * 1000:12.3f} ms  a sends two\\nlines\\t! ({row['bytes']} B) to b",
         f"{row['arrival_time'] * 1000:12.3f} ms  b receives two\\nlines\\t! from a"]
+
+
+def test_long_node_ids_and_roles_are_elided_to_their_box_and_whole_in_the_tooltip():
+    # a 60-character id ran over the neighbouring lanes' headers in the page's sequence diagram
+    # and over the spans in both timelines (the ids of such nodes differ at their end)
+    from xml.etree import ElementTree
+
+    from fedsim.studies.trace import timeline_svg, trace_html
+
+    long = "client-" + "x" * 50 + "-0001"
+    net = _one_message(long, "r" * 30, "b", "m")
+    html = trace_html(net)
+    seq = ElementTree.fromstring(re.search(r'<svg id="sequence".*?</svg>', html, re.S).group(0))
+    svg = "{http://www.w3.org/2000/svg}"
+    lanes = [(g.find(svg + "title").text, [t.text for t in g.findall(svg + "text")])
+             for g in seq.iter(svg + "g") if g.get("class") == "lane"]
+    assert lanes == [("b (server)", ["b", "server"]),
+                     (f"{long} ({'r' * 30})", ["client-x…xxxx-0001", "r" * 9 + "…" + "r" * 10])]
+    tl = ElementTree.fromstring(re.search(r'<svg id="timeline".*?</svg>', html, re.S).group(0))
+    labels = [(g.find(svg + "title").text, g.find(svg + "text").text) for g in tl.iter(svg + "g")]
+    assert labels == [("b", "b"), (long, "client-xxx…xxxxxx-0001")]
+    standalone = ElementTree.fromstring(timeline_svg(net))
+    labels = [(g.find(svg + "title").text, g.find(svg + "text").text) for g in standalone.iter(svg + "g")]
+    assert labels == [("b (server)", "b (server)"), (f"{long} ({'r' * 30})", "client-xxxxx…rrrrrrrrrrrr)")]

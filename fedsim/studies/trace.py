@@ -178,6 +178,16 @@ def _alias(i: int) -> str:
     return f"N{i}"
 
 
+def _fit(s: str, n: int) -> str:
+    """``s`` in at most ``n`` characters for a fixed-width box of a drawing: the middle elided
+    (node ids differ at their end: client-...-0001, client-...-0002); the whole text goes into
+    the element's tooltip."""
+    if len(s) <= n:
+        return s
+    head = (n - 1) // 2
+    return s[:head] + "…" + s[len(s) - (n - 1 - head):]
+
+
 def _ms(t: float) -> str:
     return "-" if t != t else f"{t * 1000:.3f} ms"
 
@@ -291,8 +301,9 @@ def timeline_svg(net: SimNetwork) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="16">simulated time, 0 to {t_end * 1000:.3f} ms</text>']
     for n in lanes:
-        label = _html.escape(f"{n} ({net.ledger.roles.get(n, '')})")  # a role is any text
-        out.append(f'<text x="5" y="{y[n] + 18}">{label}</text>')
+        full = f"{n} ({net.ledger.roles.get(n, '')})"  # a role is any text
+        label = _html.escape(_fit(full, 26))  # what fits left of the lanes' start
+        out.append(f'<g><title>{_html.escape(full)}</title><text x="5" y="{y[n] + 18}">{label}</text></g>')
         out.append(f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 20}" y2="{y[n] + 26}" stroke="#ddd"/>')
     for lane, s, e, kind in spans:
         w = max(x(e) - x(s), 0.8)
@@ -392,10 +403,12 @@ def _sequence_svg(data: dict) -> str:
     roles = {n["id"]: n["role"] for n in data["nodes"]}
     for n in lanes:
         cls = "lane anon-lane" if n == "(anonymous)" else "lane"
-        out.append(f'<g class="{cls}"><rect x="{x[n] - 62}" y="6" width="124" height="34" rx="4" fill="#f3f3f3" '
-                   f'stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" font-weight="bold">{e(n)}</text>'
-                   f'<text x="{x[n]}" y="34" text-anchor="middle" fill="#555">'
-                   f'{e(roles.get(n, "sender hidden"))}</text>'
+        role = roles.get(n, "sender hidden")
+        # (a long id or role elided to the box, whole in the tooltip: it ran over its neighbours)
+        out.append(f'<g class="{cls}"><title>{e(n)} ({e(role)})</title><rect x="{x[n] - 62}" y="6" width="124" '
+                   f'height="34" rx="4" fill="#f3f3f3" stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" '
+                   f'font-weight="bold">{e(_fit(n, 18))}</text><text x="{x[n]}" y="34" text-anchor="middle" '
+                   f'fill="#555">{e(_fit(role, 20))}</text>'
                    f'<line x1="{x[n]}" y1="40" x2="{x[n]}" y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/></g>')
     y = _SEQ_TOP
     for kind, item in rows:
@@ -463,7 +476,7 @@ def _timeline_html_svg(data: dict) -> str:
            f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}">',
            f'<text x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
     for n in nodes:
-        out.append(f'<text x="4" y="{y[n] + 17}">{e(n)}</text>'
+        out.append(f'<g><title>{e(n)}</title><text x="4" y="{y[n] + 17}">{e(_fit(n, 22))}</text></g>'
                    f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 10}" y2="{y[n] + 26}" stroke="#eee"/>')
     for node, s, t, kind, i in spans:
         if node not in y or s is None or t is None:
