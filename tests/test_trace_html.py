@@ -358,3 +358,27 @@ def test_long_node_ids_and_roles_are_elided_to_their_box_and_whole_in_the_toolti
     standalone = ElementTree.fromstring(timeline_svg(net))
     labels = [(g.find(svg + "title").text, g.find(svg + "text").text) for g in standalone.iter(svg + "g")]
     assert labels == [("b (server)", "b (server)"), (f"{long} ({'r' * 30})", "client-xxxxx…rrrrrrrrrrrr)")]
+
+
+def test_a_sleep_is_drawn_as_sleeping_not_computing():
+    # ctx.sleep's span (the network traces it with the label "sleep") was drawn as computing in
+    # the page's timeline and in timeline.svg: a node waiting out an interval seemed to train
+    from xml.etree import ElementTree
+
+    from fedsim.studies.trace import TracingNetwork, timeline_svg, trace_html
+
+    async def a(ctx):
+        await ctx.sleep(0.25)
+        await ctx.compute(2e9, "train")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a", a, role="client", flops=1e10)
+    net.run()
+    assert net.trace == [("a", 0.0, 0.25, "sleep"), ("a", 0.25, 0.45, "train")]
+    spans = re.findall(r'<rect class="span (\w+)"[^>]*><title>([^<]*)</title>', trace_html(net))
+    assert spans == [("sleeping", "a: sleeping 0.000 ms to 250.000 ms"),
+                     ("computing", "a: computing 250.000 ms to 450.000 ms")]
+    svg = "{http://www.w3.org/2000/svg}"
+    titles = [r.find(svg + "title").text for r in ElementTree.fromstring(timeline_svg(net)).iter(svg + "rect")
+              if r.find(svg + "title") is not None]
+    assert titles == ["sleep 0.000-250.000 ms", "compute 250.000-450.000 ms"]

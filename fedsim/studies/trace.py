@@ -4,7 +4,7 @@
 
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
-  propagation, receiving, computing) and a step-through of the messages (next/previous, arrow
+  propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
   keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
   "anonymous" lane and the step panel says the receiver does not learn the sender) unless the
@@ -16,7 +16,7 @@
   but that its receiver never took (a deadline had passed, the run ended) says *never read*, as
   the page's arrow and step panel and the step log do.
 - ``timeline.svg`` (and ``timeline.png`` with matplotlib): one lane per node showing when it is
-  sending (egress port busy), receiving (ingress port busy), computing, and the propagation of
+  sending (egress port busy), receiving (ingress port busy), computing, sleeping (``ctx.sleep``), and the propagation of
   each message between lanes.
 - ``steps.log``: the same events as plain text, in time order.
 """
@@ -272,7 +272,8 @@ def step_log(net: SimNetwork) -> str:
     return "".join(f"{t * 1000:12.3f} ms  {_one_line(text)}\n" for t, _, text in events)
 
 
-_COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "propagating": "#8C8C8C"}
+_COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "sleep": "#E0D080",
+           "propagating": "#8C8C8C"}
 
 
 def _spans(net: SimNetwork):
@@ -285,8 +286,8 @@ def _spans(net: SimNetwork):
         if r["status"] == "delivered":
             spans.append((r["dst"], r["rx_start"], r["arrival_time"], "receiving"))
             arrows.append((r["src"], r["dst"], r["tx_end"], r["rx_start"], r["anonymous"]))
-    for node, start, end, label in net.trace:
-        spans.append((node, start, end, "compute"))
+    for node, start, end, label in net.trace:  # ctx.sleep's spans (label "sleep") are no computing
+        spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
     return lanes, spans, arrows
 
 
@@ -449,7 +450,7 @@ def _sequence_svg(data: dict) -> str:
 
 
 _TL_COLORS = {"queueing": "#DD8452", "sending": "#4C72B0", "propagating": "#CCCCCC", "receiving": "#55A868",
-              "computing": "#C44E52"}
+              "computing": "#C44E52", "sleeping": "#E0D080"}
 
 
 def _timeline_html_svg(data: dict) -> str:
@@ -465,7 +466,7 @@ def _timeline_html_svg(data: dict) -> str:
                 spans.append((m["dst"], m["tx_end"], m["rx_start"], "propagating", m["i"]))
             spans.append((m["dst"], m["rx_start"], m["arrival"], "receiving", m["i"]))
     for c in data["compute"]:
-        spans.append((c["node"], c["start"], c["end"], "computing", -1))
+        spans.append((c["node"], c["start"], c["end"], "sleeping" if c["label"] == "sleep" else "computing", -1))
     t_end = max([s[2] for s in spans if s[2] is not None] + [1e-9])
     width, left, lane_h, top = 960, 150, 30, 24
     height = top + lane_h * len(nodes) + 34
