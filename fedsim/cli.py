@@ -6,7 +6,8 @@ manage datasets.
            [--dropout P] [--quiet] [--ledger]
     fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
                  [--config sweep.toml] [run options]
-    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v] [--out DIR] [--html] [--open]
+    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--out DIR]
+                 [--force] [--html] [--open]
     fedsim list
     fedsim data get|list|path ...
 

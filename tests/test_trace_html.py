@@ -291,3 +291,94 @@ def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
                      "    Note over N0: round 0",
                      f"    N1->>N0: two lines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
                      f"{row['arrival_time'] * 1000:.3f} ms"]
+
+
+def test_a_message_never_read_says_so_in_every_output():
+    # a gradient that arrives after the server's deadline (fcf --set deadline=...): the step log
+    # and the page's panel said "never read", the Mermaid arrow and the page's arrow label only
+    # "arrived", as if the server had used it
+    from fedsim.kernel import LinkSpec
+    from fedsim.studies.trace import TracingNetwork, mermaid, step_log, trace_html
+
+    async def server(ctx):
+        await ctx.send("c", "model", {"n": 1})
+        await ctx.gather("up", senders=["c"], timeout=0.001)
+
+    async def client(ctx):
+        await ctx.receive("model")
+        await ctx.send("server", "up", {"n": 2})
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("c", client, role="client", link=LinkSpec(latency=0.001))
+    net.run()
+    model, up = net.ledger.records()
+    assert (model["read"], up["read"], up["status"]) == (True, False, "delivered")
+    arrows = [line for line in mermaid(net).splitlines() if "->>" in line]
+    assert arrows == [
+        f"    N0->>N1: model {model['bytes']} B, sent 0.000 ms, arrived {model['arrival_time'] * 1000:.3f} ms",
+        f"    N1->>N0: up {up['bytes']} B, sent {up['send_time'] * 1000:.3f} ms, arrived "
+        f"{up['arrival_time'] * 1000:.3f} ms, never read"]
+    assert f"{up['arrival_time'] * 1000:12.3f} ms  server receives up from c (never read)\n" in step_log(net)
+    labels = re.findall(r'fill="#222">([^<]*)</text>', trace_html(net))
+    assert labels == [f"model · {model['bytes']} B", f"up · {up['bytes']} B · never read"]
+
+
+def test_step_log_keeps_one_event_a_line_with_any_kind():
+    # a kind "two\nlines" split its send and receive events over two lines each, the second
+    # without a time (steps.log is one event a line, in time order)
+    from fedsim.studies.trace import step_log
+
+    net = _one_message("a", "client", "b", "two\nlines\t!")
+    (row,) = net.ledger.records()
+    assert step_log(net).splitlines() == [
+        f"{row['send_time'] * 1000:12.3f} ms  a sends two\\nlines\\t! ({row['bytes']} B) to b",
+        f"{row['arrival_time'] * 1000:12.3f} ms  b receives two\\nlines\\t! from a"]
+
+
+def test_long_node_ids_and_roles_are_elided_to_their_box_and_whole_in_the_tooltip():
+    # a 60-character id ran over the neighbouring lanes' headers in the page's sequence diagram
+    # and over the spans in both timelines (the ids of such nodes differ at their end)
+    from xml.etree import ElementTree
+
+    from fedsim.studies.trace import timeline_svg, trace_html
+
+    long = "client-" + "x" * 50 + "-0001"
+    net = _one_message(long, "r" * 30, "b", "m")
+    html = trace_html(net)
+    seq = ElementTree.fromstring(re.search(r'<svg id="sequence".*?</svg>', html, re.S).group(0))
+    svg = "{http://www.w3.org/2000/svg}"
+    lanes = [(g.find(svg + "title").text, [t.text for t in g.findall(svg + "text")])
+             for g in seq.iter(svg + "g") if g.get("class") == "lane"]
+    assert lanes == [("b (server)", ["b", "server"]),
+                     (f"{long} ({'r' * 30})", ["client-x…xxxx-0001", "r" * 9 + "…" + "r" * 10])]
+    tl = ElementTree.fromstring(re.search(r'<svg id="timeline".*?</svg>', html, re.S).group(0))
+    labels = [(g.find(svg + "title").text, g.find(svg + "text").text) for g in tl.iter(svg + "g")]
+    assert labels == [("b", "b"), (long, "client-xxx…xxxxxx-0001")]
+    standalone = ElementTree.fromstring(timeline_svg(net))
+    labels = [(g.find(svg + "title").text, g.find(svg + "text").text) for g in standalone.iter(svg + "g")]
+    assert labels == [("b (server)", "b (server)"), (f"{long} ({'r' * 30})", "client-xxxxx…rrrrrrrrrrrr)")]
+
+
+def test_a_sleep_is_drawn_as_sleeping_not_computing():
+    # ctx.sleep's span (the network traces it with the label "sleep") was drawn as computing in
+    # the page's timeline and in timeline.svg: a node waiting out an interval seemed to train
+    from xml.etree import ElementTree
+
+    from fedsim.studies.trace import TracingNetwork, timeline_svg, trace_html
+
+    async def a(ctx):
+        await ctx.sleep(0.25)
+        await ctx.compute(2e9, "train")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("a", a, role="client", flops=1e10)
+    net.run()
+    assert net.trace == [("a", 0.0, 0.25, "sleep"), ("a", 0.25, 0.45, "train")]
+    spans = re.findall(r'<rect class="span (\w+)"[^>]*><title>([^<]*)</title>', trace_html(net))
+    assert spans == [("sleeping", "a: sleeping 0.000 ms to 250.000 ms"),
+                     ("computing", "a: computing 250.000 ms to 450.000 ms")]
+    svg = "{http://www.w3.org/2000/svg}"
+    titles = [r.find(svg + "title").text for r in ElementTree.fromstring(timeline_svg(net)).iter(svg + "rect")
+              if r.find(svg + "title") is not None]
+    assert titles == ["sleep 0.000-250.000 ms", "compute 250.000-450.000 ms"]

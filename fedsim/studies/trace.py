@@ -4,7 +4,7 @@
 
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
-  propagation, receiving, computing) and a step-through of the messages (next/previous, arrow
+  propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
   keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
   "anonymous" lane and the step panel says the receiver does not learn the sender) unless the
@@ -12,9 +12,11 @@
 
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
-  *anonymous* (the receiver never learns the sender); lost ones end in a cross.
+  *anonymous* (the receiver never learns the sender); lost ones end in a cross; one that arrived
+  but that its receiver never took (a deadline had passed, the run ended) says *never read*, as
+  the page's arrow and step panel and the step log do.
 - ``timeline.svg`` (and ``timeline.png`` with matplotlib): one lane per node showing when it is
-  sending (egress port busy), receiving (ingress port busy), computing, and the propagation of
+  sending (egress port busy), receiving (ingress port busy), computing, sleeping (``ctx.sleep``), and the propagation of
   each message between lanes.
 - ``steps.log``: the same events as plain text, in time order.
 """
@@ -176,6 +178,16 @@ def _alias(i: int) -> str:
     return f"N{i}"
 
 
+def _fit(s: str, n: int) -> str:
+    """``s`` in at most ``n`` characters for a fixed-width box of a drawing: the middle elided
+    (node ids differ at their end: client-...-0001, client-...-0002); the whole text goes into
+    the element's tooltip."""
+    if len(s) <= n:
+        return s
+    head = (n - 1) // 2
+    return s[:head] + "…" + s[len(s) - (n - 1 - head):]
+
+
 def _ms(t: float) -> str:
     return "-" if t != t else f"{t * 1000:.3f} ms"
 
@@ -203,8 +215,8 @@ def mermaid(net: SimNetwork) -> str:
         else:
             arrow = "->>"
         tag = " (anonymous)" if r["anonymous"] else ""
-        if r["status"] == "delivered":
-            fate = f"arrived {_ms(r['arrival_time'])}"
+        if r["status"] == "delivered":  # (as the step log and the page say: one the receiver never took)
+            fate = f"arrived {_ms(r['arrival_time'])}" + ("" if r["read"] else ", never read")
         elif r["status"] == "lost":
             fate = f"LOST {r['note']}"
         else:
@@ -227,8 +239,15 @@ def _mermaid_label(s: str) -> str:
     return " ".join(s.splitlines()).replace(";", ",").replace("#", "no.")
 
 
+def _one_line(s: str) -> str:
+    # a kind, role, note or actor's log text is any str: a line break or other control character
+    # in it would split one event of the step log over lines, the second without a time
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+
+
 def step_log(net: SimNetwork) -> str:
-    """Every send, arrival, computation and actor log line, in simulated-time order."""
+    """Every send, arrival, computation and actor log line, in simulated-time order, one a line
+    (control characters in a kind or a text shown escaped, as ``\\n``)."""
     # at equal times: arrivals (of messages sent earlier), then computations, then sends, then
     # arrivals of messages sent at that very instant (zero-delay links)
     events: list[tuple[float, int, str]] = []
@@ -250,10 +269,11 @@ def step_log(net: SimNetwork) -> str:
     for t, node, text in net.steps:
         events.append((t, 1, f"{node}: {text}"))
     events.sort(key=lambda e: (e[0], e[1]))
-    return "".join(f"{t * 1000:12.3f} ms  {text}\n" for t, _, text in events)
+    return "".join(f"{t * 1000:12.3f} ms  {_one_line(text)}\n" for t, _, text in events)
 
 
-_COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "propagating": "#8C8C8C"}
+_COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "sleep": "#E0D080",
+           "propagating": "#8C8C8C"}
 
 
 def _spans(net: SimNetwork):
@@ -266,8 +286,8 @@ def _spans(net: SimNetwork):
         if r["status"] == "delivered":
             spans.append((r["dst"], r["rx_start"], r["arrival_time"], "receiving"))
             arrows.append((r["src"], r["dst"], r["tx_end"], r["rx_start"], r["anonymous"]))
-    for node, start, end, label in net.trace:
-        spans.append((node, start, end, "compute"))
+    for node, start, end, label in net.trace:  # ctx.sleep's spans (label "sleep") are no computing
+        spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
     return lanes, spans, arrows
 
 
@@ -282,8 +302,9 @@ def timeline_svg(net: SimNetwork) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="16">simulated time, 0 to {t_end * 1000:.3f} ms</text>']
     for n in lanes:
-        label = _html.escape(f"{n} ({net.ledger.roles.get(n, '')})")  # a role is any text
-        out.append(f'<text x="5" y="{y[n] + 18}">{label}</text>')
+        full = f"{n} ({net.ledger.roles.get(n, '')})"  # a role is any text
+        label = _html.escape(_fit(full, 26))  # what fits left of the lanes' start
+        out.append(f'<g><title>{_html.escape(full)}</title><text x="5" y="{y[n] + 18}">{label}</text></g>')
         out.append(f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 20}" y2="{y[n] + 26}" stroke="#ddd"/>')
     for lane, s, e, kind in spans:
         w = max(x(e) - x(s), 0.8)
@@ -383,10 +404,12 @@ def _sequence_svg(data: dict) -> str:
     roles = {n["id"]: n["role"] for n in data["nodes"]}
     for n in lanes:
         cls = "lane anon-lane" if n == "(anonymous)" else "lane"
-        out.append(f'<g class="{cls}"><rect x="{x[n] - 62}" y="6" width="124" height="34" rx="4" fill="#f3f3f3" '
-                   f'stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" font-weight="bold">{e(n)}</text>'
-                   f'<text x="{x[n]}" y="34" text-anchor="middle" fill="#555">'
-                   f'{e(roles.get(n, "sender hidden"))}</text>'
+        role = roles.get(n, "sender hidden")
+        # (a long id or role elided to the box, whole in the tooltip: it ran over its neighbours)
+        out.append(f'<g class="{cls}"><title>{e(n)} ({e(role)})</title><rect x="{x[n] - 62}" y="6" width="124" '
+                   f'height="34" rx="4" fill="#f3f3f3" stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" '
+                   f'font-weight="bold">{e(_fit(n, 18))}</text><text x="{x[n]}" y="34" text-anchor="middle" '
+                   f'fill="#555">{e(_fit(role, 20))}</text>'
                    f'<line x1="{x[n]}" y1="40" x2="{x[n]}" y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/></g>')
     y = _SEQ_TOP
     for kind, item in rows:
@@ -400,7 +423,8 @@ def _sequence_svg(data: dict) -> str:
         lost = m["status"] == "lost"
         color = "#C44E52" if lost else "#4C72B0" if not m["anonymous"] else "#8172B2"
         label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else
-                                                              " · in flight at the end" if m["status"] == "in_flight" else "")
+                                                              " · in flight at the end" if m["status"] == "in_flight" else
+                                                              "" if m["read"] else " · never read")
         variants = [("true", m["src"])] + ([("hidden", "(anonymous)")] if m["anonymous"] else [])
         out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">'
                    f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
@@ -426,7 +450,7 @@ def _sequence_svg(data: dict) -> str:
 
 
 _TL_COLORS = {"queueing": "#DD8452", "sending": "#4C72B0", "propagating": "#CCCCCC", "receiving": "#55A868",
-              "computing": "#C44E52"}
+              "computing": "#C44E52", "sleeping": "#E0D080"}
 
 
 def _timeline_html_svg(data: dict) -> str:
@@ -442,7 +466,7 @@ def _timeline_html_svg(data: dict) -> str:
                 spans.append((m["dst"], m["tx_end"], m["rx_start"], "propagating", m["i"]))
             spans.append((m["dst"], m["rx_start"], m["arrival"], "receiving", m["i"]))
     for c in data["compute"]:
-        spans.append((c["node"], c["start"], c["end"], "computing", -1))
+        spans.append((c["node"], c["start"], c["end"], "sleeping" if c["label"] == "sleep" else "computing", -1))
     t_end = max([s[2] for s in spans if s[2] is not None] + [1e-9])
     width, left, lane_h, top = 960, 150, 30, 24
     height = top + lane_h * len(nodes) + 34
@@ -453,7 +477,7 @@ def _timeline_html_svg(data: dict) -> str:
            f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}">',
            f'<text x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
     for n in nodes:
-        out.append(f'<text x="4" y="{y[n] + 17}">{e(n)}</text>'
+        out.append(f'<g><title>{e(n)}</title><text x="4" y="{y[n] + 17}">{e(_fit(n, 22))}</text></g>'
                    f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 10}" y2="{y[n] + 26}" stroke="#eee"/>')
     for node, s, t, kind, i in spans:
         if node not in y or s is None or t is None:
