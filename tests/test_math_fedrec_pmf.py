@@ -355,3 +355,15 @@ def test_user_without_ratings_is_untouched():
     res = fc.train_pmf_batch(u[keep], i[keep], r[keep], n, m, d=4, T=5, rho=2, user_rngs=users,
                              server_rng=server)
     np.testing.assert_array_equal(res.U[3], u0)
+
+
+def test_sample_unrated_refuses_rated_items_outside_the_catalogue():
+    """A rated id of -1 marked item m - 1 as rated (NumPy's negative indexing), silently; one of
+    m raised a bare IndexError. Both are a ValueError naming the id now, before any draw."""
+    rng = np.random.default_rng(0)
+    for bad in (-1, 5):
+        with pytest.raises(ValueError, match=f"rated item {bad} is outside"):
+            sample_unrated(rng, [0, bad], 5, 1.0)
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    got = sample_unrated(rng, [0, 4], 5, 1.0)
+    assert sorted(got.tolist()) == sorted(set(got.tolist())) and set(got.tolist()) <= {1, 2, 3} and got.size == 2
