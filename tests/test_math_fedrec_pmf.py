@@ -367,3 +367,21 @@ def test_sample_unrated_refuses_rated_items_outside_the_catalogue():
     assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
     got = sample_unrated(rng, [0, 4], 5, 1.0)
     assert sorted(got.tolist()) == sorted(set(got.tolist())) and set(got.tolist()) <= {1, 2, 3} and got.size == 2
+
+
+@pytest.mark.parametrize("train", ["train_pmf_batch", "train_pmf_sgd", "train_svdpp_sgd"])
+def test_trainers_refuse_non_finite_or_misaligned_ratings(train):
+    """A NaN rating came out as the model's DivergenceError some iterations later (SVD++: after
+    two clean iterations with T=2, not at all), a NaN test rating likewise, and a ratings array
+    longer than the items was cut silently; each is a ValueError naming the rating now."""
+    f = getattr(fc, train)
+    u, i = np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2])
+    kw = dict(d=1, T=2, user_rngs=lambda k: np.random.default_rng(100 + k), server_rng=np.random.default_rng(0))
+    good = np.array([4.0, 3.0, 5.0, 1.0])
+    assert f(u, i, good, 3, 3, **kw).diverged_at is None
+    with pytest.raises(ValueError, match="training rating 1 is not finite"):
+        f(u, i, np.array([4.0, np.nan, 5.0, 1.0]), 3, 3, **kw)
+    with pytest.raises(ValueError, match="training ratings have shape"):
+        f(u, i, np.append(good, 2.0), 3, 3, **kw)
+    with pytest.raises(ValueError, match="test rating 0 is not finite"):
+        f(u, i, good, 3, 3, test=(u[:1], i[:1], np.array([np.inf])), **kw)
