@@ -516,3 +516,15 @@ def test_mean_through_the_kernel_is_bit_identical_to_numpy(kernels, n_models, mo
     for k in like:
         assert new[k].dtype == np.float32 and new[k].tobytes() == ref[k].tobytes(), k
         np.testing.assert_allclose(new[k], want[k], rtol=1e-6)  # (an independent sum, to rounding)
+
+
+def test_mean_params_refuses_no_model_and_misshapen_arrays():
+    """No model gave a NaN mean (0 / 0) and a (5,) array was broadcast into a (2, 5) sum, both
+    without a word; each is a ValueError now."""
+    like = {"w": np.zeros((2, 5), np.float32)}
+    with pytest.raises(ValueError, match="no model"):
+        ae.mean_params([], like)
+    with pytest.raises(ValueError, match=r"model 1's 'w' has shape \(5,\)"):
+        ae.mean_params([{"w": np.ones((2, 5), np.float32)}, {"w": np.ones(5, np.float32)}], like)
+    got = ae.mean_params([{"w": np.ones((2, 5), np.float32)}, {"w": np.full((2, 5), 2.0, np.float32)}], like)
+    assert got["w"].dtype == np.float32 and (got["w"] == 1.5).all()
