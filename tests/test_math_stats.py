@@ -168,3 +168,11 @@ def test_holm_refuses_p_values_outside_the_unit_interval():
         with pytest.raises(ValueError, match=r"p-values must lie in \[0, 1\]"):
             holm(bad)
     assert holm([0.0, 1.0]).tolist() == [0.0, 1.0]
+
+
+def test_paired_tests_refuse_differences_that_overflow():
+    """1e308 - (-1e308) is inf: the t-test failed inside betainc with a message about its
+    arguments, the Wilcoxon test returned a mean difference of inf; both name the pair now."""
+    for test in (paired_t_test, wilcoxon_signed_rank):
+        with pytest.raises(ValueError, match="difference of pair 0 overflows"):
+            test([1e308, 1.0, 2.0], [-1e308, 0.0, 0.5])

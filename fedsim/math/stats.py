@@ -139,15 +139,21 @@ def _paired(x: Any, y: Any) -> np.ndarray:
         raise ValueError("paired samples are empty")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("paired samples contain NaN or infinite values")
-    return a - b
+    with np.errstate(over="ignore"):
+        d = a - b
+    if not np.all(np.isfinite(d)):
+        # 1e308 - (-1e308): the t-test failed inside betainc, the Wilcoxon test gave inf's mean
+        k = int(np.flatnonzero(~np.isfinite(d))[0])
+        raise ValueError(f"the difference of pair {k} overflows: {a[k]!r} - {b[k]!r}")
+    return d
 
 
 def paired_t_test(x: Any, y: Any) -> TestResult:
     """Student's paired t-test of ``mean(x - y) = 0``: t = mean(d) / (sd(d) / sqrt(n)) with the
     sample standard deviation (ddof 1), two-sided p from t with n - 1 degrees of freedom (as
     ``scipy.stats.ttest_rel``). Every difference zero: t = 0, p = 1; all differences equal and
-    non-zero: t = +-inf, p = 0. Raises ``ValueError`` for fewer than 2 pairs, unequal lengths or
-    non-finite values."""
+    non-zero: t = +-inf, p = 0. Raises ``ValueError`` for fewer than 2 pairs, unequal lengths,
+    non-finite values or a difference that overflows."""
     d = _paired(x, y)
     n = d.size
     if n < 2:
