@@ -190,3 +190,14 @@ def test_hit_mask_ndcg_is_the_metrics_module_value_to_the_last_bit():
         per = per_user_metrics(hit_masks(recs, truth, n), sizes, n)
         for name, fn in (("p", precision_at), ("r", recall_at), ("f1", f1_at), ("ndcg", ndcg_at)):
             assert np.array_equal(per[name], fn(recs, truth, n, per_user=True), equal_nan=True), (name, n)
+
+
+def test_hit_masks_refuse_fractional_item_ids_as_the_metrics_do():
+    """A float 0.5 in recs was cast to item 0 and set a hit bit; precision_at refuses it."""
+    truth = (np.array([0, 1]), np.array([0]))
+    assert hit_masks(np.array([[1.0, 0.0]]), truth, 2).tolist() == [2]
+    for bad in ([[0.5, 1.0]], [[np.nan, 1.0]]):
+        with pytest.raises(ValueError, match="integer item indices"):
+            hit_masks(np.array(bad), truth, 2)
+        with pytest.raises(ValueError, match="integer item indices"):
+            precision_at(np.array(bad), truth, 2)

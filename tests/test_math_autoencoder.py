@@ -516,3 +516,27 @@ def test_mean_through_the_kernel_is_bit_identical_to_numpy(kernels, n_models, mo
     for k in like:
         assert new[k].dtype == np.float32 and new[k].tobytes() == ref[k].tobytes(), k
         np.testing.assert_allclose(new[k], want[k], rtol=1e-6)  # (an independent sum, to rounding)
+
+
+def test_mean_params_refuses_no_model_and_misshapen_arrays():
+    """No model gave a NaN mean (0 / 0) and a (5,) array was broadcast into a (2, 5) sum, both
+    without a word; each is a ValueError now."""
+    like = {"w": np.zeros((2, 5), np.float32)}
+    with pytest.raises(ValueError, match="no model"):
+        ae.mean_params([], like)
+    with pytest.raises(ValueError, match=r"model 1's 'w' has shape \(5,\)"):
+        ae.mean_params([{"w": np.ones((2, 5), np.float32)}, {"w": np.ones(5, np.float32)}], like)
+    got = ae.mean_params([{"w": np.ones((2, 5), np.float32)}, {"w": np.full((2, 5), 2.0, np.float32)}], like)
+    assert got["w"].dtype == np.float32 and (got["w"] == 1.5).all()
+
+
+def test_merge_active_refuses_non_finite_weights():
+    """A NaN weight passed the ``w <= 0`` check and made the merged decoder NaN."""
+    prev = _hand_decoder()
+    a = {"dec.W1": np.array([[3.0], [4.0]]), "dec.b1": np.array([1.0, 1.0]),
+         "dec.W2": np.array([[5.0, 6.0], [7.0, 8.0]]), "dec.b2": np.array([11.0, 33.0])}
+    for bad in (np.nan, np.inf, 0.0):
+        with pytest.raises(ValueError, match="positive finite number per slice"):
+            act.merge_active(prev, [a, a], [[0, 2], [2, 3]], weights=[1.0, bad])
+    ok = act.merge_active(prev, [a, a], [[0, 2], [2, 3]], weights=[1.0, 3.0])
+    np.testing.assert_array_equal(ok["dec.W1"], [[3.0], [4.0]])

@@ -152,3 +152,15 @@ def test_toppop_refuses_item_ids_outside_n_items():
             toppop_item_scores(np.array([0, -1]), n_items=3, tie_break=tie)
     # ids 0 and n_items - 1 are fine
     assert toppop_item_scores(np.array([0, 2, 2]), n_items=3, tie_break=False).tolist() == [1, 0, 2]
+
+
+def test_train_bpr_refuses_training_items_outside_the_catalogue():
+    """Without a catalogue, a training item -1 trained item n_items - 1 (NumPy's negative
+    indexing) silently and n_items failed with a bare IndexError; both are a ValueError naming
+    the item now, before any draw."""
+    for bad in (-1, 5):
+        rng = np.random.default_rng(0)
+        with pytest.raises(ValueError, match=f"training item {bad} is outside"):
+            train_bpr(np.array([0, 2, 3]), np.array([0, bad, 1]), 2, 5, 2, 1, 0.1, rng, init_std=0.1)
+    m = train_bpr(np.array([0, 2, 3]), np.array([0, 4, 1]), 2, 5, 2, 1, 0.1, np.random.default_rng(0))
+    assert m.epochs_done == 1 and np.isfinite(m.Q).all()

@@ -8,6 +8,7 @@ import pytest
 from fedsim.math.fcf import (
     AdamState,
     fcf_client,
+    fcf_item_gradient,
     fcf_server_update,
     fcf_user_factor,
     fcf_user_loss,
@@ -104,3 +105,16 @@ def test_federated_rounds_decrease_the_total_loss():
         G = sum(fcf_client(Q, u, ALPHA, LAM, QtQ=QtQ)[1] for u in users)
         fcf_server_update(Q, G, lr=0.02, lam=LAM)
     assert total(Q) < 0.8 * before
+
+
+def test_fcf_refuses_positive_items_outside_the_catalogue():
+    """A positive item -1 used row m - 1 of Q (NumPy's negative indexing) in the closed-form p_u
+    and the gradient, silently; m raised a bare IndexError. Both name the item now."""
+    Q = np.random.default_rng(0).standard_normal((5, 2))
+    p = np.array([0.5, -0.25])
+    for bad in (-1, 5):
+        for call in (lambda: fcf_user_factor(Q, [0, bad], 1.0, 0.1), lambda: fcf_item_gradient(Q, p, [bad], 1.0),
+                     lambda: fcf_user_loss(Q, p, [bad], 1.0, 0.1)):
+            with pytest.raises(ValueError, match=f"positive item {bad} is outside"):
+                call()
+    assert fcf_item_gradient(Q, p, [4], 1.0).shape == (5, 2)

@@ -355,3 +355,33 @@ def test_user_without_ratings_is_untouched():
     res = fc.train_pmf_batch(u[keep], i[keep], r[keep], n, m, d=4, T=5, rho=2, user_rngs=users,
                              server_rng=server)
     np.testing.assert_array_equal(res.U[3], u0)
+
+
+def test_sample_unrated_refuses_rated_items_outside_the_catalogue():
+    """A rated id of -1 marked item m - 1 as rated (NumPy's negative indexing), silently; one of
+    m raised a bare IndexError. Both are a ValueError naming the id now, before any draw."""
+    rng = np.random.default_rng(0)
+    for bad in (-1, 5):
+        with pytest.raises(ValueError, match=f"rated item {bad} is outside"):
+            sample_unrated(rng, [0, bad], 5, 1.0)
+    assert rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    got = sample_unrated(rng, [0, 4], 5, 1.0)
+    assert sorted(got.tolist()) == sorted(set(got.tolist())) and set(got.tolist()) <= {1, 2, 3} and got.size == 2
+
+
+@pytest.mark.parametrize("train", ["train_pmf_batch", "train_pmf_sgd", "train_svdpp_sgd"])
+def test_trainers_refuse_non_finite_or_misaligned_ratings(train):
+    """A NaN rating came out as the model's DivergenceError some iterations later (SVD++: after
+    two clean iterations with T=2, not at all), a NaN test rating likewise, and a ratings array
+    longer than the items was cut silently; each is a ValueError naming the rating now."""
+    f = getattr(fc, train)
+    u, i = np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2])
+    kw = dict(d=1, T=2, user_rngs=lambda k: np.random.default_rng(100 + k), server_rng=np.random.default_rng(0))
+    good = np.array([4.0, 3.0, 5.0, 1.0])
+    assert f(u, i, good, 3, 3, **kw).diverged_at is None
+    with pytest.raises(ValueError, match="training rating 1 is not finite"):
+        f(u, i, np.array([4.0, np.nan, 5.0, 1.0]), 3, 3, **kw)
+    with pytest.raises(ValueError, match="training ratings have shape"):
+        f(u, i, np.append(good, 2.0), 3, 3, **kw)
+    with pytest.raises(ValueError, match="test rating 0 is not finite"):
+        f(u, i, good, 3, 3, test=(u[:1], i[:1], np.array([np.inf])), **kw)

@@ -325,3 +325,23 @@ def test_auto_engine_takes_the_twin_only_with_compiled_kernels(monkeypatch):
     assert resolve_engine("auto") == "actors"
     with pytest.raises(ValueError, match="fpl_engine"):
         resolve_engine("fast")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_epoch_refuses_a_client_without_positives(backend):
+    """Packed by hand, a client with an empty positive slice made the compiled kernels draw
+    ``positives[-1]`` unchecked (another client's item) where the Python kernels raised
+    IndexError; both refuse it now with a ValueError naming the client, before anything is
+    stepped (make_triple_sampler refuses such a client; pack_samplers never builds one)."""
+    from fedsim.math.fpl_central import PackedSamplers
+    reg = BPRReg.paper(0.1)
+    packed = pack_samplers([make_triple_sampler(np.array([0, 4]), 10), make_triple_sampler(np.array([2, 8]), 10)])
+    hollow = PackedSamplers(pos_ptr=np.array([0, 0, 2]), pos_all=np.array([2, 8]), key_ptr=packed.key_ptr,
+                            key_all=packed.key_all, catalogue=packed.catalogue, n_negs=packed.n_negs)
+    theta = np.zeros((10, 4), dtype=np.float32)
+    P = np.ones((2, 3))
+    with pytest.raises(ValueError, match="client 0 has no positive"):
+        fpl_epoch(theta, P, hollow, clients_per_round=2, triples=5, rounds=2, lr=0.1, pi=1.0, reg=reg,
+                  server_rng=np.random.default_rng(1), client_rng=lambda c: np.random.default_rng(10 + c),
+                  backend=backend)
+    assert not theta.any() and (P == 1.0).all()

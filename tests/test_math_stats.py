@@ -148,3 +148,31 @@ def test_wilcoxon_against_scipy(seed):
     assert r.statistic == pytest.approx(ref.statistic) and r.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
     r, ref = wilcoxon_signed_rank(a, b, method="approx"), scipy_stats.wilcoxon(a, b, method="asymptotic")
     assert r.pvalue == pytest.approx(ref.pvalue, rel=1e-9)
+
+
+def test_exact_wilcoxon_beyond_a_thousand_pairs():
+    """The exact null was built as counts of subsets, which overflow float64 past ~1020 pairs:
+    method="exact" raised OverflowError there. Built as probabilities (halved at each step: the
+    same bits below that) it runs, and agrees with the normal approximation at that size."""
+    n = 1030
+    d = np.arange(1, n + 1, dtype=float) * np.where(np.arange(n) % 3 == 0, -1.0, 1.0)
+    ex = wilcoxon_signed_rank(d, np.zeros(n), method="exact")
+    ap = wilcoxon_signed_rank(d, np.zeros(n), method="approx")
+    assert ex.method == "wilcoxon exact" and ex.n == n and ex.statistic == ap.statistic
+    assert 0.0 < ex.pvalue < 1e-6 and ex.pvalue == pytest.approx(ap.pvalue, rel=0.05)
+
+
+def test_holm_refuses_p_values_outside_the_unit_interval():
+    """A negative p-value came back negative (and "significant"), an infinite one as 1."""
+    for bad in ([-0.1, 0.5], [0.01, 1.5], [0.01, math.inf]):
+        with pytest.raises(ValueError, match=r"p-values must lie in \[0, 1\]"):
+            holm(bad)
+    assert holm([0.0, 1.0]).tolist() == [0.0, 1.0]
+
+
+def test_paired_tests_refuse_differences_that_overflow():
+    """1e308 - (-1e308) is inf: the t-test failed inside betainc with a message about its
+    arguments, the Wilcoxon test returned a mean difference of inf; both name the pair now."""
+    for test in (paired_t_test, wilcoxon_signed_rank):
+        with pytest.raises(ValueError, match="difference of pair 0 overflows"):
+            test([1e308, 1.0, 2.0], [-1e308, 0.0, 0.5])

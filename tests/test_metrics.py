@@ -230,3 +230,35 @@ def test_bias_disparity_empty_category_is_nan():
     assert bd.disparity[:2].tolist() == pytest.approx([1.0, -1.0])
     with pytest.raises(ValueError):
         bias_disparity([5], np.array([[0]]), cats)
+
+
+def test_top_n_refuses_excluded_items_and_users_out_of_range():
+    """An excluded item id of -1 excluded the last item (NumPy's negative indexing) and a negative
+    user index read another row of the exclusions, both silently; they raise now, naming the
+    user."""
+    s = np.arange(12, dtype=float).reshape(3, 4)
+    assert top_n(s, (np.array([0, 1, 1, 1]), np.array([3])), 2).tolist() == [[2, 1], [3, 2], [3, 2]]
+    with pytest.raises(ValueError, match="excluded item -1 of user 0"):
+        top_n(s, (np.array([0, 1, 1, 1]), np.array([-1])), 2)
+    with pytest.raises(ValueError, match="excluded item 4 of user 2"):
+        top_n(s, (np.array([0, 0, 0, 1]), np.array([4])), 2)
+    with pytest.raises(ValueError, match="negative user index -1"):
+        top_n(s, (np.array([0, 1, 2, 3]), np.array([3, 3, 3])), 2, users=[-1, 0, 1])
+
+
+def test_ranking_metrics_refuse_fractional_item_ids():
+    """A float recommendation 0.5 was cast to item 0 and counted as a hit."""
+    test = (np.array([0, 1]), np.array([0]))
+    assert precision_at(np.array([[0.0, 1.0]]), test, 2) == 0.5  # whole numbers in a float array: fine
+    with pytest.raises(ValueError, match="integer item indices"):
+        precision_at(np.array([[0.5, 1.0]]), test, 2)
+    with pytest.raises(ValueError, match="integer item indices"):
+        ndcg_at(np.array([[np.nan, 1.0]]), test, 2)
+
+
+def test_gini_index_refuses_negative_or_non_finite_counts():
+    """Negative counts gave a "Gini" of 1.0 and a NaN count a NaN, without a word."""
+    assert gini_index([1.0, 1.0]) == 0.0
+    for bad in ([3, -1, 2], [1, np.nan, 2], [1, np.inf]):
+        with pytest.raises(ValueError, match="finite and non-negative"):
+            gini_index(bad)

@@ -3,6 +3,8 @@ no encoder parameter in any payload, Partial Compression enacted = accounted, ra
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -495,3 +497,12 @@ def test_the_flop_figures_the_docs_quote_for_one_ml1m_user():
     assert coef is None and (int(step_f), int(clip_f)) == (step, clip) == (8, 2)
     per = step + clip
     assert float(total) == round((full + per * whole) / (active + per * updated), 2) == 1.98
+
+
+def test_ndcg_over_test_items_of_a_diverged_model_is_nan():
+    """A NaN logit was sorted last, so a diverged model scored a plausible NDCG (here 1 / log2(3)
+    for the one positive ranked second) while its RMSE would be NaN; checked_eval takes NaN sums
+    as a diverged model's, and the metric now says so."""
+    assert math.isnan(ae_train.ndcg_test_items(np.array([np.nan, 0.1]), np.array([1.0, 0.0]), k=2))
+    assert math.isnan(ae_train.ndcg_test_items(np.array([np.inf, 0.1]), np.array([0.0, 1.0]), k=2))
+    assert ae_train.ndcg_test_items(np.array([0.0, 0.1]), np.array([1.0, 0.0]), k=2) == 1 / np.log2(3)

@@ -269,3 +269,8 @@ def test_a_malformed_masked_upload_is_an_error_naming_its_sender(name, flag, fau
         assert err.node == "server"
     m, d = (data.n_items, cfg.d)
     assert re.search(why.format(m * (d + 1)), str(cause)), str(cause)
+
+
+def test_unmask_sum_of_no_upload_is_a_clear_error():
+    with pytest.raises(ValueError, match="no upload"):
+        secagg.unmask_sum([])

@@ -168,8 +168,8 @@ def merge_active(
     if not slices:
         raise ValueError("nothing to merge")
     w = np.ones(len(slices)) if weights is None else np.asarray(weights, dtype=np.float64)
-    if w.shape != (len(slices),) or np.any(w <= 0):
-        raise ValueError("weights must be one positive number per slice")
+    if w.shape != (len(slices),) or not np.all((w > 0) & np.isfinite(w)):  # (a NaN weight passed "w <= 0")
+        raise ValueError("weights must be one positive finite number per slice")
     prev = decoder_of(decoder)
     w_key, b_key = output_keys(prev)
     kern = active_kernels.compiled()  # None without numba: NumPy's expressions, the same sums

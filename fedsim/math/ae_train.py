@@ -660,8 +660,12 @@ def _csr_of(x, where):
 
 def ndcg_test_items(scores: np.ndarray, labels: np.ndarray, k: int = 10) -> float:
     """NDCG@k of one user's test items ranked by ``scores`` (descending; ties keep item order) with binary
-    relevance ``labels``; 0 when no test item is positive."""
-    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    relevance ``labels``; 0 when no test item is positive; NaN when a score is not finite (a diverged
+    model's logits: NaN was sorted last and the model got a plausible NDCG, where its RMSE is NaN)."""
+    s = np.asarray(scores, dtype=np.float64)
+    if not np.all(np.isfinite(s)):
+        return float("nan")
+    order = np.argsort(-s, kind="stable")[:k]
     disc = 1.0 / np.log2(np.arange(2, k + 2))
     rel = np.asarray(labels, dtype=np.float64)
     dcg = float((rel[order] * disc[: len(order)]).sum())

@@ -483,14 +483,21 @@ def loss_and_grads(
 def mean_params(models, like: dict) -> dict:
     """Equal-weight mean of whole parameter dicts (the keys and dtypes of ``like``), accumulated in
     float64 in the given order (FedAvg's merge). With numba, four models at a time are added in
-    one pass (``active_kernels.add_each``: the same adds in the same order, the same bits)."""
+    one pass (``active_kernels.add_each``: the same adds in the same order, the same bits).
+    Raises ``ValueError`` for no model (the mean was NaN) or an array whose shape is not
+    ``like``'s (NumPy broadcast it into the sum)."""
     from . import active_kernels
 
+    if len(models) == 0:
+        raise ValueError("mean_params: no model to average")
     kern = active_kernels.compiled()
     out = {}
     for key, ref in like.items():
         acc = np.zeros(ref.shape, dtype=np.float64)
         arrays = [p[key] for p in models]
+        for k, a in enumerate(arrays):
+            if np.shape(a) != ref.shape:
+                raise ValueError(f"mean_params: model {k}'s {key!r} has shape {np.shape(a)}, expected {ref.shape}")
         if kern is not None and all(a.shape == ref.shape and a.dtype in (np.float32, np.float64)
                                     and a.flags.c_contiguous for a in arrays):
             flat = acc.reshape(-1)

@@ -75,6 +75,10 @@ class _NegTables:
             self.catalogue = None
             n_cat = int(n_items)
             places = indices
+            if indices.size and (indices.min() < 0 or indices.max() >= n_cat):
+                # -1 trained item n_items - 1 (NumPy's negative indexing) without a word
+                bad = int(indices.min()) if indices.min() < 0 else int(indices.max())
+                raise ValueError(f"training item {bad} is outside [0, {n_cat})")
         else:
             self.catalogue = np.unique(np.asarray(catalogue, dtype=np.int64))
             check_catalogue_ids(self.catalogue)
@@ -143,7 +147,8 @@ def train_bpr(
     """Train BPR-MF by sequential SGD on uniformly sampled triples, X+ steps per epoch.
 
     ``indptr, indices``: CSR of the training matrix (users x items; see :func:`csr_from_pairs`).
-    ``catalogue``: item ids negatives are drawn from (default all of ``range(n_items)``).
+    ``catalogue``: item ids negatives are drawn from (default all of ``range(n_items)``; then a
+    training item outside it is a ``ValueError``).
     ``model``: continue training it (no initialisation draws) instead of a fresh one.
     ``eval_callback(epoch, model)`` runs after every ``eval_every`` epochs (epoch counted from 1,
     and after the last epoch); its return value is appended to ``model.history``; if it returns

@@ -42,8 +42,14 @@ __all__ = [
 ]
 
 
-def _items(items_pos: np.ndarray) -> np.ndarray:
-    return np.unique(np.asarray(items_pos, dtype=np.int64))
+def _items(items_pos: np.ndarray, m: int) -> np.ndarray:
+    """The distinct positive items, ascending; ``ValueError`` for one outside ``[0, m)`` (a -1
+    read and wrote row m - 1 of Q, NumPy's negative indexing, without a word)."""
+    items = np.unique(np.asarray(items_pos, dtype=np.int64))
+    if items.size and (items[0] < 0 or items[-1] >= m):
+        bad = int(items[0]) if items[0] < 0 else int(items[-1])
+        raise ValueError(f"positive item {bad} is outside [0, {int(m)})")
+    return items
 
 
 def fcf_user_factor(
@@ -58,7 +64,7 @@ def fcf_user_factor(
     ``QtQ``, O(|I_u| d^2 + d^3) with a precomputed ``QtQ = Q.T @ Q``."""
     Q = np.asarray(Q, dtype=np.float64)
     d = Q.shape[1]
-    items = _items(items_pos)
+    items = _items(items_pos, Q.shape[0])
     Qp = Q[items]
     A = (Q.T @ Q if QtQ is None else np.array(QtQ, dtype=np.float64)) + float(alpha) * (Qp.T @ Qp)
     A[np.diag_indices(d)] += float(lam)
@@ -68,7 +74,7 @@ def fcf_user_factor(
 
 def fcf_item_gradient(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float) -> np.ndarray:
     """Eq. 3 for all m items: ``grad_i = (1 + alpha y_ui)(p_u . q_i - y_ui) p_u``, shape (m, d)."""
-    items = _items(items_pos)
+    items = _items(items_pos, Q.shape[0])
     r = np.asarray(Q, dtype=np.float64) @ p_u  # p_u . q_i for every item
     r[items] = (1.0 + float(alpha)) * (r[items] - 1.0)
     return np.multiply.outer(r, p_u)
@@ -89,7 +95,7 @@ def fcf_client(
 
 def fcf_user_loss(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float, lam: float) -> float:
     """``J_u(p_u, Q)`` (for tests and diagnostics)."""
-    items = _items(items_pos)
+    items = _items(items_pos, Q.shape[0])
     y = np.zeros(Q.shape[0])
     y[items] = 1.0
     c = 1.0 + float(alpha) * y

@@ -168,6 +168,10 @@ def _setup(model, users, items, ratings, n_users, n_items, d, user_rngs, server_
     items = np.asarray(items)
     if items.size and (items.min() < 0 or items.max() >= m):
         raise ValueError("item index out of range")
+    ratings = np.asarray(ratings)
+    # a NaN rating was reported as the model's divergence some iterations later (or never: a
+    # ratings array longer than the items was cut without a word)
+    _check_ratings("training", items, ratings)
     indptr, indices, data = to_csr(users, items, ratings, n, dt)
     if callable(user_rngs):
         gens = [user_rngs(u) for u in range(n)]
@@ -183,7 +187,17 @@ def _setup(model, users, items, ratings, n_users, n_items, d, user_rngs, server_
     means = np.array([user_mean(data[indptr[u]:indptr[u + 1]], dt) for u in range(n)], dtype=dt)
     if test is not None:
         test = tuple(np.asarray(a) for a in test)
+        _check_ratings("test", test[1], test[2])
     return _Setup(model, dt, n, m, indptr, indices, data, gens, U, V, O, means, test)
+
+
+def _check_ratings(what: str, items: np.ndarray, ratings: np.ndarray) -> None:
+    """Raise ``ValueError`` for ratings that are not one finite number per item index."""
+    if ratings.shape != items.shape:
+        raise ValueError(f"{what} ratings have shape {ratings.shape}, the item indices {items.shape}")
+    if ratings.size and not np.all(np.isfinite(ratings)):
+        k = int(np.flatnonzero(~np.isfinite(ratings))[0])
+        raise ValueError(f"{what} rating {k} is not finite: {ratings[k]!r}")
 
 
 def _after_iteration(st: _Setup, t, lr_t, history, callback, on_divergence):
@@ -242,7 +256,9 @@ def train_pmf_batch(
 
     ``test``: optional ``(users, items, ratings)`` evaluated (clipped MAE/RMSE) each iteration.
     ``callback(iteration, state)`` after each iteration. ``on_divergence``: ``"raise"``
-    (:class:`DivergenceError`) or ``"stop"`` (return with ``diverged_at`` set).
+    (:class:`DivergenceError`) or ``"stop"`` (return with ``diverged_at`` set). Raises
+    ``ValueError`` for an index out of range or ratings (training or test) that are not one
+    finite number per item index.
     """
     st = _setup("PMF(B)", users, items, ratings, n_users, n_items, d, user_rngs, server_rng, dtype,
                 init_scale, False, test, strategy, engine, on_divergence)

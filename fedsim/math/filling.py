@@ -62,9 +62,13 @@ def sample_unrated(rng: np.random.Generator, rated_items, m: int, rho: float) ->
     ``rated_items``, in random order (int32).
 
     Consumes exactly one ``rng.choice`` call when at least one item is sampled and nothing
-    otherwise (rho = 0 leaves the client's generator untouched).
+    otherwise (rho = 0 leaves the client's generator untouched). Raises ``ValueError`` for a
+    rated item outside ``[0, m)``.
     """
     rated = np.asarray(rated_items)
+    if rated.size and (rated.min() < 0 or rated.max() >= int(m)):
+        # a negative id marked item m - 1 (counted from the end) as rated, silently
+        raise ValueError(f"rated item {int(rated.min() if rated.min() < 0 else rated.max())} is outside [0, {int(m)})")
     k = n_sampled(rated.shape[0], m, rho)
     if k == 0:
         return np.empty(0, dtype=np.int32)

@@ -150,6 +150,13 @@ def fpl_epoch(theta: np.ndarray, P: np.ndarray, packed: PackedSamplers, *, clien
         raise ValueError(f"{packed.n_clients} samplers for {n} clients")
     if np.any(packed.n_negs <= 0):
         raise ValueError("a client's positives cover the whole catalogue: no negative to sample")
+    n_pos = np.diff(packed.pos_ptr)
+    if n_pos.shape != (n,) or np.any(n_pos <= 0):
+        # the kernels draw positives[a] unchecked: for an empty slice the Python kernels raised
+        # IndexError, the compiled ones read another client's positive (or past the array)
+        bad = int(np.flatnonzero(n_pos <= 0)[0]) if n_pos.shape == (n,) else -1
+        raise ValueError(f"client {bad} has no positive item to sample BPR triples" if bad >= 0 else
+                         f"pos_ptr has {packed.pos_ptr.shape[0]} entries for {n} clients")
     # the kernels index theta unchecked (compiled: reads and, in the server's update, writes past
     # its end): every item a sampler can draw must be a row of theta. Without a shared catalogue
     # client c draws from range(n_negs[c] + its number of distinct positives, one key each)

@@ -29,14 +29,18 @@ def hit_masks(recs: Any, test_csr: Any, n: int) -> np.ndarray:
     """The hit mask of each user's first ``n`` recommendations (``recs``: int ``n_users x >= n``,
     ``-1`` padding never hits; ``test_csr``: held-out items per user, anything with ``indptr``
     and ``indices`` or such a pair). Returns int64 ``n_users``. Raises ``ValueError`` for
-    ``n`` outside 1..62 or row counts that differ."""
+    ``n`` outside 1..62, row counts that differ or fractional item ids in ``recs``."""
     n = int(n)
     if not 1 <= n <= MAX_N:
         raise ValueError(f"n must be in 1..{MAX_N}, got {n}")
     r = np.asarray(recs)
     if r.ndim != 2 or r.shape[1] < n:
         raise ValueError(f"recs must be users x at least {n}, got shape {r.shape}")
-    r = r[:, :n].astype(np.int64)
+    r = r[:, :n]
+    if r.dtype.kind not in "iu" and (r.dtype.kind != "f" or not np.array_equal(r, np.trunc(r))):
+        # as metrics refuses them: a float 0.5 was cast to item 0
+        raise ValueError(f"recs must hold integer item indices, got dtype {r.dtype}")
+    r = r.astype(np.int64)
     indptr, indices = _csr(test_csr)
     nu = r.shape[0]
     if len(indptr) - 1 != nu:

@@ -7,7 +7,8 @@ Conventions
   user ``u``.
 - A *recommendation matrix* ``recs`` is an int array ``n_users x N`` of item indices, best
   first, padded with ``-1`` when fewer than ``N`` items could be recommended (see
-  :func:`top_n`).
+  :func:`top_n`); a float array is accepted only when every entry is a whole number
+  (``ValueError`` otherwise).
 - Ranking metrics are averaged over the users that have at least one test item; users without
   test items are excluded (not counted as zero).  ``per_user=True`` returns the per-user values
   with ``NaN`` for the excluded users instead.
@@ -136,7 +137,8 @@ def top_n(
     ``exclude_csr`` (row ``u`` = items to leave out, e.g. the user's training items) has one
     row per score row, or per user when ``users`` gives the user index of each score row.
     Ties are broken deterministically by the lower item index.  Scores must be finite (a NaN
-    means a diverged model: ``ValueError``).  Rows with fewer than ``n`` candidate items are
+    means a diverged model: ``ValueError``); excluded items must lie in ``[0, n_items)`` and
+    ``users`` be non-negative (``ValueError``).  Rows with fewer than ``n`` candidate items are
     padded with ``-1``.  Returns int64 ``n_rows x n``.
     """
     s = np.asarray(scores)
@@ -154,6 +156,8 @@ def top_n(
         raise ValueError("users must give one user index per score row")
     if ex_ptr is not None and n_rows and rows_user.max() >= len(ex_ptr) - 1:
         raise ValueError("exclude_csr has fewer rows than the users being ranked")
+    if n_rows and rows_user.min() < 0:
+        raise ValueError(f"users holds a negative user index {int(rows_user.min())}")
     out = np.full((n_rows, n), -1, dtype=np.int64)
     k = min(n, n_items)
     if k == 0:  # no items at all: every row is padding (np.partition below needs a k-th item)
@@ -173,6 +177,11 @@ def top_n(
             offs = np.cumsum(lens) - lens
             gather = np.arange(int(lens.sum())) - np.repeat(offs, lens) + np.repeat(starts, lens)
             c_idx = ex_idx[gather]
+            if c_idx.size and (c_idx.min() < 0 or c_idx.max() >= n_items):
+                # a negative id would exclude an item counted from the end, silently
+                bad = int(np.flatnonzero((c_idx < 0) | (c_idx >= n_items))[0])
+                raise ValueError(f"excluded item {int(c_idx[bad])} of user {int(us[r_idx[bad]])} is outside "
+                                 f"[0, {n_items})")
             blk[r_idx, c_idx] = -np.inf
             excluded = np.zeros(blk.shape, dtype=bool)
             excluded[r_idx, c_idx] = True
@@ -243,6 +252,10 @@ def _cut(recs: Any, n: int) -> np.ndarray:
     r = np.asarray(recs)
     if r.ndim != 2:
         raise ValueError(f"recs must be 2-D (users x N), got shape {r.shape}")
+    if r.dtype.kind not in "iu":
+        # item indices: a float 0.5 was truncated to item 0 (a hit, say) without a word
+        if r.dtype.kind != "f" or not np.array_equal(r, np.trunc(r)):
+            raise ValueError(f"recs must hold integer item indices, got dtype {r.dtype}")
     if n > r.shape[1]:
         raise ValueError(f"cutoff {n} exceeds the {r.shape[1]} recommendations per user")
     return r[:, :n]
@@ -314,7 +327,7 @@ def gini_index(counts: Any, n_items: int | None = None) -> float:
 
     G = 1/(n-1) * sum_{j=1}^{n} (2j - n - 1) p_j with p sorted increasingly and summing to 1
     (Gunawardana & Shani); items missing from ``counts`` (when ``n_items > len(counts)``)
-    count as zero.
+    count as zero. Raises ``ValueError`` for negative or non-finite counts.
     """
     c = np.asarray(counts, dtype=np.float64).ravel()
     n = len(c) if n_items is None else int(n_items)
@@ -322,6 +335,8 @@ def gini_index(counts: Any, n_items: int | None = None) -> float:
         raise ValueError("n_items is smaller than the number of counts")
     if n < 2:
         raise ValueError("the Gini index needs at least 2 items")
+    if not np.all(np.isfinite(c)) or np.any(c < 0):
+        raise ValueError("counts must be finite and non-negative")
     total = c.sum()
     if total <= 0:
         raise ValueError("the counts sum to zero")

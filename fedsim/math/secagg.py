@@ -126,7 +126,10 @@ def masked_upload(x: np.ndarray, me: int, keys: dict[int, int], rnd: int, bits: 
 
 def unmask_sum(uploads: Sequence[np.ndarray]) -> np.ndarray:
     """The sum modulo 2^64 of the masked uploads (the masks cancel when every participant's
-    upload is in): the sum of their fixed-point vectors, exactly; ``decode`` it."""
+    upload is in): the sum of their fixed-point vectors, exactly; ``decode`` it. Raises
+    ``ValueError`` when there is no upload (the vector length is unknown)."""
+    if len(uploads) == 0:
+        raise ValueError("unmask_sum: no upload to sum")
     total = np.zeros(np.asarray(uploads[0]).size, dtype=np.uint64)
     for y in uploads:
         total += np.asarray(y, dtype=np.uint64)

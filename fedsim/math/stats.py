@@ -139,15 +139,21 @@ def _paired(x: Any, y: Any) -> np.ndarray:
         raise ValueError("paired samples are empty")
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError("paired samples contain NaN or infinite values")
-    return a - b
+    with np.errstate(over="ignore"):
+        d = a - b
+    if not np.all(np.isfinite(d)):
+        # 1e308 - (-1e308): the t-test failed inside betainc, the Wilcoxon test gave inf's mean
+        k = int(np.flatnonzero(~np.isfinite(d))[0])
+        raise ValueError(f"the difference of pair {k} overflows: {a[k]!r} - {b[k]!r}")
+    return d
 
 
 def paired_t_test(x: Any, y: Any) -> TestResult:
     """Student's paired t-test of ``mean(x - y) = 0``: t = mean(d) / (sd(d) / sqrt(n)) with the
     sample standard deviation (ddof 1), two-sided p from t with n - 1 degrees of freedom (as
     ``scipy.stats.ttest_rel``). Every difference zero: t = 0, p = 1; all differences equal and
-    non-zero: t = +-inf, p = 0. Raises ``ValueError`` for fewer than 2 pairs, unequal lengths or
-    non-finite values."""
+    non-zero: t = +-inf, p = 0. Raises ``ValueError`` for fewer than 2 pairs, unequal lengths,
+    non-finite values or a difference that overflows."""
     d = _paired(x, y)
     n = d.size
     if n < 2:
@@ -175,14 +181,16 @@ def _ranks(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return r, sizes
 
 
-def _signed_rank_counts(n: int) -> np.ndarray:
-    """counts[s] = number of subsets of {1..n} summing to s (the exact null of R+ is
-    counts / 2^n)."""
+def _signed_rank_null(n: int) -> np.ndarray:
+    """null[s] = P(R+ = s) under the null: the number of subsets of {1..n} summing to s, over
+    2^n. Halved at each step rather than divided by 2^n at the end (the same values, as scaling
+    by a power of two is exact, while the counts themselves overflow float64 beyond n ~ 1020)."""
     top = n * (n + 1) // 2
     c = np.zeros(top + 1, dtype=np.float64)
     c[0] = 1.0
     for k in range(1, n + 1):
         c[k:] = c[k:] + c[:-k].copy()
+        c *= 0.5
     return c
 
 
@@ -218,9 +226,7 @@ def wilcoxon_signed_rank(x: Any, y: Any, *, zero_method: str = "wilcox", method:
         method = "exact" if d.size <= 50 and not has_ties and n_zero == 0 else "approx"
     stat = min(r_plus, r_minus)
     if method == "exact":
-        c = _signed_rank_counts(count)
-        total = 2.0 ** count
-        cdf = np.cumsum(c) / total
+        cdf = np.cumsum(_signed_rank_null(count))
         sf_floor = 1.0 - (cdf[int(math.floor(r_plus)) - 1] if math.floor(r_plus) >= 1 else 0.0)
         cdf_ceil = cdf[min(int(math.ceil(r_plus)), cdf.size - 1)]
         p = min(1.0, 2.0 * min(sf_floor, cdf_ceil))
@@ -280,8 +286,11 @@ def mean_ci(x: Any, level: float = 0.95) -> Interval:
 def holm(pvalues: Any) -> np.ndarray:
     """Holm's step-down adjustment of a family of p-values (controls the family-wise error
     rate): sorted increasingly, p_(k) * (m - k + 1) made monotone and capped at 1; returned in
-    the input order. NaN entries stay NaN and do not count in m."""
+    the input order. NaN entries stay NaN and do not count in m. Raises ``ValueError`` for a
+    p-value outside [0, 1]."""
     p = np.asarray(pvalues, dtype=np.float64).ravel()
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p-values must lie in [0, 1], got {float(p[(p < 0) | (p > 1)][0])}")
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(~np.isnan(p))
     m = ok.size
