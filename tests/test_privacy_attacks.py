@@ -304,3 +304,25 @@ def test_network_linking_by_time_has_no_global_order_to_read(ratings):
     assert len(rows) == 15 and sum(r["correct"] for r in rows) == 4.0
     _, rows = attack_capture(NoiseLinking("size+time"), cap, rounds=[1])
     assert sum(r["correct"] for r in rows) == 9.0
+
+
+def test_noise_matching_uses_every_denoisers_sums_the_server_reads(ratings):
+    # the server reads every denoiser's `denoised` message, under its name: a user outside the
+    # colluding denoiser's group is still left with her upload minus her group's noise items. The
+    # attack used the colluding denoisers' messages alone, and gave such a user her whole upload,
+    # understating what the server learns. What it now claims wrongly can only be a sampled item
+    # her denoiser rated itself (its count of -1 cancels the noise's +1 in the sums it sends)
+    plain = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=5), seed=3)
+    assignment = plain.result.info["assignment"]
+    run, rows = attack_capture(NoiseMatching(1), plain, rounds=[1], targets=_observed(plain, [1]))
+    assert len(run.inference) == 15
+    for user, guess in run.inference.items():
+        wrong = set(guess.predicted.tolist()) - set(plain.truth[user].tolist())
+        assert wrong <= set(plain.truth[assignment[user]].tolist()), (user, sorted(wrong))
+    s1 = summarize(rows)
+    assert s1["precision"] > 0.8 and 0 < s1["exact"] < 1.0  # (it was 0.60: whole uploads, rho = 1)
+    secure = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=5, secure_noise=True,
+                                                         secagg_neighbours=2), seed=3)
+    one, _ = _score(NoiseMatching(1), secure, rounds=[1])
+    every, _ = _score(NoiseMatching(), secure, rounds=[1])
+    assert one == every  # under secure noise one colluding denoiser adds nothing to the server's sums

@@ -10,11 +10,13 @@ because of the anonymity of the clients".
     to the server (FedRec++ must send them there: the server removes their sum later). The
     server matches every noise message to the one upload that contains its rows (one noise
     message per user and round: a matching, not a guess) and recovers I_u = upload items minus
-    I'_u. When no single upload matches (the ``secure_noise`` defence masks the noise), the
-    coalition still has what each of its denoisers sent the server: the items some noise of its
-    group named; a user's upload minus those items is a set of rated items (her own sampled items
-    are among them), and the claim is its union over rounds. Users whose noise went to a
-    denoiser outside the coalition keep the server-only answer: the whole upload.
+    I'_u. When no single upload matches (the ``secure_noise`` defence masks the noise, or the
+    noise went to a denoiser outside the coalition), the server still has what every denoiser
+    sent it, under the denoiser's name: the items some noise of its group named; a user's upload
+    minus those items is a set of rated items (her own sampled items are among them), and the
+    claim is its union over rounds. (It used only the colluding denoisers' messages, which
+    understated what the server learns.) A user in no group keeps the server-only answer: the
+    whole upload.
 ``noise_linking`` (a network observer of the server's and the denoisers' links, no payloads):
     links each anonymous noise message at a denoiser to the upload of the same round at the
     server, by size (the noise of a user with n rated items has int(rho n) rows, the upload
@@ -69,16 +71,17 @@ class NoiseMatching(Attack):
                     index[m.round][_row_key(i, row)].append(m.sender)
             elif m.kind == "noise" and "items" in p:
                 noises.append((m.round, np.asarray(p["items"]), np.asarray(p["grads"])))
-        # what the coalition's denoisers sent the server: per denoiser and round, the items some
-        # noise in its group named (count > 0), and who belongs to which group (the server's assign)
+        # what every denoiser sent the server (named, not anonymous: the server reads them all,
+        # colluding denoisers or not): per denoiser and round, the items some noise in its group
+        # named (count > 0), and who belongs to which group (the server's assign)
         assigned: dict[str, str] = {}
         group_items: dict[tuple[str, int], np.ndarray] = {}
         for m in view.messages:
-            if not m.outgoing or m.payload is None:
+            if m.payload is None:
                 continue
-            if m.kind == "assign" and m.payload.get("denoiser"):
+            if m.kind == "assign" and m.outgoing and m.payload.get("denoiser"):
                 assigned[m.receiver] = m.payload["denoiser"]
-            elif m.kind == "denoised" and m.sender in view.nodes:
+            elif m.kind == "denoised" and m.sender is not None:
                 it = np.asarray(m.payload["items"], dtype=np.int64)
                 group_items[(m.sender, m.round)] = it[np.asarray(m.payload["counts"]) > 0]
         found: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # user -> sampled item -> times
