@@ -399,6 +399,28 @@ def test_eval_sums_plan_is_built_once_per_task_and_dtype_and_changes_nothing():
     assert len(t._eval_plans) == 3
 
 
+def test_prepare_refuses_repeated_user_item_pairs():
+    """A (user, item) pair given twice in the training entries kept its last value silently (x[u, i]
+    = 2.0 below, the 5.0 lost); twice in the test entries it was counted twice. Refused, naming the
+    first repeated pair and its two positions."""
+    train = (np.array([0, 1, 0, 1, 1, 0]), np.array([2, 1, 3, 4, 1, 2]), np.array([5.0, 3.0, 4.0, 1.0, 3.0, 2.0]))
+    test = (np.array([0, 1]), np.array([4, 3]), np.array([4.0, 2.0]))
+    # (1, 1) repeats at position 4, before (0, 2) repeats at 5
+    with pytest.raises(ValueError, match=r"^train entries repeat \(user, item\) = \(1, 1\) at positions 1 and 4 "
+                                         r"\(the first repeated pair; 2 repeated entries in total\)"):
+        ae_train.prepare(train, test, 2, 5)
+    dup_test = (np.array([1, 0, 1, 1]), np.array([3, 4, 0, 3]), np.array([2.0, 4.0, 1.0, 5.0]))
+    ok = tuple(a[:4] for a in train)
+    with pytest.raises(ValueError, match=r"^test entries repeat \(user, item\) = \(1, 3\) at positions 0 and 3 "
+                                         r"\(the first repeated pair; 1 repeated entries in total\)"):
+        ae_train.prepare(ok, dup_test, 2, 5, task="implicit")
+    # distinct pairs are accepted as before; the same item for two users, or two items of a user, is no repeat
+    t = ae_train.prepare(ok, test, 2, 5)
+    assert t.x[0].tolist() == [0.0, 0.0, 5.0, 4.0, 0.0] and t.x[1].tolist() == [0.0, 3.0, 0.0, 0.0, 1.0]
+    assert t.info == {"train_entries": 4, "test_entries": 2}
+    assert t.test_ptr.tolist() == [0, 1, 2] and t.test_items.tolist() == [4, 3]
+
+
 @needs_numba
 def test_indices_out_of_range_are_refused_not_read_out_of_bounds(monkeypatch):
     """A test item past the end used to be accepted by ``prepare`` and then read out of bounds by the

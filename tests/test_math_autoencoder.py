@@ -252,6 +252,36 @@ def test_clip_and_cosine():
     assert optim.cosine_lr(0.1, 10, 10, min_lr=0.001) == pytest.approx(0.001)
 
 
+def test_grad_norm_does_not_overflow_on_finite_float32_gradients():
+    """float32 elements near 1e20: their squares overflow float32, so np.dot gave inf and the norm was
+    inf (the clipping factor then 0: a no-op step). Now finite, equal to float64 numpy.linalg.norm."""
+    rng = np.random.default_rng(11)
+    g = {"w": (rng.standard_normal((6, 5)) * 1e20).astype(np.float32),
+         "b": (rng.standard_normal(5) * 3e19).astype(np.float32)}
+    assert np.isfinite(g["w"]).all() and np.isfinite(g["b"]).all()
+    ref = float(np.linalg.norm(np.concatenate([v.astype(np.float64).ravel() for v in g.values()])))
+    assert 1e20 < ref < 1e22
+    assert optim.grad_norm(g) == pytest.approx(ref, rel=1e-14, abs=0)
+    assert optim.grad_norm(g, exact=True) == pytest.approx(ref, rel=1e-15, abs=0)
+    # float64 squares overflow past ~1.3e154: the same recovery
+    big = {"w": np.array([3e200, -4e200]), "b": np.array([[0.0]])}
+    assert optim.grad_norm(big) == pytest.approx(5e200, rel=1e-15, abs=0)
+    assert optim.grad_norm(big, exact=True) == pytest.approx(5e200, rel=1e-15, abs=0)
+    # clipping scales to max_norm (it scaled by 0 = clip / inf)
+    norm, _ = optim.clip_grad_norm(g, 1.0)
+    assert norm == pytest.approx(ref, rel=1e-14, abs=0)
+    assert optim.grad_norm(g) == pytest.approx(1.0, rel=1e-5, abs=0)
+    # non-finite elements still give inf / NaN
+    for bad, want in ((np.inf, math.inf), (np.nan, math.nan)):
+        h = {"w": np.array([1e20, bad], dtype=np.float32), "b": np.array([1e20], dtype=np.float32)}
+        got = optim.grad_norm(h)
+        assert got == want or (math.isnan(want) and math.isnan(got))
+    # ordinary gradients: the same bits as the float32 dot products added up as before
+    o = {"w": rng.standard_normal((9, 4)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32)}
+    before = math.sqrt(sum(float(np.dot(v.ravel(), v.ravel())) for v in o.values()))
+    assert optim.grad_norm(o) == before
+
+
 def test_restrict_leaves_other_rows_and_state_untouched():
     p = {"w": np.arange(12.0).reshape(4, 3)}
     g = {"w": np.ones((4, 3))}

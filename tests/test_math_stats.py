@@ -36,7 +36,7 @@ def test_betainc_closed_forms_and_domain():
         betainc(0, 1, 0.5)
     with pytest.raises(ValueError):
         betainc(1, 1, 1.5)
-    assert normal_sf(1.959963984540054) == pytest.approx(0.025, rel=1e-12)
+    assert normal_sf(1.959963984540054) == pytest.approx(0.025, rel=1e-12, abs=0)
 
 
 def test_paired_t_test_hand_computed_case():
@@ -44,7 +44,7 @@ def test_paired_t_test_hand_computed_case():
     x = np.array([3.0, 5.0, 7.0, 9.0, 11.0])
     y = np.array([2.0, 3.0, 4.0, 5.0, 6.0])
     r = paired_t_test(x, y)
-    assert r.statistic == pytest.approx(3 * math.sqrt(2), rel=1e-12)
+    assert r.statistic == pytest.approx(3 * math.sqrt(2), rel=1e-12, abs=0)
     assert r.n == 5 and r.mean_diff == 3.0
     # t = 4.2426 with 4 df: two-sided p = 2 * (1 - F(4.2426)); F from the closed form for even df:
     # for df = 4, P(T <= t) = 1/2 + (3/4) u (1 - u^2/3) with u = t / sqrt(t^2 + 4)
@@ -89,7 +89,7 @@ def test_wilcoxon_approx_hand_computed_with_ties_and_zeros():
     se = math.sqrt((6 * 7 * 13 - (24 + 24) / 2) / 24)
     z = (19 - 10.5) / se
     assert r.method == "wilcoxon approx" and r.statistic == 2.0 and r.n == 6
-    assert r.pvalue == pytest.approx(math.erfc(abs(z) / math.sqrt(2)), rel=1e-12)
+    assert r.pvalue == pytest.approx(math.erfc(abs(z) / math.sqrt(2)), rel=1e-12, abs=0)
     assert wilcoxon_signed_rank([1, 2], [1, 2])[:2] == (0.0, 1.0)
     with pytest.raises(ValueError):
         wilcoxon_signed_rank([1, 2], [0, 0], method="permutation")
@@ -106,9 +106,14 @@ def test_mean_ci_and_holm_by_hand():
     assert out[0] == pytest.approx(0.4) and math.isnan(out[1]) and out[2] == pytest.approx(0.9)
 
 
-scipy_stats = pytest.importorskip("scipy.stats", reason="SciPy (the baselines extra) is the reference here")
+try:
+    import scipy.stats as scipy_stats
+except ImportError:  # pragma: no cover - SciPy is the baselines extra
+    scipy_stats = None
+needs_scipy = pytest.mark.skipif(scipy_stats is None, reason="SciPy (the baselines extra) is the reference here")
 
 
+@needs_scipy
 @pytest.mark.parametrize("seed", range(6))
 def test_against_scipy_on_random_samples(seed):
     rng = np.random.default_rng(seed)
@@ -128,6 +133,7 @@ def test_against_scipy_on_random_samples(seed):
     assert (ci.low, ci.high) == (pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
 
 
+@needs_scipy
 @pytest.mark.parametrize("seed", range(8))
 def test_wilcoxon_against_scipy(seed):
     rng = np.random.default_rng(100 + seed)
@@ -176,3 +182,60 @@ def test_paired_tests_refuse_differences_that_overflow():
     for test in (paired_t_test, wilcoxon_signed_rank):
         with pytest.raises(ValueError, match="difference of pair 0 overflows"):
             test([1e308, 1.0, 2.0], [-1e308, 0.0, 0.5])
+
+
+def _signed_rank_tail_by_counting(n: int, r_plus: int) -> float:
+    """P(R+ >= r_plus) for n untied non-zero differences, counted in exact integers: the number
+    of subsets of {1..n} with sum >= r_plus, over 2^n (independent of fedsim's float null)."""
+    top = n * (n + 1) // 2
+    counts = [1] + [0] * top
+    for k in range(1, n + 1):
+        for s in range(top, k - 1, -1):
+            counts[s] += counts[s - k]
+    return sum(counts[r_plus:]) / 2**n
+
+
+def test_exact_wilcoxon_far_upper_tail_is_summed_not_one_minus_cdf():
+    """The upper tail was 1 - cdf, which cancels below ~1e-16: 60 positive differences gave
+    p = -8.9e-16 (true 2^-59 = 1.7e-18). Every sign pattern is equally likely under the null and
+    only the all-positive one reaches R+ = 60*61/2: one-sided 2^-60, two-sided 2^-59."""
+    n = 60
+    d = np.arange(1, n + 1, dtype=float) * 0.37
+    r = wilcoxon_signed_rank(d, np.zeros(n), method="exact")
+    assert r.method == "wilcoxon exact" and r.statistic == 0.0 and r.n == n
+    assert r.pvalue == 2.0**-59
+    # the mirrored sample (every difference negative) is the lower tail, which was right already
+    assert wilcoxon_signed_rank(-d, np.zeros(n), method="exact").pvalue == 2.0**-59
+    # two differences negative (ranks 1 and 3): R+ = top - 4, R- = 4. Subsets of {1..60} with
+    # sum <= 4: {}, {1}, {2}, {3}, {4}, {1,2}, {1,3}: 7, so p = 2 * 7 / 2^60
+    e = d.copy()
+    e[[0, 2]] *= -1
+    r = wilcoxon_signed_rank(e, np.zeros(n), method="exact")
+    assert r.statistic == 4.0 and r.pvalue == pytest.approx(14 / 2**60, rel=1e-12, abs=0)
+    assert r.pvalue == pytest.approx(2 * _signed_rank_tail_by_counting(n, n * (n + 1) // 2 - 4), rel=1e-12, abs=0)
+    # a tail near 1e-13, where 1 - cdf kept only two or three digits
+    f = d.copy()
+    f[[0, 4, 9, 11, 19]] *= -1  # R- = 1 + 5 + 10 + 12 + 20 = 48
+    r = wilcoxon_signed_rank(f, np.zeros(n), method="exact")
+    want = 2 * _signed_rank_tail_by_counting(n, n * (n + 1) // 2 - 48)
+    assert r.statistic == 48.0 and 1e-16 < want < 1e-11 and r.pvalue == pytest.approx(want, rel=1e-12, abs=0)
+
+
+@needs_scipy
+def test_exact_wilcoxon_far_tail_against_scipy():
+    """SciPy's exact two-sided p computed from its lower tail is the reference: for the sample
+    whose R+ is small. SciPy itself returns 0.0 for the mirrored sample (its upper tail is
+    1 - cdf as well), so fedsim is checked on both signs against SciPy's value for the one
+    with R+ small; the two-sided p does not depend on the sign of every difference."""
+    rng = np.random.default_rng(7)
+    for n, small in ((60, []), (60, [1, 2, 5]), (55, [2, 3, 7, 9]), (70, [1, 4, 6, 10, 13])):
+        ranks = np.arange(1, n + 1)
+        low = -ranks * 0.25
+        low[np.isin(ranks, small)] *= -1  # R+ = sum(small)
+        low = rng.permutation(low)
+        d = -low  # R+ = top - sum(small)
+        ref = scipy_stats.wilcoxon(low, method="exact")
+        assert 0.0 < ref.pvalue < 1e-13
+        for sample in (low, d):
+            r = wilcoxon_signed_rank(sample, np.zeros(n), method="exact")
+            assert r.statistic == ref.statistic and r.pvalue == pytest.approx(ref.pvalue, rel=1e-12, abs=0)

@@ -105,6 +105,18 @@ def _csr(users, items, values, n_users):
     return np.cumsum(ptr), items[order], np.asarray(values, dtype=np.float64)[order]
 
 
+def _first_repeat(u: np.ndarray, i: np.ndarray) -> tuple[int, int, int, int, int]:
+    """For pairs ``(u, i)`` of which some repeat: the pair occurring again earliest in input order as
+    ``(user, item, position of its first occurrence, position of that repeat, number of entries that
+    repeat an earlier one)``."""
+    order = np.lexsort((i, u))  # stable: a pair's occurrences in input order
+    su, si = u[order], i[order]
+    dup = (su[1:] == su[:-1]) & (si[1:] == si[:-1])
+    again = int(order[1:][dup].min())
+    first = int(np.flatnonzero((u == u[again]) & (i == i[again]))[0])
+    return int(u[again]), int(i[again]), first, again, int(dup.sum())
+
+
 def prepare(train: tuple, test: tuple, n_users: int, n_items: int, *, task: str = "explicit",
             threshold: float = 3.5, dtype=np.float32) -> AETask:
     """Build an :class:`AETask` from ``train = (users, items, values)`` and ``test`` likewise.
@@ -112,6 +124,10 @@ def prepare(train: tuple, test: tuple, n_users: int, n_items: int, *, task: str 
     ``task="explicit"``: values are ratings (squared error, RMSE). ``task="implicit"``: every value becomes
     ``1.0`` if ``>= threshold`` else ``0.0`` and stays observed (cross-entropy on all rated entries, NDCG over
     the test items), as in the authors' code (ML1M: ratings 4 and 5 positive).
+
+    Raises ``ValueError`` for a user or item index outside ``[0, n_users) x [0, n_items)`` and for a
+    (user, item) pair repeated within ``train`` or within ``test`` (naming the first repeated pair and
+    its two positions): a repeat used to keep its last training value silently.
     """
     if task not in TASKS:
         raise ValueError(f"task must be one of {tuple(TASKS)}, got {task!r}")
@@ -132,9 +148,22 @@ def prepare(train: tuple, test: tuple, n_users: int, n_items: int, *, task: str 
         sv = (sv >= threshold).astype(np.float64)
     x = np.zeros((int(n_users), int(n_items)), dtype=dtype)
     mask = np.zeros((int(n_users), int(n_items)), dtype=bool)
-    x[tu, ti] = tv
     mask[tu, ti] = True
     ptr, items, values = _csr(su, si, sv, int(n_users))
+    # a repeated (user, item) pair: x[tu, ti] = tv kept the last value silently (and the test
+    # entries counted the pair twice in RMSE and NDCG); the loaders refuse repeats or merge them by
+    # their ``duplicates`` policy, so this is for direct callers. Fewer observed cells than entries
+    # (train), or a row's sorted test items with one twice, is a repeat: located only then.
+    rows = np.repeat(np.arange(int(n_users)), np.diff(ptr))
+    for what, (u, i), repeated in (("train", (tu, ti), int(mask.sum()) != tu.size),
+                                   ("test", (su, si), bool(np.any((items[1:] == items[:-1]) & (rows[1:] == rows[:-1]))))):
+        if repeated:
+            pu, pi, first, again, count = _first_repeat(u, i)
+            raise ValueError(
+                f"{what} entries repeat (user, item) = ({pu}, {pi}) at positions {first} and {again} (the first "
+                f"repeated pair; {count} repeated entries in total): each (user, item) must appear once; merge "
+                f"repeats first (the loaders' duplicates= policy)")
+    x[tu, ti] = tv
     return AETask(task, x, mask, ptr, items, values, threshold if task == "implicit" else None,
                   {"train_entries": int(mask.sum()), "test_entries": int(len(items))})
 

@@ -456,16 +456,46 @@ def grad_norm(grads: Mapping[str, np.ndarray], *, exact: bool = False) -> float:
     ``exact``: sum the squares with ``math.fsum`` (correctly rounded, hence independent of order and of
     exact-zero terms: the norm of an active slice equals bit for bit the norm of the full gradient whose
     other rows are zero). Slow; for tests.
+
+    Without ``exact`` each array's sum of squares is ``np.dot`` in the array's dtype. When that
+    overflows although every element is finite (a float32 norm above about 1.8e19, a float64 one above
+    about 1.3e154) the norm is recomputed from the elements scaled by a power of two (exact) in float64,
+    so it is finite; it was inf, which made :func:`clip_coef`'s factor 0 and the clipped step a no-op.
+    Any result that does not overflow is unchanged (same bits). A NaN or infinite element gives NaN
+    or inf, as before.
     """
-    if exact:
-        return math.sqrt(
-            math.fsum(math.fsum(np.square(g.astype(np.float64)).ravel().tolist()) for g in grads.values())
-        )
-    total = 0.0
-    for g in grads.values():
-        flat = g.ravel()
-        total += float(np.dot(flat, flat))
+    with np.errstate(over="ignore"):  # an overflow is caught below
+        if exact:
+            total = math.fsum(math.fsum(np.square(g.astype(np.float64)).ravel().tolist()) for g in grads.values())
+        else:
+            total = 0.0
+            for g in grads.values():
+                flat = g.ravel()
+                total += float(np.dot(flat, flat))
+    if math.isinf(total):
+        return _scaled_norm(grads, exact)
     return math.sqrt(total)
+
+
+def _scaled_norm(grads: Mapping[str, np.ndarray], exact: bool) -> float:
+    """:func:`grad_norm` when its sum of squares overflowed: inf or NaN when an element is (what the
+    sum gave), else ``2^e * sqrt(sum((x / 2^e)^2))`` in float64 with ``2^e`` the largest element's
+    binary exponent (the scaling is exact, the largest scaled square below 1)."""
+    peak = 0.0
+    for g in grads.values():
+        if g.size:
+            a = np.abs(g.astype(np.float64, copy=False))
+            top = float(a.max())  # NaN when any element is NaN
+            if not math.isfinite(top):
+                return top
+            peak = max(peak, top)
+    e = math.frexp(peak)[1]
+    parts = [np.square(np.ldexp(g.astype(np.float64), -e)).ravel() for g in grads.values()]
+    if exact:
+        total = math.fsum(math.fsum(p.tolist()) for p in parts)
+    else:
+        total = math.fsum(float(np.sum(p)) for p in parts)
+    return math.ldexp(math.sqrt(total), e)
 
 
 def clip_grad_norm(

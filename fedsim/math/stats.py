@@ -201,7 +201,9 @@ def wilcoxon_signed_rank(x: Any, y: Any, *, zero_method: str = "wilcox", method:
     ``zero_method``: ``"wilcox"`` drops zero differences (SciPy's default); ``"pratt"`` ranks
     them and drops their ranks. ``method``: ``"exact"`` uses the exact null distribution of the
     rank sum R+ (exact only without ties and zeros; with them the statistic is rounded
-    conservatively, as SciPy does); ``"approx"`` the normal approximation with the tie
+    conservatively, as SciPy does; each tail is summed from its own end, so far-tail p-values
+    such as 2^-59 for 60 positive differences are exact to rounding, where SciPy 1.17 returns 0
+    for the upper tail); ``"approx"`` the normal approximation with the tie
     correction; ``"auto"`` exact when there are at most 50 pairs, no ties and no zeros, else the
     approximation (SciPy's ``auto`` runs a permutation test for <= 13 pairs with ties; here the
     approximation). The statistic is min(R+, R-). Raises ``ValueError`` for an unknown option,
@@ -226,8 +228,12 @@ def wilcoxon_signed_rank(x: Any, y: Any, *, zero_method: str = "wilcox", method:
         method = "exact" if d.size <= 50 and not has_ties and n_zero == 0 else "approx"
     stat = min(r_plus, r_minus)
     if method == "exact":
-        cdf = np.cumsum(_signed_rank_null(count))
-        sf_floor = 1.0 - (cdf[int(math.floor(r_plus)) - 1] if math.floor(r_plus) >= 1 else 0.0)
+        null = _signed_rank_null(count)
+        cdf = np.cumsum(null)
+        # P(R+ >= s) summed from the upper tail itself, not as 1 - cdf: 1 - cdf cancels to 0 or
+        # to rounding noise (-8.9e-16 for 60 positive differences, true p = 2^-59) in a far tail
+        sf = np.cumsum(null[::-1])[::-1]
+        sf_floor = sf[int(math.floor(r_plus))]
         cdf_ceil = cdf[min(int(math.ceil(r_plus)), cdf.size - 1)]
         p = min(1.0, 2.0 * min(sf_floor, cdf_ceil))
         return TestResult(stat, float(p), count, m, "wilcoxon exact")
