@@ -13,7 +13,7 @@ from fedsim.privacy.attacks import (
 )
 from fedsim.privacy.attacks.implicit import fpl_split
 from fedsim.privacy.audit import attack_capture, known_answer_ratings
-from fedsim.privacy.views import Observed, Public, View, ViewSpec
+from fedsim.privacy.views import Observed, Public, View, ViewSpec, build_view
 from fedsim.protocols import REGISTRY
 from fedsim.protocols.fcf import FCFConfig
 from fedsim.protocols.fedrec import FedRecConfig
@@ -326,3 +326,97 @@ def test_noise_matching_uses_every_denoisers_sums_the_server_reads(ratings):
     one, _ = _score(NoiseMatching(1), secure, rounds=[1])
     every, _ = _score(NoiseMatching(), secure, rounds=[1])
     assert one == every  # under secure noise one colluding denoiser adds nothing to the server's sums
+
+
+def _recording_clients(monkeypatch):
+    """Patch FedRec's client classes to record, per client (by its rated items), the iteration
+    and the learning rate of every training call it makes."""
+    from fedsim.protocols import fedrec as fedrec_proto
+
+    seen: dict[tuple, list] = {}
+
+    class Batch(fedrec_proto.BatchClient):
+        def step(self, U_u, V, t, lr, rng=None, sampled=None):
+            seen.setdefault(tuple(self.rated.tolist()), []).append((t, lr))
+            return super().step(U_u, V, t, lr, rng, sampled)
+
+    class SGD(fedrec_proto.SGDClient):
+        def call(self, U_u, V, O, t, lr, rng=None, sampled=None):
+            seen.setdefault(tuple(self.rated.tolist()), []).append((t, lr))
+            return super().call(U_u, V, O, t, lr, rng, sampled)
+
+    monkeypatch.setattr(fedrec_proto, "BatchClient", Batch)
+    monkeypatch.setattr(fedrec_proto, "SGDClient", SGD)
+    return seen
+
+
+@pytest.mark.parametrize("model,lr,window,users,late", [
+    ("PMF(B)", 0.8, (2,), 20, 20), ("PMF(S)", 0.01, (2,), 12, 9),
+    ("PMF(S)", 0.01, (1, 3), 19, 15),  # round 2, between the two, is left out: its calls count too
+])
+def test_imia_replays_each_upload_with_the_rate_the_client_used_when_the_window_starts_late(
+        ratings, monkeypatch, model, lr, window, users, late):
+    # the attacker counted a client's calls from the first round of its view: with a window
+    # starting at round 2, it replayed the batch client's upload with decayed_lr(lr, 0) instead
+    # of decayed_lr(lr, 2), and a stochastic client's with its first call's rate instead of the
+    # rate after the calls of rounds 0 and 1 (which the server made, and counts: View.outside)
+    from fedsim.privacy.attacks.imia import replay_lr
+
+    seen = _recording_clients(monkeypatch)
+    cfg = FedRecConfig(model, d=4, T=4, rho=1.0, lr=lr)
+    cap = capture("fedrec", ratings, cfg, seed=3)
+    csr = ratings.by_user()
+    rated = {f"client/{u:04d}": tuple(np.asarray(csr.row_indices(u)).tolist()) for u in range(ratings.n_users)}
+    assert len(set(rated.values())) == ratings.n_users  # a client is told apart by its items
+    view = build_view(IMIA.view, cap.recorder, cap.public, rounds=window, key=cap.key)
+    calls = IMIA().calls(view)
+    stochastic = model != "PMF(B)"
+    assert len(calls) == users
+    n_late = 0
+    for user, call in calls.items():
+        log = seen[rated[user]]
+        # the client's first training call in the window, by hand: its t and the rate it used
+        k = next(i for i, (t, _) in enumerate(log) if t in window)
+        t, used = log[k]
+        assert call == (k if stochastic else t)  # calls made before it (stochastic), its iteration (batch)
+        assert replay_lr(cfg, call, stochastic) == used
+        n_late += call > 0
+    assert n_late == late  # users with calls before their first one in the window (all, in batch)
+
+
+def test_imia_scores_at_least_as_well_with_the_clients_rates_on_a_late_window(ratings):
+    # measured on this run before the fix (call counted from the window's first round) and after:
+    # PMF(S) seed 1 F1 0.5206 -> 0.5234 (AUC 0.8014 -> 0.8027), seed 0 unchanged; PMF(B) unchanged
+    # to the last digit (in the code's order a batch client's item gradients do not depend on lr)
+    want = {("PMF(B)", 0): (20, 0.492979, 0.793798), ("PMF(B)", 1): (20, 0.498780, 0.795066),
+            ("PMF(S)", 0): (12, 0.473936, 0.780229), ("PMF(S)", 1): (12, 0.523365, 0.802740)}
+    for model, lr in (("PMF(B)", 0.8), ("PMF(S)", 0.01)):
+        cap = capture("fedrec", ratings, FedRecConfig(model, d=4, T=4, rho=1.0, lr=lr), seed=3)
+        for seed in (0, 1):
+            _, rows = attack_capture(IMIA(seed=seed), cap, rounds=(2,), targets=_observed(cap, (2,)))
+            s = summarize(rows)
+            users, f1, auc = want[model, seed]
+            assert s["users"] == users
+            assert s["f1"] == pytest.approx(f1, abs=1e-6) and s["auc"] == pytest.approx(auc, abs=1e-6)
+
+
+@pytest.mark.parametrize("model", ["PMF(B)", "PMF(S)"])
+def test_imia_shadow_steps_in_the_clients_update_order(model):
+    # the shadow always stepped in the code's order; with order="paper" the client takes its
+    # item gradients with the updated U_u (and lr moves them)
+    from fedsim.math.pmf import init_user_factor, pmf_batch_client, pmf_sgd_client
+    from fedsim.privacy.attacks.imia import replay_lr
+
+    rng = np.random.default_rng(0)
+    V = rng.normal(size=(10, 4)).astype(np.float32)
+    items = np.arange(10)
+    labels = (items % 2).astype(np.float64)
+    cfg = FedRecConfig(model, d=4, lr=0.8, order="paper")
+    stochastic = model != "PMF(B)"
+    got = IMIA().shadow(cfg, {"V": V, "t": 1}, items, labels, np.random.default_rng(1), 1, stochastic)
+    U = init_user_factor(np.random.default_rng(1), 4, scale=cfg.init_scale, dtype=V.dtype)
+    step = pmf_sgd_client if stochastic else pmf_batch_client
+    _, g = step(U, V, labels.astype(V.dtype), replay_lr(cfg, 1, stochastic), cfg.lam, order="paper")
+    np.testing.assert_array_equal(got, np.asarray(g, dtype=np.float64))
+    _, g_code = step(U, V, labels.astype(V.dtype), replay_lr(cfg, 1, stochastic), cfg.lam, order="code")
+    assert np.abs(got - g_code).max() > 1e-3

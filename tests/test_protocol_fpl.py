@@ -336,3 +336,38 @@ def test_a_diverged_model_is_reported_not_evaluated(lr, dtype, finite):
     net = SimNetwork(seed=0)  # a large rate that does not overflow is still evaluated
     res = spec.build(net, data, cfg.replace(lr=1e20, dtype="float64"), test=data).collect(net.run())
     assert res.info["diverged_at"] is None and [sorted(m) for m in res.metrics] == [["p@10", "r@10", "round"]]
+
+
+def test_secure_runs_over_several_epochs_label_each_key_exchange_apart_from_every_training_round(tiny):
+    # three epochs, one network each, secure aggregation: each network exchanges keys before its
+    # first round. The exchange of epoch e > 0 was labelled with the previous epoch's last round
+    # (round_offset - 1: its peers; the clients' keys with round 0, a node's first label), so a
+    # per-round table counted it with that round's training messages
+    n_items, n = tiny[2], tiny[3].n_users
+    cfg = FPLConfig(clients_per_round=4, triples=2, rounds=3, d=2, pi=0.5, secure_aggregation=True,
+                    secagg_neighbours=2)
+    state, seen, units = None, set(), []
+    for e in range(3):
+        out, net = run(tiny, cfg, seed=SEED + e, resume=state)
+        state = {"theta": out["theta"], "P": out["P"], "rounds_done": 3 * (e + 1)}
+        by_round: dict = {}
+        cols = net.ledger.columns()
+        for rnd, kind in zip(cols["round"].tolist(), cols["kind"].tolist()):
+            by_round.setdefault(rnd, Counter())[kind] += 1
+        setup = fpl.key_setup_round(3 * e)
+        assert setup == -1 - 3 * e
+        train = list(range(3 * e, 3 * e + 3))
+        assert sorted(by_round) == [setup, *train]
+        assert by_round[setup] == Counter({"keys": n, "peers": n})  # the exchange, and nothing else
+        for r in train:  # the round's model and masked uploads (the last one: and the stops)
+            assert by_round[r] == Counter({"model": 4, "masked": 4, **({"stop": n} if r == train[-1] else {})})
+        assert not seen & set(by_round)  # no label shared with another epoch's network
+        seen |= set(by_round)
+        # the CCE the studies read (the units of the training kinds of the epoch's ledger) does not
+        # depend on labels: 3 rounds x 4 clients x |I| vectors down (masked uploads are uint64
+        # words, not float vectors: 0 units)
+        model_units = int(cols["units"][cols["kind"] == "model"].sum())
+        assert model_units == 3 * 4 * n_items
+        units.append(int(cols["units"][np.isin(cols["kind"], fpl.TRAINING_KINDS)].sum()))
+        assert out["missing"] == []
+    assert units == [3 * 4 * n_items] * 3

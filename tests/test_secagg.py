@@ -274,3 +274,22 @@ def test_a_malformed_masked_upload_is_an_error_naming_its_sender(name, flag, fau
 def test_unmask_sum_of_no_upload_is_a_clear_error():
     with pytest.raises(ValueError, match="no upload"):
         secagg.unmask_sum([])
+
+
+@pytest.mark.parametrize("mod,cfg,setup_kinds", [
+    (fedrec, FedRecConfig("PMF(B)", d=4, T=3, rho=1.0, secure_aggregation=True, secagg_neighbours=2), {"keys", "peers"}),
+    (fedrecpp, FedRecPPConfig(d=4, T=3, rho=1.0, eta=2, secure_noise=True, secagg_neighbours=2),
+     {"assign", "keys", "peers"}),
+])
+def test_the_key_exchange_is_labelled_with_the_setup_round_not_the_first_training_round(data, mod, cfg, setup_kinds):
+    # the server relays the keys at round -1 (info["missing"] says so), but a node starts at round
+    # 0: the clients' keys came labelled 0, the server adopted that label and relayed the peers in
+    # round 0 too, mixing the key exchange with the first round's training messages
+    _, net = _run(mod, data, cfg)
+    cols = net.ledger.columns()
+    kinds = {r: set() for r in set(cols["round"].tolist())}
+    for r, k in zip(cols["round"].tolist(), cols["kind"].tolist()):
+        kinds[r].add(k)
+    assert sorted(kinds) == [-1, 0, 1, 2]
+    assert kinds[-1] == setup_kinds
+    assert not any(kinds[r] & {"keys", "peers"} for r in (0, 1, 2))

@@ -155,19 +155,33 @@ class ViewSpec:
 class View:
     """What one adversary saw: ``spec``, ``public``, ``nodes`` (the node ids it controls or
     watches), ``messages`` (``Observed`` or ``Packet``, in the adversary's timeline), ``max_round`` (the last
-    round label allowed, None: all) and ``unrecorded`` (messages the adversary saw whose payload
-    the recorder did not keep: listed with payload None). Read-only."""
+    round label allowed, None: all), ``unrecorded`` (messages the adversary saw whose payload
+    the recorder did not keep: listed with payload None) and ``outside``: how many messages it
+    saw in the training rounds (labels >= 0) below ``max_round`` that a window of chosen rounds
+    leaves out, by ``(kind, sender, receiver, round)`` (sender None as in ``messages``): counts
+    only, no payload, size or time (the server knows how often it called a client before the
+    rounds it attacks; ``count_outside``). Read-only."""
 
-    __slots__ = ("spec", "public", "nodes", "messages", "max_round", "unrecorded")
+    __slots__ = ("spec", "public", "nodes", "messages", "max_round", "unrecorded", "outside")
 
     def __init__(self, spec: ViewSpec, public: Public, nodes: frozenset, messages: tuple, max_round,
-                 unrecorded: int = 0) -> None:
+                 unrecorded: int = 0, outside: dict | None = None) -> None:
         self.spec = spec
         self.public = public
         self.nodes = nodes
         self.messages = messages
         self.max_round = max_round
         self.unrecorded = unrecorded
+        self.outside = MappingProxyType(dict(outside or {}))
+
+    def count_outside(self, kind: str, *, before: int, sender: str | None = None,
+                      receiver: str | None = None) -> int:
+        """How many messages of ``kind`` (from ``sender``, to ``receiver``: None, any) the
+        adversary saw labelled with a round below ``before`` that the window leaves out
+        (``outside``; 0 for a window of every round up to one)."""
+        return sum(c for (k, s, r, rnd), c in self.outside.items()
+                   if k == kind and rnd < before and (sender is None or s == sender)
+                   and (receiver is None or r == receiver))
 
     def __iter__(self) -> Iterator:
         return iter(self.messages)
@@ -240,7 +254,9 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
 
     ``rounds``: only messages labelled with a round up to this one (an int) or in this set (an
     iterable), plus the setup messages (negative round labels: who is whose denoiser, public
-    keys), which every adversary has seen whatever training rounds it watches; None: every round. A payload view lists every message the adversary saw; those
+    keys), which every adversary has seen whatever training rounds it watches; None: every round.
+    The messages it saw in the rounds below the set's largest that the set leaves out are
+    counted in ``View.outside`` (by kind, sender, receiver and round; nothing else of them). A payload view lists every message the adversary saw; those
     whose payload the recorder did not keep (its filters bound memory) have ``payload`` None and
     are counted in ``View.unrecorded``, so that an audit can say what it left out.
 
@@ -269,23 +285,32 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
     nodes = _adversary_nodes(spec, entries, public)
     out = []
     unrecorded = 0
+    outside: dict[tuple, int] = {}
     for row, doc, net in entries:
         rnd = row[ROUND]
         seq = (int(net) << 40) | row[SEQ]  # message numbers start afresh in each network
         if max_round is not None and rnd > max_round:
             continue
-        if allowed is not None and rnd not in allowed and rnd >= 0:
-            continue  # setup messages (negative rounds) stay in every view: the parties exchanged them
         src, dst = row[SRC], row[DST]
         anon = bool(row[ANON])
+        # setup messages (negative rounds) stay in every view: the parties exchanged them
+        left_out = allowed is not None and rnd not in allowed and rnd >= 0
         if spec.kind == "network":
             if dst in nodes and row[STATUS] == "delivered":
+                if left_out:
+                    k = (row[KIND], None if anon else src, dst, rnd)
+                    outside[k] = outside.get(k, 0) + 1
+                    continue
                 out.append(((net, row[RX_START], dst, seq), Packet(ref_of(seq, key), row[KIND], rnd,
                                   None if anon else src, dst, row[BYTES], row[RX_START], row[ARRIVAL])))
             continue
         outgoing = src in nodes
         incoming = dst in nodes and row[STATUS] == "delivered"
         if not (outgoing or incoming):
+            continue
+        if left_out:
+            k = (row[KIND], src if (outgoing or not anon) else None, dst, rnd)
+            outside[k] = outside.get(k, 0) + 1
             continue
         if doc is None:
             unrecorded += 1  # the recorder's filters left its payload out: seen, payload None
@@ -299,4 +324,4 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
     # has no order between simultaneous events at different places, and the run's global sending
     # order there would link every anonymous message to the upload sent just before it
     out.sort(key=lambda m: m[0])
-    return View(spec, public, nodes, tuple(m[1] for m in out), max_round, unrecorded)
+    return View(spec, public, nodes, tuple(m[1] for m in out), max_round, unrecorded, outside)

@@ -35,13 +35,16 @@ client's ``ctx.rng`` draws p_u (``init_user_factor``, unless given) and then exa
 
 Defences (docs/privacy.md; off by default): ``upload_noise`` adds N(0, sigma^2) to every value of a
 client's rows; ``secure_aggregation`` makes the server relay public keys once per network
-(``keys`` / ``peers``), name the round's participants in ``model`` (``members``) and receive
+(``keys`` / ``peers``, in the setup round ``key_setup_round(round_offset)`` = -1 - the network's
+first round: -1 for a run from round 0, -(r + 1) for one continued at round r, so that each
+network's key exchange has a label of its own, shared with no training round and no other
+network's exchange), name the round's participants in ``model`` (``members``) and receive
 ``masked`` {masked: uint64[|I| (d+1)]} (the rows summed per item, dense, fixed point, plus pairwise
 masks with ring neighbours among the participants) instead of ``update``; it adds them modulo 2^64
 and steps Theta_S with the decoded sum (a round with a missing upload cannot be decoded: skipped).
 A client whose ``keys`` did not reach the server (lost or late) is never selected in that run (the
 draw is made over all clients, then thinned; ``info["missing"]`` has one ``keys`` record at the
-key exchange's round); a round left with fewer than two such participants is skipped (a
+key exchange's setup round); a round left with fewer than two such participants is skipped (a
 ``masked`` record with its reason, Theta_S unchanged). A client whose rows do not fit the
 fixed-point range (or are not finite) sends ``masked`` {overflow: true} instead: the server stops
 there and ``info["diverged_at"]`` is that round (1-based), Theta_S as it was before it.
@@ -95,6 +98,7 @@ __all__ = [
     "build",
     "client_name",
     "config_for_preset",
+    "key_setup_round",
     "make_samplers",
     "user_item_lists",
 ]
@@ -170,6 +174,14 @@ def config_for_preset(name: str, n_users: int, x_plus: int, *, epochs: float = 1
 # actors
 
 
+def key_setup_round(round_offset: int) -> int:
+    """The round label of the secure-aggregation key exchange of a run whose training rounds start
+    at ``round_offset``: ``-1 - round_offset`` (negative: a setup round, which no training round
+    and no other run's key exchange shares; -1 for a run from round 0, as FedRec's). The training
+    round it precedes is ``-1 - label``."""
+    return -1 - int(round_offset)
+
+
 async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np.ndarray | None = None,
                  round_offset: int = 0) -> dict:
     """The FPL server. Returns ``{"theta": [Q | b] (n_items, d+1), "received": [...], "missing":
@@ -194,13 +206,16 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     missing: list[dict] = []
     diverged_at = None  # secure aggregation: the 1-based round a client's rows overflowed in
     if cfg.secure_aggregation:
-        ctx.begin_round(round_offset - 1)
+        # its own setup label: the previous network's last training round (round_offset - 1, as
+        # it was) put this key exchange in the same round as that round's training messages
+        setup = key_setup_round(round_offset)
+        ctx.begin_round(setup)
         pubs = await server_relay_keys(ctx, clients, cfg.deadline)
         # a client whose key is not in the published list cannot mask (nobody shares a key with
         # it): it is never selected in this run, and it never expects to be (it gets only "stop")
         keyless = n - int(np.count_nonzero(pubs))
         if keyless:
-            missing.append({"round": round_offset - 1, "kind": "keys", "clients": keyless, "reason": KEYLESS})
+            missing.append({"round": setup, "kind": "keys", "clients": keyless, "reason": KEYLESS})
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
@@ -251,10 +266,11 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None,
-                 index: int = 0) -> dict:
+                 index: int = 0, round_offset: int = 0) -> dict:
     """One user's client. ``sampler``: the sampling tables of its training items (private;
     positives drawn with replacement, negatives from the catalogue minus its items; see
-    :func:`make_samplers`); ``index``: its position among the clients (secure aggregation).
+    :func:`make_samplers`); ``index``: its position among the clients and ``round_offset`` the
+    run's first round (secure aggregation: its ring position and the key exchange's label).
     Returns ``{"p": p_u, "rounds": rounds taken part in, "sent_positive": positive rows sent,
     "sent_negative": negative rows sent}``."""
     d = cfg.d
@@ -262,7 +278,8 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
     rng = ctx.rng
     # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
     noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
-    keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
+    keys = (await client_keys(ctx, index, cfg.secagg_neighbours, key_setup_round(round_offset))
+            if cfg.secure_aggregation else None)
     p = init_user_factor(d, rng) if p_init is None else np.array(p_init, dtype=np.float64)
     reg = cfg.reg
     T = cfg.triples
@@ -448,7 +465,8 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     net.add_node(SERVER, server, clients, n_items, cfg, init, offset, role="server")
     for u, name in enumerate(clients):
         p0 = None if user_factors is None else user_factors[u]
-        extra = {"index": u} if cfg.secure_aggregation else {}  # the defence's ring position only then
+        # the defence's ring position and key-exchange label only then
+        extra = {"index": u, "round_offset": offset} if cfg.secure_aggregation else {}
         net.add_node(name, client, samplers[u], cfg, p0, **extra)
     return FPLJob(cfg, n_users, n_items, clients, samplers, offset, test, data if test is not None else None)
 

@@ -2,7 +2,9 @@
 batch PMF, FPL, FedRec++'s noise): the key exchange and the masked dense upload. The arithmetic is
 ``fedsim.math.secagg``; docs/privacy.md says what it hides and what it costs.
 
-Key exchange (once, before training), relayed by the server as in Bonawitz et al.:
+Key exchange (once, before training, in a setup round: a negative round label, -1 unless the
+protocol says otherwise, so that the exchange shares no label with a training round), relayed by
+the server as in Bonawitz et al.:
 
     client -> server   ``keys``   {pub}           one Diffie-Hellman public key (toy 61-bit group)
     server -> clients  ``peers``  {pubs: uint64[n]} every client's public key (0: none received)
@@ -84,9 +86,13 @@ async def server_relay_keys(ctx, clients: Sequence[str], deadline: float | None 
     return pubs
 
 
-async def client_keys(ctx, me: int, k: int) -> "MaskingKeys":
+async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKeys":
     """Send this client's public key to the server and wait for ``peers``; returns its
-    ``MaskingKeys`` (``me``: its index among the clients; ``k``: ring neighbours per round)."""
+    ``MaskingKeys`` (``me``: its index among the clients; ``k``: ring neighbours per round).
+    ``keys`` is labelled ``setup_round`` (negative: a setup round, the one the server relays
+    ``peers`` in; a node starts at round 0, and the key would otherwise be labelled with the
+    first training round, and the server, adopting that label, relay ``peers`` in it too)."""
+    ctx.begin_round(setup_round)
     rng = ctx.rng.spawn(1)[0]
     secret = secagg.dh_secret(rng)
     await ctx.send(SERVER, "keys", {"pub": secagg.dh_public(secret)})

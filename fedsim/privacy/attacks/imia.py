@@ -18,6 +18,14 @@ rating (FedRec's explicit ratings have no "positive" value: the shadow uses 1 fo
 rated item and 0 for a guessed sampled one, as the published attack does for every protocol).
 ``select_ratio``: the share of positives in the pool the server expects: ``1 / (1 + rho)`` for
 FedRec and FedRec++ (public), the published default 0.2 for the others.
+
+The shadow steps with the learning rate the client used for that upload, which the server knows:
+FedRec's batch client and FedRec++'s decay ``lr`` by the iteration ``t`` of the model the server
+sent (``decayed_lr(lr, t, decay)``); FedRec's stochastic client decays its own rate by the number
+of its calls before this one, i.e. the models the server sent it before (those of rounds outside
+the view's window are in ``View.outside``), so that a window starting after round 0 replays the
+rate of that round, not the first round's. (On a lossy network a model the server sent may not
+have reached the client; the server cannot tell, and counts it.)
 """
 
 from __future__ import annotations
@@ -32,7 +40,16 @@ from ..metrics import Guess
 from ..views import View, ViewSpec
 from .base import Attack
 
-__all__ = ["IMIA"]
+__all__ = ["IMIA", "replay_lr"]
+
+
+def replay_lr(cfg, call: int, stochastic: bool) -> float:
+    """The learning rate of a FedRec (FedRec++) client's ``call`` (the decay exponent: the
+    model's iteration t for a batch client, the client's calls before this one for a stochastic
+    one), as the client computes it (``fedsim.protocols.fedrec.client``)."""
+    if stochastic:
+        return decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, call, cfg.decay)
+    return decayed_lr(cfg.lr, call, cfg.decay)
 
 
 def _fedrec_shadow(cfg, model, items, labels, rng, call, stochastic):
@@ -40,12 +57,12 @@ def _fedrec_shadow(cfg, model, items, labels, rng, call, stochastic):
     Vr = V[items]
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=V.dtype)
     r = labels.astype(V.dtype)
+    lr = replay_lr(cfg, call, stochastic)
+    order = getattr(cfg, "order", "code")  # the client's update order (the paper's: lr moves the item rows)
     if stochastic:
-        lr = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, call, cfg.decay)
-        _, g = pmf_sgd_client(U, Vr, r, lr, cfg.lam)
+        _, g = pmf_sgd_client(U, Vr, r, lr, cfg.lam, order=order)
     else:
-        lr = decayed_lr(cfg.lr, max(call, 0), cfg.decay)
-        _, g = pmf_batch_client(U, Vr, r, lr, cfg.lam)
+        _, g = pmf_batch_client(U, Vr, r, lr, cfg.lam, order=order)
     return np.asarray(g, dtype=np.float64)
 
 
@@ -92,18 +109,26 @@ class IMIA(Attack):
     def shadow(self, cfg, model, items, labels, rng, call, stochastic) -> np.ndarray:
         """The per-item update rows a client of the attacked protocol would send for ``items``
         labelled ``labels`` (1: positive), from a fresh user factor and the ``model`` the server
-        sent (its ``call``-th training call; ``stochastic``: FedRec's sequential models)."""
+        sent; ``call``: the decay exponent of the client's learning rate for it (``replay_lr``;
+        ``stochastic``: FedRec's sequential models)."""
         if "Q" in model:
             return _fcf_shadow(cfg, model, items, labels, rng, call, stochastic)
         if "theta" in model:
             return _fpl_shadow(cfg, model, items, labels, rng, call, stochastic)
         return _fedrec_shadow(cfg, model, items, labels, rng, call, stochastic)
 
+    def calls(self, view: View) -> dict[str, int]:
+        """Per user attacked (before ``max_users``): the decay exponent of the learning rate the
+        shadow replays her first observed upload with (``replay_lr``; FedRec and FedRec++ only
+        use it)."""
+        return {u: c for u, (_, _, c) in self._first_uploads(view).items()}
+
     def _first_uploads(self, view: View):
-        proto = view.public.protocol
+        proto, cfg = view.public.protocol, view.public.config
         up_kind = {"fedrec": "gradients", "fedrecpp": "gradients", "fpl": "update", "fcf": "gradients"}[proto]
+        stochastic = proto == "fedrec" and getattr(cfg, "style", "batch") != "batch"
         last: dict[str, object] = {}
-        calls: dict[str, int] = {}
+        calls: dict[str, int] = {}  # models sent to each client in the view so far
         first: dict[str, tuple] = {}
         for m in view.messages:
             if m.outgoing and m.kind == "model":
@@ -113,7 +138,17 @@ class IMIA(Attack):
                 model = last.get(m.sender)
                 if m.payload is None or model is None or model.payload is None or model.round != m.round:
                     continue
-                first[m.sender] = (model.payload, m.payload, calls.get(m.sender, 1) - 1)
+                if stochastic:
+                    # the client's calls before this one: every model sent to it before, those of
+                    # the rounds the window leaves out included (counting from the window's first
+                    # round replayed a later call with the first call's rate)
+                    call = (calls[m.sender] - 1
+                            + view.count_outside("model", before=model.round, receiver=m.sender))
+                else:
+                    # a batch client decays by the iteration of the model it got (its round label)
+                    call = int(model.payload["t"]) if isinstance(model.payload, dict) and "t" in model.payload \
+                        else int(model.round)
+                first[m.sender] = (model.payload, m.payload, call)
         return first
 
     def run(self, view: View) -> dict[str, Guess]:
