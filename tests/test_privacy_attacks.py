@@ -157,6 +157,19 @@ def test_fpl_sign_finds_nothing_at_pi_zero_and_under_secure_aggregation(implicit
         assert run.inference == {} and s["recall"] == 0.0
 
 
+def test_fpl_attacks_answer_in_the_order_the_uploads_were_observed(implicit):
+    # fpl_never_negative collected its users in a set of node ids: its answer's order changed with
+    # PYTHONHASHSEED from one process to the next (the cross-process check is
+    # tests/test_determinism_across_processes.py); both FPL attacks now follow the view's order
+    cap = capture("fpl", implicit, FPLConfig(clients_per_round=5, triples=4, rounds=3, d=4, pi=0.5), seed=6)
+    view = build_view(ViewSpec.server(), cap.recorder, cap.public)
+    first_seen = list(dict.fromkeys(m.sender for m in view.messages if m.kind == "update" and not m.outgoing))
+    assert len(first_seen) == 8 and first_seen != sorted(first_seen)  # an order a sort would not give
+    for attack in (FPLSign(), FPLNeverNegative()):
+        run = run_attack(attack, cap.recorder, cap.public)
+        assert list(run.inference) == first_seen, attack.name
+
+
 def test_fcf_line_recovers_consumed_items(implicit):
     cap = capture("fcf", implicit, FCFConfig(rounds=2, d=4), seed=2)
     s, _ = _score(FCFLine(threshold=0.01), cap, rounds=[1])

@@ -129,10 +129,12 @@ class FPLNeverNegative(Attack):
         lam_bias = float(view.public.config.reg.bias)
         neg: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         anyone = set()
-        users = set()
+        # the users in the order their first upload was observed (as fpl_sign's): a set of node
+        # ids iterated below gave the answer in an order that changed with PYTHONHASHSEED
+        users: dict[str, None] = {}
         for user, _, items, rows, b in _fpl_uploads(view, lam_bias != 0):
             mask = fpl_split(items, rows, b, lam_bias)
-            users.add(user)
+            users[user] = None
             for i in items[~mask].tolist():
                 neg[user][i] += 1
             anyone.update(items[~mask].tolist())
