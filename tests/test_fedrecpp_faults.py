@@ -75,3 +75,83 @@ def test_a_late_denoiser_never_mixes_the_next_rounds_noise_into_its_sum(secure):
     den = late.info["denoisers"][0]
     sums = [r for r in net.ledger.records() if r["kind"] == "denoised" and r["src"] == den]
     assert [r["round"] for r in sums] == [1]
+
+
+class _LosesPeersTo(RewritingContext):
+    """The server's context, whose ``peers`` broadcast does not reach ``victim`` (lost)."""
+
+    def __init__(self, ctx, victim: str) -> None:
+        super().__init__(ctx, lambda kind, payload: payload)
+        self._victim = victim
+
+    async def broadcast(self, dsts, kind, payload):
+        if kind == "peers":
+            dsts = [d for d in dsts if d != self._victim]
+        return await self._ctx.broadcast(dsts, kind, payload)
+
+
+def _lost_peers_run(name: str, victim_of):
+    from fedsim.protocols import fedrec, fpl
+
+    spec = REGISTRY[name]
+    module = {"fedrec": fedrec, "fpl": fpl, "fedrecpp": fedrecpp}[name]
+    data, cfg = spec.tiny(8, 2, 5)
+    option = "secure_noise" if name == "fedrecpp" else "secure_aggregation"
+    cfg = cfg.replace(**{option: True}, secagg_neighbours=2, deadline=5.0, dtype="float64",
+                      **({"eta": 2} if name == "fedrecpp" else {}))
+    net0 = SimNetwork(seed=5, profile="lan")
+    clean = spec.build(net0, data, cfg).collect(net0.run())
+    victim = victim_of(clean)
+    net = SimNetwork(seed=5, profile="lan")
+    job = spec.build(net, data, cfg)
+
+    async def server(ctx, *args, **kwargs):
+        return await module.server(_LosesPeersTo(ctx, victim), *args, **kwargs)
+    net.nodes["server"].actor = server
+    return job.collect(net.run()), net, victim, clean
+
+
+def test_a_lost_peers_message_ends_secure_noise_in_a_result_not_a_deadlock():
+    """The server relays the public keys (``peers``); the one to an ordinary client is lost. That
+    client waited for ``peers`` alone, so a run with a deadline, which otherwise ends in a result,
+    ended in a DeadlockError naming it. It now waits for ``peers`` or ``stop``: it cannot mask, so
+    it sends nothing more; the server, which holds its key, waits for its upload in every round up
+    to the deadline and leaves its group out of every round (recorded), the other group exact."""
+    res, net, victim, clean = _lost_peers_run("fedrecpp", lambda r: sorted(r.info["assignment"])[0])
+    assert res.run.complete
+    den = res.info["assignment"][victim]
+    size = 1 + sum(1 for a in res.info["assignment"].values() if a == den)
+    assert res.info["missing"] == [{"round": t, "groups": 1, "clients": size} for t in range(2)]
+    assert [r["kind"] for r in net.ledger.records() if r["src"] == victim] == ["keys"]
+    # the other group is exact: V is FedRec's at rho = 0 on its members' ratings alone
+    from fedsim.data import Ratings
+    from fedsim.protocols import fedrec
+
+    data, cfg = REGISTRY["fedrecpp"].tiny(8, 2, 5)
+    kept = [c for c, a in res.info["assignment"].items() if a != den] + [d for d in res.info["denoisers"] if d != den]
+    keep = np.isin(data.users, [int(c.split("/")[1]) for c in kept])
+    sub = Ratings(data.users[keep], data.items[keep], data.values[keep], n_users=data.n_users, n_items=data.n_items)
+    ref = fedrec.central_twin(sub, fedrec.FedRecConfig(d=cfg.d, T=2, lr=cfg.lr, lam=cfg.lam, rho=0.0, dtype="float64",
+                                                       init_scale=cfg.init_scale), seed=5)
+    np.testing.assert_allclose(res.params["V"], ref.V, rtol=0, atol=1e-9)
+    assert res.info["denoisers"] == clean.info["denoisers"] and len(kept) == 8 - size
+
+
+@pytest.mark.parametrize("name", ["fedrec", "fpl"])
+def test_a_lost_peers_message_ends_secure_aggregation_in_a_result_not_a_deadlock(name):
+    """The same for FedRec's and FPL's secure aggregation (the same key exchange): no deadlock;
+    the client sends nothing after its key, and every round that waits for its masked upload is
+    skipped (no dropout recovery), so the model is the initial one."""
+    res, net, victim, _ = _lost_peers_run(name, lambda r: "client/0003")
+    assert res.run.complete
+    assert [r["kind"] for r in net.ledger.records() if r["src"] == victim] == ["keys"]
+    assert res.info["missing"] == [{"round": t, "kind": "masked", "clients": 1, "skipped": True} for t in range(2)]
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(8, 2, 5)
+    cfg = cfg.replace(secure_aggregation=True, secagg_neighbours=2, deadline=5.0, dtype="float64",
+                      **{spec.rounds_field: 0})
+    net0 = SimNetwork(seed=5, profile="lan")
+    ref = spec.build(net0, data, cfg).collect(net0.run())
+    for k, v in ref.params.items():
+        if k not in ("U", "P"):
+            np.testing.assert_array_equal(res.params[k], v, err_msg=k)

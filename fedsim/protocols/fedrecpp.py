@@ -324,8 +324,9 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         keys = await client_keys(ctx, index, cfg.secagg_neighbours)
         if not keys.keyed:
             # the server left it out of every round (its key is not in the published list, which
-            # it has too): it is sent nothing but ``stop``
-            await ctx.receive("stop")
+            # it has too): it is sent nothing but ``stop`` (already read if the list never came)
+            if not keys.stopped:
+                await ctx.receive("stop")
             return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     m_items: int | None = None  # the model's number of items, once a model came (a denoiser's checks)
