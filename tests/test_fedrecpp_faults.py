@@ -155,3 +155,29 @@ def test_a_lost_peers_message_ends_secure_aggregation_in_a_result_not_a_deadlock
     for k, v in ref.params.items():
         if k not in ("U", "P"):
             np.testing.assert_array_equal(res.params[k], v, err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["fedrecpp", "fedrec", "fpl"])
+@pytest.mark.parametrize("payload, why", [(5, "the payload must be a map, got int"),
+                                          ({"overflow": False}, "{overflow: true} alone, got {'overflow': False}"),
+                                          ({"overflow": 1}, "{overflow: true} alone, got {'overflow': 1}")])
+def test_a_malformed_secure_upload_flag_is_an_error_naming_its_sender(name, payload, why):
+    # a payload that is not a map was a bare TypeError of the server ('in' on an int), and
+    # {overflow: false} (or 1) stopped the run as diverged at that round
+    from fedsim.protocols import fedrec, fpl
+
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(4, 2, 0)
+    option = "secure_noise" if name == "fedrecpp" else "secure_aggregation"
+    cfg = cfg.replace(**{option: True}, secagg_neighbours=2)
+    kind = "gradients" if name == "fedrecpp" else "masked"
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+    real = {"fedrec": fedrec, "fpl": fpl, "fedrecpp": fedrecpp}[name].client
+    from conftest import rewrite_sends, run_to_bad_message
+
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], real,
+                  lambda k, p: payload if k == kind else p)
+    err, cause = run_to_bad_message(net)
+    assert err.node == "server" and cause.kind == kind and cause.round == 0
+    assert cause.sender.startswith("client/") and why in str(cause), str(cause)

@@ -179,8 +179,20 @@ def masked_body(keys: MaskingKeys, x: np.ndarray, members: Sequence[int], rnd: i
 
 
 def overflowed(messages) -> bool:
-    """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag."""
-    return any("overflow" in msg.payload for msg in messages)
+    """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag. Raises
+    ``BadMessageError`` naming the sender for a payload that is not a map, or an ``overflow``
+    field that is not ``{overflow: true}`` alone (a payload of another type was a bare TypeError
+    of the server, and ``{overflow: false}`` stopped the run as diverged)."""
+    flagged = False
+    for msg in messages:
+        p = msg.payload
+        if type(p) is not dict:
+            raise BadMessageError(msg, f"the payload must be a map, got {type(p).__name__}")
+        if "overflow" in p:
+            if p["overflow"] is not True or len(p) != 1:
+                raise BadMessageError(msg, f"an overflow flag must be {{overflow: true}} alone, got {p!r}")
+            flagged = True
+    return flagged
 
 
 def masked_vectors(messages, size: int) -> list[np.ndarray]:
