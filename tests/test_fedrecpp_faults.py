@@ -181,3 +181,26 @@ def test_a_malformed_secure_upload_flag_is_an_error_naming_its_sender(name, payl
     err, cause = run_to_bad_message(net)
     assert err.node == "server" and cause.kind == kind and cause.round == 0
     assert cause.sender.startswith("client/") and why in str(cause), str(cause)
+
+
+@pytest.mark.parametrize("payload", [{"t": 0, "expected": -1}, {"t": 0, "expected": 1.5}, {"t": 0.0, "expected": 3},
+                                     {"expected": 3}, {"t": 0, "expected": 3, "own": "yes"}, [0, 3]])
+def test_a_malformed_collect_stops_the_denoiser_naming_the_server(payload):
+    # expected = -1 or 1.5 was a bare ValueError of the denoiser's gather; a missing t a KeyError
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+
+    class Bad(RewritingContext):
+        def __init__(self, ctx):
+            super().__init__(ctx, lambda kind, p: payload if kind == "collect" else p)
+
+    async def server(ctx, *args, **kwargs):
+        return await fedrecpp.server(Bad(ctx), *args, **kwargs)
+    net.nodes["server"].actor = server
+    from conftest import run_to_bad_message
+
+    err, cause = run_to_bad_message(net)
+    assert err.node.startswith("client/") and cause.sender == "server" and cause.kind == "collect"
+    assert f"collect must be {{t: int, expected: int >= 0[, own: bool]}}, got {payload!r}" in str(cause)

@@ -382,6 +382,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)
             continue
         # COLLECTING (denoisers only)
+        if (type(p) is not dict or type(p.get("t")) is not int or type(p.get("expected")) is not int
+                or p["expected"] < 0 or type(p.get("own", True)) is not bool):
+            # (a bad count was a bare ValueError of the denoiser's gather, a float t waited for a
+            # model that never matched)
+            raise BadMessageError(msg, f"collect must be {{t: int, expected: int >= 0[, own: bool]}}, got {p!r}")
         t = p["t"]
         while p.get("own", True) and (own is None or own[0] != t):
             # this round's model is still on its way: on a flow-level link the small collect can
