@@ -361,7 +361,9 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     if keys is not None and (not keys.keyed or len(keys.members()) < 2):
         # the server left it out of every round (its key is not in the published list, or it
         # would be the only member), seeing the same list: it is sent nothing but ``stop``
-        await ctx.receive("stop")
+        # (already read if the list never came)
+        if not keys.stopped:
+            await ctx.receive("stop")
         return U
     rated = np.ascontiguousarray(rated, dtype=np.int32)
     ratings = np.ascontiguousarray(ratings, dtype=dt)

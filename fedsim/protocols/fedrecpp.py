@@ -14,6 +14,8 @@ phase 1, TRAINING
 phase 2, COLLECTING
     server -> each denoiser       ``collect``   {t, expected}  (how many noise messages to expect)
     denoiser -> server            ``denoised``  {items, sums, counts}  (Eq. 9 and |U'_i^d|)
+                                  only once it holds all ``expected`` noise messages of round t
+                                  (not of a later round: those are kept for their own round)
     the server removes the noise (Eq. 5), recovers |U_i| and updates V (Eq. 6).
 end
     server -> every client        ``stop``
@@ -59,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, ConfigError, param
+from ..kernel import encode_message
 from ..math.fedrec_central import TrainResult, to_csr
 from ..math.denoise import denoiser_sums, denoiser_sums_dense, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
@@ -321,11 +324,13 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         keys = await client_keys(ctx, index, cfg.secagg_neighbours)
         if not keys.keyed:
             # the server left it out of every round (its key is not in the published list, which
-            # it has too): it is sent nothing but ``stop``
-            await ctx.receive("stop")
+            # it has too): it is sent nothing but ``stop`` (already read if the list never came)
+            if not keys.stopped:
+                await ctx.receive("stop")
             return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     m_items: int | None = None  # the model's number of items, once a model came (a denoiser's checks)
+    held: dict[int, list] = {}  # a denoiser's noise of later rounds, read while gathering an earlier one
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
         p = msg.payload
@@ -377,6 +382,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)
             continue
         # COLLECTING (denoisers only)
+        if (type(p) is not dict or type(p.get("t")) is not int or type(p.get("expected")) is not int
+                or p["expected"] < 0 or type(p.get("own", True)) is not bool):
+            # (a bad count was a bare ValueError of the denoiser's gather, a float t waited for a
+            # model that never matched)
+            raise BadMessageError(msg, f"collect must be {{t: int, expected: int >= 0[, own: bool]}}, got {p!r}")
         t = p["t"]
         while p.get("own", True) and (own is None or own[0] != t):
             # this round's model is still on its way: on a flow-level link the small collect can
@@ -391,28 +401,44 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                                            cfg, rng)
         if p.get("own", True) and (own is None or own[0] != t):
             continue  # no model, no own gradients: say nothing, the server leaves this group out
-        got = await ctx.gather("noise", count=p["expected"], round=t, timeout=cfg.deadline)
-        if got.missing_count:
+        expected = p["expected"]
+        # noise of this round read earlier, while an earlier round's was gathered (see below)
+        early = held.pop(t, [])
+        for r in [r for r in held if r < t]:  # rounds the server has closed: never asked for
+            del held[r]
+        got = await ctx.gather("noise", count=max(expected - len(early), 0), round=t, timeout=cfg.deadline)
+        noise = list(early)
+        for msg in got:
+            # ``round=t`` discards earlier rounds but takes later ones: a client sends round t + 1's
+            # noise only once the server has closed round t (it sent model t + 1), so such a
+            # message fills no place in this round's sum; it is kept for its own round
+            if msg.round == t:
+                noise.append(msg)
+            else:
+                held.setdefault(msg.round, []).append(msg)
+        if len(noise) != expected:
             # an incomplete sum cannot be removed exactly: say nothing, and the server leaves this
-            # group out of the round
+            # group out of the round (it has if a later round's noise came)
             own = None
             continue
+        if early:  # the order gather gives anonymous messages: by their encoded content
+            noise.sort(key=lambda msg: bytes(encode_message("noise", msg.payload).data))
         if own is not None and own[0] == t:
             own_items, own_grads = rated, own[1]
         else:
             own_items, own_grads = np.empty(0, np.int32), np.empty((0, cfg.d), dtype=dt)
         if cfg.secure_noise:
             # the masks cancel in the sum of the group's messages: only that sum is readable
-            if len(got):
-                vec = decode(unmask_sum(masked_vectors(got, n_items * (cfg.d + 1))))
+            if noise:
+                vec = decode(unmask_sum(masked_vectors(noise, n_items * (cfg.d + 1))))
             else:
                 vec = np.zeros(n_items * (cfg.d + 1))
             noise_sum, noise_counts = vec[: n_items * cfg.d].reshape(n_items, cfg.d), vec[n_items * cfg.d:]
             items, sums, counts = denoiser_sums_dense(noise_sum, noise_counts, own_items, own_grads, dtype=dt,
                                                       count_own=cfg.count_own)
-            touched = len(got) * n_items * (cfg.d + 1) + own_items.shape[0]
+            touched = len(noise) * n_items * (cfg.d + 1) + own_items.shape[0]
         else:
-            for msg in got:
+            for msg in noise:
                 # a noise message's rows are summed per item: a repeated id would be counted
                 # once, a block of the wrong shape broadcast (the sender is anonymous, so the
                 # error names the kind and round only)
@@ -422,8 +448,8 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                                distinct=True)
                 except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise BadMessageError(msg, exc) from exc
-            parts_items = [msg.payload["items"] for msg in got]
-            parts_grads = [msg.payload["grads"] for msg in got]
+            parts_items = [msg.payload["items"] for msg in noise]
+            parts_grads = [msg.payload["grads"] for msg in noise]
             # content order (gather), then the denoiser's own gradients (Eq. 9)
             items, sums, counts = denoiser_sums(parts_items, parts_grads, own_items, own_grads, d=cfg.d,
                                                 dtype=dt, count_own=cfg.count_own)

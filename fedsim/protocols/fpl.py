@@ -291,6 +291,8 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
         p = np.array(p, dtype=np.float64)  # stepped in place: never the caller's array
     stats = {"rounds": 0, "sent_positive": 0, "sent_negative": 0}
     flops_per_triple = 14.0 * d  # x_uij, the p_u step and two item rows
+    if keys is not None and keys.stopped:  # ``peers`` never came: the run ended without it
+        return {"p": p, **stats}
     while True:
         msg = await ctx.receive(("model", "stop"))
         if msg.kind == "stop":

@@ -89,6 +89,8 @@ async def server_relay_keys(ctx, clients: Sequence[str], deadline: float | None 
 async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKeys":
     """Send this client's public key to the server and wait for ``peers``; returns its
     ``MaskingKeys`` (``me``: its index among the clients; ``k``: ring neighbours per round).
+    If ``stop`` comes instead (``peers`` was lost), the keys are ``stopped`` (not ``keyed``) and
+    the run is over for the client: the caller returns without waiting for another ``stop``.
     ``keys`` is labelled ``setup_round`` (negative: a setup round, the one the server relays
     ``peers`` in; a node starts at round 0, and the key would otherwise be labelled with the
     first training round, and the server, adopting that label, relay ``peers`` in it too)."""
@@ -96,7 +98,13 @@ async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKe
     rng = ctx.rng.spawn(1)[0]
     secret = secagg.dh_secret(rng)
     await ctx.send(SERVER, "keys", {"pub": secagg.dh_public(secret)})
-    msg = await ctx.receive("peers")
+    # ``peers`` or, if that was lost, the end of the run: the server sends nothing else to a
+    # client before ``peers`` but ``stop`` after it, and a client without the list cannot mask
+    # (it waited for ``peers`` alone, and a lost one left it blocked: a DeadlockError at the end
+    # of a run with a deadline, which otherwise ends in a result)
+    msg = await ctx.receive(("peers", "stop"))
+    if msg.kind == "stop":
+        return MaskingKeys(me, secret, np.zeros(0, dtype=np.uint64), int(k), stopped=True)
     return MaskingKeys(me, secret, np.asarray(msg.payload["pubs"], dtype=np.uint64), int(k))
 
 
@@ -104,21 +112,23 @@ class MaskingKeys:
     """A client's view of the key exchange: its index ``me``, its secret, everyone's public keys
     and ``k``, the ring neighbours it masks with among a round's participants."""
 
-    __slots__ = ("me", "secret", "pubs", "k", "_shared", "_members")
+    __slots__ = ("me", "secret", "pubs", "k", "stopped", "_shared", "_members")
 
-    def __init__(self, me: int, secret: int, pubs: np.ndarray, k: int) -> None:
+    def __init__(self, me: int, secret: int, pubs: np.ndarray, k: int, stopped: bool = False) -> None:
         self.me = int(me)
         self.secret = int(secret)
         self.pubs = pubs
         self.k = int(k)
+        self.stopped = bool(stopped)
         self._shared: dict[int, int] = {}
         self._members: np.ndarray | None = None
 
     @property
     def keyed(self) -> bool:
         """Whether the server's published list has this client's public key. If not, nobody can
-        share a key with it, so its masks could not cancel: it takes part in no round."""
-        return bool(self.pubs[self.me] != 0)
+        share a key with it, so its masks could not cancel: it takes part in no round. False too
+        when ``stopped``: the client never got the list (``peers`` lost), and the run is over."""
+        return not self.stopped and bool(self.pubs[self.me] != 0)
 
     def parties(self, members: Sequence[int]) -> int:
         """How many of ``members`` have a public key: the uploads a sum among them adds up."""
@@ -169,8 +179,20 @@ def masked_body(keys: MaskingKeys, x: np.ndarray, members: Sequence[int], rnd: i
 
 
 def overflowed(messages) -> bool:
-    """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag."""
-    return any("overflow" in msg.payload for msg in messages)
+    """Whether any of ``messages`` (received uploads) carries the ``overflow`` flag. Raises
+    ``BadMessageError`` naming the sender for a payload that is not a map, or an ``overflow``
+    field that is not ``{overflow: true}`` alone (a payload of another type was a bare TypeError
+    of the server, and ``{overflow: false}`` stopped the run as diverged)."""
+    flagged = False
+    for msg in messages:
+        p = msg.payload
+        if type(p) is not dict:
+            raise BadMessageError(msg, f"the payload must be a map, got {type(p).__name__}")
+        if "overflow" in p:
+            if p["overflow"] is not True or len(p) != 1:
+                raise BadMessageError(msg, f"an overflow flag must be {{overflow: true}} alone, got {p!r}")
+            flagged = True
+    return flagged
 
 
 def masked_vectors(messages, size: int) -> list[np.ndarray]:

@@ -1,0 +1,206 @@
+"""FedRec++ runs that do not go as planned: a denoiser that is still gathering one round's noise
+when the next round's noise arrives, a lost key relay under secure noise, malformed messages the
+denoiser and the server read. Tiny synthetic data only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import SimNetwork
+from fedsim.protocols import REGISTRY, fedrecpp
+
+from conftest import RewritingContext
+
+
+class _Faulty(RewritingContext):
+    """A client's context that swallows its round-0 ``noise`` (``drop``: as if it were lost) and,
+    on a denoiser, sleeps ``delay`` seconds before gathering round 0's noise (busy elsewhere)."""
+
+    def __init__(self, ctx, drop: bool, delay: float) -> None:
+        super().__init__(ctx, lambda kind, payload: payload)
+        self._drop, self._delay = drop, delay
+
+    async def send(self, dst, kind, payload, **kw):
+        if self._drop and kind == "noise" and self._ctx.round == 0:
+            return None
+        return await self._ctx.send(dst, kind, payload, **kw)
+
+    async def gather(self, kind, **kw):
+        if kind == "noise" and kw.get("round") == 0 and self._delay:
+            await self._ctx.sleep(self._delay)
+        return await self._ctx.gather(kind, **kw)
+
+
+def _late_denoiser_run(delay: float, *, secure: bool = False, T: int = 2):
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(4, T, 0)
+    cfg = cfg.replace(deadline=1.0, dtype="float64", secure_noise=secure, secagg_neighbours=2)
+    net = SimNetwork(seed=0, profile="lan")
+    job = spec.build(net, data, cfg)
+    ordinary = sorted(n for n in net.nodes if n.startswith("client"))
+    # the server's first draw after V picks the denoiser: find it from a clean run's result
+    net0 = SimNetwork(seed=0, profile="lan")
+    den = spec.build(net0, data, cfg.replace(T=0)).collect(net0.run()).info["denoisers"]
+    dropper = [c for c in ordinary if c not in den][0]
+
+    def wrap(name):
+        async def actor(ctx, *args, **kwargs):
+            return await fedrecpp.client(_Faulty(ctx, name == dropper, delay if name in den else 0.0),
+                                         *args, **kwargs)
+        return actor
+
+    for name in ordinary:
+        net.nodes[name].actor = wrap(name)
+    res = job.collect(net.run())
+    return res, net
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_a_late_denoiser_never_mixes_the_next_rounds_noise_into_its_sum(secure):
+    """Round 0: one noise message is lost, so the denoiser's round-0 sum cannot be complete; the
+    denoiser is also late (it gathers 0.5 s after the collect), so the server gives up on it at its
+    deadline and starts round 1 while the denoiser still waits. Round 1's noise then arrived inside
+    the denoiser's round-0 gather, which counted it as round 0's (a gather with ``round`` keeps
+    later rounds), completed, and sent a sum of two rounds' noise, labelled round 1 (the label of
+    the last message it read): the server took it as round 1's sum and subtracted noise it never
+    received, silently (V off by up to 0.016 here, no record). The run must equal the one whose denoiser is on
+    time: round 0 left out (recorded), round 1 exact."""
+    late, net = _late_denoiser_run(0.5, secure=secure)
+    ontime, _ = _late_denoiser_run(0.0, secure=secure)
+    assert ontime.info["missing"] == [{"round": 0, "groups": 1, "clients": 4}]
+    assert late.info["missing"] == ontime.info["missing"]
+    np.testing.assert_array_equal(late.params["V"], ontime.params["V"])
+    # and the late run did use round 1's noise for round 1: a sum was sent and used
+    den = late.info["denoisers"][0]
+    sums = [r for r in net.ledger.records() if r["kind"] == "denoised" and r["src"] == den]
+    assert [r["round"] for r in sums] == [1]
+
+
+class _LosesPeersTo(RewritingContext):
+    """The server's context, whose ``peers`` broadcast does not reach ``victim`` (lost)."""
+
+    def __init__(self, ctx, victim: str) -> None:
+        super().__init__(ctx, lambda kind, payload: payload)
+        self._victim = victim
+
+    async def broadcast(self, dsts, kind, payload):
+        if kind == "peers":
+            dsts = [d for d in dsts if d != self._victim]
+        return await self._ctx.broadcast(dsts, kind, payload)
+
+
+def _lost_peers_run(name: str, victim_of):
+    from fedsim.protocols import fedrec, fpl
+
+    spec = REGISTRY[name]
+    module = {"fedrec": fedrec, "fpl": fpl, "fedrecpp": fedrecpp}[name]
+    data, cfg = spec.tiny(8, 2, 5)
+    option = "secure_noise" if name == "fedrecpp" else "secure_aggregation"
+    cfg = cfg.replace(**{option: True}, secagg_neighbours=2, deadline=5.0, dtype="float64",
+                      **({"eta": 2} if name == "fedrecpp" else {}))
+    net0 = SimNetwork(seed=5, profile="lan")
+    clean = spec.build(net0, data, cfg).collect(net0.run())
+    victim = victim_of(clean)
+    net = SimNetwork(seed=5, profile="lan")
+    job = spec.build(net, data, cfg)
+
+    async def server(ctx, *args, **kwargs):
+        return await module.server(_LosesPeersTo(ctx, victim), *args, **kwargs)
+    net.nodes["server"].actor = server
+    return job.collect(net.run()), net, victim, clean
+
+
+def test_a_lost_peers_message_ends_secure_noise_in_a_result_not_a_deadlock():
+    """The server relays the public keys (``peers``); the one to an ordinary client is lost. That
+    client waited for ``peers`` alone, so a run with a deadline, which otherwise ends in a result,
+    ended in a DeadlockError naming it. It now waits for ``peers`` or ``stop``: it cannot mask, so
+    it sends nothing more; the server, which holds its key, waits for its upload in every round up
+    to the deadline and leaves its group out of every round (recorded), the other group exact."""
+    res, net, victim, clean = _lost_peers_run("fedrecpp", lambda r: sorted(r.info["assignment"])[0])
+    assert res.run.complete
+    den = res.info["assignment"][victim]
+    size = 1 + sum(1 for a in res.info["assignment"].values() if a == den)
+    assert res.info["missing"] == [{"round": t, "groups": 1, "clients": size} for t in range(2)]
+    assert [r["kind"] for r in net.ledger.records() if r["src"] == victim] == ["keys"]
+    # the other group is exact: V is FedRec's at rho = 0 on its members' ratings alone
+    from fedsim.data import Ratings
+    from fedsim.protocols import fedrec
+
+    data, cfg = REGISTRY["fedrecpp"].tiny(8, 2, 5)
+    kept = [c for c, a in res.info["assignment"].items() if a != den] + [d for d in res.info["denoisers"] if d != den]
+    keep = np.isin(data.users, [int(c.split("/")[1]) for c in kept])
+    sub = Ratings(data.users[keep], data.items[keep], data.values[keep], n_users=data.n_users, n_items=data.n_items)
+    ref = fedrec.central_twin(sub, fedrec.FedRecConfig(d=cfg.d, T=2, lr=cfg.lr, lam=cfg.lam, rho=0.0, dtype="float64",
+                                                       init_scale=cfg.init_scale), seed=5)
+    np.testing.assert_allclose(res.params["V"], ref.V, rtol=0, atol=1e-9)
+    assert res.info["denoisers"] == clean.info["denoisers"] and len(kept) == 8 - size
+
+
+@pytest.mark.parametrize("name", ["fedrec", "fpl"])
+def test_a_lost_peers_message_ends_secure_aggregation_in_a_result_not_a_deadlock(name):
+    """The same for FedRec's and FPL's secure aggregation (the same key exchange): no deadlock;
+    the client sends nothing after its key, and every round that waits for its masked upload is
+    skipped (no dropout recovery), so the model is the initial one."""
+    res, net, victim, _ = _lost_peers_run(name, lambda r: "client/0003")
+    assert res.run.complete
+    assert [r["kind"] for r in net.ledger.records() if r["src"] == victim] == ["keys"]
+    assert res.info["missing"] == [{"round": t, "kind": "masked", "clients": 1, "skipped": True} for t in range(2)]
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(8, 2, 5)
+    cfg = cfg.replace(secure_aggregation=True, secagg_neighbours=2, deadline=5.0, dtype="float64",
+                      **{spec.rounds_field: 0})
+    net0 = SimNetwork(seed=5, profile="lan")
+    ref = spec.build(net0, data, cfg).collect(net0.run())
+    for k, v in ref.params.items():
+        if k not in ("U", "P"):
+            np.testing.assert_array_equal(res.params[k], v, err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["fedrecpp", "fedrec", "fpl"])
+@pytest.mark.parametrize("payload, why", [(5, "the payload must be a map, got int"),
+                                          ({"overflow": False}, "{overflow: true} alone, got {'overflow': False}"),
+                                          ({"overflow": 1}, "{overflow: true} alone, got {'overflow': 1}")])
+def test_a_malformed_secure_upload_flag_is_an_error_naming_its_sender(name, payload, why):
+    # a payload that is not a map was a bare TypeError of the server ('in' on an int), and
+    # {overflow: false} (or 1) stopped the run as diverged at that round
+    from fedsim.protocols import fedrec, fpl
+
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(4, 2, 0)
+    option = "secure_noise" if name == "fedrecpp" else "secure_aggregation"
+    cfg = cfg.replace(**{option: True}, secagg_neighbours=2)
+    kind = "gradients" if name == "fedrecpp" else "masked"
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+    real = {"fedrec": fedrec, "fpl": fpl, "fedrecpp": fedrecpp}[name].client
+    from conftest import rewrite_sends, run_to_bad_message
+
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], real,
+                  lambda k, p: payload if k == kind else p)
+    err, cause = run_to_bad_message(net)
+    assert err.node == "server" and cause.kind == kind and cause.round == 0
+    assert cause.sender.startswith("client/") and why in str(cause), str(cause)
+
+
+@pytest.mark.parametrize("payload", [{"t": 0, "expected": -1}, {"t": 0, "expected": 1.5}, {"t": 0.0, "expected": 3},
+                                     {"expected": 3}, {"t": 0, "expected": 3, "own": "yes"}, [0, 3]])
+def test_a_malformed_collect_stops_the_denoiser_naming_the_server(payload):
+    # expected = -1 or 1.5 was a bare ValueError of the denoiser's gather; a missing t a KeyError
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+
+    class Bad(RewritingContext):
+        def __init__(self, ctx):
+            super().__init__(ctx, lambda kind, p: payload if kind == "collect" else p)
+
+    async def server(ctx, *args, **kwargs):
+        return await fedrecpp.server(Bad(ctx), *args, **kwargs)
+    net.nodes["server"].actor = server
+    from conftest import run_to_bad_message
+
+    err, cause = run_to_bad_message(net)
+    assert err.node.startswith("client/") and cause.sender == "server" and cause.kind == "collect"
+    assert f"collect must be {{t: int, expected: int >= 0[, own: bool]}}, got {payload!r}" in str(cause)
