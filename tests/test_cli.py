@@ -177,11 +177,17 @@ def test_killed_sweep_resumes_only_the_missing_points(tmp_path):
     assert len(list(out.glob("*/results.json"))) == 6
 
 
+# text in which Mermaid finds no syntax: no ';' '#' ':' '%' '<' '>' '&' but in entity codes (#58;)
+_MERMAID_TEXT = r"(?:[^;#:%<>&\n]|#\d+;)+"
 MERMAID_LINE = re.compile(
     r"^sequenceDiagram$"
-    r"|^    participant N\d+ as [\w/.:\-]+ \([\w]+\)$"
-    r"|^    Note (over|right of) N\d+: [^;#\n]+$"
-    r"|^    N\d+(->>|-->>|-x)N\d+: [^;#:\n]+$")
+    rf"|^    participant N\d+ as [\w/.\-]+(?:#58;[\w/.\-]+)* \({_MERMAID_TEXT}\)$"
+    rf"|^    Note (over|right of) N\d+: {_MERMAID_TEXT}$"
+    rf"|^    N\d+(->>|-->>|-x)N\d+: {_MERMAID_TEXT}$")
+
+
+def _unescape(s):
+    return re.sub(r"#(\d+);", lambda m: chr(int(m.group(1))), s)
 
 
 def parse_mermaid(text):
@@ -193,11 +199,11 @@ def parse_mermaid(text):
         assert MERMAID_LINE.match(ln), f"not valid Mermaid sequence syntax: {ln!r}"
         m = re.match(r"^    participant (N\d+) as (\S+) ", ln)
         if m:
-            aliases[m.group(1)] = m.group(2)
+            aliases[m.group(1)] = _unescape(m.group(2))
         m = re.match(r"^    (N\d+)(->>|-->>|-x)(N\d+): (\S+)( \(anonymous\))? (\d+) B", ln)
         if m:
             assert m.group(1) in aliases and m.group(3) in aliases, "undeclared participant"
-            messages.append((aliases[m.group(1)], aliases[m.group(3)], m.group(4), int(m.group(6)),
+            messages.append((aliases[m.group(1)], aliases[m.group(3)], _unescape(m.group(4)), int(m.group(6)),
                              m.group(2) == "-->>"))
     return messages
 
@@ -246,6 +252,10 @@ def test_mermaid_validator_rejects_bad_syntax():
         parse_mermaid("sequenceDiagram\n    N0->>N1: a; b 3 B\n")
     with pytest.raises(AssertionError):
         parse_mermaid("sequenceDiagram\n    participant N0 as a (b)\n    N0->>N9: x 3 B, sent\n")
+    with pytest.raises(AssertionError):
+        parse_mermaid("sequenceDiagram\n    participant N0 as a (b)\n    N0->>N0: x:y 3 B, sent\n")
+    assert parse_mermaid("sequenceDiagram\n    participant N0 as a#58;0 (b#59;)\n    N0->>N0: x#58;y 3 B, sent\n") \
+        == [("a:0", "a:0", "x:y", 3, False)]
 
 
 def test_csv_cells_are_plain_numbers_for_numpy_scalars(tmp_path):

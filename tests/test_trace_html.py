@@ -287,10 +287,42 @@ def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
     net = _one_message("a", "x;y#1", "b", "two\nlines")
     (row,) = net.ledger.records()
     lines = mermaid(net).splitlines()
-    assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x,yno.1)",
+    assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x#59;y#35;1)",
                      "    Note over N0: round 0",
-                     f"    N1->>N0: two lines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
+                     f"    N1->>N0: two\\nlines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
                      f"{row['arrival_time'] * 1000:.3f} ms"]
+
+
+def test_mermaid_shows_names_and_kinds_as_they_are_in_entity_codes():
+    # a ';' in a role or kind was written as ',', a '#' as 'no.', a ':' in a kind as ' ', and a
+    # node id 'wrap:c' lost its 'wrap:' (Mermaid's wrap directive at a label's start): the diagram
+    # showed other names than the run's. Each is now a Mermaid entity code, which Mermaid draws
+    # as the character.
+    from fedsim.studies.trace import TracingNetwork, mermaid
+
+    async def sender(ctx):
+        await ctx.send("srv:1", "up:d;a#t", {"n": 1})
+        await ctx.send("srv:1", "wrap:%%{x}", {"n": 2}, anonymous=True)
+
+    async def receiver(ctx):
+        await ctx.receive("up:d;a#t")
+        await ctx.receive("wrap:%%{x}")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("wrap:c", sender, role="cli#ent")
+    net.add_node("srv:1", receiver, role="ser;ver")
+    net.run()
+    up, anon = net.ledger.records()
+    ms = lambda t: f"{t * 1000:.3f} ms"  # noqa: E731
+    assert mermaid(net).splitlines() == [
+        "sequenceDiagram",
+        "    participant N0 as srv#58;1 (ser#59;ver)",
+        "    participant N1 as wrap#58;c (cli#35;ent)",
+        "    Note over N0: round 0",
+        f"    N1->>N0: up#58;d#59;a#35;t {up['bytes']} B, sent {ms(up['send_time'])}, arrived {ms(up['arrival_time'])}",
+        f"    N1-->>N0: wrap#58;#37;#37;{{x}} (anonymous) {anon['bytes']} B, sent {ms(anon['send_time'])}, "
+        f"arrived {ms(anon['arrival_time'])}",
+        "    Note right of N0: sender hidden from srv#58;1"]
 
 
 def test_a_message_never_read_says_so_in_every_output():

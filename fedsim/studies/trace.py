@@ -193,13 +193,19 @@ def _ms(t: float) -> str:
 
 
 def mermaid(net: SimNetwork) -> str:
-    """A Mermaid ``sequenceDiagram`` with one arrow per ledger row, in ledger order."""
+    """A Mermaid ``sequenceDiagram`` with one arrow per ledger row, in ledger order.
+
+    Participants get the aliases ``N0``, ``N1``, ... with the node's id and role as their label;
+    every name, role, kind and note is written as it is, its characters that Mermaid would read
+    as syntax (``;`` ``#`` ``:`` ``%`` ``&`` ``<`` ``>``, and those of Mermaid's own entity
+    placeholders) as Mermaid entity codes (``#59;`` for ``;``, ``#35;`` for ``#``, ``#58;`` for
+    ``:``), which the diagram shows as the character; control characters escaped, as ``\\n``."""
     names = _participants(net)
     alias = {n: _alias(i) for i, n in enumerate(names)}
     roles = net.ledger.roles
     lines = ["sequenceDiagram"]
     for n in names:
-        label = _mermaid_label(f"{n} ({roles.get(n, '?')})")
+        label = _mermaid_text(f"{n} ({roles.get(n, '?')})")
         lines.append(f"    participant {alias[n]} as {label}")
     last_round = None
     for r in net.ledger.records():
@@ -224,19 +230,22 @@ def mermaid(net: SimNetwork) -> str:
         text = f"{r['kind']}{tag} {r['bytes']} B, sent {_ms(r['send_time'])}, {fate}"
         lines.append(f"    {src}{arrow}{dst}: {_mermaid_text(text)}")
         if r["anonymous"]:
-            lines.append(f"    Note right of {dst}: sender hidden from {r['dst']}")
+            hidden = _mermaid_text(f"sender hidden from {r['dst']}")
+            lines.append(f"    Note right of {dst}: {hidden}")
     return "\n".join(lines) + "\n"
 
 
+# Mermaid reads ';' as a statement's end, '#' as a comment's start (and '#...;' as an entity
+# code), '%%' as a comment or directive, ':' after a label's start as the wrap: / nowrap:
+# directive, '&', '<', '>' as HTML in a label, and replaces its entity codes by the
+# placeholders 'ﬂ°°' / 'ﬂ°' ... '¶ß' before it parses: each is written as an entity code, which
+# Mermaid turns back into the character when it draws the text
+_MERMAID_ESCAPES = {ord(c): f"#{ord(c)};" for c in ";#:%&<>ﬂ°¶ß"}
+
+
 def _mermaid_text(s: str) -> str:
-    # characters with meaning in Mermaid message text
-    return _mermaid_label(s).replace(":", " ")
-
-
-def _mermaid_label(s: str) -> str:
-    # what ends a Mermaid statement (a line end, ';') or starts an entity code ('#'), in any text
-    # of the diagram: a role or kind is any str
-    return " ".join(s.splitlines()).replace(";", ",").replace("#", "no.")
+    # any text of the diagram (a node id, role, kind or note is any str), on one line
+    return _one_line(s).translate(_MERMAID_ESCAPES)
 
 
 def _one_line(s: str) -> str:
