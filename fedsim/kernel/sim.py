@@ -33,7 +33,7 @@ from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigErr
 from .events import EventQueue
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
-from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
+from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult
 from .node import Node
 
@@ -246,6 +246,9 @@ class SimNetwork(Network):
         # node that has finished) do not lengthen the run.
         self.active_at = 0.0
         self.settled = 0  # copies a link model of the user's own delivered or lost (the others are in flight)
+        # when each lost copy was lost (ledger seq -> simulated time of net.lose), kept only when
+        # the network traces: the ledger has no column for it, and the step log shows a loss then
+        self.lost_at: dict[int, float] = {}
         self._checked = type(self.link_model) not in (FifoLinkModel, FairShareLinkModel)
         if self._checked:
             # a link model of the user's own: each copy it settles is checked (delivered or lost
@@ -303,11 +306,14 @@ class SimNetwork(Network):
         return node.offline or (off is not None and self.queue.now >= off)
 
     def lose(self, envl: Envelope, note: str) -> None:
-        """Mark ``envl`` lost (``note`` says why); it never arrives."""
+        """Mark ``envl`` lost (``note`` says why); it never arrives. A tracing network keeps the
+        time in ``lost_at`` (by ledger seq)."""
         row = envl.row
         row[STATUS] = "lost"
         row[NOTE] = note
         self.active_at = self.queue.now
+        if self.tracing:
+            self.lost_at[row[SEQ]] = self.queue.now
 
     def _deliver_checked(self, envl: Envelope, dst: Node) -> None:
         """``deliver`` for a link model of the user's own: refuses a copy already delivered or

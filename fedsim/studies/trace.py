@@ -255,10 +255,16 @@ def _one_line(s: str) -> str:
 
 
 def step_log(net: SimNetwork) -> str:
-    """Every send, arrival, computation and actor log line, in simulated-time order, one a line
-    (control characters in a kind or a text shown escaped, as ``\\n``)."""
-    # at equal times: arrivals (of messages sent earlier), then computations, then sends, then
-    # arrivals of messages sent at that very instant (zero-delay links)
+    """Every send, arrival, loss, computation and actor log line, in simulated-time order, one a
+    line (control characters in a kind or a text shown escaped, as ``\\n``). A lost message's
+    line is at the time it was lost and says why and when it was sent: the time the link model
+    called ``net.lose`` (kept by a network that traces, ``SimNetwork.lost_at``), but not before
+    its last byte left the sender (``tx_end``): a link loss when its transmission ended under
+    every link model (``fifo`` draws it at the send, but the copy holds the sender's port until
+    then), a dropout's loss when the link went down or the copy reached the offline node."""
+    lost_at = getattr(net, "lost_at", {})
+    # at equal times: arrivals and losses (of messages sent earlier), then computations, then
+    # sends, then arrivals and losses of messages sent at that very instant
     events: list[tuple[float, int, str]] = []
     for r in net.ledger.records():
         anon = " anonymously" if r["anonymous"] else ""
@@ -269,7 +275,17 @@ def step_log(net: SimNetwork) -> str:
                            f"{'(anonymous)' if r['anonymous'] else r['src']}"
                            f"{'' if r['read'] else ' (never read)'}"))
         elif r["status"] == "lost":
-            events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is lost ({r['note']})"))
+            what = f"{r['kind']} from {r['src']} to {r['dst']} (sent at {_ms(r['send_time'])})"
+            t = lost_at.get(r["seq"])
+            if t is None:  # (a network that did not trace: only the send time is known)
+                events.append((r["send_time"], 3, f"{what} is lost ({r['note']}; when not recorded: the "
+                                                  "network did not trace)"))
+            else:
+                # not before its last byte left: fifo draws a link loss at the send, but the copy
+                # holds the sender's port until tx_end all the same (as the timeline shows)
+                if r["tx_end"] > t:
+                    t = r["tx_end"]
+                events.append((t, 0 if t > r["send_time"] else 3, f"{what} is lost ({r['note']})"))
         else:  # the run ended (a deadline, until) before it arrived: neither delivered nor lost
             events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is still in flight "
                                                "when the run ends"))
