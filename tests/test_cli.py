@@ -295,3 +295,52 @@ def test_quiet_or_piped_runs_draw_no_progress_bar(tmp_path):
     res = fedsim_cmd("run", "quickstart", "--data", "tiny", "--set", "iterations=2", "--out", str(tmp_path / "o"),
                      cwd=tmp_path)
     assert res.returncode == 0 and "\r" not in res.stderr and "[#" not in res.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run", "demo", "--seed", "1", "--seed", "2"], "fedsim run: error: argument --seed: given twice (1, then 2); give it once"),
+    (["run", "demo", "--seed=1", "--seed", "1"], "fedsim run: error: argument --seed: given twice (1, then 1); give it once"),
+    (["run", "demo", "--loss", "0.1", "--data", "tiny", "--loss", "0.2"],
+     "fedsim run: error: argument --loss: given twice (0.1, then 0.2); give it once"),
+    (["run", "demo", "--link-model", "fifo", "--link-model", "fair"],
+     "fedsim run: error: argument --link-model: given twice ('fifo', then 'fair'); give it once"),
+    (["run", "demo", "--quiet", "--quiet"], "fedsim run: error: argument --quiet: given twice; give it once"),
+    (["sweep", "demo", "--workers", "1", "--workers", "2"],
+     "fedsim sweep: error: argument --workers: given twice (1, then 2); give it once"),
+    (["trace", "fedavg", "--clients", "2", "--clients", "3"],
+     "fedsim trace: error: argument --clients: given twice (2, then 3); give it once"),
+    (["compare", "fedavg", "--processes", "2", "--processes", "3"],
+     "fedsim compare: error: argument --processes: given twice (2, then 3); give it once"),
+])
+def test_a_run_option_given_twice_is_refused_naming_it(args, line, capsys, tmp_path, monkeypatch):
+    # `fedsim run --seed 1 --seed 2` silently ran seed 2 (argparse keeps the last), while a key
+    # given twice to --set is refused; nothing runs and nothing is written
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == line and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_options_meant_to_repeat_still_repeat():
+    from fedsim.cli import build_parser
+
+    args = build_parser().parse_args(["--plugin", "a.py", "--plugin", "b.py", "sweep", "demo", "--grid", "rounds=1,2",
+                                      "--grid", "seed=0,1", "--set", "rounds=1", "--set", "clients=2", "--seed", "3"])
+    assert (args.plugin, args.grid, args.set, args.seed) == (["a.py", "b.py"], ["rounds=1,2", "seed=0,1"],
+                                                             ["rounds=1", "clients=2"], 3)
+    args = build_parser().parse_args(["trace", "fedavg", "--set", "lr=1", "--set", "rounds=2", "--clients", "4"])
+    assert (args.set, args.clients, args.seed, args.html) == (["lr=1", "rounds=2"], 4, 0, False)
+
+
+def test_a_scenario_script_refuses_an_option_given_twice(tmp_path):
+    # `python scenarios/quickstart.py --iterations 3 --iterations 2` silently ran 2
+    res = subprocess.run([sys.executable, str(REPO / "scenarios" / "quickstart.py"), "--iterations", "3",
+                          "--iterations", "2", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.splitlines()[-1] == ("scenarios/quickstart.py: error: argument --iterations: given twice "
+                                           "('3', then '2'); give it once")
+    assert not (tmp_path / "o").exists()
