@@ -376,7 +376,6 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     ``out``, ``overrides`` (the file's ``[params]``, then ``--set``), ``seed``, ``quiet``,
     ``ledger``, ``force``, ``net``. Raises ``UsageError`` naming the file and key or the option."""
     doc = doc or {}
-    src = doc.get("_path", "config")
     from .configfile import at
     for opt in ("data", "out"):  # an empty one read as "not given" (fedsim sweep's too)
         if isinstance(getattr(args, opt, None), str) and not getattr(args, opt).strip():
@@ -394,13 +393,22 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     overrides.update(parse_sets(mod, args.set))
     net_doc = {k: (",".join(str(x) for x in v) if k == "dropout_window" else v)
                for k, v in (doc.get("network") or {}).items()}
-    if net_doc:  # checked alone first, so that an error in the file names the file
-        alone = argparse.Namespace(**{**{k: None for k in ("profile", "link_model", "transport", "loss", "dropout",
-                                                            "dropout_window")}, **net_doc})
+    if net_doc:
+        # checked before the command line's options, so that an error in the file names the file:
+        # each key alone (its error names its line and key: "run.toml: line 5: [network] loss:
+        # must be a probability in [0, 1], got -0.5"), then the table (two keys that do not go
+        # together, as link_model = "fair" with transport = "tcp": the table's line)
+        none = {k: None for k in ("profile", "link_model", "transport", "loss", "dropout", "dropout_window")}
+        for k, v in net_doc.items():
+            try:
+                net_from_args(mod, argparse.Namespace(**{**none, k: v}))
+            except UsageError as exc:
+                written = k.replace("_", "-") if ("network", k.replace("_", "-")) in doc.get("_lines", {}) else k
+                raise UsageError(f"{at(doc, 'network', k)}: [network] {written}: {_about_key(str(exc), k)}") from None
         try:
-            net_from_args(mod, alone)
+            net_from_args(mod, argparse.Namespace(**{**none, **net_doc}))
         except UsageError as exc:
-            raise UsageError(f"{src}: [network] {exc}") from None
+            raise UsageError(f"{at(doc, 'network')}: [network] {exc}") from None
     for k, v in net_doc.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
@@ -412,6 +420,13 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
             "ledger": bool(args.ledger or doc.get("ledger", False)),
             "force": bool(args.force or doc.get("force", False)), "net": net_from_args(mod, args)}
+
+
+def _about_key(msg: str, key: str) -> str:
+    """A network error about one ``[network]`` key, without the name the kernel gives it (the
+    message follows ``[network] KEY: ``): ``faults: loss must be ...`` -> ``must be ...``."""
+    name = "window" if key == "dropout_window" else key
+    return msg.removeprefix(f"faults: {name} ")
 
 
 def net_from_args(mod: ModuleType, args: argparse.Namespace):
