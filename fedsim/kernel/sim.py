@@ -198,7 +198,8 @@ LINK_MODELS: dict[str, str] = {
 
 def get_link_model(model: "LinkModel | str") -> "LinkModel":
     """A link model by name (``LINK_MODELS``), or ``model`` itself if it is one. A name gives a
-    fresh instance (link models keep per-run state). Raises ``NetworkConfigError``."""
+    fresh instance (link models keep per-run state: an instance serves one network, which
+    ``LinkModel.bind`` enforces). Raises ``NetworkConfigError``."""
     if isinstance(model, LinkModel):
         if type(model).transmit is LinkModel.transmit:
             raise NetworkConfigError(f"link model {type(model).__name__} does not define transmit(net, src, dst, "
@@ -240,6 +241,7 @@ class SimNetwork(Network):
         # the queue's own method, not a wrapper: every message schedules through it
         self.schedule = self.queue.schedule
         self.link_model = get_link_model(link_model or "fifo")
+        self.link_model.bind(self)  # (an instance serves one network: refused if another has it)
         # when the last event that did something happened (an actor step, a delivery, a loss, a
         # node going offline): the run's duration. Events that find nothing to do (a timeout of
         # a receive answered long before, a flow end a link model has moved, the dropout of a
