@@ -33,7 +33,8 @@ from typing import Sequence
 from . import __version__
 from .config import ConfigError
 from .experiment import (
-    ScenarioError, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario, scenario_name,
+    FlagOnce, ScenarioError, StoreOnce, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario,
+    scenario_name,
 )
 from .experiment.configfile import at
 from .experiment.runner import closing_line, did_not_finish, resolve_run_options
@@ -67,32 +68,33 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="grid values of one parameter or of seed, data, profile, link_model, transport, loss, "
                          "dropout (repeatable; list parameters separate values with ';')")
-    sw.add_argument("--workers", type=int, default=None,
+    sw.add_argument("--workers", action=StoreOnce, type=int, default=None,
                     help="points at once: worker processes, or the CPUs of a local Ray instance (default: one per "
                          "core; on a Ray cluster: as many as it schedules)")
-    sw.add_argument("--backend", choices=("local", "ray"), default=None,
+    sw.add_argument("--backend", action=StoreOnce, choices=("local", "ray"), default=None,
                     help="run the points on a local process pool (default) or as Ray tasks (the ray extra)")
-    sw.add_argument("--address", default=None, metavar="ADDR",
+    sw.add_argument("--address", action=StoreOnce, default=None, metavar="ADDR",
                     help="with --backend ray: an existing Ray cluster (HOST:PORT, ray://HOST:10001 or auto; default: "
                          "start a local Ray instance)")
     add_run_arguments(sw)
     tr = sub.add_parser("trace", help="trace a protocol message by message (HTML viewer, Mermaid, timeline, log)")
     tr.add_argument("protocol", help="protocol to trace (see fedsim list)")
-    tr.add_argument("--clients", type=int, default=3, help="number of clients (default 3)")
-    tr.add_argument("--rounds", type=int, default=1, help="rounds (default 1)")
+    tr.add_argument("--clients", action=StoreOnce, type=int, default=3, help="number of clients (default 3)")
+    tr.add_argument("--rounds", action=StoreOnce, type=int, default=1, help="rounds (default 1)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol option")
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--profile", default="lan", help="network profile (default lan)")
-    tr.add_argument("--out", help="output folder (default runs/<time>-trace-<protocol>)")
-    tr.add_argument("--force", action="store_true", help="replace what --out holds")
-    tr.add_argument("--html", action="store_true",
+    tr.add_argument("--seed", action=StoreOnce, type=int, default=0)
+    tr.add_argument("--profile", action=StoreOnce, default="lan", help="network profile (default lan)")
+    tr.add_argument("--out", action=StoreOnce, help="output folder (default runs/<time>-trace-<protocol>)")
+    tr.add_argument("--force", action=FlagOnce, help="replace what --out holds")
+    tr.add_argument("--html", action=FlagOnce,
                     help="write only trace.html (one self-contained page: sequence, timeline, step-through)")
-    tr.add_argument("--open", action="store_true", help="open trace.html in a web browser")
+    tr.add_argument("--open", action=FlagOnce, help="open trace.html in a web browser")
     cp = sub.add_parser("compare", help="run a protocol on the simulator and on a real transport, side by side")
     cp.add_argument("scenario", metavar="protocol", help="registered protocol (see fedsim list)")
-    cp.add_argument("--against", choices=("tcp", "asyncio"), default="tcp", dest="against",
+    cp.add_argument("--against", action=StoreOnce, choices=("tcp", "asyncio"), default="tcp", dest="against",
                     help="the transport to compare the simulator with (default tcp)")
-    cp.add_argument("--processes", type=int, default=4, help="worker processes of the tcp run (default 4)")
+    cp.add_argument("--processes", action=StoreOnce, type=int, default=4,
+                    help="worker processes of the tcp run (default 4)")
     add_run_arguments(cp)
     sub.add_parser("list", help="list scenarios and protocols")
     from .data import cli as data_cli

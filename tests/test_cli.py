@@ -177,11 +177,17 @@ def test_killed_sweep_resumes_only_the_missing_points(tmp_path):
     assert len(list(out.glob("*/results.json"))) == 6
 
 
+# text in which Mermaid finds no syntax: no ';' '#' ':' '%' '<' '>' '&' but in entity codes (#58;)
+_MERMAID_TEXT = r"(?:[^;#:%<>&\n]|#\d+;)+"
 MERMAID_LINE = re.compile(
     r"^sequenceDiagram$"
-    r"|^    participant N\d+ as [\w/.:\-]+ \([\w]+\)$"
-    r"|^    Note (over|right of) N\d+: [^;#\n]+$"
-    r"|^    N\d+(->>|-->>|-x)N\d+: [^;#:\n]+$")
+    rf"|^    participant N\d+ as [\w/.\-]+(?:#58;[\w/.\-]+)* \({_MERMAID_TEXT}\)$"
+    rf"|^    Note (over|right of) N\d+: {_MERMAID_TEXT}$"
+    rf"|^    N\d+(->>|-->>|-x)N\d+: {_MERMAID_TEXT}$")
+
+
+def _unescape(s):
+    return re.sub(r"#(\d+);", lambda m: chr(int(m.group(1))), s)
 
 
 def parse_mermaid(text):
@@ -193,11 +199,11 @@ def parse_mermaid(text):
         assert MERMAID_LINE.match(ln), f"not valid Mermaid sequence syntax: {ln!r}"
         m = re.match(r"^    participant (N\d+) as (\S+) ", ln)
         if m:
-            aliases[m.group(1)] = m.group(2)
+            aliases[m.group(1)] = _unescape(m.group(2))
         m = re.match(r"^    (N\d+)(->>|-->>|-x)(N\d+): (\S+)( \(anonymous\))? (\d+) B", ln)
         if m:
             assert m.group(1) in aliases and m.group(3) in aliases, "undeclared participant"
-            messages.append((aliases[m.group(1)], aliases[m.group(3)], m.group(4), int(m.group(6)),
+            messages.append((aliases[m.group(1)], aliases[m.group(3)], _unescape(m.group(4)), int(m.group(6)),
                              m.group(2) == "-->>"))
     return messages
 
@@ -246,6 +252,10 @@ def test_mermaid_validator_rejects_bad_syntax():
         parse_mermaid("sequenceDiagram\n    N0->>N1: a; b 3 B\n")
     with pytest.raises(AssertionError):
         parse_mermaid("sequenceDiagram\n    participant N0 as a (b)\n    N0->>N9: x 3 B, sent\n")
+    with pytest.raises(AssertionError):
+        parse_mermaid("sequenceDiagram\n    participant N0 as a (b)\n    N0->>N0: x:y 3 B, sent\n")
+    assert parse_mermaid("sequenceDiagram\n    participant N0 as a#58;0 (b#59;)\n    N0->>N0: x#58;y 3 B, sent\n") \
+        == [("a:0", "a:0", "x:y", 3, False)]
 
 
 def test_csv_cells_are_plain_numbers_for_numpy_scalars(tmp_path):
@@ -285,3 +295,52 @@ def test_quiet_or_piped_runs_draw_no_progress_bar(tmp_path):
     res = fedsim_cmd("run", "quickstart", "--data", "tiny", "--set", "iterations=2", "--out", str(tmp_path / "o"),
                      cwd=tmp_path)
     assert res.returncode == 0 and "\r" not in res.stderr and "[#" not in res.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run", "demo", "--seed", "1", "--seed", "2"], "fedsim run: error: argument --seed: given twice (1, then 2); give it once"),
+    (["run", "demo", "--seed=1", "--seed", "1"], "fedsim run: error: argument --seed: given twice (1, then 1); give it once"),
+    (["run", "demo", "--loss", "0.1", "--data", "tiny", "--loss", "0.2"],
+     "fedsim run: error: argument --loss: given twice (0.1, then 0.2); give it once"),
+    (["run", "demo", "--link-model", "fifo", "--link-model", "fair"],
+     "fedsim run: error: argument --link-model: given twice ('fifo', then 'fair'); give it once"),
+    (["run", "demo", "--quiet", "--quiet"], "fedsim run: error: argument --quiet: given twice; give it once"),
+    (["sweep", "demo", "--workers", "1", "--workers", "2"],
+     "fedsim sweep: error: argument --workers: given twice (1, then 2); give it once"),
+    (["trace", "fedavg", "--clients", "2", "--clients", "3"],
+     "fedsim trace: error: argument --clients: given twice (2, then 3); give it once"),
+    (["compare", "fedavg", "--processes", "2", "--processes", "3"],
+     "fedsim compare: error: argument --processes: given twice (2, then 3); give it once"),
+])
+def test_a_run_option_given_twice_is_refused_naming_it(args, line, capsys, tmp_path, monkeypatch):
+    # `fedsim run --seed 1 --seed 2` silently ran seed 2 (argparse keeps the last), while a key
+    # given twice to --set is refused; nothing runs and nothing is written
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == line and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_options_meant_to_repeat_still_repeat():
+    from fedsim.cli import build_parser
+
+    args = build_parser().parse_args(["--plugin", "a.py", "--plugin", "b.py", "sweep", "demo", "--grid", "rounds=1,2",
+                                      "--grid", "seed=0,1", "--set", "rounds=1", "--set", "clients=2", "--seed", "3"])
+    assert (args.plugin, args.grid, args.set, args.seed) == (["a.py", "b.py"], ["rounds=1,2", "seed=0,1"],
+                                                             ["rounds=1", "clients=2"], 3)
+    args = build_parser().parse_args(["trace", "fedavg", "--set", "lr=1", "--set", "rounds=2", "--clients", "4"])
+    assert (args.set, args.clients, args.seed, args.html) == (["lr=1", "rounds=2"], 4, 0, False)
+
+
+def test_a_scenario_script_refuses_an_option_given_twice(tmp_path):
+    # `python scenarios/quickstart.py --iterations 3 --iterations 2` silently ran 2
+    res = subprocess.run([sys.executable, str(REPO / "scenarios" / "quickstart.py"), "--iterations", "3",
+                          "--iterations", "2", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.splitlines()[-1] == ("scenarios/quickstart.py: error: argument --iterations: given twice "
+                                           "('3', then '2'); give it once")
+    assert not (tmp_path / "o").exists()

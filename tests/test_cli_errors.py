@@ -178,13 +178,13 @@ def test_config_file_with_command_line_overrides(tmp_path):
     ('[params]\nrounds = "x"\n', "run.toml: line 2: [params] rounds: expected int, got 'x'"),
     ('[params]\nround = 1\n', "run.toml: line 2: [params] unknown parameter 'round' for scenario demo; did you mean 'rounds'?"),
     ('[network]\nprofil = "wan"\n', "run.toml: line 2: unknown key [network] 'profil'; did you mean 'profile'?"),
-    ('[network]\nprofile = "moon"\n', "run.toml: [network] unknown network profile 'moon'"),
+    ('[network]\nprofile = "moon"\n', "run.toml: line 2: [network] profile: unknown network profile 'moon'"),
     ('seed = 1\nseed = = 2\n', "run.toml: line 2, column 8: Invalid value"),
     ('[grid]\nrounds = [1, 2]\n', "run.toml: line 1: [grid] is for fedsim sweep, not fedsim run"),
     ('seed = -1\n', "run.toml: line 1: seed: expected a non-negative integer, got -1"),
     ('seed = true\n', "run.toml: line 1: seed"),
-    ('[network]\nloss = 2\n', "run.toml: [network] faults: loss must be a probability in [0, 1], got 2"),
-    ('[network]\ndropout_window = [5, 1]\n', "run.toml: [network] faults: window must be"),
+    ('[network]\nloss = 2\n', "run.toml: line 2: [network] loss: must be a probability in [0, 1], got 2"),
+    ('[network]\ndropout_window = [5, 1]\n', "run.toml: line 2: [network] dropout_window: must be"),
     ('out = ""\n', "run.toml: line 1: out: empty; give a value or leave the key out"),  # it wrote to runs/<time>-demo
     ('[network]\nprofile = ""\n', "run.toml: line 2: [network] profile: empty"),  # it ran the default profile
     ('data = "/nonexistent/r.csv"\n', "run.toml: line 1: data: /nonexistent/r.csv: does not apply, demo makes its own"),
@@ -195,6 +195,32 @@ def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
     (tmp_path / "run.toml").write_text(text)
     line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
     assert expected in line, line
+    nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a bad [network] value named the file and no line, and for loss, dropout and the window the
+    # kernel's name ("faults: loss must be ..."), while every other key's error gave its line
+    ('seed = 1\n\n[network]\nprofile = "lan"\nloss = -0.5\n',
+     "run.toml: line 5: [network] loss: must be a probability in [0, 1], got -0.5"),
+    ('[network]\nprofile = "lan"\ndropout = 1.5\ndropout_window = [0, 10]\n',
+     "run.toml: line 3: [network] dropout: must be a probability in [0, 1], got 1.5"),
+    ('[network]\ndropout = 0.5\ndropout_window = [-1, 10]\n',
+     "run.toml: line 3: [network] dropout_window: must be (start, end) with 0 <= start <= end < inf seconds, got "
+     "(-1.0, 10.0)"),
+    ('[params]\nrounds = 1\n[network]\n"link-model" = "fast"\n',
+     "run.toml: line 4: [network] link-model: unknown link model 'fast'; known: fifo, fair, tcp"),
+    ('[network]\nloss = 0.1\ntransport = "udp"\n',
+     "run.toml: line 3: [network] transport: unknown transport 'udp'; known: sim, asyncio, tcp"),
+    ('[network]\nloss = "a"\n', "run.toml: line 2: [network] loss: expected a number, got 'a'"),  # (as before)
+    # two keys each right alone: the table's line
+    ('seed = 1\n[network]\nlink_model = "fair"\ntransport = "tcp"\n',
+     "run.toml: line 2: [network] link model 'fair' applies to the simulator only, not to transport 'tcp'"),
+])
+def test_config_file_network_errors_name_the_line_and_key(text, expected, tmp_path):
+    (tmp_path / "run.toml").write_text(text)
+    line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
+    assert line == "error: " + expected
     nothing_left(tmp_path)
 
 

@@ -918,3 +918,57 @@ def test_a_long_frame_still_crossing_is_progress_not_a_stall():
         net.run(timeout=RUN_TIMEOUT)
     assert info.value.kind == "stall" and "has received 0 of the 1 frames" in str(info.value)
     assert_no_orphans(net)
+
+
+# -- a worker whose launching process went away at start-up -------------------------------------------
+
+_WORKER_ALONE = """
+import asyncio, os, socket, sys
+from fedsim.kernel import TcpNetwork, tcp
+
+async def idle(ctx):
+    return None
+
+net = TcpNetwork(processes=1)
+net.add_node("a", idle)
+net.groups = [["a"]]  # (as run() places it before it forks)
+dead = socket.socket()
+dead.bind(("127.0.0.1", 0))  # bound and never listening: a connection to it is refused at once
+port = dead.getsockname()[1]
+{patch}
+os._exit(tcp._worker_process(net, 0, port, os.urandom(16), os.getppid(), socket.create_server(("127.0.0.1", 0))))
+"""
+
+
+def _worker_alone(patch: str = ""):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", _WORKER_ALONE.format(patch=patch)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(repo)})
+
+
+def test_a_worker_whose_launching_process_stopped_listening_at_start_up_leaves_quietly():
+    # a Ctrl-C at start-up: the launching process closed its control listener and reaped its
+    # workers, and each worker not yet connected printed a ConnectionRefusedError traceback
+    # (status 70) under the "interrupted" line
+    res = _worker_alone()
+    assert (res.returncode, res.stderr, res.stdout) == (3, "", "")
+
+
+def test_a_worker_that_gets_the_ctrl_c_before_it_ignores_it_leaves_quietly():
+    # the terminal's SIGINT reaches the whole process group: a worker that got it before it set
+    # SIGINT to be ignored printed a KeyboardInterrupt traceback
+    res = _worker_alone("def interrupted(self):\n    raise KeyboardInterrupt\ntcp._Worker.main = interrupted")
+    assert (res.returncode, res.stderr, res.stdout) == (3, "", "")
+
+
+def test_a_worker_that_cannot_reach_a_listening_launching_process_says_so_in_one_line():
+    res = _worker_alone("async def unreachable(*args, **kwargs):\n    raise OSError(113, 'No route to host')\n"
+                        "asyncio.open_connection = unreachable")
+    port = res.stderr.split("127.0.0.1:")[1].split(" ")[0]
+    assert res.returncode == 3 and res.stderr == (
+        f"fedsim: process 0 (hosting a) cannot reach the launching process at 127.0.0.1:{port} (OSError: "
+        "[Errno 113] No route to host); it leaves\n")

@@ -10,6 +10,7 @@ was "unknown link model <...>; known: fifo, fair, tcp"."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -181,3 +182,46 @@ def test_a_model_of_ones_own_is_counted_once_per_copy_when_delivery_finds_a_node
         if isinstance(model, MyFifo):
             assert net.settled == len(res.ledger) == 1
     assert rows == [("lost", "receiver offline")] * 2
+
+
+def test_a_link_model_instance_serves_one_network():
+    # the same instance given to a second SimNetwork was taken silently: its state (here the
+    # channel's next free time, 0.5 s after the first run) carried into the second run, whose
+    # message then left at 0.5 s instead of 0 s
+    from fedsim.kernel import FifoLinkModel
+    from fedsim.kernel.flows import FairShareLinkModel
+
+    class Channel(LinkModel):
+        name = "channel"
+
+        def __init__(self):
+            self.free_at = 0.0
+
+        def transmit(self, net, src, dst, envelope):
+            start = max(net.now(), self.free_at)
+            self.free_at = end = start + envelope.nbytes / 30.0
+            envelope.row[TX_START] = start
+            envelope.row[TX_END] = envelope.row[RX_START] = end
+            net.schedule(end - net.now(), net.deliver, envelope, dst)
+
+    model = Channel()
+    first = _net(model)
+    assert first.link_model is model
+    first.run()
+    assert [r["tx_start"] for r in first.ledger.records()] == [0.0, 0.5]  # 15 bytes at 30 B/s each
+    with pytest.raises(NetworkConfigError) as info:
+        SimNetwork(seed=0, link_model=model)
+    assert str(info.value) == (
+        "link model 'channel' (Channel instance) already serves another SimNetwork: an instance keeps the state "
+        "of its network's run, which a second network would inherit; give each network a new one "
+        "(link_model=Channel(...)) or a name")
+    assert [r["tx_start"] for r in _net(Channel()).run().ledger.records()] == [0.0, 0.5]  # a new one: as the first
+    # the built-in ones too (fair's flows and ports are its run's), named by their class
+    for built_in, label in ((FifoLinkModel(), "'fifo' (FifoLinkModel instance)"),
+                            (FairShareLinkModel(tcp=True), "'tcp' (FairShareLinkModel instance)")):
+        SimNetwork(link_model=built_in)
+        with pytest.raises(NetworkConfigError, match=rf"^link model {re.escape(label)} already serves another"):
+            SimNetwork(link_model=built_in)
+    # names give each network its own instance
+    a, b = SimNetwork(link_model="fair"), SimNetwork(link_model="fair")
+    assert a.link_model is not b.link_model

@@ -287,10 +287,42 @@ def test_mermaid_has_one_statement_per_line_with_any_role_or_kind():
     net = _one_message("a", "x;y#1", "b", "two\nlines")
     (row,) = net.ledger.records()
     lines = mermaid(net).splitlines()
-    assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x,yno.1)",
+    assert lines == ["sequenceDiagram", "    participant N0 as b (server)", "    participant N1 as a (x#59;y#35;1)",
                      "    Note over N0: round 0",
-                     f"    N1->>N0: two lines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
+                     f"    N1->>N0: two\\nlines {row['bytes']} B, sent {row['send_time'] * 1000:.3f} ms, arrived "
                      f"{row['arrival_time'] * 1000:.3f} ms"]
+
+
+def test_mermaid_shows_names_and_kinds_as_they_are_in_entity_codes():
+    # a ';' in a role or kind was written as ',', a '#' as 'no.', a ':' in a kind as ' ', and a
+    # node id 'wrap:c' lost its 'wrap:' (Mermaid's wrap directive at a label's start): the diagram
+    # showed other names than the run's. Each is now a Mermaid entity code, which Mermaid draws
+    # as the character.
+    from fedsim.studies.trace import TracingNetwork, mermaid
+
+    async def sender(ctx):
+        await ctx.send("srv:1", "up:d;a#t", {"n": 1})
+        await ctx.send("srv:1", "wrap:%%{x}", {"n": 2}, anonymous=True)
+
+    async def receiver(ctx):
+        await ctx.receive("up:d;a#t")
+        await ctx.receive("wrap:%%{x}")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("wrap:c", sender, role="cli#ent")
+    net.add_node("srv:1", receiver, role="ser;ver")
+    net.run()
+    up, anon = net.ledger.records()
+    ms = lambda t: f"{t * 1000:.3f} ms"  # noqa: E731
+    assert mermaid(net).splitlines() == [
+        "sequenceDiagram",
+        "    participant N0 as srv#58;1 (ser#59;ver)",
+        "    participant N1 as wrap#58;c (cli#35;ent)",
+        "    Note over N0: round 0",
+        f"    N1->>N0: up#58;d#59;a#35;t {up['bytes']} B, sent {ms(up['send_time'])}, arrived {ms(up['arrival_time'])}",
+        f"    N1-->>N0: wrap#58;#37;#37;{{x}} (anonymous) {anon['bytes']} B, sent {ms(anon['send_time'])}, "
+        f"arrived {ms(anon['arrival_time'])}",
+        "    Note right of N0: sender hidden from srv#58;1"]
 
 
 def test_a_message_never_read_says_so_in_every_output():
@@ -334,6 +366,67 @@ def test_step_log_keeps_one_event_a_line_with_any_kind():
     assert step_log(net).splitlines() == [
         f"{row['send_time'] * 1000:12.3f} ms  a sends two\\nlines\\t! ({row['bytes']} B) to b",
         f"{row['arrival_time'] * 1000:12.3f} ms  b receives two\\nlines\\t! from a"]
+
+
+@pytest.mark.parametrize("model, lost_ms", [("fifo", (14.0, 21.0)), ("fair", (28.0, 28.0))])
+def test_step_log_shows_a_lost_message_when_and_why_it_was_lost(model, lost_ms):
+    # a lost message's line stood at its send time (0 ms), although under fair it is lost when
+    # its last byte leaves (28 ms: four 7-byte copies share a 1000 B/s uplink) and under fifo it
+    # holds the sender's port until its tx_end (14 and 21 ms: the second and third in the queue)
+    from fedsim.kernel import LinkSpec
+    from fedsim.studies.trace import TracingNetwork, step_log
+
+    async def sender(ctx):
+        for i in range(4):
+            await ctx.send("b", "m", {"i": i})
+
+    async def receiver(ctx):
+        while await ctx.receive("m", timeout=1.0) is not None:
+            pass
+
+    net = TracingNetwork(seed=0, link_model=model)
+    net.add_node("a", sender, link=LinkSpec(uplink=1000.0, latency=0.01), loss=0.5)
+    net.add_node("b", receiver, role="server")
+    net.run()
+    rows = list(net.ledger.records())
+    assert [r["status"] for r in rows] == ["delivered", "lost", "lost", "delivered"]
+    assert [r["note"] for r in rows] == ["", "link loss", "link loss", ""]
+    assert [r["tx_end"] * 1000 for r in rows[1:3]] == pytest.approx(lost_ms)
+    lost = [line for line in step_log(net).splitlines() if "lost" in line]
+    assert lost == [f"{t:12.3f} ms  m from a to b (sent at 0.000 ms) is lost (link loss)" for t in lost_ms]
+    # in time order among the other events: after the sends, between the arrivals
+    times = [float(line.split(" ms")[0]) for line in step_log(net).splitlines()]
+    assert times == sorted(times)
+
+
+def test_step_log_of_a_message_lost_to_an_offline_receiver_is_at_its_arrival():
+    # the copy reaches the receiver's port at 7 + 20 ms, after the receiver dropped out (at
+    # 5 ms): lost then, not at its send time
+    from fedsim.kernel import LinkSpec, SimNetwork
+    from fedsim.studies.trace import step_log
+
+    async def sender(ctx):
+        await ctx.send("b", "m", {"i": 0})
+
+    async def receiver(ctx):
+        await ctx.receive("m")
+
+    net = SimNetwork(seed=0, trace=True)
+    net.add_node("a", sender, link=LinkSpec(uplink=1000.0, downlink=1000.0, latency=0.01))
+    net.add_node("b", receiver, role="server", link=LinkSpec(latency=0.01), offline_at=0.005)
+    net.run()
+    (row,) = net.ledger.records()
+    assert (row["status"], row["note"]) == ("lost", "receiver offline")
+    assert net.lost_at == {0: pytest.approx(0.027)}
+    assert step_log(net).splitlines()[-1] == "      27.000 ms  m from a to b (sent at 0.000 ms) is lost (receiver offline)"
+    untraced = SimNetwork(seed=0)
+    untraced.add_node("a", sender, link=LinkSpec(uplink=1000.0, downlink=1000.0, latency=0.01))
+    untraced.add_node("b", receiver, role="server", link=LinkSpec(latency=0.01), offline_at=0.005)
+    untraced.run()
+    assert untraced.lost_at == {}
+    assert step_log(untraced).splitlines()[-1] == (
+        "       0.000 ms  m from a to b (sent at 0.000 ms) is lost (receiver offline; when not recorded: the network "
+        "did not trace)")
 
 
 def test_long_node_ids_and_roles_are_elided_to_their_box_and_whole_in_the_tooltip():

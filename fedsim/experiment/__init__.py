@@ -25,7 +25,8 @@ The package holds one concern a module; everything public is importable from her
 - :mod:`.configfile`: TOML run and sweep files (``load_config``);
 - :mod:`.allocator`: ``keep_freed_memory`` (the C allocator setting long runs use);
 - :mod:`.runner`: ``run_scenario``, ``OutputFolder`` (temporary folder renamed into place),
-  ``scenario_main``, ``add_run_arguments``, ``resolve_run_options``, ``default_out_dir``,
+  ``scenario_main``, ``add_run_arguments`` (with ``StoreOnce`` / ``FlagOnce``, the argparse
+  actions of an option that may be given once), ``resolve_run_options``, ``default_out_dir``,
   ``closing_line``.
 """
 
@@ -41,12 +42,13 @@ from .report import (
     write_report, write_results,
 )
 from .runner import (
-    OutputFolder, add_run_arguments, closing_line, default_out_dir, net_from_args, network_spec, resolve_run_options,
-    run_scenario, scenario_main,
+    FlagOnce, OutputFolder, StoreOnce, add_run_arguments, closing_line, default_out_dir, net_from_args, network_spec,
+    resolve_run_options, run_scenario, scenario_main,
 )
 
 __all__ = [
-    "SCENARIO_PACKAGE", "OutputFolder", "Param", "Progress", "RunContext", "ScenarioError", "Table", "UsageError",
+    "SCENARIO_PACKAGE", "FlagOnce", "OutputFolder", "Param", "Progress", "RunContext", "ScenarioError", "StoreOnce",
+    "Table", "UsageError",
     "add_run_arguments", "check_value", "closing_line", "csv_cell", "default_out_dir", "first_sentence",
     "format_table", "git_revision", "human_bytes", "human_seconds", "json_default", "keep_freed_memory",
     "list_scenarios",

@@ -90,7 +90,10 @@ def at(doc: dict[str, Any], *key: str) -> str:
     configuration file (:func:`load_config`), or ``"run.toml"`` when its line is not known: the
     start of an error message about that key."""
     lines = doc.get("_lines", {})
-    for k in (key, key[:1]):  # a key of an inline table (params = {rounds = 1}): the table's line
+    # a [network] key as written (link-model, the command line's spelling, is read as link_model);
+    # a key of an inline table (params = {rounds = 1}): the table's line
+    spelt = key[:-1] + (key[-1].replace("_", "-"),) if key else key
+    for k in (key, spelt, key[:1]):
         if k in lines:
             return f"{doc['_path']}: line {lines[k]}"
     return str(doc["_path"])

@@ -24,7 +24,8 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["OutputFolder", "add_run_arguments", "closing_line", "default_out_dir", "did_not_finish", "net_from_args",
+__all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_run_arguments", "closing_line", "default_out_dir",
+           "did_not_finish", "net_from_args",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
 
@@ -297,38 +298,75 @@ def merge_ledgers(parts: Path, dest: Path) -> int:
     return rows
 
 
+def _given_once(action: argparse.Action, namespace: argparse.Namespace, shown: str) -> None:
+    """Refuse ``action``'s option when it was given before in this parse (``--seed 1 --seed 2``
+    silently ran seed 2; ``--set`` refuses a key given twice, too)."""
+    given = getattr(namespace, "_options_given", None)
+    if given is None:
+        given = set()
+        setattr(namespace, "_options_given", given)
+    if action.dest in given:
+        raise argparse.ArgumentError(action, f"given twice{shown}; give it once")
+    given.add(action.dest)
+
+
+class StoreOnce(argparse.Action):
+    """argparse's ``store`` for an option that may be given once: a second occurrence is an
+    error naming the option and both values (``argument --seed: given twice (1, then 2); give it
+    once``), not a silent last-one-wins."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given_once(self, namespace, f" ({getattr(namespace, self.dest)!r}, then {values!r})")
+        setattr(namespace, self.dest, values)
+
+
+class FlagOnce(argparse.Action):
+    """argparse's ``store_true`` for a flag that may be given once (as :class:`StoreOnce`)."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _given_once(self, namespace, "")
+        setattr(namespace, self.dest, True)
+
+
 def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     """Add the options every run takes (``--data --out --set --seed --profile --link-model
     --transport --loss --dropout --dropout-window --quiet --ledger --force --config``) to
     ``ap``; ``fedsim run``, ``fedsim sweep`` and :func:`scenario_main` share them. Options not
     given are None (or empty), so that a configuration file can fill them
-    (:func:`resolve_run_options`)."""
-    ap.add_argument("--config", metavar="FILE.toml",
+    (:func:`resolve_run_options`). Each may be given once (a second ``--seed`` is an error naming
+    it), except ``--set``, which takes one key each time."""
+    ap.add_argument("--config", action=StoreOnce, metavar="FILE.toml",
                     help="read the run's options from a TOML file (see docs/cli.md); options given here override it")
-    ap.add_argument("--data", help="dataset: a synthetic preset (tiny, ml100k-like, ml1m-like), "
-                                   "a MovieLens folder or ratings file, or a downloaded name (ml-100k)")
-    ap.add_argument("--out", help="output folder (default: runs/<timestamp>-<scenario>); must not exist "
-                                  "or be empty, unless --force")
-    ap.add_argument("--force", action="store_true", help="replace what --out holds (when the run completes)")
+    ap.add_argument("--data", action=StoreOnce,
+                    help="dataset: a synthetic preset (tiny, ml100k-like, ml1m-like), "
+                         "a MovieLens folder or ratings file, or a downloaded name (ml-100k)")
+    ap.add_argument("--out", action=StoreOnce,
+                    help="output folder (default: runs/<timestamp>-<scenario>); must not exist "
+                         "or be empty, unless --force")
+    ap.add_argument("--force", action=FlagOnce, help="replace what --out holds (when the run completes)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="set a scenario parameter (repeatable; the parameters: fedsim run NAME --help)")
-    ap.add_argument("--seed", type=int, default=None, help="experiment seed (default 0)")
-    ap.add_argument("--profile", default=None,
+    ap.add_argument("--seed", action=StoreOnce, type=int, default=None, help="experiment seed (default 0)")
+    ap.add_argument("--profile", action=StoreOnce, default=None,
                     help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
-    ap.add_argument("--link-model", default=None, dest="link_model",
+    ap.add_argument("--link-model", action=StoreOnce, default=None, dest="link_model",
                     help="simulated links: fifo (store-and-forward, default), fair (max-min fair flows), "
                          "tcp (fair flows plus TCP start-up)")
-    ap.add_argument("--transport", default=None,
+    ap.add_argument("--transport", action=StoreOnce, default=None,
                     help="sim (simulated network, default), asyncio (one process, real time) or tcp "
                          "(separate processes over TCP on loopback)")
-    ap.add_argument("--loss", type=float, default=None, help="probability that a client's message is lost")
-    ap.add_argument("--dropout", type=float, default=None,
+    ap.add_argument("--loss", action=StoreOnce, type=float, default=None,
+                    help="probability that a client's message is lost")
+    ap.add_argument("--dropout", action=StoreOnce, type=float, default=None,
                     help="probability that a client drops out (at a time uniform in --dropout-window)")
-    ap.add_argument("--dropout-window", default=None, dest="dropout_window", metavar="START,END",
+    ap.add_argument("--dropout-window", action=StoreOnce, default=None, dest="dropout_window", metavar="START,END",
                     help="seconds within which dropouts happen (default 0,0)")
-    ap.add_argument("--quiet", action="store_true", help="no progress display or printed tables (the "
-                                                         "closing line still names the output folder)")
-    ap.add_argument("--ledger", action="store_true",
+    ap.add_argument("--quiet", action=FlagOnce, help="no progress display or printed tables (the "
+                                                      "closing line still names the output folder)")
+    ap.add_argument("--ledger", action=FlagOnce,
                     help="also write every message of every network as ledger.csv (a run column says which)")
 
 
@@ -338,7 +376,6 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     ``out``, ``overrides`` (the file's ``[params]``, then ``--set``), ``seed``, ``quiet``,
     ``ledger``, ``force``, ``net``. Raises ``UsageError`` naming the file and key or the option."""
     doc = doc or {}
-    src = doc.get("_path", "config")
     from .configfile import at
     for opt in ("data", "out"):  # an empty one read as "not given" (fedsim sweep's too)
         if isinstance(getattr(args, opt, None), str) and not getattr(args, opt).strip():
@@ -356,13 +393,22 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
     overrides.update(parse_sets(mod, args.set))
     net_doc = {k: (",".join(str(x) for x in v) if k == "dropout_window" else v)
                for k, v in (doc.get("network") or {}).items()}
-    if net_doc:  # checked alone first, so that an error in the file names the file
-        alone = argparse.Namespace(**{**{k: None for k in ("profile", "link_model", "transport", "loss", "dropout",
-                                                            "dropout_window")}, **net_doc})
+    if net_doc:
+        # checked before the command line's options, so that an error in the file names the file:
+        # each key alone (its error names its line and key: "run.toml: line 5: [network] loss:
+        # must be a probability in [0, 1], got -0.5"), then the table (two keys that do not go
+        # together, as link_model = "fair" with transport = "tcp": the table's line)
+        none = {k: None for k in ("profile", "link_model", "transport", "loss", "dropout", "dropout_window")}
+        for k, v in net_doc.items():
+            try:
+                net_from_args(mod, argparse.Namespace(**{**none, k: v}))
+            except UsageError as exc:
+                written = k.replace("_", "-") if ("network", k.replace("_", "-")) in doc.get("_lines", {}) else k
+                raise UsageError(f"{at(doc, 'network', k)}: [network] {written}: {_about_key(str(exc), k)}") from None
         try:
-            net_from_args(mod, alone)
+            net_from_args(mod, argparse.Namespace(**{**none, **net_doc}))
         except UsageError as exc:
-            raise UsageError(f"{src}: [network] {exc}") from None
+            raise UsageError(f"{at(doc, 'network')}: [network] {exc}") from None
     for k, v in net_doc.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
@@ -374,6 +420,13 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
             "ledger": bool(args.ledger or doc.get("ledger", False)),
             "force": bool(args.force or doc.get("force", False)), "net": net_from_args(mod, args)}
+
+
+def _about_key(msg: str, key: str) -> str:
+    """A network error about one ``[network]`` key, without the name the kernel gives it (the
+    message follows ``[network] KEY: ``): ``faults: loss must be ...`` -> ``must be ...``."""
+    name = "window" if key == "dropout_window" else key
+    return msg.removeprefix(f"faults: {name} ")
 
 
 def net_from_args(mod: ModuleType, args: argparse.Namespace):
@@ -405,7 +458,8 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         # as it is typed (a list comma separated, as fedsim run NAME --help shows it), not as a
         # Python list ("['fedrec', 'fpl']"), an empty one as ''.
         text = f"{p.help} ({p.describe()}; default {p.default_text()})".replace("%", "%%")
-        ap.add_argument(f"--{key.replace('_', '-')}", dest=f"param_{key}", metavar=p.type_name.upper(), help=text)
+        ap.add_argument(f"--{key.replace('_', '-')}", action=StoreOnce, dest=f"param_{key}",
+                        metavar=p.type_name.upper(), help=text)
     args = ap.parse_args(argv)
     try:
         from .configfile import load_config

@@ -252,11 +252,11 @@ class FairShareLinkModel(LinkModel):
         self._flush_pending = False
 
     # -- the link-model interface ---------------------------------------------------------------
+    def bind(self, net) -> None:
+        super().bind(net)  # (refuses an instance another network has: its flows are that run's)
+        self._net = net
+
     def transmit(self, net, src: Node, dst: Node, envl: Envelope) -> None:
-        if self._net is None:
-            self._net = net
-        elif self._net is not net:
-            raise RuntimeError("a FairShareLinkModel serves one network; make one per SimNetwork")
         latency = src.spec.link.latency + dst.spec.link.latency
         now = net.now()
         if not now + latency < _INF:

@@ -54,9 +54,29 @@ class LinkModel:
     ``TX_END`` is after its sender's ``offline_at``, or whose receiver is offline), so a model
     that ignores dropout is still correct about which messages arrive, only not about the time
     the ports stay busy.
+
+    One network: an instance keeps the state of its network's run (ports, flows, a channel's
+    next free time), so it serves the one ``SimNetwork`` that adopted it (``bind``); a second
+    network given the same instance refuses it with a ``NetworkConfigError`` (give each network
+    a new instance, or a name).
     """
 
     name = "custom"
+
+    #: the network this instance serves (set by ``bind``; None until a SimNetwork adopts it)
+    _network: Any = None
+
+    def bind(self, net: Any) -> None:
+        """Called once by a ``SimNetwork`` that adopts this instance (in its constructor, not
+        per message): records ``net``; raises ``NetworkConfigError`` if another network has it.
+        A subclass that overrides it calls ``super().bind(net)``."""
+        if self._network is not None and self._network is not net:
+            label = repr(self.name) if self.name != LinkModel.name else type(self).__name__
+            raise NetworkConfigError(
+                f"link model {label} ({type(self).__name__} instance) already serves another SimNetwork: an "
+                "instance keeps the state of its network's run, which a second network would inherit; give "
+                f"each network a new one (link_model={type(self).__name__}(...)) or a name")
+        self._network = net
 
     def transmit(self, net: Any, src: Node, dst: Node, envl: Envelope) -> None:
         raise NotImplementedError  # pragma: no cover

@@ -33,7 +33,7 @@ from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigErr
 from .events import EventQueue
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
-from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
+from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult
 from .node import Node
 
@@ -198,7 +198,8 @@ LINK_MODELS: dict[str, str] = {
 
 def get_link_model(model: "LinkModel | str") -> "LinkModel":
     """A link model by name (``LINK_MODELS``), or ``model`` itself if it is one. A name gives a
-    fresh instance (link models keep per-run state). Raises ``NetworkConfigError``."""
+    fresh instance (link models keep per-run state: an instance serves one network, which
+    ``LinkModel.bind`` enforces). Raises ``NetworkConfigError``."""
     if isinstance(model, LinkModel):
         if type(model).transmit is LinkModel.transmit:
             raise NetworkConfigError(f"link model {type(model).__name__} does not define transmit(net, src, dst, "
@@ -240,12 +241,16 @@ class SimNetwork(Network):
         # the queue's own method, not a wrapper: every message schedules through it
         self.schedule = self.queue.schedule
         self.link_model = get_link_model(link_model or "fifo")
+        self.link_model.bind(self)  # (an instance serves one network: refused if another has it)
         # when the last event that did something happened (an actor step, a delivery, a loss, a
         # node going offline): the run's duration. Events that find nothing to do (a timeout of
         # a receive answered long before, a flow end a link model has moved, the dropout of a
         # node that has finished) do not lengthen the run.
         self.active_at = 0.0
         self.settled = 0  # copies a link model of the user's own delivered or lost (the others are in flight)
+        # when each lost copy was lost (ledger seq -> simulated time of net.lose), kept only when
+        # the network traces: the ledger has no column for it, and the step log shows a loss then
+        self.lost_at: dict[int, float] = {}
         self._checked = type(self.link_model) not in (FifoLinkModel, FairShareLinkModel)
         if self._checked:
             # a link model of the user's own: each copy it settles is checked (delivered or lost
@@ -303,11 +308,14 @@ class SimNetwork(Network):
         return node.offline or (off is not None and self.queue.now >= off)
 
     def lose(self, envl: Envelope, note: str) -> None:
-        """Mark ``envl`` lost (``note`` says why); it never arrives."""
+        """Mark ``envl`` lost (``note`` says why); it never arrives. A tracing network keeps the
+        time in ``lost_at`` (by ledger seq)."""
         row = envl.row
         row[STATUS] = "lost"
         row[NOTE] = note
         self.active_at = self.queue.now
+        if self.tracing:
+            self.lost_at[row[SEQ]] = self.queue.now
 
     def _deliver_checked(self, envl: Envelope, dst: Node) -> None:
         """``deliver`` for a link model of the user's own: refuses a copy already delivered or

@@ -14,8 +14,11 @@ Process model. ``fork`` (Linux, POSIX): a child inherits the built actors, their
 (data slices, configs) and the node table without pickling anything, and copy-on-write keeps
 the data shared. Children are forked before the parent starts any event loop or thread of its
 own; each child starts a fresh loop. A child asks the kernel to kill it if the parent dies
-(``PR_SET_PDEATHSIG``, where available) and exits when its control connection closes; it
-leaves through ``os._exit`` (no atexit handlers, no inherited buffers flushed twice).
+(``PR_SET_PDEATHSIG``, where available) and exits when its control connection closes, or when
+it is refused at start-up (the parent stopped listening: it is ending the run, after a Ctrl-C or
+a failure it reports itself), quietly, with status 3 (a control port it cannot reach otherwise:
+one line saying so); it leaves through ``os._exit`` (no atexit handlers, no inherited buffers
+flushed twice).
 
 Rendezvous. The parent listens on 127.0.0.1 (an ephemeral port) for control connections. Each
 child binds its own data listener (``host``, ephemeral port), connects to the parent and says
@@ -373,13 +376,7 @@ class TcpNetwork(Network):
                 if pid == 0:  # the child: never returns
                     code = 70
                     try:
-                        listener.close()
-                        code = _Worker(self, p, port, token, parent).main()
-                    except BaseException:  # noqa: BLE001 - report anything, then leave
-                        try:
-                            traceback.print_exc()
-                        except BaseException:  # noqa: BLE001
-                            pass
+                        code = _worker_process(self, p, port, token, parent, listener)
                     finally:
                         os._exit(code)
                 started.append(pid)
@@ -498,6 +495,25 @@ class TcpNetwork(Network):
         """``process p (pid N; hosting a, b, ...)``, for error messages."""
         pid = self.pids[p] if p < len(self.pids) else None
         return f"process {p} ({'' if pid is None else f'pid {pid}; '}hosting {_names(self.groups[p])})"
+
+
+def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: int, listener: socket.socket) -> int:
+    """What forked child ``p`` runs: worker ``p`` against the control port ``port``; returns its
+    exit status (0 after a run, 3 when it left because the run was aborted or the launching
+    process went away, 70 after an error of its own, whose traceback it prints)."""
+    try:
+        listener.close()
+        return _Worker(net, p, port, token, parent).main()
+    except KeyboardInterrupt:
+        # a Ctrl-C that reached this process (the terminal signals the whole process group)
+        # before it ignored SIGINT: the launching process got it too and ends the run
+        return 3
+    except BaseException:  # noqa: BLE001 - report anything, then leave
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+        return 70
 
 
 def _run_bounded(coro, teardown: float = 2.0) -> Any:
@@ -733,8 +749,20 @@ class _Worker:
         sock.bind(addr)
         server = await asyncio.start_server(self._inbound, sock=sock, limit=_READ_LIMIT)
         host, port = sock.getsockname()[:2]
-        reader, self.ctl = await asyncio.wait_for(
-            asyncio.open_connection("127.0.0.1", self.ctl_port, limit=_READ_LIMIT), net.start_timeout)
+        try:
+            reader, self.ctl = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", self.ctl_port, limit=_READ_LIMIT), net.start_timeout)
+        except (ConnectionRefusedError, ConnectionResetError):
+            # the launching process stopped listening before this process reached it: it is
+            # ending the run (a Ctrl-C at start-up, or a failure of its own, which it reports);
+            # a traceback here said nothing the user could act on
+            server.close()
+            return 3
+        except (OSError, TimeoutError) as exc:  # (it listens, but cannot be reached): one line
+            server.close()
+            sys.stderr.write(f"fedsim: {net.describe_process(self.proc)} cannot reach the launching process at "
+                             f"127.0.0.1:{self.ctl_port} ({type(exc).__name__}: {exc}); it leaves\n")
+            return 3
         self._send_ctl({"op": "hello", "proc": self.proc, "token": self.token, "pid": os.getpid(), "host": host,
                         "port": port})
         ctl_task = self.loop.create_task(self._control(reader))

@@ -193,13 +193,19 @@ def _ms(t: float) -> str:
 
 
 def mermaid(net: SimNetwork) -> str:
-    """A Mermaid ``sequenceDiagram`` with one arrow per ledger row, in ledger order."""
+    """A Mermaid ``sequenceDiagram`` with one arrow per ledger row, in ledger order.
+
+    Participants get the aliases ``N0``, ``N1``, ... with the node's id and role as their label;
+    every name, role, kind and note is written as it is, its characters that Mermaid would read
+    as syntax (``;`` ``#`` ``:`` ``%`` ``&`` ``<`` ``>``, and those of Mermaid's own entity
+    placeholders) as Mermaid entity codes (``#59;`` for ``;``, ``#35;`` for ``#``, ``#58;`` for
+    ``:``), which the diagram shows as the character; control characters escaped, as ``\\n``."""
     names = _participants(net)
     alias = {n: _alias(i) for i, n in enumerate(names)}
     roles = net.ledger.roles
     lines = ["sequenceDiagram"]
     for n in names:
-        label = _mermaid_label(f"{n} ({roles.get(n, '?')})")
+        label = _mermaid_text(f"{n} ({roles.get(n, '?')})")
         lines.append(f"    participant {alias[n]} as {label}")
     last_round = None
     for r in net.ledger.records():
@@ -224,19 +230,22 @@ def mermaid(net: SimNetwork) -> str:
         text = f"{r['kind']}{tag} {r['bytes']} B, sent {_ms(r['send_time'])}, {fate}"
         lines.append(f"    {src}{arrow}{dst}: {_mermaid_text(text)}")
         if r["anonymous"]:
-            lines.append(f"    Note right of {dst}: sender hidden from {r['dst']}")
+            hidden = _mermaid_text(f"sender hidden from {r['dst']}")
+            lines.append(f"    Note right of {dst}: {hidden}")
     return "\n".join(lines) + "\n"
 
 
+# Mermaid reads ';' as a statement's end, '#' as a comment's start (and '#...;' as an entity
+# code), '%%' as a comment or directive, ':' after a label's start as the wrap: / nowrap:
+# directive, '&', '<', '>' as HTML in a label, and replaces its entity codes by the
+# placeholders 'ﬂ°°' / 'ﬂ°' ... '¶ß' before it parses: each is written as an entity code, which
+# Mermaid turns back into the character when it draws the text
+_MERMAID_ESCAPES = {ord(c): f"#{ord(c)};" for c in ";#:%&<>ﬂ°¶ß"}
+
+
 def _mermaid_text(s: str) -> str:
-    # characters with meaning in Mermaid message text
-    return _mermaid_label(s).replace(":", " ")
-
-
-def _mermaid_label(s: str) -> str:
-    # what ends a Mermaid statement (a line end, ';') or starts an entity code ('#'), in any text
-    # of the diagram: a role or kind is any str
-    return " ".join(s.splitlines()).replace(";", ",").replace("#", "no.")
+    # any text of the diagram (a node id, role, kind or note is any str), on one line
+    return _one_line(s).translate(_MERMAID_ESCAPES)
 
 
 def _one_line(s: str) -> str:
@@ -246,10 +255,16 @@ def _one_line(s: str) -> str:
 
 
 def step_log(net: SimNetwork) -> str:
-    """Every send, arrival, computation and actor log line, in simulated-time order, one a line
-    (control characters in a kind or a text shown escaped, as ``\\n``)."""
-    # at equal times: arrivals (of messages sent earlier), then computations, then sends, then
-    # arrivals of messages sent at that very instant (zero-delay links)
+    """Every send, arrival, loss, computation and actor log line, in simulated-time order, one a
+    line (control characters in a kind or a text shown escaped, as ``\\n``). A lost message's
+    line is at the time it was lost and says why and when it was sent: the time the link model
+    called ``net.lose`` (kept by a network that traces, ``SimNetwork.lost_at``), but not before
+    its last byte left the sender (``tx_end``): a link loss when its transmission ended under
+    every link model (``fifo`` draws it at the send, but the copy holds the sender's port until
+    then), a dropout's loss when the link went down or the copy reached the offline node."""
+    lost_at = getattr(net, "lost_at", {})
+    # at equal times: arrivals and losses (of messages sent earlier), then computations, then
+    # sends, then arrivals and losses of messages sent at that very instant
     events: list[tuple[float, int, str]] = []
     for r in net.ledger.records():
         anon = " anonymously" if r["anonymous"] else ""
@@ -260,7 +275,17 @@ def step_log(net: SimNetwork) -> str:
                            f"{'(anonymous)' if r['anonymous'] else r['src']}"
                            f"{'' if r['read'] else ' (never read)'}"))
         elif r["status"] == "lost":
-            events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is lost ({r['note']})"))
+            what = f"{r['kind']} from {r['src']} to {r['dst']} (sent at {_ms(r['send_time'])})"
+            t = lost_at.get(r["seq"])
+            if t is None:  # (a network that did not trace: only the send time is known)
+                events.append((r["send_time"], 3, f"{what} is lost ({r['note']}; when not recorded: the "
+                                                  "network did not trace)"))
+            else:
+                # not before its last byte left: fifo draws a link loss at the send, but the copy
+                # holds the sender's port until tx_end all the same (as the timeline shows)
+                if r["tx_end"] > t:
+                    t = r["tx_end"]
+                events.append((t, 0 if t > r["send_time"] else 3, f"{what} is lost ({r['note']})"))
         else:  # the run ended (a deadline, until) before it arrived: neither delivered nor lost
             events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is still in flight "
                                                "when the run ends"))
