@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedsim.data import generate
-from fedsim.experiment import UsageError
+from fedsim.experiment import UsageError, run_scenario
 from fedsim.math.hitmask import per_user_metrics
 from fedsim.math.stats import paired_t_test
 from fedsim.studies.fpl import (
@@ -203,3 +203,40 @@ def test_the_ic_gini_verdict_says_a_diverged_choice_is_not_compared(monkeypatch)
     assert gini["evidence"].endswith("; 1 of the 6 chosen models diverged (no G@10)")
     ic = rows["IC@10 of sFPL+ above sFPL (more local computation)"]
     assert ic["verdict"] != "not compared (a chosen model diverged)" and "seed-paired t-test" in ic["evidence"]
+
+
+def test_fpl_and_fcf_study_runs_refuse_a_network_that_loses_messages():
+    """run_fpl and run_fcf set no deadline and read every client's final p_u. On a network where
+    every client dropped out after its last upload (its stop lost), run_fpl returned a complete
+    looking record: P@10 of a model whose user factors were all zeros (a bias-only ranking), 0 visits,
+    and the next epoch continued from p_u = 0, with nothing saying a client was lost; a loss was a
+    DeadlockError (no deadline). Both now refuse such a network before running."""
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.fpl import network_faults, run_fcf, run_fpl
+
+    sp = small_split()
+    # wan: every client's last update leaves by t = 1.22 s, the server's stop arrives after 1.24 s
+    late = NetSpec(profile="wan", dropout=1.0, window=(1.23, 1.23))
+    assert network_faults(late) == "dropout 1"
+    assert network_faults(NetSpec(profile="wan")) is None
+    with pytest.raises(ValueError, match=r"run_fpl runs with no deadline .* \(dropout 1\) .*zeroed"):
+        run_fpl(sp, "pFPL", 0.5, 2, d=3, profile=late)
+    with pytest.raises(ValueError, match=r"engine='twin' does not model message loss or dropouts \(loss 0.1\)"):
+        run_fpl(sp, "pFPL", 0.5, 1, d=3, profile=NetSpec(loss=0.1), engine="twin")
+    with pytest.raises(ValueError, match=r"run_fcf runs with no deadline .* \(loss 0.1, dropout 0.5\)"):
+        run_fcf(sp, 2, d=3, profile=NetSpec(loss=0.1, dropout=0.5))
+    # without faults nothing changes
+    rec = run_fpl(sp, "pFPL", 0.5, 1, d=3, profile="wan")
+    assert rec.curve[0]["visits"] > 0 and rec.curve[0]["cce_ledger"] == rec.curve[0]["cce_exact"]
+
+
+@pytest.mark.parametrize("name", ["fpl_tcc", "fpl_table2", "fpl_pi", "fpl_fig3"])
+def test_fpl_scenarios_refuse_faults_up_front(name, tmp_path):
+    # the actors' runs ended in a DeadlockError advising a --set deadline these scenarios do not have
+    from fedsim.kernel import NetSpec
+
+    with pytest.raises(UsageError) as exc:
+        run_scenario(name, data="ml100k-like", out=tmp_path / "o", net=NetSpec(loss=0.05), quiet=True)
+    assert str(exc.value) == ("the FPL scenarios run FPL and FCF with no deadline on a network that loses no "
+                              "message; this one does (loss 0.05): measure faults with `fedsim run fault_study`")
+    assert list(tmp_path.iterdir()) == []

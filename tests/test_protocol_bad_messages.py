@@ -216,3 +216,47 @@ def test_the_demo_server_checks_what_its_clients_send(payload, why):
 ])
 def test_a_malformed_autoencoder_eval_reply_is_an_error_naming_its_sender(protocol, payload, why):
     assert why in _run_with_one_replaced(protocol, {"fraction": 1.0}, "eval", payload)
+
+
+def _run_rewritten(protocol: str, kind: str, rewrite, change: dict | None = None) -> str:
+    """Run ``protocol``'s tiny preset with client 1's ``kind`` messages rewritten by
+    ``rewrite(payload)``; the server must stop with a BadMessageError naming it. Returns its text."""
+    from fedsim.protocols import fcf, fpl
+
+    spec = REGISTRY[protocol]
+    data, cfg = spec.tiny(4, 2, 0)
+    if change:
+        cfg = cfg.replace(**change)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    rewrite_sends(net, [bad], {"fpl": fpl, "fcf": fcf}[protocol].client,
+                  lambda k, p: rewrite(p) if k == kind else p)
+    err, cause = run_to_bad_message(net)
+    assert cause.sender == bad and cause.kind == kind and cause.round == 0 and err.node == "server"
+    return str(cause)
+
+
+@pytest.mark.parametrize("rows, why", [
+    (lambda r: r.tolist(), "rows must be a float array, got list"),  # a bare TypeError: list * float32
+    (lambda r: [["x"] * r.shape[1]] * r.shape[0], "rows must be a float array, got list"),
+    (lambda r: r.astype(np.int32), "rows must be a float array, got int32"),  # (a real client sends floats)
+    (lambda r: r != 0, "rows must be a float array, got bool"),
+])
+def test_fpl_refuses_update_rows_that_are_not_a_float_array(rows, why):
+    # rows as a list (of numbers or not) stopped the server with a bare TypeError of its sum
+    text = _run_rewritten("fpl", "update", lambda p: {"items": p["items"], "rows": rows(p["rows"])})
+    assert why in text
+
+
+@pytest.mark.parametrize("grad, why", [
+    (lambda g: [["x"] * g.shape[1]] * g.shape[0], "grad must be a float array of shape (40, 4), got list"),
+    (lambda g: [[None] * g.shape[1]] * g.shape[0], "grad must be a float array of shape (40, 4), got list"),
+    (lambda g: g.tolist(), "grad must be a float array of shape (40, 4), got list"),
+    (lambda g: g != 0, "grad must be a float array of shape (40, 4), got bool of shape (40, 4)"),
+    (lambda g: g[:1], "grad must be a float array of shape (40, 4), got float32 of shape (1, 4)"),
+])
+def test_fcf_refuses_a_gradient_that_is_not_a_float_array_of_the_model_shape(grad, why):
+    # strings or None were a bare UFuncTypeError of the server's sum; a bool array was summed as 0/1
+    text = _run_rewritten("fcf", "gradients", lambda p: {"grad": grad(p["grad"])})
+    assert why in text

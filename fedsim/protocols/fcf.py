@@ -113,8 +113,12 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
         G = np.zeros(Q.shape, dtype=np.float64)
         for msg in got:  # node-id order
             grad = msg.payload.get("grad") if isinstance(msg.payload, dict) else None
-            if np.shape(grad) != G.shape:  # (a (1, d) block would be broadcast over every item)
-                raise BadMessageError(msg, f"grad must have shape {G.shape}, got {np.shape(grad)}")
+            # a (1, d) block would be broadcast over every item; a list of strings or None was a bare
+            # UFuncTypeError of the sum, and a bool array was summed as 0s and 1s
+            if type(grad) is not np.ndarray or grad.dtype.kind != "f" or grad.shape != G.shape:
+                got = (f"{grad.dtype} of shape {grad.shape}" if isinstance(grad, np.ndarray)
+                       else type(grad).__name__)
+                raise BadMessageError(msg, f"grad must be a float array of shape {G.shape}, got {got}")
             G += grad
         # the sum (or, with ``average``, the mean) over the clients that answered
         fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)

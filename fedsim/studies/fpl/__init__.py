@@ -43,8 +43,8 @@ from .analysis import ALPHA, Comparison, compare, compare_users, fig2_rows, seed
 from .cache import run_cached
 from .data import EVAL_VERSION, Evaluator, ImplicitSplit, LoaderFilterError, loader_min_interactions, prepare
 from .runs import (
-    RunRecord, best_epoch, candidate_epochs, epoch_seed, flatten_metrics, ledger_tcc, mean_cce, run_bpr, run_fcf,
-    run_fpl, run_random, run_toppop,
+    RunRecord, best_epoch, candidate_epochs, epoch_seed, flatten_metrics, ledger_tcc, mean_cce, network_faults,
+    run_bpr, run_fcf, run_fpl, run_random, run_toppop,
 )
 from .scenario import (
     CATEGORY_ABBREVIATIONS, FPL_SETTINGS, PAPER_BEST_PI, PAPER_COUNTRIES, PAPER_TABLE2, PAPER_TABLE3, PAPER_TABLE4_BRAZIL,
@@ -60,7 +60,7 @@ __all__ = [
     "SETTINGS", "Choice", "Comparison", "Evaluator", "ImplicitSplit", "LoaderFilterError", "RunRecord", "Settings",
     "Study", "StudyOptions", "best_epoch", "candidate_epochs", "category_labels", "choices_summary", "compare",
     "compare_users", "deviations", "epoch_seed", "fig2_rows", "flatten_metrics", "fpl_scenario_params", "ledger_tcc",
-    "loader_min_interactions", "mean_cce", "note_settings", "prepare", "run_bpr", "run_cached", "run_fcf",
+    "loader_min_interactions", "mean_cce", "network_faults", "note_settings", "prepare", "run_bpr", "run_cached", "run_fcf",
     "run_fpl", "run_random", "run_study", "run_toppop", "scenario_params", "scenario_split", "scenario_study",
     "seed_stats", "settings_from", "settings_params", "source_bias", "user_values", "verdicts",
 ]

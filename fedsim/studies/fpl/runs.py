@@ -23,7 +23,8 @@ from ...seeding import node_rng, seed_sequence
 from .data import ImplicitSplit
 
 __all__ = [
-    "RunRecord", "best_epoch", "candidate_epochs", "flatten_metrics", "epoch_seed", "ledger_tcc", "mean_cce", "run_bpr", "run_fcf", "run_fpl",
+    "RunRecord", "best_epoch", "candidate_epochs", "flatten_metrics", "epoch_seed", "ledger_tcc", "mean_cce",
+    "network_faults", "run_bpr", "run_fcf", "run_fpl",
     "run_random", "run_toppop",
 ]
 
@@ -94,6 +95,30 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return (int(w[0]) << 31) ^ int(w[1])
 
 
+def network_faults(profile: str | NetSpec) -> str | None:
+    """What in network ``profile`` can lose a message (``Faults``: loss or dropout; a profile whose
+    node specs lose or drop out), in words, or None. FPL and FCF runs here set no deadline, so a
+    lost upload is waited for for ever, and a client that drops out after its last upload (its
+    ``stop`` lost) leaves a run that completes with that client's p_u zeroed: evaluated as a
+    bias-only ranking and continued from zero in the next epoch, with nothing in the record to say
+    so. Both runs refuse such a network (``fedsim.studies.faults`` measures faults)."""
+    spec = NetSpec.of(profile)
+    prof = get_profile(spec.profile)
+    what = [f"{k} {getattr(spec, k):g}" for k in ("loss", "dropout") if getattr(spec, k)]
+    what += [f"profile {spec.profile!r}'s {role}s {how}" for role, n in (("server", prof.server), ("client", prof.client))
+             for how in ((f"lose {n.loss:g}",) if n.loss > 0 else ()) + (("drop out",) if n.offline_at is not None else ())]
+    return ", ".join(what) or None
+
+
+def _refuse_faults(profile: str | NetSpec, what: str) -> None:
+    why = network_faults(profile)
+    if why is not None:
+        raise ValueError(f"{what} runs with no deadline and reads every client's final state: a network that loses "
+                         f"messages ({why}) would stop it in a deadlock or leave a dropped-out client's user factor "
+                         "zeroed without a word; measure faults with scenarios/fault_study.py "
+                         "(fedsim.studies.faults), whose servers have a deadline")
+
+
 def _ledger_epoch(net, kinds: tuple[str, ...]) -> dict[str, float]:
     """One network's training traffic from its ledger: units (vectors) both ways, down (sent by
     the server) and up, wire and array bytes, messages."""
@@ -133,7 +158,9 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     no local item updates, per-triple user steps, and a profile without loss or dropouts, which
     the twin does not model); curve entries only at the evaluated epochs, with the clients'
     counts (``visits``, ``positives_sent``, ``cce_exact``) and the closed forms but no ledger
-    figures: there are no messages. ``start`` and ``checkpoint`` are for the actors only."""
+    figures: there are no messages. ``start`` and ``checkpoint`` are for the actors only. Either
+    engine refuses (``ValueError``) a network that can lose a message (:func:`network_faults`):
+    the actors' servers here have no deadline."""
     if preset not in PRESET_NAMES:
         raise ValueError(f"unknown preset {preset!r}")
     if engine == "twin":
@@ -146,6 +173,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
                              definition=definition, eval_every=eval_every, on_epoch=on_epoch)
     if engine != "actors":
         raise ValueError(f"engine must be 'actors' or 'twin', got {engine!r}")
+    _refuse_faults(profile, "run_fpl")
     every = max(1, int(eval_every))
     nu, ni = split.n_users, split.n_items
     exact = fpl_preset(preset, nu, split.x_plus, definition)
@@ -217,11 +245,10 @@ def _run_fpl_twin(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, 
     """``run_fpl(..., engine="twin")``: epoch e draws from the streams the actors of epoch e's
     network would get (``node_rng(epoch_seed(seed, e), node id)``)."""
     spec = NetSpec.of(profile)
-    prof = get_profile(spec.profile)
-    lossy = any(n.loss > 0 or n.offline_at is not None for n in (prof.server, prof.client))
-    if spec.faults is not None or lossy:
-        raise ValueError(f"engine='twin' does not model message loss or dropouts (profile {spec.profile!r}); "
-                         "use engine='actors'")
+    why = network_faults(spec)
+    if why is not None:
+        raise ValueError(f"engine='twin' does not model message loss or dropouts ({why}), and the actors' runs here "
+                         "have no deadline: measure faults with scenarios/fault_study.py")
     nu, ni = split.n_users, split.n_items
     exact = fpl_preset(preset, nu, split.x_plus, definition)
     sched = exact.schedule(rounding)
@@ -286,7 +313,9 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
     """Train FCF for ``rounds`` rounds of all clients (one "epoch" = one round: every client
     processes all its data), in networks of ``eval_every`` rounds, evaluating ``P @ Q_sent.T``
     after each. Curve entries carry the ledger's figures per round (averaged over the chunk):
-    ``bytes_per_client_round`` and ``raw_bytes_per_client_round`` (payload arrays only)."""
+    ``bytes_per_client_round`` and ``raw_bytes_per_client_round`` (payload arrays only). Refuses
+    (``ValueError``) a network that can lose a message (:func:`network_faults`): no deadline here."""
+    _refuse_faults(profile, "run_fcf")
     nu, ni = split.n_users, split.n_items
     state = None
     curve = []
