@@ -381,7 +381,12 @@ class FPLJob:
         params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
         metrics = []
         if self.test is not None and diverged_at is None:
-            top = _top10(P, theta, d, self.train, self.test)
+            # a client that dropped out took its p_u with it: it is left out of the evaluation (its
+            # zero row would rank by item bias alone, a popularity list counted as FPL's), as
+            # FedRec's error is over the clients present; the row says over how many users
+            lost = set(gone)
+            present = np.array([name not in lost for name in self.clients], dtype=bool)
+            top = _top10(P, theta, d, self.train, self.test, present)
             if top is None:  # finite parameters whose scores overflow: no ranking to measure
                 diverged_at = done
             else:
@@ -392,16 +397,20 @@ class FPLJob:
                             "lost_clients": gone, "diverged_at": diverged_at}, state=state)
 
 
-def _top10(P, theta, d, train, test) -> dict | None:
+def _top10(P, theta, d, train, test, present=None) -> dict | None:
     """Precision and recall at 10 on ``test``, ranking, for each user, the items of the training
     catalogue (items some user has a training interaction with) that she has none with. An item
     seen only in test keeps its random initial parameters: never ranked (docs/fpl.md, as the
-    studies' evaluator). None if a score is not finite (a diverged model has no ranking)."""
+    studies' evaluator). None if a score is not finite (a diverged model has no ranking).
+    ``present``: a mask of the users evaluated (None: all); ``users`` is how many of them have
+    test items (those the means are over), ``lost`` how many users with test items were left out."""
     from ..math.bpr import bpr_scores
     from ..math.metrics import precision_at, recall_at, top_n
 
     with np.errstate(over="ignore", invalid="ignore"):
         scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
+    if present is not None:
+        scores = np.where(present[:, None], scores, 0.0)  # (a lost user's row is not ranked below)
     if not np.isfinite(scores).all():
         return None
     cat = np.unique(np.asarray(train.items, dtype=np.int64))
@@ -411,7 +420,14 @@ def _top10(P, theta, d, train, test) -> dict | None:
     at = top_n(scores[:, cat], mine, 10)
     recs = np.where(at >= 0, cat[np.maximum(at, 0)], -1)
     truth = test.by_user()
-    return {"p@10": float(precision_at(recs, truth, 10)), "r@10": float(recall_at(recs, truth, 10))}
+    has_test = np.diff(np.asarray(truth.indptr)) > 0
+    keep = has_test if present is None else has_test & present
+    if not keep.any():
+        p10 = r10 = float("nan")
+    else:
+        p10 = float(precision_at(recs, truth, 10, per_user=True)[keep].mean())
+        r10 = float(recall_at(recs, truth, 10, per_user=True)[keep].mean())
+    return {"p@10": p10, "r@10": r10, "users": int(keep.sum()), "lost": int((has_test & ~keep).sum())}
 
 
 def user_item_lists(data) -> list[np.ndarray]:
