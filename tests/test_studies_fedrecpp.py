@@ -3,6 +3,7 @@
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedsim.data import generate
@@ -152,3 +153,70 @@ def test_table2_without_faults_reports_complete_runs(tmp_path):
     assert [(r["incomplete_runs"], r["left_out_clients"], r["lost_clients"]) for r in rows] == [("0", "0", "0")] * 2
     assert not (tmp_path / "o" / "incomplete.csv").exists()
     assert "run(s) incomplete" not in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_per_iteration_costs_of_a_diverged_run_divide_by_the_iterations_it_ran():
+    """A run that diverges stops after iteration diverged_at (1-based): role_costs and the model
+    download per client divided by cfg.T, so its per-iteration figures came out T / diverged_at
+    times too low. Checked against a hand count of the ledger's rows."""
+    from fedsim.kernel import NetSpec
+    from fedsim.protocols import fedrecpp
+    from fedsim.studies.fedrecpp import (NOT_COUNTED, download_per_client, download_units_per_client,
+                                         iterations_run, role_costs)
+
+    f = _fold()
+    cfg = FedRecPPConfig(d=4, T=8, rho=1.0, eta=2, lr=1e6)  # diverges on tiny data
+    net = NetSpec().build(0)  # run_pp's network for ("ideal", seed 0)
+    with np.errstate(all="ignore"):
+        res = fedrecpp.SPEC.build(net, f.train_ratings(), cfg).collect(net.run())
+    div = res.info["diverged_at"]
+    assert div == 3 < cfg.T
+    cols = net.ledger.columns()
+    rounds = sorted({int(r) for r in cols["round"] if r >= 0})
+    assert rounds == [0, 1, 2] and iterations_run(net) == div
+    # hand count: per client, the floats it sent plus those delivered to it, model/assign/stop left out
+    roles = net.ledger.roles
+    floats = {name: 0.0 for name, role in roles.items() if role != "server"}
+    model_floats = model_bytes = 0.0
+    for i in range(len(cols["seq"])):
+        kind, src, dst = cols["kind"][i], cols["src"][i], cols["dst"][i]
+        if kind == "model":
+            model_floats += float(cols["floats"][i])
+            model_bytes += float(cols["bytes"][i])
+        if cols["round"][i] < 0 or kind in NOT_COUNTED:
+            continue
+        if src in floats:
+            floats[src] += float(cols["floats"][i])
+        if dst in floats and cols["status"][i] == "delivered":
+            floats[dst] += float(cols["floats"][i])
+    members = {"denoiser": [c for c in floats if roles[c] == "denoiser"],
+               "ordinary": [c for c in floats if roles[c] == "ordinary"], "client": list(floats)}
+    costs = role_costs(net, cfg)
+    for row in costs:
+        mine = members[row["role"]]
+        assert row["nodes"] == len(mine)
+        assert row["units_per_iteration"] == pytest.approx(sum(floats[c] for c in mine) / cfg.d / div / len(mine),
+                                                           rel=1e-12)
+    # every client got V (m x d floats) in each of the 3 iterations run: m units per iteration
+    assert download_units_per_client(net, cfg) == model_floats / cfg.d / div / 30 == f.n_items == 60
+    assert download_per_client(net, cfg) == pytest.approx(model_bytes / div / 30, rel=1e-12)
+    with np.errstate(all="ignore"):
+        o = run_pp((f, cfg, 0, "ideal", True))
+    assert o.iterations == div and o.diverged_at == div
+    assert o.costs == costs and o.download_units == 60
+
+
+def test_table3_says_which_draws_diverged(tmp_path):
+    with np.errstate(all="ignore"):
+        run_scenario(str(SCENARIOS / "fedrecpp_table3.py"), data="tiny", out=tmp_path / "t3", seed=1, quiet=True,
+                     overrides={"folds": 2, "iterations": 6, "draws": 1, "timing_iterations": 1, "etas": ["1"],
+                                "workers": 1, "lr": 1e6})
+    draws = _rows(tmp_path / "t3" / "comm_cost_draws.csv")
+    its = {r["iterations"] for r in draws}
+    assert len(its) == 1 and int(its.pop()) < 6 and {r["diverged_at"] for r in draws} != {""}
+    rows = _rows(tmp_path / "t3" / "comm_cost.csv")
+    assert [r["diverged_draws"] for r in rows] == ["1"] * len(rows)
+    dl = next(r for r in rows if r["role"].startswith("download_V"))
+    assert float(dl["units_per_iteration"]) == generate("tiny", seed=0).n_items  # per iteration run, not per T
+    report = (tmp_path / "t3" / "report.md").read_text()
+    assert "run(s) diverged**" in report and "eta=1 cost draw 0 at iteration" in report

@@ -49,7 +49,7 @@ class PPOutcome:
     # the evaluated model)
     missing: list = field(default_factory=list)
     lost_clients: list = field(default_factory=list)
-    iterations: int | None = None  # iterations the server ran (cfg.T unless it diverged, then fewer)
+    iterations: int | None = None  # iterations the server ran (iterations_run: cfg.T unless it diverged)
 
     @property
     def incomplete(self) -> bool:
@@ -70,7 +70,8 @@ def run_pp(task: tuple) -> PPOutcome:
     mae, rmse, div = evaluate_fold(model, fold)
     label = f"fold{fold.index + 1}-eta{cfg.eta}-rho{cfg.rho:g}-c{cfg.c}-s{seed}"
     out = PPOutcome(fold.index, cfg, mae, rmse, div, wall, record=network_record(net, rest[0] if rest else None, label),
-                    missing=list(result.info["missing"]), lost_clients=list(result.info["lost_clients"]))
+                    missing=list(result.info["missing"]), lost_clients=list(result.info["lost_clients"]),
+                    iterations=iterations_run(net))
     out.initial_mae, out.initial_rmse = initial_metrics(fold, cfg, seed)
     if with_costs:
         out.costs = role_costs(net, cfg)
@@ -118,11 +119,25 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
     return rows
 
 
+def iterations_run(net: SimNetwork) -> int:
+    """The iterations the server ran, from the ledger: its rounds >= 0 that have messages (every
+    iteration sends the model). ``cfg.T`` unless the run diverged: the server stops after
+    iteration ``diverged_at`` (1-based), so a diverged run has ``diverged_at`` of them. What
+    per-iteration figures divide by (dividing by T made a diverged run's too low)."""
+    return sum(1 for r in net.ledger.rounds() if r >= 0)
+
+
+def _per_iteration(total: float, iterations: int, k: int = 1) -> float:
+    return total / iterations / k if iterations and k else (float("nan") if k else 0.0)
+
+
 def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
-    """Table 3 from the ledger: per role, the mean over iterations and over the clients of that
-    role of what a client sent plus what it received, excluding the model download (and set-up
-    and stop messages). Units are latent vectors (floats / d)."""
-    T = cfg.T
+    """Table 3 from the ledger: per role, the mean over the iterations run
+    (:func:`iterations_run`: fewer than ``cfg.T`` when the run diverged) and over the clients of
+    that role of what a client sent plus what it received, excluding the model download (and
+    set-up and stop messages). Units are latent vectors (floats / d); a role without clients: 0,
+    a run of no iteration: NaN."""
+    iters = iterations_run(net)
     counted = net.ledger.select(exclude_kinds=NOT_COUNTED, min_round=0)
     sent = counted.group("src")
     received = counted.select(fate="delivered").group("dst")
@@ -139,24 +154,26 @@ def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
         k = len(members)
         out.append({
             "role": role, "nodes": k,
-            "units_per_iteration": sum(floats[c] for c in members) / cfg.d / T / k if k else 0.0,
-            "bytes_per_iteration": sum(nbytes[c] for c in members) / T / k if k else 0.0,
+            "units_per_iteration": _per_iteration(sum(floats[c] for c in members) / cfg.d, iters, k),
+            "bytes_per_iteration": _per_iteration(sum(nbytes[c] for c in members), iters, k),
         })
     return out
 
 
 def download_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
-    """Mean bytes of the model download per client and iteration, from the ledger."""
+    """Mean bytes of the model download per client and iteration run (:func:`iterations_run`),
+    from the ledger."""
     n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
-    return float(net.ledger.select(kind="model").totals().wire_bytes) / cfg.T / n_clients
+    return _per_iteration(float(net.ledger.select(kind="model").totals().wire_bytes), iterations_run(net), n_clients)
 
 
 def download_units_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
     """Mean latent vectors (payload floats / d, from the ledger) of the model download per client
-    and iteration: what Table 3's units are, without the encoding's and the network's framing
-    bytes that ``download_per_client`` counts (and for any dtype)."""
+    and iteration run (:func:`iterations_run`): what Table 3's units are, without the encoding's
+    and the network's framing bytes that ``download_per_client`` counts (and for any dtype)."""
     n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
-    return float(net.ledger.select(kind="model").totals().floats) / cfg.d / cfg.T / n_clients
+    return _per_iteration(float(net.ledger.select(kind="model").totals().floats) / cfg.d, iterations_run(net),
+                          n_clients)
 
 
 def mean_round_duration(net: SimNetwork) -> float:
