@@ -16,7 +16,9 @@ phase 2, COLLECTING
     denoiser -> server            ``denoised``  {items, sums, counts}  (Eq. 9 and |U'_i^d|)
                                   only once it holds all ``expected`` noise messages of round t
                                   (not of a later round: those are kept for their own round)
-    the server removes the noise (Eq. 5), recovers |U_i| and updates V (Eq. 6).
+    the server removes the noise (Eq. 5), recovers |U_i| and updates V (Eq. 6), each count
+    checked first: in [-1 (0 without count_own, or when the denoiser did not train this
+    round), the number of the group's uploads that name the item] (``denoise.check_noise_counts``).
 end
     server -> every client        ``stop``
 
@@ -248,6 +250,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         G = np.zeros((m, d), dtype=dt)
         C = np.zeros(m, dtype=np.int64)
         rows = 0
+        named: dict[str, list] = {}  # per denoiser, the item ids of its group's uploads (its counts' bounds)
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
             for msg in uploads:  # node-id order (Eq. 4 and |U_i u U'_i|)
                 try:
@@ -256,11 +259,18 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
                 except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise BadMessageError(msg, exc) from exc
                 rows += items.shape[0]
+                if denoisers:
+                    named.setdefault(assignment[msg.sender], []).append(items)
             if denoisers:
+                trains = set(part)  # a denoiser's own gradients (and count corrections) are in its sum
                 for msg in sums:  # Eq. 5 and the count recovery, node-id order
                     try:
                         items = msg.payload["items"]
-                        remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
+                        # each count in [-1 (its own rating) or 0, the group's uploads naming the item]
+                        group = named.get(msg.sender, [])
+                        bound = np.sort(np.concatenate(group).astype(np.int64)) if group else np.empty(0, np.int64)
+                        low = -1 if cfg.count_own and msg.sender in trains else 0
+                        remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"], bounds=(low, bound))
                     except (KeyError, TypeError, ValueError, IndexError) as exc:
                         raise BadMessageError(msg, exc) from exc
                     rows += items.shape[0]
