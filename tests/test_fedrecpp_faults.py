@@ -284,3 +284,28 @@ def test_float_denoised_counts_are_refused():
     # a float count was truncated into the server's int64 counts
     cause, _ = _denoised_count_run(lambda items, counts, uploads: counts + 0.5)
     assert "denoised counts must be an integer array, got float64" in str(cause)
+
+
+@pytest.mark.parametrize("bad_id", [40, 2**40])
+def test_a_bad_noise_id_before_the_denoiser_has_a_model_is_refused_by_the_denoiser(bad_id):
+    # a denoiser that had received no model (c < n: not a participant yet) checked noise ids
+    # against the int64 maximum only, summed the bad id, and the server's range check then named
+    # the denoiser: the error blamed it for its client's message
+    from conftest import rewrite_sends, run_to_bad_message
+
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(4, 1, 0)
+    assert data.n_items == 40
+    net = SimNetwork(seed=0)
+    spec.build(net, data, cfg.replace(c=2))  # seed 0: denoiser client/0001 takes no part in round 0
+
+    def rewrite(kind, p):
+        if kind == "noise":
+            items = np.asarray(p["items"]).astype(np.int64)
+            items[-1] = bad_id  # still distinct
+            p = {**p, "items": items}
+        return p
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], fedrecpp.client, rewrite)
+    err, cause = run_to_bad_message(net)
+    assert err.node == "client/0001" and cause.sender is None and cause.kind == "noise" and cause.round == 0
+    assert str(cause) == f"'noise' from an anonymous sender (round 0): IndexError: noise: item id {bad_id} outside [0, 40)"

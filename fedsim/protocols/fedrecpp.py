@@ -316,7 +316,9 @@ async def _denoiser_train(ctx, U, V, rated, r, t: int, lr: float, cfg: FedRecPPC
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig, index: int = 0,
                  n_items: int = 0) -> np.ndarray:
     """An ordinary or denoising client (the server decides). Returns its final U_u. ``index``:
-    its position among the clients, ``n_items`` the number of items (secure noise)."""
+    its position among the clients (secure noise), ``n_items`` the number of items (``build``
+    passes it: a denoiser checks noise ids against it, and secure noise's vectors have that many
+    rows; 0: unknown, then the model's once one came)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
@@ -339,7 +341,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 await ctx.receive("stop")
             return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
-    m_items: int | None = None  # the model's number of items, once a model came (a denoiser's checks)
+    # the catalogue's size, a denoiser's bound for noise ids: known from the start (a denoiser
+    # that has had no model yet, c < n, checked them against the int64 maximum only, and the
+    # server's range check then blamed it for its client's bad id)
+    m_items: int | None = n_items or None
     held: dict[int, list] = {}  # a denoiser's noise of later rounds, read while gathering an earlier one
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
@@ -348,7 +353,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             return U
         if msg.kind == "model":
             t, V = p["t"], p["V"]
-            m_items = V.shape[0]
+            m_items = m_items or V.shape[0]
             lr = decayed_lr(cfg.lr, t, cfg.decay)
             if my_denoiser is None and role == "ordinary":  # eta = 0: FedRec with HF
                 up = batch_client_step(U, V, rated, r, t=t, lr=lr, lam=cfg.lam, rng=rng, rho=cfg.rho,
@@ -406,7 +411,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if m is None:
                 break
             q = m.payload
-            m_items = q["V"].shape[0]
+            m_items = m_items or q["V"].shape[0]
             U, own = await _denoiser_train(ctx, U, q["V"], rated, r, q["t"], decayed_lr(cfg.lr, q["t"], cfg.decay),
                                            cfg, rng)
         if p.get("own", True) and (own is None or own[0] != t):
@@ -523,8 +528,8 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
     net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]
-        extra = {"index": u, "n_items": n_items} if cfg.secure_noise else {}  # the defence's inputs only
-        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **extra)
+        extra = {"index": u} if cfg.secure_noise else {}  # the defence's input only
+        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, n_items=n_items, **extra)
     return FedRecPPJob(cfg, n_users, n_items, clients, indptr, indices)
 
 
