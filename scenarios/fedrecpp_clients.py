@@ -21,7 +21,7 @@ from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.datasets import data_note, paper_dataset
 from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
-from fedsim.studies.fedrecpp import hf_setting, run_pp, run_search_task
+from fedsim.studies.fedrecpp import hf_setting, left_out, run_pp, run_search_task, warn_incomplete
 from fedsim.studies.learning import did_not_learn, warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2
 from fedsim.studies.parallel import count_done, default_workers, pmap
@@ -40,6 +40,7 @@ PARAMS = {
     "d": Param.of(FedRecPPConfig, "d"),
     "lam": Param.of(FedRecPPConfig, "lam"),
     "lr": Param.of(FedRecPPConfig, "lr"),
+    "deadline": Param.of(FedRecPPConfig, "deadline"),
     "T_predict": Param(-1, "HF: iteration to start predicting (-1: searched)", min=-1),
     "T_local": Param(-1, "HF: local training steps (-1: searched)", min=-1),
     "search_on": Param("validation", "where (T_predict, T_local) are scored: a validation split of copy 1's "
@@ -73,7 +74,7 @@ def run(ctx: RunContext) -> None:
     folds = all_folds[: ctx["use_folds"]]
     n = ratings.n_users
     workers = ctx["workers"] or default_workers()
-    base = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"])
+    base = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], deadline=ctx["deadline"])
 
     def make_cfg(key, tp, tl):
         frac, rho = key
@@ -112,8 +113,10 @@ def run(ctx: RunContext) -> None:
                      "mae_mean": s.mae_mean, "mae_std": s.mae_std, "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std,
                      "folds": len(runs), "diverged_runs": len(s.diverged),
                      "not_learned": sum(1 for o in runs if did_not_learn(o.initial_rmse, o.rmse)),
+                     **left_out(runs),
                      "paper_rmse_c_n": paper, "paper_says": PAPER_RQ2.get(frac, "Table 2 (c = n)")})
     warn_not_learned(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
+    warn_incomplete(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
     ctx.table("clients", rows, title="RMSE for participating fractions c/n and rho (Figure 2; mean +- population "
               "std over folds)")
 

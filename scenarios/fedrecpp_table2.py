@@ -23,7 +23,7 @@ from fedsim.experiment import Param, RunContext, ScenarioError, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.datasets import data_note, paper_dataset
 from fedsim.studies.fedrec import fold_stats, group_runs, make_folds
-from fedsim.studies.fedrecpp import LR_GRID, PAPER_LR, hf_setting, run_pp, run_search_task
+from fedsim.studies.fedrecpp import LR_GRID, PAPER_LR, hf_setting, left_out, run_pp, run_search_task, warn_incomplete
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2
 from fedsim.studies.parallel import count_done, default_workers, pmap
@@ -48,6 +48,7 @@ PARAMS = {
                        "part, copy 1's test part (the paper's rule), or none (the paper's values)",
                        choices=SEARCH_RULES),
     "dtype": Param.of(FedRecPPConfig, "dtype"),
+    "deadline": Param.of(FedRecPPConfig, "deadline"),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
@@ -94,7 +95,7 @@ def run(ctx: RunContext) -> None:
     data_note(ctx, ratings, paper=paper_ds)
     folds = make_folds(ratings, ctx["folds"], ctx.seed)
     workers = ctx["workers"] or default_workers()
-    base = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], dtype=ctx["dtype"])
+    base = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], dtype=ctx["dtype"], deadline=ctx["deadline"])
     lr, lam = choose_lr_lam(ctx, folds, base, workers, dataset)
 
     def make_cfg(key, tp, tl):
@@ -126,6 +127,7 @@ def run(ctx: RunContext) -> None:
                      "T_predict": runs[0].cfg.T_predict if key[1] else "", "T_local": runs[0].cfg.T_local if key[1] else "",
                      "mae_mean": s.mae_mean, "mae_std": s.mae_std,
                      "rmse_mean": s.rmse_mean, "rmse_std": s.rmse_std, "diverged_runs": len(s.diverged),
+                     **left_out(runs),
                      "paper_mae": paper[0], "paper_rmse": paper[1]})
         if s.diverged:
             ctx.note(f"**{key[0]} rho={key[1]} diverged on fold(s) {s.diverged}**; not averaged.")
@@ -133,6 +135,7 @@ def run(ctx: RunContext) -> None:
     for r in rows:
         r["rmse_minus_fedrec_rho0"] = r["rmse_mean"] - base_rmse
     warn_not_learned(ctx, [(f"{k[0]} rho={k[1]}", o) for k, o in zip(keys, outs)])
+    warn_incomplete(ctx, [(f"{k[0]} rho={k[1]}", o) for k, o in zip(keys, outs)])
     ctx.table("table2", rows, title="FedRec vs FedRec++ (mean +- population std over folds)")
 
     def draw(ax):

@@ -18,7 +18,7 @@ from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.fedrec import make_folds
 from fedsim.studies.datasets import data_note
-from fedsim.studies.fedrecpp import denoisers, hf_setting, run_pp
+from fedsim.studies.fedrecpp import denoisers, hf_setting, left_out, run_pp, warn_incomplete
 from fedsim.studies.paper_values import FEDRECPP_TABLE3_ML100K
 from fedsim.studies.parallel import count_done, default_workers, pmap
 
@@ -38,6 +38,7 @@ PARAMS = {
     "etas": Param(["0", "1", "n/4", "n/2"], "numbers of denoisers (ints or n/4, n/2)", kind="strs"),
     "lam": Param.of(FedRecPPConfig, "lam"),
     "lr": Param.of(FedRecPPConfig, "lr"),
+    "deadline": Param.of(FedRecPPConfig, "deadline"),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
 
@@ -55,7 +56,8 @@ def run(ctx: RunContext) -> None:
     tasks, labels = [], []
     for label in ctx["etas"]:
         eta = denoisers(label, n)
-        base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl)
+        base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl,
+                    deadline=ctx["deadline"])
         for k in range(draws):
             tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True, ctx.ledger_dir))
             labels.append((label, eta, "cost", k))
@@ -66,7 +68,7 @@ def run(ctx: RunContext) -> None:
     outs = pmap(run_pp, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
     for o in outs:  # what each run's network recorded (they ran in worker processes)
         ctx.record_run(o.record)
-    per_draw, timing, download, download_units = [], [], {}, {}
+    per_draw, timing, download, download_units, incomplete, diverged = [], [], {}, {}, {}, {}
     dataset = ctx.data
     for (label, eta, kind, k), o in zip(labels, outs):
         if kind == "cost":
@@ -75,12 +77,16 @@ def run(ctx: RunContext) -> None:
                     continue
                 per_draw.append({"eta": label, "eta_value": eta, "draw": k, "seed": ctx.seed + k, "role": c["role"],
                                  "nodes": c["nodes"], "units_per_iteration": c["units_per_iteration"],
-                                 "bytes_per_iteration": c["bytes_per_iteration"]})
+                                 "bytes_per_iteration": c["bytes_per_iteration"], "iterations": o.iterations,
+                                 "diverged_at": o.diverged_at if o.diverged_at is not None else "", **left_out([o])})
             download[label] = o.download_bytes
             download_units[label] = o.download_units
+            incomplete[label] = incomplete.get(label, 0) + int(o.incomplete)
+            diverged[label] = diverged.get(label, 0) + int(o.diverged_at is not None)
         else:
             timing.append({"eta": label, "eta_value": eta, "profile": "wan",
-                           "seconds_per_iteration": o.round_s})
+                           "seconds_per_iteration": o.round_s, "iterations": o.iterations,
+                           "diverged_at": o.diverged_at if o.diverged_at is not None else "", **left_out([o])})
     rows = []
     # the paper's Table 3 is at rho = 1: an ordinary client's units grow with the items it samples,
     # so another rho's figures compared with it gave a diff_pct of the setting, not of the protocol
@@ -100,18 +106,31 @@ def run(ctx: RunContext) -> None:
                          "units_min": float(units.min()), "units_max": float(units.max()),
                          "bytes_per_iteration": float(np.mean([r["bytes_per_iteration"] for r in mine])),
                          "paper_units": p if p is not None else "",
-                         "diff_pct": 100 * (units.mean() / p - 1) if p else ""})
+                         "diff_pct": 100 * (units.mean() / p - 1) if p else "",
+                         "incomplete_draws": sum(r["incomplete_runs"] for r in mine),
+                         "diverged_draws": sum(1 for r in mine if r["diverged_at"] != "")})
         rows.append({"dataset": dataset, "eta": label, "eta_value": eta, "role": "download_V (not counted)",
                      # units from the ledger's floats: wire bytes / (4 d) would count msgpack and framing
                      # bytes as vectors (1682.4 instead of ML100K's 1682 items)
                      "nodes": n, "units_per_iteration": download_units[label], "units_std_over_draws": 0.0,
                      "units_min": "", "units_max": "", "bytes_per_iteration": download[label], "paper_units": "",
-                     "diff_pct": ""})
+                     "diff_pct": "", "incomplete_draws": incomplete[label], "diverged_draws": diverged[label]})
     ctx.table("comm_cost", rows, title="Table 3: communication per iteration and client (ledger)", floatfmt=".1f")
     if not paper_rho:
         ctx.note(f"rho = {ctx['rho']:g}: the paper's Table 3 is at rho = 1, so no paper figure is printed beside ours.")
     ctx.table("comm_cost_draws", per_draw, title="Table 3, every draw", floatfmt=".1f")
     ctx.table("round_time", timing, title="Simulated duration of one iteration on the wan profile", floatfmt=".3f")
+    warn_incomplete(ctx, [(f"eta={label} {kind} draw {k}", o) for (label, eta, kind, k), o in zip(labels, outs)])
+    diverged_runs = [(f"eta={label} {kind} draw {k}", o) for (label, eta, kind, k), o in zip(labels, outs)
+                     if o.diverged_at is not None]
+    if diverged_runs:
+        # a run that diverged stops after that iteration: its per-iteration figures are over the
+        # iterations it ran (they were divided by T)
+        ctx.note(f"**WARNING: {len(diverged_runs)} run(s) diverged** (`diverged_draws`; `iterations`, `diverged_at` "
+                 "per draw): "
+                 + "; ".join(f"{name} at iteration {o.diverged_at}, {o.iterations} of {o.cfg.T} iterations run"
+                             for name, o in diverged_runs)
+                 + ". Their per-iteration figures are over the iterations they ran.")
     ctx.note(f"Figures are means over {draws} independent draws of the denoisers (seeds {ctx.seed}.."
              f"{ctx.seed + draws - 1}): which users become denoisers moves a role's mean |I_u| and so its units. "
              "The paper's `Client` column is not the plain average of its other two columns; ours is the "

@@ -4,6 +4,8 @@ denoiser and the server read. Tiny synthetic data only."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -204,3 +206,106 @@ def test_a_malformed_collect_stops_the_denoiser_naming_the_server(payload):
     err, cause = run_to_bad_message(net)
     assert err.node.startswith("client/") and cause.sender == "server" and cause.kind == "collect"
     assert f"collect must be {{t: int, expected: int >= 0[, own: bool]}}, got {payload!r}" in str(cause)
+
+
+def _denoised_count_run(change, *, count_own=True, secure=False):
+    """A tiny FedRec++ run (4 clients, one denoiser, 3 ordinary in its group) whose denoiser's
+    round-0 ``denoised`` counts go through ``change(items, counts, uploads) -> counts``; returns the
+    server's BadMessageError and the round-0 uploads' item ids (the counts' upper bounds)."""
+    from conftest import rewrite_sends, run_to_bad_message
+
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(4, 2, 0)
+    cfg = cfg.replace(count_own=count_own, secure_noise=secure, secagg_neighbours=2)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg)
+    uploads = []
+
+    def rewrite(kind, p):
+        if kind == "gradients":
+            uploads.append(np.asarray(p["items"]).tolist())
+        if kind == "denoised":
+            p = {**p, "counts": change(np.asarray(p["items"]), np.asarray(p["counts"]).copy(), uploads)}
+        return p
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], fedrecpp.client, rewrite)
+    err, cause = run_to_bad_message(net)
+    assert err.node == "server" and cause.kind == "denoised" and cause.round == 0
+    assert cause.sender.startswith("client/") and cause.sender in str(err)
+    assert len(uploads) == 3
+    return cause, uploads
+
+
+def _named(uploads, item):
+    return sum(item in u for u in uploads)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_a_denoised_count_above_the_groups_uploads_is_refused_naming_item_and_bound(secure):
+    # an inflated count shrank the item's step (|U_i| recovered too small), silently
+    def inflate(items, counts, uploads):
+        counts[1] = 3 + 1  # more than the 3 uploads of the group can name
+        return counts
+    cause, uploads = _denoised_count_run(inflate, secure=secure)
+    item = int(re.search(r"item (\d+) has", str(cause)).group(1))
+    high = _named(uploads, item)
+    assert f"denoised counts: item {item} has count 4, outside [-1, {high}] (its group's uploads that name it, " \
+           "-1 for the denoiser's own rating)" in str(cause)
+
+
+def test_a_denoised_count_within_the_group_size_but_above_its_items_bound_is_refused():
+    # the bound is per item: the group's uploads that name this very item, not the group's size
+    chosen = {}
+
+    def one_above(items, counts, uploads):
+        named = np.array([_named(uploads, int(i)) for i in items])
+        k = int(np.flatnonzero(named < 3)[0])  # an item fewer than all 3 uploads name
+        chosen["item"], chosen["bound"] = int(items[k]), int(named[k])
+        counts[k] = named[k] + 1
+        return counts
+    cause, _ = _denoised_count_run(one_above)
+    item, bound = chosen["item"], chosen["bound"]
+    assert bound < 3
+    assert f"item {item} has count {bound + 1}, outside [-1, {bound}]" in str(cause)
+
+
+@pytest.mark.parametrize("count_own, value, low", [(True, -2, -1), (False, -1, 0)])
+def test_a_denoised_count_below_its_range_is_refused(count_own, value, low):
+    # a negative recovered |U_i| froze the item (apply_mean_step skips counts <= 0), silently;
+    # without count_own a denoiser never subtracts its own ratings: -1 is out of range too
+    def lower(items, counts, uploads):
+        counts[0] = value
+        return counts
+    cause, uploads = _denoised_count_run(lower, count_own=count_own)
+    item = int(re.search(r"item (\d+) has", str(cause)).group(1))
+    assert f"item {item} has count {value}, outside [{low}, {_named(uploads, item)}]" in str(cause)
+
+
+def test_float_denoised_counts_are_refused():
+    # a float count was truncated into the server's int64 counts
+    cause, _ = _denoised_count_run(lambda items, counts, uploads: counts + 0.5)
+    assert "denoised counts must be an integer array, got float64" in str(cause)
+
+
+@pytest.mark.parametrize("bad_id", [40, 2**40])
+def test_a_bad_noise_id_before_the_denoiser_has_a_model_is_refused_by_the_denoiser(bad_id):
+    # a denoiser that had received no model (c < n: not a participant yet) checked noise ids
+    # against the int64 maximum only, summed the bad id, and the server's range check then named
+    # the denoiser: the error blamed it for its client's message
+    from conftest import rewrite_sends, run_to_bad_message
+
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(4, 1, 0)
+    assert data.n_items == 40
+    net = SimNetwork(seed=0)
+    spec.build(net, data, cfg.replace(c=2))  # seed 0: denoiser client/0001 takes no part in round 0
+
+    def rewrite(kind, p):
+        if kind == "noise":
+            items = np.asarray(p["items"]).astype(np.int64)
+            items[-1] = bad_id  # still distinct
+            p = {**p, "items": items}
+        return p
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], fedrecpp.client, rewrite)
+    err, cause = run_to_bad_message(net)
+    assert err.node == "client/0001" and cause.sender is None and cause.kind == "noise" and cause.round == 0
+    assert str(cause) == f"'noise' from an anonymous sender (round 0): IndexError: noise: item id {bad_id} outside [0, 40)"

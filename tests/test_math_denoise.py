@@ -1,6 +1,9 @@
 """FedRec++ denoising arithmetic (Eq. 5, 9) on a hand-computed example."""
 
+import re
+
 import numpy as np
+import pytest
 
 from fedsim.math.denoise import denoiser_sums, remove_noise
 from fedsim.math.pmf import accumulate_item_grads, apply_mean_step
@@ -42,3 +45,21 @@ def test_noise_removal_leaves_the_raters_mean():
     for i in range(m):
         want = -np.mean([g[k] for k in raters[i]], axis=0) if i in raters else np.zeros(d)
         np.testing.assert_allclose(V[i], want, atol=1e-12)
+
+
+def test_remove_noise_refuses_counts_out_of_their_bounds_changing_nothing():
+    from fedsim.math.denoise import check_noise_counts
+
+    named = np.array([1, 1, 2, 4, 4, 4], np.int64)  # the group's uploads: item 1 twice, 2 once, 4 three times
+    items = np.array([1, 2, 3, 4])
+    check_noise_counts(items, np.array([2, -1, -1, 3]), -1, named)  # at the bounds: fine
+    G, C = np.ones((5, 2)), np.full(5, 5, np.int64)
+    for counts, low, why in [(np.array([3, 0, 0, 0]), -1, "item 1 has count 3, outside [-1, 2]"),
+                             (np.array([0, 0, 1, 0]), -1, "item 3 has count 1, outside [-1, 0]"),
+                             (np.array([0, -2, 0, 0]), -1, "item 2 has count -2, outside [-1, 1]"),
+                             (np.array([0, 0, -1, 0]), 0, "item 3 has count -1, outside [0, 0]")]:
+        with pytest.raises(ValueError, match=re.escape(why)):
+            remove_noise(G, C, items, np.ones((4, 2)), counts, bounds=(low, named))
+    with pytest.raises(ValueError, match="must be an integer array, got float64"):
+        remove_noise(G, C, items, np.ones((4, 2)), np.zeros(4), bounds=(-1, named))
+    assert (G == 1).all() and (C == 5).all()

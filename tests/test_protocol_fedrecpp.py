@@ -70,7 +70,7 @@ def test_noise_travels_anonymously_and_denoisers_never_learn_senders(data):
     cfg = FedRecPPConfig(d=4, T=2, lr=0.8, rho=1, eta=2, dtype="float64")
     seen = []
 
-    async def spy_client(ctx, rated, ratings, cfg_):
+    async def spy_client(ctx, rated, ratings, cfg_, **kw):
         class Spy:
             def __getattr__(self, name):
                 return getattr(ctx, name)
@@ -80,7 +80,7 @@ def test_noise_travels_anonymously_and_denoisers_never_learn_senders(data):
                 seen.extend((kind, m.sender) for m in got)
                 return got
 
-        return await fedrecpp.client(Spy(), rated, ratings, cfg_)
+        return await fedrecpp.client(Spy(), rated, ratings, cfg_, **kw)
 
     net = SimNetwork(seed=4)
     job = fedrecpp.build(net, as_ratings(*data), cfg)

@@ -520,3 +520,27 @@ def test_lost_clients_come_from_the_run_when_a_protocol_does_not_count_them(tmp_
     finally:
         REGISTRY.remove("demo-uncounted")
     assert counts[0] == counts[1] > 0
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.2])
+def test_fedrecpp_run_with_faults_says_it_is_incomplete(tmp_path, loss):
+    # the missing table was there, titled as missing uploads alone, and nothing in the notes said
+    # that the test figures were those of an incomplete run
+    import csv
+
+    from fedsim.experiment.protocol_run import protocol_scenario
+    from fedsim.kernel import NetSpec
+
+    res = run_scenario(protocol_scenario("fedrecpp"), out=tmp_path / "o", net=NetSpec(profile="lan", loss=loss),
+                       overrides={"T": 2, "d": 4, "deadline": 1.0}, quiet=True)
+    out = Path(res["out"])
+    report = (out / "report.md").read_text()
+    if loss == 0:
+        assert not (out / "missing.csv").exists() and "**Incomplete.**" not in report
+        return
+    with open(out / "missing.csv", newline="") as fh:
+        missing = list(csv.DictReader(fh))
+    assert [r["round"] for r in missing] == ["0", "1"] and all(int(r["clients"]) > 0 for r in missing)
+    assert (f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
+            "(table `missing`) and lost 0 client(s)") in report
+    assert "FedRec++: groups and clients left out of the update" in report

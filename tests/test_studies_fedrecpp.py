@@ -3,6 +3,7 @@
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedsim.data import generate
@@ -71,3 +72,151 @@ def test_table3_prints_the_papers_figures_at_its_rho_only(tmp_path, rho, paper):
     assert ordinary["units_std_over_draws"] == ""  # NaN (one draw: no spread measured); it said 0.0
     notes = open(tmp_path / "t3" / "report.md").read()
     assert ("the paper's Table 3 is at rho = 1" in notes) == (paper == "")
+
+
+# --- faults: what a run left out reaches the study's outcome and the scenarios' outputs ---------
+
+def _fold():
+    return make_folds(generate("tiny", seed=2, n_items=60), 5, seed=0)[0]
+
+
+@pytest.mark.parametrize("net", [{"loss": 0.1}, {"dropout": 0.3, "window": (0.0, 0.5)}])
+def test_run_pp_carries_what_the_run_left_out(net):
+    """run_pp dropped the result's info["missing"] and lost clients: a run on a faulty network
+    reported its MAE/RMSE as a complete run's."""
+    from fedsim.kernel import NetSpec
+    from fedsim.protocols import fedrecpp
+
+    f = _fold()
+    cfg = FedRecPPConfig(d=4, T=3, rho=1.0, eta=1, deadline=1.0)
+    spec = NetSpec(profile="lan", **net)
+    o = run_pp((f, cfg, 3, spec, False))
+    ref_net = spec.build(3)
+    ref = fedrecpp.SPEC.build(ref_net, f.train_ratings(), cfg).collect(ref_net.run())
+    assert o.missing == ref.info["missing"] and o.lost_clients == ref.info["lost_clients"]
+    assert o.incomplete
+    if "loss" in net:  # one denoiser: every round's single group is broken by some lost message
+        assert o.missing == [{"round": t, "groups": 1, "clients": 30} for t in range(3)] and o.lost_clients == []
+    else:
+        assert o.missing == [] and o.lost_clients == ["client/0017"]
+    clean = run_pp((f, cfg, 3, "lan", False))
+    assert clean.missing == [] and clean.lost_clients == [] and not clean.incomplete
+
+
+def _rows(path):
+    return list(csv.DictReader(open(path)))
+
+
+@pytest.mark.parametrize("scenario, overrides, table", [
+    ("fedrecpp_table2", {"folds": 2, "iterations": 2, "rhos": [1], "search_on": "none"}, "table2"),
+    ("fedrecpp_clients", {"folds": 2, "use_folds": 1, "iterations": 2, "rhos": [1], "fractions": [1.0],
+                          "search_on": "none"}, "clients"),
+    ("fedrecpp_table3", {"folds": 2, "iterations": 2, "draws": 1, "timing_iterations": 1, "etas": ["1"]},
+     "comm_cost"),
+])
+def test_fedrecpp_scenarios_say_which_runs_were_incomplete(tmp_path, scenario, overrides, table):
+    """With faults and a deadline, every run leaves clients out: each table row counts its
+    incomplete runs, the table ``incomplete`` lists them and report.md warns. (The scenarios had
+    no deadline, and their tables presented such runs as complete ones.)"""
+    from fedsim.kernel import NetSpec
+
+    net = NetSpec(profile="lan", loss=0.2)
+    run_scenario(str(SCENARIOS / f"{scenario}.py"), data="tiny", out=tmp_path / "o", seed=1, quiet=True, net=net,
+                 overrides={**overrides, "deadline": 1.0, "workers": 1})
+    rows = _rows(tmp_path / "o" / f"{table}.csv")
+    inc = _rows(tmp_path / "o" / "incomplete.csv")
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert f"WARNING: {len(inc)} run(s) incomplete" in report
+    assert all(int(r["left_out_rounds"]) > 0 and int(r["left_out_clients"]) > 0 for r in inc)
+    if scenario == "fedrecpp_table3":
+        # one cost draw and one timing run per eta; every role row and the download row say so
+        assert len(inc) == 2 and {r["run"] for r in inc} == {"eta=1 cost draw 0", "eta=1 wan draw 0"}
+        assert [r["incomplete_draws"] for r in rows] == ["1"] * len(rows)
+        draws = _rows(tmp_path / "o" / "comm_cost_draws.csv")
+        cost = next(r for r in inc if r["run"] == "eta=1 cost draw 0")
+        assert {r["left_out_clients"] for r in draws} == {cost["left_out_clients"]}
+        assert _rows(tmp_path / "o" / "round_time.csv")[0]["incomplete_runs"] == "1"
+    else:
+        folds = overrides.get("use_folds", 2)
+        assert len(inc) == 2 * folds  # FedRec and FedRec++ at rho = 1, every fold
+        assert [int(r["incomplete_runs"]) for r in rows] == [folds, folds]
+        for r in rows:
+            mine = [i for i in inc if i["run"].startswith(r["algorithm"] + " ")]
+            assert int(r["left_out_clients"]) == sum(int(i["left_out_clients"]) for i in mine)
+            assert int(r["lost_clients"]) == 0
+
+
+def test_table2_without_faults_reports_complete_runs(tmp_path):
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=tmp_path / "o", seed=1, quiet=True,
+                 overrides={"folds": 2, "iterations": 2, "rhos": [1], "search_on": "none", "workers": 1})
+    rows = _rows(tmp_path / "o" / "table2.csv")
+    assert [(r["incomplete_runs"], r["left_out_clients"], r["lost_clients"]) for r in rows] == [("0", "0", "0")] * 2
+    assert not (tmp_path / "o" / "incomplete.csv").exists()
+    assert "run(s) incomplete" not in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_per_iteration_costs_of_a_diverged_run_divide_by_the_iterations_it_ran():
+    """A run that diverges stops after iteration diverged_at (1-based): role_costs and the model
+    download per client divided by cfg.T, so its per-iteration figures came out T / diverged_at
+    times too low. Checked against a hand count of the ledger's rows."""
+    from fedsim.kernel import NetSpec
+    from fedsim.protocols import fedrecpp
+    from fedsim.studies.fedrecpp import (NOT_COUNTED, download_per_client, download_units_per_client,
+                                         iterations_run, role_costs)
+
+    f = _fold()
+    cfg = FedRecPPConfig(d=4, T=8, rho=1.0, eta=2, lr=1e6)  # diverges on tiny data
+    net = NetSpec().build(0)  # run_pp's network for ("ideal", seed 0)
+    with np.errstate(all="ignore"):
+        res = fedrecpp.SPEC.build(net, f.train_ratings(), cfg).collect(net.run())
+    div = res.info["diverged_at"]
+    assert div == 3 < cfg.T
+    cols = net.ledger.columns()
+    rounds = sorted({int(r) for r in cols["round"] if r >= 0})
+    assert rounds == [0, 1, 2] and iterations_run(net) == div
+    # hand count: per client, the floats it sent plus those delivered to it, model/assign/stop left out
+    roles = net.ledger.roles
+    floats = {name: 0.0 for name, role in roles.items() if role != "server"}
+    model_floats = model_bytes = 0.0
+    for i in range(len(cols["seq"])):
+        kind, src, dst = cols["kind"][i], cols["src"][i], cols["dst"][i]
+        if kind == "model":
+            model_floats += float(cols["floats"][i])
+            model_bytes += float(cols["bytes"][i])
+        if cols["round"][i] < 0 or kind in NOT_COUNTED:
+            continue
+        if src in floats:
+            floats[src] += float(cols["floats"][i])
+        if dst in floats and cols["status"][i] == "delivered":
+            floats[dst] += float(cols["floats"][i])
+    members = {"denoiser": [c for c in floats if roles[c] == "denoiser"],
+               "ordinary": [c for c in floats if roles[c] == "ordinary"], "client": list(floats)}
+    costs = role_costs(net, cfg)
+    for row in costs:
+        mine = members[row["role"]]
+        assert row["nodes"] == len(mine)
+        assert row["units_per_iteration"] == pytest.approx(sum(floats[c] for c in mine) / cfg.d / div / len(mine),
+                                                           rel=1e-12)
+    # every client got V (m x d floats) in each of the 3 iterations run: m units per iteration
+    assert download_units_per_client(net, cfg) == model_floats / cfg.d / div / 30 == f.n_items == 60
+    assert download_per_client(net, cfg) == pytest.approx(model_bytes / div / 30, rel=1e-12)
+    with np.errstate(all="ignore"):
+        o = run_pp((f, cfg, 0, "ideal", True))
+    assert o.iterations == div and o.diverged_at == div
+    assert o.costs == costs and o.download_units == 60
+
+
+def test_table3_says_which_draws_diverged(tmp_path):
+    with np.errstate(all="ignore"):
+        run_scenario(str(SCENARIOS / "fedrecpp_table3.py"), data="tiny", out=tmp_path / "t3", seed=1, quiet=True,
+                     overrides={"folds": 2, "iterations": 6, "draws": 1, "timing_iterations": 1, "etas": ["1"],
+                                "workers": 1, "lr": 1e6})
+    draws = _rows(tmp_path / "t3" / "comm_cost_draws.csv")
+    its = {r["iterations"] for r in draws}
+    assert len(its) == 1 and int(its.pop()) < 6 and {r["diverged_at"] for r in draws} != {""}
+    rows = _rows(tmp_path / "t3" / "comm_cost.csv")
+    assert [r["diverged_draws"] for r in rows] == ["1"] * len(rows)
+    dl = next(r for r in rows if r["role"].startswith("download_V"))
+    assert float(dl["units_per_iteration"]) == generate("tiny", seed=0).n_items  # per iteration run, not per T
+    report = (tmp_path / "t3" / "report.md").read_text()
+    assert "run(s) diverged**" in report and "eta=1 cost draw 0 at iteration" in report

@@ -10,7 +10,8 @@ returns no ``Result`` and a run that sent a message its spec does not declare) a
 model where the protocol's result can predict ratings, the traffic per message kind (with each
 kind's declared purpose) and per role, and what was lost or missing. A run whose model diverged
 (the protocol's ``info["diverged_at"]``) says so: a ``diverged_at`` column in the summary and a
-note in report.md.
+note in report.md; so does a run that left something out (``info["missing"]`` records, lost
+clients): the ``missing`` table and an **Incomplete** note.
 """
 
 from __future__ import annotations
@@ -126,8 +127,15 @@ def run_protocol(ctx: RunContext, name: str) -> None:
              for r in net.ledger.by_role(per_round=False, exclude_kinds=spec.kinds_for("evaluation"))]
     ctx.table("roles", roles, title="Traffic per role, evaluation messages left out (from the ledger)",
               floatfmt=".1f")
-    if result.info.get("missing"):
-        ctx.table("missing", result.info["missing"], title="Uploads that did not arrive by the deadline, per round")
+    missing = result.info.get("missing") or []
+    if missing:
+        ctx.table("missing", missing, title="What was left out, per round: uploads that did not arrive by the deadline "
+                  "(FedRec++: groups and clients left out of the update; round -1: clients whose key never arrived)")
+    if missing or summary["lost_clients"]:
+        # the summary's columns say it, but only to a reader who looks for them
+        ctx.note(f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
+                 f"(table `missing`) and lost {summary['lost_clients']} client(s) that dropped out: its figures are "
+                 "not those of a complete run.")
     if diverged is not None:
         warning = (f"the model diverged (parameters, or the scores they give, not finite) at round "
                    f"{int(diverged)} of "

@@ -14,7 +14,7 @@ import numpy as np
 
 from .rows import check_rows
 
-__all__ = ["denoiser_sums", "denoiser_sums_dense", "remove_noise"]
+__all__ = ["check_noise_counts", "denoiser_sums", "denoiser_sums_dense", "remove_noise"]
 
 
 def denoiser_sums(noise_items: Sequence[np.ndarray], noise_grads: Sequence[np.ndarray],
@@ -66,15 +66,42 @@ def denoiser_sums_dense(noise_sum: np.ndarray, noise_counts: np.ndarray, own_ite
 
 
 def remove_noise(grad_sum: np.ndarray, counts: np.ndarray, items: np.ndarray, sums: np.ndarray,
-                 noise_counts: np.ndarray) -> None:
+                 noise_counts: np.ndarray, *, bounds: tuple[int, np.ndarray] | None = None) -> None:
     """Eq. 5 and the count recovery, in place: ``grad_sum[items] -= sums`` and
     ``counts[items] -= noise_counts`` for one denoiser's message (ascending items, as
     :func:`denoiser_sums` gives them). Raises ``IndexError`` for ids outside [0, m),
     ``ValueError`` for arrays of other shapes or ids not strictly increasing (``rows.check_rows``;
-    a repeated id would be subtracted once), changing nothing."""
+    a repeated id would be subtracted once), counts that are not an integer array (a float
+    count was truncated) and, with ``bounds``, counts out of range (:func:`check_noise_counts`),
+    changing nothing."""
     check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums", ascending=True)
     if np.shape(noise_counts) != np.shape(items):
         raise ValueError(f"denoised sums: {np.shape(items)[0]} item ids need as many counts, got shape "
                          f"{np.shape(noise_counts)}")
+    if not isinstance(noise_counts, np.ndarray) or noise_counts.dtype.kind not in "iu":
+        raise ValueError(f"denoised counts must be an integer array, got "
+                         f"{getattr(noise_counts, 'dtype', type(noise_counts).__name__)}")
+    if bounds is not None:
+        check_noise_counts(items, noise_counts, *bounds)
     grad_sum[items] -= sums
     counts[items] -= noise_counts
+
+
+def check_noise_counts(items: np.ndarray, noise_counts: np.ndarray, low: int, named: np.ndarray) -> None:
+    """The range of a denoiser's counts (Eq. 5-9 with the count correction): item i's count is
+    |U'_i^d|, the noise messages of the denoiser's group that name i, minus one if the denoiser
+    rated i and its own gradients are in the sum (``count_own``). Every noise message names only
+    items its sender's upload names too, so the count lies in [``low``, the number of the group's
+    uploads that name i]: ``low`` is -1 when the denoiser's own ratings are counted in this sum,
+    0 otherwise. ``named``: the item ids of the group's uploads the server holds, concatenated and
+    sorted (one entry per upload naming the item). Raises ``ValueError`` naming the first item
+    out of range, its count and its bound (a negative recovered count froze the item, an
+    inflated one shrank its step, silently). Vectorised: two binary searches per item."""
+    items = np.asarray(items, dtype=np.int64)
+    high = np.searchsorted(named, items, "right") - np.searchsorted(named, items, "left")
+    bad = (noise_counts < low) | (noise_counts > high)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        why = "its group's uploads that name it" + (", -1 for the denoiser's own rating" if low < 0 else "")
+        raise ValueError(f"denoised counts: item {int(items[k])} has count {int(noise_counts[k])}, outside "
+                         f"[{low}, {int(high[k])}] ({why})")

@@ -16,7 +16,9 @@ phase 2, COLLECTING
     denoiser -> server            ``denoised``  {items, sums, counts}  (Eq. 9 and |U'_i^d|)
                                   only once it holds all ``expected`` noise messages of round t
                                   (not of a later round: those are kept for their own round)
-    the server removes the noise (Eq. 5), recovers |U_i| and updates V (Eq. 6).
+    the server removes the noise (Eq. 5), recovers |U_i| and updates V (Eq. 6), each count
+    checked first: in [-1 (0 without count_own, or when the denoiser did not train this
+    round), the number of the group's uploads that name the item] (``denoise.check_noise_counts``).
 end
     server -> every client        ``stop``
 
@@ -248,6 +250,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         G = np.zeros((m, d), dtype=dt)
         C = np.zeros(m, dtype=np.int64)
         rows = 0
+        named: dict[str, list] = {}  # per denoiser, the item ids of its group's uploads (its counts' bounds)
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below
             for msg in uploads:  # node-id order (Eq. 4 and |U_i u U'_i|)
                 try:
@@ -256,11 +259,18 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
                 except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise BadMessageError(msg, exc) from exc
                 rows += items.shape[0]
+                if denoisers:
+                    named.setdefault(assignment[msg.sender], []).append(items)
             if denoisers:
+                trains = set(part)  # a denoiser's own gradients (and count corrections) are in its sum
                 for msg in sums:  # Eq. 5 and the count recovery, node-id order
                     try:
                         items = msg.payload["items"]
-                        remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"])
+                        # each count in [-1 (its own rating) or 0, the group's uploads naming the item]
+                        group = named.get(msg.sender, [])
+                        bound = np.sort(np.concatenate(group).astype(np.int64)) if group else np.empty(0, np.int64)
+                        low = -1 if cfg.count_own and msg.sender in trains else 0
+                        remove_noise(G, C, items, msg.payload["sums"], msg.payload["counts"], bounds=(low, bound))
                     except (KeyError, TypeError, ValueError, IndexError) as exc:
                         raise BadMessageError(msg, exc) from exc
                     rows += items.shape[0]
@@ -306,7 +316,9 @@ async def _denoiser_train(ctx, U, V, rated, r, t: int, lr: float, cfg: FedRecPPC
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig, index: int = 0,
                  n_items: int = 0) -> np.ndarray:
     """An ordinary or denoising client (the server decides). Returns its final U_u. ``index``:
-    its position among the clients, ``n_items`` the number of items (secure noise)."""
+    its position among the clients (secure noise), ``n_items`` the number of items (``build``
+    passes it: a denoiser checks noise ids against it, and secure noise's vectors have that many
+    rows; 0: unknown, then the model's once one came)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
@@ -329,7 +341,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 await ctx.receive("stop")
             return U
     own: tuple | None = None  # a denoiser's gradients of the current iteration
-    m_items: int | None = None  # the model's number of items, once a model came (a denoiser's checks)
+    # the catalogue's size, a denoiser's bound for noise ids: known from the start (a denoiser
+    # that has had no model yet, c < n, checked them against the int64 maximum only, and the
+    # server's range check then blamed it for its client's bad id)
+    m_items: int | None = n_items or None
     held: dict[int, list] = {}  # a denoiser's noise of later rounds, read while gathering an earlier one
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
@@ -338,7 +353,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             return U
         if msg.kind == "model":
             t, V = p["t"], p["V"]
-            m_items = V.shape[0]
+            m_items = m_items or V.shape[0]
             lr = decayed_lr(cfg.lr, t, cfg.decay)
             if my_denoiser is None and role == "ordinary":  # eta = 0: FedRec with HF
                 up = batch_client_step(U, V, rated, r, t=t, lr=lr, lam=cfg.lam, rng=rng, rho=cfg.rho,
@@ -396,7 +411,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if m is None:
                 break
             q = m.payload
-            m_items = q["V"].shape[0]
+            m_items = m_items or q["V"].shape[0]
             U, own = await _denoiser_train(ctx, U, q["V"], rated, r, q["t"], decayed_lr(cfg.lr, q["t"], cfg.decay),
                                            cfg, rng)
         if p.get("own", True) and (own is None or own[0] != t):
@@ -513,8 +528,8 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
     net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]
-        extra = {"index": u, "n_items": n_items} if cfg.secure_noise else {}  # the defence's inputs only
-        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **extra)
+        extra = {"index": u} if cfg.secure_noise else {}  # the defence's input only
+        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, n_items=n_items, **extra)
     return FedRecPPJob(cfg, n_users, n_items, clients, indptr, indices)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,18 @@ class PPOutcome:
     record: dict | None = None  # the network's fedsim.kernel.network_record
     initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
     initial_rmse: float = float("nan")
+    # what the run left out (faults, deadline): the result's info["missing"] records (per round,
+    # the groups and clients left out of the update; round -1: clients whose key never arrived)
+    # and info["lost_clients"] (clients that dropped out: their user factors are lost, zero in
+    # the evaluated model)
+    missing: list = field(default_factory=list)
+    lost_clients: list = field(default_factory=list)
+    iterations: int | None = None  # iterations the server ran (iterations_run: cfg.T unless it diverged)
+
+    @property
+    def incomplete(self) -> bool:
+        """Something was left out: a round's group or client, or a client that dropped out."""
+        return bool(self.missing or self.lost_clients)
 
 
 def run_pp(task: tuple) -> PPOutcome:
@@ -52,11 +64,14 @@ def run_pp(task: tuple) -> PPOutcome:
     t0 = time.perf_counter()
     net = NetSpec.of(profile).build(seed)
     job = fedrecpp.SPEC.build(net, fold.train_ratings(), cfg)
-    model = job.collect(net.run()).model
+    result = job.collect(net.run())
+    model = result.model
     wall = time.perf_counter() - t0
     mae, rmse, div = evaluate_fold(model, fold)
     label = f"fold{fold.index + 1}-eta{cfg.eta}-rho{cfg.rho:g}-c{cfg.c}-s{seed}"
-    out = PPOutcome(fold.index, cfg, mae, rmse, div, wall, record=network_record(net, rest[0] if rest else None, label))
+    out = PPOutcome(fold.index, cfg, mae, rmse, div, wall, record=network_record(net, rest[0] if rest else None, label),
+                    missing=list(result.info["missing"]), lost_clients=list(result.info["lost_clients"]),
+                    iterations=iterations_run(net))
     out.initial_mae, out.initial_rmse = initial_metrics(fold, cfg, seed)
     if with_costs:
         out.costs = role_costs(net, cfg)
@@ -66,11 +81,63 @@ def run_pp(task: tuple) -> PPOutcome:
     return out
 
 
+def left_out(runs: list) -> dict:
+    """What ``runs`` (``PPOutcome``) left out, summed: ``incomplete_runs`` (runs with any
+    missing record or lost client), ``left_out_rounds`` (rounds that left a group or a client out
+    of the update), ``left_out_clients`` (clients left out, summed over those rounds, a client
+    whose key never arrived counted once for the whole run) and ``lost_clients`` (clients that
+    dropped out)."""
+    return {"incomplete_runs": sum(1 for o in runs if o.incomplete),
+            "left_out_rounds": sum(1 for o in runs for r in o.missing if r.get("round", 0) >= 0),
+            "left_out_clients": sum(int(r.get("clients", 0)) for o in runs for r in o.missing),
+            "lost_clients": sum(len(o.lost_clients) for o in runs)}
+
+
+def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
+    """Add a warning to the report for every run ``(label, outcome)`` that left something out
+    (faults and a deadline: groups left out of a round's update, clients whose key never
+    arrived, clients that dropped out), and the table ``incomplete`` (one row per such run);
+    returns the rows. Their errors are those of a model trained on less than the data (and a
+    lost client's user factor is zero in it)."""
+    rows = []
+    for label, o in runs:
+        if not o.incomplete:
+            continue
+        rows.append({"run": label, "fold": o.fold + 1, **left_out([o]),
+                     "keyless_clients": sum(int(r.get("clients", 0)) for r in o.missing if r.get("kind") == "keys"),
+                     "rounds_left_out_of": ",".join(str(r["round"]) for r in o.missing if r.get("round", 0) >= 0)})
+    if rows:
+        ctx.table("incomplete", rows, title="Runs that left groups or clients out (faults, deadline)")
+        ctx.note(f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
+                 "or clients were left out of some rounds' updates (`left_out_clients`, per round) or dropped out "
+                 "(`lost_clients`: their user factors are lost, zero in the evaluated model). Their figures are "
+                 "not those of a complete run: "
+                 + "; ".join(f"{r['run']} fold {r['fold']}: {r['left_out_rounds']} round(s) with "
+                             f"{r['left_out_clients']} client(s) left out, {r['lost_clients']} lost"
+                             for r in rows[:12])
+                 + (" ..." if len(rows) > 12 else "") + ". See table `incomplete`.")
+    return rows
+
+
+def iterations_run(net: SimNetwork) -> int:
+    """The iterations the server ran, from the ledger: its rounds >= 0 that have messages (every
+    iteration sends the model). ``cfg.T`` unless the run diverged: the server stops after
+    iteration ``diverged_at`` (1-based), so a diverged run has ``diverged_at`` of them. What
+    per-iteration figures divide by (dividing by T made a diverged run's too low)."""
+    return sum(1 for r in net.ledger.rounds() if r >= 0)
+
+
+def _per_iteration(total: float, iterations: int, k: int = 1) -> float:
+    return total / iterations / k if iterations and k else (float("nan") if k else 0.0)
+
+
 def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
-    """Table 3 from the ledger: per role, the mean over iterations and over the clients of that
-    role of what a client sent plus what it received, excluding the model download (and set-up
-    and stop messages). Units are latent vectors (floats / d)."""
-    T = cfg.T
+    """Table 3 from the ledger: per role, the mean over the iterations run
+    (:func:`iterations_run`: fewer than ``cfg.T`` when the run diverged) and over the clients of
+    that role of what a client sent plus what it received, excluding the model download (and
+    set-up and stop messages). Units are latent vectors (floats / d); a role without clients: 0,
+    a run of no iteration: NaN."""
+    iters = iterations_run(net)
     counted = net.ledger.select(exclude_kinds=NOT_COUNTED, min_round=0)
     sent = counted.group("src")
     received = counted.select(fate="delivered").group("dst")
@@ -87,24 +154,26 @@ def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
         k = len(members)
         out.append({
             "role": role, "nodes": k,
-            "units_per_iteration": sum(floats[c] for c in members) / cfg.d / T / k if k else 0.0,
-            "bytes_per_iteration": sum(nbytes[c] for c in members) / T / k if k else 0.0,
+            "units_per_iteration": _per_iteration(sum(floats[c] for c in members) / cfg.d, iters, k),
+            "bytes_per_iteration": _per_iteration(sum(nbytes[c] for c in members), iters, k),
         })
     return out
 
 
 def download_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
-    """Mean bytes of the model download per client and iteration, from the ledger."""
+    """Mean bytes of the model download per client and iteration run (:func:`iterations_run`),
+    from the ledger."""
     n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
-    return float(net.ledger.select(kind="model").totals().wire_bytes) / cfg.T / n_clients
+    return _per_iteration(float(net.ledger.select(kind="model").totals().wire_bytes), iterations_run(net), n_clients)
 
 
 def download_units_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
     """Mean latent vectors (payload floats / d, from the ledger) of the model download per client
-    and iteration: what Table 3's units are, without the encoding's and the network's framing
-    bytes that ``download_per_client`` counts (and for any dtype)."""
+    and iteration run (:func:`iterations_run`): what Table 3's units are, without the encoding's
+    and the network's framing bytes that ``download_per_client`` counts (and for any dtype)."""
     n_clients = sum(1 for r in net.ledger.roles.values() if r != "server")
-    return float(net.ledger.select(kind="model").totals().floats) / cfg.d / cfg.T / n_clients
+    return _per_iteration(float(net.ledger.select(kind="model").totals().floats) / cfg.d, iterations_run(net),
+                          n_clients)
 
 
 def mean_round_duration(net: SimNetwork) -> float:
