@@ -100,6 +100,7 @@ __all__ = [
     "config_for_preset",
     "key_setup_round",
     "make_samplers",
+    "top10",
     "user_item_lists",
 ]
 
@@ -358,7 +359,9 @@ class FPLJob:
         watch for it), or, with test ratings, if their scores are not (finite parameters too
         large to rank by); else None; ``metrics``: with test ratings and a model that did not
         diverge, one row of top-10 precision and recall on them (the experimenter's evaluation of
-        the final model: FPL itself evaluates nothing); ``state``: what ``build(..., resume=result)``
+        the final model: FPL itself evaluates nothing) over the users with test items still
+        present at the end (``users``; ``lost``: those left out, whose p_u left with them);
+        ``state``: what ``build(..., resume=result)``
         continues."""
         srv = server_result(run)
         d = self.cfg.d
@@ -386,7 +389,7 @@ class FPLJob:
             # FedRec's error is over the clients present; the row says over how many users
             lost = set(gone)
             present = np.array([name not in lost for name in self.clients], dtype=bool)
-            top = _top10(P, theta, d, self.train, self.test, present)
+            top = top10(P, theta, d, self.train, self.test, present)
             if top is None:  # finite parameters whose scores overflow: no ranking to measure
                 diverged_at = done
             else:
@@ -397,7 +400,7 @@ class FPLJob:
                             "lost_clients": gone, "diverged_at": diverged_at}, state=state)
 
 
-def _top10(P, theta, d, train, test, present=None) -> dict | None:
+def top10(P, theta, d, train, test, present=None) -> dict | None:
     """Precision and recall at 10 on ``test``, ranking, for each user, the items of the training
     catalogue (items some user has a training interaction with) that she has none with. An item
     seen only in test keeps its random initial parameters: never ranked (docs/fpl.md, as the
