@@ -66,15 +66,21 @@ CASES += [(p, c, f) for p, c in [("fedrec", {}), ("fedrec", {"model": "PMF(S)"})
           for f in ("repeat", "unsorted")]
 
 
-@pytest.mark.parametrize("protocol, change, fault", CASES, ids=[f"{p}-{c}-{f}" for p, c, f in CASES])
-def test_a_malformed_upload_is_an_error_naming_its_sender(protocol, change, fault):
+def _tiny_net(protocol: str, change: dict | None = None, **build) -> tuple[SimNetwork, str]:
+    """``protocol``'s tiny preset (4 clients, 2 rounds, with ``change``) placed on a network, and
+    the client whose messages the test corrupts (the second by id)."""
     spec = REGISTRY[protocol]
     data, cfg = spec.tiny(4, 2, 0)
     if change:
         cfg = cfg.replace(**change)
     net = SimNetwork(seed=1)
-    spec.build(net, data, cfg)
-    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    spec.build(net, data, cfg, **({"test": data} if build.get("test") else {}))
+    return net, sorted(n for n in net.nodes if n.startswith("client"))[1]
+
+
+@pytest.mark.parametrize("protocol, change, fault", CASES, ids=[f"{p}-{c}-{f}" for p, c, f in CASES])
+def test_a_malformed_upload_is_an_error_naming_its_sender(protocol, change, fault):
+    net, bad = _tiny_net(protocol, change)
     net.nodes[bad].actor = _malicious(_uploads(protocol, fault))
     with pytest.raises(ActorError) as info:
         net.run()
@@ -157,12 +163,7 @@ def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(faul
 def _run_with_one_replaced(protocol: str, change: dict, kind: str, payload):
     from fedsim.protocols import demo, fedavg_ae, fedrec, fpl, personalfr
 
-    spec = REGISTRY[protocol]
-    data, cfg = spec.tiny(4, 2, 0)
-    cfg = cfg.replace(**change)
-    net = SimNetwork(seed=1)
-    spec.build(net, data, cfg, **({"test": data} if kind == "eval" else {}))
-    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    net, bad = _tiny_net(protocol, change, test=kind == "eval")
     real = {"demo": demo, "fedrec": fedrec, "fpl": fpl, "personalfr": personalfr, "fedavg-ae": fedavg_ae}[protocol].client
     rewrite_sends(net, [bad], real, lambda k, p: payload if k == kind else p)
     err, cause = run_to_bad_message(net)
@@ -223,13 +224,7 @@ def _run_rewritten(protocol: str, kind: str, rewrite, change: dict | None = None
     ``rewrite(payload)``; the server must stop with a BadMessageError naming it. Returns its text."""
     from fedsim.protocols import fcf, fpl
 
-    spec = REGISTRY[protocol]
-    data, cfg = spec.tiny(4, 2, 0)
-    if change:
-        cfg = cfg.replace(**change)
-    net = SimNetwork(seed=1)
-    spec.build(net, data, cfg)
-    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    net, bad = _tiny_net(protocol, change)
     rewrite_sends(net, [bad], {"fpl": fpl, "fcf": fcf}[protocol].client,
                   lambda k, p: rewrite(p) if k == kind else p)
     err, cause = run_to_bad_message(net)
