@@ -260,3 +260,44 @@ def test_fcf_refuses_a_gradient_that_is_not_a_float_array_of_the_model_shape(gra
     # strings or None were a bare UFuncTypeError of the server's sum; a bool array was summed as 0/1
     text = _run_rewritten("fcf", "gradients", lambda p: {"grad": grad(p["grad"])})
     assert why in text
+
+
+def _ae_update_rewritten(protocol: str, change: dict, conv) -> str:
+    """Run ``protocol``'s tiny preset (4 clients, every one every round) with client 1's
+    ``update`` arrays converted by ``conv``; the server must stop with a BadMessageError naming
+    it. Returns its text."""
+    from fedsim.protocols import fedavg_ae, personalfr
+
+    spec = REGISTRY[protocol]
+    data, cfg = spec.tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg.replace(**change))
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    field = "dec" if protocol == "personalfr" else "model"
+
+    def rewrite(kind, payload):
+        if kind != "update":
+            return payload
+        params = payload.payload if hasattr(payload, "payload") else payload  # (FedAvg sends a draft)
+        return {field: {k: conv(np.asarray(v)) for k, v in params[field].items()}}
+    rewrite_sends(net, [bad], {"personalfr": personalfr, "fedavg-ae": fedavg_ae}[protocol].client, rewrite)
+    err, cause = run_to_bad_message(net)
+    assert cause.sender == bad and cause.kind == "update" and cause.round == 1 and err.node == "server"
+    return str(cause)
+
+
+@pytest.mark.parametrize("protocol, change", [("personalfr", {}), ("personalfr", {"compression": False}),
+                                              ("fedavg-ae", {}), ("personalfr", {"dtype": "float64"})])
+@pytest.mark.parametrize("conv, got", [
+    (lambda a: a.tolist(), "list"),  # a bare AttributeError of the server ('list' has no shape)
+    (lambda a: a != 0, "bool"),  # averaged as 0s and 1s
+    (lambda a: a.astype(np.int32), "int32"),  # averaged as numbers
+    (lambda a: a.astype(np.float16), "float16"),  # a bare NotImplementedError of the compiled merge
+    (lambda a: a.astype(np.float64 if a.dtype == np.float32 else np.float32), "other float"),  # taken silently
+])
+def test_an_autoencoder_update_must_hold_arrays_of_the_runs_dtype(protocol, change, conv, got):
+    text = _ae_update_rewritten(protocol, change, conv)
+    want = change.get("dtype", "float32")
+    if got == "other float":
+        got = "float32" if want == "float64" else "float64"
+    assert f"must hold {want} arrays (the run's dtype), got {{'" in text and f"': '{got}'" in text, text

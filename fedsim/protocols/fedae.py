@@ -132,14 +132,23 @@ def checked_items(msg, n_items: int) -> np.ndarray:
     return arr
 
 
-def checked_params(msg, field: str, shapes: dict) -> dict:
+def checked_params(msg, field: str, shapes: dict, dtype) -> dict:
     """``msg.payload[field]``, a parameter dict, if it has exactly the keys of ``shapes`` and
-    arrays of those shapes; else ``BadMessageError`` naming the client (a merge would broadcast
-    an array of another shape into the mean, or fail without saying whose it was)."""
+    arrays of those shapes and of the run's ``dtype`` (what its clients send); else
+    ``BadMessageError`` naming the client (a merge would broadcast an array of another shape into
+    the mean, or fail without saying whose it was; a list of numbers stopped the server with a
+    bare AttributeError, bool or integer arrays were averaged as numbers, a float16 slice was a
+    bare NotImplementedError of the compiled merge, float64 arrays in a float32 run were taken
+    at twice the bytes on the ledger)."""
     params = msg.payload.get(field) if isinstance(msg.payload, dict) else None
     got = {k: np.shape(v) for k, v in params.items()} if isinstance(params, dict) else None
     if got != shapes:
         raise BadMessageError(msg, f"{field} must hold arrays of shapes {shapes}, got {got}")
+    dt = np.dtype(dtype)
+    wrong = {k: (v.dtype.name if isinstance(v, np.ndarray) else type(v).__name__)
+             for k, v in params.items() if not (isinstance(v, np.ndarray) and v.dtype == dt)}
+    if wrong:
+        raise BadMessageError(msg, f"{field} must hold {dt.name} arrays (the run's dtype), got {wrong}")
     return params
 
 

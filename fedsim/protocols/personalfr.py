@@ -106,7 +106,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
             if cfg.compression:  # its active decoder: the output rows of its items only
                 n_m = len(items[m.sender])
                 shapes = {**shapes, w_key: (n_m, *decoder[w_key].shape[1:]), b_key: (n_m, *decoder[b_key].shape[1:])}
-            slices.append(checked_params(m, "dec", shapes))
+            slices.append(checked_params(m, "dec", shapes, dt))
         if not slices:
             pass  # nothing arrived: the decoder stays
         elif cfg.compression:  # Eq. 5 over the clients whose update arrived
