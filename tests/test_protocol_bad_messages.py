@@ -301,3 +301,38 @@ def test_an_autoencoder_update_must_hold_arrays_of_the_runs_dtype(protocol, chan
     if got == "other float":
         got = "float32" if want == "float64" else "float64"
     assert f"must hold {want} arrays (the run's dtype), got {{'" in text and f"': '{got}'" in text, text
+
+
+@pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
+@pytest.mark.parametrize("task, payload, rule", [
+    # an sse without test entries: summed into the others' RMSE (raised it)
+    ("explicit", {"sse": 5.0, "n": 0, "ndcg_sum": 0.0, "ndcg_users": 0}, "sse = 0 when n = 0"),
+    ("explicit", {"sse": 1.0, "n": 2, "ndcg_sum": 0.5, "ndcg_users": 1}, "ndcg_sum = ndcg_users = 0"),
+    ("explicit", {"sse": 1.0, "n": 2, "ndcg_sum": float("nan"), "ndcg_users": 1}, "ndcg_sum = ndcg_users = 0"),
+    # more NDCG users than test entries: each user counted has one entry at least (lowered the NDCG)
+    ("implicit", {"sse": 0.0, "n": 1, "ndcg_sum": 0.0, "ndcg_users": 3}, "ndcg_users <= n"),
+    ("implicit", {"sse": 2.0, "n": 3, "ndcg_sum": 1.0, "ndcg_users": 2}, "sse = 0"),
+])
+def test_an_autoencoder_eval_reply_must_be_sums_its_task_gives(protocol, task, payload, rule):
+    text = _run_with_one_replaced(protocol, {"fraction": 1.0, "task": task}, "eval", payload)
+    assert f"eval of the {task} task must carry " in text and rule in text, text
+    assert (f"got sse={payload['sse']!r}, n={payload['n']!r}, ndcg_sum={payload['ndcg_sum']!r}, "
+            f"ndcg_users={payload['ndcg_users']!r}") in text
+
+
+@pytest.mark.parametrize("task", ["explicit", "implicit"])
+def test_honest_eval_replies_of_either_task_pass_the_check(task):
+    from fedsim.kernel import Message
+    from fedsim.math import ae_train
+    from fedsim.math import autoencoder as ae
+    from fedsim.protocols.fedae import checked_eval
+
+    data, _ = REGISTRY["personalfr"].tiny(4, 2, 0)
+    t = ae_train.prepare((data.users, data.items, data.values), (data.users, data.items, data.values),
+                         int(data.n_users), int(data.n_items), task=task)
+    p = ae.init_params(t.n_items, np.random.default_rng(0), (8, 4))
+    sums = {k: v for k, v in ae_train.eval_sums(p, t).items() if k != "flops"}
+    assert sums["n"] > 0 and (sums["ndcg_users"] > 0) == (task == "implicit")
+    assert checked_eval(Message("eval", sums, "client/0001", 1, 0), task) is sums
+    empty = Message("eval", dict(ae_train.EMPTY_SUMS), "client/0001", 1, 0)  # a client without test entries
+    assert checked_eval(empty, task) == ae_train.EMPTY_SUMS

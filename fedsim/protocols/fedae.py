@@ -155,12 +155,16 @@ def checked_params(msg, field: str, shapes: dict, dtype) -> dict:
 EVAL_FIELDS = ("sse", "n", "ndcg_sum", "ndcg_users")
 
 
-def checked_eval(msg) -> dict:
+def checked_eval(msg, task: str) -> dict:
     """A client's ``eval`` answer, if it holds the four sums as numbers that some test entries
-    give: ``sse`` >= 0, counts ``n`` and ``ndcg_users`` whole numbers >= 0, ``0 <= ndcg_sum <=
-    ndcg_users`` (an NDCG is at most 1); inf or NaN sums are a diverged model's predictions and
-    are taken (the metric then says so); else ``BadMessageError`` naming the client (the sums went
-    into the reported RMSE and NDCG as sent, a missing one as 0)."""
+    of ``task`` give: ``sse`` >= 0, counts ``n`` and ``ndcg_users`` whole numbers >= 0, ``0 <=
+    ndcg_sum <= ndcg_users`` (an NDCG is at most 1); the explicit task's sums are ``sse`` over
+    ``n`` entries (no entry: ``sse`` 0) and no NDCG (``ndcg_sum``, ``ndcg_users`` 0), the implicit
+    task's ``ndcg_sum`` over ``ndcg_users`` users, each with one test entry or more (``ndcg_users <=
+    n``), and no ``sse`` (0); inf or NaN sums are a diverged model's predictions and are taken (the
+    metric then says so); else ``BadMessageError`` naming the client (the sums went into the
+    reported RMSE and NDCG as sent, a missing one as 0; an ``sse`` without entries raised the
+    others' RMSE, an implicit answer's NDCG users outnumbering its entries lowered their NDCG)."""
     p = msg.payload
     if not isinstance(p, dict) or any(k not in p for k in EVAL_FIELDS):
         got = sorted(p) if isinstance(p, dict) else type(p).__name__
@@ -172,6 +176,13 @@ def checked_eval(msg) -> dict:
     if not ok:
         raise BadMessageError(msg, f"eval must carry sse >= 0, counts n, ndcg_users >= 0 and 0 <= ndcg_sum <= "
                                    f"ndcg_users, got sse={sse!r}, n={n!r}, ndcg_sum={ndcg!r}, ndcg_users={users!r}")
+    if task == "explicit":
+        ok, rule = ndcg == 0 and users == 0 and (n > 0 or sse == 0), "ndcg_sum = ndcg_users = 0 and sse = 0 when n = 0"
+    else:
+        ok, rule = sse == 0 and users <= n, "sse = 0 and ndcg_users <= n"
+    if not ok:
+        raise BadMessageError(msg, f"eval of the {task} task must carry {rule}, got sse={sse!r}, n={n!r}, "
+                                   f"ndcg_sum={ndcg!r}, ndcg_users={users!r}")
     return p
 
 
@@ -186,7 +197,7 @@ async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: 
     await ctx.broadcast(clients, "evaluate", payload)
     # the metrics are over the test entries of the clients that answered in time
     got = await ctx.gather("eval", senders=clients, round=t, timeout=cfg.deadline)
-    sums = ae_train.add_sums(checked_eval(m) for m in got)
+    sums = ae_train.add_sums(checked_eval(m, cfg.task) for m in got)
     out = ae_train.finish_eval(sums, cfg.task)
     out["round"] = t
     out["missing"] = len(got.missing)  # clients whose answer did not arrive by the deadline
