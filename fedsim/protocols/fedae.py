@@ -239,9 +239,11 @@ class FedAEJob:
         """``params``: the shared model the server holds at the end (PersonalFR: the decoder;
         FedAvg: the whole autoencoder) and, for PersonalFR, each client's private encoder under
         ``enc:<client>:<name>`` (the experimenter's copy: it was never sent); ``metrics``: the
-        federated evaluations, one per evaluated round; ``info``: ``best`` and ``final``
-        evaluation (the paper reports the best), ``client_flops`` (training FLOPs all clients
-        charged), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
+        federated evaluations, one per evaluated round (``missing``: the clients whose answer did not
+        arrive; PersonalFR's ``left_out``: the clients whose indices never arrived, not asked);
+        ``info``: ``best`` and ``final`` evaluation (the paper reports the best), ``client_flops``
+        (training FLOPs charged by the clients that finished: one that dropped out took its count
+        with it, see ``lost_clients``), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
         client's return value)."""
         srv = server_result(run)
         hist = list(srv["history"])
