@@ -255,3 +255,79 @@ def test_fcf_refuses_a_gradient_that_is_not_a_float_array_of_the_model_shape(gra
     # strings or None were a bare UFuncTypeError of the server's sum; a bool array was summed as 0/1
     text = _run_rewritten("fcf", "gradients", lambda p: {"grad": grad(p["grad"])})
     assert why in text
+
+
+def _ae_update_rewritten(protocol: str, change: dict, conv) -> str:
+    """Run ``protocol``'s tiny preset (4 clients, every one every round) with client 1's
+    ``update`` arrays converted by ``conv``; the server must stop with a BadMessageError naming
+    it. Returns its text."""
+    from fedsim.protocols import fedavg_ae, personalfr
+
+    spec = REGISTRY[protocol]
+    data, cfg = spec.tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg.replace(**change))
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    field = "dec" if protocol == "personalfr" else "model"
+
+    def rewrite(kind, payload):
+        if kind != "update":
+            return payload
+        params = payload.payload if hasattr(payload, "payload") else payload  # (FedAvg sends a draft)
+        return {field: {k: conv(np.asarray(v)) for k, v in params[field].items()}}
+    rewrite_sends(net, [bad], {"personalfr": personalfr, "fedavg-ae": fedavg_ae}[protocol].client, rewrite)
+    err, cause = run_to_bad_message(net)
+    assert cause.sender == bad and cause.kind == "update" and cause.round == 1 and err.node == "server"
+    return str(cause)
+
+
+@pytest.mark.parametrize("protocol, change", [("personalfr", {}), ("personalfr", {"compression": False}),
+                                              ("fedavg-ae", {}), ("personalfr", {"dtype": "float64"})])
+@pytest.mark.parametrize("conv, got", [
+    (lambda a: a.tolist(), "list"),  # a bare AttributeError of the server ('list' has no shape)
+    (lambda a: a != 0, "bool"),  # averaged as 0s and 1s
+    (lambda a: a.astype(np.int32), "int32"),  # averaged as numbers
+    (lambda a: a.astype(np.float16), "float16"),  # a bare NotImplementedError of the compiled merge
+    (lambda a: a.astype(np.float64 if a.dtype == np.float32 else np.float32), "other float"),  # taken silently
+])
+def test_an_autoencoder_update_must_hold_arrays_of_the_runs_dtype(protocol, change, conv, got):
+    text = _ae_update_rewritten(protocol, change, conv)
+    want = change.get("dtype", "float32")
+    if got == "other float":
+        got = "float32" if want == "float64" else "float64"
+    assert f"must hold {want} arrays (the run's dtype), got {{'" in text and f"': '{got}'" in text, text
+
+
+@pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
+@pytest.mark.parametrize("task, payload, rule", [
+    # an sse without test entries: summed into the others' RMSE (raised it)
+    ("explicit", {"sse": 5.0, "n": 0, "ndcg_sum": 0.0, "ndcg_users": 0}, "sse = 0 when n = 0"),
+    ("explicit", {"sse": 1.0, "n": 2, "ndcg_sum": 0.5, "ndcg_users": 1}, "ndcg_sum = ndcg_users = 0"),
+    ("explicit", {"sse": 1.0, "n": 2, "ndcg_sum": float("nan"), "ndcg_users": 1}, "ndcg_sum = ndcg_users = 0"),
+    # more NDCG users than test entries: each user counted has one entry at least (lowered the NDCG)
+    ("implicit", {"sse": 0.0, "n": 1, "ndcg_sum": 0.0, "ndcg_users": 3}, "ndcg_users <= n"),
+    ("implicit", {"sse": 2.0, "n": 3, "ndcg_sum": 1.0, "ndcg_users": 2}, "sse = 0"),
+])
+def test_an_autoencoder_eval_reply_must_be_sums_its_task_gives(protocol, task, payload, rule):
+    text = _run_with_one_replaced(protocol, {"fraction": 1.0, "task": task}, "eval", payload)
+    assert f"eval of the {task} task must carry " in text and rule in text, text
+    assert (f"got sse={payload['sse']!r}, n={payload['n']!r}, ndcg_sum={payload['ndcg_sum']!r}, "
+            f"ndcg_users={payload['ndcg_users']!r}") in text
+
+
+@pytest.mark.parametrize("task", ["explicit", "implicit"])
+def test_honest_eval_replies_of_either_task_pass_the_check(task):
+    from fedsim.kernel import Message
+    from fedsim.math import ae_train
+    from fedsim.math import autoencoder as ae
+    from fedsim.protocols.fedae import checked_eval
+
+    data, _ = REGISTRY["personalfr"].tiny(4, 2, 0)
+    t = ae_train.prepare((data.users, data.items, data.values), (data.users, data.items, data.values),
+                         int(data.n_users), int(data.n_items), task=task)
+    p = ae.init_params(t.n_items, np.random.default_rng(0), (8, 4))
+    sums = {k: v for k, v in ae_train.eval_sums(p, t).items() if k != "flops"}
+    assert sums["n"] > 0 and (sums["ndcg_users"] > 0) == (task == "implicit")
+    assert checked_eval(Message("eval", sums, "client/0001", 1, 0), task) is sums
+    empty = Message("eval", dict(ae_train.EMPTY_SUMS), "client/0001", 1, 0)  # a client without test entries
+    assert checked_eval(empty, task) == ae_train.EMPTY_SUMS

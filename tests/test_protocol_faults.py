@@ -267,3 +267,28 @@ def test_evaluations_say_how_many_answers_were_missing(name):
     for h in res.metrics:
         assert "missing" in h
     assert sum(h["missing"] for h in res.metrics) == sum(by_round.values())
+
+
+def test_a_personalfr_client_whose_indices_were_lost_is_left_out_of_the_evaluation():
+    # it is never selected (the server cannot give it its slice), so it never trains; it was still
+    # asked to evaluate and its users' errors, of the initial encoder, went into every RMSE as if it
+    # had taken part (seed 39: client/0002's indices lost, every eval answer arrives)
+    from fedsim.data import random_holdout
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(4, 3, 0)
+    data, test = random_holdout(data, 0.2, seed=0)
+    cfg = cfg.replace(deadline=2.0, eval_every=1)
+    net = SimNetwork(seed=39, faults=Faults(loss=0.25))
+    job = spec.build(net, data, cfg, test=test)
+    res = job.collect(net.run())
+    lost = [r["src"] for r in net.ledger.select(kind="indices", fate="lost").records()]
+    assert lost == ["client/0002"] and res.info["missing"][0] == {"round": 0, "kind": "indices", "clients": 1}
+    assert all("client/0002" not in chosen for chosen in res.info["selected"])
+    assert not len(net.ledger.select(kind="evaluate", dst="client/0002"))
+    entries = {c: int(np.isin(test.users, g).sum()) for c, g in zip(job.clients, job.groups)}
+    assert entries["client/0002"] > 0  # (its users have test entries to leave out)
+    assert [(h["round"], h["missing"], h["left_out"], h["n"]) for h in res.metrics] == [
+        (t, 0, 1, sum(entries.values()) - entries["client/0002"]) for t in (1, 2, 3)]
+    assert not any(k.startswith("enc:client/0002:") for k in res.params)  # no encoder reported as trained
+    assert res.info["clients"]["client/0002"]["rounds"] == []

@@ -142,3 +142,41 @@ def test_one_repeat_has_no_standard_deviation(tmp_path):
     assert row["best_on_test"] == pytest.approx(0.90) and row["final"] == pytest.approx(0.90)
     assert np.isnan(row["best_on_test_std"]) and np.isnan(row["final_std"]) and np.isnan(row["selected_std"])
     assert row["nan_runs"] == 0
+
+
+@pytest.mark.parametrize("name, over", [
+    ("personalfr_table3", {"clients": [4], "rounds": 2, "tasks": ["explicit"], "repeats": 1}),
+    ("personalfr_table4", {"rounds": 2, "tasks": ["explicit"], "repeats": 1}),
+    ("personalfr_curves", {"clients": [4], "rounds": 2, "tasks": ["explicit"], "repeats": 1}),
+    ("personalfr_compression", {"clients": [4], "repeats": 1}),
+])
+@pytest.mark.parametrize("net, why", [({"loss": 0.2}, "loss 0.2"), ({"dropout": 0.5}, "dropout 0.5")])
+def test_personalfr_scenarios_refuse_faults_up_front(name, over, net, why, tmp_path):
+    # they run without a deadline: the run ended in a DeadlockError advising a --set deadline these
+    # scenarios do not have ("unknown parameter 'deadline'")
+    from fedsim.experiment import UsageError
+    from fedsim.kernel import NetSpec
+
+    with pytest.raises(UsageError) as exc:
+        run_scenario(name, data="tiny", out=tmp_path / "o", net=NetSpec(**net), quiet=True,
+                     overrides=dict(over, workers=1))
+    assert str(exc.value) == (
+        "the PersonalFR scenarios run FedAvg and PersonalFR with no deadline on a network that loses no message; "
+        f"this one does ({why}): measure faults with `fedsim run personalfr --set deadline=SECONDS` (or fedavg-ae), "
+        "which reports what was missing")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_joint_alone_runs_on_a_lossy_network_and_study_runs_refuse_one():
+    # Joint sends no message; a federated study run would read a run that lost messages as a whole one
+    from fedsim.kernel import NetSpec
+    from fedsim.protocols.personalfr import FedAEConfig
+    from fedsim.studies.personalfr.runs import RunSpec, run_spec
+
+    common = dict(data="tiny", seed=0, task="explicit", threshold=3.5, test_frac=0.2,
+                  cfg=FedAEConfig(rounds=2, deadline=5.0), profile=NetSpec(loss=0.2))
+    for method in ("fedavg", "personalfr"):
+        with pytest.raises(ValueError, match=rf"^PersonalFR study runs \({method}\) read whole runs, on a network "
+                                             r"that loses no message; this one does \(loss 0.2\)"):
+            run_spec(RunSpec(method, M=2, **common))
+    assert run_spec(RunSpec("joint", joint_epochs=2, joint_batch=10, **common))["rounds"] == 2

@@ -132,26 +132,39 @@ def checked_items(msg, n_items: int) -> np.ndarray:
     return arr
 
 
-def checked_params(msg, field: str, shapes: dict) -> dict:
+def checked_params(msg, field: str, shapes: dict, dtype) -> dict:
     """``msg.payload[field]``, a parameter dict, if it has exactly the keys of ``shapes`` and
-    arrays of those shapes; else ``BadMessageError`` naming the client (a merge would broadcast
-    an array of another shape into the mean, or fail without saying whose it was)."""
+    arrays of those shapes and of the run's ``dtype`` (what its clients send); else
+    ``BadMessageError`` naming the client (a merge would broadcast an array of another shape into
+    the mean, or fail without saying whose it was; a list of numbers stopped the server with a
+    bare AttributeError, bool or integer arrays were averaged as numbers, a float16 slice was a
+    bare NotImplementedError of the compiled merge, float64 arrays in a float32 run were taken
+    at twice the bytes on the ledger)."""
     params = msg.payload.get(field) if isinstance(msg.payload, dict) else None
     got = {k: np.shape(v) for k, v in params.items()} if isinstance(params, dict) else None
     if got != shapes:
         raise BadMessageError(msg, f"{field} must hold arrays of shapes {shapes}, got {got}")
+    dt = np.dtype(dtype)
+    wrong = {k: (v.dtype.name if isinstance(v, np.ndarray) else type(v).__name__)
+             for k, v in params.items() if not (isinstance(v, np.ndarray) and v.dtype == dt)}
+    if wrong:
+        raise BadMessageError(msg, f"{field} must hold {dt.name} arrays (the run's dtype), got {wrong}")
     return params
 
 
 EVAL_FIELDS = ("sse", "n", "ndcg_sum", "ndcg_users")
 
 
-def checked_eval(msg) -> dict:
+def checked_eval(msg, task: str) -> dict:
     """A client's ``eval`` answer, if it holds the four sums as numbers that some test entries
-    give: ``sse`` >= 0, counts ``n`` and ``ndcg_users`` whole numbers >= 0, ``0 <= ndcg_sum <=
-    ndcg_users`` (an NDCG is at most 1); inf or NaN sums are a diverged model's predictions and
-    are taken (the metric then says so); else ``BadMessageError`` naming the client (the sums went
-    into the reported RMSE and NDCG as sent, a missing one as 0)."""
+    of ``task`` give: ``sse`` >= 0, counts ``n`` and ``ndcg_users`` whole numbers >= 0, ``0 <=
+    ndcg_sum <= ndcg_users`` (an NDCG is at most 1); the explicit task's sums are ``sse`` over
+    ``n`` entries (no entry: ``sse`` 0) and no NDCG (``ndcg_sum``, ``ndcg_users`` 0), the implicit
+    task's ``ndcg_sum`` over ``ndcg_users`` users, each with one test entry or more (``ndcg_users <=
+    n``), and no ``sse`` (0); inf or NaN sums are a diverged model's predictions and are taken (the
+    metric then says so); else ``BadMessageError`` naming the client (the sums went into the
+    reported RMSE and NDCG as sent, a missing one as 0; an ``sse`` without entries raised the
+    others' RMSE, an implicit answer's NDCG users outnumbering its entries lowered their NDCG)."""
     p = msg.payload
     if not isinstance(p, dict) or any(k not in p for k in EVAL_FIELDS):
         got = sorted(p) if isinstance(p, dict) else type(p).__name__
@@ -163,6 +176,13 @@ def checked_eval(msg) -> dict:
     if not ok:
         raise BadMessageError(msg, f"eval must carry sse >= 0, counts n, ndcg_users >= 0 and 0 <= ndcg_sum <= "
                                    f"ndcg_users, got sse={sse!r}, n={n!r}, ndcg_sum={ndcg!r}, ndcg_users={users!r}")
+    if task == "explicit":
+        ok, rule = ndcg == 0 and users == 0 and (n > 0 or sse == 0), "ndcg_sum = ndcg_users = 0 and sse = 0 when n = 0"
+    else:
+        ok, rule = sse == 0 and users <= n, "sse = 0 and ndcg_users <= n"
+    if not ok:
+        raise BadMessageError(msg, f"eval of the {task} task must carry {rule}, got sse={sse!r}, n={n!r}, "
+                                   f"ndcg_sum={ndcg!r}, ndcg_users={users!r}")
     return p
 
 
@@ -177,7 +197,7 @@ async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: 
     await ctx.broadcast(clients, "evaluate", payload)
     # the metrics are over the test entries of the clients that answered in time
     got = await ctx.gather("eval", senders=clients, round=t, timeout=cfg.deadline)
-    sums = ae_train.add_sums(checked_eval(m) for m in got)
+    sums = ae_train.add_sums(checked_eval(m, cfg.task) for m in got)
     out = ae_train.finish_eval(sums, cfg.task)
     out["round"] = t
     out["missing"] = len(got.missing)  # clients whose answer did not arrive by the deadline
@@ -219,9 +239,11 @@ class FedAEJob:
         """``params``: the shared model the server holds at the end (PersonalFR: the decoder;
         FedAvg: the whole autoencoder) and, for PersonalFR, each client's private encoder under
         ``enc:<client>:<name>`` (the experimenter's copy: it was never sent); ``metrics``: the
-        federated evaluations, one per evaluated round; ``info``: ``best`` and ``final``
-        evaluation (the paper reports the best), ``client_flops`` (training FLOPs all clients
-        charged), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
+        federated evaluations, one per evaluated round (``missing``: the clients whose answer did not
+        arrive; PersonalFR's ``left_out``: the clients whose indices never arrived, not asked);
+        ``info``: ``best`` and ``final`` evaluation (the paper reports the best), ``client_flops``
+        (training FLOPs charged by the clients that finished: one that dropped out took its count
+        with it, see ``lost_clients``), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
         client's return value)."""
         srv = server_result(run)
         hist = list(srv["history"])

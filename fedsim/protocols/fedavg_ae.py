@@ -58,7 +58,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         if got.missing:
             missing.append({"round": t, "kind": "update", "clients": len(got.missing)})
         shapes = {k: v.shape for k, v in model.items()}
-        models = [checked_params(m, "model", shapes) for m in got]
+        models = [checked_params(m, "model", shapes, dt) for m in got]
         if models:  # the mean of the models that arrived (none: the model stays)
             model = ae.mean_params(models, model)
         f = merge_flops(models)

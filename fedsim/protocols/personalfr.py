@@ -18,7 +18,8 @@ round t = 1..T
         active; ``"algorithm1"``: Algorithm 1 as printed), or the plain mean of whole decoders.
 
 evaluation (``EVAL_KINDS``, left out of cost tables), every ``eval_every`` rounds and after the last
-    server -> every client  ``evaluate``  {t, dec: the whole global decoder}
+    server -> every client whose indices arrived  ``evaluate``  {t, dec: the whole global decoder}
+        (a client whose indices never arrived never trains: it is left out, the row's ``left_out``)
     client -> server        ``eval``      {sse, n, ndcg_sum, ndcg_users}  (sums over its private test entries)
 
 end
@@ -106,7 +107,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
             if cfg.compression:  # its active decoder: the output rows of its items only
                 n_m = len(items[m.sender])
                 shapes = {**shapes, w_key: (n_m, *decoder[w_key].shape[1:]), b_key: (n_m, *decoder[b_key].shape[1:])}
-            slices.append(checked_params(m, "dec", shapes))
+            slices.append(checked_params(m, "dec", shapes, dt))
         if not slices:
             pass  # nothing arrived: the decoder stays
         elif cfg.compression:  # Eq. 5 over the clients whose update arrived
@@ -117,7 +118,12 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         flops += f
         await ctx.compute(f, "aggregate")
         if evaluate and cfg.wants_eval(t):
-            history.append(await evaluate_clients(ctx, clients, {"t": t, "dec": decoder}, t, cfg))
+            # over the clients that take part: one whose indices never arrived never trained (its
+            # encoder is the initial one), so it is left out and counted (left_out), not evaluated
+            members = [c for c in clients if c in items]
+            row = await evaluate_clients(ctx, members, {"t": t, "dec": decoder}, t, cfg)
+            row["left_out"] = M - len(members)
+            history.append(row)
     await ctx.broadcast(clients, "stop", None)
     return {"decoder": decoder, "history": history, "selected": selected, "flops": flops, "missing": missing}
 

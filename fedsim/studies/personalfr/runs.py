@@ -23,11 +23,12 @@ from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
 from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
 from ...seeding import node_rng
+from ..fpl.runs import network_faults
 from ..parallel import count_done, default_workers, pmap
 
 __all__ = [
-    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "check_clients", "comm_from_ledger", "config_from", "execute",
-    "load_task", "make_specs", "run_spec", "spec_cost", "split",
+    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "check_clients", "check_network", "comm_from_ledger",
+    "config_from", "execute", "load_task", "make_specs", "run_spec", "spec_cost", "split",
 ]
 
 METRIC = {"explicit": "rmse", "implicit": "ndcg"}
@@ -139,10 +140,29 @@ def comm_from_ledger(net, rounds: int) -> dict:
     }
 
 
+def check_network(profile) -> None:
+    """Refuse (``UsageError``) a network that can lose a message (``network_faults``: loss,
+    dropout, a profile whose nodes lose or drop out), before any work. The PersonalFR scenarios
+    run without a deadline and read whole runs: such a network ended in a ``DeadlockError``
+    advising a ``--set deadline`` they do not have (with a deadline, what a run left out would
+    not reach their tables). Faults are measured on the protocol itself: ``fedsim run personalfr
+    --loss P --set deadline=S`` reports what was missing."""
+    why = network_faults(profile)
+    if why is not None:
+        raise UsageError(f"the PersonalFR scenarios run FedAvg and PersonalFR with no deadline on a network that "
+                         f"loses no message; this one does ({why}): measure faults with `fedsim run personalfr "
+                         f"--set deadline=SECONDS` (or fedavg-ae), which reports what was missing")
+
+
 def run_spec(spec: RunSpec) -> dict:
     """Run one spec; returns its history, best/final metric, FLOPs and ledger figures (module-level, so it
     can run in a worker process). Raises ``DeadlockError`` when a federated run's network ends with
-    actors still blocked."""
+    actors still blocked, ``ValueError`` for a federated run on a network that can lose a message
+    (:func:`check_network`: the figures returned are those of a whole run, and nothing here
+    carries what a run with a deadline left out)."""
+    if spec.method != "joint" and (why := network_faults(spec.profile)) is not None:
+        raise ValueError(f"PersonalFR study runs ({spec.method}) read whole runs, on a network that loses no "
+                         f"message; this one does ({why}): run the protocol itself with a deadline instead")
     task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac,
                      spec.val_frac if spec.validation else None)
     key = METRIC[spec.task]
@@ -205,7 +225,10 @@ def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]
     all with :func:`config_from` ``(ctx, task=task, **cfg_over)``. With ``select_on=validation``
     the first repeat's runs come twice: once on its validation split (``validation=True``: they
     choose the reported round) and once as usual. The data is read here once (``ctx.load_data``),
-    so that a bad ``--data`` is a ``UsageError`` before any worker starts."""
+    so that a bad ``--data`` is a ``UsageError`` before any worker starts, as is a network that can lose
+    a message when federated runs are asked for (:func:`check_network`)."""
+    if {"fedavg", "personalfr"} & set(ctx["methods"]):
+        check_network(ctx.net)
     ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a worker's traceback
     check_clients(clients, ratings.n_users)
     specs = []
