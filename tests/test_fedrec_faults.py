@@ -3,12 +3,13 @@ reads, studies on networks that lose messages. Tiny synthetic data only."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fedsim.kernel import SimNetwork
 from fedsim.protocols import REGISTRY, fedrec
 
-from conftest import RewritingContext
+from conftest import RewritingContext, rewrite_sends, run_to_bad_message
 
 
 class _SlowEval(RewritingContext):
@@ -62,3 +63,33 @@ def test_a_late_eval_answer_is_not_taken_for_the_final_evaluation(secure):
     # the late round T-1 answer is discarded unread (stale), the answer to the final one is read
     evals = [(r["round"], r["read"]) for r in net.ledger.records() if r["kind"] == "eval" and r["src"] == slow]
     assert evals == [(1, False), (2, True)]
+
+
+_UPLOAD_FAULTS = {
+    # integer or bool rows were summed as numbers (bool: 0s and 1s), a list of numbers taken by
+    # PMF(B)'s sum; a list of item ids passed the range check and stopped the server with a bare
+    # AttributeError ('list' object has no attribute 'shape') that named no sender
+    "bool grads": (lambda p: {**p, "grads": np.ones(p["grads"].shape, bool)}, "gradients: rows must be a float array, got bool"),
+    "int grads": (lambda p: {**p, "grads": np.ones(p["grads"].shape, np.int32)}, "gradients: rows must be a float array, got int32"),
+    "list grads": (lambda p: {**p, "grads": p["grads"].tolist()}, "gradients: rows must be a float array, got list"),
+    "list items": (lambda p: {**p, "items": p["items"].tolist()}, "gradients: item ids must be a 1-D integer array, got list"),
+    "bool o_deltas": (lambda p: {**p, "o_deltas": np.ones(p["o_deltas"].shape, bool)},
+                      "O deltas: rows must be a float array, got bool"),
+    "list o_deltas": (lambda p: {**p, "o_deltas": p["o_deltas"].tolist()}, "O deltas: rows must be a float array, got list"),
+}
+_UPLOAD_CASES = [(m, f) for m in ("PMF(B)", "PMF(S)", "SVD++(S)") for f in _UPLOAD_FAULTS
+                 if m == "SVD++(S)" or "o_deltas" not in f]
+
+
+@pytest.mark.parametrize("model, fault", _UPLOAD_CASES, ids=[f"{m}-{f}" for m, f in _UPLOAD_CASES])
+def test_an_upload_that_is_not_float_rows_over_integer_ids_is_an_error_naming_its_sender(model, fault):
+    rewrite, why = _UPLOAD_FAULTS[fault]
+    spec = REGISTRY["fedrec"]
+    data, cfg = spec.tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg.replace(model=model))
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    rewrite_sends(net, [bad], fedrec.client, lambda kind, p: rewrite(p) if kind == "gradients" else p)
+    err, cause = run_to_bad_message(net)
+    assert cause.sender == bad and cause.kind == "gradients" and cause.round == 0 and err.node == "server"
+    assert str(cause) == f"'gradients' from {bad} (round 0): ValueError: {why}"
