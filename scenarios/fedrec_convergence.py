@@ -8,9 +8,9 @@ kept out of the communication tables). The unfederated curve comes from the cent
 
 from __future__ import annotations
 
-from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.experiment import Param, RunContext, UsageError, scenario_main
 from fedsim.protocols.fedrec import FedRecConfig
-from fedsim.studies.fedrec import make_folds, paper_lr, run_one
+from fedsim.studies.fedrec import make_folds, paper_lr, refuse_faults, run_one
 from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDREC_HF_SETTINGS
@@ -37,6 +37,9 @@ PARAMS = {
 
 
 def run(ctx: RunContext) -> None:
+    # its runs have no deadline: refused before any work (a lost message was a worker's DeadlockError, a
+    # client that dropped out after its last upload a zeroed user factor in a table of complete runs)
+    refuse_faults(ctx.net, "fedrec_convergence", UsageError)
     ratings = ctx.load_data()
     data_note(ctx, ratings)
     folds = make_folds(ratings, ctx["folds"], ctx.seed)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.experiment import Param, RunContext, UsageError, scenario_main
 from fedsim.protocols.fedrec import FedRecConfig
-from fedsim.studies.fedrec import fold_stats, group_runs, make_folds, paper_lr, run_one
+from fedsim.studies.fedrec import fold_stats, group_runs, make_folds, paper_lr, refuse_faults, run_one
 from fedsim.studies.paper_values import FEDREC_HF_RMSE_ML100K, FEDREC_HF_SETTINGS, FEDREC_UA_RMSE_ML100K
 from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
@@ -52,6 +52,9 @@ def authors_hf(key: tuple) -> tuple[int, int]:
 
 
 def run(ctx: RunContext) -> None:
+    # its runs have no deadline: refused before any work (a lost message was a worker's DeadlockError, a
+    # client that dropped out after its last upload a zeroed user factor in a table of complete runs)
+    refuse_faults(ctx.net, "fedrec_rho", UsageError)
     ratings = ctx.load_data()
     data_note(ctx, ratings)
     folds = make_folds(ratings, ctx["folds"], ctx.seed)

@@ -17,10 +17,10 @@ import math
 
 import numpy as np
 
-from fedsim.experiment import Param, RunContext, ScenarioError, scenario_main
+from fedsim.experiment import Param, RunContext, ScenarioError, UsageError, scenario_main
 from fedsim.math.metrics import md_stdr
 from fedsim.protocols.fedrec import FedRecConfig, formula_payload_floats
-from fedsim.studies.fedrec import fold_stats, make_folds, paper_lr, run_one
+from fedsim.studies.fedrec import fold_stats, make_folds, paper_lr, refuse_faults, run_one
 from fedsim.studies.paper_values import FEDREC_TABLE2_ML100K
 from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
@@ -85,6 +85,9 @@ def select_lambda(ctx: RunContext, folds, models, workers):
 
 
 def run(ctx: RunContext) -> None:
+    # its runs have no deadline: refused before any work (a lost message was a worker's DeadlockError, a
+    # client that dropped out after its last upload a zeroed user factor in a table of complete runs)
+    refuse_faults(ctx.net, "fedrec_table2", UsageError)
     ratings = ctx.load_data()
     data_note(ctx, ratings)
     folds = make_folds(ratings, ctx["folds"], ctx.seed)

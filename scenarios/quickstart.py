@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 
-from fedsim.experiment import Param, RunContext, scenario_main
+from fedsim.experiment import Param, RunContext, UsageError, scenario_main
 from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.datasets import data_note
-from fedsim.studies.fedrec import make_folds
+from fedsim.studies.fedrec import make_folds, refuse_faults
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'about 5-15 s (5.6 s measured on 2026-11-27 on 2 cores shared with other jobs, 13 s on 2026-11-26; docs/quickstart.md)'
@@ -31,6 +31,9 @@ PARAMS = {
 
 
 def run(ctx: RunContext) -> None:
+    # its runs have no deadline: refused before any work (a lost message was a worker's DeadlockError, a
+    # client that dropped out after its last upload a zeroed user factor in a table of complete runs)
+    refuse_faults(ctx.net, "quickstart", UsageError)
     ratings = ctx.load_data()
     data_note(ctx, ratings)
     fold = make_folds(ratings, 5, ctx.seed)[0]

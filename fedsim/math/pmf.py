@@ -182,8 +182,9 @@ def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = Fa
     many times faster than ``np.add.at`` and the same bits (each element receives exactly one
     addition); with a repeated item it would silently count it once, so the default is the
     general form. ``ascending=True`` (implies ``distinct``) checks what a FedRec upload
-    promises, items strictly increasing, and raises ``ValueError`` otherwise (at no cost: the
-    compiled update's bounds check becomes an order check). Raises ``IndexError`` for an item
+    promises, items strictly increasing in an integer array and gradients a float array, and raises
+    ``ValueError`` otherwise (at no cost: the compiled update's bounds check becomes an order check,
+    and it takes only float arrays of ``grad_sum``'s dtype). Raises ``IndexError`` for an item
     outside [0, m) and ``ValueError`` for arrays of other shapes (:func:`fedsim.math.rows.check_rows`),
     adding nothing."""
     if distinct or ascending:
@@ -194,7 +195,8 @@ def accumulate_item_grads(grad_sum, counts, items, grads, *, distinct: bool = Fa
                 and counts.dtype == np.int64 and _int_vector(items)
                 and k.add_rows_count(grad_sum, counts, items, grads, ascending)):  # one addition per element: same bits
             return
-        check_rows(items, grads, grad_sum.shape[0], grad_sum.shape[1], "gradients", ascending=ascending)
+        check_rows(items, grads, grad_sum.shape[0], grad_sum.shape[1], "gradients", ascending=ascending,
+                   upload=ascending)
         add_rows_at(grad_sum, items, grads)
         counts[items] += 1
     else:
@@ -228,8 +230,8 @@ def server_apply_mean(V, items, grads, lr, counts=None) -> np.ndarray:
 
 def server_apply_sgd(V, items, grads, lr, *, ascending: bool = False) -> np.ndarray:
     """Algorithm 4 lines 6-8: V_i <- V_i - lr g_i for one client's upload (distinct items).
-    ``ascending=True`` checks what a FedRec upload promises, items strictly increasing (no cost
-    compiled). Raises ``IndexError`` for an item outside [0, m), ``ValueError`` for arrays of other
+    ``ascending=True`` checks what a FedRec upload promises, items strictly increasing in an integer
+    array and gradients a float array (no cost compiled). Raises ``IndexError`` for an item outside [0, m), ``ValueError`` for arrays of other
     shapes or, with ``ascending``, items out of order, changing nothing. In place; returns V."""
     k = _sgd_numba.compiled()
     if (k is not None and type(grads) is np.ndarray and grads.dtype == V.dtype and V.ndim == 2
@@ -238,7 +240,7 @@ def server_apply_sgd(V, items, grads, lr, *, ascending: bool = False) -> np.ndar
             # lr * g rounded to V's dtype, then subtracted: the operations of the expression below
             and k.sub_scaled_rows(V, items, grads, np.array((lr,), dtype=V.dtype), ascending)):
         return V
-    check_rows(items, grads, V.shape[0], V.shape[1], "gradients", ascending=ascending)
+    check_rows(items, grads, V.shape[0], V.shape[1], "gradients", ascending=ascending, upload=ascending)
     V[items] -= V.dtype.type(lr) * grads
     return V
 

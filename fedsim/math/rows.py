@@ -51,15 +51,24 @@ def _add(acc: np.ndarray, view: np.ndarray | None, ids, rows) -> None:
 
 
 def check_rows(ids, rows, m: int, width: int, what: str = "rows", *, ascending: bool = False,
-               distinct: bool = False) -> None:
+               distinct: bool = False, upload: bool = False) -> None:
     """Raise ``IndexError`` for an id outside [0, ``m``) and ``ValueError`` unless ``ids`` is a 1-D
     integer array and ``rows`` an array of shape (len(ids), ``width``): what a server's row update
     needs of an upload. NumPy's indexing would take a negative id as counting from the end and broadcast a
     (1, width) block over every listed row, changing the wrong rows without a word. With
     ``ascending``, also ``ValueError`` unless the ids are strictly increasing (a repeated id would
     otherwise be updated once, its other rows dropped); with ``distinct``, ``ValueError`` if an id
-    repeats, in any order. (Servers call it where their compiled update declined an upload, so
-    well-formed uploads pay nothing.)"""
+    repeats, in any order. With ``upload`` (an upload off the wire), also ``ValueError`` unless
+    ``ids`` is a NumPy integer array and ``rows`` a NumPy float array: a list of ids passed here
+    and then failed in the caller as a bare AttributeError, and integer or bool rows (nothing a
+    client computes) were summed as numbers. (Servers call it where their compiled update
+    declined an upload, so well-formed uploads pay nothing.)"""
+    if upload:
+        if type(ids) is not np.ndarray:
+            raise ValueError(f"{what}: item ids must be a 1-D integer array, got {type(ids).__name__}")
+        if type(rows) is not np.ndarray or rows.dtype.kind != "f":
+            raise ValueError(f"{what}: rows must be a float array, got "
+                             f"{rows.dtype if isinstance(rows, np.ndarray) else type(rows).__name__}")
     ids_a = np.asarray(ids)
     if ids_a.ndim != 1 or (ids_a.size and ids_a.dtype.kind not in "iu"):
         raise ValueError(f"{what}: item ids must be a 1-D integer array, got {ids_a.dtype} of shape {ids_a.shape}")

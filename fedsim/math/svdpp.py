@@ -65,7 +65,8 @@ def svdpp_predict(U, V, Obar, users, items) -> np.ndarray:
 
 def server_apply_o_delta(O, items, o_deltas, *, ascending: bool = False) -> np.ndarray:
     """O_j <- O_j + dO_j for one client's upload (distinct items). ``ascending=True`` checks that
-    the items are strictly increasing, as :func:`fedsim.math.pmf.server_apply_sgd` does. Raises
+    the items are strictly increasing in an integer array and the deltas a float array, as
+    :func:`fedsim.math.pmf.server_apply_sgd` does. Raises
     ``IndexError``/``ValueError`` as that does, changing nothing. In place; returns O."""
     k = _sgd_numba.compiled()
     if (k is not None and type(o_deltas) is np.ndarray and type(items) is np.ndarray and items.ndim == 1
@@ -73,7 +74,7 @@ def server_apply_o_delta(O, items, o_deltas, *, ascending: bool = False) -> np.n
             and o_deltas.shape == (items.shape[0], O.shape[1]) and O.flags.c_contiguous and O.flags.writeable
             and k.add_rows(O, items, o_deltas, ascending)):  # one addition per element, as below: same bits
         return O
-    check_rows(items, o_deltas, O.shape[0], O.shape[1], "O deltas", ascending=ascending)
+    check_rows(items, o_deltas, O.shape[0], O.shape[1], "O deltas", ascending=ascending, upload=ascending)
     O[items] += o_deltas
     return O
 

@@ -20,7 +20,10 @@ optional evaluation (``eval_every``; kinds listed in ``EVAL_KINDS`` so cost tabl
 them out): in batch mode the client evaluates its private test ratings with the V it has just
 downloaded and its current U_u and answers ``eval`` {sse, sae, n}, and after the last iteration
 (if T is a multiple of ``eval_every``) the server sends ``evaluate`` {V}, since no download
-follows; in stochastic mode the server sends ``evaluate`` {V (, O)} at the end of the iteration.
+follows, labelled round T (a round of its own: the evaluation riding on round T-1's download is
+labelled T-1, and a late answer to it must not be taken for the final one); in stochastic mode the
+server sends ``evaluate`` {V (, O)} at the end of iteration t, labelled t. A client labels its
+``eval`` answer with the round of the request it answers.
 Either way the evaluations are of the models after iterations eval_every, 2 eval_every, ..., up
 to T. Three scalars per client: the server learns a client's error sums, not its ratings.
 
@@ -302,9 +305,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             and cfg.T % cfg.eval_every == 0):
         # a batch evaluation rides on the next model download, and there is none after the last
         # iteration: the returned model is evaluated as the stochastic server evaluates it
+        # labelled round T, a round of its own: with eval_every = 1 the evaluation that rode on
+        # round T-1's download is labelled T-1, and a late answer to it must not be taken for this one
         takers = members if cfg.secure_aggregation else clients
+        ctx.begin_round(cfg.T)
         await ctx.broadcast(takers, "evaluate", {"V": V})
-        evals.append(await _collect_eval(ctx, takers, cfg.T, cfg.T - 1, cfg.deadline))
+        evals.append(await _collect_eval(ctx, takers, cfg.T, cfg.T, cfg.deadline))
+        ctx.begin_round(cfg.T - 1)  # stop stays labelled with the last iteration's round
     await ctx.broadcast(clients, "stop", {"diverged_at": diverged_at})
     if cfg.style != "batch":  # V (and O) may be views on a message: own them
         V, O = V.copy(), None if O is None else O.copy()

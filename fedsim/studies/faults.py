@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from ..data import Ratings
-from ..kernel import NetSpec, network_record
+from ..kernel import NetSpec, get_profile, network_record
 from ..protocols import REGISTRY
 
-__all__ = ["FaultTask", "run_fault_task"]
+__all__ = ["FaultTask", "network_faults", "run_fault_task"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,18 @@ def run_fault_task(task: FaultTask) -> dict[str, Any]:
                record=network_record(net, task.ledger_dir,
                                      f"{task.protocol}-loss{task.net.loss:g}-drop{task.net.dropout:g}"))
     return out
+
+
+def network_faults(profile: str | NetSpec) -> str | None:
+    """What in network ``profile`` can lose a message (``Faults``: loss or dropout; a profile whose
+    node specs lose or drop out), in words, or None. A run with no deadline waits for a lost
+    upload for ever, and a client that drops out after its last upload (its ``stop`` lost) leaves
+    a run that completes with that client's user factor zeroed, with nothing in a table to say
+    so: the FPL study runs (``run_fpl``, ``run_fcf``) and the FedRec paper scenarios refuse such a
+    network; this module's runs measure faults (with a deadline)."""
+    spec = NetSpec.of(profile)
+    prof = get_profile(spec.profile)
+    what = [f"{k} {getattr(spec, k):g}" for k in ("loss", "dropout") if getattr(spec, k)]
+    what += [f"profile {spec.profile!r}'s {role}s {how}" for role, n in (("server", prof.server), ("client", prof.client))
+             for how in ((f"lose {n.loss:g}",) if n.loss > 0 else ()) + (("drop out",) if n.offline_at is not None else ())]
+    return ", ".join(what) or None

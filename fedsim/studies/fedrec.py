@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -14,10 +14,11 @@ from ..kernel import NetSpec, SimNetwork, network_record
 from ..math.pmf import DivergenceError
 from ..protocols import fedrec
 from ..protocols.fedrec import FedRecConfig, paper_lr
+from .faults import network_faults
 
 __all__ = [
     "Fold", "FoldStats", "RunOutcome", "comm_per_iteration", "evaluate_fold", "fold_stats", "group_runs",
-    "make_folds", "paper_lr", "run_one",
+    "make_folds", "paper_lr", "refuse_faults", "run_one",
 ]
 
 
@@ -57,6 +58,26 @@ class RunOutcome:
     record: dict | None = None  # the network's fedsim.kernel.network_record (federated only)
     initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
     initial_rmse: float = float("nan")
+    # what a federated run left out (faults and a deadline): the result's info["missing"] records
+    # (per round, the uploads that did not arrive) and info["lost_clients"] (clients that dropped
+    # out, their user factors lost with them: their test ratings are not in mae/rmse)
+    missing: list = field(default_factory=list)
+    lost_clients: list = field(default_factory=list)
+
+    @property
+    def incomplete(self) -> bool:
+        """Something was left out: a round's upload, or a client that dropped out."""
+        return bool(self.missing or self.lost_clients)
+
+
+def refuse_faults(profile, what: str, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` if network ``profile`` can lose a message (:func:`network_faults`):
+    ``what`` runs FedRec with no deadline, so a lost message is a deadlock and a client that
+    drops out after its last upload leaves its user factor zeroed in a run that completes."""
+    why = network_faults(profile)
+    if why is not None:
+        raise error(f"{what} runs FedRec with no deadline on a network that loses no message; this one does "
+                         f"({why}): measure faults with `fedsim run fault_study` (fedsim.studies.faults)")
 
 
 def make_folds(ratings, k: int, seed: int) -> list[Fold]:
@@ -73,7 +94,11 @@ def run_one(task: tuple) -> RunOutcome:
     """Run ``(fold, framework, cfg, seed, network, evaluate_curve[, ledger_dir])``; ``framework``
     is ``"federated"`` (actors on the network a ``NetSpec`` or profile name describes) or
     ``"unfederated"`` (the centralized twin). With ``ledger_dir`` the network's ledger is
-    written there (see ``RunContext.ledger_dir``)."""
+    written there (see ``RunContext.ledger_dir``). A federated run on a network that can lose a
+    message needs ``cfg.deadline`` (else ``ValueError``: :func:`refuse_faults`); its outcome then
+    carries what was left out (``missing``, ``lost_clients``), and its errors are over the test
+    ratings of the clients still present (one that dropped out took its user factor with it, which
+    the collected model holds as zeros: the lowest rating for every item)."""
     fold, framework, cfg, seed, profile, curve, *rest = task
     ledger_dir = rest[0] if rest else None
     record = None
@@ -83,13 +108,18 @@ def run_one(task: tuple) -> RunOutcome:
     ledger = None
     sim_time = 0.0
     totals = None
+    missing: list = []
+    lost: list = []
     if framework == "federated":
+        if cfg.deadline is None:
+            refuse_faults(profile, "run_one")
         if curve:
             cfg = replace(cfg, eval_every=1)
         net = NetSpec.of(profile).build(seed)
         job = fedrec.SPEC.build(net, data, cfg, test=fold.test_ratings() if curve else None)
         result = job.collect(net.run())
         model = result.model
+        missing, lost = list(result.info["missing"]), list(result.info["lost_clients"])
         history = model.history
         ledger = comm_per_iteration(net, cfg)
         sim_time = result.duration
@@ -100,7 +130,7 @@ def run_one(task: tuple) -> RunOutcome:
         history = [{"iteration": h["iteration"], "mae": h.get("mae"), "rmse": h.get("rmse")}
                    for h in model.history] if curve else []
     wall = time.perf_counter() - t0
-    mae, rmse, diverged = evaluate_fold(model, fold)
+    mae, rmse, diverged = evaluate_fold(model, fold, lost=[int(c.split("/")[1]) for c in lost])
     if curve and framework == "federated" and diverged is None and (not history or history[-1]["iteration"] != cfg.T):
         # every mode evaluates after iteration T (eval_every = 1); this only fills in a history
         # without it (T = 0)
@@ -109,15 +139,22 @@ def run_one(task: tuple) -> RunOutcome:
 
     init_mae, init_rmse = initial_metrics(fold, cfg, seed)
     return RunOutcome(fold.index, framework, cfg, mae, rmse, diverged, wall, history, ledger,
-                      sim_time, totals, record, init_mae, init_rmse)
+                      sim_time, totals, record, init_mae, init_rmse, missing, lost)
 
 
-def evaluate_fold(model, fold: Fold) -> tuple[float, float, int | None]:
-    """``(mae, rmse, diverged_at)`` of a trained model on ``fold``'s test part: ``diverged_at``
-    None, or, when the model diverged (``evaluate`` raised ``DivergenceError``), NaN errors and
-    the iteration it diverged at."""
+def evaluate_fold(model, fold: Fold, lost=()) -> tuple[float, float, int | None]:
+    """``(mae, rmse, diverged_at)`` of a trained model on ``fold``'s test part, leaving out the
+    test ratings of the users in ``lost`` (clients that dropped out: their user factors are not
+    in the model; NaN errors if no rating is left): ``diverged_at`` None, or, when the model
+    diverged (``evaluate`` raised ``DivergenceError``), NaN errors and the iteration it diverged at."""
+    users, items, values = (np.asarray(a) for a in fold.test[:3])
+    if len(lost):
+        keep = ~np.isin(users, np.asarray(lost, dtype=np.int64))
+        users, items, values = users[keep], items[keep], values[keep]
+        if not keep.any() and model.diverged_at is None:
+            return float("nan"), float("nan"), None  # every test rating's client dropped out
     try:
-        mae, rmse = model.evaluate(*fold.test)
+        mae, rmse = model.evaluate(users, items, values)
         return mae, rmse, None
     except DivergenceError as exc:
         return float("nan"), float("nan"), model.diverged_at or exc.iteration

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ...kernel import NetSpec, get_profile
+from ...kernel import NetSpec
 from ...math.bpr import bpr_scores, init_item_params, init_user_factor
 from ...math.fpl_central import fpl_epoch, pack_samplers
 from ...math.bpr_central import train_bpr
@@ -20,6 +20,7 @@ from ...protocols import fcf as fcf_proto
 from ...protocols import fpl as fpl_proto
 from ...protocols.common import client_names
 from ...seeding import node_rng, seed_sequence
+from ..faults import network_faults
 from .data import ImplicitSplit
 
 __all__ = [
@@ -93,21 +94,6 @@ def epoch_seed(seed: int, epoch: int) -> int:
     """The network seed of epoch ``epoch`` of a run seeded ``seed`` (a 63-bit integer)."""
     w = seed_sequence(seed, f"fpl:epoch:{epoch}").generate_state(2, np.uint32)
     return (int(w[0]) << 31) ^ int(w[1])
-
-
-def network_faults(profile: str | NetSpec) -> str | None:
-    """What in network ``profile`` can lose a message (``Faults``: loss or dropout; a profile whose
-    node specs lose or drop out), in words, or None. FPL and FCF runs here set no deadline, so a
-    lost upload is waited for for ever, and a client that drops out after its last upload (its
-    ``stop`` lost) leaves a run that completes with that client's p_u zeroed: evaluated as a
-    bias-only ranking and continued from zero in the next epoch, with nothing in the record to say
-    so. Both runs refuse such a network (``fedsim.studies.faults`` measures faults)."""
-    spec = NetSpec.of(profile)
-    prof = get_profile(spec.profile)
-    what = [f"{k} {getattr(spec, k):g}" for k in ("loss", "dropout") if getattr(spec, k)]
-    what += [f"profile {spec.profile!r}'s {role}s {how}" for role, n in (("server", prof.server), ("client", prof.client))
-             for how in ((f"lose {n.loss:g}",) if n.loss > 0 else ()) + (("drop out",) if n.offline_at is not None else ())]
-    return ", ".join(what) or None
 
 
 def _refuse_faults(profile: str | NetSpec, what: str) -> None:
