@@ -544,3 +544,40 @@ def test_fedrecpp_run_with_faults_says_it_is_incomplete(tmp_path, loss):
     assert (f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
             "(table `missing`) and lost 0 client(s)") in report
     assert "FedRec++: groups and clients left out of the update" in report
+
+
+def test_fedrec_run_scores_the_test_ratings_of_the_clients_present(tmp_path):
+    # a client that dropped out left a zero user factor in the collected model (it predicts the
+    # lowest rating): `fedsim run fedrec` (and `fedsim compare`) scored its test ratings all the
+    # same, as if it had trained. They are now left out and counted.
+    import csv
+
+    import numpy as np
+
+    from fedsim.data import per_user_random
+    from fedsim.experiment.protocol_run import protocol_scenario, test_scores
+    from fedsim.kernel import NetSpec
+    from fedsim.protocols import REGISTRY
+
+    spec = REGISTRY["fedrec"]
+    data, cfg = spec.tiny(12, 3, 0)
+    train, test = per_user_random(data, 0.3, seed=0)
+    net = NetSpec(profile="wan", dropout=0.4, window=(0.0, 1.0)).build(0)
+    job = spec.build(net, train, cfg.replace(deadline=5.0))
+    res = job.collect(net.run())
+    lost = [u for u, name in enumerate(job.clients) if name not in res.run.results]  # (by the run's own record)
+    assert lost and res.info["lost_users"] == lost
+    keep = ~np.isin(test.users, lost)
+    assert not keep.all(), "a lost client must have test ratings for the test to mean anything"
+    mae, rmse = res.model.evaluate(test.users[keep], test.items[keep], test.values[keep])
+    everyone = res.model.evaluate(test.users, test.items, test.values)
+    assert everyone[1] != rmse  # (the zero factors do count when scored)
+    assert test_scores(res, test) == {"test_mae": mae, "test_rmse": rmse,
+                                      "test_users_left_out": len(set(test.users[~keep].tolist()))}
+    # and in a run's summary table
+    out = run_scenario(protocol_scenario("fedrec"), out=tmp_path / "o",
+                       net=NetSpec(profile="wan", dropout=0.4, window=(0.0, 1.0)),
+                       overrides={"T": 3, "d": 4, "deadline": 5.0}, quiet=True)["out"]
+    with open(Path(out) / "summary.csv", newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert int(row["lost_clients"]) > 0 and int(row["test_users_left_out"]) > 0

@@ -18,7 +18,7 @@ import numpy as np
 
 from .context import RunContext
 from .errors import ScenarioError
-from .protocol_run import protocol_scenario, split_data
+from .protocol_run import protocol_scenario, split_data, test_scores
 
 __all__ = ["compare_scenario"]
 
@@ -83,11 +83,7 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
                                "wall_s": wall, "run_duration_s": res.duration}
         if res.info.get("diverged_at") is not None:
             row["diverged_at"] = int(res.info["diverged_at"])
-        if test is not None and res.model is not None and hasattr(res.model, "evaluate"):
-            try:
-                row["test_mae"], row["test_rmse"] = res.model.evaluate(test.users, test.items, test.values)
-            except Exception as exc:  # a diverged model cannot be evaluated: say so instead
-                row["test_error"] = f"{type(exc).__name__}: {exc}"
+        row.update(test_scores(res, test))
         if res.metrics:
             row.update({f"final_{k}": v for k, v in res.metrics[-1].items() if k != "round"
                         and isinstance(v, (int, float))})

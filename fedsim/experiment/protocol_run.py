@@ -20,6 +20,8 @@ import sys
 import types
 from typing import Any
 
+import numpy as np
+
 from .context import RunContext
 from .params import Param, params_from
 
@@ -46,6 +48,31 @@ def protocol_scenario(name: str) -> types.ModuleType:
     mod.PROTOCOL = name
     mod.run = lambda ctx: run_protocol(ctx, name)
     return mod
+
+
+def test_scores(result, test) -> dict[str, Any]:
+    """``test_mae`` and ``test_rmse`` of ``result``'s model (a protocol whose model predicts
+    ratings) on the ``test`` ratings of the users still present at the end, with
+    ``test_users_left_out`` when some were left out; ``test_error`` instead when the model cannot
+    be evaluated (a diverged one); nothing without a model or test ratings. A client that dropped
+    out took its user factor with it (``info["lost_users"]``: the model holds zeros there, which
+    predict the lowest rating): its ratings would be scored as if it had trained, so they are left
+    out, as the protocols' own evaluations leave out clients that do not answer."""
+    model = result.model
+    if test is None or model is None or not hasattr(model, "evaluate"):
+        return {}
+    users, items, values = test.users, test.items, test.values
+    out: dict[str, Any] = {}
+    lost = result.info.get("lost_users") or []
+    if len(lost):
+        keep = ~np.isin(users, np.asarray(lost, dtype=np.int64))
+        users, items, values = users[keep], items[keep], values[keep]
+        out["test_users_left_out"] = int(np.unique(test.users[~keep]).size)
+    try:
+        out["test_mae"], out["test_rmse"] = model.evaluate(users, items, values)
+    except Exception as exc:  # a diverged model cannot be evaluated: say so instead
+        return {"test_error": f"{type(exc).__name__}: {exc}"}
+    return out
 
 
 def split_data(ctx: RunContext, spec) -> tuple[Any, Any]:
@@ -99,12 +126,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     if train is not None:
         summary.update(users=train.n_users, items=train.n_items, train_ratings=len(train),
                        test_ratings=0 if test is None else len(test))
-    model = result.model
-    if test is not None and model is not None and hasattr(model, "evaluate"):
-        try:
-            summary["test_mae"], summary["test_rmse"] = model.evaluate(test.users, test.items, test.values)
-        except Exception as exc:  # a diverged model cannot be evaluated: say so instead
-            summary["test_error"] = f"{type(exc).__name__}: {exc}"
+    summary.update(test_scores(result, test))
     if result.metrics:
         summary.update({f"final_{k}": v for k, v in result.metrics[-1].items() if k != "round"
                         and isinstance(v, (int, float))})

@@ -470,17 +470,20 @@ class FedRecJob:
         ``metrics``: the federated evaluations (``eval_every`` with test ratings), each with
         ``round``, ``iteration``, ``mae``, ``rmse``, ``n``; ``model``: a ``TrainResult`` (predicts
         and evaluates ratings); ``info["diverged_at"]``: the 1-based iteration at which the
-        model stopped being finite, or None."""
+        model stopped being finite, or None; ``info["lost_clients"]`` and ``info["lost_users"]``
+        (their user indices): the clients that dropped out, whose U rows are zeros (their factors
+        left with them): leave their ratings out when scoring the model."""
         srv = server_result(run)
         dt = np.dtype(self.cfg.dtype)
         U = np.empty((self.n_users, self.cfg.d), dtype=dt)
-        gone = []
+        gone, gone_users = [], []
         for u, name in enumerate(self.clients):
             if name in run.results:
                 U[u] = run.results[name]
             else:  # dropped out: its private factor is lost with it (zeros predict the lowest rating)
                 U[u] = 0.0
                 gone.append(name)
+                gone_users.append(u)
         model = TrainResult(self.cfg.model, U, srv["V"], srv["O"], self.indptr, self.indices,
                             history=list(srv["eval"]), diverged_at=srv["diverged_at"],
                             params=self.cfg.to_dict())
@@ -489,7 +492,8 @@ class FedRecJob:
         params = {"U": U, "V": srv["V"]} if srv["O"] is None else {"U": U, "V": srv["V"], "O": srv["O"]}
         metrics = [{"round": e["iteration"], **e} for e in srv["eval"]]
         return Result("fedrec", self.cfg, params, metrics, run,
-                      info={"diverged_at": model.diverged_at, "missing": srv["missing"], "lost_clients": gone},
+                      info={"diverged_at": model.diverged_at, "missing": srv["missing"], "lost_clients": gone,
+                            "lost_users": gone_users},
                       model=model)
 
 

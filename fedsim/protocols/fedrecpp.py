@@ -489,23 +489,27 @@ class FedRecPPJob:
 
     def collect(self, run) -> Result:
         """``params``: U and V; ``model``: a ``TrainResult``; ``info``: ``denoisers``,
-        ``assignment`` (ordinary client -> its denoiser) and ``diverged_at``. FedRec++ makes no
+        ``assignment`` (ordinary client -> its denoiser), ``diverged_at``, ``missing``,
+        ``lost_clients`` and ``lost_users`` (their user indices: zero U rows, to leave out when
+        scoring the model). FedRec++ makes no
         federated evaluations (``metrics`` is empty)."""
         srv = server_result(run)
         U = np.empty((self.n_users, self.cfg.d), dtype=np.dtype(self.cfg.dtype))
-        gone = []
+        gone, gone_users = [], []
         for u, name in enumerate(self.clients):
             if name in run.results:
                 U[u] = run.results[name]
             else:  # dropped out: its private factor is lost with it
                 U[u] = 0.0
                 gone.append(name)
+                gone_users.append(u)
         model = TrainResult("FedRec++", U, srv["V"], None, self.indptr, self.indices,
                             diverged_at=srv["diverged_at"], params=self.cfg.to_dict())
         if model.diverged_at is None and not np.isfinite(U).all():
             model.diverged_at = self.cfg.T
         info = {"denoisers": srv["denoisers"], "assignment": srv["assignment"], "diverged_at": model.diverged_at,
-                "missing": srv["missing"], "lost_clients": gone}
+                "missing": srv["missing"], "lost_clients": gone,
+                "lost_users": gone_users}
         return Result("fedrecpp", self.cfg, {"U": U, "V": srv["V"]}, [], run, info=info, model=model)
 
 

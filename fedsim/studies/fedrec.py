@@ -110,6 +110,7 @@ def run_one(task: tuple) -> RunOutcome:
     totals = None
     missing: list = []
     lost: list = []
+    lost_users: list = []
     if framework == "federated":
         if cfg.deadline is None:
             refuse_faults(profile, "run_one")
@@ -120,6 +121,7 @@ def run_one(task: tuple) -> RunOutcome:
         result = job.collect(net.run())
         model = result.model
         missing, lost = list(result.info["missing"]), list(result.info["lost_clients"])
+        lost_users = list(result.info["lost_users"])
         history = model.history
         ledger = comm_per_iteration(net, cfg)
         sim_time = result.duration
@@ -130,7 +132,7 @@ def run_one(task: tuple) -> RunOutcome:
         history = [{"iteration": h["iteration"], "mae": h.get("mae"), "rmse": h.get("rmse")}
                    for h in model.history] if curve else []
     wall = time.perf_counter() - t0
-    mae, rmse, diverged = evaluate_fold(model, fold, lost=[int(c.split("/")[1]) for c in lost])
+    mae, rmse, diverged = evaluate_fold(model, fold, lost=lost_users)
     if curve and framework == "federated" and diverged is None and (not history or history[-1]["iteration"] != cfg.T):
         # every mode evaluates after iteration T (eval_every = 1); this only fills in a history
         # without it (T = 0)
