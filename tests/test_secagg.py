@@ -181,6 +181,8 @@ def test_a_diverging_secure_run_reports_divergence_as_the_plain_run_does(name, f
     assert max(r["round"] for r in net.ledger.records() if r["kind"] in kinds) == stop - 1
     model = sec.params["theta" if name == "fpl" else "V"]
     assert np.isfinite(model).all()
+    if name == "fpl":  # the rounds applied: those before the one that overflowed (it said the 30 planned)
+        assert sec.info["rounds_done"] == sec.state["rounds_done"] == stop - 1 < 30
     assert spec.undeclared(net.ledger) == []
     if name != "fpl":
         with pytest.raises(Exception, match="diverged|non-finite|Divergence"):

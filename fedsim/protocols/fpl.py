@@ -352,7 +352,8 @@ class FPLJob:
         """``params``: ``theta`` = [Q | b] (n_items, d+1), ``Q``, ``b`` and ``P`` (the clients'
         p_u stacked in user order); ``info``: per-client counts (int arrays ``rounds``,
         ``sent_positive``, ``sent_negative``), the server's record of updates (``received``, if
-        ``record_received``), ``rounds_done`` and ``diverged_at``: the 1-based round (counted
+        ``record_received``), ``rounds_done`` (the rounds whose updates were applied, counted
+        from the first run's; those before the overflowing one, below) and ``diverged_at``: the 1-based round (counted
         like ``rounds_done``) in which a secure-aggregation client's rows overflowed the
         fixed-point range (the server stopped there, Theta_S as before that round); else
         ``rounds_done`` if Theta_S or some p_u is not finite at the end (the plain server does not
@@ -379,6 +380,11 @@ class FPLJob:
                 counts[k][u] = r[k]
         done = self.rounds_done + self.cfg.rounds
         diverged_at = srv["diverged_at"]
+        if diverged_at is not None:
+            # a secure round that overflowed: the server stopped before applying it, so the rounds
+            # done are those before it (it counted the planned ones, and a resumed run would have
+            # numbered its rounds after rounds that never happened)
+            done = diverged_at - 1
         if diverged_at is None and not (np.isfinite(theta).all() and np.isfinite(P).all()):
             diverged_at = done  # known only to have happened by the end
         params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
