@@ -79,8 +79,8 @@ def run(ctx: RunContext) -> None:
                                  "nodes": c["nodes"], "units_per_iteration": c["units_per_iteration"],
                                  "bytes_per_iteration": c["bytes_per_iteration"], "iterations": o.iterations,
                                  "diverged_at": o.diverged_at if o.diverged_at is not None else "", **left_out([o])})
-            download[label] = o.download_bytes
-            download_units[label] = o.download_units
+            download.setdefault(label, []).append(o.download_bytes)
+            download_units.setdefault(label, []).append(o.download_units)
             incomplete[label] = incomplete.get(label, 0) + int(o.incomplete)
             diverged[label] = diverged.get(label, 0) + int(o.diverged_at is not None)
         else:
@@ -112,8 +112,12 @@ def run(ctx: RunContext) -> None:
         rows.append({"dataset": dataset, "eta": label, "eta_value": eta, "role": "download_V (not counted)",
                      # units from the ledger's floats: wire bytes / (4 d) would count msgpack and framing
                      # bytes as vectors (1682.4 instead of ML100K's 1682 items)
-                     "nodes": n, "units_per_iteration": download_units[label], "units_std_over_draws": 0.0,
-                     "units_min": "", "units_max": "", "bytes_per_iteration": download[label], "paper_units": "",
+                     # the mean over the draws (it kept the last draw's), as the roles' rows
+                     "nodes": n, "units_per_iteration": float(np.mean(download_units[label])),
+                     "units_std_over_draws": (float(np.std(download_units[label])) if len(download_units[label]) > 1
+                                              else float("nan")),
+                     "units_min": "", "units_max": "", "bytes_per_iteration": float(np.mean(download[label])),
+                     "paper_units": "",
                      "diff_pct": "", "incomplete_draws": incomplete[label], "diverged_draws": diverged[label]})
     ctx.table("comm_cost", rows, title="Table 3: communication per iteration and client (ledger)", floatfmt=".1f")
     if not paper_rho:

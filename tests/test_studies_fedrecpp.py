@@ -37,6 +37,10 @@ def test_table3_download_row_in_units(tmp_path):
     dl = next(r for r in rows if r["role"].startswith("download_V"))
     n_items = generate("tiny", seed=0).n_items
     assert float(dl["units_per_iteration"]) == n_items
+    # a mean over the draws, with the roles' convention for its spread: one draw has none (NaN;
+    # the row said 0.0, and kept the last draw's figures)
+    ordinary = next(r for r in rows if r["role"] == "ordinary")
+    assert ordinary["units_std_over_draws"] == dl["units_std_over_draws"] == ""  # (NaN is written empty)
 
 
 def test_table3_refuses_zero_iterations(tmp_path):
