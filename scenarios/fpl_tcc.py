@@ -46,6 +46,13 @@ def _sd(v: list[float]) -> float:
     return float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
 
 
+def last_epochs(records) -> list[int]:
+    """The last epoch each run trained (its curve's last entry), one per record: the twin engine's
+    curves hold only the evaluated epochs, so their length is not it (the note on runs that peaked
+    at their last epoch compared the first seed's curve length with every seed's chosen epoch)."""
+    return [int(r.curve[-1]["epoch"]) for r in records]
+
+
 def tcc_rows(st) -> list[dict]:
     """One row per (preset, pi), figures over the seeds."""
     fr = st.fpl_runs()
@@ -67,7 +74,8 @@ def tcc_rows(st) -> list[dict]:
                 "cce_diff_pct": 100.0 * (float(np.mean(cce)) / c0["cce_formula"] - 1.0),
                 "cce_paper_diff_pct": 100.0 * (float(np.mean(cce)) / c0["cce_formula_paper"] - 1.0),
                 "ledger_equals_exact_count": all(c["cce_ledger"] == c["cce_exact"] for _, r in recs for c in r.curve),
-                "epochs": ",".join(map(str, ep)), "epochs_run": len(recs[0][1].curve),
+                "epochs": ",".join(map(str, ep)), "epochs_run": ",".join(map(str, last_epochs([r for _, r in recs]))),
+                "peaked_at_last_epoch": sum(e == last for e, last in zip(ep, last_epochs([r for _, r in recs]))),
                 "tcc": float(np.mean(tcc)), "tcc_sd": _sd(tcc), "tcc_formula": float(np.mean(tcc_formula)),
                 "tcc_diff_pct": 100.0 * (float(np.mean(tcc)) / float(np.mean(tcc_formula)) - 1.0),
                 "tcc_equals_exact_count": tcc == tcc_exact,
@@ -117,7 +125,7 @@ def run(ctx: RunContext) -> None:
                  f"rpe |U^-| (|I| + T(1 + pi)) is {worst:.4f} % for the mean CCE and {worst_tcc:.4f} % for TCC (the "
                  "closed form is the expectation over the Bernoulli(pi) draws: exact at pi = 1). cce_formula_paper "
                  "uses the fractional T = X+/|U| and rpe of section 5.2 (the schedule rounds them).")
-        if any(r["epochs_run"] in map(int, r["epochs"].split(",")) for r in rows):
+        if any(r["peaked_at_last_epoch"] for r in rows):
             ctx.note("Some runs peaked at the last epoch run: more epochs may raise P@10 and TCC.")
 
     curves = []

@@ -240,3 +240,19 @@ def test_fpl_scenarios_refuse_faults_up_front(name, tmp_path):
     assert str(exc.value) == ("the FPL scenarios run FPL and FCF with no deadline on a network that loses no "
                               "message; this one does (loss 0.05): measure faults with `fedsim run fault_study`")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fpl_tcc_reads_each_runs_last_epoch_from_its_curve():
+    # the note "some runs peaked at the last epoch run" compared the first seed's curve length with
+    # every seed's chosen epoch: a twin run's curve holds only its evaluated epochs (5, 10: length 2)
+    import importlib.util
+    import types
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "fpl_tcc.py"
+    mod_spec = importlib.util.spec_from_file_location("fpl_tcc_under_test", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    twin = types.SimpleNamespace(curve=[{"epoch": 5}, {"epoch": 10}])
+    actors = types.SimpleNamespace(curve=[{"epoch": e} for e in range(1, 8)])
+    assert mod.last_epochs([twin, actors]) == [10, 7]
