@@ -240,3 +240,43 @@ def test_fpl_scenarios_refuse_faults_up_front(name, tmp_path):
     assert str(exc.value) == ("the FPL scenarios run FPL and FCF with no deadline on a network that loses no "
                               "message; this one does (loss 0.05): measure faults with `fedsim run fault_study`")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_comparison_of_too_few_users_is_not_tested():
+    # 2 users with the same difference: the t-test gave p = 0 and the comparison was "significant"
+    # (a verdict "reproduced" from two users); 1 user raised ValueError from inside the t-test and
+    # stopped the whole analysis
+    from fedsim.studies.fpl import MIN_USERS, compare_users
+
+    assert MIN_USERS == 6
+    c = compare_users("A", "B", "p", np.array([0.1, 0.2, np.nan]), np.array([0.0, 0.1, 0.3]))
+    assert c.n == 2 and c.diff == pytest.approx(0.1) and not c.significant
+    assert np.isnan(c.t.pvalue) and np.isnan(c.w.pvalue) and np.isnan(c.low) and np.isnan(c.high)
+    assert c.text() == "A - B P@10 = +0.1000 over 2 user(s): too few for a test (at least 6)"
+    one = compare_users("A", "B", "r", np.array([0.5]), np.array([0.25]))
+    assert one.n == 1 and one.diff == pytest.approx(0.25) and not one.significant
+    none = compare_users("A", "B", "r", np.array([np.nan]), np.array([0.25]))
+    assert none.n == 0 and np.isnan(none.diff) and not none.significant
+    # from MIN_USERS users on, the tests run as before (equal differences: t = inf, p = 0; six
+    # distinct positive differences: the exact Wilcoxon p is 2 / 2^6)
+    same = compare_users("A", "B", "p", np.full(6, 0.1), np.zeros(6))
+    assert same.n == 6 and same.significant and same.t.pvalue == 0.0
+    six = compare_users("A", "B", "p", np.arange(1, 7) / 10, np.zeros(6))
+    assert six.n == 6 and six.significant and six.w.pvalue == 0.03125
+    assert six.text().endswith("Wilcoxon p = 0.031; 6 users)")
+
+
+def test_a_verdict_is_not_claimed_from_too_few_users(monkeypatch):
+    from types import SimpleNamespace
+
+    from fedsim.studies.fpl import analysis
+
+    # sFPL+ above sFPL by 0.1 for each of 2 users: "reproduced" before
+    vals = {"sFPL+": np.array([0.2, 0.3]), "sFPL": np.array([0.1, 0.2])}
+    monkeypatch.setattr(analysis, "user_values", lambda st, m, metric: vals[m])
+    one = {0: SimpleNamespace(entry={"test_ic": 1.0, "test_gini": 0.5})}
+    st = SimpleNamespace(chosen={"sFPL+": one, "sFPL": one}, seeds=[0], fpl_runs=lambda: {})
+    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    row = rows["sFPL+ is more accurate than sFPL (P@10)"]
+    assert row["verdict"] == "not distinguishable on this data"
+    assert row["evidence"] == "sFPL+ - sFPL P@10 = +0.1000 over 2 user(s): too few for a test (at least 6)"
