@@ -144,3 +144,26 @@ def test_one_bpr_step_equals_cornacs_up_to_the_documented_regularisers():
                 assert np.allclose(ours.Q[1] - m2.i_factors[1], lr * (lr / 20 - lr / 200) * Q0[1], rtol=1e-9, atol=0)
                 assert np.allclose(ours.b - m2.i_biases, lr * (lr / 20) * b0, rtol=1e-9, atol=0)
     assert stepped >= 3
+
+
+def test_cornac_methods_hand_the_splits_evaluators_full_score_matrices(monkeypatch):
+    """The VAE and cornac's BPR are ranked by the split's own evaluators (the same users,
+    candidates, N and tie rule as every fedsim method: tests/test_fpl_study.py checks those
+    against the protocol computed independently), on users x items scores."""
+    from fedsim.studies.fpl import data as fpl_data
+
+    r = generate("ml100k-like", seed=8, n_users=30, n_items=60, n_ratings=900, min_per_user=25)
+    sp = prepare(r, min_interactions=21)
+    seen = []
+    orig = fpl_data.Evaluator.__call__
+    monkeypatch.setattr(fpl_data.Evaluator, "__call__",
+                        lambda self, scores: seen.append((self, np.shape(scores))) or orig(self, scores))
+    runs = {"BPR-MF (cornac)": lambda: lib.run_cornac_bpr(sp, 1, d=4)}
+    if lib.torch_available():
+        runs["VAE"] = lambda: lib.run_vae(sp, "20-5-20", [1])
+    for method, fn in runs.items():
+        seen.clear()
+        fn()
+        assert [(ev.name, shape) for ev, shape in seen] == [("val", (sp.n_users, sp.n_items)),
+                                                               ("test", (sp.n_users, sp.n_items))]
+        assert all(ev is sp.evaluators[ev.name] for ev, _ in seen), method

@@ -280,3 +280,66 @@ def test_a_verdict_is_not_claimed_from_too_few_users(monkeypatch):
     row = rows["sFPL+ is more accurate than sFPL (P@10)"]
     assert row["verdict"] == "not distinguishable on this data"
     assert row["evidence"] == "sFPL+ - sFPL P@10 = +0.1000 over 2 user(s): too few for a test (at least 6)"
+
+
+def _independent_figures(sp, name, scores):
+    """P@10 and the hit masks of ``scores`` on evaluator ``name``, from the definition: each user
+    ranks the catalogue items she has not trained on (for the test part: nor validated on) by
+    score, ties to the lower item id, and hits her held-out items among the first 10."""
+    train = {u: set() for u in range(sp.n_users)}
+    for u, i in zip(sp.train.users.tolist(), sp.train.items.tolist()):
+        train[u].add(i)
+    held = {}
+    for nm, ev in sp.evaluators.items():
+        ptr, idx = ev.truth
+        held[nm] = {u: set(idx[ptr[u]:ptr[u + 1]].tolist()) for u in range(sp.n_users)}
+    cat = set(sp.catalogue.tolist())
+    ps, masks = [], []
+    for u in range(sp.n_users):
+        known = train[u] | (held["val"][u] if name == "test" else set())
+        cand = sorted(cat - known, key=lambda i: (-scores[u, i], i))[:10]
+        hit = [i in held[name][u] for i in cand]
+        masks.append(sum(1 << k for k, h in enumerate(hit) if h))
+        if held[name][u]:
+            ps.append(sum(hit) / 10)
+    return float(np.mean(ps)), masks
+
+
+def test_every_method_is_evaluated_on_the_same_users_candidates_and_cut_off(monkeypatch):
+    """Random, Top-Pop, User-kNN, Item-kNN, BPR-MF, FCF and FPL hand the split's own evaluators a
+    full users x items score matrix, and what those report is the protocol computed independently
+    (same users, catalogue minus the user's training (and validation) items, N = 10, ties to the
+    lower id): no method is ranked on a candidate set or user set of its own."""
+    from fedsim.studies.fpl import data as fpl_data
+    from fedsim.studies.fpl import run_bpr, run_fcf, run_fpl, run_random, run_toppop
+    from fedsim.studies.fpl.baselines import run_knn
+
+    sp = small_split()
+    assert set(sp.evaluators) == {"val", "test"}
+    seen = []
+    orig = fpl_data.Evaluator.__call__
+
+    def spy(self, scores):
+        out = orig(self, scores)
+        seen.append((self, np.array(scores, dtype=np.float64), out))
+        return out
+
+    monkeypatch.setattr(fpl_data.Evaluator, "__call__", spy)
+    runs = {
+        "Random": lambda: run_random(sp, 0), "Top-Pop": lambda: run_toppop(sp),
+        "User-kNN": lambda: run_knn(sp, "User-kNN", [5]), "Item-kNN": lambda: run_knn(sp, "Item-kNN", [5]),
+        "BPR-MF": lambda: run_bpr(sp, 1, d=4), "FCF": lambda: run_fcf(sp, 1, d=4),
+        "pFPL": lambda: run_fpl(sp, "pFPL", 0.5, 1, d=4),
+    }
+    for method, fn in runs.items():
+        seen.clear()
+        rec = fn()
+        assert [ev.name for ev, _, _ in seen] == ["val", "test"], method
+        for ev, scores, out in seen:
+            assert ev is sp.evaluators[ev.name] and ev.n == 10, method
+            assert scores.shape == (sp.n_users, sp.n_items), method
+            p, masks = _independent_figures(sp, ev.name, scores)
+            assert out["p"] == pytest.approx(p, abs=1e-15), (method, ev.name)
+            if ev.name == "test":
+                assert out["hits"] == masks, method
+                assert rec.curve[-1]["test_hits"] == masks, method
