@@ -98,3 +98,72 @@ def test_vae_budgets_are_checkpoints_of_one_seeded_run():
     assert [c["test_hits"] for c in a.curve] == [c["test_hits"] for c in b.curve]
     with pytest.raises(ValueError, match="H-Z-H"):
         lib.parse_topology("600-200-300")
+
+
+def test_one_bpr_step_equals_cornacs_up_to_the_documented_regularisers():
+    """fedsim's BPR-MF step (fedsim.math.bpr_central) against cornac's Cython BPR on one triple:
+    one user, her item 0, item 1 the only possible negative, the same float64 starting point. With
+    cornac's single lambda on every parameter (biases too) the two steps agree to rounding; with
+    the paper's regularisers (fedsim's default: negative item lr/200, bias 0) only p_u and q_i do.
+    cornac draws the negative from every item and skips a draw that hits a positive (here item 0,
+    so some seeds make no step at all): those seeds are passed over."""
+    from collections import OrderedDict
+
+    from fedsim.math.bpr import BPRReg
+    from fedsim.math.bpr_central import BPRModel, train_bpr
+
+    lr, lam, d = 0.05, 0.01, 3
+    rng = np.random.default_rng(0)
+    P0, Q0, b0 = rng.normal(0, 0.1, (1, d)), rng.normal(0, 0.1, (2, d)), rng.normal(0, 0.1, 2)
+    ds = cornac.data.Dataset.build([("u", "i0", 1.0)], fmt="UIR", global_uid_map=OrderedDict([("u", 0)]),
+                                   global_iid_map=OrderedDict([("i0", 0), ("i1", 1)]), seed=0)
+    stepped = 0
+    for seed in range(12):
+        m = cornac.models.BPR(k=d, max_iter=1, learning_rate=lr, lambda_reg=lam, use_bias=True, seed=seed,
+                              init_params={"U": P0.copy(), "V": Q0.copy(), "Bi": b0.copy()})
+        m.fit(ds)
+        if np.array_equal(m.u_factors, P0):  # cornac drew item 0 as the negative and skipped the step
+            continue
+        stepped += 1
+        for reg, same_neg in ((BPRReg(user=lam, pos_item=lam, neg_item=lam, bias=lam), True),
+                              (BPRReg.paper(lr), False)):
+            ours = train_bpr(np.array([0, 1]), np.array([0]), 1, 2, d, 1, lr, np.random.default_rng(seed),
+                             reg=reg, catalogue=np.array([0, 1]),
+                             model=BPRModel(P=P0.copy(), Q=Q0.copy(), b=b0.copy()))
+            if same_neg:
+                assert np.allclose(ours.P, m.u_factors, rtol=0, atol=1e-15)
+                assert np.allclose(ours.Q, m.i_factors, rtol=0, atol=1e-15)
+                assert np.allclose(ours.b, m.i_biases, rtol=0, atol=1e-15)
+            else:  # lr/20 = 0.0025 on p_u and q_i (cornac's lambda is 0.01 here: rerun it with lr/20)
+                m2 = cornac.models.BPR(k=d, max_iter=1, learning_rate=lr, lambda_reg=lr / 20, use_bias=True,
+                                       seed=seed, init_params={"U": P0.copy(), "V": Q0.copy(), "Bi": b0.copy()})
+                m2.fit(ds)
+                assert np.allclose(ours.P, m2.u_factors, rtol=0, atol=1e-15)
+                assert np.allclose(ours.Q[0], m2.i_factors[0], rtol=0, atol=1e-15)
+                # q_j: cornac decays it by lr * lr/20, fedsim by lr * lr/200; b: cornac by lr * lr/20, fedsim not
+                assert np.allclose(ours.Q[1] - m2.i_factors[1], lr * (lr / 20 - lr / 200) * Q0[1], rtol=1e-9, atol=0)
+                assert np.allclose(ours.b - m2.i_biases, lr * (lr / 20) * b0, rtol=1e-9, atol=0)
+    assert stepped >= 3
+
+
+def test_cornac_methods_hand_the_splits_evaluators_full_score_matrices(monkeypatch):
+    """The VAE and cornac's BPR are ranked by the split's own evaluators (the same users,
+    candidates, N and tie rule as every fedsim method: tests/test_fpl_study.py checks those
+    against the protocol computed independently), on users x items scores."""
+    from fedsim.studies.fpl import data as fpl_data
+
+    r = generate("ml100k-like", seed=8, n_users=30, n_items=60, n_ratings=900, min_per_user=25)
+    sp = prepare(r, min_interactions=21)
+    seen = []
+    orig = fpl_data.Evaluator.__call__
+    monkeypatch.setattr(fpl_data.Evaluator, "__call__",
+                        lambda self, scores: seen.append((self, np.shape(scores))) or orig(self, scores))
+    runs = {"BPR-MF (cornac)": lambda: lib.run_cornac_bpr(sp, 1, d=4)}
+    if lib.torch_available():
+        runs["VAE"] = lambda: lib.run_vae(sp, "20-5-20", [1])
+    for method, fn in runs.items():
+        seen.clear()
+        fn()
+        assert [(ev.name, shape) for ev, shape in seen] == [("val", (sp.n_users, sp.n_items)),
+                                                               ("test", (sp.n_users, sp.n_items))]
+        assert all(ev is sp.evaluators[ev.name] for ev, _ in seen), method

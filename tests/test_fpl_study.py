@@ -256,3 +256,106 @@ def test_fpl_tcc_reads_each_runs_last_epoch_from_its_curve():
     twin = types.SimpleNamespace(curve=[{"epoch": 5}, {"epoch": 10}])
     actors = types.SimpleNamespace(curve=[{"epoch": e} for e in range(1, 8)])
     assert mod.last_epochs([twin, actors]) == [10, 7]
+
+
+def test_a_comparison_of_too_few_users_is_not_tested():
+    # 2 users with the same difference: the t-test gave p = 0 and the comparison was "significant"
+    # (a verdict "reproduced" from two users); 1 user raised ValueError from inside the t-test and
+    # stopped the whole analysis
+    from fedsim.studies.fpl import MIN_USERS, compare_users
+
+    assert MIN_USERS == 6
+    c = compare_users("A", "B", "p", np.array([0.1, 0.2, np.nan]), np.array([0.0, 0.1, 0.3]))
+    assert c.n == 2 and c.diff == pytest.approx(0.1) and not c.significant
+    assert np.isnan(c.t.pvalue) and np.isnan(c.w.pvalue) and np.isnan(c.low) and np.isnan(c.high)
+    assert c.text() == "A - B P@10 = +0.1000 over 2 user(s): too few for a test (at least 6)"
+    one = compare_users("A", "B", "r", np.array([0.5]), np.array([0.25]))
+    assert one.n == 1 and one.diff == pytest.approx(0.25) and not one.significant
+    none = compare_users("A", "B", "r", np.array([np.nan]), np.array([0.25]))
+    assert none.n == 0 and np.isnan(none.diff) and not none.significant
+    # from MIN_USERS users on, the tests run as before (equal differences: t = inf, p = 0; six
+    # distinct positive differences: the exact Wilcoxon p is 2 / 2^6)
+    same = compare_users("A", "B", "p", np.full(6, 0.1), np.zeros(6))
+    assert same.n == 6 and same.significant and same.t.pvalue == 0.0
+    six = compare_users("A", "B", "p", np.arange(1, 7) / 10, np.zeros(6))
+    assert six.n == 6 and six.significant and six.w.pvalue == 0.03125
+    assert six.text().endswith("Wilcoxon p = 0.031; 6 users)")
+
+
+def test_a_verdict_is_not_claimed_from_too_few_users(monkeypatch):
+    from types import SimpleNamespace
+
+    from fedsim.studies.fpl import analysis
+
+    # sFPL+ above sFPL by 0.1 for each of 2 users: "reproduced" before
+    vals = {"sFPL+": np.array([0.2, 0.3]), "sFPL": np.array([0.1, 0.2])}
+    monkeypatch.setattr(analysis, "user_values", lambda st, m, metric: vals[m])
+    one = {0: SimpleNamespace(entry={"test_ic": 1.0, "test_gini": 0.5})}
+    st = SimpleNamespace(chosen={"sFPL+": one, "sFPL": one}, seeds=[0], fpl_runs=lambda: {})
+    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    row = rows["sFPL+ is more accurate than sFPL (P@10)"]
+    assert row["verdict"] == "not distinguishable on this data"
+    assert row["evidence"] == "sFPL+ - sFPL P@10 = +0.1000 over 2 user(s): too few for a test (at least 6)"
+
+
+def _independent_figures(sp, name, scores):
+    """P@10 and the hit masks of ``scores`` on evaluator ``name``, from the definition: each user
+    ranks the catalogue items she has not trained on (for the test part: nor validated on) by
+    score, ties to the lower item id, and hits her held-out items among the first 10."""
+    train = {u: set() for u in range(sp.n_users)}
+    for u, i in zip(sp.train.users.tolist(), sp.train.items.tolist()):
+        train[u].add(i)
+    held = {}
+    for nm, ev in sp.evaluators.items():
+        ptr, idx = ev.truth
+        held[nm] = {u: set(idx[ptr[u]:ptr[u + 1]].tolist()) for u in range(sp.n_users)}
+    cat = set(sp.catalogue.tolist())
+    ps, masks = [], []
+    for u in range(sp.n_users):
+        known = train[u] | (held["val"][u] if name == "test" else set())
+        cand = sorted(cat - known, key=lambda i: (-scores[u, i], i))[:10]
+        hit = [i in held[name][u] for i in cand]
+        masks.append(sum(1 << k for k, h in enumerate(hit) if h))
+        if held[name][u]:
+            ps.append(sum(hit) / 10)
+    return float(np.mean(ps)), masks
+
+
+def test_every_method_is_evaluated_on_the_same_users_candidates_and_cut_off(monkeypatch):
+    """Random, Top-Pop, User-kNN, Item-kNN, BPR-MF, FCF and FPL hand the split's own evaluators a
+    full users x items score matrix, and what those report is the protocol computed independently
+    (same users, catalogue minus the user's training (and validation) items, N = 10, ties to the
+    lower id): no method is ranked on a candidate set or user set of its own."""
+    from fedsim.studies.fpl import data as fpl_data
+    from fedsim.studies.fpl import run_bpr, run_fcf, run_fpl, run_random, run_toppop
+    from fedsim.studies.fpl.baselines import run_knn
+
+    sp = small_split()
+    assert set(sp.evaluators) == {"val", "test"}
+    seen = []
+    orig = fpl_data.Evaluator.__call__
+
+    def spy(self, scores):
+        out = orig(self, scores)
+        seen.append((self, np.array(scores, dtype=np.float64), out))
+        return out
+
+    monkeypatch.setattr(fpl_data.Evaluator, "__call__", spy)
+    runs = {
+        "Random": lambda: run_random(sp, 0), "Top-Pop": lambda: run_toppop(sp),
+        "User-kNN": lambda: run_knn(sp, "User-kNN", [5]), "Item-kNN": lambda: run_knn(sp, "Item-kNN", [5]),
+        "BPR-MF": lambda: run_bpr(sp, 1, d=4), "FCF": lambda: run_fcf(sp, 1, d=4),
+        "pFPL": lambda: run_fpl(sp, "pFPL", 0.5, 1, d=4),
+    }
+    for method, fn in runs.items():
+        seen.clear()
+        rec = fn()
+        assert [ev.name for ev, _, _ in seen] == ["val", "test"], method
+        for ev, scores, out in seen:
+            assert ev is sp.evaluators[ev.name] and ev.n == 10, method
+            assert scores.shape == (sp.n_users, sp.n_items), method
+            p, masks = _independent_figures(sp, ev.name, scores)
+            assert out["p"] == pytest.approx(p, abs=1e-15), (method, ev.name)
+            if ev.name == "test":
+                assert out["hits"] == masks, method
+                assert rec.curve[-1]["test_hits"] == masks, method

@@ -9,7 +9,9 @@ progress?"), in plain NumPy.
 - Item-kNN: each item's ``k`` most similar items are its neighbours;
   ``score(u, i) = sum over neighbours j of i of cos(i, j) r_uj``.
 
-Ties among equally similar candidates go to the lower index. Why not a library: cornac's kNN
+Ties among equally similar candidates go to the lower index. Elliot's own code differs in two
+details (docs/fpl.md, "Baselines: which library and why"): it counts the row itself among the k
+and its User-kNN sums over the users that have u among their k. Why not a library: cornac's kNN
 computes the cosine over co-rated items only, which on 0/1 data is 1 for every pair that shares
 an item (so its "cosine" ranks by overlap counts), and LensKit's picks the k neighbours per
 target item among the user's items or the item's raters; neither is the paper's definition

@@ -39,7 +39,7 @@ settings and the quick ones), :mod:`.study` (``run_study``), :mod:`.analysis` (s
 verdicts) and :mod:`.scenario` (what the FPL scenarios share).
 """
 
-from .analysis import ALPHA, Comparison, compare, compare_users, fig2_rows, seed_stats, user_values, verdicts
+from .analysis import ALPHA, MIN_USERS, Comparison, compare, compare_users, fig2_rows, seed_stats, user_values, verdicts
 from .cache import run_cached
 from .data import EVAL_VERSION, Evaluator, ImplicitSplit, LoaderFilterError, loader_min_interactions, prepare
 from .runs import (
@@ -55,7 +55,7 @@ from .settings import PAPER, QUICK, SETTINGS, Settings, deviations, settings_fro
 from .study import METHOD_ORDER, Choice, Study, StudyOptions, choices_summary, run_study
 
 __all__ = [
-    "ALPHA", "CATEGORY_ABBREVIATIONS", "EVAL_VERSION", "FPL_SETTINGS", "METHOD_ORDER", "PAPER", "PAPER_BEST_PI", "PAPER_COUNTRIES",
+    "ALPHA", "CATEGORY_ABBREVIATIONS", "EVAL_VERSION", "FPL_SETTINGS", "METHOD_ORDER", "MIN_USERS", "PAPER", "PAPER_BEST_PI", "PAPER_COUNTRIES",
     "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4_BRAZIL", "PAPER_TABLE5", "PAPER_TABLE6_BRAZIL", "PRESET_STYLES", "QUICK",
     "SETTINGS", "Choice", "Comparison", "Evaluator", "ImplicitSplit", "LoaderFilterError", "RunRecord", "Settings",
     "Study", "StudyOptions", "best_epoch", "candidate_epochs", "category_labels", "choices_summary", "compare",

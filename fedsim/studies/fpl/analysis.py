@@ -11,7 +11,10 @@ much a method moves with its random initialisation; the user CI shows how much t
 move with other users from the same population, which on 100-500 users is the larger spread.
 
 A difference is called significant at p < 0.05 (unadjusted; the reports also count the tests that
-stay significant after Holm's correction over each table).
+stay significant after Holm's correction over each table). A per-user comparison of fewer than
+:data:`MIN_USERS` users is not tested at all (NaN p-values, never significant): below 6 pairs not
+even a unanimous sign reaches p < 0.05 with an exact rank test (2 / 2^5 = 0.0625), while the
+t-test's p rests on normality alone there (2 users with equal differences gave p = 0).
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from ...math.stats import TestResult, holm, mean_ci, paired_t_test, wilcoxon_sig
 from .study import Study
 
 __all__ = [
-    "ALPHA", "Comparison", "compare", "compare_users", "fig2_rows", "seed_stats", "user_values", "verdicts",
+    "ALPHA", "MIN_USERS", "Comparison", "compare", "compare_users", "fig2_rows", "seed_stats", "user_values", "verdicts",
 ]
 
 ALPHA = 0.05
+#: The fewest users (with held-out items in both methods) a per-user comparison is tested on.
+MIN_USERS = 6
 METRIC_NAMES = {"p": "P@10", "r": "R@10", "f1": "F1@10", "ndcg": "NDCG@10", "ic": "IC@10", "gini": "G@10"}
 
 
@@ -74,18 +79,35 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        return self.t.pvalue < ALPHA
+        return self.t.pvalue < ALPHA  # NaN (no test: too few users) is never significant
+
+    @property
+    def n(self) -> int:
+        """Users compared (both values defined)."""
+        return int(self.t.n)
 
     def text(self, digits: int = 4) -> str:
         name = METRIC_NAMES.get(self.metric, self.metric)
+        if self.n < MIN_USERS:
+            return (f"{self.a} - {self.b} {name} = {self.diff:+.{digits}f} over {self.n} user(s): too few for a test "
+                    f"(at least {MIN_USERS})")
         return (f"{self.a} - {self.b} {name} = {self.diff:+.{digits}f} (95 % CI {self.low:+.{digits}f} to "
-                f"{self.high:+.{digits}f}; t-test p = {fmt_p(self.t.pvalue)}, Wilcoxon p = {fmt_p(self.w.pvalue)})")
+                f"{self.high:+.{digits}f}; t-test p = {fmt_p(self.t.pvalue)}, Wilcoxon p = {fmt_p(self.w.pvalue)}; "
+                f"{self.n} users)")
 
 
 def compare_users(a_name: str, b_name: str, metric: str, a: np.ndarray, b: np.ndarray) -> Comparison:
-    """Paired comparison of two per-user vectors (users without held-out items dropped)."""
+    """Paired comparison of two per-user vectors (users without held-out items dropped). With
+    fewer than :data:`MIN_USERS` users left, no test is run: the p-values are NaN (never
+    significant) and the CI bounds NaN; ``n`` says how many users there were."""
     ok = ~(np.isnan(a) | np.isnan(b))
     a, b = a[ok], b[ok]
+    n = int(a.size)
+    if n < MIN_USERS:
+        diff = float((a - b).mean()) if n else math.nan
+        nan = math.nan
+        return Comparison(a_name, b_name, metric, diff, nan, nan, TestResult(nan, nan, n, diff, "paired t (no test)"),
+                          TestResult(nan, nan, n, diff, "wilcoxon (no test)"))
     ci = mean_ci(a - b)
     return Comparison(a_name, b_name, metric, ci.mean, ci.low, ci.high, paired_t_test(a, b),
                       wilcoxon_signed_rank(a, b))

@@ -25,7 +25,12 @@ What the adapters do:
   runs on one thread here (the study parallelises by process).
 - BPR: cornac's Cython BPR with the given d and lr, one regulariser ``lambda_reg`` (lr/20, the
   paper's user and positive-item regulariser), fitted one epoch at a time so every epoch is
-  evaluated.
+  evaluated. Its step is fedsim's (``tests/test_fpl_baselines.py`` compares one step to the last
+  bits); what differs from fedsim's BPR-MF: ``lambda_reg`` also decays the negative item (the
+  paper: lr/200) and the item bias (the paper: 0); factors start uniform in +-0.5/d, biases at 0
+  (fedsim: N(0, 0.1^2)), in float32; the negative is drawn from every catalogue item and a draw
+  that is one of the user's items is skipped, so an epoch makes fewer than X+ steps (fedsim draws
+  from the catalogue minus the user's items).
 
 The cornac functions raise ``ImportError`` naming the extra when cornac (or PyTorch for the VAE)
 is missing.
