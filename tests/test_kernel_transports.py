@@ -301,6 +301,26 @@ async def test_a_gather_leaves_a_later_rounds_message_for_its_own_round_on_async
     check_later_round(net, await net.run_async(timeout=10), then)
 
 
+def test_the_generic_collect_puts_a_later_rounds_message_its_wait_returned_in_the_mailbox(monkeypatch):
+    # a transport whose wait hands a gather a later round's message anyway (here AsyncioNetwork
+    # with a hand_over that ignores the gather's round): Network.collect does not take it, it
+    # appends it to the mailbox, where the round-2 gather finds it (it used to count it as b's
+    # round-1 message)
+    import fedsim.kernel.aio as aio_mod
+    from fedsim.kernel.node import hand_over
+
+    def blind_hand_over(node, envl):
+        col, node.gathering = node.gathering, None
+        try:
+            return hand_over(node, envl)
+        finally:
+            node.gathering = col
+
+    monkeypatch.setattr(aio_mod, "hand_over", blind_hand_over)
+    net = later_round_net(AsyncioNetwork(seed=0, time_scale=0.2), "gather")
+    check_later_round(net, net.run(timeout=10), "gather")
+
+
 def test_simnetwork_resumes_a_gathering_actor_once_not_per_message(monkeypatch):
     import fedsim.kernel.sim as sim_mod
 
