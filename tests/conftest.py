@@ -84,6 +84,72 @@ async def send_x_to_a_soon(ctx):
     return "sent"
 
 
+def later_round_net(net, then: str = "gather", each: bool = False):
+    """Nodes ``server``, ``a``, ``b`` on ``net``: the server gathers ``u`` of round 1 from a and
+    b while messages of other rounds are about. Already in its mailbox when it starts: a's
+    ``a2`` (round 2), then ``a0`` (round 0: stale), then ``a1``; arriving while it waits: b's
+    ``b2`` (round 2), a ``note`` (another kind), then ``b1``. The server returns what its round-1
+    gather took, then (``then="gather"``) what a round-2 gather takes and the next message of
+    any kind, or (``then="receive"``) the next three messages of any kind: ``(payload, round)``
+    pairs. With ``each``, round 1 is gathered with ``gather_each``."""
+
+    async def server(ctx):
+        ctx.begin_round(1)
+        await ctx.receive("hello")  # a's u messages are queued by now
+        await ctx.send("b", "go", None)
+        if each:
+            got = [m async for m in ctx.gather_each("u", senders=["a", "b"], round=1, timeout=5.0)]
+        else:
+            got = (await ctx.gather("u", senders=["a", "b"], round=1, timeout=5.0)).messages
+        out = [[(m.payload, m.round) for m in got]]
+        if then == "gather":
+            got2 = await ctx.gather("u", senders=["a", "b"], round=2, timeout=5.0)
+            out.append([(m.payload, m.round) for m in got2])
+            rest = [await ctx.receive(timeout=5.0)]
+        else:
+            rest = [await ctx.receive(timeout=5.0) for _ in range(3)]
+        out.append([None if m is None else (m.payload, m.round) for m in rest])
+        return out
+
+    async def a(ctx):
+        ctx.begin_round(2)
+        await ctx.send("server", "u", "a2")
+        ctx.begin_round(0)
+        await ctx.send("server", "u", "a0")
+        ctx.begin_round(1)
+        await ctx.send("server", "u", "a1")
+        await ctx.send("server", "hello", None)
+
+    async def b(ctx):
+        await ctx.receive("go")
+        ctx.begin_round(2)
+        await ctx.send("server", "u", "b2")
+        await ctx.send("server", "note", "n2")
+        ctx.begin_round(1)
+        await ctx.sleep(0.05)
+        await ctx.send("server", "u", "b1")
+
+    net.add_node("server", server, role="server")
+    net.add_node("a", a)
+    net.add_node("b", b)
+    return net
+
+
+def check_later_round(net, res, then: str = "gather") -> None:
+    """What ``later_round_net``'s server must have got: round 1 only in its round-1 gather, the
+    round-2 messages left for later in arrival order, the stale one discarded unread."""
+    # (pairs as tuples: TcpNetwork's results cross a process boundary, which makes them lists)
+    out = [[None if m is None else tuple(m) for m in part] for part in res["server"]]
+    assert out[0] == [("a1", 1), ("b1", 1)]
+    if then == "gather":
+        assert out[1] == [("a2", 2), ("b2", 2)]
+        assert out[2] == [("n2", 2)]
+    else:
+        assert out[1] == [("a2", 2), ("b2", 2), ("n2", 2)]  # arrival order
+    unread = [(r["src"], r["kind"], r["round"]) for r in net.ledger.records() if r["dst"] == "server" and not r["read"]]
+    assert unread == [("a", "u", 0)]
+
+
 class RewritingContext:
     """An actor's context whose sends go through ``rewrite(kind, payload) -> payload`` (everything
     else is the real context's): a real client made to send one malformed message."""

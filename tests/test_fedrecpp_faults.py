@@ -63,9 +63,9 @@ def test_a_late_denoiser_never_mixes_the_next_rounds_noise_into_its_sum(secure):
     """Round 0: one noise message is lost, so the denoiser's round-0 sum cannot be complete; the
     denoiser is also late (it gathers 0.5 s after the collect), so the server gives up on it at its
     deadline and starts round 1 while the denoiser still waits. Round 1's noise then arrived inside
-    the denoiser's round-0 gather, which counted it as round 0's (a gather with ``round`` keeps
-    later rounds), completed, and sent a sum of two rounds' noise, labelled round 1 (the label of
-    the last message it read): the server took it as round 1's sum and subtracted noise it never
+    the denoiser's round-0 gather, which counted it as round 0's (a gather with ``round`` took
+    later rounds then; now it leaves them in the mailbox), completed, and sent a sum of two
+    rounds' noise, labelled round 1 (the label of the last message it read): the server took it as round 1's sum and subtracted noise it never
     received, silently (V off by up to 0.016 here, no record). The run must equal the one whose denoiser is on
     time: round 0 left out (recorded), round 1 exact."""
     late, net = _late_denoiser_run(0.5, secure=secure)

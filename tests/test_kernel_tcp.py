@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import receive_within, send_x_to_a_soon
+from conftest import check_later_round, later_round_net, receive_within, send_x_to_a_soon
 
 from fedsim.kernel import (
     ActorError, AsyncioNetwork, CodecError, DeadlockError, MessageTooLargeError, NetworkConfigError, SimNetwork,
@@ -282,6 +282,16 @@ def test_a_gather_nobody_completes_is_a_deadlock_and_strict_false_returns_the_pa
             t, st = res.ledger.totals(), sim.ledger.totals()
             assert t["messages"] == st["messages"] == 5 and t["unread_messages"] == st["unread_messages"] == 2
         assert_no_orphans(net)
+
+
+@pytest.mark.parametrize("then", ["gather", "receive"])
+def test_a_gather_leaves_a_later_rounds_message_for_its_own_round(then):
+    # as on the other transports (test_kernel_transports): a later round's message, queued or
+    # arriving during the gather, waits in the mailbox for its own round; an earlier one's is
+    # discarded unread
+    net = later_round_net(TcpNetwork(seed=0, processes=3, time_scale=0.2), then)
+    check_later_round(net, net.run(timeout=RUN_TIMEOUT), then)
+    assert_no_orphans(net)
 
 
 async def _raises(ctx):

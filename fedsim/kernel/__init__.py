@@ -9,7 +9,7 @@ people who write a link model implement ``LinkModel`` (``fedsim.kernel.sim``); b
 
 from .codec import CodecError, Encoded, decode, decode_message, encode, encode_message
 from .context import Context, Deadline, GatherEach, Gathered, Message
-from .envelope import Collector, Envelope, InOrder, Payload, matches
+from .envelope import LATER, Collector, Envelope, InOrder, Payload, matches
 from .errors import (
     ActorError, DeadlockError, FedsimError, ForeignAwaitError, MessageTooLargeError, NetworkConfigError,
     RunEnded, TransportError, UnknownNodeError,
@@ -28,7 +28,7 @@ from .tcp import TcpNetwork
 __all__ = [
     "ActorError", "AsyncioNetwork", "COLUMNS", "CodecError", "Collector", "Context", "Deadline", "DeadlockError",
     "Encoded", "Envelope", "EventQueue", "Faults", "FedsimError", "FifoLinkModel", "ForeignAwaitError", "GatherEach",
-    "Gathered", "InOrder", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
+    "Gathered", "InOrder", "LATER", "Ledger", "LedgerView", "LinkModel", "LinkSpec", "Message", "MessageTooLargeError",
     "Missing", "NetSpec", "Network", "NetworkConfigError", "Node", "NodeSpec", "PROFILES", "Payload", "Profile",
     "RunEnded", "RunResult", "SimNetwork", "StreamView", "StreamingLedger", "TRANSPORTS", "TcpNetwork", "Totals", "TransportError", "UnknownNodeError", "decode",
     "decode_message", "encode", "encode_message", "get_profile", "matches", "network_record",

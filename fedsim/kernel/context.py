@@ -129,11 +129,7 @@ class GatherEach:
             env = held.pop(sender, None)
             if env is None and not self._expired:
                 net, node, kind = ctx._net, ctx._node, self._kind
-                while True:  # what arrived while the actor was busy
-                    queued = net.take(node, kind)
-                    if queued is None:
-                        break
-                    col.offer(queued)
+                net.offer_queued(node, kind, col, stop=False)  # what arrived while the actor was busy
                 env = held.pop(sender, None)
                 if env is None:
                     left = None if self._end is None else self._end - net.now()
@@ -322,9 +318,13 @@ class Context:
 
         Returns when all have arrived or at the timeout/deadline, whichever is first; what did
         not arrive is reported in ``missing``/``missing_count`` and recorded in the ledger.
-        With ``round``, messages labelled with an earlier round (late arrivals) are discarded
-        unread. Messages are returned in node-id order (anonymous ones ordered by content), so
-        sums over them do not depend on arrival order. ``kind`` is compared as ``receive`` does.
+        With ``round``, only messages labelled with that round are taken: one labelled with an
+        earlier round (a late arrival) is discarded unread; one labelled with a later round (its
+        sender is already in a round this node has not reached) is not taken either, and stays
+        in the mailbox, in arrival order, for the ``receive``/``gather`` of its own round.
+        Without ``round`` every message of ``kind`` is taken, whatever its label. Messages are
+        returned in node-id order (anonymous ones ordered by content), so sums over them do not
+        depend on arrival order. ``kind`` is compared as ``receive`` does.
 
         Raises ``ValueError`` unless exactly one of ``senders`` and ``count`` is given, for a
         ``count`` that is not a non-negative integer, or a ``timeout`` that is not a finite
@@ -348,11 +348,7 @@ class Context:
             col = Collector(len(expected), set(expected), round)
         else:
             col = Collector(int(count), None, round)
-        while not col.complete:  # what is already in the mailbox, oldest first
-            env = net.take(node, kind)
-            if env is None:
-                break
-            col.offer(env)
+        net.offer_queued(node, kind, col)  # what is already in the mailbox, oldest first
         if not col.complete and (dl is None or dl > 0):
             await net.collect(node, kind, col, dl)
         got, pending, want = col.got, col.pending, col.want
@@ -376,8 +372,9 @@ class Context:
 
         With ``timeout``/``deadline``, waiting stops at the deadline (checked whenever the
         iterator has to wait): the senders not heard from by then are skipped, listed in the
-        iterator's ``missing`` after the loop and recorded in the ledger. ``round`` discards
-        stale messages as in ``gather``. Leaving the loop early leaves the rest unread.
+        iterator's ``missing`` after the loop and recorded in the ledger. ``round`` takes only
+        messages of that round, as in ``gather`` (an earlier round's discarded unread, a later
+        round's left in the mailbox). Leaving the loop early leaves the rest unread.
         Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``ValueError`` for a
         ``timeout`` that is not a finite non-negative number, ``TypeError`` for a ``deadline``
         not made by ``deadline``.

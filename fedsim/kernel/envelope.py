@@ -13,7 +13,13 @@ from typing import Any
 from .codec import Encoded, decode_encoded
 from .ledger import DST, SEQ
 
-__all__ = ["Collector", "Envelope", "InOrder", "Payload", "matches"]
+__all__ = ["Collector", "Envelope", "InOrder", "LATER", "Payload", "matches"]
+
+#: What ``Collector.offer`` / ``InOrder.offer`` return for a message labelled with a later round
+#: than the gather's: not taken, it belongs in the receiver's mailbox (arrival order), for a
+#: later ``receive``/``gather`` of the round it is labelled with. Truthy, like ``True`` (the
+#: gather is complete): a transport tells the two apart only when ``offer`` returns true.
+LATER = "later"
 
 
 def matches(kind: str | tuple[str, ...] | None, env_kind: str) -> bool:
@@ -82,7 +88,7 @@ class Envelope:
 
 class Collector:
     """What one ``gather`` waits for: messages of its kind, one per expected sender (``pending``)
-    or ``want`` of them, none labelled with a round before ``round``.
+    or ``want`` of them, labelled with ``round`` (any round if it is None).
 
     The transport offers it every matching message that arrives (``offer``), so a network can
     fill it without resuming the actor once per message; the actor resumes when it is
@@ -97,11 +103,16 @@ class Collector:
         self.round = rnd
         self.complete = want <= 0
 
-    def offer(self, env: Envelope) -> bool:
-        """Keep ``env`` or discard it (a stale round, a sender not expected or already heard
-        from: left unread in the ledger). Returns whether the gather is now complete."""
-        if self.round is not None and env.round < self.round:
-            return False
+    def offer(self, env: Envelope) -> bool | str:
+        """Keep ``env``, discard it, or leave it. Discarded (an earlier round's: a late arrival; a
+        sender not expected or already heard from): the transport drops it from the mailbox,
+        unread in the ledger. Left: one labelled with a later round than ``round`` is not this
+        gather's; ``offer`` returns ``LATER`` and the transport keeps it in (or puts it into) the
+        receiver's mailbox, in arrival order. Otherwise returns whether the gather is now
+        complete (``True``/``False``)."""
+        rnd = self.round
+        if rnd is not None and env.round != rnd:  # (one comparison for a message of the round)
+            return LATER if env.round > rnd else False
         pending = self.pending
         if pending is not None:
             if env.src not in pending:
@@ -123,8 +134,9 @@ class Collector:
 
 class InOrder:
     """What ``gather_each`` waits for: the message of the next sender in node-id order. Every
-    fresh message from an expected sender is kept (``held``) until its turn; ``offer`` returns
-    true when the one awaited now (``order[pos]``) is there."""
+    message of ``round`` (any round if None) from an expected sender is kept (``held``) until its
+    turn; ``offer`` returns ``True`` when the one awaited now (``order[pos]``) is there, and
+    treats other rounds as ``Collector.offer`` does (``LATER`` for a later one's)."""
 
     __slots__ = ("order", "pos", "held", "pending", "round", "complete")
 
@@ -136,9 +148,10 @@ class InOrder:
         self.round = rnd
         self.complete = False
 
-    def offer(self, env: Envelope) -> bool:
-        if self.round is not None and env.round < self.round:
-            return False  # stale: left unread
+    def offer(self, env: Envelope) -> bool | str:
+        rnd = self.round
+        if rnd is not None and env.round != rnd:
+            return LATER if env.round > rnd else False  # (stale: left unread)
         src = env.src
         if src not in self.pending:
             return False  # unexpected, or a second message from the same sender: left unread

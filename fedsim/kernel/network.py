@@ -17,8 +17,8 @@ payload)`` in ``post`` for every message copy, right after creating its ledger r
 set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
 processes) refuses to run with a tap.
 
-It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` (the mailbox),
-``destinations``,
+It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` and
+``offer_queued`` (the mailbox), ``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
 ``blocked``, ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict) and
 ``end_run`` (called before closing the actors left: what they send then is dropped).
@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import CoroutineType
@@ -41,7 +42,7 @@ import numpy as np
 from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
-from .envelope import Envelope, matches
+from .envelope import LATER, Envelope, matches
 from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
@@ -384,24 +385,59 @@ class Network:
                     return envl
         return None
 
+    @staticmethod
+    def offer_queued(node: Node, kind, col, stop: bool = True) -> None:
+        """Offer ``col`` (a ``Collector`` or ``InOrder``) the mailbox's envelopes of ``kind``,
+        oldest first (until it is complete, with ``stop``). Those it takes or discards leave the
+        mailbox; those of a later round than its own (``offer`` returns ``LATER``) stay where
+        they are, in arrival order. Never blocks."""
+        box = node.mailbox
+        if not box or (stop and col.complete):
+            return
+        i = 0
+        while i < len(box):
+            env = box[i]
+            if kind is None or matches(kind, env.kind):
+                r = col.offer(env)
+                if r is LATER:
+                    i += 1
+                    continue
+                if i:
+                    del box[i]
+                else:
+                    box.popleft()
+                if r and stop:
+                    return
+            else:
+                i += 1
+
     async def collect(self, node: Node, kind, col, timeout: float | None) -> None:
         """Offer ``col`` (a ``Collector`` or ``InOrder``) each envelope of ``kind`` as it arrives,
         until it is complete or ``timeout`` seconds (> 0, or None for no limit) have passed.
+        What is in the mailbox is offered first (``offer_queued``). An envelope of a later round
+        than ``col``'s is not taken: it goes to the mailbox. ``hand_over`` (the transports whose
+        waiters are futures) never resolves a gather's wait with one, so that it keeps its place
+        in arrival order; a transport whose ``wait`` returns one anyway has it appended.
         This generic form resumes the actor once per message; a transport may fill ``col``
         itself and resume the actor once."""
         end = None if timeout is None else self.now() + timeout
         node.gathering = col
         try:
             while not col.complete:
-                env = self.take(node, kind)
+                self.offer_queued(node, kind, col)
+                if col.complete:
+                    return
+                left = None if end is None else end - self.now()
+                if left is not None and left <= 0:
+                    return
+                env = await self.wait(node, kind, left)
                 if env is None:
-                    left = None if end is None else end - self.now()
-                    if left is not None and left <= 0:
-                        return
-                    env = await self.wait(node, kind, left)
-                    if env is None:
-                        return
-                col.offer(env)
+                    return
+                if col.offer(env) is LATER:
+                    box = node.mailbox
+                    if box is None:
+                        box = node.mailbox = deque()
+                    box.append(env)
         finally:
             node.gathering = None
 

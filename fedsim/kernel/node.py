@@ -65,17 +65,20 @@ class Node:
 def hand_over(node: Node, envl: Any) -> bool:
     """Give ``envl`` to ``node`` on a transport whose waiters are futures (``node.waiter`` is
     ``(kind, future, forever)``, as on AsyncioNetwork and TcpNetwork): resolve the future if
-    ``node`` waits for that kind, else append it to the mailbox. Returns True if it woke a waiter
-    that had no timeout (the transport's count of blocked actors goes down by one)."""
+    ``node`` waits for that kind (and, in a gather with a round, ``envl`` is not labelled with a
+    later round: that one is not the gather's), else append it to the mailbox. Returns True if it
+    woke a waiter that had no timeout (the transport's count of blocked actors goes down by one)."""
     from collections import deque
 
     from .envelope import matches
 
     w = node.waiter
     if w is not None and matches(w[0], envl.kind) and not w[1].done():
-        node.waiter = None
-        w[1].set_result(envl)
-        return bool(w[2])
+        col = node.gathering  # (Network.collect's collector; None in a receive)
+        if col is None or col.round is None or envl.round <= col.round:
+            node.waiter = None
+            w[1].set_result(envl)
+            return bool(w[2])
     if node.mailbox is None:
         node.mailbox = deque()
     node.mailbox.append(envl)

@@ -28,7 +28,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from .envelope import Envelope, Payload
+from .envelope import LATER, Envelope, Payload
 from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, RunEnded
 from .events import EventQueue
 from .flows import FairShareLinkModel
@@ -272,7 +272,9 @@ class SimNetwork(Network):
     def deliver(self, envl: Envelope, dst: Node) -> None:
         """``envl`` reaches ``dst`` now: it is lost if its sender dropped out before finishing its
         transmission or ``dst`` is offline; otherwise it is marked delivered and either wakes
-        ``dst`` (if it waits for that kind) or joins its mailbox."""
+        ``dst`` (if it waits for that kind), goes to the collector of its gather (which keeps it,
+        or discards it if it is labelled with an earlier round) or joins its mailbox (also when
+        the gather is for an earlier round than its label)."""
         row = envl.row
         src = self.nodes[envl.src]
         off = src.spec.offline_at
@@ -292,10 +294,15 @@ class SimNetwork(Network):
             if col is None:  # a receive: resume the actor with this message
                 dst.waiter = None
                 dst.proc.step(envl)
-            elif col.offer(envl):  # a gather, now complete: resume the actor once
+                return
+            taken = col.offer(envl)
+            if not taken:  # a gather's (kept, or discarded unread)
+                return
+            if taken is not LATER:  # a gather, now complete: resume the actor once
                 dst.waiter = None
                 dst.proc.step(None)
-            return
+                return
+            # a later round's than the gather's: it waits in the mailbox for its own
         box = dst.mailbox
         if box is None:
             box = dst.mailbox = deque()

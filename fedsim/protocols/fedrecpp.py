@@ -63,7 +63,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, ConfigError, param
-from ..kernel import encode_message
 from ..math.fedrec_central import TrainResult, to_csr
 from ..math.denoise import denoiser_sums, denoiser_sums_dense, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
@@ -345,7 +344,6 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     # that has had no model yet, c < n, checked them against the int64 maximum only, and the
     # server's range check then blamed it for its client's bad id)
     m_items: int | None = n_items or None
-    held: dict[int, list] = {}  # a denoiser's noise of later rounds, read while gathering an earlier one
     while True:
         msg = await ctx.receive(("model", "collect", "stop"))
         p = msg.payload
@@ -417,27 +415,15 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         if p.get("own", True) and (own is None or own[0] != t):
             continue  # no model, no own gradients: say nothing, the server leaves this group out
         expected = p["expected"]
-        # noise of this round read earlier, while an earlier round's was gathered (see below)
-        early = held.pop(t, [])
-        for r in [r for r in held if r < t]:  # rounds the server has closed: never asked for
-            del held[r]
-        got = await ctx.gather("noise", count=max(expected - len(early), 0), round=t, timeout=cfg.deadline)
-        noise = list(early)
-        for msg in got:
-            # ``round=t`` discards earlier rounds but takes later ones: a client sends round t + 1's
-            # noise only once the server has closed round t (it sent model t + 1), so such a
-            # message fills no place in this round's sum; it is kept for its own round
-            if msg.round == t:
-                noise.append(msg)
-            else:
-                held.setdefault(msg.round, []).append(msg)
+        # round t's noise only: an earlier round's (late) is discarded; a later round's (a client
+        # sends round t + 1's once the server has closed round t) stays in the mailbox for the
+        # collect of its own round. In gather's order (anonymous messages: by their content).
+        noise = (await ctx.gather("noise", count=expected, round=t, timeout=cfg.deadline)).messages
         if len(noise) != expected:
             # an incomplete sum cannot be removed exactly: say nothing, and the server leaves this
-            # group out of the round (it has if a later round's noise came)
+            # group out of the round
             own = None
             continue
-        if early:  # the order gather gives anonymous messages: by their encoded content
-            noise.sort(key=lambda msg: bytes(encode_message("noise", msg.payload).data))
         if own is not None and own[0] == t:
             own_items, own_grads = rated, own[1]
         else:
