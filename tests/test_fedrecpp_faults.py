@@ -309,3 +309,28 @@ def test_a_bad_noise_id_before_the_denoiser_has_a_model_is_refused_by_the_denois
     err, cause = run_to_bad_message(net)
     assert err.node == "client/0001" and cause.sender is None and cause.kind == "noise" and cause.round == 0
     assert str(cause) == f"'noise' from an anonymous sender (round 0): IndexError: noise: item id {bad_id} outside [0, 40)"
+
+
+def test_a_denoiser_that_did_not_train_this_round_may_not_subtract_its_own_rating():
+    # with c < n a denoiser left out of the round sums its group's noise without its own gradients,
+    # so no count of its can be -1 (its own rating subtracted): the bound's low end is 0 then
+    # (seed 0, c = 2: the denoiser client/0002 is not drawn in round 0, two of its clients are)
+    from conftest import rewrite_sends, run_to_bad_message
+
+    spec = REGISTRY["fedrecpp"]
+    data, cfg = spec.tiny(6, 2, 0)
+    net = SimNetwork(seed=0)
+    spec.build(net, data, cfg.replace(c=2))
+
+    def rewrite(kind, p):
+        if kind == "denoised":
+            counts = np.asarray(p["counts"]).copy()
+            counts[0] = -1
+            p = {**p, "counts": counts}
+        return p
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], fedrecpp.client, rewrite)
+    err, cause = run_to_bad_message(net)
+    assert err.node == "server" and cause.kind == "denoised" and cause.round == 0
+    assert cause.sender == "client/0002"
+    item = int(re.search(r"item (\d+) has", str(cause)).group(1))
+    assert re.search(rf"item {item} has count -1, outside \[0, \d+\]", str(cause))
