@@ -359,3 +359,29 @@ def test_every_method_is_evaluated_on_the_same_users_candidates_and_cut_off(monk
             if ev.name == "test":
                 assert out["hits"] == masks, method
                 assert rec.curve[-1]["test_hits"] == masks, method
+
+
+def test_the_ic_gini_verdict_is_not_claimed_from_identical_differences(monkeypatch):
+    # IC@10 counts items: three seeds whose differences are the same whole number gave a paired
+    # t-test with zero spread, p = 0, and the verdict "reproduced"
+    from types import SimpleNamespace
+
+    from fedsim.math.stats import paired_t_test
+    from fedsim.studies.fpl import analysis
+
+    def entry(ic, gini):
+        return SimpleNamespace(entry={"test_ic": ic, "test_gini": gini})
+
+    seeds = [0, 1, 2]
+    chosen = {"sFPL": {s: entry(10.0 + s, 0.5 + 0.01 * s) for s in seeds},
+              "sFPL+": {s: entry(15.0 + s, 0.6 + 0.02 * s * s) for s in seeds}}
+    assert paired_t_test(np.array([15.0, 16.0, 17.0]), np.array([10.0, 11.0, 12.0])).pvalue == 0  # the trap
+    st = SimpleNamespace(chosen=chosen, seeds=seeds, fpl_runs=lambda: {})
+    monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
+        diff=0.0, significant=False, text=lambda: "(compared)"))
+    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    ic = rows["IC@10 of sFPL+ above sFPL (more local computation)"]
+    assert ic["verdict"] == "not distinguishable on this data (the same difference in every seed: no spread for a t-test)"
+    assert ic["evidence"] == "sFPL+ 16 vs sFPL 11 (mean over 3 seed(s)); higher in 3 of 3 seed(s)"
+    gini = rows["G@10 of sFPL+ above sFPL (more local computation)"]  # differences that vary: tested
+    assert "seed-paired t-test" in gini["evidence"]

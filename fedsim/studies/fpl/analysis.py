@@ -232,6 +232,11 @@ def verdicts(st: Study) -> list[dict]:
                     # the t-test refused its NaN and stopped the whole analysis
                     add(claim, "not compared (a chosen model diverged)",
                         ev + f"; {bad} of the {2 * a.size} chosen models diverged (no {METRIC_NAMES[key]})")
+                elif a.size >= 3 and np.ptp(a - b) == 0:
+                    # the same difference in every seed (IC@10 counts items: whole numbers that can
+                    # move alike): no spread to test against, and the t-test's p was 0, a verdict
+                    add(claim, "not distinguishable on this data (the same difference in every seed: no spread "
+                               "for a t-test)", ev)
                 elif a.size >= 3:
                     t = paired_t_test(a, b)
                     ev += f", seed-paired t-test p = {fmt_p(t.pvalue)}"
