@@ -77,3 +77,19 @@ def test_audit_rows_say_whom_they_scored_attacked_and_left_out_and_score_accurac
     # the clients that dropped out uploaded in round 0: seen in the window, scored, one upload each
     assert (inter["users"], inter["attacked"], inter["unseen"]) == (20, 20, 0)
 
+
+def test_privacy_audit_refuses_a_network_that_loses_messages(tmp_path):
+    # its runs have no deadline: a loss was a DeadlockError in a worker process (a dropout after a
+    # client's last upload, a complete-looking table with that client's user factor zeroed)
+    from fedsim.experiment import UsageError, run_scenario
+
+    with pytest.raises(UsageError) as exc:
+        run_scenario("privacy_audit", data="tiny", out=tmp_path / "o", net=NetSpec(loss=0.05), quiet=True,
+                     overrides={"protocols": ["fedrec"], "models": ["PMF(B)"], "rhos": [1], "iterations": 2,
+                                "defences": [], "workers": 1})
+    assert str(exc.value) == (
+        "privacy_audit runs its protocols with no deadline on a network that loses no message; this one does "
+        "(loss 0.05): a loss would stop a run in a deadlock, a client that drops out after its last upload would "
+        "leave its user factor zeroed in the accuracy column; audit a faulty run with fedsim.privacy.capture and a "
+        "deadline (docs/privacy.md)")
+    assert list(tmp_path.iterdir()) == []
