@@ -93,3 +93,35 @@ def test_privacy_audit_refuses_a_network_that_loses_messages(tmp_path):
         "leave its user factor zeroed in the accuracy column; audit a faulty run with fedsim.privacy.capture and a "
         "deadline (docs/privacy.md)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_window_holds_the_setup_of_the_rounds_it_reaches_only():
+    # FPL with secure aggregation over two networks (epochs of 2 rounds): the second exchanges its
+    # keys at setup label -3 (key_setup_round(2)), after round 1. Every negative label passed every
+    # window, so a view of the first epoch (rounds up to 1) held the second epoch's key exchange.
+    from collections import Counter
+
+    from fedsim.kernel import SimNetwork
+    from fedsim.privacy import Public, Recorder, ViewSpec, build_view
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fpl import FPLConfig, key_setup_round
+
+    data = known_answer_ratings(n_users=6, n_items=60, per_user=(10, 12)).binarize()
+    cfg = FPLConfig(clients_per_round=6, triples=4, rounds=2, d=3, pi=0.5, lr=0.1, secure_aggregation=True,
+                    secagg_neighbours=2)
+    rec, res = Recorder(), None
+    for e in range(2):
+        net = SimNetwork(seed=e)
+        rec.attach(net)
+        job = REGISTRY["fpl"].build(net, data, cfg, **({} if res is None else {"resume": res}))
+        res = job.collect(net.run())
+    assert key_setup_round(2) == -3
+    assert Counter(r[1] for r, *_ in rec.entries if r[1] < 0) == {-1: 12, -3: 12}
+    pub = Public("fpl", cfg, "server", tuple(job.clients), data.n_items)
+
+    def setup(rounds):
+        return Counter(m.round for m in build_view(ViewSpec.server(), rec, pub, rounds=rounds) if m.round < 0)
+
+    assert setup(1) == setup((0, 1)) == setup((1,)) == {-1: 12}  # the first epoch: its own keys only
+    assert setup(2) == setup((2,)) == setup(None) == {-1: 12, -3: 12}
+    assert setup(()) == {}  # no training round: no setup it precedes
