@@ -125,3 +125,26 @@ def test_a_window_holds_the_setup_of_the_rounds_it_reaches_only():
     assert setup(1) == setup((0, 1)) == setup((1,)) == {-1: 12}  # the first epoch: its own keys only
     assert setup(2) == setup((2,)) == setup(None) == {-1: 12, -3: 12}
     assert setup(()) == {}  # no training round: no setup it precedes
+
+
+def test_clients_whose_uploads_the_recorder_left_out_are_not_scored_as_misses():
+    # a recorder keeping the payloads of 5 clients: the server saw all 20 uploads, the audit can
+    # attack 5. attack_capture scored the 15 others as misses (precision 0.25 over 20 users for an
+    # attack exact on every upload it read); they are left out, and the audit's rows count them.
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=20)
+    cfg = FedRecConfig("PMF(B)", d=4, T=2, rho=1.0)
+    names = [f"client/{u:04d}" for u in range(20)]
+    cap = capture("fedrec", data, cfg, seed=3, nodes=names[:5])
+    assert observed_clients(cap, [1]) == names
+    assert observed_clients(cap, [1], recorded=True) == names[:5]
+    run, rows = attack_capture(ImpliedRatings(), cap, rounds=[1])
+    assert run.unrecorded > 0 and sorted(run.inference) == names[:5]
+    s = summarize(rows)
+    assert s["users"] == 5 and s["precision"] == 1.0 and s["exact"] == 1.0
+    # run_task: a recorder whose rounds leave out the window's uploads scores nobody, and says so
+    task = AuditTask("t", "fedrec", {}, cfg, data, None, 3, None, (0,), None,
+                     (AttackSpec("implied_ratings", (), (1,), "1 round"),))
+    row = run_task(task)["rows"][0]
+    assert (row["users"], row["attacked"], row["unseen"], row["unrecorded_users"]) == (0, 0, 0, 20)

@@ -98,12 +98,14 @@ def capture(protocol: str, data, config, *, net=None, seed: int = 0, rounds: Ite
     return Capture(protocol, config, rec, public, truth_of(protocol, data, job), result, net, wall, seed)
 
 
-def observed_clients(cap: Capture, rounds=None) -> list[str]:
+def observed_clients(cap: Capture, rounds=None, *, recorded: bool = False) -> list[str]:
     """The clients the server saw upload in ``rounds`` (as ``build_view`` reads it: up to that
     round, an int, or in that set; None: every round), sorted: the senders of a delivered message
     of one of the protocol's ``UPLOAD_KINDS`` to the server. A client whose upload was lost, who
     dropped out, whom the server did not call in those rounds (FPL's draw) or who uploads nothing
-    (a FedRec++ denoiser) is not among them: no attack on the uploads can have read her."""
+    (a FedRec++ denoiser) is not among them: no attack on the uploads can have read her.
+    ``recorded``: only the uploads whose payload the recorder kept (its filters left the others
+    out: the adversary saw them, the audit cannot attack them)."""
     from ..kernel.ledger import DST, KIND, ROUND, SRC, STATUS
 
     kinds = set(UPLOAD_KINDS.get(cap.protocol, ()))
@@ -119,18 +121,20 @@ def observed_clients(cap: Capture, rounds=None) -> list[str]:
         def inside(r):
             return r in allowed
     seen = set()
-    for row, *_ in cap.recorder.entries:
+    for row, doc, _ in cap.recorder.entries:
         if row[DST] == cap.public.server and row[KIND] in kinds and row[STATUS] == "delivered" and inside(row[ROUND]):
-            seen.add(row[SRC])
+            if doc is not None or not recorded:
+                seen.add(row[SRC])
     return sorted(seen)
 
 
 def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterable[str] | None = None):
     """Run ``attack`` on ``cap`` (through its declared view, up to ``rounds``) and score it:
     returns ``(AttackRun, rows)`` with one ``score_inference`` row per target (default: every
-    client the server saw upload in ``rounds``, ``observed_clients``: one whose upload was lost,
-    who dropped out or was not called cannot be attacked from it and is left out, not scored as a
-    miss; a client seen whom the attack gave no answer is a miss; for a linking attack, one row per
+    client the server saw upload in ``rounds`` with a payload the recorder kept,
+    ``observed_clients(recorded=True)``: one whose upload was lost, who dropped out or was not
+    called cannot be attacked from it, nor one whose uploads the recorder's filters left out, and
+    is left out, not scored as a miss; a client scored whom the attack gave no answer is a miss; for a linking attack, one row per
     anonymous message delivered, see ``score_links``; for a size attack, one row, ``score_sizes``
     of its estimates, which for FPL and FCF are not sizes of I_u: only their rank correlation is
     scored)."""
@@ -140,7 +144,7 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
     if attack.about == "sizes":
         truth = cap.truth if targets is None else {u: cap.truth[u] for u in targets if u in cap.truth}
         return run, [score_sizes(run.inference, truth, of_size=cap.protocol not in ("fpl", "fcf"))]
-    tg = list(targets) if targets is not None else observed_clients(cap, rounds)
+    tg = list(targets) if targets is not None else observed_clients(cap, rounds, recorded=True)
     return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
 
 

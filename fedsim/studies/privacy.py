@@ -13,7 +13,8 @@ attacks, and returns plain rows:
              intervals: ``users``) and the random-guess baseline at the same set size, with the
              per-user scores (``scored``, to pool seeds); ``attacked`` (the users scored whom the
              attack answered for; the others are misses) and ``unseen`` (clients with a true set
-             and no upload in the window: lost, dropped out, not drawn; not scored); the run's
+             and no upload in the window: lost, dropped out, not drawn; not scored),
+             ``unrecorded_users`` (seen, but no upload payload recorded: not scored); the run's
              accuracy (FedRec and FedRec++: over the test ratings of the clients present at the
              end), ``missing_uploads`` and ``lost_clients`` (what a faulty run left out); bytes
              per client (everything but evaluation traffic, from the ledger); protocol and attack
@@ -291,7 +292,8 @@ def run_task(task: AuditTask) -> dict:
             # lost, who dropped out or was not called is left out: unseen), of the targets, and of
             # IMIA's sample; attacked: those the attack answered for (the others are misses)
             seen = observed_clients(cap, rounds)
-            population = seen if tg is None else [u for u in seen if u in tg]
+            kept = observed_clients(cap, rounds, recorded=True)  # (seen, with a payload recorded)
+            population = kept if tg is None else [u for u in kept if u in tg]
             if attack.name == "imia" and attack.max_users is not None:
                 population = [u for u in population if u in run.inference]
             scored = score_inference(run.inference, cap.truth, public.n_items, population)
@@ -300,7 +302,9 @@ def run_task(task: AuditTask) -> dict:
             seen_set = set(seen)
             unseen = sum(1 for u, t in cap.truth.items() if len(t) and (tg is None or u in tg) and u not in seen_set)
             attacked = sum(1 for r in scored if r["target"] in run.inference)
-            rows.append({**common, **summarize(scored), "attacked": attacked, "unseen": unseen, "scored": scored})
+            unkept = sum(1 for u in set(seen) - set(kept) if len(cap.truth.get(u, ())) and (tg is None or u in tg))
+            rows.append({**common, **summarize(scored), "attacked": attacked, "unseen": unseen,
+                         "unrecorded_users": unkept, "scored": scored})
     return {"rows": rows, "sizes": sizes, "links": links, "records": records,
             "info": {"label": task.label, "run_s": run_s, "diverged": getattr(result.model, "diverged_at", None)
                      if result is not None and result.model is not None else None}}
