@@ -12,7 +12,9 @@ Data: ``--data`` for FedRec, FedRec++ and PersonalFR (MovieLens 100K in docs/pri
 ``--set fpl_data=PATH,PATH`` for FPL and FCF (the Foursquare city files; default: ``--data``
 as implicit feedback). ``--set protocols=fedrec`` (and the other lists) audits part of the grid.
 The defaults are sized for the whole audit to finish in a few minutes on two cores (see
-docs/privacy.md for the command that made its table and how long it took).
+docs/privacy.md for the command that made its table and how long it took). The protocols run
+without a deadline: a network that can lose a message is refused (audit a faulty run with
+``fedsim.privacy.capture`` and a deadline).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fedsim.protocols.fedrec import FedRecConfig, paper_lr
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import config_for_preset
 from fedsim.studies.fedrec import make_folds
+from fedsim.studies.faults import network_faults
 from fedsim.studies.fedrecpp import denoisers
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
@@ -217,6 +220,12 @@ def _splits(ctx) -> list:
 
 
 def run(ctx: RunContext) -> None:
+    why = network_faults(ctx.net)
+    if why is not None:
+        raise UsageError(f"privacy_audit runs its protocols with no deadline on a network that loses no message; this "
+                         f"one does ({why}): a loss would stop a run in a deadlock, a client that drops out after its "
+                         "last upload would leave its user factor zeroed in the accuracy column; audit a faulty run "
+                         "with fedsim.privacy.capture and a deadline (docs/privacy.md)")
     if ctx.net.transport not in ("sim", "asyncio"):
         raise UsageError("privacy_audit records messages through the network's tap: use the sim or asyncio "
                          "transport (TcpNetwork makes its ledger rows in worker processes)")
@@ -278,11 +287,13 @@ def run(ctx: RunContext) -> None:
         links += o["links"]
     rows = _pool_seeds(rows)
     cols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "T", "adversary",
-            "attack", "window", "users", *_metric_cols(), "accuracy_metric", "accuracy", "bytes_per_client", "up_bytes",
-            "down_bytes", "run_s", "attack_s"]
+            "attack", "window", "users", "attacked", "unseen", "unrecorded_users", *_metric_cols(), "accuracy_metric", "accuracy",
+            "bytes_per_client", "up_bytes", "down_bytes", "run_s", "attack_s"]
     ctx.table("leakage", [{c: r.get(c, "") for c in cols} for r in rows], columns=cols,
-              title="Leakage per protocol, setting and attack (means over the users the adversary saw upload, "
-                    "+- 95 % interval; *_rand: the random guess of the same size among the items seen)",
+              title="Leakage per protocol, setting and attack (means over the users the adversary saw upload in "
+                    "the window, +- 95 % interval; attacked: those of them the attack answered for, the others "
+                    "count as misses (IMIA: its sample of them); unseen: clients with no upload in the window, "
+                    "unrecorded_users: clients seen whose uploads the audit did not record, neither scored; *_rand: the random guess of the same size among the items seen)",
               floatfmt=".4g")
     if sizes:
         scols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "window",
@@ -326,6 +337,9 @@ def _pool_seeds(rows: list[dict]) -> list[dict]:
     out = []
     for grp in groups.values():
         merged = {k: v for k, v in grp[0].items() if k != "scored"}
+        for k in ("attacked", "unseen", "unrecorded_users"):  # counts of users, pooled over the seeds as the scores are
+            if k in grp[0]:
+                merged[k] = sum(int(g.get(k, 0)) for g in grp)
         for k, v in grp[0].items():
             if isinstance(v, float) and k not in ("scored",):
                 vals = np.array([g.get(k, math.nan) for g in grp], dtype=float)

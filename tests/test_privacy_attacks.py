@@ -12,14 +12,13 @@ from fedsim.privacy.attacks import (
     PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, run_attack, score_sizes,
 )
 from fedsim.privacy.attacks.implicit import fpl_split
-from fedsim.privacy.audit import attack_capture, known_answer_ratings
+from fedsim.privacy.audit import attack_capture, known_answer_ratings, observed_clients
 from fedsim.privacy.views import Observed, Public, View, ViewSpec, build_view
 from fedsim.protocols import REGISTRY
 from fedsim.protocols.fcf import FCFConfig
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import FPLConfig
-from fedsim.studies.privacy import _observed
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def ratings():
 
 
 def _score(attack, cap, rounds=None):
-    run, rows = attack_capture(attack, cap, rounds=rounds, targets=_observed(cap, rounds))
+    run, rows = attack_capture(attack, cap, rounds=rounds, targets=observed_clients(cap, rounds))
     return summarize(rows), run
 
 
@@ -327,7 +326,7 @@ def test_noise_matching_uses_every_denoisers_sums_the_server_reads(ratings):
     # her denoiser rated itself (its count of -1 cancels the noise's +1 in the sums it sends)
     plain = capture("fedrecpp", ratings, FedRecPPConfig(d=4, T=2, rho=1.0, eta=5), seed=3)
     assignment = plain.result.info["assignment"]
-    run, rows = attack_capture(NoiseMatching(1), plain, rounds=[1], targets=_observed(plain, [1]))
+    run, rows = attack_capture(NoiseMatching(1), plain, rounds=[1], targets=observed_clients(plain, [1]))
     assert len(run.inference) == 15
     for user, guess in run.inference.items():
         wrong = set(guess.predicted.tolist()) - set(plain.truth[user].tolist())
@@ -406,7 +405,7 @@ def test_imia_scores_at_least_as_well_with_the_clients_rates_on_a_late_window(ra
     for model, lr in (("PMF(B)", 0.8), ("PMF(S)", 0.01)):
         cap = capture("fedrec", ratings, FedRecConfig(model, d=4, T=4, rho=1.0, lr=lr), seed=3)
         for seed in (0, 1):
-            _, rows = attack_capture(IMIA(seed=seed), cap, rounds=(2,), targets=_observed(cap, (2,)))
+            _, rows = attack_capture(IMIA(seed=seed), cap, rounds=(2,), targets=observed_clients(cap, (2,)))
             s = summarize(rows)
             users, f1, auc = want[model, seed]
             assert s["users"] == users

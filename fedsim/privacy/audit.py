@@ -27,7 +27,13 @@ from .metrics import score_inference
 from .record import Recorder
 from .views import Public, ref_of
 
-__all__ = ["Capture", "attack_capture", "capture", "known_answer_ratings", "score_links", "truth_of", "view_key"]
+__all__ = ["Capture", "UPLOAD_KINDS", "attack_capture", "capture", "known_answer_ratings", "observed_clients",
+           "score_links", "truth_of", "view_key"]
+
+# the kinds of message a client of each protocol uploads to the server (the masked ones too: the
+# server saw a secure-aggregation upload and could read nothing of it)
+UPLOAD_KINDS = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
+                "fcf": ("gradients",), "personalfr": ("indices",)}
 
 
 @dataclass
@@ -92,12 +98,45 @@ def capture(protocol: str, data, config, *, net=None, seed: int = 0, rounds: Ite
     return Capture(protocol, config, rec, public, truth_of(protocol, data, job), result, net, wall, seed)
 
 
+def observed_clients(cap: Capture, rounds=None, *, recorded: bool = False) -> list[str]:
+    """The clients the server saw upload in ``rounds`` (as ``build_view`` reads it: up to that
+    round, an int, or in that set; None: every round), sorted: the senders of a delivered message
+    of one of the protocol's ``UPLOAD_KINDS`` to the server. A client whose upload was lost, who
+    dropped out, whom the server did not call in those rounds (FPL's draw) or who uploads nothing
+    (a FedRec++ denoiser) is not among them: no attack on the uploads can have read her.
+    ``recorded``: only the uploads whose payload the recorder kept (its filters left the others
+    out: the adversary saw them, the audit cannot attack them)."""
+    from ..kernel.ledger import DST, KIND, ROUND, SRC, STATUS
+
+    kinds = set(UPLOAD_KINDS.get(cap.protocol, ()))
+    if rounds is None:
+        def inside(r):
+            return True
+    elif isinstance(rounds, int):
+        def inside(r, top=int(rounds)):
+            return r <= top
+    else:
+        allowed = frozenset(int(r) for r in rounds)
+
+        def inside(r):
+            return r in allowed
+    seen = set()
+    for row, doc, _ in cap.recorder.entries:
+        if row[DST] == cap.public.server and row[KIND] in kinds and row[STATUS] == "delivered" and inside(row[ROUND]):
+            if doc is not None or not recorded:
+                seen.add(row[SRC])
+    return sorted(seen)
+
+
 def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterable[str] | None = None):
     """Run ``attack`` on ``cap`` (through its declared view, up to ``rounds``) and score it:
     returns ``(AttackRun, rows)`` with one ``score_inference`` row per target (default: every
-    client with a non-empty true set; for a linking attack, one row per anonymous message it
-    could link, see ``score_links``; for a size attack, one row, ``score_sizes`` of its
-    estimates, which for FPL and FCF are not sizes of I_u: only their rank correlation is
+    client the server saw upload in ``rounds`` with a payload the recorder kept,
+    ``observed_clients(recorded=True)``: one whose upload was lost, who dropped out or was not
+    called cannot be attacked from it, nor one whose uploads the recorder's filters left out, and
+    is left out, not scored as a miss; a client scored whom the attack gave no answer is a miss; for a linking attack, one row per
+    anonymous message delivered, see ``score_links``; for a size attack, one row, ``score_sizes``
+    of its estimates, which for FPL and FCF are not sizes of I_u: only their rank correlation is
     scored)."""
     run = run_attack(attack, cap.recorder, cap.public, rounds=rounds, key=cap.key)
     if attack.about == "links":
@@ -105,7 +144,7 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
     if attack.about == "sizes":
         truth = cap.truth if targets is None else {u: cap.truth[u] for u in targets if u in cap.truth}
         return run, [score_sizes(run.inference, truth, of_size=cap.protocol not in ("fpl", "fcf"))]
-    tg = list(targets) if targets is not None else None
+    tg = list(targets) if targets is not None else observed_clients(cap, rounds, recorded=True)
     return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
 
 

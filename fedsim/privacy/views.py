@@ -155,7 +155,7 @@ class ViewSpec:
 class View:
     """What one adversary saw: ``spec``, ``public``, ``nodes`` (the node ids it controls or
     watches), ``messages`` (``Observed`` or ``Packet``, in the adversary's timeline), ``max_round`` (the last
-    round label allowed, None: all), ``unrecorded`` (messages the adversary saw whose payload
+    round label allowed, None: all; a setup label s counts as preceding round -1 - s), ``unrecorded`` (messages the adversary saw whose payload
     the recorder did not keep: listed with payload None) and ``outside``: how many messages it
     saw in the training rounds (labels >= 0) below ``max_round`` that a window of chosen rounds
     leaves out, by ``(kind, sender, receiver, round)`` (sender None as in ``messages``): counts
@@ -254,7 +254,11 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
 
     ``rounds``: only messages labelled with a round up to this one (an int) or in this set (an
     iterable), plus the setup messages (negative round labels: who is whose denoiser, public
-    keys), which every adversary has seen whatever training rounds it watches; None: every round.
+    keys) of the training rounds up to the largest of them, which every adversary has seen
+    whatever training rounds it watches (a setup label s precedes training round -1 - s: FedRec's
+    and FedRec++'s -1 precedes round 0, the key exchange of an FPL network starting at round R is
+    labelled -1 - R; a later network's setup is not in a window that ends before it); None: every
+    round.
     The messages it saw in the rounds below the set's largest that the set leaves out are
     counted in ``View.outside`` (by kind, sender, receiver and round; nothing else of them). A payload view lists every message the adversary saw; those
     whose payload the recorder did not keep (its filters bound memory) have ``payload`` None and
@@ -289,7 +293,9 @@ def build_view(spec: ViewSpec, recording: Any, public: Public, *, rounds: int | 
     for row, doc, net in entries:
         rnd = row[ROUND]
         seq = (int(net) << 40) | row[SEQ]  # message numbers start afresh in each network
-        if max_round is not None and rnd > max_round:
+        if max_round is not None and (rnd > max_round or (rnd < 0 and -1 - rnd > max_round)):
+            # a setup label s precedes training round -1 - s (FedRec's -1: round 0; the key
+            # exchange of an FPL epoch from round R: -1 - R): not yet seen by a window that ends before it
             continue
         src, dst = row[SRC], row[DST]
         anon = bool(row[ANON])

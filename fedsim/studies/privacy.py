@@ -9,10 +9,16 @@ runs the protocol with a ``Recorder`` on the network the run's ``NetSpec`` descr
 attacks, and returns plain rows:
 
 ``leakage``  one row per (task, attack, rounds observed): precision, recall, F1, AUC, exact
-             recovery (means over the users the adversary saw upload, 95 % intervals) and the
-             random-guess baseline at the same set size, with the per-user scores (``scored``,
-             to pool seeds); the run's accuracy; bytes per client (everything but evaluation
-             traffic, from the ledger); protocol and attack seconds.
+             recovery (means over the users the server saw upload in those rounds, 95 %
+             intervals: ``users``) and the random-guess baseline at the same set size, with the
+             per-user scores (``scored``, to pool seeds); ``attacked`` (the users scored whom the
+             attack answered for; the others are misses) and ``unseen`` (clients with a true set
+             and no upload in the window: lost, dropped out, not drawn; not scored),
+             ``unrecorded_users`` (seen, but no upload payload recorded: not scored); the run's
+             accuracy (FedRec and FedRec++: over the test ratings of the clients present at the
+             end), ``missing_uploads`` and ``lost_clients`` (what a faulty run left out); bytes
+             per client (everything but evaluation traffic, from the ledger); protocol and attack
+             seconds.
 ``sizes``    the size-only observer per task: exact |I_u| recoveries, median relative error, rank
              correlation.
 ``links``    the network observer of FedRec++'s anonymous channel: share of noise messages linked
@@ -37,7 +43,7 @@ from ..privacy.attacks import (
     PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes,
 )
 from ..privacy.attacks.base import run_attack
-from ..privacy.audit import Capture, score_links, truth_of
+from ..privacy.audit import UPLOAD_KINDS, Capture, observed_clients, score_links, truth_of
 from ..privacy.metrics import score_inference, summarize
 from ..privacy.record import Recorder
 from ..privacy.views import Public
@@ -51,8 +57,6 @@ ATTACKS = {
     "fpl_sign": FPLSign, "fpl_never_negative": FPLNeverNegative, "fcf_line": FCFLine,
     "personalfr_indices": PersonalFRIndices, "imia": IMIA, "size_only": SizeOnly,
 }
-UPLOAD_KINDS = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
-                "fcf": ("gradients",), "personalfr": ("indices",)}
 
 
 @dataclass(frozen=True)
@@ -165,27 +169,20 @@ def _targets(task: AuditTask, clients: list[str]) -> frozenset | None:
     return frozenset(clients[i] for i in sorted(pick))
 
 
-def _observed(cap: Capture, rounds) -> list[str]:
-    """The clients the server saw upload (any upload kind of the protocol) in ``rounds``."""
-    from ..kernel.ledger import DST, KIND, ROUND, SRC, STATUS
-
-    kinds = set(UPLOAD_KINDS.get(cap.protocol, ()))
-    allowed = None if rounds is None else set(rounds)
-    seen = set()
-    for row, *_ in cap.recorder.entries:
-        if row[DST] == "server" and row[KIND] in kinds and row[STATUS] == "delivered":
-            if allowed is None or row[ROUND] in allowed:
-                seen.add(row[SRC])
-    return sorted(seen)
-
-
 def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
     if task.protocol in ("fedrec", "fedrecpp"):
         if task.test is None or result.model is None:
             return "rmse", math.nan
         if result.model.diverged_at is not None:
             return "rmse", math.nan
-        return "rmse", float(result.model.evaluate(*task.test)[1])
+        users, items, values = (np.asarray(a) for a in task.test)
+        lost = result.info.get("lost_users") or []
+        if len(lost):
+            # a client that dropped out took its user factor with it (zeros in the model, which
+            # predict the lowest rating): its test ratings are left out (lost_clients says how many)
+            keep = ~np.isin(users, np.asarray(lost, dtype=np.int64))
+            users, items, values = users[keep], items[keep], values[keep]
+        return "rmse", float(result.model.evaluate(users, items, values)[1])
     if task.protocol in ("fpl", "fcf") and hasattr(task.data, "evaluate"):
         from ..math.bpr import bpr_scores
 
@@ -224,6 +221,7 @@ def run_task(task: AuditTask) -> dict:
     result, resume, job, last_net = None, None, None, None
     tg: frozenset | None = None  # the targets: the only clients recorded and scored (None: all)
     epoch_rounds: list[int] = []
+    missing_uploads, lost_clients = 0, set()  # what the run left out (faults and a deadline), over its epochs
     for e in range(task.epochs):
         net = netspec.build(task.seed if task.epochs == 1 else _epoch_seed(task.seed, e))
         if rec is None:
@@ -241,6 +239,10 @@ def run_task(task: AuditTask) -> dict:
         job = spec.build(net, data, task.config, **kw)
         result = job.collect(net.run())
         resume = result
+        info = getattr(result, "info", None) or {}
+        up_kinds = UPLOAD_KINDS.get(task.protocol, ())
+        missing_uploads += sum(int(m.get("clients", 0)) for m in info.get("missing") or () if m.get("kind") in up_kinds)
+        lost_clients.update(info.get("lost_clients") or ())
         ledgers.append(net.ledger)
         epoch_rounds.append(max(net.ledger.rounds(), default=-1))
         records.append(network_record(net, task.ledger_dir, f"{task.label}-e{e}" if task.epochs > 1 else task.label))
@@ -252,7 +254,8 @@ def run_task(task: AuditTask) -> dict:
     metric, acc = _accuracy(task, result)
     costs = client_costs(ledgers, len(job.clients), spec.kinds_for("evaluation"))
     sim_s = float(sum(r["sim_time"] for r in records))
-    base = {**task.setting, "accuracy_metric": metric, "accuracy": acc, **costs, "run_s": run_s, "sim_s": sim_s}
+    base = {**task.setting, "accuracy_metric": metric, "accuracy": acc, **costs, "run_s": run_s, "sim_s": sim_s,
+            "missing_uploads": missing_uploads, "lost_clients": len(lost_clients)}
     base["T"] = int(getattr(task.config, "T", getattr(task.config, "rounds", 0)))
     if task.epochs > 1:
         base["T"] = task.epochs  # FPL: epochs
@@ -285,15 +288,23 @@ def run_task(task: AuditTask) -> dict:
                 sizes.append({**common, **score_sizes(run.inference, truth,
                                                       of_size=task.protocol not in ("fpl", "fcf"))})
                 continue
-            population = _observed(cap, rounds)
-            if tg is not None:
-                population = [u for u in population if u in tg]
+            # scored: the clients the server saw upload in the window (a client whose upload was
+            # lost, who dropped out or was not called is left out: unseen), of the targets, and of
+            # IMIA's sample; attacked: those the attack answered for (the others are misses)
+            seen = observed_clients(cap, rounds)
+            kept = observed_clients(cap, rounds, recorded=True)  # (seen, with a payload recorded)
+            population = kept if tg is None else [u for u in kept if u in tg]
             if attack.name == "imia" and attack.max_users is not None:
                 population = [u for u in population if u in run.inference]
             scored = score_inference(run.inference, cap.truth, public.n_items, population)
             for r in scored:
                 r["seed"] = task.seed
-            rows.append({**common, **summarize(scored), "scored": scored})
+            seen_set = set(seen)
+            unseen = sum(1 for u, t in cap.truth.items() if len(t) and (tg is None or u in tg) and u not in seen_set)
+            attacked = sum(1 for r in scored if r["target"] in run.inference)
+            unkept = sum(1 for u in set(seen) - set(kept) if len(cap.truth.get(u, ())) and (tg is None or u in tg))
+            rows.append({**common, **summarize(scored), "attacked": attacked, "unseen": unseen,
+                         "unrecorded_users": unkept, "scored": scored})
     return {"rows": rows, "sizes": sizes, "links": links, "records": records,
             "info": {"label": task.label, "run_s": run_s, "diverged": getattr(result.model, "diverged_at", None)
                      if result is not None and result.model is not None else None}}

@@ -1,0 +1,150 @@
+"""fedsim.privacy on runs that did not go as planned: lost uploads, clients that dropped out, a
+deadline. An attack can only read what reached the adversary; the audit says whom it scored,
+whom it attacked and whom it left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedsim.kernel import NetSpec
+from fedsim.kernel.ledger import DST, KIND, ROUND, SRC, STATUS
+from fedsim.privacy import capture, observed_clients, summarize
+from fedsim.privacy.attacks import IMIA, ImpliedRatings
+from fedsim.privacy.audit import attack_capture, known_answer_ratings
+from fedsim.protocols.fedrec import FedRecConfig
+
+
+@pytest.fixture(scope="module")
+def lossy():
+    # 20 users, a fifth of every client's messages lost, a server that waits 5 s for a round
+    cfg = FedRecConfig("PMF(B)", d=4, T=3, rho=1.0, deadline=5.0)
+    return capture("fedrec", known_answer_ratings(n_users=20), cfg, net=NetSpec(loss=0.2).build(3), seed=3)
+
+
+def test_attack_capture_scores_the_clients_whose_upload_the_server_saw(lossy):
+    # attack_capture scored every client with a true set: the 3 whose round-1 upload was lost,
+    # which no attack on the uploads can have read, counted as misses: precision and exact
+    # recovery 0.85 over 20 users for an attack that recovered every upload it saw exactly
+    lost = sorted({row[SRC] for row, *_ in lossy.recorder.entries
+                   if row[ROUND] == 1 and row[KIND] == "gradients" and row[STATUS] == "lost"})
+    seen = observed_clients(lossy, [1])
+    assert len(lost) == 3 and len(seen) == 17 and not set(lost) & set(seen)
+    assert seen == sorted({row[SRC] for row, *_ in lossy.recorder.entries if row[ROUND] == 1 and
+                           row[DST] == "server" and row[KIND] == "gradients" and row[STATUS] == "delivered"})
+    run, rows = attack_capture(ImpliedRatings(), lossy, rounds=[1])
+    s = summarize(rows)
+    assert sorted(run.inference) == seen and [r["target"] for r in rows] == seen
+    assert s["users"] == 17 and s["precision"] == 1.0 and s["exact"] == 1.0
+    # IMIA: the same population (its figures over 17 users, not 20 with three empty guesses)
+    run, rows = attack_capture(IMIA(), lossy, rounds=[1])
+    assert [r["target"] for r in rows] == seen == sorted(run.inference)
+    # an int window reads as build_view does: every round up to it
+    assert observed_clients(lossy, 1) == sorted(set(observed_clients(lossy, [0])) | set(seen))
+    # explicit targets are still scored as given (a target not seen: a miss)
+    _, rows = attack_capture(ImpliedRatings(), lossy, rounds=[1], targets=[lost[0], seen[0]])
+    assert [(r["target"], r["precision"]) for r in rows] == [(lost[0], 0.0), (seen[0], 1.0)]
+
+
+def test_audit_rows_say_whom_they_scored_attacked_and_left_out_and_score_accuracy_on_the_clients_present():
+    # run_task's rows said only how many users were scored, and its RMSE counted the clients that
+    # dropped out (their zero user factors) as if they had trained. Here 4 of 20 clients drop out
+    # at 0.05 s on wan, after their round-0 upload: rounds 1 and 2 miss their uploads.
+    from fedsim.protocols import REGISTRY
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=20)
+    test = (np.asarray(data.users), np.asarray(data.items), np.asarray(data.values))
+    cfg = FedRecConfig("PMF(B)", d=4, T=3, rho=1.0, deadline=1.0, lr=0.5, init_scale=0.5)
+    spec = NetSpec(profile="wan", dropout=0.3, window=(0.05, 0.05))
+    task = AuditTask("t", "fedrec", {}, cfg, data, test, 0, spec, None, None,
+                     (AttackSpec("implied_ratings", (), (1,), "1 round"),
+                      AttackSpec("imia", (("max_users", 5),), (1,), "1 round"),
+                      AttackSpec("intersection", (), (0, 1, 2), "3 rounds")))
+    out = run_task(task)
+    net = spec.build(0)
+    res = REGISTRY["fedrec"].build(net, data, cfg).collect(net.run())  # the same run
+    assert res.info["lost_users"] == [2, 4, 5, 12]
+    keep = ~np.isin(test[0], res.info["lost_users"])
+    present = res.model.evaluate(*(a[keep] for a in test))[1]
+    assert present != res.model.evaluate(*test)[1]
+    got = {r["attack"]: r for r in out["rows"]}
+    for r in out["rows"]:
+        assert r["accuracy"] == present and r["missing_uploads"] == 8 and r["lost_clients"] == 4
+    ir, imia, inter = got["implied_ratings"], got["imia"], got["intersection"]
+    assert (ir["users"], ir["attacked"], ir["unseen"], ir["precision"], ir["exact"]) == (16, 16, 4, 1.0, 1.0)
+    assert (imia["users"], imia["attacked"], imia["unseen"]) == (5, 5, 4)
+    # the clients that dropped out uploaded in round 0: seen in the window, scored, one upload each
+    assert (inter["users"], inter["attacked"], inter["unseen"]) == (20, 20, 0)
+
+
+def test_privacy_audit_refuses_a_network_that_loses_messages(tmp_path):
+    # its runs have no deadline: a loss was a DeadlockError in a worker process (a dropout after a
+    # client's last upload, a complete-looking table with that client's user factor zeroed)
+    from fedsim.experiment import UsageError, run_scenario
+
+    with pytest.raises(UsageError) as exc:
+        run_scenario("privacy_audit", data="tiny", out=tmp_path / "o", net=NetSpec(loss=0.05), quiet=True,
+                     overrides={"protocols": ["fedrec"], "models": ["PMF(B)"], "rhos": [1], "iterations": 2,
+                                "defences": [], "workers": 1})
+    assert str(exc.value) == (
+        "privacy_audit runs its protocols with no deadline on a network that loses no message; this one does "
+        "(loss 0.05): a loss would stop a run in a deadlock, a client that drops out after its last upload would "
+        "leave its user factor zeroed in the accuracy column; audit a faulty run with fedsim.privacy.capture and a "
+        "deadline (docs/privacy.md)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_window_holds_the_setup_of_the_rounds_it_reaches_only():
+    # FPL with secure aggregation over two networks (epochs of 2 rounds): the second exchanges its
+    # keys at setup label -3 (key_setup_round(2)), after round 1. Every negative label passed every
+    # window, so a view of the first epoch (rounds up to 1) held the second epoch's key exchange.
+    from collections import Counter
+
+    from fedsim.kernel import SimNetwork
+    from fedsim.privacy import Public, Recorder, ViewSpec, build_view
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fpl import FPLConfig, key_setup_round
+
+    data = known_answer_ratings(n_users=6, n_items=60, per_user=(10, 12)).binarize()
+    cfg = FPLConfig(clients_per_round=6, triples=4, rounds=2, d=3, pi=0.5, lr=0.1, secure_aggregation=True,
+                    secagg_neighbours=2)
+    rec, res = Recorder(), None
+    for e in range(2):
+        net = SimNetwork(seed=e)
+        rec.attach(net)
+        job = REGISTRY["fpl"].build(net, data, cfg, **({} if res is None else {"resume": res}))
+        res = job.collect(net.run())
+    assert key_setup_round(2) == -3
+    assert Counter(r[1] for r, *_ in rec.entries if r[1] < 0) == {-1: 12, -3: 12}
+    pub = Public("fpl", cfg, "server", tuple(job.clients), data.n_items)
+
+    def setup(rounds):
+        return Counter(m.round for m in build_view(ViewSpec.server(), rec, pub, rounds=rounds) if m.round < 0)
+
+    assert setup(1) == setup((0, 1)) == setup((1,)) == {-1: 12}  # the first epoch: its own keys only
+    assert setup(2) == setup((2,)) == setup(None) == {-1: 12, -3: 12}
+    assert setup(()) == {}  # no training round: no setup it precedes
+
+
+def test_clients_whose_uploads_the_recorder_left_out_are_not_scored_as_misses():
+    # a recorder keeping the payloads of 5 clients: the server saw all 20 uploads, the audit can
+    # attack 5. attack_capture scored the 15 others as misses (precision 0.25 over 20 users for an
+    # attack exact on every upload it read); they are left out, and the audit's rows count them.
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=20)
+    cfg = FedRecConfig("PMF(B)", d=4, T=2, rho=1.0)
+    names = [f"client/{u:04d}" for u in range(20)]
+    cap = capture("fedrec", data, cfg, seed=3, nodes=names[:5])
+    assert observed_clients(cap, [1]) == names
+    assert observed_clients(cap, [1], recorded=True) == names[:5]
+    run, rows = attack_capture(ImpliedRatings(), cap, rounds=[1])
+    assert run.unrecorded > 0 and sorted(run.inference) == names[:5]
+    s = summarize(rows)
+    assert s["users"] == 5 and s["precision"] == 1.0 and s["exact"] == 1.0
+    # run_task: a recorder whose rounds leave out the window's uploads scores nobody, and says so
+    task = AuditTask("t", "fedrec", {}, cfg, data, None, 3, None, (0,), None,
+                     (AttackSpec("implied_ratings", (), (1,), "1 round"),))
+    row = run_task(task)["rows"][0]
+    assert (row["users"], row["attacked"], row["unseen"], row["unrecorded_users"]) == (0, 0, 0, 20)
