@@ -700,6 +700,19 @@ def test_configuration_is_checked():
         net.run(timeout=RUN_TIMEOUT)
     empty = TcpNetwork()
     assert empty.run(timeout=RUN_TIMEOUT).complete and not empty.pids
+
+
+def test_faults_with_dropout_are_refused_whatever_the_draws():
+    # seed 0 draws no dropout for node "c" at 1 %: the run went ahead; another seed (or node)
+    # that drew one failed at run() with "offline_at is not supported". Now refused up front.
+    from fedsim.kernel import Faults
+    from fedsim.seeding import node_rng
+
+    assert Faults(dropout=0.01).offline_at(node_rng(0, "dropout:c")) is None
+    with pytest.raises(NetworkConfigError, match="does not simulate dropout .faults dropout = 0.01"):
+        TcpNetwork(seed=0, faults=Faults(dropout=0.01))
+    net = TcpNetwork(seed=0, faults=Faults(loss=0.5))  # loss alone is fine
+    assert net.faults.loss == 0.5
     assert math.isclose(TcpNetwork(time_scale=0.5).time_scale, 0.5)
 
 

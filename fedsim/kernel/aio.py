@@ -3,8 +3,20 @@
 Messages are encoded with the same codec and handed through in-process mailboxes, so actors see
 exactly the bytes they would see on ``SimNetwork``. Bandwidth and latency are not modelled here
 (time is the loop's real clock, divided by ``time_scale``); link loss uses the same seeded
-draws, keyed by sender and message number, so both transports lose the same messages. Nodes with
-``offline_at`` are not supported on this transport.
+draws, keyed by sender and message number, so both transports lose the same messages.
+
+Dropout (``offline_at``, ``Faults(dropout=...)``) means what it means on ``SimNetwork``: at
+``offline_at`` (real seconds times ``time_scale`` after the start; at 0 the actor never starts)
+the node's actor is cancelled (its ``finally`` blocks run; a wait there raises ``RunEnded``, a
+send there is dropped, with no ledger row) and listed in ``RunResult.offline``. Delivery is
+immediate, so no copy is ever part-way: a copy sent to a node whose ``offline_at`` has come
+(also one whose actor had finished) is recorded ``lost``, note ``receiver offline``; one a node
+sends at or after its ``offline_at`` because its actor had the loop then (a computation that does
+not await: the cancellation takes effect at its next await) is recorded ``lost``, note ``sender
+offline``; a copy drawn lost keeps ``link loss`` (the loss draw is made for every copy, so the
+draws stay keyed by message number). While a node's dropout is still to
+come the run is not over: actors blocked on it are not a deadlock before it happens (as on
+``SimNetwork``, where its dropout is a pending event).
 """
 
 from __future__ import annotations
@@ -13,12 +25,16 @@ import asyncio
 from typing import Any
 
 from .envelope import Envelope, Payload
-from .errors import ActorError, FedsimError, NetworkConfigError, RunEnded
+from .errors import ActorError, FedsimError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 
 __all__ = ["AsyncioNetwork"]
+
+
+def _offline_wait(node: Node) -> RunEnded:
+    return RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after its node dropped out (in a finally block?)")
 
 
 class AsyncioNetwork(Network):
@@ -38,6 +54,9 @@ class AsyncioNetwork(Network):
         self._finished = 0
         self._quiet: asyncio.Event | None = None
         self._error: BaseException | None = None
+        self._dropouts: list[Node] = []  # nodes with an offline_at (their dropout may be to come)
+        self._tasks: dict[str, asyncio.Task] = {}
+        self._closed: set[str] = set()  # nodes whose actor got the cancellation of its dropout
 
     def now(self) -> float:
         """Real seconds since the run started, divided by ``time_scale``: 0 before the run, and
@@ -55,12 +74,18 @@ class AsyncioNetwork(Network):
         super().end_run()
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
+        if src.id in self._closed:  # a finally block of an actor closed by its dropout: as on SimNetwork
+            return
         targets = self.destinations(dsts)
         payload = Payload(encoded)
         nbytes = len(encoded.data) + self.framing_bytes
         now = self.now()
         src.sent += len(targets)
         tap = self.tap
+        off = src.spec.offline_at
+        cut = off is not None and now >= off  # its dropout has come; its actor still runs until its next await
+        if cut:
+            self._go_offline(src)  # (its timer may not have fired: the loop was busy)
         for dst in targets:
             row = self.ledger.new_row(src.round, src.id, dst.id, src.role, dst.role, kind, nbytes,
                                       encoded.array_bytes, encoded.floats, now, anonymous)
@@ -70,6 +95,13 @@ class AsyncioNetwork(Network):
             if src.spec.loss and self.draw_loss(src):
                 row[STATUS], row[NOTE] = "lost", "link loss"  # lost on the way: no reception began
                 continue
+            if cut:
+                row[STATUS], row[NOTE] = "lost", "sender offline"
+                continue
+            doff = dst.spec.offline_at
+            if dst.offline or (doff is not None and now >= doff):
+                row[STATUS], row[NOTE] = "lost", "receiver offline"
+                continue
             row[RX_START] = row[ARRIVAL] = now
             row[STATUS] = "delivered"
             envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
@@ -77,6 +109,15 @@ class AsyncioNetwork(Network):
                 self._blocked -= 1
 
     async def wait(self, node: Node, kind, timeout: float | None):
+        if node.id in self._closed:
+            raise _offline_wait(node)
+        try:
+            return await self._wait(node, kind, timeout)
+        except asyncio.CancelledError:
+            self._was_closed(node)
+            raise
+
+    async def _wait(self, node: Node, kind, timeout: float | None):
         fut = self._loop.create_future()
         forever = timeout is None
         node.waiter = (kind, fut, forever)
@@ -102,20 +143,51 @@ class AsyncioNetwork(Network):
             return None
 
     async def sleep(self, node: Node, seconds: float) -> None:
-        await asyncio.sleep(seconds * self.time_scale)
+        if node.id in self._closed:
+            raise _offline_wait(node)
+        try:
+            await asyncio.sleep(seconds * self.time_scale)
+        except asyncio.CancelledError:
+            self._was_closed(node)
+            raise
 
     async def compute(self, node: Node, flops: float, label: str) -> None:
-        await asyncio.sleep(0)
+        if node.id in self._closed:
+            raise _offline_wait(node)
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self._was_closed(node)
+            raise
+
+    def _was_closed(self, node: Node) -> None:
+        """A wait of ``node`` ended cancelled: if by its dropout, its actor is being closed from
+        here on (what it sends is dropped, a wait raises ``RunEnded``)."""
+        if node.offline:
+            self._closed.add(node.id)
 
     def _check_quiet(self) -> None:
-        if self._finished + self._blocked >= len(self.nodes) and self._quiet is not None:
+        if self._finished + self._blocked >= len(self.nodes) and self._quiet is not None \
+                and not any(not (n.done or n.offline) for n in self._dropouts):
+            # (a dropout still to come is something that can happen: not quiet yet)
             self._quiet.set()
+
+    def _go_offline(self, node: Node) -> None:
+        """``node``'s ``offline_at`` has come: cancel its actor (unless it has finished or the run
+        is over); ``_task_done`` counts it out."""
+        if node.done or node.offline or self.ended:
+            return
+        node.offline = True
+        task = self._tasks.get(node.id)
+        if task is not None:
+            task.cancel()
 
     def _task_done(self, node: Node, task: asyncio.Task) -> None:
         self._finished += 1
         exc = cancelled(task) if task.cancelled() else task.exception()
-        if task.cancelled() and self.ended or isinstance(exc, RunEnded):
-            pass  # cancelled at the run's end (RunEnded: its finally block tried to wait)
+        if task.cancelled() and (self.ended or node.offline) or isinstance(exc, RunEnded):
+            # cancelled at the run's end or by its dropout (RunEnded: its finally block tried to wait)
+            pass
         elif exc is not None:
             # (a task cancelled before the run's end was ended by the actor's own code: the
             # transport cancels only after end_run; taken for one it had closed, it made a deadlock
@@ -135,10 +207,10 @@ class AsyncioNetwork(Network):
         message can be in flight here: delivery is immediate). Blocked actors are cancelled and
         listed in ``unfinished`` (the run is over by then: what their ``finally`` blocks send is
         dropped, with no ledger row, as on ``SimNetwork``); with ``strict`` that is a deadlock (``DeadlockError``, as on
-        ``SimNetwork``). Raises ``ActorError`` if an actor raises (also ``CancelledError``, when its own
+        ``SimNetwork``). A node with ``offline_at`` drops out then (module docstring). Raises ``ActorError`` if an actor raises (also ``CancelledError``, when its own
         code ends it cancelled: not a deadlock), ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
-        match no node's role, a node has ``offline_at`` or ``timeout`` is not positive seconds or None
+        match no node's role or ``timeout`` is not positive seconds or None
         (before anything runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds (naming the actors blocked, and on what, and those still busy). Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
@@ -146,9 +218,6 @@ class AsyncioNetwork(Network):
         timeout = check_run_timeout(timeout)
         self.check_faults()
         self.ran = True
-        for node in self.nodes.values():
-            if node.spec.offline_at is not None:
-                raise NetworkConfigError(f"node {node.id!r}: offline_at is not supported by AsyncioNetwork")
         self._loop = self._clock = asyncio.get_running_loop()
         self._t0 = self._loop.time()
         self._quiet = asyncio.Event()
@@ -165,10 +234,22 @@ class AsyncioNetwork(Network):
                 coro.close()
             raise
         tasks = []
+        timers = []
         for node, coro in zip(self.nodes.values(), coros):
+            off = node.spec.offline_at
+            if off is not None:
+                self._dropouts.append(node)
+                if off <= 0:  # offline from the start: its actor never runs (as on SimNetwork)
+                    node.offline = True
+                    coro.close()
+                    self._finished += 1
+                    continue
+                timers.append(self._loop.call_at(self._t0 + off * self.time_scale, self._go_offline, node))
             task = self._loop.create_task(coro, name=node.id)
             task.add_done_callback(lambda t, n=node: self._task_done(n, t))
             tasks.append(task)
+            self._tasks[node.id] = task
+        self._check_quiet()  # (every node offline from the start)
         result = None
         try:
             try:
@@ -180,6 +261,8 @@ class AsyncioNetwork(Network):
                 result = self.finish(self.now(), strict=strict)
         finally:
             self.end_run()  # also when it ends by timeout or cancellation
+            for h in timers:
+                h.cancel()
             for t in tasks:
                 if not t.done():
                     t.cancel()

@@ -26,8 +26,9 @@ TRANSPORTS = {
 class NetSpec:
     """A network to build: ``profile`` (node specs), ``link_model`` (``fifo``, ``fair``, ``tcp``;
     SimNetwork only), ``loss``/``dropout``/``window`` (``Faults`` for the clients),
-    ``transport`` (``sim``, ``asyncio``, ``tcp``), ``framing_bytes``, and ``options`` passed to
-    the transport's constructor (e.g. ``processes`` for tcp)."""
+    ``transport`` (``sim``, ``asyncio``, ``tcp``; ``tcp`` takes no ``dropout``:
+    ``NetworkConfigError``), ``framing_bytes``, and ``options`` passed to the transport's
+    constructor (e.g. ``processes`` for tcp)."""
 
     profile: str = "ideal"
     link_model: str = "fifo"
@@ -59,7 +60,11 @@ class NetSpec:
             object.__setattr__(self, "window", tuple(float(x) for x in self.window))
         except (TypeError, ValueError):
             pass  # Faults (below) refuses it, naming the window
-        self.faults  # validates loss, dropout and window
+        faults = self.faults  # validates loss, dropout and window
+        if self.transport == "tcp" and faults is not None and faults.dropout:
+            # (TcpNetwork refuses it too, whatever the draws)
+            raise NetworkConfigError(f"transport 'tcp' does not simulate dropout (got dropout {self.dropout!r}): "
+                                     "use transport 'sim' or 'asyncio'")
 
     @classmethod
     def of(cls, spec: "NetSpec | str | None") -> "NetSpec":

@@ -100,7 +100,8 @@ and reaped, in a ``finally``; ``run(timeout=...)`` bounds the whole run (``Timeo
 What it does not do: start processes on other hosts (every process is forked here; with
 ``allow_remote`` the listeners can face another interface, nothing more), encrypt or
 authenticate beyond the run token, model bandwidth or latency (time is real: what the
-machine's loopback and CPUs give), ``offline_at`` dropouts (``NetworkConfigError``), or run
+machine's loopback and CPUs give), dropouts (``NetworkConfigError``: at construction for
+``Faults`` with a ``dropout``, whatever the draws; at ``run`` for a node's ``offline_at``), or run
 on platforms without ``fork``. ``compute`` only yields, as on ``AsyncioNetwork``.
 """
 
@@ -198,6 +199,11 @@ class TcpNetwork(Network):
             raise NetworkConfigError(f"TcpNetwork's framing is its frame header: framing_bytes is {FRAME_OVERHEAD}, "
                                      f"got {framing!r}")
         super().__init__(framing_bytes=FRAME_OVERHEAD, **kwargs)
+        if self.faults is not None and self.faults.dropout:
+            # refused here, whatever the draws: checked only per node at run(), a run with dropout
+            # ran when the seed made no node drop out and failed when it made one
+            raise NetworkConfigError(f"TcpNetwork does not simulate dropout (faults dropout = {self.faults.dropout:g}): "
+                                     "use transport 'sim' or 'asyncio' for dropout, or faults without it")
         if isinstance(self.ledger, StreamingLedger):
             raise NetworkConfigError("TcpNetwork merges its processes' ledgers in memory: it cannot record into a "
                                      "StreamingLedger")
