@@ -148,3 +148,36 @@ def test_clients_whose_uploads_the_recorder_left_out_are_not_scored_as_misses():
                      (AttackSpec("implied_ratings", (), (1,), "1 round"),))
     row = run_task(task)["rows"][0]
     assert (row["users"], row["attacked"], row["unseen"], row["unrecorded_users"]) == (0, 0, 0, 20)
+
+
+def test_an_fpl_audit_row_scores_p_at_10_on_the_clients_present():
+    # the FPL accuracy beside the attacks ranked a client that dropped out by its zeroed user factor
+    # (item biases alone), as if FPL had trained it; checked against a per-user computation on the
+    # split's own test evaluator over the clients still present
+    from fedsim.data import generate
+    from fedsim.math.bpr import bpr_scores
+    from fedsim.math.metrics import precision_at, top_n
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fpl import FPLConfig
+    from fedsim.studies.fpl import prepare
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    split = prepare(generate("ml100k-like", seed=2, n_users=30, n_items=150, n_ratings=1500, min_per_user=30),
+                    min_interactions=20, protocol="test")
+    cfg = FPLConfig(clients_per_round=split.n_users, triples=5, rounds=3, d=4, pi=0.5, deadline=5.0)
+    spec = NetSpec(profile="wan", dropout=0.3, window=(0.0, 0.3))
+    task = AuditTask("t", "fpl", {}, cfg, split, None, 0, spec, None, None, (AttackSpec("fpl_sign"),))
+    out = run_task(task)
+    net = spec.build(0)
+    res = REGISTRY["fpl"].build(net, split.train, cfg).collect(net.run())  # the same run
+    lost = res.info["lost_users"]
+    assert lost and len(lost) < split.n_users
+    th = res.params["theta"].astype(np.float64)
+    ev = split.evaluators["test"]
+    per = precision_at(top_n(bpr_scores(res.params["P"], th[:, :4], th[:, 4]), ev.exclude, ev.n), ev.truth, ev.n,
+                       per_user=True)
+    everyone = float(np.nanmean(per))
+    per[lost] = np.nan
+    present = float(np.nanmean(per))
+    assert present != everyone
+    assert [r["accuracy"] for r in out["rows"]] == [present] * len(out["rows"]) and out["rows"]

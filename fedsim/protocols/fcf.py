@@ -168,7 +168,8 @@ class FCFJob:
         done = self.rounds_done + self.cfg.rounds
         state = {"Q": srv["Q"], "adam": srv["adam"], "rounds_done": done}
         return Result("fcf", self.cfg, {"P": P, "Q": srv["Q"], "Q_sent": srv["Q_sent"]}, [], run,
-                      info={"adam": srv["adam"], "rounds_done": done, "missing": srv["missing"], "lost_clients": gone},
+                      info={"adam": srv["adam"], "rounds_done": done, "missing": srv["missing"], "lost_clients": gone,
+                            "lost_users": [u for u, name in enumerate(self.clients) if name not in run.results]},
                       state=state)
 
 

@@ -361,7 +361,8 @@ class FPLJob:
         large to rank by); else None; ``metrics``: with test ratings and a model that did not
         diverge, one row of top-10 precision and recall on them (the experimenter's evaluation of
         the final model: FPL itself evaluates nothing) over the users with test items still
-        present at the end (``users``; ``lost``: those left out, whose p_u left with them);
+        present at the end (``users``; ``lost``: those left out, whose p_u left with them;
+        ``info["lost_clients"]`` and ``info["lost_users"]``, their user indices, say which);
         ``state``: what ``build(..., resume=result)``
         continues."""
         srv = server_result(run)
@@ -378,6 +379,8 @@ class FPLJob:
             P[u] = r["p"]
             for k in counts:
                 counts[k][u] = r[k]
+        lost = set(gone)
+        present = np.array([name not in lost for name in self.clients], dtype=bool)
         done = self.rounds_done + self.cfg.rounds
         diverged_at = srv["diverged_at"]
         if diverged_at is not None:
@@ -393,8 +396,6 @@ class FPLJob:
             # a client that dropped out took its p_u with it: it is left out of the evaluation (its
             # zero row would rank by item bias alone, a popularity list counted as FPL's), as
             # FedRec's error is over the clients present; the row says over how many users
-            lost = set(gone)
-            present = np.array([name not in lost for name in self.clients], dtype=bool)
             top = top10(P, theta, d, self.train, self.test, present)
             if top is None:  # finite parameters whose scores overflow: no ranking to measure
                 diverged_at = done
@@ -403,7 +404,8 @@ class FPLJob:
         state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
         return Result("fpl", self.cfg, params, metrics, run,
                       info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
-                            "lost_clients": gone, "diverged_at": diverged_at}, state=state)
+                            "lost_clients": gone, "lost_users": [int(u) for u in np.flatnonzero(~present)],
+                            "diverged_at": diverged_at}, state=state)
 
 
 def top10(P, theta, d, train, test, present=None) -> dict | None:

@@ -185,6 +185,7 @@ def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
         return "rmse", float(result.model.evaluate(users, items, values)[1])
     if task.protocol in ("fpl", "fcf") and hasattr(task.data, "evaluate"):
         from ..math.bpr import bpr_scores
+        from ..math.metrics import precision_at, top_n
 
         if task.protocol == "fpl":
             th = result.params["theta"].astype(np.float64)
@@ -192,7 +193,17 @@ def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
             scores = bpr_scores(result.params["P"], th[:, :d], th[:, d])
         else:
             scores = result.params["P"] @ result.params["Q_sent"].T
-        return "p@10", float(task.data.evaluate(scores)["test"]["p"])
+        lost = result.info.get("lost_users") or []
+        if not len(lost):
+            return "p@10", float(task.data.evaluate(scores)["test"]["p"])
+        # a client that dropped out took its user factor with it (zeros): its users are left out,
+        # as FPL's own evaluation and FedRec's error leave them out (lost_clients says how many)
+        ev = task.data.evaluators["test"]
+        if not np.isfinite(scores).all():
+            return "p@10", math.nan
+        per = precision_at(top_n(scores, ev.exclude, ev.n), ev.truth, ev.n, per_user=True)
+        per[np.asarray(lost, dtype=np.int64)] = np.nan
+        return "p@10", float(np.nanmean(per)) if np.isfinite(per).any() else math.nan
     return "", math.nan
 
 
