@@ -89,3 +89,22 @@ def test_fpl_tcc_lowest_says_when_the_gap_is_within_the_seed_spread(tmp_path):
     assert f"(the gap, {gap:.4g}, is within an sd over seeds: not a clear ordering)." in report
     assert ("The paper's lowest (Table 4, Brazil) is pFPL+: "
             + ("the same preset." if low["preset"] == "pFPL+" else "a different preset from ours.")) in report
+
+
+def test_fpl_table2_counts_no_untested_comparison_as_a_t_test(tmp_path):
+    # 4 users: every per-user comparison is below MIN_USERS and runs no test (NaN p); the notes
+    # counted them as "t-tests" with 0 significant, listed every method as "cannot be told apart
+    # from Top-Pop" and called cornac's BPR "within noise" of fedsim's
+    out, report = _run(tmp_path, "fpl_table2", {**FPL_TINY, "epochs": [1], "bpr_epochs": 2, "max_users": 5, "seeds": 1,
+                                                "methods": ["Random", "Top-Pop", "BPR-MF", "BPR-MF (cornac)", "sFPL"]})
+    sig = _csv(out / "significance.csv")
+    assert sig and all(r["significant (t, 0.05)"].startswith("no test (") for r in sig)
+    assert (f"Of the {len(sig)} comparisons in the significance table, 0 could be tested (at least 6 users with "
+            f"held-out items; the other {len(sig)} have no p-value)") in report
+    assert "cannot be told apart from Top-Pop" not in report
+    assert ("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** not tested (fewer than 6 users with "
+            "held-out items): Random, BPR-MF, BPR-MF (cornac), sFPL. ") in report
+    assert "None of the 0 tested" not in report
+    if "Independent check of BPR-MF" in report:  # cornac installed
+        assert "over 4 user(s): too few for a test (at least 6).\n" in report
+        assert "within noise" not in report
