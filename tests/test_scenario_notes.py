@@ -108,3 +108,25 @@ def test_fpl_table2_counts_no_untested_comparison_as_a_t_test(tmp_path):
     if "Independent check of BPR-MF" in report:  # cornac installed
         assert "over 4 user(s): too few for a test (at least 6).\n" in report
         assert "within noise" not in report
+
+
+def test_personalfr_comm_table_is_the_mean_over_the_repeats(tmp_path):
+    # the table was the first repeat's alone, its title saying nothing of it; which clients a round
+    # selects (and so PersonalFR's active items and bytes) varies with the seed
+    from fedsim.experiment.context import RunContext
+    from fedsim.studies.personalfr import result_tables
+
+    def run(seed, up, flops):
+        return {"task": "explicit", "method": "personalfr", "M": 4, "n_users": 30, "n_items": 40, "seed": seed,
+                "validation": False, "rounds": 2, "best": 1.0, "final": 1.0, "best_round": 2, "wall_s": 0.1,
+                "history": [{"round": 2, "rmse": 1.0}], "clients_per_round": 1, "client_flops": flops,
+                "comm": {"bytes_per_round": 2.0 * up, "down_bytes_per_client": up, "up_bytes_per_client": up,
+                         "setup_bytes": 640}}
+
+    ctx = RunContext("t", {}, "tiny", 1, None, tmp_path, quiet=True)
+    result_tables(ctx, [run(1, 100.0, 4e9), run(2, 300.0, 8e9)], title="t")
+    (comm,) = [t for t in ctx.tables if t.name == "results_comm"]
+    assert comm.title.endswith("client computation per round (FLOPs charged), mean over the repeats")
+    assert comm.rows == [{"task": "explicit", "clients": "4", "method": "personalfr", "clients_per_round": 1.0,
+                          "bytes_per_round": 400.0, "down_bytes_per_client": 200.0, "up_bytes_per_client": 200.0,
+                          "setup_bytes": 640.0, "client_gflop_per_round": 3.0, "repeats": 2}]
