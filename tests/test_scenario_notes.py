@@ -130,3 +130,21 @@ def test_personalfr_comm_table_is_the_mean_over_the_repeats(tmp_path):
     assert comm.rows == [{"task": "explicit", "clients": "4", "method": "personalfr", "clients_per_round": 1.0,
                           "bytes_per_round": 400.0, "down_bytes_per_client": 200.0, "up_bytes_per_client": 200.0,
                           "setup_bytes": 640.0, "client_gflop_per_round": 3.0, "repeats": 2}]
+
+
+def test_personalfr_checks_do_not_order_equal_or_noisy_figures(tmp_path):
+    from fedsim.experiment.context import RunContext
+    from fedsim.studies.personalfr import verdicts
+
+    def row(method, clients, sel, sd):
+        return {"task": "explicit", "method": method, "clients": clients, "selected": sel, "selected_std": sd}
+
+    ctx = RunContext("t", {}, "tiny", 1, None, tmp_path, quiet=True)
+    verdicts(ctx, [row("fedavg", "100", 0.9, 0.01), row("personalfr", "100", 0.9, 0.01),  # equal: was "FedAvg better"
+                   row("fedavg", "300", 0.90, 0.02), row("personalfr", "300", 0.89, 0.03),  # gap 0.01 < sd 0.03
+                   row("fedavg", "all", 0.95, 0.001), row("personalfr", "all", 0.90, 0.001)])
+    assert ctx.notes == ["Checks (the selected evaluations):\n\n"
+                         "- explicit, M = 100: PersonalFR 0.9000 vs FedAvg 0.9000: equal\n"
+                         "- explicit, M = 300: PersonalFR 0.8900 vs FedAvg 0.9000: PersonalFR better (the gap is "
+                         "within a population std over the repeats: not a clear ordering)\n"
+                         "- explicit, M = all: PersonalFR 0.9000 vs FedAvg 0.9500: PersonalFR better"]

@@ -144,11 +144,14 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
 
 
 def verdicts(ctx: RunContext, rows: list[dict]) -> None:
-    """Notes: does PersonalFR beat FedAvg at each M, is Joint at least as good as both (selected figures)."""
+    """Notes: does PersonalFR beat FedAvg at each M (means over the repeats; a gap within either's
+    population std over the repeats is said to be no clear ordering), is Joint at least as good as
+    both (selected figures)."""
     lines = []
     for task in sorted({r["task"] for r in rows}):
         better = (lambda a, b: a < b) if task == "explicit" else (lambda a, b: a > b)
         mine = {(r["method"], r["clients"]): r["selected"] for r in rows if r["task"] == task}
+        sds = {(r["method"], r["clients"]): r.get("selected_std", float("nan")) for r in rows if r["task"] == task}
         joint = mine.get(("joint", "1 (central)"))
         # numerically (as text "100" came before "20"), "all" last
         for M in sorted({c for (_, c) in mine if c != "1 (central)"},
@@ -160,7 +163,11 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
             if math.isnan(pf) or math.isnan(fa):  # NaN compares false: "FedAvg better" whatever the runs did
                 lines.append("- " + txt + "not compared (a NaN figure: see `nan_runs`)")
                 continue
-            txt += "PersonalFR better" if better(pf, fa) else "FedAvg better"
+            # equal figures said "FedAvg better"; a gap within the spread over repeats is no ordering
+            txt += "PersonalFR better" if better(pf, fa) else "FedAvg better" if better(fa, pf) else "equal"
+            spread = [x for x in (sds[("fedavg", M)], sds[("personalfr", M)]) if not math.isnan(x)]
+            if pf != fa and spread and abs(pf - fa) <= max(spread):
+                txt += " (the gap is within a population std over the repeats: not a clear ordering)"
             if joint is not None and math.isnan(joint):
                 txt += "; Joint nan: not compared"
             elif joint is not None:
