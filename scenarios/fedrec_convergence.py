@@ -41,7 +41,7 @@ def run(ctx: RunContext) -> None:
     # client that dropped out after its last upload a zeroed user factor in a table of complete runs)
     refuse_faults(ctx.net, "fedrec_convergence", UsageError)
     ratings = ctx.load_data()
-    data_note(ctx, ratings)
+    data_note(ctx, ratings, paper=None)  # no published value is printed beside the curves
     folds = make_folds(ratings, ctx["folds"], ctx.seed)
     fold = folds[0]
     workers = ctx["workers"] or default_workers()

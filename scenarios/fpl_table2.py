@@ -45,7 +45,7 @@ from fedsim.studies.fpl import (
     user_values,
     verdicts,
 )
-from fedsim.studies.fpl.analysis import ALPHA, fmt_p, holm_count
+from fedsim.studies.fpl.analysis import ALPHA, MIN_USERS, fmt_p, holm_count
 from fedsim.math.stats import mean_ci
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
@@ -99,7 +99,8 @@ def run(ctx: RunContext) -> None:
                 sig.append({"method": m, "against": ref, "metric": key.upper() if key != "ndcg" else "NDCG",
                             "difference": ck.diff, "95% CI low": ck.low, "95% CI high": ck.high,
                             "t-test p": fmt_p(ck.t.pvalue), "Wilcoxon p": fmt_p(ck.w.pvalue),
-                            "significant (t, 0.05)": "yes" if ck.significant else "no"})
+                            "significant (t, 0.05)": ("yes" if ck.significant else "no") if ck.n >= MIN_USERS
+                            else f"no test ({ck.n} users)"})
         pp = PAPER_TABLE2[country].get(m)
         row[f"paper P@10 ({country})"] = pp[0] if pp else math.nan
         row[f"paper R@10 ({country})"] = pp[1] if pp else math.nan
@@ -110,16 +111,26 @@ def run(ctx: RunContext) -> None:
         ctx.table("significance", sig, title="Paired per-user comparisons against BPR-MF and Top-Pop (difference = "
                   "method - reference; seeds averaged per user)", floatfmt=".4f")
         raw, adj = holm_count(pvals)
-        ctx.note(f"Of the {len(pvals)} t-tests in the significance table, {raw} give p < {ALPHA} and {adj} stay "
-                 "below it after Holm's correction for multiple tests.")
+        # the count included the comparisons of fewer than MIN_USERS users, which run no test (NaN p)
+        tested = sum(1 for p in pvals if not math.isnan(p))
+        ctx.note(f"Of the {len(pvals)} comparisons in the significance table, {tested} could be tested (at least "
+                 f"{MIN_USERS} users with held-out items"
+                 + (f"; the other {len(pvals) - tested} have no p-value" if tested < len(pvals) else "")
+                 + f"); of those t-tests {raw} give p < {ALPHA} and {adj} stay below it after Holm's correction for "
+                 "multiple tests.")
     if "Top-Pop" in methods:
-        same = [m for m in methods if m != "Top-Pop" and not compare(st, m, "Top-Pop", "p").significant]
-        better = [m for m in methods if m != "Top-Pop" and compare(st, m, "Top-Pop", "p").significant
-                  and compare(st, m, "Top-Pop", "p").diff > 0]
+        vs = {m: compare(st, m, "Top-Pop", "p") for m in methods if m != "Top-Pop"}
+        # a comparison of too few users runs no test: it was listed as "cannot be told apart"
+        untested = [m for m, c in vs.items() if c.n < MIN_USERS]
+        same = [m for m, c in vs.items() if c.n >= MIN_USERS and not c.significant]
+        better = [m for m, c in vs.items() if c.significant and c.diff > 0]
+        tested = len(vs) - len(untested)
         ctx.note("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** "
+                 + (f"not tested (fewer than {MIN_USERS} users with held-out items): {', '.join(untested)}. "
+                    if untested else "")
                  + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
                  + (f"significantly above Top-Pop: {', '.join(better)}." if better else
-                    "No method is significantly above Top-Pop."))
+                    f"None of the {tested} tested method(s) is significantly above Top-Pop." if tested else ""))
 
     t3 = []
     for m in methods:
@@ -160,8 +171,10 @@ def run(ctx: RunContext) -> None:
         a, asd = seed_stats(st, "BPR-MF", "p")
         b, bsd = seed_stats(st, "BPR-MF (cornac)", "p")
         ctx.note(f"**Independent check of BPR-MF:** cornac's BPR at the same d and lr (per seed) reaches P@10 "
-                 f"{_pm(b, bsd)} against fedsim's {_pm(a, asd)}; {c.text()}: "
-                 + ("within noise." if not c.significant else "a significant difference."))
+                 f"{_pm(b, bsd)} against fedsim's {_pm(a, asd)}; {c.text()}"
+                 # too few users run no test: it said "within noise"
+                 + ("." if c.n < MIN_USERS else ": within noise." if not c.significant else
+                    ": a significant difference."))
 
     vrows = verdicts(st)
     ctx.table("verdicts", vrows, title="The paper's orderings on this data (paired tests over users, p < 0.05)")

@@ -26,11 +26,13 @@ def paper_dataset(ratings) -> str | None:
     return None
 
 
-def data_note(ctx, ratings, settings: dict[str, object] | None = None, paper: str = "ML100K") -> str | None:
+def data_note(ctx, ratings, settings: dict[str, object] | None = None, paper: str | None = "ML100K") -> str | None:
     """Add to the report what the run's data is (spec, source, users, items, ratings) and which
     paper dataset's shape it has; when that is not ``paper`` (the dataset whose published values
-    and settings the scenario prints), say that those values do not apply. ``settings`` maps a
-    paper dataset to the settings the scenario took for it (printed). Returns the matched name."""
+    and settings the scenario prints), say that those values do not apply. ``paper=None``: the
+    scenario prints no published value (the note then says nothing of values beside ours).
+    ``settings`` maps a paper dataset to the settings the scenario took for it (printed). Returns
+    the matched name."""
     info = getattr(ratings, "info", None) or {}
     source = info.get("source") or getattr(ratings, "name", "") or ctx.data
     synthetic = str(source).startswith("synthetic:")
@@ -42,7 +44,7 @@ def data_note(ctx, ratings, settings: dict[str, object] | None = None, paper: st
                                                          "apply, only orderings compare)" if synthetic else "")
     else:
         text += "; not the shape of any dataset of the papers"
-    if match != paper or synthetic:
+    if paper is not None and (match != paper or synthetic):
         text += f". The paper values printed beside ours are {paper}'s and are for reference only"
     if settings:
         text += ". Settings taken: " + ", ".join(f"{k} = {v}" for k, v in settings.items())

@@ -52,7 +52,7 @@ def _at_round(run: dict, rnd) -> float:
 def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = "results") -> list[dict]:
     """The accuracy table ``name`` (mean and population std over repeats: the selected evaluation,
     each run's best on its test split and its final one), the communication table ``name_comm``
-    (when there are federated runs) and the learning-curve CSV ``name_curves.csv`` (not a table of
+    (when there are federated runs; mean over the repeats) and the learning-curve CSV ``name_curves.csv`` (not a table of
     the report); returns the accuracy rows.
 
     ``selected``: with validation runs among ``outs`` (``select_on=validation``), each test run's
@@ -115,15 +115,22 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
     for (task, method, M), runs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0, order[kv[0][1]])):
         if method == "joint":
             continue
-        c = runs[0]["comm"]
+        # the mean over the repeats, as the accuracy table (it was the first repeat's alone, under a title
+        # that did not say so: which clients a round selects, and so PersonalFR's bytes, vary with the seed)
+        def mean(f):
+            return float(np.mean([f(r) for r in runs]))
+
         comm.append({"task": task, "clients": label_M(M, runs[0]["n_users"]), "method": method,
-                     "clients_per_round": runs[0]["clients_per_round"],
-                     "bytes_per_round": c["bytes_per_round"], "down_bytes_per_client": c["down_bytes_per_client"],
-                     "up_bytes_per_client": c["up_bytes_per_client"], "setup_bytes": c["setup_bytes"],
-                     "client_gflop_per_round": runs[0]["client_flops"] / runs[0]["rounds"] / 1e9})
+                     "clients_per_round": mean(lambda r: r["clients_per_round"]),
+                     "bytes_per_round": mean(lambda r: r["comm"]["bytes_per_round"]),
+                     "down_bytes_per_client": mean(lambda r: r["comm"]["down_bytes_per_client"]),
+                     "up_bytes_per_client": mean(lambda r: r["comm"]["up_bytes_per_client"]),
+                     "setup_bytes": mean(lambda r: r["comm"]["setup_bytes"]),
+                     "client_gflop_per_round": mean(lambda r: r["client_flops"] / r["rounds"] / 1e9),
+                     "repeats": len(runs)})
     if comm:
         ctx.table(f"{name}_comm", comm, title="Communication per round (ledger, evaluation messages left out) "
-                  "and client computation per round (FLOPs charged)", floatfmt=".1f")
+                  "and client computation per round (FLOPs charged), mean over the repeats", floatfmt=".1f")
     curves = []
     for o in outs:
         key = METRIC[o["task"]]
@@ -137,11 +144,14 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
 
 
 def verdicts(ctx: RunContext, rows: list[dict]) -> None:
-    """Notes: does PersonalFR beat FedAvg at each M, is Joint at least as good as both (selected figures)."""
+    """Notes: does PersonalFR beat FedAvg at each M (means over the repeats; a gap within either's
+    population std over the repeats is said to be no clear ordering), is Joint at least as good as
+    both (selected figures)."""
     lines = []
     for task in sorted({r["task"] for r in rows}):
         better = (lambda a, b: a < b) if task == "explicit" else (lambda a, b: a > b)
         mine = {(r["method"], r["clients"]): r["selected"] for r in rows if r["task"] == task}
+        sds = {(r["method"], r["clients"]): r.get("selected_std", float("nan")) for r in rows if r["task"] == task}
         joint = mine.get(("joint", "1 (central)"))
         # numerically (as text "100" came before "20"), "all" last
         for M in sorted({c for (_, c) in mine if c != "1 (central)"},
@@ -153,7 +163,11 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
             if math.isnan(pf) or math.isnan(fa):  # NaN compares false: "FedAvg better" whatever the runs did
                 lines.append("- " + txt + "not compared (a NaN figure: see `nan_runs`)")
                 continue
-            txt += "PersonalFR better" if better(pf, fa) else "FedAvg better"
+            # equal figures said "FedAvg better"; a gap within the spread over repeats is no ordering
+            txt += "PersonalFR better" if better(pf, fa) else "FedAvg better" if better(fa, pf) else "equal"
+            spread = [x for x in (sds[("fedavg", M)], sds[("personalfr", M)]) if not math.isnan(x)]
+            if pf != fa and spread and abs(pf - fa) <= max(spread):
+                txt += " (the gap is within a population std over the repeats: not a clear ordering)"
             if joint is not None and math.isnan(joint):
                 txt += "; Joint nan: not compared"
             elif joint is not None:
