@@ -39,7 +39,7 @@ PARAMS = {
     "repeats": Param(5, "repetitions with seeds seed, seed+1, ... (mean and population std)", min=1),
     "workers": Param(0, "worker processes (0: one per core)", min=0),
 }
-RATIOS = ("comm_ratio", "formula_ratio", "paper_formula_2D_over_Dactive", "mean_active_items")
+RATIOS = ("comm_ratio", "formula_ratio", "formula_2D_over_Dactive", "mean_active_items")
 
 # Le et al. 2022, Figure 5 / text: communication 2.5x to 27x, computation 1.25x to 1.9x (ML1M, M = 1 .. 6040)
 PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computation ~1.25x to ~1.9x"
@@ -84,7 +84,7 @@ def run(ctx: RunContext) -> None:
             "comm_ratio": (c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"])
             / (c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"]),
             "formula_ratio": whole / pf["comm"]["up_floats_per_client"],
-            "paper_formula_2D_over_Dactive": 2 * dec_full / pf["comm"]["up_floats_per_client"],
+            "formula_2D_over_Dactive": 2 * dec_full / pf["comm"]["up_floats_per_client"],
             "mean_active_items": n_active,
             "indices_bytes_per_client": c_pf["setup_bytes"] / n_clients,
         })

@@ -148,3 +148,17 @@ def test_personalfr_checks_do_not_order_equal_or_noisy_figures(tmp_path):
                          "- explicit, M = 300: PersonalFR 0.8900 vs FedAvg 0.9000: PersonalFR better (the gap is "
                          "within a population std over the repeats: not a clear ordering)\n"
                          "- explicit, M = all: PersonalFR 0.9000 vs FedAvg 0.9500: PersonalFR better"]
+
+
+def test_personalfr_compression_names_no_computed_column_as_a_published_figure(tmp_path):
+    # its paper_formula_2D_over_Dactive column is the paper's formula computed on the run: named
+    # paper_*, it made the report say "the paper_* columns are the published figures ..."
+    import csv
+
+    out = tmp_path / "c"
+    run_scenario("personalfr_compression", data="tiny", out=out, quiet=True,
+                 overrides={"clients": [1, 2], "rounds": 1, "repeats": 1, "workers": 1})
+    with open(out / "compression.csv", newline="") as fh:
+        cols = next(csv.reader(fh))
+    assert "formula_2D_over_Dactive" in cols and not any(c.startswith("paper") for c in cols)
+    assert "the paper_* columns are the published figures" not in (out / "report.md").read_text()
