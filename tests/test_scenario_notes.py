@@ -153,8 +153,6 @@ def test_personalfr_checks_do_not_order_equal_or_noisy_figures(tmp_path):
 def test_personalfr_compression_names_no_computed_column_as_a_published_figure(tmp_path):
     # its paper_formula_2D_over_Dactive column is the paper's formula computed on the run: named
     # paper_*, it made the report say "the paper_* columns are the published figures ..."
-    import csv
-
     out = tmp_path / "c"
     run_scenario("personalfr_compression", data="tiny", out=out, quiet=True,
                  overrides={"clients": [1, 2], "rounds": 1, "repeats": 1, "workers": 1})
