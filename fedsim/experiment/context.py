@@ -273,6 +273,7 @@ class RunContext:
     progress: Progress = field(default_factory=lambda: Progress(False))
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)  # results.json's "caveats" (see caveat())
     plots: list[str] = field(default_factory=list)
     sim_time: float = 0.0
     measured_time: float = 0.0  # the clocks of runs on real transports (asyncio, tcp): real seconds
@@ -370,6 +371,18 @@ class RunContext:
     def note(self, text: str) -> None:
         """Add a Markdown paragraph to report.md."""
         self.notes.append(text)
+
+    def caveat(self, word: str, text: str) -> None:
+        """A note (see :meth:`note`) saying the run's figures are not what they would be: ``word``
+        (one word: ``incomplete``, ``diverged``) is also recorded in results.json's ``caveats``,
+        which is how a sweep learns it (its points table shows each point's caveats). A note
+        alone was read by nobody but the reader of that run's report.md."""
+        word = str(word).strip()
+        if not word or any(c.isspace() for c in word):
+            raise ValueError(f"a caveat is one word, got {word!r}")
+        self.notes.append(text)
+        if word not in self.caveats:
+            self.caveats.append(word)
 
     def record_totals(self, sim_time: float, totals: Mapping[str, Any], *, simulated: bool = True) -> None:
         """Add one network run's duration and ledger totals (NaN and non-numeric totals left out)
