@@ -94,3 +94,51 @@ def test_points_run_by_another_fedsim_are_reported(tmp_path):
     assert "| 1 | done before |  | 0.0.1 (0123456789ab) | [x=1](x=1/report.md) |" in report
     state = json.loads((out / "sweep.json").read_text())
     assert [p["fedsim"] for p in state["points"]] == ["0.0.1 (0123456789ab)", now_label]
+
+
+def test_a_running_or_killed_sweeps_report_does_not_claim_the_previous_one(tmp_path):
+    # the combined files and report.md were written when a sweep ended: while a --force re-run ran,
+    # or after it was killed (SIGKILL), they still said "2 of 2 points finished. Finished." with
+    # the rows of the old configuration, whose folders the re-run was replacing
+    import os
+    import signal
+    import time
+
+    log, hold = tmp_path / "runs.log", tmp_path / "hold"
+    hold.write_text("")
+    script = tmp_path / "scn.py"
+    script.write_text("import os, time\nfrom fedsim.experiment import Param\n"
+                      "PARAMS = {'x': Param(0, 'x'), 'y': Param(0, 'y')}\n"
+                      "def run(ctx):\n"
+                      f"    open({str(log)!r}, 'a').write(f\"{{ctx['x']}},{{ctx['y']}}\\n\")\n"
+                      f"    if ctx['x'] == 2 and ctx['y'] == 5 and os.path.exists({str(hold)!r}):\n"
+                      "        time.sleep(60)\n"
+                      "    ctx.table('t', [{'m': ctx['x'] * 10 + ctx['y']}])\n")
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2]}, out, fixed={"y": 4}, workers=1)
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,14", "2,24"]
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2", "--set", "y=5", "--force",
+            "--workers", "1", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and "2,5" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.05)
+        assert "2,5" in log.read_text(), "the point x=2 did not start"
+        report = (out / "report.md").read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert "Finished." not in report and "| 14 |" not in report
+    assert "0 of 2 points finished. **Running, or killed**" in report
+    assert not (out / "combined_t.csv").exists()  # no point of this configuration was done when it started
+    assert json.loads((out / "sweep.json").read_text())["state"] == "running"
+    # the same command again runs x=2 only (still of y=4), and the report is the finished sweep's
+    log.write_text("")
+    hold.unlink()
+    res = fedsim_cmd(*args[3:], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert log.read_text() == "2,5\n"
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,15", "2,25"]
+    assert "2 of 2 points finished. Finished." in (out / "report.md").read_text()

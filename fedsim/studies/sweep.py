@@ -33,13 +33,17 @@ The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; poi
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
 finished point's rows, prefixed by its grid values), ``report.md`` (the points and their status,
 the combined tables, and a plot per metric against the grid axes), ``sweep.json`` (the sweep's
-configuration and every point's status) and ``sweep.log``.
+configuration and every point's status) and ``sweep.log``. The combined files, report.md
+(marked running, without plots) and sweep.json are written as the sweep starts too, over the
+points done before: a sweep killed outright does not leave the previous sweep's report claiming
+"Finished." over points it was replacing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import datetime as _dt
 import hashlib
 import itertools
 import json
@@ -604,6 +608,14 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
                                          else "not run"} for p in points}
     _write_state(out, info, statuses, interrupted=None)
+    # the combined files and report.md of the points done before, marked running: those of the
+    # sweep that ran here last stayed until this one ended, and one killed left them claiming
+    # "Finished." over the rows of points it was replacing (a --force re-run) or a smaller grid
+    for p in points:
+        if statuses[p.out]["status"] == "done before":
+            statuses[p.out].update(_point_facts(Path(p.out)))
+    combine(out, [p.point for p in points if statuses[p.out]["status"] == "done before"])
+    write_sweep_report(out, info, points, statuses, None)
     display = Progress(not quiet, log=out / "sweep.log")
     again = f" ({len(rerun)} of them again)" if rerun else ""
     display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
@@ -801,16 +813,24 @@ def _read_combined(path: Path) -> tuple[list[str], list[dict]]:
 MAX_PLOTS_PER_TABLE = 16
 
 
-def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses: dict, interrupted: bool) -> Path:
+def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses: dict,
+                       interrupted: bool | None) -> Path:
     """Write ``out/report.md``: the sweep's configuration, every point with its status, each
     combined table (human units; the CSV has raw numbers) and a plot per metric against the
-    grid axes (PNG, with matplotlib). Returns the path."""
+    grid axes (PNG, with matplotlib). ``interrupted`` None: the report a sweep writes as it
+    starts (the points done before, no plots), which says it is running, or was killed.
+    Returns the path."""
     axes = list(info["grid"])
     lines = [f"# Sweep of {info['scenario']}", ""]
     finished = [statuses[p.out] for p in points if statuses[p.out]["status"] in ("done", "done before")]
     failed = [statuses[p.out]["point"] for p in points if statuses[p.out]["status"] == "failed"]
     n_done = len(finished)
-    if interrupted:
+    if interrupted is None:
+        state = (f"**Running, or killed**: this report was written when the sweep started "
+                 f"({_dt.datetime.now().isoformat(timespec='seconds')}); its tables cover the points done "
+                 "before then. The sweep rewrites it when it ends; if no sweep runs in this folder any more, "
+                 "it was killed: run the same command again to finish it.")
+    elif interrupted:
         state = ("**Interrupted**: the tables and plots cover the points that finished; run the same "
                  "command again to run the rest.")
     elif failed:
@@ -863,7 +883,7 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
         lines += [format_table(shown, cols, markdown=True, human=True), ""]
         if len(typed) > len(shown):
             lines += [f"({len(typed) - len(shown)} more rows in `{path.name}`.)", ""]
-        for png in _plot_table(out, tname, cols, data, axes, info["grid"]):
+        for png in (_plot_table(out, tname, cols, data, axes, info["grid"]) if interrupted is not None else []):
             lines += [f"![{png}]({png})", ""]
     path = out / "report.md"
     write_atomic(path, "\n".join(lines))
