@@ -142,3 +142,33 @@ def test_a_running_or_killed_sweeps_report_does_not_claim_the_previous_one(tmp_p
     assert log.read_text() == "2,5\n"
     assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,15", "2,25"]
     assert "2 of 2 points finished. Finished." in (out / "report.md").read_text()
+
+
+def test_the_eta_leaves_failed_points_out_of_the_rate(tmp_path, monkeypatch):
+    # two points that failed at once made the three left (1.5 s each) look as fast: "2/5, ETA 105 ms"
+    import fedsim.experiment.context as context
+
+    now = [100.0]
+    monkeypatch.setattr(context.time, "monotonic", lambda: now[0])
+    log = tmp_path / "sweep.log"
+    p = context.Progress(False, log=log)
+    p.update(0, 5, stage="sweep s")
+    for t, done, failed in ((100.05, 1, 1), (100.1, 2, 2), (101.6, 3, 2), (103.1, 4, 2)):
+        now[0] = t
+        p.update(done, 5, failed=failed)
+    p.finish()
+    lines = [ln.split("] ", 1)[1] for ln in log.read_text().splitlines()]
+    assert lines[1:5] == ["sweep s 1/5 (1 failed), elapsed 50 ms", "sweep s 2/5 (2 failed), elapsed 100 ms",
+                          "sweep s 3/5 (2 failed), elapsed 1.6 s, ETA 3.2 s",
+                          "sweep s 4/5 (2 failed), elapsed 3.1 s, ETA 1.55 s"]
+
+
+def test_the_sweep_tells_its_progress_which_points_failed(tmp_path):
+    script = _script(tmp_path, "def run(ctx):\n"
+                               "    if ctx['x'] == 1:\n        raise RuntimeError('no')\n"
+                               "    ctx.table('t', [{'m': ctx['x']}])\n")
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1)
+    log = (out / "sweep.log").read_text()
+    assert "sweep scn 1/3 (1 failed), elapsed " in log and "ETA" not in log.split("1/3 (1 failed)")[1].split("\n")[0]
+    assert "sweep scn 2/3 (1 failed), elapsed " in log

@@ -629,7 +629,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             res = _store_point(todo[i], res)
         results.append(res)
         statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
-        display.update(len(results), len(todo))
+        display.update(len(results), len(todo), failed=sum(r["status"] == "failed" for r in results))
         display.log(f"{res['status']}: {point_label(res['point'])}"
                     + (f" ({res['error']})" if res.get("error") else ""))
         if progress:
