@@ -280,8 +280,16 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return 130
     again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
     failed = " (above; the traceback of each in its error.txt)" if summary["failed"] else ""
+    if len(summary["fedsim_versions"]) > 1:  # a sweep resumed by another fedsim
+        print("warning: the points were run by different fedsims ("
+              + "; ".join(f"{v}: {len(pts)} point(s)" for v, pts in summary["fedsim_versions"].items())
+              + "); their figures may not be comparable (report.md's fedsim column)", file=sys.stderr)
+    caveats = ""
+    if summary["caveats"]:
+        words = sorted({w for c in summary["caveats"] for w in c["caveats"]})
+        caveats = f", {len(summary['caveats'])} with caveats ({', '.join(words)}: report.md)"
     print(f"sweep: {summary['points']} points, {len(summary['done'])} run{again}, "
-          f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed{failed}; results in "
+          f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed{failed}{caveats}; results in "
           f"{summary['out']}/ (report.md, sweep.json, "
           f"{', '.join(os.path.basename(c) for c in summary['combined']) or 'no combined tables'})")
     used = summary["backend"]

@@ -79,7 +79,7 @@ def run(ctx: RunContext) -> None:
             if h.get("rmse") is not None:
                 rows.append({"model": m, "run": label, "iteration": h["iteration"], "mae": h["mae"], "rmse": h["rmse"]})
         if o.diverged_at is not None:
-            ctx.note(f"**{m} {label} diverged at iteration {o.diverged_at}.**")
+            ctx.caveat("diverged", f"**{m} {label} diverged at iteration {o.diverged_at}.**")
     warn_not_learned(ctx, [(f"{m} {label}", o) for (m, label), o in zip(labels, outs)])
     ctx.table("convergence", rows, title="Test RMSE per iteration (fold 1)")
     final = [r for r in rows if r["iteration"] == ctx["iterations"]]

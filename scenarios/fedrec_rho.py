@@ -102,7 +102,7 @@ def run(ctx: RunContext) -> None:
                          "rmse_std": st.rmse_std, "diverged_runs": len(st.diverged), "paper_rmse": paper,
                          "upload_floats_per_iter": runs[0].ledger["upload_floats"] if runs[0].ledger else math.nan})
         if st.diverged:
-            ctx.note(f"**{m} {strat} rho={rho}: diverged on fold(s) {st.diverged}**; not averaged.")
+            ctx.caveat("diverged", f"**{m} {strat} rho={rho}: diverged on fold(s) {st.diverged}**; not averaged.")
     warn_not_learned(ctx, [(f"{o.cfg.model} {o.cfg.strategy} rho={o.cfg.rho:g}", o) for o in outs])
     ctx.table("rho", rows, title="Figure 2: RMSE against rho, user averaging vs hybrid filling")
     base = {r["model"]: r["rmse_mean"] for r in rows if r["rho"] == 0}

@@ -128,7 +128,7 @@ def run(ctx: RunContext) -> None:
                                  "wall_s": o.wall_s})
             s = fold_stats(runs)
             if s.diverged:
-                ctx.note(f"**{m} {fw}: diverged on fold(s) {s.diverged}**; its row is not averaged.")
+                ctx.caveat("diverged", f"**{m} {fw}: diverged on fold(s) {s.diverged}**; its row is not averaged.")
             stats[fw] = (s.mae, s.rmse, bool(s.diverged))
             paper = FEDREC_TABLE2_ML100K.get((m, fw), (math.nan,) * 4)
             rows.append({"model": m, "framework": fw, "lambda": lams[m], "mae_mean": s.mae_mean,

@@ -10,7 +10,8 @@ A scenario is a module (``scenarios/NAME.py``, installed as ``fedsim.scenarios.N
 
 Every run writes to its output folder: ``report.md`` (all tables and notes), one CSV per
 table, ``results.json`` (configuration, seed, versions, git revision, wall and simulated time,
-ledger totals; written last), ``run.log``, ``ledger.csv`` when asked, and PNG plots when
+ledger totals, ``caveats``: the words of the notes made with ``ctx.caveat``, such as
+``incomplete`` or ``diverged``; written last), ``run.log``, ``ledger.csv`` when asked, and PNG plots when
 matplotlib is installed. The folder appears only when the run has completed.
 
 The package holds one concern a module; everything public is importable from here:

@@ -45,6 +45,7 @@ class Progress:
         self.stage = ""
         self.done = 0
         self.total = 0
+        self.failed = 0  # of the done steps: they count as done, not in the rate the ETA uses
         # simulated time, messages and bytes of the networks the run has recorded so far: shown
         # when a scenario's update does not pass its own figures
         self.recorded: dict[str, float] = {}
@@ -68,11 +69,15 @@ class Progress:
 
     # -- what scenarios call -------------------------------------------------------------------
     def update(self, done: int, total: int, *, stage: str | None = None, sim_time: float | None = None,
-               messages: int | None = None, bytes: int | None = None, rounds: int | None = None) -> None:
+               messages: int | None = None, bytes: int | None = None, rounds: int | None = None,
+               failed: int = 0) -> None:
         """``done`` of ``total`` steps of ``stage`` (kept from the last call if None); the
         figures, when given, replace the recorded networks' totals in the display. ``rounds``:
         the rounds of one step's network, if known (kept for the stage): the running network's
-        round then counts as a fraction of a step, for the bar and the ETA."""
+        round then counts as a fraction of a step, for the bar and the ETA. ``failed``: how many
+        of the ``done`` steps failed (a sweep's points): shown, and left out of the rate the ETA
+        is estimated from (a point that fails at once made the rest look that fast), which
+        the time they took still counts in; no ETA until a step has succeeded."""
         with self._lock:
             if rounds is not None or (stage is not None and stage != self.stage):
                 self.rounds = rounds
@@ -82,7 +87,7 @@ class Progress:
             if stage is not None:
                 self.stage = stage
             step = new_stage or done != self.done or total != self.total
-            self.done, self.total = int(done), int(total)
+            self.done, self.total, self.failed = int(done), int(total), min(int(failed), int(done))
             self._own = {k: v for k, v in (("sim_time", sim_time), ("messages", messages), ("bytes", bytes))
                          if v is not None}
             self._start()
@@ -185,6 +190,8 @@ class Progress:
         from .live import snapshot_text
 
         parts = [f"{self.done}/{self.total}"] if steps and self.total > 1 else []
+        if steps and self.failed:
+            parts.append(f"{self.failed} failed")
         live = self._live()
         text = snapshot_text(live)
         if text:
@@ -202,18 +209,22 @@ class Progress:
         return ", ".join(parts)
 
     def _eta(self) -> float | None:
-        done = self.done + self._partial(self._live())
-        if not self.total or done <= 0 or self.done >= self.total:
+        partial = self._partial(self._live())
+        ok = self.done - self.failed + partial  # the steps the rate is measured on
+        if not self.total or ok <= 0 or self.done >= self.total:
             return None
         el = time.monotonic() - self._stage_t0
-        return el / done * (self.total - done)
+        return el / ok * (self.total - self.done - partial)
 
     def _draw_bar(self, reset: bool = False) -> None:
         bar = self._bar
-        if reset or (self.total and bar.total != self.total):
-            bar.reset(total=self.total or None)
+        total = self.total - self.failed  # failed steps out of tqdm's rate (see update), not its clock
+        if reset or (self.total and bar.total != total and not self.failed):
+            bar.reset(total=total or None)
             bar.set_description_str(self.stage[:32], refresh=False)
-        bar.n = self.done + self._partial(self._live())  # tqdm's rate and ETA follow n
+        elif bar.total != total:
+            bar.total = total
+        bar.n = self.done - self.failed + self._partial(self._live())  # tqdm's rate and ETA follow n
         bar.set_postfix_str(self._figures(steps=True), refresh=True)
 
     def _line(self, force: bool = False) -> None:
@@ -224,7 +235,8 @@ class Progress:
                 return
         self._last_line, self._last_live = now, figs
         eta = self._eta()
-        frac = f" {self.done}/{self.total}" if self.total else ""
+        frac = (f" {self.done}/{self.total}" + (f" ({self.failed} failed)" if self.failed else "")
+                if self.total else "")
         text = (f"{self.stage or 'run'}{frac}, elapsed {human_seconds(now - self._t0)}"
                 f"{f', ETA {human_seconds(eta)}' if eta is not None else ''}{f', {figs}' if figs else ''}")
         self.log(text)
@@ -273,6 +285,7 @@ class RunContext:
     progress: Progress = field(default_factory=lambda: Progress(False))
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)  # results.json's "caveats" (see caveat())
     plots: list[str] = field(default_factory=list)
     sim_time: float = 0.0
     measured_time: float = 0.0  # the clocks of runs on real transports (asyncio, tcp): real seconds
@@ -370,6 +383,18 @@ class RunContext:
     def note(self, text: str) -> None:
         """Add a Markdown paragraph to report.md."""
         self.notes.append(text)
+
+    def caveat(self, word: str, text: str) -> None:
+        """A note (see :meth:`note`) saying the run's figures are not what they would be: ``word``
+        (one word: ``incomplete``, ``diverged``) is also recorded in results.json's ``caveats``,
+        which is how a sweep learns it (its points table shows each point's caveats). A note
+        alone was read by nobody but the reader of that run's report.md."""
+        word = str(word).strip()
+        if not word or any(c.isspace() for c in word):
+            raise ValueError(f"a caveat is one word, got {word!r}")
+        self.notes.append(text)
+        if word not in self.caveats:
+            self.caveats.append(word)
 
     def record_totals(self, sim_time: float, totals: Mapping[str, Any], *, simulated: bool = True) -> None:
         """Add one network run's duration and ledger totals (NaN and non-numeric totals left out)

@@ -155,7 +155,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
                   "(FedRec++: groups and clients left out of the update; round -1: clients whose key never arrived)")
     if missing or summary["lost_clients"]:
         # the summary's columns say it, but only to a reader who looks for them
-        ctx.note(f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
+        ctx.caveat("incomplete", f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
                  f"(table `missing`) and lost {summary['lost_clients']} client(s) that dropped out: its figures are "
                  "not those of a complete run.")
     if diverged is not None:
@@ -163,7 +163,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
                    f"{int(diverged)} of "
                    f"{summary['rounds']}: the protocol stopped there, and its figures are not those of a "
                    "trained model")
-        ctx.note(f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
+        ctx.caveat("diverged", f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
         ctx.progress.log(f"note: {warning}")
         if not ctx.quiet:
             ctx.progress.print(f"note: {warning}", file=sys.stderr)

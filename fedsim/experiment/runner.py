@@ -238,6 +238,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             "ledger_totals": ctx.ledger_totals,
             "tables": [t.name for t in ctx.tables],
             "plots": ctx.plots,
+            "caveats": list(ctx.caveats),  # "incomplete", "diverged": the notes that say so in report.md
             "finished": _dt.datetime.now().isoformat(timespec="seconds"),
         }
         write_report(folder.tmp, results, ctx.tables, ctx.notes)

@@ -108,7 +108,7 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
                      "rounds_left_out_of": ",".join(str(r["round"]) for r in o.missing if r.get("round", 0) >= 0)})
     if rows:
         ctx.table("incomplete", rows, title="Runs that left groups or clients out (faults, deadline)")
-        ctx.note(f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
+        ctx.caveat("incomplete", f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
                  "or clients were left out of some rounds' updates (`left_out_clients`, per round) or dropped out "
                  "(`lost_clients`: their user factors are lost, zero in the evaluated model). Their figures are "
                  "not those of a complete run: "

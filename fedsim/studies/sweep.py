@@ -33,13 +33,17 @@ The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; poi
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
 finished point's rows, prefixed by its grid values), ``report.md`` (the points and their status,
 the combined tables, and a plot per metric against the grid axes), ``sweep.json`` (the sweep's
-configuration and every point's status) and ``sweep.log``.
+configuration and every point's status) and ``sweep.log``. The combined files, report.md
+(marked running, without plots) and sweep.json are written as the sweep starts too, over the
+points done before: a sweep killed outright does not leave the previous sweep's report claiming
+"Finished." over points it was replacing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import datetime as _dt
 import hashlib
 import itertools
 import json
@@ -604,6 +608,14 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
                                          else "not run"} for p in points}
     _write_state(out, info, statuses, interrupted=None)
+    # the combined files and report.md of the points done before, marked running: those of the
+    # sweep that ran here last stayed until this one ended, and one killed left them claiming
+    # "Finished." over the rows of points it was replacing (a --force re-run) or a smaller grid
+    for p in points:
+        if statuses[p.out]["status"] == "done before":
+            statuses[p.out].update(_point_facts(Path(p.out)))
+    combine(out, [p.point for p in points if statuses[p.out]["status"] == "done before"])
+    write_sweep_report(out, info, points, statuses, None)
     display = Progress(not quiet, log=out / "sweep.log")
     again = f" ({len(rerun)} of them again)" if rerun else ""
     display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
@@ -617,7 +629,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             res = _store_point(todo[i], res)
         results.append(res)
         statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
-        display.update(len(results), len(todo))
+        display.update(len(results), len(todo), failed=sum(r["status"] == "failed" for r in results))
         display.log(f"{res['status']}: {point_label(res['point'])}"
                     + (f" ({res['error']})" if res.get("error") else ""))
         if progress:
@@ -646,6 +658,9 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         run_s = time.perf_counter() - t0
         display.close()
         deactivate(display)
+        for p in points:  # what each finished point's results.json says of its run
+            if statuses[p.out]["status"] in ("done", "done before"):
+                statuses[p.out].update(_point_facts(Path(p.out)))
         # only the points that finished with this configuration: a folder of an older one (a
         # --force re-run interrupted before reaching it) must not pass for this sweep's
         combined = combine(out, [p.point for p in points if statuses[p.out]["status"] in ("done", "done before")])
@@ -655,11 +670,35 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     used: dict[str, Any] = {"name": backend, "run_s": run_s}
     if session is not None:
         used.update(address=session.address, cpus=session.cluster_cpus, startup_s=session.startup_s)
+    finished = [statuses[p.out] for p in points if statuses[p.out]["status"] in ("done", "done before")]
+    fedsim_versions: dict[str, list[dict]] = {}
+    for st in finished:
+        fedsim_versions.setdefault(st["fedsim"], []).append(st["point"])
     return {"points": len(points), "out": str(out),
             "done": [r["point"] for r in results if r["status"] == "done"], "skipped": skipped,
+            "caveats": [{"point": st["point"], "caveats": st["caveats"]} for st in finished if st["caveats"]],
+            "fedsim_versions": fedsim_versions,
             "rerun": rerun, "failed": [r for r in results if r["status"] == "failed"],
             "not_run": [p.point for p in todo if statuses[p.out]["status"] == "not run"],
             "combined": combined, "report": str(report), "backend": used, "interrupted": interrupted}
+
+
+def _point_facts(d: Path) -> dict:
+    """What a finished point's results.json says of its run: ``caveats`` (``incomplete``,
+    ``diverged``: see ``RunContext.caveat``) and ``fedsim``, the fedsim that ran it (its version
+    and git revision): a sweep resumed by another fedsim holds points of both."""
+    try:
+        saved = json.loads((d / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = {}
+    caveats = saved.get("caveats") if isinstance(saved, dict) else None
+    versions = saved.get("versions") if isinstance(saved, dict) else None
+    version = versions.get("fedsim") if isinstance(versions, dict) else None
+    rev = saved.get("git_revision") if isinstance(saved, dict) else None
+    label = str(version or "unknown version")
+    if isinstance(rev, str) and rev:
+        label += f" ({rev[:12]}{'-dirty' if rev.endswith('-dirty') and len(rev) > 12 else ''})"
+    return {"caveats": [str(c) for c in caveats] if isinstance(caveats, list) else [], "fedsim": label}
 
 
 def _is_path(scenario: str) -> bool:
@@ -774,16 +813,49 @@ def _read_combined(path: Path) -> tuple[list[str], list[dict]]:
 MAX_PLOTS_PER_TABLE = 16
 
 
-def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses: dict, interrupted: bool) -> Path:
+def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses: dict,
+                       interrupted: bool | None) -> Path:
     """Write ``out/report.md``: the sweep's configuration, every point with its status, each
     combined table (human units; the CSV has raw numbers) and a plot per metric against the
-    grid axes (PNG, with matplotlib). Returns the path."""
+    grid axes (PNG, with matplotlib). ``interrupted`` None: the report a sweep writes as it
+    starts (the points done before, no plots), which says it is running, or was killed.
+    Returns the path."""
     axes = list(info["grid"])
     lines = [f"# Sweep of {info['scenario']}", ""]
-    n_done = sum(1 for s in statuses.values() if s["status"] in ("done", "done before"))
-    state = ("**Interrupted**: the tables and plots cover the points that finished; run the same "
-             "command again to run the rest." if interrupted else "Finished.")
+    finished = [statuses[p.out] for p in points if statuses[p.out]["status"] in ("done", "done before")]
+    failed = [statuses[p.out]["point"] for p in points if statuses[p.out]["status"] == "failed"]
+    n_done = len(finished)
+    if interrupted is None:
+        state = (f"**Running, or killed**: this report was written when the sweep started "
+                 f"({_dt.datetime.now().isoformat(timespec='seconds')}); its tables cover the points done "
+                 "before then. The sweep rewrites it when it ends; if no sweep runs in this folder any more, "
+                 "it was killed: run the same command again to finish it.")
+    elif interrupted:
+        state = ("**Interrupted**: the tables and plots cover the points that finished; run the same "
+                 "command again to run the rest.")
+    elif failed:
+        shown = ", ".join(f"`{point_label(pt)}`" for pt in failed[:5]) + (" ..." if len(failed) > 5 else "")
+        state = (f"**Incomplete: {len(failed)} point(s) failed** ({shown}; each folder's error.txt has the "
+                 f"error): the tables and plots below cover the {n_done} points that finished, not the whole "
+                 "grid. Run the same command again to retry the failed points.")
+    else:
+        state = "Finished."
     lines += [f"{n_done} of {len(points)} points finished. {state}", ""]
+    with_caveats = [s for s in finished if s.get("caveats")]
+    if with_caveats:
+        words = sorted({c for s in with_caveats for c in s["caveats"]})
+        lines += [f"**{len(with_caveats)} of the {n_done} finished points have caveats** "
+                  f"({', '.join(words)}: the `caveats` column; each point's report.md says what): their "
+                  "figures are not those of complete runs.", ""]
+    versions: dict[str, list[dict]] = {}
+    for s in finished:
+        versions.setdefault(s.get("fedsim", "unknown version"), []).append(s["point"])
+    mixed = len(versions) > 1
+    if mixed:
+        lines += ["**Run by different fedsims** (the `fedsim` column): "
+                  + "; ".join(f"fedsim {v}: {len(pts)} point(s)" for v, pts in versions.items())
+                  + ". Their figures may not be comparable; remove the older points' folders (or use another "
+                  "`--out`) to run them again with one fedsim.", ""]
     fixed = ", ".join(f"`{k}={_cell(v)}`" for k, v in info["fixed"].items()) or "none"
     lines += ["Grid: " + ", ".join(f"`{k}` = {', '.join(_cell(v) for v in vals)}" for k, vals in info["grid"].items())
               + f". Fixed parameters: {fixed}. Data: `{info['data'] or 'the scenario default'}`, seed "
@@ -791,14 +863,16 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
               + ("Ray" + (f" at `{info['address']}`" if info.get("address") else " (a local instance)")
                  if info.get("backend") == "ray" else "the local process pool") + ".", ""]
     rows = []
+    extra = (["caveats"] if with_caveats else []) + (["fedsim"] if mixed else [])
     for p in points:
         s = statuses[p.out]
         rows.append({**{k: _cell(v) for k, v in p.point.items()}, "status": s["status"],
-                     "wall_time_s": s.get("wall_time_s", ""),
+                     "wall_time_s": s.get("wall_time_s", ""), "caveats": ", ".join(s.get("caveats", [])),
+                     "fedsim": s.get("fedsim", ""),
                      "folder": f"[{point_dir_name(p.point)}]({point_dir_name(p.point)}/report.md)"
                      if s["status"] in ("done", "done before") else
                      (f"[error.txt]({point_dir_name(p.point)}/error.txt)" if s["status"] == "failed" else "")})
-    lines += ["## Points", "", format_table(rows, axes + ["status", "wall_time_s", "folder"], markdown=True,
+    lines += ["## Points", "", format_table(rows, axes + ["status", "wall_time_s", *extra, "folder"], markdown=True,
                                              human=True), ""]
     for path in sorted(out.glob("combined_*.csv")):
         tname = path.stem.removeprefix("combined_")
@@ -809,7 +883,7 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
         lines += [format_table(shown, cols, markdown=True, human=True), ""]
         if len(typed) > len(shown):
             lines += [f"({len(typed) - len(shown)} more rows in `{path.name}`.)", ""]
-        for png in _plot_table(out, tname, cols, data, axes, info["grid"]):
+        for png in (_plot_table(out, tname, cols, data, axes, info["grid"]) if interrupted is not None else []):
             lines += [f"![{png}]({png})", ""]
     path = out / "report.md"
     write_atomic(path, "\n".join(lines))

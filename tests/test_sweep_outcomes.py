@@ -1,0 +1,174 @@
+"""What a sweep says of points that did not go as planned (issue 25, point 1): failed points are
+named as missing from the combined tables, a point whose run was incomplete (faults, a deadline)
+carries that in the sweep's points table, and points run by another fedsim are reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fedsim.studies.sweep import run_sweep
+
+
+def fedsim_cmd(*args, cwd, timeout=180):
+    return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "scn.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(0, 'x')}\n" + body)
+    return script
+
+
+def test_a_sweep_with_failed_points_says_its_tables_do_not_cover_the_grid(tmp_path):
+    # report.md said "2 of 4 points finished. Finished." above tables and plots of the points that
+    # happened to finish, as if they were the grid's
+    script = _script(tmp_path, "def run(ctx):\n"
+                               "    if ctx['x'] in (2, 3):\n        raise RuntimeError('no')\n"
+                               "    ctx.table('t', [{'m': ctx['x'] * 10}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"x": [1, 2, 3, 4]}, out, workers=1)
+    assert [f["point"] for f in s["failed"]] == [{"x": 2}, {"x": 3}]
+    report = (out / "report.md").read_text()
+    assert ("2 of 4 points finished. **Incomplete: 2 point(s) failed** (`x=2`, `x=3`; each folder's error.txt "
+            "has the error): the tables and plots below cover the 2 points that finished, not the whole grid. "
+            "Run the same command again to retry the failed points.") in report
+    assert "Finished." not in report
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,10", "4,40"]
+
+
+def test_a_point_whose_run_was_incomplete_is_flagged_in_the_sweep(tmp_path):
+    # a protocol run under loss with a deadline says **Incomplete.** in its own report.md; the
+    # sweep showed the point as "done" like any other, and its closing line said nothing
+    out = tmp_path / "sw"
+    res = fedsim_cmd("sweep", "fedrecpp", "--grid", "loss=0,0.2", "--set", "T=2", "--set", "d=4",
+                     "--set", "deadline=1.0", "--profile", "lan", "--workers", "1", "--out", str(out), "--quiet",
+                     cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("sweep: 2 points, 2 run, 0 already done, 0 failed, 1 with caveats "
+                                 "(incomplete: report.md); results in "), res.stdout
+    assert json.loads((out / "loss=0.0" / "results.json").read_text())["caveats"] == []
+    assert json.loads((out / "loss=0.2" / "results.json").read_text())["caveats"] == ["incomplete"]
+    assert "**Incomplete.**" in (out / "loss=0.2" / "report.md").read_text()
+    state = json.loads((out / "sweep.json").read_text())
+    assert {p["point"]["loss"]: p["caveats"] for p in state["points"]} == {0.0: [], 0.2: ["incomplete"]}
+    report = (out / "report.md").read_text()
+    assert ("**1 of the 2 finished points have caveats** (incomplete: the `caveats` column; each point's "
+            "report.md says what)") in report
+    rows = [ln for ln in report.splitlines() if ln.startswith("| 0.")]
+    assert rows[0].startswith("| 0.0 | done |") and rows[0].endswith("|  | [loss=0.0](loss=0.0/report.md) |")
+    assert rows[1].startswith("| 0.2 | done |") and rows[1].endswith("| incomplete | [loss=0.2](loss=0.2/report.md) |")
+    # and so does a resumed sweep, from the point's results.json
+    res = fedsim_cmd("sweep", "fedrecpp", "--grid", "loss=0,0.2", "--set", "T=2", "--set", "d=4",
+                     "--set", "deadline=1.0", "--profile", "lan", "--workers", "1", "--out", str(out), "--quiet",
+                     cwd=tmp_path)
+    assert res.stdout.startswith("sweep: 2 points, 0 run, 2 already done, 0 failed, 1 with caveats "
+                                 "(incomplete: report.md)"), res.stdout
+
+
+def test_points_run_by_another_fedsim_are_reported(tmp_path):
+    # a sweep resumed after upgrading fedsim combined the old points with the new ones silently
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x'] * 10}])\n")
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1]}, out, workers=1)
+    old = out / "x=1" / "results.json"
+    saved = json.loads(old.read_text())
+    saved["versions"]["fedsim"], saved["git_revision"] = "0.0.1", "0123456789abcdef0123"
+    old.write_text(json.dumps(saved))
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--out", str(out), "--quiet",
+                     cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("sweep: 2 points, 1 run, 1 already done, 0 failed; results in ")
+    now = json.loads((out / "x=2" / "results.json").read_text())
+    now_label = now["versions"]["fedsim"] + (f" ({now['git_revision'][:12]}" + ("-dirty" if now["git_revision"].endswith("-dirty") else "") + ")"
+                                             if now["git_revision"] else "")
+    assert res.stderr.splitlines() == [
+        f"warning: the points were run by different fedsims (0.0.1 (0123456789ab): 1 point(s); {now_label}: "
+        "1 point(s)); their figures may not be comparable (report.md's fedsim column)"]
+    report = (out / "report.md").read_text()
+    assert (f"**Run by different fedsims** (the `fedsim` column): fedsim 0.0.1 (0123456789ab): 1 point(s); "
+            f"fedsim {now_label}: 1 point(s).") in report
+    assert "| 1 | done before |  | 0.0.1 (0123456789ab) | [x=1](x=1/report.md) |" in report
+    state = json.loads((out / "sweep.json").read_text())
+    assert [p["fedsim"] for p in state["points"]] == ["0.0.1 (0123456789ab)", now_label]
+
+
+def test_a_running_or_killed_sweeps_report_does_not_claim_the_previous_one(tmp_path):
+    # the combined files and report.md were written when a sweep ended: while a --force re-run ran,
+    # or after it was killed (SIGKILL), they still said "2 of 2 points finished. Finished." with
+    # the rows of the old configuration, whose folders the re-run was replacing
+    import os
+    import signal
+    import time
+
+    log, hold = tmp_path / "runs.log", tmp_path / "hold"
+    hold.write_text("")
+    script = tmp_path / "scn.py"
+    script.write_text("import os, time\nfrom fedsim.experiment import Param\n"
+                      "PARAMS = {'x': Param(0, 'x'), 'y': Param(0, 'y')}\n"
+                      "def run(ctx):\n"
+                      f"    open({str(log)!r}, 'a').write(f\"{{ctx['x']}},{{ctx['y']}}\\n\")\n"
+                      f"    if ctx['x'] == 2 and ctx['y'] == 5 and os.path.exists({str(hold)!r}):\n"
+                      "        time.sleep(60)\n"
+                      "    ctx.table('t', [{'m': ctx['x'] * 10 + ctx['y']}])\n")
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2]}, out, fixed={"y": 4}, workers=1)
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,14", "2,24"]
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2", "--set", "y=5", "--force",
+            "--workers", "1", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and "2,5" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.05)
+        assert "2,5" in log.read_text(), "the point x=2 did not start"
+        report = (out / "report.md").read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert "Finished." not in report and "| 14 |" not in report
+    assert "0 of 2 points finished. **Running, or killed**" in report
+    assert not (out / "combined_t.csv").exists()  # no point of this configuration was done when it started
+    assert json.loads((out / "sweep.json").read_text())["state"] == "running"
+    # the same command again runs x=2 only (still of y=4), and the report is the finished sweep's
+    log.write_text("")
+    hold.unlink()
+    res = fedsim_cmd(*args[3:], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert log.read_text() == "2,5\n"
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,15", "2,25"]
+    assert "2 of 2 points finished. Finished." in (out / "report.md").read_text()
+
+
+def test_the_eta_leaves_failed_points_out_of_the_rate(tmp_path, monkeypatch):
+    # two points that failed at once made the three left (1.5 s each) look as fast: "2/5, ETA 105 ms"
+    import fedsim.experiment.context as context
+
+    now = [100.0]
+    monkeypatch.setattr(context.time, "monotonic", lambda: now[0])
+    log = tmp_path / "sweep.log"
+    p = context.Progress(False, log=log)
+    p.update(0, 5, stage="sweep s")
+    for t, done, failed in ((100.05, 1, 1), (100.1, 2, 2), (101.6, 3, 2), (103.1, 4, 2)):
+        now[0] = t
+        p.update(done, 5, failed=failed)
+    p.finish()
+    lines = [ln.split("] ", 1)[1] for ln in log.read_text().splitlines()]
+    assert lines[1:5] == ["sweep s 1/5 (1 failed), elapsed 50 ms", "sweep s 2/5 (2 failed), elapsed 100 ms",
+                          "sweep s 3/5 (2 failed), elapsed 1.6 s, ETA 3.2 s",
+                          "sweep s 4/5 (2 failed), elapsed 3.1 s, ETA 1.55 s"]
+
+
+def test_the_sweep_tells_its_progress_which_points_failed(tmp_path):
+    script = _script(tmp_path, "def run(ctx):\n"
+                               "    if ctx['x'] == 1:\n        raise RuntimeError('no')\n"
+                               "    ctx.table('t', [{'m': ctx['x']}])\n")
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1)
+    log = (out / "sweep.log").read_text()
+    assert "sweep scn 1/3 (1 failed), elapsed " in log and "ETA" not in log.split("1/3 (1 failed)")[1].split("\n")[0]
+    assert "sweep scn 2/3 (1 failed), elapsed " in log
