@@ -94,12 +94,16 @@ class _Ctx:
     """What result_tables and verdicts use of a RunContext."""
 
     def __init__(self, out):
-        self.out, self.tables, self.notes = out, {}, []
+        self.out, self.tables, self.notes, self.caveats = out, {}, [], []
 
     def table(self, name, rows, **kw):
         self.tables[name] = rows
 
     def note(self, text):
+        self.notes.append(text)
+
+    def caveat(self, word, text):
+        self.caveats.append(word)
         self.notes.append(text)
 
 
@@ -127,6 +131,7 @@ def test_a_repeat_without_a_figure_is_not_averaged_away(tmp_path):
     # every repeat has a best evaluation: mean and population std of 0.90, 0.80, 0.70
     assert row["best_on_test"] == pytest.approx(0.8) and row["best_on_test_std"] == pytest.approx(np.std([0.9, 0.8, 0.7]))
     assert any("seed(s) 2" in n and "NaN" in n for n in ctx.notes)
+    assert ctx.caveats == ["nan"]  # (what a sweep reads from results.json: a note alone reached only this report)
     # a NaN figure is not compared (NaN < x is False: it read "FedAvg better")
     rows = [{"task": "explicit", "method": "fedavg", "clients": "5", "selected": float("nan")},
             {"task": "explicit", "method": "personalfr", "clients": "5", "selected": 0.9}]

@@ -1,6 +1,7 @@
 """Searches score candidates on a validation split cut from training data and never read the test
 split; runs that did not learn are reported with a warning."""
 
+import json
 import math
 
 import numpy as np
@@ -158,11 +159,14 @@ def test_a_run_that_does_not_learn_is_reported(tmp_path):
     report = (tmp_path / "stuck" / "report.md").read_text()
     assert "not_learned" in res["tables"]
     assert "WARNING: 2 run(s) did not learn" in report
+    # a caveat a sweep reads from results.json (its points table): a note alone reached only this report
+    assert json.loads((tmp_path / "stuck" / "results.json").read_text())["caveats"] == ["not-learned"]
     # and a run that learns raises no warning
     res = run_scenario("fedrecpp_table2", data="tiny", out=tmp_path / "ok", seed=1, quiet=True,
                        overrides={"folds": 2, "iterations": 40, "rhos": [0], "lr": 0.8, "lam": 0.001, "workers": 1})
     assert "not_learned" not in res["tables"]
     assert "did not learn" not in (tmp_path / "ok" / "report.md").read_text()
+    assert json.loads((tmp_path / "ok" / "results.json").read_text())["caveats"] == []
 
 
 class _Out:

@@ -74,7 +74,7 @@ def warn_not_learned(ctx, runs: Iterable[tuple[str, Any]], metric: str = "rmse",
     if rows:
         ctx.table("not_learned", rows, title="Runs that did not learn (final error within "
                   f"{100 * rel_tol:g} % of the initial model's)")
-        ctx.note(f"**WARNING: {len(rows)} run(s) did not learn**: their final {metric.upper()} is within "
+        ctx.caveat("not-learned", f"**WARNING: {len(rows)} run(s) did not learn**: their final {metric.upper()} is within "
                  f"{100 * rel_tol:g} % of their initial model's (every factor near 0, every prediction clipped "
                  f"to the lowest rating). Their rows in the tables above are not results of training: "
                  + "; ".join(f"{r['run']} fold {r['fold']}: {r[f'initial_{metric}']:.4f} -> "

@@ -103,7 +103,7 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
                      "wall_s": float(np.mean([r["wall_s"] for r in runs]))})
     ctx.table(name, rows, title=title)
     if with_nan:
-        ctx.note(f"**Runs without a figure (NaN: diverged, or no evaluation arrived)**: {'; '.join(with_nan)}. "
+        ctx.caveat("nan", f"**Runs without a figure (NaN: diverged, or no evaluation arrived)**: {'; '.join(with_nan)}. "
                  "Their rows' means are NaN (`nan_runs`), not the mean of the other repeats.")
     if chosen:
         ctx.note("`selected`: each repetition's test metric at the round that was best on a validation split "
