@@ -181,23 +181,33 @@ def test_a_cached_run_cut_short_does_not_say_it_diverged_after_its_end(tmp_path)
     assert cached and cut.params == {"epochs": 5, "diverged_at": 4} and len(cut.curve) == 4
 
 
+def _ic_gini_verdicts(monkeypatch, chosen: dict) -> dict:
+    """analysis.verdicts of a study whose chosen models per method and seed are ``chosen`` (the
+    per-user comparisons stubbed out), by claim."""
+    from types import SimpleNamespace
+
+    from fedsim.studies.fpl import analysis
+
+    seeds = sorted(next(iter(chosen.values())))
+    st = SimpleNamespace(chosen=chosen, seeds=seeds, fpl_runs=lambda: {})
+    monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
+        diff=0.0, significant=False, text=lambda: "(compared)"))
+    return {r["claim"]: r for r in analysis.verdicts(st)}
+
+
 def test_the_ic_gini_verdict_says_a_diverged_choice_is_not_compared(monkeypatch):
     # a chosen model that diverged (every candidate did) has a NaN Gini: the seed-paired t-test
     # raised ValueError and stopped the whole analysis
     from types import SimpleNamespace
 
-    from fedsim.studies.fpl import analysis
 
     def entry(ic, gini):
         return SimpleNamespace(entry={"test_ic": ic, "test_gini": gini})
 
     seeds = [0, 1, 2]
-    chosen = {"sFPL": {s: entry(10.0 + s, 0.5) for s in seeds},
-              "sFPL+": {0: entry(12.0, 0.6), 1: entry(0.0, float("nan")), 2: entry(13.0, 0.7)}}
-    st = SimpleNamespace(chosen=chosen, seeds=seeds, fpl_runs=lambda: {})
-    monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
-        diff=0.0, significant=False, text=lambda: "(compared)"))
-    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    rows = _ic_gini_verdicts(monkeypatch, {"sFPL": {s: entry(10.0 + s, 0.5) for s in seeds},
+                                           "sFPL+": {0: entry(12.0, 0.6), 1: entry(0.0, float("nan")),
+                                                     2: entry(13.0, 0.7)}})
     gini = rows["G@10 of sFPL+ above sFPL (more local computation)"]
     assert gini["verdict"] == "not compared (a chosen model diverged)"
     assert gini["evidence"].endswith("; 1 of the 6 chosen models diverged (no G@10)")
@@ -367,19 +377,14 @@ def test_the_ic_gini_verdict_is_not_claimed_from_identical_differences(monkeypat
     from types import SimpleNamespace
 
     from fedsim.math.stats import paired_t_test
-    from fedsim.studies.fpl import analysis
 
     def entry(ic, gini):
         return SimpleNamespace(entry={"test_ic": ic, "test_gini": gini})
 
     seeds = [0, 1, 2]
-    chosen = {"sFPL": {s: entry(10.0 + s, 0.5 + 0.01 * s) for s in seeds},
-              "sFPL+": {s: entry(15.0 + s, 0.6 + 0.02 * s * s) for s in seeds}}
     assert paired_t_test(np.array([15.0, 16.0, 17.0]), np.array([10.0, 11.0, 12.0])).pvalue == 0  # the trap
-    st = SimpleNamespace(chosen=chosen, seeds=seeds, fpl_runs=lambda: {})
-    monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
-        diff=0.0, significant=False, text=lambda: "(compared)"))
-    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    rows = _ic_gini_verdicts(monkeypatch, {"sFPL": {s: entry(10.0 + s, 0.5 + 0.01 * s) for s in seeds},
+                                           "sFPL+": {s: entry(15.0 + s, 0.6 + 0.02 * s * s) for s in seeds}})
     ic = rows["IC@10 of sFPL+ above sFPL (more local computation)"]
     assert ic["verdict"] == "not distinguishable on this data (the same difference in every seed: no spread for a t-test)"
     assert ic["evidence"] == "sFPL+ 16 vs sFPL 11 (mean over 3 seed(s)); higher in 3 of 3 seed(s)"
