@@ -200,7 +200,6 @@ def test_the_ic_gini_verdict_says_a_diverged_choice_is_not_compared(monkeypatch)
     # raised ValueError and stopped the whole analysis
     from types import SimpleNamespace
 
-
     def entry(ic, gini):
         return SimpleNamespace(entry={"test_ic": ic, "test_gini": gini})
 
