@@ -36,7 +36,7 @@ from fedsim.protocols.fedrec import FedRecConfig, paper_lr
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.protocols.fpl import config_for_preset
 from fedsim.studies.fedrec import make_folds
-from fedsim.studies.faults import network_faults
+from fedsim.studies.faults import refuse_faults
 from fedsim.studies.fedrecpp import denoisers
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
@@ -220,12 +220,10 @@ def _splits(ctx) -> list:
 
 
 def run(ctx: RunContext) -> None:
-    why = network_faults(ctx.net)
-    if why is not None:
-        raise UsageError(f"privacy_audit runs its protocols with no deadline on a network that loses no message; this "
-                         f"one does ({why}): a loss would stop a run in a deadlock, a client that drops out after its "
-                         "last upload would leave its user factor zeroed in the accuracy column; audit a faulty run "
-                         "with fedsim.privacy.capture and a deadline (docs/privacy.md)")
+    refuse_faults(ctx.net, "privacy_audit runs its protocols with no deadline",
+                  "a loss would stop a run in a deadlock, a client that drops out after its last upload would leave "
+                  "its user factor zeroed in the accuracy column; audit a faulty run with fedsim.privacy.capture and "
+                  "a deadline (docs/privacy.md)", UsageError)
     if ctx.net.transport not in ("sim", "asyncio"):
         raise UsageError("privacy_audit records messages through the network's tap: use the sim or asyncio "
                          "transport (TcpNetwork makes its ledger rows in worker processes)")

@@ -228,11 +228,12 @@ def test_fpl_and_fcf_study_runs_refuse_a_network_that_loses_messages():
     late = NetSpec(profile="wan", dropout=1.0, window=(1.23, 1.23))
     assert network_faults(late) == "dropout 1"
     assert network_faults(NetSpec(profile="wan")) is None
-    with pytest.raises(ValueError, match=r"run_fpl runs with no deadline .* \(dropout 1\) .*zeroed"):
+    with pytest.raises(ValueError, match=r"^run_fpl runs with no deadline and reads every client's final state on a network that loses no "
+                                         r"message; this one does \(dropout 1\): .*zeroed"):
         run_fpl(sp, "pFPL", 0.5, 2, d=3, profile=late)
     with pytest.raises(ValueError, match=r"engine='twin' does not model message loss or dropouts \(loss 0.1\)"):
         run_fpl(sp, "pFPL", 0.5, 1, d=3, profile=NetSpec(loss=0.1), engine="twin")
-    with pytest.raises(ValueError, match=r"run_fcf runs with no deadline .* \(loss 0.1, dropout 0.5\)"):
+    with pytest.raises(ValueError, match=r"^run_fcf runs with no deadline .* \(loss 0.1, dropout 0.5\): "):
         run_fcf(sp, 2, d=3, profile=NetSpec(loss=0.1, dropout=0.5))
     # without faults nothing changes
     rec = run_fpl(sp, "pFPL", 0.5, 1, d=3, profile="wan")
@@ -247,7 +248,8 @@ def test_fpl_scenarios_refuse_faults_up_front(name, tmp_path):
     with pytest.raises(UsageError) as exc:
         run_scenario(name, data="ml100k-like", out=tmp_path / "o", net=NetSpec(loss=0.05), quiet=True)
     assert str(exc.value) == ("the FPL scenarios run FPL and FCF with no deadline on a network that loses no "
-                              "message; this one does (loss 0.05): measure faults with `fedsim run fault_study`")
+                              "message; this one does (loss 0.05): measure faults with `fedsim run fault_study` "
+                              "(fedsim.studies.faults)")
     assert list(tmp_path.iterdir()) == []
 
 

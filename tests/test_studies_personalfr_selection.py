@@ -181,7 +181,8 @@ def test_joint_alone_runs_on_a_lossy_network_and_study_runs_refuse_one():
     common = dict(data="tiny", seed=0, task="explicit", threshold=3.5, test_frac=0.2,
                   cfg=FedAEConfig(rounds=2, deadline=5.0), profile=NetSpec(loss=0.2))
     for method in ("fedavg", "personalfr"):
-        with pytest.raises(ValueError, match=rf"^PersonalFR study runs \({method}\) read whole runs, on a network "
-                                             r"that loses no message; this one does \(loss 0.2\)"):
+        with pytest.raises(ValueError, match=rf"^PersonalFR study runs \({method}\) read whole runs on a network "
+                                             r"that loses no message; this one does \(loss 0.2\): measure faults "
+                                             r"with `fedsim run personalfr --set deadline=SECONDS`"):
             run_spec(RunSpec(method, M=2, **common))
     assert run_spec(RunSpec("joint", joint_epochs=2, joint_batch=10, **common))["rounds"] == 2

@@ -19,7 +19,7 @@ from ..data import Ratings
 from ..kernel import NetSpec, get_profile, network_record
 from ..protocols import REGISTRY
 
-__all__ = ["FaultTask", "network_faults", "run_fault_task"]
+__all__ = ["FAULT_STUDY", "FaultTask", "network_faults", "refuse_faults", "run_fault_task"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +88,20 @@ def network_faults(profile: str | NetSpec) -> str | None:
     what += [f"profile {spec.profile!r}'s {role}s {how}" for role, n in (("server", prof.server), ("client", prof.client))
              for how in ((f"lose {n.loss:g}",) if n.loss > 0 else ()) + (("drop out",) if n.offline_at is not None else ())]
     return ", ".join(what) or None
+
+
+#: where faults are measured, for the refusals of runs without a deadline
+FAULT_STUDY = "measure faults with `fedsim run fault_study` (fedsim.studies.faults)"
+
+
+def refuse_faults(profile: str | NetSpec, who: str, instead: str, error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` if network ``profile`` can lose a message (:func:`network_faults`):
+    ``"{who} on a network that loses no message; this one does (what): {instead}"``.
+    For the runs that set no deadline and read whole runs (the paper scenarios, the studies'
+    runners): a lost message would stop them in a deadlock, and a client that drops out after its
+    last upload would leave its user factor zeroed in a run that completes; ``instead`` says where
+    faults are measured. ``who`` names the runs and what they do ("run_one runs FedRec with no
+    deadline")."""
+    why = network_faults(profile)
+    if why is not None:
+        raise error(f"{who} on a network that loses no message; this one does ({why}): {instead}")

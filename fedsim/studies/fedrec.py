@@ -14,7 +14,8 @@ from ..kernel import NetSpec, SimNetwork, network_record
 from ..math.pmf import DivergenceError
 from ..protocols import fedrec
 from ..protocols.fedrec import FedRecConfig, paper_lr
-from .faults import network_faults
+from . import faults
+from .faults import FAULT_STUDY
 
 __all__ = [
     "Fold", "FoldStats", "RunOutcome", "comm_per_iteration", "evaluate_fold", "fold_stats", "group_runs",
@@ -71,13 +72,9 @@ class RunOutcome:
 
 
 def refuse_faults(profile, what: str, error: type[Exception] = ValueError) -> None:
-    """Raise ``error`` if network ``profile`` can lose a message (:func:`network_faults`):
-    ``what`` runs FedRec with no deadline, so a lost message is a deadlock and a client that
-    drops out after its last upload leaves its user factor zeroed in a run that completes."""
-    why = network_faults(profile)
-    if why is not None:
-        raise error(f"{what} runs FedRec with no deadline on a network that loses no message; this one does "
-                         f"({why}): measure faults with `fedsim run fault_study` (fedsim.studies.faults)")
+    """Raise ``error`` if network ``profile`` can lose a message (:func:`fedsim.studies.faults.refuse_faults`):
+    ``what`` runs FedRec with no deadline."""
+    faults.refuse_faults(profile, f"{what} runs FedRec with no deadline", FAULT_STUDY, error)
 
 
 def make_folds(ratings, k: int, seed: int) -> list[Fold]:

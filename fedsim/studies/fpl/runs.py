@@ -20,7 +20,7 @@ from ...protocols import fcf as fcf_proto
 from ...protocols import fpl as fpl_proto
 from ...protocols.common import client_names
 from ...seeding import node_rng, seed_sequence
-from ..faults import network_faults
+from ..faults import FAULT_STUDY, network_faults, refuse_faults
 from .data import ImplicitSplit
 
 __all__ = [
@@ -97,12 +97,9 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def _refuse_faults(profile: str | NetSpec, what: str) -> None:
-    why = network_faults(profile)
-    if why is not None:
-        raise ValueError(f"{what} runs with no deadline and reads every client's final state: a network that loses "
-                         f"messages ({why}) would stop it in a deadlock or leave a dropped-out client's user factor "
-                         "zeroed without a word; measure faults with scenarios/fault_study.py "
-                         "(fedsim.studies.faults), whose servers have a deadline")
+    refuse_faults(profile, f"{what} runs with no deadline and reads every client's final state",
+                  "a loss would stop it in a deadlock, a client that drops out after its last upload would leave "
+                  f"its user factor zeroed without a word; {FAULT_STUDY}")
 
 
 def _ledger_epoch(net, kinds: tuple[str, ...]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from ...experiment import Param, RunContext, UsageError
 from ...math.fpl_presets import PRESET_NAMES
 from ...math.metrics import bias_disparity
 from .data import ImplicitSplit, LoaderFilterError, loader_min_interactions, prepare
-from .runs import network_faults
+from ..faults import FAULT_STUDY, refuse_faults
 from .settings import Settings, deviations, settings_from, settings_params
 from .study import Study, StudyOptions, run_study
 
@@ -190,12 +190,10 @@ def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, .
     progress, network records and the settings note on ``ctx``. ``fpl_engine`` overrides the
     ``fpl_engine`` parameter (fpl_tcc needs every FPL run's ledger: "actors")."""
     settings = settings_from(ctx.config)
-    why = network_faults(ctx.net) if {"FCF", *PRESET_NAMES} & set(methods) else None
-    if why is not None:
+    if {"FCF", *PRESET_NAMES} & set(methods):
         # refused before any work: FPL's twin refused it as a worker's traceback, and the actors' runs (no
         # deadline) ended in a DeadlockError advising a --set deadline these scenarios do not have
-        raise UsageError(f"the FPL scenarios run FPL and FCF with no deadline on a network that loses no message; "
-                         f"this one does ({why}): measure faults with `fedsim run fault_study`")
+        refuse_faults(ctx.net, "the FPL scenarios run FPL and FCF with no deadline", FAULT_STUDY, UsageError)
     split = scenario_split(ctx, settings)
     note_settings(ctx, settings, used)
     seeds = [ctx.seed + k for k in range(settings.seeds)]

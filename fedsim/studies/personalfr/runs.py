@@ -23,7 +23,7 @@ from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
 from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
 from ...seeding import node_rng
-from ..fpl.runs import network_faults
+from ..faults import refuse_faults
 from ..parallel import count_done, default_workers, pmap
 
 __all__ = [
@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 METRIC = {"explicit": "rmse", "implicit": "ndcg"}
+#: where the faults of PersonalFR and FedAvg-AE are measured
+PROTOCOL_RUN = ("measure faults with `fedsim run personalfr --set deadline=SECONDS` (or fedavg-ae), which reports "
+                "what was missing")
 PROTOCOLS = {"fedavg": fedavg_ae, "personalfr": personalfr}
 
 COMMON_PARAMS = {
@@ -147,11 +150,7 @@ def check_network(profile) -> None:
     advising a ``--set deadline`` they do not have (with a deadline, what a run left out would
     not reach their tables). Faults are measured on the protocol itself: ``fedsim run personalfr
     --loss P --set deadline=S`` reports what was missing."""
-    why = network_faults(profile)
-    if why is not None:
-        raise UsageError(f"the PersonalFR scenarios run FedAvg and PersonalFR with no deadline on a network that "
-                         f"loses no message; this one does ({why}): measure faults with `fedsim run personalfr "
-                         f"--set deadline=SECONDS` (or fedavg-ae), which reports what was missing")
+    refuse_faults(profile, "the PersonalFR scenarios run FedAvg and PersonalFR with no deadline", PROTOCOL_RUN, UsageError)
 
 
 def run_spec(spec: RunSpec) -> dict:
@@ -160,9 +159,8 @@ def run_spec(spec: RunSpec) -> dict:
     actors still blocked, ``ValueError`` for a federated run on a network that can lose a message
     (:func:`check_network`: the figures returned are those of a whole run, and nothing here
     carries what a run with a deadline left out)."""
-    if spec.method != "joint" and (why := network_faults(spec.profile)) is not None:
-        raise ValueError(f"PersonalFR study runs ({spec.method}) read whole runs, on a network that loses no "
-                         f"message; this one does ({why}): run the protocol itself with a deadline instead")
+    if spec.method != "joint":
+        refuse_faults(spec.profile, f"PersonalFR study runs ({spec.method}) read whole runs", PROTOCOL_RUN)
     task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac,
                      spec.val_frac if spec.validation else None)
     key = METRIC[spec.task]
