@@ -20,7 +20,6 @@ import sys
 import types
 from typing import Any
 
-import numpy as np
 
 from .context import RunContext
 from .params import Param, params_from
@@ -61,13 +60,8 @@ def test_scores(result, test) -> dict[str, Any]:
     model = result.model
     if test is None or model is None or not hasattr(model, "evaluate"):
         return {}
-    users, items, values = test.users, test.items, test.values
-    out: dict[str, Any] = {}
-    lost = result.info.get("lost_users") or []
-    if len(lost):
-        keep = ~np.isin(users, np.asarray(lost, dtype=np.int64))
-        users, items, values = users[keep], items[keep], values[keep]
-        out["test_users_left_out"] = int(np.unique(test.users[~keep]).size)
+    users, items, values, left_out = result.present(test.users, test.items, test.values)
+    out: dict[str, Any] = {"test_users_left_out": left_out} if left_out else {}
     try:
         out["test_mae"], out["test_rmse"] = model.evaluate(users, items, values)
     except Exception as exc:  # a diverged model cannot be evaluated: say so instead

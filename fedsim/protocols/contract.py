@@ -121,6 +121,18 @@ class Result:
                 return float(m[metric])
         return float("nan")
 
+    def present(self, users, items, values) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """``(users, items, values, left_out)``: the ratings whose user was still present at the
+        end of the run, and how many distinct users were left out. The others are those of
+        ``info["lost_users"]`` (clients that dropped out: their factors left with them, and the
+        model holds zeros in their place, which would be scored as if they had trained)."""
+        users, items, values = np.asarray(users), np.asarray(items), np.asarray(values)
+        lost = self.info.get("lost_users") or []
+        if not len(lost):
+            return users, items, values, 0
+        keep = ~np.isin(users, np.asarray(lost, dtype=np.int64))
+        return users[keep], items[keep], values[keep], int(np.unique(users[~keep]).size)
+
 
 class ContractError(FedsimError):
     """A protocol broke its side of the contract: ``build`` did not return a job, ``collect``

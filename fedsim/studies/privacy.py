@@ -175,13 +175,9 @@ def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
             return "rmse", math.nan
         if result.model.diverged_at is not None:
             return "rmse", math.nan
-        users, items, values = (np.asarray(a) for a in task.test)
-        lost = result.info.get("lost_users") or []
-        if len(lost):
-            # a client that dropped out took its user factor with it (zeros in the model, which
-            # predict the lowest rating): its test ratings are left out (lost_clients says how many)
-            keep = ~np.isin(users, np.asarray(lost, dtype=np.int64))
-            users, items, values = users[keep], items[keep], values[keep]
+        # a client that dropped out took its user factor with it (zeros in the model, which
+        # predict the lowest rating): its test ratings are left out (lost_clients says how many)
+        users, items, values, _ = result.present(*task.test[:3])
         return "rmse", float(result.model.evaluate(users, items, values)[1])
     if task.protocol in ("fpl", "fcf") and hasattr(task.data, "evaluate"):
         from ..math.bpr import bpr_scores
