@@ -221,3 +221,49 @@ def test_a_faulty_fedrec_trace_with_secure_aggregation_matches_its_ledger(tmp_pa
     assert totals["bytes"] == 22708
     assert "round -1" not in page.split("<script")[0]
     assert sum(len(g["senders"]) + g["anonymous"] for g in data["missing"]) == totals["missing"]
+
+
+def _every_client_offline(monkeypatch):
+    """``fedsim trace demo`` on a network where every client drops out at once: the server's
+    gather (demo has no deadline by default) waits for ever, a deadlock."""
+    import fedsim.studies.trace as trace_mod
+
+    class Dropping(TracingNetwork):
+        def __init__(self, **kwargs):
+            super().__init__(faults=Faults(dropout=1.0), **kwargs)
+
+    monkeypatch.setattr(trace_mod, "TracingNetwork", Dropping)
+
+
+def test_a_deadlocked_trace_is_written_and_shows_who_waits(monkeypatch, tmp_path):
+    # a run ending in a deadlock wrote no file (trace raised before writing), and the views of such
+    # a run did not say which actors were left waiting
+    from fedsim.kernel import DeadlockError
+
+    _every_client_offline(monkeypatch)
+    with pytest.raises(DeadlockError) as info:
+        trace("demo", tmp_path, clients=2, rounds=1, formats=("html", "mermaid", "log"))
+    assert sorted(p.name for p in info.value.paths.values()) == ["sequence.mmd", "steps.log", "trace.html"]
+    assert list(info.value.blocked) == ["server"]
+    waits = info.value.blocked["server"]
+    log = (tmp_path / "steps.log").read_text().splitlines()
+    assert log[-1] == (f"       1.001 ms  server is still waiting when the run ends, with nothing left that could "
+                       f"wake it (deadlock): {waits}")
+    assert sum("drops out" in line for line in log) == 2
+    assert (tmp_path / "sequence.mmd").read_text().splitlines()[-1] == (
+        f"    Note over N0: deadlock#58; still waiting at the end (1.001 ms) in {waits.replace(':', '#58;')}")
+    page = (tmp_path / "trace.html").read_text()
+    assert " · 2 messages (2 lost), 112 B on the wire; 2 nodes offline; deadlock: 1 actor still waiting at the end." \
+        in page
+
+
+def test_cli_trace_of_a_deadlocked_run_keeps_its_files(monkeypatch, tmp_path, capsys):
+    from fedsim.cli import main
+
+    _every_client_offline(monkeypatch)
+    out = tmp_path / "t"
+    assert main(["trace", "demo", "--clients", "2", "--out", str(out)]) == 1
+    err = capsys.readouterr()
+    assert f"wrote {out}/: trace.html, sequence.mmd, timeline.svg, steps.log" in err.out
+    assert "error: " in err.err and "server" in err.err
+    assert "deadlock" in (out / "steps.log").read_text()

@@ -42,7 +42,7 @@ from ..config import ConfigError, fields_of, unknown_key_message
 from ..experiment import Param, UsageError, parse_value
 from ..kernel import SimNetwork
 from ..kernel.codec import decode_message
-from ..kernel.errors import ActorError, NetworkConfigError
+from ..kernel.errors import ActorError, DeadlockError, NetworkConfigError
 from ..protocols import REGISTRY
 from ..protocols.contract import check_job, check_tiny
 
@@ -79,6 +79,18 @@ class TracingNetwork(SimNetwork):
     def __init__(self, **kwargs) -> None:
         super().__init__(trace=True, **kwargs)
         self.payloads: dict[int, list[dict]] = {}
+        self.result = None  # the RunResult, also of a run that ended in a deadlock (its partial one)
+
+    def run(self, *args, **kwargs):
+        """``SimNetwork.run``, keeping the ``RunResult`` in ``result``, also when the run ends
+        in a deadlock (``DeadlockError``'s partial result, re-raised): the views show the
+        actors still blocked then (``blocked_events``)."""
+        try:
+            self.result = super().run(*args, **kwargs)
+        except DeadlockError as exc:
+            self.result = exc.result
+            raise
+        return self.result
 
     def post(self, src, dsts, kind, encoded, anonymous) -> None:
         first = len(self.ledger.rows)
@@ -114,7 +126,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
     steps.log, ``png`` timeline.png when matplotlib is installed). ``sets``: ``key=value``
     overrides of the protocol's configuration. Raises ``UsageError`` for an unknown protocol,
-    key or profile, or a bad value, before writing anything."""
+    key or profile, or a bad value, before writing anything. A run that ends in a deadlock is
+    written all the same (its views show the actors still waiting), then its ``DeadlockError``
+    is raised, with the files written in its ``paths``."""
     if name not in REGISTRY:
         import difflib
 
@@ -144,12 +158,15 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     except ValueError as exc:
         raise UsageError(f"{refused}: {exc}") from None
     check_job(spec, job)  # (not collected: the trace is the ledger's)
+    deadlock = None
     try:
         net.run()
     except ActorError as exc:
         if isinstance(exc.__cause__, ValueError):
             raise UsageError(f"{refused}: {exc}") from None
         raise
+    except DeadlockError as exc:  # the trace is how to see why: written, then raised
+        deadlock = exc
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
@@ -168,6 +185,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         png = timeline_png(net, out / "timeline.png")
         if png:
             paths["png"] = png
+    if deadlock is not None:
+        deadlock.paths = paths
+        raise deadlock
     return net, paths
 
 
@@ -225,6 +245,9 @@ def mermaid(net: SimNetwork) -> str:
     notes += [(g["time"], f"    Note over {alias[g['receiver']]}: " + _mermaid_text(
                   f"{missing_text(g)[len(g['receiver']) + 1:]}, at {_ms(g['time'])}"))
               for g in missing_events(net)]
+    notes += [(b["time"], f"    Note over {alias[b['node']]}: " + _mermaid_text(
+                  f"deadlock: still waiting at the end ({_ms(b['time'])}) in {b['waits']}"))
+              for b in blocked_events(net)]
     notes.sort(key=lambda n: n[0])
     k = 0
     last_round = None
@@ -332,6 +355,20 @@ def offline_events(net: SimNetwork) -> list[dict]:
     return sorted(out, key=lambda e: (e["time"], e["node"]))
 
 
+def blocked_events(net: SimNetwork) -> list[dict]:
+    """The actors a run ended with still blocked and nothing left that could wake them (a
+    deadlock; kept by a ``TracingNetwork``): ``node``, ``time`` (the run's end) and ``waits``
+    (what it waited for, as ``DeadlockError`` says), in node order."""
+    res = getattr(net, "result", None)
+    if res is None:
+        return []
+    return [{"node": n, "time": float(res.duration), "waits": w} for n, w in sorted(res.blocked.items())]
+
+
+def blocked_text(e: dict) -> str:
+    return f"{e['node']} is still waiting when the run ends, with nothing left that could wake it (deadlock): {e['waits']}"
+
+
 def offline_text(e: dict) -> str:
     return (f"{e['node']} drops out (offline from here on: its actor stops, messages to or from it are lost)"
             if e["dropped"] else f"{e['node']} goes offline (its actor had finished; messages to it are lost)")
@@ -387,6 +424,8 @@ def step_log(net: SimNetwork) -> str:
                                                "flight when the run ends"))
     for g in missing_events(net):
         events.append((g["time"], 2, missing_text(g)))
+    for b in blocked_events(net):
+        events.append((b["time"], 5, blocked_text(b)))
     for node, start, end, label in net.trace:
         events.append((start, 2, f"{node} {label}s for {(end - start) * 1000:.3f} ms"))
     for t, node, text in net.steps:
@@ -507,7 +546,7 @@ def trace_data(net: SimNetwork) -> dict:
     nodes = [{"id": n, "role": net.ledger.roles.get(n, "")} for n in _participants(net)]
     compute = [{"node": n, "start": s, "end": e, "label": lab} for n, s, e, lab in net.trace]
     return {"nodes": nodes, "messages": messages, "compute": compute, "missing": missing_events(net),
-            "offline": offline_events(net), "end": float(net.now())}
+            "offline": offline_events(net), "blocked": blocked_events(net), "end": float(net.now())}
 
 
 _SEQ_COL, _SEQ_LEFT, _SEQ_TOP, _SEQ_ROW = 150, 90, 56, 30
@@ -522,7 +561,8 @@ def _sequence_svg(data: dict) -> str:
     # as in the Mermaid diagram: a node going offline, a wait given up, before the first message
     # sent at or after its time
     notes = sorted([(e["time"], e["node"], offline_text(e)) for e in data["offline"]] +
-                   [(g["time"], g["receiver"], missing_text(g)) for g in data["missing"]], key=lambda n: n[0])
+                   [(g["time"], g["receiver"], missing_text(g)) for g in data["missing"]] +
+                   [(b["time"], b["node"], blocked_text(b)) for b in data["blocked"]], key=lambda n: n[0])
     k = 0
     last_round = None
     for m in data["messages"]:
@@ -787,10 +827,13 @@ def _count_text(data: dict) -> str:
 
 
 def _faults_text(data: dict) -> str:
-    """``; 3 messages missing at a deadline; 1 node offline`` (ledger.missing, dropouts), or nothing."""
+    """``; 3 messages missing at a deadline; 1 node offline; deadlock: 2 actors still waiting at
+    the end`` (ledger.missing, dropouts, a deadlock), or nothing."""
     missing = sum(len(g["senders"]) + g["anonymous"] for g in data["missing"])
     out = f"; {_plural(missing, 'message')} missing at a deadline" if missing else ""
-    return out + (f"; {_plural(len(data['offline']), 'node')} offline" if data["offline"] else "")
+    out += f"; {_plural(len(data['offline']), 'node')} offline" if data["offline"] else ""
+    blocked = len(data["blocked"])
+    return out + (f"; deadlock: {_plural(blocked, 'actor')} still waiting at the end" if blocked else "")
 
 
 def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
