@@ -312,6 +312,13 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                            profile=args.profile, sets=args.set,
                            formats=("html",) if args.html else None)
         final = folder.commit()
+    except DeadlockError as exc:  # written all the same: the trace shows who waits for what
+        if not getattr(exc, "paths", None):
+            folder.discard()
+            raise
+        final = folder.commit()
+        print(f"wrote {final}/: {', '.join(p.name for p in exc.paths.values())} (the run up to its deadlock)")
+        raise
     except BaseException:
         folder.discard()
         raise

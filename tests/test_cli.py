@@ -223,7 +223,7 @@ def test_fedrecpp_trace_matches_the_ledger_message_for_message(tmp_path):
     svg = paths["svg"].read_text()
     assert svg.startswith("<svg") and svg.count("<rect") > len(messages) and "stroke-dasharray" in svg
     log = paths["log"].read_text()
-    assert log.count(" sends ") == len(messages) and "receives noise from (anonymous)" in log
+    assert log.count(" sends ") == len(messages) and "receives noise (round 0) from (anonymous)" in log
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

@@ -262,14 +262,17 @@ def test_a_shortened_run_says_its_figures_are_not_the_papers(tmp_path):
 
 # -- progress within a run and from workers ------------------------------------------------------
 
-def test_the_watch_reads_a_running_network_round_by_round():
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_watch_reads_a_running_network_round_by_round(streaming):
+    # with a StreamingLedger (no row list) the watch read nothing: the display showed no round or
+    # message count for the whole run
     from fedsim.experiment.live import NetworkWatch
-    from fedsim.kernel import SimNetwork
+    from fedsim.kernel import SimNetwork, StreamingLedger
 
     watch = NetworkWatch().start()
     seen = []
     try:
-        net = SimNetwork(seed=0, profile="lan")
+        net = SimNetwork(seed=0, profile="lan", ledger=StreamingLedger(chunk_rows=1) if streaming else None)
 
         async def server(ctx):
             for r in range(4):

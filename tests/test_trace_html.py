@@ -189,7 +189,7 @@ def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     assert "still in flight when the run ended" in diagram and "nan" not in diagram and "LOST" not in diagram
     page = trace_html(net)
     assert "in flight at the end" in page and "LOST" not in page.split("<script")[0]
-    assert " · 1 message, 7 B on the wire" in page  # one message (of 7 B): not "1 messages"
+    assert " · 1 message (1 in flight at the end), 7 B on the wire. " in page  # one message (of 7 B): not "1 messages"
     assert '(msgs.length === 1 ? " message)" : " messages)")' in page
 
 
@@ -351,7 +351,7 @@ def test_a_message_never_read_says_so_in_every_output():
         f"    N0->>N1: model {model['bytes']} B, sent 0.000 ms, arrived {model['arrival_time'] * 1000:.3f} ms",
         f"    N1->>N0: up {up['bytes']} B, sent {up['send_time'] * 1000:.3f} ms, arrived "
         f"{up['arrival_time'] * 1000:.3f} ms, never read"]
-    assert f"{up['arrival_time'] * 1000:12.3f} ms  server receives up from c (never read)\n" in step_log(net)
+    assert f"{up['arrival_time'] * 1000:12.3f} ms  server receives up (round 0) from c (never read)\n" in step_log(net)
     labels = re.findall(r'fill="#222">([^<]*)</text>', trace_html(net))
     assert labels == [f"model · {model['bytes']} B", f"up · {up['bytes']} B · never read"]
 
@@ -364,8 +364,8 @@ def test_step_log_keeps_one_event_a_line_with_any_kind():
     net = _one_message("a", "client", "b", "two\nlines\t!")
     (row,) = net.ledger.records()
     assert step_log(net).splitlines() == [
-        f"{row['send_time'] * 1000:12.3f} ms  a sends two\\nlines\\t! ({row['bytes']} B) to b",
-        f"{row['arrival_time'] * 1000:12.3f} ms  b receives two\\nlines\\t! from a"]
+        f"{row['send_time'] * 1000:12.3f} ms  a sends two\\nlines\\t! (round 0, {row['bytes']} B) to b",
+        f"{row['arrival_time'] * 1000:12.3f} ms  b receives two\\nlines\\t! (round 0) from a"]
 
 
 @pytest.mark.parametrize("model, lost_ms", [("fifo", (14.0, 21.0)), ("fair", (28.0, 28.0))])
@@ -393,7 +393,7 @@ def test_step_log_shows_a_lost_message_when_and_why_it_was_lost(model, lost_ms):
     assert [r["note"] for r in rows] == ["", "link loss", "link loss", ""]
     assert [r["tx_end"] * 1000 for r in rows[1:3]] == pytest.approx(lost_ms)
     lost = [line for line in step_log(net).splitlines() if "lost" in line]
-    assert lost == [f"{t:12.3f} ms  m from a to b (sent at 0.000 ms) is lost (link loss)" for t in lost_ms]
+    assert lost == [f"{t:12.3f} ms  m (round 0) from a to b (sent at 0.000 ms) is lost (link loss)" for t in lost_ms]
     # in time order among the other events: after the sends, between the arrivals
     times = [float(line.split(" ms")[0]) for line in step_log(net).splitlines()]
     assert times == sorted(times)
@@ -418,15 +418,16 @@ def test_step_log_of_a_message_lost_to_an_offline_receiver_is_at_its_arrival():
     (row,) = net.ledger.records()
     assert (row["status"], row["note"]) == ("lost", "receiver offline")
     assert net.lost_at == {0: pytest.approx(0.027)}
-    assert step_log(net).splitlines()[-1] == "      27.000 ms  m from a to b (sent at 0.000 ms) is lost (receiver offline)"
+    assert step_log(net).splitlines()[-1] == "      27.000 ms  m (round 0) from a to b (sent at 0.000 ms) is lost (receiver offline)"
     untraced = SimNetwork(seed=0)
     untraced.add_node("a", sender, link=LinkSpec(uplink=1000.0, downlink=1000.0, latency=0.01))
     untraced.add_node("b", receiver, role="server", link=LinkSpec(latency=0.01), offline_at=0.005)
     untraced.run()
     assert untraced.lost_at == {}
-    assert step_log(untraced).splitlines()[-1] == (
-        "       0.000 ms  m from a to b (sent at 0.000 ms) is lost (receiver offline; when not recorded: the network "
-        "did not trace)")
+    assert step_log(untraced).splitlines()[1:] == [
+        "       0.000 ms  m (round 0) from a to b (sent at 0.000 ms) is lost (receiver offline; when not recorded: the network "
+        "did not trace)",
+        "       5.000 ms  b drops out (offline from here on: its actor stops, messages to or from it are lost)"]
 
 
 def test_long_node_ids_and_roles_are_elided_to_their_box_and_whole_in_the_tooltip():

@@ -56,11 +56,12 @@ class NetworkWatch:
         try:
             if getattr(net, "ran", False) and all(getattr(n, "done", False) for n in list(net.nodes.values())):
                 return None  # finished: its figures are in the recorded totals now
-            rows = net.ledger.rows
-            n = len(rows)
+            ledger = net.ledger
+            n = len(ledger)
             if not n:
                 return None
-            rnd = rows[n - 1][1]  # ROW_COLUMNS[1] is the round
+            # a StreamingLedger has no row list (its finished rows are on disk): it keeps the round
+            rnd = ledger.last_round if hasattr(ledger, "last_round") else ledger.rows[n - 1][1]  # ROW_COLUMNS[1]
             return {"round": int(rnd), "messages": n, "sim_time": float(net.now())}
         except Exception:  # a network still being constructed, or a transport without a clock yet
             return None

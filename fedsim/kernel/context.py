@@ -296,7 +296,10 @@ class Context:
         return None if env is None else self._open(env)
 
     def _open(self, env: Envelope) -> Message:
-        env.row[READ] = True
+        row = env.row
+        row[READ] = True
+        if self._net.tracing:  # when it was read: the trace shows one read after its arrival then
+            self._net.read_at[row[SEQ]] = self._net.now()
         node = self._node
         if env.round > node.round:
             node.round = env.round

@@ -552,6 +552,9 @@ class StreamingLedger(Ledger):
             self._owned = False
         self._fd, self.path = fd, str(name)
         self._n = 0
+        # the round of the newest row (None before the first): what a progress display reads of a
+        # running network without a row list (fedsim.experiment.live)
+        self.last_round: int | None = None
         self._pending: list[list[Any]] = []
         self._scan_at = self.chunk_rows
         self._codes: dict[Any, int] = {}
@@ -580,6 +583,7 @@ class StreamingLedger(Ledger):
         row = [self._n, rnd, src, dst, src_role, dst_role, kind, nbytes, raw, floats,
                t, _NAN, _NAN, _NAN, _NAN, "in_flight", False, anonymous, ""]
         self._n += 1
+        self.last_round = rnd
         pending = self._pending
         pending.append(row)
         if len(pending) >= self._scan_at:

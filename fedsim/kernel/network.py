@@ -166,8 +166,9 @@ class Network:
     ``seed`` fixes every random draw (actors' ``ctx.rng``, per-node link spread, loss);
     ``profile`` the default node specs; ``framing_bytes`` what each message costs on the wire
     beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
-    ``trace`` keeps compute spans and step logs; ``max_message_bytes`` the largest document an
-    actor may send (``MessageTooLargeError`` at the sender above it); ``faults`` seeded loss and
+    ``trace`` keeps compute spans, step logs and when each message was read (``read_at``);
+    ``max_message_bytes`` the largest document an actor may send (``MessageTooLargeError`` at the
+    sender above it); ``faults`` seeded loss and
     dropout for the nodes of some roles (``Faults``); ``ledger`` the (empty) ledger to record into,
     e.g. a ``StreamingLedger`` that keeps finished rows on disk (default: a new in-memory
     ``Ledger``); the network sets its framing bytes, and its unit when ``unit`` is given.
@@ -233,6 +234,10 @@ class Network:
         self.tracing = bool(trace)
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
+        # when the receiver's actor took each message (ledger seq -> now() at its receive or
+        # gather's return), kept only when tracing: the ledger's ``read`` column says only
+        # whether, and a message can wait in the mailbox (a later round's) or in a gather
+        self.read_at: dict[int, float] = {}
         self.ran = False
         self.ended = False  # see end_run
         for hook in tuple(_BUILT_HOOKS):

@@ -19,6 +19,12 @@
   sending (egress port busy), receiving (ingress port busy), computing, sleeping (``ctx.sleep``), and the propagation of
   each message between lanes.
 - ``steps.log``: the same events as plain text, in time order.
+
+Every view gives each message its round (``setup`` for a negative label: the secure
+aggregation's key exchange) and its fate as the ledger has it, with, for one its receiver's actor
+took after it arrived (from the mailbox a round later, or when its gather returned), when it
+was read (``read_at``, kept by a tracing network). Waits that ended without some senders'
+messages (``ledger.missing``) and nodes going offline are shown where they happened.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from ..config import ConfigError, fields_of, unknown_key_message
 from ..experiment import Param, UsageError, parse_value
 from ..kernel import SimNetwork
 from ..kernel.codec import decode_message
-from ..kernel.errors import ActorError, NetworkConfigError
+from ..kernel.errors import ActorError, DeadlockError, NetworkConfigError
 from ..protocols import REGISTRY
 from ..protocols.contract import check_job, check_tiny
 
@@ -73,6 +79,18 @@ class TracingNetwork(SimNetwork):
     def __init__(self, **kwargs) -> None:
         super().__init__(trace=True, **kwargs)
         self.payloads: dict[int, list[dict]] = {}
+        self.result = None  # the RunResult, also of a run that ended in a deadlock (its partial one)
+
+    def run(self, *args, **kwargs):
+        """``SimNetwork.run``, keeping the ``RunResult`` in ``result``, also when the run ends
+        in a deadlock (``DeadlockError``'s partial result, re-raised): the views show the
+        actors still blocked then (``blocked_events``)."""
+        try:
+            self.result = super().run(*args, **kwargs)
+        except DeadlockError as exc:
+            self.result = exc.result
+            raise
+        return self.result
 
     def post(self, src, dsts, kind, encoded, anonymous) -> None:
         first = len(self.ledger.rows)
@@ -108,7 +126,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
     steps.log, ``png`` timeline.png when matplotlib is installed). ``sets``: ``key=value``
     overrides of the protocol's configuration. Raises ``UsageError`` for an unknown protocol,
-    key or profile, or a bad value, before writing anything."""
+    key or profile, or a bad value, before writing anything. A run that ends in a deadlock is
+    written all the same (its views show the actors still waiting), then its ``DeadlockError``
+    is raised, with the files written in its ``paths``."""
     if name not in REGISTRY:
         import difflib
 
@@ -138,12 +158,15 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     except ValueError as exc:
         raise UsageError(f"{refused}: {exc}") from None
     check_job(spec, job)  # (not collected: the trace is the ledger's)
+    deadlock = None
     try:
         net.run()
     except ActorError as exc:
         if isinstance(exc.__cause__, ValueError):
             raise UsageError(f"{refused}: {exc}") from None
         raise
+    except DeadlockError as exc:  # the trace is how to see why: written, then raised
+        deadlock = exc
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
@@ -162,6 +185,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         png = timeline_png(net, out / "timeline.png")
         if png:
             paths["png"] = png
+    if deadlock is not None:
+        deadlock.paths = paths
+        raise deadlock
     return net, paths
 
 
@@ -199,7 +225,10 @@ def mermaid(net: SimNetwork) -> str:
     every name, role, kind and note is written as it is, its characters that Mermaid would read
     as syntax (``;`` ``#`` ``:`` ``%`` ``&`` ``<`` ``>``, and those of Mermaid's own entity
     placeholders) as Mermaid entity codes (``#59;`` for ``;``, ``#35;`` for ``#``, ``#58;`` for
-    ``:``), which the diagram shows as the character; control characters escaped, as ``\\n``."""
+    ``:``), which the diagram shows as the character; control characters escaped, as ``\\n``.
+    A message read after it arrived says when (``read``); a node going offline and a wait that
+    ended without some senders' messages (``ledger.missing``) are notes over that node, placed
+    before the first message sent at or after their time."""
     names = _participants(net)
     alias = {n: _alias(i) for i, n in enumerate(names)}
     roles = net.ledger.roles
@@ -207,12 +236,28 @@ def mermaid(net: SimNetwork) -> str:
     for n in names:
         label = _mermaid_text(f"{n} ({roles.get(n, '?')})")
         lines.append(f"    participant {alias[n]} as {label}")
+    # a node going offline and a wait given up (ledger.missing) are notes among the arrows, before
+    # the first message sent at or after their time (the arrows are in ledger order: the order of
+    # sending), as the step log has them before that instant's sends
+    notes = [(e["time"], f"    Note over {alias[e['node']]}: " + _mermaid_text(
+                 f"{'drops out' if e['dropped'] else 'goes offline (had finished)'} at {_ms(e['time'])}"))
+             for e in offline_events(net)]
+    notes += [(g["time"], f"    Note over {alias[g['receiver']]}: " + _mermaid_text(
+                  f"{missing_text(g)[len(g['receiver']) + 1:]}, at {_ms(g['time'])}"))
+              for g in missing_events(net)]
+    notes += [(b["time"], f"    Note over {alias[b['node']]}: " + _mermaid_text(
+                  f"deadlock: still waiting at the end ({_ms(b['time'])}) in {b['waits']}"))
+              for b in blocked_events(net)]
+    notes.sort(key=lambda n: n[0])
+    k = 0
     last_round = None
     for r in net.ledger.records():
+        while k < len(notes) and notes[k][0] <= r["send_time"]:
+            lines.append(notes[k][1])
+            k += 1
         if r["round"] != last_round:
             last_round = r["round"]
-            label = "setup" if r["round"] < 0 else f"round {r['round']}"
-            lines.append(f"    Note over {alias[names[0]]}: {label}")
+            lines.append(f"    Note over {alias[names[0]]}: {_round(r['round'])}")
         src, dst = alias[r["src"]], alias[r["dst"]]
         if r["status"] == "lost":
             arrow = "-x"
@@ -222,7 +267,9 @@ def mermaid(net: SimNetwork) -> str:
             arrow = "->>"
         tag = " (anonymous)" if r["anonymous"] else ""
         if r["status"] == "delivered":  # (as the step log and the page say: one the receiver never took)
-            fate = f"arrived {_ms(r['arrival_time'])}" + ("" if r["read"] else ", never read")
+            read = _read_later(net, r)
+            fate = f"arrived {_ms(r['arrival_time'])}" + ("" if r["read"] else ", never read") + \
+                ("" if read is None else f", read {_ms(read)}")
         elif r["status"] == "lost":
             fate = f"LOST {r['note']}"
         else:
@@ -232,6 +279,7 @@ def mermaid(net: SimNetwork) -> str:
         if r["anonymous"]:
             hidden = _mermaid_text(f"sender hidden from {r['dst']}")
             lines.append(f"    Note right of {dst}: {hidden}")
+    lines.extend(n[1] for n in notes[k:])
     return "\n".join(lines) + "\n"
 
 
@@ -254,51 +302,140 @@ def _one_line(s: str) -> str:
     return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
+def _round(rnd: int) -> str:
+    """A round label as the views write it: a negative label is a setup round (the secure
+    aggregation's key exchange), not a training round."""
+    return "setup" if rnd < 0 else f"round {rnd}"
+
+
+def _read_later(net: SimNetwork, r: dict) -> float | None:
+    """When the receiver's actor took the delivered message ``r``, if that was after it arrived
+    (it waited in the mailbox, a later round's, or in a gather until the gather returned); None
+    if it was read on arrival, never read, or the network did not trace."""
+    t = getattr(net, "read_at", {}).get(r["seq"])
+    return t if t is not None and r["status"] == "delivered" and t > r["arrival_time"] else None
+
+
+def missing_events(net: SimNetwork) -> list[dict]:
+    """The ledger's ``missing`` records, one event per wait that ended without them: ``time``,
+    ``receiver``, ``kind``, ``round``, ``senders`` (the ids named) and ``anonymous`` (how many
+    of a ``count=`` gather's, whose senders are not known), in time order."""
+    groups: dict[tuple, dict] = {}
+    for m in net.ledger.missing:
+        key = (m.time, m.receiver, m.kind, m.round)
+        g = groups.setdefault(key, {"time": float(m.time), "receiver": m.receiver, "kind": m.kind,
+                                    "round": int(m.round), "senders": [], "anonymous": 0})
+        if m.sender is None:
+            g["anonymous"] += 1
+        else:
+            g["senders"].append(m.sender)
+    return sorted(groups.values(), key=lambda g: g["time"])
+
+
+def missing_text(g: dict) -> str:
+    """``server stops waiting for up (round 0): nothing from b, c`` (or ``2 more (any sender)``)."""
+    parts = []
+    if g["senders"]:
+        parts.append("nothing from " + ", ".join(g["senders"]))
+    if g["anonymous"]:
+        parts.append(f"{g['anonymous']} more (any sender)")
+    return f"{g['receiver']} stops waiting for {g['kind']} ({_round(g['round'])}): {' and '.join(parts)}"
+
+
+def offline_events(net: SimNetwork) -> list[dict]:
+    """The nodes whose link went down during the run (``offline_at`` reached by its end):
+    ``node``, ``time``, and ``dropped`` (True: its actor was stopped there; False: it had
+    finished its part, only its link went down), in time order."""
+    out = []
+    end = net.now()
+    for n in net.nodes.values():
+        off = n.spec.offline_at
+        if off is not None and (n.offline or off <= end):
+            out.append({"node": n.id, "time": float(off), "dropped": bool(n.offline)})
+    return sorted(out, key=lambda e: (e["time"], e["node"]))
+
+
+def blocked_events(net: SimNetwork) -> list[dict]:
+    """The actors a run ended with still blocked and nothing left that could wake them (a
+    deadlock; kept by a ``TracingNetwork``): ``node``, ``time`` (the run's end) and ``waits``
+    (what it waited for, as ``DeadlockError`` says), in node order."""
+    res = getattr(net, "result", None)
+    if res is None:
+        return []
+    return [{"node": n, "time": float(res.duration), "waits": w} for n, w in sorted(res.blocked.items())]
+
+
+def blocked_text(e: dict) -> str:
+    return f"{e['node']} is still waiting when the run ends, with nothing left that could wake it (deadlock): {e['waits']}"
+
+
+def offline_text(e: dict) -> str:
+    return (f"{e['node']} drops out (offline from here on: its actor stops, messages to or from it are lost)"
+            if e["dropped"] else f"{e['node']} goes offline (its actor had finished; messages to it are lost)")
+
+
 def step_log(net: SimNetwork) -> str:
-    """Every send, arrival, loss, computation and actor log line, in simulated-time order, one a
-    line (control characters in a kind or a text shown escaped, as ``\\n``). A lost message's
-    line is at the time it was lost and says why and when it was sent: the time the link model
-    called ``net.lose`` (kept by a network that traces, ``SimNetwork.lost_at``), but not before
-    its last byte left the sender (``tx_end``): a link loss when its transmission ended under
-    every link model (``fifo`` draws it at the send, but the copy holds the sender's port until
-    then), a dropout's loss when the link went down or the copy reached the offline node."""
+    """Every send, arrival, read, loss, computation and actor log line, in simulated-time order,
+    one a line (control characters in a kind or a text shown escaped, as ``\\n``); each message
+    with its round (``setup`` for the key exchange's negative labels). A message its receiver
+    took after it arrived (from the mailbox a round later, or when its gather returned) has a
+    ``reads`` line then (``read_at``, kept by a network that traces), one never taken says
+    ``(never read)`` at its arrival. A lost message's line is at the time it was lost and says why
+    and when it was sent: the time the link model called ``net.lose`` (kept by a network that
+    traces, ``SimNetwork.lost_at``), but not before its last byte left the sender (``tx_end``): a
+    link loss when its transmission ended under every link model (``fifo`` draws it at the send,
+    but the copy holds the sender's port until then), a dropout's loss when the link went down
+    or the copy reached the offline node. A node going offline, and a wait that ended without
+    some senders' messages (``ledger.missing``: a deadline), have a line of their own."""
     lost_at = getattr(net, "lost_at", {})
-    # at equal times: arrivals and losses (of messages sent earlier), then computations, then
-    # sends, then arrivals and losses of messages sent at that very instant
+    # at equal times: a node going offline, arrivals and losses (of messages sent earlier), then
+    # reads and waits given up, then computations, then sends, then arrivals and losses of
+    # messages sent at that very instant
     events: list[tuple[float, int, str]] = []
+    for e in offline_events(net):
+        events.append((e["time"], 0, offline_text(e)))
     for r in net.ledger.records():
         anon = " anonymously" if r["anonymous"] else ""
-        events.append((r["send_time"], 2, f"{r['src']} sends {r['kind']} ({r['bytes']} B){anon} to {r['dst']}"))
+        rnd = _round(r["round"])
+        src = "(anonymous)" if r["anonymous"] else r["src"]
+        events.append((r["send_time"], 3, f"{r['src']} sends {r['kind']} ({rnd}, {r['bytes']} B){anon} to {r['dst']}"))
         if r["status"] == "delivered":
-            rank = 0 if r["arrival_time"] > r["send_time"] else 3
-            events.append((r["arrival_time"], rank, f"{r['dst']} receives {r['kind']} from "
-                           f"{'(anonymous)' if r['anonymous'] else r['src']}"
+            rank = 1 if r["arrival_time"] > r["send_time"] else 4
+            events.append((r["arrival_time"], rank, f"{r['dst']} receives {r['kind']} ({rnd}) from {src}"
                            f"{'' if r['read'] else ' (never read)'}"))
+            read = _read_later(net, r)
+            if read is not None:
+                events.append((read, 2, f"{r['dst']} reads {r['kind']} ({rnd}) from {src} "
+                                        f"(arrived at {_ms(r['arrival_time'])})"))
         elif r["status"] == "lost":
-            what = f"{r['kind']} from {r['src']} to {r['dst']} (sent at {_ms(r['send_time'])})"
+            what = f"{r['kind']} ({rnd}) from {r['src']} to {r['dst']} (sent at {_ms(r['send_time'])})"
             t = lost_at.get(r["seq"])
             if t is None:  # (a network that did not trace: only the send time is known)
-                events.append((r["send_time"], 3, f"{what} is lost ({r['note']}; when not recorded: the "
+                events.append((r["send_time"], 4, f"{what} is lost ({r['note']}; when not recorded: the "
                                                   "network did not trace)"))
             else:
                 # not before its last byte left: fifo draws a link loss at the send, but the copy
                 # holds the sender's port until tx_end all the same (as the timeline shows)
                 if r["tx_end"] > t:
                     t = r["tx_end"]
-                events.append((t, 0 if t > r["send_time"] else 3, f"{what} is lost ({r['note']})"))
+                events.append((t, 1 if t > r["send_time"] else 4, f"{what} is lost ({r['note']})"))
         else:  # the run ended (a deadline, until) before it arrived: neither delivered nor lost
-            events.append((r["send_time"], 3, f"{r['kind']} from {r['src']} to {r['dst']} is still in flight "
-                                               "when the run ends"))
+            events.append((r["send_time"], 4, f"{r['kind']} ({rnd}) from {r['src']} to {r['dst']} is still in "
+                                               "flight when the run ends"))
+    for g in missing_events(net):
+        events.append((g["time"], 2, missing_text(g)))
+    for b in blocked_events(net):
+        events.append((b["time"], 5, blocked_text(b)))
     for node, start, end, label in net.trace:
-        events.append((start, 1, f"{node} {label}s for {(end - start) * 1000:.3f} ms"))
+        events.append((start, 2, f"{node} {label}s for {(end - start) * 1000:.3f} ms"))
     for t, node, text in net.steps:
-        events.append((t, 1, f"{node}: {text}"))
+        events.append((t, 2, f"{node}: {text}"))
     events.sort(key=lambda e: (e[0], e[1]))
     return "".join(f"{t * 1000:12.3f} ms  {_one_line(text)}\n" for t, _, text in events)
 
 
 _COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "sleep": "#E0D080",
-           "propagating": "#8C8C8C"}
+           "propagating": "#8C8C8C", "offline": "#D8D8D8"}
 
 
 def _spans(net: SimNetwork):
@@ -313,6 +450,9 @@ def _spans(net: SimNetwork):
             arrows.append((r["src"], r["dst"], r["tx_end"], r["rx_start"], r["anonymous"]))
     for node, start, end, label in net.trace:  # ctx.sleep's spans (label "sleep") are no computing
         spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
+    # a node's link down, from then to the end of the drawing, under its other spans
+    end = max([s[2] for s in spans] + [net.now()])
+    spans[:0] = [(e["node"], e["time"], max(end, e["time"]), "offline") for e in offline_events(net)]
     return lanes, spans, arrows
 
 
@@ -387,7 +527,10 @@ def _num_or_none(v: float) -> float | None:
 
 def trace_data(net: SimNetwork) -> dict:
     """What the HTML page shows, as JSON-ready data: the participants (id, role), every message
-    (ledger row, payload fields when the network kept them) and every compute span."""
+    (ledger row, payload fields when the network kept them, ``read``: when its receiver took it
+    if that was after its arrival), every compute span, the waits that ended without some
+    senders' messages (``missing``: see ``missing_events``) and the nodes that went offline
+    (``offline``: see ``offline_events``)."""
     payloads = getattr(net, "payloads", {})
     messages = []
     for i, r in enumerate(net.ledger.records()):
@@ -397,11 +540,13 @@ def trace_data(net: SimNetwork) -> dict:
             "send": _num_or_none(r["send_time"]), "tx_start": _num_or_none(r["tx_start"]),
             "tx_end": _num_or_none(r["tx_end"]), "rx_start": _num_or_none(r["rx_start"]),
             "arrival": _num_or_none(r["arrival_time"]), "status": r["status"], "anonymous": bool(r["anonymous"]),
-            "read": bool(r["read"]), "note": r["note"], "payload": payloads.get(i, []),
+            "read": bool(r["read"]), "read_at": _read_later(net, r), "note": r["note"],
+            "payload": payloads.get(i, []),
         })
     nodes = [{"id": n, "role": net.ledger.roles.get(n, "")} for n in _participants(net)]
     compute = [{"node": n, "start": s, "end": e, "label": lab} for n, s, e, lab in net.trace]
-    return {"nodes": nodes, "messages": messages, "compute": compute}
+    return {"nodes": nodes, "messages": messages, "compute": compute, "missing": missing_events(net),
+            "offline": offline_events(net), "blocked": blocked_events(net), "end": float(net.now())}
 
 
 _SEQ_COL, _SEQ_LEFT, _SEQ_TOP, _SEQ_ROW = 150, 90, 56, 30
@@ -413,12 +558,22 @@ def _sequence_svg(data: dict) -> str:
     lanes = nodes + (["(anonymous)"] if anon else [])
     x = {n: _SEQ_LEFT + i * _SEQ_COL for i, n in enumerate(lanes)}
     rows: list[tuple[str, Any]] = []
+    # as in the Mermaid diagram: a node going offline, a wait given up, before the first message
+    # sent at or after its time
+    notes = sorted([(e["time"], e["node"], offline_text(e)) for e in data["offline"]] +
+                   [(g["time"], g["receiver"], missing_text(g)) for g in data["missing"]] +
+                   [(b["time"], b["node"], blocked_text(b)) for b in data["blocked"]], key=lambda n: n[0])
+    k = 0
     last_round = None
     for m in data["messages"]:
+        while k < len(notes) and notes[k][0] <= m["send"]:
+            rows.append(("note", notes[k]))
+            k += 1
         if m["round"] != last_round:
             last_round = m["round"]
             rows.append(("round", m["round"]))
         rows.append(("msg", m))
+    rows.extend(("note", n) for n in notes[k:])
     height = _SEQ_TOP + _SEQ_ROW * (len(rows) + 1)
     width = _SEQ_LEFT + _SEQ_COL * (len(lanes) - 1) + 90
     e = _html.escape
@@ -440,16 +595,22 @@ def _sequence_svg(data: dict) -> str:
     for kind, item in rows:
         y += _SEQ_ROW
         if kind == "round":
-            label = "setup" if item < 0 else f"round {item}"
             out.append(f'<g class="round"><line x1="8" y1="{y - 12}" x2="{width - 8}" y2="{y - 12}" stroke="#ddd"/>'
-                       f'<text x="10" y="{y - 2}" fill="#777">{label}</text></g>')
+                       f'<text x="10" y="{y - 2}" fill="#777">{_round(item)}</text></g>')
+            continue
+        if kind == "note":
+            t, node, text = item
+            out.append(f'<g class="note"><text x="{x[node]}" y="{y - 2}" fill="#C44E52" font-style="italic">'
+                       f'{e(_ms(t))}: {e(text)}</text></g>')
             continue
         m = item
         lost = m["status"] == "lost"
         color = "#C44E52" if lost else "#4C72B0" if not m["anonymous"] else "#8172B2"
         label = f'{m["kind"]} · {_human_size(m["bytes"])}' + (" · LOST" if lost else
                                                               " · in flight at the end" if m["status"] == "in_flight" else
-                                                              "" if m["read"] else " · never read")
+                                                              " · never read" if not m["read"] else
+                                                              f" · read {_ms(m['read_at'])}" if m["read_at"] is not None
+                                                              else "")
         variants = [("true", m["src"])] + ([("hidden", "(anonymous)")] if m["anonymous"] else [])
         out.append(f'<g class="msg{" anonymous" if m["anonymous"] else ""}" id="m{m["i"]}" data-i="{m["i"]}">'
                    f'<rect class="hit" x="8" y="{y - 16}" width="{width - 16}" height="{_SEQ_ROW - 4}" '
@@ -475,7 +636,7 @@ def _sequence_svg(data: dict) -> str:
 
 
 _TL_COLORS = {"queueing": "#DD8452", "sending": "#4C72B0", "propagating": "#CCCCCC", "receiving": "#55A868",
-              "computing": "#C44E52", "sleeping": "#E0D080"}
+              "computing": "#C44E52", "sleeping": "#E0D080", "offline": "#E8E8E8"}
 
 
 def _timeline_html_svg(data: dict) -> str:
@@ -492,7 +653,9 @@ def _timeline_html_svg(data: dict) -> str:
             spans.append((m["dst"], m["rx_start"], m["arrival"], "receiving", m["i"]))
     for c in data["compute"]:
         spans.append((c["node"], c["start"], c["end"], "sleeping" if c["label"] == "sleep" else "computing", -1))
-    t_end = max([s[2] for s in spans if s[2] is not None] + [1e-9])
+    t_end = max([s[2] for s in spans if s[2] is not None] + [data["end"], 1e-9])
+    # from the link going down to the end of the drawing, under the node's other spans
+    spans[:0] = [(o["node"], o["time"], max(t_end, o["time"]), "offline", -1) for o in data["offline"]]
     width, left, lane_h, top = 960, 150, 30, 24
     height = top + lane_h * len(nodes) + 34
     sx = (width - left - 16) / t_end
@@ -557,7 +720,7 @@ body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
-<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire. Step through the messages with the
+<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages with the
 buttons, the arrow keys, or a click on an arrow.</div>
 <div id="controls">
 <button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button>
@@ -613,7 +776,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
     }).join("");
     var fate = m.status === "lost" ? "<b>lost</b> (" + esc(m.note) + ")" :
                m.status === "in_flight" ? "still in flight when the run ended" :
-               "arrived " + ms(m.arrival) + (m.read ? "" : ", never read");
+               "arrived " + ms(m.arrival) + (m.read ? (m.read_at === null ? "" : ", read " + ms(m.read_at)) : ", never read");
     panel.innerHTML =
       '<div><b id="kind">' + esc(m.kind) + "</b> · " + (m.round < 0 ? "setup" : "round " + m.round) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
@@ -649,6 +812,30 @@ buttons, the arrow keys, or a click on an arrow.</div>
 """
 
 
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _count_text(data: dict) -> str:
+    """``20 messages (4 lost, 1 never read)``: the ledger's totals by fate (parts that are 0 left out)."""
+    msgs = data["messages"]
+    parts = [f"{n} {what}" for n, what in (
+        (sum(m["status"] == "lost" for m in msgs), "lost"),
+        (sum(m["status"] == "delivered" and not m["read"] for m in msgs), "never read"),
+        (sum(m["status"] == "in_flight" for m in msgs), "in flight at the end")) if n]
+    return _plural(len(msgs), "message") + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _faults_text(data: dict) -> str:
+    """``; 3 messages missing at a deadline; 1 node offline; deadlock: 2 actors still waiting at
+    the end`` (ledger.missing, dropouts, a deadlock), or nothing."""
+    missing = sum(len(g["senders"]) + g["anonymous"] for g in data["missing"])
+    out = f"; {_plural(missing, 'message')} missing at a deadline" if missing else ""
+    out += f"; {_plural(len(data['offline']), 'node')} offline" if data["offline"] else ""
+    blocked = len(data["blocked"])
+    return out + (f"; deadlock: {_plural(blocked, 'actor')} still waiting at the end" if blocked else "")
+
+
 def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
     """The trace as one self-contained HTML page (see the module docstring): everything inline,
     nothing fetched, so the file works offline and can be mailed around."""
@@ -660,8 +847,7 @@ def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
     # reads back as the same text.
     blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"__TITLE__": _html.escape(title), "__SUMMARY__": _html.escape(summary),
-              "__COUNT__": f"{len(data['messages'])} message" + ("" if len(data["messages"]) == 1 else "s"),
-              "__BYTES__": _human_size(total),
+              "__COUNT__": _count_text(data), "__BYTES__": _human_size(total), "__FAULTS__": _faults_text(data),
               "__SEQUENCE__": _sequence_svg(data), "__TIMELINE__": _timeline_html_svg(data), "__DATA__": blob}
     # one pass over the template: a placeholder's text inside another's value (a kind named
     # "__DATA__" in the sequence diagram) stays as it is

@@ -1,0 +1,269 @@
+"""``fedsim trace``'s views of runs that do not go as planned: a later round's message left in
+the mailbox and read a round later, an earlier round's discarded unread, a wait given up at its
+deadline (``ledger.missing``), a client that drops out, the secure aggregation's setup round.
+Each view (steps.log, sequence.mmd, trace.html, timeline.svg) must say what the ledger says."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from fedsim.kernel import Faults, LinkSpec
+from fedsim.studies.trace import TracingNetwork, mermaid, step_log, timeline_svg, trace, trace_html
+
+
+def _page_data(html: str) -> dict:
+    m = re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1))
+
+
+def _two_rounds():
+    """Client a sends its round-0 and round-1 uploads at once; b's round-0 upload comes after the
+    server's round-0 deadline (50 ms), with its round-1 one. The server gathers each round with
+    ``round=r``: a's round-1 upload waits in the mailbox (read in round 1), b's round-0 one is
+    discarded unread by the round-1 gather, and the round-0 gather gives up on b."""
+
+    async def server(ctx):
+        for r in range(2):
+            ctx.begin_round(r)
+            await ctx.broadcast(["a", "b"], "go", {"r": r})
+            await ctx.gather("up", senders=["a", "b"], round=r, timeout=0.05)
+
+    async def a(ctx):
+        await ctx.receive("go")
+        await ctx.send("server", "up", {"x": 0})
+        ctx.begin_round(1)
+        await ctx.send("server", "up", {"x": 1})
+        await ctx.receive("go")
+
+    async def b(ctx):
+        for r in range(2):
+            await ctx.receive("go")
+            if r == 0:
+                await ctx.sleep(0.06)
+            await ctx.send("server", "up", {"x": r})
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("a", a, role="client", link=LinkSpec(latency=0.001))
+    net.add_node("b", b, role="client", link=LinkSpec(latency=0.001))
+    net.run()
+    return net
+
+
+def test_a_message_read_a_round_later_is_read_then_in_every_view():
+    # the ledger says only whether a message was read: every view drew a's round-1 upload (in the
+    # mailbox from 4 ms, read when the round-1 gather returned at 64 ms) as read on arrival, the
+    # step log's lines of a's two uploads were the same line twice (no round), and the wait the
+    # round-0 gather gave up on b (ledger.missing) appeared nowhere
+    net = _two_rounds()
+    rows = list(net.ledger.records())
+    assert [(r["round"], r["src"], r["kind"], r["read"]) for r in rows] == [
+        (0, "server", "go", True), (0, "server", "go", True), (0, "a", "up", True), (1, "a", "up", True),
+        (1, "server", "go", True), (1, "server", "go", True), (0, "b", "up", False), (1, "b", "up", True)]
+    assert net.read_at == {0: 0.002, 1: 0.002, 2: 0.05, 3: pytest.approx(0.064), 4: pytest.approx(0.052),
+                           5: pytest.approx(0.062), 7: pytest.approx(0.064)}
+    log = step_log(net).splitlines()
+    assert log == [
+        "       0.000 ms  server sends go (round 0, 8 B) to a",
+        "       0.000 ms  server sends go (round 0, 8 B) to b",
+        "       2.000 ms  a receives go (round 0) from server",
+        "       2.000 ms  b receives go (round 0) from server",
+        "       2.000 ms  b sleeps for 60.000 ms",
+        "       2.000 ms  a sends up (round 0, 8 B) to server",
+        "       2.000 ms  a sends up (round 1, 8 B) to server",
+        "       4.000 ms  server receives up (round 0) from a",
+        "       4.000 ms  server receives up (round 1) from a",
+        "      50.000 ms  server reads up (round 0) from a (arrived at 4.000 ms)",
+        "      50.000 ms  server stops waiting for up (round 0): nothing from b",
+        "      50.000 ms  server sends go (round 1, 8 B) to a",
+        "      50.000 ms  server sends go (round 1, 8 B) to b",
+        "      52.000 ms  a receives go (round 1) from server",
+        "      52.000 ms  b receives go (round 1) from server",
+        "      62.000 ms  b reads go (round 1) from server (arrived at 52.000 ms)",
+        "      62.000 ms  b sends up (round 0, 8 B) to server",
+        "      62.000 ms  b sends up (round 1, 8 B) to server",
+        "      64.000 ms  server receives up (round 0) from b (never read)",
+        "      64.000 ms  server receives up (round 1) from b",
+        "      64.000 ms  server reads up (round 1) from a (arrived at 4.000 ms)"]
+    arrows = [line for line in mermaid(net).splitlines() if line.startswith("    N") or "Note" in line]
+    assert arrows == [
+        "    Note over N0: round 0",
+        "    N0->>N1: go 8 B, sent 0.000 ms, arrived 2.000 ms",
+        "    N0->>N2: go 8 B, sent 0.000 ms, arrived 2.000 ms",
+        "    N1->>N0: up 8 B, sent 2.000 ms, arrived 4.000 ms, read 50.000 ms",
+        "    Note over N0: round 1",
+        "    N1->>N0: up 8 B, sent 2.000 ms, arrived 4.000 ms, read 64.000 ms",
+        "    Note over N0: stops waiting for up (round 0)#58; nothing from b, at 50.000 ms",
+        "    N0->>N1: go 8 B, sent 50.000 ms, arrived 52.000 ms",
+        "    N0->>N2: go 8 B, sent 50.000 ms, arrived 52.000 ms, read 62.000 ms",
+        "    Note over N0: round 0",
+        "    N2->>N0: up 8 B, sent 62.000 ms, arrived 64.000 ms, never read",
+        "    Note over N0: round 1",
+        "    N2->>N0: up 8 B, sent 62.000 ms, arrived 64.000 ms"]
+    page = trace_html(net)
+    data = _page_data(page)
+    assert [m["read_at"] for m in data["messages"]] == [None, None, 0.05, pytest.approx(0.064), None,
+                                                        pytest.approx(0.062), None, None]
+    assert data["missing"] == [{"time": 0.05, "receiver": "server", "kind": "up", "round": 0, "senders": ["b"],
+                                "anonymous": 0}]
+    labels = re.findall(r'fill="#222">([^<]*)</text>', page)
+    assert labels == ["go · 8 B", "go · 8 B", "up · 8 B · read 50.000 ms", "up · 8 B · read 64.000 ms", "go · 8 B",
+                      "go · 8 B · read 62.000 ms", "up · 8 B · never read", "up · 8 B"]
+    notes = re.findall(r'<g class="note"><text[^>]*>([^<]*)</text>', page)
+    assert notes == ["50.000 ms: server stops waiting for up (round 0): nothing from b"]
+    assert '", read " + ms(m.read_at)' in page  # the step panel says it too
+
+
+def test_a_count_gather_given_up_says_how_many_and_a_dropout_is_shown():
+    # a client dropping out (its actor stopped at 5 ms, the server's message to it lost) and a
+    # count= gather that ends at its deadline one message short: neither appeared in any view
+    # but as the lost message's note
+    async def server(ctx):
+        await ctx.broadcast(["a", "b"], "go", {"n": 1})
+        await ctx.gather("up", count=2, timeout=0.05)
+
+    async def client(ctx):
+        await ctx.receive("go")
+        await ctx.send("server", "up", {"n": 2}, anonymous=True)
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.01))
+    net.add_node("a", client, role="client", link=LinkSpec(latency=0.01))
+    net.add_node("b", client, role="client", link=LinkSpec(latency=0.01), offline_at=0.005)
+    res = net.run()
+    assert res.offline == ["b"] and len(net.ledger.missing) == 1 and net.ledger.missing[0].sender is None
+    log = step_log(net).splitlines()
+    assert log == [
+        "       0.000 ms  server sends go (round 0, 8 B) to a",
+        "       0.000 ms  server sends go (round 0, 8 B) to b",
+        "       5.000 ms  b drops out (offline from here on: its actor stops, messages to or from it are lost)",
+        "      20.000 ms  a receives go (round 0) from server",
+        "      20.000 ms  go (round 0) from server to b (sent at 0.000 ms) is lost (receiver offline)",
+        "      20.000 ms  a sends up (round 0, 8 B) anonymously to server",
+        "      40.000 ms  server receives up (round 0) from (anonymous)",
+        "      50.000 ms  server reads up (round 0) from (anonymous) (arrived at 40.000 ms)",
+        "      50.000 ms  server stops waiting for up (round 0): 1 more (any sender)"]
+    notes = [line for line in mermaid(net).splitlines() if "Note over N" in line and "round 0" not in line[-8:]]
+    assert notes == ["    Note over N2: drops out at 5.000 ms",
+                     "    Note over N0: stops waiting for up (round 0)#58; 1 more (any sender), at 50.000 ms"]
+    page = trace_html(net)
+    data = _page_data(page)
+    assert data["offline"] == [{"node": "b", "time": 0.005, "dropped": True}]
+    assert re.findall(r'<g class="note"><text[^>]*>([^<]*)</text>', page) == [
+        "5.000 ms: b drops out (offline from here on: its actor stops, messages to or from it are lost)",
+        "50.000 ms: server stops waiting for up (round 0): 1 more (any sender)"]
+    assert " · 3 messages (1 lost), 24 B on the wire; 1 message missing at a deadline; 1 node offline. " in page
+    # the page's timeline and timeline.svg grey the lane from the dropout to the end (50 ms)
+    assert re.findall(r'<rect class="span offline"[^>]*><title>([^<]*)</title>', page) == [
+        "b: offline 5.000 ms to 50.000 ms"]
+    assert "<title>offline 5.000-50.000 ms</title>" in timeline_svg(net)
+
+
+def test_a_node_that_finished_before_its_offline_time_goes_offline_all_the_same():
+    async def server(ctx):
+        await ctx.receive("hi")
+        await ctx.sleep(0.02)
+        await ctx.send("a", "bye", {"n": 1})
+
+    async def a(ctx):
+        await ctx.send("server", "hi", {"n": 1})
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("a", a, role="client", link=LinkSpec(latency=0.001), offline_at=0.01)
+    net.run()
+    assert [r["note"] for r in net.ledger.records()] == ["", "receiver offline"]
+    assert "      10.000 ms  a goes offline (its actor had finished; messages to it are lost)" in step_log(net)
+    assert "    Note over N1: goes offline (had finished) at 10.000 ms" in mermaid(net).splitlines()
+
+
+def test_a_faulty_fedrec_trace_with_secure_aggregation_matches_its_ledger(tmp_path):
+    # every message once, with its fate, its round (the key exchange as setup), in every view;
+    # the page's totals are the ledger's
+    net, paths = trace("fedrec", tmp_path, clients=3, rounds=2,
+                       sets=["secure_aggregation=true", "deadline=0.05"], formats=("html", "mermaid", "log"))
+    # (a trace has no fault options: the same run on a faulty network)
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.contract import check_tiny
+
+    spec = REGISTRY["fedrec"]
+    data, cfg = check_tiny(spec, spec.tiny(3, 2, 0))
+    cfg = cfg.replace(secure_aggregation=True, deadline=0.05)
+    net = TracingNetwork(seed=0, profile="lan", faults=Faults(loss=0.3, dropout=0.3, window=(0.0, 0.05)))
+    spec.build(net, data, cfg)
+    res = net.run()
+    rows = list(net.ledger.records())
+    totals = net.ledger.totals()
+    assert res.offline == ["client/0002"] and totals["lost_messages"] == 4 and totals["missing"] == 3
+    setup = [r for r in rows if r["round"] < 0]
+    assert {r["round"] for r in setup} == {-1} and {r["kind"] for r in setup} == {"keys", "peers"}
+    log = step_log(net)
+    sends = [line for line in log.splitlines() if " sends " in line]
+    assert len(sends) == totals["messages"]
+    assert sum("(setup, " in line for line in sends) == len(setup)
+    assert sum(" is lost (" in line for line in log.splitlines()) == totals["lost_messages"]
+    assert sum(" receives " in line for line in log.splitlines()) == totals["delivered_messages"]
+    assert "client/0002 drops out" in log
+    assert log.count("server stops waiting for masked") == 2
+    diagram = mermaid(net)
+    assert diagram.count(": setup") == 1 and "round -1" not in diagram
+    assert len(re.findall(r"^    N\d+-?-[x>]>?N\d+: ", diagram, re.M)) == totals["messages"]
+    assert diagram.count(", LOST ") == totals["lost_messages"]
+    page = trace_html(net)
+    data = _page_data(page)
+    assert len(data["messages"]) == totals["messages"]
+    assert sum(m["bytes"] for m in data["messages"]) == totals["bytes"]
+    assert (f' · {totals["messages"]} messages ({totals["lost_messages"]} lost), 22.7 KB on the wire; '
+            f'{totals["missing"]} messages missing at a deadline; 1 node offline. ') in page
+    assert totals["bytes"] == 22708
+    assert "round -1" not in page.split("<script")[0]
+    assert sum(len(g["senders"]) + g["anonymous"] for g in data["missing"]) == totals["missing"]
+
+
+def _every_client_offline(monkeypatch):
+    """``fedsim trace demo`` on a network where every client drops out at once: the server's
+    gather (demo has no deadline by default) waits for ever, a deadlock."""
+    import fedsim.studies.trace as trace_mod
+
+    class Dropping(TracingNetwork):
+        def __init__(self, **kwargs):
+            super().__init__(faults=Faults(dropout=1.0), **kwargs)
+
+    monkeypatch.setattr(trace_mod, "TracingNetwork", Dropping)
+
+
+def test_a_deadlocked_trace_is_written_and_shows_who_waits(monkeypatch, tmp_path):
+    # a run ending in a deadlock wrote no file (trace raised before writing), and the views of such
+    # a run did not say which actors were left waiting
+    from fedsim.kernel import DeadlockError
+
+    _every_client_offline(monkeypatch)
+    with pytest.raises(DeadlockError) as info:
+        trace("demo", tmp_path, clients=2, rounds=1, formats=("html", "mermaid", "log"))
+    assert sorted(p.name for p in info.value.paths.values()) == ["sequence.mmd", "steps.log", "trace.html"]
+    assert list(info.value.blocked) == ["server"]
+    waits = info.value.blocked["server"]
+    log = (tmp_path / "steps.log").read_text().splitlines()
+    assert log[-1] == (f"       1.001 ms  server is still waiting when the run ends, with nothing left that could "
+                       f"wake it (deadlock): {waits}")
+    assert sum("drops out" in line for line in log) == 2
+    assert (tmp_path / "sequence.mmd").read_text().splitlines()[-1] == (
+        f"    Note over N0: deadlock#58; still waiting at the end (1.001 ms) in {waits.replace(':', '#58;')}")
+    page = (tmp_path / "trace.html").read_text()
+    assert " · 2 messages (2 lost), 112 B on the wire; 2 nodes offline; deadlock: 1 actor still waiting at the end." \
+        in page
+
+
+def test_cli_trace_of_a_deadlocked_run_keeps_its_files(monkeypatch, tmp_path, capsys):
+    from fedsim.cli import main
+
+    _every_client_offline(monkeypatch)
+    out = tmp_path / "t"
+    assert main(["trace", "demo", "--clients", "2", "--out", str(out)]) == 1
+    err = capsys.readouterr()
+    assert f"wrote {out}/: trace.html, sequence.mmd, timeline.svg, steps.log" in err.out
+    assert "error: " in err.err and "server" in err.err
+    assert "deadlock" in (out / "steps.log").read_text()
