@@ -537,3 +537,34 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_lo
     res = net.run(timeout=10)
     assert res.results == {"a": 5, "b": "sent"}
     assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]
+
+
+@pytest.mark.parametrize("each", [False, True])
+def test_a_gather_for_round_r_records_its_missing_senders_in_round_r(each):
+    # the record took the receiver's current round: a node that had already read a later round's
+    # message (a late FedRec++ denoiser that took the next model first) recorded round r's missing
+    # noise under round r + 1
+    async def receiver(ctx):
+        await ctx.receive("later")  # labelled round 3: the node adopts it
+        assert ctx.round == 3
+        if each:
+            async for _ in ctx.gather_each("up", senders=["b"], round=1, timeout=1.0):
+                pass
+        else:
+            await ctx.gather("up", senders=["b"], round=1, timeout=1.0)
+        return ctx.round
+
+    async def early(ctx):
+        ctx.begin_round(3)
+        await ctx.send("a", "later", {})
+
+    async def silent(ctx):
+        return None
+
+    net = SimNetwork(seed=0)
+    net.add_node("a", receiver)
+    net.add_node("c", early)
+    net.add_node("b", silent)
+    res = net.run()
+    assert res["a"] == 3
+    assert [(m.round, m.receiver, m.sender, m.kind) for m in net.ledger.missing] == [(1, "a", "b", "up")]

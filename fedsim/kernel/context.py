@@ -150,7 +150,7 @@ class GatherEach:
         if not self._done:
             self._done = True
             if self.missing:
-                ctx._net.record_missing(ctx._node, self._kind, self.missing)
+                ctx._net.record_missing(ctx._node, self._kind, self.missing, self._col.round)
         raise StopAsyncIteration
 
 
@@ -361,7 +361,7 @@ class Context:
         missing = sorted(pending) if pending is not None else []
         missing_count = want - len(got)
         if missing_count:
-            self._net.record_missing(self._node, kind, missing or [None] * missing_count)
+            self._net.record_missing(self._node, kind, missing or [None] * missing_count, round)
         return Gathered(messages, missing, missing_count)
 
     def gather_each(self, kind: str, *, senders: Iterable[str], timeout: float | None = None,
