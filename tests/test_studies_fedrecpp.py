@@ -103,6 +103,11 @@ def test_run_pp_carries_what_the_run_left_out(net):
         assert o.missing == [{"round": t, "groups": 1, "clients": 30} for t in range(3)] and o.lost_clients == []
     else:
         assert o.missing == [] and o.lost_clients == ["client/0017"]
+        # its errors are over the test ratings of the clients present: the lost one's zero user
+        # factor (the lowest rating predicted) was scored as if it had trained
+        users, items, values, left_out = ref.present(*f.test[:3])
+        assert left_out == 1 and (o.mae, o.rmse) == ref.model.evaluate(users, items, values)
+        assert o.rmse != ref.model.evaluate(*f.test[:3])[1]
     clean = run_pp((f, cfg, 3, "lan", False))
     assert clean.missing == [] and clean.lost_clients == [] and not clean.incomplete
 

@@ -45,8 +45,8 @@ class PPOutcome:
     initial_rmse: float = float("nan")
     # what the run left out (faults, deadline): the result's info["missing"] records (per round,
     # the groups and clients left out of the update; round -1: clients whose key never arrived)
-    # and info["lost_clients"] (clients that dropped out: their user factors are lost, zero in
-    # the evaluated model)
+    # and info["lost_clients"] (clients that dropped out: their user factors are lost, and their
+    # test ratings are left out of mae and rmse)
     missing: list = field(default_factory=list)
     lost_clients: list = field(default_factory=list)
     iterations: int | None = None  # iterations the server ran (iterations_run: cfg.T unless it diverged)
@@ -67,7 +67,9 @@ def run_pp(task: tuple) -> PPOutcome:
     result = job.collect(net.run())
     model = result.model
     wall = time.perf_counter() - t0
-    mae, rmse, div = evaluate_fold(model, fold)
+    # a client that dropped out took its user factor with it (zeros in the model): its test
+    # ratings are left out, as run_one leaves them out (lost_clients says how many clients)
+    mae, rmse, div = evaluate_fold(model, fold, lost=result.info["lost_users"])
     label = f"fold{fold.index + 1}-eta{cfg.eta}-rho{cfg.rho:g}-c{cfg.c}-s{seed}"
     out = PPOutcome(fold.index, cfg, mae, rmse, div, wall, record=network_record(net, rest[0] if rest else None, label),
                     missing=list(result.info["missing"]), lost_clients=list(result.info["lost_clients"]),
@@ -97,8 +99,8 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
     """Add a warning to the report for every run ``(label, outcome)`` that left something out
     (faults and a deadline: groups left out of a round's update, clients whose key never
     arrived, clients that dropped out), and the table ``incomplete`` (one row per such run);
-    returns the rows. Their errors are those of a model trained on less than the data (and a
-    lost client's user factor is zero in it)."""
+    returns the rows. Their errors are those of a model trained on less than the data, over the
+    test ratings of the clients present (a lost client's user factor left with it)."""
     rows = []
     for label, o in runs:
         if not o.incomplete:
@@ -110,7 +112,7 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
         ctx.table("incomplete", rows, title="Runs that left groups or clients out (faults, deadline)")
         ctx.caveat("incomplete", f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
                  "or clients were left out of some rounds' updates (`left_out_clients`, per round) or dropped out "
-                 "(`lost_clients`: their user factors are lost, zero in the evaluated model). Their figures are "
+                 "(`lost_clients`: their user factors are lost, their test ratings left out of the errors). Their figures are "
                  "not those of a complete run: "
                  + "; ".join(f"{r['run']} fold {r['fold']}: {r['left_out_rounds']} round(s) with "
                              f"{r['left_out_clients']} client(s) left out, {r['lost_clients']} lost"
