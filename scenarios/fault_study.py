@@ -20,7 +20,8 @@ from fedsim.protocols.fpl import FPLConfig
 from fedsim.studies.faults import FaultTask, run_fault_task
 from fedsim.studies.parallel import count_done, default_workers, pmap
 
-RUN_TIME = "under a minute on ml100k-like (24 runs of 20 rounds on 2 cores; 26 s measured quiet on 2026-11-26, docs/performance.md)"
+RUN_TIME = ("under a minute on ml100k-like (36 runs of 20 rounds on 2 cores; 30 s measured on 2026-11-27 with "
+            "PersonalFR added, docs/reliability.md)")
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {
