@@ -1,12 +1,15 @@
-"""Faults: accuracy and round time of FedRec PMF(B) and FPL against message loss and client dropout.
+"""Faults: accuracy and round time of FedRec PMF(B), FPL and PersonalFR against message loss and client dropout.
 
 Every client loses each message it sends with probability ``loss`` and drops out with probability
 ``dropout`` at a time uniform in ``[0, window]`` seconds; the server waits ``deadline`` seconds for
 a round's uploads and goes on with what arrived (FedRec: each item's mean gradient over the users
-who sent one; FPL: the sum of the updates that arrived). For each (protocol, loss, dropout) the
-table gives the paper's accuracy (FedRec: test RMSE, FPL: P@10, both over the clients still present
-at the end, whose models exist), the mean simulated round time, and what was lost (messages,
-uploads missing per round, clients gone), all from the runs' results and ledgers.
+who sent one; FPL: the sum of the updates that arrived; PersonalFR: Eq. 5's merge of the active
+decoders that arrived). For each (protocol, loss, dropout) the table gives the paper's accuracy
+(FedRec: test RMSE, FPL: P@10, both over the clients still present at the end, whose models exist;
+PersonalFR: explicit test RMSE from its own final federated evaluation, over the clients whose
+answer arrived, with how many were evaluated, missed and left out), the mean simulated round time,
+and what was lost (messages, uploads missing per round, clients gone), all from the runs' results
+and ledgers.
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ from fedsim.protocols.fpl import FPLConfig
 from fedsim.studies.faults import FaultTask, run_fault_task
 from fedsim.studies.parallel import count_done, default_workers, pmap
 
-RUN_TIME = "under a minute on ml100k-like (24 runs of 20 rounds on 2 cores; 26 s measured quiet on 2026-11-26, docs/performance.md)"
+RUN_TIME = ("under a minute on ml100k-like (36 runs of 20 rounds on 2 cores; 30 s measured on 2026-11-27 with "
+            "PersonalFR added, docs/reliability.md)")
 DEFAULT_DATA = "ml100k-like"
 DEFAULT_PROFILE = "wan"
 PARAMS = {
-    "protocols": Param(["fedrec", "fpl"], "protocols to run", kind="strs", choices=("fedrec", "fpl")),
+    "protocols": Param(["fedrec", "fpl", "personalfr"], "protocols to run", kind="strs",
+                       choices=("fedrec", "fpl", "personalfr")),
     "losses": Param([0.0, 0.05, 0.1, 0.2], "per-message loss probabilities", kind="floats", min=0, max=1),
     "dropouts": Param([0.0, 0.1, 0.3], "client dropout probabilities", kind="floats", min=0, max=1),
     "window": Param(30.0, "dropouts happen uniformly within this many seconds from the start", min=0),
     "deadline": Param.of(FedRecConfig, "deadline", 5.0, help="seconds the server waits for a round's uploads"),
-    "rounds": Param(20, "rounds (FedRec iterations T; FPL rounds of every client)", min=1),
+    "rounds": Param(20, "rounds (FedRec iterations T; FPL rounds of every client; PersonalFR rounds T)", min=1),
     "triples": Param.of(FPLConfig, "triples", 20, help="FPL: triples per client and round"),
     "pi": Param.of(FPLConfig, "pi", 0.5),
     "test_frac": Param(0.2, "held-out fraction per user", min=0.05, max=0.5),
@@ -43,12 +48,17 @@ def run(ctx: RunContext) -> None:
 
     ratings = ctx.load_data()
     splits = {"fedrec": per_user_random(ratings, ctx["test_frac"], seed=ctx.seed)}
+    splits["personalfr"] = splits["fedrec"]  # explicit ratings, the same split
     implicit = ratings.binarize()
     splits["fpl"] = (temporal_holdout(implicit, ctx["test_frac"]) if implicit.timestamps is not None
                      else per_user_random(implicit, ctx["test_frac"], seed=ctx.seed))
     configs = {"fedrec": {"model": "PMF(B)", "T": ctx["rounds"], "deadline": ctx["deadline"]},
                "fpl": {"clients_per_round": splits["fpl"][0].n_users, "triples": ctx["triples"],
-                       "rounds": ctx["rounds"], "pi": ctx["pi"], "deadline": ctx["deadline"]}}
+                       "rounds": ctx["rounds"], "pi": ctx["pi"], "deadline": ctx["deadline"]},
+               # the paper's configuration (100 clients, or one per user if fewer; C = 0.1), explicit task,
+               # evaluated after the last round
+               "personalfr": {"task": "explicit", "clients": min(100, splits["personalfr"][0].n_users),
+                              "rounds": ctx["rounds"], "deadline": ctx["deadline"]}}
     tasks = []
     for proto in ctx["protocols"]:
         train, test = splits[proto]
@@ -75,10 +85,13 @@ def run(ctx: RunContext) -> None:
              "the rounds it misses. The deadline bounds each of the server's waits for a round's messages, not the "
              "round: a round also takes the model's transfer to the clients, their computation and (FedRec) the "
              f"evaluation's exchange; round_s exceeds the deadline in {len(over)} of the {len(rows)} run(s) here "
-             f"(longest mean round {longest:.3g} s, deadline {ctx['deadline']:g} s). Both accuracies are over the clients "
-             "present at the end: a client that dropped out took its user factor with it, and its test items are "
-             "left out (FedRec's RMSE and FPL's P@10 alike), so rows with dropout score other users than the rows "
-             "without (docs/reliability.md).")
+             f"(longest mean round {longest:.3g} s, deadline {ctx['deadline']:g} s). FedRec's RMSE and FPL's P@10 are over "
+             "the clients present at the end: a client that dropped out took its user factor with it, and its test "
+             "items are left out (both alike), so rows with dropout score other users than the rows without "
+             "(docs/reliability.md). PersonalFR's RMSE is its own final federated evaluation, over the test ratings "
+             "(eval_ratings) of the clients whose answer arrived (eval_clients); eval_missing did not answer by the "
+             "deadline (gone, or its answer lost), eval_left_out were not asked (their indices never "
+             "arrived: they never trained).")
 
 
 if __name__ == "__main__":

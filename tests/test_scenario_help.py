@@ -42,7 +42,7 @@ def test_defaults_are_shown_as_typed_in_both_helps(capsys, monkeypatch):
     # the script's help showed Python lists ("default ['fedrec', 'fpl']") where fedsim run NAME --help
     # shows "fedrec,fpl"; an empty default or choice ('': from the settings) showed as nothing
     out = _help(load_scenario("fault_study"), capsys, monkeypatch)
-    assert "(strs; one of fedrec, fpl; default fedrec,fpl)" in out
+    assert "(strs; one of fedrec, fpl, personalfr; default fedrec,fpl,personalfr)" in out
     assert "default [" not in out
     out = _help(load_scenario("fpl_pi"), capsys, monkeypatch)
     assert "(str; one of '', paper, code; default '')" in out

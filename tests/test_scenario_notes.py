@@ -41,7 +41,7 @@ def test_fault_study_says_fpl_leaves_out_the_clients_gone(tmp_path):
                                                  "workers": 1, "protocols": ["fpl"]})
     assert int(_csv(out / "faults_fpl.csv")[0]["lost_clients"]) > 0
     assert "zeros for the clients gone" not in report and "ranks every user" not in report
-    assert "Both accuracies are over the clients present at the end" in report
+    assert "FedRec's RMSE and FPL's P@10 are over the clients present at the end" in report
 
 
 def test_quickstart_note_states_the_comparisons_the_run_computed(tmp_path):

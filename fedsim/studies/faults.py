@@ -1,8 +1,9 @@
 """Runs under message loss and client dropout: what a fault costs in accuracy and round time.
 
-One task is a protocol (FedRec PMF(B) or FPL) run on a train/test split with seeded faults
-(``fedsim.kernel.Faults`` through ``NetSpec``) and a server deadline; the outcome holds the
-accuracy the paper uses (test RMSE for FedRec, P@10 for FPL), the mean simulated round time,
+One task is a protocol (FedRec PMF(B), FPL or PersonalFR) run on a train/test split with seeded
+faults (``fedsim.kernel.Faults`` through ``NetSpec``) and a server deadline; the outcome holds the
+accuracy the paper uses (test RMSE for FedRec and PersonalFR, P@10 for FPL), the mean simulated
+round time,
 and what was lost, all read off the run's result and ledger. Tasks are picklable (plain arrays),
 so a scenario can run a grid of them in worker processes.
 """
@@ -24,7 +25,7 @@ __all__ = ["FAULT_STUDY", "FaultTask", "network_faults", "refuse_faults", "run_f
 
 @dataclass(frozen=True)
 class FaultTask:
-    protocol: str  # "fedrec" or "fpl"
+    protocol: str  # "fedrec", "fpl" or "personalfr" (explicit task)
     train: tuple  # users, items, values, n_users, n_items (and timestamps or None)
     test: tuple
     config: dict  # the protocol's Config fields
@@ -59,6 +60,16 @@ def run_fault_task(task: FaultTask) -> dict[str, Any]:
     if task.protocol == "fedrec":
         # a client that dropped out took its model with it: its test ratings are left out
         out["test_rmse"] = result.model.evaluate(*result.present(test.users, test.items, test.values)[:3])[1]
+    elif task.protocol == "personalfr":
+        # the protocol's own final federated evaluation: over the test entries of the clients that
+        # answered it (one that dropped out does not; one whose indices never arrived is not asked)
+        final = result.info["final"]
+        if final is None or "rmse" not in final:
+            raise ValueError(f"fault task {task.protocol!r}: the run has no final explicit evaluation "
+                             f"(config task {cfg.task!r}; the study measures explicit RMSE)")
+        everyone = len(result.info["clients"]) + len(result.info["lost_clients"])
+        out.update(test_rmse=final["rmse"], eval_clients=everyone - final["missing"] - final["left_out"],
+                   eval_missing=final["missing"], eval_left_out=final["left_out"], eval_ratings=final["n"])
     else:
         out["p_at_10"] = result.final("p@10")
     t = led.totals()
