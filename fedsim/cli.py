@@ -6,8 +6,8 @@ manage datasets.
            [--dropout P] [--quiet] [--ledger]
     fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
                  [--config sweep.toml] [run options]
-    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--out DIR]
-                 [--force] [--html] [--open]
+    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--loss P]
+                 [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
     fedsim list
     fedsim data get|list|path ...
 
@@ -17,8 +17,9 @@ the scenario's parameters.
 
 Errors a user can cause print one line (``error: ...``) and exit with status 2, leaving no
 output folder behind; a run that does not finish (a deadlock) prints ``error: the run did not
-finish ...`` with who waits for what and exits with status 1; Ctrl-C exits with status 130. Neither
-leaves a folder.
+finish ...`` with who waits for what and exits with status 1 (``fedsim trace`` writes its views of
+the run up to the deadlock all the same and names their folder); Ctrl-C exits with status 130,
+leaving no folder.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .experiment import (
     scenario_name,
 )
 from .experiment.configfile import at
-from .experiment.runner import closing_line, did_not_finish, resolve_run_options
+from .experiment.runner import add_fault_arguments, closing_line, did_not_finish, net_from_args, resolve_run_options
 from .kernel.errors import DeadlockError, NetworkConfigError
 
 DEFAULT_SCENARIO = "quickstart"
@@ -84,6 +85,7 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol option")
     tr.add_argument("--seed", action=StoreOnce, type=int, default=0)
     tr.add_argument("--profile", action=StoreOnce, default="lan", help="network profile (default lan)")
+    add_fault_arguments(tr)  # (a lossy run waits for ever without the protocol's --set deadline=SECONDS)
     tr.add_argument("--out", action=StoreOnce, help="output folder (default runs/<time>-trace-<protocol>)")
     tr.add_argument("--force", action=FlagOnce, help="replace what --out holds")
     tr.add_argument("--html", action=FlagOnce,
@@ -305,11 +307,12 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
         raise UsageError("--out is empty; give a value or leave the option out")
+    netspec = net_from_args(None, args)  # --profile, --loss, --dropout, --dropout-window as fedsim run reads them
     folder = OutputFolder(args.out or default_out_dir("trace-" + args.protocol), explicit=bool(args.out),
                           force=args.force)
     try:
         net, paths = trace(args.protocol, folder.tmp, clients=args.clients, rounds=args.rounds, seed=args.seed,
-                           profile=args.profile, sets=args.set,
+                           net=netspec, sets=args.set,
                            formats=("html",) if args.html else None)
         final = folder.commit()
     except DeadlockError as exc:  # written all the same: the trace shows who waits for what
@@ -318,7 +321,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
             raise
         final = folder.commit()
         print(f"wrote {final}/: {', '.join(p.name for p in exc.paths.values())} (the run up to its deadlock)")
-        raise
+        print(f"error: {did_not_finish(exc, written=final, advice=getattr(exc, 'advice', None))}", file=sys.stderr)
+        return 1
     except BaseException:
         folder.discard()
         raise

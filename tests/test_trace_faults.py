@@ -185,7 +185,7 @@ def test_a_faulty_fedrec_trace_with_secure_aggregation_matches_its_ledger(tmp_pa
     # the page's totals are the ledger's
     net, paths = trace("fedrec", tmp_path, clients=3, rounds=2,
                        sets=["secure_aggregation=true", "deadline=0.05"], formats=("html", "mermaid", "log"))
-    # (a trace has no fault options: the same run on a faulty network)
+    # (the same run on a faulty network, built by hand)
     from fedsim.protocols import REGISTRY
     from fedsim.protocols.contract import check_tiny
 
@@ -230,7 +230,7 @@ def _every_client_offline(monkeypatch):
 
     class Dropping(TracingNetwork):
         def __init__(self, **kwargs):
-            super().__init__(faults=Faults(dropout=1.0), **kwargs)
+            super().__init__(**{**kwargs, "faults": Faults(dropout=1.0)})
 
     monkeypatch.setattr(trace_mod, "TracingNetwork", Dropping)
 
@@ -266,4 +266,131 @@ def test_cli_trace_of_a_deadlocked_run_keeps_its_files(monkeypatch, tmp_path, ca
     err = capsys.readouterr()
     assert f"wrote {out}/: trace.html, sequence.mmd, timeline.svg, steps.log" in err.out
     assert "error: " in err.err and "server" in err.err
+    # the folder it wrote is named, not denied; no fault option given: the general advice
+    assert err.err.startswith(f"error: the run did not finish, {out}/ holds the run up to its deadlock: ")
+    assert err.err.splitlines()[-1] == ("  a lost message (--loss) or a dropped-out client (--dropout) is waited for "
+                                        "for ever unless the protocol has a deadline (--set deadline=SECONDS)")
     assert "deadlock" in (out / "steps.log").read_text()
+
+
+def _traced_networks(monkeypatch) -> list:
+    """The TracingNetworks ``fedsim trace`` builds (to compare its files with their ledgers)."""
+    import fedsim.studies.trace as trace_mod
+
+    made = []
+
+    class Kept(TracingNetwork):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(trace_mod, "TracingNetwork", Kept)
+    return made
+
+
+def _lost_lines(net) -> list[str]:
+    return [f"{r['kind']} ({'round ' + str(r['round'])}) from {r['src']} to {r['dst']} (sent at "
+            f"{r['send_time'] * 1000:.3f} ms) is lost ({r['note']})" for r in net.ledger.records() if r["status"] == "lost"]
+
+
+def test_cli_trace_with_loss_and_a_deadline_shows_the_losses_and_the_waits_given_up(monkeypatch, tmp_path, capsys):
+    # fedsim trace had no fault option: a lossy run could only be traced from Python
+    from fedsim.cli import main
+
+    made = _traced_networks(monkeypatch)
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--clients", "4", "--rounds", "2", "--loss", "0.2", "--set", "deadline=2",
+                 "--out", str(out)]) == 0
+    assert "traced 20 messages" in capsys.readouterr().out
+    (net,) = made
+    assert net.faults.loss == 0.2 and net.faults.dropout == 0.0
+    totals = net.ledger.totals()
+    assert (totals["messages"], totals["lost_messages"], totals["missing"]) == (20, 3, 3)
+    log = (out / "steps.log").read_text().splitlines()
+    lost = [line.strip().split(" ms  ", 1)[1] for line in log if " is lost (" in line]
+    assert lost == _lost_lines(net) and all(line.endswith("is lost (link loss)") for line in lost)
+    waits = [line.strip() for line in log if " stops waiting " in line]
+    assert waits == ["2002.076 ms  server stops waiting for gradients (round 1): nothing from client/0001, "
+                     "client/0002, client/0003"]
+    assert sum(len(line.split("nothing from ")[1].split(", ")) for line in waits) == totals["missing"]
+    page = (out / "trace.html").read_text()
+    assert "fedrec: 4 clients, 2 rounds, profile lan, loss 0.2, seed 0" in page
+    assert " · 20 messages (3 lost), " in page and "; 3 messages missing at a deadline. " in page
+    # the same run as the API's trace on that NetSpec, line for line
+    from fedsim.kernel import NetSpec
+
+    trace("fedrec", tmp_path / "api", clients=4, rounds=2, net=NetSpec(profile="lan", loss=0.2),
+          sets=["deadline=2"], formats=("log",))
+    assert (tmp_path / "api" / "steps.log").read_text().splitlines() == log
+
+
+def test_cli_trace_with_dropout_shows_who_drops_out(monkeypatch, tmp_path, capsys):
+    from fedsim.cli import main
+
+    made = _traced_networks(monkeypatch)
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--clients", "4", "--rounds", "2", "--dropout", "0.5", "--dropout-window",
+                 "0,0.002", "--set", "deadline=1", "--out", str(out)]) == 0
+    (net,) = made
+    assert net.faults.window == (0.0, 0.002) and net.result.offline == ["client/0002", "client/0003"]
+    log = (out / "steps.log").read_text().splitlines()
+    drops = [line.strip().split(" (")[0] for line in log if " drops out " in line]
+    assert drops == ["0.121 ms  client/0003 drops out", "1.928 ms  client/0002 drops out"]
+    lost = [line.strip().split(" ms  ", 1)[1] for line in log if " is lost (" in line]
+    assert lost == _lost_lines(net) and len(lost) == net.ledger.totals()["lost_messages"] == 5
+    assert all(line.endswith("is lost (receiver offline)") for line in lost)
+    assert sum(" stops waiting " in line for line in log) == 2
+    assert "; 3 messages missing at a deadline; 2 nodes offline. " in (out / "trace.html").read_text()
+
+
+def test_cli_trace_deadlocked_by_loss_without_a_deadline_says_to_set_one(tmp_path, capsys):
+    # the error said "no output folder was written" under the line naming the folder it wrote
+    from fedsim.cli import main
+
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--clients", "4", "--rounds", "2", "--loss", "0.2", "--out", str(out)]) == 1
+    cap = capsys.readouterr()
+    assert f"wrote {out}/: trace.html, " in cap.out
+    lines = cap.err.splitlines()
+    assert lines[0].startswith(f"error: the run did not finish, {out}/ holds the run up to its deadlock: deadlock at")
+    assert lines[-1] == ("  fedrec waits for ever for a message lost or never sent (--loss 0.2) without a deadline: "
+                         "give it one, --set deadline=SECONDS")
+    assert "no output folder" not in cap.err
+    assert "deadlock" in (out / "steps.log").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--loss", "1.5"], "loss must be a probability in [0, 1], got 1.5"),
+    (["--dropout-window", "0"], "--dropout-window expects START,END in seconds, got '0'"),
+    (["--loss", "0.1", "--loss", "0.2"], "argument --loss: given twice"),
+])
+def test_cli_trace_refuses_bad_fault_options_and_writes_nothing(argv, message, tmp_path, capsys):
+    from fedsim.cli import main
+
+    out = tmp_path / "t"
+    with pytest.raises(SystemExit) if "twice" in message else _no_raise():
+        assert main(["trace", "demo", "--out", str(out)] + argv) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+class _no_raise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_trace_refuses_a_transport_it_cannot_trace_and_a_profile_with_a_netspec(tmp_path):
+    from fedsim.experiment import UsageError
+    from fedsim.kernel import NetSpec, NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match="transport 'tcp' does not simulate dropout"):
+        NetSpec(transport="tcp", dropout=0.1)
+    with pytest.raises(UsageError, match="a trace runs on the simulated network .transport 'sim'., not on "
+                                         "transport 'tcp'"):
+        trace("demo", tmp_path / "a", net=NetSpec(transport="tcp", loss=0.1))
+    with pytest.raises(UsageError, match="not both"):
+        trace("demo", tmp_path / "b", profile="wan", net=NetSpec(loss=0.1))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

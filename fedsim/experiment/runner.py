@@ -24,7 +24,7 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_run_arguments", "closing_line", "default_out_dir",
+__all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
            "did_not_finish", "net_from_args",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
@@ -359,16 +359,23 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--transport", action=StoreOnce, default=None,
                     help="sim (simulated network, default), asyncio (one process, real time) or tcp "
                          "(separate processes over TCP on loopback)")
+    add_fault_arguments(ap)
+    ap.add_argument("--quiet", action=FlagOnce, help="no progress display or printed tables (the "
+                                                      "closing line still names the output folder)")
+    ap.add_argument("--ledger", action=FlagOnce,
+                    help="also write every message of every network as ledger.csv (a run column says which)")
+
+
+def add_fault_arguments(ap: argparse.ArgumentParser) -> None:
+    """Add the network fault options (``--loss --dropout --dropout-window``, None when not
+    given; :func:`net_from_args` reads them) to ``ap``: every run's (:func:`add_run_arguments`)
+    and ``fedsim trace``'s."""
     ap.add_argument("--loss", action=StoreOnce, type=float, default=None,
                     help="probability that a client's message is lost")
     ap.add_argument("--dropout", action=StoreOnce, type=float, default=None,
                     help="probability that a client drops out (at a time uniform in --dropout-window)")
     ap.add_argument("--dropout-window", action=StoreOnce, default=None, dest="dropout_window", metavar="START,END",
                     help="seconds within which dropouts happen (default 0,0)")
-    ap.add_argument("--quiet", action=FlagOnce, help="no progress display or printed tables (the "
-                                                      "closing line still names the output folder)")
-    ap.add_argument("--ledger", action=FlagOnce,
-                    help="also write every message of every network as ledger.csv (a run column says which)")
 
 
 def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | None = None) -> dict[str, Any]:
@@ -430,8 +437,12 @@ def _about_key(msg: str, key: str) -> str:
     return msg.removeprefix(f"faults: {name} ")
 
 
-def net_from_args(mod: ModuleType, args: argparse.Namespace):
-    """The ``NetSpec`` of parsed run options (see :func:`add_run_arguments`)."""
+def net_from_args(mod: ModuleType | None, args: argparse.Namespace):
+    """The ``NetSpec`` of parsed run options (see :func:`add_run_arguments`; a parser with only
+    ``--profile`` and :func:`add_fault_arguments`, as ``fedsim trace``'s, has the default link
+    model and transport). ``mod``: the scenario whose ``DEFAULT_PROFILE`` a profile of None
+    means (None: ``ideal``). Raises ``UsageError`` for a bad value or a fault the transport
+    cannot simulate (``tcp`` and ``--dropout``)."""
     window = None
     if getattr(args, "dropout_window", None) is not None:  # "" is refused, not read as no window
         try:
@@ -440,8 +451,8 @@ def net_from_args(mod: ModuleType, args: argparse.Namespace):
                 raise ValueError
         except ValueError:
             raise UsageError(f"--dropout-window expects START,END in seconds, got {args.dropout_window!r}") from None
-    return network_spec(mod, args.profile, link_model=args.link_model, transport=args.transport,
-                        loss=args.loss, dropout=args.dropout, window=window)
+    return network_spec(mod, args.profile, link_model=getattr(args, "link_model", None),
+                        transport=getattr(args, "transport", None), loss=args.loss, dropout=args.dropout, window=window)
 
 
 def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) -> int:
@@ -488,15 +499,19 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     return 0
 
 
-def did_not_finish(exc: BaseException) -> str:
+def did_not_finish(exc: BaseException, written: str | Path | None = None, advice: str | None = None) -> str:
     """The ``error:`` text of a run that ended in a ``DeadlockError``: who waits for what (the
-    error's own lines), without its advice to API callers, and the remedy on the command line."""
+    error's own lines), without its advice to API callers, and the remedy on the command line
+    (``advice``, else the general one). ``written``: the folder that holds what the run wrote up
+    to its deadlock (``fedsim trace``'s), else none was written."""
     lines = str(exc).splitlines()
     if lines and lines[-1].strip().startswith("(run(strict=False)"):
         lines.pop()
-    lines.append("  a lost message (--loss) or a dropped-out client (--dropout) is waited for for ever unless "
-                 "the protocol has a deadline (--set deadline=SECONDS)")
-    return "the run did not finish, no output folder was written: " + "\n".join(lines)
+    lines.append("  " + (advice or "a lost message (--loss) or a dropped-out client (--dropout) is waited for for "
+                         "ever unless the protocol has a deadline (--set deadline=SECONDS)"))
+    where = "no output folder was written" if written is None else \
+        f"{str(written).rstrip('/')}/ holds the run up to its deadlock"
+    return f"the run did not finish, {where}: " + "\n".join(lines)
 
 
 def closing_line(res: dict[str, Any]) -> str:

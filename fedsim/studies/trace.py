@@ -40,7 +40,7 @@ import numpy as np
 
 from ..config import ConfigError, fields_of, unknown_key_message
 from ..experiment import Param, UsageError, parse_value
-from ..kernel import SimNetwork
+from ..kernel import NetSpec, SimNetwork
 from ..kernel.codec import decode_message
 from ..kernel.errors import ActorError, DeadlockError, NetworkConfigError
 from ..protocols import REGISTRY
@@ -119,16 +119,20 @@ def payload_fields(data: bytes) -> list[dict]:
 
 
 def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed: int = 0,
-          profile: str = "lan", sets: list[str] | None = None,
+          profile: str | None = None, net: NetSpec | None = None, sets: list[str] | None = None,
           formats: tuple[str, ...] | None = None) -> tuple[SimNetwork, dict[str, Path]]:
     """Run protocol ``name`` (any registered protocol, on its ``tiny`` preset) with ``clients``
     clients for ``rounds`` rounds on a traced SimNetwork and write to ``out`` the ``formats``
     (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
-    steps.log, ``png`` timeline.png when matplotlib is installed). ``sets``: ``key=value``
-    overrides of the protocol's configuration. Raises ``UsageError`` for an unknown protocol,
-    key or profile, or a bad value, before writing anything. A run that ends in a deadlock is
-    written all the same (its views show the actors still waiting), then its ``DeadlockError``
-    is raised, with the files written in its ``paths``."""
+    steps.log, ``png`` timeline.png when matplotlib is installed). The network: ``profile``
+    (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
+    ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
+    ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
+    Raises ``UsageError`` for an unknown protocol, key or profile, or a bad value, before writing
+    anything. A run that ends in a deadlock is written all the same (its views show the actors
+    still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
+    and, for a run with faults and no deadline, the remedy in its ``advice``
+    (``--set deadline=SECONDS``; else None)."""
     if name not in REGISTRY:
         import difflib
 
@@ -145,10 +149,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         cfg = cfg.replace(**options)
     except (ConfigError, ValueError) as exc:
         raise UsageError(f"{name}: {exc}") from None
-    try:
-        net = TracingNetwork(seed=seed, profile=profile)
-    except NetworkConfigError as exc:
-        raise UsageError(str(exc)) from None
+    netspec = _trace_network(profile, net)
+    net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model, faults=netspec.faults,
+                         framing_bytes=netspec.framing_bytes, **dict(netspec.options))
     # a protocol refusing its input, when it builds its nodes (FPL with one client: its positives
     # are the whole catalogue, no negative to sample) or in an actor, is a bad --clients / --set,
     # said in one line like the checks above
@@ -171,7 +174,7 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     title = f"{name}: {clients} client{'s' if clients != 1 else ''}, {rounds} round{'s' if rounds != 1 else ''}, " \
-            f"profile {profile}, seed {seed}"
+            f"profile {netspec.describe()}, seed {seed}"
     writers = {"html": ("trace.html", lambda: trace_html(net, title=title, summary=spec.summary)),
                "mermaid": ("sequence.mmd", lambda: mermaid(net)),
                "svg": ("timeline.svg", lambda: timeline_svg(net)),
@@ -187,8 +190,40 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
             paths["png"] = png
     if deadlock is not None:
         deadlock.paths = paths
+        deadlock.advice = _deadlock_advice(name, cfg, netspec)
         raise deadlock
     return net, paths
+
+
+def _trace_network(profile: str | None, net: NetSpec | None) -> NetSpec:
+    """The ``NetSpec`` a trace runs on (see :func:`trace`); ``UsageError`` for a bad one."""
+    if net is not None and profile is not None:
+        raise UsageError(f"give the trace a profile ({profile!r}) or a NetSpec (profile {net.profile!r}), not both")
+    if net is not None and not isinstance(net, NetSpec):
+        raise UsageError(f"net must be a NetSpec, got {type(net).__name__}")
+    if net is not None and net.transport != "sim":
+        # the views are of the simulator's ledger and clock (a TracingNetwork is a SimNetwork)
+        raise UsageError(f"a trace runs on the simulated network (transport 'sim'), not on transport {net.transport!r}")
+    try:
+        return net if net is not None else NetSpec(profile="lan" if profile is None else profile)
+    except NetworkConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _deadlock_advice(name: str, cfg: Any, netspec: NetSpec) -> str | None:
+    """The remedy for a deadlock of protocol ``name`` (configuration ``cfg``) on a network with
+    faults and no deadline: ``--set deadline=SECONDS`` (None when the network has no faults or
+    the protocol has a deadline: the general advice then)."""
+    if netspec.faults is None:
+        return None
+    given = ", ".join(f"--{k} {getattr(netspec, k):g}" for k in ("loss", "dropout") if getattr(netspec, k))
+    if "deadline" not in {f.name for f in fields_of(type(cfg))}:
+        return (f"{name} has no deadline: a message lost or never sent ({given}) is waited for for ever; "
+                f"trace it without {given}")
+    if getattr(cfg, "deadline") is None:
+        return (f"{name} waits for ever for a message lost or never sent ({given}) without a deadline: "
+                f"give it one, --set deadline=SECONDS")
+    return None
 
 
 # --------------------------------------------------------------------------------------------
