@@ -58,7 +58,7 @@ import numpy as np
 
 from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
-from ..math.filling import sample_unrated
+from ..math.filling import sample_unrated, users_sampling_all
 from ..math.secagg import decode, unmask_sum
 from ..math.pmf import (
     BatchClient,
@@ -112,7 +112,7 @@ class FedRecConfig(Config):
     client_lr: float | None = param(None, "stochastic clients' own learning rate (none: lr)", min=0,
                                     exclusive_min=True, none_ok=True)
     lam: float = param(0.001, "regularisation lambda", min=0)
-    rho: float = param(0.0, "unrated items sampled per rated item (0: none)", min=0)
+    rho: float = param(0.0, "unrated items sampled per rated item (0: none; capped at the user's unrated items)", min=0)
     strategy: str = param("ua", "virtual ratings of sampled items: user averaging or hybrid filling",
                           choices=("ua", "hf"))
     T_predict: int = param(10, "hybrid filling: iteration from which sampled items are predicted", min=0)
@@ -472,7 +472,9 @@ class FedRecJob:
         and evaluates ratings); ``info["diverged_at"]``: the 1-based iteration at which the
         model stopped being finite, or None; ``info["lost_clients"]`` and ``info["lost_users"]``
         (their user indices): the clients that dropped out, whose U rows are zeros (their factors
-        left with them): leave their ratings out when scoring the model."""
+        left with them): leave their ratings out when scoring the model; ``info["sampling_all"]``:
+        the users for whom rho x |I_u| exceeds their unrated items, so they sample every unrated
+        item (rho is capped there; empty when rho fits every user)."""
         srv = server_result(run)
         dt = np.dtype(self.cfg.dtype)
         U = np.empty((self.n_users, self.cfg.d), dtype=dt)
@@ -493,7 +495,8 @@ class FedRecJob:
         metrics = [{"round": e["iteration"], **e} for e in srv["eval"]]
         return Result("fedrec", self.cfg, params, metrics, run,
                       info={"diverged_at": model.diverged_at, "missing": srv["missing"], "lost_clients": gone,
-                            "lost_users": gone_users},
+                            "lost_users": gone_users,
+                            "sampling_all": users_sampling_all(self.indptr, self.n_items, self.cfg.rho)},
                       model=model)
 
 
