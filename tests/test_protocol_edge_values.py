@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from fedsim.kernel import SimNetwork
 from fedsim.math.filling import n_sampled, users_sampling_all
@@ -45,3 +46,20 @@ def test_rho_beyond_the_unrated_items_samples_all_and_says_so():
                                                                data.n_items, 1.0)
         _, none = run(name, rho=0.0)
         assert none.info["sampling_all"] == []
+
+
+def test_fedrec_eval_every_beyond_T_is_refused_up_front():
+    """Evaluations fall after iterations eval_every, 2 eval_every, ... <= T: with eval_every > T
+    (T = 0 included) a run asked for evaluations returned none, silently."""
+    from fedsim.config import ConfigError
+    from fedsim.protocols.fedrec import FedRecConfig
+
+    for T, every in ((2, 3), (2, 50), (0, 1)):
+        with pytest.raises(ConfigError, match=rf"eval_every = {every} is more than T = {T}.*0 for never, or 1 to T") \
+                as err:
+            FedRecConfig(T=T, eval_every=every)
+        assert err.value.key == "eval_every"
+    # at most T: the last evaluation is of the returned model
+    data, res = run("fedrec", rounds=2, eval_every=2, test=REGISTRY["fedrec"].tiny(3, 2, 11)[0])
+    assert [m["round"] for m in res.metrics] == [2]
+    assert FedRecConfig(T=0, eval_every=0).eval_every == 0

@@ -127,7 +127,7 @@ class FedRecConfig(Config):
     init_scale: float = param(0.005, "factors start uniform in (-init_scale, init_scale)", min=0)
     dtype: str = param("float32", "computation and wire dtype", choices=("float32", "float64"))
     eval_every: int = param(0, "clients evaluate their private test ratings every this many iterations "
-                            "(0: never)", min=0)
+                            "(0: never; at most T)", min=0)
     deadline: float | None = param(None, "seconds the server waits for a round's uploads (and a stochastic "
                                    "client's reply) before going on with what arrived (none: until all arrive)",
                                    min=0, exclusive_min=True, none_ok=True)
@@ -145,6 +145,11 @@ class FedRecConfig(Config):
         if self.client_lr is not None and MODELS[self.model] == "batch":
             raise ConfigError(f"FedRecConfig.client_lr is the stochastic clients' own learning rate; {self.model} "
                               f"has one rate for U and V (lr), got client_lr={self.client_lr}", "client_lr")
+        # evaluations are after iterations eval_every, 2 eval_every, ... <= T: beyond T the run
+        # asked for evaluations came back with an empty metrics list, nothing said
+        if self.eval_every > self.T:
+            raise ConfigError(f"FedRecConfig.eval_every = {self.eval_every} is more than T = {self.T}: no iteration "
+                              f"would be evaluated (allowed: 0 for never, or 1 to T)", "eval_every")
 
     @property
     def style(self) -> str:
