@@ -41,3 +41,14 @@ def test_fold_stats_population_std_and_none_for_one_fold():
     div = fold_stats([NS(fold=0, mae=0.70, rmse=0.90, diverged_at=None),
                       NS(fold=1, mae=float("nan"), rmse=float("nan"), diverged_at=3)])
     assert div.diverged == [2] and math.isnan(div.mae_mean) and math.isnan(div.rmse_std)
+
+
+def test_federated_curve_of_T_0_is_empty_not_refused(fold):
+    """run_one set eval_every = 1 for a curve, which FedRecConfig refuses with T = 0 (more than T):
+    a T = 0 run's curve is the study's evaluation of the initial model, labelled iteration 0."""
+    cfg = FedRecConfig("PMF(B)", d=4, T=0)
+    fed = run_one((fold, "federated", cfg, 0, "ideal", True))
+    cen = run_one((fold, "unfederated", cfg, 0, "ideal", True))
+    assert [h["iteration"] for h in fed.history] == [0]
+    assert math.isfinite(fed.rmse) and fed.history[0]["rmse"] == pytest.approx(fed.rmse, abs=1e-12)
+    assert fed.rmse == pytest.approx(cen.rmse, abs=1e-12)  # the same initial model, federated or not

@@ -28,6 +28,7 @@ __all__ = [
     "rated_counts_of_rows",
     "sample_unrated",
     "user_mean",
+    "users_sampling_all",
     "virtual_ratings_hf",
     "virtual_ratings_hf_sgd",
     "virtual_ratings_ua",
@@ -39,6 +40,20 @@ def n_sampled(n_rated: int, m: int, rho: float) -> int:
     if rho < 0:
         raise ValueError(f"rho must be >= 0, got {rho!r}")
     return max(0, min(int(float(rho) * int(n_rated)), int(m) - int(n_rated)))
+
+
+def users_sampling_all(indptr, m: int, rho: float) -> list[int]:
+    """The users (row indices of a CSR ``indptr``) for whom ``rho * |I_u|`` asks for more unrated
+    items than the ``m - |I_u|`` there are, so ``sample_unrated`` draws every unrated item (a
+    rho beyond what the data has is capped there, per user). Empty for rho = 0."""
+    if rho < 0:
+        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    n = np.diff(np.asarray(indptr, dtype=np.int64))
+    if float(rho) == 0.0 or n.size == 0:
+        return []
+    # the same float64 product and truncation as n_sampled's int(rho * n)
+    wanted = (float(rho) * n).astype(np.int64)
+    return [int(u) for u in np.flatnonzero(wanted > int(m) - n)]
 
 
 def rated_counts_of_rows(k: int, m: int, rho: float) -> np.ndarray:

@@ -58,7 +58,7 @@ import numpy as np
 
 from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
-from ..math.filling import sample_unrated
+from ..math.filling import sample_unrated, users_sampling_all
 from ..math.secagg import decode, unmask_sum
 from ..math.pmf import (
     BatchClient,
@@ -112,7 +112,7 @@ class FedRecConfig(Config):
     client_lr: float | None = param(None, "stochastic clients' own learning rate (none: lr)", min=0,
                                     exclusive_min=True, none_ok=True)
     lam: float = param(0.001, "regularisation lambda", min=0)
-    rho: float = param(0.0, "unrated items sampled per rated item (0: none)", min=0)
+    rho: float = param(0.0, "unrated items sampled per rated item (0: none; capped at the user's unrated items)", min=0)
     strategy: str = param("ua", "virtual ratings of sampled items: user averaging or hybrid filling",
                           choices=("ua", "hf"))
     T_predict: int = param(10, "hybrid filling: iteration from which sampled items are predicted", min=0)
@@ -127,7 +127,7 @@ class FedRecConfig(Config):
     init_scale: float = param(0.005, "factors start uniform in (-init_scale, init_scale)", min=0)
     dtype: str = param("float32", "computation and wire dtype", choices=("float32", "float64"))
     eval_every: int = param(0, "clients evaluate their private test ratings every this many iterations "
-                            "(0: never)", min=0)
+                            "(0: never; at most T)", min=0)
     deadline: float | None = param(None, "seconds the server waits for a round's uploads (and a stochastic "
                                    "client's reply) before going on with what arrived (none: until all arrive)",
                                    min=0, exclusive_min=True, none_ok=True)
@@ -145,6 +145,11 @@ class FedRecConfig(Config):
         if self.client_lr is not None and MODELS[self.model] == "batch":
             raise ConfigError(f"FedRecConfig.client_lr is the stochastic clients' own learning rate; {self.model} "
                               f"has one rate for U and V (lr), got client_lr={self.client_lr}", "client_lr")
+        # evaluations are after iterations eval_every, 2 eval_every, ... <= T: beyond T the run
+        # asked for evaluations came back with an empty metrics list, nothing said
+        if self.eval_every > self.T:
+            raise ConfigError(f"FedRecConfig.eval_every = {self.eval_every} is more than T = {self.T}: no iteration "
+                              f"would be evaluated (allowed: 0 for never, or 1 to T)", "eval_every")
 
     @property
     def style(self) -> str:
@@ -472,7 +477,9 @@ class FedRecJob:
         and evaluates ratings); ``info["diverged_at"]``: the 1-based iteration at which the
         model stopped being finite, or None; ``info["lost_clients"]`` and ``info["lost_users"]``
         (their user indices): the clients that dropped out, whose U rows are zeros (their factors
-        left with them): leave their ratings out when scoring the model."""
+        left with them): leave their ratings out when scoring the model; ``info["sampling_all"]``:
+        the users for whom rho x |I_u| exceeds their unrated items, so they sample every unrated
+        item (rho is capped there; empty when rho fits every user)."""
         srv = server_result(run)
         dt = np.dtype(self.cfg.dtype)
         U = np.empty((self.n_users, self.cfg.d), dtype=dt)
@@ -493,7 +500,8 @@ class FedRecJob:
         metrics = [{"round": e["iteration"], **e} for e in srv["eval"]]
         return Result("fedrec", self.cfg, params, metrics, run,
                       info={"diverged_at": model.diverged_at, "missing": srv["missing"], "lost_clients": gone,
-                            "lost_users": gone_users},
+                            "lost_users": gone_users,
+                            "sampling_all": users_sampling_all(self.indptr, self.n_items, self.cfg.rho)},
                       model=model)
 
 

@@ -65,7 +65,7 @@ import numpy as np
 from ..config import Config, ConfigError, param
 from ..math.fedrec_central import TrainResult, to_csr
 from ..math.denoise import denoiser_sums, denoiser_sums_dense, remove_noise
-from ..math.filling import hf_active, sample_unrated, user_mean, virtual_ratings_hf
+from ..math.filling import hf_active, sample_unrated, user_mean, users_sampling_all, virtual_ratings_hf
 from ..math.rows import check_rows
 from ..math.secagg import decode, encode, unmask_sum
 from ..math.pmf import (
@@ -104,7 +104,7 @@ class FedRecPPConfig(Config):
     T: int = param(100, "iterations", min=0)
     lr: float = param(0.8, "learning rate gamma (x decay per iteration)", min=0, exclusive_min=True)
     lam: float = param(0.001, "regularisation lambda", min=0)
-    rho: float = param(1.0, "unrated items sampled per rated item", min=0)
+    rho: float = param(1.0, "unrated items sampled per rated item (capped at the user's unrated items)", min=0)
     eta: int = param(1, "denoising clients (0: FedRec with hybrid filling)", min=0)
     c: int = param(0, "participating clients per iteration (0: all)", min=0)
     strategy: str = param("hf", "virtual ratings of sampled items: user averaging or hybrid filling",
@@ -477,7 +477,8 @@ class FedRecPPJob:
         """``params``: U and V; ``model``: a ``TrainResult``; ``info``: ``denoisers``,
         ``assignment`` (ordinary client -> its denoiser), ``diverged_at``, ``missing``,
         ``lost_clients`` and ``lost_users`` (their user indices: zero U rows, to leave out when
-        scoring the model). FedRec++ makes no
+        scoring the model), ``sampling_all`` (the users for whom rho x |I_u| exceeds their
+        unrated items, so they sample every unrated item: rho is capped there). FedRec++ makes no
         federated evaluations (``metrics`` is empty)."""
         srv = server_result(run)
         U = np.empty((self.n_users, self.cfg.d), dtype=np.dtype(self.cfg.dtype))
@@ -495,7 +496,8 @@ class FedRecPPJob:
             model.diverged_at = self.cfg.T
         info = {"denoisers": srv["denoisers"], "assignment": srv["assignment"], "diverged_at": model.diverged_at,
                 "missing": srv["missing"], "lost_clients": gone,
-                "lost_users": gone_users}
+                "lost_users": gone_users,
+                "sampling_all": users_sampling_all(self.indptr, self.n_items, self.cfg.rho)}
         return Result("fedrecpp", self.cfg, {"U": U, "V": srv["V"]}, [], run, info=info, model=model)
 
 

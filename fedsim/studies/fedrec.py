@@ -111,7 +111,7 @@ def run_one(task: tuple) -> RunOutcome:
     if framework == "federated":
         if cfg.deadline is None:
             refuse_faults(profile, "run_one")
-        if curve:
+        if curve and cfg.T:  # (T = 0: no iteration to evaluate; FedRecConfig refuses eval_every > T)
             cfg = replace(cfg, eval_every=1)
         net = NetSpec.of(profile).build(seed)
         job = fedrec.SPEC.build(net, data, cfg, test=fold.test_ratings() if curve else None)
