@@ -15,18 +15,31 @@ def _train(implicit: bool) -> Ratings:
     return r.binarize() if implicit else r
 
 
-@pytest.mark.parametrize("name,label", [("fedrec", "FedRec"), ("fpl", "FPL")])
-def test_test_ratings_outside_the_training_space_are_refused_by_build(name, label):
+LABELS = {"fedrec": "FedRec", "fedrecpp": "FedRec++", "fpl": "FPL", "fcf": "FCF", "personalfr": "PersonalFR",
+          "fedavg-ae": "FedAvg-AE"}
+# the protocols that evaluate test ratings (FedRec with eval_every)
+EVALUATING = ["fedrec", "fpl", "personalfr", "fedavg-ae"]
+
+
+def _cfg(name):
+    spec = REGISTRY[name]
+    _, cfg = spec.tiny(3, 2, 1)
+    return cfg.replace(eval_every=1) if name == "fedrec" else cfg
+
+
+@pytest.mark.parametrize("name", EVALUATING)
+def test_test_ratings_outside_the_training_space_are_refused_by_build(name):
     """A test user 3 and item 4 beyond a 3 x 3 training space: FedRec failed in to_csr ('row index
-    out of range'), FPL only after the whole run in its evaluation (a numpy broadcast error)."""
+    out of range'), FPL only after the whole run in its evaluation (a numpy broadcast error), the
+    autoencoders in ae_train.prepare without naming the user or item."""
+    label = LABELS[name]
     spec = REGISTRY[name]
     implicit = spec.data == "implicit"
     test = Ratings([0, 3, 2], [2, 1, 4], [3, 5, 2])
     test = test.binarize() if implicit else test
-    _, cfg = spec.tiny(3, 2, 1)
     net = SimNetwork(seed=3)
     with pytest.raises(ValueError) as err:
-        spec.build(net, _train(implicit), cfg, test=test)
+        spec.build(net, _train(implicit), _cfg(name), test=test)
     assert str(err.value) == (
         f"{label}: the test ratings hold 1 user(s) from 3 on and 1 item(s) from 4 on, outside the training "
         "data's index space (3 users x 3 items): the model has nothing to predict them with; build test and "
@@ -48,3 +61,38 @@ def test_fpl_evaluates_a_test_set_over_a_smaller_index_space():
     net = SimNetwork(seed=3)
     res = spec.build(net, train, cfg, test=test).collect(net.run())
     assert res.metrics == [{"round": 1, "p@10": pytest.approx(0.05), "r@10": 0.5, "users": 2, "lost": 0}]
+
+
+@pytest.mark.parametrize("name", EVALUATING)
+def test_empty_test_ratings_are_refused_when_evaluated(name):
+    """Empty test ratings gave metrics of NaN (n = 0, users = 0) that looked like a result."""
+    spec = REGISTRY[name]
+    implicit = spec.data == "implicit"
+    net = SimNetwork(seed=3)
+    with pytest.raises(ValueError) as err:
+        spec.build(net, _train(implicit), _cfg(name), test=Ratings([], [], [], n_users=3, n_items=3))
+    assert str(err.value) == (f"{LABELS[name]}: the test ratings are empty: every evaluation would be over no "
+                              "rating (NaN metrics); give test ratings or none")
+
+
+def test_fedrec_without_eval_every_does_not_evaluate_an_empty_test_set():
+    """The empty-test refusal is about evaluations: FedRec without eval_every ignores test."""
+    spec = REGISTRY["fedrec"]
+    _, cfg = spec.tiny(3, 2, 1)
+    net = SimNetwork(seed=3)
+    res = spec.build(net, _train(False), cfg, test=Ratings([], [], [], n_users=3, n_items=3)).collect(net.run())
+    assert res.metrics == [] and res.params["U"].shape == (3, 8)
+
+
+@pytest.mark.parametrize("name", list(LABELS))
+def test_data_without_users_is_refused_by_build(name):
+    """n_users = 0: FPL and FCF ran with no client at all, the autoencoders failed in
+    partition_users ('M must be in [1, n_users = 0]'), FedRec++ spoke of denoisers."""
+    spec = REGISTRY[name]
+    data = Ratings([], [], [], n_users=0, n_items=3)
+    data = data.binarize() if spec.data == "implicit" else data
+    _, cfg = spec.tiny(3, 2, 1)
+    net = SimNetwork(seed=3)
+    with pytest.raises(ValueError) as err:
+        spec.build(net, data, cfg)
+    assert str(err.value) == f"{LABELS[name]}: the training data has no user (n_users = 0): there is no client to place"

@@ -74,7 +74,7 @@ from ..math.fpl_central import CompiledClientRound, select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from ..math.rows import check_rows
 from ..math.secagg import decode, unmask_sum
-from .common import SERVER, BadMessageError, check_test_space, client_name, client_names
+from .common import SERVER, BadMessageError, check_data, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 from .secagg import (
@@ -474,12 +474,13 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     ``net`` (any transport). Negatives are drawn from the training catalogue (the items of
     ``data``) minus the user's own items, as the paper's code does. ``test``: optional held-out
     ``Ratings`` for the final top-10 evaluation in ``Result.metrics`` (a ``ValueError`` at once
-    if it holds a user or item outside ``data``'s index space). ``resume``: a previous
+    if it is empty or holds a user or item outside ``data``'s index space, or ``data`` has no
+    user: ``common.check_data``). ``resume``: a previous
     ``Result`` of FPL on the same data (or its ``state`` dict): this run continues from its model
     (Theta_S, every p_u) and numbers its rounds after it. Declares ``d + 1`` (one vector
     (q_i, b_i)) as the ledger's unit."""
     cfg = cfg or FPLConfig()
-    check_test_space("FPL", data, test)
+    check_data("FPL", data, test, evaluates=True)
     if test is not None and (test.n_users, test.n_items) != (data.n_users, data.n_items):
         # the evaluation pairs test rows with training rows user by user: one index space
         test = type(test)(test.users, test.items, test.values, n_users=data.n_users, n_items=data.n_items,
