@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BadMessageError", "SERVER", "client_name", "client_names", "sort_by_item"]
+__all__ = ["BadMessageError", "SERVER", "check_data", "client_name", "client_names", "sort_by_item"]
 
 SERVER = "server"
 
@@ -42,3 +42,38 @@ def sort_by_item(body: dict) -> dict:
     ``"items"``."""
     order = np.argsort(body["items"], kind="stable")
     return {k: v[order] for k, v in body.items()}
+
+
+def check_data(protocol: str, data, test=None, *, evaluates: bool = False) -> None:
+    """Refuse, before any actor is placed, data a run of ``protocol`` cannot use, with a
+    ``ValueError`` naming the protocol and what is wrong:
+
+    * training ``data`` over no user (``n_users == 0``): there is no client to place (a run
+      with no client, or an error from deep inside: ``M must be in [1, n_users = 0]``);
+    * held-out ``test`` ratings (a ``Ratings``, or None) holding a user or an item outside the
+      training index space (``0..n_users-1`` x ``0..n_items-1``): the model has no factor for
+      them, and the evaluation failed deep inside (an IndexError, a broadcast error) or, for
+      FPL, only after the whole run. Splits of one ``Ratings`` (``fedsim.data.splits``) keep
+      its index space, so they always pass;
+    * with ``evaluates`` (the run evaluates ``test``), empty test ratings: every evaluation
+      would be over no rating, a metrics list of NaN that looks like a result."""
+    nu, ni = int(data.n_users), int(data.n_items)
+    if nu == 0:
+        raise ValueError(f"{protocol}: the training data has no user (n_users = 0): there is no client to place")
+    if test is None:
+        return
+    users, items = np.asarray(test.users), np.asarray(test.items)
+    bad_u = users[users >= nu]
+    bad_i = items[items >= ni]
+    if bad_u.size or bad_i.size:
+        what = []
+        if bad_u.size:
+            what.append(f"{np.unique(bad_u).size} user(s) from {int(bad_u.min())} on")
+        if bad_i.size:
+            what.append(f"{np.unique(bad_i).size} item(s) from {int(bad_i.min())} on")
+        raise ValueError(f"{protocol}: the test ratings hold {' and '.join(what)}, outside the training data's "
+                         f"index space ({nu} users x {ni} items): the model has nothing to predict them with; "
+                         f"build test and training data over one index space (fedsim.data's splits do)")
+    if evaluates and users.size == 0:
+        raise ValueError(f"{protocol}: the test ratings are empty: every evaluation would be over no rating "
+                         f"(NaN metrics); give test ratings or none")

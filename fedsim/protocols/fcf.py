@@ -37,7 +37,7 @@ import numpy as np
 
 from ..config import Config, param
 from ..math.fcf import AdamState, fcf_client, fcf_server_update
-from .common import SERVER, BadMessageError, client_name, client_names
+from .common import SERVER, BadMessageError, check_data, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fpl import user_item_lists
 from .registry import register
@@ -177,8 +177,10 @@ def build(net, data, cfg: FCFConfig | None = None, *, test=None, resume=None) ->
     """Place an FCF server and one client per user of ``data`` (implicit training ``Ratings``).
     ``resume``: a previous FCF ``Result`` (or its ``state``): continue from its Q and Adam state,
     numbering rounds after it. FCF makes no federated evaluation (``test`` is ignored). Declares
-    ``d`` as the ledger unit (one unit = one item vector)."""
+    ``d`` as the ledger unit (one unit = one item vector). Raises ``ValueError`` for data without
+    users (``common.check_data``)."""
     cfg = cfg or FCFConfig()
+    check_data("FCF", data)
     state = resume.state if isinstance(resume, Result) else resume
     if state is not None and not isinstance(state, Mapping):
         raise TypeError("resume must be a previous Result or its state dict")

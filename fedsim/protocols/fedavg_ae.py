@@ -28,7 +28,7 @@ import numpy as np
 from ..math import ae_train
 from ..math import autoencoder as ae
 from ..math import optim
-from .common import SERVER
+from .common import SERVER, check_data
 from .contract import Kind, ProtocolSpec
 from .fedae import (
     EVAL_KINDS, FedAEConfig, FedAEJob, checked_params, evaluate_clients, merge_flops, place_actors,
@@ -126,10 +126,12 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
 def build(net, data, cfg: FedAEConfig | None = None, *, test=None, resume=None) -> FedAEJob:
     """Place a FedAvg server and ``cfg.clients`` clients (users partitioned at random with the
     network's seed; 0: one user per client) on ``net`` (any transport); as PersonalFR's ``build``
-    (``test``: held-out ``Ratings`` for the federated evaluations). Cannot be resumed."""
+    (``test``: held-out ``Ratings`` for the federated evaluations). Cannot be resumed.
+    Raises ``ValueError`` (``common.check_data``) for data without users, and for test ratings outside ``data``'s index space or empty."""
     cfg = cfg or FedAEConfig()
     if resume is not None:
         raise ValueError("FedAvg runs cannot be resumed; run for more rounds instead")
+    check_data("FedAvg-AE", data, test, evaluates=True)
     task, groups = prepare_task(data, test, cfg, net.seed)
     return place(net, task, groups, cfg, evaluate=test is not None)
 

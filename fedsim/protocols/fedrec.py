@@ -73,7 +73,7 @@ from ..math.pmf import (
 from ..math.sgd_client import SGDClient
 from ..math.svdpp import server_apply_o_delta
 from ..seeding import node_rng
-from .common import SERVER, BadMessageError, client_name, client_names, sort_by_item
+from .common import SERVER, BadMessageError, check_data, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 from .secagg import (
@@ -516,8 +516,10 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     Every user gets a client (users without training ratings still download and answer).
     ``test``: optional held-out ``Ratings`` given to the clients privately for the
     ``eval_every`` evaluations (required with ``eval_every``). Declares ``d`` as the ledger's
-    unit. FedRec runs cannot be resumed (``resume`` must be None). Raises ``ConfigError`` for
-    ``eval_every`` without ``test``, and for ``secure_aggregation`` with a stochastic model or
+    unit. FedRec runs cannot be resumed (``resume`` must be None). Raises ``ValueError`` for
+    data without users, for ``test`` ratings outside ``data``'s index space (or empty with
+    ``eval_every``; ``common.check_data``), ``ConfigError`` for ``eval_every`` without
+    ``test``, and for ``secure_aggregation`` with a stochastic model or
     fewer than 2 users (no sum to hide an upload in)."""
     cfg = cfg or FedRecConfig()
     if resume is not None:
@@ -529,6 +531,7 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     if cfg.eval_every and test is None:
         # every evaluation would be over no ratings: a metrics list of NaN that looks like a result
         raise ConfigError("eval_every needs held-out test ratings (test=...; fedsim run: test_frac > 0)", "eval_every")
+    check_data("FedRec", data, test, evaluates=bool(cfg.eval_every))
     n_users, n_items = int(data.n_users), int(data.n_items)
     if cfg.secure_aggregation and n_users < 2:
         raise ConfigError(f"secure_aggregation needs at least 2 clients (the sum of one client's upload is that "

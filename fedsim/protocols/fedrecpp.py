@@ -78,7 +78,7 @@ from ..math.pmf import (
     pmf_batch_client,
 )
 from ..seeding import substream
-from .common import SERVER, BadMessageError, client_names, sort_by_item
+from .common import SERVER, BadMessageError, check_data, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
@@ -505,10 +505,12 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
     """Place a FedRec++ server and one client per user of ``data`` (training ``Ratings``) on
     ``net``. Raises ``ConfigError`` for an impossible ``eta`` (or one above n/2 unless
     ``cfg.allow_exposed``). FedRec++ has no federated evaluation (``test`` is ignored: evaluate
-    the result's model) and cannot be resumed."""
+    the result's model) and cannot be resumed. Raises ``ValueError`` for data without users
+    (``common.check_data``)."""
     cfg = cfg or FedRecPPConfig()
     if resume is not None:
         raise ValueError("FedRec++ runs cannot be resumed; run for more iterations (T) instead")
+    check_data("FedRec++", data)
     n_users, n_items = int(data.n_users), int(data.n_items)
     check_eta(cfg.eta, n_users, cfg.allow_exposed)
     if cfg.secure_noise and cfg.eta == 0:

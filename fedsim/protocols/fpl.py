@@ -74,7 +74,7 @@ from ..math.fpl_central import CompiledClientRound, select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from ..math.rows import check_rows
 from ..math.secagg import decode, unmask_sum
-from .common import SERVER, BadMessageError, client_name, client_names
+from .common import SERVER, BadMessageError, check_data, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 from .secagg import (
@@ -473,11 +473,18 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     every user needs at least one item, and at least one catalogue item she has not consumed) on
     ``net`` (any transport). Negatives are drawn from the training catalogue (the items of
     ``data``) minus the user's own items, as the paper's code does. ``test``: optional held-out
-    ``Ratings`` for the final top-10 evaluation in ``Result.metrics``. ``resume``: a previous
+    ``Ratings`` for the final top-10 evaluation in ``Result.metrics`` (a ``ValueError`` at once
+    if it is empty or holds a user or item outside ``data``'s index space, or ``data`` has no
+    user: ``common.check_data``). ``resume``: a previous
     ``Result`` of FPL on the same data (or its ``state`` dict): this run continues from its model
     (Theta_S, every p_u) and numbers its rounds after it. Declares ``d + 1`` (one vector
     (q_i, b_i)) as the ledger's unit."""
     cfg = cfg or FPLConfig()
+    check_data("FPL", data, test, evaluates=True)
+    if test is not None and (test.n_users, test.n_items) != (data.n_users, data.n_items):
+        # the evaluation pairs test rows with training rows user by user: one index space
+        test = type(test)(test.users, test.items, test.values, n_users=data.n_users, n_items=data.n_items,
+                       name=test.name)
     n_items = int(data.n_items)
     if cfg.secure_aggregation and min(cfg.clients_per_round, int(data.n_users)) < 2:
         raise ConfigError("secure_aggregation needs at least 2 clients per round (the sum of one client's update "

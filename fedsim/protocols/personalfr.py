@@ -43,7 +43,7 @@ from ..math import active as act
 from ..math import ae_train
 from ..math import autoencoder as ae
 from ..math import optim
-from .common import SERVER, client_name
+from .common import SERVER, check_data, client_name
 from .contract import Kind, ProtocolSpec
 from .fedae import (
     EVAL_KINDS, FedAEConfig, FedAEJob, checked_items, checked_params, evaluate_clients, merge_flops, place_actors,
@@ -204,10 +204,12 @@ def build(net, data, cfg: FedAEConfig | None = None, *, test=None, resume=None) 
     network's seed, balanced; 0: one user per client) on ``net`` (any transport). ``data``: the
     training ``Ratings``; ``test``: optional held-out ``Ratings`` the clients evaluate the model
     on privately (every ``eval_every`` rounds and after the last: ``Result.metrics``). PersonalFR
-    runs cannot be resumed."""
+    runs cannot be resumed.
+    Raises ``ValueError`` (``common.check_data``) for data without users, and for test ratings outside ``data``'s index space or empty."""
     cfg = cfg or FedAEConfig()
     if resume is not None:
         raise ValueError("PersonalFR runs cannot be resumed; run for more rounds instead")
+    check_data("PersonalFR", data, test, evaluates=True)
     task, groups = prepare_task(data, test, cfg, net.seed)
     return place(net, task, groups, cfg, evaluate=test is not None)
 
