@@ -476,3 +476,38 @@ def test_a_sleep_is_drawn_as_sleeping_not_computing():
     titles = [r.find(svg + "title").text for r in ElementTree.fromstring(timeline_svg(net)).iter(svg + "rect")
               if r.find(svg + "title") is not None]
     assert titles == ["sleep 0.000-250.000 ms", "compute 250.000-450.000 ms"]
+
+
+def test_asyncio_network_that_traces_keeps_when_each_lost_message_was_lost():
+    # AsyncioNetwork(trace=True) kept no lost_at (only SimNetwork had one): the step log put its
+    # lost messages at their send time saying "when not recorded: the network did not trace",
+    # of a network that did. Its losses are decided at the send (delivery is immediate): lost_at
+    # has that time, on its own clock, for each lost copy, as SimNetwork's has net.lose's
+    from fedsim.kernel import AsyncioNetwork
+    from fedsim.studies.trace import step_log
+
+    async def sender(ctx):
+        for i in range(6):
+            await ctx.send("b", "m", {"i": i})
+
+    async def receiver(ctx):
+        while await ctx.receive("m", timeout=0.05) is not None:
+            pass
+
+    def run(trace):
+        net = AsyncioNetwork(seed=0, trace=trace)
+        net.add_node("a", sender, loss=0.5)
+        net.add_node("b", receiver, role="server")
+        net.run()
+        return net
+
+    net = run(True)
+    rows = list(net.ledger.records())
+    # (the seeded draws: the same copies as on SimNetwork)
+    assert [r["status"] for r in rows] == ["delivered", "lost", "lost", "delivered", "delivered", "lost"]
+    assert net.lost_at == {r["seq"]: r["send_time"] for r in rows if r["status"] == "lost"}
+    assert sorted(net.lost_at) == [1, 2, 5]
+    lost = [line for line in step_log(net).splitlines() if "lost" in line]
+    assert lost == [f"{r['send_time'] * 1000:12.3f} ms  m (round 0) from a to b (sent at {r['send_time'] * 1000:.3f} ms) "
+                    "is lost (link loss)" for r in rows if r["status"] == "lost"]
+    assert run(False).lost_at == {}

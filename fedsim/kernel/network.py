@@ -166,7 +166,8 @@ class Network:
     ``seed`` fixes every random draw (actors' ``ctx.rng``, per-node link spread, loss);
     ``profile`` the default node specs; ``framing_bytes`` what each message costs on the wire
     beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
-    ``trace`` keeps compute spans, step logs and when each message was read (``read_at``);
+    ``trace`` keeps compute spans, step logs, when each message was read (``read_at``) and when
+    each lost one was lost (``lost_at``);
     ``max_message_bytes`` the largest document an actor may send (``MessageTooLargeError`` at the
     sender above it); ``faults`` seeded loss and
     dropout for the nodes of some roles (``Faults``); ``ledger`` the (empty) ledger to record into,
@@ -238,6 +239,9 @@ class Network:
         # gather's return), kept only when tracing: the ledger's ``read`` column says only
         # whether, and a message can wait in the mailbox (a later round's) or in a gather
         self.read_at: dict[int, float] = {}
+        # when each lost copy was lost (ledger seq -> now() when the transport decided it), kept
+        # only when tracing: the ledger has no column for it, and the step log shows a loss then
+        self.lost_at: dict[int, float] = {}
         self.ran = False
         self.ended = False  # see end_run
         for hook in tuple(_BUILT_HOOKS):

@@ -248,9 +248,6 @@ class SimNetwork(Network):
         # node that has finished) do not lengthen the run.
         self.active_at = 0.0
         self.settled = 0  # copies a link model of the user's own delivered or lost (the others are in flight)
-        # when each lost copy was lost (ledger seq -> simulated time of net.lose), kept only when
-        # the network traces: the ledger has no column for it, and the step log shows a loss then
-        self.lost_at: dict[int, float] = {}
         self._checked = type(self.link_model) not in (FifoLinkModel, FairShareLinkModel)
         if self._checked:
             # a link model of the user's own: each copy it settles is checked (delivered or lost

@@ -417,10 +417,11 @@ def step_log(net: SimNetwork) -> str:
     ``reads`` line then (``read_at``, kept by a network that traces), one never taken says
     ``(never read)`` at its arrival. A lost message's line is at the time it was lost and says why
     and when it was sent: the time the link model called ``net.lose`` (kept by a network that
-    traces, ``SimNetwork.lost_at``), but not before its last byte left the sender (``tx_end``): a
-    link loss when its transmission ended under every link model (``fifo`` draws it at the send,
-    but the copy holds the sender's port until then), a dropout's loss when the link went down
-    or the copy reached the offline node. A node going offline, and a wait that ended without
+    traces, ``lost_at``), but not before its last byte left the sender (``tx_end``): on
+    SimNetwork a link loss when its transmission ended under every link model (``fifo`` draws it
+    at the send, but the copy holds the sender's port until then), a dropout's loss when the link
+    went down or the copy reached the offline node; on AsyncioNetwork (immediate delivery) its
+    send time, when the loss is decided. A node going offline, and a wait that ended without
     some senders' messages (``ledger.missing``: a deadline), have a line of their own."""
     lost_at = getattr(net, "lost_at", {})
     # at equal times: a node going offline, arrivals and losses (of messages sent earlier), then
