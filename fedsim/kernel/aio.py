@@ -104,9 +104,12 @@ class AsyncioNetwork(Network):
                 row[STATUS], row[NOTE] = "lost", note
                 if self.tracing:  # decided here, at the send (delivery is immediate), as the step log shows
                     self.lost_at[row[SEQ]] = now
+                    self.happened.append(("lost", row[SEQ]))
                 continue
             row[RX_START] = row[ARRIVAL] = now
             row[STATUS] = "delivered"
+            if self.tracing:
+                self.happened.append(("arrive", row[SEQ]))
             envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
             if hand_over(dst, envl):
                 self._blocked -= 1
