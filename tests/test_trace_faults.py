@@ -69,11 +69,14 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
     assert log == [
         "       0.000 ms  server sends go (round 0, 8 B) to a",
         "       0.000 ms  server sends go (round 0, 8 B) to b",
+        # at one instant, in the order it happened (net.happened): a takes its go and sends both
+        # uploads before b's go arrives (b's sleep stood before a's sends, its arrival before a's
+        # sends, b's read at 62 ms before its round-0 upload)
         "       2.000 ms  a receives go (round 0) from server",
-        "       2.000 ms  b receives go (round 0) from server",
-        "       2.000 ms  b sleeps for 60.000 ms",
         "       2.000 ms  a sends up (round 0, 8 B) to server",
         "       2.000 ms  a sends up (round 1, 8 B) to server",
+        "       2.000 ms  b receives go (round 0) from server",
+        "       2.000 ms  b sleeps for 60.000 ms",
         "       4.000 ms  server receives up (round 0) from a",
         "       4.000 ms  server receives up (round 1) from a",
         "      50.000 ms  server reads up (round 0) from a (arrived at 4.000 ms)",
@@ -82,8 +85,8 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
         "      50.000 ms  server sends go (round 1, 8 B) to b",
         "      52.000 ms  a receives go (round 1) from server",
         "      52.000 ms  b receives go (round 1) from server",
-        "      62.000 ms  b reads go (round 1) from server (arrived at 52.000 ms)",
         "      62.000 ms  b sends up (round 0, 8 B) to server",
+        "      62.000 ms  b reads go (round 1) from server (arrived at 52.000 ms)",
         "      62.000 ms  b sends up (round 1, 8 B) to server",
         "      64.000 ms  server receives up (round 0) from b (never read)",
         "      64.000 ms  server receives up (round 1) from b",
@@ -140,9 +143,10 @@ def test_a_count_gather_given_up_says_how_many_and_a_dropout_is_shown():
         "       0.000 ms  server sends go (round 0, 8 B) to a",
         "       0.000 ms  server sends go (round 0, 8 B) to b",
         "       5.000 ms  b drops out (offline from here on: its actor stops, messages to or from it are lost)",
+        # (a's go arrives first, and a sends before b's copy is lost: net.happened's order)
         "      20.000 ms  a receives go (round 0) from server",
-        "      20.000 ms  go (round 0) from server to b (sent at 0.000 ms) is lost (receiver offline)",
         "      20.000 ms  a sends up (round 0, 8 B) anonymously to server",
+        "      20.000 ms  go (round 0) from server to b (sent at 0.000 ms) is lost (receiver offline)",
         "      40.000 ms  server receives up (round 0) from (anonymous)",
         "      50.000 ms  server reads up (round 0) from (anonymous) (arrived at 40.000 ms)",
         "      50.000 ms  server stops waiting for up (round 0): 1 more (any sender)"]

@@ -476,3 +476,77 @@ def test_a_sleep_is_drawn_as_sleeping_not_computing():
     titles = [r.find(svg + "title").text for r in ElementTree.fromstring(timeline_svg(net)).iter(svg + "rect")
               if r.find(svg + "title") is not None]
     assert titles == ["sleep 0.000-250.000 ms", "compute 250.000-450.000 ms"]
+
+
+def test_asyncio_network_that_traces_keeps_when_each_lost_message_was_lost():
+    # AsyncioNetwork(trace=True) kept no lost_at (only SimNetwork had one): the step log put its
+    # lost messages at their send time saying "when not recorded: the network did not trace",
+    # of a network that did. Its losses are decided at the send (delivery is immediate): lost_at
+    # has that time, on its own clock, for each lost copy, as SimNetwork's has net.lose's
+    from fedsim.kernel import AsyncioNetwork
+    from fedsim.studies.trace import step_log
+
+    async def sender(ctx):
+        for i in range(6):
+            await ctx.send("b", "m", {"i": i})
+
+    async def receiver(ctx):
+        while await ctx.receive("m", timeout=0.05) is not None:
+            pass
+
+    def run(trace):
+        net = AsyncioNetwork(seed=0, trace=trace)
+        net.add_node("a", sender, loss=0.5)
+        net.add_node("b", receiver, role="server")
+        net.run()
+        return net
+
+    net = run(True)
+    rows = list(net.ledger.records())
+    # (the seeded draws: the same copies as on SimNetwork)
+    assert [r["status"] for r in rows] == ["delivered", "lost", "lost", "delivered", "delivered", "lost"]
+    assert net.lost_at == {r["seq"]: r["send_time"] for r in rows if r["status"] == "lost"}
+    assert sorted(net.lost_at) == [1, 2, 5]
+    lost = [line for line in step_log(net).splitlines() if "lost" in line]
+    assert lost == [f"{r['send_time'] * 1000:12.3f} ms  m (round 0) from a to b (sent at {r['send_time'] * 1000:.3f} ms) "
+                    "is lost (link loss)" for r in rows if r["status"] == "lost"]
+    assert run(False).lost_at == {}
+
+
+def test_step_log_shows_what_happened_at_one_instant_in_the_order_it_happened():
+    # at equal times the step log put computations and log lines before sends (a fixed rank per
+    # kind of event): "a works" stood before the send that a made first, "a: sent first" before
+    # that send. The network's record of the order (net.happened) now decides
+    from fedsim.kernel import LinkSpec, SimNetwork
+    from fedsim.studies.trace import step_log
+
+    async def a(ctx):
+        await ctx.send("b", "first", {"i": 0})
+        ctx.log("sent first")
+        await ctx.compute(1e6, "work")
+        ctx.log("worked")
+        await ctx.send("b", "second", {"i": 1})
+
+    async def b(ctx):
+        await ctx.receive("first")
+        await ctx.receive("second")
+
+    net = SimNetwork(seed=0, trace=True)
+    net.add_node("a", a, link=LinkSpec(latency=0.01), flops=1e9)
+    net.add_node("b", b, role="server", link=LinkSpec(latency=0.01))
+    net.run()
+    assert net.happened == [("send", 0), ("log", 0), ("span", 0), ("log", 1), ("send", 1),
+                            ("arrive", 0), ("read", 0), ("arrive", 1), ("read", 1)]
+    assert step_log(net).splitlines() == [
+        "       0.000 ms  a sends first (round 0, 11 B) to b",
+        "       0.000 ms  a: sent first",
+        "       0.000 ms  a works for 1.000 ms",
+        "       1.000 ms  a: worked",
+        "       1.000 ms  a sends second (round 0, 12 B) to b",
+        "      20.000 ms  b receives first (round 0) from a",
+        "      21.000 ms  b receives second (round 0) from a"]
+    untraced = SimNetwork(seed=0)
+    untraced.add_node("a", a, link=LinkSpec(latency=0.01), flops=1e9)
+    untraced.add_node("b", b, role="server", link=LinkSpec(latency=0.01))
+    untraced.run()
+    assert untraced.happened == []

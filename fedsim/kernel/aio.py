@@ -14,7 +14,8 @@ immediate, so no copy is ever part-way: a copy sent to a node whose ``offline_at
 sends at or after its ``offline_at`` because its actor had the loop then (a computation that does
 not await: the cancellation takes effect at its next await) is recorded ``lost``, note ``sender
 offline``; a copy drawn lost keeps ``link loss`` (the loss draw is made for every copy, so the
-draws stay keyed by message number). While a node's dropout is still to
+draws stay keyed by message number). A network that traces (``trace=True``) keeps each lost copy's
+time in ``lost_at``, as ``SimNetwork`` does: its send time, when the loss is decided. While a node's dropout is still to
 come the run is not over: actors blocked on it are not a deadlock before it happens (as on
 ``SimNetwork``, where its dropout is a pending event).
 """
@@ -26,7 +27,7 @@ from typing import Any
 
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, RunEnded
-from .ledger import ARRIVAL, NOTE, RX_START, STATUS, TX_END, TX_START
+from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 
@@ -92,18 +93,23 @@ class AsyncioNetwork(Network):
             if tap is not None:
                 tap.observe(row, payload)
             row[TX_START] = row[TX_END] = now
+            note = None
             if src.spec.loss and self.draw_loss(src):
-                row[STATUS], row[NOTE] = "lost", "link loss"  # lost on the way: no reception began
-                continue
-            if cut:
-                row[STATUS], row[NOTE] = "lost", "sender offline"
-                continue
-            doff = dst.spec.offline_at
-            if dst.offline or (doff is not None and now >= doff):
-                row[STATUS], row[NOTE] = "lost", "receiver offline"
+                note = "link loss"  # lost on the way: no reception began
+            elif cut:
+                note = "sender offline"
+            elif dst.offline or ((doff := dst.spec.offline_at) is not None and now >= doff):
+                note = "receiver offline"
+            if note is not None:
+                row[STATUS], row[NOTE] = "lost", note
+                if self.tracing:  # decided here, at the send (delivery is immediate), as the step log shows
+                    self.lost_at[row[SEQ]] = now
+                    self.happened.append(("lost", row[SEQ]))
                 continue
             row[RX_START] = row[ARRIVAL] = now
             row[STATUS] = "delivered"
+            if self.tracing:
+                self.happened.append(("arrive", row[SEQ]))
             envl = Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes)
             if hand_over(dst, envl):
                 self._blocked -= 1

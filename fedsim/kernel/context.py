@@ -214,7 +214,10 @@ class Context:
         encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)
         if len(encoded.data) > net.max_message_bytes:
             net.check_size(self._node, kind, encoded)
-        net.post(self._node, (dst,), kind, encoded, anonymous)
+        if net.tracing:
+            _post_traced(net, self._node, (dst,), kind, encoded, anonymous)
+        else:
+            net.post(self._node, (dst,), kind, encoded, anonymous)
 
     async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
         """Queue the same payload for every node of ``dsts`` (in that order). The payload is
@@ -224,7 +227,10 @@ class Context:
         encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)
         if len(encoded.data) > net.max_message_bytes:
             net.check_size(self._node, kind, encoded)
-        net.post(self._node, tuple(dsts), kind, encoded, False)
+        if net.tracing:
+            _post_traced(net, self._node, tuple(dsts), kind, encoded, False)
+        else:
+            net.post(self._node, tuple(dsts), kind, encoded, False)
 
     def draft(self, kind: str, template: dict, *, zero: bool = True) -> Draft:
         """A message of ``kind`` whose arrays are written where they will be sent from (no copy
@@ -300,6 +306,7 @@ class Context:
         row[READ] = True
         if self._net.tracing:  # when it was read: the trace shows one read after its arrival then
             self._net.read_at[row[SEQ]] = self._net.now()
+            self._net.happened.append(("read", row[SEQ]))
         node = self._node
         if env.round > node.round:
             node.round = env.round
@@ -409,6 +416,14 @@ class Context:
     def log(self, text: str) -> None:
         """Add a line to the run's step log (kept only when the network traces)."""
         self._net.log(self._node, str(text))
+
+
+def _post_traced(net, node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
+    """``net.post`` on a network that traces: each ledger row it adds is a send in
+    ``net.happened``."""
+    first = len(net.ledger)
+    net.post(node, dsts, kind, encoded, anonymous)
+    net.happened.extend(("send", seq) for seq in range(first, len(net.ledger)))
 
 
 def _kinds(kind: Any) -> str | tuple[str, ...]:

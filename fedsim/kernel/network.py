@@ -166,7 +166,9 @@ class Network:
     ``seed`` fixes every random draw (actors' ``ctx.rng``, per-node link spread, loss);
     ``profile`` the default node specs; ``framing_bytes`` what each message costs on the wire
     beyond its document; ``unit`` the floats per accounting unit (or ``set_unit`` later);
-    ``trace`` keeps compute spans, step logs and when each message was read (``read_at``);
+    ``trace`` keeps compute spans, step logs, when each message was read (``read_at``), when
+    each lost one was lost (``lost_at``) and the order in which these and the sends happened
+    (``happened``);
     ``max_message_bytes`` the largest document an actor may send (``MessageTooLargeError`` at the
     sender above it); ``faults`` seeded loss and
     dropout for the nodes of some roles (``Faults``); ``ledger`` the (empty) ledger to record into,
@@ -238,6 +240,15 @@ class Network:
         # gather's return), kept only when tracing: the ledger's ``read`` column says only
         # whether, and a message can wait in the mailbox (a later round's) or in a gather
         self.read_at: dict[int, float] = {}
+        # when each lost copy was lost (ledger seq -> now() when the transport decided it), kept
+        # only when tracing: the ledger has no column for it, and the step log shows a loss then
+        self.lost_at: dict[int, float] = {}
+        # what happened, in the order it happened, kept only when tracing: ("send", seq) per
+        # ledger row, ("arrive", seq), ("lost", seq), ("read", seq), ("span", i) for trace[i],
+        # ("log", i) for steps[i] and ("missing", i) for ledger.missing[i]. Events at one
+        # simulated time are in several lists (ledger, trace, steps), each in its own order: this
+        # says which of them came first
+        self.happened: list[tuple[str, int]] = []
         self.ran = False
         self.ended = False  # see end_run
         for hook in tuple(_BUILT_HOOKS):
@@ -500,12 +511,16 @@ class Network:
             return
         t = self.now()
         rnd = node.round if rnd is None else int(rnd)
+        missing = self.ledger.missing
         for s in senders:
-            self.ledger.missing.append(Missing(rnd, node.id, s, kind, t))
+            if self.tracing:
+                self.happened.append(("missing", len(missing)))
+            missing.append(Missing(rnd, node.id, s, kind, t))
 
     def log(self, node: Node, text: str) -> None:
         """Add a step-log line (kept only when the network traces)."""
         if self.tracing:
+            self.happened.append(("log", len(self.steps)))
             self.steps.append((self.now(), node.id, text))
 
     def waits_for(self, node: Node) -> str:

@@ -248,9 +248,6 @@ class SimNetwork(Network):
         # node that has finished) do not lengthen the run.
         self.active_at = 0.0
         self.settled = 0  # copies a link model of the user's own delivered or lost (the others are in flight)
-        # when each lost copy was lost (ledger seq -> simulated time of net.lose), kept only when
-        # the network traces: the ledger has no column for it, and the step log shows a loss then
-        self.lost_at: dict[int, float] = {}
         self._checked = type(self.link_model) not in (FifoLinkModel, FairShareLinkModel)
         if self._checked:
             # a link model of the user's own: each copy it settles is checked (delivered or lost
@@ -287,6 +284,8 @@ class SimNetwork(Network):
             return
         row[ARRIVAL] = self.active_at = self.queue.now
         row[STATUS] = "delivered"
+        if self.tracing:
+            self.happened.append(("arrive", row[SEQ]))
         w = dst.waiter
         # matches(w[0], kind), inlined: one call less per delivery
         if w is not None and ((k := w[0]) is None or k == envl.kind or (type(k) is not str and envl.kind in k)):
@@ -323,6 +322,7 @@ class SimNetwork(Network):
         self.active_at = self.queue.now
         if self.tracing:
             self.lost_at[row[SEQ]] = self.queue.now
+            self.happened.append(("lost", row[SEQ]))
 
     def _deliver_checked(self, envl: Envelope, dst: Node) -> None:
         """``deliver`` for a link model of the user's own: refuses a copy already delivered or
@@ -446,6 +446,7 @@ class SimNetwork(Network):
         q = self.queue
         q.schedule(seconds, node.proc.step)  # (first: it refuses an end that is not finite)
         if self.tracing and seconds > 0:
+            self.happened.append(("span", len(self.trace)))
             self.trace.append((node.id, q.now, q.now + seconds, "sleep"))
         await _park
 
@@ -459,6 +460,7 @@ class SimNetwork(Network):
         q = self.queue
         q.schedule(seconds, node.proc.step)  # (first: it refuses an end that is not finite)
         if self.tracing:
+            self.happened.append(("span", len(self.trace)))
             self.trace.append((node.id, q.now, q.now + seconds, label))
         await _park
 

@@ -18,7 +18,8 @@
 - ``timeline.svg`` (and ``timeline.png`` with matplotlib): one lane per node showing when it is
   sending (egress port busy), receiving (ingress port busy), computing, sleeping (``ctx.sleep``), and the propagation of
   each message between lanes.
-- ``steps.log``: the same events as plain text, in time order.
+- ``steps.log``: the same events as plain text, in time order (those of one instant in the order
+  they happened, as the network recorded it: ``net.happened``).
 
 Every view gives each message its round (``setup`` for a negative label: the secure
 aggregation's key exchange) and its fate as the ledger has it, with, for one its receiver's actor
@@ -343,6 +344,26 @@ def _round(rnd: int) -> str:
     return "setup" if rnd < 0 else f"round {rnd}"
 
 
+def _happened(net: SimNetwork) -> dict[tuple[str, int], int]:
+    """Each traced event's position in the order things happened (``net.happened``: a send
+    ``("send", seq)``, an arrival, a loss, a read, a computation or sleep ``("span", i)``, a log
+    line, a wait given up); empty for a network that did not trace."""
+    return {what: i for i, what in enumerate(getattr(net, "happened", ()))}
+
+
+def _missing_positions(net: SimNetwork, at: dict) -> dict[tuple, int]:
+    """For each wait given up (a group of ``missing_events``: time, receiver, kind, round), the
+    index in ``ledger.missing`` of its first record whose position in ``at`` is the earliest;
+    (absent when the network did not trace)."""
+    out: dict[tuple, int] = {}
+    for i, m in enumerate(net.ledger.missing):
+        if ("missing", i) in at:
+            key = (float(m.time), m.receiver, m.kind, int(m.round))
+            if key not in out or at[("missing", i)] < at[("missing", out[key])]:
+                out[key] = i
+    return out
+
+
 def _read_later(net: SimNetwork, r: dict) -> float | None:
     """When the receiver's actor took the delivered message ``r``, if that was after it arrived
     (it waited in the mailbox, a later round's, or in a gather until the gather returned); None
@@ -410,63 +431,78 @@ def offline_text(e: dict) -> str:
 
 
 def step_log(net: SimNetwork) -> str:
-    """Every send, arrival, read, loss, computation and actor log line, in simulated-time order,
-    one a line (control characters in a kind or a text shown escaped, as ``\\n``); each message
+    """Every send, arrival, read, loss, computation and actor log line, in simulated-time order
+    (what happened at one instant in the order it happened, ``net.happened``, kept by a network
+    that traces), one a line (control characters in a kind or a text shown escaped, as ``\\n``); each message
     with its round (``setup`` for the key exchange's negative labels). A message its receiver
     took after it arrived (from the mailbox a round later, or when its gather returned) has a
     ``reads`` line then (``read_at``, kept by a network that traces), one never taken says
     ``(never read)`` at its arrival. A lost message's line is at the time it was lost and says why
     and when it was sent: the time the link model called ``net.lose`` (kept by a network that
-    traces, ``SimNetwork.lost_at``), but not before its last byte left the sender (``tx_end``): a
-    link loss when its transmission ended under every link model (``fifo`` draws it at the send,
-    but the copy holds the sender's port until then), a dropout's loss when the link went down
-    or the copy reached the offline node. A node going offline, and a wait that ended without
+    traces, ``lost_at``), but not before its last byte left the sender (``tx_end``): on
+    SimNetwork a link loss when its transmission ended under every link model (``fifo`` draws it
+    at the send, but the copy holds the sender's port until then), a dropout's loss when the link
+    went down or the copy reached the offline node; on AsyncioNetwork (immediate delivery) its
+    send time, when the loss is decided. A node going offline, and a wait that ended without
     some senders' messages (``ledger.missing``: a deadline), have a line of their own."""
     lost_at = getattr(net, "lost_at", {})
-    # at equal times: a node going offline, arrivals and losses (of messages sent earlier), then
-    # reads and waits given up, then computations, then sends, then arrivals and losses of
-    # messages sent at that very instant
-    events: list[tuple[float, int, str]] = []
+    at = _happened(net)
+    # at equal times: a node going offline; then what happened (arrivals, losses, reads, waits
+    # given up, computations, log lines, sends) in the order it happened (``net.happened``, of a
+    # network that traces); for a network that did not trace: arrivals and losses of messages
+    # sent earlier, then the rest, sends last, then arrivals and losses of messages sent at that
+    # very instant (so too a fifo loss shown at its tx_end); then a deadlock
+    events: list[tuple[float, int, int, int, str]] = []  # (time, rank, position in happened, sub-rank, text)
+
+    def did(t: float, what: tuple[str, int], text: str, sub: int = 0) -> None:
+        p = at.get(what)
+        events.append((t, 2, -1 if p is None else p, sub if p is None else 0, text))
+
     for e in offline_events(net):
-        events.append((e["time"], 0, offline_text(e)))
+        events.append((e["time"], 0, 0, 0, offline_text(e)))
     for r in net.ledger.records():
         anon = " anonymously" if r["anonymous"] else ""
         rnd = _round(r["round"])
         src = "(anonymous)" if r["anonymous"] else r["src"]
-        events.append((r["send_time"], 3, f"{r['src']} sends {r['kind']} ({rnd}, {r['bytes']} B){anon} to {r['dst']}"))
+        did(r["send_time"], ("send", r["seq"]), f"{r['src']} sends {r['kind']} ({rnd}, {r['bytes']} B){anon} to {r['dst']}", 1)
         if r["status"] == "delivered":
-            rank = 1 if r["arrival_time"] > r["send_time"] else 4
-            events.append((r["arrival_time"], rank, f"{r['dst']} receives {r['kind']} ({rnd}) from {src}"
-                           f"{'' if r['read'] else ' (never read)'}"))
+            text = f"{r['dst']} receives {r['kind']} ({rnd}) from {src}{'' if r['read'] else ' (never read)'}"
+            if ("arrive", r["seq"]) in at:
+                did(r["arrival_time"], ("arrive", r["seq"]), text)
+            else:
+                events.append((r["arrival_time"], 1 if r["arrival_time"] > r["send_time"] else 3, 0, 0, text))
             read = _read_later(net, r)
             if read is not None:
-                events.append((read, 2, f"{r['dst']} reads {r['kind']} ({rnd}) from {src} "
-                                        f"(arrived at {_ms(r['arrival_time'])})"))
+                did(read, ("read", r["seq"]), f"{r['dst']} reads {r['kind']} ({rnd}) from {src} "
+                                              f"(arrived at {_ms(r['arrival_time'])})")
         elif r["status"] == "lost":
             what = f"{r['kind']} ({rnd}) from {r['src']} to {r['dst']} (sent at {_ms(r['send_time'])})"
             t = lost_at.get(r["seq"])
             if t is None:  # (a network that did not trace: only the send time is known)
-                events.append((r["send_time"], 4, f"{what} is lost ({r['note']}; when not recorded: the "
-                                                  "network did not trace)"))
+                events.append((r["send_time"], 3, 0, 0, f"{what} is lost ({r['note']}; when not recorded: the "
+                                                        "network did not trace)"))
             else:
                 # not before its last byte left: fifo draws a link loss at the send, but the copy
                 # holds the sender's port until tx_end all the same (as the timeline shows)
                 if r["tx_end"] > t:
                     t = r["tx_end"]
-                events.append((t, 1 if t > r["send_time"] else 4, f"{what} is lost ({r['note']})"))
+                    events.append((t, 1 if t > r["send_time"] else 3, 0, 0, f"{what} is lost ({r['note']})"))
+                else:
+                    did(t, ("lost", r["seq"]), f"{what} is lost ({r['note']})")
         else:  # the run ended (a deadline, until) before it arrived: neither delivered nor lost
-            events.append((r["send_time"], 4, f"{r['kind']} ({rnd}) from {r['src']} to {r['dst']} is still in "
-                                               "flight when the run ends"))
+            events.append((r["send_time"], 3, 0, 0, f"{r['kind']} ({rnd}) from {r['src']} to {r['dst']} is still in "
+                                                     "flight when the run ends"))
+    firsts = _missing_positions(net, at)
     for g in missing_events(net):
-        events.append((g["time"], 2, missing_text(g)))
+        did(g["time"], ("missing", firsts.get((g["time"], g["receiver"], g["kind"], g["round"]), -1)), missing_text(g))
     for b in blocked_events(net):
-        events.append((b["time"], 5, blocked_text(b)))
-    for node, start, end, label in net.trace:
-        events.append((start, 2, f"{node} {label}s for {(end - start) * 1000:.3f} ms"))
-    for t, node, text in net.steps:
-        events.append((t, 2, f"{node}: {text}"))
-    events.sort(key=lambda e: (e[0], e[1]))
-    return "".join(f"{t * 1000:12.3f} ms  {_one_line(text)}\n" for t, _, text in events)
+        events.append((b["time"], 4, 0, 0, blocked_text(b)))
+    for i, (node, start, end, label) in enumerate(net.trace):
+        did(start, ("span", i), f"{node} {label}s for {(end - start) * 1000:.3f} ms")
+    for i, (t, node, text) in enumerate(net.steps):
+        did(t, ("log", i), f"{node}: {text}")
+    events.sort(key=lambda e: e[:4])
+    return "".join(f"{e[0] * 1000:12.3f} ms  {_one_line(e[4])}\n" for e in events)
 
 
 _COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "sleep": "#E0D080",
