@@ -402,7 +402,6 @@ def test_a_node_named_like_a_kernel_stream_is_refused(name):
     (lambda: NetSpec(window="soon", dropout=0.1), "faults: window"),
     # build() left it out: TcpNetwork's framing is its frame header
     (lambda: NetSpec(transport="tcp", framing_bytes=40), "framing_bytes is fixed by transport 'tcp'"),
-    (lambda: NetSpec(transport="tcp", dropout=0.1), "transport 'tcp' does not simulate dropout"),
 ])
 def test_bad_network_parameters_are_refused_naming_them(make, match):
     with pytest.raises(NetworkConfigError, match=match):

@@ -1,29 +1,57 @@
-"""Dropout (``offline_at``, ``Faults(dropout=...)``) on the real-time transports means what it
-means on SimNetwork: the actor is closed at its offline time (its ``finally`` runs, cannot wait,
-and what it sends then has no row), it is listed in ``RunResult.offline``, a message sent to it
-afterwards is recorded lost with the note ``receiver offline`` (also when its actor had finished),
-one it still sends after its offline time ``sender offline``, a node offline from the start never
-runs, and a dropout still to come is not a deadlock. Before, AsyncioNetwork refused every node with
-an ``offline_at`` (``NetworkConfigError``), so a run with ``--dropout`` ran or failed depending on
-whether the seed made some client drop out."""
+"""Dropout (``offline_at``, ``Faults(dropout=...)``) on the real-time transports (AsyncioNetwork,
+TcpNetwork) means what it means on SimNetwork: the actor is closed at its offline time (its
+``finally`` runs, cannot wait, and what it sends then has no row), it is listed in
+``RunResult.offline``, a message sent to it afterwards is recorded lost with the note ``receiver
+offline`` (also when its actor had finished), one it still sends after its offline time ``sender
+offline``, a node offline from the start never runs, and a dropout still to come is not a deadlock.
+Before, AsyncioNetwork refused every node with an ``offline_at`` (``NetworkConfigError``), so a run
+with ``--dropout`` ran or failed depending on whether the seed made some client drop out, and
+TcpNetwork refused any dropout."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, DeadlockError, SimNetwork
+from fedsim.kernel import AsyncioNetwork, DeadlockError, SimNetwork, TcpNetwork
 
 SCALE = 0.01  # real seconds per protocol second: offline at 1.0 is 10 ms into the run
+RUN_TIMEOUT = 60.0
+TRANSPORTS = ["sim", "asyncio", "tcp"]
+
+
+class _Log:
+    """What actors did, kept in a file: TcpNetwork's actors run in forked processes, whose lists
+    the test would never see."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        path.write_text("")
+
+    def append(self, item) -> None:
+        with open(self.path, "a") as f:
+            f.write(repr(item) + "\n")
+
+    def items(self) -> list:
+        import ast
+
+        return [ast.literal_eval(line) for line in self.path.read_text().splitlines()]
 
 
 def _rows(net) -> dict:
     return {(r["src"], r["dst"], r["kind"]): r for r in net.ledger.records()}
 
 
-def _net(transport):
-    return SimNetwork(seed=0) if transport == "sim" else AsyncioNetwork(seed=0, time_scale=SCALE)
+def _net(transport, seed=0):
+    if transport == "tcp":  # one process per node: every message crosses processes
+        return TcpNetwork(seed=seed, time_scale=SCALE, processes=None)
+    return SimNetwork(seed=seed) if transport == "sim" else AsyncioNetwork(seed=seed, time_scale=SCALE)
+
+
+def _run(net, **kw):
+    return net.run(**kw) if isinstance(net, SimNetwork) else net.run(timeout=RUN_TIMEOUT, **kw)
 
 
 def _waiter(log):
@@ -44,50 +72,50 @@ def _late_sender(at, dst):
     return actor
 
 
-@pytest.mark.parametrize("transport", ["sim", "asyncio"])
-def test_a_blocked_actor_is_closed_at_its_offline_time_and_later_messages_are_lost(transport):
-    log = []
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_blocked_actor_is_closed_at_its_offline_time_and_later_messages_are_lost(transport, tmp_path):
+    log = _Log(tmp_path / "log")
     net = _net(transport)
     net.add_node("A", _waiter(log), offline_at=1.0)
     net.add_node("S", _late_sender(3.0, "A"))
-    res = net.run()
+    res = _run(net)
     assert res.offline == ["A"] and res.unfinished == [] and res.complete
     assert res["S"] == "sent"
-    assert log == [("finally", "A")]
+    assert log.items() == [("finally", "A")]
     rows = _rows(net)
     assert set(rows) == {("S", "A", "m")}  # A's send from its finally block left no row
     assert rows[("S", "A", "m")]["status"] == "lost" and rows[("S", "A", "m")]["note"] == "receiver offline"
     assert res.duration >= 3.0
 
 
-@pytest.mark.parametrize("transport", ["sim", "asyncio"])
-def test_a_dropout_still_to_come_is_not_a_deadlock(transport):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_dropout_still_to_come_is_not_a_deadlock(transport, tmp_path):
     # everyone else has finished and A waits for ever: on SimNetwork A's dropout at 2 s is still
     # to happen, and then A is offline, not blocked; the run is complete
-    log = []
+    log = _Log(tmp_path / "log")
     net = _net(transport)
     net.add_node("A", _waiter(log), offline_at=2.0)
     net.add_node("S", _late_sender(0.0, "B"))
     net.add_node("B", _late_sender(0.0, "S"))
-    res = net.run()
+    res = _run(net)
     assert res.complete and res.offline == ["A"]
     assert res.duration >= 2.0
-    assert log == [("finally", "A")]
+    assert log.items() == [("finally", "A")]
 
 
-@pytest.mark.parametrize("transport", ["sim", "asyncio"])
-def test_a_blocked_actor_with_no_dropout_to_come_is_still_a_deadlock(transport):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_blocked_actor_with_no_dropout_to_come_is_still_a_deadlock(transport, tmp_path):
     net = _net(transport)
-    net.add_node("A", _waiter([]), offline_at=None)
-    net.add_node("D", _waiter([]), offline_at=0.5)  # its dropout comes and goes: A stays blocked
+    net.add_node("A", _waiter(_Log(tmp_path / "a")), offline_at=None)
+    net.add_node("D", _waiter(_Log(tmp_path / "d")), offline_at=0.5)  # its dropout comes and goes: A stays blocked
     with pytest.raises(DeadlockError) as info:
-        net.run()
+        _run(net)
     assert list(info.value.blocked) == ["A"] and info.value.offline == ["D"]
 
 
-@pytest.mark.parametrize("transport", ["sim", "asyncio"])
-def test_a_node_offline_from_the_start_never_runs(transport):
-    ran = []
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_node_offline_from_the_start_never_runs(transport, tmp_path):
+    ran = _Log(tmp_path / "ran")
 
     async def actor(ctx):
         ran.append(ctx.node_id)
@@ -96,12 +124,12 @@ def test_a_node_offline_from_the_start_never_runs(transport):
     net = _net(transport)
     net.add_node("A", actor, offline_at=0.0)
     net.add_node("S", _late_sender(0.5, "A"))
-    res = net.run()
-    assert ran == [] and res.offline == ["A"]
+    res = _run(net)
+    assert ran.items() == [] and res.offline == ["A"]
     assert [(r["src"], r["status"], r["note"]) for r in net.ledger.records()] == [("S", "lost", "receiver offline")]
 
 
-@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_finished_node_whose_link_drops_receives_nothing_afterwards(transport):
     async def early(ctx):
         return "done"
@@ -109,17 +137,18 @@ def test_a_finished_node_whose_link_drops_receives_nothing_afterwards(transport)
     net = _net(transport)
     net.add_node("S", _late_sender(2.0, "D"))
     net.add_node("D", early, offline_at=1.0)
-    res = net.run()
+    res = _run(net)
     row = _rows(net)[("S", "D", "m")]
     assert row["status"] == "lost" and row["note"] == "receiver offline"
     assert res["D"] == "done" and res.offline == []
 
 
-def test_asyncio_a_message_sent_after_the_offline_time_is_lost_sender_offline():
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_message_sent_after_the_offline_time_is_lost_sender_offline(transport, tmp_path):
     # A holds the loop (a blocking computation) past its offline time, so its cancellation
     # cannot take effect before it sends: the copy is cut, as a copy SimNetwork had not finished
     # transmitting at offline_at; A is then cancelled at its next await
-    log = []
+    log = _Log(tmp_path / "log")
 
     async def busy(ctx):
         try:
@@ -133,17 +162,18 @@ def test_asyncio_a_message_sent_after_the_offline_time_is_lost_sender_offline():
     async def server(ctx):
         return await ctx.receive("m", timeout=10.0)
 
-    net = AsyncioNetwork(seed=0, time_scale=SCALE)
+    net = _net(transport)
     net.add_node("A", busy, offline_at=1.0)
     net.add_node("S", server)
-    res = net.run()
+    res = _run(net)
     assert res.offline == ["A"] and res["S"] is None
-    assert log == ["closed"]
+    assert log.items() == ["closed"]
     row = _rows(net)[("A", "S", "m")]
     assert row["status"] == "lost" and row["note"] == "sender offline"
 
 
-def test_asyncio_a_copy_drawn_lost_keeps_link_loss_when_the_sender_is_cut_too():
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_copy_drawn_lost_keeps_link_loss_when_the_sender_is_cut_too(transport):
     async def busy(ctx):
         time.sleep(3 * SCALE)
         await ctx.send("S", "m", {"x": 1})
@@ -151,9 +181,53 @@ def test_asyncio_a_copy_drawn_lost_keeps_link_loss_when_the_sender_is_cut_too():
     async def server(ctx):
         return await ctx.receive("m", timeout=5.0)
 
-    net = AsyncioNetwork(seed=3, time_scale=SCALE)
+    net = _net(transport, seed=3)
     net.add_node("A", busy, offline_at=1.0, loss=1.0)
     net.add_node("S", server)
-    net.run()
+    _run(net)
     row = _rows(net)[("A", "S", "m")]
     assert row["status"] == "lost" and row["note"] == "link loss"
+
+
+def test_tcp_a_frame_that_arrives_after_its_receivers_dropout_is_lost_there(tmp_path):
+    # S sends to R before R's offline time; R's process is held (B blocks the loop) until after
+    # it, so the frame is read late: the receiver records it lost (its bytes came in, rx_start is
+    # set; no arrival), where the sender could not know
+    scale = 0.05
+
+    async def hog(ctx):
+        time.sleep(6 * scale)  # R's process can read nothing until 6 protocol seconds
+        return "held"
+
+    async def sender(ctx):
+        await ctx.sleep(0.1)
+        await ctx.send("R", "m", {"x": 1})
+        return "sent"
+
+    log = _Log(tmp_path / "log")
+    net = TcpNetwork(seed=0, time_scale=scale, processes=2, placement={"S": 0, "R": 1, "B": 1})
+    net.add_node("S", sender)
+    net.add_node("R", _waiter(log), offline_at=1.0)
+    net.add_node("B", hog)
+    res = _run(net)
+    assert res.offline == ["R"] and res["S"] == "sent" and res["B"] == "held" and res.complete
+    assert log.items() == [("finally", "R")]
+    [row] = net.ledger.records()
+    assert (row["src"], row["dst"], row["status"], row["note"]) == ("S", "R", "lost", "receiver offline")
+    assert row["send_time"] < 1.0 <= row["rx_start"] and math.isnan(row["arrival_time"])
+    assert row["tx_end"] < 1.0  # it was on the wire before R dropped out
+    assert res.duration >= 6.0
+
+
+def test_tcp_a_dropout_still_to_come_keeps_the_run_going_across_processes(tmp_path):
+    # every process idle (A blocked, the others finished) but A's dropout still to come: the
+    # coordinator's polls must not take that for the end (a deadlock naming A)
+    log = _Log(tmp_path / "log")
+    net = TcpNetwork(seed=0, time_scale=SCALE, processes=2, placement={"A": 1, "S": 0})
+    net.add_node("A", _waiter(log), offline_at=30.0)  # 0.3 s: many polls
+    net.add_node("S", _late_sender(0.0, "A"))
+    res = _run(net)
+    assert res.complete and res.offline == ["A"] and res.duration >= 30.0
+    row = _rows(net)[("S", "A", "m")]
+    assert row["status"] == "delivered" and row["read"] is False
+    assert log.items() == [("finally", "A")]

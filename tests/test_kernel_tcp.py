@@ -694,24 +694,28 @@ def test_configuration_is_checked():
     with pytest.raises(NetworkConfigError, match="processes"):
         TcpNetwork(processes=0)
     assert TcpNetwork().max_frame_bytes == TcpNetwork().max_message_bytes + FRAME_OVERHEAD
-    net = TcpNetwork()
-    net.add_node("late", _done, offline_at=1.0)
-    with pytest.raises(NetworkConfigError, match="offline_at"):
-        net.run(timeout=RUN_TIMEOUT)
     empty = TcpNetwork()
     assert empty.run(timeout=RUN_TIMEOUT).complete and not empty.pids
 
 
-def test_faults_with_dropout_are_refused_whatever_the_draws():
-    # seed 0 draws no dropout for node "c" at 1 %: the run went ahead; another seed (or node)
-    # that drew one failed at run() with "offline_at is not supported". Now refused up front.
+def test_faults_with_dropout_give_each_node_the_offline_time_of_every_transport():
+    # TcpNetwork refused Faults with a dropout (NetworkConfigError at construction) and a node's
+    # offline_at (at run): the times now come from the draws every transport makes, keyed by
+    # (seed, "dropout:" + node id)
     from fedsim.kernel import Faults
     from fedsim.seeding import node_rng
 
-    assert Faults(dropout=0.01).offline_at(node_rng(0, "dropout:c")) is None
-    with pytest.raises(NetworkConfigError, match="does not simulate dropout .faults dropout = 0.01"):
-        TcpNetwork(seed=0, faults=Faults(dropout=0.01))
-    net = TcpNetwork(seed=0, faults=Faults(loss=0.5))  # loss alone is fine
+    faults = Faults(dropout=0.5, window=(1.0, 3.0))
+    nets = [TcpNetwork(seed=0, faults=faults), AsyncioNetwork(seed=0, faults=faults), SimNetwork(seed=0, faults=faults)]
+    for net in nets:
+        for i in range(8):
+            net.add_node(f"c{i}", _done)
+    times = [[net.node_spec(f"c{i}").offline_at for i in range(8)] for net in nets]
+    assert times[0] == times[1] == times[2]
+    assert times[0] == [faults.offline_at(node_rng(0, f"dropout:c{i}")) for i in range(8)]
+    dropped = [t for t in times[0] if t is not None]
+    assert 0 < len(dropped) < 8 and all(1.0 <= t <= 3.0 for t in dropped)
+    net = TcpNetwork(seed=0, faults=Faults(loss=0.5))  # loss alone as before
     assert net.faults.loss == 0.5
     assert math.isclose(TcpNetwork(time_scale=0.5).time_scale, 0.5)
 

@@ -441,8 +441,8 @@ def net_from_args(mod: ModuleType | None, args: argparse.Namespace):
     """The ``NetSpec`` of parsed run options (see :func:`add_run_arguments`; a parser with only
     ``--profile`` and :func:`add_fault_arguments`, as ``fedsim trace``'s, has the default link
     model and transport). ``mod``: the scenario whose ``DEFAULT_PROFILE`` a profile of None
-    means (None: ``ideal``). Raises ``UsageError`` for a bad value or a fault the transport
-    cannot simulate (``tcp`` and ``--dropout``)."""
+    means (None: ``ideal``). Raises ``UsageError`` for a bad value (every transport simulates
+    ``--loss`` and ``--dropout``)."""
     window = None
     if getattr(args, "dropout_window", None) is not None:  # "" is refused, not read as no window
         try:

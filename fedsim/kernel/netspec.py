@@ -26,8 +26,8 @@ TRANSPORTS = {
 class NetSpec:
     """A network to build: ``profile`` (node specs), ``link_model`` (``fifo``, ``fair``, ``tcp``;
     SimNetwork only), ``loss``/``dropout``/``window`` (``Faults`` for the clients),
-    ``transport`` (``sim``, ``asyncio``, ``tcp``; ``tcp`` takes no ``dropout``:
-    ``NetworkConfigError``), ``framing_bytes``, and ``options`` passed to the transport's
+    ``transport`` (``sim``, ``asyncio``, ``tcp``: each simulates loss and dropout alike),
+    ``framing_bytes``, and ``options`` passed to the transport's
     constructor (e.g. ``processes`` for tcp)."""
 
     profile: str = "ideal"
@@ -60,11 +60,7 @@ class NetSpec:
             object.__setattr__(self, "window", tuple(float(x) for x in self.window))
         except (TypeError, ValueError):
             pass  # Faults (below) refuses it, naming the window
-        faults = self.faults  # validates loss, dropout and window
-        if self.transport == "tcp" and faults is not None and faults.dropout:
-            # (TcpNetwork refuses it too, whatever the draws)
-            raise NetworkConfigError(f"transport 'tcp' does not simulate dropout (got dropout {self.dropout!r}): "
-                                     "use transport 'sim' or 'asyncio'")
+        self.faults  # validates loss, dropout and window
 
     @classmethod
     def of(cls, spec: "NetSpec | str | None") -> "NetSpec":
