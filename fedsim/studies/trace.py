@@ -22,7 +22,8 @@
   they happened, as the network recorded it: ``net.happened``).
 
 Every view gives each message its round (``setup`` for a negative label: the secure
-aggregation's key exchange) and its fate as the ledger has it, with, for one its receiver's actor
+aggregation's key exchange; ``setup for round N`` for the label -1 - N of one that began at round
+N, as FPL's resumed over several networks does) and its fate as the ledger has it, with, for one its receiver's actor
 took after it arrived (from the mailbox a round later, or when its gather returned), when it
 was read (``read_at``, kept by a tracing network). Waits that ended without some senders'
 messages (``ledger.missing``) and nodes going offline are shown where they happened.
@@ -343,8 +344,11 @@ def _one_line(s: str) -> str:
 
 def _round(rnd: int) -> str:
     """A round label as the views write it: a negative label is a setup round (the secure
-    aggregation's key exchange), not a training round."""
-    return "setup" if rnd < 0 else f"round {rnd}"
+    aggregation's key exchange), not a training round: ``setup`` for -1, ``setup for round N``
+    for a label below -1, that of a network resumed at round N (FPL's ``key_setup_round``:
+    -1 - N)."""
+    rnd = int(rnd)
+    return f"round {rnd}" if rnd >= 0 else "setup" if rnd == -1 else f"setup for round {-1 - rnd}"
 
 
 def _happened(net: SimNetwork) -> dict[tuple[str, int], int]:
@@ -469,7 +473,8 @@ def step_log(net: SimNetwork) -> str:
     """Every send, arrival, read, loss, computation and actor log line, in simulated-time order
     (what happened at one instant in the order it happened, ``net.happened``, kept by a network
     that traces), one a line (control characters in a kind or a text shown escaped, as ``\\n``); each message
-    with its round (``setup`` for the key exchange's negative labels). A message its receiver
+    with its round (``setup`` for the key exchange's negative labels, ``setup for round N`` for
+    ``-1 - N``: see ``_round``). A message its receiver
     took after it arrived (from the mailbox a round later, or when its gather returned) has a
     ``reads`` line then (``read_at``, kept by a network that traces), one never taken says
     ``(never read)`` at its arrival. A lost message's line is at the time it was lost and says why
@@ -634,7 +639,8 @@ def _num_or_none(v: float) -> float | None:
 def trace_data(net: SimNetwork) -> dict:
     """What the HTML page shows, as JSON-ready data: the participants (id, role), every message
     (ledger row, payload fields when the network kept them, ``read``: when its receiver took it
-    if that was after its arrival), every compute span, the waits that ended without some
+    if that was after its arrival; ``round_label``: its round as the views write it, ``setup for
+    round 5`` for the label -6), every compute span, the waits that ended without some
     senders' messages (``missing``: see ``missing_events``) and the nodes that went offline
     (``offline``: see ``offline_events``), the actors still waiting at a deadlock (``blocked``)
     and the rows of the sequence diagram in order (``sequence``: ``["msg", i]`` for
@@ -644,7 +650,7 @@ def trace_data(net: SimNetwork) -> dict:
     messages = []
     for i, r in enumerate(net.ledger.records()):
         messages.append({
-            "i": i, "round": int(r["round"]), "src": r["src"], "dst": r["dst"], "src_role": r["src_role"],
+            "i": i, "round": int(r["round"]), "round_label": _round(r["round"]), "src": r["src"], "dst": r["dst"], "src_role": r["src_role"],
             "dst_role": r["dst_role"], "kind": r["kind"], "bytes": int(r["bytes"]), "raw_bytes": int(r["raw_bytes"]),
             "send": _num_or_none(r["send_time"]), "tx_start": _num_or_none(r["tx_start"]),
             "tx_end": _num_or_none(r["tx_end"]), "rx_start": _num_or_none(r["rx_start"]),
@@ -888,7 +894,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
                m.status === "in_flight" ? "still in flight when the run ended" :
                "arrived " + ms(m.arrival) + (m.read ? (m.read_at === null ? "" : ", read " + ms(m.read_at)) : ", never read");
     panel.innerHTML =
-      '<div><b id="kind">' + esc(m.kind) + "</b> · " + (m.round < 0 ? "setup" : "round " + m.round) + "</div>" +
+      '<div><b id="kind">' + esc(m.kind) + "</b> · " + esc(m.round_label) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
       '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
       "<div>sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end) + ", " + fate + "</div>" +
