@@ -396,3 +396,69 @@ def test_trace_refuses_a_transport_it_cannot_trace_and_a_profile_with_a_netspec(
     with pytest.raises(UsageError, match="not both"):
         trace("demo", tmp_path / "b", profile="wan", net=NetSpec(loss=0.1))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_notes_at_one_instant_stand_where_they_happened_among_the_arrows():
+    # at 10 ms: c sends up, then the server's wait for it gives up (ledger.missing), then the
+    # server sends next; d's link goes down then too. The sequence diagrams placed the wait's
+    # note by time only, before every message sent at its time: before c's upload, as if the
+    # server had given up before c sent. Now as in the step log (net.happened): offline first,
+    # the wait between the two sends
+    from xml.etree import ElementTree
+
+    from fedsim.kernel import SimNetwork
+
+    async def c(ctx):
+        await ctx.sleep(0.01)
+        await ctx.send("server", "up", {"x": 1})
+        await ctx.receive("next")
+
+    async def server(ctx):
+        await ctx.gather("up", senders=["c"], timeout=0.01)
+        await ctx.send("c", "next", {"x": 2})
+
+    async def d(ctx):
+        return None
+
+    def run(net):
+        net.add_node("c", c, role="client", link=LinkSpec(latency=0.001))
+        net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+        net.add_node("d", d, role="client", offline_at=0.01)
+        net.run()
+        return net
+
+    net = run(TracingNetwork(seed=0))
+    assert net.happened == [("span", 0), ("send", 0), ("missing", 0), ("send", 1), ("arrive", 0), ("arrive", 1),
+                            ("read", 1)]
+    assert step_log(net).splitlines() == [
+        "       0.000 ms  c sleeps for 10.000 ms",
+        "      10.000 ms  d goes offline (its actor had finished; messages to it are lost)",
+        "      10.000 ms  c sends up (round 0, 8 B) to server",
+        "      10.000 ms  server stops waiting for up (round 0): nothing from c",
+        "      10.000 ms  server sends next (round 0, 10 B) to c",
+        "      12.000 ms  server receives up (round 0) from c (never read)",
+        "      12.000 ms  c receives next (round 0) from server"]
+    notes_and_arrows = [
+        "    Note over N2: goes offline (had finished) at 10.000 ms",
+        "    Note over N0: round 0",
+        "    N1->>N0: up 8 B, sent 10.000 ms, arrived 12.000 ms, never read",
+        "    Note over N0: stops waiting for up (round 0)#58; nothing from c, at 10.000 ms",
+        "    N0->>N1: next 10 B, sent 10.000 ms, arrived 12.000 ms"]
+    assert mermaid(net).splitlines()[4:] == notes_and_arrows
+    page = trace_html(net)
+    assert _page_data(page)["sequence"] == [["offline", 0], ["msg", 0], ["missing", 0], ["msg", 1]]
+    seq = ElementTree.fromstring(re.search(r'<svg id="sequence".*?</svg>', page, re.S).group(0))
+    svg = "{http://www.w3.org/2000/svg}"
+    rows = [(g.get("class"), next(g.iter(svg + "text")).text) for g in seq.findall(svg + "g")
+            if g.get("class") in ("note", "round", "msg")]
+    assert rows == [
+        ("note", "10.000 ms: d goes offline (its actor had finished; messages to it are lost)"),
+        ("round", "round 0"),
+        ("msg", "up · 8 B · never read"),
+        ("note", "10.000 ms: server stops waiting for up (round 0): nothing from c"),
+        ("msg", "next · 10 B")]
+    # a network that did not trace keeps the order by time: its notes before the sends of their time
+    untraced = run(SimNetwork(seed=0))
+    assert untraced.happened == []
+    assert mermaid(untraced).splitlines()[4:] == [notes_and_arrows[i] for i in (0, 3, 1, 2, 4)]
+    assert _page_data(trace_html(untraced))["sequence"] == [["offline", 0], ["missing", 0], ["msg", 0], ["msg", 1]]

@@ -550,3 +550,83 @@ def test_step_log_shows_what_happened_at_one_instant_in_the_order_it_happened():
     untraced.add_node("b", b, role="server", link=LinkSpec(latency=0.01))
     untraced.run()
     assert untraced.happened == []
+
+
+def _setup_labels():
+    """A traced run with the round labels -1 (a key exchange from round 0), -6 (that of a network
+    resumed at round 5: FPL's key_setup_round(5)) and 5: the server sends one message under each
+    and gives up on c's keys (10 ms) under -6."""
+    from fedsim.kernel import LinkSpec
+    from fedsim.protocols.fpl import key_setup_round
+    from fedsim.studies.trace import TracingNetwork
+
+    async def server(ctx):
+        ctx.begin_round(-1)
+        await ctx.send("c", "hello", {"n": 0})
+        ctx.begin_round(key_setup_round(5))
+        await ctx.send("c", "peers", {"n": 1})
+        await ctx.gather("keys", senders=["c"], timeout=0.01)
+        ctx.begin_round(5)
+        await ctx.send("c", "go", {"n": 2})
+
+    async def c(ctx):
+        for kind in ("hello", "peers", "go"):
+            await ctx.receive(kind)
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("c", c, role="client", link=LinkSpec(latency=0.001))
+    net.run()
+    assert [r["round"] for r in net.ledger.records()] == [-1, -6, 5]
+    return net
+
+
+def test_a_setup_round_below_minus_one_says_which_round_it_precedes():
+    # every label below 0 was printed "setup": FPL resumed over several networks labels each
+    # one's key exchange -1 - (its first round), -6 for a network resumed at round 5
+    from fedsim.studies.trace import mermaid, step_log, trace_html
+
+    net = _setup_labels()
+    assert step_log(net).splitlines() == [
+        "       0.000 ms  server sends hello (setup, 11 B) to c",
+        "       0.000 ms  server sends peers (setup for round 5, 11 B) to c",
+        "       2.000 ms  c receives hello (setup) from server",
+        "       2.000 ms  c receives peers (setup for round 5) from server",
+        "      10.000 ms  server stops waiting for keys (setup for round 5): nothing from c",
+        "      10.000 ms  server sends go (round 5, 8 B) to c",
+        "      12.000 ms  c receives go (round 5) from server"]
+    assert mermaid(net).splitlines()[3:] == [
+        "    Note over N0: setup",
+        "    N0->>N1: hello 11 B, sent 0.000 ms, arrived 2.000 ms",
+        "    Note over N0: setup for round 5",
+        "    N0->>N1: peers 11 B, sent 0.000 ms, arrived 2.000 ms",
+        "    Note over N0: stops waiting for keys (setup for round 5)#58; nothing from c, at 10.000 ms",
+        "    Note over N0: round 5",
+        "    N0->>N1: go 8 B, sent 10.000 ms, arrived 12.000 ms"]
+    page = trace_html(net)
+    data = page_data(page)
+    assert [(m["round"], m["round_label"]) for m in data["messages"]] == [
+        (-1, "setup"), (-6, "setup for round 5"), (5, "round 5")]
+    assert re.findall(r'<g class="round">.*?fill="#777">([^<]*)</text></g>', page) == [
+        "setup", "setup for round 5", "round 5"]
+    assert "(m.round < 0" not in page and "esc(m.round_label)" in page  # the panel writes the label
+
+
+def test_the_step_panel_says_setup_for_round_5_in_a_headless_browser(tmp_path):
+    from fedsim.studies.trace import trace_html
+
+    path = tmp_path / "trace.html"
+    path.write_text(trace_html(_setup_labels()), encoding="utf-8")
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(path.resolve().as_uri())
+        nxt = driver.find_element(By.ID, "next")
+        heads = []
+        for _ in range(3):
+            nxt.click()
+            heads.append(driver.find_element(By.CSS_SELECTOR, "#panel > div").text)
+        assert heads == ["hello · setup", "peers · setup for round 5", "go · round 5"]
+    finally:
+        driver.quit()

@@ -22,7 +22,8 @@
   they happened, as the network recorded it: ``net.happened``).
 
 Every view gives each message its round (``setup`` for a negative label: the secure
-aggregation's key exchange) and its fate as the ledger has it, with, for one its receiver's actor
+aggregation's key exchange; ``setup for round N`` for the label -1 - N of one that began at round
+N, as FPL's resumed over several networks does) and its fate as the ledger has it, with, for one its receiver's actor
 took after it arrived (from the mailbox a round later, or when its gather returned), when it
 was read (``read_at``, kept by a tracing network). Waits that ended without some senders'
 messages (``ledger.missing``) and nodes going offline are shown where they happened.
@@ -262,9 +263,10 @@ def mermaid(net: SimNetwork) -> str:
     as syntax (``;`` ``#`` ``:`` ``%`` ``&`` ``<`` ``>``, and those of Mermaid's own entity
     placeholders) as Mermaid entity codes (``#59;`` for ``;``, ``#35;`` for ``#``, ``#58;`` for
     ``:``), which the diagram shows as the character; control characters escaped, as ``\\n``.
-    A message read after it arrived says when (``read``); a node going offline and a wait that
-    ended without some senders' messages (``ledger.missing``) are notes over that node, placed
-    before the first message sent at or after their time."""
+    A message read after it arrived says when (``read``); a node going offline, a wait that
+    ended without some senders' messages (``ledger.missing``) and an actor still waiting at a
+    deadlock are notes over that node, among the arrows where the step log has them (see
+    ``trace_data``'s ``sequence``)."""
     names = _participants(net)
     alias = {n: _alias(i) for i, n in enumerate(names)}
     roles = net.ledger.roles
@@ -272,25 +274,28 @@ def mermaid(net: SimNetwork) -> str:
     for n in names:
         label = _mermaid_text(f"{n} ({roles.get(n, '?')})")
         lines.append(f"    participant {alias[n]} as {label}")
-    # a node going offline and a wait given up (ledger.missing) are notes among the arrows, before
-    # the first message sent at or after their time (the arrows are in ledger order: the order of
-    # sending), as the step log has them before that instant's sends
-    notes = [(e["time"], f"    Note over {alias[e['node']]}: " + _mermaid_text(
-                 f"{'drops out' if e['dropped'] else 'goes offline (had finished)'} at {_ms(e['time'])}"))
-             for e in offline_events(net)]
-    notes += [(g["time"], f"    Note over {alias[g['receiver']]}: " + _mermaid_text(
-                  f"{missing_text(g)[len(g['receiver']) + 1:]}, at {_ms(g['time'])}"))
-              for g in missing_events(net)]
-    notes += [(b["time"], f"    Note over {alias[b['node']]}: " + _mermaid_text(
-                  f"deadlock: still waiting at the end ({_ms(b['time'])}) in {b['waits']}"))
-              for b in blocked_events(net)]
-    notes.sort(key=lambda n: n[0])
-    k = 0
+    # a node going offline, a wait given up (ledger.missing) and a deadlock are notes among the
+    # arrows (in ledger order: the order of sending), where the step log has them: see _sequence
+    offline, missing, blocked = offline_events(net), missing_events(net), blocked_events(net)
+    records = list(net.ledger.records())
     last_round = None
-    for r in net.ledger.records():
-        while k < len(notes) and notes[k][0] <= r["send_time"]:
-            lines.append(notes[k][1])
-            k += 1
+    for what, i in _sequence(net, records, offline, missing, blocked):
+        if what == "offline":
+            e = offline[i]
+            lines.append(f"    Note over {alias[e['node']]}: " + _mermaid_text(
+                f"{'drops out' if e['dropped'] else 'goes offline (had finished)'} at {_ms(e['time'])}"))
+            continue
+        if what == "missing":
+            g = missing[i]
+            lines.append(f"    Note over {alias[g['receiver']]}: " + _mermaid_text(
+                f"{missing_text(g)[len(g['receiver']) + 1:]}, at {_ms(g['time'])}"))
+            continue
+        if what == "blocked":
+            b = blocked[i]
+            lines.append(f"    Note over {alias[b['node']]}: " + _mermaid_text(
+                f"deadlock: still waiting at the end ({_ms(b['time'])}) in {b['waits']}"))
+            continue
+        r = records[i]
         if r["round"] != last_round:
             last_round = r["round"]
             lines.append(f"    Note over {alias[names[0]]}: {_round(r['round'])}")
@@ -315,7 +320,6 @@ def mermaid(net: SimNetwork) -> str:
         if r["anonymous"]:
             hidden = _mermaid_text(f"sender hidden from {r['dst']}")
             lines.append(f"    Note right of {dst}: {hidden}")
-    lines.extend(n[1] for n in notes[k:])
     return "\n".join(lines) + "\n"
 
 
@@ -340,8 +344,11 @@ def _one_line(s: str) -> str:
 
 def _round(rnd: int) -> str:
     """A round label as the views write it: a negative label is a setup round (the secure
-    aggregation's key exchange), not a training round."""
-    return "setup" if rnd < 0 else f"round {rnd}"
+    aggregation's key exchange), not a training round: ``setup`` for -1, ``setup for round N``
+    for a label below -1, that of a network resumed at round N (FPL's ``key_setup_round``:
+    -1 - N)."""
+    rnd = int(rnd)
+    return f"round {rnd}" if rnd >= 0 else "setup" if rnd == -1 else f"setup for round {-1 - rnd}"
 
 
 def _happened(net: SimNetwork) -> dict[tuple[str, int], int]:
@@ -349,6 +356,38 @@ def _happened(net: SimNetwork) -> dict[tuple[str, int], int]:
     ``("send", seq)``, an arrival, a loss, a read, a computation or sleep ``("span", i)``, a log
     line, a wait given up); empty for a network that did not trace."""
     return {what: i for i, what in enumerate(getattr(net, "happened", ()))}
+
+
+def _sequence(net: SimNetwork, records: list[dict], offline: list[dict], missing: list[dict],
+              blocked: list[dict]) -> list[tuple[str, int]]:
+    """The rows of a sequence diagram in order: ``("msg", i)`` for ``records[i]`` (the ledger's
+    rows, kept in ledger order: the order of sending) and ``("offline", i)``, ``("missing", i)``,
+    ``("blocked", i)`` for the notes ``offline[i]`` (``offline_events``), ``missing[i]``
+    (``missing_events``) and ``blocked[i]`` (``blocked_events``), each before the first message
+    sent after it. At equal times, as in the step log: a node going offline before that instant's
+    sends; a wait given up before or after a send as they happened (``net.happened``); a deadlock
+    after them. For a network that did not trace (no ``happened``) every note stands before the
+    messages sent at its time."""
+    at = _happened(net)
+    traced = bool(at)
+    firsts = _missing_positions(net, at)
+    notes = [((e["time"], 0, 0), ("offline", i)) for i, e in enumerate(offline)]
+    for i, g in enumerate(missing):
+        first = firsts.get((g["time"], g["receiver"], g["kind"], g["round"]))
+        pos = -1 if first is None else at[("missing", first)]
+        notes.append(((g["time"], 2, pos) if traced else (g["time"], 1, 0), ("missing", i)))
+    notes += [(((b["time"], 4, 0) if traced else (b["time"], 1, 0)), ("blocked", i)) for i, b in enumerate(blocked)]
+    notes.sort(key=lambda n: n[0])  # (stable: offline, missing, blocked at one key)
+    out: list[tuple[str, int]] = []
+    k = 0
+    for i, r in enumerate(records):
+        key = (r["send_time"], 2, at.get(("send", r["seq"]), -1) if traced else 0)
+        while k < len(notes) and notes[k][0] < key:
+            out.append(notes[k][1])
+            k += 1
+        out.append(("msg", i))
+    out.extend(n[1] for n in notes[k:])
+    return out
 
 
 def _missing_positions(net: SimNetwork, at: dict) -> dict[tuple, int]:
@@ -434,7 +473,8 @@ def step_log(net: SimNetwork) -> str:
     """Every send, arrival, read, loss, computation and actor log line, in simulated-time order
     (what happened at one instant in the order it happened, ``net.happened``, kept by a network
     that traces), one a line (control characters in a kind or a text shown escaped, as ``\\n``); each message
-    with its round (``setup`` for the key exchange's negative labels). A message its receiver
+    with its round (``setup`` for the key exchange's negative labels, ``setup for round N`` for
+    ``-1 - N``: see ``_round``). A message its receiver
     took after it arrived (from the mailbox a round later, or when its gather returned) has a
     ``reads`` line then (``read_at``, kept by a network that traces), one never taken says
     ``(never read)`` at its arrival. A lost message's line is at the time it was lost and says why
@@ -599,14 +639,18 @@ def _num_or_none(v: float) -> float | None:
 def trace_data(net: SimNetwork) -> dict:
     """What the HTML page shows, as JSON-ready data: the participants (id, role), every message
     (ledger row, payload fields when the network kept them, ``read``: when its receiver took it
-    if that was after its arrival), every compute span, the waits that ended without some
+    if that was after its arrival; ``round_label``: its round as the views write it, ``setup for
+    round 5`` for the label -6), every compute span, the waits that ended without some
     senders' messages (``missing``: see ``missing_events``) and the nodes that went offline
-    (``offline``: see ``offline_events``)."""
+    (``offline``: see ``offline_events``), the actors still waiting at a deadlock (``blocked``)
+    and the rows of the sequence diagram in order (``sequence``: ``["msg", i]`` for
+    ``messages[i]``, ``["offline", i]``, ``["missing", i]``, ``["blocked", i]`` for a note; the
+    notes of one instant before or after its sends as they happened, as in the step log)."""
     payloads = getattr(net, "payloads", {})
     messages = []
     for i, r in enumerate(net.ledger.records()):
         messages.append({
-            "i": i, "round": int(r["round"]), "src": r["src"], "dst": r["dst"], "src_role": r["src_role"],
+            "i": i, "round": int(r["round"]), "round_label": _round(r["round"]), "src": r["src"], "dst": r["dst"], "src_role": r["src_role"],
             "dst_role": r["dst_role"], "kind": r["kind"], "bytes": int(r["bytes"]), "raw_bytes": int(r["raw_bytes"]),
             "send": _num_or_none(r["send_time"]), "tx_start": _num_or_none(r["tx_start"]),
             "tx_end": _num_or_none(r["tx_end"]), "rx_start": _num_or_none(r["rx_start"]),
@@ -616,8 +660,10 @@ def trace_data(net: SimNetwork) -> dict:
         })
     nodes = [{"id": n, "role": net.ledger.roles.get(n, "")} for n in _participants(net)]
     compute = [{"node": n, "start": s, "end": e, "label": lab} for n, s, e, lab in net.trace]
-    return {"nodes": nodes, "messages": messages, "compute": compute, "missing": missing_events(net),
-            "offline": offline_events(net), "blocked": blocked_events(net), "end": float(net.now())}
+    offline, missing, blocked = offline_events(net), missing_events(net), blocked_events(net)
+    sequence = [[what, i] for what, i in _sequence(net, list(net.ledger.records()), offline, missing, blocked)]
+    return {"nodes": nodes, "messages": messages, "compute": compute, "missing": missing,
+            "offline": offline, "blocked": blocked, "sequence": sequence, "end": float(net.now())}
 
 
 _SEQ_COL, _SEQ_LEFT, _SEQ_TOP, _SEQ_ROW = 150, 90, 56, 30
@@ -629,22 +675,21 @@ def _sequence_svg(data: dict) -> str:
     lanes = nodes + (["(anonymous)"] if anon else [])
     x = {n: _SEQ_LEFT + i * _SEQ_COL for i, n in enumerate(lanes)}
     rows: list[tuple[str, Any]] = []
-    # as in the Mermaid diagram: a node going offline, a wait given up, before the first message
-    # sent at or after its time
-    notes = sorted([(e["time"], e["node"], offline_text(e)) for e in data["offline"]] +
-                   [(g["time"], g["receiver"], missing_text(g)) for g in data["missing"]] +
-                   [(b["time"], b["node"], blocked_text(b)) for b in data["blocked"]], key=lambda n: n[0])
-    k = 0
+    # as in the Mermaid diagram: a node going offline, a wait given up, a deadlock among the
+    # messages where they happened (data["sequence"])
+    texts = {"offline": [(e["time"], e["node"], offline_text(e)) for e in data["offline"]],
+             "missing": [(g["time"], g["receiver"], missing_text(g)) for g in data["missing"]],
+             "blocked": [(b["time"], b["node"], blocked_text(b)) for b in data["blocked"]]}
     last_round = None
-    for m in data["messages"]:
-        while k < len(notes) and notes[k][0] <= m["send"]:
-            rows.append(("note", notes[k]))
-            k += 1
+    for what, i in data["sequence"]:
+        if what != "msg":
+            rows.append(("note", texts[what][i]))
+            continue
+        m = data["messages"][i]
         if m["round"] != last_round:
             last_round = m["round"]
             rows.append(("round", m["round"]))
         rows.append(("msg", m))
-    rows.extend(("note", n) for n in notes[k:])
     height = _SEQ_TOP + _SEQ_ROW * (len(rows) + 1)
     width = _SEQ_LEFT + _SEQ_COL * (len(lanes) - 1) + 90
     e = _html.escape
@@ -849,7 +894,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
                m.status === "in_flight" ? "still in flight when the run ended" :
                "arrived " + ms(m.arrival) + (m.read ? (m.read_at === null ? "" : ", read " + ms(m.read_at)) : ", never read");
     panel.innerHTML =
-      '<div><b id="kind">' + esc(m.kind) + "</b> · " + (m.round < 0 ? "setup" : "round " + m.round) + "</div>" +
+      '<div><b id="kind">' + esc(m.kind) + "</b> · " + esc(m.round_label) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
       '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
       "<div>sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end) + ", " + fate + "</div>" +
