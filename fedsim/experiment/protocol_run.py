@@ -11,7 +11,10 @@ model where the protocol's result can predict ratings, the traffic per message k
 kind's declared purpose) and per role, and what was lost or missing. A run whose model diverged
 (the protocol's ``info["diverged_at"]``) says so: a ``diverged_at`` column in the summary and a
 note in report.md; so does a run that left something out (``info["missing"]`` records, lost
-clients): the ``missing`` table and an **Incomplete** note.
+clients): the ``missing`` table and an **Incomplete** note; and a run whose protocol could not use
+a setting as given (``info["adjusted"]`` records ``{setting, asked, used, why}``, e.g. FPL's
+``clients_per_round`` beyond the clients there are): the ``adjusted`` table, an **Adjusted** note
+(caveat ``adjusted``) and a line on stderr.
 """
 
 from __future__ import annotations
@@ -143,6 +146,17 @@ def run_protocol(ctx: RunContext, name: str) -> None:
              for r in net.ledger.by_role(per_round=False, exclude_kinds=spec.kinds_for("evaluation"))]
     ctx.table("roles", roles, title="Traffic per role, evaluation messages left out (from the ledger)",
               floatfmt=".1f")
+    adjusted = result.info.get("adjusted") or []
+    if adjusted:
+        # a setting the protocol capped (clients per round beyond the clients there are): the
+        # configuration above says what was asked, this what ran
+        ctx.table("adjusted", adjusted, title="Settings the protocol could not use as given, and what it used")
+        said = "; ".join(f"{a['setting']} = {a['asked']} was used as {a['used']}: {a['why']}" for a in adjusted)
+        ctx.caveat("adjusted", f"**Adjusted.** The run is not the configuration as given (table `adjusted`): "
+                   f"{said}.")
+        ctx.progress.log(f"note: {said}")
+        if not ctx.quiet:
+            ctx.progress.print(f"note: {said}", file=sys.stderr)
     missing = result.info.get("missing") or []
     if missing:
         ctx.table("missing", missing, title="What was left out, per round: uploads that did not arrive by the deadline "

@@ -1,0 +1,78 @@
+"""Settings and edge values the protocols used to handle silently: a per-round client count above
+the clients there are (capped, and said), an evaluation over no user (NaN with a count of 0, and
+said), T = 0, the parameters of FCF and demo, and PersonalFR's client FLOPs under dropout."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+
+import numpy as np
+
+from fedsim.cli import main
+from fedsim.kernel import SimNetwork
+from fedsim.protocols import REGISTRY
+
+
+def run(name: str, clients: int = 3, rounds: int = 2, seed: int = 11, test=None, net=None, **over):
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(clients, rounds, seed)
+    cfg = dataclasses.replace(cfg, **over)
+    net = net or SimNetwork(seed=seed, profile="lan")
+    job = spec.build(net, data, cfg) if test is None else spec.build(net, data, cfg, test=test)
+    return data, job.collect(net.run())
+
+
+# -- 1. clients per round above the clients there are -------------------------------------------
+
+
+def test_fpl_clients_per_round_above_the_clients_selects_all_and_says_so():
+    _, res = run("fpl", clients=3, rounds=2, clients_per_round=10)
+    assert res.info["clients_per_round_used"] == 3
+    assert res.info["adjusted"] == [{"setting": "clients_per_round", "asked": 10, "used": 3,
+                                     "why": "there are only 3 clients (one per user), every one of them selected "
+                                            "in every round"}]
+    assert res.info["rounds"].tolist() == [2, 2, 2]  # every client, every round
+    # the same run as asking for exactly the 3 clients there are, which is no adjustment
+    _, exact = run("fpl", clients=3, rounds=2, clients_per_round=3)
+    assert exact.info["clients_per_round_used"] == 3 and exact.info["adjusted"] == []
+    np.testing.assert_array_equal(res.params["theta"], exact.params["theta"])
+    _, fewer = run("fpl", clients=3, rounds=2, clients_per_round=2)
+    assert fewer.info["clients_per_round_used"] == 2 and fewer.info["adjusted"] == []
+    assert int(fewer.info["rounds"].sum()) == 4  # 2 clients in each of 2 rounds
+
+
+def test_fedrecpp_c_above_the_clients_takes_all_and_says_so():
+    _, res = run("fedrecpp", clients=4, rounds=2, c=9)
+    assert res.info["c_used"] == 4
+    assert res.info["adjusted"] == [{"setting": "c", "asked": 9, "used": 4,
+                                     "why": "there are only 4 clients, every one of them taking part in every "
+                                            "iteration"}]
+    _, all_ = run("fedrecpp", clients=4, rounds=2, c=0)  # 0 means all: no adjustment
+    assert all_.info["c_used"] == 4 and all_.info["adjusted"] == []
+    np.testing.assert_array_equal(res.params["V"], all_.params["V"])
+    _, two = run("fedrecpp", clients=4, rounds=2, c=2)
+    assert two.info["c_used"] == 2 and two.info["adjusted"] == []
+
+
+def test_fedsim_run_reports_an_adjusted_setting(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "fpl", "--set", "clients_per_round=1000", "--set", "rounds=1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("note: clients_per_round = 1000 was used as 30: there are only 30 clients (one per user), every one "
+            "of them selected in every round") in err
+    results = json.loads((out / "results.json").read_text())
+    assert results["caveats"] == ["adjusted"]
+    with open(out / "adjusted.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["setting"], r["asked"], r["used"]) for r in rows] == [("clients_per_round", "1000", "30")]
+    report = (out / "report.md").read_text()
+    assert "**Adjusted.** The run is not the configuration as given (table `adjusted`): clients_per_round = 1000 " \
+           "was used as 30" in report
+    # asking for no more than there are: no table, no caveat, no note
+    out2 = tmp_path / "out2"
+    assert main(["run", "fpl", "--set", "clients_per_round=30", "--set", "rounds=1", "--out", str(out2)]) == 0
+    assert "note:" not in capsys.readouterr().err
+    assert json.loads((out2 / "results.json").read_text())["caveats"] == []
+    assert not (out2 / "adjusted.csv").exists()
