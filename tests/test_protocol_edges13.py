@@ -9,9 +9,11 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from fedsim.cli import main
-from fedsim.kernel import SimNetwork
+from fedsim.data import per_user_random
+from fedsim.kernel import Faults, SimNetwork
 from fedsim.protocols import REGISTRY
 
 
@@ -76,3 +78,51 @@ def test_fedsim_run_reports_an_adjusted_setting(tmp_path, capsys):
     assert "note:" not in capsys.readouterr().err
     assert json.loads((out2 / "results.json").read_text())["caveats"] == []
     assert not (out2 / "adjusted.csv").exists()
+
+
+# -- 2. an evaluation over no user --------------------------------------------------------------
+
+
+def test_fpl_with_every_test_user_dropped_out_evaluates_nobody():
+    spec = REGISTRY["fpl"]
+    data, cfg = spec.tiny(4, 2, 0)
+    train, test = per_user_random(data, 0.3, seed=1)
+    net = SimNetwork(seed=1, profile="wan", faults=Faults(dropout=1.0, window=(0.0, 0.01)))
+    res = spec.build(net, train, cfg.replace(deadline=1.0), test=test).collect(net.run())
+    assert res.info["lost_users"] == [0, 1, 2, 3]
+    [row] = res.metrics
+    assert row["users"] == 0 and row["lost"] == 4
+    assert np.isnan(row["p@10"]) and np.isnan(row["r@10"])
+
+
+@pytest.mark.parametrize("name, sets", [
+    ("fpl", ["--set", "rounds=1"]),
+    ("fedrec", ["--set", "T=2", "--set", "eval_every=1"]),
+])
+def test_fedsim_run_says_that_no_user_was_evaluated(name, sets, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", name, *sets, "--set", "deadline=1", "--dropout", "1", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: no user was evaluated in the protocol's evaluation of round" in err
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["caveats"]) == {"unevaluated", "incomplete"}
+    report = (out / "report.md").read_text()
+    assert "**Not evaluated.** No user was evaluated in the protocol's evaluation of round" in report
+    with open(out / "summary.csv", newline="") as f:
+        [summary] = list(csv.DictReader(f))
+    assert summary["lost_clients"] == "30"
+    if name == "fedrec":
+        # its model's test evaluation over the users present: nobody, said instead of NaN scores
+        assert summary["test_error"] == "no user evaluated: all 30 users with test ratings dropped out"
+        assert "test_rmse" not in summary
+        assert "the test evaluation of the final model (`test_error`)" in report
+        assert "RuntimeWarning" not in err  # (NumPy's "mean of empty slice" on no rating)
+    else:
+        assert summary["final_users"] == "0" and summary["final_lost"] == "30"
+
+
+def test_an_evaluation_over_some_users_has_no_such_note(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "fpl", "--set", "rounds=1", "--out", str(out)]) == 0
+    assert "no user was evaluated" not in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["caveats"] == []

@@ -432,7 +432,10 @@ def top10(P, theta, d, train, test, present=None) -> dict | None:
     seen only in test keeps its random initial parameters: never ranked (docs/fpl.md, as the
     studies' evaluator). None if a score is not finite (a diverged model has no ranking).
     ``present``: a mask of the users evaluated (None: all); ``users`` is how many of them have
-    test items (those the means are over), ``lost`` how many users with test items were left out."""
+    test items (those the means are over), ``lost`` how many users with test items were left out.
+    With ``users`` 0 (every user with test items left out: dropped out) precision and recall are
+    NaN, no figure, as the other protocols' evaluations over no rating (``fedsim run`` says that
+    no user was evaluated)."""
     from ..math.bpr import bpr_scores
     from ..math.metrics import precision_at, recall_at, top_n
 
