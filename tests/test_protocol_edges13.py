@@ -126,3 +126,55 @@ def test_an_evaluation_over_some_users_has_no_such_note(tmp_path, capsys):
     assert main(["run", "fpl", "--set", "rounds=1", "--out", str(out)]) == 0
     assert "no user was evaluated" not in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text())["caveats"] == []
+
+
+# -- 4. FCF's and demo's parameters at their edges ---------------------------------------------
+
+
+def test_fcf_refuses_a_zero_init_std_by_name():
+    """Q = 0 is a fixed point: every p_u and every gradient 0, Q never moved (a run that learnt
+    nothing, silently); with lam = 0 too, a client's LinAlgError."""
+    from fedsim.config import ConfigError
+    from fedsim.protocols.fcf import FCFConfig
+
+    with pytest.raises(ConfigError, match=r"FCFConfig.init_std must be > 0, got 0.0") as err:
+        FCFConfig(init_std=0.0)
+    assert err.value.key == "init_std"
+    _, res = run("fcf", init_std=1e-3)  # small, not zero: it moves
+    assert np.abs(res.params["Q"]).max() > 1e-2
+
+
+def test_fcf_refuses_lam_zero_with_more_dimensions_than_items():
+    from fedsim.config import ConfigError
+
+    spec = REGISTRY["fcf"]
+    data, cfg = spec.tiny(3, 1, 0)
+    m = int(data.n_items)
+    with pytest.raises(ConfigError, match=rf"FCF: lam = 0 with d = {m + 1} above the {m} items.*lam > 0 or "
+                                          r"d <= the number of items") as err:
+        spec.build(SimNetwork(seed=1), data, cfg.replace(lam=0.0, d=m + 1))
+    assert err.value.key == "lam"
+    # d = m with lam = 0, and d > m with lam > 0, are solvable
+    for over in (dict(lam=0.0, d=m), dict(lam=0.1, d=m + 1)):
+        _, res = run("fcf", clients=3, rounds=1, **over)
+        assert np.isfinite(res.params["P"]).all() and res.info["diverged_at"] is None
+
+
+def test_fcf_and_demo_say_when_the_model_is_not_finite():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (NumPy's overflow warnings of the diverging steps)
+        _, fcf = run("fcf", rounds=2, alpha=1e300)
+        _, demo = run("demo", rounds=3, lr=1e300)
+    assert not np.isfinite(fcf.params["Q"]).all() and fcf.info["diverged_at"] == 2
+    assert not np.isfinite(demo.params["w"]).all() and demo.info["diverged_at"] == 3
+    _, ok = run("fcf", rounds=2)
+    assert ok.info["diverged_at"] is None
+
+
+def test_fedsim_run_reports_a_diverged_demo(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "demo", "--set", "lr=1e300", "--set", "rounds=3", "--out", str(out)]) == 0
+    assert "note: the model diverged" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
