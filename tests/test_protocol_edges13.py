@@ -128,6 +128,42 @@ def test_an_evaluation_over_some_users_has_no_such_note(tmp_path, capsys):
     assert json.loads((out / "results.json").read_text())["caveats"] == []
 
 
+# -- 3. T = 0: the initial model evaluated, or refused naming the setting ------------------------
+
+
+def test_zero_rounds_evaluate_the_initial_model_or_are_refused_by_name():
+    from fedsim.config import ConfigError
+    from fedsim.protocols.fedae import FedAEConfig
+    from fedsim.protocols.fedrec import FedRecConfig
+    from fedsim.protocols.fpl import top10
+
+    spec = REGISTRY["fpl"]
+    data, cfg = spec.tiny(4, 0, 0)
+    train, test = per_user_random(data, 0.3, seed=1)
+    net = SimNetwork(seed=1)
+    res = spec.build(net, train, cfg, test=test).collect(net.run())
+    assert res.info["rounds_done"] == 0 and res.info["rounds"].tolist() == [0, 0, 0, 0]
+    [row] = res.metrics  # the initial model's, labelled with the round before the first
+    assert row == {"round": -1, **top10(res.params["P"], res.params["theta"], cfg.d, train, test)}
+    assert row["users"] == 4
+    # demo: the initial zero weights' distance to the true ones
+    _, demo = run("demo", rounds=0)
+    assert demo.metrics == [{"round": 0, "weight_error": float(np.linalg.norm(demo.info["w_true"]))}]
+    assert demo.info["diverged_at"] is None
+    # FCF: no evaluation, no step: Q is the initial one, no p_u was solved
+    _, fcf = run("fcf", rounds=0)
+    assert fcf.metrics == [] and not fcf.params["P"].any()
+    np.testing.assert_array_equal(fcf.params["Q_sent"], fcf.params["Q"].astype(np.float32))
+    # FedRec: its evaluations follow iterations eval_every, 2 eval_every, ...: none with T = 0
+    with pytest.raises(ConfigError, match="eval_every = 1 is more than T = 0") as err:
+        FedRecConfig(T=0, eval_every=1)
+    assert err.value.key == "eval_every"
+    # the autoencoders evaluate after the last round (and their studies count per round): none
+    with pytest.raises(ConfigError, match="rounds must be >= 1, got 0") as err:
+        FedAEConfig(rounds=0)
+    assert err.value.key == "rounds"
+
+
 # -- 4. FCF's and demo's parameters at their edges ---------------------------------------------
 
 
