@@ -11,7 +11,10 @@ model where the protocol's result can predict ratings, the traffic per message k
 kind's declared purpose) and per role, and what was lost or missing. A run whose model diverged
 (the protocol's ``info["diverged_at"]``) says so: a ``diverged_at`` column in the summary and a
 note in report.md; so does a run that left something out (``info["missing"]`` records, lost
-clients): the ``missing`` table and an **Incomplete** note.
+clients): the ``missing`` table and an **Incomplete** note; and a run whose protocol could not use
+a setting as given (``info["adjusted"]`` records ``{setting, asked, used, why}``, e.g. FPL's
+``clients_per_round`` beyond the clients there are): the ``adjusted`` table, an **Adjusted** note
+(caveat ``adjusted``) and a line on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import sys
 import types
 from typing import Any
+
+import numpy as np
 
 
 from .context import RunContext
@@ -53,7 +58,8 @@ def test_scores(result, test) -> dict[str, Any]:
     """``test_mae`` and ``test_rmse`` of ``result``'s model (a protocol whose model predicts
     ratings) on the ``test`` ratings of the users still present at the end, with
     ``test_users_left_out`` when some were left out; ``test_error`` instead when the model cannot
-    be evaluated (a diverged one); nothing without a model or test ratings. A client that dropped
+    be evaluated (a diverged one) or no user is left to evaluate (all those with test ratings
+    dropped out); nothing without a model or test ratings. A client that dropped
     out took its user factor with it (``info["lost_users"]``: the model holds zeros there, which
     predict the lowest rating): its ratings would be scored as if it had trained, so they are left
     out, as the protocols' own evaluations leave out clients that do not answer."""
@@ -62,11 +68,23 @@ def test_scores(result, test) -> dict[str, Any]:
         return {}
     users, items, values, left_out = result.present(test.users, test.items, test.values)
     out: dict[str, Any] = {"test_users_left_out": left_out} if left_out else {}
+    if len(test.users) and not len(users):
+        # every user with test ratings dropped out: a mean over no rating is no figure (it was NaN,
+        # with NumPy's "mean of empty slice" warnings, in the columns of a score)
+        out["test_error"] = f"no user evaluated: all {left_out} users with test ratings dropped out"
+        return out
     try:
         out["test_mae"], out["test_rmse"] = model.evaluate(users, items, values)
     except Exception as exc:  # a diverged model cannot be evaluated: say so instead
         return {"test_error": f"{type(exc).__name__}: {exc}"}
     return out
+
+
+def evaluated_nobody(row: dict) -> bool:
+    """Whether a protocol's metric row is over no user or no rating (its count, ``users`` as
+    FPL's or ``n`` as FedRec's and the autoencoders', is 0): its metrics are NaN, no figure."""
+    count = row.get("users", row.get("n"))
+    return isinstance(count, (int, np.integer)) and not isinstance(count, bool) and count == 0
 
 
 def split_data(ctx: RunContext, spec) -> tuple[Any, Any]:
@@ -130,6 +148,22 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     ctx.table("summary", [summary], title=f"{spec.summary}: one run")
     if result.metrics:
         ctx.table("metrics", result.metrics, title="The protocol's own evaluations per round")
+    nobody = [m["round"] for m in result.metrics if evaluated_nobody(m)]
+    final_nobody = str(summary.get("test_error", "")).startswith("no user evaluated")
+    if nobody or final_nobody:
+        # a NaN where a score goes reads as a broken model; say that there was nobody to score
+        where = []
+        if nobody:
+            where.append(f"the protocol's evaluation of round{'s' if len(nobody) > 1 else ''} "
+                         f"{', '.join(str(r) for r in nobody)} (its metrics are NaN over 0 users: no figure)")
+        if final_nobody:
+            where.append("the test evaluation of the final model (`test_error`)")
+        said = (f"no user was evaluated in {' and '.join(where)}: every user with test ratings had dropped out, "
+                "or no answer arrived by the deadline")
+        ctx.caveat("unevaluated", f"**Not evaluated.** {said[0].upper()}{said[1:]}; these are not scores.")
+        ctx.progress.log(f"note: {said}")
+        if not ctx.quiet:
+            ctx.progress.print(f"note: {said}", file=sys.stderr)
     purposes = {k.name: k for k in spec.kinds}
     kinds = []
     for kind, tot in net.ledger.view().group("kind").items():
@@ -143,6 +177,17 @@ def run_protocol(ctx: RunContext, name: str) -> None:
              for r in net.ledger.by_role(per_round=False, exclude_kinds=spec.kinds_for("evaluation"))]
     ctx.table("roles", roles, title="Traffic per role, evaluation messages left out (from the ledger)",
               floatfmt=".1f")
+    adjusted = result.info.get("adjusted") or []
+    if adjusted:
+        # a setting the protocol capped (clients per round beyond the clients there are): the
+        # configuration above says what was asked, this what ran
+        ctx.table("adjusted", adjusted, title="Settings the protocol could not use as given, and what it used")
+        said = "; ".join(f"{a['setting']} = {a['asked']} was used as {a['used']}: {a['why']}" for a in adjusted)
+        ctx.caveat("adjusted", f"**Adjusted.** The run is not the configuration as given (table `adjusted`): "
+                   f"{said}.")
+        ctx.progress.log(f"note: {said}")
+        if not ctx.quiet:
+            ctx.progress.print(f"note: {said}", file=sys.stderr)
     missing = result.info.get("missing") or []
     if missing:
         ctx.table("missing", missing, title="What was left out, per round: uploads that did not arrive by the deadline "

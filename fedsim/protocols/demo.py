@@ -105,11 +105,16 @@ class DemoJob:
     clients: list[str]
 
     def collect(self, run) -> Result:
-        """``params["w"]``: the final weights; one metric row: the distance to the true weights."""
+        """``params["w"]``: the final weights; one metric row: the distance to the true weights
+        (with ``rounds`` 0, that of the initial zero weights); ``info["diverged_at"]``: ``rounds``
+        if the final weights are not finite (a learning rate too large for the data), else None."""
         w = server_result(run)
-        err = float(np.linalg.norm(w - self.w_true))
+        with np.errstate(over="ignore", invalid="ignore"):
+            err = float(np.linalg.norm(w - self.w_true))
+        diverged_at = None if np.isfinite(w).all() else self.cfg.rounds
         return Result("demo", self.cfg, {"w": w}, [{"round": self.cfg.rounds, "weight_error": err}], run,
-                      info={"w_true": self.w_true, "rounds_served": [run.results.get(c, 0) for c in self.clients],
+                      info={"w_true": self.w_true, "diverged_at": diverged_at,
+                            "rounds_served": [run.results.get(c, 0) for c in self.clients],
                             "lost_clients": [c for c in self.clients if c not in run.results]})
 
 

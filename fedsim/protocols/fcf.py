@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Config, param
+from ..config import Config, ConfigError, param
 from ..math.fcf import AdamState, fcf_client, fcf_server_update
 from .common import SERVER, BadMessageError, check_data, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
@@ -63,7 +63,8 @@ class FCFConfig(Config):
     optimizer: str = param("adam", "server optimizer", choices=("adam", "sgd"))
     average: bool = param(False, "average the gradients over clients instead of summing them")
     wire_dtype: str = param("float32", "dtype of both messages", choices=("float32", "float64"))
-    init_std: float = param(0.1, "standard deviation of the initial Q", min=0)
+    init_std: float = param(0.1, "standard deviation of the initial Q (> 0: from Q = 0 every p_u and every "
+                            "gradient is 0, and Q never moves)", min=0, exclusive_min=True)
     deadline: float | None = param(None, "seconds the server waits for a round's gradients before stepping with "
                                    "what arrived (none: until all arrive)", min=0, exclusive_min=True, none_ok=True)
 
@@ -157,7 +158,9 @@ class FCFJob:
     def collect(self, run) -> Result:
         """``params``: ``P`` (the p_u each client solved in its last round, zeros if it never
         took part), ``Q`` (after the last step) and ``Q_sent`` (what the p_u were solved for:
-        ``P @ Q_sent.T`` scores the items); ``info["adam"]`` the optimizer state;
+        ``P @ Q_sent.T`` scores the items); ``info["adam"]`` the optimizer state,
+        ``info["diverged_at"]`` the rounds done if some of P, Q, Q_sent is not finite at the end
+        (a step too large for the data, e.g. a huge ``alpha`` or ``lr``), else None;
         ``state``: what ``build(..., resume=result)`` continues from."""
         srv = server_result(run)
         P = np.zeros((self.n_users, self.cfg.d))
@@ -167,8 +170,11 @@ class FCFJob:
                 P[u] = run.results[name]
         done = self.rounds_done + self.cfg.rounds
         state = {"Q": srv["Q"], "adam": srv["adam"], "rounds_done": done}
+        # the server does not watch for it: known only to have happened by the end
+        finite = all(np.isfinite(a).all() for a in (P, srv["Q"], srv["Q_sent"]))
         return Result("fcf", self.cfg, {"P": P, "Q": srv["Q"], "Q_sent": srv["Q_sent"]}, [], run,
-                      info={"adam": srv["adam"], "rounds_done": done, "missing": srv["missing"], "lost_clients": gone,
+                      info={"adam": srv["adam"], "rounds_done": done, "diverged_at": None if finite else done,
+                            "missing": srv["missing"], "lost_clients": gone,
                             "lost_users": [u for u, name in enumerate(self.clients) if name not in run.results]},
                       state=state)
 
@@ -178,9 +184,16 @@ def build(net, data, cfg: FCFConfig | None = None, *, test=None, resume=None) ->
     ``resume``: a previous FCF ``Result`` (or its ``state``): continue from its Q and Adam state,
     numbering rounds after it. FCF makes no federated evaluation (``test`` is ignored). Declares
     ``d`` as the ledger unit (one unit = one item vector). Raises ``ValueError`` for data without
-    users (``common.check_data``)."""
+    users (``common.check_data``), ``ConfigError`` for ``lam = 0`` with ``d`` above the number of
+    items (singular equations for every p_u)."""
     cfg = cfg or FCFConfig()
     check_data("FCF", data)
+    if cfg.lam == 0 and cfg.d > int(data.n_items):
+        # Q^T Q + alpha Q+^T Q+ has rank at most n_items < d: p_u's normal equations are singular
+        # (a LinAlgError in a client, or a solution of rounding noise)
+        raise ConfigError(f"FCF: lam = 0 with d = {cfg.d} above the {int(data.n_items)} items: each user's "
+                          "closed-form p_u solves singular equations (rank at most the number of items); give "
+                          "lam > 0 or d <= the number of items", "lam")
     state = resume.state if isinstance(resume, Result) else resume
     if state is not None and not isinstance(state, Mapping):
         raise TypeError("resume must be a previous Result or its state dict")

@@ -59,7 +59,8 @@ class FedAEConfig(Config):
     users are partitioned into; which ratings are positive in the implicit task).
     """
 
-    rounds: int = param(800, "communication rounds T", min=1)
+    rounds: int = param(800, "communication rounds T (at least 1: the federated evaluation follows the last "
+                        "round)", min=1)
     fraction: float = param(0.1, "fraction C of clients selected per round", min=0, max=1, exclusive_min=True)
     local_epochs: int = param(5, "local epochs K", min=1)
     batch: int = param(10, "local batch size B (users)", min=1)

@@ -85,7 +85,8 @@ from .registry import register
 from .secagg import (KEYLESS, client_keys, dense_rows, key_exchange_kinds, masked_vectors, overflowed,
                      server_relay_keys)
 
-__all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "TRAINING_KINDS"]
+__all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "participants_used",
+           "TRAINING_KINDS"]
 
 TRAINING_KINDS = ("gradients", "noise", "denoised")
 
@@ -98,7 +99,8 @@ class ExposedDenoiserWarning(UserWarning):
 @dataclass(frozen=True)
 class FedRecPPConfig(Config):
     """FedRec++ parameters: FedRec's batch PMF with hybrid filling, plus ``eta`` denoisers and
-    ``c`` participating clients per iteration (0: all)."""
+    ``c`` participating clients per iteration (0: all; more than there are clients: all, and the
+    result says so, ``info["c_used"]``)."""
 
     d: int = param(20, "latent dimension", min=1)
     T: int = param(100, "iterations", min=0)
@@ -142,6 +144,14 @@ def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
         if not allow_exposed:
             raise ConfigError(msg + " (pass allow_exposed=True to run anyway)", "eta")
         warnings.warn(msg, ExposedDenoiserWarning, stacklevel=3)
+
+
+def participants_used(cfg: FedRecPPConfig, n_clients: int) -> int:
+    """The clients taking part in each iteration: ``c``, or all ``n_clients`` when ``c`` is 0 or
+    larger than that (a sweep over datasets of several sizes may ask for more than a small one
+    has; the result says so: ``info["c_used"]`` and ``info["adjusted"]``)."""
+    n = int(n_clients)
+    return n if cfg.c == 0 else min(int(cfg.c), n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,7 +210,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             lost_rounds.append({"round": -1, "kind": "keys", "groups": 0, "clients": len(keyless),
                                 "reason": KEYLESS})
     diverged_at = None
-    c_part = cfg.c or n
+    c_part = participants_used(cfg, n)
     for t in range(cfg.T):
         ctx.begin_round(t)
         lr_t = decayed_lr(cfg.lr, t, cfg.decay)
@@ -478,8 +488,11 @@ class FedRecPPJob:
         ``assignment`` (ordinary client -> its denoiser), ``diverged_at``, ``missing``,
         ``lost_clients`` and ``lost_users`` (their user indices: zero U rows, to leave out when
         scoring the model), ``sampling_all`` (the users for whom rho x |I_u| exceeds their
-        unrated items, so they sample every unrated item: rho is capped there). FedRec++ makes no
-        federated evaluations (``metrics`` is empty)."""
+        unrated items, so they sample every unrated item: rho is capped there), ``c_used`` (the
+        clients that took part in each iteration: ``c``, all of them for ``c = 0``, capped at the
+        number of clients) and ``adjusted`` (one record ``{setting, asked, used, why}`` when ``c``
+        was larger than the number of clients, else empty: ``fedsim run`` reports it). FedRec++
+        makes no federated evaluations (``metrics`` is empty)."""
         srv = server_result(run)
         U = np.empty((self.n_users, self.cfg.d), dtype=np.dtype(self.cfg.dtype))
         gone, gone_users = [], []
@@ -498,6 +511,12 @@ class FedRecPPJob:
                 "missing": srv["missing"], "lost_clients": gone,
                 "lost_users": gone_users,
                 "sampling_all": users_sampling_all(self.indptr, self.n_items, self.cfg.rho)}
+        info["c_used"] = participants_used(self.cfg, self.n_users)
+        info["adjusted"] = []
+        if self.cfg.c > self.n_users:
+            info["adjusted"].append({"setting": "c", "asked": self.cfg.c, "used": info["c_used"],
+                                     "why": f"there are only {self.n_users} clients, every one of them taking part in "
+                                            "every iteration"})
         return Result("fedrecpp", self.cfg, {"U": U, "V": srv["V"]}, [], run, info=info, model=model)
 
 

@@ -10,8 +10,9 @@ Message flow (kinds), one round t (section 4.2):
 
     at the end: server -> every client  ``stop``  None
 
-1. The server draws U^-_t (``clients_per_round`` clients) with its ``ctx.rng`` and broadcasts
-   Theta_S^{t-1} to them.
+1. The server draws U^-_t (``clients_per_round`` clients, or every client when there are fewer:
+   ``info["clients_per_round_used"]`` and ``info["adjusted"]`` say so) with its ``ctx.rng`` and
+   broadcasts Theta_S^{t-1} to them.
 2. A selected client draws T triples (u, i, j) from its own items, steps p_u after each
    (Eq. 3-6) and builds one row ``[Delta q_k | Delta b_k]`` (no lr) per sent item update: the
    negative item of every triple, and the positive item of a triple iff its Bernoulli(pi) draw
@@ -97,6 +98,7 @@ __all__ = [
     "TRAINING_KINDS",
     "build",
     "client_name",
+    "clients_per_round_used",
     "config_for_preset",
     "key_setup_round",
     "make_samplers",
@@ -175,6 +177,13 @@ def config_for_preset(name: str, n_users: int, x_plus: int, *, epochs: float = 1
 # actors
 
 
+def clients_per_round_used(cfg: FPLConfig, n_clients: int) -> int:
+    """The clients the server selects per round: ``clients_per_round``, capped at the number of
+    clients (a sweep over datasets of several sizes may ask for more than a small one has; the
+    result says so: ``info["clients_per_round_used"]`` and ``info["adjusted"]``)."""
+    return min(int(cfg.clients_per_round), int(n_clients))
+
+
 def key_setup_round(round_offset: int) -> int:
     """The round label of the secure-aggregation key exchange of a run whose training rounds start
     at ``round_offset``: ``-1 - round_offset`` (negative: a setup round, which no training round
@@ -193,7 +202,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     n = len(clients)
-    k = min(cfg.clients_per_round, n)
+    k = clients_per_round_used(cfg, n)
     rng = ctx.rng
     theta = np.empty((n_items, d + 1), dtype=dt)
     if init is None:
@@ -352,7 +361,9 @@ class FPLJob:
         """``params``: ``theta`` = [Q | b] (n_items, d+1), ``Q``, ``b`` and ``P`` (the clients'
         p_u stacked in user order); ``info``: per-client counts (int arrays ``rounds``,
         ``sent_positive``, ``sent_negative``), the server's record of updates (``received``, if
-        ``record_received``), ``rounds_done`` (the rounds whose updates were applied, counted
+        ``record_received``), ``clients_per_round_used`` (``clients_per_round`` capped at the
+        number of clients), ``adjusted`` (one record ``{setting, asked, used, why}`` when that cap
+        applied, else empty: ``fedsim run`` reports it), ``rounds_done`` (the rounds whose updates were applied, counted
         from the first run's; those before the overflowing one, below) and ``diverged_at``: the 1-based round (counted
         like ``rounds_done``) in which a secure-aggregation client's rows overflowed the
         fixed-point range (the server stopped there, Theta_S as before that round); else
@@ -402,10 +413,17 @@ class FPLJob:
             else:
                 metrics.append({"round": done - 1, **top})
         state = {"theta": theta, "P": P, "samplers": self.samplers, "rounds_done": done}
+        used = clients_per_round_used(self.cfg, self.n_users)
+        adjusted = []
+        if used != self.cfg.clients_per_round:
+            adjusted.append({"setting": "clients_per_round", "asked": self.cfg.clients_per_round, "used": used,
+                             "why": f"there are only {self.n_users} clients (one per user), every one of them "
+                                    "selected in every round"})
         return Result("fpl", self.cfg, params, metrics, run,
                       info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
                             "lost_clients": gone, "lost_users": [int(u) for u in np.flatnonzero(~present)],
-                            "diverged_at": diverged_at}, state=state)
+                            "diverged_at": diverged_at, "clients_per_round_used": used, "adjusted": adjusted},
+                      state=state)
 
 
 def top10(P, theta, d, train, test, present=None) -> dict | None:
@@ -414,7 +432,10 @@ def top10(P, theta, d, train, test, present=None) -> dict | None:
     seen only in test keeps its random initial parameters: never ranked (docs/fpl.md, as the
     studies' evaluator). None if a score is not finite (a diverged model has no ranking).
     ``present``: a mask of the users evaluated (None: all); ``users`` is how many of them have
-    test items (those the means are over), ``lost`` how many users with test items were left out."""
+    test items (those the means are over), ``lost`` how many users with test items were left out.
+    With ``users`` 0 (every user with test items left out: dropped out) precision and recall are
+    NaN, no figure, as the other protocols' evaluations over no rating (``fedsim run`` says that
+    no user was evaluated)."""
     from ..math.bpr import bpr_scores
     from ..math.metrics import precision_at, recall_at, top_n
 
@@ -486,7 +507,7 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
         test = type(test)(test.users, test.items, test.values, n_users=data.n_users, n_items=data.n_items,
                        name=test.name)
     n_items = int(data.n_items)
-    if cfg.secure_aggregation and min(cfg.clients_per_round, int(data.n_users)) < 2:
+    if cfg.secure_aggregation and clients_per_round_used(cfg, int(data.n_users)) < 2:
         raise ConfigError("secure_aggregation needs at least 2 clients per round (the sum of one client's update "
                           "is that update)", "secure_aggregation")
     state = resume.state if isinstance(resume, Result) else resume

@@ -846,7 +846,7 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
         words = sorted({c for s in with_caveats for c in s["caveats"]})
         lines += [f"**{len(with_caveats)} of the {n_done} finished points have caveats** "
                   f"({', '.join(words)}: the `caveats` column; each point's report.md says what): their "
-                  "figures are not those of complete runs.", ""]
+                  "figures are not those of complete runs of the settings given.", ""]
     versions: dict[str, list[dict]] = {}
     for s in finished:
         versions.setdefault(s.get("fedsim", "unknown version"), []).append(s["point"])
