@@ -71,3 +71,48 @@ def test_ctrl_c_during_a_tcp_run_prints_one_line_and_leaves_no_worker_and_no_fol
     assert stdout == ""
     assert not [k for k in kids if _alive(k)]  # (the launching process reaped them before it exited)
     assert list(tmp_path.iterdir()) == []  # no folder, no .run.partial-... left
+
+
+class _InterruptedImport:
+    """A meta path finder: importing ``name`` raises KeyboardInterrupt (a Ctrl-C during it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            raise KeyboardInterrupt
+        return None
+
+
+def test_ctrl_c_while_fedsim_imports_is_one_line_and_status_130(monkeypatch, capsys):
+    # the console script imported fedsim.cli (NumPy, the experiment package...) before main()
+    # and its try: a Ctrl-C right after typing the command was Python's traceback of the import
+    import tomllib
+
+    import fedsim.__main__ as entry_point
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["fedsim"] == "fedsim.__main__:entry"
+    monkeypatch.delitem(sys.modules, "fedsim.cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport("fedsim.cli"), *sys.meta_path])
+    assert entry_point.entry() == 130
+    assert capsys.readouterr() == ("", "interrupted: nothing was run or written\n")
+
+
+def test_ctrl_c_before_the_command_runs_is_one_line_and_status_130(monkeypatch, capsys):
+    # main()'s handler began inside _main, after parsing (and the scenario --help imports)
+    from fedsim import cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["list"]) == 130
+    assert capsys.readouterr() == ("", "interrupted: nothing was run or written\n")
+
+
+def test_python_m_fedsim_still_runs_the_command_line():
+    res = subprocess.run([sys.executable, "-m", "fedsim", "--version"], capture_output=True, text=True, timeout=60,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "fedsim 0.1.0\n", "")
