@@ -19,7 +19,8 @@ Errors a user can cause print one line (``error: ...``) and exit with status 2, 
 output folder behind; a run that does not finish (a deadlock) prints ``error: the run did not
 finish ...`` with who waits for what and exits with status 1 (``fedsim trace`` writes its views of
 the run up to the deadlock all the same and names their folder); Ctrl-C exits with status 130,
-leaving no folder.
+leaving no folder (the console script is ``fedsim.__main__.entry``, which also catches one that
+comes while this module is still importing).
 """
 
 from __future__ import annotations
@@ -374,6 +375,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # before a command runs (parsing, --help's scenario, imports): _main catches the rest
+        print("interrupted: nothing was run or written", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # output piped into a reader that stopped early (`fedsim list | head`): not an error.
         # Point stdout at devnull so the interpreter's final flush does not raise again.

@@ -224,6 +224,44 @@ def test_config_file_network_errors_name_the_line_and_key(text, expected, tmp_pa
     nothing_left(tmp_path)
 
 
+@pytest.mark.parametrize("text, options, expected", [
+    # a [network] key of the file that does not go with an option of the command line: the
+    # message named neither the file nor the key ("link model 'fair' applies to the simulator
+    # only, not to transport 'tcp'", with no --link-model on the command line)
+    ('seed = 1\n[network]\nlink_model = "fair"\n', ["--transport", "tcp"],
+     "run.toml: line 3: [network] link_model = 'fair' with the command line's options: link model 'fair' applies "
+     "to the simulator only, not to transport 'tcp'"),
+    ('[network]\nprofile = "lan"\n"link-model" = "tcp"\n', ["--transport", "asyncio"],
+     "run.toml: line 3: [network] link-model = 'tcp' with the command line's options: link model 'tcp' applies "
+     "to the simulator only, not to transport 'asyncio'"),
+    ('[network]\ntransport = "tcp"\n', ["--link-model", "fair"],
+     "run.toml: line 2: [network] transport = 'tcp' with the command line's options: link model 'fair' applies "
+     "to the simulator only, not to transport 'tcp'"),
+    ('[network]\ndropout = 0.2\n', ["--transport", "tcp"],
+     "run.toml: line 2: [network] dropout = 0.2 with the command line's options: transport 'tcp' does not "
+     "simulate dropout (got dropout 0.2): use transport 'sim' or 'asyncio'"),
+])
+def test_config_file_network_keys_that_conflict_with_the_command_line_name_the_line_and_key(
+        text, options, expected, tmp_path):
+    (tmp_path / "run.toml").write_text(text)
+    line = one_error_line(fedsim_cmd("run", "fedrec", "--config", "run.toml", *options, cwd=tmp_path))
+    assert line == "error: " + expected
+    nothing_left(tmp_path)
+
+
+def test_the_command_line_wins_over_the_config_file_and_results_json_records_what_ran(tmp_path):
+    # the documented rule (docs/cli.md, "Configuration files"): the file's value is replaced, not
+    # checked, and results.json holds the value the run used
+    (tmp_path / "run.toml").write_text('scenario = "fedrec"\ndata = "ml1m-like"\nseed = 3\n\n[params]\nT = 5\n'
+                                       'lr = 0.5\n\n[network]\nprofile = "wan"\nlink_model = "fair"\n')
+    res = fedsim_cmd("run", "--config", "run.toml", "--data", "tiny", "--seed", "7", "--set", "T=1",
+                     "--profile", "lan", "--link-model", "fifo", "--out", "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert (saved["data"], saved["seed"], saved["config"]["T"], saved["config"]["lr"]) == ("tiny", 7, 1, 0.5)
+    assert (saved["network"]["profile"], saved["network"]["link_model"]) == ("lan", "fifo")
+
+
 @pytest.mark.parametrize("text, expected", [
     # the scenario, data and out of the file: errors named the command-line option, or none
     ('scenario = "fedrex"\n', "run.toml: line 1: scenario: unknown scenario or protocol 'fedrex'; did you mean 'fedrec'?"),

@@ -999,3 +999,53 @@ def test_a_worker_that_cannot_reach_a_listening_launching_process_says_so_in_one
     assert res.returncode == 3 and res.stderr == (
         f"fedsim: process 0 (hosting a) cannot reach the launching process at 127.0.0.1:{port} (OSError: "
         "[Errno 113] No route to host); it leaves\n")
+
+
+# -- a Ctrl-C while the launching process forks or tears its loop down ----------------------------
+
+
+def test_the_loop_teardown_cancels_the_tasks_that_cancelled_tasks_start():
+    # a control connection accepted just before a Ctrl-C gets its handler task from a callback
+    # that runs after the teardown had listed the tasks to cancel: that task was left pending
+    # and destroyed with the loop ("Task was destroyed but it is pending!" under "interrupted")
+    late: list[asyncio.Task] = []
+    ended: list[str] = []
+
+    async def handler():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ended.append("handler")
+            raise
+
+    async def accepting():
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.sleep(3600)
+        finally:  # as a transport's connection_made: a callback that starts the handler task
+            loop.call_soon(lambda: late.append(loop.create_task(handler())))
+
+    async def main():
+        asyncio.get_running_loop().create_task(accepting())
+        await asyncio.sleep(0)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        tcp._run_bounded(main)
+    assert len(late) == 1 and late[0].cancelled() and ended == ["handler"]
+
+
+def test_a_sigint_while_forking_is_raised_once_the_block_ends():
+    import signal as sig
+
+    assert sig.getsignal(sig.SIGINT) is sig.default_int_handler
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with tcp._sigint_deferred():
+            os.kill(os.getpid(), sig.SIGINT)
+            time.sleep(0.05)  # (the handler runs at the next bytecodes: within the block)
+            reached.append(1)
+    assert reached == [1] and sig.getsignal(sig.SIGINT) is sig.default_int_handler
+    with tcp._sigint_deferred():  # nothing received: nothing raised
+        reached.append(2)
+    assert reached == [1, 2] and sig.getsignal(sig.SIGINT) is sig.default_int_handler

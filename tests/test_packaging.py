@@ -52,7 +52,7 @@ def test_distribution_name_is_publishable_and_stated_in_the_readme():
     import name stays fedsim, and the README says so."""
     conf = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert conf["project"]["name"] == "fedsim-rec"
-    assert conf["project"]["scripts"]["fedsim"] == "fedsim.cli:main"
+    assert conf["project"]["scripts"]["fedsim"] == "fedsim.__main__:entry"
     assert "**`fedsim-rec`**" in (REPO / "README.md").read_text()
     assert "browser" in conf["project"]["optional-dependencies"]
     assert any(d.startswith("tqdm") for d in conf["project"]["dependencies"])

@@ -417,9 +417,26 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
             net_from_args(mod, argparse.Namespace(**{**none, **net_doc}))
         except UsageError as exc:
             raise UsageError(f"{at(doc, 'network')}: [network] {exc}") from None
-    for k, v in net_doc.items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
+    from_file = [k for k, v in net_doc.items() if getattr(args, k, None) is None]
+    for k in from_file:
+        setattr(args, k, net_doc[k])
+    try:
+        net = net_from_args(mod, args)
+    except UsageError as exc:
+        if not from_file:
+            raise
+        # a file's [network] key that does not go with the command line's options (link_model =
+        # "fair" in the file, --transport tcp given): said without the file, the message named
+        # a value the command line did not have
+        for k in from_file:
+            alone = argparse.Namespace(**{**vars(args), **{j: None for j in from_file if j != k}})
+            try:
+                net_from_args(mod, alone)
+            except UsageError:
+                written = k.replace("_", "-") if ("network", k.replace("_", "-")) in doc.get("_lines", {}) else k
+                raise UsageError(f"{at(doc, 'network', k)}: [network] {written} = {doc['network'][k]!r} with the "
+                                 f"command line's options: {exc}") from None
+        raise UsageError(f"{at(doc, 'network')}: [network] with the command line's options: {exc}") from None
     seed = args.seed if args.seed is not None else doc.get("seed", 0)
     if args.seed is None and "seed" in doc and (type(seed) is not int or seed < 0):
         raise UsageError(f"{at(doc, 'seed')}: seed: expected a non-negative integer, got {seed!r}")
@@ -427,7 +444,7 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
             "out": args.out if args.out is not None else doc.get("out"), "overrides": overrides,
             "seed": seed, "quiet": bool(args.quiet or doc.get("quiet", False)),
             "ledger": bool(args.ledger or doc.get("ledger", False)),
-            "force": bool(args.force or doc.get("force", False)), "net": net_from_args(mod, args)}
+            "force": bool(args.force or doc.get("force", False)), "net": net}
 
 
 def _about_key(msg: str, key: str) -> str:

@@ -18,7 +18,10 @@ own; each child starts a fresh loop. A child asks the kernel to kill it if the p
 it is refused at start-up (the parent stopped listening: it is ending the run, after a Ctrl-C or
 a failure it reports itself), quietly, with status 3 (a control port it cannot reach otherwise:
 one line saying so); it leaves through ``os._exit`` (no atexit handlers, no inherited buffers
-flushed twice).
+flushed twice). A child ignores SIGINT from its first step (the terminal's Ctrl-C reaches the
+whole process group: the parent decides); a Ctrl-C while the parent forks is raised once every
+child's pid is recorded, so that each is still reaped, and the parent's loop teardown cancels
+every task, also those that cancelled tasks start, before it closes the loop.
 
 Rendezvous. The parent listens on 127.0.0.1 (an ephemeral port) for control connections. Each
 child binds its own data listener (``host``, ephemeral port), connects to the parent and says
@@ -127,6 +130,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import ipaddress
 import math
 import os
@@ -134,6 +138,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -428,20 +433,25 @@ class TcpNetwork(Network):
         started: list[int] = []
         coordinator = None
         try:
-            for p in range(len(self.groups)):
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:  # the child: never returns
-                    code = 70
-                    try:
-                        code = _worker_process(self, p, port, token, parent, listener)
-                    finally:
-                        os._exit(code)
-                started.append(pid)
-                self.pids.append(pid)
+            # A Ctrl-C while forking waits until every child is recorded (and is then raised): one
+            # raised just after a fork lost the child's pid (never reaped), or ran the launching
+            # process's code in the child (raised before it ignores SIGINT: a second "interrupted"
+            # line or a traceback from the child, and a child holding stderr open)
+            with _sigint_deferred():
+                for p in range(len(self.groups)):
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:  # the child: never returns
+                        code = 70
+                        try:
+                            code = _worker_process(self, p, port, token, parent, listener)
+                        finally:
+                            os._exit(code)
+                    started.append(pid)
+                    self.pids.append(pid)
             coordinator = _Coordinator(self, listener, token, deadline, timeout)
-            reports = _run_bounded(coordinator.run())
+            reports = _run_bounded(coordinator.run)
             duration = self._merge(reports)
             self._stopped_at, self._t0 = duration, None
         finally:
@@ -568,6 +578,7 @@ def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: 
     exit status (0 after a run, 3 when it left because the run was aborted or the launching
     process went away, 70 after an error of its own, whose traceback it prints)."""
     try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills us if it must
         listener.close()
         return _Worker(net, p, port, token, parent).main()
     except KeyboardInterrupt:
@@ -582,22 +593,68 @@ def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: 
         return 70
 
 
-def _run_bounded(coro, teardown: float = 2.0) -> Any:
-    """``asyncio.run(coro)`` whose teardown waits at most ``teardown`` seconds for the tasks it
-    cancels (see ``_Worker.main`` on 3.11's wait_for)."""
-    loop = asyncio.new_event_loop()
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """A SIGINT during the block is raised (as ``KeyboardInterrupt``, by the handler that was
+    in place) when the block ends, not in the middle of it. Only in the main thread, and only
+    over a Python handler (one that ignores SIGINT or was set outside Python is left alone). A
+    process forked inside the block inherits the recording handler: a SIGINT there raises
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        yield
+        return
+    got: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
     try:
-        return loop.run_until_complete(coro)
+        yield
     finally:
-        try:
+        signal.signal(signal.SIGINT, previous)
+    if got:
+        previous(signal.SIGINT, got[0])
+
+
+def _run_bounded(main: Callable[[], Any], teardown: float = 2.0) -> Any:
+    """``asyncio.run(main())`` whose teardown waits at most ``teardown`` seconds for the tasks it
+    cancels (see ``_Worker.main`` on 3.11's wait_for). A Ctrl-C while the loop and ``main``'s
+    task are made waits until both exist (a loop half made, or a coroutine never started, said
+    so on stderr as the process ended).
+
+    The teardown cancels in rounds until no task is left: a task cancelled in one round can
+    start another as it ends (a control connection accepted just before a Ctrl-C gets its
+    handler task only once the accepting task has run), and a task still pending when the loop
+    closes is destroyed with asyncio's "Task was destroyed but it is pending!" on stderr."""
+    loop = None
+    try:
+        with _sigint_deferred():
+            loop = asyncio.new_event_loop()
+            task = loop.create_task(main())
+        return loop.run_until_complete(task)
+    finally:
+        if loop is not None:
+            _teardown(loop, teardown)
+
+
+def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
+    try:
+        end = time.monotonic() + teardown
+        while True:
+            # first the callbacks already scheduled, which can start tasks of their own (a
+            # connection's handler task is started by a callback of its transport)
+            loop.run_until_complete(asyncio.sleep(0))
             tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            left = end - time.monotonic()
+            if not tasks or left <= 0:
+                break
             for t in tasks:
                 t.cancel()
-            if tasks:
-                loop.run_until_complete(asyncio.wait(tasks, timeout=teardown))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
+            loop.run_until_complete(asyncio.wait(tasks, timeout=left))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 def check_host(host: str, allow_remote: bool) -> None:
@@ -1356,7 +1413,7 @@ class _Coordinator:
         self.loop = asyncio.get_running_loop()
         self.changed = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        server = await asyncio.start_server(self._accepted, sock=self.listener, limit=_READ_LIMIT)
+        server = await asyncio.start_server(self._connected, sock=self.listener, limit=_READ_LIMIT)
         watch = self.loop.create_task(self._watch())
         try:
             start_by = time.monotonic() + net.start_timeout
@@ -1409,8 +1466,17 @@ class _Coordinator:
             for c in self.children:
                 self._send(c, {"op": "abort"})
 
+    def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A control connection's handler task, started here rather than by asyncio's streams
+        (a coroutine as ``start_server``'s callback): in 3.11 a handler task that streams
+        started and that was cancelled before its first step (a Ctrl-C at start-up) made the
+        streams' own callback raise ``CancelledError`` ("Exception in callback ..." and a
+        traceback on stderr). Such a task closes its connection."""
+        task = self.loop.create_task(self._accepted(reader, writer))
+        self.tasks.append(task)
+        task.add_done_callback(lambda t: writer.close() if t.cancelled() else None)
+
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.tasks.append(asyncio.current_task())
         try:
             await self._control(reader, writer)
         except asyncio.CancelledError:
