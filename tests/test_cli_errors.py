@@ -237,9 +237,6 @@ def test_config_file_network_errors_name_the_line_and_key(text, expected, tmp_pa
     ('[network]\ntransport = "tcp"\n', ["--link-model", "fair"],
      "run.toml: line 2: [network] transport = 'tcp' with the command line's options: link model 'fair' applies "
      "to the simulator only, not to transport 'tcp'"),
-    ('[network]\ndropout = 0.2\n', ["--transport", "tcp"],
-     "run.toml: line 2: [network] dropout = 0.2 with the command line's options: transport 'tcp' does not "
-     "simulate dropout (got dropout 0.2): use transport 'sim' or 'asyncio'"),
 ])
 def test_config_file_network_keys_that_conflict_with_the_command_line_name_the_line_and_key(
         text, options, expected, tmp_path):

@@ -51,3 +51,15 @@ def test_the_environment_can_leave_the_allocator_alone(monkeypatch):
     monkeypatch.setenv("FEDSIM_MALLOC", "default")
     assert "FEDSIM_MALLOC=default" in allocator.keep_freed_memory()
     monkeypatch.setattr(allocator, "_done", None)  # (the real setting is left for the process)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
+def test_setting_the_thresholds_starts_no_process(monkeypatch):
+    # ctypes.util.find_library("c") ran /sbin/ldconfig in a subprocess on every `fedsim` start:
+    # milliseconds of start-up, and a child process beside the TCP transport's workers
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"a process was started: {args[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.delenv("FEDSIM_MALLOC", raising=False)
+    assert allocator._set() == "set"

@@ -16,7 +16,6 @@ it is.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -45,8 +44,9 @@ def _set() -> str:
     if not sys.platform.startswith("linux"):
         return f"not glibc ({sys.platform})"
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # the process's own symbols: the malloc it runs with, found without
+        # ctypes.util.find_library, which runs /sbin/ldconfig in a subprocess on every start
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError) as exc:
         return f"no mallopt in the C library ({exc})"
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

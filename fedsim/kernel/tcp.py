@@ -628,12 +628,39 @@ def _run_bounded(main: Callable[[], Any], teardown: float = 2.0) -> Any:
     handler task only once the accepting task has run), and a task still pending when the loop
     closes is destroyed with asyncio's "Task was destroyed but it is pending!" on stderr."""
     loop = None
+    interrupted: list[bool] = []
+    restore = None
     try:
         with _sigint_deferred():
             loop = asyncio.new_event_loop()
             task = loop.create_task(main())
-        return loop.run_until_complete(task)
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            # While the loop runs, a Ctrl-C cancels the main task (whose cleanup tells the workers
+            # to stop) instead of raising KeyboardInterrupt at whatever line the loop was on: raised
+            # between making a coroutine and its task, it left one never awaited ("coroutine
+            # '_Coordinator._watch' was never awaited" on stderr). A second one raises at once.
+            # (asyncio.run does the same.)
+            def on_sigint(signum, frame, loop=loop, task=task):
+                if interrupted or task.done():
+                    raise KeyboardInterrupt()
+                interrupted.append(True)
+                task.cancel()
+                loop.call_soon_threadsafe(lambda: None)  # (wakes a loop waiting in select)
+
+            restore = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            result = loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt() from None
+            raise
+        if interrupted:  # (the task ended anyway: the run was interrupted all the same)
+            raise KeyboardInterrupt()
+        return result
     finally:
+        if restore is not None:
+            signal.signal(signal.SIGINT, restore)
         if loop is not None:
             _teardown(loop, teardown)
 
