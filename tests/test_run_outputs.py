@@ -584,3 +584,16 @@ def test_fedrec_run_scores_the_test_ratings_of_the_clients_present(tmp_path):
     with open(Path(out) / "summary.csv", newline="") as fh:
         row = next(csv.DictReader(fh))
     assert int(row["lost_clients"]) > 0 and int(row["test_users_left_out"]) > 0
+
+
+def test_the_progress_line_says_which_round_a_setup_prepares():
+    # a negative round label is a setup round; below -1 that of a network resumed at round N (FPL's
+    # key_setup_round): the progress line said "setup" for every one, as the trace views did
+    from fedsim.experiment.live import snapshot_text
+    from fedsim.protocols.fpl import key_setup_round
+
+    assert snapshot_text([{"round": 7}]) == "round 7"
+    assert snapshot_text([{"round": -1}]) == "setup"
+    assert snapshot_text([{"round": key_setup_round(5)}]) == "setup for round 5"
+    assert snapshot_text([{"round": 7}, {"round": -1}, {"round": -6}]) == "rounds 7|setup|setup for round 5"
+    assert snapshot_text([{"round": None}]) == ""

@@ -86,10 +86,17 @@ def active() -> Any | None:
 
 
 def snapshot_text(snaps: list[Snapshot]) -> str:
-    """``round 7`` for one running network, ``rounds 7|3`` for several (workers)."""
+    """``round 7`` for one running network, ``rounds 7|3`` for several (workers). A negative
+    label is a setup round: ``setup`` for -1, ``setup for round N`` for -1 - N (the key exchange of
+    an FPL network resumed at round N), as the trace views write them."""
     rounds = [s["round"] for s in snaps if s.get("round") is not None]
     if not rounds:
         return ""
     if len(rounds) == 1:
-        return "setup" if rounds[0] < 0 else f"round {rounds[0]}"
-    return "rounds " + "|".join("setup" if r < 0 else str(r) for r in rounds)
+        return "round " + _label(rounds[0]) if rounds[0] >= 0 else _label(rounds[0])
+    return "rounds " + "|".join(_label(r) for r in rounds)
+
+
+def _label(rnd: int) -> str:
+    rnd = int(rnd)
+    return str(rnd) if rnd >= 0 else "setup" if rnd == -1 else f"setup for round {-1 - rnd}"
