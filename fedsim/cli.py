@@ -151,9 +151,18 @@ def _load_config(args: argparse.Namespace, sweep: bool = False) -> dict | None:
 def _from_config(args: argparse.Namespace, doc: dict | None):
     """Errors about ``data`` and ``out`` that came from the configuration file name the file and
     its key, not the command-line option the user did not give (``run.toml: line 2: data: unknown
-    dataset 'x'`` rather than ``--data: unknown dataset 'x'``)."""
+    dataset 'x'`` rather than ``--data: unknown dataset 'x'``); so does a protocol's check of its
+    settings together (``ConfigError`` naming a key, as ``eval_every`` beyond ``T``) when that key
+    came from the file's ``[params]`` and not from ``--set``."""
     try:
         yield
+    except ConfigError as exc:
+        key = exc.key
+        params = (doc or {}).get("params") or {}
+        given = {str(s).split("=", 1)[0].strip() for s in (getattr(args, "set", None) or [])}
+        if key is not None and key in params and key not in given:
+            raise ConfigError(f"{at(doc, 'params', key)}: [params] {key}: {exc}", key) from None
+        raise
     except UsageError as exc:
         text = str(exc)
         for key in ("data", "out"):

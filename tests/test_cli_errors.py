@@ -401,3 +401,19 @@ def test_a_run_that_deadlocks_says_who_waits_for_what_without_a_traceback(tmp_pa
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.startswith("error: the run did not finish, no output folder was written: deadlock at")
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_protocol_check_of_settings_together_names_the_config_files_line(tmp_path):
+    # eval_every beyond T is refused by FedRecConfig itself (two settings together): from the
+    # file's [params] the message named neither the file nor the line
+    (tmp_path / "run.toml").write_text("[params]\nT = 2\neval_every = 5\n")
+    line = one_error_line(fedsim_cmd("run", "fedrec", "--config", "run.toml", "--data", "tiny", cwd=tmp_path))
+    assert line == ("error: run.toml: line 3: [params] eval_every: FedRecConfig.eval_every = 5 is more than T = 2: "
+                    "no iteration would be evaluated (allowed: 0 for never, or 1 to T)")
+    nothing_left(tmp_path)
+    # the same key from --set is the command line's: no file named
+    line = one_error_line(fedsim_cmd("run", "fedrec", "--config", "run.toml", "--set", "eval_every=5", "--data", "tiny",
+                                     cwd=tmp_path))
+    assert line == ("error: FedRecConfig.eval_every = 5 is more than T = 2: no iteration would be evaluated (allowed: "
+                    "0 for never, or 1 to T)")
+    nothing_left(tmp_path)
