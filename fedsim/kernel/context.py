@@ -407,11 +407,20 @@ class Context:
 
     async def compute(self, flops: float, label: str = "compute") -> None:
         """Charge ``flops`` floating-point operations of local work: on SimNetwork this node's
-        time advances by ``flops / speed``; on a real loop it only yields."""
+        time advances by ``flops / speed``; on a real loop it only yields. Once it returns, the
+        FLOPs count in the run's ``RunResult.flops`` under this node and ``label`` (also if the
+        node drops out later); a compute the node's dropout or the run's end cuts does not count."""
         f = float(flops)
         if not 0 <= f < _INF:  # also NaN
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
-        await self._net.compute(self._node, f, label)
+        node = self._node
+        await self._net.compute(node, f, label)
+        key = label if type(label) is str else str(label)
+        tally = node.flops
+        if tally is None:
+            node.flops = {key: f}
+        else:
+            tally[key] = tally.get(key, 0.0) + f
 
     def log(self, text: str) -> None:
         """Add a line to the run's step log (kept only when the network traces)."""

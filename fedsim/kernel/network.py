@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import CoroutineType
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import numpy as np
 
@@ -137,7 +137,12 @@ class RunResult:
     still running, when the run stopped at ``until``) when it ended, closed by the kernel;
     ``blocked``: for each of them, what it was waiting for; ``offline``: the nodes that dropped
     out; ``duration``: simulated seconds (SimNetwork) or real seconds divided by the time scale
-    (AsyncioNetwork); ``ledger``; ``trace`` and ``log`` (when the network traces).
+    (AsyncioNetwork, TcpNetwork); ``ledger``; ``trace`` and ``log`` (when the network traces);
+    ``flops``: for each node that computed, the FLOPs of its ``ctx.compute`` calls that returned,
+    per label (node id -> {label: FLOPs}), whether it finished, dropped out or was closed at the
+    run's end: the work done, which a node's return value does not carry when it never returns
+    (``total_flops`` adds them up). A compute cut by the node's dropout or the run's end does not
+    count. The same on every transport (TcpNetwork's workers report their nodes' counts).
     """
 
     results: dict[str, Any]
@@ -148,9 +153,23 @@ class RunResult:
     trace: list[tuple] = field(default_factory=list)
     log: list[tuple] = field(default_factory=list)
     blocked: dict[str, str] = field(default_factory=dict)
+    flops: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __getitem__(self, node_id: str) -> Any:
         return self.results[node_id]
+
+    def total_flops(self, nodes: Iterable[str] | None = None, labels: Iterable[str] | None = None) -> float:
+        """The FLOPs computed by ``nodes`` (default: every node) under ``labels`` (default: any
+        label), from ``flops``, added in the order of ``nodes`` then of each node's labels (a node
+        that computed nothing adds 0)."""
+        want = None if labels is None else {str(x) for x in ([labels] if isinstance(labels, str) else labels)}
+        ids = self.flops if nodes is None else ([nodes] if isinstance(nodes, str) else nodes)
+        total = 0.0
+        for nid in ids:
+            for label, f in self.flops.get(nid, {}).items():
+                if want is None or label in want:
+                    total += f
+        return total
 
     @property
     def complete(self) -> bool:
@@ -551,7 +570,8 @@ class Network:
         unfinished = [n.id for n in nodes if not n.done and not n.offline]
         offline = [n.id for n in nodes if n.offline]
         blocked = {nid: self.waits_for(self.nodes[nid]) for nid in unfinished} if drained else {}
-        res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked)
+        flops = {n.id: dict(n.flops) for n in nodes if n.flops is not None}
+        res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked, flops)
         if strict and drained and unfinished:
             raise DeadlockError(blocked, duration, offline, res)
         return res

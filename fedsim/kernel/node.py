@@ -21,14 +21,15 @@ class Node:
     Run state: ``ctx``, ``coro``, ``round`` (label of what it sends), ``mailbox`` (a deque of
     envelopes, made on first delivery), ``waiter`` (what it is blocked on; transport-specific),
     ``done``/``result``, ``offline``, ``sent`` (messages it has sent: the sequence number that
-    keys its loss draws).
+    keys its loss draws), ``flops`` (the FLOPs of its ``ctx.compute`` calls that returned, per
+    label: a dict made at the first one, None before; ``RunResult.flops`` copies it).
     Link-model state: ``egress_free``/``ingress_free`` (the FIFO model's port clocks) and
     ``link_state`` (free for any other link model).
     """
 
     __slots__ = ("id", "role", "spec", "actor", "args", "kwargs", "ctx", "round", "mailbox",
                  "waiter", "egress_free", "ingress_free", "offline", "done", "result", "coro",
-                 "proc", "sent", "loss_rng", "gathering", "link_state", "__weakref__")
+                 "proc", "sent", "loss_rng", "gathering", "link_state", "flops", "__weakref__")
 
     def __init__(self, node_id: str, role: str, spec: NodeSpec, actor: Callable[..., Any], args: tuple,
                  kwargs: dict | None) -> None:
@@ -53,6 +54,7 @@ class Node:
         self.loss_rng: Any = None
         self.gathering: Any = None  # the collector of a gather in progress (for error messages)
         self.link_state: Any = None
+        self.flops: dict[str, float] | None = None  # label -> FLOPs computed (Context.compute)
 
     def __repr__(self) -> str:
         return f"Node({self.id!r}, role={self.role!r})"

@@ -91,7 +91,8 @@ then nothing can wake anyone. Actors still blocked then are a deadlock:
 ``run(strict=True)`` raises ``DeadlockError`` naming each and what it waits for (described in
 its own process), ``strict=False`` returns the partial result. The parent then tells every
 process to stop; each closes its blocked actors, sends its report (return values encoded with
-the codec, ledger rows, roles, missing-message records) and exits.
+the codec, ledger rows, roles, missing-message records, the FLOPs each node's ``ctx.compute``
+calls charged: ``RunResult.flops``) and exits.
 
 Safety. The data listeners bind to ``host``, 127.0.0.1 by default; a host that is not a
 loopback address is refused (``NetworkConfigError``) unless ``allow_remote=True``. A frame
@@ -520,6 +521,8 @@ class TcpNetwork(Network):
                 node.role = info["role"]
                 led.roles[nid] = info["role"]
                 node.offline = bool(info["offline"])
+                # what its ctx.compute calls charged in the worker (RunResult.flops), None if nothing
+                node.flops = None if info["flops"] is None else {str(k): float(v) for k, v in info["flops"].items()}
                 if info["done"]:
                     node.done = True
                     node.result = rep["results"][nid]
@@ -1349,7 +1352,7 @@ class _Worker:
             r[0] = num
             rows.append(r)
         lists = {
-            "nodes": [[n.id, n.done, n.role, waits.get(n.id), n.offline] for n in self.local],
+            "nodes": [[n.id, n.done, n.role, waits.get(n.id), n.offline, n.flops] for n in self.local],
             "role_members": [[role, nid] for role, members in role_members.items() for nid in members],
             "missing": [[m.round, m.receiver, m.sender, m.kind, m.time] for m in net.ledger.missing],
             "steps": [list(s) for s in net.steps],
@@ -1569,8 +1572,9 @@ class _Coordinator:
         elif op in ("missing", "steps", "rows", "arrivals"):
             c.report[op].extend(msg["items"])
         elif op == "nodes":
-            for nid, done, role, waits, offline in msg["items"]:
-                c.report["nodes"][nid] = {"done": done, "role": role, "waits": waits, "offline": offline}
+            for nid, done, role, waits, offline, flops in msg["items"]:
+                c.report["nodes"][nid] = {"done": done, "role": role, "waits": waits, "offline": offline,
+                                          "flops": flops}
         elif op == "role_members":
             for role, nid in msg["items"]:
                 c.report["role_members"].setdefault(role, []).append(nid)

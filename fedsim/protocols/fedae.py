@@ -243,9 +243,10 @@ class FedAEJob:
         federated evaluations, one per evaluated round (``missing``: the clients whose answer did not
         arrive; PersonalFR's ``left_out``: the clients whose indices never arrived, not asked);
         ``info``: ``best`` and ``final`` evaluation (the paper reports the best), ``client_flops``
-        (training FLOPs charged by the clients that finished: one that dropped out took its count
-        with it, see ``lost_clients``), ``server_flops``, ``selected`` (the clients of every round), ``clients`` (each
-        client's return value)."""
+        (the training FLOPs every client charged, ``RunResult.flops`` under ``train``: also those of
+        a client that dropped out or was closed at the run's end before returning, see
+        ``lost_clients``; a training step its dropout cut does not count), ``server_flops``,
+        ``selected`` (the clients of every round), ``clients`` (each finished client's return value)."""
         srv = server_result(run)
         hist = list(srv["history"])
         key = "rmse" if self.cfg.task == "explicit" else "ndcg"
@@ -264,7 +265,9 @@ class FedAEJob:
         info = {
             "final": hist[-1] if hist else None,
             "best": best,
-            "client_flops": int(sum(r["flops"] for r in done.values())),
+            # the kernel's count, not the return values: a client that never returned took its
+            # own with it. Summed as ints per client (each exact: whole FLOPs added below 2**53)
+            "client_flops": sum(int(run.flops.get(c, {}).get("train", 0.0)) for c in self.clients),
             "server_flops": int(srv["flops"]),
             "selected": srv["selected"],
             "clients": done,
