@@ -1,0 +1,87 @@
+"""A model that stops being finite (a learning rate too large for the data): every protocol's server
+checks its model once per round and stops there with ``info["diverged_at"]`` (the 1-based round it
+found it in), sends no client a model that is not finite, and keeps no NaN evaluation as a score."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from fedsim.cli import main
+from fedsim.data import per_user_random
+from fedsim.kernel import SimNetwork
+from fedsim.protocols import REGISTRY
+from fedsim.protocols.fedae import unscored
+
+
+def run(name: str, clients: int, rounds: int, test: bool, **over):
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(clients, rounds, 0)
+    cfg = dataclasses.replace(cfg, **over)
+    held = None
+    if test:
+        data, held = per_user_random(data, 0.2, seed=1)
+    net = SimNetwork(seed=0)
+    job = spec.build(net, data, cfg, test=held)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no bare NumPy overflow warning from a diverging run
+        return job.collect(net.run())
+
+
+def rounds_of(res, kind: str) -> list[int]:
+    return sorted({r["round"] for r in res.run.ledger.records() if r["kind"] == kind})
+
+
+@pytest.mark.parametrize("name, kind, shared", [("personalfr", "decoder", "dec."), ("fedavg-ae", "model", "")])
+def test_the_autoencoders_stop_when_the_shared_model_is_not_finite(name, kind, shared):
+    # they had no check: 4 rounds ran on a NaN model and the evaluation's NaN RMSE was reported as
+    # the final score, with diverged_at absent (`fedsim run` said nothing)
+    res = run(name, 6, 4, True, lr=1e30, eval_every=1)
+    assert res.info["diverged_at"] == 2
+    assert rounds_of(res, kind) == [1, 2]  # round 3 was never sent: the server stopped after round 2
+    assert [m["round"] for m in res.metrics] == [1]  # the evaluation of round 1 only, a finite one
+    assert np.isfinite(res.metrics[0]["rmse"]) and res.metrics[0]["n"] > 0
+    assert not all(np.isfinite(v).all() for k, v in res.params.items() if k.startswith(shared) and ":" not in k)
+    ok = run(name, 6, 2, True)
+    assert ok.info["diverged_at"] is None and len(ok.metrics) == 1 and np.isfinite(ok.metrics[0]["rmse"])
+
+
+def test_an_evaluation_whose_predictions_are_not_finite_is_no_score():
+    assert unscored({"rmse": float("nan"), "n": 5}, "explicit")
+    assert unscored({"rmse": float("inf"), "n": 5}, "explicit")
+    assert unscored({"ndcg": float("nan"), "n": 3}, "implicit")
+    assert not unscored({"rmse": float("nan"), "n": 0}, "explicit")  # over no entry: nobody, not diverged
+    assert not unscored({"rmse": 1e22, "n": 5}, "explicit")  # large, but a figure
+
+
+def test_plain_fpl_stops_when_theta_is_not_finite():
+    # the plain server never checked Theta_S: it ran every round on it, sending it to the clients,
+    # and collect reported the rounds planned (3) as where it diverged
+    res = run("fpl", 6, 3, False, lr=1e30)
+    assert res.info["diverged_at"] == 1 == res.info["rounds_done"]
+    assert rounds_of(res, "model") == [0]
+    assert not np.isfinite(res.params["theta"]).all()
+
+
+def test_fcf_stops_when_q_does_not_fit_its_wire_dtype():
+    # a float64 Q beyond float32's range was sent as inf (with NumPy's cast warnings) and the run went on
+    res = run("fcf", 6, 4, False, lr=1e30, optimizer="sgd")
+    assert res.info["diverged_at"] == 2 == res.info["rounds_done"]
+    assert np.isfinite(res.params["Q"]).all() and np.abs(res.params["Q"]).max() > np.finfo(np.float32).max
+    assert rounds_of(res, "model") == [0, 1] and np.isfinite(res.params["Q_sent"]).all()
+
+
+def test_fedsim_run_says_a_personalfr_run_diverged(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "personalfr", "--set", "lr=1e30", "--set", "clients=5", "--set", "rounds=4",
+                 "--set", "hidden=8,4", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: the model diverged: its parameters, or the scores they give, were found not finite at round 1 " \
+           "of 4, where the run stopped" in err
+    assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
+    assert not (out / "metrics.csv").exists()  # no NaN row printed as a score
+    assert "RuntimeWarning" not in err
