@@ -85,3 +85,22 @@ def test_fedsim_run_says_a_personalfr_run_diverged(tmp_path, capsys):
     assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
     assert not (out / "metrics.csv").exists()  # no NaN row printed as a score
     assert "RuntimeWarning" not in err
+
+
+@pytest.mark.parametrize("protocol, config, at", [
+    ("fedrec", {"model": "PMF(B)", "T": 4, "lr": 1e6}, 3),
+    ("personalfr", {"task": "explicit", "clients": 5, "rounds": 3, "lr": 1e30, "hidden": (8, 4)}, 1),
+])
+def test_a_fault_study_run_that_diverged_says_so(protocol, config, at):
+    # FedRec's evaluate raised DivergenceError (the whole grid failed); PersonalFR's run now stops
+    # before its last evaluation, and was refused as "no final explicit evaluation (config task ...)"
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.faults import FaultTask, run_fault_task
+
+    data, _ = REGISTRY[protocol].tiny(6, 2, 0)
+    train, test = per_user_random(data, 0.2, seed=1)
+    tup = lambda r: (r.users, r.items, r.values, r.n_users, r.n_items, r.timestamps)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = run_fault_task(FaultTask(protocol, tup(train), tup(test), config, NetSpec(profile="lan"), 0))
+    assert out["diverged_at"] == at and np.isnan(out["test_rmse"])
