@@ -104,3 +104,17 @@ def test_a_fault_study_run_that_diverged_says_so(protocol, config, at):
         warnings.simplefilter("ignore", RuntimeWarning)
         out = run_fault_task(FaultTask(protocol, tup(train), tup(test), config, NetSpec(profile="lan"), 0))
     assert out["diverged_at"] == at and np.isnan(out["test_rmse"])
+
+
+@pytest.mark.parametrize("method", ["personalfr", "fedavg"])
+def test_a_personalfr_study_run_that_diverged_has_no_final_figure(method):
+    # the run stops at its diverging round, its NaN evaluation not kept: the study took the last row
+    # (round 3's) as the final figure, a finite number averaged into the table and never in nan_runs
+    from fedsim.protocols.fedae import FedAEConfig
+    from fedsim.studies.personalfr.runs import RunSpec, run_spec
+
+    cfg = FedAEConfig(rounds=4, eval_every=1, lr=1e8, hidden=(8, 4), fraction=1.0, batch=10, local_epochs=1,
+                      clip=0.0, schedule="constant")
+    out = run_spec(RunSpec(method, "tiny", 0, "explicit", 3.5, 0.2, M=5, cfg=cfg))
+    assert out["diverged_at"] == 4 and np.isnan(out["final"])
+    assert [h["round"] for h in out["history"]] == [1, 2, 3] and out["best_round"] == 1
