@@ -76,6 +76,12 @@ def run(ctx: RunContext) -> None:
         rows = [o for o in outs if o["protocol"] == proto]
         ctx.table(f"faults_{proto}", rows, title=f"{proto}: accuracy, round time and losses against loss and dropout "
                   f"(deadline {ctx['deadline']:g} s, {ctx.net.profile} profile)")
+    diverged = [o for o in outs if o.get("diverged_at") is not None]
+    if diverged:
+        which = ", ".join(f"{o['protocol']} loss {o['loss']:g} dropout {o['dropout']:g} at round {o['diverged_at']}"
+                          for o in diverged)
+        ctx.caveat("diverged", f"**Diverged.** {len(diverged)} run(s) stopped with a model that was not finite "
+                   f"(column `diverged_at`: {which}): their NaN figure is no score.")
     rows = [o for o in outs if o.get("deadline_s") is not None]
     over = [o["round_s"] for o in rows if o["round_s"] > o["deadline_s"]]
     longest = max((o["round_s"] for o in rows), default=float("nan"))

@@ -203,7 +203,11 @@ def test_fcf_and_demo_say_when_the_model_is_not_finite():
         warnings.simplefilter("ignore", RuntimeWarning)  # (NumPy's overflow warnings of the diverging steps)
         _, fcf = run("fcf", rounds=2, alpha=1e300)
         _, demo = run("demo", rounds=3, lr=1e300)
-    assert not np.isfinite(fcf.params["Q"]).all() and fcf.info["diverged_at"] == 2
+    # the server found Q not finite after the step of round 1 and stopped there: round 2 never ran,
+    # and Q_sent (what the p_u were solved for) is the finite Q of round 1
+    assert not np.isfinite(fcf.params["Q"]).all() and fcf.info["diverged_at"] == 1 == fcf.info["rounds_done"]
+    assert np.isfinite(fcf.params["Q_sent"]).all()
+    assert sorted({r["round"] for r in fcf.run.ledger.records() if r["kind"] == "model"}) == [0]
     assert not np.isfinite(demo.params["w"]).all() and demo.info["diverged_at"] == 3
     _, ok = run("fcf", rounds=2)
     assert ok.info["diverged_at"] is None

@@ -198,10 +198,11 @@ def run_protocol(ctx: RunContext, name: str) -> None:
                  f"(table `missing`) and lost {summary['lost_clients']} client(s) that dropped out: its figures are "
                  "not those of a complete run.")
     if diverged is not None:
-        warning = (f"the model diverged (parameters, or the scores they give, not finite) at round "
-                   f"{int(diverged)} of "
-                   f"{summary['rounds']}: the protocol stopped there, and its figures are not those of a "
-                   "trained model")
+        # the round the protocol found it in: its server checks each round and stops there, or, for what
+        # only the end shows (clients' private parameters, the demo), the rounds done; both are where it stopped
+        warning = (f"the model diverged: its parameters, or the scores they give, were found not finite at round "
+                   f"{int(diverged)} of {summary['rounds']}, where the run stopped; its figures are not those of "
+                   "a trained model")
         ctx.caveat("diverged", f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
         ctx.progress.log(f"note: {warning}")
         if not ctx.quiet:

@@ -1,10 +1,10 @@
-"""What several protocols share: node names and the order of uploaded rows."""
+"""What several protocols share: node names, the order of uploaded rows, the divergence check."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BadMessageError", "SERVER", "check_data", "client_name", "client_names", "sort_by_item"]
+__all__ = ["BadMessageError", "SERVER", "all_finite", "check_data", "client_name", "client_names", "sort_by_item"]
 
 SERVER = "server"
 
@@ -21,6 +21,18 @@ class BadMessageError(ValueError):
         super().__init__(f"{msg.kind!r} from {who} (round {msg.round}): "
                          f"{why if isinstance(why, str) else f'{type(why).__name__}: {why}'}")
         self.sender, self.kind, self.round = msg.sender, msg.kind, msg.round
+
+
+def all_finite(*parts) -> bool:
+    """Whether every value of ``parts`` (arrays, or dicts of arrays such as an autoencoder's
+    parameters) is finite: the check a server makes of its model once per round, so that a run
+    whose model stopped being finite (a learning rate too large for the data) stops there with
+    ``info["diverged_at"]`` instead of sending NaN to its clients for the remaining rounds."""
+    for part in parts:
+        arrays = part.values() if isinstance(part, dict) else (part,)
+        if not all(np.isfinite(a).all() for a in arrays):
+            return False
+    return True
 
 
 def client_name(u: int, n_clients: int) -> str:

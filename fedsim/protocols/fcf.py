@@ -17,7 +17,9 @@ confidence ``1 + alpha y_ui``), then ``grad_i = (1 + alpha y_ui)(p_u . q_i - y_u
 m items. Server: sums the gradients in node-id order and steps Q
 (``fcf_server_update``: Adam by default, as the FCF paper does, or plain gradient descent). A
 round in which no gradient arrived (loss, dropout, deadline) leaves Q and Adam's state as they
-were; its ``missing`` record says ``skipped``.
+were; its ``missing`` record says ``skipped``. After each step the server checks Q (as it would
+send it): if it is not finite (a step too large for the data) it stops there and says so
+(``info["diverged_at"]``), so no client is sent a model that is not finite.
 
 The server keeps Q (and Adam's state) in float64 and sends float32 (``wire_dtype``); clients
 compute in float64 and send float32. A client returns the p_u it solved in its last round, i.e.
@@ -37,7 +39,7 @@ import numpy as np
 
 from ..config import Config, ConfigError, param
 from ..math.fcf import AdamState, fcf_client, fcf_server_update
-from .common import SERVER, BadMessageError, check_data, client_name, client_names
+from .common import SERVER, BadMessageError, all_finite, check_data, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fpl import user_item_lists
 from .registry import register
@@ -78,7 +80,10 @@ def payload_bytes_per_client_round(m: int, d: int, itemsize: int = 4) -> int:
 async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: dict | None = None,
                  round_offset: int = 0) -> dict:
     """Returns ``{"Q": Q after the last step, "Q_sent": the last Q sent (what the clients' p_u
-    were solved for), "adam": {"m", "v", "t"} or None}``."""
+    were solved for), "adam": {"m", "v", "t"} or None, "missing", "diverged_at"}``. The server
+    checks Q once per round, after its step: if Q (or Q in ``wire_dtype``, what it would send) is
+    not finite, it stops there, ``diverged_at`` that round (1-based, counted from the first run's,
+    like ``rounds_done``), and no client is sent it; else ``diverged_at`` is None."""
     d = cfg.d
     wire = np.dtype(cfg.wire_dtype)
     adam = None
@@ -95,6 +100,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
     Q_sent = Q.astype(wire)
     n = len(clients)
     missing: list[dict] = []
+    diverged_at = None
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
@@ -122,11 +128,17 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
                 raise BadMessageError(msg, f"grad must be a float array of shape {G.shape}, got {got}")
             G += grad
         # the sum (or, with ``average``, the mean) over the clients that answered
-        fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)
+        with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
+            fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)
         await ctx.compute((n + 10.0) * Q.size, "aggregate")
+        with np.errstate(over="ignore"):
+            sendable = all_finite(Q.astype(wire))  # Q, and Q as sent (float32 holds less than float64)
+        if not sendable:  # once per round: the clients are not sent a model that is not finite
+            diverged_at = r + 1
+            break
     await ctx.broadcast(clients, "stop", None)
     state = None if adam is None else {"m": adam.m, "v": adam.v, "t": adam.t}
-    return {"Q": Q, "Q_sent": Q_sent, "adam": state, "missing": missing}
+    return {"Q": Q, "Q_sent": Q_sent, "adam": state, "missing": missing, "diverged_at": diverged_at}
 
 
 async def client(ctx, items: np.ndarray, cfg: FCFConfig) -> np.ndarray | None:
@@ -144,7 +156,9 @@ async def client(ctx, items: np.ndarray, cfg: FCFConfig) -> np.ndarray | None:
         p, grad = fcf_client(Q, items, cfg.alpha, cfg.lam)
         # Q^T Q, the user-item part, a d x d solve, and the m x d gradient
         await ctx.compute(2.0 * m * d * d + 2.0 * items.shape[0] * d * d + d ** 3 + 4.0 * m * d, "train")
-        await ctx.send(SERVER, "gradients", {"grad": grad.astype(wire)})
+        with np.errstate(over="ignore"):  # an overflow to inf makes Q not finite: the server stops then
+            grad = grad.astype(wire)
+        await ctx.send(SERVER, "gradients", {"grad": grad})
 
 
 @dataclass
@@ -159,8 +173,11 @@ class FCFJob:
         """``params``: ``P`` (the p_u each client solved in its last round, zeros if it never
         took part), ``Q`` (after the last step) and ``Q_sent`` (what the p_u were solved for:
         ``P @ Q_sent.T`` scores the items); ``info["adam"]`` the optimizer state,
-        ``info["diverged_at"]`` the rounds done if some of P, Q, Q_sent is not finite at the end
-        (a step too large for the data, e.g. a huge ``alpha`` or ``lr``), else None;
+        ``info["diverged_at"]``: the round (1-based, counted like ``rounds_done``) after whose step
+        the server found Q not finite and stopped (a step too large for the data, e.g. a huge
+        ``alpha`` or ``lr``; ``Q_sent`` and ``P`` are then those of that round, finite); else the
+        rounds done if some p_u is not finite at the end (known only then); else None;
+        ``rounds_done``: the rounds whose step was taken, the diverging one included;
         ``state``: what ``build(..., resume=result)`` continues from."""
         srv = server_result(run)
         P = np.zeros((self.n_users, self.cfg.d))
@@ -168,12 +185,13 @@ class FCFJob:
         for u, name in enumerate(self.clients):
             if run.results.get(name) is not None:
                 P[u] = run.results[name]
-        done = self.rounds_done + self.cfg.rounds
+        diverged_at = srv["diverged_at"]
+        done = self.rounds_done + self.cfg.rounds if diverged_at is None else diverged_at
         state = {"Q": srv["Q"], "adam": srv["adam"], "rounds_done": done}
-        # the server does not watch for it: known only to have happened by the end
-        finite = all(np.isfinite(a).all() for a in (P, srv["Q"], srv["Q_sent"]))
+        if diverged_at is None and not all_finite(P, srv["Q"], srv["Q_sent"]):
+            diverged_at = done  # the clients' p_u: known only to have happened by the end
         return Result("fcf", self.cfg, {"P": P, "Q": srv["Q"], "Q_sent": srv["Q_sent"]}, [], run,
-                      info={"adam": srv["adam"], "rounds_done": done, "diverged_at": None if finite else done,
+                      info={"adam": srv["adam"], "rounds_done": done, "diverged_at": diverged_at,
                             "missing": srv["missing"], "lost_clients": gone,
                             "lost_users": [u for u, name in enumerate(self.clients) if name not in run.results]},
                       state=state)

@@ -14,12 +14,12 @@ import numpy as np
 from ..config import Config, ConfigError, param
 from ..math import ae_train
 from ..math import optim
-from .common import SERVER, BadMessageError, client_names
+from .common import SERVER, BadMessageError, all_finite, client_names
 from .contract import Kind, Result, server_result
 
 __all__ = [
     "EVAL_KINDS", "FedAEConfig", "FedAEJob", "checked_items", "checked_params", "evaluate_clients", "merge_flops",
-    "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder",
+    "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder", "unscored",
 ]
 
 EVAL_KINDS = ("evaluate", "eval")
@@ -205,6 +205,14 @@ async def evaluate_clients(ctx, clients: list[str], payload: dict, t: int, cfg: 
     return out
 
 
+def unscored(row: dict, task: str) -> bool:
+    """Whether evaluation ``row`` (``finish_eval``'s) over some test entry (``n`` > 0) has no
+    finite figure: some prediction was not finite (a diverged model, e.g. a client's private
+    encoder), not a score. A row over no entry is NaN for want of one: not this."""
+    key = "rmse" if task == "explicit" else "ndcg"
+    return row["n"] > 0 and not np.isfinite(row[key])
+
+
 def merge_flops(slices) -> int:
     """FLOPs of merging received parameter dicts: a multiply-add per received scalar and one
     division per merged scalar."""
@@ -246,7 +254,11 @@ class FedAEJob:
         (the training FLOPs every client charged, ``RunResult.flops`` under ``train``: also those of
         a client that dropped out or was closed at the run's end before returning, see
         ``lost_clients``; a training step its dropout cut does not count), ``server_flops``,
-        ``selected`` (the clients of every round), ``clients`` (each finished client's return value)."""
+        ``selected`` (the clients of every round), ``clients`` (each finished client's return value),
+        ``diverged_at``: the round (1-based) at which the server found the shared
+        model not finite, or an evaluation's predictions not finite, and stopped (the rounds after it did not
+        run, that evaluation is not in ``metrics``); else ``cfg.rounds`` if a client's private encoder is not
+        finite at the end (PersonalFR: known only then, when no evaluation saw it); else None."""
         srv = server_result(run)
         hist = list(srv["history"])
         key = "rmse" if self.cfg.task == "explicit" else "ndcg"
@@ -262,7 +274,11 @@ class FedAEJob:
             enc = r.get("encoder")
             if enc:
                 params.update({f"enc:{c}:{k}": v for k, v in enc.items()})
+        diverged_at = srv.get("diverged_at")
+        if diverged_at is None and not all_finite(*(r.get("encoder") or {} for r in done.values())):
+            diverged_at = self.cfg.rounds  # a private encoder: known only to have happened by the end
         info = {
+            "diverged_at": diverged_at,
             "final": hist[-1] if hist else None,
             "best": best,
             # the kernel's count, not the return values: a client that never returned took its

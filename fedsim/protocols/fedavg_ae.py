@@ -28,11 +28,11 @@ import numpy as np
 from ..math import ae_train
 from ..math import autoencoder as ae
 from ..math import optim
-from .common import SERVER, check_data
+from .common import SERVER, all_finite, check_data
 from .contract import Kind, ProtocolSpec
 from .fedae import (
     EVAL_KINDS, FedAEConfig, FedAEJob, checked_params, evaluate_clients, merge_flops, place_actors,
-    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder,
+    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
 )
 from .registry import register
 
@@ -40,7 +40,9 @@ __all__ = ["EVAL_KINDS", "FedAEConfig", "SERVER", "SPEC", "build", "client", "pl
 
 
 async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evaluate: bool = False) -> dict:
-    """The FedAvg server. Returns ``{"model", "history", "selected", "flops"}``."""
+    """The FedAvg server. Returns ``{"model", "history", "selected", "flops", "missing", "diverged_at"}``
+    (``diverged_at``: the round, 1-based, after whose mean the model was not finite, or whose evaluation
+    had a prediction that was not; the server stops there, that evaluation not kept; else None)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     model = ae.init_params(n_items, rng, tuple(cfg.hidden), dtype=dt)
@@ -49,6 +51,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     history, selected = [], []
     missing: list[dict] = []
     flops = 0
+    diverged_at = None
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
         chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False))]
@@ -64,10 +67,18 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         f = merge_flops(models)
         flops += f
         await ctx.compute(f, "aggregate")
+        if not all_finite(model):  # once per round: the clients are not sent a NaN model
+            diverged_at = t
+            break
         if evaluate and cfg.wants_eval(t):
-            history.append(await evaluate_clients(ctx, clients, {"t": t, "model": model}, t, cfg))
+            row = await evaluate_clients(ctx, clients, {"t": t, "model": model}, t, cfg)
+            if unscored(row, cfg.task):
+                diverged_at = t
+                break
+            history.append(row)
     await ctx.broadcast(clients, "stop", None)
-    return {"model": model, "history": history, "selected": selected, "flops": flops, "missing": missing}
+    return {"model": model, "history": history, "selected": selected, "flops": flops, "missing": missing,
+            "diverged_at": diverged_at}
 
 
 async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:

@@ -48,7 +48,10 @@ draw is made over all clients, then thinned; ``info["missing"]`` has one ``keys`
 key exchange's setup round); a round left with fewer than two such participants is skipped (a
 ``masked`` record with its reason, Theta_S unchanged). A client whose rows do not fit the
 fixed-point range (or are not finite) sends ``masked`` {overflow: true} instead: the server stops
-there and ``info["diverged_at"]`` is that round (1-based), Theta_S as it was before it.
+there and ``info["diverged_at"]`` is that round (1-based), Theta_S as it was before it. Without
+secure aggregation the server checks Theta_S once per round, after the round's updates: if it is
+not finite it stops there (``diverged_at`` that round, Theta_S as it became), so no client is
+sent a model that is not finite.
 
 p_u never leaves its client. Long runs are split into several networks (one per epoch, say):
 ``build(..., init=theta, user_factors=P, round_offset=...)`` continues a previous run.
@@ -75,7 +78,7 @@ from ..math.fpl_central import CompiledClientRound, select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from ..math.rows import check_rows
 from ..math.secagg import decode, unmask_sum
-from .common import SERVER, BadMessageError, check_data, client_name, client_names
+from .common import SERVER, BadMessageError, all_finite, check_data, client_name, client_names
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 from .secagg import (
@@ -198,7 +201,10 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     [...]}`` where ``received`` (only with ``cfg.record_received``) lists ``(round, sender, items,
     rows)`` of every update and ``missing`` has one record per round with missing uploads (and,
     with secure aggregation, one for the clients whose key was lost and one per round skipped for
-    want of two members, each with its ``reason``)."""
+    want of two members, each with its ``reason``), ``diverged_at`` (the 1-based round, counted
+    from the first run's, in which a secure-aggregation upload overflowed, that round not applied,
+    or after whose updates Theta_S was not finite; the server stopped there; else None) and
+    ``rounds_done`` (the rounds applied or skipped, counted from the first run's)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     n = len(clients)
@@ -214,7 +220,8 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     lr = float(cfg.lr)
     received: list = []
     missing: list[dict] = []
-    diverged_at = None  # secure aggregation: the 1-based round a client's rows overflowed in
+    diverged_at = None  # the 1-based round a client's rows overflowed in, or Theta_S stopped being finite in
+    done = round_offset + cfg.rounds
     if cfg.secure_aggregation:
         # its own setup label: the previous network's last training round (round_offset - 1, as
         # it was) put this key exchange in the same round as that round's training messages
@@ -245,7 +252,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
             if overflowed(got):
                 # a client's rows did not fit the fixed-point range (or were not finite): the sum
                 # cannot be formed, and Theta_S would be about to stop being finite
-                diverged_at = r + 1
+                diverged_at, done = r + 1, r
                 break
             if got.missing:  # a missing upload leaves masks in the sum: the round cannot be decoded
                 missing.append({"round": r, "kind": "masked", "clients": len(got.missing), "skipped": True})
@@ -271,13 +278,18 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
                                      f"{rows.dtype if isinstance(rows, np.ndarray) else type(rows).__name__}")
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise BadMessageError(msg, exc) from exc
-            np.add.at(theta, items, rows * dt.type(lr))
+            with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
+                np.add.at(theta, items, rows * dt.type(lr))
             rows_in += items.shape[0]
             if cfg.record_received:
                 received.append((r, msg.sender, np.array(items), np.array(rows)))
         await ctx.compute(2.0 * rows_in * (d + 1), "aggregate")
+        if not all_finite(theta):  # once per round: the clients are not sent a model that is not finite
+            diverged_at = done = r + 1
+            break
     await ctx.broadcast(clients, "stop", None)
-    return {"theta": theta, "received": received, "missing": missing, "diverged_at": diverged_at}
+    return {"theta": theta, "received": received, "missing": missing, "diverged_at": diverged_at,
+            "rounds_done": done}
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None,
@@ -364,11 +376,12 @@ class FPLJob:
         ``record_received``), ``clients_per_round_used`` (``clients_per_round`` capped at the
         number of clients), ``adjusted`` (one record ``{setting, asked, used, why}`` when that cap
         applied, else empty: ``fedsim run`` reports it), ``rounds_done`` (the rounds whose updates were applied, counted
-        from the first run's; those before the overflowing one, below) and ``diverged_at``: the 1-based round (counted
-        like ``rounds_done``) in which a secure-aggregation client's rows overflowed the
-        fixed-point range (the server stopped there, Theta_S as before that round); else
-        ``rounds_done`` if Theta_S or some p_u is not finite at the end (the plain server does not
-        watch for it), or, with test ratings, if their scores are not (finite parameters too
+        from the first run's; those before the overflowing one, below, or up to the diverging one) and
+        ``diverged_at``: the 1-based round (counted like ``rounds_done``) in which a secure-aggregation
+        client's rows overflowed the fixed-point range (the server stopped there, Theta_S as before that
+        round), or after whose updates the plain server found Theta_S not finite (it stopped there,
+        Theta_S as it became); else ``rounds_done`` if some p_u is not finite at the end (known only
+        then), or, with test ratings, if their scores are not (finite parameters too
         large to rank by); else None; ``metrics``: with test ratings and a model that did not
         diverge, one row of top-10 precision and recall on them (the experimenter's evaluation of
         the final model: FPL itself evaluates nothing) over the users with test items still
@@ -392,15 +405,13 @@ class FPLJob:
                 counts[k][u] = r[k]
         lost = set(gone)
         present = np.array([name not in lost for name in self.clients], dtype=bool)
-        done = self.rounds_done + self.cfg.rounds
+        # the server's count: a secure round that overflowed was not applied, so the rounds done are
+        # those before it (counting the planned ones, a resumed run would have numbered its rounds
+        # after rounds that never happened); a plain round whose Theta_S was not finite was applied
+        done = srv["rounds_done"]
         diverged_at = srv["diverged_at"]
-        if diverged_at is not None:
-            # a secure round that overflowed: the server stopped before applying it, so the rounds
-            # done are those before it (it counted the planned ones, and a resumed run would have
-            # numbered its rounds after rounds that never happened)
-            done = diverged_at - 1
-        if diverged_at is None and not (np.isfinite(theta).all() and np.isfinite(P).all()):
-            diverged_at = done  # known only to have happened by the end
+        if diverged_at is None and not all_finite(theta, P):
+            diverged_at = done  # the clients' p_u: known only to have happened by the end
         params = {"theta": theta, "Q": theta[:, :d], "b": theta[:, d], "P": P}
         metrics = []
         if self.test is not None and diverged_at is None:

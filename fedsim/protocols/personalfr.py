@@ -43,11 +43,11 @@ from ..math import active as act
 from ..math import ae_train
 from ..math import autoencoder as ae
 from ..math import optim
-from .common import SERVER, check_data, client_name
+from .common import SERVER, all_finite, check_data, client_name
 from .contract import Kind, ProtocolSpec
 from .fedae import (
     EVAL_KINDS, FedAEConfig, FedAEJob, checked_items, checked_params, evaluate_clients, merge_flops, place_actors,
-    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder,
+    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
 )
 from .registry import register
 
@@ -71,8 +71,11 @@ def init_encoder(n_items: int, rng: np.random.Generator, cfg: FedAEConfig, in_it
 
 
 async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evaluate: bool = False) -> dict:
-    """The PersonalFR server. Returns ``{"decoder", "history", "selected", "flops"}`` where ``history`` holds
-    one federated evaluation per evaluated round and ``selected`` the clients of every round."""
+    """The PersonalFR server. Returns ``{"decoder", "history", "selected", "flops", "missing", "diverged_at"}``
+    where ``history`` holds one federated evaluation per evaluated round and ``selected`` the clients of
+    every round. ``diverged_at``: the round (1-based) after whose merge the decoder was not finite, or whose
+    evaluation had a prediction that was not (a client's private encoder diverged); the server stops there
+    (that evaluation is not kept: its NaN is no score), else None."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     decoder = ae.decoder_of(ae.init_params(n_items, rng, tuple(cfg.hidden), dtype=dt))  # D_g^0
@@ -86,6 +89,7 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     k = selection_size(cfg.fraction, M)
     history, selected = [], []
     flops = 0
+    diverged_at = None
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
         # the draw is over all M clients (the same draws whatever was lost); a client whose indices
@@ -117,15 +121,22 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
         f = merge_flops(slices)
         flops += f
         await ctx.compute(f, "aggregate")
+        if not all_finite(decoder):  # once per round: the clients are not sent a NaN decoder
+            diverged_at = t
+            break
         if evaluate and cfg.wants_eval(t):
             # over the clients that take part: one whose indices never arrived never trained (its
             # encoder is the initial one), so it is left out and counted (left_out), not evaluated
             members = [c for c in clients if c in items]
             row = await evaluate_clients(ctx, members, {"t": t, "dec": decoder}, t, cfg)
+            if unscored(row, cfg.task):
+                diverged_at = t
+                break
             row["left_out"] = M - len(members)
             history.append(row)
     await ctx.broadcast(clients, "stop", None)
-    return {"decoder": decoder, "history": history, "selected": selected, "flops": flops, "missing": missing}
+    return {"decoder": decoder, "history": history, "selected": selected, "flops": flops, "missing": missing,
+            "diverged_at": diverged_at}
 
 
 async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:

@@ -40,7 +40,8 @@ def _ratings(t: tuple) -> Ratings:
 
 
 def run_fault_task(task: FaultTask) -> dict[str, Any]:
-    """Run one task; returns its figures (module-level: runs in a worker process)."""
+    """Run one task; returns its figures (module-level: runs in a worker process). A run whose
+    model diverged has ``diverged_at`` and a NaN figure (``test_rmse`` or ``p_at_10``), no score."""
     spec = REGISTRY[task.protocol]
     cfg = spec.Config(**task.config)
     train, test = _ratings(task.train), _ratings(task.test)
@@ -57,7 +58,13 @@ def run_fault_task(task: FaultTask) -> dict[str, Any]:
     out: dict[str, Any] = {"protocol": task.protocol, "loss": task.net.loss, "dropout": task.net.dropout,
                            "deadline_s": cfg.deadline, "rounds": len(rounds),
                            "round_s": float(np.nanmean(spans)) if spans else float("nan")}
-    if task.protocol == "fedrec":
+    diverged = result.info.get("diverged_at")
+    if diverged is not None:
+        # no figure to score: FedRec's evaluate refused the model (a DivergenceError that failed the
+        # whole grid), PersonalFR's last evaluation was an earlier round's (or none, said as a wrong task)
+        out["diverged_at"] = int(diverged)
+        out["p_at_10" if task.protocol == "fpl" else "test_rmse"] = float("nan")
+    elif task.protocol == "fedrec":
         # a client that dropped out took its model with it: its test ratings are left out
         out["test_rmse"] = result.model.evaluate(*result.present(test.users, test.items, test.values)[:3])[1]
     elif task.protocol == "personalfr":

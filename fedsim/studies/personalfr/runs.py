@@ -155,7 +155,7 @@ def check_network(profile) -> None:
 
 def run_spec(spec: RunSpec) -> dict:
     """Run one spec; returns its history, best/final metric, FLOPs and ledger figures (module-level, so it
-    can run in a worker process). Raises ``DeadlockError`` when a federated run's network ends with
+    can run in a worker process); a federated run that diverged has ``diverged_at`` and a NaN ``final``. Raises ``DeadlockError`` when a federated run's network ends with
     actors still blocked, ``ValueError`` for a federated run on a network that can lose a message
     (:func:`check_network`: the figures returned are those of a whole run, and nothing here
     carries what a run with a deadline left out)."""
@@ -182,6 +182,9 @@ def run_spec(spec: RunSpec) -> dict:
         result = job.collect(net.run())  # a run that ends with actors blocked raises DeadlockError
         hist = result.metrics
         info = result.info
+        # a run that diverged stopped there, its NaN evaluation not kept: its last row is an earlier
+        # round's, not the final model's (which has no figure: NaN, so the report counts it in nan_runs)
+        out["diverged_at"] = info.get("diverged_at")
         label = f"{spec.method}-{spec.task}-M{M}-s{spec.seed}" + ("-validation" if spec.validation else "")
         out.update(M=M, rounds=spec.cfg.rounds, client_flops=info["client_flops"], server_flops=info["server_flops"],
                    comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=result.duration,
@@ -191,7 +194,7 @@ def run_spec(spec: RunSpec) -> dict:
     finite = [v for v in vals if not math.isnan(v)]
     best_i = (int(np.nanargmin(vals)) if key == "rmse" else int(np.nanargmax(vals))) if finite else None
     out.update(history=[{"round": h["round"], key: h[key]} for h in hist],
-               final=vals[-1] if vals else float("nan"),
+               final=vals[-1] if vals and out.get("diverged_at") is None else float("nan"),
                best=vals[best_i] if best_i is not None else float("nan"),
                best_round=hist[best_i]["round"] if best_i is not None else None,
                wall_s=time.perf_counter() - t0)

@@ -1,0 +1,120 @@
+"""A model that stops being finite (a learning rate too large for the data): every protocol's server
+checks its model once per round and stops there with ``info["diverged_at"]`` (the 1-based round it
+found it in), sends no client a model that is not finite, and keeps no NaN evaluation as a score."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from fedsim.cli import main
+from fedsim.data import per_user_random
+from fedsim.kernel import SimNetwork
+from fedsim.protocols import REGISTRY
+from fedsim.protocols.fedae import unscored
+
+
+def run(name: str, clients: int, rounds: int, test: bool, **over):
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(clients, rounds, 0)
+    cfg = dataclasses.replace(cfg, **over)
+    held = None
+    if test:
+        data, held = per_user_random(data, 0.2, seed=1)
+    net = SimNetwork(seed=0)
+    job = spec.build(net, data, cfg, test=held)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no bare NumPy overflow warning from a diverging run
+        return job.collect(net.run())
+
+
+def rounds_of(res, kind: str) -> list[int]:
+    return sorted({r["round"] for r in res.run.ledger.records() if r["kind"] == kind})
+
+
+@pytest.mark.parametrize("name, kind, shared", [("personalfr", "decoder", "dec."), ("fedavg-ae", "model", "")])
+def test_the_autoencoders_stop_when_the_shared_model_is_not_finite(name, kind, shared):
+    # they had no check: 4 rounds ran on a NaN model and the evaluation's NaN RMSE was reported as
+    # the final score, with diverged_at absent (`fedsim run` said nothing)
+    res = run(name, 6, 4, True, lr=1e30, eval_every=1)
+    assert res.info["diverged_at"] == 2
+    assert rounds_of(res, kind) == [1, 2]  # round 3 was never sent: the server stopped after round 2
+    assert [m["round"] for m in res.metrics] == [1]  # the evaluation of round 1 only, a finite one
+    assert np.isfinite(res.metrics[0]["rmse"]) and res.metrics[0]["n"] > 0
+    assert not all(np.isfinite(v).all() for k, v in res.params.items() if k.startswith(shared) and ":" not in k)
+    ok = run(name, 6, 2, True)
+    assert ok.info["diverged_at"] is None and len(ok.metrics) == 1 and np.isfinite(ok.metrics[0]["rmse"])
+
+
+def test_an_evaluation_whose_predictions_are_not_finite_is_no_score():
+    assert unscored({"rmse": float("nan"), "n": 5}, "explicit")
+    assert unscored({"rmse": float("inf"), "n": 5}, "explicit")
+    assert unscored({"ndcg": float("nan"), "n": 3}, "implicit")
+    assert not unscored({"rmse": float("nan"), "n": 0}, "explicit")  # over no entry: nobody, not diverged
+    assert not unscored({"rmse": 1e22, "n": 5}, "explicit")  # large, but a figure
+
+
+def test_plain_fpl_stops_when_theta_is_not_finite():
+    # the plain server never checked Theta_S: it ran every round on it, sending it to the clients,
+    # and collect reported the rounds planned (3) as where it diverged
+    res = run("fpl", 6, 3, False, lr=1e30)
+    assert res.info["diverged_at"] == 1 == res.info["rounds_done"]
+    assert rounds_of(res, "model") == [0]
+    assert not np.isfinite(res.params["theta"]).all()
+
+
+def test_fcf_stops_when_q_does_not_fit_its_wire_dtype():
+    # a float64 Q beyond float32's range was sent as inf (with NumPy's cast warnings) and the run went on
+    res = run("fcf", 6, 4, False, lr=1e30, optimizer="sgd")
+    assert res.info["diverged_at"] == 2 == res.info["rounds_done"]
+    assert np.isfinite(res.params["Q"]).all() and np.abs(res.params["Q"]).max() > np.finfo(np.float32).max
+    assert rounds_of(res, "model") == [0, 1] and np.isfinite(res.params["Q_sent"]).all()
+
+
+def test_fedsim_run_says_a_personalfr_run_diverged(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "personalfr", "--set", "lr=1e30", "--set", "clients=5", "--set", "rounds=4",
+                 "--set", "hidden=8,4", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: the model diverged: its parameters, or the scores they give, were found not finite at round 1 " \
+           "of 4, where the run stopped" in err
+    assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
+    assert not (out / "metrics.csv").exists()  # no NaN row printed as a score
+    assert "RuntimeWarning" not in err
+
+
+@pytest.mark.parametrize("protocol, config, at", [
+    ("fedrec", {"model": "PMF(B)", "T": 4, "lr": 1e6}, 3),
+    ("personalfr", {"task": "explicit", "clients": 5, "rounds": 3, "lr": 1e30, "hidden": (8, 4)}, 1),
+])
+def test_a_fault_study_run_that_diverged_says_so(protocol, config, at):
+    # FedRec's evaluate raised DivergenceError (the whole grid failed); PersonalFR's run now stops
+    # before its last evaluation, and was refused as "no final explicit evaluation (config task ...)"
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.faults import FaultTask, run_fault_task
+
+    data, _ = REGISTRY[protocol].tiny(6, 2, 0)
+    train, test = per_user_random(data, 0.2, seed=1)
+    tup = lambda r: (r.users, r.items, r.values, r.n_users, r.n_items, r.timestamps)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = run_fault_task(FaultTask(protocol, tup(train), tup(test), config, NetSpec(profile="lan"), 0))
+    assert out["diverged_at"] == at and np.isnan(out["test_rmse"])
+
+
+@pytest.mark.parametrize("method", ["personalfr", "fedavg"])
+def test_a_personalfr_study_run_that_diverged_has_no_final_figure(method):
+    # the run stops at its diverging round, its NaN evaluation not kept: the study took the last row
+    # (round 3's) as the final figure, a finite number averaged into the table and never in nan_runs
+    from fedsim.protocols.fedae import FedAEConfig
+    from fedsim.studies.personalfr.runs import RunSpec, run_spec
+
+    cfg = FedAEConfig(rounds=4, eval_every=1, lr=1e8, hidden=(8, 4), fraction=1.0, batch=10, local_epochs=1,
+                      clip=0.0, schedule="constant")
+    out = run_spec(RunSpec(method, "tiny", 0, "explicit", 3.5, 0.2, M=5, cfg=cfg))
+    assert out["diverged_at"] == 4 and np.isnan(out["final"])
+    assert [h["round"] for h in out["history"]] == [1, 2, 3] and out["best_round"] == 1
