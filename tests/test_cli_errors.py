@@ -417,3 +417,13 @@ def test_a_protocol_check_of_settings_together_names_the_config_files_line(tmp_p
     assert line == ("error: FedRecConfig.eval_every = 5 is more than T = 2: no iteration would be evaluated (allowed: "
                     "0 for never, or 1 to T)")
     nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
+def test_more_autoencoder_clients_than_users_is_one_line_naming_clients(protocol, tmp_path):
+    # the default 100 clients on the 30 users of `tiny`: a ValueError traceback from the user
+    # partition, deep under the protocol's build
+    line = one_error_line(fedsim_cmd("run", protocol, "--data", "tiny", cwd=tmp_path))
+    assert line == ("error: FedAEConfig.clients = 100 is more than the 30 users of the data: each client holds at "
+                    "least one user (give clients <= 30, or 0 for one user per client)")
+    nothing_left(tmp_path)

@@ -230,8 +230,12 @@ def prepare_task(data, test, cfg: FedAEConfig, seed: int) -> tuple[ae_train.AETa
     te = empty if test is None else (test.users, test.items, test.values)
     task = ae_train.prepare((data.users, data.items, data.values), te, int(data.n_users), int(data.n_items),
                             task=cfg.task, threshold=cfg.threshold)
-    M = cfg.clients or int(data.n_users)
-    return task, partition_users(int(data.n_users), M, seed=seed)
+    n = int(data.n_users)
+    M = cfg.clients or n
+    if M > n:  # (partition_users' ValueError, a traceback from `fedsim run personalfr --data tiny`)
+        raise ConfigError(f"{type(cfg).__name__}.clients = {M} is more than the {n} users of the data: each client "
+                          f"holds at least one user (give clients <= {n}, or 0 for one user per client)", "clients")
+    return task, partition_users(n, M, seed=seed)
 
 
 @dataclass
