@@ -415,11 +415,13 @@ class Context:
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
         node = self._node
         await self._net.compute(node, f, label)
-        key = label if type(label) is str else str(label)
+        # (called per exchange in the stochastic protocols: one lookup and one store when the
+        # label was seen before, the common case)
         tally = node.flops
-        if tally is None:
-            node.flops = {key: f}
-        else:
+        try:
+            tally[label] += f
+        except (KeyError, TypeError):  # a new label, or one that is not a str (kept as its str)
+            key = label if type(label) is str else str(label)
             tally[key] = tally.get(key, 0.0) + f
 
     def log(self, text: str) -> None:

@@ -570,7 +570,7 @@ class Network:
         unfinished = [n.id for n in nodes if not n.done and not n.offline]
         offline = [n.id for n in nodes if n.offline]
         blocked = {nid: self.waits_for(self.nodes[nid]) for nid in unfinished} if drained else {}
-        flops = {n.id: dict(n.flops) for n in nodes if n.flops is not None}
+        flops = {n.id: dict(n.flops) for n in nodes if n.flops}
         res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked, flops)
         if strict and drained and unfinished:
             raise DeadlockError(blocked, duration, offline, res)

@@ -22,7 +22,7 @@ class Node:
     envelopes, made on first delivery), ``waiter`` (what it is blocked on; transport-specific),
     ``done``/``result``, ``offline``, ``sent`` (messages it has sent: the sequence number that
     keys its loss draws), ``flops`` (the FLOPs of its ``ctx.compute`` calls that returned, per
-    label: a dict made at the first one, None before; ``RunResult.flops`` copies it).
+    label, empty before the first; ``RunResult.flops`` copies it).
     Link-model state: ``egress_free``/``ingress_free`` (the FIFO model's port clocks) and
     ``link_state`` (free for any other link model).
     """
@@ -54,7 +54,7 @@ class Node:
         self.loss_rng: Any = None
         self.gathering: Any = None  # the collector of a gather in progress (for error messages)
         self.link_state: Any = None
-        self.flops: dict[str, float] | None = None  # label -> FLOPs computed (Context.compute)
+        self.flops: dict[str, float] = {}  # label -> FLOPs computed (Context.compute)
 
     def __repr__(self) -> str:
         return f"Node({self.id!r}, role={self.role!r})"

@@ -521,8 +521,8 @@ class TcpNetwork(Network):
                 node.role = info["role"]
                 led.roles[nid] = info["role"]
                 node.offline = bool(info["offline"])
-                # what its ctx.compute calls charged in the worker (RunResult.flops), None if nothing
-                node.flops = None if info["flops"] is None else {str(k): float(v) for k, v in info["flops"].items()}
+                # what its ctx.compute calls charged in the worker (RunResult.flops), empty if nothing
+                node.flops = {str(k): float(v) for k, v in (info["flops"] or {}).items()}
                 if info["done"]:
                     node.done = True
                     node.result = rep["results"][nid]
