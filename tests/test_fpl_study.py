@@ -391,3 +391,16 @@ def test_the_ic_gini_verdict_is_not_claimed_from_identical_differences(monkeypat
     assert ic["evidence"] == "sFPL+ 16 vs sFPL 11 (mean over 3 seed(s)); higher in 3 of 3 seed(s)"
     gini = rows["G@10 of sFPL+ above sFPL (more local computation)"]  # differences that vary: tested
     assert "seed-paired t-test" in gini["evidence"]
+
+
+def test_a_bpr_run_that_diverged_stops_there_and_says_so():
+    # run_bpr evaluated every epoch of a NaN model (NaN curve entries to the end) with no diverged_at
+    from fedsim.studies.fpl import run_bpr
+
+    sp = small_split()
+    rec = run_bpr(sp, 6, d=4, lr=1e30, seed=2, eval_every=3)
+    assert rec.params["diverged_at"] == 1
+    assert [c["epoch"] for c in rec.curve] == [1]
+    assert rec.curve[0]["test_diverged"] is True and np.isnan(rec.curve[0]["test_p"])
+    ok = run_bpr(sp, 2, d=4, lr=0.05, seed=2)
+    assert "diverged_at" not in ok.params and [c["epoch"] for c in ok.curve] == [1, 2]

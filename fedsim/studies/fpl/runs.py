@@ -338,7 +338,10 @@ def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05,
             eval_every: int = 1, on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
     """Centralized BPR-MF (``fedsim.math.bpr_central.train_bpr``, X+ steps per epoch, negatives
     from the catalogue), evaluated after every ``eval_every`` epochs and after the last (the
-    training does not depend on it; on a city file evaluation costs more than an epoch)."""
+    training does not depend on it; on a city file evaluation costs more than an epoch). A run
+    whose parameters stop being finite (a learning rate too large) stops after that epoch, as
+    ``run_fpl``'s do: ``diverged_at`` the epoch, and the curve ends with its evaluation (NaN
+    figures, flagged ``diverged``)."""
     csr = split.train.by_user()
     curve = []
     t0 = time.perf_counter()
@@ -349,11 +352,16 @@ def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05,
         if on_epoch is not None:
             on_epoch(epoch, entry)
 
-    train_bpr(np.asarray(csr.indptr), np.asarray(csr.indices), split.n_users, split.n_items, d, int(epochs), lr,
-              node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb, eval_every=int(eval_every))
+    model = train_bpr(np.asarray(csr.indptr), np.asarray(csr.indices), split.n_users, split.n_items, d, int(epochs),
+                      lr, node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb,
+                      eval_every=int(eval_every))
     params = {"epochs": int(epochs), "d": d, "lr": lr, "seed": seed}
     if int(eval_every) > 1:
         params["eval_every"] = int(eval_every)
+    if model.diverged_at is not None:
+        # train_bpr stopped before evaluating that epoch: its (NaN) evaluation ends the curve
+        cb(model.diverged_at, model)
+        params["diverged_at"] = model.diverged_at
     return RunRecord("BPR-MF", params, curve, time.perf_counter() - t0)
 
 
