@@ -173,3 +173,23 @@ def test_fedsim_run_says_which_round_a_demo_run_diverged_in(tmp_path, capsys):
     assert "RuntimeWarning" not in err
     assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
     assert f"found not finite at round {at} of 100" in (out / "report.md").read_text()
+
+
+def test_a_personalfr_study_joint_run_that_diverged_has_no_final_figure(monkeypatch):
+    # the Joint baseline's run_spec ignored divergence: its last (NaN) evaluation was the final figure
+    # and diverged_at was absent, unlike the federated runs beside it
+    import functools
+
+    from fedsim.math import ae_train
+    from fedsim.protocols.fedae import FedAEConfig
+    from fedsim.studies.personalfr.runs import RunSpec, run_spec
+
+    cfg = FedAEConfig(rounds=4, eval_every=1, hidden=(8, 4))
+    spec = RunSpec("joint", "tiny", 0, "explicit", 3.5, 0.2, cfg=cfg, joint_epochs=4, joint_batch=10)
+    ok = run_spec(spec)
+    assert ok["diverged_at"] is None and np.isfinite(ok["final"]) and len(ok["history"]) == 4
+    # run_spec takes the trainer's default learning rate: a huge one, through the trainer
+    monkeypatch.setattr(ae_train, "train_joint", functools.partial(ae_train.train_joint, lr=1e30))
+    out = run_spec(spec)
+    assert out["diverged_at"] == 1 and np.isnan(out["final"]) and np.isnan(out["best"])
+    assert out["history"] == [] and out["best_round"] is None
