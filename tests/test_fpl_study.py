@@ -404,3 +404,23 @@ def test_a_bpr_run_that_diverged_stops_there_and_says_so():
     assert rec.curve[0]["test_diverged"] is True and np.isnan(rec.curve[0]["test_p"])
     ok = run_bpr(sp, 2, d=4, lr=0.05, seed=2)
     assert "diverged_at" not in ok.params and [c["epoch"] for c in ok.curve] == [1, 2]
+
+
+@pytest.mark.parametrize("engine", ["actors", "twin"])
+def test_an_fpl_run_that_diverged_between_evaluations_stops_at_that_epoch(engine):
+    # with eval_every 3, the epochs 1 and 2 of a model no longer finite were not looked at: the twin
+    # ran them on NaN and said diverged_at 3; the actors' server had stopped its network in epoch 1,
+    # and run_fpl resumed epochs 2 and 3 from the NaN model (and printed NumPy's warnings scoring it)
+    import warnings
+
+    from fedsim.studies.fpl import run_fpl
+
+    sp = small_split()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = run_fpl(sp, "sFPL", 1.0, 6, d=4, lr=1e30, seed=2, engine=engine, eval_every=3)
+    assert rec.params["diverged_at"] == 1 and rec.params["epochs"] == 6
+    assert [c["epoch"] for c in rec.curve] == [1]
+    assert rec.curve[0]["test_diverged"] is True and np.isnan(rec.curve[0]["test_p"])
+    ok = run_fpl(sp, "sFPL", 1.0, 3, d=4, lr=0.05, seed=2, engine=engine, eval_every=3)
+    assert "diverged_at" not in ok.params and [c["epoch"] for c in ok.curve][-1] == 3
