@@ -121,6 +121,29 @@ def test_a_diverged_run_compares_equal_and_says_it_diverged(tmp_path):
     assert rows[0]["diverged_at"] == rows[1]["diverged_at"] == "3"  # (FedRec stops after the iteration)
     assert all(r["test_error"] == "DivergenceError: PMF(B): diverged at iteration 3: non-finite parameters"
                for r in rows)
+    # the report said so only through that column: no note, no caveat (a sweep saw a clean run)
+    import json
+
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["caveats"] == ["diverged"]
+    assert ("**Diverged.** The sim run's model diverged at round 3 of 3, where it stopped; the asyncio run's model "
+            "diverged at round 3 of 3, where it stopped (its parameters, or the scores they give, were found not "
+            "finite): the final figures are not those of a trained model.") in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_a_comparison_that_fails_says_which_run_diverged(tmp_path, monkeypatch):
+    import warnings
+
+    from fedsim.experiment import ScenarioError, run_scenario
+    from fedsim.experiment import compare as compare_mod
+
+    mod = compare_mod.compare_scenario("demo", "asyncio")
+    monkeypatch.setattr(compare_mod, "same_bits", lambda a, b: False)
+    with pytest.raises(ScenarioError) as err, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_scenario(mod, out=tmp_path / "o", overrides={"rounds": 3, "clients": 2, "lr": 1e300}, quiet=True)
+    assert str(err.value) == ("demo: the asyncio run differs from the simulator's: parameters w differ; the sim run's "
+                              "model diverged at round 2 of 3, where it stopped; the asyncio run's model diverged at "
+                              "round 2 of 3, where it stopped")  # 1e300 steps: finite once, not twice
 
 
 def test_same_bits_is_bit_identity():

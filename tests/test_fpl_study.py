@@ -391,3 +391,36 @@ def test_the_ic_gini_verdict_is_not_claimed_from_identical_differences(monkeypat
     assert ic["evidence"] == "sFPL+ 16 vs sFPL 11 (mean over 3 seed(s)); higher in 3 of 3 seed(s)"
     gini = rows["G@10 of sFPL+ above sFPL (more local computation)"]  # differences that vary: tested
     assert "seed-paired t-test" in gini["evidence"]
+
+
+def test_a_bpr_run_that_diverged_stops_there_and_says_so():
+    # run_bpr evaluated every epoch of a NaN model (NaN curve entries to the end) with no diverged_at
+    from fedsim.studies.fpl import run_bpr
+
+    sp = small_split()
+    rec = run_bpr(sp, 6, d=4, lr=1e30, seed=2, eval_every=3)
+    assert rec.params["diverged_at"] == 1
+    assert [c["epoch"] for c in rec.curve] == [1]
+    assert rec.curve[0]["test_diverged"] is True and np.isnan(rec.curve[0]["test_p"])
+    ok = run_bpr(sp, 2, d=4, lr=0.05, seed=2)
+    assert "diverged_at" not in ok.params and [c["epoch"] for c in ok.curve] == [1, 2]
+
+
+@pytest.mark.parametrize("engine", ["actors", "twin"])
+def test_an_fpl_run_that_diverged_between_evaluations_stops_at_that_epoch(engine):
+    # with eval_every 3, the epochs 1 and 2 of a model no longer finite were not looked at: the twin
+    # ran them on NaN and said diverged_at 3; the actors' server had stopped its network in epoch 1,
+    # and run_fpl resumed epochs 2 and 3 from the NaN model (and printed NumPy's warnings scoring it)
+    import warnings
+
+    from fedsim.studies.fpl import run_fpl
+
+    sp = small_split()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = run_fpl(sp, "sFPL", 1.0, 6, d=4, lr=1e30, seed=2, engine=engine, eval_every=3)
+    assert rec.params["diverged_at"] == 1 and rec.params["epochs"] == 6
+    assert [c["epoch"] for c in rec.curve] == [1]
+    assert rec.curve[0]["test_diverged"] is True and np.isnan(rec.curve[0]["test_p"])
+    ok = run_fpl(sp, "sFPL", 1.0, 3, d=4, lr=0.05, seed=2, engine=engine, eval_every=3)
+    assert "diverged_at" not in ok.params and [c["epoch"] for c in ok.curve][-1] == 3

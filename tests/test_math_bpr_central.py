@@ -164,3 +164,37 @@ def test_train_bpr_refuses_training_items_outside_the_catalogue():
             train_bpr(np.array([0, 2, 3]), np.array([0, bad, 1]), 2, 5, 2, 1, 0.1, rng, init_std=0.1)
     m = train_bpr(np.array([0, 2, 3]), np.array([0, 4, 1]), 2, 5, 2, 1, 0.1, np.random.default_rng(0))
     assert m.epochs_done == 1 and np.isfinite(m.Q).all()
+
+
+def test_train_bpr_stops_after_the_epoch_its_parameters_are_not_finite():
+    # it ran every epoch on NaN parameters (NumPy's overflow warnings printed) and said nothing:
+    # a caller saw only NaN scores
+    import warnings
+
+    from fedsim.math.bpr import BPRReg
+
+    rng = np.random.default_rng(0)
+    indptr, indices = csr_from_pairs(np.repeat(np.arange(6), 3), rng.integers(0, 8, 18), 6)
+    # epoch by epoch on one generator: the first epoch after which a parameter is not finite
+    step = None
+    with np.errstate(over="ignore", invalid="ignore"):
+        gen = np.random.default_rng(1)
+        m1 = train_bpr(indptr, indices, 6, 8, 3, 0, 1e3, gen)
+        for e in range(1, 21):
+            u, p, n = sample_epoch_triples(indptr, indices, 8, gen)
+            _sgd_epoch(m1.P, m1.Q, m1.b, u, p, n, 1e3, BPRReg.paper(1e3))
+            if not (np.isfinite(m1.P).all() and np.isfinite(m1.Q).all() and np.isfinite(m1.b).all()):
+                step = e
+                break
+    assert step == 10
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no bare overflow warning
+        m = train_bpr(indptr, indices, 6, 8, 3, 20, 1e3, np.random.default_rng(1),
+                      eval_callback=lambda e, _: seen.append(e), eval_every=3)
+    assert m.diverged_at == 10 == m.epochs_done and seen == [3, 6, 9]  # no evaluation of the NaN model
+    assert not np.isfinite(m.P).all() or not np.isfinite(m.Q).all() or not np.isfinite(m.b).all()
+    again = train_bpr(indptr, indices, 6, 8, 3, 5, 1e3, np.random.default_rng(1), model=m)
+    assert again is m and m.epochs_done == 10  # a diverged model is not trained further
+    ok = train_bpr(indptr, indices, 6, 8, 3, 9, 1e3, np.random.default_rng(1))
+    assert ok.diverged_at is None and ok.epochs_done == 9 and np.isfinite(ok.Q).all()

@@ -246,3 +246,24 @@ def test_adam_flops_is_what_adam_step_counts():
     for wd in (0.0, 1e-3):
         counted = optim.adam_step(params, grads, optim.adam_init(params), weight_decay=wd)
         assert counted == optim.adam_flops(17, weight_decay=wd) == (14 if wd else 12) * 17
+
+
+@pytest.mark.parametrize("sparse", [pytest.param(True, marks=needs_numba), False])
+def test_train_joint_stops_after_the_epoch_its_parameters_are_not_finite(sparse):
+    # it trained every epoch on NaN parameters, with NumPy's overflow warnings, and its history was
+    # NaN RMSEs with nothing saying the model diverged
+    import warnings
+
+    t = _task("explicit", np.float32)
+    seen = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = ae_train.train_joint(t, epochs=5, rng=np.random.default_rng(5), batch=16, hidden=(16, 8),
+                                   dtype=np.float32, eval_every=1, lr=1e30, sparse=sparse,
+                                   callback=lambda e, ev: seen.append((e, ev)))
+    assert res.diverged_at == 1 == res.epochs and res.history == [] and seen == [(1, None)]
+    assert not all(np.isfinite(v).all() for v in res.params.values())
+    ok = ae_train.train_joint(t, epochs=3, rng=np.random.default_rng(5), batch=16, hidden=(16, 8), dtype=np.float32,
+                              eval_every=1, lr=1e15, sparse=sparse)  # blown up, but finite: figures, not divergence
+    assert ok.diverged_at is None and ok.epochs == 3 and [h["epoch"] for h in ok.history] == [1, 2, 3]
+    assert all(np.isfinite(h["rmse"]) and h["rmse"] > 1e13 for h in ok.history)

@@ -118,3 +118,78 @@ def test_a_personalfr_study_run_that_diverged_has_no_final_figure(method):
     out = run_spec(RunSpec(method, "tiny", 0, "explicit", 3.5, 0.2, M=5, cfg=cfg))
     assert out["diverged_at"] == 4 and np.isnan(out["final"])
     assert [h["round"] for h in out["history"]] == [1, 2, 3] and out["best_round"] == 1
+
+
+def demo_first_nonfinite_round(cfg, seed: int) -> int | None:
+    """The 1-based round whose step first makes the demo's weights not finite, computed here
+    without the network: each client's gradient, summed weighted in client order, one step."""
+    from fedsim.protocols.demo import make_data
+
+    _, parts = make_data(cfg.clients, cfg.dim, seed)
+    w = np.zeros(cfg.dim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for r in range(cfg.rounds):
+            grad, total = np.zeros(cfg.dim), 0
+            for X, y in parts:
+                grad += len(y) * (2.0 * X.T @ (X @ w - y) / len(y))
+                total += len(y)
+            w = w - cfg.lr * grad / total
+            if not np.isfinite(w).all():
+                return r + 1
+    return None
+
+
+def test_the_demo_server_stops_in_the_round_its_weights_are_not_finite():
+    # the demo checked only at the end: it sent NaN weights to its clients for every remaining round,
+    # NumPy's overflow warnings escaped, and diverged_at was the rounds planned (100)
+    cfg = dataclasses.replace(REGISTRY["demo"].tiny()[1], clients=8, dim=5, rounds=100, lr=1e6)
+    at = demo_first_nonfinite_round(cfg, 0)
+    assert at is not None and 1 < at < 100
+    res = run("demo", 8, 100, False, lr=1e6, dim=5)
+    assert res.info["diverged_at"] == at == res.info["rounds_done"]
+    assert rounds_of(res, "weights") == list(range(at))  # the non-finite weights were sent to nobody
+    assert rounds_of(res, "stop") == [at - 1]
+    assert res.run.ledger.select(kind="weights").totals().messages == 8 * at
+    assert res.metrics == [{"round": at, "weight_error": res.metrics[0]["weight_error"]}]
+    assert not np.isfinite(res.params["w"]).all() and not np.isfinite(res.metrics[0]["weight_error"])
+    assert res.run.results["client/000"] == at
+    ok = run("demo", 8, 5, False, lr=0.1, dim=5)
+    assert ok.info["diverged_at"] is None and ok.info["rounds_done"] == 5 and ok.metrics[0]["round"] == 5
+    assert np.isfinite(ok.params["w"]).all()
+
+
+def test_fedsim_run_says_which_round_a_demo_run_diverged_in(tmp_path, capsys):
+    out = tmp_path / "out"
+    cfg = dataclasses.replace(REGISTRY["demo"].tiny()[1], clients=8, dim=5, rounds=100, lr=1e6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["run", "demo", "--set", "lr=1e6", "--set", "rounds=100", "--seed", "3",
+                     "--out", str(out)]) == 0
+    at = demo_first_nonfinite_round(cfg, 3)
+    assert at is not None and 1 < at < 100
+    err = capsys.readouterr().err
+    assert f"note: the model diverged: its parameters, or the scores they give, were found not finite at round {at} " \
+           "of 100, where the run stopped" in err
+    assert "RuntimeWarning" not in err
+    assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
+    assert f"found not finite at round {at} of 100" in (out / "report.md").read_text()
+
+
+def test_a_personalfr_study_joint_run_that_diverged_has_no_final_figure(monkeypatch):
+    # the Joint baseline's run_spec ignored divergence: its last (NaN) evaluation was the final figure
+    # and diverged_at was absent, unlike the federated runs beside it
+    import functools
+
+    from fedsim.math import ae_train
+    from fedsim.protocols.fedae import FedAEConfig
+    from fedsim.studies.personalfr.runs import RunSpec, run_spec
+
+    cfg = FedAEConfig(rounds=4, eval_every=1, hidden=(8, 4))
+    spec = RunSpec("joint", "tiny", 0, "explicit", 3.5, 0.2, cfg=cfg, joint_epochs=4, joint_batch=10)
+    ok = run_spec(spec)
+    assert ok["diverged_at"] is None and np.isfinite(ok["final"]) and len(ok["history"]) == 4
+    # run_spec takes the trainer's default learning rate: a huge one, through the trainer
+    monkeypatch.setattr(ae_train, "train_joint", functools.partial(ae_train.train_joint, lr=1e30))
+    out = run_spec(spec)
+    assert out["diverged_at"] == 1 and np.isnan(out["final"]) and np.isnan(out["best"])
+    assert out["history"] == [] and out["best_round"] is None

@@ -5,11 +5,14 @@ profile (``--profile``, default ``lan``) and link model. The report puts side by
 metrics (and whether the final parameters are bit-identical, as they must be), the payload bytes
 per sender role and message kind (which must be equal), the wall time of each run, and per round
 the simulator's predicted duration against the measured one (from the first send of the round to
-the last arrival, read off each ledger).
+the last arrival, read off each ledger). A run whose model diverged (``info["diverged_at"]``)
+gets a ``diverged_at`` column, and the report a **Diverged** note (caveat ``diverged``) naming
+which run diverged at which round.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import types
 from typing import Any
@@ -90,6 +93,21 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         row["parameters_bit_identical"] = same
         rows.append(row)
     ctx.table("summary", rows, title=f"{name}: the simulator against the {transport} transport")
+    planned = getattr(cfg, spec.rounds_field)
+    diverged = {label: int(res.info["diverged_at"]) for label, (res, _, _) in runs.items()
+                if res.info.get("diverged_at") is not None}
+    said_diverged = "; ".join(
+        f"the {label} run's model diverged at round {diverged[label]} of {planned}, where it stopped"
+        if label in diverged else f"the {label} run's model did not" for label in runs) if diverged else ""
+    if diverged:
+        # a diverged_at column alone was read only by whoever looked for it: the report said the runs
+        # compared equal, with final figures (inf, NaN) of models that were not trained ones
+        warning = (f"{said_diverged} (its parameters, or the scores they give, were found not finite): the "
+                   "final figures are not those of a trained model")
+        ctx.caveat("diverged", f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
+        ctx.progress.log(f"note: {warning}")
+        if not ctx.quiet:
+            ctx.progress.print(f"note: {warning}", file=sys.stderr)
     ga = net_a.ledger.view().group("src_role", "kind")
     gb = net_b.ledger.view().group("src_role", "kind")
     bytes_rows = []
@@ -125,4 +143,6 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
                  f"{r[f'payload_bytes_{transport}']} B on {transport}" for r in unequal[:5]]
         if len(unequal) > 5:
             what.append(f"... ({len(unequal) - 5} more byte counts differ)")
+        if diverged:
+            what.append(said_diverged)
         raise ScenarioError(f"{name}: the {transport} run differs from the simulator's: {'; '.join(what)}")

@@ -199,7 +199,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
                  "not those of a complete run.")
     if diverged is not None:
         # the round the protocol found it in: its server checks each round and stops there, or, for what
-        # only the end shows (clients' private parameters, the demo), the rounds done; both are where it stopped
+        # only the end shows (clients' private parameters), the rounds done; both are where it stopped
         warning = (f"the model diverged: its parameters, or the scores they give, were found not finite at round "
                    f"{int(diverged)} of {summary['rounds']}, where the run stopped; its figures are not those of "
                    "a trained model")

@@ -490,7 +490,8 @@ class JointResult:
     params: dict
     history: list  # one {"epoch", "rmse" | "ndcg", "loss"} per evaluation
     flops: int
-    epochs: int
+    epochs: int  # the epochs run: those asked for, or up to diverged_at
+    diverged_at: int | None = None  # the epoch (1-based) after which a parameter was found not finite
 
 
 def train_joint(
@@ -522,6 +523,13 @@ def train_joint(
     with the same random draws; otherwise (or with ``sparse=False``) the NumPy step
     (``ae.loss_and_grads``, ``optim.clip_grad_norm``, ``optim.adam_step``). The FLOPs returned are the
     NumPy step's either way (the method's arithmetic).
+
+    The parameters are checked after every epoch: if one is not finite (a learning rate too large
+    for the data), or an evaluation over some entries is (finite parameters whose predictions are
+    not), training stops after that epoch with ``diverged_at`` set to it and ``epochs`` the epochs
+    run; that epoch's evaluation is not kept (``callback`` gets None for it), so ``history`` holds
+    no NaN figure of the diverged model. NumPy's overflow warnings on the way there are not
+    printed.
     """
     params = ae.init_params(task.n_items, rng, hidden, dtype=dtype)
     x, mask = task.x, task.mask
@@ -532,13 +540,18 @@ def train_joint(
     n = x.shape[0]
     flops = 0
     history = []
+    done, diverged_at = 0, None
+    # divergence is checked once per epoch below: NumPy's overflow warnings on the way say nothing more
+    quiet = dict(over="ignore", invalid="ignore")
     for ep in range(1, int(epochs) + 1):
         order = rng.permutation(n)
         total, nb = 0.0, 0
+        done = ep
         for b0 in range(0, n, int(batch)):
             b = np.sort(order[b0:b0 + int(batch)])
             if fast is not None:
-                value, clipped = fast.step(b, rng, lr=lr, weight_decay=weight_decay, clip=clip)
+                with np.errstate(**quiet):
+                    value, clipped = fast.step(b, rng, lr=lr, weight_decay=weight_decay, clip=clip)
                 # the NumPy step's count: loss_and_grads, clip_grad_norm, adam_step
                 flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=task.loss, dropout=dropout)
                 if clip is not None and clip > 0:
@@ -547,24 +560,38 @@ def train_joint(
                 total += value
                 nb += 1
                 continue
-            r = ae.loss_and_grads(params, x[b], x[b], mask[b], loss=task.loss, dropout=dropout,
-                                  rng=rng if dropout > 0 else None)
-            flops += r.flops
-            if clip is not None and clip > 0:
-                flops += optim.clip_grad_norm(r.grads, clip)[1]
-            flops += optim.adam_step(params, r.grads, state, lr=lr, weight_decay=weight_decay)
+            with np.errstate(**quiet):
+                r = ae.loss_and_grads(params, x[b], x[b], mask[b], loss=task.loss, dropout=dropout,
+                                      rng=rng if dropout > 0 else None)
+                flops += r.flops
+                if clip is not None and clip > 0:
+                    flops += optim.clip_grad_norm(r.grads, clip)[1]
+                flops += optim.adam_step(params, r.grads, state, lr=lr, weight_decay=weight_decay)
             total += r.loss
             nb += 1
+        finite = np.isfinite(fast.P).all() if fast is not None else all(np.isfinite(v).all() for v in params.values())
+        if not finite:  # fast.P: the sparse step's flat buffer of every parameter
+            diverged_at = ep
+            if callback is not None:
+                callback(ep, None)
+            break
         ev = None
         if (eval_every and ep % eval_every == 0) or ep == int(epochs):
             ev = finish_eval(eval_sums(params if fast is None else fast.params(), task, k=k), task.task)
+            if ev["n"] and not np.isfinite(ev.get("rmse", ev.get("ndcg"))):
+                # finite parameters whose predictions are not: no figure either (over no entry, NaN
+                # says nobody was evaluated, not divergence)
+                diverged_at = ep
+                if callback is not None:
+                    callback(ep, None)
+                break
             ev.update(epoch=ep, loss=total / max(nb, 1))
             history.append(ev)
         if callback is not None:
             callback(ep, ev)
     if fast is not None:
         params = fast.params()
-    return JointResult(params, history, int(flops), int(epochs))
+    return JointResult(params, history, int(flops), done, diverged_at)
 
 
 class _SparseJoint:

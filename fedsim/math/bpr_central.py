@@ -41,6 +41,9 @@ class BPRModel:
     b: np.ndarray
     epochs_done: int = 0
     history: list = field(default_factory=list)  # eval_callback return values, one per call
+    # the epoch (counted like epochs_done) after which the parameters were found not finite, training
+    # stopping there; None while they are finite
+    diverged_at: int | None = None
 
     def scores(self, users: np.ndarray | None = None) -> np.ndarray:
         P = self.P if users is None else self.P[np.asarray(users)]
@@ -153,6 +156,11 @@ def train_bpr(
     ``eval_callback(epoch, model)`` runs after every ``eval_every`` epochs (epoch counted from 1,
     and after the last epoch); its return value is appended to ``model.history``; if it returns
     ``True`` exactly, training stops there.
+
+    The parameters are checked after every epoch: if one is not finite (a learning rate too
+    large for the data), training stops after that epoch with ``model.diverged_at`` set to it
+    (``epochs_done``), before its ``eval_callback``; NumPy's overflow warnings on the way there
+    are not printed. A ``model`` given with ``diverged_at`` set is returned untrained.
     """
     indptr = np.asarray(indptr, dtype=np.int64)
     indices = np.asarray(indices, dtype=np.int64)
@@ -166,9 +174,15 @@ def train_bpr(
     tables = _NegTables(indptr, indices, n_items, catalogue)
     lr = float(lr)
     for epoch in range(1, int(epochs) + 1):
+        if model.diverged_at is not None:
+            break
         users, pos, neg = sample_epoch_triples(indptr, indices, n_items, rng, _tables=tables)
-        _sgd_epoch(model.P, model.Q, model.b, users, pos, neg, lr, reg)
+        with np.errstate(over="ignore", invalid="ignore"):  # divergence is checked below, once per epoch
+            _sgd_epoch(model.P, model.Q, model.b, users, pos, neg, lr, reg)
         model.epochs_done += 1
+        if not (np.isfinite(model.P).all() and np.isfinite(model.Q).all() and np.isfinite(model.b).all()):
+            model.diverged_at = model.epochs_done
+            break
         if eval_callback is not None and (epoch % int(eval_every) == 0 or epoch == int(epochs)):
             out = eval_callback(model.epochs_done, model)
             model.history.append(out)

@@ -4,8 +4,11 @@ linear least-squares model.
 Each round the server broadcasts the weights ``w``; every client computes the gradient of its
 local mean squared error and sends it back; the server averages the gradients, weighted by
 client sample counts, in node-id order (so the result does not depend on arrival order) and
-takes a step. The actors use only the ``Context`` API and run on any transport. The data are
-synthetic (drawn from the network seed), so ``build`` takes no ratings.
+takes a step. The server checks its weights once per round (``common.all_finite``): weights that
+are not finite (a learning rate too large for the data) stop the run there, no client is sent
+them, and ``collect`` reports the round (``info["diverged_at"]``). The actors use only the
+``Context`` API and run on any transport. The data are synthetic (drawn from the network seed),
+so ``build`` takes no ratings.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, param
-from .common import SERVER, BadMessageError
+from .common import SERVER, BadMessageError, all_finite
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .registry import register
 
@@ -36,7 +39,12 @@ class DemoConfig(Config):
 
 async def server(ctx, clients: list[str], dim: int, rounds: int, lr: float,
                  deadline: float | None = None) -> np.ndarray:
-    """Run ``rounds`` rounds over ``clients``; returns the final weights (float64)."""
+    """Run ``rounds`` rounds over ``clients``; returns the final weights (float64).
+
+    After each step the weights are checked: if they are not finite, the server stops in that
+    round (no client is sent them; they are the value returned, and the last round in which
+    ``weights`` were sent is the round it diverged in, which ``DemoJob.collect`` reads from the
+    ledger)."""
     w = np.zeros(dim)
     for r in range(rounds):
         ctx.begin_round(r)
@@ -49,9 +57,13 @@ async def server(ctx, clients: list[str], dim: int, rounds: int, lr: float,
         for m in got:  # node-id order
             n, g = _gradient(m, dim)
             total += n
-            grad += n * g
+            with np.errstate(over="ignore", invalid="ignore"):  # a non-finite sum is checked below
+                grad += n * g
         await ctx.compute(2 * dim * len(got))
-        w = w - lr * grad / total
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = w - lr * grad / total
+        if not all_finite(w):  # once per round: diverged, stop here
+            break
     await ctx.broadcast(clients, "stop", None)
     return w
 
@@ -80,7 +92,10 @@ async def client(ctx, X: np.ndarray, y: np.ndarray) -> int:
         if msg.kind == "stop":
             return served
         w = msg.payload["w"]
-        g = 2.0 * X.T @ (X @ w - y) / len(y)
+        with np.errstate(over="ignore", invalid="ignore"):
+            # finite but huge weights (a diverging run) can overflow here; the server finds the
+            # non-finite gradient in its weights after this round's step and stops
+            g = 2.0 * X.T @ (X @ w - y) / len(y)
         await ctx.compute(4 * X.size)
         await ctx.send(SERVER, "gradient", {"g": g, "n": len(y)})
         served += 1
@@ -105,15 +120,22 @@ class DemoJob:
     clients: list[str]
 
     def collect(self, run) -> Result:
-        """``params["w"]``: the final weights; one metric row: the distance to the true weights
-        (with ``rounds`` 0, that of the initial zero weights); ``info["diverged_at"]``: ``rounds``
-        if the final weights are not finite (a learning rate too large for the data), else None."""
+        """``params["w"]``: the final weights; one metric row, at the last round run: the distance
+        to the true weights (with ``rounds`` 0, that of the initial zero weights);
+        ``info["diverged_at"]``: if the final weights are not finite (a learning rate too large
+        for the data), the 1-based round in which the server found them so and stopped (the last
+        round the ledger shows ``weights`` sent in), else None; ``info["rounds_done"]``: that
+        round, or ``rounds``."""
         w = server_result(run)
+        diverged_at = None
+        if not all_finite(w):
+            sent = run.ledger.select(kind="weights").rounds()
+            diverged_at = sent[-1] + 1 if sent else self.cfg.rounds
+        done = self.cfg.rounds if diverged_at is None else diverged_at
         with np.errstate(over="ignore", invalid="ignore"):
             err = float(np.linalg.norm(w - self.w_true))
-        diverged_at = None if np.isfinite(w).all() else self.cfg.rounds
-        return Result("demo", self.cfg, {"w": w}, [{"round": self.cfg.rounds, "weight_error": err}], run,
-                      info={"w_true": self.w_true, "diverged_at": diverged_at,
+        return Result("demo", self.cfg, {"w": w}, [{"round": done, "weight_error": err}], run,
+                      info={"w_true": self.w_true, "diverged_at": diverged_at, "rounds_done": done,
                             "rounds_served": [run.results.get(c, 0) for c in self.clients],
                             "lost_clients": [c for c in self.clients if c not in run.results]})
 

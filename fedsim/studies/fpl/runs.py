@@ -129,8 +129,10 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     parameters) from its final model; epoch e only depends on the model after epoch e - 1 and on
     ``epoch_seed(seed, e)``, so a continued run equals one run of ``epochs`` epochs.
     ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch. A run whose scores
-    stop being finite (a learning rate too large) stops after that epoch: its record keeps
-    ``epochs`` as asked, ``diverged_at`` the epoch, and the curve ends there.
+    stop being finite (a learning rate too large), or whose server stopped because its model was
+    not (checked once per round; the twin checks once per epoch), stops after that epoch, which is
+    evaluated whatever ``eval_every`` says: its record keeps ``epochs`` as asked, ``diverged_at``
+    the epoch, and the curve ends there (NaN figures, flagged ``diverged``).
 
     ``eval_every``: the model is evaluated after the epochs that are multiples of it and after
     the last (the training does not depend on it). ``engine="actors"`` (default): every epoch
@@ -193,8 +195,12 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
         visits = int(out["rounds"].sum())
         pos = int(out["sent_positive"].sum())
         train_s = time.perf_counter() - te
-        if (e + 1) % every == 0 or e + 1 == int(epochs):
-            scores = bpr_scores(P, out["Q"].astype(np.float64), out["b"].astype(np.float64))
+        # the protocol's server stopped this epoch's network in the round it found its model not
+        # finite: evaluated now (NaN figures, flagged), whatever eval_every says, and the run stops
+        stopped = out.get("diverged_at") is not None
+        if (e + 1) % every == 0 or e + 1 == int(epochs) or stopped:
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite scores: the evaluator flags them
+                scores = bpr_scores(P, out["Q"].astype(np.float64), out["b"].astype(np.float64))
             entry = flatten_metrics(e + 1, split.evaluate(scores))
         else:
             entry = {"epoch": e + 1}
@@ -211,7 +217,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
             record_network(net)
         if on_epoch is not None:
             on_epoch(e + 1, entry)
-        if any(entry.get(f"{name}_diverged") for name in split.evaluators):
+        if stopped or any(entry.get(f"{name}_diverged") for name in split.evaluators):
             # the model's scores are no longer finite: every later epoch would be NaN too (never chosen)
             params["diverged_at"] = e + 1
             break
@@ -269,10 +275,14 @@ def _run_fpl_twin(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, 
                            client_rng=lambda c: rngs[c] if c in rngs else node_rng(es, names[c]))
         v, ps, ng = (int(counts[k].sum()) for k in ("rounds", "sent_positive", "sent_negative"))
         visits, pos, neg = visits + v, pos + ps, neg + ng
-        if (e + 1) % every and e + 1 != int(epochs):
+        # checked once per epoch (the actors' server checks per round and stops that epoch's network): a
+        # model that is not finite is evaluated now (NaN figures, flagged), whatever eval_every says
+        stopped = not (np.isfinite(theta).all() and np.isfinite(P).all())
+        if (e + 1) % every and e + 1 != int(epochs) and not stopped:
             continue
         train_s = time.perf_counter() - te
-        scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite scores: the evaluator flags them
+            scores = bpr_scores(P, theta[:, :d].astype(np.float64), theta[:, d].astype(np.float64))
         entry = flatten_metrics(e + 1, split.evaluate(scores))
         entry.update({
             "visits": v, "positives_sent": ps, "negatives_sent": ng, "cce_exact": v * (ni + cfg.triples) + ps,
@@ -282,7 +292,7 @@ def _run_fpl_twin(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, 
         curve.append(entry)
         if on_epoch is not None:
             on_epoch(e + 1, entry)
-        if any(entry.get(f"{name}_diverged") for name in split.evaluators):
+        if stopped or any(entry.get(f"{name}_diverged") for name in split.evaluators):
             params["diverged_at"] = e + 1
             break
     return RunRecord(preset, params, curve, time.perf_counter() - t0,
@@ -338,7 +348,10 @@ def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05,
             eval_every: int = 1, on_epoch: Callable[[int, dict], None] | None = None) -> RunRecord:
     """Centralized BPR-MF (``fedsim.math.bpr_central.train_bpr``, X+ steps per epoch, negatives
     from the catalogue), evaluated after every ``eval_every`` epochs and after the last (the
-    training does not depend on it; on a city file evaluation costs more than an epoch)."""
+    training does not depend on it; on a city file evaluation costs more than an epoch). A run
+    whose parameters stop being finite (a learning rate too large) stops after that epoch, as
+    ``run_fpl``'s do: ``diverged_at`` the epoch, and the curve ends with its evaluation (NaN
+    figures, flagged ``diverged``)."""
     csr = split.train.by_user()
     curve = []
     t0 = time.perf_counter()
@@ -349,11 +362,16 @@ def run_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float = 0.05,
         if on_epoch is not None:
             on_epoch(epoch, entry)
 
-    train_bpr(np.asarray(csr.indptr), np.asarray(csr.indices), split.n_users, split.n_items, d, int(epochs), lr,
-              node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb, eval_every=int(eval_every))
+    model = train_bpr(np.asarray(csr.indptr), np.asarray(csr.indices), split.n_users, split.n_items, d, int(epochs),
+                      lr, node_rng(seed, "bpr"), catalogue=split.catalogue, eval_callback=cb,
+                      eval_every=int(eval_every))
     params = {"epochs": int(epochs), "d": d, "lr": lr, "seed": seed}
     if int(eval_every) > 1:
         params["eval_every"] = int(eval_every)
+    if model.diverged_at is not None:
+        # train_bpr stopped before evaluating that epoch: its (NaN) evaluation ends the curve
+        cb(model.diverged_at, model)
+        params["diverged_at"] = model.diverged_at
     return RunRecord("BPR-MF", params, curve, time.perf_counter() - t0)
 
 

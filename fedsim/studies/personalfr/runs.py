@@ -155,7 +155,7 @@ def check_network(profile) -> None:
 
 def run_spec(spec: RunSpec) -> dict:
     """Run one spec; returns its history, best/final metric, FLOPs and ledger figures (module-level, so it
-    can run in a worker process); a federated run that diverged has ``diverged_at`` and a NaN ``final``. Raises ``DeadlockError`` when a federated run's network ends with
+    can run in a worker process); a run that diverged (federated, or the Joint baseline's epochs) has ``diverged_at`` and a NaN ``final``. Raises ``DeadlockError`` when a federated run's network ends with
     actors still blocked, ``ValueError`` for a federated run on a network that can lose a message
     (:func:`check_network`: the figures returned are those of a whole run, and nothing here
     carries what a run with a deadline left out)."""
@@ -173,6 +173,8 @@ def run_spec(spec: RunSpec) -> dict:
         res = ae_train.train_joint(task, epochs=epochs, rng=node_rng(spec.seed, "joint"), batch=spec.joint_batch,
                                    eval_every=every, k=spec.cfg.eval_k if spec.cfg else 10)
         hist = [dict(h, round=h["epoch"]) for h in res.history]
+        # as a federated run's: stopped at the epoch its model was found not finite, no figure of it kept
+        out["diverged_at"] = res.diverged_at
         out.update(rounds=epochs, client_flops=res.flops, comm={}, sim_time=0.0, totals={})
     else:
         M = spec.M or task.n_users
