@@ -3,6 +3,8 @@ results independent of the number of worker processes, the run cache, and the st
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -424,3 +426,27 @@ def test_an_fpl_run_that_diverged_between_evaluations_stops_at_that_epoch(engine
     assert rec.curve[0]["test_diverged"] is True and np.isnan(rec.curve[0]["test_p"])
     ok = run_fpl(sp, "sFPL", 1.0, 3, d=4, lr=0.05, seed=2, engine=engine, eval_every=3)
     assert "diverged_at" not in ok.params and [c["epoch"] for c in ok.curve][-1] == 3
+
+
+@pytest.mark.parametrize("alpha, lr", [(1e300, 0.05), (1.0, 1e39)])
+def test_an_fcf_run_whose_server_stopped_on_a_model_not_finite_says_so(alpha, lr):
+    """FCF's server stops in the round its Q is not finite, or not finite as sent (float32: a Q
+    of about 1e39 fits float64, not the wire). run_fcf went on from the stopped state and scored
+    P @ Q_sent, the finite model of the round before, as this run's: the study could choose it.
+    Now the run stops there with diverged_at, its last entry flagged diverged (NaN figures)."""
+    import warnings
+
+    from fedsim.studies.fpl import run_fcf
+
+    sp = small_split()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no NumPy warning escapes either)
+        rec = run_fcf(sp, 4, d=4, alpha=alpha, lr=lr, optimizer="sgd", eval_every=2)
+    stop = rec.params["diverged_at"]
+    assert 1 <= stop <= 2 and [e["epoch"] for e in rec.curve] == [stop]
+    last = rec.curve[-1]
+    for name in sp.evaluators:
+        assert last[f"{name}_diverged"] is True and math.isnan(last[f"{name}_p"])
+    ok = run_fcf(sp, 4, d=4, eval_every=2)
+    assert "diverged_at" not in ok.params and [e["epoch"] for e in ok.curve] == [2, 4]
+    assert not any(e.get(f"{n}_diverged") for e in ok.curve for n in sp.evaluators)

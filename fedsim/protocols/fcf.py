@@ -126,7 +126,8 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
                 got = (f"{grad.dtype} of shape {grad.shape}" if isinstance(grad, np.ndarray)
                        else type(grad).__name__)
                 raise BadMessageError(msg, f"grad must be a float array of shape {G.shape}, got {got}")
-            G += grad
+            with np.errstate(over="ignore", invalid="ignore"):  # (a client's inf: Q is checked below)
+                G += grad
         # the sum (or, with ``average``, the mean) over the clients that answered
         with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
             fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)

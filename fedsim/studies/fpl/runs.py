@@ -324,10 +324,18 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         result = job.collect(net.run())
         state = result.state
         out = result.params
+        stopped = result.info.get("diverged_at")
+        k = int(result.info["rounds_done"]) - done  # the rounds this network ran (fewer when the server stopped)
         done += k
         chunk += 1
         led = _ledger_epoch(net, fcf_proto.TRAINING_KINDS)
-        scores = out["P"] @ out["Q_sent"].astype(np.float64).T
+        # a server that found Q not finite (or not finite as sent: float32 holds less than its
+        # float64) stopped there: the model is Q as it would be sent, whose scores the evaluator
+        # flags (NaN figures, diverged: never chosen), not the last Q_sent, a finite model of the
+        # round before that the study would take for this run's
+        with np.errstate(over="ignore", invalid="ignore"):
+            Q = out["Q_sent"] if stopped is None else out["Q"].astype(cfg.wire_dtype)
+            scores = out["P"] @ Q.astype(np.float64).T
         entry = flatten_metrics(done, split.evaluate(scores))
         entry.update({key: v / k for key, v in led.items()})
         entry.update({"bytes_per_client_round": led["bytes"] / (k * nu),
@@ -339,8 +347,16 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
             record_network(net)
         if on_epoch is not None:
             on_epoch(done, entry)
+        if stopped is not None or any(entry.get(f"{name}_diverged") for name in split.evaluators):
+            # every later round would start from a model that is not finite (as run_fpl's runs stop)
+            diverged_at = done if stopped is None else int(stopped)
+            break
+    else:
+        diverged_at = None
     params = {"rounds": int(rounds), "d": d, "alpha": alpha, "lam": lam, "lr": lr, "optimizer": optimizer,
               "seed": seed, "profile": NetSpec.of(profile).profile, "eval_every": int(eval_every)}
+    if diverged_at is not None:
+        params["diverged_at"] = diverged_at
     return RunRecord("FCF", params, curve, time.perf_counter() - t0)
 
 
