@@ -1,4 +1,4 @@
-"""``fedsim compare PROTOCOL --transport tcp``: the same run on the simulator and on a real transport.
+"""``fedsim compare PROTOCOL --against tcp``: the same run on the simulator and on a real transport.
 
 Both runs use the same data split, configuration and seed; the simulator uses the run's
 profile (``--profile``, default ``lan``) and link model. The report puts side by side: the final

@@ -386,8 +386,8 @@ class RunContext:
 
     def caveat(self, word: str, text: str) -> None:
         """A note (see :meth:`note`) saying the run's figures are not what they would be: ``word``
-        (one word: ``incomplete``, ``diverged``) is also recorded in results.json's ``caveats``,
-        which is how a sweep learns it (its points table shows each point's caveats). A note
+        (one word: ``incomplete``, ``diverged``, ``adjusted``, ``unevaluated``, ...) is also recorded
+        in results.json's ``caveats``, which is how a sweep learns it (its points table shows each point's caveats). A note
         alone was read by nobody but the reader of that run's report.md."""
         word = str(word).strip()
         if not word or any(c.isspace() for c in word):

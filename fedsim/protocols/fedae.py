@@ -56,7 +56,8 @@ class FedAEConfig(Config):
     ``"lazy"`` applies their weight decay and momentum in one pass after the steps and computes the steps on
     the rest, ``"stepwise"`` steps the whole model every time; the same rule, equal to float rounding, see
     ``ae_train.local_train``). ``clients`` and ``threshold`` are used by ``build`` (how many clients the
-    users are partitioned into; which ratings are positive in the implicit task).
+    users are partitioned into, a ``ConfigError`` naming ``clients`` when more than the users; which
+    ratings are positive in the implicit task).
     """
 
     rounds: int = param(800, "communication rounds T (at least 1: the federated evaluation follows the last "
@@ -90,7 +91,8 @@ class FedAEConfig(Config):
     eval_every: int = param(0, "federated evaluation every this many rounds (and after the last; 0: last only)",
                             min=0)
     eval_k: int = param(10, "NDCG cut-off", min=1)
-    clients: int = param(100, "clients M the users are partitioned into (0: one user per client)", min=0)
+    clients: int = param(100, "clients M the users are partitioned into (0: one user per client; at most the "
+                         "data's users, e.g. 30 on tiny)", min=0)
     threshold: float = param(3.5, "implicit task: ratings >= threshold are positive")
     deadline: float | None = param(None, "seconds the server waits for the selected clients' updates (and for "
                                    "evaluations) before merging what arrived (none: until all arrive)",
@@ -223,7 +225,7 @@ def merge_flops(slices) -> int:
 def prepare_task(data, test, cfg: FedAEConfig, seed: int) -> tuple[ae_train.AETask, list[np.ndarray]]:
     """The ``AETask`` of ``data`` (training ``Ratings``) and ``test`` (held-out ``Ratings`` or
     None), and the user groups: ``cfg.clients`` balanced groups drawn with ``seed`` (0: one user
-    per client)."""
+    per client). Raises ``ConfigError`` naming ``clients`` when it is more than the data's users."""
     from ..data import partition_users
 
     empty = (np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32))

@@ -685,7 +685,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
 
 def _point_facts(d: Path) -> dict:
     """What a finished point's results.json says of its run: ``caveats`` (``incomplete``,
-    ``diverged``: see ``RunContext.caveat``) and ``fedsim``, the fedsim that ran it (its version
+    ``diverged``, ``adjusted``, ``unevaluated``, ...: see ``RunContext.caveat``) and ``fedsim``, the fedsim that ran it (its version
     and git revision): a sweep resumed by another fedsim holds points of both."""
     try:
         saved = json.loads((d / "results.json").read_text(encoding="utf-8"))
