@@ -193,3 +193,23 @@ def test_a_personalfr_study_joint_run_that_diverged_has_no_final_figure(monkeypa
     out = run_spec(spec)
     assert out["diverged_at"] == 1 and np.isnan(out["final"]) and np.isnan(out["best"])
     assert out["history"] == [] and out["best_round"] is None
+
+
+@pytest.mark.parametrize("method", ["personalfr", "fedavg"])
+def test_a_personalfr_study_run_that_diverged_gives_figures_per_round_it_ran(method):
+    # planned 8 rounds, stopped at round 4: bytes and FLOPs per round were divided by the 8 planned,
+    # half what the 4 rounds it ran cost (the run planned for 4, which stops at the same round, is
+    # the independent figure: the same traffic and work)
+    from fedsim.protocols.fedae import FedAEConfig
+    from fedsim.studies.personalfr.runs import RunSpec, run_spec
+
+    def run(rounds):
+        cfg = FedAEConfig(rounds=rounds, eval_every=1, lr=1e8, hidden=(8, 4), fraction=1.0, batch=10, local_epochs=1,
+                          clip=0.0, schedule="constant")
+        return run_spec(RunSpec(method, "tiny", 0, "explicit", 3.5, 0.2, M=5, cfg=cfg))
+
+    long, short = run(8), run(4)
+    assert long["diverged_at"] == short["diverged_at"] == 4 and long["rounds_run"] == short["rounds_run"] == 4
+    assert long["comm"]["total_bytes"] == short["comm"]["total_bytes"]
+    assert long["comm"]["bytes_per_round"] == short["comm"]["bytes_per_round"] > 0
+    assert long["client_flops"] == short["client_flops"] > 0

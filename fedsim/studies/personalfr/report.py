@@ -126,7 +126,7 @@ def result_tables(ctx: RunContext, outs: list[dict], *, title: str, name: str = 
                      "down_bytes_per_client": mean(lambda r: r["comm"]["down_bytes_per_client"]),
                      "up_bytes_per_client": mean(lambda r: r["comm"]["up_bytes_per_client"]),
                      "setup_bytes": mean(lambda r: r["comm"]["setup_bytes"]),
-                     "client_gflop_per_round": mean(lambda r: r["client_flops"] / r["rounds"] / 1e9),
+                     "client_gflop_per_round": mean(lambda r: r["client_flops"] / r.get("rounds_run", r["rounds"]) / 1e9),
                      "repeats": len(runs)})
     if comm:
         ctx.table(f"{name}_comm", comm, title="Communication per round (ledger, evaluation messages left out) "

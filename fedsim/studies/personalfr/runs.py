@@ -175,7 +175,7 @@ def run_spec(spec: RunSpec) -> dict:
         hist = [dict(h, round=h["epoch"]) for h in res.history]
         # as a federated run's: stopped at the epoch its model was found not finite, no figure of it kept
         out["diverged_at"] = res.diverged_at
-        out.update(rounds=epochs, client_flops=res.flops, comm={}, sim_time=0.0, totals={})
+        out.update(rounds=epochs, rounds_run=res.epochs, client_flops=res.flops, comm={}, sim_time=0.0, totals={})
     else:
         M = spec.M or task.n_users
         groups = partition_users(task.n_users, M, seed=spec.seed)
@@ -188,8 +188,10 @@ def run_spec(spec: RunSpec) -> dict:
         # round's, not the final model's (which has no figure: NaN, so the report counts it in nan_runs)
         out["diverged_at"] = info.get("diverged_at")
         label = f"{spec.method}-{spec.task}-M{M}-s{spec.seed}" + ("-validation" if spec.validation else "")
-        out.update(M=M, rounds=spec.cfg.rounds, client_flops=info["client_flops"], server_flops=info["server_flops"],
-                   comm=comm_from_ledger(net, spec.cfg.rounds), sim_time=result.duration,
+        # a run that diverged stopped in that round: its figures per round are over the rounds it ran
+        ran = int(out["diverged_at"]) if out["diverged_at"] is not None else spec.cfg.rounds
+        out.update(M=M, rounds=spec.cfg.rounds, rounds_run=ran, client_flops=info["client_flops"],
+                   server_flops=info["server_flops"], comm=comm_from_ledger(net, ran), sim_time=result.duration,
                    totals=net.ledger.totals(), clients_per_round=len(info["selected"][0]),
                    record=network_record(net, spec.ledger_dir, label))
     vals = [h[key] for h in hist]
