@@ -181,3 +181,100 @@ def test_an_fpl_audit_row_scores_p_at_10_on_the_clients_present():
     present = float(np.nanmean(per))
     assert present != everyone
     assert [r["accuracy"] for r in out["rows"]] == [present] * len(out["rows"]) and out["rows"]
+
+
+def _fpl_lossy_run(first_only):
+    # FPL on 6 clients, every one called each round; the server loses an eighth of what it sends
+    # (seed 28: client/0003's models of rounds 0 and 1 are lost, every stop arrives), and waits
+    # 1 s for a round's updates
+    from fedsim.kernel import SimNetwork
+    from fedsim.kernel.links import Faults
+    from fedsim.privacy import Public, Recorder
+    from fedsim.privacy.audit import Capture, truth_of
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fpl import FPLConfig
+
+    data = known_answer_ratings(n_users=6, n_items=60, per_user=(10, 12)).binarize()
+    cfg = FPLConfig(clients_per_round=6, triples=8, rounds=4, d=3, pi=1.0, lr=0.1, deadline=1.0)
+    net = SimNetwork(seed=28, faults=Faults(loss=0.12, roles=("server",)))
+    rec = Recorder(first_only=first_only).attach(net)
+    job = REGISTRY["fpl"].build(net, data, cfg)
+    res = job.collect(net.run())
+    pub = Public("fpl", cfg, "server", tuple(job.clients), int(data.n_items))
+    return Capture("fpl", cfg, rec, pub, truth_of("fpl", data, job), res, net, 0.0, 28)
+
+
+def test_first_only_keeps_each_clients_first_delivered_model_and_the_reference_attack_reads_it():
+    # Recorder(first_only=("model",)) kept each client's first model SENT: client/0003's, lost, so
+    # it trained its first upload (round 2) on the round-2 model, which was not kept, and IMIA
+    # could not attack it: a miss (F1 0) among the scored clients. It keeps the first delivered.
+    cap = _fpl_lossy_run(("model",))
+    models = [(row[DST], row[ROUND], row[STATUS], p is not None) for row, p, _ in cap.recorder.entries
+              if row[KIND] == "model"]
+    assert [(r, s) for d, r, s, _ in models if d == "client/0003"] == [
+        (0, "lost"), (1, "lost"), (2, "delivered"), (3, "delivered")]
+    assert [(d, r) for d, r, s, kept in models if kept] == [
+        ("client/0000", 0), ("client/0001", 0), ("client/0002", 0), ("client/0004", 0), ("client/0005", 0),
+        ("client/0003", 2)]
+    first_up = min(row[ROUND] for row, *_ in cap.recorder.entries
+                   if row[SRC] == "client/0003" and row[KIND] == "update" and row[STATUS] == "delivered")
+    assert first_up == 2
+    run, rows = attack_capture(IMIA(), cap)
+    # the same answers, bit for bit, as from a recorder that kept every model
+    full = _fpl_lossy_run(())
+    run_full, rows_full = attack_capture(IMIA(), full)
+    assert sorted(run.inference) == sorted(run_full.inference) == [f"client/{u:04d}" for u in range(6)]
+    for u, g in run.inference.items():
+        np.testing.assert_array_equal(g.pool, run_full.inference[u].pool)
+        np.testing.assert_array_equal(g.scores, run_full.inference[u].scores)
+    assert [r["f1"] for r in rows] == [r["f1"] for r in rows_full]
+    assert {r["target"]: round(r["f1"], 3) for r in rows}["client/0003"] == 0.308
+
+
+def test_first_only_settles_candidates_by_their_fate_known_after_observe():
+    # the transports call observe with a row still in flight; its fate comes later (a loss drawn in
+    # the link model, a receiver offline at delivery, a flow model's late loss)
+    from fedsim.kernel.ledger import ARRIVAL, Ledger
+    from fedsim.privacy import Recorder
+
+    led = Ledger()
+    rec = Recorder(first_only=("model",))
+    rec.networks = 1
+
+    def send(dst, t):
+        row = led.new_row(0, "server", dst, "server", "client", "model", 10, 0, 0, t, False)
+        rec.observe(row, ("payload", dst, t))
+        return row
+
+    def kept(dst):
+        return [p for row, p, _ in rec.entries if row[DST] == dst and p is not None]
+
+    def settle(row, fate, at=None):
+        row[STATUS] = fate
+        if at is not None:
+            row[ARRIVAL] = at
+
+    # a: the first copy still in flight when the second is sent; the first arrives: it alone is kept
+    a1, a2 = send("a", 0.0), send("a", 1.0)
+    settle(a1, "delivered", 2.0)
+    settle(a2, "delivered", 3.0)
+    send("a", 4.0)
+    assert kept("a") == [("payload", "a", 0.0)]
+    # b: the first copy lost, the second in flight at the third's send, then delivered
+    b1 = send("b", 0.0)
+    settle(b1, "lost")
+    b2 = send("b", 1.0)
+    b3 = send("b", 2.0)
+    # (reading entries settles what is known: b1 lost, b2 and b3 still in flight, both kept)
+    assert [p is not None for row, p, _ in rec.entries if row[DST] == "b"] == [False, True, True]
+    settle(b2, "delivered", 5.0)
+    settle(b3, "delivered", 4.0)  # it overtook b2 (a flow-level link model): the client had it first
+    assert kept("b") == [("payload", "b", 2.0)]
+    # c: every copy lost: nothing kept (the client trained on none of them)
+    for t in (0.0, 1.0):
+        settle(send("c", t), "lost")
+    assert kept("c") == []
+    # a later copy, once the first delivered is known, is not kept
+    send("b", 9.0)
+    assert kept("b") == [("payload", "b", 2.0)]
+    assert [p is not None for row, p, _ in rec.entries if row[DST] == "b"] == [False, False, True, False]
