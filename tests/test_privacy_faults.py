@@ -74,8 +74,10 @@ def test_audit_rows_say_whom_they_scored_attacked_and_left_out_and_score_accurac
     ir, imia, inter = got["implied_ratings"], got["imia"], got["intersection"]
     assert (ir["users"], ir["attacked"], ir["unseen"], ir["precision"], ir["exact"]) == (16, 16, 4, 1.0, 1.0)
     assert (imia["users"], imia["attacked"], imia["unseen"]) == (5, 5, 4)
-    # the clients that dropped out uploaded in round 0: seen in the window, scored, one upload each
-    assert (inter["users"], inter["attacked"], inter["unseen"]) == (20, 20, 0)
+    # the clients that dropped out uploaded in round 0: seen in the window, scored, one upload each;
+    # called in rounds 1 and 2 without an upload: partly seen (in one round's window, nobody is)
+    assert (inter["users"], inter["attacked"], inter["unseen"], inter["partly_seen"]) == (20, 20, 0, 4)
+    assert ir["partly_seen"] == imia["partly_seen"] == 0
 
 
 def test_privacy_audit_refuses_a_network_that_loses_messages(tmp_path):
@@ -278,3 +280,43 @@ def test_first_only_settles_candidates_by_their_fate_known_after_observe():
     send("b", 9.0)
     assert kept("b") == [("payload", "b", 2.0)]
     assert [p is not None for row, p, _ in rec.entries if row[DST] == "b"] == [False, False, True, False]
+
+
+def test_partly_seen_counts_clients_called_in_a_round_of_the_window_whose_upload_was_not_seen():
+    # the leakage rows said how many clients were scored, not how many of them the server saw in
+    # only some of the rounds it called them in: an attack over rounds read fewer of their uploads
+    from fedsim.privacy import partly_seen, upload_rounds
+
+    cap = _fpl_lossy_run(("model",))  # client/0001 lost its models of rounds 1 and 2, client/0003 of 0 and 1
+    every = frozenset(range(4))
+    assert upload_rounds(cap) == {
+        **{f"client/{u:04d}": (every, every) for u in (0, 2, 4, 5)},
+        "client/0001": (every, frozenset({0, 3})), "client/0003": (every, frozenset({2, 3}))}
+    assert partly_seen(cap) == ["client/0001", "client/0003"]
+    assert partly_seen(cap, [0]) == []  # one round: client/0003 is unseen there, not partly seen
+    assert partly_seen(cap, [1, 2]) == ["client/0003"]  # client/0001: no upload in the window, unseen
+    assert partly_seen(cap, [2, 3]) == ["client/0001"] and partly_seen(cap, 1) == ["client/0001"]
+    assert partly_seen(cap, None, ["client/0000", "client/0003"]) == ["client/0003"]
+
+
+def test_clients_fpl_did_not_draw_in_a_round_are_not_partly_seen():
+    # FPL calls 3 of its 6 clients per round: everyone is seen in fewer rounds than the window
+    # holds, and nobody is partly seen, since every upload the server expected came
+    from fedsim.protocols.fpl import FPLConfig
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=6, n_items=60, per_user=(10, 12)).binarize()
+    cfg = FPLConfig(clients_per_round=3, triples=8, rounds=4, d=3, pi=0.5, lr=0.1)
+    task = AuditTask("t", "fpl", {}, cfg, data, None, 0, None, None, None,
+                     (AttackSpec("fpl_sign"), AttackSpec("fpl_never_negative", (), (0, 1), "2 rounds")))
+    out = run_task(task)
+    rows = {r["attack"]: r for r in out["rows"]}
+    assert rows["fpl_sign"]["partly_seen"] == rows["fpl_never_negative"]["partly_seen"] == 0
+    assert (rows["fpl_sign"]["users"], rows["fpl_sign"]["unseen"]) == (5, 1)  # one client never drawn
+    # the same run under a Recorder: 3 calls per round, each client in fewer than the 4 rounds
+    from fedsim.privacy import capture, partly_seen, upload_rounds
+
+    cap = capture("fpl", data, cfg, seed=0)
+    per = upload_rounds(cap)
+    assert sum(len(c) for c, _ in per.values()) == 12 and all(c == s for c, s in per.values())
+    assert any(len(s) < 4 for _, s in per.values()) and partly_seen(cap) == []
