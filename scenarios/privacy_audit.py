@@ -285,13 +285,15 @@ def run(ctx: RunContext) -> None:
         links += o["links"]
     rows = _pool_seeds(rows)
     cols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "T", "adversary",
-            "attack", "window", "users", "attacked", "unseen", "unrecorded_users", *_metric_cols(), "accuracy_metric", "accuracy",
+            "attack", "window", "users", "attacked", "unseen", "unrecorded_users", "partly_seen", *_metric_cols(), "accuracy_metric", "accuracy",
             "bytes_per_client", "up_bytes", "down_bytes", "run_s", "attack_s"]
     ctx.table("leakage", [{c: r.get(c, "") for c in cols} for r in rows], columns=cols,
               title="Leakage per protocol, setting and attack (means over the users the adversary saw upload in "
                     "the window, +- 95 % interval; attacked: those of them the attack answered for, the others "
                     "count as misses (IMIA: its sample of them); unseen: clients with no upload in the window, "
-                    "unrecorded_users: clients seen whose uploads the audit did not record, neither scored; *_rand: the random guess of the same size among the items seen)",
+                    "unrecorded_users: clients seen whose uploads the audit did not record, neither scored; "
+                    "partly_seen: users scored whom the server called in a round of the window without seeing "
+                    "their upload in it; *_rand: the random guess of the same size among the items seen)",
               floatfmt=".4g")
     if sizes:
         scols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "window",
@@ -335,7 +337,7 @@ def _pool_seeds(rows: list[dict]) -> list[dict]:
     out = []
     for grp in groups.values():
         merged = {k: v for k, v in grp[0].items() if k != "scored"}
-        for k in ("attacked", "unseen", "unrecorded_users"):  # counts of users, pooled over the seeds as the scores are
+        for k in ("attacked", "unseen", "unrecorded_users", "partly_seen"):  # counts of users, pooled over the seeds as the scores are
             if k in grp[0]:
                 merged[k] = sum(int(g.get(k, 0)) for g in grp)
         for k, v in grp[0].items():

@@ -11,7 +11,7 @@ from fedsim.privacy.attacks import (
     IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
     PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, run_attack, score_sizes,
 )
-from fedsim.privacy.attacks.implicit import fpl_split
+from fedsim.privacy.attacks.implicit import fpl_signs, fpl_split
 from fedsim.privacy.audit import attack_capture, known_answer_ratings, observed_clients
 from fedsim.privacy.views import Observed, Public, View, ViewSpec, build_view
 from fedsim.protocols import REGISTRY
@@ -252,15 +252,39 @@ def test_network_linking_at_the_sampling_cap():
     assert len(rows) == 19 and np.mean([r["correct"] for r in rows]) == 1.0
 
 
-def test_fpl_split_breaks_a_tie_by_the_side_most_positives_are_on():
+def test_fpl_split_leaves_a_row_without_a_bias_sign_out_of_both_groups():
+    # a bias delta of exactly 0 is g underflowed (its factor part is then -lambda q, with no p_u
+    # component) and a NaN one a diverging round: neither has a side. The split used to put such
+    # a row on the side of the factor parts' principal direction.
     p = np.array([1.0, 0.2])
-    # three positives along +p and one (noisy) along -p; three negatives along -p; a last row
-    # with a bias delta of exactly 0, along +p
-    F = np.array([p, 0.9 * p, 1.1 * p, -0.05 * p, -p, -0.8 * p, -1.2 * p, 0.7 * p])
-    g = np.array([0.3, 0.3, 0.3, 0.3, -0.3, -0.3, -0.3, 0.0])
-    for sign in (1.0, -1.0):  # whichever way eigh orients the principal direction
-        mask = fpl_split(np.arange(8), np.column_stack([sign * F, g]), None, 0.0)
-        np.testing.assert_array_equal(mask, [True] * 4 + [False] * 3 + [True])
+    F = np.array([p, 0.9 * p, 1.1 * p, -p, -0.8 * p, 0.7 * p, 0.3 * p])
+    g = np.array([0.3, 0.3, 0.3, -0.3, -0.3, 0.0, np.nan])
+    rows = np.column_stack([F, g])
+    np.testing.assert_array_equal(fpl_signs(np.arange(7), rows, None, 0.0), [1, 1, 1, -1, -1, 0, 0])
+    np.testing.assert_array_equal(fpl_split(np.arange(7), rows, None, 0.0), [True] * 3 + [False] * 4)
+
+
+def test_fpl_sign_stays_exact_when_the_regularisation_makes_the_scores_run_away():
+    # lr = 1 and reg_scale = 20 (lambda_user = lambda_pos = 1): after a few rounds x_uij is so large
+    # that g = sigma(-x_uij) is 0 in float32 for 1038 of the 6407 rows sent; the tie-break by the
+    # factor parts (-lambda q there) claimed negatives: precision 0.370 after 30 rounds, and the
+    # never-negative set lost 70 % of I_u (recall 0.299)
+    data = known_answer_ratings(n_users=12, n_items=80, per_user=(10, 14)).binarize()
+    cfg = FPLConfig(clients_per_round=12, triples=12, rounds=30, d=4, pi=0.5, lr=1.0, reg_scale=20.0)
+    cap = capture("fpl", data, cfg, seed=1)
+    zero = sum(int((np.asarray(p.value()["rows"])[:, -1] == 0).sum()) for row, p, _ in cap.recorder.entries
+               if row[6] == "update")
+    assert zero == 1038 and cap.result.info["diverged_at"] is None
+    s = summarize(attack_capture(FPLSign(), cap)[1])
+    assert (s["users"], s["precision"], s["recall"], s["exact"]) == (12, 1.0, 1.0, 1.0)
+    s = summarize(attack_capture(FPLNeverNegative(), cap)[1])
+    assert s["recall"] == 1.0 and s["precision"] > 0.99
+    # a run that diverges (non-finite rows in its last round): the split used to raise LinAlgError
+    cfg = FPLConfig(clients_per_round=12, triples=12, rounds=60, d=4, pi=0.5, lr=2.0)
+    cap = capture("fpl", data, cfg, seed=1)
+    assert cap.result.info["diverged_at"] == 54
+    s = summarize(attack_capture(FPLSign(), cap)[1])
+    assert (s["precision"], s["recall"]) == (1.0, 1.0)
 
 
 class _OracleIMIA(IMIA):

@@ -74,8 +74,10 @@ def test_audit_rows_say_whom_they_scored_attacked_and_left_out_and_score_accurac
     ir, imia, inter = got["implied_ratings"], got["imia"], got["intersection"]
     assert (ir["users"], ir["attacked"], ir["unseen"], ir["precision"], ir["exact"]) == (16, 16, 4, 1.0, 1.0)
     assert (imia["users"], imia["attacked"], imia["unseen"]) == (5, 5, 4)
-    # the clients that dropped out uploaded in round 0: seen in the window, scored, one upload each
-    assert (inter["users"], inter["attacked"], inter["unseen"]) == (20, 20, 0)
+    # the clients that dropped out uploaded in round 0: seen in the window, scored, one upload each;
+    # called in rounds 1 and 2 without an upload: partly seen (in one round's window, nobody is)
+    assert (inter["users"], inter["attacked"], inter["unseen"], inter["partly_seen"]) == (20, 20, 0, 4)
+    assert ir["partly_seen"] == imia["partly_seen"] == 0
 
 
 def test_privacy_audit_refuses_a_network_that_loses_messages(tmp_path):
@@ -181,3 +183,140 @@ def test_an_fpl_audit_row_scores_p_at_10_on_the_clients_present():
     present = float(np.nanmean(per))
     assert present != everyone
     assert [r["accuracy"] for r in out["rows"]] == [present] * len(out["rows"]) and out["rows"]
+
+
+def _fpl_lossy_run(first_only):
+    # FPL on 6 clients, every one called each round; the server loses an eighth of what it sends
+    # (seed 28: client/0003's models of rounds 0 and 1 are lost, every stop arrives), and waits
+    # 1 s for a round's updates
+    from fedsim.kernel import SimNetwork
+    from fedsim.kernel.links import Faults
+    from fedsim.privacy import Public, Recorder
+    from fedsim.privacy.audit import Capture, truth_of
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fpl import FPLConfig
+
+    data = known_answer_ratings(n_users=6, n_items=60, per_user=(10, 12)).binarize()
+    cfg = FPLConfig(clients_per_round=6, triples=8, rounds=4, d=3, pi=1.0, lr=0.1, deadline=1.0)
+    net = SimNetwork(seed=28, faults=Faults(loss=0.12, roles=("server",)))
+    rec = Recorder(first_only=first_only).attach(net)
+    job = REGISTRY["fpl"].build(net, data, cfg)
+    res = job.collect(net.run())
+    pub = Public("fpl", cfg, "server", tuple(job.clients), int(data.n_items))
+    return Capture("fpl", cfg, rec, pub, truth_of("fpl", data, job), res, net, 0.0, 28)
+
+
+def test_first_only_keeps_each_clients_first_delivered_model_and_the_reference_attack_reads_it():
+    # Recorder(first_only=("model",)) kept each client's first model SENT: client/0003's, lost, so
+    # it trained its first upload (round 2) on the round-2 model, which was not kept, and IMIA
+    # could not attack it: a miss (F1 0) among the scored clients. It keeps the first delivered.
+    cap = _fpl_lossy_run(("model",))
+    models = [(row[DST], row[ROUND], row[STATUS], p is not None) for row, p, _ in cap.recorder.entries
+              if row[KIND] == "model"]
+    assert [(r, s) for d, r, s, _ in models if d == "client/0003"] == [
+        (0, "lost"), (1, "lost"), (2, "delivered"), (3, "delivered")]
+    assert [(d, r) for d, r, s, kept in models if kept] == [
+        ("client/0000", 0), ("client/0001", 0), ("client/0002", 0), ("client/0004", 0), ("client/0005", 0),
+        ("client/0003", 2)]
+    first_up = min(row[ROUND] for row, *_ in cap.recorder.entries
+                   if row[SRC] == "client/0003" and row[KIND] == "update" and row[STATUS] == "delivered")
+    assert first_up == 2
+    run, rows = attack_capture(IMIA(), cap)
+    # the same answers, bit for bit, as from a recorder that kept every model
+    full = _fpl_lossy_run(())
+    run_full, rows_full = attack_capture(IMIA(), full)
+    assert sorted(run.inference) == sorted(run_full.inference) == [f"client/{u:04d}" for u in range(6)]
+    for u, g in run.inference.items():
+        np.testing.assert_array_equal(g.pool, run_full.inference[u].pool)
+        np.testing.assert_array_equal(g.scores, run_full.inference[u].scores)
+    assert [r["f1"] for r in rows] == [r["f1"] for r in rows_full]
+    assert {r["target"]: round(r["f1"], 3) for r in rows}["client/0003"] == 0.308
+
+
+def test_first_only_settles_candidates_by_their_fate_known_after_observe():
+    # the transports call observe with a row still in flight; its fate comes later (a loss drawn in
+    # the link model, a receiver offline at delivery, a flow model's late loss)
+    from fedsim.kernel.ledger import ARRIVAL, Ledger
+    from fedsim.privacy import Recorder
+
+    led = Ledger()
+    rec = Recorder(first_only=("model",))
+    rec.networks = 1
+
+    def send(dst, t):
+        row = led.new_row(0, "server", dst, "server", "client", "model", 10, 0, 0, t, False)
+        rec.observe(row, ("payload", dst, t))
+        return row
+
+    def kept(dst):
+        return [p for row, p, _ in rec.entries if row[DST] == dst and p is not None]
+
+    def settle(row, fate, at=None):
+        row[STATUS] = fate
+        if at is not None:
+            row[ARRIVAL] = at
+
+    # a: the first copy still in flight when the second is sent; the first arrives: it alone is kept
+    a1, a2 = send("a", 0.0), send("a", 1.0)
+    settle(a1, "delivered", 2.0)
+    settle(a2, "delivered", 3.0)
+    send("a", 4.0)
+    assert kept("a") == [("payload", "a", 0.0)]
+    # b: the first copy lost, the second in flight at the third's send, then delivered
+    b1 = send("b", 0.0)
+    settle(b1, "lost")
+    b2 = send("b", 1.0)
+    b3 = send("b", 2.0)
+    # (reading entries settles what is known: b1 lost, b2 and b3 still in flight, both kept)
+    assert [p is not None for row, p, _ in rec.entries if row[DST] == "b"] == [False, True, True]
+    settle(b2, "delivered", 5.0)
+    settle(b3, "delivered", 4.0)  # it overtook b2 (a flow-level link model): the client had it first
+    assert kept("b") == [("payload", "b", 2.0)]
+    # c: every copy lost: nothing kept (the client trained on none of them)
+    for t in (0.0, 1.0):
+        settle(send("c", t), "lost")
+    assert kept("c") == []
+    # a later copy, once the first delivered is known, is not kept
+    send("b", 9.0)
+    assert kept("b") == [("payload", "b", 2.0)]
+    assert [p is not None for row, p, _ in rec.entries if row[DST] == "b"] == [False, False, True, False]
+
+
+def test_partly_seen_counts_clients_called_in_a_round_of_the_window_whose_upload_was_not_seen():
+    # the leakage rows said how many clients were scored, not how many of them the server saw in
+    # only some of the rounds it called them in: an attack over rounds read fewer of their uploads
+    from fedsim.privacy import partly_seen, upload_rounds
+
+    cap = _fpl_lossy_run(("model",))  # client/0001 lost its models of rounds 1 and 2, client/0003 of 0 and 1
+    every = frozenset(range(4))
+    assert upload_rounds(cap) == {
+        **{f"client/{u:04d}": (every, every) for u in (0, 2, 4, 5)},
+        "client/0001": (every, frozenset({0, 3})), "client/0003": (every, frozenset({2, 3}))}
+    assert partly_seen(cap) == ["client/0001", "client/0003"]
+    assert partly_seen(cap, [0]) == []  # one round: client/0003 is unseen there, not partly seen
+    assert partly_seen(cap, [1, 2]) == ["client/0003"]  # client/0001: no upload in the window, unseen
+    assert partly_seen(cap, [2, 3]) == ["client/0001"] and partly_seen(cap, 1) == ["client/0001"]
+    assert partly_seen(cap, None, ["client/0000", "client/0003"]) == ["client/0003"]
+
+
+def test_clients_fpl_did_not_draw_in_a_round_are_not_partly_seen():
+    # FPL calls 3 of its 6 clients per round: everyone is seen in fewer rounds than the window
+    # holds, and nobody is partly seen, since every upload the server expected came
+    from fedsim.protocols.fpl import FPLConfig
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=6, n_items=60, per_user=(10, 12)).binarize()
+    cfg = FPLConfig(clients_per_round=3, triples=8, rounds=4, d=3, pi=0.5, lr=0.1)
+    task = AuditTask("t", "fpl", {}, cfg, data, None, 0, None, None, None,
+                     (AttackSpec("fpl_sign"), AttackSpec("fpl_never_negative", (), (0, 1), "2 rounds")))
+    out = run_task(task)
+    rows = {r["attack"]: r for r in out["rows"]}
+    assert rows["fpl_sign"]["partly_seen"] == rows["fpl_never_negative"]["partly_seen"] == 0
+    assert (rows["fpl_sign"]["users"], rows["fpl_sign"]["unseen"]) == (5, 1)  # one client never drawn
+    # the same run under a Recorder: 3 calls per round, each client in fewer than the 4 rounds
+    from fedsim.privacy import capture, partly_seen, upload_rounds
+
+    cap = capture("fpl", data, cfg, seed=0)
+    per = upload_rounds(cap)
+    assert sum(len(c) for c, _ in per.values()) == 12 and all(c == s for c, s in per.values())
+    assert any(len(s) < 4 for _, s in per.values()) and partly_seen(cap) == []

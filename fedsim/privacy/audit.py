@@ -27,13 +27,18 @@ from .metrics import score_inference
 from .record import Recorder
 from .views import Public, ref_of
 
-__all__ = ["Capture", "UPLOAD_KINDS", "attack_capture", "capture", "known_answer_ratings", "observed_clients",
-           "score_links", "truth_of", "view_key"]
+__all__ = ["CALL_KINDS", "Capture", "UPLOAD_KINDS", "attack_capture", "capture", "known_answer_ratings",
+           "observed_clients", "partly_seen", "score_links", "truth_of", "upload_rounds", "view_key"]
 
 # the kinds of message a client of each protocol uploads to the server (the masked ones too: the
 # server saw a secure-aggregation upload and could read nothing of it)
 UPLOAD_KINDS = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
                 "fcf": ("gradients",), "personalfr": ("indices",)}
+
+# the kinds of message by which the server of each protocol calls a client to upload in a round
+# (each such call expects one upload of the round's); PersonalFR's clients upload their indices once,
+# uncalled
+CALL_KINDS = {"fedrec": ("model",), "fedrecpp": ("model",), "fpl": ("model",), "fcf": ("model",), "personalfr": ()}
 
 
 @dataclass
@@ -98,6 +103,18 @@ def capture(protocol: str, data, config, *, net=None, seed: int = 0, rounds: Ite
     return Capture(protocol, config, rec, public, truth_of(protocol, data, job), result, net, wall, seed)
 
 
+def _window(rounds):
+    """The round-label test of a window as ``build_view`` reads it: up to that round (an int), in
+    that set, or every round (None)."""
+    if rounds is None:
+        return lambda r: True
+    if isinstance(rounds, int):
+        top = int(rounds)
+        return lambda r: r <= top
+    allowed = frozenset(int(r) for r in rounds)
+    return lambda r: r in allowed
+
+
 def observed_clients(cap: Capture, rounds=None, *, recorded: bool = False) -> list[str]:
     """The clients the server saw upload in ``rounds`` (as ``build_view`` reads it: up to that
     round, an int, or in that set; None: every round), sorted: the senders of a delivered message
@@ -109,23 +126,58 @@ def observed_clients(cap: Capture, rounds=None, *, recorded: bool = False) -> li
     from ..kernel.ledger import DST, KIND, ROUND, SRC, STATUS
 
     kinds = set(UPLOAD_KINDS.get(cap.protocol, ()))
-    if rounds is None:
-        def inside(r):
-            return True
-    elif isinstance(rounds, int):
-        def inside(r, top=int(rounds)):
-            return r <= top
-    else:
-        allowed = frozenset(int(r) for r in rounds)
-
-        def inside(r):
-            return r in allowed
+    inside = _window(rounds)
     seen = set()
     for row, doc, _ in cap.recorder.entries:
         if row[DST] == cap.public.server and row[KIND] in kinds and row[STATUS] == "delivered" and inside(row[ROUND]):
             if doc is not None or not recorded:
                 seen.add(row[SRC])
     return sorted(seen)
+
+
+def upload_rounds(cap: Capture, rounds=None) -> dict[str, tuple[frozenset, frozenset]]:
+    """Per client, ``(called, seen)``: the training rounds of the window ``rounds`` (read as
+    ``observed_clients`` reads it) in which the server called her (sent her a message of the
+    protocol's ``CALL_KINDS``, whatever became of it: it expected an upload) and those in which
+    it saw her upload (a delivered message of its ``UPLOAD_KINDS`` to the server, payload recorded
+    or not). Rounds, not calls: a client called twice in one round (FedRec's stochastic server
+    draws with replacement) counts the round once. Every client with a call or an upload in the
+    window is listed."""
+    from ..kernel.ledger import DST, KIND, ROUND, SRC, STATUS
+
+    ups = set(UPLOAD_KINDS.get(cap.protocol, ()))
+    calls = set(CALL_KINDS.get(cap.protocol, ()))
+    server = cap.public.server
+    inside = _window(rounds)
+    called: dict[str, set] = {}
+    seen: dict[str, set] = {}
+    for row, _, _ in cap.recorder.entries:
+        r = row[ROUND]
+        if r < 0 or not inside(r):
+            continue
+        if row[SRC] == server and row[KIND] in calls:
+            called.setdefault(row[DST], set()).add(r)
+        elif row[DST] == server and row[KIND] in ups and row[STATUS] == "delivered":
+            seen.setdefault(row[SRC], set()).add(r)
+    return {u: (frozenset(called.get(u, ())), frozenset(seen.get(u, ()))) for u in sorted({*called, *seen})}
+
+
+def partly_seen(cap: Capture, rounds=None, clients: Iterable[str] | None = None) -> list[str]:
+    """Of ``clients`` (default: ``observed_clients(cap, rounds)``), sorted, those the server saw
+    upload in the window and yet not in every round of it in which it called them
+    (``upload_rounds``: a called round without an upload seen: lost, past a deadline, dropped
+    out, or the model never reached her). A round she was not called in (FPL's draw) does not
+    make her partly seen, and a single-round window has none (a client called and not seen
+    there is unseen). An attack that accumulates evidence over rounds (``intersection``) read
+    fewer uploads of these clients than the window holds."""
+    per = upload_rounds(cap, rounds)
+    pick = observed_clients(cap, rounds) if clients is None else list(clients)
+    out = []
+    for u in pick:
+        called, seen = per.get(u, (frozenset(), frozenset()))
+        if seen and called - seen:
+            out.append(u)
+    return sorted(out)
 
 
 def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterable[str] | None = None):

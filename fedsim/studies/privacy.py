@@ -14,7 +14,9 @@ attacks, and returns plain rows:
              per-user scores (``scored``, to pool seeds); ``attacked`` (the users scored whom the
              attack answered for; the others are misses) and ``unseen`` (clients with a true set
              and no upload in the window: lost, dropped out, not drawn; not scored),
-             ``unrecorded_users`` (seen, but no upload payload recorded: not scored); the run's
+             ``unrecorded_users`` (seen, but no upload payload recorded: not scored),
+             ``partly_seen`` (users scored whom the server called in some round of the window
+             and saw no upload of theirs in it: ``fedsim.privacy.partly_seen``); the run's
              accuracy (FedRec and FedRec++: over the test ratings of the clients present at the
              end), ``missing_uploads`` and ``lost_clients`` (what a faulty run left out); bytes
              per client (everything but evaluation traffic, from the ledger); protocol and attack
@@ -43,7 +45,7 @@ from ..privacy.attacks import (
     PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes,
 )
 from ..privacy.attacks.base import run_attack
-from ..privacy.audit import UPLOAD_KINDS, Capture, observed_clients, score_links, truth_of
+from ..privacy.audit import UPLOAD_KINDS, Capture, observed_clients, partly_seen, score_links, truth_of
 from ..privacy.metrics import score_inference, summarize
 from ..privacy.record import Recorder
 from ..privacy.views import Public
@@ -310,8 +312,11 @@ def run_task(task: AuditTask) -> dict:
             unseen = sum(1 for u, t in cap.truth.items() if len(t) and (tg is None or u in tg) and u not in seen_set)
             attacked = sum(1 for r in scored if r["target"] in run.inference)
             unkept = sum(1 for u in set(seen) - set(kept) if len(cap.truth.get(u, ())) and (tg is None or u in tg))
+            # of those scored, the ones seen upload in some but not all of the window's rounds in
+            # which the server called them (an attack over rounds read fewer of their uploads)
+            partly = len(partly_seen(cap, rounds, [r["target"] for r in scored]))
             rows.append({**common, **summarize(scored), "attacked": attacked, "unseen": unseen,
-                         "unrecorded_users": unkept, "scored": scored})
+                         "unrecorded_users": unkept, "partly_seen": partly, "scored": scored})
     return {"rows": rows, "sizes": sizes, "links": links, "records": records,
             "info": {"label": task.label, "run_s": run_s, "diverged": getattr(result.model, "diverged_at", None)
                      if result is not None and result.model is not None else None}}

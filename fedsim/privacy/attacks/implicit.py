@@ -9,7 +9,10 @@ pi.
 
 ``fpl_sign``: split each upload by the sign of its rows' bias deltas (``+g`` for a positive,
     ``-g`` for a negative, after adding back ``lam_bias b``, which the server knows and the paper
-    sets to 0); the factor parts, ``+-g p_u - lambda q``, split the same way while g is large.
+    sets to 0); the factor parts, ``+-g p_u - lambda q``, split the same way while g is large,
+    whatever the regularisation (``reg_scale``) and the options ``merge``,
+    ``local_item_updates`` and ``user_update`` (sums of same-signed g). A row whose bias delta is
+    0 (g underflowed) or not finite is of unknown side: in neither group (``fpl_signs``).
     The positive group is a set of consumed items. Across rounds, the claim is every item ever seen in a positive group; the
     score also ranks the other items by how rarely they appeared as this user's negatives.
 ``fpl_never_negative``: negatives are drawn from the catalogue minus I_u, so the items never
@@ -39,31 +42,35 @@ from ..views import View, ViewSpec
 from .base import Attack
 from .implied import rank_one_projection
 
-__all__ = ["FCFLine", "FPLNeverNegative", "FPLSign", "PersonalFRIndices", "fpl_split"]
+__all__ = ["FCFLine", "FPLNeverNegative", "FPLSign", "PersonalFRIndices", "fpl_signs", "fpl_split"]
 
 
-def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray | None, lam_bias: float) -> np.ndarray:
-    """Which rows of one FPL upload are positive-item updates. A row's bias delta is ``+g`` for a
-    positive and ``-g`` for a negative (``g = sigma(-x_uij) > 0``) once ``lam_bias b`` is added
-    back (``b_sent``: the biases the server sent; not read when ``lam_bias`` is 0, the paper's
-    setting): its sign decides, exactly. The factor parts tell the same story (section 4.4:
-    ``+-g p_u`` along one direction), but their ``lambda q`` terms blur it once g is small, late
-    in training, so they only break a tie (a bias delta of exactly 0). Returns a boolean mask."""
+def fpl_signs(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray | None, lam_bias: float) -> np.ndarray:
+    """The side of each row of one FPL upload: +1 a positive-item update, -1 a negative one, 0
+    unknown. A row's bias delta is ``+g`` for a positive and ``-g`` for a negative
+    (``g = sigma(-x_uij) > 0``) once ``lam_bias b`` is added back (``b_sent``: the biases the
+    server sent; not read when ``lam_bias`` is 0, the paper's setting and the only one
+    ``FPLConfig`` makes: its ``reg_scale`` scales a bias term of 0): its sign decides, exactly. A
+    bias delta of exactly 0 (g underflowed: x_uij above about 709 in float64, or g below float32's
+    smallest number, x_uij above about 103, once sent as float32: a model whose scores ran away)
+    or one that is not finite (a diverging round) has no sign, and its factor part says nothing
+    either (``0 p_u - lambda q``: no component along p_u): unknown. Those rows used to be split by
+    the side of the factor parts' principal direction, which on such a run put negatives in the
+    positive group (precision 0.37 in tests/test_privacy_attacks.py)."""
     rows = np.asarray(rows, dtype=np.float64)
     if rows.shape[0] == 0:
-        return np.zeros(0, dtype=bool)
+        return np.zeros(0, dtype=np.int8)
     g = rows[:, -1]
     if lam_bias:
         g = g + lam_bias * np.asarray(b_sent, dtype=np.float64)[items]
-    mask = g > 0
-    tie = g == 0
-    if tie.any():
-        F = rows[:, :-1]
-        ev, vecs = np.linalg.eigh(F.T @ F)
-        side = (F @ vecs[:, -1]) >= 0
-        pos_side = bool(np.mean(side[mask]) >= 0.5) if mask.any() else True
-        mask[tie] = side[tie] if pos_side else ~side[tie]
-    return mask
+    with np.errstate(invalid="ignore"):
+        return np.where(g > 0, 1, np.where(g < 0, -1, 0)).astype(np.int8)  # (NaN: neither)
+
+
+def fpl_split(items: np.ndarray, rows: np.ndarray, b_sent: np.ndarray | None, lam_bias: float) -> np.ndarray:
+    """Which rows of one FPL upload are known positive-item updates (``fpl_signs(...) > 0``): a
+    boolean mask; a row of unknown side is not among them."""
+    return fpl_signs(items, rows, b_sent, lam_bias) > 0
 
 
 def _fpl_uploads(view: View, need_bias: bool):
@@ -101,11 +108,11 @@ class FPLSign(Attack):
         rounds: dict[str, int] = defaultdict(int)
         anyone = set()
         for user, _, items, rows, b in _fpl_uploads(view, lam_bias != 0):
-            mask = fpl_split(items, rows, b, lam_bias)
+            side = fpl_signs(items, rows, b, lam_bias)
             rounds[user] += 1
-            for i in items[mask].tolist():
+            for i in items[side > 0].tolist():
                 pos[user][i] += 1
-            for i in items[~mask].tolist():
+            for i in items[side < 0].tolist():
                 neg[user][i] += 1
             anyone.update(items.tolist())
         pool = np.array(sorted(anyone), dtype=np.int64)
@@ -133,11 +140,11 @@ class FPLNeverNegative(Attack):
         # ids iterated below gave the answer in an order that changed with PYTHONHASHSEED
         users: dict[str, None] = {}
         for user, _, items, rows, b in _fpl_uploads(view, lam_bias != 0):
-            mask = fpl_split(items, rows, b, lam_bias)
+            side = fpl_signs(items, rows, b, lam_bias)
             users[user] = None
-            for i in items[~mask].tolist():
+            for i in items[side < 0].tolist():
                 neg[user][i] += 1
-            anyone.update(items[~mask].tolist())
+            anyone.update(items[side < 0].tolist())
         pool = np.array(sorted(anyone), dtype=np.int64)
         out = {}
         for user in users:
