@@ -58,6 +58,10 @@ def _fragile(x):
         raise ValueError("three")
     if x == 4:
         sys.exit(4)
+    if x == 6:
+        os._exit(3)  # no exception, no result: the process is gone
+    if x == 7:
+        os.kill(os.getpid(), signal.SIGSEGV)  # as a crash in compiled code
     return x * x
 
 
@@ -72,3 +76,21 @@ def test_with_on_error_a_failing_or_dying_task_fails_alone():
         assert isinstance(errors[1], BrokenProcessPool)
         assert isinstance(errors[2], ValueError) and str(errors[2]) == "three"
         assert isinstance(errors[3], SystemExit) and errors[3].code == 4
+
+
+def test_a_dying_task_is_reported_with_its_signal_or_exit_status():
+    # the pool's BrokenProcessPool said only "terminated abruptly": which signal killed the
+    # task's process (SIGKILL: out of memory; SIGSEGV: a crash) or what status it exited with
+    # was lost, and a sweep's failed point could not say it
+    from fedsim.studies.parallel import ProcessDied
+
+    for workers in (1, 2):
+        errors = {}
+        out = pmap(_fragile, [2, 6, 7, 5], workers, on_error=errors.__setitem__)
+        assert out == [None, None, None, 25] and sorted(errors) == [0, 1, 2]
+        assert all(isinstance(e, ProcessDied) for e in errors.values())
+        assert [errors[i].exitcode for i in range(3)] == [-9, 3, -11]
+        assert [errors[i].how for i in range(3)] == ["was killed by signal SIGKILL", "exited with status 3",
+                                                     "was killed by signal SIGSEGV"]
+        assert str(errors[0]) == "the task's process was killed by signal SIGKILL before it returned its result"
+    assert ProcessDied(None).how == "died" and ProcessDied(-99).how == "was killed by signal 99"

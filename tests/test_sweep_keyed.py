@@ -265,28 +265,36 @@ def _scenario(tmp_path: Path, body: str, name: str = "scn.py") -> Path:
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_point_that_kills_its_process_or_exits_fails_alone(tmp_path, workers):
-    # x=2 dies as an out-of-memory kill would, x=3 calls sys.exit(0): each is that point's failure,
-    # the other points run, and nothing claims the sweep went well
+    # x=2 dies as an out-of-memory kill would, x=3 calls sys.exit(0), x=5 os._exit(3): each is that
+    # point's failure, the other points run, and nothing claims the sweep went well
     script = _scenario(tmp_path, "def run(ctx):\n"
                        "    if ctx['x'] == 2:\n        os.kill(os.getpid(), signal.SIGKILL)\n"
                        "    if ctx['x'] == 3:\n        sys.exit(0)\n"
+                       "    if ctx['x'] == 5:\n        os._exit(3)\n"
                        "    ctx.table('t', [{'x': ctx['x']}])\n")
     out = tmp_path / "sw"
-    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4", "--workers", workers, "--out", str(out),
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4,5", "--workers", workers, "--out", str(out),
                      "--quiet", cwd=tmp_path)
     assert res.returncode == 1, res.stderr
-    assert "4 points, 2 run, 0 already done, 2 failed" in res.stdout
+    assert "5 points, 2 run, 0 already done, 3 failed" in res.stdout
     state = json.loads((out / "sweep.json").read_text())
     status = {p["point"]["x"]: p["status"] for p in state["points"]}
-    assert status == {1: "done", 2: "failed", 3: "failed", 4: "done"}
-    assert "process died" in (out / "x=2" / "error.txt").read_text()
+    assert status == {1: "done", 2: "failed", 3: "failed", 4: "done", 5: "failed"}
+    # the failure names the signal that killed the point's process (it said "killed by a signal")
+    assert (out / "x=2" / "error.txt").read_text() == (
+        "the point's process was killed by signal SIGKILL before it finished (SIGKILL: the kernel's "
+        "out-of-memory killer sends it, as does kill -9)\n")
+    assert "failed x=2: the point's process was killed by signal SIGKILL before it finished" in res.stderr
     assert "sys.exit(0)" in (out / "x=3" / "error.txt").read_text() or "SystemExit" in (out / "x=3" / "error.txt").read_text()
+    assert (out / "x=5" / "error.txt").read_text() == "the point's process exited with status 3 before it finished\n"
+    # the dead processes' temporary folders went with them (they stayed until the next sweep here)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".sweep.lock"]
     assert (out / "combined_t.csv").read_text().splitlines() == ["x,t.x", "1,1", "4,4"]
-    assert "2 of 4 points finished" in (out / "report.md").read_text()
+    assert "2 of 5 points finished" in (out / "report.md").read_text()
     # the same command again runs the failed points only (and they fail again)
-    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4", "--workers", workers, "--out", str(out),
+    res = fedsim_cmd("sweep", str(script), "--grid", "x=1,2,3,4,5", "--workers", workers, "--out", str(out),
                      "--quiet", cwd=tmp_path)
-    assert "4 points, 0 run (2 of them again), 2 already done, 2 failed" in res.stdout
+    assert "5 points, 0 run (3 of them again), 2 already done, 3 failed" in res.stdout
 
 
 def test_combined_tables_hold_only_this_configurations_rows_aligned_by_column(tmp_path):

@@ -459,3 +459,72 @@ def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         f"error: --address 127.0.0.1:{port}: no Ray cluster answers there (Connection refused)"]
     assert not (tmp_path / "sw").exists()
+
+def _listener(answer: bytes | None) -> tuple[int, threading.Event]:
+    """A TCP server on a free loopback port that is no Ray: it answers each connection's first
+    bytes with ``answer`` (then closes it), or, ``answer`` None, never answers."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    stop = threading.Event()
+
+    def serve():
+        held = []
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            if answer is None:
+                held.append(conn)
+                continue
+            conn.settimeout(5)
+            try:
+                conn.recv(1024)
+                conn.sendall(answer)
+            except OSError:
+                pass
+            conn.close()
+        for c in held:
+            c.close()
+        srv.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv.getsockname()[1], stop
+
+
+def test_an_address_where_something_else_listens_is_a_prompt_one_line_error(tmp_path):
+    # a web server (or Redis on Ray's port 6379) at the address: the TCP check passed, and Ray
+    # then waited on it for good (over ten minutes seen, in its GCS client, no message)
+    port, stop = _listener(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+    try:
+        t0 = time.time()
+        res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
+                         "--address", f"127.0.0.1:{port}", "--out", "sw", "--quiet", cwd=tmp_path, timeout=120)
+        assert time.time() - t0 < 30
+    finally:
+        stop.set()
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error: --address 127.0.0.1:{port}: something listens there but it is not a Ray cluster (it answered in "
+        "another protocol, not as Ray's gRPC server does)"], res.stderr
+    assert not (tmp_path / "sw").exists()
+
+
+def test_an_address_where_a_listener_never_answers_is_refused_after_the_timeout(tmp_path, monkeypatch):
+    import fedsim.studies.raypool as raypool
+    from fedsim.experiment import UsageError
+
+    monkeypatch.setattr(raypool, "CONNECT_TIMEOUT", 1.0)
+    script, log = logging_scenario(tmp_path)
+    port, stop = _listener(None)
+    try:
+        t0 = time.time()
+        with pytest.raises(UsageError) as e:
+            run_sweep(str(script), {"x": [1]}, tmp_path / "sw", backend="ray", address=f"127.0.0.1:{port}")
+        assert time.time() - t0 < 10
+    finally:
+        stop.set()
+    assert str(e.value) == (f"--address 127.0.0.1:{port}: something listens there but it is not a Ray cluster (it "
+                            "did not answer within 1 s, not as Ray's gRPC server does)")
+    assert not ray.is_initialized() and not log.exists() and not (tmp_path / "sw").exists()

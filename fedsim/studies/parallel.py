@@ -18,9 +18,10 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
 
-__all__ = ["Interrupted", "count_done", "default_workers", "pmap"]
+__all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"]
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 
@@ -28,6 +29,30 @@ STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 class Interrupted(BaseException):
     """Raised inside a worker's task when the parent stops the pool (Ctrl-C). A BaseException,
     like KeyboardInterrupt, so that code catching ``Exception`` does not take it for a failure."""
+
+
+class ProcessDied(BrokenProcessPool):
+    """``on_error``'s ``exc`` (see :func:`pmap`) when a task's process died before it returned:
+    ``exitcode`` is the process's (``-N``: killed by signal N, as ``multiprocessing`` has it; None
+    when not known) and ``how`` says it in words (``was killed by signal SIGKILL``, ``exited with
+    status 3``, ``died``)."""
+
+    def __init__(self, exitcode: int | None) -> None:
+        self.exitcode = exitcode
+        if exitcode is None:
+            self.how = "died"
+        elif exitcode < 0:
+            try:
+                name = signal.Signals(-exitcode).name
+            except ValueError:
+                name = f"signal {-exitcode}"
+            self.how = f"was killed by {name}" if name.startswith("signal ") else f"was killed by signal {name}"
+        else:
+            self.how = f"exited with status {exitcode}"
+        super().__init__(f"the task's process {self.how} before it returned its result")
+
+    def __reduce__(self):
+        return (type(self), (self.exitcode,))
 
 
 def default_workers() -> int:
@@ -69,8 +94,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
 
     With ``on_error``, a task that fails does not stop the others: ``on_error(i, exc)`` is called
     instead of ``on_done`` (its result stays None), ``exc`` being what ``fn`` raised (``SystemExit``
-    included) or ``BrokenProcessPool`` when its process died (killed, out of memory, a crash in
-    compiled code). Each task then runs in a process of its own, also with ``workers=1``, so that
+    included) or :class:`ProcessDied` (a ``BrokenProcessPool``) when its process died (killed, out
+    of memory, a crash in compiled code, ``os._exit``), with its exit code or signal. Each task then runs in a process of its own, also with ``workers=1``, so that
     one process's death cannot take other tasks down with it. KeyboardInterrupt still stops
     everything and is raised here."""
     tasks = list(tasks)
@@ -128,19 +153,24 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
     order.reverse()  # popped from the end
     results: list[Any] = [None] * len(tasks)
     beats: Any = multiprocessing.Queue()
-    running: dict[Any, tuple[int, ProcessPoolExecutor]] = {}
+    running: dict[Any, tuple[int, ProcessPoolExecutor, list]] = {}
     try:
         while order or running:
             while order and len(running) < workers:
                 i = order.pop()
-                ex = ProcessPoolExecutor(max_workers=1, initializer=_init_worker, initargs=(beats, os.getpid()))
-                running[ex.submit(_task, fn, tasks[i])] = (i, ex)
+                ctx, made = _recording_context()
+                ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
+                                         initargs=(beats, os.getpid()))
+                running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
             _forward_beats(beats)
             for f in sorted(finished, key=lambda f: running[f][0]):
-                i, ex = running.pop(f)
+                i, ex, made = running.pop(f)
                 ex.shutdown(wait=True)
                 exc = f.exception()
+                if isinstance(exc, BrokenProcessPool):  # say how: a signal's name, an exit status
+                    codes = [p.exitcode for p in made if p.exitcode is not None]
+                    exc = ProcessDied(codes[0] if codes else None)
                 if exc is None:
                     results[i] = f.result()
                     if on_done:
@@ -150,7 +180,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                 else:
                     on_error(i, exc)
     except BaseException:
-        for _, ex in running.values():
+        for _, ex, _ in running.values():
             ex.shutdown(wait=False, cancel_futures=True)
         _stop(None)
         raise
@@ -159,6 +189,23 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         beats.close()
         beats.join_thread()
     return results
+
+
+def _recording_context() -> tuple[Any, list]:
+    """A multiprocessing context (of the default start method) for a ProcessPoolExecutor that
+    records the processes it starts (``made``), so that a pool broken by its worker's death can
+    say how that worker ended (its ``exitcode``): the executor's ``BrokenProcessPool`` does not."""
+    kind = type(multiprocessing.get_context(multiprocessing.get_start_method()))
+    ctx = kind()  # a context of its own: the Process set below is this pool's only
+    made: list = []
+
+    def process(*args: Any, **kwargs: Any) -> Any:
+        p = kind.Process(*args, **kwargs)
+        made.append(p)
+        return p
+
+    ctx.Process = process
+    return ctx, made
 
 
 def _stop(ex: ProcessPoolExecutor | None) -> None:

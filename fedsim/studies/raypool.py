@@ -194,15 +194,19 @@ CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
 
 
 def _resolve_auto(address: str) -> str:
-    """For ``auto``, the ``HOST:PORT`` Ray would connect to (``RAY_ADDRESS``, a Ray running on
-    this machine, or the last cluster started here, recorded in Ray's temporary folder: a
-    killed one's address stays there, and Ray then retried it for minutes); raises
-    ``UsageError`` when Ray finds none. Other addresses are returned as they are."""
-    if address != "auto":
+    """The ``HOST:PORT`` Ray connects to for ``address``: for ``auto``, ``RAY_ADDRESS``, a Ray
+    running on this machine, or the last cluster started here, recorded in Ray's temporary
+    folder (a killed one's address stays there, and Ray then retried it for minutes); raises
+    ``UsageError`` when Ray finds none. For a loopback host (``127.0.0.1``, ``localhost``), the
+    address Ray puts in its place (this machine's address, where a cluster started here
+    listens): checked at the loopback address, something listening there alone (a Redis on Ray's
+    port 6379) passed the check, and Ray then retried the other address for over ten minutes.
+    Ray Client addresses (``ray://``) are returned as they are."""
+    if address.startswith("ray://"):
         return address
     try:
         from ray._private.services import canonicalize_bootstrap_address
-    except ImportError:  # another Ray's internals: leave "auto" to ray.init
+    except ImportError:  # another Ray's internals: leave the address to ray.init
         return address
     try:
         return canonicalize_bootstrap_address(address) or address
@@ -212,24 +216,49 @@ def _resolve_auto(address: str) -> str:
         return address
 
 
+# the start of an HTTP/2 connection (RFC 9113, 3.4): the client's preface and an empty SETTINGS
+# frame; a gRPC server (Ray's GCS, its client server) answers with a SETTINGS frame of its own
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 4  # the frame type of SETTINGS
+
+
 def _check_reachable(address: str, given: str | None = None) -> None:
-    """Raise ``UsageError`` unless something accepts a TCP connection at ``address``
-    (``HOST:PORT`` or ``ray://HOST:PORT``; ``given``: what the user wrote, when ``auto`` became
-    ``address``) within CONNECT_TIMEOUT: Ray itself keeps retrying an address where nothing
-    listens for minutes. Other forms are left to Ray."""
+    """Raise ``UsageError`` unless a gRPC server answers at ``address`` (``HOST:PORT`` or
+    ``ray://HOST:PORT``; ``given``: what the user wrote, when Ray connects to ``address`` for
+    it) within CONNECT_TIMEOUT: it accepts a TCP connection and answers the start of an HTTP/2
+    connection as gRPC does. Ray itself keeps retrying an address where nothing listens for
+    minutes, and waited forever on one where something else listens (a web server, an idle
+    port forward). Other forms are left to Ray."""
     import socket
 
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
         return
+    where = "there" if given in (None, address) else f"at {address}, the address Ray found for it"
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT) as conn:
+            try:
+                conn.settimeout(CONNECT_TIMEOUT)
+                conn.sendall(HTTP2_PREFACE)
+                head, closed = b"", False
+                while len(head) < 9:  # a frame's header: length (3 bytes), type, flags, stream
+                    got = conn.recv(9 - len(head))
+                    if not got:
+                        closed = True
+                        break
+                    head += got
+            except OSError:  # no answer in time, or the connection reset
+                head, closed = b"", False
     except OSError as exc:
-        where = "there" if given in (None, address) else f"at {address}, the address Ray found for it"
         why = exc.strerror or type(exc).__name__
         if isinstance(exc, socket.gaierror):  # "Name or service not known" alone did not say of what
             why = f"the host {host} is not known: {why}"
         raise UsageError(f"--address {given or address}: no Ray cluster answers {where} ({why})") from None
+    if len(head) < 9 or head[3] != HTTP2_SETTINGS:
+        said = ("answered in another protocol" if head else "closed the connection" if closed
+                else f"did not answer within {CONNECT_TIMEOUT:g} s")
+        raise UsageError(f"--address {given or address}: something listens {where} but it is not a Ray cluster (it "
+                         f"{said}, not as Ray's gRPC server does)") from None
 
 
 def _quiet_shutdown() -> None:

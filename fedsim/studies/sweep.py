@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import glob
 import hashlib
 import itertools
 import json
@@ -68,7 +69,7 @@ from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, write_atomic
 from ..experiment.runner import OutputFolder, network_spec
 from ..kernel.errors import NetworkConfigError
-from .parallel import default_workers, pmap
+from .parallel import ProcessDied, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
            "parse_grid",
@@ -331,22 +332,36 @@ def _store_point(p: SweepPoint, res: dict) -> dict:
 
 def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     """(In the driver.) A point whose run ended without a result: its process died (killed, out
-    of memory, a crash in compiled code), or Ray could not run it (its worker died, its runtime
-    environment failed). Recorded like a failed run (``point.json``, ``error.txt`` with what is
-    known)."""
+    of memory, a crash in compiled code, ``os._exit``), or Ray could not run it (its worker died,
+    its runtime environment failed). Recorded like a failed run (``point.json``, ``error.txt``
+    with what is known: for a local process, the signal that killed it or its exit status)."""
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)
+    _remove_leftovers(out.parent, only=out.name)  # the dead process's .partial folder
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
     if isinstance(exc, BrokenProcessPool):
-        text = ("the point's process died before it finished (killed by a signal, e.g. for lack of "
-                "memory, or a crash in compiled code)")
-        first = text
-    else:
-        text = str(exc)
-        first = text.strip().splitlines()[0] if text.strip() else ""
+        how = exc.how if isinstance(exc, ProcessDied) else "died"
+        why = SIGNAL_CAUSES.get(how.rsplit(" ", 1)[-1], "") if how.startswith("was killed") else ""
+        first = f"the point's process {how} before it finished{why}"
+        if how == "died":
+            first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
+        write_atomic(out / "error.txt", first + "\n")
+        return {"point": p.point, "status": "failed", "error": first, "out": str(out)}
+    text = str(exc)
+    first = text.strip().splitlines()[0] if text.strip() else ""
     write_atomic(out / "error.txt", f"{type(exc).__name__}: {text}\n")
     return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out)}
+
+
+# what sends a process the signal that killed it, as the failure of its point says
+SIGNAL_CAUSES = {
+    "SIGKILL": " (SIGKILL: the kernel's out-of-memory killer sends it, as does kill -9)",
+    "SIGSEGV": " (SIGSEGV: a crash in compiled code)",
+    "SIGBUS": " (SIGBUS: a crash in compiled code, or a file mapped in memory that shrank)",
+    "SIGABRT": " (SIGABRT: compiled code aborted)",
+    "SIGTERM": " (SIGTERM: stopped by another process)",
+}
 
 
 def _folder_state(d: Path, key: dict, ledger: bool = False) -> tuple[str, str]:
@@ -706,15 +721,19 @@ def _is_path(scenario: str) -> bool:
     return scenario.endswith(".py") or os.sep in scenario or "/" in scenario
 
 
-def _remove_leftovers(out: Path) -> None:
+def _remove_leftovers(out: Path, only: str | None = None) -> None:
     """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``, and
     ``.NAME.replaced-PID-X``: a replaced folder not yet deleted) and the sweep's half-written
-    files (``.NAME.PID.tmp``), unless their process still runs."""
-    for d in [*out.glob(".*.partial-*"), *out.glob(".*.replaced-*")]:
+    files (``.NAME.PID.tmp``), unless their process still runs; ``only``: those of the point
+    folder ``NAME`` only (a point whose process died: its run's folder, not the others')."""
+    pattern = f".{glob.escape(only)}." if only is not None else ".*."
+    for d in [*out.glob(pattern + "partial-*"), *out.glob(pattern + "replaced-*")]:
         m = re.search(r"\.(?:partial|replaced)-(\d+)-", d.name)
         if m and _alive(int(m.group(1))):
             continue
         shutil.rmtree(d, ignore_errors=True)
+    if only is not None:
+        return
     for f in out.glob(".*.tmp*"):  # the sweep's own files, killed while being written
         m = re.search(r"\.(\d+)\.tmp", f.name)
         if m and not _alive(int(m.group(1))) and f.is_file():
