@@ -357,3 +357,43 @@ def test_chunk_rows_must_be_a_positive_whole_number(chunk):
     with pytest.raises(ValueError, match=r"^chunk_rows must be a positive whole number, got "):
         StreamingLedger(chunk_rows=chunk)
     assert StreamingLedger(chunk_rows=np.int64(3)).chunk_rows == 3
+
+
+def _one_send(anonymous, ledger=None):
+    async def a(ctx):
+        await ctx.send("b", "m", 1, anonymous=anonymous)
+
+    async def b(ctx):
+        await ctx.receive("m")
+
+    net = SimNetwork(ledger=ledger)
+    net.add_node("a", a)
+    net.add_node("b", b)
+    net.run()
+    return net.ledger
+
+
+@pytest.mark.parametrize("flag", [np.True_, np.False_])
+def test_a_numpy_bool_anonymous_is_recorded_as_a_bool_in_memory_and_streamed(flag):
+    # the in-memory ledger stored np.True_ as given: its CSV said "True" where the streamed
+    # ledger's (and the documented format's) said "1", and records() gave np.True_
+    mem, stream = _one_send(flag), _one_send(flag, StreamingLedger())
+    line = f"0,0,a,b,client,client,m,4,0,0,,0.0,0.0,0.0,0.0,0.0,delivered,1,{int(flag)},\n"
+    assert mem.to_csv() == stream.to_csv() == ",".join(COLUMNS) + "\n" + line
+    for led in (mem, stream):
+        (rec,) = led.records()
+        assert type(rec["anonymous"]) is bool and rec["anonymous"] is bool(flag)
+        assert list(led.view().group("anonymous")) == [bool(flag)]
+
+
+@pytest.mark.parametrize("flag", [1, "no", None])
+def test_an_anonymous_that_is_not_a_bool_is_refused_and_nothing_sent(flag):
+    # 1 went into the in-memory ledger as 1 and into the streamed one as True; "no" made the
+    # message anonymous and its in-memory CSV field "no"
+    from fedsim.kernel import ActorError
+
+    for led in (Ledger(), StreamingLedger()):
+        with pytest.raises(ActorError, match=rf"send: anonymous must be True or False, got {flag!r}$") as err:
+            _one_send(flag, led)
+        assert isinstance(err.value.__cause__, TypeError)
+        assert len(led) == 0 and led.totals()["messages"] == 0
