@@ -357,3 +357,82 @@ def test_chunk_rows_must_be_a_positive_whole_number(chunk):
     with pytest.raises(ValueError, match=r"^chunk_rows must be a positive whole number, got "):
         StreamingLedger(chunk_rows=chunk)
     assert StreamingLedger(chunk_rows=np.int64(3)).chunk_rows == 3
+
+
+def _one_send(anonymous, ledger=None):
+    async def a(ctx):
+        await ctx.send("b", "m", 1, anonymous=anonymous)
+
+    async def b(ctx):
+        await ctx.receive("m")
+
+    net = SimNetwork(ledger=ledger)
+    net.add_node("a", a)
+    net.add_node("b", b)
+    net.run()
+    return net.ledger
+
+
+@pytest.mark.parametrize("flag", [np.True_, np.False_])
+def test_a_numpy_bool_anonymous_is_recorded_as_a_bool_in_memory_and_streamed(flag):
+    # the in-memory ledger stored np.True_ as given: its CSV said "True" where the streamed
+    # ledger's (and the documented format's) said "1", and records() gave np.True_
+    mem, stream = _one_send(flag), _one_send(flag, StreamingLedger())
+    line = f"0,0,a,b,client,client,m,4,0,0,,0.0,0.0,0.0,0.0,0.0,delivered,1,{int(flag)},\n"
+    assert mem.to_csv() == stream.to_csv() == ",".join(COLUMNS) + "\n" + line
+    for led in (mem, stream):
+        (rec,) = led.records()
+        assert type(rec["anonymous"]) is bool and rec["anonymous"] is bool(flag)
+        assert list(led.view().group("anonymous")) == [bool(flag)]
+
+
+@pytest.mark.parametrize("flag", [1, "no", None])
+def test_an_anonymous_that_is_not_a_bool_is_refused_and_nothing_sent(flag):
+    # 1 went into the in-memory ledger as 1 and into the streamed one as True; "no" made the
+    # message anonymous and its in-memory CSV field "no"
+    from fedsim.kernel import ActorError
+
+    for led in (Ledger(), StreamingLedger()):
+        with pytest.raises(ActorError, match=rf"send: anonymous must be True or False, got {flag!r}$") as err:
+            _one_send(flag, led)
+        assert isinstance(err.value.__cause__, TypeError)
+        assert len(led) == 0 and led.totals()["messages"] == 0
+
+
+_FIRST_QUERIES = {
+    "select kind": lambda led: (len(led.select(kind="model")), led.select(kind=("model", "gradients")).totals()),
+    "exclude kinds": lambda led: led.select(exclude_kinds="model").totals(),
+    "view select": lambda led: list(led.view().select(kind="gradients", src_role="client").records()),
+    "by_role kinds": lambda led: led.by_role(kinds=["model"]),
+    "by_node exclude": lambda led: led.by_node(exclude_kinds=["model"]),
+}
+
+
+@pytest.mark.parametrize("first", list(_FIRST_QUERIES))
+def test_a_kind_filter_finds_rows_not_yet_written_to_the_file(first):
+    # a view looked up each kind's code in the ledger's string table when it was made, and a
+    # kind gets its code when a row of it is first written: on a run whose rows were all still in
+    # memory (every run below chunk_rows), the first select(kind="model") selected nothing
+    mem = SimNetwork(seed=SEED, profile="wan")
+    _run("fedrec", mem)
+    led = StreamingLedger()
+    stream = SimNetwork(seed=SEED, profile="wan", ledger=led)
+    _run("fedrec", stream)
+    assert len(led._pending) == len(led) == len(mem.ledger) > 0  # nothing written yet
+    answer = _FIRST_QUERIES[first](led)
+    assert _same(answer, _FIRST_QUERIES[first](mem.ledger))
+    assert mem.ledger.select(kind="model").totals().messages > 0  # the answers are not empty ones
+
+
+def test_a_view_made_before_the_rows_are_written_selects_them_when_queried():
+    led = StreamingLedger()
+    stream = SimNetwork(seed=SEED, profile="wan", ledger=led)
+    _run("fedrec", stream)
+    views = [led.select(kind="model"), led.select(exclude_kinds=["model", "gradients"]),
+             led.view().select(dst_role="server", kind="gradients")]
+    mem = SimNetwork(seed=SEED, profile="wan")
+    _run("fedrec", mem)
+    expected = [mem.ledger.select(kind="model"), mem.ledger.select(exclude_kinds=["model", "gradients"]),
+                mem.ledger.view().select(dst_role="server", kind="gradients")]
+    for v, e in zip(views, expected):
+        assert len(e) > 0 and v.totals() == e.totals() and _same(list(v.records()), list(e.records()))

@@ -39,6 +39,13 @@ __all__ = ["Context", "Deadline", "GatherEach", "Gathered", "Message"]
 _INF = math.inf
 
 
+def _flag(anonymous: Any) -> bool:
+    """``send``'s ``anonymous`` as a bool: True, False or NumPy's bool_; anything else is refused."""
+    if isinstance(anonymous, (bool, np.bool_)):
+        return bool(anonymous)
+    raise TypeError(f"send: anonymous must be True or False, got {anonymous!r}")
+
+
 class Message:
     """A received message (treat as read-only). ``sender`` is ``None`` when it came over an
     anonymous channel.
@@ -207,8 +214,13 @@ class Context:
 
         Raises ``UnknownNodeError`` for an unknown ``dst``, ``CodecError`` for a payload the
         codec cannot encode, ``MessageTooLargeError`` for a document larger than the transport's
-        ``max_message_bytes`` (nothing is sent).
+        ``max_message_bytes`` (nothing is sent), and ``TypeError`` for an ``anonymous`` that is
+        not a bool (NumPy's ``bool_`` is taken as one; nothing is sent).
         """
+        if anonymous is not False and anonymous is not True:
+            # the ledger stored the value as given: np.True_ went into the CSV as "True" (not "1",
+            # and not what a StreamingLedger of the same run wrote), 1 into records() as 1
+            anonymous = _flag(anonymous)
         kind = str(kind)
         net = self._net
         encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)

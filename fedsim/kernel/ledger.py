@@ -699,7 +699,11 @@ def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: I
                      round: Any = None, src: Any = None, dst: Any = None, src_role: Any = None,
                      dst_role: Any = None, fate: Any = None, anonymous: bool | None = None,
                      read: bool | None = None, min_round: int | None = None) -> tuple:
-    """``_filter``'s keywords as conditions on records: (op, field, argument) triples."""
+    """``_filter``'s keywords as conditions on records: (op, field, argument) triples. A text
+    column's argument is the set of allowed values, turned into codes only when the view is
+    evaluated (``_codes``): a value's code exists once a row holding it has been written, and the
+    rows still in memory at ``select`` (every row of a small run) are written by the evaluation's
+    flush."""
     fates = _as_set(fate)
     if fates is not None and not fates <= set(FATES):
         raise ValueError(f"fate must be one of {FATES}, got {sorted(fates - set(FATES))}")
@@ -716,11 +720,14 @@ def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: I
         elif field == "status":
             arg = np.array([_STATUS_CODES[v] for v in allowed], dtype=np.int64)
         else:
-            arg = np.array([led._codes[v] for v in allowed if v in led._codes], dtype=np.int64)
+            # codes looked up here missed the values of rows not yet written: the first
+            # select(kind="model") after a run held in memory selected nothing
+            conds.append(("in text", field, allowed))
+            continue
         conds.append(("in", field, arg))
-    drop = [led._codes[v] for v in _kinds(exclude_kinds) if v in led._codes]
+    drop = _kinds(exclude_kinds)
     if drop:
-        conds.append(("not in", "kind", np.array(drop, dtype=np.int64)))
+        conds.append(("not in text", "kind", drop))
     if min_round is not None:
         conds.append((">=", "round", min_round))
     if anonymous is not None:
@@ -744,12 +751,30 @@ class StreamView:
     def select(self, **filters: Any) -> "StreamView":
         return StreamView(self.ledger, self._conds + _compile_filters(self.ledger, **filters))
 
+    def _codes_of(self) -> list[tuple]:
+        """The conditions with text values as arrays of their codes (after ``_chunks``' flush has
+        written every row, so that every value in the ledger has one; a value without a code is
+        in no row)."""
+        codes = self.ledger._codes
+        out = []
+        for op, field, arg in self._conds:
+            if op in ("in text", "not in text"):
+                op = op[:-5]
+                arg = np.array([codes[v] for v in arg if v in codes], dtype=np.int64)
+                if op == "not in" and not arg.size:
+                    continue
+            out.append((op, field, arg))
+        return out
+
     def _selected(self) -> Iterable[tuple[int, np.ndarray, np.ndarray]]:
         """Chunk by chunk: (the chunk's first row number, its records, the mask of the selected
         rows among them)."""
+        conds = None
         for first, recs in self.ledger._chunks():
+            if conds is None:  # (the first chunk comes after the flush)
+                conds = self._codes_of()
             mask = np.ones(recs.shape[0], dtype=bool)
-            for op, field, arg in self._conds:
+            for op, field, arg in conds:
                 col = recs[field]
                 if op == "in":
                     mask &= np.isin(col, arg)

@@ -95,11 +95,13 @@ class TracingNetwork(SimNetwork):
         return self.result
 
     def post(self, src, dsts, kind, encoded, anonymous) -> None:
-        first = len(self.ledger.rows)
+        # len(ledger), not len(ledger.rows): a StreamingLedger has no row list (every send failed)
+        first = len(self.ledger)
         super().post(src, dsts, kind, encoded, anonymous)
-        if len(self.ledger.rows) > first:
+        last = len(self.ledger)
+        if last > first:
             fields = payload_fields(encoded.data)
-            for i in range(first, len(self.ledger.rows)):
+            for i in range(first, last):
                 self.payloads[i] = fields
 
 
