@@ -435,9 +435,8 @@ def test_a_diverged_protocol_run_says_so_and_a_converging_one_is_unchanged(tmp_p
     assert row["rounds"] == "5" and row["diverged_at"] == "3"
     assert list(row)[:4] == ["protocol", "rounds", "diverged_at", "simulated_s"]
     report = (tmp_path / "bad" / "report.md").read_text()
-    assert ("**Diverged.** The model diverged (parameters, or the scores they give, not finite) at round 3 of 5: "
-            "the protocol stopped "
-            "there, and its figures are not those of a trained model.") in report
+    assert ("**Diverged.** The model diverged: its parameters, or the scores they give, were found not finite at "
+            "round 3 of 5, where the run stopped; its figures are not those of a trained model.") in report
     assert "note: the model diverged" in (tmp_path / "bad" / "run.log").read_text()
     res = run_scenario("fedrec", out=tmp_path / "good", overrides={"T": 5}, quiet=True)
     with open(Path(res["out"]) / "summary.csv", newline="") as fh:
