@@ -1,6 +1,11 @@
 """pmap: results in task order whatever the scheduling order."""
 
+import os
+import signal
+import sys
 import time
+
+import pytest
 
 from fedsim.studies.parallel import count_done, pmap
 
@@ -97,3 +102,46 @@ def test_a_dying_task_is_reported_with_its_signal_or_exit_status():
                                                      "was killed by signal SIGSEGV"]
         assert str(errors[0]) == "the task's process was killed by signal SIGKILL before it returned its result"
     assert ProcessDied(None).how == "died" and ProcessDied(-99).how == "was killed by signal 99"
+
+
+def test_a_second_sigterm_during_a_tasks_cleanup_does_not_cut_it_short(monkeypatch):
+    # a parent killed outright can signal its death twice: the second SIGTERM came while the task
+    # was cleaning up after the first (removing its run's .partial folder) and raised again there,
+    # leaving the folder behind (1 run in 5 of test_a_killed_sweeps_workers_stop_with_it...)
+    from fedsim.studies import parallel
+
+    monkeypatch.setattr(parallel, "_IN_TASK", True)
+    monkeypatch.setattr(parallel, "_STOPPING", False)
+    with pytest.raises(parallel.Interrupted):
+        parallel._on_term(signal.SIGTERM, None)
+    assert parallel._STOPPING is True
+    parallel._on_term(signal.SIGTERM, None)  # the cleanup goes on: nothing raised
+
+
+def test_a_parent_that_is_a_zombie_counts_as_gone(monkeypatch):
+    # killed, the parent is a zombie until reaped, and this worker still its child for a moment
+    # (the signal of its death can come before the hand-over): the worker, seeing its old parent's
+    # pid, took it for alive and waited for work for ever
+    import subprocess
+
+    from fedsim.studies import parallel
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc (Linux)")
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:  # exited, not reaped: a zombie
+            with open(f"/proc/{child.pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    break
+            time.sleep(0.01)
+        monkeypatch.setattr(parallel, "_PARENT", child.pid)
+        monkeypatch.setattr(parallel.os, "getppid", lambda: child.pid)  # still its child, as far as it knows
+        assert parallel._orphaned() is True
+        monkeypatch.setattr(parallel, "_PARENT", os.getpid())
+        monkeypatch.setattr(parallel.os, "getppid", os.getpid)  # a parent alive (this process)
+        assert parallel._orphaned() is False
+    finally:
+        monkeypatch.undo()
+        child.wait()

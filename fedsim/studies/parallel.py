@@ -297,13 +297,32 @@ def _stop_with_parent(parent: int) -> None:
 
 
 def _orphaned() -> bool:
-    return _PARENT is not None and os.getppid() != _PARENT
+    """Whether the parent that started this worker has died: this process was handed to another
+    parent, or (Linux) the parent is a zombie, as it is for a moment after being killed, before
+    the hand-over (the signal of its death can come first)."""
+    if _PARENT is None:
+        return False
+    if os.getppid() != _PARENT:
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        with open(f"/proc/{_PARENT}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True  # gone
 
 
 def _on_term(signum: int, frame: Any) -> None:
     global _STOPPING
+    again = _STOPPING
     _STOPPING = True
     if _IN_TASK:
+        if again:
+            # a second SIGTERM (a parent killed outright can signal its death twice): the task is
+            # already leaving. Raised again, it cut the task's cleanup short (its run's .partial
+            # folder was left behind, half removed)
+            return
         raise Interrupted("stopped by the parent (Ctrl-C)")
     if _orphaned():
         os._exit(1)
