@@ -568,3 +568,28 @@ def test_a_gather_for_round_r_records_its_missing_senders_in_round_r(each):
     res = net.run()
     assert res["a"] == 3
     assert [(m.round, m.receiver, m.sender, m.kind) for m in net.ledger.missing] == [(1, "a", "b", "up")]
+
+
+@pytest.mark.parametrize("make", [lambda: SimNetwork(), lambda: AsyncioNetwork()], ids=["sim", "asyncio"])
+def test_a_destination_of_the_wrong_type_says_so_and_sends_nothing(make):
+    # send(["b"]) failed with "unhashable type: 'list'"; broadcast("b") took the str's characters
+    # for node ids ("unknown node 'b'" only by luck of the name, "unknown node 's'" for "server")
+    from fedsim.kernel import ActorError
+
+    for wrong, expected in ((lambda ctx: ctx.send(["b"], "x", 1),
+                             "a destination is a node id (str), got list ['b']; ctx.broadcast sends to several"),
+                            (lambda ctx: ctx.broadcast("bb", "x", 1),
+                             "broadcast takes a list of node ids, got the str 'bb'; ctx.send sends to one")):
+        async def a(ctx, wrong=wrong):
+            await wrong(ctx)
+
+        async def bb(ctx):
+            return None
+
+        net = make()
+        net.add_node("a", a)
+        net.add_node("bb", bb)
+        with pytest.raises(ActorError) as err:
+            net.run()
+        assert isinstance(err.value.__cause__, TypeError) and str(err.value.__cause__) == expected
+        assert len(net.ledger) == 0

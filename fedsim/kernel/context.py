@@ -233,7 +233,11 @@ class Context:
 
     async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
         """Queue the same payload for every node of ``dsts`` (in that order). The payload is
-        encoded once; each destination is charged its full size. Raises as ``send`` does."""
+        encoded once; each destination is charged its full size. Raises as ``send`` does, and
+        ``TypeError`` for ``dsts`` that is one node id (a str: its characters were taken for
+        node ids, "unknown node 's'"); nothing is sent then."""
+        if isinstance(dsts, str):
+            raise TypeError(f"broadcast takes a list of node ids, got the str {dsts!r}; ctx.send sends to one")
         kind = str(kind)
         net = self._net
         encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)

@@ -496,7 +496,8 @@ class Network:
 
     def destinations(self, dsts: tuple) -> list[Node] | tuple[Node]:
         """The nodes of ``dsts``, all looked up before anything is sent (an unknown id raises
-        ``UnknownNodeError`` and nothing is half-sent)."""
+        ``UnknownNodeError``, a destination that is not hashable ``TypeError``, and nothing is
+        half-sent)."""
         nodes = self.nodes
         try:
             if len(dsts) == 1:  # send(): no list comprehension (a function call in 3.11)
@@ -505,6 +506,10 @@ class Network:
         except KeyError:
             bad = next(d for d in dsts if d not in nodes)
             raise UnknownNodeError(f"message addressed to unknown node {bad!r}") from None
+        except TypeError:  # an unhashable destination (a list given to send): "unhashable type: 'list'" said nothing
+            bad = next(d for d in dsts if not isinstance(d, str))
+            raise TypeError(f"a destination is a node id (str), got {type(bad).__name__} {bad!r}"
+                            + ("; ctx.broadcast sends to several" if isinstance(bad, (list, tuple, set)) else "")) from None
 
     def draw_loss(self, src: Node) -> bool:
         """Whether the next message copy ``src`` sends is lost (probability ``src.spec.loss``).

@@ -379,7 +379,10 @@ class SimNetwork(Network):
             return
         nbytes = len(encoded.data) + self.framing_bytes
         if len(dsts) == 1:  # a send: no loop, no held batch (one message per exchange of a stochastic round)
-            dst = self.nodes.get(dsts[0])
+            try:
+                dst = self.nodes.get(dsts[0])
+            except TypeError:  # not hashable: destinations() below says what is wrong
+                dst = None
             if dst is not None:
                 src.sent += 1
                 row = self.ledger.new_row(src.round, src.id, dst.id, src.role, dst.role, kind, nbytes,
