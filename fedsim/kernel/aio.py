@@ -30,15 +30,13 @@ from .errors import ActorError, FedsimError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
+from .realtime import ClosedOnDropout
 
 __all__ = ["AsyncioNetwork"]
 
 
-def _offline_wait(node: Node) -> RunEnded:
-    return RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after its node dropped out (in a finally block?)")
 
-
-class AsyncioNetwork(Network):
+class AsyncioNetwork(ClosedOnDropout, Network):
     """Run actors as asyncio tasks. ``time_scale`` is the real seconds per protocol second (a
     positive finite number, else ``NetworkConfigError``): it multiplies ``sleep`` and timeouts and
     divides the clock (``now()``, ``RunResult.duration``); ``compute`` only yields to the loop."""
@@ -57,7 +55,7 @@ class AsyncioNetwork(Network):
         self._error: BaseException | None = None
         self._dropouts: list[Node] = []  # nodes with an offline_at (their dropout may be to come)
         self._tasks: dict[str, asyncio.Task] = {}
-        self._closed: set[str] = set()  # nodes whose actor got the cancellation of its dropout
+        self.closed: set[str] = set()  # nodes whose actor got the cancellation of its dropout
 
     def now(self) -> float:
         """Real seconds since the run started, divided by ``time_scale``: 0 before the run, and
@@ -75,7 +73,7 @@ class AsyncioNetwork(Network):
         super().end_run()
 
     def post(self, src: Node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
-        if src.id in self._closed:  # a finally block of an actor closed by its dropout: as on SimNetwork
+        if src.id in self.closed:  # a finally block of an actor closed by its dropout: as on SimNetwork
             return
         targets = self.destinations(dsts)
         payload = Payload(encoded)
@@ -114,16 +112,7 @@ class AsyncioNetwork(Network):
             if hand_over(dst, envl):
                 self._blocked -= 1
 
-    async def wait(self, node: Node, kind, timeout: float | None):
-        if node.id in self._closed:
-            raise _offline_wait(node)
-        try:
-            return await self._wait(node, kind, timeout)
-        except asyncio.CancelledError:
-            self._was_closed(node)
-            raise
-
-    async def _wait(self, node: Node, kind, timeout: float | None):
+    async def wait_for_message(self, node: Node, kind, timeout: float | None):
         fut = self._loop.create_future()
         forever = timeout is None
         node.waiter = (kind, fut, forever)
@@ -147,30 +136,6 @@ class AsyncioNetwork(Network):
                 return fut.result()
             node.waiter = None
             return None
-
-    async def sleep(self, node: Node, seconds: float) -> None:
-        if node.id in self._closed:
-            raise _offline_wait(node)
-        try:
-            await asyncio.sleep(seconds * self.time_scale)
-        except asyncio.CancelledError:
-            self._was_closed(node)
-            raise
-
-    async def compute(self, node: Node, flops: float, label: str) -> None:
-        if node.id in self._closed:
-            raise _offline_wait(node)
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            self._was_closed(node)
-            raise
-
-    def _was_closed(self, node: Node) -> None:
-        """A wait of ``node`` ended cancelled: if by its dropout, its actor is being closed from
-        here on (what it sends is dropped, a wait raises ``RunEnded``)."""
-        if node.offline:
-            self._closed.add(node.id)
 
     def _check_quiet(self) -> None:
         if self._finished + self._blocked >= len(self.nodes) and self._quiet is not None \

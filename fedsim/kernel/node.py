@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .errors import RunEnded
 from .links import NodeSpec
 
-__all__ = ["Node", "cancelled", "hand_over", "withdraw"]
+__all__ = ["Node", "cancelled", "hand_over", "offline_wait", "withdraw"]
 
 
 class Node:
@@ -110,3 +111,9 @@ def cancelled(task: Any) -> BaseException:
     except CancelledError as exc:
         return exc
     raise ValueError(f"{task!r} was not cancelled")
+
+
+def offline_wait(node: Node) -> RunEnded:
+    """The error of a wait (or sleep, compute) by the actor of ``node`` after its dropout closed
+    it (from one of its ``finally`` blocks), on every transport."""
+    return RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after its node dropped out (in a finally block?)")

@@ -35,7 +35,7 @@ from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
 from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult
-from .node import Node
+from .node import Node, offline_wait
 
 __all__ = ["FifoLinkModel", "LINK_MODELS", "LinkModel", "SimNetwork", "get_link_model"]
 
@@ -120,10 +120,6 @@ def _origin(err: BaseException) -> str:
     mod = f.filename.replace("\\", "/").rsplit("/", 2)
     where = ".".join(p.removesuffix(".py") for p in mod[-2:])
     return f"{where}.{f.name}()"
-
-
-def _offline_wait(node: Node) -> RunEnded:
-    return RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after its node dropped out (in a finally block?)")
 
 
 class FifoLinkModel(LinkModel):
@@ -420,7 +416,7 @@ class SimNetwork(Network):
         (resumed with None). With a collector ``col``, arrivals are offered to it in ``deliver``
         and the actor resumes once, when ``col`` is complete, instead of once per message."""
         if node.offline:
-            raise _offline_wait(node)
+            raise offline_wait(node)
         if timeout is not None:
             w = node.waiter = (kind, object(), col)
             self.queue.schedule(timeout, self._expire, node, w)
@@ -445,7 +441,7 @@ class SimNetwork(Network):
 
     async def sleep(self, node: Node, seconds: float) -> None:
         if node.offline:
-            raise _offline_wait(node)
+            raise offline_wait(node)
         q = self.queue
         q.schedule(seconds, node.proc.step)  # (first: it refuses an end that is not finite)
         if self.tracing and seconds > 0:
@@ -455,7 +451,7 @@ class SimNetwork(Network):
 
     async def compute(self, node: Node, flops: float, label: str) -> None:
         if node.offline:
-            raise _offline_wait(node)
+            raise offline_wait(node)
         speed = node.spec.flops
         if speed == _INF or flops == 0:
             return

@@ -154,6 +154,7 @@ from .errors import (
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
 from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
+from .realtime import ClosedOnDropout
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -185,7 +186,7 @@ class RemoteException(FedsimError):
         super().__init__(f"{type_name}: {message}")
 
 
-class TcpNetwork(Network):
+class TcpNetwork(ClosedOnDropout, Network):
     """Run every actor, or group of actors, in its own forked OS process; messages travel as
     length-prefixed frames over TCP on ``host`` (module docstring: wire format, process model,
     safety rules).
@@ -262,7 +263,7 @@ class TcpNetwork(Network):
         self._proc_of: list[int] = []
         self._worker: _Worker | None = None
         self._waits: dict[str, str] = {}
-        self._closed: set[str] = set()  # (in a worker) its nodes whose actor got the cancellation of its dropout
+        self.closed: set[str] = set()  # (in a worker) its nodes whose actor got the cancellation of its dropout
 
     # -- the transport interface (called in the worker processes) ---------------------------------
     def now(self) -> float:
@@ -278,7 +279,7 @@ class TcpNetwork(Network):
         w = self._worker
         if w is None:
             raise FedsimError("TcpNetwork carries messages only while it runs, inside its worker processes")
-        if src.id in self._closed:  # a finally block of an actor closed by its dropout: as on SimNetwork
+        if src.id in self.closed:  # a finally block of an actor closed by its dropout: as on SimNetwork
             return
         targets = self.destinations(dsts)
         doc = encoded.data
@@ -317,16 +318,7 @@ class TcpNetwork(Network):
             w.send(proc_of[index[dst.id]], (sid, dst.id, base + k, rnd, anonymous, doc, row))
         w.touch(now)
 
-    async def wait(self, node: Node, kind, timeout: float | None):
-        if node.id in self._closed:
-            raise _offline_wait(node)
-        try:
-            return await self._wait(node, kind, timeout)
-        except asyncio.CancelledError:
-            self._was_closed(node)
-            raise
-
-    async def _wait(self, node: Node, kind, timeout: float | None):
+    async def wait_for_message(self, node: Node, kind, timeout: float | None):
         w = self._worker
         fut = w.loop.create_future()
         forever = timeout is None
@@ -350,30 +342,6 @@ class TcpNetwork(Network):
             node.waiter = None
             w.touch(self.now())
             return None
-
-    async def sleep(self, node: Node, seconds: float) -> None:
-        if node.id in self._closed:
-            raise _offline_wait(node)
-        try:
-            await asyncio.sleep(seconds * self.time_scale)
-        except asyncio.CancelledError:
-            self._was_closed(node)
-            raise
-
-    async def compute(self, node: Node, flops: float, label: str) -> None:
-        if node.id in self._closed:
-            raise _offline_wait(node)
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            self._was_closed(node)
-            raise
-
-    def _was_closed(self, node: Node) -> None:
-        """A wait of ``node`` ended cancelled: if by its dropout, its actor is being closed from
-        here on (what it sends is dropped, a wait raises ``RunEnded``)."""
-        if node.offline:
-            self._closed.add(node.id)
 
     def waits_for(self, node: Node) -> str:
         text = self._waits.get(node.id)
@@ -571,9 +539,6 @@ class TcpNetwork(Network):
         pid = self.pids[p] if p < len(self.pids) else None
         return f"process {p} ({'' if pid is None else f'pid {pid}; '}hosting {_names(self.groups[p])})"
 
-
-def _offline_wait(node: Node) -> RunEnded:
-    return RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after its node dropped out (in a finally block?)")
 
 
 def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: int, listener: socket.socket) -> int:

@@ -1,0 +1,62 @@
+"""What the real-time transports (``AsyncioNetwork``, ``TcpNetwork``) share about dropout.
+
+On a real loop a node's dropout cancels its actor's task (at its next await); from then on the
+actor is closed: a wait, sleep or compute in one of its ``finally`` blocks raises ``RunEnded``
+(``node.offline_wait``, as on ``SimNetwork``), and what it sends is dropped (the transports'
+``post`` checks ``closed``). :class:`ClosedOnDropout` gives a transport that ``wait`` (around its
+own ``wait_for_message``), ``sleep`` and ``compute``, given a ``time_scale`` and a ``closed`` set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .node import Node, offline_wait
+
+__all__ = ["ClosedOnDropout"]
+
+
+class ClosedOnDropout:
+    """Mixin of a real-time transport: ``closed`` (node ids whose actor got the cancellation of
+    its dropout) must be a set made by the transport, ``time_scale`` its clock's divisor, and
+    ``wait_for_message(node, kind, timeout)`` its own wait."""
+
+    closed: set[str]
+    time_scale: float
+
+    async def wait_for_message(self, node: Node, kind, timeout: float | None):  # pragma: no cover
+        raise NotImplementedError
+
+    async def wait(self, node: Node, kind, timeout: float | None):
+        if node.id in self.closed:
+            raise offline_wait(node)
+        try:
+            return await self.wait_for_message(node, kind, timeout)
+        except asyncio.CancelledError:
+            self.closed_if_offline(node)
+            raise
+
+    async def sleep(self, node: Node, seconds: float) -> None:
+        if node.id in self.closed:
+            raise offline_wait(node)
+        try:
+            await asyncio.sleep(seconds * self.time_scale)
+        except asyncio.CancelledError:
+            self.closed_if_offline(node)
+            raise
+
+    async def compute(self, node: Node, flops: float, label: str) -> None:
+        """Only yields: a real loop's computation takes the time it takes."""
+        if node.id in self.closed:
+            raise offline_wait(node)
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self.closed_if_offline(node)
+            raise
+
+    def closed_if_offline(self, node: Node) -> None:
+        """A wait of ``node`` ended cancelled: if by its dropout, its actor is being closed from
+        here on (what it sends is dropped, a wait raises ``RunEnded``)."""
+        if node.offline:
+            self.closed.add(node.id)
