@@ -14,7 +14,6 @@ which run diverged at which round.
 
 from __future__ import annotations
 
-import sys
 import time
 import types
 from typing import Any
@@ -108,10 +107,7 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         # compared equal, with final figures (inf, NaN) of models that were not trained ones
         warning = (f"{said_diverged} (its parameters, or the scores they give, were found not finite): the "
                    "final figures are not those of a trained model")
-        ctx.caveat("diverged", f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
-        ctx.progress.log(f"note: {warning}")
-        if not ctx.quiet:
-            ctx.progress.print(f"note: {warning}", file=sys.stderr)
+        ctx.warn("diverged", "Diverged.", warning)
     ga = net_a.ledger.view().group("src_role", "kind")
     gb = net_b.ledger.view().group("src_role", "kind")
     bytes_rows = []

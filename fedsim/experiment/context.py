@@ -396,6 +396,15 @@ class RunContext:
         if word not in self.caveats:
             self.caveats.append(word)
 
+    def warn(self, word: str, title: str, said: str, report_tail: str = ".") -> None:
+        """A caveat (:meth:`caveat`) that is also said where the run is watched: report.md gets
+        ``**title** Said`` (``said`` capitalised, then ``report_tail``), run.log and, unless quiet,
+        stderr get ``note: said``."""
+        self.caveat(word, f"**{title}** {said[:1].upper()}{said[1:]}{report_tail}")
+        self.progress.log(f"note: {said}")
+        if not self.quiet:
+            self.progress.print(f"note: {said}", file=sys.stderr)
+
     def record_totals(self, sim_time: float, totals: Mapping[str, Any], *, simulated: bool = True) -> None:
         """Add one network run's duration and ledger totals (NaN and non-numeric totals left out)
         to the run's, which results.json reports: a simulated network's duration to the simulated

@@ -160,10 +160,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
             where.append("the test evaluation of the final model (`test_error`)")
         said = (f"no user was evaluated in {' and '.join(where)}: every user with test ratings had dropped out, "
                 "or no answer arrived by the deadline")
-        ctx.caveat("unevaluated", f"**Not evaluated.** {said[0].upper()}{said[1:]}; these are not scores.")
-        ctx.progress.log(f"note: {said}")
-        if not ctx.quiet:
-            ctx.progress.print(f"note: {said}", file=sys.stderr)
+        ctx.warn("unevaluated", "Not evaluated.", said, "; these are not scores.")
     purposes = {k.name: k for k in spec.kinds}
     kinds = []
     for kind, tot in net.ledger.view().group("kind").items():
@@ -203,9 +200,6 @@ def run_protocol(ctx: RunContext, name: str) -> None:
         warning = (f"the model diverged: its parameters, or the scores they give, were found not finite at round "
                    f"{int(diverged)} of {summary['rounds']}, where the run stopped; its figures are not those of "
                    "a trained model")
-        ctx.caveat("diverged", f"**Diverged.** {warning[0].upper()}{warning[1:]}.")
-        ctx.progress.log(f"note: {warning}")
-        if not ctx.quiet:
-            ctx.progress.print(f"note: {warning}", file=sys.stderr)
+        ctx.warn("diverged", "Diverged.", warning)
     ctx.note(f"Protocol `{name}` ({spec.paper or 'see its docs page'}), data `{ctx.data}`, network: "
              f"{ctx.net.describe()}. Parameters: the protocol's configuration (`fedsim run {name} --help`).")
