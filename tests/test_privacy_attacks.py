@@ -506,3 +506,45 @@ def test_imia_on_fpl_with_merge_last_scores_above_the_default_rule_shadow(implic
         auc.append(s["auc"])
     assert np.mean(f1) == pytest.approx(want[0], abs=1e-6) and np.mean(auc) == pytest.approx(want[1], abs=1e-6)
     assert s["f1_rand"] == pytest.approx(0.2297, abs=1e-4)
+
+
+def test_size_only_on_unmerged_fpl_reads_the_positives_sent_per_round(implicit):
+    cfg = FPLConfig(clients_per_round=12, triples=40, rounds=20, d=4, pi=0.5, lr=0.05)
+    cap = capture("fpl", implicit, cfg, seed=2)
+    run, rows = attack_capture(SizeOnly(), cap)
+    info = cap.result.info
+    want = info["sent_positive"] / info["rounds"]
+    got = np.array([run.inference[u] for u in cap.public.clients])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert rows[0]["size_estimate"] == "positives sent per round" and np.isnan(rows[0]["size_exact"])
+
+
+@pytest.mark.parametrize("merge", ["sum", "last"])
+def test_size_only_on_merged_fpl_estimates_the_item_count(implicit, merge):
+    # merged, a client sends one row per distinct item: k = T + positives sent (what the attack
+    # assumed) was wrong, its estimate was mean(k) - T (negative here) and unscored against |I_u|.
+    # Now it inverts E[k | n]; with the catalogue negatives are drawn from (142 of the 200 items)
+    from fedsim.privacy.attacks.size import fpl_merged_count
+
+    cfg = FPLConfig(clients_per_round=12, triples=40, rounds=20, d=4, pi=1.0, lr=0.05, merge=merge,
+                    record_received=True)
+    cap = capture("fpl", implicit, cfg, seed=2)
+    m = np.unique(np.asarray(implicit.items)).size
+    assert m == 142
+    run = run_attack(SizeOnly(catalogue=m), cap.recorder, cap.public)
+    k = {}
+    for _, sender, items, _ in cap.result.info["received"]:
+        assert np.unique(items).size == items.size  # one row per item
+        k.setdefault(sender, []).append(items.size)
+    assert sorted(k) == sorted(run.inference)
+    for user, ks in k.items():
+        assert run.inference[user] == fpl_merged_count(float(np.mean(ks)), m, 40, 1.0)
+    est = [run.inference[u] for u in cap.public.clients]
+    assert est == [17.0, 16.0, 21.0, 23.0, 17.0, 29.0, 24.0, 25.0, 15.0, 14.0, 19.0, 25.0]
+    assert [len(cap.truth[u]) for u in cap.public.clients] == [17, 16, 20, 22, 17, 25, 24, 24, 16, 15, 19, 25]
+    out = score_sizes(run.inference, cap.truth, estimate="|I_u|")
+    assert out["size_exact"] == pytest.approx(0.5) and out["size_mre"] == pytest.approx(1 / 48)
+    assert out["size_spearman"] == pytest.approx(0.989405, abs=1e-6)
+    # the audit's entry point (catalogue: the public n_items, 200) says what it estimated
+    _, rows = attack_capture(SizeOnly(), cap)
+    assert rows[0]["size_estimate"] == "|I_u|" and rows[0]["size_mre"] == pytest.approx(0.1225)
