@@ -297,7 +297,8 @@ def run(ctx: RunContext) -> None:
               floatfmt=".4g")
     if sizes:
         scols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "window",
-                 "size_users", "size_exact", "size_mre", "size_spearman", "bytes_per_client", "attack_s"]
+                 "size_estimate", "size_users", "size_exact", "size_mre", "size_spearman", "bytes_per_client",
+                 "attack_s"]
         ctx.table("sizes", [{c: r.get(c, "") for c in scols} for r in sizes], columns=scols,
                   title="Message sizes alone (an observer of the server's link): |I_u| recovered exactly, median "
                         "relative error, rank correlation with |I_u|", floatfmt=".4g")

@@ -22,7 +22,7 @@ from ..kernel.ledger import SEQ, SRC
 from ..protocols import REGISTRY
 from ..protocols.common import client_names
 from .attacks.base import Attack, AttackRun, run_attack
-from .attacks.size import score_sizes
+from .attacks.size import score_sizes, size_estimate
 from .metrics import score_inference
 from .record import Recorder
 from .views import Public, ref_of
@@ -188,14 +188,14 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
     called cannot be attacked from it, nor one whose uploads the recorder's filters left out, and
     is left out, not scored as a miss; a client scored whom the attack gave no answer is a miss; for a linking attack, one row per
     anonymous message delivered, see ``score_links``; for a size attack, one row, ``score_sizes``
-    of its estimates, which for FPL and FCF are not sizes of I_u: only their rank correlation is
-    scored)."""
+    of its estimates, which for unmerged FPL and for FCF are not sizes of I_u: only their rank
+    correlation is scored; the row's ``size_estimate`` says what they are)."""
     run = run_attack(attack, cap.recorder, cap.public, rounds=rounds, key=cap.key)
     if attack.about == "links":
         return run, score_links(run, cap, rounds=rounds)
     if attack.about == "sizes":
         truth = cap.truth if targets is None else {u: cap.truth[u] for u in targets if u in cap.truth}
-        return run, [score_sizes(run.inference, truth, of_size=cap.protocol not in ("fpl", "fcf"))]
+        return run, [score_sizes(run.inference, truth, estimate=size_estimate(cap.protocol, cap.config))]
     tg = list(targets) if targets is not None else observed_clients(cap, rounds, recorded=True)
     return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
 

@@ -42,7 +42,7 @@ from ..protocols import REGISTRY
 from ..protocols.common import client_names
 from ..privacy.attacks import (
     IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
-    PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes,
+    PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes, size_estimate,
 )
 from ..privacy.attacks.base import run_attack
 from ..privacy.audit import UPLOAD_KINDS, Capture, observed_clients, partly_seen, score_links, truth_of
@@ -295,7 +295,7 @@ def run_task(task: AuditTask) -> dict:
             if attack.about == "sizes":
                 truth = cap.truth if tg is None else {u: t for u, t in cap.truth.items() if u in tg}
                 sizes.append({**common, **score_sizes(run.inference, truth,
-                                                      of_size=task.protocol not in ("fpl", "fcf"))})
+                                                      estimate=size_estimate(task.protocol, public.config))})
                 continue
             # scored: the clients the server saw upload in the window (a client whose upload was
             # lost, who dropped out or was not called is left out: unseen), of the targets, and of

@@ -19,6 +19,11 @@ rated item and 0 for a guessed sampled one, as the published attack does for eve
 ``select_ratio``: the share of positives in the pool the server expects: ``1 / (1 + rho)`` for
 FedRec and FedRec++ (public), the published default 0.2 for the others.
 
+FPL's shadow is the client's round with the run's own options (``merge``, ``local_item_updates``,
+``user_update`` of the public ``FPLConfig``; it used to replay the defaults whatever the run's),
+its rows summed per item as the real upload's are (with ``merge`` "last" one row per item: the
+last delta, as the client sends it).
+
 The shadow steps with the learning rate the client used for that upload, which the server knows:
 FedRec's batch client and FedRec++'s decay ``lr`` by the iteration ``t`` of the model the server
 sent (``decayed_lr(lr, t, decay)``); FedRec's stochastic client decays its own rate by the number
@@ -75,7 +80,11 @@ def _fpl_shadow(cfg, model, items, labels, rng, call, stochastic):
         return out
     sampler = bprm.make_triple_sampler(pos, theta.shape[0], catalogue=np.unique(items))
     p = bprm.init_user_factor(d, rng)
-    _, up = bprm.fpl_client_round(p, theta[:, :d], theta[:, d], sampler, cfg.triples, cfg.lr, 1.0, rng, reg=cfg.reg)
+    # the client's own update rule (its run's options are public: ``Public.config``); pi = 1: a
+    # guessed positive is an uploaded item, so the shadow sends every positive update it draws
+    _, up = bprm.fpl_client_round(p, theta[:, :d], theta[:, d], sampler, cfg.triples, cfg.lr, 1.0, rng, reg=cfg.reg,
+                                  merge=cfg.merge, local_item_updates=cfg.local_item_updates,
+                                  user_update=cfg.user_update)
     where = np.searchsorted(items, up.items)
     np.add.at(out[:, :d], where, up.deltas)
     np.add.at(out[:, d], where, up.bias_deltas)

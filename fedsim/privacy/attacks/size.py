@@ -10,12 +10,28 @@ has one size per k (``row_count_of_size``). Then, per protocol:
                           only a lower bound, the smallest n with n + int(rho n) >= m, which is
                           the estimate (``rated_counts_of_rows``).
 ``personalfr``            ``indices`` lists |I_m| items: read off the size.
-``fpl``                   k = T + (positives sent): a count of positives, Binomial(T, pi) per round
-                          whatever |I_u|; the estimate is the mean positives sent per round.
+``fpl``, ``merge`` none    k = T + (positives sent): a count of positives, Binomial(T, pi) per round
+                          whatever |I_u|; the estimate is the mean positives sent per round,
+                          mean(k) - T (exact: the true mean over the rounds seen).
+``fpl``, ``merge`` sum,    k = the distinct items among the round's T negatives and its sent positives
+          last            (one row per item; an item is never both). Negatives are uniform over the
+                          m - n catalogue items she has not consumed, each triple's positive uniform
+                          over her n = |I_u| items and sent with probability pi, so
+                          E[k | n] = n (1 - (1 - pi/n)^T) + (m - n) (1 - (1 - 1/(m - n))^T).
+                          The estimate of |I_u| is the n in 1..m-1 whose E[k | n] is nearest the mean
+                          k over her uploads seen (the smallest such n; a method of moments), with
+                          m the public ``n_items``: it assumes the training catalogue negatives are
+                          drawn from is every item (a smaller one makes negatives collide more, and
+                          the estimate too small). E[k | n] rises with n up to n = pi m / (1 + pi)
+                          and falls beyond it: a user with more items than that is read as one
+                          with fewer. Informative when T pi is not small against n (collisions).
 ``fcf``                   every upload is m x d floats: nothing.
 
 ``SizeOnly.run`` returns ``{client: estimate}`` (``about = "sizes"``); the audit scores it against
 |I_u| (``score_sizes``): exact recoveries, median relative error, Spearman rank correlation.
+``size_estimate(protocol, cfg)`` names what the estimate is (``|I_u|``, ``positives sent per
+round`` for unmerged FPL, ``upload bytes`` for FCF); the size rows carry it (``size_estimate``),
+and only an estimate of |I_u| has its exact share and relative error scored.
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ from ..metrics import average_ranks
 from ..views import View, ViewSpec
 from .base import Attack
 
-__all__ = ["SizeOnly", "rows_of_size", "score_sizes", "spearman"]
+__all__ = ["SizeOnly", "fpl_expected_rows", "rows_of_size", "score_sizes", "size_estimate", "spearman"]
 
 
 def _layout(protocol: str, cfg, kind: str, k: int) -> dict | None:
@@ -45,6 +61,40 @@ def _layout(protocol: str, cfg, kind: str, k: int) -> dict | None:
     if protocol == "personalfr" and kind == "indices":
         return {"items": np.zeros(k, np.int32)}
     return None
+
+
+SIZE = "|I_u|"
+
+
+def size_estimate(protocol: str, cfg) -> str:
+    """What ``SizeOnly``'s estimate is for ``protocol`` run with ``cfg`` (module docstring):
+    ``"|I_u|"``, ``"positives sent per round"`` (FPL unmerged) or ``"upload bytes"`` (FCF)."""
+    if protocol == "fpl" and getattr(cfg, "merge", "none") in ("none", False):
+        return "positives sent per round"
+    if protocol == "fcf":
+        return "upload bytes"
+    return SIZE
+
+
+def fpl_expected_rows(n: np.ndarray, m: int, T: int, pi: float) -> np.ndarray:
+    """E[k | n] of a merged FPL upload (module docstring): the expected distinct items among T
+    triples' negatives (uniform over m - n items) and sent positives (uniform over n, each sent
+    with probability pi), for each n (1 <= n < m)."""
+    n = np.asarray(n, dtype=np.float64)
+    neg = m - n
+    with np.errstate(divide="ignore"):  # log1p(-1) = -inf: every draw hits the one item
+        return n * -np.expm1(T * np.log1p(-pi / n)) + neg * -np.expm1(T * np.log1p(-1.0 / neg))
+
+
+def fpl_merged_count(mean_k: float, m: int, T: int, pi: float) -> float:
+    """The |I_u| estimate from the mean row count of merged FPL uploads: the n in 1..top whose
+    ``fpl_expected_rows`` is nearest ``mean_k`` (the smallest such n), top the n where E[k | n]
+    stops rising (``floor(pi m / (1 + pi))``, at least 1): beyond it a count is read on the
+    rising side."""
+    top = max(1, min(m - 1, int(np.floor(pi * m / (1.0 + pi)))))
+    n = np.arange(1, top + 1, dtype=np.float64)
+    e = fpl_expected_rows(n, m, T, pi)
+    return float(n[int(np.argmin(np.abs(e - mean_k)))])
 
 
 def rows_of_size(protocol: str, cfg, kind: str, size: int, framing: int, max_rows: int) -> int | None:
@@ -68,14 +118,16 @@ def rows_of_size(protocol: str, cfg, kind: str, size: int, framing: int, max_row
 
 class SizeOnly(Attack):
     """The size-only attack (module docstring). ``framing``: the bytes the transport adds per
-    message (public: 0 on ``SimNetwork``)."""
+    message (public: 0 on ``SimNetwork``); ``catalogue``: the number of items FPL's clients draw
+    negatives from, m of merged FPL's estimate (None: the public ``n_items``)."""
 
     name = "size_only"
     about = "sizes"
     protocols = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr")
 
-    def __init__(self, framing: int = 0) -> None:
+    def __init__(self, framing: int = 0, catalogue: int | None = None) -> None:
         self.framing = int(framing)
+        self.catalogue = None if catalogue is None else int(catalogue)
         self.view = ViewSpec.network(("server",))
 
     def run(self, view: View) -> dict[str, float]:
@@ -109,6 +161,9 @@ class SizeOnly(Attack):
                 est = [int(ns[0]) for ns in (counts_of(k) for k in ks) if ns.size]
                 if est:
                     out[user] = float(np.median(est))
+            elif proto == "fpl" and size_estimate(proto, cfg) == SIZE:  # merged: distinct items
+                out[user] = fpl_merged_count(float(np.mean(ks)), self.catalogue or m, int(cfg.triples),
+                                             float(cfg.pi))
             elif proto == "fpl":
                 out[user] = float(np.mean(ks)) - float(cfg.triples)  # positives sent per round
             else:
@@ -126,18 +181,20 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def score_sizes(estimates: dict[str, float], truth: dict[str, np.ndarray], *, of_size: bool = True) -> dict[str, float]:
-    """``{"size_users", "size_exact" (share of users whose |I_u| the estimate equals),
-    "size_mre" (median relative error), "size_spearman" (rank correlation of estimate and
-    |I_u|)}``. ``of_size=False``: the estimate is another quantity (FPL's positives sent), only
-    its rank correlation with |I_u| is meaningful (exact and relative error are NaN)."""
+def score_sizes(estimates: dict[str, float], truth: dict[str, np.ndarray], *, estimate: str = SIZE) -> dict:
+    """``{"size_estimate" (what the estimates are: ``size_estimate``), "size_users",
+    "size_exact" (share of users whose |I_u| the estimate equals), "size_mre" (median relative
+    error), "size_spearman" (rank correlation of estimate and |I_u|)}``. An ``estimate`` other
+    than ``"|I_u|"`` (unmerged FPL's positives sent, FCF's bytes): only its rank correlation with
+    |I_u| is meaningful (exact and relative error are NaN)."""
+    of_size = estimate == SIZE
     users = [u for u in sorted(truth) if len(truth[u]) and u in estimates and np.isfinite(estimates[u])]
     if not users:
-        return {"size_users": 0.0, "size_exact": float("nan"), "size_mre": float("nan"),
-                "size_spearman": float("nan")}
+        return {"size_estimate": estimate, "size_users": 0.0, "size_exact": float("nan"),
+                "size_mre": float("nan"), "size_spearman": float("nan")}
     est = np.array([estimates[u] for u in users])
     true = np.array([len(truth[u]) for u in users], dtype=np.float64)
     nan = float("nan")
-    return {"size_users": float(len(users)), "size_exact": float(np.mean(est == true)) if of_size else nan,
+    return {"size_estimate": estimate, "size_users": float(len(users)), "size_exact": float(np.mean(est == true)) if of_size else nan,
             "size_mre": float(np.median(np.abs(est - true) / true)) if of_size else nan,
             "size_spearman": spearman(est, true)}
