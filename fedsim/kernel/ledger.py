@@ -685,7 +685,10 @@ class StreamingLedger(Ledger):
         return StreamView(self, ())
 
     def select(self, **filters: Any) -> "StreamView":
-        """As ``Ledger.select``; a lazy view (each query on it scans the file)."""
+        """As ``Ledger.select``; a lazy view (each query on it scans the file). Made while a run
+        is going, it differs from ``Ledger.select``'s: that one holds the rows recorded when it
+        was made (a snapshot), this one also the rows recorded after, up to each query. After
+        the run the two give the same answers."""
         return self.view().select(**filters)
 
     def columns(self) -> dict[str, np.ndarray]:
