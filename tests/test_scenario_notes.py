@@ -190,3 +190,15 @@ def test_fpl_fig3_weighs_the_ordering_against_the_seed_spread(tmp_path):
         verdict = ("exceeds the largest IC@10 sd over seeds of either" if gap > sd
                    else "is within an IC@10 sd over seeds: not a clear ordering")
         assert f"(mean IC@10 {m[plus]:.1f} vs {m[plain]:.1f}; the gap, {gap:.1f}, {verdict}); pi moves" in report
+
+
+def test_personalfr_checks_say_one_repeat_has_no_spread_to_judge_an_ordering_by(tmp_path):
+    # repeats=1: every std is NaN, and the note said "FedAvg better" as a finding from one run
+    out, report = _run(tmp_path, "personalfr_table3", {"clients": [4], "rounds": 1, "eval_every": 1,
+                                                       "tasks": ["explicit"], "repeats": 1, "workers": 1})
+    rows = {r["method"]: r for r in _csv(out / "results.csv") if r["clients"] == "4"}
+    fa, pf = float(rows["fedavg"]["selected"]), float(rows["personalfr"]["selected"])
+    assert rows["fedavg"]["selected_std"] == rows["personalfr"]["selected_std"] == "" and fa != pf  # NaN: blank
+    winner = "PersonalFR" if pf < fa else "FedAvg"
+    assert (f"- explicit, M = 4: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: {winner} better (one repeat: no spread to "
+            "judge the gap by); Joint") in report
