@@ -127,3 +127,16 @@ def test_privacy_audit_refuses_an_fpl_filter_that_keeps_no_user(tmp_path):
     assert str(exc.value) == ("--set fpl_min_interactions: --data tiny: no user has 50 interactions or more (the "
                               "most any of the 30 users has: 20); set a lower fpl_min_interactions")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fedrecpp_clients_cites_no_paper_statement_for_a_fraction_the_paper_did_not_run(tmp_path):
+    # c = 0.01n was labelled "Table 2 (c = n)"
+    import csv
+
+    over = {"folds": 2, "use_folds": 1, "iterations": 1, "rhos": [1], "fractions": [0.01, 0.2, 1.0], "workers": 1}
+    run_scenario("fedrecpp_clients", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    rows = list(csv.DictReader(open(tmp_path / "o" / "clients.csv")))
+    says = {(float(r["c_fraction"]), r["algorithm"]): r["paper_says"] for r in rows}
+    assert says[(0.01, "FedRec")] == says[(0.01, "FedRec++")] == ""
+    assert says[(1.0, "FedRec")] == "Table 2 (c = n)"
+    assert says[(0.2, "FedRec")].startswith("FedRec degrades fast as rho grows")
