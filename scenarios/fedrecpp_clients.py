@@ -114,7 +114,7 @@ def run(ctx: RunContext) -> None:
                      "folds": len(runs), "diverged_runs": len(s.diverged),
                      "not_learned": sum(1 for o in runs if did_not_learn(o.initial_rmse, o.rmse)),
                      **left_out(runs),
-                     "paper_rmse_c_n": paper, "paper_says": PAPER_RQ2.get(frac, "Table 2 (c = n)")})
+                     "paper_rmse_c_n": paper, "paper_says": PAPER_RQ2.get(frac, "Table 2 (c = n)" if frac >= 1.0 else "")})
     warn_not_learned(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
     warn_incomplete(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
     ctx.table("clients", rows, title="RMSE for participating fractions c/n and rho (Figure 2; mean +- population "

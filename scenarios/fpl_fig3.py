@@ -45,20 +45,34 @@ def run(ctx: RunContext) -> None:
     ctx.table("paper_points", paper, title=f"The paper's only numbers for Figure 3: each preset at its best pi "
               f"({country}, Tables 2 and 3)", floatfmt=".5g")
 
-    span = {}
+    span, sd = {}, {}
     for preset in ctx["presets"]:
         mine = [r for r in rows if r["preset"] == preset]
         if mine:
             span[preset] = (min(r["ic"] for r in mine), max(r["ic"] for r in mine), sum(r["ic"] for r in mine) / len(mine))
+            sds = [r["ic_sd"] for r in mine if not math.isnan(r["ic_sd"])]
+            sd[preset] = max(sds) if sds else math.nan
+    n_pis = len({r["pi"] for r in rows})
     lines = [f"{p}: IC@10 from {a:.1f} to {b:.1f} over pi (mean {m:.1f})" for p, (a, b, m) in span.items()]
     for plus, plain in (("sFPL+", "sFPL"), ("pFPL+", "pFPL")):
         if plus in span and plain in span:
-            right = span[plus][2] > span[plain][2]
-            wider = (span[plus][1] - span[plus][0]) > (span[plain][1] - span[plain][0])
-            lines.append(f"{plus} lies {'right of' if right else 'NOT right of'} {plain} (mean IC@10 "
-                         f"{span[plus][2]:.1f} vs {span[plain][2]:.1f}); pi moves its IC@10 "
-                         f"{'more' if wider else 'NOT more'} ({span[plus][1] - span[plus][0]:.1f} vs "
-                         f"{span[plain][1] - span[plain][0]:.1f})")
+            gap = span[plus][2] - span[plain][2]
+            where = "level with" if gap == 0 else "right of" if gap > 0 else "NOT right of"
+            if len(st.seeds) < 2:
+                spread = "one seed: no spread to judge the gap by"
+            elif abs(gap) > max(sd[plus], sd[plain]):
+                spread = f"the gap, {abs(gap):.1f}, exceeds the largest IC@10 sd over seeds of either"
+            else:  # a nan sd compares False: no clear ordering claimed
+                spread = f"the gap, {abs(gap):.1f}, is within an IC@10 sd over seeds: not a clear ordering"
+            line = (f"{plus} lies {where} {plain} (mean IC@10 {span[plus][2]:.1f} vs {span[plain][2]:.1f}; "
+                    f"{spread})")
+            if n_pis < 2:
+                line += "; one pi ran: nothing to say about how far pi moves IC@10"
+            else:
+                wider = (span[plus][1] - span[plus][0]) > (span[plain][1] - span[plain][0])
+                line += (f"; pi moves its IC@10 {'more' if wider else 'NOT more'} ({span[plus][1] - span[plus][0]:.1f} "
+                         f"vs {span[plain][1] - span[plain][0]:.1f})")
+            lines.append(line)
     if lines:
         ctx.note("Figure 3 on this data (seed means; a difference smaller than the sd columns is noise):\n\n"
                  + "\n".join(f"- {x}" for x in lines))

@@ -199,6 +199,7 @@ def _splits(ctx) -> list:
     specs = list(ctx["fpl_data"]) or [str(ctx.data)]
     out = []
     from fedsim.data import resolve
+    from fedsim.studies.fpl import NoUserLeftError
 
     for s in specs:
         opt = "fpl_data" if ctx["fpl_data"] else "--data"
@@ -215,7 +216,12 @@ def _splits(ctx) -> list:
               ("max_users", max_users), ("seed", ctx.seed))
         recipe = SplitData(s, kw)
         name = Path(s).stem if Path(s).exists() else s
-        out.append((name, recipe.load()[0], recipe))
+        try:
+            split = recipe.load()[0]
+        except NoUserLeftError as exc:  # the data are too small for the filter: a traceback before
+            raise UsageError(f"--set fpl_min_interactions: {opt} {s}: {exc}; set a lower fpl_min_interactions") \
+                from None
+        out.append((name, split, recipe))
     return out
 
 

@@ -160,3 +160,45 @@ def test_personalfr_compression_names_no_computed_column_as_a_published_figure(t
         cols = next(csv.reader(fh))
     assert "formula_2D_over_Dactive" in cols and not any(c.startswith("paper") for c in cols)
     assert "the paper_* columns are the published figures" not in (out / "report.md").read_text()
+
+
+def _fig3_means(out):
+    rows = _csv(out / "ic_vs_p.csv")
+    return {p: sum(float(r["IC@10"]) for r in rows if r["preset"] == p) / len([r for r in rows if r["preset"] == p])
+            for p in {r["preset"] for r in rows}}
+
+
+def test_fpl_fig3_orders_no_presets_from_one_seed_nor_says_how_one_pi_moves_them(tmp_path):
+    # one seed and one pi: the note said "sFPL+ lies NOT right of sFPL (23.0 vs 23.0); pi moves its IC@10
+    # NOT more (0.0 vs 0.0)": an ordering with no spread to judge it by, a movement over pi never run
+    out, report = _run(tmp_path, "fpl_fig3", {**FPL_TINY, "pis": [0.5], "epochs": [1], "seeds": 1})
+    m = _fig3_means(out)
+    for plus, plain in (("sFPL+", "sFPL"), ("pFPL+", "pFPL")):
+        where = "level with" if m[plus] == m[plain] else "right of" if m[plus] > m[plain] else "NOT right of"
+        assert (f"- {plus} lies {where} {plain} (mean IC@10 {m[plus]:.1f} vs {m[plain]:.1f}; one seed: no spread to "
+                "judge the gap by); one pi ran: nothing to say about how far pi moves IC@10") in report
+    assert "moves its IC@10" not in report
+
+
+def test_fpl_fig3_weighs_the_ordering_against_the_seed_spread(tmp_path):
+    out, report = _run(tmp_path, "fpl_fig3", {**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 2})
+    rows = _csv(out / "ic_vs_p.csv")
+    m = _fig3_means(out)
+    for plus, plain in (("sFPL+", "sFPL"), ("pFPL+", "pFPL")):
+        gap = abs(m[plus] - m[plain])
+        sd = max(float(r["IC@10 sd"]) for r in rows if r["preset"] in (plus, plain))
+        verdict = ("exceeds the largest IC@10 sd over seeds of either" if gap > sd
+                   else "is within an IC@10 sd over seeds: not a clear ordering")
+        assert f"(mean IC@10 {m[plus]:.1f} vs {m[plain]:.1f}; the gap, {gap:.1f}, {verdict}); pi moves" in report
+
+
+def test_personalfr_checks_say_one_repeat_has_no_spread_to_judge_an_ordering_by(tmp_path):
+    # repeats=1: every std is NaN, and the note said "FedAvg better" as a finding from one run
+    out, report = _run(tmp_path, "personalfr_table3", {"clients": [4], "rounds": 1, "eval_every": 1,
+                                                       "tasks": ["explicit"], "repeats": 1, "workers": 1})
+    rows = {r["method"]: r for r in _csv(out / "results.csv") if r["clients"] == "4"}
+    fa, pf = float(rows["fedavg"]["selected"]), float(rows["personalfr"]["selected"])
+    assert rows["fedavg"]["selected_std"] == rows["personalfr"]["selected_std"] == "" and fa != pf  # NaN: blank
+    winner = "PersonalFR" if pf < fa else "FedAvg"
+    assert (f"- explicit, M = 4: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: {winner} better (one repeat: no spread to "
+            "judge the gap by); Joint") in report

@@ -101,3 +101,42 @@ def test_fedrecpp_clients_prints_the_table_2_of_the_datasets_shape(tmp_path, mon
     want = {k: FEDRECPP_TABLE2["ML1M"][k][1] for k in got}
     assert got == want and want != {k: FEDRECPP_TABLE2["ML100K"][k][1] for k in got}
     assert "The paper values printed beside ours are ML1M's" in (tmp_path / "o" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["fpl_pi", "fpl_fig3", "fpl_tcc", "fpl_table2"])
+@pytest.mark.parametrize("over, rule", [
+    ({}, ", the threshold of user_filter 'paper'"),  # the quick settings' filter: more than 20 interactions
+    ({"min_interactions": 30}, ""),
+])
+def test_fpl_scenarios_refuse_a_user_filter_that_keeps_no_user(name, over, rule, tmp_path):
+    # tiny's users have at most 20 interactions: prepare's 'ValueError: no user has 21 interactions or
+    # more' was a traceback (exit 1) on the first data a user tries
+    threshold = over.get("min_interactions", 21)
+    with pytest.raises(UsageError) as exc:
+        run_scenario(name, data="tiny", out=tmp_path / "o", overrides={"seeds": 1, "workers": 1, **over},
+                     quiet=True)
+    assert str(exc.value) == (f"--set min_interactions: --data tiny: no user has {threshold} interactions or more "
+                              f"(the most any of the 30 users has: 20){rule}; set a lower min_interactions")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_privacy_audit_refuses_an_fpl_filter_that_keeps_no_user(tmp_path):
+    over = {"protocols": ["fpl"], "fpl_min_interactions": 50, "fpl_epochs": 1, "workers": 1}
+    with pytest.raises(UsageError) as exc:
+        run_scenario("privacy_audit", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    assert str(exc.value) == ("--set fpl_min_interactions: --data tiny: no user has 50 interactions or more (the "
+                              "most any of the 30 users has: 20); set a lower fpl_min_interactions")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fedrecpp_clients_cites_no_paper_statement_for_a_fraction_the_paper_did_not_run(tmp_path):
+    # c = 0.01n was labelled "Table 2 (c = n)"
+    import csv
+
+    over = {"folds": 2, "use_folds": 1, "iterations": 1, "rhos": [1], "fractions": [0.01, 0.2, 1.0], "workers": 1}
+    run_scenario("fedrecpp_clients", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    rows = list(csv.DictReader(open(tmp_path / "o" / "clients.csv")))
+    says = {(float(r["c_fraction"]), r["algorithm"]): r["paper_says"] for r in rows}
+    assert says[(0.01, "FedRec")] == says[(0.01, "FedRec++")] == ""
+    assert says[(1.0, "FedRec")] == "Table 2 (c = n)"
+    assert says[(0.2, "FedRec")].startswith("FedRec degrades fast as rho grows")

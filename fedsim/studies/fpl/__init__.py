@@ -41,7 +41,7 @@ verdicts) and :mod:`.scenario` (what the FPL scenarios share).
 
 from .analysis import ALPHA, MIN_USERS, Comparison, compare, compare_users, fig2_rows, seed_stats, user_values, verdicts
 from .cache import run_cached
-from .data import EVAL_VERSION, Evaluator, ImplicitSplit, LoaderFilterError, loader_min_interactions, prepare
+from .data import EVAL_VERSION, Evaluator, ImplicitSplit, LoaderFilterError, NoUserLeftError, loader_min_interactions, prepare
 from .runs import (
     RunRecord, best_epoch, candidate_epochs, epoch_seed, flatten_metrics, ledger_tcc, mean_cce, network_faults,
     run_bpr, run_fcf, run_fpl, run_random, run_toppop,
@@ -57,7 +57,7 @@ from .study import METHOD_ORDER, Choice, Study, StudyOptions, choices_summary, r
 __all__ = [
     "ALPHA", "CATEGORY_ABBREVIATIONS", "EVAL_VERSION", "FPL_SETTINGS", "METHOD_ORDER", "MIN_USERS", "PAPER", "PAPER_BEST_PI", "PAPER_COUNTRIES",
     "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4_BRAZIL", "PAPER_TABLE5", "PAPER_TABLE6_BRAZIL", "PRESET_STYLES", "QUICK",
-    "SETTINGS", "Choice", "Comparison", "Evaluator", "ImplicitSplit", "LoaderFilterError", "RunRecord", "Settings",
+    "SETTINGS", "Choice", "Comparison", "Evaluator", "ImplicitSplit", "LoaderFilterError", "NoUserLeftError", "RunRecord", "Settings",
     "Study", "StudyOptions", "best_epoch", "candidate_epochs", "category_labels", "choices_summary", "compare",
     "compare_users", "deviations", "epoch_seed", "fig2_rows", "flatten_metrics", "fpl_scenario_params", "ledger_tcc",
     "loader_min_interactions", "mean_cce", "network_faults", "note_settings", "prepare", "run_bpr", "run_cached", "run_fcf",

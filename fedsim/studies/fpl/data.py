@@ -18,7 +18,8 @@ from ...math.metrics import (
 )
 from ...seeding import node_rng
 
-__all__ = ["EVAL_VERSION", "Evaluator", "ImplicitSplit", "LoaderFilterError", "loader_min_interactions", "prepare"]
+__all__ = ["EVAL_VERSION", "Evaluator", "ImplicitSplit", "LoaderFilterError", "NoUserLeftError", "loader_min_interactions",
+           "prepare"]
 
 #: What an evaluation holds; part of every cache key, so that runs stored before a change are run
 #: again (2: NDCG and the per-user hit masks added).
@@ -27,6 +28,11 @@ EVAL_VERSION = 2
 
 class LoaderFilterError(ValueError):
     """The data were filtered by their loader more strictly than :func:`prepare` was asked to."""
+
+
+class NoUserLeftError(ValueError):
+    """:func:`prepare`'s user filter keeps no user of the data (the message says the most
+    interactions any user has): the data are too small for the ``min_interactions`` asked."""
 
 
 @dataclass
@@ -158,7 +164,8 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
     Raises :class:`LoaderFilterError` when the loader already dropped users that this filter
     would keep (``load_foursquare``'s default ``user_filter="paper"`` keeps > 20 venues: asking
     for >= 20 here would silently get > 20); load with ``user_filter=None`` and filter here.
-    Raises ``ValueError`` for an unknown protocol or when no user is left."""
+    Raises :class:`NoUserLeftError` (a ``ValueError``) when no user is left, ``ValueError`` for
+    an unknown protocol."""
     if protocol not in ("validation", "test"):
         raise ValueError(f"protocol must be 'validation' or 'test', got {protocol!r}")
     applied = loader_min_interactions(ratings)
@@ -173,10 +180,12 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
         keep = np.zeros(r.n_users, dtype=bool)
         keep[node_rng(seed, "fpl:users").choice(r.n_users, size=int(max_users), replace=False)] = True
         r = r.reindex(keep, None)
+    considered, most = r.n_users, (int(r.user_counts().max()) if r.n_users else 0)
     if min_interactions > 0:
         r = r.filter_users(int(min_interactions))
     if r.n_users == 0:
-        raise ValueError(f"no user has {min_interactions} interactions or more")
+        raise NoUserLeftError(f"no user has {min_interactions} interactions or more (the most any of the "
+                              f"{considered} users has: {most})")
     nu, ni = r.n_users, r.n_items
     cats = None if r.categories is None else np.asarray(r.categories, dtype=bool)
     train_full, test = temporal_holdout(r, test_frac)

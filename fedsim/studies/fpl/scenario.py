@@ -14,7 +14,7 @@ from ...data import SYNTHETIC_PRESETS
 from ...experiment import Param, RunContext, UsageError
 from ...math.fpl_presets import PRESET_NAMES
 from ...math.metrics import bias_disparity
-from .data import ImplicitSplit, LoaderFilterError, loader_min_interactions, prepare
+from .data import ImplicitSplit, LoaderFilterError, NoUserLeftError, loader_min_interactions, prepare
 from ..faults import FAULT_STUDY, refuse_faults
 from .settings import Settings, deviations, settings_from, settings_params
 from .study import Study, StudyOptions, run_study
@@ -154,6 +154,10 @@ def scenario_split(ctx: RunContext, settings: Settings) -> ImplicitSplit:
                      seed=ctx.seed)
     except LoaderFilterError as exc:  # pragma: no cover - the reload above prevents it
         raise UsageError(str(exc)) from None
+    except NoUserLeftError as exc:  # the data are too small for the filter: a traceback before
+        rule = "" if int(ctx["min_interactions"]) else f", the threshold of user_filter {settings.user_filter!r}"
+        raise UsageError(f"--set min_interactions: --data {ctx.data}: {exc}{rule}; set a lower min_interactions") \
+            from None
     i = sp.info
     rule = {21: "more than 20 interactions, the paper's filter", 20: "at least 20, the authors' code's filter"}
     cats = ""

@@ -168,6 +168,8 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
             spread = [x for x in (sds[("fedavg", M)], sds[("personalfr", M)]) if not math.isnan(x)]
             if pf != fa and spread and abs(pf - fa) <= max(spread):
                 txt += " (the gap is within a population std over the repeats: not a clear ordering)"
+            elif pf != fa and not spread:  # one repeat (its std is NaN): the ordering was stated as a finding
+                txt += " (one repeat: no spread to judge the gap by)"
             if joint is not None and math.isnan(joint):
                 txt += "; Joint nan: not compared"
             elif joint is not None:
