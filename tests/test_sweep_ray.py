@@ -494,29 +494,18 @@ def _listener(answer: bytes | None) -> tuple[int, threading.Event]:
     return srv.getsockname()[1], stop
 
 
-def test_an_address_where_something_else_listens_is_a_prompt_one_line_error(tmp_path):
+@pytest.mark.parametrize("answer, why", [
     # a web server (or Redis on Ray's port 6379) at the address: the TCP check passed, and Ray
     # then waited on it for good (over ten minutes seen, in its GCS client, no message)
-    port, stop = _listener(b"HTTP/1.0 400 Bad Request\r\n\r\n")
-    try:
-        t0 = time.time()
-        res = fedsim_cmd("sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend", "ray",
-                         "--address", f"127.0.0.1:{port}", "--out", "sw", "--quiet", cwd=tmp_path, timeout=120)
-        assert time.time() - t0 < 30
-    finally:
-        stop.set()
-    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-        f"error: --address 127.0.0.1:{port}: something listens there but it is not a Ray cluster (it answered in "
-        "another protocol, not as Ray's gRPC server does)"], res.stderr
-    assert not (tmp_path / "sw").exists()
-
-
-def test_an_address_where_a_listener_never_answers_is_refused_after_the_timeout(tmp_path):
-    # in a process of its own: in this one the module's local Ray instance may be up (a sweep uses
-    # a Ray its caller initialised as it is, without looking at --address); a plugin shortens the
-    # connection timeout to 1 s
+    (b"HTTP/1.0 400 Bad Request\r\n\r\n", "it answered in another protocol"),
+    # a listener that never answers, refused after the connection timeout (1 s here, set by a
+    # plugin: fedsim runs in a process of its own, as it must, for in this one the module's local
+    # Ray instance may be up, which a sweep uses as it is, without looking at --address)
+    (None, "it did not answer within 1 s"),
+], ids=["other-protocol", "never-answers"])
+def test_an_address_where_no_ray_head_answers_is_a_prompt_one_line_error(tmp_path, answer, why):
     (tmp_path / "short.py").write_text("import fedsim.studies.raypool as raypool\nraypool.CONNECT_TIMEOUT = 1.0\n")
-    port, stop = _listener(None)
+    port, stop = _listener(answer)
     try:
         t0 = time.time()
         res = fedsim_cmd("--plugin", "short.py", "sweep", "fedrec", "--grid", "rho=0", "--data", "tiny", "--backend",
@@ -525,6 +514,6 @@ def test_an_address_where_a_listener_never_answers_is_refused_after_the_timeout(
     finally:
         stop.set()
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
-        f"error: --address 127.0.0.1:{port}: something listens there but it is not a Ray cluster (it did not answer "
-        "within 1 s, not as Ray's gRPC server does)"], res.stderr
+        f"error: --address 127.0.0.1:{port}: something listens there but it is not a Ray cluster ({why}, not as "
+        "Ray's gRPC server does)"], res.stderr
     assert not (tmp_path / "sw").exists()
