@@ -502,3 +502,41 @@ def test_a_zip_without_the_datasets_ratings_file_is_not_installed(tmp_path, caps
     assert {n: s.ratings for n, s in download.REGISTRY.items()} == {
         "ml-100k": "u.data", "ml-1m": "ratings.dat", "ml-10m": "ratings.dat", "ml-20m": "ratings.csv",
         "ml-25m": "ratings.csv", "ml-latest-small": "ratings.csv"}
+
+
+def _install_meanwhile(cache: Path, **kw):
+    """A progress callback that runs another `get` of ml-100k once, while the first copies."""
+    done = []
+
+    def cb(n, total):
+        if not done:
+            path = download.get("ml-100k", cache_dir=cache, **kw)
+            done.append((path, os.stat(path).st_ino, (path / download.MARKER).read_text()))
+    return cb, done
+
+
+def test_two_gets_at_once_keep_the_first_install_to_finish(tmp_path, fixture_zip):
+    # the later one moved the finished install aside and deleted it, under whoever was reading it
+    url, sha, zpath, _ = fixture_zip
+    cache = tmp_path / "cache"
+    cb, done = _install_meanwhile(cache, from_file=zpath, sha256=sha)
+    assert download.get("ml-100k", cache_dir=cache, from_file=zpath, sha256=sha, progress=cb) == cache / "ml-100k"
+    [(path, ino, marker)] = done
+    assert path == cache / "ml-100k" and json.loads(marker)["sha256"] == sha
+    # the kept install is the one that finished first: same folder, same marker, nothing left over
+    assert os.stat(path).st_ino == ino and (path / download.MARKER).read_text() == marker
+    assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/README", "ml-100k/u.data"]
+
+
+def test_a_verifying_get_that_loses_the_race_to_an_unverified_install_says_so(tmp_path, fixture_zip):
+    url, sha, zpath, _ = fixture_zip
+    other = tmp_path / "other.zip"
+    make_zip(other, {"ml-100k/u.data": "1\t1\t1\t881250949\n"})
+    cache = tmp_path / "cache"
+    cb, done = _install_meanwhile(cache, from_file=other, verify=False)
+    with pytest.raises(download.ChecksumError, match=r"^ml-100k in .* is not the expected archive \(sha256 "
+                       + sha + r"\): it was installed from " + re.escape(str(other))):
+        download.get("ml-100k", cache_dir=cache, from_file=zpath, sha256=sha, progress=cb)
+    assert [d[0] for d in done] == [cache / "ml-100k"]
+    assert (cache / "ml-100k" / "u.data").read_text() == "1\t1\t1\t881250949\n"
+    assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/u.data"]

@@ -11,7 +11,8 @@ returns the dataset folder.  Installation is atomic and idempotent:
    bomb is refused before anything is written: see :func:`_safe_extract`; a corrupt member is a
    ``ValueError`` naming it), the dataset's ratings file must be in it (``u.data`` for ml-100k:
    a zip of another dataset is refused), a marker file ``.fedsim-install.json`` is written, and
-   the folder is renamed into place;
+   the folder is renamed into place.  Should another ``get`` of the same dataset have installed
+   it meanwhile, that install is kept (checked as in 4) and this one discarded;
 4. a later call finds the marker and returns at once, without a download.  The marker records
    the sha256 of the archive the files came from, checked or not; a verifying call (the
    default) returns the install only when that recorded sha256 equals the one it expects (the
@@ -396,6 +397,16 @@ def get(
             "archive_folder": content.name if content is not extract_dir else None,
         }
         (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        if dest.exists() and not force:
+            # another `get` finished first: keep its install (replacing it pulled the files from
+            # under whoever was reading them), and check it as if found at the start
+            if not (dest / MARKER).is_file():
+                raise FileExistsError(
+                    f"{dest} exists but is not a complete fedsim install; remove it or pass force=True (--force)"
+                )
+            if verify:
+                _check_installed(name, dest, expected)
+            return dest
         trash = None
         if dest.exists():
             trash = root / f".{name}-old-{os.getpid()}-{time.time_ns()}"
@@ -404,6 +415,8 @@ def get(
             os.rename(content, dest)
         except OSError:
             if (dest / MARKER).is_file():  # a concurrent install won the race
+                if verify:
+                    _check_installed(name, dest, expected)
                 return dest
             if trash is not None:
                 os.rename(trash, dest)
