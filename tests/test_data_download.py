@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import threading
 import time
 import zipfile
@@ -384,3 +385,158 @@ def test_an_install_removes_what_killed_installs_left_a_day_ago(tmp_path, fixtur
     download.get("ml-100k", cache_dir=cache, url=url, sha256=sha)
     assert [p.exists() for p in old] == [False] * 3
     assert all(p.exists() for p in young + others)
+
+
+# --- hostile archives: each is refused with one line naming the archive, leaving nothing ----------
+
+def _corrupt(path: Path, member: str, flip: slice) -> bytes:
+    """The zip at ``path`` with bytes ``flip`` of ``member``'s compressed data inverted (central
+    directory intact, so the zip opens and the damage shows when the member is read)."""
+    data = bytearray(path.read_bytes())
+    start = 30 + len(member.encode())  # local header (no extra field from writestr)
+    for k in range(start + flip.start, start + flip.stop):
+        data[k] ^= 0x5A
+    return bytes(data)
+
+
+def _big_u_data() -> str:
+    return "".join(f"{u}\t{i}\t3\t881250949\n" for u in range(1, 40) for i in range(1, 40))
+
+
+def _set_header_field(data: bytes, offsets: tuple[int, int], value: bytes) -> bytes:
+    """Overwrite a field at ``offsets`` (local header, central directory) of a one-member zip."""
+    b = bytearray(data)
+    local, central = offsets
+    cd = b.rfind(b"PK\x01\x02")
+    b[local:local + len(value)] = value
+    b[cd + central:cd + central + len(value)] = value
+    return bytes(b)
+
+
+@pytest.mark.parametrize("how, msg", [
+    ("deflate_corrupt", r"member 'ml-100k/u\.data' cannot be unpacked: Error -3 while decompressing"),
+    ("bzip2_corrupt", r"member 'ml-100k/u\.data' cannot be unpacked: Invalid data stream"),
+    ("crc", r"member 'ml-100k/u\.data' cannot be unpacked: Bad CRC-32 for file 'ml-100k/u\.data'"),
+    ("encrypted", r"member 'ml-100k/u\.data' cannot be unpacked: it is encrypted \(a password-protected zip\)$"),
+    ("method_99", r"member 'ml-100k/u\.data' cannot be unpacked: .*compression method"),
+])
+def test_a_member_that_cannot_be_decompressed_is_one_error_naming_archive_and_member(tmp_path, capsys, how, msg):
+    # zlib.error came out of `fedsim data get` as a traceback, bz2's OSError as "error: Invalid
+    # data stream" naming neither the archive nor the member
+    z = tmp_path / "z.zip"
+    method = zipfile.ZIP_BZIP2 if how == "bzip2_corrupt" else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(z, "w", method) as zf:
+        zf.writestr("ml-100k/u.data", _big_u_data())
+    if how in ("deflate_corrupt", "bzip2_corrupt"):
+        z.write_bytes(_corrupt(z, "ml-100k/u.data", slice(10, 90)))
+    elif how == "crc":  # CRC field: local header offset 14, central directory offset 16
+        z.write_bytes(_set_header_field(z.read_bytes(), (14, 16), b"\0\0\0\0"))
+    elif how == "encrypted":  # general purpose flag bit 0: local offset 6, central 8
+        z.write_bytes(_set_header_field(z.read_bytes(), (6, 8), b"\x01\x00"))
+    else:  # compression method: local offset 8, central 10
+        z.write_bytes(_set_header_field(z.read_bytes(), (8, 10), b"\x63\x00"))
+    cache = tmp_path / "cache"
+    assert main(["get", "ml-100k", "--from", str(z), "--insecure", "--quiet", "--cache-dir", str(cache)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {z}: ")
+    assert re.search(msg, err), err
+    assert cache_files(cache) == []
+
+
+def test_a_zip_bomb_is_refused_before_anything_is_unpacked(tmp_path, capsys):
+    # 64 MiB of zeros deflate to ~64 KB: it was unpacked whole (300 MB from 300 KB in a trial)
+    z = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("ml-100k/README", "x\n")
+        with zf.open("ml-100k/u.data", "w") as f:
+            for _ in range(64):
+                f.write(b"\0" * (1 << 20))
+    size = z.stat().st_size
+    assert size < (64 << 20) // download.MAX_RATIO
+    cache = tmp_path / "cache"
+    assert main(["get", "ml-100k", "--from", str(z), "--insecure", "--quiet", "--cache-dir", str(cache)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {z}: refusing to unpack: its 2 members declare {(64 << 20) + 2:,} bytes uncompressed, "
+                   f"more than 50 times the archive's {size:,} bytes (a zip bomb, not a dataset archive)\n")
+    assert cache_files(cache) == []
+    # just under the bound installs (compressible text is not refused for that alone)
+    ok = tmp_path / "ok.zip"
+    with zipfile.ZipFile(ok, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("ml-100k/u.data", U_DATA * 8000)
+    assert 50 * ok.stat().st_size < len(U_DATA) * 8000 < download.MAX_SLACK  # over the ratio, within the slack
+    assert download.get("ml-100k", from_file=ok, cache_dir=cache, verify=False) == cache / "ml-100k"
+    assert (cache / "ml-100k" / "u.data").read_text() == U_DATA * 8000
+
+
+def test_a_member_longer_than_it_declares_is_not_read_past_its_size(tmp_path):
+    # the bound relies on zipfile stopping at the declared size: a member lying about it is refused
+    z = tmp_path / "liar.zip"
+    text = _big_u_data()
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("ml-100k/u.data", text)
+    lie = (100).to_bytes(4, "little")  # uncompressed size: local offset 22, central 24
+    z.write_bytes(_set_header_field(z.read_bytes(), (22, 24), lie))
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match=r"member 'ml-100k/u\.data' cannot be unpacked: Bad CRC-32"):
+        download.get("ml-100k", from_file=z, cache_dir=cache, verify=False)
+    assert cache_files(cache) == []
+
+
+@pytest.mark.parametrize("members, held", [
+    ({"ml-1m/ratings.dat": "1::10::4::978300760\n", "ml-1m/README": "x\n"}, "ml-1m/README, ml-1m/ratings.dat"),
+    ({"ml-100k/README": "x\n", "ml-100k/u.item": "1|A|||\n"}, "ml-100k/README, ml-100k/u.item"),
+    ({"a.txt": "x\n", "b.txt": "y\n"}, "a.txt, b.txt"),
+    ({}, "nothing"),
+])
+def test_a_zip_without_the_datasets_ratings_file_is_not_installed(tmp_path, capsys, members, held):
+    # an ml-1m zip (or an empty one) given to `get ml-100k --insecure` (or with its own --sha256)
+    # was installed and listed as ml-100k; loading it failed later, far from the cause
+    z = tmp_path / "other.zip"
+    sha = make_zip(z, members)
+    cache = tmp_path / "cache"
+    assert main(["get", "ml-100k", "--from", str(z), "--sha256", sha, "--quiet", "--cache-dir", str(cache)]) == 2
+    assert capsys.readouterr().err == (f"error: {z} is not the ml-100k archive: it has no ml-100k/u.data "
+                                       f"(it holds: {held}); nothing was installed\n")
+    assert cache_files(cache) == [] and not download.is_installed("ml-100k", cache)
+    # each dataset names its own ratings file
+    assert {n: s.ratings for n, s in download.REGISTRY.items()} == {
+        "ml-100k": "u.data", "ml-1m": "ratings.dat", "ml-10m": "ratings.dat", "ml-20m": "ratings.csv",
+        "ml-25m": "ratings.csv", "ml-latest-small": "ratings.csv"}
+
+
+def _install_meanwhile(cache: Path, **kw):
+    """A progress callback that runs another `get` of ml-100k once, while the first copies."""
+    done = []
+
+    def cb(n, total):
+        if not done:
+            path = download.get("ml-100k", cache_dir=cache, **kw)
+            done.append((path, os.stat(path).st_ino, (path / download.MARKER).read_text()))
+    return cb, done
+
+
+def test_two_gets_at_once_keep_the_first_install_to_finish(tmp_path, fixture_zip):
+    # the later one moved the finished install aside and deleted it, under whoever was reading it
+    url, sha, zpath, _ = fixture_zip
+    cache = tmp_path / "cache"
+    cb, done = _install_meanwhile(cache, from_file=zpath, sha256=sha)
+    assert download.get("ml-100k", cache_dir=cache, from_file=zpath, sha256=sha, progress=cb) == cache / "ml-100k"
+    [(path, ino, marker)] = done
+    assert path == cache / "ml-100k" and json.loads(marker)["sha256"] == sha
+    # the kept install is the one that finished first: same folder, same marker, nothing left over
+    assert os.stat(path).st_ino == ino and (path / download.MARKER).read_text() == marker
+    assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/README", "ml-100k/u.data"]
+
+
+def test_a_verifying_get_that_loses_the_race_to_an_unverified_install_says_so(tmp_path, fixture_zip):
+    url, sha, zpath, _ = fixture_zip
+    other = tmp_path / "other.zip"
+    make_zip(other, {"ml-100k/u.data": "1\t1\t1\t881250949\n"})
+    cache = tmp_path / "cache"
+    cb, done = _install_meanwhile(cache, from_file=other, verify=False)
+    with pytest.raises(download.ChecksumError, match=r"^ml-100k in .* is not the expected archive \(sha256 "
+                       + sha + r"\): it was installed from " + re.escape(str(other))):
+        download.get("ml-100k", cache_dir=cache, from_file=zpath, sha256=sha, progress=cb)
+    assert [d[0] for d in done] == [cache / "ml-100k"]
+    assert (cache / "ml-100k" / "u.data").read_text() == "1\t1\t1\t881250949\n"
+    assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/u.data"]

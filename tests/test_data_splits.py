@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -137,3 +139,28 @@ def test_random_holdout_size_is_the_decimal_floor():
     big = Ratings(np.zeros(100_000_000 // 1000, dtype=np.int32), np.arange(100_000), np.ones(100_000))
     assert len(random_holdout(big, 0.29, seed=0)[1]) == 29_000
     assert len(random_holdout(r, 0.1, seed=0)[1]) == 10 and len(random_holdout(r, 0.005, seed=0)[1]) == 0
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "3", [1, 2]])
+def test_a_seed_that_is_not_a_non_negative_integer_is_refused_naming_seed(seed):
+    # numpy said "expected non-negative integer" or "SeedSequence expects int or sequence of ints
+    # for entropy not 1.5", naming no parameter; True seeded as 1
+    r = generate("tiny")
+    msg = f"^seed must be an integer >= 0, None or a numpy.random.Generator, got {re.escape(repr(seed))}$"
+    for split in (lambda: kfold_copies(r, 2, seed=seed), lambda: random_holdout(r, 0.2, seed=seed),
+                  lambda: per_user_random(r, 0.2, seed=seed), lambda: partition_users(10, 2, seed=seed)):
+        with pytest.raises(ValueError, match=msg):
+            split()
+    with pytest.raises(ValueError, match=f"^seed must be an integer >= 0, got {re.escape(repr(seed))}$"):
+        generate("tiny", seed=seed)
+
+
+def test_numpy_and_huge_integer_seeds_are_the_python_integer():
+    r = generate("tiny")
+    assert generate("tiny", seed=np.uint8(3)).fingerprint() == generate("tiny", seed=3).fingerprint()
+    assert [te.fingerprint() for _, te in kfold_copies(r, 2, seed=np.int64(7))] == \
+        [te.fingerprint() for _, te in kfold_copies(r, 2, seed=7)]
+    big = 2 ** 70
+    assert [len(te) for _, te in kfold_copies(r, 2, seed=big)] == [180, 180]
+    assert [g.tolist() for g in partition_users(6, 2, seed=big)] == [g.tolist() for g in partition_users(6, 2, seed=big)]
+    assert len(random_holdout(r, 0.25, seed=None)[1]) == 90

@@ -32,6 +32,16 @@ def densify(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1).astype(np.int32), uniq
 
 
+def check_seed(seed: Any, *, allow: tuple[type, ...] = (), what: str = "an integer >= 0") -> None:
+    """Raise ``ValueError`` naming ``seed`` unless it is an integer >= 0 (Python or NumPy, not a
+    bool) or an instance of ``allow``: NumPy's own errors ("expected non-negative integer",
+    "SeedSequence expects int ...") named no parameter, and ``True`` seeded as 1."""
+    if allow and isinstance(seed, allow):
+        return
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be {what}, got {seed!r}")
+
+
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")

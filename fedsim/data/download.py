@@ -7,8 +7,12 @@ returns the dataset folder.  Installation is atomic and idempotent:
    it goes (or copied from ``from_file``);
 2. on a checksum mismatch the temporary file is deleted and :class:`ChecksumError` raised:
    nothing is left in the cache;
-3. the zip is unpacked into a temporary folder in the cache (member paths are checked), a
-   marker file ``.fedsim-install.json`` is written, and the folder is renamed into place;
+3. the zip is unpacked into a temporary folder in the cache (member paths are checked, a zip
+   bomb is refused before anything is written: see :func:`_safe_extract`; a corrupt member is a
+   ``ValueError`` naming it), the dataset's ratings file must be in it (``u.data`` for ml-100k:
+   a zip of another dataset is refused), a marker file ``.fedsim-install.json`` is written, and
+   the folder is renamed into place.  Should another ``get`` of the same dataset have installed
+   it meanwhile, that install is kept (checked as in 4) and this one discarded;
 4. a later call finds the marker and returns at once, without a download.  The marker records
    the sha256 of the archive the files came from, checked or not; a verifying call (the
    default) returns the install only when that recorded sha256 equals the one it expects (the
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -40,6 +45,7 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
@@ -70,6 +76,7 @@ class DatasetSpec:
     size: int | None
     folder: str  # top-level folder inside the zip
     description: str
+    ratings: str = "ratings.csv"  # the ratings file an install must hold (in ``folder``)
 
 
 REGISTRY: dict[str, DatasetSpec] = {
@@ -78,15 +85,16 @@ REGISTRY: dict[str, DatasetSpec] = {
         DatasetSpec("ml-100k", GROUPLENS + "ml-100k.zip",
                     "50d2a982c66986937beb9ffb3aa76efe955bf3d5c6b761f4e3a7cd717c6a3229",
                     "0e33842e24a9c977be4e0107933c0723", 4_924_029, "ml-100k",
-                    "MovieLens 100K: 100,000 ratings, 943 users, 1,682 movies (FedRec, FedRec++)"),
+                    "MovieLens 100K: 100,000 ratings, 943 users, 1,682 movies (FedRec, FedRec++)", "u.data"),
         DatasetSpec("ml-1m", GROUPLENS + "ml-1m.zip",
                     "a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
                     "c4d9eecfca2ab87c1945afe126590906", 5_917_549, "ml-1m",
-                    "MovieLens 1M: 1,000,209 ratings, 6,040 users, 3,706 movies (FedRec, FedRec++, PersonalFR)"),
+                    "MovieLens 1M: 1,000,209 ratings, 6,040 users, 3,706 movies (FedRec, FedRec++, PersonalFR)",
+                    "ratings.dat"),
         DatasetSpec("ml-10m", GROUPLENS + "ml-10m.zip",
                     "813c411ccb6122564edfe752e7f80c4dcc5aa25fa94c93622f6877a7ba252862",
                     "ce571fd55effeba0271552578f2648bd", 65_566_137, "ml-10M100K",
-                    "MovieLens 10M: 10,000,054 ratings, 69,878 users, 10,677 movies"),
+                    "MovieLens 10M: 10,000,054 ratings, 69,878 users, 10,677 movies", "ratings.dat"),
         DatasetSpec("ml-20m", GROUPLENS + "ml-20m.zip",
                     "96f243c338a8665f6bcc89c53edf6ee39162a846940de6b7c8c48aeada765ff3",
                     "cd245b17a1ae2cc31bb14903e1204af3", 198_702_078, "ml-20m",
@@ -198,12 +206,41 @@ def _remove_leftovers(root: Path, name: str, now: float | None = None) -> list[P
     return gone
 
 
-def _safe_extract(zf: zipfile.ZipFile, target: Path) -> None:
-    for info in zf.infolist():
+MAX_RATIO = 50  # uncompressed bytes per archive byte: MovieLens zips hold about 3 to 5
+MAX_SLACK = 1 << 20  # bytes any archive may unpack to whatever its ratio (tiny test zips)
+
+
+def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes: int) -> None:
+    """Unpack ``zf`` into ``target``, refusing (``ValueError`` naming ``source`` and the member):
+    a member path that is absolute or leaves the folder; members that declare more than
+    ``MAX_RATIO`` times the archive's size plus ``MAX_SLACK`` bytes in all (a zip bomb; zipfile
+    reads no member beyond its declared size, so the declared total bounds the disk used and the
+    time taken); and a member that cannot be decompressed (corrupt data, a CRC mismatch, an
+    encrypted member, an unsupported method)."""
+    infos = zf.infolist()
+    for info in infos:
         p = PurePosixPath(info.filename)
         if p.is_absolute() or ".." in p.parts or (p.parts and ":" in p.parts[0]):
-            raise ValueError(f"refusing to unpack unsafe member path {info.filename!r}")
-    zf.extractall(target)
+            raise ValueError(f"{source}: refusing to unpack unsafe member path {info.filename!r}")
+    total = sum(info.file_size for info in infos)
+    if total > MAX_RATIO * archive_bytes + MAX_SLACK:
+        raise ValueError(
+            f"{source}: refusing to unpack: its {len(infos)} members declare {total:,} bytes uncompressed, "
+            f"more than {MAX_RATIO} times the archive's {archive_bytes:,} bytes (a zip bomb, not a dataset archive)"
+        )
+    for info in infos:
+        try:
+            zf.extract(info, target)
+        except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, NotImplementedError) as e:
+            raise ValueError(f"{source}: member {info.filename!r} cannot be unpacked: {e}") from None
+        except RuntimeError:  # an encrypted member; zipfile's text for it holds the ZipInfo's repr
+            raise ValueError(f"{source}: member {info.filename!r} cannot be unpacked: it is encrypted "
+                             "(a password-protected zip)") from None
+        except OSError as e:
+            if e.errno is not None:  # the disk (full, read-only): not the archive's fault
+                raise
+            # bz2 reports corrupt data as OSError("Invalid data stream"), without errno
+            raise ValueError(f"{source}: member {info.filename!r} cannot be unpacked: {e}") from None
 
 
 def check_installed(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -276,7 +313,9 @@ def get(
     marker), in both cases leaving the cache as it was; ``FileExistsError`` when the folder
     exists without a marker; ``ValueError`` for an unknown name, for ``verify`` without a
     checksum to compare with, for a ``sha256`` that is not 64 hexadecimal digits (surrounding
-    blanks are ignored), and for an archive that is not a safe zip; ``FileNotFoundError``
+    blanks are ignored), and for an archive that is not a safe zip (a member path leaving the
+    folder, members declaring more than ``MAX_RATIO`` times the archive's size, a member that
+    cannot be decompressed) or that lacks the dataset's ratings file; ``FileNotFoundError``
     for a missing ``from_file`` and ``OSError`` (``urllib.error.URLError``) for a failed download
     (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``).
     """
@@ -338,17 +377,36 @@ def get(
         extract_dir = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-extract-"))
         try:
             with zipfile.ZipFile(part) as zf:
-                _safe_extract(zf, extract_dir)
+                _safe_extract(zf, extract_dir, source, size)
         except zipfile.BadZipFile as e:
             raise ValueError(f"{source} is not a valid zip archive: {e}") from None
         entries = [p for p in extract_dir.iterdir() if not p.name.startswith("__MACOSX")]
         content = entries[0] if len(entries) == 1 and entries[0].is_dir() else extract_dir
+        if not (content / spec.ratings).is_file():
+            # a zip of another dataset (or none) was installed under this name and listed as installed
+            held = sorted(str(p.relative_to(extract_dir)) for p in content.iterdir()) if content is not extract_dir \
+                else sorted(p.name for p in entries)
+            found = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "") or "nothing"
+            raise ValueError(
+                f"{source} is not the {name} archive: it has no {spec.folder}/{spec.ratings} "
+                f"(it holds: {found}); nothing was installed"
+            )
         marker = {
             "name": name, "source": source, "sha256": digest, "verified": bool(verify), "bytes": size,
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "archive_folder": content.name if content is not extract_dir else None,
         }
         (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        if dest.exists() and not force:
+            # another `get` finished first: keep its install (replacing it pulled the files from
+            # under whoever was reading them), and check it as if found at the start
+            if not (dest / MARKER).is_file():
+                raise FileExistsError(
+                    f"{dest} exists but is not a complete fedsim install; remove it or pass force=True (--force)"
+                )
+            if verify:
+                _check_installed(name, dest, expected)
+            return dest
         trash = None
         if dest.exists():
             trash = root / f".{name}-old-{os.getpid()}-{time.time_ns()}"
@@ -357,6 +415,8 @@ def get(
             os.rename(content, dest)
         except OSError:
             if (dest / MARKER).is_file():  # a concurrent install won the race
+                if verify:
+                    _check_installed(name, dest, expected)
                 return dest
             if trash is not None:
                 os.rename(trash, dest)

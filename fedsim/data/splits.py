@@ -5,8 +5,9 @@ Every split returns :class:`Ratings` over the *same* index space as its input
 item that only occurs in a test part still exists (with no training data) in the training part.
 Rows keep their input order inside each part.
 
-Randomness comes from ``seed``: an int (or ``None``) seeds ``numpy.random.default_rng``, or pass a
-``numpy.random.Generator`` to draw from it.
+Randomness comes from ``seed``: an integer >= 0 (or ``None``) seeds ``numpy.random.default_rng``, or
+pass a ``numpy.random.Generator`` to draw from it; anything else (a negative number, ``1.5``,
+``True``) is a ``ValueError`` naming ``seed``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._build import check_seed
 from .ratings import Ratings
 
 __all__ = [
@@ -30,9 +32,10 @@ Seed = Any  # int | None | numpy.random.Generator
 
 
 def _rng(seed: Seed) -> np.random.Generator:
-    if isinstance(seed, np.random.Generator):
-        return seed
-    return np.random.default_rng(seed)
+    if isinstance(seed, np.random.Generator) or seed is None:
+        return np.random.default_rng(seed)  # a Generator is returned as it is
+    check_seed(seed, what="an integer >= 0, None or a numpy.random.Generator")
+    return np.random.default_rng(int(seed))
 
 
 def _split(r: Ratings, test_mask: np.ndarray, what: str, params: dict[str, Any]) -> tuple[Ratings, Ratings]:

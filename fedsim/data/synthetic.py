@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ._build import check_seed
 from .loaders import ML100K_GENRES
 from .ratings import Ratings
 
@@ -193,7 +194,8 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     ``global_mean``, ``noise``, ``t_start``, ``t_end``, ``id_range``, ``rating_max``; for the
     last two presets also
     ``n_rated_items``, ``zipf_offset``, ``affinity_cap``, ``rating_step``, ``block_ratings``).
-    The same (preset, seed, overrides) give the same bytes.
+    The same (preset, seed, overrides) give the same bytes.  ``seed`` is an integer >= 0 (else
+    ``ValueError`` naming it).
 
     ``item_space``: ``"observed"`` (default) indexes the rated items only, in id order;
     ``"id_range"`` keeps the whole id range (index = id - 1), as the loaders do for MovieLens, so
@@ -201,6 +203,7 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     ``ml20m-like`` 131,262 of which 26,744 are rated. For the other presets every item is rated
     and both spaces coincide.
     """
+    check_seed(seed)
     name = preset.removeprefix("synthetic:")
     if name not in PRESETS:
         raise ValueError(f"unknown synthetic preset {preset!r}; expected one of {', '.join(PRESETS)}")
@@ -217,7 +220,7 @@ def generate(preset: str = "tiny", seed: int = 0, **overrides: Any) -> Ratings:
     n_users, n_items = int(p["n_users"]), int(p["n_items"])
     if n_users < 1 or n_items < 1:
         raise ValueError("n_users and n_items must be positive")
-    rng = np.random.default_rng(np.random.PCG64(seed))
+    rng = np.random.default_rng(np.random.PCG64(int(seed)))
     if p.get("method") == "blocks":
         if p["id_range"] is not None or int(p["rating_max"]) != 5:
             raise ValueError(f"preset {name!r} sets its id range with n_items/n_rated_items and its scale with "
