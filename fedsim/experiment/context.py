@@ -396,11 +396,12 @@ class RunContext:
         if word not in self.caveats:
             self.caveats.append(word)
 
-    def warn(self, word: str, title: str, said: str, report_tail: str = ".") -> None:
+    def warn(self, word: str, title: str, said: str, report_tail: str = ".", report_head: str = "") -> None:
         """A caveat (:meth:`caveat`) that is also said where the run is watched: report.md gets
-        ``**title** Said`` (``said`` capitalised, then ``report_tail``), run.log and, unless quiet,
-        stderr get ``note: said``."""
-        self.caveat(word, f"**{title}** {said[:1].upper()}{said[1:]}{report_tail}")
+        ``**title** Said`` (``said`` capitalised, then ``report_tail``; after ``report_head``, when
+        given, ``said`` as it is), run.log and, unless quiet, stderr get ``note: said``."""
+        body = report_head + said if report_head else f"{said[:1].upper()}{said[1:]}"
+        self.caveat(word, f"**{title}** {body}{report_tail}")
         self.progress.log(f"note: {said}")
         if not self.quiet:
             self.progress.print(f"note: {said}", file=sys.stderr)

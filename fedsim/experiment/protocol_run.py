@@ -19,7 +19,6 @@ a setting as given (``info["adjusted"]`` records ``{setting, asked, used, why}``
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any
 
@@ -180,11 +179,8 @@ def run_protocol(ctx: RunContext, name: str) -> None:
         # configuration above says what was asked, this what ran
         ctx.table("adjusted", adjusted, title="Settings the protocol could not use as given, and what it used")
         said = "; ".join(f"{a['setting']} = {a['asked']} was used as {a['used']}: {a['why']}" for a in adjusted)
-        ctx.caveat("adjusted", f"**Adjusted.** The run is not the configuration as given (table `adjusted`): "
-                   f"{said}.")
-        ctx.progress.log(f"note: {said}")
-        if not ctx.quiet:
-            ctx.progress.print(f"note: {said}", file=sys.stderr)
+        ctx.warn("adjusted", "Adjusted.", said,
+                 report_head="The run is not the configuration as given (table `adjusted`): ")
     missing = result.info.get("missing") or []
     if missing:
         ctx.table("missing", missing, title="What was left out, per round: uploads that did not arrive by the deadline "

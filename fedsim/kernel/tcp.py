@@ -851,7 +851,7 @@ class _Worker:
 
     # -- entry ---------------------------------------------------------------------------------
     def main(self) -> int:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills us if it must
+        # (SIGINT is ignored from the child's first step: _worker_process)
         _die_with_parent(self.parent)
         self.net._worker = self
         # No loop teardown: the process leaves through os._exit right after, and the kernel closes

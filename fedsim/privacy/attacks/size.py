@@ -18,9 +18,10 @@ has one size per k (``row_count_of_size``). Then, per protocol:
                           m - n catalogue items she has not consumed, each triple's positive uniform
                           over her n = |I_u| items and sent with probability pi, so
                           E[k | n] = n (1 - (1 - pi/n)^T) + (m - n) (1 - (1 - 1/(m - n))^T).
-                          The estimate of |I_u| is the n in 1..m-1 whose E[k | n] is nearest the mean
-                          k over her uploads seen (the smallest such n; a method of moments), with
-                          m the public ``n_items``: it assumes the training catalogue negatives are
+                          The estimate of |I_u| is the n in 1..floor(pi m / (1 + pi)) (the rising
+                          side, below) whose E[k | n] is nearest the mean k over her uploads seen
+                          (the smallest such n; a method of moments), with m the public
+                          ``n_items`` (or ``SizeOnly(catalogue=)``): it assumes the training catalogue negatives are
                           drawn from is every item (a smaller one makes negatives collide more, and
                           the estimate too small). E[k | n] rises with n up to n = pi m / (1 + pi)
                           and falls beyond it: a user with more items than that is read as one
