@@ -320,3 +320,28 @@ def test_clients_fpl_did_not_draw_in_a_round_are_not_partly_seen():
     per = upload_rounds(cap)
     assert sum(len(c) for c, _ in per.values()) == 12 and all(c == s for c, s in per.values())
     assert any(len(s) < 4 for _, s in per.values()) and partly_seen(cap) == []
+
+
+def test_first_only_keeps_no_copy_still_in_flight_when_its_run_ended():
+    # a run stopped at `until` (or deadlocked) leaves copies in flight for ever: the first model
+    # to a client was kept as a candidate that could still arrive, and read after the run, as the
+    # client's first delivered model, which it never got
+    from fedsim.kernel import LinkSpec, SimNetwork
+    from fedsim.privacy import Recorder
+
+    async def server(ctx):
+        await ctx.send("slow", "model", {"v": 1})
+        await ctx.send("fast", "model", {"v": 2})
+
+    async def client(ctx):
+        await ctx.receive("model")
+
+    net = SimNetwork(seed=0)
+    rec = Recorder(first_only=("model",)).attach(net)
+    net.add_node("server", server, role="server")
+    net.add_node("slow", client, link=LinkSpec(latency=10.0))
+    net.add_node("fast", client, link=LinkSpec(latency=0.001))
+    res = net.run(until=1.0, strict=False)
+    assert res.unfinished == ["slow"]
+    kept = {row[DST]: (row[STATUS], p is not None) for row, p, _ in rec.entries}
+    assert kept == {"slow": ("in_flight", False), "fast": ("delivered", True)}

@@ -14,6 +14,7 @@ crossed the network. ``fedsim.privacy.views`` cuts it into what one adversary ma
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable
 
 from ..kernel.ledger import ARRIVAL, DST, KIND, ROUND, SRC, STATUS
@@ -40,7 +41,8 @@ class Recorder:
     (ties: the one sent first) is kept and the others' payloads are dropped, lost copies' as soon
     as they are known lost; after that the receiver's later copies are not kept. So it holds at
     most one payload per receiver plus those still in flight when the next copy is sent, and,
-    read after a run, exactly each receiver's first delivered copy (none if every copy was lost).
+    read after a run, exactly each receiver's first delivered copy (none if every copy was lost, or
+    was still in flight when its network's run ended: stopped at ``until``, or deadlocked).
     It used to keep the first copy sent whatever its fate: a client whose first model was lost
     trained its first upload on a later model, which was not kept, and an attack on first
     uploads could not attack it (a miss in the scores). One recorder may be attached to several
@@ -50,7 +52,7 @@ class Recorder:
     numbers start afresh; views order and name messages by network first).
     """
 
-    __slots__ = ("_entries", "rounds", "kinds", "nodes", "networks", "first_only", "_firsts", "_pending")
+    __slots__ = ("_entries", "rounds", "kinds", "nodes", "networks", "first_only", "_firsts", "_pending", "_nets")
 
     def __init__(self, *, rounds: Iterable[int] | None = None, kinds: Iterable[str] | None = None,
                  nodes: Iterable[str] | None = None, first_only: Iterable[str] = ()) -> None:
@@ -61,6 +63,7 @@ class Recorder:
         self.first_only = frozenset(first_only)
         self._firsts: set = set()  # (kind, receiver) whose first delivered copy is known (and kept)
         self._pending: dict = {}  # (kind, receiver) -> indices in entries of candidates (payload kept)
+        self._nets: list = []  # a weak reference to each network attached, in order
         self.networks = 0
 
     @property
@@ -84,7 +87,9 @@ class Recorder:
             win = min(delivered, key=lambda i: (entries[i][2], entries[i][0][ARRIVAL], i))
             drop = [i for i in cands if i != win]
         else:
-            drop = [i for i in cands if entries[i][0][STATUS] != "in_flight"]  # lost
+            # lost, or still in flight on a network whose run has ended (stopped at ``until``, a
+            # deadlock): such a copy is never delivered
+            drop = [i for i in cands if entries[i][0][STATUS] != "in_flight" or self._ended(entries[i][2])]
         for i in drop:
             row, _, net = entries[i]
             entries[i] = (row, None, net)
@@ -98,6 +103,13 @@ class Recorder:
             self._pending[key] = [i for i in cands if i not in drop]
         return False
 
+    def _ended(self, k: int) -> bool:
+        """Whether the run of the ``k``-th network attached has ended (or the network is gone)."""
+        if not 0 <= k < len(self._nets):  # (rows observed without attach: nothing known of a run)
+            return False
+        net = self._nets[k]()
+        return net is None or bool(getattr(net, "ended", False))
+
     def attach(self, net: Any) -> "Recorder":
         """Make this recorder ``net``'s tap (``net.tap = self``) and return it. Raises
         ``ValueError`` if ``net`` already has another tap."""
@@ -105,6 +117,7 @@ class Recorder:
             raise ValueError("the network already has a tap")
         net.tap = self
         self.networks += 1
+        self._nets.append(weakref.ref(net))  # (not the network itself: a run's ledger is large)
         return self
 
     def keeps(self, row: list) -> bool:
