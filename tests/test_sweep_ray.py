@@ -517,3 +517,42 @@ def test_an_address_where_no_ray_head_answers_is_a_prompt_one_line_error(tmp_pat
         f"error: --address 127.0.0.1:{port}: something listens there but it is not a Ray cluster ({why}, not as "
         "Ray's gRPC server does)"], res.stderr
     assert not (tmp_path / "sw").exists()
+
+
+def test_the_address_check_has_one_bound_for_the_whole_answer(monkeypatch):
+    # the timeout bounded each read: a peer sending a byte every 0.4 s held a 1 s check for about
+    # 3.6 s (nine reads of a frame header), and said "did not answer"
+    import fedsim.studies.raypool as raypool
+    from fedsim.experiment import UsageError
+
+    monkeypatch.setattr(raypool, "CONNECT_TIMEOUT", 1.0)
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(1024)
+            for _ in range(20):
+                if stop.wait(0.4):
+                    break
+                try:
+                    conn.sendall(b"\0")
+                except OSError:
+                    break
+
+    threading.Thread(target=drip, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(UsageError) as e:
+            raypool._check_reachable(f"127.0.0.1:{port}")
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        srv.close()
+    assert took < 1.5, took
+    assert str(e.value) == (f"--address 127.0.0.1:{port}: something listens there but it is not a Ray cluster (it did "
+                            "not finish its answer within 1 s, not as Ray's gRPC server does)")

@@ -230,6 +230,7 @@ def _check_reachable(address: str, given: str | None = None) -> None:
     minutes, and waited forever on one where something else listens (a web server, an idle
     port forward). Other forms are left to Ray."""
     import socket
+    import time
 
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or not host:
@@ -237,26 +238,37 @@ def _check_reachable(address: str, given: str | None = None) -> None:
     where = "there" if given in (None, address) else f"at {address}, the address Ray found for it"
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT) as conn:
+            # one bound for the whole answer: a timeout per read let a peer that sends a byte now
+            # and then hold the check for nine times CONNECT_TIMEOUT
+            end = time.monotonic() + CONNECT_TIMEOUT
+            head, closed, late = b"", False, False
             try:
                 conn.settimeout(CONNECT_TIMEOUT)
                 conn.sendall(HTTP2_PREFACE)
-                head, closed = b"", False
                 while len(head) < 9:  # a frame's header: length (3 bytes), type, flags, stream
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        late = True
+                        break
+                    conn.settimeout(left)
                     got = conn.recv(9 - len(head))
                     if not got:
                         closed = True
                         break
                     head += got
-            except OSError:  # no answer in time, or the connection reset
-                head, closed = b"", False
+            except socket.timeout:
+                late = True
+            except OSError:  # the connection reset
+                closed = True
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         if isinstance(exc, socket.gaierror):  # "Name or service not known" alone did not say of what
             why = f"the host {host} is not known: {why}"
         raise UsageError(f"--address {given or address}: no Ray cluster answers {where} ({why})") from None
     if len(head) < 9 or head[3] != HTTP2_SETTINGS:
-        said = ("answered in another protocol" if head else "closed the connection" if closed
-                else f"did not answer within {CONNECT_TIMEOUT:g} s")
+        said = ("answered in another protocol" if len(head) >= 9 or (head and closed)
+                else f"did not finish its answer within {CONNECT_TIMEOUT:g} s" if head and late
+                else "closed the connection" if closed else f"did not answer within {CONNECT_TIMEOUT:g} s")
         raise UsageError(f"--address {given or address}: something listens {where} but it is not a Ray cluster (it "
                          f"{said}, not as Ray's gRPC server does)") from None
 
