@@ -97,14 +97,14 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
             a = init.get("adam")
             adam = AdamState.zeros(Q.shape) if a is None else AdamState(
                 m=np.array(a["m"], dtype=np.float64), v=np.array(a["v"], dtype=np.float64), t=int(a["t"]))
-    Q_sent = Q.astype(wire)
+    Q_sent = Q_next = Q.astype(wire)  # Q_next: Q as the next round sends it (made once: checked, then sent)
     n = len(clients)
     missing: list[dict] = []
     diverged_at = None
     for t in range(cfg.rounds):
         r = round_offset + t
         ctx.begin_round(r)
-        Q_sent = Q.astype(wire)
+        Q_sent = Q_next
         await ctx.broadcast(clients, "model", {"Q": Q_sent})
         got = await ctx.gather("gradients", senders=clients, round=r, timeout=cfg.deadline)
         if got.missing:
@@ -133,8 +133,8 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FCFConfig, init: di
             fcf_server_update(Q, G, cfg.lr, cfg.lam, n_clients=max(len(got), 1), average=cfg.average, adam=adam)
         await ctx.compute((n + 10.0) * Q.size, "aggregate")
         with np.errstate(over="ignore"):
-            sendable = all_finite(Q.astype(wire))  # Q, and Q as sent (float32 holds less than float64)
-        if not sendable:  # once per round: the clients are not sent a model that is not finite
+            Q_next = Q.astype(wire)
+        if not all_finite(Q_next):  # Q, and Q as sent (float32 holds less than float64)  # once per round: the clients are not sent a model that is not finite
             diverged_at = r + 1
             break
     await ctx.broadcast(clients, "stop", None)
