@@ -30,6 +30,17 @@ PAPER_VALUES = {"settings": "paper"}
 PARAMS = fpl_scenario_params()
 
 
+def gap_spread(gap: float, sds: tuple[float, ...], seeds: int) -> str:
+    """How the gap between two presets' mean IC@10 compares with their IC@10 sds over seeds
+    (``sds``: the largest of each): larger than every one of them, or not a clear ordering
+    (also when an sd is NaN: no spread known to judge it by)."""
+    if seeds < 2:
+        return "one seed: no spread to judge the gap by"
+    if not any(math.isnan(x) for x in sds) and abs(gap) > max(sds):
+        return f"the gap, {abs(gap):.1f}, exceeds the largest IC@10 sd over seeds of either"
+    return f"the gap, {abs(gap):.1f}, is within an IC@10 sd over seeds: not a clear ordering"
+
+
 def run(ctx: RunContext) -> None:
     st = scenario_study(ctx, tuple(ctx["presets"]), used=FPL_SETTINGS)
     country = ctx["paper_country"]
@@ -58,12 +69,7 @@ def run(ctx: RunContext) -> None:
         if plus in span and plain in span:
             gap = span[plus][2] - span[plain][2]
             where = "level with" if gap == 0 else "right of" if gap > 0 else "NOT right of"
-            if len(st.seeds) < 2:
-                spread = "one seed: no spread to judge the gap by"
-            elif abs(gap) > max(sd[plus], sd[plain]):
-                spread = f"the gap, {abs(gap):.1f}, exceeds the largest IC@10 sd over seeds of either"
-            else:  # a nan sd compares False: no clear ordering claimed
-                spread = f"the gap, {abs(gap):.1f}, is within an IC@10 sd over seeds: not a clear ordering"
+            spread = gap_spread(gap, (sd[plus], sd[plain]), len(st.seeds))
             line = (f"{plus} lies {where} {plain} (mean IC@10 {span[plus][2]:.1f} vs {span[plain][2]:.1f}; "
                     f"{spread})")
             if n_pis < 2:

@@ -202,3 +202,18 @@ def test_personalfr_checks_say_one_repeat_has_no_spread_to_judge_an_ordering_by(
     winner = "PersonalFR" if pf < fa else "FedAvg"
     assert (f"- explicit, M = 4: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: {winner} better (one repeat: no spread to "
             "judge the gap by); Joint") in report
+
+
+def test_fpl_fig3_claims_no_ordering_when_either_presets_sd_is_nan():
+    # max(sd_plus, sd_plain) with sd_plain NaN gave sd_plus (max keeps its first argument against a
+    # NaN): a gap larger than sd_plus was said to exceed "the largest IC@10 sd over seeds of either"
+    # though the plain preset's spread was unknown; with the NaN first it said "not a clear ordering"
+    from fedsim.experiment import load_scenario
+
+    gap_spread = load_scenario("fpl_fig3").gap_spread
+    nan = float("nan")
+    within = "the gap, 5.0, is within an IC@10 sd over seeds: not a clear ordering"
+    assert gap_spread(5.0, (1.0, nan), 2) == gap_spread(5.0, (nan, 1.0), 2) == within
+    assert gap_spread(-5.0, (1.0, 2.0), 2) == "the gap, 5.0, exceeds the largest IC@10 sd over seeds of either"
+    assert gap_spread(1.5, (1.0, 2.0), 2) == "the gap, 1.5, is within an IC@10 sd over seeds: not a clear ordering"
+    assert gap_spread(5.0, (nan, nan), 1) == "one seed: no spread to judge the gap by"

@@ -552,6 +552,45 @@ def test_step_log_shows_what_happened_at_one_instant_in_the_order_it_happened():
     assert untraced.happened == []
 
 
+
+def test_a_traced_asyncio_run_records_each_send_before_its_arrival_or_loss():
+    # AsyncioNetwork delivers (or loses) a copy inside post, which recorded ("arrive", seq) or
+    # ("lost", seq) in net.happened before ctx.send added the copy's ("send", seq): the step log
+    # said "b receives m" (and "m ... is lost") before "a sends m", at one instant
+    from fedsim.kernel import AsyncioNetwork
+    from fedsim.studies.trace import step_log
+
+    async def a(ctx):
+        for i in range(4):
+            await ctx.send("b", "m", {"i": i})
+        await ctx.broadcast(["b", "c"], "n", {"i": 9})
+
+    async def b(ctx):
+        while await ctx.receive(("m", "n"), timeout=0.05) is not None:
+            pass
+
+    async def c(ctx):
+        await ctx.receive("n", timeout=0.05)
+
+    net = AsyncioNetwork(seed=0, trace=True)
+    net.add_node("a", a, loss=0.5)
+    net.add_node("b", b, role="server")
+    net.add_node("c", c, role="server")
+    net.run()
+    rows = list(net.ledger.records())
+    assert {r["status"] for r in rows} == {"delivered", "lost"}
+    position = {what: i for i, what in enumerate(net.happened)}
+    for r in rows:
+        fate = ("arrive" if r["status"] == "delivered" else "lost", r["seq"])
+        assert position[("send", r["seq"])] < position[fate], r
+    lines = step_log(net).splitlines()
+    # each copy's send line stands before its arrival or loss line (sends and fates in ledger order)
+    sends = [i for i, line in enumerate(lines) if " a sends " in line]
+    fates = [i for i, line in enumerate(lines) if " receives " in line or " is lost " in line]
+    assert len(sends) == len(fates) == len(rows)
+    assert all(s < f for s, f in zip(sends, fates))
+
+
 def _setup_labels():
     """A traced run with the round labels -1 (a key exchange from round 0), -6 (that of a network
     resumed at round 5: FPL's key_setup_round(5)) and 5: the server sends one message under each

@@ -58,7 +58,8 @@ def test_scores(result, test) -> dict[str, Any]:
     ratings) on the ``test`` ratings of the users still present at the end, with
     ``test_users_left_out`` when some were left out; ``test_error`` instead when the model cannot
     be evaluated (a diverged one) or no user is left to evaluate (all those with test ratings
-    dropped out); nothing without a model or test ratings. A client that dropped
+    dropped out, or the test split holds no rating: a ``test_frac`` too small for the data);
+    nothing without a model or test ratings. A client that dropped
     out took its user factor with it (``info["lost_users"]``: the model holds zeros there, which
     predict the lowest rating): its ratings would be scored as if it had trained, so they are left
     out, as the protocols' own evaluations leave out clients that do not answer."""
@@ -67,10 +68,12 @@ def test_scores(result, test) -> dict[str, Any]:
         return {}
     users, items, values, left_out = result.present(test.users, test.items, test.values)
     out: dict[str, Any] = {"test_users_left_out": left_out} if left_out else {}
-    if len(test.users) and not len(users):
-        # every user with test ratings dropped out: a mean over no rating is no figure (it was NaN,
-        # with NumPy's "mean of empty slice" warnings, in the columns of a score)
-        out["test_error"] = f"no user evaluated: all {left_out} users with test ratings dropped out"
+    if not len(users):
+        # every user with test ratings dropped out, or there was none (an empty test split): a mean
+        # over no rating is no figure (it was NaN, with NumPy's "mean of empty slice" warnings, in
+        # the columns of a score)
+        out["test_error"] = ("no user evaluated: " + (f"all {left_out} users with test ratings dropped out"
+                                                      if len(test.users) else "the test ratings are empty"))
         return out
     try:
         out["test_mae"], out["test_rmse"] = model.evaluate(users, items, values)
@@ -148,17 +151,20 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     if result.metrics:
         ctx.table("metrics", result.metrics, title="The protocol's own evaluations per round")
     nobody = [m["round"] for m in result.metrics if evaluated_nobody(m)]
-    final_nobody = str(summary.get("test_error", "")).startswith("no user evaluated")
+    final_error = str(summary.get("test_error", ""))
+    final_nobody = final_error.startswith("no user evaluated: ")
     if nobody or final_nobody:
-        # a NaN where a score goes reads as a broken model; say that there was nobody to score
+        # a NaN where a score goes reads as a broken model; say that there was nobody to score,
+        # and why (the final model's test evaluation: as test_scores found it)
         where = []
         if nobody:
             where.append(f"the protocol's evaluation of round{'s' if len(nobody) > 1 else ''} "
-                         f"{', '.join(str(r) for r in nobody)} (its metrics are NaN over 0 users: no figure)")
+                         f"{', '.join(str(r) for r in nobody)} (its metrics are NaN over 0 users: no figure): "
+                         "every user with test ratings had dropped out, or no answer arrived by the deadline")
         if final_nobody:
-            where.append("the test evaluation of the final model (`test_error`)")
-        said = (f"no user was evaluated in {' and '.join(where)}: every user with test ratings had dropped out, "
-                "or no answer arrived by the deadline")
+            where.append("the test evaluation of the final model (`test_error`): "
+                         + final_error.removeprefix("no user evaluated: "))
+        said = "no user was evaluated in " + "; and in ".join(where)
         ctx.warn("unevaluated", "Not evaluated.", said, "; these are not scores.")
     purposes = {k.name: k for k in spec.kinds}
     kinds = []

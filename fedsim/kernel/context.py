@@ -447,10 +447,11 @@ class Context:
 
 def _post_traced(net, node, dsts: tuple, kind: str, encoded, anonymous: bool) -> None:
     """``net.post`` on a network that traces: each ledger row it adds is a send in
-    ``net.happened``."""
-    first = len(net.ledger)
+    ``net.happened``, placed before whatever ``post`` itself recorded (AsyncioNetwork delivers
+    or loses a copy inside ``post``: its arrival or loss came before its send)."""
+    first, at = len(net.ledger), len(net.happened)
     net.post(node, dsts, kind, encoded, anonymous)
-    net.happened.extend(("send", seq) for seq in range(first, len(net.ledger)))
+    net.happened[at:at] = [("send", seq) for seq in range(first, len(net.ledger))]
 
 
 def _kinds(kind: Any) -> str | tuple[str, ...]:
