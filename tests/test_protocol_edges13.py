@@ -122,23 +122,22 @@ def test_fedsim_run_says_that_no_user_was_evaluated(name, sets, tmp_path, capsys
 
 
 
-def test_fedsim_run_says_that_an_empty_test_split_evaluated_nobody(tmp_path, capsys):
-    # test_frac too small for the data: the split held no test rating, and the final model's
-    # test_mae/test_rmse were NaN (NumPy's "mean of empty slice" warnings on stderr) with no note
+@pytest.mark.parametrize("protocol, sets", [("fedrec", ["T=2"]), ("fedrec", ["T=2", "eval_every=1"]),
+                                            ("fpl", ["rounds=2"])])
+def test_fedsim_run_refuses_a_test_split_that_holds_nothing_out(tmp_path, capsys, protocol, sets):
+    # test_frac too small for the data: the split held no test rating. A protocol that evaluates
+    # refused it with a ValueError traceback; FedRec without evaluations ran and its final model's
+    # test_mae/test_rmse were NaN (NumPy's "mean of empty slice" on stderr), unremarked
     out = tmp_path / "out"
-    assert main(["run", "fedrec", "--data", "tiny", "--set", "test_frac=0.001", "--set", "T=2", "--out", str(out)]) == 0
+    args = ["run", protocol, "--data", "tiny", "--set", "test_frac=0.001", "--out", str(out)]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
     err = capsys.readouterr().err
-    assert "RuntimeWarning" not in err
-    with open(out / "summary.csv", newline="") as f:
-        [summary] = list(csv.DictReader(f))
-    assert summary["test_ratings"] == "0"
-    assert summary["test_error"] == "no user evaluated: the test ratings are empty"
-    assert "test_rmse" not in summary and "test_mae" not in summary
-    report = (out / "report.md").read_text()
-    assert ("**Not evaluated.** No user was evaluated in the test evaluation of the final model (`test_error`): "
-            "the test ratings are empty; these are not scores.") in report
-    assert "dropped out" not in report
-    assert json.loads((out / "results.json").read_text())["caveats"] == ["unevaluated"]
+    assert err.strip().splitlines()[-1] == ("error: test_frac = 0.001 holds out no rating of --data tiny (360 ratings "
+                                            "of 30 users): give a larger test_frac, or 0 for no test split")
+    assert "Traceback" not in err and "RuntimeWarning" not in err
+    assert not out.exists()
 
 
 def test_an_evaluation_over_some_users_has_no_such_note(tmp_path, capsys):

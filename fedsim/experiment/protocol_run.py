@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 
+from ..config import ConfigError
 from .context import RunContext
 from .params import Param, params_from
 
@@ -104,11 +105,19 @@ def split_data(ctx: RunContext, spec) -> tuple[Any, Any]:
     if frac <= 0:
         return ratings, None
     if spec.data == "implicit" and ratings.timestamps is not None:
-        return temporal_holdout(ratings, frac)
-    # a stream of its own, derived from (seed, "split"): default_rng(seed) was the very stream that
-    # made a synthetic preset (generated at seed 0) under the default --seed 0, so which ratings were
-    # held out repeated the generator's first draws
-    return per_user_random(ratings, frac, seed=node_rng(ctx.seed, "split"))
+        train, test = temporal_holdout(ratings, frac)
+    else:
+        # a stream of its own, derived from (seed, "split"): default_rng(seed) was the very stream that
+        # made a synthetic preset (generated at seed 0) under the default --seed 0, so which ratings were
+        # held out repeated the generator's first draws
+        train, test = per_user_random(ratings, frac, seed=node_rng(ctx.seed, "split"))
+    if not len(test.users):
+        # a protocol that evaluates refused it with a ValueError (a traceback from the command line),
+        # one that does not reported a test error: the split asked for held nothing out
+        raise ConfigError(f"test_frac = {frac:g} holds out no rating of --data {ctx.data} ({len(ratings.users)} "
+                          f"ratings of {int(ratings.n_users)} users): give a larger test_frac, or 0 for no test split",
+                          "test_frac")
+    return train, test
 
 
 def run_protocol(ctx: RunContext, name: str) -> None:
