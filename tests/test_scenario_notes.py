@@ -217,3 +217,31 @@ def test_fpl_fig3_claims_no_ordering_when_either_presets_sd_is_nan():
     assert gap_spread(-5.0, (1.0, 2.0), 2) == "the gap, 5.0, exceeds the largest IC@10 sd over seeds of either"
     assert gap_spread(1.5, (1.0, 2.0), 2) == "the gap, 1.5, is within an IC@10 sd over seeds: not a clear ordering"
     assert gap_spread(5.0, (nan, nan), 1) == "one seed: no spread to judge the gap by"
+
+
+def test_personalfr_checks_claim_no_ordering_when_one_methods_spread_is_unknown():
+    # the spreads were filtered for NaN: with FedAvg's std NaN (one finite repeat) the gap was
+    # judged against PersonalFR's alone, and a gap larger than it stated as an ordering
+    from fedsim.studies.personalfr.report import verdicts
+
+    class Ctx:
+        notes: list = []
+
+        def note(self, text):
+            self.notes.append(text)
+
+    nan = float("nan")
+
+    def line(fa_sd, pf_sd):
+        ctx = Ctx()
+        ctx.notes = []
+        verdicts(ctx, [{"task": "explicit", "method": "fedavg", "clients": "4", "selected": 1.0, "selected_std": fa_sd},
+                       {"task": "explicit", "method": "personalfr", "clients": "4", "selected": 0.9,
+                        "selected_std": pf_sd}])
+        return ctx.notes[0].splitlines()[-1]
+
+    head = "- explicit, M = 4: PersonalFR 0.9000 vs FedAvg 1.0000: PersonalFR better"
+    assert line(nan, 0.01) == line(0.01, nan) == head + " (one of them has no spread over its repeats: not a clear ordering)"
+    assert line(nan, nan) == head + " (one repeat: no spread to judge the gap by)"
+    assert line(0.01, 0.02) == head
+    assert line(0.01, 0.2) == head + " (the gap is within a population std over the repeats: not a clear ordering)"

@@ -165,11 +165,15 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
                 continue
             # equal figures said "FedAvg better"; a gap within the spread over repeats is no ordering
             txt += "PersonalFR better" if better(pf, fa) else "FedAvg better" if better(fa, pf) else "equal"
-            spread = [x for x in (sds[("fedavg", M)], sds[("personalfr", M)]) if not math.isnan(x)]
-            if pf != fa and spread and abs(pf - fa) <= max(spread):
-                txt += " (the gap is within a population std over the repeats: not a clear ordering)"
-            elif pf != fa and not spread:  # one repeat (its std is NaN): the ordering was stated as a finding
+            pair = (sds[("fedavg", M)], sds[("personalfr", M)])
+            if pf != fa and all(math.isnan(x) for x in pair):  # one repeat: the ordering was stated as a finding
                 txt += " (one repeat: no spread to judge the gap by)"
+            elif pf != fa and any(math.isnan(x) for x in pair):
+                # one method's spread unknown (a single finite repeat): the gap was judged against the
+                # other's alone, and stated as an ordering when it exceeded it
+                txt += " (one of them has no spread over its repeats: not a clear ordering)"
+            elif pf != fa and abs(pf - fa) <= max(pair):
+                txt += " (the gap is within a population std over the repeats: not a clear ordering)"
             if joint is not None and math.isnan(joint):
                 txt += "; Joint nan: not compared"
             elif joint is not None:
