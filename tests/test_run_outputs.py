@@ -596,3 +596,28 @@ def test_the_progress_line_says_which_round_a_setup_prepares():
     assert snapshot_text([{"round": key_setup_round(5)}]) == "setup for round 5"
     assert snapshot_text([{"round": 7}, {"round": -1}, {"round": -6}]) == "rounds 7|setup|setup for round 5"
     assert snapshot_text([{"round": None}]) == ""
+
+
+def test_a_model_that_cannot_be_evaluated_keeps_the_count_of_users_left_out():
+    # the except branch returned {"test_error": ...} alone: the run's summary lost how many users
+    # had dropped out, which it gives for a model that can be evaluated
+    import numpy as np
+
+    from fedsim.experiment.protocol_run import test_scores
+
+    class Model:
+        def evaluate(self, users, items, values):
+            raise ValueError("the model is not finite")
+
+    class Result:
+        model = Model()
+
+        def present(self, users, items, values):
+            keep = users != 0  # user 0 dropped out
+            return users[keep], items[keep], values[keep], 1
+
+    class Test:
+        users, items, values = np.array([0, 1, 2]), np.array([3, 4, 5]), np.array([1.0, 2.0, 3.0])
+
+    assert test_scores(Result(), Test()) == {"test_users_left_out": 1,
+                                            "test_error": "ValueError: the model is not finite"}

@@ -78,8 +78,8 @@ def test_scores(result, test) -> dict[str, Any]:
         return out
     try:
         out["test_mae"], out["test_rmse"] = model.evaluate(users, items, values)
-    except Exception as exc:  # a diverged model cannot be evaluated: say so instead
-        return {"test_error": f"{type(exc).__name__}: {exc}"}
+    except Exception as exc:  # a diverged model cannot be evaluated: say so instead (and who was left out)
+        out["test_error"] = f"{type(exc).__name__}: {exc}"
     return out
 
 

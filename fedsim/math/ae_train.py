@@ -577,7 +577,8 @@ def train_joint(
             break
         ev = None
         if (eval_every and ep % eval_every == 0) or ep == int(epochs):
-            ev = finish_eval(eval_sums(params if fast is None else fast.params(), task, k=k), task.task)
+            with np.errstate(**quiet):  # (finite parameters whose predictions overflow: checked below)
+                ev = finish_eval(eval_sums(params if fast is None else fast.params(), task, k=k), task.task)
             if ev["n"] and not np.isfinite(ev.get("rmse", ev.get("ndcg"))):
                 # finite parameters whose predictions are not: no figure either (over no entry, NaN
                 # says nobody was evaluated, not divergence)
