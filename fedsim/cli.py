@@ -39,6 +39,7 @@ from .experiment import (
     scenario_name,
 )
 from .experiment.configfile import at
+from .experiment.params import set_keys
 from .experiment.runner import add_fault_arguments, closing_line, did_not_finish, net_from_args, resolve_run_options
 from .kernel.errors import DeadlockError, NetworkConfigError
 
@@ -159,7 +160,7 @@ def _from_config(args: argparse.Namespace, doc: dict | None):
     except ConfigError as exc:
         key = exc.key
         params = (doc or {}).get("params") or {}
-        given = {str(s).split("=", 1)[0].strip() for s in (getattr(args, "set", None) or [])}
+        given = set_keys(getattr(args, "set", None))
         if key is not None and key in params and key not in given:
             raise ConfigError(f"{at(doc, 'params', key)}: [params] {key}: {exc}", key) from None
         raise
@@ -246,7 +247,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
     opts = resolve_run_options(mod, args, doc)
     fixed = opts["overrides"]
-    on_command_line = {s.split("=", 1)[0].strip() for s in args.set}
+    on_command_line = set_keys(args.set)
     for key in grid:  # a grid axis replaces the file's [params] value (an --set one is refused)
         if key in fixed and key not in on_command_line:
             del fixed[key]

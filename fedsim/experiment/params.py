@@ -13,7 +13,8 @@ from ..config import ConfigError, FieldInfo, check_field, did_you_mean, fields_o
 from .naming import scenario_name
 from .errors import UsageError
 
-__all__ = ["Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config", "unknown_parameter"]
+__all__ = ["Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config", "set_keys",
+           "unknown_parameter"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ def resolve_config(mod: ModuleType, overrides: dict[str, Any]) -> dict[str, Any]
             raise unknown_parameter(k, mod, params)
         cfg[k] = check_value(k, v, params[k])
     return cfg
+
+
+def set_keys(sets: Sequence[str] | None) -> set[str]:
+    """The keys of ``--set key=value`` strings (as given, stripped; not checked)."""
+    return {str(s).split("=", 1)[0].strip() for s in (sets or ())}
 
 
 def parse_sets(mod: ModuleType, sets: Sequence[str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from .context import Progress, RunContext
 from .live import activate, deactivate
 from .discovery import first_sentence, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
-from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config
+from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
 from .report import git_revision, json_default, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
@@ -498,7 +498,7 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         for key, p in mod.PARAMS.items():
             v = getattr(args, f"param_{key}")
             if v is not None:
-                if any(s.split("=", 1)[0].strip() == key for s in (args.set or ())):
+                if key in set_keys(args.set):
                     # --rounds 3 silently won over --set rounds=2; --set refuses a key given twice too
                     raise UsageError(f"--{key.replace('_', '-')} and --set {key}: the same parameter given twice")
                 opts["overrides"][key] = parse_value(key, v, p)
