@@ -190,3 +190,18 @@ def test_a_failed_comparison_with_dropout_in_a_window_says_why_it_may_differ(tmp
         "demo: the asyncio run differs from the simulator's: parameters w differ; with dropout at times in "
         "[0.0, 5.0] s, a node drops out at a real instant on asyncio and at a simulated one on the simulator, so "
         "the messages it costs can differ (--dropout-window 0,0 drops the same nodes from the start on both)")
+
+
+def test_a_comparison_of_runs_that_evaluated_nobody_says_so(tmp_path):
+    # every client dropped out: both runs' test_error said "no user evaluated", and the report gave
+    # only that column, without the Not evaluated note fedsim run writes
+    out = tmp_path / "cmp"
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "fedrec", "--against", "asyncio", "--data", "tiny",
+                          "--dropout", "1.0", "--set", "deadline=0.05", "--set", "T=1", "--quiet", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    report = (out / "report.md").read_text()
+    assert ("**Not evaluated.** No user was evaluated in the test evaluation of the final model of sim (lan, 100% "
+            "dropout in [0, 0] s) and of asyncio: all 30 users with test ratings dropped out; these are not "
+            "scores.") in report
+    assert "unevaluated" in (out / "results.json").read_text()

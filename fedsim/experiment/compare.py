@@ -96,6 +96,12 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         row["parameters_bit_identical"] = same
         rows.append(row)
     ctx.table("summary", rows, title=f"{name}: the simulator against the {transport} transport")
+    nobody = [r for r in rows if str(r.get("test_error", "")).startswith("no user evaluated: ")]
+    if nobody:
+        # as fedsim run says it: a test_error column alone was read only by whoever looked for it
+        why = nobody[0]["test_error"].removeprefix("no user evaluated: ")
+        ctx.warn("unevaluated", "Not evaluated.", "no user was evaluated in the test evaluation of the final model "
+                 f"of {' and of '.join(r['network'] for r in nobody)}: {why}", "; these are not scores.")
     planned = getattr(cfg, spec.rounds_field)
     diverged = {label: int(res.info["diverged_at"]) for label, (res, _, _) in runs.items()
                 if res.info.get("diverged_at") is not None}
