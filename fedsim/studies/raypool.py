@@ -149,7 +149,7 @@ class RaySession:
                                   "log_to_driver": self.log_to_driver}
             target = self.address
             if self.address is not None:
-                target = _resolve_auto(self.address)
+                target = _ray_target(self.address)
                 _check_reachable(target, given=self.address)
             staged = None
             try:
@@ -193,7 +193,7 @@ class RaySession:
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
 
 
-def _resolve_auto(address: str) -> str:
+def _ray_target(address: str) -> str:
     """The ``HOST:PORT`` Ray connects to for ``address``: for ``auto``, ``RAY_ADDRESS``, a Ray
     running on this machine, or the last cluster started here, recorded in Ray's temporary
     folder (a killed one's address stays there, and Ray then retried it for minutes); raises
