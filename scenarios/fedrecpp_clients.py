@@ -72,6 +72,10 @@ def run(ctx: RunContext) -> None:
     data_note(ctx, ratings, paper=paper_ds)
     all_folds = make_folds(ratings, ctx["folds"], ctx.seed)
     folds = all_folds[: ctx["use_folds"]]
+    if ctx["use_folds"] > len(all_folds):
+        # the configuration line says use_folds as given: say what ran (the table's folds column too)
+        ctx.note(f"use_folds = {ctx['use_folds']} with folds = {len(all_folds)}: every setting ran on the "
+                 f"{len(all_folds)} copies there are.")
     n = ratings.n_users
     workers = ctx["workers"] or default_workers()
     base = FedRecPPConfig(d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"], deadline=ctx["deadline"])

@@ -140,3 +140,15 @@ def test_fedrecpp_clients_cites_no_paper_statement_for_a_fraction_the_paper_did_
     assert says[(0.01, "FedRec")] == says[(0.01, "FedRec++")] == ""
     assert says[(1.0, "FedRec")] == "Table 2 (c = n)"
     assert says[(0.2, "FedRec")].startswith("FedRec degrades fast as rho grows")
+
+
+def test_fedrecpp_clients_says_it_ran_fewer_copies_than_use_folds_asked(tmp_path):
+    # use_folds above folds ran the folds there are while the configuration line said use_folds = 3
+    import csv
+
+    over = {"folds": 2, "use_folds": 3, "iterations": 1, "rhos": [1], "fractions": [1.0], "workers": 1}
+    run_scenario("fedrecpp_clients", data="tiny", out=tmp_path / "o", overrides=over, quiet=True)
+    rows = list(csv.DictReader(open(tmp_path / "o" / "clients.csv")))
+    assert {r["folds"] for r in rows} == {"2"}
+    assert "use_folds = 3 with folds = 2: every setting ran on the 2 copies there are." in (
+        tmp_path / "o" / "report.md").read_text()
