@@ -161,6 +161,21 @@ def _sep_label(sep: str) -> str:
     return {"\t": "tab", ",": "','", "::": "'::'", ";": "';'", " ": "space"}.get(sep, repr(sep))
 
 
+def split_fields(path: Path, lineno: int, line: bytes | str, sep: bytes | str, names: Sequence[str]) -> list:
+    """``line`` split at ``sep`` into exactly ``len(names)`` fields, else :class:`DataFormatError`
+    naming the file, the line, the fields expected and the number found (a field too many was
+    taken into the last one, or a line short of one accepted, silently)."""
+    fields = line.split(sep)
+    if len(fields) != len(names):
+        shown = line[:120].decode("utf-8", "replace") if isinstance(line, bytes) else line[:120]
+        label = _sep_label(sep.decode() if isinstance(sep, bytes) else sep)
+        raise DataFormatError(
+            path, lineno,
+            f"expected {len(names)} fields ({', '.join(names)}) separated by {label}, found {len(fields)}: {shown!r}",
+        )
+    return fields
+
+
 def parse_line_fields(
     path: Path, lineno: int, line: bytes, sep: bytes, columns: Sequence[Column]
 ) -> list[float | int]:
@@ -169,13 +184,7 @@ def parse_line_fields(
         line = line[:-1]
     if not line.strip():
         raise DataFormatError(path, lineno, "empty line")
-    fields = line.split(sep)
-    if len(fields) != len(columns):
-        raise DataFormatError(
-            path, lineno,
-            f"expected {len(columns)} fields ({', '.join(c for c, _ in columns)}) separated by "
-            f"{_sep_label(sep.decode())}, found {len(fields)}: {line[:120].decode('utf-8', 'replace')!r}",
-        )
+    fields = split_fields(path, lineno, line, sep, [c for c, _ in columns])
     out: list[float | int] = []
     for (name, kind), f in zip(columns, fields):
         shown = f.decode("utf-8", "replace")
