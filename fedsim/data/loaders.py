@@ -1,9 +1,10 @@
 """Loaders for the official formats the papers used, plus a generic CSV/TSV loader.
 
 Every loader validates as it reads: a malformed line raises :class:`DataFormatError` naming the
-file, the 1-based line number and the problem.  Nothing is dropped silently: duplicated
-(user, item) pairs follow an explicit ``duplicates`` policy (default ``"error"``) and every
-merge, drop or filter is recorded in ``Ratings.info``.
+file, the 1-based line number and the problem (a line longer than ``_parse.MAX_LINE_BYTES``
+included: files are read whole, lines are capped; see :mod:`fedsim.data._parse`).  Nothing is
+dropped silently: duplicated (user, item) pairs follow an explicit ``duplicates`` policy
+(default ``"error"``) and every merge, drop or filter is recorded in ``Ratings.info``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .foursquare import load_foursquare
 from ._parse import (
     INT64_MAX,
     INT64_MIN,
+    MAX_LINE_BYTES,
     check_header,
     decode_strict,
     decode_text,
@@ -144,7 +146,7 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
     if name.endswith(".csv"):
         return p, "csv", _guess_variant(p, "csv")
     with open(p, "rb") as fh:
-        head = fh.readline()
+        head = fh.readline(MAX_LINE_BYTES + 1)  # unbounded, it read a file without line breaks whole
     refuse_non_text(p, head[:16])
     if b"::" in head:
         return p, "dat", _guess_variant(p, "dat")
