@@ -482,26 +482,45 @@ def test_a_member_longer_than_it_declares_is_not_read_past_its_size(tmp_path):
     assert cache_files(cache) == []
 
 
-@pytest.mark.parametrize("members, held", [
-    ({"ml-1m/ratings.dat": "1::10::4::978300760\n", "ml-1m/README": "x\n"}, "ml-1m/README, ml-1m/ratings.dat"),
-    ({"ml-100k/README": "x\n", "ml-100k/u.item": "1|A|||\n"}, "ml-100k/README, ml-100k/u.item"),
-    ({"a.txt": "x\n", "b.txt": "y\n"}, "a.txt, b.txt"),
-    ({}, "nothing"),
+@pytest.mark.parametrize("members, where, held", [
+    ({"ml-1m/ratings.dat": "1::10::4::978300760\n", "ml-1m/README": "x\n"}, "in its top folder ml-1m/",
+     "ml-1m/README, ml-1m/ratings.dat"),
+    ({"ml-100k/README": "x\n", "ml-100k/u.item": "1|A|||\n"}, "in its top folder ml-100k/",
+     "ml-100k/README, ml-100k/u.item"),
+    ({"a.txt": "x\n", "b.txt": "y\n"}, "at its root (it has no single top folder)", "a.txt, b.txt"),
+    # the message said "it has no ml-100k/u.data" of this archive, which has one: the check looks in
+    # the folder installed, the archive's root here (a file beside the top folder)
+    ({"ml-100k/u.data": U_DATA, "README": "x\n"}, "at its root (it has no single top folder)", "README, ml-100k/"),
+    ({}, "at its root (it has no single top folder)", "nothing"),
 ])
-def test_a_zip_without_the_datasets_ratings_file_is_not_installed(tmp_path, capsys, members, held):
+def test_a_zip_without_the_datasets_ratings_file_is_not_installed(tmp_path, capsys, members, where, held):
     # an ml-1m zip (or an empty one) given to `get ml-100k --insecure` (or with its own --sha256)
     # was installed and listed as ml-100k; loading it failed later, far from the cause
     z = tmp_path / "other.zip"
     sha = make_zip(z, members)
     cache = tmp_path / "cache"
     assert main(["get", "ml-100k", "--from", str(z), "--sha256", sha, "--quiet", "--cache-dir", str(cache)]) == 2
-    assert capsys.readouterr().err == (f"error: {z} is not the ml-100k archive: it has no ml-100k/u.data "
+    assert capsys.readouterr().err == (f"error: {z} is not the ml-100k archive: it has no u.data {where} "
                                        f"(it holds: {held}); nothing was installed\n")
     assert cache_files(cache) == [] and not download.is_installed("ml-100k", cache)
     # each dataset names its own ratings file
     assert {n: s.ratings for n, s in download.REGISTRY.items()} == {
         "ml-100k": "u.data", "ml-1m": "ratings.dat", "ml-10m": "ratings.dat", "ml-20m": "ratings.csv",
         "ml-25m": "ratings.csv", "ml-latest-small": "ratings.csv"}
+
+
+@pytest.mark.parametrize("members", [{"MovieLens 100K/u.data": U_DATA, "MovieLens 100K/README": "x\n"},
+                                     {"u.data": U_DATA, "README": "x\n"}])
+def test_the_ratings_file_is_accepted_in_any_single_top_folder_or_at_the_root(tmp_path, members):
+    # what the check accepts is what the loaders then read: the installed folder (renamed ml-100k)
+    # holds u.data itself, whatever the archive called its top folder
+    z = tmp_path / "other.zip"
+    sha = make_zip(z, members)
+    path = download.get("ml-100k", from_file=z, cache_dir=tmp_path / "cache", sha256=sha)
+    assert path == tmp_path / "cache" / "ml-100k"
+    assert sorted(p.name for p in path.iterdir()) == sorted([download.MARKER, "README", "u.data"])
+    r = load_movielens(path)
+    assert (r.name, len(r), r.n_users, r.n_items) == ("ml-100k", 3, 2, 2)
 
 
 def _install_meanwhile(cache: Path, **kw):

@@ -341,3 +341,79 @@ def test_a_10m_extract_read_as_1m_by_its_size_says_how_to_name_the_variant(tmp_p
     assert ei.value.reason == (f"{reason} (read as MovieLens 1m, guessed from the file's size: pass variant='10m' "
                                "or '1m', or name its folder ml-10m / ml-1m)")
     assert load_movielens(p.parent, variant="10m").values.tolist() == [5.0, float(value)]
+
+
+# ---------------------------------------------------------------------------------------------
+# a line longer than the cap (MAX_LINE_BYTES, lowered here to 64 bytes)
+
+CAP = 64
+PAD = b" " * CAP  # blanks after the last field: every parser takes them, so only the cap refuses
+
+
+@pytest.mark.parametrize(
+    "rel, lines, load, rows",
+    [
+        ("ml-100k/u.data", [b"1\t10\t5\t881250949", b"2\t20\t3\t891717742", b"3\t30\t4\t891717743"],
+         lambda p: load_movielens(p.parent), 3),
+        ("ml-1m/ratings.dat", [b"1::10::5::881250949", b"2::20::3::891717742", b"3::30::4::891717743"],
+         lambda p: load_movielens(p.parent), 3),
+        ("ml-20m/ratings.csv", [b"userId,movieId,rating,timestamp", b"1,10,5,881250949", b"2,20,3,891717742"],
+         lambda p: load_movielens(p.parent), 2),
+        ("nf/mv_0000001.txt", [b"1:", b"6,3,2005-09-06", b"7,4,2005-09-07"], lambda p: load_netflix(p.parent), 2),
+        ("anime/rating.csv", [b"user_id,anime_id,rating", b"1,2,5", b"2,2,6"], lambda p: load_anime(p.parent), 2),
+        ("fsq/Rome.tsv", [b"user_id\tvenue_id\ttype\tutc", b"1\ta\tBar\tTue Apr 03 18:07:30 +0000 2012",
+                          b"2\tb\tBar\tTue Apr 03 18:07:31 +0000 2012"], lambda p: load_foursquare(p, None), 2),
+        ("csv/r.csv", [b"u,i,r", b"1,2,5", b"2,2,4"], load_csv, 2),
+        ("any/u.data", [b"1\t10\t5\t881250949", b"2\t20\t3\t891717742", b"3\t30\t4\t891717743"],
+         lambda p: resolve(str(p)), 3),
+    ],
+)
+def test_a_line_longer_than_the_cap_is_refused_naming_file_and_line(tmp_path, monkeypatch, rel, lines, load, rows):
+    """Files are read whole and each line was parsed, split, decoded and copied whole, however long:
+    one line of gigabytes (a file without line breaks) multiplied the memory of the read.  A line
+    over MAX_LINE_BYTES is now an error naming it, right after the read."""
+    from fedsim.data import _parse
+    monkeypatch.setattr(_parse, "MAX_LINE_BYTES", CAP, raising=False)
+    p = tmp_path / rel
+    p.parent.mkdir(parents=True)
+    exact = lines[1] + PAD[: CAP - len(lines[1])]  # CAP bytes: accepted
+    assert len(exact) == CAP
+    p.write_bytes(b"\n".join([lines[0], exact, lines[2]]) + b"\n")
+    r = load(p)
+    assert len(r) == rows and r.n_users == rows  # each row its own user
+    long = lines[1] + PAD[: CAP + 1 - len(lines[1])]
+    p.write_bytes(b"\n".join([lines[0], long, lines[2]]) + b"\n")
+    with pytest.raises(DataFormatError) as ei:
+        load(p)
+    assert (ei.value.path, ei.value.line) == (str(p), 2)
+    assert ei.value.reason == (f"the line is {CAP + 1} bytes long, more than the {CAP} a line may hold "
+                               "(fedsim.data._parse.MAX_LINE_BYTES): not a text table with a row per line")
+    # a file without line breaks: one line, the whole file
+    p.write_bytes(lines[1] + PAD * 3)
+    with pytest.raises(DataFormatError) as ei:
+        load(p)
+    assert (ei.value.path, ei.value.line) == (str(p), 1)
+    assert ei.value.reason == (f"the line is {len(lines[1]) + 3 * CAP} bytes long, more than the {CAP} a line may "
+                               "hold (fedsim.data._parse.MAX_LINE_BYTES): not a text table with a row per line "
+                               "(the file has no line break after it)")
+
+
+@pytest.mark.parametrize("meta_name, meta, ratings_name, ratings, line", [
+    ("movies.dat", b"10::A::Action\n20::" + b"B" * CAP + b"::Comedy\n", "ratings.dat", b"1::10::5::881250949\n", 2),
+    ("u.item", b"10|" + b"T" * CAP + b"|01-Jan-1995||http://x|" + b"|".join([b"0"] * 19) + b"\n",
+     "u.data", b"1\t10\t5\t881250949\n", 1),
+])
+def test_a_genre_file_line_longer_than_the_cap_is_refused(tmp_path, monkeypatch, meta_name, meta, ratings_name,
+                                                         ratings, line):
+    from fedsim.data import _parse
+    monkeypatch.setattr(_parse, "MAX_LINE_BYTES", CAP, raising=False)
+    d = tmp_path / ("ml-1m" if meta_name == "movies.dat" else "ml-100k")
+    d.mkdir()
+    (d / ratings_name).write_bytes(ratings)
+    (d / meta_name).write_bytes(meta)
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(d)
+    assert (ei.value.path, ei.value.line) == (str(d / meta_name), line)
+    n = len(meta.split(b"\n")[line - 1])
+    assert ei.value.reason.startswith(f"the line is {n} bytes long, more than the {CAP} a line may hold")
+    assert load_movielens(d, genres=False).n_items == 1  # the ratings themselves are fine

@@ -189,7 +189,8 @@ def test_movies_dat_splits_lines_at_newlines_only(tmp_path):
     assert load_movielens(d).category_names == ["Animation", "Children's", "Drama", "Musical", "Thriller"]
     for ch in ODD_BREAKS[1:]:
         (d / "movies.dat").write_text(f"1193::A{ch}B (1975)::Drama\r\n661::X::Animation\r\n3952::bad\r\n", encoding="utf-8")
-        with pytest.raises(DataFormatError, match="expected 'MovieID::Title::Genres', found '3952::bad'") as ei:
+        with pytest.raises(DataFormatError, match=r"expected 3 fields \(movie id, title, genres\) separated by '::', "
+                           r"found 2: '3952::bad'") as ei:
             load_movielens(d)
         assert ei.value.line == 3, repr(ch)
 
@@ -209,7 +210,43 @@ def test_u_item_and_u_genre_split_lines_at_newlines_only(tmp_path):
     (d / "u.genre").write_text("".join(f"{g}|{k}\r\n" for k, g in enumerate(names)), encoding="utf-8")
     assert load_movielens(d).category_names == names
     (d / "u.genre").write_text("".join(f"{g}|{k}\n" for k, g in enumerate(names)) + "bad\n", encoding="utf-8")
-    with pytest.raises(DataFormatError, match=r"u.genre, line 20: expected 'name\|index'"):
+    with pytest.raises(DataFormatError, match=r"u.genre, line 20: expected 2 fields \(genre, index\) separated by "
+                       r"'\|', found 1: 'bad'"):
+        load_movielens(d)
+
+
+@pytest.mark.parametrize("line, found", [
+    ("3952::Contender, The (2000)::2000::Drama|Thriller", 4),  # its last field became the genres
+    ("3952::Contender, The::(2000)::Drama|Thriller", 4),
+    ("3952::Contender, The (2000)::Drama::", 4),  # the genres were '' (none)
+])
+def test_a_movies_dat_line_with_a_field_too_many_is_an_error_naming_file_and_line(tmp_path, line, found):
+    d = tmp_path / "ml-1m"
+    d.mkdir()
+    (d / "ratings.dat").write_text(ML1M_RATINGS)
+    lines = ML1M_MOVIES.split("\n")
+    (d / "movies.dat").write_text("\n".join(lines[:2] + [line]) + "\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(d)
+    assert (ei.value.path, ei.value.line) == (str(d / "movies.dat"), 3)
+    assert ei.value.reason == (f"expected 3 fields (movie id, title, genres) separated by '::', found {found}: "
+                               f"{line!r}")
+
+
+def test_a_u_genre_line_with_a_field_too_many_is_an_error_naming_file_and_line(tmp_path):
+    # 'Film|Noir|10' was read as the genre 'Film|Noir', silently
+    d = write_ml100k(tmp_path / "ml-100k")
+    names = list(GENRES)
+    rows = [f"{g}|{k}" for k, g in enumerate(names)]
+    rows[10] = "Film|Noir|10"
+    (d / "u.genre").write_text("\n".join(rows) + "\n\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(d)
+    assert (ei.value.path, ei.value.line) == (str(d / "u.genre"), 11)
+    assert ei.value.reason == "expected 2 fields (genre, index) separated by '|', found 3: 'Film|Noir|10'"
+    rows[10] = "Film-Noir|x"
+    (d / "u.genre").write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataFormatError, match=r"u.genre, line 11: field 'index': 'x' is not an integer$"):
         load_movielens(d)
 
 

@@ -57,3 +57,24 @@ def test_text_lines_breaks_at_newlines_only():
     odd = "\x85\u2028\u2029\x0b\x0c\x1c\x1d\x1e"
     assert text_lines(f"a{odd}b\r\nc\r\r\n\nd") == [f"a{odd}b", "c\r", "", "d"]
     assert text_lines("a\n") == ["a", ""] and text_lines("") == [""]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=30), st.integers(1, 25), st.booleans())
+def test_check_line_lengths_finds_the_first_line_over_the_cap(lengths, cap, final_newline):
+    """check_line_lengths looks in windows, not line by line: it must agree with measuring every
+    line (the first one over the cap, its number and length; '\\r' counts as a byte)."""
+    from fedsim.data._parse import check_line_lengths
+    data = b"\n".join(b"7\r"[: k % 2] + b"x" * (k - k % 2) if k else b"" for k in lengths)
+    data += b"\n" if final_newline else b""
+    lines = data.split(b"\n")
+    over = [(i + 1, len(ln)) for i, ln in enumerate(lines) if len(ln) > cap]
+    if not over:
+        check_line_lengths("f.txt", data, cap)
+        return
+    with pytest.raises(DataFormatError) as ei:
+        check_line_lengths("f.txt", data, cap)
+    line, n = over[0]
+    assert (ei.value.path, ei.value.line) == ("f.txt", line)
+    assert ei.value.reason.startswith(f"the line is {n:,} bytes long, more than the {cap:,} a line may hold")
+    assert ei.value.reason.endswith("(the file has no line break after it)") == (line == len(lines))

@@ -5,6 +5,15 @@ byte-level checks.  When a chunk fails any check, a strict line-by-line parser r
 chunk: it either raises :class:`DataFormatError` naming the 1-based line and the problem, or (if
 the fast path was merely stricter than needed) returns the rows itself.  So the slow path is the
 reference semantics and the fast path an optimisation that never accepts more.
+
+Files are read whole (:func:`read_bytes`): the fast path parses chunks of one buffer, and the
+loaders' checks run vectorised over whole columns, so memory grows with the file's size by
+design (about the file plus its parsed columns).  What is bounded is the line: a line longer
+than :data:`MAX_LINE_BYTES` is a :class:`DataFormatError` naming the file and line right after
+the read, before any parsing, decoding or splitting, which copy a line whole (a file of
+gigabytes without a line break was one line for them).  The check looks for a newline in each
+window of half the cap with ``bytes.find``: a few calls per megabyte, no copy, nothing
+measurable beside the parse.
 """
 
 from __future__ import annotations
@@ -24,6 +33,12 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 BOM = b"\xef\xbb\xbf"
 _FLOAT_RE = re.compile(rb"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 CHUNK_BYTES = 16 << 20
+#: The longest line (bytes before its newline) a data file may hold: the longest lines of the
+#: supported formats (a movie title with its genres, a wide CSV row) are a few hundred bytes.  A
+#: longer one (a file without line breaks) is a DataFormatError naming it before it is parsed:
+#: a line is split, copied, decoded and shown whole by the parsers, so one line of gigabytes
+#: multiplied the memory of reading the file.  Read at call time, so that tests can lower it.
+MAX_LINE_BYTES = 1 << 20
 
 Column = tuple[str, str]  # (name, kind); kind: "int", "int32", "float", "float32"
 
@@ -72,9 +87,47 @@ def refuse_non_text(path: Path, head: bytes) -> None:
         raise DataFormatError(path, None, "the file is bzip2-compressed, not a text file: decompress it first (bunzip2)")
 
 
-def read_bytes(path: Path) -> bytes:
+def check_line_lengths(path: Path, data: bytes, max_line: int | None = None) -> None:
+    """Raise :class:`DataFormatError` naming ``path`` and the 1-based line when a line of ``data``
+    (its bytes before ``"\n"``, a ``"\r"`` included) is longer than ``max_line`` bytes (default
+    :data:`MAX_LINE_BYTES`, read at call time).
+
+    Looks for a newline in each aligned window of ``(max_line + 1) // 2`` bytes: a longer line
+    holds a whole window without one (``bytes.find`` in C, about ``2 * len(data) / max_line``
+    calls), and only such a window's line is measured.  Never copies ``data``.
+    """
+    cap = MAX_LINE_BYTES if max_line is None else int(max_line)
+    if cap < 1:
+        raise ValueError(f"max_line must be >= 1, got {cap}")
+    n = len(data)
+    if n <= cap:
+        return
+    w = (cap + 1) // 2  # a run of cap + 1 bytes without "\n" holds an aligned window of w bytes
+    pos = 0
+    while pos < n:
+        stop = min(pos + w, n)
+        if data.find(b"\n", pos, stop) >= 0:
+            pos = stop
+            continue
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", stop)
+        end = n if end < 0 else end
+        if end - start > cap:
+            line = 1 + data.count(b"\n", 0, start)
+            raise DataFormatError(
+                path, line,
+                f"the line is {end - start:,} bytes long, more than the {cap:,} a line may hold "
+                f"(fedsim.data._parse.MAX_LINE_BYTES): not a text table with a row per line"
+                + (" (the file has no line break after it)" if end == n else ""),
+            )
+        pos = end  # the next window starts at this line's newline (or the end)
+    return
+
+
+def read_bytes(path: Path, max_line: int | None = None) -> bytes:
     """The bytes of ``path``; a compressed file is a :class:`DataFormatError` (see
-    :func:`refuse_non_text`)."""
+    :func:`refuse_non_text`), and so is a line longer than ``max_line`` bytes (default
+    :data:`MAX_LINE_BYTES`; see :func:`check_line_lengths`)."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -82,6 +135,7 @@ def read_bytes(path: Path) -> bytes:
     except IsADirectoryError:
         raise IsADirectoryError(f"expected a file, got a folder: {path}") from None
     refuse_non_text(path, data[:16])
+    check_line_lengths(path, data, max_line)
     return data
 
 
@@ -161,6 +215,21 @@ def _sep_label(sep: str) -> str:
     return {"\t": "tab", ",": "','", "::": "'::'", ";": "';'", " ": "space"}.get(sep, repr(sep))
 
 
+def split_fields(path: Path, lineno: int, line: bytes | str, sep: bytes | str, names: Sequence[str]) -> list:
+    """``line`` split at ``sep`` into exactly ``len(names)`` fields, else :class:`DataFormatError`
+    naming the file, the line, the fields expected and the number found (a field too many was
+    taken into the last one, or a line short of one accepted, silently)."""
+    fields = line.split(sep)
+    if len(fields) != len(names):
+        shown = line[:120].decode("utf-8", "replace") if isinstance(line, bytes) else line[:120]
+        label = _sep_label(sep.decode() if isinstance(sep, bytes) else sep)
+        raise DataFormatError(
+            path, lineno,
+            f"expected {len(names)} fields ({', '.join(names)}) separated by {label}, found {len(fields)}: {shown!r}",
+        )
+    return fields
+
+
 def parse_line_fields(
     path: Path, lineno: int, line: bytes, sep: bytes, columns: Sequence[Column]
 ) -> list[float | int]:
@@ -169,13 +238,7 @@ def parse_line_fields(
         line = line[:-1]
     if not line.strip():
         raise DataFormatError(path, lineno, "empty line")
-    fields = line.split(sep)
-    if len(fields) != len(columns):
-        raise DataFormatError(
-            path, lineno,
-            f"expected {len(columns)} fields ({', '.join(c for c, _ in columns)}) separated by "
-            f"{_sep_label(sep.decode())}, found {len(fields)}: {line[:120].decode('utf-8', 'replace')!r}",
-        )
+    fields = split_fields(path, lineno, line, sep, [c for c, _ in columns])
     out: list[float | int] = []
     for (name, kind), f in zip(columns, fields):
         shown = f.decode("utf-8", "replace")

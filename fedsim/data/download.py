@@ -9,8 +9,9 @@ returns the dataset folder.  Installation is atomic and idempotent:
    nothing is left in the cache;
 3. the zip is unpacked into a temporary folder in the cache (member paths are checked, a zip
    bomb is refused before anything is written: see :func:`_safe_extract`; a corrupt member is a
-   ``ValueError`` naming it), the dataset's ratings file must be in it (``u.data`` for ml-100k:
-   a zip of another dataset is refused), a marker file ``.fedsim-install.json`` is written, and
+   ``ValueError`` naming it), the dataset's ratings file must be in the folder to install (``u.data``
+   for ml-100k: a zip of another dataset is refused): the archive's only top folder, whatever its
+   name, else the archive's root (the first place the loaders look), a marker file ``.fedsim-install.json`` is written, and
    the folder is renamed into place.  Should another ``get`` of the same dataset have installed
    it meanwhile, that install is kept (checked as in 4) and this one discarded;
 4. a later call finds the marker and returns at once, without a download.  The marker records
@@ -74,9 +75,9 @@ class DatasetSpec:
     sha256: str | None
     md5: str | None
     size: int | None
-    folder: str  # top-level folder inside the zip
+    folder: str  # top-level folder inside the official zip (informational: any single top folder is accepted)
     description: str
-    ratings: str = "ratings.csv"  # the ratings file an install must hold (in ``folder``)
+    ratings: str = "ratings.csv"  # the ratings file an install must hold (in the installed folder)
 
 
 REGISTRY: dict[str, DatasetSpec] = {
@@ -383,12 +384,20 @@ def get(
         entries = [p for p in extract_dir.iterdir() if not p.name.startswith("__MACOSX")]
         content = entries[0] if len(entries) == 1 and entries[0].is_dir() else extract_dir
         if not (content / spec.ratings).is_file():
-            # a zip of another dataset (or none) was installed under this name and listed as installed
-            held = sorted(str(p.relative_to(extract_dir)) for p in content.iterdir()) if content is not extract_dir \
-                else sorted(p.name for p in entries)
+            # a zip of another dataset (or none) was installed under this name and listed as installed.
+            # The file is looked for where the loaders look first, in the folder installed: the
+            # archive's only top folder (whatever its name: the install is renamed NAME), else the
+            # archive's root; the message said "no ml-100k/u.data" of an archive holding one beside
+            # a root file, and of one whose top folder had another name
+            if content is not extract_dir:
+                held = sorted(str(p.relative_to(extract_dir)) for p in content.iterdir())
+                where = f"in its top folder {content.name}/"
+            else:
+                held = sorted(p.name + ("/" if p.is_dir() else "") for p in entries)
+                where = "at its root (it has no single top folder)"
             found = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "") or "nothing"
             raise ValueError(
-                f"{source} is not the {name} archive: it has no {spec.folder}/{spec.ratings} "
+                f"{source} is not the {name} archive: it has no {spec.ratings} {where} "
                 f"(it holds: {found}); nothing was installed"
             )
         marker = {

@@ -1,9 +1,10 @@
 """Loaders for the official formats the papers used, plus a generic CSV/TSV loader.
 
 Every loader validates as it reads: a malformed line raises :class:`DataFormatError` naming the
-file, the 1-based line number and the problem.  Nothing is dropped silently: duplicated
-(user, item) pairs follow an explicit ``duplicates`` policy (default ``"error"``) and every
-merge, drop or filter is recorded in ``Ratings.info``.
+file, the 1-based line number and the problem (a line longer than ``_parse.MAX_LINE_BYTES``
+included: files are read whole, lines are capped; see :mod:`fedsim.data._parse`).  Nothing is
+dropped silently: duplicated (user, item) pairs follow an explicit ``duplicates`` policy
+(default ``"error"``) and every merge, drop or filter is recorded in ``Ratings.info``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .foursquare import load_foursquare
 from ._parse import (
     INT64_MAX,
     INT64_MIN,
+    MAX_LINE_BYTES,
     check_header,
     decode_strict,
     decode_text,
@@ -29,6 +31,7 @@ from ._parse import (
     read_bytes,
     refuse_non_text,
     require_rows,
+    split_fields,
     split_first_line,
     strip_bom,
     strip_trailing_blank_lines,
@@ -143,7 +146,7 @@ def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
     if name.endswith(".csv"):
         return p, "csv", _guess_variant(p, "csv")
     with open(p, "rb") as fh:
-        head = fh.readline()
+        head = fh.readline(MAX_LINE_BYTES + 1)  # unbounded, it read a file without line breaks whole
     refuse_non_text(p, head[:16])
     if b"::" in head:
         return p, "dat", _guess_variant(p, "dat")
@@ -191,7 +194,9 @@ def load_movielens(
     ``categories`` when ``genres`` is true and the file exists.  ML-100K keeps its 19 flags
     (including ``unknown``); later versions use the sorted genre names found, without
     ``(no genres listed)``.  Ratings off the variant's scale (whole stars 1-5 for 100K and 1M,
-    half stars 0.5-5 from 10M on: a 3.7, or a 4.5 in 1M) are format errors.
+    half stars 0.5-5 from 10M on: a 3.7, or a 4.5 in 1M) are format errors, as is a line of
+    ``movies.dat``, ``u.item`` or ``u.genre`` with a field too many or too few (a title holding
+    ``::`` or a genre name holding ``|``), each naming the file and line.
     """
     f, fmt, guess = detect_movielens(path)
     # 1M and 10M share the .dat format: without a folder name saying which, the file's size
@@ -272,10 +277,10 @@ def _movielens_genres(folder: Path, fmt: str):
         for k, line in enumerate(text_lines(text), start=1):
             if not line.strip():
                 continue
-            parts = line.split("::")
-            if len(parts) < 3:
-                raise DataFormatError(mfile, k, f"expected 'MovieID::Title::Genres', found {line[:120]!r}")
-            rows.append((_meta_id(mfile, k, parts[0], "movie id"), parts[-1], k))
+            # a line with a field too many ('1::Title::Extra::Comedy') took its last field as the
+            # genres, silently
+            mid, _title, genres = split_fields(mfile, k, line, "::", ("movie id", "title", "genres"))
+            rows.append((_meta_id(mfile, k, mid, "movie id"), genres, k))
         return _genre_matrix(mfile, rows)
     mfile = folder / "movies.csv"
     if not mfile.is_file():
@@ -352,9 +357,10 @@ def _read_u_genre(path: Path) -> list[str]:
     for k, line in enumerate(text_lines(decode_text(data)), start=1):
         if not line.strip():
             continue
-        name, sep, idx = line.rpartition("|")
-        if not sep or not idx.strip().isdigit():
-            raise DataFormatError(path, k, f"expected 'name|index', found {line!r}")
+        # 'Film|Noir|10' was the genre 'Film|Noir', silently
+        name, idx = split_fields(path, k, line, "|", ("genre", "index"))
+        if not idx.strip().isdigit():
+            raise DataFormatError(path, k, f"field 'index': {idx!r} is not an integer")
         pairs.append((int(idx), name))
     pairs.sort()
     if [i for i, _ in pairs] != list(range(len(pairs))):

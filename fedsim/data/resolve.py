@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import download
-from ._parse import refuse_non_text
+from ._parse import MAX_LINE_BYTES, refuse_non_text
 from .loaders import detect_movielens, load_anime, load_foursquare, load_movielens, load_netflix
 from .ratings import Ratings
 from .synthetic import PRESETS, generate
@@ -53,7 +53,8 @@ def load_path(path: str | os.PathLike, **kw: Any) -> Ratings:
     if name.startswith(("mv_", "combined_data")):
         return load_netflix(p, **kw)
     with open(p, "rb") as fh:
-        head = fh.readline().decode("utf-8", "replace").lower()
+        # the first line, up to the loaders' cap (unbounded, it read a file without line breaks whole)
+        head = fh.readline(MAX_LINE_BYTES + 1).decode("utf-8", "replace").lower()
     if "venue" in head and "\t" in head:
         return load_foursquare(p, **kw)
     if "::" in head or name.endswith(".data"):
