@@ -46,8 +46,8 @@ PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computa
 
 
 def run(ctx: RunContext) -> None:
-    check_network(ctx.net)  # ratios of whole runs: a network that loses messages is refused before any work
-    ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a traceback
+    ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a traceback
+    check_network(ctx.net, ratings.n_users)  # ratios of whole runs: a network that loses messages is refused before any work
     task = load_task(ctx.data, ctx.seed, ctx["task"], ctx["threshold"], ctx["test_frac"])
     check_clients(ctx["clients"], task.n_users)
     specs = []

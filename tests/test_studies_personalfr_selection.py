@@ -165,10 +165,13 @@ def test_personalfr_scenarios_refuse_faults_up_front(name, over, net, why, tmp_p
     with pytest.raises(UsageError) as exc:
         run_scenario(name, data="tiny", out=tmp_path / "o", net=NetSpec(**net), quiet=True,
                      overrides=dict(over, workers=1))
+    # the command it suggests ran into "FedAEConfig.clients = 100 is more than the 30 users of the
+    # data" on the data it was given: it names a number of clients the data has now
     assert str(exc.value) == (
         "the PersonalFR scenarios run FedAvg and PersonalFR with no deadline on a network that loses no message; "
-        f"this one does ({why}): measure faults with `fedsim run personalfr --set deadline=SECONDS` (or fedavg-ae), "
-        "which reports what was missing")
+        f"this one does ({why}): measure faults with `fedsim run personalfr --set deadline=SECONDS --set clients=30` "
+        "(or fedavg-ae) on the same data and network, which reports what was missing (clients: at most the data's "
+        "30 users, 0: one user per client)")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -183,6 +186,31 @@ def test_joint_alone_runs_on_a_lossy_network_and_study_runs_refuse_one():
     for method in ("fedavg", "personalfr"):
         with pytest.raises(ValueError, match=rf"^PersonalFR study runs \({method}\) read whole runs on a network "
                                              r"that loses no message; this one does \(loss 0.2\): measure faults "
-                                             r"with `fedsim run personalfr --set deadline=SECONDS`"):
+                                             r"with `fedsim run personalfr --set deadline=SECONDS --set clients=30` "
+                                             r"\(or fedavg-ae\) on the same data"):
             run_spec(RunSpec(method, M=2, **common))
     assert run_spec(RunSpec("joint", joint_epochs=2, joint_batch=10, **common))["rounds"] == 2
+
+
+@pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
+def test_the_command_a_faulty_network_refusal_suggests_runs_on_its_data(protocol, tmp_path, capsys):
+    # the refusal's `fedsim run personalfr --set deadline=SECONDS` (or fedavg-ae) failed on the data
+    # it was given (tiny: 30 users, clients 100 by default): the command it names now runs there
+    import re
+    import shlex
+
+    from fedsim.cli import main
+    from fedsim.experiment import UsageError
+    from fedsim.kernel import NetSpec
+
+    with pytest.raises(UsageError) as exc:
+        run_scenario("personalfr_table3", data="tiny", out=tmp_path / "o", net=NetSpec(loss=0.2), quiet=True,
+                     overrides={"workers": 1})
+    command = shlex.split(re.search(r"`(fedsim run personalfr [^`]*)`", str(exc.value)).group(1))
+    assert command[:3] == ["fedsim", "run", "personalfr"]
+    argv = [a.replace("SECONDS", "1") for a in command[1:]]
+    argv[1] = protocol
+    out = tmp_path / protocol
+    assert main(argv + ["--data", "tiny", "--loss", "0.2", "--set", "rounds=2", "--out", str(out), "--quiet"]) == 0, \
+        capsys.readouterr().err
+    assert (out / "results.json").exists()

@@ -440,6 +440,22 @@ def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
         assert "1 run, 3 already done" in res.stdout and "ray: 2 CPUs at auto" in res.stdout
         assert sorted(ran(log)) == [(1, 2), (2, 2), (3, 2), (4, 2)]
         assert json.loads((out / "x=4" / "results.json").read_text())["config"] == {"x": 4, "y": 2}
+        # without the cluster's token, or with another: ray.init retried the head for 20 s, printing a
+        # warning line from Ray's C++ client a second (20 lines), then said only "Failed to connect
+        # to Ray cluster"; now one line says the token is refused and how to give it, at once
+        home = tmp_path / "home"  # no ~/.ray/auth_token
+        home.mkdir()
+        tokenless = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH_")} | {"HOME": str(home)}
+        for other in ({}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}):
+            res = fedsim_cmd("sweep", str(script), "--grid", "x=5", "--set", "y=2", "--backend", "ray",
+                             "--address", f"127.0.0.1:{port}", "--out", "sw", "--quiet", cwd=tmp_path,
+                             env=tokenless | other, timeout=120)
+            assert res.returncode == 2 and res.stderr.splitlines() == [
+                f"error: --address 127.0.0.1:{port}: the Ray cluster there refuses this process's authentication "
+                "token (RPC error: InvalidAuthToken: Authentication token is missing or incorrect): give this "
+                "process the cluster's token as for Ray: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=TOKEN (or the "
+                "token in a file: RAY_AUTH_TOKEN_PATH=FILE, or ~/.ray/auth_token)"], res.stderr
+        assert not (out / "x=5").exists()
     finally:
         head.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops what it started
         try:

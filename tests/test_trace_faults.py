@@ -494,3 +494,88 @@ def test_a_traced_run_on_a_streaming_ledger_gives_the_same_views(make):
     assert (stream.read_at, stream.lost_at, stream.happened) == (mem.read_at, mem.lost_at, mem.happened)
     for view in (step_log, mermaid, timeline_svg, trace_html):
         assert view(stream) == view(mem), view.__name__
+
+
+def test_an_untraced_network_that_deadlocked_shows_its_deadlock_after_the_last_send():
+    # only a TracingNetwork kept its RunResult: the views of a SimNetwork that did not trace and
+    # deadlocked said nothing of the deadlock (blocked_events was empty), and _sequence ranked a
+    # deadlock note of such a network before the messages sent at its time, while the step log
+    # put it after them. Every network keeps its result now; the deadlock comes last, traced or not
+    from fedsim.kernel import DeadlockError, SimNetwork
+
+    async def server(ctx):
+        await ctx.sleep(0.01)
+        await ctx.send("c", "x", {"v": 1})  # sent (and arrived: ideal link) at the deadlock's time
+        await ctx.receive("y")
+
+    async def c(ctx):
+        await ctx.receive("z")
+
+    def run(net):
+        net.add_node("server", server, role="server")
+        net.add_node("c", c, role="client")
+        with pytest.raises(DeadlockError) as info:
+            net.run()
+        assert net.result is info.value.result
+        return net, info.value
+
+    untraced, exc = run(SimNetwork(seed=0))
+    assert untraced.happened == [] and exc.time == 0.01
+    assert exc.blocked == {"server": "receive 'y'", "c": "receive 'z'"}
+    waits = ["deadlock#58; still waiting at the end (10.000 ms) in receive 'z'",
+             "deadlock#58; still waiting at the end (10.000 ms) in receive 'y'"]
+    arrow = "    N0->>N1: x 7 B, sent 10.000 ms, arrived 10.000 ms, never read"
+    assert mermaid(untraced).splitlines()[3:] == ["    Note over N0: round 0", arrow,
+                                                  f"    Note over N1: {waits[0]}", f"    Note over N0: {waits[1]}"]
+    data = _page_data(trace_html(untraced))
+    assert data["sequence"] == [["msg", 0], ["blocked", 0], ["blocked", 1]]
+    assert [(b["node"], b["time"], b["waits"]) for b in data["blocked"]] == [
+        ("c", 0.01, "receive 'z'"), ("server", 0.01, "receive 'y'")]
+    deadlock = "is still waiting when the run ends, with nothing left that could wake it (deadlock)"
+    assert step_log(untraced).splitlines() == [
+        "      10.000 ms  server sends x (round 0, 7 B) to c",
+        "      10.000 ms  c receives x (round 0) from server (never read)",
+        f"      10.000 ms  c {deadlock}: receive 'z'",
+        f"      10.000 ms  server {deadlock}: receive 'y'"]
+    traced, _ = run(TracingNetwork(seed=0))
+    assert mermaid(traced) == mermaid(untraced)
+    assert _page_data(trace_html(traced))["sequence"] == data["sequence"]
+    assert step_log(traced).splitlines()[1:] == step_log(untraced).splitlines()
+
+
+def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_records_hold():
+    # missing_events grouped ledger.missing by (m.time, ..., m.round) as they were, _missing_positions
+    # by (float(m.time), ..., int(m.round)), and the views looked the groups up by the latter: two
+    # spellings of one key. A numpy time or round hashes and compares as its Python value, so they
+    # agreed, but nothing kept them so: one helper (_missing_key) now makes both keys. Records of
+    # one wait whose times are a float and a numpy float64 (a transport's clock), rounds an int and
+    # a numpy int64, are one wait in every view, placed as the traced run placed it
+    import dataclasses
+
+    import numpy as np
+
+    from fedsim.studies.trace import missing_events
+
+    async def server(ctx):
+        await ctx.send("c", "go", {"x": 0})
+        await ctx.gather("up", senders=["c", "d"], timeout=0.01)
+        await ctx.send("c", "done", {"x": 1})
+
+    async def idle(ctx):
+        await ctx.receive("done")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server")
+    net.add_node("c", idle, role="client")
+    net.add_node("d", idle, role="client", offline_at=0.02)
+    net.run(strict=False)
+    assert [(m.sender, m.time) for m in net.ledger.missing] == [("c", 0.01), ("d", 0.01)]
+    views = [view(net) for view in (step_log, mermaid, trace_html)]
+    assert "      10.000 ms  server stops waiting for up (round 0): nothing from c, d" in views[0].splitlines()
+    m0, m1 = net.ledger.missing
+    net.ledger.missing[:] = [dataclasses.replace(m0, time=np.float64(m0.time), round=np.int64(m0.round)), m1]
+    groups = missing_events(net)
+    assert groups == [{"time": 0.01, "receiver": "server", "kind": "up", "round": 0, "senders": ["c", "d"],
+                       "anonymous": 0}]
+    assert type(groups[0]["time"]) is float and type(groups[0]["round"]) is int
+    assert [view(net) for view in (step_log, mermaid, trace_html)] == views

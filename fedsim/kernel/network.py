@@ -270,6 +270,10 @@ class Network:
         self.happened: list[tuple[str, int]] = []
         self.ran = False
         self.ended = False  # see end_run
+        # the run's RunResult once ``finish`` built it, also that of a run that ended in a
+        # deadlock (DeadlockError's partial one): the views of a run (fedsim.studies.trace) show
+        # the actors still blocked then from it, whether the network traced or not
+        self.result: RunResult | None = None
         for hook in tuple(_BUILT_HOOKS):
             hook(self)
 
@@ -568,8 +572,8 @@ class Network:
     def finish(self, duration: float, *, strict: bool, drained: bool = True) -> RunResult:
         """The ``RunResult`` of a run that stopped at ``duration``. With ``strict`` and
         ``drained`` (nothing left that could happen), unfinished actors are a deadlock: raises
-        ``DeadlockError`` carrying the partial result. Call it before closing the coroutines
-        (it reads what they wait for)."""
+        ``DeadlockError`` carrying the partial result; either is kept in ``result``. Call it
+        before closing the coroutines (it reads what they wait for)."""
         nodes = self.nodes.values()
         results = {n.id: n.result for n in nodes if n.done}
         unfinished = [n.id for n in nodes if not n.done and not n.offline]
@@ -577,6 +581,7 @@ class Network:
         blocked = {nid: self.waits_for(self.nodes[nid]) for nid in unfinished} if drained else {}
         flops = {n.id: dict(n.flops) for n in nodes if n.flops}
         res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked, flops)
+        self.result = res
         if strict and drained and unfinished:
             raise DeadlockError(blocked, duration, offline, res)
         return res

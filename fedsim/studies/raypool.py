@@ -151,6 +151,7 @@ class RaySession:
             if self.address is not None:
                 target = _ray_target(self.address)
                 _check_reachable(target, given=self.address)
+                _check_token(target, given=self.address)
             staged = None
             try:
                 if self.address is None:
@@ -271,6 +272,71 @@ def _check_reachable(address: str, given: str | None = None) -> None:
                 else "closed the connection" if closed else f"did not answer within {CONNECT_TIMEOUT:g} s")
         raise UsageError(f"--address {given or address}: something listens {where} but it is not a Ray cluster (it "
                          f"{said}, not as Ray's gRPC server does)") from None
+
+
+AUTH_HELP = ("give this process the cluster's token as for Ray: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=TOKEN "
+             "(or the token in a file: RAY_AUTH_TOKEN_PATH=FILE, or ~/.ray/auth_token)")
+
+
+def _check_token(address: str, given: str | None = None) -> None:
+    """Raise ``UsageError`` when the Ray head at ``address`` (``HOST:PORT``, one that answers:
+    :func:`_check_reachable`; ``given``: what the user wrote) refuses this process's
+    authentication token (Ray's token authentication: none, or another). ``ray.init`` retried
+    such a head for 20 s, printing one warning line a try on stderr from Ray's C++ client (not
+    Python logging: ``logging_level`` does not reach it), then failed with "Failed to connect to
+    Ray cluster", which did not say why. One connection of Ray's GCS client tells in about a
+    second; what it prints meanwhile is held, and written to stderr unless it is the refusal this
+    error says. Ray Client addresses (``ray://``) and a Ray without that client are left to
+    ``ray.init``, as is any other failure."""
+    if address.startswith("ray://"):
+        return
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:  # another Ray's internals
+        return
+    refused = None
+    with _stderr_held() as held:
+        try:
+            GcsClient(address=address)
+        except AuthenticationError as exc:
+            refused = str(exc).split(". ")[0]  # "RPC error: InvalidAuthToken: Authentication token is missing or incorrect"
+        except Exception:  # left to ray.init, which says what
+            pass
+    if refused is not None:
+        where = "there" if given in (None, address) else f"at {address}, the address Ray found for it,"
+        raise UsageError(f"--address {given or address}: the Ray cluster {where} refuses this process's "
+                         f"authentication token ({refused}): {AUTH_HELP}") from None
+    if held.text:
+        sys.stderr.write(held.text)
+
+
+class _Held:
+    text = ""
+
+
+class _stderr_held:
+    """File descriptor 2 (what C++ code writes too, not only ``sys.stderr``) into a temporary
+    file for the ``with`` block; its text in ``text`` afterwards. Only around work that starts
+    no process (a child would keep the file as its stderr)."""
+
+    def __enter__(self) -> _Held:
+        sys.stderr.flush()
+        self.held = _Held()
+        self.file = tempfile.TemporaryFile()
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        return self.held
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            sys.stderr.flush()
+        finally:
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+        self.file.seek(0)
+        self.held.text = self.file.read().decode(errors="replace")
+        self.file.close()
 
 
 def _quiet_shutdown() -> None:

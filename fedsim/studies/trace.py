@@ -76,23 +76,13 @@ def trace_options(name: str, sets: list[str]) -> dict:
 class TracingNetwork(SimNetwork):
     """A SimNetwork (with ``trace=True``) that also keeps the structure of every message's
     payload, by ledger row: ``payloads[i]`` lists ``{"name", "dtype", "shape", "bytes"}`` for
-    arrays and ``{"name", "value"}`` for scalars (decoded from the bytes that were sent)."""
+    arrays and ``{"name", "value"}`` for scalars (decoded from the bytes that were sent). Its
+    ``result`` (every network's) is the run's ``RunResult``, also that of a run that ended in a
+    deadlock: the views show the actors still blocked then (``blocked_events``)."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(trace=True, **kwargs)
         self.payloads: dict[int, list[dict]] = {}
-        self.result = None  # the RunResult, also of a run that ended in a deadlock (its partial one)
-
-    def run(self, *args, **kwargs):
-        """``SimNetwork.run``, keeping the ``RunResult`` in ``result``, also when the run ends
-        in a deadlock (``DeadlockError``'s partial result, re-raised): the views show the
-        actors still blocked then (``blocked_events``)."""
-        try:
-            self.result = super().run(*args, **kwargs)
-        except DeadlockError as exc:
-            self.result = exc.result
-            raise
-        return self.result
 
     def post(self, src, dsts, kind, encoded, anonymous) -> None:
         # len(ledger), not len(ledger.rows): a StreamingLedger has no row list (every send failed)
@@ -367,18 +357,18 @@ def _sequence(net: SimNetwork, records: list[dict], offline: list[dict], missing
     ``("blocked", i)`` for the notes ``offline[i]`` (``offline_events``), ``missing[i]``
     (``missing_events``) and ``blocked[i]`` (``blocked_events``), each before the first message
     sent after it. At equal times, as in the step log: a node going offline before that instant's
-    sends; a wait given up before or after a send as they happened (``net.happened``); a deadlock
-    after them. For a network that did not trace (no ``happened``) every note stands before the
-    messages sent at its time."""
+    sends; a wait given up before or after a send as they happened (``net.happened``), or, for a
+    network that did not trace (no ``happened``), before them; a deadlock (the run's end) after
+    them, traced or not."""
     at = _happened(net)
     traced = bool(at)
     firsts = _missing_positions(net, at)
     notes = [((e["time"], 0, 0), ("offline", i)) for i, e in enumerate(offline)]
     for i, g in enumerate(missing):
-        first = firsts.get((g["time"], g["receiver"], g["kind"], g["round"]))
+        first = firsts.get(_missing_key(g["time"], g["receiver"], g["kind"], g["round"]))
         pos = -1 if first is None else at[("missing", first)]
         notes.append(((g["time"], 2, pos) if traced else (g["time"], 1, 0), ("missing", i)))
-    notes += [(((b["time"], 4, 0) if traced else (b["time"], 1, 0)), ("blocked", i)) for i, b in enumerate(blocked)]
+    notes += [((b["time"], 4, 0), ("blocked", i)) for i, b in enumerate(blocked)]
     notes.sort(key=lambda n: n[0])  # (stable: offline, missing, blocked at one key)
     out: list[tuple[str, int]] = []
     k = 0
@@ -392,14 +382,20 @@ def _sequence(net: SimNetwork, records: list[dict], offline: list[dict], missing
     return out
 
 
+def _missing_key(time, receiver: str, kind: str, rnd) -> tuple:
+    """The wait a ``ledger.missing`` record belongs to (a group of ``missing_events``), from a
+    record's or a group's fields: one key for both, so that they cannot drift apart."""
+    return float(time), receiver, kind, int(rnd)
+
+
 def _missing_positions(net: SimNetwork, at: dict) -> dict[tuple, int]:
-    """For each wait given up (a group of ``missing_events``: time, receiver, kind, round), the
-    index in ``ledger.missing`` of its first record whose position in ``at`` is the earliest;
-    (absent when the network did not trace)."""
+    """For each wait given up (a group of ``missing_events``, by ``_missing_key``), the index in
+    ``ledger.missing`` of its first record whose position in ``at`` is the earliest; (absent
+    when the network did not trace)."""
     out: dict[tuple, int] = {}
     for i, m in enumerate(net.ledger.missing):
         if ("missing", i) in at:
-            key = (float(m.time), m.receiver, m.kind, int(m.round))
+            key = _missing_key(m.time, m.receiver, m.kind, m.round)
             if key not in out or at[("missing", i)] < at[("missing", out[key])]:
                 out[key] = i
     return out
@@ -419,9 +415,9 @@ def missing_events(net: SimNetwork) -> list[dict]:
     of a ``count=`` gather's, whose senders are not known), in time order."""
     groups: dict[tuple, dict] = {}
     for m in net.ledger.missing:
-        key = (m.time, m.receiver, m.kind, m.round)
-        g = groups.setdefault(key, {"time": float(m.time), "receiver": m.receiver, "kind": m.kind,
-                                    "round": int(m.round), "senders": [], "anonymous": 0})
+        time, receiver, kind, rnd = key = _missing_key(m.time, m.receiver, m.kind, m.round)
+        g = groups.setdefault(key, {"time": time, "receiver": receiver, "kind": kind, "round": rnd,
+                                    "senders": [], "anonymous": 0})
         if m.sender is None:
             g["anonymous"] += 1
         else:
@@ -454,9 +450,10 @@ def offline_events(net: SimNetwork) -> list[dict]:
 
 def blocked_events(net: SimNetwork) -> list[dict]:
     """The actors a run ended with still blocked and nothing left that could wake them (a
-    deadlock; kept by a ``TracingNetwork``): ``node``, ``time`` (the run's end) and ``waits``
-    (what it waited for, as ``DeadlockError`` says), in node order."""
-    res = getattr(net, "result", None)
+    deadlock; from the network's ``result``, also kept by a network that did not trace):
+    ``node``, ``time`` (the run's end) and ``waits`` (what it waited for, as ``DeadlockError``
+    says), in node order; none before the network ran."""
+    res = net.result
     if res is None:
         return []
     return [{"node": n, "time": float(res.duration), "waits": w} for n, w in sorted(res.blocked.items())]
@@ -536,7 +533,8 @@ def step_log(net: SimNetwork) -> str:
                                                      "flight when the run ends"))
     firsts = _missing_positions(net, at)
     for g in missing_events(net):
-        did(g["time"], ("missing", firsts.get((g["time"], g["receiver"], g["kind"], g["round"]), -1)), missing_text(g))
+        first = firsts.get(_missing_key(g["time"], g["receiver"], g["kind"], g["round"]), -1)
+        did(g["time"], ("missing", first), missing_text(g))
     for b in blocked_events(net):
         events.append((b["time"], 4, 0, 0, blocked_text(b)))
     for i, (node, start, end, label) in enumerate(net.trace):

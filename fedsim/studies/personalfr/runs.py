@@ -32,9 +32,18 @@ __all__ = [
 ]
 
 METRIC = {"explicit": "rmse", "implicit": "ndcg"}
-#: where the faults of PersonalFR and FedAvg-AE are measured
-PROTOCOL_RUN = ("measure faults with `fedsim run personalfr --set deadline=SECONDS` (or fedavg-ae), which reports "
-                "what was missing")
+
+
+def protocol_run(n_users: int) -> str:
+    """Where the faults of PersonalFR and FedAvg-AE are measured, as a command that runs on data
+    of ``n_users`` users: ``fedsim run personalfr`` partitions them into ``clients`` (default
+    100), more than the users of a small data set (30 on ``tiny``) is refused."""
+    M = min(FedAEConfig.clients, int(n_users))
+    return (f"measure faults with `fedsim run personalfr --set deadline=SECONDS --set clients={M}` (or fedavg-ae) "
+            f"on the same data and network, which reports what was missing (clients: at most the data's "
+            f"{int(n_users)} users, 0: one user per client)")
+
+
 PROTOCOLS = {"fedavg": fedavg_ae, "personalfr": personalfr}
 
 COMMON_PARAMS = {
@@ -143,14 +152,16 @@ def comm_from_ledger(net, rounds: int) -> dict:
     }
 
 
-def check_network(profile) -> None:
+def check_network(profile, n_users: int) -> None:
     """Refuse (``UsageError``) a network that can lose a message (``network_faults``: loss,
     dropout, a profile whose nodes lose or drop out), before any work. The PersonalFR scenarios
     run without a deadline and read whole runs: such a network ended in a ``DeadlockError``
     advising a ``--set deadline`` they do not have (with a deadline, what a run left out would
     not reach their tables). Faults are measured on the protocol itself: ``fedsim run personalfr
-    --loss P --set deadline=S`` reports what was missing."""
-    refuse_faults(profile, "the PersonalFR scenarios run FedAvg and PersonalFR with no deadline", PROTOCOL_RUN, UsageError)
+    --loss P --set deadline=S --set clients=M`` (M at most the data's ``n_users``) reports what
+    was missing (:func:`protocol_run`)."""
+    refuse_faults(profile, "the PersonalFR scenarios run FedAvg and PersonalFR with no deadline",
+                  protocol_run(n_users), UsageError)
 
 
 def run_spec(spec: RunSpec) -> dict:
@@ -159,10 +170,10 @@ def run_spec(spec: RunSpec) -> dict:
     actors still blocked, ``ValueError`` for a federated run on a network that can lose a message
     (:func:`check_network`: the figures returned are those of a whole run, and nothing here
     carries what a run with a deadline left out)."""
-    if spec.method != "joint":
-        refuse_faults(spec.profile, f"PersonalFR study runs ({spec.method}) read whole runs", PROTOCOL_RUN)
     task = load_task(spec.data, spec.seed, spec.task, spec.threshold, spec.test_frac,
                      spec.val_frac if spec.validation else None)
+    if spec.method != "joint":  # (after the data: the command it suggests names a number of clients it has)
+        refuse_faults(spec.profile, f"PersonalFR study runs ({spec.method}) read whole runs", protocol_run(task.n_users))
     key = METRIC[spec.task]
     t0 = time.perf_counter()
     out: dict[str, Any] = {"method": spec.method, "task": spec.task, "seed": spec.seed, "M": spec.M,
@@ -232,9 +243,9 @@ def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]
     choose the reported round) and once as usual. The data is read here once (``ctx.load_data``),
     so that a bad ``--data`` is a ``UsageError`` before any worker starts, as is a network that can lose
     a message when federated runs are asked for (:func:`check_network`)."""
-    if {"fedavg", "personalfr"} & set(ctx["methods"]):
-        check_network(ctx.net)
     ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a worker's traceback
+    if {"fedavg", "personalfr"} & set(ctx["methods"]):
+        check_network(ctx.net, ratings.n_users)
     check_clients(clients, ratings.n_users)
     specs = []
     select = ctx.config.get("select_on", "test")
