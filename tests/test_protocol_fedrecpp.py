@@ -169,3 +169,52 @@ def test_a_collect_that_overtakes_the_model_waits_for_it_and_the_run_stays_lossl
     if c == 0:
         assert overtaken  # the case at hand
     assert res.info["missing"] == [] and np.array_equal(res.params["V"], ref.params["V"])
+
+
+@pytest.mark.parametrize("order", ["code", "paper"])
+def test_ordinary_client_step_takes_every_item_gradient_with_one_user_factor(order):
+    # FedRec++ Algorithm 2 lines 5-8: U_u is updated with Eq. 7 (rated items only), then Eq. 3 gives
+    # the gradient of every item of I_u u I'_u with that same U_u (order "paper"); the authors' code
+    # takes them all with U_u before the update (order "code"). Hand computation of both, item by item.
+    from fedsim.protocols.fedrecpp import _denoised_client_step
+
+    d, m, lr, lam = 3, 9, 0.8, 0.01
+    g = np.random.default_rng(5)
+    U = g.uniform(-1, 1, d)
+    V = g.uniform(-1, 1, (m, d))
+    rated = np.array([1, 4, 6], dtype=np.int32)
+    r = np.array([4.0, 2.0, 5.0])
+    cfg = FedRecPPConfig(d=d, lam=lam, rho=2, strategy="ua", order=order, dtype="float64")
+    new_u, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, 0, lr, cfg,
+                                                             np.random.default_rng(7), True)
+    # the sample is the client's generator's: the same draw as sample_unrated's
+    want_sampled = np.random.default_rng(7).choice(np.setdiff1d(np.arange(m), rated), size=6, replace=False)
+    assert sampled.tolist() == want_sampled.tolist()
+    # Eq. 7 over the rated items only
+    grad_u = [0.0] * d
+    for i, ri in zip(rated.tolist(), r.tolist()):
+        e = sum(U[f] * V[i, f] for f in range(d)) - ri
+        for f in range(d):
+            grad_u[f] += e * V[i, f]
+    want_u = [U[f] - lr * (grad_u[f] / 3 + lam * U[f]) for f in range(d)]
+    np.testing.assert_allclose(new_u, want_u, rtol=0, atol=1e-12)
+    # Eq. 3 with the user mean (Eq. 1, t < T_predict) as the sampled items' rating
+    W = want_u if order == "paper" else U.tolist()
+    mean = (4.0 + 2.0 + 5.0) / 3
+
+    def eq3(i, rating):
+        e = sum(W[f] * V[i, f] for f in range(d)) - rating
+        return [e * W[f] + lam * V[i, f] for f in range(d)]
+
+    np.testing.assert_allclose(g_rated, [eq3(i, ri) for i, ri in zip(rated.tolist(), r.tolist())], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(g_noise, [eq3(j, mean) for j in sampled.tolist()], rtol=0, atol=1e-12)
+
+
+def test_fedrecpp_in_the_papers_order_is_lossless_against_fedrec_rho_zero_in_that_order(data):
+    pp, _, _ = run_pp(data, FedRecPPConfig(d=4, T=8, lr=0.5, rho=2, eta=3, T_predict=2, T_local=3, order="paper",
+                                           dtype="float64"))
+    base = run_fedrec(data, FedRecConfig("PMF(B)", d=4, T=8, lr=0.5, rho=0, order="paper", dtype="float64"))
+    code = run_fedrec(data, FedRecConfig("PMF(B)", d=4, T=8, lr=0.5, rho=0, dtype="float64"))
+    assert pp.diverged_at is None and np.abs(base.V - code.V).max() > 1e-6
+    np.testing.assert_allclose(pp.V, base.V, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(pp.U, base.U, rtol=0, atol=1e-9)

@@ -296,8 +296,10 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
 
 def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool):
     """Algorithm 2 TRAINING with denoising: U_u from rated items only (Eq. 7); gradients of the
-    rated items, and (ordinary clients) of sampled items with HF/UA virtual ratings, all taken
-    with U_u before its update."""
+    rated items, and (ordinary clients) of sampled items with HF/UA virtual ratings (Eq. 3), all
+    taken with one user factor: U_u before its update (``order="code"``) or after it
+    (``order="paper"``, Algorithm 2 lines 5-8). The virtual ratings come from U_u before the
+    update in both (the copy U'_u of line 2)."""
     dt = V.dtype
     new_u, g_rated = pmf_batch_client(U, V[rated], r, lr, cfg.lam, order=cfg.order)
     if not with_noise:
@@ -309,8 +311,11 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
         virt = virtual_ratings_hf(U, V[rated], r, V[sampled], lr, cfg.lam, cfg.T_local).astype(dt)
     else:
         virt = np.full(sampled.shape[0], user_mean(r, dt), dtype=dt)
-    # gradient noise (Eq. 8): the sampled items' gradients, with U_u before the update
-    _, g_noise = pmf_batch_client(U, V[sampled], virt, lr, cfg.lam, order="code")
+    # gradient noise (Eq. 8): the sampled items' gradients, with the U_u the rated items' gradients
+    # were taken with (pmf_batch_client's "code" order takes them with the U_u it is given); a
+    # second factor would set the sampled rows apart from the rated ones in the upload
+    _, g_noise = pmf_batch_client(new_u if cfg.order == "paper" else U, V[sampled], virt, lr, cfg.lam,
+                                  order="code")
     return new_u, g_rated, sampled, g_noise
 
 
