@@ -20,7 +20,7 @@ import numpy as np
 
 from fedsim.experiment import Param, RunContext, scenario_main
 from fedsim.protocols.personalfr import FedAEConfig
-from fedsim.studies.personalfr import RunSpec, check_clients, check_network, execute, load_task
+from fedsim.studies.personalfr import RunSpec, check_clients, check_network, check_threshold, execute, load_task
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'under half a minute at ML-100K scale with 2 workers (16 s measured quiet on 2026-11-26, docs/performance.md; 92 s on 2026-11-22\'s shared machine)'
@@ -48,6 +48,7 @@ PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computa
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a traceback
     check_network(ctx.net, ratings.n_users)  # ratios of whole runs: a network that loses messages is refused before any work
+    check_threshold(ctx, ratings, (ctx["task"],))
     task = load_task(ctx.data, ctx.seed, ctx["task"], ctx["threshold"], ctx["test_frac"])
     check_clients(ctx["clients"], task.n_users)
     specs = []

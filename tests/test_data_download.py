@@ -559,3 +559,25 @@ def test_a_verifying_get_that_loses_the_race_to_an_unverified_install_says_so(tm
     assert [d[0] for d in done] == [cache / "ml-100k"]
     assert (cache / "ml-100k" / "u.data").read_text() == "1\t1\t1\t881250949\n"
     assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/u.data"]
+
+
+def test_an_install_loads_the_ratings_file_its_dataset_names(monkeypatch, tmp_path, served):
+    # an ml-1m archive that also held a u.data installed (its ratings.dat was there), then loaded as
+    # ML-100K: the folder's first of u.data, ratings.dat, ratings.csv was read
+    base, www, _ = served
+    sha = make_zip(www / "ml-1m.zip", {"ml-1m/ratings.dat": "1::10::4::978300760\n2::11::5::978300761\n"
+                                       "3::11::2::978300762\n4::12::1::978300763\n",
+                                       "ml-1m/u.data": U_DATA})
+    monkeypatch.setitem(download.REGISTRY, "ml-1m", replace(download.REGISTRY["ml-1m"], sha256=sha))
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))
+    path = download.get("ml-1m", url=f"{base}/ml-1m.zip")
+    r = resolve("ml-1m")
+    assert (r.name, len(r), r.n_users, r.n_items) == ("ml-1m", 4, 4, 3)
+    assert sorted(r.values.tolist()) == [1.0, 2.0, 4.0, 5.0]
+    # by its path the folder cannot say which file is the dataset: refused, naming both
+    for spec in (str(path), str(tmp_path / "cache")):
+        with pytest.raises(ValueError) as ei:
+            resolve(spec)
+        assert str(ei.value) == (f"{path} holds 2 MovieLens ratings files (u.data, ratings.dat): which one is the "
+                                 "dataset cannot be told; pass the ratings file to load")
+    assert len(resolve(str(path / "u.data"))) == 3 and len(resolve(str(path / "ratings.dat"))) == 4

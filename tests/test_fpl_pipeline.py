@@ -201,3 +201,44 @@ def test_hit_masks_refuse_fractional_item_ids_as_the_metrics_do():
             hit_masks(np.array(bad), truth, 2)
         with pytest.raises(ValueError, match="integer item indices"):
             precision_at(np.array(bad), truth, 2)
+
+
+def test_gini_is_over_every_item_of_the_data_or_with_gini_items_catalogue_over_the_training_items():
+    # item 5 is every user's test item and nobody's training item: no list can hold it. G@N counted
+    # it as an item never recommended (the default, unchanged); gini_items="catalogue" leaves it out
+    from fedsim.data import Ratings
+
+    train = {0: [0, 1, 2, 3], 1: [0, 1, 2, 4], 2: [1, 2, 3, 4]}
+    users = np.repeat([0, 1, 2], 5)
+    items = np.concatenate([train[u] + [5] for u in range(3)])  # item 5 last in time: the test part
+    r = Ratings(users=users, items=items, values=np.full(15, 4.0), n_users=3, n_items=6,
+                timestamps=np.tile(np.arange(1, 6), 3))
+    scores = np.ones((3, 6))
+    scores[:, 5] = 10.0  # ranked first if it could be
+    splits = {g: prepare(r, min_interactions=5, protocol="test", n=1, gini_items=g) for g in ("data", "catalogue")}
+    for g, sp in splits.items():
+        assert sp.catalogue.tolist() == [0, 1, 2, 3, 4] and sp.n_items == 6 and sp.info["gini_items"] == g
+        assert top_n(scores, sp.evaluators["test"].exclude, 1)[:, 0].tolist() == [4, 3, 0]
+    data, cat = (splits[g].evaluate(scores)["test"] for g in ("data", "catalogue"))
+    # counts over items 0..5: [1, 0, 0, 1, 1, 0]; sorted shares 0, 0, 0, 1/3, 1/3, 1/3:
+    # Gini = (1 + 3 + 5) / 3 / (6 - 1) = 0.6, G = 0.4. Over items 0..4: (0 + 2 + 4) / 3 / (5 - 1) = 0.5, G = 0.5
+    assert data["gini"] == pytest.approx(0.4, abs=1e-12) and cat["gini"] == pytest.approx(0.5, abs=1e-12)
+    assert data["ic"] == cat["ic"] == 3 and data["p"] == cat["p"] == 0.0
+    assert splits["data"].fingerprint != splits["catalogue"].fingerprint
+    assert prepare(r, min_interactions=5, protocol="test", n=1).fingerprint == splits["data"].fingerprint
+    with pytest.raises(ValueError, match="gini_items must be 'data' or 'catalogue', got 'train'"):
+        prepare(r, min_interactions=5, protocol="test", gini_items="train")
+
+
+def test_the_scenarios_pass_gini_items_to_prepare_and_say_so(tmp_path):
+    f = checkins(tmp_path, [25, 30, 22, 28, 40, 21])
+    i = prepare(load_foursquare(f, None), min_interactions=21, gini_items="catalogue").info
+    assert i["catalogue"] < i["items"]  # test-only venues: the two item sets differ
+    note = (f"G@10 is over the {i['catalogue']} catalogue items (`gini_items=catalogue`), not the data's "
+            f"{i['items']}.")
+    for g in ("catalogue", "data"):
+        out = tmp_path / g
+        run_scenario("fpl_tcc", data=str(f), out=out, quiet=True,
+                     overrides={"gini_items": g, "presets": ["pFPL"], "pis": [1.0], "epochs": [1], "seeds": 1,
+                                "workers": 1})
+        assert (note in (out / "report.md").read_text()) == (g == "catalogue")

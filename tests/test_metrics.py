@@ -206,6 +206,17 @@ def test_gini_hand_computed():
         gini_at(RECS, 3, n_items=4)  # item 4 outside the catalogue
 
 
+def test_gini_over_given_items_hand_computed():
+    # the same lists over items 0..4 only (item 5, never recommended, left out): counts [1, 2, 2, 1, 2],
+    # sorted p = [1, 1, 2, 2, 2] / 8, weights [-4, -2, 0, 2, 4]: Gini = (-4 - 2 + 0 + 4 + 8) / 8 / 4 = 0.1875
+    assert gini_at(RECS, 3, n_items=6, items=[4, 0, 1, 2, 3]) == pytest.approx(1 - 0.1875, abs=1e-12)
+    assert gini_at(RECS, 3, n_items=6, items=range(6)) == gini_at(RECS, 3, n_items=6)
+    with pytest.raises(ValueError, match="^recommended item 4 is not among the 4 items the Gini is over$"):
+        gini_at(RECS, 3, n_items=6, items=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match=r"^items holds 6, outside 0..5$"):
+        gini_at(RECS, 3, n_items=6, items=[0, 1, 2, 3, 4, 6])
+
+
 def test_bias_disparity_hand_computed():
     # items 0..4; categories A: {0, 1, 3}, B: {2, 3}; item 4 has none
     cats = np.array([[1, 0], [1, 0], [0, 1], [1, 1], [0, 0]], dtype=bool)

@@ -107,27 +107,40 @@ def _variant_from_name(name: str) -> str | None:
     return None
 
 
+_ML_RATINGS_FILES = (("u.data", "u.data"), ("ratings.dat", "dat"), ("ratings.csv", "csv"))
+
+
+def _ratings_files(d: Path) -> list[tuple[Path, str]]:
+    """The MovieLens ratings file of folder ``d`` as [(file, format)] (empty when it has none).
+    Raises ValueError when it holds more than one: the first of u.data, ratings.dat, ratings.csv
+    was loaded, so an ml-1m folder that also held a u.data loaded as ML-100K."""
+    found = [(d / f, fmt) for f, fmt in _ML_RATINGS_FILES if (d / f).is_file()]
+    if len(found) > 1:
+        raise ValueError(f"{d} holds {len(found)} MovieLens ratings files ({', '.join(f.name for f, _ in found)}): "
+                         "which one is the dataset cannot be told; pass the ratings file to load")
+    return found
+
+
 def detect_movielens(path: str | Path) -> tuple[Path, str, str]:
     """Find the ratings file under ``path``: returns (ratings file, format, variant guess).
 
     Format is ``"u.data"`` (100K), ``"dat"`` (1M/10M ``::``) or ``"csv"`` (20M and later).
     Raises FileNotFoundError when nothing MovieLens-like is there, ValueError when a parent folder
-    holds several MovieLens datasets.
+    holds several MovieLens datasets or a folder holds more than one ratings file (``u.data``,
+    ``ratings.dat``, ``ratings.csv``: which one is the dataset cannot be told; pass the file).
     """
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such file or folder: {p}")
     if p.is_dir():
-        candidates = [("u.data", "u.data"), ("ratings.dat", "dat"), ("ratings.csv", "csv")]
-        for fname, fmt in candidates:
-            if (p / fname).is_file():
-                return p / fname, fmt, _guess_variant(p / fname, fmt)
+        here = _ratings_files(p)
+        if here:
+            return here[0][0], here[0][1], _guess_variant(*here[0])
         found = []
         for d in (d for d in sorted(p.iterdir()) if d.is_dir()):
-            for fname, fmt in candidates:
-                if (d / fname).is_file():
-                    found.append((d / fname, fmt))
-                    break
+            inside = _ratings_files(d)
+            if inside:
+                found.append(inside[0])
         if len(found) == 1:
             return found[0][0], found[0][1], _guess_variant(*found[0])
         if found:  # the first in name order was loaded, silently (ml-100k of a folder also holding ml-1m)
@@ -181,7 +194,8 @@ def load_movielens(
 
     ``path`` is the dataset folder (or a parent holding exactly one such folder: several are a
     ``ValueError`` naming them) or the ratings file
-    itself (``u.data``, ``ratings.dat``, ``ratings.csv``).  ``variant`` (``"100k"``, ``"1m"``,
+    itself (``u.data``, ``ratings.dat``, ``ratings.csv``; a folder holding more than one of them is
+    a ``ValueError`` naming them: pass the file).  ``variant`` (``"100k"``, ``"1m"``,
     ``"10m"``, ``"20m"``, ``"25m"``, ``"32m"``, ``"latest"``, ``"latest-small"``) is detected from
     the file and folder names when ``None``; given explicitly it must match the file format.
 

@@ -79,7 +79,8 @@ def resolve(spec: Any, **kw: Any) -> Ratings:
       ``synthetic:``): :func:`fedsim.data.synthetic.generate` with ``kw`` (e.g. ``seed``);
     - a path to a folder or ratings file (see :func:`load_path`), ``kw`` passed to the loader;
     - a registered dataset name (``ml-100k``, ``ml-1m``, ...) that ``fedsim data get`` has
-      installed in the cache;
+      installed in the cache: its ratings file as the registry names it (``u.data``,
+      ``ratings.dat``, ``ratings.csv``), whatever else the folder holds;
     - a :class:`Ratings`, returned unchanged.
 
     ``seed`` is accepted and ignored for files (it only seeds synthetic data).  Raises
@@ -105,8 +106,10 @@ def resolve(spec: Any, **kw: Any) -> Ratings:
     if reg is not None:
         if download.is_installed(reg):
             # only an install of the pinned archive answers to the dataset's name (ChecksumError
-            # otherwise, naming how to use the files by their path)
-            return load_movielens(download.check_installed(reg), **file_kw)
+            # otherwise, naming how to use the files by their path); the ratings file its spec names,
+            # which the install checked for (the folder's first of u.data, ratings.dat, ratings.csv
+            # loaded an ml-1m install also holding a u.data as ML-100K)
+            return load_movielens(download.check_installed(reg) / download.REGISTRY[reg].ratings, **file_kw)
         raise FileNotFoundError(
             f"dataset {reg!r} is not downloaded: run `fedsim data get {reg}` "
             f"(cache: {download.default_cache_dir()}), or pass a path"

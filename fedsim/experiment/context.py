@@ -291,6 +291,9 @@ class RunContext:
     measured_time: float = 0.0  # the clocks of runs on real transports (asyncio, tcp): real seconds
     ledger_totals: dict[str, float] = field(default_factory=dict)
     defaults: dict[str, Any] | None = None  # the scenario's defaults (to tell a shortened run)
+    # the parameters set by the caller (--set, --grid axes, run_scenario's overrides), whatever their value:
+    # a default that does not fit the data can be refused unless it was asked for
+    given: frozenset[str] = frozenset()
     # parameters whose paper setting is not their default (a scenario's PAPER_VALUES, e.g. the FPL
     # scenarios' settings=paper): the paper_* note compares these with the paper's value instead
     paper_values: dict[str, Any] = field(default_factory=dict)

@@ -210,7 +210,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
              f"config {json.dumps(cfg, default=json_default)}")
     ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
                      quiet=quiet, keep_ledger=ledger, progress=prog,
-                     defaults={k: p.default for k, p in mod.PARAMS.items()},
+                     defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
                      paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
     t0 = time.perf_counter()
     activate(prog)

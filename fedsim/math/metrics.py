@@ -345,9 +345,12 @@ def gini_index(counts: Any, n_items: int | None = None) -> float:
     return float(((2 * j - n - 1) * p).sum() / (n - 1))
 
 
-def gini_at(recs: Any, n: int, n_items: int) -> float:
+def gini_at(recs: Any, n: int, n_items: int, items: Any = None) -> float:
     """G@N as FPL reports it (the Elliot / RankSys "Gini" diversity): 1 - Gini index of how
-    often each of the ``n_items`` catalogue items appears in the top-N lists.
+    often each item appears in the top-N lists, over all ``n_items`` items (ids 0..n_items-1;
+    an item never recommended counts as zero), or over ``items`` when given (the ids the lists
+    can hold, e.g. the items with a training interaction: a recommended item outside them is a
+    ``ValueError``).
 
     Higher means recommendations spread over more items ("higher personalization" in FPL):
     1 when every item is recommended equally often, 0 when a single item fills every list.
@@ -359,7 +362,15 @@ def gini_at(recs: Any, n: int, n_items: int) -> float:
     if flat.max() >= n_items:
         raise ValueError(f"recommended item {int(flat.max())} is outside the catalogue of {n_items}")
     counts = np.bincount(flat, minlength=n_items)
-    return 1.0 - gini_index(counts, n_items)
+    if items is None:
+        return 1.0 - gini_index(counts, n_items)
+    sel = np.unique(np.asarray(items, dtype=np.int64))
+    if sel.size and (sel[0] < 0 or sel[-1] >= n_items):
+        raise ValueError(f"items holds {int(sel[0] if sel[0] < 0 else sel[-1])}, outside 0..{n_items - 1}")
+    outside = np.setdiff1d(np.flatnonzero(counts), sel)
+    if outside.size:
+        raise ValueError(f"recommended item {int(outside[0])} is not among the {sel.size} items the Gini is over")
+    return 1.0 - gini_index(counts[sel], sel.size)
 
 
 class BiasDisparity(NamedTuple):

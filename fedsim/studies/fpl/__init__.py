@@ -21,7 +21,9 @@ Protocols (what a model is fitted on and what it is evaluated on):
                protocol).
 
 Rankings never include an item without a training interaction (it cannot be learnt): the
-catalogue is the fitted part's items. The test evaluation keeps each user's hit mask
+catalogue is the fitted part's items. G@10 is over every item of the data nonetheless (those
+never recommendable count as never recommended; ``gini_items="catalogue"``: over the catalogue),
+IC@10 counts items (docs/fpl.md, "Which items IC@10 and G@10 are over"). The test evaluation keeps each user's hit mask
 (:mod:`fedsim.math.hitmask`), from which every per-user P, R, F1 and NDCG follows: the paired
 tests and confidence intervals of :mod:`.analysis` use them.
 

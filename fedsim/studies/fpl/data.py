@@ -42,7 +42,12 @@ class Evaluator:
     outside the catalogue). With ``per_user`` an evaluation also holds ``hits``: each user's hit
     mask (:func:`fedsim.math.hitmask.hit_masks`; every per-user P, R, F1 and NDCG follows from
     it and ``n_test``). Scores that are not all finite (a diverged model) give NaN figures and
-    ``diverged: True`` instead of a ranking."""
+    ``diverged: True`` instead of a ranking.
+
+    IC@N counts the distinct items of the lists (no item total in it). G@N is over every item of
+    the data, ``n_items`` (an item that can never be ranked, having no training interaction,
+    counts as never recommended), or over ``gini_items`` when given (``prepare``'s
+    ``gini_items="catalogue"``: the items the lists can hold)."""
 
     name: str
     truth: tuple[np.ndarray, np.ndarray]
@@ -52,6 +57,7 @@ class Evaluator:
     categories: np.ndarray | None
     n: int = 10
     per_user: bool = False
+    gini_items: np.ndarray | None = None
 
     @property
     def n_test(self) -> np.ndarray:
@@ -73,7 +79,7 @@ class Evaluator:
             "f1": float(f1_at(recs, self.truth, n)),
             "ndcg": float(ndcg_at(recs, self.truth, n)),
             "ic": int(item_coverage_at(recs, n)),
-            "gini": float(gini_at(recs, n, self.n_items)),
+            "gini": float(gini_at(recs, n, self.n_items, self.gini_items)),
         }
         if self.per_user:
             out["hits"] = [int(x) for x in hit_masks(recs, self.truth, n)]
@@ -117,6 +123,9 @@ class ImplicitSplit:
                 h.update(np.ascontiguousarray(a).tobytes())
             if ev.n != 10:  # the cut-off N of every figure (10, the paper's, keeps the keys stored before)
                 h.update(f"n{ev.n}".encode())
+            if ev.gini_items is not None:  # G@N over these items (none: over every item, the keys stored before)
+                h.update(b"gini_items")
+                h.update(np.ascontiguousarray(ev.gini_items, dtype=np.int64).tobytes())
         h.update(self.protocol.encode())
         h.update(f"eval{EVAL_VERSION}".encode())
         return h.hexdigest()[:20]
@@ -155,11 +164,17 @@ def loader_min_interactions(ratings: Ratings) -> int:
 
 
 def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 0.2, val_frac: float = 0.2,
-            protocol: str = "validation", n: int = 10, max_users: int = 0, seed: int = 0) -> ImplicitSplit:
+            protocol: str = "validation", n: int = 10, max_users: int = 0, seed: int = 0,
+            gini_items: str = "data") -> ImplicitSplit:
     """The FPL pipeline on ``ratings`` (explicit or implicit, with timestamps): binarize, keep
     users with at least ``min_interactions``, per-user temporal split, evaluators for
     ``protocol`` ("validation" or "test", see the module docstring). ``max_users`` > 0 keeps a
     seeded random subset of that many users first (to make synthetic defaults small).
+
+    Every ranking is over the catalogue (the items of the part fitted) minus the user's known
+    items. ``gini_items``: the items G@N is computed over, ``"data"`` (default: every item of the
+    filtered data, test-only items included, which no list can hold) or ``"catalogue"`` (the
+    catalogue: the items a list can hold). IC@N is a count of items, the same either way.
 
     Raises :class:`LoaderFilterError` when the loader already dropped users that this filter
     would keep (``load_foursquare``'s default ``user_filter="paper"`` keeps > 20 venues: asking
@@ -168,6 +183,8 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
     an unknown protocol."""
     if protocol not in ("validation", "test"):
         raise ValueError(f"protocol must be 'validation' or 'test', got {protocol!r}")
+    if gini_items not in ("data", "catalogue"):
+        raise ValueError(f"gini_items must be 'data' or 'catalogue', got {gini_items!r}")
     applied = loader_min_interactions(ratings)
     if applied > max(int(min_interactions), 1):
         raise LoaderFilterError(
@@ -202,21 +219,24 @@ def prepare(ratings: Ratings, *, min_interactions: int = 21, test_frac: float = 
         return csr_pairs(np.concatenate(us), np.concatenate(its), nu)
 
     ti = np.asarray(train.items, dtype=np.int64)
+    over = catalogue if gini_items == "catalogue" else None
     evals: dict[str, Evaluator] = {}
     if val is not None:
-        evals["val"] = Evaluator("val", csr_pairs(val.users, val.items, nu), exclude_for(train), ni, ti, cats, n)
+        evals["val"] = Evaluator("val", csr_pairs(val.users, val.items, nu), exclude_for(train), ni, ti, cats, n,
+                                 gini_items=over)
         evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train, val), ni, ti,
-                                  cats, n, per_user=True)
+                                  cats, n, per_user=True, gini_items=over)
     else:
         evals["test"] = Evaluator("test", csr_pairs(test.users, test.items, nu), exclude_for(train), ni, ti, cats, n,
-                                  per_user=True)
+                                  per_user=True, gini_items=over)
     counts = np.bincount(train.users, minlength=nu)
     if counts.min() == 0:
         raise ValueError("a user has no training interaction; raise min_interactions")
     info = {"users": nu, "items": ni, "catalogue": int(catalogue.size), "x_plus": len(train),
             "train_full": len(train_full), "validation": 0 if val is None else len(val), "test": len(test),
             "test_unreachable": int(np.isin(test.items, outside).sum()), "min_interactions": int(min_interactions),
-            "max_users": int(max_users), "users_loaded": int(users_loaded), "loader_filter": applied}
+            "max_users": int(max_users), "users_loaded": int(users_loaded), "loader_filter": applied,
+            "gini_items": gini_items}
     cat_info = (ratings.info or {}).get("categories")
     if cats is not None:
         info["items_without_category"] = int((~cats.any(axis=1)).sum())

@@ -106,6 +106,9 @@ def scenario_params(exclude: tuple[str, ...] = ()) -> dict[str, Param]:
                           choices=("validation", "test")),
         "max_users": Param(-1, "keep a seeded random subset of this many users first (0: all; -1: 100 on "
                            "synthetic data, all on real data)"),
+        "gini_items": Param("data", "the items G@10 is over: data (every item of the filtered data, test-only ones "
+                            "included, which no list can hold) or catalogue (the training items, those the lists "
+                            "rank); IC@10 counts items, the same either way", choices=("data", "catalogue")),
         "rounding": Param("round", "integer T and rpe: round (nearest) or floor (the authors' int())",
                           choices=("round", "floor")),
         "paper_country": Param("Italy", "the paper's data set whose figures are printed beside ours",
@@ -151,7 +154,7 @@ def scenario_split(ctx: RunContext, settings: Settings) -> ImplicitSplit:
         max_users = 100 if _is_synthetic(ctx.data) else 0
     try:
         sp = prepare(ratings, min_interactions=threshold, protocol=ctx["protocol"], max_users=max_users,
-                     seed=ctx.seed)
+                     seed=ctx.seed, gini_items=ctx.config.get("gini_items", "data"))
     except LoaderFilterError as exc:  # pragma: no cover - the reload above prevents it
         raise UsageError(str(exc)) from None
     except NoUserLeftError as exc:  # the data are too small for the filter: a traceback before
@@ -171,7 +174,9 @@ def scenario_split(ctx: RunContext, settings: Settings) -> ImplicitSplit:
              + (f", a random {max_users} first" if max_users else "") + f"), {i['items']} items, training "
              f"catalogue {i['catalogue']}; fitted on X+ = {i['x_plus']} interactions (protocol `{sp.protocol}`: "
              f"validation {i['validation']}, test {i['test']}, of which {i['test_unreachable']} on items outside "
-             f"the catalogue)." + cats)
+             f"the catalogue)." + cats
+             + (f" G@10 is over the {i['catalogue']} catalogue items (`gini_items=catalogue`), not the data's "
+                f"{i['items']}." if i["gini_items"] == "catalogue" else ""))
     return sp
 
 

@@ -27,8 +27,8 @@ from ..faults import refuse_faults
 from ..parallel import count_done, default_workers, pmap
 
 __all__ = [
-    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "check_clients", "check_network", "comm_from_ledger",
-    "config_from", "execute", "load_task", "make_specs", "run_spec", "spec_cost", "split",
+    "COMMON_PARAMS", "METRIC", "PROTOCOLS", "RunSpec", "check_clients", "check_network", "check_threshold",
+    "comm_from_ledger", "config_from", "execute", "load_task", "make_specs", "run_spec", "spec_cost", "split",
 ]
 
 METRIC = {"explicit": "rmse", "implicit": "ndcg"}
@@ -235,6 +235,20 @@ def check_clients(clients, n_users: int) -> None:
                          "0: one user per client)")
 
 
+def check_threshold(ctx: RunContext, ratings: Any, tasks) -> None:
+    """Refuse (``UsageError``) the implicit task with the default ``threshold`` (3.5, for 1-5
+    stars) on data rated above 5 unless the caller set it (``ctx.given``): on a 1-10 scale it made
+    4 to 10 positive, silently (the paper: > 3.5 on ML1M, > 8 on Anime, section IV-A)."""
+    if "implicit" not in tasks or "threshold" in ctx.given or len(ratings) == 0:
+        return
+    values = np.asarray(ratings.values)
+    lo, hi = float(values.min()), float(values.max())
+    if hi > 5:
+        raise UsageError(f"--set threshold: --data {ctx.data} has ratings {lo:g} to {hi:g}, and the default "
+                         f"threshold {ctx['threshold']:g} (positive: rating >= threshold) is for 1-5 stars; set it "
+                         "(the paper's Anime, positive above 8: --set threshold=8.5)")
+
+
 def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]:
     """The runs ``ctx`` asks for: per repeat (seed ``ctx.seed + repeat``) and task, Joint (if
     among the methods) then FedAvg and PersonalFR (those among them) for every M in ``clients``,
@@ -242,11 +256,13 @@ def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]
     the first repeat's runs come twice: once on its validation split (``validation=True``: they
     choose the reported round) and once as usual. The data is read here once (``ctx.load_data``),
     so that a bad ``--data`` is a ``UsageError`` before any worker starts, as is a network that can lose
-    a message when federated runs are asked for (:func:`check_network`)."""
+    a message when federated runs are asked for (:func:`check_network`) and the default implicit
+    threshold on data rated above 5 (:func:`check_threshold`)."""
     ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a worker's traceback
     if {"fedavg", "personalfr"} & set(ctx["methods"]):
         check_network(ctx.net, ratings.n_users)
     check_clients(clients, ratings.n_users)
+    check_threshold(ctx, ratings, ctx["tasks"])
     specs = []
     select = ctx.config.get("select_on", "test")
     reps = [(rep, False) for rep in range(ctx["repeats"])]
