@@ -427,3 +427,21 @@ def test_more_autoencoder_clients_than_users_is_one_line_naming_clients(protocol
     assert line == ("error: FedAEConfig.clients = 100 is more than the 30 users of the data: each client holds at "
                     "least one user (give clients <= 30, or 0 for one user per client)")
     nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("d, cause", [
+    ("10000000000000", "MemoryError: Unable to allocate"),  # 2.84 PiB: more than any address space
+    ("9223372036854775807", "ValueError: array is too big"),  # NumPy: its size does not fit in an address
+])
+def test_a_size_too_large_for_memory_is_one_error_line_and_leaves_no_folder(d, cause, tmp_path):
+    # a d the configuration's bounds accept (an int >= 1 of 64 bits) stopped the run with a
+    # traceback of the server's model init
+    res = fedsim_cmd("run", "fedrec", "--data", "tiny", "--set", f"d={d}", "--set", "T=1", "--out", "o", "--quiet",
+                     cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: the run did not finish, no output folder was written: actor 'server' (role "
+                               f"'server') ran out of memory: {cause}"), lines[0]
+    assert lines[0].endswith("; a size parameter (d, hidden, triples, clients, ...) is too large for this machine")
+    nothing_left(tmp_path, tmp_path / "o")
