@@ -168,6 +168,17 @@ def test_config_file_with_command_line_overrides(tmp_path):
     assert not (tmp_path / "from_toml").exists()  # --out wins over out
 
 
+@pytest.mark.parametrize("nest", ["[", "{a = "], ids=["arrays", "inline-tables"])
+def test_a_config_file_nested_too_deeply_is_one_error_line(nest, tmp_path):
+    # tomllib reads nesting recursively: 2000 levels were a RecursionError traceback
+    close = "]" if nest == "[" else "}"
+    (tmp_path / "run.toml").write_text("seed = 1\nx = " + nest * 2000 + "1" * (nest != "[") + close * 2000 + "\n")
+    line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
+    assert line == ("error: run.toml: arrays or inline tables nested too deeply to read (a few hundred levels); no "
+                    "option takes more than a flat array")
+    nothing_left(tmp_path)
+
+
 @pytest.mark.parametrize("text, expected", [
     ('sed = 1\n', "run.toml: line 1: unknown key 'sed'; did you mean 'seed'?"),
     ('seed = "one"\n', "run.toml: line 1: seed: expected int, got 'one'"),

@@ -124,6 +124,9 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
             reason, pos = msg.rsplit(" (at ", 1)
             raise UsageError(f"{p}: {pos[:-1]}: {reason}") from None
         raise UsageError(f"{p}: {msg}") from None
+    except RecursionError:  # (tomllib reads nested arrays and inline tables recursively)
+        raise UsageError(f"{p}: arrays or inline tables nested too deeply to read (a few hundred levels); "
+                         "no option takes more than a flat array") from None
     lines = key_lines(text)
     here = {"_path": str(p), "_lines": lines}
     keys = dict(TOP_KEYS, **(SWEEP_KEYS if sweep else {}))
