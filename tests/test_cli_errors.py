@@ -168,6 +168,19 @@ def test_config_file_with_command_line_overrides(tmp_path):
     assert not (tmp_path / "from_toml").exists()  # --out wins over out
 
 
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path):
+    # a UTF-8 byte order mark (Windows editors) was "run.toml: line 1, column 1: Invalid statement"
+    (tmp_path / "run.toml").write_bytes(b"\xef\xbb\xbfseed = 3\n[params]\nrounds = 2\nclients = 5\n")
+    res = fedsim_cmd("run", "demo", "--config", "run.toml", "--out", "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["seed"] == 3 and saved["config"]["rounds"] == 2 and saved["config"]["clients"] == 5
+    (tmp_path / "bad.toml").write_bytes(b"\xef\xbb\xbfseed = 1\nsed = 2\n")  # lines counted as before
+    assert one_error_line(fedsim_cmd("run", "demo", "--config", "bad.toml", cwd=tmp_path)) == (
+        "error: bad.toml: line 2: unknown key 'sed'; did you mean 'seed'? (known: [network], [params], data, force, "
+        "ledger, out, quiet, scenario, seed)")
+
+
 @pytest.mark.parametrize("nest", ["[", "{a = "], ids=["arrays", "inline-tables"])
 def test_a_config_file_nested_too_deeply_is_one_error_line(nest, tmp_path):
     # tomllib reads nesting recursively: 2000 levels were a RecursionError traceback

@@ -111,7 +111,9 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
     wrong type. Scenario parameters and grid values are checked later, against the scenario."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        # (utf-8-sig: a byte order mark, as Windows editors write, was "line 1, column 1: Invalid
+        # statement"; the data files' loaders skip it too)
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UsageError(f"--config: no such file: {p}") from None
     except (OSError, UnicodeDecodeError) as exc:
