@@ -54,12 +54,13 @@ def make_par(lr, lam, dtype, order="code"):
     """Parameter vector for the kernels, every entry of ``dtype`` (``order``: see
     :func:`pmf_pass`)."""
     dt = np.dtype(dtype)
-    lr_ = dt.type(lr)
-    lam_ = dt.type(lam)
     par = np.empty(P_SIZE, dtype=dt)
-    par[P_LR] = lr_
-    par[P_LAM] = lam_
-    par[P_C] = dt.type(1) - lr_ * lam_
+    with np.errstate(over="ignore", invalid="ignore"):  # (a rate beyond the dtype is inf: the parameters diverge)
+        lr_ = dt.type(lr)
+        lam_ = dt.type(lam)
+        par[P_LR] = lr_
+        par[P_LAM] = lam_
+        par[P_C] = dt.type(1) - lr_ * lam_
     par[P_ONE] = dt.type(1)
     par[P_ZERO] = dt.type(0)
     par[P_ORDER] = dt.type(order_flag(order))

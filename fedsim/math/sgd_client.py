@@ -50,14 +50,17 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
         Oa, odelta = O, np.empty((N + K, d), dtype=dt)
     else:
         Oa, odelta = _unused(d, dt)
-    lr_ = dt.type(lr)
-    if par is None:
-        lam_ = dt.type(lam)
-        # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
-        par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
-    else:  # a client's own vector (dtype dt, P_LAM and the constants set): only the rate changes
-        par[_sgd_numba.P_LR] = lr_
-        par[_sgd_numba.P_C] = par[_sgd_numba.P_ONE] - lr_ * par[_sgd_numba.P_LAM]
+    # a rate beyond the dtype (lr = 1e40 in float32, or decay = 1e23) is inf there: the parameters
+    # diverge, as the server's check finds (NumPy's overflow warning said it first, from every client)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lr_ = dt.type(lr)
+        if par is None:
+            lam_ = dt.type(lam)
+            # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
+            par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
+        else:  # a client's own vector (dtype dt, P_LAM and the constants set): only the rate changes
+            par[_sgd_numba.P_LR] = lr_
+            par[_sgd_numba.P_C] = par[_sgd_numba.P_ONE] - lr_ * par[_sgd_numba.P_LAM]
     s1, s, nm1, nf = norms
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
