@@ -40,8 +40,9 @@ from .experiment import (
 )
 from .experiment.configfile import at
 from .experiment.params import set_keys
-from .experiment.runner import add_fault_arguments, closing_line, did_not_finish, net_from_args, resolve_run_options
-from .kernel.errors import DeadlockError, NetworkConfigError
+from .experiment.runner import (add_fault_arguments, closing_line, did_not_finish, net_from_args, out_of_memory,
+                                resolve_run_options)
+from .kernel.errors import ActorError, DeadlockError, NetworkConfigError
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -448,6 +449,12 @@ def _main(argv: list[str]) -> int:
         return 2
     except DeadlockError as exc:  # a run that did not finish: who waits for what, without a traceback
         print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
+    except (ActorError, MemoryError, ValueError) as exc:
+        text = out_of_memory(exc)
+        if text is None:
+            raise
+        print(f"error: {text}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted: the run's output folder was not written", file=sys.stderr)

@@ -15,7 +15,7 @@ from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.datasets import data_note
-from fedsim.studies.fedrec import make_folds, refuse_faults
+from fedsim.studies.fedrec import evaluate_fold, make_folds, refuse_faults
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'about 5-15 s (5.6 s measured on 2026-11-27 on 2 cores shared with other jobs, 13 s on 2026-11-26; docs/quickstart.md)'
@@ -42,9 +42,12 @@ def run(ctx: RunContext) -> None:
     data = fold.train_ratings()
     base = FedRecConfig("PMF(B)", d=ctx["d"], T=ctx["iterations"], lr=ctx["lr"], lam=ctx["lam"])
     acc, comm = [], []
+    diverged = []  # (run, iteration): no score (an lr of 1e23 made evaluate's DivergenceError a traceback)
 
     def report(name, model, net, t0):
-        mae, rmse = model.evaluate(*fold.test)
+        mae, rmse, diverged_at = evaluate_fold(model, fold)
+        if diverged_at is not None:
+            diverged.append((name, diverged_at))
         acc.append({"run": name, "mae": mae, "rmse": rmse, "wall_s": time.perf_counter() - t0,
                     "simulated_s": net.now() if net else 0.0})
         if net is None:
@@ -92,7 +95,11 @@ def run(ctx: RunContext) -> None:
         ax.legend(fontsize=7)
 
     ctx.plot("cost_per_role", draw)
-    ctx.note(comparison_note(acc, ctx["rho"]) + " Units are d-float latent vectors. Under FedRec++ every client "
+    if diverged:
+        ctx.caveat("diverged", "**Diverged.** " + ", ".join(f"{name} at iteration {t}" for name, t in diverged)
+                   + ": the model was not finite there; its NaN MAE and RMSE are no score.")
+    ctx.note((comparison_note(acc, ctx["rho"]) + " " if not diverged else "")
+             + "Units are d-float latent vectors. Under FedRec++ every client "
              "starts as `client` and becomes `ordinary` or `denoiser` when the server's `assign` message arrives, so "
              "the `client` row is those messages.")
 

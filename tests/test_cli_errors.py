@@ -168,6 +168,30 @@ def test_config_file_with_command_line_overrides(tmp_path):
     assert not (tmp_path / "from_toml").exists()  # --out wins over out
 
 
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path):
+    # a UTF-8 byte order mark (Windows editors) was "run.toml: line 1, column 1: Invalid statement"
+    (tmp_path / "run.toml").write_bytes(b"\xef\xbb\xbfseed = 3\n[params]\nrounds = 2\nclients = 5\n")
+    res = fedsim_cmd("run", "demo", "--config", "run.toml", "--out", "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["seed"] == 3 and saved["config"]["rounds"] == 2 and saved["config"]["clients"] == 5
+    (tmp_path / "bad.toml").write_bytes(b"\xef\xbb\xbfseed = 1\nsed = 2\n")  # lines counted as before
+    assert one_error_line(fedsim_cmd("run", "demo", "--config", "bad.toml", cwd=tmp_path)) == (
+        "error: bad.toml: line 2: unknown key 'sed'; did you mean 'seed'? (known: [network], [params], data, force, "
+        "ledger, out, quiet, scenario, seed)")
+
+
+@pytest.mark.parametrize("nest", ["[", "{a = "], ids=["arrays", "inline-tables"])
+def test_a_config_file_nested_too_deeply_is_one_error_line(nest, tmp_path):
+    # tomllib reads nesting recursively: 2000 levels were a RecursionError traceback
+    close = "]" if nest == "[" else "}"
+    (tmp_path / "run.toml").write_text("seed = 1\nx = " + nest * 2000 + "1" * (nest != "[") + close * 2000 + "\n")
+    line = one_error_line(fedsim_cmd("run", "demo", "--config", "run.toml", cwd=tmp_path))
+    assert line == ("error: run.toml: arrays or inline tables nested too deeply to read (a few hundred levels); no "
+                    "option takes more than a flat array")
+    nothing_left(tmp_path)
+
+
 @pytest.mark.parametrize("text, expected", [
     ('sed = 1\n', "run.toml: line 1: unknown key 'sed'; did you mean 'seed'?"),
     ('seed = "one"\n', "run.toml: line 1: seed: expected int, got 'one'"),
@@ -427,3 +451,21 @@ def test_more_autoencoder_clients_than_users_is_one_line_naming_clients(protocol
     assert line == ("error: FedAEConfig.clients = 100 is more than the 30 users of the data: each client holds at "
                     "least one user (give clients <= 30, or 0 for one user per client)")
     nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("d, cause", [
+    ("10000000000000", "MemoryError: Unable to allocate"),  # 2.84 PiB: more than any address space
+    ("9223372036854775807", "ValueError: array is too big"),  # NumPy: its size does not fit in an address
+])
+def test_a_size_too_large_for_memory_is_one_error_line_and_leaves_no_folder(d, cause, tmp_path):
+    # a d the configuration's bounds accept (an int >= 1 of 64 bits) stopped the run with a
+    # traceback of the server's model init
+    res = fedsim_cmd("run", "fedrec", "--data", "tiny", "--set", f"d={d}", "--set", "T=1", "--out", "o", "--quiet",
+                     cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: the run did not finish, no output folder was written: actor 'server' (role "
+                               f"'server') ran out of memory: {cause}"), lines[0]
+    assert lines[0].endswith("; a size parameter (d, hidden, triples, clients, ...) is too large for this machine")
+    nothing_left(tmp_path, tmp_path / "o")

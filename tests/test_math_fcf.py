@@ -118,3 +118,17 @@ def test_fcf_refuses_positive_items_outside_the_catalogue():
             with pytest.raises(ValueError, match=f"positive item {bad} is outside"):
                 call()
     assert fcf_item_gradient(Q, p, [4], 1.0).shape == (5, 2)
+
+
+def test_a_system_singular_in_floating_point_gives_a_nan_user_factor():
+    # alpha = 1e20 (finite: the configuration takes it) loses Q^T Q and lam beside alpha Q_+^T Q_+
+    # (rank 2 < d): np.linalg.solve raised LinAlgError, a traceback of the FCF client; NaN is what
+    # a diverged model has, which the server's check reports
+    from fedsim.math.fcf import fcf_user_factor
+
+    Q = np.random.default_rng(0).normal(0.0, 0.1, (40, 10))
+    p = fcf_user_factor(Q, np.array([0, 1]), 1e20, 0.1)
+    assert p.shape == (10,) and np.isnan(p).all()
+    p_ok = fcf_user_factor(Q, np.array([0, 1]), 1.0, 0.1)  # well posed: solved as before
+    A = Q.T @ Q + Q[:2].T @ Q[:2] + 0.1 * np.eye(10)
+    np.testing.assert_allclose(p_ok, np.linalg.solve(A, 2.0 * Q[:2].sum(axis=0)), rtol=1e-12)

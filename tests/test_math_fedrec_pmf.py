@@ -152,6 +152,28 @@ def test_rated_counts_of_rows_inverts_the_upload_size(m, rho):
         rated_counts_of_rows(3, 10, -1.0)
 
 
+@pytest.mark.parametrize("rho", [1e23, 1e308])
+def test_a_rho_beyond_every_count_samples_every_unrated_item(rho):
+    # rho = 1e308 (finite: the configuration takes it) made rho * n infinite, an OverflowError of
+    # n_sampled in every client; rho = 1e23 cast rho * n past int64 to garbage in
+    # users_sampling_all and rated_counts_of_rows (NumPy's "invalid value" warning; no user listed)
+    import warnings
+
+    from fedsim.math.filling import users_sampling_all
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [n_sampled(n, 12, rho) for n in (0, 1, 5, 12)] == [0, 11, 7, 0]
+        # n = 0, 1, 5, 12: all but the user with no ratings (as for rho = 1)
+        assert users_sampling_all(np.array([0, 0, 1, 6, 18]), 12, rho) == [1, 2, 3]
+        assert users_sampling_all(np.array([0, 0, 1, 6, 18]), 12, 1.0) == [3]
+        assert rated_counts_of_rows(12, 12, rho).tolist() == list(range(1, 13))
+        assert rated_counts_of_rows(5, 12, rho).tolist() == []
+        assert rated_counts_of_rows(0, 12, rho).tolist() == [0]
+    s = sample_unrated(np.random.default_rng(0), np.array([0, 3], np.int32), 12, rho)
+    assert sorted(s.tolist()) == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11]
+
+
 def test_sample_unrated_properties():
     rng = np.random.default_rng(5)
     rated = np.array([0, 3, 4, 9], dtype=np.int32)

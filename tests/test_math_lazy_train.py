@@ -489,3 +489,19 @@ def test_data_reaching_every_column_and_row_is_trained_in_place(loss, reset, bat
     assert (c0, c1) == (0, 2)  # in place: no idle pass; the wide model took the cut path
     assert l0 == l1 and p0 == p1 and s0 == s1
     assert p0 != {k: v.tobytes() for k, v in base.items()}  # it did train
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_diverging_local_training_prints_no_numpy_warning(lazy):
+    # lr = 1e23 (`fedsim run personalfr --set lr=1e23`): every client printed NumPy's overflow and
+    # invalid-value warnings; the parameters are left as they came out, for the server's check
+    import warnings
+
+    params, x, mask = _client(np.float32, "mse")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = ae_train.local_train(params, optim.sgd_init(params), x, x, mask, epochs=3, batch=2, lr=1e23,
+                                 rng=np.random.default_rng(0), clip=None, dropout=0.5, lazy=lazy)
+    assert r.steps == 9
+    assert not all(np.isfinite(v).all() for v in params.values())
+    assert np.seterr()["over"] == "warn"  # (the caller's error state is left as it was)

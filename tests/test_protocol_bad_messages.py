@@ -139,12 +139,21 @@ def _corrupt_noise(fault: str):
         d = payload["grads"].shape[1]
         if fault == "repeat":  # rows for each id, one id twice
             return {"items": np.array([3, 1, 3], np.int32), "grads": np.ones((3, d), np.float32)}
+        if fault == "items-list":  # a bare AttributeError of the denoiser ('list' has no shape)
+            return {"items": payload["items"].tolist(), "grads": payload["grads"]}
+        if fault == "grads-list":  # summed as numbers
+            return {"items": payload["items"], "grads": payload["grads"].tolist()}
+        if fault == "grads-int":  # nothing a client computes, summed as numbers
+            return {"items": payload["items"], "grads": payload["grads"].astype(np.int8)}
         return {"items": np.array([1, 3], np.int32), "grads": np.ones((1, d), np.float32)}  # NumPy would broadcast
     return rewrite
 
 
 @pytest.mark.parametrize("fault, why", [("repeat", "noise: item id 3 appears more than once"),
-                                        ("shape", "noise: 2 item ids need rows of shape \\(2, 8\\), got \\(1, 8\\)")])
+                                        ("shape", "noise: 2 item ids need rows of shape \\(2, 8\\), got \\(1, 8\\)"),
+                                        ("items-list", "noise: item ids must be a 1-D integer array, got list"),
+                                        ("grads-list", "noise: rows must be a float array, got list"),
+                                        ("grads-int", "noise: rows must be a float array, got int8")])
 def test_a_malformed_noise_message_stops_the_denoiser_naming_kind_and_round(fault, why):
     # the denoiser summed a repeated id's rows once (fancy-index +=) and took the sum to the server
     from fedsim.protocols import fedrecpp
@@ -242,6 +251,12 @@ def test_fpl_refuses_update_rows_that_are_not_a_float_array(rows, why):
     # rows as a list (of numbers or not) stopped the server with a bare TypeError of its sum
     text = _run_rewritten("fpl", "update", lambda p: {"items": p["items"], "rows": rows(p["rows"])})
     assert why in text
+
+
+def test_fpl_refuses_update_items_that_are_not_an_array():
+    # items as a list passed the id checks and stopped the server with a bare AttributeError
+    text = _run_rewritten("fpl", "update", lambda p: {"items": p["items"].tolist(), "rows": p["rows"]})
+    assert "update: item ids must be a 1-D integer array, got list" in text
 
 
 @pytest.mark.parametrize("grad, why", [

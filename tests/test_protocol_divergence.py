@@ -213,3 +213,16 @@ def test_a_personalfr_study_run_that_diverged_gives_figures_per_round_it_ran(met
     assert long["comm"]["total_bytes"] == short["comm"]["total_bytes"]
     assert long["comm"]["bytes_per_round"] == short["comm"]["bytes_per_round"] > 0
     assert long["client_flops"] == short["client_flops"] > 0
+
+
+@pytest.mark.parametrize("name, over", [
+    ("fedrec", {"lr": 1e40}), ("fedrec", {"model": "PMF(S)", "decay": 1e23}), ("fedrec", {"model": "PMF(S)", "lr": 1e40}),
+    ("fedrec", {"model": "SVD++(S)", "decay": 1e23}), ("fedrec", {"model": "SVD++(S)", "client_lr": 1e40}),
+    ("fedrecpp", {"lr": 1e40}), ("fpl", {"lr": 1e40}), ("fpl", {"reg_scale": 1e300}),
+], ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()))
+def test_a_rate_beyond_float32_diverges_without_numpy_warnings(name, over):
+    # a learning rate (or lr * decay^t, FPL's lr/20 * reg_scale) finite in float64 but beyond float32,
+    # the run's dtype: casting it printed NumPy's "overflow encountered in cast" from every client
+    # (and the server) before the server's check stopped the run as diverged
+    res = run(name, 4, 2, False, **over)
+    assert res.info["diverged_at"] is not None

@@ -119,3 +119,10 @@ def test_a_round_without_any_gradient_leaves_q_and_adam_as_they_were(tiny, optim
         assert res.info["adam"]["t"] == 0 and not res.info["adam"]["m"].any()
     assert res.info["missing"] == [{"round": t, "kind": "gradients", "clients": len(items), "skipped": True}
                                    for t in range(cfg.rounds)]
+
+
+def test_an_alpha_whose_system_is_singular_ends_the_run_as_diverged(tiny):
+    # alpha = 1e20: a client's closed-form solve was a LinAlgError, the run a traceback
+    out, _ = run(tiny, FCFConfig(rounds=3, d=10, alpha=1e20))
+    assert out["diverged_at"] == 1 and out["rounds_done"] == 1
+    assert np.isnan(out["P"]).any()

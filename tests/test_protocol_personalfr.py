@@ -469,6 +469,19 @@ def test_config_refuses_nesterov_without_momentum_and_dropout_of_one():
     assert res["client_flops"] > 0 and np.isfinite(res["history"][-1]["rmse"])
 
 
+def test_config_refuses_no_hidden_layer():
+    """``hidden=()`` (``--set hidden=``, ``hidden = []`` in a config file) passed the config's
+    checks and failed in the server's model init as a bare ValueError, a traceback of the run."""
+    from fedsim.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.hidden must name at least one layer width") as e:
+        FedAEConfig(hidden=())
+    assert e.value.key == "hidden"
+    with pytest.raises(ConfigError, match=r"FedAEConfig\.hidden"):
+        FedAEConfig.from_strings(["hidden="])
+    assert FedAEConfig(hidden=(8,)).hidden == (8,)
+
+
 def test_the_flop_figures_the_docs_quote_for_one_ml1m_user():
     """docs/personalfr.md's orientation paragraph (one ML1M user: n = 3706, 149 training items, dense
     encoder, dropout 0.5) recomputed from ``train_flops``, ``sgd_flops`` and ``clip_coef``'s count. It

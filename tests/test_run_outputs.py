@@ -445,6 +445,24 @@ def test_a_diverged_protocol_run_says_so_and_a_converging_one_is_unchanged(tmp_p
     assert "Diverged" not in (tmp_path / "good" / "report.md").read_text()
 
 
+def test_a_final_model_whose_predictions_are_not_finite_is_a_diverged_run(tmp_path):
+    # decay = 1e23: the parameters stay finite (the server never stops), the final model's
+    # predictions overflow; test_error said DivergenceError but no note or caveat did (a sweep saw
+    # a clean run)
+    import csv
+
+    res = run_scenario("fedrec", out=tmp_path / "bad", overrides={"T": 2, "decay": 1e23}, quiet=True)
+    with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert "diverged_at" not in row
+    assert row["test_error"] == "DivergenceError: PMF(B): diverged at iteration 0: non-finite predictions"
+    report = (tmp_path / "bad" / "report.md").read_text()
+    assert ("**Diverged.** The final model's parameters stayed finite, but the scores they give are not "
+            "(`test_error`: PMF(B): diverged at iteration 0: non-finite predictions); its figures are not those of a "
+            "trained model.") in report
+    assert json.loads((tmp_path / "bad" / "results.json").read_text())["caveats"] == ["diverged"]
+
+
 def test_a_forced_commit_whose_rename_fails_puts_the_earlier_run_back(tmp_path, monkeypatch):
     # the earlier run was removed before the new one was renamed in: a failed rename lost both
     out = tmp_path / "o"

@@ -62,6 +62,22 @@ def test_quickstart_note_states_the_comparisons_the_run_computed(tmp_path):
     assert "paper values printed beside ours" not in report
 
 
+def test_quickstart_says_which_runs_diverged_instead_of_a_traceback(tmp_path):
+    # lr = 1e23 (finite: the parameter's bounds take it): the unfederated model's evaluate raised
+    # DivergenceError, a traceback of the scenario with no output
+    import json
+
+    out, report = _run(tmp_path, "quickstart", {"iterations": 2, "lr": 1e23})
+    rows = _csv(out / "accuracy.csv")
+    assert [r["run"] for r in rows] == ["unfederated", "FedRec rho=0", "FedRec HF rho=1", "FedRec++ eta=1 rho=1"]
+    assert all(r["mae"] == r["rmse"] == "" for r in rows)  # (NaN: an empty cell)
+    assert ("**Diverged.** unfederated at iteration 2, FedRec rho=0 at iteration 2, FedRec HF rho=1 at iteration 2, "
+            "FedRec++ eta=1 rho=1 at iteration 2: the model was not finite there; its NaN MAE and RMSE are no "
+            "score.") in report
+    assert "Test RMSE:" not in report  # no comparison of NaN figures
+    assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
+
+
 FPL_TINY = {"pis": [1.0], "max_users": 30, "min_interactions": 8, "workers": 1}
 
 

@@ -172,3 +172,24 @@ def test_the_sweep_tells_its_progress_which_points_failed(tmp_path):
     log = (out / "sweep.log").read_text()
     assert "sweep scn 1/3 (1 failed), elapsed " in log and "ETA" not in log.split("1/3 (1 failed)")[1].split("\n")[0]
     assert "sweep scn 2/3 (1 failed), elapsed " in log
+
+
+def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_others_drawn(tmp_path):
+    # a grid value near the float maximum (--grid rho=1e308): matplotlib's ticks overflowed and the
+    # sweep, its points done, ended in a traceback before its report
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "scn.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(0.0, 'x')}\n"
+                      "def run(ctx):\n    ctx.table('t', [{'k': 'a', 'm': 1.0}, {'k': 'b', 'm': 2.0}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"x": [1e308]}, out, workers=1)
+    assert not s["failed"]
+    report = (out / "report.md").read_text()
+    assert "(No plot of `m`: matplotlib could not lay out its axes: ValueError: " in report
+    assert not list(out.glob("*.png")) and not list(out.glob(".*tmp*"))
+    out2 = tmp_path / "sw2"  # an ordinary axis: the plot as before
+    run_sweep(str(script), {"x": [1.0, 2.0]}, out2, workers=1)
+    assert "![sweep_t_m.png](sweep_t_m.png)" in (out2 / "report.md").read_text()
+    assert (out2 / "sweep_t_m.png").is_file()

@@ -111,7 +111,9 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
     wrong type. Scenario parameters and grid values are checked later, against the scenario."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        # (utf-8-sig: a byte order mark, as Windows editors write, was "line 1, column 1: Invalid
+        # statement"; the data files' loaders skip it too)
+        text = p.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UsageError(f"--config: no such file: {p}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -124,6 +126,9 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
             reason, pos = msg.rsplit(" (at ", 1)
             raise UsageError(f"{p}: {pos[:-1]}: {reason}") from None
         raise UsageError(f"{p}: {msg}") from None
+    except RecursionError:  # (tomllib reads nested arrays and inline tables recursively)
+        raise UsageError(f"{p}: arrays or inline tables nested too deeply to read (a few hundred levels); "
+                         "no option takes more than a flat array") from None
     lines = key_lines(text)
     here = {"_path": str(p), "_lines": lines}
     keys = dict(TOP_KEYS, **(SWEEP_KEYS if sweep else {}))

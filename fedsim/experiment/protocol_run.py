@@ -10,7 +10,8 @@ returns no ``Result`` and a run that sent a message its spec does not declare) a
 model where the protocol's result can predict ratings, the traffic per message kind (with each
 kind's declared purpose) and per role, and what was lost or missing. A run whose model diverged
 (the protocol's ``info["diverged_at"]``) says so: a ``diverged_at`` column in the summary and a
-note in report.md; so does a run that left something out (``info["missing"]`` records, lost
+note in report.md (a final model whose parameters stayed finite but whose test predictions are
+not: its ``test_error`` and the same note, caveat ``diverged``); so does a run that left something out (``info["missing"]`` records, lost
 clients): the ``missing`` table and an **Incomplete** note; and a run whose protocol could not use
 a setting as given (``info["adjusted"]`` records ``{setting, asked, used, why}``, e.g. FPL's
 ``clients_per_round`` beyond the clients there are): the ``adjusted`` table, an **Adjusted** note
@@ -212,5 +213,11 @@ def run_protocol(ctx: RunContext, name: str) -> None:
                    f"{int(diverged)} of {summary['rounds']}, where the run stopped; its figures are not those of "
                    "a trained model")
         ctx.warn("diverged", "Diverged.", warning)
+    elif final_error.startswith("DivergenceError: "):
+        # parameters finite to the end (no server stopped), the scores they give not (a decay of 1e23:
+        # predictions overflow): the test_error column said it, no caveat did, so a sweep saw a clean run
+        ctx.warn("diverged", "Diverged.", "the final model's parameters stayed finite, but the scores they give "
+                 f"are not (`test_error`: {final_error.removeprefix('DivergenceError: ')}); its figures are not "
+                 "those of a trained model")
     ctx.note(f"Protocol `{name}` ({spec.paper or 'see its docs page'}), data `{ctx.data}`, network: "
              f"{ctx.net.describe()}. Parameters: the protocol's configuration (`fedsim run {name} --help`).")

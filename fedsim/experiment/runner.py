@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
-from ..kernel.errors import DeadlockError
+from ..kernel.errors import ActorError, DeadlockError
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
@@ -509,6 +509,12 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     except DeadlockError as exc:
         print(f"error: {did_not_finish(exc)}", file=sys.stderr)
         return 1
+    except (ActorError, MemoryError, ValueError) as exc:
+        text = out_of_memory(exc)
+        if text is None:
+            raise
+        print(f"error: {text}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: nothing was written", file=sys.stderr)
         return 130
@@ -529,6 +535,22 @@ def did_not_finish(exc: BaseException, written: str | Path | None = None, advice
     where = "no output folder was written" if written is None else \
         f"{str(written).rstrip('/')}/ holds the run up to its deadlock"
     return f"the run did not finish, {where}: " + "\n".join(lines)
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """The ``error:`` text of a run that stopped because an allocation failed, when ``exc`` (or
+    the exception an actor raised, for an ``ActorError``) is a ``MemoryError`` or NumPy's
+    ``ValueError`` for an array whose size does not fit in memory addresses at all (``--set
+    d=9223372036854775807``); else ``None``. Both were a traceback of the run, for a size parameter
+    whose bounds the configuration cannot know."""
+    cause = exc.__cause__ if isinstance(exc, ActorError) else exc
+    if not isinstance(cause, MemoryError) and not (isinstance(cause, ValueError)
+                                                   and str(cause).startswith("array is too big")):
+        return None
+    who = f"actor {exc.node!r} (role {exc.role!r}) " if isinstance(exc, ActorError) else ""
+    return (f"the run did not finish, no output folder was written: {who}ran out of memory: "
+            f"{type(cause).__name__}: {str(cause).rstrip('.')}; a size parameter (d, hidden, triples, clients, "
+            "...) is too large for this machine")
 
 
 def closing_line(res: dict[str, Any]) -> str:

@@ -50,16 +50,43 @@ def order_flag(order):
     return 1.0 if order == "paper" else 0.0
 
 
+_FMAX: dict = {}  # the largest finite value of each float dtype, as a Python float
+
+
+def in_range(dt, *values) -> bool:
+    """Whether every one of ``values`` (Python or NumPy numbers) is finite and within the float
+    dtype ``dt``'s range, so that casting it to ``dt`` cannot overflow. The casts of a rate on a
+    path taken once per message test this first and enter ``np.errstate`` (about a microsecond,
+    enter and exit) only for a value out of range: a rate beyond float32 (``lr = 1e40``, or a
+    ``decay`` above 1) becomes inf there, and the run diverges, as the servers check, without
+    NumPy's overflow warning from every client. NaN is out of range."""
+    m = _FMAX.get(dt)
+    if m is None:
+        m = _FMAX[dt] = float(np.finfo(dt).max)
+    for v in values:
+        if not -m <= v <= m:
+            return False
+    return True
+
+
+def _rate_into(par, dt, lr, lam) -> None:
+    lr_ = dt.type(lr)
+    lam_ = dt.type(lam)
+    par[P_LR] = lr_
+    par[P_LAM] = lam_
+    par[P_C] = dt.type(1) - lr_ * lam_
+
+
 def make_par(lr, lam, dtype, order="code"):
     """Parameter vector for the kernels, every entry of ``dtype`` (``order``: see
     :func:`pmf_pass`)."""
     dt = np.dtype(dtype)
-    lr_ = dt.type(lr)
-    lam_ = dt.type(lam)
     par = np.empty(P_SIZE, dtype=dt)
-    par[P_LR] = lr_
-    par[P_LAM] = lam_
-    par[P_C] = dt.type(1) - lr_ * lam_
+    if in_range(dt, lr, lam, lr * lam):
+        _rate_into(par, dt, lr, lam)
+    else:  # (a rate beyond the dtype is inf: the parameters diverge)
+        with np.errstate(over="ignore", invalid="ignore"):
+            _rate_into(par, dt, lr, lam)
     par[P_ONE] = dt.type(1)
     par[P_ZERO] = dt.type(0)
     par[P_ORDER] = dt.type(order_flag(order))

@@ -235,41 +235,48 @@ def local_train(
     such as a received model's, are fine), ``params`` then need only be allocated (``np.empty_like``):
     the result is that of copying ``source`` into ``params`` first, and with ``lazy`` the copy of the
     cut arrays is folded into the pass that gives their untouched entries their steps.
+
+    Parameters that overflow (a learning rate too large for the data) are not checked here: the
+    caller checks what it gets (the federated servers every merged model, and stop saying so), and
+    NumPy's overflow and invalid-value warnings on the way are not printed.
     """
-    if lazy and restrict is None:
-        return _local_train_lazy(params, state, x, target, mask, epochs=epochs, batch=batch, lr=lr, rng=rng,
-                                 loss=loss, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                                 clip=clip, dropout=dropout, sequential_sums=sequential_sums,
-                                 exact_norm=exact_norm, stepwise_idle=stepwise_idle, source=source)
-    if source is not None:
-        for k, v in params.items():
-            np.copyto(v, source[k])
-    if state is None:
-        state = optim.sgd_init(params)
-    n = x.shape[0]
-    flops = 0
-    steps = 0
-    last = 0.0
-    for _ in range(int(epochs)):
-        order = rng.permutation(n)
-        total = 0.0
-        nb = 0
-        for b0 in range(0, n, int(batch)):
-            b = np.sort(order[b0:b0 + int(batch)])
-            r = ae.loss_and_grads(params, x[b], target[b], mask[b], loss=loss, dropout=dropout,
-                                  rng=rng if dropout > 0 else None, sequential_sums=sequential_sums)
-            flops += r.flops
-            coef = None
-            if clip is not None and clip > 0:  # clip_grad_norm's scaling, done inside the step
-                _, coef, f = optim.clip_coef(r.grads, clip, exact=exact_norm)
-                flops += f
-            flops += optim.sgd_step(params, r.grads, state, lr=lr, momentum=momentum, nesterov=nesterov,
-                                    weight_decay=weight_decay, restrict=restrict, grad_scale=coef)
-            total += r.loss
-            nb += 1
-            steps += 1
-        last = total / max(nb, 1)
-    return LocalResult(int(flops), float(last), steps)
+    # a learning rate too large for the data: the callers check the parameters they get (the federated
+    # servers every merged model); NumPy's overflow warnings on the way were printed by every client
+    with np.errstate(over="ignore", invalid="ignore"):
+        if lazy and restrict is None:
+            return _local_train_lazy(params, state, x, target, mask, epochs=epochs, batch=batch, lr=lr, rng=rng,
+                                     loss=loss, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                     clip=clip, dropout=dropout, sequential_sums=sequential_sums,
+                                     exact_norm=exact_norm, stepwise_idle=stepwise_idle, source=source)
+        if source is not None:
+            for k, v in params.items():
+                np.copyto(v, source[k])
+        if state is None:
+            state = optim.sgd_init(params)
+        n = x.shape[0]
+        flops = 0
+        steps = 0
+        last = 0.0
+        for _ in range(int(epochs)):
+            order = rng.permutation(n)
+            total = 0.0
+            nb = 0
+            for b0 in range(0, n, int(batch)):
+                b = np.sort(order[b0:b0 + int(batch)])
+                r = ae.loss_and_grads(params, x[b], target[b], mask[b], loss=loss, dropout=dropout,
+                                      rng=rng if dropout > 0 else None, sequential_sums=sequential_sums)
+                flops += r.flops
+                coef = None
+                if clip is not None and clip > 0:  # clip_grad_norm's scaling, done inside the step
+                    _, coef, f = optim.clip_coef(r.grads, clip, exact=exact_norm)
+                    flops += f
+                flops += optim.sgd_step(params, r.grads, state, lr=lr, momentum=momentum, nesterov=nesterov,
+                                        weight_decay=weight_decay, restrict=restrict, grad_scale=coef)
+                total += r.loss
+                nb += 1
+                steps += 1
+            last = total / max(nb, 1)
+        return LocalResult(int(flops), float(last), steps)
 
 
 def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng, loss, momentum, nesterov,

@@ -61,7 +61,10 @@ def fcf_user_factor(
     QtQ: np.ndarray | None = None,
 ) -> np.ndarray:
     """Closed-form ``p_u = argmin_p J_u(p, Q)`` (see the module docstring). O(m d^2) without
-    ``QtQ``, O(|I_u| d^2 + d^3) with a precomputed ``QtQ = Q.T @ Q``."""
+    ``QtQ``, O(|I_u| d^2 + d^3) with a precomputed ``QtQ = Q.T @ Q``. A system singular in
+    floating point (an ``alpha`` so large, 1e20, that ``Q^T Q`` and ``lam`` are lost beside
+    ``alpha Q_+^T Q_+``, of rank |I_u| < d) gives a p_u of NaN, as a diverged model has: the FCF
+    server finds the gradients not finite and stops, saying so (it was a LinAlgError of the client)."""
     Q = np.asarray(Q, dtype=np.float64)
     d = Q.shape[1]
     items = _items(items_pos, Q.shape[0])
@@ -69,7 +72,10 @@ def fcf_user_factor(
     A = (Q.T @ Q if QtQ is None else np.array(QtQ, dtype=np.float64)) + float(alpha) * (Qp.T @ Qp)
     A[np.diag_indices(d)] += float(lam)
     rhs = (1.0 + float(alpha)) * Qp.sum(axis=0)
-    return np.linalg.solve(A, rhs)
+    try:
+        return np.linalg.solve(A, rhs)
+    except np.linalg.LinAlgError:
+        return np.full(d, np.nan)
 
 
 def fcf_item_gradient(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float) -> np.ndarray:

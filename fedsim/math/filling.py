@@ -39,7 +39,9 @@ def n_sampled(n_rated: int, m: int, rho: float) -> int:
     """Number of unrated items a user samples: ``min(int(rho * n_rated), m - n_rated)``."""
     if rho < 0:
         raise ValueError(f"rho must be >= 0, got {rho!r}")
-    return max(0, min(int(float(rho) * int(n_rated)), int(m) - int(n_rated)))
+    # capped before the truncation: a rho so large that rho * n_rated overflows to inf (rho = 1e308,
+    # which the configuration takes: it is finite) was an OverflowError of every client
+    return max(0, int(min(float(rho) * int(n_rated), int(m) - int(n_rated))))
 
 
 def users_sampling_all(indptr, m: int, rho: float) -> list[int]:
@@ -51,8 +53,10 @@ def users_sampling_all(indptr, m: int, rho: float) -> list[int]:
     n = np.diff(np.asarray(indptr, dtype=np.int64))
     if float(rho) == 0.0 or n.size == 0:
         return []
-    # the same float64 product and truncation as n_sampled's int(rho * n)
-    wanted = (float(rho) * n).astype(np.int64)
+    # the same float64 product and truncation as n_sampled's int(rho * n), capped at m before the
+    # cast: a product beyond int64 (rho = 1e23) cast to garbage, with NumPy's "invalid value" warning
+    with np.errstate(over="ignore"):  # (an infinite product is capped like any other)
+        wanted = np.minimum(float(rho) * n, float(m)).astype(np.int64)
     return [int(u) for u in np.flatnonzero(wanted > int(m) - n)]
 
 
@@ -67,8 +71,10 @@ def rated_counts_of_rows(k: int, m: int, rho: float) -> np.ndarray:
     if k < 0 or k > m:
         return np.zeros(0, dtype=np.int64)
     n = np.arange(k + 1, dtype=np.int64)
-    # the same float64 product and truncation as n_sampled's int(rho * n)
-    rows = n + np.minimum((float(rho) * n).astype(np.int64), m - n)
+    # the same float64 product and truncation as n_sampled's int(rho * n), capped before the cast
+    # (a product beyond int64 cast to garbage)
+    with np.errstate(over="ignore"):
+        rows = n + np.minimum(float(rho) * n, m - n).astype(np.int64)
     return n[rows == k]
 
 

@@ -54,10 +54,11 @@ def make_params(lr, reg_user, reg_pos, reg_neg, reg_bias, pi):
     par64[F_DECAY] = 1.0 - lr * float(reg_user)
     par64[F_PI] = float(pi)
     par32 = np.zeros(S_SIZE, dtype=np.float32)
-    par32[S_REG_POS] = np.float32(reg_pos)
-    par32[S_REG_NEG] = np.float32(reg_neg)
-    par32[S_REG_BIAS] = np.float32(reg_bias)
-    par32[S_LR] = np.float32(lr)
+    with np.errstate(over="ignore"):  # (beyond float32: inf, and the parameters diverge, as the server checks)
+        par32[S_REG_POS] = np.float32(reg_pos)
+        par32[S_REG_NEG] = np.float32(reg_neg)
+        par32[S_REG_BIAS] = np.float32(reg_bias)
+        par32[S_LR] = np.float32(lr)
     return par64, par32
 
 

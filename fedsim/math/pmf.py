@@ -134,8 +134,11 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
     U_u = np.asarray(U_u)
     V_rows = np.asarray(V_rows)
     dt = V_rows.dtype.type
-    lr = dt(lr)
-    lam = dt(lam)
+    if _sgd_numba.in_range(V_rows.dtype, lr, lam):
+        lr, lam = dt(lr), dt(lam)
+    else:
+        with np.errstate(over="ignore"):  # (a rate beyond the dtype is inf: the parameters diverge, as checked)
+            lr, lam = dt(lr), dt(lam)
     n = V_rows.shape[0]
     if n == 0:
         return U_u.copy(), np.empty((0, U_u.shape[0]), dtype=V_rows.dtype)
@@ -234,14 +237,23 @@ def server_apply_sgd(V, items, grads, lr, *, ascending: bool = False) -> np.ndar
     array and gradients a float array (no cost compiled). Raises ``IndexError`` for an item outside [0, m), ``ValueError`` for arrays of other
     shapes or, with ``ascending``, items out of order, changing nothing. In place; returns V."""
     k = _sgd_numba.compiled()
+    # a rate beyond V's dtype (lr = 1e40 in float32) is inf there, and V not finite after: the
+    # servers check that (NumPy's overflow and invalid-value warnings said it first). errstate
+    # only for such a rate: entering it costs a microsecond, and this runs once per message
     if (k is not None and type(grads) is np.ndarray and grads.dtype == V.dtype and V.ndim == 2
             and grads.ndim == 2 and grads.shape == (len(items), V.shape[1]) and V.flags.c_contiguous
-            and V.flags.writeable and _int_vector(items)
-            # lr * g rounded to V's dtype, then subtracted: the operations of the expression below
-            and k.sub_scaled_rows(V, items, grads, np.array((lr,), dtype=V.dtype), ascending)):
-        return V
+            and V.flags.writeable and _int_vector(items)):
+        if _sgd_numba.in_range(V.dtype, lr):
+            rate = np.array((lr,), dtype=V.dtype)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                rate = np.array((lr,), dtype=V.dtype)
+        # lr * g rounded to V's dtype, then subtracted: the operations of the expression below
+        if k.sub_scaled_rows(V, items, grads, rate, ascending):
+            return V
     check_rows(items, grads, V.shape[0], V.shape[1], "gradients", ascending=ascending, upload=ascending)
-    V[items] -= V.dtype.type(lr) * grads
+    with np.errstate(over="ignore", invalid="ignore"):  # (the NumPy path: no compiled kernel)
+        V[items] -= V.dtype.type(lr) * grads
     return V
 
 
@@ -330,7 +342,12 @@ class BatchClient:
             n = self.rated.shape[0]
             new_u = np.empty(U_u.shape[0], dtype=dt)
             grads = np.empty((n, U_u.shape[0]), dtype=dt)
-            self._pass(U_u, V, self.rated, self.ratings, np.array((lr, self._lam, n), dtype=dt), new_u, grads)
+            if _sgd_numba.in_range(dt, lr):
+                par = np.array((lr, self._lam, n), dtype=dt)
+            else:
+                with np.errstate(over="ignore"):  # (a rate beyond the dtype: inf, as batch_client_step's)
+                    par = np.array((lr, self._lam, n), dtype=dt)
+            self._pass(U_u, V, self.rated, self.ratings, par, new_u, grads)
             return ClientUpload(new_u, self.rated, grads, None, n)
         return batch_client_step(U_u, V, self.rated, self.ratings, t=t, lr=lr, rng=rng, sampled=sampled,
                                  **self.settings)

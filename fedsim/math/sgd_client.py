@@ -50,14 +50,14 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
         Oa, odelta = O, np.empty((N + K, d), dtype=dt)
     else:
         Oa, odelta = _unused(d, dt)
-    lr_ = dt.type(lr)
-    if par is None:
-        lam_ = dt.type(lam)
-        # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
-        par = np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
-    else:  # a client's own vector (dtype dt, P_LAM and the constants set): only the rate changes
-        par[_sgd_numba.P_LR] = lr_
-        par[_sgd_numba.P_C] = par[_sgd_numba.P_ONE] - lr_ * par[_sgd_numba.P_LAM]
+    if _sgd_numba.in_range(dt, lr, lr * lam):
+        par = _rate_par(dt, lr, lam, order_flag, par)
+    else:
+        # a rate beyond the dtype (lr = 1e40 in float32, or decay = 1e23) is inf there: the
+        # parameters diverge, as the server's check finds (NumPy's overflow warning said it
+        # first, from every client); errstate only here: it costs a microsecond per message
+        with np.errstate(over="ignore", invalid="ignore"):
+            par = _rate_par(dt, lr, lam, order_flag, par)
     s1, s, nm1, nf = norms
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
@@ -127,6 +127,18 @@ class SGDClient:
         use_hf = self.strategy == "hf" and hf_active(t, self.T_predict, self.hf_convention)
         return _call(self._kernels, U_u, V, O, rated, self.ratings, sampled, self.r_mean, use_hf,
                      self.T_local, lr, self.lam, self._norms, self._order_flag, self._par)
+
+
+def _rate_par(dt, lr, lam, order_flag, par):
+    lr_ = dt.type(lr)
+    if par is None:
+        lam_ = dt.type(lam)
+        # make_par's vector (P_LR, P_LAM, P_C, P_ONE, P_ZERO, P_ORDER), built in one call
+        return np.array((lr_, lam_, dt.type(1) - lr_ * lam_, 1, 0, order_flag), dtype=dt)
+    # a client's own vector (dtype dt, P_LAM and the constants set): only the rate changes
+    par[_sgd_numba.P_LR] = lr_
+    par[_sgd_numba.P_C] = par[_sgd_numba.P_ONE] - lr_ * par[_sgd_numba.P_LAM]
+    return par
 
 
 _NORMS: dict[tuple[int, np.dtype], tuple] = {}

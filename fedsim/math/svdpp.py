@@ -75,7 +75,8 @@ def server_apply_o_delta(O, items, o_deltas, *, ascending: bool = False) -> np.n
             and k.add_rows(O, items, o_deltas, ascending)):  # one addition per element, as below: same bits
         return O
     check_rows(items, o_deltas, O.shape[0], O.shape[1], "O deltas", ascending=ascending, upload=ascending)
-    O[items] += o_deltas
+    with np.errstate(over="ignore"):  # (an O not finite after: the servers check that)
+        O[items] += o_deltas
     return O
 
 

@@ -104,6 +104,9 @@ class FedAEConfig(Config):
         if self.nesterov and self.momentum <= 0:
             raise ConfigError("FedAEConfig.nesterov: Nesterov momentum needs momentum > 0 (for plain SGD "
                               "set momentum=0 and nesterov=false)", "nesterov")
+        if not self.hidden:  # (the server's model init refused it as a bare ValueError, a traceback)
+            raise ConfigError("FedAEConfig.hidden must name at least one layer width (comma separated, "
+                              "e.g. 256,128), got none", "hidden")
         if self.dropout >= 1:
             raise ConfigError(f"FedAEConfig.dropout must be below 1 (it is the rate of units dropped), "
                               f"got {self.dropout}", "dropout")

@@ -456,12 +456,13 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         else:
             for msg in noise:
                 # a noise message's rows are summed per item: a repeated id would be counted
-                # once, a block of the wrong shape broadcast (the sender is anonymous, so the
-                # error names the kind and round only)
+                # once, a block of the wrong shape broadcast, ids as a list fail as a bare
+                # AttributeError, rows as a list or of integers be summed as numbers (the sender
+                # is anonymous, so the error names the kind and round only)
                 try:
                     check_rows(msg.payload["items"], msg.payload["grads"],
                                np.iinfo(np.int64).max if m_items is None else m_items, cfg.d, "noise",
-                               distinct=True)
+                               distinct=True, upload=True)
                 except (KeyError, TypeError, ValueError, IndexError) as exc:
                     raise BadMessageError(msg, exc) from exc
             parts_items = [msg.payload["items"] for msg in noise]

@@ -270,12 +270,10 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
         for msg in got:  # node-id order
             try:
                 items, rows = msg.payload["items"], msg.payload["rows"]
-                check_rows(items, rows, theta.shape[0], theta.shape[1], "update")  # (np.add.at wraps negative ids)
-                if type(rows) is not np.ndarray or rows.dtype.kind != "f":
-                    # a list (of numbers or not) was a bare TypeError of the sum below, and an integer
-                    # or bool array is nothing a client computes
-                    raise ValueError(f"update: rows must be a float array, got "
-                                     f"{rows.dtype if isinstance(rows, np.ndarray) else type(rows).__name__}")
+                # (np.add.at wraps negative ids; items as a list was a bare AttributeError of the
+                # count below, rows as a list a bare TypeError of the sum, and an integer or bool
+                # array is nothing a client computes)
+                check_rows(items, rows, theta.shape[0], theta.shape[1], "update", upload=True)
             except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise BadMessageError(msg, exc) from exc
             with np.errstate(over="ignore", invalid="ignore"):  # (checked below)

@@ -902,8 +902,8 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
         lines += [format_table(shown, cols, markdown=True, human=True), ""]
         if len(typed) > len(shown):
             lines += [f"({len(typed) - len(shown)} more rows in `{path.name}`.)", ""]
-        for png in (_plot_table(out, tname, cols, data, axes, info["grid"]) if interrupted is not None else []):
-            lines += [f"![{png}]({png})", ""]
+        for line in (_plot_table(out, tname, cols, data, axes, info["grid"]) if interrupted is not None else []):
+            lines += [line, ""]
     path = out / "report.md"
     write_atomic(path, "\n".join(lines))
     return path
@@ -913,7 +913,8 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
                 grid: dict) -> list[str]:
     """One PNG per metric (a numeric column that varies) against the first grid axis with more
     than one value; one line per combination of the other axes and the row's text columns (the
-    mean where several rows share it)."""
+    mean where several rows share it). Returns report.md's line for each: the image, or a
+    sentence saying why a metric has none (axes matplotlib cannot lay out)."""
     try:
         import matplotlib
 
@@ -974,13 +975,22 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
         ax.set_title(f"{tname}: {metric}{last}")
         if 1 < len(series) <= 12:
             ax.legend(fontsize=7)
-        fig.tight_layout()
         name = re.sub(r"[^\w.-]", "_", f"sweep_{tname}_{metric}") + ".png"
         tmp = out / f".{name}.{os.getpid()}.tmp.png"
-        fig.savefig(tmp)
+        try:
+            fig.tight_layout()
+            fig.savefig(tmp)
+        except (ValueError, OverflowError) as exc:
+            # axis values matplotlib cannot lay out (--grid rho=1e308: its ticks overflow) were a
+            # traceback of the whole sweep after its points had run; the table above holds the figures
+            plt.close(fig)
+            tmp.unlink(missing_ok=True)
+            pngs.append(f"(No plot of `{metric}`: matplotlib could not lay out its axes: {type(exc).__name__}: "
+                        f"{exc}.)")
+            continue
         plt.close(fig)
         os.replace(tmp, out / name)
-        pngs.append(name)
+        pngs.append(f"![{name}]({name})")
     return pngs
 
 
