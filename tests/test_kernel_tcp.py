@@ -13,8 +13,10 @@ Every run has a timeout, and an alarm bounds each test as a whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
+import resource
 import signal
 import socket
 import time
@@ -384,6 +386,97 @@ def test_many_processes_start_whatever_max_message_bytes():
         net.add_node(f"n{i}", idle)
     res = net.run(timeout=RUN_TIMEOUT)
     assert res.complete and res.results == {f"n{i}": 1 for i in range(8)} and len(net.pids) == 8
+    assert_no_orphans(net)
+
+
+@contextlib.contextmanager
+def _open_file_limit(soft: int):
+    """This process's soft RLIMIT_NOFILE set to ``soft`` (the workers inherit it), then restored."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+
+
+def _files_a_worker_needs(processes: int) -> tuple[int, int]:
+    """Counted here, independently: the lowest open-file limit a run of ``processes`` workers
+    fits under, and what it needs under one less. A worker holds the descriptors open now
+    numbered below the limit (one above holds no place under it; listdir's own is listed, and
+    the coordinator's listener will take its number), its own listener, control connection,
+    selector and wake-up pair, a connection to and from every process, and one free for the
+    accept that finds no connection waiting."""
+    here = [int(f) for f in os.listdir("/proc/self/fd")]
+    need = lambda limit: sum(1 for f in here if f < limit) + 5 + 2 * processes
+    limit = 1
+    while need(limit) > limit:
+        limit += 1
+    return limit, need(limit - 1)
+
+
+def _idle_net(cls, processes: int, **kw):
+    async def idle(ctx):
+        return 1
+
+    net = cls(processes=processes, **kw)
+    for i in range(processes):
+        net.add_node(f"n{i}", idle)
+    return net
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_run_above_the_open_file_limit_is_refused_before_any_process_starts():
+    # the review's reproduction: `ulimit -n 256; fedsim compare fedrec --processes 150` waited the
+    # 30 s start_timeout while asyncio logged 144,800 failed accepts, then listed all 150 processes
+    processes = 12
+    enough, need = _files_a_worker_needs(processes)
+    with _open_file_limit(enough - 1):
+        net = _idle_net(TcpNetwork, processes)
+        t = time.monotonic()
+        with pytest.raises(NetworkConfigError) as info:
+            net.run(timeout=RUN_TIMEOUT)
+        assert time.monotonic() - t < 1.0
+    text = str(info.value)
+    assert f"with {processes} worker processes needs {need} open files in each" in text
+    assert f"ulimit -n = {enough - 1}" in text and f"ulimit -n {need}" in text and "fewer processes" in text
+    assert net.pids == [] and not live_children()
+    with _open_file_limit(enough):  # exactly enough: it runs
+        net = _idle_net(TcpNetwork, processes)
+        res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and res.results == {f"n{i}": 1 for i in range(processes)}
+    assert_no_orphans(net)
+
+
+class _Unchecked(TcpNetwork):
+    def check_descriptors(self, nprocs):  # as if the limit were met: the workers run out of files
+        pass
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_worker_out_of_files_ends_the_run_soon_naming_the_limit(capfd):
+    processes = 12
+    enough = _files_a_worker_needs(processes)[0]
+    # one short: only the accept asyncio makes after the last connection fails; the run goes on
+    with _open_file_limit(enough - 1):
+        net = _idle_net(_Unchecked, processes)
+        res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and len(res.results) == processes
+    assert_no_orphans(net)
+    # two short: a peer's connection cannot be accepted
+    with _open_file_limit(enough - 2):
+        net = _idle_net(_Unchecked, processes)
+        t = time.monotonic()
+        with pytest.raises(TransportError) as info:
+            net.run(timeout=RUN_TIMEOUT)
+        took = time.monotonic() - t
+    assert took < 10.0, took  # not the 30 s start_timeout
+    err = info.value
+    assert err.kind == "connect" and "Too many open files" in str(err)
+    assert f"(open-file limit ulimit -n = {enough - 2})" in str(err)
+    logged = capfd.readouterr().err
+    # asyncio's log of each failed accept (a traceback each, every second), and of its retries
+    assert "out of system resource" not in logged and "Invalid file descriptor" not in logged
     assert_no_orphans(net)
 
 
