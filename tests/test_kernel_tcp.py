@@ -480,6 +480,24 @@ def test_a_worker_out_of_files_ends_the_run_soon_naming_the_limit(capfd):
     assert_no_orphans(net)
 
 
+class _SlowToConnect(TcpNetwork):
+    def peer_address(self, proc, host, port):
+        time.sleep(3.0)  # (in the worker: it holds its loop, and is not ready within start_timeout)
+        return host, port
+
+
+def test_a_start_up_timeout_names_a_few_of_the_late_processes_not_all():
+    # the review's reproduction listed all 150 late processes in one line of some 10,000 characters
+    net = _idle_net(_SlowToConnect, 10, start_timeout=1.0)
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    text = str(info.value)
+    assert "waited 1.0 s for every process to connect to every peer; still waiting for process " in text
+    named = [p for p in range(10) if f"process {p} (pid {net.pids[p]}; hosting n{p})" in text]
+    assert len(named) == 4 and text.endswith("; ... and 6 more")
+    assert_no_orphans(net)
+
+
 def test_a_control_frame_a_worker_cannot_read_is_the_error_not_its_exit(monkeypatch):
     real = tcp._Coordinator._send
 

@@ -689,6 +689,7 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
 
 
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_SHOWN_PROCESSES = 8  # processes a timeout's message describes, one line each
 _ACCEPT_GRACE = 2.0  # seconds a worker whose accept failed for want of descriptors waits for its peers' connections
 
 
@@ -747,6 +748,13 @@ def _chunks(items: list, k: int) -> list[list]:
 def _names(ids: list[str], shown: int = 4) -> str:
     more = f", ... ({len(ids) - shown} more)" if len(ids) > shown else ""
     return ", ".join(ids[:shown]) + more
+
+
+def _listed(items: list[str], shown: int = 4) -> str:
+    """``items`` joined by "; ", the first ``shown`` of them and how many more: a message about
+    processes stays a few lines long with hundreds of them."""
+    more = f"; ... and {len(items) - shown} more" if len(items) > shown else ""
+    return "; ".join(items[:shown]) + more
 
 
 def _size(doc: bytes) -> str:
@@ -1690,7 +1698,7 @@ class _Coordinator:
                 net = self.net
                 raise TransportError(
                     f"TcpNetwork {self.phase}: waited {net.start_timeout} s for every process {what}; still "
-                    f"waiting for {'; '.join(net.describe_process(c.proc) for c in late)}",
+                    f"waiting for {_listed([net.describe_process(c.proc) for c in late])}",
                     node=net.groups[late[0].proc][0], nodes=tuple(net.groups[late[0].proc]),
                     process=late[0].proc, kind="stall")
             limits = [t for t in (by, self.deadline) if t is not None]
@@ -1702,13 +1710,16 @@ class _Coordinator:
 
     def _timeout(self) -> None:
         lines = [f"TcpNetwork.run: no result within timeout = {self.timeout} s (during {self.phase})"]
-        for c in self.children:
+        known = [c for c in self.children if c.status is not None]
+        for c in known[:_SHOWN_PROCESSES]:
             s = c.status
             if s is not None:
                 busy = s["n"] - s["blocked"] - s["finished"]
                 later = f", {s['pending']} to drop out" if s["pending"] else ""
                 lines.append(f"  process {c.proc}: {s['finished']} finished, {s['blocked']} blocked, {busy} busy "
                              f"of {s['n']} actors{later}; {s['sent']} frames sent, {s['received']} received")
+        if len(known) > _SHOWN_PROCESSES:
+            lines.append(f"  ... and {len(known) - _SHOWN_PROCESSES} more processes")
         raise TimeoutError("\n".join(lines))
 
     async def _poll(self) -> None:
@@ -1762,7 +1773,7 @@ class _Coordinator:
                                  f"{s['sent_to'][j]} frames {net.describe_process(i)} sent it")
         i = first[0] if first else 0
         self._fail({"kind": "stall", "proc": i, "node": net.groups[i][0],
-                    "message": f"no progress for {net.stall_timeout} s with frames outstanding: " + "; ".join(lines)})
+                    "message": f"no progress for {net.stall_timeout} s with frames outstanding: " + _listed(lines)})
         raise _Failed
 
     async def _settle(self) -> None:
