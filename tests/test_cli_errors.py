@@ -427,3 +427,32 @@ def test_more_autoencoder_clients_than_users_is_one_line_naming_clients(protocol
     assert line == ("error: FedAEConfig.clients = 100 is more than the 30 users of the data: each client holds at "
                     "least one user (give clients <= 30, or 0 for one user per client)")
     nothing_left(tmp_path)
+
+
+def test_a_tcp_worker_that_dies_is_an_error_naming_it_not_a_traceback(tmp_path):
+    # the review's reproduction: `fedsim run fedrec --transport tcp` with a worker killed (kill -9)
+    # printed a 35-line traceback through fedsim's internals ending in the TransportError
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import os, signal\n"
+        "PARAMS = {}\n"
+        "async def server(ctx):\n"
+        "    await ctx.gather('x', senders=['c0', 'c1'])\n"
+        "async def client(ctx, die):\n"
+        "    if die:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    await ctx.send('server', 'x', 1)\n"
+        "def run(ctx):\n"
+        "    net = ctx.network()\n"
+        "    net.add_node('server', server, role='server')\n"
+        "    net.add_node('c0', client, False)\n"
+        "    net.add_node('c1', client, True)\n"
+        "    net.run(timeout=60)\n")
+    out = tmp_path / "out"
+    res = fedsim_cmd("run", str(script), "--transport", "tcp", "--out", str(out), "--quiet", cwd=tmp_path)
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("error: the run did not finish, no output folder was written: process ")
+    assert "hosting c1) was killed by signal 9 (SIGKILL) during run" in first
+    nothing_left(tmp_path, out)
