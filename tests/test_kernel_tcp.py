@@ -498,6 +498,36 @@ def test_a_start_up_timeout_names_a_few_of_the_late_processes_not_all():
     assert_no_orphans(net)
 
 
+def test_a_worker_that_stops_answering_ends_the_run_after_the_stall_timeout():
+    # the review's reproduction: `kill -STOP` of one worker of `fedsim run fedrec --transport tcp`
+    # (1,000 clients) and the run waited for its status for ever (the CLI sets no run timeout)
+    async def stops(ctx):
+        if os.getpid() != PARENT:
+            os.kill(os.getpid(), signal.SIGSTOP)  # this worker process stops, for good
+        return 1
+
+    async def idle(ctx):
+        await ctx.sleep(0.2)
+        return 1
+
+    net = TcpNetwork(processes=3, stall_timeout=1.0)
+    net.add_node("a", idle)
+    net.add_node("b", stops)
+    net.add_node("c", idle)
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 10.0
+    err = info.value
+    assert err.kind == "stall" and err.node == "b" and err.nodes == ("b",)
+    assert str(err) == (f"TcpNetwork run: waited 1.0 s for every process to answer its status poll (a process "
+                        f"stopped, or an actor that holds its event loop without awaiting); still waiting for "
+                        f"process 1 (pid {net.pids[1]}; hosting b)")
+    stopped = net.exit_status[net.pids[1]]
+    assert os.WIFSIGNALED(stopped) and os.WTERMSIG(stopped) == signal.SIGKILL  # killed when reaped
+    assert_no_orphans(net)
+
+
 def test_a_control_frame_a_worker_cannot_read_is_the_error_not_its_exit(monkeypatch):
     real = tcp._Coordinator._send
 

@@ -114,7 +114,9 @@ with this ``TransportError`` when it arrives, read or not, where the others rais
 ``ActorError``/``CodecError`` only if it is read.) A peer
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
 at all for ``stall_timeout`` seconds with frames outstanding (the bytes of a long frame still
-coming in, counted per MiB, are progress), ends the run with
+coming in, counted per MiB, are progress), or a process that does not answer the coordinator's
+status poll for ``stall_timeout`` seconds (stopped, or an actor holding its event loop that long
+without awaiting), ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
 status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
 control message) ends it the same way, with what was wrong with it: not with the exit status of
@@ -209,8 +211,8 @@ class TcpNetwork(ClosedOnDropout, Network):
     between the coordinator and the workers (``CONTROL_FRAME_BYTES``). ``time_scale``: real
     seconds per protocol second (positive and finite), as on ``AsyncioNetwork`` (multiplies sleeps
     and timeouts, divides the clock). ``poll_interval``: seconds between the coordinator's status polls;
-    ``stall_timeout``: seconds without any progress, with frames outstanding, after which the run
-    fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
+    ``stall_timeout``: seconds without any progress, with frames outstanding, or without a
+    process's answer to a status poll, after which the run fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
     ``FRAME_OVERHEAD``. Other keywords as ``Network`` (``faults`` with loss and dropout, and a node's
     ``loss``/``offline_at``, as on every transport: module docstring, "Dropout").
 
@@ -1682,9 +1684,11 @@ class _Coordinator:
                 if c.writer is None and self.net._reaped(c.pid):
                     self._died(c)
 
-    async def _until(self, pending: Callable[[_Child], bool], by: float | None, what: str) -> None:
+    async def _until(self, pending: Callable[[_Child], bool], by: float | None, what: str,
+                     bound: float | None = None) -> None:
         """Wait until no child is ``pending``; raise ``_Failed`` on a failure, ``TransportError``
-        past ``by`` (the start-up and report bounds), ``TimeoutError`` past the run's deadline."""
+        past ``by`` (the start-up and report bounds, ``start_timeout`` seconds, or ``bound``),
+        ``TimeoutError`` past the run's deadline."""
         while True:
             if self.failures:
                 raise _Failed
@@ -1697,7 +1701,8 @@ class _Coordinator:
             if by is not None and now >= by:
                 net = self.net
                 raise TransportError(
-                    f"TcpNetwork {self.phase}: waited {net.start_timeout} s for every process {what}; still "
+                    f"TcpNetwork {self.phase}: waited {net.start_timeout if bound is None else bound} s for every "
+                    f"process {what}; still "
                     f"waiting for {_listed([net.describe_process(c.proc) for c in late])}",
                     node=net.groups[late[0].proc][0], nodes=tuple(net.groups[late[0].proc]),
                     process=late[0].proc, kind="stall")
@@ -1734,7 +1739,11 @@ class _Coordinator:
             for c in self.children:
                 c.status = None
                 self._send(c, {"op": "poll", "wave": self.wave})
-            await self._until(lambda c: c.status is None, None, "to answer")
+            # a process that does not answer for stall_timeout (stopped, or an actor holding its
+            # loop) is no progress at all: before, the run waited for it for ever (no run timeout)
+            await self._until(lambda c: c.status is None, time.monotonic() + net.stall_timeout,
+                              "to answer its status poll (a process stopped, or an actor that holds its event loop "
+                              "without awaiting)", bound=net.stall_timeout)
             stats = [c.status for c in self.children]
             snap = tuple(tuple(s[k] for k in keys) for s in stats)
             # (a dropout still to come is something that can happen: not idle yet, as on SimNetwork)
