@@ -42,7 +42,7 @@ from .experiment.configfile import at
 from .experiment.params import set_keys
 from .experiment.runner import (add_fault_arguments, closing_line, did_not_finish, net_from_args, out_of_memory,
                                 resolve_run_options)
-from .kernel.errors import ActorError, DeadlockError, NetworkConfigError
+from .kernel.errors import ActorError, DeadlockError, NetworkConfigError, TransportError
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -449,6 +449,9 @@ def _main(argv: list[str]) -> int:
         return 2
     except DeadlockError as exc:  # a run that did not finish: who waits for what, without a traceback
         print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
+    except TransportError as exc:  # a real transport broke (a worker died, a peer closed): what, not where in fedsim
+        print(f"error: the run did not finish, no output folder was written: {exc}", file=sys.stderr)
         return 1
     except (ActorError, MemoryError, ValueError) as exc:
         text = out_of_memory(exc)

@@ -469,3 +469,32 @@ def test_a_size_too_large_for_memory_is_one_error_line_and_leaves_no_folder(d, c
                                f"'server') ran out of memory: {cause}"), lines[0]
     assert lines[0].endswith("; a size parameter (d, hidden, triples, clients, ...) is too large for this machine")
     nothing_left(tmp_path, tmp_path / "o")
+
+
+def test_a_tcp_worker_that_dies_is_an_error_naming_it_not_a_traceback(tmp_path):
+    # the review's reproduction: `fedsim run fedrec --transport tcp` with a worker killed (kill -9)
+    # printed a 35-line traceback through fedsim's internals ending in the TransportError
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import os, signal\n"
+        "PARAMS = {}\n"
+        "async def server(ctx):\n"
+        "    await ctx.gather('x', senders=['c0', 'c1'])\n"
+        "async def client(ctx, die):\n"
+        "    if die:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    await ctx.send('server', 'x', 1)\n"
+        "def run(ctx):\n"
+        "    net = ctx.network()\n"
+        "    net.add_node('server', server, role='server')\n"
+        "    net.add_node('c0', client, False)\n"
+        "    net.add_node('c1', client, True)\n"
+        "    net.run(timeout=60)\n")
+    out = tmp_path / "out"
+    res = fedsim_cmd("run", str(script), "--transport", "tcp", "--out", str(out), "--quiet", cwd=tmp_path)
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("error: the run did not finish, no output folder was written: process ")
+    assert "hosting c1) was killed by signal 9 (SIGKILL) during run" in first
+    nothing_left(tmp_path, out)

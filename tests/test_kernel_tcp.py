@@ -13,8 +13,10 @@ Every run has a timeout, and an alarm bounds each test as a whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
+import resource
 import signal
 import socket
 import time
@@ -384,6 +386,145 @@ def test_many_processes_start_whatever_max_message_bytes():
         net.add_node(f"n{i}", idle)
     res = net.run(timeout=RUN_TIMEOUT)
     assert res.complete and res.results == {f"n{i}": 1 for i in range(8)} and len(net.pids) == 8
+    assert_no_orphans(net)
+
+
+@contextlib.contextmanager
+def _open_file_limit(soft: int):
+    """This process's soft RLIMIT_NOFILE set to ``soft`` (the workers inherit it), then restored."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+
+
+def _files_a_worker_needs(processes: int) -> tuple[int, int]:
+    """Counted here, independently: the lowest open-file limit a run of ``processes`` workers
+    fits under, and what it needs under one less. A worker holds the descriptors open now
+    numbered below the limit (one above holds no place under it; listdir's own is listed, and
+    the coordinator's listener will take its number), its own listener, control connection,
+    selector and wake-up pair, a connection to and from every process, and one free for the
+    accept that finds no connection waiting."""
+    here = [int(f) for f in os.listdir("/proc/self/fd")]
+    need = lambda limit: sum(1 for f in here if f < limit) + 5 + 2 * processes
+    limit = 1
+    while need(limit) > limit:
+        limit += 1
+    return limit, need(limit - 1)
+
+
+def _idle_net(cls, processes: int, **kw):
+    async def idle(ctx):
+        return 1
+
+    net = cls(processes=processes, **kw)
+    for i in range(processes):
+        net.add_node(f"n{i}", idle)
+    return net
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_run_above_the_open_file_limit_is_refused_before_any_process_starts():
+    # the review's reproduction: `ulimit -n 256; fedsim compare fedrec --processes 150` waited the
+    # 30 s start_timeout while asyncio logged 144,800 failed accepts, then listed all 150 processes
+    processes = 12
+    enough, need = _files_a_worker_needs(processes)
+    with _open_file_limit(enough - 1):
+        net = _idle_net(TcpNetwork, processes)
+        t = time.monotonic()
+        with pytest.raises(NetworkConfigError) as info:
+            net.run(timeout=RUN_TIMEOUT)
+        assert time.monotonic() - t < 1.0
+    text = str(info.value)
+    assert f"with {processes} worker processes needs {need} open files in each" in text
+    assert f"ulimit -n = {enough - 1}" in text and f"ulimit -n {need}" in text and "fewer processes" in text
+    assert net.pids == [] and not live_children()
+    with _open_file_limit(enough):  # exactly enough: it runs
+        net = _idle_net(TcpNetwork, processes)
+        res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and res.results == {f"n{i}": 1 for i in range(processes)}
+    assert_no_orphans(net)
+
+
+class _Unchecked(TcpNetwork):
+    def check_descriptors(self, nprocs):  # as if the limit were met: the workers run out of files
+        pass
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_worker_out_of_files_ends_the_run_soon_naming_the_limit(capfd):
+    processes = 12
+    enough = _files_a_worker_needs(processes)[0]
+    # one short: only the accept asyncio makes after the last connection fails; the run goes on
+    with _open_file_limit(enough - 1):
+        net = _idle_net(_Unchecked, processes)
+        res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and len(res.results) == processes
+    assert_no_orphans(net)
+    # two short: a peer's connection cannot be accepted
+    with _open_file_limit(enough - 2):
+        net = _idle_net(_Unchecked, processes)
+        t = time.monotonic()
+        with pytest.raises(TransportError) as info:
+            net.run(timeout=RUN_TIMEOUT)
+        took = time.monotonic() - t
+    assert took < 10.0, took  # not the 30 s start_timeout
+    err = info.value
+    assert err.kind == "connect" and "Too many open files" in str(err)
+    assert f"(open-file limit ulimit -n = {enough - 2})" in str(err)
+    logged = capfd.readouterr().err
+    # asyncio's log of each failed accept (a traceback each, every second), and of its retries
+    assert "out of system resource" not in logged and "Invalid file descriptor" not in logged
+    assert_no_orphans(net)
+
+
+class _SlowToConnect(TcpNetwork):
+    def peer_address(self, proc, host, port):
+        time.sleep(3.0)  # (in the worker: it holds its loop, and is not ready within start_timeout)
+        return host, port
+
+
+def test_a_start_up_timeout_names_a_few_of_the_late_processes_not_all():
+    # the review's reproduction listed all 150 late processes in one line of some 10,000 characters
+    net = _idle_net(_SlowToConnect, 10, start_timeout=1.0)
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    text = str(info.value)
+    assert "waited 1.0 s for every process to connect to every peer; still waiting for process " in text
+    named = [p for p in range(10) if f"process {p} (pid {net.pids[p]}; hosting n{p})" in text]
+    assert len(named) == 4 and text.endswith("; ... and 6 more")
+    assert_no_orphans(net)
+
+
+def test_a_worker_that_stops_answering_ends_the_run_after_the_stall_timeout():
+    # the review's reproduction: `kill -STOP` of one worker of `fedsim run fedrec --transport tcp`
+    # (1,000 clients) and the run waited for its status for ever (the CLI sets no run timeout)
+    async def stops(ctx):
+        if os.getpid() != PARENT:
+            os.kill(os.getpid(), signal.SIGSTOP)  # this worker process stops, for good
+        return 1
+
+    async def idle(ctx):
+        await ctx.sleep(0.2)
+        return 1
+
+    net = TcpNetwork(processes=3, stall_timeout=1.0)
+    net.add_node("a", idle)
+    net.add_node("b", stops)
+    net.add_node("c", idle)
+    t = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 10.0
+    err = info.value
+    assert err.kind == "stall" and err.node == "b" and err.nodes == ("b",)
+    assert str(err) == (f"TcpNetwork run: waited 1.0 s for every process to answer its status poll (a process "
+                        f"stopped, or an actor that holds its event loop without awaiting); still waiting for "
+                        f"process 1 (pid {net.pids[1]}; hosting b)")
+    stopped = net.exit_status[net.pids[1]]
+    assert os.WIFSIGNALED(stopped) and os.WTERMSIG(stopped) == signal.SIGKILL  # killed when reaped
     assert_no_orphans(net)
 
 

@@ -30,7 +30,12 @@ every child has, the parent sends the address table (process index -> host, port
 process is the placement every child inherited); each child opens one connection to every
 process (itself included, so all processes are treated alike), presenting the token (stray
 connections without it are closed unread), and reports ready when all of its outbound and
-inbound connections stand. The parent then sends ``go`` with the time origin: its
+inbound connections stand (it then closes its listener). So a worker holds 2 x processes
+connections: ``run`` refuses (``NetworkConfigError``, before forking) a run whose workers would
+need more descriptors than the open-file limit (``ulimit -n``) allows, saying how many
+(``check_descriptors``); a worker that cannot accept its peers' connections all the same
+(descriptors taken otherwise) ends the run within ``_ACCEPT_GRACE`` (2 s), naming itself and the
+limit. The parent then sends ``go`` with the time origin: its
 ``time.monotonic()`` reading. CLOCK_MONOTONIC is system-wide on Linux, so every process
 measures ``now()`` from the same origin (processes on other hosts would need a clock-offset
 exchange, which this transport does not do).
@@ -109,7 +114,9 @@ with this ``TransportError`` when it arrives, read or not, where the others rais
 ``ActorError``/``CodecError`` only if it is read.) A peer
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
 at all for ``stall_timeout`` seconds with frames outstanding (the bytes of a long frame still
-coming in, counted per MiB, are progress), ends the run with
+coming in, counted per MiB, are progress), or a process that does not answer the coordinator's
+status poll for ``stall_timeout`` seconds (stopped, or an actor holding its event loop that long
+without awaiting), ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
 status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
 control message) ends it the same way, with what was wrong with it: not with the exit status of
@@ -132,6 +139,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import errno
 import ipaddress
 import math
 import os
@@ -203,8 +211,8 @@ class TcpNetwork(ClosedOnDropout, Network):
     between the coordinator and the workers (``CONTROL_FRAME_BYTES``). ``time_scale``: real
     seconds per protocol second (positive and finite), as on ``AsyncioNetwork`` (multiplies sleeps
     and timeouts, divides the clock). ``poll_interval``: seconds between the coordinator's status polls;
-    ``stall_timeout``: seconds without any progress, with frames outstanding, after which the run
-    fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
+    ``stall_timeout``: seconds without any progress, with frames outstanding, or without a
+    process's answer to a status poll, after which the run fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
     ``FRAME_OVERHEAD``. Other keywords as ``Network`` (``faults`` with loss and dropout, and a node's
     ``loss``/``offline_at``, as on every transport: module docstring, "Dropout").
 
@@ -397,6 +405,11 @@ class TcpNetwork(ClosedOnDropout, Network):
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         token = os.urandom(16)
         listener = socket.create_server(("127.0.0.1", 0))
+        try:
+            self.check_descriptors(len(self.groups))
+        except BaseException:
+            listener.close()
+            raise
         port = listener.getsockname()[1]
         parent = os.getpid()
         started: list[int] = []
@@ -431,6 +444,31 @@ class TcpNetwork(ClosedOnDropout, Network):
             clean = coordinator is not None and coordinator.phase == "bye"
             self._reap(started, grace=5.0 if clean else 1.0 if coordinator is not None else 0.0)
         return self.finish(duration, strict=strict)
+
+    def check_descriptors(self, nprocs: int) -> None:
+        """Refuse (``NetworkConfigError``, before any process starts) a run whose worker processes
+        would need more open files than the soft ``RLIMIT_NOFILE`` (``ulimit -n``) allows: each
+        holds what it inherits from the launching process (counted now: those numbered below the
+        limit), a connection to and one from every process (``2 * nprocs``) and 5 of its own (its
+        listener, its control connection, its event loop's selector and wake-up pair, and the one
+        each accept takes even when no connection is waiting: asyncio accepts until none is).
+        Past the limit a worker could not accept its peers' connections, and the run waited
+        ``start_timeout`` while asyncio logged each failed accept."""
+        try:
+            import resource
+        except ImportError:  # pragma: no cover - no fork there either
+            return
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return
+        inherited = _open_descriptors(below=soft)
+        need = inherited + 2 * nprocs + 5
+        if need > soft:
+            top = "unlimited" if hard == resource.RLIM_INFINITY else hard
+            raise NetworkConfigError(
+                f"TcpNetwork with {nprocs} worker processes needs {need} open files in each (a connection to and "
+                f"from every process, {inherited} inherited, 5 of its own), above the open-file limit "
+                f"ulimit -n = {soft} (hard limit {top}): raise it, e.g. `ulimit -n {need}`, or use fewer processes")
 
     def _place(self) -> list[list[str]]:
         ids = list(self.nodes)
@@ -652,6 +690,35 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
         loop.close()
 
 
+_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_SHOWN_PROCESSES = 8  # processes a timeout's message describes, one line each
+_ACCEPT_GRACE = 2.0  # seconds a worker whose accept failed for want of descriptors waits for its peers' connections
+
+
+def _nofile_limit() -> str:
+    """The soft open-file limit, as ``ulimit -n`` says it."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+    except (ImportError, OSError):  # pragma: no cover
+        return "unknown"
+
+
+def _open_descriptors(below: int) -> int:
+    """How many file descriptors this process has open numbered below ``below`` (those a new
+    descriptor could not take: one above the limit holds no place under it); 3, stdin/out/err,
+    where it cannot tell."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(folder)  # (lists the descriptor listdir itself had open)
+        except OSError:
+            continue
+        return max(0, sum(1 for f in names if f.isdigit() and int(f) < below) - 1)
+    return 3  # pragma: no cover
+
+
 def check_host(host: str, allow_remote: bool) -> None:
     """Raise ``NetworkConfigError`` unless every address ``host`` stands for is a loopback
     address, or ``allow_remote`` is set."""
@@ -683,6 +750,13 @@ def _chunks(items: list, k: int) -> list[list]:
 def _names(ids: list[str], shown: int = 4) -> str:
     more = f", ... ({len(ids) - shown} more)" if len(ids) > shown else ""
     return ", ".join(ids[:shown]) + more
+
+
+def _listed(items: list[str], shown: int = 4) -> str:
+    """``items`` joined by "; ", the first ``shown`` of them and how many more: a message about
+    processes stays a few lines long with hundreds of them."""
+    more = f"; ... and {len(items) - shown} more" if len(items) > shown else ""
+    return "; ".join(items[:shown]) + more
 
 
 def _size(doc: bytes) -> str:
@@ -848,6 +922,7 @@ class _Worker:
         # its nodes with an offline_at, and the timers of those still to come
         self.dropouts = [n for n in self.local if n.spec.offline_at is not None]
         self.timers: list[asyncio.TimerHandle] = []
+        self.out_of_files = False  # an accept failed for want of descriptors (reported once)
 
     # -- entry ---------------------------------------------------------------------------------
     def main(self) -> int:
@@ -863,6 +938,7 @@ class _Worker:
     async def _main(self) -> int:
         net = self.net
         self.loop = asyncio.get_running_loop()
+        self.loop.set_exception_handler(self._loop_error)
         self.ops: asyncio.Queue = asyncio.Queue()
         self.go = asyncio.Event()
         self.changed = asyncio.Event()
@@ -900,6 +976,10 @@ class _Worker:
                 return 3
             for c in connects:
                 await c
+            # every peer is connected: no accept any more (a later connection could only be a
+            # stray one, and each accept asyncio tries needs a free descriptor even when none is
+            # waiting: at the open-file limit it failed, and asyncio logged it every second)
+            server.close()
             self._send_ctl({"op": "ready", "proc": self.proc})
             go = await self._op("go")
             if go is None:
@@ -952,6 +1032,31 @@ class _Worker:
             getter.cancel()
         return True
 
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        """The loop's handler of errors no task catches. An accept that fails for want of file
+        descriptors is logged by asyncio with a traceback, and retried a second later, for ever:
+        at the open-file limit the run waited ``start_timeout`` with a traceback per failed accept
+        on stderr. Here it is not logged; if this process still lacks a peer's connection
+        ``_ACCEPT_GRACE`` seconds later (the failed accept may have been the one asyncio makes
+        after the last connection, to find none waiting), that ends the run, reported once with
+        the open-file limit. Anything else: asyncio's default handler."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES and "accept" in str(context.get("message")):
+            if not self.out_of_files:
+                self.out_of_files = True
+                loop.call_later(_ACCEPT_GRACE, self._accepts_failed, exc)
+            return
+        if self.out_of_files and isinstance(exc, ValueError) and "_start_serving" in repr(context.get("handle")):
+            return  # asyncio's retry of that accept, on the listener closed since (all peers connected)
+        loop.default_exception_handler(context)
+
+    def _accepts_failed(self, exc: OSError) -> None:
+        if len(self.inbound) < self.nprocs and not self.stopping:
+            net = self.net
+            self.fail("connect", f"{net.describe_process(self.proc)} cannot accept its peers' connections: "
+                      f"{type(exc).__name__}: {exc} (open-file limit ulimit -n = {_nofile_limit()})",
+                      node=net.groups[self.proc][0])
+
     # -- control channel -----------------------------------------------------------------------
     def _send_ctl(self, obj: dict) -> None:
         self.ctl.write(_pack(obj))
@@ -1001,6 +1106,8 @@ class _Worker:
                                                     net.start_timeout)
         except (OSError, asyncio.TimeoutError) as exc:
             what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES:
+                what += f" (open-file limit ulimit -n = {_nofile_limit()})"
             self.fail("connect", f"process {self.proc} cannot connect to {net.describe_process(q)} at "
                       f"{host}:{port}: {what}", node=net.groups[q][0], peer=q)
             return
@@ -1577,9 +1684,11 @@ class _Coordinator:
                 if c.writer is None and self.net._reaped(c.pid):
                     self._died(c)
 
-    async def _until(self, pending: Callable[[_Child], bool], by: float | None, what: str) -> None:
+    async def _until(self, pending: Callable[[_Child], bool], by: float | None, what: str,
+                     bound: float | None = None) -> None:
         """Wait until no child is ``pending``; raise ``_Failed`` on a failure, ``TransportError``
-        past ``by`` (the start-up and report bounds), ``TimeoutError`` past the run's deadline."""
+        past ``by`` (the start-up and report bounds, ``start_timeout`` seconds, or ``bound``),
+        ``TimeoutError`` past the run's deadline."""
         while True:
             if self.failures:
                 raise _Failed
@@ -1592,8 +1701,9 @@ class _Coordinator:
             if by is not None and now >= by:
                 net = self.net
                 raise TransportError(
-                    f"TcpNetwork {self.phase}: waited {net.start_timeout} s for every process {what}; still "
-                    f"waiting for {'; '.join(net.describe_process(c.proc) for c in late)}",
+                    f"TcpNetwork {self.phase}: waited {net.start_timeout if bound is None else bound} s for every "
+                    f"process {what}; still "
+                    f"waiting for {_listed([net.describe_process(c.proc) for c in late])}",
                     node=net.groups[late[0].proc][0], nodes=tuple(net.groups[late[0].proc]),
                     process=late[0].proc, kind="stall")
             limits = [t for t in (by, self.deadline) if t is not None]
@@ -1605,13 +1715,16 @@ class _Coordinator:
 
     def _timeout(self) -> None:
         lines = [f"TcpNetwork.run: no result within timeout = {self.timeout} s (during {self.phase})"]
-        for c in self.children:
+        known = [c for c in self.children if c.status is not None]
+        for c in known[:_SHOWN_PROCESSES]:
             s = c.status
             if s is not None:
                 busy = s["n"] - s["blocked"] - s["finished"]
                 later = f", {s['pending']} to drop out" if s["pending"] else ""
                 lines.append(f"  process {c.proc}: {s['finished']} finished, {s['blocked']} blocked, {busy} busy "
                              f"of {s['n']} actors{later}; {s['sent']} frames sent, {s['received']} received")
+        if len(known) > _SHOWN_PROCESSES:
+            lines.append(f"  ... and {len(known) - _SHOWN_PROCESSES} more processes")
         raise TimeoutError("\n".join(lines))
 
     async def _poll(self) -> None:
@@ -1626,7 +1739,11 @@ class _Coordinator:
             for c in self.children:
                 c.status = None
                 self._send(c, {"op": "poll", "wave": self.wave})
-            await self._until(lambda c: c.status is None, None, "to answer")
+            # a process that does not answer for stall_timeout (stopped, or an actor holding its
+            # loop) is no progress at all: before, the run waited for it for ever (no run timeout)
+            await self._until(lambda c: c.status is None, time.monotonic() + net.stall_timeout,
+                              "to answer its status poll (a process stopped, or an actor that holds its event loop "
+                              "without awaiting)", bound=net.stall_timeout)
             stats = [c.status for c in self.children]
             snap = tuple(tuple(s[k] for k in keys) for s in stats)
             # (a dropout still to come is something that can happen: not idle yet, as on SimNetwork)
@@ -1665,7 +1782,7 @@ class _Coordinator:
                                  f"{s['sent_to'][j]} frames {net.describe_process(i)} sent it")
         i = first[0] if first else 0
         self._fail({"kind": "stall", "proc": i, "node": net.groups[i][0],
-                    "message": f"no progress for {net.stall_timeout} s with frames outstanding: " + "; ".join(lines)})
+                    "message": f"no progress for {net.stall_timeout} s with frames outstanding: " + _listed(lines)})
         raise _Failed
 
     async def _settle(self) -> None:
