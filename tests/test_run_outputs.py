@@ -455,10 +455,11 @@ def test_a_final_model_whose_predictions_are_not_finite_is_a_diverged_run(tmp_pa
     with open(Path(res["out"]) / "summary.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert "diverged_at" not in row
-    assert row["test_error"] == "DivergenceError: PMF(B): diverged at iteration 0: non-finite predictions"
+    # the model after iteration T = 2 (it said iteration 0, an initial model's number)
+    assert row["test_error"] == "DivergenceError: PMF(B): diverged at iteration 2: non-finite predictions"
     report = (tmp_path / "bad" / "report.md").read_text()
     assert ("**Diverged.** The final model's parameters stayed finite, but the scores they give are not "
-            "(`test_error`: PMF(B): diverged at iteration 0: non-finite predictions); its figures are not those of a "
+            "(`test_error`: PMF(B): diverged at iteration 2: non-finite predictions); its figures are not those of a "
             "trained model.") in report
     assert json.loads((tmp_path / "bad" / "results.json").read_text())["caveats"] == ["diverged"]
 
