@@ -172,7 +172,10 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
     window_key = next((k for k in out.get("network", {}) if k.replace("-", "_") == "dropout_window"), "dropout_window")
     out["network"] = {k.replace("-", "_"): v for k, v in out.get("network", {}).items()}
     window = out["network"].get("dropout_window")
-    if window is not None and (len(window) != 2 or not all(isinstance(x, (int, float)) for x in window)):
+    # (a boolean is an int to Python: [true, 1] passed here and was refused in the command line's
+    # words, "--dropout-window expects START,END ..., got 'True,1'")
+    if window is not None and (len(window) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                           for x in window)):
         raise UsageError(f"{at(here, 'network', window_key)}: [network] dropout_window: expected [START, END] in seconds, got {window!r}")
     out["_path"] = str(p)
     out["_lines"] = lines
