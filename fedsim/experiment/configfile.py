@@ -48,7 +48,8 @@ NETWORK_KEYS = {"profile": str, "link_model": str, "transport": str, "loss": (in
 
 
 _KEY_PART = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
-_HEADER = re.compile(r"^\s*\[\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*\]\s*(?:#.*)?$")
+# [table] or [[array of tables]] (tomllib has checked the brackets match; [[params]] had no line)
+_HEADER = re.compile(r"^\s*\[\[?\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r"^\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*=")
 
 
@@ -59,7 +60,8 @@ def _key_path(text: str) -> tuple[str, ...]:
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
     """The 1-based line of each key of a TOML text, by its path (``("params", "rounds")``,
-    ``("seed",)``; a table header's own line under its path). ``tomllib`` keeps no positions;
+    ``("seed",)``; a table header's own line under its path, the first ``[[header]]``'s for an
+    array of tables). ``tomllib`` keeps no positions;
     this reads the text line by line (keys inside multi-line strings and arrays are not keys),
     for error messages only: a key it does not find has no line."""
     lines: dict[tuple[str, ...], int] = {}
