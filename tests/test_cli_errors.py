@@ -209,6 +209,11 @@ def test_a_config_file_nested_too_deeply_is_one_error_line(nest, tmp_path):
     ('seed = true\n', "run.toml: line 1: seed"),
     ('[network]\nloss = 2\n', "run.toml: line 2: [network] loss: must be a probability in [0, 1], got 2"),
     ('[network]\ndropout_window = [5, 1]\n', "run.toml: line 2: [network] dropout_window: must be"),
+    # a boolean in the window was refused in the command line's words ("--dropout-window expects ...")
+    ('[network]\ndropout = 0.1\ndropout_window = [true, 1]\n',
+     "run.toml: line 3: [network] dropout_window: expected [START, END] in seconds, got [True, 1]"),
+    ('seed = 1\n\n[[params]]\nrounds = 1\n',  # an array of tables: no line was given
+     "run.toml: line 3: params must be a table ([params]), got [{'rounds': 1}]"),
     ('out = ""\n', "run.toml: line 1: out: empty; give a value or leave the key out"),  # it wrote to runs/<time>-demo
     ('[network]\nprofile = ""\n', "run.toml: line 2: [network] profile: empty"),  # it ran the default profile
     ('data = "/nonexistent/r.csv"\n', "run.toml: line 1: data: /nonexistent/r.csv: does not apply, demo makes its own"),

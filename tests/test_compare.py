@@ -205,3 +205,23 @@ def test_a_comparison_of_runs_that_evaluated_nobody_says_so(tmp_path):
             "dropout in [0, 0] s) and of asyncio: all 30 users with test ratings dropped out; these are not "
             "scores.") in report
     assert "unevaluated" in (out / "results.json").read_text()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sets RLIMIT_NOFILE, forks TCP workers")
+def test_compare_refuses_an_open_file_limit_too_low_for_tcp_before_the_simulator_runs(tmp_path):
+    # the refusal (TcpNetwork.check_descriptors) came from the TCP run, after the simulator's had
+    # run to its end: its progress lines ("... 1/2") came first
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "fedrec", "--data", "tiny", "--set", "T=2",
+                          "--processes", "20", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120, preexec_fn=low_limit)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, lines  # the error alone: no progress line, no simulator run
+    assert lines[0].startswith("error: TcpNetwork with 20 worker processes needs ")
+    assert "above the open-file limit ulimit -n = 40 " in lines[0] and "or use fewer processes" in lines[0]
+    assert not (tmp_path / "o").exists()

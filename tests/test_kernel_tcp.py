@@ -448,6 +448,25 @@ def test_a_run_above_the_open_file_limit_is_refused_before_any_process_starts():
     assert_no_orphans(net)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_check_descriptors_without_a_count_counts_the_processes_run_would_start():
+    # fedsim compare checks the TCP network before its simulator run, with the nodes added and
+    # no process started: processes=50 with 12 nodes runs 12 processes
+    processes = 12
+    enough, need = _files_a_worker_needs(processes)
+    many = _idle_net(TcpNetwork, processes)
+    many.processes = 50
+    with _open_file_limit(enough - 1):
+        for net in (_idle_net(TcpNetwork, processes), many):
+            with pytest.raises(NetworkConfigError) as info:
+                net.check_descriptors()
+            assert f"with {processes} worker processes needs {need} open files in each" in str(info.value)
+    with _open_file_limit(enough):
+        for net in (_idle_net(TcpNetwork, processes), many):
+            net.check_descriptors()
+    assert not live_children()
+
+
 class _Unchecked(TcpNetwork):
     def check_descriptors(self, nprocs):  # as if the limit were met: the workers run out of files
         pass

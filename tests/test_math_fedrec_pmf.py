@@ -347,6 +347,25 @@ def test_divergence_stop_mode_flags_and_never_reports_nan():
         res.evaluate(u, i, r)
 
 
+def test_a_final_model_with_non_finite_predictions_names_the_iteration_the_trainer_names():
+    # decay = 1e23 in float32: after iteration 2 the parameters are finite, their predictions are
+    # not. evaluate said "diverged at iteration 0" (0: an initial model), where the trainer, which
+    # evaluates after every iteration when given test ratings, says 2
+    u, i, r, n, m = _toy()
+    kw = dict(d=4, T=2, decay=1e23, init_scale=0.1, dtype="float32")
+    users, server = _rngs(0, n)
+    res = fc.train_pmf_batch(u, i, r, n, m, user_rngs=users, server_rng=server, **kw)
+    assert res.diverged_at is None and res.iterations == 2
+    assert np.isfinite(res.U).all() and np.isfinite(res.V).all()
+    with pytest.raises(DivergenceError) as final:
+        res.evaluate(u, i, r)
+    users, server = _rngs(0, n)
+    with pytest.raises(DivergenceError) as during:
+        fc.train_pmf_batch(u, i, r, n, m, user_rngs=users, server_rng=server, test=(u, i, r), **kw)
+    assert final.value.iteration == during.value.iteration == 2
+    assert str(final.value) == str(during.value) == "PMF(B): diverged at iteration 2: non-finite predictions"
+
+
 def test_sgd_divergence_detected():
     u, i, r, n, m = _toy()
     users, server = _rngs(2, n)

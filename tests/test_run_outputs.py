@@ -455,10 +455,11 @@ def test_a_final_model_whose_predictions_are_not_finite_is_a_diverged_run(tmp_pa
     with open(Path(res["out"]) / "summary.csv", newline="") as fh:
         (row,) = list(csv.DictReader(fh))
     assert "diverged_at" not in row
-    assert row["test_error"] == "DivergenceError: PMF(B): diverged at iteration 0: non-finite predictions"
+    # the model after iteration T = 2 (it said iteration 0, an initial model's number)
+    assert row["test_error"] == "DivergenceError: PMF(B): diverged at iteration 2: non-finite predictions"
     report = (tmp_path / "bad" / "report.md").read_text()
     assert ("**Diverged.** The final model's parameters stayed finite, but the scores they give are not "
-            "(`test_error`: PMF(B): diverged at iteration 0: non-finite predictions); its figures are not those of a "
+            "(`test_error`: PMF(B): diverged at iteration 2: non-finite predictions); its figures are not those of a "
             "trained model.") in report
     assert json.loads((tmp_path / "bad" / "results.json").read_text())["caveats"] == ["diverged"]
 
@@ -639,3 +640,28 @@ def test_a_model_that_cannot_be_evaluated_keeps_the_count_of_users_left_out():
 
     assert test_scores(Result(), Test()) == {"test_users_left_out": 1,
                                             "test_error": "ValueError: the model is not finite"}
+
+
+def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_run_written(tmp_path):
+    # a value near the float maximum in ctx.plot: matplotlib's ticks overflowed in savefig, a
+    # traceback of the whole run with its tables computed and nothing written (the sweep's report
+    # had the guard, a scenario's plots not)
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "scn.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(1e308, 'x')}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'k': 'a', 'm': 1.0}])\n"
+                      "    ctx.plot('huge', lambda ax: ax.plot([ctx['x']], [1.0], marker='o'))\n"
+                      "    ctx.plot('fine', lambda ax: ax.plot([0.0, 1.0], [2.0, 1.0]))\n")
+    res = run_scenario(str(script), out=tmp_path / "o", quiet=True)
+    out = Path(res["out"])
+    assert sorted(p.name for p in out.iterdir()) == ["fine.png", "report.md", "results.json", "run.log", "t.csv"]
+    assert json.loads((out / "results.json").read_text())["plots"] == ["fine.png"]
+    report = (out / "report.md").read_text()
+    said = "matplotlib could not lay out its axes: ValueError: "
+    assert f"(No plot `huge.png`: {said}" in report and "![fine.png](fine.png)" in report
+    assert "huge.png" not in report.replace("(No plot `huge.png`", "")
+    assert f"note: no plot huge.png: {said}" in (out / "run.log").read_text()
+    res = run_scenario(str(script), out=tmp_path / "o2", overrides={"x": 3.0}, quiet=True)  # a value it lays out
+    assert sorted(p.name for p in Path(res["out"]).glob("*.png")) == ["fine.png", "huge.png"]
+    assert "No plot" not in (Path(res["out"]) / "report.md").read_text()

@@ -12,7 +12,7 @@ Every run writes to its output folder: ``report.md`` (all tables and notes), one
 table, ``results.json`` (configuration, seed, versions, git revision, wall and simulated time,
 ledger totals, ``caveats``: the words of the notes made with ``ctx.caveat``, such as
 ``incomplete`` or ``diverged``; written last), ``run.log``, ``ledger.csv`` when asked, and PNG plots when
-matplotlib is installed. The folder appears only when the run has completed.
+matplotlib is installed (one it cannot lay out is left out, report.md saying which and why). The folder appears only when the run has completed.
 
 The package holds one concern a module; everything public is importable from here:
 

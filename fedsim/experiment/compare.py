@@ -9,7 +9,9 @@ per sender role and message kind (which must be equal), the wall time of each ru
 the simulator's predicted duration against the measured one (from the first send of the round to
 the last arrival, read off each ledger). A run whose model diverged (``info["diverged_at"]``)
 gets a ``diverged_at`` column, and the report a **Diverged** note (caveat ``diverged``) naming
-which run diverged at which round.
+which run diverged at which round. Both networks are built before either runs, and a TCP
+network whose workers would exceed the open-file limit is refused then
+(``TcpNetwork.check_descriptors``), not after the simulator's run.
 """
 
 from __future__ import annotations
@@ -68,15 +70,24 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     # or --dropout always reported different parameters and bytes
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, options=(("processes", processes),) if transport == "tcp" else ())
-    runs: dict[str, Any] = {}
+    # both built before either runs: a real network that cannot run (TcpNetwork's open-file
+    # limit, checked at its run) was refused only after the simulator's run had finished
+    built: dict[str, Any] = {}
     for label, netspec in (("sim", sim_spec), (transport, real_spec)):
-        ctx.progress.update(len(runs), 2, stage=f"{name} on {netspec.describe()}")
         net = netspec.build(ctx.seed)
         t0 = time.perf_counter()
         job = check_job(spec, spec.build(net, train, cfg, test=test))
+        built[label] = (netspec, net, job, time.perf_counter() - t0)
+    check = getattr(built[transport][1], "check_descriptors", None)
+    if check is not None:
+        check()
+    runs: dict[str, Any] = {}
+    for label, (netspec, net, job, build_s) in built.items():
+        ctx.progress.update(len(runs), 2, stage=f"{name} on {netspec.describe()}")
+        t0 = time.perf_counter()
         run = net.run()
         result = check_result(spec, job.collect(run), run)
-        runs[label] = (result, time.perf_counter() - t0, net)
+        runs[label] = (result, build_s + time.perf_counter() - t0, net)
         ctx.record_network(net, label=label)
     ctx.progress.update(2, 2)
     (a, wall_a, net_a), (b, wall_b, net_b) = runs["sim"], runs[transport]

@@ -48,7 +48,8 @@ NETWORK_KEYS = {"profile": str, "link_model": str, "transport": str, "loss": (in
 
 
 _KEY_PART = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
-_HEADER = re.compile(r"^\s*\[\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*\]\s*(?:#.*)?$")
+# [table] or [[array of tables]] (tomllib has checked the brackets match; [[params]] had no line)
+_HEADER = re.compile(r"^\s*\[\[?\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r"^\s*(" + _KEY_PART + r"(?:\s*\.\s*" + _KEY_PART + r")*)\s*=")
 
 
@@ -59,7 +60,8 @@ def _key_path(text: str) -> tuple[str, ...]:
 
 def key_lines(text: str) -> dict[tuple[str, ...], int]:
     """The 1-based line of each key of a TOML text, by its path (``("params", "rounds")``,
-    ``("seed",)``; a table header's own line under its path). ``tomllib`` keeps no positions;
+    ``("seed",)``; a table header's own line under its path, the first ``[[header]]``'s for an
+    array of tables). ``tomllib`` keeps no positions;
     this reads the text line by line (keys inside multi-line strings and arrays are not keys),
     for error messages only: a key it does not find has no line."""
     lines: dict[tuple[str, ...], int] = {}
@@ -172,7 +174,10 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
     window_key = next((k for k in out.get("network", {}) if k.replace("-", "_") == "dropout_window"), "dropout_window")
     out["network"] = {k.replace("-", "_"): v for k, v in out.get("network", {}).items()}
     window = out["network"].get("dropout_window")
-    if window is not None and (len(window) != 2 or not all(isinstance(x, (int, float)) for x in window)):
+    # (a boolean is an int to Python: [true, 1] passed here and was refused in the command line's
+    # words, "--dropout-window expects START,END ..., got 'True,1'")
+    if window is not None and (len(window) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                           for x in window)):
         raise UsageError(f"{at(here, 'network', window_key)}: [network] dropout_window: expected [START, END] in seconds, got {window!r}")
     out["_path"] = str(p)
     out["_lines"] = lines

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import UsageError
-from .report import Table, format_table, human_bytes, human_seconds, write_csv
+from .report import Table, format_table, human_bytes, human_seconds, save_figure, write_csv
 
 __all__ = ["Progress", "RunContext"]
 
@@ -453,7 +453,9 @@ class RunContext:
 
     def plot(self, name: str, draw: Callable[[Any], None]) -> Path | None:
         """Call ``draw(ax)`` on a fresh matplotlib axes and save ``NAME.png``; returns the path,
-        or None when matplotlib is not installed."""
+        or None when matplotlib is not installed, or when it cannot lay out the axes (values
+        near the float maximum, as 1e308: its ticks overflow): then report.md and run.log (and
+        stderr, unless quiet) say which plot was left out and why, and the run goes on."""
         try:
             import matplotlib
 
@@ -462,10 +464,20 @@ class RunContext:
         except ImportError:
             return None
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        draw(ax)
-        fig.tight_layout()
+        try:
+            draw(ax)
+        except BaseException:
+            plt.close(fig)
+            raise
         path = self.out / f"{name}.png"
-        fig.savefig(path)
-        plt.close(fig)
+        # (it was a traceback of the whole run, its tables computed and not written)
+        why = save_figure(fig, path)
+        if why:
+            said = f"no plot {path.name}: {why}"
+            self.note(f"(No plot `{path.name}`: {why}.)")
+            self.progress.log(f"note: {said}")
+            if not self.quiet:
+                self.progress.print(f"note: {said}", file=sys.stderr)
+            return None
         self.plots.append(path.name)
         return path

@@ -16,7 +16,7 @@ import numpy as np
 
 __all__ = [
     "Table", "csv_cell", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
-    "versions", "write_csv", "write_report", "write_results",
+    "save_figure", "versions", "write_csv", "write_report", "write_results",
 ]
 
 
@@ -170,6 +170,33 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def save_figure(fig: Any, path: str | Path) -> str | None:
+    """Lay out a matplotlib figure, save it as ``path`` (through a temporary file beside it and
+    ``os.replace``) and close it. Returns None, or, when matplotlib cannot lay out its axes
+    (values near the float maximum, as 1e308: its ticks overflow, a ``ValueError`` or
+    ``OverflowError``), why, and writes nothing: the sweep's report and a scenario's
+    ``ctx.plot`` say it in place of the plot, their other outputs written."""
+    import os
+
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        fig.tight_layout()
+        fig.savefig(tmp)
+        os.replace(tmp, path)
+    except (ValueError, OverflowError) as exc:
+        tmp.unlink(missing_ok=True)
+        return f"matplotlib could not lay out its axes: {type(exc).__name__}: {exc}"
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return None
 
 
 def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Sequence[str]) -> None:

@@ -61,7 +61,9 @@ __all__ = [
 class TrainResult:
     """Outcome of a trainer. ``history``: one dict per iteration (``iteration`` 1-based, ``lr``,
     and ``mae``/``rmse`` on the test set if one was given). ``diverged_at``: 1-based iteration
-    at which non-finite values appeared (only with ``on_divergence="stop"``; else it raises)."""
+    at which non-finite values appeared (only with ``on_divergence="stop"``; else it raises).
+    ``iterations``: the iterations whose result the parameters are (0: an initial model), the
+    iteration :meth:`evaluate` names when the parameters are finite but their predictions are not."""
 
     model: str
     U: np.ndarray
@@ -72,6 +74,7 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     diverged_at: int | None = None
     params: dict = field(default_factory=dict)
+    iterations: int = 0
 
     def predict(self, users, items) -> np.ndarray:
         """Unclipped predictions (SVD++ with Obar over all the user's training items)."""
@@ -79,10 +82,14 @@ class TrainResult:
 
     def evaluate(self, users, items, ratings, clip=(1.0, 5.0)) -> tuple[float, float]:
         """(MAE, RMSE) with predictions clipped to ``clip``; raises DivergenceError if
-        the run diverged or predictions are not finite."""
+        the run diverged (at ``diverged_at``) or predictions are not finite (at ``iterations``,
+        the iteration after which the model giving them was found, as the trainers number it)."""
         if self.diverged_at is not None:
             raise DivergenceError(self.diverged_at, "parameters", self.model)
-        return evaluate(self.predict(users, items), ratings, clip=clip, model=self.model)
+        try:
+            return evaluate(self.predict(users, items), ratings, clip=clip, model=self.model)
+        except DivergenceError as exc:
+            raise DivergenceError(self.iterations, exc.what, self.model) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,8 +229,9 @@ def _after_iteration(st: _Setup, t, lr_t, history, callback, on_divergence):
 
 
 def _result(st: _Setup, history, diverged_at, params) -> TrainResult:
+    # a diverged run's evaluate names diverged_at; else the parameters are those after every iteration
     return TrainResult(st.model, st.U, st.V, st.O, st.indptr, st.indices, history, diverged_at,
-                       params)
+                       params, iterations=int(params["T"]) if diverged_at is None else diverged_at)
 
 
 def _sample(st: _Setup, u: int, rho: float, resample: bool, cache: dict):

@@ -493,7 +493,7 @@ class FedRecJob:
                 gone_users.append(u)
         model = TrainResult(self.cfg.model, U, srv["V"], srv["O"], self.indptr, self.indices,
                             history=list(srv["eval"]), diverged_at=srv["diverged_at"],
-                            params=self.cfg.to_dict())
+                            params=self.cfg.to_dict(), iterations=srv["diverged_at"] or self.cfg.T)
         if model.diverged_at is None and not np.isfinite(U).all():
             model.diverged_at = self.cfg.T
         params = {"U": U, "V": srv["V"]} if srv["O"] is None else {"U": U, "V": srv["V"], "O": srv["O"]}

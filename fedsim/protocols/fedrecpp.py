@@ -510,7 +510,8 @@ class FedRecPPJob:
                 gone.append(name)
                 gone_users.append(u)
         model = TrainResult("FedRec++", U, srv["V"], None, self.indptr, self.indices,
-                            diverged_at=srv["diverged_at"], params=self.cfg.to_dict())
+                            diverged_at=srv["diverged_at"], params=self.cfg.to_dict(),
+                            iterations=srv["diverged_at"] or self.cfg.T)
         if model.diverged_at is None and not np.isfinite(U).all():
             model.diverged_at = self.cfg.T
         info = {"denoisers": srv["denoisers"], "assignment": srv["assignment"], "diverged_at": model.diverged_at,

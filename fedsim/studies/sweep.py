@@ -66,7 +66,7 @@ from ..experiment import (
     scenario_name, write_csv,
 )
 from ..experiment.live import activate, deactivate
-from ..experiment.report import format_table, write_atomic
+from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import OutputFolder, network_spec
 from ..kernel.errors import NetworkConfigError
 from .parallel import ProcessDied, default_workers, pmap
@@ -976,21 +976,10 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
         if 1 < len(series) <= 12:
             ax.legend(fontsize=7)
         name = re.sub(r"[^\w.-]", "_", f"sweep_{tname}_{metric}") + ".png"
-        tmp = out / f".{name}.{os.getpid()}.tmp.png"
-        try:
-            fig.tight_layout()
-            fig.savefig(tmp)
-        except (ValueError, OverflowError) as exc:
-            # axis values matplotlib cannot lay out (--grid rho=1e308: its ticks overflow) were a
-            # traceback of the whole sweep after its points had run; the table above holds the figures
-            plt.close(fig)
-            tmp.unlink(missing_ok=True)
-            pngs.append(f"(No plot of `{metric}`: matplotlib could not lay out its axes: {type(exc).__name__}: "
-                        f"{exc}.)")
-            continue
-        plt.close(fig)
-        os.replace(tmp, out / name)
-        pngs.append(f"![{name}]({name})")
+        # axis values matplotlib cannot lay out (--grid rho=1e308: its ticks overflow) were a
+        # traceback of the whole sweep after its points had run; the table above holds the figures
+        why = save_figure(fig, out / name)
+        pngs.append(f"(No plot of `{metric}`: {why}.)" if why else f"![{name}]({name})")
     return pngs
 
 
