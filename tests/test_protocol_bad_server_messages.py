@@ -76,3 +76,49 @@ def test_fedrec_client_names_a_malformed_evaluate_message():
     text = _run("fedrec", "evaluate", lambda p: {**p, "V": p["V"][:1]}, {"model": "PMF(S)", "eval_every": 1},
                 test=True)
     assert "IndexError: index " in text and "out of bounds for axis 0 with size 1" in text, text
+
+
+@pytest.mark.parametrize("fault, why", [
+    # taken for a denoiser's role: it collected no model of its own, and the run ended in a deadlock report
+    (lambda p: {**p, "role": "boss"}, "got {'role': 'boss'"),
+    # an ordinary client without its denoiser's name: taken for one of FedRec (eta = 0), a deadlock
+    (lambda p: {"role": p["role"]} if p["role"] == "ordinary" else p, "got {'role': 'ordinary'}"),
+    (lambda p: {**p, "denoiser": 5} if p.get("denoiser") else p, "'denoiser': 5"),  # an UnknownNodeError of its send
+    (lambda p: None, "got None"),  # a bare TypeError
+], ids=["role", "no denoiser", "denoiser int", "None"])
+def test_fedrecpp_client_refuses_an_assignment_of_no_real_role(fault, why):
+    text = _run("fedrecpp", "assign", fault, round=-1)
+    assert "assign must be {role: 'denoiser'} or {role: 'ordinary', denoiser: a node id or None}" in text, text
+    assert why in text, text
+
+
+@pytest.mark.parametrize("fault, got", [
+    # a t of no round (negative, huge, the next one) had the denoiser wait for a model that never
+    # came; more noise than there are other clients, for noise that never came: a deadlock report
+    (lambda p: {**p, "t": -1}, "got t = -1, expected = 3"),
+    (lambda p: {**p, "t": 10 ** 9}, "got t = 1000000000, expected = 3"),
+    (lambda p: {**p, "t": p["t"] + 1}, "got t = 1, expected = 3"),
+    (lambda p: {**p, "expected": 10 ** 9}, "got t = 0, expected = 1000000000"),
+], ids=["t negative", "t huge", "t next", "expected huge"])
+def test_fedrecpp_denoiser_refuses_a_collect_of_another_round_or_beyond_the_clients(fault, got):
+    text = _run("fedrecpp", "collect", fault)
+    assert f"collect must name its own round (t = 0) and expect at most 3 noise messages, {got}" in text, text
+
+
+@pytest.mark.parametrize("change", [{}, {"eta": 0}], ids=["denoising", "eta 0"])
+@pytest.mark.parametrize("fault, why", [
+    (lambda p: {**p, "V": p["V"][:1]}, "V must be a float32 array of shape (40, 8), got float32 of shape (1, 8)"),
+    (lambda p: {**p, "V": p["V"][0]}, "V must be a float32 array of shape (40, 8), got float32 of shape (8,)"),
+    (lambda p: {**p, "V": p["V"][:, :2].copy()}, "V must be a float32 array of shape (40, 8), got float32 of shape (40, 2)"),
+    (lambda p: {**p, "V": p["V"].tolist()}, "V must be a float32 array of shape (40, 8), got list"),
+    (lambda p: {**p, "t": "x"}, "model must carry t = its round 0, got 'x'"),
+], ids=["short V", "1-D V", "narrow V", "V a list", "string t"])
+def test_fedrecpp_client_names_a_malformed_model_message(change, fault, why):
+    text = _run("fedrecpp", "model", fault, change)
+    assert why in text, text
+
+
+def test_fedrecpp_secure_noise_client_names_a_malformed_participant_list():
+    # a bare TypeError ('NoneType' object is not iterable) of the masking client
+    text = _run("fedrecpp", "model", lambda p: {**p, "part": None}, {"secure_noise": True, "secagg_neighbours": 2})
+    assert "TypeError: 'NoneType' object is not iterable" in text, text
