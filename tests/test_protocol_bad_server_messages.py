@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 
 from fedsim.kernel import SimNetwork
@@ -122,3 +123,51 @@ def test_fedrecpp_secure_noise_client_names_a_malformed_participant_list():
     # a bare TypeError ('NoneType' object is not iterable) of the masking client
     text = _run("fedrecpp", "model", lambda p: {**p, "part": None}, {"secure_noise": True, "secagg_neighbours": 2})
     assert "TypeError: 'NoneType' object is not iterable" in text, text
+
+
+_AE = [("personalfr", "decoder", "dec", {}), ("personalfr", "decoder", "dec", {"compression": False}),
+       ("fedavg-ae", "model", "model", {})]
+
+
+@pytest.mark.parametrize("protocol, kind, field, change", _AE, ids=["personalfr", "personalfr-uncompressed", "fedavg-ae"])
+@pytest.mark.parametrize("fault, why", [
+    (lambda p, f: {**p, "t": "x"}, "t must be the round the message is labelled with (1), got 'x'"),  # a bare ValueError
+    (lambda p, f: {**p, "t": 1.5}, "t must be the round the message is labelled with (1), got 1.5"),  # taken as 1
+    (lambda p, f: None, "t must be the round the message is labelled with (1), got None"),  # a bare TypeError
+    (lambda p, f: {**p, f: [1, 2]}, ("must hold arrays of shapes {", "}, got list")),  # a bare AttributeError
+    (lambda p, f: {**p, f: {k: v[:1] for k, v in p[f].items()}},  # a bare IndexError
+     ("must hold arrays of shapes {", "}, got {", "W1': (1, ")),
+    # trained in float64, and the server blamed the client for its update's dtype
+    (lambda p, f: {**p, f: {k: v.astype(np.float64) for k, v in p[f].items()}},
+     "must hold float32 arrays (the run's dtype), got {"),
+], ids=["t string", "t float", "None", "params a list", "params short", "params float64"])
+def test_autoencoder_client_names_a_malformed_model_message(protocol, kind, field, change, fault, why):
+    text = _run(protocol, kind, lambda p: fault(p, field), {"fraction": 1.0, **change}, round=1)
+    assert all(w in text for w in ((why,) if isinstance(why, str) else why)), text
+
+
+@pytest.mark.parametrize("protocol, field", [("personalfr", "dec"), ("fedavg-ae", "model")])
+def test_autoencoder_client_names_a_malformed_evaluate_message(protocol, field):
+    # the evaluation's bare AttributeError ('list' object has no attribute 'items')
+    text = _run(protocol, "evaluate", lambda p: {**p, field: [1]}, {"fraction": 1.0}, round=2, test=True)
+    assert f"{field} must hold arrays of shapes {{" in text and text.endswith("got list"), text
+
+
+def test_personalfr_client_refuses_a_decoder_slice_that_is_not_of_its_items():
+    """A client whose ``indices`` are emptied in flight: the server (which cannot refuse an empty
+    list: a client whose users rated nothing sends one, and trains) sends it a decoder slice of no
+    rows, and the client stopped with a bare IndexError of its training naming nothing."""
+    from fedsim.protocols import personalfr
+
+    from conftest import rewrite_sends
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(4, 2, 0)
+    net = SimNetwork(seed=1)
+    spec.build(net, data, cfg.replace(fraction=1.0))
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+    rewrite_sends(net, [bad], personalfr.client,
+                  lambda k, p: {"items": np.empty(0, np.int32)} if k == "indices" else p)
+    err, cause = run_to_bad_server_message(net, "decoder", 1)
+    assert err.node == bad
+    assert "'dec.W2': (0, 8)" in str(cause) and "dec must hold arrays of shapes {'dec.W1': (8, 4)" in str(cause)
