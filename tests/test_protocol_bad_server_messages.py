@@ -171,3 +171,48 @@ def test_personalfr_client_refuses_a_decoder_slice_that_is_not_of_its_items():
     err, cause = run_to_bad_server_message(net, "decoder", 1)
     assert err.node == bad
     assert "'dec.W2': (0, 8)" in str(cause) and "dec must hold arrays of shapes {'dec.W1': (8, 4)" in str(cause)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("fault, got", [
+    (lambda p: {**p, "theta": p["theta"][:1]}, "of shape (1, 5)"),  # a bare IndexError
+    (lambda p: {**p, "theta": p["theta"][0]}, "of shape (5,)"),  # a bare IndexError
+    # float32: the compiled round read past each row's end, taken silently
+    (lambda p: {**p, "theta": p["theta"][:, :2].copy()}, "of shape (40, 2)"),
+    (lambda p: {**p, "theta": p["theta"].tolist()}, "got list"),  # a bare AttributeError / TypeError
+    (lambda p: {**p, "theta": p["theta"].astype(np.float16)}, "got float16 of shape (40, 5)"),  # taken silently
+    (lambda p: None, "got NoneType"),  # a bare TypeError
+], ids=["short", "1-D", "narrow", "list", "float16", "None"])
+def test_fpl_client_names_a_malformed_model_message(dtype, fault, got):
+    text = _run("fpl", "model", fault, {"dtype": dtype})
+    assert f"theta must be a {dtype} array of 5 columns and at least 39 rows, " in text and got in text, text
+
+
+def test_fpl_secure_aggregation_client_names_a_malformed_member_list():
+    # a bare TypeError of the masking (int() of None)
+    text = _run("fpl", "model", lambda p: {**p, "members": None}, {"secure_aggregation": True, "secagg_neighbours": 2})
+    assert "TypeError: int() argument must be" in text, text
+
+
+@pytest.mark.parametrize("fault, got", [
+    (lambda p: {"Q": p["Q"][:1]}, "got float32 of shape (1, 4)"),  # a bare ValueError
+    (lambda p: {"Q": p["Q"][0]}, "got float32 of shape (4,)"),  # a bare ValueError (unpacking)
+    # solved for, and the server blamed the client for its gradient's shape
+    (lambda p: {"Q": p["Q"][:, :2].copy()}, "got float32 of shape (40, 2)"),
+    (lambda p: {"Q": p["Q"].tolist()}, "got list"),  # a bare AttributeError
+    (lambda p: None, "got NoneType"),  # a bare TypeError
+], ids=["short", "1-D", "narrow", "list", "None"])
+def test_fcf_client_names_a_malformed_model_message(fault, got):
+    text = _run("fcf", "model", fault)
+    assert "Q must be a float32 array of 4 columns and a row for each of the client's items, " + got in text, text
+
+
+@pytest.mark.parametrize("fault, got", [
+    (lambda p: {"w": p["w"][:1]}, "got float64 of shape (1,)"),  # a bare ValueError of the matmul
+    (lambda p: {"w": p["w"].tolist()}, "got list"),  # taken
+    (lambda p: {"w": "x"}, "got str"),  # a bare UFuncTypeError
+    (lambda p: None, "got NoneType"),  # a bare TypeError
+], ids=["short", "list", "str", "None"])
+def test_demo_client_names_a_malformed_weights_message(fault, got):
+    text = _run("demo", "weights", fault, {"dim": 4})
+    assert "w must be a float64 vector of 4 entries, " + got in text, text
