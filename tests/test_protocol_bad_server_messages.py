@@ -216,3 +216,22 @@ def test_fcf_client_names_a_malformed_model_message(fault, got):
 def test_demo_client_names_a_malformed_weights_message(fault, got):
     text = _run("demo", "weights", fault, {"dim": 4})
     assert "w must be a float64 vector of 4 entries, " + got in text, text
+
+
+_SECURE = [("fedrec", {"secure_aggregation": True, "secagg_neighbours": 2}),
+           ("fpl", {"secure_aggregation": True, "secagg_neighbours": 2}),
+           ("fedrecpp", {"secure_noise": True, "secagg_neighbours": 2})]
+
+
+@pytest.mark.parametrize("protocol, change", _SECURE, ids=[p for p, _ in _SECURE])
+@pytest.mark.parametrize("fault, got", [
+    (lambda p: {"pubs": p["pubs"][:1]}, "got uint64 of shape (1,)"),  # a bare IndexError
+    (lambda p: {"pubs": "x"}, "got str"),  # a bare ValueError
+    (lambda p: None, "got NoneType"),  # a bare TypeError
+    # keys outside the group (-1 as uint64), or not the client's own: taken, masks that do not cancel
+    (lambda p: {"pubs": np.full(p["pubs"].shape, np.iinfo(np.uint64).max, np.uint64)}, "got uint64 of shape (4,)"),
+    (lambda p: {"pubs": p["pubs"][::-1].copy()}, "got uint64 of shape (4,)"),
+], ids=["short", "str", "None", "outside the group", "not its own"])
+def test_secure_clients_refuse_a_malformed_list_of_public_keys(protocol, change, fault, got):
+    text = _run(protocol, "peers", fault, change, round=-1)
+    assert "pubs must be a uint64 vector with entry " in text and f"every entry 0 or in [1, {(1 << 61) - 1}), {got}" in text, text
