@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,6 +172,44 @@ def rewrite_sends(net, nodes, client, rewrite) -> None:
         return await client(RewritingContext(ctx, rewrite), *args, **kwargs)
     for node in nodes:
         net.nodes[node].actor = actor
+
+
+class ServerRewritingContext(RewritingContext):
+    """A server's context whose sends *and broadcasts* of one ``kind`` go through
+    ``rewrite(payload) -> payload`` (a ``Draft`` is given as a dict of copies of its arrays):
+    a real server made to send one malformed message to its clients."""
+
+    def __init__(self, ctx, kind, rewrite) -> None:
+        super().__init__(ctx, self._apply)
+        self._kind, self._fn = kind, rewrite
+
+    def _apply(self, kind, payload):
+        if kind != self._kind:
+            return payload
+        if type(payload).__name__ == "Draft":
+            payload = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in payload.payload.items()}
+        return self._fn(payload)
+
+    async def broadcast(self, dsts, kind, payload):
+        return await self._ctx.broadcast(dsts, kind, self._apply(kind, payload))
+
+
+def rewrite_server(net, server, kind, rewrite) -> None:
+    """Make ``net``'s node ``server`` run ``server`` (its real actor function) with its ``kind``
+    messages rewritten by ``rewrite(payload)`` (:class:`ServerRewritingContext`)."""
+    async def actor(ctx, *args, **kwargs):
+        return await server(ServerRewritingContext(ctx, kind, rewrite), *args, **kwargs)
+    net.nodes["server"].actor = actor
+
+
+def run_to_bad_server_message(net, kind: str, round: int):
+    """Run ``net``, which must stop with a client's ``BadMessageError`` naming the server's
+    ``kind`` message of ``round``; returns ``(the ActorError, the BadMessageError)``."""
+    err, cause = run_to_bad_message(net)
+    assert err.node.startswith("client") and cause.sender == "server", (err.node, str(cause))
+    assert (cause.kind, cause.round) == (kind, round), str(cause)
+    assert str(cause).startswith(f"{kind!r} from server (round {round}): ") and err.node in str(err), str(err)
+    return err, cause
 
 
 def run_to_bad_message(net):

@@ -223,6 +223,21 @@ def test_epoch_refuses_a_theta_smaller_than_the_samplers_catalogue(backend):
             fast(np.zeros(3), big[:need], np.random.default_rng(2).random((3, 5)))
 
 
+def test_compiled_client_round_refuses_a_theta_of_another_width():
+    """The compiled round reads theta's rows d + 1 wide, unchecked: a narrower theta was read past
+    each row's end and its values taken (a wider one's bias column was a weight)."""
+    fast = CompiledClientRound.make(make_triple_sampler(np.array([0, 4]), 10, None), 3, 5, 0.1, 1.0,
+                                    BPRReg.paper(0.1), dtype="float32", merge="none", local_item_updates=False,
+                                    user_update="per_triple")
+    if fast is None:
+        pytest.skip("numba is not installed")
+    U = np.random.default_rng(2).random((3, 5))
+    for width in (2, 5):
+        with pytest.raises(ValueError, match=rf"theta must be 4 wide \(\[Q \| b\]\), got shape \(10, {width}\)"):
+            fast(np.zeros(3), np.zeros((10, width), np.float32), U)
+    fast(np.zeros(3), np.zeros((10, 4), np.float32), U)
+
+
 class _replay:
     """A stand-in generator whose one ``random((3, T))`` returns the given uniforms."""
 

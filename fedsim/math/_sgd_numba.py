@@ -357,8 +357,10 @@ def sgd_client(
     sampled: ``grads`` the V gradients, ``odelta`` (SVD++ only) new O row minus downloaded row.
 
     Returns False, touching nothing, if an item index is outside [-m, m) for the m rows of V
-    (and of O): compiled code reads ``V[i]`` unchecked (past the end: other memory, silently)
-    where the Python fallback would raise; the caller raises ``IndexError`` for both. The check is
+    (and of O), or if V (or O, or an output) is not d = len(U) wide: compiled code reads ``V[i]``
+    unchecked (past the end: other memory, silently; a narrower V had its rows read and the
+    gradients written past their ends, corrupting the heap) where the Python fallback would
+    raise; the caller raises ``IndexError`` or ``ValueError``. The check is
     here, not in a kernel of its own, because this runs once per stochastic exchange and a
     second compiled call would cost as much as the loop.
     """
@@ -366,6 +368,10 @@ def sgd_client(
     K = sampled.shape[0]
     d = U.shape[0]
     m = V.shape[0]
+    # item factors narrower than U (or O than V) would be read, and their gradient rows written,
+    # past their ends: refused as the indices are (one comparison each, in compiled code)
+    if V.shape[1] != d or grads.shape[1] != d or (implicit and (O.shape[1] != d or odelta.shape[1] != d)):
+        return False
     if implicit and O.shape[0] < m:
         m = O.shape[0]
     for j in range(N):

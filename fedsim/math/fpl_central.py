@@ -63,6 +63,8 @@ class CompiledClientRound:
         d, T = self.d, self.T
         if theta.shape[0] < self.rows_needed:  # compiled: a read past the end; NumPy's code raises
             raise IndexError(f"theta has {theta.shape[0]} rows, the sampler draws items up to {self.rows_needed - 1}")
+        if theta.ndim != 2 or theta.shape[1] != d + 1:  # compiled: reads past each row's end (taken silently)
+            raise ValueError(f"theta must be {d + 1} wide ([Q | b]), got shape {theta.shape}")
         cap = 2 * T
         items = np.empty(cap, dtype=np.int64)
         rows = np.empty((cap, d + 1), dtype=np.float32)

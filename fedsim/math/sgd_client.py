@@ -43,11 +43,12 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
     # shape (the unused SVD++ arrays of PMF) come cached, and the rated items are uploaded as they
     # are when nothing was sampled.
     dt = V.dtype
-    d = V.shape[1]
+    _, d = V.shape  # (a V that is not 2-D: ValueError here, not a compile error of the kernel)
     N, K = rated.shape[0], sampled.shape[0]
     implicit = O is not None
     if implicit:
-        Oa, odelta = O, np.empty((N + K, d), dtype=dt)
+        _, d_o = O.shape  # (O's width: a narrower O is refused by the kernel, not read past its rows)
+        Oa, odelta = O, np.empty((N + K, d_o), dtype=dt)
     else:
         Oa, odelta = _unused(d, dt)
     if _sgd_numba.in_range(dt, lr, lr * lam):
@@ -61,10 +62,14 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
     s1, s, nm1, nf = norms
     U = np.array(U_u, dtype=dt, copy=True)
     grads = np.empty((N + K, d), dtype=dt)
-    # the kernel refuses an item past the end of V (or O), which compiled code would read
-    # unchecked (other memory, silently) where the Python fallback raises: IndexError for both
+    # the kernel refuses an item past the end of V (or O), and a V (or O) narrower than U, which
+    # compiled code would read unchecked (other memory, silently) where the Python fallback
+    # raises: IndexError (ValueError for the width) for both
     if not k.sgd_client(U, V, Oa, rated, r, sampled, r_ua, bool(use_hf), int(T_local), par,
                         s1, s, nm1, nf, implicit, grads, odelta):
+        if V.shape[1] != U.shape[0] or (implicit and O.shape[1] != U.shape[0]):
+            raise ValueError(f"item factors of shape {V.shape}" + (f" (O {O.shape})" if implicit else "")
+                             + f" for a user factor of {U.shape[0]}: they must be {U.shape[0]} wide")
         rows = V.shape[0] if not implicit else min(V.shape[0], O.shape[0])
         raise IndexError(f"an item index is out of bounds for the {rows} rows of the item factors")
     items = np.concatenate([rated, sampled]) if K else rated

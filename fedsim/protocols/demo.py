@@ -91,7 +91,11 @@ async def client(ctx, X: np.ndarray, y: np.ndarray) -> int:
         msg = await ctx.receive(("weights", "stop"))
         if msg.kind == "stop":
             return served
-        w = msg.payload["w"]
+        w = msg.payload.get("w") if type(msg.payload) is dict else None
+        if type(w) is not np.ndarray or w.dtype != np.float64 or w.shape != (X.shape[1],):
+            # (w of another length or a string was a bare ValueError of the matmul, a list taken)
+            got = f"{w.dtype} of shape {w.shape}" if isinstance(w, np.ndarray) else type(w).__name__
+            raise BadMessageError(msg, f"w must be a float64 vector of {X.shape[1]} entries, got {got}")
         with np.errstate(over="ignore", invalid="ignore"):
             # finite but huge weights (a diverging run) can overflow here; the server finds the
             # non-finite gradient in its weights after this round's step and stops

@@ -152,7 +152,14 @@ async def client(ctx, items: np.ndarray, cfg: FCFConfig) -> np.ndarray | None:
         msg = await ctx.receive(("model", "stop"))
         if msg.kind == "stop":
             return p
-        Q = msg.payload["Q"]
+        Q = msg.payload.get("Q") if type(msg.payload) is dict else None
+        if (type(Q) is not np.ndarray or Q.dtype != wire or Q.ndim != 2 or Q.shape[1] != cfg.d
+                or (items.shape[0] and Q.shape[0] <= items.max())):
+            # (a short or 1-D Q, a list, was a bare ValueError or AttributeError of the client; a
+            # narrow one was solved for, and the server blamed the client for its gradient's shape)
+            got = f"{Q.dtype} of shape {Q.shape}" if isinstance(Q, np.ndarray) else type(Q).__name__
+            raise BadMessageError(msg, f"Q must be a {wire} array of {cfg.d} columns and a row for each of the "
+                                       f"client's items, got {got}")
         m, d = Q.shape
         p, grad = fcf_client(Q, items, cfg.alpha, cfg.lam)
         # Q^T Q, the user-item part, a d x d solve, and the m x d gradient

@@ -18,8 +18,8 @@ from .common import SERVER, BadMessageError, all_finite, client_names
 from .contract import Kind, Result, server_result
 
 __all__ = [
-    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "checked_items", "checked_params", "evaluate_clients", "merge_flops",
-    "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder", "unscored",
+    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "checked_download", "checked_items", "checked_params", "evaluate_clients",
+    "merge_flops", "param_shapes", "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder", "unscored",
 ]
 
 EVAL_KINDS = ("evaluate", "eval")
@@ -138,6 +138,37 @@ def checked_items(msg, n_items: int) -> np.ndarray:
     return arr
 
 
+def param_shapes(n_items: int, hidden, n_out: int | None = None, part: str | None = None) -> dict:
+    """The shapes of ``ae.init_params(n_items, rng, hidden, n_out=n_out)``'s arrays (drawing
+    nothing), those of the decoder only with ``part="dec"``: what a client checks the model or
+    decoder it is sent against."""
+    hidden = tuple(int(h) for h in hidden)
+    n_out = int(n_items if n_out is None else n_out)
+    shapes = {}
+    for prefix, sizes in (("enc", (int(n_items),) + hidden), ("dec", tuple(reversed(hidden)) + (n_out,))):
+        if part is not None and prefix != part:
+            continue
+        for layer, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+            shapes[f"{prefix}.W{layer}"] = (fan_out, fan_in)
+            shapes[f"{prefix}.b{layer}"] = (fan_out,)
+    return shapes
+
+
+def checked_download(msg, field: str, shapes: dict, dtype, *, training: bool) -> dict:
+    """A client's check of the server's ``decoder``/``model`` (``training``) or ``evaluate``
+    message: ``msg.payload[field]`` as ``checked_params`` checks it (shapes and dtype), and, for
+    training, ``t`` the int round the message is labelled with; else ``BadMessageError`` naming
+    the server's message (a string t was a bare ValueError of the client, a float one taken as its
+    integer part, a parameter dict of other keys or shapes a bare AttributeError, IndexError or
+    ValueError deep in the training, and a decoder slice of other rows than the client's items
+    one too: a client whose ``indices`` did not say its items, e.g. an empty list)."""
+    if training:
+        t = msg.payload.get("t") if isinstance(msg.payload, dict) else None
+        if type(t) is not int or t != msg.round:
+            raise BadMessageError(msg, f"t must be the round the message is labelled with ({msg.round}), got {t!r}")
+    return checked_params(msg, field, shapes, dtype)
+
+
 def checked_params(msg, field: str, shapes: dict, dtype) -> dict:
     """``msg.payload[field]``, a parameter dict, if it has exactly the keys of ``shapes`` and
     arrays of those shapes and of the run's ``dtype`` (what its clients send); else
@@ -149,7 +180,8 @@ def checked_params(msg, field: str, shapes: dict, dtype) -> dict:
     params = msg.payload.get(field) if isinstance(msg.payload, dict) else None
     got = {k: np.shape(v) for k, v in params.items()} if isinstance(params, dict) else None
     if got != shapes:
-        raise BadMessageError(msg, f"{field} must hold arrays of shapes {shapes}, got {got}")
+        raise BadMessageError(msg, f"{field} must hold arrays of shapes {shapes}, got "
+                                   f"{got if got is not None else type(params).__name__}")
     dt = np.dtype(dtype)
     wrong = {k: (v.dtype.name if isinstance(v, np.ndarray) else type(v).__name__)
              for k, v in params.items() if not (isinstance(v, np.ndarray) and v.dtype == dt)}

@@ -31,8 +31,8 @@ from ..math import optim
 from .common import SERVER, all_finite, check_data
 from .contract import Kind, ProtocolSpec
 from .fedae import (
-    EVAL_KINDS, FedAEConfig, FedAEJob, checked_params, evaluate_clients, merge_flops, place_actors,
-    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
+    EVAL_KINDS, FedAEConfig, FedAEJob, checked_download, checked_params, evaluate_clients, merge_flops,
+    param_shapes, place_actors, prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
 )
 from .registry import register
 
@@ -87,13 +87,15 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
     state = None
     flops = eval_flops = 0
     rounds = []
+    dt = np.dtype(cfg.dtype)
+    shapes = param_shapes(data.n_items, cfg.hidden)  # what the server's model must be
     while True:
         msg = await ctx.receive(("model", "evaluate", "stop"))
         if msg.kind == "stop":
             return {"flops": flops, "eval_flops": eval_flops, "rounds": rounds}
         p = msg.payload
         if msg.kind == "evaluate":
-            sums = ae_train.eval_sums(p["model"], data, k=cfg.eval_k)
+            sums = ae_train.eval_sums(checked_download(msg, "model", shapes, dt, training=False), data, k=cfg.eval_k)
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
             # labelled with the round of the request it answers: a client behind may already have read
@@ -106,7 +108,8 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             if cfg.client_momentum == "reset":
                 del p, msg  # the evaluated model (a decoded copy per client) is not kept while idle (see below)
             continue
-        t = int(p["t"])
+        checked_download(msg, "model", shapes, dt, training=True)
+        t = p["t"]
         # the received model (read-only arrays) is the training's source: local_train fills these
         # arrays from it, the copy folded into its pass over the untouched entries. They are the
         # update's own document (a draft): trained where they are sent from, not copied into it

@@ -169,6 +169,11 @@ def paper_lr(model: str) -> float:
 # actors
 
 
+# what a malformed server message raises in a client's use of it (a missing field, None or a list
+# for an array, an array of the wrong shape, a string for t)
+_MODEL_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
 def _check(V: np.ndarray, O: np.ndarray | None) -> bool:
     return bool(np.isfinite(V).all() and (O is None or np.isfinite(O).all()))
 
@@ -397,42 +402,59 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         kind, p = msg.kind, msg.payload
         if kind == "stop":
             return U
+        # A server's message this client cannot use (a field missing, V or O short, narrow or not
+        # 2-D, t not a number) stops it with a BadMessageError naming the message: try/except
+        # around the work the message feeds, no check up front (this runs once per stochastic
+        # exchange, a cost issue 25 measures; a try costs nothing until something is raised)
         if kind == "evaluate":
+            try:
+                errs = _local_errors(U, p["V"], p.get("O"), rated, test_items, test_ratings, clip)
+            except _MODEL_ERRORS as exc:
+                raise BadMessageError(msg, exc) from exc
             now_round = ctx.round  # the answer is labelled with the request's round (personalfr.py says why)
             ctx.begin_round(msg.round)
-            await ctx.send(SERVER, "eval", _local_errors(U, p["V"], p.get("O"), rated, test_items,
-                                                         test_ratings, clip))
+            await ctx.send(SERVER, "eval", errs)
             ctx.begin_round(now_round)
             continue
-        t = p["t"]
-        V = p["V"]
-        if batch and p.get("eval"):
-            await ctx.send(SERVER, "eval", _local_errors(U, V, None, rated, test_items,
-                                                         test_ratings, clip))
-        sampled = None
-        if not cfg.resample and cfg.rho > 0:
-            if sample_once is None:
-                sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
-            sampled = sample_once
-        if batch:
-            up = rows.step(U, V, t, decayed_lr(cfg.lr, t, cfg.decay), rng, sampled)
-            flops = 6.0 * up.items.shape[0] * cfg.d
-        else:
-            lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
-            calls += 1
-            if implicit:
-                if p.get("O") is None:
-                    raise ValueError("SVD++ needs the implicit factors O")
-                up = rows.call(U, V, p["O"], t, lr_c, rng, sampled)
-                # each SGD step also moves the O rows of all rated items
-                flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
-            else:
-                up = rows.call(U, V, None, t, lr_c, rng, sampled)
+        try:
+            t = p["t"]
+            V = p["V"]
+            want_eval = batch and p.get("eval")
+        except _MODEL_ERRORS as exc:
+            raise BadMessageError(msg, exc) from exc
+        if want_eval:
+            try:
+                errs = _local_errors(U, V, None, rated, test_items, test_ratings, clip)
+            except _MODEL_ERRORS as exc:
+                raise BadMessageError(msg, exc) from exc
+            await ctx.send(SERVER, "eval", errs)
+        try:
+            sampled = None
+            if not cfg.resample and cfg.rho > 0:
+                if sample_once is None:
+                    sample_once = sample_unrated(rng, rated, V.shape[0], cfg.rho)
+                sampled = sample_once
+            if batch:
+                up = rows.step(U, V, t, decayed_lr(cfg.lr, t, cfg.decay), rng, sampled)
                 flops = 6.0 * up.items.shape[0] * cfg.d
-        # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
-        # for every stochastic exchange) is freed now and its memory reused while still in cache,
-        # instead of each client keeping one alive until its next call
-        m = V.shape[0]
+            else:
+                lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
+                calls += 1
+                if implicit:
+                    if p.get("O") is None:
+                        raise ValueError("SVD++ needs the implicit factors O")
+                    up = rows.call(U, V, p["O"], t, lr_c, rng, sampled)
+                    # each SGD step also moves the O rows of all rated items
+                    flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
+                else:
+                    up = rows.call(U, V, None, t, lr_c, rng, sampled)
+                    flops = 6.0 * up.items.shape[0] * cfg.d
+            # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
+            # for every stochastic exchange) is freed now and its memory reused while still in cache,
+            # instead of each client keeping one alive until its next call
+            m = V.shape[0]
+        except _MODEL_ERRORS as exc:
+            raise BadMessageError(msg, exc) from exc
         msg = p = V = None
         body = {"items": up.items, "grads": up.grads}
         if up.o_deltas is not None:

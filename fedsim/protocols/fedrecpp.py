@@ -319,6 +319,50 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
     return new_u, g_rated, sampled, g_noise
 
 
+_MODEL_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+def _assignment(msg, cfg: FedRecPPConfig) -> tuple:
+    """``(role, denoiser, group)`` of an ``assign`` message, else ``BadMessageError`` naming it: a
+    role other than "ordinary" or "denoiser" was taken as a denoiser's (which then collected no
+    model of its own, and the run ended in a deadlock report), an ordinary client without a
+    ``denoiser`` field as one of FedRec (eta = 0). ``group`` (secure noise): the client indices
+    of its denoiser's group, as a set, or None."""
+    a = msg.payload
+    role = a.get("role") if type(a) is dict else None
+    den = a.get("denoiser") if role == "ordinary" else None
+    if (role not in ("ordinary", "denoiser") or (role == "ordinary" and "denoiser" not in a)
+            or not (den is None or type(den) is str)):
+        raise BadMessageError(msg, "assign must be {role: 'denoiser'} or {role: 'ordinary', denoiser: a node id "
+                                   f"or None}}, got {a!r}")
+    group = None
+    if cfg.secure_noise and den is not None:
+        try:
+            group = set(np.asarray(a["group"]).tolist())
+        except _MODEL_ERRORS as exc:
+            raise BadMessageError(msg, exc) from exc
+        if not all(type(g) is int for g in group):
+            raise BadMessageError(msg, f"group must be client indices, got {a['group']!r}")
+    return role, den, group
+
+
+def _model(msg, n_items: int, cfg: FedRecPPConfig, dt) -> tuple:
+    """``(t, V)`` of a ``model`` message, else ``BadMessageError`` naming it: t the round it is
+    sent in, V an array of the run's dtype and shape (n_items x d; a V of other rows or width
+    failed deep in the step as a bare IndexError or broadcast error, or, longer, had the client
+    sample ids the server then blamed it for)."""
+    p = msg.payload
+    t = p.get("t") if type(p) is dict else None
+    V = p.get("V") if type(p) is dict else None
+    if type(t) is not int or t != msg.round:
+        raise BadMessageError(msg, f"model must carry t = its round {msg.round}, got {t!r}")
+    if (type(V) is not np.ndarray or V.dtype != dt or V.ndim != 2 or V.shape[1] != cfg.d
+            or (n_items and V.shape[0] != n_items)):
+        got = f"{V.dtype} of shape {V.shape}" if isinstance(V, np.ndarray) else type(V).__name__
+        raise BadMessageError(msg, f"V must be a {dt} array of shape ({n_items or 'm'}, {cfg.d}), got {got}")
+    return t, V
+
+
 async def _denoiser_train(ctx, U, V, rated, r, t: int, lr: float, cfg: FedRecPPConfig, rng) -> tuple:
     """A denoiser's step on the model of iteration ``t``: ``(new U_u, (t, its rated items'
     gradients))``, kept for the collection of that iteration."""
@@ -328,11 +372,15 @@ async def _denoiser_train(ctx, U, V, rated, r, t: int, lr: float, cfg: FedRecPPC
 
 
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfig, index: int = 0,
-                 n_items: int = 0) -> np.ndarray:
+                 n_items: int = 0, n_clients: int = 0) -> np.ndarray:
     """An ordinary or denoising client (the server decides). Returns its final U_u. ``index``:
     its position among the clients (secure noise), ``n_items`` the number of items (``build``
     passes it: a denoiser checks noise ids against it, and secure noise's vectors have that many
-    rows; 0: unknown, then the model's once one came)."""
+    rows; 0: unknown, then the model's once one came), ``n_clients`` the number of clients
+    (``build`` passes it: a denoiser refuses a ``collect`` expecting more noise messages than there
+    are other clients; 0: unknown). A server's message it cannot use (an ``assign`` of no real
+    role, a ``model`` whose t is not its round or whose V is not n_items x d of the run's dtype, a
+    ``collect`` whose t is not its round) stops it with a ``BadMessageError`` naming the message."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
@@ -341,12 +389,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     first = await ctx.receive(("assign", "stop"))
     if first.kind == "stop":  # the assignment was lost: this client never took part
         return U
-    a = first.payload
-    role, my_denoiser = a["role"], a.get("denoiser")
+    role, my_denoiser, group = _assignment(first, cfg)
     ctx.set_role(role)
     keys = None
-    if cfg.secure_noise and role == "ordinary" and my_denoiser is not None:
-        group = set(np.asarray(a["group"]).tolist())
+    if group is not None:
         keys = await client_keys(ctx, index, cfg.secagg_neighbours)
         if not keys.keyed:
             # the server left it out of every round (its key is not in the published list, which
@@ -365,7 +411,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
         if msg.kind == "stop":
             return U
         if msg.kind == "model":
-            t, V = p["t"], p["V"]
+            t, V = _model(msg, n_items, cfg, dt)
             m_items = m_items or V.shape[0]
             lr = decayed_lr(cfg.lr, t, cfg.decay)
             if my_denoiser is None and role == "ordinary":  # eta = 0: FedRec with HF
@@ -380,7 +426,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if role != "ordinary":
                 U, own = await _denoiser_train(ctx, U, V, rated, r, t, lr, cfg, rng)
                 continue
-            U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
+            try:
+                U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
+                part = None if keys is None else set(np.asarray(p["part"]).tolist())
+            except _MODEL_ERRORS as exc:
+                raise BadMessageError(msg, exc) from exc
             U = U_new
             k = rated.shape[0] + (sampled.shape[0] if sampled is not None else 0)
             await ctx.compute(6.0 * k * cfg.d, "train")
@@ -389,7 +439,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 # the server removes exactly what it received (bit for bit in float64)
                 # (the range of a sum over the group's keyed members, which the masked upload
                 # below checks again: it must not fail after the upload has gone)
-                parties = keys.parties(sorted(group & set(np.asarray(p["part"]).tolist())))
+                parties = keys.parties(sorted(group & part))
                 try:
                     g_noise = decode(encode(g_noise, parties=parties)).reshape(g_noise.shape).astype(dt)
                 except OverflowError:
@@ -404,7 +454,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if keys is None:
                 await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
             else:
-                members = sorted(group & set(np.asarray(p["part"]).tolist()))
+                members = sorted(group & part)
                 dense = dense_rows(V.shape[0], cfg.d, sampled, g_noise, counts=True)
                 await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
                 await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)
@@ -415,6 +465,13 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             # (a bad count was a bare ValueError of the denoiser's gather, a float t waited for a
             # model that never matched)
             raise BadMessageError(msg, f"collect must be {{t: int, expected: int >= 0[, own: bool]}}, got {p!r}")
+        if p["t"] != msg.round or (n_clients and p["expected"] >= n_clients):
+            # a t other than the round it is sent in (negative, huge, another round's) waited for
+            # a model that never came, an expected count beyond the other clients for noise that
+            # never came: the run ended in a deadlock report instead of an error
+            raise BadMessageError(msg, f"collect must name its own round (t = {msg.round}) and expect at most "
+                                       f"{n_clients - 1 if n_clients else 'the other clients'} noise messages, "
+                                       f"got t = {p['t']}, expected = {p['expected']}")
         t = p["t"]
         while p.get("own", True) and (own is None or own[0] != t):
             # this round's model is still on its way: on a flow-level link the small collect can
@@ -423,10 +480,9 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             m = await ctx.receive("model", timeout=cfg.deadline)
             if m is None:
                 break
-            q = m.payload
-            m_items = m_items or q["V"].shape[0]
-            U, own = await _denoiser_train(ctx, U, q["V"], rated, r, q["t"], decayed_lr(cfg.lr, q["t"], cfg.decay),
-                                           cfg, rng)
+            q_t, q_V = _model(m, n_items, cfg, dt)
+            m_items = m_items or q_V.shape[0]
+            U, own = await _denoiser_train(ctx, U, q_V, rated, r, q_t, decayed_lr(cfg.lr, q_t, cfg.decay), cfg, rng)
         if p.get("own", True) and (own is None or own[0] != t):
             continue  # no model, no own gradients: say nothing, the server leaves this group out
         expected = p["expected"]
@@ -549,7 +605,7 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]
         extra = {"index": u} if cfg.secure_noise else {}  # the defence's input only
-        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, n_items=n_items, **extra)
+        net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, n_items=n_items, n_clients=n_users, **extra)
     return FedRecPPJob(cfg, n_users, n_items, clients, indptr, indices)
 
 

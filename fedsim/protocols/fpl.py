@@ -318,11 +318,20 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
     flops_per_triple = 14.0 * d  # x_uij, the p_u step and two item rows
     if keys is not None and keys.stopped:  # ``peers`` never came: the run ended without it
         return {"p": p, **stats}
+    # the rows of theta the sampler can name (the catalogue's largest id + 1)
+    need = int(sampler.n_catalogue) if sampler.catalogue is None else int(sampler.catalogue[-1]) + 1
     while True:
         msg = await ctx.receive(("model", "stop"))
         if msg.kind == "stop":
             return {"p": p, **stats}
-        theta = msg.payload["theta"]
+        theta = msg.payload.get("theta") if type(msg.payload) is dict else None
+        if (type(theta) is not np.ndarray or theta.dtype != dt or theta.ndim != 2 or theta.shape[1] != d + 1
+                or theta.shape[0] < need):
+            # (a short or 1-D theta was a bare IndexError, a list a bare AttributeError or TypeError; a
+            # narrow one was read past its rows' ends by the compiled round, one of another dtype taken)
+            got = f"{theta.dtype} of shape {theta.shape}" if isinstance(theta, np.ndarray) else type(theta).__name__
+            raise BadMessageError(msg, f"theta must be a {dt} array of {d + 1} columns and at least {need} rows, "
+                                       f"got {got}")
         if fast is not None and theta.dtype == np.float32:
             items, rows, npos = fast(p, theta, rng.random((3, T)))  # the draw sample_triples makes
             nrows = items.shape[0]
@@ -345,7 +354,11 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
         if keys is not None:
             dense = dense_rows(theta.shape[0], d + 1, items, rows)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
-            await ctx.send(SERVER, "masked", masked_body(keys, dense, msg.payload["members"], msg.round))
+            try:
+                body = masked_body(keys, dense, msg.payload["members"], msg.round)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:  # (members: a bare TypeError of int())
+                raise BadMessageError(msg, exc) from exc
+            await ctx.send(SERVER, "masked", body)
             continue
         await ctx.send(SERVER, "update", {"items": items, "rows": rows})
 

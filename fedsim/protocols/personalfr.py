@@ -46,8 +46,8 @@ from ..math import optim
 from .common import SERVER, all_finite, check_data, client_name
 from .contract import Kind, ProtocolSpec
 from .fedae import (
-    EVAL_KINDS, FedAEConfig, FedAEJob, checked_items, checked_params, evaluate_clients, merge_flops, place_actors,
-    prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
+    EVAL_KINDS, FedAEConfig, FedAEJob, checked_download, checked_items, checked_params, evaluate_clients,
+    merge_flops, param_shapes, place_actors, prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
 )
 from .registry import register
 
@@ -158,6 +158,11 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
     else:
         target, mask = data.x, data.mask
     view = ae_train.AETask(data.task, x, data.mask, data.test_ptr, data.test_items, data.test_values)
+    dt = np.dtype(cfg.dtype)
+    # what the server's messages must hold: the whole decoder to evaluate with, its slice of this
+    # client's items (compression) or the whole decoder to train
+    whole = param_shapes(data.n_items, cfg.hidden, part="dec")
+    mine = param_shapes(data.n_items, cfg.hidden, n_out=len(items), part="dec") if cfg.compression else whole
     enc = None
     restrict = None
     state = None
@@ -171,7 +176,8 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         if enc is None:  # E_m^0: the first draws of this client's generator
             enc = init_encoder(data.n_items, rng, cfg, in_items=items if cut else None)
         if msg.kind == "evaluate":  # the prediction stage: own encoder, global decoder
-            sums = ae_train.eval_sums(ae.join(enc, p["dec"]), view, k=cfg.eval_k)
+            sums = ae_train.eval_sums(ae.join(enc, checked_download(msg, "dec", whole, dt, training=False)), view,
+                                      k=cfg.eval_k)
             eval_flops += sums["flops"]
             await ctx.compute(sums["flops"], "eval")
             # labelled with the round of the request it answers: a client behind may already have read
@@ -184,8 +190,9 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             if cfg.client_momentum == "reset":  # as FedAvg's client (fedavg_ae.client says why only then)
                 del p, msg  # the evaluated decoder (a decoded copy per client) is not kept while idle
             continue
-        t = int(p["t"])
-        params = ae.join(enc, ae.copy_params(p["dec"]))  # decoded arrays are read-only
+        dec = checked_download(msg, "dec", mine, dt, training=True)
+        t = p["t"]
+        params = ae.join(enc, ae.copy_params(dec))  # decoded arrays are read-only
         if cfg.client_momentum == "reset":
             state = None  # local_train starts from zero momentum and keeps none
         elif state is None:

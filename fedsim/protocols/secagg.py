@@ -41,7 +41,7 @@ from ..math import secagg
 from .common import SERVER, BadMessageError
 from .contract import Kind
 
-__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "client_keys", "dense_rows", "key_exchange_kinds",
+__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "checked_pubs", "client_keys", "dense_rows", "key_exchange_kinds",
            "masked_body", "masked_vectors", "overflowed", "server_relay_keys"]
 
 # the ``reason`` of the ``missing`` records these cases leave in a protocol's result
@@ -97,7 +97,8 @@ async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKe
     ctx.begin_round(setup_round)
     rng = ctx.rng.spawn(1)[0]
     secret = secagg.dh_secret(rng)
-    await ctx.send(SERVER, "keys", {"pub": secagg.dh_public(secret)})
+    pub = secagg.dh_public(secret)
+    await ctx.send(SERVER, "keys", {"pub": pub})
     # ``peers`` or, if that was lost, the end of the run: the server sends nothing else to a
     # client before ``peers`` but ``stop`` after it, and a client without the list cannot mask
     # (it waited for ``peers`` alone, and a lost one left it blocked: a DeadlockError at the end
@@ -105,7 +106,22 @@ async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKe
     msg = await ctx.receive(("peers", "stop"))
     if msg.kind == "stop":
         return MaskingKeys(me, secret, np.zeros(0, dtype=np.uint64), int(k), stopped=True)
-    return MaskingKeys(me, secret, np.asarray(msg.payload["pubs"], dtype=np.uint64), int(k))
+    return MaskingKeys(me, secret, checked_pubs(msg, me, pub), int(k))
+
+
+def checked_pubs(msg, me: int, own: int) -> np.ndarray:
+    """The public keys of a ``peers`` message, if they are a 1-D uint64 array with an entry for
+    client ``me`` that is its own key ``own`` (or 0: not heard from), every entry 0 or in
+    [1, DH_PRIME); else ``BadMessageError`` naming the server's message (a short list was a bare
+    IndexError of the client, a string a bare ValueError, and keys outside the group, e.g. -1,
+    were taken: masks that did not cancel, a sum of noise taken for the model's update)."""
+    pubs = msg.payload.get("pubs") if isinstance(msg.payload, dict) else None
+    if (type(pubs) is not np.ndarray or pubs.dtype != np.uint64 or pubs.ndim != 1 or pubs.shape[0] <= me
+            or int(pubs[me]) not in (0, own) or bool((pubs >= secagg.DH_PRIME).any())):
+        got = (f"{pubs.dtype} of shape {pubs.shape}" if isinstance(pubs, np.ndarray) else type(pubs).__name__)
+        raise BadMessageError(msg, f"pubs must be a uint64 vector with entry {me} this client's key (or 0) and "
+                                   f"every entry 0 or in [1, {secagg.DH_PRIME}), got {got}")
+    return pubs
 
 
 class MaskingKeys:
