@@ -130,3 +130,83 @@ def test_python_m_fedsim_still_runs_the_command_line():
     res = subprocess.run([sys.executable, "-m", "fedsim", "--version"], capture_output=True, text=True, timeout=60,
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert (res.returncode, res.stdout, res.stderr) == (0, "fedsim 0.1.0\n", "")
+
+
+def _wait_for_partial(parent: Path, proc: subprocess.Popen, timeout: float = 60) -> Path:
+    """The run's temporary folder (``.NAME.partial-...``) once its run.log holds the run's first
+    line (the run is under way), polled; fails if the process ends first."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        for d in parent.glob(".*.partial-*"):
+            log = d / "run.log"
+            if log.is_file() and log.stat().st_size > 0:
+                return d
+        time.sleep(0.005)
+    raise AssertionError(f"no run under way (status {proc.poll()})")
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "fedsim", "run", "fcf", "--data", "tiny", "--set", "rounds=1000000"],
+    [str(REPO / "scenarios" / "quickstart.py"), "--iterations", "1000000"],
+])
+def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_leaving_no_folder(tmp_path, command):
+    # SIGTERM (kill PID, timeout, a batch system's stop) ended the process at once: status -15,
+    # nothing on stderr, and the hidden .out.partial-PID-X folder left beside --out
+    proc = subprocess.Popen([sys.executable, *command, "--quiet", "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        _wait_for_partial(tmp_path, proc)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    written = "the run's output folder was not written" if "fedsim" in command else "nothing was written"
+    assert (proc.returncode, stdout, stderr) == (143, "", f"terminated (SIGTERM): {written}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads worker pids from /proc (Linux)")
+def test_sigterm_during_a_tcp_run_stops_its_workers_and_leaves_no_folder(tmp_path):
+    # the launching process alone gets it (kill PID): it stops the run as a Ctrl-C does
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsim", "run", "fedrec", "--transport", "tcp", "--set", "T=1000000", "--quiet",
+         "--out", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        kids: set[int] = set()
+        end = time.monotonic() + 60
+        while len(kids) < 4 and time.monotonic() < end and proc.poll() is None:
+            kids |= _forks(proc.pid)
+            time.sleep(0.002)
+        assert len(kids) == 4, "the run did not start its worker processes"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, stdout, stderr) == (143, "", "terminated (SIGTERM): the run's output folder was not written\n")
+    assert not [k for k in kids if _alive(k)]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_handler_leaves_a_forked_worker_to_die_of_sigterm():
+    # a worker forked while the command line runs inherits its handler: SIGTERM must still end
+    # it (the parent's stop), not raise KeyboardInterrupt in it or be passed to its SIGINT handler
+    from fedsim.experiment.runner import sigterm_as_interrupt
+
+    with sigterm_as_interrupt() as term:
+        pid = os.fork()
+        if pid == 0:  # the child: ignores SIGINT, as workers do
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    assert (os.WIFSIGNALED(status), os.WTERMSIG(status) if os.WIFSIGNALED(status) else None) == (True, signal.SIGTERM)
+    assert term == [] and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +30,47 @@ from .report import git_revision, json_default, versions, write_report, write_re
 __all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
            "did_not_finish", "net_from_args",
            "network_spec",
-           "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
+           "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While the block runs, SIGTERM (``kill PID``, ``timeout``, a batch system's stop) stops
+    the run as a Ctrl-C does: the SIGINT handler in place is called (``KeyboardInterrupt`` by
+    default; a TCP run's cancels its main task, a sweep's stops its workers), so the temporary
+    output folder is removed and the one ``interrupted`` line printed. Without it SIGTERM ended
+    the process at once: a hidden ``.NAME.partial-PID-X`` folder was left beside ``--out`` and
+    nothing said the run had stopped.
+
+    Yields a list that holds ``SIGTERM`` once one came (the caller exits with 143 then). Only in
+    the main thread, and not over a SIGTERM that was set to be ignored. A process forked inside
+    the block (a worker) that gets SIGTERM before it sets its own handler ends as SIGTERM ends
+    it."""
+    got: list[int] = []
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN):
+        yield got
+        return
+    owner = os.getpid()
+
+    def on_term(signum, frame):
+        if os.getpid() != owner:  # a fork that inherited the handler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if signal.SIGTERM not in got:
+            got.append(signal.SIGTERM)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job) or set outside Python: stop all the same
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def default_out_dir(name: str) -> Path:
@@ -490,6 +533,7 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         ap.add_argument(f"--{key.replace('_', '-')}", action=StoreOnce, dest=f"param_{key}",
                         metavar=p.type_name.upper(), help=text)
     args = ap.parse_args(argv)
+    term: list[int] = []
     try:
         from .configfile import load_config
 
@@ -502,7 +546,8 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
                     # --rounds 3 silently won over --set rounds=2; --set refuses a key given twice too
                     raise UsageError(f"--{key.replace('_', '-')} and --set {key}: the same parameter given twice")
                 opts["overrides"][key] = parse_value(key, v, p)
-        res = run_scenario(mod, **opts)
+        with sigterm_as_interrupt() as term:
+            res = run_scenario(mod, **opts)
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -510,6 +555,9 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         print(f"error: {did_not_finish(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if term:
+            print("terminated (SIGTERM): nothing was written", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print("interrupted: nothing was written", file=sys.stderr)
         return 130
     print(closing_line(res))
