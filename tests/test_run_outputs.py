@@ -65,6 +65,31 @@ def test_interrupted_run_into_a_reused_out_leaves_the_earlier_run_whole(tmp_path
     assert not list(tmp_path.glob(".o.*"))
 
 
+def test_the_folder_a_killed_run_left_is_removed_by_the_next_run_into_the_same_out(tmp_path):
+    # a run killed outright (SIGKILL, the out-of-memory killer) cleans nothing: its hidden
+    # .o.partial-PID-X stayed beside --out for ever, however often the command was run again
+    out = tmp_path / "o"
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "run", str(script), "--out", str(out), "--quiet"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "started").exists() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=30)
+    (dead,) = tmp_path.glob(".o.partial-*")
+    assert dead.name.startswith(f".o.partial-{proc.pid}-") and (dead / "t.csv").is_file()
+    live = tmp_path / f".o.partial-{os.getpid()}-abcdef"  # a run still under way (this process)
+    live.mkdir()
+    other = tmp_path / f".o2.partial-{proc.pid}-abcdef"  # another --out's: not this run's business
+    other.mkdir()
+    res = run_scenario(str(script), out=out, overrides={"wait": 0.0}, quiet=True)
+    assert sorted(p.name for p in tmp_path.glob(".*")) == sorted([live.name, other.name])
+    assert f"removed {dead}: the temporary folder of a run into {out} that was killed" in (out / "run.log").read_text()
+    assert res["files"] == ["t.csv", "report.md", "results.json", "run.log"]
+
+
 def test_a_failure_after_the_tables_leaves_no_folder(tmp_path, monkeypatch):
     def broken(*a, **k):
         raise OSError("disk full")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import glob
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -28,7 +30,7 @@ from .params import check_value, unknown_parameter, parse_sets, parse_value, res
 from .report import git_revision, json_default, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
-           "did_not_finish", "net_from_args",
+           "did_not_finish", "net_from_args", "remove_dead_partials",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
 
@@ -90,6 +92,8 @@ class OutputFolder:
     ``final`` given by the user (``explicit``) must not hold anything unless ``force`` (which
     replaces it at commit); a default folder (``runs/<time>-<name>``) that exists already,
     because another run started in the same second, becomes ``<time>-<name>-2`` and so on.
+    The temporary folders that killed runs into ``final`` left (their process gone) are removed
+    first (:func:`remove_dead_partials`; ``removed`` lists them, the run's run.log names them).
     Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
     file, or the working folder or one of its parents; :meth:`commit` raises it when another run
     filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
@@ -112,6 +116,7 @@ class OutputFolder:
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
                              f"or choose another --out")
         self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
+        self.removed = remove_dead_partials(self.final)
         self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
@@ -188,6 +193,37 @@ class OutputFolder:
                 break
 
 
+def remove_dead_partials(final: str | Path) -> list[Path]:
+    """Remove the temporary folders (``.NAME.partial-PID-X``) that runs into ``final`` left
+    when they were killed (SIGKILL, the out-of-memory killer, a power cut: no cleanup ran) and
+    whose process no longer runs; returns them. Each stayed, hidden beside ``--out``, however
+    often the same command was run again; a live run's folder is kept."""
+    final = Path(final)
+    removed = []
+    try:
+        found = sorted(final.parent.glob(f".{glob.escape(final.name)}.partial-*"))
+    except OSError:
+        return removed
+    for d in found:
+        m = re.search(r"\.partial-(\d+)-[0-9a-f]+$", d.name)
+        if m is None or not d.is_dir() or _process_alive(int(m.group(1))):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            removed.append(d)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def _non_empty(path: Path) -> bool:
     try:
         return path.is_dir() and any(path.iterdir())
@@ -251,6 +287,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     prog = Progress(show, log=folder.tmp / "run.log")
     prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
              f"config {json.dumps(cfg, default=json_default)}")
+    for d in folder.removed:
+        prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
     ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
                      quiet=quiet, keep_ledger=ledger, progress=prog,
                      defaults={k: p.default for k, p in mod.PARAMS.items()},
