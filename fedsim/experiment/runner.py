@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import errno
 import glob
 import json
 import os
@@ -264,7 +265,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
     Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``; whatever else the scenario raises
+    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
+    and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
@@ -327,10 +329,22 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         write_results(folder.tmp, results)  # last: its presence says the run completed
         final = folder.commit()
     except BaseException as exc:
-        prog.finish(f"stopped: {type(exc).__name__}: {exc}")
-        folder.discard()
+        try:
+            prog.finish(f"stopped: {type(exc).__name__}: {exc}")
+        except OSError:
+            pass  # (the log is discarded with the folder; on a full disk its last line fails too)
+        finally:
+            folder.discard()
+        if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+            # a full disk or quota: Python's traceback (several, chained) ended the command line
+            where = f" writing {exc.filename}" if exc.filename else ""
+            raise UsageError(f"the run stopped: {exc.strerror or exc}{where}; its output folder {folder.final} "
+                             "was not written (free some space, or choose another --out)") from None
         raise
     return {**results, "out": str(final), "files": output_files(final)}
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
 
 
 def output_files(out: Path) -> list[str]:
