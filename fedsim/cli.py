@@ -19,7 +19,7 @@ Errors a user can cause print one line (``error: ...``) and exit with status 2, 
 output folder behind; a run that does not finish (a deadlock) prints ``error: the run did not
 finish ...`` with who waits for what and exits with status 1 (``fedsim trace`` writes its views of
 the run up to the deadlock all the same and names their folder); Ctrl-C exits with status 130,
-leaving no folder (the console script is ``fedsim.__main__.entry``, which also catches one that
+and SIGTERM, which stops a run the same way, with 143 (``terminated (SIGTERM): ...``), leaving no folder (the console script is ``fedsim.__main__.entry``, which also catches one that
 comes while this module is still importing).
 """
 
@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import io
 import os
+import signal
 import sys
 from typing import Sequence
 
@@ -40,8 +41,10 @@ from .experiment import (
 )
 from .experiment.configfile import at
 from .experiment.params import set_keys
-from .experiment.runner import (add_fault_arguments, closing_line, did_not_finish, net_from_args, out_of_memory,
-                                resolve_run_options)
+from .experiment.runner import (
+    add_fault_arguments, closing_line, did_not_finish, net_from_args, out_of_memory, resolve_run_options,
+    sigterm_as_interrupt,
+)
 from .kernel.errors import ActorError, DeadlockError, NetworkConfigError, TransportError
 
 DEFAULT_SCENARIO = "quickstart"
@@ -383,17 +386,26 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; SIGTERM stops it as Ctrl-C does (``sigterm_as_interrupt``: the output
+    folder is not written), with ``terminated (SIGTERM)`` for ``interrupted`` and status 143."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:  # before a command runs (parsing, --help's scenario, imports): _main catches the rest
-        print("interrupted: nothing was run or written", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # output piped into a reader that stopped early (`fedsim list | head`): not an error.
-        # Point stdout at devnull so the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    with sigterm_as_interrupt() as term:
+        try:
+            status = _main(argv, term)
+        except KeyboardInterrupt:  # before a command runs (parsing, --help's scenario, imports): _main catches the rest
+            print(f"{_stopped(term)}: nothing was run or written", file=sys.stderr)
+            status = 130
+        except BrokenPipeError:
+            # output piped into a reader that stopped early (`fedsim list | head`): not an error.
+            # Point stdout at devnull so the interpreter's final flush does not raise again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+    return 128 + signal.SIGTERM if term and status == 130 else status
+
+
+def _stopped(term: list[int]) -> str:
+    """How the command line was stopped, for its last line."""
+    return "terminated (SIGTERM)" if term else "interrupted"
 
 
 def _contract_error() -> type:
@@ -413,7 +425,7 @@ def _plugins(paths: list[str]) -> None:
         raise UsageError(str(exc)) from None
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], term: list[int] | None = None) -> int:
     from .experiment.allocator import keep_freed_memory
 
     keep_freed_memory()  # large freed blocks stay in the process (see there: page faults per message)
@@ -460,7 +472,7 @@ def _main(argv: list[str]) -> int:
         print(f"error: {text}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted: the run's output folder was not written", file=sys.stderr)
+        print(f"{_stopped(term or [])}: the run's output folder was not written", file=sys.stderr)
         return 130
     ap.error(f"unknown command {args.command}")
     return 2

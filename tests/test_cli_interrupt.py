@@ -130,3 +130,91 @@ def test_python_m_fedsim_still_runs_the_command_line():
     res = subprocess.run([sys.executable, "-m", "fedsim", "--version"], capture_output=True, text=True, timeout=60,
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert (res.returncode, res.stdout, res.stderr) == (0, "fedsim 0.1.0\n", "")
+
+
+# a run that is under way once it has written 'started' beside its output folder: its imports and
+# data are behind it, it sleeps. (A signal that comes while a module is being imported can be lost:
+# an exception raised then inside numpy.random's compiled initialisation is swallowed by it, and
+# the run goes on; so can one raised inside numba's compiler callbacks.)
+SLEEPER = (
+    "import time\n"
+    "from fedsim.experiment import Param, scenario_main\n"
+    "PARAMS = {'wait': Param(60.0, 'seconds')}\n"
+    "def run(ctx):\n"
+    "    import numpy as np\n"
+    "    ctx.table('t', [{'a': int(np.random.default_rng(0).integers(3))}])\n"
+    "    open(ctx.out.parent / 'started', 'w').close()\n"
+    "    time.sleep(ctx['wait'])\n"
+    "if __name__ == '__main__':\n"
+    "    raise SystemExit(scenario_main(globals()))\n"
+)
+
+
+@pytest.mark.parametrize("how", ["fedsim run", "scenario script"])
+def test_sigterm_during_a_run_ends_it_as_ctrl_c_does_leaving_no_folder(tmp_path, how):
+    # SIGTERM (kill PID, timeout, a batch system's stop) ended the process at once: status -15,
+    # nothing on stderr, and the hidden .out.partial-PID-X folder left beside --out
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    command = ["-m", "fedsim", "run", str(script)] if how == "fedsim run" else [str(script)]
+    proc = subprocess.Popen([sys.executable, *command, "--quiet", "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and proc.poll() is None and not (tmp_path / "started").exists():
+            time.sleep(0.005)
+        assert (tmp_path / "started").exists() and len(list(tmp_path.glob(".out.partial-*"))) == 1
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    written = "the run's output folder was not written" if how == "fedsim run" else "nothing was written"
+    assert (proc.returncode, stdout, stderr) == (143, "", f"terminated (SIGTERM): {written}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sleeper.py", "started"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads worker pids from /proc (Linux)")
+def test_sigterm_during_a_tcp_run_stops_its_workers_and_leaves_no_folder(tmp_path):
+    # the launching process alone gets it (kill PID): it stops the run as a Ctrl-C does
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsim", "run", "fedrec", "--transport", "tcp", "--set", "T=1000000", "--quiet",
+         "--out", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        kids: set[int] = set()
+        end = time.monotonic() + 60
+        while len(kids) < 4 and time.monotonic() < end and proc.poll() is None:
+            kids |= _forks(proc.pid)
+            time.sleep(0.002)
+        assert len(kids) == 4, "the run did not start its worker processes"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, stdout, stderr) == (143, "", "terminated (SIGTERM): the run's output folder was not written\n")
+    assert not [k for k in kids if _alive(k)]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_handler_leaves_a_forked_worker_to_die_of_sigterm():
+    # a worker forked while the command line runs inherits its handler: SIGTERM must still end
+    # it (the parent's stop), not raise KeyboardInterrupt in it or be passed to its SIGINT handler
+    from fedsim.experiment.runner import sigterm_as_interrupt
+
+    with sigterm_as_interrupt() as term:
+        pid = os.fork()
+        if pid == 0:  # the child: ignores SIGINT, as workers do
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    assert (os.WIFSIGNALED(status), os.WTERMSIG(status) if os.WIFSIGNALED(status) else None) == (True, signal.SIGTERM)
+    assert term == [] and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

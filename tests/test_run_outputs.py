@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.experiment import Progress, run_scenario
+from fedsim.experiment import Progress, UsageError, run_scenario
 from fedsim.experiment import runner as runner_mod
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +63,61 @@ def test_interrupted_run_into_a_reused_out_leaves_the_earlier_run_whole(tmp_path
     # the earlier run is there as it was: no partial ledger.csv or tables of the new one beside it
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not list(tmp_path.glob(".o.*"))
+
+
+def test_the_folder_a_killed_run_left_is_removed_by_the_next_run_into_the_same_out(tmp_path):
+    # a run killed outright (SIGKILL, the out-of-memory killer) cleans nothing: its hidden
+    # .o.partial-PID-X stayed beside --out for ever, however often the command was run again
+    out = tmp_path / "o"
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "run", str(script), "--out", str(out), "--quiet"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "started").exists() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=30)
+    (dead,) = tmp_path.glob(".o.partial-*")
+    assert dead.name.startswith(f".o.partial-{proc.pid}-") and (dead / "t.csv").is_file()
+    live = tmp_path / f".o.partial-{os.getpid()}-abcdef"  # a run still under way (this process)
+    live.mkdir()
+    other = tmp_path / f".o2.partial-{proc.pid}-abcdef"  # another --out's: not this run's business
+    other.mkdir()
+    res = run_scenario(str(script), out=out, overrides={"wait": 0.0}, quiet=True)
+    assert sorted(p.name for p in tmp_path.glob(".*")) == sorted([live.name, other.name])
+    assert f"removed {dead}: the temporary folder of a run into {out} that was killed" in (out / "run.log").read_text()
+    assert res["files"] == ["t.csv", "report.md", "results.json", "run.log"]
+
+
+@pytest.mark.parametrize("filename", [None, "report.md"])
+def test_a_full_disk_is_one_error_line_and_leaves_no_folder(tmp_path, monkeypatch, capsys, filename):
+    # no space left while the run wrote its files (its log's last line failing too): the command
+    # line ended in Python's tracebacks, chained, and a failing log line skipped the removal of
+    # the temporary folder
+    import errno
+
+    from fedsim import cli
+    from fedsim.experiment import Progress as P
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", *([str(tmp_path / filename)] if filename else []))
+
+    real_finish = P.finish
+
+    def finish(self, text=None):
+        if text and text.startswith("stopped"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_finish(self, text)
+
+    monkeypatch.setattr(runner_mod, "write_report", full)
+    monkeypatch.setattr(P, "finish", finish)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "demo", "--set", "rounds=1", "--quiet", "--out", "o"]) == 2
+    where = f" writing {tmp_path / filename}" if filename else ""
+    assert capsys.readouterr() == ("", f"error: the run stopped: No space left on device{where}; its output folder o "
+                                       "was not written (free some space, or choose another --out)\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_failure_after_the_tables_leaves_no_folder(tmp_path, monkeypatch):
@@ -477,8 +532,10 @@ def test_a_forced_commit_whose_rename_fails_puts_the_earlier_run_back(tmp_path, 
         return real(src, dst)
 
     monkeypatch.setattr(runner_mod.os, "rename", failing)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(UsageError) as err:  # (a full disk: one line on the command line)
         run_scenario("demo", out=out, overrides={"rounds": 2}, quiet=True, force=True)
+    assert str(err.value) == (f"the run stopped: No space left on device; its output folder {out} was not written "
+                              "(free some space, or choose another --out)")
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no .o.replaced-*, no .o.partial-*

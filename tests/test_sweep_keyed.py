@@ -216,6 +216,66 @@ def test_interrupted_sweep_report_covers_the_finished_points_and_resumes(tmp_pat
     assert [p for p in ran(log)].count((3, 0)) == 2 and ran(log).count((1, 0)) == 1
 
 
+def test_ctrl_c_while_the_sweep_writes_its_files_is_an_interrupted_sweep_that_resumes(tmp_path, monkeypatch, capsys):
+    # every point ran, then a Ctrl-C while the end's report and plots were written (they take a
+    # while): it passed as a plain KeyboardInterrupt, "interrupted: the run's output folder was
+    # not written" said the command line, over a sweep.json saying "finished" and the report of
+    # the sweep's start ("0 of 2 points finished. Running, or killed")
+    from fedsim import cli
+    from fedsim.studies import sweep
+
+    script, log = logging_scenario(tmp_path)
+    real = sweep.write_sweep_report
+
+    def interrupted_at_the_end(out, info, points, statuses, interrupted):
+        if interrupted is not None:  # the report written as the sweep ends (None: as it starts)
+            raise KeyboardInterrupt
+        return real(out, info, points, statuses, interrupted)
+
+    monkeypatch.setattr(sweep, "write_sweep_report", interrupted_at_the_end)
+    out = tmp_path / "sw"
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"interrupted: 2 points run, 0 done before, 0 not run; the same command resumes. Results so far in {out}/ "
+        "(report.md, sweep.json)"]
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["done", "done"])
+    assert "0 of 2 points finished. **Running, or killed**" in (out / "report.md").read_text()
+    monkeypatch.setattr(sweep, "write_sweep_report", real)
+    assert cli.main(args) == 0
+    assert "2 points, 0 run, 2 already done, 0 failed" in capsys.readouterr().out
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
+    assert "2 of 2 points finished. Finished." in (out / "report.md").read_text()
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
+def test_a_plot_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkeypatch):
+    # fig.savefig into .NAME.PID.tmp.png, then a rename: a Ctrl-C during savefig left the file
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from fedsim.studies.sweep import SweepInterrupted
+
+    script, _ = logging_scenario(tmp_path)
+    real = Figure.savefig
+
+    def interrupted(self, fname, *args, **kwargs):
+        real(self, fname, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    out = tmp_path / "sw"
+    raised = None
+    try:
+        run_sweep(str(script), {"x": [1, 2]}, out, workers=1)
+    except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
+        raised = exc
+    assert sorted(p.name for p in out.glob(".*")) == [".sweep.lock"]
+    assert type(raised) is SweepInterrupted and raised.summary["not_run"] == []
+    assert json.loads((out / "sweep.json").read_text())["state"] == "interrupted"
+
+
 def test_link_model_loss_and_data_are_grid_axes_too(tmp_path):
     from fedsim.experiment import load_scenario
     from fedsim.studies.sweep import parse_grid

@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import errno
+import glob
 import json
 import os
+import re
 import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,9 +31,49 @@ from .params import check_value, unknown_parameter, parse_sets, parse_value, res
 from .report import git_revision, json_default, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
-           "did_not_finish", "net_from_args",
+           "did_not_finish", "net_from_args", "remove_dead_partials",
            "network_spec",
-           "output_files", "resolve_run_options", "run_scenario", "scenario_main"]
+           "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While the block runs, SIGTERM (``kill PID``, ``timeout``, a batch system's stop) stops
+    the run as a Ctrl-C does: the SIGINT handler in place is called (``KeyboardInterrupt`` by
+    default; a TCP run's cancels its main task, a sweep's stops its workers), so the temporary
+    output folder is removed and the one ``interrupted`` line printed. Without it SIGTERM ended
+    the process at once: a hidden ``.NAME.partial-PID-X`` folder was left beside ``--out`` and
+    nothing said the run had stopped.
+
+    Yields a list that holds ``SIGTERM`` once one came (the caller exits with 143 then). Only in
+    the main thread, and not over a SIGTERM that was set to be ignored. A process forked inside
+    the block (a worker) that gets SIGTERM before it sets its own handler ends as SIGTERM ends
+    it."""
+    got: list[int] = []
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN):
+        yield got
+        return
+    owner = os.getpid()
+
+    def on_term(signum, frame):
+        if os.getpid() != owner:  # a fork that inherited the handler
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if signal.SIGTERM not in got:
+            got.append(signal.SIGTERM)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIGINT ignored (a background job) or set outside Python: stop all the same
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def default_out_dir(name: str) -> Path:
@@ -47,6 +93,8 @@ class OutputFolder:
     ``final`` given by the user (``explicit``) must not hold anything unless ``force`` (which
     replaces it at commit); a default folder (``runs/<time>-<name>``) that exists already,
     because another run started in the same second, becomes ``<time>-<name>-2`` and so on.
+    The temporary folders that killed runs into ``final`` left (their process gone) are removed
+    first (:func:`remove_dead_partials`; ``removed`` lists them, the run's run.log names them).
     Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
     file, or the working folder or one of its parents; :meth:`commit` raises it when another run
     filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
@@ -69,6 +117,7 @@ class OutputFolder:
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
                              f"or choose another --out")
         self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
+        self.removed = remove_dead_partials(self.final)
         self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
@@ -145,6 +194,37 @@ class OutputFolder:
                 break
 
 
+def remove_dead_partials(final: str | Path) -> list[Path]:
+    """Remove the temporary folders (``.NAME.partial-PID-X``) that runs into ``final`` left
+    when they were killed (SIGKILL, the out-of-memory killer, a power cut: no cleanup ran) and
+    whose process no longer runs; returns them. Each stayed, hidden beside ``--out``, however
+    often the same command was run again; a live run's folder is kept."""
+    final = Path(final)
+    removed = []
+    try:
+        found = sorted(final.parent.glob(f".{glob.escape(final.name)}.partial-*"))
+    except OSError:
+        return removed
+    for d in found:
+        m = re.search(r"\.partial-(\d+)-[0-9a-f]+$", d.name)
+        if m is None or not d.is_dir() or _process_alive(int(m.group(1))):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            removed.append(d)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def _non_empty(path: Path) -> bool:
     try:
         return path.is_dir() and any(path.iterdir())
@@ -185,7 +265,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
     Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``; whatever else the scenario raises
+    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
+    and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
@@ -208,6 +289,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     prog = Progress(show, log=folder.tmp / "run.log")
     prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
              f"config {json.dumps(cfg, default=json_default)}")
+    for d in folder.removed:
+        prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
     ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
                      quiet=quiet, keep_ledger=ledger, progress=prog,
                      defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
@@ -246,10 +329,22 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         write_results(folder.tmp, results)  # last: its presence says the run completed
         final = folder.commit()
     except BaseException as exc:
-        prog.finish(f"stopped: {type(exc).__name__}: {exc}")
-        folder.discard()
+        try:
+            prog.finish(f"stopped: {type(exc).__name__}: {exc}")
+        except OSError:
+            pass  # (the log is discarded with the folder; on a full disk its last line fails too)
+        finally:
+            folder.discard()
+        if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+            # a full disk or quota: Python's traceback (several, chained) ended the command line
+            where = f" writing {exc.filename}" if exc.filename else ""
+            raise UsageError(f"the run stopped: {exc.strerror or exc}{where}; its output folder {folder.final} "
+                             "was not written (free some space, or choose another --out)") from None
         raise
     return {**results, "out": str(final), "files": output_files(final)}
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
 
 
 def output_files(out: Path) -> list[str]:
@@ -490,6 +585,7 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         ap.add_argument(f"--{key.replace('_', '-')}", action=StoreOnce, dest=f"param_{key}",
                         metavar=p.type_name.upper(), help=text)
     args = ap.parse_args(argv)
+    term: list[int] = []
     try:
         from .configfile import load_config
 
@@ -502,7 +598,8 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
                     # --rounds 3 silently won over --set rounds=2; --set refuses a key given twice too
                     raise UsageError(f"--{key.replace('_', '-')} and --set {key}: the same parameter given twice")
                 opts["overrides"][key] = parse_value(key, v, p)
-        res = run_scenario(mod, **opts)
+        with sigterm_as_interrupt() as term:
+            res = run_scenario(mod, **opts)
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -516,6 +613,9 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         print(f"error: {text}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if term:
+            print("terminated (SIGTERM): nothing was written", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print("interrupted: nothing was written", file=sys.stderr)
         return 130
     print(closing_line(res))

@@ -673,14 +673,25 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         run_s = time.perf_counter() - t0
         display.close()
         deactivate(display)
-        for p in points:  # what each finished point's results.json says of its run
-            if statuses[p.out]["status"] in ("done", "done before"):
-                statuses[p.out].update(_point_facts(Path(p.out)))
-        # only the points that finished with this configuration: a folder of an older one (a
-        # --force re-run interrupted before reaching it) must not pass for this sweep's
-        combined = combine(out, [p.point for p in points if statuses[p.out]["status"] in ("done", "done before")])
-        _write_state(out, info, statuses, interrupted=interrupted)
-        report = write_sweep_report(out, info, points, statuses, interrupted)
+        combined: list[str] = []
+        report = out / "report.md"
+        try:
+            for p in points:  # what each finished point's results.json says of its run
+                if statuses[p.out]["status"] in ("done", "done before"):
+                    statuses[p.out].update(_point_facts(Path(p.out)))
+            # only the points that finished with this configuration: a folder of an older one (a
+            # --force re-run interrupted before reaching it) must not pass for this sweep's
+            combined = combine(out, [p.point for p in points if statuses[p.out]["status"] in ("done", "done before")])
+            _write_state(out, info, statuses, interrupted=interrupted)
+            report = write_sweep_report(out, info, points, statuses, interrupted)
+        except KeyboardInterrupt:
+            # a Ctrl-C while the sweep wrote its files (the plots take a while) after its points
+            # ended: it passed as a plain KeyboardInterrupt, and the command line said "the run's
+            # output folder was not written" over a sweep.json that said "finished" and the
+            # report.md of the sweep's start. It is an interrupted sweep: said so in sweep.json
+            # (report.md is then the start's, "Running, or killed"), the same command resumes.
+            interrupted = True
+            _write_state(out, info, statuses, interrupted=True)
         display.finish("interrupted" if interrupted else "finished")
     used: dict[str, Any] = {"name": backend, "run_s": run_s}
     if session is not None:
