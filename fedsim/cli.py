@@ -16,8 +16,10 @@ $FEDSIM_PLUGINS) loads protocols defined in other files first. ``fedsim run NAME
 the scenario's parameters.
 
 Errors a user can cause print one line (``error: ...``) and exit with status 2, leaving no
-output folder behind; a run that does not finish (a deadlock) prints ``error: the run did not
-finish ...`` with who waits for what and exits with status 1 (``fedsim trace`` writes its views of
+output folder behind (so does a disk or quota that fills up during a run: ``error: the run
+stopped: No space left on device ...``); a run that does not finish (a deadlock, a real transport
+that broke, an allocation beyond memory) prints ``error: the run did not finish ...`` with who waits
+for what, the process and nodes, or the actor, and exits with status 1 (``fedsim trace`` writes its views of
 the run up to the deadlock all the same and names their folder); Ctrl-C exits with status 130,
 and SIGTERM, which stops a run the same way, with 143 (``terminated (SIGTERM): ...``), leaving no folder (the console script is ``fedsim.__main__.entry``, which also catches one that
 comes while this module is still importing).

@@ -569,7 +569,10 @@ def net_from_args(mod: ModuleType | None, args: argparse.Namespace):
 
 def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) -> int:
     """``python scenarios/NAME.py ...``: parse arguments (each parameter is also ``--NAME``) and
-    run. Errors a user can cause print one line and exit 2."""
+    run. Errors a user can cause (and a disk that fills up) print one line and exit 2; a run that
+    deadlocks or runs out of memory one ``error: the run did not finish ...`` line, 1; Ctrl-C
+    ``interrupted: ...``, 130; SIGTERM ``terminated (SIGTERM): ...``, 143 (as ``fedsim run``; a
+    broken transport's ``TransportError`` is a traceback here, status 1)."""
     mod = sys.modules[namespace["__name__"]]
     name = Path(namespace.get("__file__", "scenario")).stem
     ap = argparse.ArgumentParser(prog=f"scenarios/{name}.py",

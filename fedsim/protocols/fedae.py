@@ -93,7 +93,8 @@ class FedAEConfig(Config):
     eval_k: int = param(10, "NDCG cut-off", min=1)
     clients: int = param(100, "clients M the users are partitioned into (0: one user per client; at most the "
                          "data's users, e.g. 30 on tiny)", min=0)
-    threshold: float = param(3.5, "implicit task: ratings >= threshold are positive")
+    threshold: float = param(3.5, "implicit task: ratings >= threshold are positive (3.5 is for "
+                            "1-5 stars; on 1-10 ratings the paper's > 8 is 8.5)")
     deadline: float | None = param(None, "seconds the server waits for the selected clients' updates (and for "
                                    "evaluations) before merging what arrived (none: until all arrive)",
                                    min=0, exclusive_min=True, none_ok=True)
