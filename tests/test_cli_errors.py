@@ -4,6 +4,7 @@ file, line or key (with a hint), exit status 2, and no output folder left behind
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -476,12 +477,15 @@ def test_a_size_too_large_for_memory_is_one_error_line_and_leaves_no_folder(d, c
     nothing_left(tmp_path, tmp_path / "o")
 
 
-def test_a_tcp_worker_that_dies_is_an_error_naming_it_not_a_traceback(tmp_path):
+@pytest.mark.parametrize("how", ["fedsim run", "scenario script"])
+def test_a_tcp_worker_that_dies_is_an_error_naming_it_not_a_traceback(tmp_path, how):
     # the review's reproduction: `fedsim run fedrec --transport tcp` with a worker killed (kill -9)
-    # printed a 35-line traceback through fedsim's internals ending in the TransportError
+    # printed a 35-line traceback through fedsim's internals ending in the TransportError; so did
+    # the script run as `python SCRIPT` (scenario_main), after the command line was fixed
     script = tmp_path / "dies.py"
     script.write_text(
         "import os, signal\n"
+        "from fedsim.experiment import scenario_main\n"
         "PARAMS = {}\n"
         "async def server(ctx):\n"
         "    await ctx.gather('x', senders=['c0', 'c1'])\n"
@@ -494,9 +498,16 @@ def test_a_tcp_worker_that_dies_is_an_error_naming_it_not_a_traceback(tmp_path):
         "    net.add_node('server', server, role='server')\n"
         "    net.add_node('c0', client, False)\n"
         "    net.add_node('c1', client, True)\n"
-        "    net.run(timeout=60)\n")
+        "    net.run(timeout=60)\n"
+        "if __name__ == '__main__':\n"
+        "    raise SystemExit(scenario_main(globals()))\n")
     out = tmp_path / "out"
-    res = fedsim_cmd("run", str(script), "--transport", "tcp", "--out", str(out), "--quiet", cwd=tmp_path)
+    options = ("--transport", "tcp", "--out", str(out), "--quiet")
+    if how == "fedsim run":
+        res = fedsim_cmd("run", str(script), *options, cwd=tmp_path)
+    else:
+        res = subprocess.run([sys.executable, str(script), *options], capture_output=True, text=True, timeout=180,
+                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
     first = res.stderr.splitlines()[0]

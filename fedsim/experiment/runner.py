@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
-from ..kernel.errors import ActorError, DeadlockError
+from ..kernel.errors import ActorError, DeadlockError, TransportError
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
@@ -570,9 +570,9 @@ def net_from_args(mod: ModuleType | None, args: argparse.Namespace):
 def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) -> int:
     """``python scenarios/NAME.py ...``: parse arguments (each parameter is also ``--NAME``) and
     run. Errors a user can cause (and a disk that fills up) print one line and exit 2; a run that
-    deadlocks or runs out of memory one ``error: the run did not finish ...`` line, 1; Ctrl-C
-    ``interrupted: ...``, 130; SIGTERM ``terminated (SIGTERM): ...``, 143 (as ``fedsim run``; a
-    broken transport's ``TransportError`` is a traceback here, status 1)."""
+    deadlocks, runs out of memory or whose real transport breaks (``TransportError``: a worker
+    killed, a peer that closed) one ``error: the run did not finish ...`` line, 1; Ctrl-C
+    ``interrupted: ...``, 130; SIGTERM ``terminated (SIGTERM): ...``, 143 (as ``fedsim run``)."""
     mod = sys.modules[namespace["__name__"]]
     name = Path(namespace.get("__file__", "scenario")).stem
     ap = argparse.ArgumentParser(prog=f"scenarios/{name}.py",
@@ -608,6 +608,9 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
         return 2
     except DeadlockError as exc:
         print(f"error: {did_not_finish(exc)}", file=sys.stderr)
+        return 1
+    except TransportError as exc:  # a real transport broke (a worker died, a peer closed): as `fedsim run` says it
+        print(f"error: the run did not finish, no output folder was written: {exc}", file=sys.stderr)
         return 1
     except (ActorError, MemoryError, ValueError) as exc:
         text = out_of_memory(exc)
