@@ -29,6 +29,8 @@ from .filling import (
 from .rows import add_rows_at, check_rows, dots_in_order, weighted_rows_in_order
 from .sgd_client import ClientUpload, sgd_client_call
 
+_RATE_MAX = _sgd_numba.RATE_MAX  # a rate within it fits float32 and float64: no errstate needed
+
 __all__ = [
     "DEFAULT_INIT_SCALE",
     "BatchClient",
@@ -243,7 +245,7 @@ def server_apply_sgd(V, items, grads, lr, *, ascending: bool = False) -> np.ndar
     if (k is not None and type(grads) is np.ndarray and grads.dtype == V.dtype and V.ndim == 2
             and grads.ndim == 2 and grads.shape == (len(items), V.shape[1]) and V.flags.c_contiguous
             and V.flags.writeable and _int_vector(items)):
-        if _sgd_numba.in_range(V.dtype, lr):
+        if -_RATE_MAX <= lr <= _RATE_MAX:  # (inline: once per message)
             rate = np.array((lr,), dtype=V.dtype)
         else:
             with np.errstate(over="ignore", invalid="ignore"):
@@ -342,7 +344,7 @@ class BatchClient:
             n = self.rated.shape[0]
             new_u = np.empty(U_u.shape[0], dtype=dt)
             grads = np.empty((n, U_u.shape[0]), dtype=dt)
-            if _sgd_numba.in_range(dt, lr):
+            if -_RATE_MAX <= lr <= _RATE_MAX:
                 par = np.array((lr, self._lam, n), dtype=dt)
             else:
                 with np.errstate(over="ignore"):  # (a rate beyond the dtype: inf, as batch_client_step's)

@@ -36,6 +36,9 @@ def _run_client(U_u, V, O, rated_items, ratings, sampled, r_ua, use_hf, T_local,
                  _norms(rated.shape[0], dt), _sgd_numba.order_flag(order))
 
 
+_RATE_MAX = _sgd_numba.RATE_MAX
+
+
 def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms, order_flag=0.0,
           par=None) -> ClientUpload:
     # Called once per stochastic exchange with arrays already contiguous and of V's dtype: every
@@ -51,7 +54,7 @@ def _call(k, U_u, V, O, rated, r, sampled, r_ua, use_hf, T_local, lr, lam, norms
         Oa, odelta = O, np.empty((N + K, d_o), dtype=dt)
     else:
         Oa, odelta = _unused(d, dt)
-    if _sgd_numba.in_range(dt, lr, lr * lam):
+    if -_RATE_MAX <= lr <= _RATE_MAX and -_RATE_MAX <= lr * lam <= _RATE_MAX:  # (else errstate: see below)
         par = _rate_par(dt, lr, lam, order_flag, par)
     else:
         # a rate beyond the dtype (lr = 1e40 in float32, or decay = 1e23) is inf there: the
