@@ -753,3 +753,18 @@ def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_run_written(tmp_path):
     res = run_scenario(str(script), out=tmp_path / "o2", overrides={"x": 3.0}, quiet=True)  # a value it lays out
     assert sorted(p.name for p in Path(res["out"]).glob("*.png")) == ["fine.png", "huge.png"]
     assert "No plot" not in (Path(res["out"]) / "report.md").read_text()
+
+
+def test_a_plot_that_fails_for_another_reason_is_the_scenario_s_error_not_a_layout_one(tmp_path):
+    # save_figure took every ValueError of matplotlib's drawing for axes it cannot lay out: a
+    # scenario's own mistake (a title that is not valid mathtext, raised at savefig) was a note
+    # "matplotlib could not lay out its axes" and the run went on without the plot
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "scn.py"
+    script.write_text("PARAMS = {}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'k': 'a', 'm': 1.0}])\n"
+                      "    ctx.plot('bad', lambda ax: (ax.plot([0.0, 1.0], [2.0, 1.0]), ax.set_title(r'$\\frac{1}$')))\n")
+    with pytest.raises(ValueError, match=r"Expected \\frac\{num\}\{den\}"):
+        run_scenario(str(script), out=tmp_path / "o", quiet=True)
+    assert list(tmp_path.glob("o*")) == [] and list(tmp_path.glob(".o*")) == []
