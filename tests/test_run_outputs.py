@@ -90,6 +90,37 @@ def test_the_folder_a_killed_run_left_is_removed_by_the_next_run_into_the_same_o
     assert res["files"] == ["t.csv", "report.md", "results.json", "run.log"]
 
 
+def test_a_live_run_whose_pid_this_host_does_not_know_keeps_its_folder(tmp_path):
+    # remove_dead_partials took a folder's PID, as this host sees PIDs, for its run's: a run on
+    # another host sharing the file system (NFS), or in another PID namespace (a container), was
+    # taken for dead and its folder removed under it; and a dead run's folder whose PID another
+    # process now has was kept for ever. The run's lock on its folder decides now.
+    out = tmp_path / "o"
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "run", str(script), "--out", str(out), "--quiet"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (tmp_path / "started").exists() and proc.poll() is None:
+            time.sleep(0.01)
+        (live,) = tmp_path.glob(".o.partial-*")
+        # the folder as it looks from another host: the PID of a process this host has not (above
+        # Linux's largest pid_max)
+        foreign = live.with_name(re.sub(r"partial-\d+-", f"partial-{(1 << 22) + 1}-", live.name))
+        live.rename(foreign)
+        assert runner_mod.remove_dead_partials(out) == []
+        assert (foreign / "t.csv").is_file()
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    # killed: its lock went with it, so its folder goes, whatever process has its PID now (this one)
+    reused = foreign.with_name(re.sub(r"partial-\d+-", f"partial-{os.getpid()}-", foreign.name))
+    foreign.rename(reused)
+    assert runner_mod.remove_dead_partials(out) == [reused]
+    assert list(tmp_path.glob(".o.*")) == []
+
+
 @pytest.mark.parametrize("filename", [None, "report.md"])
 def test_a_full_disk_is_one_error_line_and_leaves_no_folder(tmp_path, monkeypatch, capsys, filename):
     # no space left while the run wrote its files (its log's last line failing too): the command
@@ -722,3 +753,18 @@ def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_run_written(tmp_path):
     res = run_scenario(str(script), out=tmp_path / "o2", overrides={"x": 3.0}, quiet=True)  # a value it lays out
     assert sorted(p.name for p in Path(res["out"]).glob("*.png")) == ["fine.png", "huge.png"]
     assert "No plot" not in (Path(res["out"]) / "report.md").read_text()
+
+
+def test_a_plot_that_fails_for_another_reason_is_the_scenario_s_error_not_a_layout_one(tmp_path):
+    # save_figure took every ValueError of matplotlib's drawing for axes it cannot lay out: a
+    # scenario's own mistake (a title that is not valid mathtext, raised at savefig) was a note
+    # "matplotlib could not lay out its axes" and the run went on without the plot
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "scn.py"
+    script.write_text("PARAMS = {}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'k': 'a', 'm': 1.0}])\n"
+                      "    ctx.plot('bad', lambda ax: (ax.plot([0.0, 1.0], [2.0, 1.0]), ax.set_title(r'$\\frac{1}$')))\n")
+    with pytest.raises(ValueError, match=r"Expected \\frac\{num\}\{den\}"):
+        run_scenario(str(script), out=tmp_path / "o", quiet=True)
+    assert list(tmp_path.glob("o*")) == [] and list(tmp_path.glob(".o*")) == []

@@ -176,8 +176,9 @@ def save_figure(fig: Any, path: str | Path) -> str | None:
     """Lay out a matplotlib figure, save it as ``path`` (through a temporary file beside it and
     ``os.replace``) and close it. Returns None, or, when matplotlib cannot lay out its axes
     (values near the float maximum, as 1e308: its ticks overflow, a ``ValueError`` or
-    ``OverflowError``), why, and writes nothing: the sweep's report and a scenario's
-    ``ctx.plot`` say it in place of the plot, their other outputs written."""
+    ``OverflowError`` with an axis limit beyond ``_LAYOUT_LIMIT``), why, and writes nothing: the
+    sweep's report and a scenario's ``ctx.plot`` say it in place of the plot, their other outputs
+    written. Any other failure (axes within range) is raised, as before the guard."""
     import os
 
     import matplotlib.pyplot as plt
@@ -190,6 +191,11 @@ def save_figure(fig: Any, path: str | Path) -> str | None:
         os.replace(tmp, path)
     except (ValueError, OverflowError) as exc:
         tmp.unlink(missing_ok=True)
+        if not _beyond_layout(fig):
+            # another failure (a title that is not valid mathtext, raised only when drawn): the
+            # caller's mistake, not axes matplotlib cannot lay out (it was said to be, the plot
+            # left out and the run gone on)
+            raise
         return f"matplotlib could not lay out its axes: {type(exc).__name__}: {exc}"
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -197,6 +203,19 @@ def save_figure(fig: Any, path: str | Path) -> str | None:
     finally:
         plt.close(fig)
     return None
+
+
+_LAYOUT_LIMIT = 1e300  # axis limits beyond this (or not finite): matplotlib's ticks overflow near the float maximum
+
+
+def _beyond_layout(fig: Any) -> bool:
+    """Whether an axes of ``fig`` has a limit that is not finite or beyond ``_LAYOUT_LIMIT`` in
+    magnitude: data matplotlib cannot lay out (its tick computation overflows)."""
+    for ax in fig.axes:
+        for lo, hi in (ax.get_xlim(), ax.get_ylim()):
+            if not (abs(lo) <= _LAYOUT_LIMIT and abs(hi) <= _LAYOUT_LIMIT):
+                return True
+    return False
 
 
 def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Sequence[str]) -> None:

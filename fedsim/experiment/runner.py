@@ -21,6 +21,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows: the folder's PID decides there
+    fcntl = None
+
 from ..kernel.errors import ActorError, DeadlockError, TransportError
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
@@ -94,7 +99,9 @@ class OutputFolder:
     replaces it at commit); a default folder (``runs/<time>-<name>``) that exists already,
     because another run started in the same second, becomes ``<time>-<name>-2`` and so on.
     The temporary folders that killed runs into ``final`` left (their process gone) are removed
-    first (:func:`remove_dead_partials`; ``removed`` lists them, the run's run.log names them).
+    first (:func:`remove_dead_partials`; ``removed`` lists them, the run's run.log names them);
+    the run holds a lock on its own (``flock`` of ``RUN_LOCK`` inside it, released when its
+    process ends however it ends, removed at :meth:`commit`) that tells such a removal it lives.
     Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
     file, or the working folder or one of its parents; :meth:`commit` raises it when another run
     filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
@@ -119,9 +126,11 @@ class OutputFolder:
         self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
         self.removed = remove_dead_partials(self.final)
         self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._lock: int | None = None
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
             self.tmp.mkdir()
+            self._lock = _hold_lock(self.tmp)
         except OSError as exc:
             self.discard()
             raise UsageError(f"--out {self.final}: cannot write there ({exc.strerror or exc})") from None
@@ -152,6 +161,7 @@ class OutputFolder:
                 else:  # another run took the path meanwhile: the old one was to be replaced anyway
                     shutil.rmtree(old, ignore_errors=True)
             raise
+        self._unlock(final)  # (after the rename: until then the lock says this folder is live)
         if old is not None:
             try:
                 shutil.rmtree(old, ignore_errors=True)
@@ -172,6 +182,7 @@ class OutputFolder:
                 if self.explicit:  # another run filled it since this one started: keep ours beside it
                     kept = self._free_sibling(final)
                     os.rename(self.tmp, kept)
+                    self._unlock(kept)
                     raise UsageError(f"--out {final} was filled by another run while this one ran "
                                      f"({exc.strerror or exc}); this run's files are in {kept}") from None
                 n += 1
@@ -184,9 +195,20 @@ class OutputFolder:
             n += 1
         return final.with_name(f"{final.name}-{n}")
 
+    def _unlock(self, folder: Path | None) -> None:
+        """Remove the lock file from ``folder`` (where the temporary folder went; None: gone)
+        and release the lock."""
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                (folder / RUN_LOCK).unlink()
+        if getattr(self, "_lock", None) is not None:
+            os.close(self._lock)
+            self._lock = None
+
     def discard(self) -> None:
         """Remove the temporary folder, and the parent folders made for it if they are empty."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self._unlock(None)
         for d in reversed(self._created):
             try:
                 d.rmdir()
@@ -194,11 +216,57 @@ class OutputFolder:
                 break
 
 
+RUN_LOCK = ".run.lock"  # in a run's temporary folder: locked (flock) by the run while it lives
+
+
+def _hold_lock(folder: Path) -> int | None:
+    """Create ``folder/RUN_LOCK`` and lock it (``flock``, exclusive): the descriptor, held until
+    the run commits or discards its folder, or its process ends (a kill included: the kernel
+    releases it). None, and no lock file, where the file system has no locks: the folder's PID
+    then decides, as for the folders of a fedsim without this lock."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    fd = os.open(folder / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            (folder / RUN_LOCK).unlink()
+        return None
+    return fd
+
+
+def _partial_in_use(d: Path, pid: int) -> bool:
+    """Whether the temporary folder ``d`` (of process ``pid``) may belong to a run still under
+    way: its ``RUN_LOCK`` is locked (or cannot be tested), or, without one, ``pid`` runs here."""
+    if fcntl is None:  # pragma: no cover
+        return _process_alive(pid)
+    try:
+        fd = os.open(d / RUN_LOCK, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:  # a fedsim's without the lock, or a file system without locks
+        return _process_alive(pid)
+    except OSError:
+        return True  # cannot tell: kept
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held (BlockingIOError), or locks not to be had here: kept
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def remove_dead_partials(final: str | Path) -> list[Path]:
     """Remove the temporary folders (``.NAME.partial-PID-X``) that runs into ``final`` left
-    when they were killed (SIGKILL, the out-of-memory killer, a power cut: no cleanup ran) and
-    whose process no longer runs; returns them. Each stayed, hidden beside ``--out``, however
-    often the same command was run again; a live run's folder is kept."""
+    when they were killed (SIGKILL, the out-of-memory killer, a power cut: no cleanup ran);
+    returns them. Each stayed, hidden beside ``--out``, however often the same command was run
+    again. A live run's folder is kept: a run holds a lock on its folder (``RUN_LOCK``), which
+    the kernel releases when its process ends, so a run on another host sharing the file system
+    or in another PID namespace (a container), whose PID means nothing here, is not taken for
+    dead, nor a dead run for live because another process has its PID now. A folder without the
+    lock file (a fedsim's before it; a file system without locks) is removed when ``PID`` runs
+    nowhere on this host."""
     final = Path(final)
     removed = []
     try:
@@ -207,7 +275,7 @@ def remove_dead_partials(final: str | Path) -> list[Path]:
         return removed
     for d in found:
         m = re.search(r"\.partial-(\d+)-[0-9a-f]+$", d.name)
-        if m is None or not d.is_dir() or _process_alive(int(m.group(1))):
+        if m is None or not d.is_dir() or _partial_in_use(d, int(m.group(1))):
             continue
         shutil.rmtree(d, ignore_errors=True)
         if not d.exists():
