@@ -549,10 +549,30 @@ def test_a_worker_that_stops_answering_ends_the_run_after_the_stall_timeout():
     err = info.value
     assert err.kind == "stall" and err.node == "b" and err.nodes == ("b",)
     assert str(err) == (f"TcpNetwork run: waited 1.0 s for every process to answer its status poll (a process "
-                        f"stopped, or an actor that holds its event loop without awaiting); still waiting for "
-                        f"process 1 (pid {net.pids[1]}; hosting b)")
+                        f"stopped: kill -STOP, a debugger); still waiting for process 1 (pid {net.pids[1]}; "
+                        f"hosting b), stopped")
     stopped = net.exit_status[net.pids[1]]
     assert os.WIFSIGNALED(stopped) and os.WTERMSIG(stopped) == signal.SIGKILL  # killed when reaped
+    assert_no_orphans(net)
+
+
+def test_a_worker_busy_longer_than_the_stall_timeout_is_waited_for():
+    # bounding the status poll by stall_timeout ended a run whose actor computed (held its event
+    # loop) longer than that, though its process was running, not stopped: a step of more than
+    # 30 s failed every TCP run (there is no --stall-timeout on the command line)
+    async def busy(ctx):
+        time.sleep(2.5)  # (compute without awaiting: the worker answers no poll meanwhile)
+        return 1
+
+    async def idle(ctx):
+        await ctx.sleep(0.2)
+        return 1
+
+    net = TcpNetwork(processes=2, stall_timeout=1.0)
+    net.add_node("a", busy)
+    net.add_node("b", idle)
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and res.results == {"a": 1, "b": 1}
     assert_no_orphans(net)
 
 

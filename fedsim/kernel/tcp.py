@@ -115,8 +115,8 @@ with this ``TransportError`` when it arrives, read or not, where the others rais
 that closes its connection (mid-frame or not) or dies, a connection refused, or no progress
 at all for ``stall_timeout`` seconds with frames outstanding (the bytes of a long frame still
 coming in, counted per MiB, are progress), or a process that does not answer the coordinator's
-status poll for ``stall_timeout`` seconds (stopped, or an actor holding its event loop that long
-without awaiting), ends the run with
+status poll for ``stall_timeout`` seconds and is stopped (``kill -STOP``, a debugger; one whose
+actor computes without awaiting, holding its event loop, is waited for), ends the run with
 ``TransportError`` naming the process and the nodes it hosts (how a process died: its exit
 status or signal). A control frame one side cannot read (over ``CONTROL_FRAME_BYTES``, or not a
 control message) ends it the same way, with what was wrong with it: not with the exit status of
@@ -211,8 +211,8 @@ class TcpNetwork(ClosedOnDropout, Network):
     between the coordinator and the workers (``CONTROL_FRAME_BYTES``). ``time_scale``: real
     seconds per protocol second (positive and finite), as on ``AsyncioNetwork`` (multiplies sleeps
     and timeouts, divides the clock). ``poll_interval``: seconds between the coordinator's status polls;
-    ``stall_timeout``: seconds without any progress, with frames outstanding, or without a
-    process's answer to a status poll, after which the run fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
+    ``stall_timeout``: seconds without any progress, with frames outstanding, or without the
+    answer to a status poll of a process that is stopped, after which the run fails; ``start_timeout``: bound on the rendezvous and on collecting the reports. ``framing_bytes`` is fixed at
     ``FRAME_OVERHEAD``. Other keywords as ``Network`` (``faults`` with loss and dropout, and a node's
     ``loss``/``offline_at``, as on every transport: module docstring, "Dropout").
 
@@ -694,6 +694,18 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _SHOWN_PROCESSES = 8  # processes a timeout's message describes, one line each
 _ACCEPT_GRACE = 2.0  # seconds a worker whose accept failed for want of descriptors waits for its peers' connections
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T, or t: stopped by a debugger), from
+    /proc/PID/stat; False where that cannot be read (it is then waited for, as a busy one)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]  # (the command name may hold ')')
+    return state in (b"T", b"t")
 
 
 def _nofile_limit() -> str:
@@ -1740,11 +1752,7 @@ class _Coordinator:
             for c in self.children:
                 c.status = None
                 self._send(c, {"op": "poll", "wave": self.wave})
-            # a process that does not answer for stall_timeout (stopped, or an actor holding its
-            # loop) is no progress at all: before, the run waited for it for ever (no run timeout)
-            await self._until(lambda c: c.status is None, time.monotonic() + net.stall_timeout,
-                              "to answer its status poll (a process stopped, or an actor that holds its event loop "
-                              "without awaiting)", bound=net.stall_timeout)
+            await self._answers()
             stats = [c.status for c in self.children]
             snap = tuple(tuple(s[k] for k in keys) for s in stats)
             # (a dropout still to come is something that can happen: not idle yet, as on SimNetwork)
@@ -1764,6 +1772,29 @@ class _Coordinator:
                 await asyncio.wait_for(self._failed_soon(), net.poll_interval)
             except asyncio.TimeoutError:
                 pass
+
+    async def _answers(self) -> None:
+        """Wait until every process answered the status poll just sent. One that has not for
+        ``stall_timeout`` seconds and is stopped (``kill -STOP``, a debugger: state T in
+        /proc) ends the run: before, the run waited for it for ever (the command line sets no
+        run timeout). One that is running is an actor computing without awaiting, which holds
+        its event loop: that is waited for, however long (bounding it ended every TCP run with
+        a step longer than 30 s)."""
+        net = self.net
+        while True:
+            try:
+                await self._until(lambda c: c.status is None, time.monotonic() + net.stall_timeout,
+                                  "to answer its status poll", bound=net.stall_timeout)
+                return
+            except TransportError:
+                stopped = [c for c in self.children if c.status is None and _stopped(c.pid)]
+                if stopped:
+                    raise TransportError(
+                        f"TcpNetwork {self.phase}: waited {net.stall_timeout} s for every process to answer its "
+                        f"status poll (a process stopped: kill -STOP, a debugger); still waiting for "
+                        f"{_listed([net.describe_process(c.proc) + ', stopped' for c in stopped])}",
+                        node=net.groups[stopped[0].proc][0], nodes=tuple(net.groups[stopped[0].proc]),
+                        process=stopped[0].proc, kind="stall") from None
 
     async def _failed_soon(self) -> None:
         while not self.failures:
