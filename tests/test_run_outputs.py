@@ -550,6 +550,53 @@ def test_a_final_model_whose_predictions_are_not_finite_is_a_diverged_run(tmp_pa
     assert json.loads((tmp_path / "bad" / "results.json").read_text())["caveats"] == ["diverged"]
 
 
+def test_a_disk_full_at_the_first_log_line_is_the_same_one_error_line_and_no_folder(tmp_path, monkeypatch, capsys):
+    # run.log's first line was written before the guard that turns a full disk into one line: a
+    # disk full when the run started was a traceback, and the partial folder stayed beside --out
+    import errno
+
+    from fedsim import cli
+    from fedsim.experiment import Progress as P
+
+    calls = []
+
+    def log(self, text):
+        calls.append(text)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(P, "log", log)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "demo", "--set", "rounds=1", "--quiet", "--out", "o"]) == 2
+    assert calls[0].startswith("fedsim run demo: data ")  # the first line failed
+    assert capsys.readouterr() == ("", "error: the run stopped: No space left on device; its output folder o "
+                                       "was not written (free some space, or choose another --out)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("err, advice", [
+    ("ENOSPC", "free some space, or choose another --out"),
+    ("EDQUOT", "free some space, or choose another --out"),
+    ("EFBIG", "a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the "
+              "limit, or choose an --out on another file system"),
+])
+def test_the_advice_of_a_stopped_run_follows_its_errno(tmp_path, monkeypatch, err, advice):
+    # EFBIG (a file beyond the file system's or RLIMIT_FSIZE's size) was told to free some space,
+    # which changes nothing
+    import errno
+
+    code = getattr(errno, err)
+
+    def full(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(tmp_path / "o.partial" / "report.md"))
+
+    monkeypatch.setattr(runner_mod, "write_report", full)
+    with pytest.raises(UsageError) as exc:
+        run_scenario("demo", out=tmp_path / "o", overrides={"rounds": 1}, quiet=True)
+    assert str(exc.value) == (f"the run stopped: {os.strerror(code)} writing {tmp_path / 'o.partial' / 'report.md'}; "
+                              f"its output folder {tmp_path / 'o'} was not written ({advice})")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_forced_commit_whose_rename_fails_puts_the_earlier_run_back(tmp_path, monkeypatch):
     # the earlier run was removed before the new one was renamed in: a failed rename lost both
     out = tmp_path / "o"

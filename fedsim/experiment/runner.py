@@ -354,18 +354,21 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
     show = (not quiet) if progress is None else progress
-    prog = Progress(show, log=folder.tmp / "run.log")
-    prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
-             f"config {json.dumps(cfg, default=json_default)}")
-    for d in folder.removed:
-        prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
-    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
-                     quiet=quiet, keep_ledger=ledger, progress=prog,
-                     defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
-                     paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
-    t0 = time.perf_counter()
-    activate(prog)
+    prog: Progress | None = None
     try:
+        # (inside the try: on a disk already full, creating run.log or its first line fails, and
+        # that too is the one-line error with no folder left, not a traceback beside a partial folder)
+        prog = Progress(show, log=folder.tmp / "run.log")
+        prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
+                 f"config {json.dumps(cfg, default=json_default)}")
+        for d in folder.removed:
+            prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
+        ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
+                         quiet=quiet, keep_ledger=ledger, progress=prog,
+                         defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
+                         paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
+        t0 = time.perf_counter()
+        activate(prog)
         try:
             mod.run(ctx)
         finally:
@@ -398,7 +401,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         final = folder.commit()
     except BaseException as exc:
         try:
-            prog.finish(f"stopped: {type(exc).__name__}: {exc}")
+            if prog is not None:
+                prog.finish(f"stopped: {type(exc).__name__}: {exc}")
         except OSError:
             pass  # (the log is discarded with the folder; on a full disk its last line fails too)
         finally:
@@ -407,12 +411,22 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             # a full disk or quota: Python's traceback (several, chained) ended the command line
             where = f" writing {exc.filename}" if exc.filename else ""
             raise UsageError(f"the run stopped: {exc.strerror or exc}{where}; its output folder {folder.final} "
-                             "was not written (free some space, or choose another --out)") from None
+                             f"was not written ({_no_room_advice(exc.errno)})") from None
         raise
     return {**results, "out": str(final), "files": output_files(final)}
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
+
+
+def _no_room_advice(err: int) -> str:
+    """What to do about a run stopped by ``OSError`` ``err`` (one of ``_NO_ROOM``): space to free
+    for a full disk or quota; for ``EFBIG`` a file grew beyond what the file system or the
+    process's ``RLIMIT_FSIZE`` (``ulimit -f``) allows, which freeing space does not change."""
+    if err == errno.EFBIG:
+        return ("a file grew larger than the file system or the file size limit (ulimit -f) allows; "
+                "raise the limit, or choose an --out on another file system")
+    return "free some space, or choose another --out"
 
 
 def output_files(out: Path) -> list[str]:
