@@ -550,6 +550,53 @@ def test_a_final_model_whose_predictions_are_not_finite_is_a_diverged_run(tmp_pa
     assert json.loads((tmp_path / "bad" / "results.json").read_text())["caveats"] == ["diverged"]
 
 
+def test_a_disk_full_at_the_first_log_line_is_the_same_one_error_line_and_no_folder(tmp_path, monkeypatch, capsys):
+    # run.log's first line was written before the guard that turns a full disk into one line: a
+    # disk full when the run started was a traceback, and the partial folder stayed beside --out
+    import errno
+
+    from fedsim import cli
+    from fedsim.experiment import Progress as P
+
+    calls = []
+
+    def log(self, text):
+        calls.append(text)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(P, "log", log)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "demo", "--set", "rounds=1", "--quiet", "--out", "o"]) == 2
+    assert calls[0].startswith("fedsim run demo: data ")  # the first line failed
+    assert capsys.readouterr() == ("", "error: the run stopped: No space left on device; its output folder o "
+                                       "was not written (free some space, or choose another --out)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("err, advice", [
+    ("ENOSPC", "free some space, or choose another --out"),
+    ("EDQUOT", "free some space, or choose another --out"),
+    ("EFBIG", "a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the "
+              "limit, or choose an --out on another file system"),
+])
+def test_the_advice_of_a_stopped_run_follows_its_errno(tmp_path, monkeypatch, err, advice):
+    # EFBIG (a file beyond the file system's or RLIMIT_FSIZE's size) was told to free some space,
+    # which changes nothing
+    import errno
+
+    code = getattr(errno, err)
+
+    def full(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(tmp_path / "o.partial" / "report.md"))
+
+    monkeypatch.setattr(runner_mod, "write_report", full)
+    with pytest.raises(UsageError) as exc:
+        run_scenario("demo", out=tmp_path / "o", overrides={"rounds": 1}, quiet=True)
+    assert str(exc.value) == (f"the run stopped: {os.strerror(code)} writing {tmp_path / 'o.partial' / 'report.md'}; "
+                              f"its output folder {tmp_path / 'o'} was not written ({advice})")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_forced_commit_whose_rename_fails_puts_the_earlier_run_back(tmp_path, monkeypatch):
     # the earlier run was removed before the new one was renamed in: a failed rename lost both
     out = tmp_path / "o"
@@ -593,6 +640,93 @@ def test_ctrl_c_while_the_replaced_run_is_removed_keeps_the_finished_one(tmp_pat
     assert res["out"] == str(out)
     assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 2
     assert [p.name.startswith(".o.replaced-") for p in tmp_path.iterdir() if p.name != "o"] == [True]
+
+
+KILL_IN_SWAP = (
+    "import os, signal, sys\n"
+    "from fedsim.experiment import run_scenario, runner\n"
+    "real_rename, real_rmtree = os.rename, runner.shutil.rmtree\n"
+    "def rename(src, dst):\n"
+    "    real_rename(src, dst)\n"
+    "    if sys.argv[1] == 'aside' and '.replaced-' in str(dst):\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)  # the old folder aside, the new one not in\n"
+    "def rmtree(path, *a, **k):\n"
+    "    if sys.argv[1] == 'removing' and '.replaced-' in str(path):\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)  # the new folder in, the old one not removed\n"
+    "    return real_rmtree(path, *a, **k)\n"
+    "runner.os.rename, runner.shutil.rmtree = rename, rmtree\n"
+    "run_scenario('demo', out=sys.argv[2], overrides={'rounds': 2}, quiet=True, force=True)\n"
+)
+
+
+def _killed_in_swap(tmp_path, when):
+    out = tmp_path / "o"
+    run_scenario("demo", out=out, overrides={"rounds": 1}, quiet=True)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_IN_SWAP, when, str(out)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == -signal.SIGKILL, err
+    (replaced,) = tmp_path.glob(".o.replaced-*")
+    assert replaced.name.startswith(f".o.replaced-{proc.pid}-")
+    return out, before, replaced
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_the_results_a_run_killed_mid_swap_moved_aside_are_put_back(tmp_path, force):
+    # a --force run killed after it moved --out aside and before it renamed its own folder in left
+    # no --out at all (the earlier results hidden in .o.replaced-PID-X) until a run went there, and
+    # that run treated --out as new: the user's results stayed hidden for ever
+    out, before, replaced = _killed_in_swap(tmp_path, "aside")
+    assert not out.exists()
+    if not force:  # refused as for the folder the user had, the folder back in place
+        with pytest.raises(UsageError) as exc:
+            run_scenario("demo", out=out, overrides={"rounds": 3}, quiet=True)
+        assert str(exc.value) == (f"--out {out} already holds a finished run (put back from {replaced.name}, where a "
+                                  "run with --force into it that was killed had moved it); use --force to replace "
+                                  "it, or choose another --out")
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert not list(tmp_path.glob(".o.replaced-*"))
+        return
+    run_scenario("demo", out=out, overrides={"rounds": 3}, quiet=True, force=True)
+    assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 3
+    log = (out / "run.log").read_text()
+    assert (f"put back {out} from {replaced}: a run with --force into it was killed after it moved the results "
+            "there aside and before it put its own in") in log
+    (partial,) = [line for line in log.splitlines() if "the temporary folder of a run into" in line]
+    assert f"removed {replaced.with_name(replaced.name.replace('.replaced-', '.partial-'))}:" in partial
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_the_results_a_run_killed_while_removing_them_left_are_removed_by_the_next_run(tmp_path):
+    out, before, replaced = _killed_in_swap(tmp_path, "removing")
+    assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 2  # the new run is in place
+    assert {p.name: p.read_bytes() for p in replaced.iterdir()} == before
+    run_scenario("demo", out=out, overrides={"rounds": 3}, quiet=True, force=True)
+    assert (f"removed {replaced}: the results a run with --force into {out} replaced, left when that run was "
+            "killed") in (out / "run.log").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_a_swap_under_way_is_left_alone_until_its_lock_is_free(tmp_path):
+    # a run on another host (its PID unknown here) between its two renames: its lock decides
+    import fcntl
+
+    out = tmp_path / "o"
+    token = f"{(1 << 22) + 1}-abcdef"
+    partial, replaced = tmp_path / f".o.partial-{token}", tmp_path / f".o.replaced-{token}"
+    partial.mkdir()
+    replaced.mkdir()
+    (replaced / "results.json").write_text("{}")
+    fd = os.open(partial / ".run.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert runner_mod.recover_replaced(out) == (None, [])
+        assert not out.exists() and (replaced / "results.json").is_file()
+    finally:
+        os.close(fd)
+    assert runner_mod.recover_replaced(out) == (replaced, [])
+    assert (out / "results.json").read_text() == "{}" and not replaced.exists()
 
 
 def test_lost_clients_come_from_the_run_when_a_protocol_does_not_count_them(tmp_path):

@@ -470,16 +470,39 @@ def test_leftovers_of_killed_processes_are_removed_and_those_of_live_ones_kept(t
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     names = {}
+    (tmp_path / "x=2").mkdir()
+    (tmp_path / "x=2" / "results.json").write_text("{}")
     for pid, alive in ((dead.pid, False), (os.getpid(), True)):
-        for name in (f".x=1.partial-{pid}-ab12cd", f".x=1.replaced-{pid}-ab12cd"):
+        for name in (f".x=1.partial-{pid}-ab12cd", f".x=1.replaced-{pid}-ab12cd", f".x=2.replaced-{pid}-ab12cd"):
             (tmp_path / name).mkdir()
-            (tmp_path / name / "results.json").write_text("{}")
+            (tmp_path / name / "results.json").write_text(json.dumps(name))
             names[name] = alive
         name = f".combined_t.csv.{pid}.tmp"
         (tmp_path / name).write_text("x\n")
         names[name] = alive
     _remove_leftovers(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, alive in names.items() if alive)
+    # the dead run's .x=1.replaced is put back as x=1, whose folder was missing (a --force re-run
+    # killed between its renames); .x=2.replaced goes, x=2 being there
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["x=1", "x=2", *(n for n, a in names.items() if a)])
+    assert json.loads((tmp_path / "x=1" / "results.json").read_text()) == f".x=1.replaced-{dead.pid}-ab12cd"
+    assert (tmp_path / "x=2" / "results.json").read_text() == "{}"
+
+
+def test_a_point_folder_a_killed_force_rerun_moved_aside_is_put_back_before_the_sweep_compares(tmp_path):
+    # a --force re-run killed between its renames left the point's earlier folder hidden
+    # (.x=1.replaced-PID-X) and no x=1: the next sweep took the point for missing and ran it, with
+    # another configuration and no --force, and the hidden folder was removed unseen
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2]}, out=out, workers=1)
+    before = {p.name: p.read_bytes() for p in (out / "x=1").iterdir()}
+    hidden = out / f".x=1.replaced-{(1 << 22) + 1}-ab12cd"  # a PID no process has here
+    (out / "x=1").rename(hidden)
+    again = run_sweep(str(script), {"x": [1, 2]}, out=out, workers=1)
+    assert again["done"] == [] and again["skipped"] == [{"x": 1}, {"x": 2}]
+    assert len(ran(log)) == 2  # the first sweep's two points, none since
+    assert {p.name: p.read_bytes() for p in (out / "x=1").iterdir()} == before
+    assert not list(out.glob(".x=*"))
 
 
 def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from .params import check_value, unknown_parameter, parse_sets, parse_value, res
 from .report import git_revision, json_default, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
-           "did_not_finish", "net_from_args", "remove_dead_partials",
+           "did_not_finish", "net_from_args", "recover_replaced", "remove_dead_partials",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
 
@@ -102,6 +102,9 @@ class OutputFolder:
     first (:func:`remove_dead_partials`; ``removed`` lists them, the run's run.log names them);
     the run holds a lock on its own (``flock`` of ``RUN_LOCK`` inside it, released when its
     process ends however it ends, removed at :meth:`commit`) that tells such a removal it lives.
+    Before that, what a killed run with ``force`` left of the folder it was replacing
+    (:func:`recover_replaced`) is put back at ``final`` if ``final`` is missing (``restored``),
+    or removed (``removed_replaced``); the run's run.log says which.
     Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
     file, or the working folder or one of its parents; :meth:`commit` raises it when another run
     filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
@@ -119,13 +122,20 @@ class OutputFolder:
             # to the working folder or a folder holding it
             raise UsageError(f"--out {final}: the working folder or one of its parents; name a folder "
                              "inside it instead (e.g. --out runs/NAME)")
+        # a --force run killed while it swapped folders: the results it was replacing put back
+        # where the user had them (--out missing), or removed (--out in place)
+        self.restored, self.removed_replaced = recover_replaced(self.final)
         if explicit and not force and _non_empty(self.final):
             what = "a finished run" if (self.final / "results.json").exists() else "files"
+            if self.restored is not None:
+                what += (f" (put back from {self.restored.name}, where a run with --force into it that was "
+                         "killed had moved it)")
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
                              f"or choose another --out")
         self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
         self.removed = remove_dead_partials(self.final)
-        self.tmp = self.final.parent / f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._token = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.tmp = self.final.parent / f".{self.final.name}.partial-{self._token}"
         self._lock: int | None = None
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
@@ -143,12 +153,16 @@ class OutputFolder:
         in, and only then is the old one removed: until the new folder is in place the old one is
         whole (it is put back if the rename fails), and a Ctrl-C while it is being removed leaves
         the finished run in place (and what is left of the old one hidden beside it). The old one
-        used to be removed first: an interruption or a failed rename then lost both runs."""
+        used to be removed first: an interruption or a failed rename then lost both runs. The old
+        one's name has this run's token (``.NAME.replaced-PID-X`` beside ``.NAME.partial-PID-X``),
+        so that a run killed in between is told from a live one by its lock
+        (:func:`recover_replaced`, which the next run into ``final`` calls)."""
         final = self.final
         old = None
         if final.exists() and (self.force or not _non_empty(final)):
             if _non_empty(final):
-                old = final.parent / f".{final.name}.replaced-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+                # named as the temporary folder: while that is locked, the swap is under way
+                old = final.parent / f".{final.name}.replaced-{self._token}"
                 os.rename(final, old)
             else:
                 final.rmdir()
@@ -283,6 +297,51 @@ def remove_dead_partials(final: str | Path) -> list[Path]:
     return removed
 
 
+def recover_replaced(final: str | Path) -> tuple[Path | None, list[Path]]:
+    """Deal with the folders (``.NAME.replaced-PID-X``) that runs with ``force`` into ``final``
+    had moved aside when they were killed (SIGKILL, the out-of-memory killer: no cleanup ran)
+    before they removed them; returns the one put back (or None) and those removed.
+
+    Killed after it moved the old folder aside and before it renamed its own in, such a run left
+    no ``final`` at all, only the hidden old one: with ``final`` missing (or an empty folder) the
+    old one, the results the user had, is put back (the most recently moved one if there are
+    several; the others are older results ``final`` had replaced, and are removed). With
+    ``final`` in place, the old one was to be removed: it is. A folder whose run may still be
+    under way is left alone: as for :func:`remove_dead_partials`, its run's lock decides (held on
+    the run's ``.NAME.partial-PID-X`` of the same ``X`` until the swap is done), else, without
+    that folder or its lock file, whether ``PID`` runs on this host."""
+    final = Path(final)
+    try:
+        found = sorted(final.parent.glob(f".{glob.escape(final.name)}.replaced-*"))
+    except OSError:
+        return None, []
+    dead = []
+    for d in found:
+        m = re.search(r"\.replaced-((\d+)-[0-9a-f]+)$", d.name)
+        if m is None or not d.is_dir():
+            continue
+        partial = d.with_name(f".{final.name}.partial-{m.group(1)}")
+        if _partial_in_use(partial if partial.is_dir() else d, int(m.group(2))):
+            continue
+        dead.append(d)
+    restored = None
+    if dead and not final.is_file() and not _non_empty(final):
+        with contextlib.suppress(OSError):  # (a stat that fails: the name order decides)
+            dead.sort(key=lambda d: d.stat().st_ctime)  # ctime: when it was renamed aside
+        try:
+            os.rename(dead[-1], final)  # (over an empty folder, too)
+            restored = dead.pop()
+        except OSError:  # another run put it back, or filled final, meanwhile
+            pass
+    removed = []
+    if final.exists():  # (a folder that could not be put back stays: final missing, it is all there is)
+        for d in dead:
+            shutil.rmtree(d, ignore_errors=True)
+            if not d.exists():
+                removed.append(d)
+    return restored, removed
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -354,18 +413,27 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     folder = OutputFolder(out if out else default_out_dir(name), explicit=bool(out), force=force)
     data_spec = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
     show = (not quiet) if progress is None else progress
-    prog = Progress(show, log=folder.tmp / "run.log")
-    prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
-             f"config {json.dumps(cfg, default=json_default)}")
-    for d in folder.removed:
-        prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
-    ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
-                     quiet=quiet, keep_ledger=ledger, progress=prog,
-                     defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
-                     paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
-    t0 = time.perf_counter()
-    activate(prog)
+    prog: Progress | None = None
     try:
+        # (inside the try: on a disk already full, creating run.log or its first line fails, and
+        # that too is the one-line error with no folder left, not a traceback beside a partial folder)
+        prog = Progress(show, log=folder.tmp / "run.log")
+        prog.log(f"fedsim run {name}: data {data_spec}, seed {int(seed)}, network {netspec.describe()}, "
+                 f"config {json.dumps(cfg, default=json_default)}")
+        if folder.restored is not None:
+            prog.log(f"put back {folder.final} from {folder.restored}: a run with --force into it was killed "
+                     "after it moved the results there aside and before it put its own in")
+        for d in folder.removed_replaced:
+            prog.log(f"removed {d}: the results a run with --force into {folder.final} replaced, left when that "
+                     "run was killed")
+        for d in folder.removed:
+            prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
+        ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
+                         quiet=quiet, keep_ledger=ledger, progress=prog,
+                         defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
+                         paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
+        t0 = time.perf_counter()
+        activate(prog)
         try:
             mod.run(ctx)
         finally:
@@ -398,7 +466,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         final = folder.commit()
     except BaseException as exc:
         try:
-            prog.finish(f"stopped: {type(exc).__name__}: {exc}")
+            if prog is not None:
+                prog.finish(f"stopped: {type(exc).__name__}: {exc}")
         except OSError:
             pass  # (the log is discarded with the folder; on a full disk its last line fails too)
         finally:
@@ -407,12 +476,22 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             # a full disk or quota: Python's traceback (several, chained) ended the command line
             where = f" writing {exc.filename}" if exc.filename else ""
             raise UsageError(f"the run stopped: {exc.strerror or exc}{where}; its output folder {folder.final} "
-                             "was not written (free some space, or choose another --out)") from None
+                             f"was not written ({_no_room_advice(exc.errno)})") from None
         raise
     return {**results, "out": str(final), "files": output_files(final)}
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
+
+
+def _no_room_advice(err: int) -> str:
+    """What to do about a run stopped by ``OSError`` ``err`` (one of ``_NO_ROOM``): space to free
+    for a full disk or quota; for ``EFBIG`` a file grew beyond what the file system or the
+    process's ``RLIMIT_FSIZE`` (``ulimit -f``) allows, which freeing space does not change."""
+    if err == errno.EFBIG:
+        return ("a file grew larger than the file system or the file size limit (ulimit -f) allows; "
+                "raise the limit, or choose an --out on another file system")
+    return "free some space, or choose another --out"
 
 
 def output_files(out: Path) -> list[str]:

@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
-import glob
 import hashlib
 import itertools
 import json
@@ -67,7 +66,7 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
-from ..experiment.runner import OutputFolder, network_spec
+from ..experiment.runner import OutputFolder, network_spec, recover_replaced, remove_dead_partials
 from ..kernel.errors import NetworkConfigError
 from .parallel import ProcessDied, default_workers, pmap
 
@@ -337,9 +336,11 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     with what is known: for a local process, the signal that killed it or its exit status)."""
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)
-    _remove_leftovers(out.parent, only=out.name)  # the dead process's .partial folder
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
+    # the dead process's .partial folder, and the folder it was replacing (.replaced: the point's
+    # failure replaces it, as a point that fails in its run does; not put back, the folder is there)
+    _remove_leftovers(out.parent, only=out.name)
     if isinstance(exc, BrokenProcessPool):
         how = exc.how if isinstance(exc, ProcessDied) else "died"
         why = SIGNAL_CAUSES.get(how.rsplit(" ", 1)[-1], "") if how.startswith("was killed") else ""
@@ -524,6 +525,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if len(Path(p.out).name.encode()) > 255:
             raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
                              "long, over the file system's 255; use shorter grid values")
+    if out.is_dir():  # a point folder a killed --force re-run had moved aside is put back first
+        _recover_points(out)
     states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
     stale = [p for p in points if states[p.out][0] == "stale"]
     if stale and not force:
@@ -732,17 +735,30 @@ def _is_path(scenario: str) -> bool:
     return scenario.endswith(".py") or os.sep in scenario or "/" in scenario
 
 
+def _recover_points(out: Path, only: str | None = None) -> None:
+    """Deal with what point runs that were killed left beside their folders in ``out`` (``only``:
+    beside the point folder ``NAME`` only), as a run into that folder does: a ``.NAME.replaced-PID-X``
+    (a --force re-run's earlier folder, moved aside) is put back when the point's folder is
+    missing, else removed (:func:`~fedsim.experiment.runner.recover_replaced`), and a
+    ``.NAME.partial-PID-X`` removed (:func:`~fedsim.experiment.runner.remove_dead_partials`);
+    those of runs still under way (their lock held, or without one their process running) stay."""
+    if only is not None:
+        names = {only}
+    else:
+        names = set()
+        for d in out.glob(".*.*-*"):
+            m = re.fullmatch(r"\.(.+)\.(?:partial|replaced)-\d+-[0-9a-f]+", d.name)
+            if m:
+                names.add(m.group(1))
+    for name in sorted(names):
+        recover_replaced(out / name)
+        remove_dead_partials(out / name)
+
+
 def _remove_leftovers(out: Path, only: str | None = None) -> None:
-    """Remove the temporary folders of point runs that were killed (``.NAME.partial-PID-X``, and
-    ``.NAME.replaced-PID-X``: a replaced folder not yet deleted) and the sweep's half-written
-    files (``.NAME.PID.tmp``), unless their process still runs; ``only``: those of the point
-    folder ``NAME`` only (a point whose process died: its run's folder, not the others')."""
-    pattern = f".{glob.escape(only)}." if only is not None else ".*."
-    for d in [*out.glob(pattern + "partial-*"), *out.glob(pattern + "replaced-*")]:
-        m = re.search(r"\.(?:partial|replaced)-(\d+)-", d.name)
-        if m and _alive(int(m.group(1))):
-            continue
-        shutil.rmtree(d, ignore_errors=True)
+    """:func:`_recover_points`, and remove the sweep's half-written files (``.NAME.PID.tmp``)
+    unless their process still runs."""
+    _recover_points(out, only)
     if only is not None:
         return
     for f in out.glob(".*.tmp*"):  # the sweep's own files, killed while being written
