@@ -64,7 +64,7 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     spec = REGISTRY[name]
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
     cfg = spec.Config(**fields)
-    train, test = split_data(ctx, spec)
+    train, test = split_data(ctx, spec, cfg)
     sim_spec = ctx.net.replace(transport="sim")
     # the same faults on both: the real transport was built without them, so a compare with --loss
     # or --dropout always reported different parameters and bytes

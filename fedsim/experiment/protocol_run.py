@@ -4,7 +4,10 @@ The scenario's parameters are the protocol's configuration fields (declared once
 ``Config``), plus ``test_frac``. It loads ``--data`` (explicit ratings as they are, implicit
 protocols on the binarized data), holds out a fraction of each user's ratings as test data (the
 most recent ones when the data has timestamps and the protocol learns from implicit feedback, a
-random choice otherwise, from a generator derived from (--seed, "split")), builds the protocol on the network the run options describe,
+random choice otherwise, from a generator derived from (--seed, "split")), after the spec's
+``check_data`` (if any) checked the configuration against the data as loaded (a ``ConfigError``
+naming the setting, e.g. PersonalFR's implicit ``threshold`` left at 3.5 on ratings 1 to 10),
+builds the protocol on the network the run options describe,
 runs it (refusing, with a ``ContractError``, a ``build`` that returns no job, a ``collect`` that
 returns no ``Result`` and a run that sent a message its spec does not declare) and reports: the protocol's own evaluations per round, a test evaluation of the final
 model where the protocol's result can predict ratings, the traffic per message kind (with each
@@ -91,15 +94,21 @@ def evaluated_nobody(row: dict) -> bool:
     return isinstance(count, (int, np.integer)) and not isinstance(count, bool) and count == 0
 
 
-def split_data(ctx: RunContext, spec) -> tuple[Any, Any]:
+def split_data(ctx: RunContext, spec, cfg: Any = None) -> tuple[Any, Any]:
     """``(train, test)`` Ratings for protocol ``spec`` from ``--data`` and ``test_frac`` (see the
-    module docstring); ``(None, None)`` for a protocol that makes its own data."""
+    module docstring); ``(None, None)`` for a protocol that makes its own data. With ``cfg`` (the
+    run's configuration), the spec's ``check_data(cfg, ratings, ctx.given)`` first checks it
+    against the data as loaded (a ``ConfigError`` naming the setting that does not fit)."""
     from ..data import per_user_random, temporal_holdout
     from ..seeding import node_rng
 
     if spec.data == "none":
         return None, None
     ratings = ctx.load_data()
+    if cfg is not None and spec.check_data is not None:
+        # a default meant for other data (PersonalFR's implicit threshold 3.5 on ratings 1 to 10), refused
+        # unless it was asked for; before the split, the binarizing and the network
+        spec.check_data(cfg, ratings, frozenset(ctx.given))
     if spec.data == "implicit":
         ratings = ratings.binarize()
     frac = float(ctx.config.get("test_frac", 0.0))
@@ -129,7 +138,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     spec = REGISTRY[name]
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
     cfg = spec.Config(**fields)
-    train, test = split_data(ctx, spec)
+    train, test = split_data(ctx, spec, cfg)  # (and spec.check_data: the configuration against the data)
     net = ctx.network()
     ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}", rounds=getattr(cfg, spec.rounds_field, None))
     job = check_job(spec, spec.build(net, train, cfg, test=test))

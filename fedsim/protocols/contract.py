@@ -179,7 +179,20 @@ class ProtocolSpec:
     runs in well under a second, for traces, docs and the contract test), ``data`` (what
     ``build`` takes: ``explicit`` or ``implicit`` ratings, or ``none``), ``metric`` (the metric
     its evaluations report first, e.g. ``rmse``), ``paper`` (reference), ``rounds_field`` (the
-    config field that counts rounds or iterations).
+    config field that counts rounds or iterations), ``check_data`` (optional: a check of a
+    configuration against the data before the run, see below).
+
+    ``check_data(config, ratings, given)``, when set, is called by ``fedsim run NAME`` (and
+    ``fedsim compare``, each point of ``fedsim sweep``) once the data is loaded and before the
+    network is built, with the protocol's ``config``, the ``Ratings`` as read from ``--data`` (before any
+    binarizing and before the test split) and ``given``, the frozenset of the names of the
+    settings the user set (``--set``, a config file's ``[params]``, a sweep's grid), whatever
+    their value. It returns None, or raises ``fedsim.config.ConfigError(message, key)`` naming
+    the setting that does not fit the data (the command line prints one ``error:`` line, with
+    the config file's line when the key came from there, and writes no output folder). A default
+    meant for other data can so be refused unless it was asked for (PersonalFR's implicit
+    ``threshold`` 3.5, for 1-5 stars, on ratings 1 to 10). Not called for ``data="none"``, nor
+    by code that calls ``build`` itself.
     """
 
     name: str
@@ -192,6 +205,7 @@ class ProtocolSpec:
     metric: str = ""
     paper: str = ""
     rounds_field: str = "rounds"
+    check_data: Callable[[Any, Any, frozenset], None] | None = None
 
     def __post_init__(self) -> None:
         # the name is typed as `fedsim run NAME`: one with a path separator or a .py suffix was
@@ -217,6 +231,9 @@ class ProtocolSpec:
         for what in ("build", "tiny"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"protocol {self.name!r}: {what} must be a function, got {getattr(self, what)!r}")
+        if self.check_data is not None and not callable(self.check_data):
+            raise TypeError(f"protocol {self.name!r}: check_data must be a function (config, ratings, given) or None, "
+                            f"got {self.check_data!r}")
         fields = [f.name for f in dataclasses.fields(self.Config)]
         if self.rounds_field not in fields:
             raise ValueError(f"protocol {self.name!r}: rounds_field {self.rounds_field!r} (the default is 'rounds') "

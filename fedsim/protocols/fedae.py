@@ -18,7 +18,7 @@ from .common import SERVER, BadMessageError, all_finite, client_names
 from .contract import Kind, Result, server_result
 
 __all__ = [
-    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "checked_download", "checked_items", "checked_params", "evaluate_clients",
+    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "check_against_data", "check_threshold", "checked_download", "checked_items", "checked_params", "evaluate_clients",
     "merge_flops", "param_shapes", "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder", "unscored",
 ]
 
@@ -124,6 +124,30 @@ class FedAEConfig(Config):
 
     def wants_eval(self, t: int) -> bool:
         return t == self.rounds or bool(self.eval_every and t % self.eval_every == 0)
+
+
+def check_threshold(threshold: float, ratings, given, data: str) -> None:
+    """Refuse (``ConfigError`` naming ``threshold``) the default implicit ``threshold`` (3.5, for
+    1-5 stars) on ``ratings`` above 5 unless the caller set it (``"threshold"`` in ``given``, the
+    names of the settings the user set): on a 1-10 scale it made 4 to 10 positive, silently (the
+    paper: > 3.5 on ML1M, > 8 on Anime, section IV-A). ``data`` names the data in the message
+    (``"--data PATH"``, ``"the data (anime)"``). The PersonalFR scenarios (for their implicit
+    task) and the protocols' ``ProtocolSpec.check_data`` (:func:`check_against_data`) call it."""
+    if "threshold" in given or len(ratings) == 0:
+        return
+    values = np.asarray(ratings.values)
+    lo, hi = float(values.min()), float(values.max())
+    if hi > 5:
+        raise ConfigError(f"--set threshold: {data} has ratings {lo:g} to {hi:g}, and the default threshold "
+                          f"{threshold:g} (positive: rating >= threshold) is for 1-5 stars; set it (the paper's "
+                          "Anime, positive above 8: --set threshold=8.5)", "threshold")
+
+
+def check_against_data(cfg: FedAEConfig, ratings, given) -> None:
+    """PersonalFR's and FedAvg-AE's ``ProtocolSpec.check_data``: with ``task = implicit``,
+    :func:`check_threshold` on the ratings as loaded (``ratings.name`` names them)."""
+    if cfg.task == "implicit":
+        check_threshold(cfg.threshold, ratings, given, f"the data ({ratings.name})" if ratings.name else "the data")
 
 
 def checked_items(msg, n_items: int) -> np.ndarray:

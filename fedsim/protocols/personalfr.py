@@ -46,7 +46,7 @@ from ..math import optim
 from .common import SERVER, all_finite, check_data, client_name
 from .contract import Kind, ProtocolSpec
 from .fedae import (
-    EVAL_KINDS, FedAEConfig, FedAEJob, checked_download, checked_items, checked_params, evaluate_clients,
+    EVAL_KINDS, FedAEConfig, FedAEJob, check_against_data, checked_download, checked_items, checked_params, evaluate_clients,
     merge_flops, param_shapes, place_actors, prepare_task, selection_size, SHARED_KINDS, tiny_autoencoder, unscored,
 )
 from .registry import register
@@ -251,6 +251,7 @@ SPEC = register(ProtocolSpec(
         *SHARED_KINDS,
     ),
     build=build, tiny=tiny_autoencoder, data="explicit", metric="rmse", rounds_field="rounds",
+    check_data=check_against_data,
     paper="Le et al.: Personalized Federated Recommender Systems with Private and Partially Federated "
           "AutoEncoders (Asilomar 2022)",
 ))

@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from ...config import ConfigError
 from ...data import partition_users, per_user_random, resolve
 from ...experiment import Param, RunContext, UsageError
 from ...kernel import NetSpec, network_record
 from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
 from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
+from ...protocols.fedae import check_threshold as fedae_check_threshold
 from ...seeding import node_rng
 from ..faults import refuse_faults
 from ..parallel import count_done, default_workers, pmap
@@ -238,15 +240,14 @@ def check_clients(clients, n_users: int) -> None:
 def check_threshold(ctx: RunContext, ratings: Any, tasks) -> None:
     """Refuse (``UsageError``) the implicit task with the default ``threshold`` (3.5, for 1-5
     stars) on data rated above 5 unless the caller set it (``ctx.given``): on a 1-10 scale it made
-    4 to 10 positive, silently (the paper: > 3.5 on ML1M, > 8 on Anime, section IV-A)."""
-    if "implicit" not in tasks or "threshold" in ctx.given or len(ratings) == 0:
+    4 to 10 positive, silently (the paper: > 3.5 on ML1M, > 8 on Anime, section IV-A). The check
+    is the protocols' (``fedae.check_threshold``, which ``fedsim run personalfr`` applies too)."""
+    if "implicit" not in tasks:
         return
-    values = np.asarray(ratings.values)
-    lo, hi = float(values.min()), float(values.max())
-    if hi > 5:
-        raise UsageError(f"--set threshold: --data {ctx.data} has ratings {lo:g} to {hi:g}, and the default "
-                         f"threshold {ctx['threshold']:g} (positive: rating >= threshold) is for 1-5 stars; set it "
-                         "(the paper's Anime, positive above 8: --set threshold=8.5)")
+    try:
+        fedae_check_threshold(ctx["threshold"], ratings, ctx.given, f"--data {ctx.data}")
+    except ConfigError as exc:  # (a scenario's errors about its settings are UsageErrors)
+        raise UsageError(str(exc)) from None
 
 
 def make_specs(ctx: RunContext, clients: list[int], **cfg_over) -> list[RunSpec]:

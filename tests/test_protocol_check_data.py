@@ -1,0 +1,154 @@
+"""ProtocolSpec.check_data: a protocol's check of its configuration against the data before the
+run, and PersonalFR's / FedAvg-AE's use of it (the default implicit threshold 3.5, for 1-5 stars,
+refused on ratings 1 to 10 unless set, as the PersonalFR scenarios refuse it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from fedsim.cli import main
+from fedsim.config import ConfigError
+from fedsim.experiment import run_scenario
+from fedsim.protocols import REGISTRY
+from fedsim.protocols.contract import ProtocolSpec
+
+# small and fast: 12 users in 3 clients, one round of a small autoencoder
+FAST = ["--set", "rounds=1", "--set", "clients=3", "--set", "hidden=8", "--set", "local_epochs=1"]
+
+
+def _anime_like(tmp_path):
+    """An Anime-format folder (rating.csv, ratings 1..10): 12 users, 6 items each."""
+    d = tmp_path / "anime"
+    d.mkdir()
+    rows = [f"{u},{i},{1 + (u * 7 + i * 3) % 10}" for u in range(1, 13) for i in range(1 + u % 4, 7 + u % 4)]
+    (d / "rating.csv").write_text("user_id,anime_id,rating\n" + "\n".join(rows) + "\n")
+    return d
+
+
+@pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
+def test_fedsim_run_refuses_the_default_implicit_threshold_on_ratings_1_to_10(tmp_path, capsys, protocol):
+    # it took 3.5 (meant for 1-5 stars) without a word: ratings 4 to 10 were positives (paper: > 8 on Anime)
+    data = _anime_like(tmp_path)
+    out = tmp_path / "out"
+    argv = ["run", protocol, "--data", str(data), "--set", "task=implicit", *FAST, "--out", str(out), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "error: --set threshold: the data (anime) has ratings 1 to 10, and the default threshold 3.5 (positive: "
+        "rating >= threshold) is for 1-5 stars; set it (the paper's Anime, positive above 8: --set threshold=8.5)"]
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anime"]  # no partial folder left either
+    # fedsim compare runs the same configuration on two transports: refused the same way
+    assert main(["compare", protocol, "--data", str(data), "--set", "task=implicit", *FAST, "--out",
+                 str(tmp_path / "cmp"), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --set threshold: the data (anime) has ratings 1 to 10, and the default threshold 3.5 (positive: "
+        "rating >= threshold) is for 1-5 stars; set it (the paper's Anime, positive above 8: --set threshold=8.5)"]
+    assert not (tmp_path / "cmp").exists()
+
+    # set, it runs, on the threshold asked for
+    assert main(argv + ["--set", "threshold=8.5"]) == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["threshold"] == 8.5 and res["config"]["task"] == "implicit"
+    # the explicit task never reads the threshold: unchanged
+    out2 = tmp_path / "explicit"
+    assert main(["run", protocol, "--data", str(data), *FAST, "--out", str(out2), "--quiet"]) == 0, \
+        capsys.readouterr().err
+    assert json.loads((out2 / "results.json").read_text())["config"]["threshold"] == 3.5
+
+
+def test_ratings_1_to_5_run_with_the_default_threshold(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", "personalfr", "--data", "tiny", "--set", "task=implicit", *FAST, "--out", str(out),
+                 "--quiet"]) == 0, capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["threshold"] == 3.5 and res["config"]["task"] == "implicit"
+
+
+def test_the_protocols_check_reads_the_task_the_scale_and_what_was_set(tmp_path):
+    from fedsim.data import resolve
+    from fedsim.protocols.fedae import FedAEConfig, check_against_data
+
+    ten, five = resolve(str(_anime_like(tmp_path))), resolve("tiny")
+    assert (float(ten.values.max()), float(five.values.max())) == (10, 5)
+    with pytest.raises(ConfigError, match=r"^--set threshold: the data \(anime\) has ratings 1 to 10, ") as exc:
+        check_against_data(FedAEConfig(task="implicit"), ten, frozenset())
+    assert exc.value.key == "threshold"
+    for cfg, r, given in [(FedAEConfig(task="explicit"), ten, ()), (FedAEConfig(task="implicit"), ten, {"threshold"}),
+                          (FedAEConfig(task="implicit", threshold=3.5), ten, {"threshold"}),
+                          (FedAEConfig(task="implicit"), five, ())]:
+        assert check_against_data(cfg, r, frozenset(given)) is None
+    for name in ("personalfr", "fedavg-ae"):
+        assert REGISTRY[name].check_data is check_against_data
+
+
+@pytest.fixture
+def checked_fedrec():
+    """fedrec under another name, with a check_data that records its calls (and raises what
+    ``raises`` holds)."""
+    calls: list[tuple] = []
+    raises: list[Exception] = []
+    built: list[int] = []
+    base = REGISTRY["fedrec"]
+
+    def check(config, ratings, given):
+        calls.append((config, ratings, given))
+        if raises:
+            raise raises[0]
+
+    def build(*a, **kw):
+        built.append(1)
+        return base.build(*a, **kw)
+
+    spec = dataclasses.replace(base, name="fedrec-checked", check_data=check, build=build)
+    REGISTRY.add(spec)
+    try:
+        yield calls, raises, built
+    finally:
+        REGISTRY.remove("fedrec-checked")
+
+
+def test_check_data_is_called_with_the_config_the_loaded_data_and_the_given_keys(tmp_path, checked_fedrec):
+    calls, raises, built = checked_fedrec
+    res = run_scenario("fedrec-checked", data="tiny", out=tmp_path / "o", quiet=True,
+                       overrides={"T": 2, "lr": 0.5, "test_frac": 0.25})
+    assert len(calls) == 1 and built == [1]
+    config, ratings, given = calls[0]
+    assert type(config) is REGISTRY["fedrec"].Config and (config.T, config.lr) == (2, 0.5)
+    assert given == frozenset({"T", "lr", "test_frac"}) and isinstance(given, frozenset)
+    assert len(ratings) == 360 and ratings.n_users == 30  # the whole of --data, before the test split
+    summary = (tmp_path / "o" / "summary.csv").read_text().splitlines()
+    row = dict(zip(summary[0].split(","), summary[1].split(",")))
+    assert int(row["train_ratings"]) + int(row["test_ratings"]) == 360 and int(row["test_ratings"]) > 0
+    assert res["config"]["T"] == 2
+
+    # a check that refuses: the ConfigError reaches the caller, before build; no output folder
+    raises.append(ConfigError("T does not fit", "T"))
+    with pytest.raises(ConfigError, match="^T does not fit$"):
+        run_scenario("fedrec-checked", data="tiny", out=tmp_path / "o2", quiet=True, overrides={"T": 2})
+    assert len(calls) == 2 and calls[1][2] == frozenset({"T"}) and built == [1]
+    assert not (tmp_path / "o2").exists()
+
+
+def test_a_check_data_error_names_the_config_files_line(tmp_path, capsys, checked_fedrec):
+    calls, raises, built = checked_fedrec
+    raises.append(ConfigError("T = 2 does not fit the data", "T"))
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('data = "tiny"\n[params]\nT = 2\n')
+    out = tmp_path / "out"
+    assert main(["run", "fedrec-checked", "--config", str(cfg), "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {cfg}: line 3: [params] T: T = 2 does not fit the data"]
+    assert calls[0][2] == frozenset({"T"}) and built == [] and not out.exists()
+
+
+def test_a_spec_refuses_a_check_data_that_is_not_a_function():
+    base = REGISTRY["fedrec"]
+    with pytest.raises(TypeError, match=r"^protocol 'x': check_data must be a function \(config, ratings, given\) "
+                                        r"or None, got 3$"):
+        dataclasses.replace(base, name="x", check_data=3)
+    assert ProtocolSpec.__dataclass_fields__["check_data"].default is None
+    assert all(REGISTRY[n].check_data is None for n in REGISTRY if n not in ("personalfr", "fedavg-ae"))
