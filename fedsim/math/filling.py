@@ -164,7 +164,11 @@ def virtual_ratings_hf(U_u, V_rated, r_rated, V_sampled, lr, lam, T_local: int) 
             and V_rated.ndim == 2 and V_sampled.ndim == 2 and V_rated.shape[0] > 0 and U_u.shape[0] > 0
             and V_rated.shape[1] == U_u.shape[0] == V_sampled.shape[1] and r_rated.shape[0] == V_rated.shape[0]):
         out = np.empty(V_sampled.shape[0], dtype=dt)
-        par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
+        if _sgd_numba.in_range(dt, lr, lam):
+            par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
+        else:  # (a rate beyond the dtype is inf there: the parameters diverge, as the servers check)
+            with np.errstate(over="ignore"):
+                par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
         k.hf_batch_virtual(np.ascontiguousarray(U_u), np.ascontiguousarray(V_rated), np.ascontiguousarray(r_rated),
                            np.ascontiguousarray(V_sampled), par, int(T_local), out)
         return out
