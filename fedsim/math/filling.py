@@ -141,11 +141,14 @@ def hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local: int) -> np.ndar
     if n == 0:
         return tU
     dt = tU.dtype.type
-    lr = dt(lr)
-    lam = dt(lam)
-    for _ in range(int(T_local)):
-        e = dots_in_order(V_rated, tU) - r_rated
-        tU = tU - lr * (weighted_rows_in_order(e, V_rated) / dt(n) + lam * tU)
+    # a rate beyond the dtype (lr = 1e40 in float32) is inf, and a diverging model overflows in
+    # these steps: silent, as the compiled pass is (the servers check the model)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lr = dt(lr)
+        lam = dt(lam)
+        for _ in range(int(T_local)):
+            e = dots_in_order(V_rated, tU) - r_rated
+            tU = tU - lr * (weighted_rows_in_order(e, V_rated) / dt(n) + lam * tU)
     return tU
 
 
@@ -173,7 +176,8 @@ def virtual_ratings_hf(U_u, V_rated, r_rated, V_sampled, lr, lam, T_local: int) 
                            np.ascontiguousarray(V_sampled), par, int(T_local), out)
         return out
     tU = hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local)
-    return dots_in_order(V_sampled, tU)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return dots_in_order(V_sampled, tU)
 
 
 def virtual_ratings_hf_sgd(
