@@ -151,3 +151,52 @@ def test_client_call_rejects_item_past_the_end(backend):
     b = pmf_sgd_client_step(U, V, np.array([1, 4]), r, **kw)
     np.testing.assert_array_equal(a.U, b.U)
     np.testing.assert_array_equal(a.grads, b.grads)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("lr", [1e40, 1e300, 1e6])
+def test_python_kernels_diverge_as_quietly_as_compiled(dt, lr, monkeypatch):
+    """A diverging call (a rate beyond the dtype, or parameters that overflow): the compiled
+    kernels are silent; the Python ones printed NumPy's overflow and invalid-value warnings
+    (every client of a run, before the server stopped it as diverged). Now both are silent and
+    give the same bits, NaN and inf included."""
+    import warnings
+
+    from fedsim.math.filling import virtual_ratings_hf
+    from fedsim.math.pmf import pmf_batch_client, pmf_sgd_client_step
+
+    rng = np.random.default_rng(4)
+    big = 1e18 if dt == np.float32 else 1e150  # (lr 1e6: a finite rate, products beyond the dtype)
+    V = (rng.normal(size=(30, 6)) * big).astype(dt)
+    O = (rng.normal(size=(30, 6)) * big).astype(dt)
+    U = (rng.normal(size=6) * big).astype(dt)
+    rated = np.array([3, 7, 1, 22, 9, 14, 5], dtype=np.int32)
+    r = rng.integers(1, 6, 7).astype(dt)
+    sampled = np.array([0, 29, 11, 12], dtype=np.int32)
+
+    def calls(backend):
+        out = []
+        for strategy in ("ua", "hf"):
+            kw = dict(t=9, T_predict=3, T_local=4, strategy=strategy, lr=lr, lam=0.01, sampled=sampled, backend=backend)
+            for up in (pmf_sgd_client_step(U, V, rated, r, **kw), svdpp_sgd_client_step(U, V, O, rated, r, **kw)):
+                out += [a for a in up[:4] if a is not None]
+        return out
+
+    def batch():
+        return [*pmf_batch_client(U, V[rated], r, lr, 0.01), *pmf_batch_client(U, V[rated], r, lr, 0.01, order="paper"),
+                virtual_ratings_hf(U, V[rated], r, V[sampled], lr, 0.01, 4)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        python = calls("python")
+        with monkeypatch.context() as m:
+            m.setattr(K, "compiled", lambda: None)  # the NumPy batch step and hybrid filling
+            numpy_batch = batch()
+        compiled_batch = batch()  # (compiled with numba: the rate cast was not quiet)
+        compiled = calls("numba") if K.numba_available() else python
+    assert not all(np.isfinite(a).all() for a in python)
+    assert not np.isfinite(numpy_batch[0]).all() and not np.isfinite(numpy_batch[-1]).all()
+    for x, y in zip(python, compiled, strict=True):
+        np.testing.assert_array_equal(x, y)
+    for x, y in zip(numpy_batch, compiled_batch, strict=True):
+        np.testing.assert_array_equal(x, y)

@@ -6,7 +6,9 @@ importable, :func:`kernels` loads a second copy of this very file under another 
 replaces every kernel in that copy by its ``numba.njit`` version; the compiled kernels call each
 other, the Python ones call each other. Because both run the same operations in the same order
 (no fast-math, hence no re-association and no fused multiply-add), they give bit-identical
-results in float64 and float32 (tested in ``tests/test_math_fedrec_numba.py``).
+results in float64 and float32 (tested in ``tests/test_math_fedrec_numba.py``). :func:`kernels`
+hands the Python ones out each wrapped in ``np.errstate`` (overflow and invalid values ignored):
+on a diverging model they are as silent as the compiled ones.
 
 dtype discipline: every scalar that enters arithmetic is of the array dtype. Scalars are passed
 in a parameter vector ``par`` (see ``P_*``) built by :func:`make_par`, so that float32 runs stay
@@ -765,16 +767,56 @@ def _load_jit():
     return got
 
 
+class _QuietKernels:
+    """The Python kernels as :func:`kernels` hands them out: each called under
+    ``np.errstate(over="ignore", invalid="ignore")``. Their compiled copies are silent when a
+    diverging model (a rate beyond the dtype, ``lr = 1e40`` in float32) overflows; the Python
+    ones printed NumPy's scalar overflow and invalid-value warnings from every client, before
+    the server's check stopped the run as diverged. Same operations, same bits; errstate costs
+    about a microsecond per call, on the fallback only (the compiled namespace is the module)."""
+
+    def __init__(self, mod, names) -> None:
+        self._mod = mod
+        for name in names:
+            setattr(self, name, _quiet(getattr(mod, name)))
+
+    def __getattr__(self, name):  # (constants and helpers: the module's own)
+        return getattr(self._mod, name)
+
+
+def _quiet(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return fn(*args, **kw)
+
+    return call
+
+
+_python_kernels: _QuietKernels | None = None
+
+
+def _python():
+    global _python_kernels
+    if _python_kernels is None:
+        _python_kernels = _QuietKernels(sys.modules[__name__], _KERNELS)
+    return _python_kernels
+
+
 def kernels(backend: str | None = None):
     """The kernel namespace: ``"numba"``, ``"python"`` or ``None``/``"auto"`` (numba if available).
+    The Python kernels come wrapped, each call under ``np.errstate`` (overflow and invalid
+    values ignored), silent as the compiled ones are on a diverging model.
 
     Raises ``RuntimeError`` for ``"numba"`` when numba cannot be used.
     """
     if backend in (None, "auto"):
         mod = _load_jit()
-        return mod if mod is not None else sys.modules[__name__]
+        return mod if mod is not None else _python()
     if backend == "python":
-        return sys.modules[__name__]
+        return _python()
     if backend == "numba":
         mod = _load_jit()
         if mod is None:

@@ -173,39 +173,42 @@ def merge_active(
     prev = decoder_of(decoder)
     w_key, b_key = output_keys(prev)
     kern = active_kernels.compiled()  # None without numba: NumPy's expressions, the same sums
-    out: Params = {}
-    for key, value in prev.items():
-        if key in (w_key, b_key):
-            continue
-        acc = np.zeros(value.shape, dtype=np.float64)
-        for wm, sl in zip(w, slices):
-            if kern is not None and sl[key].shape == value.shape:
-                kern.add_scaled(acc.reshape(-1), np.ascontiguousarray(sl[key]).reshape(-1), wm)
+    # a diverging decoder overflows in these sums: silent, as the compiled ones are (the server
+    # checks the merged decoder once per round)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: Params = {}
+        for key, value in prev.items():
+            if key in (w_key, b_key):
+                continue
+            acc = np.zeros(value.shape, dtype=np.float64)
+            for wm, sl in zip(w, slices):
+                if kern is not None and sl[key].shape == value.shape:
+                    kern.add_scaled(acc.reshape(-1), np.ascontiguousarray(sl[key]).reshape(-1), wm)
+                else:
+                    acc += wm * sl[key]
+            out[key] = (acc / w.sum()).astype(value.dtype)
+        all_rows = [_items(it) for it in items]
+        union = np.unique(np.concatenate(all_rows)) if all_rows else np.zeros(0, np.int64)
+        acc_w = np.zeros((union.size, prev[w_key].shape[1]), dtype=np.float64)  # only rows someone has active
+        acc_b = np.zeros(union.size, dtype=np.float64)
+        weight_i = np.zeros(union.size, dtype=np.float64)
+        for wm, sl, rows in zip(w, slices, all_rows):
+            if sl[w_key].shape[0] != rows.size or sl[b_key].shape != (rows.size,):
+                raise ValueError("a slice's output layer does not match its items")
+            pos = np.searchsorted(union, rows)
+            if kern is not None:
+                kern.add_rows(acc_w, acc_b, weight_i, pos, sl[w_key], sl[b_key], wm)
             else:
-                acc += wm * sl[key]
-        out[key] = (acc / w.sum()).astype(value.dtype)
-    all_rows = [_items(it) for it in items]
-    union = np.unique(np.concatenate(all_rows)) if all_rows else np.zeros(0, np.int64)
-    acc_w = np.zeros((union.size, prev[w_key].shape[1]), dtype=np.float64)  # only rows someone has active
-    acc_b = np.zeros(union.size, dtype=np.float64)
-    weight_i = np.zeros(union.size, dtype=np.float64)
-    for wm, sl, rows in zip(w, slices, all_rows):
-        if sl[w_key].shape[0] != rows.size or sl[b_key].shape != (rows.size,):
-            raise ValueError("a slice's output layer does not match its items")
-        pos = np.searchsorted(union, rows)
-        if kern is not None:
-            kern.add_rows(acc_w, acc_b, weight_i, pos, sl[w_key], sl[b_key], wm)
+                acc_w[pos] += wm * sl[w_key]
+                acc_b[pos] += wm * sl[b_key]
+                weight_i[pos] += wm
+        if mode == "per_item":
+            rows_w = acc_w / weight_i[:, None]
+            rows_b = acc_b / weight_i
         else:
-            acc_w[pos] += wm * sl[w_key]
-            acc_b[pos] += wm * sl[b_key]
-            weight_i[pos] += wm
-    if mode == "per_item":
-        rows_w = acc_w / weight_i[:, None]
-        rows_b = acc_b / weight_i
-    else:
-        rest = w.sum() - weight_i  # weight of the clients that fill row i with the previous value
-        rows_w = (acc_w + rest[:, None] * prev[w_key][union]) / w.sum()
-        rows_b = (acc_b + rest * prev[b_key][union]) / w.sum()
+            rest = w.sum() - weight_i  # weight of the clients that fill row i with the previous value
+            rows_w = (acc_w + rest[:, None] * prev[w_key][union]) / w.sum()
+            rows_b = (acc_b + rest * prev[b_key][union]) / w.sum()
     new_w = np.array(prev[w_key], copy=True)  # rows nobody has active keep their previous value exactly
     new_b = np.array(prev[b_key], copy=True)
     new_w[union] = rows_w

@@ -491,27 +491,30 @@ def mean_params(models, like: dict) -> dict:
     if len(models) == 0:
         raise ValueError("mean_params: no model to average")
     kern = active_kernels.compiled()
-    out = {}
-    for key, ref in like.items():
-        acc = np.zeros(ref.shape, dtype=np.float64)
-        arrays = [p[key] for p in models]
-        for k, a in enumerate(arrays):
-            if np.shape(a) != ref.shape:
-                raise ValueError(f"mean_params: model {k}'s {key!r} has shape {np.shape(a)}, expected {ref.shape}")
-        if kern is not None and all(a.shape == ref.shape and a.dtype in (np.float32, np.float64)
-                                    and a.flags.c_contiguous for a in arrays):
-            flat = acc.reshape(-1)
-            for i in range(0, len(arrays), 4):
-                group = [a.reshape(-1) for a in arrays[i:i + 4]]
-                n = len(group)
-                group += [group[0]] * (4 - n)
-                if len({g.dtype for g in group}) > 1:  # (mixed dtypes: one compiled signature each)
-                    for g in group[:n]:
-                        flat += g
-                    continue
-                kern.add_each(flat, *group, n)
-        else:
-            for a in arrays:
-                acc += a
-        out[key] = (acc / len(models)).astype(ref.dtype)
+    # a diverging model overflows in these sums: silent, as the compiled ones are (the servers
+    # check the mean once per round)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = {}
+        for key, ref in like.items():
+            acc = np.zeros(ref.shape, dtype=np.float64)
+            arrays = [p[key] for p in models]
+            for k, a in enumerate(arrays):
+                if np.shape(a) != ref.shape:
+                    raise ValueError(f"mean_params: model {k}'s {key!r} has shape {np.shape(a)}, expected {ref.shape}")
+            if kern is not None and all(a.shape == ref.shape and a.dtype in (np.float32, np.float64)
+                                        and a.flags.c_contiguous for a in arrays):
+                flat = acc.reshape(-1)
+                for i in range(0, len(arrays), 4):
+                    group = [a.reshape(-1) for a in arrays[i:i + 4]]
+                    n = len(group)
+                    group += [group[0]] * (4 - n)
+                    if len({g.dtype for g in group}) > 1:  # (mixed dtypes: one compiled signature each)
+                        for g in group[:n]:
+                            flat += g
+                        continue
+                    kern.add_each(flat, *group, n)
+            else:
+                for a in arrays:
+                    acc += a
+            out[key] = (acc / len(models)).astype(ref.dtype)
     return out

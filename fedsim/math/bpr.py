@@ -526,36 +526,38 @@ def fpl_client_round(
     pos, neg, u = sample_triples(sampler, T, rng)
     send = u < float(pi)
     p = np.array(p_u, dtype=np.float64)  # a copy: p_u is never modified
-
-    if local_item_updates:
-        p, d_pos, d_neg, bd_pos, bd_neg = _loop_reference(
-            p, Q, b, pos, neg, lr, reg, True, user_update == "per_triple"
-        )
-        d_pos, bd_pos = d_pos[send], bd_pos[send]
-    else:
-        Qi = Q[pos]
-        Qj = Q[neg]
-        bi = b[pos]
-        bj = b[neg]
-        diff = np.subtract(Qi, Qj, dtype=np.float64)
-        if user_update == "per_triple":
-            P_hist, g = _loop_fixed_items(p, diff, (bi - bj).tolist(), lr, reg.user)
+    # a diverging model (a rate or Theta beyond float32) overflows here: silent, as the compiled
+    # round is; the server checks Theta once per round
+    with np.errstate(over="ignore", invalid="ignore"):
+        if local_item_updates:
+            p, d_pos, d_neg, bd_pos, bd_neg = _loop_reference(
+                p, Q, b, pos, neg, lr, reg, True, user_update == "per_triple"
+            )
+            d_pos, bd_pos = d_pos[send], bd_pos[send]
         else:
-            x = (bi - bj) + diff @ p
-            g = 1.0 / (1.0 + np.exp(np.clip(x, -700.0, 700.0)))
-            P_hist = np.broadcast_to(p.copy(), diff.shape)
-            p += lr * (g @ diff - T * reg.user * p)
-        gP = g[:, None] * P_hist
-        d_neg = -gP - reg.neg_item * Qj
-        bd_neg = -g - reg.bias * bj
-        gP = gP[send]
-        gs = g[send]
-        d_pos = gP - reg.pos_item * Qi[send]
-        bd_pos = gs - reg.bias * bi[send]
+            Qi = Q[pos]
+            Qj = Q[neg]
+            bi = b[pos]
+            bj = b[neg]
+            diff = np.subtract(Qi, Qj, dtype=np.float64)
+            if user_update == "per_triple":
+                P_hist, g = _loop_fixed_items(p, diff, (bi - bj).tolist(), lr, reg.user)
+            else:
+                x = (bi - bj) + diff @ p
+                g = 1.0 / (1.0 + np.exp(np.clip(x, -700.0, 700.0)))
+                P_hist = np.broadcast_to(p.copy(), diff.shape)
+                p += lr * (g @ diff - T * reg.user * p)
+            gP = g[:, None] * P_hist
+            d_neg = -gP - reg.neg_item * Qj
+            bd_neg = -g - reg.bias * bj
+            gP = gP[send]
+            gs = g[send]
+            d_pos = gP - reg.pos_item * Qi[send]
+            bd_pos = gs - reg.bias * bi[send]
 
-    update = _assemble(neg, pos, send, d_neg, d_pos, bd_neg, bd_pos, out_dtype)
-    if how != "none":
-        update = merge_update(update, how)
+        update = _assemble(neg, pos, send, d_neg, d_pos, bd_neg, bd_pos, out_dtype)
+        if how != "none":
+            update = merge_update(update, how)
     return p, update
 
 

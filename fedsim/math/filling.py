@@ -141,11 +141,14 @@ def hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local: int) -> np.ndar
     if n == 0:
         return tU
     dt = tU.dtype.type
-    lr = dt(lr)
-    lam = dt(lam)
-    for _ in range(int(T_local)):
-        e = dots_in_order(V_rated, tU) - r_rated
-        tU = tU - lr * (weighted_rows_in_order(e, V_rated) / dt(n) + lam * tU)
+    # a rate beyond the dtype (lr = 1e40 in float32) is inf, and a diverging model overflows in
+    # these steps: silent, as the compiled pass is (the servers check the model)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lr = dt(lr)
+        lam = dt(lam)
+        for _ in range(int(T_local)):
+            e = dots_in_order(V_rated, tU) - r_rated
+            tU = tU - lr * (weighted_rows_in_order(e, V_rated) / dt(n) + lam * tU)
     return tU
 
 
@@ -164,12 +167,17 @@ def virtual_ratings_hf(U_u, V_rated, r_rated, V_sampled, lr, lam, T_local: int) 
             and V_rated.ndim == 2 and V_sampled.ndim == 2 and V_rated.shape[0] > 0 and U_u.shape[0] > 0
             and V_rated.shape[1] == U_u.shape[0] == V_sampled.shape[1] and r_rated.shape[0] == V_rated.shape[0]):
         out = np.empty(V_sampled.shape[0], dtype=dt)
-        par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
+        if _sgd_numba.in_range(dt, lr, lam):
+            par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
+        else:  # (a rate beyond the dtype is inf there: the parameters diverge, as the servers check)
+            with np.errstate(over="ignore"):
+                par = np.array((lr, lam, V_rated.shape[0]), dtype=dt)
         k.hf_batch_virtual(np.ascontiguousarray(U_u), np.ascontiguousarray(V_rated), np.ascontiguousarray(r_rated),
                            np.ascontiguousarray(V_sampled), par, int(T_local), out)
         return out
     tU = hf_local_user_batch(U_u, V_rated, r_rated, lr, lam, T_local)
-    return dots_in_order(V_sampled, tU)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return dots_in_order(V_sampled, tU)
 
 
 def virtual_ratings_hf_sgd(

@@ -146,16 +146,18 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
         return U_u.copy(), np.empty((0, U_u.shape[0]), dtype=V_rows.dtype)
     if order == "code" and _sgd_numba.compiled() is not None and _one_dtype(U_u, V_rows, ratings):
         return _batch_client_jit(U_u, V_rows, np.arange(n, dtype=np.int32), ratings, lr, lam, n)
-    e = dots_in_order(V_rows, U_u) - ratings
-    grad_u = weighted_rows_in_order(e, V_rows) / dt(n) + lam * U_u
-    new_u = U_u - lr * grad_u
-    if order == "code":
-        grads = e[:, None] * U_u[None, :] + lam * V_rows
-    elif order == "paper":
-        e2 = dots_in_order(V_rows, new_u) - ratings
-        grads = e2[:, None] * new_u[None, :] + lam * V_rows
-    else:
+    if order != "code" and order != "paper":
         raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
+    # (a diverging model overflows here: silent, as the compiled pass is; the servers check it)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = dots_in_order(V_rows, U_u) - ratings
+        grad_u = weighted_rows_in_order(e, V_rows) / dt(n) + lam * U_u
+        new_u = U_u - lr * grad_u
+        if order == "code":
+            grads = e[:, None] * U_u[None, :] + lam * V_rows
+        else:
+            e2 = dots_in_order(V_rows, new_u) - ratings
+            grads = e2[:, None] * new_u[None, :] + lam * V_rows
     return new_u, grads
 
 

@@ -524,8 +524,9 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             parts_items = [msg.payload["items"] for msg in noise]
             parts_grads = [msg.payload["grads"] for msg in noise]
             # content order (gather), then the denoiser's own gradients (Eq. 9)
-            items, sums, counts = denoiser_sums(parts_items, parts_grads, own_items, own_grads, d=cfg.d,
-                                                dtype=dt, count_own=cfg.count_own)
+            with np.errstate(over="ignore", invalid="ignore"):  # (a diverging model: the server checks V)
+                items, sums, counts = denoiser_sums(parts_items, parts_grads, own_items, own_grads, d=cfg.d,
+                                                    dtype=dt, count_own=cfg.count_own)
             touched = sum(it.shape[0] for it in parts_items) + own_items.shape[0]
         own = None
         await ctx.compute(float(touched * cfg.d), "denoise")
