@@ -44,10 +44,10 @@ from .experiment import (
 from .experiment.configfile import at
 from .experiment.params import set_keys
 from .experiment.runner import (
-    add_fault_arguments, closing_line, did_not_finish, net_from_args, out_of_memory, resolve_run_options,
-    sigterm_as_interrupt,
+    RUN_FAILURES, add_fault_arguments, closing_line, did_not_finish, did_not_finish_line, net_from_args,
+    resolve_run_options, sigterm_as_interrupt,
 )
-from .kernel.errors import ActorError, DeadlockError, NetworkConfigError, TransportError
+from .kernel.errors import DeadlockError, NetworkConfigError
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -461,14 +461,8 @@ def _main(argv: list[str], term: list[int] | None = None) -> int:
     except (UsageError, ScenarioError, ConfigError, NetworkConfigError, _contract_error()) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except DeadlockError as exc:  # a run that did not finish: who waits for what, without a traceback
-        print(f"error: {did_not_finish(exc)}", file=sys.stderr)
-        return 1
-    except TransportError as exc:  # a real transport broke (a worker died, a peer closed): what, not where in fedsim
-        print(f"error: the run did not finish, no output folder was written: {exc}", file=sys.stderr)
-        return 1
-    except (ActorError, MemoryError, ValueError) as exc:
-        text = out_of_memory(exc)
+    except RUN_FAILURES as exc:  # a run that did not finish (deadlock, broken transport, memory): one line, no traceback
+        text = did_not_finish_line(exc)
         if text is None:
             raise
         print(f"error: {text}", file=sys.stderr)

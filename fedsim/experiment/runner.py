@@ -35,8 +35,8 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["FlagOnce", "OutputFolder", "StoreOnce", "add_fault_arguments", "add_run_arguments", "closing_line", "default_out_dir",
-           "did_not_finish", "net_from_args", "recover_replaced", "remove_dead_partials",
+__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments",
+           "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
 
@@ -753,14 +753,8 @@ def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) 
     except (UsageError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except DeadlockError as exc:
-        print(f"error: {did_not_finish(exc)}", file=sys.stderr)
-        return 1
-    except TransportError as exc:  # a real transport broke (a worker died, a peer closed): as `fedsim run` says it
-        print(f"error: the run did not finish, no output folder was written: {exc}", file=sys.stderr)
-        return 1
-    except (ActorError, MemoryError, ValueError) as exc:
-        text = out_of_memory(exc)
+    except RUN_FAILURES as exc:  # (as `fedsim run` says them)
+        text = did_not_finish_line(exc)
         if text is None:
             raise
         print(f"error: {text}", file=sys.stderr)
@@ -788,6 +782,24 @@ def did_not_finish(exc: BaseException, written: str | Path | None = None, advice
     where = "no output folder was written" if written is None else \
         f"{str(written).rstrip('/')}/ holds the run up to its deadlock"
     return f"the run did not finish, {where}: " + "\n".join(lines)
+
+
+#: what a run that did not finish raises, for :func:`did_not_finish_line` (a ValueError or an
+#: ActorError that is none of its cases is re-raised by the callers)
+RUN_FAILURES = (DeadlockError, TransportError, ActorError, MemoryError, ValueError)
+
+
+def did_not_finish_line(exc: BaseException) -> str | None:
+    """The ``error:`` text (without the prefix) of a run that did not finish and wrote nothing:
+    a deadlock (who waits for what), a real transport that broke (a worker killed, a peer that
+    closed: what broke, not where in fedsim), an allocation that failed (:func:`out_of_memory`);
+    None for any other exception. ``fedsim run`` and ``python SCRIPT`` print it as one line and
+    exit with status 1."""
+    if isinstance(exc, DeadlockError):
+        return did_not_finish(exc)
+    if isinstance(exc, TransportError):
+        return f"the run did not finish, no output folder was written: {exc}"
+    return out_of_memory(exc)
 
 
 def out_of_memory(exc: BaseException) -> str | None:
