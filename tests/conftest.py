@@ -225,3 +225,12 @@ def run_to_bad_message(net):
     cause = info.value.__cause__
     assert isinstance(cause, BadMessageError), repr(cause)
     return info.value, cause
+
+
+def anime_like(tmp_path):
+    """(A test helper.) An Anime-format folder (rating.csv, ratings 1..10): 12 users, 6 items each."""
+    d = tmp_path / "anime"
+    d.mkdir()
+    rows = [f"{u},{i},{1 + (u * 7 + i * 3) % 10}" for u in range(1, 13) for i in range(1 + u % 4, 7 + u % 4)]
+    (d / "rating.csv").write_text("user_id,anime_id,rating\n" + "\n".join(rows) + "\n")
+    return d

@@ -14,24 +14,16 @@ from fedsim.config import ConfigError
 from fedsim.experiment import run_scenario
 from fedsim.protocols import REGISTRY
 from fedsim.protocols.contract import ProtocolSpec
+from conftest import anime_like
 
 # small and fast: 12 users in 3 clients, one round of a small autoencoder
 FAST = ["--set", "rounds=1", "--set", "clients=3", "--set", "hidden=8", "--set", "local_epochs=1"]
 
 
-def _anime_like(tmp_path):
-    """An Anime-format folder (rating.csv, ratings 1..10): 12 users, 6 items each."""
-    d = tmp_path / "anime"
-    d.mkdir()
-    rows = [f"{u},{i},{1 + (u * 7 + i * 3) % 10}" for u in range(1, 13) for i in range(1 + u % 4, 7 + u % 4)]
-    (d / "rating.csv").write_text("user_id,anime_id,rating\n" + "\n".join(rows) + "\n")
-    return d
-
-
 @pytest.mark.parametrize("protocol", ["personalfr", "fedavg-ae"])
 def test_fedsim_run_refuses_the_default_implicit_threshold_on_ratings_1_to_10(tmp_path, capsys, protocol):
     # it took 3.5 (meant for 1-5 stars) without a word: ratings 4 to 10 were positives (paper: > 8 on Anime)
-    data = _anime_like(tmp_path)
+    data = anime_like(tmp_path)
     out = tmp_path / "out"
     argv = ["run", protocol, "--data", str(data), "--set", "task=implicit", *FAST, "--out", str(out), "--quiet"]
     assert main(argv) == 2
@@ -72,7 +64,7 @@ def test_the_protocols_check_reads_the_task_the_scale_and_what_was_set(tmp_path)
     from fedsim.data import resolve
     from fedsim.protocols.fedae import FedAEConfig, check_against_data
 
-    ten, five = resolve(str(_anime_like(tmp_path))), resolve("tiny")
+    ten, five = resolve(str(anime_like(tmp_path))), resolve("tiny")
     assert (float(ten.values.max()), float(five.values.max())) == (10, 5)
     with pytest.raises(ConfigError, match=r"^--set threshold: the data \(anime\) has ratings 1 to 10, ") as exc:
         check_against_data(FedAEConfig(task="implicit"), ten, frozenset())

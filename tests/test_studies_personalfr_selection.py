@@ -7,6 +7,7 @@ import pytest
 from fedsim.experiment import run_scenario
 from fedsim.studies.personalfr import load_task
 from fedsim.studies.personalfr.runs import split
+from conftest import anime_like
 
 
 def _keys(r):
@@ -216,15 +217,6 @@ def test_the_command_a_faulty_network_refusal_suggests_runs_on_its_data(protocol
     assert (out / "results.json").exists()
 
 
-def _anime_like(tmp_path):
-    """An Anime-format folder (rating.csv, ratings 1..10): 12 users, 6 items each."""
-    d = tmp_path / "anime"
-    d.mkdir()
-    rows = [f"{u},{i},{1 + (u * 7 + i * 3) % 10}" for u in range(1, 13) for i in range(1 + u % 4, 7 + u % 4)]
-    (d / "rating.csv").write_text("user_id,anime_id,rating\n" + "\n".join(rows) + "\n")
-    return d
-
-
 @pytest.mark.parametrize("name, over", [
     ("personalfr_table3", {"clients": [2], "rounds": 1, "tasks": ["explicit", "implicit"], "repeats": 1}),
     ("personalfr_compression", {"clients": [2], "rounds": 1, "repeats": 1, "task": "implicit"}),
@@ -233,7 +225,7 @@ def test_the_default_implicit_threshold_is_refused_on_ratings_above_5(name, over
     # threshold 3.5 (for 1-5 stars) made 4..10 positive on Anime-like data, silently (paper: > 8 there)
     from fedsim.experiment import UsageError
 
-    data = _anime_like(tmp_path)
+    data = anime_like(tmp_path)
     with pytest.raises(UsageError) as exc:
         run_scenario(name, data=str(data), out=tmp_path / "o", quiet=True, overrides=dict(over, workers=1))
     assert str(exc.value) == (f"--set threshold: --data {data} has ratings 1 to 10, and the default threshold 3.5 "
@@ -254,7 +246,7 @@ def test_the_threshold_check_reads_the_tasks_the_scale_and_what_was_set(tmp_path
     def ctx(given=()):
         return RunContext("personalfr_table3", {"threshold": 3.5}, "d", 0, None, tmp_path, given=frozenset(given))
 
-    ten, five = resolve(str(_anime_like(tmp_path))), resolve("tiny")
+    ten, five = resolve(str(anime_like(tmp_path))), resolve("tiny")
     assert float(ten.values.max()) == 10 and float(five.values.max()) == 5
     with pytest.raises(UsageError, match=r"^--set threshold: --data d has ratings 1 to 10, "):
         check_threshold(ctx(), ten, ("implicit",))
