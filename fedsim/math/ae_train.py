@@ -253,30 +253,44 @@ def local_train(
                 np.copyto(v, source[k])
         if state is None:
             state = optim.sgd_init(params)
-        n = x.shape[0]
         flops = 0
-        steps = 0
-        last = 0.0
-        for _ in range(int(epochs)):
-            order = rng.permutation(n)
-            total = 0.0
-            nb = 0
-            for b0 in range(0, n, int(batch)):
-                b = np.sort(order[b0:b0 + int(batch)])
-                r = ae.loss_and_grads(params, x[b], target[b], mask[b], loss=loss, dropout=dropout,
-                                      rng=rng if dropout > 0 else None, sequential_sums=sequential_sums)
-                flops += r.flops
-                coef = None
-                if clip is not None and clip > 0:  # clip_grad_norm's scaling, done inside the step
-                    _, coef, f = optim.clip_coef(r.grads, clip, exact=exact_norm)
-                    flops += f
-                flops += optim.sgd_step(params, r.grads, state, lr=lr, momentum=momentum, nesterov=nesterov,
-                                        weight_decay=weight_decay, restrict=restrict, grad_scale=coef)
-                total += r.loss
-                nb += 1
-                steps += 1
-            last = total / max(nb, 1)
+
+        def step(b):  # one step on the rows b; the FLOPs as executed
+            nonlocal flops
+            r = ae.loss_and_grads(params, x[b], target[b], mask[b], loss=loss, dropout=dropout,
+                                  rng=rng if dropout > 0 else None, sequential_sums=sequential_sums)
+            flops += r.flops
+            coef = None
+            if clip is not None and clip > 0:  # clip_grad_norm's scaling, done inside the step
+                _, coef, f = optim.clip_coef(r.grads, clip, exact=exact_norm)
+                flops += f
+            flops += optim.sgd_step(params, r.grads, state, lr=lr, momentum=momentum, nesterov=nesterov,
+                                    weight_decay=weight_decay, restrict=restrict, grad_scale=coef)
+            return r.loss
+
+        steps, last = _minibatches(x.shape[0], epochs, batch, rng, step)
         return LocalResult(int(flops), float(last), steps)
+
+
+def _minibatches(n: int, epochs: int, batch: int, rng: np.random.Generator,
+                 step: Callable[[np.ndarray], float]) -> tuple[int, float]:
+    """``local_train``'s loop, shared by its two paths: ``epochs`` passes over ``n`` rows, each one
+    permutation drawn from ``rng`` then ``step(b)`` on its batches of ``batch`` rows in order (``b``
+    the rows' indices, sorted); ``step`` returns the batch's loss. Returns the number of steps and
+    the mean loss of the last epoch (0.0 without epochs)."""
+    batch = int(batch)
+    steps = 0
+    last = 0.0
+    for _ in range(int(epochs)):
+        order = rng.permutation(n)
+        total = 0.0
+        nb = 0
+        for b0 in range(0, n, batch):
+            total += step(np.sort(order[b0:b0 + batch]))
+            nb += 1
+        steps += nb
+        last = total / max(nb, 1)
+    return steps, last
 
 
 def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng, loss, momentum, nesterov,
@@ -314,8 +328,7 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
     if not (sequential_sums or exact_norm):
         one = _FusedStep.make(sub, sub_state, loss=loss, lr=lr, momentum=momentum, nesterov=nesterov,
                               weight_decay=weight_decay, clip=clip, dropout=dropout)
-    flops = steps = 0
-    last = 0.0
+    flops = 0
     if _all_steps_at_once(one, batch):  # all the steps in one compiled call, the draws made first
         losses, clipped, sizes = one.train(xs, ts, ms, int(epochs), int(batch), rng)
         steps = len(losses)
@@ -326,25 +339,18 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
         if clip is not None and clip > 0:
             flops += (2 * steps + int(clipped.sum())) * size  # clip_coef's count for the whole model
         per_epoch = -(-n // int(batch))  # batches per epoch
-        # the last epoch's mean, added up as the loop does
+        # the last epoch's mean, added up as _minibatches does
         last = sum(losses[-per_epoch:].tolist()) / per_epoch if n else 0.0
-        epochs = 0  # (all done: the loop below has nothing left to run)
-    for _ in range(int(epochs)):
-        order = rng.permutation(n)
-        total = 0.0
-        nb = 0
-        for b0 in range(0, n, int(batch)):
-            b = np.sort(order[b0:b0 + int(batch)])
+    else:
+        def step(b):  # one step of the cut model on the rows b; the FLOPs of the whole model's step
+            nonlocal flops
             flops += ae.train_flops(enc_sizes, dec_sizes, len(b), loss=loss, dropout=dropout)
             if one is not None:
                 value, clipped = one(xs[b], ts[b], ms[b], rng)
-                total += value
                 if clip is not None and clip > 0:
                     flops += (3 if clipped else 2) * size  # clip_coef's count for the whole model
                 flops += step_flops
-                nb += 1
-                steps += 1
-                continue
+                return value
             r = ae.loss_and_grads(sub, xs[b], ts[b], ms[b], loss=loss, dropout=dropout,
                                   rng=rng if dropout > 0 else None, sequential_sums=sequential_sums)
             coef = None
@@ -354,10 +360,9 @@ def _local_train_lazy(params, state, x, target, mask, *, epochs, batch, lr, rng,
             optim.sgd_step(sub, r.grads, sub_state, lr=lr, momentum=momentum, nesterov=nesterov,
                            weight_decay=weight_decay, grad_scale=coef)
             flops += step_flops
-            total += r.loss
-            nb += 1
-            steps += 1
-        last = total / max(nb, 1)
+            return r.loss
+
+        steps, last = _minibatches(n, epochs, batch, rng, step)
     if not cut:
         return LocalResult(int(flops), float(last), steps)
     # the entries the data never reached get their steps at once, the reached ones the trained values
