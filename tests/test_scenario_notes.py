@@ -261,3 +261,40 @@ def test_personalfr_checks_claim_no_ordering_when_one_methods_spread_is_unknown(
     assert line(nan, nan) == head + " (one repeat: no spread to judge the gap by)"
     assert line(0.01, 0.02) == head
     assert line(0.01, 0.2) == head + " (the gap is within a population std over the repeats: not a clear ordering)"
+
+
+def test_personalfr_checks_weigh_joint_against_the_spread_too():
+    # implicit, selected NDCG@10: Joint 0.4916 +- 0.0223 against FedAvg 0.4939 +- 0.0437 (a tiny run):
+    # the note said "Joint 0.4916 NOT at least as good as both" from the means alone, a gap of 0.0023
+    # inside either spread, while the PersonalFR-FedAvg gap beside it was weighed
+    from fedsim.studies.personalfr.report import verdicts
+
+    class Ctx:
+        def __init__(self):
+            self.notes = []
+
+        def note(self, text):
+            self.notes.append(text)
+
+    def line(joint, joint_sd, fa=(0.4939, 0.0437), pf=(0.4800, 0.0452)):
+        ctx = Ctx()
+        verdicts(ctx, [{"task": "implicit", "method": "joint", "clients": "1 (central)", "selected": joint,
+                        "selected_std": joint_sd},
+                       {"task": "implicit", "method": "fedavg", "clients": "4", "selected": fa[0], "selected_std": fa[1]},
+                       {"task": "implicit", "method": "personalfr", "clients": "4", "selected": pf[0],
+                        "selected_std": pf[1]}])
+        return ctx.notes[0].splitlines()[-1]
+
+    nan = float("nan")
+    head = ("- implicit, M = 4: PersonalFR 0.4800 vs FedAvg 0.4939: FedAvg better (the gap is within a population "
+            "std over the repeats: not a clear ordering); Joint ")
+    assert line(0.4916, 0.0223) == head + ("0.4916 NOT at least as good as both (the gap is within a population std "
+                                           "over the repeats: not a clear ordering)")
+    assert line(0.3, 0.01) == head + "0.3000 NOT at least as good as both"  # 0.19 beyond every spread
+    assert line(0.6, 0.01) == head + "0.6000 at least as good as both"
+    assert line(0.4916, nan) == head + ("0.4916 NOT at least as good as both (one of them has no spread over its "
+                                        "repeats: not a clear ordering)")
+    # ahead of one by more than the spread, of the other within it: the clear one decides
+    assert line(0.47, 0.001, fa=(0.60, 0.001), pf=(0.475, 0.01)).endswith("; Joint 0.4700 NOT at least as good as both")
+    assert line(0.4916, nan, fa=(0.4939, nan), pf=(0.48, nan)).endswith(
+        "0.4916 NOT at least as good as both (one repeat: no spread to judge the gap by)")
