@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from fedsim.experiment import run_scenario
 
 
@@ -298,3 +300,32 @@ def test_personalfr_checks_weigh_joint_against_the_spread_too():
     assert line(0.47, 0.001, fa=(0.60, 0.001), pf=(0.475, 0.01)).endswith("; Joint 0.4700 NOT at least as good as both")
     assert line(0.4916, nan, fa=(0.4939, nan), pf=(0.48, nan)).endswith(
         "0.4916 NOT at least as good as both (one repeat: no spread to judge the gap by)")
+
+
+@pytest.mark.parametrize("seed, case", [(0, "within"), (1, "equal")])
+def test_fpl_fig3_weighs_how_far_pi_moves_ic_against_the_seed_spread(tmp_path, seed, case):
+    # two seeds, pi in {0.5, 1}: the note said "pi moves its IC@10 more (0.5 vs 0.0)" from the means
+    # alone, with IC@10 sds of 0.7 over the seeds (seed 0); and "NOT more (0.0 vs 0.0)" for two equal
+    # ranges (seed 1)
+    out = tmp_path / "fig3"
+    run_scenario("fpl_fig3", data="tiny", out=out, seed=seed, profile="lan", quiet=True,
+                 overrides={**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 2})
+    report = (out / "report.md").read_text()
+    rows = _csv(out / "ic_vs_p.csv")
+    seen = set()
+    for plus, plain in (("sFPL+", "sFPL"), ("pFPL+", "pFPL")):
+        ics = {p: [float(r["IC@10"]) for r in rows if r["preset"] == p] for p in (plus, plain)}
+        r_plus, r_plain = (max(ics[p]) - min(ics[p]) for p in (plus, plain))
+        sd = max(float(r["IC@10 sd"]) for r in rows if r["preset"] in (plus, plain))
+        if r_plus == r_plain:
+            expected = f"pi moves its IC@10 as much ({r_plus:.1f} vs {r_plain:.1f})"
+            seen.add("equal")
+        else:
+            how = "more" if r_plus > r_plain else "NOT more"
+            diff = abs(r_plus - r_plain)
+            verdict = (f"the gap, {diff:.1f}, exceeds the largest IC@10 sd over seeds of either" if diff > sd
+                       else f"the gap, {diff:.1f}, is within an IC@10 sd over seeds: not a clear ordering")
+            expected = f"pi moves its IC@10 {how} ({r_plus:.1f} vs {r_plain:.1f}; {verdict})"
+            seen.add("within" if diff <= sd else "beyond")
+        assert expected + "\n" in report + "\n"
+    assert case in seen  # the case this seed was picked for occurs in its run
