@@ -329,3 +329,19 @@ def test_fpl_fig3_weighs_how_far_pi_moves_ic_against_the_seed_spread(tmp_path, s
             seen.add("within" if diff <= sd else "beyond")
         assert expected + "\n" in report + "\n"
     assert case in seen  # the case this seed was picked for occurs in its run
+
+
+def test_fpl_table2_top_pop_note_names_the_methods_significantly_below_it(tmp_path):
+    # the note listed the methods it could not tell from Top-Pop and those above it: the ones
+    # significantly below (Random here, and more on a tiny run) were in no list
+    out, report = _run(tmp_path, "fpl_table2", {**FPL_TINY, "epochs": [1], "bpr_epochs": 2, "seeds": 2,
+                                                "methods": ["Random", "Top-Pop", "BPR-MF", "sFPL", "pFPL"]})
+    sig = [r for r in _csv(out / "significance.csv") if r["against"] == "Top-Pop" and r["metric"] == "P"]
+    below = [r["method"] for r in sig if r["significant (t, 0.05)"] == "yes" and float(r["difference"]) < 0]
+    same = [r["method"] for r in sig if r["significant (t, 0.05)"] == "no"]
+    assert below and "Random" in below
+    (note,) = [p for p in report.split("\n\n") if p.startswith("**Against Top-Pop")]
+    assert note == ("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** "
+                    + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
+                    + f"significantly below Top-Pop: {', '.join(below)}. "
+                    f"None of the {len(sig)} tested method(s) is significantly above Top-Pop.")
