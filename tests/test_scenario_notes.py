@@ -345,3 +345,14 @@ def test_fpl_table2_top_pop_note_names_the_methods_significantly_below_it(tmp_pa
                     + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
                     + f"significantly below Top-Pop: {', '.join(below)}. "
                     f"None of the {len(sig)} tested method(s) is significantly above Top-Pop.")
+
+
+def test_fault_study_says_personalfr_rounds_count_its_setup_round(tmp_path):
+    # rounds=2: PersonalFR's row said rounds = 3 (its index-upload round 0 is in the ledger) and
+    # round_s averaged over the three, with no word of it
+    out, report = _run(tmp_path, "fault_study", {"rounds": 2, "losses": [0.0], "dropouts": [0.0], "window": 0.05,
+                                                 "workers": 1, "protocols": ["personalfr"]})
+    (row,) = _csv(out / "faults_personalfr.csv")
+    assert row["rounds"] == "3"
+    assert ("PersonalFR's `rounds` (3 here, for rounds=2) counts its setup round 0, the clients' index upload, "
+            "beside its training rounds, and its round_s is the mean over all of them.") in report
