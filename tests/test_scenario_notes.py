@@ -356,3 +356,41 @@ def test_fault_study_says_personalfr_rounds_count_its_setup_round(tmp_path):
     assert row["rounds"] == "3"
     assert ("PersonalFR's `rounds` (3 here, for rounds=2) counts its setup round 0, the clients' index upload, "
             "beside its training rounds, and its round_s is the mean over all of them.") in report
+
+
+def _ties(rows, group_cols, describe):
+    """Per group, the chosen row and the other candidates with its MAE (none diverged)."""
+    out = {}
+    for r in rows:
+        if r["chosen"] == "True":
+            g = tuple(r[c] for c in group_cols)
+            out[g] = (r, [describe(o) for o in rows if o is not r and tuple(o[c] for c in group_cols) == g
+                          and not o["diverged_at"] and o["mae"] == r["mae"]])
+    return out
+
+
+def test_fedrec_table2_says_when_the_chosen_lambda_ties_with_others(tmp_path):
+    # tiny data, T = 5: the three lambdas give the same validation MAE; the note said "Chosen lambda:
+    # PMF(B) 0.1" as if 0.1 had scored best
+    out, report = _run(tmp_path, "fedrec_table2", {"folds": 2, "iterations": 5, "workers": 1, "reference": "none",
+                                                   "paper_order": False})
+    ties = _ties(_csv(out / "lambda_selection.csv"), ["model"], lambda o: o["lambda"])
+    # PMF(B) chose by score; PMF(S) and SVD++(S) did not learn in 5 iterations: every lambda ties
+    assert [len(others) for _, others in ties.values()] == [0, 2, 2]
+    parts = [f"{m} {float(r['lambda']):g}" + (f" ({len(others)} other candidate(s) tie with it on MAE: taken for its "
+                                              "place in the listing, not its score)" if others else "")
+             for (m,), (r, others) in ties.items()]
+    assert "Chosen lambda: " + ", ".join(parts) + " (scored on a validation split" in report
+
+
+def test_hf_search_note_says_when_the_chosen_pair_ties_with_the_authors(tmp_path):
+    # tiny data, T = 10: every (T_predict, T_local) with T_predict >= 10 gives the same MAE (HF never
+    # predicts); the note set "chosen (10, 5)" beside "the authors' (10, 10)" as if they differed
+    out, report = _run(tmp_path, "fedrec_rho", {"folds": 2, "iterations": 10, "workers": 1, "models": ["PMF(B)"],
+                                                "rhos": [1], "strategies": ["hf"]})
+    ties = _ties(_csv(out / "hf_search.csv"), ["model", "rho"], lambda o: f"({o['T_predict']}, {o['T_local']})")
+    (r, others), = ties.values()
+    assert "(10, 10)" in others
+    assert (f"chosen on the validation split: PMF(B) {r['rho']}: ({r['T_predict']}, {r['T_local']}) ({len(others)} "
+            "other candidate(s) tie with it on MAE, the authors' (10, 10) among them: taken for its place in the "
+            f"listing, not its score); the authors' choices: PMF(B) {r['rho']}: (10, 10).") in report
