@@ -394,3 +394,11 @@ def test_hf_search_note_says_when_the_chosen_pair_ties_with_the_authors(tmp_path
     assert (f"chosen on the validation split: PMF(B) {r['rho']}: ({r['T_predict']}, {r['T_local']}) ({len(others)} "
             "other candidate(s) tie with it on MAE, the authors' (10, 10) among them: taken for its place in the "
             f"listing, not its score); the authors' choices: PMF(B) {r['rho']}: (10, 10).") in report
+
+
+def test_not_the_papers_setting_names_an_empty_default(tmp_path):
+    # fpl_fig3's pis and epochs default to an empty list (the settings' values): the note printed
+    # "pis=0.5,1.0 (default ), epochs=1 (default )"
+    out, report = _run(tmp_path, "fpl_fig3", {**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 1})
+    assert "(default )" not in report
+    assert "pis=0.5,1.0 (default none), epochs=1 (default none)" in report
