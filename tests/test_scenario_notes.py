@@ -402,3 +402,14 @@ def test_not_the_papers_setting_names_an_empty_default(tmp_path):
     out, report = _run(tmp_path, "fpl_fig3", {**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 1})
     assert "(default )" not in report
     assert "pis=0.5,1.0 (default none), epochs=1 (default none)" in report
+
+
+def test_personalfr_compression_shows_no_spread_for_one_repeat(tmp_path):
+    # repeats=1: every _std column read 0.000, a measured spread of none
+    out = tmp_path / "c"
+    run_scenario("personalfr_compression", data="tiny", out=out, quiet=True,
+                 overrides={"clients": [1, 2], "rounds": 1, "repeats": 1, "workers": 1})
+    rows = _csv(out / "compression.csv")
+    stds = [k for k in rows[0] if k.endswith("_std")]
+    assert len(stds) == 6 and all(r[k] == "" for r in rows for k in stds) and all(r["repeats"] == "1" for r in rows)
+    assert "mean (and population std, none for one repeat) over the repeats" in (out / "report.md").read_text()
