@@ -98,6 +98,13 @@ def run(ctx: RunContext) -> None:
              "(eval_ratings) of the clients whose answer arrived (eval_clients); eval_missing did not answer by the "
              "deadline (gone, or its answer lost), eval_left_out were not asked (their indices never "
              "arrived: they never trained).")
+    pfr = [o for o in outs if o["protocol"] == "personalfr"]
+    if pfr:
+        # its ledger's round 0 is the clients' index upload: the column said rounds = T + 1 of a
+        # T-round run, with no word of it, and round_s is the mean over those T + 1
+        ctx.note(f"PersonalFR's `rounds` ({', '.join(sorted({str(o['rounds']) for o in pfr}))} here, for "
+                 f"rounds={ctx['rounds']}) counts its setup round 0, the clients' index upload, beside its training "
+                 "rounds, and its round_s is the mean over all of them.")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from fedsim.studies.datasets import data_note
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies import reference
-from fedsim.studies.search import confirm_fold, run_search, search_fold
+from fedsim.studies.search import confirm_fold, run_search, search_fold, ties_text, tied_with_chosen
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'about 1.5-3 min at ML-100K scale, the default (30 runs of T = 100 with searches, paper order and scikit-surprise; 1 min 28 s measured quiet on 2026-11-23, 3 min 06 s on 2026-11-26\'s slower machine; docs/performance.md)'
@@ -100,7 +100,10 @@ def run(ctx: RunContext) -> None:
         ctx.table("lambda_selection", sel_rows, title=f"Lambda search on {where} (unfederated, by MAE)")
         paper = ("" if ctx["search_on"] != "validation" else
                  "; the paper scored the candidates on copy 1's test part: --set search_on=first_copy")
-        ctx.note("Chosen lambda: " + ", ".join(f"{m} {lams[m]:g}" for m in models) + f" (scored on {where}{paper}).")
+        # a tie was shown as a choice (tiny data: the three lambdas give the same MAE)
+        tied = tied_with_chosen(sel_rows, ["model"])
+        ctx.note("Chosen lambda: " + ", ".join(f"{m} {lams[m]:g}" + ties_text([f"{o['lambda']:g}" for o in tied[(m,)]])
+                                               for m in models) + f" (scored on {where}{paper}).")
 
     tasks = []
     for m in models:

@@ -123,12 +123,15 @@ def run(ctx: RunContext) -> None:
         # a comparison of too few users runs no test: it was listed as "cannot be told apart"
         untested = [m for m, c in vs.items() if c.n < MIN_USERS]
         same = [m for m, c in vs.items() if c.n >= MIN_USERS and not c.significant]
-        better = [m for m, c in vs.items() if c.significant and c.diff > 0]
+        better = [m for m, c in vs.items() if c.n >= MIN_USERS and c.significant and c.diff > 0]
+        # the methods significantly below Top-Pop were in no list: the note named 6 of 11 tested
+        worse = [m for m, c in vs.items() if c.n >= MIN_USERS and c.significant and c.diff < 0]
         tested = len(vs) - len(untested)
         ctx.note("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** "
                  + (f"not tested (fewer than {MIN_USERS} users with held-out items): {', '.join(untested)}. "
                     if untested else "")
                  + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
+                 + (f"significantly below Top-Pop: {', '.join(worse)}. " if worse else "")
                  + (f"significantly above Top-Pop: {', '.join(better)}." if better else
                     f"None of the {tested} tested method(s) is significantly above Top-Pop." if tested else ""))
 

@@ -103,11 +103,13 @@ def run(ctx: RunContext) -> None:
             vals = np.array([r[k] for r in these], dtype=np.float64)
             row[k] = float(vals.mean())
             if k in RATIOS or k.startswith("comp_ratio_"):
-                row[f"{k}_std"] = float(vals.std())
+                # one repeat measures no spread: its std read 0.000, a spread of none (as results.csv's
+                # _std columns: NaN, an empty cell)
+                row[f"{k}_std"] = float(vals.std()) if len(these) > 1 else float("nan")
         row["repeats"] = len(these)
         rows.append(row)
     ctx.table("compression", rows, title="FedAvg / PersonalFR per selected client and round: bytes (ledger) "
-              "and FLOPs (charged); mean (and population std) over the repeats", floatfmt=".3f")
+              "and FLOPs (charged); mean (and population std, none for one repeat) over the repeats", floatfmt=".3f")
     ctx.table("compression_per_seed", sorted(per_seed, key=lambda r: (r["clients"], r["seed"])),
               title="Per seed", floatfmt=".3f")
     ctx.note(f"Data `{ctx.data}`: {task.n_users} users, {task.n_items} items; model [n, 256, 128] / [128, 256, n], "

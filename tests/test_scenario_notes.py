@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from fedsim.experiment import run_scenario
 
 
@@ -261,3 +263,153 @@ def test_personalfr_checks_claim_no_ordering_when_one_methods_spread_is_unknown(
     assert line(nan, nan) == head + " (one repeat: no spread to judge the gap by)"
     assert line(0.01, 0.02) == head
     assert line(0.01, 0.2) == head + " (the gap is within a population std over the repeats: not a clear ordering)"
+
+
+def test_personalfr_checks_weigh_joint_against_the_spread_too():
+    # implicit, selected NDCG@10: Joint 0.4916 +- 0.0223 against FedAvg 0.4939 +- 0.0437 (a tiny run):
+    # the note said "Joint 0.4916 NOT at least as good as both" from the means alone, a gap of 0.0023
+    # inside either spread, while the PersonalFR-FedAvg gap beside it was weighed
+    from fedsim.studies.personalfr.report import verdicts
+
+    class Ctx:
+        def __init__(self):
+            self.notes = []
+
+        def note(self, text):
+            self.notes.append(text)
+
+    def line(joint, joint_sd, fa=(0.4939, 0.0437), pf=(0.4800, 0.0452)):
+        ctx = Ctx()
+        verdicts(ctx, [{"task": "implicit", "method": "joint", "clients": "1 (central)", "selected": joint,
+                        "selected_std": joint_sd},
+                       {"task": "implicit", "method": "fedavg", "clients": "4", "selected": fa[0], "selected_std": fa[1]},
+                       {"task": "implicit", "method": "personalfr", "clients": "4", "selected": pf[0],
+                        "selected_std": pf[1]}])
+        return ctx.notes[0].splitlines()[-1]
+
+    nan = float("nan")
+    head = ("- implicit, M = 4: PersonalFR 0.4800 vs FedAvg 0.4939: FedAvg better (the gap is within a population "
+            "std over the repeats: not a clear ordering); Joint ")
+    assert line(0.4916, 0.0223) == head + ("0.4916 NOT at least as good as both (the gap is within a population std "
+                                           "over the repeats: not a clear ordering)")
+    assert line(0.3, 0.01) == head + "0.3000 NOT at least as good as both"  # 0.19 beyond every spread
+    assert line(0.6, 0.01) == head + "0.6000 at least as good as both"
+    assert line(0.4916, nan) == head + ("0.4916 NOT at least as good as both (one of them has no spread over its "
+                                        "repeats: not a clear ordering)")
+    # ahead of one by more than the spread, of the other within it: the clear one decides
+    assert line(0.47, 0.001, fa=(0.60, 0.001), pf=(0.475, 0.01)).endswith("; Joint 0.4700 NOT at least as good as both")
+    assert line(0.4916, nan, fa=(0.4939, nan), pf=(0.48, nan)).endswith(
+        "0.4916 NOT at least as good as both (one repeat: no spread to judge the gap by)")
+
+
+@pytest.mark.parametrize("seed, case", [(0, "within"), (1, "equal")])
+def test_fpl_fig3_weighs_how_far_pi_moves_ic_against_the_seed_spread(tmp_path, seed, case):
+    # two seeds, pi in {0.5, 1}: the note said "pi moves its IC@10 more (0.5 vs 0.0)" from the means
+    # alone, with IC@10 sds of 0.7 over the seeds (seed 0); and "NOT more (0.0 vs 0.0)" for two equal
+    # ranges (seed 1)
+    out = tmp_path / "fig3"
+    run_scenario("fpl_fig3", data="tiny", out=out, seed=seed, profile="lan", quiet=True,
+                 overrides={**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 2})
+    report = (out / "report.md").read_text()
+    rows = _csv(out / "ic_vs_p.csv")
+    seen = set()
+    for plus, plain in (("sFPL+", "sFPL"), ("pFPL+", "pFPL")):
+        ics = {p: [float(r["IC@10"]) for r in rows if r["preset"] == p] for p in (plus, plain)}
+        r_plus, r_plain = (max(ics[p]) - min(ics[p]) for p in (plus, plain))
+        sd = max(float(r["IC@10 sd"]) for r in rows if r["preset"] in (plus, plain))
+        if r_plus == r_plain:
+            expected = f"pi moves its IC@10 as much ({r_plus:.1f} vs {r_plain:.1f})"
+            seen.add("equal")
+        else:
+            how = "more" if r_plus > r_plain else "NOT more"
+            diff = abs(r_plus - r_plain)
+            verdict = (f"the gap, {diff:.1f}, exceeds the largest IC@10 sd over seeds of either" if diff > sd
+                       else f"the gap, {diff:.1f}, is within an IC@10 sd over seeds: not a clear ordering")
+            expected = f"pi moves its IC@10 {how} ({r_plus:.1f} vs {r_plain:.1f}; {verdict})"
+            seen.add("within" if diff <= sd else "beyond")
+        assert expected + "\n" in report + "\n"
+    assert case in seen  # the case this seed was picked for occurs in its run
+
+
+def test_fpl_table2_top_pop_note_names_the_methods_significantly_below_it(tmp_path):
+    # the note listed the methods it could not tell from Top-Pop and those above it: the ones
+    # significantly below (Random here, and more on a tiny run) were in no list
+    out, report = _run(tmp_path, "fpl_table2", {**FPL_TINY, "epochs": [1], "bpr_epochs": 2, "seeds": 2,
+                                                "methods": ["Random", "Top-Pop", "BPR-MF", "sFPL", "pFPL"]})
+    sig = [r for r in _csv(out / "significance.csv") if r["against"] == "Top-Pop" and r["metric"] == "P"]
+    below = [r["method"] for r in sig if r["significant (t, 0.05)"] == "yes" and float(r["difference"]) < 0]
+    same = [r["method"] for r in sig if r["significant (t, 0.05)"] == "no"]
+    assert below and "Random" in below
+    (note,) = [p for p in report.split("\n\n") if p.startswith("**Against Top-Pop")]
+    assert note == ("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** "
+                    + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
+                    + f"significantly below Top-Pop: {', '.join(below)}. "
+                    f"None of the {len(sig)} tested method(s) is significantly above Top-Pop.")
+
+
+def test_fault_study_says_personalfr_rounds_count_its_setup_round(tmp_path):
+    # rounds=2: PersonalFR's row said rounds = 3 (its index-upload round 0 is in the ledger) and
+    # round_s averaged over the three, with no word of it
+    out, report = _run(tmp_path, "fault_study", {"rounds": 2, "losses": [0.0], "dropouts": [0.0], "window": 0.05,
+                                                 "workers": 1, "protocols": ["personalfr"]})
+    (row,) = _csv(out / "faults_personalfr.csv")
+    assert row["rounds"] == "3"
+    assert ("PersonalFR's `rounds` (3 here, for rounds=2) counts its setup round 0, the clients' index upload, "
+            "beside its training rounds, and its round_s is the mean over all of them.") in report
+
+
+def _ties(rows, group_cols, describe):
+    """Per group, the chosen row and the other candidates with its MAE (none diverged)."""
+    out = {}
+    for r in rows:
+        if r["chosen"] == "True":
+            g = tuple(r[c] for c in group_cols)
+            out[g] = (r, [describe(o) for o in rows if o is not r and tuple(o[c] for c in group_cols) == g
+                          and not o["diverged_at"] and o["mae"] == r["mae"]])
+    return out
+
+
+def test_fedrec_table2_says_when_the_chosen_lambda_ties_with_others(tmp_path):
+    # tiny data, T = 5: the three lambdas give the same validation MAE; the note said "Chosen lambda:
+    # PMF(B) 0.1" as if 0.1 had scored best
+    out, report = _run(tmp_path, "fedrec_table2", {"folds": 2, "iterations": 5, "workers": 1, "reference": "none",
+                                                   "paper_order": False})
+    ties = _ties(_csv(out / "lambda_selection.csv"), ["model"], lambda o: o["lambda"])
+    # PMF(B) chose by score; PMF(S) and SVD++(S) did not learn in 5 iterations: every lambda ties
+    assert [len(others) for _, others in ties.values()] == [0, 2, 2]
+    parts = [f"{m} {float(r['lambda']):g}" + (f" ({len(others)} other candidate(s) tie with it on MAE: taken for its "
+                                              "place in the listing, not its score)" if others else "")
+             for (m,), (r, others) in ties.items()]
+    assert "Chosen lambda: " + ", ".join(parts) + " (scored on a validation split" in report
+
+
+def test_hf_search_note_says_when_the_chosen_pair_ties_with_the_authors(tmp_path):
+    # tiny data, T = 10: every (T_predict, T_local) with T_predict >= 10 gives the same MAE (HF never
+    # predicts); the note set "chosen (10, 5)" beside "the authors' (10, 10)" as if they differed
+    out, report = _run(tmp_path, "fedrec_rho", {"folds": 2, "iterations": 10, "workers": 1, "models": ["PMF(B)"],
+                                                "rhos": [1], "strategies": ["hf"]})
+    ties = _ties(_csv(out / "hf_search.csv"), ["model", "rho"], lambda o: f"({o['T_predict']}, {o['T_local']})")
+    (r, others), = ties.values()
+    assert "(10, 10)" in others
+    assert (f"chosen on the validation split: PMF(B) {r['rho']}: ({r['T_predict']}, {r['T_local']}) ({len(others)} "
+            "other candidate(s) tie with it on MAE, the authors' (10, 10) among them: taken for its place in the "
+            f"listing, not its score); the authors' choices: PMF(B) {r['rho']}: (10, 10).") in report
+
+
+def test_not_the_papers_setting_names_an_empty_default(tmp_path):
+    # fpl_fig3's pis and epochs default to an empty list (the settings' values): the note printed
+    # "pis=0.5,1.0 (default ), epochs=1 (default )"
+    out, report = _run(tmp_path, "fpl_fig3", {**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 1})
+    assert "(default )" not in report
+    assert "pis=0.5,1.0 (default none), epochs=1 (default none)" in report
+
+
+def test_personalfr_compression_shows_no_spread_for_one_repeat(tmp_path):
+    # repeats=1: every _std column read 0.000, a measured spread of none
+    out = tmp_path / "c"
+    run_scenario("personalfr_compression", data="tiny", out=out, quiet=True,
+                 overrides={"clients": [1, 2], "rounds": 1, "repeats": 1, "workers": 1})
+    rows = _csv(out / "compression.csv")
+    stds = [k for k in rows[0] if k.endswith("_std")]
+    assert len(stds) == 6 and all(r[k] == "" for r in rows for k in stds) and all(r["repeats"] == "1" for r in rows)
+    assert "mean (and population std, none for one repeat) over the repeats" in (out / "report.md").read_text()

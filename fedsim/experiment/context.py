@@ -261,7 +261,8 @@ EXECUTION_PARAMS = frozenset({"workers"})
 
 def _short(v: Any) -> str:
     if isinstance(v, (list, tuple)):
-        return ",".join(map(str, v))
+        # an empty list printed as nothing: "pis=0.5,1.0 (default )"
+        return ",".join(map(str, v)) if v else "none"
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 

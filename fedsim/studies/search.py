@@ -25,7 +25,7 @@ from .fedrec import Fold, run_one
 from .parallel import count_done, pmap
 
 __all__ = ["SEARCH_RULES", "TP_TL_GRID", "choose_hf", "confirm_fold", "grid", "run_search", "search_fold",
-           "validation_fold"]
+           "ties_text", "tied_with_chosen", "validation_fold"]
 
 SEARCH_RULES = ("validation", "first_copy", "none")
 # FedRec and FedRec++: (T_predict, T_local) both from {5, 10, 15}
@@ -160,6 +160,30 @@ def run_search(fold: Fold, groups: dict[Any, Sequence[Any]], *, seed: int, worke
     return {g: outs[best[g]].cfg for g in groups}, rows
 
 
+def tied_with_chosen(rows: Sequence[dict], group_cols: Sequence[str], metric: str = "mae") -> dict[tuple, list[dict]]:
+    """Per group (the values of ``group_cols``), the other candidates of :func:`run_search`'s
+    ``rows`` whose ``metric`` equals the chosen one's (none diverged): the search took the chosen
+    one for its place in the listing, not for its score, which a note must say."""
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if not r.get("chosen"):
+            continue
+        g = tuple(r[c] for c in group_cols)
+        out[g] = [o for o in rows if o is not r and tuple(o[c] for c in group_cols) == g and not o.get("diverged_at")
+                  and o[metric] == r[metric]]  # NaN equals nothing
+    return out
+
+
+def ties_text(others: Sequence[str], paper: str | None = None, metric: str = "MAE") -> str:
+    """`` (N other candidate(s) tie with it on MAE[, the authors' X among them]: ...)`` for a
+    choice with ties (``others``: their descriptions), else ``""``."""
+    if not others:
+        return ""
+    among = f", the authors' {paper} among them" if paper is not None and paper in others else ""
+    return (f" ({len(others)} other candidate(s) tie with it on {metric}{among}: taken for its place in the "
+            "listing, not its score)")
+
+
 def grid(base: Any, **axes: Iterable) -> list[Any]:
     """Every combination of ``axes`` (field -> values) applied to the dataclass ``base``."""
     out = [base]
@@ -199,6 +223,10 @@ def choose_hf(ctx, folds: Sequence[Fold], keys: Iterable[tuple], make_cfg: Calla
                                 describe=lambda c: {"T_predict": c.T_predict, "T_local": c.T_local})
         for key, cfg in best.items():
             out[key] = (cfg.T_predict, cfg.T_local)
+        # a tie was shown as a choice, beside the authors' values as if they differed (tiny data:
+        # every (T_predict, T_local) with T_predict >= T gives the same MAE)
+        tied = tied_with_chosen(rows, [f"group{j}" for j in range(len(keys[0]))] if keys else [])
+        ties = {key: [str((o["T_predict"], o["T_local"])) for o in tied.get(tuple(key), [])] for key in groups}
         for r in rows:
             for j, name in enumerate(key_names):
                 r[name] = r.pop(f"group{j}", None)
@@ -210,7 +238,9 @@ def choose_hf(ctx, folds: Sequence[Fold], keys: Iterable[tuple], make_cfg: Calla
                      else "copy 1's test part (the paper's rule)"))
     ctx.note("(T_predict, T_local) " + ("from the authors' settings" if not groups else
                                         f"chosen on the {rule.replace('_', ' ')} split") + ": "
-             + ", ".join(f"{' '.join(str(k) for k in key)}: {v}" for key, v in out.items())
+             + ", ".join(f"{' '.join(str(k) for k in key)}: {v}"
+                         + (ties_text(ties[key], str(paper(key))) if groups and key in ties else "")
+                         for key, v in out.items())
              + ("" if not groups else "; the authors' choices: "
                 + ", ".join(f"{' '.join(str(k) for k in key)}: {paper(key)}" for key in groups)) + ".")
     return out
