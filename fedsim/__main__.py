@@ -1,18 +1,37 @@
 """``python -m fedsim``, and the ``fedsim`` console script (:func:`entry`)."""
 
+import signal
 import sys
 
 
 def entry() -> int:
-    """The command line, with a Ctrl-C while fedsim is still importing (NumPy, numba, the
-    protocols: a second or more after the command is typed) ending as one that comes later
-    does: one ``interrupted`` line and status 130, not Python's traceback of the import
-    (:func:`fedsim.cli.main` catches only what comes once it runs)."""
+    """The command line, with a Ctrl-C or SIGTERM while fedsim is still importing (NumPy, numba,
+    the protocols: a second or more after the command is typed) ending as one that comes later
+    does: one ``interrupted`` (``terminated (SIGTERM)``) line and status 130 (143), not Python's
+    traceback of the import, nor, for SIGTERM, an end without a word (:func:`fedsim.cli.main`
+    handles only what comes once it runs). SIGTERM's handler is put back as it was after the
+    import; one set to be ignored stays ignored."""
+    term: list[int] = []
+
+    def on_term(signum, frame):
+        term.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGTERM)
+    watch = previous is not signal.SIG_IGN and previous is not None  # (None: set outside Python)
+    if watch:
+        signal.signal(signal.SIGTERM, on_term)
     try:
         from .cli import main
     except KeyboardInterrupt:
+        if term:
+            print("terminated (SIGTERM): nothing was run or written", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print("interrupted: nothing was run or written", file=sys.stderr)
         return 130
+    finally:
+        if watch:
+            signal.signal(signal.SIGTERM, previous)
     return main()
 
 

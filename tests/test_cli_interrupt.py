@@ -114,6 +114,33 @@ def test_ctrl_c_while_fedsim_imports_is_one_line_and_status_130(monkeypatch, cap
     assert capsys.readouterr() == ("", "interrupted: nothing was run or written\n")
 
 
+# as `kill PID` right after the command was typed: SIGTERM while fedsim.cli is being imported
+TERMINATED_IMPORT = (
+    "import os, signal, sys, time\n"
+    "class Finder:\n"
+    "    def find_spec(self, fullname, path=None, target=None):\n"
+    "        if fullname == 'fedsim.cli':\n"
+    "            os.kill(os.getpid(), signal.SIGTERM)\n"
+    "            time.sleep(5)  # (the handler runs here)\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, Finder())\n"
+    "import fedsim.__main__ as entry_point\n"
+    "before = signal.getsignal(signal.SIGTERM)\n"
+    "status = entry_point.entry()\n"
+    "assert signal.getsignal(signal.SIGTERM) is before, 'the handler was not put back'\n"
+    "sys.exit(status)\n"
+)
+
+
+def test_sigterm_while_fedsim_imports_is_one_line_and_status_143(tmp_path):
+    # SIGTERM before fedsim.cli's handler was installed ended the process at once: status -15,
+    # nothing said (nothing was written either). (In a process of its own: that SIGTERM would end
+    # the test runner.)
+    res = subprocess.run([sys.executable, "-c", TERMINATED_IMPORT], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (res.returncode, res.stdout, res.stderr) == (143, "", "terminated (SIGTERM): nothing was run or written\n")
+
+
 def test_ctrl_c_before_the_command_runs_is_one_line_and_status_130(monkeypatch, capsys):
     # main()'s handler began inside _main, after parsing (and the scenario --help imports)
     from fedsim import cli
