@@ -144,3 +144,29 @@ def test_a_spec_refuses_a_check_data_that_is_not_a_function():
         dataclasses.replace(base, name="x", check_data=3)
     assert ProtocolSpec.__dataclass_fields__["check_data"].default is None
     assert all(REGISTRY[n].check_data is None for n in REGISTRY if n not in ("personalfr", "fedavg-ae"))
+
+
+def test_fedsim_sweep_refuses_once_before_running_any_point(tmp_path, capsys):
+    # each point ran and failed with the same ConfigError (an error.txt per point, status 1); the
+    # check does not depend on the grid: the sweep now refuses once, and runs (and writes) nothing
+    data = anime_like(tmp_path)
+    out = tmp_path / "sw"
+    base = ["sweep", "personalfr", "--data", str(data), *FAST, "--out", str(out), "--quiet", "--workers", "1"]
+    why = ("--set threshold: the data (anime) has ratings 1 to 10, and the default threshold 3.5 (positive: rating "
+           ">= threshold) is for 1-5 stars; set it (the paper's Anime, positive above 8: --set threshold=8.5)")
+    assert main(base + ["--set", "task=implicit", "--grid", "seed=0,1,2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {why} (all 3 points of the sweep to run; none was run)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anime"]
+
+    # a check that depends on an axis: the points it refuses named, still nothing run
+    assert main(base + ["--grid", "task=explicit,implicit", "--grid", "seed=0,1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: 2 of the 4 points of the sweep to run would be refused, so none was run: task=implicit,seed=0; "
+        f"task=implicit,seed=1: {why} (leave those values out of the grid, or set what the message says)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anime"]
+
+    # the threshold as a grid axis is set by the user: every point runs on the value asked for
+    assert main(base + ["--set", "task=implicit", "--grid", "threshold=3.5,8.5"]) == 0, capsys.readouterr().err
+    for t in (3.5, 8.5):
+        assert json.loads((out / f"threshold={t}" / "results.json").read_text())["config"]["threshold"] == t

@@ -29,6 +29,11 @@ seed, network, the grid's axes), so the same command resumes in the same folder 
 extended by more values reuses the points it already has. A folder keeps the order of its sweep's
 axes (in its folder names and columns): the same axes given in another order resume there.
 
+Before it runs or writes anything, a sweep checks each point it is to run with the scenario
+module's ``check(config, load, given)`` where it has one (every protocol's: its configuration and
+its spec's ``check_data`` against the point's data): points that would be refused refuse the
+sweep, with one ``ConfigError`` (:func:`_check_points`).
+
 The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; points that did
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
 finished point's rows, prefixed by its grid values), ``report.md`` (the points and their status,
@@ -450,7 +455,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
     names would be the same), parameter, network or backend, for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
-    configuration without ``force``, when Ray is not installed or does not start (all before
+    configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
+    (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files."""
     if backend not in BACKENDS:
@@ -535,6 +541,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
                          f"use --force to re-run them, or another --out")
     todo = [p for p in points if states[p.out][0] != "done"]
+    _check_points(mod, todo, data_default)  # before anything is written or started
     ray = None
     if backend == "ray" and todo:  # started before any file is written: it may fail to
         from .raypool import RaySession
@@ -553,6 +560,63 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if summary.pop("interrupted"):
         raise SweepInterrupted(summary)
     return summary
+
+
+MAX_SHOWN_POINTS = 5
+
+
+def _check_points(mod, todo: list[SweepPoint], data_default: str) -> None:
+    """Refuse the sweep, before it runs any point, when points of ``todo`` would be refused by
+    the scenario's own check (its module's ``check(config, load, given)``, where it has one: a
+    protocol's configuration and its ``check_data`` against the point's data, loaded once per
+    data). Each failed alike when it ran, and a check that does not depend on the grid (the
+    default implicit threshold of PersonalFR on ratings 1 to 10) failed every point with the same
+    error. Raises one ``ConfigError``: that error, said once, when every point to run fails it;
+    else how many points fail, which (their labels) and why. A point whose data cannot be loaded
+    here is left to check it where it runs (a Ray cluster's machines may hold a path the driver
+    does not)."""
+    check = getattr(mod, "check", None)
+    if check is None or not todo:
+        return
+    from ..config import ConfigError
+    from ..experiment.context import load_data
+
+    loaded: dict[str, Any] = {}
+
+    def loader(data: str):
+        def load():
+            if data not in loaded:
+                loaded[data] = load_data(data)
+            return loaded[data]
+        return load
+
+    refused: dict[tuple[str, str | None], list[dict]] = {}  # (message, key) -> the points it refuses
+    for p in todo:
+        try:
+            check(resolve_config(mod, p.fixed), loader(p.data or data_default), frozenset(p.fixed))
+        except ConfigError as exc:
+            refused.setdefault((str(exc), exc.key), []).append(p.point)
+        except UsageError:
+            # data this process cannot load (a path that only a Ray cluster's machines hold): the point
+            # checks it where it runs, and fails there if it cannot load it either
+            pass
+    if not refused:
+        return
+    keys = {key for _, key in refused}
+    key = keys.pop() if len(keys) == 1 else None
+    if len(refused) == 1 and len(next(iter(refused.values()))) == len(todo):
+        (message, _), = refused
+        every = "the point" if len(todo) == 1 else f"all {len(todo)} points"
+        raise ConfigError(f"{message} ({every} of the sweep to run; none was run)", key)
+    n = sum(len(pts) for pts in refused.values())
+    parts = []
+    for (message, _), pts in refused.items():
+        shown = "; ".join(point_label(pt) for pt in pts[:MAX_SHOWN_POINTS])
+        more = f" and {len(pts) - MAX_SHOWN_POINTS} more" if len(pts) > MAX_SHOWN_POINTS else ""
+        parts.append(f"{shown}{more}: {message}")
+    raise ConfigError(f"{n} of the {len(todo)} points of the sweep to run would be refused, so none was run: "
+                      + " | ".join(parts) + " (leave those values out of the grid, or set what the message says)",
+                      key)
 
 
 def _axes_in_order_of(out: Path, grid: dict) -> dict:
