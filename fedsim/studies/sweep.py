@@ -38,7 +38,8 @@ The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; poi
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
 finished point's rows, prefixed by its grid values), ``report.md`` (the points and their status,
 the combined tables, and a plot per metric against the grid axes), ``sweep.json`` (the sweep's
-configuration and every point's status) and ``sweep.log``. The combined files, report.md
+configuration and every point's status) and ``sweep.log`` (which also names each point folder the
+sweep put back or removed before comparing, and why: :func:`_recover_points`). The combined files, report.md
 (marked running, without plots) and sweep.json are written as the sweep starts too, over the
 points done before: a sweep killed outright does not leave the previous sweep's report claiming
 "Finished." over points it was replacing.
@@ -338,14 +339,15 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     """(In the driver.) A point whose run ended without a result: its process died (killed, out
     of memory, a crash in compiled code, ``os._exit``), or Ray could not run it (its worker died,
     its runtime environment failed). Recorded like a failed run (``point.json``, ``error.txt``
-    with what is known: for a local process, the signal that killed it or its exit status)."""
+    with what is known: for a local process, the signal that killed it or its exit status); the
+    result's ``cleaned`` holds :func:`_remove_leftovers`' lines for sweep.log."""
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
     # the dead process's .partial folder, and the folder it was replacing (.replaced: the point's
     # failure replaces it, as a point that fails in its run does; not put back, the folder is there)
-    _remove_leftovers(out.parent, only=out.name)
+    cleaned = _remove_leftovers(out.parent, only=out.name)
     if isinstance(exc, BrokenProcessPool):
         how = exc.how if isinstance(exc, ProcessDied) else "died"
         why = SIGNAL_CAUSES.get(how.rsplit(" ", 1)[-1], "") if how.startswith("was killed") else ""
@@ -353,11 +355,12 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
         if how == "died":
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
         write_atomic(out / "error.txt", first + "\n")
-        return {"point": p.point, "status": "failed", "error": first, "out": str(out)}
+        return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
     text = str(exc)
     first = text.strip().splitlines()[0] if text.strip() else ""
     write_atomic(out / "error.txt", f"{type(exc).__name__}: {text}\n")
-    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out)}
+    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out),
+            "cleaned": cleaned}
 
 
 # what sends a process the signal that killed it, as the failure of its point says
@@ -531,8 +534,9 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if len(Path(p.out).name.encode()) > 255:
             raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
                              "long, over the file system's 255; use shorter grid values")
+    recovered: list[str] = []  # said in sweep.log, once it is open
     if out.is_dir():  # a point folder a killed --force re-run had moved aside is put back first
-        _recover_points(out)
+        recovered = _recover_points(out)
     states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
     stale = [p for p in points if states[p.out][0] == "stale"]
     if stale and not force:
@@ -552,7 +556,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                   file=sys.stderr, flush=True)
     with ray if ray is not None else contextlib.nullcontext() as session:
         summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
-                           quiet, backend, session)
+                           quiet, backend, session, recovered)
     if ray is not None:
         summary["backend"]["shutdown_s"] = ray.shutdown_s
         if address is None:  # the local instance's workers are gone: so are killed tasks' folders
@@ -664,19 +668,20 @@ def _sweep_lock(out: Path):
 
 def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
              points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
-             quiet: bool, backend: str, session: Any) -> dict:
+             quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
     """Run ``todo`` on the backend and write the sweep's files, holding the folder's lock; the
-    summary of :func:`run_sweep` with ``interrupted``."""
+    summary of :func:`run_sweep` with ``interrupted``. ``recovered``: what :func:`_recover_points`
+    did before, for sweep.log."""
     out.mkdir(parents=True, exist_ok=True)
     with _sweep_lock(out):
         return _execute_locked(out, name, grid, fixed, data, seed, base, points, states, todo, workers, progress,
-                               quiet, backend, session)
+                               quiet, backend, session, recovered)
 
 
 def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
                     points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
-                    quiet: bool, backend: str, session: Any) -> dict:
-    _remove_leftovers(out)
+                    quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
+    recovered = [*recovered, *_remove_leftovers(out)]
     skipped = [p.point for p in points if states[p.out][0] == "done"]
     rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
     for p in todo:
@@ -701,6 +706,8 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     display = Progress(not quiet, log=out / "sweep.log")
     again = f" ({len(rerun)} of them again)" if rerun else ""
     display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
+    for line in recovered:  # what killed runs of points had left, dealt with before the points were compared
+        display.log(line)
     if session is not None:
         display.log(session.describe())
     display.update(0, len(todo), stage=f"sweep {name}")
@@ -709,6 +716,8 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     def done_cb(i: int, res: dict) -> None:
         if "files" in res:  # a Ray task's point: its files come back with it
             res = _store_point(todo[i], res)
+        for line in res.pop("cleaned", ()):  # (a point whose process died: what it had left)
+            display.log(line)
         results.append(res)
         statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
         display.update(len(results), len(todo), failed=sum(r["status"] == "failed" for r in results))
@@ -799,13 +808,14 @@ def _is_path(scenario: str) -> bool:
     return scenario.endswith(".py") or os.sep in scenario or "/" in scenario
 
 
-def _recover_points(out: Path, only: str | None = None) -> None:
+def _recover_points(out: Path, only: str | None = None) -> list[str]:
     """Deal with what point runs that were killed left beside their folders in ``out`` (``only``:
     beside the point folder ``NAME`` only), as a run into that folder does: a ``.NAME.replaced-PID-X``
     (a --force re-run's earlier folder, moved aside) is put back when the point's folder is
     missing, else removed (:func:`~fedsim.experiment.runner.recover_replaced`), and a
     ``.NAME.partial-PID-X`` removed (:func:`~fedsim.experiment.runner.remove_dead_partials`);
-    those of runs still under way (their lock held, or without one their process running) stay."""
+    those of runs still under way (their lock held, or without one their process running) stay.
+    Returns one line per folder put back or removed, saying which and why (for sweep.log)."""
     if only is not None:
         names = {only}
     else:
@@ -814,21 +824,30 @@ def _recover_points(out: Path, only: str | None = None) -> None:
             m = re.fullmatch(r"\.(.+)\.(?:partial|replaced)-\d+-[0-9a-f]+", d.name)
             if m:
                 names.add(m.group(1))
+    said = []
     for name in sorted(names):
-        recover_replaced(out / name)
-        remove_dead_partials(out / name)
+        restored, removed = recover_replaced(out / name)
+        if restored is not None:
+            said.append(f"put back the point folder {name} from {restored.name}: a --force re-run of the point "
+                        "was killed after it moved the results there aside and before it put its own in")
+        said += [f"removed {d.name}: the results of the point folder {name} that a --force re-run of it "
+                 "replaced, left when that run was killed" for d in removed]
+        said += [f"removed {d.name}: the temporary folder of a run of the point {name} that was killed"
+                 for d in remove_dead_partials(out / name)]
+    return said
 
 
-def _remove_leftovers(out: Path, only: str | None = None) -> None:
+def _remove_leftovers(out: Path, only: str | None = None) -> list[str]:
     """:func:`_recover_points`, and remove the sweep's half-written files (``.NAME.PID.tmp``)
-    unless their process still runs."""
-    _recover_points(out, only)
+    unless their process still runs; returns :func:`_recover_points`'s lines."""
+    said = _recover_points(out, only)
     if only is not None:
-        return
+        return said
     for f in out.glob(".*.tmp*"):  # the sweep's own files, killed while being written
         m = re.search(r"\.(\d+)\.tmp", f.name)
         if m and not _alive(int(m.group(1))) and f.is_file():
             f.unlink()
+    return said
 
 
 def _alive(pid: int) -> bool:
