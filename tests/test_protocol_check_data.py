@@ -144,3 +144,68 @@ def test_a_spec_refuses_a_check_data_that_is_not_a_function():
         dataclasses.replace(base, name="x", check_data=3)
     assert ProtocolSpec.__dataclass_fields__["check_data"].default is None
     assert all(REGISTRY[n].check_data is None for n in REGISTRY if n not in ("personalfr", "fedavg-ae"))
+
+
+def test_fedsim_sweep_refuses_once_before_running_any_point(tmp_path, capsys):
+    # each point ran and failed with the same ConfigError (an error.txt per point, status 1); the
+    # check does not depend on the grid: the sweep now refuses once, and runs (and writes) nothing
+    data = anime_like(tmp_path)
+    out = tmp_path / "sw"
+    base = ["sweep", "personalfr", "--data", str(data), *FAST, "--out", str(out), "--quiet", "--workers", "1"]
+    why = ("--set threshold: the data (anime) has ratings 1 to 10, and the default threshold 3.5 (positive: rating "
+           ">= threshold) is for 1-5 stars; set it (the paper's Anime, positive above 8: --set threshold=8.5)")
+    assert main(base + ["--set", "task=implicit", "--grid", "seed=0,1,2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {why} (all 3 points of the sweep to run; none was run)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anime"]
+
+    # a check that depends on an axis: the points it refuses named, still nothing run
+    assert main(base + ["--grid", "task=explicit,implicit", "--grid", "seed=0,1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: 2 of the 4 points of the sweep to run would be refused, so none was run: task=implicit,seed=0; "
+        f"task=implicit,seed=1: {why} (leave those values out of the grid, or set what the message says)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anime"]
+
+    # the threshold as a grid axis is set by the user: every point runs on the value asked for
+    assert main(base + ["--set", "task=implicit", "--grid", "threshold=3.5,8.5"]) == 0, capsys.readouterr().err
+    for t in (3.5, 8.5):
+        assert json.loads((out / f"threshold={t}" / "results.json").read_text())["config"]["threshold"] == t
+
+
+def test_fedsim_trace_checks_the_configuration_against_the_presets_data(tmp_path, capsys, checked_fedrec):
+    # fedsim trace called spec.build itself: check_data was never called, whatever --set gave
+    calls, raises, built = checked_fedrec
+    out = tmp_path / "tr"
+    argv = ["trace", "fedrec-checked", "--set", "lr=0.5", "--out", str(out), "--html"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert len(calls) == 1 and built == [1]
+    config, ratings, given = calls[0]
+    preset, _ = REGISTRY["fedrec"].tiny(3, 1, 0)
+    assert type(config) is REGISTRY["fedrec"].Config and config.lr == 0.5
+    assert given == frozenset({"lr"}) and isinstance(given, frozenset)
+    assert len(ratings) == len(preset) and ratings.n_users == preset.n_users
+    capsys.readouterr()
+    # refused: one error line naming the protocol, before build; no folder, no partial folder
+    raises.append(ConfigError("lr = 0.5 does not fit the data", "lr"))
+    assert main(argv[:-3] + ["--out", str(tmp_path / "tr2"), "--html"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: fedrec-checked: lr = 0.5 does not fit the data"]
+    assert len(calls) == 2 and built == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tr"]
+
+
+def test_privacy_capture_checks_the_configuration_when_told_what_was_given(tmp_path):
+    # fedsim.privacy.capture called spec.build itself: PersonalFR's implicit task ran on ratings 1
+    # to 10 with the threshold 3.5 meant for 1-5 stars, nothing said
+    from fedsim.data import resolve
+    from fedsim.privacy import capture
+    from fedsim.protocols.fedae import FedAEConfig
+
+    ten = resolve(str(anime_like(tmp_path)))
+    cfg = FedAEConfig(task="implicit", rounds=1, clients=3, hidden=(8,), local_epochs=1)
+    with pytest.raises(ConfigError, match=r"^--set threshold: the data \(anime\) has ratings 1 to 10, ") as exc:
+        capture("personalfr", ten, cfg, given={"task", "rounds", "clients", "hidden", "local_epochs"})
+    assert exc.value.key == "threshold"
+    # the threshold chosen: checked and run; given left out: not checked, as spec.build
+    cap = capture("personalfr", ten, cfg.replace(threshold=8.5), given={"task", "threshold"})
+    assert cap.config.threshold == 8.5 and len(cap.truth) == 3 and len(cap.result.ledger) > 0
+    assert capture("personalfr", ten, cfg).config.threshold == 3.5

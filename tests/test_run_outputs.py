@@ -90,6 +90,40 @@ def test_the_folder_a_killed_run_left_is_removed_by_the_next_run_into_the_same_o
     assert res["files"] == ["t.csv", "report.md", "results.json", "run.log"]
 
 
+
+def test_a_run_refused_for_a_used_out_leaves_no_partial_folder_beside_it(tmp_path, capsys):
+    # a run refused because --out held a run (no --force) left the .o.partial-PID-X folder a killed
+    # --force run into it had left, until a run into --out was let through; now the refused run
+    # removes it, says so, and the parent folder holds --out and nothing else of fedsim's
+    from fedsim.cli import main
+
+    out = tmp_path / "o"
+    assert main(["run", "demo", "--set", "rounds=1", "--out", str(out), "--quiet"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "run", str(script), "--out", str(out), "--force",
+                             "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "started").exists() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.communicate(timeout=30)
+    (dead,) = tmp_path.glob(".o.partial-*")
+    assert dead.name.startswith(f".o.partial-{proc.pid}-")
+    capsys.readouterr()
+    assert main(["run", "demo", "--set", "rounds=1", "--out", str(out), "--quiet"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "slow.py", "started"]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --out {out} already holds a finished run; use --force to replace it, or choose another --out "
+        f"(removed {dead.name}: left beside it by killed runs)"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # refused again: nothing left to remove, nothing said of it
+    assert main(["run", "demo", "--set", "rounds=1", "--out", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --out {out} already holds a finished run; use --force to replace it, or choose another --out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "slow.py", "started"]
+
 def test_a_live_run_whose_pid_this_host_does_not_know_keeps_its_folder(tmp_path):
     # remove_dead_partials took a folder's PID, as this host sees PIDs, for its run's: a run on
     # another host sharing the file system (NFS), or in another PID namespace (a container), was
@@ -682,11 +716,13 @@ def test_the_results_a_run_killed_mid_swap_moved_aside_are_put_back(tmp_path, fo
     if not force:  # refused as for the folder the user had, the folder back in place
         with pytest.raises(UsageError) as exc:
             run_scenario("demo", out=out, overrides={"rounds": 3}, quiet=True)
+        # (and the killed run's own temporary folder removed, and named: the refused run leaves nothing)
+        partial = replaced.name.replace(".replaced-", ".partial-")
         assert str(exc.value) == (f"--out {out} already holds a finished run (put back from {replaced.name}, where a "
                                   "run with --force into it that was killed had moved it); use --force to replace "
-                                  "it, or choose another --out")
+                                  f"it, or choose another --out (removed {partial}: left beside it by killed runs)")
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-        assert not list(tmp_path.glob(".o.replaced-*"))
+        assert not list(tmp_path.glob(".o.*"))
         return
     run_scenario("demo", out=out, overrides={"rounds": 3}, quiet=True, force=True)
     assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 3

@@ -5,6 +5,7 @@ points re-run, Ctrl-C (a real SIGINT) stops every worker promptly and marks poin
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -504,6 +505,33 @@ def test_a_point_folder_a_killed_force_rerun_moved_aside_is_put_back_before_the_
     assert {p.name: p.read_bytes() for p in (out / "x=1").iterdir()} == before
     assert not list(out.glob(".x=*"))
 
+
+
+def test_sweep_log_says_which_point_folders_recovery_put_back_or_removed_and_why(tmp_path):
+    # the sweep put back (or removed) what killed runs of its points had left without a word in
+    # sweep.log: a point that read as "done before" had in fact been hidden, and folders went unseen
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2]}, out=out, workers=1)
+    gone = (1 << 22) + 1  # a PID no process has here
+    (out / "x=1").rename(out / f".x=1.replaced-{gone}-ab12cd")  # killed between its renames
+    old = out / f".x=2.replaced-{gone}-cd34ef"  # killed while removing the results it replaced
+    old.mkdir()
+    partial = out / f".x=2.partial-{gone}-cd34ef"  # ... and its own temporary folder
+    partial.mkdir()
+    again = run_sweep(str(script), {"x": [1, 2]}, out=out, workers=1)
+    assert again["skipped"] == [{"x": 1}, {"x": 2}] and len(ran(log)) == 2
+    text = (out / "sweep.log").read_text()
+    last = text[text.rindex(f"sweep {script.stem}: "):]  # this sweep's lines (the log is appended to)
+    lines = [re.sub(r"^\[[ 0-9:]+\] ", "", line) for line in last.splitlines()]
+    assert lines[:4] == [
+        f"sweep {script.stem}: 2 points, 2 done before, 0 to run",
+        f"put back the point folder x=1 from .x=1.replaced-{gone}-ab12cd: a --force re-run of the point was killed "
+        "after it moved the results there aside and before it put its own in",
+        f"removed .x=2.replaced-{gone}-cd34ef: the results of the point folder x=2 that a --force re-run of it "
+        "replaced, left when that run was killed",
+        f"removed .x=2.partial-{gone}-cd34ef: the temporary folder of a run of the point x=2 that was killed"]
+    assert not list(out.glob(".x=*"))
 
 def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tmp_path, monkeypatch):
     # the default folder's key ignores the axes' order (sorted), so `--grid y=.. --grid x=..` after

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .errors import UsageError
 from .report import Table, format_table, human_bytes, human_seconds, save_figure, write_csv
 
-__all__ = ["Progress", "RunContext"]
+__all__ = ["Progress", "RunContext", "load_data"]
 
 
 class Progress:
@@ -271,6 +271,27 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:3d}:{s % 60:02d}"
 
 
+def load_data(data: str, **kw: Any):
+    """The dataset ``data`` names (``--data``: a synthetic preset, a path, or a downloaded name).
+    Raises ``UsageError`` (one line naming the file, and the line where the loader says) for a
+    missing file, a malformed or empty one, or a format it cannot tell."""
+    from ..data import resolve
+
+    try:
+        return resolve(data, **kw)
+    except FileNotFoundError as exc:
+        raise UsageError(f"--data: {exc}") from None
+    except ValueError as exc:  # DataFormatError (file, line, reason) is a ValueError too
+        msg = str(exc)
+        if "cannot tell the dataset format" in msg:
+            where = msg.split(": cannot tell", 1)[0]
+            msg = (f"{where}: cannot tell the dataset format; the command line reads MovieLens "
+                   "(u.data, ratings.dat, ratings.csv or their folder), Netflix Prize, Anime and "
+                   "Foursquare files (see docs/data.md); convert other CSV files to "
+                   "user<TAB>item<TAB>rating<TAB>timestamp lines in a file named *.data")
+        raise UsageError(f"--data: {msg}") from None
+
+
 @dataclass
 class RunContext:
     """What a scenario's ``run`` gets: its configuration and where to report."""
@@ -315,24 +336,8 @@ class RunContext:
         return self.net.build(self.seed if seed is None else int(seed), **kwargs)
 
     def load_data(self, **kw: Any):
-        """The dataset named by ``--data`` (a synthetic preset, a path, or a downloaded name).
-        Raises ``UsageError`` (one line naming the file, and the line where the loader says)
-        for a missing file, a malformed or empty one, or a format it cannot tell."""
-        from ..data import resolve
-
-        try:
-            return resolve(self.data, **kw)
-        except FileNotFoundError as exc:
-            raise UsageError(f"--data: {exc}") from None
-        except ValueError as exc:  # DataFormatError (file, line, reason) is a ValueError too
-            msg = str(exc)
-            if "cannot tell the dataset format" in msg:
-                where = msg.split(": cannot tell", 1)[0]
-                msg = (f"{where}: cannot tell the dataset format; the command line reads MovieLens "
-                       "(u.data, ratings.dat, ratings.csv or their folder), Netflix Prize, Anime and "
-                       "Foursquare files (see docs/data.md); convert other CSV files to "
-                       "user<TAB>item<TAB>rating<TAB>timestamp lines in a file named *.data")
-            raise UsageError(f"--data: {msg}") from None
+        """The dataset named by ``--data`` (:func:`load_data`)."""
+        return load_data(self.data, **kw)
 
     def table(self, name: str, rows: Iterable[dict], *, columns: Sequence[str] | None = None,
               title: str | None = None, floatfmt: str = ".4f") -> None:

@@ -19,6 +19,8 @@ clients): the ``missing`` table and an **Incomplete** note; and a run whose prot
 a setting as given (``info["adjusted"]`` records ``{setting, asked, used, why}``, e.g. FPL's
 ``clients_per_round`` beyond the clients there are): the ``adjusted`` table, an **Adjusted** note
 (caveat ``adjusted``) and a line on stderr.
+The module's ``check(config, load, given)`` (:func:`check_point`: the configuration and the spec's
+``check_data``, without running) is what ``fedsim sweep`` checks each point with before it runs any.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..config import ConfigError
 from .context import RunContext
 from .params import Param, params_from
 
-__all__ = ["protocol_scenario", "split_data"]
+__all__ = ["check_point", "protocol_config", "protocol_scenario", "split_data"]
 
 DEFAULT_DATA = "tiny"
 
@@ -55,7 +57,32 @@ def protocol_scenario(name: str) -> types.ModuleType:
     mod.TAKES_DATA = spec.data != "none"  # a protocol that makes its own data refuses --data
     mod.PROTOCOL = name
     mod.run = lambda ctx: run_protocol(ctx, name)
+    # what a sweep checks of each point before it runs any (a check_data error is each point's otherwise)
+    mod.check = lambda config, load, given: check_point(name, config, load, given)
     return mod
+
+
+def protocol_config(spec, config: dict[str, Any]):
+    """``spec.Config`` of a run's resolved parameters ``config`` (``test_frac`` left out, lists as
+    tuples); a ``ConfigError`` naming the field for values that do not go together."""
+    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k != "test_frac"}
+    return spec.Config(**fields)
+
+
+def check_point(name: str, config: dict[str, Any], load, given) -> None:
+    """What a run of protocol ``name`` with the resolved parameters ``config`` would refuse
+    before building its network, checked without running it (``fedsim sweep`` calls it, as the
+    scenario module's ``check``, for every point before it runs any): the configuration
+    (:func:`protocol_config`) and the spec's ``check_data(cfg, load(), given)``, ``load`` a
+    function returning the ``Ratings`` of ``--data`` as loaded (called only when the spec has a
+    ``check_data``) and ``given`` the names of the settings the user set. Raises what the run
+    would: a ``ConfigError`` naming the setting."""
+    from ..protocols import REGISTRY
+
+    spec = REGISTRY[name]
+    cfg = protocol_config(spec, config)
+    if spec.data != "none" and spec.check_data is not None:
+        spec.check_data(cfg, load(), frozenset(given))
 
 
 def test_scores(result, test) -> dict[str, Any]:
@@ -136,8 +163,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     from ..protocols.contract import check_job, check_ledger, check_result
 
     spec = REGISTRY[name]
-    fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
-    cfg = spec.Config(**fields)
+    cfg = protocol_config(spec, ctx.config)
     train, test = split_data(ctx, spec, cfg)  # (and spec.check_data: the configuration against the data)
     net = ctx.network()
     ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}", rounds=getattr(cfg, spec.rounds_field, None))

@@ -99,7 +99,8 @@ class OutputFolder:
     replaces it at commit); a default folder (``runs/<time>-<name>``) that exists already,
     because another run started in the same second, becomes ``<time>-<name>-2`` and so on.
     The temporary folders that killed runs into ``final`` left (their process gone) are removed
-    first (:func:`remove_dead_partials`; ``removed`` lists them, the run's run.log names them);
+    first, also by a run then refused (:func:`remove_dead_partials`; ``removed`` lists them, the
+    run's run.log names them, a refusal's message too);
     the run holds a lock on its own (``flock`` of ``RUN_LOCK`` inside it, released when its
     process ends however it ends, removed at :meth:`commit`) that tells such a removal it lives.
     Before that, what a killed run with ``force`` left of the folder it was replacing
@@ -125,15 +126,19 @@ class OutputFolder:
         # a --force run killed while it swapped folders: the results it was replacing put back
         # where the user had them (--out missing), or removed (--out in place)
         self.restored, self.removed_replaced = recover_replaced(self.final)
+        # the temporary folders of killed runs into final, also when this run is refused below: one
+        # refused for a used --out left them there until a run into it was let through
+        self.removed = remove_dead_partials(self.final)
         if explicit and not force and _non_empty(self.final):
             what = "a finished run" if (self.final / "results.json").exists() else "files"
             if self.restored is not None:
                 what += (f" (put back from {self.restored.name}, where a run with --force into it that was "
                          "killed had moved it)")
+            cleaned = [d.name for d in (*self.removed_replaced, *self.removed)]
+            also = (f" (removed {', '.join(cleaned)}: left beside it by killed runs)" if cleaned else "")
             raise UsageError(f"--out {self.final} already holds {what}; use --force to replace it, "
-                             f"or choose another --out")
+                             f"or choose another --out{also}")
         self._created = [d for d in reversed(self.final.parents) if not d.exists()]  # removed if unused
-        self.removed = remove_dead_partials(self.final)
         self._token = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.tmp = self.final.parent / f".{self.final.name}.partial-{self._token}"
         self._lock: int | None = None

@@ -86,12 +86,18 @@ def truth_of(protocol: str, data, job) -> dict[str, np.ndarray]:
 
 def capture(protocol: str, data, config, *, net=None, seed: int = 0, rounds: Iterable[int] | None = None,
             nodes: Iterable[str] | None = None, kinds: Iterable[str] | None = None, test=None,
-            build_kw: Mapping[str, Any] | None = None) -> Capture:
+            build_kw: Mapping[str, Any] | None = None, given: Iterable[str] | None = None) -> Capture:
     """Run ``protocol`` (a registry name) on ``data`` with ``config`` on ``net`` (default: an
     ideal ``SimNetwork`` seeded ``seed``) with a ``Recorder`` that keeps the payloads of
     ``rounds``, ``kinds`` and ``nodes`` (None: all; see ``Recorder``). Returns a ``Capture``.
-    Raises what the run raises."""
+    ``given``: the names of the settings of ``config`` the caller chose (as ``fedsim run``'s
+    ``--set``); given, the spec's ``check_data(config, data, given)`` checks the configuration
+    against ``data`` first, as ``fedsim run`` does (a ``ConfigError`` naming the setting, before
+    anything runs: PersonalFR's implicit ``threshold`` left at its default on ratings 1 to 10);
+    None (the default): not checked, as ``spec.build`` does not. Raises what the run raises."""
     spec = REGISTRY[protocol]
+    if given is not None and spec.check_data is not None and spec.data != "none":
+        spec.check_data(config, data, frozenset(given))
     net = SimNetwork(seed=seed) if net is None else net
     rec = Recorder(rounds=rounds, kinds=kinds, nodes=nodes).attach(net)
     t0 = time.perf_counter()

@@ -183,7 +183,8 @@ class ProtocolSpec:
     configuration against the data before the run, see below).
 
     ``check_data(config, ratings, given)``, when set, is called by ``fedsim run NAME`` (and
-    ``fedsim compare``, each point of ``fedsim sweep``) once the data is loaded and before the
+    ``fedsim compare``; ``fedsim sweep`` for every point before it runs any; ``fedsim trace`` on
+    its preset's data; ``fedsim.privacy.capture`` when given ``given``) once the data is loaded and before the
     network is built, with the protocol's ``config``, the ``Ratings`` as read from ``--data`` (before any
     binarizing and before the test split) and ``given``, the frozenset of the names of the
     settings the user set (``--set``, a config file's ``[params]``, a sweep's grid), whatever

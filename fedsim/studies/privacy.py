@@ -245,6 +245,8 @@ def run_task(task: AuditTask) -> dict:
         kw = dict(task.build_kw)
         if resume is not None:
             kw["resume"] = resume
+        # (no spec.check_data: the audit's configurations are the privacy_audit scenario's own, no
+        # setting of theirs is the user's to give; its PersonalFR runs the explicit task)
         job = spec.build(net, data, task.config, **kw)
         result = job.collect(net.run())
         resume = result

@@ -29,11 +29,17 @@ seed, network, the grid's axes), so the same command resumes in the same folder 
 extended by more values reuses the points it already has. A folder keeps the order of its sweep's
 axes (in its folder names and columns): the same axes given in another order resume there.
 
+Before it runs or writes anything, a sweep checks each point it is to run with the scenario
+module's ``check(config, load, given)`` where it has one (every protocol's: its configuration and
+its spec's ``check_data`` against the point's data): points that would be refused refuse the
+sweep, with one ``ConfigError`` (:func:`_check_points`).
+
 The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; points that did
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
 finished point's rows, prefixed by its grid values), ``report.md`` (the points and their status,
 the combined tables, and a plot per metric against the grid axes), ``sweep.json`` (the sweep's
-configuration and every point's status) and ``sweep.log``. The combined files, report.md
+configuration and every point's status) and ``sweep.log`` (which also names each point folder the
+sweep put back or removed before comparing, and why: :func:`_recover_points`). The combined files, report.md
 (marked running, without plots) and sweep.json are written as the sweep starts too, over the
 points done before: a sweep killed outright does not leave the previous sweep's report claiming
 "Finished." over points it was replacing.
@@ -333,14 +339,15 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     """(In the driver.) A point whose run ended without a result: its process died (killed, out
     of memory, a crash in compiled code, ``os._exit``), or Ray could not run it (its worker died,
     its runtime environment failed). Recorded like a failed run (``point.json``, ``error.txt``
-    with what is known: for a local process, the signal that killed it or its exit status)."""
+    with what is known: for a local process, the signal that killed it or its exit status); the
+    result's ``cleaned`` holds :func:`_remove_leftovers`' lines for sweep.log."""
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
     # the dead process's .partial folder, and the folder it was replacing (.replaced: the point's
     # failure replaces it, as a point that fails in its run does; not put back, the folder is there)
-    _remove_leftovers(out.parent, only=out.name)
+    cleaned = _remove_leftovers(out.parent, only=out.name)
     if isinstance(exc, BrokenProcessPool):
         how = exc.how if isinstance(exc, ProcessDied) else "died"
         why = SIGNAL_CAUSES.get(how.rsplit(" ", 1)[-1], "") if how.startswith("was killed") else ""
@@ -348,11 +355,12 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
         if how == "died":
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
         write_atomic(out / "error.txt", first + "\n")
-        return {"point": p.point, "status": "failed", "error": first, "out": str(out)}
+        return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
     text = str(exc)
     first = text.strip().splitlines()[0] if text.strip() else ""
     write_atomic(out / "error.txt", f"{type(exc).__name__}: {text}\n")
-    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out)}
+    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out),
+            "cleaned": cleaned}
 
 
 # what sends a process the signal that killed it, as the failure of its point says
@@ -450,7 +458,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
     names would be the same), parameter, network or backend, for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
-    configuration without ``force``, when Ray is not installed or does not start (all before
+    configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
+    (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files."""
     if backend not in BACKENDS:
@@ -525,8 +534,9 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if len(Path(p.out).name.encode()) > 255:
             raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
                              "long, over the file system's 255; use shorter grid values")
+    recovered: list[str] = []  # said in sweep.log, once it is open
     if out.is_dir():  # a point folder a killed --force re-run had moved aside is put back first
-        _recover_points(out)
+        recovered = _recover_points(out)
     states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
     stale = [p for p in points if states[p.out][0] == "stale"]
     if stale and not force:
@@ -535,6 +545,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
                          f"use --force to re-run them, or another --out")
     todo = [p for p in points if states[p.out][0] != "done"]
+    _check_points(mod, todo, data_default)  # before anything is written or started
     ray = None
     if backend == "ray" and todo:  # started before any file is written: it may fail to
         from .raypool import RaySession
@@ -545,7 +556,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                   file=sys.stderr, flush=True)
     with ray if ray is not None else contextlib.nullcontext() as session:
         summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
-                           quiet, backend, session)
+                           quiet, backend, session, recovered)
     if ray is not None:
         summary["backend"]["shutdown_s"] = ray.shutdown_s
         if address is None:  # the local instance's workers are gone: so are killed tasks' folders
@@ -553,6 +564,63 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if summary.pop("interrupted"):
         raise SweepInterrupted(summary)
     return summary
+
+
+MAX_SHOWN_POINTS = 5
+
+
+def _check_points(mod, todo: list[SweepPoint], data_default: str) -> None:
+    """Refuse the sweep, before it runs any point, when points of ``todo`` would be refused by
+    the scenario's own check (its module's ``check(config, load, given)``, where it has one: a
+    protocol's configuration and its ``check_data`` against the point's data, loaded once per
+    data). Each failed alike when it ran, and a check that does not depend on the grid (the
+    default implicit threshold of PersonalFR on ratings 1 to 10) failed every point with the same
+    error. Raises one ``ConfigError``: that error, said once, when every point to run fails it;
+    else how many points fail, which (their labels) and why. A point whose data cannot be loaded
+    here is left to check it where it runs (a Ray cluster's machines may hold a path the driver
+    does not)."""
+    check = getattr(mod, "check", None)
+    if check is None or not todo:
+        return
+    from ..config import ConfigError
+    from ..experiment.context import load_data
+
+    loaded: dict[str, Any] = {}
+
+    def loader(data: str):
+        def load():
+            if data not in loaded:
+                loaded[data] = load_data(data)
+            return loaded[data]
+        return load
+
+    refused: dict[tuple[str, str | None], list[dict]] = {}  # (message, key) -> the points it refuses
+    for p in todo:
+        try:
+            check(resolve_config(mod, p.fixed), loader(p.data or data_default), frozenset(p.fixed))
+        except ConfigError as exc:
+            refused.setdefault((str(exc), exc.key), []).append(p.point)
+        except UsageError:
+            # data this process cannot load (a path that only a Ray cluster's machines hold): the point
+            # checks it where it runs, and fails there if it cannot load it either
+            pass
+    if not refused:
+        return
+    keys = {key for _, key in refused}
+    key = keys.pop() if len(keys) == 1 else None
+    if len(refused) == 1 and len(next(iter(refused.values()))) == len(todo):
+        (message, _), = refused
+        every = "the point" if len(todo) == 1 else f"all {len(todo)} points"
+        raise ConfigError(f"{message} ({every} of the sweep to run; none was run)", key)
+    n = sum(len(pts) for pts in refused.values())
+    parts = []
+    for (message, _), pts in refused.items():
+        shown = "; ".join(point_label(pt) for pt in pts[:MAX_SHOWN_POINTS])
+        more = f" and {len(pts) - MAX_SHOWN_POINTS} more" if len(pts) > MAX_SHOWN_POINTS else ""
+        parts.append(f"{shown}{more}: {message}")
+    raise ConfigError(f"{n} of the {len(todo)} points of the sweep to run would be refused, so none was run: "
+                      + " | ".join(parts) + " (leave those values out of the grid, or set what the message says)",
+                      key)
 
 
 def _axes_in_order_of(out: Path, grid: dict) -> dict:
@@ -600,19 +668,20 @@ def _sweep_lock(out: Path):
 
 def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
              points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
-             quiet: bool, backend: str, session: Any) -> dict:
+             quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
     """Run ``todo`` on the backend and write the sweep's files, holding the folder's lock; the
-    summary of :func:`run_sweep` with ``interrupted``."""
+    summary of :func:`run_sweep` with ``interrupted``. ``recovered``: what :func:`_recover_points`
+    did before, for sweep.log."""
     out.mkdir(parents=True, exist_ok=True)
     with _sweep_lock(out):
         return _execute_locked(out, name, grid, fixed, data, seed, base, points, states, todo, workers, progress,
-                               quiet, backend, session)
+                               quiet, backend, session, recovered)
 
 
 def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
                     points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
-                    quiet: bool, backend: str, session: Any) -> dict:
-    _remove_leftovers(out)
+                    quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
+    recovered = [*recovered, *_remove_leftovers(out)]
     skipped = [p.point for p in points if states[p.out][0] == "done"]
     rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
     for p in todo:
@@ -637,6 +706,8 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     display = Progress(not quiet, log=out / "sweep.log")
     again = f" ({len(rerun)} of them again)" if rerun else ""
     display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
+    for line in recovered:  # what killed runs of points had left, dealt with before the points were compared
+        display.log(line)
     if session is not None:
         display.log(session.describe())
     display.update(0, len(todo), stage=f"sweep {name}")
@@ -645,6 +716,8 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
     def done_cb(i: int, res: dict) -> None:
         if "files" in res:  # a Ray task's point: its files come back with it
             res = _store_point(todo[i], res)
+        for line in res.pop("cleaned", ()):  # (a point whose process died: what it had left)
+            display.log(line)
         results.append(res)
         statuses[todo[i].out] = {k: v for k, v in res.items() if k != "out"}
         display.update(len(results), len(todo), failed=sum(r["status"] == "failed" for r in results))
@@ -735,13 +808,14 @@ def _is_path(scenario: str) -> bool:
     return scenario.endswith(".py") or os.sep in scenario or "/" in scenario
 
 
-def _recover_points(out: Path, only: str | None = None) -> None:
+def _recover_points(out: Path, only: str | None = None) -> list[str]:
     """Deal with what point runs that were killed left beside their folders in ``out`` (``only``:
     beside the point folder ``NAME`` only), as a run into that folder does: a ``.NAME.replaced-PID-X``
     (a --force re-run's earlier folder, moved aside) is put back when the point's folder is
     missing, else removed (:func:`~fedsim.experiment.runner.recover_replaced`), and a
     ``.NAME.partial-PID-X`` removed (:func:`~fedsim.experiment.runner.remove_dead_partials`);
-    those of runs still under way (their lock held, or without one their process running) stay."""
+    those of runs still under way (their lock held, or without one their process running) stay.
+    Returns one line per folder put back or removed, saying which and why (for sweep.log)."""
     if only is not None:
         names = {only}
     else:
@@ -750,21 +824,30 @@ def _recover_points(out: Path, only: str | None = None) -> None:
             m = re.fullmatch(r"\.(.+)\.(?:partial|replaced)-\d+-[0-9a-f]+", d.name)
             if m:
                 names.add(m.group(1))
+    said = []
     for name in sorted(names):
-        recover_replaced(out / name)
-        remove_dead_partials(out / name)
+        restored, removed = recover_replaced(out / name)
+        if restored is not None:
+            said.append(f"put back the point folder {name} from {restored.name}: a --force re-run of the point "
+                        "was killed after it moved the results there aside and before it put its own in")
+        said += [f"removed {d.name}: the results of the point folder {name} that a --force re-run of it "
+                 "replaced, left when that run was killed" for d in removed]
+        said += [f"removed {d.name}: the temporary folder of a run of the point {name} that was killed"
+                 for d in remove_dead_partials(out / name)]
+    return said
 
 
-def _remove_leftovers(out: Path, only: str | None = None) -> None:
+def _remove_leftovers(out: Path, only: str | None = None) -> list[str]:
     """:func:`_recover_points`, and remove the sweep's half-written files (``.NAME.PID.tmp``)
-    unless their process still runs."""
-    _recover_points(out, only)
+    unless their process still runs; returns :func:`_recover_points`'s lines."""
+    said = _recover_points(out, only)
     if only is not None:
-        return
+        return said
     for f in out.glob(".*.tmp*"):  # the sweep's own files, killed while being written
         m = re.search(r"\.(\d+)\.tmp", f.name)
         if m and not _alive(int(m.group(1))) and f.is_file():
             f.unlink()
+    return said
 
 
 def _alive(pid: int) -> bool:

@@ -122,8 +122,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
     ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
-    Raises ``UsageError`` for an unknown protocol, key or profile, or a bad value, before writing
-    anything. A run that ends in a deadlock is written all the same (its views show the actors
+    Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, or a configuration
+    the spec's ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before
+    writing anything. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -141,6 +142,10 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     data, cfg = check_tiny(spec, spec.tiny(clients, rounds, seed))
     try:
         cfg = cfg.replace(**options)
+        if spec.check_data is not None and spec.data != "none" and data is not None:
+            # the protocol's check of the configuration against the data, as fedsim run makes it: the
+            # preset's data, and the --set keys as the settings the user gave
+            spec.check_data(cfg, data, frozenset(options))
     except (ConfigError, ValueError) as exc:
         raise UsageError(f"{name}: {exc}") from None
     netspec = _trace_network(profile, net)
