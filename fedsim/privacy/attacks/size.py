@@ -173,9 +173,15 @@ class SizeOnly(Attack):
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rank correlation (average ranks for ties); NaN if either is constant."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    """Spearman's rank correlation (average ranks for ties); NaN if either is constant. Raises
+    ``ValueError`` for a NaN value (ranked above every number, it gave a figure for pairs that
+    have none) or inputs of different lengths."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"spearman: {x.size} values against {y.size}")
+    if np.isnan(x).any() or np.isnan(y).any():
+        raise ValueError("spearman: a value is NaN (leave out what was not estimated)")
     if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return float("nan")
     rx, ry = average_ranks(x), average_ranks(y)
