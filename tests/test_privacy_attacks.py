@@ -76,8 +76,16 @@ def test_secure_aggregation_leaves_the_server_nothing_per_user(ratings):
     for attack in (ImpliedRatings(), Intersection(), IMIA()):
         s, run = _score(attack, cap, rounds=[1, 2])
         assert run.inference == {} and s["users"] == 20 and s["recall"] == 0.0 and s["auc"] == 0.5
-    sizes = run_attack(SizeOnly(), cap.recorder, cap.public, key=cap.key)
-    assert score_sizes(sizes.inference, cap.truth)["size_users"] == 0  # every upload has the same size
+    # the size observer saw every (masked) upload, all of one size, and reads nothing from them; it
+    # used to read the unmasked kind only, and its row said it saw no user (size_users 0)
+    _, (row,) = attack_capture(SizeOnly(), cap, rounds=[1])
+    from fedsim.kernel.ledger import BYTES, KIND, ROUND
+
+    masked = {r[BYTES] for r, *_ in cap.recorder.entries if r[KIND] == "masked" and r[ROUND] == 1}
+    assert len(masked) == 1 and row["size_estimate"] == "upload bytes" and row["size_users"] == 20
+    size = float(next(iter(masked)))
+    assert run_attack(SizeOnly(), cap.recorder, cap.public, rounds=[1]).inference == {u: size for u in cap.truth}
+    assert np.isnan(row["size_exact"]) and np.isnan(row["size_mre"]) and np.isnan(row["size_spearman"])
 
 
 def test_intersection_needs_resampling(ratings):
@@ -154,6 +162,9 @@ def test_fpl_sign_finds_nothing_at_pi_zero_and_under_secure_aggregation(implicit
     for attack in (FPLSign(), FPLNeverNegative()):
         s, run = _score(attack, sec)
         assert run.inference == {} and s["recall"] == 0.0
+    _, (row,) = attack_capture(SizeOnly(), sec)  # every masked update seen, one size: nothing read
+    assert row["size_estimate"] == "upload bytes" and row["size_users"] == len(observed_clients(sec)) == 12
+    assert np.isnan(row["size_spearman"])
 
 
 def test_fpl_attacks_answer_in_the_order_the_uploads_were_observed(implicit):

@@ -345,3 +345,32 @@ def test_first_only_keeps_no_copy_still_in_flight_when_its_run_ended():
     assert res.unfinished == ["slow"]
     kept = {row[DST]: (row[STATUS], p is not None) for row, p, _ in rec.entries}
     assert kept == {"slow": ("in_flight", False), "fast": ("delivered", True)}
+
+
+def test_imia_on_a_sample_scores_its_sample_answered_or_not():
+    # IMIA with max_users attacks a seeded sample of the clients it saw. attack_capture scored
+    # every client seen, the ones outside the sample as misses (here 10 users, 6 of them never
+    # attacked: F1 diluted to 0.19); run_task scored only the sample members it answered for, so
+    # under secure aggregation (every upload masked, nothing to answer) the row had 0 users: the
+    # 10 clients seen were neither scored nor counted anywhere, where IMIA without a sample and
+    # every other attack score them as misses. Now both score the sample, answered or not.
+    from fedsim.privacy.metrics import score_inference
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=10)
+    cap = capture("fedrec", data, FedRecConfig("PMF(B)", d=4, T=2, rho=1.0), seed=1)
+    run, rows = attack_capture(IMIA(max_users=4), cap, rounds=[1])
+    assert len(run.sample) == 4 and set(run.sample) <= set(observed_clients(cap, [1]))
+    assert [r["target"] for r in rows] == list(run.sample) == sorted(run.inference)
+    solo = score_inference(run.inference, cap.truth, cap.public.n_items, run.sample)
+    assert rows == solo
+    assert attack_capture(IMIA(), cap, rounds=[1])[0].sample is None  # no sample: every client seen
+    assert attack_capture(IMIA(max_users=10), cap, rounds=[1])[0].sample is None
+
+    cfg = FedRecConfig("PMF(B)", d=4, T=2, rho=1.0, secure_aggregation=True)
+    task = AuditTask("t", "fedrec", {}, cfg, data, None, 0, NetSpec(), None, None,
+                     (AttackSpec("implied_ratings", (), (1,), "1 round"),
+                      AttackSpec("imia", (("max_users", 4),), (1,), "1 round"),
+                      AttackSpec("imia", (), (1,), "1 round")))
+    got = [(r["attack"], r["users"], r["attacked"], r["unseen"], r["f1"], r["f1_rand"]) for r in run_task(task)["rows"]]
+    assert got == [("implied_ratings", 10, 0, 0, 0.0, 0.0), ("imia", 4, 0, 0, 0.0, 0.0), ("imia", 10, 0, 0, 0.0, 0.0)]

@@ -177,6 +177,26 @@ def test_auc_matches_brute_force():
         assert auc(s, pos) == pytest.approx(_brute_auc(s, pos))
 
 
+
+def test_auc_and_spearman_refuse_a_nan_instead_of_ranking_it_first():
+    # a NaN sorted above every number: auc gave a NaN-scored positive the top rank (1.0 here,
+    # where the two numbers alone say 0.0), spearman correlated a NaN estimate as the largest
+    from fedsim.privacy.attacks.size import spearman
+
+    with pytest.raises(ValueError, match="score 0 is NaN"):
+        auc(np.array([np.nan, 0.0, 1.0]), np.array([True, False, False]))
+    with pytest.raises(ValueError, match="3 scores but a mask of 2"):
+        auc(np.array([0.0, 1.0, 2.0]), np.array([True, False]))
+    with pytest.raises(ValueError, match="NaN"):
+        spearman(np.array([np.nan, 1.0, 2.0]), np.array([3.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match="3 values against 2"):
+        spearman(np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0]))
+    # what they compute where every value is a number, by hand
+    assert auc(np.array([-np.inf, 0.0, 1.0]), np.array([True, False, False])) == 0.0
+    assert auc(np.array([0.5, 0.5, 1.0, 0.0]), np.array([True, False, True, False])) == 0.875
+    assert spearman(np.array([3.0, 1.0, 2.0]), np.array([30.0, 10.0, 20.0])) == pytest.approx(1.0)
+    assert spearman(np.array([1.0, 2.0, 3.0]), np.array([3.0, 2.0, 1.0])) == pytest.approx(-1.0)
+
 def test_score_guess_by_hand():
     # catalogue of 10, truth {1, 2, 3}; the attack saw {1, 2, 4, 5} and claims {1, 4}
     g = Guess(np.array([1, 2, 4, 5]), np.array([0.9, 0.2, 0.8, 0.1]), np.array([1, 4]))

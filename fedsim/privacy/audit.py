@@ -192,7 +192,8 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
     client the server saw upload in ``rounds`` with a payload the recorder kept,
     ``observed_clients(recorded=True)``: one whose upload was lost, who dropped out or was not
     called cannot be attacked from it, nor one whose uploads the recorder's filters left out, and
-    is left out, not scored as a miss; a client scored whom the attack gave no answer is a miss; for a linking attack, one row per
+    is left out, not scored as a miss; of an attack on a sample of them, ``AttackRun.sample``, those
+    only, as IMIA with ``max_users``; a client scored whom the attack gave no answer is a miss; for a linking attack, one row per
     anonymous message delivered, see ``score_links``; for a size attack, one row, ``score_sizes``
     of its estimates, which for unmerged FPL and for FCF are not sizes of I_u: only their rank
     correlation is scored; the row's ``size_estimate`` says what they are)."""
@@ -203,6 +204,9 @@ def attack_capture(attack: Attack, cap: Capture, *, rounds=None, targets: Iterab
         truth = cap.truth if targets is None else {u: cap.truth[u] for u in targets if u in cap.truth}
         return run, [score_sizes(run.inference, truth, estimate=size_estimate(cap.protocol, cap.config))]
     tg = list(targets) if targets is not None else observed_clients(cap, rounds, recorded=True)
+    if targets is None and run.sample is not None:  # an attack on a sample (IMIA's max_users): those clients
+        chosen = set(run.sample)
+        tg = [u for u in tg if u in chosen]
     return run, score_inference(run.inference, cap.truth, cap.public.n_items, tg)
 
 

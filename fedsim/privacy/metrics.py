@@ -92,13 +92,19 @@ def average_ranks(x: np.ndarray) -> np.ndarray:
 def auc(scores: np.ndarray, positive: np.ndarray) -> float:
     """Area under the ROC curve of ``scores`` (one per item; -inf allowed) for the boolean
     ``positive`` mask: P(score of a positive > score of a negative), ties one half. NaN when
-    there is no positive or no negative."""
-    pos = np.asarray(positive, dtype=bool)
+    there is no positive or no negative. Raises ``ValueError`` for a NaN score (it would rank
+    above every number: a NaN positive gave an AUC of 1) or a mask of another length."""
+    pos = np.asarray(positive, dtype=bool).ravel()
+    x = np.asarray(scores, dtype=np.float64).ravel()
+    if x.shape != pos.shape:
+        raise ValueError(f"auc: {x.size} scores but a mask of {pos.size} items")
+    if np.isnan(x).any():
+        raise ValueError(f"auc: score {int(np.flatnonzero(np.isnan(x))[0])} is NaN (-inf for the least likely)")
     p = int(pos.sum())
     n = pos.shape[0] - p
     if p == 0 or n == 0:
         return math.nan
-    r = average_ranks(np.asarray(scores, dtype=np.float64))
+    r = average_ranks(x)
     return float((r[pos].sum() - p * (p + 1) / 2.0) / (p * n))
 
 

@@ -305,8 +305,9 @@ def run_task(task: AuditTask) -> dict:
             seen = observed_clients(cap, rounds)
             kept = observed_clients(cap, rounds, recorded=True)  # (seen, with a payload recorded)
             population = kept if tg is None else [u for u in kept if u in tg]
-            if attack.name == "imia" and attack.max_users is not None:
-                population = [u for u in population if u in run.inference]
+            if run.sample is not None:  # an attack on a sample (IMIA's max_users): its sample, answered or not
+                chosen = set(run.sample)
+                population = [u for u in population if u in chosen]
             scored = score_inference(run.inference, cap.truth, public.n_items, population)
             for r in scored:
                 r["seed"] = task.seed

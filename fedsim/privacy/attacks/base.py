@@ -3,7 +3,10 @@
 An ``Attack`` has a ``name``, the ``view`` it plays (a ``ViewSpec``), the ``protocols`` it is
 written for, and ``run(view) -> {target node id: Guess}``. ``run_attack`` builds the view from a
 recording and hands the attack that object and nothing else; it returns the inference and the
-attack's own cost (wall seconds), reported beside the protocol run's cost.
+attack's own cost (wall seconds), reported beside the protocol run's cost. An attack that attacks
+a sample of the clients it saw (IMIA's ``max_users``) names it (``sample(view)``, kept in
+``AttackRun.sample``): the audit scores those clients, an unanswered one as a miss, and not the
+others.
 """
 
 from __future__ import annotations
@@ -33,6 +36,12 @@ class Attack:
     def run(self, view: View) -> Mapping[str, Any]:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def sample(self, view: View) -> tuple[str, ...] | None:
+        """The clients this attack sets out to attack in ``view`` when it attacks a sample of
+        those it saw (answered or not: a masked upload is in the sample and unanswered), sorted;
+        None (the default): every client the adversary saw upload."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, view={self.view.label!r})"
 
@@ -41,13 +50,15 @@ class Attack:
 class AttackRun:
     """One attack on one recording: ``inference`` (what ``run`` returned), ``seconds`` (wall
     time of building the view and running the attack), ``messages`` (how many the view held),
-    ``unrecorded`` (messages the adversary saw whose payload the recorder did not keep)."""
+    ``unrecorded`` (messages the adversary saw whose payload the recorder did not keep),
+    ``sample`` (``Attack.sample``: the clients it set out to attack; None: every one seen)."""
 
     attack: Attack
     inference: Mapping[str, Any]
     seconds: float
     messages: int
     unrecorded: int
+    sample: tuple[str, ...] | None = None
 
 
 def run_attack(attack: Attack, recording: Any, public: Public, *,
@@ -66,6 +77,7 @@ def run_attack(attack: Attack, recording: Any, public: Public, *,
         if views is not None:
             views[vkey] = view
     out = attack.run(view)
+    sample = attack.sample(view)
     seconds = time.perf_counter() - t0
     if not isinstance(out, Mapping):
         raise TypeError(f"attack {attack.name!r} returned {type(out).__name__}, not a mapping")
@@ -73,4 +85,5 @@ def run_attack(attack: Attack, recording: Any, public: Public, *,
         bad = [k for k, g in out.items() if not isinstance(g, Guess)]
         if bad:
             raise TypeError(f"attack {attack.name!r}: the answer for {bad[0]!r} is not a Guess")
-    return AttackRun(attack, out, seconds, len(view), view.unrecorded)
+    return AttackRun(attack, out, seconds, len(view), view.unrecorded,
+                     None if sample is None else tuple(sorted(sample)))

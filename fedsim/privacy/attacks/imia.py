@@ -134,7 +134,9 @@ class IMIA(Attack):
 
     def _first_uploads(self, view: View):
         proto, cfg = view.public.protocol, view.public.config
-        up_kind = {"fedrec": "gradients", "fedrecpp": "gradients", "fpl": "update", "fcf": "gradients"}[proto]
+        # the uploads, masked ones (secure aggregation) included: the server saw them and reads nothing
+        up_kinds = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
+                    "fcf": ("gradients",)}[proto]
         stochastic = proto == "fedrec" and getattr(cfg, "style", "batch") != "batch"
         last: dict[str, object] = {}
         calls: dict[str, int] = {}  # models sent to each client in the view so far
@@ -143,7 +145,7 @@ class IMIA(Attack):
             if m.outgoing and m.kind == "model":
                 calls[m.receiver] = calls.get(m.receiver, 0) + 1
                 last[m.receiver] = m
-            elif not m.outgoing and m.kind == up_kind and m.sender is not None and m.sender not in first:
+            elif not m.outgoing and m.kind in up_kinds and m.sender is not None and m.sender not in first:
                 model = last.get(m.sender)
                 if m.payload is None or model is None or model.payload is None or model.round != m.round:
                     continue
@@ -160,13 +162,25 @@ class IMIA(Attack):
                 first[m.sender] = (model.payload, m.payload, call)
         return first
 
-    def run(self, view: View) -> dict[str, Guess]:
-        proto, cfg = view.public.protocol, view.public.config
-        first = self._first_uploads(view)
+    def _pick(self, first) -> list[str]:
         users = sorted(first)
         if self.max_users is not None and len(users) > self.max_users:
             pick = node_rng(self.seed, "imia:users").choice(len(users), size=self.max_users, replace=False)
             users = [users[i] for i in sorted(pick)]
+        return users
+
+    def sample(self, view: View) -> tuple[str, ...] | None:
+        """With ``max_users`` below the users it could attack: the seeded sample it attacks
+        (``Attack.sample``), a user whose upload it cannot read (masked) among them; else None."""
+        first = self._first_uploads(view)
+        if self.max_users is None or len(first) <= self.max_users:
+            return None
+        return tuple(self._pick(first))
+
+    def run(self, view: View) -> dict[str, Guess]:
+        proto, cfg = view.public.protocol, view.public.config
+        first = self._first_uploads(view)
+        users = self._pick(first)
         out = {}
         for user in users:
             model, up, call = first[user]

@@ -27,11 +27,15 @@ has one size per k (``row_count_of_size``). Then, per protocol:
                           and falls beyond it: a user with more items than that is read as one
                           with fewer. Informative when T pi is not small against n (collisions).
 ``fcf``                   every upload is m x d floats: nothing.
+secure aggregation        (FedRec, FPL) every upload is one ``masked`` vector over all m items: its
+                          size, the estimate (``upload bytes``), is the same for everyone. The
+                          observer saw every such upload and reads nothing from it (it used to
+                          read the unmasked kinds only, and its rows said it saw no user).
 
 ``SizeOnly.run`` returns ``{client: estimate}`` (``about = "sizes"``); the audit scores it against
 |I_u| (``score_sizes``): exact recoveries, median relative error, Spearman rank correlation.
 ``size_estimate(protocol, cfg)`` names what the estimate is (``|I_u|``, ``positives sent per
-round`` for unmerged FPL, ``upload bytes`` for FCF); the size rows carry it (``size_estimate``),
+round`` for unmerged FPL, ``upload bytes`` for FCF and under secure aggregation); the size rows carry it (``size_estimate``),
 and only an estimate of |I_u| has its exact share and relative error scored.
 """
 
@@ -69,7 +73,10 @@ SIZE = "|I_u|"
 
 def size_estimate(protocol: str, cfg) -> str:
     """What ``SizeOnly``'s estimate is for ``protocol`` run with ``cfg`` (module docstring):
-    ``"|I_u|"``, ``"positives sent per round"`` (FPL unmerged) or ``"upload bytes"`` (FCF)."""
+    ``"|I_u|"``, ``"positives sent per round"`` (FPL unmerged) or ``"upload bytes"`` (FCF, and
+    any run with secure aggregation: masked uploads of one size)."""
+    if getattr(cfg, "secure_aggregation", False):
+        return "upload bytes"
     if protocol == "fpl" and getattr(cfg, "merge", "none") in ("none", False):
         return "positives sent per round"
     if protocol == "fcf":
@@ -134,9 +141,11 @@ class SizeOnly(Attack):
     def run(self, view: View) -> dict[str, float]:
         proto, cfg = view.public.protocol, view.public.config
         m = view.public.n_items
-        kind = {"fedrec": "gradients", "fedrecpp": "gradients", "fpl": "update", "fcf": "gradients",
-                "personalfr": "indices"}.get(proto)
-        memo: dict[int, int | None] = {}
+        # the uploads, masked ones (secure aggregation) included
+        kinds = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
+                 "fcf": ("gradients",), "personalfr": ("indices",)}.get(proto, ())
+        estimate = size_estimate(proto, cfg)
+        memo: dict[tuple, int | None] = {}
         counts: dict[int, np.ndarray] = {}
 
         def counts_of(k: int) -> np.ndarray:
@@ -146,18 +155,23 @@ class SizeOnly(Attack):
 
         per_user: dict[str, list] = defaultdict(list)
         for p in view.messages:
-            if p.kind != kind or p.sender is None:
+            if p.kind not in kinds or p.sender is None:
                 continue
-            if p.nbytes not in memo:
-                memo[p.nbytes] = rows_of_size(proto, cfg, kind, p.nbytes, self.framing, 4 * m + 16)
-            # a layout without rows (FCF's dense gradient): the size itself is the only feature
-            per_user[p.sender].append(memo[p.nbytes] if _layout(proto, cfg, kind, 0) is not None else p.nbytes)
+            if estimate == "upload bytes" or _layout(proto, cfg, p.kind, 0) is None:
+                # a layout without rows (FCF's dense gradient, a masked vector): the size itself
+                per_user[p.sender].append(p.nbytes)
+                continue
+            if (p.kind, p.nbytes) not in memo:
+                memo[(p.kind, p.nbytes)] = rows_of_size(proto, cfg, p.kind, p.nbytes, self.framing, 4 * m + 16)
+            per_user[p.sender].append(memo[(p.kind, p.nbytes)])
         out: dict[str, float] = {}
         for user, ks in per_user.items():
             ks = [k for k in ks if k is not None]
             if not ks:
                 continue
-            if proto in ("fedrec", "fedrecpp"):
+            if estimate == "upload bytes":
+                out[user] = float(np.median(ks))
+            elif proto in ("fedrec", "fedrecpp"):
                 # the smallest consistent count: exact below the cap, a lower bound at k == m
                 est = [int(ns[0]) for ns in (counts_of(k) for k in ks) if ns.size]
                 if est:
@@ -173,9 +187,15 @@ class SizeOnly(Attack):
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rank correlation (average ranks for ties); NaN if either is constant."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    """Spearman's rank correlation (average ranks for ties); NaN if either is constant. Raises
+    ``ValueError`` for a NaN value (ranked above every number, it gave a figure for pairs that
+    have none) or inputs of different lengths."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    y = np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"spearman: {x.size} values against {y.size}")
+    if np.isnan(x).any() or np.isnan(y).any():
+        raise ValueError("spearman: a value is NaN (leave out what was not estimated)")
     if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return float("nan")
     rx, ry = average_ranks(x), average_ranks(y)
