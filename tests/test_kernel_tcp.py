@@ -477,15 +477,33 @@ class _Unchecked(TcpNetwork):
         pass
 
 
+def _all_to_all_net(cls, processes: int, **kw):
+    """Two nodes per process, each sending one message to every node (itself included) and
+    reading all of theirs: every process connects to every process (itself included), the most
+    connections a worker holds (connections are opened by a first frame)."""
+    ids = [f"n{i}" for i in range(2 * processes)]
+
+    async def chatty(ctx):
+        for dst in ids:
+            await ctx.send(dst, "x", None)
+        got = [(await ctx.receive("x")).sender for _ in ids]
+        return sorted(got) == sorted(ids)
+
+    net = cls(processes=processes, **kw)
+    for nid in ids:
+        net.add_node(nid, chatty)
+    return net
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
 def test_a_worker_out_of_files_ends_the_run_soon_naming_the_limit(capfd):
     processes = 12
     enough = _files_a_worker_needs(processes)[0]
     # one short: only the accept asyncio makes after the last connection fails; the run goes on
     with _open_file_limit(enough - 1):
-        net = _idle_net(_Unchecked, processes)
+        net = _all_to_all_net(_Unchecked, processes)
         res = net.run(timeout=RUN_TIMEOUT)
-    assert res.complete and len(res.results) == processes
+    assert res.complete and res.results == {f"n{i}": True for i in range(2 * processes)}
     assert_no_orphans(net)
     # short by more: peers' connections cannot be accepted (or made). Four short, not two: in the
     # full suite, two short once let the run through (a descriptor of the test process, open when
@@ -493,7 +511,7 @@ def test_a_worker_out_of_files_ends_the_run_soon_naming_the_limit(capfd):
     # make up for three
     short = 4
     with _open_file_limit(enough - short):
-        net = _idle_net(_Unchecked, processes)
+        net = _all_to_all_net(_Unchecked, processes)
         t = time.monotonic()
         with pytest.raises(TransportError) as info:
             net.run(timeout=RUN_TIMEOUT)
@@ -508,19 +526,15 @@ def test_a_worker_out_of_files_ends_the_run_soon_naming_the_limit(capfd):
     assert_no_orphans(net)
 
 
-class _SlowToConnect(TcpNetwork):
-    def peer_address(self, proc, host, port):
-        time.sleep(3.0)  # (in the worker: it holds its loop, and is not ready within start_timeout)
-        return host, port
-
-
-def test_a_start_up_timeout_names_a_few_of_the_late_processes_not_all():
+def test_a_start_up_timeout_names_a_few_of_the_late_processes_not_all(monkeypatch):
     # the review's reproduction listed all 150 late processes in one line of some 10,000 characters
-    net = _idle_net(_SlowToConnect, 10, start_timeout=1.0)
+    # (each worker, forked with this patch, sleeps before it says hello: not there within start_timeout)
+    monkeypatch.setattr(tcp, "_die_with_parent", lambda parent: time.sleep(3.0))
+    net = _idle_net(TcpNetwork, 10, start_timeout=1.0)
     with pytest.raises(TransportError) as info:
         net.run(timeout=RUN_TIMEOUT)
     text = str(info.value)
-    assert "waited 1.0 s for every process to connect to every peer; still waiting for process " in text
+    assert "waited 1.0 s for every process to report its address; still waiting for process " in text
     named = [p for p in range(10) if f"process {p} (pid {net.pids[p]}; hosting n{p})" in text]
     assert len(named) == 4 and text.endswith("; ... and 6 more")
     assert_no_orphans(net)
@@ -579,11 +593,12 @@ def test_a_worker_busy_longer_than_the_stall_timeout_is_waited_for():
 def test_a_control_frame_a_worker_cannot_read_is_the_error_not_its_exit(monkeypatch):
     real = tcp._Coordinator._send
 
-    def send(self, c, obj):
-        if obj["op"] == "directory":  # a document that is not a control message
+    def send(self, c, obj, packed=False):
+        # (the directory is encoded once for all workers: it comes packed)
+        if (tcp.decode(obj[4:]) if packed else obj)["op"] == "directory":  # a document that is not a control message
             c.writer.write(tcp._pack(["not", "a", "map"]))
         else:
-            real(self, c, obj)
+            real(self, c, obj, packed)
 
     monkeypatch.setattr(tcp._Coordinator, "_send", send)
     net = _star(TcpNetwork(processes=3))
@@ -816,6 +831,38 @@ def test_a_connection_refused_ends_the_run_naming_the_unreachable_nodes():
     assert err.kind == "connect" and "cannot connect to process 2" in str(err)
     assert "Connection refused" in str(err) or "ConnectionRefusedError" in str(err)
     assert err.node == "c1" and err.nodes == ("c1",)
+    assert_no_orphans(net)
+
+
+class _Recorded(TcpNetwork):
+    """Each connection a worker opens, as a line "from to" in the file ``record``."""
+    record = ""
+
+    def peer_address(self, proc, host, port):
+        fd = os.open(self.record, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, f"{self._worker.proc} {proc}\n".encode())
+        finally:
+            os.close(fd)
+        return host, port
+
+
+@pytest.mark.parametrize("processes", [4, 8])
+def test_a_worker_connects_only_to_the_processes_it_sends_frames_to(tmp_path, processes):
+    # the review's finding: every worker connected to every process at start-up (a full mesh,
+    # processes^2 connections, set up before go: start-up time grew with the square of the
+    # processes); now a connection is opened by the first frame to its process: a star protocol
+    # makes two per client process
+    net = _Recorded(processes=processes)
+    net.record = str(tmp_path / "connections")
+    run_protocol("fedrec", net, clients=2 * processes)
+    with open(net.record) as fh:
+        made = [tuple(map(int, line.split())) for line in fh]
+    proc = {nid: p for p, group in enumerate(net.groups) for nid in group}
+    framed = {(proc[r["src"]], proc[r["dst"]]) for r in net.ledger.records() if r["status"] == "delivered"}
+    assert sorted(made) == sorted(framed)  # one connection per pair that carried frames, none twice
+    clients = len(net.groups) - 1  # process 0 hosts the server, the others the clients
+    assert len(made) == 2 * clients < len(net.groups) ** 2
     assert_no_orphans(net)
 
 
