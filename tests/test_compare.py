@@ -225,3 +225,22 @@ def test_compare_refuses_an_open_file_limit_too_low_for_tcp_before_the_simulator
     assert lines[0].startswith("error: TcpNetwork with 20 worker processes needs ")
     assert "above the open-file limit ulimit -n = 40 " in lines[0] and "or use fewer processes" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_compare_refuses_a_tcp_run_that_needs_more_memory_than_is_available_before_the_simulator_runs(
+        tmp_path, monkeypatch):
+    # TcpNetwork.check_memory, patched figures: 4 workers of 1 GB each where 3 GB are available
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import NetworkConfigError, SimNetwork, tcp
+
+    monkeypatch.setattr(tcp, "BASELINE_BYTES", 10**9)
+    monkeypatch.setattr(tcp, "_mem_available", lambda: 3 * 10**9)
+    ran = []
+    monkeypatch.setattr(SimNetwork, "run", lambda self, *a, **k: ran.append(self))
+    mod = compare_mod.compare_scenario("fedrec", "tcp", processes=4)
+    with pytest.raises(NetworkConfigError) as err:
+        run_scenario(mod, data="tiny", out=tmp_path / "o", overrides={"T": 2}, quiet=True)
+    assert str(err.value).startswith("TcpNetwork with 4 worker processes needs an estimated 4.0 GB of memory ")
+    assert "above the 3.0 GB available" in str(err.value) and str(err.value).endswith("use fewer processes")
+    assert ran == [] and list(tmp_path.iterdir()) == []

@@ -472,6 +472,45 @@ def test_check_descriptors_without_a_count_counts_the_processes_run_would_start(
     assert not live_children()
 
 
+def test_a_run_that_clearly_needs_more_memory_than_is_available_is_refused_before_any_process_starts(monkeypatch):
+    # the review's finding: one process per node for 1,000 clients took some 10 GB, nothing said
+    # so before; now the estimate (the launching process's memory at import, per process) is
+    # weighed against MemAvailable before forking. Both figures patched: no big run is needed
+    per = 30_000_000
+    monkeypatch.setattr(tcp, "BASELINE_BYTES", per)
+    monkeypatch.setattr(tcp, "_mem_available", lambda: 11 * per + 5)  # room for 11 workers, not 12
+    net = _idle_net(TcpNetwork, 12)
+    t = time.monotonic()
+    with pytest.raises(NetworkConfigError) as info:
+        net.run(timeout=RUN_TIMEOUT)
+    assert time.monotonic() - t < 1.0
+    assert str(info.value) == (
+        f"TcpNetwork with 12 worker processes needs an estimated {12 * per // 10**6} MB of memory "
+        f"({per // 10**6} MB per process, what this process held when it imported the TCP transport), above the "
+        f"{(11 * per + 5) // 10**6} MB available (MemAvailable in /proc/meminfo): use fewer processes")
+    assert net.pids == [] and not live_children()
+    many = _idle_net(TcpNetwork, 12)
+    many.processes = 50  # 12 nodes: 12 processes, counted as run places them
+    with pytest.raises(NetworkConfigError, match="with 12 worker processes needs an estimated"):
+        many.check_memory()
+    net = _idle_net(TcpNetwork, 11)  # fits: it runs
+    res = net.run(timeout=RUN_TIMEOUT)
+    assert res.complete and res.results == {f"n{i}": 1 for i in range(11)}
+    assert_no_orphans(net)
+    monkeypatch.setattr(tcp, "_mem_available", lambda: None)  # no /proc/meminfo: nothing checked
+    _idle_net(TcpNetwork, 12).check_memory()
+
+
+def test_the_memory_baseline_is_this_processs_private_memory_at_import():
+    with open("/proc/self/statm") as fh:
+        size, resident, shared = (int(x) for x in fh.read().split()[:3])
+    now = (resident - shared) * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < tcp.BASELINE_BYTES <= now * 1.5  # (this process has grown since it imported fedsim)
+    with open("/proc/meminfo") as fh:
+        avail = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    assert abs(tcp._mem_available() - avail) < 256 * 2**20
+
+
 class _Unchecked(TcpNetwork):
     def check_descriptors(self, nprocs):  # as if the limit were met: the workers run out of files
         pass

@@ -78,9 +78,10 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         t0 = time.perf_counter()
         job = check_job(spec, spec.build(net, train, cfg, test=test))
         built[label] = (netspec, net, job, time.perf_counter() - t0)
-    check = getattr(built[transport][1], "check_descriptors", None)
-    if check is not None:
-        check()
+    for check in ("check_descriptors", "check_memory"):  # (TcpNetwork's: open files, memory)
+        check = getattr(built[transport][1], check, None)
+        if check is not None:
+            check()
     runs: dict[str, Any] = {}
     for label, (netspec, net, job, build_s) in built.items():
         ctx.progress.update(len(runs), 2, stage=f"{name} on {netspec.describe()}")

@@ -37,7 +37,8 @@ process before ``go``: processes^2 connections, and a start-up that grew with th
 star protocol needs two per client process.) So a worker holds at most 2 x processes
 connections: ``run`` refuses (``NetworkConfigError``, before forking) a run whose workers could
 need more descriptors than the open-file limit (``ulimit -n``) allows, saying how many
-(``check_descriptors``: the worst case, every process talking to every other); a worker that
+(``check_descriptors``: the worst case, every process talking to every other), or whose
+estimated memory is above what the system has available (``check_memory``); a worker that
 cannot accept a peer's connection all the same (descriptors taken otherwise: after an accept
 failed, a connection still waits ``_ACCEPT_GRACE``, 2 s, later) ends the run, naming itself and
 the limit. Each listener's backlog has room for every process (they may all connect at once:
@@ -410,6 +411,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         token = os.urandom(16)
         self.check_descriptors(len(self.groups))
+        self.check_memory(len(self.groups))
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
         parent = os.getpid()
@@ -477,6 +479,30 @@ class TcpNetwork(ClosedOnDropout, Network):
                 f"TcpNetwork with {nprocs} worker processes needs {need} open files in each (a connection to and "
                 f"from every process, {inherited} inherited, 5 of its own), above the open-file limit "
                 f"ulimit -n = {soft} (hard limit {top}): raise it, e.g. `ulimit -n {need}`, or use fewer processes")
+
+    def check_memory(self, nprocs: int | None = None) -> None:
+        """Refuse (``NetworkConfigError``, before any process starts) a run whose worker processes
+        (``nprocs``; None: those the nodes added so far would be placed on, as :meth:`run` places
+        them) clearly need more memory than the system has available: an estimate of
+        ``nprocs`` times this process's private resident memory when this module was imported
+        (``BASELINE_BYTES``: a forked worker soon holds its own copy of about that much, the
+        pages Python's reference counts write to; what the actors and their data add comes on
+        top, so the estimate is on the low side) above ``MemAvailable`` in ``/proc/meminfo``.
+        Without the check, one process per node for 1,000 clients took some 10 GB, and the
+        kernel's out-of-memory killer ended the run. Where either figure cannot be read
+        (no /proc), nothing is checked."""
+        per = BASELINE_BYTES
+        avail = _mem_available()
+        if per is None or avail is None:
+            return
+        if nprocs is None:
+            nprocs = len(self._place()) if self.nodes else 0
+        need = per * nprocs
+        if need > avail:
+            raise NetworkConfigError(
+                f"TcpNetwork with {nprocs} worker processes needs an estimated {_bytes_text(need)} of memory "
+                f"({_bytes_text(per)} per process, what this process held when it imported the TCP transport), "
+                f"above the {_bytes_text(avail)} available (MemAvailable in /proc/meminfo): use fewer processes")
 
     def _place(self) -> list[list[str]]:
         ids = list(self.nodes)
@@ -718,6 +744,38 @@ def _connection_waiting(sock: socket.socket | None) -> bool:
     p = select.poll()
     p.register(sock.fileno(), select.POLLIN)
     return bool(p.poll(0))
+
+
+def _private_memory() -> int | None:
+    """This process's resident memory not shared with files (bytes: resident minus shared pages
+    of /proc/self/statm), None where that cannot be read."""
+    try:
+        with open("/proc/self/statm") as fh:
+            fields = fh.read().split()
+        return max(0, int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# this process's private memory when the module is imported: what each forked worker is
+# estimated to need at least (TcpNetwork.check_memory)
+BASELINE_BYTES = _private_memory()
+
+
+def _mem_available() -> int | None:
+    """``MemAvailable`` of /proc/meminfo in bytes, None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _bytes_text(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
 def _stopped(pid: int) -> bool:
