@@ -1324,3 +1324,18 @@ def test_a_sigint_while_forking_is_raised_once_the_block_ends():
     with tcp._sigint_deferred():  # nothing received: nothing raised
         reached.append(2)
     assert reached == [1, 2] and sig.getsignal(sig.SIGINT) is sig.default_int_handler
+
+
+def test_count_processes_places_the_given_nodes_as_run_would():
+    # fedsim compare counts a TCP network's processes from the simulator's nodes, before building
+    # the TCP network's actors
+    roles = {"server": "server", **{f"c{i}": "client" for i in range(5)}}
+    net = TcpNetwork(processes=3)
+    assert net.count_processes(roles) == 3 and net.count_processes() == 0
+    assert TcpNetwork(processes=None).count_processes(roles) == 6
+    assert TcpNetwork(processes=9).count_processes(roles) == 6
+    built = _star(TcpNetwork(processes=3), clients=[f"c{i}" for i in range(5)])
+    assert built.count_processes() == 3 and built._place() == [["server"], ["c0", "c1", "c2"], ["c3", "c4"]]
+    assert built._place(roles) == built._place()
+    with pytest.raises(NetworkConfigError, match="placement of node 'c0' must be a process index"):
+        TcpNetwork(processes=2, placement={"server": 0}).count_processes(roles)

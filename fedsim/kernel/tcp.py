@@ -468,7 +468,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         if soft == resource.RLIM_INFINITY:
             return
         if nprocs is None:
-            nprocs = len(self._place()) if self.nodes else 0
+            nprocs = self.count_processes()
         # (the listener was counted only when run had opened it: a check before run, as fedsim
         # compare's, passed one file short of what the run then refused)
         inherited = _open_descriptors(below=soft) + 1
@@ -496,7 +496,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         if per is None or avail is None:
             return
         if nprocs is None:
-            nprocs = len(self._place()) if self.nodes else 0
+            nprocs = self.count_processes()
         need = per * nprocs
         if need > avail:
             raise NetworkConfigError(
@@ -504,14 +504,26 @@ class TcpNetwork(ClosedOnDropout, Network):
                 f"({_bytes_text(per)} per process, what this process held when it imported the TCP transport), "
                 f"above the {_bytes_text(avail)} available (MemAvailable in /proc/meminfo): use fewer processes")
 
-    def _place(self) -> list[list[str]]:
-        ids = list(self.nodes)
+    def count_processes(self, roles: Mapping[str, str] | None = None) -> int:
+        """How many worker processes :meth:`run` would start for the nodes ``roles`` (node id ->
+        role, in the order they are added; default: the nodes added so far), placed as ``run``
+        places them (``NetworkConfigError`` for a placement that does not fit them). ``fedsim
+        compare`` counts them from the simulator's nodes (the same build), to check this network
+        before building its actors."""
+        if roles is None:
+            roles = {nid: node.role for nid, node in self.nodes.items()}
+        return len(self._place(roles)) if roles else 0
+
+    def _place(self, roles: Mapping[str, str] | None = None) -> list[list[str]]:
+        if roles is None:
+            roles = {nid: node.role for nid, node in self.nodes.items()}
+        ids = list(roles)
         n = len(ids)
         count = n if self.processes is None else max(1, min(self.processes, n))
         pl = self.placement
         if pl is None:
-            others = [i for i in ids if self.nodes[i].role != "client"]
-            clients = [i for i in ids if self.nodes[i].role == "client"]
+            others = [i for i in ids if roles[i] != "client"]
+            clients = [i for i in ids if roles[i] == "client"]
             if count >= 2 and others and clients:
                 return [others] + _chunks(clients, count - 1)
             return _chunks(ids, count)
