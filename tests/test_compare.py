@@ -225,3 +225,64 @@ def test_compare_refuses_an_open_file_limit_too_low_for_tcp_before_the_simulator
     assert lines[0].startswith("error: TcpNetwork with 20 worker processes needs ")
     assert "above the open-file limit ulimit -n = 40 " in lines[0] and "or use fewer processes" in lines[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_compare_refuses_a_tcp_run_that_needs_more_memory_than_is_available_before_the_simulator_runs(
+        tmp_path, monkeypatch):
+    # TcpNetwork.check_memory, patched figures: 4 workers of 1 GB each where 3 GB are available
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import NetworkConfigError, SimNetwork, tcp
+
+    monkeypatch.setattr(tcp, "BASELINE_BYTES", 10**9)
+    monkeypatch.setattr(tcp, "_mem_available", lambda: 3 * 10**9)
+    ran = []
+    monkeypatch.setattr(SimNetwork, "run", lambda self, *a, **k: ran.append(self))
+    mod = compare_mod.compare_scenario("fedrec", "tcp", processes=4)
+    with pytest.raises(NetworkConfigError) as err:
+        run_scenario(mod, data="tiny", out=tmp_path / "o", overrides={"T": 2}, quiet=True)
+    assert str(err.value).startswith("TcpNetwork with 4 worker processes needs an estimated 4.0 GB of memory ")
+    assert "above the 3.0 GB available" in str(err.value) and str(err.value).endswith("use fewer processes")
+    assert ran == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_compare_lets_the_simulators_actors_go_before_the_real_run(tmp_path, monkeypatch, transport):
+    # the review's finding: both jobs (their actors' state) were built before either ran and held
+    # to the end: the simulator's through the real run. Weak references to each job and to the
+    # simulator's network, read as the real network starts its run (no gc.collect here)
+    import weakref
+
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import AsyncioNetwork, SimNetwork, TcpNetwork
+    from fedsim.protocols import contract
+
+    jobs, sims, seen = [], [], []
+    check_job, sim_run = contract.check_job, SimNetwork.run
+    real_cls = AsyncioNetwork if transport == "asyncio" else TcpNetwork
+    real_run = real_cls.run
+
+    def record_job(spec, job):
+        jobs.append(weakref.ref(job))
+        return check_job(spec, job)
+
+    def record_sim(self, *a, **k):
+        sims.append(weakref.ref(self))
+        return sim_run(self, *a, **k)
+
+    def look(self, *a, **k):
+        seen.append({"sim job": jobs[0]() is None, "real job": jobs[1]() is None, "sim network": sims[0]() is None})
+        return real_run(self, *a, **k)
+
+    monkeypatch.setattr(contract, "check_job", record_job)
+    monkeypatch.setattr(SimNetwork, "run", record_sim)
+    monkeypatch.setattr(real_cls, "run", look)
+    res = run_scenario(compare_mod.compare_scenario("fedrec", transport, processes=2), data="tiny",
+                       out=tmp_path / "o", overrides={"T": 2}, quiet=True)
+    assert seen == [{"sim job": True, "real job": False, "sim network": True}]
+    summary = {r["network"].split(" ")[0]: r for r in _csv(tmp_path / "o" / "summary.csv")}
+    assert set(summary) == {"sim", transport} and all(r["parameters_bit_identical"] == "True"
+                                                      for r in summary.values())
+    assert all(r["equal"] == "True" for r in _csv(tmp_path / "o" / "payload_bytes.csv"))
+    assert res["out"]

@@ -9,13 +9,17 @@ per sender role and message kind (which must be equal), the wall time of each ru
 the simulator's predicted duration against the measured one (from the first send of the round to
 the last arrival, read off each ledger). A run whose model diverged (``info["diverged_at"]``)
 gets a ``diverged_at`` column, and the report a **Diverged** note (caveat ``diverged``) naming
-which run diverged at which round. Both networks are built before either runs, and a TCP
-network whose workers would exceed the open-file limit is refused then
-(``TcpNetwork.check_descriptors``), not after the simulator's run.
+which run diverged at which round. The real network is checked before the simulator runs: a TCP
+network whose workers would exceed the open-file limit (``TcpNetwork.check_descriptors``) or
+clearly need more memory than is available (``TcpNetwork.check_memory``) is refused then, not
+after the simulator's run. Its actors are built once the simulator's run is over and reduced to
+what the comparison reads (final parameters, figures, bytes per sender role and kind, round
+times): the simulator's network and actors are let go before the second run.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 import types
 from typing import Any
@@ -56,10 +60,37 @@ def _round_times(ledger) -> dict[int, float]:
     return {r: ledger.select(round=r).span() for r in ledger.rounds() if r >= 0}
 
 
+def _outcome(ctx: RunContext, spec, label: str, described: str, net, job, build_s: float,
+             test) -> dict[str, Any]:
+    """Run ``net``, and keep of it only what the comparison reads: the final parameters, the
+    summary row's figures, the payload bytes per (sender role, kind) and the round times. The
+    network, its actors and the protocol's result (their state, its ``RunResult``) are not
+    kept: they go when this returns."""
+    from ..protocols.contract import check_result
+
+    ctx.progress.update(0 if label == "sim" else 1, 2, stage=f"{spec.name} on {described}")
+    t0 = time.perf_counter()
+    run = net.run()
+    res = check_result(spec, job.collect(run), run)
+    wall = build_s + time.perf_counter() - t0
+    ctx.record_network(net, label=label)
+    figures: dict[str, Any] = {"wall_s": wall, "run_duration_s": res.duration}
+    if res.info.get("diverged_at") is not None:
+        figures["diverged_at"] = int(res.info["diverged_at"])
+    figures.update(test_scores(res, test))
+    if res.metrics:
+        figures.update({f"final_{k}": v for k, v in res.metrics[-1].items() if k != "round"
+                        and isinstance(v, (int, float))})
+    groups = {key: (t.messages, t.payload_bytes, t.wire_bytes)
+              for key, t in net.ledger.view().group("src_role", "kind").items()}
+    return {"params": res.params, "figures": figures, "wall": wall, "groups": groups,
+            "rounds": _round_times(net.ledger)}
+
+
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> None:
     from ..kernel import NetSpec
     from ..protocols import REGISTRY
-    from ..protocols.contract import check_job, check_result
+    from ..protocols.contract import check_job
 
     spec = REGISTRY[name]
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
@@ -70,40 +101,40 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     # or --dropout always reported different parameters and bytes
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, options=(("processes", processes),) if transport == "tcp" else ())
-    # both built before either runs: a real network that cannot run (TcpNetwork's open-file
-    # limit, checked at its run) was refused only after the simulator's run had finished
-    built: dict[str, Any] = {}
-    for label, netspec in (("sim", sim_spec), (transport, real_spec)):
-        net = netspec.build(ctx.seed)
-        t0 = time.perf_counter()
-        job = check_job(spec, spec.build(net, train, cfg, test=test))
-        built[label] = (netspec, net, job, time.perf_counter() - t0)
-    check = getattr(built[transport][1], "check_descriptors", None)
-    if check is not None:
-        check()
-    runs: dict[str, Any] = {}
-    for label, (netspec, net, job, build_s) in built.items():
-        ctx.progress.update(len(runs), 2, stage=f"{name} on {netspec.describe()}")
-        t0 = time.perf_counter()
-        run = net.run()
-        result = check_result(spec, job.collect(run), run)
-        runs[label] = (result, build_s + time.perf_counter() - t0, net)
-        ctx.record_network(net, label=label)
+    t0 = time.perf_counter()
+    net = sim_spec.build(ctx.seed)
+    job = check_job(spec, spec.build(net, train, cfg, test=test))
+    build_s = time.perf_counter() - t0
+    real = real_spec.build(ctx.seed)
+    # the real network checked before the simulator runs (TcpNetwork: the open-file limit, the
+    # memory available; a refusal came only after the simulator's run), for the processes its
+    # nodes, the simulator's (the same build), would take; its actors are built only after the
+    # simulator's run, whose network and actors are let go first: both jobs' state was held
+    # through the simulator's run, and the first through the second
+    count = getattr(real, "count_processes", None)
+    if count is not None:
+        nprocs = count({nid: node.role for nid, node in net.nodes.items()})
+        real.check_descriptors(nprocs)
+        real.check_memory(nprocs)
+    runs: dict[str, dict[str, Any]] = {}
+    runs["sim"] = _outcome(ctx, spec, "sim", sim_spec.describe(), net, job, build_s, test)
+    del net, job
+    gc.collect()  # (actors, their contexts and the network refer to each other: a cycle)
+    t0 = time.perf_counter()
+    job = check_job(spec, spec.build(real, train, cfg, test=test))
+    runs[transport] = _outcome(ctx, spec, transport, real_spec.describe(), real, job,
+                                 time.perf_counter() - t0, test)
+    del real, job
     ctx.progress.update(2, 2)
-    (a, wall_a, net_a), (b, wall_b, net_b) = runs["sim"], runs[transport]
-    differ = sorted(set(a.params) ^ set(b.params)) + [
-        k for k in a.params if k in b.params and not same_bits(a.params[k], b.params[k])]
+    a, b = runs["sim"], runs[transport]
+    wall_a, wall_b = a["wall"], b["wall"]
+    pa_, pb_ = a["params"], b["params"]
+    differ = sorted(set(pa_) ^ set(pb_)) + [k for k in pa_ if k in pb_ and not same_bits(pa_[k], pb_[k])]
     same = not differ
     rows = []
-    for label, (res, wall, net) in runs.items():
-        row: dict[str, Any] = {"network": label if label != "sim" else f"sim ({sim_spec.describe()})",
-                               "wall_s": wall, "run_duration_s": res.duration}
-        if res.info.get("diverged_at") is not None:
-            row["diverged_at"] = int(res.info["diverged_at"])
-        row.update(test_scores(res, test))
-        if res.metrics:
-            row.update({f"final_{k}": v for k, v in res.metrics[-1].items() if k != "round"
-                        and isinstance(v, (int, float))})
+    for label, out in runs.items():
+        row: dict[str, Any] = {"network": label if label != "sim" else f"sim ({sim_spec.describe()})"}
+        row.update(out["figures"])
         row["parameters_bit_identical"] = same
         rows.append(row)
     ctx.table("summary", rows, title=f"{name}: the simulator against the {transport} transport")
@@ -114,8 +145,8 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         ctx.warn("unevaluated", "Not evaluated.", "no user was evaluated in the test evaluation of the final model "
                  f"of {' and of '.join(r['network'] for r in nobody)}: {why}", "; these are not scores.")
     planned = getattr(cfg, spec.rounds_field)
-    diverged = {label: int(res.info["diverged_at"]) for label, (res, _, _) in runs.items()
-                if res.info.get("diverged_at") is not None}
+    diverged = {label: out["figures"]["diverged_at"] for label, out in runs.items()
+                if "diverged_at" in out["figures"]}
     said_diverged = "; ".join(
         f"the {label} run's model diverged at round {diverged[label]} of {planned}, where it stopped"
         if label in diverged else f"the {label} run's model did not" for label in runs) if diverged else ""
@@ -125,18 +156,17 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         warning = (f"{said_diverged} (its parameters, or the scores they give, were found not finite): the "
                    "final figures are not those of a trained model")
         ctx.warn("diverged", "Diverged.", warning)
-    ga = net_a.ledger.view().group("src_role", "kind")
-    gb = net_b.ledger.view().group("src_role", "kind")
+    ga, gb = a["groups"], b["groups"]  # (messages, payload bytes, wire bytes) per (sender role, kind)
     bytes_rows = []
     for key in sorted(set(ga) | set(gb)):
         ta, tb = ga.get(key), gb.get(key)
-        pa = ta.payload_bytes if ta else 0
-        pb = tb.payload_bytes if tb else 0
-        bytes_rows.append({"sender_role": key[0], "kind": key[1], "messages": ta.messages if ta else 0,
+        pa = ta[1] if ta else 0
+        pb = tb[1] if tb else 0
+        bytes_rows.append({"sender_role": key[0], "kind": key[1], "messages": ta[0] if ta else 0,
                            "payload_bytes_sim": pa, f"payload_bytes_{transport}": pb, "equal": pa == pb,
-                           f"wire_bytes_{transport}": tb.wire_bytes if tb else 0})
+                           f"wire_bytes_{transport}": tb[2] if tb else 0})
     ctx.table("payload_bytes", bytes_rows, title="Payload bytes per sender role and kind (they must be equal)")
-    ra, rb = _round_times(net_a.ledger), _round_times(net_b.ledger)
+    ra, rb = a["rounds"], b["rounds"]
     times = [{"round": r, "simulated_s": ra.get(r, float("nan")), f"measured_{transport}_s": rb.get(r, float("nan")),
               "measured_over_simulated": rb.get(r, float("nan")) / ra[r] if ra.get(r) else float("nan")}
              for r in sorted(set(ra) | set(rb))]

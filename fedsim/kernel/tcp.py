@@ -27,16 +27,22 @@ Rendezvous. The parent listens on 127.0.0.1 (an ephemeral port) for control conn
 child binds its own data listener (``host``, ephemeral port), connects to the parent and says
 hello (its process index, a 16-byte run token inherited through fork, its pid and port). Once
 every child has, the parent sends the address table (process index -> host, port; node ->
-process is the placement every child inherited); each child opens one connection to every
-process (itself included, so all processes are treated alike), presenting the token (stray
-connections without it are closed unread), and reports ready when all of its outbound and
-inbound connections stand (it then closes its listener). So a worker holds 2 x processes
-connections: ``run`` refuses (``NetworkConfigError``, before forking) a run whose workers would
+process is the placement every child inherited) and ``go`` with the time origin: its
+``time.monotonic()`` reading. A child opens its connection to a process (itself included, so all
+processes are treated alike) when it first sends a frame there, presenting the token (stray
+connections without it are closed unread); the frames posted meanwhile wait in that
+connection's queue (their ``tx_start`` is when they are handed to the socket). Its listener
+accepts its peers' connections until the run ends. (Every child used to connect to every
+process before ``go``: processes^2 connections, and a start-up that grew with their square; a
+star protocol needs two per client process.) So a worker holds at most 2 x processes
+connections: ``run`` refuses (``NetworkConfigError``, before forking) a run whose workers could
 need more descriptors than the open-file limit (``ulimit -n``) allows, saying how many
-(``check_descriptors``); a worker that cannot accept its peers' connections all the same
-(descriptors taken otherwise) ends the run within ``_ACCEPT_GRACE`` (2 s), naming itself and the
-limit. The parent then sends ``go`` with the time origin: its
-``time.monotonic()`` reading. CLOCK_MONOTONIC is system-wide on Linux, so every process
+(``check_descriptors``: the worst case, every process talking to every other), or whose
+estimated memory is above what the system has available (``check_memory``); a worker that
+cannot accept a peer's connection all the same (descriptors taken otherwise: after an accept
+failed, a connection still waits ``_ACCEPT_GRACE``, 2 s, later) ends the run, naming itself and
+the limit. Each listener's backlog has room for every process (they may all connect at once:
+past a full backlog a connection waited a SYN retransmission, 1 s or more). CLOCK_MONOTONIC is system-wide on Linux, so every process
 measures ``now()`` from the same origin (processes on other hosts would need a clock-offset
 exchange, which this transport does not do).
 
@@ -405,6 +411,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         token = os.urandom(16)
         self.check_descriptors(len(self.groups))
+        self.check_memory(len(self.groups))
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
         parent = os.getpid()
@@ -444,9 +451,11 @@ class TcpNetwork(ClosedOnDropout, Network):
     def check_descriptors(self, nprocs: int | None = None) -> None:
         """Refuse (``NetworkConfigError``, before any process starts) a run whose worker processes
         (``nprocs``; None: those the nodes added so far would be placed on, as :meth:`run` places
-        them) would need more open files than the soft ``RLIMIT_NOFILE`` (``ulimit -n``) allows: each
+        them) could need more open files than the soft ``RLIMIT_NOFILE`` (``ulimit -n``) allows: each
         holds what it inherits from the launching process (counted now: those numbered below the
-        limit, and the coordinator's listener, which :meth:`run` opens after this check), a connection to and one from every process (``2 * nprocs``) and 5 of its own (its
+        limit, and the coordinator's listener, which :meth:`run` opens after this check), at most a
+        connection to and one from every process (``2 * nprocs``: connections are opened by a first
+        frame, and a protocol whose nodes all talk to each other opens them all) and 5 of its own (its
         listener, its control connection, its event loop's selector and wake-up pair, and the one
         each accept takes even when no connection is waiting: asyncio accepts until none is).
         Past the limit a worker could not accept its peers' connections, and the run waited
@@ -459,7 +468,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         if soft == resource.RLIM_INFINITY:
             return
         if nprocs is None:
-            nprocs = len(self._place()) if self.nodes else 0
+            nprocs = self.count_processes()
         # (the listener was counted only when run had opened it: a check before run, as fedsim
         # compare's, passed one file short of what the run then refused)
         inherited = _open_descriptors(below=soft) + 1
@@ -471,14 +480,51 @@ class TcpNetwork(ClosedOnDropout, Network):
                 f"from every process, {inherited} inherited, 5 of its own), above the open-file limit "
                 f"ulimit -n = {soft} (hard limit {top}): raise it, e.g. `ulimit -n {need}`, or use fewer processes")
 
-    def _place(self) -> list[list[str]]:
-        ids = list(self.nodes)
+    def check_memory(self, nprocs: int | None = None) -> None:
+        """Refuse (``NetworkConfigError``, before any process starts) a run whose worker processes
+        (``nprocs``; None: those the nodes added so far would be placed on, as :meth:`run` places
+        them) clearly need more memory than the system has available: an estimate of
+        ``nprocs`` times this process's private resident memory when this module was imported
+        (``BASELINE_BYTES``: a forked worker soon holds its own copy of about that much, the
+        pages Python's reference counts write to; what the actors and their data add comes on
+        top: a rough estimate, refused only when above what is available; measured once, 25 MB at
+        import against 23-29 MB per worker of a small FedRec run) above ``MemAvailable`` in ``/proc/meminfo``.
+        Without the check, one process per node for 1,000 clients took some 10 GB, and the
+        kernel's out-of-memory killer ended the run. Where either figure cannot be read
+        (no /proc), nothing is checked."""
+        per = BASELINE_BYTES
+        avail = _mem_available()
+        if per is None or avail is None:
+            return
+        if nprocs is None:
+            nprocs = self.count_processes()
+        need = per * nprocs
+        if need > avail:
+            raise NetworkConfigError(
+                f"TcpNetwork with {nprocs} worker processes needs an estimated {_bytes_text(need)} of memory "
+                f"({_bytes_text(per)} per process, what this process held when it imported the TCP transport), "
+                f"above the {_bytes_text(avail)} available (MemAvailable in /proc/meminfo): use fewer processes")
+
+    def count_processes(self, roles: Mapping[str, str] | None = None) -> int:
+        """How many worker processes :meth:`run` would start for the nodes ``roles`` (node id ->
+        role, in the order they are added; default: the nodes added so far), placed as ``run``
+        places them (``NetworkConfigError`` for a placement that does not fit them). ``fedsim
+        compare`` counts them from the simulator's nodes (the same build), to check this network
+        before building its actors."""
+        if roles is None:
+            roles = {nid: node.role for nid, node in self.nodes.items()}
+        return len(self._place(roles)) if roles else 0
+
+    def _place(self, roles: Mapping[str, str] | None = None) -> list[list[str]]:
+        if roles is None:
+            roles = {nid: node.role for nid, node in self.nodes.items()}
+        ids = list(roles)
         n = len(ids)
         count = n if self.processes is None else max(1, min(self.processes, n))
         pl = self.placement
         if pl is None:
-            others = [i for i in ids if self.nodes[i].role != "client"]
-            clients = [i for i in ids if self.nodes[i].role == "client"]
+            others = [i for i in ids if roles[i] != "client"]
+            clients = [i for i in ids if roles[i] == "client"]
             if count >= 2 and others and clients:
                 return [others] + _chunks(clients, count - 1)
             return _chunks(ids, count)
@@ -696,6 +742,55 @@ _SHOWN_PROCESSES = 8  # processes a timeout's message describes, one line each
 _ACCEPT_GRACE = 2.0  # seconds a worker whose accept failed for want of descriptors waits for its peers' connections
 
 
+def _backlog(peers: int) -> int:
+    """The listen backlog of a listener ``peers`` processes may connect to at once."""
+    return max(100, peers + 8)
+
+
+def _connection_waiting(sock: socket.socket | None) -> bool:
+    """Whether a connection waits in the accept queue of listening socket ``sock`` (poll, not
+    select: a descriptor may be numbered above select's 1024)."""
+    if sock is None or sock.fileno() < 0:
+        return False
+    import select
+
+    p = select.poll()
+    p.register(sock.fileno(), select.POLLIN)
+    return bool(p.poll(0))
+
+
+def _private_memory() -> int | None:
+    """This process's resident memory not shared with files (bytes: resident minus shared pages
+    of /proc/self/statm), None where that cannot be read."""
+    try:
+        with open("/proc/self/statm") as fh:
+            fields = fh.read().split()
+        return max(0, int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# this process's private memory when the module is imported: what each forked worker is
+# estimated to need at least (TcpNetwork.check_memory)
+BASELINE_BYTES = _private_memory()
+
+
+def _mem_available() -> int | None:
+    """``MemAvailable`` of /proc/meminfo in bytes, None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _bytes_text(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+
+
 def _stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped (state T, or t: stopped by a debugger), from
     /proc/PID/stat; False where that cannot be read (it is then waited for, as a busy one)."""
@@ -887,13 +982,14 @@ class _Received(list):
 
 
 class _Out:
-    """One outbound connection: frames queued by ``post``, written in order by ``pump``."""
+    """One outbound connection, opened by the first frame to its process: frames queued by
+    ``post``, written in order by ``pump``."""
 
     __slots__ = ("proc", "writer", "queue", "wake", "task")
 
-    def __init__(self, proc: int, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, proc: int) -> None:
         self.proc = proc
-        self.writer = writer
+        self.writer: asyncio.StreamWriter | None = None  # once its pump has connected
         self.queue: deque = deque()
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
@@ -935,7 +1031,10 @@ class _Worker:
         # its nodes with an offline_at, and the timers of those still to come
         self.dropouts = [n for n in self.local if n.spec.offline_at is not None]
         self.timers: list[asyncio.TimerHandle] = []
-        self.out_of_files = False  # an accept failed for want of descriptors (reported once)
+        self.out_of_files = False  # an accept failed for want of descriptors (checked _ACCEPT_GRACE later)
+        self.accept_failures = 0
+        self.addresses: list = []  # process index -> [host, port], from the coordinator's directory
+        self.listening: socket.socket | None = None
 
     # -- entry ---------------------------------------------------------------------------------
     def main(self) -> int:
@@ -954,11 +1053,15 @@ class _Worker:
         self.loop.set_exception_handler(self._loop_error)
         self.ops: asyncio.Queue = asyncio.Queue()
         self.go = asyncio.Event()
-        self.changed = asyncio.Event()
         family, _, _, _, addr = socket.getaddrinfo(net.host, 0, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.bind(addr)
-        server = await asyncio.start_server(self._inbound, sock=sock, limit=_READ_LIMIT)
+        self.listening = sock
+        # a backlog for every peer: they may all connect at once (the clients' first messages to
+        # the server's process), and a connection past a full backlog waited a SYN retransmission
+        # (1 s and more)
+        server = await asyncio.start_server(self._inbound, sock=sock, limit=_READ_LIMIT,
+                                            backlog=_backlog(self.nprocs))
         host, port = sock.getsockname()[:2]
         try:
             reader, self.ctl = await asyncio.wait_for(
@@ -981,19 +1084,10 @@ class _Worker:
             directory = await self._op("directory")
             if directory is None:
                 return 3
-            addresses = directory["addresses"]
+            self.addresses = directory["addresses"]
             net.pids = list(directory["pids"])  # a worker knows only its elder siblings' pids from fork
-            connects = [self.loop.create_task(self._connect(q, *addresses[q])) for q in range(self.nprocs)]
-            if not await self._until(lambda: all(o is not None for o in self.outs)
-                                     and len(self.inbound) == self.nprocs):
-                return 3
-            for c in connects:
-                await c
-            # every peer is connected: no accept any more (a later connection could only be a
-            # stray one, and each accept asyncio tries needs a free descriptor even when none is
-            # waiting: at the open-file limit it failed, and asyncio logged it every second)
-            server.close()
-            self._send_ctl({"op": "ready", "proc": self.proc})
+            # no connection yet: the one to process q is opened by the first frame to it (_pump),
+            # and the listener accepts its peers' until the run ends
             go = await self._op("go")
             if go is None:
                 return 3
@@ -1024,47 +1118,29 @@ class _Worker:
             raise FedsimError(f"process {self.proc}: expected control message {name!r}, got {msg['op']!r}")
         return msg
 
-    async def _until(self, cond: Callable[[], bool]) -> bool:
-        """Wait until ``cond()`` (re-checked when a connection stands or fails); False on abort."""
-        while not cond():
-            if not self.ops.empty():
-                msg = self.ops.get_nowait()
-                if msg["op"] == "abort":
-                    return False
-                raise FedsimError(f"process {self.proc}: unexpected control message {msg['op']!r} at start-up")
-            self.changed.clear()
-            getter = self.loop.create_task(self.ops.get())
-            waiter = self.loop.create_task(self.changed.wait())
-            done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            if getter in done:
-                msg = getter.result()
-                if msg["op"] == "abort":
-                    return False
-                raise FedsimError(f"process {self.proc}: unexpected control message {msg['op']!r} at start-up")
-            getter.cancel()
-        return True
-
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
         """The loop's handler of errors no task catches. An accept that fails for want of file
         descriptors is logged by asyncio with a traceback, and retried a second later, for ever:
         at the open-file limit the run waited ``start_timeout`` with a traceback per failed accept
-        on stderr. Here it is not logged; if this process still lacks a peer's connection
+        on stderr. Here it is not logged; if a peer's connection still waits to be accepted
         ``_ACCEPT_GRACE`` seconds later (the failed accept may have been the one asyncio makes
         after the last connection, to find none waiting), that ends the run, reported once with
-        the open-file limit. Anything else: asyncio's default handler."""
+        the open-file limit; if none waits, the next failure (asyncio retries every second) is
+        checked again. Anything else: asyncio's default handler."""
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES and "accept" in str(context.get("message")):
+            self.accept_failures += 1
             if not self.out_of_files:
                 self.out_of_files = True
                 loop.call_later(_ACCEPT_GRACE, self._accepts_failed, exc)
             return
-        if self.out_of_files and isinstance(exc, ValueError) and "_start_serving" in repr(context.get("handle")):
-            return  # asyncio's retry of that accept, on the listener closed since (all peers connected)
+        if self.accept_failures and isinstance(exc, ValueError) and "_start_serving" in repr(context.get("handle")):
+            return  # asyncio's retry of that accept, on the listener closed since (the run ended)
         loop.default_exception_handler(context)
 
     def _accepts_failed(self, exc: OSError) -> None:
-        if len(self.inbound) < self.nprocs and not self.stopping:
+        self.out_of_files = False  # (a later failed accept is checked again)
+        if not self.stopping and _connection_waiting(self.listening):
             net = self.net
             self.fail("connect", f"{net.describe_process(self.proc)} cannot accept its peers' connections: "
                       f"{type(exc).__name__}: {exc} (open-file limit ulimit -n = {_nofile_limit()})",
@@ -1111,9 +1187,11 @@ class _Worker:
             pass
 
     # -- connections ---------------------------------------------------------------------------
-    async def _connect(self, q: int, host: str, port: int) -> None:
+    async def _connect(self, q: int) -> asyncio.StreamWriter | None:
+        """The connection to process ``q`` (opened by its first frame); None after a failure,
+        which is reported."""
         net = self.net
-        host, port = net.peer_address(q, host, port)
+        host, port = net.peer_address(q, *self.addresses[q])
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=_READ_LIMIT),
                                                     net.start_timeout)
@@ -1121,15 +1199,13 @@ class _Worker:
             what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES:
                 what += f" (open-file limit ulimit -n = {_nofile_limit()})"
-            self.fail("connect", f"process {self.proc} cannot connect to {net.describe_process(q)} at "
-                      f"{host}:{port}: {what}", node=net.groups[q][0], peer=q)
-            return
+            if not self.stopping:
+                self.fail("connect", f"process {self.proc} cannot connect to {net.describe_process(q)} at "
+                          f"{host}:{port}: {what}", node=net.groups[q][0], peer=q)
+            return None
         writer.transport.set_write_buffer_limits(high=0)  # drain() returns once the frame is in the kernel
         writer.write(_pack({"op": "peer", "token": self.token, "proc": self.proc}))
-        out = _Out(q, writer)
-        out.task = self.loop.create_task(self._pump(out))
-        self.outs[q] = out
-        self.changed.set()
+        return writer
 
     async def _inbound(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         net = self.net
@@ -1145,7 +1221,6 @@ class _Worker:
                 writer.close()
                 return
             self.inbound.add(q)
-            self.changed.set()
             await self.go.wait()
             await self._read_frames(reader, writer, q)
         except asyncio.CancelledError:
@@ -1155,6 +1230,9 @@ class _Worker:
 
     def send(self, q: int, item: tuple) -> None:
         out = self.outs[q]
+        if out is None:  # the first frame to process q: its pump opens the connection first
+            out = self.outs[q] = _Out(q)
+            out.task = self.loop.create_task(self._pump(out))
         out.queue.append(item)
         out.wake.set()
         self.sent += 1
@@ -1166,9 +1244,13 @@ class _Worker:
             self.last = now
 
     async def _pump(self, out: _Out) -> None:
-        """Write ``out``'s frames in order; a frame's ``tx_end`` is when it left user space."""
+        """Connect to ``out.proc``, then write ``out``'s frames in order; a frame's ``tx_start``
+        is when it is handed to the socket (after the connection stands), ``tx_end`` when it left
+        user space."""
         net = self.net
-        writer = out.writer
+        writer = out.writer = await self._connect(out.proc)
+        if writer is None:
+            return
         transport = writer.transport
         queue = out.queue
         frame = net.frame
@@ -1488,7 +1570,7 @@ class _Failed(Exception):
 
 
 class _Child:
-    __slots__ = ("proc", "pid", "writer", "host", "port", "ready", "status", "report", "done", "eof", "died",
+    __slots__ = ("proc", "pid", "writer", "host", "port", "status", "report", "done", "eof", "died",
                  "left_unasked", "reported")
 
     def __init__(self, proc: int, pid: int) -> None:
@@ -1500,7 +1582,6 @@ class _Child:
         self.left_unasked = False  # its control connection closed before any abort
         self.reported = False  # it reported a failure
         self.port: int | None = None
-        self.ready = False
         self.status: dict | None = None
         # a worker's report, as its frames come in (see _Worker._report); results[node]: pieces
         self.report: dict = {"nodes": {}, "role_members": {}, "missing": [], "steps": [], "rows": [],
@@ -1528,19 +1609,21 @@ class _Coordinator:
         self.loop = asyncio.get_running_loop()
         self.changed = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        server = await asyncio.start_server(self._connected, sock=self.listener, limit=_READ_LIMIT)
+        server = await asyncio.start_server(self._connected, sock=self.listener, limit=_READ_LIMIT,
+                                            backlog=_backlog(len(self.children)))
         watch = self.loop.create_task(self._watch())
         try:
             start_by = time.monotonic() + net.start_timeout
             await self._until(lambda c: c.port is None, start_by, "to report its address")
-            addresses = [[c.host, c.port] for c in self.children]
-            for c in self.children:
-                self._send(c, {"op": "directory", "addresses": addresses, "pids": net.pids})
-            await self._until(lambda c: not c.ready, start_by, "to connect to every peer")
+            # the directory and go at once: a worker connects to a peer when it first sends it a
+            # frame, not before (a full mesh at start-up cost processes^2 connections)
+            directory = _pack({"op": "directory", "addresses": [[c.host, c.port] for c in self.children],
+                               "pids": net.pids})
             self.phase = "run"
             t0 = time.monotonic()
             net._t0 = t0
             for c in self.children:
+                self._send(c, directory, packed=True)
                 self._send(c, {"op": "go", "t0": t0})
             await self._poll()
             self.phase = "stop"
@@ -1568,10 +1651,10 @@ class _Coordinator:
                     c.writer.close()
 
     # -- messages ------------------------------------------------------------------------------
-    def _send(self, c: _Child, obj: dict) -> None:
+    def _send(self, c: _Child, obj: dict | bytes, packed: bool = False) -> None:
         if c.writer is not None and not c.writer.is_closing():
             try:
-                c.writer.write(_pack(obj))
+                c.writer.write(obj if packed else _pack(obj))
             except Exception:  # noqa: BLE001 - the child is gone; its reader will say so
                 pass
 
@@ -1642,9 +1725,7 @@ class _Coordinator:
 
     def _dispatch(self, c: _Child, msg: dict) -> None:
         op = msg["op"]
-        if op == "ready":
-            c.ready = True
-        elif op == "status":
+        if op == "status":
             if msg.get("wave") == self.wave:
                 c.status = msg
         elif op == "fail":
