@@ -487,10 +487,12 @@ class TcpNetwork(ClosedOnDropout, Network):
         ``nprocs`` times this process's private resident memory when this module was imported
         (``BASELINE_BYTES``: a forked worker soon holds its own copy of about that much, the
         pages Python's reference counts write to; what the actors and their data add comes on
-        top: a rough estimate, refused only when above what is available; measured once, 25 MB at
-        import against 23-29 MB per worker of a small FedRec run) above ``MemAvailable`` in ``/proc/meminfo``.
-        Without the check, one process per node for 1,000 clients took some 10 GB, and the
-        kernel's out-of-memory killer ended the run. Where either figure cannot be read
+        top: a low estimate, so that only a run that cannot fit is refused; measured: 25-28 MB at
+        import against 23-29 MB per worker of a tiny FedRec run in 30 processes, and 66 MB per worker,
+        proportional set size, of FedRec on 1,000 items with one process per node at 100 and at 300
+        clients, 6.7 and 20.0 GB in all) above ``MemAvailable`` in ``/proc/meminfo``.
+        Without the check, such a run with one process per node for 1,000 clients would need some
+        60 GB, and the kernel's out-of-memory killer ended it (or another process). Where either figure cannot be read
         (no /proc), nothing is checked."""
         per = BASELINE_BYTES
         avail = _mem_available()
