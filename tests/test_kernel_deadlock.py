@@ -472,3 +472,34 @@ def test_an_asyncio_run_over_its_timeout_says_which_actors_it_waited_for():
     assert "1 finished, 1 blocked, 1 busy of 3 actors" in text
     assert "waiter waits in receive 'hello'" in text and "s is busy" in text and "other" not in text
     assert net.ended and net.now() == pytest.approx(0.2, abs=0.15)
+
+
+def test_a_message_of_exactly_the_bound_is_sent_and_one_byte_more_refused():
+    # the bound is on the encoded document (framing excluded): a document of max_message_bytes
+    # bytes goes, the same bound one byte lower refuses it at the sender
+    import numpy as np
+
+    from fedsim.kernel.codec import encode_message
+
+    payload = {"a": np.zeros(100, np.float32)}
+    n = len(encode_message("blob", payload).data)
+
+    def build(bound):
+        async def sender(ctx):
+            await ctx.send("sink", "blob", payload)
+
+        async def sink(ctx):
+            await ctx.receive("blob")
+
+        net = SimNetwork(max_message_bytes=bound, framing_bytes=40)
+        net.add_node("sender", sender)
+        net.add_node("sink", sink)
+        return net
+
+    net = build(n)
+    net.run()
+    assert net.ledger.totals()["delivered_bytes"] == n + 40
+    with pytest.raises(Exception) as info:
+        build(n - 1).run()
+    cause = info.value.__cause__
+    assert isinstance(cause, MessageTooLargeError) and (cause.nbytes, cause.limit) == (n, n - 1)

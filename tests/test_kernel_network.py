@@ -392,6 +392,8 @@ def test_a_node_named_like_a_kernel_stream_is_refused(name):
     (lambda: SimNetwork(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
     (lambda: SimNetwork(unit="d"), "unit must be a positive number of floats, got 'd'"),
     (lambda: SimNetwork(max_message_bytes=math.inf), "max_message_bytes must be a positive whole number"),
+    (lambda: SimNetwork(max_message_bytes=0), "max_message_bytes must be a positive whole number, got 0"),
+    (lambda: SimNetwork(framing_bytes=-1), "framing_bytes must be a whole number >= 0, got -1"),
     (lambda: SimNetwork(faults={"loss": 0.1}), "faults must be a Faults, got dict"),
     (lambda: Faults(loss="high"), "faults: loss must be a probability in .*got 'high'"),
     (lambda: Faults(dropout=0.1, window=(0,)), r"faults: window must be \(start, end\) .*got \(0,\)"),
