@@ -515,3 +515,49 @@ def test_broadcast_entries_queued_one_at_a_time_run_in_the_same_order(monkeypatc
     send_order = cols["dst"][w][:30]
     arrival_order = send_order[np.argsort(cols["arrival_time"][w][:30], kind="stable")]
     assert list(arrival_order) != list(send_order)  # the case is not trivial
+
+
+def test_loss_draws_are_the_senders_own_stream_one_per_copy():
+    # copy k of sender s is lost iff the k-th draw of node_rng(seed, "loss:s") is below its loss
+    from fedsim.seeding import node_rng
+
+    async def sender(ctx):
+        for k in range(30):
+            await ctx.send("r", "m", {"k": k})
+
+    async def sink(ctx):
+        while await ctx.receive("m", timeout=1.0) is not None:
+            pass
+
+    net = SimNetwork(seed=11)
+    net.add_node("s", sender, loss=0.3)
+    net.add_node("r", sink)
+    net.run()
+    want = (node_rng(11, "loss:s").random(30) < 0.3).tolist()
+    got = [r["status"] == "lost" for r in net.ledger.records()]
+    assert got == want and 0 < sum(want) < 30
+    assert all(r["note"] == "link loss" for r in net.ledger.records() if r["status"] == "lost")
+
+
+def test_fault_dropout_times_come_from_each_nodes_dropout_stream():
+    # a faulted node draws (u, v) from node_rng(seed, "dropout:" + id): offline iff u < dropout, at
+    # window[0] + (window[1] - window[0]) * v; the server is spared by default
+    from fedsim.seeding import node_rng
+
+    net = SimNetwork(seed=5, faults=Faults(dropout=0.5, window=(2.0, 6.0), loss=0.25))
+    net.add_node("srv", _noop, role="server")
+    ids = [f"c{k}" for k in range(12)]
+    for c in ids:
+        net.add_node(c, _noop)
+    assert net.node_spec("srv").offline_at is None and net.node_spec("srv").loss == 0.0
+    dropped = 0
+    for c in ids:
+        u, v = node_rng(5, f"dropout:{c}").random(2)
+        spec = net.node_spec(c)
+        assert spec.loss == 0.25
+        if u < 0.5:
+            dropped += 1
+            assert spec.offline_at == pytest.approx(2.0 + 4.0 * v, rel=1e-15), c
+        else:
+            assert spec.offline_at is None, c
+    assert 0 < dropped < len(ids)
