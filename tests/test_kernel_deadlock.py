@@ -503,3 +503,18 @@ def test_a_message_of_exactly_the_bound_is_sent_and_one_byte_more_refused():
         build(n - 1).run()
     cause = info.value.__cause__
     assert isinstance(cause, MessageTooLargeError) and (cause.nbytes, cause.limit) == (n, n - 1)
+
+
+def test_a_deadlocked_count_gather_says_how_many_messages_it_still_lacks():
+    # gather(count=3) got one message and waits for ever: "2 more of 3 messages (any sender)"
+    async def server(ctx):
+        await ctx.gather("u", count=3)
+
+    async def client(ctx):
+        await ctx.send("server", "u", {"x": 1})
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    net.add_node("c1", client)
+    with pytest.raises(DeadlockError, match=r"2 more of 3 messages \(any sender\)"):
+        net.run()
