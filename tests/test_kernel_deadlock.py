@@ -518,3 +518,26 @@ def test_a_deadlocked_count_gather_says_how_many_messages_it_still_lacks():
     net.add_node("c1", client)
     with pytest.raises(DeadlockError, match=r"2 more of 3 messages \(any sender\)"):
         net.run()
+
+
+@pytest.mark.parametrize("n, listed", [
+    (5, "5 of 5 senders: c1, c2, c3, c4, c5"),
+    (6, "6 of 6 senders: c1, c2, c3, c4, c5, ... (1 more)"),
+    (8, "8 of 8 senders: c1, c2, c3, c4, c5, ... (3 more)"),
+])
+def test_a_deadlocked_gather_lists_five_missing_senders_and_counts_the_rest(n, listed):
+    async def server(ctx):
+        await ctx.gather("u", senders=[f"c{k}" for k in range(1, n + 1)])
+
+    async def silent(ctx):
+        return None
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    for k in range(1, n + 1):
+        net.add_node(f"c{k}", silent)
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    assert listed in str(info.value)
+    if n == 5:
+        assert "more)" not in str(info.value)
