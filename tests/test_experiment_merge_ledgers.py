@@ -77,15 +77,18 @@ def test_no_parts_give_a_header_only_file(tmp_path):
 
 def test_network_record_names_the_file_after_the_whole_label_made_safe(tmp_path):
     # a sweep point's label (long, with '=' and ','): kept whole up to 150 characters; a run of
-    # unsafe characters becomes one '_'; a second record of the same label gets '~2'
+    # unsafe characters becomes one '_'; further records of the same label get '~2', '~3', ...
     label = "00012-" + ",".join(f"param{k}={k / 7:.6f}" for k in range(5))  # 85 characters
     assert len(label) == 85
     rec = network_record(_Net(_ledger(["m"])), tmp_path, label)
     assert rec["ledger"] == str(tmp_path / f"{label}.csv")
     assert (rec["sim_time"], rec["simulated"], rec["totals"]["messages"]) == (1.0, True, 1)
+    deep = tmp_path / "not" / "yet"  # folders that do not exist yet are made
+    assert network_record(_Net(_ledger(["m"])), deep, "r")["ledger"] == str(deep / "r.csv")
     rec = network_record(_Net(_ledger(["m"])), tmp_path, "a b/\\:c" + "x" * 200)
     assert rec["ledger"] == str(tmp_path / ("a_b_c" + "x" * 145 + ".csv"))
-    assert network_record(_Net(_ledger(["m"])), tmp_path, label)["ledger"] == str(tmp_path / f"{label}~2.csv")
+    for k in (2, 3, 4):
+        assert network_record(_Net(_ledger(["m"])), tmp_path, label)["ledger"] == str(tmp_path / f"{label}~{k}.csv")
 
 
 @pytest.mark.parametrize("transport", ["sim", "asyncio"])
