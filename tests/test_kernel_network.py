@@ -561,3 +561,28 @@ def test_fault_dropout_times_come_from_each_nodes_dropout_stream():
         else:
             assert spec.offline_at is None, c
     assert 0 < dropped < len(ids)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_a_receive_takes_a_queued_message_out_of_order_exactly_once(transport):
+    # mailbox: x1, y, x2 (arrival order); receive("y") takes the middle one, which is then gone;
+    # the x's come out in arrival order
+    from fedsim.kernel import AsyncioNetwork
+
+    got = []
+
+    async def sender(ctx):
+        for kind, v in (("x", 1), ("y", 2), ("x", 3)):
+            await ctx.send("r", kind, {"v": v})
+
+    async def receiver(ctx):
+        await ctx.sleep(1.0)  # all three are queued
+        for kind in ("y", "x", "y", "x"):
+            msg = await ctx.receive(kind, timeout=0.5)
+            got.append(None if msg is None else (msg.kind, msg.payload["v"]))
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net.add_node("s", sender)
+    net.add_node("r", receiver)
+    net.run()
+    assert got == [("y", 2), ("x", 1), None, ("x", 3)]
