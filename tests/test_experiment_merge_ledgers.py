@@ -102,7 +102,7 @@ def test_network_record_of_a_real_run_reports_its_clock_and_kind(transport):
     async def b(ctx):
         await ctx.receive("m")
 
-    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
     net.add_node("a", a)
     net.add_node("b", b)
     net.run()

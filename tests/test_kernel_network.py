@@ -581,7 +581,7 @@ def test_a_receive_takes_a_queued_message_out_of_order_exactly_once(transport):
             msg = await ctx.receive(kind, timeout=0.5)
             got.append(None if msg is None else (msg.kind, msg.payload["v"]))
 
-    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
     net.add_node("s", sender)
     net.add_node("r", receiver)
     net.run()

@@ -612,7 +612,7 @@ def test_an_empty_gather_is_complete_at_once_and_takes_nothing(transport):
         msg = await ctx.receive("m", timeout=1.0)
         seen.append(msg.payload["v"])
 
-    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
     net.add_node("s", sender)
     net.add_node("r", receiver)
     net.run()
@@ -638,7 +638,7 @@ def test_each_receiver_of_a_broadcast_gets_its_own_top_level_payload(transport):
         await ctx.sleep(1.0)  # reads after "a" changed its copies
         seen["b"] = ((await ctx.receive("d")).payload, (await ctx.receive("l")).payload)
 
-    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.01)
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
     net.add_node("server", server, role="server")
     net.add_node("a", first)
     net.add_node("b", second)
