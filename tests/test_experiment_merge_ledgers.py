@@ -73,3 +73,43 @@ def test_an_empty_or_foreign_part_is_refused_naming_it(tmp_path):
 def test_no_parts_give_a_header_only_file(tmp_path):
     assert merge_ledgers(tmp_path / "none", tmp_path / "ledger.csv") == 0
     assert (tmp_path / "ledger.csv").read_text() == "run\n"
+
+
+def test_network_record_names_the_file_after_the_whole_label_made_safe(tmp_path):
+    # a sweep point's label (long, with '=' and ','): kept whole up to 150 characters; a run of
+    # unsafe characters becomes one '_'; further records of the same label get '~2', '~3', ...
+    label = "00012-" + ",".join(f"param{k}={k / 7:.6f}" for k in range(5))  # 85 characters
+    assert len(label) == 85
+    rec = network_record(_Net(_ledger(["m"])), tmp_path, label)
+    assert rec["ledger"] == str(tmp_path / f"{label}.csv")
+    assert (rec["sim_time"], rec["simulated"], rec["totals"]["messages"]) == (1.0, True, 1)
+    deep = tmp_path / "not" / "yet"  # folders that do not exist yet are made
+    assert network_record(_Net(_ledger(["m"])), deep, "r")["ledger"] == str(deep / "r.csv")
+    rec = network_record(_Net(_ledger(["m"])), tmp_path, "a b/\\:c" + "x" * 200)
+    assert rec["ledger"] == str(tmp_path / ("a_b_c" + "x" * 145 + ".csv"))
+    for k in (2, 3, 4):
+        assert network_record(_Net(_ledger(["m"])), tmp_path, label)["ledger"] == str(tmp_path / f"{label}~{k}.csv")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_network_record_of_a_real_run_reports_its_clock_and_kind(transport):
+    from fedsim.kernel import AsyncioNetwork, SimNetwork
+
+    async def a(ctx):
+        await ctx.sleep(2.5)
+        await ctx.send("b", "m", {"x": 1})
+
+    async def b(ctx):
+        await ctx.receive("m")
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
+    net.add_node("a", a)
+    net.add_node("b", b)
+    net.run()
+    rec = network_record(net)
+    assert rec["simulated"] is (transport == "sim") and rec["ledger"] is None
+    assert rec["totals"] == net.ledger.totals() and rec["totals"]["delivered_messages"] == 1
+    if transport == "sim":
+        assert rec["sim_time"] == 2.5  # the sleep, then an instant delivery
+    else:  # real seconds over the time scale, frozen at the end of the run: at least the 2.5 slept
+        assert rec["sim_time"] == net.now() and rec["sim_time"] >= 2.5

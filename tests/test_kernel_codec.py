@@ -968,3 +968,28 @@ def test_a_draft_refuses_what_encode_message_refuses():
     with pytest.raises(codec.CodecError):
         codec.draft_message("k", {"w": object()})
     codec.encode_message("k", {"w": np.zeros(2)})  # the encoder is usable after a refusal
+
+
+# around the ext 8 / ext 16 and ext 16 / ext 32 boundaries (a body of 255/256 and 65535/65536
+# bytes: header, padding and elements); each size is compared with msgpack's own framing
+@pytest.mark.parametrize("dtype, n", [(d, n) for d, ns in (("float64", range(29, 33)), ("float32", range(60, 64)),
+                                                           ("float16", range(122, 126)), ("int64", range(8188, 8192)))
+                                      for n in ns])
+def test_message_writer_frames_bodies_at_the_ext_size_boundaries_as_msgpack(dtype, n):
+    arr = np.arange(n).astype(dtype)
+    for prefix in ("", "a", "ab", "abc", "abcdefg"):  # shifts the body through the padding choices
+        payload = {prefix + "x": arr, "t": 1}
+        fast = encode_message("kind", payload)
+        assert fast.data == _independent_message_bytes("kind", payload)
+        got = decode_message(fast.data)[1][prefix + "x"]
+        np.testing.assert_array_equal(got, arr)
+
+
+def test_message_arrays_are_views_on_the_document_at_the_smallest_depth_that_holds_them():
+    # [kind, {name: array}] is two levels deep: max_depth=2 reads it without a copy, as the default does
+    data = encode_message("g", {"x": np.arange(6, dtype=np.float32), "t": 3}).data
+    for depth in (2, 3, 32):
+        kind, p = decode_message(data, max_depth=depth)
+        assert p["x"].base is data and p["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and p["t"] == 3
+    with pytest.raises(CodecError, match="nesting"):
+        decode_message(data, max_depth=1)

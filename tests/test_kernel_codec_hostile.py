@@ -145,3 +145,44 @@ def test_a_message_the_receiver_cannot_decode_names_its_sender(transport, anonym
     who = "an anonymous sender" if anonymous else "'a'"
     assert str(cause).startswith(f"message 'deep' from {who} to 'b' (round 0, ledger row 0) does not decode: ")
     assert "deeper than 32" in str(cause)
+
+
+def _message_with_padding(pad: bytes) -> bytes:
+    """A message {"x": float32[3]} whose array ext carries ``pad`` between its header and elements
+    (as another encoder may write it), framed by msgpack itself."""
+    body = struct.pack("<BBI", 11, 1, 3) + pad + np.array([1, 2, 3], "<f4").tobytes()
+    return msgpack.packb(["k", {"x": msgpack.ExtType(1, body)}])
+
+
+def test_header_padding_of_up_to_seven_zero_bytes_is_read_and_more_refused():
+    # the format allows 0-7 bytes of zero padding; 8 is refused, in a message and alone
+    for n in range(8):
+        for data in (_message_with_padding(b"\0" * n), msgpack.packb(msgpack.ExtType(1, struct.pack(
+                "<BBI", 11, 1, 3) + b"\0" * n + np.array([1, 2, 3], "<f4").tobytes()))):
+            x = decode_message(data)[1]["x"] if data[0] == 0x92 else decode(data)
+            assert x.tolist() == [1.0, 2.0, 3.0]
+    for data in (_message_with_padding(b"\0" * 8), msgpack.packb(msgpack.ExtType(1, struct.pack(
+            "<BBI", 11, 1, 3) + b"\0" * 8 + np.array([1, 2, 3], "<f4").tobytes()))):
+        with pytest.raises(CodecError, match="length mismatch"):
+            decode_message(data) if data[0] == 0x92 else decode(data)
+
+
+@pytest.mark.parametrize("n, at", [(1, 0), (2, 1), (3, 2), (7, 6)])
+def test_any_nonzero_padding_byte_is_refused(n, at):
+    # one byte of padding holding 1 (not only the 2-byte padding test_kernel_codec checks)
+    pad = bytearray(n)
+    pad[at] = 1
+    with pytest.raises(CodecError, match="padding is not zero"):
+        decode_message(_message_with_padding(bytes(pad)))
+
+
+def test_a_document_of_exactly_max_bytes_is_read_and_one_byte_more_refused():
+    data = encode_message("k", {"x": np.arange(5, dtype=np.float32), "t": 1}).data
+    n = len(data)
+    for buf in (data, bytearray(data)):
+        assert decode_message(buf, max_bytes=n)[1]["x"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert decode(buf, max_bytes=n)[1]["t"] == 1
+        with pytest.raises(CodecError, match=f"message of {n} bytes exceeds the limit of {n - 1}"):
+            decode_message(buf, max_bytes=n - 1)
+        with pytest.raises(CodecError, match=f"message of {n} bytes exceeds the limit of {n - 1}"):
+            decode(buf, max_bytes=n - 1)

@@ -472,3 +472,72 @@ def test_an_asyncio_run_over_its_timeout_says_which_actors_it_waited_for():
     assert "1 finished, 1 blocked, 1 busy of 3 actors" in text
     assert "waiter waits in receive 'hello'" in text and "s is busy" in text and "other" not in text
     assert net.ended and net.now() == pytest.approx(0.2, abs=0.15)
+
+
+def test_a_message_of_exactly_the_bound_is_sent_and_one_byte_more_refused():
+    # the bound is on the encoded document (framing excluded): a document of max_message_bytes
+    # bytes goes, the same bound one byte lower refuses it at the sender
+    import numpy as np
+
+    from fedsim.kernel.codec import encode_message
+
+    payload = {"a": np.zeros(100, np.float32)}
+    n = len(encode_message("blob", payload).data)
+
+    def build(bound):
+        async def sender(ctx):
+            await ctx.send("sink", "blob", payload)
+
+        async def sink(ctx):
+            await ctx.receive("blob")
+
+        net = SimNetwork(max_message_bytes=bound, framing_bytes=40)
+        net.add_node("sender", sender)
+        net.add_node("sink", sink)
+        return net
+
+    net = build(n)
+    net.run()
+    assert net.ledger.totals()["delivered_bytes"] == n + 40
+    with pytest.raises(Exception) as info:
+        build(n - 1).run()
+    cause = info.value.__cause__
+    assert isinstance(cause, MessageTooLargeError) and (cause.nbytes, cause.limit) == (n, n - 1)
+
+
+def test_a_deadlocked_count_gather_says_how_many_messages_it_still_lacks():
+    # gather(count=3) got one message and waits for ever: "2 more of 3 messages (any sender)"
+    async def server(ctx):
+        await ctx.gather("u", count=3)
+
+    async def client(ctx):
+        await ctx.send("server", "u", {"x": 1})
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    net.add_node("c1", client)
+    with pytest.raises(DeadlockError, match=r"2 more of 3 messages \(any sender\)"):
+        net.run()
+
+
+@pytest.mark.parametrize("n, listed", [
+    (5, "5 of 5 senders: c1, c2, c3, c4, c5"),
+    (6, "6 of 6 senders: c1, c2, c3, c4, c5, ... (1 more)"),
+    (8, "8 of 8 senders: c1, c2, c3, c4, c5, ... (3 more)"),
+])
+def test_a_deadlocked_gather_lists_five_missing_senders_and_counts_the_rest(n, listed):
+    async def server(ctx):
+        await ctx.gather("u", senders=[f"c{k}" for k in range(1, n + 1)])
+
+    async def silent(ctx):
+        return None
+
+    net = SimNetwork()
+    net.add_node("server", server, role="server")
+    for k in range(1, n + 1):
+        net.add_node(f"c{k}", silent)
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    assert listed in str(info.value)
+    if n == 5:
+        assert "more)" not in str(info.value)

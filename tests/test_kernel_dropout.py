@@ -235,3 +235,41 @@ def test_a_copy_whose_last_byte_leaves_at_the_senders_dropout_instant_is_deliver
     early = _rows(_exact_end_run(model, case, offline_at=float(np.nextafter(a["tx_end"], 0.0))))[("A", "C")]
     assert (early["status"], early["note"]) == ("lost", "sender offline")
     assert early["tx_end"] == np.nextafter(a["tx_end"], 0.0)
+
+
+def test_a_copy_queued_until_the_instant_its_sender_drops_out_never_starts():
+    # uplink U: the first copy (S bytes) holds the port from 0 to S/U, when the sender drops out:
+    # it has left whole and arrives; the second, queued behind it, would start at S/U = offline_at
+    # and so never starts (no transmission times), lost "sender offline"
+    U = 1000.0
+
+    def build(offline_at):
+        net = SimNetwork()
+        net.add_node("s", _sender([(0.0, "a", 300), (0.0, "b", 300)]), link=LinkSpec(U, np.inf, 0.0),
+                     offline_at=offline_at)
+        net.add_node("a", _receiver(1))
+        net.add_node("b", _receiver(1, timeout=10.0))
+        net.run(strict=False)
+        return net
+
+    S = _rows(build(None))[("s", "a")]["bytes"]
+    rows = _rows(build(S / U))
+    a, b = rows[("s", "a")], rows[("s", "b")]
+    assert (a["status"], a["tx_start"], a["tx_end"], a["arrival_time"]) == ("delivered", 0.0, S / U, S / U)
+    assert (b["status"], b["note"]) == ("lost", "sender offline")
+    assert np.isnan(b["tx_start"]) and np.isnan(b["tx_end"]) and np.isnan(b["rx_start"])
+
+
+def test_a_copy_arriving_at_the_instant_a_finished_receiver_drops_out_is_lost():
+    # the receiver's actor has finished at once; its link goes down at t = 1, the instant the copy
+    # (latencies 0.5 + 0.5, no transmission time) would arrive: "its offline_at has come", lost
+    async def idle(ctx):
+        return None
+
+    net = SimNetwork()
+    net.add_node("s", _sender([(0.0, "r", 10)]), link=LinkSpec(np.inf, np.inf, 0.5))
+    net.add_node("r", idle, link=LinkSpec(np.inf, np.inf, 0.5), offline_at=1.0)
+    net.run()
+    row = _rows(net)[("s", "r")]
+    assert (row["status"], row["note"], row["rx_start"]) == ("lost", "receiver offline", 1.0)
+    assert np.isnan(row["arrival_time"])

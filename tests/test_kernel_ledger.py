@@ -156,3 +156,29 @@ def test_exclude_kinds_takes_one_kind_as_kind_does():
         sent = {(r["role"], r["direction"]): r["messages"] for r in led.by_role(per_round=False, exclude_kinds="grad")}
         assert sent == {("server", "sent"): 3, ("client", "received"): 2}
         assert led.by_node(exclude_kinds="grad")["c1"]["sent_messages"] == 0
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_units_and_by_node_by_hand_with_a_lost_copy_and_a_fractional_unit(tmp_path, streaming):
+    # units are floats / unit, a true division (3 floats of a unit of 2 are 1.5 units, not 1); a
+    # node's received counts hold only what was delivered to it (a lost copy was sent, not received)
+    led = L.StreamingLedger(tmp_path / "l.bin", unit=2, framing_bytes=5) if streaming else Ledger(unit=2, framing_bytes=5)
+    for n, role in [("s", "server"), ("a", "client"), ("b", "client")]:
+        led.set_role(n, role)
+    # (src, dst, bytes, floats, status)
+    for src, dst, b, fl, status in [("s", "a", 20, 3, "delivered"), ("s", "b", 20, 3, "lost"),
+                                    ("a", "s", 12, 1, "delivered"), ("b", "s", 9, 0, "in_flight")]:
+        r = led.new_row(0, src, dst, "?", "?", "k", b, 4 * fl, fl, 0.0, False)
+        r[L.STATUS], r[L.READ] = status, status == "delivered"
+    assert led.units_of(3) == 1.5
+    assert led.totals()["units"] == (3 + 3 + 1 + 0) / 2 == 3.5
+    assert led.select(src="s").totals() == Totals(2, 40, 30, 24, 6, 3.0)
+    np.testing.assert_array_equal(led.view().column("units"), [1.5, 1.5, 0.5, 0.0])
+    node = led.by_node()
+    assert node["s"] == {"sent_messages": 2, "sent_bytes": 40, "sent_floats": 6,
+                         "received_messages": 1, "received_bytes": 12, "received_floats": 1}
+    assert node["a"] == {"sent_messages": 1, "sent_bytes": 12, "sent_floats": 1,
+                         "received_messages": 1, "received_bytes": 20, "received_floats": 3}
+    # b sent one copy still in flight, and the copy sent to it was lost: nothing received
+    assert node["b"] == {"sent_messages": 1, "sent_bytes": 9, "sent_floats": 0,
+                         "received_messages": 0, "received_bytes": 0, "received_floats": 0}

@@ -392,6 +392,8 @@ def test_a_node_named_like_a_kernel_stream_is_refused(name):
     (lambda: SimNetwork(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
     (lambda: SimNetwork(unit="d"), "unit must be a positive number of floats, got 'd'"),
     (lambda: SimNetwork(max_message_bytes=math.inf), "max_message_bytes must be a positive whole number"),
+    (lambda: SimNetwork(max_message_bytes=0), "max_message_bytes must be a positive whole number, got 0"),
+    (lambda: SimNetwork(framing_bytes=-1), "framing_bytes must be a whole number >= 0, got -1"),
     (lambda: SimNetwork(faults={"loss": 0.1}), "faults must be a Faults, got dict"),
     (lambda: Faults(loss="high"), "faults: loss must be a probability in .*got 'high'"),
     (lambda: Faults(dropout=0.1, window=(0,)), r"faults: window must be \(start, end\) .*got \(0,\)"),
@@ -513,3 +515,74 @@ def test_broadcast_entries_queued_one_at_a_time_run_in_the_same_order(monkeypatc
     send_order = cols["dst"][w][:30]
     arrival_order = send_order[np.argsort(cols["arrival_time"][w][:30], kind="stable")]
     assert list(arrival_order) != list(send_order)  # the case is not trivial
+
+
+def test_loss_draws_are_the_senders_own_stream_one_per_copy():
+    # copy k of sender s is lost iff the k-th draw of node_rng(seed, "loss:s") is below its loss
+    from fedsim.seeding import node_rng
+
+    async def sender(ctx):
+        for k in range(30):
+            await ctx.send("r", "m", {"k": k})
+
+    async def sink(ctx):
+        while await ctx.receive("m", timeout=1.0) is not None:
+            pass
+
+    net = SimNetwork(seed=11)
+    net.add_node("s", sender, loss=0.3)
+    net.add_node("r", sink)
+    net.run()
+    want = (node_rng(11, "loss:s").random(30) < 0.3).tolist()
+    got = [r["status"] == "lost" for r in net.ledger.records()]
+    assert got == want and 0 < sum(want) < 30
+    assert all(r["note"] == "link loss" for r in net.ledger.records() if r["status"] == "lost")
+
+
+def test_fault_dropout_times_come_from_each_nodes_dropout_stream():
+    # a faulted node draws (u, v) from node_rng(seed, "dropout:" + id): offline iff u < dropout, at
+    # window[0] + (window[1] - window[0]) * v; the server is spared by default
+    from fedsim.seeding import node_rng
+
+    net = SimNetwork(seed=5, faults=Faults(dropout=0.5, window=(2.0, 6.0), loss=0.25))
+    net.add_node("srv", _noop, role="server")
+    ids = [f"c{k}" for k in range(12)]
+    for c in ids:
+        net.add_node(c, _noop)
+    assert net.node_spec("srv").offline_at is None and net.node_spec("srv").loss == 0.0
+    dropped = 0
+    for c in ids:
+        u, v = node_rng(5, f"dropout:{c}").random(2)
+        spec = net.node_spec(c)
+        assert spec.loss == 0.25
+        if u < 0.5:
+            dropped += 1
+            assert spec.offline_at == pytest.approx(2.0 + 4.0 * v, rel=1e-15), c
+        else:
+            assert spec.offline_at is None, c
+    assert 0 < dropped < len(ids)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_a_receive_takes_a_queued_message_out_of_order_exactly_once(transport):
+    # mailbox: x1, y, x2 (arrival order); receive("y") takes the middle one, which is then gone;
+    # the x's come out in arrival order
+    from fedsim.kernel import AsyncioNetwork
+
+    got = []
+
+    async def sender(ctx):
+        for kind, v in (("x", 1), ("y", 2), ("x", 3)):
+            await ctx.send("r", kind, {"v": v})
+
+    async def receiver(ctx):
+        await ctx.sleep(1.0)  # all three are queued
+        for kind in ("y", "x", "y", "x"):
+            msg = await ctx.receive(kind, timeout=0.5)
+            got.append(None if msg is None else (msg.kind, msg.payload["v"]))
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
+    net.add_node("s", sender)
+    net.add_node("r", receiver)
+    net.run()
+    assert got == [("y", 2), ("x", 1), None, ("x", 3)]

@@ -593,3 +593,54 @@ def test_a_destination_of_the_wrong_type_says_so_and_sends_nothing(make):
             net.run()
         assert isinstance(err.value.__cause__, TypeError) and str(err.value.__cause__) == expected
         assert len(net.ledger) == 0
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_an_empty_gather_is_complete_at_once_and_takes_nothing(transport):
+    # gather(count=0) and gather(senders=[]) want nothing: they return at once, empty, without
+    # taking a queued message of their kind (the receive after them gets it) or waiting for one
+    seen = []
+
+    async def sender(ctx):
+        await ctx.send("r", "m", {"v": 7})
+
+    async def receiver(ctx):
+        await ctx.sleep(1.0)  # the "m" is in the mailbox by now
+        for g in (await ctx.gather("m", count=0), await ctx.gather("m", senders=[]),
+                  await ctx.gather("other", count=0)):
+            seen.append((len(g), g.missing, g.missing_count, g.complete))
+        msg = await ctx.receive("m", timeout=1.0)
+        seen.append(msg.payload["v"])
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
+    net.add_node("s", sender)
+    net.add_node("r", receiver)
+    net.run()
+    assert seen == [(0, [], 0, True)] * 3 + [7]
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_each_receiver_of_a_broadcast_gets_its_own_top_level_payload(transport):
+    # a receiver that changes its message's dict (or list) does not change another receiver's
+    seen = {}
+
+    async def server(ctx):
+        await ctx.broadcast(["a", "b"], "d", {"x": 1})
+        await ctx.broadcast(["a", "b"], "l", [1, 2])
+
+    async def first(ctx):
+        d, lst = (await ctx.receive("d")).payload, (await ctx.receive("l")).payload
+        d["x"], d["y"] = 99, 2
+        lst.append(3)
+        seen["a"] = (d, lst)
+
+    async def second(ctx):
+        await ctx.sleep(1.0)  # reads after "a" changed its copies
+        seen["b"] = ((await ctx.receive("d")).payload, (await ctx.receive("l")).payload)
+
+    net = SimNetwork() if transport == "sim" else AsyncioNetwork(time_scale=0.05)
+    net.add_node("server", server, role="server")
+    net.add_node("a", first)
+    net.add_node("b", second)
+    net.run()
+    assert seen == {"a": ({"x": 99, "y": 2}, [1, 2, 3]), "b": ({"x": 1}, [1, 2])}

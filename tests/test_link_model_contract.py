@@ -225,3 +225,20 @@ def test_a_link_model_instance_serves_one_network():
     # names give each network its own instance
     a, b = SimNetwork(link_model="fair"), SimNetwork(link_model="fair")
     assert a.link_model is not b.link_model
+
+
+@pytest.mark.parametrize("t, ok", [(0.0, True), (1e308, True), (math.inf, False), (math.nan, False)])
+def test_check_time_passes_finite_times_and_refuses_inf_and_nan_naming_the_message(t, ok):
+    from fedsim.kernel.codec import encode
+    from fedsim.kernel.envelope import Envelope, Payload
+    from fedsim.kernel.ledger import Ledger
+    from fedsim.kernel.linkmodel import check_time
+
+    row = Ledger().new_row(0, "a", "b", "client", "server", "up", 12, 0, 0, 0.0, False)
+    envl = Envelope("up", Payload(encode(None)), "a", False, 0, row, 12)
+    if ok:
+        assert check_time(t, envl, "it would arrive", "rates") == t
+    else:
+        with pytest.raises(NetworkConfigError, match=r"message 'up' from 'a' to 'b' \(ledger row 0, 12 bytes\): "
+                                                     r"it would arrive at t = (inf|nan) s, not a finite time \(rates\)"):
+            check_time(t, envl, "it would arrive", "rates")
