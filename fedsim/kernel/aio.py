@@ -188,6 +188,7 @@ class AsyncioNetwork(ClosedOnDropout, Network):
             raise FedsimError("a network runs once; build a new one for another run")
         timeout = check_run_timeout(timeout)
         self.check_faults()
+        self.call_before_run()
         self.ran = True
         self._loop = self._clock = asyncio.get_running_loop()
         self._t0 = self._loop.time()

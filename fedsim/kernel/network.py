@@ -17,7 +17,9 @@ payload)`` in ``post`` for every message copy, right after creating its ledger r
 set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
 processes) refuses to run with a tap.
 
-It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` and
+Its ``run`` calls ``check_faults`` and then ``call_before_run`` (what ``before_run`` registered:
+work done once in the launching process; a transport that forks calls it before forking) before
+any actor starts. It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` and
 ``offer_queued`` (the mailbox), ``destinations``,
 ``draw_loss`` (seeded loss keyed by sender and message number), ``record_missing``, ``log``,
 ``blocked``, ``finish`` (build the ``RunResult``, raising ``DeadlockError`` when strict) and
@@ -274,6 +276,7 @@ class Network:
         # deadlock (DeadlockError's partial one): the views of a run (fedsim.studies.trace) show
         # the actors still blocked then from it, whether the network traced or not
         self.result: RunResult | None = None
+        self._before_run: list[Callable[[], Any]] = []  # see before_run
         for hook in tuple(_BUILT_HOOKS):
             hook(self)
 
@@ -328,6 +331,36 @@ class Network:
                 raise NetworkConfigError(f"node {node_id!r}: {err}") from None
         self.nodes[node_id] = Node(node_id, str(role), spec, actor, args, kwargs or None)
         self.ledger.set_role(node_id, str(role))
+
+    def before_run(self, fn: Callable[[], Any]) -> None:
+        """Register ``fn()`` to be called once, in the process that calls ``run``, before any
+        actor starts: for work every actor's process would otherwise repeat. Functions are called
+        in the order they were registered; one registered twice is called once. ``TcpNetwork``
+        calls them just before it forks its worker processes, which then inherit what they
+        loaded instead of each loading its own copy (the built-in protocols whose actors call
+        compiled kernels register ``fedsim.math.jit.warm_up``: numba's compiler initialised once
+        for all the workers; in each it took 50-90 MB and a quarter of a second of CPU, docs/
+        network-model.md); ``SimNetwork`` and ``AsyncioNetwork`` call them at the start of
+        ``run``, before their clocks start. What ``fn`` raises propagates from ``run``, before
+        any actor starts. Raises ``TypeError`` for a ``fn`` that is not callable, and
+        ``FedsimError`` once the network has run."""
+        if not callable(fn):
+            raise TypeError(f"before_run takes a function of no arguments, got {fn!r}")
+        if self.ran:
+            raise FedsimError("before_run: the network has run already")
+        if fn not in self._before_run:
+            self._before_run.append(fn)
+
+    @property
+    def before_run_calls(self) -> tuple[Callable[[], Any], ...]:
+        """The functions registered with :meth:`before_run`, in the order they are called."""
+        return tuple(self._before_run)
+
+    def call_before_run(self) -> None:
+        """Call the functions registered with :meth:`before_run` (a transport's ``run`` calls
+        this once, after its checks and before any actor starts, or before it forks)."""
+        for fn in tuple(self._before_run):
+            fn()
 
     def set_unit(self, floats: int) -> None:
         """Declare how many floats make one accounting unit (the latent dimension d). Raises

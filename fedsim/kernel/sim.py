@@ -519,6 +519,7 @@ class SimNetwork(Network):
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
         self.check_faults()
+        self.call_before_run()
         self.ran = True
         queue = self.queue
         # A run allocates millions of small tracked objects (ledger rows, envelopes, decoded

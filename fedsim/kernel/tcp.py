@@ -412,6 +412,8 @@ class TcpNetwork(ClosedOnDropout, Network):
         token = os.urandom(16)
         self.check_descriptors(len(self.groups))
         self.check_memory(len(self.groups))
+        # (what the workers would each load otherwise: loaded once here, inherited by the fork)
+        self.call_before_run()
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
         parent = os.getpid()
@@ -483,28 +485,27 @@ class TcpNetwork(ClosedOnDropout, Network):
     def check_memory(self, nprocs: int | None = None) -> None:
         """Refuse (``NetworkConfigError``, before any process starts) a run whose worker processes
         (``nprocs``; None: those the nodes added so far would be placed on, as :meth:`run` places
-        them) clearly need more memory than the system has available: an estimate of
-        ``nprocs`` times this process's private resident memory when this module was imported
-        (``BASELINE_BYTES``: a forked worker soon holds its own copy of about that much, the
-        pages Python's reference counts write to; what the actors and their data add comes on
-        top: a low estimate, so that only a run that cannot fit is refused; measured: 25-28 MB at
-        import against 23-29 MB per worker of a tiny FedRec run in 30 processes, and 66 MB per worker,
-        proportional set size, of FedRec on 1,000 items with one process per node at 100 and at 300
-        clients, 6.7 and 20.0 GB in all) above ``MemAvailable`` in ``/proc/meminfo``.
-        Without the check, such a run with one process per node for 1,000 clients would need some
-        60 GB, and the kernel's out-of-memory killer ended it (or another process). Where either figure cannot be read
-        (no /proc), nothing is checked."""
+        them) cannot fit in the memory the system has available (``MemAvailable`` in
+        ``/proc/meminfo``), at ``BASELINE_BYTES`` (4 MiB) per process: less than a forked worker
+        was measured to hold of its own (an idle actor's worker 5.1 MiB of private pages,
+        ``test_a_worker_holds_at_least_the_memory_check_memorys_estimate_of_its_own``; FedRec on
+        1,000 items with one process per node, after :meth:`before_run`'s functions ran in the
+        launching process, 6.5-17 MB per worker, proportional set size summed over the workers:
+        1.6 GB in all at 100 clients, 2.0-3.1 GB at 300, 15.3 GB at 1,000; docs/network-model.md). What the actors and their data add comes
+        on top: the estimate is low on purpose, so that only a run that cannot fit is refused,
+        before the kernel's out-of-memory killer ends it (or another process). Where
+        ``MemAvailable`` cannot be read (no /proc), nothing is checked."""
         per = BASELINE_BYTES
         avail = _mem_available()
-        if per is None or avail is None:
+        if avail is None:
             return
         if nprocs is None:
             nprocs = self.count_processes()
         need = per * nprocs
         if need > avail:
             raise NetworkConfigError(
-                f"TcpNetwork with {nprocs} worker processes needs an estimated {_bytes_text(need)} of memory "
-                f"({_bytes_text(per)} per process, what this process held when it imported the TCP transport), "
+                f"TcpNetwork with {nprocs} worker processes needs at least {_bytes_text(need)} of memory "
+                f"({_bytes_text(per)} per process, less than a worker process was measured to hold), "
                 f"above the {_bytes_text(avail)} available (MemAvailable in /proc/meminfo): use fewer processes")
 
     def count_processes(self, roles: Mapping[str, str] | None = None) -> int:
@@ -761,20 +762,8 @@ def _connection_waiting(sock: socket.socket | None) -> bool:
     return bool(p.poll(0))
 
 
-def _private_memory() -> int | None:
-    """This process's resident memory not shared with files (bytes: resident minus shared pages
-    of /proc/self/statm), None where that cannot be read."""
-    try:
-        with open("/proc/self/statm") as fh:
-            fields = fh.read().split()
-        return max(0, int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-# this process's private memory when the module is imported: what each forked worker is
-# estimated to need at least (TcpNetwork.check_memory)
-BASELINE_BYTES = _private_memory()
+# less memory of its own than a forked worker process was measured to hold (TcpNetwork.check_memory)
+BASELINE_BYTES = 4 * 2**20
 
 
 def _mem_available() -> int | None:

@@ -15,7 +15,7 @@ import os
 import sys
 from types import ModuleType
 
-__all__ = ["compiled_copy", "jit_disabled"]
+__all__ = ["compiled_copy", "jit_disabled", "warm_up"]
 
 _SUFFIX = "__jit"
 _cache: dict[str, ModuleType | str] = {}  # module name -> compiled copy, or why there is none
@@ -58,3 +58,31 @@ def compiled_copy(module_name: str, path: str, kernels: tuple[str, ...],
         setattr(mod, kname, numba.njit(cache=True, **(options or {}).get(kname, {}))(getattr(mod, kname)))
     _cache[module_name] = mod
     return mod
+
+
+_warm = False  # whether warm_up has run in this process (or in the one it was forked from)
+
+
+def _one(x):
+    return x + 1
+
+
+def warm_up() -> bool:
+    """Initialise numba's compiler in this process, when numba is used (else nothing): compile
+    and call a one-line function. A process's first compile, whatever it compiles, costs some
+    50 MB and a quarter of a second of CPU (LLVM's start); each kernel then loads from numba's
+    cache at its first call. A process about to fork workers that will call compiled kernels
+    (``TcpNetwork``, through ``Network.before_run``) calls this once for all of them. Returns
+    True when it started the compiler now; False when it had run in this process (or in the one
+    this one was forked from) or numba is not used (``jit_disabled``). Never raises for want of
+    numba."""
+    global _warm
+    if _warm:
+        return False
+    _warm = True
+    if jit_disabled() is not None:
+        return False
+    import numba
+
+    numba.njit(_one)(1)
+    return True

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, ConfigError, param
+from ..math.jit import warm_up
 from ..math import ae_train
 from ..math import optim
 from .common import SERVER, BadMessageError, all_finite, client_names
@@ -364,6 +365,7 @@ def place_actors(net, protocol: str, server, client, task: ae_train.AETask, grou
     """Place ``server`` and one ``client`` per user group (``groups[m]``: the user indices of
     client ``m``) on ``net``."""
     clients = client_names(len(groups))
+    net.before_run(warm_up)  # the actors call compiled kernels: numba's compiler started once (Network.before_run)
     net.add_node(SERVER, server, clients, task.n_items, cfg, evaluate, role=server_role)
     for name, users in zip(clients, groups):
         net.add_node(name, client, task.rows(users), cfg)

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, ConfigError, param
+from ..math.jit import warm_up
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
 from ..math.filling import sample_unrated, users_sampling_all
 from ..math.secagg import decode, unmask_sum
@@ -564,6 +565,7 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
     if test is not None:
         t_ptr, t_idx, t_val = to_csr(*as_arrays(test), n_users, np.float64)
     net.set_unit(cfg.d)
+    net.before_run(warm_up)  # the actors call compiled kernels: numba's compiler started once (Network.before_run)
     net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]

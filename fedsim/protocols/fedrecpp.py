@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Config, ConfigError, param
+from ..math.jit import warm_up
 from ..math.fedrec_central import TrainResult, to_csr
 from ..math.denoise import denoiser_sums, denoiser_sums_dense, remove_noise
 from ..math.filling import hf_active, sample_unrated, user_mean, users_sampling_all, virtual_ratings_hf
@@ -602,6 +603,7 @@ def build(net, data, cfg: FedRecPPConfig | None = None, *, test=None, resume=Non
     indptr, indices, values = to_csr(*as_arrays(data), n_users, dt)
     clients = client_names(n_users)
     net.set_unit(cfg.d)
+    net.before_run(warm_up)  # the actors call compiled kernels: numba's compiler started once (Network.before_run)
     net.add_node(SERVER, server, clients, n_items, cfg, role="server")
     for u, name in enumerate(clients):
         lo, hi = indptr[u], indptr[u + 1]

@@ -66,6 +66,7 @@ import numpy as np
 
 from ..config import Config, ConfigError, param
 
+from ..math.jit import warm_up
 from ..math.bpr import (
     BPRReg,
     fpl_client_round,
@@ -546,6 +547,7 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     offset = int(state.get("rounds_done", 0)) if state else 0
     clients = client_names(n_users)
     net.set_unit(cfg.unit)
+    net.before_run(warm_up)  # the actors call compiled kernels: numba's compiler started once (Network.before_run)
     net.add_node(SERVER, server, clients, n_items, cfg, init, offset, role="server")
     for u, name in enumerate(clients):
         p0 = None if user_factors is None else user_factors[u]
