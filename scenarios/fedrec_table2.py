@@ -23,7 +23,7 @@ from fedsim.protocols.fedrec import FedRecConfig, formula_payload_floats
 from fedsim.studies.fedrec import fold_stats, make_folds, paper_lr, refuse_faults, run_one
 from fedsim.studies.paper_values import FEDREC_TABLE2_ML100K
 from fedsim.studies.datasets import data_note
-from fedsim.studies.learning import warn_not_learned
+from fedsim.studies.learning import did_not_learn, warn_not_learned
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies import reference
 from fedsim.studies.search import confirm_fold, run_search, search_fold, ties_text, tied_with_chosen
@@ -120,6 +120,10 @@ def run(ctx: RunContext) -> None:
 
     rows, md_rows, comm_rows, per_fold = [], [], [], []
     n_rated = len(folds[0].train[0])
+    # a model with a run that did not learn: federated and unfederated both stay at the initial
+    # model, so MD below STDR says nothing of losslessness (the column said True for them)
+    stuck = {o.cfg.model for o in outs
+             if getattr(o, "initial_rmse", None) is not None and did_not_learn(o.initial_rmse, o.rmse)}
     for m in models:
         by_fw = {fw: [o for o in outs if o.cfg.model == m and o.framework == fw]
                  for fw in ("unfederated", "federated")}
@@ -142,7 +146,8 @@ def run(ctx: RunContext) -> None:
             r = md_stdr(stats["federated"][1], stats["unfederated"][1])
             md_rows.append({"model": m, "mae_md_pct": a.md, "mae_stdr_pct": a.stdr,
                             "rmse_md_pct": r.md, "rmse_stdr_pct": r.stdr,
-                            "md_below_stdr": bool(a.md < a.stdr and r.md < r.stdr)})
+                            "md_below_stdr": ("n/a: a run did not learn" if m in stuck
+                                              else bool(a.md < a.stdr and r.md < r.stdr))})
         fed0 = by_fw["federated"][0]
         if fed0.ledger is not None:
             n, mi = folds[0].n_users, folds[0].n_items

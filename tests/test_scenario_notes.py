@@ -383,6 +383,23 @@ def test_fedrec_table2_says_when_the_chosen_lambda_ties_with_others(tmp_path):
     assert "Chosen lambda: " + ", ".join(parts) + " (scored on a validation split" in report
 
 
+def test_fedrec_table2_does_not_call_a_model_that_did_not_learn_lossless(tmp_path):
+    # tiny data, T = 5: the models stay at their initial model, federated and unfederated alike,
+    # so MD < STDR held trivially and md_below_stdr said True for them
+    out, _ = _run(tmp_path, "fedrec_table2", {"folds": 2, "iterations": 5, "workers": 1, "reference": "none",
+                                              "paper_order": False})
+    stuck = {r["run"].split()[0] for r in _csv(out / "not_learned.csv")}
+    assert {"PMF(S)", "SVD++(S)"} <= stuck
+    md = {r["model"]: r for r in _csv(out / "md_stdr.csv")}
+    assert set(md) == {"PMF(B)", "PMF(S)", "SVD++(S)"}
+    for m, r in md.items():
+        if m in stuck:
+            assert r["md_below_stdr"] == "n/a: a run did not learn"
+        else:  # the comparison, from the row's own figures
+            below = float(r["mae_md_pct"]) < float(r["mae_stdr_pct"]) and float(r["rmse_md_pct"]) < float(r["rmse_stdr_pct"])
+            assert r["md_below_stdr"] == str(below)
+
+
 def test_hf_search_note_says_when_the_chosen_pair_ties_with_the_authors(tmp_path):
     # tiny data, T = 10: every (T_predict, T_local) with T_predict >= 10 gives the same MAE (HF never
     # predicts); the note set "chosen (10, 5)" beside "the authors' (10, 10)" as if they differed
