@@ -160,9 +160,14 @@ class NullNetwork:
         self.seed = seed
         self.nodes: dict[str, _Node] = {}
         self.ready: deque = deque()
+        self.before: list = []
 
     def set_unit(self, unit) -> None:
         pass
+
+    def before_run(self, fn) -> None:  # (Network.before_run: called once when run starts)
+        if fn not in self.before:
+            self.before.append(fn)
 
     def add_node(self, node_id, fn, *args, role=None, **kwargs) -> None:
         node = _Node(node_id, None)
@@ -192,6 +197,8 @@ class NullNetwork:
             node.mailbox.append(msg)
 
     def run(self) -> dict:
+        for fn in self.before:
+            fn()
         ready = self.ready
         while ready:
             node, value = ready.popleft()

@@ -171,6 +171,9 @@ class _RecordingNet:
 
         self._net.add_node(node_id, wrapped, *args, **kwargs)
 
+    def __getattr__(self, name):  # the rest of the network's API (before_run, ...)
+        return getattr(self._net, name)
+
 
 def _walk(obj, path=""):
     """Yield (path, leaf) over a decoded payload."""
