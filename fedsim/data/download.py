@@ -36,6 +36,7 @@ GroupLens publishes (``ml-10m.zip.md5``).  The md5 values are GroupLens's own si
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import lzma
 import os
@@ -164,18 +165,51 @@ def list_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
     return out
 
 
-def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None) -> tuple[str, int]:
+class _ReadFailed(Exception):
+    """Reading the source failed after ``received`` bytes were saved (``cause``: what the connection
+    raised; bytes a failed read took in are not counted)."""
+
+    def __init__(self, received: int, cause: BaseException):
+        super().__init__(received, cause)
+        self.received, self.cause = received, cause
+
+
+class _WriteFailed(Exception):
+    """Writing the ``.part`` file failed (``cause``: the ``OSError``, a full disk say)."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None,
+                  limit: int | None = None) -> tuple[str, int]:
+    """Copy ``src`` into ``dst`` hashing it; returns (sha256, bytes). With ``limit``, stops once
+    more than ``limit`` bytes have come (the count returned then exceeds it). A failing read raises
+    :class:`_ReadFailed`, a failing write :class:`_WriteFailed`, so that the caller can tell a
+    broken connection from a full disk."""
     h = hashlib.sha256()
     n = 0
     while True:
-        buf = src.read(1 << 20)
+        want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - n)
+        try:
+            buf = src.read(want)
+        except (OSError, http.client.HTTPException) as e:
+            # http.client.IncompleteRead (a chunked body cut off) is no OSError: it came out of
+            # `fedsim data get` as a traceback; a timeout or reset said neither dataset nor address
+            raise _ReadFailed(n, e) from e
         if not buf:
             break
         h.update(buf)
-        dst.write(buf)
+        try:
+            dst.write(buf)
+        except OSError as e:
+            raise _WriteFailed(e) from e
         n += len(buf)
         if progress is not None:
             progress(n, total)
+        if limit is not None and n > limit:
+            break
     return h.hexdigest(), n
 
 
@@ -211,6 +245,12 @@ MAX_RATIO = 50  # uncompressed bytes per archive byte: MovieLens zips hold about
 MAX_SLACK = 1 << 20  # bytes any archive may unpack to whatever its ratio (tiny test zips)
 
 
+def _reason(e: BaseException) -> str:
+    """What a failed read or request says, with the exception's name when its text is empty."""
+    text = str(e)
+    return text if text and text != "None" else type(e).__name__
+
+
 def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes: int) -> None:
     """Unpack ``zf`` into ``target``, refusing (``ValueError`` naming ``source`` and the member):
     a member path that is absolute or leaves the folder; members that declare more than
@@ -239,6 +279,9 @@ def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes:
                              "(a password-protected zip)") from None
         except OSError as e:
             if e.errno is not None:  # the disk (full, read-only): not the archive's fault
+                if e.filename is None:  # a failed write names no file: name the cache folder
+                    raise OSError(e.errno, f"{e.strerror or e} (unpacking {info.filename} from {source})",
+                                  str(target.parent)) from None
                 raise
             # bz2 reports corrupt data as OSError("Invalid data stream"), without errno
             raise ValueError(f"{source}: member {info.filename!r} cannot be unpacked: {e}") from None
@@ -318,7 +361,9 @@ def get(
     folder, members declaring more than ``MAX_RATIO`` times the archive's size, a member that
     cannot be decompressed) or that lacks the dataset's ratings file; ``FileNotFoundError``
     for a missing ``from_file`` and ``OSError`` (``urllib.error.URLError``) for a failed download
-    (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``).
+    (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``, when the
+    connection fails mid-body or the reply is not HTTP, naming the dataset and the address; an
+    ``OSError`` whose ``filename`` is the cache folder for a failed write, a full disk say).
     """
     spec = _spec(name)
     if sha256 is not None:
@@ -350,26 +395,43 @@ def get(
     part = Path(part_name)
     extract_dir: Path | None = None
     try:
-        with os.fdopen(fd, "wb") as out:
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if from_file is not None:
+                    src_path = Path(from_file)
+                    if not src_path.is_file():
+                        raise FileNotFoundError(f"no such file: {src_path}")
+                    with open(src_path, "rb") as src:
+                        digest, size = _copy_hashing(src, out, progress, src_path.stat().st_size)
+                else:
+                    req = urllib.request.Request(source, headers={"User-Agent": "fedsim-data/1"})
+                    try:
+                        resp = urllib.request.urlopen(req, timeout=timeout)
+                    except http.client.HTTPException as e:  # a reply that is not HTTP: no URLError
+                        raise ConnectionError(f"download of {name} from {source} failed: {_reason(e)}; "
+                                              "nothing was installed") from None
+                    with resp:
+                        total = resp.headers.get("Content-Length")
+                        total = int(total) if total and total.strip().isdigit() else None
+                        digest, size = _copy_hashing(resp, out, progress, total)
+                    # http.client returns a connection closed early as a short body, without an error:
+                    # it was reported as a checksum mismatch (or, unverified, as "not a valid zip")
+                    if total is not None and size != total:
+                        raise ConnectionError(
+                            f"download of {name} from {source} was cut off: {size:,} of {total:,} bytes received; "
+                            "nothing was installed (run the command again)"
+                        )
+        except _ReadFailed as e:
             if from_file is not None:
-                src_path = Path(from_file)
-                if not src_path.is_file():
-                    raise FileNotFoundError(f"no such file: {src_path}")
-                with open(src_path, "rb") as src:
-                    digest, size = _copy_hashing(src, out, progress, src_path.stat().st_size)
-            else:
-                req = urllib.request.Request(source, headers={"User-Agent": "fedsim-data/1"})
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    total = resp.headers.get("Content-Length")
-                    total = int(total) if total and total.strip().isdigit() else None
-                    digest, size = _copy_hashing(resp, out, progress, total)
-                # http.client returns a connection closed early as a short body, without an error:
-                # it was reported as a checksum mismatch (or, unverified, as "not a valid zip")
-                if total is not None and size != total:
-                    raise ConnectionError(
-                        f"download of {name} from {source} was cut off: {size:,} of {total:,} bytes received; "
-                        "nothing was installed (run the command again)"
-                    )
+                raise e.cause from None
+            raise ConnectionError(
+                f"download of {name} from {source} failed after {e.received:,} bytes: {_reason(e.cause)}; "
+                "nothing was installed (run the command again)"
+            ) from None
+        except _WriteFailed as e:
+            # a full disk said "[Errno 28] No space left on device", naming no file or folder
+            raise OSError(e.cause.errno, f"{e.cause.strerror or e.cause} (writing the download of {name})",
+                          str(root)) from None
         if verify and digest != expected:
             raise ChecksumError(
                 f"checksum mismatch for {name} from {source}: expected sha256 {expected}, got {digest} "
@@ -405,7 +467,12 @@ def get(
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "archive_folder": content.name if content is not extract_dir else None,
         }
-        (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        try:
+            (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        except OSError as e:
+            if e.errno is None or e.filename is not None:
+                raise
+            raise OSError(e.errno, f"{e.strerror or e} (writing the install marker of {name})", str(root)) from None
         if dest.exists() and not force:
             # another `get` finished first: keep its install (replacing it pulled the files from
             # under whoever was reading them), and check it as if found at the start

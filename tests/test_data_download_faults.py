@@ -1,0 +1,237 @@
+"""Faults around `fedsim data get` and the cache: broken connections, corrupted installs, a full
+disk, hostile archives, endless responses, two processes at once. Servers are http.server on
+127.0.0.1 started here (bounded: every response ends)."""
+
+import errno
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fedsim.data import download
+from fedsim.data.cli import main
+import test_data_download as _dl
+from test_data_download import U_DATA, cache_files, make_zip
+
+served, fixture_zip = _dl.served, _dl.fixture_zip  # the fixtures of the download tests, shared
+
+
+def _server(handler_cls):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_cls)
+    server.daemon_threads = True
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    t.start()
+    return server, t, f"http://127.0.0.1:{server.server_address[1]}/ml-100k.zip"
+
+
+def _stop(server, t):
+    server.shutdown()
+    server.server_close()
+    t.join(5)
+
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+# --- interrupted downloads ------------------------------------------------------------------------
+
+def test_ctrl_c_during_the_download_leaves_nothing_and_a_retry_installs(tmp_path, fixture_zip):
+    url, sha, _, _ = fixture_zip
+    cache = tmp_path / "cache"
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        download.get("ml-100k", cache_dir=cache, url=url, sha256=sha, progress=interrupt)
+    assert cache_files(cache) == []
+    path = download.get("ml-100k", cache_dir=cache, url=url, sha256=sha)
+    assert (path / "u.data").read_text() == U_DATA
+
+
+def test_a_chunked_download_cut_off_is_one_error_naming_dataset_and_address(tmp_path, capsys):
+    # a chunked response whose connection closes mid-chunk: http.client raises IncompleteRead, an
+    # HTTPException (not an OSError), which came out of `fedsim data get` as a traceback
+    class Handler(_Quiet):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"1000\r\n" + b"PK\x03\x04" + b"x" * 96)
+            self.wfile.flush()
+            self.close_connection = True
+
+    server, t, url = _server(Handler)
+    try:
+        cache = tmp_path / "cache"
+        with pytest.raises(ConnectionError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64)
+        assert str(ei.value) == (f"download of ml-100k from {url} failed after 0 bytes: IncompleteRead(0 bytes read); "
+                                 "nothing was installed (run the command again)")
+        assert cache_files(cache) == []
+        assert main(["get", "ml-100k", "--url", url, "--sha256", "0" * 64, "--cache-dir", str(cache), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: {ei.value}\n"
+        assert cache_files(cache) == []
+    finally:
+        _stop(server, t)
+
+
+def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path, capsys):
+    # a read timing out mid-body said "error: timed out": neither the dataset nor the address
+    release = threading.Event()
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "5000")
+            self.end_headers()
+            self.wfile.write(b"PK\x03\x04" + b"x" * 96)
+            self.wfile.flush()
+            release.wait(5)
+
+    server, t, url = _server(Handler)
+    try:
+        cache = tmp_path / "cache"
+        with pytest.raises(ConnectionError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64, timeout=0.3)
+        assert str(ei.value) == (f"download of ml-100k from {url} failed after 0 bytes: timed out; "
+                                 "nothing was installed (run the command again)")
+        assert cache_files(cache) == []
+    finally:
+        release.set()
+        _stop(server, t)
+
+
+# --- a full disk, an unwritable cache ---------------------------------------------------------------
+
+class _FullDisk:
+    """A file object whose writes fail as on a full disk."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, b):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, k):
+        return getattr(self._f, k)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+
+def test_a_full_disk_while_downloading_is_one_error_naming_the_cache(tmp_path, fixture_zip, monkeypatch, capsys):
+    url, sha, _, _ = fixture_zip
+    cache = tmp_path / "cache"
+    real = os.fdopen
+    monkeypatch.setattr(download.os, "fdopen", lambda *a, **k: _FullDisk(real(*a, **k)))
+    assert main(["get", "ml-100k", "--url", url, "--sha256", sha, "--cache-dir", str(cache), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err == f"error: cache folder {cache}: No space left on device (writing the download of ml-100k)\n"
+    assert cache_files(cache) == []
+
+
+def test_a_full_disk_while_unpacking_is_one_error_naming_the_cache(tmp_path, fixture_zip, monkeypatch, capsys):
+    _, sha, zpath, _ = fixture_zip
+    cache = tmp_path / "cache"
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(zipfile.shutil, "copyfileobj", full)  # what ZipFile.extract writes with
+    assert main(["get", "ml-100k", "--from", str(zpath), "--sha256", sha, "--cache-dir", str(cache), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: cache folder {cache}: No space left on device (unpacking ml-100k/u.data from {zpath})\n")
+    assert cache_files(cache) == []
+
+
+def test_an_unwritable_cache_folder_is_one_error_naming_it(tmp_path, fixture_zip, monkeypatch, capsys):
+    url, sha, _, _ = fixture_zip
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def denied(*a, dir=None, **k):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(Path(dir) / ".ml-100k-x.zip.part"))
+
+    monkeypatch.setattr(download.tempfile, "mkstemp", denied)
+    assert main(["get", "ml-100k", "--url", url, "--sha256", sha, "--cache-dir", str(cache), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: {cache / '.ml-100k-x.zip.part'}: Permission denied (cache folder {cache})"]
+
+
+# --- hostile archives -----------------------------------------------------------------------------
+
+
+
+
+
+@pytest.mark.parametrize("member", ["/etc/x", "../x", "ml-100k/../../x", "C:/x"])
+def test_member_paths_leaving_the_folder_are_refused(tmp_path, member):
+    zpath = tmp_path / "ml-100k.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("ml-100k/u.data", U_DATA)
+        zf.writestr(zipfile.ZipInfo(member), "x")
+    sha = hashlib.sha256(zpath.read_bytes()).hexdigest()
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError, match="unsafe member path"):
+        download.get("ml-100k", from_file=zpath, cache_dir=cache, sha256=sha)
+    assert cache_files(cache) == [] and not (tmp_path / "x").exists()
+
+
+# --- two processes at once ------------------------------------------------------------------------
+
+def test_two_processes_getting_one_dataset_both_end_with_the_verified_install(tmp_path):
+    # the server answers once both processes have asked (then sends the zip in 40 pieces, 10 ms
+    # apart), so that the two downloads, unpackings and renames overlap
+    zpath = tmp_path / "ml-100k.zip"
+    sha = make_zip(zpath, {"ml-100k/u.data": U_DATA * 2000, "ml-100k/README": "fixture\n"})
+    data = zpath.read_bytes()
+    served_to = []
+    both = threading.Barrier(2, timeout=30)
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            served_to.append(self.path)
+            both.wait()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            step = len(data) // 40 + 1
+            for k in range(0, len(data), step):
+                self.wfile.write(data[k:k + step])
+                self.wfile.flush()
+                threading.Event().wait(0.01)
+
+    server, t, url = _server(Handler)
+    try:
+        cache = tmp_path / "cache"
+        env = dict(os.environ, PYTHONPATH=str(Path(download.__file__).parents[2]))
+        cmd = [sys.executable, "-m", "fedsim.data", "get", "ml-100k", "--url", url, "--sha256", sha,
+               "--cache-dir", str(cache), "--quiet"]
+        procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=60) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        assert [o for o, _ in outs] == [f"{cache / 'ml-100k'}\n"] * 2
+        assert cache_files(cache) == ["ml-100k", "ml-100k/.fedsim-install.json", "ml-100k/README", "ml-100k/u.data"]
+        assert (cache / "ml-100k" / "u.data").read_text() == U_DATA * 2000
+        assert json.loads((cache / "ml-100k" / download.MARKER).read_text())["sha256"] == sha
+        assert len(served_to) == 2
+    finally:
+        _stop(server, t)
