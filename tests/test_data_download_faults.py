@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,82 @@ def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path
         assert cache_files(cache) == []
     finally:
         release.set()
+        _stop(server, t)
+
+
+# --- endless and oversized responses ---------------------------------------------------------------
+
+def _endless(sent: list, limit: int, length: str | None = None):
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            if length is not None:
+                self.send_header("Content-Length", length)
+            self.end_headers()
+            block = b"\0" * 65536
+            try:
+                while sent[0] < limit:
+                    self.wfile.write(block)
+                    sent[0] += len(block)
+            except OSError:
+                pass
+            self.close_connection = True
+    return Handler
+
+
+def test_an_endless_response_is_cut_at_the_pinned_size(tmp_path, monkeypatch):
+    # a response without Content-Length that never ends was written to the cache until the disk
+    # was full; the pinned archive's size bounds it (here the server stops at 64 MB)
+    monkeypatch.setitem(download.REGISTRY, "ml-100k", replace(download.REGISTRY["ml-100k"], size=100_000))
+    sent = [0]
+    server, t, url = _server(_endless(sent, 64 << 20))
+    try:
+        cache = tmp_path / "cache"
+        with pytest.raises(download.ChecksumError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url)
+        assert str(ei.value) == (f"download of ml-100k from {url} is larger than the pinned archive "
+                                 f"(100,000 bytes, sha256 {download.REGISTRY['ml-100k'].sha256}): stopped "
+                                 "after 100,001 bytes; nothing was installed")
+        assert sent[0] < 16 << 20
+        assert cache_files(cache) == []
+    finally:
+        _stop(server, t)
+
+
+def test_a_content_length_other_than_the_pinned_size_is_refused_before_reading(tmp_path, monkeypatch):
+    monkeypatch.setitem(download.REGISTRY, "ml-100k", replace(download.REGISTRY["ml-100k"], size=100_000))
+    sent = [0]
+    server, t, url = _server(_endless(sent, 64 << 20, length=str(10 << 30)))
+    try:
+        cache = tmp_path / "cache"
+        with pytest.raises(download.ChecksumError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url)
+        assert str(ei.value) == (f"download of ml-100k from {url} announces 10,737,418,240 bytes, not the pinned "
+                                 f"archive's 100,000 (sha256 {download.REGISTRY['ml-100k'].sha256}); nothing was "
+                                 "installed")
+        assert sent[0] < 16 << 20
+        assert cache_files(cache) == []
+    finally:
+        _stop(server, t)
+
+
+def test_without_the_pin_an_endless_response_is_still_bounded(tmp_path, monkeypatch):
+    # --sha256 (a mirror's other archive) or --insecure: the pinned size does not hold, a bound does
+    monkeypatch.setitem(download.REGISTRY, "ml-100k", replace(download.REGISTRY["ml-100k"], size=100_000))
+    monkeypatch.setattr(download, "MAX_DOWNLOAD_RATIO", 20)
+    sent = [0]
+    server, t, url = _server(_endless(sent, 64 << 20))
+    try:
+        cache = tmp_path / "cache"
+        for kw in ({"sha256": "0" * 64}, {"verify": False}):
+            sent[0] = 0
+            with pytest.raises(ValueError) as ei:
+                download.get("ml-100k", cache_dir=cache, url=url, **kw)
+            assert str(ei.value) == (f"download of ml-100k from {url} is larger than 20 times the pinned archive's "
+                                     "100,000 bytes: stopped after 2,000,001 bytes; nothing was installed")
+            assert sent[0] < 16 << 20
+            assert cache_files(cache) == []
+    finally:
         _stop(server, t)
 
 

@@ -245,6 +245,30 @@ MAX_RATIO = 50  # uncompressed bytes per archive byte: MovieLens zips hold about
 MAX_SLACK = 1 << 20  # bytes any archive may unpack to whatever its ratio (tiny test zips)
 
 
+MAX_DOWNLOAD_RATIO = 10  # bytes a download may bring, in pinned archive sizes, when the pin is not checked
+
+
+def _too_large(name: str, source: str, spec: DatasetSpec, pinned: bool, what: str) -> ValueError:
+    if pinned:
+        return ChecksumError(f"download of {name} from {source} is larger than the pinned archive ({spec.size:,} "
+                             f"bytes, sha256 {spec.sha256}): {what}; nothing was installed")
+    return ValueError(f"download of {name} from {source} is larger than {MAX_DOWNLOAD_RATIO} times the pinned "
+                      f"archive's {spec.size:,} bytes: {what}; nothing was installed")
+
+
+def _check_announced(name: str, source: str, spec: DatasetSpec, total: int | None, pinned: bool,
+                     limit: int | None) -> None:
+    """Refuse, before reading it, a reply whose ``Content-Length`` cannot be the archive expected:
+    another size than the pinned archive's when its sha256 is expected, more than ``limit``."""
+    if total is None or limit is None:
+        return
+    if pinned and total != spec.size:
+        raise ChecksumError(f"download of {name} from {source} announces {total:,} bytes, not the pinned archive's "
+                            f"{spec.size:,} (sha256 {spec.sha256}); nothing was installed")
+    if total > limit:
+        raise _too_large(name, source, spec, pinned, f"it announces {total:,} bytes")
+
+
 def _reason(e: BaseException) -> str:
     """What a failed read or request says, with the exception's name when its text is empty."""
     text = str(e)
@@ -364,6 +388,9 @@ def get(
     (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``, when the
     connection fails mid-body or the reply is not HTTP, naming the dataset and the address; an
     ``OSError`` whose ``filename`` is the cache folder for a failed write, a full disk say).
+    A download is bounded by the registry's size: checked against the pin, a ``Content-Length``
+    of another size, or a reply running past that size, is a :class:`ChecksumError`; otherwise
+    (``sha256``, ``verify=False``) more than ``MAX_DOWNLOAD_RATIO`` times it is a ``ValueError``.
     """
     spec = _spec(name)
     if sha256 is not None:
@@ -391,6 +418,10 @@ def get(
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root, name)
     source = str(from_file) if from_file is not None else (url or spec.url)
+    # what a download may bring: the pinned archive's size exactly when its sha256 is the one
+    # expected, else MAX_DOWNLOAD_RATIO times it (a mirror's other archive, --insecure)
+    pinned = bool(verify and spec.sha256 and spec.size and expected == spec.sha256.lower())
+    limit = spec.size if pinned else (MAX_DOWNLOAD_RATIO * spec.size if spec.size else None)
     fd, part_name = tempfile.mkstemp(dir=root, prefix=f".{name}-", suffix=".zip.part")
     part = Path(part_name)
     extract_dir: Path | None = None
@@ -413,7 +444,11 @@ def get(
                     with resp:
                         total = resp.headers.get("Content-Length")
                         total = int(total) if total and total.strip().isdigit() else None
-                        digest, size = _copy_hashing(resp, out, progress, total)
+                        _check_announced(name, source, spec, total, pinned, limit)
+                        digest, size = _copy_hashing(resp, out, progress, total, limit)
+                    if limit is not None and size > limit:
+                        # an endless reply (or one far larger than the dataset) filled the disk
+                        raise _too_large(name, source, spec, pinned, f"stopped after {size:,} bytes")
                     # http.client returns a connection closed early as a short body, without an error:
                     # it was reported as a checksum mismatch (or, unverified, as "not a valid zip")
                     if total is not None and size != total:
