@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -254,8 +255,24 @@ def test_an_unwritable_cache_folder_is_one_error_naming_it(tmp_path, fixture_zip
 
 # --- hostile archives -----------------------------------------------------------------------------
 
+def _zip_with_symlink(path: Path) -> str:
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("ml-100k/u.data", U_DATA)
+        info = zipfile.ZipInfo("ml-100k/u.item")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/passwd")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def test_a_symlink_member_is_refused(tmp_path):
+    zpath = tmp_path / "ml-100k.zip"
+    sha = _zip_with_symlink(zpath)
+    cache = tmp_path / "cache"
+    with pytest.raises(ValueError) as ei:
+        download.get("ml-100k", from_file=zpath, cache_dir=cache, sha256=sha)
+    assert str(ei.value) == (f"{zpath}: refusing to unpack member 'ml-100k/u.item': it is a symbolic link "
+                             "(to '/etc/passwd'), not a file or folder")
+    assert cache_files(cache) == []
 
 
 @pytest.mark.parametrize("member", ["/etc/x", "../x", "ml-100k/../../x", "C:/x"])

@@ -42,6 +42,7 @@ import lzma
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -277,7 +278,8 @@ def _reason(e: BaseException) -> str:
 
 def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes: int) -> None:
     """Unpack ``zf`` into ``target``, refusing (``ValueError`` naming ``source`` and the member):
-    a member path that is absolute or leaves the folder; members that declare more than
+    a member path that is absolute or leaves the folder; a member that is a symbolic link or
+    another special file (Unix mode bits; zipfile would write it as a plain file); members that declare more than
     ``MAX_RATIO`` times the archive's size plus ``MAX_SLACK`` bytes in all (a zip bomb; zipfile
     reads no member beyond its declared size, so the declared total bounds the disk used and the
     time taken); and a member that cannot be decompressed (corrupt data, a CRC mismatch, an
@@ -287,6 +289,21 @@ def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes:
         p = PurePosixPath(info.filename)
         if p.is_absolute() or ".." in p.parts or (p.parts and ":" in p.parts[0]):
             raise ValueError(f"{source}: refusing to unpack unsafe member path {info.filename!r}")
+        kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == 3 else 0  # 3: Unix modes
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            # zipfile writes a symbolic link as a file holding its target ('/etc/passwd'): a
+            # dataset archive has none, so one is a sign of a hostile (or wrong) archive
+            if kind == stat.S_IFLNK:
+                try:
+                    with zf.open(info) as f:
+                        target = f.read(4096).decode("utf-8", "replace")
+                    what = f"a symbolic link (to {target!r})"
+                except Exception:
+                    what = "a symbolic link"
+            else:
+                what = f"a special file (mode {info.external_attr >> 16:o})"
+            raise ValueError(f"{source}: refusing to unpack member {info.filename!r}: it is {what}, "
+                             "not a file or folder")
     total = sum(info.file_size for info in infos)
     if total > MAX_RATIO * archive_bytes + MAX_SLACK:
         raise ValueError(
