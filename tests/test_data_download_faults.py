@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.data import download
+from fedsim.data import download, resolve
 from fedsim.data.cli import main
 import test_data_download as _dl
 from test_data_download import U_DATA, cache_files, make_zip
@@ -286,6 +286,66 @@ def test_member_paths_leaving_the_folder_are_refused(tmp_path, member):
     with pytest.raises(ValueError, match="unsafe member path"):
         download.get("ml-100k", from_file=zpath, cache_dir=cache, sha256=sha)
     assert cache_files(cache) == [] and not (tmp_path / "x").exists()
+
+
+# --- corrupted installs -----------------------------------------------------------------------------
+
+@pytest.fixture
+def pinned_install(monkeypatch, tmp_path, fixture_zip):
+    url, sha, zpath, _ = fixture_zip
+    monkeypatch.setitem(download.REGISTRY, "ml-100k", replace(download.REGISTRY["ml-100k"], sha256=sha,
+                                                              size=zpath.stat().st_size))
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "cache"))
+    return download.get("ml-100k", url=url), zpath
+
+
+@pytest.mark.parametrize("damage", ["truncated", "replaced", "removed"])
+def test_a_damaged_install_is_reported_not_loaded_as_a_smaller_dataset(pinned_install, damage, capsys):
+    path, zpath = pinned_install
+    u = path / "u.data"
+    if damage == "truncated":
+        u.write_text(U_DATA.splitlines(keepends=True)[0])
+        what = f"{u} has {len(U_DATA.splitlines()[0]) + 1} bytes, not the {len(U_DATA)} it was installed with"
+    elif damage == "replaced":
+        u.write_text(U_DATA.replace("4", "1"))
+        what = f"{u} is not the file it was installed with (sha256"
+    else:
+        u.unlink()
+        what = f"{u} is missing"
+    with pytest.raises(download.ChecksumError) as ei:
+        resolve("ml-100k")
+    msg = str(ei.value)
+    assert msg.startswith(f"ml-100k in {path} is damaged: {what}")
+    assert "fedsim data get ml-100k --force" in msg
+    # `get` reports it too (it returned the damaged install as installed), and --force repairs it
+    assert main(["get", "ml-100k", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: ml-100k in {path} is damaged: {what}")
+    assert main(["get", "ml-100k", "--from", str(zpath), "--force", "--quiet"]) == 0
+    assert u.read_text() == U_DATA and len(resolve("ml-100k")) == 3
+
+
+def test_an_install_whose_marker_records_no_files_is_checked_for_its_ratings_file(pinned_install):
+    # installs made before markers recorded their files: the ratings file must be there (a missing
+    # one was a FileNotFoundError from the loader naming neither the dataset nor --force)
+    path, _ = pinned_install
+    marker = json.loads((path / download.MARKER).read_text())
+    del marker["files"]
+    (path / download.MARKER).write_text(json.dumps(marker))
+    assert len(resolve("ml-100k")) == 3
+    (path / "u.data").unlink()
+    with pytest.raises(download.ChecksumError) as ei:
+        resolve("ml-100k")
+    assert str(ei.value) == (f"ml-100k in {path} is damaged: {path / 'u.data'} is missing; reinstall it with "
+                             "force=True (fedsim data get ml-100k --force)")
+
+
+def test_an_install_marker_records_every_file_with_its_size_and_sha256(pinned_install):
+    path, _ = pinned_install
+    files = json.loads((path / download.MARKER).read_text())["files"]
+    assert files == {
+        "README": {"bytes": 8, "sha256": hashlib.sha256(b"fixture\n").hexdigest()},
+        "u.data": {"bytes": len(U_DATA), "sha256": hashlib.sha256(U_DATA.encode()).hexdigest()},
+    }
 
 
 # --- two processes at once ------------------------------------------------------------------------

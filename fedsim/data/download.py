@@ -15,9 +15,11 @@ returns the dataset folder.  Installation is atomic and idempotent:
    the folder is renamed into place.  Should another ``get`` of the same dataset have installed
    it meanwhile, that install is kept (checked as in 4) and this one discarded;
 4. a later call finds the marker and returns at once, without a download.  The marker records
-   the sha256 of the archive the files came from, checked or not; a verifying call (the
-   default) returns the install only when that recorded sha256 equals the one it expects (the
-   pin or ``sha256=``).  Otherwise (an install made with ``verify=False`` from another archive,
+   the sha256 of the archive the files came from, checked or not, and every file installed with
+   its size and sha256; a verifying call (the default) returns the install only when that
+   recorded sha256 equals the one it expects (the pin or ``sha256=``) and the files are intact
+   (all there with their sizes, the ratings file with its sha256: else :class:`ChecksumError`
+   "damaged", see :func:`_check_files`).  Otherwise (an install made with ``verify=False`` from another archive,
    or with another ``sha256``, or an unreadable marker) it raises :class:`ChecksumError` naming
    the folder and leaves it alone: the archive is not kept, so the files cannot be re-checked;
    ``force=True`` (``--force``) replaces them with a verified install, ``verify=False``
@@ -334,7 +336,9 @@ def check_installed(name: str, cache_dir: str | os.PathLike | None = None) -> Pa
     :class:`ChecksumError` for an install made from another archive (``--insecure``, ``--url``)
     or with an unreadable marker, ``FileNotFoundError`` if it is not installed. What loads a
     dataset by its registered name calls this, so that ``--data ml-100k`` means the real
-    ml-100k; files installed unverified stay usable by their path."""
+    ml-100k; files installed unverified stay usable by their path. A damaged install (a recorded
+    file missing or of another size, a ratings file of another sha256) raises
+    :class:`ChecksumError` too."""
     spec = _spec(name)
     dest = dataset_path(name, cache_dir)
     if not (dest / MARKER).is_file():
@@ -342,6 +346,12 @@ def check_installed(name: str, cache_dir: str | os.PathLike | None = None) -> Pa
     if spec.sha256:
         _check_installed(name, dest, spec.sha256.lower(), accept=f"pass its folder as a path (--data {dest}) "
                          "to use the installed files as they are")
+    else:
+        try:
+            marker = json.loads((dest / MARKER).read_text())
+        except (OSError, ValueError):
+            marker = {}
+        _check_files(name, dest, marker if isinstance(marker, dict) else {})
     return dest
 
 
@@ -354,6 +364,7 @@ def _check_installed(name: str, dest: Path, expected: str, accept: str | None = 
     except (OSError, ValueError, KeyError, TypeError):
         marker, recorded = {}, None
     if recorded == expected:
+        _check_files(name, dest, marker)
         return
     if recorded is None:
         what = f"its marker {dest / MARKER} is unreadable or records no sha256"
@@ -367,6 +378,62 @@ def _check_installed(name: str, dest: Path, expected: str, accept: str | None = 
         f"(fedsim data get {name} --force), or "
         + (accept or "pass verify=False (--insecure) to use the installed files as they are")
     )
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while buf := f.read(1 << 20):
+            h.update(buf)
+    return h.hexdigest()
+
+
+def _record_files(folder: Path) -> dict[str, dict]:
+    """Every file under ``folder`` (path relative to it, ``/``-separated) with its size and sha256,
+    for the install marker."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.name != MARKER:
+            out[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": _file_sha256(p)}
+    return out
+
+
+def _check_files(name: str, dest: Path, marker: dict) -> None:
+    """Raise :class:`ChecksumError` if a file the marker of ``dest`` records is missing or has
+    another size, or if the dataset's ratings file has another sha256 than when installed (the
+    files the loaders read were trusted on the marker alone: a truncated or replaced ``u.data``
+    loaded as a smaller dataset). An install whose marker records no files (made before fedsim
+    recorded them) is checked for its ratings file only."""
+    ratings = _spec(name).ratings
+    files = marker.get("files")
+    problem = None
+    if not isinstance(files, dict):
+        if not (dest / ratings).is_file():
+            problem = f"{dest / ratings} is missing"
+    else:
+        for rel, rec in files.items():
+            p = dest / rel
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                problem = f"{p} is missing"
+                break
+            if size != rec.get("bytes"):
+                problem = f"{p} has {size:,} bytes, not the {rec.get('bytes'):,} it was installed with"
+                break
+        else:
+            rec = files.get(ratings)
+            if rec is None:
+                if not (dest / ratings).is_file():
+                    problem = f"{dest / ratings} is missing"
+            else:
+                digest = _file_sha256(dest / ratings)
+                if digest != rec.get("sha256"):
+                    problem = (f"{dest / ratings} is not the file it was installed with (sha256 {digest}, "
+                               f"installed {rec.get('sha256')})")
+    if problem is not None:
+        raise ChecksumError(f"{name} in {dest} is damaged: {problem}; reinstall it with force=True "
+                            f"(fedsim data get {name} --force)")
 
 
 def get(
@@ -518,6 +585,7 @@ def get(
             "name": name, "source": source, "sha256": digest, "verified": bool(verify), "bytes": size,
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "archive_folder": content.name if content is not extract_dir else None,
+            "files": _record_files(content),
         }
         try:
             (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
