@@ -116,6 +116,50 @@ def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path
         _stop(server, t)
 
 
+@pytest.mark.parametrize("module, sig, status, line", [
+    ("fedsim", "SIGINT", 130, "interrupted: nothing was installed"),
+    ("fedsim", "SIGTERM", 143, "terminated (SIGTERM): nothing was installed"),
+    ("fedsim.data", "SIGINT", 130, "interrupted: nothing was installed"),
+])
+def test_ctrl_c_or_sigterm_stops_a_download_process_leaving_nothing(tmp_path, module, sig, status, line):
+    # `fedsim data get` stopped mid-download said "interrupted: the run's output folder was not
+    # written" (a data command writes no run folder); `python -m fedsim.data get` a traceback
+    import signal
+    import time
+
+    asked, release = threading.Event(), threading.Event()
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "5000")
+            self.end_headers()
+            self.wfile.write(b"PK\x03\x04" + b"x" * 96)
+            self.wfile.flush()
+            asked.set()
+            release.wait(20)
+
+    server, t, url = _server(Handler)
+    try:
+        cache = tmp_path / "cache"
+        env = dict(os.environ, PYTHONPATH=str(Path(download.__file__).parents[2]))
+        cmd = [sys.executable, "-m", module] + (["data"] if module == "fedsim" else [])
+        cmd += ["get", "ml-100k", "--url", url, "--sha256", "0" * 64, "--cache-dir", str(cache), "--quiet"]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert asked.wait(30)
+        deadline = time.monotonic() + 10
+        while not list(cache.glob(".ml-100k-*.zip.part")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(cache.glob(".ml-100k-*.zip.part"))  # the download is under way
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=30)
+        assert (proc.returncode, out, err.splitlines()) == (status, "", [line])
+        assert cache_files(cache) == []
+    finally:
+        release.set()
+        _stop(server, t)
+
+
 # --- endless and oversized responses ---------------------------------------------------------------
 
 def _endless(sent: list, limit: int, length: str | None = None):
