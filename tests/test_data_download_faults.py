@@ -160,6 +160,33 @@ def test_ctrl_c_or_sigterm_stops_a_download_process_leaving_nothing(tmp_path, mo
         _stop(server, t)
 
 
+def test_a_file_url_installs_and_the_cache_dir_option_beats_the_environment(tmp_path, fixture_zip, monkeypatch, capsys):
+    _, sha, zpath, _ = fixture_zip
+    monkeypatch.setenv("FEDSIM_DATA", str(tmp_path / "env"))
+    cache = tmp_path / "opt"
+    assert main(["get", "ml-100k", "--url", zpath.as_uri(), "--sha256", sha, "--cache-dir", str(cache), "--quiet"]) == 0
+    assert capsys.readouterr().out == f"{cache / 'ml-100k'}\n"
+    assert (cache / "ml-100k" / "u.data").read_text() == U_DATA and not (tmp_path / "env").exists()
+    assert main(["path", "ml-100k"]) == 1  # $FEDSIM_DATA's cache has none
+
+
+def test_a_truncated_zip_is_one_error_and_leaves_nothing(tmp_path, fixture_zip, capsys):
+    _, _, zpath, _ = fixture_zip
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(zpath.read_bytes()[:-40])  # the end of the central directory is gone
+    cache = tmp_path / "cache"
+    assert main(["get", "ml-100k", "--from", str(cut), "--insecure", "--cache-dir", str(cache), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"error: {cut} is not a valid zip archive: File is not a zip file\n"
+    assert cache_files(cache) == []
+    sha = hashlib.sha256(cut.read_bytes()).hexdigest()
+    assert main(["get", "ml-100k", "--from", str(cut), "--cache-dir", str(cache), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: checksum mismatch for ml-100k from {cut}: expected sha256 "
+                   f"{download.REGISTRY['ml-100k'].sha256}, got {sha} ({cut.stat().st_size:,} bytes); "
+                   "nothing was installed\n")
+    assert cache_files(cache) == []
+
+
 # --- endless and oversized responses ---------------------------------------------------------------
 
 def _endless(sent: list, limit: int, length: str | None = None):
