@@ -468,7 +468,9 @@ def _main(argv: list[str], term: list[int] | None = None) -> int:
         print(f"error: {text}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{_stopped(term or [])}: the run's output folder was not written", file=sys.stderr)
+        # a data command writes no run folder: an install stopped leaves nothing in the cache
+        done = "nothing was installed" if args.command == "data" else "the run's output folder was not written"
+        print(f"{_stopped(term or [])}: {done}", file=sys.stderr)
         return 130
     ap.error(f"unknown command {args.command}")
     return 2

@@ -164,7 +164,12 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedsim.data", description="fedsim dataset management")
     _fill(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:  # a traceback; the install stopped removes what it made
+        print("interrupted: nothing was installed", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

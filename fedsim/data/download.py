@@ -15,9 +15,11 @@ returns the dataset folder.  Installation is atomic and idempotent:
    the folder is renamed into place.  Should another ``get`` of the same dataset have installed
    it meanwhile, that install is kept (checked as in 4) and this one discarded;
 4. a later call finds the marker and returns at once, without a download.  The marker records
-   the sha256 of the archive the files came from, checked or not; a verifying call (the
-   default) returns the install only when that recorded sha256 equals the one it expects (the
-   pin or ``sha256=``).  Otherwise (an install made with ``verify=False`` from another archive,
+   the sha256 of the archive the files came from, checked or not, and every file installed with
+   its size and sha256; a verifying call (the default) returns the install only when that
+   recorded sha256 equals the one it expects (the pin or ``sha256=``) and the files are intact
+   (all there with their sizes, the ratings file with its sha256: else :class:`ChecksumError`
+   "damaged", see :func:`_check_files`).  Otherwise (an install made with ``verify=False`` from another archive,
    or with another ``sha256``, or an unreadable marker) it raises :class:`ChecksumError` naming
    the folder and leaves it alone: the archive is not kept, so the files cannot be re-checked;
    ``force=True`` (``--force``) replaces them with a verified install, ``verify=False``
@@ -36,11 +38,13 @@ GroupLens publishes (``ml-10m.zip.md5``).  The md5 values are GroupLens's own si
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import lzma
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -164,18 +168,51 @@ def list_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
     return out
 
 
-def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None) -> tuple[str, int]:
+class _ReadFailed(Exception):
+    """Reading the source failed after ``received`` bytes were saved (``cause``: what the connection
+    raised; bytes a failed read took in are not counted)."""
+
+    def __init__(self, received: int, cause: BaseException):
+        super().__init__(received, cause)
+        self.received, self.cause = received, cause
+
+
+class _WriteFailed(Exception):
+    """Writing the ``.part`` file failed (``cause``: the ``OSError``, a full disk say)."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None,
+                  limit: int | None = None) -> tuple[str, int]:
+    """Copy ``src`` into ``dst`` hashing it; returns (sha256, bytes). With ``limit``, stops once
+    more than ``limit`` bytes have come (the count returned then exceeds it). A failing read raises
+    :class:`_ReadFailed`, a failing write :class:`_WriteFailed`, so that the caller can tell a
+    broken connection from a full disk."""
     h = hashlib.sha256()
     n = 0
     while True:
-        buf = src.read(1 << 20)
+        want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - n)
+        try:
+            buf = src.read(want)
+        except (OSError, http.client.HTTPException) as e:
+            # http.client.IncompleteRead (a chunked body cut off) is no OSError: it came out of
+            # `fedsim data get` as a traceback; a timeout or reset said neither dataset nor address
+            raise _ReadFailed(n, e) from e
         if not buf:
             break
         h.update(buf)
-        dst.write(buf)
+        try:
+            dst.write(buf)
+        except OSError as e:
+            raise _WriteFailed(e) from e
         n += len(buf)
         if progress is not None:
             progress(n, total)
+        if limit is not None and n > limit:
+            break
     return h.hexdigest(), n
 
 
@@ -211,9 +248,40 @@ MAX_RATIO = 50  # uncompressed bytes per archive byte: MovieLens zips hold about
 MAX_SLACK = 1 << 20  # bytes any archive may unpack to whatever its ratio (tiny test zips)
 
 
+MAX_DOWNLOAD_RATIO = 10  # bytes a download may bring, in pinned archive sizes, when the pin is not checked
+
+
+def _too_large(name: str, source: str, spec: DatasetSpec, pinned: bool, what: str) -> ValueError:
+    if pinned:
+        return ChecksumError(f"download of {name} from {source} is larger than the pinned archive ({spec.size:,} "
+                             f"bytes, sha256 {spec.sha256}): {what}; nothing was installed")
+    return ValueError(f"download of {name} from {source} is larger than {MAX_DOWNLOAD_RATIO} times the pinned "
+                      f"archive's {spec.size:,} bytes: {what}; nothing was installed")
+
+
+def _check_announced(name: str, source: str, spec: DatasetSpec, total: int | None, pinned: bool,
+                     limit: int | None) -> None:
+    """Refuse, before reading it, a reply whose ``Content-Length`` cannot be the archive expected:
+    another size than the pinned archive's when its sha256 is expected, more than ``limit``."""
+    if total is None or limit is None:
+        return
+    if pinned and total != spec.size:
+        raise ChecksumError(f"download of {name} from {source} announces {total:,} bytes, not the pinned archive's "
+                            f"{spec.size:,} (sha256 {spec.sha256}); nothing was installed")
+    if total > limit:
+        raise _too_large(name, source, spec, pinned, f"it announces {total:,} bytes")
+
+
+def _reason(e: BaseException) -> str:
+    """What a failed read or request says, with the exception's name when its text is empty."""
+    text = str(e)
+    return text if text and text != "None" else type(e).__name__
+
+
 def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes: int) -> None:
     """Unpack ``zf`` into ``target``, refusing (``ValueError`` naming ``source`` and the member):
-    a member path that is absolute or leaves the folder; members that declare more than
+    a member path that is absolute or leaves the folder; a member that is a symbolic link or
+    another special file (Unix mode bits; zipfile would write it as a plain file); members that declare more than
     ``MAX_RATIO`` times the archive's size plus ``MAX_SLACK`` bytes in all (a zip bomb; zipfile
     reads no member beyond its declared size, so the declared total bounds the disk used and the
     time taken); and a member that cannot be decompressed (corrupt data, a CRC mismatch, an
@@ -223,6 +291,21 @@ def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes:
         p = PurePosixPath(info.filename)
         if p.is_absolute() or ".." in p.parts or (p.parts and ":" in p.parts[0]):
             raise ValueError(f"{source}: refusing to unpack unsafe member path {info.filename!r}")
+        kind = stat.S_IFMT(info.external_attr >> 16) if info.create_system == 3 else 0  # 3: Unix modes
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            # zipfile writes a symbolic link as a file holding its target ('/etc/passwd'): a
+            # dataset archive has none, so one is a sign of a hostile (or wrong) archive
+            if kind == stat.S_IFLNK:
+                try:
+                    with zf.open(info) as f:
+                        target = f.read(4096).decode("utf-8", "replace")
+                    what = f"a symbolic link (to {target!r})"
+                except Exception:
+                    what = "a symbolic link"
+            else:
+                what = f"a special file (mode {info.external_attr >> 16:o})"
+            raise ValueError(f"{source}: refusing to unpack member {info.filename!r}: it is {what}, "
+                             "not a file or folder")
     total = sum(info.file_size for info in infos)
     if total > MAX_RATIO * archive_bytes + MAX_SLACK:
         raise ValueError(
@@ -239,6 +322,9 @@ def _safe_extract(zf: zipfile.ZipFile, target: Path, source: str, archive_bytes:
                              "(a password-protected zip)") from None
         except OSError as e:
             if e.errno is not None:  # the disk (full, read-only): not the archive's fault
+                if e.filename is None:  # a failed write names no file: name the cache folder
+                    raise OSError(e.errno, f"{e.strerror or e} (unpacking {info.filename} from {source})",
+                                  str(target.parent)) from None
                 raise
             # bz2 reports corrupt data as OSError("Invalid data stream"), without errno
             raise ValueError(f"{source}: member {info.filename!r} cannot be unpacked: {e}") from None
@@ -250,7 +336,9 @@ def check_installed(name: str, cache_dir: str | os.PathLike | None = None) -> Pa
     :class:`ChecksumError` for an install made from another archive (``--insecure``, ``--url``)
     or with an unreadable marker, ``FileNotFoundError`` if it is not installed. What loads a
     dataset by its registered name calls this, so that ``--data ml-100k`` means the real
-    ml-100k; files installed unverified stay usable by their path."""
+    ml-100k; files installed unverified stay usable by their path. A damaged install (a recorded
+    file missing or of another size, a ratings file of another sha256) raises
+    :class:`ChecksumError` too."""
     spec = _spec(name)
     dest = dataset_path(name, cache_dir)
     if not (dest / MARKER).is_file():
@@ -258,6 +346,12 @@ def check_installed(name: str, cache_dir: str | os.PathLike | None = None) -> Pa
     if spec.sha256:
         _check_installed(name, dest, spec.sha256.lower(), accept=f"pass its folder as a path (--data {dest}) "
                          "to use the installed files as they are")
+    else:
+        try:
+            marker = json.loads((dest / MARKER).read_text())
+        except (OSError, ValueError):
+            marker = {}
+        _check_files(name, dest, marker if isinstance(marker, dict) else {})
     return dest
 
 
@@ -270,6 +364,7 @@ def _check_installed(name: str, dest: Path, expected: str, accept: str | None = 
     except (OSError, ValueError, KeyError, TypeError):
         marker, recorded = {}, None
     if recorded == expected:
+        _check_files(name, dest, marker)
         return
     if recorded is None:
         what = f"its marker {dest / MARKER} is unreadable or records no sha256"
@@ -283,6 +378,62 @@ def _check_installed(name: str, dest: Path, expected: str, accept: str | None = 
         f"(fedsim data get {name} --force), or "
         + (accept or "pass verify=False (--insecure) to use the installed files as they are")
     )
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while buf := f.read(1 << 20):
+            h.update(buf)
+    return h.hexdigest()
+
+
+def _record_files(folder: Path) -> dict[str, dict]:
+    """Every file under ``folder`` (path relative to it, ``/``-separated) with its size and sha256,
+    for the install marker."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.is_symlink() and p.name != MARKER:
+            out[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": _file_sha256(p)}
+    return out
+
+
+def _check_files(name: str, dest: Path, marker: dict) -> None:
+    """Raise :class:`ChecksumError` if a file the marker of ``dest`` records is missing or has
+    another size, or if the dataset's ratings file has another sha256 than when installed (the
+    files the loaders read were trusted on the marker alone: a truncated or replaced ``u.data``
+    loaded as a smaller dataset). An install whose marker records no files (made before fedsim
+    recorded them) is checked for its ratings file only."""
+    ratings = _spec(name).ratings
+    files = marker.get("files")
+    problem = None
+    if not isinstance(files, dict):
+        if not (dest / ratings).is_file():
+            problem = f"{dest / ratings} is missing"
+    else:
+        for rel, rec in files.items():
+            p = dest / rel
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                problem = f"{p} is missing"
+                break
+            if size != rec.get("bytes"):
+                problem = f"{p} has {size:,} bytes, not the {rec.get('bytes'):,} it was installed with"
+                break
+        else:
+            rec = files.get(ratings)
+            if rec is None:
+                if not (dest / ratings).is_file():
+                    problem = f"{dest / ratings} is missing"
+            else:
+                digest = _file_sha256(dest / ratings)
+                if digest != rec.get("sha256"):
+                    problem = (f"{dest / ratings} is not the file it was installed with (sha256 {digest}, "
+                               f"installed {rec.get('sha256')})")
+    if problem is not None:
+        raise ChecksumError(f"{name} in {dest} is damaged: {problem}; reinstall it with force=True "
+                            f"(fedsim data get {name} --force)")
 
 
 def get(
@@ -318,7 +469,12 @@ def get(
     folder, members declaring more than ``MAX_RATIO`` times the archive's size, a member that
     cannot be decompressed) or that lacks the dataset's ratings file; ``FileNotFoundError``
     for a missing ``from_file`` and ``OSError`` (``urllib.error.URLError``) for a failed download
-    (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``).
+    (``ConnectionError`` when fewer bytes arrive than the server's ``Content-Length``, when the
+    connection fails mid-body or the reply is not HTTP, naming the dataset and the address; an
+    ``OSError`` whose ``filename`` is the cache folder for a failed write, a full disk say).
+    A download is bounded by the registry's size: checked against the pin, a ``Content-Length``
+    of another size, or a reply running past that size, is a :class:`ChecksumError`; otherwise
+    (``sha256``, ``verify=False``) more than ``MAX_DOWNLOAD_RATIO`` times it is a ``ValueError``.
     """
     spec = _spec(name)
     if sha256 is not None:
@@ -346,30 +502,55 @@ def get(
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root, name)
     source = str(from_file) if from_file is not None else (url or spec.url)
+    # what a download may bring: the pinned archive's size exactly when its sha256 is the one
+    # expected, else MAX_DOWNLOAD_RATIO times it (a mirror's other archive, --insecure)
+    pinned = bool(verify and spec.sha256 and spec.size and expected == spec.sha256.lower())
+    limit = spec.size if pinned else (MAX_DOWNLOAD_RATIO * spec.size if spec.size else None)
     fd, part_name = tempfile.mkstemp(dir=root, prefix=f".{name}-", suffix=".zip.part")
     part = Path(part_name)
     extract_dir: Path | None = None
     try:
-        with os.fdopen(fd, "wb") as out:
+        try:
+            with os.fdopen(fd, "wb") as out:
+                if from_file is not None:
+                    src_path = Path(from_file)
+                    if not src_path.is_file():
+                        raise FileNotFoundError(f"no such file: {src_path}")
+                    with open(src_path, "rb") as src:
+                        digest, size = _copy_hashing(src, out, progress, src_path.stat().st_size)
+                else:
+                    req = urllib.request.Request(source, headers={"User-Agent": "fedsim-data/1"})
+                    try:
+                        resp = urllib.request.urlopen(req, timeout=timeout)
+                    except http.client.HTTPException as e:  # a reply that is not HTTP: no URLError
+                        raise ConnectionError(f"download of {name} from {source} failed: {_reason(e)}; "
+                                              "nothing was installed") from None
+                    with resp:
+                        total = resp.headers.get("Content-Length")
+                        total = int(total) if total and total.strip().isdigit() else None
+                        _check_announced(name, source, spec, total, pinned, limit)
+                        digest, size = _copy_hashing(resp, out, progress, total, limit)
+                    if limit is not None and size > limit:
+                        # an endless reply (or one far larger than the dataset) filled the disk
+                        raise _too_large(name, source, spec, pinned, f"stopped after {size:,} bytes")
+                    # http.client returns a connection closed early as a short body, without an error:
+                    # it was reported as a checksum mismatch (or, unverified, as "not a valid zip")
+                    if total is not None and size != total:
+                        raise ConnectionError(
+                            f"download of {name} from {source} was cut off: {size:,} of {total:,} bytes received; "
+                            "nothing was installed (run the command again)"
+                        )
+        except _ReadFailed as e:
             if from_file is not None:
-                src_path = Path(from_file)
-                if not src_path.is_file():
-                    raise FileNotFoundError(f"no such file: {src_path}")
-                with open(src_path, "rb") as src:
-                    digest, size = _copy_hashing(src, out, progress, src_path.stat().st_size)
-            else:
-                req = urllib.request.Request(source, headers={"User-Agent": "fedsim-data/1"})
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
-                    total = resp.headers.get("Content-Length")
-                    total = int(total) if total and total.strip().isdigit() else None
-                    digest, size = _copy_hashing(resp, out, progress, total)
-                # http.client returns a connection closed early as a short body, without an error:
-                # it was reported as a checksum mismatch (or, unverified, as "not a valid zip")
-                if total is not None and size != total:
-                    raise ConnectionError(
-                        f"download of {name} from {source} was cut off: {size:,} of {total:,} bytes received; "
-                        "nothing was installed (run the command again)"
-                    )
+                raise e.cause from None
+            raise ConnectionError(
+                f"download of {name} from {source} failed after {e.received:,} bytes: {_reason(e.cause)}; "
+                "nothing was installed (run the command again)"
+            ) from None
+        except _WriteFailed as e:
+            # a full disk said "[Errno 28] No space left on device", naming no file or folder
+            raise OSError(e.cause.errno, f"{e.cause.strerror or e.cause} (writing the download of {name})",
+                          str(root)) from None
         if verify and digest != expected:
             raise ChecksumError(
                 f"checksum mismatch for {name} from {source}: expected sha256 {expected}, got {digest} "
@@ -404,8 +585,14 @@ def get(
             "name": name, "source": source, "sha256": digest, "verified": bool(verify), "bytes": size,
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "archive_folder": content.name if content is not extract_dir else None,
+            "files": _record_files(content),
         }
-        (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        try:
+            (content / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        except OSError as e:
+            if e.errno is None or e.filename is not None:
+                raise
+            raise OSError(e.errno, f"{e.strerror or e} (writing the install marker of {name})", str(root)) from None
         if dest.exists() and not force:
             # another `get` finished first: keep its install (replacing it pulled the files from
             # under whoever was reading them), and check it as if found at the start

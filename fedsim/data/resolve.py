@@ -86,7 +86,8 @@ def resolve(spec: Any, **kw: Any) -> Ratings:
     ``seed`` is accepted and ignored for files (it only seeds synthetic data).  Raises
     ``FileNotFoundError`` for a missing path or a dataset not downloaded yet, ``ChecksumError`` (a
     ``ValueError``) for a registered name whose install did not come from the pinned archive
-    (``fedsim data get --insecure``), ``ValueError`` for anything unrecognisable, each with a
+    (``fedsim data get --insecure``) or whose files are damaged (missing, truncated, replaced),
+    ``ValueError`` for anything unrecognisable, each with a
     one-line message.
     """
     if isinstance(spec, Ratings):
