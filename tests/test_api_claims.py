@@ -1,0 +1,256 @@
+"""The public API's documented promises, one test each, on SimNetwork and AsyncioNetwork: what
+each ``ctx`` call, ``Network`` method, ``ProtocolSpec``/``Kind``/registry call and ``Config``
+raises, and when it blocks (the docstrings of fedsim.kernel.context, fedsim.kernel.network,
+fedsim.protocols.contract/registry and fedsim.config)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fedsim.config import Config, ConfigError, param
+from fedsim.kernel import (
+    AsyncioNetwork, FedsimError, NetworkConfigError, SimNetwork, UnknownNodeError,
+)
+from fedsim.protocols.contract import Kind, ProtocolSpec
+from fedsim.protocols.registry import REGISTRY, Registry, load_plugins, register
+from fedsim.seeding import node_rng
+
+TRANSPORTS = ["sim", "asyncio"]
+
+
+def _net(transport: str, **kw):
+    return SimNetwork(seed=3, **kw) if transport == "sim" else AsyncioNetwork(seed=3, **kw)
+
+
+async def _idle(ctx):
+    return None
+
+
+def _call(transport: str, body, *, others=("b",)):
+    """Run ``body(ctx)`` as the actor of node "a" (beside idle nodes ``others``); return what it
+    returned or raised, and the run's ledger rows."""
+    box: dict = {}
+
+    async def actor(ctx):
+        try:
+            box["value"] = await body(ctx)
+        except Exception as exc:  # noqa: BLE001 - what the call raised is the result
+            box["error"] = exc
+
+    net = _net(transport)
+    net.add_node("a", actor, role="server")
+    for n in others:
+        net.add_node(n, _idle)
+    res = net.run(strict=False)
+    return box, len(res.ledger)
+
+
+def _raised(transport, body, exc_type, match, **kw):
+    box, rows = _call(transport, body, **kw)
+    assert "error" in box, f"no error, returned {box.get('value')!r}"
+    assert type(box["error"]) is exc_type or isinstance(box["error"], exc_type), repr(box["error"])
+    assert pytest.raises(exc_type, _reraise, box["error"]).match(match)
+    return rows
+
+
+def _reraise(exc):
+    raise exc
+
+
+# -- Context: raises as documented, nothing sent ---------------------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("body, exc_type, match", [
+    (lambda c: c.send("nobody", "k", 1), UnknownNodeError, "unknown node 'nobody'"),
+    (lambda c: c.broadcast(["b", "nobody"], "k", 1), UnknownNodeError, "unknown node 'nobody'"),
+    (lambda c: c.gather("k", senders=["b", "nobody"], timeout=1), UnknownNodeError,
+     "gather: unknown sender 'nobody'"),
+    (lambda c: c.gather("k"), ValueError, "exactly one of senders= or count="),
+    (lambda c: c.gather("k", senders=["b"], count=1), ValueError, "exactly one of senders= or count="),
+    (lambda c: c.sleep(-1), ValueError, "sleep needs a finite non-negative duration, got -1"),
+    (lambda c: c.sleep(math.inf), ValueError, "sleep needs a finite non-negative duration, got inf"),
+    (lambda c: c.compute(-1.0), ValueError, r"compute needs a finite non-negative flop count, got -1\.0"),
+    (lambda c: c.compute(math.nan), ValueError, "compute needs a finite non-negative flop count, got nan"),
+])
+def test_a_call_raises_what_its_docstring_says_and_sends_nothing(transport, body, exc_type, match):
+    assert _raised(transport, body, exc_type, match) == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_send_returns_without_waiting_for_the_transmission(transport):
+    # "Returns as soon as it is queued on this node's egress port": a 1 MB message over a 1 MB/s
+    # link takes a second on SimNetwork, and the sender's clock has not moved when send returns
+    async def body(ctx):
+        t0 = ctx._net.now()
+        await ctx.send("b", "k", {"x": np.zeros(125_000)})
+        return ctx._net.now() - t0
+
+    box, rows = _call(transport, body)
+    assert rows == 1
+    assert box["value"] == 0.0 if transport == "sim" else box["value"] < 0.5
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_receive_with_a_timeout_returns_none_at_the_timeout(transport):
+    async def body(ctx):
+        net = ctx._net
+        t0 = net.now()
+        got = await ctx.receive("never", timeout=0.05)
+        return got, net.now() - t0
+
+    box, _ = _call(transport, body)
+    got, waited = box["value"]
+    assert got is None
+    if transport == "sim":
+        assert waited == pytest.approx(0.05, abs=1e-12)
+    else:
+        assert 0.04 <= waited < 1.0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctx_rng_is_the_generator_of_seed_and_node_id_on_both_transports(transport):
+    async def body(ctx):
+        return ctx.rng.random(4), ctx.rng is ctx.rng
+
+    box, _ = _call(transport, body)
+    draws, same = box["value"]
+    assert same
+    assert draws.tolist() == node_rng(3, "a").random(4).tolist()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_compute_advances_simulated_time_and_only_yields_on_a_real_loop(transport):
+    async def body(ctx):
+        net = ctx._net
+        t0 = net.now()
+        await ctx.compute(4e9, "train")
+        return net.now() - t0
+
+    box: dict = {}
+
+    async def actor(ctx):
+        box["dt"] = await body(ctx)
+
+    net = _net(transport)
+    net.add_node("a", actor, flops=2e9)
+    res = net.run()
+    assert res.flops == {"a": {"train": 4e9}}
+    if transport == "sim":
+        assert box["dt"] == pytest.approx(2.0)
+    else:
+        assert box["dt"] < 0.5
+
+
+# -- Network: add_node, set_unit, run -----------------------------------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_add_node_refuses_an_actor_that_is_not_callable_and_nodes_after_the_run(transport):
+    net = _net(transport)
+    with pytest.raises(NetworkConfigError, match="actor of node 'a' is not callable: 5"):
+        net.add_node("a", 5)
+    net.add_node("a", _idle)
+    with pytest.raises(NetworkConfigError, match="duplicate node id 'a'"):
+        net.add_node("a", _idle)
+    net.run()
+    with pytest.raises(NetworkConfigError, match="cannot add nodes after the network has run"):
+        net.add_node("b", _idle)
+    with pytest.raises(FedsimError, match="a network runs once"):
+        net.run()
+    assert list(net.nodes) == ["a"]
+
+
+@pytest.mark.parametrize("value", [0, -2, 2.5, "x", None, True])
+def test_set_unit_refuses_what_is_not_a_positive_whole_number(value):
+    net = SimNetwork()
+    with pytest.raises(NetworkConfigError, match=f"unit must be a positive number of floats, got {value!r}"):
+        net.set_unit(value)
+    net.set_unit(4.0)
+    assert net.ledger.unit == 4 and type(net.ledger.unit) is int
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_network_result_is_none_before_the_run_and_the_run_result_after(transport):
+    net = _net(transport)
+    net.add_node("a", _idle)
+    assert net.result is None
+    res = net.run()
+    assert net.result is res and res.results == {"a": None}
+
+
+# -- contract, registry ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Cfg(Config):
+    rounds: int = param(2, "rounds", min=1)
+
+
+def _spec(**kw):
+    base = dict(name="claims-proto", summary="s", Config=_Cfg, kinds=(Kind("k", "server", "client"),),
+                build=lambda net, data, cfg, **_: None, tiny=lambda c, r, s: (None, _Cfg()))
+    base.update(kw)
+    return ProtocolSpec(**base)
+
+
+def test_spec_kind_names_the_protocol_and_the_missing_kind():
+    with pytest.raises(KeyError, match="protocol 'claims-proto' declares no message kind 'zz'"):
+        _spec().kind("zz")
+    assert _spec().kind("k").src == ("server",)
+
+
+@pytest.mark.parametrize("kw, exc_type, match", [
+    (dict(name=""), ValueError, "protocol name ''"),
+    (dict(kinds=(Kind("k", "a", "b"), Kind("k", "a", "c"))), ValueError, "declares a message kind twice"),
+    (dict(build=None), TypeError, "build must be a function, got None"),
+    (dict(tiny=3), TypeError, "tiny must be a function, got 3"),
+])
+def test_protocol_spec_refuses_a_malformed_declaration_naming_it(kw, exc_type, match):
+    with pytest.raises(exc_type, match=match):
+        _spec(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(name=""), "the name must be a non-empty string"),
+    (dict(src=()), "src must be a role name or a tuple of role names"),
+    (dict(dst=("server", "")), "dst must be a role name or a tuple of role names"),
+    (dict(purpose="fun"), "purpose must be one of"),
+])
+def test_kind_refuses_a_malformed_declaration_naming_it(kw, match):
+    args = dict(name="k", src="server", dst="client")
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        Kind(**args)
+
+
+def test_register_refuses_what_is_not_a_spec_and_a_second_protocol_of_a_name():
+    with pytest.raises(TypeError, match="register\\(\\) takes a ProtocolSpec, got int"):
+        register(5)
+    reg = Registry()
+    reg.add(_spec())
+    with pytest.raises(ValueError, match="a protocol named 'claims-proto' is already registered"):
+        reg.add(_spec(summary="another"))
+    assert reg.add(_spec(summary="another"), replace=True).summary == "another"
+    with pytest.raises(KeyError, match="unknown protocol 'nope'; known: "):
+        REGISTRY["nope"]
+
+
+def test_load_plugins_names_a_missing_file(tmp_path):
+    missing = tmp_path / "absent.py"
+    with pytest.raises(FileNotFoundError, match=f"no protocol plug-in file at {missing}"):
+        load_plugins([missing], entry_points=False)
+    with pytest.raises(FileNotFoundError, match="no protocol plug-in file at"):
+        load_plugins([tmp_path], entry_points=False)  # a folder is no file
+
+
+def test_config_refuses_bad_values_and_unknown_keys_naming_them():
+    with pytest.raises(ConfigError, match=r"_Cfg.rounds must be >= 1, got 0") as info:
+        _Cfg(rounds=0)
+    assert info.value.key == "rounds"
+    with pytest.raises(ConfigError, match="unknown parameter 'round' for _Cfg; did you mean 'rounds'") as info:
+        _Cfg().replace(round=3)
+    assert info.value.key == "round"
+    with pytest.raises(ConfigError, match="unknown parameter 'round'"):
+        _Cfg.from_strings(["round=3"])
