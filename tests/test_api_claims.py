@@ -13,7 +13,7 @@ import pytest
 
 from fedsim.config import Config, ConfigError, param
 from fedsim.kernel import (
-    AsyncioNetwork, FedsimError, NetworkConfigError, SimNetwork, UnknownNodeError,
+    ActorError, AsyncioNetwork, FedsimError, NetworkConfigError, SimNetwork, UnknownNodeError,
 )
 from fedsim.protocols.contract import Kind, ProtocolSpec
 from fedsim.protocols.registry import REGISTRY, Registry, load_plugins, register
@@ -161,6 +161,27 @@ def test_add_node_refuses_an_actor_that_is_not_callable_and_nodes_after_the_run(
     with pytest.raises(FedsimError, match="a network runs once"):
         net.run()
     assert list(net.nodes) == ["a"]
+
+
+async def _takes_x(ctx, x):
+    return x
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("args, kwargs, why", [
+    ((), {}, "missing 1 required positional argument: 'x'"),
+    ((1, 2), {}, "takes 2 positional arguments but 3 were given"),
+    ((), {"y": 1}, "got an unexpected keyword argument 'y'"),
+])
+def test_an_actor_called_with_arguments_that_do_not_fit_is_named(transport, args, kwargs, why):
+    # a bare TypeError naming no node on SimNetwork and AsyncioNetwork; TcpNetwork named it
+    net = _net(transport)
+    net.add_node("ok", _idle)
+    net.add_node("bad", _takes_x, *args, role="server", **kwargs)
+    with pytest.raises(ActorError, match=f"actor 'bad' \\(role 'server'\\) failed: TypeError: .*{why}") as info:
+        net.run()
+    assert info.value.node == "bad" and type(info.value.__cause__) is TypeError
+    assert len(net.ledger) == 0
 
 
 @pytest.mark.parametrize("value", [0, -2, 2.5, "x", None, True])

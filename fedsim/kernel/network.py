@@ -45,7 +45,7 @@ from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import LATER, Envelope, matches
-from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
+from .errors import ActorError, DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
@@ -516,10 +516,17 @@ class Network:
     def actor_coroutine(self, node: Node) -> Coroutine:
         """Give ``node`` its context (``node.ctx``) and call its actor: the coroutine the
         transport runs. Raises ``FedsimError`` naming the node if the actor is not an async
-        function (the call returned anything but a coroutine); what the call raises propagates.
-        Shared so that every transport refuses the same actors with the same error."""
+        function (the call returned anything but a coroutine), and ``ActorError`` naming the node
+        (the original exception as ``__cause__``) if the call itself raises: arguments that do
+        not fit the actor's signature (``add_node``'s ``*args``/``**kwargs``; a bare
+        ``TypeError`` naming no node before, where ``TcpNetwork`` named it), or a plain
+        function's body raising. Shared so that every transport refuses the same actors with the
+        same error."""
         node.ctx = self.context_class(self, node)
-        coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        try:
+            coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        except Exception as err:
+            raise ActorError(node.id, node.role, err) from err
         if type(coro) is not CoroutineType and not isinstance(coro, Coroutine):
             raise FedsimError(f"actor of node {node.id!r} is not an async function "
                               f"(it returned {type(coro).__name__})")
