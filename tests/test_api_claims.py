@@ -275,3 +275,79 @@ def test_config_refuses_bad_values_and_unknown_keys_naming_them():
     assert info.value.key == "round"
     with pytest.raises(ConfigError, match="unknown parameter 'round'"):
         _Cfg.from_strings(["round=3"])
+
+
+# -- Context: round labels, sleep and compute name what is wrong -------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("body, match", [
+    (lambda c: c.sleep("soon"), "sleep needs a finite non-negative duration, got 'soon'"),
+    (lambda c: c.sleep(None), "sleep needs a finite non-negative duration, got None"),
+    (lambda c: c.compute("lots"), "compute needs a finite non-negative flop count, got 'lots'"),
+    (lambda c: c.compute(None), "compute needs a finite non-negative flop count, got None"),
+])
+def test_sleep_and_compute_name_an_argument_that_is_no_number(transport, body, match):
+    # a bare "could not convert string to float" / "float() argument must be ..." before
+    _raised(transport, body, ValueError, match)
+
+
+async def _begin(ctx, rnd):
+    ctx.begin_round(rnd)
+    return ctx.round
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("rnd", [1.7, "x", None, True, math.nan])
+def test_begin_round_refuses_what_is_not_a_whole_number_naming_the_node(transport, rnd):
+    # int() made round 1 of 1.7, silently, and a bare int() error of the others
+    _raised(transport, lambda c: _begin(c, rnd), ValueError,
+            f"begin_round on node 'a': a round is a whole number, got {rnd!r}")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("rnd, label", [(np.int64(3), 3), (2.0, 2), (7, 7)])
+def test_begin_round_takes_whole_numbers_of_any_type_as_an_int(transport, rnd, label):
+    box, _ = _call(transport, lambda c: _begin(c, rnd))
+    assert box["value"] == label and type(box["value"]) is int
+
+
+async def _send_round_1(ctx):
+    ctx.begin_round(1)
+    await ctx.send("a", "up", 5)
+
+
+async def _gather_round(ctx, rnd, each):
+    if each:
+        return [m.payload async for m in ctx.gather_each("up", senders=["b"], timeout=1.0, round=rnd)]
+    return [m.payload for m in await ctx.gather("up", senders=["b"], timeout=1.0, round=rnd)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("each", [False, True])
+def test_a_gather_for_a_round_that_is_not_a_whole_number_is_refused(transport, each):
+    # round=1.5 discarded round 1's message as stale (1 < 1.5) and reported b missing
+    call = "gather_each" if each else "gather"
+    for rnd in (1.5, "1"):
+        box: dict = {}
+
+        async def actor(ctx, rnd=rnd):
+            try:
+                box["value"] = await _gather_round(ctx, rnd, each)
+            except ValueError as exc:
+                box["error"] = str(exc)
+
+        net = _net(transport)
+        net.add_node("a", actor, role="server")
+        net.add_node("b", _send_round_1)
+        net.run(strict=False)
+        assert box == {"error": f"{call}: a round is a whole number, got {rnd!r}"}
+    box = {}
+
+    async def taker(ctx):
+        box["value"] = await _gather_round(ctx, np.int64(1), each)
+
+    net = _net(transport)
+    net.add_node("a", taker, role="server")
+    net.add_node("b", _send_round_1)
+    net.run()
+    assert box == {"value": [5]}

@@ -198,12 +198,17 @@ class Context:
         return self._rng
 
     def begin_round(self, rnd: int) -> None:
-        """Label the messages this node sends from now on with round ``rnd``. A node that
-        receives a message adopts its round if larger, so usually only the server calls this."""
-        self._node.round = int(rnd)
+        """Label the messages this node sends from now on with round ``rnd`` (a whole number: an
+        int, a NumPy integer or a float without a fraction). A node that receives a message
+        adopts its round if larger, so usually only the server calls this. Does not block.
+        Raises ``ValueError`` naming the node for anything else (``int()`` truncated 1.7 to
+        round 1, silently)."""
+        self._node.round = rnd if type(rnd) is int else _round_label(rnd, f"begin_round on node {self._node.id!r}")
 
     @property
     def round(self) -> int:
+        """The round this node's messages are labelled with now: the last ``begin_round``, or a
+        larger label read since on a received message (0 at the start)."""
         return self._node.round
 
     # -- sending ----------------------------------------------------------------------------
@@ -353,14 +358,16 @@ class Context:
         depend on arrival order. ``kind`` is compared as ``receive`` does.
 
         Raises ``ValueError`` unless exactly one of ``senders`` and ``count`` is given, for a
-        ``count`` that is not a non-negative integer, or a ``timeout`` that is not a finite
-        non-negative number; ``TypeError`` for a ``deadline`` not made by ``deadline``;
-        ``UnknownNodeError`` for an unknown sender.
+        ``count`` that is not a non-negative integer, a ``timeout`` that is not a finite
+        non-negative number, or a ``round`` that is not a whole number; ``TypeError`` for a
+        ``deadline`` not made by ``deadline``; ``UnknownNodeError`` for an unknown sender.
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
         if type(kind) is not str and kind is not None and type(kind) is not tuple:
             kind = _kinds(kind)
+        if round is not None and type(round) is not int:
+            round = _round_label(round, "gather")
         if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
             # a negative count would report missing_count < 0; a fractional one would be truncated
             raise ValueError(f"gather: count must be a non-negative integer, got {count!r}")
@@ -402,10 +409,14 @@ class Context:
         messages of that round, as in ``gather`` (an earlier round's discarded unread, a later
         round's left in the mailbox). Leaving the loop early leaves the rest unread.
         Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``ValueError`` for a
-        ``timeout`` that is not a finite non-negative number, ``TypeError`` for a ``deadline``
-        not made by ``deadline``.
+        ``timeout`` that is not a finite non-negative number or a ``round`` that is not a whole
+        number, ``TypeError`` for a ``deadline`` not made by ``deadline``; and (in the loop, when
+        it comes to it) ``ValueError`` for a message that came over an anonymous channel (its
+        place in node-id order would reveal its sender: use ``gather(count=...)``).
         """
         net = self._net
+        if round is not None and type(round) is not int:
+            round = _round_label(round, "gather_each")
         expected = sorted(dict.fromkeys(senders))
         for s in expected:
             if s not in net.nodes:
@@ -415,9 +426,12 @@ class Context:
 
     # -- time -------------------------------------------------------------------------------
     async def sleep(self, seconds: float) -> None:
-        """Let ``seconds`` of (simulated or real) time pass."""
-        s = float(seconds)
-        if not s >= 0 or math.isinf(s):
+        """Let ``seconds`` of time pass for this node: blocks for ``seconds`` of simulated time on
+        SimNetwork, ``seconds * time_scale`` real seconds on the real-time transports. Raises
+        ``ValueError`` unless ``seconds`` is a finite non-negative number (NaN, inf, a negative
+        number, ``None`` or a str that is not a number)."""
+        s = _seconds(seconds)
+        if s is None:
             raise ValueError(f"sleep needs a finite non-negative duration, got {seconds!r}")
         await self._net.sleep(self._node, s)
 
@@ -425,8 +439,15 @@ class Context:
         """Charge ``flops`` floating-point operations of local work: on SimNetwork this node's
         time advances by ``flops / speed``; on a real loop it only yields. Once it returns, the
         FLOPs count in the run's ``RunResult.flops`` under this node and ``label`` (also if the
-        node drops out later); a compute the node's dropout or the run's end cuts does not count."""
-        f = float(flops)
+        node drops out later); a compute the node's dropout or the run's end cuts does not count.
+        Blocks for ``flops / speed`` simulated seconds on SimNetwork (``speed``: the node's
+        ``flops`` spec); yields to the loop once on the real-time transports. Raises
+        ``ValueError`` unless ``flops`` is a finite non-negative number (also for ``None`` or a
+        str that is not a number; nothing is counted then)."""
+        try:  # (free unless it raises: compute is called per exchange)
+            f = float(flops)
+        except (TypeError, ValueError):
+            f = math.nan
         if not 0 <= f < _INF:  # also NaN
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
         node = self._node
@@ -467,6 +488,18 @@ def _kinds(kind: Any) -> str | tuple[str, ...]:
     except TypeError:
         return str(kind)
     return tuple(str(k) for k in kinds)
+
+
+def _round_label(rnd: Any, call: str) -> int:
+    """``rnd`` as a round label: an int for a whole number (a NumPy integer, a float without a
+    fraction); else ``ValueError`` naming ``call`` (``int()`` truncated 1.7 to 1, and a gather for
+    round 1.5 silently discarded round 1's messages as stale)."""
+    if not isinstance(rnd, bool):
+        if isinstance(rnd, numbers.Integral):
+            return int(rnd)
+        if isinstance(rnd, numbers.Real) and math.isfinite(rnd) and float(rnd).is_integer():
+            return int(rnd)
+    raise ValueError(f"{call}: a round is a whole number, got {rnd!r}")
 
 
 def _seconds(value: Any) -> float | None:
