@@ -366,7 +366,7 @@ class Context:
             raise ValueError("gather needs exactly one of senders= or count=")
         if type(kind) is not str and kind is not None and type(kind) is not tuple:
             kind = _kinds(kind)
-        if round is not None and type(round) is not int:
+        if round is not None and round.__class__ is not int:  # (an attribute, no call: gather is per-message hot)
             round = _round_label(round, "gather")
         if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
             # a negative count would report missing_count < 0; a fractional one would be truncated
@@ -415,7 +415,7 @@ class Context:
         place in node-id order would reveal its sender: use ``gather(count=...)``).
         """
         net = self._net
-        if round is not None and type(round) is not int:
+        if round is not None and round.__class__ is not int:  # (an attribute, no call: gather is per-message hot)
             round = _round_label(round, "gather_each")
         expected = sorted(dict.fromkeys(senders))
         for s in expected:
