@@ -351,3 +351,40 @@ def test_a_gather_for_a_round_that_is_not_a_whole_number_is_refused(transport, e
     net.add_node("b", _send_round_1)
     net.run()
     assert box == {"value": [5]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("call", ["gather", "gather_each"])
+def test_senders_given_as_one_str_are_named_as_such(transport, call):
+    # senders="server" was taken for the senders s, e, r, v: "gather: unknown sender 'e'"
+    async def body(ctx):
+        if call == "gather":
+            return await ctx.gather("up", senders="server", timeout=1.0)
+        return [m async for m in ctx.gather_each("up", senders="server", timeout=1.0)]
+
+    _raised(transport, body, TypeError,
+            f"^{call} takes senders= as a list of node ids, got the str 'server'; write senders=\\['server'\\]$",
+            others=("server", "b"))
+    _raised(transport, lambda c: c.gather("up", senders=["nobody"], timeout=1.0) if call == "gather"
+            else _drain(c.gather_each("up", senders=["nobody"])), UnknownNodeError,
+            f"^{call}: unknown sender 'nobody'$")
+
+
+async def _drain(it):
+    return [m async for m in it]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_send_of_a_draft_of_another_kind_or_sent_twice_raises_as_documented(transport):
+    from fedsim.kernel import CodecError
+
+    async def other_kind(ctx):
+        await ctx.send("b", "other", ctx.draft("k", {"x": np.zeros(2)}))
+
+    async def twice(ctx):
+        d = ctx.draft("k", {"x": np.zeros(2)})
+        await ctx.send("b", "k", d)
+        await ctx.send("b", "k", d)
+
+    assert _raised(transport, other_kind, ValueError, "a 'k' draft sent as a 'other' message") == 0
+    assert _raised(transport, twice, CodecError, "the 'k' draft was already sent") == 1

@@ -217,10 +217,14 @@ class Context:
         port (it never waits for transmission). With ``anonymous=True`` the receiver gets
         ``sender=None`` (the ledger still records both ends).
 
-        Raises ``UnknownNodeError`` for an unknown ``dst``, ``CodecError`` for a payload the
-        codec cannot encode, ``MessageTooLargeError`` for a document larger than the transport's
-        ``max_message_bytes`` (nothing is sent), and ``TypeError`` for an ``anonymous`` that is
-        not a bool (NumPy's ``bool_`` is taken as one; nothing is sent).
+        ``payload`` may be a ``Draft`` of ``draft(kind, ...)``, sent as it is.
+
+        Raises ``UnknownNodeError`` for an unknown ``dst``, ``TypeError`` for a ``dst`` that is
+        not a node id (a list: ``broadcast`` sends to several), ``CodecError`` for a payload the
+        codec cannot encode or a draft already sent (and not reopened), ``ValueError`` for a
+        draft of another kind, ``MessageTooLargeError`` for a document larger than the
+        transport's ``max_message_bytes``, and ``TypeError`` for an ``anonymous`` that is not a
+        bool (NumPy's ``bool_`` is taken as one). Nothing is sent when it raises.
         """
         if anonymous is not False and anonymous is not True:
             # the ledger stored the value as given: np.True_ went into the CSV as "True" (not "1",
@@ -238,9 +242,11 @@ class Context:
 
     async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
         """Queue the same payload for every node of ``dsts`` (in that order). The payload is
-        encoded once; each destination is charged its full size. Raises as ``send`` does, and
-        ``TypeError`` for ``dsts`` that is one node id (a str: its characters were taken for
-        node ids, "unknown node 's'"); nothing is sent then."""
+        encoded once; each destination is charged its full size (a node listed twice gets two
+        copies; an empty ``dsts`` sends nothing). Does not block. Raises as ``send`` does (for
+        the first unknown destination: nothing is sent to the others either), and ``TypeError``
+        for ``dsts`` that is one node id (a str: its characters were taken for node ids,
+        "unknown node 's'") or not iterable; nothing is sent then."""
         if isinstance(dsts, str):
             raise TypeError(f"broadcast takes a list of node ids, got the str {dsts!r}; ctx.send sends to one")
         kind = str(kind)
@@ -360,7 +366,9 @@ class Context:
         Raises ``ValueError`` unless exactly one of ``senders`` and ``count`` is given, for a
         ``count`` that is not a non-negative integer, a ``timeout`` that is not a finite
         non-negative number, or a ``round`` that is not a whole number; ``TypeError`` for a
-        ``deadline`` not made by ``deadline``; ``UnknownNodeError`` for an unknown sender.
+        ``deadline`` not made by ``deadline``; ``UnknownNodeError`` for an unknown sender;
+        ``TypeError`` for ``senders`` that is not an iterable of node ids, or one str whose
+        characters are not all node ids (``senders="server"``: write ``["server"]``).
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
@@ -377,7 +385,7 @@ class Context:
             expected = list(dict.fromkeys(senders))
             for s in expected:
                 if s not in net.nodes:
-                    raise UnknownNodeError(f"gather: unknown sender {s!r}")
+                    raise _unknown_sender("gather", senders, s)
             col = Collector(len(expected), set(expected), round)
         else:
             col = Collector(int(count), None, round)
@@ -408,7 +416,8 @@ class Context:
         iterator's ``missing`` after the loop and recorded in the ledger. ``round`` takes only
         messages of that round, as in ``gather`` (an earlier round's discarded unread, a later
         round's left in the mailbox). Leaving the loop early leaves the rest unread.
-        Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``ValueError`` for a
+        Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``TypeError`` for
+        ``senders`` as ``gather`` does, ``ValueError`` for a
         ``timeout`` that is not a finite non-negative number or a ``round`` that is not a whole
         number, ``TypeError`` for a ``deadline`` not made by ``deadline``; and (in the loop, when
         it comes to it) ``ValueError`` for a message that came over an anonymous channel (its
@@ -420,7 +429,7 @@ class Context:
         expected = sorted(dict.fromkeys(senders))
         for s in expected:
             if s not in net.nodes:
-                raise UnknownNodeError(f"gather_each: unknown sender {s!r}")
+                raise _unknown_sender("gather_each", senders, s)
         dl = self._timeout_of(timeout, deadline, "gather_each")
         return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round)
 
@@ -488,6 +497,16 @@ def _kinds(kind: Any) -> str | tuple[str, ...]:
     except TypeError:
         return str(kind)
     return tuple(str(k) for k in kinds)
+
+
+def _unknown_sender(call: str, senders: Any, sender: Any) -> Exception:
+    """The error for ``sender``, one of ``senders`` and no node: ``TypeError`` if ``senders`` is one
+    str (its characters were taken for node ids: "unknown sender 's'" for ``senders="server"``),
+    else ``UnknownNodeError``. Made only once a sender is found unknown, off the gather's path."""
+    if isinstance(senders, str):
+        return TypeError(f"{call} takes senders= as a list of node ids, got the str {senders!r}; "
+                         f"write senders=[{senders!r}]")
+    return UnknownNodeError(f"{call}: unknown sender {sender!r}")
 
 
 def _round_label(rnd: Any, call: str) -> int:
