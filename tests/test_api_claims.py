@@ -388,3 +388,43 @@ def test_send_of_a_draft_of_another_kind_or_sent_twice_raises_as_documented(tran
 
     assert _raised(transport, other_kind, ValueError, "a 'k' draft sent as a 'other' message") == 0
     assert _raised(transport, twice, CodecError, "the 'k' draft was already sent") == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("tap", [object(), 5])
+def test_a_tap_without_observe_is_refused_before_anything_runs(transport, tap):
+    # it was an AttributeError at the first send, blamed on the sender as its ActorError
+    started = []
+
+    async def sender(ctx):
+        started.append(ctx.node_id)
+        await ctx.send("b", "k", 1)
+
+    net = _net(transport)
+    net.add_node("a", sender)
+    net.add_node("b", _idle)
+    net.tap = tap
+    with pytest.raises(NetworkConfigError, match=f"the network's tap must have an observe\\(row, payload\\) method, got {tap!r}"):
+        net.run()
+    assert started == [] and len(net.ledger) == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_tap_observes_every_copy_at_its_send_with_its_row(transport):
+    seen = []
+
+    class Tap:
+        def observe(self, row, payload):
+            seen.append((row[3], payload.value()))
+
+    async def sender(ctx):
+        await ctx.broadcast(["b", "c"], "k", {"v": 1})
+        await ctx.send("b", "j", 2)
+
+    net = _net(transport)
+    net.add_node("a", sender)
+    net.add_node("b", _idle)
+    net.add_node("c", _idle)
+    net.tap = Tap()
+    net.run()
+    assert seen == [("b", {"v": 1}), ("c", {"v": 1}), ("b", 2)]

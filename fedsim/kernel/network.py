@@ -17,7 +17,7 @@ payload)`` in ``post`` for every message copy, right after creating its ledger r
 set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
 processes) refuses to run with a tap.
 
-Its ``run`` calls ``check_faults`` and then ``call_before_run`` (what ``before_run`` registered:
+Its ``run`` calls ``check_faults`` (and ``check_tap`` if it calls the tap) and then ``call_before_run`` (what ``before_run`` registered:
 work done once in the launching process; a transport that forks calls it before forking) before
 any actor starts. It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` and
 ``offer_queued`` (the mailbox), ``destinations``,
@@ -215,8 +215,10 @@ class Network:
     #: the copy moves, so read them after the run) and the ``Payload`` the copies of that send share
     #: (``payload.value()`` decodes it, read-only arrays). An observer must not modify either; it
     #: sees what the network carries, so it is the hook for audits that model an eavesdropper
-    #: (``fedsim.privacy``). Actors never see it. Transports that create rows outside this process
-    #: (``TcpNetwork``) raise ``NetworkConfigError`` at ``run`` if it is set.
+    #: (``fedsim.privacy``). Actors never see it. ``run`` raises ``NetworkConfigError`` before
+    #: anything runs if it has no callable ``observe`` (it failed at the first send, as an
+    #: ``ActorError`` of the sending actor); transports that create rows outside this process
+    #: (``TcpNetwork``) raise it if a tap is set at all.
     tap: Any = None
 
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
@@ -428,6 +430,15 @@ class Network:
         if f is not None and self.nodes and not self._faulted:
             roles = ", ".join(sorted({n.role for n in self.nodes.values()}))
             raise NetworkConfigError(f"faults apply to the roles {f.roles!r}, which no node has (roles: {roles})")
+
+    def check_tap(self) -> None:
+        """Raise ``NetworkConfigError`` if ``tap`` is set to something without a callable
+        ``observe``: the first message sent would otherwise stop the run with an
+        ``AttributeError`` blamed on its sender. Transports that call the tap call this before
+        they run."""
+        tap = self.tap
+        if tap is not None and not callable(getattr(tap, "observe", None)):
+            raise NetworkConfigError(f"the network's tap must have an observe(row, payload) method, got {tap!r}")
 
     def end_run(self) -> None:
         """Mark the run as over. A transport calls this once the run's outcome is fixed (its

@@ -513,12 +513,14 @@ class SimNetwork(Network):
         Raises ``ActorError`` (with the original exception as ``__cause__``) if an actor
         raises, ``ForeignAwaitError`` if an actor awaits something this network cannot drive,
         and ``FedsimError`` naming the node if an actor is not an async function (nothing runs);
-        ``NetworkConfigError`` before anything runs if the network's faults match no node's role.
+        ``NetworkConfigError`` before anything runs if the network's faults match no node's role or its
+        ``tap`` has no ``observe`` method.
         A network runs once (``FedsimError`` on a second call).
         """
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
         self.check_faults()
+        self.check_tap()
         self.call_before_run()
         self.ran = True
         queue = self.queue
