@@ -6,6 +6,7 @@ fedsim.protocols.contract/registry and fedsim.config)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -428,3 +429,39 @@ def test_a_tap_observes_every_copy_at_its_send_with_its_row(transport):
     net.tap = Tap()
     net.run()
     assert seen == [("b", {"v": 1}), ("c", {"v": 1}), ("b", 2)]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(src=None), r"src must be a role name or a tuple of role names .*got \(None,\)"),
+    (dict(dst=5), r"dst must be a role name or a tuple of role names .*got \(5,\)"),
+    (dict(anonymous="no"), "anonymous must be True or False, got 'no'"),
+    (dict(anonymous=1), "anonymous must be True or False, got 1"),
+])
+def test_kind_names_roles_that_are_not_iterable_and_an_anonymous_that_is_no_bool(kw, match):
+    # tuple(None) was "'NoneType' object is not iterable", naming no Kind; anonymous="no" was true
+    args = dict(name="k", src="server", dst="client")
+    args.update(kw)
+    with pytest.raises(ValueError, match=f"^Kind 'k': {match}"):
+        Kind(**args)
+    anon = Kind("k", "server", "client", anonymous=np.bool_(True)).anonymous
+    assert anon is True
+
+
+@pytest.mark.parametrize("kw, exc_type, match", [
+    (dict(kinds=None), TypeError, "protocol 'claims-proto': kinds must be a tuple of Kind\\(...\\), got None"),
+    (dict(kinds=5), TypeError, "protocol 'claims-proto': kinds must be a tuple of Kind\\(...\\), got 5"),
+    (dict(data="ratings"), ValueError, "protocol 'claims-proto': data must be explicit, implicit or none, got 'ratings'"),
+])
+def test_protocol_spec_names_kinds_that_are_not_iterable_and_the_data_it_got(kw, exc_type, match):
+    with pytest.raises(exc_type, match=f"^{match}$"):
+        _spec(**kw)
+
+
+def test_load_plugins_refuses_one_path_given_as_a_str(tmp_path):
+    # its characters were taken for paths: "no protocol plug-in file at /"
+    path = tmp_path / "proto.py"
+    path.write_text("X = 1\n")
+    for given in (str(path), path):
+        with pytest.raises(TypeError, match=re.escape(f"load_plugins takes a list of paths, got the single path {given!r}")):
+            load_plugins(given, entry_points=False)
+    assert load_plugins([path], entry_points=False) == []
