@@ -465,3 +465,38 @@ def test_load_plugins_refuses_one_path_given_as_a_str(tmp_path):
         with pytest.raises(TypeError, match=re.escape(f"load_plugins takes a list of paths, got the single path {given!r}")):
             load_plugins(given, entry_points=False)
     assert load_plugins([path], entry_points=False) == []
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("node_id", [5, None, b"a"])
+def test_add_node_refuses_an_id_that_is_not_a_str(transport, node_id):
+    # 5 became node '5', which ctx.send(5) did not find ("unknown node 5")
+    net = _net(transport)
+    with pytest.raises(NetworkConfigError, match=f"^a node id is a str, got {type(node_id).__name__} {re.escape(repr(node_id))}$"):
+        net.add_node(node_id, _idle)
+    assert net.nodes == {}
+    net.add_node(np.str_("c1"), _idle)
+    assert list(net.nodes) == ["c1"] and type(next(iter(net.nodes))) is str
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("role", [None, "", 5])
+def test_a_role_that_is_not_a_non_empty_str_is_refused_naming_the_node(transport, role):
+    # None became the role 'None', '' a role no Kind can declare
+    net = _net(transport)
+    with pytest.raises(NetworkConfigError, match=f"^node 'a': role must be a non-empty str, got {role!r}$"):
+        net.add_node("a", _idle, role=role)
+    assert net.nodes == {}
+
+    async def body(ctx):
+        ctx.set_role(role)
+
+    _raised(transport, body, ValueError, f"^set_role on node 'a': role must be a non-empty str, got {role!r}$")
+
+    async def denoiser(ctx):
+        ctx.set_role("denoiser")
+        await ctx.send("b", "k", 1)
+        return ctx.role
+
+    box, _ = _call(transport, denoiser)
+    assert box == {"value": "denoiser"}

@@ -185,7 +185,11 @@ class Context:
 
     def set_role(self, role: str) -> None:
         """Change this node's role label (e.g. a client chosen as denoiser). Messages sent
-        afterwards are accounted under the new role."""
+        afterwards are accounted under the new role. Does not block. Raises ``ValueError`` naming
+        the node for a ``role`` that is not a non-empty str (``None`` became the role 'None',
+        which no ``Kind`` declares)."""
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"set_role on node {self._node.id!r}: role must be a non-empty str, got {role!r}")
         self._node.role = str(role)
         self._net.ledger.set_role(self._node.id, self._node.role)
 

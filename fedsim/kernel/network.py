@@ -289,12 +289,22 @@ class Network:
         """Register ``actor(ctx, *args, **kwargs)`` as node ``node_id``.
 
         Link, speed and loss default to the network profile's spec for ``role`` (with its
-        seeded per-node spread); pass them to override. Raises ``NetworkConfigError`` for a
-        duplicate or malformed id (also one beginning with ``link:``, ``dropout:`` or ``loss:``,
-        the names of the kernel's own random streams), invalid spec values, or a network that has
-        already run.
+        seeded per-node spread); pass them to override. ``*args`` and ``**kwargs`` go to the
+        actor when the run starts (keywords named like ``add_node``'s own, ``role``, ``link``,
+        ``flops``, ``loss``, ``offline_at``, are taken by ``add_node``); arguments that do not fit
+        its signature are an ``ActorError`` naming the node at ``run``. Does not block.
+
+        Raises ``NetworkConfigError`` for an id that is not a str (5 became node '5', which
+        ``ctx.send(5)`` then did not find; None became 'None'), a duplicate or malformed id (also
+        one beginning with ``link:``, ``dropout:`` or ``loss:``, the names of the kernel's own
+        random streams), a ``role`` that is not a non-empty str, an actor that is not callable,
+        invalid spec values, or a network that has already run.
         """
+        if not isinstance(node_id, str):
+            raise NetworkConfigError(f"a node id is a str, got {type(node_id).__name__} {node_id!r}")
         node_id = str(node_id)
+        if not isinstance(role, str) or not role:
+            raise NetworkConfigError(f"node {node_id!r}: role must be a non-empty str, got {role!r}")
         if self.ran:
             raise NetworkConfigError("cannot add nodes after the network has run")
         if node_id in self.nodes:
