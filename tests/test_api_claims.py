@@ -500,3 +500,103 @@ def test_a_role_that_is_not_a_non_empty_str_is_refused_naming_the_node(transport
 
     box, _ = _call(transport, denoiser)
     assert box == {"value": "denoiser"}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_receive_takes_the_oldest_of_its_kind_and_leaves_the_others_in_the_mailbox(transport):
+    async def a(ctx):
+        ctx.begin_round(4)
+        for kind, v in (("x", 1), ("y", 2), ("x", 3), ("w", 4)):
+            await ctx.send("b", kind, v)
+
+    async def b(ctx):
+        await ctx.sleep(0.01)  # all four are in the mailbox
+        y = await ctx.receive("y")
+        x = await ctx.receive(("w", "x"))
+        rest = [(await ctx.receive()).payload for _ in range(2)]
+        return y.payload, y.round, x.payload, rest, ctx.round
+
+    net = _net(transport)
+    net.add_node("a", a, role="server")
+    net.add_node("b", b)
+    res = net.run()
+    # the receiver adopts the larger round label of what it read
+    assert res["b"] == (2, 4, 1, [3, 4], 4)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_receive_with_a_timeout_and_a_deadline_returns_at_the_earlier(transport):
+    async def body(ctx):
+        net = ctx._net
+        t0 = net.now()
+        first = await ctx.receive("never", timeout=5.0, deadline=ctx.deadline(0.05))
+        t1 = net.now()
+        second = await ctx.receive("never", timeout=0.05, deadline=ctx.deadline(5.0))
+        return first, t1 - t0, second, net.now() - t1
+
+    box, _ = _call(transport, body)
+    first, d1, second, d2 = box["value"]
+    assert first is None and second is None
+    if transport == "sim":
+        assert (d1, d2) == (pytest.approx(0.05, abs=1e-12), pytest.approx(0.05, abs=1e-12))
+    else:
+        assert 0.04 <= d1 < 1.0 and 0.04 <= d2 < 1.0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_broadcast_sends_a_copy_per_listed_node_and_nothing_for_an_empty_list(transport):
+    async def body(ctx):
+        await ctx.broadcast([], "k", 1)
+        await ctx.broadcast(["b", "c", "b"], "k", 2)
+
+    net = _net(transport)
+    box: dict = {}
+
+    async def actor(ctx):
+        box["value"] = await body(ctx)
+
+    async def count(ctx):
+        got = await ctx.gather("k", count=2 if ctx.node_id == "b" else 1, timeout=1.0)
+        return [m.payload for m in got]
+
+    net.add_node("a", actor, role="server")
+    net.add_node("b", count)
+    net.add_node("c", count)
+    res = net.run()
+    assert [r["dst"] for r in net.ledger.records()] == ["b", "c", "b"]
+    assert res["b"] == [2, 2] and res["c"] == [2]
+    _raised(transport, lambda c: c.broadcast(None, "k", 1), TypeError, "not iterable")
+
+
+def test_config_construction_refuses_unknown_keywords_with_a_type_error_naming_key_and_class():
+    with pytest.raises(TypeError, match="_Cfg.__init__\\(\\) got an unexpected keyword argument 'round'"):
+        _Cfg(round=3)
+    with pytest.raises(TypeError, match="use a tuple for a sequence default"):
+        param([1], "ids")
+    with pytest.raises(ConfigError, match="_Cfg.rounds must not be None, got None"):
+        _Cfg(rounds=None)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_network_result_stays_none_after_a_run_stopped_by_an_actor_error(transport):
+    async def fails(ctx):
+        raise RuntimeError("boom")
+
+    net = _net(transport)
+    net.add_node("a", fails)
+    with pytest.raises(ActorError, match="actor 'a' \\(role 'client'\\) failed: RuntimeError: boom"):
+        net.run()
+    assert net.result is None
+
+
+def test_set_unit_after_the_run_changes_how_the_ledger_counts():
+    async def sender(ctx):
+        await ctx.send("b", "k", {"v": np.zeros(8)})
+
+    net = SimNetwork()
+    net.add_node("a", sender)
+    net.add_node("b", _idle)
+    net.run()
+    assert math.isnan(list(net.ledger.records())[0]["units"])
+    net.set_unit(4)
+    assert list(net.ledger.records())[0]["units"] == 2.0

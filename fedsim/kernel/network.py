@@ -274,9 +274,10 @@ class Network:
         self.happened: list[tuple[str, int]] = []
         self.ran = False
         self.ended = False  # see end_run
-        # the run's RunResult once ``finish`` built it, also that of a run that ended in a
-        # deadlock (DeadlockError's partial one): the views of a run (fedsim.studies.trace) show
-        # the actors still blocked then from it, whether the network traced or not
+        #: None before the run; the run's RunResult once ``finish`` built it, also that of a run
+        #: that ended in a deadlock (DeadlockError's partial one): the views of a run
+        #: (fedsim.studies.trace) show the actors still blocked then from it, whether the network
+        #: traced or not. None after a run stopped by an ActorError (no result was made).
         self.result: RunResult | None = None
         self._before_run: list[Callable[[], Any]] = []  # see before_run
         for hook in tuple(_BUILT_HOOKS):
@@ -375,8 +376,9 @@ class Network:
             fn()
 
     def set_unit(self, floats: int) -> None:
-        """Declare how many floats make one accounting unit (the latent dimension d). Raises
-        ``NetworkConfigError`` unless ``floats`` is a positive whole number."""
+        """Declare how many floats make one accounting unit (the latent dimension d): the ledger's
+        ``units`` columns (NaN without it). Raises ``NetworkConfigError`` unless ``floats`` is a
+        positive whole number. Also after the run: it changes only how the ledger counts."""
         unit = _whole(floats)
         if unit is None or unit <= 0:
             raise NetworkConfigError(f"unit must be a positive number of floats, got {floats!r}")
