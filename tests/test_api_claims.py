@@ -600,3 +600,52 @@ def test_set_unit_after_the_run_changes_how_the_ledger_counts():
     assert math.isnan(list(net.ledger.records())[0]["units"])
     net.set_unit(4)
     assert list(net.ledger.records())[0]["units"] == 2.0
+
+
+# -- TcpNetwork: the same Context, the same errors (one worker process per run) --------------
+
+async def _tcp_case(ctx, case):
+    if case == "begin_round":
+        ctx.begin_round(1.7)
+    elif case == "sleep":
+        await ctx.sleep("soon")
+    elif case == "senders":
+        await ctx.gather("up", senders="server", timeout=0.1)
+    elif case == "set_role":
+        ctx.set_role(None)
+
+
+@pytest.mark.parametrize("case, cause, match", [
+    ("begin_round", "ValueError", "begin_round on node 'a': a round is a whole number, got 1.7"),
+    ("sleep", "ValueError", "sleep needs a finite non-negative duration, got 'soon'"),
+    ("senders", "TypeError", "gather takes senders= as a list of node ids, got the str 'server'"),
+    ("set_role", "ValueError", "set_role on node 'a': role must be a non-empty str, got None"),
+    ("signature", "TypeError", "_tcp_case\\(\\) missing 1 required positional argument: 'case'"),
+])
+def test_tcp_network_raises_the_same_errors_naming_the_node(case, cause, match):
+    from fedsim.kernel import TcpNetwork
+
+    net = TcpNetwork(seed=3)
+    if case == "signature":
+        net.add_node("a", _tcp_case)
+    else:
+        net.add_node("a", _tcp_case, case)
+    with pytest.raises(ActorError, match=f"actor 'a' \\(role 'client'\\) failed: {cause}: {match}"):
+        net.run(timeout=60)
+
+
+def test_tcp_network_refuses_any_tap_and_bad_node_ids_before_it_forks():
+    from fedsim.kernel import TcpNetwork
+
+    class Tap:
+        def observe(self, row, payload):
+            pass
+
+    net = TcpNetwork(seed=3)
+    with pytest.raises(NetworkConfigError, match="^a node id is a str, got int 5$"):
+        net.add_node(5, _idle)
+    net.add_node("a", _idle)
+    net.tap = Tap()
+    with pytest.raises(NetworkConfigError, match="TcpNetwork does not support a tap"):
+        net.run(timeout=60)
+    assert not net.ran and len(net.ledger) == 0
