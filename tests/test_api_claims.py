@@ -649,3 +649,23 @@ def test_tcp_network_refuses_any_tap_and_bad_node_ids_before_it_forks():
     with pytest.raises(NetworkConfigError, match="TcpNetwork does not support a tap"):
         net.run(timeout=60)
     assert not net.ran and len(net.ledger) == 0
+
+
+async def _sleeps_a_second(ctx):
+    await ctx.sleep(1.0)
+    return 1
+
+
+@pytest.mark.parametrize("until", [-1, 0, math.nan, "x", True, [2.0]])
+def test_simnetwork_run_refuses_an_until_that_is_no_positive_time_before_anything_runs(until):
+    # 0, -1 and NaN were refused by the event queue after the actors had started (the network
+    # then counted as run and could not run again), "x" with a bare float() error, True ran 1 s
+    net = SimNetwork()
+    net.add_node("a", _sleeps_a_second)
+    with pytest.raises(NetworkConfigError, match=re.escape(
+            f"SimNetwork.run: until must be a positive number of simulated seconds or None, got {until!r}")):
+        net.run(until=until)
+    assert not net.ran
+    res = net.run(until=math.inf)
+    assert res.results == {"a": 1} and res.duration == 1.0
+
