@@ -649,6 +649,10 @@ def test_tcp_network_refuses_any_tap_and_bad_node_ids_before_it_forks():
     with pytest.raises(NetworkConfigError, match="TcpNetwork does not support a tap"):
         net.run(timeout=60)
     assert not net.ran and len(net.ledger) == 0
+    net.tap = None
+    with pytest.raises(NetworkConfigError, match="^timeout must be positive seconds or None, got 0$"):
+        net.run(timeout=0)
+    assert not net.ran
 
 
 async def _sleeps_a_second(ctx):
