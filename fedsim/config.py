@@ -40,7 +40,9 @@ def param(default: Any, help: str, *, choices: Iterable[Any] | None = None, min:
           max: float | None = None, exclusive_min: bool = False, none_ok: bool = False) -> Any:
     """Declare a configuration field: its default, one line of help, and what values it takes
     (``choices``; numeric bounds ``min``/``max``, with ``exclusive_min`` for "> min"; ``none_ok``
-    for an optional value). Returns a ``dataclasses.field``."""
+    for an optional value). Returns a ``dataclasses.field``. Raises ``TypeError`` for a list, dict or
+    set ``default`` (use a tuple); the default itself is checked like any value when the class is
+    instantiated (``ConfigError``)."""
     meta = {"help": help, "choices": None if choices is None else tuple(choices), "min": min, "max": max,
             "exclusive_min": exclusive_min, "none_ok": none_ok}
     if isinstance(default, (list, dict, set)):
@@ -237,7 +239,13 @@ class Config:
     """Base class of validated configuration dataclasses (declare fields with ``param``).
 
     After construction every field has been checked and coerced to its declared type; a
-    subclass adds checks that involve several fields in ``validate`` (raise ``ConfigError``)."""
+    subclass adds checks that involve several fields in ``validate`` (raise ``ConfigError``).
+
+    Construction raises ``ConfigError`` (``key``: the field) for a value of the wrong type,
+    outside its ``choices`` or bounds, or ``None`` where ``none_ok`` is not set. An unknown
+    keyword, or too many positional arguments, is Python's dataclass ``TypeError`` (it names the
+    key and the class); ``replace`` and ``from_strings`` raise ``ConfigError`` for an unknown key
+    instead, with the closest known one."""
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

@@ -123,7 +123,7 @@ def test_run_until_stops_before_that_instant_like_simpy():
     net.add_node("s", sleeper)
     res = net.run(until=2.0)  # the wake-up at exactly t = 2 is not processed (simpy's rule)
     assert woke == [1.0] and res.duration == 2.0 and res.unfinished == ["s"]
-    with pytest.raises(ValueError, match="greater than the current simulation time"):
+    with pytest.raises(NetworkConfigError, match="until must be a positive number of simulated seconds or None, got 0"):
         SimNetwork().run(until=0)
 
 

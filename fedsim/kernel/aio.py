@@ -181,13 +181,14 @@ class AsyncioNetwork(ClosedOnDropout, Network):
         ``SimNetwork``). A node with ``offline_at`` drops out then (module docstring). Raises ``ActorError`` if an actor raises (also ``CancelledError``, when its own
         code ends it cancelled: not a deadlock), ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
-        match no node's role or ``timeout`` is not positive seconds or None
+        match no node's role, the ``tap`` has no ``observe`` method or ``timeout`` is not positive seconds or None
         (before anything runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds (naming the actors blocked, and on what, and those still busy). Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
         timeout = check_run_timeout(timeout)
         self.check_faults()
+        self.check_tap()
         self.call_before_run()
         self.ran = True
         self._loop = self._clock = asyncio.get_running_loop()

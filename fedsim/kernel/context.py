@@ -185,7 +185,11 @@ class Context:
 
     def set_role(self, role: str) -> None:
         """Change this node's role label (e.g. a client chosen as denoiser). Messages sent
-        afterwards are accounted under the new role."""
+        afterwards are accounted under the new role. Does not block. Raises ``ValueError`` naming
+        the node for a ``role`` that is not a non-empty str (``None`` became the role 'None',
+        which no ``Kind`` declares)."""
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"set_role on node {self._node.id!r}: role must be a non-empty str, got {role!r}")
         self._node.role = str(role)
         self._net.ledger.set_role(self._node.id, self._node.role)
 
@@ -198,12 +202,17 @@ class Context:
         return self._rng
 
     def begin_round(self, rnd: int) -> None:
-        """Label the messages this node sends from now on with round ``rnd``. A node that
-        receives a message adopts its round if larger, so usually only the server calls this."""
-        self._node.round = int(rnd)
+        """Label the messages this node sends from now on with round ``rnd`` (a whole number: an
+        int, a NumPy integer or a float without a fraction). A node that receives a message
+        adopts its round if larger, so usually only the server calls this. Does not block.
+        Raises ``ValueError`` naming the node for anything else (``int()`` truncated 1.7 to
+        round 1, silently)."""
+        self._node.round = rnd if type(rnd) is int else _round_label(rnd, f"begin_round on node {self._node.id!r}")
 
     @property
     def round(self) -> int:
+        """The round this node's messages are labelled with now: the last ``begin_round``, or a
+        larger label read since on a received message (0 at the start)."""
         return self._node.round
 
     # -- sending ----------------------------------------------------------------------------
@@ -212,10 +221,14 @@ class Context:
         port (it never waits for transmission). With ``anonymous=True`` the receiver gets
         ``sender=None`` (the ledger still records both ends).
 
-        Raises ``UnknownNodeError`` for an unknown ``dst``, ``CodecError`` for a payload the
-        codec cannot encode, ``MessageTooLargeError`` for a document larger than the transport's
-        ``max_message_bytes`` (nothing is sent), and ``TypeError`` for an ``anonymous`` that is
-        not a bool (NumPy's ``bool_`` is taken as one; nothing is sent).
+        ``payload`` may be a ``Draft`` of ``draft(kind, ...)``, sent as it is.
+
+        Raises ``UnknownNodeError`` for an unknown ``dst``, ``TypeError`` for a ``dst`` that is
+        not a node id (a list: ``broadcast`` sends to several), ``CodecError`` for a payload the
+        codec cannot encode or a draft already sent (and not reopened), ``ValueError`` for a
+        draft of another kind, ``MessageTooLargeError`` for a document larger than the
+        transport's ``max_message_bytes``, and ``TypeError`` for an ``anonymous`` that is not a
+        bool (NumPy's ``bool_`` is taken as one). Nothing is sent when it raises.
         """
         if anonymous is not False and anonymous is not True:
             # the ledger stored the value as given: np.True_ went into the CSV as "True" (not "1",
@@ -233,9 +246,11 @@ class Context:
 
     async def broadcast(self, dsts: Iterable[str], kind: str, payload: Any) -> None:
         """Queue the same payload for every node of ``dsts`` (in that order). The payload is
-        encoded once; each destination is charged its full size. Raises as ``send`` does, and
-        ``TypeError`` for ``dsts`` that is one node id (a str: its characters were taken for
-        node ids, "unknown node 's'"); nothing is sent then."""
+        encoded once; each destination is charged its full size (a node listed twice gets two
+        copies; an empty ``dsts`` sends nothing). Does not block. Raises as ``send`` does (for
+        the first unknown destination: nothing is sent to the others either), and ``TypeError``
+        for ``dsts`` that is one node id (a str: its characters were taken for node ids,
+        "unknown node 's'") or not iterable; nothing is sent then."""
         if isinstance(dsts, str):
             raise TypeError(f"broadcast takes a list of node ids, got the str {dsts!r}; ctx.send sends to one")
         kind = str(kind)
@@ -353,14 +368,18 @@ class Context:
         depend on arrival order. ``kind`` is compared as ``receive`` does.
 
         Raises ``ValueError`` unless exactly one of ``senders`` and ``count`` is given, for a
-        ``count`` that is not a non-negative integer, or a ``timeout`` that is not a finite
-        non-negative number; ``TypeError`` for a ``deadline`` not made by ``deadline``;
-        ``UnknownNodeError`` for an unknown sender.
+        ``count`` that is not a non-negative integer, a ``timeout`` that is not a finite
+        non-negative number, or a ``round`` that is not a whole number; ``TypeError`` for a
+        ``deadline`` not made by ``deadline``; ``UnknownNodeError`` for an unknown sender;
+        ``TypeError`` for ``senders`` that is not an iterable of node ids, or one str whose
+        characters are not all node ids (``senders="server"``: write ``["server"]``).
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
         if type(kind) is not str and kind is not None and type(kind) is not tuple:
             kind = _kinds(kind)
+        if round is not None and round.__class__ is not int:  # (an attribute, no call: gather is per-message hot)
+            round = _round_label(round, "gather")
         if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
             # a negative count would report missing_count < 0; a fractional one would be truncated
             raise ValueError(f"gather: count must be a non-negative integer, got {count!r}")
@@ -370,7 +389,7 @@ class Context:
             expected = list(dict.fromkeys(senders))
             for s in expected:
                 if s not in net.nodes:
-                    raise UnknownNodeError(f"gather: unknown sender {s!r}")
+                    raise _unknown_sender("gather", senders, s)
             col = Collector(len(expected), set(expected), round)
         else:
             col = Collector(int(count), None, round)
@@ -401,23 +420,31 @@ class Context:
         iterator's ``missing`` after the loop and recorded in the ledger. ``round`` takes only
         messages of that round, as in ``gather`` (an earlier round's discarded unread, a later
         round's left in the mailbox). Leaving the loop early leaves the rest unread.
-        Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``ValueError`` for a
-        ``timeout`` that is not a finite non-negative number, ``TypeError`` for a ``deadline``
-        not made by ``deadline``.
+        Raises (at the call) ``UnknownNodeError`` for an unknown sender, ``TypeError`` for
+        ``senders`` as ``gather`` does, ``ValueError`` for a
+        ``timeout`` that is not a finite non-negative number or a ``round`` that is not a whole
+        number, ``TypeError`` for a ``deadline`` not made by ``deadline``; and (in the loop, when
+        it comes to it) ``ValueError`` for a message that came over an anonymous channel (its
+        place in node-id order would reveal its sender: use ``gather(count=...)``).
         """
         net = self._net
+        if round is not None and round.__class__ is not int:  # (an attribute, no call: gather is per-message hot)
+            round = _round_label(round, "gather_each")
         expected = sorted(dict.fromkeys(senders))
         for s in expected:
             if s not in net.nodes:
-                raise UnknownNodeError(f"gather_each: unknown sender {s!r}")
+                raise _unknown_sender("gather_each", senders, s)
         dl = self._timeout_of(timeout, deadline, "gather_each")
         return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round)
 
     # -- time -------------------------------------------------------------------------------
     async def sleep(self, seconds: float) -> None:
-        """Let ``seconds`` of (simulated or real) time pass."""
-        s = float(seconds)
-        if not s >= 0 or math.isinf(s):
+        """Let ``seconds`` of time pass for this node: blocks for ``seconds`` of simulated time on
+        SimNetwork, ``seconds * time_scale`` real seconds on the real-time transports. Raises
+        ``ValueError`` unless ``seconds`` is a finite non-negative number (NaN, inf, a negative
+        number, ``None`` or a str that is not a number)."""
+        s = _seconds(seconds)
+        if s is None:
             raise ValueError(f"sleep needs a finite non-negative duration, got {seconds!r}")
         await self._net.sleep(self._node, s)
 
@@ -425,8 +452,15 @@ class Context:
         """Charge ``flops`` floating-point operations of local work: on SimNetwork this node's
         time advances by ``flops / speed``; on a real loop it only yields. Once it returns, the
         FLOPs count in the run's ``RunResult.flops`` under this node and ``label`` (also if the
-        node drops out later); a compute the node's dropout or the run's end cuts does not count."""
-        f = float(flops)
+        node drops out later); a compute the node's dropout or the run's end cuts does not count.
+        Blocks for ``flops / speed`` simulated seconds on SimNetwork (``speed``: the node's
+        ``flops`` spec); yields to the loop once on the real-time transports. Raises
+        ``ValueError`` unless ``flops`` is a finite non-negative number (also for ``None`` or a
+        str that is not a number; nothing is counted then)."""
+        try:  # (free unless it raises: compute is called per exchange)
+            f = float(flops)
+        except (TypeError, ValueError):
+            f = math.nan
         if not 0 <= f < _INF:  # also NaN
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
         node = self._node
@@ -467,6 +501,28 @@ def _kinds(kind: Any) -> str | tuple[str, ...]:
     except TypeError:
         return str(kind)
     return tuple(str(k) for k in kinds)
+
+
+def _unknown_sender(call: str, senders: Any, sender: Any) -> Exception:
+    """The error for ``sender``, one of ``senders`` and no node: ``TypeError`` if ``senders`` is one
+    str (its characters were taken for node ids: "unknown sender 's'" for ``senders="server"``),
+    else ``UnknownNodeError``. Made only once a sender is found unknown, off the gather's path."""
+    if isinstance(senders, str):
+        return TypeError(f"{call} takes senders= as a list of node ids, got the str {senders!r}; "
+                         f"write senders=[{senders!r}]")
+    return UnknownNodeError(f"{call}: unknown sender {sender!r}")
+
+
+def _round_label(rnd: Any, call: str) -> int:
+    """``rnd`` as a round label: an int for a whole number (a NumPy integer, a float without a
+    fraction); else ``ValueError`` naming ``call`` (``int()`` truncated 1.7 to 1, and a gather for
+    round 1.5 silently discarded round 1's messages as stale)."""
+    if not isinstance(rnd, bool):
+        if isinstance(rnd, numbers.Integral):
+            return int(rnd)
+        if isinstance(rnd, numbers.Real) and math.isfinite(rnd) and float(rnd).is_integer():
+            return int(rnd)
+    raise ValueError(f"{call}: a round is a whole number, got {rnd!r}")
 
 
 def _seconds(value: Any) -> float | None:

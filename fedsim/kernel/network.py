@@ -17,7 +17,7 @@ payload)`` in ``post`` for every message copy, right after creating its ledger r
 set (see ``Network.tap``); one that cannot (``TcpNetwork``: the rows are made in worker
 processes) refuses to run with a tap.
 
-Its ``run`` calls ``check_faults`` and then ``call_before_run`` (what ``before_run`` registered:
+Its ``run`` calls ``check_faults`` (and ``check_tap`` if it calls the tap) and then ``call_before_run`` (what ``before_run`` registered:
 work done once in the launching process; a transport that forks calls it before forking) before
 any actor starts. It uses the shared helpers below: ``actor_coroutine`` (start an actor), ``take`` and
 ``offer_queued`` (the mailbox), ``destinations``,
@@ -45,7 +45,7 @@ from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import LATER, Envelope, matches
-from .errors import DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
+from .errors import ActorError, DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
 from .ledger import Ledger, Missing
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
@@ -215,8 +215,10 @@ class Network:
     #: the copy moves, so read them after the run) and the ``Payload`` the copies of that send share
     #: (``payload.value()`` decodes it, read-only arrays). An observer must not modify either; it
     #: sees what the network carries, so it is the hook for audits that model an eavesdropper
-    #: (``fedsim.privacy``). Actors never see it. Transports that create rows outside this process
-    #: (``TcpNetwork``) raise ``NetworkConfigError`` at ``run`` if it is set.
+    #: (``fedsim.privacy``). Actors never see it. ``run`` raises ``NetworkConfigError`` before
+    #: anything runs if it has no callable ``observe`` (it failed at the first send, as an
+    #: ``ActorError`` of the sending actor); transports that create rows outside this process
+    #: (``TcpNetwork``) raise it if a tap is set at all.
     tap: Any = None
 
     def __init__(self, *, seed: int = 0, profile: str | Profile = "ideal", framing_bytes: int = 0,
@@ -272,9 +274,10 @@ class Network:
         self.happened: list[tuple[str, int]] = []
         self.ran = False
         self.ended = False  # see end_run
-        # the run's RunResult once ``finish`` built it, also that of a run that ended in a
-        # deadlock (DeadlockError's partial one): the views of a run (fedsim.studies.trace) show
-        # the actors still blocked then from it, whether the network traced or not
+        #: None before the run; the run's RunResult once ``finish`` built it, also that of a run
+        #: that ended in a deadlock (DeadlockError's partial one): the views of a run
+        #: (fedsim.studies.trace) show the actors still blocked then from it, whether the network
+        #: traced or not. None after a run stopped by an ActorError (no result was made).
         self.result: RunResult | None = None
         self._before_run: list[Callable[[], Any]] = []  # see before_run
         for hook in tuple(_BUILT_HOOKS):
@@ -287,12 +290,22 @@ class Network:
         """Register ``actor(ctx, *args, **kwargs)`` as node ``node_id``.
 
         Link, speed and loss default to the network profile's spec for ``role`` (with its
-        seeded per-node spread); pass them to override. Raises ``NetworkConfigError`` for a
-        duplicate or malformed id (also one beginning with ``link:``, ``dropout:`` or ``loss:``,
-        the names of the kernel's own random streams), invalid spec values, or a network that has
-        already run.
+        seeded per-node spread); pass them to override. ``*args`` and ``**kwargs`` go to the
+        actor when the run starts (keywords named like ``add_node``'s own, ``role``, ``link``,
+        ``flops``, ``loss``, ``offline_at``, are taken by ``add_node``); arguments that do not fit
+        its signature are an ``ActorError`` naming the node at ``run``. Does not block.
+
+        Raises ``NetworkConfigError`` for an id that is not a str (5 became node '5', which
+        ``ctx.send(5)`` then did not find; None became 'None'), a duplicate or malformed id (also
+        one beginning with ``link:``, ``dropout:`` or ``loss:``, the names of the kernel's own
+        random streams), a ``role`` that is not a non-empty str, an actor that is not callable,
+        invalid spec values, or a network that has already run.
         """
+        if not isinstance(node_id, str):
+            raise NetworkConfigError(f"a node id is a str, got {type(node_id).__name__} {node_id!r}")
         node_id = str(node_id)
+        if not isinstance(role, str) or not role:
+            raise NetworkConfigError(f"node {node_id!r}: role must be a non-empty str, got {role!r}")
         if self.ran:
             raise NetworkConfigError("cannot add nodes after the network has run")
         if node_id in self.nodes:
@@ -363,8 +376,9 @@ class Network:
             fn()
 
     def set_unit(self, floats: int) -> None:
-        """Declare how many floats make one accounting unit (the latent dimension d). Raises
-        ``NetworkConfigError`` unless ``floats`` is a positive whole number."""
+        """Declare how many floats make one accounting unit (the latent dimension d): the ledger's
+        ``units`` columns (NaN without it). Raises ``NetworkConfigError`` unless ``floats`` is a
+        positive whole number. Also after the run: it changes only how the ledger counts."""
         unit = _whole(floats)
         if unit is None or unit <= 0:
             raise NetworkConfigError(f"unit must be a positive number of floats, got {floats!r}")
@@ -428,6 +442,15 @@ class Network:
         if f is not None and self.nodes and not self._faulted:
             roles = ", ".join(sorted({n.role for n in self.nodes.values()}))
             raise NetworkConfigError(f"faults apply to the roles {f.roles!r}, which no node has (roles: {roles})")
+
+    def check_tap(self) -> None:
+        """Raise ``NetworkConfigError`` if ``tap`` is set to something without a callable
+        ``observe``: the first message sent would otherwise stop the run with an
+        ``AttributeError`` blamed on its sender. Transports that call the tap call this before
+        they run."""
+        tap = self.tap
+        if tap is not None and not callable(getattr(tap, "observe", None)):
+            raise NetworkConfigError(f"the network's tap must have an observe(row, payload) method, got {tap!r}")
 
     def end_run(self) -> None:
         """Mark the run as over. A transport calls this once the run's outcome is fixed (its
@@ -516,10 +539,17 @@ class Network:
     def actor_coroutine(self, node: Node) -> Coroutine:
         """Give ``node`` its context (``node.ctx``) and call its actor: the coroutine the
         transport runs. Raises ``FedsimError`` naming the node if the actor is not an async
-        function (the call returned anything but a coroutine); what the call raises propagates.
-        Shared so that every transport refuses the same actors with the same error."""
+        function (the call returned anything but a coroutine), and ``ActorError`` naming the node
+        (the original exception as ``__cause__``) if the call itself raises: arguments that do
+        not fit the actor's signature (``add_node``'s ``*args``/``**kwargs``; a bare
+        ``TypeError`` naming no node before, where ``TcpNetwork`` named it), or a plain
+        function's body raising. Shared so that every transport refuses the same actors with the
+        same error."""
         node.ctx = self.context_class(self, node)
-        coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        try:
+            coro = node.actor(node.ctx, *node.args, **(node.kwargs or {}))
+        except Exception as err:
+            raise ActorError(node.id, node.role, err) from err
         if type(coro) is not CoroutineType and not isinstance(coro, Coroutine):
             raise FedsimError(f"actor of node {node.id!r} is not an async function "
                               f"(it returned {type(coro).__name__})")

@@ -213,6 +213,22 @@ def get_link_model(model: "LinkModel | str") -> "LinkModel":
                              "fedsim.kernel.LinkModel instance")
 
 
+def _check_until(value: Any) -> float:
+    """``run``'s ``until`` as a float, or ``NetworkConfigError`` before anything runs: the event
+    queue refused 0, a negative number and NaN only once the actors had been started (the network
+    then counted as run), a str with a bare float() error, and took True for 1 second."""
+    t = math.nan
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            t = float(value)
+        except (TypeError, ValueError):
+            pass
+    if not t > 0:  # also NaN
+        raise NetworkConfigError(f"SimNetwork.run: until must be a positive number of simulated seconds or None, "
+                                 f"got {value!r}")
+    return t
+
+
 class SimNetwork(Network):
     """A deterministic discrete-event network in virtual time.
 
@@ -513,12 +529,16 @@ class SimNetwork(Network):
         Raises ``ActorError`` (with the original exception as ``__cause__``) if an actor
         raises, ``ForeignAwaitError`` if an actor awaits something this network cannot drive,
         and ``FedsimError`` naming the node if an actor is not an async function (nothing runs);
-        ``NetworkConfigError`` before anything runs if the network's faults match no node's role.
-        A network runs once (``FedsimError`` on a second call).
+        ``NetworkConfigError`` before anything runs if the network's faults match no node's role,
+        its ``tap`` has no ``observe`` method, or ``until`` is not a positive number of seconds or
+        None (inf: no bound). A network runs once (``FedsimError`` on a second call).
         """
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
+        if until is not None:
+            until = _check_until(until)
         self.check_faults()
+        self.check_tap()
         self.call_before_run()
         self.ran = True
         queue = self.queue

@@ -384,7 +384,8 @@ class TcpNetwork(ClosedOnDropout, Network):
         dropout is still to come keeps the run going. Raises ``ActorError`` if an actor raises or
         returns a value the codec cannot encode, ``TransportError`` if a peer misbehaves, dies or cannot be reached,
         ``TimeoutError`` after ``timeout`` real seconds, ``NetworkConfigError`` before anything
-        runs if the faults match no node's role. No worker process outlives the call. A
+        runs if the faults match no node's role, a ``tap`` is set (its rows are made in the
+        workers) or ``timeout`` is not positive seconds or None. No worker process outlives the call. A
         network runs once (``FedsimError`` on a second call). Must not be called from inside a
         running event loop."""
         if self.ran:

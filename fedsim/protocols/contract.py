@@ -49,15 +49,21 @@ __all__ = ["ContractError", "IncompleteRunError", "Job", "Kind", "PURPOSES", "Pr
 PURPOSES = ("setup", "training", "evaluation", "control")
 
 
-def _roles(v: str | Iterable[str]) -> tuple[str, ...]:
-    return (v,) if isinstance(v, str) else tuple(v)
+def _roles(v: str | Iterable[str]) -> tuple:
+    """A role or roles as a tuple; anything not iterable as a tuple of itself, which the caller
+    then refuses naming the Kind (``tuple(None)`` was a bare "'NoneType' object is not iterable")."""
+    return (v,) if isinstance(v, str) or not isinstance(v, Iterable) else tuple(v)
 
 
 @dataclass(frozen=True)
 class Kind:
     """One message kind: who sends it to whom (role names at the time of sending; a tuple for
     several), what it is for (``setup``, ``training``, ``evaluation``: kept out of cost tables,
-    ``control``: stop and similar), whether it travels anonymously, and what it carries."""
+    ``control``: stop and similar), whether it travels anonymously, and what it carries.
+
+    Raises ``ValueError`` naming the kind for an empty ``name``, a ``src`` or ``dst`` that is not
+    a non-empty role name or tuple of them, a ``purpose`` not in ``PURPOSES``, or an
+    ``anonymous`` that is not a bool (``"no"`` was taken as true)."""
 
     name: str
     src: str | tuple[str, ...]
@@ -78,6 +84,9 @@ class Kind:
                                  f"(as the ledger records them, e.g. 'server', 'client'), got {roles!r}")
         if self.purpose not in PURPOSES:
             raise ValueError(f"Kind {self.name!r}: purpose must be one of {PURPOSES}, got {self.purpose!r}")
+        if not isinstance(self.anonymous, (bool, np.bool_)):
+            raise ValueError(f"Kind {self.name!r}: anonymous must be True or False, got {self.anonymous!r}")
+        object.__setattr__(self, "anonymous", bool(self.anonymous))
 
     def allows(self, src_role: str, dst_role: str) -> bool:
         return src_role in self.src and dst_role in self.dst
@@ -171,7 +180,12 @@ class Job(Protocol):
 
 @dataclass(frozen=True)
 class ProtocolSpec:
-    """One protocol, as the registry lists it.
+    """One protocol, as the registry lists it. Made once per protocol; refuses a malformed
+    declaration when made, naming the protocol and the field: ``ValueError`` for a ``name`` that
+    is empty or holds a path separator or ``.py``, a ``rounds_field`` that is no ``Config`` field, a
+    kind declared twice or a ``data`` other than the three below; ``TypeError`` for ``kinds`` that
+    are not an iterable of ``Kind``, a ``Config`` that is not a ``fedsim.config.Config``
+    dataclass, or a ``build``, ``tiny`` or ``check_data`` that is not callable.
 
     ``name`` (what ``fedsim run NAME`` and ``REGISTRY[NAME]`` use), ``summary`` (one line),
     ``Config`` (its configuration dataclass), ``kinds`` (every message kind it may send),
@@ -218,7 +232,7 @@ class ProtocolSpec:
                              ".py suffix (it is typed as `fedsim run NAME`)")
         # a tuple, as declared: a generator would be used up by the checks below and the spec
         # would then declare no kind at all (the dataclass is frozen: set through object)
-        if isinstance(self.kinds, (str, Kind)):
+        if isinstance(self.kinds, (str, Kind)) or not isinstance(self.kinds, Iterable):
             raise TypeError(f"protocol {self.name!r}: kinds must be a tuple of Kind(...), got {self.kinds!r}")
         object.__setattr__(self, "kinds", tuple(self.kinds))
         for i, k in enumerate(self.kinds):
@@ -244,9 +258,10 @@ class ProtocolSpec:
         if len(set(names)) != len(names):
             raise ValueError(f"protocol {self.name!r} declares a message kind twice")
         if self.data not in ("explicit", "implicit", "none"):
-            raise ValueError(f"protocol {self.name!r}: data must be explicit, implicit or none")
+            raise ValueError(f"protocol {self.name!r}: data must be explicit, implicit or none, got {self.data!r}")
 
     def kind(self, name: str) -> Kind:
+        """The declared ``Kind`` named ``name``; ``KeyError`` naming the protocol if none is."""
         for k in self.kinds:
             if k.name == name:
                 return k

@@ -86,8 +86,9 @@ REGISTRY = Registry()
 
 def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
     """Add ``spec`` to ``REGISTRY`` and return it (so a module can write
-    ``SPEC = register(ProtocolSpec(...))``). Raises ``ValueError`` if another protocol already has
-    that name (``replace=True`` overrides)."""
+    ``SPEC = register(ProtocolSpec(...))``). Raises ``TypeError`` for a ``spec`` that is not a
+    ``ProtocolSpec``, and ``ValueError`` if another protocol already has that name (``replace=True``
+    overrides; the same spec, or one from the same source, registered again is no error)."""
     return REGISTRY.add(spec, replace=replace)
 
 
@@ -104,9 +105,13 @@ def plugin_files() -> list[str]:
 def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True) -> list[str]:
     """Import plug-in protocols: each file of ``paths`` and of ``$FEDSIM_PLUGINS``, and (with
     ``entry_points``) every module declared under the ``fedsim.protocols`` entry-point group.
-    Returns the names of the protocols that became registered. Raises ``FileNotFoundError`` for
-    a missing file; errors inside a plug-in propagate (with the file named by Python's
-    traceback)."""
+    Returns the names of the protocols that became registered. A file already loaded in this
+    process is not loaded again. Raises ``TypeError`` for ``paths`` given as one str or path
+    (its characters were taken for paths: "no protocol plug-in file at /"; pass a list),
+    ``FileNotFoundError`` for a missing file (or a folder); errors inside a plug-in propagate
+    (with the file named by Python's traceback), and the file counts as not loaded."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(f"load_plugins takes a list of paths, got the single path {paths!r}; write [{paths!r}]")
     before = set(REGISTRY)
     env = [p for p in os.environ.get("FEDSIM_PLUGINS", "").split(os.pathsep) if p.strip()]
     for p in [*paths, *env]:
