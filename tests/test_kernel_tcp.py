@@ -1393,6 +1393,33 @@ def test_the_loop_teardown_cancels_again_a_task_that_lost_its_cancellation(caplo
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
+def test_a_ctrl_c_as_a_status_arrives_ends_the_run(monkeypatch):
+    # The Ctrl-C cancels the coordinator's task in the step after an answer to its status poll
+    # woke the event it waited on: 3.11's wait_for, cancelled with that wait done, returned and
+    # lost the cancellation, and the run went on as if no Ctrl-C had come (to its timeout here;
+    # on the command line, for ever, until a second Ctrl-C).
+    dispatch = tcp._Coordinator._dispatch
+    interrupted: list[int] = []
+
+    def status_then_ctrl_c(self, c, msg):
+        dispatch(self, c, msg)
+        if msg["op"] == "status" and not interrupted:  # (then its handler sets the event)
+            interrupted.append(c.proc)
+            self.loop.call_soon(os.kill, PARENT, signal.SIGINT)
+
+    async def sleeper(ctx):
+        await ctx.sleep(30.0)
+
+    monkeypatch.setattr(tcp._Coordinator, "_dispatch", status_then_ctrl_c)
+    net = TcpNetwork(processes=2)
+    net.add_node("a", sleeper)
+    net.add_node("b", sleeper)
+    with pytest.raises(KeyboardInterrupt):  # (not TimeoutError)
+        net.run(timeout=5.0)
+    assert len(interrupted) == 1
+    assert_no_orphans(net)
+
+
 def test_a_sigint_while_forking_is_raised_once_the_block_ends():
     import signal as sig
 

@@ -1829,8 +1829,12 @@ class _Coordinator:
             limits = [t for t in (by, self.deadline) if t is not None]
             self.changed.clear()
             try:
-                await asyncio.wait_for(self.changed.wait(), None if not limits else min(limits) - now)
-            except asyncio.TimeoutError:
+                # (asyncio.timeout, not wait_for: 3.11's wait_for, cancelled in the step after the
+                # event was set, returned and lost the cancellation: a Ctrl-C as a status came in
+                # was ignored, and the run went on)
+                async with asyncio.timeout(None if not limits else min(limits) - now):
+                    await self.changed.wait()
+            except TimeoutError:
                 pass
 
     def _timeout(self) -> None:
@@ -1876,8 +1880,9 @@ class _Coordinator:
                 still_since = None
             prev = snap
             try:
-                await asyncio.wait_for(self._failed_soon(), net.poll_interval)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(net.poll_interval):  # (not wait_for: see _until)
+                    await self._failed_soon()
+            except TimeoutError:
                 pass
 
     async def _answers(self) -> None:
