@@ -1329,6 +1329,97 @@ def test_the_loop_teardown_cancels_the_tasks_that_cancelled_tasks_start():
     assert len(late) == 1 and late[0].cancelled() and ended == ["handler"]
 
 
+def test_a_ctrl_c_as_the_workers_connect_leaves_no_task_pending_and_no_worker(monkeypatch, caplog):
+    # A Ctrl-C as the workers start, under load: their control connections were accepted before
+    # it, but their handler tasks started only in the loop's teardown, after the run's cleanup had
+    # cancelled its tasks. The teardown cancelled them in the step in which their hello had been
+    # read: 3.11's wait_for returned the hello and lost the cancellation, the handler registered
+    # the worker and read its connection for ever (nobody closed it), and the teardown waited its
+    # 2 s for it and closed the loop: "Task was destroyed but it is pending!" under the
+    # "interrupted" line, once for each worker.
+    connected, teardown = tcp._Coordinator._connected, tcp._teardown
+    held: list[tuple] = []
+
+    def hold(self, reader, writer):  # (the workers' hellos wait in their sockets meanwhile)
+        held.append((self, reader, writer))
+        if len(held) == 3:
+            asyncio.get_running_loop().call_later(0.2, os.kill, PARENT, signal.SIGINT)
+
+    def late(loop, bound):  # the handlers start in the teardown's first step
+        for args in held:
+            loop.call_soon(connected, *args)
+        teardown(loop, bound)
+
+    monkeypatch.setattr(tcp._Coordinator, "_connected", hold)
+    monkeypatch.setattr(tcp, "_teardown", late)
+    net = _star(TcpNetwork(processes=3))
+    caplog.set_level("ERROR", logger="asyncio")
+    with pytest.raises(KeyboardInterrupt):
+        net.run(timeout=RUN_TIMEOUT)
+    assert len(held) == 3
+    held.clear()  # (they hold the coordinator, and it its tasks)
+    gc.collect()  # (a task destroyed pending says so when it is collected)
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    assert_no_orphans(net)
+
+
+def test_the_loop_teardown_cancels_again_a_task_that_lost_its_cancellation(caplog):
+    # a task cancelled in the step in which what it awaited completed goes on (3.11's wait_for
+    # returns the result then): the teardown waited out its whole bound for it and closed the
+    # loop with the task pending ("Task was destroyed but it is pending!")
+    ended: list[str] = []
+
+    async def loses_one_cancellation():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ended.append("lost")  # and waits on, as the handler reading its connection did
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+
+    async def main():
+        asyncio.get_running_loop().create_task(loses_one_cancellation())
+        await asyncio.sleep(0)
+        raise KeyboardInterrupt
+
+    caplog.set_level("ERROR", logger="asyncio")
+    with pytest.raises(KeyboardInterrupt):
+        tcp._run_bounded(main, teardown=0.3)
+    gc.collect()
+    assert ended == ["lost", "cancelled"]
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+def test_a_ctrl_c_as_a_status_arrives_ends_the_run(monkeypatch):
+    # The Ctrl-C cancels the coordinator's task in the step after an answer to its status poll
+    # woke the event it waited on: 3.11's wait_for, cancelled with that wait done, returned and
+    # lost the cancellation, and the run went on as if no Ctrl-C had come (to its timeout here;
+    # on the command line, for ever, until a second Ctrl-C).
+    dispatch = tcp._Coordinator._dispatch
+    interrupted: list[int] = []
+
+    def status_then_ctrl_c(self, c, msg):
+        dispatch(self, c, msg)
+        if msg["op"] == "status" and not interrupted:  # (then its handler sets the event)
+            interrupted.append(c.proc)
+            self.loop.call_soon(os.kill, PARENT, signal.SIGINT)
+
+    async def sleeper(ctx):
+        await ctx.sleep(30.0)
+
+    monkeypatch.setattr(tcp._Coordinator, "_dispatch", status_then_ctrl_c)
+    net = TcpNetwork(processes=2)
+    net.add_node("a", sleeper)
+    net.add_node("b", sleeper)
+    with pytest.raises(KeyboardInterrupt):  # (not TimeoutError)
+        net.run(timeout=5.0)
+    assert len(interrupted) == 1
+    assert_no_orphans(net)
+
+
 def test_a_sigint_while_forking_is_raised_once_the_block_ends():
     import signal as sig
 

@@ -20,8 +20,11 @@ a failure it reports itself), quietly, with status 3 (a control port it cannot r
 one line saying so); it leaves through ``os._exit`` (no atexit handlers, no inherited buffers
 flushed twice). A child ignores SIGINT from its first step (the terminal's Ctrl-C reaches the
 whole process group: the parent decides); a Ctrl-C while the parent forks is raised once every
-child's pid is recorded, so that each is still reaped, and the parent's loop teardown cancels
-every task, also those that cancelled tasks start, before it closes the loop.
+child's pid is recorded, so that each is still reaped. The coordinator cancels and awaits every
+task it started (a control connection accepted after that is closed unread), and the parent's
+loop teardown then cancels, in rounds, whatever is left (also tasks that cancelled tasks start,
+and tasks cancelled again that lost a cancellation) before it closes the loop: no task is left
+pending, whatever the load.
 
 Rendezvous. The parent listens on 127.0.0.1 (an ephemeral port) for control connections. Each
 child binds its own data listener (``host``, ephemeral port), connects to the parent and says
@@ -675,15 +678,17 @@ def _sigint_deferred() -> Iterator[None]:
 
 
 def _run_bounded(main: Callable[[], Any], teardown: float = 2.0) -> Any:
-    """``asyncio.run(main())`` whose teardown waits at most ``teardown`` seconds for the tasks it
-    cancels (see ``_Worker.main`` on 3.11's wait_for). A Ctrl-C while the loop and ``main``'s
-    task are made waits until both exist (a loop half made, or a coroutine never started, said
-    so on stderr as the process ended).
+    """``asyncio.run(main())`` whose teardown gives up, past ``teardown`` seconds, only on tasks
+    that ignore cancellation (``_teardown``; see ``_Worker.main`` on 3.11's wait_for). A Ctrl-C
+    while the loop and ``main``'s task are made waits until both exist (a loop half made, or a
+    coroutine never started, said so on stderr as the process ended).
 
     The teardown cancels in rounds until no task is left: a task cancelled in one round can
     start another as it ends (a control connection accepted just before a Ctrl-C gets its
-    handler task only once the accepting task has run), and a task still pending when the loop
-    closes is destroyed with asyncio's "Task was destroyed but it is pending!" on stderr."""
+    handler task only once the accepting task has run), one can lose a cancellation and is
+    cancelled again, and a task still pending when the loop closes is destroyed with asyncio's
+    "Task was destroyed but it is pending!" on stderr. (``main`` should not leave that to the
+    teardown: the coordinator cancels and awaits its own tasks.)"""
     loop = None
     interrupted: list[bool] = []
     restore = None
@@ -723,6 +728,13 @@ def _run_bounded(main: Callable[[], Any], teardown: float = 2.0) -> Any:
 
 
 def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
+    """Cancel the tasks left on ``loop`` and close it. Every round cancels every task not done,
+    again: one that got its cancellation while the operation it awaited completed (3.11's
+    wait_for then returns the result and loses the cancellation) is cancelled once more. The
+    rounds go on while each ends some task, however long that takes (a loaded machine); past
+    ``teardown`` seconds, a round that ends none is the last (a task that ignores every
+    cancellation: asyncio names it on stderr as the loop closes). Before, one such lost
+    cancellation made a round wait out the whole bound and the next give up."""
     try:
         end = time.monotonic() + teardown
         while True:
@@ -730,15 +742,19 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
             # connection's handler task is started by a callback of its transport)
             loop.run_until_complete(asyncio.sleep(0))
             tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            left = end - time.monotonic()
-            if not tasks or left <= 0:
+            if not tasks:
                 break
             for t in tasks:
                 t.cancel()
-            loop.run_until_complete(asyncio.wait(tasks, timeout=left))
+            loop.run_until_complete(asyncio.wait(tasks, timeout=_TEARDOWN_ROUND))
+            if time.monotonic() >= end and not any(t.done() for t in tasks):
+                break
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         loop.close()
+
+
+_TEARDOWN_ROUND = 0.05  # seconds a teardown round waits for the tasks it cancelled before cancelling again
 
 
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
@@ -1594,6 +1610,7 @@ class _Coordinator:
         self.failures: list[dict] = []
         self.phase = "start-up"
         self.aborted = False
+        self.closing = False  # the run is ending: a control connection accepted now gets no handler
         self.wave = 0
 
     async def run(self) -> list[dict]:
@@ -1632,15 +1649,21 @@ class _Coordinator:
             err.__suppress_context__ = True  # not "during handling of _Failed"; keeps __cause__
             raise err
         finally:
+            # Every task this coordinator started ends here, cancelled and awaited, and none starts
+            # after: a connection accepted from now on is closed unread (_connected). Left to the
+            # loop's teardown, a handler started late (a Ctrl-C as the workers connect) could be
+            # pending when the loop closed ("Task was destroyed but it is pending!" on stderr).
+            self.closing = True
             if self.phase != "bye":
                 self._abort()
+            server.close()
             watch.cancel()
             for t in self.tasks:
                 t.cancel()
-            server.close()
             for c in self.children:
                 if c.writer is not None:
                     c.writer.close()
+            await asyncio.gather(watch, *self.tasks, return_exceptions=True)
 
     # -- messages ------------------------------------------------------------------------------
     def _send(self, c: _Child, obj: dict | bytes, packed: bool = False) -> None:
@@ -1661,7 +1684,12 @@ class _Coordinator:
         (a coroutine as ``start_server``'s callback): in 3.11 a handler task that streams
         started and that was cancelled before its first step (a Ctrl-C at start-up) made the
         streams' own callback raise ``CancelledError`` ("Exception in callback ..." and a
-        traceback on stderr). Such a task closes its connection."""
+        traceback on stderr). Such a task closes its connection. Once the run is ending
+        (``closing``) a connection gets no handler: it is closed unread, and its worker leaves as
+        one told to abort does."""
+        if self.closing:
+            writer.close()
+            return
         task = self.loop.create_task(self._accepted(reader, writer))
         self.tasks.append(task)
         task.add_done_callback(lambda t: writer.close() if t.cancelled() else None)
@@ -1674,8 +1702,15 @@ class _Coordinator:
 
     async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            hello = await asyncio.wait_for(_read_doc(reader, _HANDSHAKE_BYTES), self.net.start_timeout)
-        except Exception:  # noqa: BLE001 - not one of ours
+            # (asyncio.timeout, not wait_for: 3.11's wait_for, cancelled in the step in which the
+            # read completed, returned the hello and lost the cancellation; the handler then read
+            # the worker's connection for ever and was pending when the loop closed)
+            async with asyncio.timeout(self.net.start_timeout):
+                hello = await _read_doc(reader, _HANDSHAKE_BYTES)
+        except Exception:  # noqa: BLE001 - not one of ours (or silent for start_timeout)
+            writer.close()
+            return
+        if self.closing:  # (the run is ending: its abort went out before this worker was known)
             writer.close()
             return
         p = hello.get("proc")
@@ -1795,8 +1830,12 @@ class _Coordinator:
             limits = [t for t in (by, self.deadline) if t is not None]
             self.changed.clear()
             try:
-                await asyncio.wait_for(self.changed.wait(), None if not limits else min(limits) - now)
-            except asyncio.TimeoutError:
+                # (asyncio.timeout, not wait_for: 3.11's wait_for, cancelled in the step after the
+                # event was set, returned and lost the cancellation: a Ctrl-C as a status came in
+                # was ignored, and the run went on)
+                async with asyncio.timeout(None if not limits else min(limits) - now):
+                    await self.changed.wait()
+            except TimeoutError:
                 pass
 
     def _timeout(self) -> None:
@@ -1842,8 +1881,9 @@ class _Coordinator:
                 still_since = None
             prev = snap
             try:
-                await asyncio.wait_for(self._failed_soon(), net.poll_interval)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(net.poll_interval):  # (not wait_for: see _until)
+                    await self._failed_soon()
+            except TimeoutError:
                 pass
 
     async def _answers(self) -> None:
