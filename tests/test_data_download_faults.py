@@ -395,6 +395,47 @@ def test_a_damaged_install_is_reported_not_loaded_as_a_smaller_dataset(pinned_in
     assert u.read_text() == U_DATA and len(resolve("ml-100k")) == 3
 
 
+@pytest.mark.parametrize("damage", ["truncated", "removed", "other file"])
+def test_list_and_path_say_a_damaged_install_is_damaged(pinned_install, damage, capsys):
+    # `data list` said "installed" and `data path` printed the folder of an install whose files
+    # were cut short or gone (they only looked for the marker); loading it by name then failed
+    path, _ = pinned_install
+    victim = path / ("README" if damage == "other file" else "u.data")
+    size = victim.stat().st_size
+    if damage == "removed":
+        victim.unlink()
+        what = f"{victim} is missing"
+    else:
+        victim.write_bytes(victim.read_bytes()[:3])
+        what = f"{victim} has 3 bytes, not the {size} it was installed with"
+    msg = (f"ml-100k in {path} is damaged: {what}; reinstall it with force=True "
+           "(fedsim data get ml-100k --force)")
+    assert download.install_damage("ml-100k") == msg
+    rows = {d["name"]: d for d in download.list_datasets()}
+    assert (rows["ml-100k"]["installed"], rows["ml-100k"]["damaged"]) == (True, msg)
+    assert (rows["ml-1m"]["installed"], rows["ml-1m"]["damaged"]) == (False, None)
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == ["ml-100k", "damaged"] and out[2].split()[:2] == ["ml-1m", "-"]
+    assert out[1 + len(download.REGISTRY):] == [msg]
+    assert main(["path", "ml-100k"]) == 1
+    assert capsys.readouterr() == ("", f"fedsim data: {msg}\n")
+
+
+def test_list_and_path_check_sizes_and_leave_the_ratings_sha256_to_the_load(pinned_install, capsys):
+    # a ratings file changed in place at its size: list and path do not hash the files (a listing
+    # would read every install's gigabytes); the load by name, which reads the file anyway, refuses it
+    path, _ = pinned_install
+    assert download.install_damage("ml-100k") is None
+    assert main(["path", "ml-100k"]) == 0 and capsys.readouterr() == (f"{path}\n", "")
+    assert main(["list"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["ml-100k", "installed"]
+    (path / "u.data").write_text(U_DATA.replace("4", "1"))
+    assert download.install_damage("ml-100k") is None
+    with pytest.raises(download.ChecksumError, match=" is damaged: .*u.data is not the file it was installed with"):
+        resolve("ml-100k")
+
+
 def test_an_install_whose_marker_records_no_files_is_checked_for_its_ratings_file(pinned_install):
     # installs made before markers recorded their files: the ratings file must be there (a missing
     # one was a FileNotFoundError from the loader naming neither the dataset nor --force)

@@ -64,6 +64,7 @@ __all__ = [
     "dataset_path",
     "default_cache_dir",
     "get",
+    "install_damage",
     "is_installed",
     "list_datasets",
 ]
@@ -154,15 +155,20 @@ def dataset_path(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def is_installed(name: str, cache_dir: str | os.PathLike | None = None) -> bool:
+    """Whether ``name`` has an install (its marker file) in the cache, intact or not: see
+    :func:`install_damage`."""
     return (dataset_path(name, cache_dir) / MARKER).is_file()
 
 
 def list_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
-    """One dict per registered dataset: the spec fields plus ``installed`` and ``path``."""
+    """One dict per registered dataset: the spec fields plus ``installed`` (a marker is there),
+    ``damaged`` (``None``, or what :func:`install_damage` finds wrong with the install) and
+    ``path``."""
     out = []
     for name, spec in REGISTRY.items():
         d = asdict(spec)
         d["installed"] = is_installed(name, cache_dir)
+        d["damaged"] = install_damage(name, cache_dir) if d["installed"] else None
         d["path"] = str(dataset_path(name, cache_dir))
         out.append(d)
     return out
@@ -398,42 +404,68 @@ def _record_files(folder: Path) -> dict[str, dict]:
     return out
 
 
+def _damage(name: str, dest: Path, marker: dict, hash_ratings: bool) -> str | None:
+    """What is wrong with the files of the install in ``dest`` (``None``: nothing found): a file
+    the marker records missing or of another size, or (``hash_ratings``) the dataset's ratings
+    file of another sha256 than when installed. An install whose marker records no files (made
+    before fedsim recorded them) is checked for its ratings file only."""
+    ratings = _spec(name).ratings
+    files = marker.get("files")
+    if not isinstance(files, dict):
+        return None if (dest / ratings).is_file() else f"{dest / ratings} is missing"
+    for rel, rec in files.items():
+        p = dest / rel
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:
+            return f"{p} is missing"
+        if size != rec.get("bytes"):
+            return f"{p} has {size:,} bytes, not the {rec.get('bytes'):,} it was installed with"
+    rec = files.get(ratings)
+    if rec is None:
+        return None if (dest / ratings).is_file() else f"{dest / ratings} is missing"
+    if hash_ratings:
+        digest = _file_sha256(dest / ratings)
+        if digest != rec.get("sha256"):
+            return (f"{dest / ratings} is not the file it was installed with (sha256 {digest}, "
+                    f"installed {rec.get('sha256')})")
+    return None
+
+
+def _damaged(name: str, dest: Path, problem: str) -> ChecksumError:
+    return ChecksumError(f"{name} in {dest} is damaged: {problem}; reinstall it with force=True "
+                         f"(fedsim data get {name} --force)")
+
+
 def _check_files(name: str, dest: Path, marker: dict) -> None:
     """Raise :class:`ChecksumError` if a file the marker of ``dest`` records is missing or has
     another size, or if the dataset's ratings file has another sha256 than when installed (the
     files the loaders read were trusted on the marker alone: a truncated or replaced ``u.data``
     loaded as a smaller dataset). An install whose marker records no files (made before fedsim
     recorded them) is checked for its ratings file only."""
-    ratings = _spec(name).ratings
-    files = marker.get("files")
-    problem = None
-    if not isinstance(files, dict):
-        if not (dest / ratings).is_file():
-            problem = f"{dest / ratings} is missing"
-    else:
-        for rel, rec in files.items():
-            p = dest / rel
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                problem = f"{p} is missing"
-                break
-            if size != rec.get("bytes"):
-                problem = f"{p} has {size:,} bytes, not the {rec.get('bytes'):,} it was installed with"
-                break
-        else:
-            rec = files.get(ratings)
-            if rec is None:
-                if not (dest / ratings).is_file():
-                    problem = f"{dest / ratings} is missing"
-            else:
-                digest = _file_sha256(dest / ratings)
-                if digest != rec.get("sha256"):
-                    problem = (f"{dest / ratings} is not the file it was installed with (sha256 {digest}, "
-                               f"installed {rec.get('sha256')})")
+    problem = _damage(name, dest, marker, hash_ratings=True)
     if problem is not None:
-        raise ChecksumError(f"{name} in {dest} is damaged: {problem}; reinstall it with force=True "
-                            f"(fedsim data get {name} --force)")
+        raise _damaged(name, dest, problem)
+
+
+def install_damage(name: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """What is wrong with installed dataset ``name``, as the one-line message a
+    :class:`ChecksumError` for it would have (``NAME in DIR is damaged: ...; reinstall it ...``),
+    or ``None`` when the install is intact or there is none. The cheap checks only, what ``fedsim data list`` and ``path``
+    report: every file the marker records is there with its size (the ratings file only, for an
+    install whose marker records no files). The ratings file's sha256 is checked where it is
+    read anyway (loading by name, a verifying :func:`get`): hashing every install's files for a
+    listing would read gigabytes (about 1 s for ml-25m's ``ratings.csv`` alone), and what it adds
+    is a file changed in place at its size, which the load by name still refuses."""
+    dest = dataset_path(name, cache_dir)
+    try:
+        marker = json.loads((dest / MARKER).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        marker = {}
+    problem = _damage(name, dest, marker if isinstance(marker, dict) else {}, hash_ratings=False)
+    return None if problem is None else str(_damaged(name, dest, problem))
 
 
 def get(
