@@ -120,6 +120,8 @@ def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path
     ("fedsim", "SIGINT", 130, "interrupted: nothing was installed"),
     ("fedsim", "SIGTERM", 143, "terminated (SIGTERM): nothing was installed"),
     ("fedsim.data", "SIGINT", 130, "interrupted: nothing was installed"),
+    # `python -m fedsim.data` died at once on SIGTERM, leaving its .part download for a day
+    ("fedsim.data", "SIGTERM", 143, "terminated (SIGTERM): nothing was installed"),
 ])
 def test_ctrl_c_or_sigterm_stops_a_download_process_leaving_nothing(tmp_path, module, sig, status, line):
     # `fedsim data get` stopped mid-download said "interrupted: the run's output folder was not
