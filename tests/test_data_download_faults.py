@@ -7,10 +7,12 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -79,7 +81,8 @@ def test_a_chunked_download_cut_off_is_one_error_naming_dataset_and_address(tmp_
         cache = tmp_path / "cache"
         with pytest.raises(ConnectionError) as ei:
             download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64)
-        assert str(ei.value) == (f"download of ml-100k from {url} failed after 0 bytes: IncompleteRead(0 bytes read); "
+        # the 100 bytes sent before the cut are counted: reads take what arrives (read1), not a full MiB
+        assert str(ei.value) == (f"download of ml-100k from {url} failed after 100 bytes: IncompleteRead(0 bytes read); "
                                  "nothing was installed (run the command again)")
         assert cache_files(cache) == []
         assert main(["get", "ml-100k", "--url", url, "--sha256", "0" * 64, "--cache-dir", str(cache), "--quiet"]) == 2
@@ -108,11 +111,90 @@ def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path
         cache = tmp_path / "cache"
         with pytest.raises(ConnectionError) as ei:
             download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64, timeout=0.3)
-        assert str(ei.value) == (f"download of ml-100k from {url} failed after 0 bytes: timed out; "
+        assert str(ei.value) == (f"download of ml-100k from {url} failed after 100 bytes: timed out; "
                                  "nothing was installed (run the command again)")
         assert cache_files(cache) == []
     finally:
         release.set()
+        _stop(server, t)
+
+
+def test_a_trickling_download_is_cut_off_below_the_minimum_rate(tmp_path, monkeypatch, capsys):
+    # a byte just inside each read's timeout was never cut off (read(1 MiB) even waited for a
+    # full MiB): now every window of RATE_WINDOW seconds must average MIN_RATE bytes a second.
+    # Scaled down: a byte every 20 ms (50 bytes/s) against 200 bytes/s over 0.2 s
+    monkeypatch.setattr(download, "MIN_RATE", 200)
+    monkeypatch.setattr(download, "RATE_WINDOW", 0.2)
+    sent, release = [], threading.Event()
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "5000")
+            self.end_headers()
+            try:
+                while not release.is_set() and len(sent) < 5000:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    sent.append(1)
+                    release.wait(0.02)
+            except OSError:  # the client hung up
+                pass
+
+    server, t, url = _server(Handler)
+    try:
+        cache = tmp_path / "cache"
+        with pytest.raises(ConnectionError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64, timeout=5)
+        msg = str(ei.value)
+        m = re.fullmatch(
+            rf"download of ml-100k from {re.escape(url)} is too slow: (\d+) bytes in the last ([\d.]+) s, "
+            r"(\d+) bytes in ([\d.]+) s in all \(at least 200 bytes/s over 0.2 s are required\); nothing was "
+            r"installed \(run the command again, or install a copy of the zip with --from\)", msg)
+        assert m, msg
+        window_bytes, window_s, received, seconds = int(m[1]), float(m[2]), int(m[3]), float(m[4])
+        # the first window failed: it is the whole download, at least 0.2 s long, below 200 bytes/s
+        assert window_bytes == received and window_s == seconds
+        assert window_s >= 0.2 - 0.05 and 1 <= received < 200 * (window_s + 0.05)
+        assert received <= len(sent) < 5000
+        assert cache_files(cache) == []
+        # the command line: one error line, status 2
+        assert main(["get", "ml-100k", "--url", url, "--sha256", "0" * 64, "--cache-dir", str(cache), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: download of ml-100k from {url} is too slow: ") and err.count("\n") == 1
+        assert cache_files(cache) == []
+    finally:
+        release.set()
+        _stop(server, t)
+
+
+def test_a_slow_steady_download_spanning_several_windows_installs(tmp_path, fixture_zip, monkeypatch):
+    # the bound is a rate, not a deadline: a link above it finishes however long it takes
+    _, sha, zpath, _ = fixture_zip
+    data = zpath.read_bytes()
+    monkeypatch.setattr(download, "MIN_RATE", 200)
+    monkeypatch.setattr(download, "RATE_WINDOW", 0.1)
+    pieces = 10
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            step = -(-len(data) // pieces)
+            for i in range(0, len(data), step):
+                self.wfile.write(data[i:i + step])
+                self.wfile.flush()
+                time.sleep(0.03)
+
+    server, t, url = _server(Handler)
+    try:
+        assert len(data) / (pieces * 0.03) > 4 * 200  # well above the rate, over about three windows
+        t0 = time.monotonic()
+        path = download.get("ml-100k", cache_dir=tmp_path / "cache", url=url, sha256=sha)
+        assert time.monotonic() - t0 >= 0.25
+        assert (path / "u.data").read_text() == U_DATA
+    finally:
         _stop(server, t)
 
 

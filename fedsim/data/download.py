@@ -191,18 +191,41 @@ class _WriteFailed(Exception):
         self.cause = cause
 
 
+MIN_RATE = 1024  # bytes per second a download must average over every RATE_WINDOW
+RATE_WINDOW = 120.0  # seconds
+
+
+class _TooSlow(Exception):
+    """The source brought ``window_bytes`` in ``window_seconds``, less than :data:`MIN_RATE` on
+    average (``received`` bytes in ``seconds`` in all)."""
+
+    def __init__(self, received: int, seconds: float, window_bytes: int, window_seconds: float):
+        super().__init__(received, seconds, window_bytes, window_seconds)
+        self.received, self.seconds = received, seconds
+        self.window_bytes, self.window_seconds = window_bytes, window_seconds
+
+
 def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None,
-                  limit: int | None = None) -> tuple[str, int]:
+                  limit: int | None = None, rate: bool = False) -> tuple[str, int]:
     """Copy ``src`` into ``dst`` hashing it; returns (sha256, bytes). With ``limit``, stops once
     more than ``limit`` bytes have come (the count returned then exceeds it). A failing read raises
     :class:`_ReadFailed`, a failing write :class:`_WriteFailed`, so that the caller can tell a
-    broken connection from a full disk."""
+    broken connection from a full disk. With ``rate`` (a download), :class:`_TooSlow` once the
+    bytes of a window of at least :data:`RATE_WINDOW` seconds average less than :data:`MIN_RATE`
+    a second.
+
+    Reads take what one system call brings (``read1``): ``read(1 MiB)`` waited for a full MiB,
+    each byte within the socket timeout, so a server trickling a byte a minute held one read
+    for years, and no check between reads could stop it."""
     h = hashlib.sha256()
     n = 0
+    read = getattr(src, "read1", src.read)
+    start = window_start = time.monotonic()
+    window_bytes = 0
     while True:
         want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - n)
         try:
-            buf = src.read(want)
+            buf = read(want)
         except (OSError, http.client.HTTPException) as e:
             # http.client.IncompleteRead (a chunked body cut off) is no OSError: it came out of
             # `fedsim data get` as a traceback; a timeout or reset said neither dataset nor address
@@ -219,6 +242,13 @@ def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, 
             progress(n, total)
         if limit is not None and n > limit:
             break
+        if rate:
+            window_bytes += len(buf)
+            now = time.monotonic()
+            if now - window_start >= RATE_WINDOW:
+                if window_bytes < MIN_RATE * (now - window_start):
+                    raise _TooSlow(n, now - start, window_bytes, now - window_start)
+                window_start, window_bytes = now, 0
     return h.hexdigest(), n
 
 
@@ -507,6 +537,10 @@ def get(
     A download is bounded by the registry's size: checked against the pin, a ``Content-Length``
     of another size, or a reply running past that size, is a :class:`ChecksumError`; otherwise
     (``sha256``, ``verify=False``) more than ``MAX_DOWNLOAD_RATIO`` times it is a ``ValueError``.
+    It is bounded in time by a rate: a window of :data:`RATE_WINDOW` seconds that brings less than
+    :data:`MIN_RATE` bytes a second on average stops it with a ``ConnectionError`` (``... is too
+    slow: B bytes in the last S s, ...``), so that a server trickling a byte within each
+    ``timeout`` cannot hold it for ever, while a slow link above the rate always finishes.
     """
     spec = _spec(name)
     if sha256 is not None:
@@ -561,7 +595,7 @@ def get(
                         total = resp.headers.get("Content-Length")
                         total = int(total) if total and total.strip().isdigit() else None
                         _check_announced(name, source, spec, total, pinned, limit)
-                        digest, size = _copy_hashing(resp, out, progress, total, limit)
+                        digest, size = _copy_hashing(resp, out, progress, total, limit, rate=True)
                     if limit is not None and size > limit:
                         # an endless reply (or one far larger than the dataset) filled the disk
                         raise _too_large(name, source, spec, pinned, f"stopped after {size:,} bytes")
@@ -578,6 +612,14 @@ def get(
             raise ConnectionError(
                 f"download of {name} from {source} failed after {e.received:,} bytes: {_reason(e.cause)}; "
                 "nothing was installed (run the command again)"
+            ) from None
+        except _TooSlow as e:
+            # one byte just inside each read's timeout kept a download going for ever
+            raise ConnectionError(
+                f"download of {name} from {source} is too slow: {e.window_bytes:,} bytes in the last "
+                f"{e.window_seconds:.1f} s, {e.received:,} bytes in {e.seconds:.1f} s in all (at least "
+                f"{MIN_RATE:,} bytes/s over {RATE_WINDOW:g} s are required); nothing was installed (run the "
+                f"command again, or install a copy of the zip with --from)"
             ) from None
         except _WriteFailed as e:
             # a full disk said "[Errno 28] No space left on device", naming no file or folder
