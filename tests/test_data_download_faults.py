@@ -7,10 +7,12 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -79,7 +81,8 @@ def test_a_chunked_download_cut_off_is_one_error_naming_dataset_and_address(tmp_
         cache = tmp_path / "cache"
         with pytest.raises(ConnectionError) as ei:
             download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64)
-        assert str(ei.value) == (f"download of ml-100k from {url} failed after 0 bytes: IncompleteRead(0 bytes read); "
+        # the 100 bytes sent before the cut are counted: reads take what arrives (read1), not a full MiB
+        assert str(ei.value) == (f"download of ml-100k from {url} failed after 100 bytes: IncompleteRead(0 bytes read); "
                                  "nothing was installed (run the command again)")
         assert cache_files(cache) == []
         assert main(["get", "ml-100k", "--url", url, "--sha256", "0" * 64, "--cache-dir", str(cache), "--quiet"]) == 2
@@ -108,7 +111,7 @@ def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path
         cache = tmp_path / "cache"
         with pytest.raises(ConnectionError) as ei:
             download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64, timeout=0.3)
-        assert str(ei.value) == (f"download of ml-100k from {url} failed after 0 bytes: timed out; "
+        assert str(ei.value) == (f"download of ml-100k from {url} failed after 100 bytes: timed out; "
                                  "nothing was installed (run the command again)")
         assert cache_files(cache) == []
     finally:
@@ -116,10 +119,91 @@ def test_a_download_that_stalls_is_one_error_naming_dataset_and_address(tmp_path
         _stop(server, t)
 
 
+def test_a_trickling_download_is_cut_off_below_the_minimum_rate(tmp_path, monkeypatch, capsys):
+    # a byte just inside each read's timeout was never cut off (read(1 MiB) even waited for a
+    # full MiB): now every window of RATE_WINDOW seconds must average MIN_RATE bytes a second.
+    # Scaled down: a byte every 20 ms (50 bytes/s) against 200 bytes/s over 0.2 s
+    monkeypatch.setattr(download, "MIN_RATE", 200)
+    monkeypatch.setattr(download, "RATE_WINDOW", 0.2)
+    sent, release = [], threading.Event()
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "5000")
+            self.end_headers()
+            try:
+                while not release.is_set() and len(sent) < 5000:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    sent.append(1)
+                    release.wait(0.02)
+            except OSError:  # the client hung up
+                pass
+
+    server, t, url = _server(Handler)
+    try:
+        cache = tmp_path / "cache"
+        with pytest.raises(ConnectionError) as ei:
+            download.get("ml-100k", cache_dir=cache, url=url, sha256="0" * 64, timeout=5)
+        msg = str(ei.value)
+        m = re.fullmatch(
+            rf"download of ml-100k from {re.escape(url)} is too slow: (\d+) bytes in the last ([\d.]+) s, "
+            r"(\d+) bytes in ([\d.]+) s in all \(at least 200 bytes/s over 0.2 s are required\); nothing was "
+            r"installed \(run the command again, or install a copy of the zip with --from\)", msg)
+        assert m, msg
+        window_bytes, window_s, received, seconds = int(m[1]), float(m[2]), int(m[3]), float(m[4])
+        # the first window failed: it is the whole download, at least 0.2 s long, below 200 bytes/s
+        assert window_bytes == received and window_s == seconds
+        assert window_s >= 0.2 - 0.05 and 1 <= received < 200 * (window_s + 0.05)
+        assert received <= len(sent) < 5000
+        assert cache_files(cache) == []
+        # the command line: one error line, status 2
+        assert main(["get", "ml-100k", "--url", url, "--sha256", "0" * 64, "--cache-dir", str(cache), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: download of ml-100k from {url} is too slow: ") and err.count("\n") == 1
+        assert cache_files(cache) == []
+    finally:
+        release.set()
+        _stop(server, t)
+
+
+def test_a_slow_steady_download_spanning_several_windows_installs(tmp_path, fixture_zip, monkeypatch):
+    # the bound is a rate, not a deadline: a link above it finishes however long it takes
+    _, sha, zpath, _ = fixture_zip
+    data = zpath.read_bytes()
+    monkeypatch.setattr(download, "MIN_RATE", 200)
+    monkeypatch.setattr(download, "RATE_WINDOW", 0.1)
+    pieces = 10
+
+    class Handler(_Quiet):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            step = -(-len(data) // pieces)
+            for i in range(0, len(data), step):
+                self.wfile.write(data[i:i + step])
+                self.wfile.flush()
+                time.sleep(0.03)
+
+    server, t, url = _server(Handler)
+    try:
+        assert len(data) / (pieces * 0.03) > 4 * 200  # well above the rate, over about three windows
+        t0 = time.monotonic()
+        path = download.get("ml-100k", cache_dir=tmp_path / "cache", url=url, sha256=sha)
+        assert time.monotonic() - t0 >= 0.25
+        assert (path / "u.data").read_text() == U_DATA
+    finally:
+        _stop(server, t)
+
+
 @pytest.mark.parametrize("module, sig, status, line", [
     ("fedsim", "SIGINT", 130, "interrupted: nothing was installed"),
     ("fedsim", "SIGTERM", 143, "terminated (SIGTERM): nothing was installed"),
     ("fedsim.data", "SIGINT", 130, "interrupted: nothing was installed"),
+    # `python -m fedsim.data` died at once on SIGTERM, leaving its .part download for a day
+    ("fedsim.data", "SIGTERM", 143, "terminated (SIGTERM): nothing was installed"),
 ])
 def test_ctrl_c_or_sigterm_stops_a_download_process_leaving_nothing(tmp_path, module, sig, status, line):
     # `fedsim data get` stopped mid-download said "interrupted: the run's output folder was not
@@ -393,6 +477,47 @@ def test_a_damaged_install_is_reported_not_loaded_as_a_smaller_dataset(pinned_in
     assert capsys.readouterr().err.startswith(f"error: ml-100k in {path} is damaged: {what}")
     assert main(["get", "ml-100k", "--from", str(zpath), "--force", "--quiet"]) == 0
     assert u.read_text() == U_DATA and len(resolve("ml-100k")) == 3
+
+
+@pytest.mark.parametrize("damage", ["truncated", "removed", "other file"])
+def test_list_and_path_say_a_damaged_install_is_damaged(pinned_install, damage, capsys):
+    # `data list` said "installed" and `data path` printed the folder of an install whose files
+    # were cut short or gone (they only looked for the marker); loading it by name then failed
+    path, _ = pinned_install
+    victim = path / ("README" if damage == "other file" else "u.data")
+    size = victim.stat().st_size
+    if damage == "removed":
+        victim.unlink()
+        what = f"{victim} is missing"
+    else:
+        victim.write_bytes(victim.read_bytes()[:3])
+        what = f"{victim} has 3 bytes, not the {size} it was installed with"
+    msg = (f"ml-100k in {path} is damaged: {what}; reinstall it with force=True "
+           "(fedsim data get ml-100k --force)")
+    assert download.install_damage("ml-100k") == msg
+    rows = {d["name"]: d for d in download.list_datasets()}
+    assert (rows["ml-100k"]["installed"], rows["ml-100k"]["damaged"]) == (True, msg)
+    assert (rows["ml-1m"]["installed"], rows["ml-1m"]["damaged"]) == (False, None)
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == ["ml-100k", "damaged"] and out[2].split()[:2] == ["ml-1m", "-"]
+    assert out[1 + len(download.REGISTRY):] == [msg]
+    assert main(["path", "ml-100k"]) == 1
+    assert capsys.readouterr() == ("", f"fedsim data: {msg}\n")
+
+
+def test_list_and_path_check_sizes_and_leave_the_ratings_sha256_to_the_load(pinned_install, capsys):
+    # a ratings file changed in place at its size: list and path do not hash the files (a listing
+    # would read every install's gigabytes); the load by name, which reads the file anyway, refuses it
+    path, _ = pinned_install
+    assert download.install_damage("ml-100k") is None
+    assert main(["path", "ml-100k"]) == 0 and capsys.readouterr() == (f"{path}\n", "")
+    assert main(["list"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["ml-100k", "installed"]
+    (path / "u.data").write_text(U_DATA.replace("4", "1"))
+    assert download.install_damage("ml-100k") is None
+    with pytest.raises(download.ChecksumError, match=" is damaged: .*u.data is not the file it was installed with"):
+        resolve("ml-100k")
 
 
 def test_an_install_whose_marker_records_no_files_is_checked_for_its_ratings_file(pinned_install):

@@ -1,6 +1,8 @@
 """``fedsim data get|list|path``: dataset management on the command line. Errors print one line
 (``error: ...``, naming the option, dataset or file) and exit with status 2; ``path`` of a
-dataset not installed exits with 1.
+dataset not installed, or damaged (a file its install recorded missing or of another size:
+:func:`fedsim.data.download.install_damage`), exits with 1; ``list`` marks a damaged install
+``damaged`` and prints what is wrong below the table.
 
 The main ``fedsim`` CLI calls :func:`add_subparser` on its subparsers object and dispatches to
 :func:`run` (also set as the ``func`` default).  Standalone: ``python -m fedsim.data ...``.
@@ -11,7 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
+import threading
 import urllib.error
 import urllib.parse
 from pathlib import Path
@@ -48,9 +52,9 @@ def _fill(p: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="store_true", help="reinstall even if already installed")
     g.add_argument("--cache-dir", help="cache folder (default $FEDSIM_DATA or the platform cache)")
     g.add_argument("--quiet", action="store_true", help="no progress output")
-    l_ = sub.add_parser("list", help="list known datasets and whether they are installed")
+    l_ = sub.add_parser("list", help="list known datasets and whether they are installed (or damaged)")
     l_.add_argument("--cache-dir", help="cache folder")
-    pa = sub.add_parser("path", help="print the folder of an installed dataset")
+    pa = sub.add_parser("path", help="print the folder of an installed dataset (exit 1 if not installed or damaged)")
     pa.add_argument("name", help=f"dataset name ({names})")
     pa.add_argument("--cache-dir", help="cache folder")
     p.set_defaults(func=run)
@@ -103,7 +107,7 @@ def _check_options(args: argparse.Namespace, cmd: str | None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Execute a parsed ``data`` command; returns the process exit code: 0, 1 when ``path``
-    finds the dataset not installed, 2 after an error (one line, ``error: ...``)."""
+    finds the dataset not installed or damaged, 2 after an error (one line, ``error: ...``)."""
     out, err = sys.stdout, sys.stderr
     cmd = getattr(args, "data_command", None)
     try:
@@ -113,14 +117,21 @@ def run(args: argparse.Namespace) -> int:
             root = download.default_cache_dir(args.cache_dir)
             print(f"cache: {root}", file=out)
             for d in rows:
-                mark = "installed" if d["installed"] else "-"
+                mark = "damaged" if d["damaged"] else "installed" if d["installed"] else "-"
                 size = f"{d['size'] / 1e6:.1f} MB" if d["size"] else "?"
                 print(f"{d['name']:<16} {mark:<10} {size:>9}  {d['description']}", file=out)
+            for d in rows:  # a damaged install was listed as installed: say what is wrong and what to do
+                if d["damaged"]:
+                    print(d["damaged"], file=out)
             return 0
         if cmd == "path":
             path = download.dataset_path(args.name, args.cache_dir)
             if not download.is_installed(args.name, args.cache_dir):
                 print(f"fedsim data: {args.name} is not installed (run: fedsim data get {args.name})", file=err)
+                return 1
+            damaged = download.install_damage(args.name, args.cache_dir)
+            if damaged:  # its folder was printed as usable: loading it by name fails
+                print(f"fedsim data: {damaged}", file=err)
                 return 1
             print(path, file=out)
             return 0
@@ -162,14 +173,38 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedsim.data", description="fedsim dataset management")
-    _fill(parser)
-    args = parser.parse_args(argv)
+    """``python -m fedsim.data``. Ctrl-C stops it with ``interrupted: nothing was installed`` and
+    status 130, SIGTERM (``kill PID``, ``timeout``) with ``terminated (SIGTERM): nothing was
+    installed`` and 143, as ``fedsim data`` does: the install stopped removes its ``.part``
+    download and unpacked files (SIGTERM ended the process at once, leaving the ``.part`` until
+    an install a day later). SIGTERM's handler is put back afterwards; one set to be ignored
+    stays ignored."""
+    term: list[int] = []
+
+    def on_term(signum, frame):
+        if not term:
+            term.append(signum)
+            raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGTERM)
+    watch = (threading.current_thread() is threading.main_thread()
+             and previous is not signal.SIG_IGN and previous is not None)  # None: set outside Python
+    if watch:
+        signal.signal(signal.SIGTERM, on_term)
     try:
+        parser = argparse.ArgumentParser(prog="python -m fedsim.data", description="fedsim dataset management")
+        _fill(parser)
+        args = parser.parse_args(argv)
         return run(args)
     except KeyboardInterrupt:  # a traceback; the install stopped removes what it made
+        if term:
+            print("terminated (SIGTERM): nothing was installed", file=sys.stderr)
+            return 128 + signal.SIGTERM
         print("interrupted: nothing was installed", file=sys.stderr)
         return 130
+    finally:
+        if watch:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -64,6 +64,7 @@ __all__ = [
     "dataset_path",
     "default_cache_dir",
     "get",
+    "install_damage",
     "is_installed",
     "list_datasets",
 ]
@@ -154,15 +155,20 @@ def dataset_path(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def is_installed(name: str, cache_dir: str | os.PathLike | None = None) -> bool:
+    """Whether ``name`` has an install (its marker file) in the cache, intact or not: see
+    :func:`install_damage`."""
     return (dataset_path(name, cache_dir) / MARKER).is_file()
 
 
 def list_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
-    """One dict per registered dataset: the spec fields plus ``installed`` and ``path``."""
+    """One dict per registered dataset: the spec fields plus ``installed`` (a marker is there),
+    ``damaged`` (``None``, or what :func:`install_damage` finds wrong with the install) and
+    ``path``."""
     out = []
     for name, spec in REGISTRY.items():
         d = asdict(spec)
         d["installed"] = is_installed(name, cache_dir)
+        d["damaged"] = install_damage(name, cache_dir) if d["installed"] else None
         d["path"] = str(dataset_path(name, cache_dir))
         out.append(d)
     return out
@@ -185,18 +191,41 @@ class _WriteFailed(Exception):
         self.cause = cause
 
 
+MIN_RATE = 1024  # bytes per second a download must average over every RATE_WINDOW
+RATE_WINDOW = 120.0  # seconds
+
+
+class _TooSlow(Exception):
+    """The source brought ``window_bytes`` in ``window_seconds``, less than :data:`MIN_RATE` on
+    average (``received`` bytes in ``seconds`` in all)."""
+
+    def __init__(self, received: int, seconds: float, window_bytes: int, window_seconds: float):
+        super().__init__(received, seconds, window_bytes, window_seconds)
+        self.received, self.seconds = received, seconds
+        self.window_bytes, self.window_seconds = window_bytes, window_seconds
+
+
 def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, total: int | None,
-                  limit: int | None = None) -> tuple[str, int]:
+                  limit: int | None = None, rate: bool = False) -> tuple[str, int]:
     """Copy ``src`` into ``dst`` hashing it; returns (sha256, bytes). With ``limit``, stops once
     more than ``limit`` bytes have come (the count returned then exceeds it). A failing read raises
     :class:`_ReadFailed`, a failing write :class:`_WriteFailed`, so that the caller can tell a
-    broken connection from a full disk."""
+    broken connection from a full disk. With ``rate`` (a download), :class:`_TooSlow` once the
+    bytes of a window of at least :data:`RATE_WINDOW` seconds average less than :data:`MIN_RATE`
+    a second.
+
+    Reads take what one system call brings (``read1``): ``read(1 MiB)`` waited for a full MiB,
+    each byte within the socket timeout, so a server trickling a byte a minute held one read
+    for years, and no check between reads could stop it."""
     h = hashlib.sha256()
     n = 0
+    read = getattr(src, "read1", src.read)
+    start = window_start = time.monotonic()
+    window_bytes = 0
     while True:
         want = 1 << 20 if limit is None else min(1 << 20, limit + 1 - n)
         try:
-            buf = src.read(want)
+            buf = read(want)
         except (OSError, http.client.HTTPException) as e:
             # http.client.IncompleteRead (a chunked body cut off) is no OSError: it came out of
             # `fedsim data get` as a traceback; a timeout or reset said neither dataset nor address
@@ -213,6 +242,13 @@ def _copy_hashing(src, dst, progress: Callable[[int, int | None], None] | None, 
             progress(n, total)
         if limit is not None and n > limit:
             break
+        if rate:
+            window_bytes += len(buf)
+            now = time.monotonic()
+            if now - window_start >= RATE_WINDOW:
+                if window_bytes < MIN_RATE * (now - window_start):
+                    raise _TooSlow(n, now - start, window_bytes, now - window_start)
+                window_start, window_bytes = now, 0
     return h.hexdigest(), n
 
 
@@ -398,42 +434,68 @@ def _record_files(folder: Path) -> dict[str, dict]:
     return out
 
 
+def _damage(name: str, dest: Path, marker: dict, hash_ratings: bool) -> str | None:
+    """What is wrong with the files of the install in ``dest`` (``None``: nothing found): a file
+    the marker records missing or of another size, or (``hash_ratings``) the dataset's ratings
+    file of another sha256 than when installed. An install whose marker records no files (made
+    before fedsim recorded them) is checked for its ratings file only."""
+    ratings = _spec(name).ratings
+    files = marker.get("files")
+    if not isinstance(files, dict):
+        return None if (dest / ratings).is_file() else f"{dest / ratings} is missing"
+    for rel, rec in files.items():
+        p = dest / rel
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:
+            return f"{p} is missing"
+        if size != rec.get("bytes"):
+            return f"{p} has {size:,} bytes, not the {rec.get('bytes'):,} it was installed with"
+    rec = files.get(ratings)
+    if rec is None:
+        return None if (dest / ratings).is_file() else f"{dest / ratings} is missing"
+    if hash_ratings:
+        digest = _file_sha256(dest / ratings)
+        if digest != rec.get("sha256"):
+            return (f"{dest / ratings} is not the file it was installed with (sha256 {digest}, "
+                    f"installed {rec.get('sha256')})")
+    return None
+
+
+def _damaged(name: str, dest: Path, problem: str) -> ChecksumError:
+    return ChecksumError(f"{name} in {dest} is damaged: {problem}; reinstall it with force=True "
+                         f"(fedsim data get {name} --force)")
+
+
 def _check_files(name: str, dest: Path, marker: dict) -> None:
     """Raise :class:`ChecksumError` if a file the marker of ``dest`` records is missing or has
     another size, or if the dataset's ratings file has another sha256 than when installed (the
     files the loaders read were trusted on the marker alone: a truncated or replaced ``u.data``
     loaded as a smaller dataset). An install whose marker records no files (made before fedsim
     recorded them) is checked for its ratings file only."""
-    ratings = _spec(name).ratings
-    files = marker.get("files")
-    problem = None
-    if not isinstance(files, dict):
-        if not (dest / ratings).is_file():
-            problem = f"{dest / ratings} is missing"
-    else:
-        for rel, rec in files.items():
-            p = dest / rel
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                problem = f"{p} is missing"
-                break
-            if size != rec.get("bytes"):
-                problem = f"{p} has {size:,} bytes, not the {rec.get('bytes'):,} it was installed with"
-                break
-        else:
-            rec = files.get(ratings)
-            if rec is None:
-                if not (dest / ratings).is_file():
-                    problem = f"{dest / ratings} is missing"
-            else:
-                digest = _file_sha256(dest / ratings)
-                if digest != rec.get("sha256"):
-                    problem = (f"{dest / ratings} is not the file it was installed with (sha256 {digest}, "
-                               f"installed {rec.get('sha256')})")
+    problem = _damage(name, dest, marker, hash_ratings=True)
     if problem is not None:
-        raise ChecksumError(f"{name} in {dest} is damaged: {problem}; reinstall it with force=True "
-                            f"(fedsim data get {name} --force)")
+        raise _damaged(name, dest, problem)
+
+
+def install_damage(name: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """What is wrong with installed dataset ``name``, as the one-line message a
+    :class:`ChecksumError` for it would have (``NAME in DIR is damaged: ...; reinstall it ...``),
+    or ``None`` when the install is intact or there is none. The cheap checks only, what ``fedsim data list`` and ``path``
+    report: every file the marker records is there with its size (the ratings file only, for an
+    install whose marker records no files). The ratings file's sha256 is checked where it is
+    read anyway (loading by name, a verifying :func:`get`): hashing every install's files for a
+    listing would read gigabytes (about 1 s for ml-25m's ``ratings.csv`` alone), and what it adds
+    is a file changed in place at its size, which the load by name still refuses."""
+    dest = dataset_path(name, cache_dir)
+    try:
+        marker = json.loads((dest / MARKER).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        marker = {}
+    problem = _damage(name, dest, marker if isinstance(marker, dict) else {}, hash_ratings=False)
+    return None if problem is None else str(_damaged(name, dest, problem))
 
 
 def get(
@@ -475,6 +537,10 @@ def get(
     A download is bounded by the registry's size: checked against the pin, a ``Content-Length``
     of another size, or a reply running past that size, is a :class:`ChecksumError`; otherwise
     (``sha256``, ``verify=False``) more than ``MAX_DOWNLOAD_RATIO`` times it is a ``ValueError``.
+    It is bounded in time by a rate: a window of :data:`RATE_WINDOW` seconds that brings less than
+    :data:`MIN_RATE` bytes a second on average stops it with a ``ConnectionError`` (``... is too
+    slow: B bytes in the last S s, ...``), so that a server trickling a byte within each
+    ``timeout`` cannot hold it for ever, while a slow link above the rate always finishes.
     """
     spec = _spec(name)
     if sha256 is not None:
@@ -529,7 +595,7 @@ def get(
                         total = resp.headers.get("Content-Length")
                         total = int(total) if total and total.strip().isdigit() else None
                         _check_announced(name, source, spec, total, pinned, limit)
-                        digest, size = _copy_hashing(resp, out, progress, total, limit)
+                        digest, size = _copy_hashing(resp, out, progress, total, limit, rate=True)
                     if limit is not None and size > limit:
                         # an endless reply (or one far larger than the dataset) filled the disk
                         raise _too_large(name, source, spec, pinned, f"stopped after {size:,} bytes")
@@ -546,6 +612,14 @@ def get(
             raise ConnectionError(
                 f"download of {name} from {source} failed after {e.received:,} bytes: {_reason(e.cause)}; "
                 "nothing was installed (run the command again)"
+            ) from None
+        except _TooSlow as e:
+            # one byte just inside each read's timeout kept a download going for ever
+            raise ConnectionError(
+                f"download of {name} from {source} is too slow: {e.window_bytes:,} bytes in the last "
+                f"{e.window_seconds:.1f} s, {e.received:,} bytes in {e.seconds:.1f} s in all (at least "
+                f"{MIN_RATE:,} bytes/s over {RATE_WINDOW:g} s are required); nothing was installed (run the "
+                f"command again, or install a copy of the zip with --from)"
             ) from None
         except _WriteFailed as e:
             # a full disk said "[Errno 28] No space left on device", naming no file or folder
