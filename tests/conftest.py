@@ -51,25 +51,22 @@ def load_benchmark(name: str):
 
 
 @pytest.fixture
-def wait_for_losing_the_race(monkeypatch):
-    """Replace ``asyncio.wait_for`` (here and in processes forked from here) by one that, for a
-    future with a timeout, always raises ``TimeoutError`` after the timeout even when the future
-    completed meanwhile: the race Python 3.12's ``wait_for`` loses when the future completes in
-    the loop pass its timeout fires in. Other waits (coroutines, no timeout) are the real ones."""
+def timed_wait_losing_the_race(monkeypatch):
+    """Replace the real-time transports' timed wait (``ClosedOnDropout.await_within``, here and
+    in processes forked from here) by one that always raises ``TimeoutError`` after its seconds,
+    even when the future completed meanwhile: the race ``asyncio.timeout`` (and Python 3.12's
+    ``wait_for``) loses when the future completes in the loop pass its timeout fires in."""
     import asyncio
 
-    real = asyncio.wait_for
+    from fedsim.kernel.realtime import ClosedOnDropout
 
-    async def late_wait_for(aw, timeout):
-        if timeout is None or not isinstance(aw, asyncio.Future):
-            return await real(aw, timeout)
-        task = asyncio.ensure_future(aw)
-        await asyncio.sleep(timeout)
-        if not task.done():
-            task.cancel()
-        raise asyncio.TimeoutError
+    async def late_await_within(fut, seconds):
+        await asyncio.sleep(seconds)
+        if not fut.done():
+            fut.cancel()
+        raise TimeoutError
 
-    monkeypatch.setattr(asyncio, "wait_for", late_wait_for)
+    monkeypatch.setattr(ClosedOnDropout, "await_within", staticmethod(late_await_within))
 
 
 async def receive_within(ctx, timeout: float = 0.3):

@@ -231,3 +231,46 @@ def test_tcp_a_dropout_still_to_come_keeps_the_run_going_across_processes(tmp_pa
     row = _rows(net)[("S", "A", "m")]
     assert row["status"] == "delivered" and row["read"] is False
     assert log.items() == [("finally", "A")]
+
+
+async def _idle(ctx):
+    return None
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_dropout_cancelling_a_timed_receive_as_its_message_arrives_is_not_lost(transport):
+    # Python 3.11's asyncio.wait_for, cancelled in the loop pass in which the awaited future got
+    # its result, returns the result and loses the cancellation: a timed receive cancelled by its
+    # node's dropout (or by the run's end) just as a message came went on as if nothing happened
+    # (the actor ran on after its dropout, and at the run's end the worker waited for it).
+    # Forced here: the message and the cancellation land in the same pass, before the actor's task runs.
+    import asyncio
+    from types import SimpleNamespace
+
+    from fedsim.kernel.node import hand_over
+
+    net = _net(transport)
+    net.add_node("a", _idle)
+    node = net.nodes["a"]
+    waited = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        if transport == "tcp":  # (what wait_for_message uses of the worker process's state)
+            net._worker = SimpleNamespace(loop=loop, touch=lambda now: None, blocked=0)
+        else:
+            net._loop = loop
+        task = loop.create_task(net.wait(node, "x", 5.0))
+        await asyncio.sleep(0)
+        waited.append(node.waiter is not None)
+        node.offline = True  # its dropout (go_offline): offline, then its task cancelled
+        assert hand_over(node, SimpleNamespace(kind="x", round=0)) is False  # the message, into its future
+        task.cancel()
+        try:
+            return "returned", await task
+        except asyncio.CancelledError:
+            return "cancelled", None
+
+    assert asyncio.run(main()) == ("cancelled", None)
+    assert waited == [True]
+    assert net.closed == {"a"}  # closed: a wait in its finally block raises RunEnded, what it sends is dropped

@@ -1092,11 +1092,11 @@ def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked():
 
 
 
-def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_losing_the_race):
-    # the same race as on AsyncioNetwork (test_kernel_transports): since Python 3.12 wait_for
-    # raises TimeoutError when the future completes in the pass its timeout fires in, and the
-    # message taken into the future was lost; this wait_for (inherited by the forked workers)
-    # always loses that race
+def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(timed_wait_losing_the_race):
+    # the same race as on AsyncioNetwork (test_kernel_transports): asyncio.timeout (and, since
+    # Python 3.12, wait_for) raises TimeoutError when the future completes in the pass its timeout
+    # fires in, and the message taken into the future was lost; this timed wait (inherited by the
+    # forked workers) always loses that race
     net = TcpNetwork(seed=SEED, processes=2)
     net.add_node("a", receive_within)
     net.add_node("b", send_x_to_a_soon)

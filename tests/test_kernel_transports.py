@@ -527,16 +527,49 @@ def test_a_receive_the_actor_cancels_no_longer_counts_as_blocked_on_asyncio():
 
 
 
-def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(wait_for_losing_the_race):
-    # Since Python 3.12 asyncio.wait_for raises TimeoutError when the awaited future completes in
-    # the loop pass its timeout fires in; the message, already taken from the mailbox into the
-    # future, was lost (the receive said "timed out"). This wait_for always loses that race.
+def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(timed_wait_losing_the_race):
+    # asyncio.timeout (and, since Python 3.12, asyncio.wait_for) raises TimeoutError when the
+    # awaited future completes in the loop pass its timeout fires in; the message, already taken
+    # from the mailbox into the future, was lost (the receive said "timed out"). This timed wait
+    # always loses that race.
     net = AsyncioNetwork()
     net.add_node("a", receive_within)
     net.add_node("b", send_x_to_a_soon)
     res = net.run(timeout=10)
     assert res.results == {"a": 5, "b": "sent"}
     assert [(r["kind"], r["status"]) for r in net.ledger.records()] == [("x", "delivered")]
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_message_arriving_in_the_pass_a_timed_receive_times_out_in_is_returned(transport):
+    # the same race, with the real timed wait (asyncio.timeout), forced: the message and the
+    # timeout both fall due while the loop is blocked, and run in one pass (the message first),
+    # before the receiving task runs again. The timeout raises; the message in its future is returned.
+    import time
+    from types import SimpleNamespace
+
+    from fedsim.kernel import TcpNetwork
+    from fedsim.kernel.node import hand_over
+
+    net = TcpNetwork(processes=1, time_scale=1.0) if transport == "tcp" else AsyncioNetwork(time_scale=1.0)
+    net.add_node("a", receive_within)
+    node = net.nodes["a"]
+    envl = SimpleNamespace(kind="x", round=0)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        if transport == "tcp":  # (what wait_for_message uses of the worker process's state)
+            net._worker = SimpleNamespace(loop=loop, touch=lambda now: None, blocked=0)
+        else:
+            net._loop = loop
+        task = loop.create_task(net.wait(node, "x", 0.05))
+        await asyncio.sleep(0)  # it waits: its timeout falls due 0.05 s from now
+        loop.call_later(0.04, hand_over, node, envl)
+        loop.call_soon(time.sleep, 0.2)  # both fall due meanwhile
+        return await task
+
+    assert asyncio.run(main()) is envl
+    assert node.waiter is None and not node.mailbox
 
 
 @pytest.mark.parametrize("each", [False, True])

@@ -98,3 +98,36 @@ def test_kinds_given_as_a_generator_are_kept():
     base = REGISTRY["demo"]
     spec = dataclasses.replace(base, name="demo-gen", kinds=(k for k in base.kinds))
     assert spec.kinds == tuple(base.kinds) and spec.kinds
+
+
+def test_a_plugin_that_fails_while_loading_leaves_nothing_behind_and_loads_once_fixed(tmp_path):
+    # a plug-in raising after its register call stayed in sys.modules half-initialised and its
+    # protocol stayed registered (pointing at that module); the fixed file, loaded again, was
+    # then refused: its build had moved, so its spec was no longer "the same source"
+    import sys
+
+    path = tmp_path / "half.py"
+    broken = PLUGIN.format(name="reg-test-half", cls="CfgHalf") + (
+        "import dataclasses\nfrom fedsim.protocols import REGISTRY\n"
+        "register(dataclasses.replace(REGISTRY['demo'], summary='replaced'), replace=True)\n"
+        "raise RuntimeError('half way')\n")
+    path.write_text(broken)
+    demo = REGISTRY["demo"]
+    before = set(REGISTRY)
+    modules = {n for n in sys.modules if n.startswith("fedsim_plugin_half_")}
+    try:
+        with pytest.raises(RuntimeError, match="half way") as err:
+            load_plugins([path], entry_points=False)
+        assert err.value.__notes__ == [f"(while loading the protocol plug-in file {path.resolve()}: nothing of it was kept)"]
+        assert {n for n in sys.modules if n.startswith("fedsim_plugin_half_")} == modules == set()
+        assert set(REGISTRY) == before and "reg-test-half" not in REGISTRY
+        assert REGISTRY["demo"] is demo  # the spec it replaced is back
+        # fixed: one line more above build, so that build is at another line than the first time
+        path.write_text("# fixed\n" + PLUGIN.format(name="reg-test-half", cls="CfgHalf"))
+        assert load_plugins([path], entry_points=False) == ["reg-test-half"]
+        mod = sys.modules[REGISTRY["reg-test-half"].build.__module__]
+        assert mod.__file__ == str(path.resolve()) and REGISTRY["reg-test-half"].build is mod.build
+        assert load_plugins([path], entry_points=False) == []  # loaded: not again
+    finally:
+        REGISTRY.remove("reg-test-half")
+        REGISTRY.add(demo, replace=True)

@@ -145,3 +145,41 @@ def test_a_parent_that_is_a_zombie_counts_as_gone(monkeypatch):
     finally:
         monkeypatch.undo()
         child.wait()
+
+
+def _jit_warm(_):
+    from fedsim.math import jit
+
+    return jit._warm, os.getpid()
+
+
+def test_a_pool_of_forked_workers_starts_numbas_compiler_in_the_parent_first(monkeypatch):
+    # each forked worker that called a compiled kernel started numba's compiler of its own
+    # (50-90 MB and a quarter of a second each): pmap now calls jit.warm_up before it forks, so
+    # the workers inherit it started (jit._warm, as warm_up leaves it, seen in each worker)
+    import multiprocessing
+
+    from fedsim.math import jit
+
+    assert multiprocessing.get_start_method() == "fork"
+    calls = []
+
+    def warm_up():
+        calls.append(os.getpid())
+        jit._warm = True
+        return True
+
+    monkeypatch.setattr(jit, "_warm", False)
+    monkeypatch.setattr(jit, "warm_up", warm_up)
+    out = pmap(_jit_warm, [0, 1, 2], workers=1)  # no pool: nothing to warm for
+    assert calls == [] and out == [(False, os.getpid())] * 3
+    out = pmap(_jit_warm, [0], workers=2)  # one task: no pool either
+    assert calls == [] and out == [(False, os.getpid())]
+    out = pmap(_jit_warm, [0, 1, 2, 3], workers=2)
+    assert calls == [os.getpid()]  # once, in this (the parent) process
+    assert [w for w, _ in out] == [True] * 4 and os.getpid() not in {pid for _, pid in out}
+    monkeypatch.setattr(jit, "_warm", False)
+    calls.clear()
+    out = pmap(_jit_warm, [0, 1], workers=1, on_error=lambda i, e: None)  # a pool per task, even with 1 worker
+    assert calls == [os.getpid()]
+    assert [w for w, _ in out] == [True] * 2 and os.getpid() not in {pid for _, pid in out}

@@ -128,11 +128,11 @@ class AsyncioNetwork(ClosedOnDropout, Network):
                     self._blocked -= 1
                 raise
         try:
-            return await asyncio.wait_for(fut, timeout * self.time_scale)
-        except asyncio.TimeoutError:
+            return await self.await_within(fut, timeout * self.time_scale)
+        except TimeoutError:
             if fut.done() and not fut.cancelled():
-                # the message came in the loop pass the timeout fired in: since Python 3.12
-                # wait_for raises then, and the message, already out of the mailbox, would be lost
+                # the message came in the loop pass the timeout fired in: the timeout raises then,
+                # and the message, already out of the mailbox, would be lost
                 return fut.result()
             node.waiter = None
             return None

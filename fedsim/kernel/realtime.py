@@ -19,7 +19,7 @@ __all__ = ["ClosedOnDropout"]
 class ClosedOnDropout:
     """Mixin of a real-time transport: ``closed`` (node ids whose actor got the cancellation of
     its dropout) must be a set made by the transport, ``time_scale`` its clock's divisor, and
-    ``wait_for_message(node, kind, timeout)`` its own wait."""
+    ``wait_for_message(node, kind, timeout)`` its own wait (a timed one through ``await_within``)."""
 
     closed: set[str]
     time_scale: float
@@ -54,6 +54,18 @@ class ClosedOnDropout:
         except asyncio.CancelledError:
             self.closed_if_offline(node)
             raise
+
+    @staticmethod
+    async def await_within(fut: asyncio.Future, seconds: float):
+        """The result of ``fut`` (a timed wait's future), awaited at most ``seconds``: past them,
+        ``TimeoutError`` (``fut`` cancelled if it was not done; it may have got its result in the
+        loop pass the timeout fired in, which the caller checks). Through ``asyncio.timeout``,
+        not ``asyncio.wait_for``: 3.11's ``wait_for``, cancelled in the loop pass in which ``fut``
+        got its result, returns that result and loses the cancellation (an actor's dropout, or
+        the run's end, that cancelled its timed receive as a message came went unnoticed: the
+        actor ran on)."""
+        async with asyncio.timeout(seconds):
+            return await fut
 
     def closed_if_offline(self, node: Node) -> None:
         """A wait of ``node`` ended cancelled: if by its dropout, its actor is being closed from

@@ -350,11 +350,11 @@ class TcpNetwork(ClosedOnDropout, Network):
                     w.blocked -= 1
                 raise
         try:
-            return await asyncio.wait_for(fut, timeout * self.time_scale)
-        except asyncio.TimeoutError:
+            return await self.await_within(fut, timeout * self.time_scale)
+        except TimeoutError:
             if fut.done() and not fut.cancelled():
-                # the message came in the loop pass the timeout fired in: since Python 3.12
-                # wait_for raises then, and the message, already out of the mailbox, would be lost
+                # the message came in the loop pass the timeout fired in: the timeout raises then,
+                # and the message, already out of the mailbox, would be lost
                 return fut.result()
             node.waiter = None
             w.touch(self.now())
@@ -1050,9 +1050,10 @@ class _Worker:
         _die_with_parent(self.parent)
         self.net._worker = self
         # No loop teardown: the process leaves through os._exit right after, and the kernel closes
-        # its sockets. (asyncio.run's teardown waits for every cancelled task, and in 3.11 a task
-        # cancelled inside wait_for just as the awaited read completes can lose the cancellation
-        # and wait on forever.)
+        # its sockets. (asyncio.run's teardown waits for every cancelled task, and a task can lose
+        # or ignore its cancellation: in 3.11 one cancelled inside wait_for just as the awaited read
+        # completes, which is why the worker's timed waits use asyncio.timeout, or an actor's own
+        # code that catches CancelledError.)
         return asyncio.new_event_loop().run_until_complete(self._main())
 
     async def _main(self) -> int:
@@ -1072,8 +1073,11 @@ class _Worker:
                                             backlog=_backlog(self.nprocs))
         host, port = sock.getsockname()[:2]
         try:
-            reader, self.ctl = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", self.ctl_port, limit=_READ_LIMIT), net.start_timeout)
+            # (asyncio.timeout, not wait_for, here and in the worker's other timed waits: 3.11's
+            # wait_for, cancelled in the loop pass in which what it awaits completes, loses the
+            # cancellation; see ClosedOnDropout.await_within)
+            async with asyncio.timeout(net.start_timeout):
+                reader, self.ctl = await asyncio.open_connection("127.0.0.1", self.ctl_port, limit=_READ_LIMIT)
         except (ConnectionRefusedError, ConnectionResetError):
             # the launching process stopped listening before this process reached it: it is
             # ending the run (a Ctrl-C at start-up, or a failure of its own, which it reports);
@@ -1113,7 +1117,8 @@ class _Worker:
             ctl_task.cancel()
             server.close()
             try:  # a failure report still buffered goes out before the process leaves (os._exit)
-                await asyncio.wait_for(self.ctl.drain(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.ctl.drain()
             except Exception:  # noqa: BLE001 - the coordinator is gone
                 pass
 
@@ -1201,8 +1206,8 @@ class _Worker:
         net = self.net
         host, port = net.peer_address(q, *self.addresses[q])
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=_READ_LIMIT),
-                                                    net.start_timeout)
+            async with asyncio.timeout(net.start_timeout):
+                reader, writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
         except (OSError, asyncio.TimeoutError) as exc:
             what = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, OSError) and exc.errno in _OUT_OF_FILES:
@@ -1219,7 +1224,8 @@ class _Worker:
         net = self.net
         try:
             try:
-                hello = await asyncio.wait_for(_read_doc(reader, _HANDSHAKE_BYTES), net.start_timeout)
+                async with asyncio.timeout(net.start_timeout):
+                    hello = await _read_doc(reader, _HANDSHAKE_BYTES)
             except Exception:  # noqa: BLE001 - a stray or broken connection: close it unread
                 writer.close()
                 return
@@ -1314,7 +1320,8 @@ class _Worker:
                 if expected > limit or length < _REST.size:
                     if length >= _REST.size:  # name the sender if its header follows promptly
                         try:
-                            rest = await asyncio.wait_for(readexactly(_REST.size), 1.0)
+                            async with asyncio.timeout(1.0):
+                                rest = await readexactly(_REST.size)
                             i = _REST.unpack(rest)[0]
                             if i < len(ids) and proc_of[i] == q:
                                 src = ids[i]

@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -108,8 +109,11 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
     Returns the names of the protocols that became registered. A file already loaded in this
     process is not loaded again. Raises ``TypeError`` for ``paths`` given as one str or path
     (its characters were taken for paths: "no protocol plug-in file at /"; pass a list),
-    ``FileNotFoundError`` for a missing file (or a folder); errors inside a plug-in propagate
-    (with the file named by Python's traceback), and the file counts as not loaded."""
+    ``FileNotFoundError`` for a missing file (or a folder); an error inside a plug-in propagates
+    (Python's traceback names its line; a note added to the exception names the plug-in) and
+    the plug-in is left entirely unloaded: no module of it in ``sys.modules``, none of the
+    protocols it registered before the error (a protocol it replaced is back), so that it can
+    be loaded again once fixed."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError(f"load_plugins takes a list of paths, got the single path {paths!r}; write [{paths!r}]")
     before = set(REGISTRY)
@@ -127,8 +131,9 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
         name = f"fedsim_plugin_{path.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # so dataclasses and worker processes can find it
-        spec.loader.exec_module(mod)
+        with _all_or_nothing(f"the protocol plug-in file {path}"):
+            sys.modules[name] = mod  # so dataclasses and worker processes can find it
+            spec.loader.exec_module(mod)
         _loaded.add(str(path))
         _files.append(str(path))
     if entry_points:
@@ -136,6 +141,32 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
 
         for ep in eps(group="fedsim.protocols"):
             if ep.value not in _loaded:
-                ep.load()
+                with _all_or_nothing(f"the protocol plug-in module {ep.value} (entry point {ep.name!r})"):
+                    ep.load()
                 _loaded.add(ep.value)
     return [n for n in REGISTRY if n not in before]
+
+
+@contextmanager
+def _all_or_nothing(what: str) -> Iterator[None]:
+    """Load a plug-in (``what`` names it) entirely or not at all: one that raises leaves no module
+    of its own behind in ``sys.modules`` (a half-initialised one stayed there, found by whatever
+    imported it by name later), and the registry as it was before it (its ``register`` calls made
+    before the error were kept: a protocol whose module had failed, and a fixed file loaded again
+    was refused as 'already registered' once its ``build`` had moved). Plug-ins it loaded itself
+    are forgotten with it. The error is re-raised with a note naming ``what``."""
+    specs = dict(REGISTRY._specs)
+    loaded, files = set(_loaded), list(_files)
+    modules = set(sys.modules)
+    try:
+        yield
+    except BaseException as exc:
+        REGISTRY._specs.clear()
+        REGISTRY._specs.update(specs)
+        _loaded.clear()
+        _loaded.update(loaded)
+        _files[:] = files
+        for name in [n for n in sys.modules if n not in modules and n.startswith("fedsim_plugin_")]:
+            del sys.modules[name]
+        exc.add_note(f"(while loading {what}: nothing of it was kept)")
+        raise
