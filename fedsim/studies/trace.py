@@ -139,7 +139,15 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     formats = tuple(formats or FORMATS)
     spec = REGISTRY[name]
     options = trace_options(name, sets or [])
-    data, cfg = check_tiny(spec, spec.tiny(clients, rounds, seed))
+    # a protocol refusing its input, when its tiny preset is made (more clients than it has), when
+    # it builds its nodes (FPL with one client: its positives are the whole catalogue, no negative
+    # to sample) or in an actor, is a bad --clients / --set, said in one line like the checks here
+    refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
+    try:
+        preset = spec.tiny(clients, rounds, seed)
+    except ValueError as exc:  # (a ConfigError too: a config field's bound)
+        raise UsageError(f"{refused}: {exc}") from None
+    data, cfg = check_tiny(spec, preset)
     try:
         cfg = cfg.replace(**options)
         if spec.check_data is not None and spec.data != "none" and data is not None:
@@ -151,10 +159,6 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     netspec = _trace_network(profile, net)
     net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model, faults=netspec.faults,
                          framing_bytes=netspec.framing_bytes, **dict(netspec.options))
-    # a protocol refusing its input, when it builds its nodes (FPL with one client: its positives
-    # are the whole catalogue, no negative to sample) or in an actor, is a bad --clients / --set,
-    # said in one line like the checks above
-    refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
     try:
         job = spec.build(net, data, cfg)
     except ValueError as exc:
