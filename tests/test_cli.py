@@ -260,6 +260,22 @@ def test_a_trace_of_more_clients_than_the_tiny_preset_has_is_refused_naming_the_
             {n for n, role in net.ledger.roles.items() if role != "server"}
 
 
+@pytest.mark.parametrize("name, sets, message", [
+    # the page's title said "3 clients, 1 round" of a run of 50 clients (150 messages), of 4 rounds;
+    # and --set clients passed by the tiny preset's bound of 30 clients
+    ("demo", ["clients=50"], "--set clients: a trace's clients are its --clients; give --clients 50 instead"),
+    ("fedavg-ae", ["clients=5"], "--set clients: a trace's clients are its --clients; give --clients 5 instead"),
+    ("demo", ["rounds=4"], "--set rounds: a trace's rounds are its --rounds; give --rounds 4 instead"),
+    ("fedrec", ["d=4", "T=4"], "--set T: a trace's rounds are its --rounds; give --rounds 4 instead"),
+])
+def test_a_trace_refuses_a_set_of_its_own_clients_or_rounds(name, sets, message, tmp_path):
+    from fedsim.experiment import UsageError
+
+    with pytest.raises(UsageError) as err:
+        trace(name, tmp_path / "o", clients=3, rounds=1, sets=sets)
+    assert str(err.value) == message and not (tmp_path / "o").exists()
+
+
 def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_path):
     net, paths = trace("personalfr", tmp_path, clients=3, rounds=1)
     kinds = [r["kind"] for r in net.ledger.records()]

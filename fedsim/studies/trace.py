@@ -56,7 +56,10 @@ FORMATS = ("html", "mermaid", "svg", "log", "png")
 def trace_options(name: str, sets: list[str]) -> dict:
     """``key=value`` strings parsed and checked (type, choices, bounds) against protocol
     ``name``'s configuration fields; raises ``UsageError`` naming the key (``--set pi: must be
-    <= 1, got 2.0``)."""
+    <= 1, got 2.0``). The protocol's rounds (its spec's ``rounds_field``) and a ``clients`` field
+    are the trace's ``--rounds`` and ``--clients``, refused here (``--set rounds: a trace's rounds
+    are its --rounds; give --rounds 5``): set, they ran a run other than the page's title said,
+    and ``--set clients`` passed by the tiny preset's bound."""
     spec = REGISTRY[name]
     infos = {f.name: f for f in fields_of(spec.Config)}
     out = {}
@@ -66,6 +69,9 @@ def trace_options(name: str, sets: list[str]) -> dict:
         k, v = (x.strip() for x in s.split("=", 1))
         if k not in infos:
             raise UsageError(unknown_key_message(k, infos, f"protocol {name}"))
+        for field, option, what in ((spec.rounds_field, "--rounds", "rounds"), ("clients", "--clients", "clients")):
+            if k == field:
+                raise UsageError(f"--set {k}: a trace's {what} are its {option}; give {option} {v} instead")
         if k in out:  # the later one silently won, as `fedsim run --set` no longer lets it
             raise UsageError(f"--set {k}: given twice; give each key once")
         value = parse_value(k, v, Param.of(spec.Config, k))
