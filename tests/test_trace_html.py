@@ -669,3 +669,55 @@ def test_the_step_panel_says_setup_for_round_5_in_a_headless_browser(tmp_path):
         assert heads == ["hello · setup", "peers · setup for round 5", "go · round 5"]
     finally:
         driver.quit()
+
+
+def test_timeline_png_draws_every_span_and_arrow_of_the_ledger_one_collection_per_lane_and_kind(tmp_path, monkeypatch):
+    # an artist per span and per arrow: 20 s of the 24 s a trace of 150 rounds took (matplotlib
+    # autoscaling after each); now one bar collection per lane and kind, one line collection per style
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    from fedsim.kernel import NetSpec
+
+    figs = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (figs.append(fig), save(fig, *a, **k))[1])
+    net, paths = trace("fedrecpp", tmp_path, clients=4, rounds=2, net=NetSpec(profile="wan", dropout=0.5,
+                                                                              window=(0.0, 0.3)),
+                       sets=["deadline=2"], formats=("png",))
+    assert paths["png"].stat().st_size > 10_000 and len(figs) == 1
+    ax = figs[0].axes[0]
+    lanes = [t.get_text().split(" (")[0] for t in ax.get_yticklabels()]
+    colors = {"sending": "#4c72b0", "receiving": "#55a868", "compute": "#c44e52", "sleep": "#e0d080",
+              "offline": "#d8d8d8"}
+    # what the ledger and the network's trace say, in ms: (lane, kind, start, width)
+    rows = list(net.ledger.records())
+    want = [(r["src"], "sending", r["tx_start"], r["tx_end"]) for r in rows if r["tx_end"] == r["tx_end"]]
+    want += [(r["dst"], "receiving", r["rx_start"], r["arrival_time"]) for r in rows if r["status"] == "delivered"]
+    want += [(n, "sleep" if lab == "sleep" else "compute", s, e) for n, s, e, lab in net.trace]
+    end = max([w[3] for w in want] + [net.now()])
+    offline = [(n.id, n.spec.offline_at) for n in net.nodes.values()
+               if n.spec.offline_at is not None and n.spec.offline_at <= net.now()]
+    assert offline  # (the dropouts of this seed)
+    want += [(node, "offline", t, max(end, t)) for node, t in offline]
+    want = sorted((lane, colors[k], round(s * 1000, 6), round(max((e - s) * 1000, 1e-6), 6)) for lane, k, s, e in want)
+    got, groups = [], []
+    for c in ax.collections:
+        if type(c).__name__ == "LineCollection":
+            continue
+        color = to_hex(c.get_facecolor()[0])
+        groups.append(color)
+        for path in c.get_paths():
+            (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+            got.append((lanes[round((y0 + y1) / 2)], color, round(x0, 6), round(x1 - x0, 6)))
+    assert sorted(got) == want
+    assert len(groups) == len({(w[0], w[1]) for w in want})  # one collection per lane and kind
+    # one arrow per delivered message, from its sender's lane at tx_end to its receiver's at rx_start
+    # (dashed, as anonymous ones are: a dash pattern; solid: none)
+    segs = sorted((lanes[round(a[1])], lanes[round(b[1])], round(a[0], 6), round(b[0], 6),
+                   c.get_linestyle()[0][1] is not None)
+                  for c in ax.collections if type(c).__name__ == "LineCollection" for a, b in c.get_segments())
+    assert segs == sorted((r["src"], r["dst"], round(r["tx_end"] * 1000, 6), round(r["rx_start"] * 1000, 6),
+                           bool(r["anonymous"])) for r in rows if r["status"] == "delivered")
+    assert len(ax.lines) == 0

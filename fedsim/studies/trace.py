@@ -623,15 +623,24 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    from matplotlib.collections import LineCollection
+
     lanes, spans, arrows = _spans(net)
     idx = {n: i for i, n in enumerate(lanes)}
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(lanes) + 1.5), dpi=110)
+    # one collection per lane and kind, one per line style (an artist per span and arrow took 20 s
+    # of a 24 s trace of 150 rounds); drawn in the order of _spans' kinds, offline first, beneath
+    bars: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for lane, s, e, kind in spans:
-        ax.broken_barh([(s * 1000, max((e - s) * 1000, 1e-6))], (idx[lane] - 0.35, 0.7),
-                       facecolors=_COLORS[kind], alpha=0.85)
-    for a, b, t0, t1, anon in arrows:
-        ax.plot([t0 * 1000, t1 * 1000], [idx[a], idx[b]], color=_COLORS["propagating"], lw=0.6,
-                ls="--" if anon else "-")
+        bars.setdefault((lane, kind), []).append((s * 1000, max((e - s) * 1000, 1e-6)))
+    for (lane, kind), xr in bars.items():
+        ax.broken_barh(xr, (idx[lane] - 0.35, 0.7), facecolors=_COLORS[kind], alpha=0.85)
+    for anon in (False, True):
+        segs = [[(t0 * 1000, idx[a]), (t1 * 1000, idx[b])] for a, b, t0, t1, an in arrows if bool(an) == anon]
+        if segs:
+            ax.add_collection(LineCollection(segs, colors=_COLORS["propagating"], linewidths=0.6,
+                                             linestyles="--" if anon else "-"))
+    ax.autoscale_view()
     ax.set_yticks(range(len(lanes)), [f"{n} ({net.ledger.roles.get(n, '')})" for n in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (ms)")
