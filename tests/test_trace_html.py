@@ -165,6 +165,46 @@ def test_stepping_through_the_round_in_a_headless_browser(fedrecpp_trace, tmp_pa
         driver.quit()
 
 
+def test_a_hidden_sender_s_times_are_hidden_too_and_the_cursor_marks_the_reception(fedrecpp_trace, tmp_path):
+    # the panel of an anonymous message said "sent 1.021 ms, transmitted 1.021 ms to 1.049 ms" and
+    # the timeline's cursor stood at the send: both point at the one lane sending then, the sender
+    # the page says the receiver does not learn
+    net, path = fedrecpp_trace
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    rows = list(net.ledger.records())
+    anonymous = [i for i, r in enumerate(rows) if r["anonymous"]]
+    assert len(anonymous) == 2
+    ms = lambda t: f"{t * 1000:.3f} ms"  # noqa: E731
+    try:
+        driver.get(path.resolve().as_uri())
+        tl = driver.find_element(By.ID, "timeline")
+        t0, scale = float(tl.get_attribute("data-t0")), float(tl.get_attribute("data-scale"))
+        cursor = driver.find_element(By.ID, "cursor")
+        for reveal in (False, True):
+            for i, r in enumerate(rows):
+                driver.execute_script("document.getElementById(arguments[0]).dispatchEvent(new MouseEvent('click', "
+                                      "{bubbles: true}))", f"m{i}")
+                times = driver.find_element(By.ID, "times").text
+                sender_times = [ms(r[k]) for k in ("send_time", "tx_start", "tx_end")]
+                head, fate = times.split(", arrived ")  # (all delivered: fedrecpp on lan)
+                assert fate.startswith(ms(r["arrival_time"]))
+                hidden = r["anonymous"] and not reveal
+                if hidden:
+                    assert head == "sent and transmitted at times hidden with the sender"
+                else:
+                    assert head == f"sent {sender_times[0]}, transmitted {sender_times[1]} to {sender_times[2]}"
+                at = r["rx_start"] if hidden else r["send_time"]
+                assert float(cursor.get_attribute("x1")) == pytest.approx(t0 + at * scale, abs=1e-6)
+                assert cursor.get_attribute("visibility") == "visible"
+            if not reveal:
+                driver.find_element(By.ID, "reveal").click()
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
 def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     # a run stopped at until=... with a message on its way: the step log called it lost, the
     # sequence diagram printed "arrived nan ms", the page "arrived -"

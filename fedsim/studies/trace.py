@@ -7,8 +7,10 @@
   propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
   keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
-  "anonymous" lane and the step panel says the receiver does not learn the sender) unless the
-  page's "reveal" box is ticked, which shows the simulator's view;
+  "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
+  sender's send and transmission times, and the timeline's cursor stands at the start of the
+  reception, not at the send) unless the page's "reveal" box is ticked, which shows the
+  simulator's view;
 
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
@@ -906,7 +908,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
       cursor.setAttribute("visibility", "hidden");
       return;
     }
-    var m = msgs[idx];
+    var m = msgs[idx], hidden = m.anonymous && !reveal();
     step.textContent = "message " + (idx + 1) + " of " + msgs.length;
     var g = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
@@ -921,16 +923,21 @@ buttons, the arrow keys, or a click on an arrow.</div>
       '<div><b id="kind">' + esc(m.kind) + "</b> · " + esc(m.round_label) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
       '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
-      "<div>sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end) + ", " + fate + "</div>" +
+      '<div id="times">' + (hidden ? "sent and transmitted at times hidden with the sender" :
+        "sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end)) + ", " + fate + "</div>" +
       '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
     document.querySelectorAll(".span").forEach(function (r) {
       var k = Number(r.getAttribute("data-msg"));
-      var hide = m.anonymous && !reveal() && r.getAttribute("data-side") === "src";  // would show the sender
+      var hide = hidden && r.getAttribute("data-side") === "src";  // would show the sender
       if (k === m.i && !hide) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
     });
     var tl = document.getElementById("timeline");
-    var x = Number(tl.getAttribute("data-t0")) + (m.send || 0) * Number(tl.getAttribute("data-scale"));
-    cursor.setAttribute("x1", x); cursor.setAttribute("x2", x); cursor.setAttribute("visibility", "visible");
+    // at the send; for a hidden sender at what the receiver sees, the start of its reception (none
+    // for a message that never reached it): the sender's times would point at its lane
+    var at = hidden ? (m.status === "delivered" ? m.rx_start : null) : (m.send || 0);
+    var x = Number(tl.getAttribute("data-t0")) + (at || 0) * Number(tl.getAttribute("data-scale"));
+    cursor.setAttribute("x1", x); cursor.setAttribute("x2", x);
+    cursor.setAttribute("visibility", at === null ? "hidden" : "visible");
     if (g && g.scrollIntoView) g.scrollIntoView({block: "nearest"});
   }
   function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
