@@ -198,6 +198,13 @@ def test_a_hidden_sender_s_times_are_hidden_too_and_the_cursor_marks_the_recepti
                 at = r["rx_start"] if hidden else r["send_time"]
                 assert float(cursor.get_attribute("x1")) == pytest.approx(t0 + at * scale, abs=1e-6)
                 assert cursor.get_attribute("visibility") == "visible"
+                # the timeline highlights the receiver's side only (the propagation began at the
+                # sender's tx_end: its span, on the receiver's lane, was highlighted too)
+                hl = sorted(e.get_attribute("class").split()[1] for e in
+                            driver.find_elements(By.CSS_SELECTOR, f'.span.hl[data-msg="{i}"]'))
+                shown = ["queueing"] * (r["tx_start"] > r["send_time"]) + ["sending"] + \
+                    ["propagating"] * (r["rx_start"] > r["tx_end"]) + ["receiving"]
+                assert hl == (["receiving"] if hidden else sorted(shown))
             if not reveal:
                 driver.find_element(By.ID, "reveal").click()
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []

@@ -815,7 +815,8 @@ def _timeline_html_svg(data: dict) -> str:
         w = max((t - s) * sx, 0.8)
         h = 8 if kind == "propagating" else 18
         yy = y[node] + (11 if kind == "propagating" else 6)
-        side = "src" if kind in ("queueing", "sending") else "dst"
+        # (propagation starts as the sender's last byte leaves: its side, for a hidden sender)
+        side = "src" if kind in ("queueing", "sending", "propagating") else "dst"
         out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
                    f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
                    f'</title></rect>')
