@@ -238,6 +238,7 @@ def test_every_traceable_protocol_draws_every_ledger_message(name, tmp_path):
     assert paths["log"].read_text().count(" sends ") == len(ledger)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (FedRec++'s one client: a denoiser with no ordinary client)
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_a_trace_of_more_clients_than_the_tiny_preset_has_is_refused_naming_the_bound(name, tmp_path):
     # fedrec & co. stopped in a ValueError traceback from tiny_ratings; the autoencoders' said
