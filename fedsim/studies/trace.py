@@ -130,9 +130,11 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
     ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
-    Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, or a configuration
-    the spec's ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before
-    writing anything. A run that ends in a deadlock is written all the same (its views show the actors
+    Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, a ``--set`` of the
+    rounds or clients (``trace_options``), ``clients`` the protocol's tiny preset refuses (a
+    ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30), or a configuration the spec's
+    ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
+    anything. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
