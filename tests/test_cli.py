@@ -51,6 +51,9 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
     # one FPL client's positives are the whole catalogue: the actor's check, not a traceback
     (["trace", "fpl", "--clients", "1"], "cannot trace fpl with 1 client"),
     (["trace", "fedrec", "--set", "d=2", "--set", "d=3"], "--set d: given twice"),
+    # more clients than the tiny preset has users: a ValueError traceback from its preset
+    (["trace", "fedrec", "--clients", "100000"],
+     "error: cannot trace fedrec with 100000 clients: tiny presets have 1 to 30 clients, got 100000"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     res = fedsim_cmd(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
@@ -233,6 +236,45 @@ def test_every_traceable_protocol_draws_every_ledger_message(name, tmp_path):
     ledger = [(r["src"], r["dst"], r["kind"], r["bytes"], r["anonymous"]) for r in net.ledger.records()]
     assert messages == ledger and len(ledger) >= 6
     assert paths["log"].read_text().count(" sends ") == len(ledger)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (FedRec++'s one client: a denoiser with no ordinary client)
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_trace_of_more_clients_than_the_tiny_preset_has_is_refused_naming_the_bound(name, tmp_path):
+    # fedrec & co. stopped in a ValueError traceback from tiny_ratings; the autoencoders' said
+    # "got 32" of 16 clients (their users); demo had no bound: --clients 100000 ran for minutes
+    from fedsim.experiment import UsageError
+    from fedsim.protocols.presets import tiny_clients
+
+    per = 2 if name in ("fedavg-ae", "personalfr") else 1  # (two users per client)
+    most = tiny_clients() // per
+    assert most == 30 // per
+    with pytest.raises(UsageError) as err:
+        trace(name, tmp_path / "o", clients=most + 1, rounds=1)
+    each = " (2 users each)" if per == 2 else ""
+    assert str(err.value) == (f"cannot trace {name} with {most + 1} clients: tiny presets have 1 to {most} "
+                              f"clients{each}, got {most + 1}")
+    assert not (tmp_path / "o").exists()
+    if name != "fpl":  # (one FPL client has no negative item: refused as it builds)
+        net, _ = trace(name, tmp_path / "one", clients=1, rounds=1, formats=("log",))
+        assert {r["dst"] for r in net.ledger.records() if r["src"] == "server"} == \
+            {n for n, role in net.ledger.roles.items() if role != "server"}
+
+
+@pytest.mark.parametrize("name, sets, message", [
+    # the page's title said "3 clients, 1 round" of a run of 50 clients (150 messages), of 4 rounds;
+    # and --set clients passed by the tiny preset's bound of 30 clients
+    ("demo", ["clients=50"], "--set clients: a trace's clients are its --clients; give --clients 50 instead"),
+    ("fedavg-ae", ["clients=5"], "--set clients: a trace's clients are its --clients; give --clients 5 instead"),
+    ("demo", ["rounds=4"], "--set rounds: a trace's rounds are its --rounds; give --rounds 4 instead"),
+    ("fedrec", ["d=4", "T=4"], "--set T: a trace's rounds are its --rounds; give --rounds 4 instead"),
+])
+def test_a_trace_refuses_a_set_of_its_own_clients_or_rounds(name, sets, message, tmp_path):
+    from fedsim.experiment import UsageError
+
+    with pytest.raises(UsageError) as err:
+        trace(name, tmp_path / "o", clients=3, rounds=1, sets=sets)
+    assert str(err.value) == message and not (tmp_path / "o").exists()
 
 
 def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_path):

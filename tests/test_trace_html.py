@@ -165,6 +165,53 @@ def test_stepping_through_the_round_in_a_headless_browser(fedrecpp_trace, tmp_pa
         driver.quit()
 
 
+def test_a_hidden_sender_s_times_are_hidden_too_and_the_cursor_marks_the_reception(fedrecpp_trace, tmp_path):
+    # the panel of an anonymous message said "sent 1.021 ms, transmitted 1.021 ms to 1.049 ms" and
+    # the timeline's cursor stood at the send: both point at the one lane sending then, the sender
+    # the page says the receiver does not learn
+    net, path = fedrecpp_trace
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    rows = list(net.ledger.records())
+    anonymous = [i for i, r in enumerate(rows) if r["anonymous"]]
+    assert len(anonymous) == 2
+    ms = lambda t: f"{t * 1000:.3f} ms"  # noqa: E731
+    try:
+        driver.get(path.resolve().as_uri())
+        tl = driver.find_element(By.ID, "timeline")
+        t0, scale = float(tl.get_attribute("data-t0")), float(tl.get_attribute("data-scale"))
+        cursor = driver.find_element(By.ID, "cursor")
+        for reveal in (False, True):
+            for i, r in enumerate(rows):
+                driver.execute_script("document.getElementById(arguments[0]).dispatchEvent(new MouseEvent('click', "
+                                      "{bubbles: true}))", f"m{i}")
+                times = driver.find_element(By.ID, "times").text
+                sender_times = [ms(r[k]) for k in ("send_time", "tx_start", "tx_end")]
+                head, fate = times.split(", arrived ")  # (all delivered: fedrecpp on lan)
+                assert fate.startswith(ms(r["arrival_time"]))
+                hidden = r["anonymous"] and not reveal
+                if hidden:
+                    assert head == "sent and transmitted at times hidden with the sender"
+                else:
+                    assert head == f"sent {sender_times[0]}, transmitted {sender_times[1]} to {sender_times[2]}"
+                at = r["rx_start"] if hidden else r["send_time"]
+                assert float(cursor.get_attribute("x1")) == pytest.approx(t0 + at * scale, abs=1e-6)
+                assert cursor.get_attribute("visibility") == "visible"
+                # the timeline highlights the receiver's side only (the propagation began at the
+                # sender's tx_end: its span, on the receiver's lane, was highlighted too)
+                hl = sorted(e.get_attribute("class").split()[1] for e in
+                            driver.find_elements(By.CSS_SELECTOR, f'.span.hl[data-msg="{i}"]'))
+                shown = ["queueing"] * (r["tx_start"] > r["send_time"]) + ["sending"] + \
+                    ["propagating"] * (r["rx_start"] > r["tx_end"]) + ["receiving"]
+                assert hl == (["receiving"] if hidden else sorted(shown))
+            if not reveal:
+                driver.find_element(By.ID, "reveal").click()
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
 def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     # a run stopped at until=... with a message on its way: the step log called it lost, the
     # sequence diagram printed "arrived nan ms", the page "arrived -"
@@ -669,3 +716,55 @@ def test_the_step_panel_says_setup_for_round_5_in_a_headless_browser(tmp_path):
         assert heads == ["hello · setup", "peers · setup for round 5", "go · round 5"]
     finally:
         driver.quit()
+
+
+def test_timeline_png_draws_every_span_and_arrow_of_the_ledger_one_collection_per_lane_and_kind(tmp_path, monkeypatch):
+    # an artist per span and per arrow: 20 s of the 24 s a trace of 150 rounds took (matplotlib
+    # autoscaling after each); now one bar collection per lane and kind, one line collection per style
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    from fedsim.kernel import NetSpec
+
+    figs = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (figs.append(fig), save(fig, *a, **k))[1])
+    net, paths = trace("fedrecpp", tmp_path, clients=4, rounds=2, net=NetSpec(profile="wan", dropout=0.5,
+                                                                              window=(0.0, 0.3)),
+                       sets=["deadline=2"], formats=("png",))
+    assert paths["png"].stat().st_size > 10_000 and len(figs) == 1
+    ax = figs[0].axes[0]
+    lanes = [t.get_text().split(" (")[0] for t in ax.get_yticklabels()]
+    colors = {"sending": "#4c72b0", "receiving": "#55a868", "compute": "#c44e52", "sleep": "#e0d080",
+              "offline": "#d8d8d8"}
+    # what the ledger and the network's trace say, in ms: (lane, kind, start, width)
+    rows = list(net.ledger.records())
+    want = [(r["src"], "sending", r["tx_start"], r["tx_end"]) for r in rows if r["tx_end"] == r["tx_end"]]
+    want += [(r["dst"], "receiving", r["rx_start"], r["arrival_time"]) for r in rows if r["status"] == "delivered"]
+    want += [(n, "sleep" if lab == "sleep" else "compute", s, e) for n, s, e, lab in net.trace]
+    end = max([w[3] for w in want] + [net.now()])
+    offline = [(n.id, n.spec.offline_at) for n in net.nodes.values()
+               if n.spec.offline_at is not None and n.spec.offline_at <= net.now()]
+    assert offline  # (the dropouts of this seed)
+    want += [(node, "offline", t, max(end, t)) for node, t in offline]
+    want = sorted((lane, colors[k], round(s * 1000, 6), round(max((e - s) * 1000, 1e-6), 6)) for lane, k, s, e in want)
+    got, groups = [], []
+    for c in ax.collections:
+        if type(c).__name__ == "LineCollection":
+            continue
+        color = to_hex(c.get_facecolor()[0])
+        groups.append(color)
+        for path in c.get_paths():
+            (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+            got.append((lanes[round((y0 + y1) / 2)], color, round(x0, 6), round(x1 - x0, 6)))
+    assert sorted(got) == want
+    assert len(groups) == len({(w[0], w[1]) for w in want})  # one collection per lane and kind
+    # one arrow per delivered message, from its sender's lane at tx_end to its receiver's at rx_start
+    # (dashed, as anonymous ones are: a dash pattern; solid: none)
+    segs = sorted((lanes[round(a[1])], lanes[round(b[1])], round(a[0], 6), round(b[0], 6),
+                   c.get_linestyle()[0][1] is not None)
+                  for c in ax.collections if type(c).__name__ == "LineCollection" for a, b in c.get_segments())
+    assert segs == sorted((r["src"], r["dst"], round(r["tx_end"] * 1000, 6), round(r["rx_start"] * 1000, 6),
+                           bool(r["anonymous"])) for r in rows if r["status"] == "delivered")
+    assert len(ax.lines) == 0

@@ -160,6 +160,11 @@ def build(net, data=None, cfg: DemoConfig | None = None, *, test=None, resume=No
 
 
 def tiny(clients: int = 3, rounds: int = 2, seed: int = 0):
+    """``clients`` (1 to 30, as every protocol's tiny preset: ``ValueError`` beyond) on the
+    demo's own data, ``dim`` 4."""
+    from .presets import check_tiny_clients
+
+    check_tiny_clients(clients)
     return None, DemoConfig(clients=clients, dim=4, rounds=rounds)
 
 

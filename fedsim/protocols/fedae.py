@@ -374,8 +374,8 @@ def place_actors(net, protocol: str, server, client, task: ae_train.AETask, grou
 
 def tiny_autoencoder(clients: int = 3, rounds: int = 2, seed: int = 0):
     """The tiny preset of both autoencoder protocols: two users per client from the ``tiny``
-    synthetic data, every client every round, a small autoencoder (8, 4)."""
+    synthetic data (so 1 to 15 clients), every client every round, a small autoencoder (8, 4)."""
     from .presets import tiny_ratings
 
-    cfg = FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)
-    return tiny_ratings(2 * clients, seed), cfg
+    data = tiny_ratings(clients, seed, users_per_client=2)
+    return data, FedAEConfig(rounds=rounds, fraction=1.0, local_epochs=1, hidden=(8, 4), batch=10, clients=clients)

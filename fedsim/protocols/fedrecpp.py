@@ -634,7 +634,9 @@ SPEC = register(ProtocolSpec(
         Kind("noise", "ordinary", "denoiser", "training",
              "{items, grads} of the sampled items, anonymous, to the client's denoiser (secure noise: "
              "{masked: uint64[m (d + 1)]})", anonymous=True),
-        Kind("collect", "server", "denoiser", "training", "{t, expected}: noise messages to expect"),
+        # every client a denoiser (one client, eta = n): round 0's collect follows the assign at
+        # once, before the denoiser has read it (no upload to wait for)
+        Kind("collect", "server", ("client", "denoiser"), "training", "{t, expected}: noise messages to expect"),
         Kind("denoised", "denoiser", "server", "training", "{items, sums, counts}: Eq. 9 and the count correction"),
         *key_exchange_kinds("ordinary", "secure noise"),
         # T = 0: the stop follows the assign before any client has read it

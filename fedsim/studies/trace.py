@@ -7,8 +7,10 @@
   propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
   keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
-  "anonymous" lane and the step panel says the receiver does not learn the sender) unless the
-  page's "reveal" box is ticked, which shows the simulator's view;
+  "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
+  sender's send and transmission times, and the timeline's cursor stands at the start of the
+  reception, not at the send) unless the page's "reveal" box is ticked, which shows the
+  simulator's view;
 
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
@@ -56,7 +58,10 @@ FORMATS = ("html", "mermaid", "svg", "log", "png")
 def trace_options(name: str, sets: list[str]) -> dict:
     """``key=value`` strings parsed and checked (type, choices, bounds) against protocol
     ``name``'s configuration fields; raises ``UsageError`` naming the key (``--set pi: must be
-    <= 1, got 2.0``)."""
+    <= 1, got 2.0``). The protocol's rounds (its spec's ``rounds_field``) and a ``clients`` field
+    are the trace's ``--rounds`` and ``--clients``, refused here (``--set rounds: a trace's rounds
+    are its --rounds; give --rounds 5``): set, they ran a run other than the page's title said,
+    and ``--set clients`` passed by the tiny preset's bound."""
     spec = REGISTRY[name]
     infos = {f.name: f for f in fields_of(spec.Config)}
     out = {}
@@ -66,6 +71,9 @@ def trace_options(name: str, sets: list[str]) -> dict:
         k, v = (x.strip() for x in s.split("=", 1))
         if k not in infos:
             raise UsageError(unknown_key_message(k, infos, f"protocol {name}"))
+        for field, option, what in ((spec.rounds_field, "--rounds", "rounds"), ("clients", "--clients", "clients")):
+            if k == field:
+                raise UsageError(f"--set {k}: a trace's {what} are its {option}; give {option} {v} instead")
         if k in out:  # the later one silently won, as `fedsim run --set` no longer lets it
             raise UsageError(f"--set {k}: given twice; give each key once")
         value = parse_value(k, v, Param.of(spec.Config, k))
@@ -122,9 +130,11 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
     ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
-    Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, or a configuration
-    the spec's ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before
-    writing anything. A run that ends in a deadlock is written all the same (its views show the actors
+    Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, a ``--set`` of the
+    rounds or clients (``trace_options``), ``clients`` the protocol's tiny preset refuses (a
+    ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30), or a configuration the spec's
+    ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
+    anything. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -139,7 +149,15 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     formats = tuple(formats or FORMATS)
     spec = REGISTRY[name]
     options = trace_options(name, sets or [])
-    data, cfg = check_tiny(spec, spec.tiny(clients, rounds, seed))
+    # a protocol refusing its input, when its tiny preset is made (more clients than it has), when
+    # it builds its nodes (FPL with one client: its positives are the whole catalogue, no negative
+    # to sample) or in an actor, is a bad --clients / --set, said in one line like the checks here
+    refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
+    try:
+        preset = spec.tiny(clients, rounds, seed)
+    except ValueError as exc:  # (a ConfigError too: a config field's bound)
+        raise UsageError(f"{refused}: {exc}") from None
+    data, cfg = check_tiny(spec, preset)
     try:
         cfg = cfg.replace(**options)
         if spec.check_data is not None and spec.data != "none" and data is not None:
@@ -151,10 +169,6 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     netspec = _trace_network(profile, net)
     net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model, faults=netspec.faults,
                          framing_bytes=netspec.framing_bytes, **dict(netspec.options))
-    # a protocol refusing its input, when it builds its nodes (FPL with one client: its positives
-    # are the whole catalogue, no negative to sample) or in an actor, is a bad --clients / --set,
-    # said in one line like the checks above
-    refused = f"cannot trace {name} with {clients} client{'s' if clients != 1 else ''}"
     try:
         job = spec.build(net, data, cfg)
     except ValueError as exc:
@@ -613,15 +627,24 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    from matplotlib.collections import LineCollection
+
     lanes, spans, arrows = _spans(net)
     idx = {n: i for i, n in enumerate(lanes)}
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(lanes) + 1.5), dpi=110)
+    # one collection per lane and kind, one per line style (an artist per span and arrow took 20 s
+    # of a 24 s trace of 150 rounds); drawn in the order of _spans' kinds, offline first, beneath
+    bars: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for lane, s, e, kind in spans:
-        ax.broken_barh([(s * 1000, max((e - s) * 1000, 1e-6))], (idx[lane] - 0.35, 0.7),
-                       facecolors=_COLORS[kind], alpha=0.85)
-    for a, b, t0, t1, anon in arrows:
-        ax.plot([t0 * 1000, t1 * 1000], [idx[a], idx[b]], color=_COLORS["propagating"], lw=0.6,
-                ls="--" if anon else "-")
+        bars.setdefault((lane, kind), []).append((s * 1000, max((e - s) * 1000, 1e-6)))
+    for (lane, kind), xr in bars.items():
+        ax.broken_barh(xr, (idx[lane] - 0.35, 0.7), facecolors=_COLORS[kind], alpha=0.85)
+    for anon in (False, True):
+        segs = [[(t0 * 1000, idx[a]), (t1 * 1000, idx[b])] for a, b, t0, t1, an in arrows if bool(an) == anon]
+        if segs:
+            ax.add_collection(LineCollection(segs, colors=_COLORS["propagating"], linewidths=0.6,
+                                             linestyles="--" if anon else "-"))
+    ax.autoscale_view()
     ax.set_yticks(range(len(lanes)), [f"{n} ({net.ledger.roles.get(n, '')})" for n in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (ms)")
@@ -794,7 +817,8 @@ def _timeline_html_svg(data: dict) -> str:
         w = max((t - s) * sx, 0.8)
         h = 8 if kind == "propagating" else 18
         yy = y[node] + (11 if kind == "propagating" else 6)
-        side = "src" if kind in ("queueing", "sending") else "dst"
+        # (propagation starts as the sender's last byte leaves: its side, for a hidden sender)
+        side = "src" if kind in ("queueing", "sending", "propagating") else "dst"
         out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
                    f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
                    f'</title></rect>')
@@ -887,7 +911,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
       cursor.setAttribute("visibility", "hidden");
       return;
     }
-    var m = msgs[idx];
+    var m = msgs[idx], hidden = m.anonymous && !reveal();
     step.textContent = "message " + (idx + 1) + " of " + msgs.length;
     var g = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
@@ -902,16 +926,21 @@ buttons, the arrow keys, or a click on an arrow.</div>
       '<div><b id="kind">' + esc(m.kind) + "</b> · " + esc(m.round_label) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
       '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
-      "<div>sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end) + ", " + fate + "</div>" +
+      '<div id="times">' + (hidden ? "sent and transmitted at times hidden with the sender" :
+        "sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end)) + ", " + fate + "</div>" +
       '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
     document.querySelectorAll(".span").forEach(function (r) {
       var k = Number(r.getAttribute("data-msg"));
-      var hide = m.anonymous && !reveal() && r.getAttribute("data-side") === "src";  // would show the sender
+      var hide = hidden && r.getAttribute("data-side") === "src";  // would show the sender
       if (k === m.i && !hide) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
     });
     var tl = document.getElementById("timeline");
-    var x = Number(tl.getAttribute("data-t0")) + (m.send || 0) * Number(tl.getAttribute("data-scale"));
-    cursor.setAttribute("x1", x); cursor.setAttribute("x2", x); cursor.setAttribute("visibility", "visible");
+    // at the send; for a hidden sender at what the receiver sees, the start of its reception (none
+    // for a message that never reached it): the sender's times would point at its lane
+    var at = hidden ? (m.status === "delivered" ? m.rx_start : null) : (m.send || 0);
+    var x = Number(tl.getAttribute("data-t0")) + (at || 0) * Number(tl.getAttribute("data-scale"));
+    cursor.setAttribute("x1", x); cursor.setAttribute("x2", x);
+    cursor.setAttribute("visibility", at === null ? "hidden" : "visible");
     if (g && g.scrollIntoView) g.scrollIntoView({block: "nearest"});
   }
   function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
