@@ -278,7 +278,7 @@ _LEDGER_CALLS = {
     "__len__": [{}], "units_of": [(12,)],
 }
 # not queries: recording (transports), the row formatter, and the streamed ledger's file handling
-_NOT_QUERIES = {"new_row", "set_role", "as_dict", "flush", "close"}
+_NOT_QUERIES = {"new_row", "set_role", "discarded", "as_dict", "flush", "close"}
 
 
 def _public(cls) -> set[str]:

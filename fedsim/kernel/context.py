@@ -116,7 +116,7 @@ class GatherEach:
         self.missing: list[str] = []
         self._ctx = ctx
         self._kind = kind
-        self._col = InOrder(order, rnd)
+        self._col = InOrder(order, rnd, ctx._net.ledger.discarded)
         self._end = end
         self._expired = False
         self._done = False
@@ -390,9 +390,9 @@ class Context:
             for s in expected:
                 if s not in net.nodes:
                     raise _unknown_sender("gather", senders, s)
-            col = Collector(len(expected), set(expected), round)
+            col = Collector(len(expected), set(expected), round, net.ledger.discarded)
         else:
-            col = Collector(int(count), None, round)
+            col = Collector(int(count), None, round, net.ledger.discarded)
         net.offer_queued(node, kind, col)  # what is already in the mailbox, oldest first
         if not col.complete and (dl is None or dl > 0):
             await net.collect(node, kind, col, dl)

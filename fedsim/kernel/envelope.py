@@ -8,7 +8,7 @@ These are part of the public interface for people who write a transport or a lin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .codec import Encoded, decode_encoded
 from .ledger import DST, SEQ
@@ -92,16 +92,22 @@ class Collector:
 
     The transport offers it every matching message that arrives (``offer``), so a network can
     fill it without resuming the actor once per message; the actor resumes when it is
-    ``complete`` (or at its deadline)."""
+    ``complete`` (or at its deadline).
 
-    __slots__ = ("got", "want", "pending", "round", "complete")
+    ``drop``: called with the ledger row of each message ``offer`` discards (None: nobody is
+    told), so that a ledger that keeps only the rows still in motion (``StreamingLedger``) can
+    let that one go: it is never read (``Ledger.discarded``)."""
 
-    def __init__(self, want: int, pending: set | None, rnd: int | None) -> None:
+    __slots__ = ("got", "want", "pending", "round", "complete", "drop")
+
+    def __init__(self, want: int, pending: set | None, rnd: int | None,
+                 drop: Callable[[list], Any] | None = None) -> None:
         self.got: list[Envelope] = []
         self.want = want
         self.pending = pending
         self.round = rnd
         self.complete = want <= 0
+        self.drop = drop
 
     def offer(self, env: Envelope) -> bool | str:
         """Keep ``env``, discard it, or leave it. Discarded (an earlier round's: a late arrival; a
@@ -112,11 +118,11 @@ class Collector:
         complete (``True``/``False``)."""
         rnd = self.round
         if rnd is not None and env.round != rnd:  # (one comparison for a message of the round)
-            return LATER if env.round > rnd else False
+            return LATER if env.round > rnd else _discard(self, env)
         pending = self.pending
         if pending is not None:
             if env.src not in pending:
-                return False
+                return _discard(self, env)
             pending.remove(env.src)
         got = self.got
         got.append(env)
@@ -138,23 +144,24 @@ class InOrder:
     turn; ``offer`` returns ``True`` when the one awaited now (``order[pos]``) is there, and
     treats other rounds as ``Collector.offer`` does (``LATER`` for a later one's)."""
 
-    __slots__ = ("order", "pos", "held", "pending", "round", "complete")
+    __slots__ = ("order", "pos", "held", "pending", "round", "complete", "drop")
 
-    def __init__(self, order: list[str], rnd: int | None) -> None:
+    def __init__(self, order: list[str], rnd: int | None, drop: Callable[[list], Any] | None = None) -> None:
         self.order = order
         self.pos = 0
         self.held: dict[str, Envelope] = {}
         self.pending = set(order)
         self.round = rnd
         self.complete = False
+        self.drop = drop  # as Collector's
 
     def offer(self, env: Envelope) -> bool | str:
         rnd = self.round
         if rnd is not None and env.round != rnd:
-            return LATER if env.round > rnd else False  # (stale: left unread)
+            return LATER if env.round > rnd else _discard(self, env)  # (stale: left unread)
         src = env.src
         if src not in self.pending:
-            return False  # unexpected, or a second message from the same sender: left unread
+            return _discard(self, env)  # unexpected, or a second message from the same sender: left unread
         self.pending.remove(src)
         self.held[src] = env
         if src == self.order[self.pos]:
@@ -164,6 +171,13 @@ class InOrder:
 
     def describe(self) -> str:
         return _senders(sorted(self.pending), len(self.order))
+
+
+def _discard(col: "Collector | InOrder", env: Envelope) -> bool:
+    """``offer``'s answer for a message it discards (False), after telling ``col.drop``."""
+    if col.drop is not None:
+        col.drop(env.row)
+    return False
 
 
 def _senders(missing: list[str], of: int, shown: int = 5) -> str:

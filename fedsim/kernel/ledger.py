@@ -277,6 +277,12 @@ class Ledger:
         self.rows.append(row)
         return row
 
+    def discarded(self, row: list[Any]) -> None:
+        """The transport says that the delivered copy of ``row`` will never be read: a gather
+        discarded it unread (a late arrival, labelled with an earlier round than the gather's, or
+        one from a sender it did not expect). Nothing changes in the row (it stays delivered and
+        unread); a ``StreamingLedger`` takes it for final, and writes it out and forgets it."""
+
     # -- reading ----------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.rows)
@@ -515,11 +521,12 @@ class StreamingLedger(Ledger):
 
     When a row is final: a row is created when its message is sent, and a transport fills in its
     timing, status and ``read`` as the message moves; it cannot change any more once the message
-    is lost, or delivered and read. Such rows are written out (in batches, each at its ``seq``
+    is lost, or delivered and read, or delivered and discarded unread by a gather (a late
+    arrival: ``Ledger.discarded``). Such rows are written out (in batches, each at its ``seq``
     position, so a row that stays unread for long holds up nothing) whenever the rows held in
     memory reach twice as many as after the previous write, at least ``chunk_rows``: the
     bookkeeping is O(1) per row and memory is bounded by the rows genuinely in motion (in flight,
-    or delivered and unread). Every query first writes the current state of those too.
+    or delivered and not yet read). Every query first writes the current state of those too.
 
     Queries: all of ``Ledger``'s (``select`` with every filter, ``view``, ``totals``, ``by_role``,
     ``by_kind``, ``by_node``, ``rounds``, ``records``, ``columns``, ``summary``, ``to_csv``, and on
@@ -556,6 +563,7 @@ class StreamingLedger(Ledger):
         # running network without a row list (fedsim.experiment.live)
         self.last_round: int | None = None
         self._pending: list[list[Any]] = []
+        self._dropped: set[int] = set()  # seqs of delivered rows a gather discarded unread (final)
         self._scan_at = self.chunk_rows
         self._codes: dict[Any, int] = {}
         self._strings: list[Any] = []
@@ -590,12 +598,19 @@ class StreamingLedger(Ledger):
             self._write_final()
         return row
 
+    def discarded(self, row: list[Any]) -> None:
+        self._dropped.add(row[SEQ])
+
     def _write_final(self) -> None:
         """Write the rows that can no longer change and forget them."""
         keep, done = [], []
+        dropped = self._dropped
         for r in self._pending:
             status = r[STATUS]
-            (done if status == "lost" or (status == "delivered" and r[READ]) else keep).append(r)
+            (done if status == "lost" or (status == "delivered" and (r[READ] or r[SEQ] in dropped)) else
+             keep).append(r)
+        if dropped:
+            dropped.difference_update([r[SEQ] for r in done])
         self._write(done)
         self._pending = keep
         self._scan_at = max(2 * len(keep), self.chunk_rows)

@@ -322,6 +322,11 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
     # the rows of theta the sampler can name (the catalogue's largest id + 1)
     need = int(sampler.n_catalogue) if sampler.catalogue is None else int(sampler.catalogue[-1]) + 1
     while True:
+        # nothing of the last round is kept while waiting for the next: theta is a view on the
+        # model message, which keeps the whole broadcast document alive (a client chosen once in
+        # many rounds kept one; the documents of every round whose clients were not chosen again
+        # since were alive at once), and the upload's arrays are in its own document
+        msg = theta = items = rows = dense = None
         msg = await ctx.receive(("model", "stop"))
         if msg.kind == "stop":
             return {"p": p, **stats}
