@@ -406,6 +406,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         self.check_faults()
         self.ran = True
         if not self.nodes:
+            self.call_before_run()  # (called by every transport's run, nodes or not)
             return self.finish(0.0, strict=strict)
         self.groups = self._place()
         self._ids = list(self.nodes)
