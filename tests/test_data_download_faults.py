@@ -585,3 +585,24 @@ def test_two_processes_getting_one_dataset_both_end_with_the_verified_install(tm
         assert len(served_to) == 2
     finally:
         _stop(server, t)
+
+
+@pytest.mark.parametrize("record", [{"sha256": "0" * 64}, 5, {"bytes": "7", "sha256": "0" * 64}, {"bytes": True}])
+def test_a_marker_whose_file_record_is_malformed_is_a_damaged_install_not_a_crash(pinned_install, record, capsys):
+    # a file record without a whole number of bytes made list, path and the load by name raise
+    # TypeError ("unsupported format string passed to NoneType.__format__"), AttributeError or a
+    # bare "Cannot specify ',' with 's'.", naming neither the dataset nor the marker
+    path, _ = pinned_install
+    marker = json.loads((path / download.MARKER).read_text())
+    marker["files"]["u.data"] = record
+    (path / download.MARKER).write_text(json.dumps(marker))
+    msg = (f"ml-100k in {path} is damaged: its marker {path / download.MARKER} records 'u.data' without "
+           f"its size and sha256 (got {record!r}); reinstall it with force=True (fedsim data get ml-100k --force)")
+    assert download.install_damage("ml-100k") == msg
+    with pytest.raises(download.ChecksumError) as ei:
+        resolve("ml-100k")
+    assert str(ei.value) == msg
+    assert main(["list"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == msg
+    assert main(["path", "ml-100k"]) == 1
+    assert capsys.readouterr() == ("", f"fedsim data: {msg}\n")

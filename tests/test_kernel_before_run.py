@@ -88,6 +88,18 @@ def test_what_a_before_run_function_raises_propagates_before_any_actor_starts(tr
         assert net.pids == []  # nothing was forked
 
 
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_network_without_nodes_calls_its_before_run_functions_too(transport):
+    # every transport calls them once when run is called; TcpNetwork, with no node to place,
+    # returned its empty result without calling them
+    CALLS.clear()
+    net = _net(transport)
+    net.before_run(second)
+    res = net.run() if transport == "sim" else net.run(timeout=60)
+    assert res.complete and res.results == {}
+    assert CALLS == [("second", os.getpid())]
+
+
 def test_before_run_refuses_what_is_not_a_function():
     with pytest.raises(TypeError, match="function of no arguments"):
         SimNetwork().before_run("warm")

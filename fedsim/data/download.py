@@ -436,14 +436,19 @@ def _record_files(folder: Path) -> dict[str, dict]:
 
 def _damage(name: str, dest: Path, marker: dict, hash_ratings: bool) -> str | None:
     """What is wrong with the files of the install in ``dest`` (``None``: nothing found): a file
-    the marker records missing or of another size, or (``hash_ratings``) the dataset's ratings
-    file of another sha256 than when installed. An install whose marker records no files (made
+    the marker records missing or of another size, a record of the marker without a whole number
+    of bytes and a sha256, or (``hash_ratings``) the dataset's ratings file of another sha256 than
+    when installed. An install whose marker records no files (made
     before fedsim recorded them) is checked for its ratings file only."""
     ratings = _spec(name).ratings
     files = marker.get("files")
     if not isinstance(files, dict):
         return None if (dest / ratings).is_file() else f"{dest / ratings} is missing"
     for rel, rec in files.items():
+        if (not isinstance(rec, dict) or type(rec.get("bytes")) is not int
+                or not isinstance(rec.get("sha256"), str)):
+            # (a hand-edited or foreign marker: its record formatted into a message raised TypeError)
+            return f"its marker {dest / MARKER} records {rel!r} without its size and sha256 (got {rec!r})"
         p = dest / rel
         try:
             size = p.stat().st_size

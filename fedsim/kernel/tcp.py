@@ -406,6 +406,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         self.check_faults()
         self.ran = True
         if not self.nodes:
+            self.call_before_run()  # (called by every transport's run, nodes or not)
             return self.finish(0.0, strict=strict)
         self.groups = self._place()
         self._ids = list(self.nodes)
@@ -494,8 +495,9 @@ class TcpNetwork(ClosedOnDropout, Network):
         was measured to hold of its own (an idle actor's worker 5.1 MiB of private pages,
         ``test_a_worker_holds_at_least_the_memory_check_memorys_estimate_of_its_own``; FedRec on
         1,000 items with one process per node, after :meth:`before_run`'s functions ran in the
-        launching process, 6.5-17 MB per worker, proportional set size summed over the workers:
-        1.6 GB in all at 100 clients, 2.0-3.1 GB at 300, 15.3 GB at 1,000; docs/network-model.md). What the actors and their data add comes
+        launching process, 9.2-16.6 MB per worker, proportional set size summed over the workers:
+        1.67 GB in all at 100 clients, 3.54 GB at 300, 9.97 GB at 1,000; docs/network-model.md's
+        table). What the actors and their data add comes
         on top: the estimate is low on purpose, so that only a run that cannot fit is refused,
         before the kernel's out-of-memory killer ends it (or another process). Where
         ``MemAvailable`` cannot be read (no /proc), nothing is checked."""

@@ -132,7 +132,7 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
     Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, a ``--set`` of the
     rounds or clients (``trace_options``), ``clients`` the protocol's tiny preset refuses (a
-    ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30), or a configuration the spec's
+    ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30, the autoencoders' 1 to 15), or a configuration the spec's
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
     anything. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
