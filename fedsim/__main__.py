@@ -11,27 +11,17 @@ def entry() -> int:
     traceback of the import, nor, for SIGTERM, an end without a word (:func:`fedsim.cli.main`
     handles only what comes once it runs). SIGTERM's handler is put back as it was after the
     import; one set to be ignored stays ignored."""
-    term: list[int] = []
+    from .signals import sigterm_as_interrupt  # (standard library only: nothing to interrupt)
 
-    def on_term(signum, frame):
-        term.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.getsignal(signal.SIGTERM)
-    watch = previous is not signal.SIG_IGN and previous is not None  # (None: set outside Python)
-    if watch:
-        signal.signal(signal.SIGTERM, on_term)
-    try:
-        from .cli import main
-    except KeyboardInterrupt:
-        if term:
-            print("terminated (SIGTERM): nothing was run or written", file=sys.stderr)
-            return 128 + signal.SIGTERM
-        print("interrupted: nothing was run or written", file=sys.stderr)
-        return 130
-    finally:
-        if watch:
-            signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_interrupt() as term:
+        try:
+            from .cli import main
+        except KeyboardInterrupt:
+            if term:
+                print("terminated (SIGTERM): nothing was run or written", file=sys.stderr)
+                return 128 + signal.SIGTERM
+            print("interrupted: nothing was run or written", file=sys.stderr)
+            return 130
     return main()
 
 

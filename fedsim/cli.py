@@ -45,9 +45,10 @@ from .experiment.configfile import at
 from .experiment.params import set_keys
 from .experiment.runner import (
     RUN_FAILURES, add_fault_arguments, closing_line, did_not_finish, did_not_finish_line, net_from_args,
-    resolve_run_options, sigterm_as_interrupt,
+    resolve_run_options,
 )
 from .kernel.errors import DeadlockError, NetworkConfigError
+from .signals import sigterm_as_interrupt
 
 DEFAULT_SCENARIO = "quickstart"
 

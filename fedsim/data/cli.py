@@ -15,12 +15,12 @@ import os
 import re
 import signal
 import sys
-import threading
 import urllib.error
 import urllib.parse
 from pathlib import Path
 from typing import Sequence
 
+from ..signals import sigterm_as_interrupt
 from . import download
 
 __all__ = ["add_subparser", "main", "run"]
@@ -179,32 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     download and unpacked files (SIGTERM ended the process at once, leaving the ``.part`` until
     an install a day later). SIGTERM's handler is put back afterwards; one set to be ignored
     stays ignored."""
-    term: list[int] = []
-
-    def on_term(signum, frame):
-        if not term:
-            term.append(signum)
-            raise KeyboardInterrupt
-
-    previous = signal.getsignal(signal.SIGTERM)
-    watch = (threading.current_thread() is threading.main_thread()
-             and previous is not signal.SIG_IGN and previous is not None)  # None: set outside Python
-    if watch:
-        signal.signal(signal.SIGTERM, on_term)
-    try:
-        parser = argparse.ArgumentParser(prog="python -m fedsim.data", description="fedsim dataset management")
-        _fill(parser)
-        args = parser.parse_args(argv)
-        return run(args)
-    except KeyboardInterrupt:  # a traceback; the install stopped removes what it made
-        if term:
-            print("terminated (SIGTERM): nothing was installed", file=sys.stderr)
-            return 128 + signal.SIGTERM
-        print("interrupted: nothing was installed", file=sys.stderr)
-        return 130
-    finally:
-        if watch:
-            signal.signal(signal.SIGTERM, previous)
+    # (a second SIGTERM is ignored: the cleanup the first started runs to its end)
+    with sigterm_as_interrupt(once=True) as term:
+        try:
+            parser = argparse.ArgumentParser(prog="python -m fedsim.data", description="fedsim dataset management")
+            _fill(parser)
+            args = parser.parse_args(argv)
+            return run(args)
+        except KeyboardInterrupt:  # a traceback; the install stopped removes what it made
+            if term:
+                print("terminated (SIGTERM): nothing was installed", file=sys.stderr)
+                return 128 + signal.SIGTERM
+            print("interrupted: nothing was installed", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

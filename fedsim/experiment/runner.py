@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +26,7 @@ except ImportError:  # pragma: no cover - not on Windows: the folder's PID decid
     fcntl = None
 
 from ..kernel.errors import ActorError, DeadlockError, TransportError
+from ..signals import sigterm_as_interrupt
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
@@ -39,46 +39,6 @@ __all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_a
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """While the block runs, SIGTERM (``kill PID``, ``timeout``, a batch system's stop) stops
-    the run as a Ctrl-C does: the SIGINT handler in place is called (``KeyboardInterrupt`` by
-    default; a TCP run's cancels its main task, a sweep's stops its workers), so the temporary
-    output folder is removed and the one ``interrupted`` line printed. Without it SIGTERM ended
-    the process at once: a hidden ``.NAME.partial-PID-X`` folder was left beside ``--out`` and
-    nothing said the run had stopped.
-
-    Yields a list that holds ``SIGTERM`` once one came (the caller exits with 143 then). Only in
-    the main thread, and not over a SIGTERM that was set to be ignored. A process forked inside
-    the block (a worker) that gets SIGTERM before it sets its own handler ends as SIGTERM ends
-    it."""
-    got: list[int] = []
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN):
-        yield got
-        return
-    owner = os.getpid()
-
-    def on_term(signum, frame):
-        if os.getpid() != owner:  # a fork that inherited the handler
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        if signal.SIGTERM not in got:
-            got.append(signal.SIGTERM)
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:  # SIGINT ignored (a background job) or set outside Python: stop all the same
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield got
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def default_out_dir(name: str) -> Path:

@@ -1,0 +1,71 @@
+"""fedsim.signals.sigterm_as_interrupt: the one SIGTERM handling of fedsim's command lines."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from fedsim.signals import sigterm_as_interrupt
+
+
+def _term() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_is_a_keyboard_interrupt_each_time_and_the_handler_is_put_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_as_interrupt() as term:
+        with pytest.raises(KeyboardInterrupt):
+            _term()
+        assert term == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt):  # a second one stops the cleanup too
+            _term()
+        assert term == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_with_once_a_second_sigterm_lets_the_cleanup_finish():
+    # python -m fedsim.data: the first SIGTERM stops the download, a second one must not stop
+    # the removal of what it wrote
+    cleaned = []
+    with sigterm_as_interrupt(once=True) as term:
+        try:
+            _term()
+        except KeyboardInterrupt:
+            _term()  # during the cleanup: ignored
+            cleaned.append(True)
+    assert term == [signal.SIGTERM] and cleaned == [True]
+
+
+def test_an_ignored_sigterm_stays_ignored_and_other_threads_are_left_alone():
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt() as term:
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            _term()  # ignored: nothing raised
+        assert term == [] and signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    seen = []
+
+    def other():
+        with sigterm_as_interrupt() as term:
+            seen.append((term, signal.getsignal(signal.SIGTERM)))
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [([], signal.getsignal(signal.SIGTERM))]
+
+
+def test_sigterm_calls_the_sigint_handler_in_place():
+    # a TCP run's or a sweep's SIGINT handler stops its own work: SIGTERM goes through it
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    try:
+        with sigterm_as_interrupt() as term:
+            _term()  # the handler records it, raises nothing
+        assert calls == [signal.SIGINT] and term == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGINT, previous)
