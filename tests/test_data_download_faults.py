@@ -134,9 +134,9 @@ def test_a_trickling_download_is_cut_off_below_the_minimum_rate(tmp_path, monkey
             self.end_headers()
             try:
                 while not release.is_set() and len(sent) < 5000:
+                    sent.append(1)  # (before the write: the client may read the byte before this thread runs on)
                     self.wfile.write(b"x")
                     self.wfile.flush()
-                    sent.append(1)
                     release.wait(0.02)
             except OSError:  # the client hung up
                 pass
