@@ -533,6 +533,28 @@ def test_sweep_log_says_which_point_folders_recovery_put_back_or_removed_and_why
         f"removed .x=2.partial-{gone}-cd34ef: the temporary folder of a run of the point x=2 that was killed"]
     assert not list(out.glob(".x=*"))
 
+def test_sweep_log_says_what_recovery_did_also_when_the_sweep_is_then_refused(tmp_path):
+    # recovery puts point folders back before the sweep compares its points; a sweep refused then
+    # (a point of another configuration, no --force) wrote nothing to sweep.log, so the put-back
+    # went unrecorded
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    run_sweep(str(script), {"x": [1, 2]}, out=out, fixed={"y": 1}, workers=1)
+    gone = (1 << 22) + 1  # a PID no process has here
+    (out / "x=1").rename(out / f".x=1.replaced-{gone}-ab12cd")  # killed between its renames
+    before = (out / "sweep.log").read_text()
+    with pytest.raises(UsageError, match="run with another configuration"):  # y=2: both points stale
+        run_sweep(str(script), {"x": [1, 2]}, out=out, fixed={"y": 2}, workers=1)
+    assert (out / "x=1" / "results.json").exists() and not list(out.glob(".x=*"))  # put back
+    added = (out / "sweep.log").read_text()[len(before):]
+    lines = [re.sub(r"^\[[ 0-9:]+\] ", "", line) for line in added.splitlines()]
+    assert lines[0] == (f"put back the point folder x=1 from .x=1.replaced-{gone}-ab12cd: a --force re-run of the "
+                        "point was killed after it moved the results there aside and before it put its own in")
+    assert lines[1].startswith(f"sweep {script.stem}: refused, nothing run: {out} holds 2 point(s) run with another "
+                               "configuration") and len(lines) == 2
+    assert len(ran(log)) == 2  # nothing ran again
+
+
 def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tmp_path, monkeypatch):
     # the default folder's key ignores the axes' order (sorted), so `--grid y=.. --grid x=..` after
     # `--grid x=.. --grid y=..` lands in the same folder; its point folders were named in the order

@@ -29,10 +29,12 @@ seed, network, the grid's axes), so the same command resumes in the same folder 
 extended by more values reuses the points it already has. A folder keeps the order of its sweep's
 axes (in its folder names and columns): the same axes given in another order resume there.
 
-Before it runs or writes anything, a sweep checks each point it is to run with the scenario
-module's ``check(config, load, given)`` where it has one (every protocol's: its configuration and
-its spec's ``check_data`` against the point's data): points that would be refused refuse the
-sweep, with one ``ConfigError`` (:func:`_check_points`).
+Before it runs any point or writes its files, a sweep checks each point it is to run with the
+scenario module's ``check(config, load, given)`` where it has one (every protocol's: its
+configuration and its spec's ``check_data`` against the point's data): points that would be
+refused refuse the sweep, with one ``ConfigError`` (:func:`_check_points`). What recovery did to
+the folder before (point folders put back or removed, below) is said in ``sweep.log`` also when
+the sweep is then refused.
 
 The sweep writes, also when interrupted (Ctrl-C stops every worker promptly; points that did
 not finish are "not run", never "failed", and leave no folder): ``combined_<table>.csv`` (every
@@ -539,13 +541,24 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         recovered = _recover_points(out)
     states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
     stale = [p for p in points if states[p.out][0] == "stale"]
-    if stale and not force:
-        shown = "; ".join(f"{point_label(p.point)}: {states[p.out][1]}" for p in stale[:3])
-        more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
-        raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
-                         f"use --force to re-run them, or another --out")
     todo = [p for p in points if states[p.out][0] != "done"]
-    _check_points(mod, todo, data_default)  # before anything is written or started
+    try:
+        if stale and not force:
+            shown = "; ".join(f"{point_label(p.point)}: {states[p.out][1]}" for p in stale[:3])
+            more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
+            raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
+                             f"use --force to re-run them, or another --out")
+        _check_points(mod, todo, data_default)  # before anything is written or started
+    except Exception as exc:
+        # what recovery did to the folder stands whether the sweep runs or not: sweep.log says it
+        # (it said nothing of it when the sweep was then refused)
+        if recovered:
+            log = Progress(False, log=out / "sweep.log")
+            for line in recovered:
+                log.log(line)
+            log.log(f"sweep {name}: refused, nothing run: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            log.close()
+        raise
     ray = None
     if backend == "ray" and todo:  # started before any file is written: it may fail to
         from .raypool import RaySession
