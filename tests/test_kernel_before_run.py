@@ -100,6 +100,31 @@ def test_a_network_without_nodes_calls_its_before_run_functions_too(transport):
     assert CALLS == [("second", os.getpid())]
 
 
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_network_whose_before_run_function_failed_can_run_once_mended(transport):
+    # the same on every transport: nothing ran, so the network has not run (TcpNetwork counted
+    # itself run before its checks, and refused the second try)
+    tries = []
+
+    def flaky():
+        tries.append(1)
+        if len(tries) == 1:
+            raise RuntimeError("the kernels' cache is locked")
+
+    async def actor(ctx):
+        return 7
+
+    net = _net(transport)
+    net.before_run(flaky)
+    net.add_node("a", actor)
+    with pytest.raises(RuntimeError, match="cache is locked"):
+        net.run() if transport == "sim" else net.run(timeout=60)
+    res = net.run() if transport == "sim" else net.run(timeout=60)
+    assert res.complete and res.results == {"a": 7} and len(tries) == 2
+    with pytest.raises(FedsimError, match="runs once"):
+        net.run() if transport == "sim" else net.run(timeout=60)
+
+
 def test_before_run_refuses_what_is_not_a_function():
     with pytest.raises(TypeError, match="function of no arguments"):
         SimNetwork().before_run("warm")

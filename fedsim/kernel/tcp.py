@@ -388,8 +388,11 @@ class TcpNetwork(ClosedOnDropout, Network):
         returns a value the codec cannot encode, ``TransportError`` if a peer misbehaves, dies or cannot be reached,
         ``TimeoutError`` after ``timeout`` real seconds, ``NetworkConfigError`` before anything
         runs if the faults match no node's role, a ``tap`` is set (its rows are made in the
-        workers) or ``timeout`` is not positive seconds or None. No worker process outlives the call. A
-        network runs once (``FedsimError`` on a second call). Must not be called from inside a
+        workers) or ``timeout`` is not positive seconds or None, and before forking if its workers
+        would need more open files or memory than there are (``check_descriptors``,
+        ``check_memory``). No worker process outlives the call. A network runs once (``FedsimError``
+        on a second call); one refused before forking (any of the above, or a ``before_run``
+        function that raised) can run again once mended. Must not be called from inside a
         running event loop."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
@@ -404,9 +407,9 @@ class TcpNetwork(ClosedOnDropout, Network):
                                      "processes): observe a SimNetwork or AsyncioNetwork run instead")
         timeout = check_run_timeout(timeout)
         self.check_faults()
-        self.ran = True
         if not self.nodes:
             self.call_before_run()  # (called by every transport's run, nodes or not)
+            self.ran = True
             return self.finish(0.0, strict=strict)
         self.groups = self._place()
         self._ids = list(self.nodes)
@@ -419,6 +422,9 @@ class TcpNetwork(ClosedOnDropout, Network):
         self.check_memory(len(self.groups))
         # (what the workers would each load otherwise: loaded once here, inherited by the fork)
         self.call_before_run()
+        # it counts as run from here on: a refusal above (descriptors, memory, a before_run
+        # function) leaves it to run again once mended, as SimNetwork and AsyncioNetwork do
+        self.ran = True
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
         parent = os.getpid()
