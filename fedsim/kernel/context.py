@@ -250,7 +250,8 @@ class Context:
         copies; an empty ``dsts`` sends nothing). Does not block. Raises as ``send`` does (for
         the first unknown destination: nothing is sent to the others either), and ``TypeError``
         for ``dsts`` that is one node id (a str: its characters were taken for node ids,
-        "unknown node 's'") or not iterable; nothing is sent then."""
+        "unknown node 's'") or not iterable (naming the node and what was given: ``broadcast on
+        node 'a' takes a list of node ids, got NoneType None``); nothing is sent then."""
         if isinstance(dsts, str):
             raise TypeError(f"broadcast takes a list of node ids, got the str {dsts!r}; ctx.send sends to one")
         kind = str(kind)
@@ -258,10 +259,16 @@ class Context:
         encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)
         if len(encoded.data) > net.max_message_bytes:
             net.check_size(self._node, kind, encoded)
-        if net.tracing:
-            _post_traced(net, self._node, tuple(dsts), kind, encoded, False)
-        else:
-            net.post(self._node, tuple(dsts), kind, encoded, False)
+        try:  # (no cost unless it raises: broadcast is per-message hot)
+            if net.tracing:
+                _post_traced(net, self._node, tuple(dsts), kind, encoded, False)
+            else:
+                net.post(self._node, tuple(dsts), kind, encoded, False)
+        except TypeError:
+            err = _not_destinations(self._node, dsts)
+            if err is None:
+                raise
+            raise err from None
 
     def draft(self, kind: str, template: dict, *, zero: bool = True) -> Draft:
         """A message of ``kind`` whose arrays are written where they will be sent from (no copy
@@ -505,6 +512,18 @@ def _kinds(kind: Any) -> str | tuple[str, ...]:
     except TypeError:
         return str(kind)
     return tuple(str(k) for k in kinds)
+
+
+def _not_destinations(node, dsts: Any) -> TypeError | None:
+    """Made when ``broadcast`` to ``dsts`` raised ``TypeError``: that of ``tuple(dsts)`` ("'NoneType'
+    object is not iterable" said neither the call nor the node) replaced by one naming the node and
+    what was given; else (``dsts`` iterable: the TypeError is another's, such as the destinations'
+    own) None, and the handler re-raises the original. Off the send path."""
+    try:
+        iter(dsts)
+    except TypeError:
+        return TypeError(f"broadcast on node {node.id!r} takes a list of node ids, got {type(dsts).__name__} {dsts!r}")
+    return None
 
 
 def _one_str_senders(call: str, senders: str) -> TypeError:
