@@ -90,7 +90,7 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr = sub.add_parser("trace", help="trace a protocol message by message (HTML viewer, Mermaid, timeline, log)")
     tr.add_argument("protocol", help="protocol to trace (see fedsim list)")
     tr.add_argument("--clients", action=StoreOnce, type=int, default=3, help="number of clients (default 3)")
-    tr.add_argument("--rounds", action=StoreOnce, type=int, default=1, help="rounds (default 1)")
+    tr.add_argument("--rounds", action=StoreOnce, type=int, default=1, help="rounds (default 1, at most 1000)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol option")
     tr.add_argument("--seed", action=StoreOnce, type=int, default=0)
     tr.add_argument("--profile", action=StoreOnce, default="lan", help="network profile (default lan)")

@@ -371,6 +371,56 @@ def test_senders_given_as_one_str_are_named_as_such(transport, call):
             f"^{call}: unknown sender 'nobody'$")
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("call", ["gather", "gather_each"])
+@pytest.mark.parametrize("senders", ["b", "bc"])
+def test_senders_given_as_one_str_of_node_ids_are_refused_as_broadcast_refuses_one_str(transport, call, senders):
+    # senders="b" worked by accident (its one letter a node id) and senders="bc" gathered from b
+    # and c; a str of letters that are not all nodes was refused: any str is now, as broadcast does
+    got = []
+
+    async def body(ctx):
+        if call == "gather":
+            g = await ctx.gather("up", senders=senders, timeout=1.0)
+            got.append(sorted(m.sender for m in g.messages))
+            return g
+        async for m in ctx.gather_each("up", senders=senders, timeout=1.0):
+            got.append(m.sender)
+        return got
+
+    async def sender(ctx):
+        await ctx.send("a", "up", 1)
+
+    box: dict = {}
+
+    async def actor(ctx):
+        try:
+            box["value"] = await body(ctx)
+        except Exception as exc:  # noqa: BLE001 - what the call raised is the result
+            box["error"] = exc
+
+    net = _net(transport)
+    net.add_node("a", actor, role="server")
+    net.add_node("b", sender)
+    net.add_node("c", sender)
+    net.run(strict=False)
+    assert got == [] and "value" not in box
+    assert type(box["error"]) is TypeError
+    assert str(box["error"]) == (f"{call} takes senders= as a list of node ids, got the str {senders!r}; "
+                                 f"write senders=[{senders!r}]")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("dsts, given", [(None, "NoneType None"), (5, "int 5"), (3.5, "float 3.5")])
+def test_broadcast_to_what_is_no_collection_names_the_node_and_what_was_given(transport, dsts, given):
+    # it was the bare "TypeError: 'NoneType' object is not iterable" of tuple(dsts)
+    assert _raised(transport, lambda c: c.broadcast(dsts, "k", 1), TypeError,
+                   f"^broadcast on node 'a' takes a list of node ids, got {given}$") == 0
+    # a TypeError of an iterable's contents is the destinations' own, as before
+    assert _raised(transport, lambda c: c.broadcast(["b", ["c"]], "k", 1), TypeError,
+                   r"^a destination is a node id \(str\), got list \['c'\]; ctx.broadcast sends to several$") == 0
+
+
 async def _drain(it):
     return [m async for m in it]
 
@@ -565,7 +615,8 @@ def test_broadcast_sends_a_copy_per_listed_node_and_nothing_for_an_empty_list(tr
     res = net.run()
     assert [r["dst"] for r in net.ledger.records()] == ["b", "c", "b"]
     assert res["b"] == [2, 2] and res["c"] == [2]
-    _raised(transport, lambda c: c.broadcast(None, "k", 1), TypeError, "not iterable")
+    _raised(transport, lambda c: c.broadcast(None, "k", 1), TypeError,
+            "^broadcast on node .a. takes a list of node ids, got NoneType None$")
 
 
 def test_config_construction_refuses_unknown_keywords_with_a_type_error_naming_key_and_class():
@@ -611,6 +662,10 @@ async def _tcp_case(ctx, case):
         await ctx.sleep("soon")
     elif case == "senders":
         await ctx.gather("up", senders="server", timeout=0.1)
+    elif case == "broadcast_none":
+        await ctx.broadcast(None, "k", 1)
+    elif case == "senders_a_node":  # (it gathered from node a, itself, until the timeout)
+        await ctx.gather("up", senders="a", timeout=0.1)
     elif case == "set_role":
         ctx.set_role(None)
 
@@ -619,6 +674,9 @@ async def _tcp_case(ctx, case):
     ("begin_round", "ValueError", "begin_round on node 'a': a round is a whole number, got 1.7"),
     ("sleep", "ValueError", "sleep needs a finite non-negative duration, got 'soon'"),
     ("senders", "TypeError", "gather takes senders= as a list of node ids, got the str 'server'"),
+    ("broadcast_none", "TypeError", "broadcast on node 'a' takes a list of node ids, got NoneType None"),
+    ("senders_a_node", "TypeError", "gather takes senders= as a list of node ids, got the str 'a'; "
+                                    "write senders=\\['a'\\]"),
     ("set_role", "ValueError", "set_role on node 'a': role must be a non-empty str, got None"),
     ("signature", "TypeError", "_tcp_case\\(\\) missing 1 required positional argument: 'case'"),
 ])

@@ -54,6 +54,9 @@ def test_bare_run_prints_accuracy_and_communication_tables(tmp_path):
     # more clients than the tiny preset has users: a ValueError traceback from its preset
     (["trace", "fedrec", "--clients", "100000"],
      "error: cannot trace fedrec with 100000 clients: tiny presets have 1 to 30 clients, got 100000"),
+    # --rounds had no bound: --rounds 100000000 ran until killed
+    (["trace", "demo", "--rounds", "1001"],
+     "error: cannot trace demo with 1001 rounds: traces have 1 to 1000 rounds, got 1001"),
 ])
 def test_user_errors_are_one_line_without_traceback(args, message, tmp_path):
     res = fedsim_cmd(*args, "--out", str(tmp_path / "o"), cwd=tmp_path)
@@ -236,6 +239,23 @@ def test_every_traceable_protocol_draws_every_ledger_message(name, tmp_path):
     ledger = [(r["src"], r["dst"], r["kind"], r["bytes"], r["anonymous"]) for r in net.ledger.records()]
     assert messages == ledger and len(ledger) >= 6
     assert paths["log"].read_text().count(" sends ") == len(ledger)
+
+
+def test_a_trace_of_more_rounds_than_the_bound_is_refused_naming_it(tmp_path):
+    # --rounds had no bound (--clients has the tiny preset's): a huge N ran until killed
+    from fedsim.experiment import UsageError
+    from fedsim.studies.trace import MAX_TRACE_ROUNDS
+
+    assert MAX_TRACE_ROUNDS == 1000
+    for name in ("demo", "fedrec"):
+        with pytest.raises(UsageError) as err:
+            trace(name, tmp_path / "o", clients=2, rounds=10**8)
+        assert str(err.value) == f"cannot trace {name} with 100000000 rounds: traces have 1 to 1000 rounds, got 100000000"
+        assert not (tmp_path / "o").exists()
+    with pytest.raises(UsageError, match=r"^cannot trace demo with 1001 rounds: traces have 1 to 1000 rounds, got 1001$"):
+        trace("demo", tmp_path / "o", clients=1, rounds=MAX_TRACE_ROUNDS + 1)
+    net, _ = trace("demo", tmp_path / "most", clients=1, rounds=MAX_TRACE_ROUNDS, formats=("log",))
+    assert net.ledger.select(kind="weights").rounds() == list(range(MAX_TRACE_ROUNDS))
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # (FedRec++'s one client: a denoiser with no ordinary client)

@@ -541,3 +541,59 @@ def test_a_deadlocked_gather_lists_five_missing_senders_and_counts_the_rest(n, l
     assert listed in str(info.value)
     if n == 5:
         assert "more)" not in str(info.value)
+
+
+async def _stopper(ctx, clients):
+    for c in clients:
+        await ctx.send(c, "stop", None)
+    return "stopped"
+
+
+async def _until_stop(ctx):
+    await ctx.receive(("weights", "stop"))
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_lost_stop_is_a_deadlock_naming_the_blocked_clients_and_the_message_they_lost(transport):
+    # faults that cover the server's role can lose its `stop`: the client waited for ever and the
+    # DeadlockError named it and what it waited for, not that what it waited for had been lost
+    from fedsim.kernel import TcpNetwork
+
+    net = {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": TcpNetwork}[transport](seed=1)
+    net.add_node("server", _stopper, ["c0", "c1"], role="server", loss=1.0)
+    net.add_node("c0", _until_stop)
+    net.add_node("c1", _until_stop)
+    with pytest.raises(DeadlockError) as info:
+        net.run(**({"timeout": 60} if transport == "tcp" else {}))
+    err = info.value
+    assert err.result.results == {"server": "stopped"}
+    assert err.blocked == {"c0": "receive ('weights', 'stop')", "c1": "receive ('weights', 'stop')"}
+    rows = {r["dst"]: r for r in net.ledger.records()}
+    assert [r["status"] for r in rows.values()] == ["lost", "lost"]
+    assert err.lost == {c: f"1 message to it lost, the last 'stop' from 'server' sent at t = "
+                           f"{rows[c]['send_time']:.6g} s (link loss)" for c in ("c0", "c1")}
+    lines = str(err).splitlines()
+    assert lines[1:] == [f"  {c} waits in receive ('weights', 'stop'); {err.lost[c]}" for c in ("c0", "c1")] + \
+        ["  (run(strict=False) returns the partial result instead)"]
+
+
+def test_a_protocol_whose_faults_cover_the_server_says_which_clients_lost_its_stop():
+    # the demo with a deadline, loss on every role: the server ends; two clients' stop is lost
+    from fedsim.kernel.links import Faults
+    from fedsim.protocols import REGISTRY
+
+    spec = REGISTRY["demo"]
+    net = SimNetwork(seed=0, faults=Faults(loss=0.3, roles=("server", "client")))
+    data, cfg = spec.tiny(3, 2, 0)
+    spec.build(net, data, cfg.replace(deadline=0.5))
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    err = info.value
+    assert "server" in err.result.results and sorted(err.blocked) == sorted(err.lost) != []
+    for node in err.blocked:
+        lost = [r for r in net.ledger.records() if r["dst"] == node and r["status"] == "lost"]
+        last = lost[-1]
+        assert last["kind"] == "stop" and last["src"] == "server"
+        assert err.lost[node] == (f"{len(lost)} message{'s' if len(lost) != 1 else ''} to it lost, the last 'stop' "
+                                  f"from 'server' sent at t = {last['send_time']:.6g} s ({last['note']})")
+        assert f"  {node} waits in {err.blocked[node]}; {err.lost[node]}" in str(err).splitlines()

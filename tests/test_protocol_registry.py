@@ -131,3 +131,43 @@ def test_a_plugin_that_fails_while_loading_leaves_nothing_behind_and_loads_once_
     finally:
         REGISTRY.remove("reg-test-half")
         REGISTRY.add(demo, replace=True)
+
+
+def test_an_entry_point_plugin_that_fails_while_loading_leaves_none_of_its_modules_and_loads_once_mended(
+        tmp_path, monkeypatch):
+    # a failed entry-point plug-in left its package and the submodules it had imported in
+    # sys.modules ("nothing of it was kept" said the note): loaded again once mended, it found the
+    # stale helper module and failed the same way
+    import sys
+
+    pkg = tmp_path / "fedsim_ep_probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("READY = False\n")
+    (pkg / "proto.py").write_text("from . import helpers\nif not helpers.READY:\n    raise RuntimeError('not ready')\n"
+                                  + PLUGIN.format(name="reg-test-ep", cls="CfgEp"))
+    dist = tmp_path / "fedsim_ep_probe-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fedsim-ep-probe\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[fedsim.protocols]\nprobe = fedsim_ep_probe.proto\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import numpy  # noqa: F401 - a module not of the plug-in, already loaded: left alone
+
+    others = {n: m for n, m in sys.modules.items() if not n.startswith("fedsim_ep_probe")}
+    before = set(REGISTRY)
+    try:
+        with pytest.raises(RuntimeError) as err:
+            load_plugins([], entry_points=True)
+        assert str(err.value) == "not ready"
+        assert err.value.__notes__ == ["(while loading the protocol plug-in module fedsim_ep_probe.proto "
+                                       "(entry point 'probe'): nothing of it was kept)"]
+        assert sorted(n for n in sys.modules if n.startswith("fedsim_ep_probe")) == []
+        assert all(sys.modules.get(n) is m for n, m in others.items())
+        assert set(REGISTRY) == before
+        (pkg / "helpers.py").write_text("READY = True  # mended\n")
+        assert load_plugins([], entry_points=True) == ["reg-test-ep"]
+        assert sys.modules["fedsim_ep_probe.helpers"].READY is True
+    finally:
+        REGISTRY.remove("reg-test-ep")
+        for n in [n for n in sys.modules if n.startswith("fedsim_ep_probe")]:
+            del sys.modules[n]

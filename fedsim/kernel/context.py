@@ -250,7 +250,8 @@ class Context:
         copies; an empty ``dsts`` sends nothing). Does not block. Raises as ``send`` does (for
         the first unknown destination: nothing is sent to the others either), and ``TypeError``
         for ``dsts`` that is one node id (a str: its characters were taken for node ids,
-        "unknown node 's'") or not iterable; nothing is sent then."""
+        "unknown node 's'") or not iterable (naming the node and what was given: ``broadcast on
+        node 'a' takes a list of node ids, got NoneType None``); nothing is sent then."""
         if isinstance(dsts, str):
             raise TypeError(f"broadcast takes a list of node ids, got the str {dsts!r}; ctx.send sends to one")
         kind = str(kind)
@@ -258,10 +259,16 @@ class Context:
         encoded = _sealed(payload, kind) if type(payload) is Draft else encode_message(kind, payload)
         if len(encoded.data) > net.max_message_bytes:
             net.check_size(self._node, kind, encoded)
-        if net.tracing:
-            _post_traced(net, self._node, tuple(dsts), kind, encoded, False)
-        else:
-            net.post(self._node, tuple(dsts), kind, encoded, False)
+        try:  # (no cost unless it raises: broadcast is per-message hot)
+            if net.tracing:
+                _post_traced(net, self._node, tuple(dsts), kind, encoded, False)
+            else:
+                net.post(self._node, tuple(dsts), kind, encoded, False)
+        except TypeError:
+            err = _not_destinations(self._node, dsts)
+            if err is None:
+                raise
+            raise err from None
 
     def draft(self, kind: str, template: dict, *, zero: bool = True) -> Draft:
         """A message of ``kind`` whose arrays are written where they will be sent from (no copy
@@ -371,8 +378,8 @@ class Context:
         ``count`` that is not a non-negative integer, a ``timeout`` that is not a finite
         non-negative number, or a ``round`` that is not a whole number; ``TypeError`` for a
         ``deadline`` not made by ``deadline``; ``UnknownNodeError`` for an unknown sender;
-        ``TypeError`` for ``senders`` that is not an iterable of node ids, or one str whose
-        characters are not all node ids (``senders="server"``: write ``["server"]``).
+        ``TypeError`` for ``senders`` that is not an iterable of node ids, or one str (even one
+        node's id, as ``broadcast`` refuses one: ``senders="server"``, write ``["server"]``).
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
@@ -386,6 +393,8 @@ class Context:
         dl = self._timeout_of(timeout, deadline, "gather")
         net, node = self._net, self._node
         if senders is not None:
+            if senders.__class__ is str:  # (broadcast refuses one str too: "b" worked by accident, "bc" was b and c)
+                raise _one_str_senders("gather", senders)
             expected = list(dict.fromkeys(senders))
             for s in expected:
                 if s not in net.nodes:
@@ -430,6 +439,8 @@ class Context:
         net = self._net
         if round is not None and round.__class__ is not int:  # (an attribute, no call: gather is per-message hot)
             round = _round_label(round, "gather_each")
+        if senders.__class__ is str:
+            raise _one_str_senders("gather_each", senders)
         expected = sorted(dict.fromkeys(senders))
         for s in expected:
             if s not in net.nodes:
@@ -503,13 +514,32 @@ def _kinds(kind: Any) -> str | tuple[str, ...]:
     return tuple(str(k) for k in kinds)
 
 
+def _not_destinations(node, dsts: Any) -> TypeError | None:
+    """Made when ``broadcast`` to ``dsts`` raised ``TypeError``: that of ``tuple(dsts)`` ("'NoneType'
+    object is not iterable" said neither the call nor the node) replaced by one naming the node and
+    what was given; else (``dsts`` iterable: the TypeError is another's, such as the destinations'
+    own) None, and the handler re-raises the original. Off the send path."""
+    try:
+        iter(dsts)
+    except TypeError:
+        return TypeError(f"broadcast on node {node.id!r} takes a list of node ids, got {type(dsts).__name__} {dsts!r}")
+    return None
+
+
+def _one_str_senders(call: str, senders: str) -> TypeError:
+    """The error for ``senders`` given as one str, whatever its characters: they were taken for node
+    ids ("unknown sender 'e'" for ``senders="server"``; ``senders="b"`` worked by accident,
+    ``senders="bc"`` gathered from b and c). Refused as ``broadcast`` refuses one str."""
+    return TypeError(f"{call} takes senders= as a list of node ids, got the str {senders!r}; "
+                     f"write senders=[{senders!r}]")
+
+
 def _unknown_sender(call: str, senders: Any, sender: Any) -> Exception:
-    """The error for ``sender``, one of ``senders`` and no node: ``TypeError`` if ``senders`` is one
-    str (its characters were taken for node ids: "unknown sender 's'" for ``senders="server"``),
-    else ``UnknownNodeError``. Made only once a sender is found unknown, off the gather's path."""
+    """The error for ``sender``, one of ``senders`` and no node: ``UnknownNodeError`` (``TypeError``
+    for a str subclass given as ``senders``, its characters taken for node ids). Made only once a
+    sender is found unknown, off the gather's path."""
     if isinstance(senders, str):
-        return TypeError(f"{call} takes senders= as a list of node ids, got the str {senders!r}; "
-                         f"write senders=[{senders!r}]")
+        return _one_str_senders(call, senders)
     return UnknownNodeError(f"{call}: unknown sender {sender!r}")
 
 

@@ -62,18 +62,25 @@ class DeadlockError(FedsimError, RuntimeError):
     in flight, no timer pending). ``blocked`` maps each blocked node to what it waits for,
     ``time`` is the (simulated or scaled real) time at which the run stopped, ``offline`` lists
     the nodes that had dropped out, ``result`` is the partial ``RunResult`` (what
-    ``run(strict=False)`` would have returned)."""
+    ``run(strict=False)`` would have returned), ``lost`` maps each blocked node that messages
+    addressed to it were lost on the way to (the loss of a server's ``stop`` when faults cover
+    the server's role: what it waited for will never come) to how many and the last of them
+    (``1 message to it lost, the last 'stop' from 'server' sent at t = 0.5 s (link loss)``),
+    said on its line."""
 
-    def __init__(self, blocked: dict[str, str], time: float, offline: list[str], result=None) -> None:
+    def __init__(self, blocked: dict[str, str], time: float, offline: list[str], result=None,
+                 lost: dict[str, str] | None = None) -> None:
         self.blocked = dict(blocked)
         self.time = float(time)
         self.offline = list(offline)
         self.result = result
+        self.lost = dict(lost or {})
         lines = [f"deadlock at t = {self.time:.6g} s: {len(blocked)} actor(s) still waiting with nothing "
                  "left in flight that could wake them:"]
         shown = list(blocked.items())
         for node, what in shown[:20]:
-            lines.append(f"  {node} waits in {what}")
+            why = self.lost.get(node)
+            lines.append(f"  {node} waits in {what}" + (f"; {why}" if why else ""))
         if len(shown) > 20:
             lines.append(f"  ... and {len(shown) - 20} more")
         if offline:

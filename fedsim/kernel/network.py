@@ -646,5 +646,24 @@ class Network:
         res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked, flops)
         self.result = res
         if strict and drained and unfinished:
-            raise DeadlockError(blocked, duration, offline, res)
+            raise DeadlockError(blocked, duration, offline, res, self.lost_to(unfinished))
         return res
+
+    def lost_to(self, nodes: list[str]) -> dict[str, str]:
+        """For each of ``nodes`` that messages addressed to it were lost on the way to: how many,
+        and the last (kind, sender, send time, why), for ``DeadlockError``: a client whose server's
+        ``stop`` was lost waits for ever, and the error says why. One pass over the lost rows, made
+        only at a deadlock."""
+        last: dict[str, dict] = {}
+        count: dict[str, int] = {}
+        for r in self.ledger.select(fate="lost", dst=nodes).records():
+            last[r["dst"]] = r
+            count[r["dst"]] = count.get(r["dst"], 0) + 1
+        out = {}
+        for node in nodes:
+            r = last.get(node)
+            if r is not None:
+                n = count[node]
+                out[node] = (f"{n} message{'s' if n != 1 else ''} to it lost, the last {r['kind']!r} from "
+                             f"{r['src']!r} sent at t = {r['send_time']:.6g} s ({r['note'] or 'lost'})")
+        return out

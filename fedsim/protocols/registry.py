@@ -111,7 +111,8 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
     (its characters were taken for paths: "no protocol plug-in file at /"; pass a list),
     ``FileNotFoundError`` for a missing file (or a folder); an error inside a plug-in propagates
     (Python's traceback names its line; a note added to the exception names the plug-in) and
-    the plug-in is left entirely unloaded: no module of it in ``sys.modules``, none of the
+    the plug-in is left entirely unloaded: no module of it in ``sys.modules`` (for an entry point,
+    its package and the submodules it imported, those this load added), none of the
     protocols it registered before the error (a protocol it replaced is back), so that it can
     be loaded again once fixed."""
     if isinstance(paths, (str, bytes, os.PathLike)):
@@ -141,20 +142,32 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
 
         for ep in eps(group="fedsim.protocols"):
             if ep.value not in _loaded:
-                with _all_or_nothing(f"the protocol plug-in module {ep.value} (entry point {ep.name!r})"):
+                with _all_or_nothing(f"the protocol plug-in module {ep.value} (entry point {ep.name!r})",
+                                     _own_package(ep.module)):
                     ep.load()
                 _loaded.add(ep.value)
     return [n for n in REGISTRY if n not in before]
 
 
+def _own_package(module: str) -> str:
+    """The package whose modules an entry-point plug-in ``module`` brings: its top-level package
+    (``acme.proto``: ``acme``), or, for one inside fedsim, ``module`` itself (a fedsim module the
+    plug-in imported first is fedsim's, not the plug-in's)."""
+    top = module.partition(".")[0]
+    return module if top == "fedsim" else top
+
+
 @contextmanager
-def _all_or_nothing(what: str) -> Iterator[None]:
+def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
     """Load a plug-in (``what`` names it) entirely or not at all: one that raises leaves no module
     of its own behind in ``sys.modules`` (a half-initialised one stayed there, found by whatever
     imported it by name later), and the registry as it was before it (its ``register`` calls made
     before the error were kept: a protocol whose module had failed, and a fixed file loaded again
-    was refused as 'already registered' once its ``build`` had moved). Plug-ins it loaded itself
-    are forgotten with it. The error is re-raised with a note naming ``what``."""
+    was refused as 'already registered' once its ``build`` had moved). Its own modules are a plug-in
+    file's, and those of ``package`` (an entry point's: its package and the submodules it had
+    imported stayed, so that, loaded again once mended, it found the stale ones), each only if this
+    load added it (a module already there before, or of another package such as NumPy, stays).
+    Plug-ins it loaded itself are forgotten with it. The error is re-raised with a note naming ``what``."""
     specs = dict(REGISTRY._specs)
     loaded, files = set(_loaded), list(_files)
     modules = set(sys.modules)
@@ -166,7 +179,12 @@ def _all_or_nothing(what: str) -> Iterator[None]:
         _loaded.clear()
         _loaded.update(loaded)
         _files[:] = files
-        for name in [n for n in sys.modules if n not in modules and n.startswith("fedsim_plugin_")]:
-            del sys.modules[name]
+        own = [n for n in sys.modules if n not in modules and (
+            n.startswith("fedsim_plugin_") or package is not None and (n == package or n.startswith(package + ".")))]
+        for name in own:
+            mod = sys.modules.pop(name)
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules and getattr(sys.modules[parent], child, None) is mod:
+                delattr(sys.modules[parent], child)  # (a package that stays: no attribute of a removed module)
         exc.add_note(f"(while loading {what}: nothing of it was kept)")
         raise
