@@ -107,3 +107,16 @@ def test_fedsim_plugins_puts_the_plugin_under_the_contract_test(plugin, tmp_path
     assert res.returncode == 0, res.stdout + res.stderr
     assert "test_the_spec_is_complete[fedavg-mf]" in res.stdout
     assert "test_same_seed_byte_identical_ledger[fedavg-mf-fifo]" in res.stdout
+
+
+@pytest.mark.parametrize("block", [1, 2])
+def test_each_python_block_runs_on_its_own(plugin, block):
+    """A reader copies one block of the page into a file beside fedavg_mf.py and runs it in a
+    fresh interpreter: each block has its own imports and loads the plug-in itself. The checking
+    block used REGISTRY without importing it or loading the plug-in (NameError), as it was only
+    ever run after the usage block, in the same namespace."""
+    script = plugin.parent / f"block{block}.py"
+    script.write_text(BLOCKS[block])
+    res = subprocess.run([sys.executable, script.name], capture_output=True, text=True, cwd=plugin.parent,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=120)
+    assert res.returncode == 0, res.stderr
