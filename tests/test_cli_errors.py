@@ -514,3 +514,40 @@ def test_a_tcp_worker_that_dies_is_an_error_naming_it_not_a_traceback(tmp_path, 
     assert first.startswith("error: the run did not finish, no output folder was written: process ")
     assert "hosting c1) was killed by signal 9 (SIGKILL) during run" in first
     nothing_left(tmp_path, out)
+
+
+def test_a_protocol_plugin_given_as_a_scenario_path_says_how_to_run_it(tmp_path):
+    """The tutorial's file saved as fedavg_mf.py and run as `fedsim run fedavg_mf.py` (a path is
+    a scenario script) was 'is not a fedsim scenario (it needs PARAMS and run(ctx))', which said
+    nothing of --plugin; and `fedsim run fedavg-mf` without --plugin did not mention it either."""
+    import re
+
+    doc = (REPO / "docs" / "writing-a-protocol.md").read_text()
+    (tmp_path / "fedavg_mf.py").write_text(re.findall(r"```python\n(.*?)```", doc, re.S)[0])
+    line = one_error_line(fedsim_cmd("run", "fedavg_mf.py", "--quiet", cwd=tmp_path))
+    assert line == ("error: fedavg_mf.py is not a fedsim scenario but a protocol plug-in (it registers "
+                    "'fedavg-mf'): run it with fedsim --plugin fedavg_mf.py run fedavg-mf")
+    nothing_left(tmp_path)
+    line = one_error_line(fedsim_cmd("run", "fedavg-mf", "--quiet", cwd=tmp_path))
+    assert line.startswith("error: unknown scenario or protocol 'fedavg-mf'")
+    assert line.endswith("; a protocol in a file of your own: fedsim --plugin FILE run NAME)")
+    nothing_left(tmp_path)
+    # the hint's command works
+    res = fedsim_cmd("--plugin", "fedavg_mf.py", "run", "fedavg-mf", "--set", "rounds=1", "--quiet", "--out", "o",
+                     cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_plugin_loaded_as_a_scenario_is_not_left_registered(tmp_path):
+    import re
+
+    from fedsim.experiment import UsageError, load_scenario
+    from fedsim.protocols import REGISTRY
+
+    doc = (REPO / "docs" / "writing-a-protocol.md").read_text()
+    path = tmp_path / "fedavg_mf.py"
+    path.write_text(re.findall(r"```python\n(.*?)```", doc, re.S)[0])
+    before = list(REGISTRY)
+    with pytest.raises(UsageError, match="protocol plug-in"):
+        load_scenario(str(path))
+    assert list(REGISTRY) == before and "fedsim_scenario_fedavg_mf" not in sys.modules

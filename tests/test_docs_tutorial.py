@@ -107,3 +107,52 @@ def test_fedsim_plugins_puts_the_plugin_under_the_contract_test(plugin, tmp_path
     assert res.returncode == 0, res.stdout + res.stderr
     assert "test_the_spec_is_complete[fedavg-mf]" in res.stdout
     assert "test_same_seed_byte_identical_ledger[fedavg-mf-fifo]" in res.stdout
+
+
+@pytest.mark.parametrize("block", [1, 2])
+def test_each_python_block_runs_on_its_own(plugin, block):
+    """A reader copies one block of the page into a file beside fedavg_mf.py and runs it in a
+    fresh interpreter: each block has its own imports and loads the plug-in itself. The checking
+    block used REGISTRY without importing it or loading the plug-in (NameError), as it was only
+    ever run after the usage block, in the same namespace."""
+    script = plugin.parent / f"block{block}.py"
+    script.write_text(BLOCKS[block])
+    res = subprocess.run([sys.executable, script.name], capture_output=True, text=True, cwd=plugin.parent,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_protocol_declared_under_the_entry_point_group_needs_no_plugin_option(tmp_path):
+    """The page's entry-point route: an installed package (here its module and a .dist-info with
+    entry_points.txt on the path, what `pip install` leaves) is found by `fedsim list`, `run` and
+    `sweep` (whose worker processes load it too) without --plugin, and from Python after
+    load_plugins()."""
+    site = tmp_path / "site"
+    (site / "tutorial_pkg").mkdir(parents=True)
+    (site / "tutorial_pkg" / "__init__.py").write_text(BLOCKS[0])
+    info = site / "tutorial_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tutorial-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fedsim.protocols]\nfedavg-mf = tutorial_pkg\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), str(site)])}
+    env.pop("FEDSIM_PLUGINS", None)
+
+    def fedsim(*args):
+        return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True,
+                              cwd=tmp_path, env=env, timeout=180)
+
+    res = fedsim("list")
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"^\s+fedavg-mf\s+FedAvg on matrix factorisation", res.stdout, re.M)
+    res = fedsim("run", "fedavg-mf", "--set", "rounds=2", "--quiet", "--out", "one")
+    assert res.returncode == 0, res.stderr
+    assert "update,training,client,server" in (tmp_path / "one" / "kinds.csv").read_text()
+    res = fedsim("sweep", "fedavg-mf", "--grid", "fraction=0.3,0.6", "--set", "rounds=2", "--workers", "2",
+                 "--quiet", "--out", "sw")
+    assert res.returncode == 0, res.stderr
+    assert "2 points, 2 run, 0 already done, 0 failed" in res.stdout
+    code = ("from fedsim.protocols import REGISTRY, load_plugins\n"
+            "before = 'fedavg-mf' in REGISTRY\nprint(before, load_plugins(), 'fedavg-mf' in REGISTRY)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                         timeout=120)
+    assert res.stdout.split() == ["False", "['fedavg-mf']", "True"], res.stderr

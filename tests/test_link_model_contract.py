@@ -242,3 +242,32 @@ def test_check_time_passes_finite_times_and_refuses_inf_and_nan_naming_the_messa
         with pytest.raises(NetworkConfigError, match=r"message 'up' from 'a' to 'b' \(ledger row 0, 12 bytes\): "
                                                      r"it would arrive at t = (inf|nan) s, not a finite time \(rates\)"):
             check_time(t, envl, "it would arrive", "rates")
+
+
+class Late(LinkModel):
+    """Schedules its delivery (or loss) at a negative delay: a time in the past."""
+
+    name = "late"
+
+    def __init__(self, call):
+        self.call = call
+
+    def transmit(self, net, src, dst, envelope):
+        envelope.row[TX_START] = envelope.row[TX_END] = envelope.row[RX_START] = net.now()
+        if self.call == "deliver":
+            net.schedule(-1.0, net.deliver, envelope, dst)
+        else:
+            net.schedule(-1.0, net.lose, envelope, "link loss")
+
+
+@pytest.mark.parametrize("call", ["deliver", "lose"])
+def test_an_event_in_the_past_is_named_by_the_call_the_model_scheduled_not_a_private_name(call):
+    """check_time passes a past time (it does not know the clock); net.schedule refuses it with a
+    ValueError naming the event. The event was named ``SimNetwork._deliver_checked`` (a private
+    name the model's author never wrote) for a scheduled ``net.deliver`` of a model of one's own."""
+    with pytest.raises(ActorError) as info:
+        _net(Late(call)).run()
+    text = str(info.value.__cause__)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert text.startswith(f"event SimNetwork.{call} (message 'x' from 'a' to 'b' (ledger row 0, ")
+    assert "is before the current time" in text and "_checked" not in text

@@ -938,3 +938,17 @@ def test_a_plot_that_fails_for_another_reason_is_the_scenario_s_error_not_a_layo
     with pytest.raises(ValueError, match=r"Expected \\frac\{num\}\{den\}"):
         run_scenario(str(script), out=tmp_path / "o", quiet=True)
     assert list(tmp_path.glob("o*")) == [] and list(tmp_path.glob(".o*")) == []
+
+
+def test_a_table_has_the_columns_of_every_row_not_only_the_first(tmp_path):
+    """A protocol whose last evaluation reports a figure the earlier ones do not (a plug-in's
+    `top_overlap`, computed once at the end) lost it from metrics.csv and report.md: the table's
+    columns were the first row's keys."""
+    from fedsim.experiment.context import RunContext
+
+    ctx = RunContext(name="t", config={}, data="tiny", seed=0, net=None, out=tmp_path, quiet=True)
+    ctx.table("metrics", [{"round": 0, "n": 3}, {"round": 1, "n": 3, "overlap": 0.8}, {"round": 2, "late": 1}])
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == [
+        "round,n,overlap,late", "0,3,,", "1,3,0.8,", "2,,,1"]
+    ctx.table("chosen", [{"a": 1, "b": 2}], columns=["b"])  # given columns are kept as given
+    assert (tmp_path / "chosen.csv").read_text().splitlines() == ["b", "2"]

@@ -342,7 +342,9 @@ class RunContext:
     def table(self, name: str, rows: Iterable[dict], *, columns: Sequence[str] | None = None,
               title: str | None = None, floatfmt: str = ".4f") -> None:
         """Add a table: written as ``NAME.csv`` (raw numbers) and as a Markdown table in
-        report.md, and printed unless quiet (bytes and seconds in human units). A table with
+        report.md, and printed unless quiet (bytes and seconds in human units). Its columns are
+        ``columns``, or every key of ``rows`` in order of first appearance (a row without one
+        leaves its cell empty). A table with
         ``paper*`` columns in a run that is not the paper's setting (parameters changed from the
         scenario's defaults, or from its ``PAPER_VALUES`` where it declares them, or synthetic
         data) gets a note saying its figures are not expected to match the published ones."""
@@ -350,7 +352,10 @@ class RunContext:
             # the second NAME.csv replaced the first while report.md and results.json kept both
             raise ValueError(f"table {name!r} was already written in this run; give each table its own name")
         rows = [dict(r) for r in rows]
-        cols = list(columns) if columns else (list(rows[0]) if rows else [])
+        # without columns: every key of every row, in order of first appearance (the first row's
+        # alone dropped, silently, a figure only later rows have, e.g. a metric a protocol
+        # reports in its last evaluation only)
+        cols = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
         t = Table(name, rows, cols, title or name, floatfmt)
         self.tables.append(t)
         write_csv(self.out / f"{name}.csv", rows, cols)

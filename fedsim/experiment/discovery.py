@@ -130,7 +130,7 @@ def unknown_scenario(name: str) -> str:
     close = difflib.get_close_matches(name, scenarios + list(REGISTRY), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return (f"unknown scenario or protocol {name!r}{hint} (scenarios: {', '.join(scenarios)}; "
-            f"protocols: {', '.join(REGISTRY)})")
+            f"protocols: {', '.join(REGISTRY)}; a protocol in a file of your own: fedsim --plugin FILE run NAME)")
 
 
 def load_scenario(name_or_path: str) -> ModuleType:
@@ -141,10 +141,22 @@ def load_scenario(name_or_path: str) -> ModuleType:
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
         if not p.is_file():
             raise UsageError(f"no scenario script at {name_or_path}")
+        from ..protocols import REGISTRY
+
         spec = importlib.util.spec_from_file_location(f"fedsim_scenario_{p.stem}", p)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
+        before = set(REGISTRY)
         spec.loader.exec_module(mod)
+        if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
+            added = [n for n in REGISTRY if n not in before]
+            if added:  # a protocol plug-in (docs/writing-a-protocol.md) given where a scenario goes
+                for n in added:  # (imported as a scenario: not loaded as a plug-in, so not kept)
+                    REGISTRY.remove(n)
+                del sys.modules[spec.name]
+                raise UsageError(f"{name_or_path} is not a fedsim scenario but a protocol plug-in (it registers "
+                                 f"{', '.join(map(repr, added))}): run it with fedsim --plugin {name_or_path} "
+                                 f"run {added[0]}")
     else:
         from ..protocols import REGISTRY
 

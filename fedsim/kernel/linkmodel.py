@@ -39,8 +39,9 @@ class LinkModel:
     rates (bytes/s, ``inf`` allowed) and latencies (s). A link model must be deterministic: no
     clock, no global random state. ``net.schedule`` raises ``ValueError`` for an event whose
     time is not finite or is before ``now()``; ``check_time(t, envelope, what, why)`` refuses
-    such a time with a ``NetworkConfigError`` that says which message and why, before it is
-    written into the row or scheduled. ``SimNetwork`` refuses, with a ``NetworkConfigError``
+    a time that is not finite with a ``NetworkConfigError`` that says which message and why,
+    before it is written into the row or scheduled (it does not know the clock: a time before
+    ``now()`` passes it, and only ``net.schedule`` refuses that). ``SimNetwork`` refuses, with a ``NetworkConfigError``
     naming the model and the message, a second ``deliver``/``lose`` of a copy, a ``deliver`` of a
     copy whose timing fields are unset (NaN), and copies still neither delivered nor lost when the
     run has nothing left to do.

@@ -17,12 +17,19 @@ __all__ = ["ClosedOnDropout"]
 
 
 class ClosedOnDropout:
-    """Mixin of a real-time transport: ``closed`` (node ids whose actor got the cancellation of
-    its dropout) must be a set made by the transport, ``time_scale`` its clock's divisor, and
-    ``wait_for_message(node, kind, timeout)`` its own wait (a timed one through ``await_within``)."""
+    """Mixin of a real-time transport (listed before ``Network`` among its bases): ``closed``
+    (node ids whose actor got the cancellation of its dropout; an empty set made here),
+    ``time_scale`` its clock's divisor (1.0 unless the transport sets it), and
+    ``wait_for_message(node, kind, timeout)`` its own wait (a timed one through ``await_within``).
+    Before, a transport that did not make ``closed`` itself failed its first actor's first wait
+    with ``AttributeError: ... no attribute 'closed'``, blamed on that actor."""
 
     closed: set[str]
-    time_scale: float
+    time_scale: float = 1.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.closed = set()
 
     async def wait_for_message(self, node: Node, kind, timeout: float | None):  # pragma: no cover
         raise NotImplementedError

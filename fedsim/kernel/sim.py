@@ -359,6 +359,11 @@ class SimNetwork(Network):
         self.settled += 1
         SimNetwork.lose(self, envl, note)
 
+    # what a link model of the user's own scheduled is net.deliver / net.lose: an event error
+    # (describe_event) names them so, not by these private names the user never wrote
+    _deliver_checked.__qualname__ = "SimNetwork.deliver"
+    _lose_checked.__qualname__ = "SimNetwork.lose"
+
     def _model_label(self) -> str:
         m = self.link_model
         return repr(m.name) if m.name != LinkModel.name else type(m).__name__
