@@ -60,3 +60,23 @@ def test_fedrecpp_server_refuses_denoised_sums_that_are_not_arrays_of_their_kind
     assert err.node == "server" and cause.kind == "denoised" and cause.round == 0
     assert cause.sender.startswith("client/") and str(cause).startswith(f"'denoised' from {cause.sender} (round 0): ")
     assert why in str(cause), str(cause)
+
+
+# --- FedRec: the server's model, checked by the client ---------------------------------------
+
+def _fedrec_v(fault: str):
+    def rewrite(p):
+        V = p["V"]
+        return {**p, "V": {"width 1": lambda: V[:, :1].copy()}[fault]()}
+    return rewrite
+
+
+@pytest.mark.parametrize("change", [{"model": "PMF(B)"}, {"model": "PMF(B)", "rho": 0.0},
+                                    {"model": "PMF(B)", "secure_aggregation": True, "secagg_neighbours": 2}],
+                         ids=["hf", "rated only", "secure"])
+def test_fedrec_batch_client_refuses_a_model_one_column_wide(change):
+    # V of one column was broadcast against the user factor: the client sent gradients of the
+    # right shape computed from nothing the server sent, and the run ended as if all was well
+    text = _server_sends("fedrec", "model", _fedrec_v("width 1"), change)
+    assert "ValueError: item rows of shape (" in text and ", 1) for a user factor of shape (8,): they must be 8 wide" \
+        in text, text
