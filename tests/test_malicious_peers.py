@@ -78,5 +78,73 @@ def test_fedrec_batch_client_refuses_a_model_one_column_wide(change):
     # V of one column was broadcast against the user factor: the client sent gradients of the
     # right shape computed from nothing the server sent, and the run ended as if all was well
     text = _server_sends("fedrec", "model", _fedrec_v("width 1"), change)
-    assert "ValueError: item rows of shape (" in text and ", 1) for a user factor of shape (8,): they must be 8 wide" \
-        in text, text
+    assert "V must be a float32 array of shape (40, 8), got float32 of shape (40, 1)" in text, text
+
+
+@pytest.mark.parametrize("jit", [True, False], ids=["compiled if available", "numpy"])
+def test_pmf_batch_client_refuses_item_rows_narrower_than_the_user_factor(jit, monkeypatch):
+    # rows one column wide were broadcast against U_u: gradients of U_u's width from nothing
+    from fedsim.math import _sgd_numba
+    from fedsim.math.pmf import pmf_batch_client
+
+    if not jit:
+        monkeypatch.setattr(_sgd_numba, "compiled", lambda: None)
+    U = np.ones(4, np.float32)
+    for rows in (np.ones((3, 1), np.float32), np.ones((3, 2), np.float32), np.ones(3, np.float32)):
+        with pytest.raises(ValueError, match=r"item rows of shape \(3(, [12])?,?\) for a user factor of shape "
+                                             r"\(4,\): they must be 4 wide"):
+            pmf_batch_client(U, rows, np.ones(3, np.float32), 0.1, 0.0)
+
+
+_STOCHASTIC = "V must be a float32 array (the run's dtype), got "
+_WHOLE = "V must be a float32 array of shape (40, 8), got "
+
+
+@pytest.mark.parametrize("model", ["PMF(B)", "PMF(S)", "SVD++(S)"])
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int32"])
+def test_fedrec_client_refuses_a_model_of_another_dtype(model, dtype):
+    # float16: a bare NotImplementedError of the compiled step, naming no peer; float64 in a
+    # float32 run: trained on silently; int32 (SVD++): integer gradients, and the server blamed
+    # the client for them
+    text = _server_sends("fedrec", "model", lambda p: {**p, "V": p["V"].astype(dtype)}, {"model": model})
+    want = (_WHOLE + f"{dtype} of shape (40, 8)") if model == "PMF(B)" else _STOCHASTIC + dtype
+    assert want in text, text
+
+
+@pytest.mark.parametrize("fault, why", [
+    # the client did not answer the evaluation the server then waited for: a deadlock report
+    (lambda p: {k: v for k, v in p.items() if k != "eval"}, "model must carry eval = true or false, got None"),
+    (lambda p: {**p, "eval": None}, "model must carry eval = true or false, got None"),
+    (lambda p: {**p, "eval": "no"}, "model must carry eval = true or false, got 'no'"),  # taken for true
+    # another round's label: its learning rate (and hybrid filling) taken silently
+    (lambda p: {**p, "t": p["t"] + 1}, "model must carry t = its round 0, got 1"),
+    (lambda p: {**p, "t": -5}, "model must carry t = its round 0, got -5"),
+    (lambda p: {**p, "t": 0.5}, "model must carry t = its round 0, got 0.5"),
+    # a row past the items: the client sampled it and the server blamed the client for the id
+    (lambda p: {**p, "V": np.concatenate([p["V"], p["V"][:1]])}, _WHOLE + "float32 of shape (41, 8)"),
+], ids=["no eval", "eval None", "eval str", "t next", "t negative", "t float", "V long"])
+@pytest.mark.parametrize("change", [{}, {"secure_aggregation": True, "secagg_neighbours": 2}], ids=["plain", "secure"])
+def test_fedrec_batch_client_checks_the_whole_model_message(fault, why, change):
+    text = _server_sends("fedrec", "model", fault, {"model": "PMF(B)", "eval_every": 1, **change}, test=True)
+    assert why in text, text
+
+
+_EVAL_FAULTS = {  # all taken silently: the metrics of a model the server does not hold
+    "V long": ("V", lambda a: np.concatenate([a, a[:1]]), "float32 of shape (41, 8)"),
+    "V int32": ("V", lambda a: a.astype(np.int32), "int32 of shape (40, 8)"),
+    "V bool": ("V", lambda a: a != 0, "bool of shape (40, 8)"),
+    "V float16": ("V", lambda a: a.astype(np.float16), "float16 of shape (40, 8)"),
+    "O int32": ("O", lambda a: a.astype(np.int32), "int32 of shape (40, 8)"),
+    "O narrow": ("O", lambda a: a[:, :1].copy(), "float32 of shape (40, 1)"),
+}
+_EVAL_CASES = [(m, r, f) for m, r in [("PMF(B)", 2), ("PMF(S)", 0), ("SVD++(S)", 0)] for f in _EVAL_FAULTS
+               if m == "SVD++(S)" or not f.startswith("O")]  # (only SVD++ sends O)
+
+
+@pytest.mark.parametrize("model, round, fault", _EVAL_CASES, ids=[f"{m}-{f}" for m, _, f in _EVAL_CASES])
+def test_fedrec_client_checks_an_evaluate_message(model, round, fault):
+    field, fault, got = _EVAL_FAULTS[fault]
+    change = {"model": model, "eval_every": 1, "T": 2, "lr": 0.001, "client_lr": 0.001} if model != "PMF(B)" \
+        else {"model": model, "eval_every": 1}
+    text = _server_sends("fedrec", "evaluate", lambda p: {**p, field: fault(p[field])}, change, round=round, test=True)
+    assert f"{field} must be a float32 array of shape (40, 8), got {got}" in text, text

@@ -36,19 +36,26 @@ def _run(protocol: str, kind: str, rewrite, change: dict | None = None, clients:
 
 
 _FEDREC_MODELS = ["PMF(B)", "PMF(S)", "SVD++(S)"]
+_B = "V must be a float32 array of shape (40, 8), got "  # PMF(B): the message is checked whole, once per round
 _FEDREC_FAULTS = {
     # V of one row: sample_unrated's bare ValueError ('rated item 33 is outside [0, 1)')
-    "short V": (lambda p: {**p, "V": p["V"][:1]}, "is outside [0, 1)"),
-    "1-D V": (lambda p: {**p, "V": p["V"][0]}, "ValueError: "),
+    "short V": (lambda p: {**p, "V": p["V"][:1]}, {"PMF(B)": _B + "float32 of shape (1, 8)",
+                                                  "PMF(S)": "is outside [0, 1)", "SVD++(S)": "is outside [0, 1)"}),
+    "1-D V": (lambda p: {**p, "V": p["V"][0]}, {"PMF(B)": _B + "float32 of shape (8,)", "PMF(S)": "ValueError: ",
+                                               "SVD++(S)": "ValueError: "}),
     # batch: the rate's int(t); stochastic: hybrid filling's t > T_predict
-    "string t": (lambda p: {**p, "t": "x"}, {"PMF(B)": "ValueError: invalid literal for int() with base 10: 'x'",
+    "string t": (lambda p: {**p, "t": "x"}, {"PMF(B)": "model must carry t = its round 0, got 'x'",
                                             "PMF(S)": "TypeError: '>' not supported between instances of 'str' and 'int'",
                                             "SVD++(S)": "TypeError: '>' not supported between instances of 'str' and 'int'"}),
     "no V": (lambda p: {k: v for k, v in p.items() if k != "V"}, "KeyError: 'V'"),
-    "V a list": (lambda p: {**p, "V": p["V"].tolist()}, "AttributeError: 'list' object has no attribute 'shape'"),
+    # (a bare AttributeError: 'list' object has no attribute 'shape')
+    "V a list": (lambda p: {**p, "V": p["V"].tolist()}, {"PMF(B)": _B + "list",
+                                                        "PMF(S)": "V must be a float32 array (the run's dtype), got list",
+                                                        "SVD++(S)": "V must be a float32 array (the run's dtype), got list"}),
     # a V narrower than U: the compiled stochastic step read V's rows and wrote the gradient
     # rows past their ends (heap corruption: 'corrupted size vs. prev_size')
-    "narrow V": (lambda p: {**p, "V": p["V"][:, :2].copy()}, "ValueError: "),
+    "narrow V": (lambda p: {**p, "V": p["V"][:, :2].copy()}, {"PMF(B)": _B + "float32 of shape (40, 2)",
+                                                             "PMF(S)": "ValueError: ", "SVD++(S)": "ValueError: "}),
 }
 _FEDREC_CASES = [(m, f) for m in _FEDREC_MODELS for f in _FEDREC_FAULTS]
 
@@ -76,7 +83,7 @@ def test_fedrec_client_names_a_malformed_evaluate_message():
     # (the evaluation's bare IndexError: index 33 is out of bounds for axis 0 with size 1)
     text = _run("fedrec", "evaluate", lambda p: {**p, "V": p["V"][:1]}, {"model": "PMF(S)", "eval_every": 1},
                 test=True)
-    assert "IndexError: index " in text and "out of bounds for axis 0 with size 1" in text, text
+    assert "V must be a float32 array of shape (40, 8), got float32 of shape (1, 8)" in text, text
 
 
 @pytest.mark.parametrize("fault, why", [
