@@ -148,3 +148,23 @@ def test_fedrec_client_checks_an_evaluate_message(model, round, fault):
         else {"model": model, "eval_every": 1}
     text = _server_sends("fedrec", "evaluate", lambda p: {**p, field: fault(p[field])}, change, round=round, test=True)
     assert f"{field} must be a float32 array of shape (40, 8), got {got}" in text, text
+
+
+# --- FedRec++ with secure noise: the round's participants, checked by the client -------------
+
+@pytest.mark.parametrize("fault, got", [
+    # without the client itself: a bare ValueError of the masking ('1 is not among the members')
+    (lambda a: a[a != a[-1]], None),
+    (lambda a: a[:0], "got int32 []"),
+    # -1 counted from the end of the key list: a mask with another client's key, silently
+    (lambda a: np.append(a, -1).astype(np.int32), None),
+    (lambda a: np.append(a, 10 ** 6).astype(np.int32), None),
+    (lambda a: a.astype(np.float32), "got float32"),  # ids as floats
+    (lambda a: "x", "got str"),  # a bare ValueError
+], ids=["without it", "empty", "negative", "past the end", "floats", "str"])
+def test_fedrecpp_secure_noise_client_checks_the_participants(fault, got):
+    text = _server_sends("fedrecpp", "model", lambda p: {**p, "part": fault(p["part"])},
+                         {"secure_noise": True, "secagg_neighbours": 2})
+    assert "part must be the round's participants, client indices in [0, 4) naming this client (" in text, text
+    if got is not None:
+        assert got in text, text

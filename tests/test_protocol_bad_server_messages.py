@@ -129,7 +129,8 @@ def test_fedrecpp_client_names_a_malformed_model_message(change, fault, why):
 def test_fedrecpp_secure_noise_client_names_a_malformed_participant_list():
     # a bare TypeError ('NoneType' object is not iterable) of the masking client
     text = _run("fedrecpp", "model", lambda p: {**p, "part": None}, {"secure_noise": True, "secagg_neighbours": 2})
-    assert "TypeError: 'NoneType' object is not iterable" in text, text
+    assert "part must be the round's participants, client indices in [0, 4) naming this client (" in text \
+        and text.endswith("), got NoneType"), text
 
 
 _AE = [("personalfr", "decoder", "dec", {}), ("personalfr", "decoder", "dec", {"compression": False}),
