@@ -239,7 +239,11 @@ _SECURE = [("fedrec", {"secure_aggregation": True, "secagg_neighbours": 2}),
     # keys outside the group (-1 as uint64), or not the client's own: taken, masks that do not cancel
     (lambda p: {"pubs": np.full(p["pubs"].shape, np.iinfo(np.uint64).max, np.uint64)}, "got uint64 of shape (4,)"),
     (lambda p: {"pubs": p["pubs"][::-1].copy()}, "got uint64 of shape (4,)"),
-], ids=["short", "str", "None", "outside the group", "not its own"])
+    # a key past the last client: a phantom ring neighbour, masks that did not cancel (FedRec's
+    # V came out a sum of noise, silently)
+    (lambda p: {"pubs": np.append(p["pubs"], p["pubs"][:1])}, "got uint64 of shape (5,)"),
+], ids=["short", "str", "None", "outside the group", "not its own", "long"])
 def test_secure_clients_refuse_a_malformed_list_of_public_keys(protocol, change, fault, got):
     text = _run(protocol, "peers", fault, change, round=-1)
-    assert "pubs must be a uint64 vector with entry " in text and f"every entry 0 or in [1, {(1 << 61) - 1}), {got}" in text, text
+    assert "pubs must be a uint64 vector of 4 entries (one per client) with entry " in text, text
+    assert f"every entry 0 or in [1, {(1 << 61) - 1}), {got}" in text, text

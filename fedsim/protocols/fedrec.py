@@ -390,17 +390,19 @@ def _check_batch_model(msg, t, V, want_eval, n_items: int | None, d: int, dt: np
 
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                  test_items: np.ndarray | None = None, test_ratings: np.ndarray | None = None,
-                 clip: tuple[float, float] = (1.0, 5.0), index: int = 0, n_items: int | None = None) -> np.ndarray:
+                 clip: tuple[float, float] = (1.0, 5.0), index: int = 0, n_items: int | None = None,
+                 n_clients: int | None = None) -> np.ndarray:
     """One user's client: ``rated`` item ids ascending and their ``ratings`` (private).
     Returns its final U_u. Optional private test ratings are used only for ``eval`` replies.
-    ``index``: its position among the clients (secure aggregation's ring). ``n_items``: the
-    number of items, the rows a batch ``model`` or an ``evaluate`` message's V must have (None:
-    any number)."""
+    ``index``: its position among the clients (secure aggregation's ring) and ``n_clients`` their
+    number (the length of the key list). ``n_items``: the number of items, the rows a batch
+    ``model`` or an ``evaluate`` message's V must have (None: any number)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
     noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
-    keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
+    keys = (await client_keys(ctx, index, cfg.secagg_neighbours, n_clients=n_clients) if cfg.secure_aggregation
+            else None)
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
     if keys is not None and (not keys.keyed or len(keys.members()) < 2):
         # the server left it out of every round (its key is not in the published list, or it
@@ -604,6 +606,7 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
             kw = dict(test_items=t_idx[t_ptr[u]:t_ptr[u + 1]], test_ratings=t_val[t_ptr[u]:t_ptr[u + 1]])
         if cfg.secure_aggregation:
             kw["index"] = u  # the defence's ring position (only then: the actor's signature stays as it was)
+            kw["n_clients"] = n_users
         kw["n_items"] = n_items
         net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **kw)
     return FedRecJob(cfg, n_users, n_items, clients, indptr, indices)

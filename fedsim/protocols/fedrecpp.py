@@ -408,7 +408,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     ctx.set_role(role)
     keys = None
     if group is not None:
-        keys = await client_keys(ctx, index, cfg.secagg_neighbours)
+        keys = await client_keys(ctx, index, cfg.secagg_neighbours, n_clients=n_clients or None)
         if not keys.keyed:
             # the server left it out of every round (its key is not in the published list, which
             # it has too): it is sent nothing but ``stop`` (already read if the list never came)
