@@ -168,3 +168,17 @@ def test_fedrecpp_secure_noise_client_checks_the_participants(fault, got):
     assert "part must be the round's participants, client indices in [0, 4) naming this client (" in text, text
     if got is not None:
         assert got in text, text
+
+
+@pytest.mark.parametrize("fault, got", [
+    (lambda a: a[a != a[-1]], None),  # a bare ValueError of the masking ('3 is not among the members')
+    (lambda a: np.append(a, -1).astype(np.int32), None),  # masked with the last client's key, silently
+    (lambda a: a.astype(np.float32), "got float32"),
+    (lambda a: a.tolist(), "got list"),
+], ids=["without it", "negative", "floats", "list"])
+def test_fpl_secure_client_checks_the_members(fault, got):
+    text = _server_sends("fpl", "model", lambda p: {**p, "members": fault(p["members"])},
+                         {"secure_aggregation": True, "secagg_neighbours": 2})
+    assert "members must be the round's participants, client indices in [0, 4) naming this client (" in text, text
+    if got is not None:
+        assert got in text, text

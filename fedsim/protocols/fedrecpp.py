@@ -83,8 +83,8 @@ from .common import SERVER, BadMessageError, check_data, client_names, sort_by_i
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import (KEYLESS, client_keys, dense_rows, key_exchange_kinds, masked_vectors, overflowed,
-                     server_relay_keys)
+from .secagg import (KEYLESS, checked_members, client_keys, dense_rows, key_exchange_kinds, masked_vectors,
+                     overflowed, server_relay_keys)
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "participants_used",
            "TRAINING_KINDS"]
@@ -347,20 +347,6 @@ def _assignment(msg, cfg: FedRecPPConfig) -> tuple:
     return role, den, group
 
 
-def _checked_part(msg, part, keys) -> set:
-    """The participants a secure-noise ``model`` message names (``part``), as a set of client
-    indices, if they are a 1-D integer array of indices of clients with a public key slot
-    (``[0, len(keys.pubs))``) naming this client; else ``BadMessageError`` naming the message (an
-    index of another client in its place was a bare ``ValueError`` of the masking, a negative one
-    counted from the end of the key list, silently)."""
-    if (type(part) is not np.ndarray or part.ndim != 1 or part.dtype.kind not in "iu" or not part.size
-            or int(part.min()) < 0 or int(part.max()) >= keys.pubs.shape[0] or not (part == keys.me).any()):
-        got = f"{part.dtype} {part.tolist()!r:.80}" if isinstance(part, np.ndarray) else type(part).__name__
-        raise BadMessageError(msg, f"part must be the round's participants, client indices in [0, "
-                                   f"{keys.pubs.shape[0]}) naming this client ({keys.me}), got {got}")
-    return set(part.tolist())
-
-
 def _model(msg, n_items: int, cfg: FedRecPPConfig, dt) -> tuple:
     """``(t, V)`` of a ``model`` message, else ``BadMessageError`` naming it: t the round it is
     sent in, V an array of the run's dtype and shape (n_items x d; a V of other rows or width
@@ -443,7 +429,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 continue
             try:
                 U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
-                part = None if keys is None else _checked_part(msg, p["part"], keys)
+                part = None if keys is None else set(checked_members(msg, p["part"], keys, "part").tolist())
             except _MODEL_ERRORS as exc:
                 raise BadMessageError(msg, exc) from exc
             U = U_new

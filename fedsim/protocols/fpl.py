@@ -85,6 +85,7 @@ from .registry import register
 from .secagg import (
     KEYLESS,
     TOO_FEW,
+    checked_members,
     client_keys,
     dense_rows,
     key_exchange_kinds,
@@ -362,8 +363,8 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
             dense = dense_rows(theta.shape[0], d + 1, items, rows)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
             try:
-                body = masked_body(keys, dense, msg.payload["members"], msg.round)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:  # (members: a bare TypeError of int())
+                body = masked_body(keys, dense, checked_members(msg, msg.payload["members"], keys), msg.round)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise BadMessageError(msg, exc) from exc
             await ctx.send(SERVER, "masked", body)
             continue

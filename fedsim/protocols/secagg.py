@@ -41,7 +41,7 @@ from ..math import secagg
 from .common import SERVER, BadMessageError
 from .contract import Kind
 
-__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "checked_pubs", "client_keys", "dense_rows", "key_exchange_kinds",
+__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "checked_members", "checked_pubs", "client_keys", "dense_rows", "key_exchange_kinds",
            "masked_body", "masked_vectors", "overflowed", "server_relay_keys"]
 
 # the ``reason`` of the ``missing`` records these cases leave in a protocol's result
@@ -127,6 +127,21 @@ def checked_pubs(msg, me: int, own: int, n_clients: int | None = None) -> np.nda
         raise BadMessageError(msg, f"pubs must be a uint64 vector{size} with entry {me} this client's key (or 0) "
                                    f"and every entry 0 or in [1, {secagg.DH_PRIME}), got {got}")
     return pubs
+
+
+def checked_members(msg, members, keys: "MaskingKeys", field: str = "members") -> np.ndarray:
+    """The participants a server's message names (its ``field``: FPL's ``members``, FedRec++'s
+    ``part``), if they are a 1-D integer array of client indices in ``[0, len(keys.pubs))``
+    naming this client; else ``BadMessageError`` naming the message (a list without the client
+    was a bare ``ValueError`` of the masking, a negative index counted from the end of the key
+    list and masked with another client's key, silently)."""
+    if (type(members) is not np.ndarray or members.ndim != 1 or members.dtype.kind not in "iu" or not members.size
+            or int(members.min()) < 0 or int(members.max()) >= keys.pubs.shape[0] or not (members == keys.me).any()):
+        got = (f"{members.dtype} {members.tolist()!r:.80}" if isinstance(members, np.ndarray)
+               else type(members).__name__)
+        raise BadMessageError(msg, f"{field} must be the round's participants, client indices in [0, "
+                                   f"{keys.pubs.shape[0]}) naming this client ({keys.me}), got {got}")
+    return members
 
 
 class MaskingKeys:
