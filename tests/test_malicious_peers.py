@@ -182,3 +182,30 @@ def test_fpl_secure_client_checks_the_members(fault, got):
     assert "members must be the round's participants, client indices in [0, 4) naming this client (" in text, text
     if got is not None:
         assert got in text, text
+
+
+@pytest.mark.parametrize("denoiser", ["x", "client/9999", "client/04", "server"])
+def test_fedrecpp_client_refuses_a_denoiser_that_is_no_other_client(denoiser):
+    # a bare UnknownNodeError of the client's first noise message ('message addressed to unknown
+    # node'), naming neither the server nor its assign message; 'server' was sent the noise
+    text = _server_sends("fedrecpp", "assign", lambda p: {**p, "denoiser": denoiser} if p.get("denoiser") else p,
+                         round=-1)
+    assert f"assign must name as denoiser another client's node id (of 4 clients), got {denoiser!r}" in text, text
+
+
+def test_fedrecpp_client_refuses_itself_as_its_denoiser():
+    # each ordinary client told that it is its own denoiser (it sent its noise to itself)
+    net, mod = _net("fedrecpp")
+
+    async def server(ctx, *args, **kwargs):
+        from conftest import ServerRewritingContext
+
+        class Self(ServerRewritingContext):
+            async def send(self, dst, kind, payload, **kw):
+                if kind == "assign" and isinstance(payload, dict) and payload.get("denoiser"):
+                    payload = {**payload, "denoiser": dst}
+                return await self._ctx.send(dst, kind, payload, **kw)
+        return await mod.server(Self(ctx, "assign", lambda p: p), *args, **kwargs)
+    net.nodes["server"].actor = server
+    _, cause = run_to_bad_server_message(net, "assign", -1)
+    assert "assign must name as denoiser another client's node id (of 4 clients), got 'client/000" in str(cause)
