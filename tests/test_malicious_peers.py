@@ -28,15 +28,15 @@ def _net(protocol: str, change: dict | None = None, test: bool = False):
     if change:
         cfg = cfg.replace(**change)
     net = SimNetwork(seed=1)
-    spec.build(net, data, cfg, **({"test": data} if test else {}))
-    return net, importlib.import_module("fedsim.protocols." + protocol.replace("-", "_"))
+    job = spec.build(net, data, cfg, **({"test": data} if test else {}))
+    return net, importlib.import_module("fedsim.protocols." + protocol.replace("-", "_")), job
 
 
 def _server_sends(protocol: str, kind: str, rewrite, change: dict | None = None, round: int = 0,
                   test: bool = False) -> str:
     """The text of the BadMessageError a client stopped with, given the server's ``kind``
     messages rewritten by ``rewrite(payload)``."""
-    net, mod = _net(protocol, change, test)
+    net, mod, _ = _net(protocol, change, test)
     rewrite_server(net, mod.server, kind, rewrite)
     _, cause = run_to_bad_server_message(net, kind, round)
     return str(cause)
@@ -53,7 +53,7 @@ def _server_sends(protocol: str, kind: str, rewrite, change: dict | None = None,
     (lambda p: {**p, "sums": p["sums"] != 0}, "denoised sums: rows must be a float array, got bool"),
 ], ids=["items list", "sums list", "sums int32", "sums bool"])
 def test_fedrecpp_server_refuses_denoised_sums_that_are_not_arrays_of_their_kind(fault, why):
-    net, mod = _net("fedrecpp")
+    net, mod, _ = _net("fedrecpp")
     rewrite_sends(net, [n for n in net.nodes if n.startswith("client")], mod.client,
                   lambda k, p: fault(p) if k == "denoised" else p)
     err, cause = run_to_bad_message(net)
@@ -195,7 +195,7 @@ def test_fedrecpp_client_refuses_a_denoiser_that_is_no_other_client(denoiser):
 
 def test_fedrecpp_client_refuses_itself_as_its_denoiser():
     # each ordinary client told that it is its own denoiser (it sent its noise to itself)
-    net, mod = _net("fedrecpp")
+    net, mod, _ = _net("fedrecpp")
 
     async def server(ctx, *args, **kwargs):
         from conftest import ServerRewritingContext
@@ -209,3 +209,36 @@ def test_fedrecpp_client_refuses_itself_as_its_denoiser():
     net.nodes["server"].actor = server
     _, cause = run_to_bad_server_message(net, "assign", -1)
     assert "assign must name as denoiser another client's node id (of 4 clients), got 'client/000" in str(cause)
+
+
+# --- what the protocols tolerate: a client's non-finite upload is the run's divergence --------
+
+_NAN_UPLOADS = [("demo", {}, "gradient", "g"), ("fcf", {}, "gradients", "grad"),
+                ("fedrec", {"model": "PMF(B)"}, "gradients", "grads"), ("fedrecpp", {}, "gradients", "grads"),
+                ("fpl", {}, "update", "rows"), ("personalfr", {"fraction": 1.0}, "update", "dec"),
+                ("fedavg-ae", {"fraction": 1.0}, "update", "model")]
+
+
+@pytest.mark.parametrize("protocol, change, kind, field", _NAN_UPLOADS, ids=[p for p, *_ in _NAN_UPLOADS])
+def test_a_non_finite_upload_is_reported_as_divergence_not_success(protocol, change, kind, field):
+    # not an error (a diverging learning rate gives the same values), but never a silent success:
+    # the result says from which round the model stopped being finite
+    net, mod, job = _net(protocol, change)
+    bad = sorted(n for n in net.nodes if n.startswith("client"))[1]
+
+    def poison(a):
+        a = np.array(a)
+        a.reshape(-1)[:] = np.nan
+        return a
+
+    def rewrite(k, p):
+        if k != kind:
+            return p
+        p = dict(p.payload) if hasattr(p, "payload") else dict(p)  # (a draft: its arrays)
+        p[field] = {n: poison(v) for n, v in p[field].items()} if isinstance(p[field], dict) else poison(p[field])
+        return p
+    rewrite_sends(net, [n for n in net.nodes if n.startswith("client")] if protocol == "fedrecpp" else [bad],
+                  mod.client, rewrite)
+    result = job.collect(net.run())
+    assert result.info["diverged_at"] in (1, 2), result.info
+    assert not all(np.isfinite(v).all() for v in result.params.values() if isinstance(v, np.ndarray))
