@@ -36,19 +36,26 @@ def _run(protocol: str, kind: str, rewrite, change: dict | None = None, clients:
 
 
 _FEDREC_MODELS = ["PMF(B)", "PMF(S)", "SVD++(S)"]
+_B = "V must be a float32 array of shape (40, 8), got "  # PMF(B): the message is checked whole, once per round
 _FEDREC_FAULTS = {
     # V of one row: sample_unrated's bare ValueError ('rated item 33 is outside [0, 1)')
-    "short V": (lambda p: {**p, "V": p["V"][:1]}, "is outside [0, 1)"),
-    "1-D V": (lambda p: {**p, "V": p["V"][0]}, "ValueError: "),
+    "short V": (lambda p: {**p, "V": p["V"][:1]}, {"PMF(B)": _B + "float32 of shape (1, 8)",
+                                                  "PMF(S)": "is outside [0, 1)", "SVD++(S)": "is outside [0, 1)"}),
+    "1-D V": (lambda p: {**p, "V": p["V"][0]}, {"PMF(B)": _B + "float32 of shape (8,)", "PMF(S)": "ValueError: ",
+                                               "SVD++(S)": "ValueError: "}),
     # batch: the rate's int(t); stochastic: hybrid filling's t > T_predict
-    "string t": (lambda p: {**p, "t": "x"}, {"PMF(B)": "ValueError: invalid literal for int() with base 10: 'x'",
+    "string t": (lambda p: {**p, "t": "x"}, {"PMF(B)": "model must carry t = its round 0, got 'x'",
                                             "PMF(S)": "TypeError: '>' not supported between instances of 'str' and 'int'",
                                             "SVD++(S)": "TypeError: '>' not supported between instances of 'str' and 'int'"}),
     "no V": (lambda p: {k: v for k, v in p.items() if k != "V"}, "KeyError: 'V'"),
-    "V a list": (lambda p: {**p, "V": p["V"].tolist()}, "AttributeError: 'list' object has no attribute 'shape'"),
+    # (a bare AttributeError: 'list' object has no attribute 'shape')
+    "V a list": (lambda p: {**p, "V": p["V"].tolist()}, {"PMF(B)": _B + "list",
+                                                        "PMF(S)": "V must be a float32 array (the run's dtype), got list",
+                                                        "SVD++(S)": "V must be a float32 array (the run's dtype), got list"}),
     # a V narrower than U: the compiled stochastic step read V's rows and wrote the gradient
     # rows past their ends (heap corruption: 'corrupted size vs. prev_size')
-    "narrow V": (lambda p: {**p, "V": p["V"][:, :2].copy()}, "ValueError: "),
+    "narrow V": (lambda p: {**p, "V": p["V"][:, :2].copy()}, {"PMF(B)": _B + "float32 of shape (40, 2)",
+                                                             "PMF(S)": "ValueError: ", "SVD++(S)": "ValueError: "}),
 }
 _FEDREC_CASES = [(m, f) for m in _FEDREC_MODELS for f in _FEDREC_FAULTS]
 
@@ -76,7 +83,7 @@ def test_fedrec_client_names_a_malformed_evaluate_message():
     # (the evaluation's bare IndexError: index 33 is out of bounds for axis 0 with size 1)
     text = _run("fedrec", "evaluate", lambda p: {**p, "V": p["V"][:1]}, {"model": "PMF(S)", "eval_every": 1},
                 test=True)
-    assert "IndexError: index " in text and "out of bounds for axis 0 with size 1" in text, text
+    assert "V must be a float32 array of shape (40, 8), got float32 of shape (1, 8)" in text, text
 
 
 @pytest.mark.parametrize("fault, why", [
@@ -122,7 +129,8 @@ def test_fedrecpp_client_names_a_malformed_model_message(change, fault, why):
 def test_fedrecpp_secure_noise_client_names_a_malformed_participant_list():
     # a bare TypeError ('NoneType' object is not iterable) of the masking client
     text = _run("fedrecpp", "model", lambda p: {**p, "part": None}, {"secure_noise": True, "secagg_neighbours": 2})
-    assert "TypeError: 'NoneType' object is not iterable" in text, text
+    assert "part must be the round's participants, client indices in [0, 4) naming this client (" in text \
+        and text.endswith("), got NoneType"), text
 
 
 _AE = [("personalfr", "decoder", "dec", {}), ("personalfr", "decoder", "dec", {"compression": False}),
@@ -191,7 +199,8 @@ def test_fpl_client_names_a_malformed_model_message(dtype, fault, got):
 def test_fpl_secure_aggregation_client_names_a_malformed_member_list():
     # a bare TypeError of the masking (int() of None)
     text = _run("fpl", "model", lambda p: {**p, "members": None}, {"secure_aggregation": True, "secagg_neighbours": 2})
-    assert "TypeError: int() argument must be" in text, text
+    assert "members must be the round's participants, client indices in [0, 4) naming this client (" in text \
+        and text.endswith("), got NoneType"), text
 
 
 @pytest.mark.parametrize("fault, got", [
@@ -231,7 +240,11 @@ _SECURE = [("fedrec", {"secure_aggregation": True, "secagg_neighbours": 2}),
     # keys outside the group (-1 as uint64), or not the client's own: taken, masks that do not cancel
     (lambda p: {"pubs": np.full(p["pubs"].shape, np.iinfo(np.uint64).max, np.uint64)}, "got uint64 of shape (4,)"),
     (lambda p: {"pubs": p["pubs"][::-1].copy()}, "got uint64 of shape (4,)"),
-], ids=["short", "str", "None", "outside the group", "not its own"])
+    # a key past the last client: a phantom ring neighbour, masks that did not cancel (FedRec's
+    # V came out a sum of noise, silently)
+    (lambda p: {"pubs": np.append(p["pubs"], p["pubs"][:1])}, "got uint64 of shape (5,)"),
+], ids=["short", "str", "None", "outside the group", "not its own", "long"])
 def test_secure_clients_refuse_a_malformed_list_of_public_keys(protocol, change, fault, got):
     text = _run(protocol, "peers", fault, change, round=-1)
-    assert "pubs must be a uint64 vector with entry " in text and f"every entry 0 or in [1, {(1 << 61) - 1}), {got}" in text, text
+    assert "pubs must be a uint64 vector of 4 entries (one per client) with entry " in text, text
+    assert f"every entry 0 or in [1, {(1 << 61) - 1}), {got}" in text, text

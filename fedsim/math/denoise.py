@@ -70,11 +70,13 @@ def remove_noise(grad_sum: np.ndarray, counts: np.ndarray, items: np.ndarray, su
     """Eq. 5 and the count recovery, in place: ``grad_sum[items] -= sums`` and
     ``counts[items] -= noise_counts`` for one denoiser's message (ascending items, as
     :func:`denoiser_sums` gives them). Raises ``IndexError`` for ids outside [0, m),
-    ``ValueError`` for arrays of other shapes or ids not strictly increasing (``rows.check_rows``;
-    a repeated id would be subtracted once), counts that are not an integer array (a float
-    count was truncated) and, with ``bounds``, counts out of range (:func:`check_noise_counts`),
-    changing nothing."""
-    check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums", ascending=True)
+    ``ValueError`` for ids that are not a NumPy integer array (a list of ids was a bare
+    AttributeError of the server), sums that are not a NumPy float array (a list, integer or
+    bool sums were subtracted as numbers), arrays of other shapes or ids not strictly increasing
+    (``rows.check_rows``; a repeated id would be subtracted once), counts that are not an integer
+    array (a float count was truncated) and, with ``bounds``, counts out of range
+    (:func:`check_noise_counts`), changing nothing."""
+    check_rows(items, sums, grad_sum.shape[0], grad_sum.shape[1], "denoised sums", ascending=True, upload=True)
     if np.shape(noise_counts) != np.shape(items):
         raise ValueError(f"denoised sums: {np.shape(items)[0]} item ids need as many counts, got shape "
                          f"{np.shape(noise_counts)}")

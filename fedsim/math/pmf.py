@@ -131,7 +131,8 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
     left to right, so that the same inputs give the same bits on every machine (a BLAS product
     sums in an order that depends on the CPU kernel the library picks); with numba the step is
     one compiled pass over the rows (``_sgd_numba.batch_client_rows``, the same operations in the
-    same order), otherwise cumulative sums in NumPy.
+    same order), otherwise cumulative sums in NumPy. Raises ``ValueError`` for ``V_rows`` that
+    are not 2-D rows as wide as ``U_u`` (a width of 1 was broadcast).
     """
     U_u = np.asarray(U_u)
     V_rows = np.asarray(V_rows)
@@ -146,6 +147,11 @@ def pmf_batch_client(U_u, V_rows, ratings, lr, lam, *, order: str = "code"):
         return U_u.copy(), np.empty((0, U_u.shape[0]), dtype=V_rows.dtype)
     if order == "code" and _sgd_numba.compiled() is not None and _one_dtype(U_u, V_rows, ratings):
         return _batch_client_jit(U_u, V_rows, np.arange(n, dtype=np.int32), ratings, lr, lam, n)
+    if U_u.ndim != 1 or V_rows.ndim != 2 or V_rows.shape[1] != U_u.shape[0]:
+        # (only here, where the compiled pass declined them: rows of width 1 were broadcast
+        # against U_u below, and gave gradients of U_u's width, silently)
+        raise ValueError(f"item rows of shape {V_rows.shape} for a user factor of shape {U_u.shape}: "
+                         f"they must be {U_u.shape[-1] if U_u.ndim else 1} wide")
     if order != "code" and order != "paper":
         raise ValueError(f"order must be 'code' or 'paper', got {order!r}")
     # (a diverging model overflows here: silent, as the compiled pass is; the servers check it)

@@ -94,15 +94,19 @@ class SGDClient:
     settings: it is that call without the per-call conversions and keyword arguments (a
     stochastic client is called once per exchange, so they are a per-message cost). ``V`` (or
     ``O``) that is not a C-contiguous array of ``dtype`` goes through ``sgd_client_call`` itself.
-    Raises ``ValueError`` for an unknown ``order`` or ``strategy``.
+    Raises ``ValueError`` for an unknown ``order`` or ``strategy``. With ``strict=True`` (a client
+    given ``V`` off the wire), ``call`` raises ``ValueError`` for a ``V`` (or ``O``) that is not a
+    NumPy array of ``dtype`` instead of computing in its dtype (a float16 ``V`` was a bare
+    ``NotImplementedError``, an integer one gave integer gradients, another float dtype was taken
+    silently); the check is made only where the fast path already declined the arrays.
     """
 
     __slots__ = ("rated", "ratings", "r_mean", "dtype", "order", "lam", "rho", "strategy", "T_predict",
-                 "T_local", "hf_convention", "backend", "_norms", "_order_flag", "_kernels", "_par")
+                 "T_local", "hf_convention", "backend", "strict", "_norms", "_order_flag", "_kernels", "_par")
 
     def __init__(self, rated_items, ratings, dtype, order="code", *, lam: float = 0.0, rho: float = 0.0,
                  strategy: str = "ua", T_predict: int = 10, T_local: int = 10, hf_convention: str = "code",
-                 backend=None) -> None:
+                 backend=None, strict: bool = False) -> None:
         self._order_flag = _sgd_numba.order_flag(order)  # raises ValueError for an unknown order
         if strategy not in ("ua", "hf"):
             raise ValueError(f"strategy must be 'ua' or 'hf', got {strategy!r}")
@@ -115,6 +119,7 @@ class SGDClient:
         self.lam, self.rho, self.strategy = lam, rho, strategy
         self.T_predict, self.T_local, self.hf_convention = T_predict, T_local, hf_convention
         self.backend = backend
+        self.strict = bool(strict)
         self._kernels = _sgd_numba.kernels(backend)  # raises for an unknown or unavailable backend
         # the kernels' parameter vector, owned by this client: each call sets only its rate
         self._par = _sgd_numba.make_par(0.0, lam, self.dtype, order)
@@ -123,6 +128,11 @@ class SGDClient:
         dt = self.dtype
         if (type(V) is not np.ndarray or V.dtype != dt or not V.flags.c_contiguous
                 or (O is not None and (type(O) is not np.ndarray or O.dtype != dt or not O.flags.c_contiguous))):
+            if self.strict:
+                for name, a in (("V", V), ("O", O)):
+                    if a is not None and (type(a) is not np.ndarray or a.dtype != dt):
+                        got = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+                        raise ValueError(f"{name} must be a {dt} array (the run's dtype), got {got}")
             return sgd_client_call(U_u, V, O, self.rated, self.ratings, t=t, lr=lr, lam=self.lam, rng=rng,
                                    rho=self.rho, strategy=self.strategy, T_predict=self.T_predict,
                                    T_local=self.T_local, hf_convention=self.hf_convention, sampled=sampled,

@@ -172,7 +172,8 @@ def paper_lr(model: str) -> float:
 
 # what a malformed server message raises in a client's use of it (a missing field, None or a list
 # for an array, an array of the wrong shape, a string for t)
-_MODEL_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+# (NotImplementedError: a compiled kernel given arrays of a dtype it has no version for)
+_MODEL_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, NotImplementedError)
 
 
 def _check(V: np.ndarray, O: np.ndarray | None) -> bool:
@@ -364,17 +365,44 @@ def _local_errors(U_u, V, O, rated, test_items, test_ratings, clip) -> dict:
     return {"sse": float(err @ err), "sae": float(np.abs(err).sum()), "n": int(err.shape[0])}
 
 
+def _check_factors(msg, p, n_items: int | None, d: int, dt: np.dtype, names) -> None:
+    """``BadMessageError`` naming ``msg`` unless each of ``names`` in its payload ``p`` is a
+    ``dt`` array of shape (``n_items``, ``d``) (any number of rows if ``n_items`` is None)."""
+    for name in names:
+        a = p.get(name) if type(p) is dict else None
+        if (type(a) is not np.ndarray or a.dtype != dt or a.ndim != 2 or a.shape[1] != d
+                or (n_items is not None and a.shape[0] != n_items)):
+            got = f"{a.dtype} of shape {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise BadMessageError(msg, f"{name} must be a {dt} array of shape ({n_items or 'm'}, {d}), got {got}")
+
+
+def _check_batch_model(msg, t, V, want_eval, n_items: int | None, d: int, dt: np.dtype) -> None:
+    """A batch ``model`` message: ``t`` its round, ``eval`` a bool (a message without it had
+    the client not answer the evaluation the server waited for: a deadlock report), ``V`` a
+    ``dt`` array of shape (n_items, d) (a V with rows past the items had the client sample them,
+    and the server blame the client for the ids); else ``BadMessageError`` naming it."""
+    if type(t) is not int or t != msg.round:
+        raise BadMessageError(msg, f"model must carry t = its round {msg.round}, got {t!r}")
+    if type(want_eval) is not bool:
+        raise BadMessageError(msg, f"model must carry eval = true or false, got {want_eval!r}")
+    _check_factors(msg, {"V": V}, n_items, d, dt, ("V",))
+
+
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                  test_items: np.ndarray | None = None, test_ratings: np.ndarray | None = None,
-                 clip: tuple[float, float] = (1.0, 5.0), index: int = 0) -> np.ndarray:
+                 clip: tuple[float, float] = (1.0, 5.0), index: int = 0, n_items: int | None = None,
+                 n_clients: int | None = None) -> np.ndarray:
     """One user's client: ``rated`` item ids ascending and their ``ratings`` (private).
     Returns its final U_u. Optional private test ratings are used only for ``eval`` replies.
-    ``index``: its position among the clients (secure aggregation's ring)."""
+    ``index``: its position among the clients (secure aggregation's ring) and ``n_clients`` their
+    number (the length of the key list). ``n_items``: the number of items, the rows a batch
+    ``model`` or an ``evaluate`` message's V must have (None: any number)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
     noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
-    keys = await client_keys(ctx, index, cfg.secagg_neighbours) if cfg.secure_aggregation else None
+    keys = (await client_keys(ctx, index, cfg.secagg_neighbours, n_clients=n_clients) if cfg.secure_aggregation
+            else None)
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
     if keys is not None and (not keys.keyed or len(keys.members()) < 2):
         # the server left it out of every round (its key is not in the published list, or it
@@ -393,7 +421,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     fixed = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
                  hf_convention=cfg.hf_convention, lam=cfg.lam)
     rows = (BatchClient(rated, ratings, dt, order=cfg.order, **fixed) if batch
-            else SGDClient(rated, ratings, dt, cfg.order, **fixed))
+            else SGDClient(rated, ratings, dt, cfg.order, strict=True, **fixed))
     # an upload of the rated items alone (nothing sampled) is then already in item order
     ascending = rated.shape[0] < 2 or bool((rated[1:] > rated[:-1]).all())
     calls = 0
@@ -408,6 +436,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         # around the work the message feeds, no check up front (this runs once per stochastic
         # exchange, a cost issue 25 measures; a try costs nothing until something is raised)
         if kind == "evaluate":
+            _check_factors(msg, p, n_items, cfg.d, dt, ("V", "O") if implicit else ("V",))
             try:
                 errs = _local_errors(U, p["V"], p.get("O"), rated, test_items, test_ratings, clip)
             except _MODEL_ERRORS as exc:
@@ -420,9 +449,12 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         try:
             t = p["t"]
             V = p["V"]
-            want_eval = batch and p.get("eval")
         except _MODEL_ERRORS as exc:
             raise BadMessageError(msg, exc) from exc
+        want_eval = False
+        if batch:  # (once per round, not per stochastic exchange: the message is checked whole)
+            want_eval = p.get("eval")
+            _check_batch_model(msg, t, V, want_eval, n_items, cfg.d, dt)
         if want_eval:
             try:
                 errs = _local_errors(U, V, None, rated, test_items, test_ratings, clip)
@@ -574,6 +606,8 @@ def build(net, data, cfg: FedRecConfig | None = None, *, test=None, resume=None)
             kw = dict(test_items=t_idx[t_ptr[u]:t_ptr[u + 1]], test_ratings=t_val[t_ptr[u]:t_ptr[u + 1]])
         if cfg.secure_aggregation:
             kw["index"] = u  # the defence's ring position (only then: the actor's signature stays as it was)
+            kw["n_clients"] = n_users
+        kw["n_items"] = n_items
         net.add_node(name, client, indices[lo:hi], values[lo:hi], cfg, **kw)
     return FedRecJob(cfg, n_users, n_items, clients, indptr, indices)
 

@@ -79,12 +79,12 @@ from ..math.pmf import (
     pmf_batch_client,
 )
 from ..seeding import substream
-from .common import SERVER, BadMessageError, check_data, client_names, sort_by_item
+from .common import SERVER, BadMessageError, check_data, client_name, client_names, sort_by_item
 from .contract import Kind, ProtocolSpec, Result, server_result
 from .fedrec import as_arrays
 from .registry import register
-from .secagg import (KEYLESS, client_keys, dense_rows, key_exchange_kinds, masked_vectors, overflowed,
-                     server_relay_keys)
+from .secagg import (KEYLESS, checked_members, client_keys, dense_rows, key_exchange_kinds, masked_vectors,
+                     overflowed, server_relay_keys)
 
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "participants_used",
            "TRAINING_KINDS"]
@@ -323,12 +323,14 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
 _MODEL_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
 
 
-def _assignment(msg, cfg: FedRecPPConfig) -> tuple:
+def _assignment(msg, cfg: FedRecPPConfig, me: str = "", n_clients: int = 0) -> tuple:
     """``(role, denoiser, group)`` of an ``assign`` message, else ``BadMessageError`` naming it: a
     role other than "ordinary" or "denoiser" was taken as a denoiser's (which then collected no
     model of its own, and the run ended in a deadlock report), an ordinary client without a
-    ``denoiser`` field as one of FedRec (eta = 0). ``group`` (secure noise): the client indices
-    of its denoiser's group, as a set, or None."""
+    ``denoiser`` field as one of FedRec (eta = 0); with ``n_clients`` known, a denoiser that is
+    not another client's node id (``me`` this client's) was a bare ``UnknownNodeError`` of the
+    first noise message sent to it. ``group`` (secure noise): the client indices of its
+    denoiser's group, as a set, or None."""
     a = msg.payload
     role = a.get("role") if type(a) is dict else None
     den = a.get("denoiser") if role == "ordinary" else None
@@ -336,6 +338,9 @@ def _assignment(msg, cfg: FedRecPPConfig) -> tuple:
             or not (den is None or type(den) is str)):
         raise BadMessageError(msg, "assign must be {role: 'denoiser'} or {role: 'ordinary', denoiser: a node id "
                                    f"or None}}, got {a!r}")
+    if den is not None and n_clients and (den == me or not _is_client(den, n_clients)):
+        raise BadMessageError(msg, f"assign must name as denoiser another client's node id (of {n_clients} "
+                                   f"clients), got {den!r}")
     group = None
     if cfg.secure_noise and den is not None:
         try:
@@ -345,6 +350,12 @@ def _assignment(msg, cfg: FedRecPPConfig) -> tuple:
         if not all(type(g) is int for g in group):
             raise BadMessageError(msg, f"group must be client indices, got {a['group']!r}")
     return role, den, group
+
+
+def _is_client(node: str, n_clients: int) -> bool:
+    """Whether ``node`` is the node id of one of ``n_clients`` clients (``client_name``)."""
+    digits = node[7:] if node.startswith("client/") else ""
+    return digits.isdigit() and int(digits) < n_clients and client_name(int(digits), n_clients) == node
 
 
 def _model(msg, n_items: int, cfg: FedRecPPConfig, dt) -> tuple:
@@ -390,11 +401,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     first = await ctx.receive(("assign", "stop"))
     if first.kind == "stop":  # the assignment was lost: this client never took part
         return U
-    role, my_denoiser, group = _assignment(first, cfg)
+    role, my_denoiser, group = _assignment(first, cfg, ctx.node_id, n_clients)
     ctx.set_role(role)
     keys = None
     if group is not None:
-        keys = await client_keys(ctx, index, cfg.secagg_neighbours)
+        keys = await client_keys(ctx, index, cfg.secagg_neighbours, n_clients=n_clients or None)
         if not keys.keyed:
             # the server left it out of every round (its key is not in the published list, which
             # it has too): it is sent nothing but ``stop`` (already read if the list never came)
@@ -429,7 +440,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 continue
             try:
                 U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
-                part = None if keys is None else set(np.asarray(p["part"]).tolist())
+                part = None if keys is None else set(checked_members(msg, p["part"], keys, "part").tolist())
             except _MODEL_ERRORS as exc:
                 raise BadMessageError(msg, exc) from exc
             U = U_new

@@ -85,6 +85,7 @@ from .registry import register
 from .secagg import (
     KEYLESS,
     TOO_FEW,
+    checked_members,
     client_keys,
     dense_rows,
     key_exchange_kinds,
@@ -292,11 +293,12 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
 
 
 async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray | None = None,
-                 index: int = 0, round_offset: int = 0) -> dict:
+                 index: int = 0, round_offset: int = 0, n_clients: int | None = None) -> dict:
     """One user's client. ``sampler``: the sampling tables of its training items (private;
     positives drawn with replacement, negatives from the catalogue minus its items; see
     :func:`make_samplers`); ``index``: its position among the clients and ``round_offset`` the
-    run's first round (secure aggregation: its ring position and the key exchange's label).
+    run's first round (secure aggregation: its ring position and the key exchange's label), and
+    ``n_clients`` their number (the length of the key list).
     Returns ``{"p": p_u, "rounds": rounds taken part in, "sent_positive": positive rows sent,
     "sent_negative": negative rows sent}``."""
     d = cfg.d
@@ -304,7 +306,7 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
     rng = ctx.rng
     # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
     noise_rng = rng.spawn(1)[0] if cfg.upload_noise > 0 else None
-    keys = (await client_keys(ctx, index, cfg.secagg_neighbours, key_setup_round(round_offset))
+    keys = (await client_keys(ctx, index, cfg.secagg_neighbours, key_setup_round(round_offset), n_clients)
             if cfg.secure_aggregation else None)
     p = init_user_factor(d, rng) if p_init is None else np.array(p_init, dtype=np.float64)
     reg = cfg.reg
@@ -361,8 +363,8 @@ async def client(ctx, sampler: TripleSampler, cfg: FPLConfig, p_init: np.ndarray
             dense = dense_rows(theta.shape[0], d + 1, items, rows)
             await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
             try:
-                body = masked_body(keys, dense, msg.payload["members"], msg.round)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:  # (members: a bare TypeError of int())
+                body = masked_body(keys, dense, checked_members(msg, msg.payload["members"], keys), msg.round)
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
                 raise BadMessageError(msg, exc) from exc
             await ctx.send(SERVER, "masked", body)
             continue
@@ -557,7 +559,7 @@ def build(net, data, cfg: FPLConfig | None = None, *, test=None, resume=None) ->
     for u, name in enumerate(clients):
         p0 = None if user_factors is None else user_factors[u]
         # the defence's ring position and key-exchange label only then
-        extra = {"index": u, "round_offset": offset} if cfg.secure_aggregation else {}
+        extra = {"index": u, "round_offset": offset, "n_clients": n_users} if cfg.secure_aggregation else {}
         net.add_node(name, client, samplers[u], cfg, p0, **extra)
     return FPLJob(cfg, n_users, n_items, clients, samplers, offset, test, data if test is not None else None)
 

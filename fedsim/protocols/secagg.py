@@ -41,7 +41,7 @@ from ..math import secagg
 from .common import SERVER, BadMessageError
 from .contract import Kind
 
-__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "checked_pubs", "client_keys", "dense_rows", "key_exchange_kinds",
+__all__ = ["KEYLESS", "MaskingKeys", "TOO_FEW", "checked_members", "checked_pubs", "client_keys", "dense_rows", "key_exchange_kinds",
            "masked_body", "masked_vectors", "overflowed", "server_relay_keys"]
 
 # the ``reason`` of the ``missing`` records these cases leave in a protocol's result
@@ -86,9 +86,10 @@ async def server_relay_keys(ctx, clients: Sequence[str], deadline: float | None 
     return pubs
 
 
-async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKeys":
+async def client_keys(ctx, me: int, k: int, setup_round: int = -1, n_clients: int | None = None) -> "MaskingKeys":
     """Send this client's public key to the server and wait for ``peers``; returns its
-    ``MaskingKeys`` (``me``: its index among the clients; ``k``: ring neighbours per round).
+    ``MaskingKeys`` (``me``: its index among the clients; ``k``: ring neighbours per round;
+    ``n_clients``: how many there are, the length the key list must have, if given).
     If ``stop`` comes instead (``peers`` was lost), the keys are ``stopped`` (not ``keyed``) and
     the run is over for the client: the caller returns without waiting for another ``stop``.
     ``keys`` is labelled ``setup_round`` (negative: a setup round, the one the server relays
@@ -106,22 +107,41 @@ async def client_keys(ctx, me: int, k: int, setup_round: int = -1) -> "MaskingKe
     msg = await ctx.receive(("peers", "stop"))
     if msg.kind == "stop":
         return MaskingKeys(me, secret, np.zeros(0, dtype=np.uint64), int(k), stopped=True)
-    return MaskingKeys(me, secret, checked_pubs(msg, me, pub), int(k))
+    return MaskingKeys(me, secret, checked_pubs(msg, me, pub, n_clients), int(k))
 
 
-def checked_pubs(msg, me: int, own: int) -> np.ndarray:
+def checked_pubs(msg, me: int, own: int, n_clients: int | None = None) -> np.ndarray:
     """The public keys of a ``peers`` message, if they are a 1-D uint64 array with an entry for
     client ``me`` that is its own key ``own`` (or 0: not heard from), every entry 0 or in
     [1, DH_PRIME); else ``BadMessageError`` naming the server's message (a short list was a bare
     IndexError of the client, a string a bare ValueError, and keys outside the group, e.g. -1,
-    were taken: masks that did not cancel, a sum of noise taken for the model's update)."""
+    were taken: masks that did not cancel, a sum of noise taken for the model's update) and, given
+    ``n_clients``, of that many entries (a key past the last client made it a phantom ring
+    neighbour: masks that did not cancel, taken silently)."""
     pubs = msg.payload.get("pubs") if isinstance(msg.payload, dict) else None
     if (type(pubs) is not np.ndarray or pubs.dtype != np.uint64 or pubs.ndim != 1 or pubs.shape[0] <= me
+            or (n_clients is not None and pubs.shape[0] != n_clients)
             or int(pubs[me]) not in (0, own) or bool((pubs >= secagg.DH_PRIME).any())):
         got = (f"{pubs.dtype} of shape {pubs.shape}" if isinstance(pubs, np.ndarray) else type(pubs).__name__)
-        raise BadMessageError(msg, f"pubs must be a uint64 vector with entry {me} this client's key (or 0) and "
-                                   f"every entry 0 or in [1, {secagg.DH_PRIME}), got {got}")
+        size = "" if n_clients is None else f" of {n_clients} entries (one per client)"
+        raise BadMessageError(msg, f"pubs must be a uint64 vector{size} with entry {me} this client's key (or 0) "
+                                   f"and every entry 0 or in [1, {secagg.DH_PRIME}), got {got}")
     return pubs
+
+
+def checked_members(msg, members, keys: "MaskingKeys", field: str = "members") -> np.ndarray:
+    """The participants a server's message names (its ``field``: FPL's ``members``, FedRec++'s
+    ``part``), if they are a 1-D integer array of client indices in ``[0, len(keys.pubs))``
+    naming this client; else ``BadMessageError`` naming the message (a list without the client
+    was a bare ``ValueError`` of the masking, a negative index counted from the end of the key
+    list and masked with another client's key, silently)."""
+    if (type(members) is not np.ndarray or members.ndim != 1 or members.dtype.kind not in "iu" or not members.size
+            or int(members.min()) < 0 or int(members.max()) >= keys.pubs.shape[0] or not (members == keys.me).any()):
+        got = (f"{members.dtype} {members.tolist()!r:.80}" if isinstance(members, np.ndarray)
+               else type(members).__name__)
+        raise BadMessageError(msg, f"{field} must be the round's participants, client indices in [0, "
+                                   f"{keys.pubs.shape[0]}) naming this client ({keys.me}), got {got}")
+    return members
 
 
 class MaskingKeys:
