@@ -242,3 +242,38 @@ def test_a_non_finite_upload_is_reported_as_divergence_not_success(protocol, cha
     result = job.collect(net.run())
     assert result.info["diverged_at"] in (1, 2), result.info
     assert not all(np.isfinite(v).all() for v in result.params.values() if isinstance(v, np.ndarray))
+
+
+# --- FedRec stochastic: one upload per model sent ----------------------------------------------
+
+class _TwiceContext:
+    """A client's context that sends its gradients twice (a buggy or malicious client)."""
+
+    def __init__(self, ctx) -> None:
+        self._ctx = ctx
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    async def send(self, dst, kind, payload, **kw):
+        await self._ctx.send(dst, kind, payload, **kw)
+        if kind == "gradients":
+            await self._ctx.send(dst, kind, payload, **kw)
+
+
+@pytest.mark.parametrize("model", ["PMF(S)", "SVD++(S)"])
+def test_fedrec_stochastic_server_refuses_a_second_upload_taken_for_the_next_clients_reply(model):
+    # before: the second upload was read as the next client's reply and applied in its place, and
+    # the run ended with the last client's reply never read, without a word
+    from fedsim.protocols import fedrec
+
+    net, mod, job = _net("fedrec", {"model": model})
+    first = job.clients[1]
+
+    async def twice(ctx, *args, **kwargs):
+        return await fedrec.client(_TwiceContext(ctx), *args, **kwargs)
+    net.nodes[first].actor = twice
+    err, cause = run_to_bad_message(net)
+    assert err.node == "server" and cause.kind == "gradients" and cause.round == 0
+    assert f"gradients came from {first!r} while the model was with" in str(cause)
+    assert "one upload per model sent" in str(cause)

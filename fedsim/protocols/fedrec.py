@@ -286,6 +286,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
                 await ctx.send(clients[u], "model", doc)
                 if cfg.deadline is None:
                     msg = await ctx.receive("gradients")
+                    if msg.sender != clients[u]:
+                        # (one comparison per exchange) a second upload from the client before, read
+                        # as this client's reply, would be applied in its place, silently
+                        raise BadMessageError(msg, f"gradients came from {msg.sender!r} while the model was "
+                                              f"with {clients[u]!r}: one upload per model sent")
                 else:
                     got = await ctx.gather("gradients", senders=[clients[u]], round=t, timeout=cfg.deadline)
                     if not got.messages:
