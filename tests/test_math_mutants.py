@@ -3,12 +3,17 @@ specific mutant of the code applied (named in its docstring) and checks the func
 independent computation (a plain loop, a hand-computed case, a closed form or SciPy), never
 against the function's own output."""
 
+import math
+
 import numpy as np
 import pytest
 
 from fedsim.math.metrics import hits_at, precision_at
+from fedsim.math.denoise import denoiser_sums_dense
+from fedsim.math.fcf import AdamState, fcf_server_update
 from fedsim.math.filling import n_sampled, sample_unrated, users_sampling_all
 from fedsim.math.pmf import predict
+from fedsim.math.stats import wilcoxon_signed_rank
 
 # ---------------------------------------------------------------------------------------------
 # metrics
@@ -55,3 +60,94 @@ def test_users_sampling_all_leaves_out_a_user_whose_rho_asks_for_exactly_the_unr
                 rng = np.random.default_rng(0)
                 got = sample_unrated(rng, np.arange(n), m, rho)
                 assert len(got) == n_sampled(n, m, rho) == min(int(rho * n), m - n)
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics
+
+
+def test_wilcoxon_auto_is_exact_at_50_pairs_and_approximate_at_51_as_scipy():
+    """Mutant: ``d.size < 50`` for ``d.size <= 50`` in the choice of ``method="auto"``. SciPy's
+    ``auto`` is exact up to and including 50 pairs (without ties or zeros)."""
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(5)
+    for n in (50, 51):
+        x = rng.permutation(np.arange(1, n + 1)) * np.where(rng.random(n) < 0.4, -1, 1) / 7.0
+        got = wilcoxon_signed_rank(x, np.zeros(n))
+        want = stats.wilcoxon(x, np.zeros(n), method="exact" if n == 50 else "approx")
+        assert got.method == ("wilcoxon exact" if n == 50 else "wilcoxon approx")
+        assert got.statistic == want.statistic
+        assert got.pvalue == pytest.approx(want.pvalue, rel=1e-9)
+    # the two methods differ at this size: a wrong choice is visible in the p-value
+    assert stats.wilcoxon(x[:50], np.zeros(50), method="exact").pvalue != pytest.approx(
+        stats.wilcoxon(x[:50], np.zeros(50), method="approx").pvalue, rel=1e-3)
+
+
+def test_wilcoxon_exact_with_a_tie_rounds_the_upper_tail_statistic_down():
+    """Mutant: ``sf[ceil(r_plus)]`` for ``sf[floor(r_plus)]``. Differences 1.5, -1.5, 2..8: ranks
+    1.5, 1.5, 3..9, R+ = 43.5, R- = 1.5. The conservative exact p is 2 P(R+ >= 43) = 2 P(R+ <= 2)
+    under the null of 9 ranks: the subsets of {1..9} summing to at most 2 are {}, {1}, {2}, so
+    p = 2 * 3 / 2**9 (SciPy gives the same); rounding up gave 2 * 2 / 2**9."""
+    d = np.array([1.5, -1.5, 2, 3, 4, 5, 6, 7, 8])
+    got = wilcoxon_signed_rank(d, np.zeros(9), method="exact")
+    subsets_at_most_2 = sum(1 for mask in range(1 << 9)
+                            if sum(k + 1 for k in range(9) if mask >> k & 1) <= 2)
+    assert subsets_at_most_2 == 3
+    assert got.statistic == 1.5
+    assert got.pvalue == 2 * subsets_at_most_2 / 2**9
+    # and the mirror image (R+ = 1.5) takes the lower tail, rounded up: P(R+ <= 2)
+    assert wilcoxon_signed_rank(-d, np.zeros(9), method="exact").pvalue == 2 * 3 / 2**9
+
+
+# ---------------------------------------------------------------------------------------------
+# FedRec++ denoising
+
+
+def test_dense_denoiser_counts_round_a_sum_that_came_back_a_hair_below_the_integer():
+    """Mutant: ``astype(int64)`` (truncation) for ``rint(...).astype(int64)``. A count read off a
+    sum in floating point (3 - 2**-33, 1 + 2**-40) is the nearest integer, not the floor."""
+    noise_sum = np.arange(8, dtype=np.float64).reshape(4, 2)
+    noise_counts = np.array([0.0, 3 - 2.0**-33, 0.0, 1 + 2.0**-40])
+    own_items, own_grads = np.array([2]), np.array([[0.5, -0.5]])
+    items, sums, counts = denoiser_sums_dense(noise_sum, noise_counts, own_items, own_grads, dtype=np.float64)
+    assert items.tolist() == [1, 2, 3]
+    assert counts.tolist() == [3, -1, 1]  # item 2: no noise, the denoiser's own rating counted out
+    assert sums.tolist() == [[2.0, 3.0], [4.0 - 0.5, 5.0 + 0.5], [6.0, 7.0]]
+
+
+# ---------------------------------------------------------------------------------------------
+# FCF server (Adam)
+
+
+def _adam_reference(Q0, Gs, lr, b1=0.9, b2=0.999, eps=1e-8):
+    """Kingma & Ba (2015), Algorithm 1, element by element."""
+    Q = [list(row) for row in Q0]
+    m = [[0.0] * len(r) for r in Q0]
+    v = [[0.0] * len(r) for r in Q0]
+    for t, G in enumerate(Gs, start=1):
+        for a in range(len(Q)):
+            for b in range(len(Q[a])):
+                g = G[a][b]
+                m[a][b] = b1 * m[a][b] + (1 - b1) * g
+                v[a][b] = b2 * v[a][b] + (1 - b2) * g * g
+                mhat = m[a][b] / (1 - b1**t)
+                vhat = v[a][b] / (1 - b2**t)
+                Q[a][b] -= lr * mhat / (math.sqrt(vhat) + eps)
+    return Q
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-8])
+def test_fcf_adam_follows_kingma_ba_with_its_default_constants(scale):
+    """Mutants: ``beta2 = 0.99`` for Kingma & Ba's 0.999 (the first step is a sign step whatever
+    beta2 is; later steps are not), and ``mhat / sqrt(vhat + eps)`` for ``mhat / (sqrt(vhat) +
+    eps)`` (visible when the gradients are of the order of eps: scale 1e-8)."""
+    rng = np.random.default_rng(11)
+    Q0 = rng.normal(size=(3, 2))
+    Gs = [rng.normal(size=(3, 2)) * scale for _ in range(4)]
+    Q = Q0.copy()
+    adam = AdamState.zeros(Q.shape)
+    for G in Gs:
+        fcf_server_update(Q, G, 0.05, adam=adam)
+    want = _adam_reference(Q0.tolist(), [G.tolist() for G in Gs], 0.05)
+    assert Q == pytest.approx(np.array(want), rel=1e-12, abs=1e-15)
+    assert adam.t == 4
