@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedsim.math.metrics import hits_at, precision_at
+from fedsim.math.bpr import fpl_client_round, make_triple_sampler
 from fedsim.math.denoise import denoiser_sums_dense
 from fedsim.math.fcf import AdamState, fcf_server_update
 from fedsim.math.filling import n_sampled, sample_unrated, users_sampling_all
@@ -151,3 +152,34 @@ def test_fcf_adam_follows_kingma_ba_with_its_default_constants(scale):
     want = _adam_reference(Q0.tolist(), [G.tolist() for G in Gs], 0.05)
     assert Q == pytest.approx(np.array(want), rel=1e-12, abs=1e-15)
     assert adam.t == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# FPL client sampling
+
+
+class _FixedUniforms:
+    """A stand-in generator whose ``random(shape)`` returns given uniforms."""
+
+    def __init__(self, u):
+        self.u = np.asarray(u, dtype=np.float64)
+
+    def random(self, shape):
+        assert tuple(shape) == self.u.shape
+        return self.u.copy()
+
+
+def test_a_positive_update_is_sent_only_when_its_uniform_is_strictly_below_pi():
+    """Mutant: ``u <= pi`` for ``u < pi`` (the module docstring: sent iff U[2, t] < pi). With
+    pi = 0.5 and the Bernoulli uniforms 0.25, 0.5, 0.75 only the first triple's positive goes."""
+    Q = np.array([[0.3, -0.1], [-0.2, 0.4]])
+    b = np.array([0.05, -0.05])
+    sampler = make_triple_sampler(np.array([0]), n_items=2)  # i = 0, j = 1 for every triple
+    rng = _FixedUniforms([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.25, 0.5, 0.75]])
+    _, up = fpl_client_round(np.array([0.1, 0.2]), Q, b, sampler, 3, 0.05, 0.5, rng)
+    assert up.items.tolist() == [1, 1, 1, 0]  # three negatives, then the one positive sent
+    assert up.triple.tolist() == [0, 1, 2, 0]
+    # pi = 0: never sent, even for a uniform of exactly 0
+    _, up0 = fpl_client_round(np.array([0.1, 0.2]), Q, b, sampler, 1, 0.05, 0.0,
+                              _FixedUniforms([[0.1], [0.2], [0.0]]))
+    assert up0.n_positive == 0
