@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from fedsim.math.optim import clip_coef, cosine_lr
 from fedsim.math.metrics import hits_at, precision_at
-from fedsim.math.bpr import fpl_client_round, make_triple_sampler
+from fedsim.math.bpr import BPRReg, fpl_client_round, make_triple_sampler
+from fedsim.math.bpr_central import sample_epoch_triples, train_bpr
 from fedsim.math.denoise import denoiser_sums_dense
 from fedsim.math.fcf import AdamState, fcf_server_update
 from fedsim.math.filling import n_sampled, sample_unrated, users_sampling_all
@@ -183,3 +185,73 @@ def test_a_positive_update_is_sent_only_when_its_uniform_is_strictly_below_pi():
     _, up0 = fpl_client_round(np.array([0.1, 0.2]), Q, b, sampler, 1, 0.05, 0.0,
                               _FixedUniforms([[0.1], [0.2], [0.0]]))
     assert up0.n_positive == 0
+
+
+def test_fpl_positive_bias_delta_carries_the_bias_regulariser():
+    """Mutant: ``bd_pos = g[send]`` for ``g - lam_bias b_i`` (the same with the paper's lam_bias
+    = 0). Eq. 3-5 by hand for one triple with lam_bias = 0.1."""
+    Q = np.array([[0.3, -0.1], [-0.2, 0.4]])
+    b = np.array([0.05, -0.05])
+    p = np.array([0.1, 0.2])
+    reg = BPRReg(user=0.01, pos_item=0.02, neg_item=0.003, bias=0.1)
+    sampler = make_triple_sampler(np.array([0]), n_items=2)
+    _, up = fpl_client_round(p, Q, b, sampler, 1, 0.05, 1.0, _FixedUniforms([[0.5], [0.5], [0.0]]), reg=reg)
+    x = (0.05 + 0.1 * 0.3 + 0.2 * -0.1) - (-0.05 + 0.1 * -0.2 + 0.2 * 0.4)
+    g = 1.0 / (1.0 + math.exp(x))
+    assert up.items.tolist() == [1, 0]
+    assert up.bias_deltas.tolist() == pytest.approx([-g - 0.1 * -0.05, g - 0.1 * 0.05], rel=1e-12)
+    assert up.deltas[1].tolist() == pytest.approx([g * 0.1 - 0.02 * 0.3, g * 0.2 - 0.02 * -0.1], rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# centralized BPR
+
+
+def test_train_bpr_evaluates_after_the_last_epoch_also_off_the_eval_grid():
+    """Mutant: the ``or epoch == epochs`` of the callback condition dropped (the docstring: after
+    every ``eval_every`` epochs and after the last)."""
+    indptr, indices = np.array([0, 2, 3]), np.array([0, 1, 2])
+    seen = []
+    model = train_bpr(indptr, indices, 2, 4, 2, 5, 0.05, np.random.default_rng(0),
+                      eval_callback=lambda e, m: seen.append(e), eval_every=2)
+    assert seen == [2, 4, 5]
+    assert model.epochs_done == 5 and len(model.history) == 3
+
+
+def test_epoch_negatives_of_a_user_exclude_an_item_the_previous_user_ends_with():
+    """Mutant: the de-duplication of repeated (user, item) pairs keyed on the item alone, so user
+    1's first item, equal to user 0's last, was dropped from user 1's positives: user 1 then drew
+    its own item 3 as a negative."""
+    indptr = np.array([0, 2, 3, 5])
+    indices = np.array([1, 3, 3, 0, 3])  # user 0: {1, 3}, user 1: {3}, user 2: {0, 3}
+    pos_sets = [{1, 3}, {3}, {0, 3}]
+    users, pos, neg = sample_epoch_triples(indptr, indices, 5, np.random.default_rng(2), n=4000)
+    for u in range(3):
+        mine = users == u
+        assert set(pos[mine].tolist()) == pos_sets[u]
+        # every non-positive item is drawn, and no positive
+        assert set(neg[mine].tolist()) == set(range(5)) - pos_sets[u]
+
+
+# ---------------------------------------------------------------------------------------------
+# optimisers (PersonalFR)
+
+
+def test_clip_coef_at_exactly_the_bound_does_not_clip():
+    """Mutant: ``coef <= 1`` for ``coef < 1`` (PyTorch's rule, as the docstring says: applied
+    when below 1): a coefficient of exactly 1 scales nothing, and is not counted."""
+    grads = {"a": np.array([3.0, 0.0]), "b": np.array([[0.0, 4.0]])}  # norm 5
+    norm, coef, flops = clip_coef(grads, 5.0 + 1e-6)
+    assert norm == 5.0 and (5.0 + 1e-6) / (norm + 1e-6) == 1.0
+    assert coef is None and flops == 2 * 4
+    norm, coef, flops = clip_coef(grads, 2.5)
+    assert coef == pytest.approx(2.5 / (5.0 + 1e-6), rel=1e-15) and flops == 3 * 4
+
+
+def test_cosine_lr_runs_from_base_to_min_lr():
+    """Mutant: ``base_lr * ...`` for ``(base_lr - min_lr) * ...`` (the same with min_lr = 0).
+    CosineAnnealingLR's closed form: base at t = 0, the midpoint halfway, min_lr at t_max."""
+    assert cosine_lr(0.1, 0, 10, min_lr=0.02) == pytest.approx(0.1, rel=1e-15)
+    assert cosine_lr(0.1, 5, 10, min_lr=0.02) == pytest.approx(0.06, rel=1e-12)
+    assert cosine_lr(0.1, 10, 10, min_lr=0.02) == pytest.approx(0.02, rel=1e-12)
+    assert cosine_lr(0.1, 2, 10, min_lr=0.02) == pytest.approx(0.02 + 0.08 * (1 + math.cos(math.pi / 5)) / 2)
