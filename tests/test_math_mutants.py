@@ -3,12 +3,15 @@ specific mutant of the code applied (named in its docstring) and checks the func
 independent computation (a plain loop, a hand-computed case, a closed form or SciPy), never
 against the function's own output."""
 
+import inspect
 import math
 
 import numpy as np
 import pytest
 
 from fedsim.math.optim import clip_coef, cosine_lr
+from fedsim.math.fedrec_central import train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
+from fedsim.math.knn import exact_neighbours
 from fedsim.math.metrics import hits_at, precision_at
 from fedsim.math.bpr import BPRReg, fpl_client_round, make_triple_sampler
 from fedsim.math.bpr_central import sample_epoch_triples, train_bpr
@@ -255,3 +258,36 @@ def test_cosine_lr_runs_from_base_to_min_lr():
     assert cosine_lr(0.1, 5, 10, min_lr=0.02) == pytest.approx(0.06, rel=1e-12)
     assert cosine_lr(0.1, 10, 10, min_lr=0.02) == pytest.approx(0.02, rel=1e-12)
     assert cosine_lr(0.1, 2, 10, min_lr=0.02) == pytest.approx(0.02 + 0.08 * (1 + math.cos(math.pi / 5)) / 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# FedRec trainers' defaults, kNN neighbours
+
+
+def test_fedrec_trainers_default_to_the_papers_settings():
+    """Mutant: ``lam = 0.01`` for the default 0.001 of ``train_pmf_batch`` (no test ran it with
+    the default). The settings of the authors' code and of docs/fedrec.md: lambda 0.001 for every
+    model, lr 0.8 for PMF(B) and 0.01 for the stochastic models, decay 0.9, d 20, T 100."""
+    want = {train_pmf_batch: 0.8, train_pmf_sgd: 0.01, train_svdpp_sgd: 0.01}
+    for fn, lr in want.items():
+        p = inspect.signature(fn).parameters
+        got = {k: p[k].default for k in ("lr", "lam", "decay", "d", "T")}
+        assert got == {"lr": lr, "lam": 0.001, "decay": 0.9, "d": 20, "T": 100}, fn.__name__
+
+
+def test_exact_neighbours_rank_a_negative_cosine_below_a_zero_one():
+    """Mutant: the sign of ``a.b`` dropped from the ranking key ``sign(a.b) (a.b)^2 / (|a|^2 |b|^2)``,
+    which ranked a cosine of -0.9 above one of 0.5. Reference: the cosines in plain Python."""
+    x = np.array([[1.0, 0.0, 0.0],
+                  [-1.0, 0.2, 0.0],   # cos with row 0: about -0.98
+                  [1.0, 1.0, 1.0],    # 0.577
+                  [0.0, 0.0, 1.0]])   # 0
+    def cos(a, b):
+        num = sum(p * q for p, q in zip(a, b))
+        return num / math.sqrt(sum(p * p for p in a) * sum(q * q for q in b))
+    rows = x.tolist()
+    for u in range(4):
+        others = sorted((v for v in range(4) if v != u), key=lambda v: (-cos(rows[u], rows[v]), v))
+        idx, val = exact_neighbours(x, 3)
+        assert idx[u].tolist() == others, u
+        assert val[u].tolist() == pytest.approx([cos(rows[u], rows[v]) for v in others], abs=1e-6)
