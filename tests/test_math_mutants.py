@@ -11,7 +11,8 @@ import pytest
 
 from fedsim.math.optim import clip_coef, cosine_lr
 from fedsim.math.fedrec_central import train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
-from fedsim.math.knn import exact_neighbours
+from fedsim.math.fpl_central import select_clients
+from fedsim.math.knn import exact_neighbours, top_neighbours
 from fedsim.math.metrics import hits_at, precision_at
 from fedsim.math.bpr import BPRReg, fpl_client_round, make_triple_sampler
 from fedsim.math.bpr_central import sample_epoch_triples, train_bpr
@@ -291,3 +292,26 @@ def test_exact_neighbours_rank_a_negative_cosine_below_a_zero_one():
         idx, val = exact_neighbours(x, 3)
         assert idx[u].tolist() == others, u
         assert val[u].tolist() == pytest.approx([cos(rows[u], rows[v]) for v in others], abs=1e-6)
+
+
+def test_top_neighbours_with_k_beyond_the_others_lists_only_the_others():
+    """Mutant: ``k = min(k, n)`` for ``min(k, n - 1)``: the row itself (its similarity set to
+    -inf) came back as its own last neighbour."""
+    sim = np.array([[1.0, 0.2, 0.7], [0.2, 1.0, 0.1], [0.7, 0.1, 1.0]], dtype=np.float32)
+    idx, val = top_neighbours(sim, 10)
+    assert idx.tolist() == [[2, 1], [0, 2], [0, 1]]
+    np.testing.assert_allclose(val, [[0.7, 0.2], [0.2, 0.1], [0.7, 0.1]], rtol=1e-6)
+    assert np.isfinite(val).all()
+
+
+def test_an_fpl_round_of_every_client_draws_nothing_from_the_server_generator():
+    """Mutant: ``k > n`` for ``k >= n``: with k == n the clients are all of them either way, but
+    the mutant drew them with ``rng.choice`` and moved the server's generator (every later round's
+    selection then differed from the documented draw sequence: nothing drawn when k >= n)."""
+    for k in (5, 6):
+        rng = np.random.default_rng(7)
+        assert list(select_clients(rng, 5, k)) == [0, 1, 2, 3, 4]
+        assert rng.random() == np.random.default_rng(7).random()
+    rng = np.random.default_rng(7)
+    got = select_clients(rng, 5, 3)
+    assert got == sorted(np.random.default_rng(7).choice(5, size=3, replace=False).tolist())
