@@ -14,12 +14,15 @@ from fedsim.math.fedrec_central import train_pmf_batch, train_pmf_sgd, train_svd
 from fedsim.math.fpl_central import select_clients
 from fedsim.math.knn import exact_neighbours, top_neighbours
 from fedsim.math.metrics import hits_at, precision_at
+from fedsim.math.ae_train import EMPTY_SUMS, finish_eval, ndcg_test_items
 from fedsim.math.bpr import BPRReg, fpl_client_round, make_triple_sampler
 from fedsim.math.bpr_central import sample_epoch_triples, train_bpr
 from fedsim.math.denoise import denoiser_sums_dense
 from fedsim.math.fcf import AdamState, fcf_server_update
 from fedsim.math.filling import n_sampled, sample_unrated, users_sampling_all
-from fedsim.math.pmf import predict
+from fedsim.math.hitmask import hit_masks, popcount
+from fedsim.math.pmf import pmf_sgd_client_step, predict
+from fedsim.math.rows import check_rows
 from fedsim.math.stats import wilcoxon_signed_rank
 
 # ---------------------------------------------------------------------------------------------
@@ -315,3 +318,81 @@ def test_an_fpl_round_of_every_client_draws_nothing_from_the_server_generator():
     rng = np.random.default_rng(7)
     got = select_clients(rng, 5, 3)
     assert got == sorted(np.random.default_rng(7).choice(5, size=3, replace=False).tolist())
+
+
+# ---------------------------------------------------------------------------------------------
+# PersonalFR evaluation
+
+
+def test_ndcg_over_test_items_breaks_score_ties_by_item_order():
+    """Mutant: descending order taken as ``argsort(s)[::-1]``, which puts the *later* of two
+    equal scores first (the docstring: ties keep item order)."""
+    assert ndcg_test_items(np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 0.0]), k=1) == 0.0
+    assert ndcg_test_items(np.array([1.0, 1.0, 0.0]), np.array([1.0, 0.0, 0.0]), k=1) == 1.0
+    # k = 2: the positive item 1 at rank 2 of 2: (1 / log2(3)) / 1
+    assert ndcg_test_items(np.array([1.0, 1.0, 0.0]), np.array([0.0, 1.0, 0.0]), k=2) == pytest.approx(
+        1.0 / math.log2(3.0), rel=1e-15)
+
+
+def test_finish_eval_averages_ndcg_over_the_users_not_the_test_entries():
+    """Mutant: ``ndcg_sum / n`` (test entries) for ``ndcg_sum / ndcg_users``."""
+    sums = dict(EMPTY_SUMS, ndcg_sum=1.5, ndcg_users=2, n=5)
+    assert finish_eval(sums, "implicit") == {"ndcg": 0.75, "n": 5}
+    assert finish_eval(dict(EMPTY_SUMS, sse=8.0, n=2), "explicit") == {"rmse": 2.0, "n": 2}
+
+
+# ---------------------------------------------------------------------------------------------
+# FedRec stochastic client: a given user mean
+
+
+def _sgd_reference(U, V, items, ratings, lr, lam):
+    """The authors' order in plain Python: e = r - U.V_i; g_i = lam V_i - e U; U -= lr (lam U - e V_i)."""
+    U = list(U)
+    grads = []
+    for i, r in zip(items, ratings):
+        e = r - sum(u * v for u, v in zip(U, V[i]))
+        grads.append([lam * v - e * u for u, v in zip(U, V[i])])
+        U = [u - lr * (lam * u - e * v) for u, v in zip(U, V[i])]
+    return U, grads
+
+
+def test_a_given_user_mean_is_the_virtual_rating_of_the_sampled_items():
+    """Mutant: ``r_mean`` ignored (the mean recomputed from the ratings). The caller's mean (say
+    the mean of the user's whole training set when it trains on a part) is the UA rating."""
+    rng = np.random.default_rng(4)
+    V = rng.normal(scale=0.3, size=(6, 3))
+    U0 = np.array([0.1, -0.2, 0.3])
+    rated, r = np.array([1, 4]), np.array([2.0, 3.0])
+    sampled = np.array([0, 5])
+    up = pmf_sgd_client_step(U0, V, rated, r, t=0, lr=0.05, lam=0.01, rho=1.0, sampled=sampled,
+                             r_mean=4.5, backend="python")
+    U_ref, g_ref = _sgd_reference(U0.tolist(), V.tolist(), [1, 4, 0, 5], [2.0, 3.0, 4.5, 4.5], 0.05, 0.01)
+    assert up.items.tolist() == [1, 4, 0, 5]
+    np.testing.assert_allclose(up.U, U_ref, rtol=1e-12)
+    np.testing.assert_allclose(up.grads, g_ref, rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------------------
+# row updates, hit masks
+
+
+def test_check_rows_refuses_a_repeated_id_when_ascending_and_the_id_m():
+    """Mutants: ``ids[1:] < ids[:-1]`` for ``<=`` (a repeated id passed as ascending, then updated
+    once) and ``max >= m`` relaxed to ``> m`` (id m, one past the end, passed)."""
+    rows = np.zeros((2, 3))
+    check_rows(np.array([0, 2]), rows, 3, 3, ascending=True)  # fine
+    with pytest.raises(ValueError, match="repeats"):
+        check_rows(np.array([1, 1]), rows, 3, 3, ascending=True)
+    with pytest.raises(IndexError):
+        check_rows(np.array([0, 3]), rows, 3, 3)
+    with pytest.raises(IndexError):
+        check_rows(np.array([-1, 2]), rows, 3, 3)
+
+
+def test_hit_masks_never_count_padding_and_popcount_counts_bit_62():
+    """Mutants: the ``r >= 0`` mask of ``hit_masks`` dropped (padding -1 of user 1 has the key of
+    user 0's item 2**32 - 1) and ``popcount`` looking at bits 0..61 only."""
+    big = (1 << 32) - 1
+    masks = hit_masks(np.array([[big, 0], [-1, -1]]), (np.array([0, 1, 2]), np.array([big, 3])), 2)
+    assert masks.tolist() == [0b01, 0]
+    assert popcount(np.array([1 << 62, (1 << 62) | 5, 0])).tolist() == [1, 3, 0]
