@@ -14,6 +14,7 @@ from fedsim.math.fedrec_central import train_pmf_batch, train_pmf_sgd, train_svd
 from fedsim.math.fpl_central import select_clients
 from fedsim.math.knn import exact_neighbours, top_neighbours
 from fedsim.math.metrics import hits_at, precision_at
+from fedsim.math.active import merge_active
 from fedsim.math.ae_train import EMPTY_SUMS, finish_eval, ndcg_test_items
 from fedsim.math.bpr import BPRReg, fpl_client_round, make_triple_sampler
 from fedsim.math.bpr_central import sample_epoch_triples, train_bpr
@@ -396,3 +397,18 @@ def test_hit_masks_never_count_padding_and_popcount_counts_bit_62():
     masks = hit_masks(np.array([[big, 0], [-1, -1]]), (np.array([0, 1, 2]), np.array([big, 3])), 2)
     assert masks.tolist() == [0b01, 0]
     assert popcount(np.array([1 << 62, (1 << 62) | 5, 0])).tolist() == [1, 3, 0]
+
+
+def test_algorithm1_merge_fills_inactive_rows_with_the_previous_row_by_client_weight():
+    """Mutant: ``rest = len(slices) - weight_i`` for ``sum(w) - weight_i`` (the same with equal
+    weights). Algorithm 1 with client weights 2 and 1: each client's rebuilt decoder has its own
+    rows where active and the previous global rows elsewhere; the merge is their weighted mean."""
+    prev = {"dec.W1": np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]), "dec.b1": np.array([1.0, 2.0, 3.0])}
+    a = {"dec.W1": np.array([[10.0, 10.0], [20.0, 20.0]]), "dec.b1": np.array([10.0, 20.0])}  # items 0, 1
+    b = {"dec.W1": np.array([[40.0, 40.0]]), "dec.b1": np.array([40.0])}  # item 1
+    out = merge_active(prev, [a, b], [[0, 1], [1]], weights=[2.0, 1.0], mode="algorithm1")
+    # row 0: (2 * 10 + 1 * prev 1) / 3; row 1: (2 * 20 + 1 * 40) / 3; row 2: nobody, kept
+    np.testing.assert_allclose(out["dec.W1"], [[7.0, 7.0], [80 / 3, 80 / 3], [3.0, 3.0]], rtol=1e-15)
+    np.testing.assert_allclose(out["dec.b1"], [7.0, 80 / 3, 3.0], rtol=1e-15)
+    per_item = merge_active(prev, [a, b], [[0, 1], [1]], weights=[2.0, 1.0])
+    np.testing.assert_allclose(per_item["dec.b1"], [10.0, 80 / 3, 3.0], rtol=1e-15)
