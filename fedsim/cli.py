@@ -6,13 +6,14 @@ manage datasets.
            [--dropout P] [--quiet] [--ledger]
     fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
                  [--config sweep.toml] [run options]
-    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--loss P]
-                 [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
+    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--link-model M]
+                 [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
     fedsim list
     fedsim data get|list|path ...
 
 NAME is a scenario of scenarios/ or any registered protocol (one run of it); ``--plugin`` (or
-$FEDSIM_PLUGINS) loads protocols defined in other files first. ``fedsim run NAME --help`` lists
+$FEDSIM_PLUGINS) loads protocols, link models and transports defined in other files first (their
+names are then taken wherever a built-in one is). ``fedsim run NAME --help`` lists
 the scenario's parameters.
 
 Errors a user can cause print one line (``error: ...``) and exit with status 2, leaving no
@@ -60,7 +61,8 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
                                  "simulated network that counts every byte.")
     ap.add_argument("--version", action="version", version=f"fedsim {__version__}")
     ap.add_argument("--plugin", action="append", default=[], metavar="FILE",
-                    help="a Python file that registers protocols (repeatable; also $FEDSIM_PLUGINS)")
+                    help="a Python file that registers protocols, link models or transports (repeatable; also "
+                         "$FEDSIM_PLUGINS)")
     sub = ap.add_subparsers(dest="command", metavar="{run,sweep,trace,compare,list,data}")
     sub.required = True
     fmt = {"formatter_class": argparse.RawDescriptionHelpFormatter}
@@ -94,6 +96,8 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol option")
     tr.add_argument("--seed", action=StoreOnce, type=int, default=0)
     tr.add_argument("--profile", action=StoreOnce, default="lan", help="network profile (default lan)")
+    tr.add_argument("--link-model", action=StoreOnce, default=None, dest="link_model",
+                    help="simulated links: fifo (default), fair, tcp, or one a --plugin registers (fedsim list)")
     add_fault_arguments(tr)  # (a lossy run waits for ever without the protocol's --set deadline=SECONDS)
     tr.add_argument("--out", action=StoreOnce, help="output folder (default runs/<time>-trace-<protocol>)")
     tr.add_argument("--force", action=FlagOnce, help="replace what --out holds")
@@ -102,8 +106,9 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--open", action=FlagOnce, help="open trace.html in a web browser")
     cp = sub.add_parser("compare", help="run a protocol on the simulator and on a real transport, side by side")
     cp.add_argument("scenario", metavar="protocol", help="registered protocol (see fedsim list)")
-    cp.add_argument("--against", action=StoreOnce, choices=("tcp", "asyncio"), default="tcp", dest="against",
-                    help="the transport to compare the simulator with (default tcp)")
+    cp.add_argument("--against", action=StoreOnce, default="tcp", dest="against",
+                    help="the transport to compare the simulator with: tcp (default), asyncio, or one a --plugin "
+                         "registers (fedsim list)")
     cp.add_argument("--processes", action=StoreOnce, type=int, default=4,
                     help="worker processes of the tcp run (default 4)")
     add_run_arguments(cp)
@@ -217,6 +222,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                          f"{', '.join(REGISTRY)}")
     if args.processes < 1:
         raise UsageError(f"--processes must be at least 1, got {args.processes}")
+    from .kernel import TRANSPORTS
+
+    if args.against not in TRANSPORTS or args.against == "sim":  # (plug-ins' transports registered by now)
+        others = [t for t in TRANSPORTS if t != "sim"]
+        import difflib
+
+        close = difflib.get_close_matches(args.against, others, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        what = "the simulator itself (it is the run compared with)" if args.against == "sim" else "unknown transport"
+        raise UsageError(f"--against {args.against!r}: {what}; known: {', '.join(others)}{hint}")
     if args.transport not in (None, "sim"):
         raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
     doc = _load_config(args)
@@ -364,8 +379,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from .config import fields_of
-    from .kernel import PROFILES, TRANSPORTS
-    from .kernel.sim import LINK_MODELS
+    from .kernel import LINK_MODELS, PROFILES, TRANSPORTS
     from .protocols import REGISTRY
 
     from .experiment.discovery import scenario_run_times
@@ -383,8 +397,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"  {'':<26}   parameters: {names}")
     print(f"  {'':<26}   run time: seconds on the default tiny data")
     print("\nnetwork profiles (--profile): " + ", ".join(PROFILES))
-    print("link models (--link-model): " + ", ".join(LINK_MODELS))
-    print("transports (--transport): " + ", ".join(TRANSPORTS))
+    print("\nlink models (--link-model; a plug-in registers more: docs/network-model.md):")
+    for name, desc in LINK_MODELS.items():
+        print(f"  {name:<26} {desc}")
+    print("\ntransports (--transport):")
+    for name, desc in TRANSPORTS.items():
+        print(f"  {name:<26} {desc}")
     return 0
 
 

@@ -32,3 +32,26 @@ def test_the_documented_link_model_uses_only_public_names_and_shares_one_channel
     size = rows[0]["bytes"]
     # one channel: the second transmission waits for the first, whoever sends it
     assert [r["arrival_time"] for r in rows] == pytest.approx([size / 1e6, 2 * size / 1e6])
+
+
+def test_the_documented_registrations_make_the_names_the_command_line_takes():
+    # the registration blocks of "Using it from the command line" and "Writing a transport", run
+    # after the model's block as a reader would: NetSpec (what every command builds from) takes them
+    from fedsim.kernel import LINK_MODELS, TRANSPORTS, NetSpec
+    from fedsim.kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
+
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert len(blocks) == 3
+    ns: dict = {}
+    try:
+        for code in blocks:
+            exec(compile(code, str(DOC), "exec"), ns)
+        assert LINK_MODELS["shared-medium"] == "one 1 MB/s channel that every transmission occupies in turn"
+        models = [NetSpec(profile="lan", link_model="shared-medium").build(0).link_model for _ in range(2)]
+        assert models[0] is not models[1] and all(type(m) is ns["SharedMedium"] and m.rate == 1e6 for m in models)
+        net = NetSpec(transport="framed-asyncio").build(0)
+        assert type(net) is ns["FramedAsyncio"] and net.framing_bytes == 16
+        assert TRANSPORTS["framed-asyncio"] == "asyncio, 16 header bytes charged per message"
+    finally:
+        LINK_MODEL_REGISTRY.remove("shared-medium")
+        TRANSPORT_REGISTRY.remove("framed-asyncio")

@@ -153,8 +153,11 @@ def test_link_model_arguments_that_are_not_an_instance_are_explained():
                                                  r"envelope\)"):
         SimNetwork(link_model=NoTransmit())
     with pytest.raises(NetworkConfigError, match=r"^unknown link model 'fifoo'; known: fifo, fair, tcp, or a "
-                                                 r"fedsim.kernel.LinkModel instance$"):
+                                                 r"fedsim.kernel.LinkModel instance; did you mean 'fifo'\?$"):
         SimNetwork(link_model="fifoo")
+    with pytest.raises(NetworkConfigError, match=r"^unknown link model 'warp'; known: fifo, fair, tcp, or a "
+                                                 r"fedsim.kernel.LinkModel instance$"):
+        SimNetwork(link_model="warp")
 
 
 def test_a_model_of_ones_own_is_counted_once_per_copy_when_delivery_finds_a_node_offline():

@@ -562,10 +562,10 @@ def add_run_arguments(ap: argparse.ArgumentParser) -> None:
                     help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
     ap.add_argument("--link-model", action=StoreOnce, default=None, dest="link_model",
                     help="simulated links: fifo (store-and-forward, default), fair (max-min fair flows), "
-                         "tcp (fair flows plus TCP start-up)")
+                         "tcp (fair flows plus TCP start-up), or one a --plugin registers (fedsim list)")
     ap.add_argument("--transport", action=StoreOnce, default=None,
-                    help="sim (simulated network, default), asyncio (one process, real time) or tcp "
-                         "(separate processes over TCP on loopback)")
+                    help="sim (simulated network, default), asyncio (one process, real time), tcp "
+                         "(separate processes over TCP on loopback), or one a --plugin registers (fedsim list)")
     add_fault_arguments(ap)
     ap.add_argument("--quiet", action=FlagOnce, help="no progress display or printed tables (the "
                                                       "closing line still names the output folder)")

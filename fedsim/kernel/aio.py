@@ -31,6 +31,7 @@ from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
+from .registry import register_transport
 
 __all__ = ["AsyncioNetwork"]
 
@@ -262,3 +263,6 @@ class AsyncioNetwork(ClosedOnDropout, Network):
         """``asyncio.run(self.run_async(timeout, strict=strict))``: the same call shape as
         ``SimNetwork.run``, for callers without a running loop."""
         return asyncio.run(self.run_async(timeout, strict=strict))
+
+
+register_transport("asyncio", AsyncioNetwork, "AsyncioNetwork: one process, real event loop, in-process mailboxes")

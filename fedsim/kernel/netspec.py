@@ -12,21 +12,23 @@ from typing import Any
 
 from .errors import NetworkConfigError
 from .links import Faults, get_profile
+from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 
 __all__ = ["NetSpec", "TRANSPORTS"]
 
-TRANSPORTS = {
-    "sim": "SimNetwork: simulated time, the link model's bandwidth and latency (default)",
-    "asyncio": "AsyncioNetwork: one process, real event loop, in-process mailboxes",
-    "tcp": "TcpNetwork: actors in separate processes, length-prefixed frames over TCP on loopback",
-}
+TRANSPORTS = TRANSPORT_REGISTRY
+"""The registered transports (``fedsim.kernel.registry``): as a mapping, name -> description
+(``sim``, ``asyncio``, ``tcp``, then those plug-ins register). A live view: it was a plain dict of
+the three built-in names."""
 
 
 @dataclass(frozen=True)
 class NetSpec:
-    """A network to build: ``profile`` (node specs), ``link_model`` (``fifo``, ``fair``, ``tcp``;
-    SimNetwork only), ``loss``/``dropout``/``window`` (``Faults`` for the clients),
-    ``transport`` (``sim``, ``asyncio``, ``tcp``: each simulates loss and dropout alike),
+    """A network to build: ``profile`` (node specs), ``link_model`` (``fifo``, ``fair``, ``tcp``,
+    or one a plug-in registered: ``register_link_model``; for transports that take link models
+    only, as ``sim``), ``loss``/``dropout``/``window`` (``Faults`` for the clients),
+    ``transport`` (``sim``, ``asyncio``, ``tcp``: each simulates loss and dropout alike; or one a
+    plug-in registered: ``register_transport``),
     ``framing_bytes``, and ``options`` passed to the transport's
     constructor (e.g. ``processes`` for tcp)."""
 
@@ -41,15 +43,13 @@ class NetSpec:
 
     def __post_init__(self) -> None:
         get_profile(self.profile)  # raises NetworkConfigError for an unknown profile
-        from .sim import LINK_MODELS
-
-        if self.link_model not in LINK_MODELS:
-            raise NetworkConfigError(f"unknown link model {self.link_model!r}; known: {', '.join(LINK_MODELS)}")
-        if self.transport not in TRANSPORTS:
-            raise NetworkConfigError(f"unknown transport {self.transport!r}; known: {', '.join(TRANSPORTS)}")
-        if self.transport != "sim" and self.link_model != "fifo":
+        LINK_MODEL_REGISTRY.entry(self.link_model)  # NetworkConfigError: the registered names
+        transport = TRANSPORT_REGISTRY.entry(self.transport)
+        if not transport.link_models and self.link_model != "fifo":
+            takes = [t.name for t in TRANSPORT_REGISTRY.entries() if t.link_models]
+            also = f" (transports that take a link model: {', '.join(takes)})" if takes != ["sim"] else ""
             raise NetworkConfigError(f"link model {self.link_model!r} applies to the simulator only, "
-                                     f"not to transport {self.transport!r}")
+                                     f"not to transport {self.transport!r}{also}")
         if self.transport == "tcp" and self.framing_bytes:
             from .tcp import FRAME_OVERHEAD
 
@@ -83,17 +83,10 @@ class NetSpec:
         common = dict(seed=seed, profile=self.profile, faults=self.faults, **dict(self.options), **kwargs)
         if self.transport != "tcp":  # TCP's framing is its frame header, fixed by the transport
             common["framing_bytes"] = self.framing_bytes
-        if self.transport == "sim":
-            from .sim import SimNetwork
-
-            return SimNetwork(link_model=self.link_model, **common)
-        if self.transport == "asyncio":
-            from .aio import AsyncioNetwork
-
-            return AsyncioNetwork(**common)
-        from .tcp import TcpNetwork  # the separate-process transport
-
-        return TcpNetwork(**common)
+        transport = TRANSPORT_REGISTRY.entry(self.transport)  # (registered: sim, asyncio, tcp, plug-ins')
+        if transport.link_models:
+            common["link_model"] = self.link_model
+        return transport.factory(**common)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

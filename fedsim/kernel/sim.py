@@ -26,6 +26,7 @@ import math
 from asyncio import CancelledError
 import traceback
 from collections import deque
+from functools import partial
 from typing import Any
 
 from .envelope import LATER, Envelope, Payload
@@ -36,6 +37,7 @@ from .linkmodel import LinkModel, check_time
 from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult
 from .node import Node, offline_wait
+from .registry import LINK_MODEL_REGISTRY, register_link_model, register_transport
 
 __all__ = ["FifoLinkModel", "LINK_MODELS", "LinkModel", "SimNetwork", "get_link_model"]
 
@@ -185,32 +187,43 @@ class FifoLinkModel(LinkModel):
         net.schedule(end - now, net.deliver, envl, dst)
 
 
-LINK_MODELS: dict[str, str] = {
-    "fifo": "store-and-forward, FIFO egress then FIFO ingress (the default)",
-    "fair": "flow level: max-min fair sharing of every port, pipelined (fedsim.kernel.flows)",
-    "tcp": "flow level as 'fair', plus each message's TCP handshake and slow start",
-}
+LINK_MODELS = LINK_MODEL_REGISTRY
+"""The registered link models (``fedsim.kernel.registry``): as a mapping, name -> description
+(``fifo``, ``fair``, ``tcp``, then those plug-ins register). A live view: it was a plain dict of
+the three built-in names."""
+
+register_link_model("fifo", FifoLinkModel, "store-and-forward, FIFO egress then FIFO ingress (the default)")
+register_link_model("fair", partial(FairShareLinkModel, tcp=False),
+                    "flow level: max-min fair sharing of every port, pipelined (fedsim.kernel.flows)")
+register_link_model("tcp", partial(FairShareLinkModel, tcp=True),
+                    "flow level as 'fair', plus each message's TCP handshake and slow start")
 
 
 def get_link_model(model: "LinkModel | str") -> "LinkModel":
-    """A link model by name (``LINK_MODELS``), or ``model`` itself if it is one. A name gives a
-    fresh instance (link models keep per-run state: an instance serves one network, which
-    ``LinkModel.bind`` enforces). Raises ``NetworkConfigError``."""
+    """A link model by name (registered: ``LINK_MODELS``, ``register_link_model``), or ``model``
+    itself if it is one. A name gives a fresh instance, its factory's (link models keep per-run
+    state: an instance serves one network, which ``LinkModel.bind`` enforces). Raises
+    ``NetworkConfigError`` (an unknown name: the registered ones, and the closest)."""
     if isinstance(model, LinkModel):
         if type(model).transmit is LinkModel.transmit:
             raise NetworkConfigError(f"link model {type(model).__name__} does not define transmit(net, src, dst, "
                                      "envelope), the one method a LinkModel must implement")
         return model
-    if isinstance(model, str) and model in ("fifo", "fair", "tcp"):
-        return FifoLinkModel() if model == "fifo" else FairShareLinkModel(tcp=model == "tcp")
+    if isinstance(model, str) and model in LINK_MODEL_REGISTRY:
+        entry = LINK_MODEL_REGISTRY.entry(model)
+        made = entry.factory()
+        if not isinstance(made, LinkModel):
+            raise NetworkConfigError(f"link model {model!r}: its registered factory {entry.factory!r} returned "
+                                     f"{type(made).__name__} {made!r}, not a fedsim.kernel.LinkModel")
+        return get_link_model(made)  # (checked as an instance given directly is)
     if isinstance(model, type) and issubclass(model, LinkModel):
         raise NetworkConfigError(f"link model {model.__name__} is a class: give an instance, "
-                                 f"link_model={model.__name__}(...) (each network needs a new one)")
+                                 f"link_model={model.__name__}(...) (each network needs a new one), or register "
+                                 f"it (register_link_model) and give its name")
     if not isinstance(model, str) and hasattr(model, "transmit"):
         raise NetworkConfigError(f"link model {model!r} is not a fedsim.kernel.LinkModel: subclass it (it "
                                  "provides node_offline and the name)")
-    raise NetworkConfigError(f"unknown link model {model!r}; known: {', '.join(LINK_MODELS)}, or a "
-                             "fedsim.kernel.LinkModel instance")
+    raise NetworkConfigError(LINK_MODEL_REGISTRY.unknown(model, "a fedsim.kernel.LinkModel instance"))
 
 
 def _check_until(value: Any) -> float:
@@ -590,3 +603,6 @@ class SimNetwork(Network):
             for node in self.nodes.values():
                 if not node.done and not node.offline and node.coro is not None:
                     self._close(node)
+
+
+register_transport("sim", SimNetwork, "SimNetwork: simulated time, the link model's bandwidth and latency (default)")

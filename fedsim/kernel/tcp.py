@@ -172,6 +172,7 @@ from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END
 from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
+from .registry import register_transport
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -1998,3 +1999,6 @@ class _Coordinator:
                 raise err from exc
         rep["results"] = results
         return rep
+
+
+register_transport("tcp", TcpNetwork, "TcpNetwork: actors in separate processes, length-prefixed frames over TCP on loopback")

@@ -5,8 +5,12 @@ Protocol modules fill it themselves: each calls ``register(ProtocolSpec(...))`` 
 built-in ones are imported by ``fedsim.protocols``). A protocol outside the package is a plug-in:
 a Python file named with ``--plugin PATH`` on the command line or in the ``FEDSIM_PLUGINS``
 environment variable (paths separated by ``os.pathsep``), or a module an installed package
-declares under the ``fedsim.protocols`` entry-point group. ``load_plugins`` imports them; their
-``register`` calls do the rest.
+declares under one of the entry-point groups ``PLUGIN_GROUPS`` (``fedsim.protocols``,
+``fedsim.link_models``, ``fedsim.transports``). ``load_plugins`` imports them; their
+``register`` calls do the rest. A plug-in may equally register link models and transports
+(``fedsim.kernel.register_link_model``, ``register_transport``: the kernel's registries, which
+``--link-model`` and ``--transport`` read); the group an entry point is declared in only says
+what it is for: every group's modules are imported alike, each once.
 """
 
 from __future__ import annotations
@@ -20,9 +24,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 from .contract import ProtocolSpec
 
-__all__ = ["REGISTRY", "Registry", "load_plugins", "plugin_files", "register"]
+__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "load_plugins", "plugin_files", "register"]
+
+# the entry-point groups whose modules load_plugins imports (any of them may register protocols,
+# link models and transports alike; a module declared in several is imported once)
+PLUGIN_GROUPS = ("fedsim.protocols", "fedsim.link_models", "fedsim.transports")
 
 
 class Registry:
@@ -104,16 +113,18 @@ def plugin_files() -> list[str]:
 
 
 def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True) -> list[str]:
-    """Import plug-in protocols: each file of ``paths`` and of ``$FEDSIM_PLUGINS``, and (with
-    ``entry_points``) every module declared under the ``fedsim.protocols`` entry-point group.
-    Returns the names of the protocols that became registered. A file already loaded in this
+    """Import plug-ins (protocols, link models, transports): each file of ``paths`` and of
+    ``$FEDSIM_PLUGINS``, and (with ``entry_points``) every module declared under the entry-point
+    groups ``PLUGIN_GROUPS`` (``fedsim.protocols``, ``fedsim.link_models``, ``fedsim.transports``).
+    Returns the names of the protocols that became registered (the link models and transports a
+    plug-in registered are in ``fedsim.kernel.LINK_MODELS`` and ``TRANSPORTS``). A file already loaded in this
     process is not loaded again. Raises ``TypeError`` for ``paths`` given as one str or path
     (its characters were taken for paths: "no protocol plug-in file at /"; pass a list),
     ``FileNotFoundError`` for a missing file (or a folder); an error inside a plug-in propagates
     (Python's traceback names its line; a note added to the exception names the plug-in) and
     the plug-in is left entirely unloaded: no module of it in ``sys.modules`` (for an entry point,
     its package and the submodules it imported, those this load added), none of the
-    protocols it registered before the error (a protocol it replaced is back), so that it can
+    protocols, link models or transports it registered before the error (a protocol it replaced is back), so that it can
     be loaded again once fixed."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError(f"load_plugins takes a list of paths, got the single path {paths!r}; write [{paths!r}]")
@@ -140,12 +151,14 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
     if entry_points:
         from importlib.metadata import entry_points as eps
 
-        for ep in eps(group="fedsim.protocols"):
-            if ep.value not in _loaded:
-                with _all_or_nothing(f"the protocol plug-in module {ep.value} (entry point {ep.name!r})",
-                                     _own_package(ep.module)):
-                    ep.load()
-                _loaded.add(ep.value)
+        for group in PLUGIN_GROUPS:
+            for ep in eps(group=group):
+                if ep.value not in _loaded:
+                    kind = group.removeprefix("fedsim.").rstrip("s").replace("_", "-")  # protocol, link-model, transport
+                    with _all_or_nothing(f"the {kind} plug-in module {ep.value} (entry point {ep.name!r})",
+                                         _own_package(ep.module)):
+                        ep.load()
+                    _loaded.add(ep.value)
     return [n for n in REGISTRY if n not in before]
 
 
@@ -169,6 +182,7 @@ def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
     load added it (a module already there before, or of another package such as NumPy, stays).
     Plug-ins it loaded itself are forgotten with it. The error is re-raised with a note naming ``what``."""
     specs = dict(REGISTRY._specs)
+    kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
     loaded, files = set(_loaded), list(_files)
     modules = set(sys.modules)
     try:
@@ -176,6 +190,8 @@ def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
     except BaseException as exc:
         REGISTRY._specs.clear()
         REGISTRY._specs.update(specs)
+        for registry, snapshot in kernel:
+            registry.restore(snapshot)
         _loaded.clear()
         _loaded.update(loaded)
         _files[:] = files

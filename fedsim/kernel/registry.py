@@ -1,0 +1,220 @@
+"""The registries of link models and transports: the names ``--link-model`` and ``--transport``
+(and ``[network]`` in configuration files, sweep grid axes, ``fedsim compare --against``,
+``fedsim trace --link-model``, ``NetSpec``, ``SimNetwork(link_model=NAME)``) accept.
+
+One small registry per kind of component, filled by the components themselves: the built-in
+ones register at import (``fifo``, ``fair`` and ``tcp`` in ``fedsim.kernel.sim``; ``sim``,
+``asyncio`` and ``tcp`` in ``sim``, ``aio`` and ``tcp``), exactly as a plug-in does::
+
+    from fedsim.kernel import LinkModel, register_link_model, register_transport
+
+    @register_link_model("slow", description="fifo plus 2 s per message")
+    class Slow(LinkModel):
+        ...
+
+    register_transport("my-asyncio", MyAsyncioNetwork, "asyncio, with my changes")
+
+A plug-in is a file given to ``fedsim --plugin FILE`` (or ``$FEDSIM_PLUGINS``) or a module an
+installed package declares under the ``fedsim.protocols``, ``fedsim.link_models`` or
+``fedsim.transports`` entry-point group: ``fedsim.protocols.load_plugins`` imports it, its
+``register_*`` calls do the rest (docs/network-model.md, docs/cli.md).
+
+A link model's factory is called with no arguments, once per network (a link model keeps per-run
+state): a ``LinkModel`` subclass, or any callable returning a new ``LinkModel``. A transport's
+factory is called with the network's keyword arguments (``seed``, ``profile``, ``faults``,
+``framing_bytes``, the ``NetSpec``'s ``options``, and ``link_model`` for one that takes link
+models) and returns a new ``fedsim.kernel.Network``: a ``Network`` subclass, usually.
+
+This module imports nothing of the kernel but its errors and ``LinkModel`` (the kernel's modules
+register into it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
+
+from .errors import NetworkConfigError
+from .linkmodel import LinkModel
+
+__all__ = [
+    "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
+    "TransportEntry", "register_link_model", "register_transport",
+]
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+"""What a registered name may be: letters, digits, ``_``, ``.`` and ``-``, starting with a letter
+or digit (a name is a command-line value, a grid value separated by ``,``, and part of a sweep's
+folder names)."""
+
+
+@dataclass(frozen=True)
+class LinkModelEntry:
+    """A registered link model: ``factory()`` makes a new instance."""
+
+    name: str
+    factory: Callable[[], Any]
+    description: str
+
+
+@dataclass(frozen=True)
+class TransportEntry:
+    """A registered transport: ``factory(**kwargs)`` makes a new network. ``link_models``: the
+    transport takes ``link_model=`` (a simulated one, as ``sim``); the others run with link model
+    ``fifo`` only (the name stands for "no link model of its own")."""
+
+    name: str
+    factory: Callable[..., Any]
+    description: str
+    link_models: bool
+
+
+class ComponentRegistry(Mapping):
+    """Entries by name, in registration order. As a mapping it gives each name's description
+    (``LINK_MODELS`` and ``TRANSPORTS`` are the two registries: ``", ".join(LINK_MODELS)``, ``name in
+    TRANSPORTS``, ``TRANSPORTS["sim"]`` work as they did when they were plain dicts); ``entry(name)``
+    gives the whole entry, or ``NetworkConfigError`` naming the registered names (and the closest
+    one). ``kind`` (``"link model"``, ``"transport"``) and ``option`` (``--link-model``) name it in
+    errors."""
+
+    def __init__(self, kind: str, option: str) -> None:
+        self.kind = kind
+        self.option = option
+        self._entries: dict[str, Any] = {}
+
+    # -- the mapping: name -> description
+    def __getitem__(self, name: str) -> str:
+        return self.entry(name).description
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._entries
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} registry: {', '.join(self._entries)}>"
+
+    def entry(self, name: str) -> Any:
+        """The entry registered as ``name``; ``NetworkConfigError`` (one line: the registered
+        names, a did-you-mean) for another name."""
+        found = self._entries.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise NetworkConfigError(self.unknown(name))
+        return found
+
+    def unknown(self, name: Any, alternative: str = "") -> str:
+        """The one-line message for an unknown ``name``: ``unknown link model 'fifoo'; known: fifo,
+        fair, tcp; did you mean 'fifo'?`` (``alternative``, e.g. ``"a LinkModel instance"``, is
+        added to the known names as ``, or ...``)."""
+        close = difflib.get_close_matches(name, list(self._entries), n=1) if isinstance(name, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        also = f", or {alternative}" if alternative else ""
+        return f"unknown {self.kind} {name!r}; known: {', '.join(self._entries)}{also}{hint}"
+
+    def add(self, entry: Any, *, replace: bool = False) -> Any:
+        """Register ``entry`` (its ``name`` checked). ``ValueError`` for a name already taken by
+        another entry, unless ``replace``; the same entry registered again (the same file imported
+        twice under two module names: a factory of the same source and the same description) is
+        no error."""
+        old = self._entries.get(entry.name)
+        if old is not None and not replace and (_source(old.factory), old.description, getattr(old, "link_models", None)) \
+                != (_source(entry.factory), entry.description, getattr(entry, "link_models", None)):
+            raise ValueError(f"a {self.kind} named {entry.name!r} is already registered ({old.description}); "
+                             f"choose another name, or pass replace=True")
+        self._entries[entry.name] = entry
+        return entry
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (tests that register a temporary one); no error if it is not there."""
+        self._entries.pop(name, None)
+
+    def entries(self) -> list[Any]:
+        return list(self._entries.values())
+
+    def snapshot(self) -> dict[str, Any]:
+        """The registry as it is (for :meth:`restore`: a plug-in that fails to load is undone)."""
+        return dict(self._entries)
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        self._entries.clear()
+        self._entries.update(snapshot)
+
+
+def _source(fn: Any) -> tuple:
+    """Where ``fn`` is defined (file, first line, qualname; for a class, its module and qualname;
+    for a ``functools.partial``, its function's and arguments): two registrations of the same
+    source are one. Anything else is only the same as itself."""
+    func = getattr(fn, "func", None)
+    if func is not None and hasattr(fn, "args"):  # functools.partial
+        return (_source(func), repr(fn.args), repr(sorted(fn.keywords.items())))
+    if isinstance(fn, type):
+        try:
+            return (os.path.realpath(inspect.getfile(fn)), fn.__qualname__)
+        except (TypeError, OSError):
+            return (fn.__module__, fn.__qualname__)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return (id(fn),)
+    return (os.path.realpath(code.co_filename), code.co_firstlineno, getattr(fn, "__qualname__", None))
+
+
+def _check(kind: str, name: Any, factory: Any, description: Any) -> None:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ValueError(f"{kind} name {name!r}: expected letters, digits, '_', '.' or '-', starting with a "
+                         "letter or digit (it is a command-line value and part of folder names)")
+    if not callable(factory):
+        raise TypeError(f"{kind} {name!r}: the factory must be callable (a class, or a function returning a new "
+                        f"one), got {type(factory).__name__} {factory!r}")
+    if not isinstance(description, str):
+        raise TypeError(f"{kind} {name!r}: the description must be a str, got {type(description).__name__}")
+
+
+LINK_MODEL_REGISTRY = ComponentRegistry("link model", "--link-model")
+TRANSPORT_REGISTRY = ComponentRegistry("transport", "--transport")
+
+
+def register_link_model(name: str, factory: Callable[[], Any] | None = None, description: str = "", *,
+                        replace: bool = False) -> Any:
+    """Register a link model as ``name``: ``factory()`` makes a new ``fedsim.kernel.LinkModel``
+    for each network (a ``LinkModel`` subclass whose constructor takes no arguments, or a function,
+    a ``functools.partial``). Returns ``factory``; without it, a decorator for the class or
+    function (``@register_link_model("slow", description="...")``). ``description``: one line for
+    ``fedsim list``. Raises ``ValueError`` for a bad name or one already registered (``replace=True``
+    overrides), ``TypeError`` for a factory that is not callable or a class that is not a
+    ``LinkModel`` (its instances are checked when a network adopts them)."""
+    if factory is None:
+        return lambda f: register_link_model(name, f, description, replace=replace)
+    _check("link model", name, factory, description)
+    if isinstance(factory, type) and not issubclass(factory, LinkModel):
+        raise TypeError(f"link model {name!r}: {factory.__name__} does not subclass fedsim.kernel.LinkModel")
+    LINK_MODEL_REGISTRY.add(LinkModelEntry(name, factory, description), replace=replace)
+    return factory
+
+
+def register_transport(name: str, factory: Callable[..., Any] | None = None, description: str = "", *,
+                       link_models: bool | None = None, replace: bool = False) -> Any:
+    """Register a transport as ``name``: ``factory(**kwargs)`` makes a new network (a
+    ``fedsim.kernel.Network`` subclass, usually; the keyword arguments: ``seed``, ``profile``,
+    ``faults``, ``framing_bytes``, the ``NetSpec``'s ``options``, and ``link_model`` when
+    ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
+    signature has a ``link_model`` parameter, as ``SimNetwork``'s and its subclasses' have). Returns
+    ``factory``; without it, a decorator. Raises ``ValueError`` for a bad name or one already
+    registered (``replace=True`` overrides), ``TypeError`` for a factory that is not callable."""
+    if factory is None:
+        return lambda f: register_transport(name, f, description, link_models=link_models, replace=replace)
+    _check("transport", name, factory, description)
+    if link_models is None:
+        try:
+            link_models = "link_model" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):  # no signature to read (a builtin): no link model
+            link_models = False
+    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, bool(link_models)), replace=replace)
+    return factory
