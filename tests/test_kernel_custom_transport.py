@@ -67,13 +67,7 @@ class SoonNetwork(ClosedOnDropout, Network):
                 if withdraw(node, fut):
                     self.blocked -= 1
                 raise
-        try:
-            return await self.await_within(fut, timeout * self.time_scale)
-        except TimeoutError:
-            if fut.done() and not fut.cancelled():
-                return fut.result()
-            withdraw(node, fut)
-            return None
+        return await self.message_within(node, fut, timeout)
 
     def check_quiet(self):
         if self.quiet is not None and self.inflight == 0 and self.finished + self.blocked >= len(self.nodes):

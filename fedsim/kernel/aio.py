@@ -128,15 +128,7 @@ class AsyncioNetwork(ClosedOnDropout, Network):
                 if withdraw(node, fut):
                     self._blocked -= 1
                 raise
-        try:
-            return await self.await_within(fut, timeout * self.time_scale)
-        except TimeoutError:
-            if fut.done() and not fut.cancelled():
-                # the message came in the loop pass the timeout fired in: the timeout raises then,
-                # and the message, already out of the mailbox, would be lost
-                return fut.result()
-            node.waiter = None
-            return None
+        return await self.message_within(node, fut, timeout)
 
     def _check_quiet(self) -> None:
         if self._finished + self._blocked >= len(self.nodes) and self._quiet is not None \

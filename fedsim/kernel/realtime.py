@@ -20,7 +20,7 @@ class ClosedOnDropout:
     """Mixin of a real-time transport (listed before ``Network`` among its bases): ``closed``
     (node ids whose actor got the cancellation of its dropout; an empty set made here),
     ``time_scale`` its clock's divisor (1.0 unless the transport sets it), and
-    ``wait_for_message(node, kind, timeout)`` its own wait (a timed one through ``await_within``).
+    ``wait_for_message(node, kind, timeout)`` its own wait (a timed one through ``message_within``).
     Before, a transport that did not make ``closed`` itself failed its first actor's first wait
     with ``AttributeError: ... no attribute 'closed'``, blamed on that actor."""
 
@@ -73,6 +73,21 @@ class ClosedOnDropout:
         actor ran on)."""
         async with asyncio.timeout(seconds):
             return await fut
+
+    async def message_within(self, node: Node, fut: asyncio.Future, timeout: float):
+        """The message ``fut`` (``node``'s timed wait's future, set by the transport's delivery)
+        gets within ``timeout`` seconds of the run's clock (``timeout * time_scale`` real ones), or
+        ``None`` past them, ``node``'s wait withdrawn. A message that came in the loop pass the
+        timeout fired in is returned, not lost: the timeout raises then, and the message, already
+        out of the mailbox, was dropped (what each real-time transport's timed wait needs; one
+        helper instead of a copy in each)."""
+        try:
+            return await self.await_within(fut, timeout * self.time_scale)
+        except TimeoutError:
+            if fut.done() and not fut.cancelled():
+                return fut.result()
+            node.waiter = None
+            return None
 
     def closed_if_offline(self, node: Node) -> None:
         """A wait of ``node`` ended cancelled: if by its dropout, its actor is being closed from

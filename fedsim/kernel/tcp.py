@@ -350,16 +350,10 @@ class TcpNetwork(ClosedOnDropout, Network):
                 if withdraw(node, fut):  # a wait the actor gave up: it is not blocked (AsyncioNetwork.wait)
                     w.blocked -= 1
                 raise
-        try:
-            return await self.await_within(fut, timeout * self.time_scale)
-        except TimeoutError:
-            if fut.done() and not fut.cancelled():
-                # the message came in the loop pass the timeout fired in: the timeout raises then,
-                # and the message, already out of the mailbox, would be lost
-                return fut.result()
-            node.waiter = None
+        got = await self.message_within(node, fut, timeout)
+        if got is None:
             w.touch(self.now())
-            return None
+        return got
 
     def waits_for(self, node: Node) -> str:
         text = self._waits.get(node.id)
