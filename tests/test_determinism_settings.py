@@ -9,13 +9,20 @@ NumPy or numba is imported."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
+from fedsim.kernel import SimNetwork
 from fedsim.math import ae_train
 from fedsim.math import autoencoder as ae
-from fedsim.protocols import load_plugins
+from fedsim.protocols import REGISTRY, load_plugins
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from determinism_probe import digest  # noqa: E402
 
 load_plugins(entry_points=False)
 
@@ -56,3 +63,55 @@ def test_the_numpy_autoencoder_gives_the_same_bits_whatever_the_blas_thread_coun
             z = ae.predict(p, x[:5])
         out[threads] = [p[k].tobytes() for k in p] + [z.tobytes()]
     assert out[1] == out[2]
+
+
+# ------------------------------------------------------------------------------- node order and names
+
+
+class _Reversed(SimNetwork):
+    """A SimNetwork that adds the nodes a protocol's ``build`` places in the reverse order (at
+    ``flush``, before the run): the public ``add_node`` in another order."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._held = []
+
+    def add_node(self, *a, **kw):
+        self._held.append((a, kw))
+
+    def flush(self):
+        held, self._held = self._held[::-1], []
+        for a, kw in held:
+            SimNetwork.add_node(self, *a, **kw)
+
+
+def _faulty_run(cls, name):
+    from fedsim.kernel import Faults
+
+    spec = REGISTRY[name]
+    data, cfg = spec.tiny(8, 3, 3)
+    net = cls(seed=3, profile="wan", faults=Faults(loss=0.15, dropout=0.3, window=(0.0, 0.5)))
+    job = spec.build(net, data, cfg.replace(deadline=5.0))
+    if isinstance(net, _Reversed):
+        net.flush()
+    return job.collect(net.run()), net
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_nodes_added_in_another_order_give_the_same_model_metrics_rows_and_run_lists(name):
+    """Aggregation is in node-id order, so the model and the metrics do not depend on the order
+    the nodes were added in; the run's lists of dropped-out and unfinished nodes are in node-id
+    order too (they were in insertion order). The ledger has the same rows (times, sizes,
+    statuses), numbered in the order the actors ran at equal times, which is insertion order
+    (docs/concepts.md): only ``seq`` may differ."""
+    a, net_a = _faulty_run(SimNetwork, name)
+    b, net_b = _faulty_run(_Reversed, name)
+    assert list(net_a.nodes) != list(net_b.nodes)
+    da, db = digest(a, net_a), digest(b, net_b)
+    assert (da["params"], da["metrics"], da["info"], da["missing"]) == (db["params"], db["metrics"], db["info"],
+                                                                      db["missing"])
+    assert a.run.offline and a.run.offline == sorted(a.run.offline)
+    assert (a.run.offline, a.run.unfinished, sorted(a.run.results), a.run.duration) == \
+           (b.run.offline, b.run.unfinished, sorted(b.run.results), b.run.duration)
+    rows = [sorted(tuple(v for k, v in r.items() if k != "seq") for r in res.ledger.records()) for res in (a, b)]
+    assert rows[0] == rows[1] and len(rows[0]) > 0
