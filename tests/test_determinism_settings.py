@@ -1,7 +1,9 @@
 """"A seed fixes everything" under settings other than the seed: BLAS thread counts (threadpoolctl
-limits in the process, OPENBLAS/OMP/MKL_NUM_THREADS before import), NUMBA_NUM_THREADS, sweeps on
-one worker or two, interrupted runs continued, node ids past 9,999 clients, and the transports.
-(``PYTHONHASHSEED`` and numba on/off: ``test_determinism_across_processes.py``.)
+limits in the process, OPENBLAS/OMP/MKL_NUM_THREADS before import), NUMBA_NUM_THREADS, another
+CPU's BLAS kernels, nodes added in another order, node ids past 9,999 clients, no unseeded
+randomness, sweeps on one worker or two and against ``fedsim run``, and runs continued or resumed
+from a checkpoint. (``PYTHONHASHSEED`` and numba on/off: ``test_determinism_across_processes.py``;
+the transports, bit for bit: ``test_kernel_tcp.py`` and ``test_compare.py``.)
 
 Each run is digested as ``tests/determinism_probe.py`` does (ledger CSV bytes, parameters' bytes,
 metrics, info, run outcome); subprocesses only where an environment variable must be set before
@@ -72,6 +74,33 @@ def test_the_numpy_autoencoder_gives_the_same_bits_whatever_the_blas_thread_coun
     assert out[1] == out[2]
 
 
+
+def test_one_blas_thread_holds_until_the_last_body_under_it_leaves():
+    """Two threads under ``one_blas_thread`` at once (bodies left in another order than entered):
+    the first to leave put back the limit it had found (two threads) while the other's products
+    still ran, and the last one put back the one thread it had found. Now the limit holds until
+    the last body leaves, then the original comes back."""
+    from threadpoolctl import threadpool_info
+
+    from fedsim.math.blas import limited_libraries, one_blas_thread
+
+    mine = set(limited_libraries())  # NumPy's BLAS (a library loaded later, SciPy's, is not limited)
+
+    def blas_threads():
+        return {i["num_threads"] for i in threadpool_info() if i["filepath"] in mine}
+
+    with threadpool_limits(2):
+        if blas_threads() != {2}:
+            pytest.skip("no BLAS here that runs two threads")
+        a, b = one_blas_thread(), one_blas_thread()
+        a.__enter__()
+        b.__enter__()
+        assert blas_threads() == {1}
+        a.__exit__(None, None, None)
+        assert blas_threads() == {1}
+        b.__exit__(None, None, None)
+        assert blas_threads() == {2}
+
 # ------------------------------------------------------------------------------- node order and names
 
 
@@ -136,7 +165,7 @@ def test_client_ids_sort_in_client_order_past_9999_clients():
     assert client_names(10_001)[9_999:] == ["client/09999", "client/10000"]
 
 
-# ------------------------------------------------------------------------------------------- BLAS threads
+# ----------------------------------------------------------------------- every protocol, thread settings
 
 
 PROBE_RUNS = ("demo/wan,fedrec/wan,fedrec/pmfs-faults,fedrec/svdpp-tcp,fedrecpp/faults,fpl/faults,fcf/wan,"
