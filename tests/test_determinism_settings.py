@@ -374,12 +374,13 @@ ANY_CPU = ("fedrec", "fedrecpp", "fpl")  # their kernels sum in a fixed order, w
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="OPENBLAS_CORETYPE=Nehalem is x86-64's")
-def test_fedrec_fedrecpp_and_fpl_give_the_same_bytes_with_another_cpus_blas_kernels():
-    """OpenBLAS picks its kernels by CPU; OPENBLAS_CORETYPE=Nehalem (SSE4.2, which every x86-64 CPU
-    of the last fifteen years runs) stands for an older machine. FedRec, FedRec++ and FPL give the
-    same bytes; the demo, FCF and the autoencoders, whose products are BLAS's, may not (documented)."""
+def test_fedrec_fedrecpp_and_fpl_give_the_same_bytes_with_another_cpus_kernels():
+    """OpenBLAS picks its kernels by CPU, numba compiles for the CPU it runs on: OPENBLAS_CORETYPE=
+    Nehalem (SSE4.2, which every x86-64 CPU of the last fifteen years runs) and NUMBA_CPU_NAME=generic
+    stand for an older machine. FedRec, FedRec++ and FPL give the same bytes; the demo, FCF and the
+    autoencoders (BLAS products, fast-math kernels) may not (docs/concepts.md)."""
     runs = PROBE_RUNS + ",fedrec/secagg-faults,fedrec/eval-loss,fpl/secagg-faults,fpl/eval-loss,fedrecpp/secure-noise-faults"
-    here, other = _probe({}, runs), _probe({"OPENBLAS_CORETYPE": "Nehalem"}, runs)
+    here, other = _probe({}, runs), _probe({"OPENBLAS_CORETYPE": "Nehalem", "NUMBA_CPU_NAME": "generic"}, runs)
     if here["demo/wan"]["params"] == other["demo/wan"]["params"]:
         pytest.skip("this BLAS ignores OPENBLAS_CORETYPE (or its kernels agree): nothing to tell apart")
     same = [r for r in here if r.split("/")[0] in ANY_CPU]
