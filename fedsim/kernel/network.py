@@ -138,7 +138,7 @@ class RunResult:
     ``results``: each finished actor's return value; ``unfinished``: the nodes still blocked (or
     still running, when the run stopped at ``until``) when it ended, closed by the kernel;
     ``blocked``: for each of them, what it was waiting for; ``offline``: the nodes that dropped
-    out; ``duration``: simulated seconds (SimNetwork) or real seconds divided by the time scale
+    out (both lists in node-id order, whatever order the nodes were added in); ``duration``: simulated seconds (SimNetwork) or real seconds divided by the time scale
     (AsyncioNetwork, TcpNetwork); ``ledger``; ``trace`` and ``log`` (when the network traces);
     ``flops``: for each node that computed, the FLOPs of its ``ctx.compute`` calls that returned,
     per label (node id -> {label: FLOPs}), whether it finished, dropped out or was closed at the
@@ -639,8 +639,9 @@ class Network:
         before closing the coroutines (it reads what they wait for)."""
         nodes = self.nodes.values()
         results = {n.id: n.result for n in nodes if n.done}
-        unfinished = [n.id for n in nodes if not n.done and not n.offline]
-        offline = [n.id for n in nodes if n.offline]
+        # in node-id order, not in the order the nodes were added (which build code may choose)
+        unfinished = sorted(n.id for n in nodes if not n.done and not n.offline)
+        offline = sorted(n.id for n in nodes if n.offline)
         blocked = {nid: self.waits_for(self.nodes[nid]) for nid in unfinished} if drained else {}
         flops = {n.id: dict(n.flops) for n in nodes if n.flops}
         res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked, flops)

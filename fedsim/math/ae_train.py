@@ -31,6 +31,7 @@ import numpy as np
 from . import ae_kernels, joint_kernels
 from . import autoencoder as ae
 from . import optim
+from .blas import with_one_blas_thread
 
 __all__ = [
     "TASKS",
@@ -657,6 +658,7 @@ class _SparseJoint:
         """The current parameters, fresh C-ordered arrays in ``ae.init_params``'s layout."""
         return {k: np.array(v.T if k == "enc.W1" else v, order="C") for k, v in self.p.items()}
 
+    @with_one_blas_thread  # its products of the hidden layers are BLAS's (.blas)
     def step(self, rows, rng, *, lr, weight_decay, clip, betas=(0.9, 0.999), eps=1e-8):
         """One step on the (sorted) rows ``rows``, the dropout mask drawn from ``rng`` as ``ae`` draws
         it; returns the batch's loss (``ae.loss_and_grads``'s) and whether the gradient was clipped."""

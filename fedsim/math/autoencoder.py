@@ -31,6 +31,8 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from .blas import with_one_blas_thread
+
 __all__ = [
     "DEFAULT_HIDDEN",
     "mean_params",
@@ -259,6 +261,7 @@ def _forward(params, x, in_cols, out_rows, dropout, rng, sequential):
     return a, inputs, weights, hidden, keep
 
 
+@with_one_blas_thread  # (the products' last bits would depend on the BLAS thread count: .blas)
 def predict(
     params: Mapping[str, np.ndarray],
     x: np.ndarray,
@@ -379,6 +382,7 @@ def masked_loss(
     return value
 
 
+@with_one_blas_thread
 def loss_and_grads(
     params: Mapping[str, np.ndarray],
     x: np.ndarray,

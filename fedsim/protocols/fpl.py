@@ -54,7 +54,12 @@ not finite it stops there (``diverged_at`` that round, Theta_S as it became), so
 sent a model that is not finite.
 
 p_u never leaves its client. Long runs are split into several networks (one per epoch, say):
-``build(..., init=theta, user_factors=P, round_offset=...)`` continues a previous run.
+``build(..., resume=result)`` continues a previous run from its Theta_S and every p_u, its rounds
+numbered after it. The continued network's actors draw from its own seed from the start (the
+server, handed Theta_S, and each client, handed p_u, skip their initial draws), so the pieces are
+not the bits of one uninterrupted run (FCF's are: it draws nothing after its initial Q); give each
+piece a seed of its own, as ``studies.fpl.runs.run_fpl`` does (``epoch_seed``), and the chain is
+reproducible, resumed from a checkpoint or not.
 """
 
 from __future__ import annotations
