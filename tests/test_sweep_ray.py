@@ -367,6 +367,47 @@ def test_ctrl_c_cancels_every_ray_task_promptly_and_marks_points_not_run(tmp_pat
     assert not [d for p in pids for d in tmp.glob(f"fedsim-point-{p}-*")], "a cancelled task's folder was left"
 
 
+def test_sigterm_to_the_driver_stops_a_ray_sweep_as_ctrl_c_does_and_the_same_sweep_resumes(tmp_path, local_ray):
+    # ray.init replaced the driver's SIGTERM handler by its own (sys.exit in Python, a C++ one
+    # printing "*** SIGTERM received" and aborting): `kill PID` of a Ray sweep wrote sweep.json
+    # "finished" over the points not run, ended with status 134 and left Ray's agents running;
+    # the local pool's sweep ends as on Ctrl-C, status 143
+    slow = tmp_path / "slow"  # points x > 2 take 30 s while this file exists
+    slow.touch()
+    script, log = logging_scenario(tmp_path, f"if ctx['x'] > 2 and os.path.exists({str(slow)!r}):\n    time.sleep(30.0)")
+    out = tmp_path / "sw"
+    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6", "--workers", "2",
+            "--backend", "ray", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    deadline = time.time() + 120
+    while time.time() < deadline and (len(ran(log)) < 4 or len(list(out.glob("*/results.json"))) < 2):
+        time.sleep(0.05)
+    assert sorted(x for x, _ in ran(log)) == [1, 2, 3, 4], "the Ray tasks did not start"
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)  # the driver alone, as `kill PID` or a batch system's stop
+    stdout, stderr = proc.communicate(timeout=60)
+    took = time.time() - t0
+    started = tree.stop()
+    assert proc.returncode == 143, (proc.returncode, stderr)
+    assert took < 15, f"took {took:.1f} s to stop"
+    assert stderr.splitlines() == ["interrupted: 2 points run, 0 done before, 4 not run; the same command resumes. "
+                                   f"Results so far in {out}/ (report.md, sweep.json)"], stderr
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "interrupted"
+    assert [p["status"] for p in sweep["points"]] == ["done", "done"] + ["not run"] * 4
+    assert "**Interrupted**" in (out / "report.md").read_text()
+    assert sorted(d.name for d in out.glob("x=*")) == ["x=1", "x=2"] and not list(out.glob(".*partial*"))
+    assert_gone(started)
+    slow.unlink()
+    n = len(ran(log))
+    s = run_sweep(str(script), {"x": [1, 2, 3, 4, 5, 6]}, out, backend="ray")
+    assert sorted(p["x"] for p in s["done"]) == [3, 4, 5, 6] and sorted(p["x"] for p in s["skipped"]) == [1, 2]
+    assert sorted(x for x, _ in ran(log)[n:]) == [3, 4, 5, 6]
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == [f"{x},{x},0,{10 * x}" for x in range(1, 7)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

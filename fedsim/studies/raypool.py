@@ -153,6 +153,11 @@ class RaySession:
                 _check_reachable(target, given=self.address)
                 _check_token(target, given=self.address)
             staged = None
+            # ray.init puts its own SIGTERM handlers in place of the process's (sys.exit(15) in
+            # Python, under a C++ one that prints a stack and aborts): a SIGTERM to a sweep's
+            # driver then wrote its sweep.json "finished" over points not run, ended it with
+            # status 134, and left Ray's agents running. The handler in place before is put back.
+            term = _sigterm_handler()
             try:
                 if self.address is None:
                     ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
@@ -167,6 +172,7 @@ class RaySession:
                 _quiet_shutdown()
                 raise
             finally:
+                _restore_sigterm(term)
                 if staged is not None:
                     shutil.rmtree(staged, ignore_errors=True)
             self.owned = True
@@ -337,6 +343,24 @@ class _stderr_held:
         self.file.seek(0)
         self.held.text = self.file.read().decode(errors="replace")
         self.file.close()
+
+
+def _sigterm_handler() -> Any:
+    """SIGTERM's handler now, to put back with :func:`_restore_sigterm` (None outside the main
+    thread, where no handler can be set, or for one set outside Python, which cannot be)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGTERM)
+
+
+def _restore_sigterm(handler: Any) -> None:
+    import signal
+
+    if handler is not None:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _quiet_shutdown() -> None:
