@@ -279,7 +279,15 @@ def _run_point_remote(task: tuple) -> dict:
     script path, the script's bytes (else None); and the driver's protocol plug-ins as
     ``(path, bytes)`` pairs. A script or plug-in runs in place where its path holds that same
     file, else from a copy (files beside it are not sent); the plug-ins declared by installed
-    packages (entry points) are loaded as the driver's were."""
+    packages (entry points) are loaded as the driver's were.
+
+    The point runs in a process of its own (:func:`~.parallel.pmap`), as on the local pool: one
+    that dies (killed, out of memory, ``os._exit``, a crash in compiled code) is that point's
+    failure, saying how it ended (its signal or exit status, as the local pool says it), and the
+    Ray worker lives on. Run in the worker itself, its death was Ray's ``WorkerCrashedError``
+    ("check python-core-worker-*.log"), which did not say how, after Ray had run the point a
+    second time (its retry of a task whose worker died), with a paragraph from the raylet on the
+    sweep's stderr each time."""
     p, source, plugins = task if len(task) == 3 else (*task, ())
     _remove_stale_temp()
     base = Path(tempfile.mkdtemp(prefix=f"fedsim-point-{os.getpid()}-"))
@@ -301,7 +309,12 @@ def _run_point_remote(task: tuple) -> dict:
             if not (here.is_file() and here.read_bytes() == source):
                 scenario = str(base / here.name)
                 Path(scenario).write_bytes(source)
-        res = _run_point(replace(p, scenario=scenario, out=str(base / "point")))
+        point = replace(p, scenario=scenario, out=str(base / "point"))
+        got: list[dict] = []
+        pmap(_run_point, [point], 1, on_done=lambda i, r: got.append(r),
+             on_error=lambda i, exc: got.append(_lost_point(point, exc)))
+        res = got[0]
+        res.pop("cleaned", None)  # (what a dead process left in the temporary folder: removed with it)
         root = base / "point"
         files = {f.relative_to(root).as_posix(): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
         return {**res, "out": p.out, "files": files}
