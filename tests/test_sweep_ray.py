@@ -157,6 +157,8 @@ def assert_same_points(a: Path, b: Path) -> int:
         assert ra["tables"], name
         for t in ra["tables"]:
             assert (pa / f"{t}.csv").read_bytes() == (pb / f"{t}.csv").read_bytes(), f"{name}/{t}.csv"
+        if (pa / "ledger.csv").exists():  # every message of the run, byte for byte
+            assert (pa / "ledger.csv").read_bytes() == (pb / "ledger.csv").read_bytes(), f"{name}/ledger.csv"
         timeless = [ln for ln in (pa / "report.md").read_text().splitlines() if "wall time" not in ln]
         assert timeless == [ln for ln in (pb / "report.md").read_text().splitlines() if "wall time" not in ln]
     combined = sorted(f.name for f in a.glob("combined_*.csv"))
@@ -167,7 +169,7 @@ def assert_same_points(a: Path, b: Path) -> int:
 
 
 def test_a_ray_sweep_equals_the_local_pool_point_for_point_and_leaves_no_process(tmp_path):
-    grid = ("fedrec", "--data", "tiny", "--grid", "rho=0,1", "--grid", "profile=ideal,lan")
+    grid = ("fedrec", "--data", "tiny", "--grid", "rho=0,1", "--grid", "profile=ideal,lan", "--ledger")
     local = fedsim_cmd("sweep", *grid, "--workers", "2", "--out", "local", "--quiet", cwd=tmp_path)
     assert local.returncode == 0, local.stderr
     res, started = fedsim_watched("sweep", *grid, "--workers", "2", "--out", "ray", "--backend", "ray", cwd=tmp_path)
@@ -176,6 +178,7 @@ def test_a_ray_sweep_equals_the_local_pool_point_for_point_and_leaves_no_process
     assert "sweep: 4 points, 4 run, 0 already done, 0 failed" in res.stdout
     assert "ray: 2 CPUs, start-up" in res.stdout and "starting a local Ray instance" in res.stderr
     assert assert_same_points(tmp_path / "local", tmp_path / "ray") == 4
+    assert all(len((d / "ledger.csv").read_text().splitlines()) > 10 for d in (tmp_path / "ray").glob("rho=*"))
     sweep = json.loads((tmp_path / "ray" / "sweep.json").read_text())
     assert sweep["backend"] == "ray" and sweep["state"] == "finished" and sweep["workers"] == 2
     assert [p["status"] for p in sweep["points"]] == ["done"] * 4
