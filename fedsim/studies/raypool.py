@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 
 from ..experiment import UsageError
 
-__all__ = ["ADDRESS_FORMS", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error", "address_problem", "ray_available", "ray_map"]
+__all__ = ["ADDRESS_FORMS", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error", "address_problem", "import_ray",
+           "ray_available", "ray_map"]
 
 RAY_MISSING = ("--backend ray needs Ray, which is not installed: pip install 'fedsim-rec[ray]' "
                "(or pip install ray)")
@@ -99,10 +100,37 @@ def address_error(address: str, where: str = "--address") -> UsageError | None:
 
 
 def ray_available() -> bool:
-    """Whether Ray can be imported (without importing it)."""
+    """Whether Ray is installed (found on the path; without importing it)."""
     import importlib.util
 
-    return importlib.util.find_spec("ray") is not None
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # an import hook that refuses it; a "ray" module without a spec
+        return False
+
+
+def import_ray(local: bool = False) -> Any:
+    """``import ray``, or ``UsageError``: Ray not installed (:data:`RAY_MISSING`), or installed
+    but failing as it imports (a shared library or a dependency missing, another protobuf): that
+    error came out as a traceback. ``local``: for a local instance (see below)."""
+    if local and "ray" not in sys.modules:
+        # A local instance serves this machine only: this makes Ray bind it to the loopback
+        # interface instead of every interface (read when ray is imported, and by the
+        # processes it starts; connecting to a cluster later from this process would then
+        # announce a loopback address, so a cluster sweep wants a process of its own)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+    except ModuleNotFoundError as exc:
+        if exc.name == "ray":
+            raise UsageError(RAY_MISSING) from None
+        why = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    else:
+        return ray
+    raise UsageError(f"--backend ray: Ray is installed but does not import ({why}); reinstall it: "
+                     "pip install 'fedsim-rec[ray]' (or pip install ray)")
 
 
 class RaySession:
@@ -133,13 +161,7 @@ class RaySession:
     def __enter__(self) -> "RaySession":
         if not ray_available():
             raise UsageError(RAY_MISSING)
-        if self.address is None and "ray" not in sys.modules:
-            # A local instance serves this machine only: this makes Ray bind it to the loopback
-            # interface instead of every interface (read when ray is imported, and by the
-            # processes it starts; connecting to a cluster later from this process would then
-            # announce a loopback address, so a cluster sweep wants a process of its own)
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        import ray
+        ray = import_ray(local=self.address is None)
 
         t0 = time.perf_counter()
         if not ray.is_initialized():

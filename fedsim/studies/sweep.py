@@ -574,8 +574,9 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         raise
     ray = None
     if backend == "ray" and todo:  # started before any file is written: it may fail to
-        from .raypool import RaySession
+        from .raypool import RaySession, import_ray
 
+        import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
         ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
         if not quiet:
             print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
