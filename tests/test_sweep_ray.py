@@ -418,6 +418,29 @@ def test_sigterm_to_the_driver_stops_a_ray_sweep_as_ctrl_c_does_and_the_same_swe
     assert (out / "combined_t.csv").read_text().splitlines()[1:] == [f"{x},{x},0,{10 * x}" for x in range(1, 7)]
 
 
+def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
+    # ray.init puts its handler, sys.exit(15), in place as it begins: a SIGTERM in the seconds a
+    # local instance takes to start ended the sweep with status 15 and not a word. A plug-in
+    # sends the SIGTERM right after Ray has set its handler (in ray.init), every time.
+    (tmp_path / "term_in_init.py").write_text(
+        "import os, signal\nimport ray._private.utils as utils\n_set = utils.set_sigterm_handler\n"
+        "def set_then_term(handler):\n    _set(handler)\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "utils.set_sigterm_handler = set_then_term\n")
+    script, log = logging_scenario(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_in_init.py", "sweep", str(script),
+                             "--grid", "x=1,2", "--workers", "1", "--backend", "ray", "--out", "sw"],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    stdout, stderr = proc.communicate(timeout=120)
+    time.sleep(0.5)
+    for pid in alive(tree.stop()):  # Ray's agents of an instance stopped as it started leave by themselves later
+        os.kill(pid, signal.SIGKILL)
+    assert (proc.returncode, stderr.splitlines()) == (143, [
+        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
+    assert not (tmp_path / "sw").exists() and not ran(log)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -190,6 +191,18 @@ class RaySession:
                 _quiet_shutdown()
                 where = f"--address {self.address}" if self.address else "a local Ray instance"
                 raise UsageError(f"{where}: Ray did not start ({type(exc).__name__}: {exc})") from None
+            except SystemExit as exc:
+                # a SIGTERM while ray.init ran met Ray's handler, sys.exit(15): the sweep ended with
+                # status 15 and not a word; it goes to the handler it was meant for (the command
+                # line's: stopped as by Ctrl-C, "terminated (SIGTERM)", status 143)
+                _quiet_shutdown()
+                _restore_sigterm(term)
+                if exc.code == signal.SIGTERM and term is not None:
+                    if callable(term):
+                        term(signal.SIGTERM, None)
+                    elif term == signal.SIG_DFL:
+                        os.kill(os.getpid(), signal.SIGTERM)
+                raise
             except BaseException:  # Ctrl-C while Ray starts: leave nothing running
                 _quiet_shutdown()
                 raise
@@ -370,7 +383,6 @@ class _stderr_held:
 def _sigterm_handler() -> Any:
     """SIGTERM's handler now, to put back with :func:`_restore_sigterm` (None outside the main
     thread, where no handler can be set, or for one set outside Python, which cannot be)."""
-    import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -379,8 +391,6 @@ def _sigterm_handler() -> Any:
 
 
 def _restore_sigterm(handler: Any) -> None:
-    import signal
-
     if handler is not None:
         signal.signal(signal.SIGTERM, handler)
 
