@@ -353,6 +353,26 @@ def test_a_ray_that_does_not_import_is_a_one_line_error_before_anything_is_writt
     assert not out.exists() and not log.exists()
 
 
+def test_an_error_that_stops_a_sweep_leaves_it_interrupted_not_finished(tmp_path):
+    # an error out of the run (here from the progress callback; on Ray, from writing a point's
+    # files) stopped the workers and was raised, but sweep.json said "finished" and report.md
+    # "Finished." over the points not run
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+
+    def progress(i, total, res):
+        raise RuntimeError("the progress display broke")
+
+    with pytest.raises(RuntimeError, match="the progress display broke"):
+        run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1, progress=progress)
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "interrupted"
+    assert [p["status"] for p in sweep["points"]] == ["done", "not run", "not run"]
+    assert "1 of 3 points finished. **Interrupted**" in (out / "report.md").read_text()
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1)
+    assert s["skipped"] == [{"x": 1}] and sorted(p["x"] for p in s["done"]) == [2, 3]
+
+
 def _scenario(tmp_path: Path, body: str, name: str = "scn.py") -> Path:
     script = tmp_path / name
     script.write_text("import os, signal, sys\nfrom fedsim.experiment import Param\n"

@@ -303,6 +303,41 @@ def test_a_failing_point_is_reported_and_the_others_run_then_only_it_reruns(tmp_
     assert (out / "combined_t.csv").read_text().splitlines()[1:] == [f"{x},{x},5,{x}5" for x in range(1, 6)]
 
 
+def test_a_point_whose_files_cannot_be_written_fails_alone_and_reruns(tmp_path, local_ray, monkeypatch):
+    # the driver writes a Ray task's files into the point's folder: an error there (a full disk, a
+    # name the file system refuses) stopped the whole sweep, whose sweep.json then said "finished"
+    # over the points not run; on the local pool such a point fails alone, as it now does here
+    import errno
+
+    from fedsim.studies import sweep as sweep_mod
+
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    store = sweep_mod._store_point
+
+    def full_disk_for_x2(p, res):
+        if p.point["x"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", p.out)
+        return store(p, res)
+
+    monkeypatch.setattr(sweep_mod, "_store_point", full_disk_for_x2)
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, out, backend="ray")
+    error = (f"the point ran, but its files could not be written into {out / 'x=2'}: OSError: [Errno 28] No space "
+             f"left on device: '{out / 'x=2'}'")
+    assert [(f["point"], f["error"]) for f in s["failed"]] == [({"x": 2}, error)]
+    assert sorted(p["x"] for p in s["done"]) == [1, 3]
+    assert (out / "x=2" / "error.txt").read_text() == error + "\n" and not (out / "x=2" / "results.json").exists()
+    assert json.loads((out / "x=2" / "point.json").read_text())["config"] == {"x": 2, "y": 0}
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "finished" and [p["status"] for p in sweep["points"]] == ["done", "failed", "done"]
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,t.x,y,z", "1,1,0,10", "3,3,0,30"]
+    monkeypatch.setattr(sweep_mod, "_store_point", store)
+    n = len(ran(log))
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, out, backend="ray")
+    assert s["rerun"] == [{"x": 2}] and not s["failed"] and sorted(ran(log)[n:]) == [(2, 0)]
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,0,10", "2,2,0,20", "3,3,0,30"]
+
+
 def test_a_killed_ray_sweep_resumes_only_the_missing_points(tmp_path, local_ray):
     script, log = logging_scenario(tmp_path, "time.sleep(0.8)")
     out = tmp_path / "out"

@@ -350,6 +350,20 @@ def _store_point(p: SweepPoint, res: dict) -> dict:
     return res
 
 
+def _unstored_point(p: SweepPoint, exc: Exception) -> dict:
+    """(In the driver.) A Ray task's point that ran but whose files could not be written into its
+    folder (:func:`_store_point`: a full disk, a name the file system refuses): recorded failed as
+    on the local pool, whose point fails when its run cannot write its folder (``point.json``,
+    ``error.txt``). It stopped the sweep, whose sweep.json then said "finished"."""
+    out = Path(p.out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
+    error = f"the point ran, but its files could not be written into {out}: {type(exc).__name__}: {exc}"
+    write_atomic(out / "error.txt", error + "\n")
+    return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
+
+
 def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     """(In the driver.) A point whose run ended without a result: its process died (killed, out
     of memory, a crash in compiled code, ``os._exit``), or Ray could not run it (its worker died,
@@ -742,7 +756,10 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
 
     def done_cb(i: int, res: dict) -> None:
         if "files" in res:  # a Ray task's point: its files come back with it
-            res = _store_point(todo[i], res)
+            try:
+                res = _store_point(todo[i], res)
+            except Exception as exc:  # (OSError: a full disk, a name the file system refuses) the point's failure
+                res = _unstored_point(todo[i], exc)
         for line in res.pop("cleaned", ()):  # (a point whose process died: what it had left)
             display.log(line)
         results.append(res)
@@ -772,6 +789,11 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
                  on_error=lambda i, exc: done_cb(i, _lost_point(todo[i], exc)))
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException:
+        # an error that stops the sweep (its points' processes stopped as on Ctrl-C): the points not
+        # run are still to run, and sweep.json and report.md said "finished" over them
+        interrupted = True
+        raise
     finally:
         run_s = time.perf_counter() - t0
         display.close()
