@@ -338,6 +338,30 @@ def test_a_point_whose_files_cannot_be_written_fails_alone_and_reruns(tmp_path, 
     assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,0,10", "2,2,0,20", "3,3,0,30"]
 
 
+def test_a_task_that_fails_outside_its_point_says_what_it_raised_without_terminal_colours(tmp_path, local_ray,
+                                                                                          monkeypatch):
+    # a plug-in that does not import on the workers (a module only the driver's machine has):
+    # the failure line was Ray's first line, "RayTaskError(ModuleNotFoundError):
+    # \x1b[36mray::_run_point_remote()\x1b[39m (pid=533, ip=...)", naming neither the module nor
+    # the plug-in, with a terminal's colour codes in the line and in error.txt
+    import fedsim.protocols
+
+    plugin = tmp_path / "needs_more.py"
+    plugin.write_text("import fedsim_no_such_module_here\n")
+    monkeypatch.setattr(fedsim.protocols, "plugin_files", lambda: [str(plugin)])
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"x": [1, 2]}, out, backend="ray")
+    error = (f"ModuleNotFoundError: No module named 'fedsim_no_such_module_here' (while loading the protocol "
+             f"plug-in file {plugin}: nothing of it was kept) (in the point's Ray task")
+    assert sorted(f["point"]["x"] for f in s["failed"]) == [1, 2] and not s["done"] and not ran(log)
+    for f in s["failed"]:
+        assert f["error"].startswith(error) and f["error"].endswith(")"), f["error"]
+        text = (out / f"x={f['point']['x']}" / "error.txt").read_text()
+        assert text.startswith(f["error"] + "\n\nRayTaskError(ModuleNotFoundError): ") and "\x1b" not in text
+        assert "load_plugins(paths)" in text  # the task's traceback
+
+
 def test_a_killed_ray_sweep_resumes_only_the_missing_points(tmp_path, local_ray):
     script, log = logging_scenario(tmp_path, "time.sleep(0.8)")
     out = tmp_path / "out"

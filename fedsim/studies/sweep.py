@@ -385,11 +385,22 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
         write_atomic(out / "error.txt", first + "\n")
         return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
-    text = str(exc)
+    text = ANSI_CODES.sub("", str(exc))  # (Ray colours its task errors' first line for a terminal)
     first = text.strip().splitlines()[0] if text.strip() else ""
-    write_atomic(out / "error.txt", f"{type(exc).__name__}: {text}\n")
-    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out),
-            "cleaned": cleaned}
+    error = f"{type(exc).__name__}: {first}"
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        # a RayTaskError: its first line named only the task ("ray::_run_point_remote() (pid=533,
+        # ip=...)"); what the task raised says what went wrong (a plug-in that does not import there)
+        said = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        notes = "".join(f" {n}" for n in getattr(cause, "__notes__", None) or ())
+        where = f" on {exc.ip}" if getattr(exc, "ip", None) else ""
+        error = f"{type(cause).__name__}: {said}{notes} (in the point's Ray task{where})"
+    write_atomic(out / "error.txt", f"{error}\n\n{type(exc).__name__}: {text}\n")
+    return {"point": p.point, "status": "failed", "error": error, "out": str(out), "cleaned": cleaned}
+
+
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
 
 # what sends a process the signal that killed it, as the failure of its point says
