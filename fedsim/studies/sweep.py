@@ -501,7 +501,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
-    cancelling the Ray tasks) and writing the combined files."""
+    cancelling the Ray tasks) and writing the combined files. Any other error that stops the
+    sweep is raised after the same, sweep.json and report.md saying *interrupted*."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
