@@ -504,6 +504,27 @@ def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
     assert not (tmp_path / "sw").exists() and not ran(log)
 
 
+def test_a_ray_sweep_into_a_folder_another_sweep_holds_is_refused_before_ray_starts(tmp_path):
+    # the folder's lock was taken once Ray was up: the sweep said "starting a local Ray instance",
+    # took the seconds Ray takes to start and stop, and was then refused
+    import fcntl
+
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    out.mkdir()
+    (out / "sweep.json").write_text('{"state": "running"}\n')  # (as the running sweep's first write)
+    with open(out / ".sweep.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 4242")
+        held.flush()
+        res, started = fedsim_watched("sweep", str(script), "--grid", "x=1,2", "--backend", "ray", "--out", str(out),
+                                      cwd=tmp_path)
+    assert (res.returncode, res.stderr.splitlines()) == (2, [
+        f"error: another sweep is running in {out} (pid 4242); wait for it to end, or use another --out"]), res.stderr
+    assert not started and not ran(log)  # no Ray process was started
+    assert sorted(f.name for f in out.iterdir()) == [".sweep.lock", "sweep.json"]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

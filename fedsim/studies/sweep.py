@@ -602,6 +602,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if backend == "ray" and todo:  # started before any file is written: it may fail to
         from .raypool import RaySession, import_ray
 
+        _check_unlocked(out)
         import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
         ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
         if not quiet:
@@ -690,6 +691,30 @@ def _axes_in_order_of(out: Path, grid: dict) -> dict:
     return grid
 
 
+def _locked(out: Path, holder: str) -> UsageError:
+    return UsageError(f"another sweep is running in {out} ({holder.strip() or 'another process'}); wait for it to "
+                      "end, or use another --out")
+
+
+def _check_unlocked(out: Path) -> None:
+    """Raise :func:`_sweep_lock`'s error now if another sweep holds ``out``'s lock (taking it and
+    letting it go): checked before Ray starts, which took seconds (and said "starting a local Ray
+    instance") before the sweep was refused."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    if not (out / ".sweep.lock").is_file():
+        return
+    with open(out / ".sweep.lock", "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            raise _locked(out, fh.read()) from None
+        fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def _sweep_lock(out: Path):
     """Hold ``out/.sweep.lock`` (an exclusive ``flock``) while a sweep runs in ``out``; raises
@@ -707,9 +732,7 @@ def _sweep_lock(out: Path):
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            raise UsageError(f"another sweep is running in {out} ({holder}); wait for it to end, or use "
-                             "another --out") from None
+            raise _locked(out, fh.read()) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")
