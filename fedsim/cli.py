@@ -285,6 +285,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"{at(doc, 'backend')}: backend: expected 'local' or 'ray', got {backend!r}")
     address = args.address if args.address is not None else doc.get("address")
     if args.address is None and address is not None and backend != "ray":
+        if args.backend is not None and doc.get("backend") == "ray":  # the file's backend, overridden here
+            raise UsageError(f"{at(doc, 'address')}: address is the address of a Ray cluster, and --backend "
+                             f"{args.backend} runs no Ray (it overrides the file's backend = \"ray\"); leave out "
+                             "--backend, or the file's address")
         raise UsageError(f"{at(doc, 'address')}: address is the address of a Ray cluster: it needs backend = \"ray\" "
                          "(or --backend ray)")
     if args.address is None and address is not None:

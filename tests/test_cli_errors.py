@@ -324,6 +324,18 @@ def test_sweep_config_file_errors_name_the_file_and_key(text, expected, tmp_path
     nothing_left(tmp_path, tmp_path / "sw")
 
 
+def test_a_config_files_ray_address_under_backend_local_on_the_command_line_says_what_overrides_what(tmp_path):
+    # the error said the address "needs backend = \"ray\"", which the file had: --backend local
+    # on the command line had overridden it, and nothing said so
+    (tmp_path / "sweep.toml").write_text('scenario = "demo"\nbackend = "ray"\naddress = "127.0.0.1:6379"\n'
+                                         '[grid]\nrounds = [1]\n')
+    line = one_error_line(fedsim_cmd("sweep", "--config", "sweep.toml", "--backend", "local", "--out", "sw",
+                                     cwd=tmp_path))
+    assert line == ('error: sweep.toml: line 3: address is the address of a Ray cluster, and --backend local runs '
+                    'no Ray (it overrides the file\'s backend = "ray"); leave out --backend, or the file\'s address')
+    nothing_left(tmp_path, tmp_path / "sw")
+
+
 def test_sweep_config_file(tmp_path):
     (tmp_path / "sweep.toml").write_text(
         'scenario = "demo"\nworkers = 1\nquiet = true\n\n[params]\nclients = 2\n\n'

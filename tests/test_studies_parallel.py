@@ -147,6 +147,28 @@ def test_a_parent_that_is_a_zombie_counts_as_gone(monkeypatch):
         child.wait()
 
 
+def test_a_worker_whose_parent_died_before_it_could_ask_to_be_stopped_with_it_leaves(tmp_path):
+    # a worker starting while its parent was killed (a Ray worker force-cancelled, or killed with
+    # its sweep, as the point's process starts) found another parent, took it for a fork
+    # server's, and waited for work for ever; a worker of a fork server (its pool's owner alive
+    # but not its parent) stays
+    import subprocess
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG and /proc (Linux)")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code = "import sys\nfrom fedsim.studies import parallel\nparallel._stop_with_parent(int(sys.argv[1]))\nprint('stayed')\n"
+        for parent, expected in ((dead.pid, (1, "")), (alive.pid, (0, "stayed\n"))):
+            res = subprocess.run([sys.executable, "-c", code, str(parent)], capture_output=True, text=True, timeout=60)
+            assert (res.returncode, res.stdout) == expected, res.stderr
+    finally:
+        alive.kill()
+        alive.wait()
+
+
 def _jit_warm(_):
     from fedsim.math import jit
 

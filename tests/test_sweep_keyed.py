@@ -317,6 +317,62 @@ def test_backend_options_are_checked_before_anything_is_written(tmp_path, monkey
     assert not out.exists() and not log.exists()
 
 
+BLOCKING_HOOK = """import sys
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("ray is blocked here")
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+@pytest.mark.parametrize("how", ["broken", "blocked"])
+def test_a_ray_that_does_not_import_is_a_one_line_error_before_anything_is_written(tmp_path, how):
+    # a Ray installed but failing as it imports (a shared library or dependency missing), or an
+    # import hook refusing it, came out as a traceback (status 1) instead of one error line
+    from fedsim.studies.raypool import RAY_MISSING
+
+    site = tmp_path / "site"
+    if how == "broken":
+        (site / "ray").mkdir(parents=True)
+        (site / "ray" / "__init__.py").write_text("raise ImportError('libfake.so: cannot open shared object file')\n")
+        expected = ("error: --backend ray: Ray is installed but does not import (ImportError: libfake.so: cannot "
+                    "open shared object file); reinstall it: pip install 'fedsim-rec[ray]' (or pip install ray)")
+    else:
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(BLOCKING_HOOK)
+        expected = "error: " + RAY_MISSING
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(Path(__file__).resolve().parents[1])]
+                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    res = subprocess.run([sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2", "--backend", "ray",
+                          "--out", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=180, env=env)
+    assert (res.returncode, res.stderr.strip().splitlines()) == (2, [expected]), res.stderr
+    assert not out.exists() and not log.exists()
+
+
+def test_an_error_that_stops_a_sweep_leaves_it_interrupted_not_finished(tmp_path):
+    # an error out of the run (here from the progress callback; on Ray, from writing a point's
+    # files) stopped the workers and was raised, but sweep.json said "finished" and report.md
+    # "Finished." over the points not run
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+
+    def progress(i, total, res):
+        raise RuntimeError("the progress display broke")
+
+    with pytest.raises(RuntimeError, match="the progress display broke"):
+        run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1, progress=progress)
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "interrupted"
+    assert [p["status"] for p in sweep["points"]] == ["done", "not run", "not run"]
+    assert "1 of 3 points finished. **Interrupted**" in (out / "report.md").read_text()
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=1)
+    assert s["skipped"] == [{"x": 1}] and sorted(p["x"] for p in s["done"]) == [2, 3]
+
+
 def _scenario(tmp_path: Path, body: str, name: str = "scn.py") -> Path:
     script = tmp_path / name
     script.write_text("import os, signal, sys\nfrom fedsim.experiment import Param\n"

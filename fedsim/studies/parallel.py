@@ -298,8 +298,15 @@ def _stop_with_parent(parent: int) -> None:
     is ``parent`` (not one a fork server started); one whose parent died before this stops.
     The worker then leaves (:func:`_on_term`, :func:`_task`): nobody is left to hand it work, and
     an idle orphan waited for it forever."""
-    if not sys.platform.startswith("linux") or os.getppid() != parent:
+    if not sys.platform.startswith("linux"):
         return
+    if os.getppid() != parent:
+        if _gone(parent):
+            # it died between starting this worker and now (before the kernel could be told):
+            # nobody will hand this worker work, and it waited for some for ever (a Ray worker
+            # killed as its point's process started, by Ctrl-C's cancel or a killed sweep)
+            os._exit(1)
+        return  # started by a fork server: its parent is not the pool's
     try:
         import ctypes
 
@@ -314,21 +321,30 @@ def _stop_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (no such process, or on Linux a zombie not reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's: alive
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
 def _orphaned() -> bool:
     """Whether the parent that started this worker has died: this process was handed to another
     parent, or (Linux) the parent is a zombie, as it is for a moment after being killed, before
     the hand-over (the signal of its death can come first)."""
     if _PARENT is None:
         return False
-    if os.getppid() != _PARENT:
-        return True
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        with open(f"/proc/{_PARENT}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-    except (OSError, IndexError):
-        return True  # gone
+    return os.getppid() != _PARENT or _gone(_PARENT)
 
 
 def _on_term(signum: int, frame: Any) -> None:

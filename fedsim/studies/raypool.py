@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -32,7 +33,8 @@ from typing import Any, Callable, Sequence
 
 from ..experiment import UsageError
 
-__all__ = ["ADDRESS_FORMS", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error", "address_problem", "ray_available", "ray_map"]
+__all__ = ["ADDRESS_FORMS", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error", "address_problem", "import_ray",
+           "ray_available", "ray_map"]
 
 RAY_MISSING = ("--backend ray needs Ray, which is not installed: pip install 'fedsim-rec[ray]' "
                "(or pip install ray)")
@@ -99,10 +101,37 @@ def address_error(address: str, where: str = "--address") -> UsageError | None:
 
 
 def ray_available() -> bool:
-    """Whether Ray can be imported (without importing it)."""
+    """Whether Ray is installed (found on the path; without importing it)."""
     import importlib.util
 
-    return importlib.util.find_spec("ray") is not None
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # an import hook that refuses it; a "ray" module without a spec
+        return False
+
+
+def import_ray(local: bool = False) -> Any:
+    """``import ray``, or ``UsageError``: Ray not installed (:data:`RAY_MISSING`), or installed
+    but failing as it imports (a shared library or a dependency missing, another protobuf): that
+    error came out as a traceback. ``local``: for a local instance (see below)."""
+    if local and "ray" not in sys.modules:
+        # A local instance serves this machine only: this makes Ray bind it to the loopback
+        # interface instead of every interface (read when ray is imported, and by the
+        # processes it starts; connecting to a cluster later from this process would then
+        # announce a loopback address, so a cluster sweep wants a process of its own)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+    except ModuleNotFoundError as exc:
+        if exc.name == "ray":
+            raise UsageError(RAY_MISSING) from None
+        why = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    else:
+        return ray
+    raise UsageError(f"--backend ray: Ray is installed but does not import ({why}); reinstall it: "
+                     "pip install 'fedsim-rec[ray]' (or pip install ray)")
 
 
 class RaySession:
@@ -133,13 +162,7 @@ class RaySession:
     def __enter__(self) -> "RaySession":
         if not ray_available():
             raise UsageError(RAY_MISSING)
-        if self.address is None and "ray" not in sys.modules:
-            # A local instance serves this machine only: this makes Ray bind it to the loopback
-            # interface instead of every interface (read when ray is imported, and by the
-            # processes it starts; connecting to a cluster later from this process would then
-            # announce a loopback address, so a cluster sweep wants a process of its own)
-            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        import ray
+        ray = import_ray(local=self.address is None)
 
         t0 = time.perf_counter()
         if not ray.is_initialized():
@@ -153,6 +176,11 @@ class RaySession:
                 _check_reachable(target, given=self.address)
                 _check_token(target, given=self.address)
             staged = None
+            # ray.init puts its own SIGTERM handlers in place of the process's (sys.exit(15) in
+            # Python, under a C++ one that prints a stack and aborts): a SIGTERM to a sweep's
+            # driver then wrote its sweep.json "finished" over points not run, ended it with
+            # status 134, and left Ray's agents running. The handler in place before is put back.
+            term = _sigterm_handler()
             try:
                 if self.address is None:
                     ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
@@ -163,10 +191,23 @@ class RaySession:
                 _quiet_shutdown()
                 where = f"--address {self.address}" if self.address else "a local Ray instance"
                 raise UsageError(f"{where}: Ray did not start ({type(exc).__name__}: {exc})") from None
+            except SystemExit as exc:
+                # a SIGTERM while ray.init ran met Ray's handler, sys.exit(15): the sweep ended with
+                # status 15 and not a word; it goes to the handler it was meant for (the command
+                # line's: stopped as by Ctrl-C, "terminated (SIGTERM)", status 143)
+                _quiet_shutdown()
+                _restore_sigterm(term)
+                if exc.code == signal.SIGTERM and term is not None:
+                    if callable(term):
+                        term(signal.SIGTERM, None)
+                    elif term == signal.SIG_DFL:
+                        os.kill(os.getpid(), signal.SIGTERM)
+                raise
             except BaseException:  # Ctrl-C while Ray starts: leave nothing running
                 _quiet_shutdown()
                 raise
             finally:
+                _restore_sigterm(term)
                 if staged is not None:
                     shutil.rmtree(staged, ignore_errors=True)
             self.owned = True
@@ -337,6 +378,21 @@ class _stderr_held:
         self.file.seek(0)
         self.held.text = self.file.read().decode(errors="replace")
         self.file.close()
+
+
+def _sigterm_handler() -> Any:
+    """SIGTERM's handler now, to put back with :func:`_restore_sigterm` (None outside the main
+    thread, where no handler can be set, or for one set outside Python, which cannot be)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGTERM)
+
+
+def _restore_sigterm(handler: Any) -> None:
+    if handler is not None:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _quiet_shutdown() -> None:

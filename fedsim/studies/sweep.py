@@ -279,7 +279,15 @@ def _run_point_remote(task: tuple) -> dict:
     script path, the script's bytes (else None); and the driver's protocol plug-ins as
     ``(path, bytes)`` pairs. A script or plug-in runs in place where its path holds that same
     file, else from a copy (files beside it are not sent); the plug-ins declared by installed
-    packages (entry points) are loaded as the driver's were."""
+    packages (entry points) are loaded as the driver's were.
+
+    The point runs in a process of its own (:func:`~.parallel.pmap`), as on the local pool: one
+    that dies (killed, out of memory, ``os._exit``, a crash in compiled code) is that point's
+    failure, saying how it ended (its signal or exit status, as the local pool says it), and the
+    Ray worker lives on. Run in the worker itself, its death was Ray's ``WorkerCrashedError``
+    ("check python-core-worker-*.log"), which did not say how, after Ray had run the point a
+    second time (its retry of a task whose worker died), with a paragraph from the raylet on the
+    sweep's stderr each time."""
     p, source, plugins = task if len(task) == 3 else (*task, ())
     _remove_stale_temp()
     base = Path(tempfile.mkdtemp(prefix=f"fedsim-point-{os.getpid()}-"))
@@ -301,7 +309,12 @@ def _run_point_remote(task: tuple) -> dict:
             if not (here.is_file() and here.read_bytes() == source):
                 scenario = str(base / here.name)
                 Path(scenario).write_bytes(source)
-        res = _run_point(replace(p, scenario=scenario, out=str(base / "point")))
+        point = replace(p, scenario=scenario, out=str(base / "point"))
+        got: list[dict] = []
+        pmap(_run_point, [point], 1, on_done=lambda i, r: got.append(r),
+             on_error=lambda i, exc: got.append(_lost_point(point, exc)))
+        res = got[0]
+        res.pop("cleaned", None)  # (what a dead process left in the temporary folder: removed with it)
         root = base / "point"
         files = {f.relative_to(root).as_posix(): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
         return {**res, "out": p.out, "files": files}
@@ -337,6 +350,20 @@ def _store_point(p: SweepPoint, res: dict) -> dict:
     return res
 
 
+def _unstored_point(p: SweepPoint, exc: Exception) -> dict:
+    """(In the driver.) A Ray task's point that ran but whose files could not be written into its
+    folder (:func:`_store_point`: a full disk, a name the file system refuses): recorded failed as
+    on the local pool, whose point fails when its run cannot write its folder (``point.json``,
+    ``error.txt``). It stopped the sweep, whose sweep.json then said "finished"."""
+    out = Path(p.out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
+    error = f"the point ran, but its files could not be written into {out}: {type(exc).__name__}: {exc}"
+    write_atomic(out / "error.txt", error + "\n")
+    return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
+
+
 def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     """(In the driver.) A point whose run ended without a result: its process died (killed, out
     of memory, a crash in compiled code, ``os._exit``), or Ray could not run it (its worker died,
@@ -358,11 +385,22 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
         write_atomic(out / "error.txt", first + "\n")
         return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
-    text = str(exc)
+    text = ANSI_CODES.sub("", str(exc))  # (Ray colours its task errors' first line for a terminal)
     first = text.strip().splitlines()[0] if text.strip() else ""
-    write_atomic(out / "error.txt", f"{type(exc).__name__}: {text}\n")
-    return {"point": p.point, "status": "failed", "error": f"{type(exc).__name__}: {first}", "out": str(out),
-            "cleaned": cleaned}
+    error = f"{type(exc).__name__}: {first}"
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        # a RayTaskError: its first line named only the task ("ray::_run_point_remote() (pid=533,
+        # ip=...)"); what the task raised says what went wrong (a plug-in that does not import there)
+        said = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        notes = "".join(f" {n}" for n in getattr(cause, "__notes__", None) or ())
+        where = f" on {exc.ip}" if getattr(exc, "ip", None) else ""
+        error = f"{type(cause).__name__}: {said}{notes} (in the point's Ray task{where})"
+    write_atomic(out / "error.txt", f"{error}\n\n{type(exc).__name__}: {text}\n")
+    return {"point": p.point, "status": "failed", "error": error, "out": str(out), "cleaned": cleaned}
+
+
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
 
 # what sends a process the signal that killed it, as the failure of its point says
@@ -463,7 +501,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
-    cancelling the Ray tasks) and writing the combined files."""
+    cancelling the Ray tasks) and writing the combined files. Any other error that stops the
+    sweep is raised after the same, sweep.json and report.md saying *interrupted*."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
@@ -561,8 +600,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         raise
     ray = None
     if backend == "ray" and todo:  # started before any file is written: it may fail to
-        from .raypool import RaySession
+        from .raypool import RaySession, import_ray
 
+        _check_unlocked(out)
+        import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
         ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
         if not quiet:
             print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
@@ -650,6 +691,30 @@ def _axes_in_order_of(out: Path, grid: dict) -> dict:
     return grid
 
 
+def _locked(out: Path, holder: str) -> UsageError:
+    return UsageError(f"another sweep is running in {out} ({holder.strip() or 'another process'}); wait for it to "
+                      "end, or use another --out")
+
+
+def _check_unlocked(out: Path) -> None:
+    """Raise :func:`_sweep_lock`'s error now if another sweep holds ``out``'s lock (taking it and
+    letting it go): checked before Ray starts, which took seconds (and said "starting a local Ray
+    instance") before the sweep was refused."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    if not (out / ".sweep.lock").is_file():
+        return
+    with open(out / ".sweep.lock", "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            raise _locked(out, fh.read()) from None
+        fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def _sweep_lock(out: Path):
     """Hold ``out/.sweep.lock`` (an exclusive ``flock``) while a sweep runs in ``out``; raises
@@ -667,9 +732,7 @@ def _sweep_lock(out: Path):
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            raise UsageError(f"another sweep is running in {out} ({holder}); wait for it to end, or use "
-                             "another --out") from None
+            raise _locked(out, fh.read()) from None
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")
@@ -728,7 +791,10 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
 
     def done_cb(i: int, res: dict) -> None:
         if "files" in res:  # a Ray task's point: its files come back with it
-            res = _store_point(todo[i], res)
+            try:
+                res = _store_point(todo[i], res)
+            except Exception as exc:  # (OSError: a full disk, a name the file system refuses) the point's failure
+                res = _unstored_point(todo[i], exc)
         for line in res.pop("cleaned", ()):  # (a point whose process died: what it had left)
             display.log(line)
         results.append(res)
@@ -758,6 +824,11 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
                  on_error=lambda i, exc: done_cb(i, _lost_point(todo[i], exc)))
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException:
+        # an error that stops the sweep (its points' processes stopped as on Ctrl-C): the points not
+        # run are still to run, and sweep.json and report.md said "finished" over them
+        interrupted = True
+        raise
     finally:
         run_s = time.perf_counter() - t0
         display.close()
