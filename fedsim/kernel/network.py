@@ -137,7 +137,7 @@ class RunResult:
 
     ``results``: each finished actor's return value; ``unfinished``: the nodes still blocked (or
     still running, when the run stopped at ``until``) when it ended, closed by the kernel;
-    ``blocked``: for each of them, what it was waiting for; ``offline``: the nodes that dropped
+    ``blocked``: for each of them, what it was waiting for (the nodes of the roles with the fewest blocked first, then in node-id order: a deadlock's report shows the first 20); ``offline``: the nodes that dropped
     out (both lists in node-id order, whatever order the nodes were added in); ``duration``: simulated seconds (SimNetwork) or real seconds divided by the time scale
     (AsyncioNetwork, TcpNetwork); ``ledger``; ``trace`` and ``log`` (when the network traces);
     ``flops``: for each node that computed, the FLOPs of its ``ctx.compute`` calls that returned,
@@ -642,7 +642,14 @@ class Network:
         # in node-id order, not in the order the nodes were added (which build code may choose)
         unfinished = sorted(n.id for n in nodes if not n.done and not n.offline)
         offline = sorted(n.id for n in nodes if n.offline)
-        blocked = {nid: self.waits_for(self.nodes[nid]) for nid in unfinished} if drained else {}
+        # what each waits for, the actors of the roles with the fewest blocked first (a deadlock's
+        # report shows 20: the server waiting for its gather, not only the first of 30 clients
+        # waiting for its model), then in node-id order
+        per_role: dict[str, int] = {}
+        for nid in unfinished:
+            per_role[self.nodes[nid].role] = per_role.get(self.nodes[nid].role, 0) + 1
+        shown = sorted(unfinished, key=lambda nid: (per_role[self.nodes[nid].role], nid))
+        blocked = {nid: self.waits_for(self.nodes[nid]) for nid in shown} if drained else {}
         flops = {n.id: dict(n.flops) for n in nodes if n.flops}
         res = RunResult(results, unfinished, offline, duration, self.ledger, self.trace, self.steps, blocked, flops)
         self.result = res
