@@ -99,6 +99,37 @@ def test_a_guess_whose_pool_repeats_an_item_is_refused():
 # size-only attack
 
 
+def _upload_bytes(kind, body):
+    from fedsim.kernel.codec import encode_message
+
+    return len(encode_message(kind, body).data)
+
+
+def test_rows_of_size_finds_every_row_count_of_an_fpl_upload_of_d_10():
+    """A real bug (not a mutant): the row count was read off the slope of the size between 0 and
+    64 rows, which includes the items array's header growing by some bytes (48.06 bytes a row
+    for 48): from 3,590 rows on, FPL's uploads of d = 10 (its default) were off by more than
+    the 4 rows searched, and ``rows_of_size`` said None. Sizes here: the codec's own encoding of
+    the upload with k rows, plus the framing."""
+    from types import SimpleNamespace
+
+    from fedsim.privacy.attacks.size import rows_of_size
+
+    cfg = SimpleNamespace(d=10, dtype="float32")
+    for k in (0, 1, 63, 64, 65, 1489, 1490, 3589, 3600, 5000, 6744):
+        body = {"items": np.zeros(k, np.int32), "rows": np.zeros((k, 11), np.float32)}
+        size = _upload_bytes("update", body)
+        assert rows_of_size("fpl", cfg, "update", size, 0, 6744) == k
+        # with 7 bytes of framing per message, the same upload is 7 bytes larger on the wire
+        assert rows_of_size("fpl", cfg, "update", size + 7, 7, 6744) == k
+    # a size no row count has, and one beyond max_rows
+    assert rows_of_size("fpl", cfg, "update", _upload_bytes("update", {"items": np.zeros(2, np.int32),
+                                                                      "rows": np.zeros((2, 11), np.float32)}) + 1,
+                        0, 100) is None
+    big = {"items": np.zeros(101, np.int32), "rows": np.zeros((101, 11), np.float32)}
+    assert rows_of_size("fpl", cfg, "update", _upload_bytes("update", big), 0, 100) is None
+
+
 def test_spearman_against_scipy_with_ties_and_nan_for_a_constant_without_a_warning():
     """Mutant: without the constant-input test (``np.all(x == x[0])``): NumPy's corrcoef of a
     constant gives NaN too, through a RuntimeWarning (division by zero) per call."""
