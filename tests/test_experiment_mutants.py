@@ -1,0 +1,182 @@
+"""Tests written from a hand mutation-testing pass over fedsim/experiment, the studies' table
+builders and the ledger's summaries: each one fails with a specific mutant of the code applied
+(named in its docstring) and checks the code against an independent computation (a hand-made
+ledger, hand-computed figures, the file system's own state), never against the function's own
+output."""
+
+import os
+
+import pytest
+
+# ---------------------------------------------------------------------------------------------
+# report: atomic writes
+
+
+def test_write_results_flushes_the_temporary_file_to_disk_before_renaming_it(tmp_path, monkeypatch):
+    """Mutant: ``write_atomic`` without ``os.fsync``: after a power cut the rename can reach the
+    disk before the data, and results.json (the mark of a finished run) be empty. The order of
+    the calls is the contract: fsync of the temporary file's descriptor, then ``os.replace``
+    onto results.json."""
+    from fedsim.experiment import report
+
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(a, b):
+        calls.append(("replace", str(a), str(b)))
+        return real_replace(a, b)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    report.write_results(tmp_path, {"scenario": "x", "n": 1})
+    tmp = str(tmp_path / f".results.json.{os.getpid()}.tmp")
+    assert calls == [("fsync", tmp), ("replace", tmp, str(tmp_path / "results.json"))]
+    assert (tmp_path / "results.json").read_text(encoding="utf-8") == '{\n  "scenario": "x",\n  "n": 1\n}\n'
+
+
+def test_report_header_names_the_faults_link_model_and_transport(tmp_path):
+    """Mutant: the ``, loss P, dropout P`` part of report.md's first line dropped (a run with
+    faults read like a run without). The defaults (fifo links, the simulator, no faults) are not
+    said; anything else is."""
+    from fedsim.experiment.report import write_report
+
+    results = {"scenario": "demo", "data": "tiny", "seed": 3, "profile": "wan", "wall_time_s": 2.0,
+               "simulated_time_s": 0.5, "config": {"rounds": 2}, "plots": [], "ledger_totals": {},
+               "network": {"link_model": "fair", "transport": "sim", "loss": 0.1, "dropout": 0.25}}
+    write_report(tmp_path, results, [], [])
+    lines = (tmp_path / "report.md").read_text(encoding="utf-8").splitlines()
+    assert lines[2] == ("Data: `tiny`, seed 3, profile `wan`, link model `fair`, loss 0.1, dropout 0.25, "
+                        "wall time 2 s, simulated time 500 ms.")
+    results["network"] = {"link_model": "fifo", "transport": "sim", "loss": 0.0, "dropout": 0.0}
+    write_report(tmp_path, results, [], [])
+    assert (tmp_path / "report.md").read_text(encoding="utf-8").splitlines()[2] == (
+        "Data: `tiny`, seed 3, profile `wan`, wall time 2 s, simulated time 500 ms.")
+
+
+# ---------------------------------------------------------------------------------------------
+# the studies' tables read off the ledger: a hand-made ledger
+
+
+def _hand_ledger(messages, roles, unit, framing=0):
+    """A kernel Ledger holding ``messages`` (round, src, dst, kind, wire bytes, floats, status,
+    send time, arrival time) and the nodes' ``roles``, as a network with it."""
+    from types import SimpleNamespace
+
+    from fedsim.kernel.ledger import ARRIVAL, STATUS, Ledger
+
+    led = Ledger(unit=unit, framing_bytes=framing)
+    for node, role in roles.items():
+        led.set_role(node, role)
+    for rnd, src, dst, kind, nbytes, floats, status, t, arrival in messages:
+        row = led.new_row(rnd, src, dst, roles[src], roles[dst], kind, nbytes, 4 * floats, floats, t, False)
+        row[STATUS] = status
+        row[ARRIVAL] = arrival
+    return SimpleNamespace(ledger=led)
+
+
+NAN = float("nan")
+#: FedRec++, d = 2, framing 10 bytes a message: server s, denoiser a, ordinary clients b and c.
+#: Round -1 (set-up) has a noise message that is no iteration's; in round 0 c's upload and noise
+#: are lost; round 1 has one upload. Models, assignments and stops are not counted.
+_PP = [
+    (-1, "b", "a", "noise", 30, 4, "delivered", 0.0, 0.0),
+    (0, "s", "a", "model", 50, 8, "delivered", 0.0, 0.5), (0, "s", "b", "model", 50, 8, "delivered", 0.5, 1.0),
+    (0, "s", "c", "model", 50, 8, "delivered", 1.0, 1.5),
+    (0, "b", "s", "gradients", 26, 4, "delivered", 1.5, 2.0), (0, "c", "s", "gradients", 26, 4, "lost", 1.5, NAN),
+    (0, "b", "a", "noise", 22, 2, "delivered", 2.0, 3.0), (0, "c", "a", "noise", 22, 2, "lost", 2.0, NAN),
+    (0, "a", "s", "denoised", 18, 2, "delivered", 3.0, 5.0),
+    (1, "s", "a", "model", 50, 8, "delivered", 10.0, 10.5), (1, "s", "b", "model", 50, 8, "delivered", 10.0, 10.5),
+    (1, "s", "c", "model", 50, 8, "delivered", 10.0, 10.5), (1, "s", "b", "assign", 14, 0, "delivered", 10.0, 10.2),
+    (1, "b", "s", "gradients", 26, 4, "delivered", 11.0, 13.0),
+]
+_PP_ROLES = {"s": "server", "a": "denoiser", "b": "ordinary", "c": "ordinary"}
+
+
+def test_fedrecpp_table3_costs_from_a_hand_made_ledger():
+    """Mutants: ``role_costs`` counting the set-up round's messages (without ``min_round=0``),
+    counting a lost copy as received (without ``fate="delivered"``), or bytes without the
+    network's framing (payload bytes); ``mean_round_duration`` from the last model sent (not the
+    first). By hand, two iterations: a sent 2 floats (18 B) and received b's noise (2, 22 B);
+    b sent 4 + 2 + 4 floats (26 + 22 + 26 B); c sent 4 + 2 (26 + 22 B), both lost."""
+    from fedsim.protocols.fedrecpp import FedRecPPConfig
+    from fedsim.studies.fedrecpp import (download_per_client, download_units_per_client, iterations_run,
+                                         mean_round_duration, role_costs)
+
+    net = _hand_ledger(_PP, _PP_ROLES, unit=2, framing=10)
+    cfg = FedRecPPConfig(d=2, T=2)
+    assert iterations_run(net) == 2
+    rows = {r["role"]: r for r in role_costs(net, cfg)}
+    assert rows["denoiser"] == {"role": "denoiser", "nodes": 1, "units_per_iteration": 4 / 2 / 2,
+                                "bytes_per_iteration": 40 / 2}
+    assert rows["ordinary"] == {"role": "ordinary", "nodes": 2, "units_per_iteration": (10 + 6) / 2 / 2 / 2,
+                                "bytes_per_iteration": (74 + 48) / 2 / 2}
+    assert rows["client"]["nodes"] == 3
+    assert rows["client"]["units_per_iteration"] == pytest.approx(20 / 2 / 2 / 3)
+    assert rows["client"]["bytes_per_iteration"] == pytest.approx(162 / 2 / 3)
+    assert download_per_client(net, cfg) == 300 / 2 / 3  # six models of 50 B (wire), 2 iterations, 3 clients
+    assert download_units_per_client(net, cfg) == 48 / 2 / 2 / 3
+    # round 0: first model sent at 0, last counted arrival 5; round 1: 10 to 13
+    assert mean_round_duration(net) == pytest.approx((5.0 + 3.0) / 2)
+
+
+def test_fedrecpp_costs_of_a_run_of_no_iteration_are_nan_for_a_role_with_clients():
+    """Mutant: ``_per_iteration`` giving 0.0 for no iteration (its docstring and role_costs': a
+    run of no iteration is NaN, a role without clients 0)."""
+    import math
+
+    from fedsim.protocols.fedrecpp import FedRecPPConfig
+    from fedsim.studies.fedrecpp import download_per_client, role_costs
+
+    net = _hand_ledger([(-1, "b", "s", "noise", 30, 4, "delivered", 0.0, 0.0)], {"s": "server", "b": "ordinary"},
+                       unit=2)
+    rows = {r["role"]: r for r in role_costs(net, FedRecPPConfig(d=2, T=2))}
+    assert rows["denoiser"]["nodes"] == 0 and rows["denoiser"]["units_per_iteration"] == 0.0
+    assert math.isnan(rows["ordinary"]["units_per_iteration"]) and math.isnan(rows["client"]["bytes_per_iteration"])
+    assert math.isnan(download_per_client(net, FedRecPPConfig(d=2, T=2)))
+
+
+def test_fedrecpp_settings_helpers_by_hand():
+    """Mutants: ``hf_setting`` taking ``tl = 0`` for "not given" (``tl <= 0``); ``denoisers``
+    rounding n/K up, raising ``at_least_one`` on a plain number, refusing eta = n; ``as_fedrec``
+    keeping rho with denoisers (FedRec++ with eta >= 1 is lossless: FedRec at rho = 0)."""
+    from fedsim.protocols.fedrecpp import FedRecPPConfig
+    from fedsim.studies.fedrecpp import as_fedrec, denoisers, hf_setting
+
+    assert hf_setting(2.0) == (5, 15) and hf_setting(2.0, tp=0, tl=0) == (0, 0) and hf_setting(2.0, tl=3) == (5, 3)
+    assert denoisers("n/4", 10) == 2  # floor(10 / 4)
+    assert denoisers("n/4", 3) == 0 and denoisers("n/4", 3, at_least_one=True) == 1
+    assert denoisers("0", 5, at_least_one=True) == 0
+    assert denoisers("5", 5) == 5
+    assert as_fedrec(FedRecPPConfig(eta=2, rho=1.5)).rho == 0.0
+    assert as_fedrec(FedRecPPConfig(eta=0, rho=1.5)).rho == 1.5
+
+
+def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
+    """Mutants: the download read as the messages *to* the server (``dst_role``), the upload as
+    every unit. d = 2: the server sends two models of 8 floats, the clients 6 and 4 (one lost:
+    it was sent, it counts)."""
+    from fedsim.studies.fpl.runs import _ledger_epoch
+
+    roles = {"s": "server", "a": "client", "b": "client"}
+    net = _hand_ledger([(0, "s", "a", "model", 60, 8, "delivered", 0.0, 1.0),
+                        (0, "s", "b", "model", 60, 8, "delivered", 0.0, 1.0),
+                        (0, "a", "s", "update", 40, 6, "delivered", 1.0, 2.0),
+                        (0, "b", "s", "update", 30, 4, "lost", 1.0, NAN),
+                        (0, "s", "a", "evaluate", 5, 0, "delivered", 2.0, 3.0)], roles, unit=2)
+    assert _ledger_epoch(net, ("model", "update")) == {"cce_ledger": 13.0, "down_units": 8.0, "up_units": 5.0,
+                                                       "bytes": 190, "raw_bytes": 104, "messages": 4}
+
+
+def test_fpl_mean_cce_and_tcc_by_hand():
+    """Mutant: ``mean_cce`` over all but the last epoch. Epochs of 1, 2 and 6 vectors."""
+    from types import SimpleNamespace
+
+    from fedsim.studies.fpl.runs import ledger_tcc, mean_cce
+
+    rec = SimpleNamespace(curve=[{"cce_ledger": 1.0}, {"cce_ledger": 2.0}, {"cce_ledger": 6.0}])
+    assert mean_cce(rec) == 3.0 and mean_cce(rec, 2) == 1.5 and mean_cce(rec, 3) == 3.0
+    assert ledger_tcc(rec, 2) == 3.0 and ledger_tcc(rec, 3) == 9.0
