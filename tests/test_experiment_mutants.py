@@ -157,7 +157,7 @@ def test_fedrecpp_settings_helpers_by_hand():
 
 def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
     """Mutants: the download read as the messages *to* the server (``dst_role``), the upload as
-    every unit. d = 2: the server sends two models of 8 floats, the clients 6 and 4 (one lost:
+    every unit, the bytes without the network's framing (payload bytes). d = 2: the server sends two models of 8 floats, the clients 6 and 4 (one lost:
     it was sent, it counts)."""
     from fedsim.studies.fpl.runs import _ledger_epoch
 
@@ -166,7 +166,8 @@ def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
                         (0, "s", "b", "model", 60, 8, "delivered", 0.0, 1.0),
                         (0, "a", "s", "update", 40, 6, "delivered", 1.0, 2.0),
                         (0, "b", "s", "update", 30, 4, "lost", 1.0, NAN),
-                        (0, "s", "a", "evaluate", 5, 0, "delivered", 2.0, 3.0)], roles, unit=2)
+                        (0, "s", "a", "evaluate", 5, 0, "delivered", 2.0, 3.0)], roles, unit=2, framing=5)
+    # bytes: on the wire (the framing included)
     assert _ledger_epoch(net, ("model", "update")) == {"cce_ledger": 13.0, "down_units": 8.0, "up_units": 5.0,
                                                        "bytes": 190, "raw_bytes": 104, "messages": 4}
 
@@ -180,3 +181,35 @@ def test_fpl_mean_cce_and_tcc_by_hand():
     rec = SimpleNamespace(curve=[{"cce_ledger": 1.0}, {"cce_ledger": 2.0}, {"cce_ledger": 6.0}])
     assert mean_cce(rec) == 3.0 and mean_cce(rec, 2) == 1.5 and mean_cce(rec, 3) == 3.0
     assert ledger_tcc(rec, 2) == 3.0 and ledger_tcc(rec, 3) == 9.0
+
+
+def test_fpl_epoch_seeds_are_63_bit_integers():
+    """Mutant: ``(w[0] << 32) ^ w[1]`` for ``<< 31``: half the epoch seeds were 64-bit
+    integers (the docstring's, and a NumPy int64's, range is 63 bits)."""
+    from fedsim.studies.fpl.runs import epoch_seed
+
+    seeds = [epoch_seed(s, e) for s in range(16) for e in range(8)]
+    assert all(0 <= x < 2 ** 63 for x in seeds) and len(set(seeds)) == len(seeds)
+    assert max(seeds) >= 2 ** 62  # (the top bit of the 63 is used)
+
+
+def test_personalfr_communication_figures_from_a_hand_made_ledger():
+    """Mutants of ``comm_from_ledger``: the total with the evaluation messages; the download
+    without FedAvg's ``model``; per round over rounds + 1; upload bytes without framing; upload
+    floats not per message; no set-up bytes. Two rounds, two clients, 5 bytes of framing: set-up
+    ``indices`` 2 x 20 B; downloads 100, 100, 100 (decoders) and 160 (a model) B; uploads 40, 30,
+    40, 30 B of 6, 4, 6, 4 floats; evaluation 7 + 9 B."""
+    from fedsim.studies.personalfr.runs import comm_from_ledger
+
+    roles = {"s": "server", "a": "client", "b": "client"}
+    msgs = [(0, "a", "s", "indices", 20, 0), (0, "b", "s", "indices", 20, 0),
+            (1, "s", "a", "decoder", 100, 20), (1, "s", "b", "decoder", 100, 20),
+            (1, "a", "s", "update", 40, 6), (1, "b", "s", "update", 30, 4),
+            (2, "s", "a", "decoder", 100, 20), (2, "s", "b", "model", 160, 30),
+            (2, "a", "s", "update", 40, 6), (2, "b", "s", "update", 30, 4),
+            (2, "s", "a", "evaluate", 7, 0), (2, "a", "s", "eval", 9, 0)]
+    net = _hand_ledger([(*m, "delivered", 0.0, 1.0) for m in msgs], roles, unit=None, framing=5)
+    assert comm_from_ledger(net, 2) == {
+        "total_bytes": 640, "setup_bytes": 40, "bytes_per_round": (460 + 140) / 2,
+        "down_bytes_per_client": 460 / 4, "up_bytes_per_client": 140 / 4, "up_floats_per_client": 20 / 4,
+        "client_rounds": 4, "eval_bytes": 16, "messages": 10}
