@@ -57,6 +57,76 @@ def test_report_header_names_the_faults_link_model_and_transport(tmp_path):
         "Data: `tiny`, seed 3, profile `wan`, wall time 2 s, simulated time 500 ms.")
 
 
+def test_human_seconds_truncates_the_minutes_of_an_hour():
+    """Mutant: the minutes of a duration over an hour rounded (``round(rest / 60)``) where the
+    docstring says truncated: 5,990 s is 1 h 39 min 50 s, written ``1 h 39 min`` (rounding made
+    it 1 h 40 min, and 7,170 s ``1 h 60 min``)."""
+    from fedsim.experiment.report import human_seconds
+
+    assert human_seconds(5990) == "1 h 39 min"
+    assert human_seconds(7170) == "1 h 59 min"
+    assert human_seconds(3600 + 30) == "1 h 00 min"
+
+
+def test_human_tables_read_units_off_column_names():
+    """Mutants of ``_unit_of``: a ratio of bytes (``comm_bytes_ratio``, ``flops_per_byte``)
+    shown as bytes; the seconds columns other than ``*_s`` (``*_seconds``, ``wall``,
+    ``duration``, ``seconds``) shown as plain numbers."""
+    from fedsim.experiment.report import format_table
+
+    row = {"bytes": 2000, "comm_bytes_ratio": 3.5, "flops_per_byte": 0.25, "wait_seconds": 0.5, "wall": 65.2,
+           "duration": 0.0123, "seconds": 4.567, "round_s": 2e-5, "rounds": 3}
+    cols = list(row)
+    text = format_table([row], cols, human=True, markdown=True).splitlines()[2]
+    assert text == "| 2 KB | 3.5000 | 0.2500 | 500 ms | 1 min 05 s | 12.3 ms | 4.57 s | 20 µs | 3 |"
+
+
+def test_plain_tables_align_on_the_wider_of_header_and_cells_and_keep_booleans():
+    """Mutants of ``format_table``: column widths from the cells alone (a header wider than its
+    cells stuck out of its column); a bool in a bytes column shown as ``1 B`` (True is an int)."""
+    from fedsim.experiment.report import format_table
+
+    rows = [{"n": 1, "payload_bytes_equal": True, "x": 12345}, {"n": 22, "payload_bytes_equal": False, "x": 7}]
+    text = format_table(rows, ["n", "payload_bytes_equal", "x"], human=True)
+    assert text.splitlines() == [
+        " n  payload_bytes_equal      x",
+        " 1                 True  12345",
+        "22                False      7",
+    ]
+
+
+def test_csv_cells_read_back_to_the_same_float():
+    """Mutant: ``csv_cell`` writing ``round(v, 12)``: 0.1 + 0.2 became 0.3 and 1e-20 became 0.0
+    in every table CSV. The cell must read back (``float``) to the very number."""
+    from fedsim.experiment.report import csv_cell
+
+    import numpy as np
+
+    for v in (0.1 + 0.2, 1 / 3, 1e-20, 123456789.123456789, -2.5e300, np.float32(0.1), np.float64(2 / 3)):
+        assert float(csv_cell(v)) == float(v)
+    assert csv_cell(float("nan")) == "" and csv_cell(float("nan"), nan="nan") == "nan"
+    assert csv_cell(np.int64(7)) == "7" and csv_cell(np.bool_(True)) == "True"
+
+
+def test_compare_same_bits_and_round_times_by_hand():
+    """Mutants: ``same_bits`` without the dtype test (int32 zeros and float32 zeros have the same
+    bytes); ``_round_times`` keeping a set-up round (-1) among the rounds compared."""
+    import numpy as np
+
+    from fedsim.experiment.compare import _round_times, same_bits
+
+    assert not same_bits(np.zeros(3, np.int32), np.zeros(3, np.float32))
+    assert same_bits(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))
+    assert not same_bits(np.zeros((2, 3)), np.zeros((3, 2)))
+    roles = {"s": "server", "a": "client"}
+    net = _hand_ledger([(-1, "a", "s", "keys", 10, 0, "delivered", 0.0, 0.5),
+                        (0, "s", "a", "model", 10, 1, "delivered", 1.0, 1.5),
+                        (0, "a", "s", "update", 10, 1, "delivered", 2.0, 4.0),
+                        (1, "s", "a", "model", 10, 1, "delivered", 5.0, 5.5),
+                        (1, "a", "s", "update", 10, 1, "lost", 6.0, NAN)], roles, unit=1)
+    assert _round_times(net.ledger) == {0: 3.0, 1: 0.5}
+
+
 # ---------------------------------------------------------------------------------------------
 # the studies' tables read off the ledger: a hand-made ledger
 
@@ -213,3 +283,26 @@ def test_personalfr_communication_figures_from_a_hand_made_ledger():
         "total_bytes": 640, "setup_bytes": 40, "bytes_per_round": (460 + 140) / 2,
         "down_bytes_per_client": 460 / 4, "up_bytes_per_client": 140 / 4, "up_floats_per_client": 20 / 4,
         "client_rounds": 4, "eval_bytes": 16, "messages": 10}
+
+
+def test_personalfr_tables_order_methods_and_charge_flops_per_round_run(tmp_path):
+    """Mutants of ``result_tables``: FLOPs per round over the rounds asked for, not the rounds
+    run (a run stopped early, ``rounds_run``, was charged too little per round); PersonalFR's
+    rows before FedAvg's (the paper's order: joint, FedAvg, PersonalFR)."""
+    from fedsim.experiment.context import RunContext
+    from fedsim.studies.personalfr import result_tables
+
+    def run(method, flops, rounds_run):
+        return {"task": "explicit", "method": method, "M": 4, "n_users": 30, "n_items": 40, "seed": 1,
+                "validation": False, "rounds": 4, "rounds_run": rounds_run, "best": 1.0, "final": 1.0,
+                "best_round": 2, "wall_s": 0.1, "history": [{"round": 2, "rmse": 1.0}], "clients_per_round": 1,
+                "client_flops": flops,
+                "comm": {"bytes_per_round": 1.0, "down_bytes_per_client": 1.0, "up_bytes_per_client": 1.0,
+                         "setup_bytes": 0}}
+
+    ctx = RunContext("t", {}, "tiny", 1, None, tmp_path, quiet=True)
+    result_tables(ctx, [run("personalfr", 6e9, 2), run("fedavg", 8e9, 4)], title="t")
+    (acc,) = [t for t in ctx.tables if t.name == "results"]
+    (comm,) = [t for t in ctx.tables if t.name == "results_comm"]
+    assert [r["method"] for r in acc.rows] == ["fedavg", "personalfr"]
+    assert [(r["method"], r["client_gflop_per_round"]) for r in comm.rows] == [("fedavg", 2.0), ("personalfr", 3.0)]
