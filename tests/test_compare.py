@@ -30,6 +30,9 @@ def test_compare_reports_equal_bytes_identical_parameters_and_round_times(protoc
     times = _csv(out / "round_times.csv")
     assert [int(r["round"]) for r in times] == [0, 1, 2]
     assert all(float(r["simulated_s"]) > 0 and float(r["measured_tcp_s"]) > 0 for r in times)
+    # (a mutant dividing the simulated by the measured time passed)
+    assert all(float(r["measured_over_simulated"]) == pytest.approx(float(r["measured_tcp_s"]) / float(r["simulated_s"]))
+               for r in times)
 
 
 def test_compare_refuses_a_scenario(tmp_path):
