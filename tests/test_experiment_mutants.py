@@ -306,3 +306,55 @@ def test_personalfr_tables_order_methods_and_charge_flops_per_round_run(tmp_path
     (comm,) = [t for t in ctx.tables if t.name == "results_comm"]
     assert [r["method"] for r in acc.rows] == ["fedavg", "personalfr"]
     assert [(r["method"], r["client_gflop_per_round"]) for r in comm.rows] == [("fedavg", 2.0), ("personalfr", 3.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# sweeps
+
+
+def test_failure_line_marks_an_error_of_several_lines():
+    """Mutant: without the `` ...`` that says the error had more lines than the one shown."""
+    from fedsim.studies.sweep import failure_line
+
+    res = {"point": {"x": 2, "f": [1, 2]}, "out": "o/x=2,f=1+2", "error": "RuntimeError: boom\n  at line 3\n"}
+    assert failure_line(res) == "failed x=2,f=1+2: RuntimeError: boom ... (traceback in o/x=2,f=1+2/error.txt)"
+    res["error"] = "RuntimeError: boom"
+    assert failure_line(res) == "failed x=2,f=1+2: RuntimeError: boom (traceback in o/x=2,f=1+2/error.txt)"
+
+
+def test_a_stale_points_differences_name_keys_the_new_configuration_lacks():
+    """Mutant: ``_differences`` comparing a nested table (``network``) over the new one's keys
+    only: a key the finished point had and the new configuration has not (``loss``) was no
+    difference, and the point passed for done."""
+    from fedsim.studies.sweep import _differences
+
+    old = {"config": {"rounds": 3}, "network": {"profile": "lan", "loss": 0.1}, "seed": 0}
+    new = {"config": {"rounds": 3}, "network": {"profile": "lan"}, "seed": 0}
+    assert _differences(old, new) == "loss=0.1, now None"
+    assert _differences(new, old) == "loss=None, now 0.1"
+    assert _differences(old, {**old, "seed": 2}) == "seed=0, now 2"
+
+
+def test_a_ray_points_files_are_stored_with_results_json_last(tmp_path, monkeypatch):
+    """Mutant: ``_store_point`` writing the files a Ray task returned in name order: results.json
+    (the mark of a finished point) came before z.csv; it must be last, and the folder appear
+    whole (a temporary folder renamed into place)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from fedsim.studies import sweep
+
+    order = []
+    real = Path.write_bytes
+
+    def spy(self, data):
+        order.append((self.parent.name.startswith(".x=1.partial-"), self.name))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", spy)
+    files = {"results.json": b"{}\n", "a.csv": b"a\n", "report.md": b"r\n", "z.csv": b"z\n"}
+    res = sweep._store_point(SimpleNamespace(out=str(tmp_path / "x=1")), {"files": dict(files), "status": "done"})
+    assert res == {"status": "done"}
+    assert order == [(True, "a.csv"), (True, "report.md"), (True, "z.csv"), (True, "results.json")]
+    assert {p.name: p.read_bytes() for p in (tmp_path / "x=1").iterdir()} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x=1"]
