@@ -289,3 +289,26 @@ def test_compare_lets_the_simulators_actors_go_before_the_real_run(tmp_path, mon
                                                       for r in summary.values())
     assert all(r["equal"] == "True" for r in _csv(tmp_path / "o" / "payload_bytes.csv"))
     assert res["out"]
+
+
+def test_a_failed_comparison_counts_the_byte_counts_it_does_not_show(tmp_path, monkeypatch):
+    # the message shows five differing byte counts and says how many more differ (a mutant that
+    # said so only beyond six dropped the sixth without a word)
+    from fedsim.experiment import ScenarioError, run_scenario
+    from fedsim.experiment import compare as compare_mod
+
+    real = compare_mod._outcome
+
+    def outcome(ctx, spec, label, *args, **kw):
+        out = real(ctx, spec, label, *args, **kw)
+        shift = 0 if label == "sim" else 10
+        out["groups"] = {("client", f"k{i}"): (1, i + shift, 20 + i) for i in range(6)}
+        return out
+
+    monkeypatch.setattr(compare_mod, "_outcome", outcome)
+    mod = compare_mod.compare_scenario("demo", "asyncio")
+    with pytest.raises(ScenarioError) as err:
+        run_scenario(mod, out=tmp_path / "o", overrides={"rounds": 1, "clients": 2}, quiet=True)
+    shown = "; ".join(f"client k{i} payload {i} B on the simulator, {i + 10} B on asyncio" for i in range(5))
+    assert str(err.value) == (f"demo: the asyncio run differs from the simulator's: {shown}; "
+                              "... (1 more byte counts differ)")

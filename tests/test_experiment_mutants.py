@@ -358,3 +358,18 @@ def test_a_ray_points_files_are_stored_with_results_json_last(tmp_path, monkeypa
     assert order == [(True, "a.csv"), (True, "report.md"), (True, "z.csv"), (True, "results.json")]
     assert {p.name: p.read_bytes() for p in (tmp_path / "x=1").iterdir()} == files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x=1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# params
+
+
+def test_a_parameters_type_follows_its_list_default():
+    """Mutant: ``inner <= {int, float}`` for ``inner <= {int}`` in ``Param.type_name``: a list
+    of floats was an ``ints`` parameter, and ``--set k=0.5,1.5`` was refused."""
+    from fedsim.experiment.params import Param, parse_value
+
+    assert [Param(d).type_name for d in ([1, 2], [0.5, 1.0], [1, 0.5], ["a"], (), 3, 0.5, True, "x")] == [
+        "ints", "floats", "floats", "strs", "ints", "int", "float", "bool", "str"]
+    assert parse_value("k", "0.5,1.5", Param([0.25])) == [0.5, 1.5]
+    assert parse_value("k", "1,2", Param([3])) == [1, 2]
