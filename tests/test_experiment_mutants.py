@@ -68,6 +68,54 @@ def test_human_seconds_truncates_the_minutes_of_an_hour():
     assert human_seconds(3600 + 30) == "1 h 00 min"
 
 
+def test_report_ledger_totals_line_by_hand(tmp_path):
+    """Mutant: the ledger totals' byte figure read from ``raw_bytes`` (the array payload) instead
+    of ``bytes`` (on the wire)."""
+    from fedsim.experiment.report import write_report
+
+    results = {"scenario": "demo", "data": "tiny", "seed": 0, "profile": "ideal", "wall_time_s": 1.0,
+               "simulated_time_s": 0.0, "config": {}, "plots": [], "network": {},
+               "ledger_totals": {"messages": 3, "bytes": 2500, "raw_bytes": 1200}}
+    write_report(tmp_path, results, [], [])
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert text.endswith("## Ledger totals\n\n3 messages, 2.5 KB (1.2 KB of array payload; exact counts in "
+                         "results.json).\n")
+
+
+def test_axes_beyond_layout_are_told_by_either_limit():
+    """Mutant: ``_beyond_layout`` testing each axis' lower limit only: axes of 0 to 1e305 were
+    taken for axes matplotlib can lay out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fedsim.experiment.report import _beyond_layout
+
+    for ylim, beyond in (((0.0, 1.0), False), ((0.0, 1e305), True), ((-1e305, 0.0), True)):
+        fig, ax = plt.subplots()
+        ax.set_ylim(*ylim)
+        assert _beyond_layout(fig) is beyond
+        plt.close(fig)
+
+
+def test_param_default_text_and_a_key_set_twice():
+    """Mutants: ``default_text`` writing an empty default as nothing (``--help`` showed
+    ``default )``) instead of ``''``; ``parse_sets`` letting a later ``--set k=`` win silently."""
+    from types import ModuleType
+
+    from fedsim.experiment.errors import UsageError
+    from fedsim.experiment.params import Param, parse_sets
+
+    assert [Param(d).default_text() for d in ("", [], None, [1, 2], "a b", 0.5)] == ["''", "''", "none", "1,2",
+                                                                                      "a b", "0.5"]
+    mod = ModuleType("fedsim_scenario_x")
+    mod.PARAMS = {"k": Param(1), "j": Param(0.5)}
+    assert parse_sets(mod, ["k=2", "j=0.25"]) == {"k": 2, "j": 0.25}
+    with pytest.raises(UsageError, match="--set k: given twice"):
+        parse_sets(mod, ["k=2", "k=3"])
+
+
 def test_human_tables_read_units_off_column_names():
     """Mutants of ``_unit_of``: a ratio of bytes (``comm_bytes_ratio``, ``flops_per_byte``)
     shown as bytes; the seconds columns other than ``*_s`` (``*_seconds``, ``wall``,
