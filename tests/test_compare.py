@@ -327,3 +327,24 @@ def test_a_failed_comparison_with_dropout_from_the_start_does_not_blame_the_wind
         run_scenario(mod, out=tmp_path / "o", overrides={"rounds": 1, "clients": 4, "deadline": 0.05}, quiet=True,
                      net=NetSpec(profile="lan", dropout=0.5, window=(0.0, 0.0)))
     assert str(err.value) == "demo: the asyncio run differs from the simulator's: parameters w differ"
+
+
+def test_the_summary_gives_the_last_evaluations_metrics_as_final(tmp_path, monkeypatch):
+    # final_* are the last evaluation's figures (a mutant took the first's); the runs' metrics
+    # are replaced by three evaluations of known values
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.protocols import contract
+
+    real = contract.check_result
+
+    def check_result(spec, result, run=None):
+        res = real(spec, result, run)
+        res.metrics[:] = [{"round": 0, "hr": 0.25}, {"round": 1, "hr": 0.5}, {"round": 2, "hr": 0.75}]
+        return res
+
+    monkeypatch.setattr(contract, "check_result", check_result)
+    run_scenario(compare_mod.compare_scenario("demo", "asyncio"), out=tmp_path / "o",
+                 overrides={"rounds": 1, "clients": 2}, quiet=True)
+    rows = _csv(tmp_path / "o" / "summary.csv")
+    assert [float(r["final_hr"]) for r in rows] == [0.75, 0.75]

@@ -421,3 +421,32 @@ def test_a_parameters_type_follows_its_list_default():
         "ints", "floats", "floats", "strs", "ints", "int", "float", "bool", "str"]
     assert parse_value("k", "0.5,1.5", Param([0.25])) == [0.5, 1.5]
     assert parse_value("k", "1,2", Param([3])) == [1, 2]
+
+
+def test_set_values_may_hold_an_equals_sign_and_param_of_keeps_a_scenarios_default():
+    """Mutants: ``s.split("=")[:2]`` for ``s.split("=", 1)`` (``--set name=a=b`` set ``a``);
+    ``Param.of`` ignoring the scenario's ``default`` (fewer rounds than the paper's); a string
+    given through the API for a text parameter read as ``--set`` text (``"none"`` became None)."""
+    from types import ModuleType
+
+    from fedsim.experiment.params import Param, check_value, parse_sets
+    from fedsim.protocols.fedrec import FedRecConfig
+
+    mod = ModuleType("fedsim_scenario_x")
+    mod.PARAMS = {"name": Param("x"), "k": Param(1)}
+    assert parse_sets(mod, ["name=a=b", "k = 4"]) == {"name": "a=b", "k": 4}
+    assert Param.of(FedRecConfig, "T", 3).default == 3 and Param.of(FedRecConfig, "T").default == FedRecConfig().T
+    assert check_value("name", "none", Param(None, kind="str")) == "none"
+    assert check_value("name", None, Param(None, kind="str")) is None
+
+
+def test_output_files_order_tables_report_results_ledger_plots_log(tmp_path):
+    """Mutant: ``output_files`` without ledger.csv's own place (after results.json): it came
+    among the tables."""
+    from fedsim.experiment.runner import output_files
+
+    for name in ("z.csv", "ledger.csv", "a.csv", "run.log", "results.json", "report.md", "p.png", "x.txt"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub").mkdir()
+    assert output_files(tmp_path) == ["a.csv", "z.csv", "report.md", "results.json", "ledger.csv", "p.png",
+                                      "run.log", "x.txt"]
