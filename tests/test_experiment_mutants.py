@@ -450,3 +450,29 @@ def test_output_files_order_tables_report_results_ledger_plots_log(tmp_path):
     (tmp_path / "sub").mkdir()
     assert output_files(tmp_path) == ["a.csv", "z.csv", "report.md", "results.json", "ledger.csv", "p.png",
                                       "run.log", "x.txt"]
+
+
+def test_none_for_a_parameter_whose_default_is_none_and_set_keys_stripped():
+    """Mutants: a parameter whose default is None not admitting ``none`` (``--set k=none`` gave
+    the text 'none'); ``set_keys`` not stripping (``--set ' rounds =2'`` with ``--rounds 3`` was
+    not seen as the same parameter given twice)."""
+    from fedsim.experiment.params import Param, parse_value, set_keys
+
+    assert parse_value("k", "none", Param(None)) is None
+    assert parse_value("k", "abc", Param(None)) == "abc"
+    assert set_keys([" rounds =2", "lr=0.1=x", "flag"]) == {"rounds", "lr", "flag"}
+    assert set_keys(None) == set()
+
+
+def test_a_scenario_loaded_from_a_path_keeps_its_whole_stem():
+    """Mutant: ``scenario_name`` cutting a path-loaded module's name at its last dot (exp.v2.py
+    named v2: its folders, results.json and help pointed at another scenario)."""
+    from types import ModuleType
+
+    from fedsim.experiment.naming import scenario_name
+
+    assert scenario_name(ModuleType("fedsim_scenario_exp.v2")) == "exp.v2"
+    assert scenario_name(ModuleType("scenarios.fedrec_table2")) == "fedrec_table2"
+    proto = ModuleType("fedsim_compare_fpl")
+    proto.PROTOCOL = "compare-fpl"
+    assert scenario_name(proto) == "compare-fpl"
