@@ -476,3 +476,47 @@ def test_a_scenario_loaded_from_a_path_keeps_its_whole_stem():
     proto = ModuleType("fedsim_compare_fpl")
     proto.PROTOCOL = "compare-fpl"
     assert scenario_name(proto) == "compare-fpl"
+
+
+def test_key_lines_skip_a_multi_line_string_that_ends_and_another_that_starts_on_one_line():
+    """Mutant: a multi-line string taken to end on a line holding its delimiter an even number of
+    times (``two\"\"\", \"\"\"three`` ends one and opens another): ``k = 4`` inside the second was
+    read as the key k, and an error about the real k named line 3."""
+    from fedsim.experiment.configfile import key_lines
+
+    text = 'a = ["""one\ntwo""", """three\nk = 4\n"""]\nk = 5\n[params]\nrounds = 2\n'
+    assert key_lines(text) == {("a",): 1, ("k",): 5, ("params",): 6, ("params", "rounds"): 7}
+
+
+def test_an_empty_out_folder_is_used_and_a_killed_force_runs_latest_results_put_back(tmp_path):
+    """Mutants: ``OutputFolder`` refusing an explicit ``--out`` that exists but is empty (it is
+    filled, as a missing one is); ``recover_replaced`` putting back the *oldest* of several folders
+    killed ``--force`` runs had moved aside (the docstring: the most recently moved one, the
+    others are older results and are removed)."""
+    import subprocess
+    import sys
+    import time
+
+    from fedsim.experiment.runner import OutputFolder, recover_replaced
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    folder = OutputFolder(empty, explicit=True)
+    assert folder.tmp.parent == tmp_path and folder.tmp.is_dir()
+    folder.discard()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a pid that has ended: the runs that moved these folders aside are dead
+    final = tmp_path / "out"
+    for i, label in enumerate(("older", "newer")):
+        d = tmp_path / f".out.replaced-{proc.pid}-{i:06x}"
+        (tmp_path / label).mkdir()
+        (tmp_path / label / "results.json").write_text(label)
+        time.sleep(0.05)
+        os.rename(tmp_path / label, d)  # (the rename sets its ctime: moved aside now)
+    restored, removed = recover_replaced(final)
+    assert (final / "results.json").read_text() == "newer"
+    assert restored.name == f".out.replaced-{proc.pid}-000001"
+    assert [d.name for d in removed] == [f".out.replaced-{proc.pid}-000000"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "out"]
