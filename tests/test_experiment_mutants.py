@@ -520,3 +520,43 @@ def test_an_empty_out_folder_is_used_and_a_killed_force_runs_latest_results_put_
     assert restored.name == f".out.replaced-{proc.pid}-000001"
     assert [d.name for d in removed] == [f".out.replaced-{proc.pid}-000000"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "out"]
+
+
+def test_seeds_are_checked_and_the_command_line_wins_over_the_file(tmp_path):
+    """Mutants: ``run_scenario`` accepting seed -1 (``< -1``); ``resolve_run_options`` letting the
+    file's seed win over ``--seed``, and accepting a file's seed of -1."""
+    import argparse
+    from types import ModuleType
+
+    from fedsim.experiment import UsageError, run_scenario
+    from fedsim.experiment.runner import add_run_arguments, resolve_run_options
+
+    with pytest.raises(UsageError, match="--seed must be non-negative, got -1"):
+        run_scenario("demo", seed=-1, out=tmp_path / "o", quiet=True)
+    assert list(tmp_path.iterdir()) == []
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
+    mod = ModuleType("fedsim_scenario_x")
+    mod.PARAMS = {}
+    doc = {"seed": 3, "_path": "run.toml", "_lines": {("seed",): 2}}
+    assert resolve_run_options(mod, ap.parse_args(["--seed", "5"]), doc)["seed"] == 5
+    assert resolve_run_options(mod, ap.parse_args([]), doc)["seed"] == 3
+    with pytest.raises(UsageError, match=r"^run.toml: line 2: seed: expected a non-negative integer, got -1$"):
+        resolve_run_options(mod, ap.parse_args([]), {**doc, "seed": -1})
+
+
+def test_config_files_refuse_booleans_for_numbers_and_give_an_array_of_tables_its_first_line(tmp_path):
+    """Mutants: ``load_config`` taking ``seed = true`` for an int and ``[network] loss = true``
+    for a number (True is an int in Python); ``key_lines`` giving a repeated ``[[header]]`` its
+    last line instead of its first."""
+    from fedsim.experiment import UsageError
+    from fedsim.experiment.configfile import key_lines, load_config
+
+    f = tmp_path / "run.toml"
+    f.write_text("data = \"tiny\"\nseed = true\n")
+    with pytest.raises(UsageError, match=r"run.toml: line 2: seed: expected int, got True$"):
+        load_config(f)
+    f.write_text("[network]\nprofile = \"lan\"\nloss = true\n")
+    with pytest.raises(UsageError, match=r"run.toml: line 3: \[network\] loss: expected a number, got True$"):
+        load_config(f)
+    assert key_lines("[[a]]\nx = 1\n[[a]]\nx = 2\n") == {("a",): 1, ("a", "x"): 2}
