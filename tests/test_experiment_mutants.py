@@ -560,3 +560,63 @@ def test_config_files_refuse_booleans_for_numbers_and_give_an_array_of_tables_it
     with pytest.raises(UsageError, match=r"run.toml: line 3: \[network\] loss: expected a number, got True$"):
         load_config(f)
     assert key_lines("[[a]]\nx = 1\n[[a]]\nx = 2\n") == {("a",): 1, ("a", "x"): 2}
+
+
+def test_run_options_from_a_file_and_the_command_line(tmp_path):
+    """Mutants of ``resolve_run_options``/``net_from_args``: the file's ``[params]`` winning over
+    ``--set``; the file's ``ledger = true`` ignored; a dropout window of three numbers accepted."""
+    import argparse
+    from types import ModuleType
+
+    from fedsim.experiment import UsageError
+    from fedsim.experiment.params import Param
+    from fedsim.experiment.runner import add_run_arguments, net_from_args, resolve_run_options
+
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
+    mod = ModuleType("fedsim_scenario_x")
+    mod.PARAMS = {"k": Param(1), "j": Param(0.5)}
+    doc = {"params": {"k": 2, "j": 0.25}, "ledger": True, "_path": "run.toml", "_lines": {}}
+    opts = resolve_run_options(mod, ap.parse_args(["--set", "k=3"]), doc)
+    assert opts["overrides"] == {"k": 3, "j": 0.25} and opts["ledger"] is True
+    assert resolve_run_options(mod, ap.parse_args([]), {})["ledger"] is False
+    with pytest.raises(UsageError, match=r"--dropout-window expects START,END in seconds, got '0,1,2'"):
+        net_from_args(mod, ap.parse_args(["--dropout", "0.5", "--dropout-window", "0,1,2"]))
+    assert net_from_args(mod, ap.parse_args(["--dropout", "0.5", "--dropout-window", "0,2"])).window == (0.0, 2.0)
+
+
+def test_config_files_with_a_bom_hyphenated_keys_and_sweep_keys(tmp_path):
+    """Mutants of ``load_config``/``at``: a file starting with a byte order mark refused; an
+    error about ``[network] link-model`` (written with a hyphen) without its line; a sweep key
+    in a run's file called unknown instead of 'for fedsim sweep'."""
+    from fedsim.experiment import UsageError
+    from fedsim.experiment.configfile import at, load_config
+
+    f = tmp_path / "run.toml"
+    f.write_text("\ufeffseed = 1\n", encoding="utf-8")
+    assert load_config(f)["seed"] == 1
+    f.write_text("seed = 1\n[network]\nprofile = \"lan\"\nlink-model = \"fair\"\n")
+    doc = load_config(f)
+    assert at(doc, "network", "link_model") == f"{f}: line 4"
+    f.write_text("seed = 1\nworkers = 2\n")
+    with pytest.raises(UsageError, match=r"run.toml: line 2: workers is for fedsim sweep, not fedsim run$"):
+        load_config(f)
+    assert load_config(f, sweep=True)["workers"] == 2
+
+
+def test_a_point_folder_with_results_is_not_failed_for_an_old_error_file(tmp_path):
+    """Mutant: ``_folder_state`` calling a folder failed whenever it holds error.txt, even beside
+    a finished results.json (whose presence says the point completed)."""
+    import json
+
+    from fedsim.studies.sweep import _folder_state
+
+    d = tmp_path / "x=1"
+    d.mkdir()
+    (d / "error.txt").write_text("RuntimeError: boom\n")
+    assert _folder_state(d, {"config": {"x": 1}}) == ("failed", "failed before")
+    (d / "results.json").write_text(json.dumps({"finished": "now", "tables": ["t"], "config": {"x": 1}}))
+    (d / "t.csv").write_text("a\n1\n")
+    (d / "report.md").write_text("# x\n")
+    assert _folder_state(d, {"config": {"x": 1}}) == ("done", "")
+    assert _folder_state(d, {"config": {"x": 2}}) == ("stale", "x=1, now 2")
