@@ -620,3 +620,29 @@ def test_a_point_folder_with_results_is_not_failed_for_an_old_error_file(tmp_pat
     (d / "report.md").write_text("# x\n")
     assert _folder_state(d, {"config": {"x": 1}}) == ("done", "")
     assert _folder_state(d, {"config": {"x": 2}}) == ("stale", "x=1, now 2")
+
+
+# ---------------------------------------------------------------------------------------------
+# the ledger's summaries
+
+
+def test_ledger_groups_pay_framing_and_by_role_counts_every_node_that_held_a_role():
+    """Mutants: ``LedgerView.group``'s payload bytes with the framing left in (wire bytes);
+    ``by_role`` counting a role's nodes by their final roles (a client that became a denoiser
+    was no client any more, and the clients' per-node figures were divided by too few)."""
+    from fedsim.kernel.ledger import STATUS, Ledger
+
+    led = Ledger(unit=2, framing_bytes=10)
+    for node, role in (("s", "server"), ("a", "client"), ("b", "client")):
+        led.set_role(node, role)
+    led.new_row(0, "a", "s", "client", "server", "up", 110, 40, 10, 0.0, False)[STATUS] = "delivered"
+    led.new_row(0, "b", "s", "client", "server", "up", 50, 8, 2, 0.0, False)[STATUS] = "delivered"
+    led.set_role("b", "denoiser")
+    led.new_row(1, "b", "s", "denoiser", "server", "sum", 30, 4, 1, 1.0, False)[STATUS] = "delivered"
+    g = led.view().group("kind")
+    assert (g["up"].wire_bytes, g["up"].payload_bytes, g["sum"].payload_bytes) == (160, 140, 20)
+    rows = {(r["round"], r["role"], r["direction"]): r for r in led.by_role()}
+    assert rows[(0, "client", "sent")]["nodes"] == 2  # a and b were clients
+    assert rows[(0, "client", "sent")]["bytes_per_node"] == 80.0
+    assert rows[(0, "client", "sent")]["units_per_node"] == 3.0  # 12 floats / 2 / 2 nodes
+    assert rows[(1, "denoiser", "sent")]["nodes"] == 1
