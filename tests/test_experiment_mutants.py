@@ -646,3 +646,28 @@ def test_ledger_groups_pay_framing_and_by_role_counts_every_node_that_held_a_rol
     assert rows[(0, "client", "sent")]["bytes_per_node"] == 80.0
     assert rows[(0, "client", "sent")]["units_per_node"] == 3.0  # 12 floats / 2 / 2 nodes
     assert rows[(1, "denoiser", "sent")]["nodes"] == 1
+
+
+def test_a_point_folder_is_corrupt_without_each_file_a_finished_run_has(tmp_path):
+    """Mutants of ``_folder_state``: a results.json without ``finished``, a missing table CSV, a
+    missing report.md, a missing ledger.csv (when asked for) each passing for a finished point;
+    and ``point_dir_name`` letting a '/' of a value into the folder name."""
+    import json
+
+    from fedsim.studies.sweep import _folder_state, point_dir_name
+
+    d = tmp_path / "x=1"
+    d.mkdir()
+    key = {"config": {"x": 1}}
+    (d / "results.json").write_text(json.dumps({"tables": ["t"], "config": {"x": 1}}))
+    assert _folder_state(d, key) == ("corrupt", "results.json unreadable or incomplete (no 'finished' field)")
+    (d / "results.json").write_text(json.dumps({"finished": "now", "tables": ["t", "u"], "config": {"x": 1}}))
+    (d / "t.csv").write_text("a\n1\n")
+    assert _folder_state(d, key) == ("corrupt", "results.json unreadable or incomplete (missing u.csv, report.md)")
+    (d / "u.csv").write_text("a\n1\n")
+    (d / "report.md").write_text("# x\n")
+    assert _folder_state(d, key) == ("done", "")
+    assert _folder_state(d, key, ledger=True) == ("corrupt",
+                                                  "results.json unreadable or incomplete (missing ledger.csv)")
+    assert _folder_state(tmp_path / "none", key) == ("missing", "")
+    assert point_dir_name({"data": "a/b c", "f": [1, 2]}) == "data=a_b_c,f=1+2"
