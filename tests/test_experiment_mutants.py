@@ -671,3 +671,18 @@ def test_a_point_folder_is_corrupt_without_each_file_a_finished_run_has(tmp_path
                                                   "results.json unreadable or incomplete (missing ledger.csv)")
     assert _folder_state(tmp_path / "none", key) == ("missing", "")
     assert point_dir_name({"data": "a/b c", "f": [1, 2]}) == "data=a_b_c,f=1+2"
+
+
+def test_by_node_lists_every_node_with_a_role_even_one_that_sent_nothing():
+    """Mutant: ``by_node`` built from the traffic alone: a node that neither sent nor received
+    (a client that dropped out at once) was missing, not listed with zeros."""
+    from fedsim.kernel.ledger import STATUS, Ledger
+
+    led = Ledger(unit=1)
+    for node, role in (("s", "server"), ("a", "client"), ("b", "client")):
+        led.set_role(node, role)
+    led.new_row(0, "a", "s", "client", "server", "up", 30, 8, 2, 0.0, False)[STATUS] = "delivered"
+    zero = dict.fromkeys(("sent_messages", "sent_bytes", "sent_floats", "received_messages", "received_bytes",
+                          "received_floats"), 0)
+    assert led.by_node() == {"s": {**zero, "received_messages": 1, "received_bytes": 30, "received_floats": 2},
+                             "a": {**zero, "sent_messages": 1, "sent_bytes": 30, "sent_floats": 2}, "b": zero}
