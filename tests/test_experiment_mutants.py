@@ -686,3 +686,30 @@ def test_by_node_lists_every_node_with_a_role_even_one_that_sent_nothing():
                           "received_floats"), 0)
     assert led.by_node() == {"s": {**zero, "received_messages": 1, "received_bytes": 30, "received_floats": 2},
                              "a": {**zero, "sent_messages": 1, "sent_bytes": 30, "sent_floats": 2}, "b": zero}
+
+
+def test_combine_by_hand(tmp_path):
+    """Mutants of ``combine``: a table column named like a grid axis kept as is (two ``x``
+    columns in one CSV); the grid's columns after the table's; a ``combined_*.csv`` of a table no
+    point has now left in place. Columns: the axes, then the union of the tables' columns in
+    order of first appearance, a missing cell empty."""
+    import csv
+    import json
+
+    from fedsim.studies.sweep import combine, sweep_key
+
+    for x, text in ((1, "x,a\n9,1\n"), (2, "b,a\n5,6\n7,8\n")):
+        d = tmp_path / f"x={x}"
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps({"finished": "now", "tables": ["t"]}))
+        (d / "t.csv").write_text(text)
+    (tmp_path / "combined_old.csv").write_text("x\n1\n")
+    paths = combine(tmp_path, [{"x": 1}, {"x": 2}])
+    assert paths == [str(tmp_path / "combined_t.csv")]
+    with open(tmp_path / "combined_t.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["x", "t.x", "a", "b"], ["1", "9", "1", ""], ["2", "", "6", "5"],
+                                        ["2", "", "8", "7"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["combined_t.csv", "x=1", "x=2"]
+    # the sweep's key does not depend on the order its axes are given in
+    assert sweep_key("demo", {"a": [1], "b": [2]}, {}, None, 0, None) == \
+        sweep_key("demo", {"b": [2], "a": [1]}, {}, None, 0, None)
