@@ -713,3 +713,30 @@ def test_combine_by_hand(tmp_path):
     # the sweep's key does not depend on the order its axes are given in
     assert sweep_key("demo", {"a": [1], "b": [2]}, {}, None, 0, None) == \
         sweep_key("demo", {"b": [2], "a": [1]}, {}, None, 0, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# live
+
+
+def test_worker_figures_go_to_the_innermost_active_display():
+    """Mutants: ``active()`` returning the first display activated (a sweep's, under which a
+    point's run activated its own) instead of the last; ``snapshot_text`` dropping round 0
+    (a falsy round)."""
+    from fedsim.experiment.live import activate, active, deactivate, snapshot_text
+
+    outer, inner = object(), object()
+    before = active()
+    activate(outer)
+    activate(inner)
+    try:
+        assert active() is inner
+        deactivate(inner)
+        assert active() is outer
+    finally:
+        deactivate(inner)
+        deactivate(outer)
+    assert active() is before
+    assert snapshot_text([{"round": 7}]) == "round 7" and snapshot_text([{"round": 0}]) == "round 0"
+    assert snapshot_text([{"round": -1}]) == "setup"
+    assert snapshot_text([{"round": 3}, {"round": -4}, {"round": None}]) == "rounds 3|setup for round 3"
