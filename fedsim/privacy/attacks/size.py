@@ -3,7 +3,7 @@
 The observer watches the server's link: for every message it sees the sender, the kind and the
 size on the wire, never the content. Protocols are public, so it knows each message's layout and
 can invert the codec's size law: an upload of k rows ``{items: int32[k], grads: float[k, d]}``
-has one size per k (``row_count_of_size``). Then, per protocol:
+has one size per k (``rows_of_size``). Then, per protocol:
 
 ``fedrec``, ``fedrecpp``  k = n + min(int(rho n), m - n) rows: n = |I_u| exactly while k < m (SVD++
                           adds ``o_deltas``); at k = m (the sampling capped by the unrated items)
@@ -106,22 +106,27 @@ def fpl_merged_count(mean_k: float, m: int, T: int, pi: float) -> float:
 
 
 def rows_of_size(protocol: str, cfg, kind: str, size: int, framing: int, max_rows: int) -> int | None:
-    """The row count k whose message of ``kind`` (the protocol's layout) is ``size`` bytes on
-    the wire with ``framing`` bytes per message, or None (not a layout with rows, or no k fits).
-    Found from the affine part of the size law and checked exactly with the codec."""
+    """The row count k in 0..``max_rows`` whose message of ``kind`` (the protocol's layout) is
+    ``size`` bytes on the wire with ``framing`` bytes per message, or None (not a layout with
+    rows, or no k fits). The size grows with k (every row adds its bytes, a longer array header
+    only adds more): found by bisection, each step encoded with the codec. (It was read off the
+    slope between 0 and 64 rows, which includes a header growing by some bytes: FPL's uploads of
+    d = 10 from 3,590 rows on were off by more than the 4 rows searched around it, and had no
+    size.)"""
     if _layout(protocol, cfg, kind, 0) is None:
         return None
 
     def doc(k: int) -> int:
         return len(encode_message(kind, _layout(protocol, cfg, kind, k)).data) + framing
 
-    base, one = doc(0), doc(64)
-    per_row = (one - base) / 64.0
-    guess = int(round((size - base) / per_row)) if per_row > 0 else 0
-    for k in sorted(range(max(0, guess - 4), min(max_rows, guess + 4) + 1), key=lambda k: abs(k - guess)):
-        if doc(k) == size:
-            return k
-    return None
+    lo, hi = 0, int(max_rows)
+    while lo < hi:  # the smallest k whose size is at least ``size``
+        mid = (lo + hi) // 2
+        if doc(mid) < size:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if doc(lo) == size else None
 
 
 class SizeOnly(Attack):
