@@ -242,3 +242,22 @@ def test_secure_noise_clients_sort_no_participant_list_per_round(data, monkeypat
         total[T] = sum(seen)
     n = data[3]
     assert 0 < total[1] == total[4] <= n * n  # the setup's only (each client's group, each denoiser's)
+
+
+def test_clients_compute_their_mean_rating_once_not_every_round(data, monkeypatch):
+    # UA's virtual rating (HF's before T_predict) is the user's mean rating, which never changes:
+    # each ordinary client summed its ratings again every round
+    calls = []
+    real = fedrecpp.user_mean
+    monkeypatch.setattr(fedrecpp, "user_mean", lambda r, dt=None: (calls.append(1), real(r, dt))[1])
+    models = {}
+    for T in (1, 4):
+        calls.clear()
+        models[T] = run_pp(data, FedRecPPConfig(d=4, T=T, rho=1.0, eta=2, strategy="ua", dtype="float64"))[0]
+        assert len(calls) == data[3]  # once per client, whatever the rounds
+    # the mean itself is the same number (user_mean of the same ratings): the virtual ratings, the
+    # noise and the U of every client are unchanged (checked bit for bit against the previous
+    # version's runs, docs/performance.md); here, the counted run equals an uncounted one
+    monkeypatch.setattr(fedrecpp, "user_mean", real)
+    again = run_pp(data, FedRecPPConfig(d=4, T=4, rho=1.0, eta=2, strategy="ua", dtype="float64"))[0]
+    assert again.V.tobytes() == models[4].V.tobytes() and again.U.tobytes() == models[4].U.tobytes()

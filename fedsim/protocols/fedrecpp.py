@@ -299,12 +299,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             "missing": lost_rounds}
 
 
-def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool):
+def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool, mu=None):
     """Algorithm 2 TRAINING with denoising: U_u from rated items only (Eq. 7); gradients of the
     rated items, and (ordinary clients) of sampled items with HF/UA virtual ratings (Eq. 3), all
     taken with one user factor: U_u before its update (``order="code"``) or after it
     (``order="paper"``, Algorithm 2 lines 5-8). The virtual ratings come from U_u before the
-    update in both (the copy U'_u of line 2)."""
+    update in both (the copy U'_u of line 2). ``mu``: the user's mean rating (``user_mean(r,
+    V.dtype)``, computed here if not given; a client's ratings never change: it computes it once)."""
     dt = V.dtype
     new_u, g_rated = pmf_batch_client(U, V[rated], r, lr, cfg.lam, order=cfg.order)
     if not with_noise:
@@ -315,7 +316,7 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
     if cfg.strategy == "hf" and hf_active(t, cfg.T_predict, cfg.hf_convention):
         virt = virtual_ratings_hf(U, V[rated], r, V[sampled], lr, cfg.lam, cfg.T_local).astype(dt)
     else:
-        virt = np.full(sampled.shape[0], user_mean(r, dt), dtype=dt)
+        virt = np.full(sampled.shape[0], user_mean(r, dt) if mu is None else mu, dtype=dt)
     # gradient noise (Eq. 8): the sampled items' gradients, with the U_u the rated items' gradients
     # were taken with (pmf_batch_client's "code" order takes them with the U_u it is given); a
     # second factor would set the sampled rows apart from the rated ones in the upload
@@ -404,6 +405,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
     rated = np.asarray(rated, dtype=np.int32)
     r = np.asarray(ratings, dtype=dt)
+    mu = user_mean(r, dt)  # UA's virtual rating (and HF's before T_predict): fixed, computed once
     first = await ctx.receive(("assign", "stop"))
     if first.kind == "stop":  # the assignment was lost: this client never took part
         return U
@@ -446,7 +448,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 U, own = await _denoiser_train(ctx, U, V, rated, r, t, lr, cfg, rng)
                 continue
             try:
-                U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
+                U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True, mu)
                 # the group's participants this round (ascending): a set of every participant and
                 # two sorted intersections per client and round were O(c) in Python per client
                 members = (None if keys is None else
