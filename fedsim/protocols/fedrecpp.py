@@ -410,7 +410,6 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     if first.kind == "stop":  # the assignment was lost: this client never took part
         return U
     role, my_denoiser, group = _assignment(first, cfg, ctx.node_id, n_clients)
-    group_ids = None if group is None else np.array(sorted(group), dtype=np.int64)  # secure noise: its group
     ctx.set_role(role)
     keys = None
     if group is not None:
@@ -421,6 +420,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if not keys.stopped:
                 await ctx.receive("stop")
             return U
+        # its group's client indices (ascending; only those a participant list can name), and a
+        # flag per client to mark a round's participants in
+        group_ids = np.sort(np.fromiter(group, dtype=np.int64, count=len(group)))
+        group_ids = group_ids[(group_ids >= 0) & (group_ids < keys.pubs.shape[0])]
+        in_part = np.zeros(keys.pubs.shape[0], dtype=bool)
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     # the catalogue's size, a denoiser's bound for noise ids: known from the start (a denoiser
     # that has had no model yet, c < n, checked them against the int64 maximum only, and the
@@ -449,10 +453,14 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 continue
             try:
                 U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True, mu)
-                # the group's participants this round (ascending): a set of every participant and
-                # two sorted intersections per client and round were O(c) in Python per client
-                members = (None if keys is None else
-                           np.intersect1d(group_ids, checked_members(msg, p["part"], keys, "part")))
+                if keys is not None:
+                    # the group's participants this round (ascending), vectorised: a set of every
+                    # participant and two sorted intersections per client and round were O(c) in
+                    # Python per client
+                    part = checked_members(msg, p["part"], keys, "part")
+                    in_part[part] = True
+                    members = group_ids[in_part[group_ids]]
+                    in_part[part] = False
             except _MODEL_ERRORS as exc:
                 raise BadMessageError(msg, exc) from exc
             U = U_new
