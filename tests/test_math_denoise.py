@@ -63,3 +63,44 @@ def test_remove_noise_refuses_counts_out_of_their_bounds_changing_nothing():
     with pytest.raises(ValueError, match="must be an integer array, got float64"):
         remove_noise(G, C, items, np.ones((4, 2)), np.zeros(4), bounds=(-1, named))
     assert (G == 1).all() and (C == 5).all()
+
+
+def test_denoiser_sums_adds_whole_rows_once_per_message_with_the_loop_s_bits(monkeypatch):
+    # each noise message cost a searchsorted and a fancy-index += of its rows (a denoiser's
+    # collection was one of these per ordinary client); now one search for all messages, one
+    # bincount for the counts, and a whole-row add (rows.RowSum) per message, in message order
+    from fedsim.math import denoise, rows
+
+    adds = []
+
+    class Counted(rows.RowSum):
+        def add(self, ids, block):
+            adds.append(len(ids))
+            super().add(ids, block)
+
+    monkeypatch.setattr(denoise, "RowSum", Counted)
+    rng = np.random.default_rng(4)
+    m, d = 60, 3
+    its = [np.sort(rng.choice(m, size=k, replace=False)).astype(np.int32) for k in (5, 0, 17, 9, 30, 1)]
+    gs = [(rng.normal(size=(len(i), d)) * 10.0 ** rng.integers(-5, 5, size=(len(i), 1))).astype(np.float32)
+          for i in its]
+    gs[2][0] = -0.0  # a -0.0 alone on its item stays +0.0 + -0.0 = +0.0, as in the loop
+    own_i = np.array([3, 8, 59], dtype=np.int32)
+    own_g = rng.normal(size=(3, d)).astype(np.float32)
+    items, sums, counts = denoiser_sums(its, gs, own_i, own_g, d=d, dtype=np.float32)
+    assert adds == [len(i) for i in its]
+    # the reference: the per-message loop, item by item in message order
+    want_items = np.unique(np.concatenate([*its, own_i]).astype(np.int64))
+    want = np.zeros((want_items.size, d), dtype=np.float32)
+    want_c = np.zeros(want_items.size, dtype=np.int64)
+    for i, g in zip(its, gs):
+        for r, item in enumerate(i):
+            k = int(np.searchsorted(want_items, item))
+            want[k] = want[k] + g[r]
+            want_c[k] += 1
+    k = np.searchsorted(want_items, own_i)
+    want[k] -= own_g
+    want_c[k] -= 1
+    assert items.tobytes() == want_items.tobytes()
+    assert sums.dtype == np.float32 and sums.tobytes() == want.tobytes()
+    assert counts.dtype == np.int64 and counts.tolist() == want_c.tolist()

@@ -132,3 +132,24 @@ def test_a_system_singular_in_floating_point_gives_a_nan_user_factor():
     p_ok = fcf_user_factor(Q, np.array([0, 1]), 1.0, 0.1)  # well posed: solved as before
     A = Q.T @ Q + Q[:2].T @ Q[:2] + 0.1 * np.eye(10)
     np.testing.assert_allclose(p_ok, np.linalg.solve(A, 2.0 * Q[:2].sum(axis=0)), rtol=1e-12)
+
+
+def test_fcf_client_converts_q_once_and_equals_its_two_steps():
+    # a client round converted the received (float32) Q to float64 twice, once per step
+    Q64, items = setup(m=40, d=5, seed=3)
+    Q32 = Q64.astype(np.float32)
+
+    class Counted:  # an array-like that counts its conversions
+        shape = Q32.shape
+        calls = 0
+
+        def __array__(self, dtype=None, copy=None):
+            Counted.calls += 1
+            return Q32.astype(dtype or Q32.dtype)
+
+    p, g = fcf_client(Counted(), items, ALPHA, LAM)
+    assert Counted.calls == 1
+    p_want = fcf_user_factor(Q32, items, ALPHA, LAM)
+    g_want = fcf_item_gradient(Q32, p_want, items, ALPHA)
+    assert p.tobytes() == p_want.tobytes() and g.tobytes() == g_want.tobytes()
+    assert g.dtype == np.float64 and g.shape == (40, 5)

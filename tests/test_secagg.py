@@ -295,3 +295,38 @@ def test_the_key_exchange_is_labelled_with_the_setup_round_not_the_first_trainin
     assert sorted(kinds) == [-1, 0, 1, 2]
     assert kinds[-1] == setup_kinds
     assert not any(kinds[r] & {"keys", "peers"} for r in (0, 1, 2))
+
+
+def test_masked_upload_adds_each_mask_term_into_the_encoding_with_no_mask_vector():
+    # masked_upload built mask()'s vector (zeros plus every PRG term) and then added it: a third
+    # vector of the upload's length alive at once. Modulo 2^64 the order of the additions does not
+    # matter, so the terms go into the encoding directly: the same upload, two vectors at most.
+    import tracemalloc
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=200_000)
+    keys = {1: 12345, 4: 999, 7: 2 ** 40 + 3}
+    want = secagg.encode(x, parties=9) + secagg.mask(3, keys, 5, x.size)  # the definition
+    tracemalloc.start()
+    try:
+        y = secagg.masked_upload(x, 3, keys, 5, parties=9)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert y.dtype == np.uint64 and y.tobytes() == want.tobytes()
+    assert peak < 2.5 * x.nbytes  # the encoding and one PRG term (before: and the mask, 3 x)
+
+
+def test_encode_checks_the_range_without_a_vector_of_magnitudes(monkeypatch):
+    # encode tested np.all(np.abs(x) < bound): two temporaries of the upload's length per client
+    # and round. The extremes say the same: every value finite and inside (-bound, bound).
+    called = []
+    monkeypatch.setattr(np, "abs", lambda *a, **k: called.append(1) or np.absolute(*a, **k))
+    bound = secagg.limit(3)
+    ok = np.array([-bound * (1 - 2 ** -40), 0.0, -0.0, 1.5, bound * (1 - 2 ** -40)])
+    assert secagg.encode(ok, parties=3).view(np.int64).tolist() == \
+        np.rint(np.ldexp(ok, secagg.FRACTION_BITS)).astype(np.int64).tolist()
+    for bad in (bound, -bound, np.inf, -np.inf, np.nan):
+        with pytest.raises(OverflowError, match="fixed-point range of a sum over 3"):
+            secagg.encode(np.array([0.0, bad, 1.0]), parties=3)
+    assert called == []

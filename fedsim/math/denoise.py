@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .rows import check_rows
+from .rows import RowSum, check_rows
 
 __all__ = ["check_noise_counts", "denoiser_sums", "denoiser_sums_dense", "remove_noise"]
 
@@ -32,11 +32,18 @@ def denoiser_sums(noise_items: Sequence[np.ndarray], noise_grads: Sequence[np.nd
     all_items = np.concatenate([*noise_items, own_items]).astype(np.int64)
     items = np.unique(all_items)
     sums = np.zeros((items.shape[0], d), dtype=dtype)
-    counts = np.zeros(items.shape[0], dtype=np.int64)
+    # every noise message's positions in ``items`` found at once, its counts added by one bincount;
+    # its rows added message by message (in order: the same additions, bit for bit), whole rows
+    # at a time (rows.RowSum: a fancy-index += per message was most of a denoiser's work)
+    n_noise = all_items.shape[0] - own_items.shape[0]
+    idx = np.searchsorted(items, all_items[:n_noise])
+    counts = np.bincount(idx, minlength=items.shape[0]).astype(np.int64, copy=False)
+    acc = RowSum(sums)
+    lo = 0
     for it, g in zip(noise_items, noise_grads):
-        idx = np.searchsorted(items, it)
-        sums[idx] += g
-        counts[idx] += 1
+        hi = lo + len(it)
+        acc.add(idx[lo:hi], g)
+        lo = hi
     if own_items.shape[0]:
         idx = np.searchsorted(items, own_items)
         sums[idx] -= own_grads

@@ -66,8 +66,12 @@ def fcf_user_factor(
     ``alpha Q_+^T Q_+``, of rank |I_u| < d) gives a p_u of NaN, as a diverged model has: the FCF
     server finds the gradients not finite and stops, saying so (it was a LinAlgError of the client)."""
     Q = np.asarray(Q, dtype=np.float64)
+    return _user_factor(Q, _items(items_pos, Q.shape[0]), alpha, lam, QtQ)
+
+
+def _user_factor(Q: np.ndarray, items: np.ndarray, alpha: float, lam: float, QtQ) -> np.ndarray:
+    """``fcf_user_factor`` for a float64 ``Q`` and ``items`` already through ``_items``."""
     d = Q.shape[1]
-    items = _items(items_pos, Q.shape[0])
     Qp = Q[items]
     A = (Q.T @ Q if QtQ is None else np.array(QtQ, dtype=np.float64)) + float(alpha) * (Qp.T @ Qp)
     A[np.diag_indices(d)] += float(lam)
@@ -80,8 +84,12 @@ def fcf_user_factor(
 
 def fcf_item_gradient(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float) -> np.ndarray:
     """Eq. 3 for all m items: ``grad_i = (1 + alpha y_ui)(p_u . q_i - y_ui) p_u``, shape (m, d)."""
-    items = _items(items_pos, Q.shape[0])
-    r = np.asarray(Q, dtype=np.float64) @ p_u  # p_u . q_i for every item
+    return _item_gradient(np.asarray(Q, dtype=np.float64), p_u, _items(items_pos, Q.shape[0]), alpha)
+
+
+def _item_gradient(Q: np.ndarray, p_u: np.ndarray, items: np.ndarray, alpha: float) -> np.ndarray:
+    """``fcf_item_gradient`` for a float64 ``Q`` and ``items`` already through ``_items``."""
+    r = Q @ p_u  # p_u . q_i for every item
     r[items] = (1.0 + float(alpha)) * (r[items] - 1.0)
     return np.multiply.outer(r, p_u)
 
@@ -94,9 +102,13 @@ def fcf_client(
     *,
     QtQ: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One FCF client round: ``(p_u, grad)`` with the closed-form p_u and the (m, d) gradient."""
-    p = fcf_user_factor(Q, items_pos, alpha, lam, QtQ=QtQ)
-    return p, fcf_item_gradient(Q, p, items_pos, alpha)
+    """One FCF client round: ``(p_u, grad)`` with the closed-form p_u and the (m, d) gradient.
+    ``Q`` (the wire's float32, say) is converted to float64 and the positive items sorted and
+    checked once for both steps (``fcf_user_factor`` then ``fcf_item_gradient`` did each twice)."""
+    Q = np.asarray(Q, dtype=np.float64)
+    items = _items(items_pos, Q.shape[0])
+    p = _user_factor(Q, items, alpha, lam, QtQ)
+    return p, _item_gradient(Q, p, items, alpha)
 
 
 def fcf_user_loss(Q: np.ndarray, p_u: np.ndarray, items_pos: np.ndarray, alpha: float, lam: float) -> float:

@@ -20,6 +20,8 @@ Kernels:
 * ``exact_dot``     correctly rounded ``sum(a[k] * b[k])`` (``math.fsum``'s value)
 * ``client_round``  one client's round: T triples, p_u steps, the sorted float32 update rows
 * ``apply_rows``    the server's ``theta[item] += float32(row * lr)``, row by row
+* ``add_update``    ``apply_rows`` for one whole update off the wire, its item ids checked first
+                    (the FPL server's sum of each upload)
 * ``epoch``         ``rounds`` rounds of selected clients, each round's updates applied after
                     every selected client has computed its own from the round's Theta_S
 """
@@ -245,6 +247,20 @@ def apply_rows(theta, items, rows, n, lr32):
             theta[it, k] = theta[it, k] + rows[m, k] * lr32
 
 
+def add_update(theta, items, rows, lr):
+    """The FPL server's Eq. 7 for one received update: ``apply_rows`` over all its rows, if
+    every item id is in ``[0, len(theta))``; else returns False, changing nothing (the caller
+    then raises, naming the id). ``lr`` has theta's dtype. The same additions in the same order
+    as ``np.add.at(theta, items, rows * lr)`` (a repeated id is added once per row)."""
+    m = theta.shape[0]
+    n = items.shape[0]
+    for k in range(n):
+        if items[k] < 0 or items[k] >= m:
+            return False
+    apply_rows(theta, items, rows, n, lr)
+    return True
+
+
 def epoch(theta, P, sel_ptr, sel, draw_at, U_all, pos_ptr, pos_all, key_ptr, key_all, catalogue, n_negs, T,
           par64, par32, visits, pos_sent, neg_sent):
     """``len(sel_ptr) - 1`` rounds: round r's clients are ``sel[sel_ptr[r]:sel_ptr[r + 1]]`` (in
@@ -292,7 +308,7 @@ def epoch(theta, P, sel_ptr, sel, draw_at, U_all, pos_ptr, pos_all, key_ptr, key
         apply_rows(theta, buf_items, buf_rows, off, lr32)
 
 
-_KERNELS = ("exact_dot", "_right_rank", "client_round", "apply_rows", "epoch")
+_KERNELS = ("exact_dot", "_right_rank", "client_round", "apply_rows", "add_update", "epoch")
 
 
 def compiled():

@@ -64,10 +64,16 @@ def encode(x: np.ndarray, bits: int = FRACTION_BITS, parties: int = 1) -> np.nda
     so that the sum of ``parties`` encoded vectors cannot wrap around 2^64 (it would decode to
     wrong values with nothing to tell)."""
     x = np.asarray(x, dtype=np.float64).ravel()
-    if x.size and not np.all(np.abs(x) < limit(parties, bits)):
+    bound = limit(parties, bits)
+    # |x| < bound for every value, read off the extremes (a NaN makes both comparisons false, as an
+    # infinity makes one): two reductions, no temporary arrays (|x| and the comparison were two
+    # more vectors of the upload's length per client and round)
+    if x.size and not (-bound < x.min() and x.max() < bound):
         raise OverflowError(f"secure aggregation: a value does not fit the fixed-point range of a sum over "
-                            f"{int(parties)} ({limit(parties, bits):.4g})")
-    return np.rint(np.ldexp(x, bits)).astype(np.int64).view(np.uint64)
+                            f"{int(parties)} ({bound:.4g})")
+    q = np.ldexp(x, bits)
+    np.rint(q, out=q)
+    return q.astype(np.int64).view(np.uint64)
 
 
 def decode(q: np.ndarray, bits: int = FRACTION_BITS) -> np.ndarray:
@@ -120,7 +126,13 @@ def masked_upload(x: np.ndarray, me: int, keys: dict[int, int], rnd: int, bits: 
     """``encode(x, bits, parties) + mask(...)`` modulo 2^64: what participant ``me`` uploads
     (``parties``: how many uploads the sum will add up). Raises ``OverflowError`` as ``encode``."""
     q = encode(x, bits, parties)
-    q += mask(me, keys, rnd, q.size)
+    # mask()'s terms added into q directly (no mask vector of its own: one vector and one pass
+    # fewer); addition modulo 2^64 is exact in any order, so the upload is the same to the bit
+    for v, key in sorted(keys.items()):
+        if me < v:
+            q += _prg(key, rnd, q.size)
+        else:
+            q -= _prg(key, rnd, q.size)
     return q
 
 

@@ -171,7 +171,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     n = len(clients)
     den_idx = np.sort(rng.choice(n, size=cfg.eta, replace=False)) if cfg.eta else np.empty(0, np.int64)
     denoisers = [clients[i] for i in den_idx]
-    ordinary = [c for i, c in enumerate(clients) if i not in set(den_idx.tolist())]
+    den_pos = set(den_idx.tolist())
+    ordinary = [c for i, c in enumerate(clients) if i not in den_pos]
     assignment: dict[str, str] = {}
     if denoisers:
         # balanced: a random permutation of the ordinary clients dealt round-robin
@@ -182,8 +183,11 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     index = {c: i for i, c in enumerate(clients)}
     groups: dict[str, np.ndarray] = {}
     if cfg.secure_noise:
+        by_denoiser: dict[str, list[int]] = {dn: [] for dn in denoisers}
+        for c, a in assignment.items():  # one pass (a pass over every client per denoiser was O(n eta))
+            by_denoiser[a].append(index[c])
         for dn in denoisers:
-            groups[dn] = np.array(sorted(index[c] for c, a in assignment.items() if a == dn), dtype=np.int32)
+            groups[dn] = np.array(sorted(by_denoiser[dn]), dtype=np.int32)
     for c in clients:
         if c in assignment:
             body = {"role": "ordinary", "denoiser": assignment[c]}
@@ -295,12 +299,13 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             "missing": lost_rounds}
 
 
-def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool):
+def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_noise: bool, mu=None):
     """Algorithm 2 TRAINING with denoising: U_u from rated items only (Eq. 7); gradients of the
     rated items, and (ordinary clients) of sampled items with HF/UA virtual ratings (Eq. 3), all
     taken with one user factor: U_u before its update (``order="code"``) or after it
     (``order="paper"``, Algorithm 2 lines 5-8). The virtual ratings come from U_u before the
-    update in both (the copy U'_u of line 2)."""
+    update in both (the copy U'_u of line 2). ``mu``: the user's mean rating (``user_mean(r,
+    V.dtype)``, computed here if not given; a client's ratings never change: it computes it once)."""
     dt = V.dtype
     new_u, g_rated = pmf_batch_client(U, V[rated], r, lr, cfg.lam, order=cfg.order)
     if not with_noise:
@@ -311,7 +316,7 @@ def _denoised_client_step(U, V, rated, r, t, lr, cfg: FedRecPPConfig, rng, with_
     if cfg.strategy == "hf" and hf_active(t, cfg.T_predict, cfg.hf_convention):
         virt = virtual_ratings_hf(U, V[rated], r, V[sampled], lr, cfg.lam, cfg.T_local).astype(dt)
     else:
-        virt = np.full(sampled.shape[0], user_mean(r, dt), dtype=dt)
+        virt = np.full(sampled.shape[0], user_mean(r, dt) if mu is None else mu, dtype=dt)
     # gradient noise (Eq. 8): the sampled items' gradients, with the U_u the rated items' gradients
     # were taken with (pmf_batch_client's "code" order takes them with the U_u it is given); a
     # second factor would set the sampled rows apart from the rated ones in the upload
@@ -344,10 +349,12 @@ def _assignment(msg, cfg: FedRecPPConfig, me: str = "", n_clients: int = 0) -> t
     group = None
     if cfg.secure_noise and den is not None:
         try:
-            group = set(np.asarray(a["group"]).tolist())
+            ids = np.asarray(a["group"])
+            group = set(ids.tolist())
         except _MODEL_ERRORS as exc:
             raise BadMessageError(msg, exc) from exc
-        if not all(type(g) is int for g in group):
+        # (an integer array's elements are ints: only another kind is looked at element by element)
+        if ids.dtype.kind not in "iu" and not all(type(g) is int for g in group):
             raise BadMessageError(msg, f"group must be client indices, got {a['group']!r}")
     return role, den, group
 
@@ -398,6 +405,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
     U = init_user_factor(rng, cfg.d, scale=cfg.init_scale, dtype=dt)
     rated = np.asarray(rated, dtype=np.int32)
     r = np.asarray(ratings, dtype=dt)
+    mu = user_mean(r, dt)  # UA's virtual rating (and HF's before T_predict): fixed, computed once
     first = await ctx.receive(("assign", "stop"))
     if first.kind == "stop":  # the assignment was lost: this client never took part
         return U
@@ -412,6 +420,11 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if not keys.stopped:
                 await ctx.receive("stop")
             return U
+        # its group's client indices (ascending; only those a participant list can name), and a
+        # flag per client to mark a round's participants in
+        group_ids = np.sort(np.fromiter(group, dtype=np.int64, count=len(group)))
+        group_ids = group_ids[(group_ids >= 0) & (group_ids < keys.pubs.shape[0])]
+        in_part = np.zeros(keys.pubs.shape[0], dtype=bool)
     own: tuple | None = None  # a denoiser's gradients of the current iteration
     # the catalogue's size, a denoiser's bound for noise ids: known from the start (a denoiser
     # that has had no model yet, c < n, checked them against the int64 maximum only, and the
@@ -439,8 +452,15 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 U, own = await _denoiser_train(ctx, U, V, rated, r, t, lr, cfg, rng)
                 continue
             try:
-                U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True)
-                part = None if keys is None else set(checked_members(msg, p["part"], keys, "part").tolist())
+                U_new, g_rated, sampled, g_noise = _denoised_client_step(U, V, rated, r, t, lr, cfg, rng, True, mu)
+                if keys is not None:
+                    # the group's participants this round (ascending), vectorised: a set of every
+                    # participant and two sorted intersections per client and round were O(c) in
+                    # Python per client
+                    part = checked_members(msg, p["part"], keys, "part")
+                    in_part[part] = True
+                    members = group_ids[in_part[group_ids]]
+                    in_part[part] = False
             except _MODEL_ERRORS as exc:
                 raise BadMessageError(msg, exc) from exc
             U = U_new
@@ -451,7 +471,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
                 # the server removes exactly what it received (bit for bit in float64)
                 # (the range of a sum over the group's keyed members, which the masked upload
                 # below checks again: it must not fail after the upload has gone)
-                parties = keys.parties(sorted(group & part))
+                parties = keys.parties(members)
                 try:
                     g_noise = decode(encode(g_noise, parties=parties)).reshape(g_noise.shape).astype(dt)
                 except OverflowError:
@@ -466,7 +486,6 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecPPConfi
             if keys is None:
                 await ctx.send(my_denoiser, "noise", {"items": sampled, "grads": g_noise}, anonymous=True)
             else:
-                members = sorted(group & part)
                 dense = dense_rows(V.shape[0], cfg.d, sampled, g_noise, counts=True)
                 await ctx.compute(float(dense.size * (1 + keys.k)), "mask")
                 await ctx.send(my_denoiser, "noise", {"masked": keys.upload(dense, members, t)}, anonymous=True)

@@ -80,6 +80,7 @@ from ..math.bpr import (
     TripleSampler,
     make_triple_sampler,
 )
+from ..math import fpl_kernels
 from ..math.fpl_central import CompiledClientRound, select_clients
 from ..math.fpl_presets import PRESET_NAMES, FPLSchedule, fpl_preset
 from ..math.rows import check_rows
@@ -225,6 +226,8 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
     else:
         theta[...] = init
     lr = float(cfg.lr)
+    lr_dt = dt.type(lr)
+    kern = fpl_kernels.compiled()  # the updates' sum (None without numba: np.add.at)
     received: list = []
     missing: list[dict] = []
     diverged_at = None  # the 1-based round a client's rows overflowed in, or Theta_S stopped being finite in
@@ -277,14 +280,24 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FPLConfig, init: np
         for msg in got:  # node-id order
             try:
                 items, rows = msg.payload["items"], msg.payload["rows"]
-                # (np.add.at wraps negative ids; items as a list was a bare AttributeError of the
-                # count below, rows as a list a bare TypeError of the sum, and an integer or bool
-                # array is nothing a client computes)
-                check_rows(items, rows, theta.shape[0], theta.shape[1], "update", upload=True)
-            except (KeyError, TypeError, ValueError, IndexError) as exc:
+            except (KeyError, TypeError) as exc:
                 raise BadMessageError(msg, exc) from exc
-            with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
-                np.add.at(theta, items, rows * dt.type(lr))
+            # a well-formed update (an integer id vector, rows of theta's dtype and width) is added
+            # by the compiled loop, its ids checked in the same call: np.add.at's additions in the
+            # same order, bit for bit (tests/test_fpl.py), without its per-call cost
+            if not (kern is not None and type(items) is np.ndarray and type(rows) is np.ndarray
+                    and items.ndim == 1 and items.dtype.kind in "iu" and rows.dtype == dt
+                    and rows.shape == (items.shape[0], theta.shape[1])
+                    and kern.add_update(theta, items, rows, lr_dt)):
+                try:
+                    # (np.add.at wraps negative ids; items as a list was a bare AttributeError of the
+                    # count below, rows as a list a bare TypeError of the sum, and an integer or bool
+                    # array is nothing a client computes)
+                    check_rows(items, rows, theta.shape[0], theta.shape[1], "update", upload=True)
+                except (TypeError, ValueError, IndexError) as exc:
+                    raise BadMessageError(msg, exc) from exc
+                with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
+                    np.add.at(theta, items, rows * lr_dt)
             rows_in += items.shape[0]
             if cfg.record_received:
                 received.append((r, msg.sender, np.array(items), np.array(rows)))
