@@ -77,7 +77,7 @@ class _Draft:
 
 
 class _Node:
-    __slots__ = ("id", "coro", "mailbox", "want", "gathering", "result", "done")
+    __slots__ = ("id", "coro", "mailbox", "want", "gathering", "result", "done", "round")
 
     def __init__(self, node_id, coro):
         self.id = node_id
@@ -87,6 +87,7 @@ class _Node:
         self.gathering = None  # (kind, senders left, messages) of a gather in progress
         self.result = None
         self.done = False
+        self.round = 0  # the label of what it sends (begin_round), as on a transport
 
 
 class NullContext:
@@ -106,7 +107,7 @@ class NullContext:
         return self._rng
 
     def begin_round(self, rnd):
-        pass
+        self._node.round = rnd
 
     def draft(self, kind, template, *, zero=True):
         return _Draft(kind, template)
@@ -178,9 +179,10 @@ class NullNetwork:
     def post(self, src, dsts, kind, payload) -> None:
         payload = _read_only(payload.payload if type(payload) is _Draft else payload)
         ready = self.ready
+        rnd = self.nodes[src].round
         for dst in dsts:
             node = self.nodes[dst]
-            msg = Message(kind, dict(payload) if type(payload) is dict else payload, src, 0, 0)
+            msg = Message(kind, dict(payload) if type(payload) is dict else payload, src, rnd, 0)
             w = node.want
             if w is not None and (w == () or w == kind or (type(w) is not str and kind in w)):
                 node.want = None
