@@ -426,3 +426,36 @@ def test_trainers_refuse_non_finite_or_misaligned_ratings(train):
         f(u, i, np.append(good, 2.0), 3, 3, **kw)
     with pytest.raises(ValueError, match="test rating 0 is not finite"):
         f(u, i, good, 3, 3, test=(u[:1], i[:1], np.array([np.inf])), **kw)
+
+
+def test_sample_unrated_draws_what_choice_over_the_pool_of_unrated_items_draws():
+    # the pool of unrated items built in full (an m-long mask and index array, what sample_unrated
+    # built for every client and call) against the positions mapped to items: the same items in
+    # the same order, the generator left in the same state; rated lists sorted, unsorted and with a
+    # repeat, catalogues small and of the ML-20M and Netflix shapes, sampling capped or not
+    from fedsim.math.filling import n_sampled
+
+    def by_pool(rng, rated, m, rho):
+        k = n_sampled(rated.shape[0], m, rho)
+        if k == 0:
+            return np.empty(0, np.int32)
+        mask = np.ones(m, dtype=bool)
+        mask[rated] = False
+        return rng.choice(np.flatnonzero(mask), size=k, replace=False).astype(np.int32)
+
+    g = np.random.default_rng(3)
+    for trial in range(600):
+        m = [1, 2, 12, 1682, 17770, 26744][trial % 6]
+        n = int(g.integers(0, m + 1)) if trial % 4 else int(g.integers(0, min(m, 60) + 1))
+        rated = np.sort(g.choice(m, n, replace=False)).astype(np.int32)
+        if trial % 7 == 0 and n > 1:
+            rated = g.permutation(rated)
+        if trial % 11 == 0 and n > 1:
+            rated = np.concatenate([rated, rated[-1:]])
+        rho = [0.3, 1.0, 2.0, 3.0, 40.0][trial % 5]
+        seed = int(g.integers(1 << 31))
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        want = by_pool(a, rated, m, rho)
+        got = sample_unrated(b, rated, m, rho)
+        assert got.dtype == np.int32 and np.array_equal(got, want), (trial, m, n, rho)
+        assert a.bit_generator.state == b.bit_generator.state
