@@ -189,6 +189,29 @@ def test_the_built_in_names_build_the_same_networks_as_before(tmp_path):
     assert len({ledgers[n, "name"] for n in ("fifo", "fair", "tcp")}) == 3  # (three different models)
 
 
+
+def test_a_registered_tcpnetwork_subclass_builds_with_its_frame_header_and_refuses_other_framing():
+    # NetSpec.build passed framing_bytes (0 by default) to every transport but one named 'tcp':
+    # TcpNetwork refuses any framing but its frame header, so a plug-in's TcpNetwork subclass
+    # failed to build ('framing_bytes is 25, got 0'), and a framing given to it was left unchecked
+    from fedsim.kernel import TcpNetwork
+    from fedsim.kernel.tcp import FRAME_OVERHEAD
+
+    class TcpAgain(TcpNetwork):
+        pass
+
+    register_transport("rv-tcp", TcpAgain, "tcp under another name")
+    try:
+        net = NetSpec(transport="rv-tcp").build(0)
+        assert type(net) is TcpAgain and net.framing_bytes == FRAME_OVERHEAD
+        assert NetSpec(transport="rv-tcp", framing_bytes=FRAME_OVERHEAD).build(0).framing_bytes == FRAME_OVERHEAD
+        with pytest.raises(NetworkConfigError, match=r"^framing_bytes is fixed by transport 'rv-tcp' \(its frame "
+                                                     rf"header, {FRAME_OVERHEAD} bytes\), got 3$"):
+            NetSpec(transport="rv-tcp", framing_bytes=3)
+        assert NetSpec(transport="asyncio", framing_bytes=3).build(0).framing_bytes == 3
+    finally:
+        TRANSPORT_REGISTRY.remove("rv-tcp")
+
 # -- a plug-in's link model and transport on the command line -------------------------------------
 
 

@@ -203,8 +203,8 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
                        link_models: bool | None = None, replace: bool = False) -> Any:
     """Register a transport as ``name``: ``factory(**kwargs)`` makes a new network (a
     ``fedsim.kernel.Network`` subclass, usually; the keyword arguments: ``seed``, ``profile``,
-    ``faults``, ``framing_bytes``, the ``NetSpec``'s ``options``, and ``link_model`` when
-    ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
+    ``faults``, ``framing_bytes`` (not for a ``TcpNetwork`` subclass: its framing is its frame
+    header), the ``NetSpec``'s ``options``, and ``link_model`` when ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
     signature has a ``link_model`` parameter, as ``SimNetwork``'s and its subclasses' have). Returns
     ``factory``; without it, a decorator. Raises ``ValueError`` for a bad name or one already
     registered (``replace=True`` overrides), ``TypeError`` for a factory that is not callable."""
