@@ -155,6 +155,29 @@ def test_registering_refuses_bad_names_duplicates_and_factories_that_are_not_one
     assert list(LINK_MODELS) == ["fifo", "fair", "tcp"] and list(TRANSPORTS) == ["sim", "asyncio", "tcp"]
 
 
+
+def test_a_link_model_factory_that_needs_arguments_is_refused_when_registered():
+    # the factory is called with no arguments, once per network: a class whose constructor needs
+    # one was registered, and every run on it failed with the bare TypeError of its __init__
+    # ("Shared.__init__() missing 1 required positional argument: 'rate'"), naming no link model
+    class Shared(LinkModel):
+        def __init__(self, rate):
+            self.rate = rate
+
+        def transmit(self, net, src, dst, envelope):
+            net.deliver(envelope, dst)
+
+    with pytest.raises(TypeError, match=r"^link model 'rv-shared': the factory is called with no arguments, and "
+                                        r".*Shared needs some \(missing a required argument: 'rate'\); register "
+                                        r"functools.partial\(.*Shared, \.\.\.\) with them, or a function$"):
+        register_link_model("rv-shared", Shared, "needs a rate")
+    assert "rv-shared" not in LINK_MODELS
+    try:
+        register_link_model("rv-shared", functools.partial(Shared, rate=2.0), "with its rate")
+        assert SimNetwork(link_model="rv-shared").link_model.rate == 2.0
+    finally:
+        LINK_MODEL_REGISTRY.remove("rv-shared")
+
 def test_unknown_names_are_one_line_with_the_registered_names_and_the_closest():
     with pytest.raises(NetworkConfigError) as err:
         NetSpec(link_model="fiar")
