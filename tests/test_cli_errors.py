@@ -563,3 +563,50 @@ def test_a_plugin_loaded_as_a_scenario_is_not_left_registered(tmp_path):
     with pytest.raises(UsageError, match="protocol plug-in"):
         load_scenario(str(path))
     assert list(REGISTRY) == before and "fedsim_scenario_fedavg_mf" not in sys.modules
+
+
+_WIRES = '''
+from fedsim.kernel import AsyncioNetwork, FifoLinkModel, register_link_model, register_transport
+
+
+@register_link_model("rv-slow", description="fifo under another name")
+class Slow(FifoLinkModel):
+    pass
+
+
+class Framed(AsyncioNetwork):
+    pass
+
+
+register_transport("rv-framed", Framed, "asyncio under another name")
+'''
+
+
+@pytest.mark.parametrize("with_protocol", [False, True])
+def test_a_link_model_or_transport_plugin_loaded_as_a_scenario_is_not_left_registered(tmp_path, with_protocol):
+    """load_scenario undid a protocol plug-in given as a scenario, but kept the link models and
+    transports a plug-in file registers (and, with no protocol in it, said only 'it needs PARAMS
+    and run(ctx)', nothing of --plugin, its module left in sys.modules)."""
+    from fedsim.experiment import UsageError, load_scenario
+    from fedsim.kernel import LINK_MODELS, TRANSPORTS
+    from fedsim.protocols import REGISTRY
+
+    source = _WIRES
+    if with_protocol:
+        source += ("from dataclasses import replace\nfrom fedsim.protocols import register\n"
+                   "from fedsim.protocols.demo import SPEC\nregister(replace(SPEC, name='rv-demo'))\n")
+    path = tmp_path / "wires.py"
+    path.write_text(source)
+    before = (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS))
+    with pytest.raises(UsageError) as err:
+        load_scenario(str(path))
+    if with_protocol:
+        assert str(err.value) == (f"{path} is not a fedsim scenario but a protocol plug-in (it registers 'rv-demo', "
+                                  f"link model 'rv-slow', transport 'rv-framed'): run it with fedsim --plugin {path} "
+                                  "run rv-demo")
+    else:
+        assert str(err.value) == (f"{path} is not a fedsim scenario but a plug-in (it registers link model 'rv-slow', "
+                                  f"transport 'rv-framed'): use it with fedsim --plugin {path} run SCENARIO "
+                                  "--link-model rv-slow")
+    assert (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS)) == before
+    assert "fedsim_scenario_wires" not in sys.modules

@@ -155,6 +155,29 @@ def test_registering_refuses_bad_names_duplicates_and_factories_that_are_not_one
     assert list(LINK_MODELS) == ["fifo", "fair", "tcp"] and list(TRANSPORTS) == ["sim", "asyncio", "tcp"]
 
 
+
+def test_a_link_model_factory_that_needs_arguments_is_refused_when_registered():
+    # the factory is called with no arguments, once per network: a class whose constructor needs
+    # one was registered, and every run on it failed with the bare TypeError of its __init__
+    # ("Shared.__init__() missing 1 required positional argument: 'rate'"), naming no link model
+    class Shared(LinkModel):
+        def __init__(self, rate):
+            self.rate = rate
+
+        def transmit(self, net, src, dst, envelope):
+            net.deliver(envelope, dst)
+
+    with pytest.raises(TypeError, match=r"^link model 'rv-shared': the factory is called with no arguments, and "
+                                        r".*Shared needs some \(missing a required argument: 'rate'\); register "
+                                        r"functools.partial\(.*Shared, \.\.\.\) with them, or a function$"):
+        register_link_model("rv-shared", Shared, "needs a rate")
+    assert "rv-shared" not in LINK_MODELS
+    try:
+        register_link_model("rv-shared", functools.partial(Shared, rate=2.0), "with its rate")
+        assert SimNetwork(link_model="rv-shared").link_model.rate == 2.0
+    finally:
+        LINK_MODEL_REGISTRY.remove("rv-shared")
+
 def test_unknown_names_are_one_line_with_the_registered_names_and_the_closest():
     with pytest.raises(NetworkConfigError) as err:
         NetSpec(link_model="fiar")
@@ -188,6 +211,29 @@ def test_the_built_in_names_build_the_same_networks_as_before(tmp_path):
         assert ledgers[name, "name"] == ledgers[name, "instance"], name
     assert len({ledgers[n, "name"] for n in ("fifo", "fair", "tcp")}) == 3  # (three different models)
 
+
+
+def test_a_registered_tcpnetwork_subclass_builds_with_its_frame_header_and_refuses_other_framing():
+    # NetSpec.build passed framing_bytes (0 by default) to every transport but one named 'tcp':
+    # TcpNetwork refuses any framing but its frame header, so a plug-in's TcpNetwork subclass
+    # failed to build ('framing_bytes is 25, got 0'), and a framing given to it was left unchecked
+    from fedsim.kernel import TcpNetwork
+    from fedsim.kernel.tcp import FRAME_OVERHEAD
+
+    class TcpAgain(TcpNetwork):
+        pass
+
+    register_transport("rv-tcp", TcpAgain, "tcp under another name")
+    try:
+        net = NetSpec(transport="rv-tcp").build(0)
+        assert type(net) is TcpAgain and net.framing_bytes == FRAME_OVERHEAD
+        assert NetSpec(transport="rv-tcp", framing_bytes=FRAME_OVERHEAD).build(0).framing_bytes == FRAME_OVERHEAD
+        with pytest.raises(NetworkConfigError, match=r"^framing_bytes is fixed by transport 'rv-tcp' \(its frame "
+                                                     rf"header, {FRAME_OVERHEAD} bytes\), got 3$"):
+            NetSpec(transport="rv-tcp", framing_bytes=3)
+        assert NetSpec(transport="asyncio", framing_bytes=3).build(0).framing_bytes == 3
+    finally:
+        TRANSPORT_REGISTRY.remove("rv-tcp")
 
 # -- a plug-in's link model and transport on the command line -------------------------------------
 

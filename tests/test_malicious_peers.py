@@ -184,7 +184,8 @@ def test_fpl_secure_client_checks_the_members(fault, got):
         assert got in text, text
 
 
-@pytest.mark.parametrize("denoiser", ["x", "client/9999", "client/04", "server"])
+@pytest.mark.parametrize("denoiser", ["x", "client/9999", "client/04", "server", "client/000\u00b2",
+                                      "client/" + "9" * 5000])
 def test_fedrecpp_client_refuses_a_denoiser_that_is_no_other_client(denoiser):
     # a bare UnknownNodeError of the client's first noise message ('message addressed to unknown
     # node'), naming neither the server nor its assign message; 'server' was sent the noise

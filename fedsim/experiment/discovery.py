@@ -141,22 +141,32 @@ def load_scenario(name_or_path: str) -> ModuleType:
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
         if not p.is_file():
             raise UsageError(f"no scenario script at {name_or_path}")
+        from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
         from ..protocols import REGISTRY
 
         spec = importlib.util.spec_from_file_location(f"fedsim_scenario_{p.stem}", p)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
         before = set(REGISTRY)
+        kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
         spec.loader.exec_module(mod)
         if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
             added = [n for n in REGISTRY if n not in before]
-            if added:  # a protocol plug-in (docs/writing-a-protocol.md) given where a scenario goes
+            components = [(r, n) for r, snap in kernel for n in r if n not in snap]
+            if added or components:  # a plug-in (writing-a-protocol.md, network-model.md) given as a scenario
                 for n in added:  # (imported as a scenario: not loaded as a plug-in, so not kept)
                     REGISTRY.remove(n)
+                for r, snap in kernel:  # (its link models and transports neither)
+                    r.restore(snap)
                 del sys.modules[spec.name]
-                raise UsageError(f"{name_or_path} is not a fedsim scenario but a protocol plug-in (it registers "
-                                 f"{', '.join(map(repr, added))}): run it with fedsim --plugin {name_or_path} "
-                                 f"run {added[0]}")
+                names = [repr(n) for n in added] + [f"{r.kind} {n!r}" for r, n in components]
+                if added:
+                    what, how = "a protocol plug-in", f"run it with fedsim --plugin {name_or_path} run {added[0]}"
+                else:
+                    r, n = components[0]
+                    what, how = "a plug-in", f"use it with fedsim --plugin {name_or_path} run SCENARIO {r.option} {n}"
+                raise UsageError(f"{name_or_path} is not a fedsim scenario but {what} (it registers "
+                                 f"{', '.join(names)}): {how}")
     else:
         from ..protocols import REGISTRY
 

@@ -50,12 +50,12 @@ class NetSpec:
             also = f" (transports that take a link model: {', '.join(takes)})" if takes != ["sim"] else ""
             raise NetworkConfigError(f"link model {self.link_model!r} applies to the simulator only, "
                                      f"not to transport {self.transport!r}{also}")
-        if self.transport == "tcp" and self.framing_bytes:
+        if self.framing_bytes and _frames_itself(transport):
             from .tcp import FRAME_OVERHEAD
 
             if self.framing_bytes != FRAME_OVERHEAD:  # build() would silently leave it out
-                raise NetworkConfigError(f"framing_bytes is fixed by transport 'tcp' (its frame header, "
-                                         f"{FRAME_OVERHEAD} bytes), got {self.framing_bytes!r}")
+                raise NetworkConfigError(f"framing_bytes is fixed by transport {self.transport!r} (its frame "
+                                         f"header, {FRAME_OVERHEAD} bytes), got {self.framing_bytes!r}")
         try:
             object.__setattr__(self, "window", tuple(float(x) for x in self.window))
         except (TypeError, ValueError):
@@ -81,9 +81,9 @@ class NetSpec:
         """A fresh network of this description (``kwargs``: more constructor arguments, e.g.
         ``trace=True``)."""
         common = dict(seed=seed, profile=self.profile, faults=self.faults, **dict(self.options), **kwargs)
-        if self.transport != "tcp":  # TCP's framing is its frame header, fixed by the transport
-            common["framing_bytes"] = self.framing_bytes
         transport = TRANSPORT_REGISTRY.entry(self.transport)  # (registered: sim, asyncio, tcp, plug-ins')
+        if not _frames_itself(transport):
+            common["framing_bytes"] = self.framing_bytes
         if transport.link_models:
             common["link_model"] = self.link_model
         return transport.factory(**common)
@@ -106,3 +106,12 @@ class NetSpec:
         if self.dropout:
             bits.append(f"{self.dropout:.0%} dropout in [{self.window[0]:g}, {self.window[1]:g}] s")
         return ", ".join(bits)
+
+
+def _frames_itself(transport) -> bool:
+    """Whether the registered ``transport`` fixes its framing itself: ``tcp`` and any ``TcpNetwork``
+    subclass a plug-in registers (the frame header; ``TcpNetwork`` refuses another
+    ``framing_bytes``, the default 0 too: ``build`` passing it made a plug-in's subclass fail)."""
+    from .tcp import TcpNetwork
+
+    return isinstance(transport.factory, type) and issubclass(transport.factory, TcpNetwork)

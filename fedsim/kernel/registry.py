@@ -188,13 +188,22 @@ def register_link_model(name: str, factory: Callable[[], Any] | None = None, des
     a ``functools.partial``). Returns ``factory``; without it, a decorator for the class or
     function (``@register_link_model("slow", description="...")``). ``description``: one line for
     ``fedsim list``. Raises ``ValueError`` for a bad name or one already registered (``replace=True``
-    overrides), ``TypeError`` for a factory that is not callable or a class that is not a
-    ``LinkModel`` (its instances are checked when a network adopts them)."""
+    overrides), ``TypeError`` for a factory that is not callable, cannot be called without
+    arguments, or is a class that is not a ``LinkModel`` (its instances are checked when a network
+    adopts them)."""
     if factory is None:
         return lambda f: register_link_model(name, f, description, replace=replace)
     _check("link model", name, factory, description)
     if isinstance(factory, type) and not issubclass(factory, LinkModel):
         raise TypeError(f"link model {name!r}: {factory.__name__} does not subclass fedsim.kernel.LinkModel")
+    try:  # (it is called with no arguments, once per network: a class needing one failed there, naming no model)
+        inspect.signature(factory).bind()
+    except TypeError as exc:
+        what = getattr(factory, "__qualname__", None) or repr(factory)
+        raise TypeError(f"link model {name!r}: the factory is called with no arguments, and {what} needs some "
+                        f"({exc}); register functools.partial({what}, ...) with them, or a function") from None
+    except ValueError:  # no signature to read (a builtin): called as it is
+        pass
     LINK_MODEL_REGISTRY.add(LinkModelEntry(name, factory, description), replace=replace)
     return factory
 
@@ -203,8 +212,8 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
                        link_models: bool | None = None, replace: bool = False) -> Any:
     """Register a transport as ``name``: ``factory(**kwargs)`` makes a new network (a
     ``fedsim.kernel.Network`` subclass, usually; the keyword arguments: ``seed``, ``profile``,
-    ``faults``, ``framing_bytes``, the ``NetSpec``'s ``options``, and ``link_model`` when
-    ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
+    ``faults``, ``framing_bytes`` (not for a ``TcpNetwork`` subclass: its framing is its frame
+    header), the ``NetSpec``'s ``options``, and ``link_model`` when ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
     signature has a ``link_model`` parameter, as ``SimNetwork``'s and its subclasses' have). Returns
     ``factory``; without it, a decorator. Raises ``ValueError`` for a bad name or one already
     registered (``replace=True`` overrides), ``TypeError`` for a factory that is not callable."""

@@ -11,7 +11,7 @@ results than the same point of a sweep (whose workers run one BLAS thread:
 environment or ``threadpoolctl`` limits say: the results are those of one thread everywhere.
 
 The limit is process-wide while it holds (BLAS libraries have no per-thread setting) and is put
-back when the last body under it leaves; it costs about 10 us per use (a ``threadpoolctl`` controller made once, at first
+back when the last body under it leaves; it costs about 20 us per use (a ``threadpoolctl`` controller made once, at first
 use, after NumPy has loaded its BLAS).
 """
 

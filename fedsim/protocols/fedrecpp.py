@@ -360,9 +360,13 @@ def _assignment(msg, cfg: FedRecPPConfig, me: str = "", n_clients: int = 0) -> t
 
 
 def _is_client(node: str, n_clients: int) -> bool:
-    """Whether ``node`` is the node id of one of ``n_clients`` clients (``client_name``)."""
+    """Whether ``node`` is the node id of one of ``n_clients`` clients (``client_name``). (ASCII
+    digits only, as many as ``client_name`` writes: ``str.isdigit`` also takes '²', which ``int``
+    refuses, and ``int`` refuses over 4,300 digits: a bare ValueError of the client, not the
+    server's bad message.)"""
     digits = node[7:] if node.startswith("client/") else ""
-    return digits.isdigit() and int(digits) < n_clients and client_name(int(digits), n_clients) == node
+    return (digits.isascii() and digits.isdigit() and len(digits) == len(client_name(0, n_clients)) - 7
+            and int(digits) < n_clients and client_name(int(digits), n_clients) == node)
 
 
 def _model(msg, n_items: int, cfg: FedRecPPConfig, dt) -> tuple:
