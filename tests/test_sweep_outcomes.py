@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedsim.studies.sweep import run_sweep
+import pytest
+
+from fedsim.studies.sweep import SweepInterrupted, run_sweep
 
 
 def fedsim_cmd(*args, cwd, timeout=180):
@@ -193,3 +195,57 @@ def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_others_drawn(tmp_path)
     run_sweep(str(script), {"x": [1.0, 2.0]}, out2, workers=1)
     assert "![sweep_t_m.png](sweep_t_m.png)" in (out2 / "report.md").read_text()
     assert (out2 / "sweep_t_m.png").is_file()
+
+
+def test_failed_points_run_again_are_counted_as_rerun_and_their_old_folders_cleared(tmp_path):
+    # mutants swp12/swp13: a failed point run again was left out of the summary's ``rerun`` and of
+    # the "(N of them again)" line; a failed point's folder (its error.txt) was kept when its re-run
+    # was interrupted, where a point that did not finish must leave no folder (module docstring)
+    modes = tmp_path / "modes"
+    modes.mkdir()
+    (modes / "2").write_text("fail")
+    (modes / "3").write_text("fail")
+    script = _script(tmp_path, "from pathlib import Path\n"
+                               "def run(ctx):\n"
+                               f"    mode = Path({str(modes)!r}) / str(ctx['x'])\n"
+                               "    mode = mode.read_text() if mode.exists() else ''\n"
+                               "    if mode == 'fail':\n        raise RuntimeError('still broken')\n"
+                               "    if mode == 'stop':\n        raise KeyboardInterrupt\n"
+                               "    ctx.table('t', [{'m': ctx['x'] * 10}])\n")
+    out = tmp_path / "sw"
+    grid = {"x": [1, 2, 3, 4]}
+    first = run_sweep(str(script), grid, out, workers=1, quiet=True)
+    assert [f["point"] for f in first["failed"]] == [{"x": 2}, {"x": 3}]
+    assert first["rerun"] == [] and first["skipped"] == []
+    for x in (2, 3):
+        assert "RuntimeError: still broken" in (out / f"x={x}" / "error.txt").read_text()
+        assert not (out / f"x={x}" / "results.json").exists()
+
+    # x=2 mended, x=3 stops the sweep (a Ctrl-C) when it runs again (workers=1: after x=2)
+    (modes / "2").unlink()
+    (modes / "3").write_text("stop")
+    with pytest.raises(SweepInterrupted) as raised:
+        run_sweep(str(script), grid, out, workers=1, quiet=True)
+    second = raised.value.summary
+    assert second["rerun"] == [{"x": 2}, {"x": 3}]
+    assert second["done"] == [{"x": 2}] and second["not_run"] == [{"x": 3}] and second["failed"] == []
+    assert second["skipped"] == [{"x": 1}, {"x": 4}]
+    log = [ln.split("] ", 1)[1] for ln in (out / "sweep.log").read_text().splitlines()]
+    assert "sweep scn: 4 points, 2 done before, 2 to run (2 of them again)" in log
+    assert not (out / "x=2" / "error.txt").exists()
+    assert json.loads((out / "x=2" / "results.json").read_text())["finished"]
+    assert (out / "x=2" / "t.csv").read_text().splitlines() == ["m", "20"]
+    assert not (out / "x=3").exists()  # not run: no folder, not the failed run's error.txt
+    state = json.loads((out / "sweep.json").read_text())
+    assert {p["point"]["x"]: p["status"] for p in state["points"]} == {
+        1: "done before", 2: "done", 3: "not run", 4: "done before"}
+
+    # x=3 mended: it runs (its folder was gone: not a re-run), the others are skipped
+    (modes / "3").unlink()
+    third = run_sweep(str(script), grid, out, workers=1, quiet=True)
+    assert third["done"] == [{"x": 3}] and third["rerun"] == [] and third["failed"] == []
+    assert third["skipped"] == [{"x": 1}, {"x": 2}, {"x": 4}]
+    log = [ln.split("] ", 1)[1] for ln in (out / "sweep.log").read_text().splitlines()]
+    assert "sweep scn: 4 points, 3 done before, 1 to run" in log
+    assert sorted(f.name for f in (out / "x=3").iterdir()) == sorted(f.name for f in (out / "x=1").iterdir())
+    assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,10", "2,20", "3,30", "4,40"]

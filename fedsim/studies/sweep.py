@@ -481,7 +481,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
               ledger: bool = False) -> dict:
     """Run every point of ``grid`` (cartesian product) that is not done with the same
     configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
-    ``skipped`` (done before), ``rerun`` (stale or corrupted points run again), ``failed``,
+    ``skipped`` (done before), ``rerun`` (stale, corrupted or failed points run again), ``failed``,
     ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (``name``,
     ``run_s``: seconds from the first point started to the last one written; when Ray started,
     also ``address``, ``cpus``, ``startup_s`` and ``shutdown_s``).
