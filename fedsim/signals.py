@@ -4,7 +4,8 @@
 :func:`sigterm_as_interrupt` is the one place that does it: a process stopped by ``kill PID``,
 ``timeout`` or a batch system then cleans up as a Ctrl-C does (temporary folders and downloads
 removed, worker processes reaped, one ``terminated (SIGTERM)`` line, status 143) instead of ending
-at once with nothing said.
+at once with nothing said. :func:`sigint_deferred` holds a Ctrl-C back over a short block that
+must not be cut in the middle (forking workers, third-party imports that swallow it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["sigterm_as_interrupt"]
+__all__ = ["sigint_deferred", "sigterm_as_interrupt"]
 
 
 @contextlib.contextmanager
@@ -60,3 +61,33 @@ def sigterm_as_interrupt(*, once: bool = False) -> Iterator[list[int]]:
         yield got
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """A SIGINT during the block is raised (as ``KeyboardInterrupt``, by the handler that was in
+    place) when the block ends, not in the middle of it; a SIGTERM under
+    :func:`sigterm_as_interrupt` is deferred with it (that calls the SIGINT handler in place).
+    Only in the main thread, and only over a Python handler (one that ignores SIGINT or was set
+    outside Python is left alone). A process forked inside the block inherits the recording
+    handler: a SIGINT there raises nothing (until the child sets its own handler).
+
+    For short blocks only, since a Ctrl-C waits for the block to end: forking (one raised just
+    after a fork loses the child's pid, or runs the parent's code in the child), and code that
+    may swallow the interrupt (numba's first compile imports SciPy and NumPy's random module,
+    whose compiled import code lost a ``KeyboardInterrupt`` raised in it: a sweep ran on)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if not callable(previous):
+        yield
+        return
+    got: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if got:
+        previous(signal.SIGINT, got[0])

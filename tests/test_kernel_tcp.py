@@ -34,6 +34,7 @@ from fedsim.kernel.ledger import COLUMNS
 from fedsim.kernel import tcp
 from fedsim.kernel.tcp import CONTROL_FRAME_BYTES, FRAME_OVERHEAD
 from fedsim.protocols import REGISTRY
+from fedsim.signals import sigint_deferred
 
 NAMES = list(REGISTRY)
 SEED = 11
@@ -1426,12 +1427,12 @@ def test_a_sigint_while_forking_is_raised_once_the_block_ends():
     assert sig.getsignal(sig.SIGINT) is sig.default_int_handler
     reached = []
     with pytest.raises(KeyboardInterrupt):
-        with tcp._sigint_deferred():
+        with sigint_deferred():
             os.kill(os.getpid(), sig.SIGINT)
             time.sleep(0.05)  # (the handler runs at the next bytecodes: within the block)
             reached.append(1)
     assert reached == [1] and sig.getsignal(sig.SIGINT) is sig.default_int_handler
-    with tcp._sigint_deferred():  # nothing received: nothing raised
+    with sigint_deferred():  # nothing received: nothing raised
         reached.append(2)
     assert reached == [1, 2] and sig.getsignal(sig.SIGINT) is sig.default_int_handler
 

@@ -205,3 +205,61 @@ def test_a_pool_of_forked_workers_starts_numbas_compiler_in_the_parent_first(mon
     out = pmap(_jit_warm, [0, 1], workers=1, on_error=lambda i, e: None)  # a pool per task, even with 1 worker
     assert calls == [os.getpid()]
     assert [w for w, _ in out] == [True] * 2 and os.getpid() not in {pid for _, pid in out}
+
+
+def test_a_ctrl_c_while_the_parent_warms_numba_is_raised_after_it_even_where_it_landed_in_code_that_lost_it(
+        monkeypatch):
+    # A Ctrl-C 0.5-0.65 s into `fedsim sweep` (numba's first compile, which imports SciPy and
+    # NumPy's random module) was lost in NumPy's compiled import code: the sweep ran on, its
+    # points and all. The warm-up here loses it the same way; pmap must raise it once done.
+    import multiprocessing
+
+    from fedsim.math import jit
+
+    assert multiprocessing.get_start_method() == "fork"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    calls = []
+
+    def losing_warm_up():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # (the handler runs by here)
+        except KeyboardInterrupt:
+            pass  # lost, as in the import
+        calls.append(1)
+        return True
+
+    monkeypatch.setattr(jit, "_warm", False)
+    monkeypatch.setattr(jit, "warm_up", losing_warm_up)
+    for kw in ({}, {"on_error": lambda i, e: None}):  # one pool, and a pool per task
+        done = []
+        with pytest.raises(KeyboardInterrupt):
+            pmap(_square, [1, 2, 3], workers=2, on_done=lambda i, r: done.append(i), **kw)
+        assert done == [] and len(calls) == 1  # raised before any task ran
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        calls.clear()
+
+
+def _ctrl_c_at_start(init):
+    """A worker initializer that first gets the Ctrl-C a terminal sends the whole process group,
+    before the real initializer ignores it (its handler runs in the sleep)."""
+    def first_a_ctrl_c(*args):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        return init(*args)
+    return first_a_ctrl_c
+
+
+def test_a_ctrl_c_that_reaches_a_worker_before_it_ignores_sigint_does_not_fail_its_task(monkeypatch):
+    # A worker forked with the parent's SIGINT handler raised KeyboardInterrupt in its
+    # initializer, with a traceback on stderr: its task was reported failed ("the task's process
+    # exited with status 0 before it returned its result"), or with one pool the whole map
+    # failed (BrokenProcessPool). Forked while the parent holds SIGINT back, it inherits a
+    # handler that only records it.
+    from fedsim.studies import parallel
+
+    monkeypatch.setattr(parallel, "_init_worker", _ctrl_c_at_start(parallel._init_worker))
+    errors = []
+    assert pmap(_square, [1, 2, 3], workers=2, on_error=lambda i, e: errors.append((i, e))) == [1, 4, 9]
+    assert errors == []
+    assert pmap(_square, [1, 2, 3, 4], workers=2) == [1, 4, 9, 16]

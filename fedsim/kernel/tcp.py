@@ -147,7 +147,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import errno
 import ipaddress
 import math
@@ -173,6 +172,7 @@ from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
 from .registry import register_transport
+from ..signals import sigint_deferred
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -430,7 +430,7 @@ class TcpNetwork(ClosedOnDropout, Network):
             # raised just after a fork lost the child's pid (never reaped), or ran the launching
             # process's code in the child (raised before it ignores SIGINT: a second "interrupted"
             # line or a traceback from the child, and a child holding stderr open)
-            with _sigint_deferred():
+            with sigint_deferred():
                 for p in range(len(self.groups)):
                     sys.stdout.flush()
                     sys.stderr.flush()
@@ -656,30 +656,6 @@ def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: 
         return 70
 
 
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """A SIGINT during the block is raised (as ``KeyboardInterrupt``, by the handler that was
-    in place) when the block ends, not in the middle of it. Only in the main thread, and only
-    over a Python handler (one that ignores SIGINT or was set outside Python is left alone). A
-    process forked inside the block inherits the recording handler: a SIGINT there raises
-    nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if not callable(previous):
-        yield
-        return
-    got: list = []
-    signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if got:
-        previous(signal.SIGINT, got[0])
-
-
 def _run_bounded(main: Callable[[], Any], teardown: float = 2.0) -> Any:
     """``asyncio.run(main())`` whose teardown gives up, past ``teardown`` seconds, only on tasks
     that ignore cancellation (``_teardown``; see ``_Worker.main`` on 3.11's wait_for). A Ctrl-C
@@ -696,7 +672,7 @@ def _run_bounded(main: Callable[[], Any], teardown: float = 2.0) -> Any:
     interrupted: list[bool] = []
     restore = None
     try:
-        with _sigint_deferred():
+        with sigint_deferred():
             loop = asyncio.new_event_loop()
             task = loop.create_task(main())
         if (threading.current_thread() is threading.main_thread()

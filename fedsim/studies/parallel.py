@@ -4,8 +4,10 @@ Ctrl-C reaches the parent only (workers ignore SIGINT): the parent cancels the q
 sends each worker SIGTERM, which raises :class:`Interrupted` in the task it is running (or makes
 an idle worker skip whatever it is handed next), waits a bounded time for them to exit, kills
 any that did not, and re-raises. A worker that runs a pool of its own passes the stop on the
-same way. Workers also send what their running network is doing (its round, messages and clock,
-see ``fedsim.experiment.live``) to the parent's active progress display about once a second.
+same way. While the parent starts numba's compiler (half a second on a 2-core machine) and
+forks workers, a Ctrl-C is held back and raised after (``fedsim.signals.sigint_deferred``).
+Workers also send what their running network is doing (its round, messages and clock, see
+``fedsim.experiment.live``) to the parent's active progress display about once a second.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
+
+from ..signals import sigint_deferred
 
 __all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"]
 
@@ -124,7 +128,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
                              initargs=(beats, os.getpid()))
     try:
-        futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
+        with sigint_deferred():  # (the workers are forked here: see _pmap_isolated)
+            futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
         pending = set(futs)
         while pending:
             finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -163,9 +168,16 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
             while order and len(running) < workers:
                 i = order.pop()
                 ctx, made = _recording_context()
-                ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
-                                         initargs=(beats, os.getpid()))
-                running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
+                # A Ctrl-C while the worker is forked is raised once it is recorded in running
+                # (so stopped with the others), and one that reaches the new worker before it
+                # ignores SIGINT (a terminal's Ctrl-C goes to the whole process group) is
+                # recorded there, not raised: raised in the worker's initializer, it printed a
+                # traceback and the point was reported failed ("the point's process exited with
+                # status 0 before it finished")
+                with sigint_deferred():
+                    ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
+                                             initargs=(beats, os.getpid()))
+                    running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
             _forward_beats(beats)
             for f in sorted(finished, key=lambda f: running[f][0]):
@@ -206,7 +218,12 @@ def _warm_before_fork() -> None:
         return
     from ..math import jit
 
-    jit.warm_up()
+    # A Ctrl-C is raised after it: numba's first compile imports SciPy and NumPy's random module,
+    # whose compiled import code lost a KeyboardInterrupt raised in it (the sweep ran on, its
+    # points and all, until a second Ctrl-C); raised in an import elsewhere, the sweep said
+    # "interrupted" and then died of SIGINT (status -2, not 130)
+    with sigint_deferred():
+        jit.warm_up()
 
 
 def _recording_context() -> tuple[Any, list]:
