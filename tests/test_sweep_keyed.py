@@ -187,7 +187,8 @@ def test_ctrl_c_stops_every_worker_promptly_and_marks_points_not_run(tmp_path, t
     assert not any(_alive(p) for p in pids), "a worker survived"
     assert len(ran(log)) == 2, "queued points started after Ctrl-C"
     # nothing claims to be failed or finished; no partial folders
-    assert not list(out.rglob("error.txt")) and not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+    assert not list(out.rglob("error.txt")) and not list(out.glob("x=*")) and not list(out.glob(".*partial*")), (
+        f"took {took:.1f} s", sorted(p.name for p in out.iterdir()), (out / "sweep.log").read_text())
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["state"] == "interrupted" and {p["status"] for p in sweep["points"]} == {"not run"}
     assert "**Interrupted**" in (out / "report.md").read_text()
@@ -807,3 +808,44 @@ def test_an_interrupted_sweep_counts_its_failed_points(tmp_path, monkeypatch, ca
     assert capsys.readouterr().err.splitlines() == [
         "interrupted: 1 points run, 0 done before, 1 failed (above), 1 not run; the same command resumes. "
         "Results so far in sw/ (report.md, sweep.json)"]
+
+
+def test_a_point_killed_after_the_stops_grace_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    # A point that does not leave when the stop's SIGTERM comes is killed (SIGKILL) once the
+    # grace is over, before it can remove its temporary folder: the sweep removes it itself.
+    # (The full suite once ended test_ctrl_c_stops_every_worker... with such a folder left.)
+    import threading
+
+    from fedsim.studies import parallel
+    from fedsim.studies.sweep import SweepInterrupted
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(parallel, "STOP_GRACE", 1.0)
+    log = tmp_path / "runs.log"
+    script = _scenario(tmp_path, "import os, signal, time\n"
+                       "def run(ctx):\n"
+                       "    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deaf to the stop\n"
+                       f"    with open({str(log)!r}, 'a') as fh:\n"
+                       "        fh.write(f\"{ctx['x']},{os.getpid()}\\n\")\n"
+                       "    time.sleep(30)\n")
+    out = tmp_path / "sw"
+
+    def ctrl_c_once_both_run():
+        deadline = time.time() + 60
+        while time.time() < deadline and len(log.read_text().split() if log.exists() else []) < 2:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
+    t0 = time.time()
+    with pytest.raises(SweepInterrupted) as got:
+        run_sweep(str(script), {"x": [1, 2, 3]}, out, workers=2, quiet=True)
+    assert time.time() - t0 < 25  # (killed after the 1 s grace, not after their 30 s)
+    assert len(log.read_text().split()) == 2 and got.value.summary["not_run"] == [{"x": 1}, {"x": 2}, {"x": 3}]
+    pids = [int(ln.split(",")[1]) for ln in log.read_text().split()]
+    assert not any(_alive(p) for p in pids)
+    assert not list(out.glob(".*partial*")) and not list(out.glob("x=*")), sorted(p.name for p in out.iterdir())
+    said = (out / "sweep.log").read_text()
+    for x, pid in zip((ln.split(",")[0] for ln in log.read_text().split()), pids):
+        assert re.search(rf"removed \.x={x}\.partial-{pid}-[0-9a-f]+: the temporary folder of a run of the point "
+                         rf"x={x} that was killed", said), said

@@ -836,6 +836,13 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         combined: list[str] = []
         report = out / "report.md"
         try:
+            if interrupted:
+                # A point's process that did not leave within the stop's grace was killed
+                # (SIGKILL) before it could remove its temporary folder (.NAME.partial-PID-X),
+                # which stayed beside the points until the sweep was run again; the pool has
+                # reaped its processes by now, so their folders' locks are free
+                for line in _remove_leftovers(out):
+                    display.log(line)
             for p in points:  # what each finished point's results.json says of its run
                 if statuses[p.out]["status"] in ("done", "done before"):
                     statuses[p.out].update(_point_facts(Path(p.out)))
