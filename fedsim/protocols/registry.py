@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 from .contract import ProtocolSpec
 
-__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "load_plugins", "plugin_files", "register"]
+__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "load_plugins", "plugin_files", "register"]
 
 # the entry-point groups whose modules load_plugins imports (any of them may register protocols,
 # link models and transports alike; a module declared in several is imported once)
@@ -143,7 +143,7 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
         name = f"fedsim_plugin_{path.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
-        with _all_or_nothing(f"the protocol plug-in file {path}"):
+        with all_or_nothing(f"the protocol plug-in file {path}"):
             sys.modules[name] = mod  # so dataclasses and worker processes can find it
             spec.loader.exec_module(mod)
         _loaded.add(str(path))
@@ -155,7 +155,7 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
             for ep in eps(group=group):
                 if ep.value not in _loaded:
                     kind = group.removeprefix("fedsim.").rstrip("s").replace("_", "-")  # protocol, link-model, transport
-                    with _all_or_nothing(f"the {kind} plug-in module {ep.value} (entry point {ep.name!r})",
+                    with all_or_nothing(f"the {kind} plug-in module {ep.value} (entry point {ep.name!r})",
                                          _own_package(ep.module)):
                         ep.load()
                     _loaded.add(ep.value)
@@ -171,20 +171,25 @@ def _own_package(module: str) -> str:
 
 
 @contextmanager
-def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
+def all_or_nothing(what: str, package: str | None = None, *, module: str | None = None,
+                   path: str | Path | None = None) -> Iterator[None]:
     """Load a plug-in (``what`` names it) entirely or not at all: one that raises leaves no module
     of its own behind in ``sys.modules`` (a half-initialised one stayed there, found by whatever
     imported it by name later), and the registry as it was before it (its ``register`` calls made
     before the error were kept: a protocol whose module had failed, and a fixed file loaded again
     was refused as 'already registered' once its ``build`` had moved). Its own modules are a plug-in
-    file's, and those of ``package`` (an entry point's: its package and the submodules it had
-    imported stayed, so that, loaded again once mended, it found the stale ones), each only if this
-    load added it (a module already there before, or of another package such as NumPy, stays).
-    Plug-ins it loaded itself are forgotten with it. The error is re-raised with a note naming ``what``."""
+    file's (``fedsim_plugin_*``), ``module`` (another module name the load puts into ``sys.modules``:
+    ``fedsim.experiment.load_scenario``'s ``fedsim_scenario_*``) and those of ``package`` (an entry
+    point's: its package and the submodules it had imported stayed, so that, loaded again once
+    mended, it found the stale ones), each only if this load added or replaced it (one replaced gets
+    its module of before back; a module of another package, such as NumPy, stays). The link models
+    and transports it registered are undone too, and plug-ins it loaded itself are forgotten with
+    it. The error is re-raised with a note naming ``what`` (and, given the loaded file's ``path``,
+    the line of it the error came from)."""
     specs = dict(REGISTRY._specs)
     kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
     loaded, files = set(_loaded), list(_files)
-    modules = set(sys.modules)
+    modules = dict(sys.modules)
     try:
         yield
     except BaseException as exc:
@@ -195,12 +200,35 @@ def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
         _loaded.clear()
         _loaded.update(loaded)
         _files[:] = files
-        own = [n for n in sys.modules if n not in modules and (
-            n.startswith("fedsim_plugin_") or package is not None and (n == package or n.startswith(package + ".")))]
+        own = [n for n, m in list(sys.modules.items()) if modules.get(n) is not m and (
+            n.startswith("fedsim_plugin_") or n == module
+            or package is not None and (n == package or n.startswith(package + ".")))]
         for name in own:
             mod = sys.modules.pop(name)
+            old = modules.get(name)
+            if old is not None:
+                sys.modules[name] = old
             parent, _, child = name.rpartition(".")
             if parent in sys.modules and getattr(sys.modules[parent], child, None) is mod:
-                delattr(sys.modules[parent], child)  # (a package that stays: no attribute of a removed module)
-        exc.add_note(f"(while loading {what}: nothing of it was kept)")
+                if old is not None:
+                    setattr(sys.modules[parent], child, old)
+                else:
+                    delattr(sys.modules[parent], child)  # (a package that stays: no attribute of a removed module)
+        line = _line_in(exc, path) if path is not None else None
+        exc.add_note(f"(while loading {what}{'' if line is None else f', line {line}'}: nothing of it was kept)")
         raise
+
+
+def _line_in(exc: BaseException, path: str | Path) -> int | None:
+    """The line of the file ``path`` that ``exc`` was raised from: its innermost frame in that file
+    (a function the file defined and called), or, for a ``SyntaxError`` in it, the line Python
+    could not parse; None if the error did not come from that file."""
+    want = os.path.realpath(path)
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.realpath(exc.filename) == want:
+        return exc.lineno
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) == want:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
