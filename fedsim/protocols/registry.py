@@ -27,7 +27,8 @@ from typing import Iterable, Iterator
 from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 from .contract import ProtocolSpec
 
-__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "load_plugins", "plugin_files", "register"]
+__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "entry_points_loaded", "load_plugins",
+           "plugin_files", "register"]
 
 # the entry-point groups whose modules load_plugins imports (any of them may register protocols,
 # link models and transports alike; a module declared in several is imported once)
@@ -104,12 +105,22 @@ def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
 
 _loaded: set[str] = set()
 _files: list[str] = []  # the plug-in files loaded, in load order
+_entry_points: list[bool] = [False]  # whether load_plugins has loaded the entry points' plug-ins
 
 
 def plugin_files() -> list[str]:
     """The plug-in files :func:`load_plugins` has loaded in this process (absolute paths, in
-    load order): what another process must load to know the same protocols (a Ray worker)."""
+    load order): what another process must load to know the same protocols (a Ray worker, a
+    pool worker started by spawn or forkserver: ``fedsim.studies.parallel.pmap``)."""
     return list(_files)
+
+
+def entry_points_loaded() -> bool:
+    """Whether :func:`load_plugins` has loaded the plug-ins installed packages declare (entry
+    points) in this process: with :func:`plugin_files`, what another process loads to know the
+    same protocols, link models and transports (``load_plugins(plugin_files(),
+    entry_points=entry_points_loaded())``)."""
+    return _entry_points[0]
 
 
 def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True) -> list[str]:
@@ -159,6 +170,7 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
                                          _own_package(ep.module)):
                         ep.load()
                     _loaded.add(ep.value)
+        _entry_points[0] = True
     return [n for n in REGISTRY if n not in before]
 
 
