@@ -56,3 +56,74 @@ def test_another_checkouts_package_imported_first_is_replaced(tmp_path, restore_
     mod = load_scenario("quickstart")
     assert Path(mod.__file__).resolve() == SCENARIOS / "quickstart.py" and not hasattr(mod, "WHO")
     assert sys.modules[f"{SCENARIO_PACKAGE}.quickstart"] is mod
+
+
+_BROKEN = '''"""A scenario that fails half way through its import."""
+from fedsim.kernel import FifoLinkModel, register_link_model
+from fedsim.protocols import register
+from fedsim.protocols.demo import SPEC
+from dataclasses import replace
+
+register(replace(SPEC, name="sd-broken-demo"))
+register_link_model("sd-broken-slow", type("Slow", (FifoLinkModel,), {}))
+PARAMS = {"version": 1}
+
+
+def run(ctx):
+    return {}
+
+
+def fail():
+    raise RuntimeError("half way")
+
+
+fail()
+'''
+
+
+def test_a_scenario_script_that_raises_while_importing_leaves_nothing_behind(tmp_path):
+    """A scenario script that raised while being imported stayed in sys.modules, half initialised,
+    with what it had registered (a protocol, a link model): a second load in the same process (a
+    test, a notebook, fedsim compare) found them. Now nothing of it is kept, and the error still
+    names the script's line, in its traceback and in a note."""
+    import traceback
+
+    from fedsim.kernel import LINK_MODELS, TRANSPORTS
+    from fedsim.protocols import REGISTRY, plugin_files
+
+    path = tmp_path / "sd_broken.py"
+    path.write_text(_BROKEN)
+    name = "fedsim_scenario_sd_broken"
+    before = (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS), plugin_files())
+    for _ in range(2):  # the same error each time: the first load left nothing the second sees
+        with pytest.raises(RuntimeError) as err:
+            load_scenario(str(path))
+        assert str(err.value) == "half way"
+        assert name not in sys.modules
+        assert (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS), plugin_files()) == before
+        frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(err.value.__traceback__)]
+        assert frames[-2:] == [(str(path), 20, "<module>"), (str(path), 17, "fail")]
+        assert err.value.__notes__ == [f"(while loading the scenario script {path}, line 17: nothing of it was kept)"]
+    # mended, it loads (its registrations kept this time), and is the module sys.modules has
+    path.write_text(_BROKEN.replace("\nfail()\n", "\n").replace('{"version": 1}', '{"version": 2}'))
+    try:
+        mod = load_scenario(str(path))
+        assert sys.modules[name] is mod and mod.PARAMS == {"version": 2}
+        assert "sd-broken-demo" in REGISTRY and "sd-broken-slow" in LINK_MODELS
+        # broken again: the module loaded before is back in sys.modules, with its registrations
+        path.write_text("PARAMS = {}\n\n\ndef run(ctx):\n    return {}\n\n\n1 / 0\n")
+        with pytest.raises(ZeroDivisionError) as err:
+            load_scenario(str(path))
+        assert sys.modules[name] is mod
+        assert "sd-broken-demo" in REGISTRY and "sd-broken-slow" in LINK_MODELS
+        assert err.value.__notes__ == [f"(while loading the scenario script {path}, line 8: nothing of it was kept)"]
+        # a script that does not parse: the note names the line Python stopped at
+        path.write_text("PARAMS = {}\n\ndef run(ctx:\n    return {}\n")
+        with pytest.raises(SyntaxError) as err:
+            load_scenario(str(path))
+        assert sys.modules[name] is mod
+        assert err.value.__notes__ == [f"(while loading the scenario script {path}, line 3: nothing of it was kept)"]
+    finally:
+        sys.modules.pop(name, None)
+        REGISTRY.remove("sd-broken-demo")
+        LINK_MODELS.remove("sd-broken-slow")

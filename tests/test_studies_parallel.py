@@ -263,3 +263,124 @@ def test_a_ctrl_c_that_reaches_a_worker_before_it_ignores_sigint_does_not_fail_i
     assert pmap(_square, [1, 2, 3], workers=2, on_error=lambda i, e: errors.append((i, e))) == [1, 4, 9]
     assert errors == []
     assert pmap(_square, [1, 2, 3, 4], workers=2) == [1, 4, 9, 16]
+
+
+
+_PP_PLUGIN = '''
+import os
+from dataclasses import replace
+
+from fedsim.kernel import AsyncioNetwork, FifoLinkModel, register_link_model, register_transport
+from fedsim.protocols import register
+from fedsim.protocols.demo import SPEC
+
+with open(os.path.join(os.path.dirname(__file__), "loads.txt"), "a") as log:  # who loaded it
+    log.write(f"{os.getpid()}\\n")
+
+register(replace(SPEC, name="pp-demo"))
+
+
+@register_link_model("pp-slow", description="fifo under another name")
+class Slow(FifoLinkModel):
+    pass
+
+
+register_transport("pp-framed", AsyncioNetwork, "asyncio under another name")
+'''
+
+_PP_PROBE = '''
+import os
+
+
+def known(task):
+    """What this worker knows: the task's name (a class of the plug-in: unpickled only where the
+    plug-in is loaded), the plug-ins' components, the files loaded, $FEDSIM_PLUGINS."""
+    from fedsim.kernel import LINK_MODELS, TRANSPORTS
+    from fedsim.protocols import REGISTRY, plugin_files
+
+    return (task.__name__, "pp-demo" in REGISTRY, "pp-slow" in LINK_MODELS, "pp-framed" in TRANSPORTS,
+            "pp-ep-demo" in REGISTRY, tuple(os.path.basename(f) for f in plugin_files()),
+            os.environ.get("FEDSIM_PLUGINS"), os.getpid())
+'''
+
+_PP_MAIN = '''
+import json
+import multiprocessing
+import os
+import sys
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    from fedsim.kernel import LINK_MODELS
+    from fedsim.protocols import load_plugins
+    from fedsim.studies.parallel import pmap
+
+    import pp_probe
+
+    workers = set()
+
+    def both(task):  # one pool, and a pool per task (on_error)
+        got = pmap(pp_probe.known, [task, task], workers=2)
+        got += pmap(pp_probe.known, [task], workers=1, on_error=lambda i, e: print("failed:", repr(e)))
+        workers.update(g[-1] for g in got)
+        return sorted({g[:-1] for g in got})
+
+    load_plugins([sys.argv[2]], entry_points=False)
+    # set after the load: a worker must load the parent's plug-ins, not this (it raises if loaded)
+    os.environ["FEDSIM_PLUGINS"] = sys.argv[3]
+    slow = LINK_MODELS.entry("pp-slow").factory
+    print(both(slow))
+    bad = os.environ.pop("FEDSIM_PLUGINS")
+    load_plugins([], entry_points=True)
+    os.environ["FEDSIM_PLUGINS"] = bad
+    print(both(slow))
+    print(json.dumps([os.getpid(), sorted(workers)]))
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_workers_started_by_spawn_or_forkserver_load_the_parents_plugins(tmp_path, method):
+    """Forked workers inherit the plug-ins the parent loaded (--plugin, $FEDSIM_PLUGINS, entry
+    points); spawned or forkserver ones began without them, so a sweep of a plug-in protocol, link
+    model or transport failed in its workers (its tasks, naming the plug-in's classes, did not
+    even unpickle there). They now load the parent's plug-in files, and the entry points if the
+    parent loaded them: exactly the parent's, not $FEDSIM_PLUGINS anew; forked ones load nothing."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "pp_plugin.py").write_text(_PP_PLUGIN)
+    (tmp_path / "pp_probe.py").write_text(_PP_PROBE)
+    (tmp_path / "pp_main.py").write_text(_PP_MAIN)
+    env_plugin = tmp_path / "env_plugin.py"
+    env_plugin.write_text("raise RuntimeError('a plug-in loaded after the first pools')\n")
+    pkg = tmp_path / "pp_ep"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "proto.py").write_text("from dataclasses import replace\nfrom fedsim.protocols import register\n"
+                                  "from fedsim.protocols.demo import SPEC\nregister(replace(SPEC, name='pp-ep-demo'))\n")
+    dist = tmp_path / "pp_ep-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pp-ep\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[fedsim.protocols]\npp = pp_ep.proto\n")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
+    env.pop("FEDSIM_PLUGINS", None)
+    res = subprocess.run([sys.executable, str(tmp_path / "pp_main.py"), method, str(tmp_path / "pp_plugin.py"),
+                          str(env_plugin)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    *lines, pids = res.stdout.splitlines()
+    assert lines == [
+        str([("Slow", True, True, True, False, ("pp_plugin.py",), str(env_plugin))]),
+        str([("Slow", True, True, True, True, ("pp_plugin.py",), str(env_plugin))]),
+    ]
+    parent, workers = json.loads(pids)
+    assert workers and parent not in workers
+    loads = [int(x) for x in (tmp_path / "loads.txt").read_text().split()]
+    # the plug-in file ran in the parent, and, when they do not inherit it, once in each worker
+    # (every one the pools started: those that ran a task, and any that did not get one)
+    assert loads[0] == parent and len(set(loads)) == len(loads)
+    if method == "fork":
+        assert loads == [parent]
+    else:
+        assert set(workers) <= set(loads[1:])

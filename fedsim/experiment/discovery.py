@@ -136,20 +136,31 @@ def unknown_scenario(name: str) -> str:
 def load_scenario(name_or_path: str) -> ModuleType:
     """Import a scenario by name (``fedrec_table2``), by path to a ``.py`` file, or make the
     scenario of a registered protocol (``fedrec``: one run of it, see ``protocol_run``).
-    Raises ``UsageError`` if there is none."""
+    Raises ``UsageError`` if there is none. A script that raises while it is imported leaves
+    nothing behind (``fedsim.protocols.registry.all_or_nothing``): its module is not in
+    ``sys.modules`` (one that was there before, an earlier load's, is back), and the protocols,
+    link models, transports and plug-ins it registered or loaded before the error are undone; the
+    error propagates (its traceback names the script's line) with a note naming the script and
+    the line."""
     p = Path(name_or_path)
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
         if not p.is_file():
             raise UsageError(f"no scenario script at {name_or_path}")
         from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
         from ..protocols import REGISTRY
+        from ..protocols.registry import all_or_nothing
 
         spec = importlib.util.spec_from_file_location(f"fedsim_scenario_{p.stem}", p)
         mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
         before = set(REGISTRY)
         kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
-        spec.loader.exec_module(mod)
+        # a script that raises while it runs is undone as a plug-in that does: its half-initialised
+        # module left in sys.modules (found by name by whatever loaded it next: dataclasses, a
+        # pool's workers, another load in the same process), and what it registered before the
+        # error (a fixed script loaded again was refused as 'already registered')
+        with all_or_nothing(f"the scenario script {name_or_path}", module=spec.name, path=p):
+            sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
+            spec.loader.exec_module(mod)
         if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
             added = [n for n in REGISTRY if n not in before]
             components = [(r, n) for r, snap in kernel for n in r if n not in snap]

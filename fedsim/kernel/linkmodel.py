@@ -43,8 +43,12 @@ class LinkModel:
     before it is written into the row or scheduled (it does not know the clock: a time before
     ``now()`` passes it, and only ``net.schedule`` refuses that). ``SimNetwork`` refuses, with a ``NetworkConfigError``
     naming the model and the message, a second ``deliver``/``lose`` of a copy, a ``deliver`` of a
-    copy whose timing fields are unset (NaN), and copies still neither delivered nor lost when the
-    run has nothing left to do.
+    copy whose timing fields are unset (NaN), a ``deliver``/``lose`` of a copy whose times are out
+    of order (naming the model's class, the message's kind, ends and round, and the times: a copy
+    keeps ``send_time <= tx_start <= tx_end <= arrival_time`` and ``tx_start <= rx_start <=
+    arrival_time``, its arrival being the time of the ``deliver``; unset times are not compared),
+    and copies still neither delivered nor lost when the run has nothing left to do. (The built-in
+    ``FifoLinkModel`` and ``FairShareLinkModel`` skip these checks: they would cost every message.)
 
     Dropout: ``node_offline`` is called at the instant a node's link goes down (its
     ``spec.offline_at``), whether or not its actor has finished; ``net.is_offline(node)`` says

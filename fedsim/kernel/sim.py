@@ -34,7 +34,7 @@ from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigErr
 from .events import EventQueue
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
-from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
+from .ledger import ARRIVAL, NOTE, RX_START, SEND_T, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult
 from .node import Node, offline_wait
 from .registry import LINK_MODEL_REGISTRY, register_link_model, register_transport
@@ -42,6 +42,11 @@ from .registry import LINK_MODEL_REGISTRY, register_link_model, register_transpo
 __all__ = ["FifoLinkModel", "LINK_MODELS", "LinkModel", "SimNetwork", "get_link_model"]
 
 _INF = math.inf
+_NAN = math.nan
+# the ledger times a link model of the user's own must keep in order (_check_order): pairs (a, b)
+# of positions in _TIME_NAMES where a may not come after b
+_TIME_NAMES = ("send_time", "tx_start", "tx_end", "rx_start", "arrival_time")
+_ORDER = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 4), (3, 4))
 _GC_GEN0 = 1_000_000
 
 
@@ -276,7 +281,7 @@ class SimNetwork(Network):
         self._checked = type(self.link_model) not in (FifoLinkModel, FairShareLinkModel)
         if self._checked:
             # a link model of the user's own: each copy it settles is checked (delivered or lost
-            # once, timing filled in) and counted, and a drained run must have settled them all;
+            # once, timing filled in and in order) and counted, and a drained run must have settled them all;
             # the built-in ones are tested to do so and skip this, which would cost every message
             # of every run (fedrec_split: 1-3 %)
             self.deliver = self._deliver_checked
@@ -361,6 +366,7 @@ class SimNetwork(Network):
                 f"link model {self._model_label()} delivered {envl.describe()} without filling its timing "
                 f"fields (tx_start {row[TX_START]!r}, tx_end {row[TX_END]!r}, rx_start {row[RX_START]!r}): "
                 "transmit must set envelope.row[TX_START], [TX_END] and [RX_START] before net.deliver")
+        self._check_order(envl, self.queue.now)
         SimNetwork.deliver(self, envl, dst)
         if row[STATUS] == "delivered":  # (lost instead, an offline end: counted by _lose_checked)
             self.settled += 1
@@ -369,8 +375,33 @@ class SimNetwork(Network):
         """``lose`` for a link model of the user's own: refuses a copy already delivered or lost."""
         if envl.row[STATUS] != "in_flight":
             raise self._settled_twice(envl, "lose")
+        self._check_order(envl, _NAN)
         self.settled += 1
         SimNetwork.lose(self, envl, note)
+
+    def _check_order(self, envl: Envelope, arrival: float) -> None:
+        """For a link model of the user's own (its ``deliver`` and ``lose``): refuse a copy whose
+        times are out of order, which would go into the ledger's communication times as they are
+        (a transmission ending before it starts, a copy arriving before its last byte left). A
+        copy is sent, starts leaving, stops leaving, reaches the receiver, arrives:
+        ``send_time <= tx_start <= tx_end <= arrival_time`` and ``tx_start <= rx_start <=
+        arrival_time``, ``send_time`` first. Fields left unset (NaN: a lost copy's) are not
+        compared; ``arrival`` is the arrival time a delivery gives it (NaN for a loss)."""
+        row = envl.row
+        times = (row[SEND_T], row[TX_START], row[TX_END], row[RX_START], arrival)
+        for a, b in _ORDER:
+            if times[b] < times[a]:  # (False when either is NaN)
+                raise NetworkConfigError(
+                    f"link model {self._model_class_label()} gave {envl.describe()} (round {envl.round}) times out "
+                    f"of order: {_TIME_NAMES[b]} {times[b]!r} s is before {_TIME_NAMES[a]} {times[a]!r} s ("
+                    + ", ".join(f"{n} {t!r}" for n, t in zip(_TIME_NAMES, times) if t == t)
+                    + "); a copy's times must keep send_time <= tx_start <= tx_end <= arrival_time and tx_start "
+                    "<= rx_start <= arrival_time (the arrival is when net.deliver is called)")
+
+    def _model_class_label(self) -> str:
+        """The link model's name and class (``'slow' (Slow)``), or its class alone if it has no name."""
+        m = self.link_model
+        return f"{m.name!r} ({type(m).__name__})" if m.name != LinkModel.name else type(m).__name__
 
     # what a link model of the user's own scheduled is net.deliver / net.lose: an event error
     # (describe_event) names them so, not by these private names the user never wrote

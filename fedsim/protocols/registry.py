@@ -27,7 +27,8 @@ from typing import Iterable, Iterator
 from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 from .contract import ProtocolSpec
 
-__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "load_plugins", "plugin_files", "register"]
+__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "entry_points_loaded", "load_plugins",
+           "plugin_files", "register"]
 
 # the entry-point groups whose modules load_plugins imports (any of them may register protocols,
 # link models and transports alike; a module declared in several is imported once)
@@ -104,12 +105,22 @@ def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
 
 _loaded: set[str] = set()
 _files: list[str] = []  # the plug-in files loaded, in load order
+_entry_points: list[bool] = [False]  # whether load_plugins has loaded the entry points' plug-ins
 
 
 def plugin_files() -> list[str]:
     """The plug-in files :func:`load_plugins` has loaded in this process (absolute paths, in
-    load order): what another process must load to know the same protocols (a Ray worker)."""
+    load order): what another process must load to know the same protocols (a Ray worker, a
+    pool worker started by spawn or forkserver: ``fedsim.studies.parallel.pmap``)."""
     return list(_files)
+
+
+def entry_points_loaded() -> bool:
+    """Whether :func:`load_plugins` has loaded the plug-ins installed packages declare (entry
+    points) in this process: with :func:`plugin_files`, what another process loads to know the
+    same protocols, link models and transports (``load_plugins(plugin_files(),
+    entry_points=entry_points_loaded())``)."""
+    return _entry_points[0]
 
 
 def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True) -> list[str]:
@@ -143,7 +154,7 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
         name = f"fedsim_plugin_{path.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
-        with _all_or_nothing(f"the protocol plug-in file {path}"):
+        with all_or_nothing(f"the protocol plug-in file {path}"):
             sys.modules[name] = mod  # so dataclasses and worker processes can find it
             spec.loader.exec_module(mod)
         _loaded.add(str(path))
@@ -155,10 +166,11 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
             for ep in eps(group=group):
                 if ep.value not in _loaded:
                     kind = group.removeprefix("fedsim.").rstrip("s").replace("_", "-")  # protocol, link-model, transport
-                    with _all_or_nothing(f"the {kind} plug-in module {ep.value} (entry point {ep.name!r})",
+                    with all_or_nothing(f"the {kind} plug-in module {ep.value} (entry point {ep.name!r})",
                                          _own_package(ep.module)):
                         ep.load()
                     _loaded.add(ep.value)
+        _entry_points[0] = True
     return [n for n in REGISTRY if n not in before]
 
 
@@ -171,20 +183,25 @@ def _own_package(module: str) -> str:
 
 
 @contextmanager
-def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
+def all_or_nothing(what: str, package: str | None = None, *, module: str | None = None,
+                   path: str | Path | None = None) -> Iterator[None]:
     """Load a plug-in (``what`` names it) entirely or not at all: one that raises leaves no module
     of its own behind in ``sys.modules`` (a half-initialised one stayed there, found by whatever
     imported it by name later), and the registry as it was before it (its ``register`` calls made
     before the error were kept: a protocol whose module had failed, and a fixed file loaded again
     was refused as 'already registered' once its ``build`` had moved). Its own modules are a plug-in
-    file's, and those of ``package`` (an entry point's: its package and the submodules it had
-    imported stayed, so that, loaded again once mended, it found the stale ones), each only if this
-    load added it (a module already there before, or of another package such as NumPy, stays).
-    Plug-ins it loaded itself are forgotten with it. The error is re-raised with a note naming ``what``."""
+    file's (``fedsim_plugin_*``), ``module`` (another module name the load puts into ``sys.modules``:
+    ``fedsim.experiment.load_scenario``'s ``fedsim_scenario_*``) and those of ``package`` (an entry
+    point's: its package and the submodules it had imported stayed, so that, loaded again once
+    mended, it found the stale ones), each only if this load added or replaced it (one replaced gets
+    its module of before back; a module of another package, such as NumPy, stays). The link models
+    and transports it registered are undone too, and plug-ins it loaded itself are forgotten with
+    it. The error is re-raised with a note naming ``what`` (and, given the loaded file's ``path``,
+    the line of it the error came from)."""
     specs = dict(REGISTRY._specs)
     kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
     loaded, files = set(_loaded), list(_files)
-    modules = set(sys.modules)
+    modules = dict(sys.modules)
     try:
         yield
     except BaseException as exc:
@@ -195,12 +212,35 @@ def _all_or_nothing(what: str, package: str | None = None) -> Iterator[None]:
         _loaded.clear()
         _loaded.update(loaded)
         _files[:] = files
-        own = [n for n in sys.modules if n not in modules and (
-            n.startswith("fedsim_plugin_") or package is not None and (n == package or n.startswith(package + ".")))]
+        own = [n for n, m in list(sys.modules.items()) if modules.get(n) is not m and (
+            n.startswith("fedsim_plugin_") or n == module
+            or package is not None and (n == package or n.startswith(package + ".")))]
         for name in own:
             mod = sys.modules.pop(name)
+            old = modules.get(name)
+            if old is not None:
+                sys.modules[name] = old
             parent, _, child = name.rpartition(".")
             if parent in sys.modules and getattr(sys.modules[parent], child, None) is mod:
-                delattr(sys.modules[parent], child)  # (a package that stays: no attribute of a removed module)
-        exc.add_note(f"(while loading {what}: nothing of it was kept)")
+                if old is not None:
+                    setattr(sys.modules[parent], child, old)
+                else:
+                    delattr(sys.modules[parent], child)  # (a package that stays: no attribute of a removed module)
+        line = _line_in(exc, path) if path is not None else None
+        exc.add_note(f"(while loading {what}{'' if line is None else f', line {line}'}: nothing of it was kept)")
         raise
+
+
+def _line_in(exc: BaseException, path: str | Path) -> int | None:
+    """The line of the file ``path`` that ``exc`` was raised from: its innermost frame in that file
+    (a function the file defined and called), or, for a ``SyntaxError`` in it, the line Python
+    could not parse; None if the error did not come from that file."""
+    want = os.path.realpath(path)
+    if isinstance(exc, SyntaxError) and exc.filename and os.path.realpath(exc.filename) == want:
+        return exc.lineno
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) == want:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line

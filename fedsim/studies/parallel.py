@@ -8,6 +8,8 @@ same way. While the parent starts numba's compiler (half a second on a 2-core ma
 forks workers, a Ctrl-C is held back and raised after (``fedsim.signals.sigint_deferred``).
 Workers also send what their running network is doing (its round, messages and clock, see
 ``fedsim.experiment.live``) to the parent's active progress display about once a second.
+Workers know the parent's plug-ins: inherited when forked, loaded again (the same files, and the
+entry points if the parent loaded them) when started by spawn or forkserver.
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     index). ``fn`` must be a module-level function and tasks picklable. Worker processes use
     one BLAS thread each; forked ones inherit numba's compiler, started here before the pool
     forks them (``fedsim.math.jit.warm_up``: 50-90 MB and a quarter of a second each otherwise).
+    Forked workers inherit the plug-ins loaded here (``fedsim.protocols.load_plugins``: ``--plugin``
+    files, ``$FEDSIM_PLUGINS``, entry points); under the spawn or forkserver start method each
+    worker loads the same ones (``plugin_files()``, and the entry points if they were loaded here)
+    before its first task.
 
     ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
     task order), so a long task does not start last and leave the other workers idle.
@@ -126,7 +132,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     _warm_before_fork()
     beats: Any = multiprocessing.Queue()
     ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
-                             initargs=(beats, os.getpid()))
+                             initargs=(beats, os.getpid(), _worker_plugins()))
     try:
         with sigint_deferred():  # (the workers are forked here: see _pmap_isolated)
             futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
@@ -161,6 +167,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
     results: list[Any] = [None] * len(tasks)
     if tasks:
         _warm_before_fork()
+    plugins = _worker_plugins()
     beats: Any = multiprocessing.Queue()
     running: dict[Any, tuple[int, ProcessPoolExecutor, list]] = {}
     try:
@@ -176,7 +183,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                 # status 0 before it finished")
                 with sigint_deferred():
                     ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(beats, os.getpid()))
+                                             initargs=(beats, os.getpid(), plugins))
                     running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
             finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
             _forward_beats(beats)
@@ -224,6 +231,21 @@ def _warm_before_fork() -> None:
     # "interrupted" and then died of SIGINT (status -2, not 130)
     with sigint_deferred():
         jit.warm_up()
+
+
+def _worker_plugins() -> tuple[list[str], bool] | None:
+    """What a pool's workers load to know this process's plug-ins (protocols, link models,
+    transports): ``(plugin_files(), entry_points_loaded())`` (``fedsim.protocols``), for the spawn
+    and forkserver start methods, whose workers begin a fresh interpreter that knows only the
+    built-in ones (a sweep of a plug-in protocol failed in every point there, and its tasks, naming
+    the plug-in's module, could not even be unpickled). None for fork (a forked worker inherits
+    them) and when this process loaded none."""
+    if multiprocessing.get_start_method() == "fork":
+        return None
+    from ..protocols import entry_points_loaded, plugin_files
+
+    files, entry_points = plugin_files(), entry_points_loaded()
+    return (files, entry_points) if files or entry_points else None
 
 
 def _recording_context() -> tuple[Any, list]:
@@ -283,7 +305,11 @@ _IN_TASK = False
 _PARENT: int | None = None  # the parent whose death stops this worker (see _stop_with_parent)
 
 
-def _init_worker(beats: Any, parent: int | None = None) -> None:
+def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str], bool] | None = None) -> None:
+    """Set a worker up (before it unpickles its first task). ``plugins``: ``(files,
+    entry_points)``, the parent's plug-ins (``_worker_plugins``), loaded here for a worker that does
+    not inherit them (spawn, forkserver); the worker loads exactly those (not ``$FEDSIM_PLUGINS``
+    anew: the parent's were among its files)."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
     # A forked worker inherits the BLAS pool NumPy started in the parent (as many threads as
@@ -301,10 +327,27 @@ def _init_worker(beats: Any, parent: int | None = None) -> None:
     if parent is not None:
         _stop_with_parent(parent)
     beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
+    if plugins is not None:  # (after the thread limits: a plug-in may import NumPy, PyTorch)
+        _load_plugins(*plugins)
     from ..experiment.live import NetworkWatch
 
     watch = NetworkWatch().start()
     threading.Thread(target=_send_beats, args=(watch, beats), name="fedsim-beats", daemon=True).start()
+
+
+def _load_plugins(files: list[str], entry_points: bool) -> None:
+    """In a worker: ``fedsim.protocols.load_plugins(files, entry_points=entry_points)``, with
+    ``$FEDSIM_PLUGINS`` set aside meanwhile (the parent's files are the ones to load, and the
+    parent's environment may have changed since it loaded them). An error propagates (with the
+    note naming the plug-in): the pool is then broken, and the initializer's traceback printed."""
+    from ..protocols import load_plugins
+
+    env = os.environ.pop("FEDSIM_PLUGINS", None)
+    try:
+        load_plugins(files, entry_points=entry_points)
+    finally:
+        if env is not None:
+            os.environ["FEDSIM_PLUGINS"] = env
 
 
 def _stop_with_parent(parent: int) -> None:
