@@ -27,6 +27,10 @@ def test_compare_reports_equal_bytes_identical_parameters_and_round_times(protoc
     payload = _csv(out / "payload_bytes.csv")
     assert payload and all(r["equal"] == "True" for r in payload)
     assert all(int(r["payload_bytes_sim"]) == int(r["payload_bytes_tcp"]) > 0 for r in payload)
+    # copy by copy (payload bytes: TCP's frame headers, 25 bytes a copy, taken off its wire bytes)
+    sent = sum(int(r["messages"]) for r in payload)
+    assert (f"; the {sent} copies sent (0 of them lost) are the same messages on both networks (sender, receiver, "
+            "kind, round, payload bytes, lost or not).") in (out / "report.md").read_text()
     times = _csv(out / "round_times.csv")
     assert [int(r["round"]) for r in times] == [0, 1, 2]
     assert all(float(r["simulated_s"]) > 0 and float(r["measured_tcp_s"]) > 0 for r in times)
@@ -177,6 +181,18 @@ def test_compare_runs_both_transports_with_the_same_faults(tmp_path):
     payload = {r["kind"]: r for r in _csv(out / "payload_bytes.csv")}
     # 4 rounds x 8 clients: some uploads were lost or never made (clients offline from the start)
     assert int(payload["gradient"]["messages"]) < 32 and payload["gradient"]["equal"] == "True"
+    # copy by copy, the lost ones included (lost alike: the loss draws are keyed by message, and
+    # a node dropped from the start costs the same copies on both); ledger_totals adds both runs'
+    import json
+    import re
+
+    totals = json.loads((out / "results.json").read_text())["ledger_totals"]
+    said = re.search(r"the (\d+) copies sent \((\d+) of them lost\) are the same messages on both networks "
+                     r"\(sender, receiver, kind, round, payload bytes, lost or not\)\.", (out / "report.md").read_text())
+    assert said, (out / "report.md").read_text()
+    sent, lost = int(said[1]), int(said[2])
+    assert sent == sum(int(r["messages"]) for r in payload.values()) == totals["messages"] / 2
+    assert 0 < lost == totals["lost_messages"] / 2
 
 
 def test_a_failed_comparison_with_dropout_in_a_window_says_why_it_may_differ(tmp_path, monkeypatch):
@@ -348,3 +364,143 @@ def test_the_summary_gives_the_last_evaluations_metrics_as_final(tmp_path, monke
                  overrides={"rounds": 1, "clients": 2}, quiet=True)
     rows = _csv(tmp_path / "o" / "summary.csv")
     assert [float(r["final_hr"]) for r in rows] == [0.75, 0.75]
+
+
+def _altered_compare(tmp_path, monkeypatch, alter, **overrides):
+    """Run ``fedsim compare demo --against asyncio`` with ``alter(rows)`` applied to the asyncio
+    run's ledger rows after its run; return the ScenarioError's message (None: it passed)."""
+    from fedsim.experiment import ScenarioError, run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import AsyncioNetwork
+
+    real_run = AsyncioNetwork.run
+
+    def run(self, *a, **k):
+        res = real_run(self, *a, **k)
+        alter(self.ledger.rows)
+        return res
+
+    monkeypatch.setattr(AsyncioNetwork, "run", run)
+    try:
+        run_scenario(compare_mod.compare_scenario("demo", "asyncio"), out=tmp_path / "o",
+                     overrides={"rounds": 2, "clients": 2, **overrides}, quiet=True)
+    except ScenarioError as exc:
+        assert list(tmp_path.iterdir()) == []  # a failed comparison writes no folder
+        return str(exc)
+    return None
+
+
+def _msg(row, **change):
+    """A ledger row as describe_message words (``change``: columns replaced)."""
+    from fedsim.experiment.compare import describe_message
+
+    d = {"round": row[1], "src": row[2], "dst": row[3], "kind": row[6], "bytes": row[7], "lost": row[15] == "lost"}
+    d.update(change)
+    return describe_message((d["round"], d["src"], d["dst"], d["kind"], d["bytes"], d["lost"]))
+
+
+def _find(rows, rnd, src, dst, kind):
+    (row,) = [r for r in rows if (r[1], r[2], r[3], r[6]) == (rnd, src, dst, kind)]
+    return row
+
+
+def _sizes(rows, want):
+    a, b = _find(rows, 0, "server", "client/000", "weights"), _find(rows, 0, "server", "client/001", "weights")
+    want.append(f"2 copies on the simulator without a match on asyncio: {_msg(a)}, {_msg(b)}; "
+                f"2 copies on asyncio without a match on the simulator: {_msg(a, bytes=a[7] + 3)}, "
+                f"{_msg(b, bytes=b[7] - 3)}")
+    a[7] += 3
+    b[7] -= 3
+
+
+def _receiver(rows, want):
+    b = _find(rows, 1, "server", "client/001", "weights")
+    want.append(f"1 copy on the simulator without a match on asyncio: {_msg(b)}; "
+                f"1 copy on asyncio without a match on the simulator: {_msg(b, dst='client/000')}")
+    b[3] = "client/000"  # client/000 got round 1's weights twice, client/001 never
+
+
+def _rounds(rows, want):
+    a, b = _find(rows, 0, "client/000", "server", "gradient"), _find(rows, 1, "client/001", "server", "gradient")
+    want.append(f"2 copies on the simulator without a match on asyncio: {_msg(a)}, {_msg(b)}; "
+                f"2 copies on asyncio without a match on the simulator: {_msg(b, round=0)}, "
+                f"{_msg(a, round=1)}")  # (by round: b, now labelled 0, first)
+    a[1], b[1] = 1, 0
+
+
+def _lost(rows, want):
+    a = _find(rows, 1, "server", "client/001", "stop")
+    want.append(f"1 copy on the simulator without a match on asyncio: {_msg(a)}; "
+                f"1 copy on asyncio without a match on the simulator: {_msg(a, lost=True)}")
+    a[15], a[18] = "lost", "link loss"
+
+
+@pytest.mark.parametrize("alter", [_sizes, _receiver, _rounds, _lost], ids=["sizes", "receiver", "rounds", "lost"])
+def test_compare_tells_offsetting_message_differences_that_equal_totals_hid(tmp_path, monkeypatch, alter):
+    # the per (sender role, kind) totals were all the comparison checked: one copy 3 bytes larger and
+    # another 3 smaller, a copy sent to the wrong receiver, copies labelled with other rounds, a copy
+    # lost on one network only: each left every total equal and the comparison passed
+    want = []
+    err = _altered_compare(tmp_path, monkeypatch, lambda rows: alter(rows, want))
+    assert len(want) == 1 and err == f"demo: the asyncio run differs from the simulator's: {want[0]}"
+
+
+def test_describe_message_words():
+    from fedsim.experiment.compare import describe_message
+
+    assert describe_message((0, "server", "client/000", "weights", 64, False)) == \
+        "round 0 weights server -> client/000 64 B"
+    assert describe_message((3, "c", "s", "g", 7, True)) == "round 3 g c -> s 7 B (lost)"
+
+
+def test_a_failed_message_comparison_shows_five_copies_of_each_side_and_counts_the_rest(tmp_path, monkeypatch):
+    # 8 clients: round 0's weights alternately 1 byte larger and smaller, totals equal, 8 copies differ
+    # on each side; the message names the first five of each and counts the others
+    shown = {}
+
+    def sizes(rows):
+        ws = [r for r in rows if r[1] == 0 and r[6] == "weights"]
+        assert len(ws) == 8
+        shown["sim"] = [_msg(r) for r in ws[:5]]
+        shown["asyncio"] = [_msg(r, bytes=r[7] + (1 if i % 2 == 0 else -1)) for i, r in enumerate(ws[:5])]
+        for i, r in enumerate(ws):
+            r[7] += 1 if i % 2 == 0 else -1
+
+    err = _altered_compare(tmp_path, monkeypatch, sizes, clients=8)
+    assert err == ("demo: the asyncio run differs from the simulator's: 8 copies on the simulator without a match "
+                   f"on asyncio: {', '.join(shown['sim'])} and 3 more; 8 copies on asyncio without a match on the "
+                   f"simulator: {', '.join(shown['asyncio'])} and 3 more")
+
+
+def test_message_differences_compares_multisets_of_copies_in_any_order_and_from_a_streaming_ledger():
+    from fedsim.experiment.compare import message_differences, message_keys
+    from fedsim.kernel import Ledger, StreamingLedger
+
+    sent = [(0, "s", "a", "m", 10, "delivered"), (0, "s", "b", "m", 10, "delivered"), (0, "a", "s", "g", 7, "lost"),
+            (0, "a", "s", "g", 7, "delivered"), (1, "s", "a", "m", 12, "in_flight")]
+
+    def ledger(rows, cls=Ledger, framing=0):
+        led = cls(framing_bytes=framing)
+        for rnd, src, dst, kind, payload, status in rows:
+            row = led.new_row(rnd, src, dst, "r", "r", kind, payload + framing, 0, 0, 0.0, False)
+            row[15] = status
+            if status != "in_flight":
+                row[14] = 1.0
+        return led
+
+    a = message_keys(ledger(sent))
+    assert a["keys"].shape == (5, 6) and a["keys"].dtype.name == "int64"
+    # another order, a streamed ledger, a framing of 25 bytes a copy (TcpNetwork's), in flight or
+    # delivered alike: the same messages
+    stream = ledger(sent[::-1], StreamingLedger, framing=25)
+    b = message_keys(stream)
+    stream.close()
+    assert message_differences(a, b) == ([], [], 0, 0)
+    assert message_differences(a, message_keys(ledger([]))) == (
+        [(0, "s", "a", "m", 10, False), (0, "s", "b", "m", 10, False), (0, "a", "s", "g", 7, True),
+         (0, "a", "s", "g", 7, False), (1, "s", "a", "m", 12, False)], [], 5, 0)
+    # one of two equal copies missing, another duplicated; the lost one delivered instead
+    other = [sent[0], sent[0], sent[3], sent[3], sent[4]]
+    assert message_differences(a, message_keys(ledger(other))) == (
+        [(0, "s", "b", "m", 10, False), (0, "a", "s", "g", 7, True)],
+        [(0, "s", "a", "m", 10, False), (0, "a", "s", "g", 7, False)], 2, 2)

@@ -7,14 +7,32 @@ the run's profile (``--profile``, default ``lan``) and link model. The report pu
 metrics (and whether the final parameters are bit-identical, as they must be), the payload bytes
 per sender role and message kind (which must be equal), the wall time of each run, and per round
 the simulator's predicted duration against the measured one (from the first send of the round to
-the last arrival, read off each ledger). A run whose model diverged (``info["diverged_at"]``)
+the last arrival, read off each ledger).
+
+The messages are compared copy by copy, not only by those totals (equal totals hid a copy larger
+and another smaller by as much, a copy sent to the wrong receiver, one missing and another
+duplicated, copies labelled with other rounds): each ledger's copies become the multiset of
+(round, sender, receiver, kind, payload bytes, lost or not) (``message_keys``; payload bytes are
+wire bytes less the network's framing, so TCP's frame headers do not count), and the two must be
+equal; the note says so with the number of copies. Every copy counts, lost ones included, and
+whether it was lost is part of its key: the loss draws are keyed by message and a dropout from
+the start (``--dropout-window 0,0``) costs the same copies on both, so both runs send and lose the
+same copies. A copy still in flight when a run ended counts as not lost (its fate was not
+decided). A dropout inside a window is at a real instant on the real transport, so which copies
+are sent, and which lost, can differ: they are compared all the same, and a difference fails the
+comparison, whose message then says why it may differ. A failed comparison names up to
+``SHOWN_MESSAGES`` (5) copies of each run without a match on the other (by round, then ledger
+order: ``message_differences``) and counts the rest.
+
+A run whose model diverged (``info["diverged_at"]``)
 gets a ``diverged_at`` column, and the report a **Diverged** note (caveat ``diverged``) naming
 which run diverged at which round. The real network is checked before the simulator runs: a TCP
 network whose workers would exceed the open-file limit (``TcpNetwork.check_descriptors``) or
 clearly need more memory than is available (``TcpNetwork.check_memory``) is refused then, not
 after the simulator's run. Its actors are built once the simulator's run is over and reduced to
-what the comparison reads (final parameters, figures, bytes per sender role and kind, round
-times): the simulator's network and actors are let go before the second run.
+what the comparison reads (final parameters, figures, bytes per sender role and kind, the copies'
+keys, 48 bytes a copy, round times): the simulator's network and actors are let go before the
+second run.
 """
 
 from __future__ import annotations
@@ -56,6 +74,95 @@ def same_bits(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+# the columns of a message key (``message_keys``), in the order differences are sorted and told
+KEY_COLUMNS = ("round", "src", "dst", "kind", "payload_bytes", "lost")
+SHOWN_MESSAGES = 5  # differing copies a failed comparison shows of each run
+
+
+def message_keys(ledger) -> dict[str, Any]:
+    """Every copy ``ledger`` recorded (delivered, lost or still in flight) as one key (round,
+    sender, receiver, kind, payload bytes, whether it was lost), in ledger order: ``{"keys": an
+    (n, 6) int64 array, columns KEY_COLUMNS, "names": the node ids and kinds the src, dst and
+    kind codes number}``. Built column by column through the ledger's public queries
+    (``view().column``: a ``StreamingLedger`` scans its file for each), 48 bytes a copy; no
+    Python object per row is kept. Payload bytes are the ledger's wire bytes less its network's
+    framing (``framing_bytes``), so a frame's header does not count."""
+    v = ledger.view()
+    rnd = v.column("round")
+    n = rnd.shape[0]
+    keys = np.empty((n, len(KEY_COLUMNS)), dtype=np.int64)
+    keys[:, 0] = rnd
+    codes: dict[Any, int] = {}
+    for j, name in ((1, "src"), (2, "dst"), (3, "kind")):
+        col = v.column(name)
+        for x in dict.fromkeys(col.tolist()):  # (first occurrence order: deterministic)
+            codes.setdefault(x, len(codes))
+        keys[:, j] = np.fromiter(map(codes.__getitem__, col), dtype=np.int64, count=n)
+        del col
+    keys[:, 4] = v.column("bytes") - ledger.framing_bytes
+    keys[:, 5] = v.column("status") == "lost"
+    return {"keys": keys, "names": list(codes)}
+
+
+def _unmatched(ids: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Positions of the rows of one side (``ids``: each row's key number) that the other side
+    (``other``: how many copies it has of each key) does not match: of a key held k times here
+    and m times there, the copies after the first m, in ledger order."""
+    if not ids.size:
+        return ids
+    order = np.argsort(ids, kind="stable")
+    grouped = ids[order]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+    first = np.repeat(starts, np.diff(np.r_[starts, ids.size]))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(ids.size) - first  # this copy is the rank-th of its key here
+    return np.flatnonzero(rank >= other[ids])
+
+
+def message_differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[tuple], list[tuple], int, int]:
+    """Compare two runs' ``message_keys`` as multisets: (the copies only in ``a``, the copies only
+    in ``b``, each as (round, src, dst, kind, payload bytes, lost) tuples, at most
+    ``SHOWN_MESSAGES`` of each, by round then ledger order; how many in all only in ``a``, only
+    in ``b``). Equal multisets: ([], [], 0, 0). Vectorised: one sort of both key arrays."""
+    names = list(dict.fromkeys([*a["names"], *b["names"]]))
+    at = {x: i for i, x in enumerate(names)}
+    sides = []
+    for side in (a, b):
+        k = side["keys"].copy()
+        lut = np.array([at[x] for x in side["names"]], dtype=np.int64)
+        if k.shape[0]:
+            k[:, 1:4] = lut[k[:, 1:4]]
+        sides.append(k)
+    ka, kb = sides
+    both = np.concatenate([ka, kb])
+    if not both.shape[0]:
+        return [], [], 0, 0
+    # each key's number among the distinct keys (np.unique(axis=0) sorted the rows as bytes, 5x slower)
+    order = np.lexsort(both.T[::-1])
+    ordered = both[order]
+    inv = np.empty(both.shape[0], dtype=np.int64)
+    inv[order] = np.cumsum(np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]) - 1
+    del ordered
+    ia, ib = inv[:ka.shape[0]], inv[ka.shape[0]:]
+    m = int(inv.max()) + 1
+    ca, cb = np.bincount(ia, minlength=m), np.bincount(ib, minlength=m)
+    out = []
+    for k, ids, other in ((ka, ia, cb), (kb, ib, ca)):
+        extra = _unmatched(ids, other)
+        first = extra[np.lexsort((extra, k[extra, 0]))][:SHOWN_MESSAGES]
+        out.append(([(int(r[0]), names[r[1]], names[r[2]], names[r[3]], int(r[4]), bool(r[5]))
+                     for r in k[first].tolist()], int(extra.size)))
+    (only_a, na), (only_b, nb) = out
+    return only_a, only_b, na, nb
+
+
+def describe_message(key: tuple) -> str:
+    """One copy of ``message_differences`` in words: ``round 0 gradient c1 -> server 120 B``
+    (and `` (lost)`` for a lost copy)."""
+    rnd, src, dst, kind, payload, lost = key
+    return f"round {rnd} {kind} {src} -> {dst} {payload} B{' (lost)' if lost else ''}"
+
+
 def _round_times(ledger) -> dict[int, float]:
     return {r: ledger.select(round=r).span() for r in ledger.rounds() if r >= 0}
 
@@ -63,7 +170,8 @@ def _round_times(ledger) -> dict[int, float]:
 def _outcome(ctx: RunContext, spec, label: str, described: str, net, job, build_s: float,
              test) -> dict[str, Any]:
     """Run ``net``, and keep of it only what the comparison reads: the final parameters, the
-    summary row's figures, the payload bytes per (sender role, kind) and the round times. The
+    summary row's figures, the payload bytes per (sender role, kind), the copies sent
+    (``message_keys``) and the round times. The
     network, its actors and the protocol's result (their state, its ``RunResult``) are not
     kept: they go when this returns."""
     from ..protocols.contract import check_result
@@ -84,7 +192,7 @@ def _outcome(ctx: RunContext, spec, label: str, described: str, net, job, build_
     groups = {key: (t.messages, t.payload_bytes, t.wire_bytes)
               for key, t in net.ledger.view().group("src_role", "kind").items()}
     return {"params": res.params, "figures": figures, "wall": wall, "groups": groups,
-            "rounds": _round_times(net.ledger)}
+            "messages": message_keys(net.ledger), "rounds": _round_times(net.ledger)}
 
 
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> None:
@@ -173,14 +281,22 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     ctx.table("round_times", times, title=f"Round durations: the simulator's prediction ({sim_spec.profile}) "
               f"against the {transport} run's ledger", floatfmt=".4f")
     unequal = [r for r in bytes_rows if not r["equal"]]
+    # message by message: equal totals per (role, kind) hid offsetting differences (one copy larger
+    # and another smaller, a copy sent to the wrong receiver or labelled with another round)
+    only_a, only_b, n_a, n_b = message_differences(a["messages"], b["messages"])
+    keys = a["messages"]["keys"]
+    sent, lost = keys.shape[0], int(keys[:, 5].sum())
     ctx.note(f"Final parameters {'are bit-identical' if same else 'DIFFER'} between the two runs; payload bytes "
-             + ("are equal for every sender role and kind." if not unequal else
-                f"differ for {len(unequal)} (role, kind) pairs.")
+             + ("are equal for every sender role and kind" if not unequal else
+                f"differ for {len(unequal)} (role, kind) pairs")
+             + (f"; the {sent} copies sent ({lost} of them lost) are the same messages on both networks (sender, "
+                "receiver, kind, round, payload bytes, lost or not)." if not (n_a or n_b) else
+                f"; {n_a} copies on the simulator and {n_b} on {transport} have no match on the other network.")
              + f" Wall time: simulator {wall_a:.2f} s, {transport} {wall_b:.2f} s (forking, connecting and "
                "merging the ledger included). The measured round times are real seconds on this machine's "
                "loopback (shaped only if the run was made inside a shaped namespace); the simulator's are what "
                f"its `{sim_spec.profile}` profile predicts.")
-    if not same or unequal:
+    if not same or unequal or n_a or n_b:
         # the run fails, so its folder (and report) is not written: the message carries what differs
         # (it said "see the report", which did not exist)
         what = []
@@ -190,6 +306,12 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
                  f"{r[f'payload_bytes_{transport}']} B on {transport}" for r in unequal[:5]]
         if len(unequal) > 5:
             what.append(f"... ({len(unequal) - 5} more byte counts differ)")
+        for n, shown, here, there in ((n_a, only_a, "the simulator", transport),
+                                      (n_b, only_b, transport, "the simulator")):
+            if n:  # (at most SHOWN_MESSAGES of each side: a run may differ in millions)
+                more = f" and {n - len(shown)} more" if n > len(shown) else ""
+                what.append(f"{n} {'copy' if n == 1 else 'copies'} on {here} without a match on {there}: "
+                            f"{', '.join(describe_message(m) for m in shown)}{more}")
         if diverged:
             what.append(said_diverged)
         if ctx.net.dropout and ctx.net.window[1] > 0:
