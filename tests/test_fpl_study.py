@@ -452,7 +452,7 @@ def test_an_fcf_run_whose_server_stopped_on_a_model_not_finite_says_so(alpha, lr
     assert not any(e.get(f"{n}_diverged") for e in ok.curve for n in sp.evaluators)
 
 
-def _verdicts_of(monkeypatch, pvalues: dict, seeds=(0,), ic=None) -> dict:
+def _verdicts_of(monkeypatch, pvalues: dict, seeds=(0,), ic=None, keep=None) -> dict:
     """analysis.verdicts of a study of sFPL, sFPL+, pFPL, pFPL+ and BPR-MF whose per-user
     comparisons (a, b) have the t-test p-value and difference ``pvalues[(a, b)]`` (p NaN: too
     few users, no test), by claim. ``ic``: per method, the IC@10 (and G@10) of each seed."""
@@ -473,7 +473,7 @@ def _verdicts_of(monkeypatch, pvalues: dict, seeds=(0,), ic=None) -> dict:
     chosen = {m: {s: SimpleNamespace(entry={"test_ic": ic[m][k], "test_gini": ic[m][k] / 100})
                   for k, s in enumerate(seeds)} for m in ms}
     st = SimpleNamespace(chosen=chosen, seeds=list(seeds), fpl_runs=lambda: {})
-    return {r["claim"]: r for r in analysis.verdicts(st)}
+    return {r["claim"]: r for r in analysis.verdicts(st, keep=keep)}
 
 
 # a family of 5 tested comparisons (pFPL+ - BPR-MF has 3 users: no test, no member)
@@ -525,3 +525,16 @@ def test_the_seed_paired_ic_gini_tests_are_in_the_verdicts_family(monkeypatch):
         assert 0.001 < p and r[P_RAW] == fmt_p(p) and r[P_HOLM] != ""
     assert rows["pFPL+ is more accurate than pFPL (P@10)"][P_HOLM] == "0.009"
     assert rows["pFPL+ is more accurate than pFPL (P@10)"]["verdict"] == "reproduced"
+
+
+def test_verdicts_kept_in_part_correct_over_the_tests_kept(monkeypatch):
+    # fpl_pi shows the peak claims alone: their correction would count the tests of every other
+    # claim of the verdicts table too. Kept: 0.04 and 0.001 -> by hand 0.001 x 2 = 0.002, 0.04 x 1
+    from fedsim.studies.fpl.analysis import P_HOLM, P_RAW
+
+    keep = ("sFPL+ is more accurate than sFPL (P@10)", "pFPL+ is more accurate than pFPL (P@10)")
+    assert _verdicts_of(monkeypatch, FAMILY)[keep[0]][P_HOLM] == "0.09"  # all claims: 0.04 of 5
+    rows = _verdicts_of(monkeypatch, FAMILY, keep=lambda claim: claim in keep)
+    assert list(rows) == list(keep)
+    assert [(r["verdict"], r[P_RAW], r[P_HOLM]) for r in rows.values()] == [
+        ("reproduced", "0.04", "0.04"), ("reproduced", "0.001", "0.002")]

@@ -334,14 +334,16 @@ def test_fpl_fig3_weighs_how_far_pi_moves_ic_against_the_seed_spread(tmp_path, s
 
 
 def _spy_comparisons(monkeypatch) -> dict:
-    """Every per-user comparison the FPL analysis makes from now on, by (a, b, metric)."""
+    """Every per-user comparison the FPL analysis makes from now on, by (a, b, metric); the key
+    "all" holds them all in order."""
     from fedsim.studies.fpl import analysis
 
-    seen = {}
+    seen = {"all": []}
     real = analysis.compare_users
 
     def spy(a_name, b_name, metric, a, b):
         seen[(a_name, b_name, metric)] = c = real(a_name, b_name, metric, a, b)
+        seen["all"].append(c)
         return c
 
     monkeypatch.setattr(analysis, "compare_users", spy)
@@ -493,3 +495,25 @@ def test_personalfr_compression_shows_no_spread_for_one_repeat(tmp_path):
     stds = [k for k in rows[0] if k.endswith("_std")]
     assert len(stds) == 6 and all(r[k] == "" for r in rows for k in stds) and all(r["repeats"] == "1" for r in rows)
     assert "mean (and population std, none for one repeat) over the repeats" in (out / "report.md").read_text()
+
+
+def test_fpl_pi_peaks_table_corrects_over_its_own_tests(tmp_path, monkeypatch):
+    # the peaks table is the verdicts' peak claims: the family of its Holm correction is its own
+    # tests (one per preset with an interior pi to test), not the whole verdicts table's (here it
+    # also held sFPL+ against sFPL on P@10, a test this report does not show)
+    from fedsim.math.stats import holm
+    from fedsim.studies.fpl.analysis import fmt_p
+
+    seen = _spy_comparisons(monkeypatch)
+    out, report = _run(tmp_path, "fpl_pi", {"epochs": [1], "pis": [0.2, 0.6, 1.0], "presets": ["sFPL", "sFPL+", "pFPL"],
+                                            "max_users": 40, "min_interactions": 8, "seeds": 1, "workers": 1},
+                       data="ml100k-like")
+    peaks = _csv(out / "peaks.csv")
+    assert [r["claim"].split(":")[0] for r in peaks] == ["sFPL", "sFPL+", "pFPL", "pFPL+"]
+    tested = [r for r in peaks if r["p (Holm)"]]
+    assert len(tested) == 3  # pFPL+ did not run
+    cs = [c for c in seen["all"] if c.metric == "f1"]  # the peak tests alone compare F1, preset by preset
+    assert all(f"; {c.text()}; F1@10 by pi: " in r["evidence"] for c, r in zip(cs, tested))
+    q = holm([c.t.pvalue for c in cs])
+    assert [(r["p (t-test)"], r["p (Holm)"]) for r in tested] == [(fmt_p(c.t.pvalue), fmt_p(x)) for c, x in zip(cs, q)]
+    assert "Holm's correction over the 3 tests of this table)" in report

@@ -186,7 +186,7 @@ def _word(diff: float, significant: bool, expected_sign: int) -> str:
 P_RAW, P_HOLM = "p (t-test)", "p (Holm)"
 
 
-def verdicts(st: Study) -> list[dict]:
+def verdicts(st: Study, keep: Callable[[str], bool] | None = None) -> list[dict]:
     """For each ordering the paper reports: ``claim``, ``verdict`` (reproduced, contradicted, not
     distinguishable on this data, or not run), the p-value of the test it rests on, raw
     (:data:`P_RAW`) and Holm-adjusted (:data:`P_HOLM`; both empty when no test ran), and the
@@ -195,7 +195,9 @@ def verdicts(st: Study) -> list[dict]:
     The family of Holm's correction is every test this table runs (one per claim at most: the
     per-user paired t-tests on P@10 and F1@10 and the seed-paired t-tests on IC@10 and G@10); a
     verdict says significant when its adjusted p is below :data:`ALPHA`. A claim that was not run
-    or tested (too few users or seeds, a diverged model, no spread) is no member of the family."""
+    or tested (too few users or seeds, a diverged model, no spread) is no member of the family.
+    ``keep``: only the claims it returns true for, and the family is then their tests alone (a
+    table that shows some of the claims corrects over the tests it shows)."""
     out: list[dict] = []
     have = set(st.chosen)
     # rows whose verdict waits for the family's adjusted p: (row, raw p, verdict given significance)
@@ -315,6 +317,9 @@ def verdicts(st: Study) -> list[dict]:
         tested(claim, c.t.pvalue, decide, f"peak at pi = {peak:g}; {c.text()}; F1@10 by pi: {curve} (the peak of "
                                           f"{len(mine)} noisy values is biased upwards, so a peak alone is no evidence)")
 
+    if keep is not None:
+        out = [r for r in out if keep(r["claim"])]
+        pending = [x for x in pending if keep(x[0]["claim"])]
     # Holm's correction over the family: every test above that ran (NaN p: none ran, not a member)
     for (row, p, decide), q in zip(pending, holm([p for _, p, _ in pending])):
         row["verdict"] = decide(bool(q < ALPHA))
