@@ -193,7 +193,7 @@ def _ic_gini_verdicts(monkeypatch, chosen: dict) -> dict:
     seeds = sorted(next(iter(chosen.values())))
     st = SimpleNamespace(chosen=chosen, seeds=seeds, fpl_runs=lambda: {})
     monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
-        diff=0.0, significant=False, text=lambda: "(compared)"))
+        diff=0.0, significant=False, t=SimpleNamespace(pvalue=math.nan), text=lambda: "(compared)"))
     return {r["claim"]: r for r in analysis.verdicts(st)}
 
 
@@ -450,3 +450,91 @@ def test_an_fcf_run_whose_server_stopped_on_a_model_not_finite_says_so(alpha, lr
     ok = run_fcf(sp, 4, d=4, eval_every=2)
     assert "diverged_at" not in ok.params and [e["epoch"] for e in ok.curve] == [2, 4]
     assert not any(e.get(f"{n}_diverged") for e in ok.curve for n in sp.evaluators)
+
+
+def _verdicts_of(monkeypatch, pvalues: dict, seeds=(0,), ic=None, keep=None) -> dict:
+    """analysis.verdicts of a study of sFPL, sFPL+, pFPL, pFPL+ and BPR-MF whose per-user
+    comparisons (a, b) have the t-test p-value and difference ``pvalues[(a, b)]`` (p NaN: too
+    few users, no test), by claim. ``ic``: per method, the IC@10 (and G@10) of each seed."""
+    from types import SimpleNamespace
+
+    from fedsim.math.stats import TestResult
+    from fedsim.studies.fpl import analysis
+
+    def compare(st, a, b, metric="p"):
+        p, diff = pvalues[(a, b)]
+        n = 3 if math.isnan(p) else 50
+        return analysis.Comparison(a, b, metric, diff, diff - 0.01, diff + 0.01, TestResult(1.0, p, n, diff, "paired t"),
+                                   TestResult(1.0, p, n, diff, "wilcoxon"))
+
+    monkeypatch.setattr(analysis, "compare", compare)
+    ms = ("sFPL", "sFPL+", "pFPL", "pFPL+", "BPR-MF")
+    ic = ic or {m: [1.0] * len(seeds) for m in ms}
+    chosen = {m: {s: SimpleNamespace(entry={"test_ic": ic[m][k], "test_gini": ic[m][k] / 100})
+                  for k, s in enumerate(seeds)} for m in ms}
+    st = SimpleNamespace(chosen=chosen, seeds=list(seeds), fpl_runs=lambda: {})
+    return {r["claim"]: r for r in analysis.verdicts(st, keep=keep)}
+
+
+# a family of 5 tested comparisons (pFPL+ - BPR-MF has 3 users: no test, no member)
+FAMILY = {("sFPL+", "sFPL"): (0.04, 0.01), ("pFPL+", "pFPL"): (0.001, 0.02), ("sFPL", "BPR-MF"): (0.5, 0.001),
+          ("sFPL+", "BPR-MF"): (0.02, -0.01), ("pFPL", "BPR-MF"): (0.03, 0.01), ("pFPL+", "BPR-MF"): (math.nan, 0.02)}
+
+
+def test_verdicts_are_judged_at_holm_adjusted_p_over_the_table(monkeypatch):
+    # every verdict came from its raw p < 0.05, whatever the number of tests in the table: here
+    # 4 of 5 would be "significant"; Holm by hand over the 5 tested: 0.001 x 5 = 0.005,
+    # 0.02 x 4 = 0.08, 0.03 x 3 = 0.09, 0.04 x 2 = 0.08 -> 0.09 (monotone), 0.5 x 1 = 0.5
+    from fedsim.studies.fpl.analysis import P_HOLM, P_RAW
+
+    rows = _verdicts_of(monkeypatch, FAMILY)
+    want = {"sFPL+ is more accurate than sFPL (P@10)": ("not distinguishable on this data", "0.04", "0.09"),
+            "pFPL+ is more accurate than pFPL (P@10)": ("reproduced", "0.001", "0.005"),
+            "sFPL is comparable to BPR-MF (P@10)": ("not distinguishable on this data (what 'comparable' predicts)",
+                                                    "0.5", "0.5"),
+            "sFPL+ is more accurate than BPR-MF (P@10; the paper: significantly)":
+                ("not distinguishable on this data", "0.02", "0.08"),
+            "pFPL is comparable to BPR-MF (P@10)": ("not distinguishable on this data (what 'comparable' predicts)",
+                                                    "0.03", "0.09"),
+            "pFPL+ is more accurate than BPR-MF (P@10; the paper: significantly)":
+                ("not distinguishable on this data", "", "")}
+    for claim, (verdict, p, q) in want.items():
+        assert (rows[claim]["verdict"], rows[claim][P_RAW], rows[claim][P_HOLM]) == (verdict, p, q), claim
+    assert list(rows[claim]) == ["claim", "verdict", P_RAW, P_HOLM, "evidence"]
+    assert rows[claim]["evidence"].endswith("over 3 user(s): too few for a test (at least 6)")
+    # the rows that ran no test have no p either
+    assert all(r[P_RAW] == r[P_HOLM] == "" for r in rows.values() if r["verdict"] == "not run"
+               or "fewer than 3 seeds" in r["verdict"])
+
+
+def test_the_seed_paired_ic_gini_tests_are_in_the_verdicts_family(monkeypatch):
+    # with 3 seeds the 4 IC@10 / G@10 t-tests join the 5 per-user ones: the smallest p, 0.001, is
+    # multiplied by 9
+    from fedsim.studies.fpl.analysis import P_HOLM, P_RAW, fmt_p
+
+    ic = {"sFPL": [10.0, 11.0, 12.0], "sFPL+": [11.0, 13.0, 16.0], "pFPL": [10.0, 11.0, 12.0],
+          "pFPL+": [12.0, 12.0, 15.0], "BPR-MF": [1.0, 1.0, 1.0]}
+    rows = _verdicts_of(monkeypatch, FAMILY, seeds=(0, 1, 2), ic=ic)
+    seed_rows = [r for r in rows.values() if "more local computation" in r["claim"]]
+    assert len(seed_rows) == 4
+    for r in seed_rows:
+        plus, plain = r["claim"].split(" of ")[1].split(" (")[0].split(" above ")
+        key = "test_ic" if r["claim"].startswith("IC") else "test_gini"
+        scale = 1.0 if key == "test_ic" else 0.01
+        p = paired_t_test(np.array(ic[plus]) * scale, np.array(ic[plain]) * scale).pvalue
+        assert 0.001 < p and r[P_RAW] == fmt_p(p) and r[P_HOLM] != ""
+    assert rows["pFPL+ is more accurate than pFPL (P@10)"][P_HOLM] == "0.009"
+    assert rows["pFPL+ is more accurate than pFPL (P@10)"]["verdict"] == "reproduced"
+
+
+def test_verdicts_kept_in_part_correct_over_the_tests_kept(monkeypatch):
+    # fpl_pi shows the peak claims alone: their correction would count the tests of every other
+    # claim of the verdicts table too. Kept: 0.04 and 0.001 -> by hand 0.001 x 2 = 0.002, 0.04 x 1
+    from fedsim.studies.fpl.analysis import P_HOLM, P_RAW
+
+    keep = ("sFPL+ is more accurate than sFPL (P@10)", "pFPL+ is more accurate than pFPL (P@10)")
+    assert _verdicts_of(monkeypatch, FAMILY)[keep[0]][P_HOLM] == "0.09"  # all claims: 0.04 of 5
+    rows = _verdicts_of(monkeypatch, FAMILY, keep=lambda claim: claim in keep)
+    assert list(rows) == list(keep)
+    assert [(r["verdict"], r[P_RAW], r[P_HOLM]) for r in rows.values()] == [
+        ("reproduced", "0.04", "0.04"), ("reproduced", "0.001", "0.002")]

@@ -239,3 +239,52 @@ def test_exact_wilcoxon_far_tail_against_scipy():
         for sample in (low, d):
             r = wilcoxon_signed_rank(sample, np.zeros(n), method="exact")
             assert r.statistic == ref.statistic and r.pvalue == pytest.approx(ref.pvalue, rel=1e-12, abs=0)
+
+
+def _holm_rejects(p: list[float], alpha: float) -> set[int]:
+    """Holm's procedure as the textbook states it (no adjusted p-values): sort increasingly and
+    reject H_(1), H_(2), ... while p_(k) <= alpha / (m - k + 1); stop at the first that is not."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    out = set()
+    for k, i in enumerate(order):
+        if p[i] > alpha / (len(p) - k):
+            break
+        out.add(i)
+    return out
+
+
+def test_holm_adjusted_p_values_reject_what_holms_procedure_rejects():
+    # the adjusted p_i is the smallest family-wise level at which Holm's step-down procedure
+    # rejects H_i: at every alpha, {i: adjusted p_i <= alpha} is the procedure's rejection set
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        m = int(rng.integers(1, 16))
+        p = (rng.uniform(0, 0.1, m) if trial % 2 else rng.uniform(0, 1, m)).tolist()
+        if trial % 5 == 0 and m > 1:
+            p[1] = p[0]  # ties
+        adj = holm(p)
+        assert np.all((adj >= np.asarray(p)) & (adj <= 1.0))
+        order = np.argsort(p, kind="mergesort")
+        assert np.all(np.diff(adj[order]) >= 0)  # monotone in the raw order
+        # just above and just below each adjusted value (at it, p x k <= alpha and p <= alpha / k may
+        # round apart), below 1 (the cap: an adjusted 1 is no rejection at any level below 1)
+        for alpha in sorted({x for x in adj.tolist() if x < 1} | {0.01, 0.05, 0.1}):
+            for a in (alpha * (1 + 1e-9), alpha * (1 - 1e-9)):
+                assert {i for i in range(m) if adj[i] <= a} == _holm_rejects(p, a), (p, a)
+
+
+def test_holm_capped_at_one_by_hand():
+    # 0.3 x 3 = 0.9, 0.4 x 2 = 0.8 -> 0.9 (monotone), 0.6 x 1 = 0.6 -> 0.9; 0.5 x 3 = 1.5 -> 1
+    assert np.allclose(holm([0.6, 0.3, 0.4]), [0.9, 0.9, 0.9])
+    assert holm([0.5, 0.7, 0.9]).tolist() == [1.0, 1.0, 1.0]
+    assert holm([0.01, 0.01]).tolist() == [0.02, 0.02]  # tied: both 0.01 x 2
+    assert holm([]).size == 0
+
+
+def test_holm_agrees_with_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest",
+                                    reason="statsmodels is not installed (not a dependency of fedsim)")
+    rng = np.random.default_rng(4)
+    for m in (1, 2, 5, 12, 40):
+        p = rng.uniform(0, 0.2, m)
+        assert np.allclose(holm(p), multitest.multipletests(p, method="holm")[1], rtol=1e-12, atol=0)

@@ -116,12 +116,14 @@ def test_fpl_table2_counts_no_untested_comparison_as_a_t_test(tmp_path):
     out, report = _run(tmp_path, "fpl_table2", {**FPL_TINY, "epochs": [1], "bpr_epochs": 2, "max_users": 5, "seeds": 1,
                                                 "methods": ["Random", "Top-Pop", "BPR-MF", "BPR-MF (cornac)", "sFPL"]})
     sig = _csv(out / "significance.csv")
-    assert sig and all(r["significant (t, 0.05)"].startswith("no test (") for r in sig)
+    assert sig and all(r["significant (Holm, 0.05)"].startswith("no test (") for r in sig)
+    assert all(r["t-test p"] == r["Holm p"] == "nan" for r in sig)  # no member of the Holm family
     assert (f"Of the {len(sig)} comparisons in the significance table, 0 could be tested (at least 6 users with "
             f"held-out items; the other {len(sig)} have no p-value)") in report
     assert "cannot be told apart from Top-Pop" not in report
-    assert ("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** not tested (fewer than 6 users with "
-            "held-out items): Random, BPR-MF, BPR-MF (cornac), sFPL. ") in report
+    assert ("**Against Top-Pop (per-user paired t-test on P@10; Holm's correction over the 0 tested method(s), "
+            "significant at Holm p < 0.05):** not tested (fewer than 6 users with held-out items): Random, BPR-MF, "
+            "BPR-MF (cornac), sFPL. ") in report
     assert "None of the 0 tested" not in report
     if "Independent check of BPR-MF" in report:  # cornac installed
         assert "over 4 user(s): too few for a test (at least 6).\n" in report
@@ -331,20 +333,83 @@ def test_fpl_fig3_weighs_how_far_pi_moves_ic_against_the_seed_spread(tmp_path, s
     assert case in seen  # the case this seed was picked for occurs in its run
 
 
-def test_fpl_table2_top_pop_note_names_the_methods_significantly_below_it(tmp_path):
+def _spy_comparisons(monkeypatch) -> dict:
+    """Every per-user comparison the FPL analysis makes from now on, by (a, b, metric); the key
+    "all" holds them all in order."""
+    from fedsim.studies.fpl import analysis
+
+    seen = {"all": []}
+    real = analysis.compare_users
+
+    def spy(a_name, b_name, metric, a, b):
+        seen[(a_name, b_name, metric)] = c = real(a_name, b_name, metric, a, b)
+        seen["all"].append(c)
+        return c
+
+    monkeypatch.setattr(analysis, "compare_users", spy)
+    return seen
+
+
+@pytest.mark.parametrize("data, users", [("tiny", 30), ("ml100k-like", 40)])
+def test_fpl_table2_top_pop_note_names_the_methods_significantly_below_it(tmp_path, monkeypatch, data, users):
     # the note listed the methods it could not tell from Top-Pop and those above it: the ones
-    # significantly below (Random here, and more on a tiny run) were in no list
+    # significantly below (Random, and more on ml100k-like) were in no list; and each was called
+    # significant at its raw p < 0.05, one test of several (on tiny: Random, p = 0.018 of 4 tests):
+    # now at Holm's adjusted p over the note's family (each method against Top-Pop on P@10), both shown
+    from fedsim.math.stats import holm
+    from fedsim.studies.fpl.analysis import fmt_p
+
+    seen = _spy_comparisons(monkeypatch)
+    methods = ["Random", "Top-Pop", "BPR-MF", "sFPL", "pFPL"]
+    out, report = _run(tmp_path, "fpl_table2", {**FPL_TINY, "max_users": users, "epochs": [1], "bpr_epochs": 2,
+                                                "seeds": 2, "methods": methods}, data=data)
+    vs = {m: seen[(m, "Top-Pop", "p")] for m in methods if m != "Top-Pop"}
+    assert all(c.n >= 6 for c in vs.values())
+    q = dict(zip(vs, holm([c.t.pvalue for c in vs.values()])))
+    below = [m for m, c in vs.items() if q[m] < 0.05 and c.diff < 0]
+    same = [m for m in vs if q[m] >= 0.05]
+    assert not [m for m, c in vs.items() if q[m] < 0.05 and c.diff > 0]
+    if data == "tiny":  # the case it was picked for: significant at the raw p alone
+        assert [m for m in same if vs[m].t.pvalue < 0.05] == ["Random"]
+    else:
+        assert "Random" in below
+
+    def named(ms):
+        return ", ".join(f"{m} (p = {fmt_p(vs[m].t.pvalue)}, Holm p = {fmt_p(q[m])})" for m in ms)
+
+    (note,) = [p for p in report.split("\n\n") if p.startswith("**Against Top-Pop")]
+    assert note == (f"**Against Top-Pop (per-user paired t-test on P@10; Holm's correction over the {len(vs)} tested "
+                    "method(s), significant at Holm p < 0.05):** "
+                    + (f"cannot be told apart from Top-Pop on this data: {named(same)}. " if same else "")
+                    + (f"significantly below Top-Pop: {named(below)}. " if below else "")
+                    + f"None of the {len(vs)} tested method(s) is significantly above Top-Pop.")
+
+
+def test_fpl_table2_significance_table_judges_at_holm_p_over_the_table(tmp_path, monkeypatch):
+    # its "significant (t, 0.05)" column was each test's raw p < 0.05, over 2 references x 3 metrics
+    # x every method; the family of Holm's correction is now the table's tests
+    from fedsim.math.stats import holm
+    from fedsim.studies.fpl.analysis import fmt_p
+
+    seen = _spy_comparisons(monkeypatch)
     out, report = _run(tmp_path, "fpl_table2", {**FPL_TINY, "epochs": [1], "bpr_epochs": 2, "seeds": 2,
                                                 "methods": ["Random", "Top-Pop", "BPR-MF", "sFPL", "pFPL"]})
-    sig = [r for r in _csv(out / "significance.csv") if r["against"] == "Top-Pop" and r["metric"] == "P"]
-    below = [r["method"] for r in sig if r["significant (t, 0.05)"] == "yes" and float(r["difference"]) < 0]
-    same = [r["method"] for r in sig if r["significant (t, 0.05)"] == "no"]
-    assert below and "Random" in below
-    (note,) = [p for p in report.split("\n\n") if p.startswith("**Against Top-Pop")]
-    assert note == ("**Against Top-Pop (per-user paired t-test on P@10, p < 0.05):** "
-                    + (f"cannot be told apart from Top-Pop on this data: {', '.join(same)}. " if same else "")
-                    + f"significantly below Top-Pop: {', '.join(below)}. "
-                    f"None of the {len(sig)} tested method(s) is significantly above Top-Pop.")
+    sig = _csv(out / "significance.csv")
+    key = {"P": "p", "R": "r", "NDCG": "ndcg"}
+    cs = [seen[(r["method"], r["against"], key[r["metric"]])] for r in sig]
+    assert len(sig) == (5 * 2 - 2) * 3 and all(c.n >= 6 for c in cs)  # 5 methods x 2 references, less each reference against itself
+    q = holm([c.t.pvalue for c in cs])
+    for r, c, qi in zip(sig, cs, q):
+        assert (r["t-test p"], r["Holm p"], r["significant (Holm, 0.05)"]) == (
+            fmt_p(c.t.pvalue), fmt_p(qi), "yes" if qi < 0.05 else "no"), r
+    raw, adj = sum(c.t.pvalue < 0.05 for c in cs), int((q < 0.05).sum())
+    assert raw > adj  # the case this run was picked for: raw p < 0.05 that Holm does not keep
+    assert (f"of those t-tests {raw} give p < 0.05 unadjusted and {adj} stay below it after Holm's correction over "
+            "the table (its `significant` column).") in report
+    assert f"Holm's correction over the {len(sig)} tests of this table, significant at Holm p < 0.05)" in report
+    verdicts = _csv(out / "verdicts.csv")
+    n = sum(1 for r in verdicts if r["p (Holm)"])
+    assert f"significant at Holm p < 0.05, Holm's correction over the {n} tests of this table)" in report
 
 
 def test_fault_study_says_personalfr_rounds_count_its_setup_round(tmp_path):
@@ -430,3 +495,25 @@ def test_personalfr_compression_shows_no_spread_for_one_repeat(tmp_path):
     stds = [k for k in rows[0] if k.endswith("_std")]
     assert len(stds) == 6 and all(r[k] == "" for r in rows for k in stds) and all(r["repeats"] == "1" for r in rows)
     assert "mean (and population std, none for one repeat) over the repeats" in (out / "report.md").read_text()
+
+
+def test_fpl_pi_peaks_table_corrects_over_its_own_tests(tmp_path, monkeypatch):
+    # the peaks table is the verdicts' peak claims: the family of its Holm correction is its own
+    # tests (one per preset with an interior pi to test), not the whole verdicts table's (here it
+    # also held sFPL+ against sFPL on P@10, a test this report does not show)
+    from fedsim.math.stats import holm
+    from fedsim.studies.fpl.analysis import fmt_p
+
+    seen = _spy_comparisons(monkeypatch)
+    out, report = _run(tmp_path, "fpl_pi", {"epochs": [1], "pis": [0.2, 0.6, 1.0], "presets": ["sFPL", "sFPL+", "pFPL"],
+                                            "max_users": 40, "min_interactions": 8, "seeds": 1, "workers": 1},
+                       data="ml100k-like")
+    peaks = _csv(out / "peaks.csv")
+    assert [r["claim"].split(":")[0] for r in peaks] == ["sFPL", "sFPL+", "pFPL", "pFPL+"]
+    tested = [r for r in peaks if r["p (Holm)"]]
+    assert len(tested) == 3  # pFPL+ did not run
+    cs = [c for c in seen["all"] if c.metric == "f1"]  # the peak tests alone compare F1, preset by preset
+    assert all(f"; {c.text()}; F1@10 by pi: " in r["evidence"] for c, r in zip(cs, tested))
+    q = holm([c.t.pvalue for c in cs])
+    assert [(r["p (t-test)"], r["p (Holm)"]) for r in tested] == [(fmt_p(c.t.pvalue), fmt_p(x)) for c, x in zip(cs, q)]
+    assert "Holm's correction over the 3 tests of this table)" in report

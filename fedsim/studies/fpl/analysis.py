@@ -10,18 +10,25 @@ the same users of two methods. Seed figures (mean and standard deviation over se
 much a method moves with its random initialisation; the user CI shows how much the figure would
 move with other users from the same population, which on 100-500 users is the larger spread.
 
-A difference is called significant at p < 0.05 (unadjusted; the reports also count the tests that
-stay significant after Holm's correction over each table). A per-user comparison of fewer than
-:data:`MIN_USERS` users is not tested at all (NaN p-values, never significant): below 6 pairs not
-even a unanimous sign reaches p < 0.05 with an exact rank test (2 / 2^5 = 0.0625), while the
-t-test's p rests on normality alone there (2 users with equal differences gave p = 0).
+A verdict ("reproduced", "contradicted", "not distinguishable on this data") is stated from the
+t-test's p-value after Holm's correction (:func:`fedsim.math.stats.holm`: step-down, monotone,
+capped at 1) within its family, at Holm-adjusted p < 0.05: at raw p < 0.05 each true "no
+difference" has one chance in twenty of being called significant, and a table of a dozen such
+tests about one chance in two of at least one false verdict (Holm keeps it below 0.05). The family of
+:func:`verdicts` is every test its table ran (the per-user comparisons and the seed-paired IC/Gini
+t-tests together); each row shows the raw and the adjusted p. :func:`holm_family` adjusts any other
+family of comparisons (fpl_table2: the significance table's tests together, the Top-Pop note's
+together). A per-user comparison of fewer than :data:`MIN_USERS` users is not tested at all (NaN
+p-values, never significant, and no member of its family: it does not count in Holm's m): below 6
+pairs not even a unanimous sign reaches p < 0.05 with an exact rank test (2 / 2^5 = 0.0625),
+while the t-test's p rests on normality alone there (2 users with equal differences gave p = 0).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -30,7 +37,8 @@ from ...math.stats import TestResult, holm, mean_ci, paired_t_test, wilcoxon_sig
 from .study import Study
 
 __all__ = [
-    "ALPHA", "MIN_USERS", "Comparison", "compare", "compare_users", "fig2_rows", "seed_stats", "user_values", "verdicts",
+    "ALPHA", "MIN_USERS", "Comparison", "compare", "compare_users", "fig2_rows", "holm_family", "seed_stats", "user_values",
+    "verdicts",
 ]
 
 ALPHA = 0.05
@@ -79,6 +87,8 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
+        """The t-test's raw p below ALPHA: the verdict of a comparison that is a family of its own
+        (one test); within a family of tests, judge by :func:`holm_family`'s adjusted p."""
         return self.t.pvalue < ALPHA  # NaN (no test: too few users) is never significant
 
     @property
@@ -124,6 +134,13 @@ def fmt_p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
 
 
+def holm_family(comparisons: Sequence[Comparison]) -> list[float]:
+    """The t-test p-values of a family of comparisons after Holm's correction over that family,
+    in its order. A comparison that ran no test (fewer than :data:`MIN_USERS` users: NaN p) is no
+    member of the family: its adjusted p is NaN and it does not count in Holm's m."""
+    return [float(x) for x in holm([c.t.pvalue for c in comparisons])] if comparisons else []
+
+
 def holm_count(pvalues: list[float]) -> tuple[int, int]:
     """(significant unadjusted, significant after Holm) at ALPHA."""
     p = np.asarray([x for x in pvalues if not math.isnan(x)])
@@ -164,14 +181,43 @@ def _word(diff: float, significant: bool, expected_sign: int) -> str:
     return "reproduced" if np.sign(diff) == expected_sign else "contradicted"
 
 
-def verdicts(st: Study) -> list[dict]:
+#: The columns of a verdict row that give the p-value it rests on, raw and after Holm's correction
+#: over the verdicts table's family (empty when no test ran).
+P_RAW, P_HOLM = "p (t-test)", "p (Holm)"
+
+
+def verdicts(st: Study, keep: Callable[[str], bool] | None = None) -> list[dict]:
     """For each ordering the paper reports: ``claim``, ``verdict`` (reproduced, contradicted, not
-    distinguishable on this data, or not run) and the ``evidence`` (numbers and tests)."""
+    distinguishable on this data, or not run), the p-value of the test it rests on, raw
+    (:data:`P_RAW`) and Holm-adjusted (:data:`P_HOLM`; both empty when no test ran), and the
+    ``evidence`` (numbers and tests).
+
+    The family of Holm's correction is every test this table runs (one per claim at most: the
+    per-user paired t-tests on P@10 and F1@10 and the seed-paired t-tests on IC@10 and G@10); a
+    verdict says significant when its adjusted p is below :data:`ALPHA`. A claim that was not run
+    or tested (too few users or seeds, a diverged model, no spread) is no member of the family.
+    ``keep``: only the claims it returns true for, and the family is then their tests alone (a
+    table that shows some of the claims corrects over the tests it shows)."""
     out: list[dict] = []
     have = set(st.chosen)
+    # rows whose verdict waits for the family's adjusted p: (row, raw p, verdict given significance)
+    pending: list[tuple[dict, float, Callable[[bool], str]]] = []
 
-    def add(claim: str, verdict: str, evidence: str) -> None:
-        out.append({"claim": claim, "verdict": verdict, "evidence": evidence})
+    def add(claim: str, verdict: str, evidence: str) -> dict:
+        row = {"claim": claim, "verdict": verdict, P_RAW: "", P_HOLM: "", "evidence": evidence}
+        out.append(row)
+        return row
+
+    def tested(claim: str, p: float, decide: Callable[[bool], str], evidence: str) -> None:
+        """A row decided by ``decide(significant)`` once the family is adjusted; NaN ``p`` (no test
+        ran) is never significant and stays out of the family."""
+        pending.append((add(claim, "", evidence), p, decide))
+
+    def word(diff: float, expected_sign: int) -> Callable[[bool], str]:
+        return lambda sig: _word(diff, sig, expected_sign)
+
+    def either(yes: str) -> Callable[[bool], str]:
+        return lambda sig: yes if sig else "not distinguishable on this data"
 
     # 1. User-kNN strongest among the non-VAE baselines
     claim = "User-kNN is the strongest baseline apart from the VAE (P@10)"
@@ -182,12 +228,12 @@ def verdicts(st: Study) -> list[dict]:
         top = order[0]
         if top == "User-kNN":
             c = compare(st, "User-kNN", order[1])
-            add(claim, "reproduced" if c.significant else "not distinguishable on this data",
-                f"User-kNN has the highest P@10 ({means['User-kNN']:.4f}); against the next, {c.text()}")
+            tested(claim, c.t.pvalue, either("reproduced"),
+                   f"User-kNN has the highest P@10 ({means['User-kNN']:.4f}); against the next, {c.text()}")
         else:
             c = compare(st, top, "User-kNN")
-            add(claim, "contradicted" if c.significant else "not distinguishable on this data",
-                f"{top} has the highest P@10 ({means[top]:.4f}, User-kNN {means['User-kNN']:.4f}); {c.text()}")
+            tested(claim, c.t.pvalue, either("contradicted"),
+                   f"{top} has the highest P@10 ({means[top]:.4f}, User-kNN {means['User-kNN']:.4f}); {c.text()}")
     else:
         add(claim, "not run", "User-kNN needs the baselines extra (cornac)")
 
@@ -196,7 +242,7 @@ def verdicts(st: Study) -> list[dict]:
         claim = f"{plus} is more accurate than {plain} (P@10)"
         if plus in have and plain in have:
             c = compare(st, plus, plain)
-            add(claim, _word(c.diff, c.significant, +1), c.text())
+            tested(claim, c.t.pvalue, word(c.diff, +1), c.text())
         else:
             add(claim, "not run", "")
 
@@ -208,12 +254,12 @@ def verdicts(st: Study) -> list[dict]:
         if preset in have and "BPR-MF" in have:
             c = compare(st, preset, "BPR-MF")
             if plus:
-                v = _word(c.diff, c.significant, +1)
-            elif not c.significant:
-                v = "not distinguishable on this data (what 'comparable' predicts)"
+                decide = word(c.diff, +1)
             else:
-                v = f"contradicted (significantly {'higher' if c.diff > 0 else 'lower'})"
-            add(claim, v, c.text())
+                def decide(sig: bool, diff: float = c.diff) -> str:
+                    return (f"contradicted (significantly {'higher' if diff > 0 else 'lower'})" if sig else
+                            "not distinguishable on this data (what 'comparable' predicts)")
+            tested(claim, c.t.pvalue, decide, c.text())
         else:
             add(claim, "not run", "")
 
@@ -240,7 +286,7 @@ def verdicts(st: Study) -> list[dict]:
                 elif a.size >= 3:
                     t = paired_t_test(a, b)
                     ev += f", seed-paired t-test p = {fmt_p(t.pvalue)}"
-                    add(claim, _word(t.mean_diff, t.pvalue < ALPHA, +1), ev)
+                    tested(claim, t.pvalue, word(t.mean_diff, +1), ev)
                 else:
                     add(claim, "not distinguishable on this data (fewer than 3 seeds: no test)", ev)
             else:
@@ -261,13 +307,22 @@ def verdicts(st: Study) -> list[dict]:
         if peak in interior:
             c = compare_users(f"pi={peak:g}", f"pi={mine[-1]:g}", "f1", _fpl_user_values(st, preset, peak, "f1"),
                               _fpl_user_values(st, preset, mine[-1], "f1"))
-            v = "reproduced" if c.significant and c.diff > 0 else "not distinguishable on this data"
+            decide = either("reproduced") if c.diff > 0 else (lambda sig: "not distinguishable on this data")
         else:
             best_in = max(interior, key=lambda pi: f1[pi])
             c = compare_users(f"pi={peak:g}", f"pi={best_in:g}", "f1", _fpl_user_values(st, preset, peak, "f1"),
                               _fpl_user_values(st, preset, best_in, "f1"))
-            v = "contradicted" if c.significant else "not distinguishable on this data"
+            decide = either("contradicted")
         curve = ", ".join(f"{pi:g}: {f1[pi]:.4f}" for pi in mine)
-        add(claim, v, f"peak at pi = {peak:g}; {c.text()}; F1@10 by pi: {curve} (the peak of {len(mine)} noisy "
-                      "values is biased upwards, so a peak alone is no evidence)")
+        tested(claim, c.t.pvalue, decide, f"peak at pi = {peak:g}; {c.text()}; F1@10 by pi: {curve} (the peak of "
+                                          f"{len(mine)} noisy values is biased upwards, so a peak alone is no evidence)")
+
+    if keep is not None:
+        out = [r for r in out if keep(r["claim"])]
+        pending = [x for x in pending if keep(x[0]["claim"])]
+    # Holm's correction over the family: every test above that ran (NaN p: none ran, not a member)
+    for (row, p, decide), q in zip(pending, holm([p for _, p, _ in pending])):
+        row["verdict"] = decide(bool(q < ALPHA))
+        if not math.isnan(p):
+            row[P_RAW], row[P_HOLM] = fmt_p(p), fmt_p(float(q))
     return out
