@@ -263,3 +263,95 @@ def test_a_ctrl_c_that_reaches_a_worker_before_it_ignores_sigint_does_not_fail_i
     assert pmap(_square, [1, 2, 3], workers=2, on_error=lambda i, e: errors.append((i, e))) == [1, 4, 9]
     assert errors == []
     assert pmap(_square, [1, 2, 3, 4], workers=2) == [1, 4, 9, 16]
+
+
+_HELD_STDERR_SCRIPT = r'''
+import json, multiprocessing, os, signal, sys, threading, time
+from fedsim.experiment.context import Progress
+from fedsim.experiment.live import activate
+from fedsim.studies import parallel
+
+r, w = os.pipe()  # stderr: a pipe nobody reads until the worker is forked
+os.dup2(w, 2)
+os.close(w)
+sys.stderr = open(2, "w", buffering=1, closefd=False)
+display = Progress(True, tty=False, heartbeat=0.0)  # as a sweep's, to a pipe: a line when its figures change
+display.update(0, 1, stage="sweep")
+activate(display)
+said, state = [], {"armed": True}
+
+
+def writing(tid):
+    f = sys._current_frames().get(tid)
+    while f is not None and f.f_code.co_name != "_line":
+        f = f.f_back
+    return f is not None
+
+
+def drain():
+    time.sleep(0.5)  # (the fork is done by then)
+    while True:
+        data = os.read(r, 65536)
+        if not data:
+            return
+        said.append(data)
+
+
+def before_fork():  # in the parent, just before the worker is forked
+    if not state.pop("armed", False):
+        return
+    os.set_blocking(2, False)
+    try:
+        while True:
+            os.write(2, b"." * 4096)  # fill the pipe (through the descriptor: no lock taken)
+    except BlockingIOError:
+        pass
+    os.set_blocking(2, True)
+    display.beat(("worker", 1), {"round": 7, "messages": 1, "sim_time": 1.0})  # new figures: a line
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5 and not writing(display._thread.ident):
+        time.sleep(0.01)
+    state["display writing at the fork"] = writing(display._thread.ident)
+    threading.Thread(target=drain, daemon=True).start()
+
+
+os.register_at_fork(before=before_fork)
+
+
+def task(x):
+    print("the worker's line", file=sys.stderr, flush=True)
+    return x * 2
+
+
+def hung():
+    time.sleep(float(sys.argv[1]))
+    os.write(1, json.dumps({**state, "returned": None}).encode())
+    for p in multiprocessing.active_children():  # stuck: it would keep this script's stdout open
+        os.kill(p.pid, signal.SIGKILL)
+    os._exit(1)
+
+
+threading.Thread(target=hung, daemon=True).start()
+out = parallel.pmap(task, [21], workers=1, on_error=lambda i, exc: state.update(error=repr(exc)))
+time.sleep(0.5)
+os.write(1, json.dumps({**state, "returned": out, "worker said": b"the worker's line" in b"".join(said)}).encode())
+os._exit(0)
+'''
+
+
+def test_a_worker_forked_while_the_progress_display_writes_to_stderr_writes_and_leaves(tmp_path):
+    # A forked worker inherited sys.stderr with its lock as it was at the fork: the sweep's
+    # progress thread, writing a line then (here blocked on a full pipe), held it for ever in the
+    # worker, whose own line (a warning, say) then waited for ever, where SIGTERM cannot reach
+    # it (a point killed after the stop's grace, its .partial folder left), as did
+    # multiprocessing's flush of stderr as a finished worker leaves (the pool waited on it for
+    # ever). The script makes the display write at the fork (os.register_at_fork), deterministically.
+    import json
+    import subprocess
+
+    script = tmp_path / "held_stderr.py"
+    script.write_text(_HELD_STDERR_SCRIPT)
+    res = subprocess.run([sys.executable, str(script), "20"], capture_output=True, timeout=120, cwd=tmp_path)
+    got = json.loads(res.stdout)
+    assert got["display writing at the fork"] is True  # the case arranged: the lock held by the display's thread
+    assert (got["returned"], got.get("error"), got.get("worker said")) == ([42], None, True), got

@@ -6,12 +6,16 @@ an idle worker skip whatever it is handed next), waits a bounded time for them t
 any that did not, and re-raises. A worker that runs a pool of its own passes the stop on the
 same way. While the parent starts numba's compiler (half a second on a 2-core machine) and
 forks workers, a Ctrl-C is held back and raised after (``fedsim.signals.sigint_deferred``).
+A forked worker writes through ``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it
+inherits may hold a lock that another thread of the parent (the progress display) held at the
+fork, for ever (``_own_std_streams``).
 Workers also send what their running network is doing (its round, messages and clock, see
 ``fedsim.experiment.live``) to the parent's active progress display about once a second.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import queue as _queue
@@ -284,6 +288,7 @@ _PARENT: int | None = None  # the parent whose death stops this worker (see _sto
 
 
 def _init_worker(beats: Any, parent: int | None = None) -> None:
+    _own_std_streams()  # first: before anything here could write
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
     # A forked worker inherits the BLAS pool NumPy started in the parent (as many threads as
@@ -305,6 +310,39 @@ def _init_worker(beats: Any, parent: int | None = None) -> None:
 
     watch = NetworkWatch().start()
     threading.Thread(target=_send_beats, args=(watch, beats), name="fedsim-beats", daemon=True).start()
+
+
+_INHERITED_STREAMS: list = []  # the std streams a forked worker replaced (see _own_std_streams)
+
+
+def _own_std_streams() -> None:
+    """Give this worker ``sys.stdout`` and ``sys.stderr`` of its own, writing to the same file
+    descriptors as the ones it had.
+
+    A forked worker inherits the parent's stream objects with their locks as they were at the
+    fork, and only the thread that forked it: a lock that another thread of the parent held then
+    (the sweep's progress display writing a line to stderr, a tqdm bar being redrawn, a write
+    blocked on a pipe nobody read for a while) stays held in the worker for ever. Its first write
+    to that stream waited for ever, and so did multiprocessing's flush of both streams as the
+    worker leaves: a point that had finished never left its process, and the pool (a sweep)
+    waited on it for ever; one that wrote a warning hung in its task, where SIGTERM cannot reach
+    it (a wait for a lock in C), and was killed after the stop's grace with its temporary folder
+    left. Only a text stream over a buffered file is replaced (another kind has no such lock);
+    the inherited one is kept referenced, never closed or collected (that would wait for its
+    lock too). A worker of another start method gets a fresh one all the same, to no effect."""
+    for name in ("stdout", "stderr"):
+        old = getattr(sys, name)
+        if not (isinstance(old, io.TextIOWrapper) and isinstance(old.buffer, io.BufferedWriter)):
+            continue
+        try:
+            fd = old.fileno()
+        except (OSError, ValueError):
+            continue
+        new = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), encoding=old.encoding,
+                               errors=old.errors, line_buffering=old.line_buffering,
+                               write_through=old.write_through)
+        _INHERITED_STREAMS.append(old)
+        setattr(sys, name, new)
 
 
 def _stop_with_parent(parent: int) -> None:
