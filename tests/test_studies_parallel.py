@@ -265,6 +265,66 @@ def test_a_ctrl_c_that_reaches_a_worker_before_it_ignores_sigint_does_not_fail_i
     assert pmap(_square, [1, 2, 3, 4], workers=2) == [1, 4, 9, 16]
 
 
+class _SecondsOnceStopped:
+    """30 (s), for time.sleep (which reads an int through ``__index__``), given once this worker's SIGTERM has come: its C-level handler has
+    run (it writes a byte to the wakeup file), the Python one (Interrupted) not yet. It waits in
+    C, between no two bytecodes (``in`` over a map of C calls), so no handler runs before the
+    sleep: what a SIGTERM that lands between the last look for one and the sleep's system call
+    does (9 tries in 20000 of a fork signalled as it enters time.sleep, on an idle machine)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __index__(self):
+        import itertools
+
+        woken = os.path.join(self.folder, "woken")
+        signal.set_wakeup_fd(os.open(woken, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644))
+        look = os.open(woken, os.O_RDONLY)
+        os.close(os.open(os.path.join(self.folder, "entered"), os.O_WRONLY | os.O_CREAT, 0o644))
+        True in map(bool, map(os.lseek, itertools.repeat(look), itertools.repeat(0), itertools.repeat(os.SEEK_END)))
+        return 30
+
+
+def _sleep_entered_after_the_stop(folder):
+    try:
+        time.sleep(_SecondsOnceStopped(folder))
+    finally:
+        with open(os.path.join(folder, "cleaned"), "w") as fh:
+            fh.write("cleaned")
+
+
+def test_a_sigterm_that_comes_just_before_a_task_blocks_still_stops_it_within_the_grace(tmp_path, monkeypatch):
+    # A SIGTERM that reached a worker after its last look for a signal and before time.sleep's
+    # system call was handled only when the sleep returned: the stop's one SIGTERM left the task
+    # sleeping its 30 s, and it was killed after the grace, its run's .partial folder left (as the
+    # full suite once ended test_ctrl_c_stops_every_worker... in test_sweep_keyed). The
+    # parent now sends SIGTERM again to a worker that has not left.
+    import threading
+
+    from fedsim.studies import parallel
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(parallel, "STOP_GRACE", 5.0)
+
+    def ctrl_c_once_the_task_sleeps():
+        deadline = time.time() + 60
+        while time.time() < deadline and not (tmp_path / "entered").exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_the_task_sleeps, daemon=True).start()
+    errors = []
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pmap(_sleep_entered_after_the_stop, [str(tmp_path)], workers=1, on_error=lambda i, e: errors.append(e))
+    took = time.monotonic() - t0
+    assert (tmp_path / "woken").stat().st_size >= 1  # the SIGTERM came before the task slept
+    cleaned = tmp_path / "cleaned"
+    assert errors == [] and cleaned.exists() and cleaned.read_text() == "cleaned", f"took {took:.1f} s"  # not killed
+    assert took < 5.0
+
+
 _HELD_STDERR_SCRIPT = r'''
 import json, multiprocessing, os, signal, sys, threading, time
 from fedsim.experiment.context import Progress

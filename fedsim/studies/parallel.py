@@ -2,8 +2,9 @@
 
 Ctrl-C reaches the parent only (workers ignore SIGINT): the parent cancels the queued tasks and
 sends each worker SIGTERM, which raises :class:`Interrupted` in the task it is running (or makes
-an idle worker skip whatever it is handed next), waits a bounded time for them to exit, kills
-any that did not, and re-raises. A worker that runs a pool of its own passes the stop on the
+an idle worker skip whatever it is handed next), sends it again every second to those still
+running (one that came just before a task blocked in a call was handled only when the call
+returned), waits a bounded time for them to exit, kills any that did not, and re-raises. A worker that runs a pool of its own passes the stop on the
 same way. While the parent starts numba's compiler (half a second on a 2-core machine) and
 forks workers, a Ctrl-C is held back and raised after (``fedsim.signals.sigint_deferred``).
 A forked worker writes through ``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue as _queue
 import signal
@@ -32,6 +34,7 @@ from ..signals import sigint_deferred
 __all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"]
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
+STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
 
 
 class Interrupted(BaseException):
@@ -248,23 +251,44 @@ def _recording_context() -> tuple[Any, list]:
 
 
 def _stop(ex: ProcessPoolExecutor | None) -> None:
-    """Cancel ``ex``'s queued tasks, SIGTERM every worker, wait up to STOP_GRACE s, SIGKILL the
-    rest."""
+    """Cancel ``ex``'s queued tasks, SIGTERM every worker (again every STOP_RESEND s to those
+    still running), wait up to STOP_GRACE s, SIGKILL the rest.
+
+    Sent once, a SIGTERM that reached a worker just before its task entered a blocking call
+    (``time.sleep``, a wait on a lock, a socket, a pipe) was handled only when that call
+    returned: Python runs a signal's handler between bytecodes, and the call does not look for
+    one that came before it blocks. A task in ``time.sleep(30)`` was killed after the grace, its
+    temporary folder left. Sent again, the signal interrupts the call, and the handler runs;
+    one that has run ignores the next (:func:`_on_term`)."""
     children = multiprocessing.active_children()  # this pool's workers (a pmap parent has no others)
     if ex is not None:
         ex.shutdown(wait=False, cancel_futures=True)
     for p in children:
-        try:
-            os.kill(p.pid, signal.SIGTERM)
-        except (ProcessLookupError, TypeError):
-            pass
+        _term(p)
     deadline = time.monotonic() + STOP_GRACE
-    for p in children:
-        p.join(max(0.0, deadline - time.monotonic()))
+    again = time.monotonic() + STOP_RESEND
+    while True:
+        running = [p for p in children if p.is_alive()]
+        now = time.monotonic()
+        if not running or now >= deadline:
+            break
+        if now >= again:
+            for p in running:
+                _term(p)
+            again = now + STOP_RESEND
+        multiprocessing.connection.wait([p.sentinel for p in running], min(again, deadline) - now)
     for p in children:
         if p.is_alive():
             p.kill()
             p.join(2.0)
+
+
+def _term(p: Any) -> None:
+    """SIGTERM worker process ``p`` (nothing if it has gone)."""
+    try:
+        os.kill(p.pid, signal.SIGTERM)
+    except (ProcessLookupError, TypeError):
+        pass
 
 
 def _forward_beats(beats: Any, final: bool = False) -> None:
