@@ -384,3 +384,154 @@ def test_workers_started_by_spawn_or_forkserver_load_the_parents_plugins(tmp_pat
         assert loads == [parent]
     else:
         assert set(workers) <= set(loads[1:])
+
+class _SecondsOnceStopped:
+    """30 (s), for time.sleep (which reads an int through ``__index__``), given once this worker's SIGTERM has come: its C-level handler has
+    run (it writes a byte to the wakeup file), the Python one (Interrupted) not yet. It waits in
+    C, between no two bytecodes (``in`` over a map of C calls), so no handler runs before the
+    sleep: what a SIGTERM that lands between the last look for one and the sleep's system call
+    does (9 tries in 20000 of a fork signalled as it enters time.sleep, on an idle machine)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __index__(self):
+        import itertools
+
+        woken = os.path.join(self.folder, "woken")
+        signal.set_wakeup_fd(os.open(woken, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644))
+        look = os.open(woken, os.O_RDONLY)
+        os.close(os.open(os.path.join(self.folder, "entered"), os.O_WRONLY | os.O_CREAT, 0o644))
+        True in map(bool, map(os.lseek, itertools.repeat(look), itertools.repeat(0), itertools.repeat(os.SEEK_END)))
+        return 30
+
+
+def _sleep_entered_after_the_stop(folder):
+    try:
+        time.sleep(_SecondsOnceStopped(folder))
+    finally:
+        with open(os.path.join(folder, "cleaned"), "w") as fh:
+            fh.write("cleaned")
+
+
+def test_a_sigterm_that_comes_just_before_a_task_blocks_still_stops_it_within_the_grace(tmp_path, monkeypatch):
+    # A SIGTERM that reached a worker after its last look for a signal and before time.sleep's
+    # system call was handled only when the sleep returned: the stop's one SIGTERM left the task
+    # sleeping its 30 s, and it was killed after the grace, its run's .partial folder left (as the
+    # full suite once ended test_ctrl_c_stops_every_worker... in test_sweep_keyed). The
+    # parent now sends SIGTERM again to a worker that has not left.
+    import threading
+
+    from fedsim.studies import parallel
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(parallel, "STOP_GRACE", 5.0)
+
+    def ctrl_c_once_the_task_sleeps():
+        deadline = time.time() + 60
+        while time.time() < deadline and not (tmp_path / "entered").exists():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_the_task_sleeps, daemon=True).start()
+    errors = []
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pmap(_sleep_entered_after_the_stop, [str(tmp_path)], workers=1, on_error=lambda i, e: errors.append(e))
+    took = time.monotonic() - t0
+    assert (tmp_path / "woken").stat().st_size >= 1  # the SIGTERM came before the task slept
+    cleaned = tmp_path / "cleaned"
+    assert errors == [] and cleaned.exists() and cleaned.read_text() == "cleaned", f"took {took:.1f} s"  # not killed
+    assert took < 5.0
+
+
+_HELD_STDERR_SCRIPT = r'''
+import json, multiprocessing, os, signal, sys, threading, time
+from fedsim.experiment.context import Progress
+from fedsim.experiment.live import activate
+from fedsim.studies import parallel
+
+r, w = os.pipe()  # stderr: a pipe nobody reads until the worker is forked
+os.dup2(w, 2)
+os.close(w)
+sys.stderr = open(2, "w", buffering=1, closefd=False)
+display = Progress(True, tty=False, heartbeat=0.0)  # as a sweep's, to a pipe: a line when its figures change
+display.update(0, 1, stage="sweep")
+activate(display)
+said, state = [], {"armed": True}
+
+
+def writing(tid):
+    f = sys._current_frames().get(tid)
+    while f is not None and f.f_code.co_name != "_line":
+        f = f.f_back
+    return f is not None
+
+
+def drain():
+    time.sleep(0.5)  # (the fork is done by then)
+    while True:
+        data = os.read(r, 65536)
+        if not data:
+            return
+        said.append(data)
+
+
+def before_fork():  # in the parent, just before the worker is forked
+    if not state.pop("armed", False):
+        return
+    os.set_blocking(2, False)
+    try:
+        while True:
+            os.write(2, b"." * 4096)  # fill the pipe (through the descriptor: no lock taken)
+    except BlockingIOError:
+        pass
+    os.set_blocking(2, True)
+    display.beat(("worker", 1), {"round": 7, "messages": 1, "sim_time": 1.0})  # new figures: a line
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5 and not writing(display._thread.ident):
+        time.sleep(0.01)
+    state["display writing at the fork"] = writing(display._thread.ident)
+    threading.Thread(target=drain, daemon=True).start()
+
+
+os.register_at_fork(before=before_fork)
+
+
+def task(x):
+    print("the worker's line", file=sys.stderr, flush=True)
+    return x * 2
+
+
+def hung():
+    time.sleep(float(sys.argv[1]))
+    os.write(1, json.dumps({**state, "returned": None}).encode())
+    for p in multiprocessing.active_children():  # stuck: it would keep this script's stdout open
+        os.kill(p.pid, signal.SIGKILL)
+    os._exit(1)
+
+
+threading.Thread(target=hung, daemon=True).start()
+out = parallel.pmap(task, [21], workers=1, on_error=lambda i, exc: state.update(error=repr(exc)))
+time.sleep(0.5)
+os.write(1, json.dumps({**state, "returned": out, "worker said": b"the worker's line" in b"".join(said)}).encode())
+os._exit(0)
+'''
+
+
+def test_a_worker_forked_while_the_progress_display_writes_to_stderr_writes_and_leaves(tmp_path):
+    # A forked worker inherited sys.stderr with its lock as it was at the fork: the sweep's
+    # progress thread, writing a line then (here blocked on a full pipe), held it for ever in the
+    # worker, whose own line (a warning, say) then waited for ever, where SIGTERM cannot reach
+    # it (a point killed after the stop's grace, its .partial folder left), as did
+    # multiprocessing's flush of stderr as a finished worker leaves (the pool waited on it for
+    # ever). The script makes the display write at the fork (os.register_at_fork), deterministically.
+    import json
+    import subprocess
+
+    script = tmp_path / "held_stderr.py"
+    script.write_text(_HELD_STDERR_SCRIPT)
+    res = subprocess.run([sys.executable, str(script), "20"], capture_output=True, timeout=120, cwd=tmp_path)
+    got = json.loads(res.stdout)
+    assert got["display writing at the fork"] is True  # the case arranged: the lock held by the display's thread
+    assert (got["returned"], got.get("error"), got.get("worker said")) == ([42], None, True), got

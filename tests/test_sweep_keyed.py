@@ -849,3 +849,43 @@ def test_a_point_killed_after_the_stops_grace_leaves_no_temporary_folder(tmp_pat
     for x, pid in zip((ln.split(",")[0] for ln in log.read_text().split()), pids):
         assert re.search(rf"removed \.x={x}\.partial-{pid}-[0-9a-f]+: the temporary folder of a run of the point "
                          rf"x={x} that was killed", said), said
+
+
+def test_ctrl_c_that_reaches_a_point_just_before_it_blocks_stops_it_within_the_grace(tmp_path):
+    # The full suite once ended test_ctrl_c_stops_every_worker...[ctrl-c-to-process-group] with
+    # .x=2.partial-PID left (status 130, under 15 s): a SIGTERM that lands after the point's
+    # last look for a signal and before time.sleep's system call is handled only when the sleep
+    # returns, and the point's process was killed after the 10 s grace. Here x=2 sleeps once its
+    # C-level SIGTERM handler has run (a wakeup file written), with no bytecode in between: the
+    # same, every time. The stop now sends SIGTERM again: the point leaves at once, not killed.
+    log = tmp_path / "runs.log"
+    script = _scenario(tmp_path, "import itertools, time\n"
+                       "class Late:  # 30 s for time.sleep (read through __index__), given once SIGTERM has come\n"
+                       "    def __init__(self, folder):\n        self.folder = folder\n"
+                       "    def __index__(self):\n"
+                       "        woken = os.path.join(self.folder, 'woken')\n"
+                       "        signal.set_wakeup_fd(os.open(woken, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644))\n"
+                       "        look = os.open(woken, os.O_RDONLY)\n"
+                       f"        with open({str(log)!r}, 'a') as fh:\n"
+                       "            fh.write(f'{os.getpid()}\\n')\n"
+                       "        True in map(bool, map(os.lseek, itertools.repeat(look), itertools.repeat(0),\n"
+                       "                              itertools.repeat(os.SEEK_END)))\n"
+                       "        return 30\n"
+                       "def run(ctx):\n"
+                       "    time.sleep(Late(str(ctx.out)) if ctx['x'] == 2 else 30)\n")
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3", "--workers",
+                             "2", "--out", str(out)], cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (log.exists() and log.read_text().strip()):
+        time.sleep(0.05)
+    time.sleep(0.3)  # (x=1 in its sleep too)
+    t0 = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    took = time.time() - t0
+    said = (out / "sweep.log").read_text()
+    assert proc.returncode == 130 and "interrupted: 0 points run, 0 done before, 3 not run" in stderr, stderr
+    assert "that was killed" not in said and took < 8, (f"took {took:.1f} s", said)
+    assert not list(out.glob(".*partial*")) and not list(out.glob("x=*")), sorted(p.name for p in out.iterdir())

@@ -2,19 +2,26 @@
 
 Ctrl-C reaches the parent only (workers ignore SIGINT): the parent cancels the queued tasks and
 sends each worker SIGTERM, which raises :class:`Interrupted` in the task it is running (or makes
-an idle worker skip whatever it is handed next), waits a bounded time for them to exit, kills
-any that did not, and re-raises. A worker that runs a pool of its own passes the stop on the
-same way. While the parent starts numba's compiler (half a second on a 2-core machine) and
-forks workers, a Ctrl-C is held back and raised after (``fedsim.signals.sigint_deferred``).
-Workers also send what their running network is doing (its round, messages and clock, see
-``fedsim.experiment.live``) to the parent's active progress display about once a second.
-Workers know the parent's plug-ins: inherited when forked, loaded again (the same files, and the
-entry points if the parent loaded them) when started by spawn or forkserver.
+an idle worker skip whatever it is handed next), sends it again every second to those still
+running (one that came just before a task blocked in a call was handled only when the call
+returned), waits a bounded time for them to exit, kills any that did not, and re-raises. A
+worker that runs a pool of its own passes the stop on the same way. While the parent starts
+numba's compiler (half a second on a 2-core machine) and forks workers, a Ctrl-C is held back
+and raised after (``fedsim.signals.sigint_deferred``). A forked worker writes through
+``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it inherits may hold a lock that
+another thread of the parent (the progress display) held at the fork, for ever
+(``_own_std_streams``). Workers know the parent's plug-ins: inherited when forked, loaded again
+(the same files, and the entry points if the parent loaded them) when started by spawn or
+forkserver. Workers also send what their running network is doing (its round, messages and
+clock, see ``fedsim.experiment.live``) to the parent's active progress display about once a
+second.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue as _queue
 import signal
@@ -30,6 +37,7 @@ from ..signals import sigint_deferred
 __all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"]
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
+STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
 
 
 class Interrupted(BaseException):
@@ -266,23 +274,44 @@ def _recording_context() -> tuple[Any, list]:
 
 
 def _stop(ex: ProcessPoolExecutor | None) -> None:
-    """Cancel ``ex``'s queued tasks, SIGTERM every worker, wait up to STOP_GRACE s, SIGKILL the
-    rest."""
+    """Cancel ``ex``'s queued tasks, SIGTERM every worker (again every STOP_RESEND s to those
+    still running), wait up to STOP_GRACE s, SIGKILL the rest.
+
+    Sent once, a SIGTERM that reached a worker just before its task entered a blocking call
+    (``time.sleep``, a wait on a lock, a socket, a pipe) was handled only when that call
+    returned: Python runs a signal's handler between bytecodes, and the call does not look for
+    one that came before it blocks. A task in ``time.sleep(30)`` was killed after the grace, its
+    temporary folder left. Sent again, the signal interrupts the call, and the handler runs;
+    one that has run ignores the next (:func:`_on_term`)."""
     children = multiprocessing.active_children()  # this pool's workers (a pmap parent has no others)
     if ex is not None:
         ex.shutdown(wait=False, cancel_futures=True)
     for p in children:
-        try:
-            os.kill(p.pid, signal.SIGTERM)
-        except (ProcessLookupError, TypeError):
-            pass
+        _term(p)
     deadline = time.monotonic() + STOP_GRACE
-    for p in children:
-        p.join(max(0.0, deadline - time.monotonic()))
+    again = time.monotonic() + STOP_RESEND
+    while True:
+        running = [p for p in children if p.is_alive()]
+        now = time.monotonic()
+        if not running or now >= deadline:
+            break
+        if now >= again:
+            for p in running:
+                _term(p)
+            again = now + STOP_RESEND
+        multiprocessing.connection.wait([p.sentinel for p in running], min(again, deadline) - now)
     for p in children:
         if p.is_alive():
             p.kill()
             p.join(2.0)
+
+
+def _term(p: Any) -> None:
+    """SIGTERM worker process ``p`` (nothing if it has gone)."""
+    try:
+        os.kill(p.pid, signal.SIGTERM)
+    except (ProcessLookupError, TypeError):
+        pass
 
 
 def _forward_beats(beats: Any, final: bool = False) -> None:
@@ -310,6 +339,7 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str]
     entry_points)``, the parent's plug-ins (``_worker_plugins``), loaded here for a worker that does
     not inherit them (spawn, forkserver); the worker loads exactly those (not ``$FEDSIM_PLUGINS``
     anew: the parent's were among its files)."""
+    _own_std_streams()  # first: before anything here could write
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
     # A forked worker inherits the BLAS pool NumPy started in the parent (as many threads as
@@ -348,6 +378,38 @@ def _load_plugins(files: list[str], entry_points: bool) -> None:
     finally:
         if env is not None:
             os.environ["FEDSIM_PLUGINS"] = env
+
+_INHERITED_STREAMS: list = []  # the std streams a forked worker replaced (see _own_std_streams)
+
+
+def _own_std_streams() -> None:
+    """Give this worker ``sys.stdout`` and ``sys.stderr`` of its own, writing to the same file
+    descriptors as the ones it had.
+
+    A forked worker inherits the parent's stream objects with their locks as they were at the
+    fork, and only the thread that forked it: a lock that another thread of the parent held then
+    (the sweep's progress display writing a line to stderr, a tqdm bar being redrawn, a write
+    blocked on a pipe nobody read for a while) stays held in the worker for ever. Its first write
+    to that stream waited for ever, and so did multiprocessing's flush of both streams as the
+    worker leaves: a point that had finished never left its process, and the pool (a sweep)
+    waited on it for ever; one that wrote a warning hung in its task, where SIGTERM cannot reach
+    it (a wait for a lock in C), and was killed after the stop's grace with its temporary folder
+    left. Only a text stream over a buffered file is replaced (another kind has no such lock);
+    the inherited one is kept referenced, never closed or collected (that would wait for its
+    lock too). A worker of another start method gets a fresh one all the same, to no effect."""
+    for name in ("stdout", "stderr"):
+        old = getattr(sys, name)
+        if not (isinstance(old, io.TextIOWrapper) and isinstance(old.buffer, io.BufferedWriter)):
+            continue
+        try:
+            fd = old.fileno()
+        except (OSError, ValueError):
+            continue
+        new = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), encoding=old.encoding,
+                               errors=old.errors, line_buffering=old.line_buffering,
+                               write_through=old.write_through)
+        _INHERITED_STREAMS.append(old)
+        setattr(sys, name, new)
 
 
 def _stop_with_parent(parent: int) -> None:
