@@ -535,3 +535,45 @@ def test_a_worker_forked_while_the_progress_display_writes_to_stderr_writes_and_
     got = json.loads(res.stdout)
     assert got["display writing at the fork"] is True  # the case arranged: the lock held by the display's thread
     assert (got["returned"], got.get("error"), got.get("worker said")) == ([42], None, True), got
+
+
+def test_a_ctrl_c_while_pmap_takes_the_futures_locks_leaves_none_held(monkeypatch):
+    # concurrent.futures.wait takes each future's lock in turn, in Python: a KeyboardInterrupt
+    # raised between two left the first held, and the pool's manager thread waited for it for
+    # ever as it set that future's result (the command hung as it ended). Here the Ctrl-C comes
+    # right after the first lock is taken.
+    import threading
+    from concurrent.futures import _base
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    real_enter = _base._AcquireFutures.__enter__
+    seen: list = []
+
+    def enter(self):
+        if seen:
+            return real_enter(self)
+        seen.extend(self.futures)
+        self.futures[0]._condition.acquire()
+        os.kill(os.getpid(), signal.SIGINT)  # (its handler runs at the next bytecodes)
+        for f in self.futures[1:]:
+            f._condition.acquire()
+
+    monkeypatch.setattr(_base._AcquireFutures, "__enter__", enter)
+    for kw in ({}, {"on_error": lambda i, e: None}):
+        seen.clear()
+        with pytest.raises(KeyboardInterrupt):
+            pmap(_slow_square, [1, 2, 3], workers=2, **kw)
+        assert seen
+        free = []
+
+        def take_all():
+            for f in seen:
+                if not f._condition.acquire(timeout=2):
+                    return
+                f._condition.release()
+            free.append(True)
+
+        t = threading.Thread(target=take_all)
+        t.start()
+        t.join(10)
+        assert free == [True], "a future's lock stayed held after the Ctrl-C"

@@ -146,7 +146,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
             futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
         pending = set(futs)
         while pending:
-            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            finished, pending = _wait_a_while(pending)
             _forward_beats(beats)
             for f in sorted(finished, key=futs.get):
                 i = futs[f]
@@ -193,7 +193,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                     ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
                                              initargs=(beats, os.getpid(), plugins))
                     running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
-            finished, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+            finished, _ = _wait_a_while(running)
             _forward_beats(beats)
             for f in sorted(finished, key=lambda f: running[f][0]):
                 i, ex, made = running.pop(f)
@@ -220,6 +220,17 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         beats.close()
         beats.join_thread()
     return results
+
+
+def _wait_a_while(futures: Iterable[Any]) -> tuple[set, set]:
+    """``concurrent.futures.wait(futures, 0.5 s, FIRST_COMPLETED)``, with a Ctrl-C held back until
+    it returns (half a second at most). ``wait`` takes each future's lock in turn, in Python, and
+    gives them back the same way: a KeyboardInterrupt raised between two left a lock held, which
+    the pool's manager thread then waited for as it set that future's result, and the command
+    hung as it ended (concurrent.futures joins that thread at exit)."""
+    with sigint_deferred():
+        done, not_done = wait(list(futures), timeout=0.5, return_when=FIRST_COMPLETED)
+    return done, not_done
 
 
 def _warm_before_fork() -> None:
