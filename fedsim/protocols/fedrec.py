@@ -504,8 +504,10 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                     flops = 6.0 * up.items.shape[0] * cfg.d
             # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
             # for every stochastic exchange) is freed now and its memory reused while still in cache,
-            # instead of each client keeping one alive until its next call
-            m = V.shape[0]
+            # instead of each client keeping one alive until its next call (its rows kept for the
+            # masked upload: read only there, as a read of V.shape is one tuple made per exchange)
+            if keys is not None:
+                m = V.shape[0]
         except _MODEL_ERRORS as exc:
             raise BadMessageError(msg, exc) from exc
         msg = p = V = O = None
