@@ -129,6 +129,31 @@ def test_fedrec_batch_client_checks_the_whole_model_message(fault, why, change):
     assert why in text, text
 
 
+_STOCHASTIC_FAULTS = {  # all taken silently by the stochastic client before
+    # another round's label: hybrid filling switched on by it (the client's rate counts its calls)
+    "t next": ("model", lambda p: {**p, "t": p["t"] + 1}, "model must carry t = its round 0, got 1"),
+    "t negative": ("model", lambda p: {**p, "t": -5}, "model must carry t = its round 0, got -5"),
+    "t float": ("model", lambda p: {**p, "t": 0.5}, "model must carry t = its round 0, got 0.5"),
+    "t bool": ("model", lambda p: {**p, "t": False}, "model must carry t = its round 0, got False"),  # == 0
+    # a row past the items: sampled (rho > 0), and the server blamed the client for its id
+    "V long": ("V", lambda a: np.concatenate([a, a[:1]]), _WHOLE + "float32 of shape (41, 8)"),
+    # (SVD++) rows past the items: never read, the message taken as it was
+    "O long": ("O", lambda a: np.concatenate([a, a[:1]]), "O must be a float32 array of shape (40, 8), got "
+               "float32 of shape (41, 8)"),
+}
+_STOCHASTIC_CASES = [(m, rho, f) for m in ("PMF(S)", "SVD++(S)") for rho in (1.0, 0.0) for f in _STOCHASTIC_FAULTS
+                     if m == "SVD++(S)" or not f.startswith("O")]  # (only SVD++ sends O)
+
+
+@pytest.mark.parametrize("model, rho, fault", _STOCHASTIC_CASES,
+                         ids=[f"{m}-rho {r:g}-{f}" for m, r, f in _STOCHASTIC_CASES])
+def test_fedrec_stochastic_client_checks_the_model_message(model, rho, fault):
+    field, fault, why = _STOCHASTIC_FAULTS[fault]
+    rewrite = fault if field == "model" else (lambda p: {**p, field: fault(p[field])})
+    text = _server_sends("fedrec", "model", rewrite, {"model": model, "rho": rho})
+    assert why in text, text
+
+
 _EVAL_FAULTS = {  # all taken silently: the metrics of a model the server does not hold
     "V long": ("V", lambda a: np.concatenate([a, a[:1]]), "float32 of shape (41, 8)"),
     "V int32": ("V", lambda a: a.astype(np.int32), "int32 of shape (40, 8)"),

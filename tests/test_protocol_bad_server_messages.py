@@ -36,26 +36,19 @@ def _run(protocol: str, kind: str, rewrite, change: dict | None = None, clients:
 
 
 _FEDREC_MODELS = ["PMF(B)", "PMF(S)", "SVD++(S)"]
-_B = "V must be a float32 array of shape (40, 8), got "  # PMF(B): the message is checked whole, once per round
+_B = "V must be a float32 array of shape (40, 8), got "  # a message failing the clients' fast tests is checked whole
 _FEDREC_FAULTS = {
     # V of one row: sample_unrated's bare ValueError ('rated item 33 is outside [0, 1)')
-    "short V": (lambda p: {**p, "V": p["V"][:1]}, {"PMF(B)": _B + "float32 of shape (1, 8)",
-                                                  "PMF(S)": "is outside [0, 1)", "SVD++(S)": "is outside [0, 1)"}),
-    "1-D V": (lambda p: {**p, "V": p["V"][0]}, {"PMF(B)": _B + "float32 of shape (8,)", "PMF(S)": "ValueError: ",
-                                               "SVD++(S)": "ValueError: "}),
-    # batch: the rate's int(t); stochastic: hybrid filling's t > T_predict
-    "string t": (lambda p: {**p, "t": "x"}, {"PMF(B)": "model must carry t = its round 0, got 'x'",
-                                            "PMF(S)": "TypeError: '>' not supported between instances of 'str' and 'int'",
-                                            "SVD++(S)": "TypeError: '>' not supported between instances of 'str' and 'int'"}),
+    "short V": (lambda p: {**p, "V": p["V"][:1]}, _B + "float32 of shape (1, 8)"),
+    "1-D V": (lambda p: {**p, "V": p["V"][0]}, _B + "float32 of shape (8,)"),
+    # batch: the rate's int(t); stochastic: hybrid filling's t > T_predict (a bare TypeError)
+    "string t": (lambda p: {**p, "t": "x"}, "model must carry t = its round 0, got 'x'"),
     "no V": (lambda p: {k: v for k, v in p.items() if k != "V"}, "KeyError: 'V'"),
     # (a bare AttributeError: 'list' object has no attribute 'shape')
-    "V a list": (lambda p: {**p, "V": p["V"].tolist()}, {"PMF(B)": _B + "list",
-                                                        "PMF(S)": "V must be a float32 array (the run's dtype), got list",
-                                                        "SVD++(S)": "V must be a float32 array (the run's dtype), got list"}),
+    "V a list": (lambda p: {**p, "V": p["V"].tolist()}, _B + "list"),
     # a V narrower than U: the compiled stochastic step read V's rows and wrote the gradient
     # rows past their ends (heap corruption: 'corrupted size vs. prev_size')
-    "narrow V": (lambda p: {**p, "V": p["V"][:, :2].copy()}, {"PMF(B)": _B + "float32 of shape (40, 2)",
-                                                             "PMF(S)": "ValueError: ", "SVD++(S)": "ValueError: "}),
+    "narrow V": (lambda p: {**p, "V": p["V"][:, :2].copy()}, _B + "float32 of shape (40, 2)"),
 }
 _FEDREC_CASES = [(m, f) for m in _FEDREC_MODELS for f in _FEDREC_FAULTS]
 
@@ -64,15 +57,19 @@ _FEDREC_CASES = [(m, f) for m in _FEDREC_MODELS for f in _FEDREC_FAULTS]
 def test_fedrec_client_names_a_malformed_model_message(model, fault):
     rewrite, why = _FEDREC_FAULTS[fault]
     text = _run("fedrec", "model", rewrite, {"model": model})
-    assert (why[model] if isinstance(why, dict) else why) in text, text
+    assert why in text, text
+
+
+_O = "O must be a float32 array of shape (40, 8), got "
 
 
 @pytest.mark.parametrize("fault, why", [
-    (lambda p: {**p, "O": p["O"][:1]}, "IndexError: an item index is out of bounds for the 1 rows of the item factors"),
-    (lambda p: {**p, "O": p["O"][0]}, "ValueError: not enough values to unpack (expected 2, got 1)"),  # a numba TypingError
+    # (an IndexError of the kernel: an item index out of bounds for the 1 rows of the item factors)
+    (lambda p: {**p, "O": p["O"][:1]}, _O + "float32 of shape (1, 8)"),
+    (lambda p: {**p, "O": p["O"][0]}, _O + "float32 of shape (8,)"),  # a numba TypingError
     # taken silently: the kernel read O's rows past their ends
-    (lambda p: {**p, "O": p["O"][:, :2].copy()}, "item factors of shape (40, 8) (O (40, 2)) for a user factor of 8"),
-    (lambda p: {k: v for k, v in p.items() if k != "O"}, "ValueError: SVD++ needs the implicit factors O"),
+    (lambda p: {**p, "O": p["O"][:, :2].copy()}, _O + "float32 of shape (40, 2)"),
+    (lambda p: {k: v for k, v in p.items() if k != "O"}, _O + "NoneType"),
 ], ids=["short", "1-D", "narrow", "missing"])
 def test_fedrec_svdpp_client_names_a_malformed_O(fault, why):
     text = _run("fedrec", "model", fault, {"model": "SVD++(S)"})

@@ -381,16 +381,19 @@ def _check_factors(msg, p, n_items: int | None, d: int, dt: np.dtype, names) -> 
             raise BadMessageError(msg, f"{name} must be a {dt} array of shape ({n_items or 'm'}, {d}), got {got}")
 
 
-def _check_batch_model(msg, t, V, want_eval, n_items: int | None, d: int, dt: np.dtype) -> None:
-    """A batch ``model`` message: ``t`` its round, ``eval`` a bool (a message without it had
-    the client not answer the evaluation the server waited for: a deadlock report), ``V`` a
-    ``dt`` array of shape (n_items, d) (a V with rows past the items had the client sample them,
-    and the server blame the client for the ids); else ``BadMessageError`` naming it."""
+def _check_model(msg, t, factors: dict, n_items: int | None, d: int, dt: np.dtype, want_eval=False) -> None:
+    """A ``model`` message: ``t`` its round (another round's label had the client take that
+    round's learning rate or hybrid filling, silently), ``eval`` a bool (batch: a message without
+    it had the client not answer the evaluation the server waited for, a deadlock report), each of
+    ``factors`` (V; O for SVD++) a ``dt`` array of shape (n_items, d) (a V with rows past the items
+    had the client sample them, and the server blame the client for the ids); else
+    ``BadMessageError`` naming it. The clients call it only for a message that failed their
+    attribute tests for an honest one."""
     if type(t) is not int or t != msg.round:
         raise BadMessageError(msg, f"model must carry t = its round {msg.round}, got {t!r}")
     if type(want_eval) is not bool:
         raise BadMessageError(msg, f"model must carry eval = true or false, got {want_eval!r}")
-    _check_factors(msg, {"V": V}, n_items, d, dt, ("V",))
+    _check_factors(msg, factors, n_items, d, dt, tuple(factors))
 
 
 async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
@@ -400,8 +403,8 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     """One user's client: ``rated`` item ids ascending and their ``ratings`` (private).
     Returns its final U_u. Optional private test ratings are used only for ``eval`` replies.
     ``index``: its position among the clients (secure aggregation's ring) and ``n_clients`` their
-    number (the length of the key list). ``n_items``: the number of items, the rows a batch
-    ``model`` or an ``evaluate`` message's V must have (None: any number)."""
+    number (the length of the key list). ``n_items``: the number of items, the rows a ``model``
+    or an ``evaluate`` message's V (and O) must have (None: any number)."""
     dt = np.dtype(cfg.dtype)
     rng = ctx.rng
     # the defences draw from generators spawned from ctx.rng, which leaves its draws unchanged
@@ -421,7 +424,8 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
     test_items = np.empty(0, np.int32) if test_items is None else np.asarray(test_items, np.int32)
     test_ratings = np.empty(0) if test_ratings is None else np.asarray(test_ratings, np.float64)
     batch = cfg.style == "batch"
-    v_shape = (n_items, cfg.d)  # a batch model's V (n_items None: the whole check, any rows)
+    v_shape = (n_items, cfg.d)  # a model's V (and O) (n_items None: the whole check, any rows)
+    ndarray = np.ndarray
     implicit = cfg.implicit
     # the client's rows converted once for all its calls (same results as the per-call functions)
     fixed = dict(rho=cfg.rho, strategy=cfg.strategy, T_predict=cfg.T_predict, T_local=cfg.T_local,
@@ -437,10 +441,12 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
         kind, p = msg.kind, msg.payload
         if kind == "stop":
             return U
-        # A server's message this client cannot use (a field missing, V or O short, narrow or not
-        # 2-D, t not a number) stops it with a BadMessageError naming the message: try/except
-        # around the work the message feeds, no check up front (this runs once per stochastic
-        # exchange, a cost issue 25 measures; a try costs nothing until something is raised)
+        # A server's message this client cannot use (a field missing, t not its round, V or O not
+        # n_items x d of the run's dtype) stops it with a BadMessageError naming the message. A
+        # model runs once per stochastic exchange, a cost issue 25 measures: the message as every
+        # honest server sends it passes a few attribute tests, no call, and only one failing them
+        # goes through the whole check (_check_model), which names the fault; errors of the work
+        # the message feeds are caught around it (a try costs nothing until something is raised)
         if kind == "evaluate":
             _check_factors(msg, p, n_items, cfg.d, dt, ("V", "O") if implicit else ("V",))
             try:
@@ -463,8 +469,14 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
             # attribute tests for the message as every honest server sends it (a dtype is one
             # object per type); anything else goes through the whole check, which names the fault
             if not (t.__class__ is int and t == msg.round and want_eval.__class__ is bool
-                    and V.__class__ is np.ndarray and V.dtype is dt and V.shape == v_shape):
-                _check_batch_model(msg, t, V, want_eval, n_items, cfg.d, dt)
+                    and V.__class__ is ndarray and V.dtype is dt and V.shape == v_shape):
+                _check_model(msg, t, {"V": V}, n_items, cfg.d, dt, want_eval)
+        elif not (t.__class__ is int and t == msg.round and V.__class__ is ndarray and V.shape == v_shape
+                  and (not implicit or (O := p.get("O")).__class__ is ndarray and O.shape == v_shape)):
+            # (per stochastic exchange, so the same kind of attribute tests, no dtype: SGDClient.call
+            # makes that test anyway and refuses another dtype)
+            O = p.get("O") if implicit else None
+            _check_model(msg, t, {"V": V, "O": O} if implicit else {"V": V}, n_items, cfg.d, dt)
         if want_eval:
             try:
                 errs = _local_errors(U, V, None, rated, test_items, test_ratings, clip)
@@ -484,9 +496,7 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                 lr_c = decayed_lr(cfg.client_lr if cfg.client_lr is not None else cfg.lr, calls, cfg.decay)
                 calls += 1
                 if implicit:
-                    if p.get("O") is None:
-                        raise ValueError("SVD++ needs the implicit factors O")
-                    up = rows.call(U, V, p["O"], t, lr_c, rng, sampled)
+                    up = rows.call(U, V, O, t, lr_c, rng, sampled)
                     # each SGD step also moves the O rows of all rated items
                     flops = (6.0 + 2.0 * rated.shape[0]) * up.items.shape[0] * cfg.d
                 else:
@@ -494,11 +504,13 @@ async def client(ctx, rated: np.ndarray, ratings: np.ndarray, cfg: FedRecConfig,
                     flops = 6.0 * up.items.shape[0] * cfg.d
             # let go of the downloaded model before waiting: its document (m x d floats, re-encoded
             # for every stochastic exchange) is freed now and its memory reused while still in cache,
-            # instead of each client keeping one alive until its next call
-            m = V.shape[0]
+            # instead of each client keeping one alive until its next call (its rows kept for the
+            # masked upload: read only there, as a read of V.shape is one tuple made per exchange)
+            if keys is not None:
+                m = V.shape[0]
         except _MODEL_ERRORS as exc:
             raise BadMessageError(msg, exc) from exc
-        msg = p = V = None
+        msg = p = V = O = None
         body = {"items": up.items, "grads": up.grads}
         if up.o_deltas is not None:
             body["o_deltas"] = up.o_deltas
