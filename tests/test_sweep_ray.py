@@ -25,6 +25,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]'): the Ray backend is not tested")
 
+from fedsim.experiment import UsageError  # noqa: E402
 from fedsim.experiment.report import git_revision  # noqa: E402
 from fedsim.studies.sweep import SweepPoint, _run_point_remote, run_sweep  # noqa: E402
 
@@ -565,6 +566,51 @@ def test_a_sweep_started_with_sigterm_ignored_keeps_it_ignored_while_ray_starts_
     sweep = json.loads((out / "sweep.json").read_text())
     assert sweep["state"] == "finished" and [p["status"] for p in sweep["points"]] == ["done"] * 3
     assert_gone(started)
+
+
+def test_a_ray_of_no_cpu_is_a_prompt_one_line_error_leaving_nothing(tmp_path):
+    # each point is a Ray task of one CPU: on a cluster of none (a head started with
+    # --num-cpus=0, no worker node) Ray kept them pending and the sweep waited for ever. A plug-in
+    # starts the sweep's local instance with no CPU, as such a cluster.
+    (tmp_path / "no_cpu.py").write_text(
+        "import ray\n_init = ray.init\n"
+        "def init(*args, **kwargs):\n    kwargs['num_cpus'] = 0\n    return _init(*args, **kwargs)\n"
+        "ray.init = init\n")
+    script, log = logging_scenario(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "no_cpu.py", "sweep", str(script),
+                             "--grid", "x=1,2", "--backend", "ray", "--out", "sw"],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the sweep waited for CPUs that never came") from None
+    finally:
+        started = tree.stop()
+    assert (proc.returncode, stderr.splitlines()) == (2, [
+        "sweep: starting a local Ray instance ...",
+        "error: the local Ray instance has 0 CPUs (Ray's cluster_resources()), and each point runs as a Ray task of "
+        "one CPU: none could start. Give it a node with CPUs (ray start --address HEAD --num-cpus N; an autoscaling "
+        "cluster: a worker with CPUs kept up)"]), stderr
+    assert not (tmp_path / "sw").exists() and not ran(log)
+    assert_gone(started)
+
+
+def test_a_ray_initialised_with_no_cpu_is_refused_at_once_and_left_running(local_ray, monkeypatch):
+    from fedsim.studies.raypool import RaySession
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 0.0, "memory": 1e9})
+    with pytest.raises(UsageError) as err:
+        with RaySession(cpus=2):
+            pass
+    assert str(err.value) == (
+        "the Ray already initialised in this process has 0 CPUs (Ray's cluster_resources()), and each point runs as "
+        "a Ray task of one CPU: none could start. Give it a node with CPUs (ray start --address HEAD --num-cpus N; "
+        "an autoscaling cluster: a worker with CPUs kept up)")
+    assert ray.is_initialized()  # the caller's Ray, left as it was
 
 
 def test_a_ray_sweep_into_a_folder_another_sweep_holds_is_refused_before_ray_starts(tmp_path):

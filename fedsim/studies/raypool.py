@@ -141,7 +141,9 @@ class RaySession:
     ``log_to_driver``: forward the workers' stdout and stderr to this process. Entering blocks
     until Ray is up (a local instance takes seconds to start: ``startup_s`` says how many) and
     raises ``UsageError`` when Ray is not installed or the address cannot be reached (a malformed
-    ``address``, see :func:`address_problem`, is refused at construction); leaving
+    ``address``, see :func:`address_problem`, is refused at construction) or when the cluster
+    has no CPU (``cluster_resources``: a head started with ``--num-cpus=0`` and no other node;
+    Ray kept every task pending, for ever); leaving
     shuts down what the session started (``shutdown_s``) or disconnects. SIGTERM keeps the
     handler it had while Ray starts (Ray's own are kept out: :class:`_sigterm_kept`), an
     ignored one stays ignored.
@@ -221,6 +223,17 @@ class RaySession:
             self.cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         except Exception:  # informative only
             self.cluster_cpus = None
+        if self.cluster_cpus is not None and self.cluster_cpus < 1:
+            # each task asks for one CPU: Ray kept every one pending, and the sweep waited for ever
+            where = ("the Ray already initialised in this process" if not self.owned
+                     else f"--address {self.address}: the Ray cluster there" if self.address
+                     else "the local Ray instance")
+            if self.owned:
+                _quiet_shutdown()
+                self.owned = False
+            raise UsageError(f"{where} has {self.cluster_cpus:g} CPUs (Ray's cluster_resources()), and each point "
+                             "runs as a Ray task of one CPU: none could start. Give it a node with CPUs (ray start "
+                             "--address HEAD --num-cpus N; an autoscaling cluster: a worker with CPUs kept up)")
         return self
 
     def __exit__(self, *exc: Any) -> None:
