@@ -413,6 +413,9 @@ def _restore_sigterm(handler: Any) -> None:
         signal.signal(signal.SIGTERM, handler)
 
 
+_ABSENT = object()  # an attribute _sigterm_kept set where the module had none
+
+
 def _ignore_sigterm(signum: int, frame: Any) -> None:
     """SIGTERM ignored, as a Python handler (see :func:`_sigterm_kept`)."""
 
@@ -454,14 +457,17 @@ class _sigterm_kept:
             return
         for obj, name, value in ((ray_utils, "set_sigterm_handler", _keep_sigterm),
                                  (ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", True)):
-            self.undo.append((obj, name, getattr(obj, name, None)))
+            self.undo.append((obj, name, getattr(obj, name, _ABSENT)))
             setattr(obj, name, value)
         if self.term == signal.SIG_IGN:
             signal.signal(signal.SIGTERM, _ignore_sigterm)
 
     def __exit__(self, *exc: Any) -> None:
         for obj, name, value in reversed(self.undo):
-            setattr(obj, name, value)
+            if value is _ABSENT:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
         self.undo.clear()
 
 
