@@ -25,6 +25,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]'): the Ray backend is not tested")
 
+from fedsim.experiment import UsageError  # noqa: E402
 from fedsim.experiment.report import git_revision  # noqa: E402
 from fedsim.studies.sweep import SweepPoint, _run_point_remote, run_sweep  # noqa: E402
 
@@ -480,15 +481,16 @@ def test_sigterm_to_the_driver_stops_a_ray_sweep_as_ctrl_c_does_and_the_same_swe
 def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
     # ray.init puts its handler, sys.exit(15), in place as it begins: a SIGTERM in the seconds a
     # local instance takes to start ended the sweep with status 15 and not a word. A plug-in
-    # sends the SIGTERM right after Ray has set its handler (in ray.init), every time.
-    import ray._private.utils as ray_utils
+    # sends the SIGTERM once ray.init has started Ray's processes, as it connects to them, every time.
+    import ray._private.worker as ray_worker
 
-    if not hasattr(ray_utils, "set_sigterm_handler"):
-        pytest.skip("this Ray sets its SIGTERM handler otherwise (no ray._private.utils.set_sigterm_handler)")
+    if not hasattr(ray_worker, "connect"):
+        pytest.skip("this Ray starts otherwise (no ray._private.worker.connect)")
     (tmp_path / "term_in_init.py").write_text(
-        "import os, signal\nimport ray._private.utils as utils\n_set = utils.set_sigterm_handler\n"
-        "def set_then_term(handler):\n    _set(handler)\n    os.kill(os.getpid(), signal.SIGTERM)\n"
-        "utils.set_sigterm_handler = set_then_term\n")
+        "import os, signal\nimport ray._private.worker as worker\n_connect = worker.connect\n"
+        "def term_then_connect(*args, **kwargs):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return _connect(*args, **kwargs)\n"
+        "worker.connect = term_then_connect\n")
     script, log = logging_scenario(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_in_init.py", "sweep", str(script),
                              "--grid", "x=1,2", "--workers", "1", "--backend", "ray", "--out", "sw"],
@@ -502,6 +504,113 @@ def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
     assert (proc.returncode, stderr.splitlines()) == (143, [
         "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
     assert not (tmp_path / "sw").exists() and not ran(log)
+
+
+def test_sigterm_just_after_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
+    # ray.init left its handlers on SIGTERM (sys.exit(15) in Python, under the C++ one of Ray's
+    # core worker, which prints "*** SIGTERM received" and a stack) until fedsim put its own back
+    # after it returned: a SIGTERM in between wrote that stack on stderr. A plug-in sends the
+    # SIGTERM as ray.init returns, every time.
+    (tmp_path / "term_after_init.py").write_text(
+        "import os, signal\nimport ray\n_init = ray.init\n"
+        "def init_then_term(*args, **kwargs):\n    up = _init(*args, **kwargs)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n    return up\n"
+        "ray.init = init_then_term\n")
+    script, log = logging_scenario(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_after_init.py", "sweep", str(script),
+                             "--grid", "x=1,2", "--workers", "1", "--backend", "ray", "--out", "sw"],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    stdout, stderr = proc.communicate(timeout=120)
+    started = tree.stop()
+    assert (proc.returncode, stderr.splitlines()) == (143, [
+        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
+    assert not (tmp_path / "sw").exists() and not ran(log)
+    assert_gone(started)
+
+
+def test_a_sweep_started_with_sigterm_ignored_keeps_it_ignored_while_ray_starts_and_runs(tmp_path):
+    # `sigterm_as_interrupt` leaves an ignored SIGTERM ignored (nohup-like launchers, batch
+    # systems), but ray.init put its sys.exit(15) in its place as it started: a SIGTERM then ended
+    # the sweep with status 15 and not a word. A plug-in sends SIGTERMs while Ray starts and as
+    # ray.init returns; the test sends more while the points run: the sweep runs to its end.
+    (tmp_path / "term_in_init.py").write_text(
+        "import os, signal\nimport ray, ray._private.worker as worker\n"
+        "_connect, _init = worker.connect, ray.init\n"
+        "def connect(*args, **kwargs):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    done = _connect(*args, **kwargs)\n    os.kill(os.getpid(), signal.SIGTERM)\n    return done\n"
+        "def init(*args, **kwargs):\n    up = _init(*args, **kwargs)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n    return up\n"
+        "worker.connect, ray.init = connect, init\n")
+    script, log = logging_scenario(tmp_path, "time.sleep(1.0)")
+    out = tmp_path / "sw"
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_in_init.py", "sweep", str(script),
+                             "--grid", "x=1,2,3", "--workers", "1", "--backend", "ray", "--out", str(out), "--quiet"],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with_repo(),
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    tree = Tree(proc.pid)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and not ran(log):
+        time.sleep(0.05)
+    terms = 0
+    while proc.poll() is None and terms < 5:  # the driver alone, as a launcher's stop would
+        proc.send_signal(signal.SIGTERM)
+        terms += 1
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=120)
+    started = tree.stop()
+    assert (proc.returncode, stderr) == (0, ""), stderr
+    assert terms == 5 and sorted(x for x, _ in ran(log)) == [1, 2, 3]
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["state"] == "finished" and [p["status"] for p in sweep["points"]] == ["done"] * 3
+    assert_gone(started)
+
+
+def test_a_ray_of_no_cpu_is_a_prompt_one_line_error_leaving_nothing(tmp_path):
+    # each point is a Ray task of one CPU: on a cluster of none (a head started with
+    # --num-cpus=0, no worker node) Ray kept them pending and the sweep waited for ever. A plug-in
+    # starts the sweep's local instance with no CPU, as such a cluster.
+    (tmp_path / "no_cpu.py").write_text(
+        "import ray\n_init = ray.init\n"
+        "def init(*args, **kwargs):\n    kwargs['num_cpus'] = 0\n    return _init(*args, **kwargs)\n"
+        "ray.init = init\n")
+    script, log = logging_scenario(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "no_cpu.py", "sweep", str(script),
+                             "--grid", "x=1,2", "--backend", "ray", "--out", "sw"],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError("the sweep waited for CPUs that never came") from None
+    finally:
+        started = tree.stop()
+    assert (proc.returncode, stderr.splitlines()) == (2, [
+        "sweep: starting a local Ray instance ...",
+        "error: the local Ray instance has 0 CPUs (Ray's cluster_resources()), and each point runs as a Ray task of "
+        "one CPU: none could start. Give it a node with CPUs (ray start --address HEAD --num-cpus N; an autoscaling "
+        "cluster: a worker with CPUs kept up)"]), stderr
+    assert not (tmp_path / "sw").exists() and not ran(log)
+    assert_gone(started)
+
+
+def test_a_ray_initialised_with_no_cpu_is_refused_at_once_and_left_running(local_ray, monkeypatch):
+    from fedsim.studies.raypool import RaySession
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 0.0, "memory": 1e9})
+    with pytest.raises(UsageError) as err:
+        with RaySession(cpus=2):
+            pass
+    assert str(err.value) == (
+        "the Ray already initialised in this process has 0 CPUs (Ray's cluster_resources()), and each point runs as "
+        "a Ray task of one CPU: none could start. Give it a node with CPUs (ray start --address HEAD --num-cpus N; "
+        "an autoscaling cluster: a worker with CPUs kept up)")
+    assert ray.is_initialized()  # the caller's Ray, left as it was
 
 
 def test_a_ray_sweep_into_a_folder_another_sweep_holds_is_refused_before_ray_starts(tmp_path):

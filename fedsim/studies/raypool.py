@@ -141,8 +141,12 @@ class RaySession:
     ``log_to_driver``: forward the workers' stdout and stderr to this process. Entering blocks
     until Ray is up (a local instance takes seconds to start: ``startup_s`` says how many) and
     raises ``UsageError`` when Ray is not installed or the address cannot be reached (a malformed
-    ``address``, see :func:`address_problem`, is refused at construction); leaving
-    shuts down what the session started (``shutdown_s``) or disconnects.
+    ``address``, see :func:`address_problem`, is refused at construction) or when the cluster
+    has no CPU (``cluster_resources``: a head started with ``--num-cpus=0`` and no other node;
+    Ray kept every task pending, for ever); leaving
+    shuts down what the session started (``shutdown_s``) or disconnects. SIGTERM keeps the
+    handler it had while Ray starts (Ray's own are kept out: :class:`_sigterm_kept`), an
+    ignored one stays ignored.
     """
 
     def __init__(self, address: str | None = None, *, cpus: int | None = None, log_to_driver: bool = False) -> None:
@@ -179,22 +183,25 @@ class RaySession:
             # ray.init puts its own SIGTERM handlers in place of the process's (sys.exit(15) in
             # Python, under a C++ one that prints a stack and aborts): a SIGTERM to a sweep's
             # driver then wrote its sweep.json "finished" over points not run, ended it with
-            # status 134, and left Ray's agents running. The handler in place before is put back.
+            # status 134, and left Ray's agents running. The handler in place before is kept
+            # while Ray starts (see _sigterm_kept) and put back after.
             term = _sigterm_handler()
             try:
-                if self.address is None:
-                    ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
-                else:
-                    staged = stage_package()
-                    ray.init(address=target, runtime_env={"py_modules": [str(staged / "fedsim")]}, **kw)
+                with _sigterm_kept(term):
+                    if self.address is None:
+                        ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
+                    else:
+                        staged = stage_package()
+                        ray.init(address=target, runtime_env={"py_modules": [str(staged / "fedsim")]}, **kw)
             except Exception as exc:  # whatever stopped Ray from starting or connecting: say what
                 _quiet_shutdown()
                 where = f"--address {self.address}" if self.address else "a local Ray instance"
                 raise UsageError(f"{where}: Ray did not start ({type(exc).__name__}: {exc})") from None
             except SystemExit as exc:
-                # a SIGTERM while ray.init ran met Ray's handler, sys.exit(15): the sweep ended with
-                # status 15 and not a word; it goes to the handler it was meant for (the command
-                # line's: stopped as by Ctrl-C, "terminated (SIGTERM)", status 143)
+                # a SIGTERM while ray.init ran met Ray's handler, sys.exit(15) (where it was not
+                # kept out: SIGTERM's default action, a Ray without set_sigterm_handler): the
+                # sweep ended with status 15 and not a word; it goes to the handler it was meant
+                # for (SIG_DFL: the process ends as SIGTERM ends it, Ray stopped first)
                 _quiet_shutdown()
                 _restore_sigterm(term)
                 if exc.code == signal.SIGTERM and term is not None:
@@ -216,6 +223,17 @@ class RaySession:
             self.cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         except Exception:  # informative only
             self.cluster_cpus = None
+        if self.cluster_cpus is not None and self.cluster_cpus < 1:
+            # each task asks for one CPU: Ray kept every one pending, and the sweep waited for ever
+            where = ("the Ray already initialised in this process" if not self.owned
+                     else f"--address {self.address}: the Ray cluster there" if self.address
+                     else "the local Ray instance")
+            if self.owned:
+                _quiet_shutdown()
+                self.owned = False
+            raise UsageError(f"{where} has {self.cluster_cpus:g} CPUs (Ray's cluster_resources()), and each point "
+                             "runs as a Ray task of one CPU: none could start. Give it a node with CPUs (ray start "
+                             "--address HEAD --num-cpus N; an autoscaling cluster: a worker with CPUs kept up)")
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -393,6 +411,68 @@ def _sigterm_handler() -> Any:
 def _restore_sigterm(handler: Any) -> None:
     if handler is not None:
         signal.signal(signal.SIGTERM, handler)
+
+
+_ABSENT = object()  # an attribute _sigterm_kept set where the module had none
+
+
+def _ignore_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM ignored, as a Python handler (see :func:`_sigterm_kept`)."""
+
+
+class _sigterm_kept:
+    """Ray's SIGTERM handlers kept out of this process while ``ray.init`` runs in the ``with``
+    block, when SIGTERM's handler ``term`` (:func:`_sigterm_handler`) is a Python one or
+    ``SIG_IGN``; the caller puts ``term`` back after the block (:func:`_restore_sigterm`).
+
+    ``ray.init`` sets ``sys.exit(15)`` as SIGTERM's handler as it begins, and the core worker it
+    creates sets a C++ one (Ray's failure-signal handler, for SIGSEGV, SIGABRT and others too),
+    which writes "*** SIGTERM received" and a stack on stderr before calling the handler before
+    it. A SIGTERM while Ray started, or just after ``ray.init`` returned and before ``term`` was
+    back, then ended a sweep with status 15 and not a word, or with that stack on stderr; a
+    sweep started with SIGTERM ignored (``nohup``-like launchers, batch systems) was ended by
+    one. Here Ray's ``set_sigterm_handler`` does nothing and the driver's core worker sets no
+    failure-signal handler (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``: a crash in Ray's C++ code
+    in the driver then ends it without Ray's stack; Ray's workers keep theirs), so a SIGTERM
+    meets ``term`` throughout: the command line's stops the sweep as Ctrl-C does. An ignored
+    SIGTERM is ignored by a Python handler meanwhile, not ``SIG_IGN``, which Ray's processes
+    started meanwhile would inherit (an ignored signal stays ignored across ``exec``) and which
+    would then outlive ``ray.shutdown``'s SIGTERM. A Ray without these (another version's
+    internals), SIGTERM's default action, a handler set outside Python and threads other than
+    the main one are left as they were."""
+
+    def __init__(self, term: Any) -> None:
+        self.term = term
+        self.undo: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> None:
+        if not (callable(self.term) or self.term == signal.SIG_IGN):
+            return
+        try:
+            import ray._private.ray_constants as ray_constants
+            import ray._private.utils as ray_utils
+        except ImportError:
+            return
+        if not hasattr(ray_utils, "set_sigterm_handler"):
+            return
+        for obj, name, value in ((ray_utils, "set_sigterm_handler", _keep_sigterm),
+                                 (ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", True)):
+            self.undo.append((obj, name, getattr(obj, name, _ABSENT)))
+            setattr(obj, name, value)
+        if self.term == signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, _ignore_sigterm)
+
+    def __exit__(self, *exc: Any) -> None:
+        for obj, name, value in reversed(self.undo):
+            if value is _ABSENT:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+        self.undo.clear()
+
+
+def _keep_sigterm(handler: Any) -> None:
+    """Ray's ``set_sigterm_handler`` while :class:`_sigterm_kept` holds: SIGTERM keeps its handler."""
 
 
 def _quiet_shutdown() -> None:
