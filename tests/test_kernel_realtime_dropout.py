@@ -135,8 +135,10 @@ def test_a_finished_node_whose_link_drops_receives_nothing_afterwards(transport)
         return "done"
 
     net = _net(transport)
-    net.add_node("S", _late_sender(2.0, "D"))
-    net.add_node("D", early, offline_at=1.0)
+    # D must have ended before its dropout: 0.5 s of real time for its first step (at 1.0, 10 ms,
+    # a loaded machine that ran D's process late made the dropout come first: offline ['D'])
+    net.add_node("S", _late_sender(100.0, "D"))
+    net.add_node("D", early, offline_at=50.0)
     res = _run(net)
     row = _rows(net)[("S", "D", "m")]
     assert row["status"] == "lost" and row["note"] == "receiver offline"

@@ -111,8 +111,10 @@ def test_an_actor_that_is_not_async_is_named_the_same_way_on_both_transports(tra
     assert len(net.ledger) == 0
 
 
-async def _receives_within_5s(ctx):
-    m = await ctx.receive("x", timeout=5.0)
+async def _receives_within_500s(ctx):
+    # (500 s, 0.5 s of real time at time_scale 0.001: the message comes at 1 s, and a loaded
+    # machine's stall of the loop longer than the 4 ms a 5 s timeout left made it time out)
+    m = await ctx.receive("x", timeout=500.0)
     return None if m is None else m.payload
 
 
@@ -128,7 +130,7 @@ def test_asyncio_refuses_a_time_scale_that_would_break_timed_waits(scale):
     with pytest.raises(NetworkConfigError, match="time_scale must be a positive finite number"):
         AsyncioNetwork(time_scale=scale)
     for net in (SimNetwork(), AsyncioNetwork(time_scale=0.001)):
-        net.add_node("rx", _receives_within_5s)
+        net.add_node("rx", _receives_within_500s)
         net.add_node("tx", _sends_after_1s)
         assert net.run()["rx"] == "hello"
 
