@@ -174,10 +174,10 @@ def test_a_slow_steady_download_spanning_several_windows_installs(tmp_path, fixt
     data = zpath.read_bytes()
     monkeypatch.setattr(download, "MIN_RATE", 200)
     monkeypatch.setattr(download, "RATE_WINDOW", 0.1)
-    # 5 pieces of ~58 bytes, 0.06 s apart: a window with one piece in it stays above the rate for
+    # 5 pieces of ~58 bytes, 0.07 s apart: a window with one piece in it stays above the rate for
     # 0.29 s, a late server thread on a loaded machine (10 pieces of 29 bytes 0.03 s apart failed
     # the install when one came 0.145 s after the last window's end)
-    pieces, gap = 5, 0.06
+    pieces, gap = 5, 0.07
 
     class Handler(_Quiet):
         def do_GET(self):
