@@ -1439,11 +1439,15 @@ def test_the_loop_teardown_cancels_again_a_task_that_lost_its_cancellation(caplo
         raise KeyboardInterrupt
 
     caplog.set_level("ERROR", logger="asyncio")
-    with pytest.raises(KeyboardInterrupt):
-        tcp._run_bounded(main, teardown=0.3)
-    gc.collect()
-    assert ended == ["lost", "cancelled"]
-    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    # (0.3 s, and 0: the bound past by the end of the first round, as on a loaded machine, where
+    # that round was the last and the task was destroyed pending, cancelled once)
+    for bound in (0.3, 0.0):
+        ended.clear()
+        with pytest.raises(KeyboardInterrupt):
+            tcp._run_bounded(main, teardown=bound)
+        gc.collect()
+        assert ended == ["lost", "cancelled"], bound
+        assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == [], bound
 
 
 def test_a_ctrl_c_as_a_status_arrives_ends_the_run(monkeypatch):

@@ -711,11 +711,14 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
     again: one that got its cancellation while the operation it awaited completed (3.11's
     wait_for then returns the result and loses the cancellation) is cancelled once more. The
     rounds go on while each ends some task, however long that takes (a loaded machine); past
-    ``teardown`` seconds, a round that ends none is the last (a task that ignores every
-    cancellation: asyncio names it on stderr as the loop closes). Before, one such lost
-    cancellation made a round wait out the whole bound and the next give up."""
+    ``teardown`` seconds, a round that ends none is the last, from the second round on (a task
+    that ignores every cancellation: asyncio names it on stderr as the loop closes). Before, one
+    such lost cancellation made a round wait out the whole bound and the next give up; and on a
+    machine loaded enough that the first round outlasted the bound, that task was never cancelled
+    again."""
     try:
         end = time.monotonic() + teardown
+        rounds = 0
         while True:
             # first the callbacks already scheduled, which can start tasks of their own (a
             # connection's handler task is started by a callback of its transport)
@@ -726,7 +729,8 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
             for t in tasks:
                 t.cancel()
             loop.run_until_complete(asyncio.wait(tasks, timeout=_TEARDOWN_ROUND))
-            if time.monotonic() >= end and not any(t.done() for t in tasks):
+            rounds += 1
+            if rounds >= 2 and time.monotonic() >= end and not any(t.done() for t in tasks):
                 break
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
