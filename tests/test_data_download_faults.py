@@ -174,7 +174,10 @@ def test_a_slow_steady_download_spanning_several_windows_installs(tmp_path, fixt
     data = zpath.read_bytes()
     monkeypatch.setattr(download, "MIN_RATE", 200)
     monkeypatch.setattr(download, "RATE_WINDOW", 0.1)
-    pieces = 10
+    # 5 pieces of ~58 bytes, 0.07 s apart: a window with one piece in it stays above the rate for
+    # 0.29 s, a late server thread on a loaded machine (10 pieces of 29 bytes 0.03 s apart failed
+    # the install when one came 0.145 s after the last window's end)
+    pieces, gap = 5, 0.07
 
     class Handler(_Quiet):
         def do_GET(self):
@@ -185,11 +188,14 @@ def test_a_slow_steady_download_spanning_several_windows_installs(tmp_path, fixt
             for i in range(0, len(data), step):
                 self.wfile.write(data[i:i + step])
                 self.wfile.flush()
-                time.sleep(0.03)
+                time.sleep(gap)
 
     server, t, url = _server(Handler)
     try:
-        assert len(data) / (pieces * 0.03) > 4 * 200  # well above the rate, over about three windows
+        assert len(data) / (pieces * gap) > 4 * 200  # well above the rate, over about three windows
+        # (a window holds two pieces, fewer bytes than MIN_RATE: a check that left out the
+        # window's seconds would stop it)
+        assert 2 * -(-len(data) // pieces) < 200
         t0 = time.monotonic()
         path = download.get("ml-100k", cache_dir=tmp_path / "cache", url=url, sha256=sha)
         assert time.monotonic() - t0 >= 0.25

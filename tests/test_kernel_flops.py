@@ -67,10 +67,12 @@ def test_the_flops_of_a_node_that_dropped_out_still_count(transport):
     async def worker(ctx):
         await ctx.compute(11, "train")
         await ctx.compute(4, "train")
-        await ctx.receive("never")  # closed here by its dropout at t = 1
+        await ctx.receive("never")  # closed here by its dropout at t = 50
 
     net = _net(transport)
-    net.add_node("w", worker, offline_at=1.0)
+    # (at 50: 0.5 s of real time to compute first; at 1, 10 ms, a TCP worker run late by a loaded
+    # machine was closed after the first compute)
+    net.add_node("w", worker, offline_at=50.0)
     res = _run(net)
     assert res.offline == ["w"] and res.results == {}
     assert res.flops == {"w": {"train": 15.0}}

@@ -65,11 +65,11 @@ def _queries(led):
     return out
 
 
-def _run(name, net, clients=4, rounds=3):
+def _run(name, net, clients=4, rounds=3, deadline=2.0):
     spec = REGISTRY[name]
     data, cfg = spec.tiny(clients, rounds, SEED)
     if any(f.name == "deadline" for f in dataclasses.fields(cfg)):
-        cfg = dataclasses.replace(cfg, deadline=2.0)
+        cfg = dataclasses.replace(cfg, deadline=deadline)
     spec.build(net, data, cfg)  # the job is not collected: only the ledgers are compared
     if isinstance(net, SimNetwork):
         return net.run(strict=False)
@@ -94,10 +94,13 @@ def test_streaming_ledger_equals_the_in_memory_one(name, faults, tmp_path):
 
 
 def test_streaming_ledger_on_asyncio_and_an_unfinished_run(tmp_path):
+    # a deadline of 500 s, 0.5 s of real time at time_scale 0.001 (the gathers end when the last
+    # gradient comes: nothing is lost): at 2 s (2 ms) a loaded machine made a gradient miss it
+    # in one run and not the other, read in one ledger and unread in the other
     mem = AsyncioNetwork(seed=1, time_scale=0.001)
-    _run("fedrec", mem)
+    _run("fedrec", mem, deadline=500.0)
     stream = AsyncioNetwork(seed=1, time_scale=0.001, ledger=StreamingLedger(chunk_rows=2))
-    _run("fedrec", stream)
+    _run("fedrec", stream, deadline=500.0)
 
     def untimed(led):  # real time: the times differ from run to run, nothing else does
         return [{k: v for k, v in r.items() if k not in L._TIME_COLUMNS} for r in led.records()]

@@ -135,8 +135,10 @@ def test_a_finished_node_whose_link_drops_receives_nothing_afterwards(transport)
         return "done"
 
     net = _net(transport)
-    net.add_node("S", _late_sender(2.0, "D"))
-    net.add_node("D", early, offline_at=1.0)
+    # D must have ended before its dropout: 0.5 s of real time for its first step (at 1.0, 10 ms,
+    # a loaded machine that ran D's process late made the dropout come first: offline ['D'])
+    net.add_node("S", _late_sender(100.0, "D"))
+    net.add_node("D", early, offline_at=50.0)
     res = _run(net)
     row = _rows(net)[("S", "D", "m")]
     assert row["status"] == "lost" and row["note"] == "receiver offline"
@@ -192,31 +194,33 @@ def test_a_copy_drawn_lost_keeps_link_loss_when_the_sender_is_cut_too(transport)
 def test_tcp_a_frame_that_arrives_after_its_receivers_dropout_is_lost_there(tmp_path):
     # S sends to R before R's offline time; R's process is held (B blocks the loop) until after
     # it, so the frame is read late: the receiver records it lost (its bytes came in, rx_start is
-    # set; no arrival), where the sender could not know
+    # set; no arrival), where the sender could not know. Half a second of real time between the
+    # steps (B holds R's process from its start, S sends, R's dropout, B lets go): with 5 ms
+    # (S at 0.1, R at 1.0) a loaded machine ran S's process late, past R's dropout
     scale = 0.05
 
     async def hog(ctx):
-        time.sleep(6 * scale)  # R's process can read nothing until 6 protocol seconds
+        time.sleep(30 * scale)  # R's process can read nothing until 30 protocol seconds
         return "held"
 
     async def sender(ctx):
-        await ctx.sleep(0.1)
+        await ctx.sleep(10.0)
         await ctx.send("R", "m", {"x": 1})
         return "sent"
 
     log = _Log(tmp_path / "log")
     net = TcpNetwork(seed=0, time_scale=scale, processes=2, placement={"S": 0, "R": 1, "B": 1})
     net.add_node("S", sender)
-    net.add_node("R", _waiter(log), offline_at=1.0)
+    net.add_node("R", _waiter(log), offline_at=20.0)
     net.add_node("B", hog)
     res = _run(net)
     assert res.offline == ["R"] and res["S"] == "sent" and res["B"] == "held" and res.complete
     assert log.items() == [("finally", "R")]
     [row] = net.ledger.records()
     assert (row["src"], row["dst"], row["status"], row["note"]) == ("S", "R", "lost", "receiver offline")
-    assert row["send_time"] < 1.0 <= row["rx_start"] and math.isnan(row["arrival_time"])
-    assert row["tx_end"] < 1.0  # it was on the wire before R dropped out
-    assert res.duration >= 6.0
+    assert row["send_time"] < 20.0 <= row["rx_start"] and math.isnan(row["arrival_time"])
+    assert row["tx_end"] < 20.0  # it was on the wire before R dropped out
+    assert res.duration >= 30.0
 
 
 def test_tcp_a_dropout_still_to_come_keeps_the_run_going_across_processes(tmp_path):
@@ -224,10 +228,11 @@ def test_tcp_a_dropout_still_to_come_keeps_the_run_going_across_processes(tmp_pa
     # coordinator's polls must not take that for the end (a deadlock naming A)
     log = _Log(tmp_path / "log")
     net = TcpNetwork(seed=0, time_scale=SCALE, processes=2, placement={"A": 1, "S": 0})
-    net.add_node("A", _waiter(log), offline_at=30.0)  # 0.3 s: many polls
+    # 1 s: many polls (at 0.3 s, a loaded machine made S's message come after A's dropout)
+    net.add_node("A", _waiter(log), offline_at=100.0)
     net.add_node("S", _late_sender(0.0, "A"))
     res = _run(net)
-    assert res.complete and res.offline == ["A"] and res.duration >= 30.0
+    assert res.complete and res.offline == ["A"] and res.duration >= 100.0
     row = _rows(net)[("S", "A", "m")]
     assert row["status"] == "delivered" and row["read"] is False
     assert log.items() == [("finally", "A")]

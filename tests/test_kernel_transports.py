@@ -111,8 +111,10 @@ def test_an_actor_that_is_not_async_is_named_the_same_way_on_both_transports(tra
     assert len(net.ledger) == 0
 
 
-async def _receives_within_5s(ctx):
-    m = await ctx.receive("x", timeout=5.0)
+async def _receives_within_500s(ctx):
+    # (500 s, 0.5 s of real time at time_scale 0.001: the message comes at 1 s, and a loaded
+    # machine's stall of the loop longer than the 4 ms a 5 s timeout left made it time out)
+    m = await ctx.receive("x", timeout=500.0)
     return None if m is None else m.payload
 
 
@@ -128,7 +130,7 @@ def test_asyncio_refuses_a_time_scale_that_would_break_timed_waits(scale):
     with pytest.raises(NetworkConfigError, match="time_scale must be a positive finite number"):
         AsyncioNetwork(time_scale=scale)
     for net in (SimNetwork(), AsyncioNetwork(time_scale=0.001)):
-        net.add_node("rx", _receives_within_5s)
+        net.add_node("rx", _receives_within_500s)
         net.add_node("tx", _sends_after_1s)
         assert net.run()["rx"] == "hello"
 
@@ -136,15 +138,17 @@ def test_asyncio_refuses_a_time_scale_that_would_break_timed_waits(scale):
 async def _receives_by_array_kinds(ctx):
     kinds = np.array(["update", "late"])  # np.str_ elements
     none = await ctx.receive(kinds[0], timeout=1.0)  # the "date" message must not match
-    got = await ctx.gather(kinds[0], senders=["tx"], timeout=3.0)
-    listed = await ctx.receive([kinds[1]], timeout=3.0)  # a list of kinds
-    anything = await ctx.gather(None, count=1, timeout=3.0)  # None: any kind, as before
+    got = await ctx.gather(kinds[0], senders=["tx"], timeout=100.0)
+    listed = await ctx.receive([kinds[1]], timeout=100.0)  # a list of kinds
+    anything = await ctx.gather(None, count=1, timeout=100.0)  # None: any kind, as before
     return none, [m.payload for m in got], listed.kind, [m.kind for m in anything]
 
 
 async def _sends_date_update_late(ctx):
     await ctx.send("rx", "date", 1)
-    await ctx.sleep(2.0)
+    # long after rx's first receive timed out (at 2.0, 10 ms of real time after it at
+    # time_scale 0.01, a loaded machine's stall let "update" reach that receive)
+    await ctx.sleep(50.0)
     await ctx.send("rx", np.str_("update"), 2)
     await ctx.send("rx", "late", 3)
     await ctx.send("rx", "other", 4)

@@ -417,6 +417,14 @@ def test_the_watch_reads_a_running_network_round_by_round(streaming):
     assert all(b["sim_time"] > a["sim_time"] for a, b in zip(seen, seen[1:]))
 
 
+def _wait_drawn(stream, text: str, within: float = 30.0) -> None:
+    """Wait until the bar's thread has drawn ``text`` (a figure only its ticks draw), at most
+    ``within`` seconds: a fixed sleep of 6 ticks was not always enough on a loaded machine."""
+    end = time.monotonic() + within
+    while text not in stream.getvalue() and time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def test_terminal_bar_has_elapsed_eta_and_the_running_round():
     stream = io.StringIO()
     p = Progress(True, stream=stream, tty=True)
@@ -424,7 +432,7 @@ def test_terminal_bar_has_elapsed_eta_and_the_running_round():
     p.update(0, 4, stage="folds")
     p.update(1, 4)
     p.beat(("worker", 1), {"round": 7, "messages": 50, "sim_time": 1.5})
-    time.sleep(0.3)
+    _wait_drawn(stream, "round 7")
     p.close()
     text = stream.getvalue()
     assert "folds" in text and "1/4" in text
@@ -491,7 +499,7 @@ def test_a_single_run_with_known_rounds_moves_the_bar_by_round():
     p.TICK = 0.05
     p.update(0, 1, stage="fedrec on lan", rounds=10)
     p.beat(("worker", 1), {"round": 5, "messages": 50, "sim_time": 1.5})
-    time.sleep(0.3)
+    _wait_drawn(stream, "round 5/10")
     p.close()
     text = stream.getvalue()
     assert "round 5/10" in text and " 50%" in text

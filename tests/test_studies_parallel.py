@@ -4,6 +4,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,12 @@ def _square(x):
     return x * x
 
 
-def _slow_square(x):
-    time.sleep(x)
+def _square_after(task):
+    """``x * x``, once the file ``after`` exists (None: at once; at most 60 s)."""
+    x, after = task
+    end = time.monotonic() + 60
+    while after is not None and not Path(after).exists() and time.monotonic() < end:
+        time.sleep(0.01)
     return x * x
 
 
@@ -33,17 +38,22 @@ def test_in_process_map_ignores_cost():
     assert out == [4, 9] and seen == [0, 1]
 
 
-def test_count_done_reports_how_many_finished_whatever_their_order():
-    """Task 0 sleeps, task 1 does not: they finish out of order (task 1 first). pmap's index
-    says so; count_done turns it into the count a progress display wants: 1, then 2."""
+def test_count_done_reports_how_many_finished_whatever_their_order(tmp_path):
+    """Task 0 waits until task 1 is reported done, task 1 does not: they finish out of order
+    (task 1 first). pmap's index says so; count_done turns it into the count a progress display
+    wants: 1, then 2. (Task 0 slept 1 s before: a worker started late on a loaded machine, or a
+    parent that saw both done in one wait, reported them in index order.)"""
     indices, counts = [], []
+    reported = tmp_path / "task 1 reported"
 
     def both(i, r):
         indices.append(i)
+        if i == 1:
+            reported.touch()
         on_count(i, r)
 
     on_count = count_done(counts.append)
-    out = pmap(_slow_square, [1.0, 0.0], workers=2, on_done=both)
+    out = pmap(_square_after, [(1.0, str(reported)), (0.0, None)], workers=2, on_done=both)
     assert out == [1.0, 0.0]
     assert indices == [1, 0]  # the index is not a count: it went 2, then 1
     assert counts == [1, 2]

@@ -711,11 +711,14 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
     again: one that got its cancellation while the operation it awaited completed (3.11's
     wait_for then returns the result and loses the cancellation) is cancelled once more. The
     rounds go on while each ends some task, however long that takes (a loaded machine); past
-    ``teardown`` seconds, a round that ends none is the last (a task that ignores every
-    cancellation: asyncio names it on stderr as the loop closes). Before, one such lost
-    cancellation made a round wait out the whole bound and the next give up."""
+    ``teardown`` seconds, a round that ends none is the last, from the second round on (a task
+    that ignores every cancellation: asyncio names it on stderr as the loop closes). Before, one
+    such lost cancellation made a round wait out the whole bound and the next give up; and on a
+    machine loaded enough that the first round outlasted the bound, that task was never cancelled
+    again."""
     try:
         end = time.monotonic() + teardown
+        rounds = 0
         while True:
             # first the callbacks already scheduled, which can start tasks of their own (a
             # connection's handler task is started by a callback of its transport)
@@ -726,7 +729,8 @@ def _teardown(loop: asyncio.AbstractEventLoop, teardown: float) -> None:
             for t in tasks:
                 t.cancel()
             loop.run_until_complete(asyncio.wait(tasks, timeout=_TEARDOWN_ROUND))
-            if time.monotonic() >= end and not any(t.done() for t in tasks):
+            rounds += 1
+            if rounds >= 2 and time.monotonic() >= end and not any(t.done() for t in tasks):
                 break
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
@@ -1563,6 +1567,40 @@ class _Failed(Exception):
     """Internal: a failure was reported; the coordinator ends the run."""
 
 
+class _ResetIsEnd(asyncio.StreamReaderProtocol):
+    """The coordinator's side of a control connection: one its worker resets ends as one it
+    closes, with what the worker sent before the reset still read. A worker that leaves with
+    control frames unread (after it reported a failure, the frames sent with the one it could not
+    read: go, the polls) resets its connection as it exits. asyncio then raised the
+    ``ConnectionResetError`` (or the ``BrokenPipeError`` of the coordinator's next write to it)
+    before the bytes its stream held, and a write's error closed the connection with the bytes the
+    socket held unread: the worker's report was lost, and the run's error was its exit status.
+    Here the bytes still in the socket are read into the stream (the reset comes after them), and
+    the stream ends as at a close."""
+
+    def __init__(self, stream: asyncio.StreamReader, connected: Callable, *, loop) -> None:
+        super().__init__(stream, connected, loop=loop)
+        self.stream = stream
+        self.sock: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.sock = transport.get_extra_info("socket")  # (still open in connection_lost)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ConnectionError):
+            if self.sock is not None:
+                try:
+                    with self.sock.dup() as sock:  # (a socket object of its own, on a copy of the descriptor)
+                        sock.setblocking(False)
+                        while data := sock.recv(1 << 16):
+                            self.stream.feed_data(data)
+                except OSError:  # the reset itself (ECONNRESET) once the bytes before it are read
+                    pass
+            exc = None
+        super().connection_lost(exc)
+
+
 class _Child:
     __slots__ = ("proc", "pid", "writer", "host", "port", "status", "report", "done", "eof", "died",
                  "left_unasked", "reported")
@@ -1604,8 +1642,13 @@ class _Coordinator:
         self.loop = asyncio.get_running_loop()
         self.changed = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
-        server = await asyncio.start_server(self._connected, sock=self.listener, limit=_READ_LIMIT,
-                                            backlog=_backlog(len(self.children)))
+        loop = self.loop
+
+        def control_protocol() -> _ResetIsEnd:  # (what start_server makes, but a reset ends the stream as a close)
+            return _ResetIsEnd(asyncio.StreamReader(limit=_READ_LIMIT, loop=loop), self._connected, loop=loop)
+
+        server = await loop.create_server(control_protocol, sock=self.listener,
+                                          backlog=_backlog(len(self.children)))
         watch = self.loop.create_task(self._watch())
         try:
             start_by = time.monotonic() + net.start_timeout
@@ -1919,14 +1962,17 @@ class _Coordinator:
     async def _settle(self) -> None:
         """After a first failure: give the other reports (the death behind a closed connection,
         the frame it left half-written) 0.4 s to come in, then tell everyone to abort and watch
-        0.2 s more for deaths."""
+        0.2 s more for deaths. A worker whose control connection is still being read is left to
+        its reader, which records how it ended once the connection has closed: a worker that
+        reported a failure and exited may have its report still unread in that connection, and
+        taken for dead here its exit status came first, hiding what it said."""
         for grace, abort in ((0.4, False), (0.2, True)):
             if abort:
                 self._abort()
             end = time.monotonic() + grace
             while time.monotonic() < end:
                 for c in self.children:
-                    if self.net._reaped(c.pid):
+                    if (c.writer is None or c.eof) and self.net._reaped(c.pid):
                         if not self.aborted:
                             c.left_unasked = True
                         self._died(c)
