@@ -15,6 +15,11 @@ def _square(x):
     return x * x
 
 
+def _slow_square(x):
+    time.sleep(x)
+    return x * x
+
+
 def _square_after(task):
     """``x * x``, once the file ``after`` exists (None: at once; at most 60 s)."""
     x, after = task
