@@ -4,8 +4,9 @@
 :func:`sigterm_as_interrupt` is the one place that does it: a process stopped by ``kill PID``,
 ``timeout`` or a batch system then cleans up as a Ctrl-C does (temporary folders and downloads
 removed, worker processes reaped, one ``terminated (SIGTERM)`` line, status 143) instead of ending
-at once with nothing said. :func:`sigint_deferred` holds a Ctrl-C back over a short block that
-must not be cut in the middle (forking workers, third-party imports that swallow it).
+at once with nothing said. :func:`sigint_deferred` holds a Ctrl-C (and a SIGTERM handled so, SIGINT
+ignored or not) back over a short block that must not be cut in the middle (forking workers,
+third-party imports that swallow it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import threading
 from typing import Iterator
 
 __all__ = ["sigint_deferred", "sigterm_as_interrupt"]
+
+# the SIGTERMs sigterm_as_interrupt received, SIGINT not being a Python handler, while a
+# sigint_deferred block ran: one list per block, the innermost last (main thread only)
+_held: list[list] = []
 
 
 @contextlib.contextmanager
@@ -53,6 +58,8 @@ def sigterm_as_interrupt(*, once: bool = False) -> Iterator[list[int]]:
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):
             handler(signal.SIGINT, frame)
+        elif _held:  # SIGINT not a Python handler, inside sigint_deferred: raised when its block ends
+            _held[-1].append(frame)
         else:  # SIGINT ignored (a background job) or set outside Python: stop all the same
             raise KeyboardInterrupt
 
@@ -68,9 +75,11 @@ def sigint_deferred() -> Iterator[None]:
     """A SIGINT during the block is raised (as ``KeyboardInterrupt``, by the handler that was in
     place) when the block ends, not in the middle of it; a SIGTERM under
     :func:`sigterm_as_interrupt` is deferred with it (that calls the SIGINT handler in place).
-    Only in the main thread, and only over a Python handler (one that ignores SIGINT or was set
-    outside Python is left alone). A process forked inside the block inherits the recording
-    handler: a SIGINT there raises nothing (until the child sets its own handler).
+    Only in the main thread. A SIGINT handler that is not a Python one (SIGINT ignored, as in a
+    background job, or set outside Python) is left alone, and a SIGTERM under
+    :func:`sigterm_as_interrupt` is then held back all the same and raised as
+    ``KeyboardInterrupt`` when the block ends. A process forked inside the block inherits the
+    recording handler: a SIGINT there raises nothing (until the child sets its own handler).
 
     For short blocks only, since a Ctrl-C waits for the block to end: forking (one raised just
     after a fork loses the child's pid, or runs the parent's code in the child), and code that
@@ -81,7 +90,20 @@ def sigint_deferred() -> Iterator[None]:
         return
     previous = signal.getsignal(signal.SIGINT)
     if not callable(previous):
-        yield
+        # SIGINT left as it is; a SIGTERM under sigterm_as_interrupt, which raised
+        # KeyboardInterrupt at once here (`fedsim sweep ... &` from a script, SIGINT ignored,
+        # stopped by `kill PID`), is held back as a Ctrl-C is over a Python handler
+        held: list = []
+        _held.append(held)
+        try:
+            yield
+        finally:
+            _held.pop()
+        if held:
+            if _held:  # (an enclosing block raises it when it ends)
+                _held[-1].extend(held)
+            else:
+                raise KeyboardInterrupt
         return
     got: list = []
     signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))

@@ -171,3 +171,31 @@ def test_an_entry_point_plugin_that_fails_while_loading_leaves_none_of_its_modul
         REGISTRY.remove("reg-test-ep")
         for n in [n for n in sys.modules if n.startswith("fedsim_ep_probe")]:
             del sys.modules[n]
+
+
+def test_a_plugin_that_loads_the_entry_points_and_then_fails_leaves_entry_points_loaded_as_it_was(
+        tmp_path, monkeypatch):
+    # all_or_nothing forgot the plug-ins a failed load had loaded itself (plugin_files, the entry
+    # points' modules in _loaded) but not that it had loaded the entry points: entry_points_loaded()
+    # stayed True, and a pool's spawn or forkserver workers then loaded entry points the parent
+    # had forgotten (fedsim.studies.parallel._worker_plugins)
+    from fedsim.protocols import entry_points_loaded, plugin_files
+    from fedsim.protocols import registry
+
+    monkeypatch.setattr(registry, "_entry_points", [False])
+    path = tmp_path / "ep_then_fail.py"
+    path.write_text("from fedsim.protocols import load_plugins\n"
+                    "load_plugins([], entry_points=True)\n"
+                    "raise RuntimeError('after the entry points')\n")
+    files = plugin_files()
+    with pytest.raises(RuntimeError, match="after the entry points"):
+        load_plugins([path], entry_points=False)
+    assert (entry_points_loaded(), plugin_files()) == (False, files)
+    # the same load that succeeds keeps it
+    path.write_text("from fedsim.protocols import load_plugins\nload_plugins([], entry_points=True)\n")
+    try:
+        load_plugins([path], entry_points=False)
+        assert entry_points_loaded() is True and plugin_files() == [*files, str(path.resolve())]
+    finally:
+        registry._files[:] = files
+        registry._loaded.discard(str(path.resolve()))

@@ -69,3 +69,39 @@ def test_sigterm_calls_the_sigint_handler_in_place():
         assert calls == [signal.SIGINT] and term == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_sigterm_with_sigint_ignored_is_held_back_by_sigint_deferred_as_a_ctrl_c_is():
+    # `fedsim sweep ... &` from a script runs with SIGINT ignored: a SIGTERM (kill PID) then
+    # raised KeyboardInterrupt at once, in the middle of the blocks sigint_deferred holds a Ctrl-C
+    # back over (a fork, concurrent.futures.wait taking its locks, numba's imports, which lost it)
+    import time
+
+    from fedsim.signals import sigint_deferred
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt() as term:
+            reached = []
+            with pytest.raises(KeyboardInterrupt):
+                with sigint_deferred():
+                    _term()
+                    time.sleep(0.05)  # (the handler runs at the next bytecodes: within the block)
+                    reached.append(1)
+            assert reached == [1] and term == [signal.SIGTERM]
+            with pytest.raises(KeyboardInterrupt):
+                with sigint_deferred():
+                    with sigint_deferred():
+                        _term()
+                        time.sleep(0.05)
+                    reached.append(2)  # the inner block passes it on to the outer one
+                reached.append(3)
+            assert reached == [1, 2]
+            with sigint_deferred():  # nothing received: nothing raised
+                reached.append(4)
+            assert reached == [1, 2, 4] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            with pytest.raises(KeyboardInterrupt):  # outside a block: at once, as before
+                _term()
+                time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGINT, previous)

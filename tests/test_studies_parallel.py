@@ -255,6 +255,42 @@ def test_a_ctrl_c_while_the_parent_warms_numba_is_raised_after_it_even_where_it_
         calls.clear()
 
 
+def test_a_sigterm_with_sigint_ignored_while_the_parent_warms_numba_is_raised_after_it(monkeypatch):
+    # a sweep run as a background job from a script (SIGINT ignored) and stopped by `kill PID`:
+    # sigterm_as_interrupt raised KeyboardInterrupt at once, not held back with SIGINT ignored,
+    # and numba's imports lost it as they lose a Ctrl-C: the sweep ran on, its points and all
+    import multiprocessing
+
+    from fedsim.math import jit
+    from fedsim.signals import sigterm_as_interrupt
+
+    assert multiprocessing.get_start_method() == "fork"
+    calls = []
+
+    def losing_warm_up():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # (the handler runs by here)
+        except KeyboardInterrupt:
+            pass  # lost, as in the import
+        calls.append(1)
+        return True
+
+    monkeypatch.setattr(jit, "_warm", False)
+    monkeypatch.setattr(jit, "warm_up", losing_warm_up)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt() as term:
+            for kw in ({}, {"on_error": lambda i, e: None}):  # one pool, and a pool per task
+                done = []
+                with pytest.raises(KeyboardInterrupt):
+                    pmap(_square, [1, 2, 3], workers=2, on_done=lambda i, r: done.append(i), **kw)
+                assert done == [] and len(calls) == 1 and term == [signal.SIGTERM]  # raised before any task ran
+                calls.clear()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _ctrl_c_at_start(init):
     """A worker initializer that first gets the Ctrl-C a terminal sends the whole process group,
     before the real initializer ignores it (its handler runs in the sleep)."""

@@ -196,11 +196,11 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
     mended, it found the stale ones), each only if this load added or replaced it (one replaced gets
     its module of before back; a module of another package, such as NumPy, stays). The link models
     and transports it registered are undone too, and plug-ins it loaded itself are forgotten with
-    it. The error is re-raised with a note naming ``what`` (and, given the loaded file's ``path``,
+    it (:func:`plugin_files` and :func:`entry_points_loaded` say what they said before). The error is re-raised with a note naming ``what`` (and, given the loaded file's ``path``,
     the line of it the error came from)."""
     specs = dict(REGISTRY._specs)
     kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
-    loaded, files = set(_loaded), list(_files)
+    loaded, files, entry_points = set(_loaded), list(_files), _entry_points[0]
     modules = dict(sys.modules)
     try:
         yield
@@ -212,6 +212,7 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
         _loaded.clear()
         _loaded.update(loaded)
         _files[:] = files
+        _entry_points[0] = entry_points  # (entry_points_loaded: as _loaded, what it said before)
         own = [n for n, m in list(sys.modules.items()) if modules.get(n) is not m and (
             n.startswith("fedsim_plugin_") or n == module
             or package is not None and (n == package or n.startswith(package + ".")))]
