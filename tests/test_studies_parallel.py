@@ -222,6 +222,20 @@ def test_a_pool_of_forked_workers_starts_numbas_compiler_in_the_parent_first(mon
     assert [w for w, _ in out] == [True] * 2 and os.getpid() not in {pid for _, pid in out}
 
 
+def _losing_warm_up(sig: int, calls: list):
+    """A stand-in for numba's warm-up that gets signal ``sig`` and loses the KeyboardInterrupt
+    its handler raises, as NumPy's compiled import code did; appends to ``calls`` when it ends."""
+    def warm_up():
+        try:
+            os.kill(os.getpid(), sig)
+            time.sleep(0.2)  # (the handler runs by here)
+        except KeyboardInterrupt:
+            pass  # lost, as in the import
+        calls.append(1)
+        return True
+    return warm_up
+
+
 def test_a_ctrl_c_while_the_parent_warms_numba_is_raised_after_it_even_where_it_landed_in_code_that_lost_it(
         monkeypatch):
     # A Ctrl-C 0.5-0.65 s into `fedsim sweep` (numba's first compile, which imports SciPy and
@@ -235,17 +249,8 @@ def test_a_ctrl_c_while_the_parent_warms_numba_is_raised_after_it_even_where_it_
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     calls = []
 
-    def losing_warm_up():
-        try:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)  # (the handler runs by here)
-        except KeyboardInterrupt:
-            pass  # lost, as in the import
-        calls.append(1)
-        return True
-
     monkeypatch.setattr(jit, "_warm", False)
-    monkeypatch.setattr(jit, "warm_up", losing_warm_up)
+    monkeypatch.setattr(jit, "warm_up", _losing_warm_up(signal.SIGINT, calls))
     for kw in ({}, {"on_error": lambda i, e: None}):  # one pool, and a pool per task
         done = []
         with pytest.raises(KeyboardInterrupt):
@@ -267,17 +272,8 @@ def test_a_sigterm_with_sigint_ignored_while_the_parent_warms_numba_is_raised_af
     assert multiprocessing.get_start_method() == "fork"
     calls = []
 
-    def losing_warm_up():
-        try:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.2)  # (the handler runs by here)
-        except KeyboardInterrupt:
-            pass  # lost, as in the import
-        calls.append(1)
-        return True
-
     monkeypatch.setattr(jit, "_warm", False)
-    monkeypatch.setattr(jit, "warm_up", losing_warm_up)
+    monkeypatch.setattr(jit, "warm_up", _losing_warm_up(signal.SIGTERM, calls))
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with sigterm_as_interrupt() as term:

@@ -478,6 +478,19 @@ def test_sigterm_to_the_driver_stops_a_ray_sweep_as_ctrl_c_does_and_the_same_swe
     assert (out / "combined_t.csv").read_text().splitlines()[1:] == [f"{x},{x},0,{10 * x}" for x in range(1, 7)]
 
 
+def _ray_sweep_with_plugin(tmp_path, plugin: str):
+    """Run `fedsim --plugin PLUGIN sweep` of the logging scenario (x=1,2) on a local Ray instance
+    in its own session, to its end: (the process, its Tree, its stderr, the scenario's log)."""
+    script, log = logging_scenario(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", plugin, "sweep", str(script),
+                             "--grid", "x=1,2", "--workers", "1", "--backend", "ray", "--out", "sw"],
+                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_with_repo())
+    tree = Tree(proc.pid)
+    _, stderr = proc.communicate(timeout=120)
+    return proc, tree, stderr, log
+
+
 def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
     # ray.init puts its handler, sys.exit(15), in place as it begins: a SIGTERM in the seconds a
     # local instance takes to start ended the sweep with status 15 and not a word. A plug-in
@@ -491,13 +504,7 @@ def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
         "def term_then_connect(*args, **kwargs):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    return _connect(*args, **kwargs)\n"
         "worker.connect = term_then_connect\n")
-    script, log = logging_scenario(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_in_init.py", "sweep", str(script),
-                             "--grid", "x=1,2", "--workers", "1", "--backend", "ray", "--out", "sw"],
-                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env_with_repo())
-    tree = Tree(proc.pid)
-    stdout, stderr = proc.communicate(timeout=120)
+    proc, tree, stderr, log = _ray_sweep_with_plugin(tmp_path, "term_in_init.py")
     time.sleep(0.5)
     for pid in alive(tree.stop()):  # Ray's agents of an instance stopped as it started leave by themselves later
         os.kill(pid, signal.SIGKILL)
@@ -516,13 +523,7 @@ def test_sigterm_just_after_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
         "def init_then_term(*args, **kwargs):\n    up = _init(*args, **kwargs)\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n    return up\n"
         "ray.init = init_then_term\n")
-    script, log = logging_scenario(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_after_init.py", "sweep", str(script),
-                             "--grid", "x=1,2", "--workers", "1", "--backend", "ray", "--out", "sw"],
-                            cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env_with_repo())
-    tree = Tree(proc.pid)
-    stdout, stderr = proc.communicate(timeout=120)
+    proc, tree, stderr, log = _ray_sweep_with_plugin(tmp_path, "term_after_init.py")
     started = tree.stop()
     assert (proc.returncode, stderr.splitlines()) == (143, [
         "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
