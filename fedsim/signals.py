@@ -80,6 +80,8 @@ def sigint_deferred() -> Iterator[None]:
     :func:`sigterm_as_interrupt` is then held back all the same and raised as
     ``KeyboardInterrupt`` when the block ends. A process forked inside the block inherits the
     recording handler: a SIGINT there raises nothing (until the child sets its own handler).
+    When the block raises while an interrupt is held back, the interrupt is raised all the same
+    (the block's error as its ``__context__``), as it would have been had it not been held back.
 
     For short blocks only, since a Ctrl-C waits for the block to end: forking (one raised just
     after a fork loses the child's pid, or runs the parent's code in the child), and code that
@@ -99,11 +101,11 @@ def sigint_deferred() -> Iterator[None]:
             yield
         finally:
             _held.pop()
-        if held:
-            if _held:  # (an enclosing block raises it when it ends)
-                _held[-1].extend(held)
-            else:
-                raise KeyboardInterrupt
+            if held:  # (also when the block raised: see below)
+                if _held:  # (an enclosing block raises it when it ends)
+                    _held[-1].extend(held)
+                else:
+                    raise KeyboardInterrupt
         return
     got: list = []
     signal.signal(signal.SIGINT, lambda signum, frame: got.append(frame))
@@ -111,5 +113,8 @@ def sigint_deferred() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if got:
-        previous(signal.SIGINT, got[0])
+        if got:
+            # also when the block raised (a fork that failed): the Ctrl-C, raised at once, would
+            # have ended the block then, and the error is its KeyboardInterrupt's context; it was
+            # dropped, and the command ended with the error, not "interrupted"
+            previous(signal.SIGINT, got[0])

@@ -105,3 +105,36 @@ def test_a_sigterm_with_sigint_ignored_is_held_back_by_sigint_deferred_as_a_ctrl
                 time.sleep(0.05)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_held_back_while_the_block_fails_is_raised_with_the_failure_as_its_context():
+    # held back over a block that then raised (a fork that failed), the Ctrl-C was dropped: the
+    # command ended with the block's error, not "interrupted", as it would have without the hold
+    import time
+
+    from fedsim.signals import sigint_deferred
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt) as got:
+        with sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # (the recording handler runs by here)
+            raise OSError("fork failed")
+    assert isinstance(got.value.__context__, OSError) and str(got.value.__context__) == "fork failed"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(OSError):  # no interrupt held: the error as it is
+        with sigint_deferred():
+            raise OSError("fork failed")
+    # SIGINT ignored, a SIGTERM under sigterm_as_interrupt held back, in nested blocks
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with sigterm_as_interrupt() as term:
+            with pytest.raises(KeyboardInterrupt) as got:
+                with sigint_deferred():
+                    with sigint_deferred():
+                        _term()
+                        time.sleep(0.05)
+                        raise OSError("fork failed")
+            assert term == [signal.SIGTERM] and isinstance(got.value.__context__, OSError)
+    finally:
+        signal.signal(signal.SIGINT, previous)
