@@ -610,3 +610,38 @@ def test_a_link_model_or_transport_plugin_loaded_as_a_scenario_is_not_left_regis
                                   "--link-model rv-slow")
     assert (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS)) == before
     assert "fedsim_scenario_wires" not in sys.modules
+
+
+def test_a_plugin_given_as_a_scenario_is_undone_as_a_failed_plugin_load_is(tmp_path):
+    """load_scenario undid a plug-in file given as a scenario path by hand, less than
+    all_or_nothing undoes a failed load: a plug-in file it loaded itself stayed listed by
+    plugin_files (and its module in sys.modules) though its link model was gone, so a later
+    --plugin of that file was skipped as loaded; and a good scenario loaded earlier under the same
+    module name was deleted from sys.modules instead of put back."""
+    from fedsim.experiment import UsageError, load_scenario
+    from fedsim.kernel import LINK_MODELS, TRANSPORTS
+    from fedsim.protocols import REGISTRY, entry_points_loaded, plugin_files
+
+    inner = tmp_path / "inner_wire.py"
+    inner.write_text("from fedsim.kernel import FifoLinkModel, register_link_model\n\n\n"
+                     "@register_link_model('rv-inner', description='fifo under another name')\n"
+                     "class Inner(FifoLinkModel):\n    pass\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    good = tmp_path / "a" / "outer.py"
+    good.write_text("PARAMS = {}\n\n\ndef run(ctx):\n    return {}\n")
+    outer = tmp_path / "b" / "outer.py"
+    outer.write_text(f"from fedsim.protocols import load_plugins\nload_plugins([{str(inner)!r}], entry_points=False)\n")
+    mod = load_scenario(str(good))
+    assert sys.modules["fedsim_scenario_outer"] is mod
+    before = (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS), plugin_files(), entry_points_loaded())
+    modules = set(sys.modules)
+    with pytest.raises(UsageError) as err:
+        load_scenario(str(outer))
+    assert str(err.value) == (f"{outer} is not a fedsim scenario but a plug-in (it registers link model 'rv-inner'): "
+                              f"use it with fedsim --plugin {outer} run SCENARIO --link-model rv-inner")
+    assert (list(REGISTRY), dict(LINK_MODELS), dict(TRANSPORTS), plugin_files(), entry_points_loaded()) == before
+    assert str(inner.resolve()) not in plugin_files()
+    assert sorted(n for n in set(sys.modules) - modules if n.startswith("fedsim_plugin_")) == []
+    assert sys.modules["fedsim_scenario_outer"] is mod  # the earlier load's module is back
+    del sys.modules["fedsim_scenario_outer"]

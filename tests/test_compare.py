@@ -504,3 +504,52 @@ def test_message_differences_compares_multisets_of_copies_in_any_order_and_from_
     assert message_differences(a, message_keys(ledger(other))) == (
         [(0, "s", "b", "m", 10, False), (0, "a", "s", "g", 7, True)],
         [(0, "s", "a", "m", 10, False), (0, "a", "s", "g", 7, False)], 2, 2)
+
+
+def _keyed_ledgers(chunk_rows):
+    """The same rows (several rounds, senders that first show up as receivers, each fate, a
+    framing of 25 bytes) in a Ledger and in a StreamingLedger whose file holds several chunks."""
+    from fedsim.kernel import Ledger, StreamingLedger
+
+    led, stream = Ledger(framing_bytes=25), StreamingLedger(framing_bytes=25, chunk_rows=chunk_rows)
+    for i in range(23):
+        fields = (i // 7, f"n{(i * 5) % 9}", f"n{(i * 3 + 1) % 11}", "r", "r", ("model", "grad", "noise")[i % 3],
+                  25 + 10 + i, 0, 0, float(i), False)
+        for one in (led, stream):
+            row = one.new_row(*fields)
+            row[15] = ("delivered", "lost", "in_flight")[i % 4 % 3]
+            row[16] = row[15] == "delivered"
+            if row[15] != "in_flight":
+                row[14] = i + 0.5
+    return led, stream
+
+
+def test_message_keys_of_a_streaming_ledger_read_its_file_once_and_equal_the_in_memory_ledger_s():
+    from fedsim.experiment.compare import KEY_COLUMNS, message_keys
+    import numpy as np
+
+    led, stream = _keyed_ledgers(chunk_rows=4)
+    passes = []
+    chunks = stream._chunks
+
+    def counted():
+        passes.append(1)
+        return chunks()
+
+    stream._chunks = counted  # one call: one pass over the file
+    got = message_keys(stream)
+    assert len(passes) == 1
+    want = message_keys(led)
+    stream.close()
+    assert got["names"] == want["names"]
+    np.testing.assert_array_equal(got["keys"], want["keys"])
+    # and both are the rows' keys: codes numbered src values first, then dst, then kind, each in
+    # order of first occurrence
+    recs = list(led.records())
+    names = list(dict.fromkeys([r["src"] for r in recs] + [r["dst"] for r in recs] + [r["kind"] for r in recs]))
+    assert want["names"] == names
+    code = {x: i for i, x in enumerate(names)}
+    expect = [[r["round"], code[r["src"]], code[r["dst"]], code[r["kind"]], r["bytes"] - 25, r["status"] == "lost"]
+              for r in recs]
+    assert want["keys"].shape == (23, len(KEY_COLUMNS))
+    assert want["keys"].tolist() == expect

@@ -273,6 +273,7 @@ _VIEW_CALLS = {
     "totals": [{}], "rounds": [{}], "span": [{}], "records": [{}], "__len__": [{}],
     "group": [("kind",), ("round", "dst_role"), ("arrival_time",), ("status", "tx_start")],
     "column": [(c,) for c in COLUMNS],
+    "iter_columns": [tuple(COLUMNS), ("status", "round", "src")],
 }
 _LEDGER_CALLS = {
     "select": [dict(kind="model"), dict(src_role="client", fate=("lost", "in_flight"))], "view": [{}],
@@ -293,6 +294,9 @@ def _answer(obj, name, arg):
     out = getattr(obj, name)(*arg) if isinstance(arg, tuple) else getattr(obj, name)(**arg)
     if name in ("select", "view"):  # a view: compare what it selects
         return (len(out), out.totals(), list(out.records()), out.span())
+    if name == "iter_columns":  # pieces of other sizes (chunks streamed): compare what they hold
+        pieces = list(out)
+        return {n: np.concatenate([p[n] for p in pieces]).tolist() if pieces else [] for n in arg}
     return list(out) if name == "records" else out
 
 
@@ -439,3 +443,44 @@ def test_a_view_made_before_the_rows_are_written_selects_them_when_queried():
                 mem.ledger.view().select(dst_role="server", kind="gradients")]
     for v, e in zip(views, expected):
         assert len(e) > 0 and v.totals() == e.totals() and _same(list(v.records()), list(e.records()))
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 10_000])
+def test_iter_columns_gives_each_view_s_columns_in_one_pass_as_column_does(chunk_rows):
+    led, stream = Ledger(unit=4), StreamingLedger(unit=4, chunk_rows=chunk_rows)
+    for i in range(11):
+        fields = (i // 4, f"c{i % 3}", "server", "client", "server", ("model", "grad")[i % 2], 100 + i, 8 * i,
+                  2 * i, float(i), i % 5 == 0)
+        for one in (led, stream):
+            row = one.new_row(*fields)
+            row[15] = ("delivered", "lost", "in_flight")[i % 3]
+            row[16] = row[15] == "delivered"
+            row[14] = i + 0.25 if row[15] == "delivered" else math.nan
+    names = ("seq", "round", "src", "kind", "bytes", "units", "arrival_time", "status", "read", "anonymous")
+    passes = []
+    chunks = stream._chunks
+
+    def counted():
+        passes.append(1)
+        return chunks()
+
+    stream._chunks = counted
+    for filters in ({}, {"kind": "grad"}, {"fate": "delivered", "round": [1, 2]}, {"kind": "no such kind"}):
+        for one in (led, stream):
+            v = one.select(**filters)
+            before = len(passes)
+            pieces = list(v.iter_columns(*names))
+            if one is stream:
+                assert len(passes) == before + 1  # one pass for all the names
+            assert all(len(p["seq"]) for p in pieces)  # no empty piece
+            want = {n: v.column(n) for n in names}
+            got = {n: np.concatenate([p[n] for p in pieces]) if pieces else np.empty(0, want[n].dtype)
+                   for n in names}
+            assert _same(got, want), (filters, one)
+    assert len(list(stream.view().iter_columns("seq"))) == -(-11 // chunk_rows)  # a piece a chunk
+    for one in (led, stream):
+        with pytest.raises(KeyError, match="'size'"):
+            next(one.view().iter_columns("round", "size"))
+        with pytest.raises(ValueError, match="at least one column"):
+            next(one.view().iter_columns())
+    stream.close()

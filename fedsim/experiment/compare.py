@@ -83,24 +83,39 @@ def message_keys(ledger) -> dict[str, Any]:
     """Every copy ``ledger`` recorded (delivered, lost or still in flight) as one key (round,
     sender, receiver, kind, payload bytes, whether it was lost), in ledger order: ``{"keys": an
     (n, 6) int64 array, columns KEY_COLUMNS, "names": the node ids and kinds the src, dst and
-    kind codes number}``. Built column by column through the ledger's public queries
-    (``view().column``: a ``StreamingLedger`` scans its file for each), 48 bytes a copy; no
-    Python object per row is kept. Payload bytes are the ledger's wire bytes less its network's
-    framing (``framing_bytes``), so a frame's header does not count."""
-    v = ledger.view()
-    rnd = v.column("round")
-    n = rnd.shape[0]
+    kind codes number}``. Read in one pass through the ledger's public queries
+    (``view().iter_columns``: a ``StreamingLedger`` scans its file once, chunk by chunk), 48 bytes
+    a copy; no Python object per row is kept. Payload bytes are the ledger's wire bytes less its
+    network's framing (``framing_bytes``), so a frame's header does not count."""
+    n = len(ledger)
     keys = np.empty((n, len(KEY_COLUMNS)), dtype=np.int64)
-    keys[:, 0] = rnd
+    text = ((1, "src"), (2, "dst"), (3, "kind"))
+    # each text column's values numbered in first-occurrence order while the pieces pass, then
+    # renumbered into one numbering: src's values first, then dst's, then kind's (the order a
+    # pass per column gave)
+    local: dict[int, dict[Any, int]] = {j: {} for j, _ in text}
+    at = 0
+    for piece in ledger.view().iter_columns("round", "src", "dst", "kind", "bytes", "status"):
+        m = piece["round"].shape[0]
+        rows = slice(at, at + m)
+        keys[rows, 0] = piece["round"]
+        for j, name in text:
+            seen = local[j]
+            col = piece[name]
+            for x in dict.fromkeys(col.tolist()):  # (first occurrence order: deterministic)
+                seen.setdefault(x, len(seen))
+            keys[rows, j] = np.fromiter(map(seen.__getitem__, col), dtype=np.int64, count=m)
+        keys[rows, 4] = piece["bytes"] - ledger.framing_bytes
+        keys[rows, 5] = piece["status"] == "lost"
+        at += m
+    if at != n:
+        raise ValueError(f"the ledger holds {n} rows but its view gave {at}")
     codes: dict[Any, int] = {}
-    for j, name in ((1, "src"), (2, "dst"), (3, "kind")):
-        col = v.column(name)
-        for x in dict.fromkeys(col.tolist()):  # (first occurrence order: deterministic)
-            codes.setdefault(x, len(codes))
-        keys[:, j] = np.fromiter(map(codes.__getitem__, col), dtype=np.int64, count=n)
-        del col
-    keys[:, 4] = v.column("bytes") - ledger.framing_bytes
-    keys[:, 5] = v.column("status") == "lost"
+    for j, _ in text:
+        seen = local[j]
+        remap = np.fromiter((codes.setdefault(x, len(codes)) for x in seen), dtype=np.int64, count=len(seen))
+        if n:
+            keys[:, j] = remap[keys[:, j]]
     return {"keys": keys, "names": list(codes)}
 
 

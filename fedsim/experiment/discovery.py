@@ -141,7 +141,9 @@ def load_scenario(name_or_path: str) -> ModuleType:
     ``sys.modules`` (one that was there before, an earlier load's, is back), and the protocols,
     link models, transports and plug-ins it registered or loaded before the error are undone; the
     error propagates (its traceback names the script's line) with a note naming the script and
-    the line."""
+    the line. A plug-in file given as a scenario path (it registers protocols, link models or
+    transports, and has no ``run`` and ``PARAMS``) is refused with a ``UsageError`` saying how to
+    load it with ``--plugin``, and undone the same way."""
     p = Path(name_or_path)
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
         if not p.is_file():
@@ -157,27 +159,25 @@ def load_scenario(name_or_path: str) -> ModuleType:
         # a script that raises while it runs is undone as a plug-in that does: its half-initialised
         # module left in sys.modules (found by name by whatever loaded it next: dataclasses, a
         # pool's workers, another load in the same process), and what it registered before the
-        # error (a fixed script loaded again was refused as 'already registered')
+        # error (a fixed script loaded again was refused as 'already registered'). A plug-in
+        # given as a scenario is refused inside the block, so undone alike (imported as a
+        # scenario: not loaded as a plug-in, so not kept): its protocols, link models,
+        # transports, the plug-in files it loaded itself, and its module (an earlier load's back)
         with all_or_nothing(f"the scenario script {name_or_path}", module=spec.name, path=p):
             sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
             spec.loader.exec_module(mod)
-        if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
-            added = [n for n in REGISTRY if n not in before]
-            components = [(r, n) for r, snap in kernel for n in r if n not in snap]
-            if added or components:  # a plug-in (writing-a-protocol.md, network-model.md) given as a scenario
-                for n in added:  # (imported as a scenario: not loaded as a plug-in, so not kept)
-                    REGISTRY.remove(n)
-                for r, snap in kernel:  # (its link models and transports neither)
-                    r.restore(snap)
-                del sys.modules[spec.name]
-                names = [repr(n) for n in added] + [f"{r.kind} {n!r}" for r, n in components]
-                if added:
-                    what, how = "a protocol plug-in", f"run it with fedsim --plugin {name_or_path} run {added[0]}"
-                else:
-                    r, n = components[0]
-                    what, how = "a plug-in", f"use it with fedsim --plugin {name_or_path} run SCENARIO {r.option} {n}"
-                raise UsageError(f"{name_or_path} is not a fedsim scenario but {what} (it registers "
-                                 f"{', '.join(names)}): {how}")
+            if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
+                added = [n for n in REGISTRY if n not in before]
+                components = [(r, n) for r, snap in kernel for n in r if n not in snap]
+                if added or components:  # a plug-in (writing-a-protocol.md, network-model.md) given as a scenario
+                    names = [repr(n) for n in added] + [f"{r.kind} {n!r}" for r, n in components]
+                    if added:
+                        what, how = "a protocol plug-in", f"run it with fedsim --plugin {name_or_path} run {added[0]}"
+                    else:
+                        r, n = components[0]
+                        what, how = "a plug-in", f"use it with fedsim --plugin {name_or_path} run SCENARIO {r.option} {n}"
+                    raise UsageError(f"{name_or_path} is not a fedsim scenario but {what} (it registers "
+                                     f"{', '.join(names)}): {how}")
     else:
         from ..protocols import REGISTRY
 

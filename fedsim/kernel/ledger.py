@@ -178,6 +178,18 @@ class LedgerView:
             return np.asarray(vals, dtype=bool)
         return np.asarray(vals, dtype=object)
 
+    def iter_columns(self, *names: str) -> Iterable[dict[str, np.ndarray]]:
+        """Several columns at once, piece by piece: yields, in ledger order, ``{name: array}`` for
+        consecutive pieces of these rows (each array what ``column`` gives for that piece's rows;
+        no piece is empty, none for an empty view). One pass for all the names, in memory bounded
+        by a piece (``_PIECE_ROWS`` rows here; a ``StreamView``'s pieces are its ledger's chunks),
+        where a ``column`` call per name would make a pass each."""
+        _check_names(names)
+        rows = self.rows
+        for a in range(0, len(rows), _PIECE_ROWS):
+            piece = LedgerView(self.ledger, rows[a:a + _PIECE_ROWS])
+            yield {name: piece.column(name) for name in names}
+
     def rounds(self) -> list[int]:
         """The round labels that occur, sorted."""
         return sorted({r[ROUND] for r in self.rows})
@@ -194,6 +206,19 @@ class LedgerView:
         as_dict = self.ledger.as_dict
         for r in self.rows:
             yield as_dict(r)
+
+
+# the rows of one piece of LedgerView.iter_columns (a StreamView's pieces are its chunks)
+_PIECE_ROWS = 262_144
+
+
+def _check_names(names: tuple) -> None:
+    """``iter_columns``' names: at least one, each a column of ``COLUMNS`` (before any pass)."""
+    if not names:
+        raise ValueError("iter_columns needs at least one column name")
+    for name in names:
+        if name not in COLUMNS:
+            raise KeyError(f"no ledger column {name!r}; columns: {', '.join(COLUMNS)}")
 
 
 def _nan_last(v: Any) -> tuple:
@@ -530,9 +555,9 @@ class StreamingLedger(Ledger):
 
     Queries: all of ``Ledger``'s (``select`` with every filter, ``view``, ``totals``, ``by_role``,
     ``by_kind``, ``by_node``, ``rounds``, ``records``, ``columns``, ``summary``, ``to_csv``, and on
-    views ``totals``, ``group``, ``column``, ``rounds``, ``span``, ``records``, ``len``) with the
-    same results; they scan the file in chunks of ``chunk_rows`` records, so each costs a pass
-    over it. ``to_csv`` is byte for byte the in-memory ledger's. The one difference: there is no
+    views ``totals``, ``group``, ``column``, ``iter_columns``, ``rounds``, ``span``, ``records``,
+    ``len``) with the same results; they scan the file in chunks of ``chunk_rows`` records, so
+    each costs a pass over it (``iter_columns``: one pass for several columns). ``to_csv`` is byte for byte the in-memory ledger's. The one difference: there is no
     ``rows`` list (on the ledger or its views; ``AttributeError`` saying so). A view's ``group``
     by a time column holds the selected rows in memory for the pass (its groups are about as many).
     """
@@ -757,8 +782,8 @@ def _compile_filters(led: StreamingLedger, *, kind: Any = None, exclude_kinds: I
 
 class StreamView:
     """A selection of a ``StreamingLedger``'s rows: ``LedgerView``'s interface (``select``,
-    ``totals``, ``group``, ``column``, ``rounds``, ``span``, ``records``, ``len``) with the same
-    results, evaluated by scanning the ledger's file; no ``rows`` list."""
+    ``totals``, ``group``, ``column``, ``iter_columns``, ``rounds``, ``span``, ``records``, ``len``)
+    with the same results, evaluated by scanning the ledger's file; no ``rows`` list."""
 
     __slots__ = ("ledger", "_conds")
 
@@ -877,6 +902,16 @@ class StreamView:
                 rows.append(r)
         return LedgerView(led, rows).group(*keys)
 
+    def _piece(self, name: str, first: int, recs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Column ``name`` of the selected records of one chunk, with the dtype ``column`` gives."""
+        if name == "units":
+            led = self.ledger
+            fl = recs["floats"][mask].astype(np.int64)
+            return fl / led.unit if led.unit else np.full(fl.shape[0], _NAN)
+        if name == "seq":
+            return first + np.flatnonzero(mask).astype(np.int64)
+        return self._values(name, recs[mask]).astype(_dtype(name))
+
     def column(self, name: str) -> np.ndarray:
         led = self.ledger
         if name == "units":
@@ -886,15 +921,16 @@ class StreamView:
         parts = []
         for first, recs, mask in self._selected():
             parts.append(first + np.flatnonzero(mask) if name == "seq" else self._values(name, recs[mask]))
-        if name in _INT_COLUMNS:
-            dt: Any = np.int64
-        elif name in _TIME_COLUMNS:
-            dt = np.float64
-        elif name in _BOOL_COLUMNS:
-            dt = bool
-        else:
-            dt = object
+        dt = _dtype(name)
         return np.concatenate(parts).astype(dt) if parts else np.empty(0, dtype=dt)
+
+    def iter_columns(self, *names: str) -> Iterable[dict[str, np.ndarray]]:
+        """As ``LedgerView.iter_columns``: one scan of the file for all the names, a piece per
+        chunk of ``chunk_rows`` records that holds selected rows."""
+        _check_names(names)
+        for first, recs, mask in self._selected():
+            if mask.any():
+                yield {name: self._piece(name, first, recs, mask) for name in names}
 
     def rounds(self) -> list[int]:
         seen: set[int] = set()
@@ -926,6 +962,17 @@ class StreamView:
             for k, r in zip(idx.tolist(), led._decode(0, recs[idx])):
                 r[SEQ] = first + k
                 yield led.as_dict(r)
+
+
+def _dtype(name: str) -> Any:
+    """The dtype of a stored column's array (``column``)."""
+    if name in _INT_COLUMNS:
+        return np.int64
+    if name in _TIME_COLUMNS:
+        return np.float64
+    if name in _BOOL_COLUMNS:
+        return bool
+    return object
 
 
 def _fmt(v: Any) -> str:
