@@ -473,6 +473,8 @@ def test_a_sigterm_that_comes_just_before_a_task_blocks_still_stops_it_within_th
 
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.setattr(parallel, "STOP_GRACE", 5.0)
+    # the second SIGTERM after 0.1 s, not 1 s: the test's time (without it, killed after the 5 s)
+    monkeypatch.setattr(parallel, "STOP_RESEND", 0.1)
 
     def ctrl_c_once_the_task_sleeps():
         deadline = time.time() + 60
@@ -506,6 +508,7 @@ display = Progress(True, tty=False, heartbeat=0.0)  # as a sweep's, to a pipe: a
 display.update(0, 1, stage="sweep")
 activate(display)
 said, state = [], {"armed": True}
+forked = threading.Event()  # set in the parent once the worker is forked
 
 
 def writing(tid):
@@ -516,7 +519,7 @@ def writing(tid):
 
 
 def drain():
-    time.sleep(0.5)  # (the fork is done by then)
+    forked.wait(30)  # (read nothing before the fork: the display's write stays blocked until then)
     while True:
         data = os.read(r, 65536)
         if not data:
@@ -542,7 +545,7 @@ def before_fork():  # in the parent, just before the worker is forked
     threading.Thread(target=drain, daemon=True).start()
 
 
-os.register_at_fork(before=before_fork)
+os.register_at_fork(before=before_fork, after_in_parent=forked.set)
 
 
 def task(x):
@@ -560,7 +563,9 @@ def hung():
 
 threading.Thread(target=hung, daemon=True).start()
 out = parallel.pmap(task, [21], workers=1, on_error=lambda i, exc: state.update(error=repr(exc)))
-time.sleep(0.5)
+t0 = time.monotonic()  # the worker wrote its line before its result: wait for drain to read it (at most 10 s)
+while time.monotonic() - t0 < 10 and b"the worker's line" not in b"".join(said):
+    time.sleep(0.01)
 os.write(1, json.dumps({**state, "returned": out, "worker said": b"the worker's line" in b"".join(said)}).encode())
 os._exit(0)
 '''

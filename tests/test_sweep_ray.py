@@ -544,7 +544,12 @@ def test_a_sweep_started_with_sigterm_ignored_keeps_it_ignored_while_ray_starts_
         "def init(*args, **kwargs):\n    up = _init(*args, **kwargs)\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n    return up\n"
         "worker.connect, ray.init = connect, init\n")
-    script, log = logging_scenario(tmp_path, "time.sleep(1.0)")
+    # each point waits (at most 60 s) until the test has sent its SIGTERMs: they come while the
+    # points run, whatever the machine's speed (a 1 s sleep per point took 3 s)
+    sent = tmp_path / "terms sent"
+    script, log = logging_scenario(tmp_path, "end = time.monotonic() + 60\n"
+                                   f"while not os.path.exists({str(sent)!r}) and time.monotonic() < end:\n"
+                                   "    time.sleep(0.02)")
     out = tmp_path / "sw"
     proc = subprocess.Popen([sys.executable, "-m", "fedsim", "--plugin", "term_in_init.py", "sweep", str(script),
                              "--grid", "x=1,2,3", "--workers", "1", "--backend", "ray", "--out", str(out), "--quiet"],
@@ -560,6 +565,7 @@ def test_a_sweep_started_with_sigterm_ignored_keeps_it_ignored_while_ray_starts_
         proc.send_signal(signal.SIGTERM)
         terms += 1
         time.sleep(0.2)
+    sent.touch()
     stdout, stderr = proc.communicate(timeout=120)
     started = tree.stop()
     assert (proc.returncode, stderr) == (0, ""), stderr
