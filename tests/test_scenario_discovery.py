@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fedsim
-from fedsim.experiment import list_scenarios, load_scenario
+from fedsim.experiment import UsageError, list_scenarios, load_scenario
 from fedsim.experiment.discovery import SCENARIO_PACKAGE
 
 # the scenarios beside the fedsim imported: a checkout's scenarios/ folder, or (fedsim installed
@@ -127,3 +127,21 @@ def test_a_scenario_script_that_raises_while_importing_leaves_nothing_behind(tmp
         sys.modules.pop(name, None)
         REGISTRY.remove("sd-broken-demo")
         LINK_MODELS.remove("sd-broken-slow")
+
+
+def test_a_script_that_is_neither_a_scenario_nor_a_plugin_is_refused_leaving_nothing_behind(tmp_path):
+    # refused after the load was over, its module stayed in sys.modules, and the plug-in files it
+    # had loaded itself stayed listed (a later --plugin of one was skipped as loaded already)
+    from fedsim.protocols import plugin_files
+
+    inner = tmp_path / "sd_inner_plugin.py"
+    inner.write_text("X = 1\n")
+    path = tmp_path / "sd_neither.py"
+    path.write_text(f"from fedsim.protocols import load_plugins\nload_plugins([{str(inner)!r}], entry_points=False)\n"
+                    "VALUE = 3\n")
+    before = plugin_files()
+    with pytest.raises(UsageError) as err:
+        load_scenario(str(path))
+    assert str(err.value) == f"{path} is not a fedsim scenario (it needs PARAMS and run(ctx))"
+    assert "fedsim_scenario_sd_neither" not in sys.modules
+    assert plugin_files() == before and str(inner) not in plugin_files()

@@ -143,7 +143,7 @@ def load_scenario(name_or_path: str) -> ModuleType:
     error propagates (its traceback names the script's line) with a note naming the script and
     the line. A plug-in file given as a scenario path (it registers protocols, link models or
     transports, and has no ``run`` and ``PARAMS``) is refused with a ``UsageError`` saying how to
-    load it with ``--plugin``, and undone the same way."""
+    load it with ``--plugin``, and undone the same way; so is a script that is neither."""
     p = Path(name_or_path)
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
         if not p.is_file():
@@ -178,6 +178,9 @@ def load_scenario(name_or_path: str) -> ModuleType:
                         what, how = "a plug-in", f"use it with fedsim --plugin {name_or_path} run SCENARIO {r.option} {n}"
                     raise UsageError(f"{name_or_path} is not a fedsim scenario but {what} (it registers "
                                      f"{', '.join(names)}): {how}")
+                # neither (refused here too, so undone: its module stayed in sys.modules, with the
+                # plug-in files it had loaded itself)
+                raise UsageError(f"{name_or_path} is not a fedsim scenario (it needs PARAMS and run(ctx))")
     else:
         from ..protocols import REGISTRY
 
