@@ -199,3 +199,53 @@ def test_a_plugin_that_loads_the_entry_points_and_then_fails_leaves_entry_points
     finally:
         registry._files[:] = files
         registry._loaded.discard(str(path.resolve()))
+
+
+def test_entry_point_modules_a_failed_plugin_loaded_are_not_kept_and_load_again_once_it_is_mended(
+        tmp_path, monkeypatch):
+    # a plug-in file that loads the entry points and then fails: the rollback forgot the entry
+    # point's protocol and that it was loaded, but kept its modules in sys.modules; loaded again
+    # (the file mended, the package updated), the entry point's import found the stale module and
+    # ran nothing: its protocol was never registered again (load_plugins returned [])
+    import sys
+
+    from fedsim.protocols import registry
+
+    monkeypatch.setattr(registry, "_entry_points", [False])
+    monkeypatch.setattr(registry, "_loaded", set(registry._loaded))
+    monkeypatch.setattr(registry, "_files", list(registry._files))
+    pkg = tmp_path / "fedsim_ep_nested"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helpers.py").write_text("SUMMARY = 'first'\n")
+    proto = PLUGIN.format(name="reg-test-nested", cls="CfgNested").replace(
+        'summary="plug-in"', "summary=helpers.SUMMARY")
+    (pkg / "proto.py").write_text("from . import helpers\n" + proto)
+    dist = tmp_path / "fedsim_ep_nested-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fedsim-ep-nested\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[fedsim.protocols]\nnested = fedsim_ep_nested.proto:build\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "outer.py"
+    path.write_text("from fedsim.protocols import load_plugins\nload_plugins([], entry_points=True)\n"
+                    "raise RuntimeError('after the entry points')\n")
+    import numpy  # noqa: F401 - a module not of the plug-ins, already loaded: left alone
+
+    others = {n: m for n, m in sys.modules.items() if not n.startswith("fedsim_ep_nested")}
+    before = set(REGISTRY)
+    try:
+        with pytest.raises(RuntimeError, match="after the entry points"):
+            load_plugins([path], entry_points=False)
+        assert sorted(n for n in sys.modules if n.startswith("fedsim_ep_nested")) == []
+        assert all(sys.modules.get(n) is m for n, m in others.items())
+        assert set(REGISTRY) == before
+        # the package updated and the file mended: both loaded afresh
+        (pkg / "helpers.py").write_text("SUMMARY = 'second'\n")
+        path.write_text("from fedsim.protocols import load_plugins\nload_plugins([], entry_points=True)\n")
+        assert load_plugins([path], entry_points=False) == ["reg-test-nested"]
+        assert REGISTRY["reg-test-nested"].summary == "second"
+        assert REGISTRY["reg-test-nested"].build is sys.modules["fedsim_ep_nested.proto"].build
+    finally:
+        REGISTRY.remove("reg-test-nested")
+        for n in [n for n in sys.modules if n.startswith("fedsim_ep_nested") or n.startswith("fedsim_plugin_outer_")]:
+            del sys.modules[n]

@@ -105,8 +105,7 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             ctx.begin_round(msg.round)
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
             ctx.begin_round(now_round)
-            if cfg.client_momentum == "reset":
-                del p, msg  # the evaluated model (a decoded copy per client) is not kept while idle (see below)
+            del p, msg  # the evaluated model (views of the whole broadcast document) is not kept while idle
             continue
         checked_download(msg, "model", shapes, dt, training=True)
         t = p["t"]
@@ -132,9 +131,14 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             # waiting (with one user per client, 943 idle clients kept 7 GB). Measured only in this mode:
             # with "keep" (personalfr_table3) dropping them made the run slower (39 -> 43 min, minor page
             # faults 4.2 M -> 164 M, the allocator handing the memory back and forth), so there the
-            # copies stay until the client's next message, as before (docs/performance.md)
-            del params, update, p, msg
+            # client's own copies (trained model, momentum) stay until its next message
+            del params, update
             state = None
+        # the received model is not kept while idle in either mode: its arrays are views of the
+        # round's whole broadcast document, which every idle client kept alive until its next
+        # message (one document more per round until every client had been chosen again; dropping
+        # it was measured on small runs only: less memory, the same time; docs/performance.md)
+        del p, msg
 
 
 def build(net, data, cfg: FedAEConfig | None = None, *, test=None, resume=None) -> FedAEJob:

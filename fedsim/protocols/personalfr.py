@@ -187,8 +187,7 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
             ctx.begin_round(msg.round)
             await ctx.send(SERVER, "eval", {k: sums[k] for k in ("sse", "n", "ndcg_sum", "ndcg_users")})
             ctx.begin_round(now_round)
-            if cfg.client_momentum == "reset":  # as FedAvg's client (fedavg_ae.client says why only then)
-                del p, msg  # the evaluated decoder (a decoded copy per client) is not kept while idle
+            del p, msg  # the evaluated decoder (views of the whole broadcast document) is not kept while idle
             continue
         dec = checked_download(msg, "dec", mine, dt, training=True)
         t = p["t"]
@@ -209,8 +208,11 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
         enc = ae.encoder_of(params)  # stays here
         await ctx.send(SERVER, "update", {"dec": ae.decoder_of(params)})
         if cfg.client_momentum == "reset":  # as FedAvg's client (fedavg_ae.client says why only then)
-            del params, p, msg  # the message holds its own copy of the decoder; the encoder is in enc
+            del params  # the message holds its own copy of the decoder; the encoder is in enc
             state = None
+        # the received decoder (views of its document: the round's whole broadcast without
+        # compression) is not kept while idle in either mode (as fedavg_ae.client)
+        del dec, p, msg
 
 
 # ------------------------------------------------------------------------------------------------

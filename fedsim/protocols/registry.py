@@ -174,6 +174,13 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
     return [n for n in REGISTRY if n not in before]
 
 
+def _entry_module(value: str) -> str:
+    """The module an entry point's ``value`` (``module``, ``module:attr``, with ``[extras]``) names."""
+    from importlib.metadata import EntryPoint
+
+    return EntryPoint(name="", value=value, group="").module
+
+
 def _own_package(module: str) -> str:
     """The package whose modules an entry-point plug-in ``module`` brings: its top-level package
     (``acme.proto``: ``acme``), or, for one inside fedsim, ``module`` itself (a fedsim module the
@@ -193,7 +200,9 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
     file's (``fedsim_plugin_*``), ``module`` (another module name the load puts into ``sys.modules``:
     ``fedsim.experiment.load_scenario``'s ``fedsim_scenario_*``) and those of ``package`` (an entry
     point's: its package and the submodules it had imported stayed, so that, loaded again once
-    mended, it found the stale ones), each only if this load added or replaced it (one replaced gets
+    mended, it found the stale ones) and of the entry points it loaded itself (a plug-in file or
+    scenario that calls :func:`load_plugins`: loaded again, their import found the stale modules and
+    registered nothing), each only if this load added or replaced it (one replaced gets
     its module of before back; a module of another package, such as NumPy, stays). The link models
     and transports it registered are undone too, and plug-ins it loaded itself are forgotten with
     it (:func:`plugin_files` and :func:`entry_points_loaded` say what they said before). The error is re-raised with a note naming ``what`` (and, given the loaded file's ``path``,
@@ -205,6 +214,12 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
     try:
         yield
     except BaseException as exc:
+        # the entry points this load loaded itself (a plug-in file or scenario calling load_plugins):
+        # their packages' modules go too, or loaded again they would be found in sys.modules and not
+        # run (their protocols never registered again, an updated package not read)
+        packages = {_own_package(_entry_module(v)) for v in _loaded - loaded - set(_files)}
+        if package is not None:
+            packages.add(package)
         REGISTRY._specs.clear()
         REGISTRY._specs.update(specs)
         for registry, snapshot in kernel:
@@ -215,7 +230,7 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
         _entry_points[0] = entry_points  # (entry_points_loaded: as _loaded, what it said before)
         own = [n for n, m in list(sys.modules.items()) if modules.get(n) is not m and (
             n.startswith("fedsim_plugin_") or n == module
-            or package is not None and (n == package or n.startswith(package + ".")))]
+            or n in packages or any(n.startswith(p + ".") for p in packages))]
         for name in own:
             mod = sys.modules.pop(name)
             old = modules.get(name)
