@@ -49,15 +49,12 @@ def test_ml100k_like_statistics():
     assert r.categories.sum(axis=1).max() > 1
 
 
-def test_ml1m_like_is_fast_and_sized():
-    import time
-
-    t = time.perf_counter()
+def test_ml1m_like_has_the_sizes_of_ml1m():
+    # (it also asserted that generating took under 15 s: a speed target, about 3 s here and 5.7 s
+    # beside two busy loops, which a loaded CI machine could miss with the data right)
     r = generate("ml1m-like")
-    dt = time.perf_counter() - t
     assert (r.n_users, r.n_items) == (6040, 3706)
     assert abs(len(r) - 1_000_209) <= 1000
-    assert dt < 15  # a few seconds on this machine (typically ~3 s)
 
 
 def test_overrides_and_errors():

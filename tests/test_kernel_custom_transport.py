@@ -139,9 +139,14 @@ def test_a_transport_of_ones_own_loses_the_messages_the_simulator_loses_and_slee
             await ctx.send("b", "m", {"i": i})
 
     async def sink(ctx):
+        # the first message is waited for as long as it takes: with a 0.2 s wait, a process held
+        # back 0.2 s (a loaded machine) while the sender slept and the sink waited gave up first,
+        # and the sink received nothing; 0.2 s after the last one, it stops
         got = []
-        while (msg := await ctx.receive("m", timeout=0.2)) is not None:
+        msg = await ctx.receive("m", timeout=30.0)
+        while msg is not None:
             got.append(msg.payload["i"])
+            msg = await ctx.receive("m", timeout=0.2)
         return got
 
     lost = []

@@ -1253,7 +1253,7 @@ def test_a_document_the_decoder_refuses_ends_the_run_on_arrival_read_or_not():
 
 
 class _Trickle(TcpNetwork):
-    """Frames from ``a`` longer than 4 MiB cross in 2 MiB pieces, one every 0.1 s (a slow link)."""
+    """Frames from ``a`` longer than 4 MiB cross in 2 MiB pieces, one every 0.15 s (a slow link)."""
 
     def frame(self, src, dst, number, rnd, anonymous, document):
         data = super().frame(src, dst, number, rnd, anonymous, document)
@@ -1263,7 +1263,7 @@ class _Trickle(TcpNetwork):
         loop = asyncio.get_running_loop()
         piece = 2 << 20
         for k, at in enumerate(range(piece, len(data), piece), start=1):
-            loop.call_later(0.1 * k, writer.write, data[at:at + piece])
+            loop.call_later(0.15 * k, writer.write, data[at:at + piece])
         return data[:piece]
 
 
@@ -1278,14 +1278,16 @@ async def _receives_big(ctx):
 
 def test_a_long_frame_still_crossing_is_progress_not_a_stall():
     # a frame was counted only once whole: one taking longer than stall_timeout to cross (here
-    # 0.8 s at 20 MB/s, stall_timeout 0.3 s) ended the run with "no progress for 0.3 s with
-    # frames outstanding" while its bytes were coming in all along
-    net = _Trickle(processes=2, stall_timeout=0.3)
+    # 1.05 s at 15 MB/s, stall_timeout 0.6 s) ended the run with "no progress for 0.6 s with
+    # frames outstanding" while its bytes were coming in all along. (A piece every 0.15 s, not
+    # 0.1 s, and 0.6 s, not 0.3 s: a loaded machine that held a piece or a poll back 0.2 s made
+    # a stall of the frame still crossing; 0.45 s either way now.)
+    net = _Trickle(processes=2, stall_timeout=0.6)
     net.add_node("a", _sends_big)
     net.add_node("b", _receives_big)
     res = net.run(timeout=RUN_TIMEOUT)
     assert res.results == {"a": None, "b": float(np.arange(2_000_000, dtype=np.float64).sum())}
-    assert res.duration >= 0.7
+    assert res.duration >= 1.05
     assert_no_orphans(net)
     # a frame that stops coming is still a stall once its last piece is stall_timeout old
     net = _star(_HalfFrame(processes=4, stall_timeout=0.3))

@@ -440,31 +440,49 @@ def test_terminal_bar_has_elapsed_eta_and_the_running_round():
     assert "round 7" in text
 
 
-def _slow_network_task(seconds: float) -> int:
+def _slow_network_task(pauses: tuple[float, float, float, float]) -> int:
+    """A 3-round network that stops in real time (seconds): just after its first message (at
+    simulated time 0), inside the client's step in the last round, and after its last message
+    before the network ends; then the task sleeps ``after`` (a worker reports the end of its
+    network at its next beat)."""
     from fedsim.kernel import SimNetwork
 
+    first, step, last, after = pauses
     net = SimNetwork(seed=0, profile="lan")
 
     async def server(ctx):
         for r in range(3):
             ctx.begin_round(r)
             await ctx.send("client", "tick", {"r": r})
+            if r == 0:
+                time.sleep(first)
             await ctx.receive("tock")
 
     async def client(ctx):
         for r in range(3):
             await ctx.receive("tick")
             if r == 2:
-                time.sleep(seconds)  # a long step inside the last round (real time)
+                time.sleep(step)  # a long step inside the last round (real time)
             await ctx.send("server", "tock", {})
+        time.sleep(last)
 
     net.add_node("server", server, role="server")
     net.add_node("client", client)
     net.run()
+    time.sleep(after)
     return len(net.ledger)
 
 
-def test_workers_report_their_running_network_to_the_active_display():
+def test_workers_report_their_running_network_to_the_active_display(monkeypatch):
+    # The test read a worker's beat once a second and wanted the last one from the client's long
+    # step (5 messages, round 2) and every clock positive: a beat read as the run began (1 message
+    # at simulated time 0) or as it ended (6 messages) failed it, now and then. The network here
+    # stops at those instants, long enough for several beats (every 0.1 s), so the test sees them
+    # each time. And: a worker sent its figures only when they changed, and the display drops a
+    # worker it has not heard from for 5 s (a worker in a step over 5 s went from the display);
+    # it did not say when its network ended, nor did the pool when it ended (the last figures
+    # stayed on the display for 5 s).
+    import fedsim.studies.parallel as parallel
     from fedsim.experiment.live import activate, deactivate
     from fedsim.studies.parallel import pmap
 
@@ -475,22 +493,34 @@ def test_workers_report_their_running_network_to_the_active_display():
         def beat(self, source, snap):
             self.beats.append((source, snap))
 
+    monkeypatch.setattr(parallel, "BEAT_EVERY", 0.1)  # (the workers are forked: they inherit it)
     d = Display()
     activate(d)
     try:
-        assert pmap(_slow_network_task, [2.5, 2.5], workers=2) == [6, 6]
+        assert pmap(_slow_network_task, [(0.3, 0.6, 0.3, 0.3), (0.3, 1.8, 0.3, 0.0)], workers=2) == [6, 6]
     finally:
         deactivate(d)
-    snaps = [s for _, s in d.beats if s]
-    assert len({src for src, s in d.beats if s}) == 2  # both workers reported
-    # the last figures each worker sent were read while its client slept in the last round:
-    # 5 messages sent (3 ticks, 2 tocks), round 2, a positive clock
-    last = {}
+    seqs: dict = {}
     for src, s in d.beats:
-        if s:
-            last[src] = s
-    assert [(s["messages"], s["round"]) for s in last.values()] == [(5, 2), (5, 2)]
-    assert all(s["sim_time"] > 0 for s in snaps)
+        seqs.setdefault(src, []).append(None if s is None else (s["messages"], s["round"], s["sim_time"]))
+    assert len(seqs) == 2 and all(any(seq) for seq in seqs.values())  # both workers reported
+    states = [(1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (6, 2)]  # (messages, round) as the network runs
+    for seq in seqs.values():
+        figs = [f for f in seq if f is not None]
+        at = [states.index(f[:2]) for f in figs]
+        assert at == sorted(at), figs  # read in the order the network went through them
+        # read at each stop: at the first message, in the long step (again and again: at least
+        # 3 of its 6 or 18 beats), after the last message
+        assert [f[:2] for f in figs].count((1, 0)) >= 1 and [f[:2] for f in figs].count((5, 2)) >= 3, figs
+        assert [f[:2] for f in figs].count((6, 2)) >= 1, figs
+        clocks = [f[2] for f in figs]
+        assert clocks == sorted(clocks) and all(c > 0 for (m, _, c) in figs if m >= 2), figs
+        # gone from the display when the pool ended: the second task returns as its network
+        # ends, before its worker's next beat
+        assert seq[-1] is None, seq
+    # the worker of the first task said its network had ended while the other still ran
+    first_end = next(i for i, (_, s) in enumerate(d.beats) if s is None)
+    assert any(s is not None for _, s in d.beats[first_end + 1:]), d.beats
 
 
 def test_a_single_run_with_known_rounds_moves_the_bar_by_round():

@@ -174,7 +174,7 @@ class Progress:
             snaps.append(own)
         now = time.monotonic()
         for key, (t, snap) in list(self._beats.items()):
-            if now - t > 5.0:  # a worker that stopped reporting has finished its run
+            if now - t > 5.0:  # a worker that stopped reporting has died (a running one reports every second)
                 del self._beats[key]
             else:
                 snaps.append(snap)

@@ -38,6 +38,7 @@ __all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
+BEAT_EVERY = 1.0  # seconds between a worker's reports of its running network (see _send_beats)
 
 
 class Interrupted(BaseException):
@@ -139,6 +140,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     results = [None] * len(tasks)
     _warm_before_fork()
     beats: Any = multiprocessing.Queue()
+    seen: set = set()
     ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
                              initargs=(beats, os.getpid(), _worker_plugins()))
     try:
@@ -147,7 +149,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
         pending = set(futs)
         while pending:
             finished, pending = _wait_a_while(pending)
-            _forward_beats(beats)
+            _forward_beats(beats, seen)
             for f in sorted(finished, key=futs.get):
                 i = futs[f]
                 results[i] = f.result()
@@ -159,7 +161,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     else:
         ex.shutdown(wait=True)
     finally:
-        _forward_beats(beats, final=True)
+        _forward_beats(beats, seen, final=True)
         beats.close()
         beats.join_thread()
     return results
@@ -177,6 +179,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         _warm_before_fork()
     plugins = _worker_plugins()
     beats: Any = multiprocessing.Queue()
+    seen: set = set()
     running: dict[Any, tuple[int, ProcessPoolExecutor, list]] = {}
     try:
         while order or running:
@@ -194,7 +197,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                                              initargs=(beats, os.getpid(), plugins))
                     running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
             finished, _ = _wait_a_while(running)
-            _forward_beats(beats)
+            _forward_beats(beats, seen)
             for f in sorted(finished, key=lambda f: running[f][0]):
                 i, ex, made = running.pop(f)
                 ex.shutdown(wait=True)
@@ -216,7 +219,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         _stop(None)
         raise
     finally:
-        _forward_beats(beats, final=True)
+        _forward_beats(beats, seen, final=True)
         beats.close()
         beats.join_thread()
     return results
@@ -325,7 +328,11 @@ def _term(p: Any) -> None:
         pass
 
 
-def _forward_beats(beats: Any, final: bool = False) -> None:
+def _forward_beats(beats: Any, seen: set, final: bool = False) -> None:
+    """Hand the workers' queued figures to the active display, keyed ``("worker", pid)``;
+    ``seen`` collects the pids. ``final`` (the pool is done): every worker in ``seen`` is said to
+    have finished (``None``), so the display drops them now: a worker's last figures (or a
+    killed worker's) stayed on it for 5 s after the pool ended."""
     from ..experiment.live import active
 
     display = active()
@@ -334,8 +341,12 @@ def _forward_beats(beats: Any, final: bool = False) -> None:
             pid, snap = beats.get_nowait()
         except (_queue.Empty, OSError, ValueError):
             break
-        if display is not None:
-            display.beat(("worker", pid), None if final else snap)
+        seen.add(pid)
+        if display is not None and not final:
+            display.beat(("worker", pid), snap)
+    if final and display is not None:
+        for pid in sorted(seen):
+            display.beat(("worker", pid), None)
 
 
 # -- in the workers ---------------------------------------------------------------------------
@@ -509,12 +520,17 @@ def _task(fn: Callable[[Any], Any], t: Any) -> Any:
 
 
 def _send_beats(watch: Any, beats: Any) -> None:
+    """Every BEAT_EVERY seconds, the running network's figures (``NetworkWatch.snapshot``), the
+    same ones again if nothing moved (the display drops a worker it has not heard from for 5 s:
+    sent only when they changed, the figures of a worker in a long step, a client training for
+    10 s, went from the display after the first 5), and ``None`` once when the network has
+    finished (its last figures stayed on the display for 5 s)."""
     last = None
     pid = os.getpid()
     while True:
-        time.sleep(1.0)
+        time.sleep(BEAT_EVERY)
         snap = watch.snapshot()
-        if snap is not None and snap != last:
+        if snap is not None or last is not None:
             last = snap
             try:
                 beats.put_nowait((pid, snap))
