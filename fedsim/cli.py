@@ -49,7 +49,7 @@ from .experiment.runner import (
     resolve_run_options,
 )
 from .kernel.errors import DeadlockError, NetworkConfigError
-from .signals import sigterm_as_interrupt
+from .signals import returns_its_status, sigterm_as_interrupt
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -410,9 +410,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+@returns_its_status
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; SIGTERM stops it as Ctrl-C does (``sigterm_as_interrupt``: the output
-    folder is not written), with ``terminated (SIGTERM)`` for ``interrupted`` and status 143."""
+    folder is not written), with ``terminated (SIGTERM)`` for ``interrupted`` and status 143.
+    The process ends with the status returned, also after a Ctrl-C handled while a module
+    imported (``returns_its_status``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     with sigterm_as_interrupt() as term:
         try:
