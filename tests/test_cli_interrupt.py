@@ -169,7 +169,7 @@ INTERRUPTED_EXEC = (
 
 @pytest.mark.parametrize("command, said", [
     (["run", "demo"], "interrupted: the run's output folder was not written"),
-    (["sweep", "demo", "--grid", "seed=0,1"], "interrupted: the run's output folder was not written"),
+    (["sweep", "demo", "--grid", "seed=0,1"], "interrupted: the sweep ran no point and wrote nothing"),
 ])
 def test_ctrl_c_handled_inside_a_string_exec_ends_with_status_130_not_killed_by_sigint(tmp_path, command, said):
     # CPython (3.8 to 3.12 at least) marks a KeyboardInterrupt that leaves a string exec/eval as

@@ -252,6 +252,39 @@ def test_ctrl_c_while_the_sweep_writes_its_files_is_an_interrupted_sweep_that_re
     assert ran(log) == [(1, 0), (2, 0)]
 
 
+
+@pytest.mark.parametrize("where", ["checking the points", "writing its start"])
+def test_ctrl_c_before_any_point_ran_says_what_the_sweep_left(tmp_path, monkeypatch, capsys, where):
+    # a sweep stopped as it started (checking its points, starting Ray, writing the files of its
+    # start) ended with a run's words: "interrupted: the run's output folder was not written"
+    from fedsim import cli
+    from fedsim.studies import sweep
+
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # (resolve_config: each point's configuration, before anything is written; write_sweep_report:
+    # the report written as the sweep starts, after its folder and sweep.json)
+    monkeypatch.setattr(sweep, "resolve_config" if where == "checking the points" else "write_sweep_report",
+                        interrupted)
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    if where == "checking the points":
+        assert capsys.readouterr().err == "interrupted: the sweep ran no point and wrote nothing\n"
+        assert not out.exists()
+    else:
+        assert capsys.readouterr().err == f"interrupted: no point was run; the same command resumes the sweep in {out}/\n"
+        assert json.loads((out / "sweep.json").read_text())["state"] == "running"
+    assert ran(log) == []
+    monkeypatch.undo()
+    assert cli.main(args) == 0  # (it resumes)
+    assert "2 points, 2 run, 0 already done, 0 failed" in capsys.readouterr().out
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
 def test_a_plot_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkeypatch):
     # fig.savefig into .NAME.PID.tmp.png, then a rename: a Ctrl-C during savefig left the file
     pytest.importorskip("matplotlib")
