@@ -14,15 +14,26 @@ threads at a fork, and what of theirs a child may use:
   child does. The display's own lock, its log file and tqdm's lock are held by that thread too,
   but a child never uses the parent's display: a worker's run makes and activates its own, and a
   TCP worker runs actors only.
-- ``concurrent.futures``' manager thread and ``multiprocessing.Queue`` feeder threads (the pools
-  of other points): a queue's thread locks are made anew in a child (``multiprocessing``'s
-  after-fork hooks), its pipe's write lock is a process-shared semaphore (released by the parent
-  all the same), and a child does not use another pool's executor.
-- a worker's ``fedsim-beats`` thread (a worker that runs a pool of its own): it reads the
-  running network without its lock and puts into its queue (reset in the child, as above).
-- ``logging``'s locks are made anew in a child by CPython itself (``os.register_at_fork``);
-  numba's compiler lock and ``fedsim.math.blas``'s lock are only held by the thread that
-  compiles or multiplies, the one that forks, never by the display's.
+- ``concurrent.futures``' manager threads and ``multiprocessing.Queue`` feeder threads (this
+  pool's, and the one-process pools of the other points running): a child does not use another
+  pool's executor (its ``_shutdown_lock`` may be held), a queue's thread locks are made anew in a
+  child (``multiprocessing``'s after-fork hooks), a pipe's write lock is a process-shared
+  semaphore (released by the parent all the same), and a pool's worker leaves through
+  ``os._exit`` (no atexit hook of ``concurrent.futures`` runs there).
+- a pool worker's ``fedsim-beats`` thread, when that worker forks (a pool of its own, a TCP
+  run): it reads the running network without its lock and puts into its parent's queue, which
+  a child of that worker does not use.
+- ``logging``'s locks, the import lock and ``concurrent.futures.thread``'s are made anew in a
+  child by CPython itself (``os.register_at_fork``); OpenBLAS's threads are stopped around a
+  fork by its own ``pthread_atfork`` handlers (and a pool's worker then runs one BLAS thread).
+  numba's compiler lock and ``fedsim.math.blas``'s lock are held only by the thread that
+  compiles or multiplies: the one that forks, never the display's. A ``NetworkWatch``'s lock is
+  taken only as a network is built, by the thread that builds it (the display's only reads).
+
+Not covered: tqdm's class-wide lock, which the display's thread holds while it redraws a bar on
+a terminal, stays held in a child forked then; fedsim's children draw no bar (a sweep's points
+and a pool's tasks run quiet), but a scenario of a sweep that drew its own tqdm bar could wait
+for it.
 """
 
 from __future__ import annotations
