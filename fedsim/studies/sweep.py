@@ -111,6 +111,17 @@ def _before_any_point(out: Path):
         raise SweepNotStarted(out if out.is_dir() else None) from None
 
 
+def _interrupted_as_ray_stops(finished: list[dict], exc: BaseException | None) -> bool:
+    """(An exit callback of :func:`run_sweep`.) A Ctrl-C while Ray shut down, after every point
+    ended and the sweep's files were written, makes the sweep interrupted (its summary says so:
+    :class:`SweepInterrupted`): it passed as a plain ``KeyboardInterrupt``, and the command line
+    said that nothing was run. Anything else passes through."""
+    if finished and isinstance(exc, KeyboardInterrupt) and not isinstance(exc, (SweepInterrupted, SweepNotStarted)):
+        finished[0]["interrupted"] = True
+        return True
+    return False
+
+
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C during :func:`run_sweep`, raised after every worker has stopped and the combined
     files cover the points that finished; ``summary`` is what :func:`run_sweep` would return."""
@@ -573,7 +584,9 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
         raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
                          "or --force to write the sweep beside what is there")
+    finished: list[dict] = []  # the summary, once every point has ended and the files are written
     with contextlib.ExitStack() as stack:
+        stack.push(lambda *exc: _interrupted_as_ray_stops(finished, exc[1]))  # (left last: after Ray's)
         with _before_any_point(out):  # (a Ctrl-C: SweepNotStarted)
             grid = _axes_in_order_of(out, grid)
             keys = list(grid)
@@ -637,6 +650,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
             session = stack.enter_context(ray) if ray is not None else None  # (Ray starts here)
         summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
                            quiet, backend, session, recovered)
+        finished.append(summary)
     if ray is not None:
         summary["backend"]["shutdown_s"] = ray.shutdown_s
         if address is None:  # the local instance's workers are gone: so are killed tasks' folders
