@@ -3,7 +3,10 @@
 import signal
 import sys
 
+from .signals import returns_its_status  # (standard library only: nothing to interrupt)
 
+
+@returns_its_status
 def entry() -> int:
     """The command line, with a Ctrl-C or SIGTERM while fedsim is still importing (NumPy, numba,
     the protocols: a second or more after the command is typed) ending as one that comes later
@@ -11,7 +14,7 @@ def entry() -> int:
     traceback of the import, nor, for SIGTERM, an end without a word (:func:`fedsim.cli.main`
     handles only what comes once it runs). SIGTERM's handler is put back as it was after the
     import; one set to be ignored stays ignored."""
-    from .signals import sigterm_as_interrupt  # (standard library only: nothing to interrupt)
+    from .signals import sigterm_as_interrupt
 
     with sigterm_as_interrupt() as term:
         try:

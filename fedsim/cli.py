@@ -49,7 +49,7 @@ from .experiment.runner import (
     resolve_run_options,
 )
 from .kernel.errors import DeadlockError, NetworkConfigError
-from .signals import sigterm_as_interrupt
+from .signals import returns_its_status, sigterm_as_interrupt
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -245,9 +245,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
+def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     from .experiment.live import active
-    from .studies.sweep import SweepInterrupted, check_grid, failure_line, parse_grid, run_sweep
+    from .studies.sweep import SweepInterrupted, SweepNotStarted, check_grid, failure_line, parse_grid, run_sweep
 
     doc = _load_config(args, sweep=True) or {}
     if args.scenario is None and doc.get("scenario") is None:
@@ -310,6 +310,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             summary = run_sweep(name, grid, opts["out"], data=opts["data"], fixed=fixed, seed=opts["seed"],
                                 net=opts["net"], workers=workers, progress=progress, force=opts["force"],
                                 quiet=opts["quiet"], backend=backend, address=address, ledger=opts["ledger"])
+    except SweepNotStarted as exc:  # (said "the run's output folder was not written")
+        left = (f"no point was run; the same command resumes the sweep in {exc.out}/" if exc.out is not None
+                else NO_SWEEP_WRITTEN)
+        print(f"{_stopped(term)}: {left}", file=sys.stderr)
+        return 130
     except SweepInterrupted as exc:
         s = exc.summary
         failed = f", {len(s['failed'])} failed (above)" if s["failed"] else ""
@@ -410,9 +415,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+@returns_its_status
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; SIGTERM stops it as Ctrl-C does (``sigterm_as_interrupt``: the output
-    folder is not written), with ``terminated (SIGTERM)`` for ``interrupted`` and status 143."""
+    folder is not written), with ``terminated (SIGTERM)`` for ``interrupted`` and status 143.
+    The process ends with the status returned, also after a Ctrl-C handled while a module
+    imported (``returns_its_status``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     with sigterm_as_interrupt() as term:
         try:
@@ -426,6 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
     return 128 + signal.SIGTERM if term and status == 130 else status
+
+
+# what a sweep stopped before it knew its folder leaves (loading the plug-ins, the scenario:
+# numba's warm-up), or before it wrote in a folder that was not there
+NO_SWEEP_WRITTEN = "the sweep ran no point and wrote nothing"
 
 
 def _stopped(term: list[int]) -> str:
@@ -472,7 +485,7 @@ def _main(argv: list[str], term: list[int] | None = None) -> int:
         if args.command == "list":
             return _cmd_list(args)
         if args.command == "sweep":
-            return _cmd_sweep(args)
+            return _cmd_sweep(args, term if term is not None else [])  # (the list SIGTERM is added to later)
         if args.command == "trace":
             return _cmd_trace(args)
         if args.command == "compare":
@@ -492,7 +505,8 @@ def _main(argv: list[str], term: list[int] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         # a data command writes no run folder: an install stopped leaves nothing in the cache
-        done = "nothing was installed" if args.command == "data" else "the run's output folder was not written"
+        done = {"data": "nothing was installed", "sweep": NO_SWEEP_WRITTEN}.get(
+            args.command, "the run's output folder was not written")
         print(f"{_stopped(term or [])}: {done}", file=sys.stderr)
         return 130
     ap.error(f"unknown command {args.command}")

@@ -6,18 +6,22 @@
 removed, worker processes reaped, one ``terminated (SIGTERM)`` line, status 143) instead of ending
 at once with nothing said. :func:`sigint_deferred` holds a Ctrl-C (and a SIGTERM handled so, SIGINT
 ignored or not) back over a short block that must not be cut in the middle (forking workers,
-third-party imports that swallow it).
+third-party imports that swallow it). :func:`returns_its_status` makes a command line that
+handled a Ctrl-C end with the status it returns (130), not killed by SIGINT.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import threading
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
-__all__ = ["sigint_deferred", "sigterm_as_interrupt"]
+__all__ = ["returns_its_status", "sigint_deferred", "sigterm_as_interrupt"]
+
+_F = TypeVar("_F", bound=Callable[..., int])
 
 # the SIGTERMs sigterm_as_interrupt received, SIGINT not being a Python handler, while a
 # sigint_deferred block ran: one list per block, the innermost last (main thread only)
@@ -118,3 +122,35 @@ def sigint_deferred() -> Iterator[None]:
             # have ended the block then, and the error is its KeyboardInterrupt's context; it was
             # dropped, and the command ended with the error, not "interrupted"
             previous(signal.SIGINT, got[0])
+
+
+def returns_its_status(main: _F) -> _F:
+    """``main`` (a command line's function that returns its exit status) with the process then
+    ending with that status, also after a Ctrl-C that ``main`` handled (its ``interrupted`` line,
+    130), instead of being killed by SIGINT (status -2 to its parent, "130" in a shell). Only
+    when ``main`` returns: a ``KeyboardInterrupt`` that escapes it is not handled, and ends the
+    process as Python ends it.
+
+    Why: CPython since 3.8 (seen on 3.11.7; read in 3.11's and 3.12's Python/pythonrun.c and
+    Modules/main.c) sets an interpreter-wide flag (``_Py_UnhandledKeyboardInterrupt``, in 3.12
+    ``_PyRuntime.signals.unhandled_keyboard_interrupt``) in ``run_eval_code_obj`` whenever a
+    ``KeyboardInterrupt`` leaves code run from a *string* (``exec``/``eval`` of a str: a Ctrl-C
+    that lands while ``collections.namedtuple`` or ``dataclasses`` ``exec`` their generated code,
+    as modules import: importlib.metadata in load_plugins, SciPy in numba's warm-up), even when a
+    caller catches it later. ``Py_RunMain`` reads the flag after the program ended and, if set,
+    kills the process with SIGINT (``exit_sigint``) in place of its exit status. That happens
+    under ``python -m fedsim`` (``pymain_run_module`` returns SystemExit's status to
+    ``Py_RunMain``) and for a script that ends without ``SystemExit``; a script's ``SystemExit``
+    exits in ``Py_Exit`` before the flag is read. The same ``run_eval_code_obj`` sets the flag to
+    0 as it *begins* (its comment: so that an earlier embedded run's interrupt does not kill a
+    later ``Py_Main``), so one string ``exec`` that ends normally, after the interrupt was
+    handled, clears it: that is what this does (the newest CPython source read no longer sets the
+    flag there: the ``exec`` is then a no-op). Exiting otherwise (``os._exit``) would skip the
+    interpreter's finalisation (atexit, buffered output), and the flag is not reachable from
+    Python."""
+    @functools.wraps(main)
+    def ending_with_its_status(*args, **kwargs):
+        status = main(*args, **kwargs)
+        exec("", {})  # (a string: see above; a code object would not pass run_eval_code_obj)
+        return status
+    return ending_with_its_status  # type: ignore[return-value]

@@ -159,6 +159,30 @@ def test_python_m_fedsim_still_runs_the_command_line():
     assert (res.returncode, res.stdout, res.stderr) == (0, "fedsim 0.1.0\n", "")
 
 
+# a plug-in whose import runs code from a string (as collections.namedtuple and dataclasses do as
+# a module imports) during which a Ctrl-C lands: the KeyboardInterrupt leaves that exec
+INTERRUPTED_EXEC = (
+    "exec('import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(30)')\n"
+    "raise AssertionError('the SIGINT did not interrupt the exec')\n"
+)
+
+
+@pytest.mark.parametrize("command, said", [
+    (["run", "demo"], "interrupted: the run's output folder was not written"),
+    (["sweep", "demo", "--grid", "seed=0,1"], "interrupted: the sweep ran no point and wrote nothing"),
+])
+def test_ctrl_c_handled_inside_a_string_exec_ends_with_status_130_not_killed_by_sigint(tmp_path, command, said):
+    # CPython (3.8 to 3.12 at least) marks a KeyboardInterrupt that leaves a string exec/eval as
+    # unhandled, even once caught, and `python -m` then killed the process with SIGINT at its end:
+    # status -2 after the "interrupted" line (a shell shows 130 for both)
+    (tmp_path / "interrupting.py").write_text(INTERRUPTED_EXEC)
+    res = subprocess.run([sys.executable, "-m", "fedsim", "--plugin", "interrupting.py", *command, "--out", "out"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", said + "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["interrupting.py"]
+
+
 # a run that is under way once it has written 'started' beside its output folder: its imports and
 # data are behind it, it sleeps. (A signal that comes while a module is being imported can be lost:
 # an exception raised then inside numpy.random's compiled initialisation is swallowed by it, and

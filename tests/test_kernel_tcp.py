@@ -20,7 +20,9 @@ import os
 import resource
 import signal
 import socket
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1509,3 +1511,88 @@ def test_count_processes_places_the_given_nodes_as_run_would():
     assert built._place(roles) == built._place()
     with pytest.raises(NetworkConfigError, match="placement of node 'c0' must be a process index"):
         TcpNetwork(processes=2, placement={"server": 0}).count_processes(roles)
+
+
+_HELD_STDERR_SCRIPT = r'''
+import json, os, sys, threading, time
+from fedsim.experiment.context import Progress
+from fedsim.kernel import TcpNetwork
+
+r, w = os.pipe()  # stderr: a pipe nobody reads until the worker is forked
+os.dup2(w, 2)
+os.close(w)
+sys.stderr = open(2, "w", buffering=1, closefd=False)
+display = Progress(True, tty=False, heartbeat=0.0)  # as `fedsim run`'s, to a pipe: a line when its figures change
+display.update(0, 1, stage="run")
+said, state = [], {"armed": True}
+
+
+def writing(tid):
+    f = sys._current_frames().get(tid)
+    while f is not None and f.f_code.co_name != "_line":
+        f = f.f_back
+    return f is not None
+
+
+def drain():
+    time.sleep(0.5)  # (the fork is done by then)
+    while True:
+        data = os.read(r, 65536)
+        if not data:
+            return
+        said.append(data)
+
+
+def before_fork():  # in the launching process, just before the worker is forked
+    if not state.pop("armed", False):
+        return
+    os.set_blocking(2, False)
+    try:
+        while True:
+            os.write(2, b"." * 4096)  # fill the pipe (through the descriptor: no lock taken)
+    except BlockingIOError:
+        pass
+    os.set_blocking(2, True)
+    display.beat(("worker", 1), {"round": 7, "messages": 1, "sim_time": 1.0})  # new figures: a line
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5 and not writing(display._thread.ident):
+        time.sleep(0.01)
+    state["display writing at the fork"] = writing(display._thread.ident)
+    threading.Thread(target=drain, daemon=True).start()
+
+
+os.register_at_fork(before=before_fork)
+
+
+async def talker(ctx):
+    print("the worker's line", file=sys.stderr, flush=True)  # (a warning, a plug-in's print)
+    return 1
+
+
+net = TcpNetwork(processes=1)
+net.add_node("a", talker)
+try:
+    state["returned"] = net.run(timeout=float(sys.argv[1])).results
+except Exception as exc:
+    state["error"] = f"{type(exc).__name__}: {exc}"[:300]
+time.sleep(0.5)
+os.write(1, json.dumps({**state, "worker said": b"the worker's line" in b"".join(said)}).encode())
+os._exit(0)
+'''
+
+
+def test_a_worker_forked_while_the_progress_display_writes_to_stderr_writes_and_runs(tmp_path):
+    # `fedsim run --transport tcp` forks its workers while the run's progress thread may be
+    # writing a line to stderr: a worker inherited sys.stderr with its lock held by that thread
+    # (which it does not have), and its first write to stderr (a warning, a plug-in's print, the
+    # traceback of its error) waited for ever: the run never finished (here: until its timeout).
+    # The script makes the display write into a full pipe exactly at the fork (os.register_at_fork).
+    import json
+    import subprocess
+
+    script = tmp_path / "held_stderr.py"
+    script.write_text(_HELD_STDERR_SCRIPT)
+    res = subprocess.run([sys.executable, str(script), "10"], capture_output=True, timeout=80, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    got = json.loads(res.stdout)
+    assert got == {"display writing at the fork": True, "returned": {"a": 1}, "worker said": True}, got

@@ -252,6 +252,81 @@ def test_ctrl_c_while_the_sweep_writes_its_files_is_an_interrupted_sweep_that_re
     assert ran(log) == [(1, 0), (2, 0)]
 
 
+
+@pytest.mark.parametrize("where", ["checking the points", "writing its start"])
+def test_ctrl_c_before_any_point_ran_says_what_the_sweep_left(tmp_path, monkeypatch, capsys, where):
+    # a sweep stopped as it started (checking its points, starting Ray, writing the files of its
+    # start) ended with a run's words: "interrupted: the run's output folder was not written"
+    from fedsim import cli
+    from fedsim.studies import sweep
+
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # (resolve_config: each point's configuration, before anything is written; write_sweep_report:
+    # the report written as the sweep starts, after its folder and sweep.json)
+    monkeypatch.setattr(sweep, "resolve_config" if where == "checking the points" else "write_sweep_report",
+                        interrupted)
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    if where == "checking the points":
+        assert capsys.readouterr().err == "interrupted: the sweep ran no point and wrote nothing\n"
+        assert not out.exists()
+    else:
+        assert capsys.readouterr().err == f"interrupted: no point was run; the same command resumes the sweep in {out}/\n"
+        assert json.loads((out / "sweep.json").read_text())["state"] == "running"
+    assert ran(log) == []
+    monkeypatch.undo()
+    assert cli.main(args) == 0  # (it resumes)
+    assert "2 points, 2 run, 0 already done, 0 failed" in capsys.readouterr().out
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
+
+def test_ctrl_c_while_ray_shuts_down_after_the_points_is_an_interrupted_sweep(tmp_path, monkeypatch, capsys):
+    # every point ran and the sweep's files were written, then a Ctrl-C while Ray shut down (it
+    # takes a while): a plain KeyboardInterrupt, and the command line said nothing had been run.
+    # (A stand-in for Ray: the points run here, its shutdown is the Ctrl-C.)
+    from fedsim import cli
+    from fedsim.studies import raypool
+
+    class Session:
+        address, owned, startup_s, shutdown_s, cluster_cpus = None, True, 0.0, 0.0, 2.0
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            raise KeyboardInterrupt  # (ray.shutdown interrupted)
+
+        def describe(self):
+            return "Ray stand-in"
+
+    def points_here(fn, tasks, *, limit=None, on_done=None, on_error=None):  # (as Ray's workers would)
+        for i, task in enumerate(tasks):
+            on_done(i, fn(task))
+
+    monkeypatch.setattr(raypool, "ray_available", lambda: True)
+    monkeypatch.setattr(raypool, "import_ray", lambda local=True: None)
+    monkeypatch.setattr(raypool, "RaySession", Session)
+    monkeypatch.setattr(raypool, "ray_map", points_here)
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", str(script), "--grid", "x=1,2", "--backend", "ray", "--quiet", "--out", str(out)]) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"interrupted: 2 points run, 0 done before, 0 not run; the same command resumes. Results so far in {out}/ "
+        "(report.md, sweep.json)"]
+    assert ran(log) == [(1, 0), (2, 0)]
+    state = json.loads((out / "sweep.json").read_text())
+    assert [p["status"] for p in state["points"]] == ["done", "done"]
+
+
 def test_a_plot_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkeypatch):
     # fig.savefig into .NAME.PID.tmp.png, then a rename: a Ctrl-C during savefig left the file
     pytest.importorskip("matplotlib")

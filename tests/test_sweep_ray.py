@@ -509,7 +509,7 @@ def test_sigterm_while_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
     for pid in alive(tree.stop()):  # Ray's agents of an instance stopped as it started leave by themselves later
         os.kill(pid, signal.SIGKILL)
     assert (proc.returncode, stderr.splitlines()) == (143, [
-        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
+        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the sweep ran no point and wrote nothing"]), stderr
     assert not (tmp_path / "sw").exists() and not ran(log)
 
 
@@ -526,7 +526,7 @@ def test_sigterm_just_after_ray_starts_stops_the_sweep_as_ctrl_c_does(tmp_path):
     proc, tree, stderr, log = _ray_sweep_with_plugin(tmp_path, "term_after_init.py")
     started = tree.stop()
     assert (proc.returncode, stderr.splitlines()) == (143, [
-        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
+        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the sweep ran no point and wrote nothing"]), stderr
     assert not (tmp_path / "sw").exists() and not ran(log)
     assert_gone(started)
 

@@ -20,7 +20,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Sequence
 
-from ..signals import sigterm_as_interrupt
+from ..signals import returns_its_status, sigterm_as_interrupt
 from . import download
 
 __all__ = ["add_subparser", "main", "run"]
@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+@returns_its_status
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m fedsim.data``. Ctrl-C stops it with ``interrupted: nothing was installed`` and
     status 130, SIGTERM (``kill PID``, ``timeout``) with ``terminated (SIGTERM): nothing was

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - not on Windows: the folder's PID decid
     fcntl = None
 
 from ..kernel.errors import ActorError, DeadlockError, TransportError
-from ..signals import sigterm_as_interrupt
+from ..signals import returns_its_status, sigterm_as_interrupt
 from .allocator import keep_freed_memory
 from .context import Progress, RunContext
 from .live import activate, deactivate
@@ -679,6 +679,7 @@ def net_from_args(mod: ModuleType | None, args: argparse.Namespace):
                         transport=getattr(args, "transport", None), loss=args.loss, dropout=args.dropout, window=window)
 
 
+@returns_its_status
 def scenario_main(namespace: dict[str, Any], argv: Sequence[str] | None = None) -> int:
     """``python scenarios/NAME.py ...``: parse arguments (each parameter is also ``--NAME``) and
     run. Errors a user can cause (and a disk that fills up) print one line and exit 2; a run that

@@ -13,7 +13,9 @@ with the same seed.
 Process model. ``fork`` (Linux, POSIX): a child inherits the built actors, their arguments
 (data slices, configs) and the node table without pickling anything, and copy-on-write keeps
 the data shared. Children are forked before the parent starts any event loop or thread of its
-own; each child starts a fresh loop. A child asks the kernel to kill it if the parent dies
+own; each child starts a fresh loop, and writes through ``sys.stdout`` and ``sys.stderr`` of its
+own (``fedsim.forks.own_std_streams``: the progress display's thread of the launching process may
+hold their lock at the fork). A child asks the kernel to kill it if the parent dies
 (``PR_SET_PDEATHSIG``, where available) and exits when its control connection closes, or when
 it is refused at start-up (the parent stopped listening: it is ending the run, after a Ctrl-C or
 a failure it reports itself), quietly, with status 3 (a control port it cannot reach otherwise:
@@ -172,6 +174,7 @@ from .network import Network, RunResult, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
 from .registry import register_transport
+from ..forks import own_std_streams
 from ..signals import sigint_deferred
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
@@ -642,6 +645,9 @@ def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: 
     process went away, 70 after an error of its own, whose traceback it prints)."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills us if it must
+        # stdout and stderr of its own: the launching process's progress thread may have held
+        # their lock at the fork, for ever here (a write, a warning, a traceback hung the run)
+        own_std_streams()
         listener.close()
         return _Worker(net, p, port, token, parent).main()
     except KeyboardInterrupt:

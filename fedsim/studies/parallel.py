@@ -10,7 +10,7 @@ numba's compiler (half a second on a 2-core machine) and forks workers, a Ctrl-C
 and raised after (``fedsim.signals.sigint_deferred``). A forked worker writes through
 ``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it inherits may hold a lock that
 another thread of the parent (the progress display) held at the fork, for ever
-(``_own_std_streams``). Workers know the parent's plug-ins: inherited when forked, loaded again
+(``fedsim.forks.own_std_streams``). Workers know the parent's plug-ins: inherited when forked, loaded again
 (the same files, and the entry points if the parent loaded them) when started by spawn or
 forkserver. Workers also send what their running network is doing (its round, messages and
 clock, see ``fedsim.experiment.live``) to the parent's active progress display about once a
@@ -19,7 +19,6 @@ second.
 
 from __future__ import annotations
 
-import io
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -32,6 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
 
+from ..forks import own_std_streams
 from ..signals import sigint_deferred
 
 __all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"]
@@ -361,7 +361,7 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str]
     entry_points)``, the parent's plug-ins (``_worker_plugins``), loaded here for a worker that does
     not inherit them (spawn, forkserver); the worker loads exactly those (not ``$FEDSIM_PLUGINS``
     anew: the parent's were among its files)."""
-    _own_std_streams()  # first: before anything here could write
+    own_std_streams()  # first: before anything here could write
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
     # A forked worker inherits the BLAS pool NumPy started in the parent (as many threads as
@@ -400,39 +400,6 @@ def _load_plugins(files: list[str], entry_points: bool) -> None:
     finally:
         if env is not None:
             os.environ["FEDSIM_PLUGINS"] = env
-
-_INHERITED_STREAMS: list = []  # the std streams a forked worker replaced (see _own_std_streams)
-
-
-def _own_std_streams() -> None:
-    """Give this worker ``sys.stdout`` and ``sys.stderr`` of its own, writing to the same file
-    descriptors as the ones it had.
-
-    A forked worker inherits the parent's stream objects with their locks as they were at the
-    fork, and only the thread that forked it: a lock that another thread of the parent held then
-    (the sweep's progress display writing a line to stderr, a tqdm bar being redrawn, a write
-    blocked on a pipe nobody read for a while) stays held in the worker for ever. Its first write
-    to that stream waited for ever, and so did multiprocessing's flush of both streams as the
-    worker leaves: a point that had finished never left its process, and the pool (a sweep)
-    waited on it for ever; one that wrote a warning hung in its task, where SIGTERM cannot reach
-    it (a wait for a lock in C), and was killed after the stop's grace with its temporary folder
-    left. Only a text stream over a buffered file is replaced (another kind has no such lock);
-    the inherited one is kept referenced, never closed or collected (that would wait for its
-    lock too). A worker of another start method gets a fresh one all the same, to no effect."""
-    for name in ("stdout", "stderr"):
-        old = getattr(sys, name)
-        if not (isinstance(old, io.TextIOWrapper) and isinstance(old.buffer, io.BufferedWriter)):
-            continue
-        try:
-            fd = old.fileno()
-        except (OSError, ValueError):
-            continue
-        new = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), encoding=old.encoding,
-                               errors=old.errors, line_buffering=old.line_buffering,
-                               write_through=old.write_through)
-        _INHERITED_STREAMS.append(old)
-        setattr(sys, name, new)
-
 
 def _stop_with_parent(parent: int) -> None:
     """(Linux) Have the kernel send this worker SIGTERM, as a stop from the parent, when its parent

@@ -78,7 +78,7 @@ from ..experiment.runner import OutputFolder, network_spec, recover_replaced, re
 from ..kernel.errors import NetworkConfigError
 from .parallel import ProcessDied, default_workers, pmap
 
-__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
+__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
            "parse_grid",
            "point_dir_name", "point_label", "run_sweep"]
 
@@ -86,6 +86,40 @@ __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", 
 NET_AXES = ("profile", "link_model", "transport", "loss", "dropout")
 RUN_AXES = ("seed", "data") + NET_AXES
 BACKENDS = ("local", "ray")
+
+
+class SweepNotStarted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_sweep` once it knows its folder ``out`` and before it started any
+    point (checking the points, starting Ray, writing the sweep's files of its start): no point
+    ran. ``out`` is the folder when it exists then (an earlier run's, or this one's start:
+    sweep.json says running; the same command resumes it there), else None (nothing written)."""
+
+    def __init__(self, out: Path | None) -> None:
+        super().__init__("sweep interrupted before any point ran")
+        self.out = out
+
+
+@contextlib.contextmanager
+def _before_any_point(out: Path):
+    """A ``KeyboardInterrupt`` of the block raised as :class:`SweepNotStarted`: the command line
+    said "the run's output folder was not written" of a sweep stopped as it started."""
+    try:
+        yield
+    except SweepNotStarted:
+        raise
+    except KeyboardInterrupt:
+        raise SweepNotStarted(out if out.is_dir() else None) from None
+
+
+def _interrupted_as_ray_stops(finished: list[dict], exc: BaseException | None) -> bool:
+    """(An exit callback of :func:`run_sweep`.) A Ctrl-C while Ray shut down, after every point
+    ended and the sweep's files were written, makes the sweep interrupted (its summary says so:
+    :class:`SweepInterrupted`): it passed as a plain ``KeyboardInterrupt``, and the command line
+    said that nothing was run. Anything else passes through."""
+    if finished and isinstance(exc, KeyboardInterrupt) and not isinstance(exc, (SweepInterrupted, SweepNotStarted)):
+        finished[0]["interrupted"] = True
+        return True
+    return False
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -501,7 +535,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
-    cancelling the Ray tasks) and writing the combined files. Any other error that stops the
+    cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
+    before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
     sweep is raised after the same, sweep.json and report.md saying *interrupted*."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -549,68 +584,73 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
         raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
                          "or --force to write the sweep beside what is there")
-    grid = _axes_in_order_of(out, grid)
-    keys = list(grid)
-    combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
-    points = []
-    for pt in combos:
-        params = {**fixed, **{k: v for k, v in pt.items() if k not in RUN_AXES}}
-        cfg = resolve_config(mod, params)
-        try:
-            netp = base.replace(**{k: pt[k] for k in NET_AXES if k in pt})
-        except NetworkConfigError as exc:
-            raise UsageError(f"--grid: {exc}") from None
-        seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
-        key = _normal({"scenario": name, "config": cfg, "data": data_p or data_default, "seed": seed_p,
-                       "network": netp.to_dict()})
-        points.append(SweepPoint(scenario, pt, str(out / point_dir_name(pt)), data_p, seed_p, netp, params, key,
-                                 bool(ledger)))
-    folders: dict[str, dict] = {}
-    for p in points:
-        other = folders.setdefault(p.out, p.point)
-        if other is not p.point:
-            raise UsageError(f"the points {point_label(other)} and {point_label(p.point)} would share the folder "
-                             f"{Path(p.out).name} (their "
-                             "values differ only in characters a folder name cannot hold); rename the values")
-        if len(Path(p.out).name.encode()) > 255:
-            raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
-                             "long, over the file system's 255; use shorter grid values")
-    recovered: list[str] = []  # said in sweep.log, once it is open
-    if out.is_dir():  # a point folder a killed --force re-run had moved aside is put back first
-        recovered = _recover_points(out)
-    states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
-    stale = [p for p in points if states[p.out][0] == "stale"]
-    todo = [p for p in points if states[p.out][0] != "done"]
-    try:
-        if stale and not force:
-            shown = "; ".join(f"{point_label(p.point)}: {states[p.out][1]}" for p in stale[:3])
-            more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
-            raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
-                             f"use --force to re-run them, or another --out")
-        _check_points(mod, todo, data_default)  # before anything is written or started
-    except Exception as exc:
-        # what recovery did to the folder stands whether the sweep runs or not: sweep.log says it
-        # (it said nothing of it when the sweep was then refused)
-        if recovered:
-            log = Progress(False, log=out / "sweep.log")
-            for line in recovered:
-                log.log(line)
-            log.log(f"sweep {name}: refused, nothing run: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-            log.close()
-        raise
-    ray = None
-    if backend == "ray" and todo:  # started before any file is written: it may fail to
-        from .raypool import RaySession, import_ray
+    finished: list[dict] = []  # the summary, once every point has ended and the files are written
+    with contextlib.ExitStack() as stack:
+        stack.push(lambda *exc: _interrupted_as_ray_stops(finished, exc[1]))  # (left last: after Ray's)
+        with _before_any_point(out):  # (a Ctrl-C: SweepNotStarted)
+            grid = _axes_in_order_of(out, grid)
+            keys = list(grid)
+            combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
+            points = []
+            for pt in combos:
+                params = {**fixed, **{k: v for k, v in pt.items() if k not in RUN_AXES}}
+                cfg = resolve_config(mod, params)
+                try:
+                    netp = base.replace(**{k: pt[k] for k in NET_AXES if k in pt})
+                except NetworkConfigError as exc:
+                    raise UsageError(f"--grid: {exc}") from None
+                seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
+                key = _normal({"scenario": name, "config": cfg, "data": data_p or data_default, "seed": seed_p,
+                               "network": netp.to_dict()})
+                points.append(SweepPoint(scenario, pt, str(out / point_dir_name(pt)), data_p, seed_p, netp, params, key,
+                                         bool(ledger)))
+            folders: dict[str, dict] = {}
+            for p in points:
+                other = folders.setdefault(p.out, p.point)
+                if other is not p.point:
+                    raise UsageError(f"the points {point_label(other)} and {point_label(p.point)} would share the folder "
+                                     f"{Path(p.out).name} (their "
+                                     "values differ only in characters a folder name cannot hold); rename the values")
+                if len(Path(p.out).name.encode()) > 255:
+                    raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
+                                     "long, over the file system's 255; use shorter grid values")
+            recovered: list[str] = []  # said in sweep.log, once it is open
+            if out.is_dir():  # a point folder a killed --force re-run had moved aside is put back first
+                recovered = _recover_points(out)
+            states = {p.out: _folder_state(Path(p.out), p.key, bool(ledger)) for p in points}
+            stale = [p for p in points if states[p.out][0] == "stale"]
+            todo = [p for p in points if states[p.out][0] != "done"]
+            try:
+                if stale and not force:
+                    shown = "; ".join(f"{point_label(p.point)}: {states[p.out][1]}" for p in stale[:3])
+                    more = f" (and {len(stale) - 3} more)" if len(stale) > 3 else ""
+                    raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
+                                     f"use --force to re-run them, or another --out")
+                _check_points(mod, todo, data_default)  # before anything is written or started
+            except Exception as exc:
+                # what recovery did to the folder stands whether the sweep runs or not: sweep.log says it
+                # (it said nothing of it when the sweep was then refused)
+                if recovered:
+                    log = Progress(False, log=out / "sweep.log")
+                    for line in recovered:
+                        log.log(line)
+                    log.log(f"sweep {name}: refused, nothing run: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                    log.close()
+                raise
+            ray = None
+            if backend == "ray" and todo:  # started before any file is written: it may fail to
+                from .raypool import RaySession, import_ray
 
-        _check_unlocked(out)
-        import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
-        ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
-        if not quiet:
-            print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
-                  file=sys.stderr, flush=True)
-    with ray if ray is not None else contextlib.nullcontext() as session:
+                _check_unlocked(out)
+                import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
+                ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
+                if not quiet:
+                    print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
+                          file=sys.stderr, flush=True)
+            session = stack.enter_context(ray) if ray is not None else None  # (Ray starts here)
         summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
                            quiet, backend, session, recovered)
+        finished.append(summary)
     if ray is not None:
         summary["backend"]["shutdown_s"] = ray.shutdown_s
         if address is None:  # the local instance's workers are gone: so are killed tasks' folders
@@ -748,8 +788,10 @@ def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, se
     """Run ``todo`` on the backend and write the sweep's files, holding the folder's lock; the
     summary of :func:`run_sweep` with ``interrupted``. ``recovered``: what :func:`_recover_points`
     did before, for sweep.log."""
-    out.mkdir(parents=True, exist_ok=True)
-    with _sweep_lock(out):
+    with contextlib.ExitStack() as stack:
+        with _before_any_point(out):
+            out.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(_sweep_lock(out))
         return _execute_locked(out, name, grid, fixed, data, seed, base, points, states, todo, workers, progress,
                                quiet, backend, session, recovered)
 
@@ -757,36 +799,29 @@ def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, se
 def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
                     points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
                     quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
-    recovered = [*recovered, *_remove_leftovers(out)]
-    skipped = [p.point for p in points if states[p.out][0] == "done"]
-    rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
-    for p in todo:
-        if states[p.out][0] in ("corrupt", "failed"):
-            shutil.rmtree(p.out, ignore_errors=True)
-    info = {"scenario": name, "grid": grid, "fixed": fixed, "data": data, "seed": seed,
-            "network": base.to_dict(), "backend": backend, "workers": workers or default_workers(), "out": str(out)}
-    if backend == "ray":
-        info["workers"] = workers
-        info["address"] = session.address if session else None
-    statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
-                                         else "not run"} for p in points}
-    _write_state(out, info, statuses, interrupted=None)
-    # the combined files and report.md of the points done before, marked running: those of the
-    # sweep that ran here last stayed until this one ended, and one killed left them claiming
-    # "Finished." over the rows of points it was replacing (a --force re-run) or a smaller grid
-    for p in points:
-        if statuses[p.out]["status"] == "done before":
-            statuses[p.out].update(_point_facts(Path(p.out)))
-    combine(out, [p.point for p in points if statuses[p.out]["status"] == "done before"])
-    write_sweep_report(out, info, points, statuses, None)
-    display = Progress(not quiet, log=out / "sweep.log")
-    again = f" ({len(rerun)} of them again)" if rerun else ""
-    display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
-    for line in recovered:  # what killed runs of points had left, dealt with before the points were compared
-        display.log(line)
-    if session is not None:
-        display.log(session.describe())
-    display.update(0, len(todo), stage=f"sweep {name}")
+    with _before_any_point(out):  # (a Ctrl-C: SweepNotStarted; from the Progress display on: SweepInterrupted)
+        recovered = [*recovered, *_remove_leftovers(out)]
+        skipped = [p.point for p in points if states[p.out][0] == "done"]
+        rerun = [p.point for p in todo if states[p.out][0] in ("stale", "corrupt", "failed")]
+        for p in todo:
+            if states[p.out][0] in ("corrupt", "failed"):
+                shutil.rmtree(p.out, ignore_errors=True)
+        info = {"scenario": name, "grid": grid, "fixed": fixed, "data": data, "seed": seed,
+                "network": base.to_dict(), "backend": backend, "workers": workers or default_workers(), "out": str(out)}
+        if backend == "ray":
+            info["workers"] = workers
+            info["address"] = session.address if session else None
+        statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
+                                             else "not run"} for p in points}
+        _write_state(out, info, statuses, interrupted=None)
+        # the combined files and report.md of the points done before, marked running: those of the
+        # sweep that ran here last stayed until this one ended, and one killed left them claiming
+        # "Finished." over the rows of points it was replacing (a --force re-run) or a smaller grid
+        for p in points:
+            if statuses[p.out]["status"] == "done before":
+                statuses[p.out].update(_point_facts(Path(p.out)))
+        combine(out, [p.point for p in points if statuses[p.out]["status"] == "done before"])
+        write_sweep_report(out, info, points, statuses, None)
     results: list[dict] = []
 
     def done_cb(i: int, res: dict) -> None:
@@ -807,8 +842,16 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
 
     interrupted = False
     t0 = time.perf_counter()
+    display = Progress(not quiet, log=out / "sweep.log")
     activate(display)
     try:
+        again = f" ({len(rerun)} of them again)" if rerun else ""
+        display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
+        for line in recovered:  # what killed runs of points had left, dealt with before the points were compared
+            display.log(line)
+        if session is not None:
+            display.log(session.describe())
+        display.update(0, len(todo), stage=f"sweep {name}")
         if backend == "ray" and todo:
             from .raypool import ray_map
 
