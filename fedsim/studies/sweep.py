@@ -76,7 +76,7 @@ from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import OutputFolder, network_spec, recover_replaced, remove_dead_partials
 from ..kernel.errors import NetworkConfigError
-from .parallel import ProcessDied, default_workers, pmap
+from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
            "parse_grid",
@@ -385,6 +385,9 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
         write_atomic(out / "error.txt", first + "\n")
         return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
+    if isinstance(exc, PluginLoadError):  # (its process started by spawn or forkserver)
+        write_atomic(out / "error.txt", f"{exc.summary}\n\n{exc.details}\n")
+        return {"point": p.point, "status": "failed", "error": exc.summary, "out": str(out), "cleaned": cleaned}
     text = ANSI_CODES.sub("", str(exc))  # (Ray colours its task errors' first line for a terminal)
     first = text.strip().splitlines()[0] if text.strip() else ""
     error = f"{type(exc).__name__}: {first}"
