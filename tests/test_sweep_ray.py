@@ -740,6 +740,96 @@ def test_a_sweep_on_an_existing_cluster_runs_the_drivers_fedsim(tmp_path):
     assert_gone(tree.stop(), within=30.0)
 
 
+def _ray_node(ray_cli: str, args: list[str], cwd: Path, env: dict) -> subprocess.Popen:
+    """`ray start --block ARGS` (a node of its own session, on the loopback interface), its output in cwd/node.log."""
+    with open(cwd / "node.log", "ab") as fh:
+        return subprocess.Popen([ray_cli, "start", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+                                 *args], cwd=cwd, env=env, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def _stop_node(node: subprocess.Popen) -> None:
+    node.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops what it started
+    try:
+        node.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()
+
+
+def test_a_cluster_without_cpus_gets_a_bounded_wait_for_a_node_to_join(tmp_path):
+    """A cluster whose head has no CPU and no worker node yet (an autoscaling cluster adds one on
+    demand) was refused at once ("has 0 CPUs"). The sweep now says it waits, asks the autoscaler
+    for a node, and runs once a node with CPUs joins; within $FEDSIM_RAY_CPU_WAIT seconds, or it is
+    refused, before anything is written, saying how long it waited."""
+    if shutil.which("ray") is None and not (Path(sys.executable).parent / "ray").exists():
+        pytest.skip("the ray command is not installed beside this Python")
+    ray_cli = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    # a cluster of two nodes (a head and a worker node) on the loopback interface, with a token: Ray
+    # refuses a second node where RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ("Multi-node Ray clusters are
+    # not supported")
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RAY_", "FEDSIM_"))} | auth
+    (tmp_path / "head").mkdir()
+    (tmp_path / "worker").mkdir()
+    port = _free_port()
+    head = _ray_node(ray_cli, ["--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false"],
+                     tmp_path / "head", env)
+    tree, worker = Tree(head.pid), None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and head.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the Ray head did not listen within 120 s:\n"
+                        + (tmp_path / "head" / "node.log").read_text(errors="replace")[-3000:])
+        script, log = logging_scenario(tmp_path)
+        sweep = ["sweep", str(script), "--grid", "x=1,2", "--backend", "ray", "--address", f"127.0.0.1:{port}",
+                 "--out", "sw"]
+        res = fedsim_cmd(*sweep, "--quiet", cwd=tmp_path, env=env | {"FEDSIM_RAY_CPU_WAIT": "soon"})
+        assert (res.returncode, res.stderr.splitlines()) == (2, [
+            "error: $FEDSIM_RAY_CPU_WAIT=soon: expected the seconds a Ray cluster without CPUs gets for a node with "
+            "CPUs to join (a number, 0 or more; 0 refuses such a cluster at once; default 300)"]), res.stderr
+        t0 = time.monotonic()
+        res = fedsim_cmd(*sweep, "--quiet", cwd=tmp_path, env=env | {"FEDSIM_RAY_CPU_WAIT": "1.5"})
+        waited = time.monotonic() - t0
+        assert (res.returncode, res.stderr.splitlines()) == (2, [
+            f"error: --address 127.0.0.1:{port}: the Ray cluster there has had 0 CPUs for 1.5 s (Ray's "
+            "cluster_resources()), and each point runs as a Ray task of one CPU: none could start. Give it a node "
+            "with CPUs (ray start --address HEAD --num-cpus N); for an autoscaling cluster that takes longer to add "
+            "one, FEDSIM_RAY_CPU_WAIT=SECONDS waits longer"]), res.stderr
+        assert waited >= 1.5 and not (tmp_path / "sw").exists() and not ran(log)
+        # a worker node joins while the sweep waits: it runs there
+        proc = subprocess.Popen([sys.executable, "-m", "fedsim", *sweep], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=env_with_repo(**env, FEDSIM_RAY_CPU_WAIT="120"))
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+        reader.start()
+        waiting = (f"sweep: the Ray cluster at 127.0.0.1:{port} has no CPU (a head without CPUs, no worker node "
+                   "yet): waiting up to 120 s for a node with CPUs to join (FEDSIM_RAY_CPU_WAIT sets how long) ...\n")
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and waiting not in lines:
+            time.sleep(0.1)
+        assert waiting in lines, "".join(lines)
+        worker = _ray_node(ray_cli, [f"--address=127.0.0.1:{port}", "--num-cpus=1"], tmp_path / "worker", env)
+        stdout = proc.stdout.read()
+        assert proc.wait(timeout=180) == 0, "".join(lines)
+        reader.join()
+        assert lines[:2] == [f"sweep: connecting to Ray at 127.0.0.1:{port} ...\n", waiting], lines
+        assert f"ray: 1 CPUs at 127.0.0.1:{port}" in stdout, stdout
+        assert sorted(x for x, _ in ran(log)) == [1, 2]
+        assert (tmp_path / "sw" / "combined_t.csv").read_text().splitlines() == ["x,t.x,y,z", "1,1,0,10", "2,2,0,20"]
+    finally:
+        if worker is not None:
+            _stop_node(worker)
+        _stop_node(head)
+    assert_gone(tree.stop(), within=30.0)
+
+
 def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path):
     port = _free_port()  # nothing listens there (Ray alone would retry for minutes)
     t0 = time.time()

@@ -607,7 +607,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
 
         _check_unlocked(out)
         import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
-        ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
+        ray = RaySession(address, cpus=workers, log_to_driver=not quiet,
+                         say=None if quiet else lambda text: print(f"sweep: {text}", file=sys.stderr, flush=True))
         if not quiet:
             print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
                   file=sys.stderr, flush=True)
