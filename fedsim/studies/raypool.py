@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -149,7 +150,8 @@ class RaySession:
     autoscaling one is asked for one; ``say(text)``, if given, tells the user of the wait); leaving
     shuts down what the session started (``shutdown_s``) or disconnects. SIGTERM keeps the
     handler it had while Ray starts (Ray's own are kept out: :class:`_sigterm_kept`), an
-    ignored one stays ignored.
+    ignored one stays ignored; a local instance's daemons get a process group of their own
+    (:class:`_daemons_apart`), so a SIGTERM to this process's group reaches this process alone.
     """
 
     def __init__(self, address: str | None = None, *, cpus: int | None = None, log_to_driver: bool = False,
@@ -193,7 +195,7 @@ class RaySession:
             # while Ray starts (see _sigterm_kept) and put back after.
             term = _sigterm_handler()
             try:
-                with _sigterm_kept(term):
+                with _sigterm_kept(term), _daemons_apart():
                     if self.address is None:
                         ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
                     else:
@@ -553,6 +555,43 @@ class _sigterm_kept:
             else:
                 setattr(obj, name, value)
         self.undo.clear()
+
+
+class _daemons_apart:
+    """The processes ``ray.init`` starts in the ``with`` block (a local instance's GCS, raylet, log
+    monitor, dashboard: through Ray's ``services.ConsolePopen``) in a session, so a process group,
+    of their own: they were in the driver's, and a SIGTERM to that group (a batch system's or a
+    service manager's stop, ``kill -- -PGID``) reached them as Ray started. The raylet or the GCS
+    then left while the driver's core worker connected to them, and Ray's C++ code ended the driver
+    with status 1 and its own lines ("Failed to register worker to Raylet", or a minute of "Failed
+    to connect to GCS"), without fedsim's message. Apart, they are stopped by the driver, which
+    handles the SIGTERM as Ctrl-C (``ray.shutdown``); they still end with it if it dies (Ray's
+    kernel fate-sharing, ``PR_SET_PDEATHSIG``). (Ray already blocks SIGINT in them: a terminal's
+    Ctrl-C.) A Ray without ``ConsolePopen`` (another version's internals) is left as it is."""
+
+    def __enter__(self) -> None:
+        self.services = None
+        if sys.platform == "win32":
+            return
+        try:
+            import ray._private.services as services
+        except ImportError:
+            return
+        popen = getattr(services, "ConsolePopen", None)
+        if not (isinstance(popen, type) and issubclass(popen, subprocess.Popen)):
+            return
+
+        class ApartPopen(popen):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.setdefault("start_new_session", True)
+                super().__init__(*args, **kwargs)
+
+        self.services, self.popen = services, popen
+        services.ConsolePopen = ApartPopen
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.services is not None:
+            self.services.ConsolePopen = self.popen
 
 
 def _keep_sigterm(handler: Any) -> None:
