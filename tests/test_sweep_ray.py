@@ -891,6 +891,43 @@ def test_a_cluster_without_cpus_gets_a_bounded_wait_for_a_node_to_join(tmp_path)
     assert_gone(tree.stop(), within=30.0)
 
 
+def test_the_wait_for_cpus_asks_the_autoscaler_for_a_node_and_withdraws_the_request(monkeypatch):
+    # an autoscaler adds nodes for the demand it sees, and none is pending while the sweep waits:
+    # the wait asks for a node of one CPU (request_resources), and withdraws the request when it
+    # ends, with CPUs, without, or on Ctrl-C
+    import ray.autoscaler.sdk as sdk
+
+    from fedsim.studies import raypool
+
+    asked, said, looks = [], [], []
+    monkeypatch.setattr(sdk, "request_resources", lambda bundles=None, **kw: asked.append(bundles))
+    monkeypatch.setattr(raypool, "POLL", 0.01)
+
+    class FakeRay:
+        def __init__(self, cpus):
+            self.cpus = list(cpus)
+
+        def cluster_resources(self):
+            looks.append(len(asked))
+            got = self.cpus.pop(0) if len(self.cpus) > 1 else self.cpus[0]
+            if isinstance(got, BaseException):
+                raise got
+            return {"CPU": got, "memory": 1e9}
+
+    assert raypool._wait_for_cpus(FakeRay([0.0, 0.0, 4.0]), 30, said.append, "HEAD:6379") == 4.0
+    assert asked == [[{"CPU": 1}], []] and looks == [1, 1, 1]
+    assert said == ["the Ray cluster at HEAD:6379 has no CPU (a head without CPUs, no worker node yet): waiting up "
+                    "to 30 s for a node with CPUs to join (FEDSIM_RAY_CPU_WAIT sets how long) ..."]
+    asked.clear()
+    t0 = time.monotonic()
+    assert raypool._wait_for_cpus(FakeRay([0.0]), 0.1, None, "HEAD:6379") == 0.0
+    assert 0.1 <= time.monotonic() - t0 < 5 and asked == [[{"CPU": 1}], []]
+    asked.clear()
+    with pytest.raises(KeyboardInterrupt):
+        raypool._wait_for_cpus(FakeRay([0.0, KeyboardInterrupt()]), 30, None, "HEAD:6379")
+    assert asked == [[{"CPU": 1}], []]
+
+
 def test_an_address_where_no_cluster_answers_is_a_prompt_one_line_error(tmp_path):
     port = _free_port()  # nothing listens there (Ray alone would retry for minutes)
     t0 = time.time()
