@@ -153,6 +153,46 @@ def test_a_comparison_that_fails_says_which_run_diverged(tmp_path, monkeypatch):
                               "round 2 of 3, where it stopped")  # 1e300 steps: finite once, not twice
 
 
+def test_a_failed_comparison_names_both_dtypes_shapes_or_the_first_differing_value(tmp_path, monkeypatch):
+    # the message said "parameters w differ" alone: float32 on one side and float64 on the other
+    # read as other numbers. It now names what differs, with both sides.
+    import numpy as np
+
+    from fedsim.experiment import ScenarioError, run_scenario
+    from fedsim.experiment import compare as compare_mod
+
+    outcome = compare_mod._outcome
+
+    def float32_on_asyncio(ctx, spec, label, *args):
+        out = outcome(ctx, spec, label, *args)
+        if label != "sim":
+            out["params"] = {k: np.asarray(v, dtype=np.float32) for k, v in out["params"].items()}
+        return out
+
+    monkeypatch.setattr(compare_mod, "_outcome", float32_on_asyncio)
+    mod = compare_mod.compare_scenario("demo", "asyncio")
+    with pytest.raises(ScenarioError) as err:
+        run_scenario(mod, out=tmp_path / "o", overrides={"rounds": 1, "clients": 2}, quiet=True)
+    assert str(err.value) == ("demo: the asyncio run differs from the simulator's: parameters w differ (w: dtype "
+                              "float64 on the simulator, float32 on asyncio)")
+    assert list(tmp_path.iterdir()) == []
+
+    a = np.arange(6.0).reshape(2, 3)
+    b = a.copy()
+    b[1, 2], b[0, 1] = -1.5, 0.5
+    assert compare_mod.param_difference("w", a, b, "the simulator", "tcp") == (
+        "w: 2 of 6 values differ (dtype float64, shape (2, 3)); the first at [0, 1]: 1.0 on the simulator, 0.5 on tcp")
+    assert compare_mod.param_difference("w", a, a.T, "the simulator", "tcp") == (
+        "w: shape (2, 3) on the simulator, (3, 2) on tcp")
+    assert compare_mod.param_difference("w", a, a.T.astype(np.int32), "the simulator", "tcp") == (
+        "w: dtype float64 on the simulator, int32 on tcp; shape (2, 3) on the simulator, (3, 2) on tcp")
+    assert compare_mod.param_difference("b", None, a, "the simulator", "tcp") == "b only on tcp"
+    assert compare_mod.param_difference("b", a, None, "the simulator", "tcp") == "b only on the simulator"
+    assert compare_mod.param_difference("z", np.float64(0.0), np.float64(-0.0), "the simulator", "tcp") == (
+        "z: 1 of 1 values differ (dtype float64, shape ()); the first: 0.0 on the simulator, -0.0 on tcp")
+    assert compare_mod.param_difference("w", a, a.copy()) is None
+
+
 def test_same_bits_is_bit_identity():
     import numpy as np
 

@@ -432,6 +432,75 @@ def test_workers_started_by_spawn_or_forkserver_load_the_parents_plugins(tmp_pat
     else:
         assert set(workers) <= set(loads[1:])
 
+_PL_PLUGIN = """\
+import os
+# loads in the parent; in the first worker that loads it (after the parent) it raises: that point fails,
+# the other runs
+if os.getpid() != int(os.environ["PL_PARENT"]):
+    try:
+        os.close(os.open(os.environ["PL_MARK"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        pass
+    else:
+        import fedsim_no_such_module_in_this_worker
+"""
+
+_PL_SCENARIO = """\
+from fedsim.experiment import Param
+PARAMS = {"x": Param(0, "x")}
+def run(ctx):
+    ctx.table("t", [{"x": ctx["x"], "y": 10 * ctx["x"]}])
+"""
+
+_PL_MAIN = """\
+import multiprocessing, os, sys
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    os.environ["PL_PARENT"] = str(os.getpid())
+    from fedsim.cli import main
+    sys.exit(main(["--plugin", "pl_plugin.py", "sweep", "pl_scenario.py", "--grid", "x=1,2", "--workers", "1",
+                   "--quiet", "--out", "sw"]))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_plugin_that_fails_to_load_in_a_spawned_worker_fails_its_point_alone_with_a_clear_error(tmp_path, method):
+    """A plug-in that loaded in the parent but raised in a worker started by spawn or forkserver
+    (a module that worker cannot import) raised in the pool's initializer: Python's "Exception in
+    initializer:" traceback on stderr, and the point failed as "the point's process exited with
+    status 0 before it finished", naming neither the plug-in nor what it raised. Now the point
+    fails with what the plug-in raised, the note naming its file and the worker's start method
+    (its traceback in error.txt), nothing on stderr but the failure line, and the other point runs."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "pl_plugin.py").write_text(_PL_PLUGIN)
+    (tmp_path / "pl_scenario.py").write_text(_PL_SCENARIO)
+    (tmp_path / "pl_main.py").write_text(_PL_MAIN)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "PL_MARK": str(tmp_path / "failed once")}
+    env.pop("FEDSIM_PLUGINS", None)
+    res = subprocess.run([sys.executable, "pl_main.py", method], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    plugin = tmp_path / "pl_plugin.py"
+    error = (f"ModuleNotFoundError: No module named 'fedsim_no_such_module_in_this_worker' (while loading the "
+             f"protocol plug-in file {plugin}: nothing of it was kept) (in the task's worker process, started by "
+             f"{method}, which loads the parent's plug-ins anew)")
+    # workers=1: the points run one after the other, x=1 in the first worker
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines() == [f"failed x=1: {error} (traceback in sw/x=1/error.txt)"], res.stderr
+    assert res.stdout.splitlines()[-1].startswith("sweep: 2 points, 1 run, 0 already done, 1 failed (above;")
+    text = (tmp_path / "sw" / "x=1" / "error.txt").read_text()
+    assert text.startswith(error + "\n\nTraceback (most recent call last):\n")
+    assert 'pl_plugin.py", line 10, in <module>' in text and text.endswith(
+        f"(while loading the protocol plug-in file {plugin}: nothing of it was kept)\n")
+    assert (tmp_path / "sw" / "x=2" / "t.csv").read_text().splitlines() == ["x,y", "2,20"]
+    sweep = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [(p["point"], p["status"]) for p in sweep["points"]] == [({"x": 1}, "failed"), ({"x": 2}, "done")]
+    assert sweep["points"][0]["error"] == error
+
+
 class _SecondsOnceStopped:
     """30 (s), for time.sleep (which reads an int through ``__index__``), given once this worker's SIGTERM has come: its C-level handler has
     run (it writes a byte to the wakeup file), the Python one (Interrupted) not yet. It waits in

@@ -74,6 +74,35 @@ def same_bits(a, b) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
+def param_difference(name: str, a, b, here: str = "the simulator", there: str = "the other run") -> str | None:
+    """How parameter ``name`` differs between two runs (``a`` on ``here``, ``b`` on ``there``; None:
+    the run has no such parameter), for a failed comparison's message: which run alone has it, both
+    dtypes (and both shapes) when those differ, else how many values differ and the first of them.
+    The message said "parameters w differ" alone, whether the runs held float32 against float64,
+    another shape or other numbers. None when the two hold the same bytes (or objects)."""
+    if a is None or b is None:
+        return f"{name} only on {here if b is None else there}"
+    a, b = np.asarray(a), np.asarray(b)
+    told = []
+    if a.dtype != b.dtype:
+        told.append(f"dtype {a.dtype} on {here}, {b.dtype} on {there}")
+    if a.shape != b.shape:
+        told.append(f"shape {a.shape} on {here}, {b.shape} on {there}")
+    if told:
+        return f"{name}: {'; '.join(told)}"
+    if a.size == 0 or a.dtype.hasobject:
+        return None
+    bits_a = np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(a.size, -1)
+    bits_b = np.ascontiguousarray(b).reshape(-1).view(np.uint8).reshape(b.size, -1)
+    off = np.flatnonzero((bits_a != bits_b).any(axis=1))
+    if not off.size:
+        return None
+    first = np.unravel_index(off[0], a.shape) if a.ndim else ()
+    at = f" at [{', '.join(str(int(i)) for i in first)}]" if a.ndim else ""
+    return (f"{name}: {off.size} of {a.size} values differ (dtype {a.dtype}, shape {a.shape}); the first{at}: "
+            f"{a[first].item()!r} on {here}, {b[first].item()!r} on {there}")
+
+
 # the columns of a message key (``message_keys``), in the order differences are sorted and told
 KEY_COLUMNS = ("round", "src", "dst", "kind", "payload_bytes", "lost")
 SHOWN_MESSAGES = 5  # differing copies a failed comparison shows of each run
@@ -316,7 +345,9 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
         # (it said "see the report", which did not exist)
         what = []
         if differ:
-            what.append(f"parameters {', '.join(differ)} differ")
+            how = [param_difference(k, pa_.get(k), pb_.get(k), "the simulator", transport) for k in differ]
+            told = "; ".join(h for h in how if h)
+            what.append(f"parameters {', '.join(differ)} differ" + (f" ({told})" if told else ""))
         what += [f"{r['sender_role']} {r['kind']} payload {r['payload_bytes_sim']} B on the simulator, "
                  f"{r[f'payload_bytes_{transport}']} B on {transport}" for r in unequal[:5]]
         if len(unequal) > 5:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 from ..forks import own_std_streams
 from ..signals import sigint_deferred
 
-__all__ = ["Interrupted", "ProcessDied", "count_done", "default_workers", "pmap"]
+__all__ = ["Interrupted", "PluginLoadError", "ProcessDied", "count_done", "default_workers", "pmap"]
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
@@ -70,6 +70,22 @@ class ProcessDied(BrokenProcessPool):
         return (type(self), (self.exitcode,))
 
 
+class PluginLoadError(Exception):
+    """Raised by each task of a worker (started by spawn or forkserver) in which the parent's
+    plug-ins did not load: ``summary`` is the error in one line (what the plug-in raised, with the
+    note naming its file, or its module and entry point; and the worker's start method),
+    ``details`` its traceback in the worker; ``str()`` is both. Raised in the worker's initializer,
+    the error broke the pool: its traceback went to stderr as "Exception in initializer:", and a
+    sweep's points failed as "the point's process exited with status 0 before it finished"."""
+
+    def __init__(self, summary: str, details: str = "") -> None:
+        self.summary, self.details = summary, details
+        super().__init__(summary + (f"\n\n{details}" if details else ""))
+
+    def __reduce__(self):
+        return (type(self), (self.summary, self.details))
+
+
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -103,7 +119,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     Forked workers inherit the plug-ins loaded here (``fedsim.protocols.load_plugins``: ``--plugin``
     files, ``$FEDSIM_PLUGINS``, entry points); under the spawn or forkserver start method each
     worker loads the same ones (``plugin_files()``, and the entry points if they were loaded here)
-    before its first task.
+    before its first task; where they do not load, each task of that worker raises
+    :class:`PluginLoadError` (with ``on_error``: that task's failure).
 
     ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
     task order), so a long task does not start last and leave the other workers idle.
@@ -353,6 +370,7 @@ def _forward_beats(beats: Any, seen: set, final: bool = False) -> None:
 
 _STOPPING = False
 _IN_TASK = False
+_PLUGIN_ERROR: PluginLoadError | None = None  # the parent's plug-ins did not load here (see _init_worker)
 _PARENT: int | None = None  # the parent whose death stops this worker (see _stop_with_parent)
 
 
@@ -360,7 +378,9 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str]
     """Set a worker up (before it unpickles its first task). ``plugins``: ``(files,
     entry_points)``, the parent's plug-ins (``_worker_plugins``), loaded here for a worker that does
     not inherit them (spawn, forkserver); the worker loads exactly those (not ``$FEDSIM_PLUGINS``
-    anew: the parent's were among its files)."""
+    anew: the parent's were among its files). One that does not load there is not raised here
+    (the pool would break, its traceback on stderr): each task of this worker raises it, as a
+    :class:`PluginLoadError`, that task's failure."""
     own_std_streams()  # first: before anything here could write
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
@@ -380,7 +400,18 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str]
         _stop_with_parent(parent)
     beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
     if plugins is not None:  # (after the thread limits: a plug-in may import NumPy, PyTorch)
-        _load_plugins(*plugins)
+        global _PLUGIN_ERROR
+        try:
+            _load_plugins(*plugins)
+        except Exception as exc:
+            import traceback
+
+            notes = "".join(f" {n}" for n in getattr(exc, "__notes__", None) or ())
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            _PLUGIN_ERROR = PluginLoadError(
+                f"{type(exc).__name__}: {said}{notes} (in the task's worker process, started by "
+                f"{multiprocessing.get_start_method()}, which loads the parent's plug-ins anew)",
+                "".join(traceback.format_exception(exc)).rstrip("\n"))
     from ..experiment.live import NetworkWatch
 
     watch = NetworkWatch().start()
@@ -391,7 +422,7 @@ def _load_plugins(files: list[str], entry_points: bool) -> None:
     """In a worker: ``fedsim.protocols.load_plugins(files, entry_points=entry_points)``, with
     ``$FEDSIM_PLUGINS`` set aside meanwhile (the parent's files are the ones to load, and the
     parent's environment may have changed since it loaded them). An error propagates (with the
-    note naming the plug-in): the pool is then broken, and the initializer's traceback printed."""
+    note naming the plug-in)."""
     from ..protocols import load_plugins
 
     env = os.environ.pop("FEDSIM_PLUGINS", None)
@@ -477,6 +508,8 @@ def _task(fn: Callable[[Any], Any], t: Any) -> Any:
     global _IN_TASK
     if _STOPPING:
         raise Interrupted("stopped by the parent (Ctrl-C)")
+    if _PLUGIN_ERROR is not None:
+        raise _PLUGIN_ERROR
     _IN_TASK = True
     try:
         return fn(t)

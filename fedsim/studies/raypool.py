@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +34,8 @@ from typing import Any, Callable, Sequence
 
 from ..experiment import UsageError
 
-__all__ = ["ADDRESS_FORMS", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error", "address_problem", "import_ray",
-           "ray_available", "ray_map"]
+__all__ = ["ADDRESS_FORMS", "CPU_WAIT", "CPU_WAIT_VAR", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error",
+           "address_problem", "cpu_wait_from_env", "import_ray", "ray_available", "ray_map"]
 
 RAY_MISSING = ("--backend ray needs Ray, which is not installed: pip install 'fedsim-rec[ray]' "
                "(or pip install ray)")
@@ -143,18 +144,25 @@ class RaySession:
     raises ``UsageError`` when Ray is not installed or the address cannot be reached (a malformed
     ``address``, see :func:`address_problem`, is refused at construction) or when the cluster
     has no CPU (``cluster_resources``: a head started with ``--num-cpus=0`` and no other node;
-    Ray kept every task pending, for ever); leaving
+    Ray kept every task pending, for ever): at once for a local instance or a Ray initialised
+    already, after ``cpu_wait`` seconds (default ``$FEDSIM_RAY_CPU_WAIT`` or :data:`CPU_WAIT`;
+    0: at once) for a cluster (``address``), which may get a node with CPUs meanwhile (an
+    autoscaling one is asked for one; ``say(text)``, if given, tells the user of the wait); leaving
     shuts down what the session started (``shutdown_s``) or disconnects. SIGTERM keeps the
     handler it had while Ray starts (Ray's own are kept out: :class:`_sigterm_kept`), an
-    ignored one stays ignored.
+    ignored one stays ignored; a local instance's daemons get a process group of their own
+    (:class:`_daemons_apart`), so a SIGTERM to this process's group reaches this process alone.
     """
 
-    def __init__(self, address: str | None = None, *, cpus: int | None = None, log_to_driver: bool = False) -> None:
+    def __init__(self, address: str | None = None, *, cpus: int | None = None, log_to_driver: bool = False,
+                 cpu_wait: float | None = None, say: Callable[[str], None] | None = None) -> None:
         if address is not None:
             error = address_error(address)
             if error:
                 raise error
             address = address.strip()
+        self.cpu_wait = cpu_wait_from_env() if cpu_wait is None else float(cpu_wait)
+        self.say = say
         self.address = address
         self.cpus = cpus
         self.log_to_driver = log_to_driver
@@ -187,7 +195,7 @@ class RaySession:
             # while Ray starts (see _sigterm_kept) and put back after.
             term = _sigterm_handler()
             try:
-                with _sigterm_kept(term):
+                with _sigterm_kept(term), _daemons_apart():
                     if self.address is None:
                         ray.init(address="local", num_cpus=self.cpus or max(1, os.cpu_count() or 1), **kw)
                     else:
@@ -223,6 +231,18 @@ class RaySession:
             self.cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         except Exception:  # informative only
             self.cluster_cpus = None
+        waited = None
+        if self.cluster_cpus is not None and self.cluster_cpus < 1 and self.owned and self.address is not None \
+                and self.cpu_wait > 0:
+            # a cluster that may yet get CPUs (an autoscaling one, whose head has none, adds a worker
+            # node when asked): it was refused at once, as a head that never would
+            try:
+                self.cluster_cpus = _wait_for_cpus(ray, self.cpu_wait, self.say, self.address)
+            except BaseException:  # Ctrl-C meanwhile: leave nothing running
+                _quiet_shutdown()
+                self.owned = False
+                raise
+            waited = self.cpu_wait
         if self.cluster_cpus is not None and self.cluster_cpus < 1:
             # each task asks for one CPU: Ray kept every one pending, and the sweep waited for ever
             where = ("the Ray already initialised in this process" if not self.owned
@@ -231,6 +251,12 @@ class RaySession:
             if self.owned:
                 _quiet_shutdown()
                 self.owned = False
+            if waited is not None:
+                raise UsageError(
+                    f"{where} has had {self.cluster_cpus:g} CPUs for {waited:g} s (Ray's cluster_resources()), and "
+                    "each point runs as a Ray task of one CPU: none could start. Give it a node with CPUs (ray "
+                    f"start --address HEAD --num-cpus N); for an autoscaling cluster that takes longer to add one, "
+                    f"{CPU_WAIT_VAR}=SECONDS waits longer")
             raise UsageError(f"{where} has {self.cluster_cpus:g} CPUs (Ray's cluster_resources()), and each point "
                              "runs as a Ray task of one CPU: none could start. Give it a node with CPUs (ray start "
                              "--address HEAD --num-cpus N; an autoscaling cluster: a worker with CPUs kept up)")
@@ -251,6 +277,66 @@ class RaySession:
 
 
 CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
+CPU_WAIT = 300.0  # seconds a cluster of no CPU (--address) gets for a node with CPUs to join
+CPU_WAIT_VAR = "FEDSIM_RAY_CPU_WAIT"  # the environment variable that sets it
+
+
+def cpu_wait_from_env() -> float:
+    """The seconds a :class:`RaySession` on a cluster without CPUs waits for some to join:
+    ``$FEDSIM_RAY_CPU_WAIT`` (0: refuse at once), default :data:`CPU_WAIT`; ``UsageError`` for a
+    value that is not a number of seconds of 0 or more."""
+    text = os.environ.get(CPU_WAIT_VAR, "").strip()
+    if not text:
+        return CPU_WAIT
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        raise UsageError(f"${CPU_WAIT_VAR}={text}: expected the seconds a Ray cluster without CPUs gets for a node "
+                         f"with CPUs to join (a number, 0 or more; 0 refuses such a cluster at once; default "
+                         f"{CPU_WAIT:g})")
+    return value
+
+
+def _wait_for_cpus(ray: Any, wait: float, say: Callable[[str], None] | None, address: str) -> float:
+    """Wait up to ``wait`` seconds for the cluster to have a CPU (``cluster_resources()``), asking
+    an autoscaler for a node of one CPU meanwhile (``ray.autoscaler.sdk.request_resources``: an
+    autoscaler adds nodes for the demand it sees, and no task is pending yet; the request is
+    withdrawn after: the tasks are then the demand); ``say`` tells the user. Returns the CPUs
+    there are at the end (0 if none came)."""
+    if say:
+        say(f"the Ray cluster at {address} has no CPU (a head without CPUs, no worker node yet): waiting up to "
+            f"{wait:g} s for a node with CPUs to join ({CPU_WAIT_VAR} sets how long) ...")
+    try:
+        from ray.autoscaler.sdk import request_resources
+    except ImportError:  # another Ray's internals: no request, only the wait
+        request_resources = None
+    asked = False
+    if request_resources is not None:
+        try:
+            request_resources(bundles=[{"CPU": 1}])
+            asked = True
+        except Exception:  # no autoscaler to ask: the wait alone
+            pass
+    deadline = time.monotonic() + wait
+    cpus = 0.0
+    try:
+        while True:
+            try:
+                cpus = float(ray.cluster_resources().get("CPU", 0.0))
+            except Exception:  # a passing failure to read them: look again
+                cpus = 0.0
+            left = deadline - time.monotonic()
+            if cpus >= 1 or left <= 0:
+                return cpus
+            time.sleep(min(POLL * 2, left))
+    finally:
+        if asked:
+            try:
+                request_resources(bundles=[])
+            except Exception:
+                pass
 
 
 def _ray_target(address: str) -> str:
@@ -469,6 +555,43 @@ class _sigterm_kept:
             else:
                 setattr(obj, name, value)
         self.undo.clear()
+
+
+class _daemons_apart:
+    """The processes ``ray.init`` starts in the ``with`` block (a local instance's GCS, raylet, log
+    monitor, dashboard: through Ray's ``services.ConsolePopen``) in a session, so a process group,
+    of their own: they were in the driver's, and a SIGTERM to that group (a batch system's or a
+    service manager's stop, ``kill -- -PGID``) reached them as Ray started. The raylet or the GCS
+    then left while the driver's core worker connected to them, and Ray's C++ code ended the driver
+    with status 1 and its own lines ("Failed to register worker to Raylet", or a minute of "Failed
+    to connect to GCS"), without fedsim's message. Apart, they are stopped by the driver, which
+    handles the SIGTERM as Ctrl-C (``ray.shutdown``); they still end with it if it dies (Ray's
+    kernel fate-sharing, ``PR_SET_PDEATHSIG``). (Ray already blocks SIGINT in them: a terminal's
+    Ctrl-C.) A Ray without ``ConsolePopen`` (another version's internals) is left as it is."""
+
+    def __enter__(self) -> None:
+        self.services = None
+        if sys.platform == "win32":
+            return
+        try:
+            import ray._private.services as services
+        except ImportError:
+            return
+        popen = getattr(services, "ConsolePopen", None)
+        if not (isinstance(popen, type) and issubclass(popen, subprocess.Popen)):
+            return
+
+        class ApartPopen(popen):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.setdefault("start_new_session", True)
+                super().__init__(*args, **kwargs)
+
+        self.services, self.popen = services, popen
+        services.ConsolePopen = ApartPopen
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.services is not None:
+            self.services.ConsolePopen = self.popen
 
 
 def _keep_sigterm(handler: Any) -> None:

@@ -76,7 +76,7 @@ from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import OutputFolder, network_spec, recover_replaced, remove_dead_partials
 from ..kernel.errors import NetworkConfigError
-from .parallel import ProcessDied, default_workers, pmap
+from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
            "parse_grid",
@@ -419,6 +419,9 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
         write_atomic(out / "error.txt", first + "\n")
         return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
+    if isinstance(exc, PluginLoadError):  # (its process started by spawn or forkserver)
+        write_atomic(out / "error.txt", f"{exc.summary}\n\n{exc.details}\n")
+        return {"point": p.point, "status": "failed", "error": exc.summary, "out": str(out), "cleaned": cleaned}
     text = ANSI_CODES.sub("", str(exc))  # (Ray colours its task errors' first line for a terminal)
     first = text.strip().splitlines()[0] if text.strip() else ""
     error = f"{type(exc).__name__}: {first}"
@@ -643,7 +646,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
 
                 _check_unlocked(out)
                 import_ray(local=address is None)  # one that does not import: an error line alone, not after "starting ..."
-                ray = RaySession(address, cpus=workers, log_to_driver=not quiet)
+                ray = RaySession(address, cpus=workers, log_to_driver=not quiet,
+                                 say=None if quiet else lambda text: print(f"sweep: {text}", file=sys.stderr, flush=True))
                 if not quiet:
                     print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
                           file=sys.stderr, flush=True)
