@@ -586,7 +586,7 @@ def test_sigterm_to_the_process_group_while_ray_starts_stops_the_sweep_as_ctrl_c
     proc, tree, stderr, log = _ray_sweep_with_plugin(tmp_path, "term_group.py")
     started = tree.stop()
     assert (proc.returncode, stderr.splitlines()) == (143, [
-        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the run's output folder was not written"]), stderr
+        "sweep: starting a local Ray instance ...", "terminated (SIGTERM): the sweep ran no point and wrote nothing"]), stderr
     assert (tmp_path / "group.txt").read_text() == ""  # Ray's daemons were in another group
     assert not (tmp_path / "sw").exists() and not ran(log)
     assert_gone(started)
