@@ -8,6 +8,7 @@ manage datasets.
                  [--config sweep.toml] [run options]
     fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--link-model M]
                  [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
+    fedsim compare PROTOCOL [--against tcp|asyncio|T] [--processes 4] [run options but --transport]
     fedsim list
     fedsim data get|list|path ...
 
@@ -111,8 +112,13 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
                          "registers (fedsim list)")
     cp.add_argument("--processes", action=StoreOnce, type=int, default=4,
                     help="worker processes of the tcp run (default 4)")
-    add_run_arguments(cp)
-    sub.add_parser("list", help="list scenarios and protocols")
+    add_run_arguments(cp, helps={
+        "profile": "network profile: ideal, lan, wan, mobile (default lan)",
+        "set": "a field of the protocol's configuration (repeatable; the fields: fedsim run PROTOCOL --help)",
+        "transport": "sim only: fedsim compare runs the simulator itself; name the other transport with --against",
+        "out": "output folder (default: runs/<timestamp>-compare-<protocol>); must not exist or be empty, unless "
+               "--force"})
+    sub.add_parser("list", help="list scenarios, protocols, network profiles, link models and transports")
     from .data import cli as data_cli
 
     data_cli.add_subparser(sub)
@@ -138,7 +144,8 @@ def params_help(mod) -> str:
 
 
 def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:
-    """(command, scenario) when ``argv`` asks for ``run NAME --help`` or ``sweep NAME --help``."""
+    """(command, scenario) when ``argv`` asks for ``run [NAME] --help`` (``run --help``: the default
+    scenario's) or ``sweep NAME --help``."""
     if not ({"-h", "--help"} & set(argv)):
         return None, None
     rest = [a for a in argv if a not in ("-h", "--help")]
@@ -148,6 +155,8 @@ def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:
     except SystemExit:
         return None, None
     if pre.command not in ("run", "sweep"):
+        return None, None
+    if pre.command == "sweep" and pre.scenario is None:  # (a sweep has no default scenario)
         return None, None
     return pre.command, pre.scenario or DEFAULT_SCENARIO
 

@@ -90,6 +90,43 @@ def test_help_prints_help_and_no_error(argv, capsys):
     assert exc.value.code == 0 and out.startswith("usage: fedsim") and err == "", err
 
 
+def _help_text(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and err == "", err
+    return re.sub(r"\s+", " ", out)
+
+
+def test_help_texts_say_what_each_command_does_and_defaults_to(capsys):
+    """What docs/cli.md says, and the commands do: before, `fedsim --help` said `list` lists
+    "scenarios and protocols" (it also lists the profiles, link models and transports);
+    `fedsim sweep --help` listed the parameters of quickstart, as if a sweep ran it by default
+    (a sweep without a name is an error); `fedsim compare --help` gave run's texts: its profile's
+    default "the scenario's, usually ideal" (compare's is lan), --set "a scenario parameter",
+    --transport offering asyncio and tcp (compare refuses every transport but sim) and an output
+    folder runs/<timestamp>-<scenario>. Every run's --data named three of the seven synthetic
+    presets and not the Foursquare city files it takes."""
+    top = _help_text(["--help"], capsys)
+    assert "list list scenarios, protocols, network profiles, link models and transports" in top
+    sweep = _help_text(["sweep", "--help"], capsys)
+    assert "parameters of quickstart" not in sweep
+    assert "fedsim sweep NAME --help lists the parameters of NAME" in sweep
+    assert "parameters of quickstart" in _help_text(["run", "--help"], capsys)  # run's default
+    assert "parameters of fedrec" in _help_text(["sweep", "fedrec", "--help"], capsys)
+    compare = _help_text(["compare", "--help"], capsys)
+    assert "--profile PROFILE network profile: ideal, lan, wan, mobile (default lan)" in compare
+    assert "--set KEY=VALUE a field of the protocol's configuration (repeatable; the fields: fedsim run " \
+           "PROTOCOL --help)" in compare
+    assert "--transport TRANSPORT sim only: fedsim compare runs the simulator itself; name the other " \
+           "transport with --against" in compare
+    assert "--out OUT output folder (default: runs/<timestamp>-compare-<protocol>)" in compare
+    assert "usually ideal" not in compare and "set a scenario parameter" not in compare
+    # --data: seven presets, and Foursquare city files (docs/cli.md), not the three it named
+    assert "--data DATA dataset: a synthetic preset (tiny, ml100k-like, ml1m-like, ...: docs/data.md), a " \
+           "MovieLens folder or ratings file, a Foursquare city file, or a downloaded name (ml-100k)" in compare
+
+
 def test_list_summaries_are_whole_first_sentences():
     from fedsim.experiment import first_sentence, list_scenarios
 
