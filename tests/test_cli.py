@@ -325,6 +325,10 @@ def test_a_trace_of_more_clients_than_the_tiny_preset_has_is_refused_naming_the_
     ("fedavg-ae", ["clients=5"], "--set clients: a trace's clients are its --clients; give --clients 5 instead"),
     ("demo", ["rounds=4"], "--set rounds: a trace's rounds are its --rounds; give --rounds 4 instead"),
     ("fedrec", ["d=4", "T=4"], "--set T: a trace's rounds are its --rounds; give --rounds 4 instead"),
+    # docs/cli.md's `--set rounds=4` for a protocol whose rounds field has another name: before, "unknown
+    # parameter 'rounds' for protocol fedrec (known: T, ...)", not saying that --rounds is the way
+    ("fedrec", ["rounds=4"], "--set rounds: a trace's rounds are its --rounds (fedrec counts them in T); give "
+                             "--rounds 4 instead"),
 ])
 def test_a_trace_refuses_a_set_of_its_own_clients_or_rounds(name, sets, message, tmp_path):
     from fedsim.experiment import UsageError
