@@ -35,6 +35,7 @@ import io
 import os
 import signal
 import sys
+import warnings
 from typing import Sequence
 
 from . import __version__
@@ -423,7 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line; SIGTERM stops it as Ctrl-C does (``sigterm_as_interrupt``: the output
     folder is not written), with ``terminated (SIGTERM)`` for ``interrupted`` and status 143."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    with sigterm_as_interrupt() as term:
+    with sigterm_as_interrupt() as term, warnings.catch_warnings():
+        warnings.showwarning = show_warning
         try:
             status = _main(argv, term)
         except KeyboardInterrupt:  # before a command runs (parsing, --help's scenario, imports): _main catches the rest
@@ -435,6 +437,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
     return 128 + signal.SIGTERM if term and status == 130 else status
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """How the command line shows a warning (``warnings.showwarning`` while it runs): fedsim's own
+    (``ExposedDenoiserWarning``: settings it runs but warns about) as one line, ``warning:
+    MESSAGE``, since the place of fedsim's source that noticed it is nothing the user can change;
+    any other as Python shows it, with its file and line."""
+    out = sys.stderr if file is None else file
+    if out is None:
+        return
+    if getattr(category, "__module__", "").split(".")[0] == "fedsim":
+        text = f"warning: {message}\n"
+    else:
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+    try:
+        out.write(text)
+    except OSError:
+        pass
 
 
 def _stopped(term: list[int]) -> str:

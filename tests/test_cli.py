@@ -127,6 +127,24 @@ def test_help_texts_say_what_each_command_does_and_defaults_to(capsys):
            "MovieLens folder or ratings file, a Foursquare city file, or a downloaded name (ml-100k)" in compare
 
 
+def test_a_warning_about_the_settings_is_one_line_not_a_line_of_fedsims_source(capsys, tmp_path):
+    """docs/cli.md's `fedsim trace fedrecpp --set eta=2` (eta above n/2 on the 3 clients of a trace,
+    whose preset allows it) warns that a denoiser is exposed. Before, Python showed the warning as
+    `/.../fedsim/studies/trace.py:185: ExposedDenoiserWarning: ...` followed by that line of
+    fedsim's source, `job = spec.build(net, data, cfg)`, which is no place the user can change;
+    now one line saying what is wrong with the settings. Other warnings are shown as Python shows them."""
+    import warnings
+
+    assert main(["trace", "fedrecpp", "--set", "eta=2", "--html", "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert err == ("warning: eta = 2 > n/2 = 1.5: 1 denoiser(s) get no ordinary client, so their own gradients "
+                   "reach the server undisguised\n")
+    from fedsim.cli import show_warning
+
+    show_warning(DeprecationWarning("old"), DeprecationWarning, "/x/y.py", 7)
+    assert capsys.readouterr().err == warnings.formatwarning("old", DeprecationWarning, "/x/y.py", 7)
+
+
 def test_list_summaries_are_whole_first_sentences():
     from fedsim.experiment import first_sentence, list_scenarios
 
