@@ -8,6 +8,7 @@ manage datasets.
                  [--config sweep.toml] [run options]
     fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--link-model M]
                  [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
+    fedsim compare PROTOCOL [--against tcp|asyncio|T] [--processes 4] [run options but --transport]
     fedsim list
     fedsim data get|list|path ...
 
@@ -34,6 +35,7 @@ import io
 import os
 import signal
 import sys
+import warnings
 from typing import Sequence
 
 from . import __version__
@@ -111,8 +113,13 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
                          "registers (fedsim list)")
     cp.add_argument("--processes", action=StoreOnce, type=int, default=4,
                     help="worker processes of the tcp run (default 4)")
-    add_run_arguments(cp)
-    sub.add_parser("list", help="list scenarios and protocols")
+    add_run_arguments(cp, helps={
+        "profile": "network profile: ideal, lan, wan, mobile (default lan)",
+        "set": "a field of the protocol's configuration (repeatable; the fields: fedsim run PROTOCOL --help)",
+        "transport": "sim only: fedsim compare runs the simulator itself; name the other transport with --against",
+        "out": "output folder (default: runs/<timestamp>-compare-<protocol>); must not exist or be empty, unless "
+               "--force"})
+    sub.add_parser("list", help="list scenarios, protocols, network profiles, link models and transports")
     from .data import cli as data_cli
 
     data_cli.add_subparser(sub)
@@ -138,7 +145,8 @@ def params_help(mod) -> str:
 
 
 def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:
-    """(command, scenario) when ``argv`` asks for ``run NAME --help`` or ``sweep NAME --help``."""
+    """(command, scenario) when ``argv`` asks for ``run [NAME] --help`` (``run --help``: the default
+    scenario's) or ``sweep NAME --help``."""
     if not ({"-h", "--help"} & set(argv)):
         return None, None
     rest = [a for a in argv if a not in ("-h", "--help")]
@@ -148,6 +156,8 @@ def _scenario_for_help(argv: list[str]) -> tuple[str | None, str | None]:
     except SystemExit:
         return None, None
     if pre.command not in ("run", "sweep"):
+        return None, None
+    if pre.command == "sweep" and pre.scenario is None:  # (a sweep has no default scenario)
         return None, None
     return pre.command, pre.scenario or DEFAULT_SCENARIO
 
@@ -422,7 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     The process ends with the status returned, also after a Ctrl-C handled while a module
     imported (``returns_its_status``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    with sigterm_as_interrupt() as term:
+    with sigterm_as_interrupt() as term, warnings.catch_warnings():
+        warnings.showwarning = show_warning
         try:
             status = _main(argv, term)
         except KeyboardInterrupt:  # before a command runs (parsing, --help's scenario, imports): _main catches the rest
@@ -439,6 +450,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 # what a sweep stopped before it knew its folder leaves (loading the plug-ins, the scenario:
 # numba's warm-up), or before it wrote in a folder that was not there
 NO_SWEEP_WRITTEN = "the sweep ran no point and wrote nothing"
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """How the command line shows a warning (``warnings.showwarning`` while it runs): fedsim's own
+    (``ExposedDenoiserWarning``: settings it runs but warns about) as one line, ``warning:
+    MESSAGE``, since the place of fedsim's source that noticed it is nothing the user can change;
+    any other as Python shows it, with its file and line."""
+    out = sys.stderr if file is None else file
+    if out is None:
+        return
+    if getattr(category, "__module__", "").split(".")[0] == "fedsim":
+        text = f"warning: {message}\n"
+    else:
+        text = warnings.formatwarning(message, category, filename, lineno, line)
+    try:
+        out.write(text)
+    except OSError:
+        pass
 
 
 def _stopped(term: list[int]) -> str:

@@ -90,6 +90,61 @@ def test_help_prints_help_and_no_error(argv, capsys):
     assert exc.value.code == 0 and out.startswith("usage: fedsim") and err == "", err
 
 
+def _help_text(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and err == "", err
+    return re.sub(r"\s+", " ", out)
+
+
+def test_help_texts_say_what_each_command_does_and_defaults_to(capsys):
+    """What docs/cli.md says, and the commands do: before, `fedsim --help` said `list` lists
+    "scenarios and protocols" (it also lists the profiles, link models and transports);
+    `fedsim sweep --help` listed the parameters of quickstart, as if a sweep ran it by default
+    (a sweep without a name is an error); `fedsim compare --help` gave run's texts: its profile's
+    default "the scenario's, usually ideal" (compare's is lan), --set "a scenario parameter",
+    --transport offering asyncio and tcp (compare refuses every transport but sim) and an output
+    folder runs/<timestamp>-<scenario>. Every run's --data named three of the seven synthetic
+    presets and not the Foursquare city files it takes."""
+    top = _help_text(["--help"], capsys)
+    assert "list list scenarios, protocols, network profiles, link models and transports" in top
+    sweep = _help_text(["sweep", "--help"], capsys)
+    assert "parameters of quickstart" not in sweep
+    assert "fedsim sweep NAME --help lists the parameters of NAME" in sweep
+    assert "parameters of quickstart" in _help_text(["run", "--help"], capsys)  # run's default
+    assert "parameters of fedrec" in _help_text(["sweep", "fedrec", "--help"], capsys)
+    compare = _help_text(["compare", "--help"], capsys)
+    assert "--profile PROFILE network profile: ideal, lan, wan, mobile (default lan)" in compare
+    assert "--set KEY=VALUE a field of the protocol's configuration (repeatable; the fields: fedsim run " \
+           "PROTOCOL --help)" in compare
+    assert "--transport TRANSPORT sim only: fedsim compare runs the simulator itself; name the other " \
+           "transport with --against" in compare
+    assert "--out OUT output folder (default: runs/<timestamp>-compare-<protocol>)" in compare
+    assert "usually ideal" not in compare and "set a scenario parameter" not in compare
+    # --data: seven presets, and Foursquare city files (docs/cli.md), not the three it named
+    assert "--data DATA dataset: a synthetic preset (tiny, ml100k-like, ml1m-like, ...: docs/data.md), a " \
+           "MovieLens folder or ratings file, a Foursquare city file, or a downloaded name (ml-100k)" in compare
+
+
+def test_a_warning_about_the_settings_is_one_line_not_a_line_of_fedsims_source(capsys, tmp_path):
+    """docs/cli.md's `fedsim trace fedrecpp --set eta=2` (eta above n/2 on the 3 clients of a trace,
+    whose preset allows it) warns that a denoiser is exposed. Before, Python showed the warning as
+    `/.../fedsim/studies/trace.py:185: ExposedDenoiserWarning: ...` followed by that line of
+    fedsim's source, `job = spec.build(net, data, cfg)`, which is no place the user can change;
+    now one line saying what is wrong with the settings. Other warnings are shown as Python shows them."""
+    import warnings
+
+    assert main(["trace", "fedrecpp", "--set", "eta=2", "--html", "--out", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert err == ("warning: eta = 2 > n/2 = 1.5: 1 denoiser(s) get no ordinary client, so their own gradients "
+                   "reach the server undisguised\n")
+    from fedsim.cli import show_warning
+
+    show_warning(DeprecationWarning("old"), DeprecationWarning, "/x/y.py", 7)
+    assert capsys.readouterr().err == warnings.formatwarning("old", DeprecationWarning, "/x/y.py", 7)
+
+
 def test_list_summaries_are_whole_first_sentences():
     from fedsim.experiment import first_sentence, list_scenarios
 
@@ -288,6 +343,10 @@ def test_a_trace_of_more_clients_than_the_tiny_preset_has_is_refused_naming_the_
     ("fedavg-ae", ["clients=5"], "--set clients: a trace's clients are its --clients; give --clients 5 instead"),
     ("demo", ["rounds=4"], "--set rounds: a trace's rounds are its --rounds; give --rounds 4 instead"),
     ("fedrec", ["d=4", "T=4"], "--set T: a trace's rounds are its --rounds; give --rounds 4 instead"),
+    # docs/cli.md's `--set rounds=4` for a protocol whose rounds field has another name: before, "unknown
+    # parameter 'rounds' for protocol fedrec (known: T, ...)", not saying that --rounds is the way
+    ("fedrec", ["rounds=4"], "--set rounds: a trace's rounds are its --rounds (fedrec counts them in T); give "
+                             "--rounds 4 instead"),
 ])
 def test_a_trace_refuses_a_set_of_its_own_clients_or_rounds(name, sets, message, tmp_path):
     from fedsim.experiment import UsageError

@@ -398,3 +398,47 @@ def test_the_built_in_models_subclassed_keep_their_times_in_order_and_are_checke
     fates = {s for s, *_ in ledgers[0]}
     notes = {n for _, n, *_ in ledgers[0]}
     assert fates == {"delivered", "lost"} and {"link loss", "sender offline", "receiver offline"} <= notes
+
+
+def test_a_delivery_scheduled_at_the_end_minus_now_is_not_refused_for_the_clocks_rounding():
+    # A model that means to deliver at the time it wrote into the row schedules net.deliver after
+    # `end - net.now()` seconds (as docs/network-model.md's SharedMedium does); the clock then reads
+    # now + (end - now), which rounds to an ulp below end for some times: sent at 0.000256 s, ending
+    # at 0.00078 s, it read 0.0007799999999999999. Before, the order check refused that copy as
+    # arriving before its last byte left; now it arrives at the time the model meant.
+    class AtEnd(LinkModel):
+        def transmit(self, net, src, dst, envelope):
+            end = 0.00078
+            envelope.row[TX_START] = net.now()
+            envelope.row[TX_END] = envelope.row[RX_START] = end
+            net.schedule(end - net.now(), net.deliver, envelope, dst)
+
+    assert 0.000256 + (0.00078 - 0.000256) < 0.00078  # the rounding this is about
+
+    async def a(ctx):
+        await ctx.sleep(0.000256)
+        await ctx.send("b", "x", {"v": 1.0})
+
+    async def b(ctx):
+        return (await ctx.receive("x")).payload["v"]
+
+    net = SimNetwork(seed=0, link_model=AtEnd())
+    net.add_node("a", a, role="server")
+    net.add_node("b", b)
+    res = net.run()
+    assert res.results["b"] == 1.0
+    (row,) = res.ledger.records()
+    assert (row["status"], row["send_time"], row["tx_end"], row["rx_start"], row["arrival_time"]) == (
+        "delivered", 0.000256, 0.00078, 0.00078, 0.00078)
+
+
+def test_an_arrival_more_than_the_clocks_rounding_before_the_last_byte_is_still_refused():
+    class Ulps(LinkModel):
+        def transmit(self, net, src, dst, envelope):
+            envelope.row[TX_START] = net.now()
+            envelope.row[TX_END] = envelope.row[RX_START] = 1.0 + 64 * math.ulp(1.0)
+            net.schedule(1.0 - net.now(), net.deliver, envelope, dst)
+
+    net = _net(Ulps())
+    with pytest.raises(NetworkConfigError, match="arrival_time 1.0 s is before tx_end 1.0000000000000142 s"):
+        net.run()

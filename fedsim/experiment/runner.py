@@ -539,33 +539,39 @@ class FlagOnce(argparse.Action):
         setattr(namespace, self.dest, True)
 
 
-def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+def add_run_arguments(ap: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
     """Add the options every run takes (``--data --out --set --seed --profile --link-model
     --transport --loss --dropout --dropout-window --quiet --ledger --force --config``) to
-    ``ap``; ``fedsim run``, ``fedsim sweep`` and :func:`scenario_main` share them. Options not
-    given are None (or empty), so that a configuration file can fill them
+    ``ap``; ``fedsim run``, ``fedsim sweep``, ``fedsim compare`` and :func:`scenario_main` share
+    them. Options not given are None (or empty), so that a configuration file can fill them
     (:func:`resolve_run_options`). Each may be given once (a second ``--seed`` is an error naming
-    it), except ``--set``, which takes one key each time."""
+    it), except ``--set``, which takes one key each time. ``helps`` replaces the help text of
+    options by destination (``{"profile": ...}``: a command whose default differs says its own)."""
+    helps = helps or {}
     ap.add_argument("--config", action=StoreOnce, metavar="FILE.toml",
                     help="read the run's options from a TOML file (see docs/cli.md); options given here override it")
     ap.add_argument("--data", action=StoreOnce,
-                    help="dataset: a synthetic preset (tiny, ml100k-like, ml1m-like), "
-                         "a MovieLens folder or ratings file, or a downloaded name (ml-100k)")
+                    help="dataset: a synthetic preset (tiny, ml100k-like, ml1m-like, ...: docs/data.md), "
+                         "a MovieLens folder or ratings file, a Foursquare city file, or a downloaded name "
+                         "(ml-100k)")
     ap.add_argument("--out", action=StoreOnce,
-                    help="output folder (default: runs/<timestamp>-<scenario>); must not exist "
-                         "or be empty, unless --force")
+                    help=helps.get("out", "output folder (default: runs/<timestamp>-<scenario>); must not exist "
+                                   "or be empty, unless --force"))
     ap.add_argument("--force", action=FlagOnce, help="replace what --out holds (when the run completes)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="set a scenario parameter (repeatable; the parameters: fedsim run NAME --help)")
+                    help=helps.get("set", "set a scenario parameter (repeatable; the parameters: fedsim run NAME "
+                                          "--help)"))
     ap.add_argument("--seed", action=StoreOnce, type=int, default=None, help="experiment seed (default 0)")
     ap.add_argument("--profile", action=StoreOnce, default=None,
-                    help="network profile: ideal, lan, wan, mobile (default: the scenario's, usually ideal)")
+                    help=helps.get("profile", "network profile: ideal, lan, wan, mobile (default: the scenario's, "
+                                              "usually ideal)"))
     ap.add_argument("--link-model", action=StoreOnce, default=None, dest="link_model",
                     help="simulated links: fifo (store-and-forward, default), fair (max-min fair flows), "
                          "tcp (fair flows plus TCP start-up), or one a --plugin registers (fedsim list)")
     ap.add_argument("--transport", action=StoreOnce, default=None,
-                    help="sim (simulated network, default), asyncio (one process, real time), tcp "
-                         "(separate processes over TCP on loopback), or one a --plugin registers (fedsim list)")
+                    help=helps.get("transport", "sim (simulated network, default), asyncio (one process, real "
+                                                "time), tcp (separate processes over TCP on loopback), or one a "
+                                                "--plugin registers (fedsim list)"))
     add_fault_arguments(ap)
     ap.add_argument("--quiet", action=FlagOnce, help="no progress display or printed tables (the "
                                                       "closing line still names the output folder)")

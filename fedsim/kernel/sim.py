@@ -47,6 +47,9 @@ _NAN = math.nan
 # of positions in _TIME_NAMES where a may not come after b
 _TIME_NAMES = ("send_time", "tx_start", "tx_end", "rx_start", "arrival_time")
 _ORDER = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 4), (3, 4))
+# how far below a model's own end time the clock may read when the model scheduled its delivery
+# after `end - now` (plus latencies) seconds: each of those few float operations rounds by half an ulp
+_CLOCK_ROUNDING_ULPS = 4
 _GC_GEN0 = 1_000_000
 
 
@@ -356,7 +359,13 @@ class SimNetwork(Network):
 
     def _deliver_checked(self, envl: Envelope, dst: Node) -> None:
         """``deliver`` for a link model of the user's own: refuses a copy already delivered or
-        lost, and one whose timing fields were left unset (NaN in the ledger)."""
+        lost, and one whose timing fields were left unset (NaN in the ledger).
+
+        A model that delivers at the time it wrote as ``TX_END`` or ``RX_START`` schedules
+        ``net.deliver`` after ``end - net.now()`` seconds, and the clock then reads ``now + (end -
+        now)``, which can round a few ulps below ``end`` (sent at 0.000256 s, ending at 0.00078 s:
+        0.0007799999999999999). Such a copy arrives at ``end``, the time the model meant, in the
+        ledger; an arrival earlier than that rounding is refused (``_check_order``)."""
         row = envl.row
         if row[STATUS] != "in_flight":
             raise self._settled_twice(envl, "deliver")
@@ -366,9 +375,14 @@ class SimNetwork(Network):
                 f"link model {self._model_label()} delivered {envl.describe()} without filling its timing "
                 f"fields (tx_start {row[TX_START]!r}, tx_end {row[TX_END]!r}, rx_start {row[RX_START]!r}): "
                 "transmit must set envelope.row[TX_START], [TX_END] and [RX_START] before net.deliver")
-        self._check_order(envl, self.queue.now)
+        arrival = self.queue.now
+        last = max(row[TX_END], row[RX_START])
+        rounded = arrival < last <= arrival + _CLOCK_ROUNDING_ULPS * math.ulp(last)
+        self._check_order(envl, last if rounded else arrival)
         SimNetwork.deliver(self, envl, dst)
         if row[STATUS] == "delivered":  # (lost instead, an offline end: counted by _lose_checked)
+            if rounded:
+                row[ARRIVAL] = last
             self.settled += 1
 
     def _lose_checked(self, envl: Envelope, note: str) -> None:

@@ -65,7 +65,8 @@ def trace_options(name: str, sets: list[str]) -> dict:
     <= 1, got 2.0``). The protocol's rounds (its spec's ``rounds_field``) and a ``clients`` field
     are the trace's ``--rounds`` and ``--clients``, refused here (``--set rounds: a trace's rounds
     are its --rounds; give --rounds 5``): set, they ran a run other than the page's title said,
-    and ``--set clients`` passed by the tiny preset's bound."""
+    and ``--set clients`` passed by the tiny preset's bound. ``--set rounds`` for a protocol whose
+    rounds field has another name (FedRec's ``T``) is refused the same way, naming that field."""
     spec = REGISTRY[name]
     infos = {f.name: f for f in fields_of(spec.Config)}
     out = {}
@@ -73,6 +74,9 @@ def trace_options(name: str, sets: list[str]) -> dict:
         if "=" not in s:
             raise UsageError(f"--set expects key=value, got {s!r}")
         k, v = (x.strip() for x in s.split("=", 1))
+        if k == "rounds" and k not in infos:  # (the protocol counts them in another field, FedRec's T)
+            raise UsageError(f"--set rounds: a trace's rounds are its --rounds ({name} counts them in "
+                             f"{spec.rounds_field}); give --rounds {v} instead")
         if k not in infos:
             raise UsageError(unknown_key_message(k, infos, f"protocol {name}"))
         for field, option, what in ((spec.rounds_field, "--rounds", "rounds"), ("clients", "--clients", "clients")):
