@@ -581,7 +581,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     out = Path(out) if out else default_sweep_dir(scenario, grid, fixed, data, int(seed), base)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
-    if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
+    # (its lock alone is a sweep's too: one stopped after taking it, before it wrote sweep.json, said
+    # "the same command resumes the sweep" and the same command was then refused here)
+    if out.is_dir() and not (out / "sweep.json").exists() and any(f.name != ".sweep.lock" for f in out.iterdir()) \
+            and not force:
         raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
                          "or --force to write the sweep beside what is there")
     finished: list[dict] = []  # the summary, once every point has ended and the files are written
