@@ -249,3 +249,16 @@ def test_failed_points_run_again_are_counted_as_rerun_and_their_old_folders_clea
     assert "sweep scn: 4 points, 3 done before, 1 to run" in log
     assert sorted(f.name for f in (out / "x=3").iterdir()) == sorted(f.name for f in (out / "x=1").iterdir())
     assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,10", "2,20", "3,30", "4,40"]
+
+
+def test_a_sweep_of_an_empty_grid_runs_its_one_point_and_writes_its_report(tmp_path):
+    # the cartesian product of no axes is one point ("default"): it ran, and then the report's plots
+    # looked for an axis to plot against, an IndexError out of run_sweep over a sweep.json that said
+    # "finished" and the report.md of the sweep's start
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x'] * 10 + 1}, {'m': 5}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {}, out, workers=1, quiet=True)
+    assert (s["done"], s["failed"], s["not_run"]) == ([{}], [], [])
+    assert (out / "combined_t.csv").read_text().splitlines() == ["m", "1", "5"]
+    assert "1 of 1 points finished. Finished." in (out / "report.md").read_text()
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"

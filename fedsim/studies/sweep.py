@@ -513,7 +513,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
               net: Any = None, workers: int | None = None, progress=None, force: bool = False,
               quiet: bool = True, backend: str = "local", address: str | None = None,
               ledger: bool = False) -> dict:
-    """Run every point of ``grid`` (cartesian product) that is not done with the same
+    """Run every point of ``grid`` (cartesian product; of an empty grid, the one point ``default``, the scenario's
+    defaults with ``fixed``) that is not done with the same
     configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
     ``skipped`` (done before), ``rerun`` (stale, corrupted or failed points run again), ``failed``,
     ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (``name``,
@@ -1169,7 +1170,7 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    if not data:
+    if not data or not axes:  # (an empty grid, one point: no axis to plot against; it was an IndexError)
         return []
     last = ""
     step = next((c for c in ("round", "iteration", "epoch") if c in cols), None)
