@@ -538,7 +538,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
     before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
-    sweep is raised after the same, sweep.json and report.md saying *interrupted*."""
+    sweep is raised after the same, sweep.json and report.md saying *interrupted* (an error as the
+    sweep writes its files after its points: sweep.json)."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
@@ -906,6 +907,17 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             # (report.md is then the start's, "Running, or killed"), the same command resumes.
             interrupted = True
             _write_state(out, info, statuses, interrupted=True)
+        except BaseException:
+            # an error as the sweep wrote its files after its points ended (a full disk): it went
+            # out with sweep.json saying "finished" over the report.md of the sweep's start, and
+            # sweep.log left open without its last line. Interrupted, as on Ctrl-C (the same
+            # command resumes, and writes the files), then raised.
+            interrupted = True
+            try:
+                _write_state(out, info, statuses, interrupted=True)
+            finally:
+                display.finish("interrupted")
+            raise
         display.finish("interrupted" if interrupted else "finished")
     used: dict[str, Any] = {"name": backend, "run_s": run_s}
     if session is not None:
