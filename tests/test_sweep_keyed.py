@@ -377,6 +377,35 @@ def test_a_plot_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkey
     assert json.loads((out / "sweep.json").read_text())["state"] == "interrupted"
 
 
+def test_a_combined_table_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkeypatch):
+    # combined_T.csv is written into .combined_T.csv.PID.tmp, then renamed: a Ctrl-C while it was
+    # written left that hidden file beside the points after the sweep had ended (the sweep's own
+    # process: only the next run removed it)
+    from fedsim.studies import sweep
+    from fedsim.studies.sweep import SweepInterrupted
+
+    script, _ = logging_scenario(tmp_path)
+    real = sweep.write_csv
+    calls = []
+
+    def interrupted(path, rows, columns, **kwargs):
+        real(path, rows, columns, **kwargs)
+        calls.append(Path(path).name)
+        raise KeyboardInterrupt  # (the sweep's start wrote none: no point was done before)
+
+    monkeypatch.setattr(sweep, "write_csv", interrupted)
+    out = tmp_path / "sw"
+    raised = None
+    try:
+        run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
+        raised = exc
+    assert calls == [f".combined_t.csv.{os.getpid()}.tmp"]
+    assert sorted(p.name for p in out.glob(".*")) == [".sweep.lock"]
+    assert type(raised) is SweepInterrupted and raised.summary["not_run"] == []
+    assert json.loads((out / "sweep.json").read_text())["state"] == "interrupted"
+
+
 def test_link_model_loss_and_data_are_grid_axes_too(tmp_path):
     from fedsim.experiment import load_scenario
     from fedsim.studies.sweep import parse_grid

@@ -1056,8 +1056,12 @@ def combine(out: Path, points: list[dict]) -> list[str]:
         path = out / f"combined_{tname}.csv"
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         cols = headers[tname]
-        write_csv(tmp, [vals + [cells.get(c, "") for c in cols] for vals, cells in rows], keys + cols)
-        os.replace(tmp, path)
+        try:
+            write_csv(tmp, [vals + [cells.get(c, "") for c in cols] for vals, cells in rows], keys + cols)
+            os.replace(tmp, path)
+        except BaseException:  # (a Ctrl-C, a full disk: the hidden file stayed beside the points)
+            tmp.unlink(missing_ok=True)
+            raise
         paths.append(str(path))
     for old in out.glob("combined_*.csv"):
         if str(old) not in paths:
