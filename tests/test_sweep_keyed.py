@@ -286,6 +286,30 @@ def test_ctrl_c_before_any_point_ran_says_what_the_sweep_left(tmp_path, monkeypa
 
 
 
+def test_ctrl_c_after_the_sweep_took_its_folder_before_it_wrote_there_resumes_as_said(tmp_path, monkeypatch, capsys):
+    # stopped after the sweep made its folder and took its lock, before sweep.json: the line said
+    # "the same command resumes the sweep in OUT/", and the same command was refused ("--out OUT is
+    # not empty and holds no sweep"), the folder holding the sweep's own .sweep.lock alone
+    from fedsim import cli
+    from fedsim.studies import sweep
+
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "_remove_leftovers", interrupted)  # (the first thing done holding the lock)
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    assert capsys.readouterr().err == f"interrupted: no point was run; the same command resumes the sweep in {out}/\n"
+    assert sorted(f.name for f in out.iterdir()) == [".sweep.lock"]
+    monkeypatch.undo()
+    assert cli.main(args) == 0
+    assert "2 points, 2 run, 0 already done, 0 failed" in capsys.readouterr().out
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
 def test_ctrl_c_while_ray_shuts_down_after_the_points_is_an_interrupted_sweep(tmp_path, monkeypatch, capsys):
     # every point ran and the sweep's files were written, then a Ctrl-C while Ray shut down (it
     # takes a while): a plain KeyboardInterrupt, and the command line said nothing had been run.
@@ -348,6 +372,35 @@ def test_a_plot_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkey
         run_sweep(str(script), {"x": [1, 2]}, out, workers=1)
     except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
         raised = exc
+    assert sorted(p.name for p in out.glob(".*")) == [".sweep.lock"]
+    assert type(raised) is SweepInterrupted and raised.summary["not_run"] == []
+    assert json.loads((out / "sweep.json").read_text())["state"] == "interrupted"
+
+
+def test_a_combined_table_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkeypatch):
+    # combined_T.csv is written into .combined_T.csv.PID.tmp, then renamed: a Ctrl-C while it was
+    # written left that hidden file beside the points after the sweep had ended (the sweep's own
+    # process: only the next run removed it)
+    from fedsim.studies import sweep
+    from fedsim.studies.sweep import SweepInterrupted
+
+    script, _ = logging_scenario(tmp_path)
+    real = sweep.write_csv
+    calls = []
+
+    def interrupted(path, rows, columns, **kwargs):
+        real(path, rows, columns, **kwargs)
+        calls.append(Path(path).name)
+        raise KeyboardInterrupt  # (the sweep's start wrote none: no point was done before)
+
+    monkeypatch.setattr(sweep, "write_csv", interrupted)
+    out = tmp_path / "sw"
+    raised = None
+    try:
+        run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
+        raised = exc
+    assert calls == [f".combined_t.csv.{os.getpid()}.tmp"]
     assert sorted(p.name for p in out.glob(".*")) == [".sweep.lock"]
     assert type(raised) is SweepInterrupted and raised.summary["not_run"] == []
     assert json.loads((out / "sweep.json").read_text())["state"] == "interrupted"

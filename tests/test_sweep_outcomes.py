@@ -249,3 +249,47 @@ def test_failed_points_run_again_are_counted_as_rerun_and_their_old_folders_clea
     assert "sweep scn: 4 points, 3 done before, 1 to run" in log
     assert sorted(f.name for f in (out / "x=3").iterdir()) == sorted(f.name for f in (out / "x=1").iterdir())
     assert (out / "combined_t.csv").read_text().splitlines() == ["x,m", "1,10", "2,20", "3,30", "4,40"]
+
+
+def test_a_sweep_of_an_empty_grid_runs_its_one_point_and_writes_its_report(tmp_path):
+    # the cartesian product of no axes is one point ("default"): it ran, and then the report's plots
+    # looked for an axis to plot against, an IndexError out of run_sweep over a sweep.json that said
+    # "finished" and the report.md of the sweep's start
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x'] * 10 + 1}, {'m': 5}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {}, out, workers=1, quiet=True)
+    assert (s["done"], s["failed"], s["not_run"]) == ([{}], [], [])
+    assert (out / "combined_t.csv").read_text().splitlines() == ["m", "1", "5"]
+    assert "1 of 1 points finished. Finished." in (out / "report.md").read_text()
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
+
+
+def test_an_error_writing_the_sweeps_files_after_its_points_leaves_it_interrupted_and_its_log_closed(tmp_path, monkeypatch):
+    # a full disk as the sweep wrote its report after every point had run: the error went out with
+    # sweep.json saying "finished" over the report.md of the sweep's start ("Running, or killed"),
+    # and sweep.log left open without its closing line
+    import errno
+
+    from fedsim.studies import sweep
+
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x'] * 10}])\n")
+    out = tmp_path / "sw"
+    real = sweep.write_sweep_report
+
+    def full_disk(out, info, points, statuses, interrupted):
+        if interrupted is None:  # (the report of the sweep's start is written)
+            return real(out, info, points, statuses, interrupted)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sweep, "write_sweep_report", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["done", "done"])
+    assert "0 of 2 points finished. **Running, or killed**" in (out / "report.md").read_text()
+    assert (out / "sweep.log").read_text().splitlines()[-1].endswith("] interrupted")
+    monkeypatch.undo()
+    s = run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)  # the same command finishes it
+    assert (s["done"], s["skipped"]) == ([], [{"x": 1}, {"x": 2}])
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
+    assert "2 of 2 points finished. Finished." in (out / "report.md").read_text()

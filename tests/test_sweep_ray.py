@@ -1042,3 +1042,34 @@ def test_the_address_check_has_one_bound_for_the_whole_answer(monkeypatch):
     assert 1 <= at_end < 8, at_end
     assert str(e.value) == (f"--address 127.0.0.1:{port}: something listens there but it is not a Ray cluster (it did "
                             "not finish its answer within 1 s, not as Ray's gRPC server does)")
+
+
+def test_a_package_copy_for_the_cluster_that_fails_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    # stage_package made its temporary folder, then copied fedsim into it: a Ctrl-C or a full disk
+    # during the copy (RaySession had no folder to remove yet) left fedsim-ray-stage-* in the
+    # temporary directory, with the part of the package copied so far
+    import tempfile
+
+    from fedsim.studies import raypool
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real = shutil.copytree
+
+    def interrupted(src, dst, *args, **kwargs):
+        real(src, dst, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copytree", interrupted)
+    raised = None
+    try:
+        raypool.stage_package()
+    except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
+        raised = exc
+    assert type(raised) is KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(shutil, "copytree", real)
+    staged = raypool.stage_package()
+    try:
+        assert [p.name for p in tmp_path.iterdir()] == [staged.name] and (staged / "fedsim" / "__init__.py").is_file()
+    finally:
+        shutil.rmtree(staged)

@@ -617,10 +617,14 @@ def stage_package() -> Path:
     src = Path(fedsim.__file__).resolve().parent
     root = Path(tempfile.mkdtemp(prefix="fedsim-ray-stage-"))
     dst = root / "fedsim"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc"))
-    rev = git_revision()
-    if rev:
-        (dst / REVISION_FILE).write_text(rev + "\n", encoding="utf-8")
+    try:
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc"))
+        rev = git_revision()
+        if rev:
+            (dst / REVISION_FILE).write_text(rev + "\n", encoding="utf-8")
+    except BaseException:  # (a Ctrl-C, a full disk: the caller has no folder to remove yet)
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     return root
 
 

@@ -516,7 +516,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
               net: Any = None, workers: int | None = None, progress=None, force: bool = False,
               quiet: bool = True, backend: str = "local", address: str | None = None,
               ledger: bool = False) -> dict:
-    """Run every point of ``grid`` (cartesian product) that is not done with the same
+    """Run every point of ``grid`` (cartesian product; of an empty grid, the one point ``default``, the scenario's
+    defaults with ``fixed``) that is not done with the same
     configuration (see the module docstring); returns a summary: ``points``, ``done`` (run now),
     ``skipped`` (done before), ``rerun`` (stale, corrupted or failed points run again), ``failed``,
     ``not_run``, ``combined`` (CSV paths), ``report``, ``out`` and ``backend`` (``name``,
@@ -540,7 +541,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
     before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
-    sweep is raised after the same, sweep.json and report.md saying *interrupted*."""
+    sweep is raised after the same, sweep.json and report.md saying *interrupted* (an error as the
+    sweep writes its files after its points: sweep.json)."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
@@ -584,7 +586,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     out = Path(out) if out else default_sweep_dir(scenario, grid, fixed, data, int(seed), base)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
-    if out.is_dir() and not (out / "sweep.json").exists() and any(out.iterdir()) and not force:
+    # (its lock alone is a sweep's too: one stopped after taking it, before it wrote sweep.json, said
+    # "the same command resumes the sweep" and the same command was then refused here)
+    if out.is_dir() and not (out / "sweep.json").exists() and any(f.name != ".sweep.lock" for f in out.iterdir()) \
+            and not force:
         raise UsageError(f"--out {out} is not empty and holds no sweep (no sweep.json); use another --out, "
                          "or --force to write the sweep beside what is there")
     finished: list[dict] = []  # the summary, once every point has ended and the files are written
@@ -906,6 +911,17 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             # (report.md is then the start's, "Running, or killed"), the same command resumes.
             interrupted = True
             _write_state(out, info, statuses, interrupted=True)
+        except BaseException:
+            # an error as the sweep wrote its files after its points ended (a full disk): it went
+            # out with sweep.json saying "finished" over the report.md of the sweep's start, and
+            # sweep.log left open without its last line. Interrupted, as on Ctrl-C (the same
+            # command resumes, and writes the files), then raised.
+            interrupted = True
+            try:
+                _write_state(out, info, statuses, interrupted=True)
+            finally:
+                display.finish("interrupted")
+            raise
         display.finish("interrupted" if interrupted else "finished")
     used: dict[str, Any] = {"name": backend, "run_s": run_s}
     if session is not None:
@@ -1044,8 +1060,12 @@ def combine(out: Path, points: list[dict]) -> list[str]:
         path = out / f"combined_{tname}.csv"
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         cols = headers[tname]
-        write_csv(tmp, [vals + [cells.get(c, "") for c in cols] for vals, cells in rows], keys + cols)
-        os.replace(tmp, path)
+        try:
+            write_csv(tmp, [vals + [cells.get(c, "") for c in cols] for vals, cells in rows], keys + cols)
+            os.replace(tmp, path)
+        except BaseException:  # (a Ctrl-C, a full disk: the hidden file stayed beside the points)
+            tmp.unlink(missing_ok=True)
+            raise
         paths.append(str(path))
     for old in out.glob("combined_*.csv"):
         if str(old) not in paths:
@@ -1170,7 +1190,7 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    if not data:
+    if not data or not axes:  # (an empty grid, one point: no axis to plot against; it was an IndexError)
         return []
     last = ""
     step = next((c for c in ("round", "iteration", "epoch") if c in cols), None)
