@@ -11,9 +11,9 @@ threads at a fork, and what of theirs a child may use:
   long as the write blocks (a pipe nobody reads). A child's first write to the stream (a
   warning, a plug-in's print, the traceback of its error) then waited for ever, as did
   ``multiprocessing``'s flush as a worker leaves: :func:`own_std_streams`, the first thing a
-  child does. The display's own lock, its log file and tqdm's lock are held by that thread too,
-  but a child never uses the parent's display: a worker's run makes and activates its own, and a
-  TCP worker runs actors only.
+  child does. The display's own lock and its log file are held by that thread too, but a child
+  never uses the parent's display: a worker's run makes and activates its own, and a TCP worker
+  runs actors only (tqdm's lock, class-wide, is another matter: see the last item).
 - ``concurrent.futures``' manager threads and ``multiprocessing.Queue`` feeder threads (this
   pool's, and the one-process pools of the other points running): a child does not use another
   pool's executor (its ``_shutdown_lock`` may be held), a queue's thread locks are made anew in a
@@ -29,19 +29,24 @@ threads at a fork, and what of theirs a child may use:
   numba's compiler lock and ``fedsim.math.blas``'s lock are held only by the thread that
   compiles or multiplies: the one that forks, never the display's. A ``NetworkWatch``'s lock is
   taken only as a network is built, by the thread that builds it (the display's only reads).
-
-Not covered: tqdm's class-wide lock, which the display's thread holds while it redraws a bar on
-a terminal, stays held in a child forked then; fedsim's children draw no bar (a sweep's points
-and a pool's tasks run quiet), but a scenario of a sweep that drew its own tqdm bar could wait
-for it.
+- tqdm's lock (``tqdm.tqdm.get_lock()``, a ``TqdmDefaultWriteLock``), held by the display's
+  thread while it redraws a bar on a terminal, and by tqdm's monitor thread: its thread part (the
+  class-wide ``TqdmDefaultWriteLock.th_lock``) stayed held for ever in a child forked then, and a
+  child that drew a bar of its own (a sweep point's scenario, a plug-in's actor in a TCP worker)
+  waited for ever, holding tqdm's process-shared part, so that the parent's next redraw waited
+  for ever too. :func:`fresh_tqdm_lock_in_child`, run in every child forked from a process that
+  imported this module (``os.register_at_fork``), gives tqdm a new thread part and keeps its
+  multiprocessing part (the same semaphore: bars of parent and children still take turns).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import sys
+import threading
 
-__all__ = ["own_std_streams"]
+__all__ = ["fresh_tqdm_lock_in_child", "own_std_streams"]
 
 _INHERITED_STREAMS: list = []  # the std streams a forked child replaced (see own_std_streams)
 
@@ -75,3 +80,51 @@ def own_std_streams() -> None:
                                write_through=old.write_through)
         _INHERITED_STREAMS.append(old)
         setattr(sys, name, new)
+
+
+def fresh_tqdm_lock_in_child() -> None:
+    """In a process just forked: give tqdm (if it was imported) a lock of its own where another
+    thread of the parent held tqdm's lock at the fork; run by ``os.register_at_fork`` in every
+    child forked from a process that imported this module (tqdm is never imported for it).
+
+    tqdm's lock (``TqdmDefaultWriteLock``, set with ``tqdm.set_lock``) takes a process-shared
+    ``multiprocessing`` RLock (``mp_lock``, one semaphore for the parent and its forked children)
+    and then a class-wide thread RLock (``th_lock``). A thread of the parent that held them at
+    the fork (the progress display redrawing its bar, tqdm's monitor) does not exist here:
+    ``th_lock`` would stay held for ever, so it is replaced, and a new ``TqdmDefaultWriteLock``
+    is set on each tqdm class that had one (a lock of the user's own is left alone). ``mp_lock``
+    is kept (the parent releases its semaphore as its thread finishes), but its record of the
+    owning thread, copied by the fork, is reset, as ``multiprocessing`` does in every child it
+    starts: otherwise this process's first acquire counted itself a second hold, its release
+    kept the semaphore, and every later redraw of the parent's waited for ever. Nothing is
+    changed where the forking thread held the lock itself (it goes on to release it here)."""
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return
+    wl = getattr(std, "TqdmDefaultWriteLock", None)
+    th = getattr(wl, "th_lock", None)
+    if th is None:
+        return
+    if th.acquire(blocking=False):  # free, or held by the thread that forked (still here)
+        th.release()
+        held = False
+    else:
+        held = True
+    mp = getattr(wl, "mp_lock", None)
+    sem = getattr(mp, "_semlock", None)
+    if sem is not None and sem._count() > 0 and not sem._is_mine():
+        sem._after_fork()  # held by a thread not here: forget its hold (the parent releases it)
+        held = True
+    if not held:
+        return
+    wl.th_lock = threading.RLock()
+    classes = [std.tqdm]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        if isinstance(cls.__dict__.get("_lock"), wl):
+            cls.set_lock(wl())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=fresh_tqdm_lock_in_child)

@@ -1151,10 +1151,10 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(timed_wait_
     # the same race as on AsyncioNetwork (test_kernel_transports): asyncio.timeout (and, since
     # Python 3.12, wait_for) raises TimeoutError when the future completes in the pass its timeout
     # fires in, and the message taken into the future was lost; this timed wait (inherited by the
-    # forked workers) always loses that race. (A 1 s wait, not 0.3 s: 'b' sends 0.05 s after it
-    # starts, in another process, which a loaded machine ran more than 0.25 s late at times.)
+    # forked workers) always loses that race. (A 30 s wait, ended by the message: 'b' sends 0.05 s
+    # after it starts, in another process, which a loaded machine ran more than 0.25 s late at times.)
     net = TcpNetwork(seed=SEED, processes=2)
-    net.add_node("a", receive_within, 1.0)
+    net.add_node("a", receive_within, 30.0)
     net.add_node("b", send_x_to_a_soon)
     res = net.run()
     assert res.results == {"a": 5, "b": "sent"}

@@ -535,9 +535,10 @@ def test_a_message_arriving_as_a_timed_receive_times_out_is_not_lost(timed_wait_
     # asyncio.timeout (and, since Python 3.12, asyncio.wait_for) raises TimeoutError when the
     # awaited future completes in the loop pass its timeout fires in; the message, already taken
     # from the mailbox into the future, was lost (the receive said "timed out"). This timed wait
-    # always loses that race.
+    # always loses that race. (A 30 s wait, ended by the message: with 0.3 s, a process held back
+    # 0.3 s between a's start and b's, b's 0.05 s sleep ended after a's wait, which got nothing.)
     net = AsyncioNetwork()
-    net.add_node("a", receive_within)
+    net.add_node("a", receive_within, 30.0)
     net.add_node("b", send_x_to_a_soon)
     res = net.run(timeout=10)
     assert res.results == {"a": 5, "b": "sent"}

@@ -15,7 +15,8 @@ Process model. ``fork`` (Linux, POSIX): a child inherits the built actors, their
 the data shared. Children are forked before the parent starts any event loop or thread of its
 own; each child starts a fresh loop, and writes through ``sys.stdout`` and ``sys.stderr`` of its
 own (``fedsim.forks.own_std_streams``: the progress display's thread of the launching process may
-hold their lock at the fork). A child asks the kernel to kill it if the parent dies
+hold their lock at the fork), and tqdm gets a lock of its own where another thread held tqdm's
+at the fork (``fedsim.forks.fresh_tqdm_lock_in_child``). A child asks the kernel to kill it if the parent dies
 (``PR_SET_PDEATHSIG``, where available) and exits when its control connection closes, or when
 it is refused at start-up (the parent stopped listening: it is ending the run, after a Ctrl-C or
 a failure it reports itself), quietly, with status 3 (a control port it cannot reach otherwise:

@@ -10,7 +10,8 @@ numba's compiler (half a second on a 2-core machine) and forks workers, a Ctrl-C
 and raised after (``fedsim.signals.sigint_deferred``). A forked worker writes through
 ``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it inherits may hold a lock that
 another thread of the parent (the progress display) held at the fork, for ever
-(``fedsim.forks.own_std_streams``). Workers know the parent's plug-ins: inherited when forked, loaded again
+(``fedsim.forks.own_std_streams``), and so may tqdm's lock, replaced there
+(``fedsim.forks.fresh_tqdm_lock_in_child``). Workers know the parent's plug-ins: inherited when forked, loaded again
 (the same files, and the entry points if the parent loaded them) when started by spawn or
 forkserver. Workers also send what their running network is doing (its round, messages and
 clock, see ``fedsim.experiment.live``) to the parent's active progress display about once a
