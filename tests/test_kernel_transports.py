@@ -577,6 +577,85 @@ def test_a_message_arriving_in_the_pass_a_timed_receive_times_out_in_is_returned
     assert node.waiter is None and not node.mailbox
 
 
+
+async def _gather_then_receive(ctx, each):
+    """Gather ``x`` from b and c within 0.05 s (``gather_each`` with ``each``), then receive
+    ``x`` within 0.01 s: (senders gathered, missing senders, sender of the message received)."""
+    if each:
+        it = ctx.gather_each("x", senders=["b", "c"], timeout=0.05)
+        got = [m.sender async for m in it]
+        missing = it.missing
+    else:
+        g = await ctx.gather("x", senders=["b", "c"], timeout=0.05)
+        got, missing = [m.sender for m in g.messages], g.missing
+    later = await ctx.receive("x", timeout=0.01)
+    return got, missing, None if later is None else later.sender
+
+
+@pytest.mark.parametrize("each", [False, True], ids=["gather", "gather_each"])
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_gather_takes_what_came_before_its_timeout_fired_and_not_what_came_after(transport, each):
+    # c's message comes before the gather's timeout fires, b's after it. On SimNetwork (c at
+    # 0.04 s, b at 0.06 s) the gather returns c's and misses b's, which the next receive gets. On
+    # the real loops the timeout is its timer: forced here into the pass both messages fall due
+    # in (c's, the timer, b's), before the gathering task runs again. c's resolved the gather's
+    # wait and b's went to the mailbox; the gather resumed with c's past its timeout, then took
+    # b's from the mailbox too ((['b', 'c'], [], None)), though b's came after the timer fired: a
+    # message after the timeout was taken only when another had come in the pass before it (the
+    # same b alone was left for the receive, as on SimNetwork)
+    import time
+    from types import SimpleNamespace
+
+    from fedsim.kernel import TcpNetwork
+    from fedsim.kernel.codec import encode_message
+    from fedsim.kernel.envelope import Envelope, Payload
+    from fedsim.kernel.node import hand_over
+
+    if transport == "sim":
+        async def sends_x_at(ctx, at):
+            await ctx.sleep(at)
+            await ctx.send("a", "x", ctx.node_id)
+
+        net = SimNetwork(seed=0)
+        net.add_node("a", _gather_then_receive, each)
+        net.add_node("b", sends_x_at, 0.06)
+        net.add_node("c", sends_x_at, 0.04)
+        out = net.run()["a"]
+    else:
+        async def idle(ctx):
+            return None
+
+        net = TcpNetwork(processes=1) if transport == "tcp" else AsyncioNetwork()
+        for n in ("a", "b", "c"):
+            net.add_node(n, idle)
+        node = net.nodes["a"]
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            if transport == "tcp":  # (what wait_for_message uses of the worker process's state)
+                net._worker = SimpleNamespace(loop=loop, touch=lambda now: None, blocked=0)
+            else:
+                net._loop = net._clock = loop
+                net._t0 = loop.time()
+            node.ctx = net.context_class(net, node)
+            task = loop.create_task(_gather_then_receive(node.ctx, each))
+            await asyncio.sleep(0)  # it waits: its timeout falls due 0.05 s from now
+            for src, at in (("c", 0.04), ("b", 0.06)):
+                enc = encode_message("x", src)
+                if transport == "asyncio":  # the transport's own delivery
+                    loop.call_later(at, net.post, net.nodes[src], ("a",), "x", enc, False)
+                else:  # what the TCP worker's _deliver hands over
+                    row = net.ledger.new_row(0, src, "a", "client", "client", "x", len(enc.data), 0, 0, 0.0, False)
+                    envl = Envelope("x", Payload(enc), src, False, 0, row, len(enc.data))
+                    loop.call_later(at, hand_over, node, envl)
+            loop.call_soon(time.sleep, 0.2)  # all three fall due meanwhile
+            return await task
+
+        out = asyncio.run(main())
+    assert out == (["c"], ["b"], "b")
+    assert [(m.receiver, m.sender, m.kind) for m in net.ledger.missing] == [("a", "b", "x")]
+
+
 @pytest.mark.parametrize("each", [False, True])
 def test_a_gather_for_round_r_records_its_missing_senders_in_round_r(each):
     # the record took the receiver's current round: a node that had already read a later round's

@@ -510,11 +510,13 @@ class Network:
         """Offer ``col`` (a ``Collector`` or ``InOrder``) each envelope of ``kind`` as it arrives,
         until it is complete or ``timeout`` seconds (> 0, or None for no limit) have passed.
         What is in the mailbox is offered first (``offer_queued``). An envelope of a later round
-        than ``col``'s is not taken: it goes to the mailbox. ``hand_over`` (the transports whose
-        waiters are futures) never resolves a gather's wait with one, so that it keeps its place
-        in arrival order; a transport whose ``wait`` returns one anyway has it appended.
-        This generic form resumes the actor once per message; a transport may fill ``col``
-        itself and resume the actor once."""
+        than ``col``'s is not taken: it goes to the mailbox (a transport whose ``wait`` returns
+        one has it appended). With a ``wait`` that returns each message this generic form resumes
+        the actor once per message; on the transports whose waiters are futures ``hand_over``
+        offers each message to ``col`` itself as it arrives and resolves the wait (with None) once
+        ``col`` is complete, so the actor resumes once, and a message that comes after the
+        timeout fired (the wait is over) stays in the mailbox, as on SimNetwork, which overrides
+        this method."""
         end = None if timeout is None else self.now() + timeout
         node.gathering = col
         try:

@@ -67,20 +67,32 @@ class Node:
 
 def hand_over(node: Node, envl: Any) -> bool:
     """Give ``envl`` to ``node`` on a transport whose waiters are futures (``node.waiter`` is
-    ``(kind, future, forever)``, as on AsyncioNetwork and TcpNetwork): resolve the future if
-    ``node`` waits for that kind (and, in a gather with a round, ``envl`` is not labelled with a
-    later round: that one is not the gather's), else append it to the mailbox. Returns True if it
-    woke a waiter that had no timeout (the transport's count of blocked actors goes down by one)."""
+    ``(kind, future, forever)``, as on AsyncioNetwork and TcpNetwork). If ``node`` waits for that
+    kind: in a receive, resolve the future with ``envl``; in a gather (``node.gathering``, the
+    collector of ``Network.collect``), offer ``envl`` to the collector, as SimNetwork's delivery
+    does, and resolve the future (with None) only once the collector is complete: what came
+    before the gather's timeout fired is the gather's, what comes after it (the future is
+    done then) stays in the mailbox, as on SimNetwork, and the actor resumes once per gather,
+    not once per message. Otherwise (no wait of that kind, a wait already over, or an envelope of a later
+    round than the gather's, ``LATER``) append it to the mailbox. Returns True if it woke a
+    wait that had no timeout (the transport's count of blocked actors goes down by one)."""
     from collections import deque
 
-    from .envelope import matches
+    from .envelope import LATER, matches
 
     w = node.waiter
     if w is not None and matches(w[0], envl.kind) and not w[1].done():
         col = node.gathering  # (Network.collect's collector; None in a receive)
-        if col is None or col.round is None or envl.round <= col.round:
+        if col is None:
             node.waiter = None
             w[1].set_result(envl)
+            return bool(w[2])
+        taken = col.offer(envl)
+        if taken is not LATER:
+            if not taken:  # kept (the gather is not complete yet), or discarded unread
+                return False
+            node.waiter = None
+            w[1].set_result(None)
             return bool(w[2])
     if node.mailbox is None:
         node.mailbox = deque()
