@@ -253,6 +253,42 @@ def test_ctrl_c_while_the_sweep_writes_its_files_is_an_interrupted_sweep_that_re
 
 
 
+def test_ctrl_c_while_the_display_closes_after_the_points_is_an_interrupted_sweep(tmp_path, monkeypatch, capsys):
+    # every point ran, then a (second) Ctrl-C while the progress display closed, before sweep.json
+    # was rewritten: a plain KeyboardInterrupt left sweep.json "running", and the command line
+    # said "the sweep ran no point and wrote nothing" of a sweep whose points had all run
+    from fedsim import cli
+    from fedsim.studies import sweep
+
+    script, log = logging_scenario(tmp_path)
+    closes = []
+
+    class ClosedByCtrlC(sweep.Progress):
+        def close(self):
+            super().close()
+            closes.append(len(closes))
+            if len(closes) == 1:  # (finish closes it again)
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "Progress", ClosedByCtrlC)
+    out = tmp_path / "sw"
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"interrupted: 2 points run, 0 done before, 0 not run; the same command resumes. Results so far in {out}/ "
+        "(report.md, sweep.json)"]
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["done", "done"])
+    assert "2 of 2 points finished" in (out / "report.md").read_text()
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,0,10,a", "2,2,0,20,a"]
+    assert (out / "sweep.log").read_text().splitlines()[-1].endswith("] interrupted")
+    monkeypatch.undo()
+    assert cli.main(args) == 0  # (it resumes: nothing left to run)
+    assert "2 points, 0 run, 2 already done, 0 failed" in capsys.readouterr().out
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
 @pytest.mark.parametrize("where", ["checking the points", "writing its start"])
 def test_ctrl_c_before_any_point_ran_says_what_the_sweep_left(tmp_path, monkeypatch, capsys, where):
     # a sweep stopped as it started (checking its points, starting Ray, writing the files of its

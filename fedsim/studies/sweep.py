@@ -76,6 +76,7 @@ from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import OutputFolder, network_spec, recover_replaced, remove_dead_partials
 from ..kernel.errors import NetworkConfigError
+from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
@@ -883,8 +884,19 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         raise
     finally:
         run_s = time.perf_counter() - t0
-        display.close()
-        deactivate(display)
+        try:
+            # a Ctrl-C here (a second one, after the one that stopped the points; or the first,
+            # as the last point ended) escaped as a plain KeyboardInterrupt before sweep.json was
+            # rewritten: it stayed "running", and the command line said the sweep "ran no point
+            # and wrote nothing". Held over the short close, then the sweep is interrupted (its
+            # files written below, SweepInterrupted from run_sweep)
+            with sigint_deferred():
+                try:
+                    display.close()
+                finally:
+                    deactivate(display)
+        except KeyboardInterrupt:
+            interrupted = True
         combined: list[str] = []
         report = out / "report.md"
         try:
