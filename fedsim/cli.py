@@ -112,7 +112,7 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
                     help="the transport to compare the simulator with: tcp (default), asyncio, or one a --plugin "
                          "registers (fedsim list)")
     cp.add_argument("--processes", action=StoreOnce, type=int, default=4,
-                    help="worker processes of the tcp run (default 4)")
+                    help="worker processes of the tcp run, or of a plug-in transport that takes processes (default 4)")
     add_run_arguments(cp, helps={
         "profile": "network profile: ideal, lan, wan, mobile (default lan)",
         "set": "a field of the protocol's configuration (repeatable; the fields: fedsim run PROTOCOL --help)",

@@ -261,9 +261,9 @@ def test_register_refuses_what_is_not_a_spec_and_a_second_protocol_of_a_name():
 
 def test_load_plugins_names_a_missing_file(tmp_path):
     missing = tmp_path / "absent.py"
-    with pytest.raises(FileNotFoundError, match=f"no protocol plug-in file at {missing}"):
+    with pytest.raises(FileNotFoundError, match=f"no plug-in file at {missing}"):
         load_plugins([missing], entry_points=False)
-    with pytest.raises(FileNotFoundError, match="no protocol plug-in file at"):
+    with pytest.raises(FileNotFoundError, match="no plug-in file at"):
         load_plugins([tmp_path], entry_points=False)  # a folder is no file
 
 

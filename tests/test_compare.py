@@ -596,3 +596,55 @@ def test_message_keys_of_a_streaming_ledger_read_its_file_once_and_equal_the_in_
               for r in recs]
     assert want["keys"].shape == (23, len(KEY_COLUMNS))
     assert want["keys"].tolist() == expect
+
+
+def test_compare_gives_a_plugin_transport_processes_and_the_link_model_it_takes(tmp_path):
+    # --processes went to the real run only when the transport's name was exactly "tcp": a
+    # plug-in's TcpNetwork subclass ran with TcpNetwork's default (4) whatever was asked; and the
+    # real run's spec had no link model, so a plug-in transport that takes link models ran with
+    # fifo while the simulator ran with --link-model
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import NetSpec, SimNetwork, TcpNetwork, register_transport
+    from fedsim.kernel.registry import TRANSPORT_REGISTRY
+
+    got = []
+
+    class CountedTcp(TcpNetwork):
+        def __init__(self, **kwargs):  # (its signature names no processes: it subclasses TcpNetwork)
+            got.append(("counted-tcp", kwargs.get("processes", "none given")))
+            super().__init__(**kwargs)
+
+    class LinkedSim(SimNetwork):
+        def __init__(self, **kwargs):
+            got.append(("linked-sim", kwargs.get("link_model", "none given")))
+            super().__init__(**kwargs)
+
+    def takes_processes(*, processes=4, **kwargs):  # (a function that names processes)
+        got.append(("processes-fn", processes))
+        kwargs.pop("framing_bytes")  # (given to a function; TcpNetwork's is its frame header)
+        return TcpNetwork(processes=processes, **kwargs)
+
+    snapshot = TRANSPORT_REGISTRY.snapshot()
+    register_transport("counted-tcp", CountedTcp, "tcp, its constructions counted")
+    register_transport("linked-sim", LinkedSim, "the simulator as a transport", link_models=True)
+    register_transport("processes-fn", takes_processes, "tcp through a function")
+    try:
+        for transport in ("counted-tcp", "processes-fn"):
+            run_scenario(compare_mod.compare_scenario("demo", transport, processes=2), out=tmp_path / transport,
+                         overrides={"rounds": 1, "clients": 3}, quiet=True)
+            rows = _csv(tmp_path / transport / "summary.csv")
+            assert [r["network"].split(" ")[0] for r in rows] == ["sim", transport]
+            assert rows[1]["parameters_bit_identical"] == "True"
+        assert got == [("counted-tcp", 2), ("processes-fn", 2)]
+        run_scenario(compare_mod.compare_scenario("demo", "linked-sim"), out=tmp_path / "linked",
+                     overrides={"rounds": 1, "clients": 3}, quiet=True, net=NetSpec(profile="lan", link_model="fair"))
+        rows = _csv(tmp_path / "linked" / "summary.csv")
+        assert rows[0]["network"] == "sim (lan, fair link model)"
+        assert rows[1]["parameters_bit_identical"] == "True"
+        times = _csv(tmp_path / "linked" / "round_times.csv")
+        assert times and all(r["simulated_s"] == r["measured_linked-sim_s"] for r in times)
+    finally:
+        TRANSPORT_REGISTRY.restore(snapshot)
+    # (each built once, for the real run: the simulator's own network is a SimNetwork)
+    assert got == [("counted-tcp", 2), ("processes-fn", 2), ("linked-sim", "fair")]

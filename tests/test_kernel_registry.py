@@ -395,10 +395,13 @@ def test_a_plugin_that_fails_leaves_none_of_its_link_models_or_transports(tmp_pa
     from fedsim.protocols import load_plugins
 
     path = tmp_path / "half.py"
+    # a file of a link model and a transport only: the note called it a "protocol plug-in file", and
+    # named no line of it (load_scenario's note names the line)
     path.write_text(PLUGIN + "raise RuntimeError('half done')\n")
+    line = PLUGIN.count("\n") + 1
     with pytest.raises(RuntimeError, match="half done") as err:
         load_plugins([path], entry_points=False)
-    assert err.value.__notes__ == [f"(while loading the protocol plug-in file {path.resolve()}: nothing of it was kept)"]
+    assert err.value.__notes__ == [f"(while loading the plug-in file {path.resolve()}, line {line}: nothing of it was kept)"]
     assert list(LINK_MODELS) == ["fifo", "fair", "tcp"] and list(TRANSPORTS) == ["sim", "asyncio", "tcp"]
 
 

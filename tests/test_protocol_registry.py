@@ -118,7 +118,8 @@ def test_a_plugin_that_fails_while_loading_leaves_nothing_behind_and_loads_once_
     try:
         with pytest.raises(RuntimeError, match="half way") as err:
             load_plugins([path], entry_points=False)
-        assert err.value.__notes__ == [f"(while loading the protocol plug-in file {path.resolve()}: nothing of it was kept)"]
+        line = broken.splitlines().index("raise RuntimeError('half way')") + 1
+        assert err.value.__notes__ == [f"(while loading the plug-in file {path.resolve()}, line {line}: nothing of it was kept)"]
         assert {n for n in sys.modules if n.startswith("fedsim_plugin_half_")} == modules == set()
         assert set(REGISTRY) == before and "reg-test-half" not in REGISTRY
         assert REGISTRY["demo"] is demo  # the spec it replaced is back

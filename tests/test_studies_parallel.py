@@ -485,7 +485,7 @@ def test_a_plugin_that_fails_to_load_in_a_spawned_worker_fails_its_point_alone_w
                          text=True, timeout=120)
     plugin = tmp_path / "pl_plugin.py"
     error = (f"ModuleNotFoundError: No module named 'fedsim_no_such_module_in_this_worker' (while loading the "
-             f"protocol plug-in file {plugin}: nothing of it was kept) (in the task's worker process, started by "
+             f"plug-in file {plugin}, line 10: nothing of it was kept) (in the task's worker process, started by "
              f"{method}, which loads the parent's plug-ins anew)")
     # workers=1: the points run one after the other, x=1 in the first worker
     assert res.returncode == 1, res.stderr
@@ -494,7 +494,7 @@ def test_a_plugin_that_fails_to_load_in_a_spawned_worker_fails_its_point_alone_w
     text = (tmp_path / "sw" / "x=1" / "error.txt").read_text()
     assert text.startswith(error + "\n\nTraceback (most recent call last):\n")
     assert 'pl_plugin.py", line 10, in <module>' in text and text.endswith(
-        f"(while loading the protocol plug-in file {plugin}: nothing of it was kept)\n")
+        f"(while loading the plug-in file {plugin}, line 10: nothing of it was kept)\n")
     assert (tmp_path / "sw" / "x=2" / "t.csv").read_text().splitlines() == ["x,y", "2,20"]
     sweep = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [(p["point"], p["status"]) for p in sweep["points"]] == [({"x": 1}, "failed"), ({"x": 2}, "done")]

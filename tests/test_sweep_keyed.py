@@ -253,6 +253,42 @@ def test_ctrl_c_while_the_sweep_writes_its_files_is_an_interrupted_sweep_that_re
 
 
 
+def test_ctrl_c_while_the_display_closes_after_the_points_is_an_interrupted_sweep(tmp_path, monkeypatch, capsys):
+    # every point ran, then a (second) Ctrl-C while the progress display closed, before sweep.json
+    # was rewritten: a plain KeyboardInterrupt left sweep.json "running", and the command line
+    # said "the sweep ran no point and wrote nothing" of a sweep whose points had all run
+    from fedsim import cli
+    from fedsim.studies import sweep
+
+    script, log = logging_scenario(tmp_path)
+    closes = []
+
+    class ClosedByCtrlC(sweep.Progress):
+        def close(self):
+            super().close()
+            closes.append(len(closes))
+            if len(closes) == 1:  # (finish closes it again)
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "Progress", ClosedByCtrlC)
+    out = tmp_path / "sw"
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"interrupted: 2 points run, 0 done before, 0 not run; the same command resumes. Results so far in {out}/ "
+        "(report.md, sweep.json)"]
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["done", "done"])
+    assert "2 of 2 points finished" in (out / "report.md").read_text()
+    assert (out / "combined_t.csv").read_text().splitlines()[1:] == ["1,1,0,10,a", "2,2,0,20,a"]
+    assert (out / "sweep.log").read_text().splitlines()[-1].endswith("] interrupted")
+    monkeypatch.undo()
+    assert cli.main(args) == 0  # (it resumes: nothing left to run)
+    assert "2 points, 0 run, 2 already done, 0 failed" in capsys.readouterr().out
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
 @pytest.mark.parametrize("where", ["checking the points", "writing its start"])
 def test_ctrl_c_before_any_point_ran_says_what_the_sweep_left(tmp_path, monkeypatch, capsys, where):
     # a sweep stopped as it started (checking its points, starting Ray, writing the files of its
@@ -349,6 +385,69 @@ def test_ctrl_c_while_ray_shuts_down_after_the_points_is_an_interrupted_sweep(tm
     assert ran(log) == [(1, 0), (2, 0)]
     state = json.loads((out / "sweep.json").read_text())
     assert [p["status"] for p in state["points"]] == ["done", "done"]
+
+
+def test_a_ray_point_that_failed_and_whose_files_cannot_be_written_says_both(tmp_path, monkeypatch):
+    # a point that failed on its Ray worker, whose files (point.json, error.txt) then could not be
+    # written into its folder (a full disk): its error said "the point ran, but its files could
+    # not be written", and what the point raised was lost. (A stand-in for Ray, as above.)
+    import errno
+
+    from fedsim.studies import raypool
+    from fedsim.studies import sweep as sweep_mod
+
+    class Session:
+        address, owned, startup_s, shutdown_s, cluster_cpus = None, True, 0.0, 0.0, 2.0
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def describe(self):
+            return "Ray stand-in"
+
+    def points_here(fn, tasks, *, limit=None, on_done=None, on_error=None):  # (as Ray's workers would)
+        for i, task in enumerate(tasks):
+            on_done(i, fn(task))
+
+    monkeypatch.setattr(raypool, "ray_available", lambda: True)
+    monkeypatch.setattr(raypool, "import_ray", lambda local=True: None)
+    monkeypatch.setattr(raypool, "RaySession", Session)
+    monkeypatch.setattr(raypool, "ray_map", points_here)
+    script = tmp_path / "fails.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'x': Param(0, 'x')}\n"
+                      "def run(ctx):\n"
+                      "    if ctx['x'] != 1:\n"
+                      "        raise ValueError(f\"x={ctx['x']} is not allowed\")\n"
+                      "    ctx.table('t', [{'x': ctx['x']}])\n")
+    out = tmp_path / "sw"
+    store = sweep_mod._store_point
+
+    def full_disk_for_x2(p, res):
+        if p.point["x"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", p.out)
+        return store(p, res)
+
+    monkeypatch.setattr(sweep_mod, "_store_point", full_disk_for_x2)
+    s = run_sweep(str(script), {"x": [1, 2, 3]}, out, backend="ray", quiet=True)
+    unstored = f"OSError: [Errno 28] No space left on device: '{out / 'x=2'}'"
+    error = f"ValueError: x=2 is not allowed; then its files could not be written into {out / 'x=2'}: {unstored}"
+    assert [(f["point"], f["error"]) for f in s["failed"]] == [({"x": 2}, error),
+                                                              ({"x": 3}, "ValueError: x=3 is not allowed")]
+    text = (out / "x=2" / "error.txt").read_text()
+    # the line, then the traceback the worker's error.txt held
+    assert text.startswith(error + "\n\nTraceback (most recent call last):\n")
+    assert text.endswith("ValueError: x=2 is not allowed\n")
+    assert json.loads((out / "x=2" / "point.json").read_text())["config"] == {"x": 2}
+    assert "ValueError: x=3 is not allowed" in (out / "x=3" / "error.txt").read_text()
+    status = [p["status"] for p in json.loads((out / "sweep.json").read_text())["points"]]
+    assert status == ["done", "failed", "failed"]
 
 
 def test_a_plot_interrupted_while_written_leaves_no_hidden_file(tmp_path, monkeypatch):

@@ -353,8 +353,8 @@ def test_a_task_that_fails_outside_its_point_says_what_it_raised_without_termina
     script, log = logging_scenario(tmp_path)
     out = tmp_path / "sw"
     s = run_sweep(str(script), {"x": [1, 2]}, out, backend="ray")
-    error = (f"ModuleNotFoundError: No module named 'fedsim_no_such_module_here' (while loading the protocol "
-             f"plug-in file {plugin}: nothing of it was kept) (in the point's Ray task")
+    error = (f"ModuleNotFoundError: No module named 'fedsim_no_such_module_here' (while loading the plug-in "
+             f"file {plugin}, line 1: nothing of it was kept) (in the point's Ray task")
     assert sorted(f["point"]["x"] for f in s["failed"]) == [1, 2] and not s["done"] and not ran(log)
     for f in s["failed"]:
         assert f["error"].startswith(error) and f["error"].endswith(")"), f["error"]

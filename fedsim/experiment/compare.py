@@ -3,7 +3,8 @@
 Both runs use the same data split, configuration, seed and faults (``--loss``, ``--dropout``:
 the loss draws are keyed by message, so both lose the same copies; a dropout inside a window is
 at a real instant on the real transport, so the copies it costs can differ); the simulator uses
-the run's profile (``--profile``, default ``lan``) and link model. The report puts side by side: the final
+the run's profile (``--profile``, default ``lan``) and link model (as does a real transport that
+takes link models: a plug-in's). The report puts side by side: the final
 metrics (and whether the final parameters are bit-identical, as they must be), the payload bytes
 per sender role and message kind (which must be equal), the wall time of each run, and per round
 the simulator's predicted duration against the measured one (from the first send of the round to
@@ -38,6 +39,7 @@ second run.
 from __future__ import annotations
 
 import gc
+import inspect
 import time
 import types
 from typing import Any
@@ -53,8 +55,9 @@ __all__ = ["compare_scenario"]
 
 def compare_scenario(name: str, transport: str = "tcp", processes: int = 4) -> types.ModuleType:
     """A scenario that runs protocol ``name`` on the simulator and on ``transport`` (``tcp`` with
-    ``processes`` worker processes, or ``asyncio``) and compares them. Raises ``KeyError`` for
-    an unknown protocol."""
+    ``processes`` worker processes, ``asyncio``, or one a plug-in registered: ``processes`` goes to
+    one that takes it, :func:`takes_processes`, and the run's link model to one that takes link
+    models) and compares them. Raises ``KeyError`` for an unknown protocol."""
     base = protocol_scenario(name)
     mod = types.ModuleType(f"fedsim_compare_{name.replace('-', '_')}")
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."
@@ -239,8 +242,23 @@ def _outcome(ctx: RunContext, spec, label: str, described: str, net, job, build_
             "messages": message_keys(net.ledger), "rounds": _round_times(net.ledger)}
 
 
+def takes_processes(factory: Any) -> bool:
+    """Whether a registered transport's ``factory`` takes ``processes`` (``--processes``): ``tcp``
+    and any ``TcpNetwork`` subclass (a plug-in's, whose constructor may take ``**kwargs`` only), or
+    a factory whose signature names a ``processes`` parameter."""
+    from ..kernel import TcpNetwork
+
+    if isinstance(factory, type) and issubclass(factory, TcpNetwork):
+        return True
+    try:
+        return "processes" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin)
+        return False
+
+
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> None:
     from ..kernel import NetSpec
+    from ..kernel.registry import TRANSPORT_REGISTRY
     from ..protocols import REGISTRY
     from ..protocols.contract import check_job
 
@@ -250,9 +268,14 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     train, test = split_data(ctx, spec, cfg)
     sim_spec = ctx.net.replace(transport="sim")
     # the same faults on both: the real transport was built without them, so a compare with --loss
-    # or --dropout always reported different parameters and bytes
+    # or --dropout always reported different parameters and bytes. The run's link model too, for a
+    # transport that takes one (a plug-in's: it ran with fifo while the simulator ran with
+    # --link-model); --processes for any transport that takes it (it went to "tcp" by name only,
+    # and a plug-in's TcpNetwork subclass ran with TcpNetwork's default)
+    entry = TRANSPORT_REGISTRY.entry(transport)
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
-                        window=ctx.net.window, options=(("processes", processes),) if transport == "tcp" else ())
+                        window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
+                        options=(("processes", processes),) if takes_processes(entry.factory) else ())
     t0 = time.perf_counter()
     net = sim_spec.build(ctx.seed)
     job = check_job(spec, spec.build(net, train, cfg, test=test))

@@ -130,9 +130,11 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
     Returns the names of the protocols that became registered (the link models and transports a
     plug-in registered are in ``fedsim.kernel.LINK_MODELS`` and ``TRANSPORTS``). A file already loaded in this
     process is not loaded again. Raises ``TypeError`` for ``paths`` given as one str or path
-    (its characters were taken for paths: "no protocol plug-in file at /"; pass a list),
+    (its characters were taken for paths: "no plug-in file at /"; pass a list),
     ``FileNotFoundError`` for a missing file (or a folder); an error inside a plug-in propagates
-    (Python's traceback names its line; a note added to the exception names the plug-in) and
+    (Python's traceback names its line; a note added to the exception names the plug-in file and
+    the line of it the error came from: ``(while loading the plug-in file PATH, line N: nothing of
+    it was kept)``) and
     the plug-in is left entirely unloaded: no module of it in ``sys.modules`` (for an entry point,
     its package and the submodules it imported, those this load added), none of the
     protocols, link models or transports it registered before the error (a protocol it replaced is back), so that it can
@@ -146,7 +148,7 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
         if str(path) in _loaded:
             continue
         if not path.is_file():
-            raise FileNotFoundError(f"no protocol plug-in file at {p}")
+            raise FileNotFoundError(f"no plug-in file at {p}")
         # the module name holds a digest of the whole path: two plug-ins named alike in two
         # folders (a/proto.py, b/proto.py) shared fedsim_plugin_proto, so the second replaced
         # the first in sys.modules and the first's classes no longer pickled (worker processes)
@@ -154,7 +156,9 @@ def load_plugins(paths: Iterable[str | Path] = (), *, entry_points: bool = True)
         name = f"fedsim_plugin_{path.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
-        with all_or_nothing(f"the protocol plug-in file {path}"):
+        # "plug-in file", whatever it registers (it was "protocol plug-in file" for one of a link
+        # model or a transport only); path: the note names the line the error came from
+        with all_or_nothing(f"the plug-in file {path}", path=path):
             sys.modules[name] = mod  # so dataclasses and worker processes can find it
             spec.loader.exec_module(mod)
         _loaded.add(str(path))

@@ -76,6 +76,7 @@ from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import OutputFolder, network_spec, recover_replaced, remove_dead_partials
 from ..kernel.errors import NetworkConfigError
+from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
@@ -384,17 +385,27 @@ def _store_point(p: SweepPoint, res: dict) -> dict:
     return res
 
 
-def _unstored_point(p: SweepPoint, exc: Exception) -> dict:
+def _unstored_point(p: SweepPoint, exc: Exception, res: dict | None = None, files: dict | None = None) -> dict:
     """(In the driver.) A Ray task's point that ran but whose files could not be written into its
     folder (:func:`_store_point`: a full disk, a name the file system refuses): recorded failed as
     on the local pool, whose point fails when its run cannot write its folder (``point.json``,
-    ``error.txt``). It stopped the sweep, whose sweep.json then said "finished"."""
+    ``error.txt``). It stopped the sweep, whose sweep.json then said "finished". ``res``: what the
+    task returned, ``files`` its files: a point that had failed on the worker keeps its own error
+    first (it was lost, the error saying only "the point ran, but its files could not be
+    written"), and its error.txt's traceback follows the error line."""
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
-    error = f"the point ran, but its files could not be written into {out}: {type(exc).__name__}: {exc}"
-    write_atomic(out / "error.txt", error + "\n")
+    unstored = f"its files could not be written into {out}: {type(exc).__name__}: {exc}"
+    if res is not None and res.get("status") == "failed":
+        error = f"{res.get('error') or 'the point failed'}; then {unstored}"
+        told = (files or {}).get("error.txt")
+        detail = f"\n{told.decode('utf-8', 'replace')}" if isinstance(told, bytes) and told else ""
+        write_atomic(out / "error.txt", error + "\n" + detail)
+    else:
+        error = f"the point ran, but {unstored}"
+        write_atomic(out / "error.txt", error + "\n")
     return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
 
 
@@ -835,10 +846,11 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
 
     def done_cb(i: int, res: dict) -> None:
         if "files" in res:  # a Ray task's point: its files come back with it
+            files = res["files"]
             try:
                 res = _store_point(todo[i], res)
             except Exception as exc:  # (OSError: a full disk, a name the file system refuses) the point's failure
-                res = _unstored_point(todo[i], exc)
+                res = _unstored_point(todo[i], exc, res, files)
         for line in res.pop("cleaned", ()):  # (a point whose process died: what it had left)
             display.log(line)
         results.append(res)
@@ -883,8 +895,19 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         raise
     finally:
         run_s = time.perf_counter() - t0
-        display.close()
-        deactivate(display)
+        try:
+            # a Ctrl-C here (a second one, after the one that stopped the points; or the first,
+            # as the last point ended) escaped as a plain KeyboardInterrupt before sweep.json was
+            # rewritten: it stayed "running", and the command line said the sweep "ran no point
+            # and wrote nothing". Held over the short close, then the sweep is interrupted (its
+            # files written below, SweepInterrupted from run_sweep)
+            with sigint_deferred():
+                try:
+                    display.close()
+                finally:
+                    deactivate(display)
+        except KeyboardInterrupt:
+            interrupted = True
         combined: list[str] = []
         report = out / "report.md"
         try:
