@@ -53,11 +53,14 @@ from .protocol_run import protocol_scenario, split_data, test_scores
 
 __all__ = ["compare_scenario"]
 
+DEFAULT_PROCESSES = 4  # the real run's processes when none are given, for a transport that takes them
 
-def compare_scenario(name: str, transport: str = "tcp", processes: int = 4) -> types.ModuleType:
+
+def compare_scenario(name: str, transport: str = "tcp", processes: int | None = None) -> types.ModuleType:
     """A scenario that runs protocol ``name`` on the simulator and on ``transport`` (``tcp`` with
-    ``processes`` worker processes, ``asyncio``, or one a plug-in registered: ``processes`` goes to
-    one that takes it, :func:`takes_processes`, the run's link model to one that takes link
+    ``processes`` worker processes, None: ``DEFAULT_PROCESSES`` (4), ``asyncio``, or one a plug-in registered: ``processes`` goes to
+    one that takes it, :func:`takes_processes` (``fedsim compare`` refuses ``--processes`` for one
+    that does not), the run's link model to one that takes link
     models, and the run's ``framing_bytes`` to one that takes them: not ``tcp`` or its subclasses,
     ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown protocol."""
     base = protocol_scenario(name)
@@ -258,7 +261,7 @@ def takes_processes(factory: Any) -> bool:
         return False
 
 
-def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> None:
+def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
     from ..kernel import NetSpec
     from ..kernel.netspec import frames_itself
     from ..kernel.registry import TRANSPORT_REGISTRY
@@ -281,7 +284,8 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
                         framing_bytes=0 if frames_itself(entry) else ctx.net.framing_bytes,
-                        options=(("processes", processes),) if takes_processes(entry.factory) else ())
+                        options=(("processes", DEFAULT_PROCESSES if processes is None else processes),)
+                        if takes_processes(entry.factory) else ())
     t0 = time.perf_counter()
     net = sim_spec.build(ctx.seed)
     job = check_job(spec, spec.build(net, train, cfg, test=test))
