@@ -40,7 +40,6 @@ __all__ = ["Interrupted", "PluginLoadError", "ProcessDied", "count_done", "defau
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
-BEAT_EVERY = 1.0  # seconds between a worker's reports of its running network (see _send_beats)
 
 
 class Interrupted(BaseException):
@@ -369,7 +368,8 @@ def _forward_beats(beats: Any, seen: set, final: bool = False) -> None:
     """Hand the workers' queued figures to the active display, keyed ``("worker", pid)``;
     ``seen`` collects the pids. ``final`` (the pool is done): every worker in ``seen`` is said to
     have finished (``None``), so the display drops them now: a worker's last figures (or a
-    killed worker's) stayed on it for 5 s after the pool ended."""
+    killed worker's) stayed on it until it took the worker for dead (``live.silent_after()``, 5 s)
+    after the pool ended."""
     from ..experiment.live import active
 
     display = active()
@@ -552,15 +552,18 @@ def _task_packed(blob: bytes) -> Any:
 
 
 def _send_beats(watch: Any, beats: Any) -> None:
-    """Every BEAT_EVERY seconds, the running network's figures (``NetworkWatch.snapshot``), the
-    same ones again if nothing moved (the display drops a worker it has not heard from for 5 s:
-    sent only when they changed, the figures of a worker in a long step, a client training for
-    10 s, went from the display after the first 5), and ``None`` once when the network has
-    finished (its last figures stayed on the display for 5 s)."""
+    """Every ``fedsim.experiment.live.BEAT_EVERY`` seconds (1), the running network's figures
+    (``NetworkWatch.snapshot``), the same ones again if nothing moved (the display drops a worker
+    it has not heard from for ``live.silent_after()`` seconds, ``SILENT_BEATS`` beats: sent only
+    when they changed, the figures of a worker in a long step, a client training for 10 s, went
+    from the display after the first 5), and ``None`` once when the network has finished (its
+    last figures stayed on the display until it dropped them)."""
+    from ..experiment import live
+
     last = None
     pid = os.getpid()
     while True:
-        time.sleep(BEAT_EVERY)
+        time.sleep(live.BEAT_EVERY)
         snap = watch.snapshot()
         if snap is not None or last is not None:
             last = snap
