@@ -8,7 +8,7 @@ manage datasets.
                  [--config sweep.toml] [run options]
     fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--link-model M]
                  [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
-    fedsim compare PROTOCOL [--against tcp|asyncio|T] [--processes 4] [run options but --transport]
+    fedsim compare PROTOCOL [--against tcp|asyncio|T] [--processes N] [run options but --transport]
     fedsim list
     fedsim data get|list|path ...
 
@@ -111,8 +111,9 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     cp.add_argument("--against", action=StoreOnce, default="tcp", dest="against",
                     help="the transport to compare the simulator with: tcp (default), asyncio, or one a --plugin "
                          "registers (fedsim list)")
-    cp.add_argument("--processes", action=StoreOnce, type=int, default=4,
-                    help="worker processes of the tcp run, or of a plug-in transport that takes processes (default 4)")
+    cp.add_argument("--processes", action=StoreOnce, type=int, default=None,
+                    help="worker processes of the tcp run, or of a plug-in transport that takes processes (default "
+                         "4); refused for a transport that does not take them (asyncio)")
     add_run_arguments(cp, helps={
         "profile": "network profile: ideal, lan, wan, mobile (default lan)",
         "set": "a field of the protocol's configuration (repeatable; the fields: fedsim run PROTOCOL --help)",
@@ -230,7 +231,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.scenario not in REGISTRY:
         raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}; protocols: "
                          f"{', '.join(REGISTRY)}")
-    if args.processes < 1:
+    if args.processes is not None and args.processes < 1:
         raise UsageError(f"--processes must be at least 1, got {args.processes}")
     from .kernel import TRANSPORTS
 
@@ -242,6 +243,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         what = "the simulator itself (it is the run compared with)" if args.against == "sim" else "unknown transport"
         raise UsageError(f"--against {args.against!r}: {what}; known: {', '.join(others)}{hint}")
+    from .experiment.compare import takes_processes
+    from .kernel.registry import TRANSPORT_REGISTRY
+
+    if args.processes is not None and not takes_processes(TRANSPORT_REGISTRY.entry(args.against).factory):
+        # (it was ignored: the run took none, and the command line said nothing)
+        raise UsageError(f"--processes: transport {args.against!r} does not take processes (tcp, a TcpNetwork "
+                         "subclass or a transport whose constructor takes processes do)")
     if args.transport not in (None, "sim"):
         raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
     doc = _load_config(args)

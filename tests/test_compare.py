@@ -648,3 +648,78 @@ def test_compare_gives_a_plugin_transport_processes_and_the_link_model_it_takes(
         TRANSPORT_REGISTRY.restore(snapshot)
     # (each built once, for the real run: the simulator's own network is a SimNetwork)
     assert got == [("counted-tcp", 2), ("processes-fn", 2), ("linked-sim", "fair")]
+
+
+def test_compare_gives_a_plugin_transport_that_takes_framing_bytes_the_run_s(tmp_path):
+    # the simulator's spec kept the run's framing_bytes, the real run's did not: a plug-in
+    # transport that takes framing bytes ran with none while the simulator counted 16 a copy, so
+    # their wire bytes and round times differed
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import NetSpec, SimNetwork, register_transport
+    from fedsim.kernel.registry import TRANSPORT_REGISTRY
+
+    got = []
+
+    class FramedSim(SimNetwork):
+        def __init__(self, **kwargs):
+            got.append(kwargs.get("framing_bytes", "none given"))
+            super().__init__(**kwargs)
+
+    snapshot = TRANSPORT_REGISTRY.snapshot()
+    register_transport("framed-sim", FramedSim, "the simulator as a transport, its framing recorded")
+    try:
+        run_scenario(compare_mod.compare_scenario("demo", "framed-sim"), out=tmp_path / "framed",
+                     overrides={"rounds": 2, "clients": 3}, quiet=True, net=NetSpec(profile="lan", framing_bytes=16))
+    finally:
+        TRANSPORT_REGISTRY.restore(snapshot)
+    assert got == [16]  # (built once, for the real run)
+    rows = _csv(tmp_path / "framed" / "summary.csv")
+    assert rows[1]["parameters_bit_identical"] == "True"
+    payload = _csv(tmp_path / "framed" / "payload_bytes.csv")
+    assert payload and all(int(r["wire_bytes_framed-sim"]) == int(r["payload_bytes_framed-sim"]) + 16 * int(r["messages"])
+                           for r in payload)
+    times = _csv(tmp_path / "framed" / "round_times.csv")
+    assert [int(r["round"]) for r in times] == [0, 1]
+    assert all(r["simulated_s"] == r["measured_framed-sim_s"] for r in times)
+
+
+def test_compare_refuses_processes_for_a_transport_that_does_not_take_them(tmp_path):
+    # --processes defaulted to 4, so an explicit one for asyncio (one process) was silently ignored;
+    # now it is refused, naming the transport; without it, asyncio runs (and tcp's default is 4)
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "asyncio", "--processes", "2",
+                          "--set", "rounds=1", "--quiet", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines() == ["error: --processes: transport 'asyncio' does not take processes (tcp, a "
+                                       "TcpNetwork subclass or a transport whose constructor takes processes do)"]
+    assert not (tmp_path / "o").exists()
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "asyncio",
+                          "--set", "rounds=1", "--quiet", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert [r["network"].split(" ")[0] for r in _csv(tmp_path / "o" / "summary.csv")] == ["sim", "asyncio"]
+
+
+def test_compare_gives_a_transport_that_takes_processes_four_when_none_are_given(tmp_path):
+    # (the default moved from the option, 4, to None: a transport that takes processes still gets 4)
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment import compare as compare_mod
+    from fedsim.kernel import SimNetwork, register_transport
+    from fedsim.kernel.registry import TRANSPORT_REGISTRY
+
+    got = []
+
+    def counted(*, processes, **kwargs):  # (names processes: takes them; runs the simulator)
+        got.append(processes)
+        return SimNetwork(**kwargs)
+
+    snapshot = TRANSPORT_REGISTRY.snapshot()
+    register_transport("counted-sim", counted, "the simulator, the processes it is given recorded")
+    try:
+        for processes in (None, 2):
+            run_scenario(compare_mod.compare_scenario("demo", "counted-sim", processes), out=tmp_path / str(processes),
+                         overrides={"rounds": 1, "clients": 3}, quiet=True)
+    finally:
+        TRANSPORT_REGISTRY.restore(snapshot)
+    assert got == [compare_mod.DEFAULT_PROCESSES, 2] == [4, 2]

@@ -482,7 +482,7 @@ def test_workers_report_their_running_network_to_the_active_display(monkeypatch)
     # worker it has not heard from for 5 s (a worker in a step over 5 s went from the display);
     # it did not say when its network ended, nor did the pool when it ended (the last figures
     # stayed on the display for 5 s).
-    import fedsim.studies.parallel as parallel
+    from fedsim.experiment import live
     from fedsim.experiment.live import activate, deactivate
     from fedsim.studies.parallel import pmap
 
@@ -493,7 +493,7 @@ def test_workers_report_their_running_network_to_the_active_display(monkeypatch)
         def beat(self, source, snap):
             self.beats.append((source, snap))
 
-    monkeypatch.setattr(parallel, "BEAT_EVERY", 0.1)  # (the workers are forked: they inherit it)
+    monkeypatch.setattr(live, "BEAT_EVERY", 0.1)  # (the workers are forked: they inherit it)
     d = Display()
     activate(d)
     try:
@@ -990,3 +990,42 @@ def test_a_table_has_the_columns_of_every_row_not_only_the_first(tmp_path):
         "round,n,overlap,late", "0,3,,", "1,3,0.8,", "2,,,1"]
     ctx.table("chosen", [{"a": 1, "b": 2}], columns=["b"])  # given columns are kept as given
     assert (tmp_path / "chosen.csv").read_text().splitlines() == ["b", "2"]
+
+
+@pytest.mark.parametrize("beat_every", [None, 2.0])
+def test_the_display_keeps_a_beating_worker_and_drops_one_silent_for_its_beats(monkeypatch, beat_every):
+    # the display dropped a worker silent for a bare 5 s, whatever the workers' beat (BEAT_EVERY):
+    # a beat of 2 s would have had each worker shown and dropped in turn. Now it drops one silent
+    # for SILENT_BEATS beats (live.silent_after()), and keeps one that beats at BEAT_EVERY
+    from types import SimpleNamespace
+
+    from fedsim.experiment import context, live
+
+    if beat_every is not None:
+        monkeypatch.setattr(live, "BEAT_EVERY", beat_every)
+    every = live.BEAT_EVERY
+    expiry = live.SILENT_BEATS * every
+    assert live.silent_after() == expiry == (5.0 if beat_every is None else 10.0)
+    now = [100.0]
+    monkeypatch.setattr(context, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    p = Progress(False)
+    beating, silent = {"round": 1, "messages": 10, "sim_time": 1.0}, {"round": 2, "messages": 20, "sim_time": 2.0}
+    p.beat(("worker", 1), beating)
+    p.beat(("worker", 2), silent)
+    seen = []
+    for k in range(1, 13):  # 12 beats: longer than the old 5 s, and than the expiry
+        now[0] = 100.0 + k * every
+        p.beat(("worker", 1), beating)
+        now[0] += every / 2  # (the display reads between two beats)
+        seen.append((round(now[0] - 100.0, 6), len(p._live())))
+        assert p._live()[0] is beating
+    # the silent one stays up to the expiry (5 beats after its only one), and no longer
+    assert seen == [(round((k + 0.5) * every, 6), 2 if (k + 0.5) * every <= expiry else 1) for k in range(1, 13)]
+    assert [n for _, n in seen] == [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+    now[0] = 200.0  # (exactly the expiry after their last beats: still shown, dropped just after)
+    p.beat(("worker", 1), beating)
+    p.beat(("worker", 2), silent)
+    now[0] += expiry
+    assert p._live() == [beating, silent]
+    now[0] += 1e-6
+    assert p._live() == []

@@ -1,6 +1,7 @@
 """pmap: results in task order whatever the scheduling order."""
 
 import os
+import pickle
 import signal
 import sys
 import time
@@ -499,6 +500,82 @@ def test_a_plugin_that_fails_to_load_in_a_spawned_worker_fails_its_point_alone_w
     sweep = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [(p["point"], p["status"]) for p in sweep["points"]] == [({"x": 1}, "failed"), ({"x": 2}, "done")]
     assert sweep["points"][0]["error"] == error
+
+
+_PT_PLUGIN = """\
+import os
+class Thing:
+    def __init__(self, x):
+        self.x = x
+if os.getpid() != int(os.environ["PT_PARENT"]):  # loads in the parent only
+    import fedsim_no_such_module_in_this_worker
+"""
+
+_PT_PROBE = """\
+def double(thing):
+    return 2 * thing.x
+"""
+
+_PT_MAIN = """\
+import multiprocessing, os, sys
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    os.environ["PT_PARENT"] = str(os.getpid())
+    from fedsim.protocols import load_plugins
+    from fedsim.studies.parallel import pmap
+    import pt_probe
+    load_plugins(["pt_plugin.py"])
+    Thing = next(m for name, m in sys.modules.items() if "pt_plugin" in name).Thing
+    errors = []
+    pmap(pt_probe.double, [Thing(1), Thing(2)], workers=2,
+         on_error=lambda i, e: errors.append((i, type(e).__name__, e.summary)))
+    print(sorted(errors))
+    try:
+        pmap(pt_probe.double, [Thing(1), Thing(2)], workers=2)
+    except Exception as e:
+        print((type(e).__name__, e.summary))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn"])
+def test_a_task_of_plugin_objects_fails_with_the_plugin_error_in_a_worker_whose_plugin_did_not_load(tmp_path, method):
+    """A task holding a plug-in's objects (a class of a plug-in file) could not be unpickled in a
+    worker started by spawn where that plug-in failed to load: the executor unpickled it outside
+    any task, and the worker died (ProcessDied with on_error, a BrokenProcessPool without, a
+    traceback on stderr). The task now fails with the PluginLoadError the worker kept."""
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "pt_plugin.py").write_text(_PT_PLUGIN)
+    (tmp_path / "pt_probe.py").write_text(_PT_PROBE)
+    (tmp_path / "pt_main.py").write_text(_PT_MAIN)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
+    env.pop("FEDSIM_PLUGINS", None)
+    res = subprocess.run([sys.executable, "pt_main.py", method], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    error = (f"ModuleNotFoundError: No module named 'fedsim_no_such_module_in_this_worker' (while loading the "
+             f"plug-in file {tmp_path / 'pt_plugin.py'}, line 6: nothing of it was kept) (in the task's worker "
+             f"process, started by {method}, which loads the parent's plug-ins anew)")
+    assert res.stdout.splitlines() == [str([(0, "PluginLoadError", error), (1, "PluginLoadError", error)]),
+                                       str(("PluginLoadError", error))]
+    assert res.stderr == ""
+
+
+def test_forked_workers_get_their_tasks_as_before(monkeypatch):
+    # (the fork path: the task and function handed to the executor as they are, pickled once by it)
+    from fedsim.studies import parallel
+
+    class Executor:
+        def submit(self, *args):
+            return args
+
+    monkeypatch.setattr(parallel.multiprocessing, "get_start_method", lambda: "fork")
+    assert parallel._submit(Executor(), len, [1, 2]) == (parallel._task, len, [1, 2])
+    monkeypatch.setattr(parallel.multiprocessing, "get_start_method", lambda: "spawn")
+    kind, blob = parallel._submit(Executor(), len, [1, 2])
+    assert kind is parallel._task_packed and pickle.loads(blob) == (len, [1, 2])
 
 
 class _SecondsOnceStopped:

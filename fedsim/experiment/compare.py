@@ -4,7 +4,8 @@ Both runs use the same data split, configuration, seed and faults (``--loss``, `
 the loss draws are keyed by message, so both lose the same copies; a dropout inside a window is
 at a real instant on the real transport, so the copies it costs can differ); the simulator uses
 the run's profile (``--profile``, default ``lan``) and link model (as does a real transport that
-takes link models: a plug-in's). The report puts side by side: the final
+takes link models: a plug-in's), and the run's ``NetSpec``'s ``framing_bytes`` (as does a real
+transport that takes them: all but ``tcp`` and its subclasses, framed by their frame header). The report puts side by side: the final
 metrics (and whether the final parameters are bit-identical, as they must be), the payload bytes
 per sender role and message kind (which must be equal), the wall time of each run, and per round
 the simulator's predicted duration against the measured one (from the first send of the round to
@@ -52,12 +53,16 @@ from .protocol_run import protocol_scenario, split_data, test_scores
 
 __all__ = ["compare_scenario"]
 
+DEFAULT_PROCESSES = 4  # the real run's processes when none are given, for a transport that takes them
 
-def compare_scenario(name: str, transport: str = "tcp", processes: int = 4) -> types.ModuleType:
+
+def compare_scenario(name: str, transport: str = "tcp", processes: int | None = None) -> types.ModuleType:
     """A scenario that runs protocol ``name`` on the simulator and on ``transport`` (``tcp`` with
-    ``processes`` worker processes, ``asyncio``, or one a plug-in registered: ``processes`` goes to
-    one that takes it, :func:`takes_processes`, and the run's link model to one that takes link
-    models) and compares them. Raises ``KeyError`` for an unknown protocol."""
+    ``processes`` worker processes, None: ``DEFAULT_PROCESSES`` (4), ``asyncio``, or one a plug-in registered: ``processes`` goes to
+    one that takes it, :func:`takes_processes` (``fedsim compare`` refuses ``--processes`` for one
+    that does not), the run's link model to one that takes link
+    models, and the run's ``framing_bytes`` to one that takes them: not ``tcp`` or its subclasses,
+    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown protocol."""
     base = protocol_scenario(name)
     mod = types.ModuleType(f"fedsim_compare_{name.replace('-', '_')}")
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."
@@ -256,8 +261,9 @@ def takes_processes(factory: Any) -> bool:
         return False
 
 
-def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> None:
+def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
     from ..kernel import NetSpec
+    from ..kernel.netspec import frames_itself
     from ..kernel.registry import TRANSPORT_REGISTRY
     from ..protocols import REGISTRY
     from ..protocols.contract import check_job
@@ -271,11 +277,15 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int) -> N
     # or --dropout always reported different parameters and bytes. The run's link model too, for a
     # transport that takes one (a plug-in's: it ran with fifo while the simulator ran with
     # --link-model); --processes for any transport that takes it (it went to "tcp" by name only,
-    # and a plug-in's TcpNetwork subclass ran with TcpNetwork's default)
+    # and a plug-in's TcpNetwork subclass ran with TcpNetwork's default); and the run's framing
+    # bytes for a transport that takes them (all but tcp and its subclasses, whose framing is their
+    # frame header: a plug-in transport ran with none while the simulator ran with the run's)
     entry = TRANSPORT_REGISTRY.entry(transport)
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
-                        options=(("processes", processes),) if takes_processes(entry.factory) else ())
+                        framing_bytes=0 if frames_itself(entry) else ctx.net.framing_bytes,
+                        options=(("processes", DEFAULT_PROCESSES if processes is None else processes),)
+                        if takes_processes(entry.factory) else ())
     t0 = time.perf_counter()
     net = sim_spec.build(ctx.seed)
     job = check_job(spec, spec.build(net, train, cfg, test=test))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import UsageError
+from .live import silent_after
 from .report import Table, format_table, human_bytes, human_seconds, save_figure, write_csv
 
 __all__ = ["Progress", "RunContext", "load_data"]
@@ -97,7 +98,10 @@ class Progress:
                 self._line(force=True)
 
     def beat(self, source: Any, snap: dict | None) -> None:
-        """A worker's figures (``{"round", "messages", "sim_time"}``), keyed by ``source``."""
+        """A worker's figures (``{"round", "messages", "sim_time"}``), keyed by ``source`` (None: it
+        has finished, dropped now). Shown until the next beat, or dropped once ``source`` has been
+        silent for ``fedsim.experiment.live.silent_after()`` seconds (``SILENT_BEATS`` of the
+        workers' beats, every ``BEAT_EVERY`` seconds): taken for dead."""
         with self._lock:
             if snap is None:
                 self._beats.pop(source, None)
@@ -173,8 +177,11 @@ class Progress:
         if own:
             snaps.append(own)
         now = time.monotonic()
+        # a worker silent for SILENT_BEATS of its beats (live.silent_after(): 5 s) has died (a
+        # running one reports every BEAT_EVERY seconds, the same figures again if nothing moved)
+        expiry = silent_after()
         for key, (t, snap) in list(self._beats.items()):
-            if now - t > 5.0:  # a worker that stopped reporting has died (a running one reports every second)
+            if now - t > expiry:
                 del self._beats[key]
             else:
                 snaps.append(snap)

@@ -17,7 +17,19 @@ import threading
 import weakref
 from typing import Any, Callable
 
-__all__ = ["NetworkWatch", "Snapshot", "activate", "active", "deactivate", "snapshot_text"]
+__all__ = ["BEAT_EVERY", "NetworkWatch", "SILENT_BEATS", "Snapshot", "activate", "active", "deactivate",
+           "silent_after", "snapshot_text"]
+
+BEAT_EVERY = 1.0  # seconds between a worker's reports of its running network (fedsim.studies.parallel)
+SILENT_BEATS = 5  # beats a worker may miss before a display takes it for dead and drops it (silent_after)
+
+
+def silent_after() -> float:
+    """Seconds without a beat after which a display (``fedsim.experiment.context.Progress``) drops a
+    worker's figures: ``SILENT_BEATS`` beats of ``BEAT_EVERY`` seconds (5 s), read when called, so
+    that the workers' beat and the display's expiry cannot drift apart (a bare 5 s did not follow
+    the beat)."""
+    return SILENT_BEATS * BEAT_EVERY
 
 Snapshot = dict  # {"round": int | None, "messages": int, "sim_time": float}
 

@@ -14,7 +14,7 @@ from .errors import NetworkConfigError
 from .links import Faults, get_profile
 from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 
-__all__ = ["NetSpec", "TRANSPORTS"]
+__all__ = ["NetSpec", "TRANSPORTS", "frames_itself"]
 
 TRANSPORTS = TRANSPORT_REGISTRY
 """The registered transports (``fedsim.kernel.registry``): as a mapping, name -> description
@@ -50,7 +50,7 @@ class NetSpec:
             also = f" (transports that take a link model: {', '.join(takes)})" if takes != ["sim"] else ""
             raise NetworkConfigError(f"link model {self.link_model!r} applies to the simulator only, "
                                      f"not to transport {self.transport!r}{also}")
-        if self.framing_bytes and _frames_itself(transport):
+        if self.framing_bytes and frames_itself(transport):
             from .tcp import FRAME_OVERHEAD
 
             if self.framing_bytes != FRAME_OVERHEAD:  # build() would silently leave it out
@@ -82,7 +82,7 @@ class NetSpec:
         ``trace=True``)."""
         common = dict(seed=seed, profile=self.profile, faults=self.faults, **dict(self.options), **kwargs)
         transport = TRANSPORT_REGISTRY.entry(self.transport)  # (registered: sim, asyncio, tcp, plug-ins')
-        if not _frames_itself(transport):
+        if not frames_itself(transport):
             common["framing_bytes"] = self.framing_bytes
         if transport.link_models:
             common["link_model"] = self.link_model
@@ -108,10 +108,13 @@ class NetSpec:
         return ", ".join(bits)
 
 
-def _frames_itself(transport) -> bool:
-    """Whether the registered ``transport`` fixes its framing itself: ``tcp`` and any ``TcpNetwork``
-    subclass a plug-in registers (the frame header; ``TcpNetwork`` refuses another
-    ``framing_bytes``, the default 0 too: ``build`` passing it made a plug-in's subclass fail)."""
+def frames_itself(transport) -> bool:
+    """Whether the registered ``transport`` (its name or its registry entry) fixes its framing
+    itself: ``tcp`` and any ``TcpNetwork`` subclass a plug-in registers (the frame header;
+    ``TcpNetwork`` refuses another ``framing_bytes``, the default 0 too: ``build`` passing it made a
+    plug-in's subclass fail). Any other transport takes a ``NetSpec``'s ``framing_bytes``."""
     from .tcp import TcpNetwork
 
+    if isinstance(transport, str):
+        transport = TRANSPORT_REGISTRY.entry(transport)
     return isinstance(transport.factory, type) and issubclass(transport.factory, TcpNetwork)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import queue as _queue
 import signal
 import sys
@@ -39,7 +40,6 @@ __all__ = ["Interrupted", "PluginLoadError", "ProcessDied", "count_done", "defau
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
-BEAT_EVERY = 1.0  # seconds between a worker's reports of its running network (see _send_beats)
 
 
 class Interrupted(BaseException):
@@ -121,7 +121,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     files, ``$FEDSIM_PLUGINS``, entry points); under the spawn or forkserver start method each
     worker loads the same ones (``plugin_files()``, and the entry points if they were loaded here)
     before its first task; where they do not load, each task of that worker raises
-    :class:`PluginLoadError` (with ``on_error``: that task's failure).
+    :class:`PluginLoadError` (with ``on_error``: that task's failure), one holding the plug-in's
+    objects too (such tasks are sent pickled and unpickled after that check: :func:`_submit`).
 
     ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
     task order), so a long task does not start last and leave the other workers idle.
@@ -163,7 +164,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
                              initargs=(beats, os.getpid(), _worker_plugins()))
     try:
         with sigint_deferred():  # (the workers are forked here: see _pmap_isolated)
-            futs = {ex.submit(_task, fn, t): i for i, t in enumerate(tasks)}
+            futs = {_submit(ex, fn, t): i for i, t in enumerate(tasks)}
         pending = set(futs)
         while pending:
             finished, pending = _wait_a_while(pending)
@@ -213,7 +214,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                 with sigint_deferred():
                     ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
                                              initargs=(beats, os.getpid(), plugins))
-                    running[ex.submit(_task, fn, tasks[i])] = (i, ex, made)
+                    running[_submit(ex, fn, tasks[i])] = (i, ex, made)
             finished, _ = _wait_a_while(running)
             _forward_beats(beats, seen)
             for f in sorted(finished, key=lambda f: running[f][0]):
@@ -241,6 +242,23 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         beats.close()
         beats.join_thread()
     return results
+
+
+def _submit(ex: ProcessPoolExecutor, fn: Callable[[Any], Any], t: Any) -> Any:
+    """``ex.submit(_task, fn, t)``; under the spawn or forkserver start method, ``(fn, t)`` are sent
+    pickled, as bytes, and unpickled in the task (:func:`_task_packed`) after the worker's plug-in
+    check: a task holding a plug-in's objects could not be unpickled in a worker whose plug-in did
+    not load, and the executor's unpickling outside any task killed that worker (the task failed
+    as a dead process, or broke the pool) instead of failing with the :class:`PluginLoadError` the
+    worker kept. Forked workers inherit the plug-ins: their tasks go as before, pickled once. A task
+    that does not pickle goes as before too (the executor sets the error on its future)."""
+    if multiprocessing.get_start_method() == "fork":
+        return ex.submit(_task, fn, t)
+    try:
+        blob = pickle.dumps((fn, t), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return ex.submit(_task, fn, t)
+    return ex.submit(_task_packed, blob)
 
 
 def _wait_a_while(futures: Iterable[Any]) -> tuple[set, set]:
@@ -350,7 +368,8 @@ def _forward_beats(beats: Any, seen: set, final: bool = False) -> None:
     """Hand the workers' queued figures to the active display, keyed ``("worker", pid)``;
     ``seen`` collects the pids. ``final`` (the pool is done): every worker in ``seen`` is said to
     have finished (``None``), so the display drops them now: a worker's last figures (or a
-    killed worker's) stayed on it for 5 s after the pool ended."""
+    killed worker's) stayed on it until it took the worker for dead (``live.silent_after()``, 5 s)
+    after the pool ended."""
     from ..experiment.live import active
 
     display = active()
@@ -520,16 +539,31 @@ def _task(fn: Callable[[Any], Any], t: Any) -> Any:
             os._exit(1)
 
 
+def _task_packed(blob: bytes) -> Any:
+    """:func:`_task` of a task sent pickled (:func:`_submit`): the worker's plug-in error, if its
+    plug-ins did not load, is raised before the task is unpickled (whose plug-in classes the worker
+    then does not know)."""
+    if _STOPPING:
+        raise Interrupted("stopped by the parent (Ctrl-C)")
+    if _PLUGIN_ERROR is not None:
+        raise _PLUGIN_ERROR
+    fn, t = pickle.loads(blob)
+    return _task(fn, t)
+
+
 def _send_beats(watch: Any, beats: Any) -> None:
-    """Every BEAT_EVERY seconds, the running network's figures (``NetworkWatch.snapshot``), the
-    same ones again if nothing moved (the display drops a worker it has not heard from for 5 s:
-    sent only when they changed, the figures of a worker in a long step, a client training for
-    10 s, went from the display after the first 5), and ``None`` once when the network has
-    finished (its last figures stayed on the display for 5 s)."""
+    """Every ``fedsim.experiment.live.BEAT_EVERY`` seconds (1), the running network's figures
+    (``NetworkWatch.snapshot``), the same ones again if nothing moved (the display drops a worker
+    it has not heard from for ``live.silent_after()`` seconds, ``SILENT_BEATS`` beats: sent only
+    when they changed, the figures of a worker in a long step, a client training for 10 s, went
+    from the display after the first 5), and ``None`` once when the network has finished (its
+    last figures stayed on the display until it dropped them)."""
+    from ..experiment import live
+
     last = None
     pid = os.getpid()
     while True:
-        time.sleep(BEAT_EVERY)
+        time.sleep(live.BEAT_EVERY)
         snap = watch.snapshot()
         if snap is not None or last is not None:
             last = snap
