@@ -318,3 +318,64 @@ def test_pending_lists_every_entry_of_a_released_batch_still_to_run():
     assert ran == [1.0]
     assert sorted((t, args) for t, _, args in q.pending()) == [(2.0, (2.0,)), (3.0, (3.0,))]
     assert q.run() is False and ran == [1.0, 2.0, 3.0] and q.pending() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# flows: leaving the general allocation; TCP start-up cut by a dropout
+
+
+def test_flows_back_from_the_general_allocation_are_still_held_by_their_other_port():
+    """Mutant: ``FairShareLinkModel._reallocate`` rejoining the hubs, once no flow crosses two
+    shared ports any more, with each flow's cap the hub's own capacity (``self._caps[p]``), not
+    its other port's: a flow was then given more than its sender's uplink. By hand (latencies
+    0; A up 0.2 MB/s, B up 1 MB/s, S down 1 MB/s, T unlimited): A -> T (x bytes), A -> S (a) and
+    B -> S (b) from t = 0. A -> S crosses two shared ports: progressive filling fixes A's two
+    flows at 0.1 MB/s and B -> S at the 0.9 MB/s S has left. A -> T ends at t1 = x / 0.1 MB/s
+    (A -> S has sent x bytes by then); S's port is then shared by A -> S, held at A's 0.2 MB/s, and
+    B -> S, which gets 0.8 MB/s: A -> S ends at t1 + (a - x) / 0.2 MB/s, and B -> S, alone from
+    then at 1 MB/s, ends when its last bytes are through."""
+    MB = 1e6
+    links = {"A": LinkSpec(uplink=0.2 * MB), "B": LinkSpec(uplink=MB), "S": LinkSpec(downlink=MB), "T": LinkSpec()}
+    net = run_sends([("A", "T", 10_000, 0.0), ("A", "S", 100_000, 0.0), ("B", "S", 1_000_000, 0.0)], links,
+                    model="fair")
+    r = {(x["src"], x["dst"]): x for x in net.ledger.records()}
+    x, a, b = r["A", "T"]["bytes"], r["A", "S"]["bytes"], r["B", "S"]["bytes"]
+    t1 = x / (0.1 * MB)
+    ta = t1 + (a - x) / (0.2 * MB)
+    tb = ta + (b - 0.9 * MB * t1 - 0.8 * MB * (ta - t1)) / MB
+    assert r["A", "T"]["tx_end"] == pytest.approx(t1, rel=1e-12)
+    assert r["A", "S"]["tx_end"] == pytest.approx(ta, rel=1e-12)
+    assert r["B", "S"]["tx_end"] == pytest.approx(tb, rel=1e-12)
+    assert t1 < ta < tb
+
+
+def test_a_tcp_copy_whose_receiver_dropped_out_during_its_start_up_moves_no_byte():
+    """Mutant: ``FairShareLinkModel._activate`` checking only the sender for a dropout during the
+    TCP start-up: a copy to a receiver gone during the handshake became a flow, took half the
+    sender's uplink and was lost only on delivery, with transmission times. By hand (a window
+    above the bandwidth-delay product, so the start-up is the handshake alone: rtt = 2 x (0.05 +
+    0.05) = 0.2 s; no headers): S broadcasts s bytes to R (offline at 0.1 s) and R2; at 0.2 s R's
+    copy is lost with no byte sent and R2's has S's whole uplink (1e5 B/s): it leaves at 0.2 +
+    s / 1e5 and arrives 0.1 s later."""
+    up = 1e5
+
+    async def sender(ctx):
+        await ctx.broadcast(["R", "R2"], "m", blob(10_000))
+
+    async def receiver(ctx):
+        await ctx.receive("m")
+
+    model = FairShareLinkModel(tcp=True, initial_window=100, header_bytes=0)
+    net = SimNetwork(link_model=model)
+    net.add_node("S", sender, link=LinkSpec(uplink=up, latency=0.05))
+    net.add_node("R", receiver, link=LinkSpec(latency=0.05), offline_at=0.1)
+    net.add_node("R2", receiver, link=LinkSpec(latency=0.05))
+    net.run()
+    r = {x["dst"]: x for x in net.ledger.records()}
+    assert (r["R"]["status"], r["R"]["note"]) == ("lost", "receiver offline")
+    assert math.isnan(r["R"]["tx_start"]) and math.isnan(r["R"]["tx_end"])
+    s = r["R2"]["bytes"]
+    assert r["R2"]["status"] == "delivered"
+    assert r["R2"]["tx_start"] == pytest.approx(0.2, rel=1e-15)
+    assert r["R2"]["tx_end"] == pytest.approx(0.2 + s / up, rel=1e-12)
+    assert r["R2"]["arrival_time"] == pytest.approx(0.3 + s / up, rel=1e-12)
