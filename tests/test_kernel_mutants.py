@@ -379,3 +379,56 @@ def test_a_tcp_copy_whose_receiver_dropped_out_during_its_start_up_moves_no_byte
     assert r["R2"]["tx_start"] == pytest.approx(0.2, rel=1e-15)
     assert r["R2"]["tx_end"] == pytest.approx(0.2 + s / up, rel=1e-12)
     assert r["R2"]["arrival_time"] == pytest.approx(0.3 + s / up, rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# a lost copy was transmitted: it holds its ports
+
+
+def test_fifo_a_lost_copy_still_holds_its_senders_egress_port():
+    """Mutant: ``FifoLinkModel.transmit`` giving the egress port back (``egress_free = start``)
+    when the copy is drawn lost. docs/network-model.md: a lost message still occupies the egress
+    port (it was transmitted). By hand: A (uplink 1e3 B/s, loss 1) sends two copies at t = 0,
+    both lost: the first leaves over [0, s1 / 1e3], the second over [s1 / 1e3, (s1 + s2) / 1e3]."""
+    async def sender(ctx):
+        await ctx.send("B", "m", blob(500))
+        await ctx.send("B", "m", blob(700))
+
+    async def idle(ctx):
+        return None
+
+    net = SimNetwork()
+    net.add_node("A", sender, link=LinkSpec(uplink=1e3), loss=1.0)
+    net.add_node("B", idle)
+    net.run()
+    first, second = net.ledger.records()
+    s1, s2 = first["bytes"], second["bytes"]
+    assert [(r["status"], r["note"]) for r in (first, second)] == [("lost", "link loss")] * 2
+    assert (first["tx_start"], first["tx_end"]) == pytest.approx((0.0, s1 / 1e3), rel=1e-12)
+    assert (second["tx_start"], second["tx_end"]) == pytest.approx((s1 / 1e3, (s1 + s2) / 1e3), rel=1e-12)
+
+
+def test_fair_a_lost_copy_still_takes_its_share_of_the_ports_it_crosses():
+    """Mutant: ``FairShareLinkModel._activate`` ending a copy drawn lost at once instead of
+    letting its flow use its share. docs/network-model.md: loss is drawn when the message is sent
+    and the flow still uses its share (the bytes were transmitted). By hand (latencies 0, S down
+    1e4 B/s, senders unlimited): A (loss 1) and B send s bytes each to S at t = 0: both flows get
+    5e3 B/s and end at 2 s / 1e4, A's lost, B's delivered; without A's flow B's ended at s / 1e4."""
+    async def sender(ctx):
+        await ctx.send("S", "m", blob(2000))
+
+    async def server(ctx):
+        await ctx.receive("m")
+
+    net = SimNetwork(link_model="fair")
+    net.add_node("S", server, link=LinkSpec(downlink=1e4))
+    net.add_node("A", sender, loss=1.0)
+    net.add_node("B", sender)
+    net.run()
+    r = {x["src"]: x for x in net.ledger.records()}
+    s = r["B"]["bytes"]
+    assert r["A"]["bytes"] == s
+    assert (r["A"]["status"], r["A"]["note"], r["B"]["status"]) == ("lost", "link loss", "delivered")
+    for src in "AB":
+        assert r[src]["tx_end"] == pytest.approx(2 * s / 1e4, rel=1e-12)
+    assert r["B"]["arrival_time"] == pytest.approx(2 * s / 1e4, rel=1e-12)
