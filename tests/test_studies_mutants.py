@@ -1,0 +1,204 @@
+"""Tests written from a hand mutation-testing pass over the code that turns runs into the papers'
+tables (the FPL verdicts and seed figures, FedRec++'s Table 3 bookkeeping, FedRec's fold
+statistics, PersonalFR's tables and checks, the FPL and PersonalFR communication tables): each
+one fails with a specific mutant of the code applied (named in its docstring) and checks the
+table against an independent computation (figures by hand, a plain loop over a small synthetic
+study or ledger), never against the function's own output."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fedsim.math.stats import TestResult as Result
+
+# ---------------------------------------------------------------------------------------------
+# fedsim/studies/fpl/analysis.py: the verdicts and the seed figures
+
+
+def _stub_compare(monkeypatch, pvalues: dict, seen: list | None = None):
+    """analysis.compare stubbed: the comparison (a, b) has the t-test p and the difference
+    ``pvalues[(a, b)]`` (50 users); ``seen`` collects the pairs compared."""
+    from fedsim.studies.fpl import analysis
+
+    def compare(st, a, b, metric="p"):
+        if seen is not None:
+            seen.append((a, b))
+        p, diff = pvalues[(a, b)]
+        return analysis.Comparison(a, b, metric, diff, diff - 0.01, diff + 0.01,
+                                   Result(1.0, p, 50, diff, "paired t"), Result(1.0, p, 50, diff, "wilcoxon"))
+
+    monkeypatch.setattr(analysis, "compare", compare)
+
+
+def _study(p_by_method: dict, seeds=(0,)):
+    """A study whose chosen model of each method has the test P@10 ``p_by_method[m]`` (one value
+    per seed, or one for all), no FPL runs."""
+    def entry(v):
+        return SimpleNamespace(entry={"test_p": v, "test_ic": 1.0, "test_gini": 0.5})
+
+    chosen = {m: {s: entry(v[k] if isinstance(v, (list, tuple)) else v) for k, s in enumerate(seeds)}
+              for m, v in p_by_method.items()}
+    return SimpleNamespace(chosen=chosen, seeds=list(seeds), fpl_runs=lambda: {})
+
+
+USER_KNN_CLAIM = "User-kNN is the strongest baseline apart from the VAE (P@10)"
+
+
+def test_user_knn_claim_compares_the_top_two_baselines_by_mean_p(monkeypatch):
+    """Mutants of claim 1 of ``verdicts``: the baselines sorted by ascending P@10 (the weakest
+    taken for the strongest); User-kNN compared with the weakest baseline, not the next one;
+    a significantly stronger baseline read as "reproduced"; a pool of User-kNN alone compared
+    (``len(pool) > 0``: an IndexError). By hand: P@10 Random 0.01 < FCF 0.02 < Top-Pop 0.05 <
+    BPR-MF 0.08 < User-kNN 0.10, so User-kNN is compared with BPR-MF."""
+    from fedsim.studies.fpl import analysis
+
+    seen: list = []
+    p = {("User-kNN", "BPR-MF"): (0.001, 0.02), ("BPR-MF", "User-kNN"): (0.001, 0.02)}
+    _stub_compare(monkeypatch, p, seen)
+    st = _study({"Random": 0.01, "FCF": 0.02, "Top-Pop": 0.05, "BPR-MF": 0.08, "User-kNN": 0.10})
+    row = {r["claim"]: r for r in analysis.verdicts(st)}[USER_KNN_CLAIM]
+    assert seen == [("User-kNN", "BPR-MF")]
+    assert row["verdict"] == "reproduced"
+    assert row["evidence"].startswith("User-kNN has the highest P@10 (0.1000); against the next, User-kNN - BPR-MF")
+
+    # BPR-MF (0.12) above User-kNN, significantly: the claim is contradicted
+    seen.clear()
+    st = _study({"Random": 0.01, "BPR-MF": 0.12, "User-kNN": 0.10})
+    row = {r["claim"]: r for r in analysis.verdicts(st)}[USER_KNN_CLAIM]
+    assert seen == [("BPR-MF", "User-kNN")]
+    assert row["verdict"] == "contradicted"
+    assert row["evidence"].startswith("BPR-MF has the highest P@10 (0.1200, User-kNN 0.1000)")
+
+    # User-kNN alone: nothing to compare it with
+    seen.clear()
+    row = {r["claim"]: r for r in analysis.verdicts(_study({"User-kNN": 0.10}))}[USER_KNN_CLAIM]
+    assert seen == [] and row["verdict"] == "not run"
+
+
+def test_comparable_to_bpr_says_which_way_a_significant_difference_goes(monkeypatch):
+    """Mutant: the "comparable" claims' contradiction naming the direction the wrong way round
+    (``'higher' if diff < 0``). sFPL is significantly below BPR-MF (diff -0.02), pFPL above (+0.02);
+    the family of two tests: Holm's p 0.001 x 2 < 0.05."""
+    from fedsim.studies.fpl import analysis
+
+    _stub_compare(monkeypatch, {("sFPL", "BPR-MF"): (0.001, -0.02), ("pFPL", "BPR-MF"): (0.001, 0.02)})
+    rows = {r["claim"]: r for r in analysis.verdicts(_study({"sFPL": 0.1, "pFPL": 0.1, "BPR-MF": 0.1}))}
+    assert rows["sFPL is comparable to BPR-MF (P@10)"]["verdict"] == "contradicted (significantly lower)"
+    assert rows["pFPL is comparable to BPR-MF (P@10)"]["verdict"] == "contradicted (significantly higher)"
+
+
+def test_ic_gini_verdict_reads_the_sign_of_the_seed_differences(monkeypatch):
+    """Mutants of claim 4: the seed-paired verdict read with the sign of the difference flipped
+    (``word(-t.mean_diff, +1)``: a significantly *lower* G@10 "reproduced"), and "higher in k of n
+    seeds" counting ties as higher (``a >= b``). By hand: G@10 of sFPL+ minus sFPL is -0.050,
+    -0.051, -0.049 (a paired t of about -87 on 2 degrees of freedom: p about 1e-4, below 0.05 after
+    Holm's x 2); IC@10 10, 11, 12 against 10, 16, 17: higher in 0 of 3 seeds (one tie)."""
+    from fedsim.studies.fpl import analysis
+
+    monkeypatch.setattr(analysis, "compare", lambda st, a, b, metric="p": SimpleNamespace(
+        diff=0.0, t=SimpleNamespace(pvalue=math.nan), text=lambda: "(compared)"))
+    plus_ic, plain_ic = [10.0, 11.0, 12.0], [10.0, 16.0, 17.0]
+    plus_g, plain_g = [0.40, 0.45, 0.50], [0.45, 0.501, 0.549]
+    chosen = {"sFPL+": {s: SimpleNamespace(entry={"test_ic": plus_ic[s], "test_gini": plus_g[s]}) for s in range(3)},
+              "sFPL": {s: SimpleNamespace(entry={"test_ic": plain_ic[s], "test_gini": plain_g[s]}) for s in range(3)}}
+    st = SimpleNamespace(chosen=chosen, seeds=[0, 1, 2], fpl_runs=lambda: {})
+    rows = {r["claim"]: r for r in analysis.verdicts(st)}
+    gini = rows["G@10 of sFPL+ above sFPL (more local computation)"]
+    assert gini["verdict"] == "contradicted"
+    ic = rows["IC@10 of sFPL+ above sFPL (more local computation)"]
+    assert ic["evidence"].startswith("sFPL+ 11 vs sFPL 14.33 (mean over 3 seed(s)); higher in 0 of 3 seed(s), ")
+    assert ic["verdict"] == "not distinguishable on this data"  # differences 0, -5, -5: t = -2, p about 0.18
+
+
+def test_seed_stats_sample_sd_and_a_diverged_seed_counts_zero():
+    """Mutants of ``seed_stats``: the population sd (ddof 0) for the sample sd its docstring
+    gives; a diverged chosen model's NaN figure kept (the mean NaN) rather than counted as 0 (it
+    recommends nothing). By hand: 0.1, 0.2, 0.6 -> mean 0.3, sd sqrt((0.04 + 0.01 + 0.09) / 2);
+    NaN, 0.2, 0.4 -> mean 0.2, sd 0.2."""
+    from fedsim.studies.fpl import seed_stats
+
+    st = _study({"BPR-MF": [0.1, 0.2, 0.6], "sFPL": [math.nan, 0.2, 0.4]}, seeds=(0, 1, 2))
+    mean, sd = seed_stats(st, "BPR-MF", "p")
+    assert mean == pytest.approx(0.3) and sd == pytest.approx(math.sqrt(0.14 / 2))
+    mean, sd = seed_stats(st, "sFPL", "p")
+    assert mean == pytest.approx(0.2) and sd == pytest.approx(0.2)
+
+
+def test_fig2_rows_mean_and_sample_sd_over_seeds():
+    """Mutants of ``fig2_rows``: the median over seeds for the mean; the population sd for the
+    sample sd. By hand: F1 0.1, 0.2, 0.6 over three seeds -> mean 0.3, sd sqrt(0.07); the epochs
+    listed in seed order."""
+    from fedsim.studies.fpl import fig2_rows
+
+    f1 = [0.1, 0.2, 0.6]
+    entries = {s: {"epoch": 10 * (s + 1), **{f"test_{k}": (f1[s] if k == "f1" else 1.0)
+                                            for k in ("f1", "p", "r", "ndcg", "ic", "gini")}} for s in range(3)}
+    st = SimpleNamespace(seeds=[0, 1, 2], fpl_runs=lambda: {("pFPL", 0.5, s): None for s in range(3)},
+                         fpl_choice=lambda preset, pi, s: entries[s])
+    (row,) = fig2_rows(st)
+    assert (row["preset"], row["pi"], row["epochs"]) == ("pFPL", 0.5, "10,20,30")
+    assert row["f1"] == pytest.approx(0.3) and row["f1_sd"] == pytest.approx(math.sqrt(0.07))
+    assert row["p"] == 1.0 and row["p_sd"] == 0.0
+
+
+_NOISE = np.array([0.0, 0.01, -0.01, 0.02, -0.02, 0.005, -0.005, 0.0])
+
+
+def _peak_study(monkeypatch, curves: dict):
+    """A study of FPL runs only: ``curves[(preset, pi)]`` is one per-user F1@10 vector per seed
+    (8 users), handed to ``verdicts`` through ``entry_user_values``."""
+    from fedsim.studies.fpl import analysis
+
+    seeds = [0, 1]
+    runs = {(preset, pi, s): None for (preset, pi) in curves for s in seeds}
+    st = SimpleNamespace(chosen={}, seeds=seeds, fpl_runs=lambda: runs,
+                         fpl_choice=lambda preset, pi, s: {"f1": curves[(preset, pi)][s]})
+    monkeypatch.setattr(analysis, "entry_user_values", lambda st, entry, metric: entry[metric])
+    return {r["claim"]: r for r in analysis.verdicts(st)}
+
+
+def test_f1_peak_claims_by_hand(monkeypatch):
+    """Mutants of claim 5 (F1@10 peaks at an interior pi): the peak taken as the lowest pi's F1
+    (``min``); the first pi counted as interior; the interior peak "reproduced" only when it is
+    *below* the last pi (``c.diff < 0``); the interior peak compared with the first pi rather
+    than the last; the per-user values of the first seed alone (``st.seeds[:1]``); a preset run at
+    two values of pi judged (``len(mine) < 2``: no interior pi, a ValueError).
+
+    By hand, sFPL at pi 0.2, 0.6, 1.0, seeds 0 and 1 (per user, plus a small zero-sum noise at
+    0.6): 0.1 / 0.1; 0.2 / 0.8; 0.5 / 0.0 -> means over seeds 0.1, 0.5, 0.25: the peak is at 0.6,
+    0.25 above pi = 1 for every user up to the noise (significant): reproduced. Seed 0 alone
+    peaks at pi = 1. sFPL+ peaks at the first pi (0.6 against 0.3 and 0.1 at 0.6 and 1.0):
+    contradicted, against the best interior pi. pFPL ran at two pis: not run."""
+    u = np.ones(8)
+    rows = _peak_study(monkeypatch, {
+        ("sFPL", 0.2): [0.1 * u, 0.1 * u], ("sFPL", 0.6): [0.2 * u + _NOISE, 0.8 * u + _NOISE],
+        ("sFPL", 1.0): [0.5 * u, 0.0 * u],
+        ("sFPL+", 0.2): [0.6 * u + _NOISE, 0.6 * u + _NOISE], ("sFPL+", 0.6): [0.3 * u, 0.3 * u],
+        ("sFPL+", 1.0): [0.1 * u, 0.1 * u],
+        ("pFPL", 0.2): [0.1 * u, 0.1 * u], ("pFPL", 1.0): [0.2 * u, 0.2 * u]})
+    s = rows["sFPL: F1@10 peaks at an interior pi, not at pi = 1"]
+    assert s["verdict"] == "reproduced"
+    assert s["evidence"].startswith("peak at pi = 0.6; pi=0.6 - pi=1 F1@10 = +0.2500 (95 % CI")
+    assert s["evidence"].endswith("F1@10 by pi: 0.2: 0.1000, 0.6: 0.5000, 1: 0.2500 (the peak of 3 noisy values is "
+                                  "biased upwards, so a peak alone is no evidence)")
+    sp = rows["sFPL+: F1@10 peaks at an interior pi, not at pi = 1"]
+    assert sp["verdict"] == "contradicted"
+    assert sp["evidence"].startswith("peak at pi = 0.2; pi=0.2 - pi=0.6 F1@10 = +0.3000")
+    p = rows["pFPL: F1@10 peaks at an interior pi, not at pi = 1"]
+    assert (p["verdict"], p["evidence"]) == ("not run", "needs at least 3 values of pi (ran 2)")
+
+
+def test_compare_users_drops_a_user_undefined_in_either_method():
+    """Mutant: ``compare_users`` dropping the users whose value is NaN in ``a`` only (a NaN in
+    ``b`` made the difference, its CI and the tests NaN). By hand: 7 users, the last NaN in b;
+    differences 0.1 x (1..6) -> mean 0.35 over 6 users."""
+    from fedsim.studies.fpl import compare_users
+
+    a = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9])
+    b = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, np.nan])
+    c = compare_users("A", "B", "p", a, b)
+    assert c.n == 6 and c.diff == pytest.approx(0.35) and math.isfinite(c.low) and c.t.pvalue < 0.05
