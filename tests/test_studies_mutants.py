@@ -202,3 +202,79 @@ def test_compare_users_drops_a_user_undefined_in_either_method():
     b = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, np.nan])
     c = compare_users("A", "B", "p", a, b)
     assert c.n == 6 and c.diff == pytest.approx(0.35) and math.isfinite(c.low) and c.t.pvalue < 0.05
+
+
+# ---------------------------------------------------------------------------------------------
+# fedsim/studies/fedrecpp.py: what a run left out (the `incomplete` table)
+
+
+def test_fedrecpp_left_out_and_incomplete_rows_by_hand():
+    """Mutants of ``left_out`` / ``warn_incomplete``: ``left_out_clients`` counting the records
+    rather than summing their clients; ``lost_clients`` counting runs with a lost client rather
+    than the clients; ``keyless_clients`` summing the records that are *not* key records;
+    ``rounds_left_out_of`` listing the set-up round -1 (a lost key) as a round left out of.
+
+    By hand: run A lost the keys of 2 clients (round -1), left 3 clients out of round 0 and 1 out
+    of round 2, and lost clients 4 and 7; run B is complete; run C lost client 1. Summed: 2
+    incomplete runs, 2 rounds left out of, 2 + 3 + 1 = 6 clients left out, 3 clients lost."""
+    from fedsim.studies.fedrecpp import PPOutcome, left_out, warn_incomplete
+
+    def run(fold, missing, lost):
+        return PPOutcome(fold, None, 0.7, 0.9, None, 1.0, missing=missing, lost_clients=lost)
+
+    a = run(0, [{"round": -1, "kind": "keys", "clients": 2}, {"round": 0, "kind": "gradients", "clients": 3},
+                {"round": 2, "kind": "noise", "clients": 1}], [4, 7])
+    b, c = run(1, [], []), run(2, [], [1])
+    assert left_out([a, b, c]) == {"incomplete_runs": 2, "left_out_rounds": 2, "left_out_clients": 6,
+                                   "lost_clients": 3}
+    tables, caveats = [], []
+    ctx = SimpleNamespace(table=lambda name, rows, title="": tables.append((name, rows)),
+                          caveat=lambda key, text: caveats.append(key))
+    rows = warn_incomplete(ctx, [("A", a), ("B", b), ("C", c)])
+    assert rows == [
+        {"run": "A", "fold": 1, "incomplete_runs": 1, "left_out_rounds": 2, "left_out_clients": 6, "lost_clients": 2,
+         "keyless_clients": 2, "rounds_left_out_of": "0,2"},
+        {"run": "C", "fold": 3, "incomplete_runs": 1, "left_out_rounds": 0, "left_out_clients": 0, "lost_clients": 1,
+         "keyless_clients": 0, "rounds_left_out_of": ""}]
+    assert tables == [("incomplete", rows)] and caveats == ["incomplete"]
+
+
+# ---------------------------------------------------------------------------------------------
+# fedsim/studies/fedrec.py: the communication per iteration (fedrec_table2's comm table)
+
+
+def _hand_ledger(messages, roles, unit, framing=0):
+    """A network holding a kernel Ledger of ``messages`` (round, src, dst, kind, wire bytes,
+    floats, status, send time, arrival time) and the nodes' ``roles``."""
+    from fedsim.kernel.ledger import ARRIVAL, STATUS, Ledger
+
+    led = Ledger(unit=unit, framing_bytes=framing)
+    for node, role in roles.items():
+        led.set_role(node, role)
+    for rnd, src, dst, kind, nbytes, floats, status, t, arrival in messages:
+        row = led.new_row(rnd, src, dst, roles[src], roles[dst], kind, nbytes, 4 * floats, floats, t, False)
+        row[STATUS] = status
+        row[ARRIVAL] = arrival
+    return SimpleNamespace(ledger=led)
+
+
+def test_fedrec_comm_per_iteration_from_a_hand_made_ledger():
+    """Mutants of ``comm_per_iteration``: one iteration too many (``len(rounds) + 1``); the
+    download floats or the messages not divided by the iterations; the bytes without the
+    network's framing (array bytes). By hand, 2 iterations, 2 clients: models of 40 B on the
+    wire and 6 floats to each client in each round, gradients of 20 B and 3 floats back (one lost:
+    sent, it counts), an evaluation message (not training) of 9 B."""
+    from fedsim.studies.fedrec import comm_per_iteration
+
+    roles = {"s": "server", "a": "client", "b": "client"}
+    msgs = []
+    for t in (0, 1):
+        msgs += [(t, "s", "a", "model", 40, 6, "delivered", 0.0, 1.0), (t, "s", "b", "model", 40, 6, "delivered", 0.0, 1.0),
+                 (t, "a", "s", "gradients", 20, 3, "delivered", 1.0, 2.0),
+                 (t, "b", "s", "gradients", 20, 3, "lost" if t else "delivered", 1.0, 2.0 if not t else math.nan)]
+    msgs.append((1, "a", "s", "eval", 9, 0, "delivered", 2.0, 3.0))
+    net = _hand_ledger(msgs, roles, unit=3, framing=5)
+    out = comm_per_iteration(net, None)
+    # per iteration: 2 x 40 + 2 x 20 = 120 bytes on the wire (the framing in them); 2 x 24 + 2 x 12 = 72 array bytes
+    assert out == {"bytes": 120.0, "raw_bytes": 72.0, "floats": 18.0, "download_floats": 12.0, "upload_floats": 6.0,
+                   "messages": 4.0, "iterations": 2}
