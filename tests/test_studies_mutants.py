@@ -278,3 +278,56 @@ def test_fedrec_comm_per_iteration_from_a_hand_made_ledger():
     # per iteration: 2 x 40 + 2 x 20 = 120 bytes on the wire (the framing in them); 2 x 24 + 2 x 12 = 72 array bytes
     assert out == {"bytes": 120.0, "raw_bytes": 72.0, "floats": 18.0, "download_floats": 12.0, "upload_floats": 6.0,
                    "messages": 4.0, "iterations": 2}
+
+
+# ---------------------------------------------------------------------------------------------
+# fedsim/studies/personalfr/report.py: the accuracy and communication tables
+
+
+def _pfr_run(method, M, seed, curve, *, down=100.0, up=10.0, validation=False, n_users=30):
+    """One PersonalFR-scenario outcome (explicit task, RMSE) with the evaluations ``curve``
+    ((round, rmse), ...); best (lowest) and final read off it by hand."""
+    vals = [v for _, v in curve]
+    finite = [v for v in vals if v == v]
+    best = min(finite)
+    return {"task": "explicit", "method": method, "M": M, "n_users": n_users, "n_items": 40, "seed": seed,
+            "validation": validation, "rounds": 6, "rounds_run": 6, "best": best, "final": vals[-1],
+            "best_round": next(r for r, v in curve if v == best), "wall_s": 1.0,
+            "history": [{"round": r, "rmse": v} for r, v in curve], "clients_per_round": 2, "client_flops": 6e9,
+            "comm": {"bytes_per_round": 1.0, "down_bytes_per_client": down, "up_bytes_per_client": up,
+                     "setup_bytes": 0}}
+
+
+def test_personalfr_tables_selected_on_validation_nan_runs_and_comm_by_hand(tmp_path):
+    """Mutants of ``result_tables``: the selected figure read as each run's best on test
+    (``sel_vals = best``) and its round as the first repeat's best round, not the round the
+    validation run chose; ``nan_runs`` counting every group's NaN repeats so far (``len(with_nan)``);
+    the communication table's download per client read from the upload column; ``label_M``
+    naming M = 0 (one user per client) "0" rather than "all".
+
+    By hand: FedAvg M = 4's validation run is best at round 4; its test repeats' RMSE at rounds
+    2, 4, 6 are 1.0, 0.9, 0.8 and 1.1, 0.7, 0.75: selected (round 4) 0.9, 0.7 -> mean 0.8,
+    population std 0.1; best on test 0.8, 0.7 -> 0.75; downloads 100 and 120 B -> 110, uploads
+    10 and 20 -> 15. PersonalFR at M = 0 has one repeat whose last evaluation is NaN (nan_runs 1)
+    and FedAvg none (nan_runs 0)."""
+    from fedsim.experiment.context import RunContext
+    from fedsim.studies.personalfr import result_tables
+
+    outs = [_pfr_run("fedavg", 4, 0, [(2, 1.2), (4, 0.95), (6, 0.97)], validation=True),
+            _pfr_run("fedavg", 4, 1, [(2, 1.0), (4, 0.9), (6, 0.8)], down=100.0, up=10.0),
+            _pfr_run("fedavg", 4, 2, [(2, 1.1), (4, 0.7), (6, 0.75)], down=120.0, up=20.0),
+            _pfr_run("personalfr", 0, 1, [(2, 1.0), (4, 0.9), (6, 0.85)]),
+            _pfr_run("personalfr", 0, 2, [(2, 1.0), (4, 0.9), (6, math.nan)])]
+    ctx = RunContext("t", {}, "tiny", 1, None, tmp_path, quiet=True)
+    rows = result_tables(ctx, outs, title="t")
+    by = {(r["method"], r["clients"]): r for r in rows}
+    assert list(by) == [("personalfr", "all"), ("fedavg", "4")]  # M = 0 ("all") sorts first, as 0
+    fa = by[("fedavg", "4")]
+    assert (fa["selected_round"], fa["selected_on"], fa["validation_metric"]) == (4, "validation", 0.95)
+    assert fa["selected"] == pytest.approx(0.8) and fa["selected_std"] == pytest.approx(0.1)
+    assert fa["best_on_test"] == pytest.approx(0.75) and fa["nan_runs"] == 0 and fa["repeats"] == 2
+    pf = by[("personalfr", "all")]
+    assert pf["nan_runs"] == 1 and pf["paper_ml1m"] == 0.8983
+    (comm,) = [t for t in ctx.tables if t.name == "results_comm"]
+    c = {(r["method"], r["clients"]): r for r in comm.rows}[("fedavg", "4")]
+    assert (c["down_bytes_per_client"], c["up_bytes_per_client"]) == (110.0, 15.0)
