@@ -331,3 +331,109 @@ def test_personalfr_tables_selected_on_validation_nan_runs_and_comm_by_hand(tmp_
     (comm,) = [t for t in ctx.tables if t.name == "results_comm"]
     c = {(r["method"], r["clients"]): r for r in comm.rows}[("fedavg", "4")]
     assert (c["down_bytes_per_client"], c["up_bytes_per_client"]) == (110.0, 15.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios fpl_tcc and fpl_table2: CCE, TCC and Table 4 read off the runs' curves
+
+
+def _fpl_rec(ledger, exact, formula, nbytes):
+    """An FPL run record of len(ledger) epochs: per epoch the ledger's vectors, the clients'
+    exact count, the closed form (constant), bytes; 10 messages and 1 s an epoch."""
+    curve = [{"epoch": e + 1, "cce_ledger": float(ledger[e]), "cce_exact": float(exact[e]), "cce_formula": formula,
+              "cce_formula_paper": formula + 4.0, "positives_sent": 5 + e, "bytes": nbytes[e], "messages": 10,
+              "wall_s": 1.0, "test_p": 0.1} for e in range(len(ledger))]
+    return SimpleNamespace(curve=curve, params={"clients_per_round": 3, "triples": 7, "rounds_per_epoch": 2})
+
+
+def _tcc_study():
+    """pFPL at pi 0.5, seeds 0 and 1: seed 0 ran 2 epochs, chosen at epoch 2 (P@10 0.2), seed 1
+    ran 3, chosen at epoch 3 (P@10 0.4); seed 1's ledger count of epoch 3 is 110 where the
+    clients counted 111."""
+    recs = {0: _fpl_rec([100, 110], [100, 110], 100.0, [1000, 1100]),
+            1: _fpl_rec([90, 100, 110], [90, 100, 111], 120.0, [900, 1000, 1100])}
+    choice = {0: {"epoch": 2, "test_p": 0.2}, 1: {"epoch": 3, "test_p": 0.4}}
+    return SimpleNamespace(seeds=[0, 1], fpl_runs=lambda: {("pFPL", 0.5, s): r for s, r in recs.items()},
+                           fpl_choice=lambda preset, pi, s: choice[s], recs=recs, choice=choice)
+
+
+def test_fpl_tcc_rows_by_hand():
+    """Mutants of ``fpl_tcc.tcc_rows``: TCC summed one epoch past the chosen one; the closed-form
+    TCC one epoch too many; the CCE difference taken formula / ledger; the sd over seeds with
+    ddof 0; P@10 of the first seed alone; the mean CCE over the first epoch alone;
+    ``tcc_equals_exact_count`` always true; runs that peaked at their last epoch counted as those
+    that did not.
+
+    By hand: mean CCE (100 + 110) / 2 = 105 and (90 + 100 + 110) / 3 = 100 -> 102.5, 2.5 % above
+    seed 0's closed form 100 (the row reads the first seed's); TCC 100 + 110 = 210 and
+    90 + 100 + 110 = 300 -> mean 255, sd 45 sqrt(2); closed form 100 x 2 and 100 x 3 -> 250, 2 %
+    below; exact counts 210 and 301 (not the ledger's); P@10 0.3, sd 0.1 sqrt(2); both seeds
+    peaked at their last epoch; positives 5, 6, 5, 6, 7 and bytes 1000, 1100, 900, 1000, 1100 an
+    epoch."""
+    from fedsim.experiment import load_scenario
+
+    (row,) = load_scenario("fpl_tcc").tcc_rows(_tcc_study())
+    assert (row["preset"], row["pi"], row["seeds"], row["epochs"], row["epochs_run"]) == ("pFPL", 0.5, 2, "2,3", "2,3")
+    assert row["cce_ledger"] == pytest.approx(102.5) and row["cce_formula"] == 100.0
+    assert row["cce_diff_pct"] == pytest.approx(2.5) and row["cce_paper_diff_pct"] == pytest.approx(100 * (102.5 / 104 - 1))
+    assert row["tcc"] == pytest.approx(255.0) and row["tcc_sd"] == pytest.approx(45 * math.sqrt(2))
+    assert row["tcc_formula"] == pytest.approx(250.0) and row["tcc_diff_pct"] == pytest.approx(2.0)
+    assert row["tcc_equals_exact_count"] is False and row["ledger_equals_exact_count"] is False
+    assert row["p_at_10"] == pytest.approx(0.3) and row["p_at_10_sd"] == pytest.approx(0.1 * math.sqrt(2))
+    assert row["peaked_at_last_epoch"] == 2
+    assert row["positives_sent_per_epoch"] == pytest.approx(5.8) and row["bytes_per_epoch"] == pytest.approx(1020.0)
+    assert (row["clients_per_round"], row["T"], row["rpe"]) == (3, 7, 2)
+
+
+def test_fpl_tcc_lowest_note_weighs_the_gap_against_the_larger_sd():
+    """Mutant: ``lowest_tcc_note`` judging the gap against the smaller sd over seeds (``min``).
+    By hand: pFPL 100 +- 5, sFPL 108 +- 10: the gap 8 exceeds 5 but not 10, no clear ordering."""
+    from fedsim.experiment import load_scenario
+
+    note = load_scenario("fpl_tcc").lowest_tcc_note([
+        {"preset": "sFPL", "tcc": 108.0, "tcc_sd": 10.0, "p_at_10": 0.2},
+        {"preset": "pFPL", "tcc": 100.0, "tcc_sd": 5.0, "p_at_10": 0.1}])
+    assert note.startswith("Lowest mean TCC to the best P@10 among the 2 presets run: **pFPL** (100 ± 5 vectors, "
+                           "P@10 0.1000; mean ± sd over seeds), next sFPL (108 ± 10 vectors, P@10 0.2000) (the gap, 8, "
+                           "is within an sd over seeds: not a clear ordering).")
+
+
+def test_fpl_table2_table4_by_hand():
+    """Mutants of ``fpl_table2.table4``: the TCC summed over epochs 2 to ep + 1 (not the first
+    ep); the bytes of the whole run, not up to the chosen epoch; the note's largest |difference|
+    from the closed form read without the absolute value.
+
+    By hand (the study of :func:`_tcc_study`, both seeds confirmed): seed 0 to epoch 2: TCC 210,
+    closed form 200 (+5 %), 2100 bytes, 20 messages; seed 1 to epoch 3: TCC 300 against the exact
+    count 301, closed form 360 (-16.6667 %), 3000 bytes."""
+    from fedsim.experiment import load_scenario
+
+    st = _tcc_study()
+    st.confirmed = {("pFPL", s): r for s, r in st.recs.items()}
+    st.chosen = {"pFPL": {s: SimpleNamespace(what={"epoch": c["epoch"], "pi": 0.5}, entry={"test_p": c["test_p"]})
+                          for s, c in st.choice.items()}}
+    tables, notes = {}, []
+    ctx = SimpleNamespace(table=lambda name, rows, **kw: tables.setdefault(name, rows), note=notes.append)
+    load_scenario("fpl_table2").table4(ctx, st)
+    got = [(r["seed"], r["epochs"], r["tcc_ledger"], r["tcc_exact_count"], r["ledger_equals_exact"], r["tcc_formula"],
+            r["bytes"], r["messages"]) for r in tables["table4"]]
+    assert got == [(0, 2, 210.0, 210.0, True, 200.0, 2100, 20), (1, 3, 300.0, 301.0, False, 360.0, 3000, 30)]
+    assert [r["diff_pct"] for r in tables["table4"]] == pytest.approx([5.0, 100 * (300 / 360 - 1)])
+    assert notes == ["**Table 4 from the ledger:** every TCC DOES NOT equal the exact count visits x (|I| + T) + "
+                     "positives sent; the largest |difference| from the closed form (its expectation over the "
+                     "Bernoulli(pi) draws) is 16.6667 %."]
+
+
+def test_fpl_tcc_best_rows_by_hand():
+    """Mutant of ``fpl_tcc.best_rows`` (the ``best`` table and the lowest-TCC note): the mean TCC
+    of the first seed alone. By hand (:func:`_tcc_study`, pFPL chosen at pi 0.5 in both seeds):
+    TCC 210 (seed 0, epoch 2) and 300 (seed 1, epoch 3) -> 255, sd 45 sqrt(2); P@10 0.3."""
+    from fedsim.experiment import load_scenario
+
+    st = _tcc_study()
+    st.chosen = {"pFPL": {s: SimpleNamespace(what={"pi": 0.5}, entry={"test_p": c["test_p"], "epoch": c["epoch"]})
+                          for s, c in st.choice.items()}}
+    (row,) = load_scenario("fpl_tcc").best_rows(st)
+    assert (row["preset"], row["pi (per seed)"], row["epochs (per seed)"]) == ("pFPL", "0.5,0.5", "2,3")
+    assert row["tcc"] == pytest.approx(255.0) and row["tcc_sd"] == pytest.approx(45 * math.sqrt(2))
+    assert row["p_at_10"] == pytest.approx(0.3)
