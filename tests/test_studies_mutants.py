@@ -437,3 +437,53 @@ def test_fpl_tcc_best_rows_by_hand():
     assert (row["preset"], row["pi (per seed)"], row["epochs (per seed)"]) == ("pFPL", "0.5,0.5", "2,3")
     assert row["tcc"] == pytest.approx(255.0) and row["tcc_sd"] == pytest.approx(45 * math.sqrt(2))
     assert row["p_at_10"] == pytest.approx(0.3)
+
+
+# ---------------------------------------------------------------------------------------------
+# scenario personalfr_compression: the communication and computation ratios
+
+
+def _compression_runs(pf_down: float, pf_up: float):
+    """One seed at M = 4 on 40 items: FedAvg 1000 B down and 1000 B up per selected client and
+    round, 8 GFLOP; PersonalFR ``pf_down`` / ``pf_up`` B, an upload of 35594 floats (the decoder
+    with 10 active items: 128 x 256 + 256 + 257 x 10), 80 B of indices, 4 GFLOP with the dense
+    encoder and 2 with the cut one."""
+    fa = {"M": 4, "clients_per_round": 2, "client_flops": 8e9,
+          "comm": {"down_bytes_per_client": 1000.0, "up_bytes_per_client": 1000.0, "up_floats_per_client": 86696.0,
+                   "setup_bytes": 0}}
+    pf_comm = {"down_bytes_per_client": pf_down, "up_bytes_per_client": pf_up, "up_floats_per_client": 35594.0,
+               "setup_bytes": 80}
+    return {("fedavg", "dense"): fa, ("personalfr", "dense"): {"M": 4, "client_flops": 4e9, "comm": pf_comm},
+            ("personalfr", "cut"): {"M": 4, "client_flops": 2e9, "comm": pf_comm}}
+
+
+def test_personalfr_compression_ratios_by_hand():
+    """Mutants of ``personalfr_compression.seed_row`` / ``mean_rows``: the communication ratio over
+    PersonalFR's upload alone; the formula ratio with the decoder for the whole model; the active
+    items solved with 256 floats an item (the bias forgotten); the indices bytes not per client;
+    the computation ratio inverted; the ratios' std with ddof 1 (the table says population);
+    the first seed's figure for the mean.
+
+    By hand, 40 items, model [40, 256, 128] / [128, 256, 40]: 40 x 256 + 256 + 256 x 128 + 128 =
+    43392 encoder and 128 x 256 + 256 + 256 x 40 + 40 = 43304 decoder parameters (checked against
+    the autoencoder's own count); PersonalFR uploads 35594 floats -> (35594 - 33024) / 257 = 10
+    active items; bytes 2000 / 500 -> 4 (seed 1) and 2000 / 1000 -> 2 (seed 2): mean 3,
+    population std 1; FLOPs 8 / 4 = 2 (dense) and 8 / 2 = 4 (cut); indices 80 B / 4 clients."""
+    from fedsim.experiment import load_scenario
+    from fedsim.math import autoencoder as ae
+
+    whole, dec = 43392 + 43304, 43304
+    model = ae.init_params(40, np.random.default_rng(0), (256, 128))
+    assert (ae.param_count(model), ae.param_count(ae.decoder_of(model))) == (whole, dec)
+    mod = load_scenario("personalfr_compression")
+    r1 = mod.seed_row(1, _compression_runs(300.0, 200.0), 30, 40, whole, dec)
+    assert r1 == pytest.approx({
+        "clients": 4, "seed": 1, "users_per_client": 7.5, "selected_per_round": 2,
+        "fedavg_bytes_per_client": 2000.0, "personalfr_bytes_per_client": 500.0, "comm_ratio": 4.0,
+        "formula_ratio": whole / 35594, "formula_2D_over_Dactive": 2 * dec / 35594, "mean_active_items": 10.0,
+        "indices_bytes_per_client": 20.0, "comp_ratio_dense": 2.0, "comp_ratio_cut": 4.0})
+    r2 = mod.seed_row(2, _compression_runs(600.0, 400.0), 30, 40, whole, dec)
+    (row,) = mod.mean_rows([r1, r2])
+    assert row["comm_ratio"] == pytest.approx(3.0) and row["comm_ratio_std"] == pytest.approx(1.0)
+    assert row["personalfr_bytes_per_client"] == pytest.approx(750.0) and row["repeats"] == 2
+    assert row["comp_ratio_cut"] == 4.0 and row["comp_ratio_cut_std"] == 0.0
