@@ -487,3 +487,38 @@ def test_personalfr_compression_ratios_by_hand():
     assert row["comm_ratio"] == pytest.approx(3.0) and row["comm_ratio_std"] == pytest.approx(1.0)
     assert row["personalfr_bytes_per_client"] == pytest.approx(750.0) and row["repeats"] == 2
     assert row["comp_ratio_cut"] == 4.0 and row["comp_ratio_cut_std"] == 0.0
+
+
+def test_fpl_table2_significance_difference_is_method_minus_reference(tmp_path, monkeypatch):
+    """Mutant of the fpl_table2 scenario: the significance table's ``difference`` column
+    written reference - method (its title: method - reference). Checked against the per-user
+    vectors each comparison was handed, by a plain mean over the users defined in both."""
+    import csv
+
+    from fedsim.experiment import run_scenario
+    from fedsim.studies.fpl import analysis
+
+    seen = {}
+    real = analysis.compare_users
+
+    def spy(a_name, b_name, metric, a, b):
+        seen[(a_name, b_name, metric)] = (np.array(a, dtype=np.float64), np.array(b, dtype=np.float64))
+        return real(a_name, b_name, metric, a, b)
+
+    monkeypatch.setattr(analysis, "compare_users", spy)
+    out = tmp_path / "t2"
+    run_scenario("fpl_table2", data="tiny", out=out, seed=1, profile="lan", quiet=True,
+                 overrides={"pis": [1.0], "max_users": 30, "min_interactions": 8, "workers": 1, "epochs": [1],
+                            "bpr_epochs": 2, "seeds": 1, "methods": ["Random", "Top-Pop", "BPR-MF"]})
+    with open(out / "significance.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    key = {"P": "p", "R": "r", "NDCG": "ndcg"}
+    assert len(rows) == 3 * 2 * 2  # (3 methods x 2 references - 2 self-comparisons) x 3 metrics
+    signs = set()
+    for r in rows:
+        a, b = seen[(r["method"], r["against"], key[r["metric"]])]
+        d = [x - y for x, y in zip(a.tolist(), b.tolist()) if not (math.isnan(x) or math.isnan(y))]
+        assert float(r["difference"]) == pytest.approx(sum(d) / len(d), abs=1e-12), r
+        assert float(r["95% CI low"]) <= float(r["difference"]) <= float(r["95% CI high"])
+        signs.add(np.sign(sum(d)))
+    assert {-1.0, 1.0} <= signs  # (the case has differences of both signs)
