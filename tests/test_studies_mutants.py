@@ -522,3 +522,49 @@ def test_fpl_table2_significance_difference_is_method_minus_reference(tmp_path, 
         assert float(r["95% CI low"]) <= float(r["difference"]) <= float(r["95% CI high"])
         signs.add(np.sign(sum(d)))
     assert {-1.0, 1.0} <= signs  # (the case has differences of both signs)
+
+
+# ---------------------------------------------------------------------------------------------
+# scenario fedrecpp_table3: Table 3's rows from the draws
+
+
+def test_fedrecpp_table3_rows_from_two_draws_by_hand():
+    """Mutants of ``fedrecpp_table3.cost_tables``: the difference from the paper taken paper /
+    ours; a role's units the first draw's, not the mean over the draws; the download bytes the
+    last draw's; the spread over the draws with ddof 1 (the docs: population); every draw of a
+    role counted as incomplete.
+
+    By hand, eta = 1 among 8 clients, two draws: denoiser 10 and 14 vectors (800 and 1120 B) an
+    iteration -> 12, std 2, bytes 960; ordinary 4 and 6 -> 5, std 1; all clients 5 and 7 -> 6;
+    download 40 vectors (1000 and 1200 B) -> 40, std 0, 1100 B; the second draw lost a client
+    (incomplete: 1 of 2); the wan run took 2.5 s an iteration."""
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.fedrecpp import PPOutcome
+    from fedsim.studies.paper_values import FEDRECPP_TABLE3_ML100K
+
+    def costs(den, ordi, cli):
+        return [{"role": r, "nodes": k, "units_per_iteration": u, "bytes_per_iteration": 80.0 * u}
+                for r, k, u in (("denoiser", 1, den), ("ordinary", 7, ordi), ("client", 8, cli))]
+
+    outs = [PPOutcome(0, None, 0.7, 0.9, None, 1.0, costs=costs(10.0, 4.0, 5.0), download_bytes=1000.0,
+                      download_units=40.0, iterations=2),
+            PPOutcome(0, None, 0.7, 0.9, None, 1.0, costs=costs(14.0, 6.0, 7.0), download_bytes=1200.0,
+                      download_units=40.0, iterations=2, lost_clients=[3]),
+            PPOutcome(0, None, 0.7, 0.9, None, 1.0, round_s=2.5, iterations=3)]
+    labels = [("1", 1, "cost", 0), ("1", 1, "cost", 1), ("1", 1, "wan", 0)]
+    rows, per_draw, timing = load_scenario("fedrecpp_table3").cost_tables(
+        labels, outs, etas=["1"], n=8, dataset="tiny", seed=5, paper_rho=True)
+    by = {r["role"]: r for r in rows}
+    assert list(by) == ["denoiser", "ordinary", "client", "download_V (not counted)"]
+    d = by["denoiser"]
+    assert (d["units_per_iteration"], d["units_std_over_draws"], d["units_min"], d["units_max"]) == (12.0, 2.0, 10.0, 14.0)
+    assert d["bytes_per_iteration"] == 960.0 and d["incomplete_draws"] == 1 and d["diverged_draws"] == 0
+    paper = dict(zip(("denoiser", "ordinary", "client"), FEDRECPP_TABLE3_ML100K["1"]))
+    assert d["paper_units"] == paper["denoiser"] and d["diff_pct"] == pytest.approx(100 * (12.0 / paper["denoiser"] - 1))
+    assert (by["ordinary"]["units_per_iteration"], by["ordinary"]["units_std_over_draws"]) == (5.0, 1.0)
+    assert by["client"]["units_per_iteration"] == 6.0 and by["client"]["nodes"] == 8
+    dl = by["download_V (not counted)"]
+    assert (dl["units_per_iteration"], dl["units_std_over_draws"], dl["bytes_per_iteration"]) == (40.0, 0.0, 1100.0)
+    assert (dl["incomplete_draws"], dl["nodes"]) == (1, 8)
+    assert [(r["seed"], r["role"]) for r in per_draw][:3] == [(5, "denoiser"), (5, "ordinary"), (5, "client")]
+    assert [(t["seconds_per_iteration"], t["iterations"]) for t in timing] == [(2.5, 3)]
