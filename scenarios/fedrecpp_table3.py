@@ -43,39 +43,21 @@ PARAMS = {
 }
 
 
-def run(ctx: RunContext) -> None:
-    ratings = ctx.load_data()
-    dataset = data_note(ctx, ratings)
-    fold = make_folds(ratings, ctx["folds"], ctx.seed)[0]
-    n = fold.n_users
-    tp, tl = hf_setting(ctx["rho"], dataset=dataset)
-    workers = ctx["workers"] or default_workers()
-    for label in ctx["etas"]:  # all of them checked before the first run starts
-        denoisers(label, n)
-    draws = ctx["draws"]
-    tasks, labels = [], []
-    for label in ctx["etas"]:
-        eta = denoisers(label, n)
-        base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl,
-                    deadline=ctx["deadline"])
-        for k in range(draws):
-            tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True, ctx.ledger_dir))
-            labels.append((label, eta, "cost", k))
-        tasks.append((fold, FedRecPPConfig(T=ctx["timing_iterations"], **base), ctx.seed, ctx.net.replace(profile="wan"),
-                      True, ctx.ledger_dir))
-        labels.append((label, eta, "wan", 0))
-    ctx.progress.update(0, len(tasks), stage="table 3 runs")
-    outs = pmap(run_pp, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
-    for o in outs:  # what each run's network recorded (they ran in worker processes)
-        ctx.record_run(o.record)
+def cost_tables(labels: list, outs: list, *, etas, n: int, dataset: str, seed: int,
+                paper_rho: bool) -> tuple[list[dict], list[dict], list[dict]]:
+    """Table 3 from the runs ``outs`` (``PPOutcome`` with costs) labelled ``(eta label, eta,
+    "cost" or "wan", draw)``: ``(rows, per_draw, timing)``. ``rows``: per eta and role the mean
+    over the draws of the units and bytes per iteration (population std, min and max of the units
+    over the draws; the paper's figure and the difference from it when ``paper_rho``), and a row
+    for the model download (not counted); ``per_draw`` every cost run's roles; ``timing`` the wan
+    runs' seconds per iteration. ``n`` clients; draw k ran with seed ``seed + k``."""
     per_draw, timing, download, download_units, incomplete, diverged = [], [], {}, {}, {}, {}
-    dataset = ctx.data
     for (label, eta, kind, k), o in zip(labels, outs):
         if kind == "cost":
             for c in o.costs:
                 if c["role"] == "denoiser" and eta == 0:
                     continue
-                per_draw.append({"eta": label, "eta_value": eta, "draw": k, "seed": ctx.seed + k, "role": c["role"],
+                per_draw.append({"eta": label, "eta_value": eta, "draw": k, "seed": seed + k, "role": c["role"],
                                  "nodes": c["nodes"], "units_per_iteration": c["units_per_iteration"],
                                  "bytes_per_iteration": c["bytes_per_iteration"], "iterations": o.iterations,
                                  "diverged_at": o.diverged_at if o.diverged_at is not None else "", **left_out([o])})
@@ -88,10 +70,7 @@ def run(ctx: RunContext) -> None:
                            "seconds_per_iteration": o.round_s, "iterations": o.iterations,
                            "diverged_at": o.diverged_at if o.diverged_at is not None else "", **left_out([o])})
     rows = []
-    # the paper's Table 3 is at rho = 1: an ordinary client's units grow with the items it samples,
-    # so another rho's figures compared with it gave a diff_pct of the setting, not of the protocol
-    paper_rho = float(ctx["rho"]) == 1.0
-    for label in ctx["etas"]:
+    for label in etas:
         eta = denoisers(label, n)
         paper = dict(zip(("denoiser", "ordinary", "client"),
                          FEDRECPP_TABLE3_ML100K.get(label, (None,) * 3) if paper_rho else (None,) * 3))
@@ -119,6 +98,39 @@ def run(ctx: RunContext) -> None:
                      "units_min": "", "units_max": "", "bytes_per_iteration": float(np.mean(download[label])),
                      "paper_units": "",
                      "diff_pct": "", "incomplete_draws": incomplete[label], "diverged_draws": diverged[label]})
+    return rows, per_draw, timing
+
+
+def run(ctx: RunContext) -> None:
+    ratings = ctx.load_data()
+    dataset = data_note(ctx, ratings)
+    fold = make_folds(ratings, ctx["folds"], ctx.seed)[0]
+    n = fold.n_users
+    tp, tl = hf_setting(ctx["rho"], dataset=dataset)
+    workers = ctx["workers"] or default_workers()
+    for label in ctx["etas"]:  # all of them checked before the first run starts
+        denoisers(label, n)
+    draws = ctx["draws"]
+    tasks, labels = [], []
+    for label in ctx["etas"]:
+        eta = denoisers(label, n)
+        base = dict(d=ctx["d"], lr=ctx["lr"], lam=ctx["lam"], rho=ctx["rho"], eta=eta, T_predict=tp, T_local=tl,
+                    deadline=ctx["deadline"])
+        for k in range(draws):
+            tasks.append((fold, FedRecPPConfig(T=ctx["iterations"], **base), ctx.seed + k, ctx.net, True, ctx.ledger_dir))
+            labels.append((label, eta, "cost", k))
+        tasks.append((fold, FedRecPPConfig(T=ctx["timing_iterations"], **base), ctx.seed, ctx.net.replace(profile="wan"),
+                      True, ctx.ledger_dir))
+        labels.append((label, eta, "wan", 0))
+    ctx.progress.update(0, len(tasks), stage="table 3 runs")
+    outs = pmap(run_pp, tasks, workers, on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
+    for o in outs:  # what each run's network recorded (they ran in worker processes)
+        ctx.record_run(o.record)
+    # the paper's Table 3 is at rho = 1: an ordinary client's units grow with the items it samples,
+    # so another rho's figures compared with it gave a diff_pct of the setting, not of the protocol
+    paper_rho = float(ctx["rho"]) == 1.0
+    rows, per_draw, timing = cost_tables(labels, outs, etas=ctx["etas"], n=n, dataset=ctx.data, seed=ctx.seed,
+                                         paper_rho=paper_rho)
     ctx.table("comm_cost", rows, title="Table 3: communication per iteration and client (ledger)", floatfmt=".1f")
     if not paper_rho:
         ctx.note(f"rho = {ctx['rho']:g}: the paper's Table 3 is at rho = 1, so no paper figure is printed beside ours.")

@@ -89,6 +89,26 @@ def tcc_rows(st) -> list[dict]:
     return rows
 
 
+def best_rows(st) -> list[dict]:
+    """One row per preset chosen on validation: per seed its pi and epoch, and over the seeds the
+    mean P@10 and the mean and sd of the TCC to the chosen epoch (the ledger's), beside the
+    paper's Table 4 (Brazil)."""
+    fr = st.fpl_runs()
+    rows = []
+    for preset in [p for p in PRESET_NAMES if p in st.chosen]:
+        per = []
+        for s, c in sorted(st.chosen[preset].items()):
+            rec = fr[(preset, c.what["pi"], s)]
+            per.append((c.what["pi"], c.entry["test_p"], int(c.entry["epoch"]), ledger_tcc(rec, int(c.entry["epoch"]))))
+        paper = PAPER_TABLE4_BRAZIL.get(preset, (math.nan,) * 4)
+        rows.append({"preset": preset, "pi (per seed)": ",".join(f"{x[0]:g}" for x in per),
+                     "p_at_10": float(np.mean([x[1] for x in per])), "epochs (per seed)": ",".join(str(x[2]) for x in per),
+                     "tcc": float(np.mean([x[3] for x in per])), "tcc_sd": _sd([x[3] for x in per]),
+                     "paper_pi": paper[0], "paper_p_at_10": paper[1], "paper_tcc_x1e-12": paper[2],
+                     "paper_epochs": paper[3]})
+    return rows
+
+
 def _tcc_text(r: dict) -> str:
     sd = "" if math.isnan(r["tcc_sd"]) else f" ± {r['tcc_sd']:.4g}"
     return f"{r['tcc']:.4g}{sd} vectors, P@10 {r['p_at_10']:.4f}"
@@ -133,22 +153,11 @@ def run(ctx: RunContext) -> None:
               f"form, mean over {len(st.seeds)} seed(s)", floatfmt=".6g")
 
     fr = st.fpl_runs()
-    best_rows = []
-    for preset in [p for p in PRESET_NAMES if p in st.chosen]:
-        per = []
-        for s, c in sorted(st.chosen[preset].items()):
-            rec = fr[(preset, c.what["pi"], s)]
-            per.append((c.what["pi"], c.entry["test_p"], int(c.entry["epoch"]), ledger_tcc(rec, int(c.entry["epoch"]))))
-        paper = PAPER_TABLE4_BRAZIL.get(preset, (math.nan,) * 4)
-        best_rows.append({"preset": preset, "pi (per seed)": ",".join(f"{x[0]:g}" for x in per),
-                          "p_at_10": float(np.mean([x[1] for x in per])), "epochs (per seed)": ",".join(str(x[2]) for x in per),
-                          "tcc": float(np.mean([x[3] for x in per])), "tcc_sd": _sd([x[3] for x in per]),
-                          "paper_pi": paper[0], "paper_p_at_10": paper[1], "paper_tcc_x1e-12": paper[2],
-                          "paper_epochs": paper[3]})
-    ctx.table("best", best_rows, title="Each preset at the pi chosen on validation (per seed); paper: Brazil "
+    best = best_rows(st)
+    ctx.table("best", best, title="Each preset at the pi chosen on validation (per seed); paper: Brazil "
               "(Table 4 is for Brazil only)", floatfmt=".5g")
-    if best_rows:
-        ctx.note(lowest_tcc_note(best_rows))
+    if best:
+        ctx.note(lowest_tcc_note(best))
     if rows:
         worst = max(abs(r["cce_diff_pct"]) for r in rows)
         worst_tcc = max(abs(r["tcc_diff_pct"]) for r in rows)
@@ -176,7 +185,7 @@ def run(ctx: RunContext) -> None:
         colors = {"sFPL": "#1f3b73", "sFPL+": "#1b6e3a", "pFPL": "#5b9bd5", "pFPL+": "#7fcf7f"}
         for r in rows:
             ax.scatter(r["tcc"], r["p_at_10"], color=colors.get(r["preset"], "gray"), alpha=0.3, s=14)
-        for r in best_rows:
+        for r in best:
             ax.scatter(r["tcc"], r["p_at_10"], color=colors.get(r["preset"], "gray"), s=60, label=r["preset"],
                        edgecolor="black")
         ax.set_xscale("log")

@@ -45,6 +45,58 @@ RATIOS = ("comm_ratio", "formula_ratio", "formula_2D_over_Dactive", "mean_active
 PAPER_RANGE = "paper (ML1M): communication ~2.5x (M = 1) to ~27x (6040), computation ~1.25x to ~1.9x"
 
 
+def seed_row(seed: int, runs: dict, n_users: int, n_items: int, whole: int, dec_full: int) -> dict:
+    """The figures of one seed and M: ``runs`` maps (method, encoder input) to the run outcomes
+    (:func:`fedsim.studies.personalfr.run_spec`'s), FedAvg's under ("fedavg", "dense"); ``whole``
+    and ``dec_full`` are the model's and the decoder's parameter counts. Bytes are per selected
+    client and round, down plus up (ledger); ``formula_ratio`` is the whole model over PersonalFR's
+    upload floats (the active decoder); ``mean_active_items`` solves that upload for the active
+    items (the decoder's last layer has 256 weights and a bias per item); the computation ratios
+    are FedAvg's client FLOPs over each PersonalFR encoder's."""
+    fa = runs[("fedavg", "dense")]
+    n_clients = fa["M"]
+    row = {"clients": n_clients, "seed": seed, "users_per_client": n_users / n_clients,
+           "selected_per_round": fa["clients_per_round"]}
+    pf = next(v for (m, _), v in runs.items() if m == "personalfr")
+    c_fa, c_pf = fa["comm"], pf["comm"]
+    n_active = (pf["comm"]["up_floats_per_client"] - (dec_full - n_items * 257)) / 257
+    row.update({
+        "fedavg_bytes_per_client": c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"],
+        "personalfr_bytes_per_client": c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"],
+        "comm_ratio": (c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"])
+        / (c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"]),
+        "formula_ratio": whole / pf["comm"]["up_floats_per_client"],
+        "formula_2D_over_Dactive": 2 * dec_full / pf["comm"]["up_floats_per_client"],
+        "mean_active_items": n_active,
+        "indices_bytes_per_client": c_pf["setup_bytes"] / n_clients,
+    })
+    for (m, enc), o in runs.items():
+        if m == "personalfr":
+            row[f"comp_ratio_{enc}"] = fa["client_flops"] / o["client_flops"]
+    return row
+
+
+def mean_rows(per_seed: list[dict]) -> list[dict]:
+    """One row per number of clients: the mean over its seeds of every figure, and for the ratios
+    the population std (NaN for one repeat: no spread measured), ``repeats`` the seeds."""
+    rows = []
+    for M in sorted({r["clients"] for r in per_seed}):
+        these = [r for r in per_seed if r["clients"] == M]
+        row = {k: v for k, v in these[0].items() if k != "seed"}
+        for k in list(row):
+            if k in ("clients", "users_per_client", "selected_per_round"):
+                continue
+            vals = np.array([r[k] for r in these], dtype=np.float64)
+            row[k] = float(vals.mean())
+            if k in RATIOS or k.startswith("comp_ratio_"):
+                # one repeat measures no spread: its std read 0.000, a spread of none (as results.csv's
+                # _std columns: NaN, an empty cell)
+                row[f"{k}_std"] = float(vals.std()) if len(these) > 1 else float("nan")
+        row["repeats"] = len(these)
+        rows.append(row)
+    return rows
+
+
 def run(ctx: RunContext) -> None:
     ratings = ctx.load_data()  # a missing or unreadable --data: one 'error: --data: ...' line, not a traceback
     check_network(ctx.net, ratings.n_users)  # ratios of whole runs: a network that loses messages is refused before any work
@@ -67,47 +119,12 @@ def run(ctx: RunContext) -> None:
 
     model = ae.init_params(task.n_items, np.random.default_rng(0), (256, 128))
     whole, dec_full = ae.param_count(model), ae.param_count(ae.decoder_of(model))
-    per_seed = []
     by_run: dict = {}
     for spec, o in zip(specs, outs):
         by_run.setdefault((spec.seed, spec.M), {})[(spec.method, spec.cfg.encoder_input)] = o
-    for (seed, M), runs in by_run.items():
-        fa = runs[("fedavg", "dense")]
-        n_clients = fa["M"]
-        row = {"clients": n_clients, "seed": seed, "users_per_client": task.n_users / n_clients,
-               "selected_per_round": fa["clients_per_round"]}
-        pf = next(v for (m, _), v in runs.items() if m == "personalfr")
-        c_fa, c_pf = fa["comm"], pf["comm"]
-        n_active = (pf["comm"]["up_floats_per_client"] - (dec_full - task.n_items * 257)) / 257
-        row.update({
-            "fedavg_bytes_per_client": c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"],
-            "personalfr_bytes_per_client": c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"],
-            "comm_ratio": (c_fa["down_bytes_per_client"] + c_fa["up_bytes_per_client"])
-            / (c_pf["down_bytes_per_client"] + c_pf["up_bytes_per_client"]),
-            "formula_ratio": whole / pf["comm"]["up_floats_per_client"],
-            "formula_2D_over_Dactive": 2 * dec_full / pf["comm"]["up_floats_per_client"],
-            "mean_active_items": n_active,
-            "indices_bytes_per_client": c_pf["setup_bytes"] / n_clients,
-        })
-        for (m, enc), o in runs.items():
-            if m == "personalfr":
-                row[f"comp_ratio_{enc}"] = fa["client_flops"] / o["client_flops"]
-        per_seed.append(row)
-    rows = []
-    for M in sorted({r["clients"] for r in per_seed}):
-        these = [r for r in per_seed if r["clients"] == M]
-        row = {k: v for k, v in these[0].items() if k != "seed"}
-        for k in list(row):
-            if k in ("clients", "users_per_client", "selected_per_round"):
-                continue
-            vals = np.array([r[k] for r in these], dtype=np.float64)
-            row[k] = float(vals.mean())
-            if k in RATIOS or k.startswith("comp_ratio_"):
-                # one repeat measures no spread: its std read 0.000, a spread of none (as results.csv's
-                # _std columns: NaN, an empty cell)
-                row[f"{k}_std"] = float(vals.std()) if len(these) > 1 else float("nan")
-        row["repeats"] = len(these)
-        rows.append(row)
+    per_seed = [seed_row(seed, runs, task.n_users, task.n_items, whole, dec_full)
+                for (seed, M), runs in by_run.items()]
+    rows = mean_rows(per_seed)
     ctx.table("compression", rows, title="FedAvg / PersonalFR per selected client and round: bytes (ledger) "
               "and FLOPs (charged); mean (and population std, none for one repeat) over the repeats", floatfmt=".3f")
     ctx.table("compression_per_seed", sorted(per_seed, key=lambda r: (r["clients"], r["seed"])),
