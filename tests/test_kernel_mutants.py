@@ -15,45 +15,14 @@ from fedsim.kernel import LinkSpec, NetworkConfigError, NodeSpec, SimNetwork, St
 from fedsim.kernel import ledger as L
 from fedsim.kernel.flows import FairShareLinkModel
 from fedsim.kernel.ledger import Ledger
+from test_kernel_flows import blob, star  # (its harness: sleeping senders, waiting receivers)
 
 
-def blob(nbytes: int) -> dict:
-    # a uint8 array of about nbytes; the exact wire size is read from the ledger
-    return {"b": np.zeros(nbytes, np.uint8)}
-
-
-def run_sends(sends, links, *, model="fifo", **net_kwargs):
+def run_sends(sends, links, *, model="fifo"):
     """``sends``: (src, dst, nbytes, at) by sleeping sender actors; ``links``: node -> LinkSpec.
-    Every receiver waits for its messages. Returns the network after the run."""
-    net = SimNetwork(seed=0, link_model=model, **net_kwargs)
-    inbox: dict[str, int] = {}
-    by_src: dict[str, list] = {}
-    for src, dst, n, at in sends:
-        inbox[dst] = inbox.get(dst, 0) + 1
-        by_src.setdefault(src, []).append((at, dst, n))
-
-    def sender(plan):
-        async def actor(ctx):
-            now = 0.0
-            for at, dst, n in sorted(plan, key=lambda p: p[0]):
-                if at > now:
-                    await ctx.sleep(at - now)
-                    now = at
-                await ctx.send(dst, "m", blob(n))
-        return actor
-
-    def receiver(k):
-        async def actor(ctx):
-            for _ in range(k):
-                await ctx.receive("m")
-        return actor
-
-    for node in links:
-        plan, k = by_src.get(node, []), inbox.get(node, 0)
-        assert not (plan and k), "a node either sends or receives here"
-        net.add_node(node, sender(plan) if plan else receiver(k), link=links[node])
-    net.run()
-    return net
+    Every receiver waits for its messages. Returns the network after the run (test_kernel_flows'
+    harness, with the FIFO model by default)."""
+    return star(sends, links, model=model)
 
 
 # ---------------------------------------------------------------------------------------------
