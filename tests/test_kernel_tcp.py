@@ -37,6 +37,7 @@ from fedsim.kernel import tcp
 from fedsim.kernel.tcp import CONTROL_FRAME_BYTES, FRAME_OVERHEAD
 from fedsim.protocols import REGISTRY
 from fedsim.signals import sigint_deferred
+from held_stderr import PRELUDE
 
 NAMES = list(REGISTRY)
 SEED = 11
@@ -1513,25 +1514,12 @@ def test_count_processes_places_the_given_nodes_as_run_would():
         TcpNetwork(processes=2, placement={"server": 0}).count_processes(roles)
 
 
-_HELD_STDERR_SCRIPT = r'''
-import json, os, sys, threading, time
+_HELD_STDERR_SCRIPT = PRELUDE + r'''
 from fedsim.experiment.context import Progress
 from fedsim.kernel import TcpNetwork
 
-r, w = os.pipe()  # stderr: a pipe nobody reads until the worker is forked
-os.dup2(w, 2)
-os.close(w)
-sys.stderr = open(2, "w", buffering=1, closefd=False)
 display = Progress(True, tty=False, heartbeat=0.0)  # as `fedsim run`'s, to a pipe: a line when its figures change
 display.update(0, 1, stage="run")
-said, state = [], {"armed": True}
-
-
-def writing(tid):
-    f = sys._current_frames().get(tid)
-    while f is not None and f.f_code.co_name != "_line":
-        f = f.f_back
-    return f is not None
 
 
 def drain():
@@ -1543,25 +1531,7 @@ def drain():
         said.append(data)
 
 
-def before_fork():  # in the launching process, just before the worker is forked
-    if not state.pop("armed", False):
-        return
-    os.set_blocking(2, False)
-    try:
-        while True:
-            os.write(2, b"." * 4096)  # fill the pipe (through the descriptor: no lock taken)
-    except BlockingIOError:
-        pass
-    os.set_blocking(2, True)
-    display.beat(("worker", 1), {"round": 7, "messages": 1, "sim_time": 1.0})  # new figures: a line
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 5 and not writing(display._thread.ident):
-        time.sleep(0.01)
-    state["display writing at the fork"] = writing(display._thread.ident)
-    threading.Thread(target=drain, daemon=True).start()
-
-
-os.register_at_fork(before=before_fork)
+os.register_at_fork(before=lambda: hold_at_fork(display, drain))
 
 
 async def talker(ctx):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedsim.studies.parallel import count_done, pmap
+from held_stderr import PRELUDE
 
 
 def _square(x):
@@ -640,28 +641,16 @@ def test_a_sigterm_that_comes_just_before_a_task_blocks_still_stops_it_within_th
     assert took < 5.0
 
 
-_HELD_STDERR_SCRIPT = r'''
-import json, multiprocessing, os, signal, sys, threading, time
+_HELD_STDERR_SCRIPT = PRELUDE + r'''
+import multiprocessing, signal
 from fedsim.experiment.context import Progress
 from fedsim.experiment.live import activate
 from fedsim.studies import parallel
 
-r, w = os.pipe()  # stderr: a pipe nobody reads until the worker is forked
-os.dup2(w, 2)
-os.close(w)
-sys.stderr = open(2, "w", buffering=1, closefd=False)
 display = Progress(True, tty=False, heartbeat=0.0)  # as a sweep's, to a pipe: a line when its figures change
 display.update(0, 1, stage="sweep")
 activate(display)
-said, state = [], {"armed": True}
 forked = threading.Event()  # set in the parent once the worker is forked
-
-
-def writing(tid):
-    f = sys._current_frames().get(tid)
-    while f is not None and f.f_code.co_name != "_line":
-        f = f.f_back
-    return f is not None
 
 
 def drain():
@@ -673,25 +662,7 @@ def drain():
         said.append(data)
 
 
-def before_fork():  # in the parent, just before the worker is forked
-    if not state.pop("armed", False):
-        return
-    os.set_blocking(2, False)
-    try:
-        while True:
-            os.write(2, b"." * 4096)  # fill the pipe (through the descriptor: no lock taken)
-    except BlockingIOError:
-        pass
-    os.set_blocking(2, True)
-    display.beat(("worker", 1), {"round": 7, "messages": 1, "sim_time": 1.0})  # new figures: a line
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 5 and not writing(display._thread.ident):
-        time.sleep(0.01)
-    state["display writing at the fork"] = writing(display._thread.ident)
-    threading.Thread(target=drain, daemon=True).start()
-
-
-os.register_at_fork(before=before_fork, after_in_parent=forked.set)
+os.register_at_fork(before=lambda: hold_at_fork(display, drain), after_in_parent=forked.set)
 
 
 def task(x):
