@@ -346,6 +346,45 @@ def test_ctrl_c_after_the_sweep_took_its_folder_before_it_wrote_there_resumes_as
     assert ran(log) == [(1, 0), (2, 0)]
 
 
+def test_ctrl_c_as_the_progress_display_starts_is_an_interrupted_sweep(tmp_path, monkeypatch, capsys):
+    # the sweep had written sweep.json and report.md (its start), then a Ctrl-C as its progress
+    # display started (after `activate`, before the sweep's main `try`): a plain KeyboardInterrupt
+    # went out, the command line said "the sweep ran no point and wrote nothing" beside the files
+    # it had written, sweep.json stayed "running", and the display stayed active, its thread alive
+    import threading
+
+    from fedsim import cli
+    from fedsim.experiment import live
+    from fedsim.studies import sweep
+
+    started = []
+
+    def activate_then_ctrl_c(display):
+        live.activate(display)
+        started.append(display)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "activate", activate_then_ctrl_c)
+    script, log = logging_scenario(tmp_path)
+    out = tmp_path / "sw"
+    args = ["sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", str(out)]
+    assert cli.main(args) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"interrupted: 0 points run, 0 done before, 2 not run; the same command resumes. Results so far in {out}/ "
+        "(report.md, sweep.json)"]
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["not run", "not run"])
+    assert (out / "sweep.log").read_text().splitlines()[-1].endswith("] interrupted")
+    assert len(started) == 1 and started[0]._thread is None
+    assert not [t for t in threading.enumerate() if t.name == "fedsim-progress"]
+    assert live.active() is None
+    assert ran(log) == []
+    monkeypatch.undo()
+    assert cli.main(args) == 0  # (it resumes)
+    assert "2 points, 2 run, 0 already done, 0 failed" in capsys.readouterr().out
+    assert ran(log) == [(1, 0), (2, 0)]
+
+
 def test_ctrl_c_while_ray_shuts_down_after_the_points_is_an_interrupted_sweep(tmp_path, monkeypatch, capsys):
     # every point ran and the sweep's files were written, then a Ctrl-C while Ray shut down (it
     # takes a while): a plain KeyboardInterrupt, and the command line said nothing had been run.

@@ -863,9 +863,14 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
 
     interrupted = False
     t0 = time.perf_counter()
-    display = Progress(not quiet, log=out / "sweep.log")
-    activate(display)
+    display = None
     try:
+        # (a Ctrl-C as the display started, after the sweep's start was written, went out as a
+        # plain KeyboardInterrupt: "the sweep ran no point and wrote nothing" over its sweep.json,
+        # left "running", and the display active. Held over the start, it is an interrupted sweep.)
+        with sigint_deferred():
+            display = Progress(not quiet, log=out / "sweep.log")
+            activate(display)
         again = f" ({len(rerun)} of them again)" if rerun else ""
         display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
         for line in recovered:  # what killed runs of points had left, dealt with before the points were compared
@@ -902,12 +907,15 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             # and wrote nothing". Held over the short close, then the sweep is interrupted (its
             # files written below, SweepInterrupted from run_sweep)
             with sigint_deferred():
-                try:
-                    display.close()
-                finally:
-                    deactivate(display)
+                if display is not None:
+                    try:
+                        display.close()
+                    finally:
+                        deactivate(display)
         except KeyboardInterrupt:
             interrupted = True
+        if display is None:  # (the display could not start: sweep.log not writable) nothing to show
+            display = Progress(False)
         combined: list[str] = []
         report = out / "report.md"
         try:
