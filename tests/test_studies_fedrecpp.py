@@ -41,6 +41,10 @@ def test_table3_download_row_in_units(tmp_path):
     # the row said 0.0, and kept the last draw's figures)
     ordinary = next(r for r in rows if r["role"] == "ordinary")
     assert ordinary["units_std_over_draws"] == dl["units_std_over_draws"] == ""  # (NaN is written empty)
+    # the dataset column names the data the runs used (--data, which ctx.load_data resolves), not
+    # the papers' dataset whose shape it has (data_note's match: None for tiny, "ML100K" for the
+    # synthetic ml100k-like, whose ratings are not ML-100K's)
+    assert {r["dataset"] for r in rows} == {"tiny"}
 
 
 def test_table3_refuses_zero_iterations(tmp_path):
