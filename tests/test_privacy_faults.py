@@ -374,3 +374,52 @@ def test_imia_on_a_sample_scores_its_sample_answered_or_not():
                       AttackSpec("imia", (), (1,), "1 round")))
     got = [(r["attack"], r["users"], r["attacked"], r["unseen"], r["f1"], r["f1_rand"]) for r in run_task(task)["rows"]]
     assert got == [("implied_ratings", 10, 0, 0, 0.0, 0.0), ("imia", 4, 0, 0, 0.0, 0.0), ("imia", 10, 0, 0, 0.0, 0.0)]
+
+
+def test_audit_missing_uploads_count_fedrecpp_uploads_the_server_gave_up_on():
+    """FedRec++'s missing records name no kind (per round: groups and clients left out), so the
+    audit's ``missing_uploads`` read 0 for a run that lost uploads. Counted by hand here: 4 of 20
+    clients, all ordinary, drop out at 0.05 s on wan after their round-0 upload; in rounds 1 and 2
+    the server gives up on their gradients (4 x 2) and, as every group lost a member (the result's
+    records: all groups left out), on each denoiser's sum (2 denoisers x 2 rounds)."""
+    from fedsim.protocols import REGISTRY
+    from fedsim.protocols.fedrecpp import FedRecPPConfig
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=20)
+    test = (np.asarray(data.users), np.asarray(data.items), np.asarray(data.values))
+    cfg = FedRecPPConfig(d=4, T=3, rho=1.0, eta=2, deadline=1.0)
+    spec = NetSpec(profile="wan", dropout=0.3, window=(0.05, 0.05))
+    out = run_task(AuditTask("t", "fedrecpp", {}, cfg, data, test, 0, spec, None, None,
+                             (AttackSpec("implied_ratings", (), (1,), "1 round"),)))
+    net = spec.build(0)
+    res = REGISTRY["fedrecpp"].build(net, data, cfg).collect(net.run())  # the same run
+    lost, denoisers = res.info["lost_clients"], res.info["denoisers"]
+    assert len(lost) == 4 and not set(lost) & set(denoisers) and len(denoisers) == 2
+    assert [(r["round"], r["groups"]) for r in res.info["missing"]] == [(1, 2), (2, 2)]
+    expected = len(lost) * 2 + sum(r["groups"] for r in res.info["missing"])
+    assert expected == 12
+    assert len(out["rows"]) == 1 and out["rows"][0]["missing_uploads"] == expected
+
+
+def test_audit_missing_uploads_count_personalfr_updates_not_only_its_indices():
+    """PersonalFR's clients upload their indices once and an ``update`` each round they are
+    drawn; the audit counted only the kinds its attacks read (``indices``), so the updates the
+    server gave up on were left out. By hand from the result's own records (indices and update,
+    per round): a fifth of the clients' messages lost on wan, the server waiting 5 s."""
+    from fedsim.protocols import REGISTRY
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(8, 3, 0)
+    cfg = cfg.replace(deadline=5.0)
+    net_spec = NetSpec(profile="wan", loss=0.2)
+    out = run_task(AuditTask("t", "personalfr", {}, cfg, data, None, 0, net_spec, None, None,
+                             (AttackSpec("personalfr_indices", (), None, "all"),)))
+    net = net_spec.build(0)
+    res = spec.build(net, data, cfg).collect(net.run())  # the same run
+    kinds = {r["kind"] for r in res.info["missing"]}
+    assert kinds == {"indices", "update"}
+    expected = sum(r["clients"] for r in res.info["missing"])
+    assert expected > sum(r["clients"] for r in res.info["missing"] if r["kind"] == "indices")
+    assert len(out["rows"]) == 1 and out["rows"][0]["missing_uploads"] == expected

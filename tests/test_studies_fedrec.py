@@ -52,3 +52,37 @@ def test_federated_curve_of_T_0_is_empty_not_refused(fold):
     assert [h["iteration"] for h in fed.history] == [0]
     assert math.isfinite(fed.rmse) and fed.history[0]["rmse"] == pytest.approx(fed.rmse, abs=1e-12)
     assert fed.rmse == pytest.approx(cen.rmse, abs=1e-12)  # the same initial model, federated or not
+
+
+def test_comm_per_iteration_counts_the_secure_aggregation_upload(fold, tmp_path):
+    """With secure aggregation the clients upload ``masked`` (uint64 fixed point) instead of
+    ``gradients``: the figures read off ``model`` and ``gradients`` alone had no upload (bytes and
+    messages of the download only). By hand from the run's own ledger (its CSV): per iteration,
+    the download is the ``model`` rows, the upload the ``masked`` rows, each m (d + 1) x 8 array
+    bytes and no float; the key exchange (round -1) and the evaluations are totals of their own."""
+    import csv
+
+    d, T = 4, 3
+    cfg = FedRecConfig("PMF(B)", d=d, T=T, rho=1.0, secure_aggregation=True, secagg_neighbours=2)
+    out = run_one((fold, "federated", cfg, 0, "ideal", True, tmp_path))
+    with open(out.record["ledger"], newline="") as fh:
+        rows = [{**r, **{k: int(r[k]) for k in ("round", "bytes", "raw_bytes", "floats")}} for r in csv.DictReader(fh)]
+    n, m = fold.n_users, fold.n_items
+    masked = [r for r in rows if r["kind"] == "masked"]
+    model = [r for r in rows if r["kind"] == "model"]
+    assert len(masked) == len(model) == n * T and {r["round"] for r in masked} == {0, 1, 2}
+    assert all(r["raw_bytes"] == m * (d + 1) * 8 and r["floats"] == 0 for r in masked)
+    assert all(r["src_role"] == "client" and r["dst_role"] == "server" for r in masked)
+    assert all(r["raw_bytes"] == m * d * 4 and r["floats"] == m * d for r in model)
+    up_wire = sum(r["bytes"] for r in masked)
+    down_wire = sum(r["bytes"] for r in model)
+    setup = [r for r in rows if r["kind"] in ("keys", "peers")]
+    evals = [r for r in rows if r["kind"] in ("eval", "evaluate")]
+    assert {r["round"] for r in setup} == {-1} and len(setup) == 2 * n and evals
+    assert out.ledger == {
+        "bytes": (up_wire + down_wire) / T, "raw_bytes": n * (m * (d + 1) * 8 + m * d * 4),
+        "floats": n * m * d, "download_floats": n * m * d, "upload_floats": 0.0, "messages": 2.0 * n,
+        "iterations": T, "download_bytes": down_wire / T, "upload_bytes": up_wire / T,
+        "download_raw_bytes": n * m * d * 4, "upload_raw_bytes": n * m * (d + 1) * 8,
+        "setup_bytes": sum(r["bytes"] for r in setup), "setup_messages": 2 * n,
+        "eval_bytes": sum(r["bytes"] for r in evals), "eval_messages": len(evals)}

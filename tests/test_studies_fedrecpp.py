@@ -41,6 +41,10 @@ def test_table3_download_row_in_units(tmp_path):
     # the row said 0.0, and kept the last draw's figures)
     ordinary = next(r for r in rows if r["role"] == "ordinary")
     assert ordinary["units_std_over_draws"] == dl["units_std_over_draws"] == ""  # (NaN is written empty)
+    # the dataset column names the data the runs used (--data, which ctx.load_data resolves), not
+    # the papers' dataset whose shape it has (data_note's match: None for tiny, "ML100K" for the
+    # synthetic ml100k-like, whose ratings are not ML-100K's)
+    assert {r["dataset"] for r in rows} == {"tiny"}
 
 
 def test_table3_refuses_zero_iterations(tmp_path):
@@ -229,3 +233,38 @@ def test_table3_says_which_draws_diverged(tmp_path):
     assert float(dl["units_per_iteration"]) == generate("tiny", seed=0).n_items  # per iteration run, not per T
     report = (tmp_path / "t3" / "report.md").read_text()
     assert "run(s) diverged**" in report and "eta=1 cost draw 0 at iteration" in report
+
+
+def test_role_costs_with_secure_noise_do_not_count_the_fixed_point_noise_as_no_vector(tmp_path):
+    """With ``secure_noise`` an ordinary client's ``noise`` is one uint64 fixed-point vector of
+    m (d + 1) entries, which the ledger counts as no float: the ordinary clients' and denoisers'
+    units left it out (18.4 against the plain run's 27.6 per ordinary client, while their bytes
+    grew 4x). Now NaN; the bytes per role, by hand from the run's ledger (its CSV): every message
+    a client sent plus every one delivered to it, in rounds >= 0, but the model, assign and stop."""
+    f = make_folds(generate("tiny", seed=2, n_items=60), 5, seed=0)[0]
+    cfg = FedRecPPConfig(d=4, T=2, rho=1.0, eta=2, secure_noise=True, secagg_neighbours=2)
+    o = run_pp((f, cfg, 0, "ideal", True, tmp_path))
+    with open(o.record["ledger"], newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    noise = [r for r in rows if r["kind"] == "noise"]
+    assert noise and all(int(r["floats"]) == 0 and int(r["raw_bytes"]) == f.n_items * (4 + 1) * 8 for r in noise)
+    role = {}
+    for r in rows:
+        if int(r["round"]) >= 0:
+            role[r["src"]], role[r["dst"]] = r["src_role"], r["dst_role"]
+    counted = [r for r in rows if int(r["round"]) >= 0 and r["kind"] not in ("model", "assign", "stop")]
+    per_node = {}
+    for r in counted:
+        per_node[r["src"]] = per_node.get(r["src"], 0) + int(r["bytes"])
+        if r["status"] == "delivered":
+            per_node[r["dst"]] = per_node.get(r["dst"], 0) + int(r["bytes"])
+    got = {c["role"]: c for c in o.costs}
+    assert o.iterations == 2
+    for name in ("denoiser", "ordinary", "client"):
+        members = [n for n, r in role.items() if r != "server" and (name == "client" or r == name)]
+        assert got[name]["nodes"] == len(members) == {"denoiser": 2, "ordinary": f.n_users - 2, "client": f.n_users}[name]
+        assert np.isnan(got[name]["units_per_iteration"])
+        assert got[name]["bytes_per_iteration"] == pytest.approx(sum(per_node.get(n, 0) for n in members) / 2 / len(members),
+                                                               rel=1e-12)
+    plain = run_pp((f, cfg.replace(secure_noise=False), 0, "ideal", True))
+    assert all(np.isfinite(c["units_per_iteration"]) for c in plain.costs)  # no fixed point: units as before

@@ -276,8 +276,23 @@ def test_fedrec_comm_per_iteration_from_a_hand_made_ledger():
     net = _hand_ledger(msgs, roles, unit=3, framing=5)
     out = comm_per_iteration(net, None)
     # per iteration: 2 x 40 + 2 x 20 = 120 bytes on the wire (the framing in them); 2 x 24 + 2 x 12 = 72 array bytes
+    # by direction: 2 x 40 down, 2 x 20 up on the wire; 2 x 24 and 2 x 12 array bytes; the
+    # evaluation message kept apart (a total, not per iteration); no key exchange
     assert out == {"bytes": 120.0, "raw_bytes": 72.0, "floats": 18.0, "download_floats": 12.0, "upload_floats": 6.0,
-                   "messages": 4.0, "iterations": 2}
+                   "messages": 4.0, "iterations": 2, "download_bytes": 80.0, "upload_bytes": 40.0,
+                   "download_raw_bytes": 48.0, "upload_raw_bytes": 24.0, "setup_bytes": 0, "setup_messages": 0,
+                   "eval_bytes": 9, "eval_messages": 1}
+
+
+def test_fedrec_comm_per_iteration_refuses_a_training_message_of_no_direction():
+    """A training message neither from nor to the server (FedRec sends none) has no direction:
+    it would be in ``bytes`` but in neither ``download_*`` nor ``upload_*``. An error naming it."""
+    from fedsim.studies.fedrec import comm_per_iteration
+
+    roles = {"s": "server", "a": "client", "b": "client"}
+    msgs = [(0, "s", "a", "model", 40, 6, "delivered", 0.0, 1.0), (0, "a", "b", "gradients", 20, 3, "delivered", 1.0, 2.0)]
+    with pytest.raises(ValueError, match="'gradients' from a to b \\(round 0\\) is neither a download nor an upload"):
+        comm_per_iteration(_hand_ledger(msgs, roles, unit=3), None)
 
 
 # ---------------------------------------------------------------------------------------------

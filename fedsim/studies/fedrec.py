@@ -197,18 +197,53 @@ def fold_stats(runs: list) -> FoldStats:
     return FoldStats(mae, rmse, div, float(mae.mean()), float(mae.std()), float(rmse.mean()), float(rmse.std()))
 
 
-def comm_per_iteration(net: SimNetwork, cfg: FedRecConfig) -> dict[str, Any]:
-    """Mean per-iteration communication of the training messages (``model`` and
-    ``gradients``), from the ledger: bytes on the wire, array bytes, payload floats."""
-    train = net.ledger.select(kind=("model", "gradients"))
+def comm_per_iteration(net: SimNetwork, cfg: FedRecConfig | None = None) -> dict[str, Any]:
+    """Mean per-iteration communication of FedRec's training messages, from the ledger: every
+    kind the protocol declares for training (``fedsim.protocols.fedrec.SPEC``: ``model``,
+    ``gradients`` and, with secure aggregation, the ``masked`` upload that replaces
+    ``gradients``), sent or lost alike, over the rounds that have training traffic (the
+    iterations run: fewer than ``cfg.T`` when the run diverged).
+
+    ``bytes`` (on the wire, framing in), ``raw_bytes`` (array payloads), ``floats`` and
+    ``messages`` are both directions; ``download_*`` the server's messages to clients,
+    ``upload_*`` the clients' to the server (``*_bytes`` on the wire, ``*_raw_bytes`` array
+    bytes). ``floats`` count floating-point array elements only (docs/concepts.md): the masked
+    upload is ``uint64`` fixed point, so under secure aggregation ``upload_floats`` is 0 and the
+    upload is in ``upload_bytes`` / ``upload_raw_bytes`` (m (d + 1) x 8 array bytes per client).
+
+    Kept apart, as totals over the run (not per iteration): ``setup_bytes`` / ``setup_messages``
+    (the secure aggregation's key exchange, ``keys`` and ``peers``, once) and ``eval_bytes`` /
+    ``eval_messages`` (``evaluate`` and ``eval``). ``stop`` (control) is in neither.
+    ``cfg`` is not read (kept for callers that pass it). Raises ``ValueError`` naming the kind
+    and nodes of a training message that is neither from nor to the server (its direction
+    would be unknown: FedRec sends none)."""
+    led = net.ledger
+    train = led.select(kind=fedrec.SPEC.kinds_for("training"))
+    down = train.select(src_role="server")
+    up = train.select(dst_role="server")
+    if len(down) + len(up) != len(train):
+        odd = next(r for r in train.select(src_role=[x for x in led.role_members if x != "server"]).records()
+                   if r["dst_role"] != "server")
+        raise ValueError(f"comm_per_iteration: training message {odd['kind']!r} from {odd['src']} to {odd['dst']} "
+                         f"(round {odd['round']}) is neither a download nor an upload")
     iters = max(1, len(train.rounds()))
-    t = train.totals()
+    t, td, tu = train.totals(), down.totals(), up.totals()
+    setup = led.select(kind=fedrec.SPEC.kinds_for("setup")).totals()
+    ev = led.select(kind=fedrec.SPEC.kinds_for("evaluation")).totals()
     return {
         "bytes": float(t.wire_bytes) / iters,
         "raw_bytes": float(t.raw_bytes) / iters,
         "floats": float(t.floats) / iters,
-        "download_floats": float(train.select(kind="model").totals().floats) / iters,
-        "upload_floats": float(train.select(kind="gradients").totals().floats) / iters,
+        "download_floats": float(td.floats) / iters,
+        "upload_floats": float(tu.floats) / iters,
         "messages": float(t.messages) / iters,
         "iterations": iters,
+        "download_bytes": float(td.wire_bytes) / iters,
+        "upload_bytes": float(tu.wire_bytes) / iters,
+        "download_raw_bytes": float(td.raw_bytes) / iters,
+        "upload_raw_bytes": float(tu.raw_bytes) / iters,
+        "setup_bytes": int(setup.wire_bytes),
+        "setup_messages": int(setup.messages),
+        "eval_bytes": int(ev.wire_bytes),
+        "eval_messages": int(ev.messages),
     }

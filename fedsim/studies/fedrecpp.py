@@ -138,7 +138,9 @@ def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
     (:func:`iterations_run`: fewer than ``cfg.T`` when the run diverged) and over the clients of
     that role of what a client sent plus what it received, excluding the model download (and
     set-up and stop messages). Units are latent vectors (floats / d); a role without clients: 0,
-    a run of no iteration: NaN."""
+    a run of no iteration: NaN. With ``cfg.secure_noise`` the ``noise`` messages are uint64 fixed
+    point, which the ledger counts as no float (docs/concepts.md): the units of a role with a
+    client that sent or received one are NaN (they left the noise out), its bytes count it."""
     iters = iterations_run(net)
     counted = net.ledger.select(exclude_kinds=NOT_COUNTED, min_round=0)
     sent = counted.group("src")
@@ -147,6 +149,10 @@ def role_costs(net: SimNetwork, cfg: FedRecPPConfig) -> list[dict]:
     clients = [n for n, r in roles.items() if r != "server"]
     none = Totals()
     floats = {c: sent.get(c, none).floats + received.get(c, none).floats for c in clients}
+    if cfg.secure_noise:
+        noise = counted.select(kind="noise")
+        fixed = set(noise.group("src")) | set(noise.select(fate="delivered").group("dst"))
+        floats.update({c: float("nan") for c in fixed if c in floats})
     nbytes = {c: sent.get(c, none).wire_bytes + received.get(c, none).wire_bytes for c in clients}
     out = []
     groups = {"denoiser": [c for c in clients if roles[c] == "denoiser"],

@@ -18,7 +18,9 @@ attacks, and returns plain rows:
              ``partly_seen`` (users scored whom the server called in some round of the window
              and saw no upload of theirs in it: ``fedsim.privacy.partly_seen``); the run's
              accuracy (FedRec and FedRec++: over the test ratings of the clients present at the
-             end), ``missing_uploads`` and ``lost_clients`` (what a faulty run left out); bytes
+             end), ``missing_uploads`` (the uploads of any kind but evaluation that the server
+             waited for with a deadline and did not get: the ledger's missing records) and
+             ``lost_clients`` (what a faulty run left out); bytes
              per client (everything but evaluation traffic, from the ledger); protocol and attack
              seconds.
 ``sizes``    the size-only observer per task: exact |I_u| recoveries, median relative error, rank
@@ -231,6 +233,7 @@ def run_task(task: AuditTask) -> dict:
     tg: frozenset | None = None  # the targets: the only clients recorded and scored (None: all)
     epoch_rounds: list[int] = []
     missing_uploads, lost_clients = 0, set()  # what the run left out (faults and a deadline), over its epochs
+    to_server = {k.name for k in spec.kinds if "server" in k.dst and k.purpose != "evaluation"}
     for e in range(task.epochs):
         net = netspec.build(task.seed if task.epochs == 1 else _epoch_seed(task.seed, e))
         if rec is None:
@@ -251,8 +254,12 @@ def run_task(task: AuditTask) -> dict:
         result = job.collect(net.run())
         resume = result
         info = getattr(result, "info", None) or {}
-        up_kinds = UPLOAD_KINDS.get(task.protocol, ())
-        missing_uploads += sum(int(m.get("clients", 0)) for m in info.get("missing") or () if m.get("kind") in up_kinds)
+        # every upload the server waited for with a deadline and did not get (the ledger's missing
+        # records): each kind the protocol sends to the server but evaluation answers. The result's
+        # own records did not do: FedRec++'s name no kind (its lost uploads read 0), and the audit's
+        # attack kinds (UPLOAD_KINDS) left out PersonalFR's per-round updates
+        missing_uploads += sum(1 for m in net.ledger.missing
+                               if m.kind in to_server and net.ledger.roles.get(m.receiver) == "server")
         lost_clients.update(info.get("lost_clients") or ())
         ledgers.append(net.ledger)
         epoch_rounds.append(max(net.ledger.rounds(), default=-1))
