@@ -6,10 +6,13 @@ the codec's key path, ``run_scenario``'s seed and ``net``, ``fedsim.experiment``
 
 from __future__ import annotations
 
+import re
 
+import numpy as np
 import pytest
 
-from fedsim.kernel import AsyncioNetwork, SimNetwork, UnknownNodeError
+from fedsim.kernel import AsyncioNetwork, NetworkConfigError, SimNetwork, StreamingLedger, UnknownNodeError
+from fedsim.kernel.ledger import FILTERS
 
 TRANSPORTS = ["sim", "asyncio"]
 
@@ -135,3 +138,73 @@ def test_gather_each_refuses_a_message_that_came_anonymously_in_the_loop(transpo
 
     box, _ = _outcome(transport, counted, senders_of=anon)
     assert box == {"value": [(1, None)]}
+
+
+# -- Ledger: select's filters, group's columns ------------------------------------------------
+
+async def _sends_two(ctx):
+    ctx.begin_round(1)
+    await ctx.send("b", "k", {"v": np.zeros(4)})
+    await ctx.send("b", "j", 1)
+
+
+def _ledger(streaming: bool):
+    net = SimNetwork(ledger=StreamingLedger() if streaming else None)
+    net.add_node("a", _sends_two, role="server")
+    net.add_node("b", _idle)
+    net.run(strict=False)
+    return net.ledger
+
+
+_FILTER_LIST = "kind, exclude_kinds, round, src, dst, src_role, dst_role, fate, anonymous, read, min_round"
+_COLUMN_LIST = ("seq, round, src, dst, src_role, dst_role, kind, bytes, raw_bytes, floats, units, send_time, "
+                "tx_start, tx_end, rx_start, arrival_time, status, read, anonymous, note")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("where", ["ledger", "view"])
+def test_select_names_an_unknown_filter_and_lists_the_filters(streaming, where):
+    # "_filter() got an unexpected keyword argument 'knd'" (a private function's name;
+    # "_compile_filters()" on a StreamingLedger): the docstring said nothing of it
+    led = _ledger(streaming)
+    sel = led.select if where == "ledger" else led.view().select
+    with pytest.raises(TypeError, match=f"^select: unknown filter 'knd'; filters: {_FILTER_LIST}$"):
+        sel(knd="k")
+    assert FILTERS == tuple(_FILTER_LIST.split(", "))
+    assert len(sel(kind="k")) == 1 and len(sel(kind=("k", "j"), min_round=1)) == 2
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("bad, match", [
+    (dict(fate="gone"), re.escape("fate must be one of ('delivered', 'lost', 'in_flight'), got ['gone']")),
+    (dict(read="no"), "select: read must be True, False or None, got 'no'"),
+    (dict(anonymous=1), "select: anonymous must be True, False or None, got 1"),
+    (dict(min_round="1"), "select: min_round must be a round number, got '1'"),
+])
+def test_select_raises_the_value_errors_its_docstring_now_lists(streaming, bad, match):
+    with pytest.raises(ValueError, match=f"^{match}$"):
+        _ledger(streaming).select(**bad)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_group_names_a_key_that_is_no_column(streaming):
+    # a bare KeyError: 'nope' (column() listed the columns)
+    view = _ledger(streaming).view()
+    with pytest.raises(KeyError, match=f"^\"no ledger column 'nope'; columns: {_COLUMN_LIST}\"$"):
+        view.group("kind", "nope")
+    with pytest.raises(KeyError, match=re.escape("group: 'units' is derived (floats / unit), not a column to group by")):
+        view.group("units")
+    with pytest.raises(ValueError, match="^group needs at least one column name$"):
+        view.group()
+    assert {k: t.messages for k, t in view.group("kind").items()} == {"j": 1, "k": 1}
+
+
+def test_a_network_given_a_ledger_that_is_no_ledger_names_it():
+    # "object of type 'int' has no len()"
+    with pytest.raises(NetworkConfigError, match=r"^ledger must be a fedsim.kernel.Ledger \(or StreamingLedger\), "
+                                                 r"got int 5$"):
+        SimNetwork(ledger=5)
+    with pytest.raises(NetworkConfigError, match="^ledger must be a fedsim.kernel.Ledger .*got dict {}$"):
+        AsyncioNetwork(ledger={})
+    with pytest.raises(NetworkConfigError, match="^the ledger given to a network must be empty, it has 2 rows$"):
+        SimNetwork(ledger=_ledger(False))

@@ -199,7 +199,7 @@ class Network:
     Raises ``NetworkConfigError`` naming the parameter for a ``seed`` that is not a non-negative
     integer (not a float, not a bool), a ``framing_bytes``, ``unit`` or ``max_message_bytes``
     that is not a whole number in range, an unknown ``profile``, ``faults`` that are not a
-    ``Faults``, or a ``ledger`` that is not empty.
+    ``Faults``, or a ``ledger`` that is not a ``Ledger`` or not empty.
     """
 
     #: True when ``now()`` and a run's duration are simulated seconds (SimNetwork), False when
@@ -249,6 +249,9 @@ class Network:
         if ledger is None:
             ledger = Ledger(unit=units, framing_bytes=self.framing_bytes)
         else:
+            if not isinstance(ledger, Ledger):  # (it was "object of type 'int' has no len()")
+                raise NetworkConfigError(f"ledger must be a fedsim.kernel.Ledger (or StreamingLedger), got "
+                                         f"{type(ledger).__name__} {ledger!r:.80}")
             if len(ledger):
                 raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
             ledger.framing_bytes = self.framing_bytes
