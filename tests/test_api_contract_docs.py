@@ -208,3 +208,60 @@ def test_a_network_given_a_ledger_that_is_no_ledger_names_it():
         AsyncioNetwork(ledger={})
     with pytest.raises(NetworkConfigError, match="^the ledger given to a network must be empty, it has 2 rows$"):
         SimNetwork(ledger=_ledger(False))
+
+
+# -- fedsim.experiment: run_scenario's seed and net, the package's exports --------------------
+
+@pytest.mark.parametrize("seed, shown", [(1.5, "1.5"), (True, "True"), ("x", "'x'"), (None, "None"), (2.0, "2.0")])
+def test_run_scenario_refuses_a_seed_that_is_no_whole_number_before_anything_is_made(tmp_path, seed, shown):
+    # int() ran 1.5 and True as seed 1 (results.json said 1), and "x" / None were a bare
+    # ValueError / TypeError naming nothing; the docstring promised UsageError for a bad seed
+    from fedsim.experiment import UsageError, run_scenario
+
+    out = tmp_path / "run"
+    with pytest.raises(UsageError, match=f"^--seed must be a whole number, got {re.escape(shown)}$"):
+        run_scenario("demo", out=str(out), seed=seed, quiet=True)
+    with pytest.raises(UsageError, match="^--seed must be non-negative, got -1$"):
+        run_scenario("demo", out=str(out), seed=-1, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_scenario_names_an_unknown_profile_given_as_net_with_a_usage_error(tmp_path):
+    # "Raises UsageError for an unknown ... profile": profile= did, net="nope" (a profile name,
+    # as documented) was the NetworkConfigError itself
+    from fedsim.experiment import UsageError, network_spec, run_scenario
+
+    for kw in (dict(profile="nope"), dict(net="nope")):
+        with pytest.raises(UsageError, match="^unknown network profile 'nope'; known: ideal, lan, mobile, wan$"):
+            run_scenario("demo", out=str(tmp_path / "run"), quiet=True, **kw)
+    assert list(tmp_path.iterdir()) == []
+    from fedsim.experiment import load_scenario
+
+    assert network_spec(load_scenario("demo"), net="wan").profile == "wan"
+
+
+def test_run_scenario_runs_with_a_numpy_integer_seed_recorded_as_an_int(tmp_path):
+    from fedsim.experiment import run_scenario
+
+    res = run_scenario("demo", out=str(tmp_path / "run"), seed=np.int64(2), quiet=True,
+                       overrides={"rounds": 1, "clients": 2})
+    assert res["seed"] == 2 and type(res["seed"]) is int
+
+
+def test_every_name_the_experiment_package_docstring_lists_is_exported():
+    # the docstring lists load_config under :mod:`.configfile`, "everything public is importable
+    # from here", and `from fedsim.experiment import load_config` was an ImportError
+    import fedsim.experiment as experiment
+
+    doc = experiment.__doc__
+    listed = doc[doc.index("everything public is importable from here"):]
+    names = set()
+    for line in re.findall(r"^- :mod:`\.\w+`:.*(?:\n  .*)*", listed, flags=re.M):
+        names.update(re.findall(r"``([A-Za-z_]\w*)``", line))
+    assert {"load_config", "run_scenario", "RunContext", "UsageError", "keep_freed_memory"} <= names
+    assert sorted(names - set(experiment.__all__)) == []
+    for name in names:
+        assert getattr(experiment, name) is not None
+    from fedsim.experiment.configfile import load_config
+
+    assert experiment.load_config is load_config

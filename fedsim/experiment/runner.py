@@ -9,6 +9,7 @@ import datetime as _dt
 import errno
 import glob
 import json
+import numbers
 import os
 import re
 import shutil
@@ -331,10 +332,10 @@ def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, *
     from ..kernel import NetSpec
     from ..kernel.errors import NetworkConfigError
 
-    if net is not None:
-        return NetSpec.of(net)
     kw = {k: v for k, v in options.items() if v is not None}
     try:  # an empty profile is refused by name (it ran the scenario's default profile)
+        if net is not None:  # (a profile name given as net= was the NetworkConfigError itself)
+            return NetSpec.of(net)
         return NetSpec(profile=getattr(mod, "DEFAULT_PROFILE", "ideal") if profile is None else profile, **kw)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
@@ -356,8 +357,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
-    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
+    Raises ``UsageError`` for an unknown scenario, parameter, profile (also one given as ``net``)
+    or dataset, a bad value, a seed that is not a non-negative integer, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
     and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
@@ -369,7 +370,11 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     cfg = resolve_config(mod, overrides or {})
     netspec = network_spec(mod, profile, net)
-    if int(seed) < 0:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        # int() made seed 1 of 1.5 and of True, silently (results.json said 1), and failed on "x"
+        # and None naming nothing; a network refuses such a seed too
+        raise UsageError(f"--seed must be a whole number, got {seed!r}")
+    if seed < 0:
         raise UsageError(f"--seed must be non-negative, got {seed}")
     if data is not None and not getattr(mod, "TAKES_DATA", True):
         # recorded as the run's data, a --data the scenario never reads would misdescribe it
