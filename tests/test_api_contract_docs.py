@@ -265,3 +265,76 @@ def test_every_name_the_experiment_package_docstring_lists_is_exported():
     from fedsim.experiment.configfile import load_config
 
     assert experiment.load_config is load_config
+
+
+# -- the codec: CodecError names where the value it refuses is --------------------------------
+
+_OBJ = object()
+
+
+@pytest.mark.parametrize("payload, where, what", [
+    ({"x": _OBJ}, "['x']", f"cannot encode object of type object: {_OBJ!r}"),
+    ({"ids": np.arange(3), "model": {"V": np.zeros(2), "mask": np.ma.zeros(2)}}, "['model']['mask']",
+     "cannot encode numpy.ma.MaskedArray: an ndarray subclass"),
+    ({"a": 1, "b": [1, (2, {3})]}, "['b'][1][1]", "cannot encode object of type set: {3}"),
+    ({"w": np.zeros(2, dtype=complex)}, "['w']", "cannot encode array of dtype complex128 (not in the dtype whitelist)"),
+    ({"n": 2 ** 70}, "['n']", f"cannot encode object of type int: {2 ** 70}"),
+    ({"m": {_OBJ: 1}}, f"['m'] (its key {_OBJ!r})", "cannot encode object of type object"),
+    (_OBJ, "", "cannot encode object of type object"),
+])
+def test_encode_and_encode_message_name_the_key_path_of_what_they_refuse(payload, where, what):
+    # "cannot encode object of type object: <object ...>" named no key: in a payload of twenty
+    # keys (or a model's map one level down) the sender had to search for it
+    from fedsim.kernel import CodecError, decode, decode_message, encode, encode_message
+
+    with pytest.raises(CodecError, match="^" + re.escape(f"the 'up' message's payload{where}: {what}")):
+        encode_message("up", payload)
+    with pytest.raises(CodecError, match="^" + re.escape(f"value{where}: {what}")):
+        encode(payload)
+    if type(payload) is dict:
+        from fedsim.kernel.codec import draft_message
+
+        with pytest.raises(CodecError, match="^" + re.escape(f"the 'up' draft's template{where}: {what}")):
+            draft_message("up", payload)
+    # the packer is left ready: the next document encodes, and decodes to itself
+    assert decode_message(encode_message("up", {"v": np.arange(3)}).data)[1]["v"].tolist() == [0, 1, 2]
+    assert decode(encode([1, {"a": 2}]).data) == [1, {"a": 2}]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("call", ["send", "broadcast", "draft"])
+def test_a_payload_the_codec_refuses_is_a_codec_error_naming_the_kind_and_key_and_nothing_is_sent(transport, call):
+    from fedsim.kernel import CodecError
+
+    payload = {"ids": np.arange(2), "extra": {"when": _OBJ}}
+
+    async def body(c):
+        if call == "send":
+            await c.send("b", "up", payload)
+        elif call == "broadcast":
+            await c.broadcast(["b"], "up", payload)
+        else:
+            c.draft("up", payload)
+
+    label = "draft's template" if call == "draft" else "message's payload"
+    rows = _raises(transport, body, CodecError,
+                   f"the 'up' {label}['extra']['when']: cannot encode object of type object: {_OBJ!r}")
+    assert rows == 0
+
+
+@pytest.mark.parametrize("data, exc_type, match", [
+    ("text", TypeError, "a bytes-like object is required, not 'str'"),
+    (5, TypeError, "a bytes-like object is required, not 'int'"),
+    (b"\x93\xa1k\x80\x01", "CodecError", r"^not a fedsim message: expected a \[kind, payload\] array$"),
+])
+def test_decode_message_raises_what_its_docstring_says(data, exc_type, match):
+    from fedsim.kernel import CodecError, decode, decode_message
+
+    exc_type = CodecError if exc_type == "CodecError" else exc_type
+    with pytest.raises(exc_type, match=match):
+        decode_message(data)
+    if exc_type is TypeError:
+        with pytest.raises(TypeError, match=match):
+            decode(data)
+    else:
+        assert decode(data) == ["k", {}, 1]
