@@ -338,3 +338,30 @@ def test_decode_message_raises_what_its_docstring_says(data, exc_type, match):
             decode(data)
     else:
         assert decode(data) == ["k", {}, 1]
+
+
+@pytest.mark.parametrize("seed, shown", [(1.5, "1.5"), (True, "True"), ("3", "'3'")])
+def test_run_sweep_refuses_a_seed_that_is_no_whole_number_before_running_anything(tmp_path, seed, shown):
+    # int(seed) ran the sweep's points with seed 1 for 1.5 and True, and "3" as seed 3
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import run_sweep
+
+    out = tmp_path / "sweep"
+    with pytest.raises(UsageError, match=f"^--seed must be a whole number, got {re.escape(shown)}$"):
+        run_sweep("demo", {"rounds": [1]}, out=str(out), seed=seed, workers=1)
+    with pytest.raises(UsageError, match="^--seed must be non-negative, got -2$"):
+        run_sweep("demo", {"rounds": [1]}, out=str(out), seed=-2, workers=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_scenario_raises_what_its_docstring_says_for_a_protocol_and_a_transport(tmp_path):
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment.compare import compare_scenario
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(KeyError, match="unknown protocol 'nope'; known: demo, "):
+        compare_scenario("nope")
+    mod = compare_scenario("demo", "nowhere")  # (made; the transport is looked up when it runs)
+    with pytest.raises(NetworkConfigError, match="^unknown transport 'nowhere'; known: sim, asyncio, tcp"):
+        run_scenario(mod, out=str(tmp_path / "run"), quiet=True)
+    assert list(tmp_path.iterdir()) == []
