@@ -365,3 +365,52 @@ def test_compare_scenario_raises_what_its_docstring_says_for_a_protocol_and_a_tr
     with pytest.raises(NetworkConfigError, match="^unknown transport 'nowhere'; known: sim, asyncio, tcp"):
         run_scenario(mod, out=str(tmp_path / "run"), quiet=True)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("own_file", [False, True])
+def test_a_closed_streaming_ledger_refuses_queries_naming_its_file(tmp_path, own_file):
+    # "the StreamingLedger is closed" named no file
+    led = StreamingLedger(tmp_path / "l.bin" if own_file else None, chunk_rows=2)
+    net = SimNetwork(ledger=led)
+    net.add_node("a", _sends_two, role="server")
+    net.add_node("b", _idle)
+    net.run(strict=False)
+    path = led.path
+    assert led.totals()["messages"] == 2
+    led.close()
+    for query in (led.totals, led.to_csv, lambda: len(led.select(kind="k")), led.flush):
+        with pytest.raises(ValueError, match=f"^the StreamingLedger is closed \\(its file was {re.escape(path)}\\)$"):
+            query()
+    led.close()
+
+
+# -- Network: documented raises nothing else triggered -----------------------------------------
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_send_to_a_list_names_broadcast_and_sends_nothing(transport):
+    # ctx.send's docstring: TypeError for a dst that is not a node id (a list: broadcast sends to several)
+    rows = _raises(transport, lambda c: c.send(["b"], "k", 1), TypeError,
+                   "a destination is a node id (str), got list ['b']; ctx.broadcast sends to several")
+    assert rows == 0
+    rows = _raises(transport, lambda c: c.send("zz", "k", 1), UnknownNodeError, "message addressed to unknown node 'zz'")
+    assert rows == 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_network_node_add_node_and_before_run_raise_as_documented(transport):
+    from fedsim.kernel import FedsimError
+
+    net = _net(transport)
+    net.add_node("a", _idle)
+    for call in (net.node, net.node_spec):
+        with pytest.raises(UnknownNodeError, match="^unknown node 'zz'$"):
+            call("zz")
+    assert net.node("a").id == "a" and net.node_spec("a") is net.node("a").spec
+    with pytest.raises(NetworkConfigError, match="^node id 'a b' may only use letters, digits and _ . : / -$"):
+        net.add_node("a b", _idle)
+    with pytest.raises(TypeError, match="^before_run takes a function of no arguments, got 5$"):
+        net.before_run(5)
+    net.run()
+    with pytest.raises(FedsimError, match="^before_run: the network has run already$"):
+        net.before_run(lambda: None)
+    assert list(net.nodes) == ["a"]

@@ -675,7 +675,7 @@ class StreamingLedger(Ledger):
         if not rows:
             return
         if self._fd is None:
-            raise ValueError("the StreamingLedger is closed")
+            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
         n = len(rows)
         cols = list(zip(*rows))
         rec = np.empty(n, _RECORD)
@@ -705,7 +705,8 @@ class StreamingLedger(Ledger):
         self._write(self._pending)
 
     def close(self) -> None:
-        """Close the file (and delete it if it is a temporary one). Queries fail afterwards."""
+        """Close the file (and delete it if it is a temporary one). Queries fail afterwards
+        (``ValueError`` naming the file); a second ``close`` does nothing."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -728,7 +729,7 @@ class StreamingLedger(Ledger):
     def _chunks(self) -> Iterable[tuple[int, np.ndarray]]:
         """(first seq, records) over the file, ``chunk_rows`` records at a time, after a flush."""
         if self._fd is None:  # (flush writes nothing when every row is out: it would not say so)
-            raise ValueError("the StreamingLedger is closed")
+            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
         self.flush()
         if self._n == 0:
             return
