@@ -414,3 +414,43 @@ def test_network_node_add_node_and_before_run_raise_as_documented(transport):
     with pytest.raises(FedsimError, match="^before_run: the network has run already$"):
         net.before_run(lambda: None)
     assert list(net.nodes) == ["a"]
+
+
+# -- RunContext: table, plot, caveat, network --------------------------------------------------
+
+def _run_context(tmp_path):
+    from fedsim.experiment import RunContext
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path / "out"
+    out.mkdir()
+    return RunContext(name="x", config={}, data="tiny", seed=4, net=NetSpec(), out=out, quiet=True)
+
+
+@pytest.mark.parametrize("name", ["../escape", "sub/t", "", ".hidden", "a\\b", None])
+def test_a_table_or_plot_name_that_is_no_plain_file_name_is_refused_and_nothing_is_written(tmp_path, name):
+    # "../escape" wrote escape.csv beside the run's folder, "" the hidden out/.csv, "sub/t" was a
+    # FileNotFoundError of out/sub/t.csv
+    ctx = _run_context(tmp_path)
+    for what, call in (("table", lambda: ctx.table(name, [{"a": 1}])),
+                       ("plot", lambda: ctx.plot(name, lambda ax: ax.plot([1, 2])))):
+        with pytest.raises(ValueError, match=f"^a {what} name is a plain file name .*got {re.escape(repr(name))}$"):
+            call()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["out"] and ctx.tables == [] and ctx.plots == []
+
+
+def test_table_caveat_and_network_raise_as_their_docstrings_now_say(tmp_path):
+    ctx = _run_context(tmp_path)
+    ctx.table("ok", [{"a": 1}])
+    with pytest.raises(ValueError, match="^table 'ok' was already written in this run; give each table its own name$"):
+        ctx.table("ok", [{"a": 2}])
+    assert (ctx.out / "ok.csv").read_text() == "a\n1\n"
+    for word in ("two words", "", " "):
+        with pytest.raises(ValueError, match=f"^a caveat is one word, got {re.escape(repr(word.strip()))}$"):
+            ctx.caveat(word, "text")
+    ctx.caveat("incomplete", "text")
+    assert ctx.caveats == ["incomplete"] and ctx.notes == ["text"]
+    # int() made seed 1 of 1.5; the network refuses it, as SimNetwork(seed=1.5) does
+    with pytest.raises(NetworkConfigError, match="^seed must be a non-negative integer, got 1.5$"):
+        ctx.network(seed=1.5)
+    assert ctx.network().seed == 4 and ctx.network(seed=np.int64(7)).seed == 7
