@@ -454,3 +454,20 @@ def test_table_caveat_and_network_raise_as_their_docstrings_now_say(tmp_path):
     with pytest.raises(NetworkConfigError, match="^seed must be a non-negative integer, got 1.5$"):
         ctx.network(seed=1.5)
     assert ctx.network().seed == 4 and ctx.network(seed=np.int64(7)).seed == 7
+
+
+def test_parse_sets_refuses_one_str_and_raises_usage_errors_naming_the_key():
+    from fedsim.experiment import UsageError, load_scenario, parse_sets
+
+    mod = load_scenario("demo")
+    # its characters were taken for the strings: "--set expects key=value, got 'r'"
+    with pytest.raises(TypeError, match=re.escape("parse_sets takes a list of key=value strings, got the single "
+                                                  "str 'rounds=2'; write ['rounds=2']")):
+        parse_sets(mod, "rounds=2")
+    with pytest.raises(UsageError, match="^--set expects key=value, got 'rounds'$"):
+        parse_sets(mod, ["rounds"])
+    with pytest.raises(UsageError, match="^unknown parameter 'round' for scenario demo"):
+        parse_sets(mod, ["round=2"])
+    with pytest.raises(UsageError, match="^--set rounds: given twice; give each key once$"):
+        parse_sets(mod, ["rounds=2", "rounds=3"])
+    assert parse_sets(mod, ["rounds=2"]) == {"rounds": 2}
