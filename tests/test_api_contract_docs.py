@@ -471,3 +471,32 @@ def test_parse_sets_refuses_one_str_and_raises_usage_errors_naming_the_key():
     with pytest.raises(UsageError, match="^--set rounds: given twice; give each key once$"):
         parse_sets(mod, ["rounds=2", "rounds=3"])
     assert parse_sets(mod, ["rounds=2"]) == {"rounds": 2}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("call", ["receive", "sleep", "compute"])
+def test_a_wait_in_a_finally_block_after_the_run_ended_raises_run_ended_naming_the_actor(transport, call):
+    # Network.wait/sleep/compute's docstrings: RunEnded once the run has ended (end_run)
+    from fedsim.kernel import RunEnded
+
+    seen = []
+
+    async def blocked(ctx):
+        try:
+            await ctx.receive("never")
+        finally:
+            try:
+                if call == "receive":
+                    await ctx.receive("x", timeout=1.0)
+                elif call == "sleep":
+                    await ctx.sleep(1.0)
+                else:
+                    await ctx.compute(1e9)
+            except RunEnded as exc:
+                seen.append(str(exc))
+
+    net = _net(transport)
+    net.add_node("a", blocked)
+    res = net.run(strict=False)
+    assert res.unfinished == ["a"]
+    assert seen == ["actor 'a' (role 'client') waited after the run had ended (in a finally block?)"]

@@ -418,15 +418,22 @@ class Network:
     def wait(self, node: Node, kind, timeout: float | None):
         """An awaitable that resumes ``node`` with the next envelope matching ``kind`` (see
         ``matches``), or ``None`` once ``timeout`` seconds (> 0, or None: no limit) have passed.
-        Called only when ``take`` found nothing."""
+        Called only when ``take`` found nothing. Raises ``RunEnded`` (``fedsim.kernel.node.
+        offline_wait``) for a node whose dropout closed its actor, and once the run has ended
+        (``end_run``)."""
         raise NotImplementedError  # pragma: no cover
 
     async def sleep(self, node: Node, seconds: float) -> None:
-        """Let ``seconds`` (finite, >= 0) of the transport's time pass for ``node``."""
+        """Let ``seconds`` (finite, >= 0) of the transport's time pass for ``node``: the actor
+        resumes after them (simulated seconds on SimNetwork, ``seconds * time_scale`` real ones
+        on the real-time transports). Raises ``RunEnded`` as ``wait`` does."""
         raise NotImplementedError  # pragma: no cover
 
     async def compute(self, node: Node, flops: float, label: str) -> None:
-        """Charge ``flops`` of local work to ``node``."""
+        """Charge ``flops`` of local work to ``node``: SimNetwork resumes the actor after ``flops
+        / node.spec.flops`` simulated seconds (at once for 0 FLOPs or an infinite speed); the
+        real-time transports yield to their loop once. ``Context.compute`` counts the FLOPs once
+        it returns. Raises ``RunEnded`` as ``wait`` does."""
         raise NotImplementedError  # pragma: no cover
 
     def run(self, *, strict: bool = True) -> RunResult:
