@@ -34,6 +34,7 @@ The package holds one concern a module; everything public is importable from her
 from __future__ import annotations
 
 from .allocator import keep_freed_memory
+from .configfile import load_config
 from .context import Progress, RunContext
 from .discovery import SCENARIO_PACKAGE, first_sentence, list_scenarios, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
@@ -52,7 +53,7 @@ __all__ = [
     "Table", "UsageError",
     "add_run_arguments", "check_value", "closing_line", "csv_cell", "default_out_dir", "first_sentence",
     "format_table", "git_revision", "human_bytes", "human_seconds", "json_default", "keep_freed_memory",
-    "list_scenarios",
+    "list_scenarios", "load_config",
     "load_scenario", "net_from_args", "network_spec", "params_from", "parse_sets", "parse_value",
     "resolve_config", "resolve_run_options", "run_scenario", "scenario_main", "scenario_name", "versions",
     "write_csv", "write_report", "write_results",

@@ -62,7 +62,9 @@ def compare_scenario(name: str, transport: str = "tcp", processes: int | None = 
     one that takes it, :func:`takes_processes` (``fedsim compare`` refuses ``--processes`` for one
     that does not), the run's link model to one that takes link
     models, and the run's ``framing_bytes`` to one that takes them: not ``tcp`` or its subclasses,
-    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown protocol."""
+    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown protocol;
+    an unknown ``transport`` is a ``NetworkConfigError`` naming it when the scenario runs
+    (``fedsim compare`` checks it first)."""
     base = protocol_scenario(name)
     mod = types.ModuleType(f"fedsim_compare_{name.replace('-', '_')}")
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."

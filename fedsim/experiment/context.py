@@ -299,6 +299,16 @@ def load_data(data: str, **kw: Any):
         raise UsageError(f"--data: {msg}") from None
 
 
+def _check_file_name(what: str, name: Any) -> None:
+    """Refuse (``ValueError`` naming it) a table's or plot's ``name`` that is not a plain file name
+    in the run's folder: ``ctx.table("../x", ...)`` wrote x.csv beside the folder (left there
+    whether the run completed or not), ``""`` the hidden file ``.csv``, ``"a/b"`` failed with a
+    FileNotFoundError of the folder's inside."""
+    if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"a {what} name is a plain file name (no path separator, not beginning with a dot), "
+                         f"got {name!r}")
+
+
 @dataclass
 class RunContext:
     """What a scenario's ``run`` gets: its configuration and where to report."""
@@ -339,8 +349,10 @@ class RunContext:
 
     def network(self, seed: int | None = None, **kwargs: Any):
         """A fresh network as the run options describe it (profile, link model, faults,
-        transport), seeded with ``seed`` (default: the run's seed)."""
-        return self.net.build(self.seed if seed is None else int(seed), **kwargs)
+        transport), seeded with ``seed`` (default: the run's seed). The network refuses a
+        ``seed`` that is not a non-negative integer (``NetworkConfigError``; int() made seed 1 of
+        1.5, silently)."""
+        return self.net.build(self.seed if seed is None else seed, **kwargs)
 
     def load_data(self, **kw: Any):
         """The dataset named by ``--data`` (:func:`load_data`)."""
@@ -354,7 +366,10 @@ class RunContext:
         leaves its cell empty). A table with
         ``paper*`` columns in a run that is not the paper's setting (parameters changed from the
         scenario's defaults, or from its ``PAPER_VALUES`` where it declares them, or synthetic
-        data) gets a note saying its figures are not expected to match the published ones."""
+        data) gets a note saying its figures are not expected to match the published ones.
+        Raises ``ValueError`` naming ``name`` if a table of that name was written in this run,
+        or if it is not a plain file name (see :meth:`plot`)."""
+        _check_file_name("table", name)
         if any(t.name == name for t in self.tables):
             # the second NAME.csv replaced the first while report.md and results.json kept both
             raise ValueError(f"table {name!r} was already written in this run; give each table its own name")
@@ -409,7 +424,8 @@ class RunContext:
         """A note (see :meth:`note`) saying the run's figures are not what they would be: ``word``
         (one word: ``incomplete``, ``diverged``, ``adjusted``, ``unevaluated``, ...) is also recorded
         in results.json's ``caveats``, which is how a sweep learns it (its points table shows each point's caveats). A note
-        alone was read by nobody but the reader of that run's report.md."""
+        alone was read by nobody but the reader of that run's report.md. Raises ``ValueError``
+        naming ``word`` unless it is one word."""
         word = str(word).strip()
         if not word or any(c.isspace() for c in word):
             raise ValueError(f"a caveat is one word, got {word!r}")
@@ -473,7 +489,11 @@ class RunContext:
         """Call ``draw(ax)`` on a fresh matplotlib axes and save ``NAME.png``; returns the path,
         or None when matplotlib is not installed, or when it cannot lay out the axes (values
         near the float maximum, as 1e308: its ticks overflow): then report.md and run.log (and
-        stderr, unless quiet) say which plot was left out and why, and the run goes on."""
+        stderr, unless quiet) say which plot was left out and why, and the run goes on. Raises
+        ``ValueError`` naming ``name`` unless it is a plain file name: a non-empty str without
+        a path separator, not beginning with a dot (``../x`` wrote beside the run's folder, ``""``
+        the hidden file ``.png``)."""
+        _check_file_name("plot", name)
         try:
             import matplotlib
 

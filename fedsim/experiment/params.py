@@ -157,7 +157,10 @@ def set_keys(sets: Sequence[str] | None) -> set[str]:
 def parse_sets(mod: ModuleType, sets: Sequence[str]) -> dict[str, Any]:
     """Parse ``key=value`` strings against ``mod.PARAMS`` into ``{key: typed value}``; raises
     ``UsageError`` for a string without ``=``, an unknown key, a key given twice or a value
-    :func:`parse_value` refuses."""
+    :func:`parse_value` refuses, and ``TypeError`` for ``sets`` given as one str (its characters
+    were taken for the strings: "--set expects key=value, got 'r'" for ``"rounds=2"``)."""
+    if isinstance(sets, str):
+        raise TypeError(f"parse_sets takes a list of key=value strings, got the single str {sets!r}; write [{sets!r}]")
     out: dict[str, Any] = {}
     for s in sets:
         if "=" not in s:

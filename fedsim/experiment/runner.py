@@ -9,6 +9,7 @@ import datetime as _dt
 import errno
 import glob
 import json
+import numbers
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments",
+__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_seed",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
@@ -331,13 +332,25 @@ def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, *
     from ..kernel import NetSpec
     from ..kernel.errors import NetworkConfigError
 
-    if net is not None:
-        return NetSpec.of(net)
     kw = {k: v for k, v in options.items() if v is not None}
     try:  # an empty profile is refused by name (it ran the scenario's default profile)
+        if net is not None:  # (a profile name given as net= was the NetworkConfigError itself)
+            return NetSpec.of(net)
         return NetSpec(profile=getattr(mod, "DEFAULT_PROFILE", "ideal") if profile is None else profile, **kw)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` (a run's or a sweep's) as an int: ``UsageError`` unless it is a non-negative integer
+    (a NumPy integer is one; a bool, a float, even 2.0, a str or None is not)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        # int() made seed 1 of 1.5 and of True, silently (results.json said 1), and failed on "x"
+        # and None naming nothing; a network refuses such a seed too
+        raise UsageError(f"--seed must be a whole number, got {seed!r}")
+    if seed < 0:
+        raise UsageError(f"--seed must be non-negative, got {seed}")
+    return int(seed)
 
 
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
@@ -356,8 +369,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
-    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
+    Raises ``UsageError`` for an unknown scenario, parameter, profile (also one given as ``net``)
+    or dataset, a bad value, a seed that is not a non-negative integer, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
     and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
@@ -369,8 +382,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     cfg = resolve_config(mod, overrides or {})
     netspec = network_spec(mod, profile, net)
-    if int(seed) < 0:
-        raise UsageError(f"--seed must be non-negative, got {seed}")
+    check_seed(seed)
     if data is not None and not getattr(mod, "TAKES_DATA", True):
         # recorded as the run's data, a --data the scenario never reads would misdescribe it
         raise UsageError(f"--data {data}: does not apply, {name} makes its own data")

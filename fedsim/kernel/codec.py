@@ -462,7 +462,10 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
     if type(template) is not dict or type(kind) is not str:
         raise CodecError("a draft needs a str kind and a dict payload")
     enc = _encoder
-    parts, bodies, _, _ = _counted(enc.frame, kind, template)
+    try:
+        parts, bodies, _, _ = _counted(enc.frame, kind, template)
+    except CodecError as exc:
+        raise _located(exc, template, f"the {kind!r} draft's template") from exc.__cause__
     offsets = []
     at = 0
     for part in parts:
@@ -575,9 +578,49 @@ def encode(obj: Any) -> Encoded:
     scalars, nested) into one msgpack document. Arrays are ``numpy.ndarray`` or ``numpy.memmap``
     instances; other ndarray subclasses (masked arrays, matrices) are refused.
 
-    Raises ``CodecError`` for values outside that set (no pickle fallback).
+    Raises ``CodecError`` for values outside that set (no pickle fallback), naming where the
+    first such value is (``value['m'][2]: cannot encode object of type set: ...``).
     """
-    return _encode(_encoder.packer.pack, obj)
+    try:
+        return _encode(_encoder.packer.pack, obj)
+    except CodecError as exc:
+        raise _located(exc, obj, "value") from exc.__cause__
+
+
+def _located(exc: CodecError, value: Any, label: str) -> CodecError:
+    """``exc`` (what encoding ``value`` raised) with where in ``value`` it happened: ``label`` and
+    the key path of the first value that does not encode on its own (``label['m']['y']``; a key
+    that does not encode, ``label['m'] (its key <object ...>)``). It said what but not where: a
+    payload of twenty keys named no key. Made only once encoding has failed."""
+    path = _refused_at(value, 0)
+    where = label + ("" if path is None else "".join(path))
+    return CodecError(f"{where}: {exc}")
+
+
+def _refused_at(value: Any, depth: int) -> list[str] | None:
+    """The key path (``['m']``, ``[2]``) in ``value`` of the first value that does not encode on its
+    own; ``[]`` when that is ``value`` itself; None when each does (the failure was the whole's,
+    such as nesting beyond msgpack's limit). Stops going down at the codec's nesting depth."""
+    if depth < DEFAULT_MAX_DEPTH:
+        if type(value) is dict:
+            for k, v in value.items():
+                if _refused_at(k, DEFAULT_MAX_DEPTH) is not None:
+                    return [f" (its key {k!r:.40})"]
+                sub = _refused_at(v, depth + 1)
+                if sub is not None:
+                    return [f"[{k!r:.40}]", *sub]
+            return None
+        if type(value) is list or type(value) is tuple:
+            for i, v in enumerate(value):
+                sub = _refused_at(v, depth + 1)
+                if sub is not None:
+                    return [f"[{i}]", *sub]
+            return None
+    try:
+        _counted(_encoder.packer.pack, value)
+    except CodecError:
+        return []
+    return None
 
 
 def _encode(pack, *args: Any) -> Encoded:
@@ -608,7 +651,9 @@ def _counted(fn, *args: Any) -> Any:
 def encode_message(kind: str, payload: Any) -> Encoded:
     """Encode one network message: the document ``[kind, payload]``.
 
-    Raises ``CodecError`` for values the codec cannot encode."""
+    Raises ``CodecError`` for values the codec cannot encode, naming the kind and where the
+    first such value is (``the 'k' message's payload['m']['y']: cannot encode object of type
+    object: ...``)."""
     if type(payload) is dict and type(kind) is str:
         # A payload of arrays and small plain scalars (int, bool, None, short str), under str
         # keys, is encoded from a plan when one with the same kind, keys, array dtypes, shapes and
@@ -632,13 +677,19 @@ def encode_message(kind: str, payload: Any) -> Encoded:
             key = tuple(key)
             plan = _PLANS.get(key)
             if plan is None:
-                return _encode(_encoder.message, kind, payload, key)
+                try:
+                    return _encode(_encoder.message, kind, payload, key)
+                except CodecError as exc:
+                    raise _located(exc, payload, f"the {kind!r} message's payload") from exc.__cause__
             framing, slots, array_bytes, floats, layout = plan
             parts = framing.copy()
             for i, v in zip(slots, arrays):
                 parts[i] = v
             return Encoded(b"".join(parts), array_bytes, floats, layout)
-    return _encode(_encoder.message, kind, payload)
+    try:
+        return _encode(_encoder.message, kind, payload)
+    except CodecError as exc:
+        raise _located(exc, payload, f"the {kind!r} message's payload") from exc.__cause__
 
 
 _PLAN_STR = 64  # longest str value a plan key may hold (plans keep their keys)

@@ -378,8 +378,10 @@ class Context:
         ``count`` that is not a non-negative integer, a ``timeout`` that is not a finite
         non-negative number, or a ``round`` that is not a whole number; ``TypeError`` for a
         ``deadline`` not made by ``deadline``; ``UnknownNodeError`` for an unknown sender;
-        ``TypeError`` for ``senders`` that is not an iterable of node ids, or one str (even one
-        node's id, as ``broadcast`` refuses one: ``senders="server"``, write ``["server"]``).
+        ``TypeError`` naming the node for ``senders`` that is not an iterable of node ids (and
+        what was given: ``gather on node 'a' takes senders= as a list of node ids, got NoneType
+        None``; or the sender that is no id, a list), or one str (even one node's id, as
+        ``broadcast`` refuses one: ``senders="server"``, write ``["server"]``).
         """
         if (senders is None) == (count is None):
             raise ValueError("gather needs exactly one of senders= or count=")
@@ -395,7 +397,13 @@ class Context:
         if senders is not None:
             if senders.__class__ is str:  # (broadcast refuses one str too: "b" worked by accident, "bc" was b and c)
                 raise _one_str_senders("gather", senders)
-            expected = list(dict.fromkeys(senders))
+            try:
+                expected = list(dict.fromkeys(senders))
+            except TypeError:
+                err = _not_senders("gather", node, senders)
+                if err is None:
+                    raise
+                raise err from None
             for s in expected:
                 if s not in net.nodes:
                     raise _unknown_sender("gather", senders, s)
@@ -441,10 +449,17 @@ class Context:
             round = _round_label(round, "gather_each")
         if senders.__class__ is str:
             raise _one_str_senders("gather_each", senders)
-        expected = sorted(dict.fromkeys(senders))
-        for s in expected:
+        try:
+            expected = list(dict.fromkeys(senders))
+        except TypeError:
+            err = _not_senders("gather_each", self._node, senders)
+            if err is None:
+                raise
+            raise err from None
+        for s in expected:  # (before the sort: an id that is no str is unknown, not a bare "'<' not supported")
             if s not in net.nodes:
                 raise _unknown_sender("gather_each", senders, s)
+        expected.sort()
         dl = self._timeout_of(timeout, deadline, "gather_each")
         return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round)
 
@@ -523,6 +538,25 @@ def _not_destinations(node, dsts: Any) -> TypeError | None:
         iter(dsts)
     except TypeError:
         return TypeError(f"broadcast on node {node.id!r} takes a list of node ids, got {type(dsts).__name__} {dsts!r}")
+    return None
+
+
+def _not_senders(call: str, node, senders: Any) -> TypeError | None:
+    """Made when ``dict.fromkeys(senders)`` raised ``TypeError`` in ``call``: one naming the node and
+    what was given for ``senders`` that is not iterable ("'NoneType' object is not iterable" named
+    neither the call nor the node), or the sender that is not hashable ("unhashable type: 'list'");
+    else (the TypeError is another's, such as a generator's own) None, and the handler re-raises
+    the original. Off the gather's path."""
+    try:
+        items = iter(senders)
+    except TypeError:
+        return TypeError(f"{call} on node {node.id!r} takes senders= as a list of node ids, got "
+                         f"{type(senders).__name__} {senders!r}")
+    for s in items:
+        try:
+            hash(s)
+        except TypeError:
+            return TypeError(f"{call} on node {node.id!r}: a sender is a node id (str), got {type(s).__name__} {s!r}")
     return None
 
 

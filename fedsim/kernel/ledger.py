@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, TextIO
 import numpy as np
 
 __all__ = [
-    "ARRIVAL", "BYTES", "COLUMNS", "Ledger", "LedgerView", "Missing", "ROW_COLUMNS", "RX_START", "StreamingLedger",
+    "ARRIVAL", "BYTES", "COLUMNS", "FATES", "FILTERS", "Ledger", "LedgerView", "Missing", "ROW_COLUMNS", "RX_START", "StreamingLedger",
     "StreamView", "Totals", "TX_END", "TX_START", "csv_writer",
 ]
 
@@ -116,7 +116,9 @@ class LedgerView:
         return len(self.rows)
 
     def select(self, **filters: Any) -> "LedgerView":
-        """The rows of this view that also pass ``filters`` (see ``Ledger.select``)."""
+        """The rows of this view that also pass ``filters`` (see ``Ledger.select``, which says
+        what it raises)."""
+        _check_filters(filters)
         return LedgerView(self.ledger, _filter(self.rows, **filters))
 
     def totals(self) -> Totals:
@@ -131,10 +133,12 @@ class LedgerView:
 
     def group(self, *keys: str) -> dict[Any, Totals]:
         """Totals per value of the columns ``keys`` (one key: the value; several: a tuple),
-        sorted by key. A time column's NaN (a time never reached) is one key, sorted last."""
+        sorted by key. A time column's NaN (a time never reached) is one key, sorted last.
+        Raises ``ValueError`` without ``keys`` and ``KeyError`` naming a key that is no column of
+        the rows (``units``, derived from ``floats``, included)."""
         if not keys:
             raise ValueError("group needs at least one column name")
-        idx = [_POS[k] for k in keys]
+        idx = [_group_pos(k) for k in keys]
         times = [i for i in idx if ROW_COLUMNS[i] in _TIME_COLUMNS]
         acc: dict[Any, list] = {}
         for r in self.rows:
@@ -210,6 +214,29 @@ class LedgerView:
 
 # the rows of one piece of LedgerView.iter_columns (a StreamView's pieces are its chunks)
 _PIECE_ROWS = 262_144
+
+
+FILTERS = ("kind", "exclude_kinds", "round", "src", "dst", "src_role", "dst_role", "fate", "anonymous", "read",
+           "min_round")
+
+
+def _check_filters(filters: dict) -> None:
+    """``select``'s keywords: each one of ``FILTERS`` (a misspelt one was the ``TypeError`` of a
+    private function, "_filter() got an unexpected keyword argument 'knd'")."""
+    for name in filters:
+        if name not in FILTERS:
+            raise TypeError(f"select: unknown filter {name!r}; filters: {', '.join(FILTERS)}")
+
+
+def _group_pos(name: str) -> int:
+    """The row position of ``group``'s key ``name``; ``KeyError`` naming it otherwise (it was a
+    bare ``KeyError: 'nope'``; ``column`` said which columns there are)."""
+    try:
+        return _POS[name]
+    except (KeyError, TypeError):
+        if name == "units":
+            raise KeyError("group: 'units' is derived (floats / unit), not a column to group by") from None
+        raise KeyError(f"no ledger column {name!r}; columns: {', '.join(COLUMNS)}") from None
 
 
 def _check_names(names: tuple) -> None:
@@ -321,7 +348,10 @@ class Ledger:
         collection of allowed values: ``kind``, ``round``, ``src``, ``dst``, ``src_role``,
         ``dst_role`` (roles at the time of sending), ``fate`` (``delivered``, ``lost``,
         ``in_flight``); also ``exclude_kinds`` (one kind or a collection), ``min_round`` (rounds at or after),
-        ``anonymous`` and ``read`` (booleans)."""
+        ``anonymous`` and ``read`` (booleans). Raises ``TypeError`` naming a filter that is none
+        of these (``FILTERS``), ``ValueError`` for a ``fate`` none of ``FATES``, an
+        ``anonymous`` or ``read`` that is not a bool, or a ``min_round`` that is not a number."""
+        _check_filters(filters)
         return LedgerView(self, _filter(self.rows, **filters))
 
     def view(self) -> LedgerView:
@@ -645,7 +675,7 @@ class StreamingLedger(Ledger):
         if not rows:
             return
         if self._fd is None:
-            raise ValueError("the StreamingLedger is closed")
+            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
         n = len(rows)
         cols = list(zip(*rows))
         rec = np.empty(n, _RECORD)
@@ -675,7 +705,8 @@ class StreamingLedger(Ledger):
         self._write(self._pending)
 
     def close(self) -> None:
-        """Close the file (and delete it if it is a temporary one). Queries fail afterwards."""
+        """Close the file (and delete it if it is a temporary one). Queries fail afterwards
+        (``ValueError`` naming the file); a second ``close`` does nothing."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -698,7 +729,7 @@ class StreamingLedger(Ledger):
     def _chunks(self) -> Iterable[tuple[int, np.ndarray]]:
         """(first seq, records) over the file, ``chunk_rows`` records at a time, after a flush."""
         if self._fd is None:  # (flush writes nothing when every row is out: it would not say so)
-            raise ValueError("the StreamingLedger is closed")
+            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
         self.flush()
         if self._n == 0:
             return
@@ -792,6 +823,7 @@ class StreamView:
         self._conds = conds
 
     def select(self, **filters: Any) -> "StreamView":
+        _check_filters(filters)
         return StreamView(self.ledger, self._conds + _compile_filters(self.ledger, **filters))
 
     def _codes_of(self) -> list[tuple]:
@@ -854,7 +886,7 @@ class StreamView:
         if not keys:
             raise ValueError("group needs at least one column name")
         for k in keys:
-            _POS[k]  # KeyError for an unknown name, as LedgerView.group
+            _group_pos(k)  # KeyError for an unknown name, as LedgerView.group
         if any(k in _TIME_COLUMNS for k in keys):
             return self._group_rows(keys)
         acc: dict[Any, list] = {}

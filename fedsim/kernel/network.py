@@ -199,7 +199,7 @@ class Network:
     Raises ``NetworkConfigError`` naming the parameter for a ``seed`` that is not a non-negative
     integer (not a float, not a bool), a ``framing_bytes``, ``unit`` or ``max_message_bytes``
     that is not a whole number in range, an unknown ``profile``, ``faults`` that are not a
-    ``Faults``, or a ``ledger`` that is not empty.
+    ``Faults``, or a ``ledger`` that is not a ``Ledger`` or not empty.
     """
 
     #: True when ``now()`` and a run's duration are simulated seconds (SimNetwork), False when
@@ -249,6 +249,9 @@ class Network:
         if ledger is None:
             ledger = Ledger(unit=units, framing_bytes=self.framing_bytes)
         else:
+            if not isinstance(ledger, Ledger):  # (it was "object of type 'int' has no len()")
+                raise NetworkConfigError(f"ledger must be a fedsim.kernel.Ledger (or StreamingLedger), got "
+                                         f"{type(ledger).__name__} {ledger!r:.80}")
             if len(ledger):
                 raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
             ledger.framing_bytes = self.framing_bytes
@@ -415,15 +418,22 @@ class Network:
     def wait(self, node: Node, kind, timeout: float | None):
         """An awaitable that resumes ``node`` with the next envelope matching ``kind`` (see
         ``matches``), or ``None`` once ``timeout`` seconds (> 0, or None: no limit) have passed.
-        Called only when ``take`` found nothing."""
+        Called only when ``take`` found nothing. Raises ``RunEnded`` (``fedsim.kernel.node.
+        offline_wait``) for a node whose dropout closed its actor, and once the run has ended
+        (``end_run``)."""
         raise NotImplementedError  # pragma: no cover
 
     async def sleep(self, node: Node, seconds: float) -> None:
-        """Let ``seconds`` (finite, >= 0) of the transport's time pass for ``node``."""
+        """Let ``seconds`` (finite, >= 0) of the transport's time pass for ``node``: the actor
+        resumes after them (simulated seconds on SimNetwork, ``seconds * time_scale`` real ones
+        on the real-time transports). Raises ``RunEnded`` as ``wait`` does."""
         raise NotImplementedError  # pragma: no cover
 
     async def compute(self, node: Node, flops: float, label: str) -> None:
-        """Charge ``flops`` of local work to ``node``."""
+        """Charge ``flops`` of local work to ``node``: SimNetwork resumes the actor after ``flops
+        / node.spec.flops`` simulated seconds (at once for 0 FLOPs or an infinite speed); the
+        real-time transports yield to their loop once. ``Context.compute`` counts the FLOPs once
+        it returns. Raises ``RunEnded`` as ``wait`` does."""
         raise NotImplementedError  # pragma: no cover
 
     def run(self, *, strict: bool = True) -> RunResult:

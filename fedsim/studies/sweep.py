@@ -74,7 +74,7 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
-from ..experiment.runner import OutputFolder, network_spec, recover_replaced, remove_dead_partials
+from ..experiment.runner import OutputFolder, check_seed, network_spec, recover_replaced, remove_dead_partials
 from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
@@ -547,7 +547,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
     names would be the same), parameter, network or backend, for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
-    configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
+    configuration without ``force``, a seed that is not a non-negative integer, ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
@@ -592,8 +592,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
             seen.append(v)
     base = network_spec(mod, profile, net)
     data_default = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
-    if int(seed) < 0:
-        raise UsageError(f"--seed must be non-negative, got {seed}")
+    seed = check_seed(seed)  # (int() ran seed 1.5 as seed 1)
     out = Path(out) if out else default_sweep_dir(scenario, grid, fixed, data, int(seed), base)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
