@@ -723,3 +723,36 @@ def test_compare_gives_a_transport_that_takes_processes_four_when_none_are_given
     finally:
         TRANSPORT_REGISTRY.restore(snapshot)
     assert got == [compare_mod.DEFAULT_PROCESSES, 2] == [4, 2]
+
+
+def test_compare_scenario_refuses_what_the_command_line_refuses(tmp_path):
+    # compare_scenario("demo", "asyncio", processes=2) ran asyncio and ignored the 2, where
+    # `fedsim compare --against asyncio --processes 2` is refused; compare_scenario("demo", "sim")
+    # compared the simulator with itself (one row in the summary: both runs had the key "sim"),
+    # where --against sim is refused. Now the API refuses them with the command line's messages,
+    # the parameters named as in Python; nothing is run, no folder is made
+    from fedsim.experiment import UsageError
+    from fedsim.experiment.compare import compare_scenario
+
+    cases = [(("asyncio", 2), "processes: transport 'asyncio' does not take processes (tcp, a TcpNetwork subclass "
+                              "or a transport whose constructor takes processes do)"),
+             (("tcp", 0), "processes must be at least 1, got 0"),
+             (("tcp", 2.0), "processes must be a whole number of at least 1, got 2.0"),
+             (("tcp", True), "processes must be a whole number of at least 1, got True"),
+             (("sim", None), "transport 'sim': the simulator itself (it is the run compared with); known: "
+                             "asyncio, tcp"),
+             (("tpc", None), "transport 'tpc': unknown transport; known: asyncio, tcp; did you mean 'tcp'?")]
+    for (transport, processes), message in cases:
+        with pytest.raises(UsageError) as err:
+            compare_scenario("demo", transport, processes)
+        assert str(err.value) == message
+    # the command line says the same, naming its options
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "tpc", "--out",
+                          str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == ["error: --against 'tpc': unknown transport; known: asyncio, tcp; did you "
+                                       "mean 'tcp'?"]
+    assert not (tmp_path / "o").exists()
+    # what the command line accepts, the API accepts: asyncio without processes, tcp with 2
+    assert compare_scenario("demo", "asyncio").PROTOCOL == "compare-demo"
+    assert compare_scenario("demo", "tcp", 2).PROTOCOL == "compare-demo"

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from .context import RunContext
-from .errors import ScenarioError
+from .errors import ScenarioError, UsageError
 from .protocol_run import protocol_scenario, split_data, test_scores
 
 __all__ = ["compare_scenario"]
@@ -59,11 +59,16 @@ DEFAULT_PROCESSES = 4  # the real run's processes when none are given, for a tra
 def compare_scenario(name: str, transport: str = "tcp", processes: int | None = None) -> types.ModuleType:
     """A scenario that runs protocol ``name`` on the simulator and on ``transport`` (``tcp`` with
     ``processes`` worker processes, None: ``DEFAULT_PROCESSES`` (4), ``asyncio``, or one a plug-in registered: ``processes`` goes to
-    one that takes it, :func:`takes_processes` (``fedsim compare`` refuses ``--processes`` for one
-    that does not), the run's link model to one that takes link
+    one that takes it, :func:`takes_processes`, the run's link model to one that takes link
     models, and the run's ``framing_bytes`` to one that takes them: not ``tcp`` or its subclasses,
-    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown protocol."""
+    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown
+    protocol, and ``UsageError`` as ``fedsim compare`` refuses its options (:func:`check_against`):
+    for a ``transport`` that is not registered or is ``sim``, and for a ``processes`` that is not a
+    whole number of at least 1 or is given (not None) for a transport that does not take processes
+    (``asyncio``: it was silently ignored, where the command line refuses ``--processes``)."""
     base = protocol_scenario(name)
+    check_against(transport, processes, option="processes", label="transport")
+    processes = None if processes is None else int(processes)
     mod = types.ModuleType(f"fedsim_compare_{name.replace('-', '_')}")
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."
     mod.PARAMS = dict(base.PARAMS)
@@ -259,6 +264,35 @@ def takes_processes(factory: Any) -> bool:
         return "processes" in inspect.signature(factory).parameters
     except (TypeError, ValueError):  # no signature to read (a builtin)
         return False
+
+
+def check_against(transport: Any, processes: Any, *, option: str = "processes", label: str = "transport") -> None:
+    """Refuse, with ``UsageError``, what ``fedsim compare`` and :func:`compare_scenario` cannot run:
+    a ``transport`` that is not registered or is ``sim`` (the simulator is the run compared with: it
+    was compared with itself), a ``processes`` that is not a whole number of at least 1, and one
+    given (not None) for a transport that does not take processes (:func:`takes_processes`).
+    ``option`` and ``label`` name the processes and the transport in the message (``--processes``
+    and ``--against`` on the command line, ``processes`` and ``transport`` from Python)."""
+    import difflib
+
+    from ..kernel import TRANSPORTS
+    from ..kernel.registry import TRANSPORT_REGISTRY
+
+    if processes is not None:
+        if type(processes) is not int and not isinstance(processes, np.integer):
+            raise UsageError(f"{option} must be a whole number of at least 1, got {processes!r}")
+        if processes < 1:
+            raise UsageError(f"{option} must be at least 1, got {processes}")
+    if not isinstance(transport, str) or transport not in TRANSPORTS or transport == "sim":
+        others = [t for t in TRANSPORTS if t != "sim"]
+        close = difflib.get_close_matches(transport, others, n=1) if isinstance(transport, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        what = "the simulator itself (it is the run compared with)" if transport == "sim" else "unknown transport"
+        raise UsageError(f"{label} {transport!r}: {what}; known: {', '.join(others)}{hint}")
+    if processes is not None and not takes_processes(TRANSPORT_REGISTRY.entry(transport).factory):
+        # (it was ignored: the run took none, and nothing said so)
+        raise UsageError(f"{option}: transport {transport!r} does not take processes (tcp, a TcpNetwork "
+                         "subclass or a transport whose constructor takes processes do)")
 
 
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
