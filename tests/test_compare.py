@@ -340,7 +340,9 @@ def test_compare_lets_the_simulators_actors_go_before_the_real_run(tmp_path, mon
     monkeypatch.setattr(contract, "check_job", record_job)
     monkeypatch.setattr(SimNetwork, "run", record_sim)
     monkeypatch.setattr(real_cls, "run", look)
-    res = run_scenario(compare_mod.compare_scenario("fedrec", transport, processes=2), data="tiny",
+    # (processes for tcp only: asyncio takes none, and compare_scenario refuses them, as --processes)
+    res = run_scenario(compare_mod.compare_scenario("fedrec", transport, processes=2 if transport == "tcp" else None),
+                       data="tiny",
                        out=tmp_path / "o", overrides={"T": 2}, quiet=True)
     assert seen == [{"sim job": True, "real job": False, "sim network": True}]
     summary = {r["network"].split(" ")[0]: r for r in _csv(tmp_path / "o" / "summary.csv")}
