@@ -758,3 +758,66 @@ def test_compare_scenario_refuses_what_the_command_line_refuses(tmp_path):
     # what the command line accepts, the API accepts: asyncio without processes, tcp with 2
     assert compare_scenario("demo", "asyncio").PROTOCOL == "compare-demo"
     assert compare_scenario("demo", "tcp", 2).PROTOCOL == "compare-demo"
+
+
+def test_against_tcp_the_simulator_predicts_with_tcps_25_byte_frame_header(tmp_path):
+    # the simulator predicted with the run's framing_bytes (0 unless set) while every TCP frame
+    # carries a 25-byte header beyond its document: the simulated round of demo (one client, one
+    # round, lan) was 2.0019608800 ms, a prediction for 56 + 59 + 7 wire bytes where TCP put
+    # 81 + 84 + 32 on the wire. Hand-computed on lan (1 Gbit/s = 1.25e8 B/s every port, 0.5 ms each
+    # end, FIFO store and forward: each copy pays size / R at the sender's egress and again at the
+    # receiver's ingress, and 1 ms of propagation), from the payload bytes both runs measured
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment.compare import compare_scenario
+    from fedsim.protocols.demo import make_data
+
+    run_scenario(compare_scenario("demo", "tcp", 2), out=tmp_path / "o", quiet=True,
+                 overrides={"rounds": 1, "clients": 1, "dim": 4})
+    payload = {r["kind"]: r for r in _csv(tmp_path / "o" / "payload_bytes.csv")}
+    assert sorted(payload) == ["gradient", "stop", "weights"]
+    for r in payload.values():  # one copy of each; the simulator's wire bytes are TCP's
+        assert int(r["messages"]) == 1
+        assert int(r["wire_bytes_sim"]) == int(r["wire_bytes_tcp"]) == int(r["payload_bytes_sim"]) + 25
+    R, lat = 1000 * 1e6 / 8, 0.0005 + 0.0005
+    n = make_data(1, 4, 0)[1][0][0].shape[0]  # the client's samples (seed 0)
+
+    def predicted(framing):
+        size = {k: int(r["payload_bytes_sim"]) + framing for k, r in payload.items()}
+        return (2 * size["weights"] / R + lat  # the server's weights to the client
+                + 4 * n * 4 / 2e10  # the client's gradient: 4 x its X.size FLOPs at 2e10 FLOP/s
+                + 2 * size["gradient"] / R + lat  # its gradient back
+                + 2 * 4 / 1e11  # the server's step: 2 x dim x 1 gradient at 1e11 FLOP/s
+                + 2 * size["stop"] / R + lat)  # stop (labelled round 0: the server's last round)
+
+    (times,) = _csv(tmp_path / "o" / "round_times.csv")
+    assert float(times["simulated_s"]) == pytest.approx(predicted(25), rel=1e-12)
+    assert float(times["simulated_s"]) != pytest.approx(predicted(0), rel=1e-6)  # (6 x 25 B / R: 1.2 us more)
+    assert ("predicts, each copy charged 25 framing bytes beyond its payload (tcp's own)."
+            in (tmp_path / "o" / "report.md").read_text())
+
+
+def test_compare_refuses_framing_bytes_tcp_cannot_show_and_a_transport_in_the_run_s_netspec(tmp_path):
+    # framing_bytes 16 against tcp: the simulator predicted 16 bytes a copy, TCP sent 25; a NetSpec
+    # whose transport is tcp: it was replaced by sim without a word (fedsim compare refuses
+    # --transport). Both refused before either run, naming the setting; no folder is left.
+    # framing_bytes 25 (tcp's own) is taken
+    from fedsim.experiment import UsageError, run_scenario
+    from fedsim.experiment.compare import compare_scenario
+    from fedsim.kernel import NetSpec
+
+    with pytest.raises(UsageError) as err:
+        run_scenario(compare_scenario("demo", "tcp", 2), out=tmp_path / "o", quiet=True,
+                     overrides={"rounds": 1, "clients": 2}, net=NetSpec(profile="lan", framing_bytes=16))
+    assert str(err.value) == ("framing_bytes 16: transport 'tcp' frames each message itself, with its 25-byte frame "
+                              "header, and the simulator predicts with those; leave framing_bytes at 0 or give 25")
+    with pytest.raises(UsageError) as err:
+        run_scenario(compare_scenario("demo", "asyncio"), out=tmp_path / "o", quiet=True,
+                     overrides={"rounds": 1, "clients": 2}, net=NetSpec(profile="lan", transport="tcp"))
+    assert str(err.value) == ("net: transport 'tcp': a comparison runs the simulator itself; the other transport is "
+                              "compare_scenario's ('asyncio'; --against on the command line)")
+    assert not (tmp_path / "o").exists()
+    run_scenario(compare_scenario("demo", "tcp", 2), out=tmp_path / "o", quiet=True,
+                 overrides={"rounds": 1, "clients": 2}, net=NetSpec(profile="lan", framing_bytes=25))
+    payload = _csv(tmp_path / "o" / "payload_bytes.csv")
+    assert payload and all(int(r["wire_bytes_sim"]) == int(r["wire_bytes_tcp"])
+                           == int(r["payload_bytes_tcp"]) + 25 * int(r["messages"]) for r in payload)
