@@ -37,8 +37,23 @@ from .report import git_revision, json_default, versions, write_report, write_re
 
 __all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
-           "network_spec",
+           "check_seed", "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` as an ``int``, if it is a non-negative integer (an ``int`` or a NumPy integer, not a
+    bool); else ``UsageError`` naming ``--seed``. :func:`run_scenario` and ``run_sweep`` took
+    ``int(seed)``: a seed of 2.5 ran (and was recorded) as 2, True as 1, "3" as 3, where the
+    command line refuses all of them (``--seed`` takes an integer, a config file's ``seed`` a
+    non-negative integer)."""
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise UsageError(f"--seed must be a non-negative integer, got {seed!r}")
+    if seed < 0:
+        raise UsageError(f"--seed must be non-negative, got {seed}")
+    return int(seed)
 
 
 def default_out_dir(name: str) -> Path:
@@ -357,7 +372,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
     Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    negative seed, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
+    seed that is not a non-negative integer (:func:`check_seed`), ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
     and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
@@ -369,8 +384,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     cfg = resolve_config(mod, overrides or {})
     netspec = network_spec(mod, profile, net)
-    if int(seed) < 0:
-        raise UsageError(f"--seed must be non-negative, got {seed}")
+    seed = check_seed(seed)
     if data is not None and not getattr(mod, "TAKES_DATA", True):
         # recorded as the run's data, a --data the scenario never reads would misdescribe it
         raise UsageError(f"--data {data}: does not apply, {name} makes its own data")
