@@ -681,9 +681,33 @@ def test_run_scenario_and_run_sweep_refuse_a_seed_or_workers_the_command_line_re
     assert res.returncode == 2 and "--seed: invalid int value: '2.5'" in res.stderr, res.stderr
     (tmp_path / "s.toml").unlink()
     # NumPy integers are integers: recorded as plain ints
-    res = run_scenario("demo", seed=np.int64(3), out=tmp_path / "np", overrides={"rounds": 1, "clients": 2}, quiet=True)
+    run_scenario("demo", seed=np.int64(3), out=tmp_path / "np", overrides={"rounds": 1, "clients": 2}, quiet=True)
     assert json.loads((tmp_path / "np" / "results.json").read_text())["seed"] == 3
     summary = run_sweep("demo", {"rounds": [1]}, tmp_path / "npsweep", fixed={"clients": 2}, seed=np.int64(2),
                         workers=np.int64(1))
     assert summary["failed"] == [] and len(summary["done"]) == 1
     assert json.loads((tmp_path / "npsweep" / "sweep.json").read_text())["workers"] == 1
+
+
+def test_run_scenario_and_run_sweep_refuse_a_profile_beside_net_and_name_a_bad_net_profile_as_a_usage_error(tmp_path):
+    # run_scenario(profile="wan", net=NetSpec(profile="lan")) ran on lan, the profile ignored (the
+    # command line has one profile, --profile or the config file's, the command line's winning);
+    # run_scenario(net="wann") raised NetworkConfigError where profile="wann" raised UsageError
+    from fedsim.experiment import UsageError, run_scenario
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.sweep import run_sweep
+
+    both = "profile given with net: net describes the whole network (give NetSpec(profile=...) as net, or leave net out)"
+    for call in (lambda **kw: run_scenario("demo", out=tmp_path / "run", overrides={"rounds": 1, "clients": 2},
+                                           quiet=True, **kw),
+                 lambda **kw: run_sweep("demo", {"rounds": [1]}, tmp_path / "sweep", fixed={"clients": 2}, workers=1,
+                                        **kw)):
+        with pytest.raises(UsageError) as err:
+            call(profile="wan", net=NetSpec(profile="lan"))
+        assert str(err.value) == both
+        with pytest.raises(UsageError) as err:
+            call(net="wann")
+        assert str(err.value) == "unknown network profile 'wann'; known: ideal, lan, mobile, wan"
+    assert list(tmp_path.iterdir()) == []
+    run_scenario("demo", out=tmp_path / "run", overrides={"rounds": 1, "clients": 2}, quiet=True, net="wan")
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["profile"] == "wan"

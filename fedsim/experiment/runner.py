@@ -342,12 +342,23 @@ def _non_empty(path: Path) -> bool:
 def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, **options: Any):
     """The ``NetSpec`` a run of ``mod`` uses: ``net`` if given, else the scenario's
     ``DEFAULT_PROFILE`` (or ``profile``) with ``options`` (``link_model``, ``loss``, ``dropout``,
-    ``window``, ``transport``; None means the default). Raises ``UsageError`` for a bad value."""
+    ``window``, ``transport``; None means the default). Raises ``UsageError`` for a bad value (also
+    a bad profile name given as ``net``: it was a ``NetworkConfigError``, where the same name given
+    as ``profile`` was a ``UsageError``), and for ``net`` given with a ``profile`` or an option:
+    ``net`` was used and the profile (``run_scenario(profile="wan", net=NetSpec(profile="lan"))``
+    ran on lan) or option ignored without a word."""
     from ..kernel import NetSpec
     from ..kernel.errors import NetworkConfigError
 
     if net is not None:
-        return NetSpec.of(net)
+        also = [k for k, v in (("profile", profile), *options.items()) if v is not None]
+        if also:
+            raise UsageError(f"{', '.join(also)} given with net: net describes the whole network (give "
+                             f"NetSpec({', '.join(f'{k}=...' for k in also)}) as net, or leave net out)")
+        try:
+            return NetSpec.of(net)
+        except NetworkConfigError as exc:
+            raise UsageError(str(exc)) from None
     kw = {k: v for k, v in options.items() if v is not None}
     try:  # an empty profile is refused by name (it ran the scenario's default profile)
         return NetSpec(profile=getattr(mod, "DEFAULT_PROFILE", "ideal") if profile is None else profile, **kw)
@@ -369,7 +380,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     refused unless ``force`` (which replaces it when the new run completes).
 
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
-    builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
+    builds; ``profile`` is a shorthand for ``NetSpec(profile)`` (not both: ``UsageError``). ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
     Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
     seed that is not a non-negative integer (:func:`check_seed`), ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
