@@ -711,3 +711,21 @@ def test_run_scenario_and_run_sweep_refuse_a_profile_beside_net_and_name_a_bad_n
     assert list(tmp_path.iterdir()) == []
     run_scenario("demo", out=tmp_path / "run", overrides={"rounds": 1, "clients": 2}, quiet=True, net="wan")
     assert json.loads((tmp_path / "run" / "results.json").read_text())["profile"] == "wan"
+
+
+def test_run_sweep_refuses_an_empty_data_or_out_as_fedsim_sweep_does(tmp_path, monkeypatch):
+    # run_sweep(out="") wrote to the default runs/sweep-... folder and run_sweep(data="") ran every
+    # point to the failure "--data is empty"; fedsim sweep (and run_scenario) refuse both up front
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    for kw in ({"out": ""}, {"out": "  "}, {"data": "", "out": tmp_path / "s"}):
+        opt = "data" if "data" in kw else "out"
+        with pytest.raises(UsageError) as err:
+            run_sweep("demo", {"rounds": [1]}, fixed={"clients": 2}, workers=1, **kw)
+        assert str(err.value) == f"--{opt} is empty; give a value or leave the option out"
+    assert list(tmp_path.iterdir()) == []
+    res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--out", "", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.splitlines() == ["error: --out is empty; give a value or leave the "
+                                                               "option out"], res.stderr

@@ -547,7 +547,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     a progress display goes to stderr. Blocks until every point has finished. Raises
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
     names would be the same), parameter, network or backend, a ``seed`` that is not a non-negative
-    integer or ``workers`` not one of at least 1 (as the command line and a config file refuse them), for an ``out`` that is a file or
+    integer or ``workers`` not one of at least 1, an empty ``data`` or ``out`` (as the command line and a
+    config file refuse them), for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
     configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
@@ -567,6 +568,11 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if error:
             raise error
         address = address.strip()
+    for opt, v in (("data", data), ("out", out)):
+        if isinstance(v, (str, os.PathLike)) and not os.fspath(v).strip():
+            # as fedsim sweep and run_scenario: an empty out was the default folder, an empty data
+            # the failure of every point ("--data is empty") after the sweep had started
+            raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1):
         # (int(workers) let 1.5 run, recorded in sweep.json as 1.5 workers, and True as 1: the
         # command line and a config file's workers refuse them)
