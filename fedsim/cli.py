@@ -231,25 +231,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.scenario not in REGISTRY:
         raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}; protocols: "
                          f"{', '.join(REGISTRY)}")
-    if args.processes is not None and args.processes < 1:
-        raise UsageError(f"--processes must be at least 1, got {args.processes}")
-    from .kernel import TRANSPORTS
+    from .experiment.compare import check_against
 
-    if args.against not in TRANSPORTS or args.against == "sim":  # (plug-ins' transports registered by now)
-        others = [t for t in TRANSPORTS if t != "sim"]
-        import difflib
-
-        close = difflib.get_close_matches(args.against, others, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        what = "the simulator itself (it is the run compared with)" if args.against == "sim" else "unknown transport"
-        raise UsageError(f"--against {args.against!r}: {what}; known: {', '.join(others)}{hint}")
-    from .experiment.compare import takes_processes
-    from .kernel.registry import TRANSPORT_REGISTRY
-
-    if args.processes is not None and not takes_processes(TRANSPORT_REGISTRY.entry(args.against).factory):
-        # (it was ignored: the run took none, and the command line said nothing)
-        raise UsageError(f"--processes: transport {args.against!r} does not take processes (tcp, a TcpNetwork "
-                         "subclass or a transport whose constructor takes processes do)")
+    # (the same checks as compare_scenario's, the options named as on the command line)
+    check_against(args.against, args.processes, option="--processes", label="--against")
     if args.transport not in (None, "sim"):
         raise UsageError("fedsim compare runs the simulator itself; name the other transport with --against")
     doc = _load_config(args)

@@ -645,3 +645,87 @@ def test_a_plugin_given_as_a_scenario_is_undone_as_a_failed_plugin_load_is(tmp_p
     assert sorted(n for n in set(sys.modules) - modules if n.startswith("fedsim_plugin_")) == []
     assert sys.modules["fedsim_scenario_outer"] is mod  # the earlier load's module is back
     del sys.modules["fedsim_scenario_outer"]
+
+
+def test_run_scenario_and_run_sweep_refuse_a_seed_or_workers_the_command_line_refuses(tmp_path):
+    # run_scenario(seed=2.5) ran and recorded seed 2 (int(seed)), seed=True seed 1; run_sweep
+    # likewise, and run_sweep(workers=1.5) ran with 1.5 recorded in sweep.json; the command line
+    # (--seed and --workers take integers) and a config file refuse them. No folder is left
+    import numpy as np
+
+    from fedsim.experiment import UsageError, run_scenario
+    from fedsim.studies.sweep import run_sweep
+
+    for seed, message in ((2.5, "--seed must be a non-negative integer, got 2.5"),
+                          (True, "--seed must be a non-negative integer, got True"),
+                          ("3", "--seed must be a non-negative integer, got '3'"),
+                          (-1, "--seed must be non-negative, got -1")):
+        with pytest.raises(UsageError) as err:
+            run_scenario("demo", seed=seed, out=tmp_path / "run", overrides={"rounds": 1, "clients": 2}, quiet=True)
+        assert str(err.value) == message
+        with pytest.raises(UsageError) as err:
+            run_sweep("demo", {"rounds": [1]}, tmp_path / "sweep", fixed={"clients": 2}, seed=seed, workers=1)
+        assert str(err.value) == message
+    for workers in (1.5, True, 0):
+        with pytest.raises(UsageError) as err:
+            run_sweep("demo", {"rounds": [1]}, tmp_path / "sweep", fixed={"clients": 2}, workers=workers)
+        assert str(err.value) == f"--workers must be an integer of at least 1, got {workers!r}"
+    assert list(tmp_path.iterdir()) == []
+    # as the command line refuses them: a config file's workers of 1.5, --seed 2.5
+    (tmp_path / "s.toml").write_text("workers = 1.5\n")
+    res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--config", str(tmp_path / "s.toml"), "--out",
+                     str(tmp_path / "o"), cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        f"error: {tmp_path / 's.toml'}: line 1: workers: expected int, got 1.5"], res.stderr
+    res = fedsim_cmd("run", "demo", "--seed", "2.5", "--out", str(tmp_path / "o"), cwd=tmp_path)
+    assert res.returncode == 2 and "--seed: invalid int value: '2.5'" in res.stderr, res.stderr
+    (tmp_path / "s.toml").unlink()
+    # NumPy integers are integers: recorded as plain ints
+    run_scenario("demo", seed=np.int64(3), out=tmp_path / "np", overrides={"rounds": 1, "clients": 2}, quiet=True)
+    assert json.loads((tmp_path / "np" / "results.json").read_text())["seed"] == 3
+    summary = run_sweep("demo", {"rounds": [1]}, tmp_path / "npsweep", fixed={"clients": 2}, seed=np.int64(2),
+                        workers=np.int64(1))
+    assert summary["failed"] == [] and len(summary["done"]) == 1
+    assert json.loads((tmp_path / "npsweep" / "sweep.json").read_text())["workers"] == 1
+
+
+def test_run_scenario_and_run_sweep_refuse_a_profile_beside_net_and_name_a_bad_net_profile_as_a_usage_error(tmp_path):
+    # run_scenario(profile="wan", net=NetSpec(profile="lan")) ran on lan, the profile ignored (the
+    # command line has one profile, --profile or the config file's, the command line's winning);
+    # run_scenario(net="wann") raised NetworkConfigError where profile="wann" raised UsageError
+    from fedsim.experiment import UsageError, run_scenario
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.sweep import run_sweep
+
+    both = "profile given with net: net describes the whole network (give NetSpec(profile=...) as net, or leave net out)"
+    for call in (lambda **kw: run_scenario("demo", out=tmp_path / "run", overrides={"rounds": 1, "clients": 2},
+                                           quiet=True, **kw),
+                 lambda **kw: run_sweep("demo", {"rounds": [1]}, tmp_path / "sweep", fixed={"clients": 2}, workers=1,
+                                        **kw)):
+        with pytest.raises(UsageError) as err:
+            call(profile="wan", net=NetSpec(profile="lan"))
+        assert str(err.value) == both
+        with pytest.raises(UsageError) as err:
+            call(net="wann")
+        assert str(err.value) == "unknown network profile 'wann'; known: ideal, lan, mobile, wan"
+    assert list(tmp_path.iterdir()) == []
+    run_scenario("demo", out=tmp_path / "run", overrides={"rounds": 1, "clients": 2}, quiet=True, net="wan")
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["profile"] == "wan"
+
+
+def test_run_sweep_refuses_an_empty_data_or_out_as_fedsim_sweep_does(tmp_path, monkeypatch):
+    # run_sweep(out="") wrote to the default runs/sweep-... folder and run_sweep(data="") ran every
+    # point to the failure "--data is empty"; fedsim sweep (and run_scenario) refuse both up front
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    for kw in ({"out": ""}, {"out": "  "}, {"data": "", "out": tmp_path / "s"}):
+        opt = "data" if "data" in kw else "out"
+        with pytest.raises(UsageError) as err:
+            run_sweep("demo", {"rounds": [1]}, fixed={"clients": 2}, workers=1, **kw)
+        assert str(err.value) == f"--{opt} is empty; give a value or leave the option out"
+    assert list(tmp_path.iterdir()) == []
+    res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--out", "", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.splitlines() == ["error: --out is empty; give a value or leave the "
+                                                               "option out"], res.stderr

@@ -340,7 +340,9 @@ def test_compare_lets_the_simulators_actors_go_before_the_real_run(tmp_path, mon
     monkeypatch.setattr(contract, "check_job", record_job)
     monkeypatch.setattr(SimNetwork, "run", record_sim)
     monkeypatch.setattr(real_cls, "run", look)
-    res = run_scenario(compare_mod.compare_scenario("fedrec", transport, processes=2), data="tiny",
+    # (processes for tcp only: asyncio takes none, and compare_scenario refuses them, as --processes)
+    res = run_scenario(compare_mod.compare_scenario("fedrec", transport, processes=2 if transport == "tcp" else None),
+                       data="tiny",
                        out=tmp_path / "o", overrides={"T": 2}, quiet=True)
     assert seen == [{"sim job": True, "real job": False, "sim network": True}]
     summary = {r["network"].split(" ")[0]: r for r in _csv(tmp_path / "o" / "summary.csv")}
@@ -723,3 +725,99 @@ def test_compare_gives_a_transport_that_takes_processes_four_when_none_are_given
     finally:
         TRANSPORT_REGISTRY.restore(snapshot)
     assert got == [compare_mod.DEFAULT_PROCESSES, 2] == [4, 2]
+
+
+def test_compare_scenario_refuses_what_the_command_line_refuses(tmp_path):
+    # compare_scenario("demo", "asyncio", processes=2) ran asyncio and ignored the 2, where
+    # `fedsim compare --against asyncio --processes 2` is refused; compare_scenario("demo", "sim")
+    # compared the simulator with itself (one row in the summary: both runs had the key "sim"),
+    # where --against sim is refused. Now the API refuses them with the command line's messages,
+    # the parameters named as in Python; nothing is run, no folder is made
+    from fedsim.experiment import UsageError
+    from fedsim.experiment.compare import compare_scenario
+
+    cases = [(("asyncio", 2), "processes: transport 'asyncio' does not take processes (tcp, a TcpNetwork subclass "
+                              "or a transport whose constructor takes processes do)"),
+             (("tcp", 0), "processes must be at least 1, got 0"),
+             (("tcp", 2.0), "processes must be a whole number of at least 1, got 2.0"),
+             (("tcp", True), "processes must be a whole number of at least 1, got True"),
+             (("sim", None), "transport 'sim': the simulator itself (it is the run compared with); known: "
+                             "asyncio, tcp"),
+             (("tpc", None), "transport 'tpc': unknown transport; known: asyncio, tcp; did you mean 'tcp'?")]
+    for (transport, processes), message in cases:
+        with pytest.raises(UsageError) as err:
+            compare_scenario("demo", transport, processes)
+        assert str(err.value) == message
+    # the command line says the same, naming its options
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "tpc", "--out",
+                          str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == ["error: --against 'tpc': unknown transport; known: asyncio, tcp; did you "
+                                       "mean 'tcp'?"]
+    assert not (tmp_path / "o").exists()
+    # what the command line accepts, the API accepts: asyncio without processes, tcp with 2
+    assert compare_scenario("demo", "asyncio").PROTOCOL == "compare-demo"
+    assert compare_scenario("demo", "tcp", 2).PROTOCOL == "compare-demo"
+
+
+def test_against_tcp_the_simulator_predicts_with_tcps_25_byte_frame_header(tmp_path):
+    # the simulator predicted with the run's framing_bytes (0 unless set) while every TCP frame
+    # carries a 25-byte header beyond its document: the simulated round of demo (one client, one
+    # round, lan) was 2.0019608800 ms, a prediction for 56 + 59 + 7 wire bytes where TCP put
+    # 81 + 84 + 32 on the wire. Hand-computed on lan (1 Gbit/s = 1.25e8 B/s every port, 0.5 ms each
+    # end, FIFO store and forward: each copy pays size / R at the sender's egress and again at the
+    # receiver's ingress, and 1 ms of propagation), from the payload bytes both runs measured
+    from fedsim.experiment import run_scenario
+    from fedsim.experiment.compare import compare_scenario
+    from fedsim.protocols.demo import make_data
+
+    run_scenario(compare_scenario("demo", "tcp", 2), out=tmp_path / "o", quiet=True,
+                 overrides={"rounds": 1, "clients": 1, "dim": 4})
+    payload = {r["kind"]: r for r in _csv(tmp_path / "o" / "payload_bytes.csv")}
+    assert sorted(payload) == ["gradient", "stop", "weights"]
+    for r in payload.values():  # one copy of each; the simulator's wire bytes are TCP's
+        assert int(r["messages"]) == 1
+        assert int(r["wire_bytes_sim"]) == int(r["wire_bytes_tcp"]) == int(r["payload_bytes_sim"]) + 25
+    R, lat = 1000 * 1e6 / 8, 0.0005 + 0.0005
+    n = make_data(1, 4, 0)[1][0][0].shape[0]  # the client's samples (seed 0)
+
+    def predicted(framing):
+        size = {k: int(r["payload_bytes_sim"]) + framing for k, r in payload.items()}
+        return (2 * size["weights"] / R + lat  # the server's weights to the client
+                + 4 * n * 4 / 2e10  # the client's gradient: 4 x its X.size FLOPs at 2e10 FLOP/s
+                + 2 * size["gradient"] / R + lat  # its gradient back
+                + 2 * 4 / 1e11  # the server's step: 2 x dim x 1 gradient at 1e11 FLOP/s
+                + 2 * size["stop"] / R + lat)  # stop (labelled round 0: the server's last round)
+
+    (times,) = _csv(tmp_path / "o" / "round_times.csv")
+    assert float(times["simulated_s"]) == pytest.approx(predicted(25), rel=1e-12)
+    assert float(times["simulated_s"]) != pytest.approx(predicted(0), rel=1e-6)  # (6 x 25 B / R: 1.2 us more)
+    assert ("predicts, each copy charged 25 framing bytes beyond its payload (tcp's own)."
+            in (tmp_path / "o" / "report.md").read_text())
+
+
+def test_compare_refuses_framing_bytes_tcp_cannot_show_and_a_transport_in_the_run_s_netspec(tmp_path):
+    # framing_bytes 16 against tcp: the simulator predicted 16 bytes a copy, TCP sent 25; a NetSpec
+    # whose transport is tcp: it was replaced by sim without a word (fedsim compare refuses
+    # --transport). Both refused before either run, naming the setting; no folder is left.
+    # framing_bytes 25 (tcp's own) is taken
+    from fedsim.experiment import UsageError, run_scenario
+    from fedsim.experiment.compare import compare_scenario
+    from fedsim.kernel import NetSpec
+
+    with pytest.raises(UsageError) as err:
+        run_scenario(compare_scenario("demo", "tcp", 2), out=tmp_path / "o", quiet=True,
+                     overrides={"rounds": 1, "clients": 2}, net=NetSpec(profile="lan", framing_bytes=16))
+    assert str(err.value) == ("framing_bytes 16: transport 'tcp' frames each message itself, with its 25-byte frame "
+                              "header, and the simulator predicts with those; leave framing_bytes at 0 or give 25")
+    with pytest.raises(UsageError) as err:
+        run_scenario(compare_scenario("demo", "asyncio"), out=tmp_path / "o", quiet=True,
+                     overrides={"rounds": 1, "clients": 2}, net=NetSpec(profile="lan", transport="tcp"))
+    assert str(err.value) == ("net: transport 'tcp': a comparison runs the simulator itself; the other transport is "
+                              "compare_scenario's ('asyncio'; --against on the command line)")
+    assert not (tmp_path / "o").exists()
+    run_scenario(compare_scenario("demo", "tcp", 2), out=tmp_path / "o", quiet=True,
+                 overrides={"rounds": 1, "clients": 2}, net=NetSpec(profile="lan", framing_bytes=25))
+    payload = _csv(tmp_path / "o" / "payload_bytes.csv")
+    assert payload and all(int(r["wire_bytes_sim"]) == int(r["wire_bytes_tcp"])
+                           == int(r["payload_bytes_tcp"]) + 25 * int(r["messages"]) for r in payload)

@@ -442,3 +442,70 @@ def test_flows_ending_together_arrive_in_the_order_they_started(senders):
     assert len({r["tx_end"] for r in rows}) == 1  # one instant: 3 x S bytes at C
     assert rows[0]["tx_end"] == pytest.approx(3 * rows[0]["bytes"] / 1e6, rel=1e-12)
     assert [r["src"] for r in rows] == order == list(senders)
+
+
+def _two_hubs(plan, added):
+    """``plan``: sender -> (receiver, blob bytes, send time); nodes added in the order ``added``.
+    Every receiver's downlink is D = 2**20 B/s, every uplink 2**30 B/s (so each receiver's port is a
+    hub and each sender's its own), every latency 2**-10 s: dyadic rates and times, so ends that tie
+    tie exactly. Returns the network and the deliveries as (receiver, sender, time), in the order
+    the receivers read them."""
+    read = []
+
+    def sender(dst, n, at):
+        async def actor(ctx):
+            if at:
+                await ctx.sleep(at)
+            await ctx.send(dst, "m", blob(n))
+        return actor
+
+    def receiver(name, k):
+        async def actor(ctx):
+            for _ in range(k):
+                read.append((name, (await ctx.receive("m")).sender, net.now()))
+        return actor
+
+    net = SimNetwork(link_model="fair")
+    for name in added:
+        if name in plan:
+            net.add_node(name, sender(*plan[name]), link=LinkSpec(2.0**30, 2.0**30, 2.0**-10))
+        else:
+            k = sum(dst == name for dst, _, _ in plan.values())
+            net.add_node(name, receiver(name, k), link=LinkSpec(2.0**30, 2.0**20, 2.0**-10))
+    net.run()
+    return net, read
+
+
+def test_two_hubs_ending_at_one_instant_end_in_the_order_their_ends_were_scheduled():
+    """docs/network-model.md, "Ends at one instant": two hubs whose flows end at the same instant
+    end in the order their end events were scheduled (each hub's at its last change), and hubs
+    changed at the same instant in the order of their ports (numbered as nodes first take part in a
+    flow); not by node id. A mutant that swapped the order of two hubs rescheduled in one flush
+    (``_flush`` sorting the hubs by port, reversed) survived every test."""
+    D, lat = 2.0**20, 2.0**-10
+    # 1. both hubs formed at t = 0: a and b to z, c and d to y, equal blobs. z's port is numbered
+    # first (a's send, the first, makes a's ports then z's), so z's flows end first though "y" < "z".
+    # Each hub: two flows at D/2 each, so both end at 2S/D and arrive one propagation (2 lat) later
+    net, read = _two_hubs({"a": ("z", 3000, 0.0), "b": ("z", 3000, 0.0), "c": ("y", 3000, 0.0),
+                           "d": ("y", 3000, 0.0)}, ["a", "b", "c", "d", "z", "y"])
+    rows = list(net.ledger.records())
+    S = rows[0]["bytes"]
+    assert {r["bytes"] for r in rows} == {S} and {r["tx_end"] for r in rows} == {2 * S / D}
+    T = 2 * S / D + 2 * lat
+    assert read == [("z", "a", T), ("z", "b", T), ("y", "c", T), ("y", "d", T)]
+    # 2. y's port is numbered first (c sends first), but its hub forms later: c alone sends to y at D
+    # from t = 0; at t1 = 2**-10 s (1,024 bytes sent) d joins with 1,024 bytes fewer than c's
+    # S_c, so both have S_c - 1024 left at D/2 and end at t1 + 2 (S_c - 1024) / D. a and b send
+    # S_c - 512 bytes each to z from t = 0 at D/2: they end at 2 (S_c - 512) / D, the same instant.
+    # z's end was scheduled at t = 0, y's at t1: z's flows end first
+    net, read = _two_hubs({"c": ("y", 3000, 0.0), "d": ("y", 3000 - 1024, 2.0**-10), "a": ("z", 3000 - 512, 0.0),
+                           "b": ("z", 3000 - 512, 0.0)}, ["c", "d", "a", "b", "y", "z"])
+    rows = {r["src"]: r for r in net.ledger.records()}
+    Sc = rows["c"]["bytes"]
+    assert (rows["d"]["bytes"], rows["a"]["bytes"], rows["b"]["bytes"]) == (Sc - 1024, Sc - 512, Sc - 512)
+    assert rows["d"]["tx_start"] == 2.0**-10
+    end = 2.0**-10 + 2 * (Sc - 1024) / D
+    assert end == 2 * (Sc - 512) / D  # (dyadic: the tie is exact)
+    assert {r["tx_end"] for r in rows.values()} == {end}
+    T = end + 2 * lat
+    assert read == [("z", "a", T), ("z", "b", T), ("y", "c", T), ("y", "d", T)]

@@ -5,9 +5,11 @@ the loss draws are keyed by message, so both lose the same copies; a dropout ins
 at a real instant on the real transport, so the copies it costs can differ); the simulator uses
 the run's profile (``--profile``, default ``lan``) and link model (as does a real transport that
 takes link models: a plug-in's), and the run's ``NetSpec``'s ``framing_bytes`` (as does a real
-transport that takes them: all but ``tcp`` and its subclasses, framed by their frame header). The report puts side by side: the final
+transport that takes them: all but ``tcp`` and its subclasses, framed by their frame header;
+against those the simulator charges that header, 25 bytes a copy, and refuses another
+``framing_bytes`` than 0 or 25: ``predicted_framing``). The report puts side by side: the final
 metrics (and whether the final parameters are bit-identical, as they must be), the payload bytes
-per sender role and message kind (which must be equal), the wall time of each run, and per round
+per sender role and message kind (which must be equal) and each run's wire bytes, the wall time of each run, and per round
 the simulator's predicted duration against the measured one (from the first send of the round to
 the last arrival, read off each ledger).
 
@@ -48,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from .context import RunContext
-from .errors import ScenarioError
+from .errors import ScenarioError, UsageError
 from .protocol_run import protocol_scenario, split_data, test_scores
 
 __all__ = ["compare_scenario"]
@@ -59,13 +61,16 @@ DEFAULT_PROCESSES = 4  # the real run's processes when none are given, for a tra
 def compare_scenario(name: str, transport: str = "tcp", processes: int | None = None) -> types.ModuleType:
     """A scenario that runs protocol ``name`` on the simulator and on ``transport`` (``tcp`` with
     ``processes`` worker processes, None: ``DEFAULT_PROCESSES`` (4), ``asyncio``, or one a plug-in registered: ``processes`` goes to
-    one that takes it, :func:`takes_processes` (``fedsim compare`` refuses ``--processes`` for one
-    that does not), the run's link model to one that takes link
+    one that takes it, :func:`takes_processes`, the run's link model to one that takes link
     models, and the run's ``framing_bytes`` to one that takes them: not ``tcp`` or its subclasses,
-    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown protocol;
-    an unknown ``transport`` is a ``NetworkConfigError`` naming it when the scenario runs
-    (``fedsim compare`` checks it first)."""
+    ``fedsim.kernel.netspec.frames_itself``) and compares them. Raises ``KeyError`` for an unknown
+    protocol, and ``UsageError`` as ``fedsim compare`` refuses its options (:func:`check_against`):
+    for a ``transport`` that is not registered or is ``sim``, and for a ``processes`` that is not a
+    whole number of at least 1 or is given (not None) for a transport that does not take processes
+    (``asyncio``: it was silently ignored, where the command line refuses ``--processes``)."""
     base = protocol_scenario(name)
+    check_against(transport, processes, option="processes", label="transport")
+    processes = None if processes is None else int(processes)
     mod = types.ModuleType(f"fedsim_compare_{name.replace('-', '_')}")
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."
     mod.PARAMS = dict(base.PARAMS)
@@ -263,6 +268,63 @@ def takes_processes(factory: Any) -> bool:
         return False
 
 
+def check_against(transport: Any, processes: Any, *, option: str = "processes", label: str = "transport") -> None:
+    """Refuse, with ``UsageError``, what ``fedsim compare`` and :func:`compare_scenario` cannot run:
+    a ``transport`` that is not registered or is ``sim`` (the simulator is the run compared with: it
+    was compared with itself), a ``processes`` that is not a whole number of at least 1, and one
+    given (not None) for a transport that does not take processes (:func:`takes_processes`).
+    ``option`` and ``label`` name the processes and the transport in the message (``--processes``
+    and ``--against`` on the command line, ``processes`` and ``transport`` from Python)."""
+    import difflib
+
+    from ..kernel import TRANSPORTS
+    from ..kernel.registry import TRANSPORT_REGISTRY
+
+    if processes is not None:
+        if type(processes) is not int and not isinstance(processes, np.integer):
+            raise UsageError(f"{option} must be a whole number of at least 1, got {processes!r}")
+        if processes < 1:
+            raise UsageError(f"{option} must be at least 1, got {processes}")
+    if not isinstance(transport, str) or transport not in TRANSPORTS or transport == "sim":
+        others = [t for t in TRANSPORTS if t != "sim"]
+        close = difflib.get_close_matches(transport, others, n=1) if isinstance(transport, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        what = "the simulator itself (it is the run compared with)" if transport == "sim" else "unknown transport"
+        raise UsageError(f"{label} {transport!r}: {what}; known: {', '.join(others)}{hint}")
+    if processes is not None and not takes_processes(TRANSPORT_REGISTRY.entry(transport).factory):
+        # (it was ignored: the run took none, and nothing said so)
+        raise UsageError(f"{option}: transport {transport!r} does not take processes (tcp, a TcpNetwork "
+                         "subclass or a transport whose constructor takes processes do)")
+
+
+def predicted_framing(net, entry) -> int:
+    """The framing bytes a copy the simulator's run charges, in a comparison of ``net`` (the run's
+    ``NetSpec``) with the registered transport ``entry``: the compared transport's own. One that
+    frames each message itself (``tcp`` and its subclasses, ``frames_itself``) puts its frame header,
+    ``fedsim.kernel.tcp.FRAME_OVERHEAD`` (25) bytes, beyond each document on the wire: the simulator
+    charges those (it predicted with the run's ``framing_bytes``, 0 unless set, while TCP sent 25
+    more a copy), and a run's ``framing_bytes`` other than 0 (the default: the transport's own, as
+    ``NetSpec`` takes it for ``tcp``) or 25 is refused with ``UsageError``, as ``NetSpec(transport=
+    "tcp")`` refuses it: no run could show it. Any other transport takes the run's ``framing_bytes``
+    (``run_compare`` gives it them), and the simulator charges those. Also refuses, with
+    ``UsageError``, a ``net`` whose transport is not ``sim``: the simulator is the run compared
+    with, and the other transport is ``compare_scenario``'s (``fedsim compare`` refuses
+    ``--transport`` alike; it was replaced by ``sim`` without a word)."""
+    from ..kernel.netspec import frames_itself
+    from ..kernel.tcp import FRAME_OVERHEAD
+
+    if net.transport != "sim":
+        raise UsageError(f"net: transport {net.transport!r}: a comparison runs the simulator itself; the other "
+                         f"transport is compare_scenario's ({entry.name!r}; --against on the command line)")
+    if not frames_itself(entry):
+        return net.framing_bytes
+    if net.framing_bytes not in (0, FRAME_OVERHEAD):
+        raise UsageError(f"framing_bytes {net.framing_bytes!r}: transport {entry.name!r} frames each message "
+                         f"itself, with its {FRAME_OVERHEAD}-byte frame header, and the simulator predicts with "
+                         f"those; leave framing_bytes at 0 or give {FRAME_OVERHEAD}")
+    return FRAME_OVERHEAD
+
+
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
     from ..kernel import NetSpec
     from ..kernel.netspec import frames_itself
@@ -271,18 +333,19 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     from ..protocols.contract import check_job
 
     spec = REGISTRY[name]
+    entry = TRANSPORT_REGISTRY.entry(transport)
+    sim_spec = ctx.net.replace(transport="sim", framing_bytes=predicted_framing(ctx.net, entry))
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in ctx.config.items() if k != "test_frac"}
     cfg = spec.Config(**fields)
     train, test = split_data(ctx, spec, cfg)
-    sim_spec = ctx.net.replace(transport="sim")
     # the same faults on both: the real transport was built without them, so a compare with --loss
     # or --dropout always reported different parameters and bytes. The run's link model too, for a
     # transport that takes one (a plug-in's: it ran with fifo while the simulator ran with
     # --link-model); --processes for any transport that takes it (it went to "tcp" by name only,
     # and a plug-in's TcpNetwork subclass ran with TcpNetwork's default); and the run's framing
     # bytes for a transport that takes them (all but tcp and its subclasses, whose framing is their
-    # frame header: a plug-in transport ran with none while the simulator ran with the run's)
-    entry = TRANSPORT_REGISTRY.entry(transport)
+    # frame header: a plug-in transport ran with none while the simulator ran with the run's; the
+    # simulator predicts with that frame header against those: predicted_framing)
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
                         framing_bytes=0 if frames_itself(entry) else ctx.net.framing_bytes,
@@ -351,7 +414,7 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
         pb = tb[1] if tb else 0
         bytes_rows.append({"sender_role": key[0], "kind": key[1], "messages": ta[0] if ta else 0,
                            "payload_bytes_sim": pa, f"payload_bytes_{transport}": pb, "equal": pa == pb,
-                           f"wire_bytes_{transport}": tb[2] if tb else 0})
+                           "wire_bytes_sim": ta[2] if ta else 0, f"wire_bytes_{transport}": tb[2] if tb else 0})
     ctx.table("payload_bytes", bytes_rows, title="Payload bytes per sender role and kind (they must be equal)")
     ra, rb = a["rounds"], b["rounds"]
     times = [{"round": r, "simulated_s": ra.get(r, float("nan")), f"measured_{transport}_s": rb.get(r, float("nan")),
@@ -374,7 +437,8 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
              + f" Wall time: simulator {wall_a:.2f} s, {transport} {wall_b:.2f} s (forking, connecting and "
                "merging the ledger included). The measured round times are real seconds on this machine's "
                "loopback (shaped only if the run was made inside a shaped namespace); the simulator's are what "
-               f"its `{sim_spec.profile}` profile predicts.")
+               f"its `{sim_spec.profile}` profile predicts, each copy charged {sim_spec.framing_bytes} framing "
+               f"bytes beyond its payload ({transport}'s own).")
     if not same or unequal or n_a or n_b:
         # the run fails, so its folder (and report) is not written: the message carries what differs
         # (it said "see the report", which did not exist)

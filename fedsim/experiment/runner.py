@@ -36,10 +36,23 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_seed",
+__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
-           "network_spec",
+           "check_seed", "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` as an ``int``, if it is a non-negative integer (an ``int`` or a NumPy integer, not a
+    bool); else ``UsageError`` naming ``--seed``. :func:`run_scenario` and ``run_sweep`` took
+    ``int(seed)``: a seed of 2.5 ran (and was recorded) as 2, True as 1, "3" as 3, where the
+    command line refuses all of them (``--seed`` takes an integer, a config file's ``seed`` a
+    non-negative integer)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise UsageError(f"--seed must be a non-negative integer, got {seed!r}")
+    if seed < 0:
+        raise UsageError(f"--seed must be non-negative, got {seed}")
+    return int(seed)
 
 
 def default_out_dir(name: str) -> Path:
@@ -328,29 +341,28 @@ def _non_empty(path: Path) -> bool:
 def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, **options: Any):
     """The ``NetSpec`` a run of ``mod`` uses: ``net`` if given, else the scenario's
     ``DEFAULT_PROFILE`` (or ``profile``) with ``options`` (``link_model``, ``loss``, ``dropout``,
-    ``window``, ``transport``; None means the default). Raises ``UsageError`` for a bad value."""
+    ``window``, ``transport``; None means the default). Raises ``UsageError`` for a bad value (also
+    a bad profile name given as ``net``: it was a ``NetworkConfigError``, where the same name given
+    as ``profile`` was a ``UsageError``), and for ``net`` given with a ``profile`` or an option:
+    ``net`` was used and the profile (``run_scenario(profile="wan", net=NetSpec(profile="lan"))``
+    ran on lan) or option ignored without a word."""
     from ..kernel import NetSpec
     from ..kernel.errors import NetworkConfigError
 
+    if net is not None:
+        also = [k for k, v in (("profile", profile), *options.items()) if v is not None]
+        if also:
+            raise UsageError(f"{', '.join(also)} given with net: net describes the whole network (give "
+                             f"NetSpec({', '.join(f'{k}=...' for k in also)}) as net, or leave net out)")
+        try:
+            return NetSpec.of(net)
+        except NetworkConfigError as exc:
+            raise UsageError(str(exc)) from None
     kw = {k: v for k, v in options.items() if v is not None}
     try:  # an empty profile is refused by name (it ran the scenario's default profile)
-        if net is not None:  # (a profile name given as net= was the NetworkConfigError itself)
-            return NetSpec.of(net)
         return NetSpec(profile=getattr(mod, "DEFAULT_PROFILE", "ideal") if profile is None else profile, **kw)
     except NetworkConfigError as exc:
         raise UsageError(str(exc)) from None
-
-
-def check_seed(seed: Any) -> int:
-    """``seed`` (a run's or a sweep's) as an int: ``UsageError`` unless it is a non-negative integer
-    (a NumPy integer is one; a bool, a float, even 2.0, a str or None is not)."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        # int() made seed 1 of 1.5 and of True, silently (results.json said 1), and failed on "x"
-        # and None naming nothing; a network refuses such a seed too
-        raise UsageError(f"--seed must be a whole number, got {seed!r}")
-    if seed < 0:
-        raise UsageError(f"--seed must be non-negative, got {seed}")
-    return int(seed)
 
 
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
@@ -367,10 +379,10 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     refused unless ``force`` (which replaces it when the new run completes).
 
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
-    builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
+    builds; ``profile`` is a shorthand for ``NetSpec(profile)`` (not both: ``UsageError``). ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
-    Raises ``UsageError`` for an unknown scenario, parameter, profile (also one given as ``net``)
-    or dataset, a bad value, a seed that is not a non-negative integer, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
+    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
+    seed that is not a non-negative integer (:func:`check_seed`), ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
     and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
     (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
     if isinstance(mod, str):
@@ -382,7 +394,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
     cfg = resolve_config(mod, overrides or {})
     netspec = network_spec(mod, profile, net)
-    check_seed(seed)
+    seed = check_seed(seed)
     if data is not None and not getattr(mod, "TAKES_DATA", True):
         # recorded as the run's data, a --data the scenario never reads would misdescribe it
         raise UsageError(f"--data {data}: does not apply, {name} makes its own data")

@@ -29,7 +29,9 @@ with sharing (a flow in slow start uses less than its share; here it uses none, 
 Cost: a reallocation is a few NumPy passes over the active flows (no per-byte or per-packet
 work); the copies of a broadcast that start together are allocated once; flows that end at the
 same instant (within a nanosecond; two ulps of the clock after 2**23 s) end in one event. Deterministic: no clock, no random draws
-but the kernel's seeded loss draw.
+but the kernel's seeded loss draw. Ends of different hubs at one instant run in the order they were
+scheduled: a hub's at its last change (``_flush``), hubs changed at one instant by port number
+(docs/network-model.md, "Ends at one instant").
 """
 
 from __future__ import annotations
@@ -448,7 +450,9 @@ class FairShareLinkModel(LinkModel):
             if self._general:
                 self._reallocate(now)
             dirty.discard(None)
-        for hub in sorted(dirty, key=lambda h: h.port):  # a deterministic order
+        # a deterministic order, by port (numbered as nodes first take part in a flow): hubs whose
+        # ends fall on one instant end in this order (docs/network-model.md, "Ends at one instant")
+        for hub in sorted(dirty, key=lambda h: h.port):
             if self._hubs.get(hub.port) is not hub:
                 continue  # dissolved since
             hub.version += 1

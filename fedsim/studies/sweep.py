@@ -56,6 +56,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 import os
 import re
 import shutil
@@ -545,9 +546,11 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``progress(i, total, result)``, if given, is called as each point finishes; unless ``quiet``
     a progress display goes to stderr. Blocks until every point has finished. Raises
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
-    names would be the same), parameter, network or backend, for an ``out`` that is a file or
+    names would be the same), parameter, network or backend, a ``seed`` that is not a non-negative
+    integer or ``workers`` not one of at least 1, an empty ``data`` or ``out`` (as the command line and a
+    config file refuse them), for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
-    configuration without ``force``, a seed that is not a non-negative integer, ``ConfigError`` for points the scenario's ``check`` refuses
+    configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
@@ -565,8 +568,16 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if error:
             raise error
         address = address.strip()
-    if workers is not None and int(workers) < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
+    for opt, v in (("data", data), ("out", out)):
+        if isinstance(v, (str, os.PathLike)) and not os.fspath(v).strip():
+            # as fedsim sweep and run_scenario: an empty out was the default folder, an empty data
+            # the failure of every point ("--data is empty") after the sweep had started
+            raise UsageError(f"--{opt} is empty; give a value or leave the option out")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1):
+        # (int(workers) let 1.5 run, recorded in sweep.json as 1.5 workers, and True as 1: the
+        # command line and a config file's workers refuse them)
+        raise UsageError(f"--workers must be an integer of at least 1, got {workers!r}")
+    workers = None if workers is None else int(workers)
     if backend == "ray":
         from .raypool import RAY_MISSING, ray_available
 
@@ -592,7 +603,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
             seen.append(v)
     base = network_spec(mod, profile, net)
     data_default = data or getattr(mod, "DEFAULT_DATA", "ml100k-like")
-    seed = check_seed(seed)  # (int() ran seed 1.5 as seed 1)
+    seed = check_seed(seed)  # (int(seed) ran 1.5 as seed 1)
     out = Path(out) if out else default_sweep_dir(scenario, grid, fixed, data, int(seed), base)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
