@@ -64,6 +64,39 @@ def test_parse_numeric_refuses_a_last_line_holding_only_a_carriage_return():
         assert (ei.value.line, ei.value.reason) == (2, "empty line")
 
 
+def test_a_float32_column_keeps_a_value_float32_cannot_hold_for_the_callers_check():
+    """Bug found in this pass: the fast path read a ``float32`` column (MovieLens ratings) with
+    float32, so ``5.00000001`` became 5.0 and passed the loader's range and scale checks, where the
+    strict parser (the reference, float64) gave 5.00000001. Now a chunk holding a value float32
+    cannot hold exactly comes back in float64 (the strict parser's values); exact ones stay float32."""
+    cols = [("user", "int32"), ("rating", "float32")]
+    got = parse_numeric("f", b"1,3.5\n2,5.00000001\n", sep=",", columns=cols)
+    assert got[1].dtype == np.float64 and got[1].tolist() == [3.5, 5.00000001]
+    got = parse_numeric("f", b"1,3.5\n2,5\n", sep=",", columns=cols)
+    assert got[1].dtype == np.float32 and got[1].tolist() == [3.5, 5.0]
+
+
+def test_a_rating_just_off_the_movielens_scale_is_an_error_showing_its_value(tmp_path):
+    """The same bug as loaded: ``5.00000001`` in an ML-20M ratings.csv loaded as 5.0 (and, when
+    another line sent its chunk to the strict parser, was refused as "rating 5 outside
+    [0.5, 5]": ``:g`` shows six digits); ``4.00000001`` in ML-100K passed the whole-star check.
+    load_csv (float64 all along) refused 5.00000001 with the same "rating 5" message."""
+    d = write_ml_csv(tmp_path / "ml-20m", "userId,movieId,rating,timestamp\n1,2,5.00000001,10\n1,3,3.5,11\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(d)
+    assert (ei.value.line, ei.value.reason) == (2, "rating 5.00000001 outside [0.5, 5]")
+    d = write_ml100k(tmp_path / "ml-100k", "1\t2\t3\t10\n1\t3\t4.00000001\t11\n", items=False)
+    with pytest.raises(DataFormatError) as ei:
+        load_movielens(d)
+    assert (ei.value.line, ei.value.reason) == (2, "rating 4.00000001 is not on MovieLens 100k's scale (whole stars 1-5)")
+    f = tmp_path / "r.csv"
+    f.write_text("u,i,r\n1,2,3\n1,3,5.00000001\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_csv(f)
+    assert ei.value.line == 3
+    assert ei.value.reason.startswith("rating 5.00000001 outside the declared scale [1, 5]; ")
+
+
 # ---------------------------------------------------------------------------------------------
 # fedsim/data/loaders.py: MovieLens metadata
 
