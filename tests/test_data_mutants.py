@@ -172,6 +172,18 @@ def test_netflix_subset_users_first_ranks_items_among_the_kept_users_only():
     assert (s.user_ids.tolist(), s.item_ids.tolist(), len(s)) == ([102, 103], [11], 2)
 
 
+def test_netflix_customer_id_0_names_its_line(tmp_path):
+    """Mutant: the Netflix loader's customer id check (>= 1) dropped: a customer 0 loaded as a
+    user. By hand: the bad row is line 3 (line 1 is the ``1:`` movie line)."""
+    from fedsim.data import load_netflix
+
+    f = tmp_path / "mv_0000001.txt"
+    f.write_text("1:\n5,3,2005-09-06\n0,4,2005-09-07\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_netflix(f)
+    assert (ei.value.path, ei.value.line, ei.value.reason) == (str(f), 3, "customer id 0 must be >= 1")
+
+
 # ---------------------------------------------------------------------------------------------
 # fedsim/data/ratings.py
 
@@ -193,6 +205,24 @@ def test_filter_users_keeps_the_ids_of_the_items_still_rated():
     f = r.filter_users(2)
     assert f.user_ids.tolist() == [7] and f.item_ids.tolist() == [10, 30]
     assert sorted(zip(f.item_ids[f.items].tolist(), f.values.tolist())) == [(10, 4.0), (30, 5.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# fedsim/data/_build.py
+
+
+def test_item_id_0_cannot_index_the_id_range_space(tmp_path):
+    """Mutant: ``build_ratings`` refusing only negative ids in the ``id_range`` space (index = id - 1):
+    item 0 became index -1, a rating of the last item, silently. By hand: the row of item 0 is
+    line 3 of the file."""
+    f = tmp_path / "r.csv"
+    f.write_text("u,i,r\n1,2,3\n1,0,4\n")
+    with pytest.raises(DataFormatError) as ei:
+        load_csv(f, item_space="id_range")
+    assert (ei.value.path, ei.value.line) == (str(f), 3)
+    assert ei.value.reason == "item id 0 < 1 cannot be used with item_space='id_range'"
+    r = load_csv(f)  # observed ids: 0 is an id like any other
+    assert r.item_ids.tolist() == [0, 2] and r.items.tolist() == [1, 0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,6 +300,43 @@ def test_synthetic_ratings_on_a_larger_scale_stretch_the_five_star_model_linearl
 
 
 # ---------------------------------------------------------------------------------------------
+# fedsim/data/download.py
+
+
+def test_a_dataset_folder_without_the_install_marker_is_not_installed(tmp_path):
+    """Mutant: ``is_installed`` taking any folder of the dataset's name for an install: a folder
+    left without its marker (not a fedsim install: ``get`` refuses to overwrite it) was listed
+    as installed and undamaged by ``fedsim data list``."""
+    from fedsim.data import download
+
+    cache = tmp_path / "cache"
+    write_ml100k(cache / "ml-100k", items=False)
+    assert not download.is_installed("ml-100k", cache)
+    (row,) = [d for d in download.list_datasets(cache) if d["name"] == "ml-100k"]
+    assert (row["installed"], row["damaged"], row["path"]) == (False, None, str(cache / "ml-100k"))
+
+
+def test_a_folder_in_the_way_is_refused_before_the_archive_is_read(tmp_path):
+    """Mutant: the early check for a dataset folder without a marker dropped: the same
+    FileExistsError came only after the whole archive was read (downloaded: 200 MB for ml-20m)
+    and unpacked. Nothing is read (the progress callback never called) and the folder is left
+    as it was."""
+    from fedsim.data import download
+    from test_data_download import U_DATA, make_zip
+
+    sha = make_zip(tmp_path / "ml-100k.zip", {"ml-100k/u.data": U_DATA})
+    cache = tmp_path / "cache"
+    (cache / "ml-100k").mkdir(parents=True)
+    (cache / "ml-100k" / "mine.txt").write_text("x")
+    seen = []
+    with pytest.raises(FileExistsError, match="not a complete fedsim install"):
+        download.get("ml-100k", from_file=tmp_path / "ml-100k.zip", cache_dir=cache, sha256=sha,
+                     progress=lambda n, total: seen.append(n))
+    assert seen == []
+    assert sorted(p.name for p in cache.rglob("*")) == ["mine.txt", "ml-100k"]
+
+
+# ---------------------------------------------------------------------------------------------
 # fedsim/data/resolve.py
 
 
@@ -281,6 +348,19 @@ def test_resolve_ignores_seed_for_a_path(tmp_path):
     d = write_ml100k(tmp_path / "ml-100k", items=False)
     r = resolve(str(d), seed=3)
     assert r.name == "ml-100k" and len(r) == 4 and r.user_ids.tolist() == [22, 186, 196]
+
+
+def test_a_tab_separated_file_without_a_venue_column_is_not_read_as_foursquare(tmp_path):
+    """Mutant: ``load_path`` taking any tab-separated first line (not only one naming a venue) for
+    Foursquare check-ins: a generic TSV of ratings failed with Foursquare's "field 'utc'" error
+    instead of the pointer to load_csv."""
+    from fedsim.data import resolve
+
+    f = tmp_path / "ratings.tsv"
+    f.write_text("1\t10\t4\n2\t10\t3\n")
+    with pytest.raises(ValueError) as ei:
+        resolve(str(f))
+    assert str(ei.value) == f"{f}: cannot tell the dataset format; use fedsim.data.load_csv(path, user_col=..., ...)"
 
 
 # ---------------------------------------------------------------------------------------------
