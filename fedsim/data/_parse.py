@@ -287,15 +287,25 @@ def _fast_chunk(chunk: bytes, sep: str, columns) -> list[np.ndarray] | None:
         return None  # blank line: loadtxt would skip it silently
     if b"\r" in body and body.count(b"\r") != body.count(b"\r\n"):
         return None
-    dt = np.dtype([(f"c{k}", _FAST_DTYPE[kind]) for k, (_, kind) in enumerate(columns)])
+    # float32 columns are read in float64 and narrowed below: read in float32, 5.00000001 became
+    # 5.0 and passed a caller's range or scale check that the strict parser's value fails
+    dt = np.dtype([(f"c{k}", np.float64 if kind == "float32" else _FAST_DTYPE[kind])
+                   for k, (_, kind) in enumerate(columns)])
     try:
         arr = np.loadtxt(io.BytesIO(body), delimiter=delim, dtype=dt, comments=None, ndmin=1, quotechar=None)
     except (ValueError, OverflowError):  # OverflowError: an integer beyond the column's dtype
         return None
-    out = [np.ascontiguousarray(arr[f"c{k}"]) for k in range(len(columns))]
-    for a, (_, kind) in zip(out, columns):
+    out = []
+    for k, (_, kind) in enumerate(columns):
+        a = np.ascontiguousarray(arr[f"c{k}"])
         if not _is_int(kind) and a.size and not np.all(np.isfinite(a)):
             return None
+        if kind == "float32":
+            narrow = a.astype(np.float32)
+            if not np.array_equal(narrow, a):  # a value float32 cannot hold: the strict parser's float64
+                return None
+            a = narrow
+        out.append(a)
     return out
 
 
@@ -306,7 +316,9 @@ def parse_numeric(
     """Parse ``data`` (the table body, one row per line) into one array per column.
 
     Integer columns come back as int64 (``"int32"``: int32 when every chunk fits, else int64),
-    float columns as float64 (``"float32"``: float32 when parsed by the fast path).
+    float columns as float64 (``"float32"``: float32 when every chunk is parsed by the fast path,
+    which takes a chunk only if float32 holds each of its values exactly, else float64: the
+    values the strict parser gives, so that a caller's checks see ``5.00000001``, not 5.0).
     ``first_line`` is the file line number of the first body line.  Raises :class:`DataFormatError` on the first bad line.
     """
     if not data:

@@ -80,10 +80,18 @@ def _line_of(first_line: int):
     return lambda row: first_line + int(row)
 
 
+def _shown(v) -> str:
+    """``v`` for a message, as short as it reads back exactly: ``5``, ``3.5``, ``5.00000001``
+    (``:g`` alone showed 5.00000001 as 5, outside [0.5, 5])."""
+    x = float(v)
+    s = f"{x:g}"
+    return s if float(s) == x else repr(x)
+
+
 def _check_range(path, values: np.ndarray, lo: float, hi: float, first_line: int, what: str) -> None:
     bad = first_bad_row((values < lo) | (values > hi))
     if bad is not None:
-        raise DataFormatError(path, first_line + bad, f"{what} {values[bad]:g} outside [{lo:g}, {hi:g}]")
+        raise DataFormatError(path, first_line + bad, f"{what} {_shown(values[bad])} outside [{lo:g}, {hi:g}]")
 
 
 def _check_positive(path, arr: np.ndarray, first_line: int, what: str, lo: int = 1) -> None:
@@ -248,7 +256,7 @@ def load_movielens(
         bad = first_bad_row(values / step != np.round(values / step))
         if bad is not None:
             scale = "whole stars 1-5" if step == 1 else "half stars 0.5-5"
-            raise DataFormatError(f, first + bad, f"rating {float(values[bad]):g} is not on MovieLens {variant}'s "
+            raise DataFormatError(f, first + bad, f"rating {_shown(values[bad])} is not on MovieLens {variant}'s "
                                   f"scale ({scale})")
     except DataFormatError as exc:
         if not by_size:
@@ -1014,7 +1022,7 @@ def load_csv(
         bad = first_bad_row((values < lo) | (values > hi))
         if bad is not None:
             raise DataFormatError(
-                f, first + bad, f"rating {values[bad]:g} outside the declared scale [{lo:g}, {hi:g}]; pass "
+                f, first + bad, f"rating {_shown(values[bad])} outside the declared scale [{lo:g}, {hi:g}]; pass "
                 "scale=(low, high) for another scale, or scale=None for no check",
             )
     if ts is not None:
