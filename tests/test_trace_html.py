@@ -768,3 +768,58 @@ def test_timeline_png_draws_every_span_and_arrow_of_the_ledger_one_collection_pe
     assert segs == sorted((r["src"], r["dst"], round(r["tx_end"] * 1000, 6), round(r["rx_start"] * 1000, 6),
                            bool(r["anonymous"])) for r in rows if r["status"] == "delivered")
     assert len(ax.lines) == 0
+
+
+@pytest.fixture(scope="module")
+def late_and_lost_trace(tmp_path_factory):
+    """FedAvg-AE on a mobile network with loss and a deadline: messages lost, messages that
+    arrived after their receiver stopped waiting (never read), uploads over 1 KB."""
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path_factory.mktemp("late")
+    net, paths = trace("fedavg-ae", out, clients=4, rounds=2, net=NetSpec(profile="mobile", loss=0.2),
+                       sets=["deadline=0.05"], formats=("html", "log"))
+    return net, paths
+
+
+def _panel_expected(r: dict) -> dict:
+    """What the step panel says of ledger row ``r`` (a run without anonymous messages), computed
+    from the row alone."""
+    from fedsim.experiment import human_bytes
+
+    ms = lambda t: f"{t * 1000:.3f} ms"  # noqa: E731
+    exact = lambda n: f"{n} B" if n < 1000 else f"{human_bytes(n)} ({n} B)"  # noqa: E731
+    rnd = f"round {r['round']}" if r["round"] >= 0 else "setup"
+    if r["status"] == "lost":
+        fate = f"lost ({r['note']})"
+    else:
+        fate = f"arrived {ms(r['arrival_time'])}" + ("" if r["read"] else ", never read")
+    return {"head": f"{r['kind']} · {rnd}",
+            "who": f"from {r['src']} ({r['src_role']}) to {r['dst']} ({r['dst_role']})",
+            "sizes": f"{exact(r['bytes'])} on the wire, {exact(r['raw_bytes'])} of array payload",
+            "times": f"sent {ms(r['send_time'])}, transmitted {ms(r['tx_start'])} to {ms(r['tx_end'])}, {fate}"}
+
+
+def test_the_step_panel_says_what_the_ledger_has_of_each_lost_late_and_large_message(late_and_lost_trace, tmp_path):
+    # the panel gave the wire size rounded alone (3.22 KB): the ledger's count (3224 B) was
+    # nowhere on the page but in its embedded data
+    net, paths = late_and_lost_trace
+    rows = list(net.ledger.records())
+    fates = {(r["status"], r["read"]) for r in rows}
+    assert fates == {("delivered", True), ("delivered", False), ("lost", False)}
+    assert any(r["bytes"] >= 1000 for r in rows) and not any(r["anonymous"] for r in rows)
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(paths["html"].resolve().as_uri())
+        nxt = driver.find_element(By.ID, "next")
+        for i, r in enumerate(rows):
+            nxt.click()
+            assert driver.find_element(By.ID, "step").text == f"message {i + 1} of {len(rows)}"
+            lines = driver.find_element(By.ID, "panel").text.splitlines()
+            want = _panel_expected(r)
+            assert lines[:4] == [want["head"], want["who"], want["sizes"], want["times"]], i
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()

@@ -901,6 +901,8 @@ buttons, the arrow keys, or a click on an arrow.</div>
     do { n /= 1000; i++; } while (n >= 999.5 && i < u.length - 1);
     return n.toPrecision(3).replace(/\\.0+$|(\\.\\d*?)0+$/, "$1") + " " + u[i];
   }
+  // a size as the ledger counts it: the byte count itself, after its rounded form from 1 KB on
+  function exact(n) { return n < 1000 ? n + " B" : size(n) + " (" + n + " B)"; }
   function ms(t) { return t === null ? "-" : (t * 1000).toFixed(3) + " ms"; }
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) {
     return {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\"": "&quot;"}[c]; }); }
@@ -937,7 +939,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
     panel.innerHTML =
       '<div><b id="kind">' + esc(m.kind) + "</b> · " + esc(m.round_label) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
-      '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
+      '<div id="sizes">' + exact(m.bytes) + " on the wire, " + exact(m.raw_bytes) + " of array payload</div>" +
       '<div id="times">' + (hidden ? "sent and transmitted at times hidden with the sender" :
         "sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end)) + ", " + fate + "</div>" +
       '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
