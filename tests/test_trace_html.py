@@ -823,3 +823,83 @@ def test_the_step_panel_says_what_the_ledger_has_of_each_lost_late_and_large_mes
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_jumping_to_a_round_and_to_either_end_in_a_headless_browser(late_and_lost_trace, tmp_path):
+    # the page had only next and previous (and a click on an arrow): a round was reached by
+    # stepping through every message before it, the end by stepping through all of them
+    net, paths = late_and_lost_trace
+    rows = list(net.ledger.records())
+    firsts = {}
+    for i, r in enumerate(rows):
+        firsts.setdefault(r["round"], i)
+    assert len(firsts) == 2
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        driver.get(paths["html"].resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        menu = Select(driver.find_element(By.ID, "round"))
+        assert [o.text for o in menu.options][1:] == [f"round {k}" for k in firsts]
+        for rnd, first in reversed(list(firsts.items())):
+            menu.select_by_visible_text(f"round {rnd}")
+            assert step.text == f"message {first + 1} of {len(rows)}"
+            assert driver.find_element(By.ID, "kind").text == rows[first]["kind"]
+            assert [g.get_attribute("id") for g in driver.find_elements(By.CSS_SELECTOR, ".msg.current")] == [f"m{first}"]
+        # the menu follows the steps: the message before a round's first is the round before's
+        last_round, before = list(firsts)[-1], list(firsts)[-2]
+        menu.select_by_visible_text(f"round {last_round}")
+        driver.find_element(By.ID, "prev").click()
+        assert menu.first_selected_option.text == f"round {before}"
+        driver.find_element(By.ID, "last").click()
+        assert step.text == f"message {len(rows)} of {len(rows)}"
+        assert menu.first_selected_option.text == f"round {rows[-1]['round']}"
+        driver.find_element(By.ID, "first").click()
+        assert step.text == f"message 1 of {len(rows)}"
+        body = driver.find_element(By.TAG_NAME, "body")
+        body.send_keys(Keys.END)
+        assert step.text == f"message {len(rows)} of {len(rows)}"
+        body.send_keys(Keys.HOME)
+        assert step.text == f"message 1 of {len(rows)}"
+        # only the current message's spans are highlighted, every other message's dimmed
+        hl = {e.get_attribute("data-msg") for e in driver.find_elements(By.CSS_SELECTOR, ".span.hl")}
+        assert hl == {"0"}
+        dimmed = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.span')).filter(function (r) {"
+            " return getComputedStyle(r).opacity < 1; }).map(function (r) { return r.getAttribute('data-msg'); })")
+        assert sorted(set(dimmed)) == sorted({str(i) for i in range(1, len(rows))} & set(
+            e.get_attribute("data-msg") for e in driver.find_elements(By.CSS_SELECTOR, ".span")))
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_a_trace_of_one_message_steps_to_it_and_stays_there_in_a_headless_browser(tmp_path):
+    from fedsim.studies.trace import trace_html
+
+    net = _one_message("a", "client", "b", "hello")
+    (row,) = net.ledger.records()
+    path = tmp_path / "one.html"
+    path.write_text(trace_html(net, title="one"), encoding="utf-8")
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == "before the first message (1 message)"
+        menu = Select(driver.find_element(By.ID, "round"))
+        assert [o.text for o in menu.options] == ["(jump to a round)", "round 0"]
+        for button in ("next", "next", "last", "prev", "first", "next"):
+            driver.find_element(By.ID, button).click()
+            assert step.text == ("before the first message (1 message)" if button == "prev" else "message 1 of 1")
+        lines = driver.find_element(By.ID, "panel").text.splitlines()
+        assert lines[:2] == ["hello · round 0", "from a (client) to b (server)"]
+        assert lines[2] == f"{row['bytes']} B on the wire, 0 B of array payload"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()

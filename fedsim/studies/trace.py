@@ -5,7 +5,8 @@
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
   propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
-  keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
+  keys, or a click on an arrow; first/last, Home/End; a menu of the rounds jumps to a round's first
+  message): each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
   "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
   sender's send and transmission times, and the timeline's cursor stands at the start of the
@@ -872,15 +873,17 @@ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 
 .msg.current rect.hit { fill: #fff3c4; }
 body:not(.reveal) .arrow-true { display: none; }
 body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
-.span.dim { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
+#timeline.focus .span:not([data-msg="-1"]):not(.hl) { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
 .hidden-sender { color: #8172B2; font-style: italic; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
 <div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages with the
-buttons, the arrow keys, or a click on an arrow.</div>
+buttons, the arrow keys (Home and End: the first and the last), or a click on an arrow; jump to a round's first
+message with the round menu.</div>
 <div id="controls">
-<button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button>
+<button id="first" type="button">&#8676; first</button><button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button><button id="last" type="button">last &#8677;</button>
+<label>round <select id="round"><option value="-1">(jump to a round)</option></select></label>
 <span id="step"></span>
 <label><input type="checkbox" id="reveal"> reveal anonymous senders (the simulator's view)</label>
 <div id="panel"></div>
@@ -895,6 +898,23 @@ buttons, the arrow keys, or a click on an arrow.</div>
   "use strict";
   var data = JSON.parse(document.getElementById("trace-data").textContent);
   var msgs = data.messages, idx = -1;
+  // the rounds in the order of their first message (the round menu) and each message's round
+  var rounds = [], roundOf = [], byRound = {};
+  msgs.forEach(function (m, k) {
+    if (!(m.round in byRound)) { byRound[m.round] = rounds.length; rounds.push(k); }
+    roundOf.push(byRound[m.round]);
+  });
+  var menu = document.getElementById("round");
+  rounds.forEach(function (k) {
+    var o = document.createElement("option");
+    o.value = String(k); o.textContent = msgs[k].round_label; menu.appendChild(o);
+  });
+  // each message's spans on the timeline, found once: a step changes these, not every span
+  var spansOf = {}, lit = [], currentG = null;
+  document.querySelectorAll(".span").forEach(function (r) {
+    var k = Number(r.getAttribute("data-msg"));
+    if (k >= 0) (spansOf[k] = spansOf[k] || []).push(r);
+  });
   function size(n) {
     if (n < 1000) return n + " B";
     var u = ["KB", "MB", "GB", "TB"], i = -1;
@@ -916,9 +936,12 @@ buttons, the arrow keys, or a click on an arrow.</div>
   }
   function render() {
     var step = document.getElementById("step"), panel = document.getElementById("panel");
-    document.querySelectorAll(".msg.current").forEach(function (g) { g.classList.remove("current"); });
-    document.querySelectorAll(".span").forEach(function (r) { r.classList.remove("dim", "hl"); });
-    var cursor = document.getElementById("cursor");
+    if (currentG) currentG.classList.remove("current");
+    lit.forEach(function (r) { r.classList.remove("hl"); });
+    lit = [];
+    var cursor = document.getElementById("cursor"), tl = document.getElementById("timeline");
+    tl.classList.toggle("focus", idx >= 0);  // the other messages' spans dimmed (CSS)
+    menu.selectedIndex = idx < 0 ? 0 : roundOf[idx] + 1;
     if (idx < 0) {
       step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message)" : " messages)");
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
@@ -927,7 +950,7 @@ buttons, the arrow keys, or a click on an arrow.</div>
     }
     var m = msgs[idx], hidden = m.anonymous && !reveal();
     step.textContent = "message " + (idx + 1) + " of " + msgs.length;
-    var g = document.getElementById("m" + m.i);
+    var g = currentG = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
     var rows = m.payload.map(function (f) {
       return "<tr><td>" + esc(f.name) + "</td><td>" + (f.shape ? esc(f.dtype) + "[" + f.shape.join(" × ") + "]" : "") +
@@ -943,12 +966,10 @@ buttons, the arrow keys, or a click on an arrow.</div>
       '<div id="times">' + (hidden ? "sent and transmitted at times hidden with the sender" :
         "sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end)) + ", " + fate + "</div>" +
       '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
-    document.querySelectorAll(".span").forEach(function (r) {
-      var k = Number(r.getAttribute("data-msg"));
-      var hide = hidden && r.getAttribute("data-side") === "src";  // would show the sender
-      if (k === m.i && !hide) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
+    (spansOf[m.i] || []).forEach(function (r) {
+      if (hidden && r.getAttribute("data-side") === "src") return;  // would show the sender
+      r.classList.add("hl"); lit.push(r);
     });
-    var tl = document.getElementById("timeline");
     // at the send; for a hidden sender at what the receiver sees, the start of its reception (none
     // for a message that never reached it): the sender's times would point at its lane
     var at = hidden ? (m.status === "delivered" ? m.rx_start : null) : (m.send || 0);
@@ -960,9 +981,15 @@ buttons, the arrow keys, or a click on an arrow.</div>
   function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
   document.getElementById("next").addEventListener("click", function () { go(idx + 1); });
   document.getElementById("prev").addEventListener("click", function () { go(idx - 1); });
+  document.getElementById("first").addEventListener("click", function () { go(0); });
+  document.getElementById("last").addEventListener("click", function () { go(msgs.length - 1); });
+  menu.addEventListener("change", function () { go(Number(menu.value)); });
   document.getElementById("reveal").addEventListener("change", function (ev) {
     document.body.classList.toggle("reveal", ev.target.checked); render(); });
   document.addEventListener("keydown", function (ev) {
+    if (ev.target === menu) return;  // its own arrow keys choose a round
+    if (ev.key === "Home") { go(0); ev.preventDefault(); }
+    if (ev.key === "End") { go(msgs.length - 1); ev.preventDefault(); }
     if (ev.key === "ArrowRight" || ev.key === "ArrowDown") { go(idx + 1); ev.preventDefault(); }
     if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") { go(idx - 1); ev.preventDefault(); }
   });
