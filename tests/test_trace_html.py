@@ -237,7 +237,7 @@ def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     page = trace_html(net)
     assert "in flight at the end" in page and "LOST" not in page.split("<script")[0]
     assert " · 1 message (1 in flight at the end), 7 B on the wire. " in page  # one message (of 7 B): not "1 messages"
-    assert '(msgs.length === 1 ? " message)" : " messages)")' in page
+    assert '(msgs.length === 1 ? " message" : " messages")' in page  # (in the browser: test_a_trace_of_one_message_steps_to_it_and_stays_there_in_a_headless_browser)
 
 
 def test_names_with_html_and_template_text_stay_text(tmp_path):
@@ -903,3 +903,98 @@ def test_a_trace_of_one_message_steps_to_it_and_stays_there_in_a_headless_browse
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def _first_whole_rounds(rows: list[dict], limit: int) -> int:
+    """How many of ``rows`` a page of at most ``limit`` messages shows: up to the last start of a
+    round within the limit, or ``limit`` when the first round alone is longer."""
+    starts = [j for j in range(1, min(limit, len(rows) - 1) + 1) if rows[j]["round"] != rows[j - 1]["round"]]
+    return len(rows) if len(rows) <= limit else (starts[-1] if starts else limit)
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("long")
+    net, paths = trace("fedrec", out, clients=30, rounds=40, formats=("html",))
+    return net, paths["html"]
+
+
+def test_a_trace_of_thousands_of_messages_draws_its_first_whole_rounds_and_says_what_it_cuts(long_trace):
+    # a page of 6030 messages was 10 MB and a step took 0.3 s; one of 1000 rounds over 100 MB
+    from fedsim.studies.trace import MAX_PAGE_MESSAGES
+
+    net, path = long_trace
+    html = path.read_text()
+    rows = list(net.ledger.records())
+    n = len(rows)
+    assert n > MAX_PAGE_MESSAGES
+    k = _first_whole_rounds(rows, MAX_PAGE_MESSAGES)
+    assert 0 < k <= MAX_PAGE_MESSAGES and rows[k]["round"] != rows[k - 1]["round"]
+    data = page_data(html)
+    assert [(m["src"], m["dst"], m["kind"], m["round"], m["bytes"]) for m in data["messages"]] == \
+        [(r["src"], r["dst"], r["kind"], r["round"], r["bytes"]) for r in rows[:k]]
+    assert html.count('class="msg') == k and html.count('class="span sending"') == k
+    assert data["cut"]["shown"] == k and data["cut"]["total"] == n
+    total = net.ledger.totals()
+    from fedsim.experiment import human_bytes
+
+    assert f" · {n} messages, {human_bytes(total['bytes'])} on the wire. " in html  # the run's, whole
+    assert (f"this page shows the first {k} of the run's {n} messages (to round {rows[k - 1]['round']}, sent "
+            f"before {rows[k]['send_time'] * 1000:.3f} ms); the other {n - k} (round {rows[k]['round']} and every "
+            f"round after it) are left out") in html
+    assert len(html) < 2_000 * MAX_PAGE_MESSAGES  # (some 1.75 KB a message)
+
+
+def test_a_page_cut_inside_its_first_round_says_so(tmp_path):
+    from fedsim.studies.trace import trace_html
+
+    net = _one_message("a", "client", "b", "m")
+    page = trace_html(net)
+    assert page_data(page)["cut"] is None and 'id="cut"' not in page
+    net, _ = trace("fedrec", tmp_path, clients=3, rounds=2, formats=("log",))
+    rows = list(net.ledger.records())
+    first = sum(r["round"] == rows[0]["round"] for r in rows)
+    page = trace_html(net, limit=first - 1)
+    data = page_data(page)
+    assert len(data["messages"]) == first - 1 == _first_whole_rounds(rows, first - 1)
+    assert (f"the other {len(rows) - first + 1} (the rest of round {rows[0]['round']} and every round after it)"
+            in page)
+
+
+def test_stepping_through_a_cut_page_in_a_headless_browser(long_trace, tmp_path):
+    net, path = long_trace
+    rows = list(net.ledger.records())
+    n = len(rows)
+    k = page_data(path.read_text())["cut"]["shown"]
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == f"before the first message ({k} messages shown of the run's {n})"
+        assert driver.find_element(By.ID, "cut").text.startswith(f"Cut: this page shows the first {k} of")
+        driver.find_element(By.ID, "next").click()
+        assert step.text == f"message 1 of {k} shown (the run has {n})"
+        driver.find_element(By.ID, "last").click()
+        assert step.text == f"message {k} of {k} shown (the run has {n})"
+        assert driver.find_element(By.ID, "kind").text == rows[k - 1]["kind"]
+        menu = Select(driver.find_element(By.ID, "round"))
+        assert [o.text for o in menu.options][-1] == f"round {rows[k - 1]['round']}"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_cli_trace_says_its_page_is_cut(tmp_path, capsys):
+    from fedsim.cli import main
+    from fedsim.studies.trace import MAX_PAGE_MESSAGES
+
+    assert main(["trace", "fedrec", "--clients", "30", "--rounds", "34", "--html", "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    n = int(re.search(r"traced (\d+) messages", out).group(1))
+    assert n > MAX_PAGE_MESSAGES
+    assert (f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {n} messages and "
+            "says which\n") in out
+    assert page_data((tmp_path / "t" / "trace.html").read_text())["cut"]["total"] == n

@@ -11,7 +11,8 @@
   "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
   sender's send and transmission times, and the timeline's cursor stands at the start of the
   reception, not at the send) unless the page's "reveal" box is ticked, which shows the
-  simulator's view;
+  simulator's view. It draws at most ``MAX_PAGE_MESSAGES`` messages, the first whole rounds of a
+  longer trace, and says what it leaves out (``page_cut``);
 
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
@@ -58,6 +59,11 @@ FORMATS = ("html", "mermaid", "svg", "log", "png")
 # a few; 1000 rounds of FedRec with 30 clients take some 20 s, 0.5 GB and write 140 MB of views,
 # and --rounds 100000000 ran until killed
 MAX_TRACE_ROUNDS = 1000
+# the most messages trace.html draws and steps through: a page of 6030 messages (FedRec, 30 clients,
+# 100 rounds) was 10 MB and a step took 0.3 s, one of 60000 over 100 MB; a longer trace's page
+# shows its first whole rounds up to this many messages and says what it leaves out (steps.log
+# and sequence.mmd keep every message)
+MAX_PAGE_MESSAGES = 2000
 
 
 def trace_options(name: str, sets: list[str]) -> dict:
@@ -812,7 +818,8 @@ def _timeline_html_svg(data: dict) -> str:
         spans.append((c["node"], c["start"], c["end"], "sleeping" if c["label"] == "sleep" else "computing", -1))
     t_end = max([s[2] for s in spans if s[2] is not None] + [data["end"], 1e-9])
     # from the link going down to the end of the drawing, under the node's other spans
-    spans[:0] = [(o["node"], o["time"], max(t_end, o["time"]), "offline", -1) for o in data["offline"]]
+    spans[:0] = [(o["node"], o["time"], max(t_end, o["time"]), "offline", -1)
+                 for o in data.get("offline_drawn", data["offline"])]
     width, left, lane_h, top = 960, 150, 30, 24
     height = top + lane_h * len(nodes) + 34
     sx = (width - left - 16) / t_end
@@ -875,12 +882,13 @@ body:not(.reveal) .arrow-true { display: none; }
 body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
 #timeline.focus .span:not([data-msg="-1"]):not(.hl) { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
 .hidden-sender { color: #8172B2; font-style: italic; }
+.cut { border: 1px solid #DD8452; background: #fff4ec; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
 <div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages with the
 buttons, the arrow keys (Home and End: the first and the last), or a click on an arrow; jump to a round's first
-message with the round menu.</div>
+message with the round menu.</div>__CUT__
 <div id="controls">
 <button id="first" type="button">&#8676; first</button><button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button><button id="last" type="button">last &#8677;</button>
 <label>round <select id="round"><option value="-1">(jump to a round)</option></select></label>
@@ -943,13 +951,15 @@ message with the round menu.</div>
     tl.classList.toggle("focus", idx >= 0);  // the other messages' spans dimmed (CSS)
     menu.selectedIndex = idx < 0 ? 0 : roundOf[idx] + 1;
     if (idx < 0) {
-      step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message)" : " messages)");
+      step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message" : " messages") +
+                         (data.cut ? " shown of the run's " + data.cut.total + ")" : ")");
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
       cursor.setAttribute("visibility", "hidden");
       return;
     }
     var m = msgs[idx], hidden = m.anonymous && !reveal();
-    step.textContent = "message " + (idx + 1) + " of " + msgs.length;
+    step.textContent = "message " + (idx + 1) + " of " + msgs.length +
+                       (data.cut ? " shown (the run has " + data.cut.total + ")" : "");
     var g = currentG = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
     var rows = m.payload.map(function (f) {
@@ -1027,18 +1037,59 @@ def _faults_text(data: dict) -> str:
     return out + (f"; deadlock: {_plural(blocked, 'actor')} still waiting at the end" if blocked else "")
 
 
-def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
+def page_cut(data: dict, limit: int = MAX_PAGE_MESSAGES) -> dict:
+    """``data`` (``trace_data``) cut to what a page of at most ``limit`` messages shows: its
+    first messages in ledger order, up to the last start of a round within the limit (the first
+    ``limit`` messages when the first round alone has more), the sequence's rows before the first
+    message left out, the compute spans and the nodes going offline before that message's send,
+    which ends the timeline; ``cut``: None when every message fits, else ``shown``, ``total``,
+    ``at`` (that send time), ``last_shown`` and ``first_cut`` (the round labels of the last
+    message shown and of the first left out), ``whole`` (the cut falls between rounds) and
+    ``limit``. The waits given up, the nodes offline and the actors blocked stay whole (the
+    header counts the run's)."""
+    msgs = data["messages"]
+    if len(msgs) <= limit:
+        return {**data, "cut": None}
+    k = next((j for j in range(limit, 0, -1) if msgs[j]["round"] != msgs[j - 1]["round"]), limit)
+    at = msgs[k]["send"]
+    end = data["sequence"].index(["msg", k])
+    cut = {"shown": k, "total": len(msgs), "at": at, "last_shown": msgs[k - 1]["round_label"],
+           "first_cut": msgs[k]["round_label"], "whole": msgs[k]["round"] != msgs[k - 1]["round"], "limit": limit}
+    return {**data, "messages": msgs[:k], "sequence": data["sequence"][:end],
+            "compute": [c for c in data["compute"] if c["start"] < at],
+            "offline_drawn": [o for o in data["offline"] if o["time"] < at], "end": at, "cut": cut}
+
+
+def _cut_text(data: dict) -> str:
+    """The page's paragraph on what it leaves out (``page_cut``), or nothing."""
+    c = data["cut"]
+    if c is None:
+        return ""
+    left = (f"{c['first_cut']} and every round after it" if c["whole"] else
+            f"the rest of {c['first_cut']} and every round after it")
+    return (f'<div class="cut" id="cut"><b>Cut:</b> this page shows the first {c["shown"]} of the run\'s '
+            f'{c["total"]} messages (to {_html.escape(c["last_shown"])}, sent before {_ms(c["at"])}); the other '
+            f'{c["total"] - c["shown"]} ({_html.escape(left)}) are left out to keep the page usable (at most '
+            f'{c["limit"]} messages). Every message is in steps.log and sequence.mmd (written by fedsim trace '
+            f'without --html); trace fewer rounds or clients to step through them here.</div>')
+
+
+def trace_html(net: SimNetwork, *, title: str = "", summary: str = "", limit: int = MAX_PAGE_MESSAGES) -> str:
     """The trace as one self-contained HTML page (see the module docstring): everything inline,
-    nothing fetched, so the file works offline and can be mailed around."""
-    data = trace_data(net)
-    total = sum(m["bytes"] for m in data["messages"])
+    nothing fetched, so the file works offline and can be mailed around. Its header counts every
+    message of the run; it draws and steps through at most ``limit`` of them (``page_cut``: the
+    first whole rounds), and says so."""
+    whole = trace_data(net)
+    total = sum(m["bytes"] for m in whole["messages"])
+    data = page_cut(whole, limit)
     # no "<" at all inside the data block: "</script>" would end it, and "<!--<script>" (a kind, a
     # role, a payload's text) would make the HTML parser run the data block into the page's script,
     # which then never runs. Inside JSON strings (the only place these characters can be) \u003c
     # reads back as the same text.
     blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"__TITLE__": _html.escape(title), "__SUMMARY__": _html.escape(summary),
-              "__COUNT__": _count_text(data), "__BYTES__": _human_size(total), "__FAULTS__": _faults_text(data),
+              "__COUNT__": _count_text(whole), "__BYTES__": _human_size(total), "__FAULTS__": _faults_text(whole),
+              "__CUT__": _cut_text(data),
               "__SEQUENCE__": _sequence_svg(data), "__TIMELINE__": _timeline_html_svg(data), "__DATA__": blob}
     # one pass over the template: a placeholder's text inside another's value (a kind named
     # "__DATA__" in the sequence diagram) stays as it is
