@@ -362,7 +362,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from .experiment.runner import OutputFolder
+    from .experiment.runner import OutputFolder, no_room_error
     from .studies.trace import MAX_PAGE_MESSAGES, trace
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
@@ -383,8 +383,11 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         print(f"wrote {final}/: {', '.join(p.name for p in exc.paths.values())} (the run up to its deadlock)")
         print(f"error: {did_not_finish(exc, written=final, advice=getattr(exc, 'advice', None))}", file=sys.stderr)
         return 1
-    except BaseException:
+    except BaseException as exc:
         folder.discard()
+        full = no_room_error(exc, folder.final, "trace")
+        if full is not None:  # (was Python's traceback)
+            raise full from None
         raise
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())

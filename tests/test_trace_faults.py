@@ -6,6 +6,7 @@ Each view (steps.log, sequence.mmd, trace.html, timeline.svg) must say what the 
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -579,3 +580,35 @@ def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_rec
                        "anonymous": 0}]
     assert type(groups[0]["time"]) is float and type(groups[0]["round"]) is int
     assert [view(net) for view in (step_log, mermaid, trace_html)] == views
+
+
+@pytest.mark.parametrize("errno_name, advice", [
+    ("ENOSPC", "free some space, or choose another --out"),
+    ("EFBIG", "a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the "
+              "limit, or choose an --out on another file system"),
+])
+def test_cli_trace_on_a_full_disk_is_one_error_line_and_no_folder(errno_name, advice, monkeypatch, tmp_path, capsys):
+    # trace.html written, then the disk full while steps.log was: Python's traceback, where
+    # fedsim run says it in one line
+    import errno
+    import pathlib
+
+    from fedsim.cli import main
+
+    real = pathlib.Path.write_text
+    code = getattr(errno, errno_name)
+
+    def write_text(self, *args, **kwargs):
+        if self.name == "steps.log":
+            raise OSError(code, os.strerror(code), str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "demo", "--out", "t"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    (partial,) = re.findall(r"writing (\.t\.partial-[^/ ]+/steps\.log);", err)
+    assert err == (f"error: the trace stopped: {os.strerror(code)} writing {partial}; its output folder t was not "
+                   f"written ({advice})\n")
+    assert list(tmp_path.iterdir()) == []

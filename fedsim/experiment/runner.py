@@ -437,16 +437,27 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             pass  # (the log is discarded with the folder; on a full disk its last line fails too)
         finally:
             folder.discard()
-        if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+        full = no_room_error(exc, folder.final, "run")
+        if full is not None:
             # a full disk or quota: Python's traceback (several, chained) ended the command line
-            where = f" writing {exc.filename}" if exc.filename else ""
-            raise UsageError(f"the run stopped: {exc.strerror or exc}{where}; its output folder {folder.final} "
-                             f"was not written ({_no_room_advice(exc.errno)})") from None
+            raise full from None
         raise
     return {**results, "out": str(final), "files": output_files(final)}
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
+
+
+def no_room_error(exc: BaseException, final: str | Path, what: str = "run") -> UsageError | None:
+    """The ``UsageError`` for a ``what`` (``run``, ``trace``) into output folder ``final`` stopped
+    by a full disk or quota (``OSError`` ``ENOSPC``, ``EDQUOT``, ``EFBIG``): ``the run stopped: No
+    space left on device writing FILE; its output folder F was not written (free some space, ...)``;
+    None for any other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in _NO_ROOM:
+        return None
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return UsageError(f"the {what} stopped: {exc.strerror or exc}{where}; its output folder {final} "
+                      f"was not written ({_no_room_advice(exc.errno)})")
 
 
 def _no_room_advice(err: int) -> str:
