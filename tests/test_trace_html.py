@@ -998,3 +998,29 @@ def test_cli_trace_says_its_page_is_cut(tmp_path, capsys):
     assert (f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {n} messages and "
             "says which\n") in out
     assert page_data((tmp_path / "t" / "trace.html").read_text())["cut"]["total"] == n
+
+
+def test_the_notes_of_a_faulty_trace_fit_in_the_sequence_diagram_in_a_headless_browser(tmp_path):
+    # a note starts at its node's lifeline: "client/0002 drops out (offline from here on: ...)" over
+    # the fourth of five lanes ran past the diagram's right edge and was cut off mid-sentence
+    from fedsim.kernel import NetSpec
+
+    net, paths = trace("fcf", tmp_path / "t", clients=4, rounds=2, sets=["deadline=1"], formats=("html",),
+                       net=NetSpec(profile="lan", loss=0.3, dropout=0.3, window=(0.0, 0.01)))
+    data = page_data(paths["html"].read_text())
+    assert data["offline"] and data["missing"]
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(paths["html"].resolve().as_uri())
+        width = float(driver.find_element(By.ID, "sequence").get_attribute("width"))
+        notes = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#sequence .note text')).map(function (t) {"
+            " var b = t.getBBox(); return [t.textContent, b.x, b.x + b.width]; })")
+        assert len(notes) == len(data["offline"]) + len(data["missing"])
+        assert any(" drops out " in text for text, _, _ in notes)
+        for text, left, right in notes:
+            assert 0 <= left and right <= width, text
+    finally:
+        driver.quit()

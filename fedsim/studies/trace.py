@@ -739,6 +739,10 @@ def _sequence_svg(data: dict) -> str:
         rows.append(("msg", m))
     height = _SEQ_TOP + _SEQ_ROW * (len(rows) + 1)
     width = _SEQ_LEFT + _SEQ_COL * (len(lanes) - 1) + 90
+    # a note starts at its node's lifeline and runs right: the diagram as wide as the longest
+    # needs (some 4.6 px a character at this size; 6.5 to spare), else it was cut off mid-sentence
+    ends = [x[item[1]] + 6.5 * len(f"{_ms(item[0])}: {item[2]}") + 16 for kind, item in rows if kind == "note"]
+    width = int(max([width] + ends))
     e = _html.escape
     out = [f'<svg id="sequence" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
