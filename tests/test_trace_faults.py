@@ -718,3 +718,38 @@ def test_a_faulty_trace_of_every_protocol_shows_each_ledger_message_once_in_time
                 for b in missing)
     more = sum(int(re.search(r"(\d+) more \(any sender\)", b).group(1)) for b in missing if "more (any sender)" in b)
     assert named + more == totals["missing"]
+
+
+def test_cli_trace_refuses_an_out_it_cannot_use_in_one_line_and_leaves_it_as_it_was(monkeypatch, tmp_path, capsys):
+    import pathlib
+
+    from fedsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    (tmp_path / "afile").write_text("x")
+
+    def refused(argv):
+        assert main(["trace", "demo"] + argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1
+        return err
+
+    assert refused(["--out", "used"]) == ("error: --out used already holds files; use --force to replace it, or "
+                                          "choose another --out\n")
+    assert refused(["--out", "afile"]) == "error: --out afile is a file, not a folder\n"
+    # a file where a folder of the path should be: mkdir's "File exists" named no file
+    assert refused(["--out", "afile/sub/t"]) == "error: --out afile/sub/t: cannot write there (afile is a file, not a folder)\n"
+    real = pathlib.Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self.name.startswith(".t.partial-"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    assert refused(["--out", "ro/t"]) == "error: --out ro/t: cannot write there (Permission denied)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "used"]
+    assert [p.name for p in (tmp_path / "used").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "used" / "notes.txt").read_text() == "mine" and (tmp_path / "afile").read_text() == "x"

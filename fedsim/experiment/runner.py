@@ -67,7 +67,8 @@ class OutputFolder:
     (:func:`recover_replaced`) is put back at ``final`` if ``final`` is missing (``restored``),
     or removed (``removed_replaced``); the run's run.log says which.
     Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
-    file, or the working folder or one of its parents; :meth:`commit` raises it when another run
+    file, one it cannot create (naming the file in its path where a folder should be), or the
+    working folder or one of its parents; :meth:`commit` raises it when another run
     filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
     in the message)."""
 
@@ -108,7 +109,11 @@ class OutputFolder:
             self._lock = _hold_lock(self.tmp)
         except OSError as exc:
             self.discard()
-            raise UsageError(f"--out {self.final}: cannot write there ({exc.strerror or exc})") from None
+            # a file where a folder of the path should be: mkdir says "File exists" or "Not a
+            # directory", naming no file; the file named
+            files = [d for d in self.final.parents if d.exists() and not d.is_dir()]
+            why = f"{files[-1]} is a file, not a folder" if files else (exc.strerror or str(exc))
+            raise UsageError(f"--out {self.final}: cannot write there ({why})") from None
 
     def commit(self) -> Path:
         """Move the temporary folder to the final path (replacing what ``force`` allows); returns
