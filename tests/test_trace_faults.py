@@ -601,7 +601,7 @@ def test_cli_trace_on_a_full_disk_is_one_error_line_and_no_folder(errno_name, ad
     code = getattr(errno, errno_name)
 
     def write_text(self, *args, **kwargs):
-        if self.name == "steps.log":
+        if self.name == "steps.log" or self.name.startswith(".steps.partial-"):  # (written beside, renamed in)
             raise OSError(code, os.strerror(code), str(self))
         return real(self, *args, **kwargs)
 
@@ -753,3 +753,32 @@ def test_cli_trace_refuses_an_out_it_cannot_use_in_one_line_and_leaves_it_as_it_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "used"]
     assert [p.name for p in (tmp_path / "used").iterdir()] == ["notes.txt"]
     assert (tmp_path / "used" / "notes.txt").read_text() == "mine" and (tmp_path / "afile").read_text() == "x"
+
+
+def test_trace_writes_each_file_whole_or_not_at_all(tmp_path):
+    # a file size limit (or a full disk) reached while trace.html was written left a truncated
+    # page in place of the one the folder held: each file is written beside and renamed in
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "trace.html").write_text("the previous page")
+    limit = 16_000  # (the demo's page is some 25 KB, its step log 2 KB)
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    code = ("import sys; from fedsim.studies.trace import trace\n"
+            "try:\n    trace('demo', sys.argv[1], formats=('log', 'html'))\n"
+            "except OSError as exc:\n    print(exc.errno, type(exc).__name__); sys.exit(3)\n")
+    res = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
+                         preexec_fn=small_files, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    import errno
+
+    assert (res.returncode, res.stdout) == (3, f"{errno.EFBIG} OSError\n"), res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["steps.log", "trace.html"]
+    assert (out / "trace.html").read_text() == "the previous page"
+    log = (out / "steps.log").read_text()
+    assert log.endswith("\n") and log.count(" sends ") == log.count(" receives ") > 0

@@ -40,6 +40,7 @@ from typing import Any
 
 import html as _html
 import json
+import os
 import re
 
 import numpy as np
@@ -150,7 +151,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``clients`` the protocol's tiny preset refuses (a
     ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30, the autoencoders' 1 to 15), or a configuration the spec's
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
-    anything. A run that ends in a deadlock is written all the same (its views show the actors
+    anything. Each file is written beside its name and renamed in once whole: one that fails (a
+    full disk) leaves what ``out`` held under that name. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -215,9 +217,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         if f in writers:
             fname, make = writers[f]
             paths[f] = out / fname
-            paths[f].write_text(make(), encoding="utf-8")
+            _write_whole(paths[f], lambda tmp, text=make(): tmp.write_text(text, encoding="utf-8"))
     if "png" in formats:
-        png = timeline_png(net, out / "timeline.png")
+        png = _write_whole(out / "timeline.png", lambda tmp: timeline_png(net, tmp))
         if png:
             paths["png"] = png
     if deadlock is not None:
@@ -225,6 +227,26 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         deadlock.advice = _deadlock_advice(name, cfg, netspec)
         raise deadlock
     return net, paths
+
+
+def _write_whole(path: Path, write) -> Path | None:
+    """``write(tmp)`` into a file beside ``path`` (its suffix kept: matplotlib reads the format
+    from it), renamed to ``path`` when it returned; removed if it raised (a full disk, a file
+    size limit: a file half-written had replaced the one ``path`` held) or returned None (no
+    matplotlib). Returns ``path``, or None."""
+    tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    try:
+        done = write(tmp)
+        if done is None:
+            tmp.unlink(missing_ok=True)
+            return None
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename == str(tmp):
+            exc.filename = str(path)  # (the file the user knows of)
+        raise
+    return path
 
 
 def _trace_network(profile: str | None, net: NetSpec | None) -> NetSpec:
