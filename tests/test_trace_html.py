@@ -959,6 +959,9 @@ def test_a_page_cut_inside_its_first_round_says_so(tmp_path):
     assert len(data["messages"]) == first - 1 == _first_whole_rounds(rows, first - 1)
     assert (f"the other {len(rows) - first + 1} (the rest of round {rows[0]['round']} and every round after it)"
             in page)
+    assert len(page_data(trace_html(net, limit=1))["messages"]) == 1
+    with pytest.raises(ValueError, match="a page shows at least one message, got limit 0"):
+        trace_html(net, limit=0)
 
 
 def test_stepping_through_a_cut_page_in_a_headless_browser(long_trace, tmp_path):

@@ -1073,6 +1073,8 @@ def page_cut(data: dict, limit: int = MAX_PAGE_MESSAGES) -> dict:
     message shown and of the first left out), ``whole`` (the cut falls between rounds) and
     ``limit``. The waits given up, the nodes offline and the actors blocked stay whole (the
     header counts the run's)."""
+    if limit < 1:
+        raise ValueError(f"a page shows at least one message, got limit {limit!r}")
     msgs = data["messages"]
     if len(msgs) <= limit:
         return {**data, "cut": None}
