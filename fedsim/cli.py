@@ -347,8 +347,8 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from .experiment.runner import OutputFolder
-    from .studies.trace import trace
+    from .experiment.runner import OutputFolder, no_room_error
+    from .studies.trace import MAX_PAGE_MESSAGES, trace
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
         raise UsageError("--out is empty; give a value or leave the option out")
@@ -368,12 +368,19 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         print(f"wrote {final}/: {', '.join(p.name for p in exc.paths.values())} (the run up to its deadlock)")
         print(f"error: {did_not_finish(exc, written=final, advice=getattr(exc, 'advice', None))}", file=sys.stderr)
         return 1
-    except BaseException:
+    except BaseException as exc:
         folder.discard()
+        full = no_room_error(exc, folder.final, "trace")
+        if full is not None:  # (was Python's traceback)
+            raise full from None
         raise
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
     print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    if "html" in paths and len(net.ledger) > MAX_PAGE_MESSAGES:
+        also = "" if args.html else " (every message is in steps.log and sequence.mmd)"
+        print(f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {len(net.ledger)} "
+              f"messages and says which{also}")
     try:  # the trace is how an author sees such a message: written all the same, and said
         from .protocols import REGISTRY
         from .protocols.contract import check_ledger

@@ -6,9 +6,12 @@ Each view (steps.log, sequence.mmd, trace.html, timeline.svg) must say what the 
 from __future__ import annotations
 
 import json
+import os
+from collections import Counter
 import re
 
 import pytest
+from html.parser import HTMLParser
 
 from fedsim.kernel import Faults, LinkSpec
 from fedsim.studies.trace import TracingNetwork, mermaid, step_log, timeline_svg, trace, trace_html
@@ -579,3 +582,203 @@ def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_rec
                        "anonymous": 0}]
     assert type(groups[0]["time"]) is float and type(groups[0]["round"]) is int
     assert [view(net) for view in (step_log, mermaid, trace_html)] == views
+
+
+@pytest.mark.parametrize("errno_name, advice", [
+    ("ENOSPC", "free some space, or choose another --out"),
+    ("EFBIG", "a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the "
+              "limit, or choose an --out on another file system"),
+])
+def test_cli_trace_on_a_full_disk_is_one_error_line_and_no_folder(errno_name, advice, monkeypatch, tmp_path, capsys):
+    # trace.html written, then the disk full while steps.log was: Python's traceback, where
+    # fedsim run says it in one line
+    import errno
+    import pathlib
+
+    from fedsim.cli import main
+
+    real = pathlib.Path.write_text
+    code = getattr(errno, errno_name)
+
+    def write_text(self, *args, **kwargs):
+        if self.name == "steps.log" or self.name.startswith(".steps.partial-"):  # (written beside, renamed in)
+            raise OSError(code, os.strerror(code), str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "demo", "--out", "t"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    (partial,) = re.findall(r"writing (\.t\.partial-[^/ ]+/steps\.log);", err)
+    assert err == (f"error: the trace stopped: {os.strerror(code)} writing {partial}; its output folder t was not "
+                   f"written ({advice})\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Arrows(HTMLParser):
+    """The sequence diagram's message groups (``<g class="msg" data-i=...>``) in document order,
+    with the texts of each."""
+
+    def __init__(self):
+        super().__init__()
+        self.order, self.text, self._depth, self._cur = [], {}, 0, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if self._cur is not None and tag == "g":
+            self._depth += 1
+        elif tag == "g" and "msg" in (a.get("class") or "").split():
+            self._cur, self._depth = int(a["data-i"]), 0
+            self.order.append(self._cur)
+            self.text[self._cur] = []
+
+    def handle_endtag(self, tag):
+        if self._cur is not None and tag == "g":
+            if self._depth == 0:
+                self._cur = None
+            else:
+                self._depth -= 1
+
+    def handle_data(self, data):
+        if self._cur is not None and data.strip():
+            self.text[self._cur].append(data.strip())
+
+
+def _round_text(rnd: int) -> str:
+    return f"round {rnd}" if rnd >= 0 else "setup" if rnd == -1 else f"setup for round {-1 - rnd}"
+
+
+@pytest.mark.parametrize("name", ["demo", "fcf", "fedavg-ae", "fedrecpp", "fpl", "personalfr"])
+def test_a_faulty_trace_of_every_protocol_shows_each_ledger_message_once_in_time_order_with_its_fate(name, tmp_path):
+    # (fedrec's faulty trace: test_a_faulty_fedrec_trace_with_secure_aggregation_matches_its_ledger)
+    from fedsim.experiment import human_bytes
+    from fedsim.kernel import NetSpec
+
+    net, paths = trace(name, tmp_path, clients=4, rounds=2, sets=["deadline=1"], formats=("html", "log"),
+                       net=NetSpec(profile="lan", loss=0.3, dropout=0.3, window=(0.0, 0.01)))
+    rows = list(net.ledger.records())
+    totals = net.ledger.totals()
+    assert totals["lost_messages"] > 0 and totals["missing"] > 0 and net.result.offline
+    sends = [r["send_time"] for r in rows]
+    assert sends == sorted(sends)  # the ledger's order, the page's, is the order of sending
+    html = paths["html"].read_text()
+    data = _page_data(html)
+    nan = lambda v: None if v != v else v  # noqa: E731
+    assert [(m["i"], m["src"], m["dst"], m["kind"], m["round"], m["round_label"], m["bytes"], m["raw_bytes"],
+             m["status"], m["read"], m["note"], m["send"], m["tx_start"], m["tx_end"], m["rx_start"], m["arrival"])
+            for m in data["messages"]] == \
+        [(i, r["src"], r["dst"], r["kind"], r["round"], _round_text(r["round"]), r["bytes"], r["raw_bytes"],
+          r["status"], r["read"], r["note"], nan(r["send_time"]), nan(r["tx_start"]), nan(r["tx_end"]),
+          nan(r["rx_start"]), nan(r["arrival_time"])) for i, r in enumerate(rows)]
+    assert sum(m["bytes"] for m in data["messages"]) == totals["bytes"]
+    # one arrow per message, in ledger order, labelled with its kind, size and fate
+    arrows = _Arrows()
+    arrows.feed(html)
+    assert arrows.order == list(range(len(rows)))
+    for i, r in enumerate(rows):
+        read = net.read_at.get(r["seq"])
+        later = read is not None and read > r["arrival_time"]  # taken from the mailbox, or a gather's end
+        fate = " · LOST" if r["status"] == "lost" else " · never read" if not r["read"] else \
+            f" · read {read * 1000:.3f} ms" if later else ""
+        # (an anonymous message's arrow twice: from its sender and, as the receiver sees it, from the
+        # anonymous lane; a lost one ends in a cross)
+        one = (["✕"] if r["status"] == "lost" else []) + [f"{r['kind']} · {human_bytes(r['bytes'])}{fate}"]
+        assert arrows.text[i] == one * (2 if r["anonymous"] else 1), i
+    assert (f" · {len(rows)} messages ({totals['lost_messages']} lost), {human_bytes(totals['bytes'])} on the wire; "
+            f"{totals['missing']} message{'s' if totals['missing'] != 1 else ''} missing at a deadline; "
+            f"{len(net.result.offline)} node{'s' if len(net.result.offline) != 1 else ''} offline. ") in html
+    # the step log: in time order, each message's send once, and its arrival or loss, never both
+    log = paths["log"].read_text().splitlines()
+    times = [float(line.split(" ms  ")[0]) for line in log]
+    assert times == sorted(times)
+    body = [line.split(" ms  ", 1)[1] for line in log]
+    stamps = [line.split(" ms  ", 1)[0].strip() for line in log]
+    ms = lambda t: f"{t * 1000:.3f}"  # noqa: E731
+    sent, received, lost = Counter(), Counter(), Counter()
+    for r in rows:
+        rnd = _round_text(r["round"])
+        anon = " anonymously" if r["anonymous"] else ""
+        sent[ms(r["send_time"]), f"{r['src']} sends {r['kind']} ({rnd}, {r['bytes']} B){anon} to {r['dst']}"] += 1
+        if r["status"] == "delivered":
+            received[ms(r["arrival_time"]), f"{r['dst']} receives {r['kind']} ({rnd}) from "
+                                            f"{'(anonymous)' if anon else r['src']}{'' if r['read'] else ' (never read)'}"] += 1
+        else:
+            assert r["status"] == "lost"
+            lost[f"{r['kind']} ({rnd}) from {r['src']} to {r['dst']} (sent at {ms(r['send_time'])} ms) is lost "
+                 f"({r['note']})"] += 1
+    lines = list(zip(stamps, body))
+    assert Counter(line for line in lines if " sends " in line[1]) == sent
+    assert Counter(line for line in lines if " receives " in line[1]) == received
+    assert Counter(b for b in body if " is lost (" in b) == lost
+    assert sum(received.values()) == totals["delivered_messages"] and sum(lost.values()) == totals["lost_messages"]
+    assert sorted(b.split(" drops out")[0] for b in body if " drops out " in b) == sorted(net.result.offline)
+    missing = [b for b in body if " stops waiting for " in b]
+    named = sum(len(b.split("nothing from ")[1].split(" and ")[0].split(", ")) if "nothing from " in b else 0
+                for b in missing)
+    more = sum(int(re.search(r"(\d+) more \(any sender\)", b).group(1)) for b in missing if "more (any sender)" in b)
+    assert named + more == totals["missing"]
+
+
+def test_cli_trace_refuses_an_out_it_cannot_use_in_one_line_and_leaves_it_as_it_was(monkeypatch, tmp_path, capsys):
+    import pathlib
+
+    from fedsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    (tmp_path / "afile").write_text("x")
+
+    def refused(argv):
+        assert main(["trace", "demo"] + argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1
+        return err
+
+    assert refused(["--out", "used"]) == ("error: --out used already holds files; use --force to replace it, or "
+                                          "choose another --out\n")
+    assert refused(["--out", "afile"]) == "error: --out afile is a file, not a folder\n"
+    # a file where a folder of the path should be: mkdir's "File exists" named no file
+    assert refused(["--out", "afile/sub/t"]) == "error: --out afile/sub/t: cannot write there (afile is a file, not a folder)\n"
+    real = pathlib.Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self.name.startswith(".t.partial-"):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    assert refused(["--out", "ro/t"]) == "error: --out ro/t: cannot write there (Permission denied)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "used"]
+    assert [p.name for p in (tmp_path / "used").iterdir()] == ["notes.txt"]
+    assert (tmp_path / "used" / "notes.txt").read_text() == "mine" and (tmp_path / "afile").read_text() == "x"
+
+
+def test_trace_writes_each_file_whole_or_not_at_all(tmp_path):
+    # a file size limit (or a full disk) reached while trace.html was written left a truncated
+    # page in place of the one the folder held: each file is written beside and renamed in
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / "trace.html").write_text("the previous page")
+    limit = 16_000  # (the demo's page is some 25 KB, its step log 2 KB)
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    code = ("import sys; from fedsim.studies.trace import trace\n"
+            "try:\n    trace('demo', sys.argv[1], formats=('log', 'html'))\n"
+            "except OSError as exc:\n    print(exc.errno, type(exc).__name__); sys.exit(3)\n")
+    res = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=120,
+                         preexec_fn=small_files, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    import errno
+
+    assert (res.returncode, res.stdout) == (3, f"{errno.EFBIG} OSError\n"), res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["steps.log", "trace.html"]
+    assert (out / "trace.html").read_text() == "the previous page"
+    log = (out / "steps.log").read_text()
+    assert log.endswith("\n") and log.count(" sends ") == log.count(" receives ") > 0

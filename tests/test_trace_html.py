@@ -237,7 +237,7 @@ def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     page = trace_html(net)
     assert "in flight at the end" in page and "LOST" not in page.split("<script")[0]
     assert " · 1 message (1 in flight at the end), 7 B on the wire. " in page  # one message (of 7 B): not "1 messages"
-    assert '(msgs.length === 1 ? " message)" : " messages)")' in page
+    assert '(msgs.length === 1 ? " message" : " messages")' in page  # (in the browser: test_a_trace_of_one_message_steps_to_it_and_stays_there_in_a_headless_browser)
 
 
 def test_names_with_html_and_template_text_stay_text(tmp_path):
@@ -768,3 +768,262 @@ def test_timeline_png_draws_every_span_and_arrow_of_the_ledger_one_collection_pe
     assert segs == sorted((r["src"], r["dst"], round(r["tx_end"] * 1000, 6), round(r["rx_start"] * 1000, 6),
                            bool(r["anonymous"])) for r in rows if r["status"] == "delivered")
     assert len(ax.lines) == 0
+
+
+@pytest.fixture(scope="module")
+def late_and_lost_trace(tmp_path_factory):
+    """FedAvg-AE on a mobile network with loss and a deadline: messages lost, messages that
+    arrived after their receiver stopped waiting (never read), uploads over 1 KB."""
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path_factory.mktemp("late")
+    net, paths = trace("fedavg-ae", out, clients=4, rounds=2, net=NetSpec(profile="mobile", loss=0.2),
+                       sets=["deadline=0.05"], formats=("html", "log"))
+    return net, paths
+
+
+def _panel_expected(r: dict) -> dict:
+    """What the step panel says of ledger row ``r`` (a run without anonymous messages), computed
+    from the row alone."""
+    from fedsim.experiment import human_bytes
+
+    ms = lambda t: f"{t * 1000:.3f} ms"  # noqa: E731
+    exact = lambda n: f"{n} B" if n < 1000 else f"{human_bytes(n)} ({n} B)"  # noqa: E731
+    rnd = f"round {r['round']}" if r["round"] >= 0 else "setup"
+    if r["status"] == "lost":
+        fate = f"lost ({r['note']})"
+    else:
+        fate = f"arrived {ms(r['arrival_time'])}" + ("" if r["read"] else ", never read")
+    return {"head": f"{r['kind']} · {rnd}",
+            "who": f"from {r['src']} ({r['src_role']}) to {r['dst']} ({r['dst_role']})",
+            "sizes": f"{exact(r['bytes'])} on the wire, {exact(r['raw_bytes'])} of array payload",
+            "times": f"sent {ms(r['send_time'])}, transmitted {ms(r['tx_start'])} to {ms(r['tx_end'])}, {fate}"}
+
+
+def test_the_step_panel_says_what_the_ledger_has_of_each_lost_late_and_large_message(late_and_lost_trace, tmp_path):
+    # the panel gave the wire size rounded alone (3.22 KB): the ledger's count (3224 B) was
+    # nowhere on the page but in its embedded data
+    net, paths = late_and_lost_trace
+    rows = list(net.ledger.records())
+    fates = {(r["status"], r["read"]) for r in rows}
+    assert fates == {("delivered", True), ("delivered", False), ("lost", False)}
+    assert any(r["bytes"] >= 1000 for r in rows) and not any(r["anonymous"] for r in rows)
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(paths["html"].resolve().as_uri())
+        nxt = driver.find_element(By.ID, "next")
+        for i, r in enumerate(rows):
+            nxt.click()
+            assert driver.find_element(By.ID, "step").text == f"message {i + 1} of {len(rows)}"
+            lines = driver.find_element(By.ID, "panel").text.splitlines()
+            want = _panel_expected(r)
+            assert lines[:4] == [want["head"], want["who"], want["sizes"], want["times"]], i
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_jumping_to_a_round_and_to_either_end_in_a_headless_browser(late_and_lost_trace, tmp_path):
+    # the page had only next and previous (and a click on an arrow): a round was reached by
+    # stepping through every message before it, the end by stepping through all of them
+    net, paths = late_and_lost_trace
+    rows = list(net.ledger.records())
+    firsts = {}
+    for i, r in enumerate(rows):
+        firsts.setdefault(r["round"], i)
+    assert len(firsts) == 2
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        driver.get(paths["html"].resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        menu = Select(driver.find_element(By.ID, "round"))
+        assert [o.text for o in menu.options][1:] == [f"round {k}" for k in firsts]
+        for rnd, first in reversed(list(firsts.items())):
+            menu.select_by_visible_text(f"round {rnd}")
+            assert step.text == f"message {first + 1} of {len(rows)}"
+            assert driver.find_element(By.ID, "kind").text == rows[first]["kind"]
+            assert [g.get_attribute("id") for g in driver.find_elements(By.CSS_SELECTOR, ".msg.current")] == [f"m{first}"]
+        # the menu follows the steps: the message before a round's first is the round before's
+        last_round, before = list(firsts)[-1], list(firsts)[-2]
+        menu.select_by_visible_text(f"round {last_round}")
+        driver.find_element(By.ID, "prev").click()
+        assert menu.first_selected_option.text == f"round {before}"
+        driver.find_element(By.ID, "last").click()
+        assert step.text == f"message {len(rows)} of {len(rows)}"
+        assert menu.first_selected_option.text == f"round {rows[-1]['round']}"
+        driver.find_element(By.ID, "first").click()
+        assert step.text == f"message 1 of {len(rows)}"
+        body = driver.find_element(By.TAG_NAME, "body")
+        body.send_keys(Keys.END)
+        assert step.text == f"message {len(rows)} of {len(rows)}"
+        body.send_keys(Keys.HOME)
+        assert step.text == f"message 1 of {len(rows)}"
+        # only the current message's spans are highlighted, every other message's dimmed
+        hl = {e.get_attribute("data-msg") for e in driver.find_elements(By.CSS_SELECTOR, ".span.hl")}
+        assert hl == {"0"}
+        dimmed = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.span')).filter(function (r) {"
+            " return getComputedStyle(r).opacity < 1; }).map(function (r) { return r.getAttribute('data-msg'); })")
+        assert sorted(set(dimmed)) == sorted({str(i) for i in range(1, len(rows))} & set(
+            e.get_attribute("data-msg") for e in driver.find_elements(By.CSS_SELECTOR, ".span")))
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_a_trace_of_one_message_steps_to_it_and_stays_there_in_a_headless_browser(tmp_path):
+    from fedsim.studies.trace import trace_html
+
+    net = _one_message("a", "client", "b", "hello")
+    (row,) = net.ledger.records()
+    path = tmp_path / "one.html"
+    path.write_text(trace_html(net, title="one"), encoding="utf-8")
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == "before the first message (1 message)"
+        menu = Select(driver.find_element(By.ID, "round"))
+        assert [o.text for o in menu.options] == ["(jump to a round)", "round 0"]
+        for button in ("next", "next", "last", "prev", "first", "next"):
+            driver.find_element(By.ID, button).click()
+            assert step.text == ("before the first message (1 message)" if button == "prev" else "message 1 of 1")
+        lines = driver.find_element(By.ID, "panel").text.splitlines()
+        assert lines[:2] == ["hello · round 0", "from a (client) to b (server)"]
+        assert lines[2] == f"{row['bytes']} B on the wire, 0 B of array payload"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def _first_whole_rounds(rows: list[dict], limit: int) -> int:
+    """How many of ``rows`` a page of at most ``limit`` messages shows: up to the last start of a
+    round within the limit, or ``limit`` when the first round alone is longer."""
+    starts = [j for j in range(1, min(limit, len(rows) - 1) + 1) if rows[j]["round"] != rows[j - 1]["round"]]
+    return len(rows) if len(rows) <= limit else (starts[-1] if starts else limit)
+
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("long")
+    net, paths = trace("fedrec", out, clients=30, rounds=40, formats=("html",))
+    return net, paths["html"]
+
+
+def test_a_trace_of_thousands_of_messages_draws_its_first_whole_rounds_and_says_what_it_cuts(long_trace):
+    # a page of 6030 messages was 10 MB and a step took 0.3 s; one of 1000 rounds over 100 MB
+    from fedsim.studies.trace import MAX_PAGE_MESSAGES
+
+    net, path = long_trace
+    html = path.read_text()
+    rows = list(net.ledger.records())
+    n = len(rows)
+    assert n > MAX_PAGE_MESSAGES
+    k = _first_whole_rounds(rows, MAX_PAGE_MESSAGES)
+    assert 0 < k <= MAX_PAGE_MESSAGES and rows[k]["round"] != rows[k - 1]["round"]
+    data = page_data(html)
+    assert [(m["src"], m["dst"], m["kind"], m["round"], m["bytes"]) for m in data["messages"]] == \
+        [(r["src"], r["dst"], r["kind"], r["round"], r["bytes"]) for r in rows[:k]]
+    assert html.count('class="msg') == k and html.count('class="span sending"') == k
+    assert data["cut"]["shown"] == k and data["cut"]["total"] == n
+    total = net.ledger.totals()
+    from fedsim.experiment import human_bytes
+
+    assert f" · {n} messages, {human_bytes(total['bytes'])} on the wire. " in html  # the run's, whole
+    assert (f"this page shows the first {k} of the run's {n} messages (to round {rows[k - 1]['round']}, sent "
+            f"before {rows[k]['send_time'] * 1000:.3f} ms); the other {n - k} (round {rows[k]['round']} and every "
+            f"round after it) are left out") in html
+    assert len(html) < 2_000 * MAX_PAGE_MESSAGES  # (some 1.75 KB a message)
+
+
+def test_a_page_cut_inside_its_first_round_says_so(tmp_path):
+    from fedsim.studies.trace import trace_html
+
+    net = _one_message("a", "client", "b", "m")
+    page = trace_html(net)
+    assert page_data(page)["cut"] is None and 'id="cut"' not in page
+    net, _ = trace("fedrec", tmp_path, clients=3, rounds=2, formats=("log",))
+    rows = list(net.ledger.records())
+    first = sum(r["round"] == rows[0]["round"] for r in rows)
+    page = trace_html(net, limit=first - 1)
+    data = page_data(page)
+    assert len(data["messages"]) == first - 1 == _first_whole_rounds(rows, first - 1)
+    assert (f"the other {len(rows) - first + 1} (the rest of round {rows[0]['round']} and every round after it)"
+            in page)
+    assert len(page_data(trace_html(net, limit=1))["messages"]) == 1
+    with pytest.raises(ValueError, match="a page shows at least one message, got limit 0"):
+        trace_html(net, limit=0)
+
+
+def test_stepping_through_a_cut_page_in_a_headless_browser(long_trace, tmp_path):
+    net, path = long_trace
+    rows = list(net.ledger.records())
+    n = len(rows)
+    k = page_data(path.read_text())["cut"]["shown"]
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == f"before the first message ({k} messages shown of the run's {n})"
+        assert driver.find_element(By.ID, "cut").text.startswith(f"Cut: this page shows the first {k} of")
+        driver.find_element(By.ID, "next").click()
+        assert step.text == f"message 1 of {k} shown (the run has {n})"
+        driver.find_element(By.ID, "last").click()
+        assert step.text == f"message {k} of {k} shown (the run has {n})"
+        assert driver.find_element(By.ID, "kind").text == rows[k - 1]["kind"]
+        menu = Select(driver.find_element(By.ID, "round"))
+        assert [o.text for o in menu.options][-1] == f"round {rows[k - 1]['round']}"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_cli_trace_says_its_page_is_cut(tmp_path, capsys):
+    from fedsim.cli import main
+    from fedsim.studies.trace import MAX_PAGE_MESSAGES
+
+    assert main(["trace", "fedrec", "--clients", "30", "--rounds", "34", "--html", "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    n = int(re.search(r"traced (\d+) messages", out).group(1))
+    assert n > MAX_PAGE_MESSAGES
+    assert (f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {n} messages and "
+            "says which\n") in out
+    assert page_data((tmp_path / "t" / "trace.html").read_text())["cut"]["total"] == n
+
+
+def test_the_notes_of_a_faulty_trace_fit_in_the_sequence_diagram_in_a_headless_browser(tmp_path):
+    # a note starts at its node's lifeline: "client/0002 drops out (offline from here on: ...)" over
+    # the fourth of five lanes ran past the diagram's right edge and was cut off mid-sentence
+    from fedsim.kernel import NetSpec
+
+    net, paths = trace("fcf", tmp_path / "t", clients=4, rounds=2, sets=["deadline=1"], formats=("html",),
+                       net=NetSpec(profile="lan", loss=0.3, dropout=0.3, window=(0.0, 0.01)))
+    data = page_data(paths["html"].read_text())
+    assert data["offline"] and data["missing"]
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(paths["html"].resolve().as_uri())
+        width = float(driver.find_element(By.ID, "sequence").get_attribute("width"))
+        notes = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#sequence .note text')).map(function (t) {"
+            " var b = t.getBBox(); return [t.textContent, b.x, b.x + b.width]; })")
+        assert len(notes) == len(data["offline"]) + len(data["missing"])
+        assert any(" drops out " in text for text, _, _ in notes)
+        for text, left, right in notes:
+            assert 0 <= left and right <= width, text
+    finally:
+        driver.quit()

@@ -81,7 +81,8 @@ class OutputFolder:
     (:func:`recover_replaced`) is put back at ``final`` if ``final`` is missing (``restored``),
     or removed (``removed_replaced``); the run's run.log says which.
     Raises ``UsageError`` for a non-empty ``final`` without ``force``, a ``final`` that is a
-    file, or the working folder or one of its parents; :meth:`commit` raises it when another run
+    file, one it cannot create (naming the file in its path where a folder should be), or the
+    working folder or one of its parents; :meth:`commit` raises it when another run
     filled an explicit ``final`` meanwhile (this run's folder is then kept as ``final-N``, named
     in the message)."""
 
@@ -122,7 +123,11 @@ class OutputFolder:
             self._lock = _hold_lock(self.tmp)
         except OSError as exc:
             self.discard()
-            raise UsageError(f"--out {self.final}: cannot write there ({exc.strerror or exc})") from None
+            # a file where a folder of the path should be: mkdir says "File exists" or "Not a
+            # directory", naming no file; the file named
+            files = [d for d in self.final.parents if d.exists() and not d.is_dir()]
+            why = f"{files[-1]} is a file, not a folder" if files else (exc.strerror or str(exc))
+            raise UsageError(f"--out {self.final}: cannot write there ({why})") from None
 
     def commit(self) -> Path:
         """Move the temporary folder to the final path (replacing what ``force`` allows); returns
@@ -461,16 +466,27 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             pass  # (the log is discarded with the folder; on a full disk its last line fails too)
         finally:
             folder.discard()
-        if isinstance(exc, OSError) and exc.errno in _NO_ROOM:
+        full = no_room_error(exc, folder.final, "run")
+        if full is not None:
             # a full disk or quota: Python's traceback (several, chained) ended the command line
-            where = f" writing {exc.filename}" if exc.filename else ""
-            raise UsageError(f"the run stopped: {exc.strerror or exc}{where}; its output folder {folder.final} "
-                             f"was not written ({_no_room_advice(exc.errno)})") from None
+            raise full from None
         raise
     return {**results, "out": str(final), "files": output_files(final)}
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
+
+
+def no_room_error(exc: BaseException, final: str | Path, what: str = "run") -> UsageError | None:
+    """The ``UsageError`` for a ``what`` (``run``, ``trace``) into output folder ``final`` stopped
+    by a full disk or quota (``OSError`` ``ENOSPC``, ``EDQUOT``, ``EFBIG``): ``the run stopped: No
+    space left on device writing FILE; its output folder F was not written (free some space, ...)``;
+    None for any other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in _NO_ROOM:
+        return None
+    where = f" writing {exc.filename}" if exc.filename else ""
+    return UsageError(f"the {what} stopped: {exc.strerror or exc}{where}; its output folder {final} "
+                      f"was not written ({_no_room_advice(exc.errno)})")
 
 
 def _no_room_advice(err: int) -> str:

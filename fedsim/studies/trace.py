@@ -5,12 +5,14 @@
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
   propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
-  keys, or a click on an arrow): each message's kind, round, sizes, times and payload fields
+  keys, or a click on an arrow; first/last, Home/End; a menu of the rounds jumps to a round's first
+  message): each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
   "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
   sender's send and transmission times, and the timeline's cursor stands at the start of the
   reception, not at the send) unless the page's "reveal" box is ticked, which shows the
-  simulator's view;
+  simulator's view. It draws at most ``MAX_PAGE_MESSAGES`` messages, the first whole rounds of a
+  longer trace, and says what it leaves out (``page_cut``);
 
 - ``sequence.mmd``: a Mermaid sequence diagram, one arrow per ledger row (sender, receiver,
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
@@ -38,6 +40,7 @@ from typing import Any
 
 import html as _html
 import json
+import os
 import re
 
 import numpy as np
@@ -57,6 +60,11 @@ FORMATS = ("html", "mermaid", "svg", "log", "png")
 # a few; 1000 rounds of FedRec with 30 clients take some 20 s, 0.5 GB and write 140 MB of views,
 # and --rounds 100000000 ran until killed
 MAX_TRACE_ROUNDS = 1000
+# the most messages trace.html draws and steps through: a page of 6030 messages (FedRec, 30 clients,
+# 100 rounds) was 10 MB and a step took 0.3 s, one of 60000 over 100 MB; a longer trace's page
+# shows its first whole rounds up to this many messages and says what it leaves out (steps.log
+# and sequence.mmd keep every message)
+MAX_PAGE_MESSAGES = 2000
 
 
 def trace_options(name: str, sets: list[str]) -> dict:
@@ -143,7 +151,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``clients`` the protocol's tiny preset refuses (a
     ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30, the autoencoders' 1 to 15), or a configuration the spec's
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
-    anything. A run that ends in a deadlock is written all the same (its views show the actors
+    anything. Each file is written beside its name and renamed in once whole: one that fails (a
+    full disk) leaves what ``out`` held under that name. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -208,9 +217,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         if f in writers:
             fname, make = writers[f]
             paths[f] = out / fname
-            paths[f].write_text(make(), encoding="utf-8")
+            _write_whole(paths[f], lambda tmp, text=make(): tmp.write_text(text, encoding="utf-8"))
     if "png" in formats:
-        png = timeline_png(net, out / "timeline.png")
+        png = _write_whole(out / "timeline.png", lambda tmp: timeline_png(net, tmp))
         if png:
             paths["png"] = png
     if deadlock is not None:
@@ -218,6 +227,26 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         deadlock.advice = _deadlock_advice(name, cfg, netspec)
         raise deadlock
     return net, paths
+
+
+def _write_whole(path: Path, write) -> Path | None:
+    """``write(tmp)`` into a file beside ``path`` (its suffix kept: matplotlib reads the format
+    from it), renamed to ``path`` when it returned; removed if it raised (a full disk, a file
+    size limit: a file half-written had replaced the one ``path`` held) or returned None (no
+    matplotlib). Returns ``path``, or None."""
+    tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    try:
+        done = write(tmp)
+        if done is None:
+            tmp.unlink(missing_ok=True)
+            return None
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename == str(tmp):
+            exc.filename = str(path)  # (the file the user knows of)
+        raise
+    return path
 
 
 def _trace_network(profile: str | None, net: NetSpec | None) -> NetSpec:
@@ -732,6 +761,10 @@ def _sequence_svg(data: dict) -> str:
         rows.append(("msg", m))
     height = _SEQ_TOP + _SEQ_ROW * (len(rows) + 1)
     width = _SEQ_LEFT + _SEQ_COL * (len(lanes) - 1) + 90
+    # a note starts at its node's lifeline and runs right: the diagram as wide as the longest
+    # needs (some 4.6 px a character at this size; 6.5 to spare), else it was cut off mid-sentence
+    ends = [x[item[1]] + 6.5 * len(f"{_ms(item[0])}: {item[2]}") + 16 for kind, item in rows if kind == "note"]
+    width = int(max([width] + ends))
     e = _html.escape
     out = [f'<svg id="sequence" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
@@ -811,7 +844,8 @@ def _timeline_html_svg(data: dict) -> str:
         spans.append((c["node"], c["start"], c["end"], "sleeping" if c["label"] == "sleep" else "computing", -1))
     t_end = max([s[2] for s in spans if s[2] is not None] + [data["end"], 1e-9])
     # from the link going down to the end of the drawing, under the node's other spans
-    spans[:0] = [(o["node"], o["time"], max(t_end, o["time"]), "offline", -1) for o in data["offline"]]
+    spans[:0] = [(o["node"], o["time"], max(t_end, o["time"]), "offline", -1)
+                 for o in data.get("offline_drawn", data["offline"])]
     width, left, lane_h, top = 960, 150, 30, 24
     height = top + lane_h * len(nodes) + 34
     sx = (width - left - 16) / t_end
@@ -872,15 +906,18 @@ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 
 .msg.current rect.hit { fill: #fff3c4; }
 body:not(.reveal) .arrow-true { display: none; }
 body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
-.span.dim { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
+#timeline.focus .span:not([data-msg="-1"]):not(.hl) { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
 .hidden-sender { color: #8172B2; font-style: italic; }
+.cut { border: 1px solid #DD8452; background: #fff4ec; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
 <div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages with the
-buttons, the arrow keys, or a click on an arrow.</div>
+buttons, the arrow keys (Home and End: the first and the last), or a click on an arrow; jump to a round's first
+message with the round menu.</div>__CUT__
 <div id="controls">
-<button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button>
+<button id="first" type="button">&#8676; first</button><button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button><button id="last" type="button">last &#8677;</button>
+<label>round <select id="round"><option value="-1">(jump to a round)</option></select></label>
 <span id="step"></span>
 <label><input type="checkbox" id="reveal"> reveal anonymous senders (the simulator's view)</label>
 <div id="panel"></div>
@@ -895,12 +932,31 @@ buttons, the arrow keys, or a click on an arrow.</div>
   "use strict";
   var data = JSON.parse(document.getElementById("trace-data").textContent);
   var msgs = data.messages, idx = -1;
+  // the rounds in the order of their first message (the round menu) and each message's round
+  var rounds = [], roundOf = [], byRound = {};
+  msgs.forEach(function (m, k) {
+    if (!(m.round in byRound)) { byRound[m.round] = rounds.length; rounds.push(k); }
+    roundOf.push(byRound[m.round]);
+  });
+  var menu = document.getElementById("round");
+  rounds.forEach(function (k) {
+    var o = document.createElement("option");
+    o.value = String(k); o.textContent = msgs[k].round_label; menu.appendChild(o);
+  });
+  // each message's spans on the timeline, found once: a step changes these, not every span
+  var spansOf = {}, lit = [], currentG = null;
+  document.querySelectorAll(".span").forEach(function (r) {
+    var k = Number(r.getAttribute("data-msg"));
+    if (k >= 0) (spansOf[k] = spansOf[k] || []).push(r);
+  });
   function size(n) {
     if (n < 1000) return n + " B";
     var u = ["KB", "MB", "GB", "TB"], i = -1;
     do { n /= 1000; i++; } while (n >= 999.5 && i < u.length - 1);
     return n.toPrecision(3).replace(/\\.0+$|(\\.\\d*?)0+$/, "$1") + " " + u[i];
   }
+  // a size as the ledger counts it: the byte count itself, after its rounded form from 1 KB on
+  function exact(n) { return n < 1000 ? n + " B" : size(n) + " (" + n + " B)"; }
   function ms(t) { return t === null ? "-" : (t * 1000).toFixed(3) + " ms"; }
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) {
     return {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\"": "&quot;"}[c]; }); }
@@ -914,18 +970,23 @@ buttons, the arrow keys, or a click on an arrow.</div>
   }
   function render() {
     var step = document.getElementById("step"), panel = document.getElementById("panel");
-    document.querySelectorAll(".msg.current").forEach(function (g) { g.classList.remove("current"); });
-    document.querySelectorAll(".span").forEach(function (r) { r.classList.remove("dim", "hl"); });
-    var cursor = document.getElementById("cursor");
+    if (currentG) currentG.classList.remove("current");
+    lit.forEach(function (r) { r.classList.remove("hl"); });
+    lit = [];
+    var cursor = document.getElementById("cursor"), tl = document.getElementById("timeline");
+    tl.classList.toggle("focus", idx >= 0);  // the other messages' spans dimmed (CSS)
+    menu.selectedIndex = idx < 0 ? 0 : roundOf[idx] + 1;
     if (idx < 0) {
-      step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message)" : " messages)");
+      step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message" : " messages") +
+                         (data.cut ? " shown of the run's " + data.cut.total + ")" : ")");
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
       cursor.setAttribute("visibility", "hidden");
       return;
     }
     var m = msgs[idx], hidden = m.anonymous && !reveal();
-    step.textContent = "message " + (idx + 1) + " of " + msgs.length;
-    var g = document.getElementById("m" + m.i);
+    step.textContent = "message " + (idx + 1) + " of " + msgs.length +
+                       (data.cut ? " shown (the run has " + data.cut.total + ")" : "");
+    var g = currentG = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
     var rows = m.payload.map(function (f) {
       return "<tr><td>" + esc(f.name) + "</td><td>" + (f.shape ? esc(f.dtype) + "[" + f.shape.join(" × ") + "]" : "") +
@@ -937,16 +998,14 @@ buttons, the arrow keys, or a click on an arrow.</div>
     panel.innerHTML =
       '<div><b id="kind">' + esc(m.kind) + "</b> · " + esc(m.round_label) + "</div>" +
       "<div>from " + sender(m) + ' to <span id="receiver">' + esc(m.dst) + " (" + esc(m.dst_role) + ")</span></div>" +
-      '<div id="sizes">' + size(m.bytes) + " on the wire, " + size(m.raw_bytes) + " of array payload</div>" +
+      '<div id="sizes">' + exact(m.bytes) + " on the wire, " + exact(m.raw_bytes) + " of array payload</div>" +
       '<div id="times">' + (hidden ? "sent and transmitted at times hidden with the sender" :
         "sent " + ms(m.send) + ", transmitted " + ms(m.tx_start) + " to " + ms(m.tx_end)) + ", " + fate + "</div>" +
       '<table id="payload"><tr><th>field</th><th>array</th><th>size or value</th></tr>' + rows + "</table>";
-    document.querySelectorAll(".span").forEach(function (r) {
-      var k = Number(r.getAttribute("data-msg"));
-      var hide = hidden && r.getAttribute("data-side") === "src";  // would show the sender
-      if (k === m.i && !hide) r.classList.add("hl"); else if (k >= 0) r.classList.add("dim");
+    (spansOf[m.i] || []).forEach(function (r) {
+      if (hidden && r.getAttribute("data-side") === "src") return;  // would show the sender
+      r.classList.add("hl"); lit.push(r);
     });
-    var tl = document.getElementById("timeline");
     // at the send; for a hidden sender at what the receiver sees, the start of its reception (none
     // for a message that never reached it): the sender's times would point at its lane
     var at = hidden ? (m.status === "delivered" ? m.rx_start : null) : (m.send || 0);
@@ -958,9 +1017,15 @@ buttons, the arrow keys, or a click on an arrow.</div>
   function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
   document.getElementById("next").addEventListener("click", function () { go(idx + 1); });
   document.getElementById("prev").addEventListener("click", function () { go(idx - 1); });
+  document.getElementById("first").addEventListener("click", function () { go(0); });
+  document.getElementById("last").addEventListener("click", function () { go(msgs.length - 1); });
+  menu.addEventListener("change", function () { go(Number(menu.value)); });
   document.getElementById("reveal").addEventListener("change", function (ev) {
     document.body.classList.toggle("reveal", ev.target.checked); render(); });
   document.addEventListener("keydown", function (ev) {
+    if (ev.target === menu) return;  // its own arrow keys choose a round
+    if (ev.key === "Home") { go(0); ev.preventDefault(); }
+    if (ev.key === "End") { go(msgs.length - 1); ev.preventDefault(); }
     if (ev.key === "ArrowRight" || ev.key === "ArrowDown") { go(idx + 1); ev.preventDefault(); }
     if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") { go(idx - 1); ev.preventDefault(); }
   });
@@ -998,18 +1063,61 @@ def _faults_text(data: dict) -> str:
     return out + (f"; deadlock: {_plural(blocked, 'actor')} still waiting at the end" if blocked else "")
 
 
-def trace_html(net: SimNetwork, *, title: str = "", summary: str = "") -> str:
+def page_cut(data: dict, limit: int = MAX_PAGE_MESSAGES) -> dict:
+    """``data`` (``trace_data``) cut to what a page of at most ``limit`` messages shows: its
+    first messages in ledger order, up to the last start of a round within the limit (the first
+    ``limit`` messages when the first round alone has more), the sequence's rows before the first
+    message left out, the compute spans and the nodes going offline before that message's send,
+    which ends the timeline; ``cut``: None when every message fits, else ``shown``, ``total``,
+    ``at`` (that send time), ``last_shown`` and ``first_cut`` (the round labels of the last
+    message shown and of the first left out), ``whole`` (the cut falls between rounds) and
+    ``limit``. The waits given up, the nodes offline and the actors blocked stay whole (the
+    header counts the run's)."""
+    if limit < 1:
+        raise ValueError(f"a page shows at least one message, got limit {limit!r}")
+    msgs = data["messages"]
+    if len(msgs) <= limit:
+        return {**data, "cut": None}
+    k = next((j for j in range(limit, 0, -1) if msgs[j]["round"] != msgs[j - 1]["round"]), limit)
+    at = msgs[k]["send"]
+    end = data["sequence"].index(["msg", k])
+    cut = {"shown": k, "total": len(msgs), "at": at, "last_shown": msgs[k - 1]["round_label"],
+           "first_cut": msgs[k]["round_label"], "whole": msgs[k]["round"] != msgs[k - 1]["round"], "limit": limit}
+    return {**data, "messages": msgs[:k], "sequence": data["sequence"][:end],
+            "compute": [c for c in data["compute"] if c["start"] < at],
+            "offline_drawn": [o for o in data["offline"] if o["time"] < at], "end": at, "cut": cut}
+
+
+def _cut_text(data: dict) -> str:
+    """The page's paragraph on what it leaves out (``page_cut``), or nothing."""
+    c = data["cut"]
+    if c is None:
+        return ""
+    left = (f"{c['first_cut']} and every round after it" if c["whole"] else
+            f"the rest of {c['first_cut']} and every round after it")
+    return (f'<div class="cut" id="cut"><b>Cut:</b> this page shows the first {c["shown"]} of the run\'s '
+            f'{c["total"]} messages (to {_html.escape(c["last_shown"])}, sent before {_ms(c["at"])}); the other '
+            f'{c["total"] - c["shown"]} ({_html.escape(left)}) are left out to keep the page usable (at most '
+            f'{c["limit"]} messages). Every message is in steps.log and sequence.mmd (written by fedsim trace '
+            f'without --html); trace fewer rounds or clients to step through them here.</div>')
+
+
+def trace_html(net: SimNetwork, *, title: str = "", summary: str = "", limit: int = MAX_PAGE_MESSAGES) -> str:
     """The trace as one self-contained HTML page (see the module docstring): everything inline,
-    nothing fetched, so the file works offline and can be mailed around."""
-    data = trace_data(net)
-    total = sum(m["bytes"] for m in data["messages"])
+    nothing fetched, so the file works offline and can be mailed around. Its header counts every
+    message of the run; it draws and steps through at most ``limit`` of them (``page_cut``: the
+    first whole rounds), and says so."""
+    whole = trace_data(net)
+    total = sum(m["bytes"] for m in whole["messages"])
+    data = page_cut(whole, limit)
     # no "<" at all inside the data block: "</script>" would end it, and "<!--<script>" (a kind, a
     # role, a payload's text) would make the HTML parser run the data block into the page's script,
     # which then never runs. Inside JSON strings (the only place these characters can be) \u003c
     # reads back as the same text.
     blob = json.dumps(data).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     values = {"__TITLE__": _html.escape(title), "__SUMMARY__": _html.escape(summary),
-              "__COUNT__": _count_text(data), "__BYTES__": _human_size(total), "__FAULTS__": _faults_text(data),
+              "__COUNT__": _count_text(whole), "__BYTES__": _human_size(total), "__FAULTS__": _faults_text(whole),
+              "__CUT__": _cut_text(data),
               "__SEQUENCE__": _sequence_svg(data), "__TIMELINE__": _timeline_html_svg(data), "__DATA__": blob}
     # one pass over the template: a placeholder's text inside another's value (a kind named
     # "__DATA__" in the sequence diagram) stays as it is
