@@ -295,6 +295,34 @@ def test_fedrecpp_a_user_factor_that_overflowed_in_the_last_iteration_marks_the_
     assert res.info["diverged_at"] == res.model.diverged_at == 1
 
 
+def test_fedrecpp_without_denoisers_records_each_rounds_missing_uploads():
+    """Mutant: the eta = 0 server's ``missing`` record of a round with lost uploads left out (only
+    the denoised path recorded its losses). client/0001 loses every message it sends: each of
+    the three rounds misses its one upload, and says so."""
+    data, cfg = fedrecpp.tiny(4, 3, 0)
+    cfg = cfg.replace(eta=0, deadline=5.0)
+    net = LossyClients(["client/0001"], seed=0, profile="lan")
+    res = fedrecpp.build(net, data, cfg).collect(net.run())
+    assert res.run.complete
+    assert res.info["missing"] == [{"round": t, "groups": 0, "clients": 1} for t in range(3)]
+
+
+@pytest.mark.parametrize("rho", [0.0, 1.0])
+def test_fedrecpp_server_charges_two_flops_per_uploaded_value_and_three_per_model_value(rho):
+    """Mutant: the uploads' rows left out of the server's ``aggregate`` FLOPs (only the denoisers'
+    sums counted). Without denoisers (FedRec with hybrid filling) every client uploads its rated
+    items and rho as many sampled ones (none capped here): T (2 R (1 + rho) d + 3 m d) over T
+    rounds, R the training ratings."""
+    r = generate("tiny", seed=5, n_items=160)
+    data = Ratings(r.users, r.items, r.values.astype(np.float64), n_users=r.n_users, n_items=r.n_items)
+    assert (np.bincount(data.users, minlength=data.n_users) * (1 + rho) <= data.n_items).all()
+    T, d = 3, 4
+    net = SimNetwork(seed=1)
+    res = fedrecpp.build(net, data, FedRecPPConfig(d=d, T=T, rho=rho, eta=0, dtype="float64")).collect(net.run())
+    rows = len(data.users) * (1 + rho)
+    assert res.run.flops[SERVER]["aggregate"] == T * (2.0 * rows * d + 3.0 * data.n_items * d)
+
+
 # ---------------------------------------------------------------------------------------------
 # FPL
 
@@ -314,6 +342,35 @@ def test_fpl_a_resumed_runs_missing_records_carry_the_networks_round_numbers():
     assert [(m["round"], m["clients"]) for m in second.info["missing"]] == [(2, 1), (3, 1)]
     assert {r["round"] for r in net.ledger.records() if r["kind"] == "update"} == {2, 3}
 
+
+
+class _OfflineAt(SimNetwork):
+    """A simulated network on which node ``node`` drops out at ``at`` seconds."""
+
+    def __init__(self, node, at, **kw):
+        super().__init__(**kw)
+        self.node, self.at = node, at
+
+    def add_node(self, node_id, actor, *args, **kwargs):
+        if node_id == self.node:
+            kwargs["offline_at"] = self.at
+        super().add_node(node_id, actor, *args, **kwargs)
+
+
+def test_fpl_secure_rounds_missing_a_masked_upload_are_recorded_and_leave_theta():
+    """Mutant: the ``missing`` record of a secure round that lost an upload left out (the round
+    was still skipped). client/0001 drops out after its round-0 upload (sent at 2.0 ms on lan,
+    round 1's model reaches it at 4.1 ms): rounds 1 and 2 cannot be decoded, are recorded as
+    skipped, and Theta_S is that of a one-round run."""
+    data, cfg = fpl.tiny(4, 3, 0)
+    cfg = cfg.replace(secure_aggregation=True, secagg_neighbours=2, deadline=5.0, dtype="float64")
+    net = _OfflineAt("client/0001", 0.0035, seed=0, profile="lan")
+    res = fpl.build(net, data, cfg).collect(net.run())
+    assert res.info["lost_clients"] == ["client/0001"]
+    assert res.info["missing"] == [{"round": r, "kind": "masked", "clients": 1, "skipped": True} for r in (1, 2)]
+    net = SimNetwork(seed=0, profile="lan")
+    one = fpl.build(net, data, cfg.replace(rounds=1)).collect(net.run())
+    np.testing.assert_array_equal(res.params["theta"], one.params["theta"])
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fpl_a_client_counts_one_negative_row_per_triple_and_the_rest_as_positive(dtype):
@@ -436,6 +493,20 @@ def test_personalfr_a_private_encoder_that_overflowed_marks_the_run_diverged():
     assert not all(np.isfinite(v).all() for v in enc)
     assert res.info["diverged_at"] == cfg.rounds == 1
 
+
+
+def test_fedavg_records_each_rounds_missing_updates():
+    """Mutant: FedAvg's ``missing`` record of a round with lost updates left out. client/0001
+    loses every message it sends; every client is selected every round (C = 1): each of the two
+    rounds misses one update, and the model is the mean of the others' (the same as PersonalFR
+    records, tested elsewhere)."""
+    from fedsim.protocols.fedae import tiny_autoencoder
+
+    data, cfg = tiny_autoencoder(3, 2, 0)
+    net = LossyClients(["client/0001"], seed=0, profile="lan")
+    res = fedavg_ae.build(net, data, cfg.replace(deadline=5.0)).collect(net.run())
+    assert res.run.complete
+    assert res.info["missing"] == [{"round": t, "kind": "update", "clients": 1} for t in (1, 2)]
 
 class _Msg:
     def __init__(self, payload, sender="client/0001", kind="eval", rnd=3):
