@@ -710,10 +710,12 @@ def test_the_step_panel_says_setup_for_round_5_in_a_headless_browser(tmp_path):
         driver.get(path.resolve().as_uri())
         nxt = driver.find_element(By.ID, "next")
         heads = []
-        for _ in range(3):
+        for _ in range(4):
             nxt.click()
             heads.append(driver.find_element(By.CSS_SELECTOR, "#panel > div").text)
-        assert heads == ["hello · setup", "peers · setup for round 5", "go · round 5"]
+        # (the wait given up is a step of its own, with its round, among the messages)
+        assert heads == ["hello · setup", "peers · setup for round 5", "wait given up · setup for round 5",
+                         "go · round 5"]
     finally:
         driver.quit()
 
@@ -814,12 +816,20 @@ def test_the_step_panel_says_what_the_ledger_has_of_each_lost_late_and_large_mes
     try:
         driver.get(paths["html"].resolve().as_uri())
         nxt = driver.find_element(By.ID, "next")
+        events = 0
         for i, r in enumerate(rows):
             nxt.click()
+            while driver.find_elements(By.ID, "event"):  # (a wait given up: a step between messages)
+                assert driver.find_element(By.ID, "event").text == "wait given up"
+                events += 1
+                nxt.click()
             assert driver.find_element(By.ID, "step").text == f"message {i + 1} of {len(rows)}"
             lines = driver.find_element(By.ID, "panel").text.splitlines()
             want = _panel_expected(r)
             assert lines[:4] == [want["head"], want["who"], want["sizes"], want["times"]], i
+        nxt.click()
+        events += len(driver.find_elements(By.ID, "event"))
+        assert events == len({(m.time, m.receiver, m.kind, m.round) for m in net.ledger.missing}) > 0
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
@@ -854,14 +864,18 @@ def test_jumping_to_a_round_and_to_either_end_in_a_headless_browser(late_and_los
         menu.select_by_visible_text(f"round {last_round}")
         driver.find_element(By.ID, "prev").click()
         assert menu.first_selected_option.text == f"round {before}"
+        # the last step: the last message (a late upload, sent after the last wait was given up)
+        waits = sorted({(m.time, m.receiver, m.kind, m.round) for m in net.ledger.missing})
+        assert waits[-1][0] < rows[-1]["send_time"]
+        last = f"message {len(rows)} of {len(rows)}"
         driver.find_element(By.ID, "last").click()
-        assert step.text == f"message {len(rows)} of {len(rows)}"
+        assert step.text == last
         assert menu.first_selected_option.text == f"round {rows[-1]['round']}"
         driver.find_element(By.ID, "first").click()
         assert step.text == f"message 1 of {len(rows)}"
         body = driver.find_element(By.TAG_NAME, "body")
         body.send_keys(Keys.END)
-        assert step.text == f"message {len(rows)} of {len(rows)}"
+        assert step.text == last
         body.send_keys(Keys.HOME)
         assert step.text == f"message 1 of {len(rows)}"
         # only the current message's spans are highlighted, every other message's dimmed
@@ -1025,5 +1039,93 @@ def test_the_notes_of_a_faulty_trace_fit_in_the_sequence_diagram_in_a_headless_b
         assert any(" drops out " in text for text, _, _ in notes)
         for text, left, right in notes:
             assert 0 <= left and right <= width, text
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def faulty_trace(tmp_path_factory):
+    """FCF on a LAN with loss, dropouts early in the run and a deadline: waits given up, clients
+    dropping out, messages lost."""
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path_factory.mktemp("faulty")
+    net, paths = trace("fcf", out, clients=4, rounds=2, sets=["deadline=1"], formats=("html",),
+                       net=NetSpec(profile="lan", loss=0.3, dropout=0.3, window=(0.0, 0.01)))
+    return net, paths["html"]
+
+
+def _expected_events(net) -> list[tuple[float, str, str]]:
+    """(time, head, sentence) of each wait given up, dropout and deadlock, from the ledger's
+    missing records and the nodes' offline times (not from the page's data)."""
+    groups: dict = {}
+    for m in net.ledger.missing:
+        groups.setdefault((float(m.time), m.receiver, m.kind, int(m.round)), []).append(m.sender)
+    out = []
+    for (t, recv, kind, rnd), senders in groups.items():
+        named = [s for s in senders if s is not None]
+        parts = ([f"nothing from {', '.join(named)}"] if named else []) + \
+            ([f"{len(senders) - len(named)} more from any sender"] if len(named) < len(senders) else [])
+        n = len(senders)
+        out.append((t, "wait given up", f"{recv} gives up waiting for {kind} (round {rnd}) at {t * 1000:.3f} ms: "
+                    f"{n} message{'s' if n != 1 else ''} missing ({' and '.join(parts)})"))
+    for node in net.nodes.values():
+        off = node.spec.offline_at
+        if off is not None and off <= net.now() and node.offline:
+            out.append((float(off), "dropout", f"{node.id} drops out at {off * 1000:.3f} ms: offline from here on, "
+                        "its actor stops, messages to or from it are lost"))
+    return sorted(out)
+
+
+def test_waits_given_up_and_dropouts_are_steps_in_time_order_in_a_headless_browser(faulty_trace, tmp_path):
+    # stepping covered the messages alone: a wait given up at its deadline or a client dropping
+    # out was a note in the diagram, never in the step panel
+    net, path = faulty_trace
+    rows = list(net.ledger.records())
+    events = _expected_events(net)
+    assert {h for _, h, _ in events} == {"wait given up", "dropout"}
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == f"before the first message ({len(rows)} messages, {len(events)} events)"
+        nxt = driver.find_element(By.ID, "next")
+        seen_msgs, seen_events, times = 0, [], []
+        for _ in range(len(rows) + len(events)):
+            nxt.click()
+            if driver.find_elements(By.ID, "event"):
+                head = driver.find_element(By.ID, "event").text
+                text = driver.find_element(By.ID, "what").text
+                seen_events.append((head, text))
+                where = f"after message {seen_msgs}" if seen_msgs else "before message 1"
+                assert step.text == f"{head}, {where} of {len(rows)}"
+                t = float(re.search(r" at ([0-9.]+) ms", text).group(1))
+                current = driver.find_elements(By.CSS_SELECTOR, ".note.current")
+                assert len(current) == 1 and current[0].text.startswith(f"{t:.3f} ms: ")
+                # the timeline's cursor stands at the event's time
+                tl = driver.find_element(By.ID, "timeline")
+                x = float(driver.find_element(By.ID, "cursor").get_attribute("x1"))
+                assert x == pytest.approx(float(tl.get_attribute("data-t0")) + t / 1000 *
+                                          float(tl.get_attribute("data-scale")), abs=1e-3)
+            else:
+                r = rows[seen_msgs]
+                seen_msgs += 1
+                assert step.text == f"message {seen_msgs} of {len(rows)}"
+                assert driver.find_element(By.ID, "kind").text == r["kind"]
+                t = r["send_time"] * 1000
+            times.append(t)
+        assert seen_msgs == len(rows)
+        assert sorted(seen_events) == sorted((h, text) for _, h, text in events)
+        assert times == sorted(times), "the steps are in time order"
+        nxt.click()  # the last step stays
+        assert driver.find_elements(By.ID, "event") or step.text == f"message {len(rows)} of {len(rows)}"
+        # a click on a note steps to it
+        note = driver.find_elements(By.CSS_SELECTOR, "#sequence .note")[0]
+        driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", note)
+        assert driver.find_element(By.ID, "what").text in [text for _, _, text in events]
+        assert note.get_attribute("class") == "note current"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()

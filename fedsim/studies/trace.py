@@ -4,9 +4,10 @@
 
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
-  propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
-  keys, or a click on an arrow; first/last, Home/End; a menu of the rounds jumps to a round's first
-  message): each message's kind, round, sizes, times and payload fields
+  propagation, receiving, computing, sleeping) and a step-through of the messages and, among them
+  where the diagram has them as notes, the waits given up, dropouts and a deadlock (next/previous, arrow
+  keys, or a click on an arrow or a note; first/last, Home/End; a menu of the rounds jumps to a round's first
+  message): each event's sentence with its time (``event_step``), each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
   "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
   sender's send and transmission times, and the timeline's cursor stands at the start of the
@@ -528,6 +529,31 @@ def offline_text(e: dict) -> str:
             if e["dropped"] else f"{e['node']} goes offline (its actor had finished; messages to it are lost)")
 
 
+def event_step(what: str, e: dict) -> dict:
+    """What the page's step panel says of a note (``what``: ``offline``, ``missing`` or
+    ``blocked``; ``e`` one of ``offline_events``, ``missing_events``, ``blocked_events``):
+    ``head`` (``wait given up``, ``dropout``, ``offline``, ``deadlock``) and ``text``, a sentence
+    with its time: ``server gives up waiting for up (round 0) at 50.000 ms: 2 messages missing
+    (nothing from b, c)``."""
+    at = _ms(e["time"])
+    if what == "missing":
+        n = len(e["senders"]) + e["anonymous"]
+        parts = ([f"nothing from {', '.join(e['senders'])}"] if e["senders"] else []) + \
+                ([f"{e['anonymous']} more from any sender"] if e["anonymous"] else [])
+        return {"head": "wait given up", "round_label": _round(e["round"]), "text": f"{e['receiver']} gives up waiting for {e['kind']} "
+                f"({_round(e['round'])}) at {at}: {_plural(n, 'message')} missing ({' and '.join(parts)})"}
+    if what == "offline":
+        if e["dropped"]:
+            return {"head": "dropout", "text": f"{e['node']} drops out at {at}: offline from here on, its actor "
+                                               "stops, messages to or from it are lost"}
+        return {"head": "offline", "text": f"{e['node']} goes offline at {at}: its actor had finished, messages "
+                                           "to it are lost"}
+    if what == "blocked":
+        return {"head": "deadlock", "text": f"{e['node']} is still waiting when the run ends at {at}, with nothing "
+                                            f"left that could wake it: {e['waits']}"}
+    raise ValueError(f"no step for a note {what!r} (offline, missing or blocked)")
+
+
 def step_log(net: SimNetwork) -> str:
     """Every send, arrival, read, loss, computation and actor log line, in simulated-time order
     (what happened at one instant in the order it happened, ``net.happened``, kept by a network
@@ -714,7 +740,9 @@ def trace_data(net: SimNetwork) -> dict:
     (``offline``: see ``offline_events``), the actors still waiting at a deadlock (``blocked``)
     and the rows of the sequence diagram in order (``sequence``: ``["msg", i]`` for
     ``messages[i]``, ``["offline", i]``, ``["missing", i]``, ``["blocked", i]`` for a note; the
-    notes of one instant before or after its sends as they happened, as in the step log)."""
+    notes of one instant before or after its sends as they happened, as in the step log), which
+    are the page's steps: ``steps`` has what its step panel says of each note
+    (``steps["missing"][i]``: ``event_step`` of ``missing[i]``)."""
     payloads = getattr(net, "payloads", {})
     messages = []
     for i, r in enumerate(net.ledger.records()):
@@ -731,7 +759,10 @@ def trace_data(net: SimNetwork) -> dict:
     compute = [{"node": n, "start": s, "end": e, "label": lab} for n, s, e, lab in net.trace]
     offline, missing, blocked = offline_events(net), missing_events(net), blocked_events(net)
     sequence = [[what, i] for what, i in _sequence(net, list(net.ledger.records()), offline, missing, blocked)]
-    return {"nodes": nodes, "messages": messages, "compute": compute, "missing": missing,
+    # each note is a step of the page too: what its step panel says (event_step), by note
+    steps = {what: [event_step(what, e) for e in events] for what, events in
+             (("offline", offline), ("missing", missing), ("blocked", blocked))}
+    return {"nodes": nodes, "steps": steps, "messages": messages, "compute": compute, "missing": missing,
             "offline": offline, "blocked": blocked, "sequence": sequence, "end": float(net.now())}
 
 
@@ -752,7 +783,7 @@ def _sequence_svg(data: dict) -> str:
     last_round = None
     for what, i in data["sequence"]:
         if what != "msg":
-            rows.append(("note", texts[what][i]))
+            rows.append(("note", texts[what][i] + (f"{what}-{i}",)))
             continue
         m = data["messages"][i]
         if m["round"] != last_round:
@@ -787,9 +818,11 @@ def _sequence_svg(data: dict) -> str:
             out.append(f'<g class="round"><line x1="8" y1="{y - 12}" x2="{width - 8}" y2="{y - 12}" stroke="#ddd"/>'
                        f'<text x="10" y="{y - 2}" fill="#777">{_round(item)}</text></g>')
             continue
-        if kind == "note":
-            t, node, text = item
-            out.append(f'<g class="note"><text x="{x[node]}" y="{y - 2}" fill="#C44E52" font-style="italic">'
+        if kind == "note":  # (a step of the page: its id names the event, "missing-0")
+            t, node, text, key = item
+            out.append(f'<g class="note" id="note-{key}" data-step="{key}"><rect class="hit" x="8" y="{y - 16}" '
+                       f'width="{width - 16}" height="{_SEQ_ROW - 4}" fill="transparent"/>'
+                       f'<text x="{x[node]}" y="{y - 2}" fill="#C44E52" font-style="italic">'
                        f'{e(_ms(t))}: {e(text)}</text></g>')
             continue
         m = item
@@ -904,6 +937,7 @@ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 
 .msg.current line { stroke-width: 2.8; }
 .msg.current text { font-weight: bold; }
 .msg.current rect.hit { fill: #fff3c4; }
+.note { cursor: pointer; } .note.current text { font-weight: bold; } .note.current rect.hit { fill: #fff3c4; }
 body:not(.reveal) .arrow-true { display: none; }
 body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
 #timeline.focus .span:not([data-msg="-1"]):not(.hl) { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
@@ -912,9 +946,9 @@ body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
-<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages with the
-buttons, the arrow keys (Home and End: the first and the last), or a click on an arrow; jump to a round's first
-message with the round menu.</div>__CUT__
+<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages, and the waits
+given up, dropouts and deadlocks among them where they happened, with the buttons, the arrow keys (Home and End:
+the first and the last), or a click on an arrow or a note; jump to a round's first message with the round menu.</div>__CUT__
 <div id="controls">
 <button id="first" type="button">&#8676; first</button><button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button><button id="last" type="button">last &#8677;</button>
 <label>round <select id="round"><option value="-1">(jump to a round)</option></select></label>
@@ -931,17 +965,33 @@ message with the round menu.</div>__CUT__
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("trace-data").textContent);
-  var msgs = data.messages, idx = -1;
-  // the rounds in the order of their first message (the round menu) and each message's round
+  // the steps: the rows of the sequence diagram in order, each a message ["msg", i] or a note
+  // (a wait given up, a node going offline, a deadlock: ["missing", i] ...) where it happened
+  var msgs = data.messages, steps = data.sequence, idx = -1;
+  var stepOfMsg = {}, stepOfNote = {}, msgsBefore = [], seen = 0, nEvents = 0;
+  steps.forEach(function (s, k) {
+    msgsBefore.push(seen);
+    if (s[0] === "msg") { stepOfMsg[s[1]] = k; seen++; } else { stepOfNote[s[0] + "-" + s[1]] = k; nEvents++; }
+  });
+  // the rounds in the order of their first message (the round menu) and each step's round: a
+  // message's; a wait given up's own; another note's, that of the message before it (or after)
   var rounds = [], roundOf = [], byRound = {};
   msgs.forEach(function (m, k) {
-    if (!(m.round in byRound)) { byRound[m.round] = rounds.length; rounds.push(k); }
-    roundOf.push(byRound[m.round]);
+    if (!(m.round in byRound)) { byRound[m.round] = rounds.length; rounds.push(stepOfMsg[k]); }
   });
+  steps.forEach(function (s, k) {
+    var r = s[0] === "msg" ? byRound[msgs[s[1]].round] :
+            s[0] === "missing" && data.missing[s[1]].round in byRound ? byRound[data.missing[s[1]].round] :
+            k > 0 ? roundOf[k - 1] : -1;
+    roundOf.push(r);
+  });
+  for (var k = roundOf.length - 1, after = -1; k >= 0; k--) {  // notes before the first message
+    if (roundOf[k] === -1) roundOf[k] = after; else after = roundOf[k];
+  }
   var menu = document.getElementById("round");
   rounds.forEach(function (k) {
     var o = document.createElement("option");
-    o.value = String(k); o.textContent = msgs[k].round_label; menu.appendChild(o);
+    o.value = String(k); o.textContent = msgs[steps[k][1]].round_label; menu.appendChild(o);
   });
   // each message's spans on the timeline, found once: a step changes these, not every span
   var spansOf = {}, lit = [], currentG = null;
@@ -976,16 +1026,32 @@ message with the round menu.</div>__CUT__
     var cursor = document.getElementById("cursor"), tl = document.getElementById("timeline");
     tl.classList.toggle("focus", idx >= 0);  // the other messages' spans dimmed (CSS)
     menu.selectedIndex = idx < 0 ? 0 : roundOf[idx] + 1;
+    var shown = data.cut ? " shown (the run has " + data.cut.total + ")" : "";
     if (idx < 0) {
       step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message" : " messages") +
-                         (data.cut ? " shown of the run's " + data.cut.total + ")" : ")");
+                         (data.cut ? " shown of the run's " + data.cut.total : "") +
+                         (nEvents ? ", " + nEvents + (nEvents === 1 ? " event" : " events") : "") + ")";
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
       cursor.setAttribute("visibility", "hidden");
       return;
     }
-    var m = msgs[idx], hidden = m.anonymous && !reveal();
-    step.textContent = "message " + (idx + 1) + " of " + msgs.length +
-                       (data.cut ? " shown (the run has " + data.cut.total + ")" : "");
+    if (steps[idx][0] !== "msg") {  // a note: what happened, when, and where among the messages
+      var what = steps[idx][0], ev = data.steps[what][steps[idx][1]], before = msgsBefore[idx];
+      step.textContent = ev.head + ", " + (before ? "after message " + before : "before message 1") + " of " +
+                         msgs.length + shown;
+      currentG = document.getElementById("note-" + what + "-" + steps[idx][1]);
+      if (currentG) currentG.classList.add("current");
+      panel.innerHTML = '<div><b id="event">' + esc(ev.head) + "</b>" +
+        (ev.round_label ? " · " + esc(ev.round_label) : "") + "</div>" +
+        '<div id="what">' + esc(ev.text) + "</div>";
+      var xt = Number(tl.getAttribute("data-t0")) + data[what][steps[idx][1]].time * Number(tl.getAttribute("data-scale"));
+      cursor.setAttribute("x1", xt); cursor.setAttribute("x2", xt);
+      cursor.setAttribute("visibility", "visible");
+      if (currentG && currentG.scrollIntoView) currentG.scrollIntoView({block: "nearest"});
+      return;
+    }
+    var m = msgs[steps[idx][1]], hidden = m.anonymous && !reveal();
+    step.textContent = "message " + (m.i + 1) + " of " + msgs.length + shown;
     var g = currentG = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
     var rows = m.payload.map(function (f) {
@@ -1014,23 +1080,26 @@ message with the round menu.</div>__CUT__
     cursor.setAttribute("visibility", at === null ? "hidden" : "visible");
     if (g && g.scrollIntoView) g.scrollIntoView({block: "nearest"});
   }
-  function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
+  function go(k) { idx = Math.max(-1, Math.min(steps.length - 1, k)); render(); }
   document.getElementById("next").addEventListener("click", function () { go(idx + 1); });
   document.getElementById("prev").addEventListener("click", function () { go(idx - 1); });
   document.getElementById("first").addEventListener("click", function () { go(0); });
-  document.getElementById("last").addEventListener("click", function () { go(msgs.length - 1); });
+  document.getElementById("last").addEventListener("click", function () { go(steps.length - 1); });
   menu.addEventListener("change", function () { go(Number(menu.value)); });
   document.getElementById("reveal").addEventListener("change", function (ev) {
     document.body.classList.toggle("reveal", ev.target.checked); render(); });
   document.addEventListener("keydown", function (ev) {
     if (ev.target === menu) return;  // its own arrow keys choose a round
     if (ev.key === "Home") { go(0); ev.preventDefault(); }
-    if (ev.key === "End") { go(msgs.length - 1); ev.preventDefault(); }
+    if (ev.key === "End") { go(steps.length - 1); ev.preventDefault(); }
     if (ev.key === "ArrowRight" || ev.key === "ArrowDown") { go(idx + 1); ev.preventDefault(); }
     if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") { go(idx - 1); ev.preventDefault(); }
   });
   document.querySelectorAll(".msg").forEach(function (g) {
-    g.addEventListener("click", function () { go(Number(g.getAttribute("data-i"))); });
+    g.addEventListener("click", function () { go(stepOfMsg[Number(g.getAttribute("data-i"))]); });
+  });
+  document.querySelectorAll(".note").forEach(function (g) {
+    g.addEventListener("click", function () { go(stepOfNote[g.getAttribute("data-step")]); });
   });
   render();
 })();
