@@ -1129,3 +1129,47 @@ def test_waits_given_up_and_dropouts_are_steps_in_time_order_in_a_headless_brows
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_the_lane_headers_stay_in_view_down_a_long_diagram_in_a_headless_browser(long_trace, tmp_path):
+    # the lane headers were drawn at the diagram's top alone: some rows down, no lane was named
+    net, path = long_trace
+    data = page_data(path.read_text())
+    k = data["cut"]["shown"]
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    def lanes_in_view():
+        """Each lane header's text, whether it lies in the window below the controls, and the
+        headers' bottom."""
+        return driver.execute_script(
+            "var top = document.getElementById('controls').getBoundingClientRect().bottom, out = [];"
+            "document.querySelectorAll('#sequence .lane').forEach(function (g) {"
+            " if (getComputedStyle(g).display === 'none') return;"
+            " var b = g.querySelector('rect').getBoundingClientRect();"  # (the lane's box)
+            " out.push([g.querySelector('text').textContent, b.top >= top - 0.5 && b.bottom <= innerHeight, b.bottom]);"
+            "}); return out;")
+
+    try:
+        driver.get(path.resolve().as_uri())
+        names = [n["id"] for n in data["nodes"]]
+        lanes = lanes_in_view()
+        assert [name for name, _, _ in lanes] == names and all(seen for _, seen, _ in lanes), lanes
+        driver.find_element(By.ID, "last").click()
+        assert driver.find_element(By.ID, "step").text == f"message {k} of {k} shown (the run has {len(net.ledger)})"
+        # the diagram is scrolled far down; every lane is still named, above the current arrow
+        assert driver.execute_script("return window.scrollY") > 10_000
+        lanes = lanes_in_view()
+        assert [name for name, _, _ in lanes] == names and all(seen for _, seen, _ in lanes), lanes
+        arrow = driver.find_element(By.CSS_SELECTOR, ".msg.current").rect["y"] - driver.execute_script(
+            "return window.scrollY")
+        assert arrow >= max(bottom for _, _, bottom in lanes) - 0.5
+        # and anywhere between: scrolled by hand to the middle of the diagram
+        driver.execute_script("window.scrollTo(0, document.getElementById('sequence').getBoundingClientRect().top"
+                              " + window.scrollY + 20000)")
+        driver.execute_script("return new Promise(function (r) { requestAnimationFrame(function () { r(); }); })")
+        lanes = lanes_in_view()
+        assert all(seen for _, seen, _ in lanes), lanes
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()

@@ -802,15 +802,20 @@ def _sequence_svg(data: dict) -> str:
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" markerHeight="9" '
            'markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="context-stroke"/></marker></defs>']
     roles = {n["id"]: n["role"] for n in data["nodes"]}
+    # the lane headers are drawn last, over the rows, in one group the page's script keeps in
+    # view (sticky: moved down under the controls as the diagram scrolls up); lifelines first
+    head = [f'<g id="lanehead"><rect x="0" y="0" width="{width}" height="44" fill="#fff" opacity="0.95"/>']
     for n in lanes:
         cls = "lane anon-lane" if n == "(anonymous)" else "lane"
         role = roles.get(n, "sender hidden")
+        out.append(f'<line class="{cls.replace("lane", "lifeline")}" x1="{x[n]}" y1="40" x2="{x[n]}" '
+                   f'y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/>')
         # (a long id or role elided to the box, whole in the tooltip: it ran over its neighbours)
-        out.append(f'<g class="{cls}"><title>{e(n)} ({e(role)})</title><rect x="{x[n] - 62}" y="6" width="124" '
-                   f'height="34" rx="4" fill="#f3f3f3" stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" '
-                   f'font-weight="bold">{e(_fit(n, 18))}</text><text x="{x[n]}" y="34" text-anchor="middle" '
-                   f'fill="#555">{e(_fit(role, 20))}</text>'
-                   f'<line x1="{x[n]}" y1="40" x2="{x[n]}" y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/></g>')
+        head.append(f'<g class="{cls}"><title>{e(n)} ({e(role)})</title><rect x="{x[n] - 62}" y="6" width="124" '
+                    f'height="34" rx="4" fill="#f3f3f3" stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" '
+                    f'font-weight="bold">{e(_fit(n, 18))}</text><text x="{x[n]}" y="34" text-anchor="middle" '
+                    f'fill="#555">{e(_fit(role, 20))}</text></g>')
+    head.append("</g>")
     y = _SEQ_TOP
     for kind, item in rows:
         y += _SEQ_ROW
@@ -853,6 +858,7 @@ def _sequence_svg(data: dict) -> str:
             out.append(f'<text x="{(x1 + x2) / 2:.1f}" y="{y - 5}" text-anchor="middle" fill="#222">'
                        f'{e(label)}</text></g>')
         out.append("</g>")
+    out.extend(head)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -939,7 +945,7 @@ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 
 .msg.current rect.hit { fill: #fff3c4; }
 .note { cursor: pointer; } .note.current text { font-weight: bold; } .note.current rect.hit { fill: #fff3c4; }
 body:not(.reveal) .arrow-true { display: none; }
-body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
+body.reveal .arrow-hidden, body.reveal .anon-lane, body.reveal .anon-lifeline { display: none; }
 #timeline.focus .span:not([data-msg="-1"]):not(.hl) { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
 .hidden-sender { color: #8172B2; font-style: italic; }
 .cut { border: 1px solid #DD8452; background: #fff4ec; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
@@ -1033,6 +1039,7 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
                          (nEvents ? ", " + nEvents + (nEvents === 1 ? " event" : " events") : "") + ")";
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
       cursor.setAttribute("visibility", "hidden");
+      stick();
       return;
     }
     if (steps[idx][0] !== "msg") {  // a note: what happened, when, and where among the messages
@@ -1047,7 +1054,7 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
       var xt = Number(tl.getAttribute("data-t0")) + data[what][steps[idx][1]].time * Number(tl.getAttribute("data-scale"));
       cursor.setAttribute("x1", xt); cursor.setAttribute("x2", xt);
       cursor.setAttribute("visibility", "visible");
-      if (currentG && currentG.scrollIntoView) currentG.scrollIntoView({block: "nearest"});
+      show(currentG);
       return;
     }
     var m = msgs[steps[idx][1]], hidden = m.anonymous && !reveal();
@@ -1078,8 +1085,28 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
     var x = Number(tl.getAttribute("data-t0")) + (at || 0) * Number(tl.getAttribute("data-scale"));
     cursor.setAttribute("x1", x); cursor.setAttribute("x2", x);
     cursor.setAttribute("visibility", at === null ? "hidden" : "visible");
-    if (g && g.scrollIntoView) g.scrollIntoView({block: "nearest"});
+    show(g);
   }
+  // the sequence diagram's lane headers stay in view (sticky): moved down to just under the
+  // controls while the diagram's top is scrolled past them, never below its last row
+  var seq = document.getElementById("sequence"), head = document.getElementById("lanehead"),
+      controls = document.getElementById("controls");
+  function stick() {
+    if (!seq || !head) return;
+    var r = seq.getBoundingClientRect(), top = Math.max(0, controls.getBoundingClientRect().bottom);
+    var off = Math.max(0, Math.min(top - r.top, r.height - 50));
+    head.setAttribute("transform", "translate(0," + off.toFixed(1) + ")");
+  }
+  // a step's arrow or note scrolled into view, not under the controls or the lane headers
+  function show(el) {
+    if (!el || !el.scrollIntoView) return;
+    el.scrollIntoView({block: "nearest"});
+    var below = Math.max(0, controls.getBoundingClientRect().bottom) + 50, r = el.getBoundingClientRect();
+    if (r.top < below) window.scrollBy(0, r.top - below);
+    stick();
+  }
+  window.addEventListener("scroll", stick, {passive: true});
+  window.addEventListener("resize", stick);
   function go(k) { idx = Math.max(-1, Math.min(steps.length - 1, k)); render(); }
   document.getElementById("next").addEventListener("click", function () { go(idx + 1); });
   document.getElementById("prev").addEventListener("click", function () { go(idx - 1); });
