@@ -1173,3 +1173,74 @@ def test_the_lane_headers_stay_in_view_down_a_long_diagram_in_a_headless_browser
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_the_timeline_zooms_to_the_step_and_to_the_round_in_a_headless_browser(faulty_trace, tmp_path):
+    # with a deadline of 1 s the timeline spanned seconds while a message took microseconds: every
+    # transmission was drawn 0.8 px wide at the left edge, whatever the step
+    net, path = faulty_trace
+    rows = list(net.ledger.records())
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    def at_message(i):
+        driver.find_element(By.ID, "first").click()
+        while driver.find_element(By.ID, "step").text != f"message {i + 1} of {len(rows)}":
+            driver.find_element(By.ID, "next").click()
+
+    def sending_span(i):
+        r = driver.find_element(By.CSS_SELECTOR, f'.span.sending[data-msg="{i}"]')
+        return float(r.get_attribute("x")), float(r.get_attribute("width"))
+
+    try:
+        driver.get(path.resolve().as_uri())
+        tl = driver.find_element(By.ID, "timeline")
+        left, right = float(tl.get_attribute("data-left")), float(tl.get_attribute("data-right"))
+        end = float(tl.get_attribute("data-end"))
+        i = next(k for k, r in enumerate(rows) if r["status"] == "delivered" and not r["anonymous"])
+        r = rows[i]
+        at_message(i)
+        assert driver.find_element(By.ID, "tl-range").text == f"simulated time, 0 to {end * 1000:.3f} ms"
+        assert end > 0.9 and sending_span(i)[1] < 1  # the whole run: the transmission is a sliver
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("zoomed to the step")
+        d = r["arrival_time"] - r["send_time"]
+        lo, hi = max(0.0, r["send_time"] - d / 10), r["arrival_time"] + d / 10
+        assert float(tl.get_attribute("data-from")) == pytest.approx(lo, rel=1e-12, abs=1e-15)
+        assert float(tl.get_attribute("data-to")) == pytest.approx(hi, rel=1e-12)
+        assert driver.find_element(By.ID, "tl-range").text == (
+            f"simulated time, {'0' if lo == 0 else f'{lo * 1000:.3f} ms'} to {hi * 1000:.3f} ms "
+            f"(zoomed to message {i + 1} of 0 to {end * 1000:.3f} ms)")
+        sx = (right - left) / (hi - lo)
+        x, w = sending_span(i)
+        assert x == pytest.approx(left + (r["tx_start"] - lo) * sx, abs=0.01)
+        assert w == pytest.approx(max((r["tx_end"] - r["tx_start"]) * sx, 0.8), abs=0.01)
+        rx = driver.find_element(By.CSS_SELECTOR, f'.span.receiving[data-msg="{i}"]')
+        assert float(rx.get_attribute("x")) + float(rx.get_attribute("width")) == pytest.approx(
+            left + (r["arrival_time"] - lo) * sx, abs=0.01)
+        # the message, send to arrival, spans at least 10/12 of the lanes' width (a tenth either side)
+        assert (r["arrival_time"] - r["send_time"]) * sx >= (right - left) * 10 / 12 - 1e-9
+        cursor = driver.find_element(By.ID, "cursor")
+        assert float(cursor.get_attribute("x1")) == pytest.approx(left + (r["send_time"] - lo) * sx, abs=0.01)
+        # spans outside the window are not drawn; those inside stay within the lanes' area
+        for s in driver.find_elements(By.CSS_SELECTOR, ".span"):
+            inside = float(s.get_attribute("data-e")) >= lo and float(s.get_attribute("data-s")) <= hi
+            assert s.get_attribute("visibility") == ("visible" if inside else "hidden")
+            if inside:
+                assert left - 0.01 <= float(s.get_attribute("x")) and \
+                    float(s.get_attribute("x")) + float(s.get_attribute("width")) <= right + 0.8
+        # the round: from its first send to its last arrival or wait given up
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("zoomed to the round")
+        rnd = [q for q in rows if q["round"] == r["round"]]
+        lo = min(q["send_time"] for q in rnd)
+        waits = [float(m.time) for m in net.ledger.missing if m.round == r["round"]]
+        hi = max([q["arrival_time"] for q in rnd if q["status"] == "delivered"] + waits)
+        assert float(tl.get_attribute("data-from")) == lo and float(tl.get_attribute("data-to")) >= hi
+        assert driver.find_element(By.ID, "tl-range").text.endswith(
+            f" (zoomed to round {r['round']} of 0 to {end * 1000:.3f} ms)")
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("whole run")
+        assert driver.find_element(By.ID, "tl-range").text == f"simulated time, 0 to {end * 1000:.3f} ms"
+        assert sending_span(i)[1] < 1
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()

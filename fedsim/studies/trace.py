@@ -4,7 +4,8 @@
 
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
-  propagation, receiving, computing, sleeping) and a step-through of the messages and, among them
+  propagation, receiving, computing, sleeping; a menu zooms it to the current step's round or to
+  the current message) and a step-through of the messages and, among them
   where the diagram has them as notes, the waits given up, dropouts and a deadlock (next/previous, arrow
   keys, or a click on an arrow or a note; first/last, Home/End; a menu of the rounds jumps to a round's first
   message): each event's sentence with its time (``event_step``), each message's kind, round, sizes, times and payload fields
@@ -890,9 +891,12 @@ def _timeline_html_svg(data: dict) -> str:
     sx = (width - left - 16) / t_end
     y = {n: top + i * lane_h for i, n in enumerate(nodes)}
     e = _html.escape
+    # data-from/-to: the window drawn (the whole run, until the page's zoom menu picks a round's or
+    # a step's); data-t0 and data-scale: a time t (s) is at x = t0 + t * scale in it
     out = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}">',
-           f'<text x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
+           f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}" data-left="{left}" '
+           f'data-right="{width - 16}" data-from="0" data-to="{t_end!r}" data-end="{t_end!r}">',
+           f'<text id="tl-range" x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
     for n in nodes:
         out.append(f'<g><title>{e(n)}</title><text x="4" y="{y[n] + 17}">{e(_fit(n, 22))}</text></g>'
                    f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 10}" y2="{y[n] + 26}" stroke="#eee"/>')
@@ -904,7 +908,9 @@ def _timeline_html_svg(data: dict) -> str:
         yy = y[node] + (11 if kind == "propagating" else 6)
         # (propagation starts as the sender's last byte leaves: its side, for a hidden sender)
         side = "src" if kind in ("queueing", "sending", "propagating") else "dst"
-        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
+        # (data-s, data-e: its exact times, which a zoom lays it out from)
+        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" data-s="{s!r}" data-e="{t!r}" '
+                   f'x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
                    f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
                    f'</title></rect>')
     out.append(f'<line id="cursor" x1="{left}" y1="{top - 4}" x2="{left}" y2="{height - 30}" stroke="#000" '
@@ -958,6 +964,7 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
 <div id="controls">
 <button id="first" type="button">&#8676; first</button><button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button><button id="last" type="button">last &#8677;</button>
 <label>round <select id="round"><option value="-1">(jump to a round)</option></select></label>
+<label>timeline <select id="zoom"><option value="run">whole run</option><option value="round">zoomed to the round</option><option value="step">zoomed to the step</option></select></label>
 <span id="step"></span>
 <label><input type="checkbox" id="reveal"> reveal anonymous senders (the simulator's view)</label>
 <div id="panel"></div>
@@ -1031,6 +1038,7 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
     lit = [];
     var cursor = document.getElementById("cursor"), tl = document.getElementById("timeline");
     tl.classList.toggle("focus", idx >= 0);  // the other messages' spans dimmed (CSS)
+    layout();
     menu.selectedIndex = idx < 0 ? 0 : roundOf[idx] + 1;
     var shown = data.cut ? " shown (the run has " + data.cut.total + ")" : "";
     if (idx < 0) {
@@ -1087,6 +1095,57 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
     cursor.setAttribute("visibility", at === null ? "hidden" : "visible");
     show(g);
   }
+  // the timeline's window: the whole run, the current step's round (from its first send to the
+  // last arrival, read, or note of it) or the current step (a message from its send to its
+  // arrival, a tenth of that either side; a hidden sender's from the start of its reception; a
+  // note: its round's); the spans laid out anew from their exact times when it changes
+  var zoom = document.getElementById("zoom"), tlSvg = document.getElementById("timeline");
+  var tlLeft = Number(tlSvg.getAttribute("data-left")), tlRight = Number(tlSvg.getAttribute("data-right"));
+  var tlEnd = Number(tlSvg.getAttribute("data-end")), tlSpans = Array.prototype.slice.call(tlSvg.querySelectorAll(".span"));
+  var roundWin = {};
+  function widen(w, t) { if (t !== null && t !== undefined) { w[0] = Math.min(w[0], t); w[1] = Math.max(w[1], t); } }
+  steps.forEach(function (s, k) {
+    var q = roundOf[k], w = roundWin[q] = roundWin[q] || [Infinity, -Infinity];
+    if (s[0] === "msg") {
+      var m = msgs[s[1]];
+      [m.send, m.tx_end, m.arrival, m.read_at].forEach(function (t) { widen(w, t); });
+    } else widen(w, data[s[0]][s[1]].time);
+  });
+  function windowOf() {
+    var mode = zoom.value;
+    if (idx < 0 || mode === "run") return [0, tlEnd, ""];
+    var w = roundWin[roundOf[idx]], label = rounds.length && roundOf[idx] >= 0 ? msgs[steps[rounds[roundOf[idx]]][1]].round_label : "";
+    if (mode === "step" && steps[idx][0] === "msg") {
+      var m = msgs[steps[idx][1]], hidden = m.anonymous && !reveal();
+      var lo = hidden ? m.rx_start : m.send, hi = m.arrival !== null && m.status === "delivered" ? m.arrival : m.tx_end;
+      if (lo !== null) {
+        hi = hi === null ? lo : Math.max(hi, lo);
+        var pad = (hi - lo) / 10;
+        return [Math.max(0, lo - pad), hi + pad, "message " + (m.i + 1)];
+      }
+    }
+    return [w[0], w[1], label];
+  }
+  var drawn = [0, tlEnd];
+  function layout() {
+    var w = windowOf(), lo = w[0], hi = w[1];
+    if (!(hi > lo)) { hi = lo + 1e-6; }
+    var sx = (tlRight - tlLeft) / (hi - lo);
+    tlSvg.setAttribute("data-t0", tlLeft - lo * sx); tlSvg.setAttribute("data-scale", sx);
+    tlSvg.setAttribute("data-from", lo); tlSvg.setAttribute("data-to", hi);
+    document.getElementById("tl-range").textContent = "simulated time, " + (lo ? ms(lo) : "0") + " to " + ms(hi) +
+      (w[2] ? " (zoomed to " + w[2] + " of 0 to " + ms(tlEnd) + ")" : "");
+    if (drawn[0] === lo && drawn[1] === hi) return;
+    drawn = [lo, hi];
+    tlSpans.forEach(function (r) {
+      var s = Number(r.getAttribute("data-s")), e = Number(r.getAttribute("data-e"));
+      if (e < lo || s > hi) { r.setAttribute("visibility", "hidden"); return; }
+      var x0 = tlLeft + (Math.max(s, lo) - lo) * sx, x1 = tlLeft + (Math.min(e, hi) - lo) * sx;
+      r.setAttribute("visibility", "visible");
+      r.setAttribute("x", x0.toFixed(2)); r.setAttribute("width", Math.max(x1 - x0, 0.8).toFixed(2));
+    });
+  }
+  zoom.addEventListener("change", function () { render(); });
   // the sequence diagram's lane headers stay in view (sticky): moved down to just under the
   // controls while the diagram's top is scrolled past them, never below its last row
   var seq = document.getElementById("sequence"), head = document.getElementById("lanehead"),
@@ -1116,7 +1175,7 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
   document.getElementById("reveal").addEventListener("change", function (ev) {
     document.body.classList.toggle("reveal", ev.target.checked); render(); });
   document.addEventListener("keydown", function (ev) {
-    if (ev.target === menu) return;  // its own arrow keys choose a round
+    if (ev.target === menu || ev.target === zoom) return;  // their own arrow keys choose
     if (ev.key === "Home") { go(0); ev.preventDefault(); }
     if (ev.key === "End") { go(steps.length - 1); ev.preventDefault(); }
     if (ev.key === "ArrowRight" || ev.key === "ArrowDown") { go(idx + 1); ev.preventDefault(); }
