@@ -1244,3 +1244,81 @@ def test_the_timeline_zooms_to_the_step_and_to_the_round_in_a_headless_browser(f
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_the_views_of_a_long_trace_are_bounded_and_say_what_they_leave_out(long_trace, tmp_path, monkeypatch):
+    # sequence.mmd, timeline.svg and timeline.png drew every message: for 1000 rounds of demo with
+    # 30 clients a 4.4 MB Mermaid file (Mermaid draws none over 50000 characters), a 25 MB SVG and
+    # a PNG of slivers that took matplotlib 6 s; steps.log stays whole
+    from fedsim.studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, mermaid, step_log, timeline_png, timeline_svg
+
+    net, _ = long_trace
+    rows = list(net.ledger.records())
+    n = len(rows)
+    # sequence.mmd: a prefix of the whole diagram, its first whole rounds within Mermaid's limit
+    whole = mermaid(net, limit=10**9).splitlines()
+    text = mermaid(net)
+    lines = text.splitlines()
+    assert len(text.encode("utf-16-le")) // 2 <= MAX_MERMAID_CHARS < len("\n".join(whole))
+    assert lines[:-1] == whole[:len(lines) - 1]
+    arrows = [line for line in lines if "->>" in line or "-x" in line]
+    k = len(arrows)
+    assert 0 < k < n and rows[k]["round"] != rows[k - 1]["round"]
+    assert arrows == [line for line in whole if "->>" in line or "-x" in line][:k]
+    # the next round would not have fitted
+    nxt = next(j for j in range(k + 1, n + 1) if j == n or rows[j]["round"] != rows[j - 1]["round"])
+    upto = [i for i, line in enumerate(whole) if "->>" in line or "-x" in line][nxt - 1]
+    assert len("\n".join(whole[:upto + 1])) > MAX_MERMAID_CHARS
+    assert lines[-1] == (f"    Note over N0: cut#58; this diagram shows the first {k} of the run's {n} messages "
+                         f"(to round {rows[k - 1]['round']})#59; round {rows[k]['round']} and every round after it are "
+                         f"left out (with their notes) to stay within Mermaid's {MAX_MERMAID_CHARS}-character limit#59; "
+                         "steps.log has every message")
+    # timeline.svg and timeline.png: the page's first whole rounds
+    shown = _first_whole_rounds(rows, MAX_PAGE_MESSAGES)
+    at = rows[shown]["send_time"]
+    cut = (f"Cut: the first {shown} of the run's {n} messages (to round {rows[shown - 1]['round']}, sent before "
+           f"{at * 1000:.3f} ms); round {rows[shown]['round']} and every round after it left out: steps.log has "
+           "every message")
+    svg = timeline_svg(net)
+    assert svg.count("<title>sending ") == sum(r["tx_end"] == r["tx_end"] for r in rows[:shown])
+    assert svg.count("<title>compute ") == sum(s < at for _, s, _, _ in net.trace)
+    assert f'<text id="cut" x="5" y="32" fill="#A0522D">{cut}</text>' in svg
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figs = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: (figs.append(fig), save(fig, *a, **kw))[1])
+    timeline_png(net, tmp_path / "t.png")
+    ax = figs[0].axes[0]
+    assert ax.get_title(loc="left").replace("\n", " ") == cut
+    bars = sum(len(c.get_paths()) for c in ax.collections if type(c).__name__ != "LineCollection")
+    assert bars == sum(r["tx_end"] == r["tx_end"] for r in rows[:shown]) + \
+        sum(r["status"] == "delivered" for r in rows[:shown]) + sum(s < at for _, s, _, _ in net.trace)
+    # steps.log: every message
+    log = step_log(net)
+    assert log.count(" sends ") == n
+
+
+def test_cli_trace_says_which_of_its_files_are_cut(tmp_path, capsys):
+    from fedsim.cli import main
+    from fedsim.studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES
+
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--clients", "30", "--rounds", "34", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    n = int(re.search(r"traced (\d+) messages", said).group(1))
+    log = (out / "steps.log").read_text()
+    assert log.count(" sends ") == n > MAX_PAGE_MESSAGES  # the whole record
+    shown = page_data((out / "trace.html").read_text())["cut"]["shown"]
+    mmd = (out / "sequence.mmd").read_text()
+    k = sum("->>" in line or "-x" in line for line in mmd.splitlines())
+    assert len(mmd) <= MAX_MERMAID_CHARS and f"shows the first {k} of the run's {n} messages" in mmd
+    assert (f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {n} messages and says "
+            f"which (every message is in steps.log)\n") in said
+    png = (out / "timeline.png").exists()
+    assert (f"timeline.svg{' and timeline.png' if png else ''} draw{'' if png else 's'} the same {shown} messages "
+            f"and say{'' if png else 's'} so\n") in said
+    assert (f"sequence.mmd holds the first {k} messages (whole rounds within Mermaid's {MAX_MERMAID_CHARS}-character "
+            "limit) and says so\n") in said
+    assert f"Cut: the first {shown} of the run's {n} messages" in (out / "timeline.svg").read_text()

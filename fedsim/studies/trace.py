@@ -20,12 +20,13 @@
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
   *anonymous* (the receiver never learns the sender); lost ones end in a cross; one that arrived
   but that its receiver never took (a deadline had passed, the run ended) says *never read*, as
-  the page's arrow and step panel and the step log do.
+  the page's arrow and step panel and the step log do. It holds at most ``MAX_MERMAID_CHARS``
+  characters (Mermaid's own limit): the first whole rounds within it, and a note saying what it leaves out;
 - ``timeline.svg`` (and ``timeline.png`` with matplotlib): one lane per node showing when it is
   sending (egress port busy), receiving (ingress port busy), computing, sleeping (``ctx.sleep``), and the propagation of
-  each message between lanes.
+  each message between lanes; of the messages the page draws (``MAX_PAGE_MESSAGES``), saying what they leave out;
 - ``steps.log``: the same events as plain text, in time order (those of one instant in the order
-  they happened, as the network recorded it: ``net.happened``).
+  they happened, as the network recorded it: ``net.happened``): the whole record, never cut.
 
 Every view gives each message its round (``setup`` for a negative label: the secure
 aggregation's key exchange; ``setup for round N`` for the label -1 - N of one that began at round
@@ -59,14 +60,19 @@ __all__ = ["TracingNetwork", "trace", "mermaid", "timeline_svg", "step_log", "tr
 
 FORMATS = ("html", "mermaid", "svg", "log", "png")
 # the most rounds a trace runs (its clients are bounded by the tiny presets): a teaching trace is of
-# a few; 1000 rounds of FedRec with 30 clients take some 20 s, 0.5 GB and write 140 MB of views,
-# and --rounds 100000000 ran until killed
+# a few; 1000 rounds of FedRec with 30 clients take some 20 s and 0.5 GB (and wrote 140 MB of views
+# before sequence.mmd and the timelines were bounded), and --rounds 100000000 ran until killed
 MAX_TRACE_ROUNDS = 1000
 # the most messages trace.html draws and steps through: a page of 6030 messages (FedRec, 30 clients,
 # 100 rounds) was 10 MB and a step took 0.3 s, one of 60000 over 100 MB; a longer trace's page
-# shows its first whole rounds up to this many messages and says what it leaves out (steps.log
-# and sequence.mmd keep every message)
+# shows its first whole rounds up to this many messages and says what it leaves out (so do
+# timeline.svg and timeline.png; steps.log keeps every message)
 MAX_PAGE_MESSAGES = 2000
+# the most characters sequence.mmd holds: Mermaid refuses a larger diagram (its maxTextSize, 50000
+# by default: "Maximum text size in diagram exceeded"; mermaid.live, GitHub and GitLab draw none of
+# it), and FedRec's 30 clients make that some 400 messages; the file keeps the first whole rounds
+# within it and ends with a note saying what it leaves out (steps.log keeps every message)
+MAX_MERMAID_CHARS = 50_000
 
 
 def trace_options(name: str, sets: list[str]) -> dict:
@@ -109,6 +115,8 @@ class TracingNetwork(SimNetwork):
     def __init__(self, **kwargs) -> None:
         super().__init__(trace=True, **kwargs)
         self.payloads: dict[int, list[dict]] = {}
+        # what each view ``trace`` wrote left out, by format: {"shown": k, "total": n} (set by trace)
+        self.cuts: dict[str, dict] = {}
 
     def post(self, src, dsts, kind, encoded, anonymous) -> None:
         # len(ledger), not len(ledger.rows): a StreamingLedger has no row list (every send failed)
@@ -154,7 +162,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30, the autoencoders' 1 to 15), or a configuration the spec's
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
     anything. Each file is written beside its name and renamed in once whole: one that fails (a
-    full disk) leaves what ``out`` held under that name. A run that ends in a deadlock is written all the same (its views show the actors
+    full disk) leaves what ``out`` held under that name. What each view leaves out of a long run
+    (see the module docstring) is in the returned network's ``cuts``. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -211,8 +220,20 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     paths: dict[str, Path] = {}
     title = f"{name}: {clients} client{'s' if clients != 1 else ''}, {rounds} round{'s' if rounds != 1 else ''}, " \
             f"profile {netspec.describe()}, seed {seed}"
+    rows = [int(r["round"]) for r in net.ledger.records()]
+    shown = first_rounds(rows, MAX_PAGE_MESSAGES)
+    # what each view written leaves out ({"shown": k, "total": n}; steps.log keeps every message)
+    net.cuts = {f: {"shown": shown, "total": len(rows)} for f in ("html", "svg", "png")
+                if f in formats and shown < len(rows)}
+
+    def sequence() -> str:
+        text, cut = mermaid_view(net)
+        if cut is not None:
+            net.cuts["mermaid"] = cut
+        return text
+
     writers = {"html": ("trace.html", lambda: trace_html(net, title=title, summary=spec.summary)),
-               "mermaid": ("sequence.mmd", lambda: mermaid(net)),
+               "mermaid": ("sequence.mmd", sequence),
                "svg": ("timeline.svg", lambda: timeline_svg(net)),
                "log": ("steps.log", lambda: step_log(net))}
     for f in formats:
@@ -309,7 +330,25 @@ def _ms(t: float) -> str:
     return "-" if t != t else f"{t * 1000:.3f} ms"
 
 
-def mermaid(net: SimNetwork) -> str:
+def first_rounds(rounds: list, limit: int) -> int:
+    """How many of the messages whose round labels are ``rounds`` (in ledger order) a view of at
+    most ``limit`` messages shows: all when they fit, else those up to the last start of a round
+    within the limit (the first ``limit`` when the first round alone has more)."""
+    if limit < 1:
+        raise ValueError(f"a view shows at least one message, got limit {limit!r}")
+    n = len(rounds)
+    if n <= limit:
+        return n
+    return next((j for j in range(limit, 0, -1) if rounds[j] != rounds[j - 1]), limit)
+
+
+def mermaid(net: SimNetwork, limit: int = MAX_MERMAID_CHARS) -> str:
+    """The text of ``mermaid_view``: a Mermaid sequence diagram of the run, bounded to ``limit``
+    characters."""
+    return mermaid_view(net, limit)[0]
+
+
+def mermaid_view(net: SimNetwork, limit: int = MAX_MERMAID_CHARS) -> tuple[str, dict | None]:
     """A Mermaid ``sequenceDiagram`` with one arrow per ledger row, in ledger order.
 
     Participants get the aliases ``N0``, ``N1``, ... with the node's id and role as their label;
@@ -320,7 +359,13 @@ def mermaid(net: SimNetwork) -> str:
     A message read after it arrived says when (``read``); a node going offline, a wait that
     ended without some senders' messages (``ledger.missing``) and an actor still waiting at a
     deadlock are notes over that node, among the arrows where the step log has them (see
-    ``trace_data``'s ``sequence``)."""
+    ``trace_data``'s ``sequence``).
+
+    A diagram longer than ``limit`` characters (``MAX_MERMAID_CHARS``, Mermaid's own limit) keeps
+    its first whole rounds within it (the messages of the first round that fit, when that round
+    alone is longer), and the notes among them, and ends with a note saying how many messages it
+    shows, to which round, and that steps.log has them all. Returns the text and what it left
+    out: None, or ``{"shown": k, "total": n}``."""
     names = _participants(net)
     alias = {n: _alias(i) for i, n in enumerate(names)}
     roles = net.ledger.roles
@@ -333,7 +378,10 @@ def mermaid(net: SimNetwork) -> str:
     offline, missing, blocked = offline_events(net), missing_events(net), blocked_events(net)
     records = list(net.ledger.records())
     last_round = None
+    starts = []  # the index in lines of each message's first line (its round's note, if it opens one)
     for what, i in _sequence(net, records, offline, missing, blocked):
+        if what == "msg":
+            starts.append(len(lines))
         if what == "offline":
             e = offline[i]
             lines.append(f"    Note over {alias[e['node']]}: " + _mermaid_text(
@@ -374,7 +422,46 @@ def mermaid(net: SimNetwork) -> str:
         if r["anonymous"]:
             hidden = _mermaid_text(f"sender hidden from {r['dst']}")
             lines.append(f"    Note right of {dst}: {hidden}")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if _js_len(text) <= limit:
+        return text, None
+    return _mermaid_cut(lines, starts, records, alias[names[0]], limit)
+
+
+def _js_len(s: str) -> int:
+    """``s``'s length as JavaScript (and so Mermaid's maxTextSize) counts it: in UTF-16 units."""
+    return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
+
+
+def _mermaid_cut(lines: list[str], starts: list[int], records: list[dict], first: str,
+                 limit: int) -> tuple[str, dict]:
+    """The diagram ``lines`` cut to its first whole rounds within ``limit`` characters, the note
+    saying so at its end (see ``mermaid``); ``starts[k]``: the index of message k's first line."""
+    n = len(records)
+
+    def note(k: int) -> str:
+        if k == 0:
+            shown = "none of the run's messages (its first alone does not fit)"
+        else:
+            shown = f"the first {k} of the run's {n} messages (to {_round(records[k - 1]['round'])})"
+        rest = ("" if k == 0 else "the rest of " if records[k]["round"] == records[k - 1]["round"] else "") + \
+            _round(records[k]["round"])
+        return f"    Note over {first}: " + _mermaid_text(
+            f"cut: this diagram shows {shown}; {rest} and every round after it are left out (with their notes) "
+            f"to stay within Mermaid's {limit}-character limit; steps.log has every message")
+
+    size = [0]  # characters before each line, as Mermaid counts them (JavaScript's: UTF-16 units)
+    for line in lines:
+        size.append(size[-1] + _js_len(line) + 1)
+    fits = []
+    for k in range(1, n):
+        if size[starts[k]] > limit:  # (sizes only grow)
+            break
+        if size[starts[k]] + _js_len(note(k)) + 1 <= limit:
+            fits.append(k)
+    whole = [k for k in fits if records[k]["round"] != records[k - 1]["round"]]
+    k = whole[-1] if whole else fits[-1] if fits else 0
+    return "\n".join(lines[:starts[k]] + [note(k)]) + "\n", {"shown": k, "total": n}
 
 
 # Mermaid reads ';' as a statement's end, '#' as a comment's start (and '#...;' as an entity
@@ -636,34 +723,63 @@ _COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "
            "propagating": "#8C8C8C", "offline": "#D8D8D8"}
 
 
-def _spans(net: SimNetwork):
+def _spans(net: SimNetwork, limit: int = MAX_PAGE_MESSAGES):
+    """The timelines' lanes, spans and arrows, and what they leave out (``cut``: None, or the
+    messages ``shown`` and ``total``, the send time ``at`` of the first left out, which ends the
+    drawing, and the round labels ``last_shown`` and ``first_cut``): of a run of more than
+    ``limit`` messages its first whole rounds (``first_rounds``), the computations and nodes
+    going offline before ``at``, as on the page (a timeline of 60000 messages was a 25 MB SVG
+    of slivers and took matplotlib seconds)."""
     lanes = _participants(net)
     spans = []  # (lane, start, end, kind)
     arrows = []  # (from lane, to lane, t0, t1, anonymous)
-    for r in net.ledger.records():
+    records = list(net.ledger.records())
+    k = first_rounds([r["round"] for r in records], limit)
+    cut, at = None, float("inf")
+    if k < len(records):
+        at = records[k]["send_time"]
+        cut = {"shown": k, "total": len(records), "at": at, "last_shown": _round(records[k - 1]["round"]),
+               "first_cut": _round(records[k]["round"]), "whole": records[k]["round"] != records[k - 1]["round"]}
+    for r in records[:k]:
         if r["tx_end"] == r["tx_end"]:
             spans.append((r["src"], r["tx_start"], r["tx_end"], "sending"))
         if r["status"] == "delivered":
             spans.append((r["dst"], r["rx_start"], r["arrival_time"], "receiving"))
             arrows.append((r["src"], r["dst"], r["tx_end"], r["rx_start"], r["anonymous"]))
     for node, start, end, label in net.trace:  # ctx.sleep's spans (label "sleep") are no computing
-        spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
+        if start < at:
+            spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
     # a node's link down, from then to the end of the drawing, under its other spans
-    end = max([s[2] for s in spans] + [net.now()])
-    spans[:0] = [(e["node"], e["time"], max(end, e["time"]), "offline") for e in offline_events(net)]
-    return lanes, spans, arrows
+    end = max([s[2] for s in spans] + ([net.now()] if cut is None else [at]))
+    spans[:0] = [(e["node"], e["time"], max(end, e["time"]), "offline") for e in offline_events(net) if e["time"] < at]
+    return lanes, spans, arrows, cut
 
 
-def timeline_svg(net: SimNetwork) -> str:
-    """The timeline as a standalone SVG (no plotting library needed)."""
-    lanes, spans, arrows = _spans(net)
+def _timeline_cut_text(cut: dict | None) -> str:
+    """What a timeline leaves out (``_spans``' ``cut``), or nothing."""
+    if cut is None:
+        return ""
+    rest = ("" if cut["whole"] else "the rest of ") + cut["first_cut"]
+    return (f"the first {cut['shown']} of the run's {cut['total']} messages (to {cut['last_shown']}, sent before "
+            f"{_ms(cut['at'])}); {rest} and every round after it left out: steps.log has every message")
+
+
+def timeline_svg(net: SimNetwork, limit: int = MAX_PAGE_MESSAGES) -> str:
+    """The timeline as a standalone SVG (no plotting library needed): of a run of more than
+    ``limit`` messages its first whole rounds, as on the page, and a line under the title saying
+    what it leaves out (``_spans``)."""
+    lanes, spans, arrows, cut = _spans(net, limit)
     t_end = max([s[2] for s in spans] + [1e-9])
     width, left, lane_h, top = 900, 170, 34, 30
+    if cut is not None:  # (a second line of title: what is left out)
+        top += 16
     height = top + lane_h * len(lanes) + 40
     x = lambda t: left + (width - left - 20) * (t / t_end)
     y = {n: top + i * lane_h for i, n in enumerate(lanes)}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="16">simulated time, 0 to {t_end * 1000:.3f} ms</text>']
+    if cut is not None:
+        out.append(f'<text id="cut" x="5" y="32" fill="#A0522D">Cut: {_html.escape(_timeline_cut_text(cut), quote=False)}</text>')
     for n in lanes:
         full = f"{n} ({net.ledger.roles.get(n, '')})"  # a role is any text
         label = _html.escape(_fit(full, 26))  # what fits left of the lanes' start
@@ -687,7 +803,9 @@ def timeline_svg(net: SimNetwork) -> str:
     return "\n".join(out) + "\n"
 
 
-def timeline_png(net: SimNetwork, path: Path) -> Path | None:
+def timeline_png(net: SimNetwork, path: Path, limit: int = MAX_PAGE_MESSAGES) -> Path | None:
+    """``timeline_svg``'s drawing with matplotlib into ``path`` (None without matplotlib): of a
+    run of more than ``limit`` messages its first whole rounds, the title saying what it leaves out."""
     try:
         import matplotlib
 
@@ -697,7 +815,7 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
         return None
     from matplotlib.collections import LineCollection
 
-    lanes, spans, arrows = _spans(net)
+    lanes, spans, arrows, cut = _spans(net, limit)
     idx = {n: i for i, n in enumerate(lanes)}
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(lanes) + 1.5), dpi=110)
     # one collection per lane and kind, one per line style (an artist per span and arrow took 20 s
@@ -716,6 +834,10 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
     ax.set_yticks(range(len(lanes)), [f"{n} ({net.ledger.roles.get(n, '')})" for n in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (ms)")
+    if cut is not None:
+        import textwrap
+
+        ax.set_title("\n".join(textwrap.wrap("Cut: " + _timeline_cut_text(cut), 120)), fontsize=8, loc="left")
     from matplotlib.patches import Patch
 
     ax.legend(handles=[Patch(color=c, label=k) for k, c in _COLORS.items()], loc="lower right", fontsize=7)
@@ -1233,7 +1355,7 @@ def page_cut(data: dict, limit: int = MAX_PAGE_MESSAGES) -> dict:
     msgs = data["messages"]
     if len(msgs) <= limit:
         return {**data, "cut": None}
-    k = next((j for j in range(limit, 0, -1) if msgs[j]["round"] != msgs[j - 1]["round"]), limit)
+    k = first_rounds([m["round"] for m in msgs], limit)
     at = msgs[k]["send"]
     end = data["sequence"].index(["msg", k])
     cut = {"shown": k, "total": len(msgs), "at": at, "last_shown": msgs[k - 1]["round_label"],
@@ -1253,8 +1375,8 @@ def _cut_text(data: dict) -> str:
     return (f'<div class="cut" id="cut"><b>Cut:</b> this page shows the first {c["shown"]} of the run\'s '
             f'{c["total"]} messages (to {_html.escape(c["last_shown"])}, sent before {_ms(c["at"])}); the other '
             f'{c["total"] - c["shown"]} ({_html.escape(left)}) are left out to keep the page usable (at most '
-            f'{c["limit"]} messages). Every message is in steps.log and sequence.mmd (written by fedsim trace '
-            f'without --html); trace fewer rounds or clients to step through them here.</div>')
+            f'{c["limit"]} messages). Every message is in steps.log (written by fedsim trace without --html); '
+            f'trace fewer rounds or clients to step through them here.</div>')
 
 
 def trace_html(net: SimNetwork, *, title: str = "", summary: str = "", limit: int = MAX_PAGE_MESSAGES) -> str:
