@@ -1223,8 +1223,15 @@ def test_the_timeline_zooms_to_the_step_and_to_the_round_in_a_headless_browser(f
         cursor = driver.find_element(By.ID, "cursor")
         assert float(cursor.get_attribute("x1")) == pytest.approx(left + (r["send_time"] - lo) * sx, abs=0.01)
         # spans outside the window are not drawn; those inside stay within the lanes' area
+        fields = {"queueing": ("send_time", "tx_start"), "sending": ("tx_start", "tx_end"),
+                  "propagating": ("tx_end", "rx_start"), "receiving": ("rx_start", "arrival_time")}
         for s in driver.find_elements(By.CSS_SELECTOR, ".span"):
-            inside = float(s.get_attribute("data-e")) >= lo and float(s.get_attribute("data-s")) <= hi
+            k, kind = int(s.get_attribute("data-msg")), s.get_attribute("class").split()[1]
+            if k >= 0:  # a message's span: its times are the ledger's
+                start, stop = (rows[k][f] for f in fields[kind])
+            else:  # a computation, a node offline
+                start, stop = float(s.get_attribute("data-s")), float(s.get_attribute("data-e"))
+            inside = stop >= lo and start <= hi
             assert s.get_attribute("visibility") == ("visible" if inside else "hidden")
             if inside:
                 assert left - 0.01 <= float(s.get_attribute("x")) and \

@@ -1030,8 +1030,10 @@ def _timeline_html_svg(data: dict) -> str:
         yy = y[node] + (11 if kind == "propagating" else 6)
         # (propagation starts as the sender's last byte leaves: its side, for a hidden sender)
         side = "src" if kind in ("queueing", "sending", "propagating") else "dst"
-        # (data-s, data-e: its exact times, which a zoom lays it out from)
-        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" data-s="{s!r}" data-e="{t!r}" '
+        # (data-s, data-e: the exact times a zoom lays it out from, those of a computation or a
+        # node offline; a message's span takes them from the message's, by its kind)
+        times = f'data-s="{s!r}" data-e="{t!r}" ' if i < 0 else ""
+        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" {times}'
                    f'x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
                    f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
                    f'</title></rect>')
@@ -1224,6 +1226,13 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
   var zoom = document.getElementById("zoom"), tlSvg = document.getElementById("timeline");
   var tlLeft = Number(tlSvg.getAttribute("data-left")), tlRight = Number(tlSvg.getAttribute("data-right"));
   var tlEnd = Number(tlSvg.getAttribute("data-end")), tlSpans = Array.prototype.slice.call(tlSvg.querySelectorAll(".span"));
+  // each span's times: a message's from its fields, by the span's kind; another's from data-s/-e
+  var bounds = {queueing: ["send", "tx_start"], sending: ["tx_start", "tx_end"], propagating: ["tx_end", "rx_start"],
+                receiving: ["rx_start", "arrival"]};
+  var tlTimes = tlSpans.map(function (r) {
+    var k = Number(r.getAttribute("data-msg")), b = bounds[r.classList[1]];
+    return k >= 0 && b ? [msgs[k][b[0]], msgs[k][b[1]]] : [Number(r.getAttribute("data-s")), Number(r.getAttribute("data-e"))];
+  });
   var roundWin = {};
   function widen(w, t) { if (t !== null && t !== undefined) { w[0] = Math.min(w[0], t); w[1] = Math.max(w[1], t); } }
   steps.forEach(function (s, k) {
@@ -1259,8 +1268,8 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
       (w[2] ? " (zoomed to " + w[2] + " of 0 to " + ms(tlEnd) + ")" : "");
     if (drawn[0] === lo && drawn[1] === hi) return;
     drawn = [lo, hi];
-    tlSpans.forEach(function (r) {
-      var s = Number(r.getAttribute("data-s")), e = Number(r.getAttribute("data-e"));
+    tlSpans.forEach(function (r, j) {
+      var s = tlTimes[j][0], e = tlTimes[j][1];
       if (e < lo || s > hi) { r.setAttribute("visibility", "hidden"); return; }
       var x0 = tlLeft + (Math.max(s, lo) - lo) * sx, x1 = tlLeft + (Math.min(e, hi) - lo) * sx;
       r.setAttribute("visibility", "visible");
