@@ -1329,3 +1329,49 @@ def test_cli_trace_says_which_of_its_files_are_cut(tmp_path, capsys):
     assert (f"sequence.mmd holds the first {k} messages (whole rounds within Mermaid's {MAX_MERMAID_CHARS}-character "
             "limit) and says so\n") in said
     assert f"Cut: the first {shown} of the run's {n} messages" in (out / "timeline.svg").read_text()
+
+
+def test_a_deadlock_is_a_step_after_the_last_message_in_a_headless_browser(tmp_path):
+    from fedsim.kernel import LinkSpec
+    from fedsim.kernel.errors import DeadlockError
+    from fedsim.studies.trace import TracingNetwork, trace_html
+
+    async def server(ctx):
+        await ctx.send("a", "go", {"n": 0})
+        await ctx.gather("up", senders=["a"])
+
+    async def a(ctx):
+        await ctx.receive("go")
+        await ctx.receive("never")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("a", a, role="client", link=LinkSpec(latency=0.001))
+    with pytest.raises(DeadlockError):
+        net.run()
+    blocked = sorted(net.result.blocked.items())
+    assert [n for n, _ in blocked] == ["a", "server"]
+    path = tmp_path / "trace.html"
+    path.write_text(trace_html(net), encoding="utf-8")
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == "before the first message (1 message, 2 events)"
+        driver.find_element(By.ID, "next").click()
+        assert step.text == "message 1 of 1"
+        end = net.result.duration * 1000
+        for node, waits in blocked:
+            driver.find_element(By.ID, "next").click()
+            assert step.text == "deadlock, after message 1 of 1"
+            assert driver.find_element(By.ID, "what").text == (
+                f"{node} is still waiting when the run ends at {end:.3f} ms, with nothing left that could wake it: "
+                f"{waits}")
+        driver.find_element(By.ID, "first").click()
+        driver.find_element(By.ID, "last").click()
+        assert driver.find_element(By.ID, "what").text.startswith("server is still waiting")
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
