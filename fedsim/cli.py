@@ -348,7 +348,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .experiment.runner import OutputFolder, no_room_error
-    from .studies.trace import MAX_PAGE_MESSAGES, trace
+    from .studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, trace
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
         raise UsageError("--out is empty; give a value or leave the option out")
@@ -377,10 +377,18 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
     print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
-    if "html" in paths and len(net.ledger) > MAX_PAGE_MESSAGES:
-        also = "" if args.html else " (every message is in steps.log and sequence.mmd)"
+    cuts = getattr(net, "cuts", {})
+    if "html" in cuts:
+        also = "" if args.html else " (every message is in steps.log)"
         print(f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {len(net.ledger)} "
               f"messages and says which{also}")
+    drawn = [name for f, name in (("svg", "timeline.svg"), ("png", "timeline.png")) if f in cuts and f in paths]
+    if drawn:
+        print(f"{' and '.join(drawn)} draw{'s' if len(drawn) == 1 else ''} the same {cuts['svg' if 'svg' in cuts else 'png']['shown']} "
+              f"messages and say{'s' if len(drawn) == 1 else ''} so")
+    if "mermaid" in cuts:
+        print(f"sequence.mmd holds the first {cuts['mermaid']['shown']} messages (whole rounds within Mermaid's "
+              f"{MAX_MERMAID_CHARS}-character limit) and says so")
     try:  # the trace is how an author sees such a message: written all the same, and said
         from .protocols import REGISTRY
         from .protocols.contract import check_ledger

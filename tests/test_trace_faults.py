@@ -118,7 +118,7 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
     labels = re.findall(r'fill="#222">([^<]*)</text>', page)
     assert labels == ["go · 8 B", "go · 8 B", "up · 8 B · read 50.000 ms", "up · 8 B · read 64.000 ms", "go · 8 B",
                       "go · 8 B · read 62.000 ms", "up · 8 B · never read", "up · 8 B"]
-    notes = re.findall(r'<g class="note"><text[^>]*>([^<]*)</text>', page)
+    notes = re.findall(r'<g class="note"[^>]*>(?:<rect[^>]*/>)?<text[^>]*>([^<]*)</text>', page)
     assert notes == ["50.000 ms: server stops waiting for up (round 0): nothing from b"]
     assert '", read " + ms(m.read_at)' in page  # the step panel says it too
 
@@ -159,7 +159,7 @@ def test_a_count_gather_given_up_says_how_many_and_a_dropout_is_shown():
     page = trace_html(net)
     data = _page_data(page)
     assert data["offline"] == [{"node": "b", "time": 0.005, "dropped": True}]
-    assert re.findall(r'<g class="note"><text[^>]*>([^<]*)</text>', page) == [
+    assert re.findall(r'<g class="note"[^>]*>(?:<rect[^>]*/>)?<text[^>]*>([^<]*)</text>', page) == [
         "5.000 ms: b drops out (offline from here on: its actor stops, messages to or from it are lost)",
         "50.000 ms: server stops waiting for up (round 0): 1 more (any sender)"]
     assert " · 3 messages (1 lost), 24 B on the wire; 1 message missing at a deadline; 1 node offline. " in page

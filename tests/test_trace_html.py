@@ -710,10 +710,12 @@ def test_the_step_panel_says_setup_for_round_5_in_a_headless_browser(tmp_path):
         driver.get(path.resolve().as_uri())
         nxt = driver.find_element(By.ID, "next")
         heads = []
-        for _ in range(3):
+        for _ in range(4):
             nxt.click()
             heads.append(driver.find_element(By.CSS_SELECTOR, "#panel > div").text)
-        assert heads == ["hello · setup", "peers · setup for round 5", "go · round 5"]
+        # (the wait given up is a step of its own, with its round, among the messages)
+        assert heads == ["hello · setup", "peers · setup for round 5", "wait given up · setup for round 5",
+                         "go · round 5"]
     finally:
         driver.quit()
 
@@ -814,12 +816,20 @@ def test_the_step_panel_says_what_the_ledger_has_of_each_lost_late_and_large_mes
     try:
         driver.get(paths["html"].resolve().as_uri())
         nxt = driver.find_element(By.ID, "next")
+        events = 0
         for i, r in enumerate(rows):
             nxt.click()
+            while driver.find_elements(By.ID, "event"):  # (a wait given up: a step between messages)
+                assert driver.find_element(By.ID, "event").text == "wait given up"
+                events += 1
+                nxt.click()
             assert driver.find_element(By.ID, "step").text == f"message {i + 1} of {len(rows)}"
             lines = driver.find_element(By.ID, "panel").text.splitlines()
             want = _panel_expected(r)
             assert lines[:4] == [want["head"], want["who"], want["sizes"], want["times"]], i
+        nxt.click()
+        events += len(driver.find_elements(By.ID, "event"))
+        assert events == len({(m.time, m.receiver, m.kind, m.round) for m in net.ledger.missing}) > 0
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
@@ -854,14 +864,18 @@ def test_jumping_to_a_round_and_to_either_end_in_a_headless_browser(late_and_los
         menu.select_by_visible_text(f"round {last_round}")
         driver.find_element(By.ID, "prev").click()
         assert menu.first_selected_option.text == f"round {before}"
+        # the last step: the last message (a late upload, sent after the last wait was given up)
+        waits = sorted({(m.time, m.receiver, m.kind, m.round) for m in net.ledger.missing})
+        assert waits[-1][0] < rows[-1]["send_time"]
+        last = f"message {len(rows)} of {len(rows)}"
         driver.find_element(By.ID, "last").click()
-        assert step.text == f"message {len(rows)} of {len(rows)}"
+        assert step.text == last
         assert menu.first_selected_option.text == f"round {rows[-1]['round']}"
         driver.find_element(By.ID, "first").click()
         assert step.text == f"message 1 of {len(rows)}"
         body = driver.find_element(By.TAG_NAME, "body")
         body.send_keys(Keys.END)
-        assert step.text == f"message {len(rows)} of {len(rows)}"
+        assert step.text == last
         body.send_keys(Keys.HOME)
         assert step.text == f"message 1 of {len(rows)}"
         # only the current message's spans are highlighted, every other message's dimmed
@@ -1025,5 +1039,339 @@ def test_the_notes_of_a_faulty_trace_fit_in_the_sequence_diagram_in_a_headless_b
         assert any(" drops out " in text for text, _, _ in notes)
         for text, left, right in notes:
             assert 0 <= left and right <= width, text
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def faulty_trace(tmp_path_factory):
+    """FCF on a LAN with loss, dropouts early in the run and a deadline: waits given up, clients
+    dropping out, messages lost."""
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path_factory.mktemp("faulty")
+    net, paths = trace("fcf", out, clients=4, rounds=2, sets=["deadline=1"], formats=("html",),
+                       net=NetSpec(profile="lan", loss=0.3, dropout=0.3, window=(0.0, 0.01)))
+    return net, paths["html"]
+
+
+def _expected_events(net) -> list[tuple[float, str, str]]:
+    """(time, head, sentence) of each wait given up, dropout and deadlock, from the ledger's
+    missing records and the nodes' offline times (not from the page's data)."""
+    groups: dict = {}
+    for m in net.ledger.missing:
+        groups.setdefault((float(m.time), m.receiver, m.kind, int(m.round)), []).append(m.sender)
+    out = []
+    for (t, recv, kind, rnd), senders in groups.items():
+        named = [s for s in senders if s is not None]
+        parts = ([f"nothing from {', '.join(named)}"] if named else []) + \
+            ([f"{len(senders) - len(named)} more from any sender"] if len(named) < len(senders) else [])
+        n = len(senders)
+        out.append((t, "wait given up", f"{recv} gives up waiting for {kind} (round {rnd}) at {t * 1000:.3f} ms: "
+                    f"{n} message{'s' if n != 1 else ''} missing ({' and '.join(parts)})"))
+    for node in net.nodes.values():
+        off = node.spec.offline_at
+        if off is not None and off <= net.now() and node.offline:
+            out.append((float(off), "dropout", f"{node.id} drops out at {off * 1000:.3f} ms: offline from here on, "
+                        "its actor stops, messages to or from it are lost"))
+    return sorted(out)
+
+
+def test_waits_given_up_and_dropouts_are_steps_in_time_order_in_a_headless_browser(faulty_trace, tmp_path):
+    # stepping covered the messages alone: a wait given up at its deadline or a client dropping
+    # out was a note in the diagram, never in the step panel
+    net, path = faulty_trace
+    rows = list(net.ledger.records())
+    events = _expected_events(net)
+    assert {h for _, h, _ in events} == {"wait given up", "dropout"}
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == f"before the first message ({len(rows)} messages, {len(events)} events)"
+        nxt = driver.find_element(By.ID, "next")
+        seen_msgs, seen_events, times = 0, [], []
+        for _ in range(len(rows) + len(events)):
+            nxt.click()
+            if driver.find_elements(By.ID, "event"):
+                head = driver.find_element(By.ID, "event").text
+                text = driver.find_element(By.ID, "what").text
+                seen_events.append((head, text))
+                where = f"after message {seen_msgs}" if seen_msgs else "before message 1"
+                assert step.text == f"{head}, {where} of {len(rows)}"
+                t = float(re.search(r" at ([0-9.]+) ms", text).group(1))
+                current = driver.find_elements(By.CSS_SELECTOR, ".note.current")
+                assert len(current) == 1 and current[0].text.startswith(f"{t:.3f} ms: ")
+                # the timeline's cursor stands at the event's time
+                tl = driver.find_element(By.ID, "timeline")
+                x = float(driver.find_element(By.ID, "cursor").get_attribute("x1"))
+                assert x == pytest.approx(float(tl.get_attribute("data-t0")) + t / 1000 *
+                                          float(tl.get_attribute("data-scale")), abs=1e-3)
+            else:
+                r = rows[seen_msgs]
+                seen_msgs += 1
+                assert step.text == f"message {seen_msgs} of {len(rows)}"
+                assert driver.find_element(By.ID, "kind").text == r["kind"]
+                t = r["send_time"] * 1000
+            times.append(t)
+        assert seen_msgs == len(rows)
+        assert sorted(seen_events) == sorted((h, text) for _, h, text in events)
+        assert times == sorted(times), "the steps are in time order"
+        nxt.click()  # the last step stays
+        assert driver.find_elements(By.ID, "event") or step.text == f"message {len(rows)} of {len(rows)}"
+        # a click on a note steps to it
+        note = driver.find_elements(By.CSS_SELECTOR, "#sequence .note")[0]
+        driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", note)
+        assert driver.find_element(By.ID, "what").text in [text for _, _, text in events]
+        assert note.get_attribute("class") == "note current"
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_the_lane_headers_stay_in_view_down_a_long_diagram_in_a_headless_browser(long_trace, tmp_path):
+    # the lane headers were drawn at the diagram's top alone: some rows down, no lane was named
+    net, path = long_trace
+    data = page_data(path.read_text())
+    k = data["cut"]["shown"]
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    def lanes_in_view():
+        """Each lane header's text, whether it lies in the window below the controls, and the
+        headers' bottom."""
+        return driver.execute_script(
+            "var top = document.getElementById('controls').getBoundingClientRect().bottom, out = [];"
+            "document.querySelectorAll('#sequence .lane').forEach(function (g) {"
+            " if (getComputedStyle(g).display === 'none') return;"
+            " var b = g.querySelector('rect').getBoundingClientRect();"  # (the lane's box)
+            " out.push([g.querySelector('text').textContent, b.top >= top - 0.5 && b.bottom <= innerHeight, b.bottom]);"
+            "}); return out;")
+
+    try:
+        driver.get(path.resolve().as_uri())
+        names = [n["id"] for n in data["nodes"]]
+        lanes = lanes_in_view()
+        assert [name for name, _, _ in lanes] == names and all(seen for _, seen, _ in lanes), lanes
+        driver.find_element(By.ID, "last").click()
+        assert driver.find_element(By.ID, "step").text == f"message {k} of {k} shown (the run has {len(net.ledger)})"
+        # the diagram is scrolled far down; every lane is still named, above the current arrow
+        assert driver.execute_script("return window.scrollY") > 10_000
+        lanes = lanes_in_view()
+        assert [name for name, _, _ in lanes] == names and all(seen for _, seen, _ in lanes), lanes
+        arrow = driver.find_element(By.CSS_SELECTOR, ".msg.current").rect["y"] - driver.execute_script(
+            "return window.scrollY")
+        assert arrow >= max(bottom for _, _, bottom in lanes) - 0.5
+        # and anywhere between: scrolled by hand to the middle of the diagram
+        driver.execute_script("window.scrollTo(0, document.getElementById('sequence').getBoundingClientRect().top"
+                              " + window.scrollY + 20000)")
+        driver.execute_script("return new Promise(function (r) { requestAnimationFrame(function () { r(); }); })")
+        lanes = lanes_in_view()
+        assert all(seen for _, seen, _ in lanes), lanes
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_the_timeline_zooms_to_the_step_and_to_the_round_in_a_headless_browser(faulty_trace, tmp_path):
+    # with a deadline of 1 s the timeline spanned seconds while a message took microseconds: every
+    # transmission was drawn 0.8 px wide at the left edge, whatever the step
+    net, path = faulty_trace
+    rows = list(net.ledger.records())
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    def at_message(i):
+        driver.find_element(By.ID, "first").click()
+        while driver.find_element(By.ID, "step").text != f"message {i + 1} of {len(rows)}":
+            driver.find_element(By.ID, "next").click()
+
+    def sending_span(i):
+        r = driver.find_element(By.CSS_SELECTOR, f'.span.sending[data-msg="{i}"]')
+        return float(r.get_attribute("x")), float(r.get_attribute("width"))
+
+    try:
+        driver.get(path.resolve().as_uri())
+        tl = driver.find_element(By.ID, "timeline")
+        left, right = float(tl.get_attribute("data-left")), float(tl.get_attribute("data-right"))
+        end = float(tl.get_attribute("data-end"))
+        i = next(k for k, r in enumerate(rows) if r["status"] == "delivered" and not r["anonymous"])
+        r = rows[i]
+        at_message(i)
+        assert driver.find_element(By.ID, "tl-range").text == f"simulated time, 0 to {end * 1000:.3f} ms"
+        assert end > 0.9 and sending_span(i)[1] < 1  # the whole run: the transmission is a sliver
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("zoomed to the step")
+        d = r["arrival_time"] - r["send_time"]
+        lo, hi = max(0.0, r["send_time"] - d / 10), r["arrival_time"] + d / 10
+        assert float(tl.get_attribute("data-from")) == pytest.approx(lo, rel=1e-12, abs=1e-15)
+        assert float(tl.get_attribute("data-to")) == pytest.approx(hi, rel=1e-12)
+        assert driver.find_element(By.ID, "tl-range").text == (
+            f"simulated time, {'0' if lo == 0 else f'{lo * 1000:.3f} ms'} to {hi * 1000:.3f} ms "
+            f"(zoomed to message {i + 1} of 0 to {end * 1000:.3f} ms)")
+        sx = (right - left) / (hi - lo)
+        x, w = sending_span(i)
+        assert x == pytest.approx(left + (r["tx_start"] - lo) * sx, abs=0.01)
+        assert w == pytest.approx(max((r["tx_end"] - r["tx_start"]) * sx, 0.8), abs=0.01)
+        rx = driver.find_element(By.CSS_SELECTOR, f'.span.receiving[data-msg="{i}"]')
+        assert float(rx.get_attribute("x")) + float(rx.get_attribute("width")) == pytest.approx(
+            left + (r["arrival_time"] - lo) * sx, abs=0.01)
+        # the message, send to arrival, spans at least 10/12 of the lanes' width (a tenth either side)
+        assert (r["arrival_time"] - r["send_time"]) * sx >= (right - left) * 10 / 12 - 1e-9
+        cursor = driver.find_element(By.ID, "cursor")
+        assert float(cursor.get_attribute("x1")) == pytest.approx(left + (r["send_time"] - lo) * sx, abs=0.01)
+        # spans outside the window are not drawn; those inside stay within the lanes' area
+        fields = {"queueing": ("send_time", "tx_start"), "sending": ("tx_start", "tx_end"),
+                  "propagating": ("tx_end", "rx_start"), "receiving": ("rx_start", "arrival_time")}
+        for s in driver.find_elements(By.CSS_SELECTOR, ".span"):
+            k, kind = int(s.get_attribute("data-msg")), s.get_attribute("class").split()[1]
+            if k >= 0:  # a message's span: its times are the ledger's
+                start, stop = (rows[k][f] for f in fields[kind])
+            else:  # a computation, a node offline
+                start, stop = float(s.get_attribute("data-s")), float(s.get_attribute("data-e"))
+            inside = stop >= lo and start <= hi
+            assert s.get_attribute("visibility") == ("visible" if inside else "hidden")
+            if inside:
+                assert left - 0.01 <= float(s.get_attribute("x")) and \
+                    float(s.get_attribute("x")) + float(s.get_attribute("width")) <= right + 0.8
+        # the round: from its first send to its last arrival or wait given up
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("zoomed to the round")
+        rnd = [q for q in rows if q["round"] == r["round"]]
+        lo = min(q["send_time"] for q in rnd)
+        waits = [float(m.time) for m in net.ledger.missing if m.round == r["round"]]
+        hi = max([q["arrival_time"] for q in rnd if q["status"] == "delivered"] + waits)
+        assert float(tl.get_attribute("data-from")) == lo and float(tl.get_attribute("data-to")) >= hi
+        assert driver.find_element(By.ID, "tl-range").text.endswith(
+            f" (zoomed to round {r['round']} of 0 to {end * 1000:.3f} ms)")
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("whole run")
+        assert driver.find_element(By.ID, "tl-range").text == f"simulated time, 0 to {end * 1000:.3f} ms"
+        assert sending_span(i)[1] < 1
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
+
+def test_the_views_of_a_long_trace_are_bounded_and_say_what_they_leave_out(long_trace, tmp_path, monkeypatch):
+    # sequence.mmd, timeline.svg and timeline.png drew every message: for 1000 rounds of demo with
+    # 30 clients a 4.4 MB Mermaid file (Mermaid draws none over 50000 characters), a 25 MB SVG and
+    # a PNG of slivers that took matplotlib 6 s; steps.log stays whole
+    from fedsim.studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, mermaid, step_log, timeline_png, timeline_svg
+
+    net, _ = long_trace
+    rows = list(net.ledger.records())
+    n = len(rows)
+    # sequence.mmd: a prefix of the whole diagram, its first whole rounds within Mermaid's limit
+    whole = mermaid(net, limit=10**9).splitlines()
+    text = mermaid(net)
+    lines = text.splitlines()
+    assert len(text.encode("utf-16-le")) // 2 <= MAX_MERMAID_CHARS < len("\n".join(whole))
+    assert lines[:-1] == whole[:len(lines) - 1]
+    arrows = [line for line in lines if "->>" in line or "-x" in line]
+    k = len(arrows)
+    assert 0 < k < n and rows[k]["round"] != rows[k - 1]["round"]
+    assert arrows == [line for line in whole if "->>" in line or "-x" in line][:k]
+    # the next round would not have fitted
+    nxt = next(j for j in range(k + 1, n + 1) if j == n or rows[j]["round"] != rows[j - 1]["round"])
+    upto = [i for i, line in enumerate(whole) if "->>" in line or "-x" in line][nxt - 1]
+    assert len("\n".join(whole[:upto + 1])) > MAX_MERMAID_CHARS
+    assert lines[-1] == (f"    Note over N0: cut#58; this diagram shows the first {k} of the run's {n} messages "
+                         f"(to round {rows[k - 1]['round']})#59; round {rows[k]['round']} and every round after it are "
+                         f"left out (with their notes) to stay within Mermaid's {MAX_MERMAID_CHARS}-character limit#59; "
+                         "steps.log has every message")
+    # timeline.svg and timeline.png: the page's first whole rounds
+    shown = _first_whole_rounds(rows, MAX_PAGE_MESSAGES)
+    at = rows[shown]["send_time"]
+    cut = (f"Cut: the first {shown} of the run's {n} messages (to round {rows[shown - 1]['round']}, sent before "
+           f"{at * 1000:.3f} ms); round {rows[shown]['round']} and every round after it left out: steps.log has "
+           "every message")
+    svg = timeline_svg(net)
+    assert svg.count("<title>sending ") == sum(r["tx_end"] == r["tx_end"] for r in rows[:shown])
+    assert svg.count("<title>compute ") == sum(s < at for _, s, _, _ in net.trace)
+    assert f'<text id="cut" x="5" y="32" fill="#A0522D">{cut}</text>' in svg
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figs = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: (figs.append(fig), save(fig, *a, **kw))[1])
+    timeline_png(net, tmp_path / "t.png")
+    ax = figs[0].axes[0]
+    assert ax.get_title(loc="left").replace("\n", " ") == cut
+    bars = sum(len(c.get_paths()) for c in ax.collections if type(c).__name__ != "LineCollection")
+    assert bars == sum(r["tx_end"] == r["tx_end"] for r in rows[:shown]) + \
+        sum(r["status"] == "delivered" for r in rows[:shown]) + sum(s < at for _, s, _, _ in net.trace)
+    # steps.log: every message
+    log = step_log(net)
+    assert log.count(" sends ") == n
+
+
+def test_cli_trace_says_which_of_its_files_are_cut(tmp_path, capsys):
+    from fedsim.cli import main
+    from fedsim.studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES
+
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--clients", "30", "--rounds", "34", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    n = int(re.search(r"traced (\d+) messages", said).group(1))
+    log = (out / "steps.log").read_text()
+    assert log.count(" sends ") == n > MAX_PAGE_MESSAGES  # the whole record
+    shown = page_data((out / "trace.html").read_text())["cut"]["shown"]
+    mmd = (out / "sequence.mmd").read_text()
+    k = sum("->>" in line or "-x" in line for line in mmd.splitlines())
+    assert len(mmd) <= MAX_MERMAID_CHARS and f"shows the first {k} of the run's {n} messages" in mmd
+    assert (f"trace.html draws the first whole rounds of at most {MAX_PAGE_MESSAGES} of the {n} messages and says "
+            f"which (every message is in steps.log)\n") in said
+    png = (out / "timeline.png").exists()
+    assert (f"timeline.svg{' and timeline.png' if png else ''} draw{'' if png else 's'} the same {shown} messages "
+            f"and say{'' if png else 's'} so\n") in said
+    assert (f"sequence.mmd holds the first {k} messages (whole rounds within Mermaid's {MAX_MERMAID_CHARS}-character "
+            "limit) and says so\n") in said
+    assert f"Cut: the first {shown} of the run's {n} messages" in (out / "timeline.svg").read_text()
+
+
+def test_a_deadlock_is_a_step_after_the_last_message_in_a_headless_browser(tmp_path):
+    from fedsim.kernel import LinkSpec
+    from fedsim.kernel.errors import DeadlockError
+    from fedsim.studies.trace import TracingNetwork, trace_html
+
+    async def server(ctx):
+        await ctx.send("a", "go", {"n": 0})
+        await ctx.gather("up", senders=["a"])
+
+    async def a(ctx):
+        await ctx.receive("go")
+        await ctx.receive("never")
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    net.add_node("a", a, role="client", link=LinkSpec(latency=0.001))
+    with pytest.raises(DeadlockError):
+        net.run()
+    blocked = sorted(net.result.blocked.items())
+    assert [n for n, _ in blocked] == ["a", "server"]
+    path = tmp_path / "trace.html"
+    path.write_text(trace_html(net), encoding="utf-8")
+    driver = _driver(tmp_path)
+    from selenium.webdriver.common.by import By
+
+    try:
+        driver.get(path.resolve().as_uri())
+        step = driver.find_element(By.ID, "step")
+        assert step.text == "before the first message (1 message, 2 events)"
+        driver.find_element(By.ID, "next").click()
+        assert step.text == "message 1 of 1"
+        end = net.result.duration * 1000
+        for node, waits in blocked:
+            driver.find_element(By.ID, "next").click()
+            assert step.text == "deadlock, after message 1 of 1"
+            assert driver.find_element(By.ID, "what").text == (
+                f"{node} is still waiting when the run ends at {end:.3f} ms, with nothing left that could wake it: "
+                f"{waits}")
+        driver.find_element(By.ID, "first").click()
+        driver.find_element(By.ID, "last").click()
+        assert driver.find_element(By.ID, "what").text.startswith("server is still waiting")
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()

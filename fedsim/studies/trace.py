@@ -4,9 +4,11 @@
 
 - ``trace.html``: one self-contained page (no network access, no CDN: inline SVG, CSS and a
   little JavaScript) with the sequence diagram, a timeline of every node (queueing, sending,
-  propagation, receiving, computing, sleeping) and a step-through of the messages (next/previous, arrow
-  keys, or a click on an arrow; first/last, Home/End; a menu of the rounds jumps to a round's first
-  message): each message's kind, round, sizes, times and payload fields
+  propagation, receiving, computing, sleeping; a menu zooms it to the current step's round or to
+  the current message) and a step-through of the messages and, among them
+  where the diagram has them as notes, the waits given up, dropouts and a deadlock (next/previous, arrow
+  keys, or a click on an arrow or a note; first/last, Home/End; a menu of the rounds jumps to a round's first
+  message): each event's sentence with its time (``event_step``), each message's kind, round, sizes, times and payload fields
   with their shapes, dtypes and sizes. Anonymous senders are hidden (the arrow comes from an
   "anonymous" lane, the step panel says the receiver does not learn the sender and leaves out the
   sender's send and transmission times, and the timeline's cursor stands at the start of the
@@ -18,12 +20,13 @@
   kind, bytes, simulated send and arrival times). Anonymous messages are dashed arrows labelled
   *anonymous* (the receiver never learns the sender); lost ones end in a cross; one that arrived
   but that its receiver never took (a deadline had passed, the run ended) says *never read*, as
-  the page's arrow and step panel and the step log do.
+  the page's arrow and step panel and the step log do. It holds at most ``MAX_MERMAID_CHARS``
+  characters (Mermaid's own limit): the first whole rounds within it, and a note saying what it leaves out;
 - ``timeline.svg`` (and ``timeline.png`` with matplotlib): one lane per node showing when it is
   sending (egress port busy), receiving (ingress port busy), computing, sleeping (``ctx.sleep``), and the propagation of
-  each message between lanes.
+  each message between lanes; of the messages the page draws (``MAX_PAGE_MESSAGES``), saying what they leave out;
 - ``steps.log``: the same events as plain text, in time order (those of one instant in the order
-  they happened, as the network recorded it: ``net.happened``).
+  they happened, as the network recorded it: ``net.happened``): the whole record, never cut.
 
 Every view gives each message its round (``setup`` for a negative label: the secure
 aggregation's key exchange; ``setup for round N`` for the label -1 - N of one that began at round
@@ -57,14 +60,19 @@ __all__ = ["TracingNetwork", "trace", "mermaid", "timeline_svg", "step_log", "tr
 
 FORMATS = ("html", "mermaid", "svg", "log", "png")
 # the most rounds a trace runs (its clients are bounded by the tiny presets): a teaching trace is of
-# a few; 1000 rounds of FedRec with 30 clients take some 20 s, 0.5 GB and write 140 MB of views,
-# and --rounds 100000000 ran until killed
+# a few; 1000 rounds of FedRec with 30 clients take some 20 s and 0.5 GB (and wrote 140 MB of views
+# before sequence.mmd and the timelines were bounded), and --rounds 100000000 ran until killed
 MAX_TRACE_ROUNDS = 1000
 # the most messages trace.html draws and steps through: a page of 6030 messages (FedRec, 30 clients,
 # 100 rounds) was 10 MB and a step took 0.3 s, one of 60000 over 100 MB; a longer trace's page
-# shows its first whole rounds up to this many messages and says what it leaves out (steps.log
-# and sequence.mmd keep every message)
+# shows its first whole rounds up to this many messages and says what it leaves out (so do
+# timeline.svg and timeline.png; steps.log keeps every message)
 MAX_PAGE_MESSAGES = 2000
+# the most characters sequence.mmd holds: Mermaid refuses a larger diagram (its maxTextSize, 50000
+# by default: "Maximum text size in diagram exceeded"; mermaid.live, GitHub and GitLab draw none of
+# it), and FedRec's 30 clients make that some 400 messages; the file keeps the first whole rounds
+# within it and ends with a note saying what it leaves out (steps.log keeps every message)
+MAX_MERMAID_CHARS = 50_000
 
 
 def trace_options(name: str, sets: list[str]) -> dict:
@@ -107,6 +115,8 @@ class TracingNetwork(SimNetwork):
     def __init__(self, **kwargs) -> None:
         super().__init__(trace=True, **kwargs)
         self.payloads: dict[int, list[dict]] = {}
+        # what each view ``trace`` wrote left out, by format: {"shown": k, "total": n} (set by trace)
+        self.cuts: dict[str, dict] = {}
 
     def post(self, src, dsts, kind, encoded, anonymous) -> None:
         # len(ledger), not len(ledger.rows): a StreamingLedger has no row list (every send failed)
@@ -152,7 +162,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30, the autoencoders' 1 to 15), or a configuration the spec's
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
     anything. Each file is written beside its name and renamed in once whole: one that fails (a
-    full disk) leaves what ``out`` held under that name. A run that ends in a deadlock is written all the same (its views show the actors
+    full disk) leaves what ``out`` held under that name. What each view leaves out of a long run
+    (see the module docstring) is in the returned network's ``cuts``. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -209,8 +220,20 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     paths: dict[str, Path] = {}
     title = f"{name}: {clients} client{'s' if clients != 1 else ''}, {rounds} round{'s' if rounds != 1 else ''}, " \
             f"profile {netspec.describe()}, seed {seed}"
+    rows = [int(r["round"]) for r in net.ledger.records()]
+    shown = first_rounds(rows, MAX_PAGE_MESSAGES)
+    # what each view written leaves out ({"shown": k, "total": n}; steps.log keeps every message)
+    net.cuts = {f: {"shown": shown, "total": len(rows)} for f in ("html", "svg", "png")
+                if f in formats and shown < len(rows)}
+
+    def sequence() -> str:
+        text, cut = mermaid_view(net)
+        if cut is not None:
+            net.cuts["mermaid"] = cut
+        return text
+
     writers = {"html": ("trace.html", lambda: trace_html(net, title=title, summary=spec.summary)),
-               "mermaid": ("sequence.mmd", lambda: mermaid(net)),
+               "mermaid": ("sequence.mmd", sequence),
                "svg": ("timeline.svg", lambda: timeline_svg(net)),
                "log": ("steps.log", lambda: step_log(net))}
     for f in formats:
@@ -307,7 +330,25 @@ def _ms(t: float) -> str:
     return "-" if t != t else f"{t * 1000:.3f} ms"
 
 
-def mermaid(net: SimNetwork) -> str:
+def first_rounds(rounds: list, limit: int) -> int:
+    """How many of the messages whose round labels are ``rounds`` (in ledger order) a view of at
+    most ``limit`` messages shows: all when they fit, else those up to the last start of a round
+    within the limit (the first ``limit`` when the first round alone has more)."""
+    if limit < 1:
+        raise ValueError(f"a view shows at least one message, got limit {limit!r}")
+    n = len(rounds)
+    if n <= limit:
+        return n
+    return next((j for j in range(limit, 0, -1) if rounds[j] != rounds[j - 1]), limit)
+
+
+def mermaid(net: SimNetwork, limit: int = MAX_MERMAID_CHARS) -> str:
+    """The text of ``mermaid_view``: a Mermaid sequence diagram of the run, bounded to ``limit``
+    characters."""
+    return mermaid_view(net, limit)[0]
+
+
+def mermaid_view(net: SimNetwork, limit: int = MAX_MERMAID_CHARS) -> tuple[str, dict | None]:
     """A Mermaid ``sequenceDiagram`` with one arrow per ledger row, in ledger order.
 
     Participants get the aliases ``N0``, ``N1``, ... with the node's id and role as their label;
@@ -318,7 +359,13 @@ def mermaid(net: SimNetwork) -> str:
     A message read after it arrived says when (``read``); a node going offline, a wait that
     ended without some senders' messages (``ledger.missing``) and an actor still waiting at a
     deadlock are notes over that node, among the arrows where the step log has them (see
-    ``trace_data``'s ``sequence``)."""
+    ``trace_data``'s ``sequence``).
+
+    A diagram longer than ``limit`` characters (``MAX_MERMAID_CHARS``, Mermaid's own limit) keeps
+    its first whole rounds within it (the messages of the first round that fit, when that round
+    alone is longer), and the notes among them, and ends with a note saying how many messages it
+    shows, to which round, and that steps.log has them all. Returns the text and what it left
+    out: None, or ``{"shown": k, "total": n}``."""
     names = _participants(net)
     alias = {n: _alias(i) for i, n in enumerate(names)}
     roles = net.ledger.roles
@@ -331,7 +378,10 @@ def mermaid(net: SimNetwork) -> str:
     offline, missing, blocked = offline_events(net), missing_events(net), blocked_events(net)
     records = list(net.ledger.records())
     last_round = None
+    starts = []  # the index in lines of each message's first line (its round's note, if it opens one)
     for what, i in _sequence(net, records, offline, missing, blocked):
+        if what == "msg":
+            starts.append(len(lines))
         if what == "offline":
             e = offline[i]
             lines.append(f"    Note over {alias[e['node']]}: " + _mermaid_text(
@@ -372,7 +422,46 @@ def mermaid(net: SimNetwork) -> str:
         if r["anonymous"]:
             hidden = _mermaid_text(f"sender hidden from {r['dst']}")
             lines.append(f"    Note right of {dst}: {hidden}")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if _js_len(text) <= limit:
+        return text, None
+    return _mermaid_cut(lines, starts, records, alias[names[0]], limit)
+
+
+def _js_len(s: str) -> int:
+    """``s``'s length as JavaScript (and so Mermaid's maxTextSize) counts it: in UTF-16 units."""
+    return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
+
+
+def _mermaid_cut(lines: list[str], starts: list[int], records: list[dict], first: str,
+                 limit: int) -> tuple[str, dict]:
+    """The diagram ``lines`` cut to its first whole rounds within ``limit`` characters, the note
+    saying so at its end (see ``mermaid``); ``starts[k]``: the index of message k's first line."""
+    n = len(records)
+
+    def note(k: int) -> str:
+        if k == 0:
+            shown = "none of the run's messages (its first alone does not fit)"
+        else:
+            shown = f"the first {k} of the run's {n} messages (to {_round(records[k - 1]['round'])})"
+        rest = ("" if k == 0 else "the rest of " if records[k]["round"] == records[k - 1]["round"] else "") + \
+            _round(records[k]["round"])
+        return f"    Note over {first}: " + _mermaid_text(
+            f"cut: this diagram shows {shown}; {rest} and every round after it are left out (with their notes) "
+            f"to stay within Mermaid's {limit}-character limit; steps.log has every message")
+
+    size = [0]  # characters before each line, as Mermaid counts them (JavaScript's: UTF-16 units)
+    for line in lines:
+        size.append(size[-1] + _js_len(line) + 1)
+    fits = []
+    for k in range(1, n):
+        if size[starts[k]] > limit:  # (sizes only grow)
+            break
+        if size[starts[k]] + _js_len(note(k)) + 1 <= limit:
+            fits.append(k)
+    whole = [k for k in fits if records[k]["round"] != records[k - 1]["round"]]
+    k = whole[-1] if whole else fits[-1] if fits else 0
+    return "\n".join(lines[:starts[k]] + [note(k)]) + "\n", {"shown": k, "total": n}
 
 
 # Mermaid reads ';' as a statement's end, '#' as a comment's start (and '#...;' as an entity
@@ -528,6 +617,31 @@ def offline_text(e: dict) -> str:
             if e["dropped"] else f"{e['node']} goes offline (its actor had finished; messages to it are lost)")
 
 
+def event_step(what: str, e: dict) -> dict:
+    """What the page's step panel says of a note (``what``: ``offline``, ``missing`` or
+    ``blocked``; ``e`` one of ``offline_events``, ``missing_events``, ``blocked_events``):
+    ``head`` (``wait given up``, ``dropout``, ``offline``, ``deadlock``) and ``text``, a sentence
+    with its time: ``server gives up waiting for up (round 0) at 50.000 ms: 2 messages missing
+    (nothing from b, c)``."""
+    at = _ms(e["time"])
+    if what == "missing":
+        n = len(e["senders"]) + e["anonymous"]
+        parts = ([f"nothing from {', '.join(e['senders'])}"] if e["senders"] else []) + \
+                ([f"{e['anonymous']} more from any sender"] if e["anonymous"] else [])
+        return {"head": "wait given up", "round_label": _round(e["round"]), "text": f"{e['receiver']} gives up waiting for {e['kind']} "
+                f"({_round(e['round'])}) at {at}: {_plural(n, 'message')} missing ({' and '.join(parts)})"}
+    if what == "offline":
+        if e["dropped"]:
+            return {"head": "dropout", "text": f"{e['node']} drops out at {at}: offline from here on, its actor "
+                                               "stops, messages to or from it are lost"}
+        return {"head": "offline", "text": f"{e['node']} goes offline at {at}: its actor had finished, messages "
+                                           "to it are lost"}
+    if what == "blocked":
+        return {"head": "deadlock", "text": f"{e['node']} is still waiting when the run ends at {at}, with nothing "
+                                            f"left that could wake it: {e['waits']}"}
+    raise ValueError(f"no step for a note {what!r} (offline, missing or blocked)")
+
+
 def step_log(net: SimNetwork) -> str:
     """Every send, arrival, read, loss, computation and actor log line, in simulated-time order
     (what happened at one instant in the order it happened, ``net.happened``, kept by a network
@@ -609,34 +723,63 @@ _COLORS = {"sending": "#4C72B0", "receiving": "#55A868", "compute": "#C44E52", "
            "propagating": "#8C8C8C", "offline": "#D8D8D8"}
 
 
-def _spans(net: SimNetwork):
+def _spans(net: SimNetwork, limit: int = MAX_PAGE_MESSAGES):
+    """The timelines' lanes, spans and arrows, and what they leave out (``cut``: None, or the
+    messages ``shown`` and ``total``, the send time ``at`` of the first left out, which ends the
+    drawing, and the round labels ``last_shown`` and ``first_cut``): of a run of more than
+    ``limit`` messages its first whole rounds (``first_rounds``), the computations and nodes
+    going offline before ``at``, as on the page (a timeline of 60000 messages was a 25 MB SVG
+    of slivers and took matplotlib seconds)."""
     lanes = _participants(net)
     spans = []  # (lane, start, end, kind)
     arrows = []  # (from lane, to lane, t0, t1, anonymous)
-    for r in net.ledger.records():
+    records = list(net.ledger.records())
+    k = first_rounds([r["round"] for r in records], limit)
+    cut, at = None, float("inf")
+    if k < len(records):
+        at = records[k]["send_time"]
+        cut = {"shown": k, "total": len(records), "at": at, "last_shown": _round(records[k - 1]["round"]),
+               "first_cut": _round(records[k]["round"]), "whole": records[k]["round"] != records[k - 1]["round"]}
+    for r in records[:k]:
         if r["tx_end"] == r["tx_end"]:
             spans.append((r["src"], r["tx_start"], r["tx_end"], "sending"))
         if r["status"] == "delivered":
             spans.append((r["dst"], r["rx_start"], r["arrival_time"], "receiving"))
             arrows.append((r["src"], r["dst"], r["tx_end"], r["rx_start"], r["anonymous"]))
     for node, start, end, label in net.trace:  # ctx.sleep's spans (label "sleep") are no computing
-        spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
+        if start < at:
+            spans.append((node, start, end, "sleep" if label == "sleep" else "compute"))
     # a node's link down, from then to the end of the drawing, under its other spans
-    end = max([s[2] for s in spans] + [net.now()])
-    spans[:0] = [(e["node"], e["time"], max(end, e["time"]), "offline") for e in offline_events(net)]
-    return lanes, spans, arrows
+    end = max([s[2] for s in spans] + ([net.now()] if cut is None else [at]))
+    spans[:0] = [(e["node"], e["time"], max(end, e["time"]), "offline") for e in offline_events(net) if e["time"] < at]
+    return lanes, spans, arrows, cut
 
 
-def timeline_svg(net: SimNetwork) -> str:
-    """The timeline as a standalone SVG (no plotting library needed)."""
-    lanes, spans, arrows = _spans(net)
+def _timeline_cut_text(cut: dict | None) -> str:
+    """What a timeline leaves out (``_spans``' ``cut``), or nothing."""
+    if cut is None:
+        return ""
+    rest = ("" if cut["whole"] else "the rest of ") + cut["first_cut"]
+    return (f"the first {cut['shown']} of the run's {cut['total']} messages (to {cut['last_shown']}, sent before "
+            f"{_ms(cut['at'])}); {rest} and every round after it left out: steps.log has every message")
+
+
+def timeline_svg(net: SimNetwork, limit: int = MAX_PAGE_MESSAGES) -> str:
+    """The timeline as a standalone SVG (no plotting library needed): of a run of more than
+    ``limit`` messages its first whole rounds, as on the page, and a line under the title saying
+    what it leaves out (``_spans``)."""
+    lanes, spans, arrows, cut = _spans(net, limit)
     t_end = max([s[2] for s in spans] + [1e-9])
     width, left, lane_h, top = 900, 170, 34, 30
+    if cut is not None:  # (a second line of title: what is left out)
+        top += 16
     height = top + lane_h * len(lanes) + 40
     x = lambda t: left + (width - left - 20) * (t / t_end)
     y = {n: top + i * lane_h for i, n in enumerate(lanes)}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<text x="{left}" y="16">simulated time, 0 to {t_end * 1000:.3f} ms</text>']
+    if cut is not None:
+        out.append(f'<text id="cut" x="5" y="32" fill="#A0522D">Cut: {_html.escape(_timeline_cut_text(cut), quote=False)}</text>')
     for n in lanes:
         full = f"{n} ({net.ledger.roles.get(n, '')})"  # a role is any text
         label = _html.escape(_fit(full, 26))  # what fits left of the lanes' start
@@ -660,7 +803,9 @@ def timeline_svg(net: SimNetwork) -> str:
     return "\n".join(out) + "\n"
 
 
-def timeline_png(net: SimNetwork, path: Path) -> Path | None:
+def timeline_png(net: SimNetwork, path: Path, limit: int = MAX_PAGE_MESSAGES) -> Path | None:
+    """``timeline_svg``'s drawing with matplotlib into ``path`` (None without matplotlib): of a
+    run of more than ``limit`` messages its first whole rounds, the title saying what it leaves out."""
     try:
         import matplotlib
 
@@ -670,7 +815,7 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
         return None
     from matplotlib.collections import LineCollection
 
-    lanes, spans, arrows = _spans(net)
+    lanes, spans, arrows, cut = _spans(net, limit)
     idx = {n: i for i, n in enumerate(lanes)}
     fig, ax = plt.subplots(figsize=(10, 0.5 * len(lanes) + 1.5), dpi=110)
     # one collection per lane and kind, one per line style (an artist per span and arrow took 20 s
@@ -689,6 +834,10 @@ def timeline_png(net: SimNetwork, path: Path) -> Path | None:
     ax.set_yticks(range(len(lanes)), [f"{n} ({net.ledger.roles.get(n, '')})" for n in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("simulated time (ms)")
+    if cut is not None:
+        import textwrap
+
+        ax.set_title("\n".join(textwrap.wrap("Cut: " + _timeline_cut_text(cut), 120)), fontsize=8, loc="left")
     from matplotlib.patches import Patch
 
     ax.legend(handles=[Patch(color=c, label=k) for k, c in _COLORS.items()], loc="lower right", fontsize=7)
@@ -714,7 +863,9 @@ def trace_data(net: SimNetwork) -> dict:
     (``offline``: see ``offline_events``), the actors still waiting at a deadlock (``blocked``)
     and the rows of the sequence diagram in order (``sequence``: ``["msg", i]`` for
     ``messages[i]``, ``["offline", i]``, ``["missing", i]``, ``["blocked", i]`` for a note; the
-    notes of one instant before or after its sends as they happened, as in the step log)."""
+    notes of one instant before or after its sends as they happened, as in the step log), which
+    are the page's steps: ``steps`` has what its step panel says of each note
+    (``steps["missing"][i]``: ``event_step`` of ``missing[i]``)."""
     payloads = getattr(net, "payloads", {})
     messages = []
     for i, r in enumerate(net.ledger.records()):
@@ -731,7 +882,10 @@ def trace_data(net: SimNetwork) -> dict:
     compute = [{"node": n, "start": s, "end": e, "label": lab} for n, s, e, lab in net.trace]
     offline, missing, blocked = offline_events(net), missing_events(net), blocked_events(net)
     sequence = [[what, i] for what, i in _sequence(net, list(net.ledger.records()), offline, missing, blocked)]
-    return {"nodes": nodes, "messages": messages, "compute": compute, "missing": missing,
+    # each note is a step of the page too: what its step panel says (event_step), by note
+    steps = {what: [event_step(what, e) for e in events] for what, events in
+             (("offline", offline), ("missing", missing), ("blocked", blocked))}
+    return {"nodes": nodes, "steps": steps, "messages": messages, "compute": compute, "missing": missing,
             "offline": offline, "blocked": blocked, "sequence": sequence, "end": float(net.now())}
 
 
@@ -752,7 +906,7 @@ def _sequence_svg(data: dict) -> str:
     last_round = None
     for what, i in data["sequence"]:
         if what != "msg":
-            rows.append(("note", texts[what][i]))
+            rows.append(("note", texts[what][i] + (f"{what}-{i}",)))
             continue
         m = data["messages"][i]
         if m["round"] != last_round:
@@ -771,15 +925,20 @@ def _sequence_svg(data: dict) -> str:
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" markerHeight="9" '
            'markerUnits="userSpaceOnUse" orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="context-stroke"/></marker></defs>']
     roles = {n["id"]: n["role"] for n in data["nodes"]}
+    # the lane headers are drawn last, over the rows, in one group the page's script keeps in
+    # view (sticky: moved down under the controls as the diagram scrolls up); lifelines first
+    head = [f'<g id="lanehead"><rect x="0" y="0" width="{width}" height="44" fill="#fff" opacity="0.95"/>']
     for n in lanes:
         cls = "lane anon-lane" if n == "(anonymous)" else "lane"
         role = roles.get(n, "sender hidden")
+        out.append(f'<line class="{cls.replace("lane", "lifeline")}" x1="{x[n]}" y1="40" x2="{x[n]}" '
+                   f'y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/>')
         # (a long id or role elided to the box, whole in the tooltip: it ran over its neighbours)
-        out.append(f'<g class="{cls}"><title>{e(n)} ({e(role)})</title><rect x="{x[n] - 62}" y="6" width="124" '
-                   f'height="34" rx="4" fill="#f3f3f3" stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" '
-                   f'font-weight="bold">{e(_fit(n, 18))}</text><text x="{x[n]}" y="34" text-anchor="middle" '
-                   f'fill="#555">{e(_fit(role, 20))}</text>'
-                   f'<line x1="{x[n]}" y1="40" x2="{x[n]}" y2="{height - 6}" stroke="#bbb" stroke-dasharray="3,3"/></g>')
+        head.append(f'<g class="{cls}"><title>{e(n)} ({e(role)})</title><rect x="{x[n] - 62}" y="6" width="124" '
+                    f'height="34" rx="4" fill="#f3f3f3" stroke="#999"/><text x="{x[n]}" y="21" text-anchor="middle" '
+                    f'font-weight="bold">{e(_fit(n, 18))}</text><text x="{x[n]}" y="34" text-anchor="middle" '
+                    f'fill="#555">{e(_fit(role, 20))}</text></g>')
+    head.append("</g>")
     y = _SEQ_TOP
     for kind, item in rows:
         y += _SEQ_ROW
@@ -787,9 +946,11 @@ def _sequence_svg(data: dict) -> str:
             out.append(f'<g class="round"><line x1="8" y1="{y - 12}" x2="{width - 8}" y2="{y - 12}" stroke="#ddd"/>'
                        f'<text x="10" y="{y - 2}" fill="#777">{_round(item)}</text></g>')
             continue
-        if kind == "note":
-            t, node, text = item
-            out.append(f'<g class="note"><text x="{x[node]}" y="{y - 2}" fill="#C44E52" font-style="italic">'
+        if kind == "note":  # (a step of the page: its id names the event, "missing-0")
+            t, node, text, key = item
+            out.append(f'<g class="note" id="note-{key}" data-step="{key}"><rect class="hit" x="8" y="{y - 16}" '
+                       f'width="{width - 16}" height="{_SEQ_ROW - 4}" fill="transparent"/>'
+                       f'<text x="{x[node]}" y="{y - 2}" fill="#C44E52" font-style="italic">'
                        f'{e(_ms(t))}: {e(text)}</text></g>')
             continue
         m = item
@@ -820,6 +981,7 @@ def _sequence_svg(data: dict) -> str:
             out.append(f'<text x="{(x1 + x2) / 2:.1f}" y="{y - 5}" text-anchor="middle" fill="#222">'
                        f'{e(label)}</text></g>')
         out.append("</g>")
+    out.extend(head)
     out.append("</svg>")
     return "\n".join(out)
 
@@ -851,9 +1013,12 @@ def _timeline_html_svg(data: dict) -> str:
     sx = (width - left - 16) / t_end
     y = {n: top + i * lane_h for i, n in enumerate(nodes)}
     e = _html.escape
+    # data-from/-to: the window drawn (the whole run, until the page's zoom menu picks a round's or
+    # a step's); data-t0 and data-scale: a time t (s) is at x = t0 + t * scale in it
     out = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}">',
-           f'<text x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
+           f'font-family="sans-serif" font-size="11" data-t0="{left}" data-scale="{sx:.6f}" data-left="{left}" '
+           f'data-right="{width - 16}" data-from="0" data-to="{t_end!r}" data-end="{t_end!r}">',
+           f'<text id="tl-range" x="{left}" y="14" fill="#555">simulated time, 0 to {_ms(t_end)}</text>']
     for n in nodes:
         out.append(f'<g><title>{e(n)}</title><text x="4" y="{y[n] + 17}">{e(_fit(n, 22))}</text></g>'
                    f'<line x1="{left}" y1="{y[n] + 26}" x2="{width - 10}" y2="{y[n] + 26}" stroke="#eee"/>')
@@ -865,7 +1030,11 @@ def _timeline_html_svg(data: dict) -> str:
         yy = y[node] + (11 if kind == "propagating" else 6)
         # (propagation starts as the sender's last byte leaves: its side, for a hidden sender)
         side = "src" if kind in ("queueing", "sending", "propagating") else "dst"
-        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
+        # (data-s, data-e: the exact times a zoom lays it out from, those of a computation or a
+        # node offline; a message's span takes them from the message's, by its kind)
+        times = f'data-s="{s!r}" data-e="{t!r}" ' if i < 0 else ""
+        out.append(f'<rect class="span {kind}" data-msg="{i}" data-side="{side}" {times}'
+                   f'x="{left + s * sx:.2f}" y="{yy}" width="{w:.2f}" '
                    f'height="{h}" fill="{_TL_COLORS[kind]}"><title>{e(node)}: {kind} {_ms(s)} to {_ms(t)}'
                    f'</title></rect>')
     out.append(f'<line id="cursor" x1="{left}" y1="{top - 4}" x2="{left}" y2="{height - 30}" stroke="#000" '
@@ -904,20 +1073,22 @@ h1 { font-size: 20px; margin: 0 0 4px 0; } h2 { font-size: 15px; margin: 18px 0 
 .msg.current line { stroke-width: 2.8; }
 .msg.current text { font-weight: bold; }
 .msg.current rect.hit { fill: #fff3c4; }
+.note { cursor: pointer; } .note.current text { font-weight: bold; } .note.current rect.hit { fill: #fff3c4; }
 body:not(.reveal) .arrow-true { display: none; }
-body.reveal .arrow-hidden, body.reveal .anon-lane { display: none; }
+body.reveal .arrow-hidden, body.reveal .anon-lane, body.reveal .anon-lifeline { display: none; }
 #timeline.focus .span:not([data-msg="-1"]):not(.hl) { opacity: 0.25; } .span.hl { stroke: #000; stroke-width: 1.2; }
 .hidden-sender { color: #8172B2; font-style: italic; }
 .cut { border: 1px solid #DD8452; background: #fff4ec; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
 </style></head>
 <body>
 <h1>fedsim trace: __TITLE__</h1>
-<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages with the
-buttons, the arrow keys (Home and End: the first and the last), or a click on an arrow; jump to a round's first
-message with the round menu.</div>__CUT__
+<div class="sub">__SUMMARY__ · __COUNT__, __BYTES__ on the wire__FAULTS__. Step through the messages, and the waits
+given up, dropouts and deadlocks among them where they happened, with the buttons, the arrow keys (Home and End:
+the first and the last), or a click on an arrow or a note; jump to a round's first message with the round menu.</div>__CUT__
 <div id="controls">
 <button id="first" type="button">&#8676; first</button><button id="prev" type="button">&#8592; previous</button><button id="next" type="button">next &#8594;</button><button id="last" type="button">last &#8677;</button>
 <label>round <select id="round"><option value="-1">(jump to a round)</option></select></label>
+<label>timeline <select id="zoom"><option value="run">whole run</option><option value="round">zoomed to the round</option><option value="step">zoomed to the step</option></select></label>
 <span id="step"></span>
 <label><input type="checkbox" id="reveal"> reveal anonymous senders (the simulator's view)</label>
 <div id="panel"></div>
@@ -931,17 +1102,33 @@ message with the round menu.</div>__CUT__
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("trace-data").textContent);
-  var msgs = data.messages, idx = -1;
-  // the rounds in the order of their first message (the round menu) and each message's round
+  // the steps: the rows of the sequence diagram in order, each a message ["msg", i] or a note
+  // (a wait given up, a node going offline, a deadlock: ["missing", i] ...) where it happened
+  var msgs = data.messages, steps = data.sequence, idx = -1;
+  var stepOfMsg = {}, stepOfNote = {}, msgsBefore = [], seen = 0, nEvents = 0;
+  steps.forEach(function (s, k) {
+    msgsBefore.push(seen);
+    if (s[0] === "msg") { stepOfMsg[s[1]] = k; seen++; } else { stepOfNote[s[0] + "-" + s[1]] = k; nEvents++; }
+  });
+  // the rounds in the order of their first message (the round menu) and each step's round: a
+  // message's; a wait given up's own; another note's, that of the message before it (or after)
   var rounds = [], roundOf = [], byRound = {};
   msgs.forEach(function (m, k) {
-    if (!(m.round in byRound)) { byRound[m.round] = rounds.length; rounds.push(k); }
-    roundOf.push(byRound[m.round]);
+    if (!(m.round in byRound)) { byRound[m.round] = rounds.length; rounds.push(stepOfMsg[k]); }
   });
+  steps.forEach(function (s, k) {
+    var r = s[0] === "msg" ? byRound[msgs[s[1]].round] :
+            s[0] === "missing" && data.missing[s[1]].round in byRound ? byRound[data.missing[s[1]].round] :
+            k > 0 ? roundOf[k - 1] : -1;
+    roundOf.push(r);
+  });
+  for (var k = roundOf.length - 1, after = -1; k >= 0; k--) {  // notes before the first message
+    if (roundOf[k] === -1) roundOf[k] = after; else after = roundOf[k];
+  }
   var menu = document.getElementById("round");
   rounds.forEach(function (k) {
     var o = document.createElement("option");
-    o.value = String(k); o.textContent = msgs[k].round_label; menu.appendChild(o);
+    o.value = String(k); o.textContent = msgs[steps[k][1]].round_label; menu.appendChild(o);
   });
   // each message's spans on the timeline, found once: a step changes these, not every span
   var spansOf = {}, lit = [], currentG = null;
@@ -975,17 +1162,35 @@ message with the round menu.</div>__CUT__
     lit = [];
     var cursor = document.getElementById("cursor"), tl = document.getElementById("timeline");
     tl.classList.toggle("focus", idx >= 0);  // the other messages' spans dimmed (CSS)
+    layout();
     menu.selectedIndex = idx < 0 ? 0 : roundOf[idx] + 1;
+    var shown = data.cut ? " shown (the run has " + data.cut.total + ")" : "";
     if (idx < 0) {
       step.textContent = "before the first message (" + msgs.length + (msgs.length === 1 ? " message" : " messages") +
-                         (data.cut ? " shown of the run's " + data.cut.total + ")" : ")");
+                         (data.cut ? " shown of the run's " + data.cut.total : "") +
+                         (nEvents ? ", " + nEvents + (nEvents === 1 ? " event" : " events") : "") + ")";
       panel.innerHTML = "Press <b>next</b> to follow the protocol message by message.";
       cursor.setAttribute("visibility", "hidden");
+      stick();
       return;
     }
-    var m = msgs[idx], hidden = m.anonymous && !reveal();
-    step.textContent = "message " + (idx + 1) + " of " + msgs.length +
-                       (data.cut ? " shown (the run has " + data.cut.total + ")" : "");
+    if (steps[idx][0] !== "msg") {  // a note: what happened, when, and where among the messages
+      var what = steps[idx][0], ev = data.steps[what][steps[idx][1]], before = msgsBefore[idx];
+      step.textContent = ev.head + ", " + (before ? "after message " + before : "before message 1") + " of " +
+                         msgs.length + shown;
+      currentG = document.getElementById("note-" + what + "-" + steps[idx][1]);
+      if (currentG) currentG.classList.add("current");
+      panel.innerHTML = '<div><b id="event">' + esc(ev.head) + "</b>" +
+        (ev.round_label ? " · " + esc(ev.round_label) : "") + "</div>" +
+        '<div id="what">' + esc(ev.text) + "</div>";
+      var xt = Number(tl.getAttribute("data-t0")) + data[what][steps[idx][1]].time * Number(tl.getAttribute("data-scale"));
+      cursor.setAttribute("x1", xt); cursor.setAttribute("x2", xt);
+      cursor.setAttribute("visibility", "visible");
+      show(currentG);
+      return;
+    }
+    var m = msgs[steps[idx][1]], hidden = m.anonymous && !reveal();
+    step.textContent = "message " + (m.i + 1) + " of " + msgs.length + shown;
     var g = currentG = document.getElementById("m" + m.i);
     if (g) { g.classList.add("current"); }
     var rows = m.payload.map(function (f) {
@@ -1012,25 +1217,106 @@ message with the round menu.</div>__CUT__
     var x = Number(tl.getAttribute("data-t0")) + (at || 0) * Number(tl.getAttribute("data-scale"));
     cursor.setAttribute("x1", x); cursor.setAttribute("x2", x);
     cursor.setAttribute("visibility", at === null ? "hidden" : "visible");
-    if (g && g.scrollIntoView) g.scrollIntoView({block: "nearest"});
+    show(g);
   }
-  function go(k) { idx = Math.max(-1, Math.min(msgs.length - 1, k)); render(); }
+  // the timeline's window: the whole run, the current step's round (from its first send to the
+  // last arrival, read, or note of it) or the current step (a message from its send to its
+  // arrival, a tenth of that either side; a hidden sender's from the start of its reception; a
+  // note: its round's); the spans laid out anew from their exact times when it changes
+  var zoom = document.getElementById("zoom"), tlSvg = document.getElementById("timeline");
+  var tlLeft = Number(tlSvg.getAttribute("data-left")), tlRight = Number(tlSvg.getAttribute("data-right"));
+  var tlEnd = Number(tlSvg.getAttribute("data-end")), tlSpans = Array.prototype.slice.call(tlSvg.querySelectorAll(".span"));
+  // each span's times: a message's from its fields, by the span's kind; another's from data-s/-e
+  var bounds = {queueing: ["send", "tx_start"], sending: ["tx_start", "tx_end"], propagating: ["tx_end", "rx_start"],
+                receiving: ["rx_start", "arrival"]};
+  var tlTimes = tlSpans.map(function (r) {
+    var k = Number(r.getAttribute("data-msg")), b = bounds[r.classList[1]];
+    return k >= 0 && b ? [msgs[k][b[0]], msgs[k][b[1]]] : [Number(r.getAttribute("data-s")), Number(r.getAttribute("data-e"))];
+  });
+  var roundWin = {};
+  function widen(w, t) { if (t !== null && t !== undefined) { w[0] = Math.min(w[0], t); w[1] = Math.max(w[1], t); } }
+  steps.forEach(function (s, k) {
+    var q = roundOf[k], w = roundWin[q] = roundWin[q] || [Infinity, -Infinity];
+    if (s[0] === "msg") {
+      var m = msgs[s[1]];
+      [m.send, m.tx_end, m.arrival, m.read_at].forEach(function (t) { widen(w, t); });
+    } else widen(w, data[s[0]][s[1]].time);
+  });
+  function windowOf() {
+    var mode = zoom.value;
+    if (idx < 0 || mode === "run") return [0, tlEnd, ""];
+    var w = roundWin[roundOf[idx]], label = rounds.length && roundOf[idx] >= 0 ? msgs[steps[rounds[roundOf[idx]]][1]].round_label : "";
+    if (mode === "step" && steps[idx][0] === "msg") {
+      var m = msgs[steps[idx][1]], hidden = m.anonymous && !reveal();
+      var lo = hidden ? m.rx_start : m.send, hi = m.arrival !== null && m.status === "delivered" ? m.arrival : m.tx_end;
+      if (lo !== null) {
+        hi = hi === null ? lo : Math.max(hi, lo);
+        var pad = (hi - lo) / 10;
+        return [Math.max(0, lo - pad), hi + pad, "message " + (m.i + 1)];
+      }
+    }
+    return [w[0], w[1], label];
+  }
+  var drawn = [0, tlEnd];
+  function layout() {
+    var w = windowOf(), lo = w[0], hi = w[1];
+    if (!(hi > lo)) { hi = lo + 1e-6; }
+    var sx = (tlRight - tlLeft) / (hi - lo);
+    tlSvg.setAttribute("data-t0", tlLeft - lo * sx); tlSvg.setAttribute("data-scale", sx);
+    tlSvg.setAttribute("data-from", lo); tlSvg.setAttribute("data-to", hi);
+    document.getElementById("tl-range").textContent = "simulated time, " + (lo ? ms(lo) : "0") + " to " + ms(hi) +
+      (w[2] ? " (zoomed to " + w[2] + " of 0 to " + ms(tlEnd) + ")" : "");
+    if (drawn[0] === lo && drawn[1] === hi) return;
+    drawn = [lo, hi];
+    tlSpans.forEach(function (r, j) {
+      var s = tlTimes[j][0], e = tlTimes[j][1];
+      if (e < lo || s > hi) { r.setAttribute("visibility", "hidden"); return; }
+      var x0 = tlLeft + (Math.max(s, lo) - lo) * sx, x1 = tlLeft + (Math.min(e, hi) - lo) * sx;
+      r.setAttribute("visibility", "visible");
+      r.setAttribute("x", x0.toFixed(2)); r.setAttribute("width", Math.max(x1 - x0, 0.8).toFixed(2));
+    });
+  }
+  zoom.addEventListener("change", function () { render(); });
+  // the sequence diagram's lane headers stay in view (sticky): moved down to just under the
+  // controls while the diagram's top is scrolled past them, never below its last row
+  var seq = document.getElementById("sequence"), head = document.getElementById("lanehead"),
+      controls = document.getElementById("controls");
+  function stick() {
+    if (!seq || !head) return;
+    var r = seq.getBoundingClientRect(), top = Math.max(0, controls.getBoundingClientRect().bottom);
+    var off = Math.max(0, Math.min(top - r.top, r.height - 50));
+    head.setAttribute("transform", "translate(0," + off.toFixed(1) + ")");
+  }
+  // a step's arrow or note scrolled into view, not under the controls or the lane headers
+  function show(el) {
+    if (!el || !el.scrollIntoView) return;
+    el.scrollIntoView({block: "nearest"});
+    var below = Math.max(0, controls.getBoundingClientRect().bottom) + 50, r = el.getBoundingClientRect();
+    if (r.top < below) window.scrollBy(0, r.top - below);
+    stick();
+  }
+  window.addEventListener("scroll", stick, {passive: true});
+  window.addEventListener("resize", stick);
+  function go(k) { idx = Math.max(-1, Math.min(steps.length - 1, k)); render(); }
   document.getElementById("next").addEventListener("click", function () { go(idx + 1); });
   document.getElementById("prev").addEventListener("click", function () { go(idx - 1); });
   document.getElementById("first").addEventListener("click", function () { go(0); });
-  document.getElementById("last").addEventListener("click", function () { go(msgs.length - 1); });
+  document.getElementById("last").addEventListener("click", function () { go(steps.length - 1); });
   menu.addEventListener("change", function () { go(Number(menu.value)); });
   document.getElementById("reveal").addEventListener("change", function (ev) {
     document.body.classList.toggle("reveal", ev.target.checked); render(); });
   document.addEventListener("keydown", function (ev) {
-    if (ev.target === menu) return;  // its own arrow keys choose a round
+    if (ev.target === menu || ev.target === zoom) return;  // their own arrow keys choose
     if (ev.key === "Home") { go(0); ev.preventDefault(); }
-    if (ev.key === "End") { go(msgs.length - 1); ev.preventDefault(); }
+    if (ev.key === "End") { go(steps.length - 1); ev.preventDefault(); }
     if (ev.key === "ArrowRight" || ev.key === "ArrowDown") { go(idx + 1); ev.preventDefault(); }
     if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") { go(idx - 1); ev.preventDefault(); }
   });
   document.querySelectorAll(".msg").forEach(function (g) {
-    g.addEventListener("click", function () { go(Number(g.getAttribute("data-i"))); });
+    g.addEventListener("click", function () { go(stepOfMsg[Number(g.getAttribute("data-i"))]); });
+  });
+  document.querySelectorAll(".note").forEach(function (g) {
+    g.addEventListener("click", function () { go(stepOfNote[g.getAttribute("data-step")]); });
   });
   render();
 })();
@@ -1078,7 +1364,7 @@ def page_cut(data: dict, limit: int = MAX_PAGE_MESSAGES) -> dict:
     msgs = data["messages"]
     if len(msgs) <= limit:
         return {**data, "cut": None}
-    k = next((j for j in range(limit, 0, -1) if msgs[j]["round"] != msgs[j - 1]["round"]), limit)
+    k = first_rounds([m["round"] for m in msgs], limit)
     at = msgs[k]["send"]
     end = data["sequence"].index(["msg", k])
     cut = {"shown": k, "total": len(msgs), "at": at, "last_shown": msgs[k - 1]["round_label"],
@@ -1098,8 +1384,8 @@ def _cut_text(data: dict) -> str:
     return (f'<div class="cut" id="cut"><b>Cut:</b> this page shows the first {c["shown"]} of the run\'s '
             f'{c["total"]} messages (to {_html.escape(c["last_shown"])}, sent before {_ms(c["at"])}); the other '
             f'{c["total"] - c["shown"]} ({_html.escape(left)}) are left out to keep the page usable (at most '
-            f'{c["limit"]} messages). Every message is in steps.log and sequence.mmd (written by fedsim trace '
-            f'without --html); trace fewer rounds or clients to step through them here.</div>')
+            f'{c["limit"]} messages). Every message is in steps.log (written by fedsim trace without --html); '
+            f'trace fewer rounds or clients to step through them here.</div>')
 
 
 def trace_html(net: SimNetwork, *, title: str = "", summary: str = "", limit: int = MAX_PAGE_MESSAGES) -> str:
