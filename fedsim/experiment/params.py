@@ -4,6 +4,7 @@ grids, API calls: :func:`check_value`), and :func:`resolve_config` merges them o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass
 from types import ModuleType
 from typing import Any, Sequence
@@ -139,10 +140,21 @@ def unknown_parameter(key: str, mod: ModuleType, params: dict[str, Param] | None
 
 def resolve_config(mod: ModuleType, overrides: dict[str, Any]) -> dict[str, Any]:
     """Defaults of ``mod.PARAMS`` updated with ``overrides`` checked by :func:`check_value`;
-    raises ``UsageError`` for an unknown key or a value of the wrong type."""
+    raises ``UsageError`` for an unknown key or a value of the wrong type, and ``TypeError`` for
+    ``overrides`` that is no mapping (a list of ``key=value`` strings: :func:`parse_sets` makes
+    the mapping of those) or has a key that is no str."""
+    if not isinstance(overrides, Mapping):
+        # a list was "'list' object has no attribute 'items'", naming neither overrides nor parse_sets
+        hint = "; parse_sets(scenario, strings) makes one of key=value strings" if isinstance(
+            overrides, (list, tuple)) else ""
+        raise TypeError(f"overrides must be a mapping {{parameter: value}}, got {type(overrides).__name__} "
+                        f"{overrides!r:.80}{hint}")
     params: dict[str, Param] = mod.PARAMS
     cfg = {k: p.default for k, p in params.items()}
     for k, v in overrides.items():
+        if not isinstance(k, str):
+            # 1 was "'int' object has no attribute 'strip'" from the did-you-mean hint
+            raise TypeError(f"overrides: a key is a parameter name (str), got {type(k).__name__} {k!r}")
         if k not in params:
             raise unknown_parameter(k, mod, params)
         cfg[k] = check_value(k, v, params[k])

@@ -369,18 +369,29 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
     builds; ``profile`` is a shorthand for ``NetSpec(profile)``. ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
-    Raises ``UsageError`` for an unknown scenario, parameter, profile (also one given as ``net``)
-    or dataset, a bad value, a seed that is not a non-negative integer, ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
-    and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
-    (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
+    Raises ``UsageError`` for an unknown scenario (or a module that is none: no ``PARAMS`` and
+    ``run``), parameter, profile (also one given as ``net``) or dataset, a bad value, a seed that
+    is not a non-negative integer, ``data`` for a scenario that makes its own (``TAKES_DATA =
+    False``), an unreadable data file or a used ``out``, and for a disk (or quota) that is full
+    (the run then stopped); ``TypeError`` for ``mod`` that is neither a module nor a str and for
+    ``overrides`` that is no mapping (``parse_sets`` makes one of ``key=value`` strings);
+    whatever else the scenario raises (``ScenarioError`` among it) passes through. Nothing is
+    created before the checks pass."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
+    elif not isinstance(mod, ModuleType):
+        # 5 was "'int' object has no attribute '__name__'" from scenario_name
+        raise TypeError(f"run_scenario takes a scenario module, or a scenario's name or path (str), "
+                        f"got {type(mod).__name__} {mod!r:.80}")
+    elif not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
+        raise UsageError(f"module {mod.__name__} is not a fedsim scenario (it needs PARAMS and run(ctx))")
     name = scenario_name(mod)
     for opt, v in (("data", data), ("out", out)):
         if isinstance(v, str) and not v.strip():
             # an empty value read as "not given" (the default data, a runs/<time>-NAME folder)
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
-    cfg = resolve_config(mod, overrides or {})
+    overrides = {} if overrides is None else overrides
+    cfg = resolve_config(mod, overrides)
     netspec = network_spec(mod, profile, net)
     check_seed(seed)
     if data is not None and not getattr(mod, "TAKES_DATA", True):
@@ -407,7 +418,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
         ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
                          quiet=quiet, keep_ledger=ledger, progress=prog,
-                         defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
+                         defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides),
                          paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
         t0 = time.perf_counter()
         activate(prog)
