@@ -60,3 +60,46 @@ def test_run_scenario_refuses_an_override_key_that_is_no_str(tmp_path):
     assert list(tmp_path.iterdir()) == []
     res = run_scenario("demo", out=str(tmp_path / "run"), quiet=True, overrides={"rounds": 1, "clients": 2})
     assert res["config"]["rounds"] == 1 and res["config"]["clients"] == 2
+
+
+# -- run_sweep / fedsim sweep: workers ----------------------------------------------------------
+
+@pytest.mark.parametrize("workers, shown", [(1.5, "1.5"), (2.0, "2.0"), (True, "True"), ("2", "'2'"), (0, "0"),
+                                            (-1, "-1"), (False, "False")])
+def test_run_sweep_refuses_workers_that_are_no_integer_of_at_least_one_before_running_anything(tmp_path, workers,
+                                                                                                 shown):
+    # int() ran 1.5 and True as one worker (2.0 as two, "2" as two), silently; 0 and False said
+    # "at least 1, got 0" / "got False" only after int()
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import check_workers, run_sweep
+
+    message = f"^--workers must be an integer of at least 1, got {re.escape(shown)}$"
+    with pytest.raises(UsageError, match=message):
+        run_sweep("demo", {"rounds": [1]}, out=str(tmp_path / "sweep"), workers=workers)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UsageError, match=f"^sweep.toml: line 2: workers: must be an integer of at least 1, got "
+                                         f"{re.escape(shown)}$"):
+        check_workers(workers, "sweep.toml: line 2: workers:")
+
+
+def test_check_workers_takes_none_and_numpy_integers():
+    import numpy as np
+
+    from fedsim.studies.sweep import check_workers
+
+    assert check_workers(None) is None
+    assert check_workers(np.int64(3)) == 3 and type(check_workers(np.int64(3))) is int
+    assert check_workers(1) == 1
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("0", "error: --workers must be an integer of at least 1, got 0"),
+    ("-1", "error: --workers must be an integer of at least 1, got -1"),
+])
+def test_the_cli_refuses_workers_below_one_naming_the_option(tmp_path, value, expected):
+    from test_cli_errors import fedsim_cmd, nothing_left, one_error_line
+
+    line = one_error_line(fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--workers", value, "--out", "sw",
+                                     cwd=tmp_path))
+    assert line == expected
+    nothing_left(tmp_path, tmp_path / "sw")

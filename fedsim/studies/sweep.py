@@ -56,6 +56,7 @@ import hashlib
 import itertools
 import json
 import math
+import numbers
 import os
 import re
 import shutil
@@ -79,8 +80,8 @@ from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
 
-__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
-           "parse_grid",
+__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "check_workers", "combine",
+           "default_sweep_dir", "failure_line", "parse_grid",
            "point_dir_name", "point_label", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
@@ -224,6 +225,18 @@ def _as_grid(check, option: str, key: str, value: Any, param) -> Any:
         if msg.startswith(f"--set {key}:"):
             raise UsageError(option + msg[len("--set"):]) from None
         raise
+
+
+def check_workers(workers: Any, where: str = "--workers") -> int | None:
+    """``workers`` (a sweep's points at once) as an int, or None (the default): ``UsageError``
+    naming ``where`` unless it is an integer of at least 1 (a NumPy integer is one; a bool, a
+    float, even 2.0, or a str is not), as :func:`fedsim.experiment.runner.check_seed` for seeds."""
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        # int() ran 1.5 and True as one worker, silently, and "2" as two
+        raise UsageError(f"{where} must be an integer of at least 1, got {workers!r}")
+    return int(workers)
 
 
 def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -547,7 +560,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
     names would be the same), parameter, network or backend, for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
-    configuration without ``force``, a seed that is not a non-negative integer, ``ConfigError`` for points the scenario's ``check`` refuses
+    configuration without ``force``, a seed that is not a non-negative integer, ``workers`` that
+    is not an integer of at least 1 (:func:`check_workers`), ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
@@ -565,8 +579,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if error:
             raise error
         address = address.strip()
-    if workers is not None and int(workers) < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
+    workers = check_workers(workers)
     if backend == "ray":
         from .raypool import RAY_MISSING, ray_available
 
