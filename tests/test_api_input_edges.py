@@ -103,3 +103,82 @@ def test_the_cli_refuses_workers_below_one_naming_the_option(tmp_path, value, ex
                                      cwd=tmp_path))
     assert line == expected
     nothing_left(tmp_path, tmp_path / "sw")
+
+
+# -- the networks' flags and TcpNetwork's counts ------------------------------------------------
+
+def _transport(name):
+    from fedsim.kernel import AsyncioNetwork, SimNetwork, TcpNetwork
+
+    return {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": TcpNetwork}[name]
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+@pytest.mark.parametrize("flag, shown", [("yes", "str 'yes'"), ("no", "str 'no'"), (1, "int 1"), (0, "int 0"),
+                                         (None, "NoneType None"), ([], "list []")])
+def test_a_network_refuses_a_trace_that_is_not_true_or_false(transport, flag, shown):
+    # bool() took "yes" and "no" (tracing either way), 1, None and [] for trace, silently
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match=f"^trace must be True or False, got {re.escape(shown)}$"):
+        _transport(transport)(trace=flag)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_network_takes_true_false_and_numpy_bools_for_trace(transport):
+    import numpy as np
+
+    cls = _transport(transport)
+    assert [cls(trace=t).tracing for t in (True, False, np.bool_(True), np.bool_(False))] == [True, False, True,
+                                                                                                False]
+    assert type(cls(trace=np.bool_(True)).tracing) is bool
+
+
+async def _waits(ctx):
+    await ctx.receive("never")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+@pytest.mark.parametrize("strict", ["no", 0, None])
+def test_run_refuses_a_strict_that_is_not_true_or_false_before_anything_runs(transport, strict):
+    # strict="no" was strict (a DeadlockError for the blocked actor), 0 and None were not
+    from fedsim.kernel import NetworkConfigError
+
+    net = _transport(transport)(seed=1)
+    net.add_node("a", _waits)
+    with pytest.raises(NetworkConfigError, match=f"^strict must be True or False, got {re.escape(type(strict).__name__)} "
+                                                 f"{re.escape(repr(strict))}$"):
+        net.run(strict=strict)
+    assert len(net.ledger) == 0 and not net.ran
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(allow_remote="no"), "allow_remote must be True or False, got str 'no'"),
+    (dict(allow_remote=1), "allow_remote must be True or False, got int 1"),
+    (dict(processes=1.5), "processes must be an integer of at least 1 (or None: one per node), got 1.5"),
+    (dict(processes=True), "processes must be an integer of at least 1 (or None: one per node), got True"),
+    (dict(processes="2"), "processes must be an integer of at least 1 (or None: one per node), got '2'"),
+    (dict(processes=0), "processes must be an integer of at least 1 (or None: one per node), got 0"),
+    (dict(max_frame_bytes=1000.5), "max_frame_bytes must be a whole number, got 1000.5"),
+    (dict(max_frame_bytes="1000"), "max_frame_bytes must be a whole number, got '1000'"),
+    (dict(poll_interval="0.1"), "poll_interval must be a positive number of seconds, got '0.1'"),
+    (dict(stall_timeout=None), "stall_timeout must be a positive number of seconds, got None"),
+    (dict(host=5), "host must be a host name or address (str), got int 5"),
+])
+def test_tcp_network_refuses_what_int_bool_and_str_coerced_naming_the_parameter(kw, message):
+    # int() made 1.5 processes one, "2" two and True one; bool("no") allowed remote peers; a str
+    # poll_interval was "'>' not supported between instances of 'str' and 'int'"
+    from fedsim.kernel import NetworkConfigError, TcpNetwork
+
+    with pytest.raises(NetworkConfigError, match="^" + re.escape(message) + "$"):
+        TcpNetwork(**kw)
+
+
+def test_tcp_network_still_takes_numpy_integers_and_whole_floats():
+    import numpy as np
+
+    from fedsim.kernel import TcpNetwork
+
+    net = TcpNetwork(processes=np.int64(2), max_frame_bytes=1e6, allow_remote=np.bool_(False))
+    assert (net.processes, net.max_frame_bytes, net.allow_remote) == (2, 1_000_000, False)
+    assert type(net.processes) is int and type(net.max_frame_bytes) is int and type(net.allow_remote) is bool

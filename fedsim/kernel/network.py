@@ -98,6 +98,15 @@ def _no_wait(node: Node, *args: Any) -> None:
     raise RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after the run had ended (in a finally block?)")
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool if it is one (``True``/``False``, or a NumPy bool); else
+    ``NetworkConfigError`` naming ``name``: ``bool()`` took ``"yes"``, ``"no"``, ``1`` and ``[]`` for
+    flags (``trace="no"`` traced), silently."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise NetworkConfigError(f"{name} must be True or False, got {type(value).__name__} {value!r:.80}")
+
+
 def check_run_timeout(value: Any) -> float | None:
     """``value`` as the ``timeout`` of a real-time transport's ``run``: None (no bound) or a
     positive number of real seconds (inf: no bound either). Raises ``NetworkConfigError`` naming
@@ -199,7 +208,8 @@ class Network:
     Raises ``NetworkConfigError`` naming the parameter for a ``seed`` that is not a non-negative
     integer (not a float, not a bool), a ``framing_bytes``, ``unit`` or ``max_message_bytes``
     that is not a whole number in range, an unknown ``profile``, ``faults`` that are not a
-    ``Faults``, or a ``ledger`` that is not a ``Ledger`` or not empty.
+    ``Faults``, a ``trace`` that is not True or False (:func:`check_flag`), or a ``ledger`` that
+    is not a ``Ledger`` or not empty.
     """
 
     #: True when ``now()`` and a run's duration are simulated seconds (SimNetwork), False when
@@ -240,6 +250,7 @@ class Network:
             raise NetworkConfigError(f"max_message_bytes must be a positive whole number, got {max_message_bytes!r}")
         if faults is not None and not isinstance(faults, Faults):
             raise NetworkConfigError(f"faults must be a Faults, got {type(faults).__name__}")
+        tracing = check_flag("trace", trace)
         self.seed = int(seed)
         self.profile = get_profile(profile)
         self.framing_bytes = framing
@@ -259,7 +270,7 @@ class Network:
                 ledger.unit = units
         self.ledger = ledger
         self.nodes: dict[str, Node] = {}
-        self.tracing = bool(trace)
+        self.tracing = tracing
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
         # when the receiver's actor took each message (ledger seq -> now() at its receive or
