@@ -182,3 +182,64 @@ def test_tcp_network_still_takes_numpy_integers_and_whole_floats():
     net = TcpNetwork(processes=np.int64(2), max_frame_bytes=1e6, allow_remote=np.bool_(False))
     assert (net.processes, net.max_frame_bytes, net.allow_remote) == (2, 1_000_000, False)
     assert type(net.processes) is int and type(net.max_frame_bytes) is int and type(net.allow_remote) is bool
+
+
+# -- Ledger / StreamingLedger constructors -------------------------------------------------------
+
+def _ledger_class(name):
+    from fedsim.kernel import Ledger, StreamingLedger
+
+    return {"Ledger": Ledger, "StreamingLedger": StreamingLedger}[name]
+
+
+@pytest.mark.parametrize("cls", ["Ledger", "StreamingLedger"])
+@pytest.mark.parametrize("kw, message", [
+    (dict(unit=0), "unit must be a positive number of floats (or None), got 0"),
+    (dict(unit=-2), "unit must be a positive number of floats (or None), got -2"),
+    (dict(unit=1.5), "unit must be a positive number of floats (or None), got 1.5"),
+    (dict(unit="3"), "unit must be a positive number of floats (or None), got '3'"),
+    (dict(unit=True), "unit must be a positive number of floats (or None), got True"),
+    (dict(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
+    (dict(framing_bytes=-1), "framing_bytes must be a whole number >= 0, got -1"),
+    (dict(framing_bytes="x"), "framing_bytes must be a whole number >= 0, got 'x'"),
+    (dict(framing_bytes=None), "framing_bytes must be a whole number >= 0, got None"),
+])
+def test_a_ledger_built_directly_refuses_a_unit_or_framing_a_network_refuses(tmp_path, cls, kw, message):
+    # unit=0 was taken (every units column NaN, as if none were declared), 1.5 and "3" too (a
+    # fraction of a float per unit; a TypeError at the first query); int() made framing 1.5 one
+    from fedsim.kernel import NetworkConfigError, SimNetwork
+
+    path = {"path": tmp_path / "l.bin"} if cls == "StreamingLedger" else {}
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$") as info:
+        _ledger_class(cls)(**path, **kw)
+    assert type(info.value) is ValueError
+    assert list(tmp_path.iterdir()) == []  # (no file made)
+    if "unit" in kw or kw["framing_bytes"] is not None:  # what a network says of the same value
+        net_message = message.replace(" (or None)", "")
+        with pytest.raises(NetworkConfigError, match="^" + re.escape(net_message) + "$"):
+            SimNetwork(**kw)
+
+
+@pytest.mark.parametrize("cls", ["Ledger", "StreamingLedger"])
+def test_a_ledger_takes_numpy_integers_and_whole_floats_as_ints(cls):
+    import numpy as np
+
+    led = _ledger_class(cls)(unit=np.int64(4), framing_bytes=2.0)
+    assert (led.unit, led.framing_bytes) == (4, 2) and type(led.unit) is int and type(led.framing_bytes) is int
+    assert led.units_of(8) == 2.0
+
+
+@pytest.mark.parametrize("path, exc_type, message", [
+    (5, TypeError, "path must be a file path (str or os.PathLike) or None, got int 5"),
+    (b"l.bin", TypeError, "path must be a file path (str or os.PathLike) or None, got bytes b'l.bin'"),
+    ("", ValueError, "path is empty; give a file path, or None for a temporary file"),
+])
+def test_a_streaming_ledger_names_a_path_that_is_none(tmp_path, monkeypatch, path, exc_type, message):
+    # 5 was os.fspath's "expected str, bytes or os.PathLike object, not int"; "" was
+    # "[Errno 2] No such file or directory: ''"; b"l.bin" made a file whose path read "b'l.bin'"
+    from fedsim.kernel import StreamingLedger
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        StreamingLedger(path)
+    assert list(tmp_path.iterdir()) == []

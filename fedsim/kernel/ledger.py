@@ -300,17 +300,46 @@ def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[
     return out if out is not rows else list(rows)
 
 
+def _whole(value: Any) -> int | None:
+    """``value`` as an int if it is a whole number (an int, a NumPy integer, a float without a
+    fraction), else None (a fraction, NaN, a bool, a str, ...)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def _check_unit_and_framing(unit: Any, framing_bytes: Any) -> tuple[int | None, int]:
+    """A ledger's ``unit`` (None or a positive whole number) and ``framing_bytes`` (a whole
+    number >= 0), as a network checks them; ``ValueError`` naming the one that is not: unit=0
+    made every ``units`` column NaN as if no unit were declared, 1.5 divided by a fraction, a str
+    failed at the first query, and int() truncated a framing of 1.5 to 1."""
+    units = None if unit is None else _whole(unit)
+    if unit is not None and (units is None or units <= 0):
+        raise ValueError(f"unit must be a positive number of floats (or None), got {unit!r}")
+    framing = _whole(framing_bytes)
+    if framing is None or framing < 0:
+        raise ValueError(f"framing_bytes must be a whole number >= 0, got {framing_bytes!r}")
+    return units, framing
+
+
 class Ledger:
     """Every message of one run. ``unit`` is the number of floats that make one accounting unit
     (the protocol's latent dimension d); ``units`` columns are ``floats / unit`` (NaN if unset).
     ``framing_bytes`` is what the network adds to each document on the wire (so that payload
-    bytes = wire bytes - framing)."""
+    bytes = wire bytes - framing). Raises ``ValueError`` naming ``unit`` unless it is None or a
+    positive whole number, and ``framing_bytes`` unless it is a whole number >= 0 (as a network
+    does: ``NetworkConfigError``)."""
 
     def __init__(self, unit: int | None = None, framing_bytes: int = 0) -> None:
+        unit, framing_bytes = _check_unit_and_framing(unit, framing_bytes)
         self.rows: list[list[Any]] = []
         self.missing: list[Missing] = []
         self.unit = unit
-        self.framing_bytes = int(framing_bytes)
+        self.framing_bytes = framing_bytes
         self.roles: dict[str, str] = {}  # each node's current (final) role
         self.role_members: dict[str, set[str]] = defaultdict(set)  # every node that held a role
 
@@ -572,7 +601,10 @@ class StreamingLedger(Ledger):
     ``TcpNetwork`` merges its processes' ledgers in memory and refuses it). ``path``: the file of
     binary records (99 bytes a row; created or truncated); None: a temporary file, deleted by
     ``close`` or when the ledger is garbage collected. The file is this ledger's storage, not an
-    export format: export with ``to_csv``.
+    export format: export with ``to_csv``. Raises ``ValueError`` for a ``unit`` or
+    ``framing_bytes`` as ``Ledger`` does, a ``chunk_rows`` that is not a positive whole number or
+    an empty ``path``, ``TypeError`` for a ``path`` that is no str or ``os.PathLike``, and
+    ``OSError`` naming the file when it cannot be created (all before any file is made).
 
     When a row is final: a row is created when its message is sent, and a transport fills in its
     timing, status and ``read`` as the message moves; it cannot change any more once the message
@@ -595,16 +627,23 @@ class StreamingLedger(Ledger):
     def __init__(self, path: str | os.PathLike | None = None, unit: int | None = None, framing_bytes: int = 0,
                  chunk_rows: int = 262_144) -> None:
         # not Ledger.__init__: it would make a row list
+        self._fd: int | None = None  # (first: __del__ reads it if a check below raises)
+        unit, framing_bytes = _check_unit_and_framing(unit, framing_bytes)
         self.missing: list[Missing] = []
         self.unit = unit
-        self.framing_bytes = int(framing_bytes)
+        self.framing_bytes = framing_bytes
         self.roles: dict[str, str] = {}
         self.role_members: dict[str, set[str]] = defaultdict(set)
         if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral) or chunk_rows < 1:
             # int() truncated 2.5 to 2 and failed on None without naming the parameter
             raise ValueError(f"chunk_rows must be a positive whole number, got {chunk_rows!r}")
         self.chunk_rows = int(chunk_rows)
-        self._fd: int | None = None
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            # 5 was os.fspath's "expected str, bytes or os.PathLike object, not int", naming no parameter
+            raise TypeError(f"path must be a file path (str or os.PathLike) or None, got {type(path).__name__} "
+                            f"{path!r:.80}")
+        if path is not None and not os.fspath(path):
+            raise ValueError("path is empty; give a file path, or None for a temporary file")
         if path is None:
             fd, name = tempfile.mkstemp(prefix="fedsim-ledger-", suffix=".bin")
             self._owned = True
