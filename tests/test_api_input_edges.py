@@ -243,3 +243,43 @@ def test_a_streaming_ledger_names_a_path_that_is_none(tmp_path, monkeypatch, pat
     with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
         StreamingLedger(path)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- RunResult[node] ------------------------------------------------------------------------------
+
+async def _returns_id(ctx):
+    return ctx.node_id.upper()
+
+
+def _result(transport, clients=2):
+    net = _transport(transport)(seed=1)
+    for i in range(clients):
+        net.add_node(f"c{i:02d}", _returns_id)
+    net.add_node("b", _waits)
+    net.add_node("d", _waits, offline_at=0.0)
+    return net.run(strict=False)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_run_result_names_a_node_without_a_result_and_why(transport):
+    # a bare KeyError: 'zz' (the node alone: no word of which nodes have results, or that 'b'
+    # ran and did not finish)
+    res = _result(transport)
+    assert res["c00"] == "C00" and res["c01"] == "C01"
+    with pytest.raises(KeyError, match="^\"no node 'zz' in this run; the nodes with results: 'c00', 'c01'\"$"):
+        res["zz"]
+    with pytest.raises(KeyError, match="^\"node 'b' did not finish \\(it waited for receive 'never'\\): it has no "
+                                       "result\"$"):
+        res["b"]
+    with pytest.raises(KeyError, match="^\"node 'd' dropped out: it has no result\"$"):
+        res["d"]
+    with pytest.raises(KeyError, match=re.escape("\"a RunResult is indexed by node id (str), got list ['b']\"")):
+        res[["b"]]
+
+
+def test_run_result_lists_the_first_twenty_nodes_with_results_and_how_many():
+    res = _result("sim", clients=25)
+    shown = ", ".join(f"'c{i:02d}'" for i in range(20))
+    with pytest.raises(KeyError, match="^" + re.escape(f"\"no node 'zz' in this run; the nodes with results: {shown}, "
+                                                       "... (25 in all)\"") + "$"):
+        res["zz"]

@@ -167,7 +167,26 @@ class RunResult:
     flops: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __getitem__(self, node_id: str) -> Any:
-        return self.results[node_id]
+        """What node ``node_id``'s actor returned. Raises ``KeyError`` naming the node and why
+        it has no result: it did not finish (in ``unfinished``, with what it waited for), it
+        dropped out (``offline``), or there is no such node (listing the nodes with results)."""
+        try:
+            return self.results[node_id]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable: "unhashable type: 'list'" named nothing
+            raise KeyError(f"a RunResult is indexed by node id (str), got {type(node_id).__name__} "
+                           f"{node_id!r:.80}") from None
+        if node_id in self.offline:
+            raise KeyError(f"node {node_id!r} dropped out: it has no result") from None
+        if node_id in self.unfinished:
+            waits = self.blocked.get(node_id)
+            why = f" (it waited for {waits})" if waits else ""
+            raise KeyError(f"node {node_id!r} did not finish{why}: it has no result") from None
+        ids = list(self.results)
+        shown = ", ".join(map(repr, ids[:20])) + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")
+        raise KeyError(f"no node {node_id!r} in this run; the nodes with results: "
+                       f"{shown or 'none'}") from None
 
     def total_flops(self, nodes: Iterable[str] | None = None, labels: Iterable[str] | None = None) -> float:
         """The FLOPs computed by ``nodes`` (default: every node) under ``labels`` (default: any
