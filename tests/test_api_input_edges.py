@@ -283,3 +283,51 @@ def test_run_result_lists_the_first_twenty_nodes_with_results_and_how_many():
     with pytest.raises(KeyError, match="^" + re.escape(f"\"no node 'zz' in this run; the nodes with results: {shown}, "
                                                        "... (25 in all)\"") + "$"):
         res["zz"]
+
+
+# -- Ledger.to_csv: the destination is what an error names ------------------------------------------
+
+def _run_ledger(streaming):
+    from fedsim.kernel import SimNetwork, StreamingLedger
+
+    async def sends(ctx):
+        await ctx.send("b", "k", 1)
+
+    async def idle(ctx):
+        return None
+
+    net = SimNetwork(ledger=StreamingLedger() if streaming else None)
+    net.add_node("a", sends)
+    net.add_node("b", idle)
+    net.run(strict=False)
+    return net.ledger
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_to_csv_into_a_missing_folder_or_onto_a_folder_names_the_destination(tmp_path, streaming):
+    # "[Errno 2] No such file or directory: '.../nope/.ledger.csv.4242.1a2b3c4d.tmp'": a file the
+    # caller never named; onto a folder the rename named the temporary file first
+    led = _run_ledger(streaming)
+    dest = tmp_path / "nope" / "ledger.csv"
+    with pytest.raises(FileNotFoundError) as info:
+        led.to_csv(dest)
+    assert str(info.value) == f"[Errno 2] No such file or directory: {str(dest)!r}" and info.value.filename == str(dest)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        led.to_csv(tmp_path / "dir")
+    assert str(info.value) == f"[Errno 21] Is a directory: {str(tmp_path / 'dir')!r}"
+    assert info.value.filename2 is None
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["dir"]  # (no temporary file left)
+    led.to_csv(tmp_path / "ok.csv")
+    assert (tmp_path / "ok.csv").read_text().count("\n") == 2
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_to_csv_refuses_an_empty_destination(tmp_path, monkeypatch, streaming):
+    # "" wrote a hidden temporary file into the working folder and failed renaming it to ''
+    monkeypatch.chdir(tmp_path)
+    led = _run_ledger(streaming)
+    with pytest.raises(ValueError, match="^to_csv: dest is empty; give a file path, an open text file, or None "
+                                         "for the text$"):
+        led.to_csv("")
+    assert list(tmp_path.iterdir()) == []

@@ -491,8 +491,12 @@ class Ledger:
         the whole CSV, never part of it, and an export that fails removes the temporary file);
         an open text file, written into; or None, and the CSV text is returned.
 
-        Raises what writing or reading the rows back raises: ``OSError``, ``ValueError`` for a
-        closed ``StreamingLedger``."""
+        Raises what writing or reading the rows back raises: ``OSError`` naming ``dest`` (not the
+        temporary file: a folder that does not exist, ``dest`` a folder, no permission),
+        ``ValueError`` for a closed ``StreamingLedger`` and for an empty ``dest``."""
+        if isinstance(dest, (str, os.PathLike)) and not os.fspath(dest):
+            # "" wrote a hidden temporary file into the working folder, then failed to rename it
+            raise ValueError("to_csv: dest is empty; give a file path, an open text file, or None for the text")
         if dest is None:
             buf = io.StringIO()
             self._write_csv(buf)
@@ -549,6 +553,11 @@ def csv_writer(fh: TextIO) -> Any:
     return csv.writer(_LineEnds(fh), lineterminator="\r\n")
 
 
+def _naming(exc: OSError, path: str) -> OSError:
+    """``exc`` again (same class, errno and text) naming ``path`` instead of the temporary file."""
+    return type(exc)(exc.errno, exc.strerror, path) if exc.errno is not None else exc
+
+
 def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
     """Call ``write(fh)`` on a new temporary text file beside ``dest``, flush it to disk and rename
     it over ``dest`` (``os.replace``: atomic on one file system). If anything fails, the temporary
@@ -558,13 +567,20 @@ def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -
     # unique to this process and call (several may export side by side), and short enough for
     # the file system whatever the length of the destination's name
     tmp = os.path.join(folder, f".{name[:120]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fh = open(tmp, "x", newline="", encoding="utf-8")  # "x": never another writer's file
+    try:
+        fh = open(tmp, "x", newline="", encoding="utf-8")  # "x": never another writer's file
+    except OSError as exc:
+        # named the temporary file (".ledger.csv.123.ab12cd34.tmp"), which the caller never gave
+        raise _naming(exc, path) from None
     try:
         with fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # (dest a folder: it named the temporary file first)
+            raise _naming(exc, path) from None
     except BaseException:
         try:
             os.unlink(tmp)
