@@ -331,3 +331,85 @@ def test_to_csv_refuses_an_empty_destination(tmp_path, monkeypatch, streaming):
                                          "for the text$"):
         led.to_csv("")
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the registries: one way of saying "already registered", and replace= a bool ---------------------
+
+def test_the_protocol_registry_says_already_registered_as_the_kernel_registries_do():
+    # "a protocol named 'fedrec' is already registered" (no word of what has it, nor of
+    # replace=True), where a link model's said "(its description); choose another name, or pass
+    # replace=True"
+    import dataclasses
+
+    from fedsim.kernel import register_link_model
+    from fedsim.kernel.sim import FifoLinkModel
+    from fedsim.protocols import REGISTRY, register
+
+    builtin = REGISTRY["fedrec"]
+
+    def build(net, data, cfg, **kw):
+        raise RuntimeError("not the built-in")
+
+    with pytest.raises(ValueError) as proto:
+        register(dataclasses.replace(builtin, build=build))
+    assert str(proto.value) == (f"a protocol named 'fedrec' is already registered ({builtin.summary}); "
+                                "choose another name, or pass replace=True")
+    assert REGISTRY["fedrec"] is builtin
+
+    def fifo():
+        return FifoLinkModel()
+
+    with pytest.raises(ValueError) as link:
+        register_link_model("fifo", fifo, "mine")
+    shape = r"^a (protocol|link model) named '\w+' is already registered \(.+\); choose another name, or pass " \
+            r"replace=True$"
+    assert re.match(shape, str(proto.value)) and re.match(shape, str(link.value))
+
+
+def test_an_unknown_protocol_names_the_closest_as_an_unknown_link_model_does():
+    from fedsim.kernel import NetworkConfigError
+    from fedsim.kernel.registry import LINK_MODEL_REGISTRY
+    from fedsim.protocols import REGISTRY
+
+    with pytest.raises(KeyError, match=re.escape(f"\"unknown protocol 'fedre'; known: {', '.join(REGISTRY)}; did you "
+                                                 "mean 'fedrec'?\"")):
+        REGISTRY["fedre"]
+    with pytest.raises(NetworkConfigError, match="; did you mean 'fifo'\\?$"):
+        LINK_MODEL_REGISTRY.entry("fifoo")
+    with pytest.raises(KeyError, match=re.escape("\"unknown protocol ['fedrec']: a protocol name is a str\"")):
+        REGISTRY[["fedrec"]]
+
+
+@pytest.mark.parametrize("replace", ["no", 1, None])
+def test_the_registries_refuse_a_replace_that_is_not_true_or_false(replace):
+    # replace="no" replaced the registered entry (the built-in fedrec, the fifo link model)
+    import dataclasses
+
+    from fedsim.kernel import register_link_model, register_transport
+    from fedsim.kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
+    from fedsim.kernel.sim import FifoLinkModel
+    from fedsim.protocols import REGISTRY, register
+
+    shown = f"{type(replace).__name__} {replace!r}"
+    builtin = REGISTRY["fedrec"]
+    with pytest.raises(TypeError, match="^" + re.escape(f"register: replace must be True or False, got {shown}") + "$"):
+        register(dataclasses.replace(builtin, summary="other"), replace=replace)
+    fifo, sim = LINK_MODEL_REGISTRY.entry("fifo"), TRANSPORT_REGISTRY.entry("sim")
+    with pytest.raises(TypeError, match="^" + re.escape(f"register_link_model: replace must be True or False, got "
+                                                        f"{shown}") + "$"):
+        register_link_model("fifo", lambda: FifoLinkModel(), "other", replace=replace)
+    with pytest.raises(TypeError, match="^" + re.escape(f"register_transport: replace must be True or False, got "
+                                                        f"{shown}") + "$"):
+        register_transport("sim", lambda **kw: None, "other", replace=replace)
+    assert REGISTRY["fedrec"] is builtin and LINK_MODEL_REGISTRY.entry("fifo") is fifo
+    assert TRANSPORT_REGISTRY.entry("sim") is sim
+
+
+def test_register_transport_refuses_a_link_models_that_is_not_true_false_or_none():
+    # bool("no") registered a transport that takes a link model
+    from fedsim.kernel import SimNetwork, register_transport
+    from fedsim.kernel.registry import TRANSPORT_REGISTRY
+
+    with pytest.raises(TypeError, match="^transport 'edges-x': link_models must be True, False or None, got str 'no'$"):
+        register_transport("edges-x", SimNetwork, "x", link_models="no")
+    assert "edges-x" not in TRANSPORT_REGISTRY
