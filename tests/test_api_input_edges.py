@@ -413,3 +413,40 @@ def test_register_transport_refuses_a_link_models_that_is_not_true_false_or_none
     with pytest.raises(TypeError, match="^transport 'edges-x': link_models must be True, False or None, got str 'no'$"):
         register_transport("edges-x", SimNetwork, "x", link_models="no")
     assert "edges-x" not in TRANSPORT_REGISTRY
+
+
+# -- a closed StreamingLedger: closed is closed -------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [0, 2])
+def test_flush_on_a_closed_streaming_ledger_names_its_file_even_with_every_row_written(tmp_path, rows):
+    # with every row final and written, flush() on a closed ledger did nothing and said nothing
+    # (with rows still in motion it raised): now it always raises, as the queries do
+    from fedsim.kernel import NetworkConfigError, SimNetwork, StreamingLedger
+
+    async def sends(ctx):
+        for _ in range(rows):
+            await ctx.send("b", "k", 1)
+
+    async def reads(ctx):
+        for _ in range(rows):
+            await ctx.receive("k")
+
+    led = StreamingLedger(tmp_path / "l.bin", chunk_rows=1)
+    net = SimNetwork(ledger=led)
+    net.add_node("a", sends)
+    net.add_node("b", reads)
+    net.run()
+    led.flush()
+    assert led.totals()["messages"] == rows
+    led.close()
+    message = f"^the StreamingLedger is closed \\(its file was {re.escape(str(tmp_path / 'l.bin'))}\\)$"
+    with pytest.raises(ValueError, match=message):
+        led.flush()
+    assert led.closed
+    with pytest.raises(ValueError, match=message):
+        led.totals()
+    # nor does a network record into it (it recorded until a query or flush failed)
+    with pytest.raises(NetworkConfigError, match="^the ledger given to a network is a closed StreamingLedger "
+                                                 f"\\(its file was {re.escape(str(tmp_path / 'l.bin'))}\\)$"):
+        SimNetwork(ledger=led)
+    led.close()  # (a second close does nothing)

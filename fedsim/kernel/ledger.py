@@ -753,15 +753,25 @@ class StreamingLedger(Ledger):
                 done = os.pwrite(self._fd, data, at)
                 data, at = data[done:], at + done
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` has been called (queries, ``flush`` and recording then fail)."""
+        return self._fd is None
+
     def flush(self) -> None:
         """Write every row to the file: the final ones (then forgotten) and the current state of
-        those still in motion (kept, and written again by a later flush if they change)."""
+        those still in motion (kept, and written again by a later flush if they change). Raises
+        ``ValueError`` naming the file once the ledger is closed, whether or not rows were left
+        to write (it did nothing when every row was out, and raised when some were not)."""
+        if self._fd is None:
+            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
         self._write_final()
         self._write(self._pending)
 
     def close(self) -> None:
-        """Close the file (and delete it if it is a temporary one). Queries fail afterwards
-        (``ValueError`` naming the file); a second ``close`` does nothing."""
+        """Close the file (and delete it if it is a temporary one). Queries and ``flush`` fail
+        afterwards (``ValueError`` naming the file), and so does a network given the ledger
+        (``NetworkConfigError``); a second ``close`` does nothing."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -783,9 +793,7 @@ class StreamingLedger(Ledger):
 
     def _chunks(self) -> Iterable[tuple[int, np.ndarray]]:
         """(first seq, records) over the file, ``chunk_rows`` records at a time, after a flush."""
-        if self._fd is None:  # (flush writes nothing when every row is out: it would not say so)
-            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
-        self.flush()
+        self.flush()  # (ValueError naming the file once closed)
         if self._n == 0:
             return
         mm = np.memmap(self.path, _RECORD, mode="r", shape=(self._n,))

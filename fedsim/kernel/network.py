@@ -228,7 +228,7 @@ class Network:
     integer (not a float, not a bool), a ``framing_bytes``, ``unit`` or ``max_message_bytes``
     that is not a whole number in range, an unknown ``profile``, ``faults`` that are not a
     ``Faults``, a ``trace`` that is not True or False (:func:`check_flag`), or a ``ledger`` that
-    is not a ``Ledger`` or not empty.
+    is not a ``Ledger``, not empty or a closed ``StreamingLedger``.
     """
 
     #: True when ``now()`` and a run's duration are simulated seconds (SimNetwork), False when
@@ -282,6 +282,9 @@ class Network:
             if not isinstance(ledger, Ledger):  # (it was "object of type 'int' has no len()")
                 raise NetworkConfigError(f"ledger must be a fedsim.kernel.Ledger (or StreamingLedger), got "
                                          f"{type(ledger).__name__} {ledger!r:.80}")
+            if getattr(ledger, "closed", False):  # (it recorded until a query or flush failed)
+                raise NetworkConfigError(f"the ledger given to a network is a closed StreamingLedger (its file was "
+                                         f"{ledger.path})")
             if len(ledger):
                 raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
             ledger.framing_bytes = self.framing_bytes
