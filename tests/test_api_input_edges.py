@@ -450,3 +450,63 @@ def test_flush_on_a_closed_streaming_ledger_names_its_file_even_with_every_row_w
                                                  f"\\(its file was {re.escape(str(tmp_path / 'l.bin'))}\\)$"):
         SimNetwork(ledger=led)
     led.close()  # (a second close does nothing)
+
+
+# -- run_scenario / run_sweep: switches, grid and fixed -----------------------------------------------
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(force="no"), "force must be True or False, got str 'no'"),
+    (dict(ledger="no"), "ledger must be True or False, got str 'no'"),
+    (dict(quiet=1), "quiet must be True or False, got int 1"),
+    (dict(ledger=None), "ledger must be True or False, got NoneType None"),
+    (dict(progress="yes"), "progress must be True, False or None, got str 'yes'"),
+])
+def test_run_scenario_refuses_switches_that_are_not_true_or_false_before_anything_is_made(tmp_path, kw, message):
+    # bool() took force="no" for True (a used out was replaced) and ledger="no" (ledger.csv written)
+    from fedsim.experiment import UsageError, run_scenario
+
+    used = tmp_path / "run"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    with pytest.raises(UsageError, match="^" + re.escape(message) + "$"):
+        run_scenario("demo", out=str(used), **{"quiet": True, **kw})
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep.txt", "run"]
+
+
+def test_run_scenario_takes_numpy_bools_as_switches(tmp_path):
+    import numpy as np
+
+    from fedsim.experiment import run_scenario
+
+    res = run_scenario("demo", out=str(tmp_path / "run"), quiet=np.bool_(True), ledger=np.bool_(False),
+                       overrides={"rounds": 1, "clients": 2})
+    assert res["config"]["rounds"] == 1 and not (tmp_path / "run" / "ledger.csv").exists()
+
+
+@pytest.mark.parametrize("kw, exc_type, message", [
+    (dict(grid=[("rounds", [1])]), TypeError,
+     "grid must be a mapping {axis: [values]}, got list [('rounds', [1])]; parse_grid(scenario, strings) makes one "
+     "of key=v1,v2 strings"),
+    (dict(grid="rounds=1,2"), TypeError, "grid must be a mapping {axis: [values]}, got str 'rounds=1,2'"),
+    (dict(fixed=["clients=2"]), TypeError,
+     "fixed must be a mapping {parameter: value}, got list ['clients=2']; parse_sets(scenario, strings) makes one of "
+     "key=value strings"),
+    (dict(force="no"), "UsageError", "force must be True or False, got str 'no'"),
+    (dict(ledger=1), "UsageError", "ledger must be True or False, got int 1"),
+    (dict(quiet=None), "UsageError", "quiet must be True or False, got NoneType None"),
+    (dict(out=""), "UsageError", "--out is empty; give a value or leave the option out"),
+])
+def test_run_sweep_refuses_a_grid_fixed_or_switch_of_the_wrong_kind_before_anything_is_made(tmp_path, monkeypatch, kw,
+                                                                                          exc_type, message):
+    # a list grid was "'list' object has no attribute 'items'", a list fixed "dictionary update
+    # sequence element #0 has length 9; 2 is required"; bool() took force="no" for True; out=""
+    # was the default runs/sweep-... folder
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    exc_type = UsageError if exc_type == "UsageError" else exc_type
+    args = {"grid": {"rounds": [1]}, "out": str(tmp_path / "sweep"), **kw}
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        run_sweep("demo", args.pop("grid"), args.pop("out"), workers=1, **args)
+    assert list(tmp_path.iterdir()) == []

@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+import numpy as np
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Windows: the folder's PID decides there
@@ -36,7 +38,7 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_seed",
+__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_flag", "check_seed",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
            "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
@@ -353,6 +355,18 @@ def check_seed(seed: Any) -> int:
     return int(seed)
 
 
+def check_flag(name: str, value: Any, *, none: bool = False) -> bool | None:
+    """``value`` (a run's or a sweep's switch: ``quiet``, ``ledger``, ``force``, ``progress``) as
+    a bool: ``UsageError`` naming ``name`` unless it is True or False (or a NumPy bool; None too
+    when ``none``). bool() took ``"no"`` for True: ``force="no"`` replaced a run's results."""
+    if none and value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    allowed = "True, False or None" if none else "True or False"
+    raise UsageError(f"{name} must be {allowed}, got {type(value).__name__} {value!r:.80}")
+
+
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, profile: str | None = None,
                  quiet: bool = False, ledger: bool = False, net: Any = None, force: bool = False,
@@ -375,6 +389,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     False``), an unreadable data file or a used ``out``, and for a disk (or quota) that is full
     (the run then stopped); ``TypeError`` for ``mod`` that is neither a module nor a str and for
     ``overrides`` that is no mapping (``parse_sets`` makes one of ``key=value`` strings);
+    ``UsageError`` too for a ``quiet``, ``ledger`` or ``force`` that is not True or False and a
+    ``progress`` that is not True, False or None (:func:`check_flag`);
     whatever else the scenario raises (``ScenarioError`` among it) passes through. Nothing is
     created before the checks pass."""
     if isinstance(mod, str):
@@ -390,6 +406,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         if isinstance(v, str) and not v.strip():
             # an empty value read as "not given" (the default data, a runs/<time>-NAME folder)
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
+    quiet, ledger, force = (check_flag(k, v) for k, v in (("quiet", quiet), ("ledger", ledger), ("force", force)))
+    progress = check_flag("progress", progress, none=True)
     overrides = {} if overrides is None else overrides
     cfg = resolve_config(mod, overrides)
     netspec = network_spec(mod, profile, net)

@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -75,7 +76,9 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
-from ..experiment.runner import OutputFolder, check_seed, network_spec, recover_replaced, remove_dead_partials
+from ..experiment.runner import (
+    OutputFolder, check_flag, check_seed, network_spec, recover_replaced, remove_dead_partials,
+)
 from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
@@ -561,13 +564,25 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     names would be the same), parameter, network or backend, for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
     configuration without ``force``, a seed that is not a non-negative integer, ``workers`` that
-    is not an integer of at least 1 (:func:`check_workers`), ``ConfigError`` for points the scenario's ``check`` refuses
+    is not an integer of at least 1 (:func:`check_workers`), a ``quiet``, ``ledger`` or ``force``
+    that is not True or False, an empty ``out``, ``TypeError`` for a ``grid`` or ``fixed`` that is no
+    mapping (:func:`parse_grid` and ``parse_sets`` make them of ``key=...`` strings), ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
     before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
     sweep is raised after the same, sweep.json and report.md saying *interrupted* (an error as the
     sweep writes its files after its points: sweep.json)."""
+    if not isinstance(grid, Mapping):  # (a list was "'list' object has no attribute 'items'")
+        hint = "; parse_grid(scenario, strings) makes one of key=v1,v2 strings" if isinstance(grid, (list, tuple)) else ""
+        raise TypeError(f"grid must be a mapping {{axis: [values]}}, got {type(grid).__name__} {grid!r:.80}{hint}")
+    if fixed is not None and not isinstance(fixed, Mapping):
+        # (a list of key=value strings was "dictionary update sequence element #0 has length 9")
+        hint = "; parse_sets(scenario, strings) makes one of key=value strings" if isinstance(fixed, (list, tuple)) else ""
+        raise TypeError(f"fixed must be a mapping {{parameter: value}}, got {type(fixed).__name__} {fixed!r:.80}{hint}")
+    quiet, ledger, force = (check_flag(k, v) for k, v in (("quiet", quiet), ("ledger", ledger), ("force", force)))
+    if isinstance(out, str) and not out.strip():  # (it was the default folder, as run_scenario refuses it)
+        raise UsageError("--out is empty; give a value or leave the option out")
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
