@@ -510,3 +510,30 @@ def test_run_sweep_refuses_a_grid_fixed_or_switch_of_the_wrong_kind_before_anyth
     with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
         run_sweep("demo", args.pop("grid"), args.pop("out"), workers=1, **args)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- load_scenario: a file that is no .py file, a name that is no str ---------------------------------
+
+def test_a_toml_file_given_as_the_scenario_says_config(tmp_path):
+    # "AttributeError: 'NoneType' object has no attribute 'loader'" (a traceback from fedsim run)
+    from fedsim.experiment import UsageError, load_scenario, run_scenario
+    from test_cli_errors import fedsim_cmd, one_error_line
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('scenario = "demo"\n')
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    with pytest.raises(UsageError, match="^" + re.escape(f"{toml} is not a scenario script (a .py file); a TOML run "
+                                                         f"or sweep file is read with --config {toml}") + "$"):
+        load_scenario(str(toml))
+    with pytest.raises(UsageError, match="^" + re.escape(f"{other} is not a scenario script (a .py file)") + "$"):
+        run_scenario(str(other), out=str(tmp_path / "run"), quiet=True)
+    with pytest.raises(TypeError, match="^" + re.escape("load_scenario takes a scenario's name or path (str), got "
+                                                        f"PosixPath {toml!r}"[:129])):
+        load_scenario(toml)  # (the value shown in 80 characters at most)
+    res = fedsim_cmd("run", "run.toml", cwd=tmp_path)
+    assert res.returncode == 2
+    assert one_error_line(res) == ("error: run.toml is not a scenario script (a .py file); a TOML run or sweep file "
+                                   "is read with --config run.toml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "run.toml"]
+
