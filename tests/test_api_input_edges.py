@@ -537,3 +537,77 @@ def test_a_toml_file_given_as_the_scenario_says_config(tmp_path):
                                    "is read with --config run.toml")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "run.toml"]
 
+
+# -- time_scale, run timeouts, link and fault numbers, NetSpec: numbers only ---------------------------
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+@pytest.mark.parametrize("scale", ["2", True, b"1"])
+def test_time_scale_is_a_number_not_a_str_or_bool(transport, scale):
+    # float() took "2" (a scale of 2.0) and True (1.0), silently
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match="^" + re.escape("time_scale must be a positive finite number of real "
+                                                                 f"seconds per protocol second, got {scale!r}") + "$"):
+        _transport(transport)(time_scale=scale)
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_run_timeout_of_true_is_refused_before_anything_runs(transport):
+    # True was a timeout of one second
+    from fedsim.kernel import NetworkConfigError
+
+    net = _transport(transport)()
+    net.add_node("a", _waits)
+    with pytest.raises(NetworkConfigError, match="^timeout must be positive seconds or None, got True$"):
+        net.run(timeout=True, strict=False)
+    assert not net.ran
+
+
+def test_time_scale_and_timeout_take_numpy_numbers():
+    import numpy as np
+
+    from fedsim.kernel import AsyncioNetwork
+
+    net = AsyncioNetwork(time_scale=np.float32(0.5))
+    net.add_node("a", _returns_id)
+    assert net.time_scale == 0.5 and net.run(timeout=np.float64(5.0))["a"] == "A"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda k: k.LinkSpec("5e6", 1e6, 0.01), "uplink must be a positive number of bytes/s (or inf), got '5e6'"),
+    (lambda k: k.LinkSpec(1e6, 1e6, "0.01"), "latency must be a finite non-negative number, got '0.01'"),
+    (lambda k: k.Faults(loss="0.1"), "faults: loss must be a probability in [0, 1], got '0.1'"),
+    (lambda k: k.Faults(dropout=0.5, window=("1", "2")),
+     "faults: window must be (start, end) with 0 <= start <= end < inf seconds, got ('1', '2')"),
+    (lambda k: k.Faults(dropout=0.5, window=(True, 2)),
+     "faults: window must be (start, end) with 0 <= start <= end < inf seconds, got (True, 2)"),
+    (lambda k: k.Faults(loss=0.1, roles=(1,)),
+     "faults: roles must name at least one role (a tuple of names, or one name), got (1,)"),
+    (lambda k: k.Faults(loss=0.1, roles=["client", None]),
+     "faults: roles must name at least one role (a tuple of names, or one name), got ['client', None]"),
+    (lambda k: k.SimNetwork().add_node("a", _returns_id, offline_at="1"),
+     "node 'a': offline_at must be a finite non-negative number, got '1'"),
+    (lambda k: k.NetSpec(loss="0.1"), "faults: loss must be a probability in [0, 1], got '0.1'"),
+    (lambda k: k.NetSpec(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
+    (lambda k: k.NetSpec(framing_bytes="8"), "framing_bytes must be a whole number >= 0, got '8'"),
+])
+def test_link_fault_and_netspec_numbers_given_as_str_are_refused_naming_the_parameter(make, message):
+    # float() took "5e6" and "0.1"; str() made roles '1' and 'None'; True was 1.0 s; a NetSpec
+    # kept loss '0.1' as a str (describe() then failed: "Unknown format code 'g' for object of
+    # type 'str'") and framing_bytes 1.5 until a network was built from it
+    import fedsim.kernel as k
+
+    with pytest.raises(k.NetworkConfigError, match="^" + re.escape(message) + "$"):
+        make(k)
+
+
+def test_netspec_keeps_its_numbers_as_plain_floats_and_ints():
+    import numpy as np
+
+    from fedsim.kernel import NetSpec
+
+    spec = NetSpec(loss=np.float64(0.25), dropout=1, window=[1, 2], framing_bytes=8.0)
+    assert spec.to_dict() == {"profile": "ideal", "link_model": "fifo", "loss": 0.25, "dropout": 1.0,
+                              "window": [1.0, 2.0], "transport": "sim", "framing_bytes": 8, "options": {}}
+    assert [type(v) for v in (spec.loss, spec.dropout, spec.framing_bytes)] == [float, float, int]
+    assert spec.describe() == NetSpec(loss=0.25, dropout=1.0, window=(1.0, 2.0), framing_bytes=8).describe()

@@ -111,14 +111,12 @@ def check_run_timeout(value: Any) -> float | None:
     """``value`` as the ``timeout`` of a real-time transport's ``run``: None (no bound) or a
     positive number of real seconds (inf: no bound either). Raises ``NetworkConfigError`` naming
     ``timeout`` otherwise, before anything runs: 0, a negative number or NaN would end the run at
-    once with a ``TimeoutError``, as if its actors had been too slow, and a str with a
-    ``TypeError`` naming nothing."""
+    once with a ``TimeoutError``, as if its actors had been too slow, a str with a ``TypeError``
+    naming nothing, and a bool (True: 1 s) is no number of seconds."""
     if value is None:
         return None
-    try:
-        t = float(value) if not isinstance(value, (str, bytes)) else math.nan
-    except (TypeError, ValueError):
-        t = math.nan
+    # a number only: True was a timeout of 1 s
+    t = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
     if not t > 0:  # also NaN
         raise NetworkConfigError(f"timeout must be positive seconds or None, got {value!r}")
     return t
@@ -130,10 +128,8 @@ def check_time_scale(value: Any) -> float:
     would turn every timeout into an immediate expiry (a timed receive returns None while its
     message is on its way, unlike on SimNetwork), inf every sleep and timeout into a wait for ever,
     and the clock divides by it."""
-    try:
-        scale = float(value)
-    except (TypeError, ValueError):
-        scale = math.nan
+    # a number only: float() took "2" and True (a scale of 1), silently
+    scale = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
     if not 0 < scale < math.inf:  # also NaN
         raise NetworkConfigError(f"time_scale must be a positive finite number of real seconds per protocol "
                                  f"second, got {value!r}")
