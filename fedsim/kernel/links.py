@@ -53,7 +53,9 @@ def _check_nonneg(name: str, value: float, allow_inf: bool = False) -> float:
 
 @dataclass(frozen=True, slots=True)
 class LinkSpec:
-    """Uplink and downlink bandwidth (bytes/s, ``inf`` allowed) and one-way latency (s)."""
+    """Uplink and downlink bandwidth (bytes/s, ``inf`` allowed) and one-way latency (s).
+    Raises ``NetworkConfigError`` naming the field for a rate that is not a positive number or a
+    latency that is not a finite non-negative number (a str or a bool is no number)."""
 
     uplink: float = math.inf
     downlink: float = math.inf
@@ -188,9 +190,10 @@ class Faults:
     The default spares the server: its dropout ends any protocol (see ``IncompleteRunError``).
     ``roles`` is a tuple of role names, or one name as a str.
 
-    Raises ``NetworkConfigError`` naming the field for a ``loss`` or ``dropout`` outside [0, 1],
-    a ``window`` that is not ``(start, end)`` with ``0 <= start <= end < inf``, or ``roles``
-    that name no role (empty, or an empty name). A network given faults that no node's role
+    Raises ``NetworkConfigError`` naming the field for a ``loss`` or ``dropout`` that is not a
+    number in [0, 1] (a str or a bool is none), a ``window`` that is not ``(start, end)`` numbers
+    with ``0 <= start <= end < inf``, or ``roles`` that name no role (empty, an empty name, or a
+    name that is no str). A network given faults that no node's role
     matches refuses to run (``Network.check_faults``).
     """
 
