@@ -611,3 +611,52 @@ def test_netspec_keeps_its_numbers_as_plain_floats_and_ints():
                               "window": [1.0, 2.0], "transport": "sim", "framing_bytes": 8, "options": {}}
     assert [type(v) for v in (spec.loss, spec.dropout, spec.framing_bytes)] == [float, float, int]
     assert spec.describe() == NetSpec(loss=0.25, dropout=1.0, window=(1.0, 2.0), framing_bytes=8).describe()
+
+
+# -- RunContext: table rows and columns, notes and caveats --------------------------------------------
+
+def _ctx(tmp_path):
+    from fedsim.experiment import RunContext
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path / "out"
+    out.mkdir()
+    return RunContext(name="x", config={}, data="tiny", seed=4, net=NetSpec(), out=out, quiet=True)
+
+
+@pytest.mark.parametrize("call, exc_type, message", [
+    (lambda c: c.table("t", {"a": 1}), TypeError,
+     "table 't': rows is an iterable of dicts (one a row), got dict {'a': 1}; write [row] for a table of one row"),
+    (lambda c: c.table("t", [{"a": 1}, [1, 2]]), TypeError, "table 't': row 1 is no dict (column -> value), got list [1, 2]"),
+    (lambda c: c.table("t", None), TypeError, "table 't': rows is an iterable of dicts (one a row), got NoneType None"),
+    (lambda c: c.table("t", [{"name": 1}], columns="name"), TypeError,
+     "table 't': columns is a list of column names, got the str 'name'; write ['name']"),
+    (lambda c: c.table("t", [{"a": 1}], title=5), TypeError, "table 't': title must be a str, got int 5"),
+    (lambda c: c.table("t", [{"a": 1.5}], floatfmt="zz"), ValueError,
+     "table 't': floatfmt 'zz' is no float format spec (as '.4f'): Unknown format code 'z' for object of type 'float'"),
+    (lambda c: c.note(5), TypeError, "a note's text is a str, got int 5"),
+    (lambda c: c.caveat(5, "text"), TypeError, "a caveat is one word (a str), got int 5"),
+    (lambda c: c.caveat(None, "text"), TypeError, "a caveat is one word (a str), got NoneType None"),
+    (lambda c: c.caveat("adjusted", 5), TypeError, "caveat 'adjusted': its text is a str, got int 5"),
+])
+def test_run_context_refuses_tables_notes_and_caveats_of_the_wrong_kind_naming_them(tmp_path, call, exc_type, message):
+    # rows {"a": 1} and ["ab"] were "dictionary update sequence element #0 has length 1; 2 is
+    # required"; columns="name" made the columns n, a, m, e; caveat(5) recorded the caveat '5';
+    # note(5) and floatfmt="zz" failed as report.md was written, after the whole run; title=5 was
+    # written as "5"
+    ctx = _ctx(tmp_path)
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        call(ctx)
+    assert list((tmp_path / "out").iterdir()) == [] and ctx.tables == [] and ctx.notes == [] and ctx.caveats == []
+
+
+def test_a_scenario_whose_note_is_no_str_fails_at_the_note_and_leaves_nothing(tmp_path):
+    from fedsim.experiment import run_scenario
+
+    script = tmp_path / "noted.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(1, 'x')}\n"
+                      "def run(ctx):\n    ctx.table('t', [{'x': ctx.config['x']}])\n    ctx.note(5)\n")
+    with pytest.raises(TypeError, match="^a note's text is a str, got int 5$") as info:
+        run_scenario(str(script), out=str(tmp_path / "run"), quiet=True)
+    assert "ctx.note(5)" in "".join(__import__("traceback").format_tb(info.value.__traceback__))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noted.py"]
