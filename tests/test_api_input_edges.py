@@ -660,3 +660,46 @@ def test_a_scenario_whose_note_is_no_str_fails_at_the_note_and_leaves_nothing(tm
         run_scenario(str(script), out=str(tmp_path / "run"), quiet=True)
     assert "ctx.note(5)" in "".join(__import__("traceback").format_tb(info.value.__traceback__))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["noted.py"]
+
+
+# -- Param, Param.of, params_from -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, exc_type, message", [
+    (dict(kind="integer"), ValueError,
+     "Param kind 'integer': expected one of int, float, str, bool, ints, floats, strs, any (or None: the default's "
+     "type)"),
+    (dict(choices="abc"), TypeError, "Param choices must be a list or tuple of values, got str 'abc'"),
+    (dict(min="0"), TypeError, "Param min must be a number or None, got str '0'"),
+    (dict(max=True), TypeError, "Param max must be a number or None, got bool True"),
+    (dict(help=5), TypeError, "Param help must be a str, got int 5"),
+    (dict(none_ok=1), TypeError, "Param none_ok must be True or False, got 1"),
+    (dict(exclusive_min="yes"), TypeError, "Param exclusive_min must be True or False, got 'yes'"),
+])
+def test_a_param_declared_wrong_is_refused_where_it_is_declared(kw, exc_type, message):
+    # kind="integer" took any text ("5" stayed a str); choices="abc" took 'a' (its letters were
+    # the choices); min="0" failed at the first value checked ("'<' not supported between
+    # instances of 'int' and 'str'")
+    from fedsim.experiment import Param
+
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        Param(1, **kw)
+
+
+def test_param_of_and_params_from_name_an_unknown_field_and_refuse_stray_defaults():
+    # Param.of(config, "round") was a bare KeyError: 'round'; params_from(config, "lr", nope=3)
+    # dropped nope silently
+    from fedsim.config import fields_of
+    from fedsim.experiment import Param, params_from
+    from fedsim.protocols import REGISTRY
+
+    cfg = REGISTRY["fedrec"].Config
+    fields = ", ".join(f.name for f in fields_of(cfg))
+    with pytest.raises(KeyError, match="^" + re.escape(f"\"{cfg.__name__} has no field 'rounds'") + ".*"
+                                        + re.escape(f"; fields: {fields}\"") + "$"):
+        Param.of(cfg, "rounds")
+    with pytest.raises(KeyError, match="^" + re.escape(f"\"{cfg.__name__} has no field 'round'")):
+        params_from(cfg, "round")
+    with pytest.raises(TypeError, match="^" + re.escape("params_from: defaults for 'nope', which are not among the "
+                                                        "parameters made (lr)") + "$"):
+        params_from(cfg, "lr", nope=3)
+    assert params_from(cfg, "lr", lr=0.5)["lr"].default == 0.5
