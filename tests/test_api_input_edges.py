@@ -703,3 +703,12 @@ def test_param_of_and_params_from_name_an_unknown_field_and_refuse_stray_default
                                                         "parameters made (lr)") + "$"):
         params_from(cfg, "lr", nope=3)
     assert params_from(cfg, "lr", lr=0.5)["lr"].default == 0.5
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_by_role_refuses_a_per_round_that_is_not_true_or_false(streaming):
+    # per_round="no" gave the rows per round (bool("no") is True)
+    led = _run_ledger(streaming)
+    with pytest.raises(ValueError, match="^by_role: per_round must be True or False, got 'no'$"):
+        led.by_role(per_round="no")
+    assert [r["round"] for r in led.by_role(per_round=False)] == [-1, -1]

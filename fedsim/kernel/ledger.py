@@ -432,8 +432,11 @@ class Ledger:
         (``sent`` or ``received``; a message counts as received only if it was delivered),
         ``messages``, ``bytes``, ``raw_bytes``, ``floats``, ``units``, ``nodes`` (how many nodes
         held that role at some point of the run; rows carry the roles at the time of sending)
-        and ``bytes_per_node`` / ``units_per_node``.
+        and ``bytes_per_node`` / ``units_per_node``. Raises ``ValueError`` for a ``per_round``
+        that is not True or False (``"no"`` was per round), and as ``select`` for the kinds.
         """
+        if not isinstance(per_round, (bool, np.bool_)):
+            raise ValueError(f"by_role: per_round must be True or False, got {per_round!r}")
         v = self.select(kind=kinds, exclude_kinds=exclude_kinds)
         acc: dict[tuple, Totals] = {}
         keys = ("round", "src_role") if per_round else ("src_role",)
