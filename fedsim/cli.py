@@ -250,7 +250,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     from .experiment.live import active
-    from .studies.sweep import SweepInterrupted, SweepNotStarted, check_grid, failure_line, parse_grid, run_sweep
+    from .studies.sweep import (
+        SweepInterrupted, SweepNotStarted, check_grid, check_workers, failure_line, parse_grid, run_sweep,
+    )
 
     doc = _load_config(args, sweep=True) or {}
     if args.scenario is None and doc.get("scenario") is None:
@@ -279,9 +281,10 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     if "workers" in mod.PARAMS and "workers" not in fixed and "workers" not in grid:
         fixed["workers"] = 1  # the sweep's own pool already uses the cores
     workers = args.workers if args.workers is not None else doc.get("workers")
-    if workers is not None and (type(workers) is not int or workers < 1):
-        where = "--workers" if args.workers is not None else f"{at(doc, 'workers')}: workers:"
-        raise UsageError(f"{where} must be an integer of at least 1, got {workers!r}")
+    if args.workers is not None or workers is None:
+        workers = check_workers(workers)
+    else:
+        workers = check_workers(workers, f"{at(doc, 'workers')}: workers:")
 
     backend = args.backend or doc.get("backend") or "local"
     if backend not in ("local", "ray"):

@@ -299,6 +299,22 @@ def load_data(data: str, **kw: Any):
         raise UsageError(f"--data: {msg}") from None
 
 
+def _table_rows(name: str, rows: Any) -> list[dict]:
+    """``rows`` as a list of dicts: ``TypeError`` naming the table (and the row) unless it is an
+    iterable of mappings (``dict(r)`` failed with "dictionary update sequence element #0 has
+    length 1; 2 is required", naming neither; one dict given alone was iterated by its keys)."""
+    if isinstance(rows, (Mapping, str, bytes)) or not isinstance(rows, Iterable):
+        hint = "; write [row] for a table of one row" if isinstance(rows, Mapping) else ""
+        raise TypeError(f"table {name!r}: rows is an iterable of dicts (one a row), got {type(rows).__name__} "
+                        f"{rows!r:.80}{hint}")
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise TypeError(f"table {name!r}: row {i} is no dict (column -> value), got {type(r).__name__} {r!r:.80}")
+        out.append(dict(r))
+    return out
+
+
 def _check_file_name(what: str, name: Any) -> None:
     """Refuse (``ValueError`` naming it) a table's or plot's ``name`` that is not a plain file name
     in the run's folder: ``ctx.table("../x", ...)`` wrote x.csv beside the folder (left there
@@ -368,12 +384,26 @@ class RunContext:
         scenario's defaults, or from its ``PAPER_VALUES`` where it declares them, or synthetic
         data) gets a note saying its figures are not expected to match the published ones.
         Raises ``ValueError`` naming ``name`` if a table of that name was written in this run,
-        or if it is not a plain file name (see :meth:`plot`)."""
+        or if it is not a plain file name (see :meth:`plot`), or ``floatfmt`` is no float format
+        spec; ``TypeError`` naming it for ``rows`` that are not an iterable of mappings (one
+        dict given alone, a row that is a list), ``columns`` given as one str, and a ``title`` or
+        ``floatfmt`` that is no str. Nothing is written then."""
         _check_file_name("table", name)
         if any(t.name == name for t in self.tables):
             # the second NAME.csv replaced the first while report.md and results.json kept both
             raise ValueError(f"table {name!r} was already written in this run; give each table its own name")
-        rows = [dict(r) for r in rows]
+        rows = _table_rows(name, rows)
+        if isinstance(columns, (str, bytes)):  # (its letters were the columns: "name" made n, a, m, e)
+            raise TypeError(f"table {name!r}: columns is a list of column names, got the str {columns!r}; "
+                            f"write [{columns!r}]")
+        for what, v in (("title", title), ("floatfmt", floatfmt)):
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"table {name!r}: {what} must be a str, got {type(v).__name__} {v!r:.80}")
+        try:  # (a bad one failed as report.md was written, once the whole run was done)
+            format(0.5, floatfmt)
+        except ValueError as exc:
+            raise ValueError(f"table {name!r}: floatfmt {floatfmt!r} is no float format spec (as '.4f'): {exc}") \
+                from None
         # without columns: every key of every row, in order of first appearance (the first row's
         # alone dropped, silently, a figure only later rows have, e.g. a metric a protocol
         # reports in its last evaluation only)
@@ -417,7 +447,10 @@ class RunContext:
                 f"differs ({'; '.join(why)}), so its figures are not expected to match them.")
 
     def note(self, text: str) -> None:
-        """Add a Markdown paragraph to report.md."""
+        """Add a Markdown paragraph to report.md. Raises ``TypeError`` for a ``text`` that is no
+        str (it failed as report.md was written, once the whole run was done)."""
+        if not isinstance(text, str):
+            raise TypeError(f"a note's text is a str, got {type(text).__name__} {text!r:.80}")
         self.notes.append(text)
 
     def caveat(self, word: str, text: str) -> None:
@@ -425,8 +458,13 @@ class RunContext:
         (one word: ``incomplete``, ``diverged``, ``adjusted``, ``unevaluated``, ...) is also recorded
         in results.json's ``caveats``, which is how a sweep learns it (its points table shows each point's caveats). A note
         alone was read by nobody but the reader of that run's report.md. Raises ``ValueError``
-        naming ``word`` unless it is one word."""
-        word = str(word).strip()
+        naming ``word`` unless it is one word, ``TypeError`` for a ``word`` or ``text`` that is
+        no str (str() made caveats '5' and 'None')."""
+        if not isinstance(word, str):
+            raise TypeError(f"a caveat is one word (a str), got {type(word).__name__} {word!r:.80}")
+        if not isinstance(text, str):
+            raise TypeError(f"caveat {word.strip()!r}: its text is a str, got {type(text).__name__} {text!r:.80}")
+        word = word.strip()
         if not word or any(c.isspace() for c in word):
             raise ValueError(f"a caveat is one word, got {word!r}")
         self.notes.append(text)

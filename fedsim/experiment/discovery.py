@@ -133,6 +133,11 @@ def unknown_scenario(name: str) -> str:
             f"protocols: {', '.join(REGISTRY)}; a protocol in a file of your own: fedsim --plugin FILE run NAME)")
 
 
+def _not_a_script(path: str) -> UsageError:
+    hint = f"; a TOML run or sweep file is read with --config {path}" if path.endswith(".toml") else ""
+    return UsageError(f"{path} is not a scenario script (a .py file){hint}")
+
+
 def load_scenario(name_or_path: str) -> ModuleType:
     """Import a scenario by name (``fedrec_table2``), by path to a ``.py`` file, or make the
     scenario of a registered protocol (``fedrec``: one run of it, see ``protocol_run``).
@@ -143,11 +148,19 @@ def load_scenario(name_or_path: str) -> ModuleType:
     error propagates (its traceback names the script's line) with a note naming the script and
     the line. A plug-in file given as a scenario path (it registers protocols, link models or
     transports, and has no ``run`` and ``PARAMS``) is refused with a ``UsageError`` saying how to
-    load it with ``--plugin``, and undone the same way; so is a script that is neither."""
+    load it with ``--plugin``, and undone the same way; so is a script that is neither, and a
+    file that is no ``.py`` file (a TOML run file: the message says ``--config``). Raises
+    ``TypeError`` for a ``name_or_path`` that is no str."""
+    if not isinstance(name_or_path, str):  # (Path(5): "expected str, bytes or os.PathLike object, not int")
+        raise TypeError(f"load_scenario takes a scenario's name or path (str), got {type(name_or_path).__name__} "
+                        f"{name_or_path!r:.80}")
     p = Path(name_or_path)
     if p.suffix == ".py" or os.sep in name_or_path or "/" in name_or_path:
         if not p.is_file():
             raise UsageError(f"no scenario script at {name_or_path}")
+        if p.suffix != ".py":
+            # importlib found no loader for it: "'NoneType' object has no attribute 'loader'"
+            raise _not_a_script(name_or_path)
         from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
         from ..protocols import REGISTRY
         from ..protocols.registry import all_or_nothing
@@ -194,6 +207,8 @@ def load_scenario(name_or_path: str) -> ModuleType:
 
             return protocol_scenario(name_or_path)
         if not name_or_path.isidentifier():
+            if p.suffix and p.is_file():  # run.toml in the working folder: said unknown scenario 'run.toml'
+                raise _not_a_script(name_or_path)
             raise UsageError(unknown_scenario(name_or_path))
         _scenario_package()
         try:

@@ -4,6 +4,8 @@ grids, API calls: :func:`check_value`), and :func:`resolve_config` merges them o
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Collection, Mapping
 from dataclasses import MISSING, dataclass
 from types import ModuleType
 from typing import Any, Sequence
@@ -13,8 +15,12 @@ from ..config import ConfigError, FieldInfo, check_field, did_you_mean, fields_o
 from .naming import scenario_name
 from .errors import UsageError
 
-__all__ = ["Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config", "set_keys",
+__all__ = ["KINDS", "Param", "check_value", "params_from", "parse_sets", "parse_value", "resolve_config", "set_keys",
            "unknown_parameter"]
+
+
+#: the parameter types a ``Param``'s ``kind`` may name ("any": a field of no declared type)
+KINDS = ("int", "float", "str", "bool", "ints", "floats", "strs", "any")
 
 
 @dataclass(frozen=True)
@@ -24,7 +30,13 @@ class Param:
     'bool', 'ints', 'floats', 'strs' for comma-separated lists); ``min``/``max`` (with
     ``exclusive_min``) bound numbers; ``none_ok`` admits ``none``. Parsing and checking are the
     ones of protocol configurations (``fedsim.config``): a parameter that is a protocol
-    hyperparameter is best declared with :meth:`Param.of` so that it is declared once."""
+    hyperparameter is best declared with :meth:`Param.of` so that it is declared once.
+
+    Raises ``ValueError`` for a ``kind`` none of ``KINDS`` (``kind="integer"`` made a parameter
+    that took any text), ``TypeError`` for a ``help`` that is no str, ``choices`` that are no
+    collection of values (one str: its letters were the choices), a ``min``/``max`` that is no
+    number (it failed at the first value checked) and an ``exclusive_min``/``none_ok`` that is
+    not True or False."""
 
     default: Any
     help: str = ""
@@ -34,6 +46,24 @@ class Param:
     max: float | None = None
     exclusive_min: bool = False
     none_ok: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in KINDS:
+            raise ValueError(f"Param kind {self.kind!r}: expected one of {', '.join(KINDS)} (or None: the "
+                             "default's type)")
+        if not isinstance(self.help, str):
+            raise TypeError(f"Param help must be a str, got {type(self.help).__name__} {self.help!r:.80}")
+        if self.choices is not None and (isinstance(self.choices, (str, bytes, Mapping))
+                                         or not isinstance(self.choices, Collection)):
+            raise TypeError(f"Param choices must be a list or tuple of values, got {type(self.choices).__name__} "
+                            f"{self.choices!r:.80}")
+        for name in ("min", "max"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+                raise TypeError(f"Param {name} must be a number or None, got {type(v).__name__} {v!r:.80}")
+        for name in ("exclusive_min", "none_ok"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Param {name} must be True or False, got {getattr(self, name)!r:.80}")
 
     @property
     def type_name(self) -> str:
@@ -65,7 +95,11 @@ class Param:
         """The parameter of a configuration dataclass's field ``name``: its type, bounds, choices
         and help as declared there; ``default`` and ``help`` may differ for a scenario (say, fewer
         rounds by default than the paper)."""
-        info = {f.name: f for f in fields_of(config)}[name]
+        infos = {f.name: f for f in fields_of(config)}
+        if name not in infos:  # (a bare KeyError of the name)
+            raise KeyError(f"{config.__name__} has no field {name!r}{did_you_mean(name, infos)}; fields: "
+                           f"{', '.join(infos)}")
+        info = infos[name]
         d = info.default if default is MISSING else default
         return cls(list(d) if isinstance(d, tuple) else d, info.help if help is None else help, info.choices,
                    info.type, info.min, info.max, info.exclusive_min, info.none_ok)
@@ -84,8 +118,14 @@ class Param:
 
 def params_from(config: type, *names: str, **defaults: Any) -> dict[str, Param]:
     """``{name: Param.of(config, name)}`` for ``names`` (every field when none is given), with
-    scenario ``defaults`` overriding the configuration's."""
+    scenario ``defaults`` overriding the configuration's. Raises ``KeyError`` naming a name
+    that is no field of ``config``, and ``TypeError`` for ``defaults`` of fields not among
+    ``names`` (they were dropped, silently)."""
     names = names or tuple(f.name for f in fields_of(config))
+    extra = [k for k in defaults if k not in names]
+    if extra:
+        raise TypeError(f"params_from: defaults for {', '.join(map(repr, extra))}, which are not among the "
+                        f"parameters made ({', '.join(names)})")
     return {n: Param.of(config, n, defaults.get(n, MISSING)) for n in names}
 
 
@@ -139,10 +179,21 @@ def unknown_parameter(key: str, mod: ModuleType, params: dict[str, Param] | None
 
 def resolve_config(mod: ModuleType, overrides: dict[str, Any]) -> dict[str, Any]:
     """Defaults of ``mod.PARAMS`` updated with ``overrides`` checked by :func:`check_value`;
-    raises ``UsageError`` for an unknown key or a value of the wrong type."""
+    raises ``UsageError`` for an unknown key or a value of the wrong type, and ``TypeError`` for
+    ``overrides`` that is no mapping (a list of ``key=value`` strings: :func:`parse_sets` makes
+    the mapping of those) or has a key that is no str."""
+    if not isinstance(overrides, Mapping):
+        # a list was "'list' object has no attribute 'items'", naming neither overrides nor parse_sets
+        hint = "; parse_sets(scenario, strings) makes one of key=value strings" if isinstance(
+            overrides, (list, tuple)) else ""
+        raise TypeError(f"overrides must be a mapping {{parameter: value}}, got {type(overrides).__name__} "
+                        f"{overrides!r:.80}{hint}")
     params: dict[str, Param] = mod.PARAMS
     cfg = {k: p.default for k, p in params.items()}
     for k, v in overrides.items():
+        if not isinstance(k, str):
+            # 1 was "'int' object has no attribute 'strip'" from the did-you-mean hint
+            raise TypeError(f"overrides: a key is a parameter name (str), got {type(k).__name__} {k!r}")
         if k not in params:
             raise unknown_parameter(k, mod, params)
         cfg[k] = check_value(k, v, params[k])

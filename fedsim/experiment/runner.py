@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+import numpy as np
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not on Windows: the folder's PID decides there
@@ -36,7 +38,7 @@ from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
 from .report import git_revision, json_default, versions, write_report, write_results
 
-__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments",
+__all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_flag",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
            "check_seed", "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
@@ -370,6 +372,18 @@ def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, *
         raise UsageError(str(exc)) from None
 
 
+def check_flag(name: str, value: Any, *, none: bool = False) -> bool | None:
+    """``value`` (a run's or a sweep's switch: ``quiet``, ``ledger``, ``force``, ``progress``) as
+    a bool: ``UsageError`` naming ``name`` unless it is True or False (or a NumPy bool; None too
+    when ``none``). bool() took ``"no"`` for True: ``force="no"`` replaced a run's results."""
+    if none and value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    allowed = "True, False or None" if none else "True or False"
+    raise UsageError(f"{name} must be {allowed}, got {type(value).__name__} {value!r:.80}")
+
+
 def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | Path | None = None,
                  overrides: dict[str, Any] | None = None, seed: int = 0, profile: str | None = None,
                  quiet: bool = False, ledger: bool = False, net: Any = None, force: bool = False,
@@ -386,18 +400,33 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
     ``net``: a ``fedsim.kernel.NetSpec`` (or a profile name) for every network the scenario
     builds; ``profile`` is a shorthand for ``NetSpec(profile)`` (not both: ``UsageError``). ``progress``: show progress on
     stderr (default: unless ``quiet``); the run log ``run.log`` is written either way.
-    Raises ``UsageError`` for an unknown scenario, parameter, profile or dataset, a bad value, a
-    seed that is not a non-negative integer (:func:`check_seed`), ``data`` for a scenario that makes its own (``TAKES_DATA = False``), an unreadable data file or a used ``out``,
-    and for a disk (or quota) that is full (the run then stopped); whatever else the scenario raises
-    (``ScenarioError`` among it) passes through. Nothing is created before the checks pass."""
+    Raises ``UsageError`` for an unknown scenario (or a module that is none: no ``PARAMS`` and
+    ``run``), parameter, profile (also one given as ``net``) or dataset, a bad value, a seed that
+    is not a non-negative integer (:func:`check_seed`), ``data`` for a scenario that makes its own (``TAKES_DATA =
+    False``), an unreadable data file or a used ``out``, and for a disk (or quota) that is full
+    (the run then stopped); ``TypeError`` for ``mod`` that is neither a module nor a str and for
+    ``overrides`` that is no mapping (``parse_sets`` makes one of ``key=value`` strings);
+    ``UsageError`` too for a ``quiet``, ``ledger`` or ``force`` that is not True or False and a
+    ``progress`` that is not True, False or None (:func:`check_flag`);
+    whatever else the scenario raises (``ScenarioError`` among it) passes through. Nothing is
+    created before the checks pass."""
     if isinstance(mod, str):
         mod = load_scenario(mod)
+    elif not isinstance(mod, ModuleType):
+        # 5 was "'int' object has no attribute '__name__'" from scenario_name
+        raise TypeError(f"run_scenario takes a scenario module, or a scenario's name or path (str), "
+                        f"got {type(mod).__name__} {mod!r:.80}")
+    elif not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
+        raise UsageError(f"module {mod.__name__} is not a fedsim scenario (it needs PARAMS and run(ctx))")
     name = scenario_name(mod)
     for opt, v in (("data", data), ("out", out)):
         if isinstance(v, str) and not v.strip():
             # an empty value read as "not given" (the default data, a runs/<time>-NAME folder)
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
-    cfg = resolve_config(mod, overrides or {})
+    quiet, ledger, force = (check_flag(k, v) for k, v in (("quiet", quiet), ("ledger", ledger), ("force", force)))
+    progress = check_flag("progress", progress, none=True)
+    overrides = {} if overrides is None else overrides
+    cfg = resolve_config(mod, overrides)
     netspec = network_spec(mod, profile, net)
     seed = check_seed(seed)
     if data is not None and not getattr(mod, "TAKES_DATA", True):
@@ -424,7 +453,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             prog.log(f"removed {d}: the temporary folder of a run into {folder.final} that was killed")
         ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
                          quiet=quiet, keep_ledger=ledger, progress=prog,
-                         defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides or ()),
+                         defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides),
                          paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
         t0 = time.perf_counter()
         activate(prog)

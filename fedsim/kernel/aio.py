@@ -28,7 +28,7 @@ from typing import Any
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, RunEnded
 from .ledger import ARRIVAL, NOTE, RX_START, SEQ, STATUS, TX_END, TX_START
-from .network import Network, RunResult, check_run_timeout, check_time_scale
+from .network import Network, RunResult, check_flag, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
 from .registry import register_transport
@@ -174,12 +174,13 @@ class AsyncioNetwork(ClosedOnDropout, Network):
         ``SimNetwork``). A node with ``offline_at`` drops out then (module docstring). Raises ``ActorError`` if an actor raises (also ``CancelledError``, when its own
         code ends it cancelled: not a deadlock), ``FedsimError`` naming the node
         if an actor is not an async function (nothing runs), ``NetworkConfigError`` if the faults
-        match no node's role, the ``tap`` has no ``observe`` method or ``timeout`` is not positive seconds or None
-        (before anything runs), ``asyncio.TimeoutError`` after
+        match no node's role, the ``tap`` has no ``observe`` method, ``timeout`` is not positive seconds or None
+        or ``strict`` is not True or False (before anything runs), ``asyncio.TimeoutError`` after
         ``timeout`` real seconds (naming the actors blocked, and on what, and those still busy). Must be awaited inside a running loop; ``run`` starts one."""
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
         timeout = check_run_timeout(timeout)
+        strict = check_flag("strict", strict)
         self.check_faults()
         self.check_tap()
         self.call_before_run()

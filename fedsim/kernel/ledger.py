@@ -300,17 +300,46 @@ def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[
     return out if out is not rows else list(rows)
 
 
+def _whole(value: Any) -> int | None:
+    """``value`` as an int if it is a whole number (an int, a NumPy integer, a float without a
+    fraction), else None (a fraction, NaN, a bool, a str, ...)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def _check_unit_and_framing(unit: Any, framing_bytes: Any) -> tuple[int | None, int]:
+    """A ledger's ``unit`` (None or a positive whole number) and ``framing_bytes`` (a whole
+    number >= 0), as a network checks them; ``ValueError`` naming the one that is not: unit=0
+    made every ``units`` column NaN as if no unit were declared, 1.5 divided by a fraction, a str
+    failed at the first query, and int() truncated a framing of 1.5 to 1."""
+    units = None if unit is None else _whole(unit)
+    if unit is not None and (units is None or units <= 0):
+        raise ValueError(f"unit must be a positive number of floats (or None), got {unit!r}")
+    framing = _whole(framing_bytes)
+    if framing is None or framing < 0:
+        raise ValueError(f"framing_bytes must be a whole number >= 0, got {framing_bytes!r}")
+    return units, framing
+
+
 class Ledger:
     """Every message of one run. ``unit`` is the number of floats that make one accounting unit
     (the protocol's latent dimension d); ``units`` columns are ``floats / unit`` (NaN if unset).
     ``framing_bytes`` is what the network adds to each document on the wire (so that payload
-    bytes = wire bytes - framing)."""
+    bytes = wire bytes - framing). Raises ``ValueError`` naming ``unit`` unless it is None or a
+    positive whole number, and ``framing_bytes`` unless it is a whole number >= 0 (as a network
+    does: ``NetworkConfigError``)."""
 
     def __init__(self, unit: int | None = None, framing_bytes: int = 0) -> None:
+        unit, framing_bytes = _check_unit_and_framing(unit, framing_bytes)
         self.rows: list[list[Any]] = []
         self.missing: list[Missing] = []
         self.unit = unit
-        self.framing_bytes = int(framing_bytes)
+        self.framing_bytes = framing_bytes
         self.roles: dict[str, str] = {}  # each node's current (final) role
         self.role_members: dict[str, set[str]] = defaultdict(set)  # every node that held a role
 
@@ -403,8 +432,11 @@ class Ledger:
         (``sent`` or ``received``; a message counts as received only if it was delivered),
         ``messages``, ``bytes``, ``raw_bytes``, ``floats``, ``units``, ``nodes`` (how many nodes
         held that role at some point of the run; rows carry the roles at the time of sending)
-        and ``bytes_per_node`` / ``units_per_node``.
+        and ``bytes_per_node`` / ``units_per_node``. Raises ``ValueError`` for a ``per_round``
+        that is not True or False (``"no"`` was per round), and as ``select`` for the kinds.
         """
+        if not isinstance(per_round, (bool, np.bool_)):
+            raise ValueError(f"by_role: per_round must be True or False, got {per_round!r}")
         v = self.select(kind=kinds, exclude_kinds=exclude_kinds)
         acc: dict[tuple, Totals] = {}
         keys = ("round", "src_role") if per_round else ("src_role",)
@@ -462,8 +494,12 @@ class Ledger:
         the whole CSV, never part of it, and an export that fails removes the temporary file);
         an open text file, written into; or None, and the CSV text is returned.
 
-        Raises what writing or reading the rows back raises: ``OSError``, ``ValueError`` for a
-        closed ``StreamingLedger``."""
+        Raises what writing or reading the rows back raises: ``OSError`` naming ``dest`` (not the
+        temporary file: a folder that does not exist, ``dest`` a folder, no permission),
+        ``ValueError`` for a closed ``StreamingLedger`` and for an empty ``dest``."""
+        if isinstance(dest, (str, os.PathLike)) and not os.fspath(dest):
+            # "" wrote a hidden temporary file into the working folder, then failed to rename it
+            raise ValueError("to_csv: dest is empty; give a file path, an open text file, or None for the text")
         if dest is None:
             buf = io.StringIO()
             self._write_csv(buf)
@@ -520,6 +556,11 @@ def csv_writer(fh: TextIO) -> Any:
     return csv.writer(_LineEnds(fh), lineterminator="\r\n")
 
 
+def _naming(exc: OSError, path: str) -> OSError:
+    """``exc`` again (same class, errno and text) naming ``path`` instead of the temporary file."""
+    return type(exc)(exc.errno, exc.strerror, path) if exc.errno is not None else exc
+
+
 def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -> None:
     """Call ``write(fh)`` on a new temporary text file beside ``dest``, flush it to disk and rename
     it over ``dest`` (``os.replace``: atomic on one file system). If anything fails, the temporary
@@ -529,13 +570,20 @@ def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -
     # unique to this process and call (several may export side by side), and short enough for
     # the file system whatever the length of the destination's name
     tmp = os.path.join(folder, f".{name[:120]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fh = open(tmp, "x", newline="", encoding="utf-8")  # "x": never another writer's file
+    try:
+        fh = open(tmp, "x", newline="", encoding="utf-8")  # "x": never another writer's file
+    except OSError as exc:
+        # named the temporary file (".ledger.csv.123.ab12cd34.tmp"), which the caller never gave
+        raise _naming(exc, path) from None
     try:
         with fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # (dest a folder: it named the temporary file first)
+            raise _naming(exc, path) from None
     except BaseException:
         try:
             os.unlink(tmp)
@@ -572,7 +620,10 @@ class StreamingLedger(Ledger):
     ``TcpNetwork`` merges its processes' ledgers in memory and refuses it). ``path``: the file of
     binary records (99 bytes a row; created or truncated); None: a temporary file, deleted by
     ``close`` or when the ledger is garbage collected. The file is this ledger's storage, not an
-    export format: export with ``to_csv``.
+    export format: export with ``to_csv``. Raises ``ValueError`` for a ``unit`` or
+    ``framing_bytes`` as ``Ledger`` does, a ``chunk_rows`` that is not a positive whole number or
+    an empty ``path``, ``TypeError`` for a ``path`` that is no str or ``os.PathLike``, and
+    ``OSError`` naming the file when it cannot be created (all before any file is made).
 
     When a row is final: a row is created when its message is sent, and a transport fills in its
     timing, status and ``read`` as the message moves; it cannot change any more once the message
@@ -595,16 +646,23 @@ class StreamingLedger(Ledger):
     def __init__(self, path: str | os.PathLike | None = None, unit: int | None = None, framing_bytes: int = 0,
                  chunk_rows: int = 262_144) -> None:
         # not Ledger.__init__: it would make a row list
+        self._fd: int | None = None  # (first: __del__ reads it if a check below raises)
+        unit, framing_bytes = _check_unit_and_framing(unit, framing_bytes)
         self.missing: list[Missing] = []
         self.unit = unit
-        self.framing_bytes = int(framing_bytes)
+        self.framing_bytes = framing_bytes
         self.roles: dict[str, str] = {}
         self.role_members: dict[str, set[str]] = defaultdict(set)
         if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, numbers.Integral) or chunk_rows < 1:
             # int() truncated 2.5 to 2 and failed on None without naming the parameter
             raise ValueError(f"chunk_rows must be a positive whole number, got {chunk_rows!r}")
         self.chunk_rows = int(chunk_rows)
-        self._fd: int | None = None
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            # 5 was os.fspath's "expected str, bytes or os.PathLike object, not int", naming no parameter
+            raise TypeError(f"path must be a file path (str or os.PathLike) or None, got {type(path).__name__} "
+                            f"{path!r:.80}")
+        if path is not None and not os.fspath(path):
+            raise ValueError("path is empty; give a file path, or None for a temporary file")
         if path is None:
             fd, name = tempfile.mkstemp(prefix="fedsim-ledger-", suffix=".bin")
             self._owned = True
@@ -698,15 +756,25 @@ class StreamingLedger(Ledger):
                 done = os.pwrite(self._fd, data, at)
                 data, at = data[done:], at + done
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` has been called (queries, ``flush`` and recording then fail)."""
+        return self._fd is None
+
     def flush(self) -> None:
         """Write every row to the file: the final ones (then forgotten) and the current state of
-        those still in motion (kept, and written again by a later flush if they change)."""
+        those still in motion (kept, and written again by a later flush if they change). Raises
+        ``ValueError`` naming the file once the ledger is closed, whether or not rows were left
+        to write (it did nothing when every row was out, and raised when some were not)."""
+        if self._fd is None:
+            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
         self._write_final()
         self._write(self._pending)
 
     def close(self) -> None:
-        """Close the file (and delete it if it is a temporary one). Queries fail afterwards
-        (``ValueError`` naming the file); a second ``close`` does nothing."""
+        """Close the file (and delete it if it is a temporary one). Queries and ``flush`` fail
+        afterwards (``ValueError`` naming the file), and so does a network given the ledger
+        (``NetworkConfigError``); a second ``close`` does nothing."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -728,9 +796,7 @@ class StreamingLedger(Ledger):
 
     def _chunks(self) -> Iterable[tuple[int, np.ndarray]]:
         """(first seq, records) over the file, ``chunk_rows`` records at a time, after a flush."""
-        if self._fd is None:  # (flush writes nothing when every row is out: it would not say so)
-            raise ValueError(f"the StreamingLedger is closed (its file was {self.path})")
-        self.flush()
+        self.flush()  # (ValueError naming the file once closed)
         if self._n == 0:
             return
         mm = np.memmap(self.path, _RECORD, mode="r", shape=(self._n,))

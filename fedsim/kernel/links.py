@@ -19,10 +19,11 @@ __all__ = ["Faults", "LinkSpec", "NodeSpec", "Profile", "PROFILES", "get_profile
 
 
 def _as_float(value: object) -> float:
-    """``float(value)``, or NaN for what is not a number (``'fast'``, None, a bool: ``uplink=True``
-    was 1 byte/s, ``loss=True`` every message lost): every check below refuses NaN with a message
-    naming its parameter, where float() would name none."""
-    if isinstance(value, (bool, np.bool_)):
+    """``float(value)`` of a number, or NaN for what is not one (``'fast'``, None, a bool:
+    ``uplink=True`` was 1 byte/s, ``loss=True`` every message lost; a str, even ``'0.1'``:
+    float() took it, and a ``NetSpec`` kept the str): every check below refuses NaN with a
+    message naming its parameter, where float() would name none."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
         return math.nan
     try:
         return float(value)
@@ -52,7 +53,9 @@ def _check_nonneg(name: str, value: float, allow_inf: bool = False) -> float:
 
 @dataclass(frozen=True, slots=True)
 class LinkSpec:
-    """Uplink and downlink bandwidth (bytes/s, ``inf`` allowed) and one-way latency (s)."""
+    """Uplink and downlink bandwidth (bytes/s, ``inf`` allowed) and one-way latency (s).
+    Raises ``NetworkConfigError`` naming the field for a rate that is not a positive number or a
+    latency that is not a finite non-negative number (a str or a bool is no number)."""
 
     uplink: float = math.inf
     downlink: float = math.inf
@@ -187,9 +190,10 @@ class Faults:
     The default spares the server: its dropout ends any protocol (see ``IncompleteRunError``).
     ``roles`` is a tuple of role names, or one name as a str.
 
-    Raises ``NetworkConfigError`` naming the field for a ``loss`` or ``dropout`` outside [0, 1],
-    a ``window`` that is not ``(start, end)`` with ``0 <= start <= end < inf``, or ``roles``
-    that name no role (empty, or an empty name). A network given faults that no node's role
+    Raises ``NetworkConfigError`` naming the field for a ``loss`` or ``dropout`` that is not a
+    number in [0, 1] (a str or a bool is none), a ``window`` that is not ``(start, end)`` numbers
+    with ``0 <= start <= end < inf``, or ``roles`` that name no role (empty, an empty name, or a
+    name that is no str). A network given faults that no node's role
     matches refuses to run (``Network.check_faults``).
     """
 
@@ -206,8 +210,8 @@ class Faults:
                 raise NetworkConfigError(f"faults: {name} must be a probability in [0, 1], got {value!r}")
             object.__setattr__(self, name, v)
         try:
-            lo, hi = (float(x) for x in self.window)
-        except (TypeError, ValueError):  # not a pair, or not numbers
+            lo, hi = (_as_float(x) for x in self.window)  # ("1" and True were taken for 1.0)
+        except (TypeError, ValueError):  # not a pair
             lo = hi = math.nan
         if math.isnan(lo) or math.isnan(hi) or lo < 0 or hi < lo or math.isinf(hi):
             raise NetworkConfigError(f"faults: window must be (start, end) with 0 <= start <= end < inf seconds, "
@@ -216,10 +220,11 @@ class Faults:
         # a str is one role: iterated, "client" was the roles c, l, i, e, n, t, which no node has
         roles = (self.roles,) if isinstance(self.roles, str) else self.roles
         try:
-            roles = tuple(str(r) for r in roles)
+            roles = tuple(roles)
         except TypeError:  # not iterable
             roles = ()
-        if not roles or not all(roles):
+        # (str() made a role 'None' of None and '1' of 1, which no node has)
+        if not roles or not all(isinstance(r, str) and r for r in roles):
             raise NetworkConfigError(f"faults: roles must name at least one role (a tuple of names, or one name), "
                                      f"got {self.roles!r}")
         object.__setattr__(self, "roles", roles)

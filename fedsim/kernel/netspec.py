@@ -7,6 +7,8 @@ description, not a network. ``NetSpec.of("wan")`` accepts a bare profile name.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -30,7 +32,10 @@ class NetSpec:
     ``transport`` (``sim``, ``asyncio``, ``tcp``: each simulates loss and dropout alike; or one a
     plug-in registered: ``register_transport``),
     ``framing_bytes``, and ``options`` passed to the transport's
-    constructor (e.g. ``processes`` for tcp)."""
+    constructor (e.g. ``processes`` for tcp). Raises ``NetworkConfigError`` naming what it
+    refuses: an unknown profile, link model or transport, a link model the transport does not
+    take, a ``loss``, ``dropout`` or ``window`` ``Faults`` refuses (a str too), a
+    ``framing_bytes`` that is not a whole number >= 0 or that the transport fixes itself."""
 
     profile: str = "ideal"
     link_model: str = "fifo"
@@ -50,17 +55,23 @@ class NetSpec:
             also = f" (transports that take a link model: {', '.join(takes)})" if takes != ["sim"] else ""
             raise NetworkConfigError(f"link model {self.link_model!r} applies to the simulator only, "
                                      f"not to transport {self.transport!r}{also}")
+        fb = self.framing_bytes
+        # (checked when a network was built from it: a run that had made its folder, or a
+        # sweep's every point, failed then)
+        if isinstance(fb, bool) or not isinstance(fb, numbers.Real) or not math.isfinite(fb) \
+                or not float(fb).is_integer() or fb < 0:
+            raise NetworkConfigError(f"framing_bytes must be a whole number >= 0, got {fb!r}")
+        object.__setattr__(self, "framing_bytes", int(fb))
         if self.framing_bytes and frames_itself(transport):
             from .tcp import FRAME_OVERHEAD
 
             if self.framing_bytes != FRAME_OVERHEAD:  # build() would silently leave it out
                 raise NetworkConfigError(f"framing_bytes is fixed by transport {self.transport!r} (its frame "
                                          f"header, {FRAME_OVERHEAD} bytes), got {self.framing_bytes!r}")
-        try:
-            object.__setattr__(self, "window", tuple(float(x) for x in self.window))
-        except (TypeError, ValueError):
-            pass  # Faults (below) refuses it, naming the window
-        self.faults  # validates loss, dropout and window
+        f = Faults(loss=self.loss, dropout=self.dropout, window=self.window)  # refuses bad ones, naming them
+        # as floats (a NumPy float or an int was kept as given, in results.json too)
+        for name in ("loss", "dropout", "window"):
+            object.__setattr__(self, name, getattr(f, name))
 
     @classmethod
     def of(cls, spec: "NetSpec | str | None") -> "NetSpec":

@@ -98,18 +98,25 @@ def _no_wait(node: Node, *args: Any) -> None:
     raise RunEnded(f"actor {node.id!r} (role {node.role!r}) waited after the run had ended (in a finally block?)")
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool if it is one (``True``/``False``, or a NumPy bool); else
+    ``NetworkConfigError`` naming ``name``: ``bool()`` took ``"yes"``, ``"no"``, ``1`` and ``[]`` for
+    flags (``trace="no"`` traced), silently."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise NetworkConfigError(f"{name} must be True or False, got {type(value).__name__} {value!r:.80}")
+
+
 def check_run_timeout(value: Any) -> float | None:
     """``value`` as the ``timeout`` of a real-time transport's ``run``: None (no bound) or a
     positive number of real seconds (inf: no bound either). Raises ``NetworkConfigError`` naming
     ``timeout`` otherwise, before anything runs: 0, a negative number or NaN would end the run at
-    once with a ``TimeoutError``, as if its actors had been too slow, and a str with a
-    ``TypeError`` naming nothing."""
+    once with a ``TimeoutError``, as if its actors had been too slow, a str with a ``TypeError``
+    naming nothing, and a bool (True: 1 s) is no number of seconds."""
     if value is None:
         return None
-    try:
-        t = float(value) if not isinstance(value, (str, bytes)) else math.nan
-    except (TypeError, ValueError):
-        t = math.nan
+    # a number only: True was a timeout of 1 s
+    t = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
     if not t > 0:  # also NaN
         raise NetworkConfigError(f"timeout must be positive seconds or None, got {value!r}")
     return t
@@ -121,10 +128,8 @@ def check_time_scale(value: Any) -> float:
     would turn every timeout into an immediate expiry (a timed receive returns None while its
     message is on its way, unlike on SimNetwork), inf every sleep and timeout into a wait for ever,
     and the clock divides by it."""
-    try:
-        scale = float(value)
-    except (TypeError, ValueError):
-        scale = math.nan
+    # a number only: float() took "2" and True (a scale of 1), silently
+    scale = float(value) if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else math.nan
     if not 0 < scale < math.inf:  # also NaN
         raise NetworkConfigError(f"time_scale must be a positive finite number of real seconds per protocol "
                                  f"second, got {value!r}")
@@ -158,7 +163,26 @@ class RunResult:
     flops: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __getitem__(self, node_id: str) -> Any:
-        return self.results[node_id]
+        """What node ``node_id``'s actor returned. Raises ``KeyError`` naming the node and why
+        it has no result: it did not finish (in ``unfinished``, with what it waited for), it
+        dropped out (``offline``), or there is no such node (listing the nodes with results)."""
+        try:
+            return self.results[node_id]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable: "unhashable type: 'list'" named nothing
+            raise KeyError(f"a RunResult is indexed by node id (str), got {type(node_id).__name__} "
+                           f"{node_id!r:.80}") from None
+        if node_id in self.offline:
+            raise KeyError(f"node {node_id!r} dropped out: it has no result") from None
+        if node_id in self.unfinished:
+            waits = self.blocked.get(node_id)
+            why = f" (it waited for {waits})" if waits else ""
+            raise KeyError(f"node {node_id!r} did not finish{why}: it has no result") from None
+        ids = list(self.results)
+        shown = ", ".join(map(repr, ids[:20])) + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")
+        raise KeyError(f"no node {node_id!r} in this run; the nodes with results: "
+                       f"{shown or 'none'}") from None
 
     def total_flops(self, nodes: Iterable[str] | None = None, labels: Iterable[str] | None = None) -> float:
         """The FLOPs computed by ``nodes`` (default: every node) under ``labels`` (default: any
@@ -199,7 +223,8 @@ class Network:
     Raises ``NetworkConfigError`` naming the parameter for a ``seed`` that is not a non-negative
     integer (not a float, not a bool), a ``framing_bytes``, ``unit`` or ``max_message_bytes``
     that is not a whole number in range, an unknown ``profile``, ``faults`` that are not a
-    ``Faults``, or a ``ledger`` that is not a ``Ledger`` or not empty.
+    ``Faults``, a ``trace`` that is not True or False (:func:`check_flag`), or a ``ledger`` that
+    is not a ``Ledger``, not empty or a closed ``StreamingLedger``.
     """
 
     #: True when ``now()`` and a run's duration are simulated seconds (SimNetwork), False when
@@ -240,6 +265,7 @@ class Network:
             raise NetworkConfigError(f"max_message_bytes must be a positive whole number, got {max_message_bytes!r}")
         if faults is not None and not isinstance(faults, Faults):
             raise NetworkConfigError(f"faults must be a Faults, got {type(faults).__name__}")
+        tracing = check_flag("trace", trace)
         self.seed = int(seed)
         self.profile = get_profile(profile)
         self.framing_bytes = framing
@@ -252,6 +278,9 @@ class Network:
             if not isinstance(ledger, Ledger):  # (it was "object of type 'int' has no len()")
                 raise NetworkConfigError(f"ledger must be a fedsim.kernel.Ledger (or StreamingLedger), got "
                                          f"{type(ledger).__name__} {ledger!r:.80}")
+            if getattr(ledger, "closed", False):  # (it recorded until a query or flush failed)
+                raise NetworkConfigError(f"the ledger given to a network is a closed StreamingLedger (its file was "
+                                         f"{ledger.path})")
             if len(ledger):
                 raise NetworkConfigError(f"the ledger given to a network must be empty, it has {len(ledger)} rows")
             ledger.framing_bytes = self.framing_bytes
@@ -259,7 +288,7 @@ class Network:
                 ledger.unit = units
         self.ledger = ledger
         self.nodes: dict[str, Node] = {}
-        self.tracing = bool(trace)
+        self.tracing = tracing
         self.trace: list[tuple] = []  # (node, start, end, label) compute/sleep spans
         self.steps: list[tuple] = []  # (time, node, text)
         # when the receiver's actor took each message (ledger seq -> now() at its receive or

@@ -123,7 +123,10 @@ class ComponentRegistry(Mapping):
         """Register ``entry`` (its ``name`` checked). ``ValueError`` for a name already taken by
         another entry, unless ``replace``; the same entry registered again (the same file imported
         twice under two module names: a factory of the same source and the same description) is
-        no error."""
+        no error. ``TypeError`` for a ``replace`` that is not True or False."""
+        if not isinstance(replace, bool):  # (replace="no" replaced)
+            raise TypeError(f"register_{self.kind.replace(' ', '_')}: replace must be True or False, got "
+                            f"{type(replace).__name__} {replace!r:.80}")
         old = self._entries.get(entry.name)
         if old is not None and not replace and (_source(old.factory), old.description, getattr(old, "link_models", None)) \
                 != (_source(entry.factory), entry.description, getattr(entry, "link_models", None)):
@@ -190,7 +193,7 @@ def register_link_model(name: str, factory: Callable[[], Any] | None = None, des
     ``fedsim list``. Raises ``ValueError`` for a bad name or one already registered (``replace=True``
     overrides), ``TypeError`` for a factory that is not callable, cannot be called without
     arguments, or is a class that is not a ``LinkModel`` (its instances are checked when a network
-    adopts them)."""
+    adopts them), and for a ``replace`` that is not True or False."""
     if factory is None:
         return lambda f: register_link_model(name, f, description, replace=replace)
     _check("link model", name, factory, description)
@@ -216,14 +219,18 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
     header), the ``NetSpec``'s ``options``, and ``link_model`` when ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
     signature has a ``link_model`` parameter, as ``SimNetwork``'s and its subclasses' have). Returns
     ``factory``; without it, a decorator. Raises ``ValueError`` for a bad name or one already
-    registered (``replace=True`` overrides), ``TypeError`` for a factory that is not callable."""
+    registered (``replace=True`` overrides), ``TypeError`` for a factory that is not callable, or
+    a ``link_models`` (None aside) or ``replace`` that is not True or False."""
     if factory is None:
         return lambda f: register_transport(name, f, description, link_models=link_models, replace=replace)
     _check("transport", name, factory, description)
+    if link_models is not None and not isinstance(link_models, bool):  # ("no" took a link model)
+        raise TypeError(f"transport {name!r}: link_models must be True, False or None, got "
+                        f"{type(link_models).__name__} {link_models!r:.80}")
     if link_models is None:
         try:
             link_models = "link_model" in inspect.signature(factory).parameters
         except (TypeError, ValueError):  # no signature to read (a builtin): no link model
             link_models = False
-    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, bool(link_models)), replace=replace)
+    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, link_models), replace=replace)
     return factory

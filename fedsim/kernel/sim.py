@@ -35,7 +35,7 @@ from .events import EventQueue
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
 from .ledger import ARRIVAL, NOTE, RX_START, SEND_T, SEQ, STATUS, TX_END, TX_START
-from .network import Network, RunResult
+from .network import Network, RunResult, check_flag
 from .node import Node, offline_wait
 from .registry import LINK_MODEL_REGISTRY, register_link_model, register_transport
 
@@ -593,13 +593,14 @@ class SimNetwork(Network):
         raises, ``ForeignAwaitError`` if an actor awaits something this network cannot drive,
         and ``FedsimError`` naming the node if an actor is not an async function (nothing runs);
         ``NetworkConfigError`` before anything runs if the network's faults match no node's role,
-        its ``tap`` has no ``observe`` method, or ``until`` is not a positive number of seconds or
-        None (inf: no bound). A network runs once (``FedsimError`` on a second call).
+        its ``tap`` has no ``observe`` method, ``until`` is not a positive number of seconds or
+        None (inf: no bound), or ``strict`` is not True or False. A network runs once (``FedsimError`` on a second call).
         """
         if self.ran:
             raise FedsimError("a network runs once; build a new one for another run")
         if until is not None:
             until = _check_until(until)
+        strict = check_flag("strict", strict)
         self.check_faults()
         self.check_tap()
         self.call_before_run()

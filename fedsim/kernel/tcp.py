@@ -153,6 +153,7 @@ import builtins
 import errno
 import ipaddress
 import math
+import numbers
 import os
 import signal
 import socket
@@ -171,7 +172,7 @@ from .errors import (
     RunEnded, TransportError, UnknownNodeError,
 )
 from .ledger import ARRIVAL, DST_ROLE, NOTE, READ, RX_START, SRC, STATUS, TX_END, TX_START, Missing, StreamingLedger
-from .network import Network, RunResult, check_run_timeout, check_time_scale
+from .network import Network, RunResult, check_flag, check_run_timeout, check_time_scale
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
 from .registry import register_transport
@@ -230,6 +231,13 @@ class TcpNetwork(ClosedOnDropout, Network):
     ``FRAME_OVERHEAD``. Other keywords as ``Network`` (``faults`` with loss and dropout, and a node's
     ``loss``/``offline_at``, as on every transport: module docstring, "Dropout").
 
+    Raises ``NetworkConfigError`` naming the parameter for ``processes`` that is not an integer of
+    at least 1 or None, a ``time_scale``, ``poll_interval``, ``stall_timeout`` or
+    ``start_timeout`` that is not a positive finite number, an ``allow_remote`` that is not True
+    or False, a ``host`` that is no str, cannot be resolved or is not loopback without
+    ``allow_remote``, a ``max_frame_bytes`` that is not a whole number in range, a ``framing_bytes``
+    other than ``FRAME_OVERHEAD``, a ``StreamingLedger``, and as ``Network`` for the others.
+
     After ``run``: ``pids`` (the worker processes started, all reaped by then),
     ``exit_status`` (pid -> wait status), ``groups`` (node ids per process).
 
@@ -252,24 +260,34 @@ class TcpNetwork(ClosedOnDropout, Network):
                                      "StreamingLedger")
         if not hasattr(os, "fork"):
             raise NetworkConfigError("TcpNetwork needs os.fork (Linux or another POSIX system)")
-        if processes is not None and int(processes) < 1:
-            raise NetworkConfigError(f"processes must be at least 1 (or None: one per node), got {processes!r}")
+        # int() made 1.5 processes one and "2" two, silently; True was one
+        if processes is not None and (not _is_int(processes) or processes < 1):
+            raise NetworkConfigError(f"processes must be an integer of at least 1 (or None: one per node), "
+                                     f"got {processes!r}")
         time_scale = check_time_scale(time_scale)
         for name, v in (("poll_interval", poll_interval), ("stall_timeout", stall_timeout),
                         ("start_timeout", start_timeout)):
-            if not (v > 0 and math.isfinite(v)):
+            # (a str was "'>' not supported between instances of 'str' and 'int'", naming nothing)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (v > 0 and math.isfinite(v)):
                 raise NetworkConfigError(f"{name} must be a positive number of seconds, got {v!r}")
+        allow_remote = check_flag("allow_remote", allow_remote)
+        if not isinstance(host, str):
+            raise NetworkConfigError(f"host must be a host name or address (str), got {type(host).__name__} {host!r}")
         check_host(host, allow_remote)
         if max_frame_bytes is None:
             max_frame_bytes = min(self.max_message_bytes + FRAME_OVERHEAD, _MAX_LENGTH + _PREFIX.size)
+        elif not (_is_int(max_frame_bytes) or (isinstance(max_frame_bytes, numbers.Real) and not isinstance(
+                max_frame_bytes, bool) and math.isfinite(max_frame_bytes) and float(max_frame_bytes).is_integer())):
+            # int() truncated 1000.5 and took "1000" and True
+            raise NetworkConfigError(f"max_frame_bytes must be a whole number, got {max_frame_bytes!r}")
         max_frame_bytes = int(max_frame_bytes)
         if not FRAME_OVERHEAD < max_frame_bytes <= _MAX_LENGTH + _PREFIX.size:
             raise NetworkConfigError(f"max_frame_bytes must be in ({FRAME_OVERHEAD}, {_MAX_LENGTH + _PREFIX.size}], "
                                      f"got {max_frame_bytes!r}")
         self.processes = None if processes is None else int(processes)
         self.placement = placement
-        self.host = str(host)
-        self.allow_remote = bool(allow_remote)
+        self.host = host
+        self.allow_remote = allow_remote
         self.max_frame_bytes = max_frame_bytes
         self.time_scale = float(time_scale)
         self.poll_interval = float(poll_interval)
@@ -387,7 +405,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         returns a value the codec cannot encode, ``TransportError`` if a peer misbehaves, dies or cannot be reached,
         ``TimeoutError`` after ``timeout`` real seconds, ``NetworkConfigError`` before anything
         runs if the faults match no node's role, a ``tap`` is set (its rows are made in the
-        workers) or ``timeout`` is not positive seconds or None, and before forking if its workers
+        workers), ``timeout`` is not positive seconds or None or ``strict`` is not True or False, and before forking if its workers
         would need more open files or memory than there are (``check_descriptors``,
         ``check_memory``). No worker process outlives the call. A network runs once (``FedsimError``
         on a second call); one refused before forking (any of the above, or a ``before_run``
@@ -405,6 +423,7 @@ class TcpNetwork(ClosedOnDropout, Network):
             raise NetworkConfigError("TcpNetwork does not support a tap (its ledger rows are made in the worker "
                                      "processes): observe a SimNetwork or AsyncioNetwork run instead")
         timeout = check_run_timeout(timeout)
+        strict = check_flag("strict", strict)
         self.check_faults()
         if not self.nodes:
             self.call_before_run()  # (called by every transport's run, nodes or not)
@@ -840,6 +859,11 @@ def check_host(host: str, allow_remote: bool) -> None:
         raise NetworkConfigError(
             f"host {host!r} is not a loopback address: TcpNetwork listens on 127.0.0.1 unless told otherwise; "
             "pass allow_remote=True to listen on another interface on purpose")
+
+
+def _is_int(value: Any) -> bool:
+    """An int or a NumPy integer, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _chunks(items: list, k: int) -> list[list]:

@@ -15,6 +15,7 @@ what it is for: every group's modules are imported alike, each once.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -37,14 +38,18 @@ PLUGIN_GROUPS = ("fedsim.protocols", "fedsim.link_models", "fedsim.transports")
 
 class Registry:
     """Protocol specs by name, in registration order. ``REGISTRY[name]`` raises ``KeyError``
-    with the known names; iterating yields the names."""
+    with the known names and the closest (as the kernel's registries' ``entry``); iterating
+    yields the names."""
 
     def __init__(self) -> None:
         self._specs: dict[str, ProtocolSpec] = {}
 
     def add(self, spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
+        """Register ``spec``, as :func:`register` (its raises)."""
         if not isinstance(spec, ProtocolSpec):
-            raise TypeError(f"register() takes a ProtocolSpec, got {type(spec).__name__}")
+            raise TypeError(f"register() takes a ProtocolSpec, got {type(spec).__name__} {spec!r:.80}")
+        if not isinstance(replace, bool):  # (replace="no" replaced)
+            raise TypeError(f"register: replace must be True or False, got {type(replace).__name__} {replace!r:.80}")
         old = self._specs.get(spec.name)
         if old is not None and old is not spec and not replace:
             # the same file imported twice under two module names registers an equal spec: fine.
@@ -52,7 +57,9 @@ class Registry:
             # summary: a plug-in that copies a built-in spec with its own function named build
             # had both and silently replaced the built-in.
             if (_source(old.build), old.summary) != (_source(spec.build), spec.summary):
-                raise ValueError(f"a protocol named {spec.name!r} is already registered")
+                # (as the kernel's registries say it: what has the name, and the way out)
+                raise ValueError(f"a protocol named {spec.name!r} is already registered ({old.summary}); "
+                                 "choose another name, or pass replace=True")
         self._specs[spec.name] = spec
         return spec
 
@@ -64,7 +71,11 @@ class Registry:
         try:
             return self._specs[name]
         except KeyError:
-            raise KeyError(f"unknown protocol {name!r}; known: {', '.join(self._specs)}") from None
+            close = difflib.get_close_matches(name, list(self._specs), n=1) if isinstance(name, str) else []
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise KeyError(f"unknown protocol {name!r}; known: {', '.join(self._specs)}{hint}") from None
+        except TypeError:  # unhashable: "unhashable type: 'list'"
+            raise KeyError(f"unknown protocol {name!r}: a protocol name is a str") from None
 
     def get(self, name: str) -> ProtocolSpec | None:
         return self._specs.get(name)
@@ -98,8 +109,11 @@ REGISTRY = Registry()
 def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
     """Add ``spec`` to ``REGISTRY`` and return it (so a module can write
     ``SPEC = register(ProtocolSpec(...))``). Raises ``TypeError`` for a ``spec`` that is not a
-    ``ProtocolSpec``, and ``ValueError`` if another protocol already has that name (``replace=True``
-    overrides; the same spec, or one from the same source, registered again is no error)."""
+    ``ProtocolSpec`` or a ``replace`` that is not True or False, and ``ValueError`` if another
+    protocol already has that name (``a protocol named 'x' is already registered (its summary);
+    choose another name, or pass replace=True``, as the kernel's link-model and transport
+    registries say it; ``replace=True`` overrides; the same spec, or one from the same source,
+    registered again is no error)."""
     return REGISTRY.add(spec, replace=replace)
 
 

@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -75,13 +76,15 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.report import format_table, save_figure, write_atomic
-from ..experiment.runner import OutputFolder, check_seed, network_spec, recover_replaced, remove_dead_partials
+from ..experiment.runner import (
+    OutputFolder, check_flag, check_seed, network_spec, recover_replaced, remove_dead_partials,
+)
 from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
 
-__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "combine", "default_sweep_dir", "failure_line",
-           "parse_grid",
+__all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "check_workers", "combine",
+           "default_sweep_dir", "failure_line", "parse_grid",
            "point_dir_name", "point_label", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
@@ -225,6 +228,18 @@ def _as_grid(check, option: str, key: str, value: Any, param) -> Any:
         if msg.startswith(f"--set {key}:"):
             raise UsageError(option + msg[len("--set"):]) from None
         raise
+
+
+def check_workers(workers: Any, where: str = "--workers") -> int | None:
+    """``workers`` (a sweep's points at once) as an int, or None (the default): ``UsageError``
+    naming ``where`` unless it is an integer of at least 1 (a NumPy integer is one; a bool, a
+    float, even 2.0, or a str is not), as :func:`fedsim.experiment.runner.check_seed` for seeds."""
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        # int() ran 1.5 and True as one worker, silently, and "2" as two
+        raise UsageError(f"{where} must be an integer of at least 1, got {workers!r}")
+    return int(workers)
 
 
 def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -550,13 +565,24 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     integer or ``workers`` not one of at least 1, an empty ``data`` or ``out`` (as the command line and a
     config file refuse them), for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
-    configuration without ``force``, ``ConfigError`` for points the scenario's ``check`` refuses
+    configuration without ``force``, a ``workers`` that is not an integer of at least 1
+    (:func:`check_workers`), a ``quiet``, ``ledger`` or ``force`` that is not True or False,
+    ``TypeError`` for a ``grid`` or ``fixed`` that is no mapping (:func:`parse_grid` and
+    ``parse_sets`` make them of ``key=...`` strings), ``ConfigError`` for points the scenario's ``check`` refuses
     (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
     running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
     before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
     sweep is raised after the same, sweep.json and report.md saying *interrupted* (an error as the
     sweep writes its files after its points: sweep.json)."""
+    if not isinstance(grid, Mapping):  # (a list was "'list' object has no attribute 'items'")
+        hint = "; parse_grid(scenario, strings) makes one of key=v1,v2 strings" if isinstance(grid, (list, tuple)) else ""
+        raise TypeError(f"grid must be a mapping {{axis: [values]}}, got {type(grid).__name__} {grid!r:.80}{hint}")
+    if fixed is not None and not isinstance(fixed, Mapping):
+        # (a list of key=value strings was "dictionary update sequence element #0 has length 9")
+        hint = "; parse_sets(scenario, strings) makes one of key=value strings" if isinstance(fixed, (list, tuple)) else ""
+        raise TypeError(f"fixed must be a mapping {{parameter: value}}, got {type(fixed).__name__} {fixed!r:.80}{hint}")
+    quiet, ledger, force = (check_flag(k, v) for k, v in (("quiet", quiet), ("ledger", ledger), ("force", force)))
     if backend not in BACKENDS:
         raise UsageError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     if address is not None and backend != "ray":
@@ -573,11 +599,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
             # as fedsim sweep and run_scenario: an empty out was the default folder, an empty data
             # the failure of every point ("--data is empty") after the sweep had started
             raise UsageError(f"--{opt} is empty; give a value or leave the option out")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1):
-        # (int(workers) let 1.5 run, recorded in sweep.json as 1.5 workers, and True as 1: the
-        # command line and a config file's workers refuse them)
-        raise UsageError(f"--workers must be an integer of at least 1, got {workers!r}")
-    workers = None if workers is None else int(workers)
+    workers = check_workers(workers)
     if backend == "ray":
         from .raypool import RAY_MISSING, ray_available
 

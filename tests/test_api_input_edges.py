@@ -1,0 +1,714 @@
+"""Bad input at the public entry points is refused with an error naming the parameter, key, file
+or peer; nothing is coerced (``int(1.5)``, ``bool("yes")``) or dropped silently, and no bare
+built-in error (an ``AttributeError`` from deep inside, a ``KeyError`` of the key alone) is left
+to the caller to decode. Each test names what the call did before."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+
+# -- run_scenario: what is run, and its overrides ---------------------------------------------
+
+@pytest.mark.parametrize("mod, shown", [(5, "int 5"), (None, "None"), (b"demo", "bytes b'demo'")])
+def test_run_scenario_refuses_a_scenario_that_is_no_module_nor_str(tmp_path, mod, shown):
+    # 5 was "AttributeError: 'int' object has no attribute '__name__'" (from scenario_name)
+    from fedsim.experiment import run_scenario
+
+    shown = "NoneType None" if mod is None else shown
+    with pytest.raises(TypeError, match="^" + re.escape("run_scenario takes a scenario module, or a scenario's name "
+                                                        f"or path (str), got {shown}") + "$"):
+        run_scenario(mod, out=str(tmp_path / "run"), quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_scenario_refuses_a_module_that_is_no_scenario(tmp_path):
+    # "AttributeError: module 're' has no attribute 'PARAMS'"
+    from fedsim.experiment import UsageError, run_scenario
+
+    with pytest.raises(UsageError, match=r"^module re is not a fedsim scenario \(it needs PARAMS and run\(ctx\)\)$"):
+        run_scenario(re, out=str(tmp_path / "run"), quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("overrides, shown", [
+    (["rounds=2"], "list ['rounds=2']; parse_sets(scenario, strings) makes one of key=value strings"),
+    ([], "list []; parse_sets(scenario, strings) makes one of key=value strings"),
+    (("rounds", 2), "tuple ('rounds', 2); parse_sets(scenario, strings) makes one of key=value strings"),
+    ("rounds=2", "str 'rounds=2'"),
+])
+def test_run_scenario_refuses_overrides_that_are_no_mapping(tmp_path, overrides, shown):
+    # a list was "AttributeError: 'list' object has no attribute 'items'"; [] ran with the defaults
+    from fedsim.experiment import load_scenario, resolve_config, run_scenario
+
+    message = "^" + re.escape(f"overrides must be a mapping {{parameter: value}}, got {shown}") + "$"
+    with pytest.raises(TypeError, match=message):
+        run_scenario("demo", out=str(tmp_path / "run"), quiet=True, overrides=overrides)
+    with pytest.raises(TypeError, match=message):
+        resolve_config(load_scenario("demo"), overrides)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_scenario_refuses_an_override_key_that_is_no_str(tmp_path):
+    # {1: 2} was "AttributeError: 'int' object has no attribute 'strip'" (the did-you-mean hint)
+    from fedsim.experiment import run_scenario
+
+    with pytest.raises(TypeError, match=r"^overrides: a key is a parameter name \(str\), got int 1$"):
+        run_scenario("demo", out=str(tmp_path / "run"), quiet=True, overrides={1: 2})
+    assert list(tmp_path.iterdir()) == []
+    res = run_scenario("demo", out=str(tmp_path / "run"), quiet=True, overrides={"rounds": 1, "clients": 2})
+    assert res["config"]["rounds"] == 1 and res["config"]["clients"] == 2
+
+
+# -- run_sweep / fedsim sweep: workers ----------------------------------------------------------
+
+@pytest.mark.parametrize("workers, shown", [(1.5, "1.5"), (2.0, "2.0"), (True, "True"), ("2", "'2'"), (0, "0"),
+                                            (-1, "-1"), (False, "False")])
+def test_run_sweep_refuses_workers_that_are_no_integer_of_at_least_one_before_running_anything(tmp_path, workers,
+                                                                                                 shown):
+    # int() ran 1.5 and True as one worker (2.0 as two, "2" as two), silently; 0 and False said
+    # "at least 1, got 0" / "got False" only after int()
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import check_workers, run_sweep
+
+    message = f"^--workers must be an integer of at least 1, got {re.escape(shown)}$"
+    with pytest.raises(UsageError, match=message):
+        run_sweep("demo", {"rounds": [1]}, out=str(tmp_path / "sweep"), workers=workers)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UsageError, match=f"^sweep.toml: line 2: workers: must be an integer of at least 1, got "
+                                         f"{re.escape(shown)}$"):
+        check_workers(workers, "sweep.toml: line 2: workers:")
+
+
+def test_check_workers_takes_none_and_numpy_integers():
+    import numpy as np
+
+    from fedsim.studies.sweep import check_workers
+
+    assert check_workers(None) is None
+    assert check_workers(np.int64(3)) == 3 and type(check_workers(np.int64(3))) is int
+    assert check_workers(1) == 1
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("0", "error: --workers must be an integer of at least 1, got 0"),
+    ("-1", "error: --workers must be an integer of at least 1, got -1"),
+])
+def test_the_cli_refuses_workers_below_one_naming_the_option(tmp_path, value, expected):
+    from test_cli_errors import fedsim_cmd, nothing_left, one_error_line
+
+    line = one_error_line(fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--workers", value, "--out", "sw",
+                                     cwd=tmp_path))
+    assert line == expected
+    nothing_left(tmp_path, tmp_path / "sw")
+
+
+# -- the networks' flags and TcpNetwork's counts ------------------------------------------------
+
+def _transport(name):
+    from fedsim.kernel import AsyncioNetwork, SimNetwork, TcpNetwork
+
+    return {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": TcpNetwork}[name]
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+@pytest.mark.parametrize("flag, shown", [("yes", "str 'yes'"), ("no", "str 'no'"), (1, "int 1"), (0, "int 0"),
+                                         (None, "NoneType None"), ([], "list []")])
+def test_a_network_refuses_a_trace_that_is_not_true_or_false(transport, flag, shown):
+    # bool() took "yes" and "no" (tracing either way), 1, None and [] for trace, silently
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match=f"^trace must be True or False, got {re.escape(shown)}$"):
+        _transport(transport)(trace=flag)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_network_takes_true_false_and_numpy_bools_for_trace(transport):
+    import numpy as np
+
+    cls = _transport(transport)
+    assert [cls(trace=t).tracing for t in (True, False, np.bool_(True), np.bool_(False))] == [True, False, True,
+                                                                                                False]
+    assert type(cls(trace=np.bool_(True)).tracing) is bool
+
+
+async def _waits(ctx):
+    await ctx.receive("never")
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+@pytest.mark.parametrize("strict", ["no", 0, None])
+def test_run_refuses_a_strict_that_is_not_true_or_false_before_anything_runs(transport, strict):
+    # strict="no" was strict (a DeadlockError for the blocked actor), 0 and None were not
+    from fedsim.kernel import NetworkConfigError
+
+    net = _transport(transport)(seed=1)
+    net.add_node("a", _waits)
+    with pytest.raises(NetworkConfigError, match=f"^strict must be True or False, got {re.escape(type(strict).__name__)} "
+                                                 f"{re.escape(repr(strict))}$"):
+        net.run(strict=strict)
+    assert len(net.ledger) == 0 and not net.ran
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(allow_remote="no"), "allow_remote must be True or False, got str 'no'"),
+    (dict(allow_remote=1), "allow_remote must be True or False, got int 1"),
+    (dict(processes=1.5), "processes must be an integer of at least 1 (or None: one per node), got 1.5"),
+    (dict(processes=True), "processes must be an integer of at least 1 (or None: one per node), got True"),
+    (dict(processes="2"), "processes must be an integer of at least 1 (or None: one per node), got '2'"),
+    (dict(processes=0), "processes must be an integer of at least 1 (or None: one per node), got 0"),
+    (dict(max_frame_bytes=1000.5), "max_frame_bytes must be a whole number, got 1000.5"),
+    (dict(max_frame_bytes="1000"), "max_frame_bytes must be a whole number, got '1000'"),
+    (dict(poll_interval="0.1"), "poll_interval must be a positive number of seconds, got '0.1'"),
+    (dict(stall_timeout=None), "stall_timeout must be a positive number of seconds, got None"),
+    (dict(host=5), "host must be a host name or address (str), got int 5"),
+])
+def test_tcp_network_refuses_what_int_bool_and_str_coerced_naming_the_parameter(kw, message):
+    # int() made 1.5 processes one, "2" two and True one; bool("no") allowed remote peers; a str
+    # poll_interval was "'>' not supported between instances of 'str' and 'int'"
+    from fedsim.kernel import NetworkConfigError, TcpNetwork
+
+    with pytest.raises(NetworkConfigError, match="^" + re.escape(message) + "$"):
+        TcpNetwork(**kw)
+
+
+def test_tcp_network_still_takes_numpy_integers_and_whole_floats():
+    import numpy as np
+
+    from fedsim.kernel import TcpNetwork
+
+    net = TcpNetwork(processes=np.int64(2), max_frame_bytes=1e6, allow_remote=np.bool_(False))
+    assert (net.processes, net.max_frame_bytes, net.allow_remote) == (2, 1_000_000, False)
+    assert type(net.processes) is int and type(net.max_frame_bytes) is int and type(net.allow_remote) is bool
+
+
+# -- Ledger / StreamingLedger constructors -------------------------------------------------------
+
+def _ledger_class(name):
+    from fedsim.kernel import Ledger, StreamingLedger
+
+    return {"Ledger": Ledger, "StreamingLedger": StreamingLedger}[name]
+
+
+@pytest.mark.parametrize("cls", ["Ledger", "StreamingLedger"])
+@pytest.mark.parametrize("kw, message", [
+    (dict(unit=0), "unit must be a positive number of floats (or None), got 0"),
+    (dict(unit=-2), "unit must be a positive number of floats (or None), got -2"),
+    (dict(unit=1.5), "unit must be a positive number of floats (or None), got 1.5"),
+    (dict(unit="3"), "unit must be a positive number of floats (or None), got '3'"),
+    (dict(unit=True), "unit must be a positive number of floats (or None), got True"),
+    (dict(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
+    (dict(framing_bytes=-1), "framing_bytes must be a whole number >= 0, got -1"),
+    (dict(framing_bytes="x"), "framing_bytes must be a whole number >= 0, got 'x'"),
+    (dict(framing_bytes=None), "framing_bytes must be a whole number >= 0, got None"),
+])
+def test_a_ledger_built_directly_refuses_a_unit_or_framing_a_network_refuses(tmp_path, cls, kw, message):
+    # unit=0 was taken (every units column NaN, as if none were declared), 1.5 and "3" too (a
+    # fraction of a float per unit; a TypeError at the first query); int() made framing 1.5 one
+    from fedsim.kernel import NetworkConfigError, SimNetwork
+
+    path = {"path": tmp_path / "l.bin"} if cls == "StreamingLedger" else {}
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$") as info:
+        _ledger_class(cls)(**path, **kw)
+    assert type(info.value) is ValueError
+    assert list(tmp_path.iterdir()) == []  # (no file made)
+    if "unit" in kw or kw["framing_bytes"] is not None:  # what a network says of the same value
+        net_message = message.replace(" (or None)", "")
+        with pytest.raises(NetworkConfigError, match="^" + re.escape(net_message) + "$"):
+            SimNetwork(**kw)
+
+
+@pytest.mark.parametrize("cls", ["Ledger", "StreamingLedger"])
+def test_a_ledger_takes_numpy_integers_and_whole_floats_as_ints(cls):
+    import numpy as np
+
+    led = _ledger_class(cls)(unit=np.int64(4), framing_bytes=2.0)
+    assert (led.unit, led.framing_bytes) == (4, 2) and type(led.unit) is int and type(led.framing_bytes) is int
+    assert led.units_of(8) == 2.0
+
+
+@pytest.mark.parametrize("path, exc_type, message", [
+    (5, TypeError, "path must be a file path (str or os.PathLike) or None, got int 5"),
+    (b"l.bin", TypeError, "path must be a file path (str or os.PathLike) or None, got bytes b'l.bin'"),
+    ("", ValueError, "path is empty; give a file path, or None for a temporary file"),
+])
+def test_a_streaming_ledger_names_a_path_that_is_none(tmp_path, monkeypatch, path, exc_type, message):
+    # 5 was os.fspath's "expected str, bytes or os.PathLike object, not int"; "" was
+    # "[Errno 2] No such file or directory: ''"; b"l.bin" made a file whose path read "b'l.bin'"
+    from fedsim.kernel import StreamingLedger
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        StreamingLedger(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- RunResult[node] ------------------------------------------------------------------------------
+
+async def _returns_id(ctx):
+    return ctx.node_id.upper()
+
+
+def _result(transport, clients=2):
+    net = _transport(transport)(seed=1)
+    for i in range(clients):
+        net.add_node(f"c{i:02d}", _returns_id)
+    net.add_node("b", _waits)
+    net.add_node("d", _waits, offline_at=0.0)
+    return net.run(strict=False)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_run_result_names_a_node_without_a_result_and_why(transport):
+    # a bare KeyError: 'zz' (the node alone: no word of which nodes have results, or that 'b'
+    # ran and did not finish)
+    res = _result(transport)
+    assert res["c00"] == "C00" and res["c01"] == "C01"
+    with pytest.raises(KeyError, match="^\"no node 'zz' in this run; the nodes with results: 'c00', 'c01'\"$"):
+        res["zz"]
+    with pytest.raises(KeyError, match="^\"node 'b' did not finish \\(it waited for receive 'never'\\): it has no "
+                                       "result\"$"):
+        res["b"]
+    with pytest.raises(KeyError, match="^\"node 'd' dropped out: it has no result\"$"):
+        res["d"]
+    with pytest.raises(KeyError, match=re.escape("\"a RunResult is indexed by node id (str), got list ['b']\"")):
+        res[["b"]]
+
+
+def test_run_result_lists_the_first_twenty_nodes_with_results_and_how_many():
+    res = _result("sim", clients=25)
+    shown = ", ".join(f"'c{i:02d}'" for i in range(20))
+    with pytest.raises(KeyError, match="^" + re.escape(f"\"no node 'zz' in this run; the nodes with results: {shown}, "
+                                                       "... (25 in all)\"") + "$"):
+        res["zz"]
+
+
+# -- Ledger.to_csv: the destination is what an error names ------------------------------------------
+
+def _run_ledger(streaming):
+    from fedsim.kernel import SimNetwork, StreamingLedger
+
+    async def sends(ctx):
+        await ctx.send("b", "k", 1)
+
+    async def idle(ctx):
+        return None
+
+    net = SimNetwork(ledger=StreamingLedger() if streaming else None)
+    net.add_node("a", sends)
+    net.add_node("b", idle)
+    net.run(strict=False)
+    return net.ledger
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_to_csv_into_a_missing_folder_or_onto_a_folder_names_the_destination(tmp_path, streaming):
+    # "[Errno 2] No such file or directory: '.../nope/.ledger.csv.4242.1a2b3c4d.tmp'": a file the
+    # caller never named; onto a folder the rename named the temporary file first
+    led = _run_ledger(streaming)
+    dest = tmp_path / "nope" / "ledger.csv"
+    with pytest.raises(FileNotFoundError) as info:
+        led.to_csv(dest)
+    assert str(info.value) == f"[Errno 2] No such file or directory: {str(dest)!r}" and info.value.filename == str(dest)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(IsADirectoryError) as info:
+        led.to_csv(tmp_path / "dir")
+    assert str(info.value) == f"[Errno 21] Is a directory: {str(tmp_path / 'dir')!r}"
+    assert info.value.filename2 is None
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["dir"]  # (no temporary file left)
+    led.to_csv(tmp_path / "ok.csv")
+    assert (tmp_path / "ok.csv").read_text().count("\n") == 2
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_to_csv_refuses_an_empty_destination(tmp_path, monkeypatch, streaming):
+    # "" wrote a hidden temporary file into the working folder and failed renaming it to ''
+    monkeypatch.chdir(tmp_path)
+    led = _run_ledger(streaming)
+    with pytest.raises(ValueError, match="^to_csv: dest is empty; give a file path, an open text file, or None "
+                                         "for the text$"):
+        led.to_csv("")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- the registries: one way of saying "already registered", and replace= a bool ---------------------
+
+def test_the_protocol_registry_says_already_registered_as_the_kernel_registries_do():
+    # "a protocol named 'fedrec' is already registered" (no word of what has it, nor of
+    # replace=True), where a link model's said "(its description); choose another name, or pass
+    # replace=True"
+    import dataclasses
+
+    from fedsim.kernel import register_link_model
+    from fedsim.kernel.sim import FifoLinkModel
+    from fedsim.protocols import REGISTRY, register
+
+    builtin = REGISTRY["fedrec"]
+
+    def build(net, data, cfg, **kw):
+        raise RuntimeError("not the built-in")
+
+    with pytest.raises(ValueError) as proto:
+        register(dataclasses.replace(builtin, build=build))
+    assert str(proto.value) == (f"a protocol named 'fedrec' is already registered ({builtin.summary}); "
+                                "choose another name, or pass replace=True")
+    assert REGISTRY["fedrec"] is builtin
+
+    def fifo():
+        return FifoLinkModel()
+
+    with pytest.raises(ValueError) as link:
+        register_link_model("fifo", fifo, "mine")
+    shape = r"^a (protocol|link model) named '\w+' is already registered \(.+\); choose another name, or pass " \
+            r"replace=True$"
+    assert re.match(shape, str(proto.value)) and re.match(shape, str(link.value))
+
+
+def test_an_unknown_protocol_names_the_closest_as_an_unknown_link_model_does():
+    from fedsim.kernel import NetworkConfigError
+    from fedsim.kernel.registry import LINK_MODEL_REGISTRY
+    from fedsim.protocols import REGISTRY
+
+    with pytest.raises(KeyError, match=re.escape(f"\"unknown protocol 'fedre'; known: {', '.join(REGISTRY)}; did you "
+                                                 "mean 'fedrec'?\"")):
+        REGISTRY["fedre"]
+    with pytest.raises(NetworkConfigError, match="; did you mean 'fifo'\\?$"):
+        LINK_MODEL_REGISTRY.entry("fifoo")
+    with pytest.raises(KeyError, match=re.escape("\"unknown protocol ['fedrec']: a protocol name is a str\"")):
+        REGISTRY[["fedrec"]]
+
+
+@pytest.mark.parametrize("replace", ["no", 1, None])
+def test_the_registries_refuse_a_replace_that_is_not_true_or_false(replace):
+    # replace="no" replaced the registered entry (the built-in fedrec, the fifo link model)
+    import dataclasses
+
+    from fedsim.kernel import register_link_model, register_transport
+    from fedsim.kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
+    from fedsim.kernel.sim import FifoLinkModel
+    from fedsim.protocols import REGISTRY, register
+
+    shown = f"{type(replace).__name__} {replace!r}"
+    builtin = REGISTRY["fedrec"]
+    with pytest.raises(TypeError, match="^" + re.escape(f"register: replace must be True or False, got {shown}") + "$"):
+        register(dataclasses.replace(builtin, summary="other"), replace=replace)
+    fifo, sim = LINK_MODEL_REGISTRY.entry("fifo"), TRANSPORT_REGISTRY.entry("sim")
+    with pytest.raises(TypeError, match="^" + re.escape(f"register_link_model: replace must be True or False, got "
+                                                        f"{shown}") + "$"):
+        register_link_model("fifo", lambda: FifoLinkModel(), "other", replace=replace)
+    with pytest.raises(TypeError, match="^" + re.escape(f"register_transport: replace must be True or False, got "
+                                                        f"{shown}") + "$"):
+        register_transport("sim", lambda **kw: None, "other", replace=replace)
+    assert REGISTRY["fedrec"] is builtin and LINK_MODEL_REGISTRY.entry("fifo") is fifo
+    assert TRANSPORT_REGISTRY.entry("sim") is sim
+
+
+def test_register_transport_refuses_a_link_models_that_is_not_true_false_or_none():
+    # bool("no") registered a transport that takes a link model
+    from fedsim.kernel import SimNetwork, register_transport
+    from fedsim.kernel.registry import TRANSPORT_REGISTRY
+
+    with pytest.raises(TypeError, match="^transport 'edges-x': link_models must be True, False or None, got str 'no'$"):
+        register_transport("edges-x", SimNetwork, "x", link_models="no")
+    assert "edges-x" not in TRANSPORT_REGISTRY
+
+
+# -- a closed StreamingLedger: closed is closed -------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [0, 2])
+def test_flush_on_a_closed_streaming_ledger_names_its_file_even_with_every_row_written(tmp_path, rows):
+    # with every row final and written, flush() on a closed ledger did nothing and said nothing
+    # (with rows still in motion it raised): now it always raises, as the queries do
+    from fedsim.kernel import NetworkConfigError, SimNetwork, StreamingLedger
+
+    async def sends(ctx):
+        for _ in range(rows):
+            await ctx.send("b", "k", 1)
+
+    async def reads(ctx):
+        for _ in range(rows):
+            await ctx.receive("k")
+
+    led = StreamingLedger(tmp_path / "l.bin", chunk_rows=1)
+    net = SimNetwork(ledger=led)
+    net.add_node("a", sends)
+    net.add_node("b", reads)
+    net.run()
+    led.flush()
+    assert led.totals()["messages"] == rows
+    led.close()
+    message = f"^the StreamingLedger is closed \\(its file was {re.escape(str(tmp_path / 'l.bin'))}\\)$"
+    with pytest.raises(ValueError, match=message):
+        led.flush()
+    assert led.closed
+    with pytest.raises(ValueError, match=message):
+        led.totals()
+    # nor does a network record into it (it recorded until a query or flush failed)
+    with pytest.raises(NetworkConfigError, match="^the ledger given to a network is a closed StreamingLedger "
+                                                 f"\\(its file was {re.escape(str(tmp_path / 'l.bin'))}\\)$"):
+        SimNetwork(ledger=led)
+    led.close()  # (a second close does nothing)
+
+
+# -- run_scenario / run_sweep: switches, grid and fixed -----------------------------------------------
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(force="no"), "force must be True or False, got str 'no'"),
+    (dict(ledger="no"), "ledger must be True or False, got str 'no'"),
+    (dict(quiet=1), "quiet must be True or False, got int 1"),
+    (dict(ledger=None), "ledger must be True or False, got NoneType None"),
+    (dict(progress="yes"), "progress must be True, False or None, got str 'yes'"),
+])
+def test_run_scenario_refuses_switches_that_are_not_true_or_false_before_anything_is_made(tmp_path, kw, message):
+    # bool() took force="no" for True (a used out was replaced) and ledger="no" (ledger.csv written)
+    from fedsim.experiment import UsageError, run_scenario
+
+    used = tmp_path / "run"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    with pytest.raises(UsageError, match="^" + re.escape(message) + "$"):
+        run_scenario("demo", out=str(used), **{"quiet": True, **kw})
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["keep.txt", "run"]
+
+
+def test_run_scenario_takes_numpy_bools_as_switches(tmp_path):
+    import numpy as np
+
+    from fedsim.experiment import run_scenario
+
+    res = run_scenario("demo", out=str(tmp_path / "run"), quiet=np.bool_(True), ledger=np.bool_(False),
+                       overrides={"rounds": 1, "clients": 2})
+    assert res["config"]["rounds"] == 1 and not (tmp_path / "run" / "ledger.csv").exists()
+
+
+@pytest.mark.parametrize("kw, exc_type, message", [
+    (dict(grid=[("rounds", [1])]), TypeError,
+     "grid must be a mapping {axis: [values]}, got list [('rounds', [1])]; parse_grid(scenario, strings) makes one "
+     "of key=v1,v2 strings"),
+    (dict(grid="rounds=1,2"), TypeError, "grid must be a mapping {axis: [values]}, got str 'rounds=1,2'"),
+    (dict(fixed=["clients=2"]), TypeError,
+     "fixed must be a mapping {parameter: value}, got list ['clients=2']; parse_sets(scenario, strings) makes one of "
+     "key=value strings"),
+    (dict(force="no"), "UsageError", "force must be True or False, got str 'no'"),
+    (dict(ledger=1), "UsageError", "ledger must be True or False, got int 1"),
+    (dict(quiet=None), "UsageError", "quiet must be True or False, got NoneType None"),
+    (dict(out=""), "UsageError", "--out is empty; give a value or leave the option out"),
+])
+def test_run_sweep_refuses_a_grid_fixed_or_switch_of_the_wrong_kind_before_anything_is_made(tmp_path, monkeypatch, kw,
+                                                                                          exc_type, message):
+    # a list grid was "'list' object has no attribute 'items'", a list fixed "dictionary update
+    # sequence element #0 has length 9; 2 is required"; bool() took force="no" for True; out=""
+    # was the default runs/sweep-... folder
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    exc_type = UsageError if exc_type == "UsageError" else exc_type
+    args = {"grid": {"rounds": [1]}, "out": str(tmp_path / "sweep"), **kw}
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        run_sweep("demo", args.pop("grid"), args.pop("out"), workers=1, **args)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- load_scenario: a file that is no .py file, a name that is no str ---------------------------------
+
+def test_a_toml_file_given_as_the_scenario_says_config(tmp_path):
+    # "AttributeError: 'NoneType' object has no attribute 'loader'" (a traceback from fedsim run)
+    from fedsim.experiment import UsageError, load_scenario, run_scenario
+    from test_cli_errors import fedsim_cmd, one_error_line
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('scenario = "demo"\n')
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    with pytest.raises(UsageError, match="^" + re.escape(f"{toml} is not a scenario script (a .py file); a TOML run "
+                                                         f"or sweep file is read with --config {toml}") + "$"):
+        load_scenario(str(toml))
+    with pytest.raises(UsageError, match="^" + re.escape(f"{other} is not a scenario script (a .py file)") + "$"):
+        run_scenario(str(other), out=str(tmp_path / "run"), quiet=True)
+    with pytest.raises(TypeError, match="^" + re.escape("load_scenario takes a scenario's name or path (str), got "
+                                                        f"PosixPath {toml!r}"[:129])):
+        load_scenario(toml)  # (the value shown in 80 characters at most)
+    res = fedsim_cmd("run", "run.toml", cwd=tmp_path)
+    assert res.returncode == 2
+    assert one_error_line(res) == ("error: run.toml is not a scenario script (a .py file); a TOML run or sweep file "
+                                   "is read with --config run.toml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "run.toml"]
+
+
+# -- time_scale, run timeouts, link and fault numbers, NetSpec: numbers only ---------------------------
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+@pytest.mark.parametrize("scale", ["2", True, b"1"])
+def test_time_scale_is_a_number_not_a_str_or_bool(transport, scale):
+    # float() took "2" (a scale of 2.0) and True (1.0), silently
+    from fedsim.kernel import NetworkConfigError
+
+    with pytest.raises(NetworkConfigError, match="^" + re.escape("time_scale must be a positive finite number of real "
+                                                                 f"seconds per protocol second, got {scale!r}") + "$"):
+        _transport(transport)(time_scale=scale)
+
+
+@pytest.mark.parametrize("transport", ["asyncio", "tcp"])
+def test_a_run_timeout_of_true_is_refused_before_anything_runs(transport):
+    # True was a timeout of one second
+    from fedsim.kernel import NetworkConfigError
+
+    net = _transport(transport)()
+    net.add_node("a", _waits)
+    with pytest.raises(NetworkConfigError, match="^timeout must be positive seconds or None, got True$"):
+        net.run(timeout=True, strict=False)
+    assert not net.ran
+
+
+def test_time_scale_and_timeout_take_numpy_numbers():
+    import numpy as np
+
+    from fedsim.kernel import AsyncioNetwork
+
+    net = AsyncioNetwork(time_scale=np.float32(0.5))
+    net.add_node("a", _returns_id)
+    assert net.time_scale == 0.5 and net.run(timeout=np.float64(5.0))["a"] == "A"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda k: k.LinkSpec("5e6", 1e6, 0.01), "uplink must be a positive number of bytes/s (or inf), got '5e6'"),
+    (lambda k: k.LinkSpec(1e6, 1e6, "0.01"), "latency must be a finite non-negative number, got '0.01'"),
+    (lambda k: k.Faults(loss="0.1"), "faults: loss must be a probability in [0, 1], got '0.1'"),
+    (lambda k: k.Faults(dropout=0.5, window=("1", "2")),
+     "faults: window must be (start, end) with 0 <= start <= end < inf seconds, got ('1', '2')"),
+    (lambda k: k.Faults(dropout=0.5, window=(True, 2)),
+     "faults: window must be (start, end) with 0 <= start <= end < inf seconds, got (True, 2)"),
+    (lambda k: k.Faults(loss=0.1, roles=(1,)),
+     "faults: roles must name at least one role (a tuple of names, or one name), got (1,)"),
+    (lambda k: k.Faults(loss=0.1, roles=["client", None]),
+     "faults: roles must name at least one role (a tuple of names, or one name), got ['client', None]"),
+    (lambda k: k.SimNetwork().add_node("a", _returns_id, offline_at="1"),
+     "node 'a': offline_at must be a finite non-negative number, got '1'"),
+    (lambda k: k.NetSpec(loss="0.1"), "faults: loss must be a probability in [0, 1], got '0.1'"),
+    (lambda k: k.NetSpec(framing_bytes=1.5), "framing_bytes must be a whole number >= 0, got 1.5"),
+    (lambda k: k.NetSpec(framing_bytes="8"), "framing_bytes must be a whole number >= 0, got '8'"),
+])
+def test_link_fault_and_netspec_numbers_given_as_str_are_refused_naming_the_parameter(make, message):
+    # float() took "5e6" and "0.1"; str() made roles '1' and 'None'; True was 1.0 s; a NetSpec
+    # kept loss '0.1' as a str (describe() then failed: "Unknown format code 'g' for object of
+    # type 'str'") and framing_bytes 1.5 until a network was built from it
+    import fedsim.kernel as k
+
+    with pytest.raises(k.NetworkConfigError, match="^" + re.escape(message) + "$"):
+        make(k)
+
+
+def test_netspec_keeps_its_numbers_as_plain_floats_and_ints():
+    import numpy as np
+
+    from fedsim.kernel import NetSpec
+
+    spec = NetSpec(loss=np.float64(0.25), dropout=1, window=[1, 2], framing_bytes=8.0)
+    assert spec.to_dict() == {"profile": "ideal", "link_model": "fifo", "loss": 0.25, "dropout": 1.0,
+                              "window": [1.0, 2.0], "transport": "sim", "framing_bytes": 8, "options": {}}
+    assert [type(v) for v in (spec.loss, spec.dropout, spec.framing_bytes)] == [float, float, int]
+    assert spec.describe() == NetSpec(loss=0.25, dropout=1.0, window=(1.0, 2.0), framing_bytes=8).describe()
+
+
+# -- RunContext: table rows and columns, notes and caveats --------------------------------------------
+
+def _ctx(tmp_path):
+    from fedsim.experiment import RunContext
+    from fedsim.kernel import NetSpec
+
+    out = tmp_path / "out"
+    out.mkdir()
+    return RunContext(name="x", config={}, data="tiny", seed=4, net=NetSpec(), out=out, quiet=True)
+
+
+@pytest.mark.parametrize("call, exc_type, message", [
+    (lambda c: c.table("t", {"a": 1}), TypeError,
+     "table 't': rows is an iterable of dicts (one a row), got dict {'a': 1}; write [row] for a table of one row"),
+    (lambda c: c.table("t", [{"a": 1}, [1, 2]]), TypeError, "table 't': row 1 is no dict (column -> value), got list [1, 2]"),
+    (lambda c: c.table("t", None), TypeError, "table 't': rows is an iterable of dicts (one a row), got NoneType None"),
+    (lambda c: c.table("t", [{"name": 1}], columns="name"), TypeError,
+     "table 't': columns is a list of column names, got the str 'name'; write ['name']"),
+    (lambda c: c.table("t", [{"a": 1}], title=5), TypeError, "table 't': title must be a str, got int 5"),
+    (lambda c: c.table("t", [{"a": 1.5}], floatfmt="zz"), ValueError,
+     "table 't': floatfmt 'zz' is no float format spec (as '.4f'): Unknown format code 'z' for object of type 'float'"),
+    (lambda c: c.note(5), TypeError, "a note's text is a str, got int 5"),
+    (lambda c: c.caveat(5, "text"), TypeError, "a caveat is one word (a str), got int 5"),
+    (lambda c: c.caveat(None, "text"), TypeError, "a caveat is one word (a str), got NoneType None"),
+    (lambda c: c.caveat("adjusted", 5), TypeError, "caveat 'adjusted': its text is a str, got int 5"),
+])
+def test_run_context_refuses_tables_notes_and_caveats_of_the_wrong_kind_naming_them(tmp_path, call, exc_type, message):
+    # rows {"a": 1} and ["ab"] were "dictionary update sequence element #0 has length 1; 2 is
+    # required"; columns="name" made the columns n, a, m, e; caveat(5) recorded the caveat '5';
+    # note(5) and floatfmt="zz" failed as report.md was written, after the whole run; title=5 was
+    # written as "5"
+    ctx = _ctx(tmp_path)
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        call(ctx)
+    assert list((tmp_path / "out").iterdir()) == [] and ctx.tables == [] and ctx.notes == [] and ctx.caveats == []
+
+
+def test_a_scenario_whose_note_is_no_str_fails_at_the_note_and_leaves_nothing(tmp_path):
+    from fedsim.experiment import run_scenario
+
+    script = tmp_path / "noted.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(1, 'x')}\n"
+                      "def run(ctx):\n    ctx.table('t', [{'x': ctx.config['x']}])\n    ctx.note(5)\n")
+    with pytest.raises(TypeError, match="^a note's text is a str, got int 5$") as info:
+        run_scenario(str(script), out=str(tmp_path / "run"), quiet=True)
+    assert "ctx.note(5)" in "".join(__import__("traceback").format_tb(info.value.__traceback__))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noted.py"]
+
+
+# -- Param, Param.of, params_from -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, exc_type, message", [
+    (dict(kind="integer"), ValueError,
+     "Param kind 'integer': expected one of int, float, str, bool, ints, floats, strs, any (or None: the default's "
+     "type)"),
+    (dict(choices="abc"), TypeError, "Param choices must be a list or tuple of values, got str 'abc'"),
+    (dict(min="0"), TypeError, "Param min must be a number or None, got str '0'"),
+    (dict(max=True), TypeError, "Param max must be a number or None, got bool True"),
+    (dict(help=5), TypeError, "Param help must be a str, got int 5"),
+    (dict(none_ok=1), TypeError, "Param none_ok must be True or False, got 1"),
+    (dict(exclusive_min="yes"), TypeError, "Param exclusive_min must be True or False, got 'yes'"),
+])
+def test_a_param_declared_wrong_is_refused_where_it_is_declared(kw, exc_type, message):
+    # kind="integer" took any text ("5" stayed a str); choices="abc" took 'a' (its letters were
+    # the choices); min="0" failed at the first value checked ("'<' not supported between
+    # instances of 'int' and 'str'")
+    from fedsim.experiment import Param
+
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        Param(1, **kw)
+
+
+def test_param_of_and_params_from_name_an_unknown_field_and_refuse_stray_defaults():
+    # Param.of(config, "round") was a bare KeyError: 'round'; params_from(config, "lr", nope=3)
+    # dropped nope silently
+    from fedsim.config import fields_of
+    from fedsim.experiment import Param, params_from
+    from fedsim.protocols import REGISTRY
+
+    cfg = REGISTRY["fedrec"].Config
+    fields = ", ".join(f.name for f in fields_of(cfg))
+    with pytest.raises(KeyError, match="^" + re.escape(f"\"{cfg.__name__} has no field 'rounds'") + ".*"
+                                        + re.escape(f"; fields: {fields}\"") + "$"):
+        Param.of(cfg, "rounds")
+    with pytest.raises(KeyError, match="^" + re.escape(f"\"{cfg.__name__} has no field 'round'")):
+        params_from(cfg, "round")
+    with pytest.raises(TypeError, match="^" + re.escape("params_from: defaults for 'nope', which are not among the "
+                                                        "parameters made (lr)") + "$"):
+        params_from(cfg, "lr", nope=3)
+    assert params_from(cfg, "lr", lr=0.5)["lr"].default == 0.5
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_by_role_refuses_a_per_round_that_is_not_true_or_false(streaming):
+    # per_round="no" gave the rows per round (bool("no") is True)
+    led = _run_ledger(streaming)
+    with pytest.raises(ValueError, match="^by_role: per_round must be True or False, got 'no'$"):
+        led.by_role(per_round="no")
+    assert [r["round"] for r in led.by_role(per_round=False)] == [-1, -1]
