@@ -2,11 +2,13 @@
 
 import os
 import pickle
+import re
 import signal
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedsim.studies.parallel import count_done, pmap
@@ -746,3 +748,16 @@ def test_a_ctrl_c_while_pmap_takes_the_futures_locks_leaves_none_held(monkeypatc
         t.start()
         t.join(10)
         assert free == [True], "a future's lock stayed held after the Ctrl-C"
+
+
+@pytest.mark.parametrize("workers", [0, -3, 1.5, 2.0, True, "2"])
+@pytest.mark.parametrize("isolated", [False, True])
+def test_pmap_refuses_workers_that_are_not_an_integer_of_at_least_one(workers, isolated):
+    # max(1, int(workers)) ran 0, -3, 1.5 and True as one process, 2.0 and "2" as two, silently
+    ran = []
+    kw = {"on_error": lambda i, e: ran.append(e)} if isolated else {}
+    with pytest.raises(ValueError, match=rf"^pmap: workers must be an integer of at least 1 \(or None: one per "
+                                         rf"core\), got {re.escape(repr(workers))}$"):
+        pmap(abs, [-1, -2], workers, on_done=lambda i, r: ran.append(r), **kw)
+    assert ran == []
+    assert pmap(abs, [-1, -2], np.int64(1)) == [1, 2]  # (a NumPy integer is one)

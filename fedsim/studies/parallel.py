@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import numbers
 import os
 import pickle
 import queue as _queue
@@ -108,6 +109,16 @@ def count_done(report: Callable[[int], None]) -> Callable[[int, Any], None]:
     return on_done
 
 
+def _workers(workers: Any) -> int:
+    """``pmap``'s ``workers``: None is one per core; else an integer of at least 1 (``ValueError``
+    naming it: ``max(1, int(workers))`` ran 0, -3 and 1.5 as one process and True as one, silently)."""
+    if workers is None:
+        return default_workers()
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        raise ValueError(f"pmap: workers must be an integer of at least 1 (or None: one per core), got {workers!r}")
+    return int(workers)
+
+
 def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = None,
          on_done: Callable[[int, Any], None] | None = None,
          cost: Callable[[Any], float] | None = None,
@@ -126,6 +137,9 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
 
     ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
     task order), so a long task does not start last and leave the other workers idle.
+
+    Raises ``ValueError`` for ``workers`` that is neither None (one per core) nor an integer of at
+    least 1, before any task runs.
 
     Blocks until every task has finished. An exception from a task, or KeyboardInterrupt in
     this process, stops the other workers (see the module docstring) and is raised here; the
@@ -148,7 +162,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
         for j, i in enumerate(order):
             results[i] = permuted[j]
         return results
-    workers = default_workers() if workers is None else max(1, int(workers))
+    workers = _workers(workers)
     if workers == 1 or len(tasks) <= 1:
         out = []
         for i, t in enumerate(tasks):
@@ -188,7 +202,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
 
 def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost) -> list[Any]:
     """:func:`pmap` with ``on_error``: a one-process pool per task, at most ``workers`` at once."""
-    workers = default_workers() if workers is None else max(1, int(workers))
+    workers = _workers(workers)
     order = list(range(len(tasks)))
     if cost is not None:
         order.sort(key=lambda i: -cost(tasks[i]))
