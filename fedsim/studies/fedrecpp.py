@@ -43,8 +43,9 @@ class PPOutcome:
     record: dict | None = None  # the network's fedsim.kernel.network_record
     initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
     initial_rmse: float = float("nan")
-    # what the run left out (faults, deadline): the result's info["missing"] records (per round,
-    # the groups and clients left out of the update; round -1: clients whose key never arrived)
+    # what the run left out (faults, deadline): the result's info["missing"] records (per round
+    # and kind missing: how many did not arrive, and the groups and clients (left_out) that it left
+    # out of the update; round -1: clients whose key never arrived)
     # and info["lost_clients"] (clients that dropped out: their user factors are lost, and their
     # test ratings are left out of mae and rmse)
     missing: list = field(default_factory=list)
@@ -86,13 +87,18 @@ def run_pp(task: tuple) -> PPOutcome:
 def left_out(runs: list) -> dict:
     """What ``runs`` (``PPOutcome``) left out, summed: ``incomplete_runs`` (runs with any
     missing record or lost client), ``left_out_rounds`` (rounds that left a group or a client out
-    of the update), ``left_out_clients`` (clients left out, summed over those rounds, a client
-    whose key never arrived counted once for the whole run) and ``lost_clients`` (clients that
-    dropped out)."""
+    of the update, each once whatever kinds it missed), ``left_out_clients`` (clients left out,
+    the records' ``left_out`` summed over those rounds, a client whose key never arrived counted
+    once for the whole run) and ``lost_clients`` (clients that dropped out)."""
     return {"incomplete_runs": sum(1 for o in runs if o.incomplete),
-            "left_out_rounds": sum(1 for o in runs for r in o.missing if r.get("round", 0) >= 0),
-            "left_out_clients": sum(int(r.get("clients", 0)) for o in runs for r in o.missing),
+            "left_out_rounds": sum(len(_rounds_left_out_of(o)) for o in runs),
+            "left_out_clients": sum(int(r.get("left_out", 0)) for o in runs for r in o.missing),
             "lost_clients": sum(len(o.lost_clients) for o in runs)}
+
+
+def _rounds_left_out_of(o: PPOutcome) -> list[int]:
+    """The rounds (>= 0) of ``o``'s missing records, each once (a round can miss several kinds)."""
+    return sorted({int(r["round"]) for r in o.missing if r.get("round", 0) >= 0})
 
 
 def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
@@ -107,7 +113,7 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
             continue
         rows.append({"run": label, "fold": o.fold + 1, **left_out([o]),
                      "keyless_clients": sum(int(r.get("clients", 0)) for r in o.missing if r.get("kind") == "keys"),
-                     "rounds_left_out_of": ",".join(str(r["round"]) for r in o.missing if r.get("round", 0) >= 0)})
+                     "rounds_left_out_of": ",".join(str(t) for t in _rounds_left_out_of(o))})
     if rows:
         ctx.table("incomplete", rows, title="Runs that left groups or clients out (faults, deadline)")
         ctx.caveat("incomplete", f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
