@@ -277,7 +277,8 @@ def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
     """Mutants: the download read as the messages *to* the server (``dst_role``), the upload as
     every unit, the bytes without the network's framing (payload bytes). d = 2: the server sends two models of 8 floats, the clients 6 and 4 (one lost:
     it was sent, it counts)."""
-    from fedsim.studies.fpl.runs import _ledger_epoch
+    from fedsim.protocols import fpl
+    from fedsim.studies.fpl.runs import training_traffic
 
     roles = {"s": "server", "a": "client", "b": "client"}
     net = _hand_ledger([(0, "s", "a", "model", 60, 8, "delivered", 0.0, 1.0),
@@ -286,8 +287,8 @@ def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
                         (0, "b", "s", "update", 30, 4, "lost", 1.0, NAN),
                         (0, "s", "a", "evaluate", 5, 0, "delivered", 2.0, 3.0)], roles, unit=2, framing=5)
     # bytes: on the wire (the framing included)
-    assert _ledger_epoch(net, ("model", "update")) == {"cce_ledger": 13.0, "down_units": 8.0, "up_units": 5.0,
-                                                       "bytes": 190, "raw_bytes": 104, "messages": 4}
+    assert training_traffic(net, fpl.SPEC) == {"cce_ledger": 13.0, "down_units": 8.0, "up_units": 5.0,
+                                               "bytes": 190, "raw_bytes": 104, "messages": 4}
 
 
 def test_fpl_mean_cce_and_tcc_by_hand():

@@ -89,9 +89,6 @@ from .secagg import (KEYLESS, checked_members, client_keys, dense_rows, key_exch
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "participants_used",
            "TRAINING_KINDS"]
 
-TRAINING_KINDS = ("gradients", "noise", "denoised")
-
-
 class ExposedDenoiserWarning(UserWarning):
     """More denoisers than ordinary clients: some denoisers collect no noise, so what they
     send the server is their own gradients in the clear (FedRec++ section RQ3)."""
@@ -694,3 +691,7 @@ SPEC = register(ProtocolSpec(
     build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="T",
     paper="Liang, Pan, Ming: FedRec++: Lossless Federated Recommendation with Explicit Feedback (AAAI 2021)",
 ))
+
+# the kinds SPEC declares for training (model, gradients, noise, collect, denoised), as FPL's
+# and FCF's (derived; the hand list it was had the uploads alone and was read nowhere)
+TRAINING_KINDS = SPEC.kinds_for("training")
