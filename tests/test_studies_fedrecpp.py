@@ -277,3 +277,17 @@ def test_role_costs_with_secure_noise_do_not_count_the_fixed_point_noise_as_no_v
                                                                rel=1e-12)
     plain = run_pp((f, cfg.replace(secure_noise=False), 0, "ideal", True))
     assert all(np.isfinite(c["units_per_iteration"]) for c in plain.costs)  # no fixed point: units as before
+
+
+def test_table3_leaves_out_every_setup_and_control_kind_the_spec_declares():
+    # NOT_COUNTED was a hand list (model, assign, stop) without secure noise's key exchange (keys,
+    # peers): only their round label (-1) kept them out of role_costs. It is now the model and
+    # every kind the spec declares for setup or control; the iteration's end, every training
+    # kind after the model
+    from fedsim.protocols import fedrecpp
+    from fedsim.studies.fedrecpp import NOT_COUNTED, _ROUND_END_KINDS
+
+    declared = {k.name: k.purpose for k in fedrecpp.SPEC.kinds}
+    assert sorted(NOT_COUNTED) == sorted(["model"] + [k for k, p in declared.items() if p in ("setup", "control")])
+    assert {"keys", "peers", "assign", "stop"} <= set(NOT_COUNTED)
+    assert sorted(_ROUND_END_KINDS) == sorted(k for k, p in declared.items() if p == "training" and k != "model")

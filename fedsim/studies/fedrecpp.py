@@ -15,7 +15,9 @@ from .fedrec import evaluate_fold
 from .learning import initial_metrics
 
 # kinds that are set-up, tear-down or the model download: outside the paper's Table 3 counting
-NOT_COUNTED = ("model", "assign", "stop")
+# (the model and the spec's setup and control kinds: assign, keys, peers, stop; derived from the
+# declared kinds, not a hand list, which had no keys nor peers)
+NOT_COUNTED = ("model", *fedrecpp.SPEC.kinds_for("setup", "control"))
 # (T_predict, T_local) per rho and the learning rate per dataset (FedRec++ paper, section
 # Experiments: "searched according to the MAE performance on the first copy"); alpha = 0.001 on all
 HF_SETTINGS = {
@@ -190,6 +192,10 @@ def download_units_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
                           n_clients)
 
 
+# what an iteration's end is read from: its training messages after the model download
+_ROUND_END_KINDS = tuple(k for k in fedrecpp.SPEC.kinds_for("training") if k != "model")
+
+
 def mean_round_duration(net: SimNetwork) -> float:
     """Mean simulated duration of an iteration: from the first model message the server sends
     in round t to the arrival of the last message of round t."""
@@ -199,7 +205,7 @@ def mean_round_duration(net: SimNetwork) -> float:
             continue
         this = net.ledger.select(round=t)
         start = this.select(kind="model").column("send_time")
-        end = this.select(kind=("gradients", "noise", "denoised", "collect")).column("arrival_time")
+        end = this.select(kind=_ROUND_END_KINDS).column("arrival_time")
         if start.size and end.size:
             durs.append(float(np.nanmax(end) - start.min()))
     return float(np.mean(durs)) if durs else float("nan")
