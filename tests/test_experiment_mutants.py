@@ -277,7 +277,8 @@ def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
     """Mutants: the download read as the messages *to* the server (``dst_role``), the upload as
     every unit, the bytes without the network's framing (payload bytes). d = 2: the server sends two models of 8 floats, the clients 6 and 4 (one lost:
     it was sent, it counts)."""
-    from fedsim.studies.fpl.runs import _ledger_epoch
+    from fedsim.protocols import fpl
+    from fedsim.studies.fpl.runs import training_traffic
 
     roles = {"s": "server", "a": "client", "b": "client"}
     net = _hand_ledger([(0, "s", "a", "model", 60, 8, "delivered", 0.0, 1.0),
@@ -286,8 +287,8 @@ def test_fpl_epoch_units_down_and_up_from_a_hand_made_ledger():
                         (0, "b", "s", "update", 30, 4, "lost", 1.0, NAN),
                         (0, "s", "a", "evaluate", 5, 0, "delivered", 2.0, 3.0)], roles, unit=2, framing=5)
     # bytes: on the wire (the framing included)
-    assert _ledger_epoch(net, ("model", "update")) == {"cce_ledger": 13.0, "down_units": 8.0, "up_units": 5.0,
-                                                       "bytes": 190, "raw_bytes": 104, "messages": 4}
+    assert training_traffic(net, fpl.SPEC) == {"cce_ledger": 13.0, "down_units": 8.0, "up_units": 5.0,
+                                               "bytes": 190, "raw_bytes": 104, "messages": 4}
 
 
 def test_fpl_mean_cce_and_tcc_by_hand():
@@ -314,23 +315,35 @@ def test_fpl_epoch_seeds_are_63_bit_integers():
 def test_personalfr_communication_figures_from_a_hand_made_ledger():
     """Mutants of ``comm_from_ledger``: the total with the evaluation messages; the download
     without FedAvg's ``model``; per round over rounds + 1; upload bytes without framing; upload
-    floats not per message; no set-up bytes. Two rounds, two clients, 5 bytes of framing: set-up
-    ``indices`` 2 x 20 B; downloads 100, 100, 100 (decoders) and 160 (a model) B; uploads 40, 30,
-    40, 30 B of 6, 4, 6, 4 floats; evaluation 7 + 9 B."""
+    floats not per message; no set-up bytes. Two rounds, two clients, 5 bytes of framing. PersonalFR:
+    set-up ``indices`` 2 x 20 B; downloads 100, 100, 100, 100 (decoders) B; uploads 40, 30, 40, 30 B
+    of 6, 4, 6, 4 floats; evaluation 7 + 9 B. FedAvg-AE: downloads 160 B (models), uploads as
+    PersonalFR's, evaluation 7 + 9 B, no set-up. The kinds are read from each protocol's spec
+    (the hand lists counted either protocol's kinds in both: a PersonalFR ledger's ``model`` row,
+    which it never sends, as a download)."""
+    from fedsim.protocols import fedavg_ae, personalfr
     from fedsim.studies.personalfr.runs import comm_from_ledger
 
     roles = {"s": "server", "a": "client", "b": "client"}
-    msgs = [(0, "a", "s", "indices", 20, 0), (0, "b", "s", "indices", 20, 0),
-            (1, "s", "a", "decoder", 100, 20), (1, "s", "b", "decoder", 100, 20),
-            (1, "a", "s", "update", 40, 6), (1, "b", "s", "update", 30, 4),
-            (2, "s", "a", "decoder", 100, 20), (2, "s", "b", "model", 160, 30),
-            (2, "a", "s", "update", 40, 6), (2, "b", "s", "update", 30, 4),
-            (2, "s", "a", "evaluate", 7, 0), (2, "a", "s", "eval", 9, 0)]
-    net = _hand_ledger([(*m, "delivered", 0.0, 1.0) for m in msgs], roles, unit=None, framing=5)
-    assert comm_from_ledger(net, 2) == {
-        "total_bytes": 640, "setup_bytes": 40, "bytes_per_round": (460 + 140) / 2,
-        "down_bytes_per_client": 460 / 4, "up_bytes_per_client": 140 / 4, "up_floats_per_client": 20 / 4,
+    ups = [(r, c, "s", "update", nb, fl) for r in (1, 2) for c, nb, fl in (("a", 40, 6), ("b", 30, 4))]
+    ev = [(2, "s", "a", "evaluate", 7, 0), (2, "a", "s", "eval", 9, 0)]
+    pfr = [(0, "a", "s", "indices", 20, 0), (0, "b", "s", "indices", 20, 0),
+           *[(r, "s", c, "decoder", 100, 20) for r in (1, 2) for c in "ab"], *ups, *ev]
+    net = _hand_ledger([(*m, "delivered", 0.0, 1.0) for m in pfr], roles, unit=None, framing=5)
+    assert comm_from_ledger(net, 2, personalfr.SPEC) == {
+        "total_bytes": 40 + 400 + 140, "setup_bytes": 40, "bytes_per_round": (400 + 140) / 2,
+        "down_bytes_per_client": 400 / 4, "up_bytes_per_client": 140 / 4, "up_floats_per_client": 20 / 4,
         "client_rounds": 4, "eval_bytes": 16, "messages": 10}
+    avg = [*[(r, "s", c, "model", 160, 30) for r in (1, 2) for c in "ab"], *ups, *ev]
+    net = _hand_ledger([(*m, "delivered", 0.0, 1.0) for m in avg], roles, unit=None, framing=5)
+    assert comm_from_ledger(net, 2, fedavg_ae.SPEC) == {
+        "total_bytes": 640 + 140, "setup_bytes": 0, "bytes_per_round": (640 + 140) / 2,
+        "down_bytes_per_client": 640 / 4, "up_bytes_per_client": 140 / 4, "up_floats_per_client": 20 / 4,
+        "client_rounds": 4, "eval_bytes": 16, "messages": 8}
+    # a kind the spec does not declare for training (a PersonalFR run has no model) is no download
+    net = _hand_ledger([(*m, "delivered", 0.0, 1.0) for m in pfr + [(2, "s", "b", "model", 160, 30)]], roles,
+                       unit=None, framing=5)
+    assert comm_from_ledger(net, 2, personalfr.SPEC)["down_bytes_per_client"] == 400 / 4
 
 
 def test_personalfr_tables_order_methods_and_charge_flops_per_round_run(tmp_path):

@@ -70,7 +70,8 @@ def test_a_late_denoiser_never_mixes_the_next_rounds_noise_into_its_sum(secure):
     time: round 0 left out (recorded), round 1 exact."""
     late, net = _late_denoiser_run(0.5, secure=secure)
     ontime, _ = _late_denoiser_run(0.0, secure=secure)
-    assert ontime.info["missing"] == [{"round": 0, "groups": 1, "clients": 4}]
+    # the lost noise message shows as the denoiser's missing sum; its group of 4 left out
+    assert ontime.info["missing"] == [{"round": 0, "kind": "denoised", "clients": 1, "groups": 1, "left_out": 4}]
     assert late.info["missing"] == ontime.info["missing"]
     np.testing.assert_array_equal(late.params["V"], ontime.params["V"])
     # and the late run did use round 1's noise for round 1: a sum was sent and used
@@ -123,7 +124,10 @@ def test_a_lost_peers_message_ends_secure_noise_in_a_result_not_a_deadlock():
     assert res.run.complete
     den = res.info["assignment"][victim]
     size = 1 + sum(1 for a in res.info["assignment"].values() if a == den)
-    assert res.info["missing"] == [{"round": t, "groups": 1, "clients": size} for t in range(2)]
+    # its gradients missing broke its group (counted there); its denoiser, short of its noise, sent no sum
+    assert res.info["missing"] == [
+        r for t in range(2) for r in ({"round": t, "kind": "gradients", "clients": 1, "groups": 1, "left_out": size},
+                                      {"round": t, "kind": "denoised", "clients": 1, "groups": 0, "left_out": 0})]
     assert [r["kind"] for r in net.ledger.records() if r["src"] == victim] == ["keys"]
     # the other group is exact: V is FedRec's at rho = 0 on its members' ratings alone
     from fedsim.data import Ratings

@@ -1566,3 +1566,39 @@ def test_a_worker_forked_while_the_progress_display_writes_to_stderr_writes_and_
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     got = json.loads(res.stdout)
     assert got == {"display writing at the fork": True, "returned": {"a": 1}, "worker said": True}, got
+
+
+# -- a wait given up: how many it expected, on every transport --------------------------------------
+
+async def _gathers_with_a_deadline(ctx):
+    got = await ctx.gather("up", senders=["b", "c", "d"], timeout=0.3)
+    it = ctx.gather_each("each", senders=["d", "c", "b"], timeout=0.3)
+    each = [m.sender async for m in it]
+    anon = await ctx.gather("any", count=3, timeout=0.3)
+    return [[m.sender for m in got], each, len(anon)]
+
+
+async def _sends_each_kind(ctx):
+    for kind in ("up", "each", "any"):
+        await ctx.send("server", kind, 1)
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_missing_record_says_how_many_its_wait_expected_and_got_on_every_transport(transport):
+    # ledger.missing had one record per missing sender and nothing of the wait it came from: the
+    # trace could say "2 messages missing" but not "2 of 3"; the TCP workers' reports carry the
+    # two counts to the merged ledger too
+    net = {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": lambda: TcpNetwork(processes=2)}[transport]()
+    net.add_node("server", _gathers_with_a_deadline, role="server")
+    net.add_node("b", _sends_each_kind)
+    net.add_node("c", _done)
+    net.add_node("d", _done)
+    res = net.run() if transport == "sim" else net.run(timeout=20)
+    assert res["server"] == [["b"], ["b"], 1]
+    got = [(m.round, m.receiver, m.sender, m.kind, m.expected, m.arrived) for m in net.ledger.missing]
+    assert sorted(got, key=str) == sorted([
+        (0, "server", "c", "up", 3, 1), (0, "server", "d", "up", 3, 1),
+        (0, "server", "c", "each", 3, 1), (0, "server", "d", "each", 3, 1),
+        (0, "server", None, "any", 3, 1), (0, "server", None, "any", 3, 1)], key=str)
+    if transport == "tcp":
+        assert_no_orphans(net)

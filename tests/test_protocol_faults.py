@@ -270,7 +270,8 @@ def test_fedrecpp_secure_noise_leaves_out_a_client_whose_key_is_lost_and_stays_l
     net = LossyClients([lost], seed=5, profile="lan")
     res = spec.build(net, data, cfg).collect(net.run())
     assert res.run.complete
-    assert res.info["missing"] == [{"round": -1, "kind": "keys", "groups": 0, "clients": 1, "reason": KEYLESS}]
+    assert res.info["missing"] == [{"round": -1, "kind": "keys", "clients": 1, "groups": 0, "left_out": 1,
+                                    "reason": KEYLESS}]
     assert _traffic(net, lost) == (["keys"], ["assign", "peers", "stop"])
     u = int(lost.split("/")[1])
     keep = data.users != u
@@ -397,3 +398,26 @@ def test_fedsim_run_with_transport_tcp_and_dropout_drops_the_clients_the_simulat
     keys = ("rounds", "messages", "lost_messages", "missing_waits", "lost_clients", "final_weight_error")
     assert [rows["tcp"][k] for k in keys] == [rows["sim"][k] for k in keys] == ["3", "27", "20", "15", "5",
                                                                                 rows["sim"]["final_weight_error"]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_protocols_missing_records_name_a_kind_and_count_what_the_server_missed(name):
+    # FedRec++'s records had no kind, and their clients counted the clients left out of the round
+    # (a group's members), not its missing uploads: a table of info["missing"] across protocols
+    # mixed the two. Every record now names its kind, and clients is how many of that kind the
+    # server's waits of that round missed (ledger.missing, the kernel's own record)
+    res, net = faulty_run(name)
+    records = res.info.get("missing") or []
+    missed: dict = {}
+    for m in net.ledger.missing:
+        if m.receiver == "server":
+            missed[m.round, m.kind] = missed.get((m.round, m.kind), 0) + 1
+    for r in records:
+        assert {"round", "kind", "clients"} <= set(r), r
+        assert r["clients"] == missed[r["round"], r["kind"]], r
+    # and every wait of the server's training given up is in a record
+    kinds = {"fedrec": {"gradients"}, "fedrecpp": {"gradients", "denoised"}, "fcf": {"gradients"},
+             "fpl": {"update"}, "personalfr": {"indices", "update"}, "fedavg-ae": {"update"}}.get(name)
+    if kinds is not None:
+        assert records, "the faults must bite for the test to mean anything"
+        assert {(r["round"], r["kind"]) for r in records} == {k for k in missed if k[1] in kinds}

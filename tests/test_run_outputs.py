@@ -857,10 +857,14 @@ def test_fedrecpp_run_with_faults_says_it_is_incomplete(tmp_path, loss):
         return
     with open(out / "missing.csv", newline="") as fh:
         missing = list(csv.DictReader(fh))
-    assert [r["round"] for r in missing] == ["0", "1"] and all(int(r["clients"]) > 0 for r in missing)
+    # one row per round and kind missing (a kind, and how many of it, as every protocol's rows);
+    # each round left a group out
+    assert sorted({r["round"] for r in missing}) == ["0", "1"]
+    assert all(r["kind"] in ("gradients", "denoised") and int(r["clients"]) > 0 for r in missing)
+    assert all(sum(int(r["groups"]) for r in missing if r["round"] == t) >= 1 for t in ("0", "1"))
     assert (f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
             "(table `missing`) and lost 0 client(s)") in report
-    assert "FedRec++: groups and clients left out of the update" in report
+    assert "FedRec++: also the groups and clients, left_out, left out of the update" in report
 
 
 def test_fedrec_run_scores_the_test_ratings_of_the_clients_present(tmp_path):

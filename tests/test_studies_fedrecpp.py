@@ -10,7 +10,7 @@ from fedsim.data import generate
 from fedsim.experiment import run_scenario
 from fedsim.protocols.fedrecpp import FedRecPPConfig
 from fedsim.studies.fedrec import make_folds
-from fedsim.studies.fedrecpp import run_pp
+from fedsim.studies.fedrecpp import left_out as left_out_of, run_pp
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -104,7 +104,16 @@ def test_run_pp_carries_what_the_run_left_out(net):
     assert o.missing == ref.info["missing"] and o.lost_clients == ref.info["lost_clients"]
     assert o.incomplete
     if "loss" in net:  # one denoiser: every round's single group is broken by some lost message
-        assert o.missing == [{"round": t, "groups": 1, "clients": 30} for t in range(3)] and o.lost_clients == []
+        # one record per round and kind missing, clients: the server's missed messages of it
+        # (ledger.missing); the round's one group (all 30 clients) left out, counted once
+        missed: dict = {}
+        for m in ref_net.ledger.missing:
+            if m.receiver == "server":
+                missed[m.round, m.kind] = missed.get((m.round, m.kind), 0) + 1
+        assert {(r["round"], r["kind"]): r["clients"] for r in o.missing} == missed
+        assert sorted(r["round"] for r in o.missing if r["groups"]) == [0, 1, 2]
+        assert all(r["left_out"] == 30 * r["groups"] for r in o.missing) and o.lost_clients == []
+        assert left_out_of([o]) == {"incomplete_runs": 1, "left_out_rounds": 3, "left_out_clients": 90, "lost_clients": 0}
     else:
         assert o.missing == [] and o.lost_clients == ["client/0017"]
         # its errors are over the test ratings of the clients present: the lost one's zero user
@@ -268,3 +277,17 @@ def test_role_costs_with_secure_noise_do_not_count_the_fixed_point_noise_as_no_v
                                                                rel=1e-12)
     plain = run_pp((f, cfg.replace(secure_noise=False), 0, "ideal", True))
     assert all(np.isfinite(c["units_per_iteration"]) for c in plain.costs)  # no fixed point: units as before
+
+
+def test_table3_leaves_out_every_setup_and_control_kind_the_spec_declares():
+    # NOT_COUNTED was a hand list (model, assign, stop) without secure noise's key exchange (keys,
+    # peers): only their round label (-1) kept them out of role_costs. It is now the model and
+    # every kind the spec declares for setup or control; the iteration's end, every training
+    # kind after the model
+    from fedsim.protocols import fedrecpp
+    from fedsim.studies.fedrecpp import NOT_COUNTED, _ROUND_END_KINDS
+
+    declared = {k.name: k.purpose for k in fedrecpp.SPEC.kinds}
+    assert sorted(NOT_COUNTED) == sorted(["model"] + [k for k, p in declared.items() if p in ("setup", "control")])
+    assert {"keys", "peers", "assign", "stop"} <= set(NOT_COUNTED)
+    assert sorted(_ROUND_END_KINDS) == sorted(k for k, p in declared.items() if p == "training" and k != "model")

@@ -210,20 +210,26 @@ def test_compare_users_drops_a_user_undefined_in_either_method():
 
 def test_fedrecpp_left_out_and_incomplete_rows_by_hand():
     """Mutants of ``left_out`` / ``warn_incomplete``: ``left_out_clients`` counting the records
-    rather than summing their clients; ``lost_clients`` counting runs with a lost client rather
+    rather than summing their clients left out (``left_out``; ``clients`` counts the messages
+    missing); ``lost_clients`` counting runs with a lost client rather
     than the clients; ``keyless_clients`` summing the records that are *not* key records;
-    ``rounds_left_out_of`` listing the set-up round -1 (a lost key) as a round left out of.
+    ``rounds_left_out_of`` listing the set-up round -1 (a lost key) as a round left out of, or a
+    round twice for its two records (gradients and a denoised sum missing).
 
-    By hand: run A lost the keys of 2 clients (round -1), left 3 clients out of round 0 and 1 out
-    of round 2, and lost clients 4 and 7; run B is complete; run C lost client 1. Summed: 2
-    incomplete runs, 2 rounds left out of, 2 + 3 + 1 = 6 clients left out, 3 clients lost."""
+    By hand: run A lost the keys of 2 clients (round -1), left 3 clients out of round 0 (a
+    gradients upload missing broke their group; a denoiser's sum missing too, its group already
+    out) and 1 out of round 2, and lost clients 4 and 7; run B is complete; run C lost client 1.
+    Summed: 2 incomplete runs, 2 rounds left out of, 2 + 3 + 1 = 6 clients left out, 3 clients
+    lost."""
     from fedsim.studies.fedrecpp import PPOutcome, left_out, warn_incomplete
 
     def run(fold, missing, lost):
         return PPOutcome(fold, None, 0.7, 0.9, None, 1.0, missing=missing, lost_clients=lost)
 
-    a = run(0, [{"round": -1, "kind": "keys", "clients": 2}, {"round": 0, "kind": "gradients", "clients": 3},
-                {"round": 2, "kind": "noise", "clients": 1}], [4, 7])
+    a = run(0, [{"round": -1, "kind": "keys", "clients": 2, "groups": 0, "left_out": 2},
+                {"round": 0, "kind": "gradients", "clients": 1, "groups": 1, "left_out": 3},
+                {"round": 0, "kind": "denoised", "clients": 1, "groups": 0, "left_out": 0},
+                {"round": 2, "kind": "denoised", "clients": 1, "groups": 1, "left_out": 1}], [4, 7])
     b, c = run(1, [], []), run(2, [], [1])
     assert left_out([a, b, c]) == {"incomplete_runs": 2, "left_out_rounds": 2, "left_out_clients": 6,
                                    "lost_clients": 3}

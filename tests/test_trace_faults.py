@@ -83,7 +83,7 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
         "       4.000 ms  server receives up (round 0) from a",
         "       4.000 ms  server receives up (round 1) from a",
         "      50.000 ms  server reads up (round 0) from a (arrived at 4.000 ms)",
-        "      50.000 ms  server stops waiting for up (round 0): nothing from b",
+        "      50.000 ms  server stops waiting for up (round 0): 1 of 2 missing (nothing from b)",
         "      50.000 ms  server sends go (round 1, 8 B) to a",
         "      50.000 ms  server sends go (round 1, 8 B) to b",
         "      52.000 ms  a receives go (round 1) from server",
@@ -102,7 +102,7 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
         "    N1->>N0: up 8 B, sent 2.000 ms, arrived 4.000 ms, read 50.000 ms",
         "    Note over N0: round 1",
         "    N1->>N0: up 8 B, sent 2.000 ms, arrived 4.000 ms, read 64.000 ms",
-        "    Note over N0: stops waiting for up (round 0)#58; nothing from b, at 50.000 ms",
+        "    Note over N0: stops waiting for up (round 0)#58; 1 of 2 missing (nothing from b), at 50.000 ms",
         "    N0->>N1: go 8 B, sent 50.000 ms, arrived 52.000 ms",
         "    N0->>N2: go 8 B, sent 50.000 ms, arrived 52.000 ms, read 62.000 ms",
         "    Note over N0: round 0",
@@ -114,12 +114,12 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
     assert [m["read_at"] for m in data["messages"]] == [None, None, 0.05, pytest.approx(0.064), None,
                                                         pytest.approx(0.062), None, None]
     assert data["missing"] == [{"time": 0.05, "receiver": "server", "kind": "up", "round": 0, "senders": ["b"],
-                                "anonymous": 0}]
+                                "anonymous": 0, "expected": 2, "arrived": 1}]
     labels = re.findall(r'fill="#222">([^<]*)</text>', page)
     assert labels == ["go · 8 B", "go · 8 B", "up · 8 B · read 50.000 ms", "up · 8 B · read 64.000 ms", "go · 8 B",
                       "go · 8 B · read 62.000 ms", "up · 8 B · never read", "up · 8 B"]
     notes = re.findall(r'<g class="note"[^>]*>(?:<rect[^>]*/>)?<text[^>]*>([^<]*)</text>', page)
-    assert notes == ["50.000 ms: server stops waiting for up (round 0): nothing from b"]
+    assert notes == ["50.000 ms: server stops waiting for up (round 0): 1 of 2 missing (nothing from b)"]
     assert '", read " + ms(m.read_at)' in page  # the step panel says it too
 
 
@@ -152,16 +152,16 @@ def test_a_count_gather_given_up_says_how_many_and_a_dropout_is_shown():
         "      20.000 ms  go (round 0) from server to b (sent at 0.000 ms) is lost (receiver offline)",
         "      40.000 ms  server receives up (round 0) from (anonymous)",
         "      50.000 ms  server reads up (round 0) from (anonymous) (arrived at 40.000 ms)",
-        "      50.000 ms  server stops waiting for up (round 0): 1 more (any sender)"]
+        "      50.000 ms  server stops waiting for up (round 0): 1 of 2 missing (any sender)"]
     notes = [line for line in mermaid(net).splitlines() if "Note over N" in line and "round 0" not in line[-8:]]
     assert notes == ["    Note over N2: drops out at 5.000 ms",
-                     "    Note over N0: stops waiting for up (round 0)#58; 1 more (any sender), at 50.000 ms"]
+                     "    Note over N0: stops waiting for up (round 0)#58; 1 of 2 missing (any sender), at 50.000 ms"]
     page = trace_html(net)
     data = _page_data(page)
     assert data["offline"] == [{"node": "b", "time": 0.005, "dropped": True}]
     assert re.findall(r'<g class="note"[^>]*>(?:<rect[^>]*/>)?<text[^>]*>([^<]*)</text>', page) == [
         "5.000 ms: b drops out (offline from here on: its actor stops, messages to or from it are lost)",
-        "50.000 ms: server stops waiting for up (round 0): 1 more (any sender)"]
+        "50.000 ms: server stops waiting for up (round 0): 1 of 2 missing (any sender)"]
     assert " · 3 messages (1 lost), 24 B on the wire; 1 message missing at a deadline; 1 node offline. " in page
     # the page's timeline and timeline.svg grey the lane from the dropout to the end (50 ms)
     assert re.findall(r'<rect class="span offline"[^>]*><title>([^<]*)</title>', page) == [
@@ -317,8 +317,8 @@ def test_cli_trace_with_loss_and_a_deadline_shows_the_losses_and_the_waits_given
     lost = [line.strip().split(" ms  ", 1)[1] for line in log if " is lost (" in line]
     assert lost == _lost_lines(net) and all(line.endswith("is lost (link loss)") for line in lost)
     waits = [line.strip() for line in log if " stops waiting " in line]
-    assert waits == ["2002.076 ms  server stops waiting for gradients (round 1): nothing from client/0001, "
-                     "client/0002, client/0003"]
+    assert waits == ["2002.076 ms  server stops waiting for gradients (round 1): 3 of 4 missing (nothing from "
+                     "client/0001, client/0002, client/0003)"]
     assert sum(len(line.split("nothing from ")[1].split(", ")) for line in waits) == totals["missing"]
     page = (out / "trace.html").read_text()
     assert "fedrec: 4 clients, 2 rounds, profile lan, loss 0.2, seed 0" in page
@@ -437,7 +437,7 @@ def test_notes_at_one_instant_stand_where_they_happened_among_the_arrows():
         "       0.000 ms  c sleeps for 10.000 ms",
         "      10.000 ms  d goes offline (its actor had finished; messages to it are lost)",
         "      10.000 ms  c sends up (round 0, 8 B) to server",
-        "      10.000 ms  server stops waiting for up (round 0): nothing from c",
+        "      10.000 ms  server stops waiting for up (round 0): 1 of 1 missing (nothing from c)",
         "      10.000 ms  server sends next (round 0, 10 B) to c",
         "      12.000 ms  server receives up (round 0) from c (never read)",
         "      12.000 ms  c receives next (round 0) from server"]
@@ -445,7 +445,7 @@ def test_notes_at_one_instant_stand_where_they_happened_among_the_arrows():
         "    Note over N2: goes offline (had finished) at 10.000 ms",
         "    Note over N0: round 0",
         "    N1->>N0: up 8 B, sent 10.000 ms, arrived 12.000 ms, never read",
-        "    Note over N0: stops waiting for up (round 0)#58; nothing from c, at 10.000 ms",
+        "    Note over N0: stops waiting for up (round 0)#58; 1 of 1 missing (nothing from c), at 10.000 ms",
         "    N0->>N1: next 10 B, sent 10.000 ms, arrived 12.000 ms"]
     assert mermaid(net).splitlines()[4:] == notes_and_arrows
     page = trace_html(net)
@@ -458,7 +458,7 @@ def test_notes_at_one_instant_stand_where_they_happened_among_the_arrows():
         ("note", "10.000 ms: d goes offline (its actor had finished; messages to it are lost)"),
         ("round", "round 0"),
         ("msg", "up · 8 B · never read"),
-        ("note", "10.000 ms: server stops waiting for up (round 0): nothing from c"),
+        ("note", "10.000 ms: server stops waiting for up (round 0): 1 of 1 missing (nothing from c)"),
         ("msg", "next · 10 B")]
     # a network that did not trace keeps the order by time: its notes before the sends of their time
     untraced = run(SimNetwork(seed=0))
@@ -574,12 +574,12 @@ def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_rec
     net.run(strict=False)
     assert [(m.sender, m.time) for m in net.ledger.missing] == [("c", 0.01), ("d", 0.01)]
     views = [view(net) for view in (step_log, mermaid, trace_html)]
-    assert "      10.000 ms  server stops waiting for up (round 0): nothing from c, d" in views[0].splitlines()
+    assert "      10.000 ms  server stops waiting for up (round 0): 2 of 2 missing (nothing from c, d)" in views[0].splitlines()
     m0, m1 = net.ledger.missing
     net.ledger.missing[:] = [dataclasses.replace(m0, time=np.float64(m0.time), round=np.int64(m0.round)), m1]
     groups = missing_events(net)
     assert groups == [{"time": 0.01, "receiver": "server", "kind": "up", "round": 0, "senders": ["c", "d"],
-                       "anonymous": 0}]
+                       "anonymous": 0, "expected": 2, "arrived": 0}]
     assert type(groups[0]["time"]) is float and type(groups[0]["round"]) is int
     assert [view(net) for view in (step_log, mermaid, trace_html)] == views
 
@@ -714,10 +714,14 @@ def test_a_faulty_trace_of_every_protocol_shows_each_ledger_message_once_in_time
     assert sum(received.values()) == totals["delivered_messages"] and sum(lost.values()) == totals["lost_messages"]
     assert sorted(b.split(" drops out")[0] for b in body if " drops out " in b) == sorted(net.result.offline)
     missing = [b for b in body if " stops waiting for " in b]
-    named = sum(len(b.split("nothing from ")[1].split(" and ")[0].split(", ")) if "nothing from " in b else 0
-                for b in missing)
-    more = sum(int(re.search(r"(\d+) more \(any sender\)", b).group(1)) for b in missing if "more (any sender)" in b)
-    assert named + more == totals["missing"]
+    # each wait: "n of m missing (nothing from a, b)" (n names) or "n of m missing (any sender)"
+    count = 0
+    for b in missing:
+        n, m, what = re.fullmatch(r".* stops waiting for .*?: (\d+) of (\d+) missing \((.*)\)", b).groups()
+        assert int(n) <= int(m)
+        assert what == "any sender" or (what.startswith("nothing from ") and len(what.split(", ")) == int(n))
+        count += int(n)
+    assert count == totals["missing"]
 
 
 def test_cli_trace_refuses_an_out_it_cannot_use_in_one_line_and_leaves_it_as_it_was(monkeypatch, tmp_path, capsys):
@@ -782,3 +786,48 @@ def test_trace_writes_each_file_whole_or_not_at_all(tmp_path):
     assert (out / "trace.html").read_text() == "the previous page"
     log = (out / "steps.log").read_text()
     assert log.endswith("\n") and log.count(" sends ") == log.count(" receives ") > 0
+
+
+def test_a_wait_given_up_says_how_many_of_how_many_only_when_its_records_say_so():
+    # the step panel said "2 messages missing" and never "of 5": the records did not keep the
+    # wait's size (Missing.expected/arrived now do). Two waits of one receiver, kind and round
+    # that give up at one instant are one group of the views; their counts do not add up to one
+    # wait's, so the group says none (as records made without counts)
+    import dataclasses
+
+    from fedsim.studies.trace import event_step, missing_events
+
+    async def server(ctx):
+        dl = ctx.deadline(0.01)
+        await ctx.gather("up", senders=["a", "c"], deadline=dl)
+        await ctx.gather("up", senders=["d"], deadline=dl)  # the same instant: nothing left to wait
+        await ctx.gather("any", count=3, timeout=0.01)
+
+    async def a(ctx):
+        await ctx.send("server", "up", {"x": 1})
+        await ctx.send("server", "any", {"x": 1}, anonymous=True)
+
+    async def idle(ctx):
+        return None
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    for n in ("a", "c", "d"):
+        net.add_node(n, a if n == "a" else idle, role="client", link=LinkSpec(latency=0.001))
+    net.run()
+    assert [(m.sender, m.kind, m.expected, m.arrived) for m in net.ledger.missing] == [
+        ("c", "up", 2, 1), ("d", "up", 1, 0), (None, "any", 3, 1), (None, "any", 3, 1)]
+    groups = missing_events(net)
+    assert [(g["senders"], g["anonymous"], g["expected"], g["arrived"]) for g in groups] == [
+        (["c", "d"], 0, None, None), ([], 2, 3, 1)]
+    assert [line.split(" ms  ")[1] for line in step_log(net).splitlines() if " stops waiting " in line] == [
+        "server stops waiting for up (round 0): nothing from c, d",
+        "server stops waiting for any (round 0): 2 of 3 missing (any sender)"]
+    assert [event_step("missing", g)["text"] for g in groups] == [
+        "server gives up waiting for up (round 0) at 10.000 ms: 2 messages missing (nothing from c, d)",
+        "server gives up waiting for any (round 0) at 20.000 ms: 2 of 3 messages missing (from any sender)"]
+    # records made without the counts: the views as before
+    net.ledger.missing[:] = [dataclasses.replace(m, expected=None, arrived=None) for m in net.ledger.missing]
+    assert [(g["expected"], g["arrived"]) for g in missing_events(net)] == [(None, None), (None, None)]
+    assert [event_step("missing", g)["text"] for g in missing_events(net)][1] == (
+        "server gives up waiting for any (round 0) at 20.000 ms: 2 messages missing (2 more from any sender)")

@@ -678,7 +678,7 @@ def test_a_setup_round_below_minus_one_says_which_round_it_precedes():
         "       0.000 ms  server sends peers (setup for round 5, 11 B) to c",
         "       2.000 ms  c receives hello (setup) from server",
         "       2.000 ms  c receives peers (setup for round 5) from server",
-        "      10.000 ms  server stops waiting for keys (setup for round 5): nothing from c",
+        "      10.000 ms  server stops waiting for keys (setup for round 5): 1 of 1 missing (nothing from c)",
         "      10.000 ms  server sends go (round 5, 8 B) to c",
         "      12.000 ms  c receives go (round 5) from server"]
     assert mermaid(net).splitlines()[3:] == [
@@ -686,7 +686,7 @@ def test_a_setup_round_below_minus_one_says_which_round_it_precedes():
         "    N0->>N1: hello 11 B, sent 0.000 ms, arrived 2.000 ms",
         "    Note over N0: setup for round 5",
         "    N0->>N1: peers 11 B, sent 0.000 ms, arrived 2.000 ms",
-        "    Note over N0: stops waiting for keys (setup for round 5)#58; nothing from c, at 10.000 ms",
+        "    Note over N0: stops waiting for keys (setup for round 5)#58; 1 of 1 missing (nothing from c), at 10.000 ms",
         "    Note over N0: round 5",
         "    N0->>N1: go 8 B, sent 10.000 ms, arrived 12.000 ms"]
     page = trace_html(net)
@@ -1060,15 +1060,15 @@ def _expected_events(net) -> list[tuple[float, str, str]]:
     missing records and the nodes' offline times (not from the page's data)."""
     groups: dict = {}
     for m in net.ledger.missing:
-        groups.setdefault((float(m.time), m.receiver, m.kind, int(m.round)), []).append(m.sender)
+        groups.setdefault((float(m.time), m.receiver, m.kind, int(m.round), m.expected), []).append(m.sender)
     out = []
-    for (t, recv, kind, rnd), senders in groups.items():
+    for (t, recv, kind, rnd, expected), senders in groups.items():
         named = [s for s in senders if s is not None]
         parts = ([f"nothing from {', '.join(named)}"] if named else []) + \
-            ([f"{len(senders) - len(named)} more from any sender"] if len(named) < len(senders) else [])
+            (["from any sender"] if not named else [])
         n = len(senders)
         out.append((t, "wait given up", f"{recv} gives up waiting for {kind} (round {rnd}) at {t * 1000:.3f} ms: "
-                    f"{n} message{'s' if n != 1 else ''} missing ({' and '.join(parts)})"))
+                    f"{n} of {expected} message{'s' if expected != 1 else ''} missing ({' and '.join(parts)})"))
     for node in net.nodes.values():
         off = node.spec.offline_at
         if off is not None and off <= net.now() and node.offline:

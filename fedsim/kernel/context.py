@@ -157,7 +157,7 @@ class GatherEach:
         if not self._done:
             self._done = True
             if self.missing:
-                ctx._net.record_missing(ctx._node, self._kind, self.missing, self._col.round)
+                ctx._net.record_missing(ctx._node, self._kind, self.missing, self._col.round, len(self._col.order))
         raise StopAsyncIteration
 
 
@@ -420,7 +420,7 @@ class Context:
         missing = sorted(pending) if pending is not None else []
         missing_count = want - len(got)
         if missing_count:
-            self._net.record_missing(self._node, kind, missing or [None] * missing_count, round)
+            self._net.record_missing(self._node, kind, missing or [None] * missing_count, round, want)
         return Gathered(messages, missing, missing_count)
 
     def gather_each(self, kind: str, *, senders: Iterable[str], timeout: float | None = None,

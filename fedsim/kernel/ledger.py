@@ -65,13 +65,20 @@ _INF = math.inf
 
 @dataclass(frozen=True, slots=True)
 class Missing:
-    """A message a receiver waited for with a deadline and did not get in time."""
+    """A message a receiver waited for with a deadline and did not get in time: one record per
+    message missing (``sender`` None for a ``gather(count=...)``, whose senders are not known).
+    ``expected`` is how many messages the wait it belongs to asked for and ``arrived`` how many of
+    them it got, the same on every record of one wait (so ``expected - arrived`` of them), on
+    every transport (the wait, ``gather``/``gather_each``, is counted where it is given up, in the
+    receiver's own process); None on a record made without them (built by hand)."""
 
     round: int
     receiver: str
     sender: str | None
     kind: str
     time: float
+    expected: int | None = None
+    arrived: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

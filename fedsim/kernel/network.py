@@ -634,20 +634,24 @@ class Network:
             rng = src.loss_rng = node_rng(self.seed, f"loss:{src.id}")
         return rng.random() < p
 
-    def record_missing(self, node: Node, kind: str, senders: list, rnd: int | None = None) -> None:
+    def record_missing(self, node: Node, kind: str, senders: list, rnd: int | None = None,
+                       expected: int | None = None) -> None:
         """Record in the ledger that ``node``'s wait for ``kind`` (of round ``rnd``; None: the
-        node's current round) ended without ``senders`` (nothing once the run has ended:
-        ``end_run``). A wait for round r records round r even if the node has moved on (it read a
-        later round's message before), which would otherwise label the missing senders with it."""
+        node's current round), which asked for ``expected`` messages, ended without ``senders``
+        (nothing once the run has ended: ``end_run``): one ``Missing`` each, with ``expected``
+        and ``arrived`` (``expected - len(senders)``; both None without ``expected``). A wait for
+        round r records round r even if the node has moved on (it read a later round's message
+        before), which would otherwise label the missing senders with it."""
         if self.ended:
             return
         t = self.now()
         rnd = node.round if rnd is None else int(rnd)
+        arrived = None if expected is None else expected - len(senders)
         missing = self.ledger.missing
         for s in senders:
             if self.tracing:
                 self.happened.append(("missing", len(missing)))
-            missing.append(Missing(rnd, node.id, s, kind, t))
+            missing.append(Missing(rnd, node.id, s, kind, t, expected, arrived))
 
     def log(self, node: Node, text: str) -> None:
         """Add a step-log line (kept only when the network traces)."""

@@ -1550,7 +1550,8 @@ class _Worker:
         lists = {
             "nodes": [[n.id, n.done, n.role, waits.get(n.id), n.offline, n.flops] for n in self.local],
             "role_members": [[role, nid] for role, members in role_members.items() for nid in members],
-            "missing": [[m.round, m.receiver, m.sender, m.kind, m.time] for m in net.ledger.missing],
+            "missing": [[m.round, m.receiver, m.sender, m.kind, m.time, m.expected, m.arrived]
+                        for m in net.ledger.missing],
             "steps": [list(s) for s in net.steps],
             "rows": rows,
             "arrivals": [[a[2], a[0], a[RX_START], a[ARRIVAL], a[READ], a[DST_ROLE], a[STATUS], a[NOTE]]

@@ -47,9 +47,6 @@ from .registry import register
 __all__ = ["FCFConfig", "FCFJob", "SERVER", "SPEC", "TRAINING_KINDS", "build", "client_name",
            "payload_bytes_per_client_round"]
 
-TRAINING_KINDS = ("model", "gradients")
-
-
 @dataclass(frozen=True)
 class FCFConfig(Config):
     """FCF hyper-parameters: ``rounds`` in this run, latent dimension ``d``, confidence
@@ -255,3 +252,6 @@ SPEC = register(ProtocolSpec(
     paper="Ammad-ud-din et al.: Federated Collaborative Filtering for Privacy-Preserving Personalized "
           "Recommendation System (arXiv 1901.09888, 2019)",
 ))
+
+# the kinds SPEC declares for training (model, gradients): derived, as FPL's, not a hand list
+TRAINING_KINDS = SPEC.kinds_for("training")

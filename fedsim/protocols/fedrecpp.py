@@ -89,9 +89,6 @@ from .secagg import (KEYLESS, checked_members, client_keys, dense_rows, key_exch
 __all__ = ["ExposedDenoiserWarning", "FedRecPPConfig", "FedRecPPJob", "SPEC", "build", "participants_used",
            "TRAINING_KINDS"]
 
-TRAINING_KINDS = ("gradients", "noise", "denoised")
-
-
 class ExposedDenoiserWarning(UserWarning):
     """More denoisers than ordinary clients: some denoisers collect no noise, so what they
     send the server is their own gradients in the clear (FedRec++ section RQ3)."""
@@ -161,9 +158,14 @@ def participants_used(cfg: FedRecPPConfig, n_clients: int) -> int:
 
 async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     """Returns ``{"V", "denoisers", "assignment", "diverged_at", "missing"}`` (``missing``: per
-    round with losses, how many denoiser groups and clients were left out of the update; with
-    secure noise, a record at round -1 of ``kind`` ``keys`` counts the ordinary clients left out of
-    the whole run because their key did not reach the server)."""
+    round with losses, one record per kind of message missing, as the other protocols': ``kind``
+    (``gradients``; ``denoised``, a denoiser's sum, also what a lost ``noise`` message shows as,
+    the denoiser then saying nothing), ``clients`` (how many of them did not arrive), and what
+    that left out of the update: ``groups`` (denoiser groups broken; a group broken by both kinds
+    counted under ``gradients``, so that they add up over a round's records) and ``left_out``
+    (those groups' clients; without denoisers, the clients whose gradients are missing); with
+    secure noise, a record at round -1 of ``kind`` ``keys`` counts the ordinary clients left out
+    of the whole run because their key did not reach the server)."""
     dt = np.dtype(cfg.dtype)
     d = cfg.d
     rng = ctx.rng
@@ -204,7 +206,7 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
     # and FedRec++ (eta >= 1) under the same seed would select different participants (and their
     # clients would then sample different items). Paired runs make their difference the method.
     part_rng = substream(rng, "participation")
-    lost_rounds: list[dict] = []  # rounds in which groups were left out (missing uploads, noise or sums)
+    lost_rounds: list[dict] = []  # what was missing per round and kind, and the groups it left out
     keyless: set[str] = set()  # secure noise: ordinary clients whose key is not in the published list
     if cfg.secure_noise and denoisers:
         pubs = await server_relay_keys(ctx, clients, cfg.deadline, senders=ordinary)
@@ -212,8 +214,8 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
         # no round of the run, as it knows from the same list (client: keys.keyed)
         keyless = {c for c in ordinary if not pubs[index[c]]}
         if keyless:
-            lost_rounds.append({"round": -1, "kind": "keys", "groups": 0, "clients": len(keyless),
-                                "reason": KEYLESS})
+            lost_rounds.append({"round": -1, "kind": "keys", "clients": len(keyless), "groups": 0,
+                                "left_out": len(keyless), "reason": KEYLESS})
     diverged_at = None
     c_part = participants_used(cfg, n)
     for t in range(cfg.T):
@@ -253,14 +255,24 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecPPConfig) -> dict:
             # clients) counts in this round only if every upload of the group arrived and the
             # denoiser's sum too (a denoiser answers only when it received every noise message it
             # was told to expect); the rest of the round stays exactly lossless.
-            broken = {assignment[p] for p in got.missing} | set(sums.missing)
-            if broken:
-                uploads = [msg for msg in uploads if assignment[msg.sender] not in broken]
-                sums = [msg for msg in sums if msg.sender not in broken]
-                lost_rounds.append({"round": t, "groups": len(broken),
-                                    "clients": sum(1 for p in part if (assignment.get(p) or p) in broken)})
+            # (a lost noise message shows as its denoiser's missing sum: the denoiser says nothing)
+            broken_by: dict[str, str] = {}  # a broken group (its denoiser) -> the first kind missing from it
+            for p in got.missing:
+                broken_by.setdefault(assignment[p], "gradients")
+            for dn in sums.missing:
+                broken_by.setdefault(dn, "denoised")
+            if broken_by:
+                lost_sums = sums.missing
+                uploads = [msg for msg in uploads if assignment[msg.sender] not in broken_by]
+                sums = [msg for msg in sums if msg.sender not in broken_by]
+                for kind, lost in (("gradients", got.missing), ("denoised", lost_sums)):
+                    if lost:
+                        groups = {dn for dn, k in broken_by.items() if k == kind}
+                        lost_rounds.append({"round": t, "kind": kind, "clients": len(lost), "groups": len(groups),
+                                            "left_out": sum(1 for p in part if (assignment.get(p) or p) in groups)})
         elif got.missing:
-            lost_rounds.append({"round": t, "groups": 0, "clients": len(got.missing)})
+            lost_rounds.append({"round": t, "kind": "gradients", "clients": len(got.missing), "groups": 0,
+                                "left_out": len(got.missing)})
         G = np.zeros((m, d), dtype=dt)
         C = np.zeros(m, dtype=np.int64)
         rows = 0
@@ -679,3 +691,7 @@ SPEC = register(ProtocolSpec(
     build=build, tiny=tiny, data="explicit", metric="rmse", rounds_field="T",
     paper="Liang, Pan, Ming: FedRec++: Lossless Federated Recommendation with Explicit Feedback (AAAI 2021)",
 ))
+
+# the kinds SPEC declares for training (model, gradients, noise, collect, denoised), as FPL's
+# and FCF's (derived; the hand list it was had the uploads alone and was read nowhere)
+TRAINING_KINDS = SPEC.kinds_for("training")

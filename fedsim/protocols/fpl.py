@@ -117,9 +117,6 @@ __all__ = [
     "user_item_lists",
 ]
 
-TRAINING_KINDS = ("model", "update")
-
-
 @dataclass(frozen=True)
 class FPLConfig(Config):
     """FPL hyper-parameters for one network run.
@@ -606,3 +603,7 @@ SPEC = register(ProtocolSpec(
     build=build, tiny=tiny, data="implicit", metric="p@10", rounds_field="rounds",
     paper="Anelli et al.: User-controlled federated matrix factorization for recommender systems (JIIS 2022)",
 ))
+
+# the kinds SPEC declares for training: model, update and, with secure aggregation, masked
+# (derived: the hand list it was had no masked, so a cost read off it missed the masked uploads)
+TRAINING_KINDS = SPEC.kinds_for("training")

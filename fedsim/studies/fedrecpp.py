@@ -15,7 +15,9 @@ from .fedrec import evaluate_fold
 from .learning import initial_metrics
 
 # kinds that are set-up, tear-down or the model download: outside the paper's Table 3 counting
-NOT_COUNTED = ("model", "assign", "stop")
+# (the model and the spec's setup and control kinds: assign, keys, peers, stop; derived from the
+# declared kinds, not a hand list, which had no keys nor peers)
+NOT_COUNTED = ("model", *fedrecpp.SPEC.kinds_for("setup", "control"))
 # (T_predict, T_local) per rho and the learning rate per dataset (FedRec++ paper, section
 # Experiments: "searched according to the MAE performance on the first copy"); alpha = 0.001 on all
 HF_SETTINGS = {
@@ -43,8 +45,9 @@ class PPOutcome:
     record: dict | None = None  # the network's fedsim.kernel.network_record
     initial_mae: float = float("nan")  # the run's initial model on the test part (did it learn?)
     initial_rmse: float = float("nan")
-    # what the run left out (faults, deadline): the result's info["missing"] records (per round,
-    # the groups and clients left out of the update; round -1: clients whose key never arrived)
+    # what the run left out (faults, deadline): the result's info["missing"] records (per round
+    # and kind missing: how many did not arrive, and the groups and clients (left_out) that it left
+    # out of the update; round -1: clients whose key never arrived)
     # and info["lost_clients"] (clients that dropped out: their user factors are lost, and their
     # test ratings are left out of mae and rmse)
     missing: list = field(default_factory=list)
@@ -86,13 +89,18 @@ def run_pp(task: tuple) -> PPOutcome:
 def left_out(runs: list) -> dict:
     """What ``runs`` (``PPOutcome``) left out, summed: ``incomplete_runs`` (runs with any
     missing record or lost client), ``left_out_rounds`` (rounds that left a group or a client out
-    of the update), ``left_out_clients`` (clients left out, summed over those rounds, a client
-    whose key never arrived counted once for the whole run) and ``lost_clients`` (clients that
-    dropped out)."""
+    of the update, each once whatever kinds it missed), ``left_out_clients`` (clients left out,
+    the records' ``left_out`` summed over those rounds, a client whose key never arrived counted
+    once for the whole run) and ``lost_clients`` (clients that dropped out)."""
     return {"incomplete_runs": sum(1 for o in runs if o.incomplete),
-            "left_out_rounds": sum(1 for o in runs for r in o.missing if r.get("round", 0) >= 0),
-            "left_out_clients": sum(int(r.get("clients", 0)) for o in runs for r in o.missing),
+            "left_out_rounds": sum(len(_rounds_left_out_of(o)) for o in runs),
+            "left_out_clients": sum(int(r.get("left_out", 0)) for o in runs for r in o.missing),
             "lost_clients": sum(len(o.lost_clients) for o in runs)}
+
+
+def _rounds_left_out_of(o: PPOutcome) -> list[int]:
+    """The rounds (>= 0) of ``o``'s missing records, each once (a round can miss several kinds)."""
+    return sorted({int(r["round"]) for r in o.missing if r.get("round", 0) >= 0})
 
 
 def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
@@ -107,7 +115,7 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
             continue
         rows.append({"run": label, "fold": o.fold + 1, **left_out([o]),
                      "keyless_clients": sum(int(r.get("clients", 0)) for r in o.missing if r.get("kind") == "keys"),
-                     "rounds_left_out_of": ",".join(str(r["round"]) for r in o.missing if r.get("round", 0) >= 0)})
+                     "rounds_left_out_of": ",".join(str(t) for t in _rounds_left_out_of(o))})
     if rows:
         ctx.table("incomplete", rows, title="Runs that left groups or clients out (faults, deadline)")
         ctx.caveat("incomplete", f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
@@ -184,6 +192,10 @@ def download_units_per_client(net: SimNetwork, cfg: FedRecPPConfig) -> float:
                           n_clients)
 
 
+# what an iteration's end is read from: its training messages after the model download
+_ROUND_END_KINDS = tuple(k for k in fedrecpp.SPEC.kinds_for("training") if k != "model")
+
+
 def mean_round_duration(net: SimNetwork) -> float:
     """Mean simulated duration of an iteration: from the first model message the server sends
     in round t to the arrival of the last message of round t."""
@@ -193,7 +205,7 @@ def mean_round_duration(net: SimNetwork) -> float:
             continue
         this = net.ledger.select(round=t)
         start = this.select(kind="model").column("send_time")
-        end = this.select(kind=("gradients", "noise", "denoised", "collect")).column("arrival_time")
+        end = this.select(kind=_ROUND_END_KINDS).column("arrival_time")
         if start.size and end.size:
             durs.append(float(np.nanmax(end) - start.min()))
     return float(np.mean(durs)) if durs else float("nan")

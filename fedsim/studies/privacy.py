@@ -256,8 +256,8 @@ def run_task(task: AuditTask) -> dict:
         info = getattr(result, "info", None) or {}
         # every upload the server waited for with a deadline and did not get (the ledger's missing
         # records): each kind the protocol sends to the server but evaluation answers. The result's
-        # own records did not do: FedRec++'s name no kind (its lost uploads read 0), and the audit's
-        # attack kinds (UPLOAD_KINDS) left out PersonalFR's per-round updates
+        # own records did not do: FedRec++'s named no kind until 2026-11-28 (its lost uploads read
+        # 0), and the audit's attack kinds (UPLOAD_KINDS) leave out PersonalFR's per-round updates
         missing_uploads += sum(1 for m in net.ledger.missing
                                if m.kind in to_server and net.ledger.roles.get(m.receiver) == "server")
         lost_clients.update(info.get("lost_clients") or ())

@@ -33,7 +33,8 @@ aggregation's key exchange; ``setup for round N`` for the label -1 - N of one th
 N, as FPL's resumed over several networks does) and its fate as the ledger has it, with, for one its receiver's actor
 took after it arrived (from the mailbox a round later, or when its gather returned), when it
 was read (``read_at``, kept by a tracing network). Waits that ended without some senders'
-messages (``ledger.missing``) and nodes going offline are shown where they happened.
+messages (``ledger.missing``) and nodes going offline are shown where they happened, a wait
+with how many of how many messages it missed (``2 of 5 missing``: ``Missing.expected``).
 """
 
 from __future__ import annotations
@@ -560,28 +561,51 @@ def _read_later(net: SimNetwork, r: dict) -> float | None:
 
 def missing_events(net: SimNetwork) -> list[dict]:
     """The ledger's ``missing`` records, one event per wait that ended without them: ``time``,
-    ``receiver``, ``kind``, ``round``, ``senders`` (the ids named) and ``anonymous`` (how many
-    of a ``count=`` gather's, whose senders are not known), in time order."""
+    ``receiver``, ``kind``, ``round``, ``senders`` (the ids named), ``anonymous`` (how many
+    of a ``count=`` gather's, whose senders are not known), ``expected`` and ``arrived`` (how
+    many messages the wait asked for and got: ``Missing.expected``/``arrived``; None when its
+    records do not say, or when two waits of one receiver, kind and round gave up at one instant
+    and their records, one group here, do not add up to one wait's), in time order."""
     groups: dict[tuple, dict] = {}
+    counts: dict[tuple, set] = {}
     for m in net.ledger.missing:
         time, receiver, kind, rnd = key = _missing_key(m.time, m.receiver, m.kind, m.round)
         g = groups.setdefault(key, {"time": time, "receiver": receiver, "kind": kind, "round": rnd,
-                                    "senders": [], "anonymous": 0})
+                                    "senders": [], "anonymous": 0, "expected": None, "arrived": None})
+        counts.setdefault(key, set()).add((m.expected, m.arrived))
         if m.sender is None:
             g["anonymous"] += 1
         else:
             g["senders"].append(m.sender)
+    for key, g in groups.items():
+        expected, arrived = next(iter(counts[key])) if len(counts[key]) == 1 else (None, None)
+        if expected is not None and arrived is not None and \
+                expected - arrived == len(g["senders"]) + g["anonymous"]:
+            g["expected"], g["arrived"] = int(expected), int(arrived)
     return sorted(groups.values(), key=lambda g: g["time"])
 
 
+def _missing_count(g: dict, noun: str = "") -> str:
+    """``2 of 5`` (+ `` messages``) of a ``missing_events`` group, or ``2`` when the count its
+    wait expected is not known."""
+    n = len(g["senders"]) + g["anonymous"]
+    if g.get("expected") is None:
+        return _plural(n, noun) if noun else str(n)
+    return f"{n} of {_plural(g['expected'], noun) if noun else g['expected']}"
+
+
 def missing_text(g: dict) -> str:
-    """``server stops waiting for up (round 0): nothing from b, c`` (or ``2 more (any sender)``)."""
+    """``server stops waiting for up (round 0): 2 of 5 missing (nothing from b, c)`` (a
+    ``count=`` gather's: ``1 of 3 missing (any sender)``); without the wait's expected count
+    (``missing_events``) ``nothing from b, c`` (or ``2 more (any sender)``)."""
     parts = []
+    known = g.get("expected") is not None
     if g["senders"]:
         parts.append("nothing from " + ", ".join(g["senders"]))
     if g["anonymous"]:
-        parts.append(f"{g['anonymous']} more (any sender)")
-    return f"{g['receiver']} stops waiting for {g['kind']} ({_round(g['round'])}): {' and '.join(parts)}"
+        parts.append("any sender" if known and not g["senders"] else f"{g['anonymous']} more (any sender)")
+    what = f"{_missing_count(g)} missing ({' and '.join(parts)})" if known else " and ".join(parts)
+    return f"{g['receiver']} stops waiting for {g['kind']} ({_round(g['round'])}): {what}"
 
 
 def offline_events(net: SimNetwork) -> list[dict]:
@@ -621,15 +645,16 @@ def event_step(what: str, e: dict) -> dict:
     """What the page's step panel says of a note (``what``: ``offline``, ``missing`` or
     ``blocked``; ``e`` one of ``offline_events``, ``missing_events``, ``blocked_events``):
     ``head`` (``wait given up``, ``dropout``, ``offline``, ``deadlock``) and ``text``, a sentence
-    with its time: ``server gives up waiting for up (round 0) at 50.000 ms: 2 messages missing
-    (nothing from b, c)``."""
+    with its time: ``server gives up waiting for up (round 0) at 50.000 ms: 2 of 5 messages
+    missing (nothing from b, c)`` (``2 messages missing`` when the wait's expected count is not
+    known: see ``missing_events``)."""
     at = _ms(e["time"])
     if what == "missing":
-        n = len(e["senders"]) + e["anonymous"]
+        only_any = e.get("expected") is not None and not e["senders"]
         parts = ([f"nothing from {', '.join(e['senders'])}"] if e["senders"] else []) + \
-                ([f"{e['anonymous']} more from any sender"] if e["anonymous"] else [])
+                (["from any sender" if only_any else f"{e['anonymous']} more from any sender"] if e["anonymous"] else [])
         return {"head": "wait given up", "round_label": _round(e["round"]), "text": f"{e['receiver']} gives up waiting for {e['kind']} "
-                f"({_round(e['round'])}) at {at}: {_plural(n, 'message')} missing ({' and '.join(parts)})"}
+                f"({_round(e['round'])}) at {at}: {_missing_count(e, 'message')} missing ({' and '.join(parts)})"}
     if what == "offline":
         if e["dropped"]:
             return {"head": "dropout", "text": f"{e['node']} drops out at {at}: offline from here on, its actor "

@@ -26,7 +26,7 @@ from .data import ImplicitSplit
 __all__ = [
     "RunRecord", "best_epoch", "candidate_epochs", "flatten_metrics", "epoch_seed", "ledger_tcc", "mean_cce",
     "network_faults", "run_bpr", "run_fcf", "run_fpl",
-    "run_random", "run_toppop",
+    "run_random", "run_toppop", "training_traffic",
 ]
 
 
@@ -102,10 +102,13 @@ def _refuse_faults(profile: str | NetSpec, what: str) -> None:
                   f"its user factor zeroed without a word; {FAULT_STUDY}")
 
 
-def _ledger_epoch(net, kinds: tuple[str, ...]) -> dict[str, float]:
+def training_traffic(net, spec) -> dict[str, float]:
     """One network's training traffic from its ledger: units (vectors) both ways, down (sent by
-    the server) and up, wire and array bytes, messages."""
-    train = net.ledger.select(kind=kinds)
+    the server) and up, wire and array bytes, messages; of every kind protocol ``spec`` (a
+    ``ProtocolSpec``) declares for training (``spec.kinds_for("training")``: FPL's ``model``,
+    ``update`` and, with secure aggregation, ``masked``, whose uint64 words are bytes, not units).
+    A hand list of kinds missed FPL's ``masked`` uploads."""
+    train = net.ledger.select(kind=spec.kinds_for("training"))
     t = train.totals()
     down = train.select(src_role="server").totals()
     return {"cce_ledger": float(t.units), "down_units": float(down.units), "up_units": float(t.units - down.units),
@@ -191,7 +194,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
         resume = result
         out = {**result.params, **result.info}
         P = out["P"]
-        led = _ledger_epoch(net, fpl_proto.TRAINING_KINDS)
+        led = training_traffic(net, fpl_proto.SPEC)
         visits = int(out["rounds"].sum())
         pos = int(out["sent_positive"].sum())
         train_s = time.perf_counter() - te
@@ -328,7 +331,7 @@ def run_fcf(split: ImplicitSplit, rounds: int, *, d: int = 10, alpha: float = 1.
         k = int(result.info["rounds_done"]) - done  # the rounds this network ran (fewer when the server stopped)
         done += k
         chunk += 1
-        led = _ledger_epoch(net, fcf_proto.TRAINING_KINDS)
+        led = training_traffic(net, fcf_proto.SPEC)
         # a server that found Q not finite (or not finite as sent: float32 holds less than its
         # float64) stopped there: the model is Q as it would be sent, whose scores the evaluator
         # flags (NaN figures, diverged: never chosen), not the last Q_sent, a finite model of the

@@ -22,7 +22,7 @@ from ...experiment import Param, RunContext, UsageError
 from ...kernel import NetSpec, network_record
 from ...math import ae_train
 from ...protocols import fedavg_ae, personalfr
-from ...protocols.personalfr import EVAL_KINDS, FedAEConfig
+from ...protocols.personalfr import FedAEConfig
 from ...protocols.fedae import check_threshold as fedae_check_threshold
 from ...seeding import node_rng
 from ..faults import refuse_faults
@@ -133,23 +133,31 @@ def load_task(data: str, seed: int, task: str, threshold: float, test_frac: floa
     return _TASKS[key]
 
 
-def comm_from_ledger(net, rounds: int) -> dict:
-    """Communication figures of one run, read from the ledger (evaluation kinds left out)."""
+def comm_from_ledger(net, rounds: int, spec) -> dict:
+    """Communication figures of one run of protocol ``spec`` (a ``ProtocolSpec``: PersonalFR's
+    or FedAvg-AE's), read from the ledger by the purposes the spec declares for its kinds, not
+    from hand lists of kinds: ``total_bytes`` and ``messages`` every kind but the evaluation's;
+    the download (``down_*``) and upload (``up_*``, ``client_rounds``) the training kinds sent
+    by and to the server (PersonalFR's ``decoder`` and ``update``, FedAvg-AE's ``model`` and
+    ``update``); ``setup_bytes`` the setup kinds (PersonalFR's ``indices``); ``eval_bytes`` the
+    evaluation kinds."""
     led = net.ledger
     if not len(led):
         return {}
-    train = led.select(exclude_kinds=EVAL_KINDS).totals()
-    down = led.select(kind=("decoder", "model")).totals()
-    up = led.select(kind="update").totals()
+    evaluation = spec.kinds_for("evaluation")
+    train = led.select(exclude_kinds=evaluation).totals()
+    training = led.select(kind=spec.kinds_for("training"))
+    down = training.select(src_role="server").totals()
+    up = training.select(dst_role="server").totals()
     return {
         "total_bytes": int(train.wire_bytes),
-        "setup_bytes": int(led.select(kind="indices").totals().wire_bytes),
+        "setup_bytes": int(led.select(kind=spec.kinds_for("setup")).totals().wire_bytes),
         "bytes_per_round": float((down.wire_bytes + up.wire_bytes) / rounds),
         "down_bytes_per_client": float(down.wire_bytes / max(down.messages, 1)),
         "up_bytes_per_client": float(up.wire_bytes / max(up.messages, 1)),
         "up_floats_per_client": float(up.floats / max(up.messages, 1)),
         "client_rounds": int(up.messages),
-        "eval_bytes": int(led.select(kind=EVAL_KINDS).totals().wire_bytes),
+        "eval_bytes": int(led.select(kind=evaluation).totals().wire_bytes),
         "messages": int(train.messages),
     }
 
@@ -204,7 +212,7 @@ def run_spec(spec: RunSpec) -> dict:
         # a run that diverged stopped in that round: its figures per round are over the rounds it ran
         ran = int(out["diverged_at"]) if out["diverged_at"] is not None else spec.cfg.rounds
         out.update(M=M, rounds=spec.cfg.rounds, rounds_run=ran, client_flops=info["client_flops"],
-                   server_flops=info["server_flops"], comm=comm_from_ledger(net, ran), sim_time=result.duration,
+                   server_flops=info["server_flops"], comm=comm_from_ledger(net, ran, PROTOCOLS[spec.method].SPEC), sim_time=result.duration,
                    totals=net.ledger.totals(), clients_per_round=len(info["selected"][0]),
                    record=network_record(net, spec.ledger_dir, label))
     vals = [h[key] for h in hist]
