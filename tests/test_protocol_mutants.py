@@ -304,7 +304,8 @@ def test_fedrecpp_without_denoisers_records_each_rounds_missing_uploads():
     net = LossyClients(["client/0001"], seed=0, profile="lan")
     res = fedrecpp.build(net, data, cfg).collect(net.run())
     assert res.run.complete
-    assert res.info["missing"] == [{"round": t, "groups": 0, "clients": 1} for t in range(3)]
+    assert res.info["missing"] == [{"round": t, "kind": "gradients", "clients": 1, "groups": 0, "left_out": 1}
+                                   for t in range(3)]
 
 
 @pytest.mark.parametrize("rho", [0.0, 1.0])
