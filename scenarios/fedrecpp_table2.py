@@ -130,7 +130,8 @@ def run(ctx: RunContext) -> None:
                      **left_out(runs),
                      "paper_mae": paper[0], "paper_rmse": paper[1]})
         if s.diverged:
-            ctx.note(f"**{key[0]} rho={key[1]} diverged on fold(s) {s.diverged}**; not averaged.")
+            # a caveat, as fedrec_table2's: a note alone left results.json's caveats (and a sweep's points) empty
+            ctx.caveat("diverged", f"**{key[0]} rho={key[1]} diverged on fold(s) {s.diverged}**; not averaged.")
     base_rmse = next((r["rmse_mean"] for r in rows if r["algorithm"] == "FedRec" and r["rho"] == 0), math.nan)
     for r in rows:
         r["rmse_minus_fedrec_rho0"] = r["rmse_mean"] - base_rmse

@@ -291,3 +291,45 @@ def test_table3_leaves_out_every_setup_and_control_kind_the_spec_declares():
     assert sorted(NOT_COUNTED) == sorted(["model"] + [k for k, p in declared.items() if p in ("setup", "control")])
     assert {"keys", "peers", "assign", "stop"} <= set(NOT_COUNTED)
     assert sorted(_ROUND_END_KINDS) == sorted(k for k, p in declared.items() if p == "training" and k != "model")
+
+
+@pytest.mark.parametrize("scenario, overrides, table", [
+    ("fedrecpp_table2", {"folds": 2, "iterations": 3, "rhos": [0], "search_on": "none", "lam": 0.001}, "table2"),
+    ("fedrecpp_clients", {"folds": 2, "use_folds": 1, "iterations": 3, "rhos": [0], "fractions": [1.0],
+                          "search_on": "none"}, "clients"),
+    ("fedrecpp_table3", {"folds": 2, "iterations": 3, "draws": 1, "timing_iterations": 1, "etas": ["1"]},
+     "comm_cost"),
+])
+def test_fedrecpp_scenarios_record_a_divergence_as_a_caveat(tmp_path, scenario, overrides, table):
+    """A run that diverged is a caveat of the run (results.json's ``caveats``, which a sweep's
+    points table reads), not a note alone: fedrecpp_table2 and fedrecpp_table3 said it in a
+    note and fedrecpp_clients nowhere but its table's ``diverged_runs`` column."""
+    import json
+
+    out = tmp_path / "o"
+    with np.errstate(all="ignore"):
+        run_scenario(str(SCENARIOS / f"{scenario}.py"), data="tiny", out=out, seed=1, quiet=True,
+                     overrides={**overrides, "lr": 1e6, "workers": 1})
+    rows = _rows(out / f"{table}.csv")
+    col = "diverged_draws" if scenario == "fedrecpp_table3" else "diverged_runs"
+    diverged = sum(int(r[col]) for r in rows if not r.get("role", "").startswith("download_V"))
+    assert diverged > 0  # the runs did diverge (lr = 1e6)
+    report = (out / "report.md").read_text()
+    assert "diverged" in json.loads((out / "results.json").read_text())["caveats"]
+    if scenario != "fedrecpp_table3":
+        for r in rows:
+            if int(r[col]):
+                name = r["algorithm"] + (f" c={float(r['c_fraction']):g}n" if scenario == "fedrecpp_clients" else "")
+                assert f"**{name} rho={r['rho']} diverged on fold(s) [" in report
+                assert r["rmse_mean"] == ""  # not averaged: NaN, an empty cell
+
+
+def test_fedrecpp_table2_without_a_divergence_records_no_divergence_caveat(tmp_path):
+    import json
+
+    out = tmp_path / "o"
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=out, seed=1, quiet=True,
+                 overrides={"folds": 2, "iterations": 2, "rhos": [0], "search_on": "none", "workers": 1})
+    assert [r["diverged_runs"] for r in _rows(out / "table2.csv")] == ["0"]
+    assert "diverged" not in json.loads((out / "results.json").read_text())["caveats"]
+    assert "diverged on fold" not in (out / "report.md").read_text()
