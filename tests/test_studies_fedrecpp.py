@@ -333,3 +333,22 @@ def test_fedrecpp_table2_without_a_divergence_records_no_divergence_caveat(tmp_p
     assert [r["diverged_runs"] for r in _rows(out / "table2.csv")] == ["0"]
     assert "diverged" not in json.loads((out / "results.json").read_text())["caveats"]
     assert "diverged on fold" not in (out / "report.md").read_text()
+
+
+def test_incomplete_warning_does_not_say_the_network_lost_messages_when_none_was_lost(tmp_path):
+    """A deadline shorter than the wan profile's transfers, no loss and no dropout: every round
+    leaves the late uploads out, and the warning said "the network lost messages or clients"."""
+    import json
+
+    out = tmp_path / "o"
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=out, seed=1, quiet=True, profile="wan",
+                 overrides={"folds": 2, "iterations": 2, "rhos": [1], "search_on": "none", "deadline": 0.001,
+                            "workers": 1})
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["network"]["loss"] == 0 and "incomplete" in saved["caveats"]
+    inc = _rows(out / "incomplete.csv")
+    assert len(inc) == 4 and all(int(r["left_out_clients"]) > 0 and r["lost_clients"] == "0" for r in inc)
+    report = (out / "report.md").read_text()
+    assert "the network lost" not in report
+    assert ("**WARNING: 4 run(s) incomplete**: messages did not arrive by the deadline (lost, or too late: a deadline "
+            "shorter than a round's transfers leaves them out with no loss at all) or clients dropped out") in report
