@@ -352,3 +352,27 @@ def test_incomplete_warning_does_not_say_the_network_lost_messages_when_none_was
     assert "the network lost" not in report
     assert ("**WARNING: 4 run(s) incomplete**: messages did not arrive by the deadline (lost, or too late: a deadline "
             "shorter than a round's transfers leaves them out with no loss at all) or clients dropped out") in report
+
+
+@pytest.mark.parametrize("overrides", [{"iterations": 2}, {"iterations": 10, "lrs": [0.1, 0.8], "lams": [0.001]}])
+def test_table2_lr_lambda_note_says_when_the_choice_is_a_tie(tmp_path, overrides):
+    """At 2 iterations on tiny data every (lr, lambda) gives the same MAE: the note named the first
+    candidate "Chosen" beside the paper's (0.8, 0.001) with no word of the tie. At 10 iterations
+    lr = 0.8 scores better than 0.1: a choice, and no tie is said."""
+    out = tmp_path / "o"
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=out, seed=1, quiet=True,
+                 overrides={"folds": 2, "rhos": [0], "workers": 1, **overrides})
+    rows = _rows(out / "lr_lambda_search.csv")
+    (chosen,) = [r for r in rows if r["chosen"] == "True"]
+    others = [r for r in rows if r is not chosen and r["diverged_at"] == "" and float(r["mae"]) == float(chosen["mae"])]
+    report = (out / "report.md").read_text()
+    head = f"Chosen (lr, lambda) = ({float(chosen['lr']):g}, {float(chosen['lambda']):g}) on the validation split"
+    if overrides["iterations"] == 2:
+        assert len(others) == len(rows) - 1 > 0  # every candidate ties
+        paper_in = any((float(r["lr"]), float(r["lambda"])) == (0.8, 0.001) for r in others)
+        assert paper_in
+        assert (head + f" ({len(others)} other candidate(s) tie with it on MAE, the authors' (0.8, 0.001) among them: "
+                "taken for its place in the listing, not its score); the paper's: (0.8, 0.001).") in report
+    else:
+        assert others == [] and (float(chosen["lr"]), float(chosen["lambda"])) == (0.8, 0.001)
+        assert head + "; the paper's: (0.8, 0.001)." in report and "tie with it" not in report
