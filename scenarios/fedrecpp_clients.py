@@ -119,6 +119,9 @@ def run(ctx: RunContext) -> None:
                      "not_learned": sum(1 for o in runs if did_not_learn(o.initial_rmse, o.rmse)),
                      **left_out(runs),
                      "paper_rmse_c_n": paper, "paper_says": PAPER_RQ2.get(frac, "Table 2 (c = n)" if frac >= 1.0 else "")})
+        if s.diverged:
+            # the table's NaN means and diverged_runs were the only sign: no note, no caveat in results.json
+            ctx.caveat("diverged", f"**{name} c={frac:g}n rho={rho} diverged on fold(s) {s.diverged}**; not averaged.")
     warn_not_learned(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
     warn_incomplete(ctx, [(f"{k[1]} c={k[0]:g}n rho={k[2]}", o) for k, o in zip(keys, outs)])
     ctx.table("clients", rows, title="RMSE for participating fractions c/n and rho (Figure 2; mean +- population "

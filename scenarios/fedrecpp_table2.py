@@ -27,7 +27,7 @@ from fedsim.studies.fedrecpp import LR_GRID, PAPER_LR, hf_setting, left_out, run
 from fedsim.studies.learning import warn_not_learned
 from fedsim.studies.paper_values import FEDRECPP_TABLE2
 from fedsim.studies.parallel import count_done, default_workers, pmap
-from fedsim.studies.search import SEARCH_RULES, choose_hf, confirm_fold, run_search, search_fold
+from fedsim.studies.search import SEARCH_RULES, choose_hf, confirm_fold, run_search, search_fold, ties_text, tied_with_chosen
 
 # typical wall time on a 2-core machine, shown by `fedsim list`
 RUN_TIME = 'about 5-10 min at ML-100K scale, the default (5 folds, T = 100, searches; 4 min 26 s measured quiet on 2026-11-23, 9 min 06 s on 2026-11-26\'s slower machine; docs/performance.md)'
@@ -82,8 +82,11 @@ def choose_lr_lam(ctx: RunContext, folds, base: FedRecPPConfig, workers: int, da
         r["scored_on"] = ctx["search_on"]
     ctx.table("lr_lambda_search", rows, title="(lr, lambda) search on FedRec at rho = 0, by MAE")
     cfg = best["FedRec rho=0"]
-    ctx.note(f"Chosen (lr, lambda) = ({cfg.lr:g}, {cfg.lam:g}) on the {ctx['search_on'].replace('_', ' ')} split; "
-             f"the paper's: ({paper_lr:g}, 0.001).")
+    # a tie was shown as a choice beside the paper's as if they differed (tiny data: every candidate
+    # gave the same MAE), as fedrec_table2's lambda and choose_hf's (T_predict, T_local) were
+    tied = [f"({o['lr']:g}, {o['lambda']:g})" for o in tied_with_chosen(rows, ["group"]).get(("FedRec rho=0",), [])]
+    ctx.note(f"Chosen (lr, lambda) = ({cfg.lr:g}, {cfg.lam:g}) on the {ctx['search_on'].replace('_', ' ')} split"
+             + ties_text(tied, f"({paper_lr:g}, 0.001)") + f"; the paper's: ({paper_lr:g}, 0.001).")
     return cfg.lr, cfg.lam
 
 
@@ -130,7 +133,8 @@ def run(ctx: RunContext) -> None:
                      **left_out(runs),
                      "paper_mae": paper[0], "paper_rmse": paper[1]})
         if s.diverged:
-            ctx.note(f"**{key[0]} rho={key[1]} diverged on fold(s) {s.diverged}**; not averaged.")
+            # a caveat, as fedrec_table2's: a note alone left results.json's caveats (and a sweep's points) empty
+            ctx.caveat("diverged", f"**{key[0]} rho={key[1]} diverged on fold(s) {s.diverged}**; not averaged.")
     base_rmse = next((r["rmse_mean"] for r in rows if r["algorithm"] == "FedRec" and r["rho"] == 0), math.nan)
     for r in rows:
         r["rmse_minus_fedrec_rho0"] = r["rmse_mean"] - base_rmse

@@ -141,8 +141,8 @@ def run(ctx: RunContext) -> None:
                      if o.diverged_at is not None]
     if diverged_runs:
         # a run that diverged stops after that iteration: its per-iteration figures are over the
-        # iterations it ran (they were divided by T)
-        ctx.note(f"**WARNING: {len(diverged_runs)} run(s) diverged** (`diverged_draws`; `iterations`, `diverged_at` "
+        # iterations it ran (they were divided by T); a caveat: a note alone left results.json's caveats empty
+        ctx.caveat("diverged", f"**WARNING: {len(diverged_runs)} run(s) diverged** (`diverged_draws`; `iterations`, `diverged_at` "
                  "per draw): "
                  + "; ".join(f"{name} at iteration {o.diverged_at}, {o.iterations} of {o.cfg.T} iterations run"
                              for name, o in diverged_runs)

@@ -121,7 +121,13 @@ def lowest_tcc_note(best_rows: list[dict]) -> str:
     lowest and set it beside the paper's pFPL+)."""
     order = sorted(best_rows, key=lambda r: r["tcc"])
     low = order[0]
-    if len(order) == 1:
+    # presets whose mean TCC equals the lowest: the first of them was named the lowest (the
+    # order they were run in decided it) and, with one seed, set beside the paper's as ours
+    tied = [r for r in order if r["tcc"] == low["tcc"]]
+    if len(tied) > 1:
+        text = (f"Lowest mean TCC to the best P@10 among the {len(order)} presets run: a tie between "
+                + ", ".join(f"**{r['preset']}** ({_tcc_text(r)})" for r in tied) + " (mean over seeds): no lowest.")
+    elif len(order) == 1:
         text = (f"TCC to the best P@10: **{low['preset']}** {_tcc_text(low)} (mean over seeds); the only preset run, "
                 "so no lowest.")
     else:
@@ -139,7 +145,9 @@ def lowest_tcc_note(best_rows: list[dict]) -> str:
     if {r["preset"] for r in best_rows} >= set(PAPER_TABLE4_BRAZIL):
         paper_low = min(PAPER_TABLE4_BRAZIL, key=lambda p: PAPER_TABLE4_BRAZIL[p][2])
         text += (f" The paper's lowest (Table 4, Brazil) is {paper_low}: "
-                 + ("the same preset." if low["preset"] == paper_low else "a different preset from ours."))
+                 + (("one of the presets tied for our lowest." if paper_low in {r["preset"] for r in tied} else
+                     "none of the presets tied for our lowest.") if len(tied) > 1 else
+                    "the same preset." if low["preset"] == paper_low else "a different preset from ours."))
     else:
         text += (" The paper's lowest is pFPL+ on Brazil (Table 4, among its four presets); not all four ran here, "
                  "so the two are not compared.")

@@ -517,3 +517,65 @@ def test_fpl_pi_peaks_table_corrects_over_its_own_tests(tmp_path, monkeypatch):
     q = holm([c.t.pvalue for c in cs])
     assert [(r["p (t-test)"], r["p (Holm)"]) for r in tested] == [(fmt_p(c.t.pvalue), fmt_p(x)) for c, x in zip(cs, q)]
     assert "Holm's correction over the 3 tests of this table)" in report
+
+
+def test_fpl_tcc_names_no_lowest_preset_when_the_lowest_tcc_is_a_tie():
+    """Two presets with the same mean TCC (sFPL and pFPL send alike at the same pi and epoch): the
+    note named the first of them the lowest, by the order they ran, and with all four presets set
+    it beside the paper's pFPL+ as 'a different preset from ours'. A strict lowest is still named."""
+    from fedsim.experiment import load_scenario
+
+    note = load_scenario("fpl_tcc").lowest_tcc_note
+    tie = [{"preset": "sFPL", "tcc": 100.0, "tcc_sd": float("nan"), "p_at_10": 0.2},
+           {"preset": "pFPL", "tcc": 100.0, "tcc_sd": float("nan"), "p_at_10": 0.1},
+           {"preset": "sFPL+", "tcc": 150.0, "tcc_sd": float("nan"), "p_at_10": 0.3}]
+    text = note(tie)
+    assert text.startswith("Lowest mean TCC to the best P@10 among the 3 presets run: a tie between **sFPL** "
+                           "(100 vectors, P@10 0.2000), **pFPL** (100 vectors, P@10 0.1000) (mean over seeds): "
+                           "no lowest.")
+    assert "**sFPL** (100 vectors, P@10 0.2000; mean" not in text
+    four = tie + [{"preset": "pFPL+", "tcc": 100.0, "tcc_sd": float("nan"), "p_at_10": 0.25}]
+    text = note(four)
+    assert "a tie between **sFPL** (100 vectors, P@10 0.2000), **pFPL** (100 vectors, P@10 0.1000), **pFPL+** " in text
+    assert text.endswith("The paper's lowest (Table 4, Brazil) is pFPL+: one of the presets tied for our lowest.")
+    four[3] = {**four[3], "tcc": 120.0}
+    assert note(four).endswith("The paper's lowest (Table 4, Brazil) is pFPL+: none of the presets tied for our "
+                               "lowest.")
+    # a strict lowest (by hand: 99 < 100) is named as before
+    four[1] = {**four[1], "tcc": 99.0}
+    assert note(four).startswith("Lowest mean TCC to the best P@10 among the 4 presets run: **pFPL** (99 vectors")
+    assert note(four).endswith("is pFPL+: a different preset from ours.")
+
+
+@pytest.mark.parametrize("lr, diverged", [(1e30, True), (0.05, False)])
+def test_fpl_table2_says_which_chosen_models_diverged(tmp_path, lr, diverged):
+    """BPR-MF at lr = 1e30 diverges on every candidate: its chosen model ranks nothing, and the
+    table showed its P@10 of 0.0000 +- 0.0000 and a significant difference from Top-Pop with no
+    word of the divergence in report.md or results.json. At a finite lr nothing is said."""
+    import json
+
+    out, report = _run(tmp_path, "fpl_table2", {"methods": ["Top-Pop", "BPR-MF"], "bpr_lrs": [lr], "bpr_epochs": 2,
+                                                "max_users": 30, "min_interactions": 8, "seeds": 2, "workers": 1})
+    sel = {r["method"]: r for r in _csv(out / "selection.csv")}
+    # the validation P@10 of the chosen BPR-MF model is NaN (an empty cell) exactly when it diverged
+    assert (sel["BPR-MF"]["validation P@10"] == "") is diverged
+    caveats = json.loads((out / "results.json").read_text())["caveats"]
+    if diverged:
+        assert caveats == ["diverged"]
+        assert ("**Diverged.** Every candidate of these chosen models was not finite: BPR-MF (seed(s) 1, 2). Such a "
+                "model ranks nothing") in report
+    else:
+        assert "diverged" not in caveats and "**Diverged.**" not in report
+
+
+def test_fpl_pi_says_which_runs_diverged_at_their_chosen_epoch(tmp_path):
+    # FPL reuses BPR-MF's lr: at 1e30 sFPL diverges in its first epoch; the F1 table's NaN row had no word
+    import json
+
+    out, report = _run(tmp_path, "fpl_pi", {"epochs": [1], "pis": [0.5], "presets": ["sFPL"], "bpr_lrs": [1e30],
+                                            "bpr_epochs": 2, "max_users": 30, "min_interactions": 8, "seeds": 1,
+                                            "workers": 1, "fpl_engine": "actors"})
+    (row,) = _csv(out / "f1_vs_pi.csv")
+    assert row["F1@10"] == "" and row["P@10"] == ""
+    assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
+    assert "was not finite: sFPL (seed(s) 1); sFPL at pi = 0.5 (seed(s) 1). Such a model ranks nothing" in report

@@ -291,3 +291,88 @@ def test_table3_leaves_out_every_setup_and_control_kind_the_spec_declares():
     assert sorted(NOT_COUNTED) == sorted(["model"] + [k for k, p in declared.items() if p in ("setup", "control")])
     assert {"keys", "peers", "assign", "stop"} <= set(NOT_COUNTED)
     assert sorted(_ROUND_END_KINDS) == sorted(k for k, p in declared.items() if p == "training" and k != "model")
+
+
+@pytest.mark.parametrize("scenario, overrides, table", [
+    ("fedrecpp_table2", {"folds": 2, "iterations": 3, "rhos": [0], "search_on": "none", "lam": 0.001}, "table2"),
+    ("fedrecpp_clients", {"folds": 2, "use_folds": 1, "iterations": 3, "rhos": [0], "fractions": [1.0],
+                          "search_on": "none"}, "clients"),
+    ("fedrecpp_table3", {"folds": 2, "iterations": 3, "draws": 1, "timing_iterations": 1, "etas": ["1"]},
+     "comm_cost"),
+])
+def test_fedrecpp_scenarios_record_a_divergence_as_a_caveat(tmp_path, scenario, overrides, table):
+    """A run that diverged is a caveat of the run (results.json's ``caveats``, which a sweep's
+    points table reads), not a note alone: fedrecpp_table2 and fedrecpp_table3 said it in a
+    note and fedrecpp_clients nowhere but its table's ``diverged_runs`` column."""
+    import json
+
+    out = tmp_path / "o"
+    with np.errstate(all="ignore"):
+        run_scenario(str(SCENARIOS / f"{scenario}.py"), data="tiny", out=out, seed=1, quiet=True,
+                     overrides={**overrides, "lr": 1e6, "workers": 1})
+    rows = _rows(out / f"{table}.csv")
+    col = "diverged_draws" if scenario == "fedrecpp_table3" else "diverged_runs"
+    diverged = sum(int(r[col]) for r in rows if not r.get("role", "").startswith("download_V"))
+    assert diverged > 0  # the runs did diverge (lr = 1e6)
+    report = (out / "report.md").read_text()
+    assert "diverged" in json.loads((out / "results.json").read_text())["caveats"]
+    if scenario != "fedrecpp_table3":
+        for r in rows:
+            if int(r[col]):
+                name = r["algorithm"] + (f" c={float(r['c_fraction']):g}n" if scenario == "fedrecpp_clients" else "")
+                assert f"**{name} rho={r['rho']} diverged on fold(s) [" in report
+                assert r["rmse_mean"] == ""  # not averaged: NaN, an empty cell
+
+
+def test_fedrecpp_table2_without_a_divergence_records_no_divergence_caveat(tmp_path):
+    import json
+
+    out = tmp_path / "o"
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=out, seed=1, quiet=True,
+                 overrides={"folds": 2, "iterations": 2, "rhos": [0], "search_on": "none", "workers": 1})
+    assert [r["diverged_runs"] for r in _rows(out / "table2.csv")] == ["0"]
+    assert "diverged" not in json.loads((out / "results.json").read_text())["caveats"]
+    assert "diverged on fold" not in (out / "report.md").read_text()
+
+
+def test_incomplete_warning_does_not_say_the_network_lost_messages_when_none_was_lost(tmp_path):
+    """A deadline shorter than the wan profile's transfers, no loss and no dropout: every round
+    leaves the late uploads out, and the warning said "the network lost messages or clients"."""
+    import json
+
+    out = tmp_path / "o"
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=out, seed=1, quiet=True, profile="wan",
+                 overrides={"folds": 2, "iterations": 2, "rhos": [1], "search_on": "none", "deadline": 0.001,
+                            "workers": 1})
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["network"]["loss"] == 0 and "incomplete" in saved["caveats"]
+    inc = _rows(out / "incomplete.csv")
+    assert len(inc) == 4 and all(int(r["left_out_clients"]) > 0 and r["lost_clients"] == "0" for r in inc)
+    report = (out / "report.md").read_text()
+    assert "the network lost" not in report
+    assert ("**WARNING: 4 run(s) incomplete**: messages did not arrive by the deadline (lost, or too late: a deadline "
+            "shorter than a round's transfers leaves them out with no loss at all) or clients dropped out") in report
+
+
+@pytest.mark.parametrize("overrides", [{"iterations": 2}, {"iterations": 10, "lrs": [0.1, 0.8], "lams": [0.001]}])
+def test_table2_lr_lambda_note_says_when_the_choice_is_a_tie(tmp_path, overrides):
+    """At 2 iterations on tiny data every (lr, lambda) gives the same MAE: the note named the first
+    candidate "Chosen" beside the paper's (0.8, 0.001) with no word of the tie. At 10 iterations
+    lr = 0.8 scores better than 0.1: a choice, and no tie is said."""
+    out = tmp_path / "o"
+    run_scenario(str(SCENARIOS / "fedrecpp_table2.py"), data="tiny", out=out, seed=1, quiet=True,
+                 overrides={"folds": 2, "rhos": [0], "workers": 1, **overrides})
+    rows = _rows(out / "lr_lambda_search.csv")
+    (chosen,) = [r for r in rows if r["chosen"] == "True"]
+    others = [r for r in rows if r is not chosen and r["diverged_at"] == "" and float(r["mae"]) == float(chosen["mae"])]
+    report = (out / "report.md").read_text()
+    head = f"Chosen (lr, lambda) = ({float(chosen['lr']):g}, {float(chosen['lambda']):g}) on the validation split"
+    if overrides["iterations"] == 2:
+        assert len(others) == len(rows) - 1 > 0  # every candidate ties
+        paper_in = any((float(r["lr"]), float(r["lambda"])) == (0.8, 0.001) for r in others)
+        assert paper_in
+        assert (head + f" ({len(others)} other candidate(s) tie with it on MAE, the authors' (0.8, 0.001) among them: "
+                "taken for its place in the listing, not its score); the paper's: (0.8, 0.001).") in report
+    else:
+        assert others == [] and (float(chosen["lr"]), float(chosen["lambda"])) == (0.8, 0.001)
+        assert head + "; the paper's: (0.8, 0.001)." in report and "tie with it" not in report

@@ -589,3 +589,21 @@ def test_fedrecpp_table3_rows_from_two_draws_by_hand():
     assert (dl["incomplete_draws"], dl["nodes"]) == (1, 8)
     assert [(r["seed"], r["role"]) for r in per_draw][:3] == [(5, "denoiser"), (5, "ordinary"), (5, "client")]
     assert [(t["seconds_per_iteration"], t["iterations"]) for t in timing] == [(2.5, 3)]
+
+
+def test_user_knn_claim_with_a_baseline_level_with_it_names_no_other_highest(monkeypatch):
+    """Top-Pop and User-kNN with the same mean P@10 (0.10; Top-Pop comes first in the pool): the
+    evidence said "Top-Pop has the highest P@10 (0.1000, User-kNN 0.1000)" and the test ran Top-Pop
+    against User-kNN as the stronger one. Level means are a tie for the highest, and the verdict
+    rests on the test (here p = 1: not distinguishable)."""
+    from fedsim.studies.fpl import analysis
+
+    seen: list = []
+    _stub_compare(monkeypatch, {("User-kNN", "Top-Pop"): (1.0, 0.0), ("Top-Pop", "User-kNN"): (1.0, 0.0)}, seen)
+    st = _study({"Random": 0.01, "Top-Pop": 0.10, "User-kNN": 0.10, "BPR-MF": 0.05})
+    row = {r["claim"]: r for r in analysis.verdicts(st)}[USER_KNN_CLAIM]
+    assert seen == [("User-kNN", "Top-Pop")]
+    assert row["verdict"] == "not distinguishable on this data"
+    assert row["evidence"].startswith("User-kNN ties for the highest P@10 (0.1000) with Top-Pop; against Top-Pop, "
+                                      "User-kNN - Top-Pop")
+    assert "has the highest" not in row["evidence"]

@@ -105,8 +105,8 @@ def _rounds_left_out_of(o: PPOutcome) -> list[int]:
 
 def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
     """Add a warning to the report for every run ``(label, outcome)`` that left something out
-    (faults and a deadline: groups left out of a round's update, clients whose key never
-    arrived, clients that dropped out), and the table ``incomplete`` (one row per such run);
+    (messages lost or too late for the deadline, or clients that dropped out: groups left out of a
+    round's update, clients whose key never arrived, clients gone), and the table ``incomplete`` (one row per such run);
     returns the rows. Their errors are those of a model trained on less than the data, over the
     test ratings of the clients present (a lost client's user factor left with it)."""
     rows = []
@@ -118,8 +118,9 @@ def warn_incomplete(ctx, runs: list[tuple[str, "PPOutcome"]]) -> list[dict]:
                      "rounds_left_out_of": ",".join(str(t) for t in _rounds_left_out_of(o))})
     if rows:
         ctx.table("incomplete", rows, title="Runs that left groups or clients out (faults, deadline)")
-        ctx.caveat("incomplete", f"**WARNING: {len(rows)} run(s) incomplete**: the network lost messages or clients, so groups "
-                 "or clients were left out of some rounds' updates (`left_out_clients`, per round) or dropped out "
+        ctx.caveat("incomplete", f"**WARNING: {len(rows)} run(s) incomplete**: messages did not arrive by the deadline (lost, or "
+                 "too late: a deadline shorter than a round's transfers leaves them out with no loss at all) or "
+                 "clients dropped out, so groups or clients were left out of some rounds' updates (`left_out_clients`, per round) or dropped out "
                  "(`lost_clients`: their user factors are lost, their test ratings left out of the errors). Their figures are "
                  "not those of a complete run: "
                  + "; ".join(f"{r['run']} fold {r['fold']}: {r['left_out_rounds']} round(s) with "

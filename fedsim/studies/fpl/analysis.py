@@ -224,12 +224,17 @@ def verdicts(st: Study, keep: Callable[[str], bool] | None = None) -> list[dict]
     pool = [m for m in ("Random", "Top-Pop", "User-kNN", "Item-kNN", "BPR-MF", "FCF") if m in have]
     if "User-kNN" in pool and len(pool) > 1:
         means = {m: seed_stats(st, m, "p")[0] for m in pool}
-        order = sorted(pool, key=lambda m: -means[m])
+        # User-kNN first among equal means: a baseline level with it was named "the highest" for its
+        # place in the pool's order (Top-Pop before User-kNN) and set against User-kNN as above it
+        order = sorted(pool, key=lambda m: (-means[m], m != "User-kNN"))
         top = order[0]
         if top == "User-kNN":
             c = compare(st, "User-kNN", order[1])
-            tested(claim, c.t.pvalue, either("reproduced"),
-                   f"User-kNN has the highest P@10 ({means['User-kNN']:.4f}); against the next, {c.text()}")
+            level = [m for m in order[1:] if means[m] == means["User-kNN"]]
+            head = (f"User-kNN ties for the highest P@10 ({means['User-kNN']:.4f}) with {', '.join(level)}; against "
+                    f"{order[1]}" if level else
+                    f"User-kNN has the highest P@10 ({means['User-kNN']:.4f}); against the next")
+            tested(claim, c.t.pvalue, either("reproduced"), f"{head}, {c.text()}")
         else:
             c = compare(st, top, "User-kNN")
             tested(claim, c.t.pvalue, either("contradicted"),

@@ -216,6 +216,13 @@ def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, .
     st = run_study(split, settings, opts, progress=progress, record=ctx.record_run)
     for m, why in st.skipped.items():
         ctx.note(f"**{m} did not run**: {why}.")
+    bad = diverged_choices(st)
+    if bad:
+        # a chosen model that diverged ranks nothing: the tables showed its P@10 of 0 (NaN per pi) and
+        # the comparisons tested it as a method, with no word of it in report.md or results.json
+        ctx.caveat("diverged", "**Diverged.** Every candidate of these chosen models was not finite: "
+                   + "; ".join(bad) + ". Such a model ranks nothing: its figures in the tables (0 over seeds, NaN "
+                   "per pi) and its comparisons are those of no recommendation, not of a trained model.")
     ctx.note(f"Study: {st.jobs_run} job(s) run, {st.jobs_cached} read from the cache, seeds {seeds[0]}.."
              f"{seeds[-1]}, {int(ctx['workers'])} worker process(es), {st.wall_s:.1f} s.")
     if st.fpl_runs() and st.fpl_engine == "actors" and (fpl_engine or ctx.config.get("fpl_engine")) == "auto":
@@ -230,6 +237,27 @@ def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, .
                  f"simulated network to its chosen epoch ({epochs} epochs in all, with their ledgers), and every one "
                  "reproduced the twin's figures to the last bit (the study stops otherwise).")
     return st
+
+
+def _diverged(entry: dict) -> bool:
+    return bool(entry.get("test_diverged")) or math.isnan(float(entry.get("test_p", math.nan)))
+
+
+def diverged_choices(st) -> list[str]:
+    """The chosen models of a :class:`~fedsim.studies.fpl.study.Study` that diverged (chosen only
+    when every candidate did: NaN test figures), as text: per method its seeds, then per FPL run
+    (preset, pi) whose chosen epoch diverged, its seeds; empty when none did."""
+    out = []
+    for m in st.methods():
+        seeds = [s for s, c in sorted(st.chosen[m].items()) if _diverged(c.entry)]
+        if seeds:
+            out.append(f"{m} (seed(s) {', '.join(map(str, seeds))})")
+    per_pi: dict = {}
+    for preset, pi, s in sorted(st.fpl_runs(), key=lambda k: (PRESET_NAMES.index(k[0]), k[1], k[2])):
+        if _diverged(st.fpl_choice(preset, pi, s)):
+            per_pi.setdefault((preset, pi), []).append(s)
+    out += [f"{p} at pi = {pi:g} (seed(s) {', '.join(map(str, seeds))})" for (p, pi), seeds in per_pi.items()]
+    return out
 
 
 def category_labels(split: ImplicitSplit) -> list[str]:
