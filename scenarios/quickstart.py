@@ -116,8 +116,11 @@ def comparison_note(acc: list[dict], rho: float) -> str:
     cost = hf - rho0
     return (f"Test RMSE: FedRec with rho = 0 {rho0:.4f} {same(rho0, unfed)} the unfederated model's {unfed:.4f} "
             f"(to {EQUAL_RMSE:g}" + ("; the federation is lossless)" if abs(rho0 - unfed) <= EQUAL_RMSE else ")")
-            + f"; hybrid filling at rho = {rho:g}, which uploads gradients for sampled unrated items beside the rated "
-            f"ones, {hf:.4f}, {cost:+.4f} against rho = 0 "
+            + (f"; hybrid filling at rho = {rho:g}, which uploads gradients for sampled unrated items beside the rated "
+               f"ones, {hf:.4f}, {cost:+.4f} against rho = 0 " if rho > 0 else
+               # (at rho = 0 no unrated item is sampled: the sentence said it uploaded gradients for some)
+               f"; hybrid filling at rho = 0 (no unrated item sampled: the same run) {hf:.4f}, {cost:+.4f} against "
+               "rho = 0 ")
             + ("(a cost in accuracy)" if cost > EQUAL_RMSE else
                "(more accurate than rho = 0 in this run)" if cost < -EQUAL_RMSE else "(no difference in accuracy)")
             + f"; FedRec++ with one denoiser {pp:.4f}, {pp - rho0:+.4f} against rho = 0: it {same(pp, rho0)} "

@@ -579,3 +579,20 @@ def test_fpl_pi_says_which_runs_diverged_at_their_chosen_epoch(tmp_path):
     assert row["F1@10"] == "" and row["P@10"] == ""
     assert json.loads((out / "results.json").read_text())["caveats"] == ["diverged"]
     assert "was not finite: sFPL (seed(s) 1); sFPL at pi = 0.5 (seed(s) 1). Such a model ranks nothing" in report
+
+
+def test_quickstart_note_says_no_unrated_item_is_sampled_at_rho_zero():
+    # at rho = 0 hybrid filling samples no unrated item, and the note said it "uploads gradients
+    # for sampled unrated items beside the rated ones"
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("qs", Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.py")
+    qs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(qs)
+    rows = [{"rmse": v} for v in (1.0, 1.0, 1.0, 1.0)]
+    at0, at1 = qs.comparison_note(rows, 0.0), qs.comparison_note(rows, 1.0)
+    assert "sampled unrated items" not in at0 and "hybrid filling at rho = 0 (no unrated item sampled: the same run) " \
+        "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at0
+    assert "hybrid filling at rho = 1, which uploads gradients for sampled unrated items beside the rated ones, " \
+        "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at1
