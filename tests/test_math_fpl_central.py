@@ -164,6 +164,33 @@ def test_twin_epochs_equal_the_actors_bit_for_bit(preset, backend, actors, monke
         assert not np.array_equal(got[1][0], got[0][0])
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("preset, lr", [("sFPL", 1e4), ("sFPL", 1e30), ("pFPL", 1e4), ("pFPL", 1e30)])
+def test_twin_epoch_stops_in_the_round_the_actors_server_stops_on_a_model_not_finite(preset, lr, backend):
+    """The server actor stops in the round after whose updates Theta_S is not finite; the twin ran
+    the epoch to its end on NaN: more visits and rows, other p_u (the study then stopped with
+    TwinMismatchError when every candidate diverged and one was confirmed as actors)."""
+    sp = small_split()
+    cfg = fpl_proto.config_for_preset(preset, sp.n_users, sp.x_plus, epochs=1, d=4, lr=lr, pi=0.5)
+    if preset.startswith("s"):
+        cfg = replace(cfg, rounds=300)
+    net = NetSpec().build(epoch_seed(3, 0))
+    with np.errstate(all="ignore"):
+        res = fpl_proto.SPEC.build(net, sp.train, cfg).collect(net.run())
+        ((th_t, P_t, c_t),) = _twin_epochs(sp, cfg, 3, 1, backend)
+    stop = res.info["diverged_at"]
+    # the actors stopped within the epoch (after a few rounds at 1e4, after the first at 1e30)
+    assert stop is not None and (stop == 1) is (lr == 1e30) and stop < cfg.rounds
+    assert c_t["rounds"].sum() == stop * min(cfg.clients_per_round, sp.n_users)
+    for k in ("rounds", "sent_positive", "sent_negative"):
+        assert np.array_equal(c_t[k], res.info[k]), k
+    # the same bits, NaN and infinities included
+    assert np.array_equal(th_t.view(np.uint32), res.params["theta"].view(np.uint32))
+    assert np.array_equal(P_t.view(np.uint64), res.params["P"].view(np.uint64))
+    assert not np.isfinite(th_t).all()
+    assert c_t["rounds_done"] == res.info["rounds_done"] == stop
+
+
 @pytest.mark.skipif(fpl_kernels.compiled() is None, reason="numba is not installed (the `fast` extra)")
 def test_compiled_client_round_equals_the_numpy_round_and_sort():
     rng = np.random.default_rng(9)
@@ -331,6 +358,36 @@ def test_study_on_the_twin_confirms_every_choice_with_actors_and_chooses_as_the_
             assert all(c["cce_ledger"] == c["cce_exact"] for c in rec.curve)
             assert [c["cce_ledger"] for c in rec.curve] == [c["cce_ledger"] for c in
                                                             act.runs[("fpl", p, ct.what["pi"], seed)].curve[:len(rec.curve)]]
+
+
+def test_study_on_the_twin_where_every_candidate_diverged_confirms_the_actors_figures():
+    """At lr 1e30 every FPL candidate diverges and one is chosen anyway (the NaN entry: nothing
+    better): its confirmation as actors stopped with TwinMismatchError (visits, rows, CCE differ),
+    the twin having run the epoch to its end on NaN. Now the twin stops in the actors' round, the
+    study completes, and it chooses and reports what the actors engine does, figure for figure."""
+    import json
+
+    from fedsim.experiment import json_default
+
+    sp = small_split()
+    s = settings_from({"settings": "quick", "pis": [0.5, 1.0], "epochs": [2], "bpr_lrs": [1e30], "bpr_ds": [4],
+                       "bpr_epochs": 2, "seeds": 1})
+    methods = ("sFPL", "pFPL")
+    with np.errstate(all="ignore"):
+        twin = run_study(sp, s, StudyOptions(seeds=[0], methods=methods, fpl_engine="twin"))
+        act = run_study(sp, s, StudyOptions(seeds=[0], methods=methods, fpl_engine="actors"))
+    assert set(twin.confirmed) == {(p, 0) for p in methods}
+    for p in methods:
+        ct, ca = twin.chosen[p][0], act.chosen[p][0]
+        assert ct.what == ca.what and ct.entry["epoch"] == 1  # diverged in its first epoch: stopped there
+        assert ct.entry["test_diverged"] is True and math.isnan(ct.entry["test_p"])
+        for k, v in ct.entry.items():
+            if k not in ("wall_s", "train_s"):
+                assert json.dumps(ca.entry[k], default=json_default) == json.dumps(v, default=json_default), k
+        # the actors' own count of the rows they sent, and their ledger, agree with the twin's count
+        last = twin.confirmed[(p, 0)].curve[-1]
+        assert last["cce_ledger"] == last["cce_exact"] == ct.entry["cce_exact"]
+        assert twin.runs[("fpl", p, ct.what["pi"], 0)].params["diverged_at"] == 1
 
 
 def test_auto_engine_takes_the_twin_only_with_compiled_kernels(monkeypatch):

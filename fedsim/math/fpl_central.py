@@ -10,6 +10,9 @@ actors' order and precision. The result (Theta_S, every p_u, the counts of sent 
 actors' to the last bit (``tests/test_math_fpl_central.py``), so a hyperparameter search can run
 here in seconds per configuration and only its choices need the actors and their ledger.
 
+A model that stops being finite stops the epoch where the server actor stops it: after the round
+whose updates made Theta_S not finite (the actors' visits, rows and p_u, not an epoch run on NaN).
+
 Supported: the protocol's defaults (per-triple p_u steps, item parameters frozen within a round,
 no merging, float32 Theta_S, no defences); :func:`fpl_epoch` raises ``ValueError`` otherwise.
 """
@@ -133,13 +136,16 @@ def pack_samplers(samplers: list[TripleSampler]) -> PackedSamplers:
 
 def fpl_epoch(theta: np.ndarray, P: np.ndarray, packed: PackedSamplers, *, clients_per_round: int, triples: int,
               rounds: int, lr: float, pi: float, reg: BPRReg, server_rng: np.random.Generator,
-              client_rng: Callable[[int], np.random.Generator], backend: str | None = None) -> dict[str, np.ndarray]:
+              client_rng: Callable[[int], np.random.Generator], backend: str | None = None) -> dict:
     """Run ``rounds`` FPL rounds on ``theta`` ([Q | b], float32, stepped in place) and ``P``
     (every client's p_u, float64, stepped in place): what the server actor (drawing from
     ``server_rng`` after its initialisation) and the client actors (client c drawing from
     ``client_rng(c)``, after its own initialisation) compute in a network of those rounds.
     ``client_rng`` is called once for each client selected at least once, in client order.
-    Returns per-client int64 counts ``rounds`` (visits), ``sent_positive``, ``sent_negative``.
+    Returns per-client int64 counts ``rounds`` (visits), ``sent_positive``, ``sent_negative``,
+    and ``rounds_done`` (an int): ``rounds``, or the round (1-based) after whose updates
+    ``theta`` was not finite, where the server actor stops (``info["diverged_at"]``): the later
+    rounds are not run (no visit, no row counted, no p_u stepped), as the actors run none.
     ``backend``: see :func:`fedsim.math.fpl_kernels.kernels`."""
     if theta.dtype != np.float32 or not theta.flags.c_contiguous:
         raise ValueError("theta must be a C-contiguous float32 array (the protocol's default dtype)")
@@ -195,7 +201,7 @@ def fpl_epoch(theta: np.ndarray, P: np.ndarray, packed: PackedSamplers, *, clien
     par64, par32 = fpl_kernels.make_params(lr, reg.user, reg.pos_item, reg.neg_item, reg.bias, pi)
     counts = {name: np.zeros(n, dtype=np.int64) for name in ("rounds", "sent_positive", "sent_negative")}
     kern = fpl_kernels.kernels(backend)
-    kern.epoch(theta, P, sel_ptr, sel, draw_at, U_all, packed.pos_ptr, packed.pos_all, packed.key_ptr,
-               packed.key_all, packed.catalogue, packed.n_negs, T, par64, par32, counts["rounds"],
-               counts["sent_positive"], counts["sent_negative"])
-    return counts
+    done = kern.epoch(theta, P, sel_ptr, sel, draw_at, U_all, packed.pos_ptr, packed.pos_all, packed.key_ptr,
+                      packed.key_all, packed.catalogue, packed.n_negs, T, par64, par32, counts["rounds"],
+                      counts["sent_positive"], counts["sent_negative"])
+    return {**counts, "rounds_done": int(done)}

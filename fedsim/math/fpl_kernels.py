@@ -22,8 +22,10 @@ Kernels:
 * ``apply_rows``    the server's ``theta[item] += float32(row * lr)``, row by row
 * ``add_update``    ``apply_rows`` for one whole update off the wire, its item ids checked first
                     (the FPL server's sum of each upload)
+* ``rows_finite``   whether theta (or some of its rows) is finite: the server's check
 * ``epoch``         ``rounds`` rounds of selected clients, each round's updates applied after
-                    every selected client has computed its own from the round's Theta_S
+                    every selected client has computed its own from the round's Theta_S, stopping
+                    after the round whose Theta_S is not finite (as the server does)
 """
 
 from __future__ import annotations
@@ -261,6 +263,23 @@ def add_update(theta, items, rows, lr):
     return True
 
 
+def rows_finite(theta, items, n, whole):
+    """Whether every value of ``theta`` is finite (``whole``), or of its rows ``items[:n]``."""
+    w = theta.shape[1]
+    if whole:
+        for i in range(theta.shape[0]):
+            for k in range(w):
+                if not math.isfinite(theta[i, k]):
+                    return False
+        return True
+    for m in range(n):
+        it = items[m]
+        for k in range(w):
+            if not math.isfinite(theta[it, k]):
+                return False
+    return True
+
+
 def epoch(theta, P, sel_ptr, sel, draw_at, U_all, pos_ptr, pos_all, key_ptr, key_all, catalogue, n_negs, T,
           par64, par32, visits, pos_sent, neg_sent):
     """``len(sel_ptr) - 1`` rounds: round r's clients are ``sel[sel_ptr[r]:sel_ptr[r + 1]]`` (in
@@ -268,7 +287,10 @@ def epoch(theta, P, sel_ptr, sel, draw_at, U_all, pos_ptr, pos_all, key_ptr, key
     m]``, its sampling tables are its slices of ``pos_all`` and ``key_all``. Every client of a
     round computes from the round's Theta_S; the server then applies their rows in order. Steps
     ``theta`` and the rows of ``P`` in place and counts per client ``visits``, ``pos_sent``,
-    ``neg_sent``."""
+    ``neg_sent``. Returns the rounds run: all of them, or, as the FPL server stops in the round
+    after whose updates Theta_S is not finite, that round (1-based), the later ones not run (after
+    the first round, whose check reads all of theta, only the rows a round changed can have
+    stopped being finite: those are read)."""
     d = P.shape[1]
     n_rounds = sel_ptr.shape[0] - 1
     most = 0
@@ -306,9 +328,12 @@ def epoch(theta, P, sel_ptr, sel, draw_at, U_all, pos_ptr, pos_all, key_ptr, key
             pos_sent[c] += s
             neg_sent[c] += n - s
         apply_rows(theta, buf_items, buf_rows, off, lr32)
+        if not rows_finite(theta, buf_items, off, r == 0):
+            return r + 1
+    return n_rounds
 
 
-_KERNELS = ("exact_dot", "_right_rank", "client_round", "apply_rows", "add_update", "epoch")
+_KERNELS = ("exact_dot", "_right_rank", "client_round", "apply_rows", "add_update", "rows_finite", "epoch")
 
 
 def compiled():

@@ -133,7 +133,7 @@ def run_fpl(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, d: int
     ``epoch_seed(seed, e)``, so a continued run equals one run of ``epochs`` epochs.
     ``checkpoint(record_so_far, {"theta", "P"})`` is called after every epoch. A run whose scores
     stop being finite (a learning rate too large), or whose server stopped because its model was
-    not (checked once per round; the twin checks once per epoch), stops after that epoch, which is
+    not (checked once per round, by the twin too, which stops in the same round), stops after that epoch, which is
     evaluated whatever ``eval_every`` says: its record keeps ``epochs`` as asked, ``diverged_at``
     the epoch, and the curve ends there (NaN figures, flagged ``diverged``).
 
@@ -278,9 +278,11 @@ def _run_fpl_twin(split: ImplicitSplit, preset: str, pi: float, epochs: int, *, 
                            client_rng=lambda c: rngs[c] if c in rngs else node_rng(es, names[c]))
         v, ps, ng = (int(counts[k].sum()) for k in ("rounds", "sent_positive", "sent_negative"))
         visits, pos, neg = visits + v, pos + ps, neg + ng
-        # checked once per epoch (the actors' server checks per round and stops that epoch's network): a
-        # model that is not finite is evaluated now (NaN figures, flagged), whatever eval_every says
-        stopped = not (np.isfinite(theta).all() and np.isfinite(P).all())
+        # fpl_epoch stops in the round whose Theta_S is not finite, as the actors' server does (it ran
+        # the epoch to its end on NaN: other visits, rows and p_u than the actors'); a p_u that is not
+        # finite is known at the end of the epoch, as the actors' result knows it. Either way the model
+        # is evaluated now (NaN figures, flagged), whatever eval_every says
+        stopped = counts["rounds_done"] < cfg.rounds or not (np.isfinite(theta).all() and np.isfinite(P).all())
         if (e + 1) % every and e + 1 != int(epochs) and not stopped:
             continue
         train_s = time.perf_counter() - te
