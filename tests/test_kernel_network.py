@@ -404,10 +404,31 @@ def test_a_node_named_like_a_kernel_stream_is_refused(name):
     (lambda: NetSpec(window="soon", dropout=0.1), "faults: window"),
     # build() left it out: TcpNetwork's framing is its frame header
     (lambda: NetSpec(transport="tcp", framing_bytes=40), "framing_bytes is fixed by transport 'tcp'"),
+    # options that were no pairs were kept, and failed at build() naming nothing ("dictionary update
+    # sequence element #0 has length 1", "keywords must be strings")
+    (lambda: NetSpec(options=(("unit",),)), r"options must be a mapping or \(key, value\) pairs, got the "
+                                             r"element \('unit',\)"),
+    (lambda: NetSpec(options="unit=4"), r"options must be a mapping or \(key, value\) pairs, got str 'unit=4'"),
+    (lambda: NetSpec(options=5), r"options must be a mapping or \(key, value\) pairs, got int 5"),
+    (lambda: NetSpec(options={1: 2}), "options: a key is a str .*got 1"),
+    (lambda: NetSpec(options=(("unit", 4), ("unit", 8))), "options: key 'unit' given twice"),
 ])
 def test_bad_network_parameters_are_refused_naming_them(make, match):
     with pytest.raises(NetworkConfigError, match=match):
         make()
+
+
+def test_netspec_options_given_as_a_mapping_are_sorted_pairs():
+    # a dict was kept as given: the frozen spec did not hash ("unhashable type: 'dict'"), and was
+    # unequal to the same options given as pairs, or given as pairs in another order
+    spec = NetSpec(options={"unit": 4, "max_message_bytes": 1000})
+    assert spec.options == (("max_message_bytes", 1000), ("unit", 4))
+    same = NetSpec(options=[("unit", 4), ("max_message_bytes", 1000)])
+    assert spec == same and hash(spec) == hash(same) and len({spec, same}) == 1
+    assert spec.to_dict()["options"] == {"max_message_bytes": 1000, "unit": 4}
+    net = spec.build(0)
+    assert (net.ledger.unit, net.max_message_bytes) == (4, 1000)
+    assert NetSpec(options={}) == NetSpec()
 
 
 def test_whole_numbers_of_other_types_are_still_accepted():

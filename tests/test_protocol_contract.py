@@ -13,7 +13,7 @@ import pytest
 
 from fedsim.config import Config, fields_of
 from fedsim.kernel import AsyncioNetwork, SimNetwork
-from fedsim.protocols import REGISTRY, Result, load_plugins
+from fedsim.protocols import REGISTRY, ProtocolSpec, Result, load_plugins
 from fedsim.protocols.contract import check_job, check_ledger, check_result, check_tiny
 
 # docs/writing-a-protocol.md: `FEDSIM_PLUGINS=fedavg_mf.py pytest tests/test_protocol_contract.py`
@@ -101,3 +101,34 @@ def test_the_spec_is_complete(name):
     data, cfg = check_tiny(spec, spec.tiny(2, 1, 0))
     assert isinstance(cfg, spec.Config)
     assert getattr(cfg, spec.rounds_field) == 1
+
+
+KIND_LISTS = {"EVAL_KINDS": "evaluation", "TRAINING_KINDS": "training"}
+
+
+def kind_list_modules():
+    import importlib
+    import pkgutil
+
+    import fedsim.protocols as pkg
+    out = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        mod = importlib.import_module(f"fedsim.protocols.{info.name}")
+        spec = getattr(mod, "SPEC", None)
+        for attr, purpose in KIND_LISTS.items():
+            if isinstance(spec, ProtocolSpec) and hasattr(mod, attr):
+                out.append(pytest.param(mod, attr, purpose, id=f"{info.name}.{attr}"))
+    return out
+
+
+@pytest.mark.parametrize("mod,attr,purpose", kind_list_modules())
+def test_module_kind_lists_are_the_specs(mod, attr, purpose):
+    # fedrec's and fedae's EVAL_KINDS were hand lists ("eval", "evaluate") that nothing tied to the
+    # kinds their specs declare for evaluation; they are now read off the spec, in its order
+    assert getattr(mod, attr) == mod.SPEC.kinds_for(purpose)
+    assert getattr(mod, attr)  # every protocol that exports such a list declares such kinds
+
+
+def test_every_protocol_with_evaluation_kinds_is_covered():
+    covered = {p.values[0].SPEC.name for p in kind_list_modules() if p.values[1] == "EVAL_KINDS"}
+    assert covered == {"fedrec", "fedavg-ae", "personalfr"}

@@ -599,3 +599,29 @@ def test_quickstart_note_says_no_unrated_item_is_sampled_at_rho_zero():
         "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at0
     assert "hybrid filling at rho = 1, which uploads gradients for sampled unrated items beside the rated ones, " \
         "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at1
+
+
+def test_personalfr_checks_order_no_figures_that_print_alike(tmp_path):
+    # "explicit, M = 100: PersonalFR 0.9000 vs FedAvg 0.9000: PersonalFR better": the figures differ
+    # beyond the 4 decimals printed, and the check ordered them all the same
+    from fedsim.experiment.context import RunContext
+    from fedsim.studies.personalfr import verdicts
+
+    def row(task, method, clients, sel, sd):
+        return {"task": task, "method": method, "clients": clients, "selected": sel, "selected_std": sd}
+
+    ctx = RunContext("t", {}, "tiny", 1, None, tmp_path, quiet=True)
+    verdicts(ctx, [row("explicit", "joint", "1 (central)", 0.90003, 0.00001),
+                   row("explicit", "fedavg", "100", 0.90002, 0.00001),
+                   row("explicit", "personalfr", "100", 0.89998, 0.00001),  # 0.9000 vs 0.9000
+                   row("explicit", "fedavg", "300", 0.90004, 0.00001),
+                   row("explicit", "personalfr", "300", 0.89994, 0.00001),  # 0.8999 vs 0.9000: ordered
+                   row("implicit", "fedavg", "4", 0.81236, 0.0),
+                   row("implicit", "personalfr", "4", 0.81244, 0.0)])  # 0.8124 vs 0.8124
+    assert ctx.notes == ["Checks (the selected evaluations):\n\n"
+                         # Joint 0.90003 is behind both in the 5th decimal: as printed, level with both
+                         "- explicit, M = 100: PersonalFR 0.9000 vs FedAvg 0.9000: equal to 4 decimals; "
+                         "Joint 0.9000 at least as good as both\n"
+                         "- explicit, M = 300: PersonalFR 0.8999 vs FedAvg 0.9000: PersonalFR better; "
+                         "Joint 0.9000 NOT at least as good as both\n"
+                         "- implicit, M = 4: PersonalFR 0.8124 vs FedAvg 0.8124: equal to 4 decimals"]

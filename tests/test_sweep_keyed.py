@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.experiment import UsageError
+from fedsim.experiment import UsageError, run_scenario
 from fedsim.studies.sweep import run_sweep
 
 
@@ -976,6 +976,28 @@ def test_grid_errors_name_the_grid_and_an_axis_given_twice_in_a_grid_table_is_re
     with pytest.raises(UsageError, match="grid link_model: given twice"):
         check_grid(demo, {"link-model": ["fifo"], "link_model": ["fair"]})
     assert check_grid(demo, {"link-model": ["fifo", "fair"]}) == {"link_model": ["fifo", "fair"]}
+
+
+def test_an_unknown_fixed_parameter_is_refused_as_the_grids_and_run_scenarios_are(tmp_path):
+    # run_sweep's fixed keys said "unknown parameter 'round' for scenario demo", with no did-you-mean
+    # nor the known names that the grid's and run_scenario's errors give; a key that was no str (in
+    # fixed or in the grid) was "'int' object has no attribute 'strip'"
+    from fedsim.experiment import load_scenario
+
+    known = ", ".join(sorted(load_scenario("demo").PARAMS))
+    for given, meant in (("round", "rounds"), ("ROUNDS", "rounds"), ("dims", "dim")):
+        with pytest.raises(UsageError) as info:
+            run_sweep("demo", {"lr": [0.1]}, tmp_path / "sw", fixed={given: 2}, workers=1, quiet=True)
+        assert str(info.value) == (f"unknown parameter {given!r} for scenario demo; did you mean {meant!r}? "
+                                   f"(known: {known}; see fedsim run demo --help)")
+        with pytest.raises(UsageError) as same:
+            run_scenario("demo", data="tiny", out=tmp_path / "run", overrides={given: 2}, quiet=True)
+        assert str(same.value) == str(info.value)
+    with pytest.raises(UsageError, match=r"^fixed: a key is a parameter name \(str\), got int 1$"):
+        run_sweep("demo", {"lr": [0.1]}, tmp_path / "sw", fixed={1: 2}, workers=1, quiet=True)
+    with pytest.raises(UsageError, match=r"^grid: a key is a parameter name \(str\), got int 1$"):
+        run_sweep("demo", {1: [0.1]}, tmp_path / "sw", workers=1, quiet=True)
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "run").exists()
 
 
 def test_a_second_sweep_into_a_folder_a_sweep_is_running_in_is_refused(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import NetworkConfigError
@@ -32,10 +33,13 @@ class NetSpec:
     ``transport`` (``sim``, ``asyncio``, ``tcp``: each simulates loss and dropout alike; or one a
     plug-in registered: ``register_transport``),
     ``framing_bytes``, and ``options`` passed to the transport's
-    constructor (e.g. ``processes`` for tcp). Raises ``NetworkConfigError`` naming what it
+    constructor (e.g. ``processes`` for tcp): a mapping or (key, value) pairs, kept as pairs
+    sorted by key (so the spec hashes, and equal options make equal specs in whatever order).
+    Raises ``NetworkConfigError`` naming what it
     refuses: an unknown profile, link model or transport, a link model the transport does not
     take, a ``loss``, ``dropout`` or ``window`` ``Faults`` refuses (a str too), a
-    ``framing_bytes`` that is not a whole number >= 0 or that the transport fixes itself."""
+    ``framing_bytes`` that is not a whole number >= 0 or that the transport fixes itself,
+    ``options`` that are not a mapping or pairs with str keys, or that name a key twice."""
 
     profile: str = "ideal"
     link_model: str = "fifo"
@@ -68,6 +72,9 @@ class NetSpec:
             if self.framing_bytes != FRAME_OVERHEAD:  # build() would silently leave it out
                 raise NetworkConfigError(f"framing_bytes is fixed by transport {self.transport!r} (its frame "
                                          f"header, {FRAME_OVERHEAD} bytes), got {self.framing_bytes!r}")
+        # a dict was kept as given: the spec did not hash ("unhashable type: 'dict'") and a dict
+        # equal to the pairs made another spec; pairs that were no pairs failed at build
+        object.__setattr__(self, "options", _options(self.options))
         f = Faults(loss=self.loss, dropout=self.dropout, window=self.window)  # refuses bad ones, naming them
         # as floats (a NumPy float or an int was kept as given, in results.json too)
         for name in ("loss", "dropout", "window"):
@@ -117,6 +124,32 @@ class NetSpec:
         if self.dropout:
             bits.append(f"{self.dropout:.0%} dropout in [{self.window[0]:g}, {self.window[1]:g}] s")
         return ", ".join(bits)
+
+
+def _options(options: Any) -> tuple[tuple[str, Any], ...]:
+    """``options`` (a mapping or an iterable of (key, value) pairs) as pairs sorted by key;
+    ``NetworkConfigError`` naming ``options`` for anything else, a key that is not a str, or a
+    key given twice."""
+    if isinstance(options, Mapping):
+        pairs = list(options.items())
+    elif isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
+        raise NetworkConfigError(f"options must be a mapping or (key, value) pairs, got "
+                                 f"{type(options).__name__} {options!r:.80}")
+    else:
+        pairs = []
+        for p in options:
+            if isinstance(p, (str, bytes)) or not isinstance(p, Iterable) or len(p := tuple(p)) != 2:
+                raise NetworkConfigError(f"options must be a mapping or (key, value) pairs, got the element "
+                                         f"{p!r:.80}")
+            pairs.append(p)
+    keys = [k for k, _ in pairs]
+    bad = [k for k in keys if not isinstance(k, str)]
+    if bad:
+        raise NetworkConfigError(f"options: a key is a str (a constructor argument's name), got {bad[0]!r:.80}")
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise NetworkConfigError(f"options: key {twice[0]!r} given twice")
+    return tuple(sorted(pairs, key=lambda kv: kv[0]))
 
 
 def frames_itself(transport) -> bool:

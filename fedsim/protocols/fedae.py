@@ -19,11 +19,10 @@ from .common import SERVER, BadMessageError, all_finite, client_names
 from .contract import Kind, Result, server_result
 
 __all__ = [
-    "EVAL_KINDS", "FedAEConfig", "FedAEJob", "check_against_data", "check_threshold", "checked_download", "checked_items", "checked_params", "evaluate_clients",
+    "FedAEConfig", "FedAEJob", "check_against_data", "check_threshold", "checked_download", "checked_items", "checked_params", "evaluate_clients",
     "merge_flops", "param_shapes", "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder", "unscored",
 ]
 
-EVAL_KINDS = ("evaluate", "eval")
 # what both protocols send besides their training messages: the federated evaluation and the stop
 SHARED_KINDS = (
     Kind("evaluate", "server", "client", "evaluation", "{t, dec or model}: the model to evaluate"),

@@ -75,6 +75,7 @@ from ..experiment import (
     scenario_name, write_csv,
 )
 from ..experiment.live import activate, deactivate
+from ..experiment.params import unknown_parameter
 from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import (
     OutputFolder, check_flag, check_seed, network_spec, recover_replaced, remove_dead_partials,
@@ -247,6 +248,8 @@ def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     :func:`parse_grid` checks text; raises ``UsageError`` naming the key."""
     out: dict[str, list[Any]] = {}
     for given, values in grid.items():
+        if not isinstance(given, str):  # (was "'int' object has no attribute 'strip'")
+            raise UsageError(f"grid: a key is a parameter name (str), got {type(given).__name__} {given!r:.80}")
         key = _axis_name(given)
         if key in out:  # link-model and link_model: one axis (the later one silently won)
             raise UsageError(f"grid {key}: given twice (as {given!r} too); give each axis once")
@@ -561,7 +564,8 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     ``progress(i, total, result)``, if given, is called as each point finishes; unless ``quiet``
     a progress display goes to stderr. Blocks until every point has finished. Raises
     ``UsageError`` for a bad grid (a key also fixed, a value twice, two points whose folder
-    names would be the same), parameter, network or backend, a ``seed`` that is not a non-negative
+    names would be the same), parameter (a key of ``grid`` or ``fixed`` that is no str; an unknown
+    one with a did-you-mean and the known names, as ``run_scenario`` says it), network or backend, a ``seed`` that is not a non-negative
     integer or ``workers`` not one of at least 1, an empty ``data`` or ``out`` (as the command line and a
     config file refuse them), for an ``out`` that is a file or
     a non-empty folder of something else than a sweep (unless ``force``), for points of another
@@ -610,8 +614,12 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     grid = check_grid(mod, grid)
     fixed = dict(fixed or {})
     for k in fixed:
+        # as resolve_config and the grid say it: a non-str key was "'int' object has no attribute
+        # 'strip'", an unknown one had no did-you-mean nor the known names
+        if not isinstance(k, str):
+            raise UsageError(f"fixed: a key is a parameter name (str), got {type(k).__name__} {k!r:.80}")
         if k not in mod.PARAMS:
-            raise UsageError(f"unknown parameter {k!r} for scenario {name}")
+            raise unknown_parameter(k, mod)
     fixed = {k: check_value(k, v, mod.PARAMS[k]) for k, v in fixed.items()}
     both = [k for k in grid if k in fixed]
     if both:

@@ -160,13 +160,22 @@ def _spread_caveat(a: float, b: float, pair: tuple[float, float]) -> str:
     return ""
 
 
+def _printed(x: float) -> str:
+    """A figure as the checks print it (4 decimals): an ordering is only stated between figures
+    that print differently."""
+    return f"{x:.4f}"
+
+
 def verdicts(ctx: RunContext, rows: list[dict]) -> None:
     """Notes: does PersonalFR beat FedAvg at each M (means over the repeats; a gap within either's
     population std over the repeats is said to be no clear ordering), is Joint at least as good as
-    both (selected figures; a method ahead of Joint by less than the spread is said the same way)."""
+    both (selected figures; a method ahead of Joint by less than the spread is said the same way).
+    Figures are printed to 4 decimals, and two that print alike are said to be equal to 4 decimals,
+    never ordered ("PersonalFR 0.9000 vs FedAvg 0.9000: PersonalFR better" read as a contradiction)."""
     lines = []
     for task in sorted({r["task"] for r in rows}):
-        better = (lambda a, b: a < b) if task == "explicit" else (lambda a, b: a > b)
+        def better(a, b, lower=task == "explicit"):
+            return _printed(a) != _printed(b) and (a < b if lower else a > b)
         mine = {(r["method"], r["clients"]): r["selected"] for r in rows if r["task"] == task}
         sds = {(r["method"], r["clients"]): r.get("selected_std", float("nan")) for r in rows if r["task"] == task}
         joint = mine.get(("joint", "1 (central)"))
@@ -177,13 +186,19 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
             fa, pf = mine.get(("fedavg", M)), mine.get(("personalfr", M))
             if fa is None or pf is None:
                 continue
-            txt = f"{task}, M = {M}: PersonalFR {pf:.4f} vs FedAvg {fa:.4f}: "
+            txt = f"{task}, M = {M}: PersonalFR {_printed(pf)} vs FedAvg {_printed(fa)}: "
             if math.isnan(pf) or math.isnan(fa):  # NaN compares false: "FedAvg better" whatever the runs did
                 lines.append("- " + txt + "not compared (a NaN figure: see `nan_runs`)")
                 continue
-            # equal figures said "FedAvg better"; a gap within the spread over repeats is no ordering
-            txt += "PersonalFR better" if better(pf, fa) else "FedAvg better" if better(fa, pf) else "equal"
-            txt += _spread_caveat(pf, fa, (sds[("fedavg", M)], sds[("personalfr", M)]))
+            # equal figures said "FedAvg better"; a gap within the spread over repeats is no ordering;
+            # figures equal as printed but not exactly said one was better
+            if pf == fa:
+                txt += "equal"
+            elif _printed(pf) == _printed(fa):
+                txt += "equal to 4 decimals"
+            else:
+                txt += "PersonalFR better" if better(pf, fa) else "FedAvg better"
+                txt += _spread_caveat(pf, fa, (sds[("fedavg", M)], sds[("personalfr", M)]))
             if joint is not None and math.isnan(joint):
                 txt += "; Joint nan: not compared"
             elif joint is not None:
@@ -192,7 +207,8 @@ def verdicts(ctx: RunContext, rows: list[dict]) -> None:
                 # as" FedAvg 0.4939 +- 0.04)
                 ahead = [(v, sds[(m, M)]) for m, v in (("fedavg", fa), ("personalfr", pf)) if better(v, joint)]
                 caveats = [_spread_caveat(v, joint, (sd, joint_sd)) for v, sd in ahead]
-                txt += f"; Joint {joint:.4f} " + ("at least as good as both" if not ahead else
+                # (a method ahead of Joint only in digits not printed is not ahead: better() says so)
+                txt += f"; Joint {_printed(joint)} " + ("at least as good as both" if not ahead else
                                                    "NOT at least as good as both" if "" in caveats else
                                                    "NOT at least as good as both" + caveats[0])
             lines.append("- " + txt)
