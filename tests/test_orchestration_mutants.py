@@ -148,6 +148,39 @@ def test_the_refusal_of_stale_points_shows_three_and_counts_the_rest(tmp_path, n
     assert sorted(p.name for p in out.iterdir()) == ["sweep.json"] + [f"x={x}" for x in range(1, n + 1)]
 
 
+def test_a_point_folder_name_is_refused_when_a_runs_temporary_folder_beside_it_could_not_be_named(tmp_path):
+    """Bug (and the mutant ``>= 255``): the sweep refused a point's folder name over 255 bytes,
+    but a point's run first writes ``.NAME.partial-PID-XXXXXX`` beside it (and a forced re-run
+    moves the old one to ``.NAME.replaced-PID-XXXXXX``), 24 to 25 bytes longer: a name of 240
+    bytes passed, and each such point failed after the sweep had started ("cannot write there
+    (File name too long)"). The longest name allowed is 255 - 25 = 230 bytes: a point of 230
+    runs; one of 231 refuses the sweep before anything is written."""
+    import json
+
+    from fedsim.experiment import UsageError
+    from fedsim.studies.sweep import run_sweep
+
+    script = tmp_path / "scn.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'s': Param('a', 's')}\n"
+                      "def run(ctx):\n    ctx.table('t', [{'m': len(ctx['s'])}])\n")
+    out = tmp_path / "sw"
+    with pytest.raises(UsageError) as raised:
+        run_sweep(str(script), {"s": ["b" * 229]}, out, workers=1)  # "s=" + 229: 231 bytes
+    assert str(raised.value) == ("the point s=" + "b" * 229 + "'s folder name is 231 bytes long, over the 230 a "
+                                 "run's folder may have (the file system's 255 less the suffix of the temporary "
+                                 "folder a run writes beside it); use shorter grid values")
+    assert not out.exists()
+    s = run_sweep(str(script), {"s": ["b" * 228]}, out, workers=1)
+    name = "s=" + "b" * 228
+    assert (s["done"], s["failed"]) == ([{"s": "b" * 228}], [])
+    assert len(name.encode()) == 230
+    assert json.loads((out / name / "results.json").read_text())["config"] == {"s": "b" * 228}
+    # and a forced re-run of it (another seed: its old folder moved aside under a longer name) too
+    s = run_sweep(str(script), {"s": ["b" * 228]}, out, workers=1, seed=1, force=True)
+    assert (s["done"], s["rerun"], s["failed"]) == ([{"s": "b" * 228}], [{"s": "b" * 228}], [])
+    assert json.loads((out / name / "results.json").read_text())["seed"] == 1
+
+
 @pytest.mark.parametrize("n", [5, 6])
 def test_report_md_names_five_failed_points_and_marks_more(tmp_path, n):
     """Mutants: report.md's ``...`` after the failed points shown from 5 failed on (``>= 5``):
