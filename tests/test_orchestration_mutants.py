@@ -457,3 +457,32 @@ def test_fedsim_sweeps_command_line_wins_over_its_config_file(tmp_path, capsys):
         f"sweep: 2 points, 0 run, 1 already done, 1 failed (above; the traceback of each in its error.txt); "
         f"results in {out}/ (report.md, sweep.json, combined_t.csv)"]
     assert json.loads((out / "sweep.json").read_text())["workers"] == 2  # the file's, without --workers
+
+
+def test_a_data_error_names_the_config_file_only_when_the_value_came_from_it(tmp_path, capsys, monkeypatch):
+    """Mutant: ``_from_config`` naming the configuration file's ``data`` key for a ``--data``
+    given on the command line (which overrides the file): the error pointed at a line that was
+    not used. Nothing is written either way."""
+    from fedsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "r.toml"
+    f.write_text('data = "tiny"\n')
+    assert main(["run", "demo", "--config", str(f), "--data", "nosuch", "--out", "o", "--quiet"]) == 2
+    assert capsys.readouterr().err == "error: --data nosuch: does not apply, demo makes its own data\n"
+    f.write_text('seed = 1\ndata = "nosuch"\n')
+    assert main(["run", "demo", "--config", str(f), "--out", "o", "--quiet"]) == 2
+    assert capsys.readouterr().err == f"error: {f}: line 2: data: nosuch: does not apply, demo makes its own data\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.toml"]
+
+
+def test_a_scenario_run_as_a_script_is_named_by_its_files_whole_stem():
+    """Mutant: ``scenario_name`` of a module running as ``__main__`` its module name: the script's
+    folders and results.json were named ``__main__``."""
+    from types import ModuleType
+
+    from fedsim.experiment.naming import scenario_name
+
+    mod = ModuleType("__main__")
+    mod.__file__ = "/somewhere/exp.v2.py"
+    assert scenario_name(mod) == "exp.v2"
