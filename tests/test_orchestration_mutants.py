@@ -15,9 +15,10 @@ def test_resolve_config_keeps_the_checked_values_not_the_given_ones():
     """Mutant: ``resolve_config`` checking an override but keeping it as given: through the API a
     text ``"3"`` for an int parameter reached the scenario as a str, an int for a float parameter
     stayed an int and a tuple for a list parameter a tuple (the docstring of ``check_value``: the
-    value normalised)."""
+    value normalised); ``resolve_config`` skipping an unknown key (a typo ran the default)."""
     from types import ModuleType
 
+    from fedsim.experiment import UsageError
     from fedsim.experiment.params import Param, resolve_config
 
     mod = ModuleType("fedsim_scenario_x")
@@ -25,6 +26,9 @@ def test_resolve_config_keeps_the_checked_values_not_the_given_ones():
     cfg = resolve_config(mod, {"k": "3", "lr": 2, "l": (4, 5)})
     assert cfg == {"k": 3, "lr": 2.0, "l": [4, 5], "name": "a"}
     assert [type(cfg[k]) for k in ("k", "lr", "l")] == [int, float, list]
+    with pytest.raises(UsageError) as raised:  # (not skipped: a typo ran the default)
+        resolve_config(mod, {"zz": 1})
+    assert str(raised.value) == "unknown parameter 'zz' for scenario x (known: k, l, lr, name; see fedsim run x --help)"
 
 
 def test_params_from_keeps_a_scenarios_own_defaults():
