@@ -40,7 +40,7 @@ from .report import git_revision, json_default, versions, write_report, write_re
 
 __all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_flag",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
-           "check_seed", "network_spec",
+           "MAX_OUT_NAME_BYTES", "check_seed", "network_spec",
            "output_files", "resolve_run_options", "run_scenario", "scenario_main", "sigterm_as_interrupt"]
 
 
@@ -63,6 +63,12 @@ def default_out_dir(name: str) -> Path:
     second ``-2`` (and so on) when it moves its finished folder into place."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{stamp}-{name}"
+
+
+# The longest name the last part of an --out folder may have: a run writes beside it
+# ``.NAME.partial-PID-XXXXXX`` and, with force, moves an earlier folder to ``.NAME.replaced-PID-XXXXXX``
+# (PID up to 7 digits: Linux's largest pid_max is 4194304), and a file system's names hold 255 bytes.
+MAX_OUT_NAME_BYTES = 255 - len(".") - len(".replaced-") - 7 - len("-") - 6
 
 
 class OutputFolder:

@@ -78,7 +78,7 @@ from ..experiment.live import activate, deactivate
 from ..experiment.params import unknown_parameter
 from ..experiment.report import format_table, save_figure, write_atomic
 from ..experiment.runner import (
-    OutputFolder, check_flag, check_seed, network_spec, recover_replaced, remove_dead_partials,
+    MAX_OUT_NAME_BYTES, OutputFolder, check_flag, check_seed, network_spec, recover_replaced, remove_dead_partials,
 )
 from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
@@ -670,9 +670,12 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                     raise UsageError(f"the points {point_label(other)} and {point_label(p.point)} would share the folder "
                                      f"{Path(p.out).name} (their "
                                      "values differ only in characters a folder name cannot hold); rename the values")
-                if len(Path(p.out).name.encode()) > 255:
+                # (the bound was the file system's 255: a name of 240 bytes passed, and its point failed
+                # when it ran, its run's temporary folder .NAME.partial-PID-X "File name too long")
+                if len(Path(p.out).name.encode()) > MAX_OUT_NAME_BYTES:
                     raise UsageError(f"the point {point_label(p.point)}'s folder name is {len(Path(p.out).name.encode())} bytes "
-                                     "long, over the file system's 255; use shorter grid values")
+                                     f"long, over the {MAX_OUT_NAME_BYTES} a run's folder may have (the file system's 255 "
+                                     "less the suffix of the temporary folder a run writes beside it); use shorter grid values")
             recovered: list[str] = []  # said in sweep.log, once it is open
             if out.is_dir():  # a point folder a killed --force re-run had moved aside is put back first
                 recovered = _recover_points(out)
