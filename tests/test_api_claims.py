@@ -31,9 +31,9 @@ async def _idle(ctx):
     return None
 
 
-def _call(transport: str, body, *, others=("b",)):
-    """Run ``body(ctx)`` as the actor of node "a" (beside idle nodes ``others``); return what it
-    returned or raised, and the run's ledger rows."""
+def call_as_node(transport: str, body, *, others=("b",), senders_of=None):
+    """Run ``body(ctx)`` as the actor of node "a" (role server) beside nodes ``others`` (idle, or
+    ``senders_of``'s actor); return what it returned or raised, and the run's ledger rows."""
     box: dict = {}
 
     async def actor(ctx):
@@ -45,13 +45,13 @@ def _call(transport: str, body, *, others=("b",)):
     net = _net(transport)
     net.add_node("a", actor, role="server")
     for n in others:
-        net.add_node(n, _idle)
+        net.add_node(n, senders_of or _idle)
     res = net.run(strict=False)
     return box, len(res.ledger)
 
 
 def _raised(transport, body, exc_type, match, **kw):
-    box, rows = _call(transport, body, **kw)
+    box, rows = call_as_node(transport, body, **kw)
     assert "error" in box, f"no error, returned {box.get('value')!r}"
     assert type(box["error"]) is exc_type or isinstance(box["error"], exc_type), repr(box["error"])
     assert pytest.raises(exc_type, _reraise, box["error"]).match(match)
@@ -90,7 +90,7 @@ def test_send_returns_without_waiting_for_the_transmission(transport):
         await ctx.send("b", "k", {"x": np.zeros(125_000)})
         return ctx._net.now() - t0
 
-    box, rows = _call(transport, body)
+    box, rows = call_as_node(transport, body)
     assert rows == 1
     assert box["value"] == 0.0 if transport == "sim" else box["value"] < 0.5
 
@@ -103,7 +103,7 @@ def test_receive_with_a_timeout_returns_none_at_the_timeout(transport):
         got = await ctx.receive("never", timeout=0.05)
         return got, net.now() - t0
 
-    box, _ = _call(transport, body)
+    box, _ = call_as_node(transport, body)
     got, waited = box["value"]
     assert got is None
     if transport == "sim":
@@ -117,7 +117,7 @@ def test_ctx_rng_is_the_generator_of_seed_and_node_id_on_both_transports(transpo
     async def body(ctx):
         return ctx.rng.random(4), ctx.rng is ctx.rng
 
-    box, _ = _call(transport, body)
+    box, _ = call_as_node(transport, body)
     draws, same = box["value"]
     assert same
     assert draws.tolist() == node_rng(3, "a").random(4).tolist()
@@ -308,7 +308,7 @@ def test_begin_round_refuses_what_is_not_a_whole_number_naming_the_node(transpor
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("rnd, label", [(np.int64(3), 3), (2.0, 2), (7, 7)])
 def test_begin_round_takes_whole_numbers_of_any_type_as_an_int(transport, rnd, label):
-    box, _ = _call(transport, lambda c: _begin(c, rnd))
+    box, _ = call_as_node(transport, lambda c: _begin(c, rnd))
     assert box["value"] == label and type(box["value"]) is int
 
 
@@ -548,7 +548,7 @@ def test_a_role_that_is_not_a_non_empty_str_is_refused_naming_the_node(transport
         await ctx.send("b", "k", 1)
         return ctx.role
 
-    box, _ = _call(transport, denoiser)
+    box, _ = call_as_node(transport, denoiser)
     assert box == {"value": "denoiser"}
 
 
@@ -584,7 +584,7 @@ def test_receive_with_a_timeout_and_a_deadline_returns_at_the_earlier(transport)
         second = await ctx.receive("never", timeout=0.05, deadline=ctx.deadline(5.0))
         return first, t1 - t0, second, net.now() - t1
 
-    box, _ = _call(transport, body)
+    box, _ = call_as_node(transport, body)
     first, d1, second, d2 = box["value"]
     assert first is None and second is None
     if transport == "sim":

@@ -13,6 +13,7 @@ import pytest
 
 from fedsim.kernel import AsyncioNetwork, NetworkConfigError, SimNetwork, StreamingLedger, UnknownNodeError
 from fedsim.kernel.ledger import FILTERS
+from test_api_claims import call_as_node
 
 TRANSPORTS = ["sim", "asyncio"]
 
@@ -25,27 +26,8 @@ async def _idle(ctx):
     return None
 
 
-def _outcome(transport: str, body, *, others=("b",), senders_of=None):
-    """Run ``body(ctx)`` as node "a" (role server) beside ``others`` (idle, or ``senders_of``'s
-    actor); return (what it returned or raised, ledger rows)."""
-    box: dict = {}
-
-    async def actor(ctx):
-        try:
-            box["value"] = await body(ctx)
-        except Exception as exc:  # noqa: BLE001 - what the call raised is the result
-            box["error"] = exc
-
-    net = _net(transport)
-    net.add_node("a", actor, role="server")
-    for n in others:
-        net.add_node(n, senders_of or _idle)
-    net.run(strict=False)
-    return box, len(net.ledger)
-
-
 def _raises(transport, body, exc_type, message, **kw):
-    box, rows = _outcome(transport, body, **kw)
+    box, rows = call_as_node(transport, body, **kw)
     assert "value" not in box, f"no error, returned {box.get('value')!r}"
     assert type(box["error"]) is exc_type, repr(box["error"])
     assert str(box["error"]) == message
@@ -113,7 +95,7 @@ def test_gather_each_still_hands_over_in_node_id_order_whatever_order_senders_ar
         it = c.gather_each("up", senders=("d", "b", "c"), timeout=1.0)
         return [m.payload async for m in it], it.missing
 
-    box, rows = _outcome(transport, body, others=("b", "c", "d"), senders_of=sender)
+    box, rows = call_as_node(transport, body, others=("b", "c", "d"), senders_of=sender)
     assert box == {"value": (["b", "c", "d"], [])} and rows == 3
 
 
@@ -136,7 +118,7 @@ def test_gather_each_refuses_a_message_that_came_anonymously_in_the_loop(transpo
     async def counted(c):
         return [(m.payload, m.sender) for m in await c.gather("up", count=1, timeout=1.0)]
 
-    box, _ = _outcome(transport, counted, senders_of=anon)
+    box, _ = call_as_node(transport, counted, senders_of=anon)
     assert box == {"value": [(1, None)]}
 
 

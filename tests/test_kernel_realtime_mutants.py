@@ -20,6 +20,7 @@ from fedsim.kernel import (
 from fedsim.kernel import tcp
 from fedsim.kernel.codec import CodecError, decode_message, encode
 from fedsim.kernel.tcp import FRAME_OVERHEAD
+from test_kernel_tcp import gather_server, replier
 
 RUN_TIMEOUT = 60.0
 
@@ -175,20 +176,6 @@ class _Rewritten(TcpNetwork):
         return type(self).fault(data) if src == "c1" else data
 
 
-def _gather_server(clients):
-    async def server(ctx):
-        ctx.begin_round(0)
-        await ctx.broadcast(clients, "go", None)
-        got = await ctx.gather("reply", senders=clients, round=0)
-        return [m.sender for m in got]
-    return server
-
-
-async def _replier(ctx):
-    await ctx.receive("go")
-    await ctx.send("server", "reply", {"x": np.arange(3.0)})
-
-
 def _u32(data: bytes, at: int, value: int) -> bytes:
     return data[:at] + value.to_bytes(4, "big") + data[at + 4:]
 
@@ -210,9 +197,9 @@ def test_a_frame_header_not_valid_on_its_connection_ends_the_run_naming_the_peer
     cls = type("_Fault", (_Rewritten,), {"fault": staticmethod(fault)})
     net = cls(processes=4)
     clients = ["c0", "c1", "c2"]
-    net.add_node("server", _gather_server(clients), role="server")
+    net.add_node("server", gather_server(clients), role="server")
     for c in clients:
-        net.add_node(c, _replier)
+        net.add_node(c, replier)
     t = time.monotonic()
     with pytest.raises(TransportError) as info:
         net.run(timeout=RUN_TIMEOUT)
@@ -240,9 +227,9 @@ def test_a_frame_of_a_bare_header_is_an_empty_document_and_one_shorter_is_short_
     cls = type("_Fault", (_Rewritten,), {"fault": staticmethod(lambda f: _u32(f[:25], 0, length))})
     net = cls(processes=4)
     clients = ["c0", "c1", "c2"]
-    net.add_node("server", _gather_server(clients), role="server")
+    net.add_node("server", gather_server(clients), role="server")
     for c in clients:
-        net.add_node(c, _replier)
+        net.add_node(c, replier)
     with pytest.raises(TransportError) as info:
         net.run(timeout=RUN_TIMEOUT)
     err = info.value
@@ -256,9 +243,9 @@ def _reply_frame_bytes() -> int:
     25-byte framing."""
     sim = SimNetwork(framing_bytes=FRAME_OVERHEAD)
     clients = ["c0", "c1", "c2"]
-    sim.add_node("server", _gather_server(clients), role="server")
+    sim.add_node("server", gather_server(clients), role="server")
     for c in clients:
-        sim.add_node(c, _replier)
+        sim.add_node(c, replier)
     _run(sim)
     (size,) = {r["bytes"] for r in sim.ledger.records() if r["kind"] == "reply"}
     return size
@@ -283,9 +270,9 @@ def test_a_frame_one_byte_over_max_frame_bytes_is_refused_by_the_receiver_naming
     cls = type("_Fault", (_Rewritten,), {"fault": staticmethod(fault)})
     net = cls(processes=4, max_frame_bytes=size)
     clients = ["c0", "c1", "c2"]
-    net.add_node("server", _gather_server(clients), role="server")
+    net.add_node("server", gather_server(clients), role="server")
     for c in clients:
-        net.add_node(c, _replier)
+        net.add_node(c, replier)
     with pytest.raises(TransportError) as info:
         net.run(timeout=RUN_TIMEOUT)
     err = info.value
@@ -305,9 +292,9 @@ def test_an_oversized_length_whose_header_never_comes_ends_the_run_within_a_seco
     cls = type("_Fault", (_Rewritten,), {"fault": staticmethod(lambda f: (2**31).to_bytes(4, "big"))})
     net = cls(processes=4, stall_timeout=60.0)
     clients = ["c0", "c1", "c2"]
-    net.add_node("server", _gather_server(clients), role="server")
+    net.add_node("server", gather_server(clients), role="server")
     for c in clients:
-        net.add_node(c, _replier)
+        net.add_node(c, replier)
     t = time.monotonic()
     with pytest.raises(TransportError) as info:
         net.run(timeout=30.0)

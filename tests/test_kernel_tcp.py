@@ -248,7 +248,7 @@ def test_a_deadlock_across_processes_raises_deadlock_error_naming_the_actor():
     assert_no_orphans(net)
 
 
-def _gather_server(clients):
+def gather_server(clients):
     async def server(ctx):
         ctx.begin_round(0)
         await ctx.broadcast(clients, "go", None)
@@ -257,7 +257,7 @@ def _gather_server(clients):
     return server
 
 
-async def _replier(ctx):
+async def replier(ctx):
     await ctx.receive("go")
     await ctx.send("server", "reply", {"x": np.arange(3.0)})
 
@@ -270,9 +270,9 @@ def test_a_gather_nobody_completes_is_a_deadlock_and_strict_false_returns_the_pa
     clients = ["c0", "c1", "c2"]
     for strict in (True, False):
         net = TcpNetwork(processes=3)
-        net.add_node("server", _gather_server(clients), role="server")
+        net.add_node("server", gather_server(clients), role="server")
         for c in clients:
-            net.add_node(c, _silent if c == "c1" else _replier)
+            net.add_node(c, _silent if c == "c1" else replier)
         if strict:
             with pytest.raises(DeadlockError) as info:
                 net.run(timeout=RUN_TIMEOUT)
@@ -282,9 +282,9 @@ def test_a_gather_nobody_completes_is_a_deadlock_and_strict_false_returns_the_pa
             assert res.unfinished == ["server"] and set(res.results) == {"c0", "c1", "c2"} and not res.complete
             # the two replies the unfinished gather holds were never read, as on the simulator
             sim = SimNetwork()
-            sim.add_node("server", _gather_server(clients), role="server")
+            sim.add_node("server", gather_server(clients), role="server")
             for c in clients:
-                sim.add_node(c, _silent if c == "c1" else _replier)
+                sim.add_node(c, _silent if c == "c1" else replier)
             sim.run(strict=False)
             t, st = res.ledger.totals(), sim.ledger.totals()
             assert t["messages"] == st["messages"] == 5 and t["unread_messages"] == st["unread_messages"] == 2
@@ -309,8 +309,8 @@ async def _raises(ctx):
 def test_an_actor_that_raises_is_an_actor_error_naming_it():
     clients = ["c0", "c1"]
     net = TcpNetwork(processes=3)
-    net.add_node("server", _gather_server(clients), role="server")
-    net.add_node("c0", _replier)
+    net.add_node("server", gather_server(clients), role="server")
+    net.add_node("c0", replier)
     net.add_node("c1", _raises)
     with pytest.raises(ActorError) as info:
         net.run(timeout=RUN_TIMEOUT)
@@ -796,9 +796,9 @@ class _HalfFrame(_Faulty):
 
 def _star(net, clients=("c0", "c1", "c2")):
     clients = list(clients)
-    net.add_node("server", _gather_server(clients), role="server")
+    net.add_node("server", gather_server(clients), role="server")
     for c in clients:
-        net.add_node(c, _replier)
+        net.add_node(c, replier)
     return net
 
 
@@ -862,9 +862,9 @@ async def _half_then_exit(ctx):
 
 def test_a_peer_that_closes_in_the_middle_of_a_frame_is_reported_with_its_node():
     net = _HalfFrame(processes=4)
-    net.add_node("server", _gather_server(["c0", "c1", "c2"]), role="server")
+    net.add_node("server", gather_server(["c0", "c1", "c2"]), role="server")
     for c in ("c0", "c1", "c2"):
-        net.add_node(c, _half_then_exit if c == "c1" else _replier)
+        net.add_node(c, _half_then_exit if c == "c1" else replier)
     t = time.monotonic()
     with pytest.raises(TransportError) as info:
         net.run(timeout=RUN_TIMEOUT)

@@ -307,9 +307,10 @@ def _filter(rows: list[list[Any]], *, kind: Any = None, exclude_kinds: Iterable[
     return out if out is not rows else list(rows)
 
 
-def _whole(value: Any) -> int | None:
+def whole_number(value: Any) -> int | None:
     """``value`` as an int if it is a whole number (an int, a NumPy integer, a float without a
-    fraction), else None (a fraction, NaN, a bool, a str, ...)."""
+    fraction), else None (a fraction, which int() would truncate, NaN, a bool, a str, ...). The
+    check of the ledger's and the network's counts (``unit``, ``framing_bytes``, ...)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, numbers.Integral):
@@ -324,10 +325,10 @@ def _check_unit_and_framing(unit: Any, framing_bytes: Any) -> tuple[int | None, 
     number >= 0), as a network checks them; ``ValueError`` naming the one that is not: unit=0
     made every ``units`` column NaN as if no unit were declared, 1.5 divided by a fraction, a str
     failed at the first query, and int() truncated a framing of 1.5 to 1."""
-    units = None if unit is None else _whole(unit)
+    units = None if unit is None else whole_number(unit)
     if unit is not None and (units is None or units <= 0):
         raise ValueError(f"unit must be a positive number of floats (or None), got {unit!r}")
-    framing = _whole(framing_bytes)
+    framing = whole_number(framing_bytes)
     if framing is None or framing < 0:
         raise ValueError(f"framing_bytes must be a whole number >= 0, got {framing_bytes!r}")
     return units, framing

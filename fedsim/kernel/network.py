@@ -46,7 +46,7 @@ from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import LATER, Envelope, matches
 from .errors import ActorError, DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
-from .ledger import Ledger, Missing
+from .ledger import Ledger, Missing, whole_number
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
 
@@ -73,18 +73,6 @@ def on_network_built(hook: Callable[["Network"], None]) -> Callable[[], None]:
 Actor = Callable[..., Awaitable[Any]]
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:/\-]+$")
 _KERNEL_STREAMS = ("link:", "dropout:", "loss:")  # node_rng names the kernel draws from
-
-
-def _whole(value: Any) -> int | None:
-    """``value`` as an int if it is a whole number (an int, a NumPy integer, a float without a
-    fraction), else None (a fraction, which int() would truncate, NaN, a bool, a str, ...)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        return int(value)
-    return None
 
 
 def _dropped_post(src: Node, dsts: tuple, kind: str, encoded: Encoded, anonymous: bool) -> None:
@@ -254,13 +242,13 @@ class Network:
         # failed on NaN without naming the parameter; True is not a seed either
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise NetworkConfigError(f"seed must be a non-negative integer, got {seed!r}")
-        framing = _whole(framing_bytes)
+        framing = whole_number(framing_bytes)
         if framing is None or framing < 0:
             raise NetworkConfigError(f"framing_bytes must be a whole number >= 0, got {framing_bytes!r}")
-        units = None if unit is None else _whole(unit)
+        units = None if unit is None else whole_number(unit)
         if unit is not None and (units is None or units <= 0):
             raise NetworkConfigError(f"unit must be a positive number of floats, got {unit!r}")
-        bound = _whole(max_message_bytes)
+        bound = whole_number(max_message_bytes)
         if bound is None or bound <= 0:
             raise NetworkConfigError(f"max_message_bytes must be a positive whole number, got {max_message_bytes!r}")
         if faults is not None and not isinstance(faults, Faults):
@@ -411,7 +399,7 @@ class Network:
         """Declare how many floats make one accounting unit (the latent dimension d): the ledger's
         ``units`` columns (NaN without it). Raises ``NetworkConfigError`` unless ``floats`` is a
         positive whole number. Also after the run: it changes only how the ledger counts."""
-        unit = _whole(floats)
+        unit = whole_number(floats)
         if unit is None or unit <= 0:
             raise NetworkConfigError(f"unit must be a positive number of floats, got {floats!r}")
         self.ledger.unit = unit
