@@ -377,7 +377,7 @@ def test_imia_on_a_sample_scores_its_sample_answered_or_not():
 
 
 def test_audit_missing_uploads_count_fedrecpp_uploads_the_server_gave_up_on():
-    """FedRec++'s missing records name no kind (per round: groups and clients left out), so the
+    """FedRec++'s missing records named no kind (per round: groups and clients left out), so the
     audit's ``missing_uploads`` read 0 for a run that lost uploads. Counted by hand here: 4 of 20
     clients, all ordinary, drop out at 0.05 s on wan after their round-0 upload; in rounds 1 and 2
     the server gives up on their gradients (4 x 2) and, as every group lost a member (the result's
@@ -396,8 +396,11 @@ def test_audit_missing_uploads_count_fedrecpp_uploads_the_server_gave_up_on():
     res = REGISTRY["fedrecpp"].build(net, data, cfg).collect(net.run())  # the same run
     lost, denoisers = res.info["lost_clients"], res.info["denoisers"]
     assert len(lost) == 4 and not set(lost) & set(denoisers) and len(denoisers) == 2
-    assert [(r["round"], r["groups"]) for r in res.info["missing"]] == [(1, 2), (2, 2)]
-    expected = len(lost) * 2 + sum(r["groups"] for r in res.info["missing"])
+    # (the result's records, one per round and kind: every group broken by its lost members,
+    # counted under gradients, and each denoiser's sum missing)
+    assert [(r["round"], r["kind"], r["groups"]) for r in res.info["missing"]] == [
+        (1, "gradients", 2), (1, "denoised", 0), (2, "gradients", 2), (2, "denoised", 0)]
+    expected = len(lost) * 2 + len(denoisers) * 2
     assert expected == 12
     assert len(out["rows"]) == 1 and out["rows"][0]["missing_uploads"] == expected
 
