@@ -8,7 +8,6 @@ simulator's ledger or result for the same actors, or counts made by hand."""
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import numpy as np
@@ -20,25 +19,9 @@ from fedsim.kernel import (
 from fedsim.kernel import tcp
 from fedsim.kernel.codec import CodecError, decode_message, encode
 from fedsim.kernel.tcp import FRAME_OVERHEAD
-from test_kernel_tcp import gather_server, replier
+from test_kernel_tcp import alarm, gather_server, replier  # noqa: F401 (alarm: the autouse 90 s bound per test)
 
 RUN_TIMEOUT = 60.0
-
-
-@pytest.fixture(autouse=True)
-def alarm():
-    """A hard bound on each test (TcpNetwork.run reaps its workers in a finally, which the
-    alarm's exception runs through)."""
-    def expired(signum, frame):
-        raise TimeoutError("test exceeded its 90 s alarm")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(90)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _run(net, **kw):
