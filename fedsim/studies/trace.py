@@ -1251,7 +1251,8 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
     show(g);
   }
   // the timeline's window: the whole run, the current step's round (from its first send to the
-  // last arrival, read, or note of it) or the current step (a message from its send to its
+  // last arrival, read, or note of it: a wait given up ends its round at the give-up, never at a
+  // deadline as such, which the page does not know) or the current step (a message from its send to its
   // arrival, a tenth of that either side; a hidden sender's from the start of its reception; a
   // note: its round's); the spans laid out anew from their exact times when it changes
   var zoom = document.getElementById("zoom"), tlSvg = document.getElementById("timeline");
