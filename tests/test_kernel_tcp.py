@@ -1571,6 +1571,7 @@ def test_a_worker_forked_while_the_progress_display_writes_to_stderr_writes_and_
 # -- a wait given up: how many it expected, on every transport --------------------------------------
 
 async def _gathers_with_a_deadline(ctx):
+    await ctx.gather("hi", senders=["b"])  # complete: wait 1, which records nothing
     got = await ctx.gather("up", senders=["b", "c", "d"], timeout=0.3)
     it = ctx.gather_each("each", senders=["d", "c", "b"], timeout=0.3)
     each = [m.sender async for m in it]
@@ -1579,7 +1580,7 @@ async def _gathers_with_a_deadline(ctx):
 
 
 async def _sends_each_kind(ctx):
-    for kind in ("up", "each", "any"):
+    for kind in ("hi", "up", "each", "any"):
         await ctx.send("server", kind, 1)
 
 
@@ -1587,7 +1588,8 @@ async def _sends_each_kind(ctx):
 def test_a_missing_record_says_how_many_its_wait_expected_and_got_on_every_transport(transport):
     # ledger.missing had one record per missing sender and nothing of the wait it came from: the
     # trace could say "2 messages missing" but not "2 of 3"; the TCP workers' reports carry the
-    # two counts to the merged ledger too
+    # two counts to the merged ledger too. Each record names its wait, the receiver's gathers
+    # numbered in the order it began them (Missing.wait): the same numbers on every transport
     net = {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": lambda: TcpNetwork(processes=2)}[transport]()
     net.add_node("server", _gathers_with_a_deadline, role="server")
     net.add_node("b", _sends_each_kind)
@@ -1595,10 +1597,10 @@ def test_a_missing_record_says_how_many_its_wait_expected_and_got_on_every_trans
     net.add_node("d", _done)
     res = net.run() if transport == "sim" else net.run(timeout=20)
     assert res["server"] == [["b"], ["b"], 1]
-    got = [(m.round, m.receiver, m.sender, m.kind, m.expected, m.arrived) for m in net.ledger.missing]
+    got = [(m.round, m.receiver, m.sender, m.kind, m.expected, m.arrived, m.wait) for m in net.ledger.missing]
     assert sorted(got, key=str) == sorted([
-        (0, "server", "c", "up", 3, 1), (0, "server", "d", "up", 3, 1),
-        (0, "server", "c", "each", 3, 1), (0, "server", "d", "each", 3, 1),
-        (0, "server", None, "any", 3, 1), (0, "server", None, "any", 3, 1)], key=str)
+        (0, "server", "c", "up", 3, 1, 2), (0, "server", "d", "up", 3, 1, 2),
+        (0, "server", "c", "each", 3, 1, 3), (0, "server", "d", "each", 3, 1, 3),
+        (0, "server", None, "any", 3, 1, 4), (0, "server", None, "any", 3, 1, 4)], key=str)
     if transport == "tcp":
         assert_no_orphans(net)

@@ -113,8 +113,8 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
     data = _page_data(page)
     assert [m["read_at"] for m in data["messages"]] == [None, None, 0.05, pytest.approx(0.064), None,
                                                         pytest.approx(0.062), None, None]
-    assert data["missing"] == [{"time": 0.05, "receiver": "server", "kind": "up", "round": 0, "senders": ["b"],
-                                "anonymous": 0, "expected": 2, "arrived": 1}]
+    assert data["missing"] == [{"time": 0.05, "receiver": "server", "kind": "up", "round": 0, "wait": 1,
+                                "senders": ["b"], "anonymous": 0, "expected": 2, "arrived": 1}]
     labels = re.findall(r'fill="#222">([^<]*)</text>', page)
     assert labels == ["go · 8 B", "go · 8 B", "up · 8 B · read 50.000 ms", "up · 8 B · read 64.000 ms", "go · 8 B",
                       "go · 8 B · read 62.000 ms", "up · 8 B · never read", "up · 8 B"]
@@ -576,11 +576,12 @@ def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_rec
     views = [view(net) for view in (step_log, mermaid, trace_html)]
     assert "      10.000 ms  server stops waiting for up (round 0): 2 of 2 missing (nothing from c, d)" in views[0].splitlines()
     m0, m1 = net.ledger.missing
-    net.ledger.missing[:] = [dataclasses.replace(m0, time=np.float64(m0.time), round=np.int64(m0.round)), m1]
+    net.ledger.missing[:] = [dataclasses.replace(m0, time=np.float64(m0.time), round=np.int64(m0.round),
+                                                 wait=np.int64(m0.wait)), m1]
     groups = missing_events(net)
-    assert groups == [{"time": 0.01, "receiver": "server", "kind": "up", "round": 0, "senders": ["c", "d"],
+    assert groups == [{"time": 0.01, "receiver": "server", "kind": "up", "round": 0, "wait": 1, "senders": ["c", "d"],
                        "anonymous": 0, "expected": 2, "arrived": 0}]
-    assert type(groups[0]["time"]) is float and type(groups[0]["round"]) is int
+    assert type(groups[0]["time"]) is float and type(groups[0]["round"]) is int and type(groups[0]["wait"]) is int
     assert [view(net) for view in (step_log, mermaid, trace_html)] == views
 
 
@@ -791,8 +792,9 @@ def test_trace_writes_each_file_whole_or_not_at_all(tmp_path):
 def test_a_wait_given_up_says_how_many_of_how_many_only_when_its_records_say_so():
     # the step panel said "2 messages missing" and never "of 5": the records did not keep the
     # wait's size (Missing.expected/arrived now do). Two waits of one receiver, kind and round
-    # that give up at one instant are one group of the views; their counts do not add up to one
-    # wait's, so the group says none (as records made without counts)
+    # that give up at one instant are two notes, each with its count (Missing.wait: see
+    # test_two_waits_given_up_at_one_instant_keep_their_own_counts); records made by hand without
+    # the wait's number fall into one group, whose counts do not add up to one wait's: it says none
     import dataclasses
 
     from fedsim.studies.trace import event_step, missing_events
@@ -815,19 +817,98 @@ def test_a_wait_given_up_says_how_many_of_how_many_only_when_its_records_say_so(
     for n in ("a", "c", "d"):
         net.add_node(n, a if n == "a" else idle, role="client", link=LinkSpec(latency=0.001))
     net.run()
-    assert [(m.sender, m.kind, m.expected, m.arrived) for m in net.ledger.missing] == [
-        ("c", "up", 2, 1), ("d", "up", 1, 0), (None, "any", 3, 1), (None, "any", 3, 1)]
+    assert [(m.sender, m.kind, m.expected, m.arrived, m.wait) for m in net.ledger.missing] == [
+        ("c", "up", 2, 1, 1), ("d", "up", 1, 0, 2), (None, "any", 3, 1, 3), (None, "any", 3, 1, 3)]
     groups = missing_events(net)
     assert [(g["senders"], g["anonymous"], g["expected"], g["arrived"]) for g in groups] == [
-        (["c", "d"], 0, None, None), ([], 2, 3, 1)]
+        (["c"], 0, 2, 1), (["d"], 0, 1, 0), ([], 2, 3, 1)]
+    assert [line.split(" ms  ")[1] for line in step_log(net).splitlines() if " stops waiting " in line] == [
+        "server stops waiting for up (round 0): 1 of 2 missing (nothing from c)",
+        "server stops waiting for up (round 0): 1 of 1 missing (nothing from d)",
+        "server stops waiting for any (round 0): 2 of 3 missing (any sender)"]
+    assert [event_step("missing", g)["text"] for g in groups] == [
+        "server gives up waiting for up (round 0) at 10.000 ms: 1 of 2 messages missing (nothing from c)",
+        "server gives up waiting for up (round 0) at 10.000 ms: 1 of 1 message missing (nothing from d)",
+        "server gives up waiting for any (round 0) at 20.000 ms: 2 of 3 messages missing (from any sender)"]
+    # records made by hand without the waits' numbers: the two waits of up are one group
+    net.ledger.missing[:] = [dataclasses.replace(m, wait=None) for m in net.ledger.missing]
+    groups = missing_events(net)
+    assert [(g["senders"], g["anonymous"], g["expected"], g["arrived"], g["wait"]) for g in groups] == [
+        (["c", "d"], 0, None, None, None), ([], 2, 3, 1, None)]
     assert [line.split(" ms  ")[1] for line in step_log(net).splitlines() if " stops waiting " in line] == [
         "server stops waiting for up (round 0): nothing from c, d",
         "server stops waiting for any (round 0): 2 of 3 missing (any sender)"]
-    assert [event_step("missing", g)["text"] for g in groups] == [
-        "server gives up waiting for up (round 0) at 10.000 ms: 2 messages missing (nothing from c, d)",
-        "server gives up waiting for any (round 0) at 20.000 ms: 2 of 3 messages missing (from any sender)"]
+    assert event_step("missing", groups[0])["text"] == (
+        "server gives up waiting for up (round 0) at 10.000 ms: 2 messages missing (nothing from c, d)")
     # records made without the counts: the views as before
     net.ledger.missing[:] = [dataclasses.replace(m, expected=None, arrived=None) for m in net.ledger.missing]
     assert [(g["expected"], g["arrived"]) for g in missing_events(net)] == [(None, None), (None, None)]
     assert [event_step("missing", g)["text"] for g in missing_events(net)][1] == (
         "server gives up waiting for any (round 0) at 20.000 ms: 2 messages missing (2 more from any sender)")
+
+
+async def _two_waits_per_instant(ctx):
+    """Two gathers of "up" in round 0 with one deadline (the second finds it passed: it takes
+    what is in the mailbox, nothing, and gives up at the same instant), then two of "any" alike."""
+    dl = ctx.deadline(0.01)
+    await ctx.gather("up", senders=["a", "c"], deadline=dl)  # a's arrives, c's never: 1 of 2
+    await ctx.gather("up", senders=["d", "e"], deadline=dl)  # 2 of 2
+    dl = ctx.deadline(0.01)
+    await ctx.gather("any", count=2, deadline=dl)  # a's anonymous one: 1 of 2
+    await ctx.gather("any", count=3, deadline=dl)  # 3 of 3
+
+
+async def _sends_up_and_any(ctx):
+    await ctx.send("server", "up", {"x": 1})
+    await ctx.send("server", "any", {"x": 1}, anonymous=True)
+
+
+async def _idle(ctx):
+    return None
+
+
+def _two_waits_net(net):
+    for n, actor in (("server", _two_waits_per_instant), ("a", _sends_up_and_any), ("c", _idle), ("d", _idle),
+                     ("e", _idle)):
+        net.add_node(n, actor, role="server" if n == "server" else "client", link=LinkSpec(latency=0.001))
+    return net
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+def test_two_waits_given_up_at_one_instant_keep_their_own_counts(transport):
+    # two waits of one receiver, kind and round that gave up at one instant were one note of
+    # the views, "nothing from c, d, e" with no count (their records' 1 of 2 and 2 of 2 did not
+    # add up to one wait's): nothing told the waits apart. Each record now names its wait (the
+    # receiver's gathers numbered in the order its actor began them, Missing.wait), the same on
+    # every transport, and each wait is a note of its own with its count
+    from fedsim.kernel import AsyncioNetwork
+    from fedsim.studies.trace import event_step, missing_events
+
+    net = _two_waits_net(TracingNetwork(seed=0) if transport == "sim" else AsyncioNetwork(seed=0, time_scale=1.0))
+    net.run() if transport == "sim" else net.run(timeout=20)
+    assert [(m.sender, m.kind, m.expected, m.arrived, m.wait) for m in net.ledger.missing] == [
+        ("c", "up", 2, 1, 1), ("d", "up", 2, 0, 2), ("e", "up", 2, 0, 2),
+        (None, "any", 2, 1, 3), (None, "any", 3, 0, 4), (None, "any", 3, 0, 4), (None, "any", 3, 0, 4)]
+    groups = missing_events(net)
+    assert [(g["senders"], g["anonymous"], g["expected"], g["arrived"], g["wait"]) for g in groups] == [
+        (["c"], 0, 2, 1, 1), (["d", "e"], 0, 2, 0, 2), ([], 1, 2, 1, 3), ([], 3, 3, 0, 4)]
+    texts = [event_step("missing", g)["text"].split(" ms: ")[1] for g in groups]
+    assert texts == ["1 of 2 messages missing (nothing from c)", "2 of 2 messages missing (nothing from d, e)",
+                     "1 of 2 messages missing (from any sender)", "3 of 3 messages missing (from any sender)"]
+    if transport != "sim":
+        return
+    # on the simulator both pairs gave up at one instant: 10 and 20 ms
+    assert [g["time"] for g in groups] == [0.01, 0.01, 0.02, 0.02]
+    assert [line for line in step_log(net).splitlines() if " stops waiting " in line] == [
+        "      10.000 ms  server stops waiting for up (round 0): 1 of 2 missing (nothing from c)",
+        "      10.000 ms  server stops waiting for up (round 0): 2 of 2 missing (nothing from d, e)",
+        "      20.000 ms  server stops waiting for any (round 0): 1 of 2 missing (any sender)",
+        "      20.000 ms  server stops waiting for any (round 0): 3 of 3 missing (any sender)"]
+    assert [line.split(": ", 1)[1] for line in mermaid(net).splitlines() if "stops waiting" in line] == [
+        "stops waiting for up (round 0)#58; 1 of 2 missing (nothing from c), at 10.000 ms",
+        "stops waiting for up (round 0)#58; 2 of 2 missing (nothing from d, e), at 10.000 ms",
+        "stops waiting for any (round 0)#58; 1 of 2 missing (any sender), at 20.000 ms",
+        "stops waiting for any (round 0)#58; 3 of 3 missing (any sender), at 20.000 ms"]
+    data = _page_data(trace_html(net))
+    assert [s for s in data["sequence"] if s[0] == "missing"] == [["missing", i] for i in range(4)]
+    assert [s["text"].split(" ms: ")[1] for s in data["steps"]["missing"]] == texts

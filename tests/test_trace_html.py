@@ -1253,6 +1253,70 @@ def test_the_timeline_zooms_to_the_step_and_to_the_round_in_a_headless_browser(f
         driver.quit()
 
 
+
+def test_the_round_view_ends_at_the_rounds_last_event_not_at_its_deadline_in_a_headless_browser(tmp_path):
+    # "zoomed to the round" spans the round's events: from its first send to its last arrival,
+    # read or note. A round that ends in a wait given up ends at that give-up, which on the
+    # simulator is the deadline (the gather's timer) or, for a gather begun after its deadline
+    # had passed, later; a round whose messages all came in time ends at its last arrival,
+    # however far its deadline
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from fedsim.kernel import LinkSpec
+    from fedsim.studies.trace import TracingNetwork, trace_html
+
+    deadlines = (0.05, 1.0)
+
+    async def server(ctx):
+        for r in range(2):
+            ctx.begin_round(r)
+            await ctx.broadcast(["a", "b", "c"], "go", {"r": r})
+            dl = ctx.deadline(deadlines[r])
+            await ctx.gather("up", senders=["a", "b"] + (["c"] if r == 0 else []), round=r, deadline=dl)
+            if r == 0:
+                await ctx.sleep(0.005)
+                await ctx.gather("late", senders=["c"], round=r, deadline=dl)  # passed: given up at once
+
+    async def client(ctx):
+        for r in range(2):
+            ctx.begin_round(r)
+            await ctx.receive("go")
+            if ctx.node_id != "c":
+                await ctx.send("server", "up", {"x": 1})
+
+    net = TracingNetwork(seed=0)
+    net.add_node("server", server, role="server", link=LinkSpec(latency=0.001))
+    for n in "abc":
+        net.add_node(n, client, role="client", link=LinkSpec(latency=0.001))
+    net.run()
+    rows = list(net.ledger.records())
+    gave_up = [(m.round, m.kind, float(m.time)) for m in net.ledger.missing]
+    assert gave_up == [(0, "up", deadlines[0]), (0, "late", pytest.approx(deadlines[0] + 0.005))]
+    path = tmp_path / "trace.html"
+    path.write_text(trace_html(net))
+    expected = {0: (min(r["send_time"] for r in rows if r["round"] == 0), gave_up[1][2]),
+                1: (min(r["send_time"] for r in rows if r["round"] == 1),
+                    max(r["arrival_time"] for r in rows if r["round"] == 1))}
+    assert expected[0][1] > deadlines[0] and expected[1][1] < deadlines[1] / 10
+    driver = _driver(tmp_path)
+    try:
+        driver.get(path.resolve().as_uri())
+        tl = driver.find_element(By.ID, "timeline")
+        end = float(tl.get_attribute("data-end"))
+        Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("zoomed to the round")
+        for rnd in (0, 1):
+            Select(driver.find_element(By.ID, "round")).select_by_visible_text(f"round {rnd}")
+            lo, hi = expected[rnd]
+            assert (float(tl.get_attribute("data-from")), float(tl.get_attribute("data-to"))) == \
+                (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+            assert driver.find_element(By.ID, "tl-range").text == (
+                f"simulated time, {'0' if lo == 0 else f'{lo * 1000:.3f} ms'} to {hi * 1000:.3f} ms "
+                f"(zoomed to round {rnd} of 0 to {end * 1000:.3f} ms)")
+        assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
+    finally:
+        driver.quit()
+
 def test_the_views_of_a_long_trace_are_bounded_and_say_what_they_leave_out(long_trace, tmp_path, monkeypatch):
     # sequence.mmd, timeline.svg and timeline.png drew every message: for 1000 rounds of demo with
     # 30 clients a 4.4 MB Mermaid file (Mermaid draws none over 50000 characters), a 25 MB SVG and

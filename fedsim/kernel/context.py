@@ -106,13 +106,14 @@ class GatherEach:
     """The async iterator ``Context.gather_each`` returns: messages one by one, in node-id order.
 
     After the loop, ``missing`` lists the senders whose message did not arrive by the deadline
-    (also recorded in the ledger) and ``complete`` says whether there were none.
+    (also recorded in the ledger, with the number ``wait`` of this wait among its node's
+    gathers: ``Missing.wait``) and ``complete`` says whether there were none.
     """
 
-    __slots__ = ("missing", "_ctx", "_kind", "_col", "_end", "_expired", "_done")
+    __slots__ = ("missing", "_ctx", "_kind", "_col", "_end", "_expired", "_done", "_wait")
 
     def __init__(self, ctx: "Context", kind: str, order: list[str], end: float | None,
-                 rnd: int | None) -> None:
+                 rnd: int | None, wait: int) -> None:
         self.missing: list[str] = []
         self._ctx = ctx
         self._kind = kind
@@ -120,6 +121,7 @@ class GatherEach:
         self._end = end
         self._expired = False
         self._done = False
+        self._wait = wait
 
     @property
     def complete(self) -> bool:
@@ -157,7 +159,8 @@ class GatherEach:
         if not self._done:
             self._done = True
             if self.missing:
-                ctx._net.record_missing(ctx._node, self._kind, self.missing, self._col.round, len(self._col.order))
+                ctx._net.record_missing(ctx._node, self._kind, self.missing, self._col.round, len(self._col.order),
+                                        self._wait)
         raise StopAsyncIteration
 
 
@@ -410,6 +413,9 @@ class Context:
             col = Collector(len(expected), set(expected), round, net.ledger.discarded)
         else:
             col = Collector(int(count), None, round, net.ledger.discarded)
+        # this wait's number among the node's gathers (Missing.wait): counted here, once per
+        # gather, given up or not, so that it is the same on every transport
+        node.waits = wait = node.waits + 1
         net.offer_queued(node, kind, col)  # what is already in the mailbox, oldest first
         if not col.complete and (dl is None or dl > 0):
             await net.collect(node, kind, col, dl)
@@ -420,7 +426,7 @@ class Context:
         missing = sorted(pending) if pending is not None else []
         missing_count = want - len(got)
         if missing_count:
-            self._net.record_missing(self._node, kind, missing or [None] * missing_count, round, want)
+            self._net.record_missing(self._node, kind, missing or [None] * missing_count, round, want, wait)
         return Gathered(messages, missing, missing_count)
 
     def gather_each(self, kind: str, *, senders: Iterable[str], timeout: float | None = None,
@@ -461,7 +467,9 @@ class Context:
                 raise _unknown_sender("gather_each", senders, s)
         expected.sort()
         dl = self._timeout_of(timeout, deadline, "gather_each")
-        return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round)
+        node = self._node
+        node.waits = wait = node.waits + 1  # (as gather: Missing.wait)
+        return GatherEach(self, str(kind), expected, None if dl is None else net.now() + dl, round, wait)
 
     # -- time -------------------------------------------------------------------------------
     async def sleep(self, seconds: float) -> None:

@@ -70,7 +70,12 @@ class Missing:
     ``expected`` is how many messages the wait it belongs to asked for and ``arrived`` how many of
     them it got, the same on every record of one wait (so ``expected - arrived`` of them), on
     every transport (the wait, ``gather``/``gather_each``, is counted where it is given up, in the
-    receiver's own process); None on a record made without them (built by hand)."""
+    receiver's own process); None on a record made without them (built by hand). ``wait`` tells
+    the receiver's waits apart: its gathers (``gather``, ``gather_each``) are numbered 1, 2, ...
+    in the order its actor began them, and every record of one wait carries that wait's number
+    (two waits of one kind and round that give up at one instant are two waits, not one), the
+    same on every transport (counted by the receiver's own actor as it begins each gather, given
+    up or not); None on a record made without it."""
 
     round: int
     receiver: str
@@ -79,6 +84,7 @@ class Missing:
     time: float
     expected: int | None = None
     arrived: int | None = None
+    wait: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

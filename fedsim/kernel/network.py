@@ -623,11 +623,12 @@ class Network:
         return rng.random() < p
 
     def record_missing(self, node: Node, kind: str, senders: list, rnd: int | None = None,
-                       expected: int | None = None) -> None:
+                       expected: int | None = None, wait: int | None = None) -> None:
         """Record in the ledger that ``node``'s wait for ``kind`` (of round ``rnd``; None: the
         node's current round), which asked for ``expected`` messages, ended without ``senders``
         (nothing once the run has ended: ``end_run``): one ``Missing`` each, with ``expected``
-        and ``arrived`` (``expected - len(senders)``; both None without ``expected``). A wait for
+        and ``arrived`` (``expected - len(senders)``; both None without ``expected``) and the
+        wait's number among the node's gathers, ``wait`` (``Node.waits`` when it began). A wait for
         round r records round r even if the node has moved on (it read a later round's message
         before), which would otherwise label the missing senders with it."""
         if self.ended:
@@ -639,7 +640,7 @@ class Network:
         for s in senders:
             if self.tracing:
                 self.happened.append(("missing", len(missing)))
-            missing.append(Missing(rnd, node.id, s, kind, t, expected, arrived))
+            missing.append(Missing(rnd, node.id, s, kind, t, expected, arrived, wait))
 
     def log(self, node: Node, text: str) -> None:
         """Add a step-log line (kept only when the network traces)."""

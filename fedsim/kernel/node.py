@@ -22,7 +22,8 @@ class Node:
     Run state: ``ctx``, ``coro``, ``round`` (label of what it sends), ``mailbox`` (a deque of
     envelopes, made on first delivery), ``waiter`` (what it is blocked on; transport-specific),
     ``done``/``result``, ``offline``, ``sent`` (messages it has sent: the sequence number that
-    keys its loss draws), ``flops`` (the FLOPs of its ``ctx.compute`` calls that returned, per
+    keys its loss draws), ``waits`` (the gathers its actor has begun, ``gather`` and
+    ``gather_each``: the last one's number, which its missing records carry, ``Missing.wait``), ``flops`` (the FLOPs of its ``ctx.compute`` calls that returned, per
     label, empty before the first; ``RunResult.flops`` copies it).
     Link-model state: ``egress_free``/``ingress_free`` (the FIFO model's port clocks) and
     ``link_state`` (free for any other link model).
@@ -30,7 +31,7 @@ class Node:
 
     __slots__ = ("id", "role", "spec", "actor", "args", "kwargs", "ctx", "round", "mailbox",
                  "waiter", "egress_free", "ingress_free", "offline", "done", "result", "coro",
-                 "proc", "sent", "loss_rng", "gathering", "link_state", "flops", "__weakref__")
+                 "proc", "sent", "waits", "loss_rng", "gathering", "link_state", "flops", "__weakref__")
 
     def __init__(self, node_id: str, role: str, spec: NodeSpec, actor: Callable[..., Any], args: tuple,
                  kwargs: dict | None) -> None:
@@ -52,6 +53,7 @@ class Node:
         self.coro: Any = None
         self.proc: Any = None
         self.sent = 0
+        self.waits = 0  # gathers begun (Context.gather, gather_each): the number of the last one
         self.loss_rng: Any = None
         self.gathering: Any = None  # the collector of a gather in progress (for error messages)
         self.link_state: Any = None

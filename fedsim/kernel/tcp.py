@@ -595,7 +595,8 @@ class TcpNetwork(ClosedOnDropout, Network):
         led = self.ledger
         led.rows = merged
         led.missing = sorted((Missing(*m) for m in (m for rep in reports for m in rep["missing"])),
-                             key=lambda m: (m.time, m.receiver, m.kind, str(m.sender)))
+                             key=lambda m: (m.time, m.receiver, -1 if m.wait is None else m.wait, m.kind,
+                                            str(m.sender)))
         self.steps = sorted((tuple(s) for rep in reports for s in rep["steps"]), key=lambda s: (s[0], s[1]))
         duration = 0.0
         for rep in reports:
@@ -1550,7 +1551,7 @@ class _Worker:
         lists = {
             "nodes": [[n.id, n.done, n.role, waits.get(n.id), n.offline, n.flops] for n in self.local],
             "role_members": [[role, nid] for role, members in role_members.items() for nid in members],
-            "missing": [[m.round, m.receiver, m.sender, m.kind, m.time, m.expected, m.arrived]
+            "missing": [[m.round, m.receiver, m.sender, m.kind, m.time, m.expected, m.arrived, m.wait]
                         for m in net.ledger.missing],
             "steps": [list(s) for s in net.steps],
             "rows": rows,

@@ -34,7 +34,9 @@ N, as FPL's resumed over several networks does) and its fate as the ledger has i
 took after it arrived (from the mailbox a round later, or when its gather returned), when it
 was read (``read_at``, kept by a tracing network). Waits that ended without some senders'
 messages (``ledger.missing``) and nodes going offline are shown where they happened, a wait
-with how many of how many messages it missed (``2 of 5 missing``: ``Missing.expected``).
+with how many of how many messages it missed (``2 of 5 missing``: ``Missing.expected``), each
+wait a note of its own (``Missing.wait``: also two of one receiver, kind and round given up at one
+instant).
 """
 
 from __future__ import annotations
@@ -515,7 +517,7 @@ def _sequence(net: SimNetwork, records: list[dict], offline: list[dict], missing
     firsts = _missing_positions(net, at)
     notes = [((e["time"], 0, 0), ("offline", i)) for i, e in enumerate(offline)]
     for i, g in enumerate(missing):
-        first = firsts.get(_missing_key(g["time"], g["receiver"], g["kind"], g["round"]))
+        first = firsts.get(_missing_key(g["time"], g["receiver"], g["kind"], g["round"], g["wait"]))
         pos = -1 if first is None else at[("missing", first)]
         notes.append(((g["time"], 2, pos) if traced else (g["time"], 1, 0), ("missing", i)))
     notes += [((b["time"], 4, 0), ("blocked", i)) for i, b in enumerate(blocked)]
@@ -532,10 +534,12 @@ def _sequence(net: SimNetwork, records: list[dict], offline: list[dict], missing
     return out
 
 
-def _missing_key(time, receiver: str, kind: str, rnd) -> tuple:
+def _missing_key(time, receiver: str, kind: str, rnd, wait) -> tuple:
     """The wait a ``ledger.missing`` record belongs to (a group of ``missing_events``), from a
-    record's or a group's fields: one key for both, so that they cannot drift apart."""
-    return float(time), receiver, kind, int(rnd)
+    record's or a group's fields: one key for both, so that they cannot drift apart. ``wait``
+    (``Missing.wait``, the wait's number among its receiver's gathers) tells apart two waits of
+    one receiver, kind and round that gave up at one instant; None for records made without it."""
+    return float(time), receiver, kind, int(rnd), None if wait is None else int(wait)
 
 
 def _missing_positions(net: SimNetwork, at: dict) -> dict[tuple, int]:
@@ -545,7 +549,7 @@ def _missing_positions(net: SimNetwork, at: dict) -> dict[tuple, int]:
     out: dict[tuple, int] = {}
     for i, m in enumerate(net.ledger.missing):
         if ("missing", i) in at:
-            key = _missing_key(m.time, m.receiver, m.kind, m.round)
+            key = _missing_key(m.time, m.receiver, m.kind, m.round, m.wait)
             if key not in out or at[("missing", i)] < at[("missing", out[key])]:
                 out[key] = i
     return out
@@ -560,17 +564,19 @@ def _read_later(net: SimNetwork, r: dict) -> float | None:
 
 
 def missing_events(net: SimNetwork) -> list[dict]:
-    """The ledger's ``missing`` records, one event per wait that ended without them: ``time``,
-    ``receiver``, ``kind``, ``round``, ``senders`` (the ids named), ``anonymous`` (how many
-    of a ``count=`` gather's, whose senders are not known), ``expected`` and ``arrived`` (how
-    many messages the wait asked for and got: ``Missing.expected``/``arrived``; None when its
-    records do not say, or when two waits of one receiver, kind and round gave up at one instant
-    and their records, one group here, do not add up to one wait's), in time order."""
+    """The ledger's ``missing`` records, one event per wait that ended without them (the records
+    of one ``time``, ``receiver``, ``kind``, ``round`` and ``wait``, ``Missing.wait``: two waits
+    of one receiver, kind and round that gave up at one instant are two events): those fields,
+    ``senders`` (the ids named), ``anonymous`` (how many of a ``count=`` gather's, whose senders
+    are not known), ``expected`` and ``arrived`` (how many messages the wait asked for and got:
+    ``Missing.expected``/``arrived``; None when its records do not say, or, for records made
+    without ``wait`` (by hand), when those of two waits fell into one group and do not add up to
+    one wait's), in time order (at one time, in the order of the records)."""
     groups: dict[tuple, dict] = {}
     counts: dict[tuple, set] = {}
     for m in net.ledger.missing:
-        time, receiver, kind, rnd = key = _missing_key(m.time, m.receiver, m.kind, m.round)
-        g = groups.setdefault(key, {"time": time, "receiver": receiver, "kind": kind, "round": rnd,
+        time, receiver, kind, rnd, wait = key = _missing_key(m.time, m.receiver, m.kind, m.round, m.wait)
+        g = groups.setdefault(key, {"time": time, "receiver": receiver, "kind": kind, "round": rnd, "wait": wait,
                                     "senders": [], "anonymous": 0, "expected": None, "arrived": None})
         counts.setdefault(key, set()).add((m.expected, m.arrived))
         if m.sender is None:
@@ -732,7 +738,7 @@ def step_log(net: SimNetwork) -> str:
                                                      "flight when the run ends"))
     firsts = _missing_positions(net, at)
     for g in missing_events(net):
-        first = firsts.get(_missing_key(g["time"], g["receiver"], g["kind"], g["round"]), -1)
+        first = firsts.get(_missing_key(g["time"], g["receiver"], g["kind"], g["round"], g["wait"]), -1)
         did(g["time"], ("missing", first), missing_text(g))
     for b in blocked_events(net):
         events.append((b["time"], 4, 0, 0, blocked_text(b)))
@@ -1245,7 +1251,8 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
     show(g);
   }
   // the timeline's window: the whole run, the current step's round (from its first send to the
-  // last arrival, read, or note of it) or the current step (a message from its send to its
+  // last arrival, read, or note of it: a wait given up ends its round at the give-up, never at a
+  // deadline as such, which the page does not know) or the current step (a message from its send to its
   // arrival, a tenth of that either side; a hidden sender's from the start of its reception; a
   // note: its round's); the spans laid out anew from their exact times when it changes
   var zoom = document.getElementById("zoom"), tlSvg = document.getElementById("timeline");
