@@ -712,3 +712,59 @@ def test_by_role_refuses_a_per_round_that_is_not_true_or_false(streaming):
     with pytest.raises(ValueError, match="^by_role: per_round must be True or False, got 'no'$"):
         led.by_role(per_round="no")
     assert [r["round"] for r in led.by_role(per_round=False)] == [-1, -1]
+
+
+# -- Context's flags: draft's zero, send's anonymous -------------------------------------------------
+
+@pytest.mark.parametrize("zero", ["no", "", 1, 0, None, [], 0.0])
+def test_draft_refuses_a_zero_that_is_not_true_or_false(zero):
+    # truthiness decided: zero="no" was zeroed, zero="" (or 0, None, []) left the array's elements
+    # as whatever the memory held, silently
+    import numpy as np
+
+    from fedsim.kernel import ActorError, SimNetwork
+    from fedsim.kernel.codec import draft_message
+
+    message = f"draft: zero must be True or False, got {type(zero).__name__} {zero!r}"
+    with pytest.raises(TypeError, match="^" + re.escape(message) + "$"):
+        draft_message("m", {"x": np.ones(3)}, zero=zero)
+
+    async def drafts(ctx):
+        ctx.draft("m", {"x": np.ones(3)}, zero=zero)
+
+    net = SimNetwork()
+    net.add_node("a", drafts)
+    with pytest.raises(ActorError, match=re.escape(message) + "$") as info:
+        net.run()
+    assert type(info.value.__cause__) is TypeError and len(net.ledger) == 0
+
+
+def test_draft_takes_numpy_bools_for_zero():
+    import numpy as np
+
+    from fedsim.kernel.codec import draft_message
+
+    zeroed = draft_message("m", {"x": np.ones(1000)}, zero=np.True_)
+    assert zeroed.payload["x"].tolist() == [0.0] * 1000
+    raw = draft_message("m", {"x": np.ones(4)}, zero=np.False_)
+    raw.payload["x"][:] = [1, 2, 3, 4]
+    assert raw.payload["x"].tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio"])
+@pytest.mark.parametrize("flag", [0, "", None, "no", 1.0])
+def test_send_refuses_an_anonymous_that_is_not_true_or_false_falsy_ones_too(transport, flag):
+    # (refused since 7cedec6; the message now says the type, as a network's flags do: 0 and 0.0
+    # and False read alike without it)
+    from fedsim.kernel import ActorError
+
+    async def sends(ctx):
+        await ctx.send("b", "m", 1, anonymous=flag)
+
+    net = _transport(transport)()
+    net.add_node("a", sends)
+    net.add_node("b", _waits)
+    message = f"send: anonymous must be True or False, got {type(flag).__name__} {flag!r}"
+    with pytest.raises(ActorError, match=re.escape(message) + "$") as info:
+        net.run(strict=False)
+    assert type(info.value.__cause__) is TypeError and len(net.ledger) == 0

@@ -458,7 +458,11 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
     level down; its other values are encoded as ``encode_message`` encodes them, and reach every
     receiver as the document's bytes decode (a tuple as a new list, a numpy scalar as a Python
     one), never as the template's own objects. Raises ``CodecError`` for what ``encode_message``
-    cannot encode."""
+    cannot encode, and ``TypeError`` for a ``zero`` that is not True or False (NumPy's ``bool_`` is
+    taken as one): truthiness decided before, and ``zero=""``, ``0`` or ``None`` left the arrays'
+    elements as whatever the memory held."""
+    if zero is not True and zero is not False:  # (no call on the common path: drafts are per-message)
+        zero = _zero_flag(zero)
     if type(template) is not dict or type(kind) is not str:
         raise CodecError("a draft needs a str kind and a dict payload")
     enc = _encoder
@@ -515,6 +519,14 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
 # values msgpack gives back as themselves, of the same type, and that no receiver can change: a
 # draft's layout hands them to every receiver as they are
 _AS_SENT = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def _zero_flag(zero: Any) -> bool:
+    """``draft_message``'s ``zero`` that is neither True nor False: a NumPy bool as a bool, anything
+    else refused (falsy ones too: they meant uninitialised memory)."""
+    if isinstance(zero, np.bool_):
+        return bool(zero)
+    raise TypeError(f"draft: zero must be True or False, got {type(zero).__name__} {zero!r:.80}")
 
 
 def _draft_fields(template: dict, layout: dict) -> list | None:

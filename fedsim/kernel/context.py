@@ -40,10 +40,12 @@ _INF = math.inf
 
 
 def _flag(anonymous: Any) -> bool:
-    """``send``'s ``anonymous`` as a bool: True, False or NumPy's bool_; anything else is refused."""
+    """``send``'s ``anonymous`` that is neither True nor False (called only then, off the common
+    path): NumPy's bool_ as a bool; anything else is refused, falsy values too (``0``, ``None``,
+    ``""``: one that means "not anonymous" is written False)."""
     if isinstance(anonymous, (bool, np.bool_)):
         return bool(anonymous)
-    raise TypeError(f"send: anonymous must be True or False, got {anonymous!r}")
+    raise TypeError(f"send: anonymous must be True or False, got {type(anonymous).__name__} {anonymous!r:.80}")
 
 
 class Message:
@@ -228,7 +230,8 @@ class Context:
         codec cannot encode or a draft already sent (and not reopened), ``ValueError`` for a
         draft of another kind, ``MessageTooLargeError`` for a document larger than the
         transport's ``max_message_bytes``, and ``TypeError`` for an ``anonymous`` that is not a
-        bool (NumPy's ``bool_`` is taken as one). Nothing is sent when it raises.
+        bool (NumPy's ``bool_`` is taken as one; a falsy ``0``, ``None`` or ``""`` is refused as
+        ``"no"`` is, not taken for False). Nothing is sent when it raises.
         """
         if anonymous is not False and anonymous is not True:
             # the ledger stored the value as given: np.True_ went into the CSV as "True" (not "1",
@@ -279,7 +282,10 @@ class Context:
         nothing else holds it any more (then it is writable again, in place). Elements not
         written are zero, or undefined with ``zero=False`` (for callers that write every element). Does not block;
         raises ``CodecError`` for a template the codec cannot encode (see
-        ``fedsim.kernel.codec.Draft``)."""
+        ``fedsim.kernel.codec.Draft``), and ``TypeError`` for a ``zero`` that is not True or False
+        (NumPy's ``bool_`` is taken as one; ``0``, ``None`` or ``""`` are refused, not taken for
+        False: truthiness made ``zero="no"`` zero the arrays and ``zero=None`` leave them
+        uninitialised)."""
         return draft_message(str(kind), template, zero=zero)
 
     # -- receiving --------------------------------------------------------------------------
