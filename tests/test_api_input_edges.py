@@ -892,3 +892,23 @@ def test_a_plugin_transports_option_names_are_checked_without_calling_its_factor
         assert made == ["x", "y"]
     finally:
         TRANSPORT_REGISTRY.restore(snapshot)
+
+
+# -- Profile: its name and description --------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(name=5), "a profile's name is a non-empty str, got int 5"),
+    (dict(name=""), "a profile's name is a non-empty str, got str ''"),
+    (dict(name=None), "a profile's name is a non-empty str, got NoneType None"),
+    (dict(description=5), "profile 'mine': description must be a str, got int 5"),
+    (dict(description=None), "profile 'mine': description must be a str, got NoneType None"),
+])
+def test_a_profile_refuses_a_name_or_description_that_is_no_str(kw, message):
+    # Profile(name=5) and Profile(name="") were made (their errors said "profile 5", "profile ''");
+    # description=None and 5 were kept as given
+    from fedsim.kernel import NetworkConfigError, NodeSpec, Profile
+
+    args = {"name": "mine", "server": NodeSpec(), "client": NodeSpec(), **kw}
+    with pytest.raises(NetworkConfigError, match="^" + re.escape(message) + "$"):
+        Profile(**args)
+    assert Profile("mine", NodeSpec(), NodeSpec(), description="mine, ideal").name == "mine"
