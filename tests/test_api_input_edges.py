@@ -912,3 +912,45 @@ def test_a_profile_refuses_a_name_or_description_that_is_no_str(kw, message):
     with pytest.raises(NetworkConfigError, match="^" + re.escape(message) + "$"):
         Profile(**args)
     assert Profile("mine", NodeSpec(), NodeSpec(), description="mine, ideal").name == "mine"
+
+
+# -- network_record: where the ledger goes, and under what name -------------------------------------
+
+@pytest.mark.parametrize("kw, exc_type, message", [
+    (dict(ledger_dir=""), ValueError, "network_record: ledger_dir is empty; give a folder, or None to write no ledger"),
+    (dict(ledger_dir=5), TypeError, "network_record: ledger_dir must be a folder path (str or os.PathLike) or None, "
+                                    "got int 5"),
+    (dict(ledger_dir=b"out"), TypeError, "network_record: ledger_dir must be a folder path (str or os.PathLike) or "
+                                         "None, got bytes b'out'"),
+    (dict(label=5), TypeError, "network_record: label must be a str, got int 5"),
+    (dict(label=None), TypeError, "network_record: label must be a str, got NoneType None"),
+])
+def test_network_record_refuses_a_ledger_dir_or_label_of_the_wrong_kind(tmp_path, monkeypatch, kw, exc_type, message):
+    # ledger_dir="" wrote the ledger into the working folder (Path("") is "."); 5 was
+    # "expected str, bytes or os.PathLike object, not int"; label=5 was re.sub's "expected string
+    # or bytes-like object" once a folder was given, and taken without one
+    from fedsim.kernel import network_record
+
+    monkeypatch.chdir(tmp_path)
+    net = _run_ledger_net()
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        network_record(net, **kw)
+    assert list(tmp_path.iterdir()) == []
+    rec = network_record(net, tmp_path / "led", "r")
+    assert rec["ledger"] == str(tmp_path / "led" / "r.csv") and rec["totals"]["messages"] == 1
+
+
+def _run_ledger_net():
+    from fedsim.kernel import SimNetwork
+
+    async def sends(ctx):
+        await ctx.send("b", "k", 1)
+
+    async def idle(ctx):
+        return None
+
+    net = SimNetwork()
+    net.add_node("a", sends)
+    net.add_node("b", idle)
+    net.run(strict=False)
+    return net
