@@ -954,3 +954,37 @@ def _run_ledger_net():
     net.add_node("b", idle)
     net.run(strict=False)
     return net
+
+
+# -- decode / decode_message: the limits ----------------------------------------------------------
+
+@pytest.mark.parametrize("call", ["decode", "decode_message"])
+@pytest.mark.parametrize("kw, shown", [
+    (dict(max_bytes="1000"), "max_bytes must be an integer, got str '1000'"),
+    (dict(max_bytes=None), "max_bytes must be an integer, got NoneType None"),
+    (dict(max_bytes=True), "max_bytes must be an integer, got bool True"),
+    (dict(max_bytes=1000.0), "max_bytes must be an integer, got float 1000.0"),
+    (dict(max_depth="32"), "max_depth must be an integer, got str '32'"),
+    (dict(max_depth=None), "max_depth must be an integer, got NoneType None"),
+    (dict(max_depth=True), "max_depth must be an integer, got bool True"),
+])
+def test_decode_refuses_limits_that_are_no_integer(call, kw, shown):
+    # "'>' not supported between instances of 'int' and 'str'" (naming no parameter); decode took
+    # max_depth="32" or None for a document without containers; True was a limit of one
+    import fedsim.kernel as k
+
+    data = k.encode_message("m", 5).data if call == "decode_message" else k.encode(5).data
+    with pytest.raises(TypeError, match="^" + re.escape(f"{call}: {shown}") + "$"):
+        getattr(k, call)(bytes(data), **kw)
+    with pytest.raises(TypeError, match="^" + re.escape(f"{call}: {shown}") + "$"):
+        getattr(k, call)(bytearray(data), **kw)
+
+
+def test_decode_takes_numpy_integers_as_limits():
+    import numpy as np
+
+    import fedsim.kernel as k
+
+    assert k.decode(k.encode({"a": [1]}).data, max_bytes=np.int64(100), max_depth=np.int32(3)) == {"a": [1]}
+    assert k.decode_message(k.encode_message("m", {"a": 1}).data, max_bytes=np.int64(100),
+                            max_depth=np.int64(3)) == ("m", {"a": 1})

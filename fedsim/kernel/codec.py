@@ -735,8 +735,11 @@ def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEF
     payloads go through msgpack's decoder. Raises ``CodecError`` if the bytes are malformed,
     over ``max_bytes``, nested deeper than ``max_depth``, would decode into more objects than
     their size allows (see the module docstring) or are not a ``[kind, payload]`` pair;
-    ``TypeError`` if ``data`` is not a bytes-like object.
+    ``TypeError`` if ``data`` is not a bytes-like object, or for a ``max_bytes`` or ``max_depth``
+    that is not an integer (NumPy's are taken; a bool, a float, a str or None is refused).
     """
+    if max_bytes.__class__ is not int or max_depth.__class__ is not int:  # (attributes, no call: per message)
+        max_bytes, max_depth = _limits("decode_message", max_bytes, max_depth)
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied
@@ -1197,6 +1200,20 @@ def _scan(data: bytes, max_depth: int, budget: int) -> int:
     return cost, entries
 
 
+def _limits(call: str, max_bytes: Any, max_depth: Any) -> tuple[int, int]:
+    """``call``'s ``max_bytes`` and ``max_depth`` when either is not an int: NumPy integers as ints;
+    anything else ``TypeError`` naming the parameter (a str was "'>' not supported between instances
+    of 'int' and 'str'"; ``decode`` took max_depth "32" or None for a document without containers;
+    True was a limit of one)."""
+    out = []
+    for name, v in (("max_bytes", max_bytes), ("max_depth", max_depth)):
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            out.append(int(v))
+        else:
+            raise TypeError(f"{call}: {name} must be an integer, got {type(v).__name__} {v!r:.80}")
+    return out[0], out[1]
+
+
 def _over_budget(n: int, budget: int) -> None:
     raise CodecError(
         f"document of {n} bytes would decode into more than {budget} bytes of Python objects "
@@ -1211,8 +1228,11 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     Arrays come back as read-only numpy views (copy before modifying). Raises ``CodecError`` if
     the bytes are malformed, longer than ``max_bytes``, nested deeper than ``max_depth`` or would
     decode into more objects than their size allows (see the module docstring); ``TypeError`` if
-    ``data`` is not a bytes-like object.
+    ``data`` is not a bytes-like object, or for a ``max_bytes`` or ``max_depth`` that is not an
+    integer (NumPy's are taken; a bool, a float, a str or None is refused).
     """
+    if max_bytes.__class__ is not int or max_depth.__class__ is not int:
+        max_bytes, max_depth = _limits("decode", max_bytes, max_depth)
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied
