@@ -988,3 +988,57 @@ def test_decode_takes_numpy_integers_as_limits():
     assert k.decode(k.encode({"a": [1]}).data, max_bytes=np.int64(100), max_depth=np.int32(3)) == {"a": [1]}
     assert k.decode_message(k.encode_message("m", {"a": 1}).data, max_bytes=np.int64(100),
                             max_depth=np.int64(3)) == ("m", {"a": 1})
+
+
+# -- Context's numbers: seconds and flops are numbers, not bools or numeric str ------------------------
+
+_NUMBER_CALLS = {
+    "sleep": (lambda ctx, v: ctx.sleep(v), "sleep needs a finite non-negative duration, got {v!r}"),
+    "compute": (lambda ctx, v: ctx.compute(v), "compute needs a finite non-negative flop count, got {v!r}"),
+    "deadline": (lambda ctx, v: _ready(ctx.deadline(v)),
+                 "deadline needs a finite non-negative number of seconds, got {v!r}"),
+    "receive": (lambda ctx, v: ctx.receive("x", timeout=v),
+                "receive: timeout must be a finite non-negative number of seconds (or None), got {v!r}"),
+    "gather": (lambda ctx, v: ctx.gather("x", count=1, timeout=v),
+               "gather: timeout must be a finite non-negative number of seconds (or None), got {v!r}"),
+}
+
+
+async def _ready(value):
+    return value
+
+
+@pytest.mark.parametrize("call", list(_NUMBER_CALLS))
+@pytest.mark.parametrize("value", [True, False, "2", "1e9", b"1"])
+def test_context_refuses_bools_and_str_where_a_number_of_seconds_or_flops_belongs(call, value):
+    # float() took True for 1 (a sleep of one second, a compute of one flop, a timeout of 1 s),
+    # False for 0, and "2" for two seconds, silently
+    from fedsim.kernel import ActorError, SimNetwork
+
+    make, message = _NUMBER_CALLS[call]
+
+    async def actor(ctx):
+        await make(ctx, value)
+
+    net = SimNetwork()
+    net.add_node("a", actor)
+    with pytest.raises(ActorError, match=re.escape(message.format(v=value)) + "$") as info:
+        net.run()
+    assert type(info.value.__cause__) is ValueError and net.now() == 0.0
+
+
+def test_context_takes_numpy_numbers_as_seconds_and_flops():
+    import numpy as np
+
+    from fedsim.kernel import NodeSpec, SimNetwork
+
+    async def actor(ctx):
+        await ctx.sleep(np.float32(0.5))
+        await ctx.compute(np.int64(4))
+        await ctx.receive("x", timeout=np.int64(1))
+        return ctx.deadline(np.float64(2.0)) is not None
+
+    net = SimNetwork()
+    net.add_node("a", actor, flops=NodeSpec(flops=2.0).flops)
+    res = net.run()
+    assert res["a"] is True and net.now() == 0.5 + 2.0 + 1.0 and res.flops == {"a": {"compute": 4.0}}
