@@ -400,7 +400,7 @@ def test_an_anonymous_that_is_not_a_bool_is_refused_and_nothing_sent(flag):
     from fedsim.kernel import ActorError
 
     for led in (Ledger(), StreamingLedger()):
-        with pytest.raises(ActorError, match=rf"send: anonymous must be True or False, got {flag!r}$") as err:
+        with pytest.raises(ActorError, match=rf"send: anonymous must be True or False, got {type(flag).__name__} {flag!r}$") as err:
             _one_send(flag, led)
         assert isinstance(err.value.__cause__, TypeError)
         assert len(led) == 0 and led.totals()["messages"] == 0

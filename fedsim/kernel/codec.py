@@ -458,7 +458,11 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
     level down; its other values are encoded as ``encode_message`` encodes them, and reach every
     receiver as the document's bytes decode (a tuple as a new list, a numpy scalar as a Python
     one), never as the template's own objects. Raises ``CodecError`` for what ``encode_message``
-    cannot encode."""
+    cannot encode, and ``TypeError`` for a ``zero`` that is not True or False (NumPy's ``bool_`` is
+    taken as one): truthiness decided before, and ``zero=""``, ``0`` or ``None`` left the arrays'
+    elements as whatever the memory held."""
+    if zero is not True and zero is not False:  # (no call on the common path: drafts are per-message)
+        zero = _zero_flag(zero)
     if type(template) is not dict or type(kind) is not str:
         raise CodecError("a draft needs a str kind and a dict payload")
     enc = _encoder
@@ -515,6 +519,14 @@ def draft_message(kind: str, template: dict, *, zero: bool = True) -> Draft:
 # values msgpack gives back as themselves, of the same type, and that no receiver can change: a
 # draft's layout hands them to every receiver as they are
 _AS_SENT = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def _zero_flag(zero: Any) -> bool:
+    """``draft_message``'s ``zero`` that is neither True nor False: a NumPy bool as a bool, anything
+    else refused (falsy ones too: they meant uninitialised memory)."""
+    if isinstance(zero, np.bool_):
+        return bool(zero)
+    raise TypeError(f"draft: zero must be True or False, got {type(zero).__name__} {zero!r:.80}")
 
 
 def _draft_fields(template: dict, layout: dict) -> list | None:
@@ -723,8 +735,11 @@ def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEF
     payloads go through msgpack's decoder. Raises ``CodecError`` if the bytes are malformed,
     over ``max_bytes``, nested deeper than ``max_depth``, would decode into more objects than
     their size allows (see the module docstring) or are not a ``[kind, payload]`` pair;
-    ``TypeError`` if ``data`` is not a bytes-like object.
+    ``TypeError`` if ``data`` is not a bytes-like object, or for a ``max_bytes`` or ``max_depth``
+    that is not an integer (NumPy's are taken; a bool, a float, a str or None is refused).
     """
+    if max_bytes.__class__ is not int or max_depth.__class__ is not int:  # (attributes, no call: per message)
+        max_bytes, max_depth = _limits("decode_message", max_bytes, max_depth)
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied
@@ -1185,6 +1200,20 @@ def _scan(data: bytes, max_depth: int, budget: int) -> int:
     return cost, entries
 
 
+def _limits(call: str, max_bytes: Any, max_depth: Any) -> tuple[int, int]:
+    """``call``'s ``max_bytes`` and ``max_depth`` when either is not an int: NumPy integers as ints;
+    anything else ``TypeError`` naming the parameter (a str was "'>' not supported between instances
+    of 'int' and 'str'"; ``decode`` took max_depth "32" or None for a document without containers;
+    True was a limit of one)."""
+    out = []
+    for name, v in (("max_bytes", max_bytes), ("max_depth", max_depth)):
+        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+            out.append(int(v))
+        else:
+            raise TypeError(f"{call}: {name} must be an integer, got {type(v).__name__} {v!r:.80}")
+    return out[0], out[1]
+
+
 def _over_budget(n: int, budget: int) -> None:
     raise CodecError(
         f"document of {n} bytes would decode into more than {budget} bytes of Python objects "
@@ -1199,8 +1228,11 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     Arrays come back as read-only numpy views (copy before modifying). Raises ``CodecError`` if
     the bytes are malformed, longer than ``max_bytes``, nested deeper than ``max_depth`` or would
     decode into more objects than their size allows (see the module docstring); ``TypeError`` if
-    ``data`` is not a bytes-like object.
+    ``data`` is not a bytes-like object, or for a ``max_bytes`` or ``max_depth`` that is not an
+    integer (NumPy's are taken; a bool, a float, a str or None is refused).
     """
+    if max_bytes.__class__ is not int or max_depth.__class__ is not int:
+        max_bytes, max_depth = _limits("decode", max_bytes, max_depth)
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied

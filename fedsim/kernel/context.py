@@ -40,10 +40,12 @@ _INF = math.inf
 
 
 def _flag(anonymous: Any) -> bool:
-    """``send``'s ``anonymous`` as a bool: True, False or NumPy's bool_; anything else is refused."""
+    """``send``'s ``anonymous`` that is neither True nor False (called only then, off the common
+    path): NumPy's bool_ as a bool; anything else is refused, falsy values too (``0``, ``None``,
+    ``""``: one that means "not anonymous" is written False)."""
     if isinstance(anonymous, (bool, np.bool_)):
         return bool(anonymous)
-    raise TypeError(f"send: anonymous must be True or False, got {anonymous!r}")
+    raise TypeError(f"send: anonymous must be True or False, got {type(anonymous).__name__} {anonymous!r:.80}")
 
 
 class Message:
@@ -231,7 +233,8 @@ class Context:
         codec cannot encode or a draft already sent (and not reopened), ``ValueError`` for a
         draft of another kind, ``MessageTooLargeError`` for a document larger than the
         transport's ``max_message_bytes``, and ``TypeError`` for an ``anonymous`` that is not a
-        bool (NumPy's ``bool_`` is taken as one). Nothing is sent when it raises.
+        bool (NumPy's ``bool_`` is taken as one; a falsy ``0``, ``None`` or ``""`` is refused as
+        ``"no"`` is, not taken for False). Nothing is sent when it raises.
         """
         if anonymous is not False and anonymous is not True:
             # the ledger stored the value as given: np.True_ went into the CSV as "True" (not "1",
@@ -282,13 +285,17 @@ class Context:
         nothing else holds it any more (then it is writable again, in place). Elements not
         written are zero, or undefined with ``zero=False`` (for callers that write every element). Does not block;
         raises ``CodecError`` for a template the codec cannot encode (see
-        ``fedsim.kernel.codec.Draft``)."""
+        ``fedsim.kernel.codec.Draft``), and ``TypeError`` for a ``zero`` that is not True or False
+        (NumPy's ``bool_`` is taken as one; ``0``, ``None`` or ``""`` are refused, not taken for
+        False: truthiness made ``zero="no"`` zero the arrays and ``zero=None`` leave them
+        uninitialised)."""
         return draft_message(str(kind), template, zero=zero)
 
     # -- receiving --------------------------------------------------------------------------
     def deadline(self, seconds: float) -> Deadline:
         """A deadline ``seconds`` from now, to pass to ``receive``/``gather``. Raises
-        ``ValueError`` unless ``seconds`` is a finite non-negative number."""
+        ``ValueError`` unless ``seconds`` is a finite non-negative number (a bool, a str or bytes
+        is none, as for every timeout of ``receive``/``gather``/``gather_each`` and ``sleep``)."""
         s = _seconds(seconds)
         if s is None:
             raise ValueError(f"deadline needs a finite non-negative number of seconds, got {seconds!r}")
@@ -476,7 +483,8 @@ class Context:
         """Let ``seconds`` of time pass for this node: blocks for ``seconds`` of simulated time on
         SimNetwork, ``seconds * time_scale`` real seconds on the real-time transports. Raises
         ``ValueError`` unless ``seconds`` is a finite non-negative number (NaN, inf, a negative
-        number, ``None`` or a str that is not a number)."""
+        number, ``None``, a bool, a str or bytes: ``float()`` took True for one second and "2" for
+        two)."""
         s = _seconds(seconds)
         if s is None:
             raise ValueError(f"sleep needs a finite non-negative duration, got {seconds!r}")
@@ -489,12 +497,10 @@ class Context:
         node drops out later); a compute the node's dropout or the run's end cuts does not count.
         Blocks for ``flops / speed`` simulated seconds on SimNetwork (``speed``: the node's
         ``flops`` spec); yields to the loop once on the real-time transports. Raises
-        ``ValueError`` unless ``flops`` is a finite non-negative number (also for ``None`` or a
-        str that is not a number; nothing is counted then)."""
-        try:  # (free unless it raises: compute is called per exchange)
-            f = float(flops)
-        except (TypeError, ValueError):
-            f = math.nan
+        ``ValueError`` unless ``flops`` is a finite non-negative number (also for ``None``, a bool,
+        a str or bytes, even one that reads as a number; nothing is counted then)."""
+        cls = flops.__class__  # (attributes first: compute is called per exchange)
+        f = float(flops) if cls is float or cls is int or _is_number(flops) else math.nan
         if not 0 <= f < _INF:  # also NaN
             raise ValueError(f"compute needs a finite non-negative flop count, got {flops!r}")
         node = self._node
@@ -599,12 +605,18 @@ def _round_label(rnd: Any, call: str) -> int:
 
 def _seconds(value: Any) -> float | None:
     """``value`` as a finite non-negative float, or None if it is not one (NaN, inf, negative,
-    not a number)."""
-    try:
-        s = float(value)
-    except (TypeError, ValueError):
+    not a number: a bool, a str or bytes too, which ``float()`` took: True for 1 s, "2" for 2 s)."""
+    cls = value.__class__
+    if cls is not float and cls is not int and not _is_number(value):  # (attributes first: per-exchange calls)
         return None
+    s = float(value)
     return s if 0 <= s < _INF else None  # also refuses NaN
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` (no float, no int) is a real number: a NumPy number or another
+    ``numbers.Real``, not a bool (NumPy's neither), a str or bytes."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def _sealed(draft: Draft, kind: str):

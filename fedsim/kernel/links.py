@@ -96,7 +96,11 @@ class NodeSpec:
 @dataclass(frozen=True, slots=True)
 class Profile:
     """A named network setting: a median NodeSpec for servers and one for every other role,
-    with log-normal spread (``sigma``) of bandwidths and compute speed across nodes."""
+    with log-normal spread (``sigma``) of bandwidths and compute speed across nodes.
+
+    Raises ``NetworkConfigError`` for a ``name`` that is not a non-empty str, a ``server`` or
+    ``client`` that is not a ``NodeSpec``, a ``sigma`` that is not a finite non-negative number,
+    or a ``description`` that is not a str."""
 
     name: str
     server: NodeSpec
@@ -105,6 +109,13 @@ class Profile:
     description: str = ""
 
     def __post_init__(self) -> None:
+        # (a name of 5 or "" and a description of None were kept as given)
+        if not isinstance(self.name, str) or not self.name:
+            raise NetworkConfigError(f"a profile's name is a non-empty str, got {type(self.name).__name__} "
+                                     f"{self.name!r:.80}")
+        if not isinstance(self.description, str):
+            raise NetworkConfigError(f"profile {self.name!r}: description must be a str, got "
+                                     f"{type(self.description).__name__} {self.description!r:.80}")
         # a NaN sigma drew NaN rates (refused later by LinkSpec, without the profile's name), a
         # negative one was taken for 0, an infinite one drew rates of 0 or inf
         for role in ("server", "client"):

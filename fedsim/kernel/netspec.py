@@ -7,6 +7,8 @@ description, not a network. ``NetSpec.of("wan")`` accepts a bare profile name.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import math
 import numbers
 from dataclasses import asdict, dataclass, replace
@@ -39,7 +41,16 @@ class NetSpec:
     refuses: an unknown profile, link model or transport, a link model the transport does not
     take, a ``loss``, ``dropout`` or ``window`` ``Faults`` refuses (a str too), a
     ``framing_bytes`` that is not a whole number >= 0 or that the transport fixes itself,
-    ``options`` that are not a mapping or pairs with str keys, or that name a key twice."""
+    ``options`` that are not a mapping or pairs with str keys, or that name a key twice; an option
+    that is one of the spec's own fields or ``build``'s ``seed`` (``seed``, ``profile``, ``faults``,
+    ``link_model``, ``framing_bytes``: the fields replaced ``link_model`` and ``framing_bytes``
+    options silently), one the transport's constructor does not take (named with the options it
+    takes and a did-you-mean; not checked for a factory that takes any ``**kwargs``), and a value
+    the transport refuses (``options for transport 'tcp': processes must be ...``): for the
+    built-in transports (``sim``, ``asyncio``, ``tcp``) a network is made from the spec, and
+    dropped, to check them, when there are options (their constructors start no process and
+    open no socket); a plug-in's factory is not called before ``build``, which is where the
+    values it refuses are refused."""
 
     profile: str = "ideal"
     link_model: str = "fifo"
@@ -79,6 +90,35 @@ class NetSpec:
         # as floats (a NumPy float or an int was kept as given, in results.json too)
         for name in ("loss", "dropout", "window"):
             object.__setattr__(self, name, getattr(f, name))
+        if self.options:  # (kept until build: a sweep's every run failed then, naming neither option nor transport)
+            self._check_options(transport)
+
+    def _check_options(self, transport) -> None:
+        """Refuse an option that is one of the spec's own fields, one ``transport``'s factory does not
+        take, or (a built-in transport's) a value its constructor refuses."""
+        for key, _ in self.options:
+            if key in _OWN_FIELDS:
+                raise NetworkConfigError(f"options: {_OWN_FIELDS[key]}, not an option")
+        takes = _keywords(transport.factory)
+        if takes is not None:
+            takes = sorted(takes - set(_OWN_FIELDS))
+            for key, _ in self.options:
+                if key not in takes:
+                    close = difflib.get_close_matches(key, takes, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    raise NetworkConfigError(f"options: transport {self.transport!r} takes no option {key!r} (its "
+                                             f"options: {', '.join(takes)}){hint}")
+        from .aio import AsyncioNetwork
+        from .sim import SimNetwork
+        from .tcp import TcpNetwork
+
+        # a built-in transport's constructor starts nothing (no process, no socket): one is made and
+        # dropped; a plug-in's factory is not called before build (it may count or log what it makes)
+        if transport.factory in (SimNetwork, AsyncioNetwork, TcpNetwork):
+            try:
+                self.build(0)
+            except (TypeError, ValueError) as exc:  # (NetworkConfigError is a ValueError)
+                raise NetworkConfigError(f"options for transport {self.transport!r}: {exc}") from exc
 
     @classmethod
     def of(cls, spec: "NetSpec | str | None") -> "NetSpec":
@@ -97,7 +137,19 @@ class NetSpec:
 
     def build(self, seed: int, **kwargs: Any):
         """A fresh network of this description (``kwargs``: more constructor arguments, e.g.
-        ``trace=True``)."""
+        ``trace=True``). Raises ``NetworkConfigError`` for a keyword of ``kwargs`` the spec gives
+        itself (``profile``, ``faults``, ``link_model``, ``framing_bytes``; or one of its
+        ``options``): it was "dict() got multiple values for keyword argument", or (``link_model``,
+        ``framing_bytes``) replaced by the spec's silently; and what the transport's constructor
+        raises."""
+        given = dict(self.options)
+        for key in kwargs:
+            if key in _OWN_FIELDS:
+                raise NetworkConfigError(f"build: {_OWN_FIELDS[key].split(' (')[0]}; spec.replace("
+                                         f"{'loss' if key == 'faults' else key}=...) describes another")
+            if key in given:
+                raise NetworkConfigError(f"build: {key} is given both here and as one of the NetSpec's options "
+                                         f"({key}={given[key]!r:.80})")
         common = dict(seed=seed, profile=self.profile, faults=self.faults, **dict(self.options), **kwargs)
         transport = TRANSPORT_REGISTRY.entry(self.transport)  # (registered: sim, asyncio, tcp, plug-ins')
         if not frames_itself(transport):
@@ -124,6 +176,40 @@ class NetSpec:
         if self.dropout:
             bits.append(f"{self.dropout:.0%} dropout in [{self.window[0]:g}, {self.window[1]:g}] s")
         return ", ".join(bits)
+
+
+# what build() gives a transport from the spec itself (and its seed): never an option
+_OWN_FIELDS = {
+    "seed": "seed is build(seed)'s argument",
+    "profile": "profile is the NetSpec's own field (NetSpec(profile=...))",
+    "faults": "faults are the NetSpec's own loss, dropout and window",
+    "link_model": "link_model is the NetSpec's own field (NetSpec(link_model=...))",
+    "framing_bytes": "framing_bytes is the NetSpec's own field (NetSpec(framing_bytes=...))",
+}
+
+
+def _keywords(factory: Any) -> set[str] | None:
+    """The keyword arguments ``factory`` takes: for a class, those of its ``__init__`` and of each
+    base's that a ``**kwargs`` passes on to (``TcpNetwork``'s own, then ``Network``'s); None when a
+    ``**kwargs`` reaches no fixed signature (a function's own) or a signature cannot be read."""
+    if not isinstance(factory, type):
+        chain: list = [factory]
+    else:
+        chain = [c.__dict__["__init__"] for c in factory.__mro__ if "__init__" in c.__dict__]
+    names: set[str] = set()
+    for fn in chain:
+        if fn is object.__init__:
+            return names
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if isinstance(factory, type):
+            params = params[1:]  # (self)
+        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names
+    return None
 
 
 def _options(options: Any) -> tuple[tuple[str, Any], ...]:

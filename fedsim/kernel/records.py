@@ -4,6 +4,7 @@ processes hand this back instead of the network."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,17 @@ def network_record(net: Any, ledger_dir: str | Path | None = None, label: str = 
     The name is claimed with an empty file (never another run's: workers write side by side),
     then the whole CSV replaces it at once (``Ledger.to_csv``): a reader sees an empty file or the
     complete ledger, never part of one. If the export fails, the claimed file is removed and the
-    error propagates; ``FileExistsError`` if all 9,999 names are taken."""
+    error propagates; ``FileExistsError`` if all 9,999 names are taken. Raises ``TypeError`` for a
+    ``ledger_dir`` that is not a path (str or os.PathLike) or None, or a ``label`` that is not a
+    str, and ``ValueError`` for an empty ``ledger_dir`` (it wrote into the working folder)."""
+    if not isinstance(label, str):  # (re.sub's "expected string or bytes-like object" with a folder, kept without)
+        raise TypeError(f"network_record: label must be a str, got {type(label).__name__} {label!r:.80}")
+    if ledger_dir is not None:
+        if not isinstance(ledger_dir, (str, os.PathLike)) or isinstance(os.fspath(ledger_dir), bytes):
+            raise TypeError(f"network_record: ledger_dir must be a folder path (str or os.PathLike) or None, got "
+                            f"{type(ledger_dir).__name__} {ledger_dir!r:.80}")
+        if os.fspath(ledger_dir) == "":  # (Path("") is ".")
+            raise ValueError("network_record: ledger_dir is empty; give a folder, or None to write no ledger")
     path = None
     if ledger_dir is not None:
         safe = re.sub(r"[^A-Za-z0-9=.,+_-]+", "_", label)[:150] or "run"
