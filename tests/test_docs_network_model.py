@@ -76,3 +76,12 @@ def test_the_documented_link_model_runs_the_demo_on_the_ideal_profile():
     assert {r["status"] for r in rows} == {"delivered"}
     assert all(r["tx_end"] <= r["arrival_time"] and r["rx_start"] <= r["arrival_time"] for r in rows)
     assert runs[0].params["w"].tobytes() == runs[1].params["w"].tobytes()  # only times move
+
+
+def test_the_stated_instant_where_two_ulps_of_the_clock_exceed_a_nanosecond_is_right():
+    # flows ending within a nanosecond, "or two ulps of the clock after 2^N s", end in one event:
+    # the doc (and flows.py) said 2^23 s, but two ulps pass a nanosecond from 2^22 s (4.19e6 s) on
+    import math
+
+    n = int(re.search(r"two ulps of the clock after 2\^(\d+) s", " ".join(DOC.read_text().split())).group(1))
+    assert 2 * math.ulp(2.0 ** n) > 1e-9 >= 2 * math.ulp(math.nextafter(2.0 ** n, 0))
