@@ -76,3 +76,38 @@ def test_the_documented_link_model_runs_the_demo_on_the_ideal_profile():
     assert {r["status"] for r in rows} == {"delivered"}
     assert all(r["tx_end"] <= r["arrival_time"] and r["rx_start"] <= r["arrival_time"] for r in rows)
     assert runs[0].params["w"].tobytes() == runs[1].params["w"].tobytes()  # only times move
+
+
+def test_the_stated_instant_where_two_ulps_of_the_clock_exceed_a_nanosecond_is_right():
+    # flows ending within a nanosecond, "or two ulps of the clock after 2^N s", end in one event:
+    # the doc (and flows.py) said 2^23 s, but two ulps pass a nanosecond from 2^22 s (4.19e6 s) on
+    import math
+
+    n = int(re.search(r"two ulps of the clock after 2\^(\d+) s", " ".join(DOC.read_text().split())).group(1))
+    assert 2 * math.ulp(2.0 ** n) > 1e-9 >= 2 * math.ulp(math.nextafter(2.0 ** n, 0))
+
+
+def test_the_documented_open_file_refusal_is_what_its_command_prints(tmp_path):
+    # the doc's example was `fedsim compare --processes 150`: no protocol (a usage error), and
+    # fedsim compare fedrec on its default data has 31 nodes, so 31 processes, which fit; its
+    # 312 files (2P + 12) counted one file the shell had left open
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    text = " ".join(DOC.read_text().split())
+    m = re.search(r"\(`fedsim (compare [^`]+)` under `ulimit -n (\d+)`: `(error: [^`]+?) \.\.\.`", text)
+    args, limit, said = m.group(1).split(), int(m.group(2)), m.group(3)
+    n = int(re.search(r"--processes (\d+)", m.group(1)).group(1))
+    assert "needs up to about 2P + 11 open files per worker" in text and f"needs {2 * n + 11} open files" in said
+
+    def lower_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(DOC.parents[1])}
+    res = subprocess.run([sys.executable, "-m", "fedsim", *args, "--out", str(tmp_path / "o")], capture_output=True,
+                         text=True, timeout=120, preexec_fn=lower_limit, env=env, cwd=tmp_path,
+                         stdin=subprocess.DEVNULL)  # the standard streams open, no other file
+    assert res.returncode == 2 and res.stderr.startswith(said), res.stderr
+    assert not (tmp_path / "o").exists()

@@ -28,7 +28,7 @@ with sharing (a flow in slow start uses less than its share; here it uses none, 
 
 Cost: a reallocation is a few NumPy passes over the active flows (no per-byte or per-packet
 work); the copies of a broadcast that start together are allocated once; flows that end at the
-same instant (within a nanosecond; two ulps of the clock after 2**23 s) end in one event. Deterministic: no clock, no random draws
+same instant (within a nanosecond; two ulps of the clock after 2**22 s) end in one event. Deterministic: no clock, no random draws
 but the kernel's seeded loss draw. Ends of different hubs at one instant run in the order they were
 scheduled: a hub's at its last change (``_flush``), hubs changed at one instant by port number
 (docs/network-model.md, "Ends at one instant").
@@ -70,7 +70,7 @@ def _whole_at_least(name: str, value: object, lo: int, unit: str) -> int:
 
 def _end_tolerance(now: float) -> float:
     """Seconds within which a hub's flows due to end end together at ``now``: a nanosecond, or
-    two ulps of the clock once those are longer (after 2**23 s). A sliver left by rounding must
+    two ulps of the clock once those are longer (after 2**22 s). A sliver left by rounding must
     be due at a later instant than ``now``, or its rescheduled end finds the clock where it was,
     for ever (a run sharing a port after about 2e7 s never returned)."""
     return max(_EPS_TIME, 2.0 * math.ulp(now))

@@ -129,7 +129,10 @@ class DemoJob:
         ``info["diverged_at"]``: if the final weights are not finite (a learning rate too large
         for the data), the 1-based round in which the server found them so and stopped (the last
         round the ledger shows ``weights`` sent in), else None; ``info["rounds_done"]``: that
-        round, or ``rounds``."""
+        round, or ``rounds``; ``info["missing"]``: per round in which the server's wait (its
+        ``deadline``) missed gradients, ``{"round", "kind": "gradient", "clients"}``, ``clients``
+        counting them as ``ledger.missing`` does (the server averages those that arrived; none:
+        the weights stay)."""
         w = server_result(run)
         diverged_at = None
         if not all_finite(w):
@@ -138,8 +141,13 @@ class DemoJob:
         done = self.cfg.rounds if diverged_at is None else diverged_at
         with np.errstate(over="ignore", invalid="ignore"):
             err = float(np.linalg.norm(w - self.w_true))
+        missed: dict[int, int] = {}  # the server's waits that gave up (it had no record of them)
+        for m in run.ledger.missing:
+            if m.receiver == SERVER and m.kind == "gradient":
+                missed[m.round] = missed.get(m.round, 0) + 1
+        missing = [{"round": r, "kind": "gradient", "clients": n} for r, n in sorted(missed.items())]
         return Result("demo", self.cfg, {"w": w}, [{"round": done, "weight_error": err}], run,
-                      info={"w_true": self.w_true, "diverged_at": diverged_at, "rounds_done": done,
+                      info={"w_true": self.w_true, "diverged_at": diverged_at, "rounds_done": done, "missing": missing,
                             "rounds_served": [run.results.get(c, 0) for c in self.clients],
                             "lost_clients": [c for c in self.clients if c not in run.results]})
 
