@@ -55,11 +55,38 @@ def study(tmp_path_factory):
     for proto in PROTOCOLS:
         with open(out / f"faults_{proto}.csv", newline="") as fh:
             tables[proto] = {(float(r["loss"]), float(r["dropout"])): r for r in csv.DictReader(fh)}
-    runs: dict[str, list[dict]] = defaultdict(list)
+    # the ledger (some 900,000 rows) folded per run as it is read, not held
+    runs: dict[str, RunFigures] = defaultdict(RunFigures)
     with open(out / "ledger.csv", newline="") as fh:
         for r in csv.DictReader(fh):
-            runs[r["run"]].append(r)
+            runs[r["run"]].add(r)
     return results, tables, runs
+
+
+class RunFigures:
+    """What the table's ledger columns need of one run's ledger rows, folded row by row."""
+
+    def __init__(self) -> None:
+        self.messages = self.lost = self.payload = 0
+        self.gone: set[str] = set()
+        self.first_send: dict[int, float] = {}  # round -> its first send
+        self.last_arrival: dict[int, float] = {}  # round -> its last arrival
+
+    def add(self, r: dict) -> None:
+        self.messages += 1
+        self.payload += int(r["raw_bytes"])
+        self.lost += r["status"] == "lost"
+        if r["note"] == "receiver offline":
+            self.gone.add(r["dst"])
+        elif r["note"] == "sender offline":
+            self.gone.add(r["src"])
+        k = int(r["round"])
+        if k >= 0:
+            t = float(r["send_time"])
+            self.first_send[k] = min(t, self.first_send.get(k, t))
+            if r["arrival_time"] not in ("", "nan"):
+                a = float(r["arrival_time"])
+                self.last_arrival[k] = max(a, self.last_arrival.get(k, a))
 
 
 def test_the_documented_command_runs_the_documented_setting(study):
@@ -103,30 +130,24 @@ def test_the_tables_ledger_columns_and_totals_recomputed_from_the_ledger_csv(stu
     assert len(runs) == 36
     for proto in PROTOCOLS:
         for (loss, dropout), fig in tables[proto].items():
-            rows = runs[f"{proto}-loss{loss:g}-drop{dropout:g}"]
-            assert sum(r["status"] == "lost" for r in rows) == int(fig["lost_messages"])
-            gone = {r["dst"] for r in rows if r["note"] == "receiver offline"}
-            gone |= {r["src"] for r in rows if r["note"] == "sender offline"}
-            assert len(gone) == int(fig["lost_clients"])
+            run = runs[f"{proto}-loss{loss:g}-drop{dropout:g}"]
+            assert run.lost == int(fig["lost_messages"])
+            assert len(run.gone) == int(fig["lost_clients"])
             # a round lasts from its first send to the next round's first; the last, to its last arrival
-            by_round: dict[int, list[dict]] = defaultdict(list)
-            for r in rows:
-                if int(r["round"]) >= 0:
-                    by_round[int(r["round"])].append(r)
-            rounds = sorted(by_round)
-            first = [min(float(r["send_time"]) for r in by_round[k]) for k in rounds]
-            last = max(float(r["arrival_time"]) for r in by_round[rounds[-1]] if r["arrival_time"] not in ("", "nan"))
+            rounds = sorted(run.first_send)
+            first = [run.first_send[k] for k in rounds]
+            last = run.last_arrival[rounds[-1]]
             spans = [b - a for a, b in zip(first, first[1:])] + [last - first[-1]]
             assert len(rounds) == int(fig["rounds"])
             assert sum(spans) / len(spans) == pytest.approx(float(fig["round_s"]), rel=1e-12)
     # the header's totals: the 24 FedRec and FPL runs of 2026-11-23, and all 36 runs now
-    older = [r for name, rows in runs.items() if not name.startswith("personalfr") for r in rows]
-    every = [r for rows in runs.values() for r in rows]
+    older = [run for name, run in runs.items() if not name.startswith("personalfr")]
     text = " ".join(DOC.read_text().split())
-    for n, rows in ((24, older), (36, every)):
-        payload = sum(int(r["raw_bytes"]) for r in rows)
+    for n, chosen in ((24, older), (36, list(runs.values()))):
+        messages = sum(run.messages for run in chosen)
+        payload = sum(run.payload for run in chosen)
         assert f"{n} runs" in text
-        assert f"{len(rows):,} messages, {payload / 1e9:.{0 if n == 24 else 1}f} GB of simulated payload" in text, n
+        assert f"{messages:,} messages, {payload / 1e9:.{0 if n == 24 else 1}f} GB of simulated payload" in text, n
 
 
 def test_the_prose_figures_follow_from_the_table():
