@@ -651,6 +651,70 @@ def test_decode_takes_numpy_integers_as_limits():
                             max_depth=np.int64(3)) == ("m", {"a": 1})
 
 
+
+@pytest.mark.parametrize("call", ["decode", "decode_message"])
+@pytest.mark.parametrize("kw, shown", [
+    (dict(max_bytes=0), "max_bytes must be at least 1 (bytes), got 0"),
+    (dict(max_bytes=-1), "max_bytes must be at least 1 (bytes), got -1"),
+    (dict(max_depth=-1), "max_depth must be at least {depth}, got -1"),
+])
+def test_decode_refuses_limits_below_their_least_naming_the_parameter(call, kw, shown):
+    # "CodecError: message of 1 bytes exceeds the limit of -1" (a bad document, not a bad
+    # argument); decode took max_depth=-1 as 0 for a document without containers
+    import numpy as np
+
+    import fedsim.kernel as k
+
+    data = k.encode_message("m", 5).data if call == "decode_message" else k.encode(5).data
+    shown = shown.format(depth="1 (a message is a [kind, payload] array)" if call == "decode_message"
+                         else "0 (0: a document without containers)")
+    for given in (bytes(data), bytearray(data), memoryview(data), b""):  # (b"": refused as the limit, not as empty)
+        for limits in (kw, {name: np.int64(v) for name, v in kw.items()}):
+            with pytest.raises(ValueError, match="^" + re.escape(f"{call}: {shown}") + "$") as info:
+                getattr(k, call)(given, **limits)
+            assert type(info.value) is ValueError  # (not the CodecError of a bad document)
+
+
+def test_decode_message_refuses_a_max_depth_of_zero_which_no_message_can_meet():
+    # "document nesting deeper than 0": a message is a [kind, payload] array, one deep
+    import fedsim.kernel as k
+
+    with pytest.raises(ValueError, match=re.escape("decode_message: max_depth must be at least 1 (a message is a "
+                                                   "[kind, payload] array), got 0") + "$"):
+        k.decode_message(k.encode_message("m", 5).data, max_depth=0)
+    with pytest.raises(ValueError) as info:
+        k.decode_message(k.encode_message("m", 5).data, max_depth=0)
+    assert type(info.value) is ValueError
+
+
+@pytest.mark.parametrize("call", ["decode", "decode_message"])
+def test_a_max_depth_below_its_least_is_refused_before_a_message_too_long(call):
+    # the message's size was checked first: "message of 4 bytes exceeds the limit of 2"
+    import fedsim.kernel as k
+
+    data = k.encode_message("m", 5).data if call == "decode_message" else k.encode([1, 2, 3]).data
+    least = "1 (a message is a [kind, payload] array)" if call == "decode_message" else "0 (0: a document without " \
+                                                                                        "containers)"
+    for given in (bytes(data), bytearray(data)):
+        with pytest.raises(ValueError, match="^" + re.escape(f"{call}: max_depth must be at least {least}, got -1")
+                           + "$"):
+            getattr(k, call)(given, max_bytes=2, max_depth=-1)
+        with pytest.raises(k.CodecError, match=f"^message of {len(data)} bytes exceeds the limit of 2$"):
+            getattr(k, call)(given, max_bytes=2)
+
+
+def test_decode_takes_the_least_limits():
+    # max_bytes=1 for a one-byte document; decode's max_depth=0 is a document without containers
+    import fedsim.kernel as k
+
+    assert k.decode(k.encode(5).data, max_bytes=1, max_depth=0) == 5
+    with pytest.raises(k.CodecError, match="^document nesting deeper than 0$"):
+        k.decode(k.encode([5]).data, max_depth=0)
+    assert k.decode_message(k.encode_message("m", 5).data, max_depth=1) == ("m", 5)
+    assert k.decode_message(k.encode_message("m", {"a": 1}).data, max_depth=2) == ("m", {"a": 1})
+    with pytest.raises(k.CodecError, match="^document nesting deeper than 1$"):
+        k.decode_message(k.encode_message("m", {"a": 1}).data, max_depth=1)
+
 # -- Context's numbers: seconds and flops are numbers, not bools or numeric str ------------------------
 
 _NUMBER_CALLS = {
