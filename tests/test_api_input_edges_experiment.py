@@ -314,6 +314,38 @@ def test_a_scenario_whose_note_is_no_str_fails_at_the_note_and_leaves_nothing(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["noted.py"]
 
 
+
+@pytest.mark.parametrize("label, exc_type, message", [
+    (5, TypeError, "record_network: label must be a str or None, got int 5"),
+    (b"sim", TypeError, "record_network: label must be a str or None, got bytes b'sim'"),
+    (("sim",), TypeError, "record_network: label must be a str or None, got tuple ('sim',)"),
+    ("", ValueError, "record_network: label is empty; give a name, or None for 'network'"),
+])
+def test_record_network_refuses_a_label_that_is_no_str_naming_it(tmp_path, label, exc_type, message):
+    # label=5 was formatted into the ledger's file name (00001-5.csv), b"sim" as 00001-b_sim_.csv;
+    # "" became 'network' silently
+    from fedsim.kernel import SimNetwork
+
+    async def sends(ctx):
+        await ctx.send("b", "k", 1)
+
+    async def idle(ctx):
+        return None
+
+    net = SimNetwork()
+    net.add_node("a", sends)
+    net.add_node("b", idle)
+    net.run()
+    ctx = _ctx(tmp_path)
+    ctx.keep_ledger = True
+    with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
+        ctx.record_network(net, label=label)
+    assert list((tmp_path / "out").iterdir()) == [] and ctx.ledger_totals == {} and ctx.sim_time == 0.0
+    ctx.record_network(net, label="sim")
+    ctx.record_network(net)
+    assert sorted(p.name for p in (tmp_path / "out" / ".ledgers").iterdir()) == ["00001-sim.csv", "00002-network.csv"]
+    assert ctx.ledger_totals["messages"] == 2
+
 # -- Param, Param.of, params_from -------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, exc_type, message", [
