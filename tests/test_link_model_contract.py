@@ -442,3 +442,88 @@ def test_an_arrival_more_than_the_clocks_rounding_before_the_last_byte_is_still_
     net = _net(Ulps())
     with pytest.raises(NetworkConfigError, match="arrival_time 1.0 s is before tx_end 1.0000000000000142 s"):
         net.run()
+
+
+class Scheduling(LinkModel):
+    """Schedules the copy's delivery after ``delay`` (from inside the send, or, with ``later``,
+    from an event 0.5 s after it), calling ``fn`` (default: ``net.deliver``)."""
+
+    name = "sched"
+
+    def __init__(self, delay, fn=None, later=False):
+        self.delay, self.fn, self.later = delay, fn, later
+
+    def transmit(self, net, src, dst, envelope):
+        envelope.row[TX_START] = envelope.row[TX_END] = envelope.row[RX_START] = net.now()
+        if self.later:
+            net.schedule(0.5, self.step, net, envelope, dst)
+        else:
+            self.step(net, envelope, dst)
+
+    def step(self, net, envelope, dst):
+        net.schedule(self.delay, net.deliver if self.fn is None else self.fn, envelope, dst)
+
+
+_NOT_A_DELAY = ": net.schedule(delay, fn, *args) takes a delay in seconds, a number (int or float; NumPy's too), " \
+               "not a bool, str or bytes"
+
+
+@pytest.mark.parametrize("delay, shown", [(True, "bool True"), (False, "bool False"), ("1", "str '1'"),
+                                          (b"1", "bytes b'1'"), (None, "NoneType None"),
+                                          ("np-true", "NumPy's"), ([1.0], "list [1.0]")])
+def test_a_model_of_ones_own_scheduling_after_a_delay_that_is_no_number_is_refused_naming_it(delay, shown):
+    """True was a delay of 1 s (False of 0 s), silently; "1" and None were a bare TypeError
+    "unsupported operand type(s) for +: 'float' and 'str'" from the event queue, naming nothing."""
+    import numpy as np
+
+    if delay == "np-true":
+        delay = np.bool_(True)
+        shown = f"{type(delay).__name__} {delay!r}"  # ("bool np.True_" in NumPy 2, "bool_ True" before)
+    with pytest.raises(ActorError) as info:  # raised in the sender's send
+        _net(Scheduling(delay)).run()
+    assert isinstance(info.value.__cause__, NetworkConfigError)
+    assert str(info.value.__cause__) == (
+        "link model 'sched' (Scheduling) scheduled event SimNetwork.deliver (message 'x' from 'a' to 'b' (ledger row "
+        f"0, 15 bytes); node 'b' (role 'client')) after {shown}" + _NOT_A_DELAY)
+
+
+def test_a_delay_that_is_no_number_is_refused_in_an_event_the_model_scheduled_too():
+    net = _net(Scheduling("0", later=True))
+    with pytest.raises(NetworkConfigError) as info:
+        net.run()
+    assert str(info.value) == (
+        "link model 'sched' (Scheduling) scheduled event SimNetwork.deliver (message 'x' from 'a' to 'b' (ledger row "
+        "0, 15 bytes); node 'b' (role 'client')) after str '0'" + _NOT_A_DELAY)
+
+
+def test_a_model_of_ones_own_scheduling_what_is_not_callable_is_refused_when_it_schedules():
+    # the event queue called it at the event's time: "TypeError: 'str' object is not callable",
+    # naming nothing
+    with pytest.raises(ActorError) as info:
+        _net(Scheduling(0.5, fn="deliver")).run()
+    assert isinstance(info.value.__cause__, NetworkConfigError)
+    assert str(info.value.__cause__) == (
+        "link model 'sched' (Scheduling) scheduled str 'deliver', which is not callable: net.schedule(delay, fn, "
+        "*args) calls fn(*args) after delay seconds")
+
+
+def test_a_model_of_ones_own_may_schedule_after_ints_and_numpy_numbers_and_gets_float_times():
+    import numpy as np
+
+    for delay, at in ((1, 1.0), (np.float64(0.25), 0.25), (np.int64(2), 2.0), (np.float32(0.5), 0.5)):
+        res = _net(Scheduling(delay)).run()
+        assert res.results["b"] == [1.0, 2.0]
+        arrivals = [r["arrival_time"] for r in res.ledger.records()]
+        assert arrivals == [at, at] and all(type(t) is float for t in arrivals)
+        assert type(res.duration) is float and res.duration == at
+
+
+def test_the_built_in_models_schedule_without_the_check():
+    # the check costs every message: the built-in models, tested to pass numbers, skip it
+    from fedsim.kernel.flows import FairShareLinkModel
+    from fedsim.kernel.sim import FifoLinkModel
+
+    for model in (FifoLinkModel(), FairShareLinkModel()):
+        net = SimNetwork(link_model=model)
+        assert net.schedule == net.queue.schedule
+    assert SimNetwork(link_model=Scheduling(1.0)).schedule != SimNetwork().queue.schedule

@@ -1236,15 +1236,32 @@ def test_the_timeline_zooms_to_the_step_and_to_the_round_in_a_headless_browser(f
             if inside:
                 assert left - 0.01 <= float(s.get_attribute("x")) and \
                     float(s.get_attribute("x")) + float(s.get_attribute("width")) <= right + 0.8
-        # the round: from its first send to its last arrival or wait given up
+        # the round: from its first event to its last, those of its messages (sent, last byte
+        # out, arrived, read), its waits given up and the dropouts among its messages (a note
+        # belongs to the round of the message sent before it: the first message's if none was),
+        # from the ledger, the network's reads and the nodes' offline times (not the page's data)
         Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("zoomed to the round")
         rnd = [q for q in rows if q["round"] == r["round"]]
-        lo = min(q["send_time"] for q in rnd)
-        waits = [float(m.time) for m in net.ledger.missing if m.round == r["round"]]
-        hi = max([q["arrival_time"] for q in rnd if q["status"] == "delivered"] + waits)
-        assert float(tl.get_attribute("data-from")) == lo and float(tl.get_attribute("data-to")) >= hi
-        assert driver.find_element(By.ID, "tl-range").text.endswith(
-            f" (zoomed to round {r['round']} of 0 to {end * 1000:.3f} ms)")
+        times = [q[f] for q in rnd for f in ("send_time", "tx_end", "arrival_time") if q[f] == q[f]]
+        times += [net.read_at[q["seq"]] for q in rnd if q["seq"] in net.read_at]
+        rounds_sent = {q["round"] for q in rows}
+        assert {m.round for m in net.ledger.missing} <= rounds_sent  # (each wait given up is its own round's)
+        times += [float(m.time) for m in net.ledger.missing if m.round == r["round"]]
+        # (steps in time order: the messages by send, the waits given up with their own rounds)
+        steps = sorted([(q["send_time"], q["round"]) for q in rows] +
+                       [(float(m.time), m.round) for m in net.ledger.missing], key=lambda e: e[0])
+        dropouts = [t for t, head, _ in _expected_events(net) if head == "dropout"]
+        assert dropouts and not {t for t, _ in steps} & set(dropouts)  # (no tie to order)
+        for t in dropouts:
+            before = [q for u, q in steps if u < t]
+            if (before[-1] if before else rows[0]["round"]) == r["round"]:
+                times.append(t)
+        lo, hi = min(times), max(times)
+        assert hi > max(q["arrival_time"] for q in rnd if q["status"] == "delivered")  # (a wait given up last)
+        assert (float(tl.get_attribute("data-from")), float(tl.get_attribute("data-to"))) == (lo, hi)
+        assert driver.find_element(By.ID, "tl-range").text == (
+            f"simulated time, {'0' if lo == 0 else f'{lo * 1000:.3f} ms'} to {hi * 1000:.3f} ms "
+            f"(zoomed to round {r['round']} of 0 to {end * 1000:.3f} ms)")
         Select(driver.find_element(By.ID, "zoom")).select_by_visible_text("whole run")
         assert driver.find_element(By.ID, "tl-range").text == f"simulated time, 0 to {end * 1000:.3f} ms"
         assert sending_span(i)[1] < 1

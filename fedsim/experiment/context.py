@@ -505,11 +505,17 @@ class RunContext:
     def record_network(self, net: Any, label: str | None = None) -> None:
         """Account one finished network run: its simulated duration and ledger totals (summed
         over runs in results.json); with ``--ledger`` its ledger goes into ledger.csv, its rows
-        labelled ``label`` (default: the order of recording)."""
+        labelled ``label`` (default: the order of recording). Raises ``TypeError`` for a
+        ``label`` that is neither a str nor None, ``ValueError`` for an empty one (5 was written
+        as the file name 00001-5.csv, "" as 'network'), before anything is recorded."""
         from ..kernel import network_record
 
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"record_network: label must be a str or None, got {type(label).__name__} {label!r:.80}")
+        if label == "":
+            raise ValueError("record_network: label is empty; give a name, or None for 'network'")
         self._recorded += 1
-        name = f"{self._recorded:05d}-{label or 'network'}"
+        name = f"{self._recorded:05d}-{'network' if label is None else label}"
         self.record_run(network_record(net, self.ledger_dir, name))
 
     def record_run(self, record: Mapping[str, Any] | None) -> None:

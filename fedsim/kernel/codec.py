@@ -30,7 +30,8 @@ padding over 7 bytes or not zero, a buffer whose length disagrees with shape x i
 NumPy cannot represent (a zero dimension beside dimensions whose product overflows), maps that
 repeat a key (msgpack would keep the last value and drop the others without a word; keys equal in
 Python, such as 1 and True, are one key), documents over ``max_bytes`` (512 MiB by default) and
-nesting deeper than ``max_depth`` (32).
+nesting deeper than ``max_depth`` (32). (Limits themselves that are no integer, or below their
+least, are the caller's error: ``TypeError`` / ``ValueError`` naming the parameter.)
 
 Decoding also bounds its work and memory by the input's size. Before msgpack builds anything,
 ``_scan`` walks the document: a container may not claim more items than bytes follow it, nor a
@@ -736,18 +737,24 @@ def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEF
     over ``max_bytes``, nested deeper than ``max_depth``, would decode into more objects than
     their size allows (see the module docstring) or are not a ``[kind, payload]`` pair;
     ``TypeError`` if ``data`` is not a bytes-like object, or for a ``max_bytes`` or ``max_depth``
-    that is not an integer (NumPy's are taken; a bool, a float, a str or None is refused).
+    that is not an integer (NumPy's are taken; a bool, a float, a str or None is refused);
+    ``ValueError`` naming the parameter for a ``max_bytes`` below 1 or a ``max_depth`` below 1
+    (a message is a ``[kind, payload]`` array, one deep), which no message could meet.
     """
     if max_bytes.__class__ is not int or max_depth.__class__ is not int:  # (attributes, no call: per message)
-        max_bytes, max_depth = _limits("decode_message", max_bytes, max_depth)
+        max_bytes, max_depth = _limits("decode_message", max_bytes, max_depth, 1)
+    # Limits below their least (max_bytes < 1, max_depth < 1) are refused in branches they take
+    # anyway, not by compares on the fast path: a max_bytes < 1 makes every message too long (or,
+    # empty, malformed), and a max_depth < 2 skips the fast path; both reach the general path
+    # below, which checks them before decode.
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied
-            raise CodecError(f"message of {view.nbytes} bytes exceeds the limit of {max_bytes}")
+            raise _too_long("decode_message", view.nbytes, max_bytes, max_depth, 1)
         data = bytes(view)
     n = len(data)
     if n > max_bytes:
-        raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
+        raise _too_long("decode_message", n, max_bytes, max_depth, 1)
     if max_depth >= 2:
         layout = _LAYOUTS_SEEN.get((n, data[:_KEY_BYTES]))
         if layout is not None:
@@ -762,6 +769,8 @@ def decode_message(data: bytes | bytearray | memoryview, *, max_bytes: int = DEF
             fast = None  # malformed: the general decoder below says how
         if fast is not None:
             return fast
+    if max_bytes < 1 or max_depth < 1:  # (the general path: msgpack's decoder follows)
+        _limits("decode_message", max_bytes, max_depth, 1)  # (raises)
     doc = decode(data, max_bytes=max_bytes, max_depth=max_depth)
     if type(doc) is not list or len(doc) != 2 or type(doc[0]) is not str:
         raise CodecError("not a fedsim message: expected a [kind, payload] array")
@@ -1200,18 +1209,31 @@ def _scan(data: bytes, max_depth: int, budget: int) -> int:
     return cost, entries
 
 
-def _limits(call: str, max_bytes: Any, max_depth: Any) -> tuple[int, int]:
-    """``call``'s ``max_bytes`` and ``max_depth`` when either is not an int: NumPy integers as ints;
-    anything else ``TypeError`` naming the parameter (a str was "'>' not supported between instances
-    of 'int' and 'str'"; ``decode`` took max_depth "32" or None for a document without containers;
-    True was a limit of one)."""
+def _limits(call: str, max_bytes: Any, max_depth: Any, least_depth: int) -> tuple[int, int]:
+    """``call``'s ``max_bytes`` and ``max_depth`` when either is not an int or is below its least
+    (1 byte; ``least_depth``: 0 for ``decode``, a document without containers, 1 for
+    ``decode_message``, whose [kind, payload] array is one deep): NumPy integers as ints; anything
+    else ``TypeError`` naming the parameter (a str was "'>' not supported between instances of
+    'int' and 'str'"; ``decode`` took max_depth "32" or None for a document without containers;
+    True was a limit of one), and a smaller integer ``ValueError`` naming it (max_bytes -1 was a
+    CodecError "message of 1 bytes exceeds the limit of -1", as if the document were at fault)."""
     out = []
-    for name, v in (("max_bytes", max_bytes), ("max_depth", max_depth)):
-        if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
-            out.append(int(v))
-        else:
+    for name, v, least, what in (("max_bytes", max_bytes, 1, "bytes"), ("max_depth", max_depth, least_depth,
+                                 "0: a document without containers" if least_depth == 0 else
+                                 "a message is a [kind, payload] array")):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
             raise TypeError(f"{call}: {name} must be an integer, got {type(v).__name__} {v!r:.80}")
+        if v < least:
+            raise ValueError(f"{call}: {name} must be at least {least} ({what}), got {int(v)}")
+        out.append(int(v))
     return out[0], out[1]
+
+
+def _too_long(call: str, n: int, max_bytes: int, max_depth: int, least_depth: int) -> CodecError:
+    """The ``CodecError`` of a message of ``n`` bytes over ``max_bytes``; first ``_limits``'s
+    ``ValueError`` if a limit is below its least (every message is over a max_bytes below 1)."""
+    _limits(call, max_bytes, max_depth, least_depth)
+    return CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
 
 
 def _over_budget(n: int, budget: int) -> None:
@@ -1229,10 +1251,12 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     the bytes are malformed, longer than ``max_bytes``, nested deeper than ``max_depth`` or would
     decode into more objects than their size allows (see the module docstring); ``TypeError`` if
     ``data`` is not a bytes-like object, or for a ``max_bytes`` or ``max_depth`` that is not an
-    integer (NumPy's are taken; a bool, a float, a str or None is refused).
+    integer (NumPy's are taken; a bool, a float, a str or None is refused); ``ValueError`` naming
+    the parameter for a ``max_bytes`` below 1 or a ``max_depth`` below 0 (0 takes a document
+    without containers).
     """
-    if max_bytes.__class__ is not int or max_depth.__class__ is not int:
-        max_bytes, max_depth = _limits("decode", max_bytes, max_depth)
+    if max_bytes.__class__ is not int or max_depth.__class__ is not int or max_bytes < 1 or max_depth < 0:
+        max_bytes, max_depth = _limits("decode", max_bytes, max_depth, 0)
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied

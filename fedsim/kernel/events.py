@@ -61,6 +61,9 @@ class EventQueue:
     def schedule(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
         """Call ``fn(*args)`` at ``now + delay``.
 
+        ``delay`` is a number of seconds (a float or an int) and ``fn`` a callable; neither is
+        checked here, on the path of every message (a bool would be a delay of 0 or 1 s, a str a
+        bare ``TypeError``): ``SimNetwork.schedule`` checks both for a link model of the user's own.
         Raises ``ValueError`` naming the event (``fn``, and what its arguments' ``describe()``
         say: the message, the actor) if that time is not finite or is before ``now`` (a negative
         or NaN ``delay``, or one so large that ``now + delay`` overflows): an event at inf would

@@ -37,7 +37,10 @@ class LinkModel:
     *args)``, reads the clock with ``net.now()``, draws loss with ``net.draw_loss(src)`` and may
     keep per-node state in ``node.link_state``. ``src.spec.link`` / ``dst.spec.link`` give the
     rates (bytes/s, ``inf`` allowed) and latencies (s). A link model must be deterministic: no
-    clock, no global random state. ``net.schedule`` raises ``ValueError`` for an event whose
+    clock, no global random state. ``net.schedule`` takes a ``delay`` in seconds, a number (an
+    int or float; NumPy's are taken as floats), and a callable ``fn``: for a model of one's own, a
+    bool, str, bytes or None as ``delay`` (True was 1 s) or an ``fn`` that is not callable is a
+    ``NetworkConfigError`` naming the model and the event. It raises ``ValueError`` for an event whose
     time is not finite or is before ``now()``; ``check_time(t, envelope, what, why)`` refuses
     a time that is not finite with a ``NetworkConfigError`` that says which message and why,
     before it is written into the row or scheduled (it does not know the clock: a time before

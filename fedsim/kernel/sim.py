@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import gc
 import math
+import numbers
 from asyncio import CancelledError
 import traceback
 from collections import deque
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from .envelope import LATER, Envelope, Payload
 from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigError, RunEnded
-from .events import EventQueue
+from .events import EventQueue, describe_event
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
 from .ledger import ARRIVAL, NOTE, RX_START, SEND_T, SEQ, STATUS, TX_END, TX_START
@@ -285,10 +288,12 @@ class SimNetwork(Network):
         if self._checked:
             # a link model of the user's own: each copy it settles is checked (delivered or lost
             # once, timing filled in and in order) and counted, and a drained run must have settled them all;
+            # what it schedules is checked too (a number of seconds, a callable);
             # the built-in ones are tested to do so and skip this, which would cost every message
             # of every run (fedrec_split: 1-3 %)
             self.deliver = self._deliver_checked
             self.lose = self._lose_checked
+            self.schedule = self._schedule_checked  # (the kernel's own events go to the queue directly)
 
     # -- the link-model interface -------------------------------------------------------------
     def now(self) -> float:
@@ -296,7 +301,30 @@ class SimNetwork(Network):
         return self.queue.now
 
     def schedule(self, delay: float, fn, *args) -> None:
-        """Call ``fn(*args)`` after ``delay`` (>= 0) simulated seconds; FIFO among equal times."""
+        """Call ``fn(*args)`` after ``delay`` (>= 0) simulated seconds; FIFO among equal times.
+        ``delay`` is a number of seconds (an int or float; NumPy's too) and ``fn`` a callable:
+        for a link model of the user's own that is checked (``NetworkConfigError``), for the
+        built-in ones, which pass floats, not (the event queue's own method is called directly)."""
+        self.queue.schedule(delay, fn, *args)
+
+    def _schedule_checked(self, delay: Any, fn: Any, *args: Any) -> None:
+        """``schedule`` for a link model of the user's own: refuses a ``delay`` that is no number
+        (True was 1 s and False 0 s, silently; "1" or None a bare "unsupported operand" TypeError
+        from the queue) and an ``fn`` that is not callable (the queue called it at the event's
+        time: "'str' object is not callable"), naming the model and the event; a NumPy number is
+        taken as a float, so that the clock and the ledger's times stay floats."""
+        if not callable(fn):
+            raise NetworkConfigError(
+                f"link model {self._model_class_label()} scheduled {type(fn).__name__} {fn!r:.80}, which is not "
+                "callable: net.schedule(delay, fn, *args) calls fn(*args) after delay seconds")
+        cls = delay.__class__
+        if cls is not float and cls is not int:
+            if not isinstance(delay, numbers.Real) or isinstance(delay, (bool, np.bool_)):
+                raise NetworkConfigError(
+                    f"link model {self._model_class_label()} scheduled event {describe_event(fn, args)} after "
+                    f"{type(delay).__name__} {delay!r:.80}: net.schedule(delay, fn, *args) takes a delay in seconds, "
+                    "a number (int or float; NumPy's too), not a bool, str or bytes")
+            delay = float(delay)
         self.queue.schedule(delay, fn, *args)
 
     def deliver(self, envl: Envelope, dst: Node) -> None:
