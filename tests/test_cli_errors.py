@@ -550,6 +550,35 @@ def test_a_protocol_plugin_given_as_a_scenario_path_says_how_to_run_it(tmp_path)
     assert res.returncode == 0, res.stderr
 
 
+def test_a_plugin_already_loaded_and_given_as_a_scenario_path_is_still_named_a_plugin(tmp_path):
+    """`fedsim --plugin fedavg_mf.py run fedavg_mf.py` (the file loaded as a plug-in, then given
+    where a scenario goes; also a package's module its entry point had loaded): registering the
+    same spec again added no name, so the file was taken for a broken scenario, 'is not a fedsim
+    scenario (it needs PARAMS and run(ctx))'. The registration it made again counts."""
+    import re
+
+    from fedsim.experiment import UsageError, load_scenario
+    from fedsim.protocols import REGISTRY, load_plugins
+
+    doc = (REPO / "docs" / "writing-a-protocol.md").read_text()
+    (tmp_path / "fedavg_mf.py").write_text(re.findall(r"```python\n(.*?)```", doc, re.S)[0])
+    line = one_error_line(fedsim_cmd("--plugin", "fedavg_mf.py", "run", "fedavg_mf.py", "--quiet", cwd=tmp_path))
+    assert line == ("error: fedavg_mf.py is not a fedsim scenario but a protocol plug-in (it registers "
+                    "'fedavg-mf'): run it with fedsim --plugin fedavg_mf.py run fedavg-mf")
+    nothing_left(tmp_path)
+    path = str(tmp_path / "fedavg_mf.py")
+    load_plugins([path], entry_points=False)
+    try:
+        spec = REGISTRY["fedavg-mf"]
+        with pytest.raises(UsageError) as err:
+            load_scenario(path)
+        assert str(err.value) == (f"{path} is not a fedsim scenario but a protocol plug-in (it registers "
+                                  f"'fedavg-mf'): run it with fedsim --plugin {path} run fedavg-mf")
+        assert REGISTRY["fedavg-mf"] is spec  # the plug-in's own spec, not the scenario load's, is back
+    finally:
+        REGISTRY.remove("fedavg-mf")
+
+
 def test_a_plugin_loaded_as_a_scenario_is_not_left_registered(tmp_path):
     import re
 
