@@ -156,3 +156,32 @@ def test_a_protocol_declared_under_the_entry_point_group_needs_no_plugin_option(
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
                          timeout=120)
     assert res.stdout.split() == ["False", "['fedavg-mf']", "True"], res.stderr
+
+
+def test_every_info_key_the_command_line_reads_is_in_the_page():
+    """The bullet "What `fedsim run` reads from a `Result`" is a plug-in author's list of the
+    ``info`` keys that change a run's report. It left out ``lost_users``, which ``Result.present``
+    reads to leave a dropped-out client's user out of the test scores: a plug-in without it had
+    its dropped users' zero factors scored as if they had trained, with no word."""
+    repo = Path(__file__).resolve().parents[1]
+    read = set()
+    for path in [*(repo / "fedsim" / "experiment").glob("*.py"), repo / "fedsim" / "protocols" / "contract.py"]:
+        read |= set(re.findall(r"""\binfo(?:\.get\(|\[)"(\w+)"[\]),]""", path.read_text()))
+    assert {"diverged_at", "missing", "lost_clients", "adjusted", "lost_users"} <= read
+    bullet = re.search(r"^- \*\*What `fedsim run` reads from a `Result`\.\*\*(.*?)^- \*\*", DOC.read_text(),
+                       re.S | re.M).group(1)
+    assert sorted(k for k in read if f"`{k}`" not in bullet) == []
+
+
+def test_the_config_bullet_lists_every_keyword_param_takes():
+    """The bullet gave `param(default, help, choices=..., min=..., max=...)`; the tutorial's own
+    code used `exclusive_min` and `none_ok`, which it did not list (and a reader guessing an
+    `exclusive_max` by symmetry got a TypeError at import)."""
+    import inspect
+
+    from fedsim.config import param
+
+    bullet = re.search(r"^- \*\*A `Config`\.\*\*(.*?)^- \*\*", DOC.read_text(), re.S | re.M).group(1)
+    listed = re.search(r"`param\((.*?)\)`", " ".join(bullet.split())).group(1)
+    names = [p.split("=")[0].strip() for p in listed.split(",")]
+    assert names == list(inspect.signature(param).parameters)
