@@ -865,6 +865,10 @@ def test_fedrecpp_run_with_faults_says_it_is_incomplete(tmp_path, loss):
     assert (f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
             "(table `missing`) and lost 0 client(s)") in report
     assert "FedRec++: also the groups and clients, left_out, left out of the update" in report
+    # a record of round -1 is a secure-aggregation key only when its kind is keys: a plug-in's
+    # setup exchange at round -1 (a statistics upload) was titled "clients whose key never arrived"
+    assert "kind keys, round -1: clients whose secure-aggregation key never arrived)" in report
+    assert "; round -1: clients whose key never arrived" not in report
 
 
 def test_fedrec_run_scores_the_test_ratings_of_the_clients_present(tmp_path):

@@ -236,7 +236,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     if missing:
         ctx.table("missing", missing, title="What was left out, per round: uploads that did not arrive by the deadline, "
                   "per kind (clients: how many; FedRec++: also the groups and clients, left_out, left out of the update; "
-                  "round -1: clients whose key never arrived)")
+                  "kind keys, round -1: clients whose secure-aggregation key never arrived)")
     if missing or summary["lost_clients"]:
         # the summary's columns say it, but only to a reader who looks for them
         ctx.caveat("incomplete", f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
