@@ -185,3 +185,31 @@ def test_the_config_bullet_lists_every_keyword_param_takes():
     listed = re.search(r"`param\((.*?)\)`", " ".join(bullet.split())).group(1)
     names = [p.split("=")[0].strip() for p in listed.split(",")]
     assert names == list(inspect.signature(param).parameters)
+
+
+def test_the_study_script_runs_from_beside_the_plugin_and_sweeps(plugin, tmp_path):
+    """The page ended with "write `scenarios/NAME.py`": a folder inside fedsim, which an author
+    outside it would have to edit. Its scenario script runs from anywhere: `fedsim run study.py`
+    and `fedsim sweep study.py`, the plug-in loaded by the script itself."""
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "fedavg_mf.py").write_text(BLOCKS[0])
+    (folder / "study.py").write_text(BLOCKS[3])
+    res = _fedsim("run", "study.py", "--data", "tiny", "--set", "rounds=2", "--set", "fractions=0.5,1", "--quiet",
+                  "--out", "o", cwd=folder)
+    assert res.returncode == 0, res.stderr
+    import csv
+
+    with open(folder / "o" / "uploads.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["fraction"] for r in rows] == ["0.5", "1.0"]
+    # 30 clients: 15, then 30 of them upload in each of the 2 rounds (counted in the ledger)
+    assert [int(r["uploads"]) for r in rows] == [2 * 15, 2 * 30]
+    assert all(float(r["train_rmse"]) > 0 for r in rows)
+    assert int(rows[1]["upload_bytes"]) > int(rows[0]["upload_bytes"]) > 0
+    res = _fedsim("sweep", "study.py", "--data", "tiny", "--grid", "seed=0,1", "--set", "rounds=1", "--set",
+                  "fractions=0.5", "--workers", "2", "--quiet", "--out", "sw", cwd=folder)
+    assert res.returncode == 0, res.stderr
+    assert "2 points, 2 run, 0 already done, 0 failed" in res.stdout
+    with open(folder / "sw" / "combined_uploads.csv", newline="") as fh:
+        assert [r["seed"] for r in csv.DictReader(fh)] == ["0", "1"]
