@@ -86,6 +86,15 @@ def test_fedsim_list_and_run_find_the_plugin(plugin, tmp_path):
     assert res.returncode == 0, res.stderr
     assert re.search(r"^\s+fedavg-mf\s+FedAvg on matrix factorisation", res.stdout, re.M)
     assert "parameters: d, rounds, fraction, lr, lam, epochs, deadline" in res.stdout
+    # the plug-in's lines are its summary and parameters: no run time fedsim never measured (the
+    # built-ins' "run time: seconds on the default tiny data" stood under the last protocol listed)
+    lines = res.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("fedavg-mf "))
+    assert lines[at + 1].strip() == "parameters: d, rounds, fraction, lr, lam, epochs, deadline"
+    assert lines[at + 2] == ""
+    assert "run time: seconds" not in res.stdout
+    assert ("protocols (fedsim run NAME, fedsim trace NAME; parameters: fedsim run NAME --help; the built-in ones "
+            "run in seconds on the default tiny data):") in lines
     res = _fedsim("--plugin", str(plugin), "run", "fedavg-mf", "--data", "tiny", "--set", "rounds=3",
                   "--profile", "wan", "--quiet", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
