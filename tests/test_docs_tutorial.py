@@ -259,3 +259,29 @@ def test_the_plugin_traces_compares_and_runs_on_the_real_transports_with_faults(
                   "--quiet", "--out", "c", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert [r["parameters_bit_identical"] for r in table(tmp_path / "c" / "summary.csv")] == ["True", "True"]
+
+
+def test_a_check_of_several_fields_is_validate_as_the_page_says(tmp_path):
+    """The page named no way to check two settings together (the built-ins' `eval_every` beyond
+    `T`); `Config.validate` is it. The page now says so, and what the command line does with it:
+    the tutorial's Config given a validate is refused by `fedsim run` (key named, config file
+    line) and `fedsim sweep` (the failing point named, nothing run)."""
+    bullet = re.search(r"^- \*\*A `Config`\.\*\*(.*?)^- \*\*", DOC.read_text(), re.S | re.M).group(1)
+    assert "`validate(self)`" in bullet and "`fedsim.config.ConfigError(message, key)`" in bullet
+    code = BLOCKS[0].replace(
+        "\n\n# --- math", "\n    def validate(self):\n        if self.epochs > self.rounds:\n"
+        "            raise ConfigError(f'epochs = {self.epochs} > rounds = {self.rounds}', 'epochs')\n\n\n# --- math", 1)
+    code = code.replace("from fedsim.config import Config, param", "from fedsim.config import Config, ConfigError, param")
+    (tmp_path / "fedavg_mf.py").write_text(code)
+    res = _fedsim("--plugin", "fedavg_mf.py", "run", "fedavg-mf", "--set", "rounds=1", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1] == "error: epochs = 2 > rounds = 1"
+    (tmp_path / "run.toml").write_text('scenario = "fedavg-mf"\n[params]\nrounds = 1\nepochs = 2\n')
+    res = _fedsim("--plugin", "fedavg_mf.py", "run", "--config", "run.toml", "--out", "o", cwd=tmp_path)
+    assert res.stderr.strip().splitlines()[-1] == ("error: run.toml: line 4: [params] epochs: "
+                                                   "epochs = 2 > rounds = 1")
+    res = _fedsim("--plugin", "fedavg_mf.py", "sweep", "fedavg-mf", "--grid", "rounds=1,3", "--out", "sw",
+                  cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1].startswith("error: 1 of the 2 points of the sweep to run would be "
+                                                          "refused, so none was run: rounds=1: epochs = 2 > rounds = 1")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "sw").exists()
