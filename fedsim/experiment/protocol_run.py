@@ -181,7 +181,8 @@ def run_protocol(ctx: RunContext, name: str) -> None:
         # the protocol stopped there (or found non-finite parameters at the end): "rounds" is
         # what was asked for, and the table said nothing of it
         summary["diverged_at"] = int(diverged)
-    summary["simulated_s"] = result.duration
+    # a real transport's clock is real seconds (results.json's measured_time_s), not simulated ones
+    summary["simulated_s" if getattr(net, "simulated", True) else "measured_s"] = result.duration
     if train is not None:
         summary.update(users=train.n_users, items=train.n_items, train_ratings=len(train),
                        test_ratings=0 if test is None else len(test))
