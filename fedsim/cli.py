@@ -420,12 +420,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:<26} {desc}")
         if times.get(name):
             print(f"  {'':<26}   run time: {times[name]}")
-    print("\nprotocols (fedsim run NAME, fedsim trace NAME; parameters: fedsim run NAME --help):")
+    # (the run time was one line under the last protocol, a plug-in's too, read as that one's)
+    print("\nprotocols (fedsim run NAME, fedsim trace NAME; parameters: fedsim run NAME --help; the built-in "
+          "ones run in seconds on the default tiny data):")
     for spec in REGISTRY.specs():
         print(f"  {spec.name:<26} {spec.summary}")
         names = ", ".join(f.name for f in fields_of(spec.Config))
         print(f"  {'':<26}   parameters: {names}")
-    print(f"  {'':<26}   run time: seconds on the default tiny data")
     print("\nnetwork profiles (--profile): " + ", ".join(PROFILES))
     print("\nlink models (--link-model; a plug-in registers more: docs/network-model.md):")
     for name, desc in LINK_MODELS.items():

@@ -550,6 +550,35 @@ def test_a_protocol_plugin_given_as_a_scenario_path_says_how_to_run_it(tmp_path)
     assert res.returncode == 0, res.stderr
 
 
+def test_a_plugin_already_loaded_and_given_as_a_scenario_path_is_still_named_a_plugin(tmp_path):
+    """`fedsim --plugin fedavg_mf.py run fedavg_mf.py` (the file loaded as a plug-in, then given
+    where a scenario goes; also a package's module its entry point had loaded): registering the
+    same spec again added no name, so the file was taken for a broken scenario, 'is not a fedsim
+    scenario (it needs PARAMS and run(ctx))'. The registration it made again counts."""
+    import re
+
+    from fedsim.experiment import UsageError, load_scenario
+    from fedsim.protocols import REGISTRY, load_plugins
+
+    doc = (REPO / "docs" / "writing-a-protocol.md").read_text()
+    (tmp_path / "fedavg_mf.py").write_text(re.findall(r"```python\n(.*?)```", doc, re.S)[0])
+    line = one_error_line(fedsim_cmd("--plugin", "fedavg_mf.py", "run", "fedavg_mf.py", "--quiet", cwd=tmp_path))
+    assert line == ("error: fedavg_mf.py is not a fedsim scenario but a protocol plug-in (it registers "
+                    "'fedavg-mf'): run it with fedsim --plugin fedavg_mf.py run fedavg-mf")
+    nothing_left(tmp_path)
+    path = str(tmp_path / "fedavg_mf.py")
+    load_plugins([path], entry_points=False)
+    try:
+        spec = REGISTRY["fedavg-mf"]
+        with pytest.raises(UsageError) as err:
+            load_scenario(path)
+        assert str(err.value) == (f"{path} is not a fedsim scenario but a protocol plug-in (it registers "
+                                  f"'fedavg-mf'): run it with fedsim --plugin {path} run fedavg-mf")
+        assert REGISTRY["fedavg-mf"] is spec  # the plug-in's own spec, not the scenario load's, is back
+    finally:
+        REGISTRY.remove("fedavg-mf")
+
+
 def test_a_plugin_loaded_as_a_scenario_is_not_left_registered(tmp_path):
     import re
 
@@ -729,3 +758,75 @@ def test_run_sweep_refuses_an_empty_data_or_out_as_fedsim_sweep_does(tmp_path, m
     res = fedsim_cmd("sweep", "demo", "--grid", "rounds=1", "--out", "", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.splitlines() == ["error: --out is empty; give a value or leave the "
                                                                "option out"], res.stderr
+
+
+SETUP_BUG_PLUGIN = '''
+from dataclasses import dataclass
+
+from fedsim.config import Config, param
+from fedsim.protocols import Kind, ProtocolSpec, Result, register
+from fedsim.protocols.common import SERVER, client_names
+from fedsim.protocols.contract import server_result
+from fedsim.protocols.presets import tiny_ratings
+
+
+@dataclass(frozen=True)
+class SetupCfg(Config):
+    rounds: int = param(1, "rounds", min=0)
+
+
+async def server(ctx, clients):
+    ctx.begin_round(-1)
+    await ctx.broadcast(clients, "hello", None)
+    got = await ctx.gather("stats", senders=clients, round=-1)
+    await ctx.broadcast(clients, "stop", None)
+    return len(got)
+
+
+async def client(ctx):
+    await ctx.receive("hello")
+    await ctx.send(SERVER, "stats", {"n": 1})  # (without ctx.begin_round(msg.round): labelled round 0)
+    await ctx.receive("stop")
+
+
+@dataclass
+class Job:
+    cfg: SetupCfg
+
+    def collect(self, run):
+        return Result("setup-bug", self.cfg, {}, [], run, {"n": server_result(run)})
+
+
+def build(net, data, cfg=None, *, test=None, resume=None):
+    names = client_names(data.n_users)
+    net.add_node(SERVER, server, names, role="server")
+    for name in names:
+        net.add_node(name, client)
+    return Job(cfg or SetupCfg())
+
+
+register(ProtocolSpec(name="setup-bug", summary="answers a round -1 message under round 0", Config=SetupCfg,
+                      build=build, tiny=lambda clients=3, rounds=1, seed=0: (tiny_ratings(clients, seed), SetupCfg(rounds)),
+                      kinds=(Kind("hello", "server", "client", "setup"), Kind("stats", "client", "server", "setup"),
+                             Kind("stop", "server", "client", "control"))))
+'''
+
+
+def test_a_plugin_that_deadlocks_with_nothing_lost_is_not_told_to_add_a_deadline(tmp_path):
+    # an out-of-tree protocol whose clients answer a round -1 message under round 0 deadlocks on a
+    # network without faults: the advice said "a lost message (--loss) or a dropped-out client
+    # (--dropout) is waited for for ever unless the protocol has a deadline", though nothing was lost
+    (tmp_path / "setup_bug.py").write_text(SETUP_BUG_PLUGIN)
+    res = fedsim_cmd("--plugin", "setup_bug.py", "run", "setup-bug", "--out", "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines[0] == ("error: the run did not finish, no output folder was written: deadlock at t = 0 s: 31 "
+                        "actor(s) still waiting with nothing left in flight that could wake them:")
+    assert lines[1] == ("  server waits in gather 'stats' for 30 of 30 senders: client/0000, client/0001, client/0002, "
+                        "client/0003, client/0004, ... (25 more); their 30 'stats' messages wait in its mailbox "
+                        "labelled round 0, not -1: client/0000, client/0001, client/0002, client/0003, client/0004, "
+                        "... (25 more) (a node labels what it sends with the largest round it began or received, 0 at "
+                        "the start: the senders answer a message of round -1 after ctx.begin_round(msg.round))")
+    assert lines[-1] == ("  no message was lost and no node dropped out: the actors above wait for messages that no "
+                         "actor sent, or sent with another kind or round label")
+    nothing_left(tmp_path, tmp_path / "o")

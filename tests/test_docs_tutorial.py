@@ -86,6 +86,15 @@ def test_fedsim_list_and_run_find_the_plugin(plugin, tmp_path):
     assert res.returncode == 0, res.stderr
     assert re.search(r"^\s+fedavg-mf\s+FedAvg on matrix factorisation", res.stdout, re.M)
     assert "parameters: d, rounds, fraction, lr, lam, epochs, deadline" in res.stdout
+    # the plug-in's lines are its summary and parameters: no run time fedsim never measured (the
+    # built-ins' "run time: seconds on the default tiny data" stood under the last protocol listed)
+    lines = res.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("fedavg-mf "))
+    assert lines[at + 1].strip() == "parameters: d, rounds, fraction, lr, lam, epochs, deadline"
+    assert lines[at + 2] == ""
+    assert "run time: seconds" not in res.stdout
+    assert ("protocols (fedsim run NAME, fedsim trace NAME; parameters: fedsim run NAME --help; the built-in ones "
+            "run in seconds on the default tiny data):") in lines
     res = _fedsim("--plugin", str(plugin), "run", "fedavg-mf", "--data", "tiny", "--set", "rounds=3",
                   "--profile", "wan", "--quiet", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -156,3 +165,123 @@ def test_a_protocol_declared_under_the_entry_point_group_needs_no_plugin_option(
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
                          timeout=120)
     assert res.stdout.split() == ["False", "['fedavg-mf']", "True"], res.stderr
+
+
+def test_every_info_key_the_command_line_reads_is_in_the_page():
+    """The bullet "What `fedsim run` reads from a `Result`" is a plug-in author's list of the
+    ``info`` keys that change a run's report. It left out ``lost_users``, which ``Result.present``
+    reads to leave a dropped-out client's user out of the test scores: a plug-in without it had
+    its dropped users' zero factors scored as if they had trained, with no word."""
+    repo = Path(__file__).resolve().parents[1]
+    read = set()
+    for path in [*(repo / "fedsim" / "experiment").glob("*.py"), repo / "fedsim" / "protocols" / "contract.py"]:
+        read |= set(re.findall(r"""\binfo(?:\.get\(|\[)"(\w+)"[\]),]""", path.read_text()))
+    assert {"diverged_at", "missing", "lost_clients", "adjusted", "lost_users"} <= read
+    bullet = re.search(r"^- \*\*What `fedsim run` reads from a `Result`\.\*\*(.*?)^- \*\*", DOC.read_text(),
+                       re.S | re.M).group(1)
+    assert sorted(k for k in read if f"`{k}`" not in bullet) == []
+
+
+def test_the_config_bullet_lists_every_keyword_param_takes():
+    """The bullet gave `param(default, help, choices=..., min=..., max=...)`; the tutorial's own
+    code used `exclusive_min` and `none_ok`, which it did not list (and a reader guessing an
+    `exclusive_max` by symmetry got a TypeError at import)."""
+    import inspect
+
+    from fedsim.config import param
+
+    bullet = re.search(r"^- \*\*A `Config`\.\*\*(.*?)^- \*\*", DOC.read_text(), re.S | re.M).group(1)
+    listed = re.search(r"`param\((.*?)\)`", " ".join(bullet.split())).group(1)
+    names = [p.split("=")[0].strip() for p in listed.split(",")]
+    assert names == list(inspect.signature(param).parameters)
+
+
+def test_the_study_script_runs_from_beside_the_plugin_and_sweeps(plugin, tmp_path):
+    """The page ended with "write `scenarios/NAME.py`": a folder inside fedsim, which an author
+    outside it would have to edit. Its scenario script runs from anywhere: `fedsim run study.py`
+    and `fedsim sweep study.py`, the plug-in loaded by the script itself."""
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "fedavg_mf.py").write_text(BLOCKS[0])
+    (folder / "study.py").write_text(BLOCKS[3])
+    res = _fedsim("run", "study.py", "--data", "tiny", "--set", "rounds=2", "--set", "fractions=0.5,1", "--quiet",
+                  "--out", "o", cwd=folder)
+    assert res.returncode == 0, res.stderr
+    import csv
+
+    with open(folder / "o" / "uploads.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["fraction"] for r in rows] == ["0.5", "1.0"]
+    # 30 clients: 15, then 30 of them upload in each of the 2 rounds (counted in the ledger)
+    assert [int(r["uploads"]) for r in rows] == [2 * 15, 2 * 30]
+    assert all(float(r["train_rmse"]) > 0 for r in rows)
+    assert int(rows[1]["upload_bytes"]) > int(rows[0]["upload_bytes"]) > 0
+    res = _fedsim("sweep", "study.py", "--data", "tiny", "--grid", "seed=0,1", "--set", "rounds=1", "--set",
+                  "fractions=0.5", "--workers", "2", "--quiet", "--out", "sw", cwd=folder)
+    assert res.returncode == 0, res.stderr
+    assert "2 points, 2 run, 0 already done, 0 failed" in res.stdout
+    with open(folder / "sw" / "combined_uploads.csv", newline="") as fh:
+        assert [r["seed"] for r in csv.DictReader(fh)] == ["0", "1"]
+
+
+def test_the_plugin_traces_compares_and_runs_on_the_real_transports_with_faults(plugin, tmp_path):
+    """The page says the plug-in can be traced and runs on every transport: the suite ran it on
+    the simulator only (list, run, sweep, the contract test). Through the command line alone:
+    `fedsim trace` with loss, `fedsim run --transport tcp` with loss and a deadline (the same
+    copies lost as on the simulator: the loss draws are keyed by message), `fedsim compare`."""
+    import csv
+
+    def table(path):
+        with open(path, newline="") as fh:
+            return list(csv.DictReader(fh))
+
+    res = _fedsim("--plugin", str(plugin), "trace", "fedavg-mf", "--clients", "3", "--rounds", "2", "--loss", "0.3",
+                  "--set", "deadline=1", "--out", "t", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    log = (tmp_path / "t" / "steps.log").read_text()
+    # one client of three (fraction 0.5) per round, then the stop to all three
+    assert len(re.findall(r"server sends model \(round \d", log)) == 2
+    assert len(re.findall(r"server sends stop ", log)) == 3
+    assert (tmp_path / "t" / "trace.html").stat().st_size > 0
+    runs = {}
+    for transport in ("sim", "tcp"):
+        res = _fedsim("--plugin", str(plugin), "run", "fedavg-mf", "--data", "tiny", "--set", "rounds=3", "--set",
+                      "deadline=0.5", "--loss", "0.3", "--transport", transport, "--quiet", "--out", transport,
+                      cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        runs[transport] = table(tmp_path / transport / "summary.csv")[0], table(tmp_path / transport / "kinds.csv")
+    (sim, sim_kinds), (tcp, tcp_kinds) = runs["sim"], runs["tcp"]
+    assert int(sim["lost_messages"]) > 0 and sim["lost_messages"] == tcp["lost_messages"]
+    assert sim["missing_waits"] == tcp["missing_waits"]
+    assert [(k["kind"], k["messages"], k["payload_bytes"]) for k in sim_kinds] == \
+        [(k["kind"], k["messages"], k["payload_bytes"]) for k in tcp_kinds]
+    res = _fedsim("--plugin", str(plugin), "compare", "fedavg-mf", "--against", "asyncio", "--set", "rounds=2",
+                  "--quiet", "--out", "c", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [r["parameters_bit_identical"] for r in table(tmp_path / "c" / "summary.csv")] == ["True", "True"]
+
+
+def test_a_check_of_several_fields_is_validate_as_the_page_says(tmp_path):
+    """The page named no way to check two settings together (the built-ins' `eval_every` beyond
+    `T`); `Config.validate` is it. The page now says so, and what the command line does with it:
+    the tutorial's Config given a validate is refused by `fedsim run` (key named, config file
+    line) and `fedsim sweep` (the failing point named, nothing run)."""
+    bullet = re.search(r"^- \*\*A `Config`\.\*\*(.*?)^- \*\*", DOC.read_text(), re.S | re.M).group(1)
+    assert "`validate(self)`" in bullet and "`fedsim.config.ConfigError(message, key)`" in bullet
+    code = BLOCKS[0].replace(
+        "\n\n# --- math", "\n    def validate(self):\n        if self.epochs > self.rounds:\n"
+        "            raise ConfigError(f'epochs = {self.epochs} > rounds = {self.rounds}', 'epochs')\n\n\n# --- math", 1)
+    code = code.replace("from fedsim.config import Config, param", "from fedsim.config import Config, ConfigError, param")
+    (tmp_path / "fedavg_mf.py").write_text(code)
+    res = _fedsim("--plugin", "fedavg_mf.py", "run", "fedavg-mf", "--set", "rounds=1", "--out", "o", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1] == "error: epochs = 2 > rounds = 1"
+    (tmp_path / "run.toml").write_text('scenario = "fedavg-mf"\n[params]\nrounds = 1\nepochs = 2\n')
+    res = _fedsim("--plugin", "fedavg_mf.py", "run", "--config", "run.toml", "--out", "o", cwd=tmp_path)
+    assert res.stderr.strip().splitlines()[-1] == ("error: run.toml: line 4: [params] epochs: "
+                                                   "epochs = 2 > rounds = 1")
+    res = _fedsim("--plugin", "fedavg_mf.py", "sweep", "fedavg-mf", "--grid", "rounds=1,3", "--out", "sw",
+                  cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1].startswith("error: 1 of the 2 points of the sweep to run would be "
+                                                          "refused, so none was run: rounds=1: epochs = 2 > rounds = 1")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "sw").exists()

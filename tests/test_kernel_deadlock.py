@@ -611,3 +611,35 @@ def test_a_protocol_whose_faults_cover_the_server_says_which_clients_lost_its_st
         assert err.lost[node] == (f"{len(lost)} message{'s' if len(lost) != 1 else ''} to it lost, the last 'stop' "
                                   f"from 'server' sent at t = {last['send_time']:.6g} s ({last['note']})")
         assert f"  {node} waits in {err.blocked[node]}; {err.lost[node]}" in str(err).splitlines()
+
+
+async def _setup_server(ctx, clients):
+    ctx.begin_round(-1)  # a setup exchange before round 0
+    await ctx.broadcast(clients, "hello", None)
+    await ctx.gather("stats", senders=clients, round=-1)
+
+
+async def _setup_client(ctx):
+    await ctx.receive("hello")  # labelled -1, but the node stays at round 0: it adopts larger labels only
+    await ctx.send("server", "stats", {"n": 1})
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_gather_whose_replies_wait_in_the_mailbox_under_a_later_round_says_so(transport):
+    # a reply to a setup message of round -1 is labelled round 0 (a node starts at round 0 and
+    # takes a received label only if larger): gather(round=-1) waited for ever, and the deadlock
+    # said "waits in gather 'stats' for 2 of 2 senders" with both replies in its mailbox
+    from fedsim.kernel import TcpNetwork
+
+    net = {"sim": SimNetwork, "asyncio": AsyncioNetwork, "tcp": TcpNetwork}[transport](seed=0)
+    net.add_node("server", _setup_server, ["c0", "c1"], role="server")
+    net.add_node("c0", _setup_client)
+    net.add_node("c1", _setup_client)
+    with pytest.raises(DeadlockError) as info:
+        net.run(**({"timeout": 60} if transport == "tcp" else {}))
+    err = info.value
+    assert err.result.results == {"c0": None, "c1": None}
+    assert err.blocked == {"server": (
+        "gather 'stats' for 2 of 2 senders: c0, c1; their 2 'stats' messages wait in its mailbox labelled "
+        "round 0, not -1: c0, c1 (a node labels what it sends with the largest round it began or received, "
+        "0 at the start: the senders answer a message of round -1 after ctx.begin_round(msg.round))")}

@@ -865,6 +865,10 @@ def test_fedrecpp_run_with_faults_says_it_is_incomplete(tmp_path, loss):
     assert (f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "
             "(table `missing`) and lost 0 client(s)") in report
     assert "FedRec++: also the groups and clients, left_out, left out of the update" in report
+    # a record of round -1 is a secure-aggregation key only when its kind is keys: a plug-in's
+    # setup exchange at round -1 (a statistics upload) was titled "clients whose key never arrived"
+    assert "kind keys, round -1: clients whose secure-aggregation key never arrived)" in report
+    assert "; round -1: clients whose key never arrived" not in report
 
 
 def test_fedrec_run_scores_the_test_ratings_of_the_clients_present(tmp_path):
@@ -1033,3 +1037,25 @@ def test_the_display_keeps_a_beating_worker_and_drops_one_silent_for_its_beats(m
     assert p._live() == [beating, silent]
     now[0] += 1e-6
     assert p._live() == []
+
+
+@pytest.mark.parametrize("transport", ["sim", "asyncio", "tcp"])
+def test_a_protocol_run_on_a_real_transport_calls_its_duration_measured(tmp_path, transport):
+    # `fedsim run NAME --transport asyncio|tcp`: the summary's `simulated_s` held the run's real
+    # seconds (the clock of a real transport), under the simulator's name; results.json already
+    # told them apart (simulated_time, measured_time)
+    import csv
+
+    from fedsim.kernel import NetSpec
+
+    res = run_scenario("demo", out=tmp_path / transport, net=NetSpec(transport=transport, profile="ideal"),
+                       overrides={"rounds": 2}, quiet=True)
+    with open(Path(res["out"]) / "summary.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    saved = json.loads((Path(res["out"]) / "results.json").read_text())
+    if transport == "sim":
+        assert list(row)[:3] == ["protocol", "rounds", "simulated_s"] and "measured_s" not in row
+        assert float(row["simulated_s"]) == saved["simulated_time_s"]
+    else:
+        assert list(row)[:3] == ["protocol", "rounds", "measured_s"] and "simulated_s" not in row
+        assert float(row["measured_s"]) == saved["measured_time_s"] > 0

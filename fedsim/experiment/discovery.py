@@ -167,7 +167,7 @@ def load_scenario(name_or_path: str) -> ModuleType:
 
         spec = importlib.util.spec_from_file_location(f"fedsim_scenario_{p.stem}", p)
         mod = importlib.util.module_from_spec(spec)
-        before = set(REGISTRY)
+        before = {n: REGISTRY.get(n) for n in REGISTRY}
         kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
         # a script that raises while it runs is undone as a plug-in that does: its half-initialised
         # module left in sys.modules (found by name by whatever loaded it next: dataclasses, a
@@ -180,7 +180,9 @@ def load_scenario(name_or_path: str) -> ModuleType:
             sys.modules[spec.name] = mod  # so multiprocessing workers and dataclasses can find it
             spec.loader.exec_module(mod)
             if not hasattr(mod, "run") or not hasattr(mod, "PARAMS"):
-                added = [n for n in REGISTRY if n not in before]
+                # added, or registered again (a plug-in file that --plugin or an entry point had
+                # loaded already: the same spec, no new name, taken for a broken scenario)
+                added = [n for n in REGISTRY if REGISTRY.get(n) is not before.get(n)]
                 components = [(r, n) for r, snap in kernel for n in r if n not in snap]
                 if added or components:  # a plug-in (writing-a-protocol.md, network-model.md) given as a scenario
                     names = [repr(n) for n in added] + [f"{r.kind} {n!r}" for r, n in components]

@@ -181,7 +181,8 @@ def run_protocol(ctx: RunContext, name: str) -> None:
         # the protocol stopped there (or found non-finite parameters at the end): "rounds" is
         # what was asked for, and the table said nothing of it
         summary["diverged_at"] = int(diverged)
-    summary["simulated_s"] = result.duration
+    # a real transport's clock is real seconds (results.json's measured_time_s), not simulated ones
+    summary["simulated_s" if getattr(net, "simulated", True) else "measured_s"] = result.duration
     if train is not None:
         summary.update(users=train.n_users, items=train.n_items, train_ratings=len(train),
                        test_ratings=0 if test is None else len(test))
@@ -236,7 +237,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     if missing:
         ctx.table("missing", missing, title="What was left out, per round: uploads that did not arrive by the deadline, "
                   "per kind (clients: how many; FedRec++: also the groups and clients, left_out, left out of the update; "
-                  "round -1: clients whose key never arrived)")
+                  "kind keys, round -1: clients whose secure-aggregation key never arrived)")
     if missing or summary["lost_clients"]:
         # the summary's columns say it, but only to a reader who looks for them
         ctx.caveat("incomplete", f"**Incomplete.** The run left {len(missing)} round record(s) of missing uploads or groups "

@@ -824,11 +824,25 @@ def did_not_finish(exc: BaseException, written: str | Path | None = None, advice
     lines = str(exc).splitlines()
     if lines and lines[-1].strip().startswith("(run(strict=False)"):
         lines.pop()
+    if advice is None and _nothing_lost(exc):
+        # no fault struck: a deadline would only hide the protocol's bug (a reply nobody sent, or
+        # sent under another kind or round: the lines above name messages left in a mailbox)
+        advice = ("no message was lost and no node dropped out: the actors above wait for messages that no "
+                  "actor sent, or sent with another kind or round label")
     lines.append("  " + (advice or "a lost message (--loss) or a dropped-out client (--dropout) is waited for for "
                          "ever unless the protocol has a deadline (--set deadline=SECONDS)"))
     where = "no output folder was written" if written is None else \
         f"{str(written).rstrip('/')}/ holds the run up to its deadlock"
     return f"the run did not finish, {where}: " + "\n".join(lines)
+
+
+def _nothing_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``DeadlockError`` of a run that lost no message and whose nodes all
+    stayed online (its partial result's ledger says so)."""
+    if not isinstance(exc, DeadlockError) or exc.offline or exc.lost:
+        return False
+    ledger = getattr(exc.result, "ledger", None)
+    return ledger is not None and ledger.select(fate="lost").totals().messages == 0
 
 
 #: what a run that did not finish raises, for :func:`did_not_finish_line` (a ValueError or an

@@ -658,8 +658,33 @@ class Network:
             gone = sorted(s for s in (col.pending or ()) if s in offline)
             if gone:
                 text += f" (offline: {', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''})"
-            return text
+            return text + self._waiting_elsewhere(node, kind, col)
         return f"receive {kind!r}" if kind is not None else "receive (any kind)"
+
+    @staticmethod
+    def _waiting_elsewhere(node: Node, kind, col) -> str:
+        """For ``waits_for``: the messages a gather of ``round`` waits for that sit in ``node``'s
+        mailbox labelled with a later round (``LATER``), from its pending senders (any sender for
+        a ``count`` gather), in words; '' if none. A reply to a message of an earlier round (a
+        setup exchange at round -1) is labelled with its sender's round, not the message's."""
+        rnd = getattr(col, "round", None)
+        if rnd is None or not node.mailbox:
+            return ""
+        pending = col.pending
+        later = [e for e in node.mailbox if matches(kind, e.kind) and e.round > rnd
+                 and (pending is None or e.src in pending)]
+        if not later:
+            return ""
+        rounds = sorted({e.round for e in later})
+        senders = sorted({e.src for e in later})
+        names = ", ".join(senders[:5]) + (f", ... ({len(senders) - 5} more)" if len(senders) > 5 else "")
+        kinds = sorted({e.kind for e in later})
+        what = "their" if pending is not None else ""
+        return (f"; {what}{' ' if what else ''}{len(later)} {'/'.join(repr(k) for k in kinds)} "
+                f"{'messages wait' if len(later) != 1 else 'message waits'} in its mailbox labelled round"
+                f"{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))}, not {rnd}: {names} (a node labels "
+                "what it sends with the largest round it began or received, 0 at the start: the senders answer a "
+                f"message of round {rnd} after ctx.begin_round(msg.round))")
 
     def waiting_kind(self, node: Node):
         """The kind(s) ``node`` is blocked on (transports that store waits differently override)."""
