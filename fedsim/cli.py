@@ -329,7 +329,8 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
               f"(report.md, sweep.json)", file=sys.stderr)
         return 130
     again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
-    failed = " (above; the traceback of each in its error.txt)" if summary["failed"] else ""
+    failed = (" (above; each in its folder's error.txt, with the traceback of each that raised)"
+              if summary["failed"] else "")
     if len(summary["fedsim_versions"]) > 1:  # a sweep resumed by another fedsim
         print("warning: the points were run by different fedsims ("
               + "; ".join(f"{v}: {len(pts)} point(s)" for v, pts in summary["fedsim_versions"].items())
