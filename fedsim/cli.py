@@ -6,7 +6,7 @@ manage datasets.
            [--dropout P] [--quiet] [--ledger]
     fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
                  [--config sweep.toml] [run options]
-    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--seed N] [--profile P] [--link-model M]
+    fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--eval] [--seed N] [--profile P] [--link-model M]
                  [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
     fedsim compare PROTOCOL [--against tcp|asyncio|T] [--processes N] [run options but --transport]
     fedsim list
@@ -96,6 +96,9 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--clients", action=StoreOnce, type=int, default=3, help="number of clients (default 3)")
     tr.add_argument("--rounds", action=StoreOnce, type=int, default=1, help="rounds (default 1, at most 1000)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="protocol option")
+    tr.add_argument("--eval", action=FlagOnce,
+                    help="hold 20%% of each user's ratings out (split as fedsim run does) and have the protocol "
+                         "evaluate them, every round unless --set eval_every=N: its evaluation messages are traced")
     tr.add_argument("--seed", action=StoreOnce, type=int, default=0)
     tr.add_argument("--profile", action=StoreOnce, default="lan", help="network profile (default lan)")
     tr.add_argument("--link-model", action=StoreOnce, default=None, dest="link_model",
@@ -329,7 +332,8 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
               f"(report.md, sweep.json)", file=sys.stderr)
         return 130
     again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
-    failed = " (above; the traceback of each in its error.txt)" if summary["failed"] else ""
+    failed = (" (above; each in its folder's error.txt, with the traceback of each that raised)"
+              if summary["failed"] else "")
     if len(summary["fedsim_versions"]) > 1:  # a sweep resumed by another fedsim
         print("warning: the points were run by different fedsims ("
               + "; ".join(f"{v}: {len(pts)} point(s)" for v, pts in summary["fedsim_versions"].items())
@@ -351,6 +355,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
 
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .experiment.runner import OutputFolder, no_room_error
+    from .experiment.protocol_run import DEFAULT_TEST_FRAC
     from .studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, trace
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
@@ -361,7 +366,8 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     try:
         net, paths = trace(args.protocol, folder.tmp, clients=args.clients, rounds=args.rounds, seed=args.seed,
                            net=netspec, sets=args.set,
-                           formats=("html",) if args.html else None)
+                           formats=("html",) if args.html else None,
+                           test_frac=DEFAULT_TEST_FRAC if args.eval else 0.0)
         final = folder.commit()
     except DeadlockError as exc:  # written all the same: the trace shows who waits for what
         if not getattr(exc, "paths", None):
@@ -380,6 +386,17 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
     print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    if args.eval:  # what --eval added, or that it added no message
+        from .protocols import REGISTRY
+
+        kinds = REGISTRY[args.protocol].kinds_for("evaluation")
+        n = sum(1 for r in net.ledger.records() if r["kind"] in kinds)
+        if n:
+            print(f"{n} of them evaluation messages ({', '.join(kinds)}), on {DEFAULT_TEST_FRAC:g} of each "
+                  "user's ratings held out")
+        else:  # (a protocol that declares no evaluation kind is refused before it runs)
+            print(f"no evaluation message: {args.protocol} sent no {' or '.join(kinds)} message in this run "
+                  f"(with {DEFAULT_TEST_FRAC:g} of each user's ratings held out)")
     cuts = getattr(net, "cuts", {})
     if "html" in cuts:
         also = "" if args.html else " (every message is in steps.log)"

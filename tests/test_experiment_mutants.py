@@ -373,14 +373,32 @@ def test_personalfr_tables_order_methods_and_charge_flops_per_round_run(tmp_path
 # sweeps
 
 
-def test_failure_line_marks_an_error_of_several_lines():
+def test_failure_line_marks_an_error_of_several_lines(tmp_path):
     """Mutant: without the `` ...`` that says the error had more lines than the one shown."""
     from fedsim.studies.sweep import failure_line
 
-    res = {"point": {"x": 2, "f": [1, 2]}, "out": "o/x=2,f=1+2", "error": "RuntimeError: boom\n  at line 3\n"}
-    assert failure_line(res) == "failed x=2,f=1+2: RuntimeError: boom ... (traceback in o/x=2,f=1+2/error.txt)"
+    out = tmp_path / "x=2,f=1+2"
+    out.mkdir()
+    (out / "error.txt").write_text("Traceback (most recent call last):\n  ...\nRuntimeError: boom\n")
+    res = {"point": {"x": 2, "f": [1, 2]}, "out": str(out), "error": "RuntimeError: boom\n  at line 3\n"}
+    assert failure_line(res) == f"failed x=2,f=1+2: RuntimeError: boom ... (traceback in {out}/error.txt)"
     res["error"] = "RuntimeError: boom"
-    assert failure_line(res) == "failed x=2,f=1+2: RuntimeError: boom (traceback in o/x=2,f=1+2/error.txt)"
+    assert failure_line(res) == f"failed x=2,f=1+2: RuntimeError: boom (traceback in {out}/error.txt)"
+
+
+def test_failure_line_claims_a_traceback_only_where_error_txt_holds_one(tmp_path):
+    """Every failure line said "(traceback in OUT/error.txt)", also for a point whose error.txt
+    held only how its process died (or a Ray task's, or one whose files could not be written)."""
+    from fedsim.studies.sweep import failure_line
+
+    out = tmp_path / "x=1"
+    out.mkdir()
+    (out / "error.txt").write_text("the point's process exited with status 3 before it finished\n")
+    res = {"point": {"x": 1}, "out": str(out), "error": "the point's process exited with status 3 before it finished"}
+    assert failure_line(res) == f"failed x=1: {res['error']} (recorded in {out}/error.txt)"
+    (out / "error.txt").unlink()
+    assert failure_line(res) == (f"failed x=1: {res['error']} ({out}/error.txt could not be read: "
+                                 "No such file or directory)")
 
 
 def test_a_stale_points_differences_name_keys_the_new_configuration_lacks():

@@ -458,7 +458,7 @@ def test_fedsim_sweeps_command_line_wins_over_its_config_file(tmp_path, capsys):
     captured = capsys.readouterr()
     assert f"failed x=9: RuntimeError: no (traceback in {out}/x=9/error.txt)" in captured.err
     assert captured.out.splitlines() == [
-        f"sweep: 2 points, 0 run, 1 already done, 1 failed (above; the traceback of each in its error.txt); "
+        f"sweep: 2 points, 0 run, 1 already done, 1 failed (above; each in its folder's error.txt, with the traceback of each that raised); "
         f"results in {out}/ (report.md, sweep.json, combined_t.csv)"]
     assert json.loads((out / "sweep.json").read_text())["workers"] == 2  # the file's, without --workers
 

@@ -761,3 +761,53 @@ def test_pmap_refuses_workers_that_are_not_an_integer_of_at_least_one(workers, i
         pmap(abs, [-1, -2], workers, on_done=lambda i, r: ran.append(r), **kw)
     assert ran == []
     assert pmap(abs, [-1, -2], np.int64(1)) == [1, 2]  # (a NumPy integer is one)
+
+
+_STDIN_MAIN = """\
+import multiprocessing, os, sys
+multiprocessing.set_start_method(sys.argv[1])
+from fedsim.studies.parallel import pmap
+try:
+    print("pmap:", pmap(abs, [-1, -2], workers=2))
+except Exception as exc:
+    print("pmap:", type(exc).__name__, exc)
+try:
+    print("pmap on_error:", pmap(abs, [-1], workers=1, on_error=lambda i, e: print("failed:", e)))
+except Exception as exc:
+    print("pmap on_error:", type(exc).__name__, exc)
+from fedsim.cli import main
+print("status", main(["sweep", "sc.py", "--grid", "x=1,2", "--workers", "1", "--quiet", "--out", "sw"]))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
+def test_workers_that_cannot_import_a_main_read_from_stdin_are_refused_before_any_starts(tmp_path, method):
+    """A program read from standard input (``python -``) whose workers are started by spawn or
+    forkserver: each worker runs the main module again from its file, ``<stdin>``, which does not
+    exist. Every point of a sweep failed alike ("the point's process exited with status 1", with
+    Python's traceback on stderr and a failure line claiming a traceback in error.txt, which held
+    none). Now pmap and the sweep refuse at once, saying why and what to do, and nothing is
+    written or started; with fork (whose workers inherit the main module) all runs."""
+    import subprocess
+
+    (tmp_path / "sc.py").write_text(_PL_SCENARIO)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    env.pop("FEDSIM_PLUGINS", None)
+    res = subprocess.run([sys.executable, "-", method], input=_STDIN_MAIN, cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    if method == "fork":
+        assert lines[:2] == ["pmap: [1, 2]", "pmap on_error: [1]"]
+        assert lines[-1] == "status 0" and res.stderr == ""
+        assert (tmp_path / "sw" / "x=2" / "t.csv").read_text().splitlines() == ["x,y", "2,20"]
+        return
+    error = (f"the worker processes cannot be started: Python's multiprocessing starts them by {method}, "
+             f"which runs the main module again in each, from its file, and this program's main module is "
+             f"'<stdin>' ({tmp_path / '<stdin>'}: no such file; a program read from standard input, as by "
+             f"`python -`); run the program from a file, or have the workers forked "
+             f"(multiprocessing.set_start_method('fork'), where the platform has it)")
+    assert lines == [f"pmap: MainNotImportable {error}", f"pmap on_error: MainNotImportable {error}", "status 2"]
+    assert res.stderr == f"error: {error}\n"
+    assert not (tmp_path / "sw").exists()

@@ -669,6 +669,17 @@ def test_a_point_that_kills_its_process_or_exits_fails_alone(tmp_path, workers):
         "the point's process was killed by signal SIGKILL before it finished (SIGKILL: the kernel's "
         "out-of-memory killer sends it, as does kill -9)\n")
     assert "failed x=2: the point's process was killed by signal SIGKILL before it finished" in res.stderr
+    # each failure line says what error.txt holds: a traceback only where the point raised (its
+    # folder's error.txt held no traceback for a dead process, and the line said "traceback in")
+    assert "Traceback (most recent call last):" in (out / "x=3" / "error.txt").read_text()
+    assert sorted(res.stderr.splitlines()) == [
+        "failed x=2: the point's process was killed by signal SIGKILL before it finished (SIGKILL: the kernel's "
+        f"out-of-memory killer sends it, as does kill -9) (recorded in {out}/x=2/error.txt)",
+        f"failed x=3: SystemExit: the scenario called sys.exit(0) (traceback in {out}/x=3/error.txt)",
+        f"failed x=5: the point's process exited with status 3 before it finished (recorded in {out}/x=5/error.txt)"]
+    assert res.stdout.splitlines()[-1].startswith(
+        "sweep: 5 points, 2 run, 0 already done, 3 failed (above; each in its folder's error.txt, with the "
+        "traceback of each that raised); results in ")
     assert "sys.exit(0)" in (out / "x=3" / "error.txt").read_text() or "SystemExit" in (out / "x=3" / "error.txt").read_text()
     assert (out / "x=5" / "error.txt").read_text() == "the point's process exited with status 3 before it finished\n"
     # the dead processes' temporary folders went with them (they stayed until the next sweep here)
@@ -1042,8 +1053,8 @@ def test_each_failed_point_is_reported_once_with_its_error_and_its_error_file(tm
         assert failed == [f"failed x=2,f=1+2: RuntimeError: boom at x=2 ... (traceback in {out}/x=2,f=1+2/error.txt)",
                           f"failed x=2,f=3: RuntimeError: boom at x=2 ... (traceback in {out}/x=2,f=3/error.txt)"]
         assert "second line" in (out / "x=2,f=1+2" / "error.txt").read_text()
-        assert res.stdout.startswith("sweep: 4 points, 2 run, 0 already done, 2 failed (above; the traceback "
-                                     "of each in its error.txt); results in ")
+        assert res.stdout.startswith("sweep: 4 points, 2 run, 0 already done, 2 failed (above; each in its folder's "
+                                     "error.txt, with the traceback of each that raised); results in ")
         assert len(res.stdout.splitlines()) == 1  # nothing listed again
 
 

@@ -650,6 +650,38 @@ def _round_text(rnd: int) -> str:
     return f"round {rnd}" if rnd >= 0 else "setup" if rnd == -1 else f"setup for round {-1 - rnd}"
 
 
+def assert_page_holds_the_ledger(html: str, net) -> dict:
+    """The page's data holds each ledger message once, in ledger order, with its fields and times
+    as the ledger has them, and its sequence diagram one arrow per message labelled with its kind,
+    size and fate (as the network read it); returns the page's data."""
+    from fedsim.experiment import human_bytes
+
+    rows = list(net.ledger.records())
+    data = _page_data(html)
+    nan = lambda v: None if v != v else v  # noqa: E731
+    assert [(m["i"], m["src"], m["dst"], m["kind"], m["round"], m["round_label"], m["bytes"], m["raw_bytes"],
+             m["status"], m["read"], m["note"], m["send"], m["tx_start"], m["tx_end"], m["rx_start"], m["arrival"])
+            for m in data["messages"]] == \
+        [(i, r["src"], r["dst"], r["kind"], r["round"], _round_text(r["round"]), r["bytes"], r["raw_bytes"],
+          r["status"], r["read"], r["note"], nan(r["send_time"]), nan(r["tx_start"]), nan(r["tx_end"]),
+          nan(r["rx_start"]), nan(r["arrival_time"])) for i, r in enumerate(rows)]
+    assert sum(m["bytes"] for m in data["messages"]) == net.ledger.totals()["bytes"]
+    # one arrow per message, in ledger order, labelled with its kind, size and fate
+    arrows = _Arrows()
+    arrows.feed(html)
+    assert arrows.order == list(range(len(rows)))
+    for i, r in enumerate(rows):
+        read = net.read_at.get(r["seq"])
+        later = read is not None and read > r["arrival_time"]  # taken from the mailbox, or a gather's end
+        fate = " · LOST" if r["status"] == "lost" else " · never read" if not r["read"] else \
+            f" · read {read * 1000:.3f} ms" if later else ""
+        # (an anonymous message's arrow twice: from its sender and, as the receiver sees it, from the
+        # anonymous lane; a lost one ends in a cross)
+        one = (["✕"] if r["status"] == "lost" else []) + [f"{r['kind']} · {human_bytes(r['bytes'])}{fate}"]
+        assert arrows.text[i] == one * (2 if r["anonymous"] else 1), i
+    return data
+
+
 @pytest.mark.parametrize("name", ["demo", "fcf", "fedavg-ae", "fedrecpp", "fpl", "personalfr"])
 def test_a_faulty_trace_of_every_protocol_shows_each_ledger_message_once_in_time_order_with_its_fate(name, tmp_path):
     # (fedrec's faulty trace: test_a_faulty_fedrec_trace_with_secure_aggregation_matches_its_ledger)
@@ -664,28 +696,7 @@ def test_a_faulty_trace_of_every_protocol_shows_each_ledger_message_once_in_time
     sends = [r["send_time"] for r in rows]
     assert sends == sorted(sends)  # the ledger's order, the page's, is the order of sending
     html = paths["html"].read_text()
-    data = _page_data(html)
-    nan = lambda v: None if v != v else v  # noqa: E731
-    assert [(m["i"], m["src"], m["dst"], m["kind"], m["round"], m["round_label"], m["bytes"], m["raw_bytes"],
-             m["status"], m["read"], m["note"], m["send"], m["tx_start"], m["tx_end"], m["rx_start"], m["arrival"])
-            for m in data["messages"]] == \
-        [(i, r["src"], r["dst"], r["kind"], r["round"], _round_text(r["round"]), r["bytes"], r["raw_bytes"],
-          r["status"], r["read"], r["note"], nan(r["send_time"]), nan(r["tx_start"]), nan(r["tx_end"]),
-          nan(r["rx_start"]), nan(r["arrival_time"])) for i, r in enumerate(rows)]
-    assert sum(m["bytes"] for m in data["messages"]) == totals["bytes"]
-    # one arrow per message, in ledger order, labelled with its kind, size and fate
-    arrows = _Arrows()
-    arrows.feed(html)
-    assert arrows.order == list(range(len(rows)))
-    for i, r in enumerate(rows):
-        read = net.read_at.get(r["seq"])
-        later = read is not None and read > r["arrival_time"]  # taken from the mailbox, or a gather's end
-        fate = " · LOST" if r["status"] == "lost" else " · never read" if not r["read"] else \
-            f" · read {read * 1000:.3f} ms" if later else ""
-        # (an anonymous message's arrow twice: from its sender and, as the receiver sees it, from the
-        # anonymous lane; a lost one ends in a cross)
-        one = (["✕"] if r["status"] == "lost" else []) + [f"{r['kind']} · {human_bytes(r['bytes'])}{fate}"]
-        assert arrows.text[i] == one * (2 if r["anonymous"] else 1), i
+    assert_page_holds_the_ledger(html, net)
     assert (f" · {len(rows)} messages ({totals['lost_messages']} lost), {human_bytes(totals['bytes'])} on the wire; "
             f"{totals['missing']} message{'s' if totals['missing'] != 1 else ''} missing at a deadline; "
             f"{len(net.result.offline)} node{'s' if len(net.result.offline) != 1 else ''} offline. ") in html

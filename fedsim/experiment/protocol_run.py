@@ -26,7 +26,7 @@ The module's ``check(config, load, given)`` (:func:`check_point`: the configurat
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,9 +35,10 @@ from ..config import ConfigError
 from .context import RunContext
 from .params import Param, params_from
 
-__all__ = ["check_point", "protocol_config", "protocol_scenario", "split_data"]
+__all__ = ["DEFAULT_TEST_FRAC", "check_point", "hold_out", "protocol_config", "protocol_scenario", "split_data"]
 
 DEFAULT_DATA = "tiny"
+DEFAULT_TEST_FRAC = 0.2  # test_frac's default (fedsim run NAME; fedsim trace NAME --eval)
 
 
 def protocol_scenario(name: str) -> types.ModuleType:
@@ -50,7 +51,7 @@ def protocol_scenario(name: str) -> types.ModuleType:
     mod.__doc__ = f"{spec.summary} (protocol {name}: one run, its metrics and its ledger)."
     params: dict[str, Param] = params_from(spec.Config)
     if spec.data != "none":
-        params["test_frac"] = Param(0.2, "fraction of each user's ratings held out to evaluate the final model "
+        params["test_frac"] = Param(DEFAULT_TEST_FRAC, "fraction of each user's ratings held out to evaluate the final model "
                                     "(0: none)", min=0.0, max=0.9)
     mod.PARAMS = params
     mod.DEFAULT_DATA = DEFAULT_DATA if spec.data != "none" else "synthetic"
@@ -126,9 +127,6 @@ def split_data(ctx: RunContext, spec, cfg: Any = None) -> tuple[Any, Any]:
     module docstring); ``(None, None)`` for a protocol that makes its own data. With ``cfg`` (the
     run's configuration), the spec's ``check_data(cfg, ratings, ctx.given)`` first checks it
     against the data as loaded (a ``ConfigError`` naming the setting that does not fit)."""
-    from ..data import per_user_random, temporal_holdout
-    from ..seeding import node_rng
-
     if spec.data == "none":
         return None, None
     ratings = ctx.load_data()
@@ -138,7 +136,19 @@ def split_data(ctx: RunContext, spec, cfg: Any = None) -> tuple[Any, Any]:
         spec.check_data(cfg, ratings, frozenset(ctx.given))
     if spec.data == "implicit":
         ratings = ratings.binarize()
-    frac = float(ctx.config.get("test_frac", 0.0))
+    return hold_out(spec, ratings, float(ctx.config.get("test_frac", 0.0)), ctx.seed, lambda: f"--data {ctx.data}")
+
+
+def hold_out(spec, ratings, frac: float, seed: int, what: str | Callable[[], str]) -> tuple[Any, Any]:
+    """``(train, test)``: ``frac`` of each user's ``ratings`` held out as test ratings for protocol
+    ``spec``, as ``fedsim run`` holds them out (and ``fedsim trace --eval``, of its preset's data):
+    the most recent ones when the protocol learns from implicit feedback and the data has
+    timestamps, else a random choice from a generator derived from (``seed``, "split"). ``frac``
+    0: ``(ratings, None)``. ``ConfigError`` (key ``test_frac``) when the split holds no rating out;
+    ``what`` names the data there (``--data tiny``; or a function that returns it, called then)."""
+    from ..data import per_user_random, temporal_holdout
+    from ..seeding import node_rng
+
     if frac <= 0:
         return ratings, None
     if spec.data == "implicit" and ratings.timestamps is not None:
@@ -147,11 +157,12 @@ def split_data(ctx: RunContext, spec, cfg: Any = None) -> tuple[Any, Any]:
         # a stream of its own, derived from (seed, "split"): default_rng(seed) was the very stream that
         # made a synthetic preset (generated at seed 0) under the default --seed 0, so which ratings were
         # held out repeated the generator's first draws
-        train, test = per_user_random(ratings, frac, seed=node_rng(ctx.seed, "split"))
+        train, test = per_user_random(ratings, frac, seed=node_rng(seed, "split"))
     if not len(test.users):
         # a protocol that evaluates refused it with a ValueError (a traceback from the command line),
         # one that does not reported a test error: the split asked for held nothing out
-        raise ConfigError(f"test_frac = {frac:g} holds out no rating of --data {ctx.data} ({len(ratings.users)} "
+        raise ConfigError(f"test_frac = {frac:g} holds out no rating of {what() if callable(what) else what} "
+                          f"({len(ratings.users)} "
                           f"ratings of {int(ratings.n_users)} users): give a larger test_frac, or 0 for no test split",
                           "test_frac")
     return train, test

@@ -34,10 +34,12 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
 
+from ..experiment.errors import UsageError
 from ..forks import own_std_streams
 from ..signals import sigint_deferred
 
-__all__ = ["Interrupted", "PluginLoadError", "ProcessDied", "count_done", "default_workers", "pmap"]
+__all__ = ["Interrupted", "MainNotImportable", "PluginLoadError", "ProcessDied", "check_main_importable",
+           "count_done", "default_workers", "pmap"]
 
 STOP_GRACE = 10.0  # seconds workers get to leave after SIGTERM before SIGKILL
 STOP_RESEND = 1.0  # seconds between SIGTERMs to a worker that has not left yet (see _stop)
@@ -88,6 +90,42 @@ class PluginLoadError(Exception):
         return (type(self), (self.summary, self.details))
 
 
+class MainNotImportable(UsageError):
+    """Raised (by :func:`check_main_importable`, before any worker starts) when the workers' start
+    method (spawn, forkserver) runs the main module again in each worker from its file, and that
+    file does not exist: a program read from standard input (``python -``, whose main module is
+    ``'<stdin>'``), or a script removed since it started. Each worker died as it started, so
+    every task failed alike (a sweep's every point: "the point's process exited with status 1",
+    Python's traceback on stderr once per point). A ``UsageError``: the command line says it in
+    one line (status 2)."""
+
+
+def check_main_importable() -> None:
+    """Raise :class:`MainNotImportable` if the worker processes of this process's start method
+    could not start because they cannot run its main module again: under spawn and forkserver,
+    each worker runs it from its file (as ``multiprocessing`` prepares it:
+    ``multiprocessing.spawn.get_preparation_data``) unless it has a module name (``python -m``);
+    a main module with no file (``python -c``, an interactive session) is not run. Nothing for fork,
+    whose workers inherit it."""
+    method = multiprocessing.get_start_method()
+    if method == "fork":
+        return
+    from multiprocessing import spawn
+
+    path = spawn.get_preparation_data("fedsim-check").get("init_main_from_path")
+    if path is None or os.path.isfile(path):
+        return
+    if os.path.splitext(os.path.basename(path))[0] == "ipython":  # (which spawn does not run again)
+        return
+    given = getattr(sys.modules.get("__main__"), "__file__", path)
+    stdin = "; a program read from standard input, as by `python -`" if given == "<stdin>" else ""
+    raise MainNotImportable(
+        f"the worker processes cannot be started: Python's multiprocessing starts them by {method}, which runs "
+        f"the main module again in each, from its file, and this program's main module is {given!r} ({path}: "
+        f"no such file{stdin}); run the program from a file, or have the workers forked "
+        f"(multiprocessing.set_start_method('fork'), where the platform has it)")
+
+
 def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -134,6 +172,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     before its first task; where they do not load, each task of that worker raises
     :class:`PluginLoadError` (with ``on_error``: that task's failure), one holding the plug-in's
     objects too (such tasks are sent pickled and unpickled after that check: :func:`_submit`).
+    Under spawn and forkserver, a main module the workers cannot run again (a program read from
+    standard input, ``python -``) raises :class:`MainNotImportable` before any worker starts.
 
     ``cost(task)``, if given, is a rough relative duration: tasks start longest first (ties in
     task order), so a long task does not start last and leave the other workers idle.
@@ -171,6 +211,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
                 on_done(i, out[-1])
         return out
     results = [None] * len(tasks)
+    check_main_importable()
     _warm_before_fork()
     beats: Any = multiprocessing.Queue()
     seen: set = set()
@@ -209,6 +250,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
     order.reverse()  # popped from the end
     results: list[Any] = [None] * len(tasks)
     if tasks:
+        check_main_importable()
         _warm_before_fork()
     plugins = _worker_plugins()
     beats: Any = multiprocessing.Queue()

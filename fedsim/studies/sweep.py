@@ -82,7 +82,7 @@ from ..experiment.runner import (
 )
 from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
-from .parallel import PluginLoadError, ProcessDied, default_workers, pmap
+from .parallel import PluginLoadError, ProcessDied, check_main_importable, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "check_workers", "combine",
            "default_sweep_dir", "failure_line", "parse_grid",
@@ -279,14 +279,28 @@ def point_dir_name(point: dict[str, Any]) -> str:
     return "".join(c if c.isalnum() or c in "=,.+-_" else "_" for c in point_label(point))
 
 
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
 def failure_line(res: dict) -> str:
     """The one line that reports a failed point (a result of :func:`run_sweep`'s ``failed``, or
     the ``progress`` callback's): ``failed x=2,f=1+2: RuntimeError: boom (traceback in
-    OUT/x=2,f=1+2/error.txt)``; an error of several lines shows its first."""
+    OUT/x=2,f=1+2/error.txt)``; an error of several lines shows its first. The end says what the
+    point's error.txt holds, read there: ``(traceback in ...)`` only when it holds a traceback (a
+    point that raised), else ``(recorded in ...)`` (a point whose process died holds only how it
+    ended), or that it could not be read. Every failure line said "traceback in", also over an
+    error.txt of one line."""
     error = str(res.get("error") or "").strip()
     first = error.splitlines()[0] if error else "no error message"
     more = " ..." if len(error.splitlines()) > 1 else ""
-    return f"failed {point_label(res['point'])}: {first}{more} (traceback in {res['out']}/error.txt)"
+    where = f"{res['out']}/error.txt"
+    try:
+        text = Path(where).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        said = f"{where} could not be read: {exc.strerror or type(exc).__name__}"
+    else:
+        said = f"traceback in {where}" if TRACEBACK_HEAD in text else f"recorded in {where}"
+    return f"failed {point_label(res['point'])}: {first}{more} ({said})"
 
 
 @dataclass(frozen=True)
@@ -573,8 +587,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     (:func:`check_workers`), a ``quiet``, ``ledger`` or ``force`` that is not True or False,
     ``TypeError`` for a ``grid`` or ``fixed`` that is no mapping (:func:`parse_grid` and
     ``parse_sets`` make them of ``key=...`` strings), ``ConfigError`` for points the scenario's ``check`` refuses
-    (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start (all before
-    running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
+    (a protocol's ``check_data``: PersonalFR's threshold on ratings 1 to 10), when Ray is not installed or does not start,
+    ``MainNotImportable`` (a ``UsageError``) on the local pool when its workers could not start
+    (started by spawn or forkserver, which run the main module again, from a program read from
+    standard input: :func:`~.parallel.check_main_importable`) (all before running anything); ``SweepInterrupted`` on Ctrl-C, after stopping the workers (or
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
     before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
     sweep is raised after the same, sweep.json and report.md saying *interrupted* (an error as the
@@ -689,6 +705,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                     raise UsageError(f"{out} holds {len(stale)} point(s) run with another configuration ({shown}{more}); "
                                      f"use --force to re-run them, or another --out")
                 _check_points(mod, todo, data_default)  # before anything is written or started
+                if backend == "local" and todo:
+                    # (workers that cannot start, a main read from stdin under spawn: every point
+                    # failed alike, "the point's process exited with status 1")
+                    check_main_importable()
             except Exception as exc:
                 # what recovery did to the folder stands whether the sweep runs or not: sweep.log says it
                 # (it said nothing of it when the sweep was then refused)

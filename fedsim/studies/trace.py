@@ -151,7 +151,7 @@ def payload_fields(data: bytes) -> list[dict]:
 
 def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed: int = 0,
           profile: str | None = None, net: NetSpec | None = None, sets: list[str] | None = None,
-          formats: tuple[str, ...] | None = None) -> tuple[SimNetwork, dict[str, Path]]:
+          formats: tuple[str, ...] | None = None, test_frac: float = 0.0) -> tuple[SimNetwork, dict[str, Path]]:
     """Run protocol ``name`` (any registered protocol, on its ``tiny`` preset) with ``clients``
     clients for ``rounds`` rounds on a traced SimNetwork and write to ``out`` the ``formats``
     (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
@@ -159,9 +159,19 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
     ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
+    ``test_frac`` (``fedsim trace --eval``: ``DEFAULT_TEST_FRAC``, 0.2), when above 0, holds that
+    fraction of each user's ratings of the preset out as test ratings, split as ``fedsim run``
+    splits them (``fedsim.experiment.protocol_run.hold_out``), trains on the rest and gives them to
+    the protocol to evaluate (``build(..., test=...)``), so that its evaluation messages are in the
+    trace; a protocol's ``eval_every`` not given in ``sets`` is then 1 (every round evaluated:
+    FedRec's 0 evaluates never, the autoencoders' the last round only).
     Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, a ``--set`` of the
     rounds or clients (``trace_options``), ``rounds`` beyond 1 to ``MAX_TRACE_ROUNDS`` (1000),
-    ``clients`` the protocol's tiny preset refuses (a
+    ``clients`` the protocol's tiny preset refuses, a ``test_frac`` that is not a number from 0 to
+    0.9 (``fedsim run``'s bounds), or above 0 for a protocol that makes its own data (``data``
+    ``none``: no ratings to hold out) or declares no evaluation kind (none of its evaluation is
+    a message: FCF, FedRec++, FPL), an ``eval_every`` in ``sets`` without ``test_frac`` (nothing to
+    evaluate), a split that holds no rating out (a
     ``ValueError`` of ``spec.tiny``: the built-in ones have 1 to 30, the autoencoders' 1 to 15), or a configuration the spec's
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
     anything. Each file is written beside its name and renamed in once whole: one that fails (a
@@ -184,6 +194,20 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     formats = tuple(formats or FORMATS)
     spec = REGISTRY[name]
     options = trace_options(name, sets or [])
+    if isinstance(test_frac, bool) or not isinstance(test_frac, (int, float)) or not 0 <= test_frac <= 0.9:
+        raise UsageError(f"test_frac: expected a number from 0 (no evaluation) to 0.9, got {test_frac!r}")
+    if test_frac and spec.data == "none":
+        raise UsageError(f"cannot trace {name} with --eval: it makes its own data, and holds none out to evaluate")
+    if test_frac and not spec.kinds_for("evaluation"):
+        # (held out all the same, the trace had the same messages of a run on fewer ratings)
+        raise UsageError(f"cannot trace {name} with --eval: it declares no evaluation message kind, so no "
+                         f"evaluation of it goes over the network (fedsim run {name} evaluates its result outside "
+                         "it); trace it without --eval")
+    if options.get("eval_every") and not test_frac:
+        # (FedRec's build refused it as "cannot trace fedrec with 3 clients: eval_every needs held-out
+        # test ratings (test=...; fedsim run: test_frac > 0)", blaming the clients)
+        raise UsageError(f"--set eval_every: {name} evaluates on held-out test ratings, and a trace has none "
+                         f"without --eval: add --eval (fedsim trace {name} --eval --set eval_every={options['eval_every']})")
     # a protocol refusing its input, when its tiny preset is made (more clients than it has), when
     # it builds its nodes (FPL with one client: its positives are the whole catalogue, no negative
     # to sample) or in an actor, is a bad --clients / --set, said in one line like the checks here
@@ -201,11 +225,22 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
             spec.check_data(cfg, data, frozenset(options))
     except (ConfigError, ValueError) as exc:
         raise UsageError(f"{name}: {exc}") from None
+    test = None
+    if test_frac:
+        from ..experiment.protocol_run import hold_out
+
+        try:
+            data, test = hold_out(spec, data, float(test_frac), seed, f"the {name} preset's data ({getattr(data, 'name', '') or 'tiny'})")
+        except ConfigError as exc:
+            raise UsageError(f"{name}: {exc}") from None
+        if "eval_every" in {f.name for f in fields_of(type(cfg))} and "eval_every" not in options \
+                and not cfg.eval_every:
+            cfg = cfg.replace(eval_every=1)  # every round evaluated (FedRec's 0 evaluates none)
     netspec = _trace_network(profile, net)
     net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model, faults=netspec.faults,
                          framing_bytes=netspec.framing_bytes, **dict(netspec.options))
     try:
-        job = spec.build(net, data, cfg)
+        job = spec.build(net, data, cfg) if test is None else spec.build(net, data, cfg, test=test)
     except ValueError as exc:
         raise UsageError(f"{refused}: {exc}") from None
     check_job(spec, job)  # (not collected: the trace is the ledger's)
@@ -223,6 +258,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     paths: dict[str, Path] = {}
     title = f"{name}: {clients} client{'s' if clients != 1 else ''}, {rounds} round{'s' if rounds != 1 else ''}, " \
             f"profile {netspec.describe()}, seed {seed}"
+    if test is not None:
+        title += f", evaluated on {len(test)} held-out ratings (test_frac {float(test_frac):g})"
     rows = [int(r["round"]) for r in net.ledger.records()]
     shown = first_rounds(rows, MAX_PAGE_MESSAGES)
     # what each view written leaves out ({"shown": k, "total": n}; steps.log keeps every message)
