@@ -645,6 +645,29 @@ def test_a_disk_full_at_the_first_log_line_is_the_same_one_error_line_and_no_fol
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_git_revision_is_read_without_writing_into_the_checkout(tmp_path):
+    # git status refreshed the checkout's index (taking .git/index.lock): under a file size limit
+    # below the index's size (ulimit -f) SIGXFSZ killed it with its lock left, and every git
+    # command in the checkout failed after ("Unable to create '.../index.lock': File exists")
+    from fedsim.experiment.report import checkout_revision
+
+    repo = tmp_path / "r"
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("a\n")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    os.utime(repo / "f", (1_600_000_000, 1_600_000_000))  # (same content: its stat data in the index is stale)
+    index = repo / ".git" / "index"
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    assert checkout_revision(repo) == head  # (not dirty: the content is the same)
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    (repo / "f").write_text("b\n")
+    assert checkout_revision(repo) == head + "-dirty"
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before and not (repo / ".git" / "index.lock").exists()
+
+
 @pytest.mark.parametrize("err, advice", [
     ("ENOSPC", "free some space, or choose another --out"),
     ("EDQUOT", "free some space, or choose another --out"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -287,15 +288,21 @@ def git_revision() -> str | None:
 
 def checkout_revision(root: str | Path) -> str | None:
     """``HEAD`` of the git checkout at ``root``, ``-dirty`` appended when tracked files differ
-    from it; None when git cannot say."""
+    from it; None when git cannot say. Git runs without its optional locks
+    (``GIT_OPTIONAL_LOCKS=0``): it reads the checkout and writes nothing there. ``git status``
+    refreshed the index, taking ``.git/index.lock``: a run under a file size limit (``ulimit -f``)
+    below the index's size had git killed by SIGXFSZ, its lock left behind, and every git
+    command in the checkout then failed ("Unable to create '.../index.lock': File exists"); a
+    user's ``git commit`` as a run started could fail the same way."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
     try:
         res = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, env=env)
         rev = res.stdout.strip()
         if res.returncode or not rev:
             return None
         st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, timeout=10)
+                            capture_output=True, text=True, timeout=10, env=env)
         return rev + ("-dirty" if st.returncode == 0 and st.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
