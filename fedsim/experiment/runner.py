@@ -36,7 +36,7 @@ from .live import activate, deactivate
 from .discovery import first_sentence, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
-from .report import git_revision, json_default, versions, write_report, write_results
+from .report import git_revision, json_default, naming_the_file, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_flag",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
@@ -557,7 +557,7 @@ def merge_ledgers(parts: Path, dest: Path) -> int:
 
     files = sorted(parts.glob("*.csv")) if parts.is_dir() else []
     rows = 0
-    with open(dest, "w", newline="", encoding="utf-8") as out:
+    with naming_the_file(dest), open(dest, "w", newline="", encoding="utf-8") as out:  # (a full disk: named)
         w = csv_writer(out)
         header = None
         for f in files:
