@@ -330,6 +330,10 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
         return 130
     again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
     failed = " (above; the traceback of each in its error.txt)" if summary["failed"] else ""
+    unwritten = sum(1 for r in summary["failed"] if r.get("unwritten"))
+    if unwritten:  # (a full disk: a point's error.txt could not be written either)
+        failed = (f" (above; the traceback of each in its error.txt, which could not be written for {unwritten} of "
+                  "them)" if unwritten < len(summary["failed"]) else " (above; their error.txt could not be written)")
     if len(summary["fedsim_versions"]) > 1:  # a sweep resumed by another fedsim
         print("warning: the points were run by different fedsims ("
               + "; ".join(f"{v}: {len(pts)} point(s)" for v, pts in summary["fedsim_versions"].items())
