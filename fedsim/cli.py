@@ -334,6 +334,11 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     again = f" ({len(summary['rerun'])} of them again)" if summary["rerun"] else ""
     failed = (" (above; each in its folder's error.txt, with the traceback of each that raised)"
               if summary["failed"] else "")
+    unwritten = sum(1 for r in summary["failed"] if r.get("unwritten"))
+    if unwritten:  # (a full disk: a point's error.txt could not be written either)
+        failed = (f" (above; each in its folder's error.txt, with the traceback of each that raised, except {unwritten} "
+                  "whose error.txt could not be written)" if unwritten < len(summary["failed"])
+                  else " (above; their error.txt could not be written)")
     if len(summary["fedsim_versions"]) > 1:  # a sweep resumed by another fedsim
         print("warning: the points were run by different fedsims ("
               + "; ".join(f"{v}: {len(pts)} point(s)" for v, pts in summary["fedsim_versions"].items())

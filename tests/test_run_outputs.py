@@ -645,6 +645,52 @@ def test_a_disk_full_at_the_first_log_line_is_the_same_one_error_line_and_no_fol
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_git_revision_is_read_without_writing_into_the_checkout(tmp_path):
+    # git status refreshed the checkout's index (taking .git/index.lock): under a file size limit
+    # below the index's size (ulimit -f) SIGXFSZ killed it with its lock left, and every git
+    # command in the checkout failed after ("Unable to create '.../index.lock': File exists")
+    from fedsim.experiment.report import checkout_revision
+
+    repo = tmp_path / "r"
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "f").write_text("a\n")
+    subprocess.run([*git, "add", "f"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    os.utime(repo / "f", (1_600_000_000, 1_600_000_000))  # (same content: its stat data in the index is stale)
+    index = repo / ".git" / "index"
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    assert checkout_revision(repo) == head  # (not dirty: the content is the same)
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    (repo / "f").write_text("b\n")
+    assert checkout_revision(repo) == head + "-dirty"
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before and not (repo / ".git" / "index.lock").exists()
+
+
+@pytest.mark.parametrize("ledger, file", [(True, ".ledgers/00001-network.csv"), (False, "cost_per_role.png")])
+def test_a_real_file_size_limit_stops_the_run_naming_the_file_it_was_writing(tmp_path, ledger, file):
+    # a disk that really fills up, or a file size limit, fails in write(), flush() or close(), whose
+    # OSError names no file: the error line said "No space left on device; its output folder o was
+    # not written" (or "File too large") and never which file (tests/test_disk_full_real.py fills a
+    # real tmpfs; this is the same failure from RLIMIT_FSIZE, a limit of 20000 bytes: less than the
+    # plot's 32 KB and the first network's ledger, more than what the run writes before them)
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # (Python ignores SIGXFSZ: EFBIG)
+
+    r = subprocess.run([sys.executable, "-m", "fedsim", "run", "--data", "tiny", "--set", "iterations=2", "--set", "d=4",
+                        "--quiet", "--out", "o", *(["--ledger"] if ledger else [])],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=180, preexec_fn=limit)
+    (partial,) = re.findall(r"writing (\.o\.partial-\d+-[0-9a-f]+)/", r.stderr)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", (
+        f"error: the run stopped: File too large writing {partial}/{file}; its output folder o was not written (a file "
+        "grew larger than the file system or the file size limit (ulimit -f) allows; raise the limit, or choose an --out "
+        "on another file system)\n"))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("err, advice", [
     ("ENOSPC", "free some space, or choose another --out"),
     ("EDQUOT", "free some space, or choose another --out"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fedsim.experiment import UsageError
 from fedsim.studies.sweep import SweepInterrupted, run_sweep
 
 
@@ -264,6 +265,75 @@ def test_a_sweep_of_an_empty_grid_runs_its_one_point_and_writes_its_report(tmp_p
     assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
 
 
+def test_a_sweep_stopped_by_a_real_file_size_limit_is_one_error_line_says_what_ran_and_resumes(tmp_path):
+    # the points ran, then the sweep's plot grew past RLIMIT_FSIZE (a disk that fills up fails the
+    # same way, in write() or close(), with no file named: tests/test_disk_full_real.py fills a real
+    # tmpfs): Python's traceback, status 1. Now one error: line naming the file and what sweep.json
+    # says, status 2; the same command without the limit writes the sweep's files, running no point
+    import resource
+
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x'] * 10}])\n")
+    cmd = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet",
+           "--out", "sw"]
+
+    def limit():  # 8000 bytes: each point's files and sweep.json fit, the plot (some 20 KB) does not
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))  # (Python ignores SIGXFSZ: EFBIG)
+
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180, preexec_fn=limit)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", (
+        "error: the sweep stopped: File too large writing sw/sweep_t_m.png; sw/sweep.json says interrupted (2 done) "
+        "(a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the limit, then run "
+        "the same command again: it resumes)\n"))
+    out = tmp_path / "sw"
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["done", "done"])
+    assert "**Running, or killed**" in (out / "report.md").read_text()  # (the start's: not "Finished.")
+    assert sorted(p.name for p in out.iterdir()) == [".sweep.lock", "combined_t.csv", "report.md", "sweep.json",
+                                                      "sweep.log", "x=1", "x=2"]  # (no .tmp, no room file left)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.startswith("sweep: 2 points, 0 run, 2 already done, 0 failed; results in sw/")
+    assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
+    assert (out / "sweep_t_m.png").stat().st_size > 8000
+
+
+def test_a_point_whose_error_txt_cannot_be_written_is_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    # on a full disk a point's run fails, and so does the writing of its error.txt: the point's
+    # process raised, the sweep took it for a dead process and wrote its error.txt in turn, which
+    # failed too and stopped the sweep with a traceback, its sweep.json saying "running". Now the
+    # point is failed, saying its error.txt could not be written, and the other points run
+    import errno
+
+    from fedsim.studies import sweep
+
+    script = _script(tmp_path, "def run(ctx):\n    if ctx['x'] == 1:\n        raise OSError(28, 'No space left on device')\n"
+                               "    ctx.table('t', [{'m': ctx['x']}])\n")
+    out = tmp_path / "sw"
+    real = sweep.write_atomic
+
+    def full_for_points(path, text):
+        if Path(path).name in ("point.json", "error.txt"):  # (the points run in forked processes: patched there too)
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(sweep, "write_atomic", full_for_points)
+    s = run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    assert (s["done"], [r["point"] for r in s["failed"]]) == ([{"x": 2}], [{"x": 1}])
+    why = f"No space left on device writing {out}/x=1/point.json"
+    assert s["failed"][0]["unwritten"] == why
+    assert sweep.failure_line(s["failed"][0]) == (
+        f"failed x=1: UsageError: the run stopped: No space left on device; its output folder {out}/x=1 was not written "
+        f"(free some space, or choose another --out) (its error.txt could not be written: {why})")
+    state = json.loads((out / "sweep.json").read_text())
+    assert (state["state"], [(p["status"], p.get("unwritten")) for p in state["points"]]) == (
+        "finished", [("failed", why), ("done", None)])
+    assert list((out / "x=1").iterdir()) == []  # (no error.txt: run again on resume, as a corrupt folder)
+    monkeypatch.undo()
+    s = run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    assert (s["rerun"], s["skipped"], [r["point"] for r in s["failed"]]) == ([{"x": 1}], [{"x": 2}], [{"x": 1}])
+    assert (out / "x=1" / "error.txt").read_text().startswith("Traceback")
+
+
 def test_an_error_writing_the_sweeps_files_after_its_points_leaves_it_interrupted_and_its_log_closed(tmp_path, monkeypatch):
     # a full disk as the sweep wrote its report after every point had run: the error went out with
     # sweep.json saying "finished" over the report.md of the sweep's start ("Running, or killed"),
@@ -282,8 +352,10 @@ def test_an_error_writing_the_sweeps_files_after_its_points_leaves_it_interrupte
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(sweep, "write_sweep_report", full_disk)
-    with pytest.raises(OSError, match="No space left on device"):
+    with pytest.raises(UsageError) as exc:  # (it was the OSError itself: a traceback on the command line)
         run_sweep(str(script), {"x": [1, 2]}, out, workers=1, quiet=True)
+    assert str(exc.value) == (f"the sweep stopped: No space left on device; {out}/sweep.json says interrupted (2 done) "
+                              "(free some space, then run the same command again: it resumes)")
     state = json.loads((out / "sweep.json").read_text())
     assert (state["state"], [p["status"] for p in state["points"]]) == ("interrupted", ["done", "done"])
     assert "0 of 2 points finished. **Running, or killed**" in (out / "report.md").read_text()

@@ -585,6 +585,27 @@ def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_rec
     assert [view(net) for view in (step_log, mermaid, trace_html)] == views
 
 
+def test_cli_trace_stopped_by_a_real_file_size_limit_names_the_file_it_was_writing(tmp_path):
+    # a disk that really fills up (or RLIMIT_FSIZE, here 20000 bytes: less than trace.html's 35 KB)
+    # fails in write() or close(), whose OSError names no file: the line said "File too large; its
+    # output folder t was not written", not which file (tests/test_disk_full_real.py: a real tmpfs)
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # (Python ignores SIGXFSZ: EFBIG)
+
+    r = subprocess.run([sys.executable, "-m", "fedsim", "trace", "demo", "--out", "t"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=180, preexec_fn=limit)
+    (partial,) = re.findall(r"writing (\.t\.partial-\d+-[0-9a-f]+)/", r.stderr)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", (
+        f"error: the trace stopped: File too large writing {partial}/trace.html; its output folder t was not written "
+        "(a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the limit, or "
+        "choose an --out on another file system)\n"))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("errno_name, advice", [
     ("ENOSPC", "free some space, or choose another --out"),
     ("EFBIG", "a file grew larger than the file system or the file size limit (ulimit -f) allows; raise the "

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .errors import UsageError
 from .live import silent_after
-from .report import Table, format_table, human_bytes, human_seconds, save_figure, write_csv
+from .report import Table, format_table, human_bytes, human_seconds, naming_the_file, save_figure, write_csv
 
 __all__ = ["Progress", "RunContext", "load_data"]
 
@@ -54,7 +54,7 @@ class Progress:
         self._t0 = time.monotonic()
         self._stage_t0 = self._t0
         self._lock = threading.RLock()
-        self._log = open(log, "a", encoding="utf-8") if log else None
+        self._log = open(log, "a", encoding="utf-8") if log else None  # (OSError names the file)
         self._bar = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -112,8 +112,9 @@ class Progress:
         """Write ``text`` to the log file only (with the elapsed time)."""
         with self._lock:
             if self._log is not None:
-                self._log.write(f"[{_clock(time.monotonic() - self._t0)}] {text}\n")
-                self._log.flush()
+                with naming_the_file(self._log.name):  # (a full disk's error named no file)
+                    self._log.write(f"[{_clock(time.monotonic() - self._t0)}] {text}\n")
+                    self._log.flush()
 
     def print(self, text: str, file: Any = None) -> None:
         """Print ``text`` (to stdout by default) without tearing the bar."""
@@ -146,8 +147,9 @@ class Progress:
             self.log(text)
         with self._lock:
             if self._log is not None:
-                self._log.close()
-                self._log = None
+                log, self._log = self._log, None
+                with naming_the_file(log.name):
+                    log.close()
 
     # -- inside --------------------------------------------------------------------------------
     @property

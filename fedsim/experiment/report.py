@@ -3,21 +3,38 @@ versions and git revision recorded in the latter."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
+import os
 import platform
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
     "Table", "csv_cell", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
-    "save_figure", "versions", "write_csv", "write_report", "write_results",
+    "naming_the_file", "save_figure", "versions", "write_csv", "write_report", "write_results",
 ]
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str | os.PathLike, *tmp: str | os.PathLike) -> Iterator[None]:
+    """An ``OSError`` raised inside names ``path``: one that names no file (a full disk, a quota,
+    a file size limit: ``write``, ``flush`` and ``close`` fail with ``[Errno 28] No space left on
+    device`` and no file name, so the run's error line named none) or names one of ``tmp`` (the
+    temporary file written in its place, which the user never gave) gets ``path`` as its
+    ``filename``; the exception is raised on, the same object."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno is not None and (exc.filename is None or exc.filename in {os.fspath(t) for t in tmp}):
+            exc.filename = os.fspath(path)  # (not one without errno: OSError("text") would read "[Errno None] None")
+        raise
 
 
 def human_bytes(n: float) -> str:
@@ -127,8 +144,9 @@ def write_csv(path: str | Path, rows: Iterable[Mapping[str, Any] | Sequence[Any]
     ``columns``, then one line per row. A mapping row gives its values in ``columns`` order (a
     missing key: an empty cell); any other row is a sequence of cells written as it is. Each
     cell is :func:`csv_cell` ``(value, nan)``: run tables leave NaN empty; the PersonalFR
-    learning-curve files have always written ``nan`` and still do."""
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    learning-curve files have always written ``nan`` and still do. An ``OSError`` names
+    ``path`` (:func:`naming_the_file`)."""
+    with naming_the_file(path), open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(columns)
         for r in rows:
@@ -156,13 +174,12 @@ def write_results(out: Path, results: dict) -> None:
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file beside it and ``os.replace``; a write
     that fails (or is interrupted) leaves ``path`` as it was and removes the temporary file (it
-    stayed, a hidden ``.NAME.PID.tmp`` in a sweep's folder)."""
-    import os
-
+    stayed, a hidden ``.NAME.PID.tmp`` in a sweep's folder). An ``OSError`` names ``path``, not
+    the temporary file (:func:`naming_the_file`)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with naming_the_file(path, tmp), open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -178,16 +195,16 @@ def save_figure(fig: Any, path: str | Path) -> str | None:
     (values near the float maximum, as 1e308: its ticks overflow, a ``ValueError`` or
     ``OverflowError`` with an axis limit beyond ``_LAYOUT_LIMIT``), why, and writes nothing: the
     sweep's report and a scenario's ``ctx.plot`` say it in place of the plot, their other outputs
-    written. Any other failure (axes within range) is raised, as before the guard."""
-    import os
-
+    written. Any other failure (axes within range) is raised, as before the guard; an
+    ``OSError`` (a full disk) names ``path`` (:func:`naming_the_file`)."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     try:
         fig.tight_layout()
-        fig.savefig(tmp)
+        with naming_the_file(path, tmp):
+            fig.savefig(tmp)
         os.replace(tmp, path)
     except (ValueError, OverflowError) as exc:
         tmp.unlink(missing_ok=True)
@@ -245,7 +262,8 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
         lines += ["## Ledger totals", "",
                   f"{int(tot.get('messages', 0))} messages, {human_bytes(tot.get('bytes', 0))} "
                   f"({human_bytes(tot.get('raw_bytes', 0))} of array payload; exact counts in results.json).", ""]
-    (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    with naming_the_file(out / "report.md"):  # (a full disk's error named no file)
+        (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def versions() -> dict[str, str]:
@@ -287,15 +305,21 @@ def git_revision() -> str | None:
 
 def checkout_revision(root: str | Path) -> str | None:
     """``HEAD`` of the git checkout at ``root``, ``-dirty`` appended when tracked files differ
-    from it; None when git cannot say."""
+    from it; None when git cannot say. Git runs without its optional locks
+    (``GIT_OPTIONAL_LOCKS=0``): it reads the checkout and writes nothing there. ``git status``
+    refreshed the index, taking ``.git/index.lock``: a run under a file size limit (``ulimit -f``)
+    below the index's size had git killed by SIGXFSZ, its lock left behind, and every git
+    command in the checkout then failed ("Unable to create '.../index.lock': File exists"); a
+    user's ``git commit`` as a run started could fail the same way."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
     try:
         res = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, env=env)
         rev = res.stdout.strip()
         if res.returncode or not rev:
             return None
         st = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, timeout=10)
+                            capture_output=True, text=True, timeout=10, env=env)
         return rev + ("-dirty" if st.returncode == 0 and st.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None

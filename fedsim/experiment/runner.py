@@ -36,7 +36,7 @@ from .live import activate, deactivate
 from .discovery import first_sentence, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
-from .report import git_revision, json_default, versions, write_report, write_results
+from .report import git_revision, json_default, naming_the_file, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_flag",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
@@ -512,25 +512,35 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # OSErrors of a disk (or quota) that is full
 
 
-def no_room_error(exc: BaseException, final: str | Path, what: str = "run") -> UsageError | None:
-    """The ``UsageError`` for a ``what`` (``run``, ``trace``) into output folder ``final`` stopped
-    by a full disk or quota (``OSError`` ``ENOSPC``, ``EDQUOT``, ``EFBIG``): ``the run stopped: No
-    space left on device writing FILE; its output folder F was not written (free some space, ...)``;
-    None for any other exception."""
+def no_room_error(exc: BaseException, final: str | Path, what: str = "run", *, left: str | None = None,
+                  resume: bool = False) -> UsageError | None:
+    """The ``UsageError`` for a ``what`` (``run``, ``trace``, ``sweep``) into output folder ``final``
+    stopped by a full disk or quota (``OSError`` ``ENOSPC``, ``EDQUOT``, ``EFBIG``): ``the run
+    stopped: No space left on device writing FILE; its output folder F was not written (free some
+    space, ...)``; None for any other exception. ``left`` replaces what it says of the folder
+    (a sweep's: what its sweep.json says), and ``resume`` advises running the same command again
+    (:func:`no_room_advice`)."""
     if not isinstance(exc, OSError) or exc.errno not in _NO_ROOM:
         return None
     where = f" writing {exc.filename}" if exc.filename else ""
-    return UsageError(f"the {what} stopped: {exc.strerror or exc}{where}; its output folder {final} "
-                      f"was not written ({_no_room_advice(exc.errno)})")
+    left = left if left is not None else f"its output folder {final} was not written"
+    return UsageError(f"the {what} stopped: {exc.strerror or exc}{where}; {left} ({no_room_advice(exc.errno, resume)})")
 
 
-def _no_room_advice(err: int) -> str:
+def no_room_advice(err: int, resume: bool = False) -> str:
     """What to do about a run stopped by ``OSError`` ``err`` (one of ``_NO_ROOM``): space to free
     for a full disk or quota; for ``EFBIG`` a file grew beyond what the file system or the
-    process's ``RLIMIT_FSIZE`` (``ulimit -f``) allows, which freeing space does not change."""
+    process's ``RLIMIT_FSIZE`` (``ulimit -f``) allows, which freeing space does not change.
+    ``resume``: the command resumes where it stopped (a sweep), so run it again rather than
+    choose another ``--out``."""
     if err == errno.EFBIG:
+        if resume:
+            return ("a file grew larger than the file system or the file size limit (ulimit -f) allows; "
+                    "raise the limit, then run the same command again: it resumes")
         return ("a file grew larger than the file system or the file size limit (ulimit -f) allows; "
                 "raise the limit, or choose an --out on another file system")
+    if resume:
+        return "free some space, then run the same command again: it resumes"
     return "free some space, or choose another --out"
 
 
@@ -557,7 +567,7 @@ def merge_ledgers(parts: Path, dest: Path) -> int:
 
     files = sorted(parts.glob("*.csv")) if parts.is_dir() else []
     rows = 0
-    with open(dest, "w", newline="", encoding="utf-8") as out:
+    with naming_the_file(dest), open(dest, "w", newline="", encoding="utf-8") as out:  # (a full disk: named)
         w = csv_writer(out)
         header = None
         for f in files:

@@ -590,10 +590,16 @@ def _write_replacing(dest: str | os.PathLike, write: Callable[[TextIO], None]) -
         # named the temporary file (".ledger.csv.123.ab12cd34.tmp"), which the caller never gave
         raise _naming(exc, path) from None
     try:
-        with fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            # a full disk (write, flush, close: ENOSPC) named no file: the file the caller gave
+            if exc.filename is None and exc.errno is not None:  # (OSError("text") would read "[Errno None] None")
+                exc.filename = path
+            raise
         try:
             os.replace(tmp, path)
         except OSError as exc:  # (dest a folder: it named the temporary file first)

@@ -76,9 +76,10 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.params import unknown_parameter
-from ..experiment.report import format_table, save_figure, write_atomic
+from ..experiment.report import format_table, naming_the_file, save_figure, write_atomic
 from ..experiment.runner import (
-    MAX_OUT_NAME_BYTES, OutputFolder, check_flag, check_seed, network_spec, recover_replaced, remove_dead_partials,
+    MAX_OUT_NAME_BYTES, OutputFolder, check_flag, check_seed, network_spec, no_room_error, recover_replaced,
+    remove_dead_partials,
 )
 from ..kernel.errors import NetworkConfigError
 from ..signals import sigint_deferred
@@ -293,6 +294,8 @@ def failure_line(res: dict) -> str:
     error = str(res.get("error") or "").strip()
     first = error.splitlines()[0] if error else "no error message"
     more = " ..." if len(error.splitlines()) > 1 else ""
+    if res.get("unwritten"):  # (a full disk: its error.txt could not be written either)
+        return f"failed {point_label(res['point'])}: {first}{more} (its error.txt could not be written: {res['unwritten']})"
     where = f"{res['out']}/error.txt"
     try:
         text = Path(where).read_text(encoding="utf-8", errors="replace")
@@ -301,6 +304,24 @@ def failure_line(res: dict) -> str:
     else:
         said = f"traceback in {where}" if TRACEBACK_HEAD in text else f"recorded in {where}"
     return f"failed {point_label(res['point'])}: {first}{more} ({said})"
+
+
+def _record_failure(p: SweepPoint, text: str) -> dict:
+    """Write a failed point's folder anew: ``point.json`` (its configuration) and ``error.txt``
+    (``text``). ``{}``, or ``{"unwritten": why}`` when they could not be written (``OSError``: a
+    full disk, whose point had failed for it): the point is failed all the same, and the sweep
+    goes on (it stopped the sweep, with a traceback, when the point failed for lack of room). A
+    folder left without error.txt is run again on resume (no results.json: corrupt)."""
+    out = Path(p.out)
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
+        write_atomic(out / "error.txt", text)
+    except OSError as exc:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return {"unwritten": f"{exc.strerror or exc}{where}"}
+    return {}
 
 
 @dataclass(frozen=True)
@@ -331,13 +352,10 @@ def _run_point(p: SweepPoint) -> dict:
                            quiet=True, progress=False, force=True, ledger=p.ledger)
         return {"point": p.point, "status": "done", "out": str(out), "wall_time_s": res["wall_time_s"]}
     except (Exception, SystemExit) as exc:  # a failed point must not take the sweep down
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
-        write_atomic(out / "error.txt", "".join(traceback.format_exception(exc)))
+        unwritten = _record_failure(p, "".join(traceback.format_exception(exc)))
         error = (f"SystemExit: the scenario called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
                  else f"{type(exc).__name__}: {exc}")
-        return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
+        return {"point": p.point, "status": "failed", "error": error, "out": str(out), **unwritten}
 
 
 def _run_point_remote(task: tuple) -> dict:
@@ -427,19 +445,16 @@ def _unstored_point(p: SweepPoint, exc: Exception, res: dict | None = None, file
     first (it was lost, the error saying only "the point ran, but its files could not be
     written"), and its error.txt's traceback follows the error line."""
     out = Path(p.out)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
     unstored = f"its files could not be written into {out}: {type(exc).__name__}: {exc}"
     if res is not None and res.get("status") == "failed":
         error = f"{res.get('error') or 'the point failed'}; then {unstored}"
         told = (files or {}).get("error.txt")
         detail = f"\n{told.decode('utf-8', 'replace')}" if isinstance(told, bytes) and told else ""
-        write_atomic(out / "error.txt", error + "\n" + detail)
+        unwritten = _record_failure(p, error + "\n" + detail)
     else:
         error = f"the point ran, but {unstored}"
-        write_atomic(out / "error.txt", error + "\n")
-    return {"point": p.point, "status": "failed", "error": error, "out": str(out)}
+        unwritten = _record_failure(p, error + "\n")
+    return {"point": p.point, "status": "failed", "error": error, "out": str(out), **unwritten}
 
 
 def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
@@ -449,9 +464,6 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
     with what is known: for a local process, the signal that killed it or its exit status); the
     result's ``cleaned`` holds :func:`_remove_leftovers`' lines for sweep.log."""
     out = Path(p.out)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "point.json", json.dumps(p.key, indent=2, default=json_default) + "\n")
     # the dead process's .partial folder, and the folder it was replacing (.replaced: the point's
     # failure replaces it, as a point that fails in its run does; not put back, the folder is there)
     cleaned = _remove_leftovers(out.parent, only=out.name)
@@ -461,11 +473,12 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
         first = f"the point's process {how} before it finished{why}"
         if how == "died":
             first += " (killed by a signal, e.g. for lack of memory, or a crash in compiled code)"
-        write_atomic(out / "error.txt", first + "\n")
-        return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned}
+        unwritten = _record_failure(p, first + "\n")
+        return {"point": p.point, "status": "failed", "error": first, "out": str(out), "cleaned": cleaned, **unwritten}
     if isinstance(exc, PluginLoadError):  # (its process started by spawn or forkserver)
-        write_atomic(out / "error.txt", f"{exc.summary}\n\n{exc.details}\n")
-        return {"point": p.point, "status": "failed", "error": exc.summary, "out": str(out), "cleaned": cleaned}
+        unwritten = _record_failure(p, f"{exc.summary}\n\n{exc.details}\n")
+        return {"point": p.point, "status": "failed", "error": exc.summary, "out": str(out), "cleaned": cleaned,
+                **unwritten}
     text = ANSI_CODES.sub("", str(exc))  # (Ray colours its task errors' first line for a terminal)
     first = text.strip().splitlines()[0] if text.strip() else ""
     error = f"{type(exc).__name__}: {first}"
@@ -477,8 +490,8 @@ def _lost_point(p: SweepPoint, exc: BaseException) -> dict:
         notes = "".join(f" {n}" for n in getattr(cause, "__notes__", None) or ())
         where = f" on {exc.ip}" if getattr(exc, "ip", None) else ""
         error = f"{type(cause).__name__}: {said}{notes} (in the point's Ray task{where})"
-    write_atomic(out / "error.txt", f"{error}\n\n{type(exc).__name__}: {text}\n")
-    return {"point": p.point, "status": "failed", "error": error, "out": str(out), "cleaned": cleaned}
+    unwritten = _record_failure(p, f"{error}\n\n{type(exc).__name__}: {text}\n")
+    return {"point": p.point, "status": "failed", "error": error, "out": str(out), "cleaned": cleaned, **unwritten}
 
 
 ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
@@ -594,7 +607,12 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
     cancelling the Ray tasks) and writing the combined files; ``SweepNotStarted`` on a Ctrl-C
     before any point started (both are ``KeyboardInterrupt``). Any other error that stops the
     sweep is raised after the same, sweep.json and report.md saying *interrupted* (an error as the
-    sweep writes its files after its points: sweep.json)."""
+    sweep writes its files after its points: sweep.json); a full disk, quota or file size limit
+    as the sweep writes its own files (``OSError`` ``ENOSPC``, ``EDQUOT``, ``EFBIG``) as a
+    ``UsageError`` naming the file and what sweep.json says (``the sweep stopped: No space left on
+    device writing OUT/report.md; OUT/sweep.json says interrupted (2 done) (free some space, then
+    run the same command again: it resumes)``). A point whose run such an error stops is a failed
+    point (``failed``, with ``unwritten`` when its error.txt could not be written either)."""
     if not isinstance(grid, Mapping):  # (a list was "'list' object has no attribute 'items'")
         hint = "; parse_grid(scenario, strings) makes one of key=v1,v2 strings" if isinstance(grid, (list, tuple)) else ""
         raise TypeError(f"grid must be a mapping {{axis: [values]}}, got {type(grid).__name__} {grid!r:.80}{hint}")
@@ -731,8 +749,17 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                     print(f"sweep: {'connecting to Ray at ' + address if address else 'starting a local Ray instance'} ...",
                           file=sys.stderr, flush=True)
             session = stack.enter_context(ray) if ray is not None else None  # (Ray starts here)
-        summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
-                           quiet, backend, session, recovered)
+        written: dict[str, str] = {}  # what sweep.json says by now (its state), for a full disk's error
+        try:
+            summary = _execute(out, name, grid, fixed, data, int(seed), base, points, states, todo, workers, progress,
+                               quiet, backend, session, recovered, written)
+        except OSError as exc:
+            # a full disk (or quota, or file size limit) as the sweep wrote its own files: it was
+            # Python's traceback (the point runs it stopped are failed points, not this)
+            full = _no_room(exc)
+            if full is None:
+                raise
+            raise no_room_error(full, out, "sweep", left=_sweep_left(out, written), resume=True) from None
         finished.append(summary)
     if ray is not None:
         summary["backend"]["shutdown_s"] = ray.shutdown_s
@@ -858,8 +885,9 @@ def _sweep_lock(out: Path):
             raise _locked(out, fh.read()) from None
         fh.seek(0)
         fh.truncate()
-        fh.write(f"pid {os.getpid()}")
-        fh.flush()
+        with naming_the_file(out / ".sweep.lock"):  # (a full disk: it named no file)
+            fh.write(f"pid {os.getpid()}")
+            fh.flush()
         yield
     finally:
         fh.close()
@@ -867,21 +895,28 @@ def _sweep_lock(out: Path):
 
 def _execute(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
              points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
-             quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
+             quiet: bool, backend: str, session: Any, recovered: Sequence[str] = (),
+             written: dict | None = None) -> dict:
     """Run ``todo`` on the backend and write the sweep's files, holding the folder's lock; the
     summary of :func:`run_sweep` with ``interrupted``. ``recovered``: what :func:`_recover_points`
-    did before, for sweep.log."""
+    did before, for sweep.log. ``written["state"]``: the state sweep.json says, once written."""
     with contextlib.ExitStack() as stack:
         with _before_any_point(out):
             out.mkdir(parents=True, exist_ok=True)
             stack.enter_context(_sweep_lock(out))
-        return _execute_locked(out, name, grid, fixed, data, seed, base, points, states, todo, workers, progress,
-                               quiet, backend, session, recovered)
+        try:
+            return _execute_locked(out, name, grid, fixed, data, seed, base, points, states, todo, workers,
+                                   progress, quiet, backend, session, recovered, written if written is not None else {})
+        finally:
+            with contextlib.suppress(OSError):
+                (out / ROOM_FOR_STATE).unlink(missing_ok=True)
 
 
 def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | None, seed: int, base: Any,
                     points: list[SweepPoint], states: dict, todo: list[SweepPoint], workers: int | None, progress,
-                    quiet: bool, backend: str, session: Any, recovered: Sequence[str] = ()) -> dict:
+                    quiet: bool, backend: str, session: Any, recovered: Sequence[str] = (),
+                    written: dict | None = None) -> dict:
+    written = written if written is not None else {}
     with _before_any_point(out):  # (a Ctrl-C: SweepNotStarted; from the Progress display on: SweepInterrupted)
         recovered = [*recovered, *_remove_leftovers(out)]
         skipped = [p.point for p in points if states[p.out][0] == "done"]
@@ -896,15 +931,24 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             info["address"] = session.address if session else None
         statuses: dict[str, dict] = {p.out: {"point": p.point, "status": "done before" if states[p.out][0] == "done"
                                              else "not run"} for p in points}
-        _write_state(out, info, statuses, interrupted=None)
+        _write_state(out, info, statuses, interrupted=None, written=written)
+        # room for the last sweep.json, kept until it is written: on a disk that fills up during
+        # the sweep, it said "running" over points that had run or failed, and not that it stopped
+        _keep_room(out / ROOM_FOR_STATE, 4096 + len(json.dumps(info, default=json_default)) + 1024 * len(points))
         # the combined files and report.md of the points done before, marked running: those of the
         # sweep that ran here last stayed until this one ended, and one killed left them claiming
         # "Finished." over the rows of points it was replacing (a --force re-run) or a smaller grid
         for p in points:
             if statuses[p.out]["status"] == "done before":
                 statuses[p.out].update(_point_facts(Path(p.out)))
-        combine(out, [p.point for p in points if statuses[p.out]["status"] == "done before"])
-        write_sweep_report(out, info, points, statuses, None)
+        try:
+            combine(out, [p.point for p in points if statuses[p.out]["status"] == "done before"])
+            write_sweep_report(out, info, points, statuses, None)
+        except OSError:
+            # (a full disk) the sweep stops before any point: said so in sweep.json if it can be
+            with contextlib.suppress(OSError):
+                _write_state(out, info, statuses, interrupted=True, written=written)
+            raise
     results: list[dict] = []
 
     def done_cb(i: int, res: dict) -> None:
@@ -995,7 +1039,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             # only the points that finished with this configuration: a folder of an older one (a
             # --force re-run interrupted before reaching it) must not pass for this sweep's
             combined = combine(out, [p.point for p in points if statuses[p.out]["status"] in ("done", "done before")])
-            _write_state(out, info, statuses, interrupted=interrupted)
+            _write_state(out, info, statuses, interrupted=interrupted, written=written)
             report = write_sweep_report(out, info, points, statuses, interrupted)
         except KeyboardInterrupt:
             # a Ctrl-C while the sweep wrote its files (the plots take a while) after its points
@@ -1004,7 +1048,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             # report.md of the sweep's start. It is an interrupted sweep: said so in sweep.json
             # (report.md is then the start's, "Running, or killed"), the same command resumes.
             interrupted = True
-            _write_state(out, info, statuses, interrupted=True)
+            _write_state(out, info, statuses, interrupted=True, written=written)
         except BaseException:
             # an error as the sweep wrote its files after its points ended (a full disk): it went
             # out with sweep.json saying "finished" over the report.md of the sweep's start, and
@@ -1012,7 +1056,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             # command resumes, and writes the files), then raised.
             interrupted = True
             try:
-                _write_state(out, info, statuses, interrupted=True)
+                _write_state(out, info, statuses, interrupted=True, written=written)
             finally:
                 display.finish("interrupted")
             raise
@@ -1031,6 +1075,41 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             "rerun": rerun, "failed": [r for r in results if r["status"] == "failed"],
             "not_run": [p.point for p in todo if statuses[p.out]["status"] == "not run"],
             "combined": combined, "report": str(report), "backend": used, "interrupted": interrupted}
+
+
+def _no_room(exc: BaseException) -> OSError | None:
+    """The first error of a full disk, quota or file size limit in ``exc``'s chain (``exc``
+    itself, or what it was raised while handling: a sweep stopped by one tries to write its
+    sweep.json, which fails too), preferring one that names its file (a write whose ``flush``
+    failed fails again as its file closes, the second error alone named), or None."""
+    found: list[BaseException] = []
+    while exc is not None and all(exc is not f for f in found):
+        if no_room_error(exc, "") is not None:
+            found.append(exc)
+        exc = exc.__context__
+    named = [f for f in found if getattr(f, "filename", None)]
+    return (named or found or [None])[-1]
+
+
+def _sweep_left(out: Path, written: dict) -> str:
+    """What a sweep stopped by a full disk leaves, for its error line: what its sweep.json says
+    (``written["state"]``, the state this sweep last wrote there, and the points' statuses read
+    back), or that the sweep wrote none."""
+    state = written.get("state")
+    if state is None:
+        return f"no point was run, and {out}/sweep.json was not written by this sweep"
+    try:
+        doc = json.loads((out / "sweep.json").read_text(encoding="utf-8"))
+        counts: dict[str, int] = {}
+        for pt in doc["points"]:
+            counts[pt["status"]] = counts.get(pt["status"], 0) + 1
+        said = ", ".join(f"{n} {status}" for status, n in counts.items())
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{out}/sweep.json cannot be read back ({exc})"
+    if state == "running":
+        return (f"{out}/sweep.json could not be rewritten either: it says running ({said}), as written when the sweep "
+                "started, though the sweep has stopped")
+    return f"{out}/sweep.json says {state} ({said})"
 
 
 def _point_facts(d: Path) -> dict:
@@ -1108,10 +1187,41 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _write_state(out: Path, info: dict, statuses: dict, interrupted: bool | None) -> None:
-    doc = {**info, "state": "running" if interrupted is None else "interrupted" if interrupted else "finished",
-           "points": list(statuses.values())}
-    write_atomic(out / "sweep.json", json.dumps(doc, indent=2, default=json_default) + "\n")
+# a file of the sweep's folder holding disk space for its last sweep.json while it runs
+ROOM_FOR_STATE = ".sweep.json.room"
+
+
+def _keep_room(path: Path, size: int) -> None:
+    """Write ``size`` bytes to ``path`` (written out, not a sparse file): space that
+    :func:`_write_state` frees when the disk is full. Nothing is kept when they do not fit."""
+    try:
+        with open(path, "wb") as fh:
+            fh.write(bytes(size))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def _write_state(out: Path, info: dict, statuses: dict, interrupted: bool | None, written: dict | None = None) -> None:
+    """Write sweep.json: ``info``, the state (``running`` for None), each point's status; once
+    written, ``written["state"]`` is that state. On a full disk (or quota), the space kept by
+    :func:`_keep_room` as the sweep started (``ROOM_FOR_STATE``) is freed and the write tried
+    again: a sweep that the disk stopped says so (``interrupted``) and how each point went."""
+    state = "running" if interrupted is None else "interrupted" if interrupted else "finished"
+    doc = {**info, "state": state, "points": list(statuses.values())}
+    text = json.dumps(doc, indent=2, default=json_default) + "\n"
+    try:
+        write_atomic(out / "sweep.json", text)
+    except OSError as exc:
+        room = out / ROOM_FOR_STATE
+        if no_room_error(exc, "") is None or not room.exists():
+            raise
+        room.unlink()
+        write_atomic(out / "sweep.json", text)
+    if written is not None:
+        written["state"] = state
 
 
 def combine(out: Path, points: list[dict]) -> list[str]:

@@ -306,8 +306,9 @@ def _write_whole(path: Path, write) -> Path | None:
         os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError) and exc.filename == str(tmp):
-            exc.filename = str(path)  # (the file the user knows of)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename in (None, str(tmp)):
+            # (the file the user knows of; a full disk's write or close named none)
+            exc.filename = str(path)
         raise
     return path
 
