@@ -761,3 +761,24 @@ def test_pmap_refuses_workers_that_are_not_an_integer_of_at_least_one(workers, i
         pmap(abs, [-1, -2], workers, on_done=lambda i, r: ran.append(r), **kw)
     assert ran == []
     assert pmap(abs, [-1, -2], np.int64(1)) == [1, 2]  # (a NumPy integer is one)
+
+
+def _sigterm_self(x):
+    if x == 1:
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` from another process would
+        time.sleep(30)
+    return x * x
+
+
+def test_a_task_stopped_by_another_processs_sigterm_fails_alone_as_killed_by_it():
+    # with on_error, a task's process that got SIGTERM from anyone but the pool (`kill PID`, a
+    # system agent) raised Interrupted("stopped by the parent (Ctrl-C)") out of pmap: a sweep ended
+    # with that traceback and status 1, its other points stopped, and the point "not run"
+    from fedsim.studies.parallel import ProcessDied
+
+    for workers in (1, 2):
+        errors = {}
+        out = pmap(_sigterm_self, [0, 1, 2], workers, on_error=errors.__setitem__)
+        assert out == [0, None, 4] and list(errors) == [1]
+        assert isinstance(errors[1], ProcessDied)
+        assert (errors[1].exitcode, errors[1].how) == (-signal.SIGTERM, "was killed by signal SIGTERM")
