@@ -811,3 +811,24 @@ def test_workers_that_cannot_import_a_main_read_from_stdin_are_refused_before_an
     assert lines == [f"pmap: MainNotImportable {error}", f"pmap on_error: MainNotImportable {error}", "status 2"]
     assert res.stderr == f"error: {error}\n"
     assert not (tmp_path / "sw").exists()
+
+
+def _sigterm_self(x):
+    if x == 1:
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` from another process would
+        time.sleep(30)
+    return x * x
+
+
+def test_a_task_stopped_by_another_processs_sigterm_fails_alone_as_killed_by_it():
+    # with on_error, a task's process that got SIGTERM from anyone but the pool (`kill PID`, a
+    # system agent) raised Interrupted("stopped by the parent (Ctrl-C)") out of pmap: a sweep ended
+    # with that traceback and status 1, its other points stopped, and the point "not run"
+    from fedsim.studies.parallel import ProcessDied
+
+    for workers in (1, 2):
+        errors = {}
+        out = pmap(_sigterm_self, [0, 1, 2], workers, on_error=errors.__setitem__)
+        assert out == [0, None, 4] and list(errors) == [1]
+        assert isinstance(errors[1], ProcessDied)
+        assert (errors[1].exitcode, errors[1].how) == (-signal.SIGTERM, "was killed by signal SIGTERM")

@@ -188,7 +188,9 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     With ``on_error``, a task that fails does not stop the others: ``on_error(i, exc)`` is called
     instead of ``on_done`` (its result stays None), ``exc`` being what ``fn`` raised (``SystemExit``
     included) or :class:`ProcessDied` (a ``BrokenProcessPool``) when its process died (killed, out
-    of memory, a crash in compiled code, ``os._exit``), with its exit code or signal. Each task then runs in a process of its own, also with ``workers=1``, so that
+    of memory, a crash in compiled code, ``os._exit``), with its exit code or signal, or was stopped
+    by a SIGTERM from another process than this one (``kill PID``: ``ProcessDied`` of exit code
+    ``-15``, its task having left as on Ctrl-C). Each task then runs in a process of its own, also with ``workers=1``, so that
     one process's death cannot take other tasks down with it. KeyboardInterrupt still stops
     everything and is raised here."""
     tasks = list(tasks)
@@ -284,9 +286,15 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                     results[i] = f.result()
                     if on_done:
                         on_done(i, results[i])
-                elif isinstance(exc, (KeyboardInterrupt, Interrupted)):
+                elif isinstance(exc, KeyboardInterrupt):
                     raise exc
                 else:
+                    if isinstance(exc, Interrupted):
+                        # a SIGTERM from another process (``kill PID``, a system agent): this one
+                        # stops its workers only once it has left this loop. Raised here, it ended
+                        # a sweep with "Interrupted: stopped by the parent (Ctrl-C)", a traceback
+                        # and status 1, its other points stopped; it is that task's failure
+                        exc = ProcessDied(-signal.SIGTERM)
                     on_error(i, exc)
     except BaseException:
         for _, ex, _ in running.values():
