@@ -832,3 +832,59 @@ def test_a_task_stopped_by_another_processs_sigterm_fails_alone_as_killed_by_it(
         assert out == [0, None, 4] and list(errors) == [1]
         assert isinstance(errors[1], ProcessDied)
         assert (errors[1].exitcode, errors[1].how) == (-signal.SIGTERM, "was killed by signal SIGTERM")
+
+
+def _own_sleeper(folder):
+    """The test's own child process: sleeps 60 s; a SIGTERM (or its normal end) is written down."""
+
+    def on_term(signum, frame):
+        Path(folder, "own_terminated").write_text("terminated")
+        os._exit(3)
+
+    signal.signal(signal.SIGTERM, on_term)
+    Path(folder, "own_started").write_text(str(os.getpid()))
+    time.sleep(60)
+    Path(folder, "own_ended").write_text("ended")
+
+
+def _interrupt_or_sleep(task):
+    """Task 1 raises KeyboardInterrupt once task 0 runs (its file ``running`` written); task 0 sleeps 30 s."""
+    x, folder = task
+    if x == 0:
+        Path(folder, "running").write_text(str(os.getpid()))
+        time.sleep(30)
+        return x
+    end = time.monotonic() + 30
+    while not Path(folder, "running").exists() and time.monotonic() < end:
+        time.sleep(0.01)
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_a_stopped_pmap_stops_only_its_own_workers_not_the_callers_other_processes(tmp_path, isolated):
+    # _stop took multiprocessing.active_children() for the pool's workers and SIGTERMed (then
+    # SIGKILLed) every one: a program that called pmap while it had processes of its own (a
+    # multiprocessing.Process, another pool, a server) had them killed by a Ctrl-C of pmap's
+    import multiprocessing
+
+    own = multiprocessing.Process(target=_own_sleeper, args=(str(tmp_path),), daemon=True)
+    own.start()
+    try:
+        end = time.monotonic() + 30
+        while not (tmp_path / "own_started").exists() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert (tmp_path / "own_started").read_text() == str(own.pid)
+        kw = {"on_error": lambda i, e: pytest.fail(f"task {i}: {e!r}")} if isolated else {}
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            pmap(_interrupt_or_sleep, [(0, str(tmp_path)), (1, str(tmp_path))], workers=2, **kw)
+        assert time.monotonic() - t0 < 15  # the sleeping task was stopped, not waited for
+        worker = int((tmp_path / "running").read_text())
+        assert worker not in (os.getpid(), own.pid)
+        assert multiprocessing.active_children() == [own]  # pmap's workers have gone, and only they
+        assert own.is_alive() and own.exitcode is None
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["own_started", "running"]  # no SIGTERM reached it
+    finally:
+        own.kill()
+        own.join(10)
+    assert own.exitcode == -signal.SIGKILL

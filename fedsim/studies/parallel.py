@@ -1,7 +1,8 @@
 """A small process-pool map for independent runs (folds, grid points) that stops promptly.
 
 Ctrl-C reaches the parent only (workers ignore SIGINT): the parent cancels the queued tasks and
-sends each worker SIGTERM, which raises :class:`Interrupted` in the task it is running (or makes
+sends each worker SIGTERM (each process the pool started, and no other of the parent's children:
+a ``multiprocessing.Process`` of the calling program's own, or another pool's, runs on), which raises :class:`Interrupted` in the task it is running (or makes
 an idle worker skip whatever it is handed next), sends it again every second to those still
 running (one that came just before a task blocked in a call was handled only when the call
 returned), waits a bounded time for them to exit, kills any that did not, and re-raises. A
@@ -183,7 +184,9 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
 
     Blocks until every task has finished. An exception from a task, or KeyboardInterrupt in
     this process, stops the other workers (see the module docstring) and is raised here; the
-    tasks finished before it have had their ``on_done``.
+    tasks finished before it have had their ``on_done``. Only the processes this call started are
+    stopped: the caller's other child processes (a ``multiprocessing.Process``, another pool, a
+    server) are left alone.
 
     With ``on_error``, a task that fails does not stop the others: ``on_error(i, exc)`` is called
     instead of ``on_done`` (its result stays None), ``exc`` being what ``fn`` raised (``SystemExit``
@@ -217,7 +220,8 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     _warm_before_fork()
     beats: Any = multiprocessing.Queue()
     seen: set = set()
-    ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), initializer=_init_worker,
+    ctx, made = _recording_context()  # the pool's processes, the only ones _stop may signal
+    ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
                              initargs=(beats, os.getpid(), _worker_plugins()))
     try:
         with sigint_deferred():  # (the workers are forked here: see _pmap_isolated)
@@ -232,7 +236,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
                 if on_done:
                     on_done(i, results[i])
     except BaseException:
-        _stop(ex)
+        _stop([ex], made)
         raise
     else:
         ex.shutdown(wait=True)
@@ -258,6 +262,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
     beats: Any = multiprocessing.Queue()
     seen: set = set()
     running: dict[Any, tuple[int, ProcessPoolExecutor, list]] = {}
+    starting: tuple[ProcessPoolExecutor, list] | None = None  # a pool made, its task not yet in running
     try:
         while order or running:
             while order and len(running) < workers:
@@ -272,7 +277,9 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                 with sigint_deferred():
                     ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
                                              initargs=(beats, os.getpid(), plugins))
+                    starting = (ex, made)
                     running[_submit(ex, fn, tasks[i])] = (i, ex, made)
+                    starting = None
             finished, _ = _wait_a_while(running)
             _forward_beats(beats, seen)
             for f in sorted(finished, key=lambda f: running[f][0]):
@@ -297,9 +304,8 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                         exc = ProcessDied(-signal.SIGTERM)
                     on_error(i, exc)
     except BaseException:
-        for _, ex, _ in running.values():
-            ex.shutdown(wait=False, cancel_futures=True)
-        _stop(None)
+        pools = [(ex, made) for _, ex, made in running.values()] + ([starting] if starting else [])
+        _stop([ex for ex, _ in pools], [p for _, made in pools for p in made])
         raise
     finally:
         _forward_beats(beats, seen, final=True)
@@ -373,7 +379,10 @@ def _worker_plugins() -> tuple[list[str], bool] | None:
 def _recording_context() -> tuple[Any, list]:
     """A multiprocessing context (of the default start method) for a ProcessPoolExecutor that
     records the processes it starts (``made``), so that a pool broken by its worker's death can
-    say how that worker ended (its ``exitcode``): the executor's ``BrokenProcessPool`` does not."""
+    say how that worker ended (its ``exitcode``): the executor's ``BrokenProcessPool`` does not;
+    and so that :func:`_stop` signals those processes and no others of this process's children
+    (recorded as each is made, whenever the executor makes it: under spawn and forkserver it starts
+    them as tasks are submitted, not all at once)."""
     kind = type(multiprocessing.get_context(multiprocessing.get_start_method()))
     ctx = kind()  # a context of its own: the Process set below is this pool's only
     made: list = []
@@ -387,9 +396,15 @@ def _recording_context() -> tuple[Any, list]:
     return ctx, made
 
 
-def _stop(ex: ProcessPoolExecutor | None) -> None:
-    """Cancel ``ex``'s queued tasks, SIGTERM every worker (again every STOP_RESEND s to those
-    still running), wait up to STOP_GRACE s, SIGKILL the rest.
+def _stop(executors: Iterable[ProcessPoolExecutor], processes: Iterable[Any]) -> None:
+    """Cancel the ``executors``' queued tasks, SIGTERM each of ``processes`` still running (again
+    every STOP_RESEND s to those that have not left), wait up to STOP_GRACE s, SIGKILL the rest.
+
+    ``processes`` are the ones :func:`pmap` started for those executors (recorded as they were
+    made: :func:`_recording_context`), and no others: taken as ``multiprocessing.active_children()``
+    ("a pmap parent has no others"), they included every process of the program that called pmap
+    (a ``multiprocessing.Process`` of its own, another pool, a server), which a Ctrl-C of pmap's,
+    or a task's KeyboardInterrupt, SIGTERMed and then SIGKILLed too.
 
     Sent once, a SIGTERM that reached a worker just before its task entered a blocking call
     (``time.sleep``, a wait on a lock, a socket, a pipe) was handled only when that call
@@ -397,8 +412,8 @@ def _stop(ex: ProcessPoolExecutor | None) -> None:
     one that came before it blocks. A task in ``time.sleep(30)`` was killed after the grace, its
     temporary folder left. Sent again, the signal interrupts the call, and the handler runs;
     one that has run ignores the next (:func:`_on_term`)."""
-    children = multiprocessing.active_children()  # this pool's workers (a pmap parent has no others)
-    if ex is not None:
+    children = [p for p in processes if p.is_alive()]  # (one that has left: its pid may be another's by now)
+    for ex in executors:
         ex.shutdown(wait=False, cancel_futures=True)
     for p in children:
         _term(p)
