@@ -341,6 +341,10 @@ def test_human_units():
     # no carry lost at the rounding edges (119.9 s was written "1 min 00 s")
     assert [human_seconds(s) for s in (59.94, 59.96, 119.4, 119.9, 3599.4, 3599.6, 7199.9)] == [
         "59.9 s", "1 min 00 s", "1 min 59 s", "2 min 00 s", "59 min 59 s", "1 h 00 min", "2 h 00 min"]
+    # what rounds to 1000 of a unit is written in the next one: the progress line of a run showed
+    # "elapsed 1e+03 ms" (0.9996 s in %.3g)
+    assert [human_seconds(s) for s in (999.4e-6, 999.6e-6, 0.9994, 0.9996, -0.9996)] == [
+        "999 µs", "1 ms", "999 ms", "1 s", "-1 s"]
 
 
 PAPER = (
