@@ -70,8 +70,11 @@ def run(ctx: RunContext) -> None:
     ctx.progress.update(0, len(tasks), stage="fault grid")
     outs = pmap(run_fault_task, tasks, ctx["workers"] or default_workers(),
                 on_done=count_done(lambda k: ctx.progress.update(k, len(tasks))))
+    unevaluated = []
     for o in outs:
         ctx.record_run(o.pop("record"))
+        if "unevaluated" in o:
+            unevaluated.append(f"{o['protocol']} loss {o['loss']:g} dropout {o['dropout']:g}: {o.pop('unevaluated')}")
     for proto in ctx["protocols"]:
         rows = [o for o in outs if o["protocol"] == proto]
         ctx.table(f"faults_{proto}", rows, title=f"{proto}: accuracy, round time and losses against loss and dropout "
@@ -82,6 +85,9 @@ def run(ctx: RunContext) -> None:
                           for o in diverged)
         ctx.caveat("diverged", f"**Diverged.** {len(diverged)} run(s) stopped with a model that was not finite "
                    f"(column `diverged_at`: {which}): their NaN figure is no score.")
+    if unevaluated:
+        ctx.caveat("unevaluated", f"**Not evaluated.** {len(unevaluated)} run(s) had no user left to score "
+                   f"({'; '.join(unevaluated)}): their NaN figure is no score.")
     rows = [o for o in outs if o.get("deadline_s") is not None]
     over = [o["round_s"] for o in rows if o["round_s"] > o["deadline_s"]]
     longest = max((o["round_s"] for o in rows), default=float("nan"))

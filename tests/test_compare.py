@@ -113,7 +113,7 @@ def test_a_failed_comparison_says_what_differs_in_its_message(tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the runs are made to diverge
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the runs are made to diverge, silently (it ignored them)
 def test_a_diverged_run_compares_equal_and_says_it_diverged(tmp_path):
     # both runs diverge alike, to the same NaN bits: np.array_equal called them different (NaN !=
     # NaN) and the comparison failed, and evaluating the diverged model was a traceback

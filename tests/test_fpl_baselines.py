@@ -167,3 +167,36 @@ def test_cornac_methods_hand_the_splits_evaluators_full_score_matrices(monkeypat
         assert [(ev.name, shape) for ev, shape in seen] == [("val", (sp.n_users, sp.n_items)),
                                                                ("test", (sp.n_users, sp.n_items))]
         assert all(ev is sp.evaluators[ev.name] for ev, _ in seen), method
+
+
+def test_cornac_warnings_reach_the_user_but_its_refit_notice(monkeypatch):
+    """The adapters hide only cornac's "Model is already fitted" (each fit continues the last one,
+    on purpose); every other warning of cornac or PyTorch reaches the caller. They ignored every
+    warning: a DeprecationWarning of a new cornac and its notice that it dropped duplicated
+    (user, item) pairs of the training part were lost."""
+    import warnings
+
+    r = generate("ml100k-like", seed=5, n_users=30, n_items=60, n_ratings=900, min_per_user=25)
+    sp = prepare(r, min_interactions=21)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        lib.run_cornac_bpr(sp, 2, d=4, lr=0.05, seed=1)  # fits twice: the refit notice, hidden
+        if lib.torch_available():
+            lib.run_vae(sp, "20-5-20", [1, 2], seed=3)
+    assert [str(w.message) for w in seen] == []
+
+    fit = cornac.models.BPR.fit
+
+    def deprecated_fit(self, *a, **k):
+        warnings.warn("BPR.fit's next signature", DeprecationWarning, stacklevel=2)
+        return fit(self, *a, **k)
+
+    monkeypatch.setattr(cornac.models.BPR, "fit", deprecated_fit)
+    with pytest.warns(DeprecationWarning, match="BPR.fit's next signature"):
+        lib.run_cornac_bpr(sp, 1, d=4, lr=0.05, seed=1)
+
+    train = Ratings([0, 0, 1], [0, 0, 1], [1, 1, 1], n_users=2, n_items=2)  # (0, 0) twice
+    dup = ImplicitSplit("dup", "validation", 2, 2, train, np.arange(2), {}, None)
+    with pytest.warns(UserWarning, match="1 duplicated observations are removed"):
+        ds = lib.cornac_dataset(dup)
+    assert ds.matrix.toarray().tolist() == [[1, 0], [0, 1]]

@@ -128,7 +128,7 @@ def test_a_diverged_fpl_run_stops_and_is_never_chosen():
 
     sp = small_split()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # overflow on the way to NaN
+        warnings.simplefilter("error")  # overflow on the way to NaN, silently (it ignored every warning)
         rec = run_fpl(sp, "pFPL+", 1.0, 6, d=4, lr=50.0)
     assert rec.params["diverged_at"] == 1 and rec.params["epochs"] == 6 and len(rec.curve) == 1
     e = rec.curve[0]

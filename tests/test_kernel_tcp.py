@@ -1604,3 +1604,34 @@ def test_a_missing_record_says_how_many_its_wait_expected_and_got_on_every_trans
         (0, "server", None, "any", 3, 1, 4), (0, "server", None, "any", 3, 1, 4)], key=str)
     if transport == "tcp":
         assert_no_orphans(net)
+
+
+def test_a_worker_closes_the_connections_its_peers_ended(monkeypatch, capfd):
+    """A worker's inbound connection that its peer ended (EOF as the run ends) was left open: its
+    StreamWriter, unreferenced, was collected later with a ResourceWarning on the terminal
+    ("unclosed <StreamWriter ...>", seen on `fedsim compare fedrec` under python -X dev). Here the
+    server's process stays 0.5 s after its run, while the clients' processes leave, collects its
+    garbage and writes every ResourceWarning it met to its stderr."""
+    import warnings
+
+    orig = tcp._Worker._main
+
+    async def main_then_collect(self):
+        with warnings.catch_warnings(record=True) as seen:  # (this test's, in the forked process)
+            warnings.simplefilter("always", ResourceWarning)
+            status = await orig(self)
+            if self.proc == 0:  # the server's process: its clients' processes leave meanwhile
+                await asyncio.sleep(0.5)
+                gc.collect()
+        for w in seen:
+            if issubclass(w.category, ResourceWarning):
+                sys.stderr.write(f"process {self.proc}: ResourceWarning: {w.message}\n")
+        return status
+
+    monkeypatch.setattr(tcp._Worker, "_main", main_then_collect)
+    net = TcpNetwork(seed=SEED, processes=3)
+    res = run_protocol("fedrec", net, 4)
+    assert res.run.complete
+    err = capfd.readouterr().err
+    assert "ResourceWarning" not in err, err
+    assert_no_orphans(net)

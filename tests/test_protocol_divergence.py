@@ -101,7 +101,7 @@ def test_a_fault_study_run_that_diverged_says_so(protocol, config, at):
     train, test = per_user_random(data, 0.2, seed=1)
     tup = lambda r: (r.users, r.items, r.values, r.n_users, r.n_items, r.timestamps)  # noqa: E731
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("error", RuntimeWarning)  # a diverging run is silent (it ignored NumPy's warnings)
         out = run_fault_task(FaultTask(protocol, tup(train), tup(test), config, NetSpec(profile="lan"), 0))
     assert out["diverged_at"] == at and np.isnan(out["test_rmse"])
 

@@ -219,7 +219,7 @@ def test_fcf_and_demo_say_when_the_model_is_not_finite():
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # (NumPy's overflow warnings of the diverging steps)
+        warnings.simplefilter("error", RuntimeWarning)  # the diverging steps are silent (it ignored NumPy's warnings)
         _, fcf = run("fcf", rounds=2, alpha=1e300)
         _, demo = run("demo", rounds=3, lr=1e300)
     # the server found Q not finite after the step of round 1 and stopped there: round 2 never ran,

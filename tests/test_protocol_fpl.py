@@ -320,7 +320,7 @@ def test_a_user_fpl_cannot_train_is_refused_at_build_by_name(case):
         fpl.build(net, data, FPLConfig(clients_per_round=3, triples=2, rounds=1, d=2))
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the runs are made to overflow
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the runs are made to overflow, silently (it ignored them)
 @pytest.mark.parametrize("lr, dtype, finite", [(1e30, "float32", False), (1e40, "float64", True)])
 def test_a_diverged_model_is_reported_not_evaluated(lr, dtype, finite):
     # collect ranked the test items with the diverged model: top_n's "scores ... not finite" was a

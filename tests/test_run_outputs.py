@@ -172,6 +172,7 @@ def test_a_full_disk_is_one_error_line_and_leaves_no_folder(tmp_path, monkeypatc
 
     def finish(self, text=None):
         if text and text.startswith("stopped"):
+            real_finish(self)  # (the log closed, as finish does when its last line fails)
             raise OSError(errno.ENOSPC, "No space left on device")
         real_finish(self, text)
 
@@ -183,6 +184,27 @@ def test_a_full_disk_is_one_error_line_and_leaves_no_folder(tmp_path, monkeypatc
     assert capsys.readouterr() == ("", f"error: the run stopped: No space left on device{where}; its output folder o "
                                        "was not written (free some space, or choose another --out)\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_run_log_is_closed_when_its_last_line_fails():
+    """A full disk failing the run log's last line (a write the file system refuses, ENOSPC, as
+    /dev/full does) left run.log open: finish wrote that line before closing, and raised past the
+    close (a ResourceWarning for an unclosed run.log on a long-lived process, e.g. a test run)."""
+    import errno
+    import os
+
+    def open_dev_full() -> int:
+        fds = os.listdir("/proc/self/fd")
+        return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}") == "/dev/full")
+
+    before = open_dev_full()
+    p = Progress(False, log="/dev/full")
+    assert open_dev_full() == before + 1
+    with pytest.raises(OSError) as err:
+        p.finish("stopped: a run that failed")
+    assert err.value.errno == errno.ENOSPC
+    assert open_dev_full() == before
+    p.finish("again")  # nothing left to write to or close
 
 
 def test_a_failure_after_the_tables_leaves_no_folder(tmp_path, monkeypatch):
@@ -277,7 +299,8 @@ def test_two_runs_in_parallel_into_the_default_folder_both_survive(tmp_path):
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in (1, 2)]
     for p in procs:
-        assert p.wait(timeout=120) == 0, p.stderr.read()
+        _, err = p.communicate(timeout=120)  # (reads and closes its pipes)
+        assert p.returncode == 0, err
     rounds = sorted(json.loads(f.read_text())["config"]["rounds"] for f in (tmp_path / "runs").glob("*/results.json"))
     assert rounds == [1, 2]
 
@@ -314,7 +337,8 @@ def test_tables_print_human_units_and_files_keep_raw_numbers(tmp_path):
     assert res.returncode == 0, res.stderr
     import csv
 
-    kinds = list(csv.DictReader(open(tmp_path / "o" / "kinds.csv")))
+    with open(tmp_path / "o" / "kinds.csv", newline="") as fh:
+        kinds = list(csv.DictReader(fh))
     model = next(r for r in kinds if r["kind"] == "model")
     raw = int(model["bytes"])
     assert raw > 10_000 and model["bytes"].isdigit()
@@ -341,6 +365,10 @@ def test_human_units():
     # no carry lost at the rounding edges (119.9 s was written "1 min 00 s")
     assert [human_seconds(s) for s in (59.94, 59.96, 119.4, 119.9, 3599.4, 3599.6, 7199.9)] == [
         "59.9 s", "1 min 00 s", "1 min 59 s", "2 min 00 s", "59 min 59 s", "1 h 00 min", "2 h 00 min"]
+    # what rounds to 1000 of a unit is written in the next one: the progress line of a run showed
+    # "elapsed 1e+03 ms" (0.9996 s in %.3g)
+    assert [human_seconds(s) for s in (999.4e-6, 999.6e-6, 0.9994, 0.9996, -0.9996)] == [
+        "999 µs", "1 ms", "999 ms", "1 s", "-1 s"]
 
 
 PAPER = (

@@ -877,7 +877,7 @@ def test_sweep_log_says_what_recovery_did_also_when_the_sweep_is_then_refused(tm
     gone = (1 << 22) + 1  # a PID no process has here
     (out / "x=1").rename(out / f".x=1.replaced-{gone}-ab12cd")  # killed between its renames
     before = (out / "sweep.log").read_text()
-    with pytest.raises(UsageError, match="run with another configuration"):  # y=2: both points stale
+    with pytest.raises(UsageError, match="run with another configuration") as refused:  # y=2: both points stale
         run_sweep(str(script), {"x": [1, 2]}, out=out, fixed={"y": 2}, workers=1)
     assert (out / "x=1" / "results.json").exists() and not list(out.glob(".x=*"))  # put back
     added = (out / "sweep.log").read_text()[len(before):]
@@ -887,6 +887,12 @@ def test_sweep_log_says_what_recovery_did_also_when_the_sweep_is_then_refused(tm
     assert lines[1].startswith(f"sweep {script.stem}: refused, nothing run: {out} holds 2 point(s) run with another "
                                "configuration") and len(lines) == 2
     assert len(ran(log)) == 2  # nothing ran again
+    # and sweep.log is closed: the refusal stopped its display (close) without closing the file
+    # (finish), left open for as long as the error's traceback lived (here: `refused`), with a
+    # ResourceWarning when it went
+    logs = [fd for fd in os.listdir("/proc/self/fd")
+            if os.path.realpath(f"/proc/self/fd/{fd}") == os.path.realpath(out / "sweep.log")]
+    assert logs == [] and refused.type is UsageError
 
 
 def test_the_same_grid_with_its_axes_in_another_order_resumes_the_same_points(tmp_path, monkeypatch):

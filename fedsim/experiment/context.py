@@ -141,15 +141,18 @@ class Progress:
                 self._watch = None
 
     def finish(self, text: str | None = None) -> None:
-        """:meth:`close`, then log ``text`` and close the log file."""
+        """:meth:`close`, then log ``text`` and close the log file, also when that last line fails
+        (a full disk: the ``OSError`` is raised once the file is closed)."""
         self.close()
-        if text:
-            self.log(text)
-        with self._lock:
-            if self._log is not None:
+        try:
+            if text:
+                self.log(text)
+        finally:
+            with self._lock:
                 log, self._log = self._log, None
-                with naming_the_file(log.name):
-                    log.close()
+                if log is not None:
+                    with naming_the_file(log.name):
+                        log.close()  # (closes the file even when its flush fails, then raises that)
 
     # -- inside --------------------------------------------------------------------------------
     @property

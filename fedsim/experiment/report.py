@@ -53,16 +53,18 @@ def human_bytes(n: float) -> str:
 
 
 def human_seconds(s: float) -> str:
-    """A duration for people: ``850 µs``, ``12.3 ms``, ``4.56 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    """A duration for people: ``850 µs``, ``12.3 ms``, ``4.56 s``, ``3 min 05 s``, ``1 h 02 min``
+    (what rounds to 1000 of a unit in three digits is written in the next: 0.9996 s is ``1 s``,
+    not ``1e+03 ms``)."""
     s = float(s)
     if math.isnan(s):
         return "nan"
     a = abs(s)
     if a == 0:
         return "0 s"
-    if a < 1e-3:
+    if a < 999.5e-6:
         return f"{s * 1e6:.3g} µs"
-    if a < 1:
+    if a < 0.9995:
         return f"{s * 1e3:.3g} ms"
     if a < 59.95:  # what rounds to 60.0 s is written as a minute
         return f"{s:.3g} s"

@@ -1256,6 +1256,11 @@ class _Worker:
             return  # shutting down (a connection handler that ends cancelled makes asyncio log it)
         except Exception as exc:  # noqa: BLE001 - anything else is a bug; say so rather than hang
             self.fail("closed", f"process {self.proc}: reading from a peer failed: {type(exc).__name__}: {exc}")
+        finally:
+            # the connection is over (its peer ended it, or it was refused): closed here, not left
+            # to the garbage collector, which closed it with a ResourceWarning ("unclosed
+            # <StreamWriter ...>") on the terminal of a process that lived on (closing twice is nothing)
+            writer.close()
 
     def send(self, q: int, item: tuple) -> None:
         out = self.outs[q]

@@ -41,7 +41,9 @@ def _ratings(t: tuple) -> Ratings:
 
 def run_fault_task(task: FaultTask) -> dict[str, Any]:
     """Run one task; returns its figures (module-level: runs in a worker process). A run whose
-    model diverged has ``diverged_at`` and a NaN figure (``test_rmse`` or ``p_at_10``), no score."""
+    model diverged has ``diverged_at`` and a NaN figure (``test_rmse`` or ``p_at_10``), no score;
+    a FedRec or FPL run with no user left to score (every one with test ratings dropped out) has
+    ``unevaluated`` (why, in words) and a NaN figure."""
     spec = REGISTRY[task.protocol]
     cfg = spec.Config(**task.config)
     train, test = _ratings(task.train), _ratings(task.test)
@@ -66,7 +68,13 @@ def run_fault_task(task: FaultTask) -> dict[str, Any]:
         out["p_at_10" if task.protocol == "fpl" else "test_rmse"] = float("nan")
     elif task.protocol == "fedrec":
         # a client that dropped out took its model with it: its test ratings are left out
-        out["test_rmse"] = result.model.evaluate(*result.present(test.users, test.items, test.values)[:3])[1]
+        users, items, values, left_out = result.present(test.users, test.items, test.values)
+        if len(users):
+            out["test_rmse"] = result.model.evaluate(users, items, values)[1]
+        else:  # a mean over no rating is no figure (it was NaN with NumPy's "Mean of empty slice" warnings)
+            out["test_rmse"] = float("nan")
+            out["unevaluated"] = (f"all {left_out} users with test ratings dropped out" if len(test.users)
+                                  else "the test ratings are empty")
     elif task.protocol == "personalfr":
         # the protocol's own final federated evaluation: over the test entries of the clients that
         # answered it (one that dropped out does not; one whose indices never arrived is not asked)
@@ -79,6 +87,10 @@ def run_fault_task(task: FaultTask) -> dict[str, Any]:
                    eval_missing=final["missing"], eval_left_out=final["left_out"], eval_ratings=final["n"])
     else:
         out["p_at_10"] = result.final("p@10")
+        last = result.metrics[-1] if result.metrics else {}
+        if last.get("users") == 0:  # FPL's P@10 over no user: NaN, no figure
+            out["unevaluated"] = (f"all {last['lost']} users with test items dropped out" if last.get("lost")
+                                  else "no user has test items")
     t = led.totals()
     missing = sum(m.get("clients", 0) for m in result.info.get("missing", []))
     out.update(lost_messages=t["lost_messages"], lost_share=t["lost_messages"] / max(t["messages"], 1),

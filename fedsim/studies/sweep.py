@@ -732,10 +732,13 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                 # (it said nothing of it when the sweep was then refused)
                 if recovered:
                     log = Progress(False, log=out / "sweep.log")
-                    for line in recovered:
-                        log.log(line)
-                    log.log(f"sweep {name}: refused, nothing run: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-                    log.close()
+                    try:
+                        for line in recovered:
+                            log.log(line)
+                        log.log(f"sweep {name}: refused, nothing run: "
+                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+                    finally:
+                        log.finish()  # (close() stopped its display and left the file open)
                 raise
             ray = None
             if backend == "ray" and todo:  # started before any file is written: it may fail to

@@ -93,9 +93,9 @@ def cornac_dataset(split: ImplicitSplit):
     iid = OrderedDict((int(i), j) for j, i in enumerate(split.catalogue))
     t = split.train
     data = list(zip(t.users.tolist(), t.items.tolist(), [1.0] * len(t)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return cornac.data.Dataset.build(data, fmt="UIR", global_uid_map=uid, global_iid_map=iid, seed=0)
+    # (its warnings pass: "N duplicated observations are removed!" says a pair of the training
+    # part counted once here, where fedsim's own methods would see it twice)
+    return cornac.data.Dataset.build(data, fmt="UIR", global_uid_map=uid, global_iid_map=iid, seed=0)
 
 
 def model_scores(split: ImplicitSplit, model: Any) -> np.ndarray:
@@ -147,6 +147,14 @@ def parse_topology(text: str) -> tuple[int, int]:
     return a, z
 
 
+def _hide_refit_notice() -> None:
+    """Inside ``warnings.catch_warnings()``: hide cornac's "Model is already fitted. Re-fitting
+    will overwrite the previous model." (the adapters fit one model again on purpose: each fit
+    continues the last one) and nothing else, so that a deprecation or numerical warning of
+    cornac or PyTorch still reaches the user."""
+    warnings.filterwarnings("ignore", message="Model is already fitted", category=UserWarning)
+
+
 def _seed31(seed: int, name: str) -> int:
     return int(node_rng(seed, name).integers(2**31 - 1))
 
@@ -176,7 +184,7 @@ def run_vae(split: ImplicitSplit, topology: str, budgets: list[int] | tuple[int,
     done = 0
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Model is already fitted": each fit continues the last one
+            _hide_refit_notice()
             for b in budgets:
                 if model is None:
                     model = cornac.models.VAECF(k=latent, autoencoder_structure=[hidden], act_fn="tanh",
@@ -213,7 +221,7 @@ def run_cornac_bpr(split: ImplicitSplit, epochs: int, *, d: int = 10, lr: float 
     t0 = time.perf_counter()
     curve = []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Model is already fitted": each fit continues the last one
+        _hide_refit_notice()
         for e in range(1, int(epochs) + 1):
             model.fit(ds)
             if e % int(eval_every) and e != int(epochs):
