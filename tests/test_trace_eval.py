@@ -78,6 +78,28 @@ def test_an_eval_every_given_is_kept(tmp_path):
     assert rounds == [2] and sorted({r["round"] for r in every.ledger.records() if r["kind"] == "eval"}) == [1, 2]
 
 
+def test_an_eval_every_of_the_preset_gives_way_to_every_round(monkeypatch, tmp_path):
+    # --eval evaluates every round unless --set eval_every=N (its help, docs/cli.md, trace's
+    # docstring), but a preset's own eval_every other than 0 was kept: a plug-in protocol whose
+    # tiny preset evaluates every 3rd round traced with --eval --rounds 4 showed round 3's
+    # evaluation only (with --rounds 2, none). Here FedRec's preset made to say eval_every=3, as
+    # such a plug-in's would
+    import fedsim.studies.trace as tr
+
+    made = tr.check_tiny
+
+    def preset_every_3(spec, preset):
+        data, cfg = made(spec, preset)
+        return data, cfg.replace(eval_every=3)
+
+    monkeypatch.setattr(tr, "check_tiny", preset_every_3)
+    net, _ = trace("fedrec", tmp_path, clients=2, rounds=4, test_frac=0.2, formats=("log",))
+    assert sorted({r["round"] for r in net.ledger.records() if r["kind"] == "eval"}) == [1, 2, 3, 4]
+    given, _ = trace("fedrec", tmp_path / "given", clients=2, rounds=4, test_frac=0.2, sets=["eval_every=2"],
+                     formats=("log",))
+    assert sorted({r["round"] for r in given.ledger.records() if r["kind"] == "eval"}) == [2, 4]
+
+
 def test_cli_trace_eval_says_how_many_evaluation_messages_the_page_holds(monkeypatch, tmp_path, capsys):
     from fedsim.cli import main
     from test_trace_faults import _page_data

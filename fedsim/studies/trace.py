@@ -163,8 +163,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     fraction of each user's ratings of the preset out as test ratings, split as ``fedsim run``
     splits them (``fedsim.experiment.protocol_run.hold_out``), trains on the rest and gives them to
     the protocol to evaluate (``build(..., test=...)``), so that its evaluation messages are in the
-    trace; a protocol's ``eval_every`` not given in ``sets`` is then 1 (every round evaluated:
-    FedRec's 0 evaluates never, the autoencoders' the last round only).
+    trace; a protocol's ``eval_every`` not given in ``sets`` is then 1, whatever its preset
+    says (every round evaluated: FedRec's 0 evaluates never, the autoencoders' the last round only).
     Raises ``UsageError`` for an unknown protocol, key or profile, a bad value, a ``--set`` of the
     rounds or clients (``trace_options``), ``rounds`` beyond 1 to ``MAX_TRACE_ROUNDS`` (1000),
     ``clients`` the protocol's tiny preset refuses, a ``test_frac`` that is not a number from 0 to
@@ -233,9 +233,10 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
             data, test = hold_out(spec, data, float(test_frac), seed, f"the {name} preset's data ({getattr(data, 'name', '') or 'tiny'})")
         except ConfigError as exc:
             raise UsageError(f"{name}: {exc}") from None
-        if "eval_every" in {f.name for f in fields_of(type(cfg))} and "eval_every" not in options \
-                and not cfg.eval_every:
-            cfg = cfg.replace(eval_every=1)  # every round evaluated (FedRec's 0 evaluates none)
+        if "eval_every" in {f.name for f in fields_of(type(cfg))} and "eval_every" not in options:
+            # every round evaluated, whatever the preset says (FedRec's 0 evaluates none; a plug-in
+            # preset's 3 had shown round 3's evaluation only)
+            cfg = cfg.replace(eval_every=1)
     netspec = _trace_network(profile, net)
     net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model, faults=netspec.faults,
                          framing_bytes=netspec.framing_bytes, **dict(netspec.options))
