@@ -557,26 +557,35 @@ def test_a_plugin_already_loaded_and_given_as_a_scenario_path_is_still_named_a_p
     scenario (it needs PARAMS and run(ctx))'. The registration it made again counts."""
     import re
 
-    from fedsim.experiment import UsageError, load_scenario
-    from fedsim.protocols import REGISTRY, load_plugins
-
     doc = (REPO / "docs" / "writing-a-protocol.md").read_text()
     (tmp_path / "fedavg_mf.py").write_text(re.findall(r"```python\n(.*?)```", doc, re.S)[0])
     line = one_error_line(fedsim_cmd("--plugin", "fedavg_mf.py", "run", "fedavg_mf.py", "--quiet", cwd=tmp_path))
     assert line == ("error: fedavg_mf.py is not a fedsim scenario but a protocol plug-in (it registers "
                     "'fedavg-mf'): run it with fedsim --plugin fedavg_mf.py run fedavg-mf")
     nothing_left(tmp_path)
-    path = str(tmp_path / "fedavg_mf.py")
-    load_plugins([path], entry_points=False)
-    try:
-        spec = REGISTRY["fedavg-mf"]
-        with pytest.raises(UsageError) as err:
-            load_scenario(path)
-        assert str(err.value) == (f"{path} is not a fedsim scenario but a protocol plug-in (it registers "
-                                  f"'fedavg-mf'): run it with fedsim --plugin {path} run fedavg-mf")
-        assert REGISTRY["fedavg-mf"] is spec  # the plug-in's own spec, not the scenario load's, is back
-    finally:
-        REGISTRY.remove("fedavg-mf")
+    # the same from Python, in a process of its own: a plug-in file loaded here stays in this
+    # process's plugin_files() (what a Ray task loads), beside the tutorial tests' own copy of the
+    # same protocol, which a Ray worker then refused as registered twice
+    path = str(tmp_path / "fedsim_mf_check.py")
+    Path(path).write_text(f"""
+from fedsim.experiment import UsageError, load_scenario
+from fedsim.protocols import REGISTRY, load_plugins
+load_plugins([{str(tmp_path / "fedavg_mf.py")!r}], entry_points=False)
+spec = REGISTRY["fedavg-mf"]
+try:
+    load_scenario({str(tmp_path / "fedavg_mf.py")!r})
+except UsageError as exc:
+    print(exc)
+print(REGISTRY["fedavg-mf"] is spec)
+""")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("FEDSIM_PLUGINS", None)
+    res = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    plugin = tmp_path / "fedavg_mf.py"
+    # the plug-in's own spec, not the scenario load's, is back
+    assert res.stdout.splitlines() == [f"{plugin} is not a fedsim scenario but a protocol plug-in (it registers "
+                                       f"'fedavg-mf'): run it with fedsim --plugin {plugin} run fedavg-mf", "True"]
 
 
 def test_a_plugin_loaded_as_a_scenario_is_not_left_registered(tmp_path):
