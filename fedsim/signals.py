@@ -33,7 +33,9 @@ def sigterm_as_interrupt(*, once: bool = False) -> Iterator[list[int]]:
     """While the block runs, SIGTERM stops it as a Ctrl-C does: the SIGINT handler in place is
     called (``KeyboardInterrupt`` by default; a TCP run's cancels its main task, a sweep's stops
     its workers), or ``KeyboardInterrupt`` is raised when SIGINT is ignored or was set outside
-    Python. Yields a list that holds ``signal.SIGTERM`` once one came (the caller then exits with
+    Python (a run on the asyncio transport hands it to this handler from a callback of its event
+    loop, where it cannot cut the loop's own code: ``fedsim.kernel.aio``). Yields a list that
+    holds ``signal.SIGTERM`` once one came (the caller then exits with
     143). With ``once``, a SIGTERM after the first is ignored, so that the cleanup the first one
     started runs to its end.
 

@@ -272,3 +272,58 @@ def test_sigterm_handler_leaves_a_forked_worker_to_die_of_sigterm():
         _, status = os.waitpid(pid, 0)
     assert (os.WIFSIGNALED(status), os.WTERMSIG(status) if os.WIFSIGNALED(status) else None) == (True, signal.SIGTERM)
     assert term == [] and signal.getsignal(signal.SIGTERM) is before  # put back as it was
+
+
+# `fedsim run fedrec --transport asyncio` with a file written as the asyncio run starts (the run's
+# AsyncioNetwork.run_async, wrapped: the CLI itself is unchanged), for the test to wait on
+ASYNCIO_STARTED = (
+    "import sys\n"
+    "STARTED = sys.argv.pop(1)\n"
+    "from fedsim.kernel.aio import AsyncioNetwork\n"
+    "run_async = AsyncioNetwork.run_async\n"
+    "async def started(self, *args, **kwargs):\n"
+    "    open(STARTED, 'w').close()\n"
+    "    return await run_async(self, *args, **kwargs)\n"
+    "AsyncioNetwork.run_async = started\n"
+    "from fedsim.__main__ import entry\n"
+    "raise SystemExit(entry())\n"
+)
+PYTHON313 = Path("/tmp/venv313/bin/python")  # a local Python 3.13 (where the hang was seen), if there is one
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+@pytest.mark.parametrize("python", [
+    pytest.param(sys.executable, id="this-python"),
+    pytest.param(str(PYTHON313), id="python3.13", marks=pytest.mark.skipif(
+        not PYTHON313.exists(), reason=f"no Python 3.13 at {PYTHON313} (a local venv, not in CI)")),
+])
+def test_sigterm_during_an_asyncio_run_in_debug_mode_ends_it_as_ctrl_c_does(tmp_path, python, sigint):
+    # with SIGINT ignored (a background job: `fedsim run ... &` from a script, nohup), SIGTERM
+    # raised KeyboardInterrupt wherever the main thread was; under -X dev (asyncio's debug mode)
+    # that was mostly inside the event loop's own code (a Handle being made), a callback was
+    # lost, and asyncio.run's teardown (_cancel_all_tasks) waited for it forever: a hang. With
+    # SIGINT at its default, asyncio.Runner's SIGINT handler cancelled the run (no hang).
+    started = tmp_path / "started"
+    proc = subprocess.Popen(
+        [python, "-X", "dev", "-c", ASYNCIO_STARTED, str(started), "run", "fedrec", "--transport", "asyncio",
+         "--set", "T=1000000", "--out", str(tmp_path / "run")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and proc.poll() is None and not started.exists():
+            time.sleep(0.005)
+        assert started.exists(), "the asyncio run did not start"
+        time.sleep(0.5)  # (into the run: its actors exchanging messages)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    # (beside the progress lines, asyncio's debug mode may say a step was slow: "Executing <Task ...> took")
+    lines = [ln for ln in stderr.splitlines() if not ln.startswith(("[", "Executing <"))]
+    assert (proc.returncode, stdout, lines) == (143, "", ["terminated (SIGTERM): the run's output folder was not written"])
+    assert "Traceback" not in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["started"]

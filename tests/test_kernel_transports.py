@@ -4,6 +4,8 @@ import ast
 import asyncio
 import gc
 import math
+import os
+import signal
 import warnings
 from pathlib import Path
 
@@ -109,6 +111,52 @@ def test_an_actor_that_is_not_async_is_named_the_same_way_on_both_transports(tra
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)]  # the others were closed
     assert len(net.ledger) == 0
+
+
+_ENDED: list[str] = []
+
+
+async def _sigterms_itself_then_waits(ctx):
+    try:
+        # (a Python signal handler runs as os.kill returns: here, in this actor's step, had the
+        # SIGTERM been handed to it where the main thread was)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await ctx.receive("x")
+    finally:
+        _ENDED.append("a")
+
+
+async def _waits_for_ever_and_says_it_ended(ctx):
+    try:
+        await ctx.receive("x")
+    finally:
+        _ENDED.append("b")
+
+
+def test_a_sigterm_during_an_asyncio_run_reaches_its_handler_between_the_loops_callbacks():
+    # the command line's SIGTERM handler raises KeyboardInterrupt where it lands when SIGINT is
+    # ignored (a background job); landing inside the event loop's own code (mostly so under
+    # -X dev) it lost a callback and asyncio.run's teardown waited for ever. It is now called
+    # from a callback of the loop (no task running), and the run ends with its KeyboardInterrupt,
+    # every actor's finally having run.
+    where = []
+
+    def on_term(signum, frame):
+        where.append(asyncio.current_task())
+        raise KeyboardInterrupt
+
+    _ENDED.clear()
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        net = AsyncioNetwork()
+        net.add_node("a", _sigterms_itself_then_waits)
+        net.add_node("b", _waits_for_ever_and_says_it_ended)
+        with pytest.raises(KeyboardInterrupt):
+            net.run(timeout=30)
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (where, sorted(_ENDED), after) == ([None], ["a", "b"], on_term)  # (its handler put back)
 
 
 async def _receives_within_500s(ctx):

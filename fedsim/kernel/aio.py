@@ -23,7 +23,10 @@ come the run is not over: actors blocked on it are not a deadlock before it happ
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+import signal
+import threading
+from typing import Any, Iterator
 
 from .envelope import Envelope, Payload
 from .errors import ActorError, FedsimError, RunEnded
@@ -254,8 +257,56 @@ class AsyncioNetwork(ClosedOnDropout, Network):
 
     def run(self, timeout: float | None = None, *, strict: bool = True) -> RunResult:
         """``asyncio.run(self.run_async(timeout, strict=strict))``: the same call shape as
-        ``SimNetwork.run``, for callers without a running loop."""
-        return asyncio.run(self.run_async(timeout, strict=strict))
+        ``SimNetwork.run``, for callers without a running loop. A SIGTERM handler set in Python
+        (``fedsim.signals.sigterm_as_interrupt``: the command line's) is called between the
+        loop's callbacks while the loop runs and closes (:func:`_sigterm_between_callbacks`)."""
+        loop = asyncio.new_event_loop()
+        try:
+            with _sigterm_between_callbacks(loop), asyncio.Runner(loop_factory=lambda: loop) as runner:
+                return runner.run(self.run_async(timeout, strict=strict))
+        finally:
+            if not loop.is_closed():  # (the runner closes it, once it ran)
+                loop.close()
+
+
+@contextlib.contextmanager
+def _sigterm_between_callbacks(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While the block runs, a SIGTERM is handed to the SIGTERM handler in place before (a Python
+    one) from a callback of ``loop``, not where the main thread happens to be; one that came as
+    the loop closed, with no callback left to run, when the block ends.
+
+    Why: the command line's handler (``sigterm_as_interrupt``) raises ``KeyboardInterrupt``
+    where it lands when SIGINT is ignored (a background job: ``fedsim run ... &`` from a script,
+    ``nohup``), since asyncio.Runner then sets no SIGINT handler to cancel the run as it does for a
+    Ctrl-C. Raised inside the loop's own code (in asyncio's debug mode, ``-X dev``, mostly there:
+    a callback's traceback being taken as it is scheduled) it lost a callback, and the runner's
+    teardown (``_cancel_all_tasks``) waited for it for ever. Raised from a callback of its own,
+    it leaves the loop whole, and the teardown cancels the run as after a Ctrl-C. (What
+    asyncio.Runner's own SIGINT handler does, ``call_soon_threadsafe`` from the handler, is what
+    this one does.) Nothing is changed outside the main thread or when SIGTERM's handler is not
+    a Python one (the default: SIGTERM ends the process; ignored: it stays ignored)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    frames: list = []  # the SIGTERMs not yet handed over, first first
+
+    def hand_over_one() -> None:
+        if frames:
+            previous(signal.SIGTERM, frames.pop(0))
+
+    def on_term(signum, frame) -> None:
+        frames.append(frame)
+        with contextlib.suppress(RuntimeError):  # (the loop closed: handed over as the block ends)
+            loop.call_soon_threadsafe(hand_over_one)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        while frames:
+            previous(signal.SIGTERM, frames.pop(0))
 
 
 register_transport("asyncio", AsyncioNetwork, "AsyncioNetwork: one process, real event loop, in-process mailboxes")
