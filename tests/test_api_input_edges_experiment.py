@@ -324,18 +324,9 @@ def test_a_scenario_whose_note_is_no_str_fails_at_the_note_and_leaves_nothing(tm
 def test_record_network_refuses_a_label_that_is_no_str_naming_it(tmp_path, label, exc_type, message):
     # label=5 was formatted into the ledger's file name (00001-5.csv), b"sim" as 00001-b_sim_.csv;
     # "" became 'network' silently
-    from fedsim.kernel import SimNetwork
+    from test_api_input_edges_kernel import run_ledger_net
 
-    async def sends(ctx):
-        await ctx.send("b", "k", 1)
-
-    async def idle(ctx):
-        return None
-
-    net = SimNetwork()
-    net.add_node("a", sends)
-    net.add_node("b", idle)
-    net.run()
+    net = run_ledger_net()
     ctx = _ctx(tmp_path)
     ctx.keep_ledger = True
     with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):

@@ -593,7 +593,7 @@ def test_network_record_refuses_a_ledger_dir_or_label_of_the_wrong_kind(tmp_path
     from fedsim.kernel import network_record
 
     monkeypatch.chdir(tmp_path)
-    net = _run_ledger_net()
+    net = run_ledger_net()
     with pytest.raises(exc_type, match="^" + re.escape(message) + "$"):
         network_record(net, **kw)
     assert list(tmp_path.iterdir()) == []
@@ -601,7 +601,9 @@ def test_network_record_refuses_a_ledger_dir_or_label_of_the_wrong_kind(tmp_path
     assert rec["ledger"] == str(tmp_path / "led" / "r.csv") and rec["totals"]["messages"] == 1
 
 
-def _run_ledger_net():
+def run_ledger_net():
+    """A finished two-node SimNetwork whose ledger holds one message a -> b (also used by
+    test_api_input_edges_experiment)."""
     from fedsim.kernel import SimNetwork
 
     async def sends(ctx):

@@ -212,11 +212,10 @@ def test_a_hidden_sender_s_times_are_hidden_too_and_the_cursor_marks_the_recepti
         driver.quit()
 
 
-def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
-    # a run stopped at until=... with a message on its way: the step log called it lost, the
-    # sequence diagram printed "arrived nan ms", the page "arrived -"
+def in_flight_net():
+    """A run stopped at until=1 s with its one message (a -> b, 5 s of latency) still on its way
+    (also used by test_trace_mutants)."""
     from fedsim.kernel import LinkSpec, SimNetwork
-    from fedsim.studies.trace import mermaid, step_log, trace_html
 
     async def sender(ctx):
         await ctx.send("b", "slow", 1)
@@ -228,6 +227,15 @@ def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
     net.add_node("a", sender, link=LinkSpec(latency=5.0))
     net.add_node("b", receiver)
     net.run(until=1.0)
+    return net
+
+
+def test_a_message_still_in_flight_is_not_called_lost_or_arrived():
+    # a run stopped at until=... with a message on its way: the step log called it lost, the
+    # sequence diagram printed "arrived nan ms", the page "arrived -"
+    from fedsim.studies.trace import mermaid, step_log, trace_html
+
+    net = in_flight_net()
     (row,) = net.ledger.records()
     assert row["status"] == "in_flight"
     log = step_log(net)

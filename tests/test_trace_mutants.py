@@ -442,19 +442,10 @@ def test_payload_fields_give_array_bytes_and_keep_a_60_character_value_whole():
 def test_a_message_still_in_flight_is_drawn_sending_only():
     """Mutant: the timelines drawing a reception and an arrow for a message still in flight when
     the run ended (``status != "lost"``): at a reception time the ledger does not have (nan)."""
-    from fedsim.kernel import SimNetwork
     from fedsim.studies.trace import timeline_svg
+    from test_trace_html import in_flight_net
 
-    async def sender(ctx):
-        await ctx.send("b", "slow", 1)
-
-    async def receiver(ctx):
-        await ctx.receive("slow")
-
-    net = SimNetwork(seed=0)
-    net.add_node("a", sender, link=LinkSpec(latency=5.0))
-    net.add_node("b", receiver)
-    net.run(until=1.0)
+    net = in_flight_net()
     (row,) = net.ledger.records()
     assert row["status"] == "in_flight"
     svg = timeline_svg(net)
