@@ -259,3 +259,26 @@ def test_a_ray_task_knows_the_drivers_plugins_as_the_driver_holds_them(tmp_path)
     status, there = res.stdout.splitlines()
     assert status == "done None True"
     assert json.loads(there) == known  # pf-p from (a copy of) pf_b.py, by name and source
+
+
+def test_a_file_that_replaced_an_entry_points_protocol_is_loaded_after_the_entry_points_in_other_processes(
+        tmp_path):
+    # the entry points loaded first, then pf_o.py replacing (replace=True) the name an installed
+    # package's module registered: the workers loaded the files first and the entry points after,
+    # and the entry point's module failed there, its name taken by pf_o.py
+    pkg = tmp_path / "pf_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "pf_epmod.py").write_text(_proto("pf-ep", "pf-ep2"))
+    dist = tmp_path / "pf_pkg-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pf-pkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[fedsim.protocols]\npf = pf_pkg.pf_epmod\n")
+    [got] = _run(tmp_path, """
+load_plugins([], entry_points=True)
+load_plugins(["pf_o.py"], entry_points=False)
+pf_probe.report()
+""", **{"pf_o.py": _proto("pf-ep", replace=True)})
+    assert got["spawned"] == got["known"]
+    assert got["files"] == ["pf_o.py"]
+    assert _mine(got["known"]) == [["protocol", "pf-ep", "pf_o.py"], ["protocol", "pf-ep2", "pf_epmod.py"]]

@@ -133,6 +133,7 @@ def register(spec: ProtocolSpec, *, replace: bool = False) -> ProtocolSpec:
 _loaded: set[str] = set()
 _files: list[str] = []  # the plug-in files loaded, in load order
 _entry_points: list[bool] = [False]  # whether load_plugins has loaded the entry points' plug-ins
+_entry_points_at: list[int] = [0]  # how many of _files had loaded when it first did
 # what each plug-in file registered as it loaded: path -> [(kind, name, entry, displaced)]: kind
 # "protocol", "link model" or "transport", entry the object registered (the spec, the kernel
 # registry's entry), displaced whether the name was held by another entry when the file registered it
@@ -202,12 +203,14 @@ class PluginState:
     registered (listed or not), in the order first registered, ``(kind, name, holder)``: the file
     whose registration of it this process holds now, ``""`` another source's (a built-in, an entry
     point, one the program registered itself), None none (removed). ``entry_points``:
-    :func:`entry_points_loaded`."""
+    :func:`entry_points_loaded`; ``entry_points_at``: how many of ``files`` had loaded when the
+    entry points did (a file loaded after them may have replaced one of their names)."""
 
     files: tuple[str, ...] = ()
     registered: tuple[tuple[tuple[str, str, bool], ...], ...] = ()
     holders: tuple[tuple[str, str, str | None], ...] = ()
     entry_points: bool = False
+    entry_points_at: int = 0
 
 
 def plugin_state() -> PluginState:
@@ -228,13 +231,14 @@ def plugin_state() -> PluginState:
         files=tuple(files),
         registered=tuple(tuple((k, n, d) for k, n, _, d in _registered.get(f, ())) for f in files),
         holders=tuple((k, n, f if f is not None else ("" if (k, n) in now else None)) for (k, n), f in owner.items()),
-        entry_points=_entry_points[0])
+        entry_points=_entry_points[0],
+        entry_points_at=sum(1 for f in files if _files.index(f) < _entry_points_at[0]) if _entry_points[0] else 0)
 
 
 def load_plugin_state(state: PluginState, files: Sequence[str | Path] | None = None) -> list[str]:
     """Load, in this process, the plug-ins of another's :func:`plugin_state`, so that this one
-    knows the same protocols, link models and transports, each from the same file: its files in
-    its order, and its entry points if it loaded them (not ``$FEDSIM_PLUGINS``: the other's were
+    knows the same protocols, link models and transports, each from the same file: its files and
+    its entry points if it loaded them, in its order (not ``$FEDSIM_PLUGINS``: the other's were
     among its files). ``files``: the same files at other paths, one for each of ``state.files``
     (a Ray task's copies). Returns the names of the protocols that became registered.
 
@@ -259,9 +263,19 @@ def load_plugin_state(state: PluginState, files: Sequence[str | Path] | None = N
         raise ValueError(f"load_plugin_state: {len(paths)} files given for the state's {len(state.files)}")
     where = dict(zip(state.files, paths))
     before = set(REGISTRY)
-    base = _holdings()
-    for path, registered in zip(paths, state.registered):
+    base = _holdings()  # (and what the entry points register: another source's)
+
+    def entry_points() -> None:
+        held = _holdings()
+        _load_entry_points()
+        base.update({key: e for key, e in _holdings().items() if held.get(key) is not e})
+
+    for i, (path, registered) in enumerate(zip(paths, state.registered)):
+        if state.entry_points and i == state.entry_points_at:
+            entry_points()
         _load_file(path, free=[(k, n) for k, n, displaced in registered if not displaced])
+    if state.entry_points and state.entry_points_at >= len(paths):
+        entry_points()
     now = _holdings()
 
     def from_files(entry: Any) -> bool:
@@ -279,8 +293,6 @@ def load_plugin_state(state: PluginState, files: Sequence[str | Path] | None = N
             want = next((e for k, n, e, _ in _registered.get(where.get(holder, ""), ()) if (k, n) == key), want)
         if now.get(key) is not want:
             _put(key, want)
-    if state.entry_points:
-        _load_entry_points()
     return [n for n in REGISTRY if n not in before]
 
 
@@ -356,6 +368,8 @@ def _load_entry_points() -> None:
     """Import the modules of the entry-point groups ``PLUGIN_GROUPS`` not imported yet."""
     from importlib.metadata import entry_points as eps
 
+    if not _entry_points[0]:
+        _entry_points_at[0] = len(_files)
     for group in PLUGIN_GROUPS:
         for ep in eps(group=group):
             if ep.value not in _loaded:
@@ -403,7 +417,7 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
     the line of it the error came from)."""
     specs = dict(REGISTRY._specs)
     kernel = [(r, r.snapshot()) for r in (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY)]
-    loaded, files, entry_points = set(_loaded), list(_files), _entry_points[0]
+    loaded, files, entry_points, entry_points_at = set(_loaded), list(_files), _entry_points[0], _entry_points_at[0]
     registered = dict(_registered)
     modules = dict(sys.modules)
     try:
@@ -424,6 +438,7 @@ def all_or_nothing(what: str, package: str | None = None, *, module: str | None 
         _files[:] = files
         _registered.clear()
         _registered.update(registered)
+        _entry_points_at[0] = entry_points_at
         _entry_points[0] = entry_points  # (entry_points_loaded: as _loaded, what it said before)
         own = [n for n, m in list(sys.modules.items()) if modules.get(n) is not m and (
             n.startswith("fedsim_plugin_") or n == module
