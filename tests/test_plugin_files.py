@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 # a protocol of this file's own (its build is defined here: two files registering one name are two
@@ -143,14 +145,15 @@ def test_a_protocol_removed_and_registered_again_by_another_file_is_known_from_t
     # fine, but plugin_files() still listed pf_a.py, and its spawned workers (and a fresh process
     # loading plugin_files()) loaded both files and failed on pf_b.py
     [got] = _run(tmp_path, """
-load_plugins(["pf_a.py"], entry_points=False)
+load_plugins(["pf_a.py", "pf_n.py"], entry_points=False)
 REGISTRY.remove("pf-p")
 load_plugins(["pf_b.py"], entry_points=False)
 pf_probe.report(fresh_files=True)
-""", **{"pf_a.py": _proto("pf-p"), "pf_b.py": _proto("pf-p")})
+""", **{"pf_a.py": _proto("pf-p"), "pf_n.py": "N = 1\n", "pf_b.py": _proto("pf-p")})
     # exactly the parent's protocols, link models and transports, by name and source
     assert got["spawned"] == got["fresh_files"] == got["known"]
-    assert got["files"] == ["pf_b.py"]  # pf_a.py contributes nothing any more
+    # pf_a.py contributes nothing any more; pf_n.py registered nothing: what it does is not known
+    assert got["files"] == ["pf_n.py", "pf_b.py"]
     assert _mine(got["known"]) == [["protocol", "pf-p", "pf_b.py"]]
 
 
@@ -282,3 +285,16 @@ pf_probe.report()
     assert got["spawned"] == got["known"]
     assert got["files"] == ["pf_o.py"]
     assert _mine(got["known"]) == [["protocol", "pf-ep", "pf_o.py"], ["protocol", "pf-ep2", "pf_epmod.py"]]
+
+
+def test_load_plugin_state_refuses_what_is_not_a_state_and_files_not_one_per_file(tmp_path):
+    # (nothing is loaded: the checks come first)
+    from fedsim.protocols import PluginState, load_plugin_state
+
+    with pytest.raises(TypeError, match=r"load_plugin_state takes a PluginState \(plugin_state\(\)\), got list"):
+        load_plugin_state([str(tmp_path / "x.py")])
+    state = PluginState(files=(str(tmp_path / "x.py"),), registered=((),))
+    with pytest.raises(TypeError, match="load_plugin_state takes a list of paths, got the single path"):
+        load_plugin_state(state, files=str(tmp_path / "y.py"))
+    with pytest.raises(ValueError, match="load_plugin_state: 2 files given for the state's 1"):
+        load_plugin_state(state, files=[tmp_path / "y.py", tmp_path / "z.py"])
