@@ -270,9 +270,10 @@ def load_plugin_state(state: PluginState, files: Sequence[str | Path] | None = N
         _load_entry_points()
         base.update({key: e for key, e in _holdings().items() if held.get(key) is not e})
 
-    for i, (path, registered) in enumerate(zip(paths, state.registered)):
+    for i, path in enumerate(paths):
         if state.entry_points and i == state.entry_points_at:
             entry_points()
+        registered = state.registered[i] if i < len(state.registered) else ()  # (a state made by hand: files only)
         _load_file(path, free=[(k, n) for k, n, displaced in registered if not displaced])
     if state.entry_points and state.entry_points_at >= len(paths):
         entry_points()
