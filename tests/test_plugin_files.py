@@ -298,3 +298,17 @@ def test_load_plugin_state_refuses_what_is_not_a_state_and_files_not_one_per_fil
         load_plugin_state(state, files=str(tmp_path / "y.py"))
     with pytest.raises(ValueError, match="load_plugin_state: 2 files given for the state's 1"):
         load_plugin_state(state, files=[tmp_path / "y.py", tmp_path / "z.py"])
+
+
+def test_a_state_of_files_only_loads_them_all(tmp_path):
+    # a PluginState made by hand, its files alone (registered left empty): every file loads
+    (tmp_path / "pf_a.py").write_text(_proto("pf-p"))
+    (tmp_path / "pf_b.py").write_text(_proto("pf-q"))
+    code = ("from fedsim.protocols import PluginState, load_plugin_state\n"
+            "print(load_plugin_state(PluginState(files=('pf_a.py', 'pf_b.py'))))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("FEDSIM_PLUGINS", None)
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "['pf-p', 'pf-q']\n"
