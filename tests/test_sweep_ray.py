@@ -349,7 +349,8 @@ def test_a_task_that_fails_outside_its_point_says_what_it_raised_without_termina
 
     plugin = tmp_path / "needs_more.py"
     plugin.write_text("import fedsim_no_such_module_here\n")
-    monkeypatch.setattr(fedsim.protocols, "plugin_files", lambda: [str(plugin)])
+    state = fedsim.protocols.PluginState(files=(str(plugin),), registered=((),))
+    monkeypatch.setattr(fedsim.protocols, "plugin_state", lambda: state)
     script, log = logging_scenario(tmp_path)
     out = tmp_path / "sw"
     s = run_sweep(str(script), {"x": [1, 2]}, out, backend="ray")
@@ -360,7 +361,7 @@ def test_a_task_that_fails_outside_its_point_says_what_it_raised_without_termina
         assert f["error"].startswith(error) and f["error"].endswith(")"), f["error"]
         text = (out / f"x={f['point']['x']}" / "error.txt").read_text()
         assert text.startswith(f["error"] + "\n\nRayTaskError(ModuleNotFoundError): ") and "\x1b" not in text
-        assert "load_plugins(paths)" in text  # the task's traceback
+        assert "load_plugin_state(state, files=paths)" in text  # the task's traceback
 
 
 def test_a_killed_ray_sweep_resumes_only_the_missing_points(tmp_path, local_ray):

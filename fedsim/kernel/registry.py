@@ -136,7 +136,11 @@ class ComponentRegistry(Mapping):
         return entry
 
     def remove(self, name: str) -> None:
-        """Forget ``name`` (tests that register a temporary one); no error if it is not there."""
+        """Forget ``name`` (tests that register a temporary one); no error if it is not there. A
+        plug-in file's registration removed is no longer what this process knows: the file leaves
+        ``fedsim.protocols.plugin_files()`` once none of its registrations (protocols, link models,
+        transports) is held, and another process loading ``plugin_state()`` (a sweep's workers)
+        forgets this one too, so that a file registering the name since does not clash there."""
         self._entries.pop(name, None)
 
     def entries(self) -> list[Any]:

@@ -7,13 +7,14 @@ or asyncio: the actors only await ``ctx``.
 """
 
 from .contract import Kind, ProtocolSpec, Result
-from .registry import REGISTRY, entry_points_loaded, load_plugins, plugin_files, register
+from .registry import (REGISTRY, PluginState, entry_points_loaded, load_plugin_state, load_plugins, plugin_files,
+                       plugin_state, register)
 
 # the built-in protocols register themselves on import, in this order
 from . import demo, fedrec, fedrecpp, fpl, fcf, personalfr, fedavg_ae  # noqa: E402,F401
 
-__all__ = ["Kind", "PROTOCOLS", "ProtocolSpec", "REGISTRY", "Result", "entry_points_loaded", "load_plugins",
-           "plugin_files", "register"]
+__all__ = ["Kind", "PROTOCOLS", "PluginState", "ProtocolSpec", "REGISTRY", "Result", "entry_points_loaded",
+           "load_plugin_state", "load_plugins", "plugin_files", "plugin_state", "register"]
 
 
 def __getattr__(name: str):

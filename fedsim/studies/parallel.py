@@ -169,10 +169,11 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     forks them (``fedsim.math.jit.warm_up``: 50-90 MB and a quarter of a second each otherwise).
     Forked workers inherit the plug-ins loaded here (``fedsim.protocols.load_plugins``: ``--plugin``
     files, ``$FEDSIM_PLUGINS``, entry points); under the spawn or forkserver start method each
-    worker loads the same ones (``plugin_files()``, and the entry points if they were loaded here)
-    before its first task; where they do not load, each task of that worker raises
-    :class:`PluginLoadError` (with ``on_error``: that task's failure), one holding the plug-in's
-    objects too (such tasks are sent pickled and unpickled after that check: :func:`_submit`).
+    worker loads the same ones (``plugin_state()``: the files, the entry points if they were loaded
+    here, and what of them was removed here since, forgotten there too) before its first task;
+    where they do not load, each task of that worker raises :class:`PluginLoadError` (with
+    ``on_error``: that task's failure), one holding the plug-in's objects too (such tasks are sent
+    pickled and unpickled after that check: :func:`_submit`).
     Under spawn and forkserver, a main module the workers cannot run again (a program read from
     standard input, ``python -``) raises :class:`MainNotImportable` before any worker starts.
 
@@ -361,19 +362,20 @@ def _warm_before_fork() -> None:
         jit.warm_up()
 
 
-def _worker_plugins() -> tuple[list[str], bool] | None:
+def _worker_plugins() -> Any:
     """What a pool's workers load to know this process's plug-ins (protocols, link models,
-    transports): ``(plugin_files(), entry_points_loaded())`` (``fedsim.protocols``), for the spawn
-    and forkserver start methods, whose workers begin a fresh interpreter that knows only the
-    built-in ones (a sweep of a plug-in protocol failed in every point there, and its tasks, naming
-    the plug-in's module, could not even be unpickled). None for fork (a forked worker inherits
-    them) and when this process loaded none."""
+    transports): ``plugin_state()`` (``fedsim.protocols``: the plug-in files, what of each this
+    process still holds, the entry points if loaded), for the spawn and forkserver start methods,
+    whose workers begin a fresh interpreter that knows only the built-in ones (a sweep of a plug-in
+    protocol failed in every point there, and its tasks, naming the plug-in's module, could not
+    even be unpickled). None for fork (a forked worker inherits them) and when this process loaded
+    none."""
     if multiprocessing.get_start_method() == "fork":
         return None
-    from ..protocols import entry_points_loaded, plugin_files
+    from ..protocols import plugin_state
 
-    files, entry_points = plugin_files(), entry_points_loaded()
-    return (files, entry_points) if files or entry_points else None
+    state = plugin_state()
+    return state if state.files or state.holders or state.entry_points else None
 
 
 def _recording_context() -> tuple[Any, list]:
@@ -473,13 +475,13 @@ _PLUGIN_ERROR: PluginLoadError | None = None  # the parent's plug-ins did not lo
 _PARENT: int | None = None  # the parent whose death stops this worker (see _stop_with_parent)
 
 
-def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str], bool] | None = None) -> None:
-    """Set a worker up (before it unpickles its first task). ``plugins``: ``(files,
-    entry_points)``, the parent's plug-ins (``_worker_plugins``), loaded here for a worker that does
-    not inherit them (spawn, forkserver); the worker loads exactly those (not ``$FEDSIM_PLUGINS``
-    anew: the parent's were among its files). One that does not load there is not raised here
-    (the pool would break, its traceback on stderr): each task of this worker raises it, as a
-    :class:`PluginLoadError`, that task's failure."""
+def _init_worker(beats: Any, parent: int | None = None, plugins: Any = None) -> None:
+    """Set a worker up (before it unpickles its first task). ``plugins``: the parent's
+    ``plugin_state()`` (``_worker_plugins``), loaded here for a worker that does not inherit them
+    (spawn, forkserver); the worker then knows exactly the parent's (not ``$FEDSIM_PLUGINS`` anew:
+    the parent's were among its files; not a registration the parent removed since). One that
+    does not load there is not raised here (the pool would break, its traceback on stderr): each
+    task of this worker raises it, as a :class:`PluginLoadError`, that task's failure."""
     own_std_streams()  # first: before anything here could write
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # libraries loaded from now on (PyTorch) start with one thread
@@ -501,7 +503,7 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str]
     if plugins is not None:  # (after the thread limits: a plug-in may import NumPy, PyTorch)
         global _PLUGIN_ERROR
         try:
-            _load_plugins(*plugins)
+            _load_plugins(plugins)
         except Exception as exc:
             import traceback
 
@@ -517,16 +519,17 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: tuple[list[str]
     threading.Thread(target=_send_beats, args=(watch, beats), name="fedsim-beats", daemon=True).start()
 
 
-def _load_plugins(files: list[str], entry_points: bool) -> None:
-    """In a worker: ``fedsim.protocols.load_plugins(files, entry_points=entry_points)``, with
-    ``$FEDSIM_PLUGINS`` set aside meanwhile (the parent's files are the ones to load, and the
-    parent's environment may have changed since it loaded them). An error propagates (with the
-    note naming the plug-in)."""
-    from ..protocols import load_plugins
+def _load_plugins(state: Any) -> None:
+    """In a worker: ``fedsim.protocols.load_plugin_state(state)``, the parent's plug-ins as the
+    parent holds them, with ``$FEDSIM_PLUGINS`` set aside meanwhile (the parent's files are the
+    ones to load, and the parent's environment may have changed since it loaded them: a plug-in
+    file calling ``load_plugins`` itself would read it). An error propagates (with the note naming
+    the plug-in)."""
+    from ..protocols import load_plugin_state
 
     env = os.environ.pop("FEDSIM_PLUGINS", None)
     try:
-        load_plugins(files, entry_points=entry_points)
+        load_plugin_state(state)
     finally:
         if env is not None:
             os.environ["FEDSIM_PLUGINS"] = env

@@ -358,12 +358,27 @@ def _run_point(p: SweepPoint) -> dict:
         return {"point": p.point, "status": "failed", "error": error, "out": str(out), **unwritten}
 
 
+def _remote_tasks(todo: list[SweepPoint]) -> list[tuple]:
+    """The Ray tasks of the points ``todo`` (:func:`_run_point_remote`): each point, the scenario
+    script's bytes (None for a scenario named), the plug-in files' ``(path, bytes)`` and this
+    process's ``plugin_state()`` of them."""
+    from ..protocols import plugin_state
+
+    source = Path(todo[0].scenario).read_bytes() if todo and _is_path(todo[0].scenario) else None
+    state = plugin_state()
+    plugins = tuple((f, Path(f).read_bytes()) for f in state.files)
+    return [(p, source, plugins, state) for p in todo]
+
+
 def _run_point_remote(task: tuple) -> dict:
     """(In a Ray worker.) :func:`_run_point` into a temporary folder of this machine; returns its
     result with ``files``, the folder's files by relative path (what the driver writes into the
     point's folder), and removes the folder. ``task`` is the point; for a scenario given as a
-    script path, the script's bytes (else None); and the driver's protocol plug-ins as
-    ``(path, bytes)`` pairs. A script or plug-in runs in place where its path holds that same
+    script path, the script's bytes (else None); the driver's plug-in files as ``(path, bytes)``
+    pairs; and (a fourth item, optional) the driver's ``plugin_state()`` of those files, so that
+    the worker knows the driver's protocols, link models and transports as the driver holds them
+    (one the driver removed since its file loaded is forgotten: another file registering its
+    name clashed with it). A script or plug-in runs in place where its path holds that same
     file, else from a copy (files beside it are not sent); the plug-ins declared by installed
     packages (entry points) are loaded as the driver's were.
 
@@ -374,11 +389,12 @@ def _run_point_remote(task: tuple) -> dict:
     ("check python-core-worker-*.log"), which did not say how, after Ray had run the point a
     second time (its retry of a task whose worker died), with a paragraph from the raylet on the
     sweep's stderr each time."""
-    p, source, plugins = task if len(task) == 3 else (*task, ())
+    p, source, *rest = task
+    plugins, state = (rest[0] if rest else ()), (rest[1] if len(rest) > 1 else None)
     _remove_stale_temp()
     base = Path(tempfile.mkdtemp(prefix=f"fedsim-point-{os.getpid()}-"))
     try:
-        from ..protocols import load_plugins
+        from ..protocols import load_plugin_state, load_plugins
 
         paths = []
         for i, (path, text) in enumerate(plugins):
@@ -388,7 +404,9 @@ def _run_point_remote(task: tuple) -> dict:
                 here.parent.mkdir(parents=True)
                 here.write_bytes(text)
             paths.append(here)
-        load_plugins(paths)
+        if state is not None:
+            load_plugin_state(state, files=paths)
+        load_plugins([] if state is not None else paths)  # (and $FEDSIM_PLUGINS, the entry points)
         scenario = p.scenario
         if source is not None:
             here = Path(p.scenario)
@@ -991,11 +1009,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
         if backend == "ray" and todo:
             from .raypool import ray_map
 
-            from ..protocols import plugin_files
-
-            source = Path(points[0].scenario).read_bytes() if _is_path(points[0].scenario) else None
-            plugins = tuple((f, Path(f).read_bytes()) for f in plugin_files())
-            ray_map(_run_point_remote, [(p, source, plugins) for p in todo], limit=workers, on_done=done_cb,
+            ray_map(_run_point_remote, _remote_tasks(todo), limit=workers, on_done=done_cb,
                     on_error=lambda i, exc: done_cb(i, _lost_point(todo[i], exc)))
         else:
             # each point in a process of its own: one that dies is that point's failure only
