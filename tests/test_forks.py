@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+
 _HELD_TQDM_SCRIPT = r'''
 import json, multiprocessing, os, sys, threading, time
 from tqdm import tqdm
@@ -86,3 +88,158 @@ def test_a_child_forked_while_another_thread_holds_tqdms_lock_draws_its_own_bar(
     got = json.loads(res.stdout)
     assert got == {"child": child, "parent": 42}, (got, res.stderr[-2000:])
     assert b"child: 100%" in res.stderr and b"parent: 100%" in res.stderr, res.stderr[-2000:]
+
+
+# Every fork in the process that runs this prelude (and in its forked children, which inherit the
+# wrapper) appends a line to $FORKS_LOG: who forked (the calling file) and the other threads then
+# alive. CPython 3.12+ warns of a fork with another thread alive (a DeprecationWarning attributed
+# to the caller: tcp.py, an error under pytest's filterwarnings), and such a child can inherit a
+# lock that thread held (the progress display writing to stderr) for ever. Read on 3.11 too.
+_FORK_RECORDER = r'''
+import json, os, sys, threading
+_fork, _forks_log = os.fork, os.environ["FORKS_LOG"]
+
+
+def _recording_fork():
+    me = threading.current_thread()
+    line = json.dumps({"pid": os.getpid(), "by": os.path.basename(sys._getframe(1).f_code.co_filename),
+                       "others": sorted(t.name for t in threading.enumerate() if t is not me)})
+    fd = os.open(_forks_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (line + "\n").encode())
+    os.close(fd)
+    return _fork()
+
+
+os.fork = _recording_fork
+'''
+
+_TCP_UNDER_A_DISPLAY = _FORK_RECORDER + r'''
+import io
+from fedsim.experiment import Progress
+from fedsim.kernel import TcpNetwork
+
+
+async def sender(ctx):
+    await ctx.send("b", "k", 1)
+
+
+async def receiver(ctx):
+    return (await ctx.receive("k")).payload
+
+
+display = Progress(True, stream=io.StringIO(), tty=sys.argv[1] == "bar")
+display.update(0, 1, stage="tcp")  # (its thread starts here, as a scenario's first update starts it)
+before = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())
+net = TcpNetwork(processes=2)
+net.add_node("a", sender)
+net.add_node("b", receiver)
+results = net.run(timeout=60).results
+after = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())
+display.update(1, 1)
+display.close()
+print(json.dumps({"before": before, "after": after, "results": results, "rows": len(net.ledger)}))
+'''
+
+
+def _forks(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.mark.parametrize("mode", ["bar", "lines"])
+def test_a_tcp_run_under_a_progress_display_forks_with_no_other_thread_alive(tmp_path, mode):
+    # A scenario's progress display (a tqdm bar on a terminal, plain lines elsewhere) runs a
+    # thread of its own from its first update on, and a bar has tqdm's monitor thread too: the
+    # TcpNetwork the scenario then ran forked its workers with both alive. Now they are stopped
+    # while it forks and the display's is started again after (tqdm's monitor is not started).
+    script = tmp_path / "tcp_under_a_display.py"
+    script.write_text(_TCP_UNDER_A_DISPLAY)
+    log = tmp_path / "forks.jsonl"
+    res = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    got, forks = json.loads(res.stdout), _forks(log)
+    assert [(f["by"], f["others"]) for f in forks] == [("tcp.py", [])] * 2, forks
+    assert got["results"] == {"a": None, "b": 1} and got["rows"] == 1
+    # the display's thread was running as the run began (and tqdm's monitor was not), and runs
+    # again after: the display goes on
+    assert got["before"] == got["after"] == ["fedsim-progress"], got
+
+
+def _drain_pty(proc, master: int, limit: float = 120.0) -> bytes:
+    """Everything written to the terminal ``master`` until every process holding it has closed it."""
+    import select
+    import time
+
+    out, end = bytearray(), time.monotonic() + limit
+    while time.monotonic() < end:
+        if select.select([master], [], [], 0.5)[0]:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # (EIO: the last holder of the terminal has gone)
+                break
+            if not data:
+                break
+            out += data
+    proc.wait(10)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("how", ["terminal", "quiet"])
+def test_fedsim_run_on_tcp_forks_with_no_other_thread_alive(tmp_path, how):
+    # `fedsim run demo --transport tcp`: its run's display (a bar on a terminal, with tqdm's monitor
+    # thread; with --quiet still the thread that writes run.log) started before the protocol's
+    # network was run, and that network forked its 4 workers with those threads alive.
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    log = tmp_path / "forks.jsonl"
+    out = tmp_path / "run"
+    args = ["run", "demo", "--transport", "tcp", "--set", "rounds=2", "--out", str(out)]
+    args += ["--quiet"] if how == "quiet" else []
+    code = _FORK_RECORDER + "\nfrom fedsim.__main__ import entry\nsys.exit(entry())\n"
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))  # (0 columns: tqdm drew nothing)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=slave,
+                                cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
+        os.close(slave)
+        slave = -1
+        shown = _drain_pty(proc, master)
+        stdout = proc.stdout.read().decode()
+        proc.stdout.close()
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    assert proc.returncode == 0, shown.decode(errors="replace")[-3000:]
+    assert "results in" in stdout and (out / "run.log").exists()
+    forks = _forks(log)
+    assert [f["by"] for f in forks] == ["tcp.py"] * 4  # (demo's server and 3 clients, a process each)
+    assert [f["others"] for f in forks] == [[]] * 4, forks
+    if how == "terminal":
+        assert b"demo on" in shown  # (the bar was drawn on the terminal)
+
+
+def test_threads_paused_stops_the_displays_thread_and_starts_it_again_unless_closed_meanwhile():
+    import io
+
+    from fedsim.experiment import Progress
+    from fedsim.forks import threads_paused
+
+    stream = io.StringIO()
+    p = Progress(True, stream=stream, tty=False)
+    p.update(0, 2, stage="paused")
+    first = p._thread
+    with threads_paused():
+        assert not first.is_alive() and p._thread is None  # stopped, and waited for
+        p.update(1, 2)  # (a step meanwhile is shown, and starts no thread: that is for the end)
+        assert p._thread is None
+    assert p._thread is not first and p._thread.is_alive() and p._thread.name == "fedsim-progress"
+    second = p._thread
+    with threads_paused():
+        p.close()
+    assert p._thread is None and not second.is_alive()  # closed: not started again
+    assert [ln.split("] ", 1)[1].split(",")[0] for ln in stream.getvalue().splitlines()] == ["paused 0/2", "paused 1/2"]
+    p.finish()
