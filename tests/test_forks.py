@@ -243,3 +243,94 @@ def test_threads_paused_stops_the_displays_thread_and_starts_it_again_unless_clo
     assert p._thread is None and not second.is_alive()  # closed: not started again
     assert [ln.split("] ", 1)[1].split(",")[0] for ln in stream.getvalue().splitlines()] == ["paused 0/2", "paused 1/2"]
     p.finish()
+
+
+def test_a_sweep_of_tcp_points_forks_its_workers_and_theirs_with_no_other_thread_alive(tmp_path):
+    # `fedsim sweep ... --transport tcp`: the sweep's display thread was alive as the pool forked
+    # each point's worker, and in the worker the point's run.log thread and the worker's
+    # fedsim-beats were alive as the point's TcpNetwork forked its processes.
+    log = tmp_path / "forks.jsonl"
+    # (without matplotlib: the sweep's plots took longer than the rest)
+    code = _FORK_RECORDER + "\nsys.modules['matplotlib'] = None\nfrom fedsim.__main__ import entry\nsys.exit(entry())\n"
+    res = subprocess.run([sys.executable, "-c", code, "sweep", "demo", "--transport", "tcp", "--set", "rounds=2",
+                          "--grid", "seed=0,1", "--workers", "1", "--out", str(tmp_path / "sweep")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "2 points, 2 run" in res.stdout
+    forks = _forks(log)
+    sweep = forks[0]["pid"]
+    pools = [f for f in forks if f["pid"] == sweep]
+    points = [f for f in forks if f["pid"] != sweep]
+    # one worker per point, forked by multiprocessing; 4 processes per point's TCP run
+    assert [f["by"] for f in pools] == ["popen_fork.py"] * 2 and [f["by"] for f in points] == ["tcp.py"] * 8
+    assert len({f["pid"] for f in points}) == 2
+    assert [f["others"] for f in forks] == [[]] * 10, forks
+
+
+_PMAP_TCP_AFTER_BEATS = _FORK_RECORDER + r'''
+import time
+from fedsim.experiment import live
+from fedsim.experiment.live import activate
+from fedsim.kernel import SimNetwork, TcpNetwork
+from fedsim.studies.parallel import pmap
+
+live.BEAT_EVERY = 0.05  # (the workers are forked: they inherit it)
+
+
+class Display:
+    def __init__(self):
+        self.beats = []
+
+    def beat(self, source, snap):
+        self.beats.append(snap)
+
+
+async def sender(ctx):
+    await ctx.send("b", "k", 1)
+
+
+async def slow_receiver(ctx):
+    got = (await ctx.receive("k")).payload
+    time.sleep(0.5)  # (the network stays on its first message: the worker's beats say so meanwhile)
+    return got
+
+
+async def receiver(ctx):
+    return (await ctx.receive("k")).payload
+
+
+def task(x):  # a run whose figures the worker beats, then a TcpNetwork in the same worker
+    sim = SimNetwork()
+    sim.add_node("a", sender)
+    sim.add_node("b", slow_receiver)
+    first = sim.run().results["b"]
+    net = TcpNetwork(processes=1)
+    net.add_node("a", sender)
+    net.add_node("b", receiver)
+    return [first, net.run(timeout=60).results["b"], x]
+
+
+display = Display()
+activate(display)
+out = pmap(task, [0, 1], workers=2)
+print(json.dumps({"out": out, "beats": [b["messages"] for b in display.beats if b is not None]}))
+'''
+
+
+def test_a_pool_worker_that_beat_forks_its_tcp_processes_with_no_other_thread_alive(tmp_path):
+    # A pool's worker sent its figures through a multiprocessing.Queue, whose feeder thread
+    # runs from the first beat on and cannot be stopped and started again: a task that ran a
+    # network (beaten) and then a TcpNetwork forked its processes with that thread alive, and
+    # with the worker's fedsim-beats. The beats go through a pipe now, the thread stopped meanwhile.
+    script = tmp_path / "pmap_tcp.py"
+    script.write_text(_PMAP_TCP_AFTER_BEATS)
+    log = tmp_path / "forks.jsonl"
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    got, forks = json.loads(res.stdout), _forks(log)
+    assert got["out"] == [[1, 1, 0], [1, 1, 1]]
+    assert got["beats"] and set(got["beats"]) == {1}  # (the workers' beats came: one message sent)
+    assert sorted(f["by"] for f in forks) == ["popen_fork.py"] * 2 + ["tcp.py"] * 2
+    assert [f["others"] for f in forks] == [[]] * 4, forks

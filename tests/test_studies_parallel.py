@@ -706,6 +706,7 @@ def test_a_worker_forked_while_another_thread_writes_to_stderr_writes_and_leaves
     res = subprocess.run([sys.executable, str(script), "20"], capture_output=True, timeout=120, cwd=tmp_path)
     got = json.loads(res.stdout)
     assert got["own thread writing at the fork"] is True  # the case arranged: the lock held by that thread
+    assert got["fedsim threads at the fork"] == []  # (the display's is stopped while the pool forks)
     assert (got["returned"], got.get("error"), got.get("worker said")) == ([42], None, True), got
 
 
