@@ -334,3 +334,28 @@ def test_a_pool_worker_that_beat_forks_its_tcp_processes_with_no_other_thread_al
     assert got["beats"] and set(got["beats"]) == {1}  # (the workers' beats came: one message sent)
     assert sorted(f["by"] for f in forks) == ["popen_fork.py"] * 2 + ["tcp.py"] * 2
     assert [f["others"] for f in forks] == [[]] * 4, forks
+
+
+def test_the_displays_bar_starts_no_monitor_thread_and_takes_turns_with_the_programs_own_bars():
+    # tqdm's monitor thread (started by a bar of the tqdm class, once per process) was alive
+    # whenever the display drew a bar, and so as a run forked; the display's bar class has no
+    # monitor, and takes tqdm's lock (one it made itself would not be the program's bars' lock).
+    code = r'''
+import io, json, threading
+from tqdm import tqdm
+from fedsim.experiment import Progress
+
+p = Progress(True, stream=io.StringIO(), tty=True)
+p.update(0, 1, stage="bar")
+threads = sorted(t.name for t in threading.enumerate())
+own = tqdm(total=2, file=io.StringIO())  # the program's own bar, after the display's
+print(json.dumps({"threads": threads, "a tqdm": isinstance(p._bar, tqdm),
+                  "shared lock": type(p._bar).get_lock() is tqdm.get_lock() is type(own).get_lock()}))
+own.close()
+p.close()
+'''
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout)
+    assert got == {"threads": ["MainThread", "fedsim-progress"], "a tqdm": True, "shared lock": True}

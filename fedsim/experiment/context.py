@@ -309,6 +309,10 @@ def _bar_class() -> type:
     if not _BAR_CLASS:
         from tqdm import tqdm
 
+        # tqdm's lock made first, on tqdm itself: a subclass whose first bar made it held one of
+        # its own, and the display's bar and the program's own bars no longer took turns
+        tqdm.get_lock()
+
         class Bar(tqdm):
             monitor_interval = 0
 
