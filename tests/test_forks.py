@@ -91,23 +91,36 @@ def test_a_child_forked_while_another_thread_holds_tqdms_lock_draws_its_own_bar(
 
 
 # Every fork in the process that runs this prelude (and in its forked children, which inherit the
-# wrapper) appends a line to $FORKS_LOG: who forked (the calling file) and the other threads then
-# alive. CPython 3.12+ warns of a fork with another thread alive (a DeprecationWarning attributed
-# to the caller: tcp.py, an error under pytest's filterwarnings), and such a child can inherit a
-# lock that thread held (the progress display writing to stderr) for ever. Read on 3.11 too.
+# wrapper) appends a line to $FORKS_LOG: who forked (the calling file), the other threads alive
+# (threading.enumerate()) and, on Linux, the process's OS threads just after the fork, as CPython
+# 3.12+ counts them (/proc/self/stat) to warn of a fork with another thread alive (a
+# DeprecationWarning attributed to the caller: tcp.py, an error under pytest's filterwarnings);
+# such a child can inherit a lock that thread held (the progress display writing to stderr) for
+# ever. Read on 3.11 too.
 _FORK_RECORDER = r'''
 import json, os, sys, threading
 _fork, _forks_log = os.fork, os.environ["FORKS_LOG"]
 
 
+def _os_threads():
+    try:
+        with open("/proc/self/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[17])
+    except OSError:  # (not Linux)
+        return 1
+
+
 def _recording_fork():
     me = threading.current_thread()
-    line = json.dumps({"pid": os.getpid(), "by": os.path.basename(sys._getframe(1).f_code.co_filename),
-                       "others": sorted(t.name for t in threading.enumerate() if t is not me)})
-    fd = os.open(_forks_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, (line + "\n").encode())
-    os.close(fd)
-    return _fork()
+    seen = {"pid": os.getpid(), "by": os.path.basename(sys._getframe(1).f_code.co_filename),
+            "others": sorted(t.name for t in threading.enumerate() if t is not me)}
+    pid = _fork()
+    if pid:  # (in the parent, where 3.12 counts them)
+        seen["os_threads"] = _os_threads()
+        fd = os.open(_forks_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, (json.dumps(seen) + "\n").encode())
+        os.close(fd)
+    return pid
 
 
 os.fork = _recording_fork
@@ -158,7 +171,7 @@ def test_a_tcp_run_under_a_progress_display_forks_with_no_other_thread_alive(tmp
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
     assert res.returncode == 0, res.stderr[-3000:]
     got, forks = json.loads(res.stdout), _forks(log)
-    assert [(f["by"], f["others"]) for f in forks] == [("tcp.py", [])] * 2, forks
+    assert [(f["by"], f["others"], f["os_threads"]) for f in forks] == [("tcp.py", [], 1)] * 2, forks
     assert got["results"] == {"a": None, "b": 1} and got["rows"] == 1
     # the display's thread was running as the run began (and tqdm's monitor was not), and runs
     # again after: the display goes on
@@ -217,7 +230,7 @@ def test_fedsim_run_on_tcp_forks_with_no_other_thread_alive(tmp_path, how):
     assert "results in" in stdout and (out / "run.log").exists()
     forks = _forks(log)
     assert [f["by"] for f in forks] == ["tcp.py"] * 4  # (demo's server and 3 clients, a process each)
-    assert [f["others"] for f in forks] == [[]] * 4, forks
+    assert [(f["others"], f["os_threads"]) for f in forks] == [([], 1)] * 4, forks
     if how == "terminal":
         assert b"demo on" in shown  # (the bar was drawn on the terminal)
 
@@ -265,7 +278,7 @@ def test_a_sweep_of_tcp_points_forks_its_workers_and_theirs_with_no_other_thread
     # one worker per point, forked by multiprocessing; 4 processes per point's TCP run
     assert [f["by"] for f in pools] == ["popen_fork.py"] * 2 and [f["by"] for f in points] == ["tcp.py"] * 8
     assert len({f["pid"] for f in points}) == 2
-    assert [f["others"] for f in forks] == [[]] * 10, forks
+    assert [(f["others"], f["os_threads"]) for f in forks] == [([], 1)] * 10, forks
 
 
 _PMAP_TCP_AFTER_BEATS = _FORK_RECORDER + r'''
@@ -333,7 +346,7 @@ def test_a_pool_worker_that_beat_forks_its_tcp_processes_with_no_other_thread_al
     assert got["out"] == [[1, 1, 0], [1, 1, 1]]
     assert got["beats"] and set(got["beats"]) == {1}  # (the workers' beats came: one message sent)
     assert sorted(f["by"] for f in forks) == ["popen_fork.py"] * 2 + ["tcp.py"] * 2
-    assert [f["others"] for f in forks] == [[]] * 4, forks
+    assert [(f["others"], f["os_threads"]) for f in forks] == [([], 1)] * 4, forks
 
 
 def test_the_displays_bar_starts_no_monitor_thread_and_takes_turns_with_the_programs_own_bars():
