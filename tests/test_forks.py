@@ -371,3 +371,34 @@ p.close()
     assert res.returncode == 0, res.stderr[-2000:]
     got = json.loads(res.stdout)
     assert got == {"threads": ["MainThread", "fedsim-progress"], "a tqdm": True, "shared lock": True}
+
+
+def test_a_displays_thread_that_ended_by_itself_is_not_started_again_by_a_fork():
+    # the display's thread stops showing when its stream is closed under it: a fork's pause and
+    # resume must not start it again (it would only fail again, at every fork)
+    import io
+
+    from fedsim.experiment import Progress
+    from fedsim.forks import threads_paused
+
+    class Closing(io.StringIO):
+        def write(self, text):
+            if self.closed_now:
+                raise ValueError("I/O operation on closed file")
+            return super().write(text)
+
+    stream = Closing()
+    stream.closed_now = False
+    p = Progress(True, stream=stream, tty=False, heartbeat=0.0)
+    p.TICK = 0.01
+    p.update(0, 1, stage="s")
+    ended = p._thread
+    stream.closed_now = True
+    p.beat(("worker", 1), {"round": 1, "messages": 1, "sim_time": 0.5})  # new figures: the thread writes, and ends
+    ended.join(30)
+    assert not ended.is_alive()
+    with threads_paused():
+        pass
+    assert p._thread is ended  # not started again
+    p.close()
+    p.finish()

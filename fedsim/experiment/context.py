@@ -34,7 +34,8 @@ class Progress:
     - ``log`` (a path; the run's ``run.log``): the plain lines, with or without ``enabled``.
 
     Nothing is printed when ``enabled`` is false (``--quiet``). ``close()`` stops the thread and
-    erases the bar; the object can be updated again afterwards (it restarts)."""
+    erases the bar; the object can be updated again afterwards (it restarts). The thread is stopped
+    while fedsim forks a process and started again after (:meth:`pause_thread`)."""
 
     TICK = 0.5  # seconds between reads of the running network
 
@@ -166,8 +167,8 @@ class Progress:
         tqdm's). The wait is as long as a step of the thread's: a redraw, or a line written,
         which a thread that forks would wait for all the same as it flushes the stream."""
         thread = self._thread
-        if thread is None or thread is threading.current_thread():
-            return False
+        if thread is None or thread is threading.current_thread() or not thread.is_alive():
+            return False  # (one that ended by itself, its stream closed, is not started again)
         self._stop.set()
         thread.join()
         self._thread = None
@@ -303,9 +304,9 @@ _BAR_CLASS: list = []
 
 def _bar_class() -> type:
     """tqdm's bar class without its monitor thread (``monitor_interval = 0``): the display's own
-    thread redraws the bar every ``Progress.TICK``, so the monitor, which forces a redraw of a bar
-    left alone for 10 s, had nothing to do; it was a thread of tqdm's alive while a run forked
-    (``TcpNetwork``'s workers, a pool's), which ``fedsim.forks.threads_paused`` cannot stop."""
+    thread redraws the bar every ``Progress.TICK``, so the monitor, which redraws a bar not redrawn
+    for ``maxinterval`` (10 s), had nothing to do; it was a thread of tqdm's alive while a run
+    forked (``TcpNetwork``'s workers, a pool's), which ``fedsim.forks.threads_paused`` cannot stop."""
     if not _BAR_CLASS:
         from tqdm import tqdm
 
