@@ -338,8 +338,9 @@ def test_a_pool_worker_that_beat_forks_its_tcp_processes_with_no_other_thread_al
     script = tmp_path / "pmap_tcp.py"
     script.write_text(_PMAP_TCP_AFTER_BEATS)
     log = tmp_path / "forks.jsonl"
+    # (FEDSIM_NO_NUMBA: pmap starts no compiler before it forks, which these tasks do not call)
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
+                         env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log), "FEDSIM_NO_NUMBA": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     got, forks = json.loads(res.stdout), _forks(log)
     assert got["out"] == [[1, 1, 0], [1, 1, 1]]
