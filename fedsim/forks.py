@@ -1,28 +1,41 @@
 """What a process forked from fedsim (a sweep's or ``pmap``'s worker, a TCP run's worker) must
-not take over from the threads of its parent.
+not take over from the threads of its parent, and fedsim's own threads stopped around its forks.
+
+A fork with another thread alive is what CPython 3.12+ warns of ("This process is
+multi-threaded, use of fork() may lead to deadlocks in the child", a ``DeprecationWarning``
+attributed to the caller): a lock that thread held at the fork stays held in the child for
+ever. ``TcpNetwork.run`` forks its workers, and ``fedsim.studies.parallel.pmap`` its pool's,
+inside :func:`threads_paused`, which stops the threads fedsim started in this process (the
+progress display's ``fedsim-progress``, a pool worker's ``fedsim-beats``: each registered with
+:func:`pause_around_forks`) and starts them again once the children are forked; the display's
+tqdm bar starts no monitor thread, and a pool worker sends its beats through a pipe, with no
+queue's feeder thread. What follows is for the threads still alive at a fork (a program's own,
+tqdm's monitor of a bar of its own, the other pools' of a sweep, fedsim's at a fork made
+elsewhere): what a child must not use of theirs.
 
 A forked child has only the thread that forked it, and every lock as it was at the fork: one
 that another thread of the parent held then stays held in the child for ever. The parent's other
 threads at a fork, and what of theirs a child may use:
 
 - the progress display's thread (``fedsim.experiment.context.Progress``, in every run that logs
-  or shows progress: ``fedsim run``, a sweep, a worker's own run) writes lines to ``sys.stderr``
-  (and redraws a tqdm bar there): its buffer's lock is held while a write is under way, for as
-  long as the write blocks (a pipe nobody reads). A child's first write to the stream (a
-  warning, a plug-in's print, the traceback of its error) then waited for ever, as did
-  ``multiprocessing``'s flush as a worker leaves: :func:`own_std_streams`, the first thing a
-  child does. The display's own lock and its log file are held by that thread too, but a child
-  never uses the parent's display: a worker's run makes and activates its own, and a TCP worker
-  runs actors only (tqdm's lock, class-wide, is another matter: see the last item).
-- ``concurrent.futures``' manager threads and ``multiprocessing.Queue`` feeder threads (this
-  pool's, and the one-process pools of the other points running): a child does not use another
-  pool's executor (its ``_shutdown_lock`` may be held), a queue's thread locks are made anew in a
-  child (``multiprocessing``'s after-fork hooks), a pipe's write lock is a process-shared
-  semaphore (released by the parent all the same), and a pool's worker leaves through
-  ``os._exit`` (no atexit hook of ``concurrent.futures`` runs there).
-- a pool worker's ``fedsim-beats`` thread, when that worker forks (a pool of its own, a TCP
-  run): it reads the running network without its lock and puts into its parent's queue, which
-  a child of that worker does not use.
+  or shows progress: ``fedsim run``, a sweep, a worker's own run; stopped while fedsim forks)
+  writes lines to ``sys.stderr`` (and redraws a tqdm bar there): its buffer's lock is held while
+  a write is under way, for as long as the write blocks (a pipe nobody reads). A child's first
+  write to the stream (a warning, a plug-in's print, the traceback of its error) then waited for
+  ever, as did ``multiprocessing``'s flush as a worker leaves: :func:`own_std_streams`, the
+  first thing a child does. The display's own lock and its log file are held by that thread too,
+  but a child never uses the parent's display: a worker's run makes and activates its own, and a
+  TCP worker runs actors only (tqdm's lock, class-wide, is another matter: see the last item).
+- ``concurrent.futures``' manager threads and ``multiprocessing.Queue`` feeder threads (the
+  one-process pools of a sweep's other points running; a pool forks all its workers before it starts
+  a thread): a child does not use another pool's executor (its ``_shutdown_lock`` may be held),
+  a queue's thread locks are made anew in a child (``multiprocessing``'s after-fork hooks), a
+  pipe's write lock is a process-shared semaphore (released by the parent all the same), and a
+  pool's worker leaves through ``os._exit`` (no atexit hook of ``concurrent.futures`` runs
+  there).
+- a pool worker's ``fedsim-beats`` thread (stopped while fedsim forks): it reads the running
+  network without its lock and writes to its parent's pipe, which a child of that worker does
+  not use.
 - ``logging``'s locks, the import lock and ``concurrent.futures.thread``'s are made anew in a
   child by CPython itself (``os.register_at_fork``); OpenBLAS's threads are stopped around a
   fork by its own ``pthread_atfork`` handlers (and a pool's worker then runs one BLAS thread).
@@ -30,7 +43,8 @@ threads at a fork, and what of theirs a child may use:
   compiles or multiplies: the one that forks, never the display's. A ``NetworkWatch``'s lock is
   taken only as a network is built, by the thread that builds it (the display's only reads).
 - tqdm's lock (``tqdm.tqdm.get_lock()``, a ``TqdmDefaultWriteLock``), held by the display's
-  thread while it redraws a bar on a terminal, and by tqdm's monitor thread: its thread part (the
+  thread while it redraws a bar on a terminal, and by tqdm's monitor thread (started by a bar
+  of the program's own; the display's bar starts none): its thread part (the
   class-wide ``TqdmDefaultWriteLock.th_lock``) stayed held for ever in a child forked then, and a
   child that drew a bar of its own (a sweep point's scenario, a plug-in's actor in a TCP worker)
   waited for ever, holding tqdm's process-shared part, so that the parent's next redraw waited
@@ -41,12 +55,47 @@ threads at a fork, and what of theirs a child may use:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
 import threading
+import weakref
+from typing import Any, Iterator
 
-__all__ = ["fresh_tqdm_lock_in_child", "own_std_streams"]
+__all__ = ["fresh_tqdm_lock_in_child", "own_std_streams", "pause_around_forks", "threads_paused"]
+
+# the objects whose thread threads_paused stops and starts again (see pause_around_forks)
+_PAUSABLE: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def pause_around_forks(owner: Any, on: bool = True) -> None:
+    """Have :func:`threads_paused` stop ``owner``'s thread before a fork and start it again after
+    (``on``; ``on=False``: no longer). ``owner`` has ``pause_thread()``, which stops its thread and
+    waits for it to end (True if one was running), and ``resume_thread()``, which starts it
+    again; it is held by a weak reference (one that is collected is forgotten)."""
+    if on:
+        _PAUSABLE.add(owner)
+    else:
+        _PAUSABLE.discard(owner)
+
+
+@contextlib.contextmanager
+def threads_paused() -> Iterator[None]:
+    """Inside: none of the threads fedsim started in this process is alive (each registered
+    owner's ``pause_thread()``), so that a fork here copies this thread alone; after, the ones
+    that were running are started again (also when the block raised). For the forking itself
+    only (a display paused longer would stand still): the forked children then inherit no lock
+    held by another thread of fedsim's. Threads that are not fedsim's are left as they are."""
+    paused = []
+    try:
+        for owner in list(_PAUSABLE):
+            if owner.pause_thread():
+                paused.append(owner)
+        yield
+    finally:
+        for owner in paused:
+            owner.resume_thread()
 
 _INHERITED_STREAMS: list = []  # the std streams a forked child replaced (see own_std_streams)
 

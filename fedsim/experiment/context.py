@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ..forks import pause_around_forks
 from .errors import UsageError
 from .live import silent_after
 from .report import Table, format_table, human_bytes, human_seconds, naming_the_file, save_figure, write_csv
@@ -33,7 +34,8 @@ class Progress:
     - ``log`` (a path; the run's ``run.log``): the plain lines, with or without ``enabled``.
 
     Nothing is printed when ``enabled`` is false (``--quiet``). ``close()`` stops the thread and
-    erases the bar; the object can be updated again afterwards (it restarts)."""
+    erases the bar; the object can be updated again afterwards (it restarts). The thread is stopped
+    while fedsim forks a process and started again after (:meth:`pause_thread`)."""
 
     TICK = 0.5  # seconds between reads of the running network
 
@@ -57,6 +59,7 @@ class Progress:
         self._log = open(log, "a", encoding="utf-8") if log else None  # (OSError names the file)
         self._bar = None
         self._thread: threading.Thread | None = None
+        self._paused = False  # the thread was stopped by pause_thread, to start again (resume_thread)
         self._stop = threading.Event()
         self._watch = None
         self._beats: dict[Any, tuple[float, dict]] = {}
@@ -128,6 +131,8 @@ class Progress:
     def close(self) -> None:
         """Stop the background thread and erase the bar (the log file stays open until
         :meth:`finish`)."""
+        pause_around_forks(self, on=False)
+        self._paused = False
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
@@ -154,6 +159,29 @@ class Progress:
                     with naming_the_file(log.name):
                         log.close()  # (closes the file even when its flush fails, then raises that)
 
+    def pause_thread(self) -> bool:
+        """Stop the background thread and wait for it to end (True if one was running), the bar
+        and the log left as they are; :meth:`resume_thread` starts it again. Called by
+        ``fedsim.forks.threads_paused`` as a process forks (``TcpNetwork``'s workers, a pool's),
+        so that no child is forked while this thread holds a lock (this object's, the stream's,
+        tqdm's). The wait is as long as a step of the thread's: a redraw, or a line written,
+        which a thread that forks would wait for all the same as it flushes the stream."""
+        thread = self._thread
+        if thread is None or thread is threading.current_thread() or not thread.is_alive():
+            return False  # (one that ended by itself, its stream closed, is not started again)
+        self._stop.set()
+        thread.join()
+        self._thread = None
+        self._paused = True
+        return True
+
+    def resume_thread(self) -> None:
+        """Start the thread :meth:`pause_thread` stopped again (nothing if :meth:`close` came
+        since)."""
+        if self._paused and self._thread is None:
+            self._paused = False
+            self._run_thread()
+
     # -- inside --------------------------------------------------------------------------------
     @property
     def bar_mode(self) -> bool:
@@ -166,14 +194,18 @@ class Progress:
             from .live import NetworkWatch
 
             self._watch = NetworkWatch().start()
-        if self.bar_mode:
-            from tqdm import tqdm
+        if self.bar_mode and self._bar is None:
+            self._bar = _bar_class()(total=self.total or None, desc=self.stage[:32], file=self.stream, leave=False,
+                                     dynamic_ncols=True, smoothing=0, mininterval=0.2,
+                                     bar_format="{desc} {bar:24} {percentage:3.0f}% [{elapsed}<{remaining}]{postfix}")
+        if not self._paused:  # (paused: resume_thread starts it, once the process has forked)
+            self._run_thread()
 
-            self._bar = tqdm(total=self.total or None, desc=self.stage[:32], file=self.stream, leave=False,
-                             dynamic_ncols=True, smoothing=0, mininterval=0.2,
-                             bar_format="{desc} {bar:24} {percentage:3.0f}% [{elapsed}<{remaining}]{postfix}")
+    def _run_thread(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="fedsim-progress", daemon=True)
+        # stopped around fedsim's forks (fedsim.forks.threads_paused: see pause_thread)
+        pause_around_forks(self)
         self._thread.start()
 
     def _live(self) -> list[dict]:
@@ -265,6 +297,28 @@ class Progress:
                         self._line()
             except (OSError, ValueError):  # the stream or log was closed under us: stop showing
                 return
+
+
+_BAR_CLASS: list = []
+
+
+def _bar_class() -> type:
+    """tqdm's bar class without its monitor thread (``monitor_interval = 0``): the display's own
+    thread redraws the bar every ``Progress.TICK``, so the monitor, which redraws a bar not redrawn
+    for ``maxinterval`` (10 s), had nothing to do; it was a thread of tqdm's alive while a run
+    forked (``TcpNetwork``'s workers, a pool's), which ``fedsim.forks.threads_paused`` cannot stop."""
+    if not _BAR_CLASS:
+        from tqdm import tqdm
+
+        # tqdm's lock made first, on tqdm itself: a subclass whose first bar made it held one of
+        # its own, and the display's bar and the program's own bars no longer took turns
+        tqdm.get_lock()
+
+        class Bar(tqdm):
+            monitor_interval = 0
+
+        _BAR_CLASS.append(Bar)
+    return _BAR_CLASS[0]
 
 
 # parameters that change how a run executes, not what it computes

@@ -13,10 +13,13 @@ with the same seed.
 Process model. ``fork`` (Linux, POSIX): a child inherits the built actors, their arguments
 (data slices, configs) and the node table without pickling anything, and copy-on-write keeps
 the data shared. Children are forked before the parent starts any event loop or thread of its
-own; each child starts a fresh loop, and writes through ``sys.stdout`` and ``sys.stderr`` of its
-own (``fedsim.forks.own_std_streams``: the progress display's thread of the launching process may
-hold their lock at the fork), and tqdm gets a lock of its own where another thread held tqdm's
-at the fork (``fedsim.forks.fresh_tqdm_lock_in_child``). A child asks the kernel to kill it if the parent dies
+own, and with no thread of fedsim's alive: the progress display's thread (``fedsim-progress``)
+and a pool worker's ``fedsim-beats`` are stopped while the parent forks and started again after
+(``fedsim.forks.threads_paused``), so that no child inherits a lock one of them held. Each
+child starts a fresh loop, and writes through ``sys.stdout`` and ``sys.stderr`` of its own
+(``fedsim.forks.own_std_streams``: a thread of the program's own may hold their lock at the
+fork), and tqdm gets a lock of its own where another thread held tqdm's at the fork
+(``fedsim.forks.fresh_tqdm_lock_in_child``). A child asks the kernel to kill it if the parent dies
 (``PR_SET_PDEATHSIG``, where available) and exits when its control connection closes, or when
 it is refused at start-up (the parent stopped listening: it is ending the run, after a Ctrl-C or
 a failure it reports itself), quietly, with status 3 (a control port it cannot reach otherwise:
@@ -176,7 +179,7 @@ from .network import Network, RunResult, check_flag, check_run_timeout, check_ti
 from .node import Node, cancelled, hand_over, withdraw
 from .realtime import ClosedOnDropout
 from .registry import register_transport
-from ..forks import own_std_streams
+from ..forks import own_std_streams, threads_paused
 from ..signals import sigint_deferred
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
@@ -452,8 +455,19 @@ class TcpNetwork(ClosedOnDropout, Network):
             # A Ctrl-C while forking waits until every child is recorded (and is then raised): one
             # raised just after a fork lost the child's pid (never reaped), or ran the launching
             # process's code in the child (raised before it ignores SIGINT: a second "interrupted"
-            # line or a traceback from the child, and a child holding stderr open)
-            with sigint_deferred():
+            # line or a traceback from the child, and a child holding stderr open).
+            # No thread of fedsim's is alive while forking (threads_paused: the progress display's
+            # fedsim-progress, a pool worker's fedsim-beats; started again once every child is
+            # forked). A fork copies only this thread, and every lock as it was: one another thread
+            # held then stays held in the child for ever (the display writing to stderr held the
+            # stream's lock; 3.12+ warns of any such fork). What a child could still take over from
+            # a thread: the display's own lock and log file, and a pool worker's beat pipe, are
+            # never used in a child (it runs actors only, with its own loop); logging's locks and
+            # the import lock are made anew in a child by CPython; a thread that is not fedsim's
+            # (the program's own) may hold the std streams' or tqdm's lock: the child writes through
+            # streams of its own (own_std_streams) and tqdm's lock is replaced
+            # (fresh_tqdm_lock_in_child, registered at fork).
+            with threads_paused(), sigint_deferred():
                 for p in range(len(self.groups)):
                     sys.stdout.flush()
                     sys.stderr.flush()
@@ -666,8 +680,9 @@ def _worker_process(net: "TcpNetwork", p: int, port: int, token: bytes, parent: 
     process went away, 70 after an error of its own, whose traceback it prints)."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it kills us if it must
-        # stdout and stderr of its own: the launching process's progress thread may have held
-        # their lock at the fork, for ever here (a write, a warning, a traceback hung the run)
+        # stdout and stderr of its own: a thread of the launching program's own (fedsim's are
+        # stopped while it forks) may have held their lock at the fork, for ever here (a write,
+        # a warning, a traceback hung the run)
         own_std_streams()
         listener.close()
         return _Worker(net, p, port, token, parent).main()

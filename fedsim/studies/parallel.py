@@ -8,15 +8,16 @@ running (one that came just before a task blocked in a call was handled only whe
 returned), waits a bounded time for them to exit, kills any that did not, and re-raises. A
 worker that runs a pool of its own passes the stop on the same way. While the parent starts
 numba's compiler (half a second on a 2-core machine) and forks workers, a Ctrl-C is held back
-and raised after (``fedsim.signals.sigint_deferred``). A forked worker writes through
-``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it inherits may hold a lock that
-another thread of the parent (the progress display) held at the fork, for ever
-(``fedsim.forks.own_std_streams``), and so may tqdm's lock, replaced there
-(``fedsim.forks.fresh_tqdm_lock_in_child``). Workers know the parent's plug-ins: inherited when forked, loaded again
-(the same files, and the entry points if the parent loaded them) when started by spawn or
-forkserver. Workers also send what their running network is doing (its round, messages and
+and raised after (``fedsim.signals.sigint_deferred``). The workers are forked with no thread of
+fedsim's alive (the progress display's is stopped meanwhile: ``fedsim.forks.threads_paused``). A
+forked worker writes through ``sys.stdout`` and ``sys.stderr`` objects of its own: the ones it
+inherits may hold a lock that another thread of the parent (the program's own, another point's
+pool's) held at the fork, for ever (``fedsim.forks.own_std_streams``), and so may tqdm's lock,
+replaced there (``fedsim.forks.fresh_tqdm_lock_in_child``). Workers know the parent's plug-ins:
+inherited when forked, loaded again (the same files, and the entry points if the parent loaded
+them) when started by spawn or forkserver. Workers also send what their running network is doing (its round, messages and
 clock, see ``fedsim.experiment.live``) to the parent's active progress display about once a
-second.
+second, through a pipe, from a thread stopped while the worker forks (a point's ``TcpNetwork``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import multiprocessing.connection
 import numbers
 import os
 import pickle
-import queue as _queue
 import signal
 import sys
 import threading
@@ -36,7 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
 
 from ..experiment.errors import UsageError
-from ..forks import own_std_streams
+from ..forks import own_std_streams, pause_around_forks, threads_paused
 from ..signals import sigint_deferred
 
 __all__ = ["Interrupted", "MainNotImportable", "PluginLoadError", "ProcessDied", "check_main_importable",
@@ -219,13 +219,15 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     results = [None] * len(tasks)
     check_main_importable()
     _warm_before_fork()
-    beats: Any = multiprocessing.Queue()
+    beats, beat_out = _beat_pipe()
     seen: set = set()
     ctx, made = _recording_context()  # the pool's processes, the only ones _stop may signal
     ex = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
-                             initargs=(beats, os.getpid(), _worker_plugins()))
+                             initargs=(beat_out, os.getpid(), _worker_plugins()))
     try:
-        with sigint_deferred():  # (the workers are forked here: see _pmap_isolated)
+        # (the workers are forked here, by the first submit, before the pool starts a thread:
+        # with no thread of fedsim's alive either, see _pmap_isolated)
+        with threads_paused(), sigint_deferred():
             futs = {_submit(ex, fn, t): i for i, t in enumerate(tasks)}
         pending = set(futs)
         while pending:
@@ -244,7 +246,7 @@ def pmap(fn: Callable[[Any], Any], tasks: Iterable[Any], workers: int | None = N
     finally:
         _forward_beats(beats, seen, final=True)
         beats.close()
-        beats.join_thread()
+        beat_out.close()
     return results
 
 
@@ -260,7 +262,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
         check_main_importable()
         _warm_before_fork()
     plugins = _worker_plugins()
-    beats: Any = multiprocessing.Queue()
+    beats, beat_out = _beat_pipe()
     seen: set = set()
     running: dict[Any, tuple[int, ProcessPoolExecutor, list]] = {}
     starting: tuple[ProcessPoolExecutor, list] | None = None  # a pool made, its task not yet in running
@@ -274,10 +276,13 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
                 # ignores SIGINT (a terminal's Ctrl-C goes to the whole process group) is
                 # recorded there, not raised: raised in the worker's initializer, it printed a
                 # traceback and the point was reported failed ("the point's process exited with
-                # status 0 before it finished")
-                with sigint_deferred():
+                # status 0 before it finished"). No thread of fedsim's is alive as the worker is
+                # forked (threads_paused: the progress display's is stopped meanwhile); the other
+                # points' pools' threads are (concurrent.futures' and multiprocessing's: a child
+                # uses nothing of theirs, fedsim.forks)
+                with threads_paused(), sigint_deferred():
                     ex = ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker,
-                                             initargs=(beats, os.getpid(), plugins))
+                                             initargs=(beat_out, os.getpid(), plugins))
                     starting = (ex, made)
                     running[_submit(ex, fn, tasks[i])] = (i, ex, made)
                     starting = None
@@ -311,7 +316,7 @@ def _pmap_isolated(fn, tasks: list, workers: int | None, on_done, on_error, cost
     finally:
         _forward_beats(beats, seen, final=True)
         beats.close()
-        beats.join_thread()
+        beat_out.close()
     return results
 
 
@@ -445,9 +450,23 @@ def _term(p: Any) -> None:
         pass
 
 
+def _beat_pipe() -> tuple[Any, Any]:
+    """``(reader, writer)``: the pipe a pool's workers send their figures to the parent through
+    (:class:`_Beats`; each pickled beat under ``PIPE_BUF`` bytes, so one write each, whole, never
+    interleaved with another worker's). The write end does not block: a beat that finds the pipe
+    full (a parent that has not read for a long while) is dropped, and the thread that sent it
+    never waits (it is stopped, waited for, as the worker forks: ``fedsim.forks.threads_paused``).
+    A pipe, not a ``multiprocessing.Queue``: a queue sends from a thread of its own (its feeder),
+    alive in the worker from its first beat on, which no one can stop and start again, and a
+    worker running a ``TcpNetwork`` forked its processes with it alive."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    os.set_blocking(writer.fileno(), False)
+    return reader, writer
+
+
 def _forward_beats(beats: Any, seen: set, final: bool = False) -> None:
-    """Hand the workers' queued figures to the active display, keyed ``("worker", pid)``;
-    ``seen`` collects the pids. ``final`` (the pool is done): every worker in ``seen`` is said to
+    """Hand the workers' figures waiting in pipe ``beats`` to the active display, keyed
+    ``("worker", pid)``; ``seen`` collects the pids. ``final`` (the pool is done): every worker in ``seen`` is said to
     have finished (``None``), so the display drops them now: a worker's last figures (or a
     killed worker's) stayed on it until it took the worker for dead (``live.silent_after()``, 5 s)
     after the pool ended."""
@@ -456,8 +475,10 @@ def _forward_beats(beats: Any, seen: set, final: bool = False) -> None:
     display = active()
     while True:
         try:
-            pid, snap = beats.get_nowait()
-        except (_queue.Empty, OSError, ValueError):
+            if not beats.poll():
+                break
+            pid, snap = beats.recv()
+        except (EOFError, OSError, ValueError):
             break
         seen.add(pid)
         if display is not None and not final:
@@ -473,6 +494,7 @@ _STOPPING = False
 _IN_TASK = False
 _PLUGIN_ERROR: PluginLoadError | None = None  # the parent's plug-ins did not load here (see _init_worker)
 _PARENT: int | None = None  # the parent whose death stops this worker (see _stop_with_parent)
+_BEATS: "_Beats | None" = None  # this worker's beats (held here: paused, its thread holds it no more)
 
 
 def _init_worker(beats: Any, parent: int | None = None, plugins: Any = None) -> None:
@@ -499,7 +521,6 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: Any = None) -> 
     signal.signal(signal.SIGTERM, _on_term)
     if parent is not None:
         _stop_with_parent(parent)
-    beats.cancel_join_thread()  # a worker's exit must not wait for the parent to read its beats
     if plugins is not None:  # (after the thread limits: a plug-in may import NumPy, PyTorch)
         global _PLUGIN_ERROR
         try:
@@ -515,8 +536,8 @@ def _init_worker(beats: Any, parent: int | None = None, plugins: Any = None) -> 
                 "".join(traceback.format_exception(exc)).rstrip("\n"))
     from ..experiment.live import NetworkWatch
 
-    watch = NetworkWatch().start()
-    threading.Thread(target=_send_beats, args=(watch, beats), name="fedsim-beats", daemon=True).start()
+    global _BEATS
+    _BEATS = _Beats(NetworkWatch().start(), beats).start()
 
 
 def _load_plugins(state: Any) -> None:
@@ -633,23 +654,64 @@ def _task_packed(blob: bytes) -> Any:
     return _task(fn, t)
 
 
-def _send_beats(watch: Any, beats: Any) -> None:
-    """Every ``fedsim.experiment.live.BEAT_EVERY`` seconds (1), the running network's figures
-    (``NetworkWatch.snapshot``), the same ones again if nothing moved (the display drops a worker
-    it has not heard from for ``live.silent_after()`` seconds, ``SILENT_BEATS`` beats: sent only
-    when they changed, the figures of a worker in a long step, a client training for 10 s, went
-    from the display after the first 5), and ``None`` once when the network has finished (its
-    last figures stayed on the display until it dropped them)."""
-    from ..experiment import live
+class _Beats:
+    """A worker's ``fedsim-beats`` thread: every ``fedsim.experiment.live.BEAT_EVERY`` seconds (1),
+    the running network's figures (``NetworkWatch.snapshot``), the same ones again if nothing moved
+    (the display drops a worker it has not heard from for ``live.silent_after()`` seconds,
+    ``SILENT_BEATS`` beats: sent only when they changed, the figures of a worker in a long step, a
+    client training for 10 s, went from the display after the first 5), and ``None`` once when the
+    network has finished (its last figures stayed on the display until it dropped them), written
+    to the parent's pipe (:func:`_beat_pipe`). Stopped while the worker forks and started again
+    after (``fedsim.forks.threads_paused``: a point's ``TcpNetwork`` forked its processes with this
+    thread alive)."""
 
-    last = None
-    pid = os.getpid()
-    while True:
-        time.sleep(live.BEAT_EVERY)
-        snap = watch.snapshot()
-        if snap is not None or last is not None:
-            last = snap
-            try:
-                beats.put_nowait((pid, snap))
-            except Exception:  # the parent has gone: nobody to tell
+    def __init__(self, watch: Any, pipe: Any) -> None:
+        self.watch, self.pipe = watch, pipe
+        self.pid = os.getpid()
+        self.last: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._paused = False
+
+    def start(self) -> "_Beats":
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(self._stop,), name="fedsim-beats", daemon=True)
+        pause_around_forks(self)
+        self._thread.start()
+        return self
+
+    def pause_thread(self) -> bool:
+        thread = self._thread
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
+            return False
+        self._stop.set()
+        thread.join()  # (a beat never waits: the pipe does not block)
+        self._thread, self._paused = None, True
+        return True
+
+    def resume_thread(self) -> None:
+        if self._paused:
+            self._paused = False
+            self.start()
+
+    def _run(self, stop: threading.Event) -> None:
+        from ..experiment import live
+
+        while not stop.wait(live.BEAT_EVERY):
+            if not self.beat():
+                pause_around_forks(self, on=False)
                 return
+
+    def beat(self) -> bool:
+        """Send the figures if there is something to say; False once the parent has gone."""
+        snap = self.watch.snapshot()
+        if snap is None and self.last is None:
+            return True
+        try:
+            self.pipe.send((self.pid, snap))
+        except BlockingIOError:  # the pipe is full: this beat is dropped, the next one may pass
+            return True
+        except Exception:  # the parent has gone: nobody to tell
+            return False
+        self.last = snap
+        return True
