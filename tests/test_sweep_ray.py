@@ -891,6 +891,78 @@ def test_a_cluster_without_cpus_gets_a_bounded_wait_for_a_node_to_join(tmp_path)
     assert_gone(tree.stop(), within=30.0)
 
 
+def test_ctrl_c_of_a_sweep_on_a_cluster_cancels_its_tasks_there_leaving_nothing_of_them(tmp_path):
+    """Ctrl-C of a sweep on an existing cluster (--address): the driver cancels its tasks
+    (``ray_map``'s ``_cancel``) before it disconnects. On a local instance the sweep's
+    ``ray.shutdown`` stops every task with the instance, cancelled or not; a cluster stays up. There
+    Ray itself ends a job's workers once its driver has gone (Ray 2.60: the point's process was gone
+    when fedsim had ended, cancel or not), but by killing them: without the cancel, the task's
+    temporary folder on the node (``fedsim-point-WORKERPID-*``) was left, at times holding the
+    point's half-written run (seen: its ``.point.partial-*`` folder, run.log and lock), and nothing
+    removes it until another of fedsim's tasks starts on that node. (The sweep's own folder is
+    the driver's: a task's files reach it only once the task has returned them, written whole.) Cancelled, the task leaves by Ray's
+    KeyboardInterrupt in it: its point's process is stopped as on the local pool and the folder
+    removed, before fedsim ends. (That the same command then runs only the points not run is
+    test_sigterm_to_the_driver_stops_a_ray_sweep_as_ctrl_c_does_and_the_same_sweep_resumes's, on a
+    local instance: the sweep's folder is the driver's, whatever the backend.)"""
+    if shutil.which("ray") is None and not (Path(sys.executable).parent / "ray").exists():
+        pytest.skip("the ray command is not installed beside this Python")
+    ray_cli = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RAY_", "FEDSIM_"))} | auth
+    (tmp_path / "head").mkdir()
+    port = _free_port()
+    # one CPU: one point runs (one Ray worker to start), the others wait in Ray's queue
+    head = _ray_node(ray_cli, ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"],
+                     tmp_path / "head", env)
+    tree = Tree(head.pid)
+    proc = None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and head.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the Ray head did not listen within 120 s:\n"
+                        + (tmp_path / "head" / "node.log").read_text(errors="replace")[-3000:])
+        script, log = logging_scenario(tmp_path, "time.sleep(60.0)")
+        out = tmp_path / "sw"
+        proc = subprocess.Popen([sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3", "--backend",
+                                 "ray", "--address", f"127.0.0.1:{port}", "--out", str(out), "--quiet"],
+                                cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env_with_repo(**env))
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not ran(log):
+            time.sleep(0.05)
+        assert len(ran(log)) == 1, ("the point did not start", proc.poll())
+        point = int(log.read_text().split(",")[2])  # the point's process, in its sleep
+        worker = _parents()[point]  # its Ray worker, which named the task's temporary folder
+        node_tmp = Path(os.environ.get("TMPDIR", "/tmp"))  # (the node's: it runs with this environment)
+        assert [d.name for d in node_tmp.glob(f"fedsim-point-{worker}-*")], "no temporary folder of the task seen"
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the driver's process group, not the cluster's
+        stdout, stderr = proc.communicate(timeout=60)
+        assert (proc.returncode, stderr.splitlines()) == (130, [
+            f"interrupted: 0 points run, 0 done before, 3 not run; the same command resumes. Results so far in "
+            f"{out}/ (report.md, sweep.json)"]), stderr
+        # as fedsim has ended: the point's process has gone, and nothing of its task is left on the node
+        assert not alive({point})
+        left = sorted(node_tmp.glob(f"fedsim-point-{worker}-*"))
+        assert not left, [str(p.relative_to(node_tmp)) for d in left for p in [d, *sorted(d.rglob("*"))]]
+        sweep = json.loads((out / "sweep.json").read_text())
+        assert sweep["state"] == "interrupted" and [p["status"] for p in sweep["points"]] == ["not run"] * 3
+        assert not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        _stop_node(head)
+    assert_gone(tree.stop(), within=30.0)
+    assert len(ran(log)) == 1  # the queued points never started, then or after
+
+
 def test_the_wait_for_cpus_asks_the_autoscaler_for_a_node_and_withdraws_the_request(monkeypatch):
     # an autoscaler adds nodes for the demand it sees, and none is pending while the sweep waits:
     # the wait asks for a node of one CPU (request_resources), and withdraws the request when it
