@@ -174,6 +174,36 @@ def test_a_second_sigterm_to_an_orphaned_worker_in_its_tasks_cleanup_lets_the_cl
     assert (res.returncode, res.stdout) == (0, "the cleanup goes on\n"), res.stderr
 
 
+_SIGINT_IN_TASK = """\
+import multiprocessing, os, signal, sys, time
+def task(x):
+    os.kill(os.getpid(), signal.SIGINT)  # a terminal's Ctrl-C reaches every process of its group
+    time.sleep(0.2)  # (a handler would run here)
+    return x * x
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    from fedsim.studies.parallel import pmap
+    print(pmap(task, [3], workers=1, on_error=lambda i, e: print("failed:", i, repr(e))))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_worker_started_afresh_leaves_a_ctrl_c_to_the_parent(tmp_path, method):
+    """Mutant P41: ``_init_worker`` without ``signal.signal(SIGINT, SIG_IGN)`` (the module
+    docstring: Ctrl-C reaches the parent only; it decides, and stops the workers by SIGTERM). A
+    worker started by spawn or forkserver begins with Python's default SIGINT handler: the SIGINT
+    a terminal sends the whole process group raised KeyboardInterrupt in its task, out of pmap
+    (and out of a sweep's point, before the parent's own stop). Here the SIGINT reaches the worker
+    alone: ignored, its task returns. (Under fork, the default start method on Linux before Python
+    3.14, the mutant is equivalent: the workers are forked inside ``sigint_deferred``, whose
+    handler they inherit only records a SIGINT, and nothing reads it there.)"""
+    script = tmp_path / "ctrl_c_in_task.py"
+    script.write_text(_SIGINT_IN_TASK)
+    res = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "[9]\n", "")
+
+
 # ---------------------------------------------------------------------------------------------
 # the local pool: inside a worker
 
