@@ -475,6 +475,36 @@ def test_the_temporary_folders_of_dead_ray_tasks_are_removed_and_live_ones_kept(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
 
 
+def test_a_ray_task_starting_removes_what_killed_tasks_left_on_its_machine(tmp_path, monkeypatch):
+    """Mutant: ``_run_point_remote`` without its ``_remove_stale_temp()`` (its docstring: the
+    temporary point folders of tasks whose worker was killed are removed). On a cluster nothing else
+    removes them: a task killed there (cancelled by force after its grace, or by Ray as the
+    driver went) left its folder, with the point's half-written run, in the node's temporary
+    directory for good. Run here as a Ray worker runs it, without Ray: the folder of a process that
+    has ended goes, a living worker's stays, and the task's own folder is gone after it."""
+    import tempfile
+
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.sweep import SweepPoint, _run_point_remote
+
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(node_tmp))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = node_tmp / f"fedsim-point-{gone.pid}-k1"  # as a killed task left it
+    (killed / ".point.partial-1-a").mkdir(parents=True)
+    (killed / ".point.partial-1-a" / "run.log").write_text("half a run\n")
+    living = node_tmp / f"fedsim-point-{os.getppid()}-l1"  # a task running beside this one
+    (living / "point").mkdir(parents=True)
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x']}])\n")
+    p = SweepPoint(str(script), {"x": 2}, str(tmp_path / "sw" / "x=2"), "tiny", 0, NetSpec(), {"x": 2},
+                   {"scenario": "scn", "config": {"x": 2}})
+    res = _run_point_remote((p, None))
+    assert res["status"] == "done" and res["files"]["t.csv"].decode().splitlines() == ["m", "2"]
+    assert [d.name for d in node_tmp.iterdir()] == [living.name]
+
+
 # ---------------------------------------------------------------------------------------------
 # the sweep driving Ray (a real local Ray instance of two CPUs, initialised here)
 
