@@ -406,17 +406,30 @@ def test_a_point_of_a_script_missing_on_the_worker_runs_from_the_sent_copy(tmp_p
 
 
 def test_ctrl_c_cancels_every_ray_task_promptly_and_marks_points_not_run(tmp_path):
-    script, log = logging_scenario(tmp_path, "time.sleep(30.0)")  # each point would take 30 s
+    # x=2's point is in a call that holds SIGTERM back for 2.5 s (as compiled code does, a numba
+    # kernel or a BLAS call, until it returns): its Ray task outlives the cancel's grace (0.5 s
+    # here, set by a plug-in in the driver: 3 s otherwise) and its worker is killed
+    # (ray.cancel(force=True)), leaving the task's temporary folder, which the sweep removes once
+    # the local instance is down (mutant: that removal left out, the folder stayed)
+    (tmp_path / "grace_soon.py").write_text("from fedsim.studies import raypool\nraypool.STOP_GRACE = 0.5\n")
+    stuck = tmp_path / "stuck"
+    script, log = logging_scenario(tmp_path, "if ctx['x'] == 2:\n"
+                                             "    import signal\n"
+                                             "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+                                             f"    open({str(stuck)!r}, 'w').close()\n"
+                                             "    time.sleep(2.5)\n"
+                                             "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})\n"
+                                             "time.sleep(30.0)")  # each point would take 30 s
     out = tmp_path / "sw"
-    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6", "--workers", "2",
-            "--backend", "ray", "--out", str(out)]
+    args = [sys.executable, "-m", "fedsim", "--plugin", "grace_soon.py", "sweep", str(script), "--grid",
+            "x=1,2,3,4,5,6", "--workers", "2", "--backend", "ray", "--out", str(out)]
     proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env_with_repo())
     tree = Tree(proc.pid)
     deadline = time.time() + 120
-    while time.time() < deadline and len(ran(log)) < 2:  # both CPUs inside a point
+    while time.time() < deadline and (len(ran(log)) < 2 or not stuck.exists()):  # both CPUs inside a point
         time.sleep(0.05)
-    assert len(ran(log)) == 2, "the Ray tasks did not start"
+    assert len(ran(log)) == 2 and stuck.exists(), "the Ray tasks did not start"
     pids = [int(ln.split(",")[2]) for ln in log.read_text().split()]
     t0 = time.time()
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: Ray's daemons get it too
