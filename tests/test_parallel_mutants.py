@@ -380,6 +380,35 @@ def test_a_ray_initialised_already_is_used_as_it_is_and_left_running(fake_ray):
     assert ray.calls == [] and ray.up
 
 
+def test_a_second_ctrl_c_while_the_ray_tasks_are_cancelled_still_cancels_every_one(monkeypatch):
+    """A second Ctrl-C (or SIGTERM) as ``_cancel`` told the tasks to stop, one ``ray.cancel`` each:
+    raised in the middle, it left the tasks after that one uncancelled, and on a cluster they ran
+    on until Ray killed them as the driver went (their temporary folders left on the nodes; see
+    test_ctrl_c_of_a_sweep_on_a_cluster_cancels_its_tasks_there_leaving_nothing_of_them). Every task
+    is now told first; the second Ctrl-C is raised then, and cuts the wait for them short."""
+    import signal
+
+    from fedsim.studies import raypool
+
+    told = []
+
+    def cancel(ref, force=False):
+        told.append((ref, force))
+        if len(told) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, as the first task is told
+
+    waited = []
+    fake = types.SimpleNamespace(cancel=cancel, wait=lambda refs, num_returns, timeout: waited.append(refs) or ([], refs))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    raised = None
+    try:
+        raypool._cancel(["a", "b", "c"])
+    except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
+        raised = exc
+    assert type(raised) is KeyboardInterrupt
+    assert (told, waited) == ([("a", False), ("b", False), ("c", False)], [])
+
+
 def test_a_ray_that_does_not_start_or_has_no_cpu_is_refused_and_stopped(fake_ray):
     """Mutants: an error from ``ray.init`` raised as ``UsageError`` without ``ray.shutdown`` first
     (what Ray had started of the instance was left running); a local instance of no CPU refused
