@@ -174,6 +174,36 @@ def test_a_second_sigterm_to_an_orphaned_worker_in_its_tasks_cleanup_lets_the_cl
     assert (res.returncode, res.stdout) == (0, "the cleanup goes on\n"), res.stderr
 
 
+_SIGINT_IN_TASK = """\
+import multiprocessing, os, signal, sys, time
+def task(x):
+    os.kill(os.getpid(), signal.SIGINT)  # a terminal's Ctrl-C reaches every process of its group
+    time.sleep(0.2)  # (a handler would run here)
+    return x * x
+if __name__ == "__main__":
+    multiprocessing.set_start_method(sys.argv[1])
+    from fedsim.studies.parallel import pmap
+    print(pmap(task, [3], workers=1, on_error=lambda i, e: print("failed:", i, repr(e))))
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_worker_started_afresh_leaves_a_ctrl_c_to_the_parent(tmp_path, method):
+    """Mutant P41: ``_init_worker`` without ``signal.signal(SIGINT, SIG_IGN)`` (the module
+    docstring: Ctrl-C reaches the parent only; it decides, and stops the workers by SIGTERM). A
+    worker started by spawn or forkserver begins with Python's default SIGINT handler: the SIGINT
+    a terminal sends the whole process group raised KeyboardInterrupt in its task, out of pmap
+    (and out of a sweep's point, before the parent's own stop). Here the SIGINT reaches the worker
+    alone: ignored, its task returns. (Under fork, the default start method on Linux before Python
+    3.14, the mutant is equivalent: the workers are forked inside ``sigint_deferred``, whose
+    handler they inherit only records a SIGINT, and nothing reads it there.)"""
+    script = tmp_path / "ctrl_c_in_task.py"
+    script.write_text(_SIGINT_IN_TASK)
+    res = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "[9]\n", "")
+
+
 # ---------------------------------------------------------------------------------------------
 # the local pool: inside a worker
 
@@ -350,6 +380,35 @@ def test_a_ray_initialised_already_is_used_as_it_is_and_left_running(fake_ray):
     assert ray.calls == [] and ray.up
 
 
+def test_a_second_ctrl_c_while_the_ray_tasks_are_cancelled_still_cancels_every_one(monkeypatch):
+    """A second Ctrl-C (or SIGTERM) as ``_cancel`` told the tasks to stop, one ``ray.cancel`` each:
+    raised in the middle, it left the tasks after that one uncancelled, and on a cluster they ran
+    on until Ray killed them as the driver went (their temporary folders left on the nodes; see
+    test_ctrl_c_of_a_sweep_on_a_cluster_cancels_its_tasks_there_leaving_nothing_of_them). Every task
+    is now told first; the second Ctrl-C is raised then, and cuts the wait for them short."""
+    import signal
+
+    from fedsim.studies import raypool
+
+    told = []
+
+    def cancel(ref, force=False):
+        told.append((ref, force))
+        if len(told) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, as the first task is told
+
+    waited = []
+    fake = types.SimpleNamespace(cancel=cancel, wait=lambda refs, num_returns, timeout: waited.append(refs) or ([], refs))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    raised = None
+    try:
+        raypool._cancel(["a", "b", "c"])
+    except KeyboardInterrupt as exc:  # (not pytest.raises: a plain one would end the test session)
+        raised = exc
+    assert type(raised) is KeyboardInterrupt
+    assert (told, waited) == ([("a", False), ("b", False), ("c", False)], [])
+
+
 def test_a_ray_that_does_not_start_or_has_no_cpu_is_refused_and_stopped(fake_ray):
     """Mutants: an error from ``ray.init`` raised as ``UsageError`` without ``ray.shutdown`` first
     (what Ray had started of the instance was left running); a local instance of no CPU refused
@@ -443,6 +502,36 @@ def test_the_temporary_folders_of_dead_ray_tasks_are_removed_and_live_ones_kept(
         (d / "point").mkdir(parents=True)
     sweep._remove_stale_temp()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_a_ray_task_starting_removes_what_killed_tasks_left_on_its_machine(tmp_path, monkeypatch):
+    """Mutant: ``_run_point_remote`` without its ``_remove_stale_temp()`` (its docstring: the
+    temporary point folders of tasks whose worker was killed are removed). On a cluster nothing else
+    removes them: a task killed there (cancelled by force after its grace, or by Ray as the
+    driver went) left its folder, with the point's half-written run, in the node's temporary
+    directory for good. Run here as a Ray worker runs it, without Ray: the folder of a process that
+    has ended goes, a living worker's stays, and the task's own folder is gone after it."""
+    import tempfile
+
+    from fedsim.kernel import NetSpec
+    from fedsim.studies.sweep import SweepPoint, _run_point_remote
+
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(node_tmp))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    killed = node_tmp / f"fedsim-point-{gone.pid}-k1"  # as a killed task left it
+    (killed / ".point.partial-1-a").mkdir(parents=True)
+    (killed / ".point.partial-1-a" / "run.log").write_text("half a run\n")
+    living = node_tmp / f"fedsim-point-{os.getppid()}-l1"  # a task running beside this one
+    (living / "point").mkdir(parents=True)
+    script = _script(tmp_path, "def run(ctx):\n    ctx.table('t', [{'m': ctx['x']}])\n")
+    p = SweepPoint(str(script), {"x": 2}, str(tmp_path / "sw" / "x=2"), "tiny", 0, NetSpec(), {"x": 2},
+                   {"scenario": "scn", "config": {"x": 2}})
+    res = _run_point_remote((p, None))
+    assert res["status"] == "done" and res["files"]["t.csv"].decode().splitlines() == ["m", "2"]
+    assert [d.name for d in node_tmp.iterdir()] == [living.name]
 
 
 # ---------------------------------------------------------------------------------------------

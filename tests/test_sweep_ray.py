@@ -407,17 +407,30 @@ def test_a_point_of_a_script_missing_on_the_worker_runs_from_the_sent_copy(tmp_p
 
 
 def test_ctrl_c_cancels_every_ray_task_promptly_and_marks_points_not_run(tmp_path):
-    script, log = logging_scenario(tmp_path, "time.sleep(30.0)")  # each point would take 30 s
+    # x=2's point is in a call that holds SIGTERM back for 2.5 s (as compiled code does, a numba
+    # kernel or a BLAS call, until it returns): its Ray task outlives the cancel's grace (0.5 s
+    # here, set by a plug-in in the driver: 3 s otherwise) and its worker is killed
+    # (ray.cancel(force=True)), leaving the task's temporary folder, which the sweep removes once
+    # the local instance is down (mutant: that removal left out, the folder stayed)
+    (tmp_path / "grace_soon.py").write_text("from fedsim.studies import raypool\nraypool.STOP_GRACE = 0.5\n")
+    stuck = tmp_path / "stuck"
+    script, log = logging_scenario(tmp_path, "if ctx['x'] == 2:\n"
+                                             "    import signal\n"
+                                             "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+                                             f"    open({str(stuck)!r}, 'w').close()\n"
+                                             "    time.sleep(2.5)\n"
+                                             "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})\n"
+                                             "time.sleep(30.0)")  # each point would take 30 s
     out = tmp_path / "sw"
-    args = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3,4,5,6", "--workers", "2",
-            "--backend", "ray", "--out", str(out)]
+    args = [sys.executable, "-m", "fedsim", "--plugin", "grace_soon.py", "sweep", str(script), "--grid",
+            "x=1,2,3,4,5,6", "--workers", "2", "--backend", "ray", "--out", str(out)]
     proc = subprocess.Popen(args, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env_with_repo())
     tree = Tree(proc.pid)
     deadline = time.time() + 120
-    while time.time() < deadline and len(ran(log)) < 2:  # both CPUs inside a point
+    while time.time() < deadline and (len(ran(log)) < 2 or not stuck.exists()):  # both CPUs inside a point
         time.sleep(0.05)
-    assert len(ran(log)) == 2, "the Ray tasks did not start"
+    assert len(ran(log)) == 2 and stuck.exists(), "the Ray tasks did not start"
     pids = [int(ln.split(",")[2]) for ln in log.read_text().split()]
     t0 = time.time()
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: Ray's daemons get it too
@@ -890,6 +903,78 @@ def test_a_cluster_without_cpus_gets_a_bounded_wait_for_a_node_to_join(tmp_path)
             _stop_node(worker)
         _stop_node(head)
     assert_gone(tree.stop(), within=30.0)
+
+
+def test_ctrl_c_of_a_sweep_on_a_cluster_cancels_its_tasks_there_leaving_nothing_of_them(tmp_path):
+    """Ctrl-C of a sweep on an existing cluster (--address): the driver cancels its tasks
+    (``ray_map``'s ``_cancel``) before it disconnects. On a local instance the sweep's
+    ``ray.shutdown`` stops every task with the instance, cancelled or not; a cluster stays up. There
+    Ray itself ends a job's workers once its driver has gone (Ray 2.60: the point's process was gone
+    when fedsim had ended, cancel or not), but by killing them: without the cancel, the task's
+    temporary folder on the node (``fedsim-point-WORKERPID-*``) was left, at times holding the
+    point's half-written run (seen: its ``.point.partial-*`` folder, run.log and lock), and nothing
+    removes it until another of fedsim's tasks starts on that node. (The sweep's own folder is
+    the driver's: a task's files reach it only once the task has returned them, written whole.) Cancelled, the task leaves by Ray's
+    KeyboardInterrupt in it: its point's process is stopped as on the local pool and the folder
+    removed, before fedsim ends. (That the same command then runs only the points not run is
+    test_sigterm_to_the_driver_stops_a_ray_sweep_as_ctrl_c_does_and_the_same_sweep_resumes's, on a
+    local instance: the sweep's folder is the driver's, whatever the backend.)"""
+    if shutil.which("ray") is None and not (Path(sys.executable).parent / "ray").exists():
+        pytest.skip("the ray command is not installed beside this Python")
+    ray_cli = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("RAY_", "FEDSIM_"))} | auth
+    (tmp_path / "head").mkdir()
+    port = _free_port()
+    # one CPU: one point runs (one Ray worker to start), the others wait in Ray's queue
+    head = _ray_node(ray_cli, ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"],
+                     tmp_path / "head", env)
+    tree = Tree(head.pid)
+    proc = None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and head.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the Ray head did not listen within 120 s:\n"
+                        + (tmp_path / "head" / "node.log").read_text(errors="replace")[-3000:])
+        script, log = logging_scenario(tmp_path, "time.sleep(60.0)")
+        out = tmp_path / "sw"
+        proc = subprocess.Popen([sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3", "--backend",
+                                 "ray", "--address", f"127.0.0.1:{port}", "--out", str(out), "--quiet"],
+                                cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env_with_repo(**env))
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not ran(log):
+            time.sleep(0.05)
+        assert len(ran(log)) == 1, ("the point did not start", proc.poll())
+        point = int(log.read_text().split(",")[2])  # the point's process, in its sleep
+        worker = _parents()[point]  # its Ray worker, which named the task's temporary folder
+        node_tmp = Path(os.environ.get("TMPDIR", "/tmp"))  # (the node's: it runs with this environment)
+        assert [d.name for d in node_tmp.glob(f"fedsim-point-{worker}-*")], "no temporary folder of the task seen"
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the driver's process group, not the cluster's
+        stdout, stderr = proc.communicate(timeout=60)
+        assert (proc.returncode, stderr.splitlines()) == (130, [
+            f"interrupted: 0 points run, 0 done before, 3 not run; the same command resumes. Results so far in "
+            f"{out}/ (report.md, sweep.json)"]), stderr
+        # as fedsim has ended: the point's process has gone, and nothing of its task is left on the node
+        assert not alive({point})
+        left = sorted(node_tmp.glob(f"fedsim-point-{worker}-*"))
+        assert not left, [str(p.relative_to(node_tmp)) for d in left for p in [d, *sorted(d.rglob("*"))]]
+        sweep = json.loads((out / "sweep.json").read_text())
+        assert sweep["state"] == "interrupted" and [p["status"] for p in sweep["points"]] == ["not run"] * 3
+        assert not list(out.glob("x=*")) and not list(out.glob(".*partial*"))
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        _stop_node(head)
+    assert_gone(tree.stop(), within=30.0)
+    assert len(ran(log)) == 1  # the queued points never started, then or after
 
 
 def test_the_wait_for_cpus_asks_the_autoscaler_for_a_node_and_withdraws_the_request(monkeypatch):

@@ -16,7 +16,8 @@ and puts first on every worker's path. The cluster's Python must be the driver's
 :func:`ray_map` runs ``fn`` on each task as a Ray task of one CPU and hands each result to the
 driver as it arrives. Ctrl-C (KeyboardInterrupt in the driver) cancels every task: queued ones
 at once, running ones first by Ray's KeyboardInterrupt in the task (``ray.cancel``), then, after
-:data:`STOP_GRACE` seconds, by killing their worker processes (``force=True``).
+:data:`STOP_GRACE` seconds, by killing their worker processes (``force=True``); a second Ctrl-C
+meanwhile cuts the wait short, once every task has been told.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..experiment import UsageError
+from ..signals import sigint_deferred
 
 __all__ = ["ADDRESS_FORMS", "CPU_WAIT", "CPU_WAIT_VAR", "RAY_MISSING", "RaySession", "STOP_GRACE", "address_error",
            "address_problem", "cpu_wait_from_env", "import_ray", "ray_available", "ray_map"]
@@ -674,15 +676,20 @@ def ray_map(fn: Callable[[Any], Any], tasks: Sequence[Any], *, limit: int | None
 def _cancel(refs: list) -> None:
     """Cancel ``refs``: Ray's KeyboardInterrupt in running tasks, then after STOP_GRACE seconds
     kill the workers of those still running; returns when all have ended (or after another
-    STOP_GRACE: Ray itself may be going down with the same Ctrl-C)."""
+    STOP_GRACE: Ray itself may be going down with the same Ctrl-C). A second Ctrl-C (or SIGTERM)
+    meanwhile is raised once every task has been told (one ``ray.cancel`` each), and cuts the
+    wait short."""
     import ray
 
     for force in (False, True):
-        for ref in refs:
-            try:
-                ray.cancel(ref, force=force)
-            except Exception:  # finished meanwhile, or Ray is already down
-                pass
+        # (raised in the middle, it left the tasks after that one uncancelled: on a cluster they
+        # ran on until Ray killed them as the driver went, their temporary folders left there)
+        with sigint_deferred():
+            for ref in refs:
+                try:
+                    ray.cancel(ref, force=force)
+                except Exception:  # finished meanwhile, or Ray is already down
+                    pass
         deadline = time.monotonic() + STOP_GRACE
         while refs and time.monotonic() < deadline:
             try:
