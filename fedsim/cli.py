@@ -391,6 +391,14 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
     print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    if net.diverged_at is not None:  # (the trace just stopped early: its stop message alone said why)
+        from .config import fields_of
+        from .protocols import REGISTRY
+
+        lr = "lr" in {f.name for f in fields_of(REGISTRY[args.protocol].Config)}
+        print(f"note: the model diverged: its server found it not finite after {net.diverged_at} of the "
+              f"{args.rounds} rounds and stopped there (stop carries diverged_at {net.diverged_at})"
+              + ("; a smaller learning rate (--set lr=...) keeps it finite" if lr else ""), file=sys.stderr)
     if args.eval:  # what --eval added, or that it added no message
         from .protocols import REGISTRY
 

@@ -356,6 +356,22 @@ def test_a_trace_refuses_a_set_of_its_own_clients_or_rounds(name, sets, message,
     assert str(err.value) == message and not (tmp_path / "o").exists()
 
 
+def test_a_trace_whose_model_diverged_says_so(capsys, tmp_path):
+    """docs/fedrec.md's `fedsim trace fedrec --set "model=PMF(S)"` over 3 rounds: the tiny preset's lr
+    (0.8, PMF(B)'s) makes the stochastic model diverge in its second round, where the server stops.
+    Before, the trace said nothing: the only sign was `diverged_at` in the stop messages' payloads."""
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--rounds", "3", "--set", "model=PMF(S)", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err == ("note: the model diverged: its server found it not finite after 2 of the 3 rounds and stopped "
+                   "there (stop carries diverged_at 2); a smaller learning rate (--set lr=...) keeps it finite\n")
+    assert "<h1>fedsim trace: fedrec: 3 clients, 3 rounds, profile lan, seed 0, diverged: not finite after 2 of its " \
+           "3 rounds</h1>" in (out / "trace.html").read_text()
+    assert main(["trace", "fedrec", "--rounds", "3", "--set", "model=PMF(S)", "--set", "lr=0.01", "--html",
+                 "--out", str(tmp_path / "ok")]) == 0
+    assert capsys.readouterr().err == "" and "diverged: not" not in (tmp_path / "ok" / "trace.html").read_text()
+
+
 def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_path):
     net, paths = trace("personalfr", tmp_path, clients=3, rounds=1)
     kinds = [r["kind"] for r in net.ledger.records()]

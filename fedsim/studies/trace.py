@@ -176,7 +176,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
     anything. Each file is written beside its name and renamed in once whole: one that fails (a
     full disk) leaves what ``out`` held under that name. What each view leaves out of a long run
-    (see the module docstring) is in the returned network's ``cuts``. A run that ends in a deadlock is written all the same (its views show the actors
+    (see the module docstring) is in the returned network's ``cuts``; a run whose model diverged
+    (its server found it not finite and stopped: ``info["diverged_at"]``) has the rounds done then in
+    its ``diverged_at`` (else None), and the page's title says so. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
@@ -246,8 +248,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         raise UsageError(f"{refused}: {exc}") from None
     check_job(spec, job)  # (not collected: the trace is the ledger's)
     deadlock = None
+    net.diverged_at = None
     try:
-        net.run()
+        net.diverged_at = _diverged_at(spec, job, net.run())
     except ActorError as exc:
         if isinstance(exc.__cause__, ValueError):
             raise UsageError(f"{refused}: {exc}") from None
@@ -261,6 +264,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
             f"profile {netspec.describe()}, seed {seed}"
     if test is not None:
         title += f", evaluated on {len(test)} held-out ratings (test_frac {float(test_frac):g})"
+    if net.diverged_at is not None:
+        title += f", diverged: not finite after {net.diverged_at} of its {rounds} rounds"
     rows = [int(r["round"]) for r in net.ledger.records()]
     shown = first_rounds(rows, MAX_PAGE_MESSAGES)
     # what each view written leaves out ({"shown": k, "total": n}; steps.log keeps every message)
@@ -291,6 +296,20 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         deadlock.advice = _deadlock_advice(name, cfg, netspec)
         raise deadlock
     return net, paths
+
+
+def _diverged_at(spec, job, run) -> int | None:
+    """The traced run's ``info["diverged_at"]`` (the rounds done when its server found the model
+    not finite and stopped: the trace ends there), from ``job.collect(run)``; None when it did not
+    diverge, or when collect cannot say (a run without its server's result; a plug-in whose
+    collect breaks its contract, which ``fedsim run`` names: the trace is the ledger's, written all
+    the same)."""
+    try:
+        info = job.collect(run).info
+    except Exception:  # noqa: BLE001 (see above: nothing of the trace depends on it)
+        return None
+    at = info.get("diverged_at") if isinstance(info, dict) else None
+    return None if at is None or isinstance(at, bool) or not isinstance(at, (int, np.integer)) else int(at)
 
 
 def _write_whole(path: Path, write) -> Path | None:
