@@ -384,6 +384,28 @@ def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_
             assert nbytes < fa[(src, dst, "model")]
 
 
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_traced_messages_fields_add_up_to_its_array_bytes(name, tmp_path):
+    """The page's payload table lists every array the ledger counts: PersonalFR's `decoder` and
+    `update` (and FedAvg's `model`) carry their arrays in a map one level down, `{dec: {name: array}}`,
+    and the table said `dec: dict of 4`, which neither showed the active rows a client was sent nor
+    added up to the `556 B of array payload` above it."""
+    net, _ = trace(name, tmp_path, clients=3, rounds=1, formats=("log",))
+    for i, r in enumerate(net.ledger.records()):
+        fields = net.payloads[i]
+        assert sum(f.get("bytes", 0) for f in fields) == r["raw_bytes"], (r["kind"], fields)
+        assert not any(f.get("value", "").startswith("dict of") for f in fields), (r["kind"], fields)
+    if name == "personalfr":  # each client is sent the decoder rows of the items its `indices` named
+        rows = list(net.ledger.records())
+        items = {r["src"]: net.payloads[i][0]["shape"][0] for i, r in enumerate(rows) if r["kind"] == "indices"}
+        for i, r in enumerate(rows):
+            if r["kind"] == "decoder":
+                fields = net.payloads[i]
+                assert [f["name"] for f in fields] == ["t", "dec['dec.W1']", "dec['dec.b1']", "dec['dec.W2']",
+                                                       "dec['dec.b2']"]
+                assert fields[3]["shape"] == [items[r["dst"]], 8] and fields[4]["shape"] == [items[r["dst"]]]
+
+
 def test_mermaid_validator_rejects_bad_syntax():
     with pytest.raises(AssertionError):
         parse_mermaid("sequenceDiagram\n    N0->>N1: a; b 3 B\n")

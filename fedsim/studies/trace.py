@@ -134,19 +134,28 @@ class TracingNetwork(SimNetwork):
 
 def payload_fields(data: bytes) -> list[dict]:
     """The fields of an encoded message's payload: arrays with dtype, shape and bytes, scalars
-    with their value (text shortened), nested containers by type and length."""
+    with their value (text shortened), nested containers by type and length. A map one level
+    down (a whole model, ``{"dec": {name: array}}``: PersonalFR's decoder rows, FedAvg's model)
+    is given entry by entry, named ``dec['dec.W2']``, as the ledger counts its arrays: it was one
+    field ``dict of 4``, so the page's fields did not add up to the message's array bytes."""
     _, payload = decode_message(data)
     items = payload.items() if isinstance(payload, dict) else [("payload", payload)]
     out = []
     for k, v in items:
-        if isinstance(v, np.ndarray):
-            out.append({"name": str(k), "dtype": str(v.dtype), "shape": list(v.shape), "bytes": int(v.nbytes)})
-        elif isinstance(v, (list, tuple, dict)):
-            out.append({"name": str(k), "value": f"{type(v).__name__} of {len(v)}"})
+        if isinstance(v, dict) and v:
+            out.extend(_field(f"{k}[{kk!r}]", vv) for kk, vv in v.items())
         else:
-            text = repr(v.item() if isinstance(v, np.generic) else v)
-            out.append({"name": str(k), "value": text if len(text) <= 60 else text[:57] + "..."})
+            out.append(_field(str(k), v))
     return out
+
+
+def _field(name: str, v: Any) -> dict:
+    if isinstance(v, np.ndarray):
+        return {"name": name, "dtype": str(v.dtype), "shape": list(v.shape), "bytes": int(v.nbytes)}
+    if isinstance(v, (list, tuple, dict)):
+        return {"name": name, "value": f"{type(v).__name__} of {len(v)}"}
+    text = repr(v.item() if isinstance(v, np.generic) else v)
+    return {"name": name, "value": text if len(text) <= 60 else text[:57] + "..."}
 
 
 def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed: int = 0,
