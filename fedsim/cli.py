@@ -109,6 +109,9 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--html", action=FlagOnce,
                     help="write only trace.html (one self-contained page: sequence, timeline, step-through)")
     tr.add_argument("--open", action=FlagOnce, help="open trace.html in a web browser")
+    tr.add_argument("--ledger", action=FlagOnce,
+                    help="also write ledger.csv: every message of the traced run, a row each (bytes, array bytes, "
+                         "floats, times, fate), as fedsim run --ledger writes it")
     cp = sub.add_parser("compare", help="run a protocol on the simulator and on a real transport, side by side")
     cp.add_argument("scenario", metavar="protocol", help="registered protocol (see fedsim list)")
     cp.add_argument("--against", action=StoreOnce, default="tcp", dest="against",
@@ -361,7 +364,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .experiment.runner import OutputFolder, no_room_error
     from .experiment.protocol_run import DEFAULT_TEST_FRAC
-    from .studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, trace
+    from .studies.trace import FORMATS, MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, trace
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
         raise UsageError("--out is empty; give a value or leave the option out")
@@ -371,7 +374,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     try:
         net, paths = trace(args.protocol, folder.tmp, clients=args.clients, rounds=args.rounds, seed=args.seed,
                            net=netspec, sets=args.set,
-                           formats=("html",) if args.html else None,
+                           formats=(("html",) if args.html else FORMATS) + (("ledger",) if args.ledger else ()),
                            test_frac=DEFAULT_TEST_FRAC if args.eval else 0.0)
         final = folder.commit()
     except DeadlockError as exc:  # written all the same: the trace shows who waits for what

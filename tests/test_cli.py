@@ -406,6 +406,26 @@ def test_a_traced_messages_fields_add_up_to_its_array_bytes(name, tmp_path):
                 assert fields[3]["shape"] == [items[r["dst"]], 8] and fields[4]["shape"] == [items[r["dst"]]]
 
 
+def test_trace_ledger_writes_the_traced_runs_ledger_row_for_row(capsys, tmp_path):
+    """A teacher's communication table of the very run drawn: `fedsim trace ... --ledger` writes its
+    ledger.csv (before, the option did not exist: the traced run's ledger could be had from Python
+    only, and `fedsim run PROTOCOL --ledger` runs every user of the data, not the trace's 3 clients)."""
+    import csv
+
+    out = tmp_path / "t"
+    assert main(["trace", "fedrecpp", "--ledger", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"traced 15 messages; wrote {out}/: trace.html, sequence.mmd, "
+                                              "timeline.svg, steps.log")
+    with open(out / "ledger.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    drawn = parse_mermaid((out / "sequence.mmd").read_text())
+    assert [(r["src"], r["dst"], r["kind"], int(r["bytes"]), r["anonymous"] == "1") for r in rows] == drawn
+    assert [r["round"] for r in rows] == ["-1"] * 3 + ["0"] * 12
+    assert sum(int(r["raw_bytes"]) for r in rows if r["kind"] == "noise") == 2 * 7 * (4 + 4 * 8)  # (4 + 4d) rho|I_u|
+    assert main(["trace", "fpl", "--clients", "2", "--html", "--ledger", "--out", str(tmp_path / "h")]) == 0
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["ledger.csv", "trace.html"]
+
+
 def test_mermaid_validator_rejects_bad_syntax():
     with pytest.raises(AssertionError):
         parse_mermaid("sequenceDiagram\n    N0->>N1: a; b 3 B\n")

@@ -164,7 +164,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     """Run protocol ``name`` (any registered protocol, on its ``tiny`` preset) with ``clients``
     clients for ``rounds`` rounds on a traced SimNetwork and write to ``out`` the ``formats``
     (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
-    steps.log, ``png`` timeline.png when matplotlib is installed). The network: ``profile``
+    steps.log, ``png`` timeline.png when matplotlib is installed; and, only when asked for,
+    ``ledger`` ledger.csv: the run's ledger, ``Ledger.to_csv``). The network: ``profile``
     (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
     ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
@@ -300,6 +301,13 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         png = _write_whole(out / "timeline.png", lambda tmp: timeline_png(net, tmp))
         if png:
             paths["png"] = png
+    if "ledger" in formats:  # (asked for, not a default view: fedsim trace --ledger)
+        def write_ledger(tmp: Path) -> Path:
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                net.ledger.to_csv(fh)
+            return tmp
+
+        paths["ledger"] = _write_whole(out / "ledger.csv", write_ledger)
     if deadlock is not None:
         deadlock.paths = paths
         deadlock.advice = _deadlock_advice(name, cfg, netspec)
