@@ -235,8 +235,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .protocols import REGISTRY
 
     if args.scenario not in REGISTRY:
-        raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}; protocols: "
-                         f"{', '.join(REGISTRY)}")
+        close = REGISTRY.closest(args.scenario)
+        raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}"
+                         + (f"; did you mean {close!r}?" if close else "") + f" (protocols: {', '.join(REGISTRY)})")
     from .experiment.compare import check_against
 
     # (the same checks as compare_scenario's, the options named as on the command line)

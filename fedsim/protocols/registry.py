@@ -28,6 +28,12 @@ from typing import Iterable, Iterator
 from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 from .contract import ProtocolSpec
 
+
+def protocol_key(name: str) -> str:
+    """``name`` as protocol names are spelt, to suggest one for a mistyped name: lower case,
+    ``++`` as ``pp`` (``FedRec++`` -> ``fedrecpp``)."""
+    return name.strip().lower().replace("++", "pp")
+
 __all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "entry_points_loaded", "load_plugins",
            "plugin_files", "register"]
 
@@ -67,12 +73,21 @@ class Registry:
         """Forget a protocol (tests that register a temporary one)."""
         self._specs.pop(name, None)
 
+    def closest(self, name: object) -> str | None:
+        """The registered protocol a mistyped ``name`` most likely means (None: none is close):
+        compared as ``protocol_key`` spells it, so the papers' ``FedRec++`` is ``fedrecpp`` (it
+        was 'fedrec', the other protocol)."""
+        if not isinstance(name, str):
+            return None
+        close = difflib.get_close_matches(protocol_key(name), list(self._specs), n=1)
+        return close[0] if close else None
+
     def __getitem__(self, name: str) -> ProtocolSpec:
         try:
             return self._specs[name]
         except KeyError:
-            close = difflib.get_close_matches(name, list(self._specs), n=1) if isinstance(name, str) else []
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = self.closest(name)
+            hint = f"; did you mean {close!r}?" if close else ""
             raise KeyError(f"unknown protocol {name!r}; known: {', '.join(self._specs)}{hint}") from None
         except TypeError:  # unhashable: "unhashable type: 'list'"
             raise KeyError(f"unknown protocol {name!r}: a protocol name is a str") from None

@@ -193,10 +193,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
     if name not in REGISTRY:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(REGISTRY), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = REGISTRY.closest(name)
+        hint = f"; did you mean {close!r}?" if close else ""
         raise UsageError(f"cannot trace {name!r}{hint} (registered protocols: {', '.join(REGISTRY)})")
     if clients < 1 or rounds < 1:
         raise UsageError("--clients and --rounds must be at least 1")
