@@ -28,14 +28,15 @@ from typing import Iterable, Iterator
 from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
 from .contract import ProtocolSpec
 
+__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "entry_points_loaded", "load_plugins",
+           "plugin_files", "register"]
+
 
 def protocol_key(name: str) -> str:
     """``name`` as protocol names are spelt, to suggest one for a mistyped name: lower case,
     ``++`` as ``pp`` (``FedRec++`` -> ``fedrecpp``)."""
     return name.strip().lower().replace("++", "pp")
 
-__all__ = ["PLUGIN_GROUPS", "REGISTRY", "Registry", "all_or_nothing", "entry_points_loaded", "load_plugins",
-           "plugin_files", "register"]
 
 # the entry-point groups whose modules load_plugins imports (any of them may register protocols,
 # link models and transports alike; a module declared in several is imported once)
