@@ -109,6 +109,9 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--html", action=FlagOnce,
                     help="write only trace.html (one self-contained page: sequence, timeline, step-through)")
     tr.add_argument("--open", action=FlagOnce, help="open trace.html in a web browser")
+    tr.add_argument("--ledger", action=FlagOnce,
+                    help="also write ledger.csv: every message of the traced run, a row each (bytes, array bytes, "
+                         "floats, times, fate), as fedsim run --ledger writes it")
     cp = sub.add_parser("compare", help="run a protocol on the simulator and on a real transport, side by side")
     cp.add_argument("scenario", metavar="protocol", help="registered protocol (see fedsim list)")
     cp.add_argument("--against", action=StoreOnce, default="tcp", dest="against",
@@ -232,8 +235,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .protocols import REGISTRY
 
     if args.scenario not in REGISTRY:
-        raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}; protocols: "
-                         f"{', '.join(REGISTRY)}")
+        close = REGISTRY.closest(args.scenario)
+        raise UsageError(f"fedsim compare takes a registered protocol, not {args.scenario!r}"
+                         + (f"; did you mean {close!r}?" if close else "") + f" (protocols: {', '.join(REGISTRY)})")
     from .experiment.compare import check_against
 
     # (the same checks as compare_scenario's, the options named as on the command line)
@@ -361,7 +365,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .experiment.runner import OutputFolder, no_room_error
     from .experiment.protocol_run import DEFAULT_TEST_FRAC
-    from .studies.trace import MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, trace
+    from .studies.trace import FORMATS, MAX_MERMAID_CHARS, MAX_PAGE_MESSAGES, trace
 
     if args.out is not None and not args.out.strip():  # it wrote to runs/<time>-trace-NAME instead
         raise UsageError("--out is empty; give a value or leave the option out")
@@ -371,7 +375,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     try:
         net, paths = trace(args.protocol, folder.tmp, clients=args.clients, rounds=args.rounds, seed=args.seed,
                            net=netspec, sets=args.set,
-                           formats=("html",) if args.html else None,
+                           formats=(("html",) if args.html else FORMATS) + (("ledger",) if args.ledger else ()),
                            test_frac=DEFAULT_TEST_FRAC if args.eval else 0.0)
         final = folder.commit()
     except DeadlockError as exc:  # written all the same: the trace shows who waits for what
@@ -391,6 +395,14 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
     print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    if net.diverged_at is not None:  # (the trace just stopped early: its stop message alone said why)
+        from .config import fields_of
+        from .protocols import REGISTRY
+
+        lr = "lr" in {f.name for f in fields_of(REGISTRY[args.protocol].Config)}
+        print(f"note: the model diverged: its server found it not finite after {net.diverged_at} of the "
+              f"{args.rounds} rounds and stopped there (stop carries diverged_at {net.diverged_at})"
+              + ("; a smaller learning rate (--set lr=...) keeps it finite" if lr else ""), file=sys.stderr)
     if args.eval:  # what --eval added, or that it added no message
         from .protocols import REGISTRY
 

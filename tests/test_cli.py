@@ -356,6 +356,22 @@ def test_a_trace_refuses_a_set_of_its_own_clients_or_rounds(name, sets, message,
     assert str(err.value) == message and not (tmp_path / "o").exists()
 
 
+def test_a_trace_whose_model_diverged_says_so(capsys, tmp_path):
+    """docs/fedrec.md's `fedsim trace fedrec --set "model=PMF(S)"` over 3 rounds: the tiny preset's lr
+    (0.8, PMF(B)'s) makes the stochastic model diverge in its second round, where the server stops.
+    Before, the trace said nothing: the only sign was `diverged_at` in the stop messages' payloads."""
+    out = tmp_path / "t"
+    assert main(["trace", "fedrec", "--rounds", "3", "--set", "model=PMF(S)", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err == ("note: the model diverged: its server found it not finite after 2 of the 3 rounds and stopped "
+                   "there (stop carries diverged_at 2); a smaller learning rate (--set lr=...) keeps it finite\n")
+    assert "<h1>fedsim trace: fedrec: 3 clients, 3 rounds, profile lan, seed 0, diverged: not finite after 2 of its " \
+           "3 rounds</h1>" in (out / "trace.html").read_text()
+    assert main(["trace", "fedrec", "--rounds", "3", "--set", "model=PMF(S)", "--set", "lr=0.01", "--html",
+                 "--out", str(tmp_path / "ok")]) == 0
+    assert capsys.readouterr().err == "" and "diverged: not" not in (tmp_path / "ok" / "trace.html").read_text()
+
+
 def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_path):
     net, paths = trace("personalfr", tmp_path, clients=3, rounds=1)
     kinds = [r["kind"] for r in net.ledger.records()]
@@ -366,6 +382,48 @@ def test_personalfr_trace_shows_indices_then_active_decoders_and_no_encoder(tmp_
     for src, dst, kind, nbytes, _ in parse_mermaid(paths["mermaid"].read_text()):
         if kind == "decoder":
             assert nbytes < fa[(src, dst, "model")]
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_a_traced_messages_fields_add_up_to_its_array_bytes(name, tmp_path):
+    """The page's payload table lists every array the ledger counts: PersonalFR's `decoder` and
+    `update` (and FedAvg's `model`) carry their arrays in a map one level down, `{dec: {name: array}}`,
+    and the table said `dec: dict of 4`, which neither showed the active rows a client was sent nor
+    added up to the `556 B of array payload` above it."""
+    net, _ = trace(name, tmp_path, clients=3, rounds=1, formats=("log",))
+    for i, r in enumerate(net.ledger.records()):
+        fields = net.payloads[i]
+        assert sum(f.get("bytes", 0) for f in fields) == r["raw_bytes"], (r["kind"], fields)
+        assert not any(f.get("value", "").startswith("dict of") for f in fields), (r["kind"], fields)
+    if name == "personalfr":  # each client is sent the decoder rows of the items its `indices` named
+        rows = list(net.ledger.records())
+        items = {r["src"]: net.payloads[i][0]["shape"][0] for i, r in enumerate(rows) if r["kind"] == "indices"}
+        for i, r in enumerate(rows):
+            if r["kind"] == "decoder":
+                fields = net.payloads[i]
+                assert [f["name"] for f in fields] == ["t", "dec['dec.W1']", "dec['dec.b1']", "dec['dec.W2']",
+                                                       "dec['dec.b2']"]
+                assert fields[3]["shape"] == [items[r["dst"]], 8] and fields[4]["shape"] == [items[r["dst"]]]
+
+
+def test_trace_ledger_writes_the_traced_runs_ledger_row_for_row(capsys, tmp_path):
+    """A teacher's communication table of the very run drawn: `fedsim trace ... --ledger` writes its
+    ledger.csv (before, the option did not exist: the traced run's ledger could be had from Python
+    only, and `fedsim run PROTOCOL --ledger` runs every user of the data, not the trace's 3 clients)."""
+    import csv
+
+    out = tmp_path / "t"
+    assert main(["trace", "fedrecpp", "--ledger", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"traced 15 messages; wrote {out}/: trace.html, sequence.mmd, "
+                                              "timeline.svg, steps.log")
+    with open(out / "ledger.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    drawn = parse_mermaid((out / "sequence.mmd").read_text())
+    assert [(r["src"], r["dst"], r["kind"], int(r["bytes"]), r["anonymous"] == "1") for r in rows] == drawn
+    assert [r["round"] for r in rows] == ["-1"] * 3 + ["0"] * 12
+    assert sum(int(r["raw_bytes"]) for r in rows if r["kind"] == "noise") == 2 * 7 * (4 + 4 * 8)  # (4 + 4d) rho|I_u|
+    assert main(["trace", "fpl", "--clients", "2", "--html", "--ledger", "--out", str(tmp_path / "h")]) == 0
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["ledger.csv", "trace.html"]
 
 
 def test_mermaid_validator_rejects_bad_syntax():

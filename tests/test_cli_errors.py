@@ -839,3 +839,17 @@ def test_a_plugin_that_deadlocks_with_nothing_lost_is_not_told_to_add_a_deadline
     assert lines[-1] == ("  no message was lost and no node dropped out: the actors above wait for messages that no "
                          "actor sent, or sent with another kind or round label")
     nothing_left(tmp_path, tmp_path / "o")
+
+
+@pytest.mark.parametrize("args", [["trace", "fedrec++"], ["trace", "FedRec++"], ["run", "fedrec++"],
+                                  ["run", "FedRec++"], ["compare", "fedrec++"], ["trace", "FPL"]])
+def test_a_protocol_named_as_its_paper_names_it_gets_the_right_hint(args, capsys, tmp_path):
+    # the pages write FedRec++, the command takes fedrecpp: `fedsim trace fedrec++` said "did you mean
+    # 'fedrec'?" (the other protocol), `FedRec++` and `FPL` gave no hint, and compare never gave one
+    from fedsim.cli import main
+
+    assert main([*args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    want = "fpl" if args[1] == "FPL" else "fedrecpp"
+    assert err.startswith("error: ") and err.count("\n") == 1 and f"; did you mean {want!r}?" in err, err
+    assert not (tmp_path / "o").exists()

@@ -1,6 +1,7 @@
 """A model that stops being finite (a learning rate too large for the data): every protocol's server
 checks its model once per round and stops there with ``info["diverged_at"]`` (the 1-based round it
-found it in), sends no client a model that is not finite, and keeps no NaN evaluation as a score."""
+found it in), sends no client a model that is not finite in a later round (within a round, FedRec's
+stochastic models send V to one client after another), and keeps no NaN or inf evaluation as a score."""
 
 from __future__ import annotations
 
@@ -267,3 +268,15 @@ def test_without_numba_the_diverging_runs_are_as_quiet_and_stop_at_the_same_roun
     assert got.stderr == ""
     here_at = [run(n, c, r, h, **o).info["diverged_at"] for n, c, r, h, o in DIVERGING]  # numba, if installed
     assert None not in here_at and json.loads(got.stdout) == here_at
+
+
+@pytest.mark.parametrize("model", ["PMF(S)", "SVD++(S)"])
+def test_a_stochastic_fedrec_server_neither_sends_nor_scores_a_diverged_model_for_evaluation(model):
+    # the stochastic server evaluated before its check: the round V stopped being finite in, it sent
+    # every client an `evaluate` carrying that V and kept the inf MAE/RMSE they answered as a score
+    # (`fedsim run fedrec --set model=PMF(S) --set eval_every=1` printed final_mae inf); PMF(B) did not
+    res = run("fedrec", 3, 3, True, model=model, eval_every=1)  # the tiny preset's lr 0.8 is PMF(B)'s
+    assert res.info["diverged_at"] == 2
+    assert rounds_of(res, "evaluate") == [0]  # round 1's model was not finite: no evaluation of it
+    assert [m["iteration"] for m in res.metrics] == [1] and np.isfinite(res.metrics[0]["rmse"])
+    assert not np.isfinite(res.params["V"]).all()

@@ -125,9 +125,11 @@ def unknown_scenario(name: str) -> str:
     import difflib
 
     from ..protocols import REGISTRY
+    from ..protocols.registry import protocol_key
 
     scenarios = [n for n, _ in list_scenarios()]
-    close = difflib.get_close_matches(name, scenarios + list(REGISTRY), n=1)
+    # (as protocol names are spelt: 'fedrec++' and 'FedRec++' were told "did you mean 'fedrec'?", or nothing)
+    close = difflib.get_close_matches(protocol_key(name), scenarios + list(REGISTRY), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return (f"unknown scenario or protocol {name!r}{hint} (scenarios: {', '.join(scenarios)}; "
             f"protocols: {', '.join(REGISTRY)}; a protocol in a file of your own: fedsim --plugin FILE run NAME)")

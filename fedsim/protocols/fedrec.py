@@ -311,6 +311,9 @@ async def server(ctx, clients: list[str], m: int, cfg: FedRecConfig) -> dict:
             if silent:
                 missing.append({"round": t, "kind": "gradients", "clients": len(silent)})
             if cfg.eval_every and (t + 1) % cfg.eval_every == 0:
+                if not _check(V, O):  # a model that is not finite is neither sent nor scored (inf)
+                    diverged_at = t + 1
+                    break
                 body = {"V": V} if O is None else {"V": V, "O": O}
                 await ctx.broadcast(clients, "evaluate", body)
                 evals.append(await _collect_eval(ctx, clients, t + 1, t, cfg.deadline))

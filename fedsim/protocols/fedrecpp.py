@@ -677,14 +677,15 @@ SPEC = register(ProtocolSpec(
              "{items, grads} over rated and sampled items, items strictly increasing (eta = 0: FedRec with "
              "hybrid filling; secure noise: "
              "{overflow: true} instead when the noise does not fit the fixed-point grid: the run diverged)"),
-        Kind("noise", "ordinary", "denoiser", "training",
+        # a denoiser that dropped out before it read its assign is still a client to its group
+        Kind("noise", "ordinary", ("denoiser", "client"), "training",
              "{items, grads} of the sampled items, anonymous, to the client's denoiser (secure noise: "
              "{masked: uint64[m (d + 1)]})", anonymous=True),
         # every client a denoiser (one client, eta = n): round 0's collect follows the assign at
         # once, before the denoiser has read it (no upload to wait for)
         Kind("collect", "server", ("client", "denoiser"), "training", "{t, expected}: noise messages to expect"),
         Kind("denoised", "denoiser", "server", "training", "{items, sums, counts}: Eq. 9 and the count correction"),
-        *key_exchange_kinds("ordinary", "secure noise"),
+        *key_exchange_kinds("ordinary", "secure noise", receivers=("ordinary", "client")),
         # T = 0: the stop follows the assign before any client has read it
         Kind("stop", "server", ("client", "ordinary", "denoiser"), "control", "{diverged_at}"),
     ),

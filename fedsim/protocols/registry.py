@@ -39,6 +39,13 @@ from .contract import ProtocolSpec
 __all__ = ["PLUGIN_GROUPS", "PluginState", "REGISTRY", "Registry", "all_or_nothing", "entry_points_loaded",
            "load_plugin_state", "load_plugins", "plugin_files", "plugin_state", "register"]
 
+
+def protocol_key(name: str) -> str:
+    """``name`` as protocol names are spelt, to suggest one for a mistyped name: lower case,
+    ``++`` as ``pp`` (``FedRec++`` -> ``fedrecpp``)."""
+    return name.strip().lower().replace("++", "pp")
+
+
 # the entry-point groups whose modules load_plugins imports (any of them may register protocols,
 # link models and transports alike; a module declared in several is imported once)
 PLUGIN_GROUPS = ("fedsim.protocols", "fedsim.link_models", "fedsim.transports")
@@ -80,12 +87,21 @@ class Registry:
         forgets it too (another file registering the name later clashed there with it)."""
         self._specs.pop(name, None)
 
+    def closest(self, name: object) -> str | None:
+        """The registered protocol a mistyped ``name`` most likely means (None: none is close):
+        compared as ``protocol_key`` spells it, so the papers' ``FedRec++`` is ``fedrecpp`` (it
+        was 'fedrec', the other protocol)."""
+        if not isinstance(name, str):
+            return None
+        close = difflib.get_close_matches(protocol_key(name), list(self._specs), n=1)
+        return close[0] if close else None
+
     def __getitem__(self, name: str) -> ProtocolSpec:
         try:
             return self._specs[name]
         except KeyError:
-            close = difflib.get_close_matches(name, list(self._specs), n=1) if isinstance(name, str) else []
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            close = self.closest(name)
+            hint = f"; did you mean {close!r}?" if close else ""
             raise KeyError(f"unknown protocol {name!r}; known: {', '.join(self._specs)}{hint}") from None
         except TypeError:  # unhashable: "unhashable type: 'list'"
             raise KeyError(f"unknown protocol {name!r}: a protocol name is a str") from None

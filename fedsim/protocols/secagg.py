@@ -50,12 +50,16 @@ TOO_FEW = "fewer than two participants with a public key: no sum to hide an uplo
 
 
 def key_exchange_kinds(client_role: str = "client", purpose: str = "secure aggregation",
-                       masked: str | None = None) -> tuple[Kind, ...]:
+                       masked: str | None = None, receivers: str | tuple[str, ...] | None = None) -> tuple[Kind, ...]:
     """The message kinds a protocol spec declares for this module's steps: ``keys`` and ``peers``
     between the server and ``client_role``, and, when ``masked`` describes the upload's layout,
-    the ``masked`` upload itself (``purpose`` names the defence in the descriptions)."""
+    the ``masked`` upload itself (``purpose`` names the defence in the descriptions). ``receivers``:
+    the roles ``peers`` may find its receivers in (default ``client_role``; FedRec++'s ordinary
+    clients are still ``client`` if they dropped out before reading the assign that made them
+    ``ordinary``)."""
     kinds = (Kind("keys", client_role, "server", "setup", f"{{pub}}: {purpose}, the client's public key"),
-             Kind("peers", "server", client_role, "setup", f"{{pubs: uint64[n]}}: {purpose}, every public key"))
+             Kind("peers", "server", client_role if receivers is None else receivers, "setup",
+                  f"{{pubs: uint64[n]}}: {purpose}, every public key"))
     if masked is not None:
         kinds += (Kind("masked", client_role, "server", "training", f"{{masked: {masked}}}: {purpose}, "
                        "the dense masked upload ({overflow: true} instead when a value does not fit the "

@@ -134,19 +134,28 @@ class TracingNetwork(SimNetwork):
 
 def payload_fields(data: bytes) -> list[dict]:
     """The fields of an encoded message's payload: arrays with dtype, shape and bytes, scalars
-    with their value (text shortened), nested containers by type and length."""
+    with their value (text shortened), nested containers by type and length. A map one level
+    down (a whole model, ``{"dec": {name: array}}``: PersonalFR's decoder rows, FedAvg's model)
+    is given entry by entry, named ``dec['dec.W2']``, as the ledger counts its arrays: it was one
+    field ``dict of 4``, so the page's fields did not add up to the message's array bytes."""
     _, payload = decode_message(data)
     items = payload.items() if isinstance(payload, dict) else [("payload", payload)]
     out = []
     for k, v in items:
-        if isinstance(v, np.ndarray):
-            out.append({"name": str(k), "dtype": str(v.dtype), "shape": list(v.shape), "bytes": int(v.nbytes)})
-        elif isinstance(v, (list, tuple, dict)):
-            out.append({"name": str(k), "value": f"{type(v).__name__} of {len(v)}"})
+        if isinstance(v, dict) and v:
+            out.extend(_field(f"{k}[{kk!r}]", vv) for kk, vv in v.items())
         else:
-            text = repr(v.item() if isinstance(v, np.generic) else v)
-            out.append({"name": str(k), "value": text if len(text) <= 60 else text[:57] + "..."})
+            out.append(_field(str(k), v))
     return out
+
+
+def _field(name: str, v: Any) -> dict:
+    if isinstance(v, np.ndarray):
+        return {"name": name, "dtype": str(v.dtype), "shape": list(v.shape), "bytes": int(v.nbytes)}
+    if isinstance(v, (list, tuple, dict)):
+        return {"name": name, "value": f"{type(v).__name__} of {len(v)}"}
+    text = repr(v.item() if isinstance(v, np.generic) else v)
+    return {"name": name, "value": text if len(text) <= 60 else text[:57] + "..."}
 
 
 def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed: int = 0,
@@ -155,7 +164,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     """Run protocol ``name`` (any registered protocol, on its ``tiny`` preset) with ``clients``
     clients for ``rounds`` rounds on a traced SimNetwork and write to ``out`` the ``formats``
     (default all: ``html`` trace.html, ``mermaid`` sequence.mmd, ``svg`` timeline.svg, ``log``
-    steps.log, ``png`` timeline.png when matplotlib is installed). The network: ``profile``
+    steps.log, ``png`` timeline.png when matplotlib is installed; and, only when asked for,
+    ``ledger`` ledger.csv: the run's ledger, ``Ledger.to_csv``). The network: ``profile``
     (default ``lan``), or ``net``, a ``NetSpec`` with its link model and faults (``loss``,
     ``dropout``, ``window``; its transport must be ``sim``: a trace is a simulated run), not both.
     ``sets``: ``key=value`` overrides of the protocol's configuration (its deadline among them).
@@ -176,15 +186,15 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     ``check_data`` refuses on the preset's data (``given``: the keys of ``sets``), before writing
     anything. Each file is written beside its name and renamed in once whole: one that fails (a
     full disk) leaves what ``out`` held under that name. What each view leaves out of a long run
-    (see the module docstring) is in the returned network's ``cuts``. A run that ends in a deadlock is written all the same (its views show the actors
+    (see the module docstring) is in the returned network's ``cuts``; a run whose model diverged
+    (its server found it not finite and stopped: ``info["diverged_at"]``) has the rounds done then in
+    its ``diverged_at`` (else None), and the page's title says so. A run that ends in a deadlock is written all the same (its views show the actors
     still waiting), then its ``DeadlockError`` is raised, with the files written in its ``paths``
     and, for a run with faults and no deadline, the remedy in its ``advice``
     (``--set deadline=SECONDS``; else None)."""
     if name not in REGISTRY:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(REGISTRY), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = REGISTRY.closest(name)
+        hint = f"; did you mean {close!r}?" if close else ""
         raise UsageError(f"cannot trace {name!r}{hint} (registered protocols: {', '.join(REGISTRY)})")
     if clients < 1 or rounds < 1:
         raise UsageError("--clients and --rounds must be at least 1")
@@ -246,8 +256,9 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         raise UsageError(f"{refused}: {exc}") from None
     check_job(spec, job)  # (not collected: the trace is the ledger's)
     deadlock = None
+    net.diverged_at = None
     try:
-        net.run()
+        net.diverged_at = _diverged_at(spec, job, net.run())
     except ActorError as exc:
         if isinstance(exc.__cause__, ValueError):
             raise UsageError(f"{refused}: {exc}") from None
@@ -261,6 +272,8 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
             f"profile {netspec.describe()}, seed {seed}"
     if test is not None:
         title += f", evaluated on {len(test)} held-out ratings (test_frac {float(test_frac):g})"
+    if net.diverged_at is not None:
+        title += f", diverged: not finite after {net.diverged_at} of its {rounds} rounds"
     rows = [int(r["round"]) for r in net.ledger.records()]
     shown = first_rounds(rows, MAX_PAGE_MESSAGES)
     # what each view written leaves out ({"shown": k, "total": n}; steps.log keeps every message)
@@ -286,11 +299,32 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
         png = _write_whole(out / "timeline.png", lambda tmp: timeline_png(net, tmp))
         if png:
             paths["png"] = png
+    if "ledger" in formats:  # (asked for, not a default view: fedsim trace --ledger)
+        def write_ledger(tmp: Path) -> Path:
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                net.ledger.to_csv(fh)
+            return tmp
+
+        paths["ledger"] = _write_whole(out / "ledger.csv", write_ledger)
     if deadlock is not None:
         deadlock.paths = paths
         deadlock.advice = _deadlock_advice(name, cfg, netspec)
         raise deadlock
     return net, paths
+
+
+def _diverged_at(spec, job, run) -> int | None:
+    """The traced run's ``info["diverged_at"]`` (the rounds done when its server found the model
+    not finite and stopped: the trace ends there), from ``job.collect(run)``; None when it did not
+    diverge, or when collect cannot say (a run without its server's result; a plug-in whose
+    collect breaks its contract, which ``fedsim run`` names: the trace is the ledger's, written all
+    the same)."""
+    try:
+        info = job.collect(run).info
+    except Exception:  # noqa: BLE001 (see above: nothing of the trace depends on it)
+        return None
+    at = info.get("diverged_at") if isinstance(info, dict) else None
+    return None if at is None or isinstance(at, bool) or not isinstance(at, (int, np.integer)) else int(at)
 
 
 def _write_whole(path: Path, write) -> Path | None:
