@@ -289,6 +289,9 @@ def run(ctx: RunContext) -> None:
         rows += o["rows"]
         sizes += o["sizes"]
         links += o["links"]
+    said = unevaluated_note(tasks, outs)
+    if said:
+        ctx.caveat("unevaluated", said)
     rows = _pool_seeds(rows)
     cols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "T", "adversary",
             "attack", "window", "users", "attacked", "unseen", "unrecorded_users", "partly_seen", *_metric_cols(), "accuracy_metric", "accuracy",
@@ -316,6 +319,26 @@ def run(ctx: RunContext) -> None:
                         "and arrival times at the server's and the denoisers' links)", floatfmt=".4g")
     _notes(ctx, rows)
     _plots(ctx, rows)
+
+
+def unevaluated_note(tasks: list[AuditTask], outs: list[dict]) -> str | None:
+    """The **Not evaluated** note for the runs (``run_task``'s answers ``outs`` to ``tasks``) whose
+    accuracy was asked for and could not be had (``info["unevaluated"]``: the model diverged, every
+    user with test ratings dropped out, ...), naming each run and why; None when there is none.
+    Their accuracy is NaN, which read as a broken model (FedRec's was a mean over no rating, with
+    NumPy's "Mean of empty slice" warnings, until 2026-11-28)."""
+    which = [f"{_setting_text(t.setting)}, seed {t.seed}: {o['info']['unevaluated']}"
+             for t, o in zip(tasks, outs) if o["info"].get("unevaluated")]
+    if not which:
+        return None
+    return (f"**Not evaluated.** {len(which)} run(s) had no accuracy to report ({'; '.join(which)}): their NaN "
+            "accuracy is no score.")
+
+
+def _setting_text(setting: dict) -> str:
+    """``fedrec (model PMF(B), strategy ua, rho 1)``: a task's protocol and setting, for notes."""
+    what = ", ".join(f"{k} {v}" for k, v in setting.items() if k != "protocol" and v not in (None, ""))
+    return f"{setting.get('protocol', '?')} ({what})" if what else str(setting.get("protocol", "?"))
 
 
 def _cost(task: AuditTask) -> float:
