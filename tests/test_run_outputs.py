@@ -371,6 +371,22 @@ def test_human_units():
         "999 µs", "1 ms", "999 ms", "1 s", "-1 s"]
 
 
+def test_human_units_at_the_extremes():
+    # a float-noise difference of 1.39e-17 s was written "1.39e-11 µs", a negative 185 s "-4 min 55 s"
+    # (divmod of a negative number), an infinite duration raised OverflowError, -0.4 bytes read
+    # "-0 B" and a zettabyte "1e+03 PB"
+    from fedsim.experiment import human_bytes, human_seconds
+
+    assert [human_seconds(s) for s in (1.39e-17, -1e-13, 1e-11, 5e-10, 3e-7, 999.6e-9)] == [
+        "< 1 ps", "> -1 ps", "0.01 ns", "0.5 ns", "300 ns", "1 µs"]
+    assert [human_seconds(s) for s in (-185, -3725, -0.0, float("inf"), float("-inf"))] == [
+        "-3 min 05 s", "-1 h 02 min", "0 s", "inf s", "-inf s"]
+    assert [human_bytes(n) for n in (-0.0, -0.4, 0.4, -0.6, 1e18, 1.2e21, float("inf"))] == [
+        "0 B", "0 B", "0 B", "-1 B", "1 EB", "1.2 ZB", "inf B"]
+    for text in [human_seconds(10.0 ** k) for k in range(-20, 12)] + [human_bytes(10.0 ** k) for k in range(0, 25)]:
+        assert "e+" not in text and "e-" not in text, text
+
+
 PAPER = (
     "from fedsim.experiment import Param\n"
     "PARAMS = {'iterations': Param(100, 'iterations')}\n"

@@ -39,40 +39,54 @@ def naming_the_file(path: str | os.PathLike, *tmp: str | os.PathLike) -> Iterato
 
 def human_bytes(n: float) -> str:
     """``1903907570`` -> ``1.9 GB`` (powers of 1000, three significant digits, trailing zeros
-    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``). NaN as ``nan``."""
+    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``, and what rounds
+    to no byte is ``0 B``, not ``-0 B``). NaN as ``nan``, infinity as ``inf B``."""
     n = float(n)
     if math.isnan(n):
         return "nan"
+    if math.isinf(n):
+        return f"{'-' if n < 0 else ''}inf B"
     if abs(n) < 999.5:
-        return f"{n:.0f} B"
-    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        return f"{round(n) or 0:.0f} B"  # (round(-0.4) is -0: the 'or' makes it 0)
+    units = ("KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    for unit in units:
         n /= 1000.0
-        if abs(n) < 999.5 or unit == "PB":
+        if abs(n) < 999.5 or unit == units[-1]:
             return f"{n:.3g} {unit}"
-    return f"{n:.3g} PB"  # pragma: no cover
+    return f"{n:.3g} {units[-1]}"  # pragma: no cover
 
 
 def human_seconds(s: float) -> str:
     """A duration for people: ``850 µs``, ``12.3 ms``, ``4.56 s``, ``3 min 05 s``, ``1 h 02 min``
     (what rounds to 1000 of a unit in three digits is written in the next: 0.9996 s is ``1 s``,
-    not ``1e+03 ms``)."""
+    not ``1e+03 ms``); below a microsecond in ns (``12.3 ns``), below a picosecond ``< 1 ps``
+    (``> -1 ps``): a simulator's float noise, written ``1.39e-11 µs`` before. A negative
+    duration is its magnitude's text after a minus sign (-185 s was ``-4 min 55 s``); NaN is
+    ``nan``, infinity ``inf s``."""
     s = float(s)
     if math.isnan(s):
         return "nan"
+    sign = "-" if s < 0 else ""
     a = abs(s)
     if a == 0:
         return "0 s"
+    if math.isinf(a):
+        return f"{sign}inf s"
+    if a < 1e-12:
+        return "> -1 ps" if sign else "< 1 ps"
+    if a < 999.5e-9:
+        return f"{sign}{a * 1e9:.3g} ns"
     if a < 999.5e-6:
-        return f"{s * 1e6:.3g} µs"
+        return f"{sign}{a * 1e6:.3g} µs"
     if a < 0.9995:
-        return f"{s * 1e3:.3g} ms"
+        return f"{sign}{a * 1e3:.3g} ms"
     if a < 59.95:  # what rounds to 60.0 s is written as a minute
-        return f"{s:.3g} s"
+        return f"{sign}{a:.3g} s"
     if a < 3599.5:  # round to whole seconds first, so that 119.9 s is 2 min 00 s (not 1 min 00 s)
-        m, sec = divmod(int(round(s)), 60)
-        return f"{m} min {sec:02d} s"
-    h, rest = divmod(int(round(s)), 3600)
-    return f"{h} h {rest // 60:02d} min"  # minutes truncated
+        m, sec = divmod(int(round(a)), 60)
+        return f"{sign}{m} min {sec:02d} s"
+    h, rest = divmod(int(round(a)), 3600)
+    return f"{sign}{h} h {rest // 60:02d} min"  # minutes truncated
 
 
 def _unit_of(column: str) -> str | None:
