@@ -14,6 +14,8 @@ and ledgers.
 
 from __future__ import annotations
 
+import math
+
 from fedsim.experiment import Param, RunContext, human_seconds, scenario_main
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fpl import FPLConfig
@@ -89,12 +91,12 @@ def run(ctx: RunContext) -> None:
         ctx.caveat("unevaluated", f"**Not evaluated.** {len(unevaluated)} run(s) had no user left to score "
                    f"({'; '.join(unevaluated)}): their NaN figure is no score.")
     rows = [o for o in outs if o.get("deadline_s") is not None]
-    over = [o["round_s"] for o in rows if o["round_s"] > o["deadline_s"]]
+    over = [o["round_s"] for o in rows if _beyond(o["round_s"], o["deadline_s"])]
     longest = max((o["round_s"] for o in rows), default=float("nan"))
     deadline = float(ctx["deadline"])
     # in the units of the tables (it was {:.3g} s: "1.23e+03 s"), and by how much the longest round
     # exceeds the deadline, which the rounding can hide (20 min 34 s against 20 min 34 s)
-    beyond = f", {human_seconds(longest - deadline)} beyond it" if longest > deadline else ""
+    beyond = f", {human_seconds(longest - deadline)} beyond it" if _beyond(longest, deadline) else ""
     # the deadline bounds each of the server's waits, not the round (it said "the round time is
     # bounded by it"; a 10 ms deadline on wan gave 36 ms rounds)
     ctx.note("A lost upload or a client gone before it answers only removes that client's contribution from "
@@ -116,6 +118,13 @@ def run(ctx: RunContext) -> None:
         ctx.note(f"PersonalFR's `rounds` ({', '.join(sorted({str(o['rounds']) for o in pfr}))} here, for "
                  f"rounds={ctx['rounds']}) counts its setup round 0, the clients' index upload, beside its training "
                  "rounds, and its round_s is the mean over all of them.")
+
+
+def _beyond(round_s: float, deadline: float) -> bool:
+    """Whether a mean round exceeds the deadline by more than float noise: on the ideal profile a
+    round that waits the deadline out lasts it to the last bits (0.10000000000000002 s of a 0.1 s
+    deadline, a mean of three), and the note counted every such run as exceeding it."""
+    return round_s > deadline and not math.isclose(round_s, deadline, rel_tol=1e-9)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,19 @@ def test_fault_study_gives_long_rounds_in_minutes_and_what_the_rounding_hides(tm
     assert "e+0" not in report
 
 
+def test_fault_study_does_not_count_float_noise_as_a_round_beyond_the_deadline(tmp_path):
+    # on the ideal profile a round that waits out the deadline (half the clients gone at 0 s) lasts
+    # it exactly, but the mean of three 0.1 s rounds is 0.10000000000000002 s: the note said every
+    # run exceeded the deadline, by "1.39e-11 µs"
+    out, report = _run(tmp_path, "fault_study", {"rounds": 3, "losses": [0.0], "dropouts": [0.5], "window": 0.0,
+                                                 "workers": 1, "deadline": 0.1, "protocols": ["fedrec"]},
+                       profile="ideal")
+    (row,) = _csv(out / "faults_fedrec.csv")
+    assert float(row["round_s"]) == 0.10000000000000002
+    assert ("round_s exceeds the deadline in 0 of the 1 run(s) here (longest mean round 100 ms, deadline 100 ms). "
+            in report)
+
+
 def test_fault_study_says_fpl_leaves_out_the_clients_gone(tmp_path):
     # FPL's evaluation leaves out a client that dropped out (its p_u left with it); the note said it
     # ranked every user, "zeros for the clients gone"
