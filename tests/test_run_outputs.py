@@ -387,6 +387,15 @@ def test_human_units_at_the_extremes():
         assert "e+" not in text and "e-" not in text, text
 
 
+def test_tables_write_no_negative_zero():
+    # a difference of -1e-9 in a .4f column read "-0.0000" (and -0.0 and -0.5 "-0" at .0f)
+    from fedsim.experiment import format_table
+
+    rows = [{"gap": -1e-9, "n": -0.0, "d": -0.5}, {"gap": 0.25, "n": -0.6, "d": float("-inf")}]
+    assert format_table(rows, ["gap"]).split() == ["gap", "0.0000", "0.2500"]
+    assert format_table(rows, ["n", "d"], ".0f", markdown=True).splitlines()[2:] == ["| 0 | 0 |", "| -1 | -inf |"]
+
+
 PAPER = (
     "from fedsim.experiment import Param\n"
     "PARAMS = {'iterations': Param(100, 'iterations')}\n"

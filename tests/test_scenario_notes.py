@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
 from fedsim.experiment import human_seconds, run_scenario
@@ -630,6 +631,29 @@ def test_quickstart_note_says_no_unrated_item_is_sampled_at_rho_zero():
         "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at0
     assert "hybrid filling at rho = 1, which uploads gradients for sampled unrated items beside the rated ones, " \
         "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at1
+
+
+def test_notes_write_a_difference_that_rounds_to_zero_without_a_minus_sign():
+    # FedRec++ 4e-10 below FedRec at rho = 0 read "-0.0000 against rho = 0" (and an FPL comparison of
+    # methods 3e-6 apart "= -0.0000"): a negative zero reads as a difference with a sign
+    import importlib.util
+    from pathlib import Path
+
+    from fedsim.studies.fpl.analysis import compare_users
+
+    spec = importlib.util.spec_from_file_location("qs", Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.py")
+    qs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(qs)
+    rho0 = 0.9203554660682525
+    note = qs.comparison_note([{"rmse": v} for v in (rho0, rho0, rho0 - 2e-9, rho0 - 4e-10)], 1.0)
+    assert "-0.0000" not in note
+    assert "beside the rated ones, 0.9204, +0.0000 against rho = 0 (no difference in accuracy)" in note
+    assert "FedRec++ with one denoiser 0.9204, +0.0000 against rho = 0: it equals FedRec" in note
+    a = np.linspace(0.1, 0.3, 12)
+    b = a + 3e-6
+    assert compare_users("pFPL", "FPL", "p", a, b).text().startswith("pFPL - FPL P@10 = +0.0000 (95 % CI +0.0000 "
+                                                                     "to +0.0000; ")
+    assert compare_users("pFPL", "FPL", "p", a[:2], b[:2]).text().startswith("pFPL - FPL P@10 = +0.0000 over 2 user")
 
 
 def test_personalfr_checks_order_no_figures_that_print_alike(tmp_path):

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "Table", "csv_cell", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
+    "Table", "csv_cell", "format_number", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
     "naming_the_file", "save_figure", "versions", "write_csv", "write_report", "write_results",
 ]
 
@@ -35,6 +35,17 @@ def naming_the_file(path: str | os.PathLike, *tmp: str | os.PathLike) -> Iterato
         if exc.errno is not None and (exc.filename is None or exc.filename in {os.fspath(t) for t in tmp}):
             exc.filename = os.fspath(path)  # (not one without errno: OSError("text") would read "[Errno None] None")
         raise
+
+
+def format_number(v: float, spec: str) -> str:
+    """``format(v, spec)`` without the minus sign of a number that rounds to zero: -3e-6 at
+    ``.4f`` is ``0.0000`` (``+0.0000`` with a ``+`` in ``spec``), not ``-0.0000``, which reads as
+    a negative difference; -0.0 is ``0``. Anything else as ``format`` writes it."""
+    text = format(v, spec)
+    digits = text[1:].split("e")[0].split("E")[0]
+    if text[:1] == "-" and digits and set(digits) <= set("0.") and "0" in digits:
+        return ("+" if "+" in spec else "") + text[1:]
+    return text
 
 
 def human_bytes(n: float) -> str:
@@ -123,7 +134,7 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
         if human and unit and isinstance(v, (int, float)) and not isinstance(v, bool):
             return human_bytes(v) if unit == "bytes" else human_seconds(v)
         if isinstance(v, float):
-            return "nan" if math.isnan(v) else format(v, floatfmt)
+            return "nan" if math.isnan(v) else format_number(v, floatfmt)  # (-1e-9 at .4f: 0.0000, not -0.0000)
         return str(v)
 
     units = [_unit_of(c) for c in cols]
