@@ -316,9 +316,14 @@ def test_piped_run_prints_a_plain_line_per_step_and_keeps_a_run_log(tmp_path):
     assert log.splitlines()[0].split("] ", 1)[1].startswith("fedsim run quickstart: data tiny, seed 0, network wan")
     for ln in steps:
         assert ln.split("] ", 1)[1].split(", elapsed")[0] in log
-    assert "finished in" in log.splitlines()[-1]
+    # in the units of every other line (it was {:.1f} s: "finished in 0.0 s" of a 40 ms run)
+    from fedsim.experiment import human_seconds
+
+    wall = human_seconds(json.loads((tmp_path / "o" / "results.json").read_text())["wall_time_s"])
+    assert log.splitlines()[-1].endswith(f"] finished in {wall}")
     # the closing line names the real folder and every file
     close = res.stdout.strip().splitlines()[-1]
+    assert close.endswith(f"; wall {wall}")
     assert close.startswith("results in o/: accuracy.csv, communication.csv, report.md, results.json")
     assert "run.log" in close and "; wall " in close
 
