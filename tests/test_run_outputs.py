@@ -401,6 +401,17 @@ def test_tables_write_no_negative_zero():
     assert format_table(rows, ["n", "d"], ".0f", markdown=True).splitlines()[2:] == ["| 0 | 0 |", "| -1 | -inf |"]
 
 
+def test_tables_write_large_figures_out_whole():
+    # fpl_tcc's tables (.5g, .6g) and the privacy audit's (.4g) wrote a TCC of 123,456 vectors
+    # "1.2346e+05" and of 4.1e9 "4.109e+09", where an int cell writes every digit
+    from fedsim.experiment import format_table
+
+    rows = [{"tcc": 123456.0, "big": 4.1094e9, "p": 8.052e-05, "huge": 1.5e300, "neg": -2.5e7}]
+    assert format_table(rows, ["tcc", "big", "p", "huge", "neg"], ".5g").splitlines()[1].split() == [
+        "123456", "4109400000", "8.052e-05", "1.5e+300", "-25000000"]
+    assert format_table(rows, ["tcc"], ".3g", markdown=True).splitlines()[2] == "| 123456 |"
+
+
 PAPER = (
     "from fedsim.experiment import Param\n"
     "PARAMS = {'iterations': Param(100, 'iterations')}\n"

@@ -125,8 +125,10 @@ class Table:
 def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markdown: bool = False,
                  human: bool = False) -> str:
     """``rows`` as text with the columns ``cols`` (a missing key: empty): right-aligned columns
-    two spaces apart, or a Markdown table when ``markdown``. Floats use ``floatfmt``, NaN is
-    ``nan``, anything else ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
+    two spaces apart, or a Markdown table when ``markdown``. Floats use ``floatfmt`` (a figure
+    that rounds to zero without a minus sign; one that a 'g' format would write with a positive
+    exponent written out whole below 1e16: ``12600``, not ``1.26e+04``), NaN is ``nan``, anything else
+    ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
     in second columns ``12.3 ms`` (see ``_unit_of``); CSV and JSON files keep raw numbers."""
     def cell(v: Any, unit: str | None) -> str:
         if isinstance(v, np.generic):
@@ -134,7 +136,14 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
         if human and unit and isinstance(v, (int, float)) and not isinstance(v, bool):
             return human_bytes(v) if unit == "bytes" else human_seconds(v)
         if isinstance(v, float):
-            return "nan" if math.isnan(v) else format_number(v, floatfmt)  # (-1e-9 at .4f: 0.0000, not -0.0000)
+            if math.isnan(v):
+                return "nan"
+            text = format_number(v, floatfmt)  # (-1e-9 at .4f: 0.0000, not -0.0000)
+            if "e+" in text and abs(v) < 1e16:
+                # a large figure in a 'g' format (a TCC of 12,600 vectors at .4g: 1.26e+04) is written
+                # out whole, as an int cell is (up to 1e16, where a float's digits end)
+                return format_number(v, ".0f")
+            return text
         return str(v)
 
     units = [_unit_of(c) for c in cols]
