@@ -121,7 +121,8 @@ def test_fpl_tcc_names_no_lowest_of_one_preset_nor_compares_it_with_the_papers(t
     best = _csv(out / "best.csv")
     assert [r["preset"] for r in best] == ["pFPL"]
     assert "Lowest TCC" not in report and "The paper finds pFPL+" not in report
-    assert (f"TCC to the best P@10: **pFPL** {float(best[0]['tcc']):.4g} vectors, P@10 {float(best[0]['p_at_10']):.4f} "
+    assert float(best[0]["tcc"]).is_integer()  # one seed: a count, in full (it was .4g: 1.26e+04)
+    assert (f"TCC to the best P@10: **pFPL** {float(best[0]['tcc']):,.0f} vectors, P@10 {float(best[0]['p_at_10']):.4f} "
             "(mean over seeds); the only preset run, so no lowest. The paper's lowest is pFPL+ on Brazil (Table 4, "
             "among its four presets); not all four ran here, so the two are not compared.") in report
 
@@ -134,9 +135,14 @@ def test_fpl_tcc_lowest_says_when_the_gap_is_within_the_seed_spread(tmp_path):
     gap = float(nxt["tcc"]) - float(low["tcc"])
     # this run's two lowest are closer than their spread over the seeds: no clear ordering
     assert gap <= max(float(low["tcc_sd"]), float(nxt["tcc_sd"]))
+    # in full, with thousands separators (it was .4g: "1.26e+04 ± 0 vectors", "1.304e+04 ± 6148")
+    def count(x):
+        return f"{x:,.0f}" if x.is_integer() else f"{x:,.1f}"
+
     assert (f"Lowest mean TCC to the best P@10 among the 4 presets run: **{low['preset']}** "
-            f"({float(low['tcc']):.4g} ± {float(low['tcc_sd']):.4g} vectors") in report
-    assert f"(the gap, {gap:.4g}, is within an sd over seeds: not a clear ordering)." in report
+            f"({count(float(low['tcc']))} ± {count(float(low['tcc_sd']))} vectors") in report
+    assert f"(the gap, {count(gap)}, is within an sd over seeds: not a clear ordering)." in report
+    assert "e+0" not in report
     assert ("The paper's lowest (Table 4, Brazil) is pFPL+: "
             + ("the same preset." if low["preset"] == "pFPL+" else "a different preset from ours.")) in report
 
