@@ -406,10 +406,21 @@ def test_tables_write_large_figures_out_whole():
     # "1.2346e+05" and of 4.1e9 "4.109e+09", where an int cell writes every digit
     from fedsim.experiment import format_table
 
-    rows = [{"tcc": 123456.0, "big": 4.1094e9, "p": 8.052e-05, "huge": 1.5e300, "neg": -2.5e7}]
-    assert format_table(rows, ["tcc", "big", "p", "huge", "neg"], ".5g").splitlines()[1].split() == [
-        "123456", "4109400000", "8.052e-05", "1.5e+300", "-25000000"]
+    rows = [{"tcc": 123456.0, "big": 4.1094e9, "huge": 1.5e300, "neg": -2.5e7}]
+    assert format_table(rows, ["tcc", "big", "huge", "neg"], ".5g").splitlines()[1].split() == [
+        "123456", "4109400000", "1.5e+300", "-25000000"]
     assert format_table(rows, ["tcc"], ".3g", markdown=True).splitlines()[2] == "| 123456 |"
+
+
+def test_tables_write_small_figures_without_an_exponent():
+    # the privacy audit's leakage table (.4g) wrote a random guess's exact recovery "8.052e-05",
+    # fpl_tcc's (.6g) a difference from the closed form of 1.2345678e-05 % "1.23457e-05"
+    from fedsim.experiment import format_table
+
+    rows = [{"exact_rand": 8.052e-05, "diff_pct": -1.2345678e-05, "noise": 1e-17, "p": 0.5}]
+    assert format_table(rows, ["exact_rand", "noise", "p"], ".4g").splitlines()[1].split() == [
+        "0.00008052", "1e-17", "0.5"]
+    assert format_table(rows, ["diff_pct"], ".6g", markdown=True).splitlines()[2] == "| -0.0000123457 |"
 
 
 PAPER = (

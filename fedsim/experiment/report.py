@@ -100,6 +100,12 @@ def human_seconds(s: float) -> str:
     return f"{sign}{h} h {rest // 60:02d} min"  # minutes truncated
 
 
+def _precision(spec: str) -> int:
+    """The precision of a format spec (``.4g``: 4; none given: 6, as ``format``'s)."""
+    digits = spec.rpartition(".")[2].rstrip("gGeEf%")
+    return int(digits) if "." in spec and digits.isdigit() else 6
+
+
 def _unit_of(column: str) -> str | None:
     """How a person reads a column: ``bytes`` (any name with 'bytes'), ``seconds`` (names ending
     in ``_s``, ``_seconds`` or ``time_s``), or None."""
@@ -126,9 +132,9 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
                  human: bool = False) -> str:
     """``rows`` as text with the columns ``cols`` (a missing key: empty): right-aligned columns
     two spaces apart, or a Markdown table when ``markdown``. Floats use ``floatfmt`` (a figure
-    that rounds to zero without a minus sign; one that a 'g' format would write with a positive
-    exponent written out whole below 1e16: ``12600``, not ``1.26e+04``), NaN is ``nan``, anything else
-    ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
+    that rounds to zero without a minus sign; one that a 'g' format would write with an exponent
+    written out, below 1e16 whole, ``12600``, not ``1.26e+04``, and from 1e-6 with its significant
+    digits, ``0.00008052``, not ``8.052e-05``), NaN is ``nan``, anything else ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
     in second columns ``12.3 ms`` (see ``_unit_of``); CSV and JSON files keep raw numbers."""
     def cell(v: Any, unit: str | None) -> str:
         if isinstance(v, np.generic):
@@ -143,6 +149,11 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
                 # a large figure in a 'g' format (a TCC of 12,600 vectors at .4g: 1.26e+04) is written
                 # out whole, as an int cell is (up to 1e16, where a float's digits end)
                 return format_number(v, ".0f")
+            if "e-" in text and abs(v) >= 1e-6:
+                # a small one (a random guess's exact recovery of 8.052e-05 at .4g) with as many
+                # significant digits, without an exponent: 0.00008052
+                return np.format_float_positional(v, precision=_precision(floatfmt), unique=False, fractional=False,
+                                                  trim="-")
             return text
         return str(v)
 
