@@ -1185,3 +1185,20 @@ def test_a_protocol_run_on_a_real_transport_calls_its_duration_measured(tmp_path
     else:
         assert list(row)[:3] == ["protocol", "rounds", "measured_s"] and "simulated_s" not in row
         assert float(row["measured_s"]) == saved["measured_time_s"] > 0
+
+
+def test_a_protocol_without_an_accounting_unit_says_why_its_units_are_nan(tmp_path):
+    # PersonalFR declares no unit (no latent dimension): its kinds and roles tables showed units
+    # and units_per_node of nan with no word of why
+    import csv
+
+    from fedsim.experiment import run_scenario
+
+    run_scenario("personalfr", data="tiny", out=tmp_path / "p", quiet=True, overrides={"clients": 5, "rounds": 2})
+    run_scenario("fedrec", data="tiny", out=tmp_path / "f", quiet=True, overrides={"T": 1})
+    with open(tmp_path / "p" / "roles.csv", newline="") as fh:
+        assert {r["units_per_node"] for r in csv.DictReader(fh)} == {""}  # NaN
+    said = ("The `units` and `units_per_node` columns are NaN: protocol `personalfr` declares no accounting unit "
+            "(`net.set_unit(d)`: d floats, a latent vector, make one unit); its traffic is in bytes.")
+    assert said in (tmp_path / "p" / "report.md").read_text()
+    assert "columns are NaN" not in (tmp_path / "f" / "report.md").read_text()
