@@ -303,8 +303,8 @@ def test_compare_refuses_a_tcp_run_that_needs_more_memory_than_is_available_befo
     mod = compare_mod.compare_scenario("fedrec", "tcp", processes=4)
     with pytest.raises(NetworkConfigError) as err:
         run_scenario(mod, data="tiny", out=tmp_path / "o", overrides={"T": 2}, quiet=True)
-    assert str(err.value).startswith("TcpNetwork with 4 worker processes needs at least 4.0 GB of memory ")
-    assert "above the 3.0 GB available" in str(err.value) and str(err.value).endswith("use fewer processes")
+    assert str(err.value).startswith("TcpNetwork with 4 worker processes needs at least 4 GB of memory ")
+    assert "above the 3 GB available" in str(err.value) and str(err.value).endswith("use fewer processes")
     assert ran == [] and list(tmp_path.iterdir()) == []
 
 
