@@ -686,3 +686,22 @@ def test_personalfr_checks_order_no_figures_that_print_alike(tmp_path):
                          "- explicit, M = 300: PersonalFR 0.8999 vs FedAvg 0.9000: PersonalFR better; "
                          "Joint 0.9000 NOT at least as good as both\n"
                          "- implicit, M = 4: PersonalFR 0.8124 vs FedAvg 0.8124: equal to 4 decimals"]
+
+
+def test_privacy_audit_labels_one_round_windows_once_and_names_personalfrs_setting(tmp_path):
+    # iterations=1 and link_iterations=1: windows read "1 rounds" (and once labelled "1 round",
+    # the several-round attacks were the one-round ones again, pooled as two seeds: 58 users of
+    # 29); PersonalFR's line in the F1 note read "personalfr (), personalfr_indices ..."
+    out, report = _run(tmp_path, "privacy_audit", {"protocols": ["fedrecpp", "personalfr"], "iterations": 1,
+                                                   "defences": [], "etas": ["1"], "link_iterations": 1,
+                                                   "link_profiles": [], "workers": 1, "personalfr_clients": 5},
+                       profile="ideal")
+    assert "1 rounds" not in report
+    rows = _csv(out / "leakage.csv")
+    keys = [(r["protocol"], r["attack"], r["adversary"], r["window"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert [(r["attack"], r["window"], r["users"]) for r in rows if r["protocol"] == "fedrecpp"] == [
+        ("implied_ratings", "1 round", "29.0"), ("intersection", "1 round", "29.0"),
+        ("noise_matching", "1 round", "29.0"), ("noise_matching[1]", "1 round", "29.0"), ("imia", "1 round", "29.0")]
+    assert {r["window"] for r in _csv(out / "linking.csv")} == {"1 round"}
+    assert "\n- personalfr (clients 5), personalfr_indices [server, all]: F1 1.000 (random 1.000), exact 1.000" in report
