@@ -418,6 +418,11 @@ def _notes(ctx, rows) -> None:
                      f"{r['window']}]: F1 {r['f1']:.3f} (random {r['f1_rand']:.3f}), exact {r['exact']:.3f}")
     if lines:
         ctx.note("Every server-side attack, F1 against the random guess:\n\n" + "\n".join(f"- {x}" for x in lines))
+    unmeasured = sorted({r["protocol"] for r in rows if not r.get("accuracy_metric")})
+    if unmeasured:
+        # (PersonalFR's rows had an accuracy of nan, an empty accuracy_metric and no word of why)
+        ctx.note(f"No accuracy is measured for {', '.join(unmeasured)}: the audit runs it for what its messages "
+                 "reveal and evaluates no model, so its `accuracy` is NaN and its `accuracy_metric` empty.")
 
 
 def _plots(ctx, rows) -> None:

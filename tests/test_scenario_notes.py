@@ -705,3 +705,13 @@ def test_privacy_audit_labels_one_round_windows_once_and_names_personalfrs_setti
         ("noise_matching", "1 round", "29.0"), ("noise_matching[1]", "1 round", "29.0"), ("imia", "1 round", "29.0")]
     assert {r["window"] for r in _csv(out / "linking.csv")} == {"1 round"}
     assert "\n- personalfr (clients 5), personalfr_indices [server, all]: F1 1.000 (random 1.000), exact 1.000" in report
+
+
+def test_privacy_audit_says_which_protocols_it_measures_no_accuracy_of(tmp_path):
+    # PersonalFR's leakage rows had accuracy nan and an empty accuracy_metric, unexplained
+    out, report = _run(tmp_path, "privacy_audit", {"protocols": ["personalfr"], "defences": [], "workers": 1,
+                                                   "personalfr_clients": 5}, profile="ideal")
+    rows = _csv(out / "leakage.csv")
+    assert rows and {(r["protocol"], r["accuracy_metric"], r["accuracy"]) for r in rows} == {("personalfr", "", "")}
+    assert ("No accuracy is measured for personalfr: the audit runs it for what its messages reveal and evaluates no "
+            "model, so its `accuracy` is NaN and its `accuracy_metric` empty.") in report
