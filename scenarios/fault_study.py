@@ -79,8 +79,9 @@ def run(ctx: RunContext) -> None:
             unevaluated.append(f"{o['protocol']} loss {o['loss']:g} dropout {o['dropout']:g}: {o.pop('unevaluated')}")
     for proto in ctx["protocols"]:
         rows = [o for o in outs if o["protocol"] == proto]
+        waits = "no deadline" if ctx["deadline"] is None else f"deadline {human_seconds(ctx['deadline'])}"
         ctx.table(f"faults_{proto}", rows, title=f"{proto}: accuracy, round time and losses against loss and dropout "
-                  f"(deadline {human_seconds(ctx['deadline'])}, {ctx.net.profile} profile)")
+                  f"({waits}, {ctx.net.profile} profile)")
     diverged = [o for o in outs if o.get("diverged_at") is not None]
     if diverged:
         which = ", ".join(f"{o['protocol']} loss {o['loss']:g} dropout {o['dropout']:g} at round {o['diverged_at']}"
@@ -93,18 +94,22 @@ def run(ctx: RunContext) -> None:
     rows = [o for o in outs if o.get("deadline_s") is not None]
     over = [o["round_s"] for o in rows if _beyond(o["round_s"], o["deadline_s"])]
     longest = max((o["round_s"] for o in rows), default=float("nan"))
-    deadline = float(ctx["deadline"])
-    # in the units of the tables (it was {:.3g} s: "1.23e+03 s"), and by how much the longest round
-    # exceeds the deadline, which the rounding can hide (20 min 34 s against 20 min 34 s)
-    beyond = f", {human_seconds(longest - deadline)} beyond it" if _beyond(longest, deadline) else ""
-    # the deadline bounds each of the server's waits, not the round (it said "the round time is
-    # bounded by it"; a 10 ms deadline on wan gave 36 ms rounds)
-    ctx.note("A lost upload or a client gone before it answers only removes that client's contribution from "
-             "the rounds it misses. The deadline bounds each of the server's waits for a round's messages, not the "
-             "round: a round also takes the model's transfer to the clients, their computation and (FedRec) the "
-             f"evaluation's exchange; round_s exceeds the deadline in {len(over)} of the {len(rows)} run(s) here "
-             f"(longest mean round {human_seconds(longest)}, deadline {human_seconds(deadline)}{beyond}). FedRec's "
-             "RMSE and FPL's P@10 are over "
+    if ctx["deadline"] is None:  # (--set deadline=none: a traceback of None formatted as a number)
+        bound = ("There is no deadline here: the server waits for every round's messages, and a lost one would "
+                 "stop the run. ")
+    else:
+        deadline = float(ctx["deadline"])
+        # in the units of the tables (it was {:.3g} s: "1.23e+03 s"), and by how much the longest round
+        # exceeds the deadline, which the rounding can hide (20 min 34 s against 20 min 34 s)
+        beyond = f", {human_seconds(longest - deadline)} beyond it" if _beyond(longest, deadline) else ""
+        # the deadline bounds each of the server's waits, not the round (it said "the round time is
+        # bounded by it"; a 10 ms deadline on wan gave 36 ms rounds)
+        bound = ("A lost upload or a client gone before it answers only removes that client's contribution from "
+                 "the rounds it misses. The deadline bounds each of the server's waits for a round's messages, not "
+                 "the round: a round also takes the model's transfer to the clients, their computation and (FedRec) "
+                 f"the evaluation's exchange; round_s exceeds the deadline in {len(over)} of the {len(rows)} run(s) "
+                 f"here (longest mean round {human_seconds(longest)}, deadline {human_seconds(deadline)}{beyond}). ")
+    ctx.note(bound + "FedRec's RMSE and FPL's P@10 are over "
              "the clients present at the end: a client that dropped out took its user factor with it, and its test "
              "items are left out (both alike), so rows with dropout score other users than the rows without "
              "(docs/reliability.md). PersonalFR's RMSE is its own final federated evaluation, over the test ratings "

@@ -68,6 +68,18 @@ def test_fault_study_does_not_count_float_noise_as_a_round_beyond_the_deadline(t
             in report)
 
 
+def test_fault_study_without_a_deadline_says_so(tmp_path):
+    # --set deadline=none (FedRecConfig's deadline takes none) on a network that loses nothing: the
+    # table title and the note formatted None as a number, a TypeError traceback and no folder
+    out, report = _run(tmp_path, "fault_study", {"rounds": 1, "losses": [0.0], "dropouts": [0.0], "deadline": None,
+                                                 "workers": 1, "protocols": ["fedrec"]}, profile="wan")
+    (row,) = _csv(out / "faults_fedrec.csv")
+    assert float(row["round_s"]) > 0
+    assert "## fedrec: accuracy, round time and losses against loss and dropout (no deadline, wan profile)" in report
+    assert ("There is no deadline here: the server waits for every round's messages, and a lost one would stop the "
+            "run. FedRec's RMSE and FPL's P@10 are over the clients present at the end") in report
+
+
 def test_fault_study_says_fpl_leaves_out_the_clients_gone(tmp_path):
     # FPL's evaluation leaves out a client that dropped out (its p_u left with it); the note said it
     # ranked every user, "zeros for the clients gone"
