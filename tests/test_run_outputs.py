@@ -386,9 +386,11 @@ def test_human_units_at_the_extremes():
         "< 1 ps", "> -1 ps", "0.01 ns", "0.5 ns", "300 ns", "1 µs"]
     assert [human_seconds(s) for s in (-185, -3725, -0.0, float("inf"), float("-inf"))] == [
         "-3 min 05 s", "-1 h 02 min", "0 s", "inf s", "-inf s"]
+    # a deadline of 1e9 s read "277777 h 46 min", one of 1e300 s (which deadlines take) 296 digits of hours
+    assert [human_seconds(s) for s in (1e9, 1e300, -1e300)] == ["277,777 h 46 min", "2.78e+296 h", "-2.78e+296 h"]
     assert [human_bytes(n) for n in (-0.0, -0.4, 0.4, -0.6, 1e18, 1.2e21, float("inf"))] == [
         "0 B", "0 B", "0 B", "-1 B", "1 EB", "1.2 ZB", "inf B"]
-    for text in [human_seconds(10.0 ** k) for k in range(-20, 12)] + [human_bytes(10.0 ** k) for k in range(0, 25)]:
+    for text in [human_seconds(10.0 ** k) for k in range(-20, 18)] + [human_bytes(10.0 ** k) for k in range(0, 25)]:
         assert "e+" not in text and "e-" not in text, text
 
 

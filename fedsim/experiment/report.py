@@ -73,7 +73,8 @@ def human_seconds(s: float) -> str:
     not ``1e+03 ms``); below a microsecond in ns (``12.3 ns``), below a picosecond ``< 1 ps``
     (``> -1 ps``): a simulator's float noise, written ``1.39e-11 µs`` before. A negative
     duration is its magnitude's text after a minus sign (-185 s was ``-4 min 55 s``); NaN is
-    ``nan``, infinity ``inf s``."""
+    ``nan``, infinity ``inf s``; from 1,000 h on with thousands separators (``277,777 h 46 min``),
+    from 1e15 h on in hours with an exponent (``2.78e+296 h``, not 296 digits)."""
     s = float(s)
     if math.isnan(s):
         return "nan"
@@ -96,8 +97,10 @@ def human_seconds(s: float) -> str:
     if a < 3599.5:  # round to whole seconds first, so that 119.9 s is 2 min 00 s (not 1 min 00 s)
         m, sec = divmod(int(round(a)), 60)
         return f"{sign}{m} min {sec:02d} s"
+    if a >= 3.6e18:  # 1e15 hours and more (a deadline of 1e300 s): its 296 digits of hours said nothing
+        return f"{sign}{a / 3600:.3g} h"
     h, rest = divmod(int(round(a)), 3600)
-    return f"{sign}{h} h {rest // 60:02d} min"  # minutes truncated
+    return f"{sign}{h:,} h {rest // 60:02d} min"  # minutes truncated; 1,000 h and more with thousands separators
 
 
 def _precision(spec: str) -> int:
