@@ -423,6 +423,9 @@ def test_tables_write_small_figures_without_an_exponent():
     assert format_table(rows, ["exact_rand", "noise", "p"], ".4g").splitlines()[1].split() == [
         "0.00008052", "1e-17", "0.5"]
     assert format_table(rows, ["diff_pct"], ".6g", markdown=True).splitlines()[2] == "| -0.0000123457 |"
+    # an exponent asked for stays
+    assert format_table([{"x": 123456.0, "y": 8.052e-05}], ["x", "y"], ".2e").splitlines()[1].split() == [
+        "1.23e+05", "8.05e-05"]
 
 
 PAPER = (

@@ -148,6 +148,8 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
             if math.isnan(v):
                 return "nan"
             text = format_number(v, floatfmt)  # (-1e-9 at .4f: 0.0000, not -0.0000)
+            if not general:  # an exponent asked for ('.2e') stays
+                return text
             if "e+" in text and abs(v) < 1e16:
                 # a large figure in a 'g' format (a TCC of 12,600 vectors at .4g: 1.26e+04) is written
                 # out whole, as an int cell is (up to 1e16, where a float's digits end)
@@ -160,6 +162,7 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
             return text
         return str(v)
 
+    general = floatfmt.rstrip("gG") != floatfmt or not floatfmt.lstrip("+-= ,_.0123456789")  # 'g' or no type
     units = [_unit_of(c) for c in cols]
     body = [[cell(r.get(c, ""), u) for c, u in zip(cols, units)] for r in rows]
     if markdown:
