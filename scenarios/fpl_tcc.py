@@ -109,9 +109,15 @@ def best_rows(st) -> list[dict]:
     return rows
 
 
+def _count(x: float) -> str:
+    """A number of vectors (or a mean, sd or gap of such numbers) in full: ``12,600``, ``6,148.2``.
+    It was ``.4g``: a TCC of 12,600 read ``1.26e+04``, and two presets 40 vectors apart alike."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
 def _tcc_text(r: dict) -> str:
-    sd = "" if math.isnan(r["tcc_sd"]) else f" ± {r['tcc_sd']:.4g}"
-    return f"{r['tcc']:.4g}{sd} vectors, P@10 {r['p_at_10']:.4f}"
+    sd = "" if math.isnan(r["tcc_sd"]) else f" ± {_count(r['tcc_sd'])}"
+    return f"{_count(r['tcc'])}{sd} vectors, P@10 {r['p_at_10']:.4f}"
 
 
 def lowest_tcc_note(best_rows: list[dict]) -> str:
@@ -137,9 +143,9 @@ def lowest_tcc_note(best_rows: list[dict]) -> str:
         if not sds:
             spread = " (one seed: no spread to judge the gap by)"
         elif gap > max(sds):
-            spread = f" (the gap, {gap:.4g}, exceeds both sds over seeds)"
+            spread = f" (the gap, {_count(gap)}, exceeds both sds over seeds)"
         else:
-            spread = f" (the gap, {gap:.4g}, is within an sd over seeds: not a clear ordering)"
+            spread = f" (the gap, {_count(gap)}, is within an sd over seeds: not a clear ordering)"
         text = (f"Lowest mean TCC to the best P@10 among the {len(order)} presets run: **{low['preset']}** "
                 f"({_tcc_text(low)}; mean ± sd over seeds), next {nxt['preset']} ({_tcc_text(nxt)}){spread}.")
     if {r["preset"] for r in best_rows} >= set(PAPER_TABLE4_BRAZIL):

@@ -87,7 +87,15 @@ PARAMS = {
 
 
 def _specs(*items) -> tuple:
-    return tuple(items)
+    """The attacks of a task, each once: with a one-round observation (``iterations`` 1 or 2) the
+    window of the several-round attacks is the one-round attack's, the same spec twice, whose rows
+    ``_pool_seeds`` would pool as two seeds (58 users of 29)."""
+    return tuple(dict.fromkeys(items))
+
+
+def _rounds(n: int) -> str:
+    """An attack window's label: ``1 round``, ``2 rounds`` (a one-round window read "1 rounds")."""
+    return f"{int(n)} round{'s' if int(n) != 1 else ''}"
 
 
 def _fedrec_tasks(ctx, add, fold, data, n_users) -> None:
@@ -97,7 +105,7 @@ def _fedrec_tasks(ctx, add, fold, data, n_users) -> None:
     imia = AttackSpec("imia", (("max_users", ctx["imia_users"] or None),), (r1,), "1 round")
     size = AttackSpec("size_only", (), (r1,), "1 round")
     inter1 = AttackSpec("intersection", (), (r1,), "1 round")
-    inter2 = AttackSpec("intersection", (), obs, f"{len(obs)} rounds")
+    inter2 = AttackSpec("intersection", (), obs, _rounds(len(obs)))
     test = fold.test
     for model in ctx["models"]:
         if model == "PMF(B)":
@@ -115,7 +123,7 @@ def _fedrec_tasks(ctx, add, fold, data, n_users) -> None:
                                        T_predict=0)
                     add("fedrec", {"model": model, "strategy": strategy, "rho": rho}, cfg, data, test, None,
                         ctx["sgd_targets"] or None,
-                        _specs(first, AttackSpec("intersection", (), None, f"{Ts} rounds"),
+                        _specs(first, AttackSpec("intersection", (), None, _rounds(Ts)),
                                AttackSpec("imia", (("max_users", ctx["imia_users"] or None),), None, "first call"),
                                AttackSpec("size_only", (), (Ts - 1,), "1 round")))
     if "noise" in ctx["defences"]:
@@ -147,10 +155,10 @@ def _fedrecpp_tasks(ctx, add, fold, data, n_users) -> None:
                            **({"defence": "secure noise"} if secure else {})}
                 add("fedrecpp", setting, cfg, data, fold.test, obs, None, _specs(
                     AttackSpec("implied_ratings", (), (r1,), "1 round"),
-                    AttackSpec("intersection", (), obs, f"{len(obs)} rounds"),
+                    AttackSpec("intersection", (), obs, _rounds(len(obs))),
                     AttackSpec("noise_matching", (), (r1,), "1 round"),
                     AttackSpec("noise_matching", (("count", 1),), (r1,), "1 round"),
-                    AttackSpec("noise_matching", (), obs, f"{len(obs)} rounds"),
+                    AttackSpec("noise_matching", (), obs, _rounds(len(obs))),
                     AttackSpec("imia", (("max_users", ctx["imia_users"] or None),), (r1,), "1 round"),
                     AttackSpec("size_only", (), (r1,), "1 round")))
                 profiles = list(dict.fromkeys([ctx.net.profile, *ctx["link_profiles"]]))
@@ -158,7 +166,7 @@ def _fedrecpp_tasks(ctx, add, fold, data, n_users) -> None:
                 for prof in profiles:
                     lcfg = FedRecPPConfig(d=ctx["d"], T=Tl, rho=float(rho), eta=eta, secure_noise=secure,
                                           secagg_neighbours=ctx["secagg_neighbours"])
-                    links = tuple(AttackSpec("noise_linking", (("use", u),), None, f"{Tl} rounds")
+                    links = tuple(AttackSpec("noise_linking", (("use", u),), None, _rounds(Tl))
                                   for u in ("size", "time", "size+time"))
                     add("fedrecpp", {**setting, "profile": prof}, lcfg, data, None, (), None, links,
                         net=replace(NetSpec.of(ctx.net), profile=prof))
@@ -289,6 +297,9 @@ def run(ctx: RunContext) -> None:
         rows += o["rows"]
         sizes += o["sizes"]
         links += o["links"]
+    said = unevaluated_note(tasks, outs)
+    if said:
+        ctx.caveat("unevaluated", said)
     rows = _pool_seeds(rows)
     cols = ["protocol", "data", "model", "strategy", "rho", "eta", "preset", "pi", "defence", "T", "adversary",
             "attack", "window", "users", "attacked", "unseen", "unrecorded_users", "partly_seen", *_metric_cols(), "accuracy_metric", "accuracy",
@@ -316,6 +327,26 @@ def run(ctx: RunContext) -> None:
                         "and arrival times at the server's and the denoisers' links)", floatfmt=".4g")
     _notes(ctx, rows)
     _plots(ctx, rows)
+
+
+def unevaluated_note(tasks: list[AuditTask], outs: list[dict]) -> str | None:
+    """The **Not evaluated** note for the runs (``run_task``'s answers ``outs`` to ``tasks``) whose
+    accuracy was asked for and could not be had (``info["unevaluated"]``: the model diverged, every
+    user with test ratings dropped out, ...), naming each run and why; None when there is none.
+    Their accuracy is NaN, which read as a broken model (FedRec's was a mean over no rating, with
+    NumPy's "Mean of empty slice" warnings, until 2026-11-28)."""
+    which = [f"{_setting_text(t.setting)}, seed {t.seed}: {o['info']['unevaluated']}"
+             for t, o in zip(tasks, outs) if o["info"].get("unevaluated")]
+    if not which:
+        return None
+    return (f"**Not evaluated.** {len(which)} run(s) had no accuracy to report ({'; '.join(which)}): their NaN "
+            "accuracy is no score.")
+
+
+def _setting_text(setting: dict) -> str:
+    """``fedrec (model PMF(B), strategy ua, rho 1)``: a task's protocol and setting, for notes."""
+    what = ", ".join(f"{k} {v}" for k, v in setting.items() if k != "protocol" and v not in (None, ""))
+    return f"{setting.get('protocol', '?')} ({what})" if what else str(setting.get("protocol", "?"))
 
 
 def _cost(task: AuditTask) -> float:
@@ -380,12 +411,18 @@ def _notes(ctx, rows) -> None:
             continue
         if not isinstance(r.get("f1"), float) or math.isnan(r["f1"]):
             continue
-        what = ", ".join(f"{k} {r[k]}" for k in ("model", "strategy", "rho", "eta", "preset", "pi", "defence")
-                         if r.get(k) not in (None, ""))
-        lines.append(f"{r['protocol']} ({what}), {r['attack']} [{r['adversary']}, {r['window']}]: F1 {r['f1']:.3f} "
-                     f"(random {r['f1_rand']:.3f}), exact {r['exact']:.3f}")
+        what = ", ".join(f"{k} {r[k]}" for k in ("model", "strategy", "rho", "eta", "preset", "pi", "clients",
+                                                  "defence") if r.get(k) not in (None, ""))
+        # (PersonalFR's setting is its clients: its line read "personalfr (), ...")
+        lines.append(f"{r['protocol']}{f' ({what})' if what else ''}, {r['attack']} [{r['adversary']}, "
+                     f"{r['window']}]: F1 {r['f1']:.3f} (random {r['f1_rand']:.3f}), exact {r['exact']:.3f}")
     if lines:
         ctx.note("Every server-side attack, F1 against the random guess:\n\n" + "\n".join(f"- {x}" for x in lines))
+    unmeasured = sorted({r["protocol"] for r in rows if not r.get("accuracy_metric")})
+    if unmeasured:
+        # (PersonalFR's rows had an accuracy of nan, an empty accuracy_metric and no word of why)
+        ctx.note(f"No accuracy is measured for {', '.join(unmeasured)}: the audit runs it for what its messages "
+                 "reveal and evaluates no model, so its `accuracy` is NaN and its `accuracy_metric` empty.")
 
 
 def _plots(ctx, rows) -> None:

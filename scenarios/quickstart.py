@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from fedsim.experiment import Param, RunContext, UsageError, scenario_main
+from fedsim.experiment import Param, RunContext, UsageError, format_number, scenario_main
 from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
@@ -117,13 +117,15 @@ def comparison_note(acc: list[dict], rho: float) -> str:
     return (f"Test RMSE: FedRec with rho = 0 {rho0:.4f} {same(rho0, unfed)} the unfederated model's {unfed:.4f} "
             f"(to {EQUAL_RMSE:g}" + ("; the federation is lossless)" if abs(rho0 - unfed) <= EQUAL_RMSE else ")")
             + (f"; hybrid filling at rho = {rho:g}, which uploads gradients for sampled unrated items beside the rated "
-               f"ones, {hf:.4f}, {cost:+.4f} against rho = 0 " if rho > 0 else
+               f"ones, {hf:.4f}, {format_number(cost, '+.4f')} against rho = 0 " if rho > 0 else
                # (at rho = 0 no unrated item is sampled: the sentence said it uploaded gradients for some)
-               f"; hybrid filling at rho = 0 (no unrated item sampled: the same run) {hf:.4f}, {cost:+.4f} against "
+               f"; hybrid filling at rho = 0 (no unrated item sampled: the same run) {hf:.4f}, "
+               f"{format_number(cost, '+.4f')} against "
                "rho = 0 ")
             + ("(a cost in accuracy)" if cost > EQUAL_RMSE else
                "(more accurate than rho = 0 in this run)" if cost < -EQUAL_RMSE else "(no difference in accuracy)")
-            + f"; FedRec++ with one denoiser {pp:.4f}, {pp - rho0:+.4f} against rho = 0: it {same(pp, rho0)} "
+            + f"; FedRec++ with one denoiser {pp:.4f}, {format_number(pp - rho0, '+.4f')} against rho = 0: it "
+            f"{same(pp, rho0)} "
             f"FedRec at rho = 0 (to {EQUAL_RMSE:g}).")
 
 

@@ -364,6 +364,26 @@ def test_netspec_keeps_its_numbers_as_plain_floats_and_ints():
     assert spec.describe() == NetSpec(loss=0.25, dropout=1.0, window=(1.0, 2.0), framing_bytes=8).describe()
 
 
+
+@pytest.mark.parametrize("dropout, window, said", [
+    (0.004, (0.0, 1e6), "wan, loss 0.1, 0.4% dropout in [0, 1000000] s"),  # was "0% dropout in [0, 1e+06] s"
+    (0.9995, (0.0, 0.05), "wan, loss 0.1, 99.95% dropout in [0, 0.05] s"),  # was "100% dropout"
+    (0.29, (1.5, 30.0), "wan, loss 0.1, 29% dropout in [1.5, 30] s"),
+    (1.0, (0.05, 0.05), "wan, loss 0.1, 100% dropout in [0.05, 0.05] s"),
+])
+def test_netspec_describes_a_dropout_rate_without_rounding_it_away_and_its_window_without_an_exponent(
+        dropout, window, said, tmp_path):
+    from fedsim.kernel import NetSpec
+
+    assert NetSpec(profile="wan", loss=0.1, dropout=dropout, window=window).describe() == said
+    if dropout == 0.004:  # where a run says it: report.md's closing note and run.log
+        from fedsim.experiment import run_scenario
+
+        run_scenario("fedrec", data="tiny", out=tmp_path / "o", quiet=True, overrides={"T": 1, "deadline": 5.0},
+                     net=NetSpec(profile="wan", dropout=dropout, window=window))
+        assert "network: wan, 0.4% dropout in [0, 1000000] s. Parameters" in (tmp_path / "o" / "report.md").read_text()
+        assert "network wan, 0.4% dropout in [0, 1000000] s, config" in (tmp_path / "o" / "run.log").read_text()
+
 # -- Ledger.by_role: per_round is True or False ----------------------------------------------------
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -701,7 +721,8 @@ def test_a_max_depth_below_its_least_is_refused_before_a_message_too_long(call):
         with pytest.raises(ValueError, match="^" + re.escape(f"{call}: max_depth must be at least {least}, got -1")
                            + "$"):
             getattr(k, call)(given, max_bytes=2, max_depth=-1)
-        with pytest.raises(k.CodecError, match=f"^message of {len(data)} bytes exceeds the limit of 2$"):
+        # (with its unit: it read "exceeds the limit of 2", a bare number)
+        with pytest.raises(k.CodecError, match=f"^message of {len(data)} bytes exceeds the limit of 2 bytes$"):
             getattr(k, call)(given, max_bytes=2)
 
 

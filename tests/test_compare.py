@@ -303,8 +303,8 @@ def test_compare_refuses_a_tcp_run_that_needs_more_memory_than_is_available_befo
     mod = compare_mod.compare_scenario("fedrec", "tcp", processes=4)
     with pytest.raises(NetworkConfigError) as err:
         run_scenario(mod, data="tiny", out=tmp_path / "o", overrides={"T": 2}, quiet=True)
-    assert str(err.value).startswith("TcpNetwork with 4 worker processes needs at least 4.0 GB of memory ")
-    assert "above the 3.0 GB available" in str(err.value) and str(err.value).endswith("use fewer processes")
+    assert str(err.value).startswith("TcpNetwork with 4 worker processes needs at least 4 GB of memory ")
+    assert "above the 3 GB available" in str(err.value) and str(err.value).endswith("use fewer processes")
     assert ran == [] and list(tmp_path.iterdir()) == []
 
 
@@ -821,3 +821,22 @@ def test_compare_refuses_framing_bytes_tcp_cannot_show_and_a_transport_in_the_ru
     payload = _csv(tmp_path / "o" / "payload_bytes.csv")
     assert payload and all(int(r["wire_bytes_sim"]) == int(r["wire_bytes_tcp"])
                            == int(r["payload_bytes_tcp"]) + 25 * int(r["messages"]) for r in payload)
+
+
+def test_compare_on_the_ideal_profile_says_why_its_ratios_are_nan_and_gives_wall_times_in_table_units(tmp_path):
+    # the ideal profile predicts 0 s rounds: every measured_over_simulated was NaN with no word of
+    # why, and the note's wall times read "simulator 0.05 s, asyncio 0.01 s" ({:.2f} s, "0.00 s" for 4 ms)
+    import re
+
+    res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "asyncio", "--profile",
+                          "ideal", "--set", "rounds=2", "--quiet", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    times = _csv(tmp_path / "o" / "round_times.csv")
+    assert [(r["round"], r["simulated_s"], r["measured_over_simulated"]) for r in times] == [("0", "0.0", ""),
+                                                                                           ("1", "0.0", "")]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert (" `measured_over_simulated` is NaN in rounds 0, 1: the simulator predicts 0 s (its `ideal` profile: no "
+            "delay, free compute), and a ratio to 0 is no figure.") in report
+    unit = r"[0-9.]+ (?:ns|µs|ms|s)"
+    assert re.search(rf"Wall time: simulator {unit}, asyncio {unit} \(forking", report), report

@@ -131,7 +131,10 @@ def _check_finished_run(o: Path, ledger: bool) -> dict:
         assert (o / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (o / p).stat().st_size > 1000
     report = (o / "report.md").read_text(encoding="utf-8")
     assert report.startswith("# ") and all(f"({t}.csv" in report or f"`{t}.csv`" in report for t in res["tables"])
-    assert (o / "run.log").read_text(encoding="utf-8").splitlines()[-1].endswith(f"finished in {res['wall_time_s']:.1f} s")
+    from fedsim.experiment import human_seconds
+
+    assert (o / "run.log").read_text(encoding="utf-8").splitlines()[-1].endswith(
+        f"finished in {human_seconds(res['wall_time_s'])}")
     if ledger:
         rows = _csv(o / "ledger.csv")
         assert rows[0][0] == "run" and len(rows) - 1 == res["ledger_totals"]["messages"] > 0

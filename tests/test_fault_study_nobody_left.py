@@ -32,3 +32,22 @@ def test_all_clients_dropped_gives_no_score_no_numpy_warning_and_a_caveat(tmp_pa
     assert ("**Not evaluated.** 2 run(s) had no user left to score (fedrec loss 0 dropout 1: all 30 users with "
             "test ratings dropped out; fpl loss 0 dropout 1: all 30 users with test items dropped out): their NaN "
             "figure is no score.") in report, report
+
+
+def test_a_personalfr_run_whose_final_evaluation_scored_nobody_is_in_the_note(tmp_path):
+    # every client gone: PersonalFR's own final evaluation got no answer, its RMSE is NaN over 0
+    # ratings, and the Not evaluated note named only the FedRec and FPL runs
+    run_scenario("fault_study", data="tiny", out=tmp_path / "o", seed=1, profile="wan", quiet=True,
+                 overrides={"protocols": ["personalfr"], "rounds": 2, "losses": [0.0], "dropouts": [0.0, 1.0],
+                            "window": 0.05, "workers": 1})
+    with open(tmp_path / "o" / "faults_personalfr.csv", newline="") as fh:
+        got = {float(r["dropout"]): r for r in csv.DictReader(fh)}
+    assert math.isfinite(float(got[0.0]["test_rmse"])) and got[1.0]["test_rmse"] == ""
+    gone = got[1.0]
+    assert (gone["eval_clients"], gone["eval_ratings"], gone["lost_clients"]) == ("0", "0", "30")
+    assert "unevaluated" not in gone
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["caveats"] == ["unevaluated"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert ("**Not evaluated.** 1 run(s) had no user left to score (personalfr loss 0 dropout 1: no test rating "
+            f"evaluated: 0 of 30 clients answered the final evaluation ({gone['eval_missing']} did not, "
+            f"{gone['eval_left_out']} were not asked)): their NaN figure is no score.") in report, report

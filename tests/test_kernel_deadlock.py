@@ -584,8 +584,10 @@ def test_a_lost_stop_is_a_deadlock_naming_the_blocked_clients_and_the_message_th
     assert err.blocked == {"c0": "receive ('weights', 'stop')", "c1": "receive ('weights', 'stop')"}
     rows = {r["dst"]: r for r in net.ledger.records()}
     assert [r["status"] for r in rows.values()] == ["lost", "lost"]
+    from fedsim.kernel.errors import clock_text  # (.6g without an exponent: 0.000070983, not 7.0983e-05)
+
     assert err.lost == {c: f"1 message to it lost, the last 'stop' from 'server' sent at t = "
-                           f"{rows[c]['send_time']:.6g} s (link loss)" for c in ("c0", "c1")}
+                           f"{clock_text(rows[c]['send_time'])} s (link loss)" for c in ("c0", "c1")}
     lines = str(err).splitlines()
     assert lines[1:] == [f"  {c} waits in receive ('weights', 'stop'); {err.lost[c]}" for c in ("c0", "c1")] + \
         ["  (run(strict=False) returns the partial result instead)"]
@@ -593,6 +595,7 @@ def test_a_lost_stop_is_a_deadlock_naming_the_blocked_clients_and_the_message_th
 
 def test_a_protocol_whose_faults_cover_the_server_says_which_clients_lost_its_stop():
     # the demo with a deadline, loss on every role: the server ends; two clients' stop is lost
+    from fedsim.kernel.errors import clock_text
     from fedsim.kernel.links import Faults
     from fedsim.protocols import REGISTRY
 
@@ -609,7 +612,7 @@ def test_a_protocol_whose_faults_cover_the_server_says_which_clients_lost_its_st
         last = lost[-1]
         assert last["kind"] == "stop" and last["src"] == "server"
         assert err.lost[node] == (f"{len(lost)} message{'s' if len(lost) != 1 else ''} to it lost, the last 'stop' "
-                                  f"from 'server' sent at t = {last['send_time']:.6g} s ({last['note']})")
+                                  f"from 'server' sent at t = {clock_text(last['send_time'])} s ({last['note']})")
         assert f"  {node} waits in {err.blocked[node]}; {err.lost[node]}" in str(err).splitlines()
 
 
@@ -643,3 +646,36 @@ def test_a_gather_whose_replies_wait_in_the_mailbox_under_a_later_round_says_so(
         "gather 'stats' for 2 of 2 senders: c0, c1; their 2 'stats' messages wait in its mailbox labelled "
         "round 0, not -1: c0, c1 (a node labels what it sends with the largest round it began or received, "
         "0 at the start: the senders answer a message of round -1 after ctx.begin_round(msg.round))")}
+
+
+async def _slow_hello(ctx):
+    await ctx.send("server", "hello", {"x": 1})
+    await ctx.receive("stop")
+
+
+async def _answers_then_loses_its_stop(ctx):
+    await ctx.receive("hello")
+    await ctx.send("c0", "stop", None)
+    return "stopped"
+
+
+def test_a_deadlock_late_on_a_slow_link_gives_its_times_without_an_exponent():
+    # a client on a link of 1e-5 bytes/s: its 11-byte hello arrives after 1.1e6 s, the server's
+    # stop is lost, and the message read "deadlock at t = 1.23457e+06 s" and "sent at t = 1.23457e+06 s"
+    from fedsim.kernel import LinkSpec
+
+    net = SimNetwork(seed=0)
+    net.add_node("server", _answers_then_loses_its_stop, role="server", loss=1.0)
+    net.add_node("c0", _slow_hello, link=LinkSpec(uplink=1e-5))
+    with pytest.raises(DeadlockError) as info:
+        net.run()
+    err = info.value
+    (stop,) = [r for r in net.ledger.records() if r["kind"] == "stop"]
+    assert 1e6 < err.time == stop["send_time"] < 1e9 and f"{err.time:.6g}".count("e+") == 1
+    assert str(err).startswith(f"deadlock at t = {err.time:.0f} s: 1 actor(s) still waiting")
+    assert err.lost == {"c0": f"1 message to it lost, the last 'stop' from 'server' sent at t = {err.time:.0f} s "
+                              "(link loss)"}
+    from fedsim.kernel.errors import clock_text
+
+    assert [clock_text(t) for t in (0.0, 0.5, 102534.67, 2.5e-05, 0.0123456789)] == [
+        "0", "0.5", "102535", "0.000025", "0.0123457"]

@@ -505,6 +505,27 @@ def test_a_run_that_clearly_needs_more_memory_than_is_available_is_refused_befor
     _idle_net(TcpNetwork, 12).check_memory()
 
 
+def test_the_memory_refusal_writes_its_sizes_as_the_tables_do(monkeypatch):
+    # sizes were whole MB below a GB and GB with one decimal above: the 4 MiB a process read
+    # "4 MB", ten million processes "41,943.0 GB"; and two sizes that round alike ("needs 7.3 GB,
+    # above the 7.3 GB available") said nothing
+    import re
+
+    with pytest.raises(NetworkConfigError) as info:
+        TcpNetwork().check_memory(10**7)  # 41.9 TB, against this machine's MemAvailable
+    assert re.fullmatch(r"TcpNetwork with 10000000 worker processes needs at least 41\.9 TB of memory \(4\.19 MB "
+                        r"per process, less than a worker process was measured to hold\), above the [0-9.]+ [KMGT]?B "
+                        r"available \(MemAvailable in /proc/meminfo\): use fewer processes", str(info.value)), \
+        str(info.value)
+    avail = 7_300_000_000
+    monkeypatch.setattr(tcp, "_mem_available", lambda: avail)
+    n = avail // tcp.BASELINE_BYTES + 1  # just beyond it
+    with pytest.raises(NetworkConfigError) as info:
+        TcpNetwork().check_memory(n)
+    assert (f"needs at least {n * tcp.BASELINE_BYTES:,} bytes of memory (4.19 MB per process, less than a worker "
+            "process was measured to hold), above the 7,300,000,000 bytes available") in str(info.value)
+
+
 def _own_memory() -> int:
     """This process's private pages (bytes), from /proc/self/smaps_rollup."""
     with open("/proc/self/smaps_rollup") as fh:

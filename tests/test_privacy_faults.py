@@ -426,3 +426,35 @@ def test_audit_missing_uploads_count_personalfr_updates_not_only_its_indices():
     expected = sum(r["clients"] for r in res.info["missing"])
     assert expected > sum(r["clients"] for r in res.info["missing"] if r["kind"] == "indices")
     assert len(out["rows"]) == 1 and out["rows"][0]["missing_uploads"] == expected
+
+
+def test_an_audit_run_with_every_client_gone_has_no_accuracy_says_why_and_warns_nothing():
+    # every client drops out at 0.05 s (after its round-0 upload): FedRec's RMSE over the clients
+    # present was a mean over no rating, NaN with NumPy's "Mean of empty slice" and "invalid value
+    # encountered in scalar divide" warnings, and nothing in the rows or the report said why
+    import warnings
+
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.privacy import AttackSpec, AuditTask, run_task
+
+    data = known_answer_ratings(n_users=20)
+    test = (np.asarray(data.users), np.asarray(data.items), np.asarray(data.values))
+    cfg = FedRecConfig("PMF(B)", d=4, T=3, rho=1.0, deadline=1.0, lr=0.5, init_scale=0.5)
+    tasks = [AuditTask("t", "fedrec", {"protocol": "fedrec", "model": "PMF(B)", "rho": 1}, cfg, data, test, 0,
+                       NetSpec(profile="wan", dropout=1.0, window=(0.05, 0.05)), None, None,
+                       (AttackSpec("implied_ratings", (), (1,), "1 round"),)),
+             AuditTask("u", "fedrec", {"protocol": "fedrec", "model": "PMF(B)", "rho": 1}, cfg, data, test, 1,
+                       NetSpec(profile="wan"), None, None, (AttackSpec("implied_ratings", (), (1,), "1 round"),))]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        outs = [run_task(t) for t in tasks]
+    assert [f"{w.category.__name__}: {w.message}" for w in seen] == []
+    gone, whole = outs[0]["rows"][0], outs[1]["rows"][0]
+    assert gone["lost_clients"] == 20 and np.isnan(gone["accuracy"]) and gone["accuracy_metric"] == "rmse"
+    assert gone["unevaluated"] == outs[0]["info"]["unevaluated"] == "all 20 users with test ratings dropped out"
+    assert np.isfinite(whole["accuracy"]) and "unevaluated" not in whole and outs[1]["info"]["unevaluated"] is None
+    note = load_scenario("privacy_audit").unevaluated_note
+    assert note(tasks, outs) == ("**Not evaluated.** 1 run(s) had no accuracy to report (fedrec (model PMF(B), "
+                                 "rho 1), seed 0: all 20 users with test ratings dropped out): their NaN accuracy "
+                                 "is no score.")
+    assert note(tasks[1:], outs[1:]) is None

@@ -363,3 +363,18 @@ def test_simultaneous_messages_at_different_nodes_are_not_ordered_by_the_runs_se
     rows[1][13] = rows[1][14] = 1.0
     v = build_view(ViewSpec.colluding("denoiser"), rec, pub)
     assert [(m.kind, m.sender) for m in v] == [("noise", None), ("gradients", "a"), ("gradients", "b"), ("noise", None)]
+
+
+def test_summarize_gives_no_spread_to_equal_scores():
+    # 30 users each at F1 2/3: NumPy's sample sd is the rounding error of their mean, and the audit's
+    # table printed an interval of "8.082e-17" (and a seed sd of "1.499e-17" for equal per-seed means)
+    from fedsim.experiment import format_table
+
+    rows = [{"target": f"client/{u:04d}", "seed": u % 2, "f1": 2 / 3, "precision": 0.1 * (1 + u % 3)}
+            for u in range(30)]
+    s = summarize(rows, keys=("f1", "precision"))
+    assert s["f1_ci"] == 0.0 and s["f1_seed_sd"] == 0.0 and s["users"] == 30
+    assert s["precision_ci"] > 0.0
+    assert format_table([s], ["f1", "f1_ci", "f1_seed_sd"], ".4g").splitlines()[1].split() == ["0.6667", "0", "0"]
+    one = summarize([{"f1": 0.5}], keys=("f1",))
+    assert one["f1"] == 0.5 and math.isnan(one["f1_ci"])

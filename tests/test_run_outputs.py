@@ -316,9 +316,14 @@ def test_piped_run_prints_a_plain_line_per_step_and_keeps_a_run_log(tmp_path):
     assert log.splitlines()[0].split("] ", 1)[1].startswith("fedsim run quickstart: data tiny, seed 0, network wan")
     for ln in steps:
         assert ln.split("] ", 1)[1].split(", elapsed")[0] in log
-    assert "finished in" in log.splitlines()[-1]
+    # in the units of every other line (it was {:.1f} s: "finished in 0.0 s" of a 40 ms run)
+    from fedsim.experiment import human_seconds
+
+    wall = human_seconds(json.loads((tmp_path / "o" / "results.json").read_text())["wall_time_s"])
+    assert log.splitlines()[-1].endswith(f"] finished in {wall}")
     # the closing line names the real folder and every file
     close = res.stdout.strip().splitlines()[-1]
+    assert close.endswith(f"; wall {wall}")
     assert close.startswith("results in o/: accuracy.csv, communication.csv, report.md, results.json")
     assert "run.log" in close and "; wall " in close
 
@@ -369,6 +374,58 @@ def test_human_units():
     # "elapsed 1e+03 ms" (0.9996 s in %.3g)
     assert [human_seconds(s) for s in (999.4e-6, 999.6e-6, 0.9994, 0.9996, -0.9996)] == [
         "999 µs", "1 ms", "999 ms", "1 s", "-1 s"]
+
+
+def test_human_units_at_the_extremes():
+    # a float-noise difference of 1.39e-17 s was written "1.39e-11 µs", a negative 185 s "-4 min 55 s"
+    # (divmod of a negative number), an infinite duration raised OverflowError, -0.4 bytes read
+    # "-0 B" and a zettabyte "1e+03 PB"
+    from fedsim.experiment import human_bytes, human_seconds
+
+    assert [human_seconds(s) for s in (1.39e-17, -1e-13, 1e-11, 5e-10, 3e-7, 999.6e-9)] == [
+        "< 1 ps", "> -1 ps", "0.01 ns", "0.5 ns", "300 ns", "1 µs"]
+    assert [human_seconds(s) for s in (-185, -3725, -0.0, float("inf"), float("-inf"))] == [
+        "-3 min 05 s", "-1 h 02 min", "0 s", "inf s", "-inf s"]
+    # a deadline of 1e9 s read "277777 h 46 min", one of 1e300 s (which deadlines take) 296 digits of hours
+    assert [human_seconds(s) for s in (1e9, 1e300, -1e300)] == ["277,777 h 46 min", "2.78e+296 h", "-2.78e+296 h"]
+    assert [human_bytes(n) for n in (-0.0, -0.4, 0.4, -0.6, 1e18, 1.2e21, float("inf"))] == [
+        "0 B", "0 B", "0 B", "-1 B", "1 EB", "1.2 ZB", "inf B"]
+    for text in [human_seconds(10.0 ** k) for k in range(-20, 18)] + [human_bytes(10.0 ** k) for k in range(0, 25)]:
+        assert "e+" not in text and "e-" not in text, text
+
+
+def test_tables_write_no_negative_zero():
+    # a difference of -1e-9 in a .4f column read "-0.0000" (and -0.0 and -0.5 "-0" at .0f)
+    from fedsim.experiment import format_table
+
+    rows = [{"gap": -1e-9, "n": -0.0, "d": -0.5}, {"gap": 0.25, "n": -0.6, "d": float("-inf")}]
+    assert format_table(rows, ["gap"]).split() == ["gap", "0.0000", "0.2500"]
+    assert format_table(rows, ["n", "d"], ".0f", markdown=True).splitlines()[2:] == ["| 0 | 0 |", "| -1 | -inf |"]
+
+
+def test_tables_write_large_figures_out_whole():
+    # fpl_tcc's tables (.5g, .6g) and the privacy audit's (.4g) wrote a TCC of 123,456 vectors
+    # "1.2346e+05" and of 4.1e9 "4.109e+09", where an int cell writes every digit
+    from fedsim.experiment import format_table
+
+    rows = [{"tcc": 123456.0, "big": 4.1094e9, "huge": 1.5e300, "neg": -2.5e7}]
+    assert format_table(rows, ["tcc", "big", "huge", "neg"], ".5g").splitlines()[1].split() == [
+        "123456", "4109400000", "1.5e+300", "-25000000"]
+    assert format_table(rows, ["tcc"], ".3g", markdown=True).splitlines()[2] == "| 123456 |"
+
+
+def test_tables_write_small_figures_without_an_exponent():
+    # the privacy audit's leakage table (.4g) wrote a random guess's exact recovery "8.052e-05",
+    # fpl_tcc's (.6g) a difference from the closed form of 1.2345678e-05 % "1.23457e-05"
+    from fedsim.experiment import format_table
+
+    rows = [{"exact_rand": 8.052e-05, "diff_pct": -1.2345678e-05, "noise": 1e-17, "p": 0.5}]
+    assert format_table(rows, ["exact_rand", "noise", "p"], ".4g").splitlines()[1].split() == [
+        "0.00008052", "1e-17", "0.5"]
+    assert format_table(rows, ["diff_pct"], ".6g", markdown=True).splitlines()[2] == "| -0.0000123457 |"
+    # an exponent asked for stays
+    assert format_table([{"x": 123456.0, "y": 8.052e-05}], ["x", "y"], ".2e").splitlines()[1].split() == [
+        "1.23e+05", "8.05e-05"]
 
 
 PAPER = (
@@ -1133,3 +1190,20 @@ def test_a_protocol_run_on_a_real_transport_calls_its_duration_measured(tmp_path
     else:
         assert list(row)[:3] == ["protocol", "rounds", "measured_s"] and "simulated_s" not in row
         assert float(row["measured_s"]) == saved["measured_time_s"] > 0
+
+
+def test_a_protocol_without_an_accounting_unit_says_why_its_units_are_nan(tmp_path):
+    # PersonalFR declares no unit (no latent dimension): its kinds and roles tables showed units
+    # and units_per_node of nan with no word of why
+    import csv
+
+    from fedsim.experiment import run_scenario
+
+    run_scenario("personalfr", data="tiny", out=tmp_path / "p", quiet=True, overrides={"clients": 5, "rounds": 2})
+    run_scenario("fedrec", data="tiny", out=tmp_path / "f", quiet=True, overrides={"T": 1})
+    with open(tmp_path / "p" / "roles.csv", newline="") as fh:
+        assert {r["units_per_node"] for r in csv.DictReader(fh)} == {""}  # NaN
+    said = ("The `units` and `units_per_node` columns are NaN: protocol `personalfr` declares no accounting unit "
+            "(`net.set_unit(d)`: d floats, a latent vector, make one unit); its traffic is in bytes.")
+    assert said in (tmp_path / "p" / "report.md").read_text()
+    assert "columns are NaN" not in (tmp_path / "f" / "report.md").read_text()

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
-from fedsim.experiment import run_scenario
+from fedsim.experiment import human_seconds, run_scenario
 
 
 def _run(tmp_path, name, overrides, *, profile="lan", data="tiny"):
@@ -32,8 +33,51 @@ def test_fault_study_does_not_claim_the_deadline_bounds_the_round(tmp_path):
     assert len(rows) == 1 and float(rows[0]["round_s"]) > 0.01
     assert "bounded by it" not in report
     longest = max(float(r["round_s"]) for r in rows)
-    assert (f"round_s exceeds the deadline in 1 of the 1 run(s) here (longest mean round {longest:.3g} s, "
-            "deadline 0.01 s)") in report
+    assert (f"round_s exceeds the deadline in 1 of the 1 run(s) here (longest mean round {human_seconds(longest)}, "
+            f"deadline 10 ms, {human_seconds(longest - 0.01)} beyond it)") in report
+    assert "(deadline 10 ms, wan profile)" in report
+
+
+def test_fault_study_gives_long_rounds_in_minutes_and_what_the_rounding_hides(tmp_path):
+    # a 1234 s deadline that half the clients (gone at once) make the server wait out: the note said
+    # "longest mean round 1.23e+03 s, deadline 1234 s" of a round that exceeds the deadline, and the
+    # title "deadline 1234 s" above a table that reads 20 min 34 s
+    out, report = _run(tmp_path, "fault_study", {"rounds": 2, "losses": [0.0], "dropouts": [0.5], "window": 0.01,
+                                                 "workers": 1, "deadline": 1234.0, "protocols": ["fedrec"]},
+                       profile="wan")
+    (row,) = _csv(out / "faults_fedrec.csv")
+    over = float(row["round_s"]) - 1234.0
+    assert 0.001 < over < 0.1, row["round_s"]  # the evaluation's exchange after the wait
+    assert ("round_s exceeds the deadline in 1 of the 1 run(s) here (longest mean round 20 min 34 s, deadline "
+            f"20 min 34 s, {human_seconds(over)} beyond it)") in report
+    assert "## fedrec: accuracy, round time and losses against loss and dropout (deadline 20 min 34 s, wan profile)" \
+        in report
+    assert "e+0" not in report
+
+
+def test_fault_study_does_not_count_float_noise_as_a_round_beyond_the_deadline(tmp_path):
+    # on the ideal profile a round that waits out the deadline (half the clients gone at 0 s) lasts
+    # it exactly, but the mean of three 0.1 s rounds is 0.10000000000000002 s: the note said every
+    # run exceeded the deadline, by "1.39e-11 µs"
+    out, report = _run(tmp_path, "fault_study", {"rounds": 3, "losses": [0.0], "dropouts": [0.5], "window": 0.0,
+                                                 "workers": 1, "deadline": 0.1, "protocols": ["fedrec"]},
+                       profile="ideal")
+    (row,) = _csv(out / "faults_fedrec.csv")
+    assert float(row["round_s"]) == 0.10000000000000002
+    assert ("round_s exceeds the deadline in 0 of the 1 run(s) here (longest mean round 100 ms, deadline 100 ms). "
+            in report)
+
+
+def test_fault_study_without_a_deadline_says_so(tmp_path):
+    # --set deadline=none (FedRecConfig's deadline takes none) on a network that loses nothing: the
+    # table title and the note formatted None as a number, a TypeError traceback and no folder
+    out, report = _run(tmp_path, "fault_study", {"rounds": 1, "losses": [0.0], "dropouts": [0.0], "deadline": None,
+                                                 "workers": 1, "protocols": ["fedrec"]}, profile="wan")
+    (row,) = _csv(out / "faults_fedrec.csv")
+    assert float(row["round_s"]) > 0
+    assert "## fedrec: accuracy, round time and losses against loss and dropout (no deadline, wan profile)" in report
+    assert ("There is no deadline here: the server waits for every round's messages, and a lost one would stop the "
+            "run. FedRec's RMSE and FPL's P@10 are over the clients present at the end") in report
 
 
 def test_fault_study_says_fpl_leaves_out_the_clients_gone(tmp_path):
@@ -89,7 +133,8 @@ def test_fpl_tcc_names_no_lowest_of_one_preset_nor_compares_it_with_the_papers(t
     best = _csv(out / "best.csv")
     assert [r["preset"] for r in best] == ["pFPL"]
     assert "Lowest TCC" not in report and "The paper finds pFPL+" not in report
-    assert (f"TCC to the best P@10: **pFPL** {float(best[0]['tcc']):.4g} vectors, P@10 {float(best[0]['p_at_10']):.4f} "
+    assert float(best[0]["tcc"]).is_integer()  # one seed: a count, in full (it was .4g: 1.26e+04)
+    assert (f"TCC to the best P@10: **pFPL** {float(best[0]['tcc']):,.0f} vectors, P@10 {float(best[0]['p_at_10']):.4f} "
             "(mean over seeds); the only preset run, so no lowest. The paper's lowest is pFPL+ on Brazil (Table 4, "
             "among its four presets); not all four ran here, so the two are not compared.") in report
 
@@ -102,9 +147,14 @@ def test_fpl_tcc_lowest_says_when_the_gap_is_within_the_seed_spread(tmp_path):
     gap = float(nxt["tcc"]) - float(low["tcc"])
     # this run's two lowest are closer than their spread over the seeds: no clear ordering
     assert gap <= max(float(low["tcc_sd"]), float(nxt["tcc_sd"]))
+    # in full, with thousands separators (it was .4g: "1.26e+04 ± 0 vectors", "1.304e+04 ± 6148")
+    def count(x):
+        return f"{x:,.0f}" if x.is_integer() else f"{x:,.1f}"
+
     assert (f"Lowest mean TCC to the best P@10 among the 4 presets run: **{low['preset']}** "
-            f"({float(low['tcc']):.4g} ± {float(low['tcc_sd']):.4g} vectors") in report
-    assert f"(the gap, {gap:.4g}, is within an sd over seeds: not a clear ordering)." in report
+            f"({count(float(low['tcc']))} ± {count(float(low['tcc_sd']))} vectors") in report
+    assert f"(the gap, {count(gap)}, is within an sd over seeds: not a clear ordering)." in report
+    assert "e+0" not in report
     assert ("The paper's lowest (Table 4, Brazil) is pFPL+: "
             + ("the same preset." if low["preset"] == "pFPL+" else "a different preset from ours.")) in report
 
@@ -601,6 +651,29 @@ def test_quickstart_note_says_no_unrated_item_is_sampled_at_rho_zero():
         "1.0000, +0.0000 against rho = 0 (no difference in accuracy)" in at1
 
 
+def test_notes_write_a_difference_that_rounds_to_zero_without_a_minus_sign():
+    # FedRec++ 4e-10 below FedRec at rho = 0 read "-0.0000 against rho = 0" (and an FPL comparison of
+    # methods 3e-6 apart "= -0.0000"): a negative zero reads as a difference with a sign
+    import importlib.util
+    from pathlib import Path
+
+    from fedsim.studies.fpl.analysis import compare_users
+
+    spec = importlib.util.spec_from_file_location("qs", Path(__file__).resolve().parents[1] / "scenarios" / "quickstart.py")
+    qs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(qs)
+    rho0 = 0.9203554660682525
+    note = qs.comparison_note([{"rmse": v} for v in (rho0, rho0, rho0 - 2e-9, rho0 - 4e-10)], 1.0)
+    assert "-0.0000" not in note
+    assert "beside the rated ones, 0.9204, +0.0000 against rho = 0 (no difference in accuracy)" in note
+    assert "FedRec++ with one denoiser 0.9204, +0.0000 against rho = 0: it equals FedRec" in note
+    a = np.linspace(0.1, 0.3, 12)
+    b = a + 3e-6
+    assert compare_users("pFPL", "FPL", "p", a, b).text().startswith("pFPL - FPL P@10 = +0.0000 (95 % CI +0.0000 "
+                                                                     "to +0.0000; ")
+    assert compare_users("pFPL", "FPL", "p", a[:2], b[:2]).text().startswith("pFPL - FPL P@10 = +0.0000 over 2 user")
+
+
 def test_personalfr_checks_order_no_figures_that_print_alike(tmp_path):
     # "explicit, M = 100: PersonalFR 0.9000 vs FedAvg 0.9000: PersonalFR better": the figures differ
     # beyond the 4 decimals printed, and the check ordered them all the same
@@ -625,3 +698,32 @@ def test_personalfr_checks_order_no_figures_that_print_alike(tmp_path):
                          "- explicit, M = 300: PersonalFR 0.8999 vs FedAvg 0.9000: PersonalFR better; "
                          "Joint 0.9000 NOT at least as good as both\n"
                          "- implicit, M = 4: PersonalFR 0.8124 vs FedAvg 0.8124: equal to 4 decimals"]
+
+
+def test_privacy_audit_labels_one_round_windows_once_and_names_personalfrs_setting(tmp_path):
+    # iterations=1 and link_iterations=1: windows read "1 rounds" (and once labelled "1 round",
+    # the several-round attacks were the one-round ones again, pooled as two seeds: 58 users of
+    # 29); PersonalFR's line in the F1 note read "personalfr (), personalfr_indices ..."
+    out, report = _run(tmp_path, "privacy_audit", {"protocols": ["fedrecpp", "personalfr"], "iterations": 1,
+                                                   "defences": [], "etas": ["1"], "link_iterations": 1,
+                                                   "link_profiles": [], "workers": 1, "personalfr_clients": 5},
+                       profile="ideal")
+    assert "1 rounds" not in report
+    rows = _csv(out / "leakage.csv")
+    keys = [(r["protocol"], r["attack"], r["adversary"], r["window"]) for r in rows]
+    assert len(keys) == len(set(keys))
+    assert [(r["attack"], r["window"], r["users"]) for r in rows if r["protocol"] == "fedrecpp"] == [
+        ("implied_ratings", "1 round", "29.0"), ("intersection", "1 round", "29.0"),
+        ("noise_matching", "1 round", "29.0"), ("noise_matching[1]", "1 round", "29.0"), ("imia", "1 round", "29.0")]
+    assert {r["window"] for r in _csv(out / "linking.csv")} == {"1 round"}
+    assert "\n- personalfr (clients 5), personalfr_indices [server, all]: F1 1.000 (random 1.000), exact 1.000" in report
+
+
+def test_privacy_audit_says_which_protocols_it_measures_no_accuracy_of(tmp_path):
+    # PersonalFR's leakage rows had accuracy nan and an empty accuracy_metric, unexplained
+    out, report = _run(tmp_path, "privacy_audit", {"protocols": ["personalfr"], "defences": [], "workers": 1,
+                                                   "personalfr_clients": 5}, profile="ideal")
+    rows = _csv(out / "leakage.csv")
+    assert rows and {(r["protocol"], r["accuracy_metric"], r["accuracy"]) for r in rows} == {("personalfr", "", "")}
+    assert ("No accuracy is measured for personalfr: the audit runs it for what its messages reveal and evaluates no "
+            "model, so its `accuracy` is NaN and its `accuracy_metric` empty.") in report

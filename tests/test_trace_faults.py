@@ -79,7 +79,7 @@ def test_a_message_read_a_round_later_is_read_then_in_every_view():
         "       2.000 ms  a sends up (round 0, 8 B) to server",
         "       2.000 ms  a sends up (round 1, 8 B) to server",
         "       2.000 ms  b receives go (round 0) from server",
-        "       2.000 ms  b sleeps for 60.000 ms",
+        "       2.000 ms  b sleeps for 60 ms",
         "       4.000 ms  server receives up (round 0) from a",
         "       4.000 ms  server receives up (round 1) from a",
         "      50.000 ms  server reads up (round 0) from a (arrived at 4.000 ms)",
@@ -434,7 +434,7 @@ def test_notes_at_one_instant_stand_where_they_happened_among_the_arrows():
     assert net.happened == [("span", 0), ("send", 0), ("missing", 0), ("send", 1), ("arrive", 0), ("arrive", 1),
                             ("read", 1)]
     assert step_log(net).splitlines() == [
-        "       0.000 ms  c sleeps for 10.000 ms",
+        "       0.000 ms  c sleeps for 10 ms",
         "      10.000 ms  d goes offline (its actor had finished; messages to it are lost)",
         "      10.000 ms  c sends up (round 0, 8 B) to server",
         "      10.000 ms  server stops waiting for up (round 0): 1 of 1 missing (nothing from c)",

@@ -595,7 +595,7 @@ def test_step_log_shows_what_happened_at_one_instant_in_the_order_it_happened():
     assert step_log(net).splitlines() == [
         "       0.000 ms  a sends first (round 0, 11 B) to b",
         "       0.000 ms  a: sent first",
-        "       0.000 ms  a works for 1.000 ms",
+        "       0.000 ms  a works for 1 ms",
         "       1.000 ms  a: worked",
         "       1.000 ms  a sends second (round 0, 12 B) to b",
         "      20.000 ms  b receives first (round 0) from a",
@@ -1464,3 +1464,15 @@ def test_a_deadlock_is_a_step_after_the_last_message_in_a_headless_browser(tmp_p
         assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
     finally:
         driver.quit()
+
+
+def test_step_log_gives_a_span_too_short_for_its_clock_in_its_own_unit(tmp_path):
+    # the demo's nodes compute a few hundred flops at lan's 2e10 flop/s (clients) and 1e11 (the
+    # server): nanoseconds, which read "computes for 0.000 ms"
+    from fedsim.studies.trace import trace
+
+    trace("demo", tmp_path, clients=2, rounds=1, formats=("log",))
+    lines = (tmp_path / "steps.log").read_text().splitlines()
+    assert [ln.strip() for ln in lines if " for " in ln] == [
+        "1.001 ms  client/000 computes for 8.8 ns", "1.001 ms  client/001 computes for 26.4 ns",
+        "2.002 ms  server computes for 0.16 ns"]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import math
 import time
 import types
 from typing import Any
@@ -52,6 +53,7 @@ import numpy as np
 from .context import RunContext
 from .errors import ScenarioError, UsageError
 from .protocol_run import protocol_scenario, split_data, test_scores
+from .report import human_seconds
 
 __all__ = ["compare_scenario"]
 
@@ -434,11 +436,12 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
              + (f"; the {sent} copies sent ({lost} of them lost) are the same messages on both networks (sender, "
                 "receiver, kind, round, payload bytes, lost or not)." if not (n_a or n_b) else
                 f"; {n_a} copies on the simulator and {n_b} on {transport} have no match on the other network.")
-             + f" Wall time: simulator {wall_a:.2f} s, {transport} {wall_b:.2f} s (forking, connecting and "
-               "merging the ledger included). The measured round times are real seconds on this machine's "
-               "loopback (shaped only if the run was made inside a shaped namespace); the simulator's are what "
-               f"its `{sim_spec.profile}` profile predicts, each copy charged {sim_spec.framing_bytes} framing "
-               f"bytes beyond its payload ({transport}'s own).")
+             # (in the tables' units: it was {:.2f} s, "0.00 s" of a run of 4 ms)
+             + f" Wall time: simulator {human_seconds(wall_a)}, {transport} {human_seconds(wall_b)} (forking, "
+               "connecting and merging the ledger included). The measured round times are real seconds on this "
+               "machine's loopback (shaped only if the run was made inside a shaped namespace); the simulator's are "
+               f"what its `{sim_spec.profile}` profile predicts, each copy charged {sim_spec.framing_bytes} framing "
+               f"bytes beyond its payload ({transport}'s own)." + _no_ratio(times, transport, sim_spec.profile))
     if not same or unequal or n_a or n_b:
         # the run fails, so its folder (and report) is not written: the message carries what differs
         # (it said "see the report", which did not exist)
@@ -465,3 +468,24 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
                         f"{transport} and at a simulated one on the simulator, so the messages it costs can differ "
                         "(--dropout-window 0,0 drops the same nodes from the start on both)")
         raise ScenarioError(f"{name}: the {transport} run differs from the simulator's: {'; '.join(what)}")
+
+
+def _no_ratio(times: list[dict], transport: str, profile: str) -> str:
+    """A sentence on the rounds of ``times`` (the round_times rows) whose ``measured_over_simulated``
+    is NaN, and why: the simulator predicts 0 s (the ideal profile: no delay, free compute), or
+    the round is in one run's ledger only; "" when there is none (the NaN stood unexplained)."""
+    measured = f"measured_{transport}_s"
+    one_side = [r["round"] for r in times if math.isnan(r["simulated_s"]) or math.isnan(r[measured])]
+    zero = [r["round"] for r in times if r["simulated_s"] == 0 and r["round"] not in one_side]
+    said = []
+    if zero:
+        said.append(f"in {_rounds_text(zero)}: the simulator predicts 0 s (its `{profile}` profile"
+                    + (": no delay, free compute" if profile == "ideal" else "") + "), and a ratio to 0 is no figure")
+    if one_side:
+        said.append(f"in {_rounds_text(one_side)}: only one of the two runs has the round in its ledger")
+    return (" `measured_over_simulated` is NaN " + "; and ".join(said) + ".") if said else ""
+
+
+def _rounds_text(rounds: list) -> str:
+    shown = ", ".join(str(r) for r in rounds[:10]) + (f" and {len(rounds) - 10} more" if len(rounds) > 10 else "")
+    return f"round{'s' if len(rounds) > 1 else ''} {shown}"

@@ -236,6 +236,10 @@ def run_protocol(ctx: RunContext, name: str) -> None:
              for r in net.ledger.by_role(per_round=False, exclude_kinds=spec.kinds_for("evaluation"))]
     ctx.table("roles", roles, title="Traffic per role, evaluation messages left out (from the ledger)",
               floatfmt=".1f")
+    if not net.ledger.unit:
+        # PersonalFR and FedAvg-AE have no latent dimension: their units columns were NaN, unexplained
+        ctx.note(f"The `units` and `units_per_node` columns are NaN: protocol `{name}` declares no accounting unit "
+                 "(`net.set_unit(d)`: d floats, a latent vector, make one unit); its traffic is in bytes.")
     adjusted = result.info.get("adjusted") or []
     if adjusted:
         # a setting the protocol capped (clients per round beyond the clients there are): the

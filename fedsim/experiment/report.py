@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 __all__ = [
-    "Table", "csv_cell", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
+    "Table", "csv_cell", "format_number", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
     "naming_the_file", "save_figure", "versions", "write_csv", "write_report", "write_results",
 ]
 
@@ -37,42 +37,76 @@ def naming_the_file(path: str | os.PathLike, *tmp: str | os.PathLike) -> Iterato
         raise
 
 
+def format_number(v: float, spec: str) -> str:
+    """``format(v, spec)`` without the minus sign of a number that rounds to zero: -3e-6 at
+    ``.4f`` is ``0.0000`` (``+0.0000`` with a ``+`` in ``spec``), not ``-0.0000``, which reads as
+    a negative difference; -0.0 is ``0``. Anything else as ``format`` writes it."""
+    text = format(v, spec)
+    digits = text[1:].split("e")[0].split("E")[0]
+    if text[:1] == "-" and digits and set(digits) <= set("0.") and "0" in digits:
+        return ("+" if "+" in spec else "") + text[1:]
+    return text
+
+
 def human_bytes(n: float) -> str:
     """``1903907570`` -> ``1.9 GB`` (powers of 1000, three significant digits, trailing zeros
-    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``). NaN as ``nan``."""
+    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``, and what rounds
+    to no byte is ``0 B``, not ``-0 B``). NaN as ``nan``, infinity as ``inf B``."""
     n = float(n)
     if math.isnan(n):
         return "nan"
+    if math.isinf(n):
+        return f"{'-' if n < 0 else ''}inf B"
     if abs(n) < 999.5:
-        return f"{n:.0f} B"
-    for unit in ("KB", "MB", "GB", "TB", "PB"):
+        return f"{round(n) or 0:.0f} B"  # (round(-0.4) is -0: the 'or' makes it 0)
+    units = ("KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    for unit in units:
         n /= 1000.0
-        if abs(n) < 999.5 or unit == "PB":
+        if abs(n) < 999.5 or unit == units[-1]:
             return f"{n:.3g} {unit}"
-    return f"{n:.3g} PB"  # pragma: no cover
+    return f"{n:.3g} {units[-1]}"  # pragma: no cover
 
 
 def human_seconds(s: float) -> str:
     """A duration for people: ``850 µs``, ``12.3 ms``, ``4.56 s``, ``3 min 05 s``, ``1 h 02 min``
     (what rounds to 1000 of a unit in three digits is written in the next: 0.9996 s is ``1 s``,
-    not ``1e+03 ms``)."""
+    not ``1e+03 ms``); below a microsecond in ns (``12.3 ns``), below a picosecond ``< 1 ps``
+    (``> -1 ps``): a simulator's float noise, written ``1.39e-11 µs`` before. A negative
+    duration is its magnitude's text after a minus sign (-185 s was ``-4 min 55 s``); NaN is
+    ``nan``, infinity ``inf s``; from 1,000 h on with thousands separators (``277,777 h 46 min``),
+    from 1e15 h on in hours with an exponent (``2.78e+296 h``, not 296 digits)."""
     s = float(s)
     if math.isnan(s):
         return "nan"
+    sign = "-" if s < 0 else ""
     a = abs(s)
     if a == 0:
         return "0 s"
+    if math.isinf(a):
+        return f"{sign}inf s"
+    if a < 1e-12:
+        return "> -1 ps" if sign else "< 1 ps"
+    if a < 999.5e-9:
+        return f"{sign}{a * 1e9:.3g} ns"
     if a < 999.5e-6:
-        return f"{s * 1e6:.3g} µs"
+        return f"{sign}{a * 1e6:.3g} µs"
     if a < 0.9995:
-        return f"{s * 1e3:.3g} ms"
+        return f"{sign}{a * 1e3:.3g} ms"
     if a < 59.95:  # what rounds to 60.0 s is written as a minute
-        return f"{s:.3g} s"
+        return f"{sign}{a:.3g} s"
     if a < 3599.5:  # round to whole seconds first, so that 119.9 s is 2 min 00 s (not 1 min 00 s)
-        m, sec = divmod(int(round(s)), 60)
-        return f"{m} min {sec:02d} s"
-    h, rest = divmod(int(round(s)), 3600)
-    return f"{h} h {rest // 60:02d} min"  # minutes truncated
+        m, sec = divmod(int(round(a)), 60)
+        return f"{sign}{m} min {sec:02d} s"
+    if a >= 3.6e18:  # 1e15 hours and more (a deadline of 1e300 s): its 296 digits of hours said nothing
+        return f"{sign}{a / 3600:.3g} h"
+    h, rest = divmod(int(round(a)), 3600)
+    return f"{sign}{h:,} h {rest // 60:02d} min"  # minutes truncated; 1,000 h and more with thousands separators
+
+
+def _precision(spec: str) -> int:
+    """The precision of a format spec (``.4g``: 4; none given: 6, as ``format``'s)."""
+    digits = spec.rpartition(".")[2].rstrip("gGeEf%")
+    return int(digits) if "." in spec and digits.isdigit() else 6
 
 
 def _unit_of(column: str) -> str | None:
@@ -100,8 +134,10 @@ class Table:
 def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markdown: bool = False,
                  human: bool = False) -> str:
     """``rows`` as text with the columns ``cols`` (a missing key: empty): right-aligned columns
-    two spaces apart, or a Markdown table when ``markdown``. Floats use ``floatfmt``, NaN is
-    ``nan``, anything else ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
+    two spaces apart, or a Markdown table when ``markdown``. Floats use ``floatfmt`` (a figure
+    that rounds to zero without a minus sign; one that a 'g' format would write with an exponent
+    written out, below 1e16 whole, ``12600``, not ``1.26e+04``, and from 1e-6 with its significant
+    digits, ``0.00008052``, not ``8.052e-05``), NaN is ``nan``, anything else ``str``. With ``human``, numbers in byte columns read ``1.90 GB`` and
     in second columns ``12.3 ms`` (see ``_unit_of``); CSV and JSON files keep raw numbers."""
     def cell(v: Any, unit: str | None) -> str:
         if isinstance(v, np.generic):
@@ -109,9 +145,24 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
         if human and unit and isinstance(v, (int, float)) and not isinstance(v, bool):
             return human_bytes(v) if unit == "bytes" else human_seconds(v)
         if isinstance(v, float):
-            return "nan" if math.isnan(v) else format(v, floatfmt)
+            if math.isnan(v):
+                return "nan"
+            text = format_number(v, floatfmt)  # (-1e-9 at .4f: 0.0000, not -0.0000)
+            if not general:  # an exponent asked for ('.2e') stays
+                return text
+            if "e+" in text and abs(v) < 1e16:
+                # a large figure in a 'g' format (a TCC of 12,600 vectors at .4g: 1.26e+04) is written
+                # out whole, as an int cell is (up to 1e16, where a float's digits end)
+                return format_number(v, ".0f")
+            if "e-" in text and abs(v) >= 1e-6:
+                # a small one (a random guess's exact recovery of 8.052e-05 at .4g) with as many
+                # significant digits, without an exponent: 0.00008052
+                return np.format_float_positional(v, precision=_precision(floatfmt), unique=False, fractional=False,
+                                                  trim="-")
+            return text
         return str(v)
 
+    general = floatfmt.rstrip("gG") != floatfmt or not floatfmt.lstrip("+-= ,_.0123456789")  # 'g' or no type
     units = [_unit_of(c) for c in cols]
     body = [[cell(r.get(c, ""), u) for c, u in zip(cols, units)] for r in rows]
     if markdown:

@@ -36,7 +36,7 @@ from .live import activate, deactivate
 from .discovery import first_sentence, load_scenario, scenario_name
 from .errors import ScenarioError, UsageError
 from .params import check_value, unknown_parameter, parse_sets, parse_value, resolve_config, set_keys
-from .report import git_revision, json_default, naming_the_file, versions, write_report, write_results
+from .report import git_revision, human_seconds, json_default, naming_the_file, versions, write_report, write_results
 
 __all__ = ["FlagOnce", "OutputFolder", "RUN_FAILURES", "StoreOnce", "add_fault_arguments", "add_run_arguments", "check_flag",
            "closing_line", "default_out_dir", "did_not_finish", "did_not_finish_line", "net_from_args", "recover_replaced", "remove_dead_partials",
@@ -490,7 +490,7 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
             "finished": _dt.datetime.now().isoformat(timespec="seconds"),
         }
         write_report(folder.tmp, results, ctx.tables, ctx.notes)
-        prog.finish(f"finished in {wall:.1f} s")
+        prog.finish(f"finished in {human_seconds(wall)}")  # (it was {:.1f} s: "0.0 s" of a 40 ms run)
         write_results(folder.tmp, results)  # last: its presence says the run completed
         final = folder.commit()
     except BaseException as exc:
@@ -892,7 +892,6 @@ def out_of_memory(exc: BaseException) -> str | None:
 def closing_line(res: dict[str, Any]) -> str:
     """``results in runs/.../: a.csv, report.md, results.json, ...; wall 14.2 s`` for a finished
     run (what :func:`run_scenario` returned)."""
-    from .report import human_seconds
 
     return (f"results in {res['out'].rstrip('/')}/: {', '.join(res['files'])}; "
             f"wall {human_seconds(res['wall_time_s'])}")

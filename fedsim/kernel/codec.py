@@ -1233,13 +1233,13 @@ def _too_long(call: str, n: int, max_bytes: int, max_depth: int, least_depth: in
     """The ``CodecError`` of a message of ``n`` bytes over ``max_bytes``; first ``_limits``'s
     ``ValueError`` if a limit is below its least (every message is over a max_bytes below 1)."""
     _limits(call, max_bytes, max_depth, least_depth)
-    return CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
+    return CodecError(f"message of {n} bytes exceeds the limit of {max_bytes} bytes")
 
 
 def _over_budget(n: int, budget: int) -> None:
     raise CodecError(
         f"document of {n} bytes would decode into more than {budget} bytes of Python objects "
-        f"({DECODE_OBJECT_BYTES_PER_BYTE} per input byte + {DECODE_OBJECT_SLACK}): too many small "
+        f"({DECODE_OBJECT_BYTES_PER_BYTE} per input byte + {DECODE_OBJECT_SLACK} bytes): too many small "
         f"containers, ints or strings for its size (send bulk numbers as numpy arrays)")
 
 
@@ -1260,11 +1260,11 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX
     if type(data) is not bytes:
         view = memoryview(data)  # (TypeError for what is not a bytes-like object)
         if view.nbytes > max_bytes:  # refused before it is copied
-            raise CodecError(f"message of {view.nbytes} bytes exceeds the limit of {max_bytes}")
+            raise CodecError(f"message of {view.nbytes} bytes exceeds the limit of {max_bytes} bytes")
         data = bytes(view)
     n = len(data)
     if n > max_bytes:
-        raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes}")
+        raise CodecError(f"message of {n} bytes exceeds the limit of {max_bytes} bytes")
     _, entries = _scan(data, max_depth, DECODE_OBJECT_BYTES_PER_BYTE * n + DECODE_OBJECT_SLACK)
     built = 0  # entries of the maps msgpack built: fewer than declared when a map repeats a key
 

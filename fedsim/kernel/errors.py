@@ -12,7 +12,23 @@ __all__ = [
     "RunEnded",
     "TransportError",
     "UnknownNodeError",
+    "clock_text",
 ]
+
+
+def clock_text(t: float) -> str:
+    """A time on a run's clock for an error message: six significant digits, as ``.6g``, but
+    never an exponent (a deadlock at 1,234,567.8 s of a run on a slow link read ``1.23457e+06``,
+    one at 25 µs ``2.5e-05``): ``1234568``, ``0.000025``, ``0.5``."""
+    import numpy as np
+
+    t = float(t)
+    text = f"{t:.6g}"
+    if "e+" in text:
+        return f"{t:.0f}"
+    if "e-" in text:
+        return np.format_float_positional(t, precision=6, unique=False, fractional=False, trim="-")
+    return text
 
 
 class FedsimError(Exception):
@@ -75,7 +91,7 @@ class DeadlockError(FedsimError, RuntimeError):
         self.offline = list(offline)
         self.result = result
         self.lost = dict(lost or {})
-        lines = [f"deadlock at t = {self.time:.6g} s: {len(blocked)} actor(s) still waiting with nothing "
+        lines = [f"deadlock at t = {clock_text(self.time)} s: {len(blocked)} actor(s) still waiting with nothing "
                  "left in flight that could wake them:"]
         shown = list(blocked.items())
         for node, what in shown[:20]:

@@ -174,8 +174,17 @@ class NetSpec:
         if self.loss:
             bits.append(f"loss {self.loss:g}")
         if self.dropout:
-            bits.append(f"{self.dropout:.0%} dropout in [{self.window[0]:g}, {self.window[1]:g}] s")
+            # the percentage to six digits (it was rounded to a whole one: 0.004 read "0% dropout",
+            # 0.996 "100% dropout"), the window's ends as given (it read "[0, 1e+06] s")
+            bits.append(f"{100 * self.dropout:g}% dropout in [{_plain(self.window[0])}, {_plain(self.window[1])}] s")
         return ", ".join(bits)
+
+
+def _plain(x: float) -> str:
+    """``x`` written out without an exponent (``1000000``, ``0.05``, ``30``)."""
+    import numpy as np
+
+    return np.format_float_positional(float(x), trim="-")
 
 
 # what build() gives a transport from the spec itself (and its seed): never an option

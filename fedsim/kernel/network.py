@@ -45,7 +45,9 @@ from ..seeding import node_rng
 from .codec import DEFAULT_MAX_BYTES, Encoded
 from .context import Context
 from .envelope import LATER, Envelope, matches
-from .errors import ActorError, DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError
+from .errors import (
+    ActorError, DeadlockError, FedsimError, MessageTooLargeError, NetworkConfigError, RunEnded, UnknownNodeError, clock_text,
+)
 from .ledger import Ledger, Missing, whole_number
 from .links import Faults, LinkSpec, NodeSpec, Profile, get_profile
 from .node import Node
@@ -732,5 +734,5 @@ class Network:
             if r is not None:
                 n = count[node]
                 out[node] = (f"{n} message{'s' if n != 1 else ''} to it lost, the last {r['kind']!r} from "
-                             f"{r['src']!r} sent at t = {r['send_time']:.6g} s ({r['note'] or 'lost'})")
+                             f"{r['src']!r} sent at t = {clock_text(r['send_time'])} s ({r['note'] or 'lost'})")
         return out

@@ -547,10 +547,13 @@ class TcpNetwork(ClosedOnDropout, Network):
             nprocs = self.count_processes()
         need = per * nprocs
         if need > avail:
+            need_text, avail_text = _bytes_text(need), _bytes_text(avail)
+            if need_text == avail_text:  # rounded alike: "needs 7.3 GB, above the 7.3 GB available" said nothing
+                need_text, avail_text = f"{need:,} bytes", f"{avail:,} bytes"
             raise NetworkConfigError(
-                f"TcpNetwork with {nprocs} worker processes needs at least {_bytes_text(need)} of memory "
+                f"TcpNetwork with {nprocs} worker processes needs at least {need_text} of memory "
                 f"({_bytes_text(per)} per process, less than a worker process was measured to hold), "
-                f"above the {_bytes_text(avail)} available (MemAvailable in /proc/meminfo): use fewer processes")
+                f"above the {avail_text} available (MemAvailable in /proc/meminfo): use fewer processes")
 
     def count_processes(self, roles: Mapping[str, str] | None = None) -> int:
         """How many worker processes :meth:`run` would start for the nodes ``roles`` (node id ->
@@ -821,7 +824,13 @@ def _mem_available() -> int | None:
 
 
 def _bytes_text(n: float) -> str:
-    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+    """Bytes as the tables write them (``human_bytes``: three significant digits, powers of 1000):
+    ``4.19 MB``, ``41.9 TB``. It was whole MB below a GB and GB with one decimal above: the 4 MiB
+    per process read ``4 MB`` and 10 million processes ``41,943.0 GB``."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= 0.9995 * size:
+            return f"{n / size:,.0f} {unit}" if n >= 999.5 * size else f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def _stopped(pid: int) -> bool:

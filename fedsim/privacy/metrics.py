@@ -183,7 +183,7 @@ def summarize(rows: list[dict], keys: Iterable[str] = None, seed_key: str = "see
         v = np.array([r[k] for r in rows if k in r], dtype=np.float64)
         v = v[~np.isnan(v)]
         out[k] = float(v.mean()) if v.size else math.nan
-        out[f"{k}_ci"] = float(1.96 * v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+        out[f"{k}_ci"] = float(1.96 * _sd(v) / math.sqrt(v.size)) if v.size > 1 else math.nan
         if len(seeds) > 1:
             means = []
             for s in seeds:
@@ -191,5 +191,12 @@ def summarize(rows: list[dict], keys: Iterable[str] = None, seed_key: str = "see
                 vs = vs[~np.isnan(vs)]
                 if vs.size:
                     means.append(vs.mean())
-            out[f"{k}_seed_sd"] = float(np.std(means, ddof=1)) if len(means) > 1 else math.nan
+            out[f"{k}_seed_sd"] = _sd(np.array(means)) if len(means) > 1 else math.nan
     return out
+
+
+def _sd(v: np.ndarray) -> float:
+    """The sample standard deviation (ddof 1) of ``v``, exactly 0 when its values are all equal:
+    NumPy's is the rounding error of their mean (30 users at F1 2/3 had an interval of
+    +- 8.08e-17, a table cell in exponent notation for what is no spread)."""
+    return 0.0 if v.max() == v.min() else float(v.std(ddof=1))

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..config import Config
 from ..kernel import FedsimError
+from ..kernel.errors import clock_text
 
 __all__ = ["ContractError", "IncompleteRunError", "Job", "Kind", "PURPOSES", "ProtocolSpec", "Result",
            "check_job", "check_ledger", "check_result", "check_tiny", "server_result"]
@@ -168,7 +169,7 @@ def server_result(run, node: str = "server"):
         why = "had not finished when the run stopped"
     else:
         why = "is not part of this run"
-    raise IncompleteRunError(f"no result: node {node!r} {why} (run ended at t = {run.duration:.6g} s)")
+    raise IncompleteRunError(f"no result: node {node!r} {why} (run ended at t = {clock_text(run.duration)} s)")
 
 
 class Job(Protocol):

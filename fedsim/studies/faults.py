@@ -42,7 +42,8 @@ def _ratings(t: tuple) -> Ratings:
 def run_fault_task(task: FaultTask) -> dict[str, Any]:
     """Run one task; returns its figures (module-level: runs in a worker process). A run whose
     model diverged has ``diverged_at`` and a NaN figure (``test_rmse`` or ``p_at_10``), no score;
-    a FedRec or FPL run with no user left to score (every one with test ratings dropped out) has
+    a FedRec or FPL run with no user left to score (every one with test ratings dropped out), or a
+    PersonalFR run whose final evaluation scored no rating (no client answered it), has
     ``unevaluated`` (why, in words) and a NaN figure."""
     spec = REGISTRY[task.protocol]
     cfg = spec.Config(**task.config)
@@ -85,6 +86,9 @@ def run_fault_task(task: FaultTask) -> dict[str, Any]:
         everyone = len(result.info["clients"]) + len(result.info["lost_clients"])
         out.update(test_rmse=final["rmse"], eval_clients=everyone - final["missing"] - final["left_out"],
                    eval_missing=final["missing"], eval_left_out=final["left_out"], eval_ratings=final["n"])
+        if not final["n"]:  # an RMSE over no rating: NaN, which the report's Not evaluated note left out
+            out["unevaluated"] = (f"no test rating evaluated: {out['eval_clients']} of {everyone} clients answered the "
+                                  f"final evaluation ({final['missing']} did not, {final['left_out']} were not asked)")
     else:
         out["p_at_10"] = result.final("p@10")
         last = result.metrics[-1] if result.metrics else {}

@@ -18,7 +18,8 @@ attacks, and returns plain rows:
              ``partly_seen`` (users scored whom the server called in some round of the window
              and saw no upload of theirs in it: ``fedsim.privacy.partly_seen``); the run's
              accuracy (FedRec and FedRec++: over the test ratings of the clients present at the
-             end), ``missing_uploads`` (the uploads of any kind but evaluation that the server
+             end; NaN, with ``unevaluated`` saying why, when none could be had: every client with
+             test ratings dropped out, the model diverged), ``missing_uploads`` (the uploads of any kind but evaluation that the server
              waited for with a deadline and did not get: the ledger's missing records) and
              ``lost_clients`` (what a faulty run left out); bytes
              per client (everything but evaluation traffic, from the ledger); protocol and attack
@@ -173,16 +174,24 @@ def _targets(task: AuditTask, clients: list[str]) -> frozenset | None:
     return frozenset(clients[i] for i in sorted(pick))
 
 
-def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
+def _accuracy(task: AuditTask, result) -> tuple[str, float, str | None]:
+    """``(metric, value, unevaluated)``: the run's accuracy (FedRec, FedRec++: test RMSE; FPL,
+    FCF: P@10), over the clients present at the end, and, when the task asked for one (test
+    ratings given, or an implicit split) but none could be had, NaN and why in words (the model
+    diverged; every user with test ratings dropped out; ...). A run with nothing to evaluate on
+    (no test ratings: the linking runs) is NaN with None."""
     if task.protocol in ("fedrec", "fedrecpp"):
         if task.test is None or result.model is None:
-            return "rmse", math.nan
+            return "rmse", math.nan, None
         if result.model.diverged_at is not None:
-            return "rmse", math.nan
+            return "rmse", math.nan, f"the model diverged (round {int(result.model.diverged_at)})"
         # a client that dropped out took its user factor with it (zeros in the model, which
         # predict the lowest rating): its test ratings are left out (lost_clients says how many)
-        users, items, values, _ = result.present(*task.test[:3])
-        return "rmse", float(result.model.evaluate(users, items, values)[1])
+        users, items, values, left_out = result.present(*task.test[:3])
+        if not len(users):  # a mean over no rating is no figure (NaN, with NumPy's "Mean of empty slice" warnings)
+            return "rmse", math.nan, (f"all {left_out} users with test ratings dropped out" if len(task.test[0])
+                                      else "the test ratings are empty")
+        return "rmse", float(result.model.evaluate(users, items, values)[1]), None
     if task.protocol in ("fpl", "fcf") and hasattr(task.data, "evaluate"):
         from ..math.bpr import bpr_scores
         from ..math.metrics import precision_at, top_n
@@ -195,16 +204,18 @@ def _accuracy(task: AuditTask, result, P=None) -> tuple[str, float]:
             scores = result.params["P"] @ result.params["Q_sent"].T
         lost = result.info.get("lost_users") or []
         if not len(lost):
-            return "p@10", float(task.data.evaluate(scores)["test"]["p"])
+            return "p@10", float(task.data.evaluate(scores)["test"]["p"]), None
         # a client that dropped out took its user factor with it (zeros): its users are left out,
         # as FPL's own evaluation and FedRec's error leave them out (lost_clients says how many)
         ev = task.data.evaluators["test"]
         if not np.isfinite(scores).all():
-            return "p@10", math.nan
+            return "p@10", math.nan, "the model's scores are not finite"
         per = precision_at(top_n(scores, ev.exclude, ev.n), ev.truth, ev.n, per_user=True)
         per[np.asarray(lost, dtype=np.int64)] = np.nan
-        return "p@10", float(np.nanmean(per)) if np.isfinite(per).any() else math.nan
-    return "", math.nan
+        if not np.isfinite(per).any():
+            return "p@10", math.nan, f"all {len(lost)} users with test items dropped out"
+        return "p@10", float(np.nanmean(per)), None
+    return "", math.nan, None
 
 
 def reference_label(task: AuditTask) -> str:
@@ -217,7 +228,8 @@ def reference_label(task: AuditTask) -> str:
 
 def run_task(task: AuditTask) -> dict:
     """Run one ``AuditTask`` (module docstring); returns ``{"rows", "sizes", "links", "records",
-    "info"}`` of plain data."""
+    "info"}`` of plain data (``info``: the task's ``label``, ``run_s``, ``diverged`` and
+    ``unevaluated``, why its accuracy is NaN, or None)."""
     spec = REGISTRY[task.protocol]
     netspec = NetSpec.of(task.net)
     if hasattr(task.data, "load"):  # a picklable recipe (worker processes)
@@ -269,11 +281,13 @@ def run_task(task: AuditTask) -> dict:
     public = Public(task.protocol, task.config, "server", tuple(job.clients), int(data.n_items))
     cap = Capture(task.protocol, task.config, rec, public, truth_of(task.protocol, data, job), result, last_net,
                   run_s, task.seed, reference_label(task))
-    metric, acc = _accuracy(task, result)
+    metric, acc, unevaluated = _accuracy(task, result)
     costs = client_costs(ledgers, len(job.clients), spec.kinds_for("evaluation"))
     sim_s = float(sum(r["sim_time"] for r in records))
     base = {**task.setting, "accuracy_metric": metric, "accuracy": acc, **costs, "run_s": run_s, "sim_s": sim_s,
             "missing_uploads": missing_uploads, "lost_clients": len(lost_clients)}
+    if unevaluated is not None:  # a NaN accuracy where one was asked for, and why (no score)
+        base["unevaluated"] = unevaluated
     base["T"] = int(getattr(task.config, "T", getattr(task.config, "rounds", 0)))
     if task.epochs > 1:
         base["T"] = task.epochs  # FPL: epochs
@@ -329,7 +343,7 @@ def run_task(task: AuditTask) -> dict:
                          "unrecorded_users": unkept, "partly_seen": partly, "scored": scored})
     return {"rows": rows, "sizes": sizes, "links": links, "records": records,
             "info": {"label": task.label, "run_s": run_s, "diverged": getattr(result.model, "diverged_at", None)
-                     if result is not None and result.model is not None else None}}
+                     if result is not None and result.model is not None else None, "unevaluated": unevaluated}}
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:

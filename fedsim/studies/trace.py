@@ -52,7 +52,7 @@ import re
 import numpy as np
 
 from ..config import ConfigError, fields_of, unknown_key_message
-from ..experiment import Param, UsageError, parse_value
+from ..experiment import Param, UsageError, human_seconds, parse_value
 from ..kernel import NetSpec, SimNetwork
 from ..kernel.codec import decode_message
 from ..kernel.errors import ActorError, DeadlockError, NetworkConfigError
@@ -816,7 +816,9 @@ def step_log(net: SimNetwork) -> str:
     for b in blocked_events(net):
         events.append((b["time"], 4, 0, 0, blocked_text(b)))
     for i, (node, start, end, label) in enumerate(net.trace):
-        did(start, ("span", i), f"{node} {label}s for {(end - start) * 1000:.3f} ms")
+        # a duration, not a time on the run's clock: in human units (it was .3f ms, and a client's
+        # 20 ns of compute on lan read "computes for 0.000 ms")
+        did(start, ("span", i), f"{node} {label}s for {human_seconds(end - start)}")
     for i, (t, node, text) in enumerate(net.steps):
         did(t, ("log", i), f"{node}: {text}")
     events.sort(key=lambda e: e[:4])

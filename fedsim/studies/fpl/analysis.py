@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ...experiment import format_number
 from ...math.hitmask import per_user_metrics
 from ...math.stats import TestResult, holm, mean_ci, paired_t_test, wilcoxon_signed_rank
 from .study import Study
@@ -98,12 +99,13 @@ class Comparison:
 
     def text(self, digits: int = 4) -> str:
         name = METRIC_NAMES.get(self.metric, self.metric)
+        spec = f"+.{digits}f"  # (format_number: a difference that rounds to zero is +0.0000, not -0.0000)
         if self.n < MIN_USERS:
-            return (f"{self.a} - {self.b} {name} = {self.diff:+.{digits}f} over {self.n} user(s): too few for a test "
-                    f"(at least {MIN_USERS})")
-        return (f"{self.a} - {self.b} {name} = {self.diff:+.{digits}f} (95 % CI {self.low:+.{digits}f} to "
-                f"{self.high:+.{digits}f}; t-test p = {fmt_p(self.t.pvalue)}, Wilcoxon p = {fmt_p(self.w.pvalue)}; "
-                f"{self.n} users)")
+            return (f"{self.a} - {self.b} {name} = {format_number(self.diff, spec)} over {self.n} user(s): too few "
+                    f"for a test (at least {MIN_USERS})")
+        return (f"{self.a} - {self.b} {name} = {format_number(self.diff, spec)} (95 % CI "
+                f"{format_number(self.low, spec)} to {format_number(self.high, spec)}; t-test p = "
+                f"{fmt_p(self.t.pvalue)}, Wilcoxon p = {fmt_p(self.w.pvalue)}; {self.n} users)")
 
 
 def compare_users(a_name: str, b_name: str, metric: str, a: np.ndarray, b: np.ndarray) -> Comparison:
