@@ -226,6 +226,18 @@ def test_personalfr_indices_is_full_disclosure_and_fedavg_none():
     assert run.inference == {}  # FedAvg sends the whole model: no item list to read
 
 
+def test_uncompressed_personalfr_gives_the_indices_and_size_attacks_nothing_to_read():
+    # without Partial Compression no client sends its item set (docs/personalfr.md): until
+    # 2026-11-28 the indices went all the same, and both attacks read every client's I_m exactly
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(4, 1, 0)
+    cap = capture("personalfr", data, cfg.replace(compression=False), seed=1)
+    assert observed_clients(cap) == []
+    assert run_attack(PersonalFRIndices(), cap.recorder, cap.public).inference == {}
+    assert run_attack(SizeOnly(), cap.recorder, cap.public).inference == {}
+    assert len(cap.result.ledger.select(kind="update"))  # the run did train
+
+
 def test_size_only_reads_the_rated_count_off_fedrec_uploads(ratings):
     cap = capture("fedrec", ratings, FedRecConfig("PMF(B)", d=4, T=2, rho=2.0), seed=3)
     run = run_attack(SizeOnly(), cap.recorder, cap.public)
