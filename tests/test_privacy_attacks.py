@@ -226,6 +226,50 @@ def test_personalfr_indices_is_full_disclosure_and_fedavg_none():
     assert run.inference == {}  # FedAvg sends the whole model: no item list to read
 
 
+def test_uncompressed_personalfr_gives_the_indices_and_size_attacks_nothing_to_read():
+    # without Partial Compression no client sends its item set (docs/personalfr.md): until
+    # 2026-11-28 the indices went all the same, and both attacks read every client's I_m exactly
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(4, 1, 0)
+    cap = capture("personalfr", data, cfg.replace(compression=False), seed=1)
+    assert observed_clients(cap) == []
+    assert run_attack(PersonalFRIndices(), cap.recorder, cap.public).inference == {}
+    assert run_attack(SizeOnly(), cap.recorder, cap.public).inference == {}
+    assert len(cap.result.ledger.select(kind="update"))  # the run did train
+
+
+def _rows_off_the_zero_gradient_path(sent, update):
+    """The output rows of an uncompressed PersonalFR update that did not follow the path of a row
+    with no gradient: starting from zero momentum, K local SGD steps map every such row (weight,
+    bias) to c times the row sent, one c for all of them (weight decay only), so the rows off that
+    line are the ones the client's data reached."""
+    w0, w1 = (np.asarray(d["dec.W2"], np.float64) for d in (sent, update))
+    b0, b1 = (np.asarray(d["dec.b2"], np.float64) for d in (sent, update))
+    c = np.median(np.linalg.norm(w1, axis=1) / np.linalg.norm(w0, axis=1))
+    off = np.abs(w1 - c * w0).max(axis=1) + np.abs(b1 - c * b0)
+    return np.flatnonzero(off > 1e-6 * (1 + np.abs(w0).max()))
+
+
+def test_an_uncompressed_personalfr_update_still_shows_the_item_set():
+    # what dropping the indices does not hide (docs/privacy.md): the whole decoder a client returns
+    # moved only by weight decay on the rows of items its users did not rate, so a server comparing
+    # it with the decoder it sent reads I_m exactly, at a client's first selection (momentum zero)
+    from fedsim.kernel.ledger import KIND, ROUND, SRC
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(6, 2, 0)
+    cap = capture("personalfr", data, cfg.replace(compression=False, fraction=0.5), seed=1)
+    sent = {row[ROUND]: doc.value()["dec"] for row, doc, _ in cap.recorder.entries if row[KIND] == "decoder"}
+    first, checked = set(), 0
+    for row, doc, _ in cap.recorder.entries:
+        if row[KIND] == "update" and row[SRC] not in first:
+            first.add(row[SRC])
+            got = _rows_off_the_zero_gradient_path(sent[row[ROUND]], doc.value()["dec"])
+            np.testing.assert_array_equal(got, cap.truth[row[SRC]])
+            checked += 1
+    assert checked == len(first) >= 4 and all(0 < cap.truth[u].size < data.n_items for u in first)
+
+
 def test_size_only_reads_the_rated_count_off_fedrec_uploads(ratings):
     cap = capture("fedrec", ratings, FedRecConfig("PMF(B)", d=4, T=2, rho=2.0), seed=3)
     run = run_attack(SizeOnly(), cap.recorder, cap.public)

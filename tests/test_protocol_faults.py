@@ -331,6 +331,39 @@ def test_a_personalfr_client_whose_indices_were_lost_is_left_out_of_the_evaluati
     assert res.info["clients"]["client/0002"]["rounds"] == []
 
 
+def test_without_compression_a_personalfr_client_whose_first_message_is_lost_still_takes_part():
+    # without compression no client sends its indices (only Partial Compression needs them), so the
+    # server has no set-up wait: every client is drawn, trains and evaluates, and what loss costs is
+    # updates and answers, recorded per round. The same seed and loss as the test above, where
+    # client/0002's first message (then its indices) is lost; until 2026-11-28 it was here too, and
+    # the client was left out of the whole run although the server needed nothing from it
+    from fedsim.data import random_holdout
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(4, 3, 0)
+    data, test = random_holdout(data, 0.2, seed=0)
+    cfg = cfg.replace(deadline=2.0, eval_every=1, compression=False)
+    ideal = SimNetwork(seed=39)
+    draws = spec.build(ideal, data, cfg, test=test).collect(ideal.run()).info["selected"]
+    net = SimNetwork(seed=39, faults=Faults(loss=0.25))
+    job = spec.build(net, data, cfg, test=test)
+    res = job.collect(net.run())
+    assert not len(net.ledger.select(kind="indices"))
+    assert net.ledger.totals()["lost_messages"] > 0
+    assert res.info["selected"] == draws  # the server's draws, none filtered out
+    assert any("client/0002" in chosen for chosen in res.info["selected"])
+    assert res.info["clients"]["client/0002"]["rounds"]  # it trained
+    assert all(r["kind"] == "update" and r["round"] >= 1 for r in res.info["missing"])
+    missed: dict = {}
+    for m in net.ledger.missing:
+        if m.receiver == "server" and m.kind == "update":
+            missed[m.round] = missed.get(m.round, 0) + 1
+    assert {r["round"]: r["clients"] for r in res.info["missing"]} == missed
+    for t in (1, 2, 3):  # every client asked to evaluate every round, none left out
+        assert sorted(r["dst"] for r in net.ledger.select(kind="evaluate", round=t).records()) == sorted(job.clients)
+    assert [h["left_out"] for h in res.metrics] == [0, 0, 0]
+
+
 @pytest.mark.parametrize("name", ["demo", "fedrec"])
 def test_dropout_on_tcp_drops_the_clients_asyncio_drops_and_records_it_alike(name):
     # the same fault profile on all three transports: TcpNetwork refused any dropout

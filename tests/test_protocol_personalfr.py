@@ -240,6 +240,40 @@ def test_the_encoder_check_does_find_encoders_in_fedavg(tiny):
     assert np.isin(model0["enc.W1"].ravel(), sent).all()
 
 
+def _client_uploads(mod, task, cfg, M=5, seed=3):
+    """Every (kind, decoded payload) a client sent the server in a run, in sending order."""
+    log = []
+    job, _, net = _run(mod, task, M, cfg, seed=seed, wrap=lambda n: _RecordingNet(n, log))
+    out = []
+    for src, dst, kind, payload in log:
+        if src != "server":
+            assert dst == "server"
+            out.append((src, kind, decode_message(encode_message(kind, payload).data)[1]))
+    return job, net, out
+
+
+def test_without_compression_no_client_sends_its_item_set(tiny):
+    """The paper's clients send their indices "to find the active parameters" (section III-C): only
+    Partial Compression needs them. Without it the run has no ``indices`` message and no client
+    payload holds an item id (until 2026-11-28 every client sent its I_m at round 0 all the same,
+    756 bytes on this data, and the server learnt every client's item set)."""
+    base = dict(rounds=2, fraction=0.6, hidden=HIDDEN, batch=4, local_epochs=1, eval_every=1)
+    job, net, ups = _client_uploads(personalfr, tiny, FedAEConfig(**base, compression=False))
+    assert not len(net.ledger.select(kind="indices"))
+    assert {k for _, k, _ in ups} == {"update", "eval"}
+    for _, kind, doc in ups:  # floats of the decoder, or the evaluation's sums and counts: no integer array
+        assert not any(isinstance(v, np.ndarray) and v.dtype.kind in "iu" for _, v in _walk(doc)), kind
+    k = personalfr.selection_size(0.6, 5)
+    assert [r["kind"] for r in net.ledger.records() if r["dst"] == "server"].count("update") == 2 * k
+    # positive control: with compression each client sends exactly its rated items, once
+    job, net, ups = _client_uploads(personalfr, tiny, FedAEConfig(**base))
+    sent = {src: doc["items"] for src, kind, doc in ups if kind == "indices"}
+    assert sorted(sent) == sorted(job.clients)
+    for name, g in zip(job.clients, job.groups):
+        np.testing.assert_array_equal(sent[name], act.rated_items(tiny.mask[g]))
+    assert len(net.ledger.select(kind="indices")) == 5
+
+
 # ------------------------------------------------------------------- Partial Compression, accounting
 
 

@@ -38,7 +38,8 @@ class FedAEConfig(Config):
     Defaults: Table II and the authors' code (SGD lr 0.1, Nesterov momentum 0.9, weight decay 5e-4, cosine
     annealing per round, clipping at 1, dropout 0.5 on the code, C = 0.1, K = 5, B = 10, 800 rounds).
 
-    PersonalFR only: ``compression`` (Partial Compression: exchange and train only the active decoder);
+    PersonalFR only: ``compression`` (Partial Compression: exchange and train only the active decoder; for
+    it each client sends the server its item set once, ``indices``; without it no client sends one);
     ``merge`` (``"per_item"``: Eq. 5, each output row averaged over the clients that have it active;
     ``"algorithm1"``: Algorithm 1 as printed, rows a client lacks count with their previous value);
     ``uncompressed_training`` (with ``compression=False``: ``"full"`` trains and weight-decays every row of

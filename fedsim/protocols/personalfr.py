@@ -3,9 +3,12 @@
 
 Message flow (kinds; sizes for the default model ``[n, 256, 128] / [128, 256, n]`` in float32):
 
-setup (round 0), Algorithm 1's first loop
+setup (round 0), Algorithm 1's first loop, with ``compression=True`` only
     client -> server   ``indices``  {items: int32[|I_m|]}                   4 |I_m| + 27..28 bytes
-        the items rated by the client's users in its training data; the server records them.
+        the items rated by the client's users in its training data; the server records them to cut
+        each client's slice (Expression 3) and to merge it (Eq. 5). The paper sends them "to find the
+        active parameters" (section III-C); without Partial Compression the server needs none, and no
+        client sends its item set: the run has no setup message, every client takes part.
 
 round t = 1..T
     the server draws ``max(int(C M), 1)`` clients with its own generator (sorted by id)
@@ -18,8 +21,9 @@ round t = 1..T
         active; ``"algorithm1"``: Algorithm 1 as printed), or the plain mean of whole decoders.
 
 evaluation (``EVAL_KINDS``, left out of cost tables), every ``eval_every`` rounds and after the last
-    server -> every client whose indices arrived  ``evaluate``  {t, dec: the whole global decoder}
-        (a client whose indices never arrived never trains: it is left out, the row's ``left_out``)
+    server -> every client taking part  ``evaluate``  {t, dec: the whole global decoder}
+        (with compression, a client whose indices never arrived never trains: it is left out, the row's
+        ``left_out``; without compression every client is asked)
     client -> server        ``eval``      {sse, n, ndcg_sum, ndcg_users}  (sums over its private test entries)
 
 end
@@ -80,21 +84,26 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
     rng = ctx.rng
     decoder = ae.decoder_of(ae.init_params(n_items, rng, tuple(cfg.hidden), dtype=dt))  # D_g^0
     M = len(clients)
-    ctx.begin_round(0)
-    got = await ctx.gather("indices", senders=clients, round=0, timeout=cfg.deadline)
-    items = {m.sender: checked_items(m, n_items) for m in got}  # I = {I_1..I_M}
     missing: list[dict] = []
-    if got.missing:
-        missing.append({"round": 0, "kind": "indices", "clients": len(got.missing)})
+    if cfg.compression:  # Algorithm 1's first loop: the item sets, to cut each client's slice from
+        ctx.begin_round(0)
+        got = await ctx.gather("indices", senders=clients, round=0, timeout=cfg.deadline)
+        items = {m.sender: checked_items(m, n_items) for m in got}  # I = {I_1..I_M}
+        if got.missing:
+            missing.append({"round": 0, "kind": "indices", "clients": len(got.missing)})
+        members = [c for c in clients if c in items]
+    else:  # without Partial Compression the server needs no item set (PFL alone, as FedAvg): none is sent
+        members = list(clients)
+    taking_part = set(members)
     k = selection_size(cfg.fraction, M)
     history, selected = [], []
     flops = 0
     diverged_at = None
     for t in range(1, cfg.rounds + 1):
         ctx.begin_round(t)
-        # the draw is over all M clients (the same draws whatever was lost); a client whose indices
-        # never arrived cannot be given its slice, so it is left out of the round
-        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False)) if clients[i] in items]
+        # the draw is over all M clients (the same draws whatever was lost); with compression, a client
+        # whose indices never arrived cannot be given its slice, so it is left out of the round
+        chosen = [clients[i] for i in np.sort(rng.choice(M, size=k, replace=False)) if clients[i] in taking_part]
         selected.append(chosen)
         if cfg.compression:
             for name in chosen:  # each client gets its own slice (Expression 3)
@@ -125,9 +134,9 @@ async def server(ctx, clients: list[str], n_items: int, cfg: FedAEConfig, evalua
             diverged_at = t
             break
         if evaluate and cfg.wants_eval(t):
-            # over the clients that take part: one whose indices never arrived never trained (its
-            # encoder is the initial one), so it is left out and counted (left_out), not evaluated
-            members = [c for c in clients if c in items]
+            # over the clients that take part: with compression, one whose indices never arrived never
+            # trained (its encoder is the initial one), so it is left out and counted (left_out), not
+            # evaluated; without, every client takes part (as FedAvg's)
             row = await evaluate_clients(ctx, members, {"t": t, "dec": decoder}, t, cfg)
             if unscored(row, cfg.task):
                 diverged_at = t
@@ -149,7 +158,8 @@ async def client(ctx, data: ae_train.AETask, cfg: FedAEConfig) -> dict:
     """
     rng = ctx.rng
     items = act.rated_items(data.mask)  # I_m
-    await ctx.send(SERVER, "indices", {"items": items.astype(np.int32)})
+    if cfg.compression:  # only Partial Compression needs the server to know I_m (section III-C)
+        await ctx.send(SERVER, "indices", {"items": items.astype(np.int32)})
     cut = cfg.encoder_input == "cut"
     # input rows: the columns of the items this client's users rated, if the encoder is cut to them
     x = data.x[:, items] if cut else data.x
@@ -247,7 +257,8 @@ SPEC = register(ProtocolSpec(
     summary="PersonalFR: private encoders, a shared decoder, Partial Compression of the active decoder rows",
     Config=FedAEConfig,
     kinds=(
-        Kind("indices", "client", "server", "setup", "{items: int32[|I_m|]}: the items the client's users rated"),
+        Kind("indices", "client", "server", "setup", "{items: int32[|I_m|]}: the items the client's users rated "
+             "(with compression only: without, no client sends its item set)"),
         Kind("decoder", "server", "client", "training", "{t, dec}: the active decoder (or the whole one)"),
         Kind("update", "client", "server", "training", "{dec}: the trained active decoder"),
         *SHARED_KINDS,
