@@ -431,3 +431,39 @@ def test_the_link_model_and_transport_entry_point_groups_are_loaded(tmp_path, mo
         TRANSPORT_REGISTRY.remove("framed-asyncio")
         for n in [n for n in sys.modules if n.startswith("fedsim_wires_probe")]:
             del sys.modules[n]
+
+
+RECORDER = '''"""The simulator, recording what it delivers: a SimNetwork subclass whose __init__ takes **kwargs."""
+from fedsim.kernel import SimNetwork, register_transport
+
+
+class Recorder(SimNetwork):
+    def __init__(self, *, record_to="", **kwargs):
+        super().__init__(**kwargs)
+        self.record_to = record_to
+
+
+register_transport("record", Recorder, "the simulator, recording")
+'''
+
+
+def test_a_simnetwork_subclass_taking_kwargs_takes_a_link_model(tmp_path):
+    # register_transport read only the factory's own signature: a SimNetwork subclass whose
+    # __init__ passes **kwargs on was taken for a transport without a link model, and
+    # --link-model fair with it was refused ("applies to the simulator only, not to transport 'record'")
+    (tmp_path / "rec.py").write_text(RECORDER)
+    driver = ("import sys; from fedsim.protocols import load_plugins; load_plugins([sys.argv[1]])\n"
+              "from fedsim.kernel import NetSpec\n"
+              "from fedsim.kernel.registry import TRANSPORT_REGISTRY\n"
+              "print(TRANSPORT_REGISTRY.entry('record').link_models)\n"
+              "net = NetSpec(transport='record', link_model='fair', options={'record_to': 'x'}).build(0)\n"
+              "print(type(net).__name__, net.link_model.name, net.record_to)\n")
+    res = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "rec.py")], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n") == ["True", "Recorder fair x", ""]
+    res = fedsim_cmd("--plugin", "rec.py", "run", "demo", "--transport", "record", "--link-model", "tcp", "--out",
+                     "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert (saved["network"]["transport"], saved["network"]["link_model"]) == ("record", "tcp")

@@ -8,7 +8,6 @@ description, not a network. ``NetSpec.of("wan")`` accepts a bare profile name.
 from __future__ import annotations
 
 import difflib
-import inspect
 import math
 import numbers
 from dataclasses import asdict, dataclass, replace
@@ -17,7 +16,7 @@ from typing import Any
 
 from .errors import NetworkConfigError
 from .links import Faults, get_profile
-from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
+from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_keywords
 
 __all__ = ["NetSpec", "TRANSPORTS", "frames_itself"]
 
@@ -99,7 +98,7 @@ class NetSpec:
         for key, _ in self.options:
             if key in _OWN_FIELDS:
                 raise NetworkConfigError(f"options: {_OWN_FIELDS[key]}, not an option")
-        takes = _keywords(transport.factory)
+        takes = factory_keywords(transport.factory)
         if takes is not None:
             takes = sorted(takes - set(_OWN_FIELDS))
             for key, _ in self.options:
@@ -186,30 +185,6 @@ _OWN_FIELDS = {
     "link_model": "link_model is the NetSpec's own field (NetSpec(link_model=...))",
     "framing_bytes": "framing_bytes is the NetSpec's own field (NetSpec(framing_bytes=...))",
 }
-
-
-def _keywords(factory: Any) -> set[str] | None:
-    """The keyword arguments ``factory`` takes: for a class, those of its ``__init__`` and of each
-    base's that a ``**kwargs`` passes on to (``TcpNetwork``'s own, then ``Network``'s); None when a
-    ``**kwargs`` reaches no fixed signature (a function's own) or a signature cannot be read."""
-    if not isinstance(factory, type):
-        chain: list = [factory]
-    else:
-        chain = [c.__dict__["__init__"] for c in factory.__mro__ if "__init__" in c.__dict__]
-    names: set[str] = set()
-    for fn in chain:
-        if fn is object.__init__:
-            return names
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            return None
-        if isinstance(factory, type):
-            params = params[1:]  # (self)
-        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return names
-    return None
 
 
 def _options(options: Any) -> tuple[tuple[str, Any], ...]:
