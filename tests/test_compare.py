@@ -821,3 +821,43 @@ def test_compare_refuses_framing_bytes_tcp_cannot_show_and_a_transport_in_the_ru
     payload = _csv(tmp_path / "o" / "payload_bytes.csv")
     assert payload and all(int(r["wire_bytes_sim"]) == int(r["wire_bytes_tcp"])
                            == int(r["payload_bytes_tcp"]) + 25 * int(r["messages"]) for r in payload)
+
+
+SIM_SUBCLASS = '''from fedsim.kernel import SimNetwork, register_transport
+
+
+class Again(SimNetwork):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+
+register_transport("sim-again", Again, "the simulator under another name")
+'''
+
+
+def test_the_reports_note_says_what_each_kind_of_transport_measured(tmp_path):
+    # the note said of every transport "(forking, connecting and merging the ledger included)" and
+    # "real seconds on this machine's loopback": of asyncio, which forks and connects nothing, and of
+    # a plug-in's SimNetwork subclass, whose round times are simulated seconds
+    (tmp_path / "again.py").write_text(SIM_SUBCLASS)
+    notes = {}
+    for against in ("asyncio", "sim-again"):
+        res = subprocess.run([sys.executable, "-m", "fedsim", "--plugin", "again.py", "compare", "demo", "--against",
+                              against, "--set", "rounds=2", "--quiet", "--out", against], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        notes[against] = next(line for line in (tmp_path / against / "report.md").read_text().splitlines()
+                              if line.startswith("Final parameters"))
+    for note in notes.values():
+        assert "forking" not in note and "loopback" not in note
+    assert (", sim-again " in notes["sim-again"] and notes["sim-again"].split(" s. ", 1)[1] ==
+            "The sim-again run's round times are simulated seconds too (sim-again is a simulated transport: its own "
+            "model of time, not a measurement); the simulator's are what its `lan` profile predicts, each copy "
+            "charged 0 framing bytes beyond its payload (sim-again's own).")
+    assert notes["asyncio"].split(" s. ", 1)[1] == (
+        "The measured round times are real seconds on this machine (asyncio's clock, not a model of the network); the "
+        "simulator's are what its `lan` profile predicts, each copy charged 0 framing bytes beyond its payload "
+        "(asyncio's own).")
+    sim, again = _csv(tmp_path / "sim-again" / "round_times.csv")[0], _csv(tmp_path / "sim-again" / "summary.csv")
+    assert float(sim["simulated_s"]) == float(sim["measured_sim-again_s"]) > 0
+    assert again[0]["run_duration_s"] == again[1]["run_duration_s"]

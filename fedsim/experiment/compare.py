@@ -325,6 +325,21 @@ def predicted_framing(net, entry) -> int:
     return FRAME_OVERHEAD
 
 
+def _how_measured(transport: str, simulated: bool, processes: bool) -> str:
+    """What the other run's wall time holds and what its round times are, for the report's note
+    (it said "forking, connecting and merging the ledger included" and "real seconds on this
+    machine's loopback" of every transport: of asyncio, which forks and connects nothing, and of a
+    plug-in's SimNetwork subclass, whose round times are simulated seconds)."""
+    if simulated:
+        return (f". The {transport} run's round times are simulated seconds too ({transport} is a simulated "
+                "transport: its own model of time, not a measurement);")
+    if processes:
+        return (" (forking, connecting and merging the ledger included). The measured round times are real "
+                "seconds on this machine's loopback (shaped only if the run was made inside a shaped namespace);")
+    return (f". The measured round times are real seconds on this machine ({transport}'s clock, not a model of "
+            "the network);")
+
+
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
     from ..kernel import NetSpec
     from ..kernel.netspec import frames_itself
@@ -374,6 +389,7 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     job = check_job(spec, spec.build(real, train, cfg, test=test))
     runs[transport] = _outcome(ctx, spec, transport, real_spec.describe(), real, job,
                                  time.perf_counter() - t0, test)
+    simulated = bool(real.simulated)  # (a plug-in's SimNetwork subclass: its times are simulated too)
     del real, job
     ctx.progress.update(2, 2)
     a, b = runs["sim"], runs[transport]
@@ -434,11 +450,10 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
              + (f"; the {sent} copies sent ({lost} of them lost) are the same messages on both networks (sender, "
                 "receiver, kind, round, payload bytes, lost or not)." if not (n_a or n_b) else
                 f"; {n_a} copies on the simulator and {n_b} on {transport} have no match on the other network.")
-             + f" Wall time: simulator {wall_a:.2f} s, {transport} {wall_b:.2f} s (forking, connecting and "
-               "merging the ledger included). The measured round times are real seconds on this machine's "
-               "loopback (shaped only if the run was made inside a shaped namespace); the simulator's are what "
-               f"its `{sim_spec.profile}` profile predicts, each copy charged {sim_spec.framing_bytes} framing "
-               f"bytes beyond its payload ({transport}'s own).")
+             + f" Wall time: simulator {wall_a:.2f} s, {transport} {wall_b:.2f} s" + _how_measured(
+                 transport, simulated, frames_itself(entry) or takes_processes(entry.factory))
+             + f" the simulator's are what its `{sim_spec.profile}` profile predicts, each copy charged "
+               f"{sim_spec.framing_bytes} framing bytes beyond its payload ({transport}'s own).")
     if not same or unequal or n_a or n_b:
         # the run fails, so its folder (and report) is not written: the message carries what differs
         # (it said "see the report", which did not exist)
