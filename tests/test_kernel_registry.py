@@ -467,3 +467,46 @@ def test_a_simnetwork_subclass_taking_kwargs_takes_a_link_model(tmp_path):
     assert res.returncode == 0, res.stderr
     saved = json.loads((tmp_path / "o" / "results.json").read_text())
     assert (saved["network"]["transport"], saved["network"]["link_model"]) == ("record", "tcp")
+
+
+PARTIALS = '''"""Transports registered as functools.partial of a class: a name per setting."""
+from functools import partial
+
+from fedsim.kernel import SimNetwork, TcpNetwork, register_transport
+
+
+class Recorder(SimNetwork):
+    def __init__(self, *, record_to="", **kwargs):
+        super().__init__(**kwargs)
+        self.record_to = record_to
+
+
+register_transport("tcp2", partial(TcpNetwork, processes=2), "tcp on 2 processes")
+register_transport("record-x", partial(Recorder, record_to="x"), "the simulator, recording to x")
+'''
+
+
+def test_a_partial_of_a_transport_class_is_taken_as_its_class(tmp_path):
+    # frames_itself and the link-model default read only a class factory: a partial of TcpNetwork
+    # was built with framing_bytes=0 ("TcpNetwork's framing is its frame header: framing_bytes is 25,
+    # got 0"), and a partial of a SimNetwork subclass was refused a link model
+    (tmp_path / "partials.py").write_text(PARTIALS)
+    driver = ("import sys; from fedsim.protocols import load_plugins; load_plugins([sys.argv[1]])\n"
+              "from fedsim.kernel import NetSpec\n"
+              "net = NetSpec(transport='tcp2').build(0)\n"
+              "print(type(net).__name__, net.framing_bytes, net.processes)\n"
+              "net = NetSpec(transport='record-x', link_model='fair').build(0)\n"
+              "print(type(net).__name__, net.link_model.name, net.record_to)\n")
+    res = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "partials.py")], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n") == ["TcpNetwork 25 2", "Recorder fair x", ""]
+    res = fedsim_cmd("--plugin", "partials.py", "run", "demo", "--transport", "tcp2", "--ledger", "--out", "o",
+                     "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["network"]["transport"] == "tcp2"
+    rows = ledger_rows(tmp_path / "o" / "ledger.csv")
+    # the server's first model: 64 bytes of document (above), 25 of frame header
+    first = next(r for r in rows if r["src"] == "server")
+    assert (first["round"], first["bytes"]) == ("0", str(64 + 25))

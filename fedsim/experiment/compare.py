@@ -259,8 +259,10 @@ def takes_processes(factory: Any) -> bool:
     and any ``TcpNetwork`` subclass (a plug-in's, whose constructor may take ``**kwargs`` only), or
     a factory whose signature names a ``processes`` parameter."""
     from ..kernel import TcpNetwork
+    from ..kernel.registry import factory_class
 
-    if isinstance(factory, type) and issubclass(factory, TcpNetwork):
+    cls = factory_class(factory)  # (a functools.partial of one too)
+    if cls is not None and issubclass(cls, TcpNetwork):
         return True
     try:
         return "processes" in inspect.signature(factory).parameters

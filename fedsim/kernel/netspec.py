@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import NetworkConfigError
 from .links import Faults, get_profile
-from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_keywords
+from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_class, factory_keywords
 
 __all__ = ["NetSpec", "TRANSPORTS", "frames_itself"]
 
@@ -215,11 +215,12 @@ def _options(options: Any) -> tuple[tuple[str, Any], ...]:
 
 def frames_itself(transport) -> bool:
     """Whether the registered ``transport`` (its name or its registry entry) fixes its framing
-    itself: ``tcp`` and any ``TcpNetwork`` subclass a plug-in registers (the frame header;
+    itself: ``tcp`` and any ``TcpNetwork`` subclass (or ``functools.partial`` of one) a plug-in registers (the frame header;
     ``TcpNetwork`` refuses another ``framing_bytes``, the default 0 too: ``build`` passing it made a
     plug-in's subclass fail). Any other transport takes a ``NetSpec``'s ``framing_bytes``."""
     from .tcp import TcpNetwork
 
     if isinstance(transport, str):
         transport = TRANSPORT_REGISTRY.entry(transport)
-    return isinstance(transport.factory, type) and issubclass(transport.factory, TcpNetwork)
+    cls = factory_class(transport.factory)  # (a class, or a functools.partial of one)
+    return cls is not None and issubclass(cls, TcpNetwork)

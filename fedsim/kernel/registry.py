@@ -32,6 +32,7 @@ register into it).
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import os
 import re
@@ -43,7 +44,7 @@ from .linkmodel import LinkModel
 
 __all__ = [
     "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
-    "TransportEntry", "factory_keywords", "register_link_model", "register_transport",
+    "TransportEntry", "factory_class", "factory_keywords", "register_link_model", "register_transport",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -173,6 +174,18 @@ def _source(fn: Any) -> tuple:
     return (os.path.realpath(code.co_filename), code.co_firstlineno, getattr(fn, "__qualname__", None))
 
 
+def factory_class(factory: Any) -> type | None:
+    """The class a registered ``factory`` makes, when that can be told without calling it: the
+    factory itself if it is a class, the class of a ``functools.partial`` of one (``partial(
+    TcpNetwork, processes=2)``: a name per setting, the command line passing a transport no
+    options of its own); None for a function. ``frames_itself``, ``factory_keywords`` and
+    ``fedsim compare``'s ``takes_processes`` read it: a partial of ``TcpNetwork`` was built with
+    ``framing_bytes=0`` and refused it ("framing_bytes is 25, got 0")."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory if isinstance(factory, type) else None
+
+
 def factory_keywords(factory: Any) -> set[str] | None:
     """The keyword arguments ``factory`` takes: for a class, those of its ``__init__`` and of each
     base's that a ``**kwargs`` passes on to (``TcpNetwork``'s own, then ``Network``'s; a plug-in's
@@ -180,9 +193,11 @@ def factory_keywords(factory: Any) -> set[str] | None:
     ``SimNetwork``'s ``link_model``, ...); None when a ``**kwargs`` reaches no fixed signature (a
     function's own) or a signature cannot be read. ``NetSpec`` checks its options against them,
     ``register_transport`` looks for ``link_model`` among them."""
-    if not isinstance(factory, type):
+    cls = factory_class(factory)
+    if cls is None:
         chain: list = [factory]
-    else:
+    else:  # (a partial's own keywords are its class's: they may be given again, overriding them)
+        factory = cls
         chain = [c.__dict__["__init__"] for c in factory.__mro__ if "__init__" in c.__dict__]
     names: set[str] = set()
     for fn in chain:
