@@ -510,3 +510,37 @@ def test_a_partial_of_a_transport_class_is_taken_as_its_class(tmp_path):
     # the server's first model: 64 bytes of document (above), 25 of frame header
     first = next(r for r in rows if r["src"] == "server")
     assert (first["round"], first["bytes"]) == ("0", str(64 + 25))
+
+
+BROKEN = '''"""Transports that break their contract: a run that returns nothing, a factory that makes no network."""
+from fedsim.kernel import AsyncioNetwork, register_transport
+
+
+class Forgetful(AsyncioNetwork):
+    def run(self, **kwargs):
+        super().run(**kwargs)  # (no return)
+
+
+register_transport("forgetful", Forgetful, "asyncio, whose run returns None")
+register_transport("nothing", lambda **kwargs: None, "a factory that returns None")
+'''
+
+
+def test_a_transport_that_breaks_its_contract_is_one_error_line_naming_it(tmp_path):
+    # a run() that returned None failed in the protocol's collect with a traceback ending
+    # "AttributeError: 'NoneType' object has no attribute 'results'"; a factory that returned None,
+    # in the protocol's build ("'NoneType' object has no attribute 'add_node'"): neither named the transport
+    (tmp_path / "broken.py").write_text(BROKEN)
+    res = fedsim_cmd("--plugin", "broken.py", "run", "demo", "--transport", "forgetful", "--out", "o", cwd=tmp_path)
+    assert (res.returncode, res.stderr.strip().splitlines()[-1]) == (2, (
+        "error: transport 'forgetful' (Forgetful): run() returned None, not a fedsim.kernel.RunResult (a transport's "
+        "run ends with return self.finish(duration, strict=strict); docs/network-model.md, \"Writing a transport\")"))
+    res = fedsim_cmd("--plugin", "broken.py", "compare", "demo", "--against", "forgetful", "--out", "c", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith(
+        "error: transport 'forgetful' (Forgetful): run() returned None, not a fedsim.kernel.RunResult")
+    res = fedsim_cmd("--plugin", "broken.py", "run", "demo", "--transport", "nothing", "--out", "n", cwd=tmp_path)
+    assert res.returncode == 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: transport 'nothing': its factory <function <lambda> at ") and last.endswith(
+        "> returned NoneType None, not a fedsim.kernel.Network"), res.stderr
+    assert not any((tmp_path / d).exists() for d in ("o", "c", "n"))

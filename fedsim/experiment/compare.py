@@ -233,11 +233,11 @@ def _outcome(ctx: RunContext, spec, label: str, described: str, net, job, build_
     (``message_keys``) and the round times. The
     network, its actors and the protocol's result (their state, its ``RunResult``) are not
     kept: they go when this returns."""
-    from ..protocols.contract import check_result
+    from ..protocols.contract import check_result, check_run
 
     ctx.progress.update(0 if label == "sim" else 1, 2, stage=f"{spec.name} on {described}")
     t0 = time.perf_counter()
-    run = net.run()
+    run = check_run(net.run(), net, label)
     res = check_result(spec, job.collect(run), run)
     wall = build_s + time.perf_counter() - t0
     ctx.record_network(net, label=label)

@@ -139,8 +139,9 @@ class NetSpec:
         ``trace=True``). Raises ``NetworkConfigError`` for a keyword of ``kwargs`` the spec gives
         itself (``profile``, ``faults``, ``link_model``, ``framing_bytes``; or one of its
         ``options``): it was "dict() got multiple values for keyword argument", or (``link_model``,
-        ``framing_bytes``) replaced by the spec's silently; and what the transport's constructor
-        raises."""
+        ``framing_bytes``) replaced by the spec's silently; ``NetworkConfigError`` naming the transport
+        when its factory returns something that is not a ``Network`` (a plug-in's); and what the
+        transport's constructor raises."""
         given = dict(self.options)
         for key in kwargs:
             if key in _OWN_FIELDS:
@@ -155,7 +156,13 @@ class NetSpec:
             common["framing_bytes"] = self.framing_bytes
         if transport.link_models:
             common["link_model"] = self.link_model
-        return transport.factory(**common)
+        net = transport.factory(**common)
+        from .network import Network
+
+        if not isinstance(net, Network):  # (a plug-in's factory: it failed at add_node, naming nothing)
+            raise NetworkConfigError(f"transport {self.transport!r}: its factory {transport.factory!r:.80} returned "
+                                     f"{type(net).__name__} {net!r:.80}, not a fedsim.kernel.Network")
+        return net
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
