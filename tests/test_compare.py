@@ -861,3 +861,32 @@ def test_the_reports_note_says_what_each_kind_of_transport_measured(tmp_path):
     sim, again = _csv(tmp_path / "sim-again" / "round_times.csv")[0], _csv(tmp_path / "sim-again" / "summary.csv")
     assert float(sim["simulated_s"]) == float(sim["measured_sim-again_s"]) > 0
     assert again[0]["run_duration_s"] == again[1]["run_duration_s"]
+
+
+SLOW_SIM = '''from fedsim.kernel import SimNetwork, register_transport
+
+
+class SlowSim(SimNetwork):
+    """The simulator with every node's computation 1000 times slower: the same messages, later."""
+
+    def add_node(self, node_id, actor, *args, flops=None, **kwargs):
+        super().add_node(node_id, actor, *args, flops=1e6, **kwargs)
+
+
+register_transport("slow-sim", SlowSim, "the simulator, computation at 1 MFLOP/s")
+'''
+
+
+def test_a_failed_comparison_with_dropout_against_a_simulated_transport_says_no_real_instant(tmp_path):
+    # the reason given for dropout in a window was "a node drops out at a real instant on slow-sim":
+    # a plug-in's SimNetwork subclass drops it out at the same simulated instant as the simulator
+    (tmp_path / "slow.py").write_text(SLOW_SIM)
+    res = subprocess.run([sys.executable, "-m", "fedsim", "--plugin", "slow.py", "compare", "fedrec", "--against",
+                          "slow-sim", "--data", "tiny", "--set", "T=3", "--set", "deadline=0.01", "--dropout", "0.5",
+                          "--dropout-window", "0,0.02", "--out", "c"], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().endswith(
+        "; with dropout at times in [0.0, 0.02] s, a node drops out at the same simulated instant on both, which "
+        "slow-sim's own timing finds at another point of the protocol, so the messages it costs can differ "
+        "(--dropout-window 0,0 drops the same nodes from the start on both)"), res.stderr

@@ -478,7 +478,11 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
             what.append(said_diverged)
         if ctx.net.dropout and ctx.net.window[1] > 0:
             # not a fault of the transport: a dropout is at a real instant there, at a simulated one here
-            what.append(f"with dropout at times in {list(ctx.net.window)} s, a node drops out at a real instant on "
-                        f"{transport} and at a simulated one on the simulator, so the messages it costs can differ "
-                        "(--dropout-window 0,0 drops the same nodes from the start on both)")
+            # (a plug-in's simulated transport: at the same simulated instant, in a protocol its own
+            # model of time has taken elsewhere; it was said to drop out "at a real instant")
+            at = (f"at the same simulated instant on both, which {transport}'s own timing finds at another point of "
+                  "the protocol") if simulated else (f"at a real instant on {transport} and at a simulated one on the "
+                                                     "simulator")
+            what.append(f"with dropout at times in {list(ctx.net.window)} s, a node drops out {at}, so the messages "
+                        "it costs can differ (--dropout-window 0,0 drops the same nodes from the start on both)")
         raise ScenarioError(f"{name}: the {transport} run differs from the simulator's: {'; '.join(what)}")
