@@ -890,3 +890,44 @@ def test_a_failed_comparison_with_dropout_against_a_simulated_transport_says_no_
         "; with dropout at times in [0.0, 0.02] s, a node drops out at the same simulated instant on both, which "
         "slow-sim's own timing finds at another point of the protocol, so the messages it costs can differ "
         "(--dropout-window 0,0 drops the same nodes from the start on both)"), res.stderr
+
+
+TCP2 = '''from functools import partial
+
+from fedsim.kernel import TcpNetwork, register_transport
+
+register_transport("tcp2", partial(TcpNetwork, processes=2), "tcp on 2 processes")
+'''
+
+TCP2_DRIVER = '''import sys
+
+from fedsim.protocols import load_plugins
+
+load_plugins([sys.argv[1]])
+from fedsim.experiment import compare as cm, run_scenario
+from fedsim.kernel import TcpNetwork
+
+seen, run = [], TcpNetwork.run
+
+
+def look(self, *args, **kwargs):
+    seen.append(self.processes)
+    return run(self, *args, **kwargs)
+
+
+TcpNetwork.run = look
+run_scenario(cm.compare_scenario("demo", "tcp2"), out=sys.argv[2], overrides={"rounds": 1, "clients": 4}, quiet=True)
+run_scenario(cm.compare_scenario("demo", "tcp2", 3), out=sys.argv[3], overrides={"rounds": 1, "clients": 4}, quiet=True)
+print(seen)
+'''
+
+
+def test_compare_against_a_partial_that_binds_processes_runs_with_them_unless_told(tmp_path):
+    # compare gave every transport that takes processes DEFAULT_PROCESSES (4) when none were given,
+    # over the 2 a plug-in's partial(TcpNetwork, processes=2) registered as "tcp2" binds
+    (tmp_path / "tcp2.py").write_text(TCP2)
+    (tmp_path / "driver.py").write_text(TCP2_DRIVER)
+    res = subprocess.run([sys.executable, "driver.py", "tcp2.py", "a", "b"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[2, 3]"

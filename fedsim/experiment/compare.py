@@ -41,6 +41,7 @@ second run.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import time
@@ -363,11 +364,15 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     # bytes for a transport that takes them (all but tcp and its subclasses, whose framing is their
     # frame header: a plug-in transport ran with none while the simulator ran with the run's; the
     # simulator predicts with that frame header against those: predicted_framing)
+    # the keywords a functools.partial factory binds (register_transport("tcp2", partial(TcpNetwork,
+    # processes=2)): without --processes, its own processes, not DEFAULT_PROCESSES over them
+    bound = entry.factory.keywords if isinstance(entry.factory, functools.partial) else {}
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
                         framing_bytes=0 if frames_itself(entry) else ctx.net.framing_bytes,
                         options=(("processes", DEFAULT_PROCESSES if processes is None else processes),)
-                        if takes_processes(entry.factory) else ())
+                        if takes_processes(entry.factory) and not (processes is None and "processes" in bound)
+                        else ())
     t0 = time.perf_counter()
     net = sim_spec.build(ctx.seed)
     job = check_job(spec, spec.build(net, train, cfg, test=test))
