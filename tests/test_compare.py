@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -227,7 +228,6 @@ def test_compare_runs_both_transports_with_the_same_faults(tmp_path):
     # copy by copy, the lost ones included (lost alike: the loss draws are keyed by message, and
     # a node dropped from the start costs the same copies on both); ledger_totals adds both runs'
     import json
-    import re
 
     totals = json.loads((out / "results.json").read_text())["ledger_totals"]
     said = re.search(r"the (\d+) copies sent \((\d+) of them lost\) are the same messages on both networks "
@@ -826,7 +826,6 @@ def test_compare_refuses_framing_bytes_tcp_cannot_show_and_a_transport_in_the_ru
 def test_compare_on_the_ideal_profile_says_why_its_ratios_are_nan_and_gives_wall_times_in_table_units(tmp_path):
     # the ideal profile predicts 0 s rounds: every measured_over_simulated was NaN with no word of
     # why, and the note's wall times read "simulator 0.05 s, asyncio 0.01 s" ({:.2f} s, "0.00 s" for 4 ms)
-    import re
 
     res = subprocess.run([sys.executable, "-m", "fedsim", "compare", "demo", "--against", "asyncio", "--profile",
                           "ideal", "--set", "rounds=2", "--quiet", "--out", str(tmp_path / "o")],
@@ -839,4 +838,121 @@ def test_compare_on_the_ideal_profile_says_why_its_ratios_are_nan_and_gives_wall
     assert (" `measured_over_simulated` is NaN in rounds 0, 1: the simulator predicts 0 s (its `ideal` profile: no "
             "delay, free compute), and a ratio to 0 is no figure.") in report
     unit = r"[0-9.]+ (?:ns|µs|ms|s)"
-    assert re.search(rf"Wall time: simulator {unit}, asyncio {unit} \(forking", report), report
+    assert re.search(rf"Wall time: simulator {unit}, asyncio {unit}\. The measured round times are real seconds on "
+                     r"this machine \(asyncio's clock", report), report
+
+
+SIM_SUBCLASS = '''from fedsim.kernel import SimNetwork, register_transport
+
+
+class Again(SimNetwork):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+
+register_transport("sim-again", Again, "the simulator under another name")
+'''
+
+
+def test_the_reports_note_says_what_each_kind_of_transport_measured(tmp_path):
+    # the note said of every transport "(forking, connecting and merging the ledger included)" and
+    # "real seconds on this machine's loopback": of asyncio, which forks and connects nothing, and of
+    # a plug-in's SimNetwork subclass, whose round times are simulated seconds
+    (tmp_path / "again.py").write_text(SIM_SUBCLASS)
+    notes = {}
+    for against in ("asyncio", "sim-again"):
+        res = subprocess.run([sys.executable, "-m", "fedsim", "--plugin", "again.py", "compare", "demo", "--against",
+                              against, "--set", "rounds=2", "--quiet", "--out", against], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        notes[against] = next(line for line in (tmp_path / against / "report.md").read_text().splitlines()
+                              if line.startswith("Final parameters"))
+    for note in notes.values():
+        assert "forking" not in note and "loopback" not in note
+    # (wall times in the tables' units: "12.3 ms", "1.2 s")
+    wall = r"Wall time: simulator [0-9.]+ (?:ns|µs|ms|s), {} [0-9.]+ (?:ns|µs|ms|s)\. "
+
+    def after_wall(against: str) -> str:
+        return re.split(wall.format(re.escape(against)), notes[against], maxsplit=1)[1]
+
+    assert (", sim-again " in notes["sim-again"] and after_wall("sim-again") ==
+            "The sim-again run's round times are simulated seconds too (sim-again is a simulated transport: its own "
+            "model of time, not a measurement); the simulator's are what its `lan` profile predicts, each copy "
+            "charged 0 framing bytes beyond its payload (sim-again's own).")
+    assert after_wall("asyncio") == (
+        "The measured round times are real seconds on this machine (asyncio's clock, not a model of the network); the "
+        "simulator's are what its `lan` profile predicts, each copy charged 0 framing bytes beyond its payload "
+        "(asyncio's own).")
+    sim, again = _csv(tmp_path / "sim-again" / "round_times.csv")[0], _csv(tmp_path / "sim-again" / "summary.csv")
+    assert float(sim["simulated_s"]) == float(sim["measured_sim-again_s"]) > 0
+    assert again[0]["run_duration_s"] == again[1]["run_duration_s"]
+
+
+SLOW_SIM = '''from fedsim.kernel import SimNetwork, register_transport
+
+
+class SlowSim(SimNetwork):
+    """The simulator with every node's computation 1000 times slower: the same messages, later."""
+
+    def add_node(self, node_id, actor, *args, flops=None, **kwargs):
+        super().add_node(node_id, actor, *args, flops=1e6, **kwargs)
+
+
+register_transport("slow-sim", SlowSim, "the simulator, computation at 1 MFLOP/s")
+'''
+
+
+def test_a_failed_comparison_with_dropout_against_a_simulated_transport_says_no_real_instant(tmp_path):
+    # the reason given for dropout in a window was "a node drops out at a real instant on slow-sim":
+    # a plug-in's SimNetwork subclass drops it out at the same simulated instant as the simulator
+    (tmp_path / "slow.py").write_text(SLOW_SIM)
+    res = subprocess.run([sys.executable, "-m", "fedsim", "--plugin", "slow.py", "compare", "fedrec", "--against",
+                          "slow-sim", "--data", "tiny", "--set", "T=3", "--set", "deadline=0.01", "--dropout", "0.5",
+                          "--dropout-window", "0,0.02", "--out", "c"], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().endswith(
+        "; with dropout at times in [0.0, 0.02] s, a node drops out at the same simulated instant on both, which "
+        "slow-sim's own timing finds at another point of the protocol, so the messages it costs can differ "
+        "(--dropout-window 0,0 drops the same nodes from the start on both)"), res.stderr
+
+
+TCP2 = '''from functools import partial
+
+from fedsim.kernel import TcpNetwork, register_transport
+
+register_transport("tcp2", partial(TcpNetwork, processes=2), "tcp on 2 processes")
+'''
+
+TCP2_DRIVER = '''import sys
+
+from fedsim.protocols import load_plugins
+
+load_plugins([sys.argv[1]])
+from fedsim.experiment import compare as cm, run_scenario
+from fedsim.kernel import TcpNetwork
+
+seen, run = [], TcpNetwork.run
+
+
+def look(self, *args, **kwargs):
+    seen.append(self.processes)
+    return run(self, *args, **kwargs)
+
+
+TcpNetwork.run = look
+run_scenario(cm.compare_scenario("demo", "tcp2"), out=sys.argv[2], overrides={"rounds": 1, "clients": 4}, quiet=True)
+run_scenario(cm.compare_scenario("demo", "tcp2", 3), out=sys.argv[3], overrides={"rounds": 1, "clients": 4}, quiet=True)
+print(seen)
+'''
+
+
+def test_compare_against_a_partial_that_binds_processes_runs_with_them_unless_told(tmp_path):
+    # compare gave every transport that takes processes DEFAULT_PROCESSES (4) when none were given,
+    # over the 2 a plug-in's partial(TcpNetwork, processes=2) registered as "tcp2" binds
+    (tmp_path / "tcp2.py").write_text(TCP2)
+    (tmp_path / "driver.py").write_text(TCP2_DRIVER)
+    res = subprocess.run([sys.executable, "driver.py", "tcp2.py", "a", "b"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[2, 3]"

@@ -431,3 +431,116 @@ def test_the_link_model_and_transport_entry_point_groups_are_loaded(tmp_path, mo
         TRANSPORT_REGISTRY.remove("framed-asyncio")
         for n in [n for n in sys.modules if n.startswith("fedsim_wires_probe")]:
             del sys.modules[n]
+
+
+RECORDER = '''"""The simulator, recording what it delivers: a SimNetwork subclass whose __init__ takes **kwargs."""
+from fedsim.kernel import SimNetwork, register_transport
+
+
+class Recorder(SimNetwork):
+    def __init__(self, *, record_to="", **kwargs):
+        super().__init__(**kwargs)
+        self.record_to = record_to
+
+
+register_transport("record", Recorder, "the simulator, recording")
+'''
+
+
+def test_a_simnetwork_subclass_taking_kwargs_takes_a_link_model(tmp_path):
+    # register_transport read only the factory's own signature: a SimNetwork subclass whose
+    # __init__ passes **kwargs on was taken for a transport without a link model, and
+    # --link-model fair with it was refused ("applies to the simulator only, not to transport 'record'")
+    (tmp_path / "rec.py").write_text(RECORDER)
+    driver = ("import sys; from fedsim.protocols import load_plugins; load_plugins([sys.argv[1]])\n"
+              "from fedsim.kernel import NetSpec\n"
+              "from fedsim.kernel.registry import TRANSPORT_REGISTRY\n"
+              "print(TRANSPORT_REGISTRY.entry('record').link_models)\n"
+              "net = NetSpec(transport='record', link_model='fair', options={'record_to': 'x'}).build(0)\n"
+              "print(type(net).__name__, net.link_model.name, net.record_to)\n")
+    res = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "rec.py")], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n") == ["True", "Recorder fair x", ""]
+    res = fedsim_cmd("--plugin", "rec.py", "run", "demo", "--transport", "record", "--link-model", "tcp", "--out",
+                     "o", "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert (saved["network"]["transport"], saved["network"]["link_model"]) == ("record", "tcp")
+
+
+PARTIALS = '''"""Transports registered as functools.partial of a class: a name per setting."""
+from functools import partial
+
+from fedsim.kernel import SimNetwork, TcpNetwork, register_transport
+
+
+class Recorder(SimNetwork):
+    def __init__(self, *, record_to="", **kwargs):
+        super().__init__(**kwargs)
+        self.record_to = record_to
+
+
+register_transport("tcp2", partial(TcpNetwork, processes=2), "tcp on 2 processes")
+register_transport("record-x", partial(Recorder, record_to="x"), "the simulator, recording to x")
+'''
+
+
+def test_a_partial_of_a_transport_class_is_taken_as_its_class(tmp_path):
+    # frames_itself and the link-model default read only a class factory: a partial of TcpNetwork
+    # was built with framing_bytes=0 ("TcpNetwork's framing is its frame header: framing_bytes is 25,
+    # got 0"), and a partial of a SimNetwork subclass was refused a link model
+    (tmp_path / "partials.py").write_text(PARTIALS)
+    driver = ("import sys; from fedsim.protocols import load_plugins; load_plugins([sys.argv[1]])\n"
+              "from fedsim.kernel import NetSpec\n"
+              "net = NetSpec(transport='tcp2').build(0)\n"
+              "print(type(net).__name__, net.framing_bytes, net.processes)\n"
+              "net = NetSpec(transport='record-x', link_model='fair').build(0)\n"
+              "print(type(net).__name__, net.link_model.name, net.record_to)\n")
+    res = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "partials.py")], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n") == ["TcpNetwork 25 2", "Recorder fair x", ""]
+    res = fedsim_cmd("--plugin", "partials.py", "run", "demo", "--transport", "tcp2", "--ledger", "--out", "o",
+                     "--quiet", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["network"]["transport"] == "tcp2"
+    rows = ledger_rows(tmp_path / "o" / "ledger.csv")
+    # the server's first model: 64 bytes of document (above), 25 of frame header
+    first = next(r for r in rows if r["src"] == "server")
+    assert (first["round"], first["bytes"]) == ("0", str(64 + 25))
+
+
+BROKEN = '''"""Transports that break their contract: a run that returns nothing, a factory that makes no network."""
+from fedsim.kernel import AsyncioNetwork, register_transport
+
+
+class Forgetful(AsyncioNetwork):
+    def run(self, **kwargs):
+        super().run(**kwargs)  # (no return)
+
+
+register_transport("forgetful", Forgetful, "asyncio, whose run returns None")
+register_transport("nothing", lambda **kwargs: None, "a factory that returns None")
+'''
+
+
+def test_a_transport_that_breaks_its_contract_is_one_error_line_naming_it(tmp_path):
+    # a run() that returned None failed in the protocol's collect with a traceback ending
+    # "AttributeError: 'NoneType' object has no attribute 'results'"; a factory that returned None,
+    # in the protocol's build ("'NoneType' object has no attribute 'add_node'"): neither named the transport
+    (tmp_path / "broken.py").write_text(BROKEN)
+    res = fedsim_cmd("--plugin", "broken.py", "run", "demo", "--transport", "forgetful", "--out", "o", cwd=tmp_path)
+    assert (res.returncode, res.stderr.strip().splitlines()[-1]) == (2, (
+        "error: transport 'forgetful' (Forgetful): run() returned None, not a fedsim.kernel.RunResult (a transport's "
+        "run ends with return self.finish(duration, strict=strict); docs/network-model.md, \"Writing a transport\")"))
+    res = fedsim_cmd("--plugin", "broken.py", "compare", "demo", "--against", "forgetful", "--out", "c", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith(
+        "error: transport 'forgetful' (Forgetful): run() returned None, not a fedsim.kernel.RunResult")
+    res = fedsim_cmd("--plugin", "broken.py", "run", "demo", "--transport", "nothing", "--out", "n", cwd=tmp_path)
+    assert res.returncode == 2
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: transport 'nothing': its factory <function <lambda> at ") and last.endswith(
+        "> returned NoneType None, not a fedsim.kernel.Network"), res.stderr
+    assert not any((tmp_path / d).exists() for d in ("o", "c", "n"))

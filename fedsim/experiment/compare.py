@@ -41,6 +41,7 @@ second run.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import math
@@ -235,11 +236,11 @@ def _outcome(ctx: RunContext, spec, label: str, described: str, net, job, build_
     (``message_keys``) and the round times. The
     network, its actors and the protocol's result (their state, its ``RunResult``) are not
     kept: they go when this returns."""
-    from ..protocols.contract import check_result
+    from ..protocols.contract import check_result, check_run
 
     ctx.progress.update(0 if label == "sim" else 1, 2, stage=f"{spec.name} on {described}")
     t0 = time.perf_counter()
-    run = net.run()
+    run = check_run(net.run(), net, label)
     res = check_result(spec, job.collect(run), run)
     wall = build_s + time.perf_counter() - t0
     ctx.record_network(net, label=label)
@@ -261,8 +262,10 @@ def takes_processes(factory: Any) -> bool:
     and any ``TcpNetwork`` subclass (a plug-in's, whose constructor may take ``**kwargs`` only), or
     a factory whose signature names a ``processes`` parameter."""
     from ..kernel import TcpNetwork
+    from ..kernel.registry import factory_class
 
-    if isinstance(factory, type) and issubclass(factory, TcpNetwork):
+    cls = factory_class(factory)  # (a functools.partial of one too)
+    if cls is not None and issubclass(cls, TcpNetwork):
         return True
     try:
         return "processes" in inspect.signature(factory).parameters
@@ -327,6 +330,21 @@ def predicted_framing(net, entry) -> int:
     return FRAME_OVERHEAD
 
 
+def _how_measured(transport: str, simulated: bool, processes: bool) -> str:
+    """What the other run's wall time holds and what its round times are, for the report's note
+    (it said "forking, connecting and merging the ledger included" and "real seconds on this
+    machine's loopback" of every transport: of asyncio, which forks and connects nothing, and of a
+    plug-in's SimNetwork subclass, whose round times are simulated seconds)."""
+    if simulated:
+        return (f". The {transport} run's round times are simulated seconds too ({transport} is a simulated "
+                "transport: its own model of time, not a measurement);")
+    if processes:
+        return (" (forking, connecting and merging the ledger included). The measured round times are real "
+                "seconds on this machine's loopback (shaped only if the run was made inside a shaped namespace);")
+    return (f". The measured round times are real seconds on this machine ({transport}'s clock, not a model of "
+            "the network);")
+
+
 def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
     from ..kernel import NetSpec
     from ..kernel.netspec import frames_itself
@@ -348,11 +366,15 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     # bytes for a transport that takes them (all but tcp and its subclasses, whose framing is their
     # frame header: a plug-in transport ran with none while the simulator ran with the run's; the
     # simulator predicts with that frame header against those: predicted_framing)
+    # the keywords a functools.partial factory binds (register_transport("tcp2", partial(TcpNetwork,
+    # processes=2)): without --processes, its own processes, not DEFAULT_PROCESSES over them
+    bound = entry.factory.keywords if isinstance(entry.factory, functools.partial) else {}
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
                         framing_bytes=0 if frames_itself(entry) else ctx.net.framing_bytes,
                         options=(("processes", DEFAULT_PROCESSES if processes is None else processes),)
-                        if takes_processes(entry.factory) else ())
+                        if takes_processes(entry.factory) and not (processes is None and "processes" in bound)
+                        else ())
     t0 = time.perf_counter()
     net = sim_spec.build(ctx.seed)
     job = check_job(spec, spec.build(net, train, cfg, test=test))
@@ -376,6 +398,7 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     job = check_job(spec, spec.build(real, train, cfg, test=test))
     runs[transport] = _outcome(ctx, spec, transport, real_spec.describe(), real, job,
                                  time.perf_counter() - t0, test)
+    simulated = bool(real.simulated)  # (a plug-in's SimNetwork subclass: its times are simulated too)
     del real, job
     ctx.progress.update(2, 2)
     a, b = runs["sim"], runs[transport]
@@ -437,11 +460,11 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
                 "receiver, kind, round, payload bytes, lost or not)." if not (n_a or n_b) else
                 f"; {n_a} copies on the simulator and {n_b} on {transport} have no match on the other network.")
              # (in the tables' units: it was {:.2f} s, "0.00 s" of a run of 4 ms)
-             + f" Wall time: simulator {human_seconds(wall_a)}, {transport} {human_seconds(wall_b)} (forking, "
-               "connecting and merging the ledger included). The measured round times are real seconds on this "
-               "machine's loopback (shaped only if the run was made inside a shaped namespace); the simulator's are "
-               f"what its `{sim_spec.profile}` profile predicts, each copy charged {sim_spec.framing_bytes} framing "
-               f"bytes beyond its payload ({transport}'s own)." + _no_ratio(times, transport, sim_spec.profile))
+             + f" Wall time: simulator {human_seconds(wall_a)}, {transport} {human_seconds(wall_b)}" + _how_measured(
+                 transport, simulated, frames_itself(entry) or takes_processes(entry.factory))
+             + f" the simulator's are what its `{sim_spec.profile}` profile predicts, each copy charged "
+               f"{sim_spec.framing_bytes} framing bytes beyond its payload ({transport}'s own)."
+             + _no_ratio(times, transport, sim_spec.profile))
     if not same or unequal or n_a or n_b:
         # the run fails, so its folder (and report) is not written: the message carries what differs
         # (it said "see the report", which did not exist)
@@ -464,9 +487,13 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
             what.append(said_diverged)
         if ctx.net.dropout and ctx.net.window[1] > 0:
             # not a fault of the transport: a dropout is at a real instant there, at a simulated one here
-            what.append(f"with dropout at times in {list(ctx.net.window)} s, a node drops out at a real instant on "
-                        f"{transport} and at a simulated one on the simulator, so the messages it costs can differ "
-                        "(--dropout-window 0,0 drops the same nodes from the start on both)")
+            # (a plug-in's simulated transport: at the same simulated instant, in a protocol its own
+            # model of time has taken elsewhere; it was said to drop out "at a real instant")
+            at = (f"at the same simulated instant on both, which {transport}'s own timing finds at another point of "
+                  "the protocol") if simulated else (f"at a real instant on {transport} and at a simulated one on the "
+                                                     "simulator")
+            what.append(f"with dropout at times in {list(ctx.net.window)} s, a node drops out {at}, so the messages "
+                        "it costs can differ (--dropout-window 0,0 drops the same nodes from the start on both)")
         raise ScenarioError(f"{name}: the {transport} run differs from the simulator's: {'; '.join(what)}")
 
 

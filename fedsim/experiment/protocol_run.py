@@ -171,7 +171,7 @@ def hold_out(spec, ratings, frac: float, seed: int, what: str | Callable[[], str
 def run_protocol(ctx: RunContext, name: str) -> None:
     """Run protocol ``name`` once with the configuration in ``ctx`` and report it."""
     from ..protocols import REGISTRY
-    from ..protocols.contract import check_job, check_ledger, check_result
+    from ..protocols.contract import check_job, check_ledger, check_result, check_run
 
     spec = REGISTRY[name]
     cfg = protocol_config(spec, ctx.config)
@@ -179,7 +179,7 @@ def run_protocol(ctx: RunContext, name: str) -> None:
     net = ctx.network()
     ctx.progress.update(0, 1, stage=f"{name} on {ctx.net.describe()}", rounds=getattr(cfg, spec.rounds_field, None))
     job = check_job(spec, spec.build(net, train, cfg, test=test))
-    run = net.run()
+    run = check_run(net.run(), net, ctx.net.transport)
     result = check_result(spec, job.collect(run), run)
     # the kinds table below reads each kind's purpose and roles from the spec: a kind it does not
     # declare was listed with '?', one sent between other roles under the declared ones

@@ -8,7 +8,6 @@ description, not a network. ``NetSpec.of("wan")`` accepts a bare profile name.
 from __future__ import annotations
 
 import difflib
-import inspect
 import math
 import numbers
 from dataclasses import asdict, dataclass, replace
@@ -17,7 +16,7 @@ from typing import Any
 
 from .errors import NetworkConfigError
 from .links import Faults, get_profile
-from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
+from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_class, factory_keywords
 
 __all__ = ["NetSpec", "TRANSPORTS", "frames_itself"]
 
@@ -99,7 +98,7 @@ class NetSpec:
         for key, _ in self.options:
             if key in _OWN_FIELDS:
                 raise NetworkConfigError(f"options: {_OWN_FIELDS[key]}, not an option")
-        takes = _keywords(transport.factory)
+        takes = factory_keywords(transport.factory)
         if takes is not None:
             takes = sorted(takes - set(_OWN_FIELDS))
             for key, _ in self.options:
@@ -140,8 +139,9 @@ class NetSpec:
         ``trace=True``). Raises ``NetworkConfigError`` for a keyword of ``kwargs`` the spec gives
         itself (``profile``, ``faults``, ``link_model``, ``framing_bytes``; or one of its
         ``options``): it was "dict() got multiple values for keyword argument", or (``link_model``,
-        ``framing_bytes``) replaced by the spec's silently; and what the transport's constructor
-        raises."""
+        ``framing_bytes``) replaced by the spec's silently; ``NetworkConfigError`` naming the transport
+        when its factory returns something that is not a ``Network`` (a plug-in's); and what the
+        transport's constructor raises."""
         given = dict(self.options)
         for key in kwargs:
             if key in _OWN_FIELDS:
@@ -156,7 +156,13 @@ class NetSpec:
             common["framing_bytes"] = self.framing_bytes
         if transport.link_models:
             common["link_model"] = self.link_model
-        return transport.factory(**common)
+        net = transport.factory(**common)
+        from .network import Network
+
+        if not isinstance(net, Network):  # (a plug-in's factory: it failed at add_node, naming nothing)
+            raise NetworkConfigError(f"transport {self.transport!r}: its factory {transport.factory!r:.80} returned "
+                                     f"{type(net).__name__} {net!r:.80}, not a fedsim.kernel.Network")
+        return net
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -197,30 +203,6 @@ _OWN_FIELDS = {
 }
 
 
-def _keywords(factory: Any) -> set[str] | None:
-    """The keyword arguments ``factory`` takes: for a class, those of its ``__init__`` and of each
-    base's that a ``**kwargs`` passes on to (``TcpNetwork``'s own, then ``Network``'s); None when a
-    ``**kwargs`` reaches no fixed signature (a function's own) or a signature cannot be read."""
-    if not isinstance(factory, type):
-        chain: list = [factory]
-    else:
-        chain = [c.__dict__["__init__"] for c in factory.__mro__ if "__init__" in c.__dict__]
-    names: set[str] = set()
-    for fn in chain:
-        if fn is object.__init__:
-            return names
-        try:
-            params = list(inspect.signature(fn).parameters.values())
-        except (TypeError, ValueError):
-            return None
-        if isinstance(factory, type):
-            params = params[1:]  # (self)
-        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return names
-    return None
-
-
 def _options(options: Any) -> tuple[tuple[str, Any], ...]:
     """``options`` (a mapping or an iterable of (key, value) pairs) as pairs sorted by key;
     ``NetworkConfigError`` naming ``options`` for anything else, a key that is not a str, or a
@@ -249,11 +231,12 @@ def _options(options: Any) -> tuple[tuple[str, Any], ...]:
 
 def frames_itself(transport) -> bool:
     """Whether the registered ``transport`` (its name or its registry entry) fixes its framing
-    itself: ``tcp`` and any ``TcpNetwork`` subclass a plug-in registers (the frame header;
+    itself: ``tcp`` and any ``TcpNetwork`` subclass (or ``functools.partial`` of one) a plug-in registers (the frame header;
     ``TcpNetwork`` refuses another ``framing_bytes``, the default 0 too: ``build`` passing it made a
     plug-in's subclass fail). Any other transport takes a ``NetSpec``'s ``framing_bytes``."""
     from .tcp import TcpNetwork
 
     if isinstance(transport, str):
         transport = TRANSPORT_REGISTRY.entry(transport)
-    return isinstance(transport.factory, type) and issubclass(transport.factory, TcpNetwork)
+    cls = factory_class(transport.factory)  # (a class, or a functools.partial of one)
+    return cls is not None and issubclass(cls, TcpNetwork)

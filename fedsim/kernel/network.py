@@ -437,7 +437,10 @@ class Network:
     def wait(self, node: Node, kind, timeout: float | None):
         """An awaitable that resumes ``node`` with the next envelope matching ``kind`` (see
         ``matches``), or ``None`` once ``timeout`` seconds (> 0, or None: no limit) have passed.
-        Called only when ``take`` found nothing. Raises ``RunEnded`` (``fedsim.kernel.node.
+        The envelope is one handed to ``node`` after the call: ``receive`` calls it when ``take``
+        found nothing, but the base class's ``collect`` also with envelopes of ``kind`` in the
+        mailbox, of a later round than its gather's, left there for their own round: a ``wait``
+        that took from the mailbox would get the same one back for ever. Raises ``RunEnded`` (``fedsim.kernel.node.
         offline_wait``) for a node whose dropout closed its actor, and once the run has ended
         (``end_run``)."""
         raise NotImplementedError  # pragma: no cover

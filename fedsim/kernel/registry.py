@@ -32,6 +32,7 @@ register into it).
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import os
 import re
@@ -43,7 +44,7 @@ from .linkmodel import LinkModel
 
 __all__ = [
     "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
-    "TransportEntry", "register_link_model", "register_transport",
+    "TransportEntry", "factory_class", "factory_keywords", "register_link_model", "register_transport",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -173,6 +174,47 @@ def _source(fn: Any) -> tuple:
     return (os.path.realpath(code.co_filename), code.co_firstlineno, getattr(fn, "__qualname__", None))
 
 
+def factory_class(factory: Any) -> type | None:
+    """The class a registered ``factory`` makes, when that can be told without calling it: the
+    factory itself if it is a class, the class of a ``functools.partial`` of one (``partial(
+    TcpNetwork, processes=2)``: a name per setting, the command line passing a transport no
+    options of its own); None for a function. ``frames_itself``, ``factory_keywords`` and
+    ``fedsim compare``'s ``takes_processes`` read it: a partial of ``TcpNetwork`` was built with
+    ``framing_bytes=0`` and refused it ("framing_bytes is 25, got 0")."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    return factory if isinstance(factory, type) else None
+
+
+def factory_keywords(factory: Any) -> set[str] | None:
+    """The keyword arguments ``factory`` takes: for a class, those of its ``__init__`` and of each
+    base's that a ``**kwargs`` passes on to (``TcpNetwork``'s own, then ``Network``'s; a plug-in's
+    ``SimNetwork`` subclass with ``__init__(self, *, path, **kwargs)``: ``path``, then
+    ``SimNetwork``'s ``link_model``, ...); None when a ``**kwargs`` reaches no fixed signature (a
+    function's own) or a signature cannot be read. ``NetSpec`` checks its options against them,
+    ``register_transport`` looks for ``link_model`` among them."""
+    cls = factory_class(factory)
+    if cls is None:
+        chain: list = [factory]
+    else:  # (a partial's own keywords are its class's: they may be given again, overriding them)
+        factory = cls
+        chain = [c.__dict__["__init__"] for c in factory.__mro__ if "__init__" in c.__dict__]
+    names: set[str] = set()
+    for fn in chain:
+        if fn is object.__init__:
+            return names
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if isinstance(factory, type):
+            params = params[1:]  # (self)
+        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names
+    return None
+
+
 def _check(kind: str, name: Any, factory: Any, description: Any) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ValueError(f"{kind} name {name!r}: expected letters, digits, '_', '.' or '-', starting with a "
@@ -221,7 +263,8 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
     ``fedsim.kernel.Network`` subclass, usually; the keyword arguments: ``seed``, ``profile``,
     ``faults``, ``framing_bytes`` (not for a ``TcpNetwork`` subclass: its framing is its frame
     header), the ``NetSpec``'s ``options``, and ``link_model`` when ``link_models``). ``link_models``: whether it takes a link model (default: whether the factory's
-    signature has a ``link_model`` parameter, as ``SimNetwork``'s and its subclasses' have). Returns
+    signature has a ``link_model`` parameter, or a ``**kwargs`` that passes it on to a base's
+    constructor that has one, as ``SimNetwork``'s and its subclasses' have). Returns
     ``factory``; without it, a decorator. Raises ``ValueError`` for a bad name or one already
     registered (``replace=True`` overrides), ``TypeError`` for a factory that is not callable, or
     a ``link_models`` (None aside) or ``replace`` that is not True or False."""
@@ -232,9 +275,15 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
         raise TypeError(f"transport {name!r}: link_models must be True, False or None, got "
                         f"{type(link_models).__name__} {link_models!r:.80}")
     if link_models is None:
+        # through the bases' constructors a **kwargs passes on to: a SimNetwork subclass whose
+        # __init__ takes **kwargs was taken for one without a link model ("link model 'fair'
+        # applies to the simulator only, not to transport 'record'"); a function with a **kwargs
+        # of its own is not known to take one
         try:
-            link_models = "link_model" in inspect.signature(factory).parameters
+            direct = "link_model" in inspect.signature(factory).parameters
         except (TypeError, ValueError):  # no signature to read (a builtin): no link model
-            link_models = False
+            direct = False
+        takes = factory_keywords(factory)
+        link_models = direct or (takes is not None and "link_model" in takes)
     TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, link_models), replace=replace)
     return factory

@@ -314,6 +314,20 @@ def check_result(spec: ProtocolSpec, result: Any, run: Any = None) -> Result:
     return result
 
 
+def check_run(run: Any, net: Any, transport: str) -> Any:
+    """``run`` if it is the ``RunResult`` a network's ``run()`` must return; else ``ContractError``
+    naming ``transport`` (the registered name) and ``net``'s class: a plug-in transport whose
+    ``run`` forgot to return ``finish``'s result failed in the protocol's ``collect`` with
+    ``AttributeError: 'NoneType' object has no attribute 'results'``, a traceback naming neither."""
+    from ..kernel import RunResult
+
+    if not isinstance(run, RunResult):
+        raise ContractError(f"transport {transport!r} ({type(net).__name__}): run() returned {_what(run)}, not a "
+                            "fedsim.kernel.RunResult (a transport's run ends with return self.finish(duration, "
+                            "strict=strict); docs/network-model.md, \"Writing a transport\")")
+    return run
+
+
 def check_tiny(spec: ProtocolSpec, preset: Any) -> tuple[Any, Any]:
     """``(data, config)`` from what ``spec.tiny(clients, rounds, seed)`` returned, or
     ``ContractError`` naming the protocol."""
