@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -326,3 +327,51 @@ def test_a_researchers_plug_in_link_model_gives_the_hand_computed_times_seeded_b
     assert out["configured"] == (
         "NetworkConfigError: link model 'configured': its registered factory needs_a_file raised FileNotFoundError: "
         f"bottleneck.toml ({plugin}, line {line}, in needs_a_file) <- FileNotFoundError: bottleneck.toml")
+
+
+DIGEST = '''
+import json, sys
+from fedsim.kernel import NetSpec
+from fedsim.protocols import load_plugins
+
+load_plugins(sys.argv[1:])
+print(json.dumps([NetSpec(link_model="extra-latency").to_dict(), NetSpec(link_model="tcp").to_dict()]))
+'''
+
+
+def _to_dict(path):
+    res = subprocess.run([sys.executable, "-c", DIGEST, str(path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_a_plug_in_link_models_code_is_part_of_the_network_a_run_records(tmp_path):
+    """results.json's ``network`` (and a sweep point's key) said only ``link_model: NAME``: a sweep
+    re-run after the plug-in changed took its points for done. Now a digest of the plug-in's code
+    goes beside the name: the same for the same bytes at another path (a spawned worker's, a Ray
+    task's copy), another for other code; none for fedsim's own models."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "wires.py").write_text(PLUGIN)
+    (tmp_path / "b" / "wires.py").write_text(PLUGIN)
+    (tmp_path / "wires2.py").write_text(PLUGIN.replace("extra=0.05", "extra=0.5"))
+    first, builtin = _to_dict(tmp_path / "a" / "wires.py")
+    digest = first.pop("link_model_source")
+    assert re.fullmatch(r"sha256:[0-9a-f]{16}", digest)
+    assert first == builtin | {"link_model": "extra-latency"} and "link_model_source" not in builtin
+    assert _to_dict(tmp_path / "b" / "wires.py")[0]["link_model_source"] == digest
+    assert _to_dict(tmp_path / "wires2.py")[0]["link_model_source"] not in (digest, None)
+
+
+def test_a_sweep_refuses_the_points_of_a_plug_in_link_model_that_has_changed_since(tmp_path):
+    plugin = tmp_path / "wires.py"
+    plugin.write_text(PLUGIN)
+    cmd = [sys.executable, "-m", "fedsim", "--plugin", str(plugin), "sweep", "fedrec", "--set", "T=1",
+           "--grid", "link_model=extra-latency", "--out", str(tmp_path / "sw"), "--quiet", "--workers", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 0 and "1 run, 0 already done" in res.stderr + res.stdout, res.stderr
+    plugin.write_text(PLUGIN.replace("extra=0.05", "extra=0.5"))  # (before: "0 run, 1 already done")
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2
+    assert re.search(r"error: \S+ holds 1 point\(s\) run with another configuration \(link_model=extra-latency: "
+                     r"link_model_source=sha256:[0-9a-f]{16}, now sha256:[0-9a-f]{16}\); use --force", res.stderr)

@@ -32,6 +32,7 @@ register into it).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import inspect
 import os
 import re
@@ -43,7 +44,7 @@ from .linkmodel import LinkModel
 
 __all__ = [
     "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
-    "TransportEntry", "register_link_model", "register_transport",
+    "TransportEntry", "register_link_model", "register_transport", "source_digest",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -171,6 +172,35 @@ def _source(fn: Any) -> tuple:
     if code is None:
         return (id(fn),)
     return (os.path.realpath(code.co_filename), code.co_firstlineno, getattr(fn, "__qualname__", None))
+
+
+_FEDSIM_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def source_digest(registry: "ComponentRegistry", name: str) -> str | None:
+    """``sha256:`` and 16 hex digits identifying what ``name`` is in ``registry`` when a plug-in
+    registered it: the bytes of the file its factory is defined in and, for a
+    ``functools.partial``, its arguments; None for fedsim's own components, an unknown name and a
+    factory with no file to read (defined interactively). A run records it beside the name
+    (``NetSpec.to_dict``: ``link_model_source``, ``transport_source``), so that a sweep does not
+    take a point run with another version of the plug-in for done (it did: the same name, the same
+    configuration) and results.json says which code gave its times. Files at other paths with the
+    same bytes (a Ray task's copy of the driver's plug-in) give the same digest."""
+    if name not in registry:
+        return None
+    fn, extra = registry.entry(name).factory, ""
+    while getattr(fn, "func", None) is not None and hasattr(fn, "args"):  # functools.partial
+        extra += repr(fn.args) + repr(sorted(fn.keywords.items()))
+        fn = fn.func
+    try:
+        path = os.path.realpath(inspect.getfile(fn))
+        with open(path, "rb") as f:
+            data = f.read()
+    except (TypeError, OSError):
+        return None
+    if path.startswith(_FEDSIM_DIR + os.sep):
+        return None
+    return "sha256:" + hashlib.sha256(data + extra.encode()).hexdigest()[:16]
 
 
 def _check(kind: str, name: Any, factory: Any, description: Any) -> None:
