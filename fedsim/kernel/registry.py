@@ -60,6 +60,7 @@ class LinkModelEntry:
     name: str
     factory: Callable[[], Any]
     description: str
+    source: str | None = None  # source_digest: the plug-in's code when it was registered
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TransportEntry:
     factory: Callable[..., Any]
     description: str
     link_models: bool
+    source: str | None = None  # source_digest: the plug-in's code when it was registered
 
 
 class ComponentRegistry(Mapping):
@@ -179,16 +181,20 @@ _FEDSIM_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 def source_digest(registry: "ComponentRegistry", name: str) -> str | None:
     """``sha256:`` and 16 hex digits identifying what ``name`` is in ``registry`` when a plug-in
-    registered it: the bytes of the file its factory is defined in and, for a
+    registered it: the bytes of the file its factory is defined in, when it was registered, and, for a
     ``functools.partial``, its arguments; None for fedsim's own components, an unknown name and a
     factory with no file to read (defined interactively). A run records it beside the name
     (``NetSpec.to_dict``: ``link_model_source``, ``transport_source``), so that a sweep does not
     take a point run with another version of the plug-in for done (it did: the same name, the same
     configuration) and results.json says which code gave its times. Files at other paths with the
     same bytes (a Ray task's copy of the driver's plug-in) give the same digest."""
-    if name not in registry:
-        return None
-    fn, extra = registry.entry(name).factory, ""
+    return registry.entry(name).source if name in registry else None
+
+
+def _digest(factory: Any) -> str | None:
+    """``source_digest`` of ``factory``, read when it is registered (the code as loaded: a file
+    edited during a sweep is not taken for the code the command's forked workers run)."""
+    fn, extra = factory, ""
     while getattr(fn, "func", None) is not None and hasattr(fn, "args"):  # functools.partial
         extra += repr(fn.args) + repr(sorted(fn.keywords.items()))
         fn = fn.func
@@ -241,7 +247,7 @@ def register_link_model(name: str, factory: Callable[[], Any] | None = None, des
                         f"({exc}); register functools.partial({what}, ...) with them, or a function") from None
     except ValueError:  # no signature to read (a builtin): called as it is
         pass
-    LINK_MODEL_REGISTRY.add(LinkModelEntry(name, factory, description), replace=replace)
+    LINK_MODEL_REGISTRY.add(LinkModelEntry(name, factory, description, _digest(factory)), replace=replace)
     return factory
 
 
@@ -266,5 +272,6 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
             link_models = "link_model" in inspect.signature(factory).parameters
         except (TypeError, ValueError):  # no signature to read (a builtin): no link model
             link_models = False
-    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, link_models), replace=replace)
+    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, link_models, _digest(factory)),
+                           replace=replace)
     return factory
