@@ -86,6 +86,14 @@ def test_an_exception_in_transmit_names_the_model_the_message_and_the_line():
     assert str(err).endswith(f"({__file__}, line {broken.__code__.co_firstlineno + 1}, in broken)")
 
 
+def test_fedsims_own_errors_raised_in_a_model_get_the_models_name_in_front():
+    with pytest.raises(ActorError) as info:  # (it was the sender's "unknown node 'core'", naming no model)
+        _net(Scripted(lambda n, s, d, e: n.node("core"))).run()
+    err = info.value.__cause__
+    assert isinstance(err, NetworkConfigError)
+    assert str(err) == "link model 'scripted' (Scripted): unknown node 'core'"
+
+
 class LateFailure(LinkModel):
     """Delivers through a step of its own, which fails."""
 

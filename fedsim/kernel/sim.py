@@ -381,12 +381,14 @@ class SimNetwork(Network):
     def _model_raised(self, err: Exception, where: str, what: str) -> NetworkConfigError | None:
         """The error naming the link model for ``err``, which its ``where`` (``transmit``, ``its
         event``, ``node_offline``) raised about ``what``; None for an error that already says whose
-        it is (an actor's ``ActorError``, resumed by a delivery inside the model's call; the
-        kernel's own checks of the model, which begin with "link model")."""
-        if isinstance(err, FedsimError) and (not isinstance(err, NetworkConfigError)
-                                             or str(err).startswith("link model ")):
+        it is (an actor's ``ActorError``, ``ForeignAwaitError`` or ``RunEnded``, from an actor a
+        delivery inside the model's call resumed; the kernel's own checks of the model, which begin
+        with "link model"). fedsim's other errors raised in the model (``check_time``'s, an
+        ``UnknownNodeError`` of ``net.node``) get the model's name in front."""
+        if isinstance(err, (ActorError, ForeignAwaitError, RunEnded)) or (
+                isinstance(err, NetworkConfigError) and str(err).startswith("link model ")):
             return None
-        if isinstance(err, NetworkConfigError):  # (check_time's: it names the message, not the model)
+        if isinstance(err, FedsimError):  # (check_time's names the message, net.node's the node: not the model)
             return NetworkConfigError(f"link model {self._model_class_label()}: {err}")
         frames = traceback.extract_tb(err.__traceback__)
         at = f" ({frames[-1].filename}, line {frames[-1].lineno}, in {frames[-1].name})" if frames else ""
