@@ -266,13 +266,15 @@ class Late(LinkModel):
 @pytest.mark.parametrize("call", ["deliver", "lose"])
 def test_an_event_in_the_past_is_named_by_the_call_the_model_scheduled_not_a_private_name(call):
     """check_time passes a past time (it does not know the clock); net.schedule refuses it with a
-    ValueError naming the event. The event was named ``SimNetwork._deliver_checked`` (a private
-    name the model's author never wrote) for a scheduled ``net.deliver`` of a model of one's own."""
+    ValueError (a NetworkConfigError) naming the model and the event. The event was named
+    ``SimNetwork._deliver_checked`` (a private name the model's author never wrote) for a scheduled
+    ``net.deliver`` of a model of one's own."""
     with pytest.raises(ActorError) as info:
         _net(Late(call)).run()
     text = str(info.value.__cause__)
     assert isinstance(info.value.__cause__, ValueError)
-    assert text.startswith(f"event SimNetwork.{call} (message 'x' from 'a' to 'b' (ledger row 0, ")
+    assert text.startswith(f"link model 'late' (Late) scheduled event SimNetwork.{call} (message 'x' from 'a' to 'b' "
+                           "(ledger row 0, ")
     assert "is before the current time" in text and "_checked" not in text
 
 

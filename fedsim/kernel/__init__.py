@@ -3,7 +3,7 @@
 
 It knows nothing of any protocol. Actors use only ``Context`` (``fedsim.kernel.context``). People
 who write a transport implement ``Network``'s transport interface (``fedsim.kernel.network``);
-people who write a link model implement ``LinkModel`` (``fedsim.kernel.sim``); both use
+people who write a link model implement ``LinkModel`` (``fedsim.kernel.linkmodel``); both use
 ``Node`` and ``Envelope`` and the ledger's column positions, and register their component by name
 (``register_link_model``, ``register_transport``: ``fedsim.kernel.registry``) so that the command
 line's ``--link-model`` and ``--transport`` take it. See docs/network-model.md.

@@ -40,7 +40,7 @@ class LinkModel:
     clock, no global random state. ``net.schedule`` takes a ``delay`` in seconds, a number (an
     int or float; NumPy's are taken as floats), and a callable ``fn``: for a model of one's own, a
     bool, str, bytes or None as ``delay`` (True was 1 s) or an ``fn`` that is not callable is a
-    ``NetworkConfigError`` naming the model and the event. It raises ``ValueError`` for an event whose
+    ``NetworkConfigError`` naming the model and the event, as is (a ``ValueError`` too) an event whose
     time is not finite or is before ``now()``; ``check_time(t, envelope, what, why)`` refuses
     a time that is not finite with a ``NetworkConfigError`` that says which message and why,
     before it is written into the row or scheduled (it does not know the clock: a time before
@@ -50,7 +50,12 @@ class LinkModel:
     of order (naming the model's class, the message's kind, ends and round, and the times: a copy
     keeps ``send_time <= tx_start <= tx_end <= arrival_time`` and ``tx_start <= rx_start <=
     arrival_time``, its arrival being the time of the ``deliver``; unset times are not compared),
-    and copies still neither delivered nor lost when the run has nothing left to do. (The built-in
+    and copies still neither delivered nor lost when the run has nothing left to do; also a ``deliver``
+    to another node than the copy's receiver, of something else than the envelope, times that are no
+    numbers (an int or NumPy number is written back as a float), and a ``lose`` note that is not a
+    non-empty str. What the model's own code raises in ``transmit``, in an event it scheduled or in
+    ``node_offline`` becomes a ``NetworkConfigError`` naming the model, the message (event, node) and
+    where it was raised, the original as its cause. (The built-in
     ``FifoLinkModel`` and ``FairShareLinkModel`` skip these checks: they would cost every message.)
 
     Dropout: ``node_offline`` is called at the instant a node's link goes down (its
@@ -62,6 +67,13 @@ class LinkModel:
     ``TX_END`` is after its sender's ``offline_at``, or whose receiver is offline), so a model
     that ignores dropout is still correct about which messages arrive, only not about the time
     the ports stay busy.
+
+    What it may rely on: ``net.seed``, the run's seed, from which it derives the generators of any
+    draws of its own, ``fedsim.seeding.node_rng(net.seed, "mymodel:" + node.id)`` (``link:``,
+    ``dropout:`` and ``loss:`` are the kernel's streams); it is made before the nodes are added, so
+    per-node state is made when ``transmit`` first meets a node (``node.link_state``). Call
+    ``net.draw_loss(src)`` once per copy, in ``transmit``, for the same copies to be lost as under
+    every other model and transport.
 
     One network: an instance keeps the state of its network's run (ports, flows, a channel's
     next free time), so it serves the one ``SimNetwork`` that adopted it (``bind``); a second

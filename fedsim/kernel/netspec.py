@@ -16,7 +16,8 @@ from typing import Any
 
 from .errors import NetworkConfigError
 from .links import Faults, get_profile
-from .registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_class, factory_keywords
+from .registry import (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_class, factory_keywords,
+                       source_digest)
 
 __all__ = ["NetSpec", "TRANSPORTS", "frames_itself"]
 
@@ -165,9 +166,18 @@ class NetSpec:
         return net
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-friendly data (results.json's ``network``, a sweep point's key), plus,
+        for a link model or transport a plug-in registered, ``link_model_source`` /
+        ``transport_source``: a digest of the plug-in's code (``registry.source_digest``), so that a
+        point run with another version of the plug-in is another configuration."""
         d = asdict(self)
         d["window"] = list(self.window)
         d["options"] = dict(self.options)
+        for field, registry, name in (("link_model_source", LINK_MODEL_REGISTRY, self.link_model),
+                                      ("transport_source", TRANSPORT_REGISTRY, self.transport)):
+            digest = source_digest(registry, name)
+            if digest is not None:
+                d[field] = digest
         return d
 
     def describe(self) -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import inspect
 import os
 import re
@@ -45,6 +46,7 @@ from .linkmodel import LinkModel
 __all__ = [
     "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
     "TransportEntry", "factory_class", "factory_keywords", "register_link_model", "register_transport",
+    "source_digest",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -60,6 +62,7 @@ class LinkModelEntry:
     name: str
     factory: Callable[[], Any]
     description: str
+    source: str | None = None  # source_digest: the plug-in's code when it was registered
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class TransportEntry:
     factory: Callable[..., Any]
     description: str
     link_models: bool
+    source: str | None = None  # source_digest: the plug-in's code when it was registered
 
 
 class ComponentRegistry(Mapping):
@@ -215,6 +219,39 @@ def factory_keywords(factory: Any) -> set[str] | None:
     return None
 
 
+_FEDSIM_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def source_digest(registry: "ComponentRegistry", name: str) -> str | None:
+    """``sha256:`` and 16 hex digits identifying what ``name`` is in ``registry`` when a plug-in
+    registered it: the bytes of the file its factory is defined in, when it was registered, and, for a
+    ``functools.partial``, its arguments; None for fedsim's own components, an unknown name and a
+    factory with no file to read (defined interactively). A run records it beside the name
+    (``NetSpec.to_dict``: ``link_model_source``, ``transport_source``), so that a sweep does not
+    take a point run with another version of the plug-in for done (it did: the same name, the same
+    configuration) and results.json says which code gave its times. Files at other paths with the
+    same bytes (a Ray task's copy of the driver's plug-in) give the same digest."""
+    return registry.entry(name).source if name in registry else None
+
+
+def _digest(factory: Any) -> str | None:
+    """``source_digest`` of ``factory``, read when it is registered (the code as loaded: a file
+    edited during a sweep is not taken for the code the command's forked workers run)."""
+    fn, extra = factory, ""
+    while getattr(fn, "func", None) is not None and hasattr(fn, "args"):  # functools.partial
+        extra += repr(fn.args) + repr(sorted(fn.keywords.items()))
+        fn = fn.func
+    try:
+        path = os.path.realpath(inspect.getfile(fn))
+        with open(path, "rb") as f:
+            data = f.read()
+    except (TypeError, OSError):
+        return None
+    if path.startswith(_FEDSIM_DIR + os.sep):
+        return None
+    return "sha256:" + hashlib.sha256(data + extra.encode()).hexdigest()[:16]
+
+
 def _check(kind: str, name: Any, factory: Any, description: Any) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise ValueError(f"{kind} name {name!r}: expected letters, digits, '_', '.' or '-', starting with a "
@@ -253,7 +290,7 @@ def register_link_model(name: str, factory: Callable[[], Any] | None = None, des
                         f"({exc}); register functools.partial({what}, ...) with them, or a function") from None
     except ValueError:  # no signature to read (a builtin): called as it is
         pass
-    LINK_MODEL_REGISTRY.add(LinkModelEntry(name, factory, description), replace=replace)
+    LINK_MODEL_REGISTRY.add(LinkModelEntry(name, factory, description, _digest(factory)), replace=replace)
     return factory
 
 
@@ -285,5 +322,6 @@ def register_transport(name: str, factory: Callable[..., Any] | None = None, des
             direct = False
         takes = factory_keywords(factory)
         link_models = direct or (takes is not None and "link_model" in takes)
-    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, link_models), replace=replace)
+    TRANSPORT_REGISTRY.add(TransportEntry(name, factory, description, link_models, _digest(factory)),
+                           replace=replace)
     return factory

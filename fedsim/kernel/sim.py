@@ -37,7 +37,7 @@ from .errors import ActorError, FedsimError, ForeignAwaitError, NetworkConfigErr
 from .events import EventQueue, describe_event
 from .flows import FairShareLinkModel
 from .linkmodel import LinkModel, check_time
-from .ledger import ARRIVAL, NOTE, RX_START, SEND_T, SEQ, STATUS, TX_END, TX_START
+from .ledger import ARRIVAL, DST, NOTE, RX_START, SEND_T, SEQ, STATUS, TX_END, TX_START
 from .network import Network, RunResult, check_flag
 from .node import Node, offline_wait
 from .registry import LINK_MODEL_REGISTRY, register_link_model, register_transport
@@ -222,10 +222,21 @@ def get_link_model(model: "LinkModel | str") -> "LinkModel":
         return model
     if isinstance(model, str) and model in LINK_MODEL_REGISTRY:
         entry = LINK_MODEL_REGISTRY.entry(model)
-        made = entry.factory()
+        try:
+            made = entry.factory()
+        except FedsimError:
+            raise
+        except Exception as err:  # (it left the command with a traceback naming no link model)
+            frames = traceback.extract_tb(err.__traceback__)
+            at = f" ({frames[-1].filename}, line {frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+            what = getattr(entry.factory, "__qualname__", None) or f"{entry.factory!r:.120}"
+            raise NetworkConfigError(f"link model {model!r}: its registered factory {what} raised "
+                                     f"{type(err).__name__}: {err}{at}") from err
         if not isinstance(made, LinkModel):
             raise NetworkConfigError(f"link model {model!r}: its registered factory {entry.factory!r} returned "
                                      f"{type(made).__name__} {made!r}, not a fedsim.kernel.LinkModel")
+        if made.name == LinkModel.name:  # (a class without a name of its own: errors name it as registered)
+            made.name = model
         return get_link_model(made)  # (checked as an instance given directly is)
     if isinstance(model, type) and issubclass(model, LinkModel):
         raise NetworkConfigError(f"link model {model.__name__} is a class: give an instance, "
@@ -278,6 +289,9 @@ class SimNetwork(Network):
         self.schedule = self.queue.schedule
         self.link_model = get_link_model(link_model or "fifo")
         self.link_model.bind(self)  # (an instance serves one network: refused if another has it)
+        # what post calls per copy: the model's own bound method (one attribute lookup), or, for a
+        # link model of the user's own, the same call naming the model in what it raises
+        self._transmit = self.link_model.transmit
         # when the last event that did something happened (an actor step, a delivery, a loss, a
         # node going offline): the run's duration. Events that find nothing to do (a timeout of
         # a receive answered long before, a flow end a link model has moved, the dropout of a
@@ -294,6 +308,7 @@ class SimNetwork(Network):
             self.deliver = self._deliver_checked
             self.lose = self._lose_checked
             self.schedule = self._schedule_checked  # (the kernel's own events go to the queue directly)
+            self._transmit = self._transmit_checked
 
     # -- the link-model interface -------------------------------------------------------------
     def now(self) -> float:
@@ -303,8 +318,10 @@ class SimNetwork(Network):
     def schedule(self, delay: float, fn, *args) -> None:
         """Call ``fn(*args)`` after ``delay`` (>= 0) simulated seconds; FIFO among equal times.
         ``delay`` is a number of seconds (an int or float; NumPy's too) and ``fn`` a callable:
-        for a link model of the user's own that is checked (``NetworkConfigError``), for the
-        built-in ones, which pass floats, not (the event queue's own method is called directly)."""
+        for a link model of the user's own that is checked (``NetworkConfigError``, naming the model,
+        also for a delay whose end is in the past or not finite, which the queue refuses with a
+        ``ValueError`` naming the event), and what its events raise names it; for the built-in ones,
+        which pass floats, not (the event queue's own method is called directly)."""
         self.queue.schedule(delay, fn, *args)
 
     def _schedule_checked(self, delay: Any, fn: Any, *args: Any) -> None:
@@ -325,7 +342,58 @@ class SimNetwork(Network):
                     f"{type(delay).__name__} {delay!r:.80}: net.schedule(delay, fn, *args) takes a delay in seconds, "
                     "a number (int or float; NumPy's too), not a bool, str or bytes")
             delay = float(delay)
-        self.queue.schedule(delay, fn, *args)
+        now = self.queue.now
+        if not now <= now + delay < _INF:  # (also NaN) the queue refused it naming the event, not the model
+            why = "not finite" if not now + delay < _INF else "before the current time"
+            raise NetworkConfigError(
+                f"link model {self._model_class_label()} scheduled event {describe_event(fn, args)} after {delay!r} "
+                f"s, at t = {now!r} + {delay!r} = {now + delay!r} s, which is {why}: net.schedule takes a delay >= 0 "
+                "whose end is finite")
+        if fn != self.deliver and fn != self.lose:
+            # one of the model's own steps: what it raises names the model (net.deliver and net.lose
+            # name it themselves)
+            self.queue.schedule(delay, self._model_event, fn, args)
+        else:
+            self.queue.schedule(delay, fn, *args)
+
+    def _transmit_checked(self, net: Any, src: Node, dst: Node, envl: Envelope) -> None:
+        """``transmit`` of a link model of the user's own, what it raises naming the model and the
+        message (it was the sending actor's error, naming only the actor)."""
+        try:
+            self.link_model.transmit(net, src, dst, envl)
+        except Exception as err:
+            named = self._model_raised(err, "transmit", envl.describe())
+            if named is None:
+                raise
+            raise named from err
+
+    def _model_event(self, fn: Any, args: tuple) -> None:
+        """Run ``fn(*args)``, an event a link model of the user's own scheduled, naming the model
+        and the event in what it raises (it left ``run`` bare: a ``KeyError`` naming nothing)."""
+        try:
+            fn(*args)
+        except Exception as err:
+            named = self._model_raised(err, "its event", describe_event(fn, args))
+            if named is None:
+                raise
+            raise named from err
+
+    def _model_raised(self, err: Exception, where: str, what: str) -> NetworkConfigError | None:
+        """The error naming the link model for ``err``, which its ``where`` (``transmit``, ``its
+        event``, ``node_offline``) raised about ``what``; None for an error that already says whose
+        it is (an actor's ``ActorError``, ``ForeignAwaitError`` or ``RunEnded``, from an actor a
+        delivery inside the model's call resumed; the kernel's own checks of the model, which begin
+        with "link model"). fedsim's other errors raised in the model (``check_time``'s, an
+        ``UnknownNodeError`` of ``net.node``) get the model's name in front."""
+        if isinstance(err, (ActorError, ForeignAwaitError, RunEnded)) or (
+                isinstance(err, NetworkConfigError) and str(err).startswith("link model ")):
+            return None
+        if isinstance(err, FedsimError):  # (check_time's names the message, net.node's the node: not the model)
+            return NetworkConfigError(f"link model {self._model_class_label()}: {err}")
+        frames = traceback.extract_tb(err.__traceback__)
+        at = f" ({frames[-1].filename}, line {frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+        return NetworkConfigError(f"link model {self._model_class_label()} raised {type(err).__name__}: {err} in "
+                                  f"{where} for {what}{at}")
 
     def deliver(self, envl: Envelope, dst: Node) -> None:
         """``envl`` reaches ``dst`` now: it is lost if its sender dropped out before finishing its
@@ -394,6 +462,7 @@ class SimNetwork(Network):
         now)``, which can round a few ulps below ``end`` (sent at 0.000256 s, ending at 0.00078 s:
         0.0007799999999999999). Such a copy arrives at ``end``, the time the model meant, in the
         ledger; an arrival earlier than that rounding is refused (``_check_order``)."""
+        self._check_call(envl, "deliver", dst)
         row = envl.row
         if row[STATUS] != "in_flight":
             raise self._settled_twice(envl, "deliver")
@@ -415,11 +484,41 @@ class SimNetwork(Network):
 
     def _lose_checked(self, envl: Envelope, note: str) -> None:
         """``lose`` for a link model of the user's own: refuses a copy already delivered or lost."""
+        self._check_call(envl, "lose", None)
+        if not isinstance(note, str) or not note:  # (5 went into the ledger's note column as it was)
+            raise NetworkConfigError(
+                f"link model {self._model_class_label()} called net.lose for {envl.describe()} with note "
+                f"{type(note).__name__} {note!r:.80}: the note is a non-empty str saying why (e.g. \"link loss\")")
         if envl.row[STATUS] != "in_flight":
             raise self._settled_twice(envl, "lose")
         self._check_order(envl, _NAN)
         self.settled += 1
         SimNetwork.lose(self, envl, note)
+
+    def _check_call(self, envl: Any, call: str, dst: Any) -> None:
+        """For a link model of the user's own (its ``deliver`` and ``lose``): ``envl`` is an
+        envelope transmit was given, ``dst`` (for a delivery) the node it is addressed to, and the
+        row's timing fields are numbers (a float, or an int or NumPy number, written back as a
+        float) or unset (NaN). Before, another object failed with an ``AttributeError``, a copy
+        delivered to another node (its sender) went into that node's mailbox, and a str or None
+        time with a ``TypeError`` naming nothing."""
+        label = self._model_class_label()
+        if not isinstance(envl, Envelope):
+            raise NetworkConfigError(f"link model {label} called net.{call} with {type(envl).__name__} {envl!r:.80}, "
+                                     "not an envelope: pass the envelope transmit was given")
+        row = envl.row
+        if dst is not None and (not isinstance(dst, Node) or dst.id != row[DST]):
+            got = f"node {dst.id!r}" if isinstance(dst, Node) else f"{type(dst).__name__} {dst!r:.80}"
+            raise NetworkConfigError(f"link model {label} delivered {envl.describe()} to {got}: net.deliver(envelope, "
+                                     "dst) takes the dst transmit was given for that envelope")
+        for pos, field in ((TX_START, "tx_start"), (TX_END, "tx_end"), (RX_START, "rx_start")):
+            t = row[pos]
+            if t.__class__ is not float:
+                if not isinstance(t, numbers.Real) or isinstance(t, (bool, np.bool_)):
+                    raise NetworkConfigError(
+                        f"link model {label} called net.{call} for {envl.describe()} with {field} "
+                        f"{type(t).__name__} {t!r:.80}: the row's times are numbers of seconds (float; NaN: unset)")
+                row[pos] = float(t)
 
     def _check_order(self, envl: Envelope, arrival: float) -> None:
         """For a link model of the user's own (its ``deliver`` and ``lose``): refuse a copy whose
@@ -493,8 +592,7 @@ class SimNetwork(Network):
                 payload = Payload(encoded)
                 if self.tap is not None:
                     self.tap.observe(row, payload)
-                self.link_model.transmit(self, src, dst, Envelope(kind, payload, src.id, anonymous,
-                                                                  src.round, row, nbytes))
+                self._transmit(self, src, dst, Envelope(kind, payload, src.id, anonymous, src.round, row, nbytes))
                 return
         targets = self.destinations(dsts)
         payload = Payload(encoded)
@@ -502,7 +600,7 @@ class SimNetwork(Network):
         queue = self.queue
         now = queue.now
         new_row = self.ledger.new_row
-        transmit = self.link_model.transmit
+        transmit = self._transmit
         rnd, sid, srole = src.round, src.id, src.role
         src.sent += len(targets)
         # a broadcast's copies enter the event queue one at a time (EventQueue.release)
@@ -582,7 +680,16 @@ class SimNetwork(Network):
     def _go_offline(self, node: Node) -> None:
         # the link goes down, also under a node that has finished: what it is still sending or
         # receiving is cut now, not when the link model would have finished it
-        self.link_model.node_offline(self, node)
+        if self._checked:  # (a model of the user's own: what it raises names it)
+            try:
+                self.link_model.node_offline(self, node)
+            except Exception as err:
+                named = self._model_raised(err, "node_offline", node.describe())
+                if named is None:
+                    raise
+                raise named from err
+        else:
+            self.link_model.node_offline(self, node)
         if node.done:
             return
         self.active_at = self.queue.now
