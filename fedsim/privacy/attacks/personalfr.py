@@ -29,9 +29,9 @@ own messages) and the updates that came back, and the protocol's public hyper-pa
 the learning rate and its schedule over the rounds, momentum, Nesterov, weight decay, the local epochs,
 ``client_momentum`` and ``uncompressed_training``). The number S of local steps a client takes per round
 (local epochs times its batches, which depend on how many users it holds) is not public: it is read off
-the client's first update whose buffer is known to be zero (its first selection, any under ``reset``) as
-the S, a multiple of the local epochs up to ``max_steps``, whose ``A^S[0, 0]`` is nearest the median
-ratio of the returned rows to the sent ones (untouched rows are the great majority) (``steps_of``). Under
+the client's first update whose buffer is known to be zero (its first selection, any under ``reset``):
+every untouched row comes back as ``A^S[0, 0]`` times the row sent, one factor for all of them, so S is
+the multiple of the local epochs, up to ``max_steps``, whose factor the most rows show (``steps_of``). Under
 kept momentum a client whose earlier selections fall outside the view's window (``View.outside``) has
 an unknown buffer: it is not answered for. With compression the update is the active slice of the
 client's items only and the server already has them (``personalfr_indices``): not answered either.
@@ -107,12 +107,15 @@ def idle_deviation(returned: np.ndarray, rows: np.ndarray, bound: np.ndarray, ep
 
 
 def steps_of(sent: np.ndarray, returned: np.ndarray, lr: float, momentum: float, nesterov: bool,
-             weight_decay: float, per: int = 1, max_steps: int = 4096) -> int:
+             weight_decay: float, per: int = 1, max_steps: int = 4096, rtol: float = 1e-5) -> int:
     """The number of zero-gradient steps (a multiple of ``per``, at most ``max_steps``) that took the
-    rows ``sent`` (``(n, w)``) to ``returned`` from a zero buffer, read off the untouched rows (the
-    majority): the S whose ``idle_map(S)[0, 0]`` is nearest the median over the rows of
-    ``<returned, sent> / <sent, sent>`` (rows sent as zeros left out); ties: the smallest. ``per``
-    when no row tells (no nonzero row sent, or a map that does not depend on S: no weight decay)."""
+    rows ``sent`` (``(n, w)``) to ``returned`` from a zero buffer, read off the untouched rows: each
+    of them is ``c sent`` with one ``c = idle_map(S)[0, 0]``, so their ratios ``<returned, sent> /
+    <sent, sent>`` coincide (to ``rtol``, relative) while a trained row's falls anywhere. The S whose c
+    the most rows' ratios equal; ties (no weight decay: c = 1 for every S) the one whose c is nearest
+    their median, then the smallest. Rows sent as zeros say nothing and are left out; ``per`` when no
+    row is left. (The median alone misread S for clients whose users rated most of the catalogue: 74
+    % of the items on average with M = 10 on ML-100K, exact recovery for 5 of 10 clients.)"""
     s = np.asarray(sent, dtype=np.float64)
     r = np.asarray(returned, dtype=np.float64)
     nn = (s * s).sum(axis=1)
@@ -120,7 +123,7 @@ def steps_of(sent: np.ndarray, returned: np.ndarray, lr: float, momentum: float,
     per = max(int(per), 1)
     if not ok.any():
         return per
-    ratio = float(np.median((r[ok] * s[ok]).sum(axis=1) / nn[ok]))
+    ratio = np.sort((r[ok] * s[ok]).sum(axis=1) / nn[ok])
     one = idle_map(per, lr, momentum, nesterov, weight_decay)
     count = max(int(max_steps) // per, 1)
     cs = np.empty(count)
@@ -128,7 +131,11 @@ def steps_of(sent: np.ndarray, returned: np.ndarray, lr: float, momentum: float,
     for j in range(count):  # c of S = per (j + 1): one 2 x 2 product a candidate
         cs[j] = m[0, 0]
         m = m @ one
-    return per * (int(np.argmin(np.abs(cs - ratio))) + 1)
+    width = float(rtol) * np.abs(cs)
+    hits = np.searchsorted(ratio, cs + width, "right") - np.searchsorted(ratio, cs - width, "left")
+    best = np.flatnonzero(hits == hits.max())
+    j = best[int(np.argmin(np.abs(cs[best] - float(np.median(ratio)))))]
+    return per * (int(j) + 1)
 
 
 def _rows(dec: dict, w_key: str, b_key: str) -> np.ndarray:
@@ -193,7 +200,7 @@ class PersonalFRIdleRows(Attack):
                 if t0 is None:
                     continue
                 S = steps_of(S_rows[rounds.index(t0)], _rows(back[client][t0], w_key, b_key), cfg.lr_at(t0),
-                             *hyper, per=cfg.local_epochs, max_steps=self.max_steps)
+                             *hyper, per=cfg.local_epochs, max_steps=self.max_steps, rtol=self.tol * eps)
                 maps = np.stack([idle_map(S, cfg.lr_at(t), *hyper) for t in rounds])
             path, bound = idle_path(S_rows, maps, keep and not masked)
             at = [rounds.index(t) for t in ups]
