@@ -32,12 +32,16 @@ the learning rate and its schedule over the rounds, momentum, Nesterov, weight d
 the client's first update whose buffer is known to be zero (its first selection, any under ``reset``):
 every untouched row comes back as ``A^S[0, 0]`` times the row sent, one factor for all of them, so S is
 the multiple of the local epochs, up to ``max_steps``, whose factor the most rows show (``steps_of``). Under
-kept momentum a client whose earlier selections fall outside the view's window (``View.outside``) has
-an unknown buffer: it is not answered for. With compression the update is the active slice of the
+kept momentum a client whose earlier selections fall outside the view's window (``View.outside``), or
+whose first update did not come back (lost, late), has an unknown buffer or S: it is not answered for. A
+decoder sent without an update back is one the client trained on (its update was lost) or never got
+(its buffer stayed): ``read_updates`` tries both and keeps what the next update's untouched rows follow. With compression the update is the active slice of the
 client's items only and the server already has them (``personalfr_indices``): not answered either.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -46,7 +50,7 @@ from ..metrics import Guess
 from ..views import View, ViewSpec
 from .base import Attack
 
-__all__ = ["PersonalFRIdleRows", "idle_deviation", "idle_map", "idle_path", "steps_of"]
+__all__ = ["PersonalFRIdleRows", "idle_deviation", "idle_map", "idle_path", "read_updates", "steps_of"]
 
 
 def step_matrix(lr: float, momentum: float, nesterov: bool, weight_decay: float) -> np.ndarray:
@@ -104,6 +108,49 @@ def idle_deviation(returned: np.ndarray, rows: np.ndarray, bound: np.ndarray, ep
     z = np.where(np.isfinite(r), z, np.inf)
     z = np.nan_to_num(z, nan=np.inf)
     return z.max(axis=-1) if z.shape[-1] else np.zeros(z.shape[:-1])
+
+
+def read_updates(sent: np.ndarray, returned: list, maps: np.ndarray, keep: bool, eps: float, tol: float,
+                 max_branch: int = 6) -> np.ndarray:
+    """``idle_deviation`` of each update that came back, ``(u, n)``, along the idle path of a client's
+    rounds (``idle_path``) when some of them have no update: ``sent`` ``(k, n, w)`` and ``maps``
+    ``(k, 2, 2)`` as there, ``returned`` a list of k arrays ``(n, w)`` or None (no update came back).
+    A round without an update is one the client trained in (its update was lost or late: its buffer
+    moved on) or not (the decoder never reached it: the buffer stayed); under ``keep`` the attack
+    tries both for each such round before the next update and keeps the combination under which the
+    most rows of that update lie within ``tol`` rounding units of their path (the untouched rows);
+    more than ``max_branch`` such rounds in a row: all trained. Without ``keep`` every round starts
+    from a zero buffer and nothing needs choosing."""
+    sent = np.asarray(sent, dtype=np.float64)
+    maps = np.asarray(maps, dtype=np.float64)
+    zero = np.zeros(sent.shape[1:])
+    buf = zero
+    pending: list[int] = []
+    out = []
+    for k in range(sent.shape[0]):
+        if returned[k] is None:
+            pending.append(k)
+            continue
+        (c, f), _ = maps[k]
+        combos = [()] if not keep else (list(itertools.product((True, False), repeat=len(pending)))
+                                         if len(pending) <= max_branch else [(True,) * len(pending)])
+        best = None
+        for combo in combos:
+            b = buf if keep else zero
+            for kk, trained in zip(pending, combo):
+                if trained:
+                    b = maps[kk, 1, 0] * sent[kk] + maps[kk, 1, 1] * b
+            path = c * sent[k] + f * b
+            bound = abs(c) * np.abs(sent[k]) + abs(f) * np.abs(b)
+            z = idle_deviation(returned[k], path, bound, eps)
+            fit = int((z <= tol).sum())
+            if best is None or fit > best[0]:
+                best = (fit, z, b)
+        _, z, b = best
+        out.append(z)
+        buf = maps[k, 1, 0] * sent[k] + maps[k, 1, 1] * b if keep else zero
+        pending = []
+    return np.stack(out) if out else np.zeros((0, sent.shape[1]))
 
 
 def steps_of(sent: np.ndarray, returned: np.ndarray, lr: float, momentum: float, nesterov: bool,
@@ -202,11 +249,9 @@ class PersonalFRIdleRows(Attack):
                 S = steps_of(S_rows[rounds.index(t0)], _rows(back[client][t0], w_key, b_key), cfg.lr_at(t0),
                              *hyper, per=cfg.local_epochs, max_steps=self.max_steps, rtol=self.tol * eps)
                 maps = np.stack([idle_map(S, cfg.lr_at(t), *hyper) for t in rounds])
-            path, bound = idle_path(S_rows, maps, keep and not masked)
-            at = [rounds.index(t) for t in ups]
-            R = np.stack([_rows(back[client][t], w_key, b_key) for t in ups])
-            if R.shape[1] != n:
+            R = [_rows(back[client][t], w_key, b_key) if t in back[client] else None for t in rounds]
+            if any(r is not None and r.shape != S_rows.shape[1:] for r in R):
                 continue
-            z = idle_deviation(R, path[at], bound[at], eps).max(axis=0)
+            z = read_updates(S_rows, R, maps, keep and not masked, eps, self.tol).max(axis=0)
             out[client] = Guess(pool, z, pool[z > self.tol])
         return out
