@@ -8,6 +8,10 @@ run's accuracy (RMSE for FedRec and FedRec++, P@10 for FPL and FCF) and its byte
 the ledger. Defences (local noise, secure aggregation, FedRec++'s secure noise) are protocol
 options and are audited the same way.
 
+PersonalFR runs once with Partial Compression (its ``indices``) and, by default, three times without
+(``personalfr_uncompressed``: kept momentum, reset momentum, masked training), where
+``personalfr_idle_rows`` reads the item sets off the whole decoders the clients return.
+
 Data: ``--data`` for FedRec, FedRec++ and PersonalFR (MovieLens 100K in docs/privacy.md);
 ``--set fpl_data=PATH,PATH`` for FPL and FCF (the Foursquare city files; default: ``--data``
 as implicit feedback). ``--set protocols=fedrec`` (and the other lists) audits part of the grid.

@@ -12,8 +12,8 @@ rate ``lr``, momentum ``mu`` and weight decay ``wd`` is, per step::
     p'   = p - lr (wd p + mu buf')     (Nesterov)      p' = p - lr buf'     (plain momentum)
 
 so ``(p, buf)`` is multiplied by the 2 x 2 matrix ``A = [[1 - lr wd (1 + mu), -lr mu^2], [wd, mu]]``
-(Nesterov) or ``[[1 - lr wd (1 + mu), -lr mu], [wd, mu]]`` (plain; both read ``p' = (1 - lr wd) p`` with
-``mu = 0``), and S steps by ``A^S`` (``idle_map``). A client keeps its momentum buffers between the rounds
+(Nesterov) or ``[[1 - lr wd, -lr mu], [wd, mu]]`` (plain momentum; without momentum ``p' = (1 - lr wd) p``),
+and S steps by ``A^S`` (``idle_map``). A client keeps its momentum buffers between the rounds
 it is selected in (``client_momentum=keep``, the authors' code) or starts each round from zero (``reset``);
 the buffer of an untouched row starts at zero at the client's first selection and is carried by the same
 map, so from the decoders the server sent that client, in order, it knows what every untouched row must
@@ -35,8 +35,9 @@ the multiple of the local epochs, up to ``max_steps``, whose factor the most row
 kept momentum a client whose earlier selections fall outside the view's window (``View.outside``), or
 whose first update did not come back (lost, late), has an unknown buffer or S: it is not answered for. A
 decoder sent without an update back is one the client trained on (its update was lost) or never got
-(its buffer stayed): ``read_updates`` tries both and keeps what the next update's untouched rows follow. With compression the update is the active slice of the
-client's items only and the server already has them (``personalfr_indices``): not answered either.
+(its buffer stayed): ``read_updates`` tries both and keeps what the next update's untouched rows follow.
+With compression the update is the active slice of the client's items only and the server already has
+them (``personalfr_indices``): not answered either.
 """
 
 from __future__ import annotations
