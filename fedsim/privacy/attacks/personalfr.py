@@ -32,10 +32,11 @@ the learning rate and its schedule over the rounds, momentum, Nesterov, weight d
 the client's first update whose buffer is known to be zero (its first selection, any under ``reset``):
 every untouched row comes back as ``A^S[0, 0]`` times the row sent, one factor for all of them, so S is
 the multiple of the local epochs, up to ``max_steps``, whose factor the most rows show (``steps_of``). Under
-kept momentum a client whose earlier selections fall outside the view's window (``View.outside``), or
-whose first update did not come back (lost, late), has an unknown buffer or S: it is not answered for. A
-decoder sent without an update back is one the client trained on (its update was lost) or never got
-(its buffer stayed): ``read_updates`` tries both and keeps what the next update's untouched rows follow.
+kept momentum a client whose earlier selections fall outside the view's window (``View.outside``) has an
+unknown buffer: it is not answered for. A decoder sent without an update back is one the client trained
+on (its update was lost) or never got (its buffer stayed): ``read_updates`` tries both and keeps what the
+next update's untouched rows follow; when that was its first selection, S is tried along with them
+(``steps_along``).
 With compression the update is the active slice of the client's items only and the server already has
 them (``personalfr_indices``): not answered either.
 """
@@ -51,7 +52,7 @@ from ..metrics import Guess
 from ..views import View, ViewSpec
 from .base import Attack
 
-__all__ = ["PersonalFRIdleRows", "idle_deviation", "idle_map", "idle_path", "read_updates", "steps_of"]
+__all__ = ["PersonalFRIdleRows", "idle_deviation", "idle_map", "idle_path", "read_updates", "steps_along", "steps_of"]
 
 
 def step_matrix(lr: float, momentum: float, nesterov: bool, weight_decay: float) -> np.ndarray:
@@ -186,6 +187,41 @@ def steps_of(sent: np.ndarray, returned: np.ndarray, lr: float, momentum: float,
     return per * (int(j) + 1)
 
 
+def steps_along(sent: np.ndarray, returned: np.ndarray, lrs, momentum: float, nesterov: bool,
+                weight_decay: float, eps: float, tol: float, per: int = 1, max_steps: int = 4096,
+                max_branch: int = 6, sample: int = 256) -> int:
+    """``steps_of`` for a client under kept momentum whose first updates did not come back: ``sent``
+    ``(k + 1, n, w)``, the rows sent at its selections up to the first update that did (``returned``,
+    ``(n, w)``), ``lrs`` their learning rates. Its buffer then depends on S and on which earlier rounds it
+    trained in (``read_updates``), so each S (a multiple of ``per`` up to ``max_steps``) and each
+    combination of those rounds (all trained beyond ``max_branch`` of them) is tried on ``sample`` rows
+    spread over the catalogue, and the S under which the most of them lie within ``tol`` rounding units
+    of their path is kept (ties: the smallest)."""
+    sent = np.asarray(sent, dtype=np.float64)
+    n = sent.shape[1]
+    idx = np.unique(np.linspace(0, n - 1, min(n, int(sample))).astype(np.int64))
+    s, r = sent[:, idx], np.asarray(returned, dtype=np.float64)[idx]
+    k = sent.shape[0] - 1
+    combos = list(itertools.product((True, False), repeat=k)) if k <= max_branch else [(True,) * k]
+    per = max(int(per), 1)
+    ones = [idle_map(per, lr, momentum, nesterov, weight_decay) for lr in lrs]
+    maps = [o.copy() for o in ones]
+    best_fit, best_S = -1, per
+    for j in range(max(int(max_steps) // per, 1)):
+        (c, f), _ = maps[k]
+        for combo in combos:
+            b = np.zeros_like(r)
+            for kk, trained in enumerate(combo):
+                if trained:
+                    b = maps[kk][1, 0] * s[kk] + maps[kk][1, 1] * b
+            z = idle_deviation(r, c * s[k] + f * b, abs(c) * np.abs(s[k]) + abs(f) * np.abs(b), eps)
+            fit = int((z <= tol).sum())
+            if fit > best_fit:
+                best_fit, best_S = fit, per * (j + 1)
+        maps = [m @ o for m, o in zip(maps, ones)]
+    return best_S
+
+
 def _rows(dec: dict, w_key: str, b_key: str) -> np.ndarray:
     """The output rows of a decoder: each item's weights and bias side by side, float64 ``(n, w + 1)``."""
     return np.column_stack([np.asarray(dec[w_key], np.float64), np.asarray(dec[b_key], np.float64)])
@@ -243,12 +279,17 @@ class PersonalFRIdleRows(Attack):
                 maps = np.repeat(np.eye(2)[None], len(rounds), 0)
             else:
                 hyper = (cfg.momentum, cfg.nesterov, cfg.weight_decay)
-                # S from an update trained from a zero buffer: the first selection's, or (reset) any
-                t0 = first if first in back[client] else (None if keep else ups[0])
-                if t0 is None:
-                    continue
-                S = steps_of(S_rows[rounds.index(t0)], _rows(back[client][t0], w_key, b_key), cfg.lr_at(t0),
-                             *hyper, per=cfg.local_epochs, max_steps=self.max_steps, rtol=self.tol * eps)
+                # S from an update trained from a zero buffer: the first selection's, or (reset) any; under
+                # kept momentum with the first update missing, S and the rounds trained in are tried together
+                t0 = first if first in back[client] or keep else ups[0]
+                if t0 in back[client]:
+                    S = steps_of(S_rows[rounds.index(t0)], _rows(back[client][t0], w_key, b_key), cfg.lr_at(t0),
+                                 *hyper, per=cfg.local_epochs, max_steps=self.max_steps, rtol=self.tol * eps)
+                else:
+                    k0 = rounds.index(ups[0])
+                    S = steps_along(S_rows[:k0 + 1], _rows(back[client][ups[0]], w_key, b_key),
+                                    [cfg.lr_at(t) for t in rounds[:k0 + 1]], *hyper, eps, self.tol,
+                                    per=cfg.local_epochs, max_steps=self.max_steps)
                 maps = np.stack([idle_map(S, cfg.lr_at(t), *hyper) for t in rounds])
             R = [_rows(back[client][t], w_key, b_key) if t in back[client] else None for t in rounds]
             if any(r is not None and r.shape != S_rows.shape[1:] for r in R):
