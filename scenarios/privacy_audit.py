@@ -8,6 +8,10 @@ run's accuracy (RMSE for FedRec and FedRec++, P@10 for FPL and FCF) and its byte
 the ledger. Defences (local noise, secure aggregation, FedRec++'s secure noise) are protocol
 options and are audited the same way.
 
+PersonalFR runs once with Partial Compression (its ``indices``) and, by default, three times without
+(``personalfr_uncompressed``: kept momentum, reset momentum, masked training), where
+``personalfr_idle_rows`` reads the item sets off the whole decoders the clients return.
+
 Data: ``--data`` for FedRec, FedRec++ and PersonalFR (MovieLens 100K in docs/privacy.md);
 ``--set fpl_data=PATH,PATH`` for FPL and FCF (the Foursquare city files; default: ``--data``
 as implicit feedback). ``--set protocols=fedrec`` (and the other lists) audits part of the grid.
@@ -45,6 +49,11 @@ RUN_TIME = "about 4-5 min on ML-100K + two Foursquare cities with 2 workers (4 m
 DEFAULT_DATA = "ml100k-like"
 PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr")
 DEFENCES = ("noise", "secagg", "secure_noise")
+# the uncompressed PersonalFR runs: their `defence` label and configuration changes
+PFR_UNCOMPRESSED = ("keep", "reset", "masked")
+PFR_VARIANTS = {"keep": ("uncompressed", {}),
+                "reset": ("uncompressed, reset momentum", {"client_momentum": "reset"}),
+                "masked": ("uncompressed, masked", {"uncompressed_training": "masked"})}
 PARAMS = {
     "protocols": Param(list(PROTOCOLS), "protocols to audit", kind="strs", choices=PROTOCOLS),
     "models": Param(["PMF(B)", "PMF(S)", "SVD++(S)"], "FedRec models", kind="strs",
@@ -73,6 +82,13 @@ PARAMS = {
                            "on real data)"),
     "fcf_rounds": Param(3, "FCF rounds", min=1),
     "personalfr_clients": Param(100, "PersonalFR clients (users are grouped into them)", min=1),
+    "personalfr_uncompressed": Param(list(PFR_UNCOMPRESSED), "PersonalFR without compression (no indices sent; "
+                                     "the server reads the whole decoder each client returns): clients keep their "
+                                     "momentum (keep), reset it each round (reset), or train only their own rows "
+                                     "(masked); none: only the compressed run", kind="strs",
+                                     choices=PFR_UNCOMPRESSED),
+    "personalfr_rounds": Param(10, "rounds of the uncompressed PersonalFR runs (C = 0.1, K = 5 local epochs)",
+                               min=1),
     "defences": Param(list(DEFENCES), "defences to audit", kind="strs", choices=DEFENCES),
     "noise_sigmas": Param([0.001, 0.01, 0.1], "upload_noise standard deviations", kind="floats", min=0),
     "defence_iterations": Param(13, "iterations of the FedRec secure-aggregation and FedRec++ secure-noise runs "
@@ -270,6 +286,15 @@ def run(ctx: RunContext) -> None:
                                                clients=min(int(ctx["personalfr_clients"]), n_users))
             add("personalfr", {"clients": pf.clients}, pf, data_ref, None, None, None,
                 _specs(AttackSpec("personalfr_indices"), AttackSpec("size_only")))
+            for variant in ctx["personalfr_uncompressed"]:
+                # no indices: what the whole decoder a client returns shows (personalfr_idle_rows), over
+                # several rounds so that later selections (kept momentum) are read too
+                label, changes = PFR_VARIANTS[variant]
+                pu = pf.replace(compression=False, rounds=int(ctx["personalfr_rounds"]), fraction=0.1,
+                                local_epochs=5, **changes)
+                add("personalfr", {"clients": pu.clients, "defence": label}, pu, data_ref, None, None, None,
+                    _specs(AttackSpec("personalfr_indices"), AttackSpec("personalfr_idle_rows"),
+                           AttackSpec("size_only")))
     if chosen & {"fpl", "fcf"}:
         splits = _splits(ctx)
         for name, sp, _ in splits:
@@ -352,7 +377,7 @@ def _setting_text(setting: dict) -> str:
 def _cost(task: AuditTask) -> float:
     base = {"fedrec": 3.0, "fedrecpp": 3.0, "fpl": 1.0, "fcf": 1.0, "personalfr": 0.5}[task.protocol]
     cfg = task.config
-    return base * getattr(cfg, "T", 1) * (4 if getattr(cfg, "secure_aggregation", False) or
+    return base * getattr(cfg, "T", getattr(cfg, "rounds", 1) if task.protocol == "personalfr" else 1) * (4 if getattr(cfg, "secure_aggregation", False) or
                                           getattr(cfg, "secure_noise", False) else 1) * task.epochs
 
 

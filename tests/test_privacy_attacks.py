@@ -9,7 +9,7 @@ import pytest
 from fedsim.privacy import Guess, capture, summarize
 from fedsim.privacy.attacks import (
     IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
-    PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, run_attack, score_sizes,
+    PersonalFRIdleRows, PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, run_attack, score_sizes,
 )
 from fedsim.privacy.attacks.implicit import fpl_signs, fpl_split
 from fedsim.privacy.audit import attack_capture, known_answer_ratings, observed_clients
@@ -232,7 +232,8 @@ def test_uncompressed_personalfr_gives_the_indices_and_size_attacks_nothing_to_r
     spec = REGISTRY["personalfr"]
     data, cfg = spec.tiny(4, 1, 0)
     cap = capture("personalfr", data, cfg.replace(compression=False), seed=1)
-    assert observed_clients(cap) == []
+    # the server saw every client upload (its update: tiny selects them all), and no item set
+    assert observed_clients(cap) == list(cap.public.clients) and len(cap.public.clients) == 4
     assert run_attack(PersonalFRIndices(), cap.recorder, cap.public).inference == {}
     assert run_attack(SizeOnly(), cap.recorder, cap.public).inference == {}
     assert len(cap.result.ledger.select(kind="update"))  # the run did train
@@ -603,3 +604,145 @@ def test_size_only_on_merged_fpl_estimates_the_item_count(implicit, merge):
     # the audit's entry point (catalogue: the public n_items, 200) says what it estimated
     _, rows = attack_capture(SizeOnly(), cap)
     assert rows[0]["size_estimate"] == "|I_u|" and rows[0]["size_mre"] == pytest.approx(0.1225)
+
+
+def _hand_made_rounds():
+    """Two rounds of one client of a 6-item decoder (3 hidden units: output rows W 6 x 3 and biases
+    b), float32, stepped with the protocol's own rule (``optim.sgd_step``): its users rated items 1
+    and 4, the only rows with a gradient; 2 local epochs of 2 batches (S = 4 Nesterov steps a round),
+    lr 0.1 in round 1 and 0.05 in round 2 (cosine over 2 rounds), weight decay 0.01, momentum 0.9,
+    the buffer kept between the rounds; the server's second decoder is another one (its merge).
+    Returns ``(cfg, [(round, sent, returned)])`` (decoders as dicts)."""
+    from fedsim.math import optim
+
+    cfg = REGISTRY["personalfr"].Config(rounds=2, lr=0.1, local_epochs=2, momentum=0.9, nesterov=True,
+                                        weight_decay=0.01, compression=False, clients=1)
+    assert (cfg.lr_at(1), cfg.lr_at(2)) == (0.1, 0.05)
+    rng = np.random.default_rng(7)
+    hidden = {"dec.W1": np.zeros((3, 2), np.float32), "dec.b1": np.zeros(3, np.float32)}
+    state = None
+    out = []
+    for t in (1, 2):
+        sent = {**hidden, "dec.W2": rng.normal(size=(6, 3)).astype(np.float32),
+                "dec.b2": rng.normal(size=6).astype(np.float32)}
+        p = {k: sent[k].copy() for k in ("dec.W2", "dec.b2")}
+        state = optim.sgd_init(p) if state is None else state
+        for _ in range(4):
+            g = {k: np.zeros_like(v) for k, v in p.items()}
+            g["dec.W2"][[1, 4]] = rng.normal(size=(2, 3))
+            g["dec.b2"][[1, 4]] = rng.normal(size=2)
+            optim.sgd_step(p, g, state, lr=cfg.lr_at(t), momentum=0.9, nesterov=True, weight_decay=0.01)
+        out.append((t, sent, {**hidden, **p}))
+    return cfg, out
+
+
+def test_idle_rows_reads_a_hand_made_decoder_exactly_and_needs_the_kept_momentum():
+    from fedsim.privacy.attacks.personalfr import idle_map, steps_of
+
+    cfg, rounds = _hand_made_rounds()
+    (_, d1, u1), (_, d2, u2) = rounds
+    idle = [0, 2, 3, 5]
+    # the closed form (module docstring of fedsim/privacy/attacks/personalfr.py): one zero-gradient
+    # Nesterov step maps (p, buf) by [[1 - lr wd (1 + mu), -lr mu^2], [wd, mu]]; four steps from a zero
+    # buffer give c1 p, and the buffer e1 p carried into round 2 gives c2 q + f2 e1 p there
+    np.testing.assert_array_equal(idle_map(1, 0.1, 0.9, True, 0.01), [[1 - 0.1 * 0.01 * 1.9, -0.1 * 0.81], [0.01, 0.9]])
+    (c1, _), (e1, _) = idle_map(4, 0.1, 0.9, True, 0.01)
+    (c2, f2), _ = idle_map(4, 0.05, 0.9, True, 0.01)
+    for key in ("dec.W2", "dec.b2"):
+        np.testing.assert_allclose(u1[key][idle], c1 * d1[key][idle].astype(np.float64), rtol=1e-6)
+        np.testing.assert_allclose(u2[key][idle], c2 * d2[key][idle].astype(np.float64)
+                                   + f2 * e1 * d1[key][idle].astype(np.float64), rtol=1e-6)
+    rows = [np.column_stack([d["dec.W2"], d["dec.b2"]]) for d in (d1, u1)]
+    assert steps_of(*rows, 0.1, 0.9, True, 0.01, per=2) == 4  # 2 epochs of 2 batches, read off the update
+    msgs = [m for t, d, u in rounds for m in (("decoder", t, "server", "client/0000", {"t": t, "dec": d}),
+                                              ("update", t, "client/0000", "server", {"dec": u}))]
+    g = PersonalFRIdleRows().run(_fake_view("personalfr", cfg, 6, msgs))["client/0000"]
+    np.testing.assert_array_equal(g.predicted, [1, 4])
+    assert g.scores[idle].max() <= 2.0 and g.scores[[1, 4]].min() > 1e4  # (rounding units off the idle path)
+    # the same updates read as if the client reset its momentum: round 2's untouched rows carry the buffer
+    # e1 d1 the reading leaves out, and every row is off its path (the median check's failure on kept momentum)
+    g = PersonalFRIdleRows().run(_fake_view("personalfr", cfg.replace(client_momentum="reset"), 6, msgs))["client/0000"]
+    np.testing.assert_array_equal(g.predicted, np.arange(6))
+    # with compression the update is the active slice, whose items the indices name: nothing to read here
+    assert PersonalFRIdleRows().run(_fake_view("personalfr", cfg.replace(compression=True), 6, msgs)) == {}
+
+
+@pytest.mark.parametrize("changes", [{}, {"client_momentum": "reset"}, {"uncompressed_training": "masked"},
+                                     {"untouched": "stepwise"}, {"nesterov": False}],
+                         ids=["keep", "reset", "masked", "stepwise", "plain-momentum"])
+def test_idle_rows_reads_every_uncompressed_personalfr_client_exactly(changes):
+    # every client's I_m from the whole decoders it returned, later selections included: under kept
+    # momentum (the default) the buffer of an untouched row is the linear map of the decoders the
+    # server sent it before, so the path is known exactly there too (the median check of
+    # test_an_uncompressed_personalfr_update_still_shows_the_item_set read only first selections
+    # exactly: on ML-100K 10 of 38 later ones, docs/privacy.md)
+    from fedsim.kernel.ledger import KIND, SRC
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(6, 2, 0)
+    cap = capture("personalfr", data, cfg.replace(compression=False, fraction=0.5, rounds=6, local_epochs=2,
+                                                  **changes), seed=1)
+    ups = [row[SRC] for row, _, _ in cap.recorder.entries if row[KIND] == "update"]
+    assert len(ups) == 18 and len(set(ups)) == 5  # 13 later selections, each read with its history
+    s, run = _score(PersonalFRIdleRows(), cap)
+    assert (s["users"], s["precision"], s["recall"], s["exact"], s["auc"]) == (5, 1.0, 1.0, 1.0, 1.0)
+    assert s["f1_rand"] < 0.6  # (a random guess of |I_m| items among all n)
+    if not changes:  # kept momentum: the median check (buffer taken as zero) reads none of the later ones
+        from fedsim.kernel.ledger import ROUND
+
+        sent = {row[ROUND]: doc.value()["dec"] for row, doc, _ in cap.recorder.entries if row[KIND] == "decoder"}
+        seen, exact, later = set(), 0, 0
+        for row, doc, _ in cap.recorder.entries:
+            if row[KIND] == "update":
+                if row[SRC] in seen:
+                    later += 1
+                    exact += np.array_equal(_rows_off_the_zero_gradient_path(sent[row[ROUND]], doc.value()["dec"]),
+                                            cap.truth[row[SRC]])
+                seen.add(row[SRC])
+        assert (exact, later) == (0, 13)
+
+
+def test_privacy_audit_scores_the_idle_rows_of_uncompressed_personalfr(tmp_path):
+    # the audit had no uncompressed PersonalFR row: its only PersonalFR run used compression, whose
+    # indices give the item sets away, and nothing read what an uncompressed run still shows. One
+    # client a round (C = 0.1 of 6) for 4 rounds: 3 clients, one of them selected twice
+    import csv
+
+    from fedsim.experiment import run_scenario
+
+    out = tmp_path / "audit"
+    run_scenario("privacy_audit", data="tiny", out=out, seed=1, profile="ideal", quiet=True,
+                 overrides={"protocols": ["personalfr"], "personalfr_clients": 6, "personalfr_rounds": 4,
+                            "workers": 1})
+    with open(out / "leakage.csv", newline="") as fh:
+        rows = {(r["defence"], r["attack"]): r for r in csv.DictReader(fh)}
+    got = {k: (r["T"], r["users"], r["attacked"], r["precision"], r["recall"], r["f1"], r["exact"])
+           for k, r in rows.items()}
+    assert got == {
+        ("", "personalfr_indices"): ("1", "6.0", "6", "1.0", "1.0", "1.0", "1.0"),  # the compressed run, as before
+        **{(d, "personalfr_indices"): ("4", "3.0", "0", "0.0", "0.0", "0.0", "0.0") for d in
+           ("uncompressed", "uncompressed, reset momentum", "uncompressed, masked")},
+        **{(d, "personalfr_idle_rows"): ("4", "3.0", "3", "1.0", "1.0", "1.0", "1.0") for d in
+           ("uncompressed", "uncompressed, reset momentum", "uncompressed, masked")},
+    }
+    report = (out / "report.md").read_text()
+    assert ("- personalfr (clients 6, defence uncompressed), personalfr_idle_rows [server, all]: F1 1.000"
+            in report)
+
+
+def test_idle_rows_reads_clients_whose_users_rated_most_of_the_catalogue():
+    # the local steps per round S are read off a client's first update: the untouched rows all come back
+    # as one multiple c(S) of the rows sent. S used to be the one whose c is nearest the median ratio of
+    # returned to sent rows, which is a trained row's when most rows are trained: here the clients hold 10
+    # users each and rate 39, 36 and 38 of the 40 items, S was misread and every untouched row claimed
+    # (precision 0.975 and exact recovery for 1 of 3 clients; on ML-100K with M = 10, 74 % of the items
+    # rated on average: exact for 5 of 10 clients)
+    from fedsim.protocols.presets import tiny_ratings
+
+    data = tiny_ratings(3, 0, users_per_client=10)
+    cfg = REGISTRY["personalfr"].Config(rounds=3, fraction=1.0, local_epochs=2, hidden=(8, 4), batch=2, clients=3,
+                                        compression=False)
+    cap = capture("personalfr", data, cfg, seed=1)
+    assert sorted(len(t) for t in cap.truth.values()) == [36, 38, 39] and data.n_items == 40
+    s, _ = _score(PersonalFRIdleRows(), cap)
+    assert (s["users"], s["precision"], s["recall"], s["exact"]) == (3, 1.0, 1.0, 1.0)

@@ -458,3 +458,51 @@ def test_an_audit_run_with_every_client_gone_has_no_accuracy_says_why_and_warns_
                                  "rho 1), seed 0: all 20 users with test ratings dropped out): their NaN accuracy "
                                  "is no score.")
     assert note(tasks[1:], outs[1:]) is None
+
+
+def test_personalfr_idle_rows_tells_a_lost_decoder_from_a_lost_update():
+    # uncompressed PersonalFR with kept momentum, the server's messages lost at 15 % (seed 17): the
+    # decoders of rounds 2 and 3 never reached client/0000 and that of round 3 never reached client/0002,
+    # who trained in neither round, so their buffers did not move. The attack took every decoder sent as
+    # one trained on and read their later updates off a wrong path, every untouched row claimed
+    # (precision 0.30 and 0.40 for those two, 0.78 over the 6 clients, 4 exact). It now tries both for
+    # a round without an update and keeps what the next update's untouched rows follow
+    from fedsim.kernel import SimNetwork
+    from fedsim.kernel.links import Faults
+    from fedsim.privacy.attacks import PersonalFRIdleRows
+    from fedsim.protocols import REGISTRY
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(6, 2, 0)
+    cfg = cfg.replace(compression=False, fraction=0.5, rounds=6, local_epochs=2, deadline=5.0)
+    cap = capture("personalfr", data, cfg, net=SimNetwork(seed=17, faults=Faults(loss=0.15, roles=("server",))),
+                  seed=17)
+    lost = [(r[DST], r[ROUND]) for r, _, _ in cap.recorder.entries if r[STATUS] == "lost" and r[KIND] == "decoder"]
+    assert lost == [("client/0000", 2), ("client/0000", 3), ("client/0002", 3), ("client/0001", 6)]
+    run, rows = attack_capture(PersonalFRIdleRows(), cap)
+    s = summarize(rows)
+    assert (s["users"], len(run.inference), s["precision"], s["recall"], s["exact"]) == (6, 6, 1.0, 1.0, 1.0)
+
+
+def test_personalfr_idle_rows_reads_a_client_whose_first_update_was_lost():
+    # kept momentum, the clients' messages lost at 20 % (seed 5): the first updates of three clients were
+    # lost, so none of their updates was trained from a zero buffer, and S (their local steps per round,
+    # read off such an update) and their buffers were unknown: the attack answered for none of them
+    # (3 of 6 clients, precision 0.50). It now tries S along with the rounds they trained in
+    from fedsim.kernel import SimNetwork
+    from fedsim.kernel.links import Faults
+    from fedsim.privacy.attacks import PersonalFRIdleRows
+    from fedsim.protocols import REGISTRY
+
+    spec = REGISTRY["personalfr"]
+    data, cfg = spec.tiny(6, 2, 0)
+    cfg = cfg.replace(compression=False, fraction=0.5, rounds=6, local_epochs=2, deadline=5.0)
+    cap = capture("personalfr", data, cfg, net=SimNetwork(seed=5, faults=Faults(loss=0.2)), seed=5)
+    ups: dict = {}
+    for r, _, _ in cap.recorder.entries:
+        if r[KIND] == "update":
+            ups.setdefault(r[SRC], []).append((r[ROUND], r[STATUS]))
+    assert sorted(u for u, v in ups.items() if v[0][1] == "lost") == ["client/0001", "client/0003", "client/0005"]
+    run, rows = attack_capture(PersonalFRIdleRows(), cap)
+    s = summarize(rows)
+    assert (s["users"], len(run.inference), s["precision"], s["recall"], s["exact"]) == (6, 6, 1.0, 1.0, 1.0)

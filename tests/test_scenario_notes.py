@@ -710,8 +710,9 @@ def test_privacy_audit_labels_one_round_windows_once_and_names_personalfrs_setti
                        profile="ideal")
     assert "1 rounds" not in report
     rows = _csv(out / "leakage.csv")
-    keys = [(r["protocol"], r["attack"], r["adversary"], r["window"]) for r in rows]
-    assert len(keys) == len(set(keys))
+    # (one row per setting: the uncompressed PersonalFR runs are told apart by their defence label)
+    keys = [(r["protocol"], r["defence"], r["attack"], r["adversary"], r["window"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 12
     assert [(r["attack"], r["window"], r["users"]) for r in rows if r["protocol"] == "fedrecpp"] == [
         ("implied_ratings", "1 round", "29.0"), ("intersection", "1 round", "29.0"),
         ("noise_matching", "1 round", "29.0"), ("noise_matching[1]", "1 round", "29.0"), ("imia", "1 round", "29.0")]

@@ -45,7 +45,7 @@ from ..protocols import REGISTRY
 from ..protocols.common import client_names
 from ..privacy.attacks import (
     IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
-    PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes, size_estimate,
+    PersonalFRIdleRows, PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes, size_estimate,
 )
 from ..privacy.attacks.base import run_attack
 from ..privacy.audit import UPLOAD_KINDS, Capture, observed_clients, partly_seen, score_links, truth_of
@@ -60,7 +60,8 @@ ATTACKS = {
     "implied_ratings": ImpliedRatings, "sgd_chain": SgdChain, "svdpp_odelta": SvdppODelta,
     "intersection": Intersection, "noise_matching": NoiseMatching, "noise_linking": NoiseLinking,
     "fpl_sign": FPLSign, "fpl_never_negative": FPLNeverNegative, "fcf_line": FCFLine,
-    "personalfr_indices": PersonalFRIndices, "imia": IMIA, "size_only": SizeOnly,
+    "personalfr_indices": PersonalFRIndices, "personalfr_idle_rows": PersonalFRIdleRows, "imia": IMIA,
+    "size_only": SizeOnly,
 }
 
 
@@ -269,7 +270,8 @@ def run_task(task: AuditTask) -> dict:
         # every upload the server waited for with a deadline and did not get (the ledger's missing
         # records): each kind the protocol sends to the server but evaluation answers. The result's
         # own records did not do: FedRec++'s named no kind until 2026-11-28 (its lost uploads read
-        # 0), and the audit's attack kinds (UPLOAD_KINDS) leave out PersonalFR's per-round updates
+        # 0), and the audit's attack kinds (UPLOAD_KINDS) left out PersonalFR's per-round updates until
+        # personalfr_idle_rows read them (they need not name every kind the server waits for)
         missing_uploads += sum(1 for m in net.ledger.missing
                                if m.kind in to_server and net.ledger.roles.get(m.receiver) == "server")
         lost_clients.update(info.get("lost_clients") or ())

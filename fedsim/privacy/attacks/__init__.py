@@ -5,9 +5,10 @@ from .fedrec import ImpliedRatings, Intersection, SgdChain, SvdppODelta, fedrec_
 from .fedrecpp import NoiseLinking, NoiseMatching
 from .imia import IMIA
 from .implicit import FCFLine, FPLNeverNegative, FPLSign, PersonalFRIndices
+from .personalfr import PersonalFRIdleRows
 from .size import SizeOnly, score_sizes, size_estimate
 
 __all__ = [
     "Attack", "AttackRun", "FCFLine", "IMIA", "SizeOnly", "score_sizes", "size_estimate", "FPLNeverNegative", "FPLSign", "ImpliedRatings", "Intersection", "NoiseLinking",
-    "NoiseMatching", "PersonalFRIndices", "SgdChain", "SvdppODelta", "fedrec_attacks", "run_attack",
+    "NoiseMatching", "PersonalFRIdleRows", "PersonalFRIndices", "SgdChain", "SvdppODelta", "fedrec_attacks", "run_attack",
 ]

@@ -27,8 +27,9 @@ FCF (the FedRec paper's baseline; FCF uploads a gradient for every item "consume
     ``b = (1 + alpha) s^2 a - (1 + alpha) s``. ``fcf_line`` fits the line through the origin on
     all items (most are not consumed) and claims the items far from it.
 
-PersonalFR (by design): a client announces the items its users rated (``indices``) before
-    training; ``personalfr_indices`` reads them.
+PersonalFR (by design): with Partial Compression a client announces the items its users rated
+    (``indices``) before training; ``personalfr_indices`` reads them. Without compression none is sent,
+    and ``personalfr_idle_rows`` (``attacks.personalfr``) reads the set off the updates.
 """
 
 from __future__ import annotations
