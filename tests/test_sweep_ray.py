@@ -822,6 +822,19 @@ def _ray_node(ray_cli: str, args: list[str], cwd: Path, env: dict) -> subprocess
                                  *args], cwd=cwd, env=env, start_new_session=True, stdout=fh, stderr=subprocess.STDOUT)
 
 
+def _wait_listening(head: subprocess.Popen, port: int, cwd: Path) -> None:
+    """Wait (120 s at most) for the head node ``head`` started by :func:`_ray_node` in ``cwd`` to
+    listen on ``port``; fails the test with the end of its log if it does not."""
+    deadline = time.time() + 120
+    while time.time() < deadline and head.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail("the Ray head did not listen within 120 s:\n" + (cwd / "node.log").read_text(errors="replace")[-3000:])
+
+
 def _stop_node(node: subprocess.Popen) -> None:
     node.send_signal(signal.SIGTERM)  # `ray start --block` drains the node and stops what it started
     try:
@@ -851,16 +864,7 @@ def test_a_cluster_without_cpus_gets_a_bounded_wait_for_a_node_to_join(tmp_path)
                      tmp_path / "head", env)
     tree, worker = Tree(head.pid), None
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and head.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("the Ray head did not listen within 120 s:\n"
-                        + (tmp_path / "head" / "node.log").read_text(errors="replace")[-3000:])
+        _wait_listening(head, port, tmp_path / "head")
         script, log = logging_scenario(tmp_path)
         sweep = ["sweep", str(script), "--grid", "x=1,2", "--backend", "ray", "--address", f"127.0.0.1:{port}",
                  "--out", "sw"]
@@ -932,16 +936,7 @@ def test_ctrl_c_of_a_sweep_on_a_cluster_cancels_its_tasks_there_leaving_nothing_
     tree = Tree(head.pid)
     proc = None
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and head.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("the Ray head did not listen within 120 s:\n"
-                        + (tmp_path / "head" / "node.log").read_text(errors="replace")[-3000:])
+        _wait_listening(head, port, tmp_path / "head")
         script, log = logging_scenario(tmp_path, "time.sleep(60.0)")
         out = tmp_path / "sw"
         proc = subprocess.Popen([sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2,3", "--backend",
