@@ -78,7 +78,7 @@ def test_report_ledger_totals_line_by_hand(tmp_path):
                "ledger_totals": {"messages": 3, "bytes": 2500, "raw_bytes": 1200}}
     write_report(tmp_path, results, [], [])
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert text.endswith("## Ledger totals\n\n3 messages, 2.5 KB (1.2 KB of array payload; exact counts in "
+    assert text.endswith("## Ledger totals\n\n3 messages, 2.5 kB (1.2 kB of array payload; exact counts in "
                          "results.json).\n")
 
 
@@ -126,7 +126,7 @@ def test_human_tables_read_units_off_column_names():
            "duration": 0.0123, "seconds": 4.567, "round_s": 2e-5, "rounds": 3}
     cols = list(row)
     text = format_table([row], cols, human=True, markdown=True).splitlines()[2]
-    assert text == "| 2 KB | 3.5000 | 0.2500 | 500 ms | 1 min 05 s | 12.3 ms | 4.57 s | 20 µs | 3 |"
+    assert text == "| 2 kB | 3.5000 | 0.2500 | 500 ms | 1 min 05 s | 12.3 ms | 4.57 s | 20 µs | 3 |"
 
 
 def test_plain_tables_align_on_the_wider_of_header_and_cells_and_keep_booleans():

@@ -276,7 +276,7 @@ def test_a_sweep_stopped_by_a_real_file_size_limit_is_one_error_line_says_what_r
     cmd = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet",
            "--out", "sw"]
 
-    def limit():  # 8000 bytes: each point's files and sweep.json fit, the plot (some 20 KB) does not
+    def limit():  # 8000 bytes: each point's files and sweep.json fit, the plot (some 20 kB) does not
         resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))  # (Python ignores SIGXFSZ: EFBIG)
 
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180, preexec_fn=limit)

@@ -49,9 +49,10 @@ def format_number(v: float, spec: str) -> str:
 
 
 def human_bytes(n: float) -> str:
-    """``1903907570`` -> ``1.9 GB`` (powers of 1000, three significant digits, trailing zeros
-    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``, and what rounds
-    to no byte is ``0 B``, not ``-0 B``). NaN as ``nan``, infinity as ``inf B``."""
+    """``1903907570`` -> ``1.9 GB`` (powers of 1000 with their SI symbols, ``kB``, ``MB``,
+    ``GB``, ...: ``KB`` is often read as 1024; three significant digits, trailing zeros dropped;
+    below 999.5: whole bytes, so that 999.6 is ``1 kB``, not ``1000 B``, and what rounds to no
+    byte is ``0 B``, not ``-0 B``). NaN as ``nan``, infinity as ``inf B``."""
     n = float(n)
     if math.isnan(n):
         return "nan"
@@ -59,7 +60,7 @@ def human_bytes(n: float) -> str:
         return f"{'-' if n < 0 else ''}inf B"
     if abs(n) < 999.5:
         return f"{round(n) or 0:.0f} B"  # (round(-0.4) is -0: the 'or' makes it 0)
-    units = ("KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    units = ("kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
     for unit in units:
         n /= 1000.0
         if abs(n) < 999.5 or unit == units[-1]:

@@ -825,9 +825,9 @@ def _mem_available() -> int | None:
 
 def _bytes_text(n: float) -> str:
     """Bytes as the tables write them (``human_bytes``: three significant digits, powers of 1000):
-    ``4.19 MB``, ``41.9 TB``. It was whole MB below a GB and GB with one decimal above: the 4 MiB
+    ``4.19 MB``, ``41.9 TB``, ``5 kB`` (SI symbols). It was whole MB below a GB and GB with one decimal above: the 4 MiB
     per process read ``4 MB`` and 10 million processes ``41,943.0 GB``."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= 0.9995 * size:
             return f"{n / size:,.0f} {unit}" if n >= 999.5 * size else f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"

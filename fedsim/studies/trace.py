@@ -1244,11 +1244,11 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
   });
   function size(n) {
     if (n < 1000) return n + " B";
-    var u = ["KB", "MB", "GB", "TB"], i = -1;
+    var u = ["kB", "MB", "GB", "TB"], i = -1;
     do { n /= 1000; i++; } while (n >= 999.5 && i < u.length - 1);
     return n.toPrecision(3).replace(/\\.0+$|(\\.\\d*?)0+$/, "$1") + " " + u[i];
   }
-  // a size as the ledger counts it: the byte count itself, after its rounded form from 1 KB on
+  // a size as the ledger counts it: the byte count itself, after its rounded form from 1 kB on
   function exact(n) { return n < 1000 ? n + " B" : size(n) + " (" + n + " B)"; }
   function ms(t) { return t === null ? "-" : (t * 1000).toFixed(3) + " ms"; }
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) {
