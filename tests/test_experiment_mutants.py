@@ -82,6 +82,23 @@ def test_report_ledger_totals_line_by_hand(tmp_path):
                          "results.json).\n")
 
 
+def test_plural_puts_the_noun_in_the_number_its_count_takes(tmp_path):
+    # a sweep of one point said "sweep: 1 points", a ledger of one message "1 messages"
+    from fedsim.experiment import plural
+    from fedsim.experiment.report import write_report
+
+    assert [plural(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]
+    assert [plural(n, "process", "processes") for n in (1, 3)] == ["1 process", "3 processes"]
+    assert plural(1024, "user", spec=",") == "1,024 users" and plural(1, "more row") == "1 more row"
+    results = {"scenario": "demo", "data": "tiny", "seed": 0, "profile": "ideal", "wall_time_s": 1.0,
+               "simulated_time_s": 0.0, "config": {}, "plots": [], "network": {},
+               "ledger_totals": {"messages": 1, "bytes": 500, "raw_bytes": 0}}
+    write_report(tmp_path, results, [], [])
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert text.endswith("## Ledger totals\n\n1 message, 500 B (0 B of array payload; exact counts in "
+                         "results.json).\n")
+
+
 def test_axes_beyond_layout_are_told_by_either_limit():
     """Mutant: ``_beyond_layout`` testing each axis' lower limit only: axes of 0 to 1e305 were
     taken for axes matplotlib can lay out."""

@@ -527,11 +527,12 @@ def test_the_memory_refusal_writes_its_sizes_as_the_tables_do(monkeypatch):
 
 
 def test_the_memory_refusal_writes_thousands_of_bytes_as_kB(monkeypatch):
-    # "5 KB": the SI symbol is kB (KB is often read as 1024), as the tables write it
+    # "5 KB": the SI symbol is kB (KB is often read as 1024), as the tables write it; and "1 worker
+    # processes"
     monkeypatch.setattr(tcp, "_mem_available", lambda: 5_000)
     with pytest.raises(NetworkConfigError) as info:
         TcpNetwork().check_memory(1)
-    assert str(info.value) == ("TcpNetwork with 1 worker processes needs at least 4.19 MB of memory (4.19 MB per "
+    assert str(info.value) == ("TcpNetwork with 1 worker process needs at least 4.19 MB of memory (4.19 MB per "
                                "process, less than a worker process was measured to hold), above the 5 kB available "
                                "(MemAvailable in /proc/meminfo): use fewer processes")
 

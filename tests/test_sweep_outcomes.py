@@ -261,7 +261,7 @@ def test_a_sweep_of_an_empty_grid_runs_its_one_point_and_writes_its_report(tmp_p
     s = run_sweep(str(script), {}, out, workers=1, quiet=True)
     assert (s["done"], s["failed"], s["not_run"]) == ([{}], [], [])
     assert (out / "combined_t.csv").read_text().splitlines() == ["m", "1", "5"]
-    assert "1 of 1 points finished. Finished." in (out / "report.md").read_text()
+    assert "1 of 1 point finished. Finished." in (out / "report.md").read_text()
     assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
 
 

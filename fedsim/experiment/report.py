@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = [
     "Table", "csv_cell", "format_number", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
-    "naming_the_file", "save_figure", "versions", "write_csv", "write_report", "write_results",
+    "naming_the_file", "plural", "save_figure", "versions", "write_csv", "write_report", "write_results",
 ]
 
 
@@ -66,6 +66,13 @@ def human_bytes(n: float) -> str:
         if abs(n) < 999.5 or unit == units[-1]:
             return f"{n:.3g} {unit}"
     return f"{n:.3g} {units[-1]}"  # pragma: no cover
+
+
+def plural(n: int, noun: str, many: str | None = None, spec: str = "") -> str:
+    """``n`` and ``noun`` in the number ``n`` takes: ``1 point``, ``2 points``, ``0 points``
+    (``many``: the plural where it is not ``noun + "s"``, ``plural(2, "process", "processes")``;
+    ``spec``: ``n``'s format, ``","`` for ``1,024 users``). A sweep of one point said ``1 points``."""
+    return f"{n:{spec}} {noun if n == 1 else many or noun + 's'}"
 
 
 def human_seconds(s: float) -> str:
@@ -314,7 +321,7 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
     tot = results["ledger_totals"]
     if tot:
         lines += ["## Ledger totals", "",
-                  f"{int(tot.get('messages', 0))} messages, {human_bytes(tot.get('bytes', 0))} "
+                  f"{plural(int(tot.get('messages', 0)), 'message')}, {human_bytes(tot.get('bytes', 0))} "
                   f"({human_bytes(tot.get('raw_bytes', 0))} of array payload; exact counts in results.json).", ""]
     with naming_the_file(out / "report.md"):  # (a full disk's error named no file)
         (out / "report.md").write_text("\n".join(lines), encoding="utf-8")

@@ -521,7 +521,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         if need > soft:
             top = "unlimited" if hard == resource.RLIM_INFINITY else hard
             raise NetworkConfigError(
-                f"TcpNetwork with {nprocs} worker processes needs {need} open files in each (a connection to and "
+                f"TcpNetwork with {nprocs} worker {'process' if nprocs == 1 else 'processes'} needs {need} open files in each (a connection to and "
                 f"from every process, {inherited} inherited, 5 of its own), above the open-file limit "
                 f"ulimit -n = {soft} (hard limit {top}): raise it, e.g. `ulimit -n {need}`, or use fewer processes")
 
@@ -551,7 +551,7 @@ class TcpNetwork(ClosedOnDropout, Network):
             if need_text == avail_text:  # rounded alike: "needs 7.3 GB, above the 7.3 GB available" said nothing
                 need_text, avail_text = f"{need:,} bytes", f"{avail:,} bytes"
             raise NetworkConfigError(
-                f"TcpNetwork with {nprocs} worker processes needs at least {need_text} of memory "
+                f"TcpNetwork with {nprocs} worker {'process' if nprocs == 1 else 'processes'} needs at least {need_text} of memory "
                 f"({_bytes_text(per)} per process, less than a worker process was measured to hold), "
                 f"above the {avail_text} available (MemAvailable in /proc/meminfo): use fewer processes")
 
