@@ -171,6 +171,8 @@ def test_csv_cells_read_back_to_the_same_float():
         assert float(csv_cell(v)) == float(v)
     assert csv_cell(float("nan")) == "" and csv_cell(float("nan"), nan="nan") == "nan"
     assert csv_cell(np.int64(7)) == "7" and csv_cell(np.bool_(True)) == "True"
+    # None (deadline_s with --set deadline=none) was the text "None": a missing value is an empty cell
+    assert csv_cell(None) == "" and csv_cell(None, nan="nan") == ""
 
 
 def test_compare_same_bits_and_round_times_by_hand():

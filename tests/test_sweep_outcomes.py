@@ -177,6 +177,27 @@ def test_the_sweep_tells_its_progress_which_points_failed(tmp_path):
     assert "sweep scn 2/3 (1 failed), elapsed " in log
 
 
+def test_a_value_that_is_not_there_is_an_empty_cell_and_the_rest_still_plots(tmp_path):
+    # a point's None (deadline_s of a run without a deadline) was written "None": the combined
+    # column read as text, so it had no plot, and pandas or NumPy read it as a string
+    import csv
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "scn.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(0.0, 'x')}\n"
+                      "def run(ctx):\n    ctx.table('t', [{'k': 'a', 'm': None if ctx['x'] == 2 else ctx['x'] * 10}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"x": [1.0, 2.0, 3.0]}, out, workers=1)
+    assert not s["failed"]
+    assert (out / "x=2.0" / "t.csv").read_text() == "k,m\na,\n"
+    with open(out / "combined_t.csv", newline="") as fh:
+        assert [(r["x"], r["m"]) for r in csv.DictReader(fh)] == [("1.0", "10.0"), ("2.0", ""), ("3.0", "30.0")]
+    assert "![sweep_t_m.png](sweep_t_m.png)" in (out / "report.md").read_text()
+    assert (out / "sweep_t_m.png").is_file()
+
+
 def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_others_drawn(tmp_path):
     # a grid value near the float maximum (--grid rho=1e308): matplotlib's ticks overflowed and the
     # sweep, its points done, ended in a traceback before its report

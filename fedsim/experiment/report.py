@@ -189,8 +189,13 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
 def csv_cell(v: Any, nan: str = "") -> str:
     """The CSV text of one value: a float (Python or NumPy) as the shortest text that reads back
     to the same number (``repr`` of the Python float; NumPy 2's repr of ``np.float64(0.5)`` is the
-    call, not the number), NaN as ``nan``; a NumPy integer or bool as the plain value; anything
-    else as ``str``."""
+    call, not the number), NaN as ``nan`` (the argument: empty by default); None (a value that is not there: ``deadline_s`` of a
+    run without a deadline) as the empty cell, as a row's missing key and the ledger's NaN are
+    written, and as pandas and NumPy read a missing value (it was the text ``None``, which they
+    read as a string, and which made a sweep's combined column no number to plot); a NumPy
+    integer or bool as the plain value; anything else as ``str``."""
+    if v is None:
+        return ""
     if isinstance(v, (float, np.floating)):
         v = float(v)
         return nan if math.isnan(v) else repr(v)
@@ -205,8 +210,8 @@ def write_csv(path: str | Path, rows: Iterable[Mapping[str, Any] | Sequence[Any]
     ``columns``, then one line per row. A mapping row gives its values in ``columns`` order (a
     missing key: an empty cell); any other row is a sequence of cells written as it is. Each
     cell is :func:`csv_cell` ``(value, nan)``: run tables leave NaN empty; the PersonalFR
-    learning-curve files have always written ``nan`` and still do. An ``OSError`` names
-    ``path`` (:func:`naming_the_file`)."""
+    learning-curve files have always written ``nan`` and still do; None is an empty cell in all.
+    An ``OSError`` names ``path`` (:func:`naming_the_file`)."""
     with naming_the_file(path), open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(columns)
