@@ -7,8 +7,8 @@ model is) then the server's update of V (and O) with its upload (``pmf.server_ap
 ``svdpp.server_apply_o_delta``), users in a random order as a stochastic iteration visits them. The
 last two are what a stochastic iteration's math costs when nothing else runs between the calls:
 compare them with ``benchmarks/fedrec_split.py``'s "math" column (the same calls inside a
-simulation) and its central twin per iteration. ``--touch KB,...`` times the PMF(S) exchange
-again with KB kilobytes of other memory read between two exchanges (the clock stopped meanwhile),
+simulation) and its central twin per iteration. ``--touch KIB,...`` times the PMF(S) exchange
+again with KIB KiB (1,024 bytes) of other memory read between two exchanges (the clock stopped meanwhile),
 to show what a cold cache does to the same calls.
 
     python benchmarks/fedrec_client_math.py [--data ../shared/data/ml-100k] [--repeats 5] [--tree DIR]
@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--data", default="../shared/data/ml-100k")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tree", help="root of the fedsim checkout to import (default: the installed one)")
-    ap.add_argument("--touch", default="", help="comma-separated kB of memory to read between two PMF(S) "
+    ap.add_argument("--touch", default="", help="comma-separated KiB of memory to read between two PMF(S) "
                     "exchanges (timed apart), e.g. 256,1024,4096")
     args = ap.parse_args()
     touch = [int(x) for x in args.touch.split(",") if x.strip()]
@@ -126,12 +126,12 @@ def main() -> None:
             for _ in range(args.repeats):
                 spent = 0.0
                 for k in range(n):
-                    other[:kb << 10].sum()  # read kb kilobytes that the exchange does not use
+                    other[:kb << 10].sum()  # read kb KiB that the exchange does not use
                     t = time.perf_counter()
                     exchange_pmf(k)
                     spent += time.perf_counter() - t
                 times.append(spent / n * 1e6)
-            name = f"PMF(S) exchange, math only, after reading {kb} kB"
+            name = f"PMF(S) exchange, math only, after reading {kb} KiB"
             out[name] = statistics.median(times)
             print(f"{name}: {out[name]:.1f} us per client (median of {args.repeats})")
     print(json.dumps({"tree": fedsim.__file__, "us_per_client": out}))

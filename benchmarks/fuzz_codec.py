@@ -345,7 +345,7 @@ def fuzz(count: int, seed: int, max_size: int = 1 << 20, families=None, *, large
     exception other than CodecError escaped, or the peak exceeded the bound twice: a decode over
     the bound is measured once more (``remeasured``), because msgpack interns map keys and CPython
     now and then rebuilds its whole table of interned strings (every few thousand new keys, some
-    hundreds of KB in this process: a cost of the process's strings, not of the document)."""
+    hundreds of kB in this process: a cost of the process's strings, not of the document)."""
     global LARGE_SHARE
     LARGE_SHARE = large_share
     names = list(families or FAMILIES)

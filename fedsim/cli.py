@@ -42,7 +42,7 @@ from . import __version__
 from .config import ConfigError
 from .experiment import (
     FlagOnce, ScenarioError, StoreOnce, UsageError, add_run_arguments, default_out_dir, list_scenarios, load_scenario,
-    scenario_name,
+    plural, scenario_name,
 )
 from .experiment.configfile import at
 from .experiment.params import set_keys
@@ -331,7 +331,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     except SweepInterrupted as exc:
         s = exc.summary
         failed = f", {len(s['failed'])} failed (above)" if s["failed"] else ""
-        print(f"interrupted: {len(s['done'])} points run, {len(s['skipped'])} done before{failed}, "
+        print(f"interrupted: {plural(len(s['done']), 'point')} run, {len(s['skipped'])} done before{failed}, "
               f"{len(s['not_run'])} not run; the same command resumes. Results so far in {s['out']}/ "
               f"(report.md, sweep.json)", file=sys.stderr)
         return 130
@@ -351,7 +351,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     if summary["caveats"]:
         words = sorted({w for c in summary["caveats"] for w in c["caveats"]})
         caveats = f", {len(summary['caveats'])} with caveats ({', '.join(words)}: report.md)"
-    print(f"sweep: {summary['points']} points, {len(summary['done'])} run{again}, "
+    print(f"sweep: {plural(summary['points'], 'point')}, {len(summary['done'])} run{again}, "
           f"{len(summary['skipped'])} already done, {len(summary['failed'])} failed{failed}{caveats}; results in "
           f"{summary['out']}/ (report.md, sweep.json, "
           f"{', '.join(os.path.basename(c) for c in summary['combined']) or 'no combined tables'})")
@@ -394,14 +394,14 @@ def _cmd_trace(args: argparse.Namespace) -> int:
         raise
     html = final / "trace.html"
     names = ", ".join(p.name for p in paths.values())
-    print(f"traced {len(net.ledger)} messages; wrote {final}/: {names}")
+    print(f"traced {plural(len(net.ledger), 'message')}; wrote {final}/: {names}")
     if net.diverged_at is not None:  # (the trace just stopped early: its stop message alone said why)
         from .config import fields_of
         from .protocols import REGISTRY
 
         lr = "lr" in {f.name for f in fields_of(REGISTRY[args.protocol].Config)}
         print(f"note: the model diverged: its server found it not finite after {net.diverged_at} of the "
-              f"{args.rounds} rounds and stopped there (stop carries diverged_at {net.diverged_at})"
+              f"{plural(args.rounds, 'round')} and stopped there (stop carries diverged_at {net.diverged_at})"
               + ("; a smaller learning rate (--set lr=...) keeps it finite" if lr else ""), file=sys.stderr)
     if args.eval:  # what --eval added, or that it added no message
         from .protocols import REGISTRY

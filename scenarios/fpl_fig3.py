@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 
-from fedsim.experiment import RunContext, scenario_main
+from fedsim.experiment import RunContext, plural, scenario_main
+from fedsim.studies.fpl import default_meaning as fpl_default_meaning
 from fedsim.studies.fpl import (
     FPL_SETTINGS, PAPER_BEST_PI, PAPER_TABLE2, PAPER_TABLE3, PRESET_STYLES, fig2_rows, fpl_scenario_params,
     scenario_study,
@@ -28,6 +29,8 @@ RUN_TIME = "under a minute on the default synthetic data (15 s measured quiet on
 DEFAULT_DATA = "ml100k-like"
 # the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
 PAPER_VALUES = {"settings": "paper"}
+# what the settings overrides left empty stand for ("seeds=2 (default: the paper's 5)", not "(default 0)")
+default_meaning = fpl_default_meaning
 PARAMS = fpl_scenario_params()
 
 
@@ -49,7 +52,7 @@ def run(ctx: RunContext) -> None:
     table = [{"preset": r["preset"], "pi": r["pi"], "P@10": r["p"], "P@10 sd": r["p_sd"], "IC@10": r["ic"],
               "IC@10 sd": r["ic_sd"], "G@10": r["gini"]} for r in rows]
     ctx.table("ic_vs_p", table, title=f"Figure 3: test IC@10 against P@10 as pi grows, mean and sd over "
-              f"{len(st.seeds)} seed(s) (catalogue {st.split.catalogue.size} items)", floatfmt=".5g")
+              f"{plural(len(st.seeds), 'seed')} (catalogue {st.split.catalogue.size} items)", floatfmt=".5g")
     paper = []
     for preset in ctx["presets"]:
         paper.append({"preset": preset, "paper best pi": PAPER_BEST_PI[country][preset],

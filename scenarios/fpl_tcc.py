@@ -25,6 +25,7 @@ import numpy as np
 
 from fedsim.experiment import RunContext, scenario_main
 from fedsim.math.fpl_presets import PRESET_NAMES
+from fedsim.studies.fpl import default_meaning as fpl_default_meaning
 from fedsim.studies.fpl import (
     FPL_SETTINGS,
     PAPER_TABLE4_BRAZIL,
@@ -39,6 +40,8 @@ RUN_TIME = 'under a minute on the default synthetic data (37 s measured quiet on
 DEFAULT_DATA = "ml100k-like"
 # the paper's setting is `settings=paper`, not the default (quick); the paper_* note compares with it
 PAPER_VALUES = {"settings": "paper"}
+# what the settings overrides left empty stand for ("seeds=2 (default: the paper's 5)", not "(default 0)")
+default_meaning = fpl_default_meaning
 PARAMS = {k: v for k, v in fpl_scenario_params().items() if k != "fpl_engine"}  # always actors
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from fedsim.experiment import Param, RunContext, UsageError, format_number, scenario_main
+from fedsim.experiment import Param, RunContext, UsageError, format_number, plural, scenario_main
 from fedsim.protocols import fedrec, fedrecpp
 from fedsim.protocols.fedrec import FedRecConfig
 from fedsim.protocols.fedrecpp import FedRecPPConfig
@@ -78,7 +78,7 @@ def run(ctx: RunContext) -> None:
     job = fedrecpp.SPEC.build(net, data, cfg)
     report(f"FedRec++ eta=1 rho={ctx['rho']:g}", job.collect(net.run()).model, net, t0)
     ctx.progress.update(4, 4)
-    ctx.table("accuracy", acc, title=f"Test accuracy after {ctx['iterations']} iterations (fold 1 of 5)")
+    ctx.table("accuracy", acc, title=f"Test accuracy after {plural(ctx['iterations'], 'iteration')} (fold 1 of 5)")
     ctx.table("communication", comm, title="Communication per role over the whole run (from the ledger)",
               floatfmt=".1f")
     def draw(ax):

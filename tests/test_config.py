@@ -211,8 +211,9 @@ def test_config_file_errors_name_the_line_of_the_key(text, expected, tmp_path):
 def test_fedrec_refuses_a_client_rate_its_batch_clients_would_ignore():
     from fedsim.protocols.fedrec import FedRecConfig
 
-    # PMF(B) has one rate, lr, for U and V: client_lr=0.05 ran as if not given
-    with pytest.raises(ConfigError, match=r"^FedRecConfig\.client_lr is the stochastic clients' own learning rate; "
+    # PMF(B) has one rate, lr, for U and V: client_lr=0.05 ran as if not given (the message names
+    # the key the user sets, --set client_lr, not the class: it said "FedRecConfig.client_lr")
+    with pytest.raises(ConfigError, match=r"^client_lr is the stochastic clients' own learning rate; "
                                           r"PMF\(B\) has one rate for U and V \(lr\), got client_lr=0\.05$") as info:
         FedRecConfig(client_lr=0.05)
     assert info.value.key == "client_lr"

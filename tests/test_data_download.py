@@ -447,7 +447,7 @@ def test_a_member_that_cannot_be_decompressed_is_one_error_naming_archive_and_me
 
 
 def test_a_zip_bomb_is_refused_before_anything_is_unpacked(tmp_path, capsys):
-    # 64 MiB of zeros deflate to ~64 KB: it was unpacked whole (300 MB from 300 KB in a trial)
+    # 64 MiB of zeros deflate to ~64 kB: it was unpacked whole (300 MB from 300 kB in a trial)
     z = tmp_path / "bomb.zip"
     with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("ml-100k/README", "x\n")

@@ -78,7 +78,24 @@ def test_report_ledger_totals_line_by_hand(tmp_path):
                "ledger_totals": {"messages": 3, "bytes": 2500, "raw_bytes": 1200}}
     write_report(tmp_path, results, [], [])
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert text.endswith("## Ledger totals\n\n3 messages, 2.5 KB (1.2 KB of array payload; exact counts in "
+    assert text.endswith("## Ledger totals\n\n3 messages, 2.5 kB (1.2 kB of array payload; exact counts in "
+                         "results.json).\n")
+
+
+def test_plural_puts_the_noun_in_the_number_its_count_takes(tmp_path):
+    # a sweep of one point said "sweep: 1 points", a ledger of one message "1 messages"
+    from fedsim.experiment import plural
+    from fedsim.experiment.report import write_report
+
+    assert [plural(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]
+    assert [plural(n, "process", "processes") for n in (1, 3)] == ["1 process", "3 processes"]
+    assert plural(1024, "user", spec=",") == "1,024 users" and plural(1, "more row") == "1 more row"
+    results = {"scenario": "demo", "data": "tiny", "seed": 0, "profile": "ideal", "wall_time_s": 1.0,
+               "simulated_time_s": 0.0, "config": {}, "plots": [], "network": {},
+               "ledger_totals": {"messages": 1, "bytes": 500, "raw_bytes": 0}}
+    write_report(tmp_path, results, [], [])
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert text.endswith("## Ledger totals\n\n1 message, 500 B (0 B of array payload; exact counts in "
                          "results.json).\n")
 
 
@@ -126,7 +143,7 @@ def test_human_tables_read_units_off_column_names():
            "duration": 0.0123, "seconds": 4.567, "round_s": 2e-5, "rounds": 3}
     cols = list(row)
     text = format_table([row], cols, human=True, markdown=True).splitlines()[2]
-    assert text == "| 2 KB | 3.5000 | 0.2500 | 500 ms | 1 min 05 s | 12.3 ms | 4.57 s | 20 µs | 3 |"
+    assert text == "| 2 kB | 3.5000 | 0.2500 | 500 ms | 1 min 05 s | 12.3 ms | 4.57 s | 20 µs | 3 |"
 
 
 def test_plain_tables_align_on_the_wider_of_header_and_cells_and_keep_booleans():
@@ -154,6 +171,8 @@ def test_csv_cells_read_back_to_the_same_float():
         assert float(csv_cell(v)) == float(v)
     assert csv_cell(float("nan")) == "" and csv_cell(float("nan"), nan="nan") == "nan"
     assert csv_cell(np.int64(7)) == "7" and csv_cell(np.bool_(True)) == "True"
+    # None (deadline_s with --set deadline=none) was the text "None": a missing value is an empty cell
+    assert csv_cell(None) == "" and csv_cell(None, nan="nan") == ""
 
 
 def test_compare_same_bits_and_round_times_by_hand():

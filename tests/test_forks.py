@@ -270,7 +270,7 @@ def test_a_sweep_of_tcp_points_forks_its_workers_and_theirs_with_no_other_thread
                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(REPO), "FORKS_LOG": str(log)})
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "sweep: 1 points, 1 run, 0 already done, 0 failed" in res.stdout, res.stdout
+    assert "sweep: 1 point, 1 run, 0 already done, 0 failed" in res.stdout, res.stdout
     forks = _forks(log)
     sweep = forks[0]["pid"]
     pools = [f for f in forks if f["pid"] == sweep]

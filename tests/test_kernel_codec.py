@@ -453,7 +453,7 @@ def test_layouts_with_long_strings_are_not_remembered():
 
 def test_the_layout_cache_holds_no_more_memory_than_its_bound():
     """The review's reproduction, shorter: layouts of 1,000 fields of a 2-character key and -10
-    (4 KB of document outside the arrays, 160 KB of Python objects each); 64 of them held 10 MB
+    (4 kB of document outside the arrays, 160 kB of Python objects each); 64 of them held 10 MB
     where the cache was said to take a few MB."""
     import gc
 
@@ -478,7 +478,7 @@ def test_the_layout_cache_holds_no_more_memory_than_its_bound():
     assert codec._LAYOUTS_SEEN  # remembered, some of them
     assert held <= 4 << 20, f"{held:,} bytes"
     assert held <= codec._layout_bytes <= codec._MAX_LAYOUT_BYTES  # the charge is an upper estimate
-    # a protocol step's layout is still remembered, and charged a few KB
+    # a protocol step's layout is still remembered, and charged a few KiB
     codec._LAYOUTS_SEEN.clear()
     decode_message(encode_message("gradients", {"items": np.arange(265, dtype=np.int32),
                                                 "grads": np.ones((265, 20), np.float32)}).data)
@@ -777,7 +777,7 @@ def test_direct_reader_hands_maps_of_many_small_entries_to_the_costed_decoder():
     assert codec._read_message(data, len(data)) is None
     assert decode_message(data) == ("k", floats)
     for payload in ({f"k{i}": i for i in range(16)}, {f"k{i}": np.ones(8) for i in range(40)}):
-        data = encode_message("k", payload).data  # 16 entries, or 40 in 3.3 KB: read directly
+        data = encode_message("k", payload).data  # 16 entries, or 40 in 3.3 kB: read directly
         assert codec._read_message(data, len(data)) is not None
 
 

@@ -127,9 +127,9 @@ def test_a_late_flow_takes_its_share_from_then_on():
 
 
 def test_tcp_startup_by_hand():
-    # 100 KB over 10 Mbit/s with a 200 ms round trip: handshake, then windows of 14,480,
+    # 100 kB over 10 Mbit/s with a 200 ms round trip: handshake, then windows of 14,480,
     # 28,960 and the last 56,560 bytes (the third window, 57,920, is still below the BDP of
-    # 250,000): 2 round trips + 56,560 B at full rate, against 100 KB at full rate
+    # 250,000): 2 round trips + 56,560 B at full rate, against 100 kB at full rate
     rate = 10e6 / 8
     extra = tcp_startup_delay(100_000, rate, 0.2)
     assert extra == pytest.approx(0.2 + (0.4 + 56_560 / rate) - 100_000 / rate)

@@ -514,7 +514,7 @@ def test_the_memory_refusal_writes_its_sizes_as_the_tables_do(monkeypatch):
     with pytest.raises(NetworkConfigError) as info:
         TcpNetwork().check_memory(10**7)  # 41.9 TB, against this machine's MemAvailable
     assert re.fullmatch(r"TcpNetwork with 10000000 worker processes needs at least 41\.9 TB of memory \(4\.19 MB "
-                        r"per process, less than a worker process was measured to hold\), above the [0-9.]+ [KMGT]?B "
+                        r"per process, less than a worker process was measured to hold\), above the [0-9.]+ [kMGT]?B "
                         r"available \(MemAvailable in /proc/meminfo\): use fewer processes", str(info.value)), \
         str(info.value)
     avail = 7_300_000_000
@@ -524,6 +524,17 @@ def test_the_memory_refusal_writes_its_sizes_as_the_tables_do(monkeypatch):
         TcpNetwork().check_memory(n)
     assert (f"needs at least {n * tcp.BASELINE_BYTES:,} bytes of memory (4.19 MB per process, less than a worker "
             "process was measured to hold), above the 7,300,000,000 bytes available") in str(info.value)
+
+
+def test_the_memory_refusal_writes_thousands_of_bytes_as_kB(monkeypatch):
+    # "5 KB": the SI symbol is kB (KB is often read as 1024), as the tables write it; and "1 worker
+    # processes"
+    monkeypatch.setattr(tcp, "_mem_available", lambda: 5_000)
+    with pytest.raises(NetworkConfigError) as info:
+        TcpNetwork().check_memory(1)
+    assert str(info.value) == ("TcpNetwork with 1 worker process needs at least 4.19 MB of memory (4.19 MB per "
+                               "process, less than a worker process was measured to hold), above the 5 kB available "
+                               "(MemAvailable in /proc/meminfo): use fewer processes")
 
 
 def _own_memory() -> int:

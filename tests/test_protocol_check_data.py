@@ -69,9 +69,12 @@ def test_the_protocols_check_reads_the_task_the_scale_and_what_was_set(tmp_path)
     with pytest.raises(ConfigError, match=r"^--set threshold: the data \(anime\) has ratings 1 to 10, ") as exc:
         check_against_data(FedAEConfig(task="implicit"), ten, frozenset())
     assert exc.value.key == "threshold"
-    for cfg, r, given in [(FedAEConfig(task="explicit"), ten, ()), (FedAEConfig(task="implicit"), ten, {"threshold"}),
-                          (FedAEConfig(task="implicit", threshold=3.5), ten, {"threshold"}),
-                          (FedAEConfig(task="implicit"), five, ())]:
+    # (clients=0, one user per client: the default 100 clients are more than these data's users, which
+    # the check refuses too)
+    for cfg, r, given in [(FedAEConfig(task="explicit", clients=0), ten, ()),
+                          (FedAEConfig(task="implicit", clients=0), ten, {"threshold"}),
+                          (FedAEConfig(task="implicit", threshold=3.5, clients=0), ten, {"threshold"}),
+                          (FedAEConfig(task="implicit", clients=0), five, ())]:
         assert check_against_data(cfg, r, frozenset(given)) is None
     for name in ("personalfr", "fedavg-ae"):
         assert REGISTRY[name].check_data is check_against_data

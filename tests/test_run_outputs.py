@@ -350,7 +350,7 @@ def test_tables_print_human_units_and_files_keep_raw_numbers(tmp_path):
     from fedsim.experiment import human_bytes
 
     shown = human_bytes(raw)
-    assert re.search(r"\d (KB|MB)$", shown)
+    assert re.search(r"\d (kB|MB)$", shown)
     line = next(ln for ln in res.stdout.splitlines() if ln.split()[:1] == ["model"])
     assert shown in line and str(raw) not in line
     assert shown in (tmp_path / "o" / "report.md").read_text()
@@ -362,9 +362,9 @@ def test_human_units():
     from fedsim.experiment import human_bytes, human_seconds
 
     assert [human_bytes(n) for n in (0, 999, 1000, 123_456, 1_903_907_570.0, 6.3e9)] == [
-        "0 B", "999 B", "1 KB", "123 KB", "1.9 GB", "6.3 GB"]
+        "0 B", "999 B", "1 kB", "123 kB", "1.9 GB", "6.3 GB"]
     # a mean of 999.6 bytes was written "1000 B"
-    assert [human_bytes(n) for n in (999.4, 999.6, 999_600)] == ["999 B", "1 KB", "1 MB"]
+    assert [human_bytes(n) for n in (999.4, 999.6, 999_600)] == ["999 B", "1 kB", "1 MB"]
     assert [human_seconds(s) for s in (0, 5e-5, 0.0123, 4.567, 65.2, 3725)] == [
         "0 s", "50 µs", "12.3 ms", "4.57 s", "1 min 05 s", "1 h 02 min"]
     # no carry lost at the rounding edges (119.9 s was written "1 min 00 s")
@@ -662,7 +662,7 @@ def test_report_tables_keep_one_cell_per_value_whatever_the_text(tmp_path):
     start = lines.index("| kind | messages | bytes |")
     table = lines[start:start + 4]
     cells = [[c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in table]
-    assert cells == [["kind", "messages", "bytes"], ["---", "---", "---"], ["ask|reply", "3", "1.5 KB"],
+    assert cells == [["kind", "messages", "bytes"], ["---", "---", "---"], ["ask|reply", "3", "1.5 kB"],
                      ["two lines", "1", "20 B"]]
     assert lines[start + 4] == ""
 
@@ -759,7 +759,7 @@ def test_a_real_file_size_limit_stops_the_run_naming_the_file_it_was_writing(tmp
     # OSError names no file: the error line said "No space left on device; its output folder o was
     # not written" (or "File too large") and never which file (tests/test_disk_full_real.py fills a
     # real tmpfs; this is the same failure from RLIMIT_FSIZE, a limit of 20000 bytes: less than the
-    # plot's 32 KB and the first network's ledger, more than what the run writes before them)
+    # plot's 32 kB and the first network's ledger, more than what the run writes before them)
     import resource
 
     def limit():

@@ -75,6 +75,7 @@ def test_fault_study_without_a_deadline_says_so(tmp_path):
                                                  "workers": 1, "protocols": ["fedrec"]}, profile="wan")
     (row,) = _csv(out / "faults_fedrec.csv")
     assert float(row["round_s"]) > 0
+    assert row["deadline_s"] == ""  # a missing value, as CSV readers take one (it was the text "None")
     assert "## fedrec: accuracy, round time and losses against loss and dropout (no deadline, wan profile)" in report
     assert ("There is no deadline here: the server waits for every round's messages, and a lost one would stop the "
             "run. FedRec's RMSE and FPL's P@10 are over the clients present at the end") in report
@@ -530,10 +531,34 @@ def test_hf_search_note_says_when_the_chosen_pair_ties_with_the_authors(tmp_path
 
 def test_not_the_papers_setting_names_an_empty_default(tmp_path):
     # fpl_fig3's pis and epochs default to an empty list (the settings' values): the note printed
-    # "pis=0.5,1.0 (default ), epochs=1 (default )"
+    # "pis=0.5,1.0 (default ), epochs=1 (default )", then "(default none)", and seeds "(default 0)":
+    # placeholders for "the settings' value", which it names now (and pis equal to it are no change)
     out, report = _run(tmp_path, "fpl_fig3", {**FPL_TINY, "pis": [0.5, 1.0], "epochs": [1], "seeds": 1})
-    assert "(default )" not in report
-    assert "pis=0.5,1.0 (default none), epochs=1 (default none)" in report
+    assert "(default )" not in report and "(default none)" not in report and "(default 0)" not in report
+    assert ("parameters changed: settings=quick (paper: paper), min_interactions=8 (default: the quick settings' 21 "
+            "(users with more than 20 interactions)), seeds=1 (default: the quick settings' 2), epochs=1 (default: the "
+            "quick settings' 8, 2, 8, 2), max_users=30 (default -1); synthetic data `tiny`)") in report
+
+
+@pytest.mark.parametrize("name", ["fpl_table2", "fpl_fig3", "fpl_pi", "fpl_tcc"])
+def test_the_fpl_scenarios_say_what_an_override_left_empty_stands_for(name, tmp_path):
+    # fpl_table2 with --set settings=paper --set seeds=2 noted "seeds=2 (default 0)": 0 is no number
+    # of seeds but "the settings' value", here the paper's 5
+    from fedsim.experiment import RunContext, load_scenario, resolve_config
+
+    mod = load_scenario(name)
+    over = {"settings": "paper", "seeds": 2, "pis": [round(0.1 * k, 1) for k in range(1, 11)], "fcf_lr": 0.05,
+            "epochs": [50]}  # (pis and epochs as the paper's: no change; fcf_lr where the scenario has it)
+    config = resolve_config(mod, {k: v for k, v in over.items() if k in mod.PARAMS})
+    ctx = RunContext(name=name, config=config, data="Milan.tsv", seed=0, net=None, out=tmp_path, quiet=True,
+                     defaults={k: p.default for k, p in mod.PARAMS.items()}, paper_values=dict(mod.PAPER_VALUES),
+                     default_meaning=mod.default_meaning)
+    ctx.table("t", [{"paper_x": 1.0}])
+    changed = ("seeds=2 (default: the paper's 5)"
+               + (", fcf_lr=0.05 (default: the paper's: the lr chosen for BPR-MF)" if "fcf_lr" in mod.PARAMS else ""))
+    assert ctx.notes == [f"**Not the paper's setting.** the paper_* columns are the published figures for the paper's "
+                         f"data and settings; this run differs (parameters changed: {changed}), so its figures are not "
+                         "expected to match them."]
 
 
 def test_personalfr_compression_shows_no_spread_for_one_repeat(tmp_path):

@@ -1097,7 +1097,7 @@ def test_a_list_value_is_written_one_way_everywhere_the_sweep_shows_it(tmp_path)
 
 def test_an_interrupted_sweep_counts_its_failed_points(tmp_path, monkeypatch, capsys):
     # Ctrl-C's line counted the points run, done before and not run, and left the failed ones out
-    # (3 points: "1 points run, 0 done before, 1 not run")
+    # (3 points: "1 points run, 0 done before, 1 not run"; now "1 point run")
     import fedsim.studies.sweep as sweep
     from fedsim import cli
 
@@ -1111,7 +1111,7 @@ def test_an_interrupted_sweep_counts_its_failed_points(tmp_path, monkeypatch, ca
     monkeypatch.setattr(sweep, "run_sweep", interrupted)
     assert cli.main(["sweep", str(script), "--grid", "x=1,2,3", "--quiet"]) == 130
     assert capsys.readouterr().err.splitlines() == [
-        "interrupted: 1 points run, 0 done before, 1 failed (above), 1 not run; the same command resumes. "
+        "interrupted: 1 point run, 0 done before, 1 failed (above), 1 not run; the same command resumes. "
         "Results so far in sw/ (report.md, sweep.json)"]
 
 

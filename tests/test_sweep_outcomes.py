@@ -177,6 +177,27 @@ def test_the_sweep_tells_its_progress_which_points_failed(tmp_path):
     assert "sweep scn 2/3 (1 failed), elapsed " in log
 
 
+def test_a_value_that_is_not_there_is_an_empty_cell_and_the_rest_still_plots(tmp_path):
+    # a point's None (deadline_s of a run without a deadline) was written "None": the combined
+    # column read as text, so it had no plot, and pandas or NumPy read it as a string
+    import csv
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "scn.py"
+    script.write_text("from fedsim.experiment import Param\nPARAMS = {'x': Param(0.0, 'x')}\n"
+                      "def run(ctx):\n    ctx.table('t', [{'k': 'a', 'm': None if ctx['x'] == 2 else ctx['x'] * 10}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"x": [1.0, 2.0, 3.0]}, out, workers=1)
+    assert not s["failed"]
+    assert (out / "x=2.0" / "t.csv").read_text() == "k,m\na,\n"
+    with open(out / "combined_t.csv", newline="") as fh:
+        assert [(r["x"], r["m"]) for r in csv.DictReader(fh)] == [("1.0", "10.0"), ("2.0", ""), ("3.0", "30.0")]
+    assert "![sweep_t_m.png](sweep_t_m.png)" in (out / "report.md").read_text()
+    assert (out / "sweep_t_m.png").is_file()
+
+
 def test_a_plot_matplotlib_cannot_lay_out_is_said_and_the_others_drawn(tmp_path):
     # a grid value near the float maximum (--grid rho=1e308): matplotlib's ticks overflowed and the
     # sweep, its points done, ended in a traceback before its report
@@ -261,7 +282,7 @@ def test_a_sweep_of_an_empty_grid_runs_its_one_point_and_writes_its_report(tmp_p
     s = run_sweep(str(script), {}, out, workers=1, quiet=True)
     assert (s["done"], s["failed"], s["not_run"]) == ([{}], [], [])
     assert (out / "combined_t.csv").read_text().splitlines() == ["m", "1", "5"]
-    assert "1 of 1 points finished. Finished." in (out / "report.md").read_text()
+    assert "1 of 1 point finished. Finished." in (out / "report.md").read_text()
     assert json.loads((out / "sweep.json").read_text())["state"] == "finished"
 
 
@@ -276,7 +297,7 @@ def test_a_sweep_stopped_by_a_real_file_size_limit_is_one_error_line_says_what_r
     cmd = [sys.executable, "-m", "fedsim", "sweep", str(script), "--grid", "x=1,2", "--workers", "1", "--quiet",
            "--out", "sw"]
 
-    def limit():  # 8000 bytes: each point's files and sweep.json fit, the plot (some 20 KB) does not
+    def limit():  # 8000 bytes: each point's files and sweep.json fit, the plot (some 20 kB) does not
         resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))  # (Python ignores SIGXFSZ: EFBIG)
 
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=180, preexec_fn=limit)

@@ -223,7 +223,7 @@ def test_a_faulty_fedrec_trace_with_secure_aggregation_matches_its_ledger(tmp_pa
     data = _page_data(page)
     assert len(data["messages"]) == totals["messages"]
     assert sum(m["bytes"] for m in data["messages"]) == totals["bytes"]
-    assert (f' · {totals["messages"]} messages ({totals["lost_messages"]} lost), 22.7 KB on the wire; '
+    assert (f' · {totals["messages"]} messages ({totals["lost_messages"]} lost), 22.7 kB on the wire; '
             f'{totals["missing"]} messages missing at a deadline; 1 node offline. ') in page
     assert totals["bytes"] == 22708
     assert "round -1" not in page.split("<script")[0]
@@ -586,7 +586,7 @@ def test_a_wait_given_up_is_one_group_and_one_note_whatever_number_types_its_rec
 
 
 def test_cli_trace_stopped_by_a_real_file_size_limit_names_the_file_it_was_writing(tmp_path):
-    # a disk that really fills up (or RLIMIT_FSIZE, here 20000 bytes: less than trace.html's 35 KB)
+    # a disk that really fills up (or RLIMIT_FSIZE, here 20000 bytes: less than trace.html's 35 kB)
     # fails in write() or close(), whose OSError names no file: the line said "File too large; its
     # output folder t was not written", not which file (tests/test_disk_full_real.py: a real tmpfs)
     import resource
@@ -802,7 +802,7 @@ def test_trace_writes_each_file_whole_or_not_at_all(tmp_path):
     out = tmp_path / "t"
     out.mkdir()
     (out / "trace.html").write_text("the previous page")
-    limit = 16_000  # (the demo's page is some 25 KB, its step log 2 KB)
+    limit = 16_000  # (the demo's page is some 25 kB, its step log 2 kB)
 
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))

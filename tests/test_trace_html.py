@@ -783,7 +783,7 @@ def test_timeline_png_draws_every_span_and_arrow_of_the_ledger_one_collection_pe
 @pytest.fixture(scope="module")
 def late_and_lost_trace(tmp_path_factory):
     """FedAvg-AE on a mobile network with loss and a deadline: messages lost, messages that
-    arrived after their receiver stopped waiting (never read), uploads over 1 KB."""
+    arrived after their receiver stopped waiting (never read), uploads over 1 kB."""
     from fedsim.kernel import NetSpec
 
     out = tmp_path_factory.mktemp("late")
@@ -811,7 +811,7 @@ def _panel_expected(r: dict) -> dict:
 
 
 def test_the_step_panel_says_what_the_ledger_has_of_each_lost_late_and_large_message(late_and_lost_trace, tmp_path):
-    # the panel gave the wire size rounded alone (3.22 KB): the ledger's count (3224 B) was
+    # the panel gave the wire size rounded alone (3.22 kB): the ledger's count (3224 B) was
     # nowhere on the page but in its embedded data
     net, paths = late_and_lost_trace
     rows = list(net.ledger.records())
@@ -964,7 +964,7 @@ def test_a_trace_of_thousands_of_messages_draws_its_first_whole_rounds_and_says_
     assert (f"this page shows the first {k} of the run's {n} messages (to round {rows[k - 1]['round']}, sent "
             f"before {rows[k]['send_time'] * 1000:.3f} ms); the other {n - k} (round {rows[k]['round']} and every "
             f"round after it) are left out") in html
-    assert len(html) < 2_000 * MAX_PAGE_MESSAGES  # (some 1.75 KB a message)
+    assert len(html) < 2_000 * MAX_PAGE_MESSAGES  # (some 1.75 kB a message)
 
 
 def test_a_page_cut_inside_its_first_round_says_so(tmp_path):

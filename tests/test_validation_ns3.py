@@ -33,7 +33,7 @@ def _pattern():
         "nodes": {"client/0": {"up": R, "down": R, "latency": D}, "server": {"up": R, "down": R, "latency": 0.0}},
         "messages": [
             {"id": 0, "src": "client/0", "dst": "server", "bytes": S, "start": 0.0, "after": [], "delay": 0.0},
-            # the answer: 10 KB back, 0.1 s after the upload completed
+            # the answer: 10 kB back, 0.1 s after the upload completed
             {"id": 1, "src": "server", "dst": "client/0", "bytes": 10_000, "start": 0.0, "after": [0], "delay": 0.1},
         ],
     }
@@ -75,7 +75,7 @@ def test_one_megabyte_over_10_mbit_and_20_ms(tmp_path):
 
     # The dependent message starts exactly 0.1 s after the upload completed (sink Rx trace).
     assert answer["start"] == pytest.approx(up["completion"] + 0.1, abs=1e-9)
-    # 10 KB back: handshake + 7 segments within the initial window: 3 one-way trips + 7 frames.
+    # 10 kB back: handshake + 7 segments within the initial window: 3 one-way trips + 7 frames.
     assert answer["duration"] == pytest.approx(3 * D + 8 * FRAME / R, abs=0.003)
     assert res["round"] == answer["completion"]
 

@@ -22,7 +22,7 @@ The package holds one concern a module; everything public is importable from her
 - :mod:`.context`: ``RunContext``, ``Progress`` (tqdm bar, plain lines, run.log);
 - :mod:`.live`: what is running now (networks watched for progress, figures from workers);
 - :mod:`.report`: ``Table``, ``format_table``, ``write_csv``, ``write_report``, ``write_results``,
-  ``versions``, ``git_revision``, ``format_number``, ``human_bytes``, ``human_seconds``;
+  ``versions``, ``git_revision``, ``format_number``, ``human_bytes``, ``human_seconds``, ``plural``;
 - :mod:`.configfile`: TOML run and sweep files (``load_config``);
 - :mod:`.allocator`: ``keep_freed_memory`` (the C allocator setting long runs use);
 - :mod:`.runner`: ``run_scenario``, ``OutputFolder`` (temporary folder renamed into place),
@@ -40,8 +40,8 @@ from .discovery import SCENARIO_PACKAGE, first_sentence, list_scenarios, load_sc
 from .errors import ScenarioError, UsageError
 from .params import Param, check_value, params_from, parse_sets, parse_value, resolve_config
 from .report import (
-    Table, csv_cell, format_number, format_table, git_revision, human_bytes, human_seconds, json_default, versions, write_csv,
-    write_report, write_results,
+    Table, csv_cell, format_number, format_table, git_revision, human_bytes, human_seconds, json_default, plural, versions,
+    write_csv, write_report, write_results,
 )
 from .runner import (
     FlagOnce, OutputFolder, StoreOnce, add_run_arguments, closing_line, default_out_dir, net_from_args, network_spec,
@@ -53,7 +53,7 @@ __all__ = [
     "Table", "UsageError",
     "add_run_arguments", "check_value", "closing_line", "csv_cell", "default_out_dir", "first_sentence",
     "format_number", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default", "keep_freed_memory",
-    "list_scenarios", "load_config",
+    "list_scenarios", "load_config", "plural",
     "load_scenario", "net_from_args", "network_spec", "params_from", "parse_sets", "parse_value",
     "resolve_config", "resolve_run_options", "run_scenario", "scenario_main", "scenario_name", "versions",
     "write_csv", "write_report", "write_results",

@@ -3,7 +3,7 @@
 FedAvg on PersonalFR's autoencoder moves a 3.7 MB model through every client each round: the
 client's copy, its encoded update, the server's sum. glibc's malloc serves blocks that large
 with fresh ``mmap`` pages and gives them back on ``free`` (or trims the heap's top back to the
-kernel), so every message paid a page fault per 4 KB page it touched: a third of a Table IV
+kernel), so every message paid a page fault per 4 KiB page it touched: a third of a Table IV
 FedAvg run was system time (docs/performance.md, "Allocator"). :func:`keep_freed_memory` raises
 the thresholds (``mallopt``) so that such blocks come from the heap and freed ones stay there to
 be reused. It changes nothing but speed and how much memory the process keeps mapped.

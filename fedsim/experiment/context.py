@@ -411,6 +411,10 @@ class RunContext:
     # parameters whose paper setting is not their default (a scenario's PAPER_VALUES, e.g. the FPL
     # scenarios' settings=paper): the paper_* note compares these with the paper's value instead
     paper_values: dict[str, Any] = field(default_factory=dict)
+    # what a parameter's default stands for when it is a placeholder (a scenario's default_meaning(key,
+    # config) -> (value, text) or None, e.g. the FPL scenarios' seeds=0, "the paper's 5" under
+    # settings=paper): the paper_* note names that, not the placeholder ("seeds=2 (default 0)")
+    default_meaning: Callable[[str, dict[str, Any]], tuple[Any, str] | None] | None = None
     _recorded: int = 0
     _paper_warned: bool = False
 
@@ -441,7 +445,10 @@ class RunContext:
         leaves its cell empty). A table with
         ``paper*`` columns in a run that is not the paper's setting (parameters changed from the
         scenario's defaults, or from its ``PAPER_VALUES`` where it declares them, or synthetic
-        data) gets a note saying its figures are not expected to match the published ones.
+        data) gets a note saying its figures are not expected to match the published ones; a
+        default that is a placeholder is named by what it stands for where the scenario says
+        (its ``default_meaning(key, config)``: the FPL scenarios' ``seeds=2 (default: the
+        paper's 5)``, not ``(default 0)``).
         Raises ``ValueError`` naming ``name`` if a table of that name was written in this run,
         or if it is not a plain file name (see :meth:`plot`), or ``floatfmt`` is no float format
         spec; ``TypeError`` naming it for ``rows`` that are not an iterable of mappings (one
@@ -491,7 +498,11 @@ class RunContext:
                 if v != self.paper_values[k]:
                     changed.append(f"{k}={_short(v)} (paper: {_short(self.paper_values[k])})")
             elif v != self.defaults[k]:
-                changed.append(f"{k}={_short(v)} (default {_short(self.defaults[k])})")
+                meant = self.default_meaning(k, self.config) if self.default_meaning is not None else None
+                if meant is None:
+                    changed.append(f"{k}={_short(v)} (default {_short(self.defaults[k])})")
+                elif v != meant[0]:  # (the value the default stands for, given: no change)
+                    changed.append(f"{k}={_short(v)} (default: {meant[1]})")
         data = str(self.data)
         synthetic = data.removeprefix("synthetic:") in PRESETS
         if not changed and not synthetic:

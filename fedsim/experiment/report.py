@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = [
     "Table", "csv_cell", "format_number", "format_table", "git_revision", "human_bytes", "human_seconds", "json_default",
-    "naming_the_file", "save_figure", "versions", "write_csv", "write_report", "write_results",
+    "naming_the_file", "plural", "save_figure", "versions", "write_csv", "write_report", "write_results",
 ]
 
 
@@ -49,9 +49,10 @@ def format_number(v: float, spec: str) -> str:
 
 
 def human_bytes(n: float) -> str:
-    """``1903907570`` -> ``1.9 GB`` (powers of 1000, three significant digits, trailing zeros
-    dropped; below 999.5: whole bytes, so that 999.6 is ``1 KB``, not ``1000 B``, and what rounds
-    to no byte is ``0 B``, not ``-0 B``). NaN as ``nan``, infinity as ``inf B``."""
+    """``1903907570`` -> ``1.9 GB`` (powers of 1000 with their SI symbols, ``kB``, ``MB``,
+    ``GB``, ...: ``KB`` is often read as 1024; three significant digits, trailing zeros dropped;
+    below 999.5: whole bytes, so that 999.6 is ``1 kB``, not ``1000 B``, and what rounds to no
+    byte is ``0 B``, not ``-0 B``). NaN as ``nan``, infinity as ``inf B``."""
     n = float(n)
     if math.isnan(n):
         return "nan"
@@ -59,12 +60,19 @@ def human_bytes(n: float) -> str:
         return f"{'-' if n < 0 else ''}inf B"
     if abs(n) < 999.5:
         return f"{round(n) or 0:.0f} B"  # (round(-0.4) is -0: the 'or' makes it 0)
-    units = ("KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+    units = ("kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
     for unit in units:
         n /= 1000.0
         if abs(n) < 999.5 or unit == units[-1]:
             return f"{n:.3g} {unit}"
     return f"{n:.3g} {units[-1]}"  # pragma: no cover
+
+
+def plural(n: int, noun: str, many: str | None = None, spec: str = "") -> str:
+    """``n`` and ``noun`` in the number ``n`` takes: ``1 point``, ``2 points``, ``0 points``
+    (``many``: the plural where it is not ``noun + "s"``, ``plural(2, "process", "processes")``;
+    ``spec``: ``n``'s format, ``","`` for ``1,024 users``). A sweep of one point said ``1 points``."""
+    return f"{n:{spec}} {noun if n == 1 else many or noun + 's'}"
 
 
 def human_seconds(s: float) -> str:
@@ -181,8 +189,13 @@ def format_table(rows: list[dict], cols: list[str], floatfmt: str = ".4f", markd
 def csv_cell(v: Any, nan: str = "") -> str:
     """The CSV text of one value: a float (Python or NumPy) as the shortest text that reads back
     to the same number (``repr`` of the Python float; NumPy 2's repr of ``np.float64(0.5)`` is the
-    call, not the number), NaN as ``nan``; a NumPy integer or bool as the plain value; anything
-    else as ``str``."""
+    call, not the number), NaN as ``nan`` (the argument: empty by default); None (a value that is not there: ``deadline_s`` of a
+    run without a deadline) as the empty cell, as a row's missing key and the ledger's NaN are
+    written, and as pandas and NumPy read a missing value (it was the text ``None``, which they
+    read as a string, and which made a sweep's combined column no number to plot); a NumPy
+    integer or bool as the plain value; anything else as ``str``."""
+    if v is None:
+        return ""
     if isinstance(v, (float, np.floating)):
         v = float(v)
         return nan if math.isnan(v) else repr(v)
@@ -197,8 +210,8 @@ def write_csv(path: str | Path, rows: Iterable[Mapping[str, Any] | Sequence[Any]
     ``columns``, then one line per row. A mapping row gives its values in ``columns`` order (a
     missing key: an empty cell); any other row is a sequence of cells written as it is. Each
     cell is :func:`csv_cell` ``(value, nan)``: run tables leave NaN empty; the PersonalFR
-    learning-curve files have always written ``nan`` and still do. An ``OSError`` names
-    ``path`` (:func:`naming_the_file`)."""
+    learning-curve files have always written ``nan`` and still do; None is an empty cell in all.
+    An ``OSError`` names ``path`` (:func:`naming_the_file`)."""
     with naming_the_file(path), open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(columns)
@@ -313,7 +326,7 @@ def write_report(out: Path, results: dict, tables: Sequence[Table], notes: Seque
     tot = results["ledger_totals"]
     if tot:
         lines += ["## Ledger totals", "",
-                  f"{int(tot.get('messages', 0))} messages, {human_bytes(tot.get('bytes', 0))} "
+                  f"{plural(int(tot.get('messages', 0)), 'message')}, {human_bytes(tot.get('bytes', 0))} "
                   f"({human_bytes(tot.get('raw_bytes', 0))} of array payload; exact counts in results.json).", ""]
     with naming_the_file(out / "report.md"):  # (a full disk's error named no file)
         (out / "report.md").write_text("\n".join(lines), encoding="utf-8")

@@ -460,7 +460,8 @@ def run_scenario(mod: ModuleType | str, *, data: str | None = None, out: str | P
         ctx = RunContext(name=name, config=cfg, data=data_spec, seed=int(seed), net=netspec, out=folder.tmp,
                          quiet=quiet, keep_ledger=ledger, progress=prog,
                          defaults={k: p.default for k, p in mod.PARAMS.items()}, given=frozenset(overrides),
-                         paper_values=dict(getattr(mod, "PAPER_VALUES", {})))
+                         paper_values=dict(getattr(mod, "PAPER_VALUES", {})),
+                         default_meaning=getattr(mod, "default_meaning", None))
         t0 = time.perf_counter()
         activate(prog)
         try:

@@ -893,14 +893,14 @@ def _read_map(data: bytes, pos: int, n: int, arrays: list, depth: int) -> tuple[
 # makes it the same document up to element values: its arrays are then views at the remembered
 # offsets, and the parse (about 5 us of Python for two arrays) is skipped.
 # What a layout keeps is mostly Python objects, not bytes: its keys and scalars, a tuple per
-# field, an array's shape. 1,000 fields of a 2-character key and an int take 4 KB of document and
-# 160 KB of memory, so a bound on the bytes alone let 1,024 such layouts hold 157 MiB. Each layout
+# field, an array's shape. 1,000 fields of a 2-character key and an int take 4 kB of document and
+# 160 kB of memory, so a bound on the bytes alone let 1,024 such layouts hold 157 MiB. Each layout
 # is charged an upper estimate of its memory, and the cache is cleared before the total would pass
-# _MAX_LAYOUT_BYTES: 1 KB, plus 8 bytes per byte of the document outside the arrays (copied, and
+# _MAX_LAYOUT_BYTES: 1 KiB, plus 8 bytes per byte of the document outside the arrays (copied, and
 # the most the keys' and scalars' objects grow with it: 4 bytes of str per byte of UTF-8), plus
 # 256 per field (a tuple, a key, a value) and 256 per array (a shape, an offset, a slice of the
 # document). Measured with tracemalloc, layouts take a third to three quarters of that; a protocol
-# step's (two arrays, or one and a scalar) is charged 2 to 2.5 KB, so 1,024 of them still fit.
+# step's (two arrays, or one and a scalar) is charged 2 to 2.5 KiB, so 1,024 of them still fit.
 _LAYOUTS_SEEN: dict[tuple[int, bytes], tuple] = {}
 _KEY_BYTES = 16
 _MAX_LAYOUTS = 1024

@@ -19,7 +19,7 @@ from .common import SERVER, BadMessageError, all_finite, client_names
 from .contract import Kind, Result, server_result
 
 __all__ = [
-    "FedAEConfig", "FedAEJob", "check_against_data", "check_threshold", "checked_download", "checked_items", "checked_params", "evaluate_clients",
+    "FedAEConfig", "FedAEJob", "check_against_data", "check_clients", "check_threshold", "checked_download", "checked_items", "checked_params", "evaluate_clients",
     "merge_flops", "param_shapes", "place_actors", "prepare_task", "selection_size", "SHARED_KINDS", "tiny_autoencoder", "unscored",
 ]
 
@@ -102,15 +102,16 @@ class FedAEConfig(Config):
 
     def validate(self) -> None:
         # what the clients' training would refuse once the run has started (optim.sgd_step,
-        # ae.loss_and_grads), refused here, naming the key
+        # ae.loss_and_grads), refused here, naming the key as the user sets it (not this class,
+        # which PersonalFR and FedAvg-AE share: "FedAEConfig.dropout" named neither protocol)
         if self.nesterov and self.momentum <= 0:
-            raise ConfigError("FedAEConfig.nesterov: Nesterov momentum needs momentum > 0 (for plain SGD "
+            raise ConfigError("nesterov: Nesterov momentum needs momentum > 0 (for plain SGD "
                               "set momentum=0 and nesterov=false)", "nesterov")
         if not self.hidden:  # (the server's model init refused it as a bare ValueError, a traceback)
-            raise ConfigError("FedAEConfig.hidden must name at least one layer width (comma separated, "
+            raise ConfigError("hidden must name at least one layer width (comma separated, "
                               "e.g. 256,128), got none", "hidden")
         if self.dropout >= 1:
-            raise ConfigError(f"FedAEConfig.dropout must be below 1 (it is the rate of units dropped), "
+            raise ConfigError(f"dropout must be below 1 (it is the rate of units dropped), "
                               f"got {self.dropout}", "dropout")
 
     @property
@@ -144,11 +145,25 @@ def check_threshold(threshold: float, ratings, given, data: str) -> None:
                           "Anime, positive above 8: --set threshold=8.5)", "threshold")
 
 
+def check_clients(clients: int, n_users: int, given=None) -> None:
+    """Refuse (``ConfigError`` naming ``clients``) more clients than users: each client holds at
+    least one user. ``given`` (the names of the settings the user set, or None where they are not
+    known) adds "(the default)" to a value the user did not set: ``fedsim run personalfr --data
+    tiny`` is refused for a setting it never named."""
+    if clients > n_users:
+        default = " (the default)" if given is not None and "clients" not in given else ""
+        raise ConfigError(f"clients = {clients}{default} is more than the {n_users} users of the data: each client "
+                          f"holds at least one user (give clients <= {n_users}, or 0 for one user per client)",
+                          "clients")
+
+
 def check_against_data(cfg: FedAEConfig, ratings, given) -> None:
     """PersonalFR's and FedAvg-AE's ``ProtocolSpec.check_data``: with ``task = implicit``,
-    :func:`check_threshold` on the ratings as loaded (``ratings.name`` names them)."""
+    :func:`check_threshold` on the ratings as loaded (``ratings.name`` names them); then
+    :func:`check_clients` against their users."""
     if cfg.task == "implicit":
         check_threshold(cfg.threshold, ratings, given, f"the data ({ratings.name})" if ratings.name else "the data")
+    check_clients(cfg.clients, int(ratings.n_users), given)
 
 
 def checked_items(msg, n_items: int) -> np.ndarray:
@@ -295,9 +310,7 @@ def prepare_task(data, test, cfg: FedAEConfig, seed: int) -> tuple[ae_train.AETa
                             task=cfg.task, threshold=cfg.threshold)
     n = int(data.n_users)
     M = cfg.clients or n
-    if M > n:  # (partition_users' ValueError, a traceback from `fedsim run personalfr --data tiny`)
-        raise ConfigError(f"{type(cfg).__name__}.clients = {M} is more than the {n} users of the data: each client "
-                          f"holds at least one user (give clients <= {n}, or 0 for one user per client)", "clients")
+    check_clients(M, n)  # (partition_users' ValueError, a traceback from `fedsim run personalfr --data tiny`)
     return task, partition_users(n, M, seed=seed)
 
 

@@ -143,12 +143,12 @@ class FedRecConfig(Config):
     def validate(self) -> None:
         # batch clients step U_u with the iteration's lr (one rate for U and V): client_lr was ignored
         if self.client_lr is not None and MODELS[self.model] == "batch":
-            raise ConfigError(f"FedRecConfig.client_lr is the stochastic clients' own learning rate; {self.model} "
+            raise ConfigError(f"client_lr is the stochastic clients' own learning rate; {self.model} "
                               f"has one rate for U and V (lr), got client_lr={self.client_lr}", "client_lr")
         # evaluations are after iterations eval_every, 2 eval_every, ... <= T: beyond T the run
         # asked for evaluations came back with an empty metrics list, nothing said
         if self.eval_every > self.T:
-            raise ConfigError(f"FedRecConfig.eval_every = {self.eval_every} is more than T = {self.T}: no iteration "
+            raise ConfigError(f"eval_every = {self.eval_every} is more than T = {self.T}: no iteration "
                               f"would be evaluated (allowed: 0 for never, or 1 to T)", "eval_every")
 
     @property

@@ -76,7 +76,7 @@ from ..experiment import (
 )
 from ..experiment.live import activate, deactivate
 from ..experiment.params import unknown_parameter
-from ..experiment.report import format_table, naming_the_file, save_figure, write_atomic
+from ..experiment.report import format_table, naming_the_file, plural, save_figure, write_atomic
 from ..experiment.runner import (
     MAX_OUT_NAME_BYTES, OutputFolder, check_flag, check_seed, network_spec, no_room_error, recover_replaced,
     remove_dead_partials,
@@ -1000,7 +1000,7 @@ def _execute_locked(out: Path, name: str, grid: dict, fixed: dict, data: str | N
             display = Progress(not quiet, log=out / "sweep.log")
             activate(display)
         again = f" ({len(rerun)} of them again)" if rerun else ""
-        display.log(f"sweep {name}: {len(points)} points, {len(skipped)} done before, {len(todo)} to run{again}")
+        display.log(f"sweep {name}: {plural(len(points), 'point')}, {len(skipped)} done before, {len(todo)} to run{again}")
         for line in recovered:  # what killed runs of points had left, dealt with before the points were compared
             display.log(line)
         if session is not None:
@@ -1344,15 +1344,15 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
     elif failed:
         shown = ", ".join(f"`{point_label(pt)}`" for pt in failed[:5]) + (" ..." if len(failed) > 5 else "")
         state = (f"**Incomplete: {len(failed)} point(s) failed** ({shown}; each folder's error.txt has the "
-                 f"error): the tables and plots below cover the {n_done} points that finished, not the whole "
+                 f"error): the tables and plots below cover the {plural(n_done, 'point')} that finished, not the whole "
                  "grid. Run the same command again to retry the failed points.")
     else:
         state = "Finished."
-    lines += [f"{n_done} of {len(points)} points finished. {state}", ""]
+    lines += [f"{n_done} of {plural(len(points), 'point')} finished. {state}", ""]
     with_caveats = [s for s in finished if s.get("caveats")]
     if with_caveats:
         words = sorted({c for s in with_caveats for c in s["caveats"]})
-        lines += [f"**{len(with_caveats)} of the {n_done} finished points have caveats** "
+        lines += [f"**{len(with_caveats)} of the {n_done} finished {'point has' if n_done == 1 else 'points have'} caveats** "
                   f"({', '.join(words)}: the `caveats` column; each point's report.md says what): their "
                   "figures are not those of complete runs of the settings given.", ""]
     versions: dict[str, list[dict]] = {}
@@ -1390,7 +1390,7 @@ def write_sweep_report(out: Path, info: dict, points: list[SweepPoint], statuses
         shown = typed[:60]
         lines += [format_table(shown, cols, markdown=True, human=True), ""]
         if len(typed) > len(shown):
-            lines += [f"({len(typed) - len(shown)} more rows in `{path.name}`.)", ""]
+            lines += [f"({plural(len(typed) - len(shown), 'more row')} in `{path.name}`.)", ""]
         for line in (_plot_table(out, tname, cols, data, axes, info["grid"]) if interrupted is not None else []):
             lines += [line, ""]
     path = out / "report.md"

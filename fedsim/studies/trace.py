@@ -52,7 +52,7 @@ import re
 import numpy as np
 
 from ..config import ConfigError, fields_of, unknown_key_message
-from ..experiment import Param, UsageError, human_seconds, parse_value
+from ..experiment import Param, UsageError, human_seconds, parse_value, plural
 from ..kernel import NetSpec, SimNetwork
 from ..kernel.codec import decode_message
 from ..kernel.errors import ActorError, DeadlockError, NetworkConfigError
@@ -268,12 +268,12 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    title = f"{name}: {clients} client{'s' if clients != 1 else ''}, {rounds} round{'s' if rounds != 1 else ''}, " \
+    title = f"{name}: {plural(clients, 'client')}, {plural(rounds, 'round')}, " \
             f"profile {netspec.describe()}, seed {seed}"
     if test is not None:
         title += f", evaluated on {len(test)} held-out ratings (test_frac {float(test_frac):g})"
     if net.diverged_at is not None:
-        title += f", diverged: not finite after {net.diverged_at} of its {rounds} rounds"
+        title += f", diverged: not finite after {net.diverged_at} of its {plural(rounds, 'round')}"
     rows = [int(r["round"]) for r in net.ledger.records()]
     shown = first_rounds(rows, MAX_PAGE_MESSAGES)
     # what each view written leaves out ({"shown": k, "total": n}; steps.log keeps every message)
@@ -669,8 +669,8 @@ def _missing_count(g: dict, noun: str = "") -> str:
     wait expected is not known."""
     n = len(g["senders"]) + g["anonymous"]
     if g.get("expected") is None:
-        return _plural(n, noun) if noun else str(n)
-    return f"{n} of {_plural(g['expected'], noun) if noun else g['expected']}"
+        return plural(n, noun) if noun else str(n)
+    return f"{n} of {plural(g['expected'], noun) if noun else g['expected']}"
 
 
 def missing_text(g: dict) -> str:
@@ -1244,11 +1244,11 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
   });
   function size(n) {
     if (n < 1000) return n + " B";
-    var u = ["KB", "MB", "GB", "TB"], i = -1;
+    var u = ["kB", "MB", "GB", "TB"], i = -1;
     do { n /= 1000; i++; } while (n >= 999.5 && i < u.length - 1);
     return n.toPrecision(3).replace(/\\.0+$|(\\.\\d*?)0+$/, "$1") + " " + u[i];
   }
-  // a size as the ledger counts it: the byte count itself, after its rounded form from 1 KB on
+  // a size as the ledger counts it: the byte count itself, after its rounded form from 1 kB on
   function exact(n) { return n < 1000 ? n + " B" : size(n) + " (" + n + " B)"; }
   function ms(t) { return t === null ? "-" : (t * 1000).toFixed(3) + " ms"; }
   function esc(s) { return String(s).replace(/[&<>"]/g, function (c) {
@@ -1432,10 +1432,6 @@ the first and the last), or a click on an arrow or a note; jump to a round's fir
 """
 
 
-def _plural(n: int, what: str) -> str:
-    return f"{n} {what}" + ("" if n == 1 else "s")
-
-
 def _count_text(data: dict) -> str:
     """``20 messages (4 lost, 1 never read)``: the ledger's totals by fate (parts that are 0 left out)."""
     msgs = data["messages"]
@@ -1443,17 +1439,17 @@ def _count_text(data: dict) -> str:
         (sum(m["status"] == "lost" for m in msgs), "lost"),
         (sum(m["status"] == "delivered" and not m["read"] for m in msgs), "never read"),
         (sum(m["status"] == "in_flight" for m in msgs), "in flight at the end")) if n]
-    return _plural(len(msgs), "message") + (f" ({', '.join(parts)})" if parts else "")
+    return plural(len(msgs), "message") + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _faults_text(data: dict) -> str:
     """``; 3 messages missing at a deadline; 1 node offline; deadlock: 2 actors still waiting at
     the end`` (ledger.missing, dropouts, a deadlock), or nothing."""
     missing = sum(len(g["senders"]) + g["anonymous"] for g in data["missing"])
-    out = f"; {_plural(missing, 'message')} missing at a deadline" if missing else ""
-    out += f"; {_plural(len(data['offline']), 'node')} offline" if data["offline"] else ""
+    out = f"; {plural(missing, 'message')} missing at a deadline" if missing else ""
+    out += f"; {plural(len(data['offline']), 'node')} offline" if data["offline"] else ""
     blocked = len(data["blocked"])
-    return out + (f"; deadlock: {_plural(blocked, 'actor')} still waiting at the end" if blocked else "")
+    return out + (f"; deadlock: {plural(blocked, 'actor')} still waiting at the end" if blocked else "")
 
 
 def page_cut(data: dict, limit: int = MAX_PAGE_MESSAGES) -> dict:

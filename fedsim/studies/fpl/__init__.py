@@ -53,7 +53,7 @@ from .scenario import (
     PAPER_TABLE5, PAPER_TABLE6_BRAZIL, PRESET_STYLES, category_labels, fpl_scenario_params, note_settings, scenario_params, scenario_split,
     scenario_study, source_bias,
 )
-from .settings import PAPER, QUICK, SETTINGS, Settings, deviations, settings_from, settings_params
+from .settings import PAPER, QUICK, SETTINGS, Settings, default_meaning, deviations, settings_from, settings_params
 from .study import METHOD_ORDER, Choice, Study, StudyOptions, choices_summary, run_study
 
 __all__ = [
@@ -61,7 +61,7 @@ __all__ = [
     "PAPER_TABLE2", "PAPER_TABLE3", "PAPER_TABLE4_BRAZIL", "PAPER_TABLE5", "PAPER_TABLE6_BRAZIL", "PRESET_STYLES", "QUICK",
     "SETTINGS", "Choice", "Comparison", "Evaluator", "ImplicitSplit", "LoaderFilterError", "NoUserLeftError", "RunRecord", "Settings",
     "Study", "StudyOptions", "best_epoch", "candidate_epochs", "category_labels", "choices_summary", "compare",
-    "compare_users", "deviations", "epoch_seed", "fig2_rows", "flatten_metrics", "fpl_scenario_params", "ledger_tcc",
+    "compare_users", "default_meaning", "deviations", "epoch_seed", "fig2_rows", "flatten_metrics", "fpl_scenario_params", "ledger_tcc",
     "loader_min_interactions", "mean_cce", "network_faults", "note_settings", "prepare", "run_bpr", "run_cached", "run_fcf",
     "run_fpl", "run_random", "run_study", "run_toppop", "scenario_params", "scenario_split", "scenario_study",
     "seed_stats", "settings_from", "settings_params", "source_bias", "user_values", "verdicts",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...data import SYNTHETIC_PRESETS
-from ...experiment import Param, RunContext, UsageError
+from ...experiment import Param, RunContext, UsageError, plural
 from ...math.fpl_presets import PRESET_NAMES
 from ...math.metrics import bias_disparity
 from .data import ImplicitSplit, LoaderFilterError, NoUserLeftError, loader_min_interactions, prepare
@@ -231,10 +231,10 @@ def scenario_study(ctx: RunContext, methods: tuple[str, ...], used: tuple[str, .
     if st.confirmed:
         n_fpl = len(st.fpl_runs())
         epochs = sum(int(r.curve[-1]["epoch"]) for r in st.confirmed.values())
-        ctx.note(f"FPL's search ({n_fpl} runs: every preset, pi and seed) ran on the message-free twin "
+        ctx.note(f"FPL's search ({plural(n_fpl, 'run')}: every preset, pi and seed) ran on the message-free twin "
                  "(`fedsim.math.fpl_central`: the actors' epoch replayed from the same random streams, bit-identical "
-                 f"to them); each of the {len(st.confirmed)} chosen configurations then ran as actors on the "
-                 f"simulated network to its chosen epoch ({epochs} epochs in all, with their ledgers), and every one "
+                 f"to them); {'the' if len(st.confirmed) == 1 else 'each of the'} {plural(len(st.confirmed), 'chosen configuration')} then ran as actors on the "
+                 f"simulated network to its chosen epoch ({plural(epochs, 'epoch')} in all, with their ledgers), and every one "
                  "reproduced the twin's figures to the last bit (the study stops otherwise).")
     return st
 

@@ -26,7 +26,7 @@ from typing import Any
 from ...experiment import Param, UsageError
 from ...math.fpl_presets import PRESET_NAMES
 
-__all__ = ["PAPER", "QUICK", "SETTINGS", "Settings", "deviations", "settings_params", "settings_from"]
+__all__ = ["PAPER", "QUICK", "SETTINGS", "Settings", "default_meaning", "deviations", "settings_params", "settings_from"]
 
 USER_FILTERS = {"paper": 21, "code": 20}
 
@@ -142,6 +142,30 @@ def settings_from(config: dict[str, Any]) -> Settings:
             raise UsageError(f"vae_topologies: {exc}") from None
     s.preset_epochs()
     return s
+
+
+def default_meaning(key: str, config: dict[str, Any]) -> tuple[Any, str] | None:
+    """What override ``key`` left at its default (0, [] or '': "from the settings") stands for
+    under ``config``'s ``settings``: the settings' value, as the parameter holds it (a list for a
+    list), and how to say it (``"the paper's 5"``, ``"the quick settings' 0.5, 1"``); None for a
+    key that is no override. The FPL scenarios' ``default_meaning`` (the note under a table with
+    ``paper_*`` columns read ``seeds=2 (default 0)``: 0 was no number of seeds but "the
+    settings'")."""
+    if key not in _OVERRIDES:
+        return None
+    name = config.get("settings", "quick")
+    base = SETTINGS[name]
+    whose = "the paper's" if name == "paper" else f"the {name} settings'"
+    if key == "min_interactions":
+        return base.threshold, f"{whose} {base.threshold} (users with more than {base.threshold - 1} interactions)"
+    value = getattr(base, key)
+    if key == "fcf_lr" and not value:
+        return value, f"{whose}: the lr chosen for BPR-MF"
+    if key == "epochs":
+        value = tuple(base.preset_epochs().values())
+        if len(set(value)) == 1:
+            value = value[:1]
+    return (list(value) if isinstance(value, tuple) else value), f"{whose} {_fmt(value)}"
 
 
 def _fmt(v: Any) -> str:
