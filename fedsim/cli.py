@@ -258,7 +258,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     from .experiment.live import active
     from .studies.sweep import (
-        SweepInterrupted, SweepNotStarted, check_grid, check_workers, failure_line, parse_grid, run_sweep,
+        SweepInterrupted, SweepNotStarted, axis_parameter, check_grid, check_workers, failure_line, parse_grid, run_sweep,
     )
 
     doc = _load_config(args, sweep=True) or {}
@@ -282,7 +282,7 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     opts = resolve_run_options(mod, args, doc)
     fixed = opts["overrides"]
     on_command_line = set_keys(args.set)
-    for key in grid:  # a grid axis replaces the file's [params] value (an --set one is refused)
+    for key in map(axis_parameter, grid):  # a grid axis replaces the file's [params] value (an --set one is refused)
         if key in fixed and key not in on_command_line:
             del fixed[key]
     if "workers" in mod.PARAMS and "workers" not in fixed and "workers" not in grid:

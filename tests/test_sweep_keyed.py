@@ -1198,3 +1198,57 @@ def test_ctrl_c_that_reaches_a_point_just_before_it_blocks_stops_it_within_the_g
     assert proc.returncode == 130 and "interrupted: 0 points run, 0 done before, 3 not run" in stderr, stderr
     assert "that was killed" not in said and took < 8, (f"took {took:.1f} s", said)
     assert not list(out.glob(".*partial*")) and not list(out.glob("x=*")), sorted(p.name for p in out.iterdir())
+
+
+AMBIGUOUS_DROPOUT = ("--grid dropout: ambiguous for scenario personalfr: it is both the network's dropout (--dropout) "
+                     "and the scenario's parameter dropout (--set dropout=); write --grid network.dropout=... for the "
+                     "network's, --grid params.dropout=... for the scenario's")
+
+
+def test_a_grid_key_both_network_option_and_parameter_is_refused_unless_qualified(tmp_path):
+    """PersonalFR's (and FedAvg-AE's) dropout is a parameter (--set dropout=) and a network fault
+    (--dropout): --grid dropout= silently swept the network's, so the model's could not be swept."""
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.sweep import check_grid, parse_grid
+
+    for name in ("personalfr", "fedavg-ae"):
+        mod = load_scenario(name)
+        with pytest.raises(UsageError) as err:
+            parse_grid(mod, ["dropout=0.2,0.5"])
+        assert str(err.value) == AMBIGUOUS_DROPOUT.replace("personalfr", name)
+        with pytest.raises(UsageError) as err:
+            check_grid(mod, {"dropout": [0.2]})
+        assert str(err.value) == (f"grid dropout: ambiguous for scenario {name}: it is both the network's dropout "
+                                  "(--dropout) and the scenario's parameter dropout (--set dropout=); write "
+                                  "network.dropout = [...] for the network's, params.dropout = [...] for the "
+                                  "scenario's")
+        assert parse_grid(mod, ["params.dropout=0.2,0.5", "network.dropout=0,0.1"]) == {
+            "params.dropout": [0.2, 0.5], "network.dropout": [0.0, 0.1]}
+        # a TOML [grid]'s network.dropout = [...] is the table {"network": {"dropout": [...]}}
+        assert check_grid(mod, {"network": {"dropout": [0.1]}, "params.dropout": [0.3]}) == {
+            "network.dropout": [0.1], "params.dropout": [0.3]}
+        with pytest.raises(UsageError, match=r"^--grid params.dropout: must be <= 1, got 2.0$"):
+            parse_grid(mod, ["params.dropout=2"])
+    # not ambiguous: the bare name, as before (same axis, folder names, sweep)
+    demo = load_scenario("demo")
+    assert parse_grid(demo, ["dropout=0.1", "network.loss=0.2"]) == {"dropout": [0.1], "loss": [0.2]}
+
+    script = tmp_path / "drop.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'dropout': Param(0.0, 'dropout of a model', min=0, max=1)}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'d': ctx['dropout']}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"params.dropout": [0.2, 0.5], "network.dropout": [0.0]}, out, workers=1, quiet=True)
+    assert len(s["done"]) == 2 and not s["failed"]
+    for d in (0.2, 0.5):
+        res = json.loads((out / f"params.dropout={d},network.dropout=0.0" / "results.json").read_text())
+        assert res["config"]["dropout"] == d and res["network"]["dropout"] == 0.0
+    with pytest.raises(UsageError, match=r"^params\.dropout: given both as a fixed parameter \(--set\) and as a grid axis"):
+        run_sweep(str(script), {"params.dropout": [0.2]}, tmp_path / "sw2", fixed={"dropout": 0.1}, workers=1)
+
+
+def test_the_command_line_refuses_an_ambiguous_grid_key_saying_how_to_write_each(tmp_path):
+    res = fedsim_cmd("sweep", "personalfr", "--grid", "dropout=0.2,0.5", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == f"error: {AMBIGUOUS_DROPOUT}"
+    assert not (tmp_path / "runs").exists()
