@@ -268,14 +268,20 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     mod = _scenario_of(args, doc)
     name = args.scenario if args.scenario is not None else doc["scenario"]
     grid = {}
-    for key, values in (doc.get("grid") or {}).items():  # one key at a time: the error names its line
+    file_axes = []  # (its path in the file, the key check_grid reads): network.dropout = [...] is a table
+    for key, values in (doc.get("grid") or {}).items():
+        if key in ("network", "params") and isinstance(values, dict):
+            file_axes += [((key, k), (f"{key}.{k}", v)) for k, v in values.items()]
+        else:
+            file_axes.append(((key,), (key, values)))
+    for path, (key, values) in file_axes:  # one key at a time: the error names its line
         try:
             grid.update(check_grid(mod, {key: values}))
         except UsageError as exc:
             text = str(exc)
             for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
                 text = text.removeprefix(prefix)
-            raise UsageError(f"{at(doc, 'grid', key)}: [grid] {text}") from None
+            raise UsageError(f"{at(doc, 'grid', *path)}: [grid] {text}") from None
     grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")

@@ -1252,3 +1252,25 @@ def test_the_command_line_refuses_an_ambiguous_grid_key_saying_how_to_write_each
     res = fedsim_cmd("sweep", "personalfr", "--grid", "dropout=0.2,0.5", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.strip() == f"error: {AMBIGUOUS_DROPOUT}"
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_files_grid_qualifies_an_ambiguous_key_with_a_dotted_key(tmp_path):
+    (tmp_path / "bad.toml").write_text('scenario = "personalfr"\n[grid]\nnetwork.dropout = [2]\n')
+    res = fedsim_cmd("sweep", "--config", "bad.toml", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: bad.toml: line 3: [grid] network.dropout: expected a probability in [0, 1], got 2")
+    (tmp_path / "bare.toml").write_text('scenario = "personalfr"\n[grid]\ndropout = [0.2]\n')
+    res = fedsim_cmd("sweep", "--config", "bare.toml", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: bare.toml: line 3: [grid] dropout: ambiguous for scenario personalfr: it is both the network's "
+        "dropout (--dropout) and the scenario's parameter dropout (--set dropout=); write network.dropout = [...] "
+        "for the network's, params.dropout = [...] for the scenario's")
+    # params.dropout replaces the file's [params] dropout (not "given both"); the sweep goes on to
+    # check its points (refused here for the tiny data's 30 users, before any point ran)
+    (tmp_path / "ok.toml").write_text('scenario = "personalfr"\n[params]\ndropout = 0.1\n[grid]\n'
+                                      'params.dropout = [0.2, 0.5]\nnetwork.dropout = [0]\n')
+    res = fedsim_cmd("sweep", "--config", "ok.toml", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: clients = 100 (the default) is more than the 30 users of the data: each client holds at least one "
+        "user (give clients <= 30, or 0 for one user per client) (all 2 points of the sweep to run; none was run)")
+    assert not (tmp_path / "runs").exists()
