@@ -258,7 +258,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     from .experiment.live import active
     from .studies.sweep import (
-        SweepInterrupted, SweepNotStarted, check_grid, check_workers, failure_line, parse_grid, run_sweep,
+        SweepInterrupted, SweepNotStarted, axis_parameter, check_grid, check_workers, failure_line, parse_grid, run_sweep,
     )
 
     doc = _load_config(args, sweep=True) or {}
@@ -268,21 +268,27 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     mod = _scenario_of(args, doc)
     name = args.scenario if args.scenario is not None else doc["scenario"]
     grid = {}
-    for key, values in (doc.get("grid") or {}).items():  # one key at a time: the error names its line
+    file_axes = []  # (its path in the file, the key check_grid reads): network.dropout = [...] is a table
+    for key, values in (doc.get("grid") or {}).items():
+        if key in ("network", "params") and isinstance(values, dict):
+            file_axes += [((key, k), (f"{key}.{k}", v)) for k, v in values.items()]
+        else:
+            file_axes.append(((key,), (key, values)))
+    for path, (key, values) in file_axes:  # one key at a time: the error names its line
         try:
             grid.update(check_grid(mod, {key: values}))
         except UsageError as exc:
             text = str(exc)
             for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
                 text = text.removeprefix(prefix)
-            raise UsageError(f"{at(doc, 'grid', key)}: [grid] {text}") from None
+            raise UsageError(f"{at(doc, 'grid', *path)}: [grid] {text}") from None
     grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
     opts = resolve_run_options(mod, args, doc)
     fixed = opts["overrides"]
     on_command_line = set_keys(args.set)
-    for key in grid:  # a grid axis replaces the file's [params] value (an --set one is refused)
+    for key in map(axis_parameter, grid):  # a grid axis replaces the file's [params] value (an --set one is refused)
         if key in fixed and key not in on_command_line:
             del fixed[key]
     if "workers" in mod.PARAMS and "workers" not in fixed and "workers" not in grid:

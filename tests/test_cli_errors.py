@@ -239,9 +239,11 @@ def test_config_file_errors_name_the_file_and_key(text, expected, tmp_path):
      "run.toml: line 3: [network] dropout_window: must be (start, end) with 0 <= start <= end < inf seconds, got "
      "(-1.0, 10.0)"),
     ('[params]\nrounds = 1\n[network]\n"link-model" = "fast"\n',
-     "run.toml: line 4: [network] link-model: unknown link model 'fast'; known: fifo, fair, tcp"),
+     "run.toml: line 4: [network] link-model: unknown link model 'fast'; known: fifo, fair, tcp"
+     "; a link model in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)"),
     ('[network]\nloss = 0.1\ntransport = "udp"\n',
-     "run.toml: line 3: [network] transport: unknown transport 'udp'; known: sim, asyncio, tcp"),
+     "run.toml: line 3: [network] transport: unknown transport 'udp'; known: sim, asyncio, tcp"
+     "; a transport in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)"),
     ('[network]\nloss = "a"\n', "run.toml: line 2: [network] loss: expected a number, got 'a'"),  # (as before)
     # two keys each right alone: the table's line
     ('seed = 1\n[network]\nlink_model = "fair"\ntransport = "tcp"\n',

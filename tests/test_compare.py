@@ -743,7 +743,8 @@ def test_compare_scenario_refuses_what_the_command_line_refuses(tmp_path):
              (("tcp", True), "processes must be a whole number of at least 1, got True"),
              (("sim", None), "transport 'sim': the simulator itself (it is the run compared with); known: "
                              "asyncio, tcp"),
-             (("tpc", None), "transport 'tpc': unknown transport; known: asyncio, tcp; did you mean 'tcp'?")]
+             (("tpc", None), "transport 'tpc': unknown transport; known: asyncio, tcp; did you mean 'tcp'?"
+                             "; a transport in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)")]
     for (transport, processes), message in cases:
         with pytest.raises(UsageError) as err:
             compare_scenario("demo", transport, processes)
@@ -753,7 +754,7 @@ def test_compare_scenario_refuses_what_the_command_line_refuses(tmp_path):
                           str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert res.stderr.splitlines() == ["error: --against 'tpc': unknown transport; known: asyncio, tcp; did you "
-                                       "mean 'tcp'?"]
+                                       "mean 'tcp'?; a transport in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)"]
     assert not (tmp_path / "o").exists()
     # what the command line accepts, the API accepts: asyncio without processes, tcp with 2
     assert compare_scenario("demo", "asyncio").PROTOCOL == "compare-demo"

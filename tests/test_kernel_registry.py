@@ -61,6 +61,11 @@ register_transport("framed-asyncio", FramedAsyncio, "asyncio, 16 header bytes ch
 RATE, DELAY, HEADER = 1000.0, 2.0, 16
 
 
+# (an unknown name says where one of your own comes from, as an unknown protocol's message does)
+PLUGIN_LM = "; a link model in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)"
+PLUGIN_TR = "; a transport in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)"
+
+
 def fedsim_cmd(*args, cwd, env=None, timeout=180):
     return subprocess.run([sys.executable, "-m", "fedsim", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=timeout, env=env)
@@ -181,13 +186,13 @@ def test_a_link_model_factory_that_needs_arguments_is_refused_when_registered():
 def test_unknown_names_are_one_line_with_the_registered_names_and_the_closest():
     with pytest.raises(NetworkConfigError) as err:
         NetSpec(link_model="fiar")
-    assert str(err.value) == "unknown link model 'fiar'; known: fifo, fair, tcp; did you mean 'fair'?"
+    assert str(err.value) == "unknown link model 'fiar'; known: fifo, fair, tcp; did you mean 'fair'?" + PLUGIN_LM
     with pytest.raises(NetworkConfigError) as err:
         NetSpec(transport="asyncoi")
-    assert str(err.value) == "unknown transport 'asyncoi'; known: sim, asyncio, tcp; did you mean 'asyncio'?"
+    assert str(err.value) == "unknown transport 'asyncoi'; known: sim, asyncio, tcp; did you mean 'asyncio'?" + PLUGIN_TR
     with pytest.raises(NetworkConfigError) as err:
         NetSpec(transport="udp")
-    assert str(err.value) == "unknown transport 'udp'; known: sim, asyncio, tcp"
+    assert str(err.value) == "unknown transport 'udp'; known: sim, asyncio, tcp" + PLUGIN_TR
 
 
 def test_the_built_in_names_build_the_same_networks_as_before(tmp_path):
@@ -277,13 +282,13 @@ def test_unknown_names_on_the_command_line_say_the_registered_ones(plugin, tmp_p
     res = fedsim_cmd("--plugin", str(plugin), "run", "demo", "--link-model", "slow-wired", cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip() == ("error: unknown link model 'slow-wired'; known: fifo, fair, tcp, slow-wire; did you "
-                                  "mean 'slow-wire'?")
+                                  "mean 'slow-wire'?" + PLUGIN_LM)
     res = fedsim_cmd("run", "demo", "--link-model", "slow-wire", cwd=tmp_path)  # the plug-in not loaded
-    assert res.stderr.strip() == "error: unknown link model 'slow-wire'; known: fifo, fair, tcp"
+    assert res.stderr.strip() == "error: unknown link model 'slow-wire'; known: fifo, fair, tcp" + PLUGIN_LM
     res = fedsim_cmd("--plugin", str(plugin), "compare", "demo", "--against", "framed-asycnio", cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip() == ("error: --against 'framed-asycnio': unknown transport; known: asyncio, tcp, "
-                                  "framed-asyncio; did you mean 'framed-asyncio'?")
+                                  "framed-asyncio; did you mean 'framed-asyncio'?" + PLUGIN_TR)
     res = fedsim_cmd("compare", "demo", "--against", "sim", cwd=tmp_path)
     assert res.stderr.strip() == ("error: --against 'sim': the simulator itself (it is the run compared with); known: "
                                   "asyncio, tcp")
@@ -338,7 +343,7 @@ def test_a_sweep_over_plugin_names_on_a_two_worker_pool(plugin, tmp_path):
                      cwd=tmp_path)
     assert res.returncode == 2
     assert res.stderr.strip() == ("error: --grid link_model: unknown link model 'slow-wir'; known: fifo, fair, tcp, "
-                                  "slow-wire; did you mean 'slow-wire'?")
+                                  "slow-wire; did you mean 'slow-wire'?" + PLUGIN_LM)
     assert not (tmp_path / "sw3").exists()
 
 

@@ -153,10 +153,13 @@ def test_link_model_arguments_that_are_not_an_instance_are_explained():
                                                  r"envelope\)"):
         SimNetwork(link_model=NoTransmit())
     with pytest.raises(NetworkConfigError, match=r"^unknown link model 'fifoo'; known: fifo, fair, tcp, or a "
-                                                 r"fedsim.kernel.LinkModel instance; did you mean 'fifo'\?$"):
+                                                 r"fedsim.kernel.LinkModel instance; did you mean 'fifo'\?; a link model in a file "
+                                                 r"of your own is loaded with fedsim --plugin FILE \(or "
+                                                 r"FEDSIM_PLUGINS=FILE\)$"):
         SimNetwork(link_model="fifoo")
     with pytest.raises(NetworkConfigError, match=r"^unknown link model 'warp'; known: fifo, fair, tcp, or a "
-                                                 r"fedsim.kernel.LinkModel instance$"):
+                                                 r"fedsim.kernel.LinkModel instance; a link model in a file of your own is "
+                                                 r"loaded with fedsim --plugin FILE \(or FEDSIM_PLUGINS=FILE\)$"):
         SimNetwork(link_model="warp")
 
 

@@ -1198,3 +1198,79 @@ def test_ctrl_c_that_reaches_a_point_just_before_it_blocks_stops_it_within_the_g
     assert proc.returncode == 130 and "interrupted: 0 points run, 0 done before, 3 not run" in stderr, stderr
     assert "that was killed" not in said and took < 8, (f"took {took:.1f} s", said)
     assert not list(out.glob(".*partial*")) and not list(out.glob("x=*")), sorted(p.name for p in out.iterdir())
+
+
+AMBIGUOUS_DROPOUT = ("--grid dropout: ambiguous for scenario personalfr: it is both the network's dropout (--dropout) "
+                     "and the scenario's parameter dropout (--set dropout=); write --grid network.dropout=... for the "
+                     "network's, --grid params.dropout=... for the scenario's")
+
+
+def test_a_grid_key_both_network_option_and_parameter_is_refused_unless_qualified(tmp_path):
+    """PersonalFR's (and FedAvg-AE's) dropout is a parameter (--set dropout=) and a network fault
+    (--dropout): --grid dropout= silently swept the network's, so the model's could not be swept."""
+    from fedsim.experiment import load_scenario
+    from fedsim.studies.sweep import check_grid, parse_grid
+
+    for name in ("personalfr", "fedavg-ae"):
+        mod = load_scenario(name)
+        with pytest.raises(UsageError) as err:
+            parse_grid(mod, ["dropout=0.2,0.5"])
+        assert str(err.value) == AMBIGUOUS_DROPOUT.replace("personalfr", name)
+        with pytest.raises(UsageError) as err:
+            check_grid(mod, {"dropout": [0.2]})
+        assert str(err.value) == (f"grid dropout: ambiguous for scenario {name}: it is both the network's dropout "
+                                  "(--dropout) and the scenario's parameter dropout (--set dropout=); write "
+                                  "network.dropout = [...] for the network's, params.dropout = [...] for the "
+                                  "scenario's")
+        assert parse_grid(mod, ["params.dropout=0.2,0.5", "network.dropout=0,0.1"]) == {
+            "params.dropout": [0.2, 0.5], "network.dropout": [0.0, 0.1]}
+        # a TOML [grid]'s network.dropout = [...] is the table {"network": {"dropout": [...]}}
+        assert check_grid(mod, {"network": {"dropout": [0.1]}, "params.dropout": [0.3]}) == {
+            "network.dropout": [0.1], "params.dropout": [0.3]}
+        with pytest.raises(UsageError, match=r"^--grid params.dropout: must be <= 1, got 2.0$"):
+            parse_grid(mod, ["params.dropout=2"])
+    # not ambiguous: the bare name, as before (same axis, folder names, sweep)
+    demo = load_scenario("demo")
+    assert parse_grid(demo, ["dropout=0.1", "network.loss=0.2"]) == {"dropout": [0.1], "loss": [0.2]}
+
+    script = tmp_path / "drop.py"
+    script.write_text("from fedsim.experiment import Param\n"
+                      "PARAMS = {'dropout': Param(0.0, 'dropout of a model', min=0, max=1)}\n"
+                      "def run(ctx):\n"
+                      "    ctx.table('t', [{'d': ctx['dropout']}])\n")
+    out = tmp_path / "sw"
+    s = run_sweep(str(script), {"params.dropout": [0.2, 0.5], "network.dropout": [0.0]}, out, workers=1, quiet=True)
+    assert len(s["done"]) == 2 and not s["failed"]
+    for d in (0.2, 0.5):
+        res = json.loads((out / f"params.dropout={d},network.dropout=0.0" / "results.json").read_text())
+        assert res["config"]["dropout"] == d and res["network"]["dropout"] == 0.0
+    with pytest.raises(UsageError, match=r"^params\.dropout: given both as a fixed parameter \(--set\) and as a grid axis"):
+        run_sweep(str(script), {"params.dropout": [0.2]}, tmp_path / "sw2", fixed={"dropout": 0.1}, workers=1)
+
+
+def test_the_command_line_refuses_an_ambiguous_grid_key_saying_how_to_write_each(tmp_path):
+    res = fedsim_cmd("sweep", "personalfr", "--grid", "dropout=0.2,0.5", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == f"error: {AMBIGUOUS_DROPOUT}"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_files_grid_qualifies_an_ambiguous_key_with_a_dotted_key(tmp_path):
+    (tmp_path / "bad.toml").write_text('scenario = "personalfr"\n[grid]\nnetwork.dropout = [2]\n')
+    res = fedsim_cmd("sweep", "--config", "bad.toml", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: bad.toml: line 3: [grid] network.dropout: expected a probability in [0, 1], got 2")
+    (tmp_path / "bare.toml").write_text('scenario = "personalfr"\n[grid]\ndropout = [0.2]\n')
+    res = fedsim_cmd("sweep", "--config", "bare.toml", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: bare.toml: line 3: [grid] dropout: ambiguous for scenario personalfr: it is both the network's "
+        "dropout (--dropout) and the scenario's parameter dropout (--set dropout=); write network.dropout = [...] "
+        "for the network's, params.dropout = [...] for the scenario's")
+    # params.dropout replaces the file's [params] dropout (not "given both"); the sweep goes on to
+    # check its points (refused here for the tiny data's 30 users, before any point ran)
+    (tmp_path / "ok.toml").write_text('scenario = "personalfr"\n[params]\ndropout = 0.1\n[grid]\n'
+                                      'params.dropout = [0.2, 0.5]\nnetwork.dropout = [0]\n')
+    res = fedsim_cmd("sweep", "--config", "ok.toml", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: clients = 100 (the default) is more than the 30 users of the data: each client holds at least one "
+        "user (give clients <= 30, or 0 for one user per client) (all 2 points of the sweep to run; none was run)")
+    assert not (tmp_path / "runs").exists()

@@ -156,6 +156,6 @@ def test_a_test_frac_that_holds_no_rating_out_is_refused_naming_the_preset(tmp_p
     with pytest.raises(UsageError) as err:
         trace("fedrec", tmp_path / "t", clients=1, test_frac=0.01)
     assert str(err.value) == (f"fedrec: test_frac = 0.01 holds out no rating of the fedrec preset's data "
-                              f"(tiny[1 users]) ({n} ratings of 1 users): give a larger test_frac, or 0 for no "
+                              f"(tiny[1 users]) ({n} ratings of 1 user): give a larger test_frac, or 0 for no "
                               "test split")
     assert list(tmp_path.iterdir()) == []

@@ -707,7 +707,8 @@ def load_anime(
     rows = np.arange(len(users))
     if unrated == "drop":
         if n_unrated == len(values):
-            raise DataFormatError(f, None, f"all {n_unrated} ratings are -1 (unrated): nothing is left with "
+            every = "the 1 rating is" if n_unrated == 1 else f"all {n_unrated} ratings are"
+            raise DataFormatError(f, None, f"{every} -1 (unrated): nothing is left with "
                                   "unrated='drop'; use unrated='implicit'")
         keep = ~is_unrated
         users, items, values, rows = users[keep], items[keep], values[keep], rows[keep]

@@ -406,7 +406,7 @@ class Ratings:
                 raise ValueError("subset: expected a bool mask or a 1-D integer index array")
             idx = s.astype(np.int64, copy=False)
             if idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):
-                raise ValueError(f"subset: index out of range for {len(self)} ratings")
+                raise ValueError(f"subset: index out of range for {len(self)} rating{'' if len(self) == 1 else 's'}")
         t = None if self.timestamps is None else self.timestamps[idx]
         new_info = dict(self.info)
         if info:

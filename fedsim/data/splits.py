@@ -58,7 +58,7 @@ def kfold_copies(ratings: Ratings, k: int = 5, seed: Seed = 0) -> list[tuple[Rat
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k}")
     if n < k:
-        raise ValueError(f"cannot cut {n} ratings into {k} parts")
+        raise ValueError(f"cannot cut {n} rating{'' if n == 1 else 's'} into {k} parts")
     perm = _rng(seed).permutation(n)
     parts = np.array_split(perm, k)
     out = []

@@ -283,7 +283,7 @@ def check_against(transport: Any, processes: Any, *, option: str = "processes", 
     import difflib
 
     from ..kernel import TRANSPORTS
-    from ..kernel.registry import TRANSPORT_REGISTRY
+    from ..kernel.registry import TRANSPORT_REGISTRY, plugin_hint
 
     if processes is not None:
         if type(processes) is not int and not isinstance(processes, np.integer):
@@ -295,6 +295,8 @@ def check_against(transport: Any, processes: Any, *, option: str = "processes", 
         close = difflib.get_close_matches(transport, others, n=1) if isinstance(transport, str) else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         what = "the simulator itself (it is the run compared with)" if transport == "sim" else "unknown transport"
+        if transport != "sim":
+            hint += plugin_hint("transport")
         raise UsageError(f"{label} {transport!r}: {what}; known: {', '.join(others)}{hint}")
     if processes is not None and not takes_processes(TRANSPORT_REGISTRY.entry(transport).factory):
         # (it was ignored: the run took none, and nothing said so)

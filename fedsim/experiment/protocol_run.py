@@ -34,6 +34,7 @@ import numpy as np
 from ..config import ConfigError
 from .context import RunContext
 from .params import Param, params_from
+from .report import plural
 
 __all__ = ["DEFAULT_TEST_FRAC", "check_point", "hold_out", "protocol_config", "protocol_scenario", "split_data"]
 
@@ -162,8 +163,8 @@ def hold_out(spec, ratings, frac: float, seed: int, what: str | Callable[[], str
         # a protocol that evaluates refused it with a ValueError (a traceback from the command line),
         # one that does not reported a test error: the split asked for held nothing out
         raise ConfigError(f"test_frac = {frac:g} holds out no rating of {what() if callable(what) else what} "
-                          f"({len(ratings.users)} "
-                          f"ratings of {int(ratings.n_users)} users): give a larger test_frac, or 0 for no test split",
+                          f"({plural(len(ratings.users), 'rating')} of {plural(int(ratings.n_users), 'user')}): give a "
+                          "larger test_frac, or 0 for no test split",
                           "test_frac")
     return train, test
 

@@ -46,13 +46,19 @@ from .linkmodel import LinkModel
 __all__ = [
     "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
     "TransportEntry", "factory_class", "factory_keywords", "register_link_model", "register_transport",
-    "source_digest",
+    "plugin_hint", "source_digest",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 """What a registered name may be: letters, digits, ``_``, ``.`` and ``-``, starting with a letter
 or digit (a name is a command-line value, a grid value separated by ``,``, and part of a sweep's
 folder names)."""
+
+
+def plugin_hint(kind: str) -> str:
+    """The end of a message for an unknown name of ``kind`` (``"link model"``, ``"transport"``):
+    where one of the user's own comes from (a plug-in file that was not loaded)."""
+    return f"; a {kind} in a file of your own is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)"
 
 
 @dataclass(frozen=True)
@@ -117,12 +123,14 @@ class ComponentRegistry(Mapping):
 
     def unknown(self, name: Any, alternative: str = "") -> str:
         """The one-line message for an unknown ``name``: ``unknown link model 'fifoo'; known: fifo,
-        fair, tcp; did you mean 'fifo'?`` (``alternative``, e.g. ``"a LinkModel instance"``, is
-        added to the known names as ``, or ...``)."""
+        fair, tcp; did you mean 'fifo'?; a link model in a file of your own is loaded with fedsim
+        --plugin FILE (or FEDSIM_PLUGINS=FILE)`` (``alternative``, e.g. ``"a LinkModel
+        instance"``, is added to the known names as ``, or ...``; the plug-in hint, as the unknown
+        protocol's message has, since a plug-in not loaded is a name unknown)."""
         close = difflib.get_close_matches(name, list(self._entries), n=1) if isinstance(name, str) else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         also = f", or {alternative}" if alternative else ""
-        return f"unknown {self.kind} {name!r}; known: {', '.join(self._entries)}{also}{hint}"
+        return f"unknown {self.kind} {name!r}; known: {', '.join(self._entries)}{also}{hint}{plugin_hint(self.kind)}"
 
     def add(self, entry: Any, *, replace: bool = False) -> Any:
         """Register ``entry`` (its ``name`` checked). ``ValueError`` for a name already taken by

@@ -152,7 +152,7 @@ def check_clients(clients: int, n_users: int, given=None) -> None:
     tiny`` is refused for a setting it never named."""
     if clients > n_users:
         default = " (the default)" if given is not None and "clients" not in given else ""
-        raise ConfigError(f"clients = {clients}{default} is more than the {n_users} users of the data: each client "
+        raise ConfigError(f"clients = {clients}{default} is more than the {n_users} user{'' if n_users == 1 else 's'} of the data: each client "
                           f"holds at least one user (give clients <= {n_users}, or 0 for one user per client)",
                           "clients")
 

@@ -135,7 +135,7 @@ def check_eta(eta: int, n: int, allow_exposed: bool) -> None:
     """eta > n is impossible (ConfigError); eta > n/2 leaves denoisers without ordinary clients,
     exposing their gradients: an error unless ``allow_exposed``, then a warning."""
     if eta > n:
-        raise ConfigError(f"eta = {eta} denoisers is impossible with n = {n} clients", "eta")
+        raise ConfigError(f"eta = {eta} denoisers is impossible with n = {n} client{'' if n == 1 else 's'}", "eta")
     if eta > n - eta:
         msg = (f"eta = {eta} > n/2 = {n / 2:g}: {eta - (n - eta)} denoiser(s) get no ordinary client, "
                "so their own gradients reach the server undisguised")
@@ -626,8 +626,9 @@ class FedRecPPJob:
         info["adjusted"] = []
         if self.cfg.c > self.n_users:
             info["adjusted"].append({"setting": "c", "asked": self.cfg.c, "used": info["c_used"],
-                                     "why": f"there are only {self.n_users} clients, every one of them taking part in "
-                                            "every iteration"})
+                                     "why": "there is only 1 client, taking part in every iteration" if self.n_users == 1
+                                     else f"there are only {self.n_users} clients, every one of them taking part in "
+                                          "every iteration"})
         return Result("fedrecpp", self.cfg, {"U": U, "V": srv["V"]}, [], run, info=info, model=model)
 
 

@@ -463,8 +463,9 @@ class FPLJob:
         adjusted = []
         if used != self.cfg.clients_per_round:
             adjusted.append({"setting": "clients_per_round", "asked": self.cfg.clients_per_round, "used": used,
-                             "why": f"there are only {self.n_users} clients (one per user), every one of them "
-                                    "selected in every round"})
+                             "why": "there is only 1 client (one per user), selected in every round"
+                             if self.n_users == 1 else f"there are only {self.n_users} clients (one per user), every "
+                                                       "one of them selected in every round"})
         return Result("fpl", self.cfg, params, metrics, run,
                       info={**counts, "received": srv["received"], "rounds_done": done, "missing": srv["missing"],
                             "lost_clients": gone, "lost_users": [int(u) for u in np.flatnonzero(~present)],

@@ -86,7 +86,7 @@ from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, check_main_importable, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "check_workers", "combine",
-           "default_sweep_dir", "failure_line", "parse_grid",
+           "axis_network_field", "axis_parameter", "default_sweep_dir", "failure_line", "parse_grid",
            "point_dir_name", "point_label", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
@@ -142,8 +142,54 @@ def _axis_name(key: str) -> str:
     return key.strip().replace("-", "_") if key.strip().replace("-", "_") in RUN_AXES else key.strip()
 
 
-def _run_axis_value(key: str, value: Any) -> Any:
-    """Check one value of a run-option axis (text from ``--grid`` or a TOML value)."""
+NET_PREFIX, PARAM_PREFIX = "network.", "params."  # as a config file's [network] and [params] tables
+
+
+def _grid_key(mod, given: str, option: str = "--grid") -> str:
+    """The grid axis ``given`` names for scenario ``mod``: a run option (``seed``, ``profile``,
+    ...), a scenario parameter, or, for a name that is both a network option and a parameter
+    (``dropout`` of PersonalFR and FedAvg-AE), ``network.NAME`` or ``params.NAME`` as written;
+    that name alone is refused as ambiguous. A qualified name whose bare name is not ambiguous is
+    the bare name (``network.loss`` is ``loss``: the same axis, folder names and sweep)."""
+    key = _axis_name(given)
+    for prefix in (NET_PREFIX, PARAM_PREFIX):
+        if key.startswith(prefix):
+            bare = _axis_name(key[len(prefix):])
+            if prefix == NET_PREFIX and bare not in NET_AXES:
+                raise UsageError(f"{option} {given}: {bare!r} is no network option (known: {', '.join(NET_AXES)})")
+            if prefix == PARAM_PREFIX and bare not in mod.PARAMS:
+                raise _unknown_axis(bare, mod, params_only=True)
+            if prefix == NET_PREFIX:
+                return prefix + bare if bare in mod.PARAMS else bare
+            return prefix + bare if bare in RUN_AXES else bare
+    if key in NET_AXES and key in mod.PARAMS:
+        flag = "--" + key.replace("_", "-")
+        net, par = ((f"--grid {NET_PREFIX}{key}=...", f"--grid {PARAM_PREFIX}{key}=...") if option == "--grid" else
+                    (f"{NET_PREFIX}{key} = [...]", f"{PARAM_PREFIX}{key} = [...]"))  # a [grid] table's, a dict's key
+        raise UsageError(f"{option} {key}: ambiguous for scenario {scenario_name(mod)}: it is both the network's "
+                         f"{key} ({flag}) and the scenario's parameter {key} (--set {key}=); write {net} for the "
+                         f"network's, {par} for the scenario's")
+    return key
+
+
+def axis_network_field(key: str) -> str | None:
+    """The NetSpec field of grid axis ``key`` (canonical, :func:`_grid_key`), or None."""
+    if key.startswith(NET_PREFIX):
+        return key[len(NET_PREFIX):]
+    return key if key in NET_AXES else None
+
+
+def axis_parameter(key: str) -> str | None:
+    """The scenario parameter of grid axis ``key`` (canonical, :func:`_grid_key`), or None."""
+    if key.startswith(PARAM_PREFIX):
+        return key[len(PARAM_PREFIX):]
+    return None if key in RUN_AXES or key.startswith(NET_PREFIX) else key
+
+
+def _run_axis_value(key: str, value: Any, axis: str | None = None) -> Any:
+    """Check one value of a run-option axis ``key`` (text from ``--grid`` or a TOML value); its
+    errors name the grid's ``axis`` (default ``key``: ``network.dropout``)."""
+    axis = axis or key
     try:
         if isinstance(value, bool):  # TOML's true is no seed, loss or name
             raise ValueError
@@ -159,9 +205,9 @@ def _run_axis_value(key: str, value: Any) -> Any:
             return v
     except (TypeError, ValueError):
         want = "a non-negative integer" if key == "seed" else "a probability in [0, 1]"
-        raise UsageError(f"--grid {key}: expected {want}, got {value!r}") from None
+        raise UsageError(f"--grid {axis}: expected {want}, got {value!r}") from None
     if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"--grid {key}: expected a name, got {value!r}")
+        raise UsageError(f"--grid {axis}: expected a name, got {value!r}")
     if key in NET_AXES:  # a name the network knows: refused now, naming the axis, not at the point
         from ..kernel import NetSpec
         from ..kernel.errors import NetworkConfigError
@@ -169,15 +215,20 @@ def _run_axis_value(key: str, value: Any) -> Any:
         try:
             NetSpec(**{key: value.strip()})
         except NetworkConfigError as exc:
-            raise UsageError(f"--grid {key}: {exc}") from None
+            raise UsageError(f"--grid {axis}: {exc}") from None
     return value.strip()
 
 
-def _unknown_axis(key: str, mod) -> UsageError:
+def _unknown_axis(key: str, mod, params_only: bool = False) -> UsageError:
     from ..config import did_you_mean
 
-    known = sorted(mod.PARAMS) + list(RUN_AXES)
-    hint = did_you_mean(key, known)
+    both = [k for k in NET_AXES if k in mod.PARAMS]  # (dropout of PersonalFR: params.dropout, network.dropout)
+    known = [PARAM_PREFIX + k if k in both else k for k in sorted(mod.PARAMS)]
+    if params_only:
+        key = PARAM_PREFIX + key
+    else:
+        known += [NET_PREFIX + k if k in both else k for k in RUN_AXES]
+    hint = did_you_mean(key, known + ([] if params_only else both))
     return UsageError(f"--grid: unknown parameter {key!r} for scenario {scenario_name(mod)}{hint} "
                       f"(known: {', '.join(known)})")
 
@@ -193,19 +244,21 @@ def parse_grid(mod, grids: Sequence[str]) -> dict[str, list[Any]]:
         if "=" not in g:
             raise UsageError(f"--grid expects key=v1,v2,..., got {g!r}")
         key, vals = g.split("=", 1)
-        key = _axis_name(key)
+        key = _grid_key(mod, key)
         if key in out:
             raise UsageError(f"--grid {key}: given twice; give each axis once (all its values together)")
-        if key in RUN_AXES:
+        name = axis_parameter(key)
+        if name is None:
+            field = axis_network_field(key) or key
             parts = _grid_values(key, vals, ",")
-            out[key] = [_run_axis_value(key, v) for v in parts]
+            out[key] = [_run_axis_value(field, v, key) for v in parts]
             continue
-        if key not in mod.PARAMS:
+        if name not in mod.PARAMS:
             raise _unknown_axis(key, mod)
-        p = mod.PARAMS[key]
+        p = mod.PARAMS[name]
         listy = p.type_name in ("ints", "floats", "strs")
         parts = _grid_values(key, vals, ";" if listy else ",")
-        out[key] = [_as_grid(parse_value, "--grid", key, v, p) for v in parts]
+        out[key] = [_as_grid(parse_value, "--grid", name, v, p, key) for v in parts]
     return out
 
 
@@ -220,15 +273,16 @@ def _grid_values(key: str, vals: str, sep: str) -> list[str]:
     return parts
 
 
-def _as_grid(check, option: str, key: str, value: Any, param) -> Any:
+def _as_grid(check, option: str, key: str, value: Any, param, axis: str | None = None) -> Any:
     """``check(key, value, param)`` (``parse_value``, ``check_value``), its error naming the grid
-    (``option``) rather than ``--set``, which the parameter checks name."""
+    (``option``) and its axis (``axis``, default ``key``: ``params.dropout``) rather than
+    ``--set KEY``, which the parameter checks name."""
     try:
         return check(key, value, param)
     except UsageError as exc:
         msg = str(exc)
         if msg.startswith(f"--set {key}:"):
-            raise UsageError(option + msg[len("--set"):]) from None
+            raise UsageError(f"{option} {axis or key}:" + msg[len(f"--set {key}:"):]) from None
         raise
 
 
@@ -248,20 +302,28 @@ def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """A grid of Python values (a TOML file's ``[grid]``, an API call) checked like
     :func:`parse_grid` checks text; raises ``UsageError`` naming the key."""
     out: dict[str, list[Any]] = {}
-    for given, values in grid.items():
+    flat: list[tuple[Any, Any]] = []
+    for given, values in grid.items():  # TOML's network.dropout = [...] is the table {"network": {"dropout": [...]}}
+        if isinstance(given, str) and given.strip() + "." in (NET_PREFIX, PARAM_PREFIX) and isinstance(values, Mapping):
+            flat.extend((f"{given.strip()}.{k}", v) for k, v in values.items())
+        else:
+            flat.append((given, values))
+    for given, values in flat:
         if not isinstance(given, str):  # (was "'int' object has no attribute 'strip'")
             raise UsageError(f"grid: a key is a parameter name (str), got {type(given).__name__} {given!r:.80}")
-        key = _axis_name(given)
+        key = _grid_key(mod, given, "grid")
         if key in out:  # link-model and link_model: one axis (the later one silently won)
             raise UsageError(f"grid {key}: given twice (as {given!r} too); give each axis once")
         if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
             raise UsageError(f"grid {key}: expected a list of values, got {values!r}")
         if not values:
             raise UsageError(f"--grid {key}: no values")
-        if key in RUN_AXES:
-            out[key] = [_run_axis_value(key, v) for v in values]
-        elif key in mod.PARAMS:
-            out[key] = [_as_grid(check_value, "grid", key, v, mod.PARAMS[key]) for v in values]
+        name = axis_parameter(key)
+        if name is None:
+            field = axis_network_field(key) or key
+            out[key] = [_run_axis_value(field, v, key) for v in values]
+        elif name in mod.PARAMS:
+            out[key] = [_as_grid(check_value, "grid", name, v, mod.PARAMS[name], key) for v in values]
         else:
             raise _unknown_axis(key, mod)
     return out
@@ -673,7 +735,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
         if k not in mod.PARAMS:
             raise unknown_parameter(k, mod)
     fixed = {k: check_value(k, v, mod.PARAMS[k]) for k, v in fixed.items()}
-    both = [k for k in grid if k in fixed]
+    both = [k for k in grid if axis_parameter(k) in fixed]
     if both:
         raise UsageError(f"{', '.join(both)}: given both as a fixed parameter (--set) and as a grid axis; "
                          "give each key once")
@@ -704,10 +766,10 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
             combos = [dict(zip(keys, c)) for c in itertools.product(*(grid[k] for k in keys))]
             points = []
             for pt in combos:
-                params = {**fixed, **{k: v for k, v in pt.items() if k not in RUN_AXES}}
+                params = {**fixed, **{axis_parameter(k): v for k, v in pt.items() if axis_parameter(k) is not None}}
                 cfg = resolve_config(mod, params)
                 try:
-                    netp = base.replace(**{k: pt[k] for k in NET_AXES if k in pt})
+                    netp = base.replace(**{axis_network_field(k): v for k, v in pt.items() if axis_network_field(k) is not None})
                 except NetworkConfigError as exc:
                     raise UsageError(f"--grid: {exc}") from None
                 seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
