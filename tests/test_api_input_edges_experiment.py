@@ -148,7 +148,10 @@ def test_an_unknown_protocol_names_the_closest_as_an_unknown_link_model_does():
     with pytest.raises(KeyError, match=re.escape(f"\"unknown protocol 'fedre'; known: {', '.join(REGISTRY)}; did you "
                                                  "mean 'fedrec'?\"")):
         REGISTRY["fedre"]
-    with pytest.raises(NetworkConfigError, match="; did you mean 'fifo'\\?$"):
+    # (and then, as the command line's unknown protocol message does, where one of one's own comes from)
+    with pytest.raises(NetworkConfigError, match=re.escape("; did you mean 'fifo'?; a link model in a file of your own "
+                                                           "is loaded with fedsim --plugin FILE (or FEDSIM_PLUGINS=FILE)")
+                       + "$"):
         LINK_MODEL_REGISTRY.entry("fifoo")
     with pytest.raises(KeyError, match=re.escape("\"unknown protocol ['fedrec']: a protocol name is a str\"")):
         REGISTRY[["fedrec"]]
