@@ -134,6 +134,28 @@ def test_a_system_singular_in_floating_point_gives_a_nan_user_factor():
     np.testing.assert_allclose(p_ok, np.linalg.solve(A, 2.0 * Q[:2].sum(axis=0)), rtol=1e-12)
 
 
+def test_singularity_is_decided_by_the_eigenvalues_not_by_whether_lapack_raises():
+    """The NaN above came from LAPACK raising, which one CPU's kernels did and another's did not
+    (finite garbage, 241.38...: the test failed there). With lam = 0 the common path's margin does
+    not hold, so the eigenvalues decide: a Q with one column the sum of two others (rank d - 1 in
+    floating point, no exact zero pivot) is singular whatever the host; a full-rank Q is solved
+    and equals the least-squares solution of the same system."""
+    rng = np.random.default_rng(4)
+    Q = rng.normal(0.0, 0.1, (40, 6))
+    Q[:, 5] = Q[:, 0] + Q[:, 1] * (1.0 / 3.0)
+    assert np.isnan(fcf_user_factor(Q, np.array([2, 7]), 0.5, 0.0)).all()
+    Q[:, 5] = rng.normal(0.0, 0.1, 40)
+    p = fcf_user_factor(Q, np.array([2, 7]), 0.5, 0.0)
+    A = Q.T @ Q + 0.5 * Q[[2, 7]].T @ Q[[2, 7]]
+    b = 1.5 * Q[[2, 7]].sum(axis=0)
+    np.testing.assert_allclose(p, np.linalg.lstsq(A, b, rcond=None)[0], rtol=1e-9)
+    # with a precomputed QtQ as the server passes it, and with a non-finite one
+    np.testing.assert_array_equal(fcf_user_factor(Q, np.array([2, 7]), 0.5, 0.0, QtQ=Q.T @ Q), p)
+    bad = Q.T @ Q
+    bad[0, 0] = np.inf
+    assert np.isnan(fcf_user_factor(Q, np.array([2, 7]), 0.5, 0.1, QtQ=bad)).all()
+
+
 def test_fcf_client_converts_q_once_and_equals_its_two_steps():
     # a client round converted the received (float32) Q to float64 twice, once per step
     Q64, items = setup(m=40, d=5, seed=3)

@@ -64,9 +64,14 @@ def fcf_user_factor(
     ``QtQ``, O(|I_u| d^2 + d^3) with a precomputed ``QtQ = Q.T @ Q``. A system singular in
     floating point (an ``alpha`` so large, 1e20, that ``Q^T Q`` and ``lam`` are lost beside
     ``alpha Q_+^T Q_+``, of rank |I_u| < d) gives a p_u of NaN, as a diverged model has: the FCF
-    server finds the gradients not finite and stops, saying so (it was a LinAlgError of the client)."""
+    server finds the gradients not finite and stops, saying so. Singular means the smallest
+    eigenvalue is at most ``d * eps`` times the largest (``np.linalg.matrix_rank``'s tolerance),
+    decided here and not by LAPACK, whose solve raises on some CPUs and not on others."""
     Q = np.asarray(Q, dtype=np.float64)
     return _user_factor(Q, _items(items_pos, Q.shape[0]), alpha, lam, QtQ)
+
+
+_EPS = float(np.finfo(np.float64).eps)
 
 
 def _user_factor(Q: np.ndarray, items: np.ndarray, alpha: float, lam: float, QtQ) -> np.ndarray:
@@ -76,6 +81,18 @@ def _user_factor(Q: np.ndarray, items: np.ndarray, alpha: float, lam: float, QtQ
     A = (Q.T @ Q if QtQ is None else np.array(QtQ, dtype=np.float64)) + float(alpha) * (Qp.T @ Qp)
     A[np.diag_indices(d)] += float(lam)
     rhs = (1.0 + float(alpha)) * Qp.sum(axis=0)
+    # Whether LAPACK's solve raises on a numerically singular A depends on the CPU's kernels (one
+    # host raised LinAlgError, another returned finite garbage), so the singularity is decided
+    # here. A is symmetric positive semi-definite with eigenvalues >= lam in exact arithmetic and
+    # at most trace(A); forming it rounds by about eps * trace(A) per entry. While lam clears that
+    # by a wide margin the system is well conditioned and the common path pays one trace; else the
+    # eigenvalues decide, with np.linalg.matrix_rank's tolerance (largest * size * eps).
+    scale = float(np.trace(A))
+    eps = _EPS
+    if not (scale < np.inf and float(lam) > 64.0 * d * eps * scale):
+        w = np.linalg.eigvalsh(A) if np.isfinite(A).all() else None
+        if w is None or not w[0] > w[-1] * d * eps:
+            return np.full(d, np.nan)
     try:
         return np.linalg.solve(A, rhs)
     except np.linalg.LinAlgError:
