@@ -526,6 +526,18 @@ def test_the_memory_refusal_writes_its_sizes_as_the_tables_do(monkeypatch):
             "process was measured to hold), above the 7,300,000,000 bytes available") in str(info.value)
 
 
+def test_the_memory_refusal_and_the_tables_share_one_byte_formatter(monkeypatch):
+    # the kernel had its own formatter beside fedsim.experiment.human_bytes: it stopped at TB, so
+    # 10**10 processes read "41,943 TB" where the tables write "41.9 PB"
+    from fedsim.experiment import human_bytes
+
+    n = 10**10
+    with pytest.raises(NetworkConfigError) as info:
+        TcpNetwork().check_memory(n)
+    assert f"needs at least {human_bytes(n * tcp.BASELINE_BYTES)} of memory" in str(info.value)
+    assert "needs at least 41.9 PB of memory" in str(info.value), str(info.value)
+
+
 def test_the_memory_refusal_writes_thousands_of_bytes_as_kB(monkeypatch):
     # "5 KB": the SI symbol is kB (KB is often read as 1024), as the tables write it; and "1 worker
     # processes"

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from .codec import Encoded, decode_encoded
 from .ledger import DST, SEQ
+from ..units import plural
 
 __all__ = ["Collector", "Envelope", "InOrder", "LATER", "Payload", "matches"]
 
@@ -135,7 +136,7 @@ class Collector:
         """What is still missing, for error messages."""
         if self.pending is not None:
             return _senders(sorted(self.pending), self.want)
-        return f"{self.want - len(self.got)} more of {_count(self.want, 'message')} (any sender)"
+        return f"{self.want - len(self.got)} more of {plural(self.want, 'message')} (any sender)"
 
 
 class InOrder:
@@ -182,9 +183,4 @@ def _discard(col: "Collector | InOrder", env: Envelope) -> bool:
 
 def _senders(missing: list[str], of: int, shown: int = 5) -> str:
     names = ", ".join(missing[:shown]) + (f", ... ({len(missing) - shown} more)" if len(missing) > shown else "")
-    return f"{len(missing)} of {_count(of, 'sender')}: {names}"
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 sender``, ``2 senders`` (the kernel's own: ``fedsim.experiment.plural`` is a floor up)."""
-    return f"{n} {noun if n == 1 else noun + 's'}"
+    return f"{len(missing)} of {plural(of, 'sender')}: {names}"

@@ -41,6 +41,7 @@ from .ledger import ARRIVAL, DST, NOTE, RX_START, SEND_T, SEQ, STATUS, TX_END, T
 from .network import Network, RunResult, check_flag
 from .node import Node, offline_wait
 from .registry import LINK_MODEL_REGISTRY, register_link_model, register_transport
+from ..units import plural
 
 __all__ = ["FifoLinkModel", "LINK_MODELS", "LinkModel", "SimNetwork", "get_link_model"]
 
@@ -570,8 +571,8 @@ class SimNetwork(Network):
         view = self.ledger.select(fate="in_flight")
         rows = list(zip(view.column("seq"), view.column("kind"), view.column("src"), view.column("dst")))[:5]
         shown = "; ".join(f"row {int(q)}: {k!r} from {s!r} to {d!r}" for q, k, s, d in rows)
-        raise NetworkConfigError(f"link model {self._model_label()} neither delivered nor lost {left} message "
-                                 f"cop{'y' if left == 1 else 'ies'} and scheduled nothing more ({shown}"
+        raise NetworkConfigError(f"link model {self._model_label()} neither delivered nor lost "
+                                 f"{plural(left, 'message copy', 'message copies')} and scheduled nothing more ({shown}"
                                  f"{'; ...' if left > len(rows) else ''}): transmit must end each copy with "
                                  "net.deliver or net.lose, now or in an event it schedules")
 

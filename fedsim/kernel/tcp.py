@@ -181,6 +181,7 @@ from .realtime import ClosedOnDropout
 from .registry import register_transport
 from ..forks import own_std_streams, threads_paused
 from ..signals import sigint_deferred
+from ..units import human_bytes, plural
 
 __all__ = ["CONTROL_FRAME_BYTES", "FRAME_OVERHEAD", "RemoteException", "TcpNetwork"]
 
@@ -521,7 +522,7 @@ class TcpNetwork(ClosedOnDropout, Network):
         if need > soft:
             top = "unlimited" if hard == resource.RLIM_INFINITY else hard
             raise NetworkConfigError(
-                f"TcpNetwork with {nprocs} worker {'process' if nprocs == 1 else 'processes'} needs {need} open files in each (a connection to and "
+                f"TcpNetwork with {plural(nprocs, 'worker process', 'worker processes')} needs {need} open files in each (a connection to and "
                 f"from every process, {inherited} inherited, 5 of its own), above the open-file limit "
                 f"ulimit -n = {soft} (hard limit {top}): raise it, e.g. `ulimit -n {need}`, or use fewer processes")
 
@@ -547,12 +548,12 @@ class TcpNetwork(ClosedOnDropout, Network):
             nprocs = self.count_processes()
         need = per * nprocs
         if need > avail:
-            need_text, avail_text = _bytes_text(need), _bytes_text(avail)
+            need_text, avail_text = human_bytes(need), human_bytes(avail)
             if need_text == avail_text:  # rounded alike: "needs 7.3 GB, above the 7.3 GB available" said nothing
                 need_text, avail_text = f"{need:,} bytes", f"{avail:,} bytes"
             raise NetworkConfigError(
-                f"TcpNetwork with {nprocs} worker {'process' if nprocs == 1 else 'processes'} needs at least {need_text} of memory "
-                f"({_bytes_text(per)} per process, less than a worker process was measured to hold), "
+                f"TcpNetwork with {plural(nprocs, 'worker process', 'worker processes')} needs at least {need_text} of memory "
+                f"({human_bytes(per)} per process, less than a worker process was measured to hold), "
                 f"above the {avail_text} available (MemAvailable in /proc/meminfo): use fewer processes")
 
     def count_processes(self, roles: Mapping[str, str] | None = None) -> int:
@@ -821,16 +822,6 @@ def _mem_available() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def _bytes_text(n: float) -> str:
-    """Bytes as the tables write them (``human_bytes``: three significant digits, powers of 1000):
-    ``4.19 MB``, ``41.9 TB``, ``5 kB`` (SI symbols). It was whole MB below a GB and GB with one decimal above: the 4 MiB
-    per process read ``4 MB`` and 10 million processes ``41,943.0 GB``."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= 0.9995 * size:
-            return f"{n / size:,.0f} {unit}" if n >= 999.5 * size else f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def _stopped(pid: int) -> bool:
