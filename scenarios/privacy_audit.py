@@ -10,9 +10,11 @@ options and are audited the same way.
 
 PersonalFR runs once with Partial Compression (its ``indices``) and, by default, three times without
 (``personalfr_uncompressed``: kept momentum, reset momentum, masked training), where
-``personalfr_idle_rows`` reads the item sets off the whole decoders the clients return.
+``personalfr_idle_rows`` reads the item sets off the whole decoders the clients return. Its baseline
+FedAvg-AE runs with the same clients, model and rounds, the clients keeping their momentum and resetting
+it (``fedavg_momentum``), where ``fedavg_idle_rows`` reads them off the whole models the clients return.
 
-Data: ``--data`` for FedRec, FedRec++ and PersonalFR (MovieLens 100K in docs/privacy.md);
+Data: ``--data`` for FedRec, FedRec++, PersonalFR and FedAvg-AE (MovieLens 100K in docs/privacy.md);
 ``--set fpl_data=PATH,PATH`` for FPL and FCF (the Foursquare city files; default: ``--data``
 as implicit feedback). ``--set protocols=fedrec`` (and the other lists) audits part of the grid.
 The defaults are sized for the whole audit to finish in a few minutes on two cores (see
@@ -47,13 +49,16 @@ from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, r
 
 RUN_TIME = "about 4-5 min on ML-100K + two Foursquare cities with 2 workers (4 min 03 s measured on the quiet 2-core machine of 2026-11-23, 4 min 50 s on 2026-11-26's slower one; docs/privacy.md, docs/performance.md)"
 DEFAULT_DATA = "ml100k-like"
-PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr")
+PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr", "fedavg-ae")
 DEFENCES = ("noise", "secagg", "secure_noise")
 # the uncompressed PersonalFR runs: their `defence` label and configuration changes
 PFR_UNCOMPRESSED = ("keep", "reset", "masked")
 PFR_VARIANTS = {"keep": ("uncompressed", {}),
                 "reset": ("uncompressed, reset momentum", {"client_momentum": "reset"}),
                 "masked": ("uncompressed, masked", {"uncompressed_training": "masked"})}
+# the FedAvg-AE runs: their clients' momentum, and its `defence` label
+FEDAVG_MOMENTUM = ("keep", "reset")
+FEDAVG_VARIANTS = {"keep": "kept momentum", "reset": "reset momentum"}
 PARAMS = {
     "protocols": Param(list(PROTOCOLS), "protocols to audit", kind="strs", choices=PROTOCOLS),
     "models": Param(["PMF(B)", "PMF(S)", "SVD++(S)"], "FedRec models", kind="strs",
@@ -89,6 +94,9 @@ PARAMS = {
                                      choices=PFR_UNCOMPRESSED),
     "personalfr_rounds": Param(10, "rounds of the uncompressed PersonalFR runs (C = 0.1, K = 5 local epochs)",
                                min=1),
+    "fedavg_momentum": Param(list(FEDAVG_MOMENTUM), "FedAvg-AE runs (the clients, model and rounds of the "
+                             "uncompressed PersonalFR runs): clients keep their momentum between rounds (keep) or "
+                             "reset it (reset); none: no FedAvg-AE run", kind="strs", choices=FEDAVG_MOMENTUM),
     "defences": Param(list(DEFENCES), "defences to audit", kind="strs", choices=DEFENCES),
     "noise_sigmas": Param([0.001, 0.01, 0.1], "upload_noise standard deviations", kind="floats", min=0),
     "defence_iterations": Param(13, "iterations of the FedRec secure-aggregation and FedRec++ secure-noise runs "
@@ -269,7 +277,7 @@ def run(ctx: RunContext) -> None:
                                    net or ctx.net, observe, targets, attacks, epochs, checkpoints, ctx.ledger_dir,
                                    build_kw or {}))
 
-    if chosen & {"fedrec", "fedrecpp", "personalfr"}:
+    if chosen & {"fedrec", "fedrecpp", "personalfr", "fedavg-ae"}:
         ratings = ctx.load_data()
         fold = make_folds(ratings, 5, ctx.seed)[0]
         train = fold.train_ratings()
@@ -295,6 +303,15 @@ def run(ctx: RunContext) -> None:
                 add("personalfr", {"clients": pu.clients, "defence": label}, pu, data_ref, None, None, None,
                     _specs(AttackSpec("personalfr_indices"), AttackSpec("personalfr_idle_rows"),
                            AttackSpec("size_only")))
+        if "fedavg-ae" in chosen:
+            # PersonalFR's baseline on the uncompressed runs' clients, model and rounds: every client returns
+            # the whole model it trained (fedavg_idle_rows: its output rows and input columns)
+            for variant in ctx["fedavg_momentum"]:
+                fa = REGISTRY["fedavg-ae"].Config(rounds=int(ctx["personalfr_rounds"]), fraction=0.1, local_epochs=5,
+                                                  hidden=(32, 16), clients=min(int(ctx["personalfr_clients"]), n_users),
+                                                  client_momentum=variant)
+                add("fedavg-ae", {"clients": fa.clients, "defence": FEDAVG_VARIANTS[variant]}, fa, data_ref, None,
+                    None, None, _specs(AttackSpec("fedavg_idle_rows")))
     if chosen & {"fpl", "fcf"}:
         splits = _splits(ctx)
         for name, sp, _ in splits:
@@ -375,9 +392,9 @@ def _setting_text(setting: dict) -> str:
 
 
 def _cost(task: AuditTask) -> float:
-    base = {"fedrec": 3.0, "fedrecpp": 3.0, "fpl": 1.0, "fcf": 1.0, "personalfr": 0.5}[task.protocol]
+    base = {"fedrec": 3.0, "fedrecpp": 3.0, "fpl": 1.0, "fcf": 1.0, "personalfr": 0.5, "fedavg-ae": 0.5}[task.protocol]
     cfg = task.config
-    return base * getattr(cfg, "T", getattr(cfg, "rounds", 1) if task.protocol == "personalfr" else 1) * (4 if getattr(cfg, "secure_aggregation", False) or
+    return base * getattr(cfg, "T", getattr(cfg, "rounds", 1) if task.protocol in ("personalfr", "fedavg-ae") else 1) * (4 if getattr(cfg, "secure_aggregation", False) or
                                           getattr(cfg, "secure_noise", False) else 1) * task.epochs
 
 

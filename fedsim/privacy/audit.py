@@ -33,15 +33,15 @@ __all__ = ["CALL_KINDS", "Capture", "UPLOAD_KINDS", "attack_capture", "capture",
 # the kinds of message a client of each protocol uploads to the server (the masked ones too: the
 # server saw a secure-aggregation upload and could read nothing of it); PersonalFR's clients send their
 # indices once (with compression only) and an update in every round they are selected in (read by
-# personalfr_idle_rows without compression)
+# personalfr_idle_rows without compression); FedAvg-AE's send their whole trained model, an update
 UPLOAD_KINDS = {"fedrec": ("gradients", "masked"), "fedrecpp": ("gradients",), "fpl": ("update", "masked"),
-                "fcf": ("gradients",), "personalfr": ("indices", "update")}
+                "fcf": ("gradients",), "personalfr": ("indices", "update"), "fedavg-ae": ("update",)}
 
 # the kinds of message by which the server of each protocol calls a client to upload in a round
 # (each such call expects one upload of the round's); PersonalFR's clients upload their indices once,
-# uncalled (round 0), and an update when sent a decoder
+# uncalled (round 0), and an update when sent a decoder; FedAvg-AE's an update when sent the model
 CALL_KINDS = {"fedrec": ("model",), "fedrecpp": ("model",), "fpl": ("model",), "fcf": ("model",),
-              "personalfr": ("decoder",)}
+              "personalfr": ("decoder",), "fedavg-ae": ("model",)}
 
 
 @dataclass

@@ -44,7 +44,7 @@ from ..kernel import NetSpec, network_record
 from ..protocols import REGISTRY
 from ..protocols.common import client_names
 from ..privacy.attacks import (
-    IMIA, FCFLine, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
+    IMIA, FCFLine, FedAvgIdleRows, FPLNeverNegative, FPLSign, ImpliedRatings, Intersection, NoiseLinking, NoiseMatching,
     PersonalFRIdleRows, PersonalFRIndices, SgdChain, SizeOnly, SvdppODelta, score_sizes, size_estimate,
 )
 from ..privacy.attacks.base import run_attack
@@ -61,6 +61,7 @@ ATTACKS = {
     "intersection": Intersection, "noise_matching": NoiseMatching, "noise_linking": NoiseLinking,
     "fpl_sign": FPLSign, "fpl_never_negative": FPLNeverNegative, "fcf_line": FCFLine,
     "personalfr_indices": PersonalFRIndices, "personalfr_idle_rows": PersonalFRIdleRows, "imia": IMIA,
+    "fedavg_idle_rows": FedAvgIdleRows,
     "size_only": SizeOnly,
 }
 

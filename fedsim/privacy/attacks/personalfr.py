@@ -38,7 +38,8 @@ on (its update was lost) or never got (its buffer stayed): ``read_updates`` trie
 next update's untouched rows follow; when that was its first selection, S is tried along with them
 (``steps_along``).
 With compression the update is the active slice of the client's items only and the server already has
-them (``personalfr_indices``): not answered either.
+them (``personalfr_indices``): not answered either. The reading of every client (``idle_guesses``) is shared
+with ``fedavg_idle_rows`` (``attacks.fedavg``), which reads FedAvg-AE's whole models the same way.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ from ..metrics import Guess
 from ..views import View, ViewSpec
 from .base import Attack
 
-__all__ = ["PersonalFRIdleRows", "idle_deviation", "idle_map", "idle_path", "read_updates", "steps_along", "steps_of"]
+__all__ = ["PersonalFRIdleRows", "decoder_rows", "idle_deviation", "idle_guesses", "idle_map", "idle_path", "read_updates",
+           "steps_along", "steps_of", "wire_eps"]
 
 
 def step_matrix(lr: float, momentum: float, nesterov: bool, weight_decay: float) -> np.ndarray:
@@ -222,9 +224,73 @@ def steps_along(sent: np.ndarray, returned: np.ndarray, lrs, momentum: float, ne
     return best_S
 
 
-def _rows(dec: dict, w_key: str, b_key: str) -> np.ndarray:
-    """The output rows of a decoder: each item's weights and bias side by side, float64 ``(n, w + 1)``."""
+def decoder_rows(dec: dict) -> np.ndarray:
+    """The output rows of a decoder (``output_keys``): each item's weights and bias side by side,
+    float64 ``(n, w + 1)``."""
+    w_key, b_key = output_keys(dec)
     return np.column_stack([np.asarray(dec[w_key], np.float64), np.asarray(dec[b_key], np.float64)])
+
+
+def wire_eps(dec: dict) -> float:
+    """The machine epsilon of a model's wire dtype (that of its output weights), for ``idle_deviation``."""
+    return float(np.finfo(np.asarray(dec[output_keys(dec)[0]]).dtype).eps)
+
+
+def idle_guesses(view: View, sent: dict, back: dict, rows_of, *, call_kind: str, keep: bool, masked: bool,
+                 tol: float, max_steps: int) -> dict[str, Guess]:
+    """The idle-path reading of every client that returned an update (module docstring), shared by
+    ``personalfr_idle_rows`` and ``fedavg_idle_rows`` (``attacks.fedavg``): ``sent`` and ``back``
+    (client -> {round: model document}) the documents the server sent each client (messages of
+    ``call_kind``; one a round for everyone, a broadcast) and those it got back; ``rows_of(doc)``
+    each item's parameters in a document as one row, float64 ``(n_items, w)``; the wire's epsilon is
+    ``wire_eps`` of the documents. ``keep``: the clients keep their momentum between selections;
+    ``masked``: untouched rows are not stepped at all. A client is claimed the items whose row is more
+    than ``tol`` rounding units off its idle path in some update; not answered for when its buffer is
+    unknown (``View.count_outside`` of ``call_kind`` before its last update, under ``keep``) or its
+    rows do not have the catalogue's shape. S: ``steps_of`` up to ``max_steps`` (``steps_along``
+    when its first update was lost under ``keep``)."""
+    cfg = view.public.config
+    n = int(view.public.n_items)
+    pool = np.arange(n, dtype=np.int64)
+    out = {}
+    cache: dict[int, np.ndarray] = {}
+    for client in sorted(back):
+        rounds = sorted(sent.get(client, {}))
+        ups = [t for t in rounds if t in back[client]]
+        if not ups:
+            continue
+        first = rounds[0]
+        # under kept momentum the buffer needs every model sent it up to its last update: a window
+        # that leaves one out (View.outside) leaves the buffer unknown
+        if keep and not masked and view.count_outside(call_kind, before=ups[-1], receiver=client):
+            continue
+        eps = wire_eps(sent[client][first])
+        S_rows = np.stack([cache[t] if t in cache else cache.setdefault(t, rows_of(sent[client][t]))
+                           for t in rounds])  # (a broadcast: one model a round for everyone)
+        if S_rows.shape[1] != n:
+            continue
+        if masked:
+            maps = np.repeat(np.eye(2)[None], len(rounds), 0)
+        else:
+            hyper = (cfg.momentum, cfg.nesterov, cfg.weight_decay)
+            # S from an update trained from a zero buffer: the first selection's, or (reset) any; under
+            # kept momentum with the first update missing, S and the rounds trained in are tried together
+            t0 = first if first in back[client] or keep else ups[0]
+            if t0 in back[client]:
+                S = steps_of(S_rows[rounds.index(t0)], rows_of(back[client][t0]), cfg.lr_at(t0),
+                             *hyper, per=cfg.local_epochs, max_steps=max_steps, rtol=tol * eps)
+            else:
+                k0 = rounds.index(ups[0])
+                S = steps_along(S_rows[:k0 + 1], rows_of(back[client][ups[0]]),
+                                [cfg.lr_at(t) for t in rounds[:k0 + 1]], *hyper, eps, tol,
+                                per=cfg.local_epochs, max_steps=max_steps)
+            maps = np.stack([idle_map(S, cfg.lr_at(t), *hyper) for t in rounds])
+        R = [rows_of(back[client][t]) if t in back[client] else None for t in rounds]
+        if any(r is not None and r.shape != S_rows.shape[1:] for r in R):
+            continue
+        z = read_updates(S_rows, R, maps, keep and not masked, eps, tol).max(axis=0)
+        out[client] = Guess(pool, z, pool[z > tol])
+    return out
 
 
 class PersonalFRIdleRows(Attack):
@@ -245,8 +311,6 @@ class PersonalFRIdleRows(Attack):
         cfg = view.public.config
         if getattr(cfg, "compression", True):  # slices of I_m: the indices say it already
             return {}
-        keep = cfg.client_momentum == "keep"
-        masked = cfg.uncompressed_training == "masked"
         sent: dict[str, dict[int, dict]] = {}
         back: dict[str, dict[int, dict]] = {}
         for m in view.messages:
@@ -254,46 +318,6 @@ class PersonalFRIdleRows(Attack):
                 sent.setdefault(m.receiver, {})[m.round] = m.payload["dec"]
             elif m.kind == "update" and not m.outgoing and m.sender is not None and m.payload is not None:
                 back.setdefault(m.sender, {})[m.round] = m.payload["dec"]
-        n = int(view.public.n_items)
-        pool = np.arange(n, dtype=np.int64)
-        out = {}
-        cache: dict[int, np.ndarray] = {}
-        for client in sorted(back):
-            rounds = sorted(sent.get(client, {}))
-            ups = [t for t in rounds if t in back[client]]
-            if not ups:
-                continue
-            first = rounds[0]
-            # under kept momentum the buffer needs every decoder sent it up to its last update: a window
-            # that leaves one out (View.outside) leaves the buffer unknown
-            if keep and not masked and view.count_outside("decoder", before=ups[-1], receiver=client):
-                continue
-            dec = sent[client][first]
-            w_key, b_key = output_keys(dec)
-            eps = float(np.finfo(np.asarray(dec[w_key]).dtype).eps)
-            S_rows = np.stack([cache[t] if t in cache else cache.setdefault(t, _rows(sent[client][t], w_key, b_key))
-                               for t in rounds])  # (a broadcast: one decoder a round for everyone)
-            if S_rows.shape[1] != n:
-                continue
-            if masked:
-                maps = np.repeat(np.eye(2)[None], len(rounds), 0)
-            else:
-                hyper = (cfg.momentum, cfg.nesterov, cfg.weight_decay)
-                # S from an update trained from a zero buffer: the first selection's, or (reset) any; under
-                # kept momentum with the first update missing, S and the rounds trained in are tried together
-                t0 = first if first in back[client] or keep else ups[0]
-                if t0 in back[client]:
-                    S = steps_of(S_rows[rounds.index(t0)], _rows(back[client][t0], w_key, b_key), cfg.lr_at(t0),
-                                 *hyper, per=cfg.local_epochs, max_steps=self.max_steps, rtol=self.tol * eps)
-                else:
-                    k0 = rounds.index(ups[0])
-                    S = steps_along(S_rows[:k0 + 1], _rows(back[client][ups[0]], w_key, b_key),
-                                    [cfg.lr_at(t) for t in rounds[:k0 + 1]], *hyper, eps, self.tol,
-                                    per=cfg.local_epochs, max_steps=self.max_steps)
-                maps = np.stack([idle_map(S, cfg.lr_at(t), *hyper) for t in rounds])
-            R = [_rows(back[client][t], w_key, b_key) if t in back[client] else None for t in rounds]
-            if any(r is not None and r.shape != S_rows.shape[1:] for r in R):
-                continue
-            z = read_updates(S_rows, R, maps, keep and not masked, eps, self.tol).max(axis=0)
-            out[client] = Guess(pool, z, pool[z > self.tol])
-        return out
+        return idle_guesses(view, sent, back, decoder_rows, call_kind="decoder",
+                            keep=cfg.client_momentum == "keep", masked=cfg.uncompressed_training == "masked",
+                            tol=self.tol, max_steps=self.max_steps)
