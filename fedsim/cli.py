@@ -272,7 +272,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     from .experiment.live import active
     from .studies.sweep import (
-        SweepInterrupted, SweepNotStarted, axis_parameter, check_grid, check_workers, failure_line, parse_grid, run_sweep,
+        SweepInterrupted, SweepNotStarted, axis_parameter, check_grid, check_workers, failure_line, option_hint, parse_grid,
+        run_sweep,
     )
 
     doc = _load_config(args, sweep=True) or {}
@@ -288,15 +289,29 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
             file_axes += [((key, k), (f"{key}.{k}", v)) for k, v in values.items()]
         else:
             file_axes.append(((key,), (key, values)))
+    net_doc = doc.get("network") or {}
+    names = (args.link_model or net_doc.get("link_model") or "fifo", args.transport or net_doc.get("transport") or "sim")
+
+    def hinted(exc: UsageError, file: bool = False) -> str:
+        """``exc``'s text, and, for an unknown axis that is an option of the link model or transport,
+        the axis to write (link_options.KEY)."""
+        import re
+
+        m = re.match(r"--grid: unknown parameter '([^']*)'", str(exc))
+        return str(exc) + (option_hint(m.group(1), *names, file=file) if m else "")
+
     for path, (key, values) in file_axes:  # one key at a time: the error names its line
         try:
             grid.update(check_grid(mod, {key: values}))
         except UsageError as exc:
-            text = str(exc)
+            text = hinted(exc, file=True)
             for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
                 text = text.removeprefix(prefix)
             raise UsageError(f"{at(doc, 'grid', *path)}: [grid] {text}") from None
-    grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
+    try:
+        grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
+    except UsageError as exc:
+        raise UsageError(hinted(exc)) from None
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
     opts = resolve_run_options(mod, args, doc)

@@ -192,6 +192,12 @@ def test_a_sweep_varies_a_link_option_as_a_grid_axis_and_resumes_by_it(tmp_path)
     assert (res.returncode, res.stderr.splitlines()[-1]) == (2, (
         f"error: --grid link_options.rat: link model 'wire' (a plug-in's, {tmp_path / 'wires.py'}) takes no option "
         "'rat' (its options: extra, rate); did you mean 'rate'?"))
+    # the bare name of an option is no axis (it may be a parameter's too): the error says how to write it
+    res = _fedsim(tmp_path, "sweep", "demo", "--link-model", "wire", "--grid", "rate=500", "--out", "s2")
+    assert (res.returncode, res.stderr.splitlines()[-1]) == (2, (
+        "error: --grid: unknown parameter 'rate' for scenario demo (known: clients, deadline, dim, lr, rounds, seed, "
+        "data, profile, link_model, transport, loss, dropout); rate is an argument of the constructor of link model "
+        "'wire': write --grid link_options.rate=..."))
     assert not (tmp_path / "s2").exists()
 
 
@@ -242,3 +248,47 @@ def test_compare_gives_the_against_transport_its_options_and_the_simulator_the_l
     sim = [r for r in _rows(tmp_path / "c" / "ledger.csv") if r["run"] == "00001-sim"]
     # the simulator's run on the wire of 500 B/s: 64 B sent at t = 0 end at 0.128 s
     assert (sim[0]["kind"], sim[0]["bytes"], float(sim[0]["tx_end"])) == ("weights", "64", 0.128)
+
+
+_DRIVER = '''\
+import pickle
+from fedsim.protocols import load_plugins
+load_plugins(["wires.py"], entry_points=False)
+from fedsim.kernel import NetSpec
+from fedsim.studies.sweep import SweepPoint, _remote_tasks
+net = NetSpec(link_model="wire", link_options={"rate": 500, "extra": 0.5})
+point = SweepPoint("demo", {"link_options.rate": "500"}, "sw/link_options.rate=500", None, 0, net, {}, {}, True)
+with open("task.pkl", "wb") as f:
+    pickle.dump(_remote_tasks([point])[0], f)
+'''
+
+_RAY_WORKER = '''\
+import pickle, sys
+from fedsim.protocols import plugin_files
+from fedsim.studies.sweep import _run_point_remote
+with open(sys.argv[1], "rb") as f:
+    task = pickle.load(f)
+assert not plugin_files(), plugin_files()
+res = _run_point_remote(task)
+assert res["status"] == "done", res
+sys.stdout.write(res["files"]["ledger.csv"].decode())
+'''
+
+
+def test_a_ray_task_receives_the_options_with_its_point(tmp_path):
+    # what a Ray worker runs for a point (_run_point_remote: the task pickled by the driver, the
+    # plug-in sent as bytes), in a fresh process that has not loaded the plug-in, elsewhere
+    (tmp_path / "wires.py").write_text(PLUGIN)
+    (tmp_path / "driver.py").write_text(_DRIVER)
+    res = subprocess.run([sys.executable, "driver.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    (tmp_path / "wires.py").unlink()  # (the worker loads the copy the task carries)
+    elsewhere = tmp_path / "worker"
+    elsewhere.mkdir()
+    (elsewhere / "worker.py").write_text(_RAY_WORKER)
+    res = subprocess.run([sys.executable, "worker.py", str(tmp_path / "task.pkl")], cwd=elsewhere, env=_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (elsewhere / "ledger.csv").write_text(res.stdout)
+    assert _first(elsewhere / "ledger.csv") == (0.128, 0.628, 64)

@@ -88,7 +88,8 @@ from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, check_main_importable, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "check_workers", "combine",
-           "axis_network_field", "axis_parameter", "default_sweep_dir", "failure_line", "parse_grid",
+           "axis_network_field", "axis_parameter", "default_sweep_dir", "failure_line", "option_axis", "option_hint",
+           "parse_grid",
            "point_dir_name", "point_label", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
@@ -239,6 +240,26 @@ def _run_axis_value(key: str, value: Any, axis: str | None = None) -> Any:
         except NetworkConfigError as exc:
             raise UsageError(f"--grid {axis}: {exc}") from None
     return value.strip()
+
+
+def option_hint(key: str, link_model: Any, transport: Any, file: bool = False) -> str:
+    """The end of the message for an unknown grid axis ``key`` that is an argument of the
+    constructor of the sweep's link model or transport (their names: unknown ones are left to their
+    own errors): ``; rate is an argument of the constructor of link model 'wire': write --grid
+    link_options.rate=...`` (``file``: as a ``[grid]`` key), else ``""``. Options are always
+    written with their prefix (an option's name may be a parameter's too)."""
+    from ..kernel.netspec import OWN_FIELDS
+    from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_keywords
+
+    hints = []
+    for prefix, what, registry, name, own in (("link_options.", "link model", LINK_MODEL_REGISTRY, link_model, ()),
+                                              ("transport_options.", "transport", TRANSPORT_REGISTRY, transport,
+                                               OWN_FIELDS)):
+        if isinstance(name, str) and name in registry and key not in own \
+                and key in (factory_keywords(registry.entry(name).factory) or ()):
+            axis = f"{prefix}{key} = [...]" if file else f"--grid {prefix}{key}=..."
+            hints.append(f"{key} is an argument of the constructor of {what} {name!r}: write {axis}")
+    return "".join(f"; {h}" for h in hints)
 
 
 def _unknown_axis(key: str, mod, params_only: bool = False) -> UsageError:
