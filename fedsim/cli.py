@@ -3,11 +3,11 @@ manage datasets.
 
     fedsim [--plugin FILE] run [NAME|PROTOCOL|PATH] [--config run.toml] [--data D] [--out DIR] [--force]
            [--set k=v ...] [--seed N] [--profile P] [--link-model M] [--transport T] [--loss P]
-           [--dropout P] [--quiet] [--ledger]
+           [--dropout P] [--link-option k=v ...] [--transport-option k=v ...] [--quiet] [--ledger]
     fedsim sweep NAME --grid key=v1,v2 [--grid ...] [--workers N] [--backend local|ray [--address ADDR]]
                  [--config sweep.toml] [run options]
     fedsim trace PROTOCOL [--clients 3] [--rounds 1] [--set k=v ...] [--eval] [--seed N] [--profile P] [--link-model M]
-                 [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
+                 [--link-option k=v ...] [--loss P] [--dropout P] [--dropout-window START,END] [--out DIR] [--force] [--html] [--open]
     fedsim compare PROTOCOL [--against tcp|asyncio|T] [--processes N] [run options but --transport]
     fedsim list
     fedsim data get|list|path ...
@@ -47,7 +47,7 @@ from .experiment import (
 from .experiment.configfile import at
 from .experiment.params import set_keys
 from .experiment.runner import (
-    RUN_FAILURES, add_fault_arguments, closing_line, did_not_finish, did_not_finish_line, net_from_args,
+    RUN_FAILURES, add_fault_arguments, add_option_arguments, closing_line, did_not_finish, did_not_finish_line, net_from_args,
     resolve_run_options,
 )
 from .kernel.errors import DeadlockError, NetworkConfigError
@@ -81,7 +81,8 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     sw.add_argument("scenario", nargs="?", default=None, help="scenario name or path (or the config file's)")
     sw.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="grid values of one parameter or of seed, data, profile, link_model, transport, loss, "
-                         "dropout (repeatable; list parameters separate values with ';')")
+                         "dropout, link_options.KEY, transport_options.KEY (repeatable; list parameters separate "
+                         "values with ';')")
     sw.add_argument("--workers", action=StoreOnce, type=int, default=None,
                     help="points at once: worker processes, or the CPUs of a local Ray instance (default: one per "
                          "core; on a Ray cluster: as many as it schedules)")
@@ -103,6 +104,7 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
     tr.add_argument("--profile", action=StoreOnce, default="lan", help="network profile (default lan)")
     tr.add_argument("--link-model", action=StoreOnce, default=None, dest="link_model",
                     help="simulated links: fifo (default), fair, tcp, or one a --plugin registers (fedsim list)")
+    add_option_arguments(tr, transport=False)  # (a trace runs on its own simulator: no --transport)
     add_fault_arguments(tr)  # (a lossy run waits for ever without the protocol's --set deadline=SECONDS)
     tr.add_argument("--out", action=StoreOnce, help="output folder (default runs/<time>-trace-<protocol>)")
     tr.add_argument("--force", action=FlagOnce, help="replace what --out holds")
@@ -124,6 +126,8 @@ def build_parser(scenario_help: str | None = None, command: str | None = None) -
         "profile": "network profile: ideal, lan, wan, mobile (default lan)",
         "set": "a field of the protocol's configuration (repeatable; the fields: fedsim run PROTOCOL --help)",
         "transport": "sim only: fedsim compare runs the simulator itself; name the other transport with --against",
+        "transport_options": "an argument of the --against transport's constructor (repeatable; e.g. "
+                             "stall_timeout=60 for tcp)",
         "out": "output folder (default: runs/<timestamp>-compare-<protocol>); must not exist or be empty, unless "
                "--force"})
     sub.add_parser("list", help="list scenarios, protocols, network profiles, link models and transports")
@@ -248,7 +252,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if ((doc or {}).get("network") or {}).get("transport") not in (None, "sim"):
         raise UsageError(f"{at(doc, 'network', 'transport')}: [network] transport: fedsim compare runs the simulator itself; name "
                          "the other transport with --against")
-    mod = compare_scenario(args.scenario, args.against, args.processes)
+    if "transport_options" in ((doc or {}).get("network") or {}):
+        raise UsageError(f"{at(doc, 'network', 'transport_options')}: [network] transport_options: fedsim compare gives "
+                         "the --against transport the command line's --transport-option")
+    from .experiment.netoptions import parse_options
+
+    # (the options of the --against transport: the run's own network is the simulator)
+    options = parse_options("transport", args.against, args.transport_options or ())
+    args.transport_options = None
+    if options and args.processes is not None and "processes" in dict(options):
+        raise UsageError("--processes and --transport-option processes: the same option given twice; give it once")
+    mod = compare_scenario(args.scenario, args.against, args.processes, options)
     with _from_config(args, doc):
         res = run_scenario(mod, **resolve_run_options(mod, args, doc))
     print(("" if args.quiet else "\n") + closing_line(res))
@@ -258,7 +272,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     from .experiment.live import active
     from .studies.sweep import (
-        SweepInterrupted, SweepNotStarted, axis_parameter, check_grid, check_workers, failure_line, parse_grid, run_sweep,
+        SweepInterrupted, SweepNotStarted, axis_parameter, check_grid, check_workers, failure_line, option_hint, parse_grid,
+        run_sweep,
     )
 
     doc = _load_config(args, sweep=True) or {}
@@ -270,19 +285,33 @@ def _cmd_sweep(args: argparse.Namespace, term: list[int]) -> int:
     grid = {}
     file_axes = []  # (its path in the file, the key check_grid reads): network.dropout = [...] is a table
     for key, values in (doc.get("grid") or {}).items():
-        if key in ("network", "params") and isinstance(values, dict):
+        if key in ("network", "params", "link_options", "transport_options") and isinstance(values, dict):
             file_axes += [((key, k), (f"{key}.{k}", v)) for k, v in values.items()]
         else:
             file_axes.append(((key,), (key, values)))
+    net_doc = doc.get("network") or {}
+    names = (args.link_model or net_doc.get("link_model") or "fifo", args.transport or net_doc.get("transport") or "sim")
+
+    def hinted(exc: UsageError, file: bool = False) -> str:
+        """``exc``'s text, and, for an unknown axis that is an option of the link model or transport,
+        the axis to write (link_options.KEY)."""
+        import re
+
+        m = re.match(r"--grid: unknown parameter '([^']*)'", str(exc))
+        return str(exc) + (option_hint(m.group(1), *names, file=file) if m else "")
+
     for path, (key, values) in file_axes:  # one key at a time: the error names its line
         try:
             grid.update(check_grid(mod, {key: values}))
         except UsageError as exc:
-            text = str(exc)
+            text = hinted(exc, file=True)
             for prefix in ("--grid: ", "--grid ", "grid ", "--set "):
                 text = text.removeprefix(prefix)
             raise UsageError(f"{at(doc, 'grid', *path)}: [grid] {text}") from None
-    grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
+    try:
+        grid.update(parse_grid(mod, args.grid))  # the command line's axes replace the file's
+    except UsageError as exc:
+        raise UsageError(hinted(exc)) from None
     if not grid:
         raise UsageError("fedsim sweep needs at least one --grid key=v1,v2,... (or a [grid] table in --config)")
     opts = resolve_run_options(mod, args, doc)

@@ -23,7 +23,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Config", "ConfigError", "FieldInfo", "check_field", "closest_key", "did_you_mean", "fields_of", "param",
+__all__ = ["Config", "ConfigError", "FieldInfo", "annotation_type", "check_field", "closest_key", "did_you_mean", "fields_of", "param",
            "parse_field", "unknown_key_message"]
 
 
@@ -93,6 +93,13 @@ def _type_name(tp: Any) -> tuple[str, bool]:
         base = _SCALARS.get(inner[0], "str") if inner else "str"
         return {"int": "ints", "float": "floats"}.get(base, "strs"), False
     return _SCALARS.get(tp, "any"), False
+
+
+def annotation_type(tp: Any) -> tuple[str, bool]:
+    """(type name, optional) of an annotation, as a configuration field's: ``float`` -> ``("float",
+    False)``, ``int | None`` -> ``("int", True)``, ``tuple[float, ...]`` -> ``("floats", False)``,
+    anything else ``"any"`` (``--link-option`` and ``--transport-option`` type their values so)."""
+    return _type_name(tp)
 
 
 def fields_of(cls_or_obj: Any) -> list[FieldInfo]:

@@ -61,7 +61,8 @@ __all__ = ["compare_scenario"]
 DEFAULT_PROCESSES = 4  # the real run's processes when none are given, for a transport that takes them
 
 
-def compare_scenario(name: str, transport: str = "tcp", processes: int | None = None) -> types.ModuleType:
+def compare_scenario(name: str, transport: str = "tcp", processes: int | None = None,
+                     options: Any = ()) -> types.ModuleType:
     """A scenario that runs protocol ``name`` on the simulator and on ``transport`` (``tcp`` with
     ``processes`` worker processes, None: ``DEFAULT_PROCESSES`` (4), ``asyncio``, or one a plug-in registered: ``processes`` goes to
     one that takes it, :func:`takes_processes`, the run's link model to one that takes link
@@ -70,10 +71,23 @@ def compare_scenario(name: str, transport: str = "tcp", processes: int | None = 
     protocol, and ``UsageError`` as ``fedsim compare`` refuses its options (:func:`check_against`):
     for a ``transport`` that is not registered or is ``sim``, and for a ``processes`` that is not a
     whole number of at least 1 or is given (not None) for a transport that does not take processes
-    (``asyncio``: it was silently ignored, where the command line refuses ``--processes``)."""
+    (``asyncio``: it was silently ignored, where the command line refuses ``--processes``).
+    ``options``: more arguments of ``transport``'s constructor (``--transport-option``; a mapping or
+    pairs, checked as ``NetSpec(options=...)`` checks them; ``processes`` among them is refused
+    with ``processes`` given too); the simulator's run takes the run's link model and its
+    ``link_options``, and so does a ``transport`` that takes link models."""
     base = protocol_scenario(name)
     check_against(transport, processes, option="processes", label="transport")
     processes = None if processes is None else int(processes)
+    from ..kernel import NetSpec
+    from ..kernel.errors import NetworkConfigError
+
+    try:  # (checked now, naming the options, rather than when the run builds its network)
+        options = NetSpec(transport=transport, options=options).options
+    except NetworkConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if processes is not None and "processes" in dict(options):
+        raise UsageError("processes given both as an argument and among the options; give it once")
     mod = types.ModuleType(f"fedsim_compare_{name.replace('-', '_')}")
     mod.__doc__ = f"Protocol {name} on the simulator against the {transport} transport, side by side."
     mod.PARAMS = dict(base.PARAMS)
@@ -81,7 +95,7 @@ def compare_scenario(name: str, transport: str = "tcp", processes: int | None = 
     mod.TAKES_DATA = getattr(base, "TAKES_DATA", True)
     mod.DEFAULT_PROFILE = "lan"
     mod.PROTOCOL = f"compare-{name}"
-    mod.run = lambda ctx: run_compare(ctx, name, transport, processes)
+    mod.run = lambda ctx: run_compare(ctx, name, transport, processes, options)
     return mod
 
 
@@ -347,7 +361,7 @@ def _how_measured(transport: str, simulated: bool, processes: bool) -> str:
             "the network);")
 
 
-def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None) -> None:
+def run_compare(ctx: RunContext, name: str, transport: str, processes: int | None, options: Any = ()) -> None:
     from ..kernel import NetSpec
     from ..kernel.netspec import frames_itself
     from ..kernel.registry import TRANSPORT_REGISTRY
@@ -371,12 +385,14 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     # the keywords a functools.partial factory binds (register_transport("tcp2", partial(TcpNetwork,
     # processes=2)): without --processes, its own processes, not DEFAULT_PROCESSES over them
     bound = entry.factory.keywords if isinstance(entry.factory, functools.partial) else {}
+    given = dict(options)
     real_spec = NetSpec(profile=ctx.net.profile, transport=transport, loss=ctx.net.loss, dropout=ctx.net.dropout,
                         window=ctx.net.window, link_model=ctx.net.link_model if entry.link_models else "fifo",
+                        link_options=ctx.net.link_options if entry.link_models else (),
                         framing_bytes=0 if frames_itself(entry) else ctx.net.framing_bytes,
-                        options=(("processes", DEFAULT_PROCESSES if processes is None else processes),)
-                        if takes_processes(entry.factory) and not (processes is None and "processes" in bound)
-                        else ())
+                        options={**({"processes": DEFAULT_PROCESSES if processes is None else processes}
+                                    if takes_processes(entry.factory) and "processes" not in given
+                                    and not (processes is None and "processes" in bound) else {}), **given})
     t0 = time.perf_counter()
     net = sim_spec.build(ctx.seed)
     job = check_job(spec, spec.build(net, train, cfg, test=test))
@@ -410,7 +426,8 @@ def run_compare(ctx: RunContext, name: str, transport: str, processes: int | Non
     same = not differ
     rows = []
     for label, out in runs.items():
-        row: dict[str, Any] = {"network": label if label != "sim" else f"sim ({sim_spec.describe()})"}
+        row: dict[str, Any] = {"network": f"sim ({sim_spec.describe()})" if label == "sim" else label + (
+            f" ({', '.join(f'{k}={v!r}' for k, v in sorted(given.items()))})" if given else "")}  # (--transport-option)
         row.update(out["figures"])
         row["parameters_bit_identical"] = same
         rows.append(row)

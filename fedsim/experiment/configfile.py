@@ -44,7 +44,7 @@ SWEEP_KEYS = {"workers": int, "backend": str, "address": str}
 TABLES = ("params", "network")
 SWEEP_TABLES = ("grid",)
 NETWORK_KEYS = {"profile": str, "link_model": str, "transport": str, "loss": (int, float), "dropout": (int, float),
-                "dropout_window": list}
+                "dropout_window": list, "link_options": dict, "transport_options": dict}
 
 
 _KEY_PART = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
@@ -167,7 +167,8 @@ def load_config(path: str | Path, *, sweep: bool = False) -> dict[str, Any]:
             raise _unknown(at(here, "network", k), k, list(NETWORK_KEYS), "[network] ")
         want = NETWORK_KEYS[k.replace("-", "_")]
         if not isinstance(v, want) or isinstance(v, bool):
-            raise UsageError(f"{at(here, 'network', k)}: [network] {k}: expected {'a number' if want != str else 'text'}"
+            expected = {str: "text", dict: "a table of the constructor's options (KEY = VALUE)"}.get(want, "a number")
+            raise UsageError(f"{at(here, 'network', k)}: [network] {k}: expected {expected}"
                              f"{' pair [START, END]' if want is list else ''}, got {v!r}")
         if want is str and not v.strip():  # profile = "" ran the scenario's default profile
             raise UsageError(f"{at(here, 'network', k)}: [network] {k}: empty; give a value or leave the key out")

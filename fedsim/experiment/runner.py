@@ -354,7 +354,8 @@ def _non_empty(path: Path) -> bool:
 def network_spec(mod: ModuleType, profile: str | None = None, net: Any = None, **options: Any):
     """The ``NetSpec`` a run of ``mod`` uses: ``net`` if given, else the scenario's
     ``DEFAULT_PROFILE`` (or ``profile``) with ``options`` (``link_model``, ``loss``, ``dropout``,
-    ``window``, ``transport``; None means the default). Raises ``UsageError`` for a bad value (also
+    ``window``, ``transport``, and the ``NetSpec``'s ``options`` and ``link_options``: the
+    constructors'; None means the default). Raises ``UsageError`` for a bad value (also
     a bad profile name given as ``net``: it was a ``NetworkConfigError``, where the same name given
     as ``profile`` was a ``UsageError``), and for ``net`` given with a ``profile`` or an option:
     ``net`` was used and the profile (``run_scenario(profile="wan", net=NetSpec(profile="lan"))``
@@ -627,11 +628,13 @@ class FlagOnce(argparse.Action):
 
 def add_run_arguments(ap: argparse.ArgumentParser, helps: dict[str, str] | None = None) -> None:
     """Add the options every run takes (``--data --out --set --seed --profile --link-model
-    --transport --loss --dropout --dropout-window --quiet --ledger --force --config``) to
+    --transport --link-option --transport-option --loss --dropout --dropout-window --quiet --ledger
+    --force --config``) to
     ``ap``; ``fedsim run``, ``fedsim sweep``, ``fedsim compare`` and :func:`scenario_main` share
     them. Options not given are None (or empty), so that a configuration file can fill them
     (:func:`resolve_run_options`). Each may be given once (a second ``--seed`` is an error naming
-    it), except ``--set``, which takes one key each time. ``helps`` replaces the help text of
+    it), except ``--set``, ``--link-option`` and ``--transport-option``, which take one key each
+    time. ``helps`` replaces the help text of
     options by destination (``{"profile": ...}``: a command whose default differs says its own)."""
     helps = helps or {}
     ap.add_argument("--config", action=StoreOnce, metavar="FILE.toml",
@@ -658,11 +661,26 @@ def add_run_arguments(ap: argparse.ArgumentParser, helps: dict[str, str] | None 
                     help=helps.get("transport", "sim (simulated network, default), asyncio (one process, real "
                                                 "time), tcp (separate processes over TCP on loopback), or one a "
                                                 "--plugin registers (fedsim list)"))
+    add_option_arguments(ap, transport=helps.get("transport_options", True))
     add_fault_arguments(ap)
     ap.add_argument("--quiet", action=FlagOnce, help="no progress display or printed tables (the "
                                                       "closing line still names the output folder)")
     ap.add_argument("--ledger", action=FlagOnce,
                     help="also write every message of every network as ledger.csv (a run column says which)")
+
+
+def add_option_arguments(ap: argparse.ArgumentParser, transport: bool | str = True) -> None:
+    """Add ``--link-option KEY=VALUE`` (and, unless ``transport`` is False, ``--transport-option
+    KEY=VALUE``; a str: its help) to ``ap``: repeatable, a key each time, None when not given
+    (:func:`net_from_args` reads them: ``fedsim.experiment.netoptions``)."""
+    ap.add_argument("--link-option", action="append", default=None, dest="link_options", metavar="KEY=VALUE",
+                    help="an argument of the link model's constructor (repeatable; a plug-in's or a built-in's: "
+                         "docs/network-model.md)")
+    if transport:
+        ap.add_argument("--transport-option", action="append", default=None, dest="transport_options",
+                        metavar="KEY=VALUE",
+                        help=transport if isinstance(transport, str) else
+                        "an argument of the transport's constructor (repeatable; e.g. processes=2 for tcp)")
 
 
 def add_fault_arguments(ap: argparse.ArgumentParser) -> None:
@@ -705,8 +723,11 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
         # each key alone (its error names its line and key: "run.toml: line 5: [network] loss:
         # must be a probability in [0, 1], got -0.5"), then the table (two keys that do not go
         # together, as link_model = "fair" with transport = "tcp": the table's line)
-        none = {k: None for k in ("profile", "link_model", "transport", "loss", "dropout", "dropout_window")}
+        none = {k: None for k in ("profile", "link_model", "transport", "loss", "dropout", "dropout_window",
+                                  "link_options", "transport_options")}
         for k, v in net_doc.items():
+            if k in ("link_options", "transport_options"):  # (options of the table's link model, transport: below)
+                continue
             try:
                 net_from_args(mod, argparse.Namespace(**{**none, k: v}))
             except UsageError as exc:
@@ -715,7 +736,11 @@ def resolve_run_options(mod: ModuleType, args: argparse.Namespace, doc: dict | N
         try:
             net_from_args(mod, argparse.Namespace(**{**none, **net_doc}))
         except UsageError as exc:
-            raise UsageError(f"{at(doc, 'network')}: [network] {exc}") from None
+            table = next((k for k in ("link_options", "transport_options") if str(exc).startswith(k + ".")), None)
+            raise UsageError(f"{at(doc, 'network', table) if table else at(doc, 'network')}: [network] {exc}") from None
+    for k in ("link_options", "transport_options"):  # the command line's add to the file's, and override them
+        if k in net_doc and getattr(args, k, None) is not None:
+            setattr(args, k, [*net_doc[k].items(), *getattr(args, k)])
     from_file = [k for k, v in net_doc.items() if getattr(args, k, None) is None]
     for k in from_file:
         setattr(args, k, net_doc[k])
@@ -767,8 +792,34 @@ def net_from_args(mod: ModuleType | None, args: argparse.Namespace):
                 raise ValueError
         except ValueError:
             raise UsageError(f"--dropout-window expects START,END in seconds, got {args.dropout_window!r}") from None
+    link_options, options = _options_from_args(args)
     return network_spec(mod, args.profile, link_model=getattr(args, "link_model", None),
-                        transport=getattr(args, "transport", None), loss=args.loss, dropout=args.dropout, window=window)
+                        transport=getattr(args, "transport", None), loss=args.loss, dropout=args.dropout, window=window,
+                        options=options, link_options=link_options)
+
+
+def _options_from_args(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(link_options, options) of parsed run options (``--link-option``, ``--transport-option``:
+    ``KEY=VALUE`` text; a configuration file's tables: a dict), typed against the named link model's
+    and transport's factories (None when not given, or when the name is unknown: the ``NetSpec``
+    then names it)."""
+    from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY
+    from .netoptions import parse_options
+
+    def given(key: str) -> list:
+        v = getattr(args, key, None)
+        return list(v.items()) if isinstance(v, dict) else list(v or ())
+
+    link, transport = getattr(args, "link_model", None) or "fifo", getattr(args, "transport", None) or "sim"
+    link_options = options = None
+    if given("transport_options") and transport in TRANSPORT_REGISTRY:
+        options = parse_options("transport", transport, given("transport_options"))
+    if given("link_options") and link in LINK_MODEL_REGISTRY and transport in TRANSPORT_REGISTRY:
+        if not TRANSPORT_REGISTRY.entry(transport).link_models:
+            raise UsageError(f"--link-option: transport {transport!r} takes no link model (it runs without one), so "
+                             "no link model options")
+        link_options = parse_options("link", link, given("link_options"))
+    return link_options, options
 
 
 @returns_its_status

@@ -7,7 +7,6 @@ description, not a network. ``NetSpec.of("wan")`` accepts a bare profile name.
 
 from __future__ import annotations
 
-import difflib
 import math
 import numbers
 from dataclasses import asdict, dataclass, replace
@@ -16,10 +15,10 @@ from typing import Any
 
 from .errors import NetworkConfigError
 from .links import Faults, get_profile
-from .registry import (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_class, factory_keywords,
-                       source_digest)
+from .registry import (LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_class, source_digest,
+                       unknown_option)
 
-__all__ = ["NetSpec", "TRANSPORTS", "frames_itself"]
+__all__ = ["NetSpec", "OWN_FIELDS", "TRANSPORTS", "frames_itself"]
 
 TRANSPORTS = TRANSPORT_REGISTRY
 """The registered transports (``fedsim.kernel.registry``): as a mapping, name -> description
@@ -36,7 +35,11 @@ class NetSpec:
     plug-in registered: ``register_transport``),
     ``framing_bytes``, and ``options`` passed to the transport's
     constructor (e.g. ``processes`` for tcp): a mapping or (key, value) pairs, kept as pairs
-    sorted by key (so the spec hashes, and equal options make equal specs in whatever order).
+    sorted by key (so the spec hashes, and equal options make equal specs in whatever order);
+    ``link_options`` alike, passed to the link model's registered factory (``--link-option
+    KEY=VALUE``: ``factory(**link_options)`` makes the network's link model), checked as
+    ``options`` are against the factory's signature, and their values by making one link model
+    (a constructor should start nothing), which is dropped.
     Raises ``NetworkConfigError`` naming what it
     refuses: an unknown profile, link model or transport, a link model the transport does not
     take, a ``loss``, ``dropout`` or ``window`` ``Faults`` refuses (a str too), a
@@ -60,6 +63,7 @@ class NetSpec:
     transport: str = "sim"
     framing_bytes: int = 0
     options: tuple[tuple[str, Any], ...] = ()
+    link_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         get_profile(self.profile)  # raises NetworkConfigError for an unknown profile
@@ -86,28 +90,51 @@ class NetSpec:
         # a dict was kept as given: the spec did not hash ("unhashable type: 'dict'") and a dict
         # equal to the pairs made another spec; pairs that were no pairs failed at build
         object.__setattr__(self, "options", _options(self.options))
+        object.__setattr__(self, "link_options", _options(self.link_options, "link_options"))
         f = Faults(loss=self.loss, dropout=self.dropout, window=self.window)  # refuses bad ones, naming them
         # as floats (a NumPy float or an int was kept as given, in results.json too)
         for name in ("loss", "dropout", "window"):
             object.__setattr__(self, name, getattr(f, name))
         if self.options:  # (kept until build: a sweep's every run failed then, naming neither option nor transport)
             self._check_options(transport)
+        if self.link_options:
+            self._check_link_options(transport)
+
+    def _check_link_options(self, transport) -> None:
+        """Refuse link options for a transport that takes no link model, an option the link model's
+        factory does not take (with a did-you-mean), and a value it refuses (one is made, and
+        dropped)."""
+        if not transport.link_models:
+            raise NetworkConfigError(f"link_options: transport {self.transport!r} takes no link model (it runs "
+                                     f"without one), so no link model options")
+        entry = LINK_MODEL_REGISTRY.entry(self.link_model)
+        for key, _ in self.link_options:
+            error = unknown_option("link model", self.link_model, entry.factory, key)
+            if error is not None:
+                raise NetworkConfigError(f"link_options: {error}")
+        from .sim import get_link_model
+
+        get_link_model(self.link_model, self.link_options)  # (its values: what the factory refuses, named)
+
+    def link_model_argument(self) -> Any:
+        """What a transport that takes a link model is given as ``link_model``: the name, or, with
+        ``link_options``, a new instance made by the name's factory with them."""
+        if not self.link_options:
+            return self.link_model
+        from .sim import get_link_model
+
+        return get_link_model(self.link_model, self.link_options)
 
     def _check_options(self, transport) -> None:
         """Refuse an option that is one of the spec's own fields, one ``transport``'s factory does not
         take, or (a built-in transport's) a value its constructor refuses."""
         for key, _ in self.options:
-            if key in _OWN_FIELDS:
-                raise NetworkConfigError(f"options: {_OWN_FIELDS[key]}, not an option")
-        takes = factory_keywords(transport.factory)
-        if takes is not None:
-            takes = sorted(takes - set(_OWN_FIELDS))
-            for key, _ in self.options:
-                if key not in takes:
-                    close = difflib.get_close_matches(key, takes, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else ""
-                    raise NetworkConfigError(f"options: transport {self.transport!r} takes no option {key!r} (its "
-                                             f"options: {', '.join(takes)}){hint}")
+            if key in OWN_FIELDS:
+                raise NetworkConfigError(f"options: {OWN_FIELDS[key]}, not an option")
+        for key, _ in self.options:
+            error = unknown_option("transport", self.transport, transport.factory, key, OWN_FIELDS)
+            if error is not None:
+                raise NetworkConfigError(f"options: {error}")
         from .aio import AsyncioNetwork
         from .sim import SimNetwork
         from .tcp import TcpNetwork
@@ -117,7 +144,7 @@ class NetSpec:
         if transport.factory in (SimNetwork, AsyncioNetwork, TcpNetwork):
             try:
                 self.build(0)
-            except (TypeError, ValueError) as exc:  # (NetworkConfigError is a ValueError)
+            except (TypeError, ValueError, AttributeError) as exc:  # (NetworkConfigError is a ValueError)
                 raise NetworkConfigError(f"options for transport {self.transport!r}: {exc}") from exc
 
     @classmethod
@@ -145,8 +172,8 @@ class NetSpec:
         transport's constructor raises."""
         given = dict(self.options)
         for key in kwargs:
-            if key in _OWN_FIELDS:
-                raise NetworkConfigError(f"build: {_OWN_FIELDS[key].split(' (')[0]}; spec.replace("
+            if key in OWN_FIELDS:
+                raise NetworkConfigError(f"build: {OWN_FIELDS[key].split(' (')[0]}; spec.replace("
                                          f"{'loss' if key == 'faults' else key}=...) describes another")
             if key in given:
                 raise NetworkConfigError(f"build: {key} is given both here and as one of the NetSpec's options "
@@ -156,7 +183,7 @@ class NetSpec:
         if not frames_itself(transport):
             common["framing_bytes"] = self.framing_bytes
         if transport.link_models:
-            common["link_model"] = self.link_model
+            common["link_model"] = self.link_model_argument()
         net = transport.factory(**common)
         from .network import Network
 
@@ -169,10 +196,16 @@ class NetSpec:
         """The spec as JSON-friendly data (results.json's ``network``, a sweep point's key), plus,
         for a link model or transport a plug-in registered, ``link_model_source`` /
         ``transport_source``: a digest of the plug-in's code (``registry.source_digest``), so that a
-        point run with another version of the plug-in is another configuration."""
+        point run with another version of the plug-in is another configuration; ``link_options``
+        only when there are some (the points of sweeps run before they existed are the same points)."""
         d = asdict(self)
         d["window"] = list(self.window)
         d["options"] = dict(self.options)
+        # (only when given: a point run before link options existed has none, and is the same point)
+        if self.link_options:
+            d["link_options"] = dict(self.link_options)
+        else:
+            del d["link_options"]
         for field, registry, name in (("link_model_source", LINK_MODEL_REGISTRY, self.link_model),
                                       ("transport_source", TRANSPORT_REGISTRY, self.transport)):
             digest = source_digest(registry, name)
@@ -183,10 +216,11 @@ class NetSpec:
     def describe(self) -> str:
         """A few words for reports: ``wan, fair links, loss 0.1, 30% dropout in [0, 60] s``."""
         bits = [self.profile]
-        if self.transport != "sim":
-            bits.append(f"{self.transport} transport")
+        if self.transport != "sim" or self.options:
+            bits.append(f"{self.transport} transport" + (f" ({_described(self.options)})" if self.options else ""))
         if self.link_model != "fifo":
-            bits.append(f"{self.link_model} link model")
+            bits.append(f"{self.link_model} link model"
+                        + (f" ({_described(self.link_options)})" if self.link_options else ""))
         if self.loss:
             bits.append(f"loss {self.loss:g}")
         if self.dropout:
@@ -194,6 +228,10 @@ class NetSpec:
             # 0.996 "100% dropout"), the window's ends as given (it read "[0, 1e+06] s")
             bits.append(f"{100 * self.dropout:g}% dropout in [{_plain(self.window[0])}, {_plain(self.window[1])}] s")
         return ", ".join(bits)
+
+
+def _described(options: tuple) -> str:
+    return ", ".join(f"{k}={v!r:.40}" for k, v in options)
 
 
 def _plain(x: float) -> str:
@@ -204,7 +242,7 @@ def _plain(x: float) -> str:
 
 
 # what build() gives a transport from the spec itself (and its seed): never an option
-_OWN_FIELDS = {
+OWN_FIELDS = {
     "seed": "seed is build(seed)'s argument",
     "profile": "profile is the NetSpec's own field (NetSpec(profile=...))",
     "faults": "faults are the NetSpec's own loss, dropout and window",
@@ -213,29 +251,29 @@ _OWN_FIELDS = {
 }
 
 
-def _options(options: Any) -> tuple[tuple[str, Any], ...]:
+def _options(options: Any, field: str = "options") -> tuple[tuple[str, Any], ...]:
     """``options`` (a mapping or an iterable of (key, value) pairs) as pairs sorted by key;
     ``NetworkConfigError`` naming ``options`` for anything else, a key that is not a str, or a
     key given twice."""
     if isinstance(options, Mapping):
         pairs = list(options.items())
     elif isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
-        raise NetworkConfigError(f"options must be a mapping or (key, value) pairs, got "
+        raise NetworkConfigError(f"{field} must be a mapping or (key, value) pairs, got "
                                  f"{type(options).__name__} {options!r:.80}")
     else:
         pairs = []
         for p in options:
             if isinstance(p, (str, bytes)) or not isinstance(p, Iterable) or len(p := tuple(p)) != 2:
-                raise NetworkConfigError(f"options must be a mapping or (key, value) pairs, got the element "
+                raise NetworkConfigError(f"{field} must be a mapping or (key, value) pairs, got the element "
                                          f"{p!r:.80}")
             pairs.append(p)
     keys = [k for k, _ in pairs]
     bad = [k for k in keys if not isinstance(k, str)]
     if bad:
-        raise NetworkConfigError(f"options: a key is a str (a constructor argument's name), got {bad[0]!r:.80}")
+        raise NetworkConfigError(f"{field}: a key is a str (a constructor argument's name), got {bad[0]!r:.80}")
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
-        raise NetworkConfigError(f"options: key {twice[0]!r} given twice")
+        raise NetworkConfigError(f"{field}: key {twice[0]!r} given twice")
     return tuple(sorted(pairs, key=lambda kv: kv[0]))
 
 

@@ -19,8 +19,9 @@ installed package declares under the ``fedsim.protocols``, ``fedsim.link_models`
 ``fedsim.transports`` entry-point group: ``fedsim.protocols.load_plugins`` imports it, its
 ``register_*`` calls do the rest (docs/network-model.md, docs/cli.md).
 
-A link model's factory is called with no arguments, once per network (a link model keeps per-run
-state): a ``LinkModel`` subclass, or any callable returning a new ``LinkModel``. A transport's
+A link model's factory is called once per network (a link model keeps per-run state), with the
+``NetSpec``'s ``link_options`` as keyword arguments (``--link-option KEY=VALUE``; none by default):
+a ``LinkModel`` subclass, or any callable returning a new ``LinkModel``. A transport's
 factory is called with the network's keyword arguments (``seed``, ``profile``, ``faults``,
 ``framing_bytes``, the ``NetSpec``'s ``options``, and ``link_model`` for one that takes link
 models) and returns a new ``fedsim.kernel.Network``: a ``Network`` subclass, usually.
@@ -45,8 +46,8 @@ from .linkmodel import LinkModel
 
 __all__ = [
     "ComponentRegistry", "LINK_MODEL_REGISTRY", "LinkModelEntry", "NAME_PATTERN", "TRANSPORT_REGISTRY",
-    "TransportEntry", "factory_class", "factory_keywords", "register_link_model", "register_transport",
-    "plugin_hint", "source_digest",
+    "TransportEntry", "factory_class", "factory_file", "factory_keywords", "factory_parameters",
+    "register_link_model", "register_transport", "plugin_hint", "source_digest", "unknown_option",
 ]
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
@@ -189,13 +190,77 @@ def _source(fn: Any) -> tuple:
 def factory_class(factory: Any) -> type | None:
     """The class a registered ``factory`` makes, when that can be told without calling it: the
     factory itself if it is a class, the class of a ``functools.partial`` of one (``partial(
-    TcpNetwork, processes=2)``: a name per setting, the command line passing a transport no
-    options of its own); None for a function. ``frames_itself``, ``factory_keywords`` and
+    TcpNetwork, processes=2)``: a name per setting, the way before ``--transport-option``); None
+    for a function. ``frames_itself``, ``factory_keywords`` and
     ``fedsim compare``'s ``takes_processes`` read it: a partial of ``TcpNetwork`` was built with
     ``framing_bytes=0`` and refused it ("framing_bytes is 25, got 0")."""
     while isinstance(factory, functools.partial):
         factory = factory.func
     return factory if isinstance(factory, type) else None
+
+
+def factory_parameters(factory: Any) -> dict[str, inspect.Parameter] | None:
+    """The keyword parameters ``factory`` takes, by name, as :func:`factory_keywords` finds them
+    (a class's ``__init__`` and the bases' a ``**kwargs`` passes on to; the first, the subclass's,
+    where two declare one name), with their annotations evaluated where they can be (a module with
+    ``from __future__ import annotations`` has them as text); None where ``factory_keywords`` is.
+    ``--link-option`` and ``--transport-option`` read each option's type from its annotation or
+    default."""
+    cls = factory_class(factory)
+    if cls is None:
+        chain: list = [factory]
+    else:
+        factory = cls
+        chain = [c.__dict__["__init__"] for c in factory.__mro__ if "__init__" in c.__dict__]
+    found: dict[str, inspect.Parameter] = {}
+    for fn in chain:
+        if fn is object.__init__:
+            return found
+        try:
+            try:
+                sig = inspect.signature(fn, eval_str=True)
+            except Exception:  # (an annotation naming what its module does not define): as written
+                sig = inspect.signature(fn)
+            params = list(sig.parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if isinstance(factory, type):
+            params = params[1:]  # (self)
+        for p in params:
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD):
+                found.setdefault(p.name, p)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return found
+    return None
+
+
+def unknown_option(kind: str, name: str, factory: Any, key: str, own: Any = (), origin: str = "") -> str | None:
+    """The message for ``key`` given as an option of the registered ``kind`` (``"link model"``,
+    ``"transport"``) ``name`` whose ``factory`` does not take it (``link model 'slow' takes no
+    option 'rat' (its options: rate); did you mean 'rate'?``), or None when it takes it or takes any
+    ``**kwargs`` (:func:`factory_keywords`); ``own``: names that are no option (the ``NetSpec``'s own
+    fields), ``origin`` words after the name (``(from PATH)``)."""
+    takes = factory_keywords(factory)
+    if takes is None:
+        return None
+    takes = sorted(takes - set(own))
+    if key in takes:
+        return None
+    close = difflib.get_close_matches(key, takes, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"{kind} {name!r}{origin} takes no option {key!r} (its options: {', '.join(takes) or 'none'})"
+            f"{hint}")
+
+
+def factory_file(factory: Any) -> str | None:
+    """The file ``factory`` (a class, a function, a ``functools.partial`` of one) is defined in, or
+    None (one defined interactively)."""
+    while isinstance(factory, functools.partial):
+        factory = factory.func
+    try:
+        return inspect.getfile(factory)
+    except (TypeError, OSError):
+        return None
 
 
 def factory_keywords(factory: Any) -> set[str] | None:
@@ -279,7 +344,8 @@ def register_link_model(name: str, factory: Callable[[], Any] | None = None, des
                         replace: bool = False) -> Any:
     """Register a link model as ``name``: ``factory()`` makes a new ``fedsim.kernel.LinkModel``
     for each network (a ``LinkModel`` subclass whose constructor takes no arguments, or a function,
-    a ``functools.partial``). Returns ``factory``; without it, a decorator for the class or
+    a ``functools.partial``; ``factory(**link_options)`` with ``--link-option``s, checked against
+    its signature: :func:`unknown_option`). Returns ``factory``; without it, a decorator for the class or
     function (``@register_link_model("slow", description="...")``). ``description``: one line for
     ``fedsim list``. Raises ``ValueError`` for a bad name or one already registered (``replace=True``
     overrides), ``TypeError`` for a factory that is not callable, cannot be called without

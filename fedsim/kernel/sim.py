@@ -211,11 +211,18 @@ register_link_model("tcp", partial(FairShareLinkModel, tcp=True),
                     "flow level as 'fair', plus each message's TCP handshake and slow start")
 
 
-def get_link_model(model: "LinkModel | str") -> "LinkModel":
+def get_link_model(model: "LinkModel | str", options: Any = ()) -> "LinkModel":
     """A link model by name (registered: ``LINK_MODELS``, ``register_link_model``), or ``model``
     itself if it is one. A name gives a fresh instance, its factory's (link models keep per-run
-    state: an instance serves one network, which ``LinkModel.bind`` enforces). Raises
-    ``NetworkConfigError`` (an unknown name: the registered ones, and the closest)."""
+    state: an instance serves one network, which ``LinkModel.bind`` enforces), called with
+    ``options`` (a mapping or (key, value) pairs: the keyword arguments of ``--link-option
+    KEY=VALUE``, ``NetSpec(link_options=...)``; none by default). Raises ``NetworkConfigError``
+    (an unknown name: the registered ones, and the closest; a factory that raises, naming the
+    model and the options it was given; options with an instance)."""
+    options = dict(options)
+    if options and not isinstance(model, str):
+        raise NetworkConfigError(f"link model options ({', '.join(options)}) go with a registered name, not with "
+                                 f"{type(model).__name__} {model!r:.80}: give the instance made with them")
     if isinstance(model, LinkModel):
         if type(model).transmit is LinkModel.transmit:
             raise NetworkConfigError(f"link model {type(model).__name__} does not define transmit(net, src, dst, "
@@ -223,15 +230,18 @@ def get_link_model(model: "LinkModel | str") -> "LinkModel":
         return model
     if isinstance(model, str) and model in LINK_MODEL_REGISTRY:
         entry = LINK_MODEL_REGISTRY.entry(model)
+        given = f" with options {', '.join(f'{k}={v!r}' for k, v in options.items())}" if options else ""
         try:
-            made = entry.factory()
-        except FedsimError:
-            raise
+            made = entry.factory(**options)
+        except FedsimError as err:
+            if not options:
+                raise
+            raise NetworkConfigError(f"link model {model!r}{given}: {err}") from err
         except Exception as err:  # (it left the command with a traceback naming no link model)
             frames = traceback.extract_tb(err.__traceback__)
             at = f" ({frames[-1].filename}, line {frames[-1].lineno}, in {frames[-1].name})" if frames else ""
             what = getattr(entry.factory, "__qualname__", None) or f"{entry.factory!r:.120}"
-            raise NetworkConfigError(f"link model {model!r}: its registered factory {what} raised "
+            raise NetworkConfigError(f"link model {model!r}{given}: its registered factory {what} raised "
                                      f"{type(err).__name__}: {err}{at}") from err
         if not isinstance(made, LinkModel):
             raise NetworkConfigError(f"link model {model!r}: its registered factory {entry.factory!r} returned "

@@ -3,7 +3,9 @@
 Each grid point runs as an ordinary scenario run in its own folder (``OUT/key=value,.../``),
 whose results.json records the point's whole resolved configuration (scenario, parameters,
 data, seed, network). Any scenario parameter is a grid axis, and so are the run options
-``seed``, ``data``, ``profile``, ``link_model``, ``transport``, ``loss`` and ``dropout``.
+``seed``, ``data``, ``profile``, ``link_model``, ``transport``, ``loss`` and ``dropout``, and the
+constructor options ``link_options.KEY`` and ``transport_options.KEY`` (``--link-option``,
+``--transport-option``), typed for each point by its link model's or transport's constructor.
 Wherever the sweep shows a point (folder names, combined tables, report.md, sweep.log, messages)
 it is :func:`point_label`'s ``x=2,f=1+2``: a list value's elements joined by ``+``.
 
@@ -86,7 +88,8 @@ from ..signals import sigint_deferred
 from .parallel import PluginLoadError, ProcessDied, check_main_importable, default_workers, pmap
 
 __all__ = ["BACKENDS", "RUN_AXES", "SweepInterrupted", "SweepNotStarted", "SweepPoint", "check_workers", "combine",
-           "axis_network_field", "axis_parameter", "default_sweep_dir", "failure_line", "parse_grid",
+           "axis_network_field", "axis_parameter", "default_sweep_dir", "failure_line", "option_axis", "option_hint",
+           "parse_grid",
            "point_dir_name", "point_label", "run_sweep"]
 
 # grid axes that are run options rather than scenario parameters
@@ -143,6 +146,19 @@ def _axis_name(key: str) -> str:
 
 
 NET_PREFIX, PARAM_PREFIX = "network.", "params."  # as a config file's [network] and [params] tables
+# an argument of the link model's or the transport's constructor (--link-option, --transport-option),
+# as a config file's [network] link_options and transport_options tables: always written so
+OPTION_PREFIXES = {"link_options.": "link", "transport_options.": "transport"}
+
+
+def option_axis(key: str) -> tuple[str, str] | None:
+    """(kind, option) of grid axis ``key`` when it is a constructor option (``link_options.rate``:
+    ``("link", "rate")``; ``transport_options.processes``: ``("transport", "processes")``), else
+    None."""
+    for prefix, kind in OPTION_PREFIXES.items():
+        if key.startswith(prefix):
+            return kind, key[len(prefix):]
+    return None
 
 
 def _grid_key(mod, given: str, option: str = "--grid") -> str:
@@ -152,6 +168,13 @@ def _grid_key(mod, given: str, option: str = "--grid") -> str:
     that name alone is refused as ambiguous. A qualified name whose bare name is not ambiguous is
     the bare name (``network.loss`` is ``loss``: the same axis, folder names and sweep)."""
     key = _axis_name(given)
+    for prefix in OPTION_PREFIXES:
+        if key.startswith(prefix):
+            name = key[len(prefix):].strip()
+            if not name or "." in name:
+                raise UsageError(f"{option} {given}: expected {prefix}KEY, KEY an argument of the "
+                                 f"{'link model' if OPTION_PREFIXES[prefix] == 'link' else 'transport'}'s constructor")
+            return prefix + name
     for prefix in (NET_PREFIX, PARAM_PREFIX):
         if key.startswith(prefix):
             bare = _axis_name(key[len(prefix):])
@@ -183,7 +206,7 @@ def axis_parameter(key: str) -> str | None:
     """The scenario parameter of grid axis ``key`` (canonical, :func:`_grid_key`), or None."""
     if key.startswith(PARAM_PREFIX):
         return key[len(PARAM_PREFIX):]
-    return None if key in RUN_AXES or key.startswith(NET_PREFIX) else key
+    return None if key in RUN_AXES or key.startswith(NET_PREFIX) or option_axis(key) else key
 
 
 def _run_axis_value(key: str, value: Any, axis: str | None = None) -> Any:
@@ -219,6 +242,26 @@ def _run_axis_value(key: str, value: Any, axis: str | None = None) -> Any:
     return value.strip()
 
 
+def option_hint(key: str, link_model: Any, transport: Any, file: bool = False) -> str:
+    """The end of the message for an unknown grid axis ``key`` that is an argument of the
+    constructor of the sweep's link model or transport (their names: unknown ones are left to their
+    own errors): ``; rate is an argument of the constructor of link model 'wire': write --grid
+    link_options.rate=...`` (``file``: as a ``[grid]`` key), else ``""``. Options are always
+    written with their prefix (an option's name may be a parameter's too)."""
+    from ..kernel.netspec import OWN_FIELDS
+    from ..kernel.registry import LINK_MODEL_REGISTRY, TRANSPORT_REGISTRY, factory_keywords
+
+    hints = []
+    for prefix, what, registry, name, own in (("link_options.", "link model", LINK_MODEL_REGISTRY, link_model, ()),
+                                              ("transport_options.", "transport", TRANSPORT_REGISTRY, transport,
+                                               OWN_FIELDS)):
+        if isinstance(name, str) and name in registry and key not in own \
+                and key in (factory_keywords(registry.entry(name).factory) or ()):
+            axis = f"{prefix}{key} = [...]" if file else f"--grid {prefix}{key}=..."
+            hints.append(f"{key} is an argument of the constructor of {what} {name!r}: write {axis}")
+    return "".join(f"; {h}" for h in hints)
+
+
 def _unknown_axis(key: str, mod, params_only: bool = False) -> UsageError:
     from ..config import did_you_mean
 
@@ -248,6 +291,9 @@ def parse_grid(mod, grids: Sequence[str]) -> dict[str, list[Any]]:
         if key in out:
             raise UsageError(f"--grid {key}: given twice; give each axis once (all its values together)")
         name = axis_parameter(key)
+        if option_axis(key):  # (typed for each point, by its link model's or transport's constructor)
+            out[key] = _grid_values(key, vals, ",")
+            continue
         if name is None:
             field = axis_network_field(key) or key
             parts = _grid_values(key, vals, ",")
@@ -304,7 +350,8 @@ def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     flat: list[tuple[Any, Any]] = []
     for given, values in grid.items():  # TOML's network.dropout = [...] is the table {"network": {"dropout": [...]}}
-        if isinstance(given, str) and given.strip() + "." in (NET_PREFIX, PARAM_PREFIX) and isinstance(values, Mapping):
+        if isinstance(given, str) and given.strip() + "." in (NET_PREFIX, PARAM_PREFIX, *OPTION_PREFIXES) \
+                and isinstance(values, Mapping):
             flat.extend((f"{given.strip()}.{k}", v) for k, v in values.items())
         else:
             flat.append((given, values))
@@ -319,7 +366,9 @@ def check_grid(mod, grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if not values:
             raise UsageError(f"--grid {key}: no values")
         name = axis_parameter(key)
-        if name is None:
+        if option_axis(key):  # (typed for each point, by its link model's or transport's constructor)
+            out[key] = [v.strip() if isinstance(v, str) else v for v in values]
+        elif name is None:
             field = axis_network_field(key) or key
             out[key] = [_run_axis_value(field, v, key) for v in values]
         elif name in mod.PARAMS:
@@ -769,7 +818,7 @@ def run_sweep(scenario: str, grid: dict[str, list[Any]], out: str | Path | None 
                 params = {**fixed, **{axis_parameter(k): v for k, v in pt.items() if axis_parameter(k) is not None}}
                 cfg = resolve_config(mod, params)
                 try:
-                    netp = base.replace(**{axis_network_field(k): v for k, v in pt.items() if axis_network_field(k) is not None})
+                    netp = _point_network(base, pt)
                 except NetworkConfigError as exc:
                     raise UsageError(f"--grid: {exc}") from None
                 seed_p, data_p = int(pt.get("seed", seed)), pt.get("data", data)
@@ -1532,6 +1581,38 @@ def _plot_table(out: Path, tname: str, cols: list[str], data: list[dict], axes: 
         why = save_figure(fig, out / name)
         pngs.append(f"(No plot of `{metric}`: {why}.)" if why else f"![{name}]({name})")
     return pngs
+
+
+def _point_network(base: Any, pt: dict[str, Any]) -> Any:
+    """The ``NetSpec`` of point ``pt``: ``base`` with the point's network axes, and its option axes
+    (``link_options.KEY``, ``transport_options.KEY``) typed by the point's link model's or
+    transport's constructor (``fedsim.experiment.netoptions``) and added to ``base``'s options
+    (``UsageError`` for one ``base`` has too: a ``--link-option`` and a grid axis)."""
+    from ..experiment.netoptions import FLAGS, option_value
+
+    changes = {axis_network_field(k): v for k, v in pt.items() if axis_network_field(k) is not None}
+    names = {"link": changes.get("link_model", base.link_model), "transport": changes.get("transport", base.transport)}
+    given = {"link": dict(base.link_options), "transport": dict(base.options)}
+    for k, v in pt.items():
+        found = option_axis(k)
+        if found is None:
+            continue
+        kind, key = found
+        if key in given[kind]:
+            raise UsageError(f"--grid {k}: {key} is given by {FLAGS[kind]} too; give it once (a grid axis or a fixed "
+                             "option)")
+        if kind == "link":
+            from ..kernel.registry import TRANSPORT_REGISTRY
+
+            if not TRANSPORT_REGISTRY.entry(names["transport"]).link_models:
+                raise UsageError(f"--grid {k}: transport {names['transport']!r} takes no link model (it runs without "
+                                 "one), so no link model options")
+        given[kind][key] = option_value(kind, names[kind], key, v, f"--grid {k}")
+    if len(given["link"]) > len(base.link_options):
+        changes["link_options"] = given["link"]
+    if len(given["transport"]) > len(base.options):
+        changes["options"] = given["transport"]
+    return base.replace(**changes)
 
 
 def _net_dict(net: Any) -> dict | None:

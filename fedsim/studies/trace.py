@@ -248,7 +248,7 @@ def trace(name: str, out: str | Path, *, clients: int = 3, rounds: int = 1, seed
             # preset's 3 had shown round 3's evaluation only)
             cfg = cfg.replace(eval_every=1)
     netspec = _trace_network(profile, net)
-    net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model, faults=netspec.faults,
+    net = TracingNetwork(seed=seed, profile=netspec.profile, link_model=netspec.link_model_argument(), faults=netspec.faults,
                          framing_bytes=netspec.framing_bytes, **dict(netspec.options))
     try:
         job = spec.build(net, data, cfg) if test is None else spec.build(net, data, cfg, test=test)
