@@ -497,12 +497,19 @@ def _cmd_list(args: argparse.Namespace) -> int:
         names = ", ".join(f.name for f in fields_of(spec.Config))
         print(f"  {'':<26}   parameters: {names}")
     print("\nnetwork profiles (--profile): " + ", ".join(PROFILES))
-    print("\nlink models (--link-model; a plug-in registers more: docs/network-model.md):")
-    for name, desc in LINK_MODELS.items():
-        print(f"  {name:<26} {desc}")
-    print("\ntransports (--transport):")
-    for name, desc in TRANSPORTS.items():
-        print(f"  {name:<26} {desc}")
+    # each one's constructor options that a command-line value can be (--link-option,
+    # --transport-option KEY=VALUE); none listed for a factory whose **kwargs take any name
+    from .experiment.netoptions import FLAGS, command_line_options
+
+    for title, names, kind in (
+            ("link models (--link-model; a plug-in registers more: docs/network-model.md):", LINK_MODELS, "link"),
+            ("transports (--transport):", TRANSPORTS, "transport")):
+        print("\n" + title)
+        for name, desc in names.items():
+            print(f"  {name:<26} {desc}")
+            options = command_line_options(kind, name)
+            if options:
+                print(f"  {'':<26}   options ({FLAGS[kind]} KEY=VALUE): {', '.join(options)}")
     return 0
 
 

@@ -316,11 +316,36 @@ def test_fedsim_list_shows_the_plugins_link_models_and_transports(plugin, tmp_pa
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     models = out[out.index("link models (--link-model; a plug-in registers more: docs/network-model.md):") + 1:]
-    assert [ln.split(None, 1) for ln in models[:models.index("")]] == [[n, LINK_MODELS[n]] for n in LINK_MODELS] + [
+    models = models[:models.index("")]
+    listed = [ln.split(None, 1) for ln in models if not ln.startswith(" " * 29)]
+    assert listed == [[n, LINK_MODELS[n]] for n in LINK_MODELS] + [
         ["slow-wire", "every copy alone on a 1000 B/s wire, then 2 s more"]]
     transports = out[out.index("transports (--transport):") + 1:]
-    assert [ln.split(None, 1) for ln in transports] == [[n, TRANSPORTS[n]] for n in TRANSPORTS] + [
-        ["framed-asyncio", "asyncio, 16 header bytes charged per message"]]
+    assert [ln.split(None, 1) for ln in transports if not ln.startswith(" " * 29)] == [
+        [n, TRANSPORTS[n]] for n in TRANSPORTS] + [["framed-asyncio", "asyncio, 16 header bytes charged per message"]]
+    # under each, the constructor options a command-line value can be: read off the signatures
+    # here (fair's own keywords; fifo and the plug-in's SlowWire take none; tcp's but the spec's
+    # own fields and the object-typed ledger and placement; FramedAsyncio's **kwargs reach
+    # AsyncioNetwork's)
+    import inspect
+
+    from fedsim.kernel.flows import FairShareLinkModel
+
+    def options_under(lines, name):
+        i = next(k for k, ln in enumerate(lines) if ln.split(None, 1)[0] == name)
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        return nxt.split(": ", 1)[1].split(", ") if nxt.startswith(" " * 31 + "options (") else None
+
+    fair = sorted(k for k in inspect.signature(FairShareLinkModel.__init__).parameters if k != "self")
+    assert options_under(models, "fair") == fair and options_under(models, "tcp") == fair
+    assert options_under(models, "fifo") is None and options_under(models, "slow-wire") is None
+    assert all(ln.startswith(" " * 31 + "options (--link-option KEY=VALUE): ") for ln in models
+               if ln.startswith(" " * 29))
+    tcp = options_under(transports, "tcp")
+    assert "processes" in tcp and "stall_timeout" in tcp and tcp == sorted(tcp)
+    assert not {"seed", "profile", "faults", "link_model", "framing_bytes", "ledger", "placement"} & set(tcp)
+    assert options_under(transports, "framed-asyncio") == options_under(transports, "asyncio")
+    assert "time_scale" in options_under(transports, "asyncio")
 
 
 def test_a_sweep_over_plugin_names_on_a_two_worker_pool(plugin, tmp_path):

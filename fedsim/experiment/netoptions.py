@@ -21,7 +21,7 @@ from ..config import annotation_type
 from .errors import UsageError
 from .params import Param, check_value, parse_value
 
-__all__ = ["FLAGS", "GRID_PREFIXES", "option_value", "parse_options"]
+__all__ = ["FLAGS", "GRID_PREFIXES", "command_line_options", "option_value", "parse_options"]
 
 #: the command-line flag of each kind of option ("link": the link model's, "transport": the transport's)
 FLAGS = {"link": "--link-option", "transport": "--transport-option"}
@@ -101,6 +101,22 @@ def _any(text: str) -> Any:
         except ValueError:
             pass
     return s
+
+
+def command_line_options(kind: str, name: str) -> list[str] | None:
+    """The options of the registered link model (``kind`` ``"link"``) or transport
+    (``"transport"``) ``name`` that ``--link-option`` / ``--transport-option`` can give, sorted: its
+    factory's keyword arguments but the ``NetSpec``'s own fields and those typed as objects no
+    command-line value is (``TcpNetwork``'s ``placement``, a ``Ledger``); None when a ``**kwargs``
+    takes any name (``fedsim list`` shows them)."""
+    from ..kernel.netspec import OWN_FIELDS
+    from ..kernel.registry import factory_parameters
+
+    params = factory_parameters(_entry(kind, name).factory)
+    if params is None:
+        return None
+    own = OWN_FIELDS if kind == "transport" else {}
+    return sorted(k for k, p in params.items() if k not in own and not _object_typed(p))
 
 
 def option_value(kind: str, name: str, key: str, value: Any, where: str) -> Any:
