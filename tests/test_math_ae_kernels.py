@@ -194,8 +194,12 @@ def test_batch_step_equals_the_numpy_step(dtype, fortran, B):
     """stepb against ae.loss_and_grads + clip_coef + sgd_step on the same batch: the gradient of
     each weight summed over the rows, the clipping norm from the rows' Gram matrices. In float64 the
     two agree to 1e-11; in float32 their roundings differ by as much as each differs from the exact
-    step (tanh, the products' summation order), so there each is compared with the float64 NumPy
-    step: the kernel's error at most 3 times NumPy's own (plus a few ulps)."""
+    step (tanh, the products' summation order), so there the kernel is compared with the float64
+    NumPy step: every array within 128 unit roundoffs (2^-24) of its largest magnitude. Not with
+    NumPy's own float32 error: that is BLAS's, and depends on the kernel OpenBLAS picks for the CPU
+    (the worst array here: 91 units with Haswell's kernels, 44 with Nehalem's and Sandybridge's, 22
+    with OPENBLAS_CORETYPE=Prescott's, against which the old bound, 3x NumPy's error plus 1e-6,
+    failed); the compiled kernel's own worst is 107 units whatever OpenBLAS picks."""
     clipped_seen = set()
     for i, cfg in enumerate(CONFIGS):
         dtypes = {"kernel": dtype, "numpy": dtype, "exact": np.float64}
@@ -224,8 +228,8 @@ def test_batch_step_equals_the_numpy_step(dtype, fortran, B):
                 if dtype == np.float64:
                     np.testing.assert_allclose(new, ref, rtol=1e-11, atol=1e-13, err_msg=f"{part}{k} {cfg}")
                 else:
-                    err_new, err_ref = (float(np.abs(a.astype(np.float64) - exact).max()) for a in (new, ref))
-                    assert err_new <= 3 * err_ref + 1e-6, (f"{part}{k}", cfg, err_new, err_ref)
+                    err_new = float(np.abs(new.astype(np.float64) - exact).max())
+                    assert err_new <= 128 * 2.0 ** -24 * float(np.abs(exact).max()), (f"{part}{k}", cfg, err_new)
         assert not np.array_equal(p["kernel"]["dec.W2"], _model(dtype)["dec.W2"])  # it did train
     assert clipped_seen == {True, False}  # both sides of the clipping were exercised
 

@@ -873,3 +873,31 @@ def test_privacy_audit_scores_the_idle_rows_of_fedavg(tmp_path):
     report = (out / "report.md").read_text()
     assert ("- fedavg-ae (clients 6, defence kept momentum), fedavg_idle_rows [server, all]: F1 1.000 (random 0.725), "
             "exact 1.000") in report
+
+
+@pytest.mark.parametrize("explained", [True, False])
+def test_hybrid_filling_is_recognised_when_no_item_has_some_factor(explained):
+    """fit_scale's "hf" check asks whether the sampled items' implied ratings are V_rest x for some
+    x. With a factor that no item has (a zero column of V), V_rest^T V_rest is singular: the check
+    solved it with np.linalg.solve, whose LinAlgError gave "" (not explained) although x fits
+    exactly; and for a numerically singular system whether LAPACK raises depends on the CPU's
+    kernels. Now the minimum-norm least-squares x (eigenvalues below d * eps of the largest left
+    out) decides: "hf" at the true scale, and still not when the ratings leave V's span."""
+    from fedsim.privacy.attacks.implied import fit_scale
+
+    rng = np.random.default_rng(4)
+    s = 2.0
+    V = rng.normal(size=(30, 4))
+    V[:, 3] = 0.0
+    u = np.array([0.6, 0.0, 0.8, 0.0])  # the user's direction, a unit vector
+    r = np.empty(30)
+    r[:12] = rng.integers(1, 6, 12)  # rated: integer levels
+    r[12:] = V[12:] @ np.array([0.5, 1.0, 0.25, 0.0])  # sampled: predictions V_j . x
+    if not explained:
+        r[12:] += np.where(np.arange(18) % 2 == 0, 0.01, -0.01)  # no x gives these
+    a = V @ u
+    b = s * (s * a - r)  # so that s a_i - b_i / s = r_i
+    fit = fit_scale(a, b, V_rows=V, modes=("hf",))
+    assert fit.s == pytest.approx(s, rel=1e-12)
+    assert np.abs(fit.ratings - r).max() < 1e-12
+    assert fit.explained == ("hf" if explained else "")

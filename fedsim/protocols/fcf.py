@@ -213,7 +213,7 @@ def build(net, data, cfg: FCFConfig | None = None, *, test=None, resume=None) ->
     check_data("FCF", data)
     if cfg.lam == 0 and cfg.d > int(data.n_items):
         # Q^T Q + alpha Q+^T Q+ has rank at most n_items < d: p_u's normal equations are singular
-        # (a LinAlgError in a client, or a solution of rounding noise)
+        # (math.fcf.fcf_user_factor gives such a user a p_u of NaN, and the server stops on it)
         raise ConfigError(f"FCF: lam = 0 with d = {cfg.d} above the {int(data.n_items)} items: each user's "
                           "closed-form p_u solves singular equations (rank at most the number of items); give "
                           "lam > 0 or d <= the number of items", "lam")

@@ -58,6 +58,7 @@ import numpy as np
 
 from ..config import Config, ConfigError, param
 from ..math.jit import warm_up
+from ..math.rows import dots_in_order
 from ..math.fedrec_central import TrainResult, to_csr, train_pmf_batch, train_pmf_sgd, train_svdpp_sgd
 from ..math.filling import sample_unrated, users_sampling_all
 from ..math.secagg import decode, unmask_sum
@@ -365,11 +366,14 @@ def _local_errors(U_u, V, O, rated, test_items, test_ratings, clip) -> dict:
     u = np.asarray(U_u, dtype=np.float64)
     if O is not None and rated.shape[0]:
         u = u + O[rated].astype(np.float64).sum(axis=0) / np.sqrt(rated.shape[0])
-    pred = V[test_items].astype(np.float64) @ u
+    # summed left to right, not by BLAS (whose gemv / ddot order depends on the CPU kernel OpenBLAS
+    # picks: OPENBLAS_CORETYPE=Prescott moved the reported RMSE in its last bits), so a run's
+    # metrics are the same bits on every machine, as its parameters are
+    pred = dots_in_order(V[test_items].astype(np.float64), u)
     if not np.isfinite(pred).all():
         return {"sse": float("inf"), "sae": float("inf"), "n": int(test_items.shape[0])}
     err = np.clip(pred, *clip) - test_ratings
-    return {"sse": float(err @ err), "sae": float(np.abs(err).sum()), "n": int(err.shape[0])}
+    return {"sse": float(np.cumsum(err * err)[-1]), "sae": float(np.abs(err).sum()), "n": int(err.shape[0])}
 
 
 def _check_factors(msg, p, n_items: int | None, d: int, dt: np.dtype, names) -> None:

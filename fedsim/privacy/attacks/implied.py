@@ -80,6 +80,30 @@ def _candidates(a: np.ndarray, b: np.ndarray, levels: np.ndarray, n_items: int) 
     return roots[keep]
 
 
+_EPS = float(np.finfo(np.float64).eps)
+
+
+def _least_squares(A: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """A least-squares x of ``A x = y`` from the normal equations (a d x d eigendecomposition
+    instead of a k x d least squares), the directions whose eigenvalue is at most ``d * eps``
+    times the largest left out (the minimum-norm solution): a rank-deficient ``A`` (items none of
+    which has some factor) still gets the x that fits, if one does. It was ``np.linalg.solve``,
+    which raised for an exactly singular ``A^T A`` (the filling then taken for unexplained) and,
+    for a numerically singular one, raised on some CPUs' LAPACK kernels and returned rounding
+    noise on others; here fedsim's tolerance decides. None if ``A`` or ``y`` is not finite."""
+    G = A.T @ A
+    z = A.T @ y
+    if not (np.isfinite(G).all() and np.isfinite(z).all()):
+        return None
+    try:
+        w, Q = np.linalg.eigh(G)
+    except np.linalg.LinAlgError:  # pragma: no cover - eigh of a finite symmetric matrix converges
+        return None
+    keep = w > w[-1] * G.shape[0] * _EPS
+    Qk = Q[:, keep]
+    return Qk @ ((Qk.T @ z) / w[keep])
+
+
 def _explains(r_rest: np.ndarray, r_int: np.ndarray, V_rest: np.ndarray | None, tol: float,
               modes: tuple[str, ...]) -> str:
     """Which filling model explains the non-integer implied ratings ``r_rest``: ``"ua"`` (one
@@ -92,10 +116,8 @@ def _explains(r_rest: np.ndarray, r_int: np.ndarray, V_rest: np.ndarray | None, 
         if np.abs(r_rest - v).max() < tol and abs(v - float(r_int.mean())) < tol:
             return "ua"
     if "hf" in modes and V_rest is not None and r_rest.size > V_rest.shape[1] + 4:
-        G = V_rest.T @ V_rest  # normal equations: a d x d solve instead of a k x d least squares
-        try:
-            x = np.linalg.solve(G, V_rest.T @ r_rest)
-        except np.linalg.LinAlgError:
+        x = _least_squares(V_rest, r_rest)
+        if x is None:
             return ""
         res = V_rest @ x - r_rest
         if np.abs(res).max() < tol:
