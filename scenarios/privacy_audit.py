@@ -47,7 +47,7 @@ from fedsim.studies.fedrecpp import denoisers
 from fedsim.studies.parallel import count_done, default_workers, pmap
 from fedsim.studies.privacy import AttackSpec, AuditTask, FoldData, SplitData, run_task
 
-RUN_TIME = "about 4-5 min on ML-100K + two Foursquare cities with 2 workers (4 min 03 s measured on the quiet 2-core machine of 2026-11-23, 4 min 50 s on 2026-11-26's slower one; docs/privacy.md, docs/performance.md)"
+RUN_TIME = "about 4-8 min on ML-100K + two Foursquare cities with 2 workers, by host (4 min 03 s measured on the quiet 2-core machine of 2026-11-23, 4 min 50 s on 2026-11-26's slower one, 7 min 22 s on 2026-11-28's slower still, FedAvg-AE included; docs/privacy.md, docs/performance.md)"
 DEFAULT_DATA = "ml100k-like"
 PROTOCOLS = ("fedrec", "fedrecpp", "fpl", "fcf", "personalfr", "fedavg-ae")
 DEFENCES = ("noise", "secagg", "secure_noise")
