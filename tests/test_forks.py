@@ -330,6 +330,47 @@ print(json.dumps({"out": out, "beats": [b["messages"] for b in display.beats if 
 '''
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc/self/task (Linux) to see OS threads")
+def test_a_paused_displays_thread_has_left_the_os_when_threads_paused_returns():
+    # Thread.join returns a moment before the OS thread has exited (CPython 3.11, 3.12): a TCP
+    # run's fork in that moment was counted by the fork test above as made with 2 OS threads
+    # (in a CI run), and 3.12 warns of it. threads_paused now waits until the thread has left.
+    import io
+
+    from fedsim.experiment import Progress
+    from fedsim.forks import threads_paused
+
+    p = Progress(True, stream=io.StringIO(), tty=False)
+    p.update(0, 1000, stage="paused")
+    still_there = []
+    for i in range(1000):
+        thread = p._thread
+        with threads_paused():
+            still_there.append(os.path.exists(f"/proc/self/task/{thread.native_id}"))
+        p.update(i + 1, 1000)
+    p.close()
+    p.finish()
+    assert still_there == [False] * 1000, f"{sum(still_there)} of 1000 pauses returned with the thread in the OS"
+
+
+def test_wait_for_os_thread_exit_waits_for_a_joined_thread_and_gives_up_on_a_running_one():
+    import threading
+
+    from fedsim.forks import wait_for_os_thread_exit
+
+    stop = threading.Event()
+    running = threading.Thread(target=stop.wait, args=(30,))
+    running.start()
+    try:
+        assert wait_for_os_thread_exit(running, timeout=0.05) is (not os.path.isdir("/proc/self/task"))
+    finally:
+        stop.set()
+        running.join()
+    assert wait_for_os_thread_exit(running) is True
+    assert not os.path.exists(f"/proc/self/task/{running.native_id}")
+    assert wait_for_os_thread_exit(threading.Thread(target=print)) is True  # (never started: no native id)
+
+
 def test_a_pool_worker_that_beat_forks_its_tcp_processes_with_no_other_thread_alive(tmp_path):
     # A pool's worker sent its figures through a multiprocessing.Queue, whose feeder thread
     # runs from the first beat on and cannot be stopped and started again: a task that ran a

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..forks import pause_around_forks
+from ..forks import pause_around_forks, wait_for_os_thread_exit
 from .errors import UsageError
 from .live import silent_after
 from .report import Table, format_table, human_bytes, human_seconds, naming_the_file, save_figure, write_csv
@@ -171,6 +171,7 @@ class Progress:
             return False  # (one that ended by itself, its stream closed, is not started again)
         self._stop.set()
         thread.join()
+        wait_for_os_thread_exit(thread)  # (join returns a moment before the OS thread has left)
         self._thread = None
         self._paused = True
         return True

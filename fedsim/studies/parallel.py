@@ -36,7 +36,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable
 
 from ..experiment.errors import UsageError
-from ..forks import own_std_streams, pause_around_forks, threads_paused
+from ..forks import own_std_streams, pause_around_forks, threads_paused, wait_for_os_thread_exit
 from ..signals import sigint_deferred
 
 __all__ = ["Interrupted", "MainNotImportable", "PluginLoadError", "ProcessDied", "check_main_importable",
@@ -686,6 +686,7 @@ class _Beats:
             return False
         self._stop.set()
         thread.join()  # (a beat never waits: the pipe does not block)
+        wait_for_os_thread_exit(thread)  # (join returns a moment before the OS thread has left)
         self._thread, self._paused = None, True
         return True
 
