@@ -11,6 +11,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config):
+    # A command started in the background by a non-interactive shell (`pytest &` in a script, a
+    # CI step detached with `cmd &`) begins with SIGINT ignored, and so would every fedsim
+    # process the tests start: the Ctrl-C tests' processes ran on (they timed out, and one left
+    # a sweep running). Python's own handler here is reset to the default by exec in a child.
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def shared_data_dir() -> Path:
     """``../shared/data`` beside the repository (or ``$FEDSIM_SHARED_DATA``)."""
     env = os.environ.get("FEDSIM_SHARED_DATA")

@@ -263,7 +263,9 @@ _OBJ = object()
     ({"n": 2 ** 70}, "['n']", f"cannot encode object of type int: {2 ** 70}"),
     ({"m": {_OBJ: 1}}, f"['m'] (its key {_OBJ!r})", "cannot encode object of type object"),
     (_OBJ, "", "cannot encode object of type object"),
-])
+], ids=["object", "masked-array", "set-in-a-tuple", "complex", "big-int", "object-key", "top-level"])
+# (ids of their own: the default ones held the object's address, another in each process, and
+# the suite's workers must collect the same tests)
 def test_encode_and_encode_message_name_the_key_path_of_what_they_refuse(payload, where, what):
     # "cannot encode object of type object: <object ...>" named no key: in a payload of twenty
     # keys (or a model's map one level down) the sender had to search for it

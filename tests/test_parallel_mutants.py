@@ -553,6 +553,7 @@ def _not_two(x: int) -> int:
     return x * x
 
 
+@pytest.mark.xdist_group("ray")  # (one real Ray instance at a time: see tests/test_sweep_ray.py)
 def test_ray_points_run_at_most_workers_at_once_in_grid_order_and_a_dead_worker_is_tried_again(tmp_path):
     """Mutants of the Ray backend: ``ray_map`` ignoring ``limit`` (every task submitted at once),
     or run_sweep not passing ``workers`` as the limit (its docstring: at most ``workers`` points at

@@ -24,6 +24,11 @@ import pytest
 # does; read when ray is imported, and inherited by the processes the tests start)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]'): the Ray backend is not tested")
+# The suite runs on two or more workers (pytest-xdist): the tests that start a Ray instance run on
+# one of them, one after another, as Ray's daemons and object store would otherwise compete with
+# another instance's for the machine's memory and cores (and a test of a cluster's address finds
+# only its own)
+pytestmark = pytest.mark.xdist_group("ray")
 
 from fedsim.experiment import UsageError  # noqa: E402
 from fedsim.experiment.report import git_revision  # noqa: E402
