@@ -24,11 +24,10 @@ import pytest
 # does; read when ray is imported, and inherited by the processes the tests start)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install '.[ray]'): the Ray backend is not tested")
-# The suite runs on two or more workers (pytest-xdist): the tests that start a Ray instance run on
-# one of them, one after another, as Ray's daemons and object store would otherwise compete with
-# another instance's for the machine's memory and cores (and a test of a cluster's address finds
-# only its own)
-pytestmark = pytest.mark.xdist_group("ray")
+# The suite runs on two or more workers (pytest-xdist, --dist loadfile: a file's tests on one
+# worker, one after another). Every test that starts a real Ray instance is in this file: the
+# tests of --address auto below look for any Ray running on the machine, and another test's Ray
+# started on the other worker meanwhile was found ("no Ray cluster answers at ...").
 
 from fedsim.experiment import UsageError  # noqa: E402
 from fedsim.experiment.report import git_revision  # noqa: E402
@@ -254,6 +253,74 @@ def test_address_auto_where_ray_finds_no_cluster_says_so(tmp_path):
     assert "Could not find any running Ray instance" in err[0], err[0]
     assert not (tmp_path / "sw").exists()
 
+
+
+# (moved from tests/test_parallel_mutants.py: it starts a Ray of its own, before the module's
+# local_ray; see the note at the top)
+def _die_once(marker: str) -> str:
+    """Kill this Ray worker the first time (``marker`` does not exist yet), answer the second."""
+    m = Path(marker)
+    if not m.exists():
+        m.touch()
+        os._exit(1)
+    return "second try"
+
+
+def _not_two(x: int) -> int:
+    if x == 2:
+        raise ValueError("two")
+    return x * x
+
+
+def test_ray_points_run_at_most_workers_at_once_in_grid_order_and_a_dead_worker_is_tried_again(tmp_path):
+    """Mutants of the Ray backend: ``ray_map`` ignoring ``limit`` (every task submitted at once),
+    or run_sweep not passing ``workers`` as the limit (its docstring: at most ``workers`` points at
+    once on a Ray it did not start): three points of ``--workers 1`` ran two at a time on the two
+    CPUs; tasks submitted last to first (``todo`` not reversed); leaving the session shutting down
+    the caller's Ray; the summary's ``cpus`` and sweep.log's Ray line left out; ``ray_map``'s
+    remote function without ``max_retries=1`` (its docstring: a task whose worker dies is retried
+    once by Ray); ``ray_map`` calling ``on_done`` too for a task that failed (``continue`` left
+    out: handed the task before's result)."""
+    from ray import cloudpickle
+
+    from fedsim.studies.raypool import ray_map
+
+    if ray.is_initialized():
+        pytest.skip("a Ray is initialised in this process already")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        log = tmp_path / "ran.log"
+        script = tmp_path / "scn.py"
+        script.write_text("import os, time\nfrom pathlib import Path\nfrom fedsim.experiment import Param\n"
+                          "PARAMS = {'x': Param(0, 'x')}\n"
+                          "def run(ctx):\n"
+                                   "    t0 = time.time()\n"
+                                   "    time.sleep(0.5)\n"
+                                   f"    with open({str(log)!r}, 'a') as fh:\n"
+                                   "        fh.write(f\"{ctx['x']} {t0} {time.time()}\\n\")\n"
+                                   "    ctx.table('t', [{'m': ctx['x']}])\n")
+        s = run_sweep(str(script), {"x": [1, 2, 3]}, tmp_path / "sw", backend="ray", workers=1, quiet=True)
+        assert s["done"] == [{"x": 1}, {"x": 2}, {"x": 3}] and s["failed"] == []
+        runs = sorted((float(t0), float(t1), int(x)) for x, t0, t1 in (ln.split() for ln in log.read_text().splitlines()))
+        assert [x for _, _, x in runs] == [1, 2, 3]
+        assert all(later[0] >= earlier[1] for earlier, later in zip(runs, runs[1:])), runs  # one at a time
+        assert ray.is_initialized()  # the caller's Ray, left running
+        assert s["backend"]["cpus"] == 2.0
+        assert "Ray an already initialised Ray, 2 CPUs, up in " in (tmp_path / "sw" / "sweep.log").read_text()
+        done, errors = [], []
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # (Ray's workers may not find this file)
+        try:
+            ray_map(_die_once, [str(tmp_path / "died")], on_done=lambda i, r: done.append((i, r)),
+                    on_error=lambda i, e: errors.append((i, type(e).__name__)))
+            assert (done, errors) == ([(0, "second try")], [])
+            done.clear()
+            ray_map(_not_two, [1, 2, 3], limit=1, on_done=lambda i, r: done.append((i, r)),
+                    on_error=lambda i, e: errors.append((i, type(e.cause).__name__, str(e.cause))))
+            assert (done, errors) == ([(0, 1), (2, 9)], [(1, "ValueError", "two")])
+        finally:
+            cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    finally:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
