@@ -101,6 +101,7 @@ def threads_paused() -> Iterator[None]:
         for owner in paused:
             owner.resume_thread()
 
+
 def wait_for_os_thread_exit(thread: threading.Thread, timeout: float = 2.0) -> bool:
     """Wait until ``thread``, already joined, has left the operating system too; True once it has
     (or where that cannot be told: no ``/proc/self/task``, no ``native_id``), False if it is still
