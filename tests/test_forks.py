@@ -353,6 +353,30 @@ def test_a_paused_displays_thread_has_left_the_os_when_threads_paused_returns():
     assert still_there == [False] * 1000, f"{sum(still_there)} of 1000 pauses returned with the thread in the OS"
 
 
+def test_a_display_whose_thread_start_a_ctrl_c_interrupted_still_closes(monkeypatch):
+    # A Ctrl-C as a TCP run's fork ended came inside resume_thread's Thread.start (a CI run):
+    # close() then joined a thread never started, and its RuntimeError replaced the interrupted line
+    import io
+    import threading
+
+    from fedsim.experiment import Progress
+    from fedsim.forks import threads_paused
+
+    p = Progress(True, stream=io.StringIO(), tty=False)
+    p.update(0, 2, stage="s")
+
+    def interrupted_start(self):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with threads_paused():
+            monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    monkeypatch.undo()
+    p.close()
+    assert p._thread is None
+    p.finish()
+
+
 def test_wait_for_os_thread_exit_waits_for_a_joined_thread_and_gives_up_on_a_running_one():
     import threading
 

@@ -134,7 +134,10 @@ class Progress:
         pause_around_forks(self, on=False)
         self._paused = False
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        # (ident None: a thread whose start a Ctrl-C interrupted, as a fork's resume_thread
+        # started it again; joining it raised RuntimeError over the interrupted line)
+        if (self._thread is not None and self._thread.ident is not None
+                and self._thread is not threading.current_thread()):
             self._thread.join(timeout=2)
         self._thread = None
         with self._lock:
